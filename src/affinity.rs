@@ -1,0 +1,1 @@
+//! Applying, reading back and restoring thread affinity.

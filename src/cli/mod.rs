@@ -1,0 +1,111 @@
+//! The command line: one file per subcommand, each with its `clap` arguments and a
+//! `run` function. Commands print for humans by default and JSON with `--json`.
+//!
+//! Must not touch: engine logic. Commands call into the library modules and format.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+pub mod check;
+pub mod client;
+pub mod compare;
+pub mod daemon;
+pub mod measure;
+pub mod plan;
+pub mod topology;
+
+/// Exit code for an invalid configuration (rules or settings), distinct from other
+/// failures so a unit can use `RestartPreventExitStatus=`.
+pub const EXIT_CONFIG: u8 = 3;
+
+/// An error that means "the configuration is invalid"; maps to [`EXIT_CONFIG`].
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigInvalid(pub String);
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "pinnerd",
+    version,
+    about = "Measures core-to-core latency and pins threads to the CPUs that suit them"
+)]
+pub struct Cli {
+    /// More log output (repeat for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show the CPU topology read from sysfs (and latency domains with --matrix).
+    Topology(topology::TopologyArgs),
+    /// Measure the core-to-core latency matrix of this machine.
+    Measure(measure::MeasureArgs),
+    /// Choose CPUs for a request from the topology and the latency matrix.
+    Plan(plan::PlanArgs),
+    /// Ping-pong throughput on the planned pair vs the autopilot pair, worst pair, unpinned.
+    Compare(compare::CompareArgs),
+    /// Validate rule files or directories.
+    Check(check::CheckArgs),
+    /// Run the daemon.
+    Daemon(daemon::DaemonArgs),
+    /// Show the running daemon's status (over D-Bus).
+    Status(client::StatusArgs),
+    /// Ask the running daemon to re-measure the latency matrix.
+    Remeasure(client::RemeasureArgs),
+    /// Ask the running daemon to reload its rules.
+    Reload(client::BusArgs),
+    /// List the processes the daemon manages.
+    Managed(client::BusArgs),
+    /// Explain which rule placed a process, and why.
+    Explain(client::ExplainArgs),
+}
+
+/// Logging to stderr; `RUST_LOG` overrides the level chosen by `-v`.
+pub fn init_logging(cli: &Cli) {
+    if matches!(cli.command, Command::Daemon(_)) {
+        // The daemon sets up its own logging (journald when run by systemd).
+        return;
+    }
+    let level = match cli.verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// Runs the parsed command.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Topology(args) => topology::run(args),
+        Command::Measure(args) => measure::run(args),
+        Command::Plan(args) => plan::run(args),
+        Command::Compare(args) => compare::run(args),
+        Command::Check(args) => check::run(args),
+        Command::Daemon(args) => daemon::run(args),
+        Command::Status(args) => client::status(args),
+        Command::Remeasure(args) => client::remeasure(args),
+        Command::Reload(args) => client::reload(args),
+        Command::Managed(args) => client::managed(args),
+        Command::Explain(args) => client::explain(args),
+    }
+}
+
+/// The process exit code for an error that ended a command.
+pub fn exit_code_for(err: &anyhow::Error) -> u8 {
+    if err.chain().any(|e| e.is::<ConfigInvalid>()) {
+        EXIT_CONFIG
+    } else {
+        1
+    }
+}

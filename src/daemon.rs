@@ -1,0 +1,1 @@
+//! The daemon: one event loop owning all state.

@@ -1,0 +1,1 @@
+//! The D-Bus object; it only forwards commands to the daemon loop.

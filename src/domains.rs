@@ -1,0 +1,1 @@
+//! Latency domains: clustering a matrix into a hierarchy of CPU groups.

@@ -1,0 +1,1 @@
+//! The hardware fingerprint that keys stored matrices.

@@ -1,0 +1,38 @@
+//! pinnerd: measures how far apart CPUs really are and pins threads where they belong.
+//!
+//! Data flow, one module per step:
+//!
+//! ```text
+//! sysroot ──► topology ──► measure ──► matrix ──► domains ──► placement ◄── rules ◄── settings
+//!  (/sys,      (CPUs,       (spin        (file      (latency    (pure: request     (TOML →
+//!   /proc)      caches,      pairs)       format)    hierarchy)  → CPU set)        matcher)
+//!               nodes)                                               │
+//!             fingerprint                                            ▼
+//!                                       watch (proc events, rescans) ──► affinity (apply, read back, restore)
+//!                                                         ▲                     ▲
+//!                                                         └──── daemon (one event loop owns the state)
+//!                                                                 ▲
+//!                                                        dbus (forwards) · cli (commands)
+//! ```
+//!
+//! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
+//! paths `/sys` and `/proc` are spelled, so tests point it at fixture trees.
+
+pub mod affinity;
+pub mod cli;
+pub mod cpuset;
+pub mod daemon;
+pub mod dbus;
+pub mod domains;
+pub mod fingerprint;
+pub mod matrix;
+pub mod measure;
+pub mod placement;
+pub mod rules;
+pub mod settings;
+pub mod sysroot;
+pub mod topology;
+pub mod watch;
+
+pub use cpuset::CpuSet;
+pub use matrix::LatencyMatrix;

@@ -1,0 +1,1 @@
+//! Core-to-core latency measurement with pinned busy-spin thread pairs.

@@ -1,0 +1,1 @@
+//! Placement: pure logic from topology + matrix + request to a CPU set.

@@ -1,0 +1,1 @@
+//! Rule files: strict TOML, loading, validation and the matcher.

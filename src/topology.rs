@@ -1,0 +1,1 @@
+//! CPU topology discovered from sysfs.

@@ -1,0 +1,1 @@
+//! Process events (proc connector) and /proc rescans.

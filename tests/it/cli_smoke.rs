@@ -1,0 +1,28 @@
+//! The binary starts, and its help lists every command.
+
+use std::process::Command;
+
+#[test]
+fn help_lists_every_command() {
+    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .arg("--help")
+        .output()
+        .expect("run pinnerd --help");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for cmd in [
+        "topology",
+        "measure",
+        "plan",
+        "compare",
+        "check",
+        "daemon",
+        "status",
+        "remeasure",
+        "reload",
+        "managed",
+        "explain",
+    ] {
+        assert!(text.contains(cmd), "help does not list {cmd}:\n{text}");
+    }
+}
