@@ -52,6 +52,7 @@ impl LatencyMatrix {
     pub fn from_fn(cpus: Vec<u32>, mut f: impl FnMut(usize, usize) -> f64) -> LatencyMatrix {
         let n = cpus.len();
         let mut latency_ns = vec![vec![None; n]; n];
+        #[allow(clippy::needless_range_loop)] // symmetric fill needs both indices
         for i in 0..n {
             for j in 0..i {
                 let v = f(i, j);
