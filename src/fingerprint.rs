@@ -193,16 +193,12 @@ impl FingerprintInputs {
             };
             let (key, value) = (key.trim(), value.trim().to_string());
             match key {
-                "microcode" => {
-                    if !microcodes.contains(&value) {
-                        microcodes.push(value);
-                    }
+                "microcode" if !microcodes.contains(&value) => microcodes.push(value),
+                "microcode" => {}
+                "flags" | "Features" if value.split_whitespace().any(|f| f == "hypervisor") => {
+                    self.hypervisor_flag = true;
                 }
-                "flags" | "Features" => {
-                    if value.split_whitespace().any(|f| f == "hypervisor") {
-                        self.hypervisor_flag = true;
-                    }
-                }
+                "flags" | "Features" => {}
                 _ if !first_block => {}
                 "vendor_id" | "CPU implementer" => self.cpu_vendor = Some(value),
                 "model name" => self.cpu_model_name = Some(value),
@@ -342,7 +338,8 @@ mod tests {
         let base = Fingerprint::from_inputs(sample());
         assert_eq!(base, Fingerprint::from_inputs(sample()));
         assert_eq!(base.hex.len(), 16);
-        let changes: Vec<(&str, fn(&mut FingerprintInputs))> = vec![
+        type Change = (&'static str, fn(&mut FingerprintInputs));
+        let changes: Vec<Change> = vec![
             ("bios", |i| i.bios_version = Some("2.2.0".into())),
             ("smt", |i| i.smt_control = Some("off".into())),
             ("smt_active", |i| i.smt_active = Some(false)),
