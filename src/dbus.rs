@@ -68,7 +68,7 @@ pub enum MethodError {
     Failed(String),
 }
 
-type MResult<T> = Result<T, MethodError>;
+type Result<T, E = MethodError> = std::result::Result<T, E>;
 
 /// Which bus to use: the system bus, the session bus, or an explicit address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,7 +183,7 @@ impl Pinnerd1 {
     }
 
     /// Who called, from the bus (never from a pid, which can be reused).
-    async fn caller_uid(conn: &Connection, header: &Header<'_>) -> MResult<u32> {
+    async fn caller_uid(conn: &Connection, header: &Header<'_>) -> Result<u32> {
         let sender = header
             .sender()
             .ok_or_else(|| MethodError::NotPermitted("the call carries no sender".into()))?;
@@ -195,7 +195,7 @@ impl Pinnerd1 {
     }
 
     /// The checks every method makes: the uid, then the rate limit.
-    async fn admit(&self, conn: &Connection, header: &Header<'_>, method: &str) -> MResult<u32> {
+    async fn admit(&self, conn: &Connection, header: &Header<'_>, method: &str) -> Result<u32> {
         let uid = Self::caller_uid(conn, header).await?;
         if uid != 0 && !self.limiter.allow(uid, Instant::now()) {
             tracing::warn!(uid, method, "caller over its rate limit");
@@ -207,12 +207,7 @@ impl Pinnerd1 {
     }
 
     /// As [`Self::admit`], and only root may pass.
-    async fn admit_root(
-        &self,
-        conn: &Connection,
-        header: &Header<'_>,
-        method: &str,
-    ) -> MResult<()> {
+    async fn admit_root(&self, conn: &Connection, header: &Header<'_>, method: &str) -> Result<()> {
         let uid = self.admit(conn, header, method).await?;
         if uid != 0 {
             tracing::warn!(uid, method, "refused a privileged method");
@@ -223,7 +218,7 @@ impl Pinnerd1 {
         Ok(())
     }
 
-    async fn forward(&self, cmd: Command) -> MResult<Reply> {
+    async fn forward(&self, cmd: Command) -> Result<Reply> {
         let (tx, rx) = oneshot::channel();
         self.events
             .send(Event::Command(cmd, tx))
@@ -247,7 +242,7 @@ fn command_error(e: CommandError) -> MethodError {
     }
 }
 
-fn check_len(what: &str, s: &str) -> MResult<()> {
+fn check_len(what: &str, s: &str) -> Result<()> {
     if s.len() > MAX_STRING {
         return Err(MethodError::InvalidArgs(format!(
             "{what}: longer than {MAX_STRING} bytes"
@@ -322,7 +317,7 @@ impl Pinnerd1 {
         &self,
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
-    ) -> MResult<u64> {
+    ) -> Result<u64> {
         self.admit_root(conn, &header, "Remeasure").await?;
         match self.forward(Command::Remeasure).await? {
             Reply::Job(id) => Ok(id),
@@ -336,7 +331,7 @@ impl Pinnerd1 {
         &self,
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
-    ) -> MResult<(u32, Vec<String>)> {
+    ) -> Result<(u32, Vec<String>)> {
         self.admit_root(conn, &header, "Reload").await?;
         match self.forward(Command::Reload).await? {
             Reply::Reloaded { rules, errors } => Ok((rules, errors)),
@@ -350,7 +345,7 @@ impl Pinnerd1 {
         &self,
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
-    ) -> MResult<(Vec<u32>, Vec<Vec<f64>>)> {
+    ) -> Result<(Vec<u32>, Vec<Vec<f64>>)> {
         self.admit(conn, &header, "GetMatrix").await?;
         match self.forward(Command::GetMatrix).await? {
             Reply::Matrix { cpus, latency_ns } => Ok((cpus, latency_ns)),
@@ -363,7 +358,7 @@ impl Pinnerd1 {
         &self,
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
-    ) -> MResult<Vec<(u32, String, String, String, String)>> {
+    ) -> Result<Vec<(u32, String, String, String, String)>> {
         self.admit(conn, &header, "ListManaged").await?;
         match self.forward(Command::ListManaged).await? {
             Reply::Managed(list) => Ok(list.into_iter().map(ManagedEntry::into_tuple).collect()),
@@ -377,7 +372,7 @@ impl Pinnerd1 {
         pid: u32,
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
-    ) -> MResult<String> {
+    ) -> Result<String> {
         self.admit(conn, &header, "Explain").await?;
         match self.forward(Command::Explain { pid }).await? {
             Reply::Text(s) => Ok(s),
@@ -393,7 +388,7 @@ impl Pinnerd1 {
         smt: &str,
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
-    ) -> MResult<Vec<u32>> {
+    ) -> Result<Vec<u32>> {
         check_len("policy", policy)?;
         check_len("smt", smt)?;
         self.admit(conn, &header, "Plan").await?;
@@ -417,7 +412,7 @@ impl Pinnerd1 {
         smt: &str,
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
-    ) -> MResult<String> {
+    ) -> Result<String> {
         check_len("policy", policy)?;
         check_len("smt", smt)?;
         self.admit_root(conn, &header, "PinProcess").await?;
@@ -439,7 +434,7 @@ impl Pinnerd1 {
         pid: u32,
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
-    ) -> MResult<()> {
+    ) -> Result<()> {
         self.admit_root(conn, &header, "ReleaseProcess").await?;
         match self.forward(Command::Release { pid }).await? {
             Reply::Done => Ok(()),
@@ -494,15 +489,8 @@ pub async fn serve(
 /// A signal the loop asks to be emitted.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Signal {
-    MeasurementFinished {
-        job: u64,
-        ok: bool,
-        summary: String,
-    },
-    RulesReloaded {
-        rules: u32,
-        errors: Vec<String>,
-    },
+    MeasurementFinished { job: u64, ok: bool, summary: String },
+    RulesReloaded { rules: u32, errors: Vec<String> },
 }
 
 /// Emits one signal from the object.
@@ -584,7 +572,10 @@ mod tests {
         assert!(l.allow(1000, t0));
         assert!(!l.allow(1000, t0), "fourth call in the same instant");
         assert!(l.allow(1001, t0), "another caller has its own bucket");
-        assert!(l.allow(1000, t0 + Duration::from_millis(100)), "one token back");
+        assert!(
+            l.allow(1000, t0 + Duration::from_millis(100)),
+            "one token back"
+        );
         assert!(!l.allow(1000, t0 + Duration::from_millis(100)));
     }
 

@@ -131,7 +131,11 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         println!("cpus:         {}", p.cpu_count().await?);
         println!("fingerprint:  {}", p.fingerprint().await?);
         println!("measured at:  {measured}");
-        println!("rules:        {} ({} errors)", p.rule_count().await?, errors.len());
+        println!(
+            "rules:        {} ({} errors)",
+            p.rule_count().await?,
+            errors.len()
+        );
         println!(
             "managed:      {} processes, {} threads",
             p.managed_processes().await?,
@@ -202,7 +206,10 @@ pub fn managed(args: BusArgs) -> anyhow::Result<ExitCode> {
     block_on(async {
         let p = proxy(&args.bus).await?;
         let list = p.list_managed().await.context("ListManaged")?;
-        println!("{:>8}  {:<16} {:<20} {:<12} STATE", "PID", "COMM", "RULE", "CPUS");
+        println!(
+            "{:>8}  {:<16} {:<20} {:<12} STATE",
+            "PID", "COMM", "RULE", "CPUS"
+        );
         for (pid, comm, rule, cpus, state) in list {
             println!("{pid:>8}  {comm:<16} {rule:<20} {cpus:<12} {state}");
         }
@@ -227,7 +234,13 @@ mod tests {
     fn epoch_formatting() {
         assert_eq!(format_epoch_us(0), "1970-01-01 00:00:00 UTC");
         // 2026-11-21 14:12:26 UTC
-        assert_eq!(format_epoch_us(1_795_788_746_000_000), "2026-11-21 14:12:26 UTC");
-        assert_eq!(format_epoch_us(951_782_400_000_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(
+            format_epoch_us(1_795_788_746_000_000),
+            "2026-11-21 14:12:26 UTC"
+        );
+        assert_eq!(
+            format_epoch_us(951_782_400_000_000),
+            "2000-02-29 00:00:00 UTC"
+        );
     }
 }

@@ -48,9 +48,7 @@ pub struct DaemonArgs {
 fn dir_from_env(var: &str) -> Option<PathBuf> {
     let v: OsString = std::env::var_os(var)?;
     let s = v.to_string_lossy();
-    s.split(':')
-        .find(|p| !p.is_empty())
-        .map(PathBuf::from)
+    s.split(':').find(|p| !p.is_empty()).map(PathBuf::from)
 }
 
 /// journald when systemd runs us (it sets `$JOURNAL_STREAM` and `$INVOCATION_ID`),

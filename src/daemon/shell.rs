@@ -175,33 +175,33 @@ impl Shell {
                 return exit;
             }
             for action in actions {
-            match action {
-                Action::Emit(sig) => {
-                    let _ = self.emit.send(sig);
-                }
-                Action::Measure(job) => {
-                    let id = job.id;
-                    let tx = self.events.clone();
-                    let spawned = worker::spawn(job, move |outcome| {
-                        let _ = tx.blocking_send(Event::Measured(outcome));
-                    });
-                    if let Err(e) = spawned {
-                        tracing::error!(job = id, error = %e, "cannot start the measurement thread");
-                        state.handle(Event::Measured(worker::Outcome {
-                            id,
-                            result: Err(format!("cannot start the measurement thread: {e}")),
-                        }));
+                match action {
+                    Action::Emit(sig) => {
+                        let _ = self.emit.send(sig);
                     }
+                    Action::Measure(job) => {
+                        let id = job.id;
+                        let tx = self.events.clone();
+                        let spawned = worker::spawn(job, move |outcome| {
+                            let _ = tx.blocking_send(Event::Measured(outcome));
+                        });
+                        if let Err(e) = spawned {
+                            tracing::error!(job = id, error = %e, "cannot start the measurement thread");
+                            state.handle(Event::Measured(worker::Outcome {
+                                id,
+                                result: Err(format!("cannot start the measurement thread: {e}")),
+                            }));
+                        }
+                    }
+                    Action::Status(line) => notify(&[sd_notify::NotifyState::Status(&line)]),
+                    Action::Watchdog => notify(&[sd_notify::NotifyState::Watchdog]),
+                    Action::Reloading => match sd_notify::NotifyState::monotonic_usec_now() {
+                        Ok(now) => notify(&[sd_notify::NotifyState::Reloading, now]),
+                        Err(_) => notify(&[sd_notify::NotifyState::Reloading]),
+                    },
+                    Action::Ready => notify(&[sd_notify::NotifyState::Ready]),
+                    Action::Exit => exit = true,
                 }
-                Action::Status(line) => notify(&[sd_notify::NotifyState::Status(&line)]),
-                Action::Watchdog => notify(&[sd_notify::NotifyState::Watchdog]),
-                Action::Reloading => match sd_notify::NotifyState::monotonic_usec_now() {
-                    Ok(now) => notify(&[sd_notify::NotifyState::Reloading, now]),
-                    Err(_) => notify(&[sd_notify::NotifyState::Reloading]),
-                },
-                Action::Ready => notify(&[sd_notify::NotifyState::Ready]),
-                Action::Exit => exit = true,
-            }
             }
         }
     }

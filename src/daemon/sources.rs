@@ -6,9 +6,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use futures_util::StreamExt;
 use inotify::{Inotify, WatchMask};
 use tokio::sync::mpsc;
-use futures_util::StreamExt;
 
 use super::{Event, ReloadCause};
 
@@ -40,7 +40,9 @@ pub fn rule_watcher(dirs: &[PathBuf]) -> std::io::Result<Inotify> {
     for dir in dirs {
         match inotify.watches().add(dir, mask) {
             Ok(_) => tracing::debug!(dir = %dir.display(), "watching rules"),
-            Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot watch rule directory"),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch rule directory")
+            }
         }
     }
     Ok(inotify)
@@ -66,7 +68,11 @@ pub async fn rule_changes(inotify: Inotify, events: mpsc::Sender<Event>) -> std:
                 None => return Ok(()),
             }
         }
-        if events.send(Event::Reload(ReloadCause::Inotify)).await.is_err() {
+        if events
+            .send(Event::Reload(ReloadCause::Inotify))
+            .await
+            .is_err()
+        {
             return Ok(());
         }
     }

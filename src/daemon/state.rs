@@ -18,8 +18,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cpuset::CpuSet;
 use crate::dbus::Signal;
+use crate::fingerprint::Fingerprint;
 use crate::matrix::LatencyMatrix;
 use crate::sysroot::SysRoot;
+use crate::topology::Topology;
 
 use super::worker::{self, Job, JobKind, Outcome};
 use super::{Command, CommandError, Event, Phase, ReloadCause, Reply, Snapshot};
@@ -102,8 +104,8 @@ struct Current {
 pub struct State {
     cfg: Config,
     timing: Timing,
-    fingerprint: String,
-    online: CpuSet,
+    fingerprint: Option<Fingerprint>,
+    topology: Option<Topology>,
     current: Option<Current>,
     running: Option<Running>,
     /// A full measurement promised (id given out) while a drift probe runs.
@@ -135,8 +137,8 @@ impl State {
             next_drift: timing.drift_every.map(|d| now + d),
             next_fingerprint: now + timing.fingerprint_every,
             timing,
-            fingerprint: String::new(),
-            online: CpuSet::new(),
+            fingerprint: None,
+            topology: None,
             current: None,
             running: None,
             queued_full: None,
@@ -173,8 +175,12 @@ impl State {
             version: env!("CARGO_PKG_VERSION").to_string(),
             state: self.phase(),
             measured_at_us: self.current.as_ref().map_or(0, |c| c.measured_at_us),
-            fingerprint: self.fingerprint.clone(),
-            cpu_count: self.online.len() as u32,
+            fingerprint: self
+                .fingerprint
+                .as_ref()
+                .map(|f| f.hex.clone())
+                .unwrap_or_default(),
+            cpu_count: self.online().len() as u32,
             rule_count: self.rule_count,
             managed_processes: 0,
             managed_threads: 0,
@@ -209,7 +215,8 @@ impl State {
             }
             Event::Terminate => {
                 tracing::info!("terminating: restoring masks");
-                self.actions.push(Action::Status("stopping: restoring masks".into()));
+                self.actions
+                    .push(Action::Status("stopping: restoring masks".into()));
                 self.actions.push(Action::Exit);
             }
             Event::Tick(now) => self.tick(now),
@@ -231,8 +238,12 @@ impl State {
             Command::GetMatrix => Ok(self.matrix_reply()),
             Command::ListManaged => Ok(Reply::Managed(Vec::new())),
             Command::Explain { pid } => Err(CommandError::NoSuchProcess(pid)),
-            Command::Plan { .. } => Err(CommandError::Failed("placement is not part of this build".into())),
-            Command::Pin { .. } => Err(CommandError::Failed("placement is not part of this build".into())),
+            Command::Plan { .. } => Err(CommandError::Failed(
+                "placement is not part of this build".into(),
+            )),
+            Command::Pin { .. } => Err(CommandError::Failed(
+                "placement is not part of this build".into(),
+            )),
             Command::Release { pid } => Err(CommandError::NotManaged(pid)),
         }
     }
@@ -255,14 +266,55 @@ impl State {
         }
     }
 
-    fn read_machine(&mut self) {
-        let online_path = self.cfg.sysroot.sys_path("devices/system/cpu/online");
-        match std::fs::read_to_string(&online_path) {
-            Ok(text) => match text.trim().parse::<CpuSet>() {
-                Ok(set) => self.online = set,
-                Err(e) => tracing::warn!(path = %online_path.display(), error = %e, "bad online CPU list"),
-            },
-            Err(e) => tracing::warn!(path = %online_path.display(), error = %e, "cannot read online CPUs"),
+    /// Online CPUs as last read; empty before the first read.
+    fn online(&self) -> CpuSet {
+        self.topology
+            .as_ref()
+            .map(|t| t.online.clone())
+            .unwrap_or_default()
+    }
+
+    /// CPUs a measurement may use: online and not isolated.
+    fn usable(&self) -> CpuSet {
+        self.topology
+            .as_ref()
+            .map(Topology::usable)
+            .unwrap_or_default()
+    }
+
+    /// Re-reads the topology and the fingerprint; true when the fingerprint changed
+    /// (or was read for the first time).
+    fn read_machine(&mut self) -> bool {
+        match Topology::discover(&self.cfg.sysroot) {
+            Ok(t) => {
+                for w in &t.warnings {
+                    tracing::debug!(warning = %w, "topology");
+                }
+                self.topology = Some(t);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the CPU topology; keeping the last one")
+            }
+        }
+        match Fingerprint::read(&self.cfg.sysroot) {
+            Ok(fp) => {
+                let changed = match &self.fingerprint {
+                    Some(old) if old.matches(&fp) => false,
+                    Some(old) => {
+                        for d in old.differences(&fp) {
+                            tracing::info!(change = %d, "hardware fingerprint changed");
+                        }
+                        true
+                    }
+                    None => true,
+                };
+                self.fingerprint = Some(fp);
+                changed
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the hardware fingerprint");
+                false
+            }
         }
     }
 
@@ -300,6 +352,17 @@ impl State {
         self.start_full(now)
     }
 
+    /// The matrix no longer describes this machine: use a stored one for the new
+    /// fingerprint, or measure.
+    fn fingerprint_changed(&mut self, now: Instant) {
+        self.current = None;
+        self.load_stored_matrix();
+        if self.current.is_none() {
+            self.remeasure(now);
+        }
+        self.status();
+    }
+
     fn start_full(&mut self, _now: Instant) -> u64 {
         let id = self.alloc_job();
         self.launch_full(id);
@@ -308,11 +371,12 @@ impl State {
 
     fn launch_full(&mut self, id: u64) {
         self.running = Some(Running { id, full: true });
-        tracing::info!(job = id, cpus = %self.online, "starting a full measurement");
+        let cpus = self.usable();
+        tracing::info!(job = id, %cpus, "starting a full measurement");
         self.actions.push(Action::Measure(Job {
             id,
             kind: JobKind::Full {
-                cpus: self.online.clone(),
+                cpus,
                 budget: self.timing.full_budget,
             },
             sysroot: self.cfg.sysroot.clone(),
@@ -341,7 +405,10 @@ impl State {
 
     fn measured(&mut self, outcome: Outcome) {
         let Some(running) = self.running.filter(|r| r.id == outcome.id) else {
-            tracing::warn!(job = outcome.id, "result of a job that is not running; ignored");
+            tracing::warn!(
+                job = outcome.id,
+                "result of a job that is not running; ignored"
+            );
             return;
         };
         self.running = None;
@@ -360,7 +427,9 @@ impl State {
                     summary,
                 }));
             }
-            (true, Ok(other)) => self.full_failed(running.id, format!("unexpected result {other:?}")),
+            (true, Ok(other)) => {
+                self.full_failed(running.id, format!("unexpected result {other:?}"))
+            }
             (true, Err(e)) => self.full_failed(running.id, e),
             (false, Ok(worker::Result::Pairs(got))) => {
                 let expected = self
@@ -368,7 +437,9 @@ impl State {
                     .as_ref()
                     .map(|c| worker::probe_pairs(&c.matrix, self.timing.probe_pairs))
                     .unwrap_or_default();
-                if let Some(moved) = worker::drift(&got, &expected, self.timing.drift_tolerance, 5.0) {
+                if let Some(moved) =
+                    worker::drift(&got, &expected, self.timing.drift_tolerance, 5.0)
+                {
                     tracing::info!(%moved, "drift found; measuring the full matrix");
                     if self.queued_full.is_none() {
                         let id = self.alloc_job();
@@ -378,7 +449,9 @@ impl State {
                     tracing::debug!("drift probe: no drift");
                 }
             }
-            (false, Ok(other)) => tracing::warn!(job = running.id, "unexpected probe result {other:?}"),
+            (false, Ok(other)) => {
+                tracing::warn!(job = running.id, "unexpected probe result {other:?}")
+            }
             (false, Err(e)) => tracing::warn!(job = running.id, error = %e, "drift probe failed"),
         }
         if let Some(id) = self.queued_full.take() {
@@ -406,6 +479,9 @@ impl State {
         }
         if now >= self.next_fingerprint {
             self.next_fingerprint = now + self.timing.fingerprint_every;
+            if self.read_machine() {
+                self.fingerprint_changed(now);
+            }
         }
         if let (Some(every), Some(due)) = (self.timing.drift_every, self.next_drift) {
             if now >= due && self.running.is_none() {

@@ -115,7 +115,12 @@ pub fn probe_pairs(m: &LatencyMatrix, k: usize) -> Vec<(u32, u32, f64)> {
 /// Says how the probe differs from the matrix, when a pair moved by more than
 /// `tolerance` (relative) and by more than `floor_ns` (absolute, so that 4 ns → 5 ns on
 /// siblings is not called drift).
-pub fn drift(probe: &[(u32, u32, f64)], expected: &[(u32, u32, f64)], tolerance: f64, floor_ns: f64) -> Option<String> {
+pub fn drift(
+    probe: &[(u32, u32, f64)],
+    expected: &[(u32, u32, f64)],
+    tolerance: f64,
+    floor_ns: f64,
+) -> Option<String> {
     let mut moved = Vec::new();
     for ((a, b, got), (_, _, want)) in probe.iter().zip(expected) {
         let diff = (got - want).abs();
@@ -132,7 +137,10 @@ mod tests {
 
     fn two_level() -> LatencyMatrix {
         // 0-1 and 2-3 close (10 ns), across 100 ns.
-        LatencyMatrix::from_fn(vec![0, 1, 2, 3], |i, j| if i / 2 == j / 2 { 10.0 } else { 100.0 })
+        LatencyMatrix::from_fn(
+            vec![0, 1, 2, 3],
+            |i, j| if i / 2 == j / 2 { 10.0 } else { 100.0 },
+        )
     }
 
     #[test]
@@ -147,8 +155,15 @@ mod tests {
     #[test]
     fn drift_needs_both_relative_and_absolute_change() {
         let want = vec![(0, 1, 10.0), (0, 2, 100.0)];
-        assert_eq!(drift(&[(0, 1, 12.0), (0, 2, 104.0)], &want, 0.25, 5.0), None);
-        assert_eq!(drift(&[(0, 1, 14.0), (0, 2, 100.0)], &want, 0.25, 5.0), None, "4 ns is under the floor");
+        assert_eq!(
+            drift(&[(0, 1, 12.0), (0, 2, 104.0)], &want, 0.25, 5.0),
+            None
+        );
+        assert_eq!(
+            drift(&[(0, 1, 14.0), (0, 2, 100.0)], &want, 0.25, 5.0),
+            None,
+            "4 ns is under the floor"
+        );
         let d = drift(&[(0, 1, 10.0), (0, 2, 180.0)], &want, 0.25, 5.0).unwrap();
         assert!(d.contains("0↔2"), "{d}");
     }

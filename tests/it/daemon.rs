@@ -68,9 +68,13 @@ impl Bus {
         // The unprivileged caller must reach the socket.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let sock = dir.path().join("bus");
-        let project_policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/org.pinnerd.Pinnerd1.conf");
+        let project_policy =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/org.pinnerd.Pinnerd1.conf");
         let policies = match policy {
-            Policy::Project => format!("{SYSTEM_POLICY}\n  <include>{}</include>", project_policy.display()),
+            Policy::Project => format!(
+                "{SYSTEM_POLICY}\n  <include>{}</include>",
+                project_policy.display()
+            ),
             Policy::AllowAll => ALLOW_ALL.to_string(),
         };
         let config = format!(
@@ -128,7 +132,11 @@ impl Bus {
         let mut args = vec!["call", NAME, PATH, IFACE, method];
         args.extend_from_slice(sig_and_args);
         let out = self.busctl(&args);
-        assert!(out.status.success(), "busctl call {method} {sig_and_args:?} failed: {}", text(&out));
+        assert!(
+            out.status.success(),
+            "busctl call {method} {sig_and_args:?} failed: {}",
+            text(&out)
+        );
         String::from_utf8(out.stdout).unwrap().trim().to_string()
     }
 
@@ -181,8 +189,11 @@ impl Dirs {
             std::fs::create_dir(root.path().join(d)).unwrap();
         }
         // Rule directories must not be writable by others (and are owned by root here).
-        std::fs::set_permissions(root.path().join("rules"), std::fs::Permissions::from_mode(0o755))
-            .unwrap();
+        std::fs::set_permissions(
+            root.path().join("rules"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
         Dirs { root }
     }
     pub fn rules(&self) -> PathBuf {
@@ -213,14 +224,26 @@ impl Daemon {
     pub fn spawn(bus: &Bus, dirs: &Dirs, extra: &[&str]) -> Daemon {
         let n = std::sync::atomic::AtomicU32::new(0);
         let _ = n;
-        let sock = dirs
+        let sock = dirs.root.path().join(format!(
+            "notify-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let notify = UnixDatagram::bind(&sock).expect("bind notify socket");
+        notify
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let log = dirs
             .root
             .path()
-            .join(format!("notify-{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()));
-        let notify = UnixDatagram::bind(&sock).expect("bind notify socket");
-        notify.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
-        let log = dirs.root.path().join(format!("daemon-{}.log", std::process::id()));
-        let logf = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+            .join(format!("daemon-{}.log", std::process::id()));
+        let logf = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinnerd"));
         cmd.arg("daemon")
             .arg(format!("--bus={}", bus.address))
@@ -298,7 +321,11 @@ impl Daemon {
             if let Some(st) = self.child.try_wait().unwrap() {
                 return st;
             }
-            assert!(Instant::now() < end, "daemon did not stop; log:\n{}", self.log());
+            assert!(
+                Instant::now() < end,
+                "daemon did not stop; log:\n{}",
+                self.log()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -360,7 +387,10 @@ fn every_property_reads() {
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
-    assert_eq!(bus.get("Version"), format!("s \"{}\"", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        bus.get("Version"),
+        format!("s \"{}\"", env!("CARGO_PKG_VERSION"))
+    );
     let state = bus.get("State");
     assert!(
         ["s \"measuring\"", "s \"ready\"", "s \"degraded\""].contains(&state.as_str()),
@@ -398,10 +428,15 @@ fn unprivileged_callers_are_refused_mutations_by_the_policy() {
         assert!(!out.status.success(), "{method} allowed for nobody");
         let err = stderr_of(&out);
         assert!(
-            err.contains("Access denied") || err.contains("AccessDenied") || err.contains("Rejected send message"),
+            err.contains("Access denied")
+                || err.contains("AccessDenied")
+                || err.contains("Rejected send message"),
             "{method}: {err}"
         );
-        assert!(!err.contains("requires root"), "{method} reached the daemon: {err}");
+        assert!(
+            !err.contains("requires root"),
+            "{method} reached the daemon: {err}"
+        );
     }
     // Read-only methods go through.
     let out = bus.busctl_as_nobody(&["call", NAME, PATH, IFACE, "ListManaged"]);
@@ -411,8 +446,21 @@ fn unprivileged_callers_are_refused_mutations_by_the_policy() {
     let out = bus.busctl_as_nobody(&["introspect", NAME, PATH]);
     assert!(out.status.success(), "{}", text(&out));
     // Nobody may own the name.
-    let out = bus.busctl_as_nobody(&["call", "org.freedesktop.DBus", "/org/freedesktop/DBus", "org.freedesktop.DBus", "RequestName", "su", NAME, "4"]);
-    assert!(!out.status.success(), "nobody owned the name: {}", text(&out));
+    let out = bus.busctl_as_nobody(&[
+        "call",
+        "org.freedesktop.DBus",
+        "/org/freedesktop/DBus",
+        "org.freedesktop.DBus",
+        "RequestName",
+        "su",
+        NAME,
+        "4",
+    ]);
+    assert!(
+        !out.status.success(),
+        "nobody owned the name: {}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -431,7 +479,10 @@ fn with_an_open_bus_the_daemon_still_refuses_unprivileged_mutations() {
         let out = bus.busctl_as_nobody(&a);
         assert!(!out.status.success(), "{method} allowed for nobody");
         let err = stderr_of(&out);
-        assert!(err.contains(&format!("{method} requires root (caller uid 65534)")), "{method}: {err}");
+        assert!(
+            err.contains(&format!("{method} requires root (caller uid 65534)")),
+            "{method}: {err}"
+        );
     }
 }
 
@@ -441,12 +492,33 @@ fn long_strings_are_refused_before_any_work() {
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
     let long = "x".repeat(65);
-    let out = bus.busctl_as_nobody(&["call", NAME, PATH, IFACE, "Plan", "uss", "2", &long, "allow"]);
+    let out = bus.busctl_as_nobody(&[
+        "call", NAME, PATH, IFACE, "Plan", "uss", "2", &long, "allow",
+    ]);
     assert!(!out.status.success());
-    assert!(stderr_of(&out).contains("policy: longer than 64 bytes"), "{}", text(&out));
-    let out = bus.busctl(&["call", NAME, PATH, IFACE, "PinProcess", "uuss", "1", "2", "compact", &long]);
+    assert!(
+        stderr_of(&out).contains("policy: longer than 64 bytes"),
+        "{}",
+        text(&out)
+    );
+    let out = bus.busctl(&[
+        "call",
+        NAME,
+        PATH,
+        IFACE,
+        "PinProcess",
+        "uuss",
+        "1",
+        "2",
+        "compact",
+        &long,
+    ]);
     assert!(!out.status.success());
-    assert!(stderr_of(&out).contains("smt: longer than 64 bytes"), "{}", text(&out));
+    assert!(
+        stderr_of(&out).contains("smt: longer than 64 bytes"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -466,7 +538,10 @@ fn a_second_instance_is_refused_because_the_name_is_taken() {
     };
     assert_eq!(status.code(), Some(1));
     let mut log = String::new();
-    std::fs::File::open(&second.log).unwrap().read_to_string(&mut log).unwrap();
+    std::fs::File::open(&second.log)
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
     assert!(log.contains("already taken"), "{log}");
     assert!(!second.notes.iter().any(|n| n == "READY=1"));
     // The first still owns it.
@@ -487,5 +562,8 @@ fn sigterm_exits_cleanly() {
 
 #[allow(dead_code)]
 fn lines(out: &Output) -> Vec<String> {
-    BufReader::new(&out.stdout[..]).lines().map(Result::unwrap).collect()
+    BufReader::new(&out.stdout[..])
+        .lines()
+        .map(Result::unwrap)
+        .collect()
 }

@@ -2,3 +2,4 @@
 
 mod cli_smoke;
 mod daemon;
+mod topology;
