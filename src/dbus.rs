@@ -398,7 +398,7 @@ impl Pinnerd1 {
             smt: smt.to_string(),
         };
         match self.forward(cmd).await? {
-            Reply::Cpus(set) => Ok(set.iter().map(|c| c as u32).collect()),
+            Reply::Cpus(set) => Ok(set.iter().collect()),
             other => Err(unexpected(other)),
         }
     }

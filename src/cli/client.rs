@@ -233,10 +233,10 @@ mod tests {
     #[test]
     fn epoch_formatting() {
         assert_eq!(format_epoch_us(0), "1970-01-01 00:00:00 UTC");
-        // 2026-11-21 14:12:26 UTC
+        // `date -u -d @1795788746`
         assert_eq!(
             format_epoch_us(1_795_788_746_000_000),
-            "2026-11-21 14:12:26 UTC"
+            "2026-11-27 14:12:26 UTC"
         );
         assert_eq!(
             format_epoch_us(951_782_400_000_000),

@@ -527,3 +527,218 @@ pub fn summarize(m: &LatencyMatrix) -> String {
         _ => format!("{} CPUs, no pairs", m.len()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(timing: Timing) -> (State, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            settings: None,
+            rule_dirs: vec![dir.path().join("rules")],
+            state_dir: dir.path().join("state"),
+            runtime_dir: dir.path().join("runtime"),
+            sysroot: SysRoot::default(),
+        };
+        std::fs::create_dir_all(&cfg.rule_dirs[0]).unwrap();
+        std::fs::create_dir_all(&cfg.state_dir).unwrap();
+        std::fs::create_dir_all(&cfg.runtime_dir).unwrap();
+        (State::new(cfg, timing, Instant::now()), dir)
+    }
+
+    fn jobs(actions: &[Action]) -> Vec<Job> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Measure(j) => Some(j.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn finished(actions: &[Action]) -> Vec<(u64, bool)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Emit(Signal::MeasurementFinished { job, ok, .. }) => Some((*job, *ok)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn matrix() -> LatencyMatrix {
+        LatencyMatrix::from_fn(vec![0, 1], |_, _| 40.0)
+    }
+
+    fn ok_matrix(id: u64) -> Event {
+        Event::Measured(Outcome {
+            id,
+            result: Ok(worker::Result::Matrix(matrix())),
+        })
+    }
+
+    #[test]
+    fn without_a_stored_matrix_start_measures_and_remeasure_joins_it() {
+        let (mut s, _d) = state(Timing::default());
+        s.start(Instant::now());
+        let a = s.take_actions();
+        let started = jobs(&a);
+        assert_eq!(started.len(), 1, "{a:?}");
+        assert!(matches!(started[0].kind, JobKind::Full { .. }));
+        assert_eq!(s.snapshot().state, Phase::Measuring);
+        assert_eq!(s.snapshot().measured_at_us, 0);
+        // Concurrent Remeasure calls coalesce into the running job.
+        let id = started[0].id;
+        assert_eq!(s.command(Command::Remeasure), Ok(Reply::Job(id)));
+        assert_eq!(s.command(Command::Remeasure), Ok(Reply::Job(id)));
+        assert!(jobs(&s.take_actions()).is_empty());
+
+        s.handle(ok_matrix(id));
+        let a = s.take_actions();
+        assert_eq!(finished(&a), vec![(id, true)]);
+        let snap = s.snapshot();
+        assert_eq!(snap.state, Phase::Ready);
+        assert!(snap.measured_at_us > 0);
+        match s.command(Command::GetMatrix).unwrap() {
+            Reply::Matrix { cpus, latency_ns } => {
+                assert_eq!(cpus, vec![0, 1]);
+                assert!(latency_ns[0][0].is_nan());
+                assert_eq!(latency_ns[0][1], 40.0);
+            }
+            other => panic!("{other:?}"),
+        }
+        // A later Remeasure is a new job.
+        let Ok(Reply::Job(next)) = s.command(Command::Remeasure) else {
+            panic!()
+        };
+        assert!(next > id);
+        assert_eq!(jobs(&s.take_actions()).len(), 1);
+    }
+
+    #[test]
+    fn a_failed_first_measurement_degrades() {
+        let (mut s, _d) = state(Timing::default());
+        s.start(Instant::now());
+        let id = jobs(&s.take_actions())[0].id;
+        s.handle(Event::Measured(Outcome {
+            id,
+            result: Err("CPUs busy".into()),
+        }));
+        assert_eq!(finished(&s.take_actions()), vec![(id, false)]);
+        assert_eq!(s.snapshot().state, Phase::Degraded);
+    }
+
+    #[test]
+    fn a_stale_result_is_ignored() {
+        let (mut s, _d) = state(Timing::default());
+        s.start(Instant::now());
+        let id = jobs(&s.take_actions())[0].id;
+        s.handle(ok_matrix(id + 100));
+        assert!(finished(&s.take_actions()).is_empty());
+        assert_eq!(s.snapshot().state, Phase::Measuring);
+    }
+
+    #[test]
+    fn drift_probe_runs_when_due_and_only_drift_triggers_a_full_measurement() {
+        let t0 = Instant::now();
+        let timing = Timing {
+            drift_every: Some(Duration::from_secs(10)),
+            ..Timing::default()
+        };
+        let (mut s, _d) = state(timing);
+        s.start(t0);
+        let id = jobs(&s.take_actions())[0].id;
+        s.handle(ok_matrix(id));
+        s.take_actions();
+
+        // Not due yet.
+        s.handle(Event::Tick(t0 + Duration::from_secs(5)));
+        assert!(jobs(&s.take_actions()).is_empty());
+        // Due: a probe, not a full measurement; the phase stays ready.
+        s.handle(Event::Tick(t0 + Duration::from_secs(11)));
+        let probe = jobs(&s.take_actions());
+        assert_eq!(probe.len(), 1);
+        let JobKind::Drift { pairs, .. } = &probe[0].kind else {
+            panic!("{probe:?}")
+        };
+        assert_eq!(pairs, &vec![(0, 1, 40.0)]);
+        assert_eq!(s.snapshot().state, Phase::Ready);
+        // Same latency: no full measurement.
+        s.handle(Event::Measured(Outcome {
+            id: probe[0].id,
+            result: Ok(worker::Result::Pairs(vec![(0, 1, 42.0)])),
+        }));
+        assert!(jobs(&s.take_actions()).is_empty());
+
+        // Next probe finds drift: a full measurement follows.
+        s.handle(Event::Tick(t0 + Duration::from_secs(22)));
+        let probe = jobs(&s.take_actions());
+        assert_eq!(probe.len(), 1);
+        s.handle(Event::Measured(Outcome {
+            id: probe[0].id,
+            result: Ok(worker::Result::Pairs(vec![(0, 1, 120.0)])),
+        }));
+        let full = jobs(&s.take_actions());
+        assert_eq!(full.len(), 1);
+        assert!(matches!(full[0].kind, JobKind::Full { .. }));
+        assert_eq!(s.snapshot().state, Phase::Measuring);
+    }
+
+    #[test]
+    fn remeasure_during_a_probe_is_promised_and_runs_after_it() {
+        let t0 = Instant::now();
+        let timing = Timing {
+            drift_every: Some(Duration::from_secs(1)),
+            ..Timing::default()
+        };
+        let (mut s, _d) = state(timing);
+        s.start(t0);
+        let id = jobs(&s.take_actions())[0].id;
+        s.handle(ok_matrix(id));
+        s.take_actions();
+        s.handle(Event::Tick(t0 + Duration::from_secs(2)));
+        let probe = jobs(&s.take_actions())[0].id;
+        let Ok(Reply::Job(promised)) = s.command(Command::Remeasure) else {
+            panic!()
+        };
+        assert_eq!(
+            s.command(Command::Remeasure),
+            Ok(Reply::Job(promised)),
+            "coalesced"
+        );
+        assert!(jobs(&s.take_actions()).is_empty(), "waits for the probe");
+        s.handle(Event::Measured(Outcome {
+            id: probe,
+            result: Err("busy".into()),
+        }));
+        let full = jobs(&s.take_actions());
+        assert_eq!(full.len(), 1);
+        assert_eq!(full[0].id, promised);
+    }
+
+    #[test]
+    fn watchdog_pings_come_from_ticks() {
+        let t0 = Instant::now();
+        let timing = Timing {
+            watchdog_every: Some(Duration::from_secs(5)),
+            ..Timing::default()
+        };
+        let (mut s, _d) = state(timing);
+        s.start(t0);
+        s.take_actions();
+        s.handle(Event::Tick(t0 + Duration::from_secs(1)));
+        assert!(!s.take_actions().contains(&Action::Watchdog));
+        s.handle(Event::Tick(t0 + Duration::from_secs(6)));
+        assert!(s.take_actions().contains(&Action::Watchdog));
+    }
+
+    #[test]
+    fn terminate_exits() {
+        let (mut s, _d) = state(Timing::default());
+        s.start(Instant::now());
+        s.take_actions();
+        s.handle(Event::Terminate);
+        assert_eq!(s.take_actions().last(), Some(&Action::Exit));
+    }
+}

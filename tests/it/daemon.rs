@@ -1,7 +1,7 @@
 //! The daemon on a private, system-like `dbus-daemon` (deny by default, plus the
 //! project's policy file), driven with real `busctl`, as a user would.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
@@ -57,7 +57,7 @@ pub enum Policy {
 
 /// A private dbus-daemon, killed on drop.
 pub struct Bus {
-    pub dir: tempfile::TempDir,
+    _dir: tempfile::TempDir,
     pub address: String,
     pid: i32,
 }
@@ -103,7 +103,11 @@ impl Bus {
         let mut lines = text.lines();
         let address = lines.next().expect("address line").trim().to_string();
         let pid: i32 = lines.next().expect("pid line").trim().parse().unwrap();
-        Bus { dir, address, pid }
+        Bus {
+            _dir: dir,
+            address,
+            pid,
+        }
     }
 
     fn busctl_cmd(&self, args: &[&str]) -> Command {
@@ -560,10 +564,74 @@ fn sigterm_exits_cleanly() {
     assert!(!out.status.success());
 }
 
-#[allow(dead_code)]
-fn lines(out: &Output) -> Vec<String> {
-    BufReader::new(&out.stdout[..])
-        .lines()
-        .map(Result::unwrap)
-        .collect()
+#[test]
+fn read_only_methods_answer() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    assert_eq!(bus.call("ListManaged", &[]), "a(ussss) 0");
+    let m = bus.call("GetMatrix", &[]);
+    assert!(m.starts_with("auaad "), "{m}");
+    let out = bus.busctl(&["call", NAME, PATH, IFACE, "Explain", "u", "4194304"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("pid 4194304: no such process"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn remeasure_returns_a_job_at_once() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    let first = bus.call("Remeasure", &[]);
+    assert!(first.starts_with("t "), "{first}");
+    bus.wait_for("the measurement to end", Duration::from_secs(60), || {
+        bus.get("State") != "s \"measuring\""
+    });
+}
+
+#[test]
+fn the_unit_verifies_and_its_exposure_is_at_most_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/pinnerd.service"),
+    )
+    .unwrap();
+    // Verify checks that ExecStart exists: point it at the binary under test.
+    let unit = unit.replace("/usr/bin/pinnerd", env!("CARGO_BIN_EXE_pinnerd"));
+    let path = dir.path().join("pinnerd.service");
+    std::fs::write(&path, unit).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze");
+    assert!(out.status.success(), "{}", text(&out));
+    let err = stderr_of(&out);
+    assert!(!err.contains("Unknown"), "{err}");
+    assert!(err.trim().is_empty(), "verify complained: {err}");
+    let out = Command::new("systemd-analyze")
+        .args(["security", "--offline=yes", "--threshold=20"])
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze");
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn the_policy_file_is_well_formed_and_denies_by_default() {
+    let policy = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/org.pinnerd.Pinnerd1.conf"),
+    )
+    .unwrap();
+    assert!(policy.contains(r#"<deny send_destination="org.pinnerd.Pinnerd1"/>"#));
+    for m in ["Remeasure", "Reload", "PinProcess", "ReleaseProcess"] {
+        assert!(
+            !policy.contains(&format!(r#"send_member="{m}""#)),
+            "{m} opened to everyone"
+        );
+    }
 }
