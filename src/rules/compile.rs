@@ -26,6 +26,8 @@ const REGEX_SIZE_LIMIT: usize = 1 << 20;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct PlacementRequest {
     pub target: CpuTarget,
+    /// With [`CpuTarget::Count`]: the CPUs to choose from (`None`: any usable CPU).
+    pub within: Option<CpuSet>,
     /// Meaningful with [`CpuTarget::Count`]; [`Policy::Compact`] by default.
     pub policy: Policy,
     /// Meaningful with [`CpuTarget::Count`]; [`SmtPolicy::Allow`] by default.
@@ -173,11 +175,16 @@ pub fn compile_file(
             );
         }
         let place = spec.place.as_ref().and_then(|p| {
-            place_request(&mut cx, "[rule.place]", &p.get_ref().as_fields(), Some(&p.span()))
+            place_request(
+                &mut cx,
+                "[rule.place]",
+                &p.get_ref().as_fields(),
+                Some(&p.span()),
+            )
         });
         let mut threads = Vec::new();
         for t in &spec.threads {
-            if let Some(tr) = compile_thread(&mut cx, t.get_ref(), place.as_ref()) {
+            if let Some(tr) = compile_thread(&mut cx, t.get_ref()) {
                 threads.push(tr);
             }
         }
@@ -250,7 +257,10 @@ fn compile_match(cx: &mut Ctx<'_>, m: &MatchSpec, users: UserLookup) -> ProcessM
             uids.dedup();
             uids
         }),
-        cgroup: m.cgroup.as_ref().and_then(|g| globs(cx, "cgroup", g, false)),
+        cgroup: m
+            .cgroup
+            .as_ref()
+            .and_then(|g| globs(cx, "cgroup", g, false)),
         unit: m.unit.as_ref().and_then(|g| globs(cx, "unit", g, false)),
     }
 }
@@ -259,8 +269,7 @@ fn compile_match(cx: &mut Ctx<'_>, m: &MatchSpec, users: UserLookup) -> ProcessM
 fn one_line(msg: &str) -> String {
     msg.lines()
         .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .next_back()
+        .rfind(|l| !l.is_empty())
         .unwrap_or(msg)
         .trim_start_matches("error: ")
         .to_string()
@@ -347,6 +356,7 @@ struct PlaceFields<'a> {
     span: Option<Range<usize>>,
     cpus: &'a Option<Spanned<CpuSet>>,
     count: &'a Option<Spanned<u32>>,
+    within: &'a Option<Spanned<CpuSet>>,
     policy: &'a Option<Spanned<Policy>>,
     smt: &'a Option<Spanned<SmtPolicy>>,
     exclusive: &'a Option<Spanned<bool>>,
@@ -358,6 +368,7 @@ impl PlaceSpec {
             span: None,
             cpus: &self.cpus,
             count: &self.count,
+            within: &self.within,
             policy: &self.policy,
             smt: &self.smt,
             exclusive: &self.exclusive,
@@ -383,6 +394,7 @@ fn place_request(
             }
             let mut ok = true;
             for (key, span) in [
+                ("within", f.within.as_ref().map(Spanned::span)),
                 ("policy", f.policy.as_ref().map(Spanned::span)),
                 ("smt", f.smt.as_ref().map(Spanned::span)),
             ] {
@@ -401,6 +413,24 @@ fn place_request(
                 cx.err(&count.span(), RuleErrorKind::ZeroCount { section });
                 return None;
             }
+            if let Some(within) = f.within {
+                let available = within.get_ref().len();
+                if available == 0 {
+                    cx.err(&within.span(), RuleErrorKind::EmptyCpus { section });
+                    return None;
+                }
+                if *count.get_ref() as usize > available {
+                    cx.err(
+                        &count.span(),
+                        RuleErrorKind::CountExceedsWithin {
+                            section,
+                            count: *count.get_ref(),
+                            available,
+                        },
+                    );
+                    return None;
+                }
+            }
             CpuTarget::Count(*count.get_ref())
         }
         (None, None) => {
@@ -414,24 +444,31 @@ fn place_request(
         }
     };
     Some(PlacementRequest {
+        within: match target {
+            CpuTarget::Count(_) => f.within.as_ref().map(|w| w.get_ref().clone()),
+            CpuTarget::Cpus(_) => None,
+        },
         target,
-        policy: f.policy.as_ref().map_or_else(Policy::default, |p| *p.get_ref()),
-        smt: f.smt.as_ref().map_or_else(SmtPolicy::default, |s| *s.get_ref()),
+        policy: f
+            .policy
+            .as_ref()
+            .map_or_else(Policy::default, |p| *p.get_ref()),
+        smt: f
+            .smt
+            .as_ref()
+            .map_or_else(SmtPolicy::default, |s| *s.get_ref()),
         exclusive: f.exclusive.as_ref().is_some_and(|e| *e.get_ref()),
     })
 }
 
-fn compile_thread(
-    cx: &mut Ctx<'_>,
-    t: &ThreadSpec,
-    process: Option<&PlacementRequest>,
-) -> Option<ThreadRule> {
+fn compile_thread(cx: &mut Ctx<'_>, t: &ThreadSpec) -> Option<ThreadRule> {
     let section = "[[rule.threads]]";
     let comm = globs(cx, "threads.comm", &t.comm, true);
     let fields = PlaceFields {
         span: Some(t.comm.span()),
         cpus: &t.cpus,
         count: &t.count,
+        within: &t.within,
         policy: &t.policy,
         smt: &t.smt,
         exclusive: &t.exclusive,
@@ -448,42 +485,6 @@ fn compile_thread(
         return None;
     }
     let request = request?;
-    match (&request.target, process.map(|p| &p.target)) {
-        (CpuTarget::Cpus(mine), Some(CpuTarget::Cpus(theirs))) if !mine.is_subset(theirs) => {
-            let span = t.cpus.as_ref().map_or(0..0, Spanned::span);
-            cx.err(
-                &span,
-                RuleErrorKind::ThreadCpusOutside {
-                    thread: mine.to_string(),
-                    process: theirs.to_string(),
-                },
-            );
-            return None;
-        }
-        (CpuTarget::Count(n), Some(CpuTarget::Cpus(theirs))) if *n as usize > theirs.len() => {
-            let span = t.count.as_ref().map_or(0..0, Spanned::span);
-            cx.err(
-                &span,
-                RuleErrorKind::ThreadCountTooLarge {
-                    thread: *n,
-                    process: theirs.len(),
-                },
-            );
-            return None;
-        }
-        (CpuTarget::Count(n), Some(CpuTarget::Count(theirs))) if n > theirs => {
-            let span = t.count.as_ref().map_or(0..0, Spanned::span);
-            cx.err(
-                &span,
-                RuleErrorKind::ThreadCountTooLarge {
-                    thread: *n,
-                    process: *theirs as usize,
-                },
-            );
-            return None;
-        }
-        _ => {}
-    }
     Some(ThreadRule {
         comm: comm?,
         request,

@@ -79,7 +79,9 @@ pub enum RuleErrorKind {
     BadName { name: String },
     #[error("duplicate rule name {name:?} (first defined at {first})")]
     DuplicateName { name: String, first: String },
-    #[error("rule {name:?} has no [rule.match] section: a rule must say which processes it applies to")]
+    #[error(
+        "rule {name:?} has no [rule.match] section: a rule must say which processes it applies to"
+    )]
     NoMatch { name: String },
     #[error("rule {name:?}: [rule.match] is empty and would match every process")]
     EmptyMatch { name: String },
@@ -98,10 +100,12 @@ pub enum RuleErrorKind {
     EmptyCpus { section: &'static str },
     #[error("{section}: count must be at least 1")]
     ZeroCount { section: &'static str },
-    #[error("[[rule.threads]]: cpus {thread} are not within the rule's cpus {process}")]
-    ThreadCpusOutside { thread: String, process: String },
-    #[error("[[rule.threads]]: count {thread} is larger than the rule's {process} CPUs")]
-    ThreadCountTooLarge { thread: u32, process: usize },
+    #[error("{section}: count {count} is more than the {available} CPUs of `within`")]
+    CountExceedsWithin {
+        section: &'static str,
+        count: u32,
+        available: usize,
+    },
     #[error("user: unknown user {0:?}")]
     UnknownUser(String),
     #[error("cannot read: {0}")]
@@ -160,10 +164,9 @@ impl RuleError {
     pub fn from_toml(path: impl Into<PathBuf>, text: &str, err: &toml::de::Error) -> RuleError {
         RuleError {
             path: path.into(),
-            at: Some(
-                err.span()
-                    .map_or(Location { line: 1, col: 1 }, |s| Location::of_span(text, &s)),
-            ),
+            at: Some(err.span().map_or(Location { line: 1, col: 1 }, |s| {
+                Location::of_span(text, &s)
+            })),
             kind: RuleErrorKind::Toml(err.message().trim_end().to_string()),
         }
     }

@@ -74,6 +74,9 @@ pub struct PlaceSpec {
     pub cpus: Option<Spanned<CpuSet>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<Spanned<u32>>,
+    /// With `count`: choose only among these CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<Spanned<CpuSet>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Spanned<Policy>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -92,6 +95,9 @@ pub struct ThreadSpec {
     pub cpus: Option<Spanned<CpuSet>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub count: Option<Spanned<u32>>,
+    /// With `count`: choose only among these CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<Spanned<CpuSet>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<Spanned<Policy>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

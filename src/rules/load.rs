@@ -138,7 +138,17 @@ pub fn reload(dirs: &[PathBuf], policy: &LoadPolicy, previous: &LoadReport) -> L
 pub fn load_paths(paths: &[PathBuf], policy: &LoadPolicy) -> LoadReport {
     let mut errors = Vec::new();
     let files = collect_paths(paths, policy, &mut errors);
-    load_files_inner(&files, policy, &LoadReport::default(), errors)
+    load_collected(&files, policy, errors)
+}
+
+/// Loads `(dir, file)` pairs from [`collect_paths`]; `errors` (from collecting) come
+/// first in the report.
+pub fn load_collected(
+    files: &[(PathBuf, PathBuf)],
+    policy: &LoadPolicy,
+    errors: Vec<RuleError>,
+) -> LoadReport {
+    load_files_inner(files, policy, &LoadReport::default(), errors)
 }
 
 /// The files `pinnerd check` would look at: each file given, and every `*.toml` below
@@ -386,7 +396,11 @@ fn read_limited(file: File, limit: u64) -> Result<String, ReadError> {
 }
 
 /// Parses and compiles one file's text.
-pub fn compile_text(path: &Path, text: &str, policy: &LoadPolicy) -> Result<Vec<Rule>, Vec<RuleError>> {
+pub fn compile_text(
+    path: &Path,
+    text: &str,
+    policy: &LoadPolicy,
+) -> Result<Vec<Rule>, Vec<RuleError>> {
     let parsed = format::parse(text).map_err(|e| vec![RuleError::from_toml(path, text, &e)])?;
     compile_file(path, text, &parsed, policy.users)
 }

@@ -129,8 +129,8 @@ impl Rule {
         if let Some(g) = &m.unit {
             let cg = p.cgroup.as_deref().unwrap_or("");
             let unit = unit_of_cgroup(cg);
-            let hit = unit.is_some_and(|u| g.is_match(u))
-                || slices_of_cgroup(cg).any(|s| g.is_match(s));
+            let hit =
+                unit.is_some_and(|u| g.is_match(u)) || slices_of_cgroup(cg).any(|s| g.is_match(s));
             if !hit {
                 return Err(match unit {
                     None if p.cgroup.is_none() => "unit is unknown (cgroup unknown)".into(),
@@ -142,10 +142,7 @@ impl Rule {
         if let Some(re) = &m.cmdline {
             let line = p.cmdline.join(" ");
             if !re.is_match(&line) {
-                return Err(format!(
-                    "cmdline {line:?} does not match /{}/",
-                    re.as_str()
-                ));
+                return Err(format!("cmdline {line:?} does not match /{}/", re.as_str()));
             }
         }
         Ok(())
@@ -200,9 +197,7 @@ fn is_unit_name(c: &str) -> bool {
         ".device",
         ".automount",
     ];
-    SUFFIXES
-        .iter()
-        .any(|s| c.len() > s.len() && c.ends_with(s))
+    SUFFIXES.iter().any(|s| c.len() > s.len() && c.ends_with(s))
 }
 
 /// The compiled rules of every loaded file, in precedence order, with the `comm` index.
@@ -232,7 +227,11 @@ impl RuleSet {
 
     /// Builds the set from shared rules; the order does not matter.
     pub fn from_arcs(mut rules: Vec<Arc<Rule>>) -> RuleSet {
-        rules.sort_by(|a, b| b.priority.cmp(&a.priority).then_with(|| a.name.cmp(&b.name)));
+        rules.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then_with(|| a.name.cmp(&b.name))
+        });
         let mut builder = GlobSetBuilder::new();
         let mut comm_owner = Vec::new();
         let mut always = Vec::new();
@@ -351,10 +350,11 @@ fn assign_threads(rule: &Rule, p: &ProcessInfo) -> Vec<ThreadAssignment> {
     p.threads
         .iter()
         .filter_map(|t| {
-            rule.thread_placement(&t.comm).map(|placement| ThreadAssignment {
-                tid: t.tid,
-                placement,
-            })
+            rule.thread_placement(&t.comm)
+                .map(|placement| ThreadAssignment {
+                    tid: t.tid,
+                    placement,
+                })
         })
         .collect()
 }

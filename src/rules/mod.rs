@@ -25,8 +25,8 @@ pub use compile::{
 };
 pub use error::{Location, RuleError, RuleErrorKind};
 pub use load::{
-    collect_paths, compile_text, load_dirs, load_paths, read_checked, reload, FileOutcome,
-    LoadPolicy, LoadReport, DEFAULT_RULE_DIR, MAX_FILE_SIZE,
+    collect_paths, compile_text, load_collected, load_dirs, load_paths, read_checked, reload,
+    FileOutcome, LoadPolicy, LoadReport, DEFAULT_RULE_DIR, MAX_FILE_SIZE,
 };
 pub use matcher::{
     slices_of_cgroup, unit_of_cgroup, Explanation, Match, Outcome, ProcessInfo, RuleSet,

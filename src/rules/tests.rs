@@ -84,6 +84,7 @@ fn the_documented_example_compiles_and_matches() {
         r.place,
         Some(PlacementRequest {
             target: CpuTarget::Count(4),
+            within: None,
             policy: Policy::Compact,
             smt: SmtPolicy::Avoid,
             exclusive: true
@@ -109,7 +110,10 @@ fn the_documented_example_compiles_and_matches() {
     other.uid = 0;
     assert!(set.match_process(&other).is_none());
     let why = set.explain(&other).to_string();
-    assert!(why.contains("md-feed: no match: uid 0 is not 1001"), "{why}");
+    assert!(
+        why.contains("md-feed: no match: uid 0 is not 1001"),
+        "{why}"
+    );
 }
 
 #[test]
@@ -156,8 +160,14 @@ fn duplicate_names_in_one_file() {
 
 #[test]
 fn units_come_from_cgroup_paths() {
-    assert_eq!(unit_of_cgroup("/system.slice/md.service"), Some("md.service"));
-    assert_eq!(unit_of_cgroup("/system.slice/docker.service/sub"), Some("docker.service"));
+    assert_eq!(
+        unit_of_cgroup("/system.slice/md.service"),
+        Some("md.service")
+    );
+    assert_eq!(
+        unit_of_cgroup("/system.slice/docker.service/sub"),
+        Some("docker.service")
+    );
     assert_eq!(
         unit_of_cgroup("/user.slice/user-1000.slice/user@1000.service/app.slice/a.scope"),
         Some("user@1000.service")
@@ -185,6 +195,12 @@ fn precedence_is_priority_then_name() {
     };
     assert_eq!(set.match_process(&p).unwrap().rule.name, "a");
     let why = set.explain(&p).to_string();
-    assert!(why.contains("b: matched, loses to \"a\" (same priority 5, and \"a\" sorts first by name)"), "{why}");
-    assert!(why.contains("c: matched, loses to \"a\" (priority 1 < 5)"), "{why}");
+    assert!(
+        why.contains("b: matched, loses to \"a\" (same priority 5, and \"a\" sorts first by name)"),
+        "{why}"
+    );
+    assert!(
+        why.contains("c: matched, loses to \"a\" (priority 1 < 5)"),
+        "{why}"
+    );
 }
