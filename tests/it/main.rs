@@ -2,3 +2,4 @@
 
 mod cli_smoke;
 mod rules;
+mod topology;
