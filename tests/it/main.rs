@@ -2,4 +2,6 @@
 
 mod cli_smoke;
 mod daemon;
+mod measure;
+mod rules;
 mod topology;
