@@ -111,7 +111,10 @@ pub fn steal_ticks(
 ) -> BTreeMap<u32, u64> {
     cpus.iter()
         .filter_map(|cpu| {
-            let d = after.get(&cpu)?.steal.saturating_sub(before.get(&cpu)?.steal);
+            let d = after
+                .get(&cpu)?
+                .steal
+                .saturating_sub(before.get(&cpu)?.steal);
             (d > 0).then_some((cpu, d))
         })
         .collect()
@@ -241,9 +244,7 @@ intr 12345 0 0\n";
         assert_eq!(pass.least_idle, Some((0, 1.0)));
         // A missing /proc/stat is an error naming the path.
         std::fs::remove_file(dir.path().join("proc/stat")).unwrap();
-        let e = guard
-            .wait_idle(&root, &"0-1".parse().unwrap())
-            .unwrap_err();
+        let e = guard.wait_idle(&root, &"0-1".parse().unwrap()).unwrap_err();
         assert!(e.to_string().contains("proc/stat"), "{e}");
     }
 
@@ -267,7 +268,9 @@ intr 12345 0 0\n";
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         spinner.join().unwrap();
         match r {
-            Err(MeasureError::Busy { cpu: 0, idle_pct, .. }) => assert!(idle_pct < 99.0),
+            Err(MeasureError::Busy {
+                cpu: 0, idle_pct, ..
+            }) => assert!(idle_pct < 99.0),
             other => panic!("expected Busy on CPU 0, got {other:?}"),
         }
     }

@@ -106,13 +106,13 @@ pub enum MeasureError {
     #[error("no CPUs to measure: the CPU list is empty")]
     EmptyCpuList,
     /// Fewer than two CPUs: there is no pair.
-    #[error("measuring needs at least two CPUs, got {cpus}")]
+    #[error("measuring needs at least two CPUs, got only {}", cpu_words(cpus))]
     TooFewCpus { cpus: CpuSet },
     /// CPUs that are not online here (offline, or not present at all).
-    #[error("CPUs {cpus} are not online on this machine (online: {online})")]
+    #[error("{} not online on this machine (online: {online})", are(cpus))]
     NotOnline { cpus: CpuSet, online: CpuSet },
     /// CPUs this process may not run on (a cpuset or an inherited affinity).
-    #[error("CPUs {cpus} are outside the CPUs this process may use ({allowed}): a cpuset or an affinity mask excludes them")]
+    #[error("{} outside the CPUs this process may use ({allowed}): a cpuset or an affinity mask excludes them", are(cpus))]
     NotAllowed { cpus: CpuSet, allowed: CpuSet },
     /// The load guard found a CPU too busy to measure.
     #[error("CPU {cpu} is busy: {idle_pct:.0}% idle, below the {threshold_pct:.0}% threshold, still after {waited:.1?} (lower --idle-threshold, or 0 to measure anyway)")]
@@ -150,6 +150,24 @@ pub enum MeasureError {
     /// Not a single pair produced a figure.
     #[error("no pair could be measured: {reason}")]
     NothingMeasured { reason: String },
+}
+
+/// `CPU 3` or `CPUs 2-5`.
+fn cpu_words(cpus: &CpuSet) -> String {
+    if cpus.len() == 1 {
+        format!("CPU {cpus}")
+    } else {
+        format!("CPUs {cpus}")
+    }
+}
+
+/// `CPU 3 is` or `CPUs 2-5 are`.
+fn are(cpus: &CpuSet) -> String {
+    if cpus.len() == 1 {
+        format!("CPU {cpus} is")
+    } else {
+        format!("CPUs {cpus} are")
+    }
 }
 
 /// Everything a measurement needs. [`MeasureConfig::new`] gives the defaults.
@@ -592,9 +610,7 @@ pub fn run_detailed(
             let left = (sample.len() - k) as u32;
             let runs = engine.group(&to_ids(&[p]), now + (deadline - now) / left)?;
             let rounds_ns = estimator::estimate(&acc[&p].batches);
-            let serial_ns = runs
-                .first()
-                .and_then(|r| estimator::estimate(&r.batches));
+            let serial_ns = runs.first().and_then(|r| estimator::estimate(&r.batches));
             if let (Some(rounds_ns), Some(serial_ns)) = (rounds_ns, serial_ns) {
                 cross_check.push(CrossCheck {
                     a: ids[p.0],
@@ -905,21 +921,23 @@ mod tests {
             vec!["isolated CPUs 6-7 skipped (name them with --cpus to measure them)"]
         );
         // Named isolated CPUs are measured.
-        let (cpus, notes) =
-            select_cpus(Some(&set("5-7")), &online, &isolated, &allowed).unwrap();
+        let (cpus, notes) = select_cpus(Some(&set("5-7")), &online, &isolated, &allowed).unwrap();
         assert_eq!(cpus, set("5-7"));
         assert!(notes.is_empty());
         let e = select_cpus(Some(&CpuSet::new()), &online, &isolated, &allowed).unwrap_err();
         assert_eq!(e.to_string(), "no CPUs to measure: the CPU list is empty");
         let e = select_cpus(Some(&set("3")), &online, &isolated, &allowed).unwrap_err();
-        assert_eq!(e.to_string(), "measuring needs at least two CPUs, got 3");
+        assert_eq!(
+            e.to_string(),
+            "measuring needs at least two CPUs, got only CPU 3"
+        );
         let e = select_cpus(Some(&set("0,8-9")), &online, &isolated, &allowed).unwrap_err();
         assert_eq!(
             e.to_string(),
             "CPUs 8-9 are not online on this machine (online: 0-7)"
         );
         let e = select_cpus(Some(&set("0-2")), &online, &isolated, &set("0-1")).unwrap_err();
-        assert!(e.to_string().starts_with("CPUs 2 are outside"), "{e}");
+        assert!(e.to_string().starts_with("CPU 2 is outside"), "{e}");
         // Everything isolated but one: too few.
         let e = select_cpus(None, &set("0-1"), &set("1"), &allowed).unwrap_err();
         assert!(matches!(e, MeasureError::TooFewCpus { .. }), "{e}");

@@ -75,11 +75,7 @@ pub fn model(n: usize, parallel: bool, c: &Costs) -> Duration {
     if !parallel {
         return c.fixed + c.per_pair * pairs * passes;
     }
-    let rounds = if n % 2 == 0 {
-        n.saturating_sub(1)
-    } else {
-        n
-    } as u32;
+    let rounds = if n % 2 == 0 { n.saturating_sub(1) } else { n } as u32;
     let per_round = c.per_pair + c.per_round_pair * (n / 2) as u32;
     c.fixed + per_round * rounds * passes + c.per_pair * c.serial_check.min(pairs as usize) as u32
 }
@@ -139,10 +135,16 @@ mod tests {
         // 2 CPUs: one pair, two passes.
         assert_eq!(model(2, false, &c), Duration::from_millis(520));
         // 512 CPUs serially: 130816 pairs x 2 x 10 ms.
-        assert_eq!(model(512, false, &c), Duration::from_millis(500 + 2_616_320));
+        assert_eq!(
+            model(512, false, &c),
+            Duration::from_millis(500 + 2_616_320)
+        );
         // In rounds: 511 rounds x 2 x (10 ms + 256 x 0.1 ms) + 16 x 10 ms.
         let rounds = model(512, true, &c);
-        assert_eq!(rounds, Duration::from_micros(500_000 + 511 * 2 * 35_600 + 160_000));
+        assert_eq!(
+            rounds,
+            Duration::from_micros(500_000 + 511 * 2 * 35_600 + 160_000)
+        );
         assert!(rounds < Duration::from_secs(300));
     }
 }

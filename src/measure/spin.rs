@@ -556,10 +556,7 @@ mod tests {
         let run = run_pair(p).unwrap();
         assert!(run.batches.is_empty());
         assert!(
-            matches!(
-                run.pin_failure,
-                Some(PinFailure::Refused { cpu: 4000, .. })
-            ),
+            matches!(run.pin_failure, Some(PinFailure::Refused { cpu: 4000, .. })),
             "{run:?}"
         );
     }
@@ -571,8 +568,14 @@ mod tests {
         let mut p = plan(Primitive::Cas);
         p.stop.max_batches = 1;
         let t = spawn_pair(p, gate.clone()).unwrap();
-        assert_eq!(t.initiator.thread().name(), Some(&*format!("pinnerd-spin-{a}-{b}")));
-        assert_eq!(t.responder.thread().name(), Some(&*format!("pinnerd-spin-{b}-{a}")));
+        assert_eq!(
+            t.initiator.thread().name(),
+            Some(&*format!("pinnerd-spin-{a}-{b}"))
+        );
+        assert_eq!(
+            t.responder.thread().name(),
+            Some(&*format!("pinnerd-spin-{b}-{a}"))
+        );
         abort(&gate);
         assert_eq!(t.join().unwrap(), PairRun::default());
     }

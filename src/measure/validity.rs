@@ -60,7 +60,8 @@ pub fn pin_current(cpu: u32) -> Result<(), PinFailure> {
     let tid = gettid();
     // core_affinity does not range-check (libc's CPU_SET panics past the set's size).
     if cpu as usize >= nix::sched::CpuSet::count()
-        || !core_affinity::set_for_current(core_affinity::CoreId { id: cpu as usize }) {
+        || !core_affinity::set_for_current(core_affinity::CoreId { id: cpu as usize })
+    {
         return Err(PinFailure::Refused { cpu, tid });
     }
     let mask = sched_getaffinity(Pid::from_raw(0)).map_err(|e| PinFailure::ReadBack {
@@ -184,7 +185,10 @@ mod tests {
     fn context_switches_are_counted() {
         let before = context_switches();
         std::thread::sleep(Duration::from_millis(2));
-        assert!(context_switches() > before, "sleeping is a voluntary switch");
+        assert!(
+            context_switches() > before,
+            "sleeping is a voluntary switch"
+        );
     }
 
     #[test]
@@ -195,8 +199,7 @@ mod tests {
             granularity_warning(Duration::from_nanos(30), Duration::from_micros(20)),
             None
         );
-        let w = granularity_warning(Duration::from_nanos(1000), Duration::from_micros(20))
-            .unwrap();
+        let w = granularity_warning(Duration::from_nanos(1000), Duration::from_micros(20)).unwrap();
         assert!(w.contains("steps of 1000 ns, 5.0% of a 20 µs batch"), "{w}");
     }
 }
