@@ -2,4 +2,5 @@
 
 mod cli_smoke;
 mod measure;
+mod rules;
 mod topology;
