@@ -371,20 +371,14 @@ fn core_trees(topology: &Topology, cpus: &[&Cpu], llc: Option<&Cache>) -> Vec<Tr
             if !tags.is_empty() {
                 let _ = write!(label, " [{}]", tags.join(" "));
             }
-            let cpus: Vec<String> = members
-                .iter()
-                .map(|c| {
-                    if topology.isolated.contains(c.cpu) {
-                        format!("{} (isolated)", c.cpu)
-                    } else {
-                        c.cpu.to_string()
-                    }
-                })
-                .collect();
-            let word = if members.len() == 1 { "CPU" } else { "CPUs" };
-            let _ = write!(label, ": {word} {}", cpus.join(" "));
+            let set: CpuSet = members.iter().map(|c| c.cpu).collect();
+            let _ = write!(label, ": {}", cpus_word(&set));
             if first.siblings.len() > 1 {
-                let _ = write!(label, " (SMT siblings {})", first.siblings);
+                label.push_str(" (SMT)");
+            }
+            let isolated = set.intersection(&topology.isolated);
+            if !isolated.is_empty() {
+                let _ = write!(label, " (isolated: {isolated})");
             }
             let private: Vec<String> = first
                 .caches
