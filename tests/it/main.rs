@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area.
 
 mod cli_smoke;
+mod measure;
 mod rules;
 mod topology;
