@@ -318,6 +318,16 @@ fn i9_12900k_is_hybrid() {
         "E-cores share L2 by 4"
     );
     assert_eq!(e.cluster_cpus, set("20-23"));
+    let kinds: Vec<(u8, CacheKind)> = e.caches.iter().map(|c| (c.level, c.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (1, CacheKind::Data),
+            (1, CacheKind::Instruction),
+            (2, CacheKind::Unified),
+            (3, CacheKind::Unified)
+        ]
+    );
     assert_eq!(e.max_freq_khz, Some(3_900_000));
     assert_eq!(t.cpu(0).unwrap().max_freq_khz, Some(4_900_000));
     assert_eq!(t.llc(0), Some(&set("0-23")));
