@@ -318,6 +318,16 @@ fn i9_12900k_is_hybrid() {
         "E-cores share L2 by 4"
     );
     assert_eq!(e.cluster_cpus, set("20-23"));
+    let kinds: Vec<(u8, CacheKind)> = e.caches.iter().map(|c| (c.level, c.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (1, CacheKind::Data),
+            (1, CacheKind::Instruction),
+            (2, CacheKind::Unified),
+            (3, CacheKind::Unified)
+        ]
+    );
     assert_eq!(e.max_freq_khz, Some(3_900_000));
     assert_eq!(t.cpu(0).unwrap().max_freq_khz, Some(4_900_000));
     assert_eq!(t.llc(0), Some(&set("0-23")));
@@ -500,12 +510,10 @@ fn a_tree_without_cpus_is_an_error_not_a_panic() {
     assert!(err.to_string().contains(&dir.path().display().to_string()));
 }
 
-/// Removing any single file of a real capture degrades, never fails or panics, and
-/// the result stays consistent.
+/// Removing any single file degrades, never fails or panics, and the result stays
+/// consistent (siblings symmetric, every CPU in its own caches and node...).
 #[test]
 fn any_missing_file_degrades_gracefully() {
-    let src = fixture("i7-7700-cpu3-offline");
-    let mut files = Vec::new();
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for e in std::fs::read_dir(dir).unwrap() {
             let e = e.unwrap();
@@ -516,34 +524,98 @@ fn any_missing_file_degrades_gracefully() {
             }
         }
     }
-    walk(&src.join("sys/devices/system/cpu/cpu0"), &mut files);
-    walk(&src.join("sys/devices/system/node"), &mut files);
-    for f in ["online", "possible", "present", "offline", "isolated"] {
-        files.push(src.join("sys/devices/system/cpu").join(f));
+    for (name, cpu_dirs) in [
+        ("i7-7700-cpu3-offline", &["cpu0", "cpu3"][..]),
+        ("epyc-vm-2cpu", &["cpu1"][..]),
+        ("xeon-e5620", &["cpu1"][..]),
+        ("i9-12900k", &["cpu17"][..]),
+    ] {
+        let src = fixture(name);
+        let cpu = src.join("sys/devices/system/cpu");
+        let mut files = Vec::new();
+        for d in cpu_dirs {
+            walk(&cpu.join(d), &mut files);
+        }
+        walk(&src.join("sys/devices/system/node"), &mut files);
+        walk(&src.join("proc"), &mut files);
+        for f in [
+            "online",
+            "possible",
+            "present",
+            "offline",
+            "isolated",
+            "smt/control",
+        ] {
+            files.push(cpu.join(f));
+        }
+        files.push(src.join("sys/devices/cpu_core/cpus"));
+        let (baseline, _) = read_fixture(name);
+        let dir = tempfile::tempdir().unwrap();
+        copy_tree(&src, dir.path());
+        let root = SysRoot::machine(dir.path());
+        let aside = dir.path().join("aside");
+        let mut tried = 0;
+        for file in files.iter().filter(|f| f.exists()) {
+            let rel = file.strip_prefix(&src).unwrap();
+            std::fs::rename(dir.path().join(rel), &aside).unwrap();
+            let t =
+                Topology::discover(&root).unwrap_or_else(|e| panic!("{name} without {rel:?}: {e}"));
+            assert_consistent(&t);
+            assert_eq!(t.online, baseline.online, "{name} without {rel:?}");
+            Fingerprint::read(&root).unwrap_or_else(|e| panic!("{name} without {rel:?}: {e}"));
+            std::fs::rename(&aside, dir.path().join(rel)).unwrap();
+            tried += 1;
+        }
+        assert!(tried > 20, "{name}: only {tried} files tried");
+        assert_eq!(
+            Topology::discover(&root).unwrap(),
+            baseline,
+            "all files restored"
+        );
     }
-    files.push(src.join("sys/devices/cpu_core/cpus"));
-    let (baseline, _) = read_fixture("i7-7700-cpu3-offline");
+}
+
+/// A fact missing for one CPU is taken from the CPUs that list it: nothing is lost
+/// but a warning is added.
+#[test]
+fn a_fact_missing_for_one_cpu_is_taken_from_the_others() {
+    let (baseline, _) = read_fixture("xeon-e5620");
     let dir = tempfile::tempdir().unwrap();
-    copy_tree(&src, dir.path());
-    let root = SysRoot::machine(dir.path());
-    let aside = dir.path().join("aside");
-    for file in files.iter().filter(|f| f.exists()) {
-        let rel = file.strip_prefix(&src).unwrap();
-        std::fs::rename(dir.path().join(rel), &aside).unwrap();
-        let t = Topology::discover(&root).unwrap_or_else(|e| panic!("without {rel:?}: {e}"));
-        assert_consistent(&t);
-        assert_eq!(t.online, baseline.online, "without {rel:?}");
-        Fingerprint::read(&root).unwrap_or_else(|e| panic!("without {rel:?}: {e}"));
-        std::fs::rename(&aside, dir.path().join(rel)).unwrap();
+    copy_tree(&fixture("xeon-e5620"), dir.path());
+    let cpu1 = dir.path().join("sys/devices/system/cpu/cpu1");
+    for f in [
+        "topology/physical_package_id",
+        "topology/core_cpus_list",
+        "topology/package_cpus_list",
+        "topology/die_cpus_list",
+        "cache/index3/shared_cpu_list",
+    ] {
+        std::fs::remove_file(cpu1.join(f)).unwrap();
     }
-    assert_eq!(
-        Topology::discover(&root).unwrap(),
-        baseline,
-        "all files restored"
+    let mut t = Topology::discover(&SysRoot::machine(dir.path())).unwrap();
+    assert_eq!(t.warnings.len(), 5, "{:#?}", t.warnings);
+    assert!(
+        t.warnings.iter().all(|w| w.starts_with("CPUs 1: ")),
+        "{:#?}",
+        t.warnings
     );
-    // Cache kinds still read right after all that copying.
-    assert_eq!(
-        baseline.cpu(0).unwrap().caches[1].kind,
-        CacheKind::Instruction
-    );
+    t.warnings.clear();
+    assert_eq!(t, baseline);
+
+    // The capture has both shared_cpu_list and the hex shared_cpu_map: either will do.
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("epyc-vm-2cpu"), dir.path());
+    let (baseline, _) = read_fixture("epyc-vm-2cpu");
+    for cpu in ["cpu0", "cpu1"] {
+        std::fs::remove_file(
+            dir.path()
+                .join("sys/devices/system/cpu")
+                .join(cpu)
+                .join("cache/index3/shared_cpu_list"),
+        )
+        .unwrap();
+    }
+    let t = Topology::discover(&SysRoot::machine(dir.path())).unwrap();
+    assert_eq!(t, baseline, "read from shared_cpu_map");
+    assert_eq!(t.llc(1), Some(&set("0-1")));
 }
