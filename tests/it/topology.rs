@@ -105,10 +105,12 @@ fn the_real_fingerprint_is_stable() {
     assert!(a.inputs.kernel_release.is_some(), "osrelease read");
 }
 
-#[test]
-fn cli_json_has_the_documented_fields_for_every_online_cpu() {
+/// Runs `pinnerd topology --json [extra]` and checks it against the library's view of
+/// `root`.
+fn check_cli_json(extra: &[&std::ffi::OsStr], root: &SysRoot) {
     let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
         .args(["topology", "--json"])
+        .args(extra)
         .output()
         .unwrap();
     assert!(
@@ -117,31 +119,82 @@ fn cli_json_has_the_documented_fields_for_every_online_cpu() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let t = Topology::discover(&SysRoot::default()).unwrap();
-    let fp = Fingerprint::read(&SysRoot::default()).unwrap();
+    let t = Topology::discover(root).unwrap();
+    let fp = Fingerprint::read(root).unwrap();
     assert_eq!(v["fingerprint"], fp.hex);
+    assert_eq!(
+        v["fingerprint_inputs"],
+        serde_json::to_value(&fp.inputs).unwrap()
+    );
+    let ids = |value: &serde_json::Value| -> CpuSet {
+        value
+            .as_array()
+            .unwrap_or_else(|| panic!("not an array: {value}"))
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    assert_eq!(ids(&v["online"]), t.online);
+    assert_eq!(ids(&v["offline"]), t.offline);
+    assert_eq!(ids(&v["isolated"]), t.isolated);
+    assert_eq!(ids(&v["usable"]), t.usable());
+    assert_eq!(v["hybrid"], t.is_hybrid());
+    assert_eq!(v["warnings"].as_array().unwrap().len(), t.warnings.len());
     let cpus = v["cpus"].as_array().unwrap();
     assert_eq!(cpus.len(), t.online.len());
     for (entry, c) in cpus.iter().zip(&t.cpus) {
-        let ids = |key: &str| -> CpuSet {
-            entry[key]
-                .as_array()
-                .unwrap_or_else(|| panic!("{key} is not an array: {entry}"))
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect()
-        };
         assert_eq!(entry["cpu"], c.cpu);
         assert_eq!(entry["package"], c.package);
         assert_eq!(entry["die"], c.die);
         assert_eq!(entry["core"], c.core);
         assert_eq!(entry["node"], c.node);
-        assert_eq!(ids("siblings"), c.siblings);
+        assert_eq!(ids(&entry["siblings"]), c.siblings);
         match t.llc(c.cpu) {
-            Some(llc) => assert_eq!(&ids("llc"), llc),
-            None => assert!(entry["llc"].is_null()),
+            Some(llc) => assert_eq!(&ids(&entry["llc"]), llc),
+            None => assert!(entry["llc"].is_null(), "{entry}"),
+        }
+        assert_eq!(
+            entry["core_type"],
+            serde_json::to_value(c.core_type).unwrap()
+        );
+        assert_eq!(
+            entry["max_freq_khz"],
+            serde_json::to_value(c.max_freq_khz).unwrap()
+        );
+        assert_eq!(entry["isolated"], t.isolated.contains(c.cpu));
+        let caches = entry["caches"].as_array().unwrap();
+        assert_eq!(caches.len(), c.caches.len());
+        for (e, k) in caches.iter().zip(&c.caches) {
+            assert_eq!(e["level"], k.level);
+            assert_eq!(e["type"], serde_json::to_value(k.kind).unwrap());
+            assert_eq!(ids(&e["shared"]), k.shared);
         }
     }
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), t.nodes.len());
+    for (entry, n) in nodes.iter().zip(&t.nodes) {
+        assert_eq!(entry["id"], n.id);
+        assert_eq!(ids(&entry["cpus"]), n.cpus);
+    }
+}
+
+#[test]
+fn cli_json_has_the_documented_fields_for_every_online_cpu() {
+    check_cli_json(&[], &SysRoot::default());
+    for name in FIXTURES {
+        let dir = fixture(name);
+        check_cli_json(
+            &["--sysfs".as_ref(), dir.as_os_str()],
+            &SysRoot::machine(&dir),
+        );
+    }
+    // A sysfs root with procfs beside it reads the same machine.
+    let dir = fixture("i9-12900k");
+    let sys = dir.join("sys");
+    check_cli_json(
+        &["--sysfs".as_ref(), sys.as_os_str()],
+        &SysRoot::machine(&dir),
+    );
 }
 
 #[test]
