@@ -334,6 +334,9 @@ impl Degraded {
     }
 }
 
+/// CPU id → NUMA node id.
+type CpuNodes = BTreeMap<u32, u32>;
+
 struct Reader<'a> {
     root: &'a SysRoot,
     warnings: Vec<String>,
@@ -494,8 +497,7 @@ impl<'a> Reader<'a> {
     }
 
     /// NUMA nodes and the node of each CPU; empty when the kernel has no NUMA support.
-    #[allow(clippy::type_complexity)]
-    fn nodes(&mut self, online: &CpuSet) -> Result<(Vec<Node>, BTreeMap<u32, u32>), TopologyError> {
+    fn nodes(&mut self, online: &CpuSet) -> Result<(Vec<Node>, CpuNodes), TopologyError> {
         let base = self.root.sys_path(NODE_DIR);
         let ids = match self.list(&base.join("online"))? {
             Some(ids) => ids,
