@@ -29,7 +29,8 @@ struct Bus {
 
 impl Bus {
     fn start(dir: &Path) -> Bus {
-        let policy = Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/org.pinnerd.Pinnerd1.conf");
+        let policy =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/org.pinnerd.Pinnerd1.conf");
         let conf = dir.join("bus.conf");
         std::fs::write(
             &conf,
@@ -77,7 +78,9 @@ impl Daemon {
         let sock = dir.join(format!("notify-{n}"));
         let _ = std::fs::remove_file(&sock);
         let notify = UnixDatagram::bind(&sock).unwrap();
-        notify.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        notify
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
             .arg("daemon")
             .arg(format!("--bus={}", bus.address))
@@ -103,7 +106,10 @@ impl Daemon {
         let mut buf = [0u8; 4096];
         loop {
             let n = self.notify.recv(&mut buf).expect("no READY=1 within 60 s");
-            if String::from_utf8_lossy(&buf[..n]).lines().any(|l| l == "READY=1") {
+            if String::from_utf8_lossy(&buf[..n])
+                .lines()
+                .any(|l| l == "READY=1")
+            {
                 return;
             }
         }
