@@ -302,8 +302,11 @@ impl Domains {
         let tdom = Self::from_layout(layout)?;
         let cpus = tdom.cpus.clone();
 
-        // 1. Does the matrix show the hardware levels at all?
-        let mut seen_any = false;
+        // 1. Does the matrix show the hardware levels at all? SMT siblings share an L1
+        //    and are always the fastest pairs on real hardware; without SMT, sockets
+        //    are always slower between than within. A matrix that misses either is
+        //    noise (an emulator, a VM whose vCPUs move) or from another machine.
+        let has_smt = tdom.levels.iter().any(|l| l.kind == LevelKind::Smt);
         let mut decisive = Vec::new();
         for (li, level) in tdom.levels.iter().enumerate() {
             if level.kind == LevelKind::Machine {
@@ -313,45 +316,36 @@ impl Domains {
             let (Some(w), Some(b)) = (median(&within), median(&between)) else {
                 continue;
             };
-            let contrast = b / w.max(1e-9);
-            let physical = matches!(level.kind, LevelKind::Smt | LevelKind::Package)
-                || level.also.contains(&LevelKind::Package);
-            if contrast >= CONTRAST_SEEN {
-                seen_any = true;
+            if b / w.max(1e-9) >= CONTRAST_SEEN {
+                continue;
+            }
+            let is_pkg = level.kind == LevelKind::Package || level.also.contains(&LevelKind::Package);
+            if level.kind == LevelKind::Smt || (is_pkg && !has_smt) {
+                decisive.push(format!(
+                    "{} pairs cost {w:.1} ns against {b:.1} ns outside them",
+                    level.name()
+                ));
             } else {
-                if physical {
-                    decisive.push(format!(
-                        "{} pairs cost {w:.1} ns against {b:.1} ns outside them",
-                        level.name()
-                    ));
-                }
                 findings.push(Finding {
                     kind: FindingKind::LevelNotSeen,
                     trusted: Trust::Matrix,
                     cpus: layout.cpus.clone(),
                     message: format!(
-                        "sysfs has a {} level ({} groups) but the matrix does not see it: {w:.1} ns inside vs {b:.1} ns across",
+                        "sysfs has a {} level ({} groups) but the matrix does not see it: {w:.1} ns inside vs {b:.1} ns across; measured costs are used",
                         level.name(),
                         level.groups.len()
                     ),
                 });
             }
         }
-        let has_physical = tdom
-            .levels
-            .iter()
-            .any(|l| matches!(l.kind, LevelKind::Smt | LevelKind::Package) && l.groups.len() > 1);
-        if has_physical && !decisive.is_empty() && (!seen_any || mdom.levels.len() == 1) {
-            // Real SMT siblings are ~2x faster than other pairs, and sockets ~2x slower
-            // between than within; a matrix without either is noise (an emulator, a VM
-            // whose vCPUs move).
+        if !decisive.is_empty() {
             findings.retain(|f| f.kind != FindingKind::LevelNotSeen);
             findings.push(Finding {
                 kind: FindingKind::Noise,
                 trusted: Trust::Topology,
                 cpus: layout.cpus.clone(),
                 message: format!(
-                    "the matrix looks like noise: {}; real hardware shows these levels clearly, so the sysfs topology is trusted and latencies are unknown",
+                    "the matrix looks like noise: {}; real hardware always shows this level, so the sysfs topology is trusted and latencies are unknown",
                     decisive.join("; ")
                 ),
             });
@@ -458,7 +452,7 @@ impl Domains {
         // Report matrix groups finer than a sysfs level they refine (e.g. two halves of
         // one LLC), once per sysfs level.
         for (li, tl) in tdom.levels.iter().enumerate() {
-            if tl.kind == LevelKind::Machine || tl.kind == LevelKind::Smt {
+            if (tl.kind == LevelKind::Machine && tl.also.is_empty()) || tl.kind == LevelKind::Smt {
                 continue;
             }
             let part = &tdom.group_of[li];
@@ -642,11 +636,18 @@ impl Domains {
         let mut levels = Vec::new();
         let mut group_of = Vec::new();
         let mut all_parts: Vec<(Vec<LevelKind>, Vec<u32>, Option<f64>)> = parts;
+        // A level with one group is the machine under another name (one socket, one LLC).
+        let mut machine_kinds = vec![LevelKind::Machine];
+        while all_parts.last().is_some_and(|p| count_groups(&p.1) <= 1) {
+            if let Some(p) = all_parts.pop() {
+                machine_kinds.extend(p.0);
+            }
+        }
         let machine_lat = dense.and_then(|d| {
             let last = all_parts.last().map(|p| p.1.clone());
             median(&joined_cells(d, last.as_ref(), &vec![0; n]))
         });
-        all_parts.push((vec![LevelKind::Machine], vec![0; n], machine_lat));
+        all_parts.push((machine_kinds, vec![0; n], machine_lat));
         for (kinds, part, lat) in all_parts {
             // Renumber groups by lowest CPU id.
             let mut remap: Vec<Option<u32>> = vec![None; n];
@@ -1143,13 +1144,7 @@ fn layout_partitions(layout: &Layout, cpus: &[u32]) -> Result<Vec<(LevelKind, Ve
                 detail: format!("CPU {} is in no group", cpus[i]),
             });
         }
-        let part = relabel(&label);
-        if count_groups(&part) > 1 {
-            out.push((*kind, part));
-        } else {
-            // One group holding everything is the machine.
-            continue;
-        }
+        out.push((*kind, relabel(&label)));
     }
     // The levels must nest.
     for a in &out {
