@@ -1,4 +1,7 @@
 //! Integration tests: one binary, one module per area.
 
 mod cli_smoke;
+mod measure;
 mod placement;
+mod rules;
+mod topology;
