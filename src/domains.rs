@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
 use crate::matrix::LatencyMatrix;
+use crate::topology::Topology;
 
 /// What a level of groups is, in hardware terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -143,6 +144,70 @@ impl fmt::Display for Finding {
 pub struct Layout {
     pub cpus: CpuSet,
     pub levels: Vec<(LevelKind, Vec<CpuSet>)>,
+}
+
+impl Layout {
+    /// The grouping sysfs reports: SMT cores, clusters, LLCs, dies, NUMA nodes and
+    /// packages, over the online CPUs. A level that is missing for some CPUs (no cache
+    /// information) or does not nest with the finer ones (sub-NUMA clustering quirks) is
+    /// left out.
+    pub fn from_topology(t: &Topology) -> Layout {
+        let cpus: CpuSet = t.cpus.iter().map(|c| c.cpu).collect();
+        let distinct = |sets: Vec<CpuSet>| -> Vec<CpuSet> {
+            let mut out: Vec<CpuSet> = Vec::new();
+            for s in sets {
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+            out
+        };
+        let mut candidates: Vec<(LevelKind, Vec<CpuSet>)> = vec![
+            (LevelKind::Smt, distinct(t.cpus.iter().map(|c| c.siblings.clone()).collect())),
+            (LevelKind::Package, distinct(t.cpus.iter().map(|c| c.package_cpus.clone()).collect())),
+        ];
+        let llc: Vec<CpuSet> = t.cpus.iter().filter_map(|c| c.llc().map(|l| l.shared.intersection(&cpus))).collect();
+        if llc.len() == t.cpus.len() {
+            candidates.push((LevelKind::Cache, distinct(llc)));
+        }
+        candidates.push((LevelKind::Die, distinct(t.cpus.iter().map(|c| c.die_cpus.clone()).collect())));
+        candidates.push((
+            LevelKind::Node,
+            t.nodes.iter().filter(|n| !n.cpus.is_empty()).map(|n| n.cpus.intersection(&cpus)).collect(),
+        ));
+        candidates.push((LevelKind::Cluster, distinct(t.cpus.iter().map(|c| c.cluster_cpus.clone()).collect())));
+        let mut layout = Layout {
+            cpus: cpus.clone(),
+            levels: Vec::new(),
+        };
+        for (kind, groups) in candidates {
+            let groups: Vec<CpuSet> = groups.into_iter().map(|g| g.intersection(&cpus)).filter(|g| !g.is_empty()).collect();
+            let mut trial = layout.clone();
+            trial.levels.push((kind, groups));
+            let ids: Vec<u32> = cpus.iter().collect();
+            if layout_partitions(&trial, &ids).is_ok() {
+                layout = trial;
+            }
+        }
+        layout
+    }
+
+    /// The same grouping over a subset of the CPUs.
+    pub fn restricted(&self, keep: &CpuSet) -> Layout {
+        Layout {
+            cpus: self.cpus.intersection(keep),
+            levels: self
+                .levels
+                .iter()
+                .map(|(k, gs)| {
+                    (
+                        *k,
+                        gs.iter().map(|g| g.intersection(keep)).filter(|g| !g.is_empty()).collect(),
+                    )
+                })
+                .collect(),
+        }
+    }
 }
 
 /// Domains that cannot be built.
@@ -279,10 +344,33 @@ impl Domains {
         Ok(Self::assemble(cpus, built, None, Trust::Topology))
     }
 
-    /// Domains from a matrix and, when given, the sysfs grouping: findings say where they
-    /// disagree and which was trusted. Without a layout this is `from_matrix` plus the
-    /// findings the matrix alone supports (NUMA-home artefact, uneven levels).
+    /// Domains from the sysfs topology alone: what the daemon uses until a matrix
+    /// exists. Costs are level ranks, latencies unknown.
+    pub fn from_topology(t: &Topology) -> Result<Domains, DomainError> {
+        Self::from_layout(&Layout::from_topology(t))
+    }
+
+    /// Domains from a matrix and, when given, the topology: findings say where they
+    /// disagree and which was trusted. Without a topology this is `from_matrix` plus the
+    /// findings the matrix alone supports (NUMA-home artefact, uneven levels). The
+    /// matrix must cover the topology's online CPUs, or its usable (non-isolated) ones.
     pub fn reconcile(
+        m: &LatencyMatrix,
+        topology: Option<&Topology>,
+    ) -> Result<(Domains, Vec<Finding>), DomainError> {
+        let Some(t) = topology else {
+            return Self::reconcile_layout(m, None);
+        };
+        let mut layout = Layout::from_topology(t);
+        let mset: CpuSet = m.cpus.iter().copied().collect();
+        if mset != layout.cpus && mset == t.usable() {
+            layout = layout.restricted(&mset);
+        }
+        Self::reconcile_layout(m, Some(&layout))
+    }
+
+    /// [`Domains::reconcile`] with the sysfs grouping as plain data.
+    pub fn reconcile_layout(
         m: &LatencyMatrix,
         layout: Option<&Layout>,
     ) -> Result<(Domains, Vec<Finding>), DomainError> {
