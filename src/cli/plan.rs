@@ -274,6 +274,11 @@ fn cost_json(c: &Cost) -> serde_json::Value {
 }
 
 impl Plan {
+    /// Where the matrix came from, in words.
+    pub fn source_description(&self) -> String {
+        self.source.describe()
+    }
+
     /// The `--json` object.
     pub fn json(&self) -> serde_json::Value {
         let x = &self.placement.explanation;
