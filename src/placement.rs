@@ -209,14 +209,16 @@ pub fn place(d: &Domains, req: &Request, available: &CpuSet) -> Result<Placement
         .iter()
         .map(|&c| available.contains(c) && !req.exclude.contains(c))
         .collect();
-    let core = |i: usize| d.smt_level().map(|l| d.group_of(l, i)).unwrap_or(usize::MAX - i);
+    // Cores (SMT groups) and siblings, once: the loops below ask for them often.
+    let smt = d.smt_level();
+    let core_of: Vec<usize> = (0..n).map(|i| smt.map(|l| d.group_of(l, i)).unwrap_or(i)).collect();
+    let mut core_members: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, &c) in core_of.iter().enumerate() {
+        core_members[c].push(i);
+    }
+    let core = |i: usize| core_of[i];
     let siblings = |i: usize| -> Vec<usize> {
-        match d.smt_level() {
-            Some(l) => (0..n)
-                .filter(|&k| k != i && d.group_of(l, k) == d.group_of(l, i))
-                .collect(),
-            None => Vec::new(),
-        }
+        core_members[core_of[i]].iter().copied().filter(|&k| k != i).collect()
     };
 
     if let Some(list) = &req.cpus {
@@ -429,6 +431,7 @@ fn grow(
         taken.iter_mut().for_each(|v| *v = false);
         let mut chosen = Vec::with_capacity(k);
         let mut used_cores: Vec<usize> = Vec::new();
+        let mut core_used = vec![false; d.cpus().len()];
         let (mut worst, mut sum) = (0.0f64, 0.0f64);
         let mut next = Some(sp);
         while chosen.len() < k {
@@ -439,6 +442,7 @@ fn grow(
             chosen.push(i);
             taken[p] = true;
             used_cores.push(core(i));
+            core_used[core(i)] = true;
             for q in 0..m {
                 let c = d.cost(i, members[q]);
                 if c > maxd[q] {
@@ -459,7 +463,7 @@ fn grow(
             next = None;
             let mut key = (f64::INFINITY, f64::INFINITY, usize::MAX, usize::MAX);
             for q in 0..m {
-                if taken[q] || (req.smt == SmtPolicy::Avoid && used_cores.contains(&core(members[q]))) {
+                if taken[q] || (req.smt == SmtPolicy::Avoid && core_used[core(members[q])]) {
                     continue;
                 }
                 let cand = (worst.max(maxd[q]), sumd[q], fit[members[q]], members[q]);
@@ -501,24 +505,23 @@ fn compact(
     let n = d.cpus().len();
     // Best-fit key per CPU: free CPUs left in its core, then in its groups up the
     // levels — taking from already-broken domains first keeps whole ones intact.
-    let free_in = |l: usize, i: usize| -> usize {
-        (0..n)
-            .filter(|&k| usable[k] && d.group_of(l, k) == d.group_of(l, i))
-            .count()
-    };
+    let mut free_in_core = vec![0usize; n];
+    for i in (0..n).filter(|&i| usable[i]) {
+        free_in_core[core(i)] += 1;
+    }
     let fit: Vec<usize> = (0..n)
-        .map(|i| {
-            if !usable[i] {
-                return usize::MAX;
-            }
-            // Free CPUs left in its core: fewer first.
-            d.smt_level().map(|l| free_in(l, i)).unwrap_or(1)
-        })
+        .map(|i| if usable[i] { free_in_core[core(i)] } else { usize::MAX })
         .collect();
     for (l, level) in d.levels().iter().enumerate() {
+        let mut buckets: Vec<Vec<usize>> = vec![Vec::new(); level.groups.len()];
+        for i in 0..n {
+            buckets[d.group_of(l, i)].push(i);
+        }
         let mut cands: Vec<(usize, Vec<usize>)> = Vec::new();
-        for g in 0..level.groups.len() {
-            let members: Vec<usize> = (0..n).filter(|&i| d.group_of(l, i) == g).collect();
+        for (g, members) in buckets.into_iter().enumerate() {
+            if members.len() < k {
+                continue;
+            }
             if capacity(&mut members.iter().copied()) >= k {
                 cands.push((g, members.into_iter().filter(|&i| usable[i]).collect()));
             }
@@ -528,20 +531,22 @@ fn compact(
         }
         let mut best: Option<(f64, f64, usize, usize, Vec<usize>)> = None;
         for (g, members) in &cands {
-            let seeds: Vec<usize> = if members.len() <= 128 || l == 0 {
+            let seeds: Vec<usize> = if members.len() <= 32 || l == 0 {
                 members.clone()
             } else {
-                // One seed per sub-group of the level below.
+                // One seed per sub-group of the level below (their CPUs are alike), at
+                // most 64, evenly spaced.
                 let mut s: Vec<usize> = Vec::new();
-                let mut seen = Vec::new();
+                let mut seen = vec![false; n];
                 for &i in members {
                     let sg = d.group_of(l - 1, i);
-                    if !seen.contains(&sg) {
-                        seen.push(sg);
+                    if !seen[sg] {
+                        seen[sg] = true;
                         s.push(i);
                     }
                 }
-                s
+                let step = s.len().div_ceil(64);
+                s.into_iter().step_by(step.max(1)).collect()
             };
             let Some((w, s, chosen)) = grow(d, req, k, members, &fit, core, siblings, &seeds) else {
                 continue;
