@@ -50,25 +50,52 @@ fn bench(c: &mut Criterion) {
     let busy: CpuSet = "0-7,130-150,300-301".parse().unwrap();
     let some = all.difference(&busy);
     for (name, req, avail) in [
-        ("plan 512 CPUs: compact K=2", Request { count: 2, ..Default::default() }, &all),
-        ("plan 512 CPUs: compact K=8", Request { count: 8, ..Default::default() }, &all),
+        (
+            "plan 512 CPUs: compact K=2",
+            Request {
+                count: 2,
+                ..Default::default()
+            },
+            &all,
+        ),
+        (
+            "plan 512 CPUs: compact K=8",
+            Request {
+                count: 8,
+                ..Default::default()
+            },
+            &all,
+        ),
         (
             "plan 512 CPUs: compact K=16 smt=avoid, 31 CPUs taken",
-            Request { count: 16, smt: SmtPolicy::Avoid, ..Default::default() },
+            Request {
+                count: 16,
+                smt: SmtPolicy::Avoid,
+                ..Default::default()
+            },
             &some,
         ),
         (
             "plan 512 CPUs: compact K=64",
-            Request { count: 64, ..Default::default() },
+            Request {
+                count: 64,
+                ..Default::default()
+            },
             &all,
         ),
         (
             "plan 512 CPUs: spread K=8",
-            Request { count: 8, policy: Policy::Spread, ..Default::default() },
+            Request {
+                count: 8,
+                policy: Policy::Spread,
+                ..Default::default()
+            },
             &all,
         ),
     ] {
-        c.bench_function(name, |b| b.iter(|| place(black_box(&d), black_box(&req), avail).unwrap()));
+        c.bench_function(name, |b| {
+            b.iter(|| place(black_box(&d), black_box(&req), avail).unwrap())
+        });
     }
 }
 

@@ -163,25 +163,49 @@ impl Layout {
             out
         };
         let mut candidates: Vec<(LevelKind, Vec<CpuSet>)> = vec![
-            (LevelKind::Smt, distinct(t.cpus.iter().map(|c| c.siblings.clone()).collect())),
-            (LevelKind::Package, distinct(t.cpus.iter().map(|c| c.package_cpus.clone()).collect())),
+            (
+                LevelKind::Smt,
+                distinct(t.cpus.iter().map(|c| c.siblings.clone()).collect()),
+            ),
+            (
+                LevelKind::Package,
+                distinct(t.cpus.iter().map(|c| c.package_cpus.clone()).collect()),
+            ),
         ];
-        let llc: Vec<CpuSet> = t.cpus.iter().filter_map(|c| c.llc().map(|l| l.shared.intersection(&cpus))).collect();
+        let llc: Vec<CpuSet> = t
+            .cpus
+            .iter()
+            .filter_map(|c| c.llc().map(|l| l.shared.intersection(&cpus)))
+            .collect();
         if llc.len() == t.cpus.len() {
             candidates.push((LevelKind::Cache, distinct(llc)));
         }
-        candidates.push((LevelKind::Die, distinct(t.cpus.iter().map(|c| c.die_cpus.clone()).collect())));
+        candidates.push((
+            LevelKind::Die,
+            distinct(t.cpus.iter().map(|c| c.die_cpus.clone()).collect()),
+        ));
         candidates.push((
             LevelKind::Node,
-            t.nodes.iter().filter(|n| !n.cpus.is_empty()).map(|n| n.cpus.intersection(&cpus)).collect(),
+            t.nodes
+                .iter()
+                .filter(|n| !n.cpus.is_empty())
+                .map(|n| n.cpus.intersection(&cpus))
+                .collect(),
         ));
-        candidates.push((LevelKind::Cluster, distinct(t.cpus.iter().map(|c| c.cluster_cpus.clone()).collect())));
+        candidates.push((
+            LevelKind::Cluster,
+            distinct(t.cpus.iter().map(|c| c.cluster_cpus.clone()).collect()),
+        ));
         let mut layout = Layout {
             cpus: cpus.clone(),
             levels: Vec::new(),
         };
         for (kind, groups) in candidates {
-            let groups: Vec<CpuSet> = groups.into_iter().map(|g| g.intersection(&cpus)).filter(|g| !g.is_empty()).collect();
+            let groups: Vec<CpuSet> = groups
+                .into_iter()
+                .map(|g| g.intersection(&cpus))
+                .filter(|g| !g.is_empty())
+                .collect();
             let mut trial = layout.clone();
             trial.levels.push((kind, groups));
             let ids: Vec<u32> = cpus.iter().collect();
@@ -202,7 +226,10 @@ impl Layout {
                 .map(|(k, gs)| {
                     (
                         *k,
-                        gs.iter().map(|g| g.intersection(keep)).filter(|g| !g.is_empty()).collect(),
+                        gs.iter()
+                            .map(|g| g.intersection(keep))
+                            .filter(|g| !g.is_empty())
+                            .collect(),
                     )
                 })
                 .collect(),
@@ -407,7 +434,8 @@ impl Domains {
             if b / w.max(1e-9) >= CONTRAST_SEEN {
                 continue;
             }
-            let is_pkg = level.kind == LevelKind::Package || level.also.contains(&LevelKind::Package);
+            let is_pkg =
+                level.kind == LevelKind::Package || level.also.contains(&LevelKind::Package);
             if level.kind == LevelKind::Smt || (is_pkg && !has_smt) {
                 decisive.push(format!(
                     "{} pairs cost {w:.1} ns against {b:.1} ns outside them",
@@ -663,7 +691,11 @@ impl Domains {
         let mut findings = Vec::new();
         let mut fixed_latency: Vec<Option<f64>> = vec![None; parts.len()];
         for i in 0..parts.len() {
-            let finer: Option<Vec<u32>> = if i == 0 { None } else { Some(parts[i - 1].0.clone()) };
+            let finer: Option<Vec<u32>> = if i == 0 {
+                None
+            } else {
+                Some(parts[i - 1].0.clone())
+            };
             if let Some((completed, f, fast)) =
                 complete_by_symmetry(&dense, finer.as_ref(), &parts[i].0, &cpus)
             {
@@ -676,7 +708,10 @@ impl Domains {
         // A mutual-nearest pair far below both members' next partners is an SMT core
         // even when its cell is slower than the other siblings' (3960X: 0/24 at 13 ns).
         if !parts.is_empty() {
-            let next = parts.get(1).map(|p| p.0.clone()).unwrap_or_else(|| vec![0; n]);
+            let next = parts
+                .get(1)
+                .map(|p| p.0.clone())
+                .unwrap_or_else(|| vec![0; n]);
             let first = &mut parts[0];
             let sizes = group_sizes(&first.0);
             let cells = joined_cells(&dense, None, &first.0);
@@ -1018,7 +1053,11 @@ fn joined_cells(dense: &Dense, finer: Option<&Vec<u32>>, coarse: &[u32]) -> Vec<
 /// equal the matrix rows once checked): cells inside its groups and cells joined only at
 /// the next coarser level.
 fn level_cells(dense: &Dense, group_of: &[Vec<u32>], li: usize) -> (Vec<f64>, Vec<f64>) {
-    let finer = if li == 0 { None } else { Some(&group_of[li - 1]) };
+    let finer = if li == 0 {
+        None
+    } else {
+        Some(&group_of[li - 1])
+    };
     let within = joined_cells(dense, finer, &group_of[li]);
     let coarser = group_of.get(li + 1).unwrap_or(&group_of[li]);
     let between = joined_cells(dense, Some(&group_of[li]), coarser);
@@ -1077,11 +1116,17 @@ fn complete_by_symmetry(
     // Agglomerate stalled groups by average latency, never beyond size s.
     let mut clusters: Vec<Vec<usize>> = still.iter().map(|&g| vec![g]).collect();
     let members = |gs: &[usize]| -> Vec<usize> {
-        (0..n).filter(|&i| gs.contains(&(part[i] as usize))).collect()
+        (0..n)
+            .filter(|&i| gs.contains(&(part[i] as usize)))
+            .collect()
     };
     let avg = |a: &[usize], b: &[usize]| -> f64 {
         let (ma, mb) = (members(a), members(b));
-        let sum: f64 = ma.iter().flat_map(|&i| mb.iter().map(move |&j| (i, j))).map(|(i, j)| dense.at(i, j)).sum();
+        let sum: f64 = ma
+            .iter()
+            .flat_map(|&i| mb.iter().map(move |&j| (i, j)))
+            .map(|(i, j)| dense.at(i, j))
+            .sum();
         sum / (ma.len() * mb.len()) as f64
     };
     let csize = |c: &[usize]| c.iter().map(|&g| sizes[g]).sum::<usize>();
@@ -1199,7 +1244,10 @@ fn numa_home_by_layout(dense: &Dense, t: &Domains) -> Option<Finding> {
 }
 
 /// Per sysfs level, group labels over the ascending CPU list; checks each is a partition.
-fn layout_partitions(layout: &Layout, cpus: &[u32]) -> Result<Vec<(LevelKind, Vec<u32>)>, DomainError> {
+fn layout_partitions(
+    layout: &Layout,
+    cpus: &[u32],
+) -> Result<Vec<(LevelKind, Vec<u32>)>, DomainError> {
     let mut out = Vec::new();
     for (kind, groups) in &layout.levels {
         if *kind == LevelKind::Machine {

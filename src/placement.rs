@@ -120,7 +120,6 @@ impl fmt::Display for SmtPolicy {
     }
 }
 
-
 /// What to place.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Request {
@@ -211,14 +210,20 @@ pub fn place(d: &Domains, req: &Request, available: &CpuSet) -> Result<Placement
         .collect();
     // Cores (SMT groups) and siblings, once: the loops below ask for them often.
     let smt = d.smt_level();
-    let core_of: Vec<usize> = (0..n).map(|i| smt.map(|l| d.group_of(l, i)).unwrap_or(i)).collect();
+    let core_of: Vec<usize> = (0..n)
+        .map(|i| smt.map(|l| d.group_of(l, i)).unwrap_or(i))
+        .collect();
     let mut core_members: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (i, &c) in core_of.iter().enumerate() {
         core_members[c].push(i);
     }
     let core = |i: usize| core_of[i];
     let siblings = |i: usize| -> Vec<usize> {
-        core_members[core_of[i]].iter().copied().filter(|&k| k != i).collect()
+        core_members[core_of[i]]
+            .iter()
+            .copied()
+            .filter(|&k| k != i)
+            .collect()
     };
 
     if let Some(list) = &req.cpus {
@@ -246,7 +251,9 @@ pub fn place(d: &Domains, req: &Request, available: &CpuSet) -> Result<Placement
     let total = capacity(&mut (0..n));
     if total < k {
         let why = match (req.smt, req.exclusive) {
-            (SmtPolicy::Avoid, _) => "one CPU per core with smt = avoid, after exclusions".to_string(),
+            (SmtPolicy::Avoid, _) => {
+                "one CPU per core with smt = avoid, after exclusions".to_string()
+            }
             (_, true) => "whole free cores only, the request is exclusive".to_string(),
             _ => format!("{} online, the rest excluded or taken", n),
         };
@@ -360,7 +367,11 @@ fn explicit(
         });
     }
     let idx: Vec<usize> = list.iter().filter_map(|c| d.index_of(c)).collect();
-    let busy: CpuSet = idx.iter().filter(|&&i| !free[i]).map(|&i| d.cpus()[i]).collect();
+    let busy: CpuSet = idx
+        .iter()
+        .filter(|&&i| !free[i])
+        .map(|&i| d.cpus()[i])
+        .collect();
     if !busy.is_empty() {
         return Err(PlacementError::Unavailable { cpus: busy });
     }
@@ -376,7 +387,11 @@ fn explicit(
             }
         }
         if req.exclusive {
-            let not_free: CpuSet = sib.iter().filter(|&&s| !free[s]).map(|&s| d.cpus()[s]).collect();
+            let not_free: CpuSet = sib
+                .iter()
+                .filter(|&&s| !free[s])
+                .map(|&s| d.cpus()[s])
+                .collect();
             if !not_free.is_empty() {
                 return Err(PlacementError::CoreNotFree {
                     cpu: d.cpus()[i],
@@ -387,7 +402,10 @@ fn explicit(
         }
     }
     let level = (0..d.levels().len())
-        .find(|&l| idx.iter().all(|&i| d.group_of(l, i) == d.group_of(l, idx[0])))
+        .find(|&l| {
+            idx.iter()
+                .all(|&i| d.group_of(l, i) == d.group_of(l, idx[0]))
+        })
         .unwrap_or(d.levels().len() - 1);
     let group = d.levels()[level].groups[d.group_of(level, idx[0])].clone();
     let explanation = explain(
@@ -469,7 +487,8 @@ fn grow(
                 let cand = (worst.max(maxd[q]), sumd[q], fit[members[q]], members[q]);
                 if cand.0 < key.0
                     || (cand.0 == key.0
-                        && (cand.1 < key.1 || (cand.1 == key.1 && (cand.2, cand.3) < (key.2, key.3))))
+                        && (cand.1 < key.1
+                            || (cand.1 == key.1 && (cand.2, cand.3) < (key.2, key.3))))
                 {
                     key = cand;
                     next = Some(q);
@@ -510,7 +529,13 @@ fn compact(
         free_in_core[core(i)] += 1;
     }
     let fit: Vec<usize> = (0..n)
-        .map(|i| if usable[i] { free_in_core[core(i)] } else { usize::MAX })
+        .map(|i| {
+            if usable[i] {
+                free_in_core[core(i)]
+            } else {
+                usize::MAX
+            }
+        })
         .collect();
     for (l, level) in d.levels().iter().enumerate() {
         let mut buckets: Vec<Vec<usize>> = vec![Vec::new(); level.groups.len()];
@@ -548,7 +573,8 @@ fn compact(
                 let step = s.len().div_ceil(64);
                 s.into_iter().step_by(step.max(1)).collect()
             };
-            let Some((w, s, chosen)) = grow(d, req, k, members, &fit, core, siblings, &seeds) else {
+            let Some((w, s, chosen)) = grow(d, req, k, members, &fit, core, siblings, &seeds)
+            else {
                 continue;
             };
             let free_here = members.len();
@@ -610,7 +636,10 @@ fn spread(
     // Coarsest level (below the machine) with enough groups holding a usable CPU.
     let mut level = None;
     for l in (0..levels.saturating_sub(1)).rev() {
-        let mut gs: Vec<usize> = (0..n).filter(|&i| usable[i]).map(|i| d.group_of(l, i)).collect();
+        let mut gs: Vec<usize> = (0..n)
+            .filter(|&i| usable[i])
+            .map(|i| d.group_of(l, i))
+            .collect();
         gs.sort_unstable();
         gs.dedup();
         if gs.len() >= domains_needed {
@@ -636,7 +665,9 @@ fn spread(
     // Groups with their free counts, bucketed by parent.
     let mut groups: Vec<(usize, usize, usize)> = Vec::new(); // (parent, group, free)
     for g in 0..d.levels()[l].groups.len() {
-        let members: Vec<usize> = (0..n).filter(|&i| d.group_of(l, i) == g && usable[i]).collect();
+        let members: Vec<usize> = (0..n)
+            .filter(|&i| d.group_of(l, i) == g && usable[i])
+            .collect();
         if let Some(&first) = members.first() {
             groups.push((parent(first), g, members.len()));
         }

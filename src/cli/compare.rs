@@ -134,13 +134,11 @@ fn worst_set(d: &Domains, k: usize) -> Vec<u32> {
     }
     let mut set = vec![a, b];
     while set.len() < k {
-        let next = (0..n)
-            .filter(|i| !set.contains(i))
-            .max_by(|&x, &y| {
-                let fx = set.iter().map(|&s| d.cost(x, s)).fold(0.0, f64::max);
-                let fy = set.iter().map(|&s| d.cost(y, s)).fold(0.0, f64::max);
-                fx.total_cmp(&fy).then(y.cmp(&x))
-            });
+        let next = (0..n).filter(|i| !set.contains(i)).max_by(|&x, &y| {
+            let fx = set.iter().map(|&s| d.cost(x, s)).fold(0.0, f64::max);
+            let fy = set.iter().map(|&s| d.cost(y, s)).fold(0.0, f64::max);
+            fx.total_cmp(&fy).then(y.cmp(&x))
+        });
         match next {
             Some(i) => set.push(i),
             None => break,
@@ -178,7 +176,11 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
     let planned: Vec<u32> = p.placement.cpus.iter().collect();
     let autopilot: Vec<u32> = (0..k as u32).collect();
     let worst = worst_set(&p.domains, k);
-    for (name, set) in [("planned", &planned), ("autopilot", &autopilot), ("worst", &worst)] {
+    for (name, set) in [
+        ("planned", &planned),
+        ("autopilot", &autopilot),
+        ("worst", &worst),
+    ] {
         let s: CpuSet = set.iter().copied().collect();
         if !s.is_subset(&allowed) {
             anyhow::bail!(
@@ -187,10 +189,26 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let mut variants = vec![
-        Variant { name: "planned", cpus: Some(planned), ops: vec![] },
-        Variant { name: "autopilot", cpus: Some(autopilot), ops: vec![] },
-        Variant { name: "worst", cpus: Some(worst), ops: vec![] },
-        Variant { name: "unpinned", cpus: None, ops: vec![] },
+        Variant {
+            name: "planned",
+            cpus: Some(planned),
+            ops: vec![],
+        },
+        Variant {
+            name: "autopilot",
+            cpus: Some(autopilot),
+            ops: vec![],
+        },
+        Variant {
+            name: "worst",
+            cpus: Some(worst),
+            ops: vec![],
+        },
+        Variant {
+            name: "unpinned",
+            cpus: None,
+            ops: vec![],
+        },
     ];
     let duration = Duration::from_millis(args.duration_ms);
     let nv = variants.len();
@@ -286,7 +304,9 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
             "{:<10} {:<14} {:>11} {:>12.3e} {:>12.3e} {:>12.3e} {:>7.0}%",
             v.name,
             cpus,
-            cost_of(&v.cpus).map(|c| format!("{c:.1}")).unwrap_or_else(|| "?".into()),
+            cost_of(&v.cpus)
+                .map(|c| format!("{c:.1}"))
+                .unwrap_or_else(|| "?".into()),
             m,
             lo,
             hi,

@@ -132,7 +132,9 @@ pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Plan> {
     let topology = match Topology::discover(&root) {
         Ok(t) => Some(t),
         Err(e) if args.matrix.is_some() && real_sysfs => {
-            warnings.push(format!("topology unavailable ({e}); using the matrix alone"));
+            warnings.push(format!(
+                "topology unavailable ({e}); using the matrix alone"
+            ));
             None
         }
         Err(e) => {
@@ -153,8 +155,9 @@ pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Plan> {
             let mset: CpuSet = m.cpus.iter().copied().collect();
             let fits = mset == t.online || mset == t.usable();
             if fits {
-                Domains::reconcile(m, Some(t))
-                    .with_context(|| format!("reconciling the {} with the topology", source.describe()))?
+                Domains::reconcile(m, Some(t)).with_context(|| {
+                    format!("reconciling the {} with the topology", source.describe())
+                })?
             } else if real_sysfs && matches!(source, Source::File(_)) {
                 // A published matrix from another machine: plan on it alone.
                 warnings.push(format!(
@@ -165,7 +168,11 @@ pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Plan> {
             } else {
                 // The error names both sets.
                 Domains::reconcile(m, Some(t)).with_context(|| {
-                    format!("the {} does not fit the topology under {}", source.describe(), args.sysfs.display())
+                    format!(
+                        "the {} does not fit the topology under {}",
+                        source.describe(),
+                        args.sysfs.display()
+                    )
                 })?
             }
         }
@@ -177,9 +184,12 @@ pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Plan> {
         warnings.extend(m.warnings.iter().cloned());
     }
     let available: CpuSet = match &topology {
-        Some(t) if domains.cpus().iter().all(|&c| t.online.contains(c)) => {
-            domains.cpus().iter().copied().filter(|&c| !t.isolated.contains(c)).collect()
-        }
+        Some(t) if domains.cpus().iter().all(|&c| t.online.contains(c)) => domains
+            .cpus()
+            .iter()
+            .copied()
+            .filter(|&c| !t.isolated.contains(c))
+            .collect(),
         _ => domains.cpus().iter().copied().collect(),
     };
     let req = Request {
@@ -249,7 +259,10 @@ fn this_machine_matrix(
             Ok(m) => return Ok((Source::Measured(started.elapsed()), Some(m))),
             Err(e) => {
                 return Ok((
-                    Source::TopologyOnly(format!("no stored matrix in {} and measuring failed: {e}", dir.display())),
+                    Source::TopologyOnly(format!(
+                        "no stored matrix in {} and measuring failed: {e}",
+                        dir.display()
+                    )),
                     None,
                 ))
             }
@@ -262,7 +275,8 @@ fn this_machine_matrix(
 }
 
 fn ns(v: Option<f64>) -> String {
-    v.map(|v| format!("{v:.1} ns")).unwrap_or_else(|| "unknown".into())
+    v.map(|v| format!("{v:.1} ns"))
+        .unwrap_or_else(|| "unknown".into())
 }
 
 fn cost_json(c: &Cost) -> serde_json::Value {
@@ -318,7 +332,12 @@ impl Plan {
             x.policy,
             x.smt
         );
-        let _ = writeln!(s, "  from:      {} (trusted: {:?})", self.source.describe(), x.trust);
+        let _ = writeln!(
+            s,
+            "  from:      {} (trusted: {:?})",
+            self.source.describe(),
+            x.trust
+        );
         let doms: Vec<String> = x.domains.iter().map(|d| d.to_string()).collect();
         let _ = writeln!(
             s,

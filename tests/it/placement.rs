@@ -9,7 +9,11 @@ use pinnerd::placement::{place, Policy, Request, SmtPolicy};
 use pinnerd::CpuSet;
 
 fn data_dir() -> PathBuf {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../shared/c2c-data/nviennot")).to_owned()
+    Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../shared/c2c-data/nviennot"
+    ))
+    .to_owned()
 }
 
 /// Files INDEX.md calls unusable, and why. Every other file in the directory is used.
@@ -36,49 +40,265 @@ struct Expect {
 }
 
 const EXPECT: &[Expect] = &[
-    Expect { file: "AMD_EPYC_7773X.csv", n: 128, smt: 64, group: Some(16), sockets: 1 },
-    Expect { file: "AMD_EPYC_7R13_48-Core_Processor.csv", n: 192, smt: 96, group: Some(16), sockets: 2 },
-    Expect { file: "AMD_Ryzen_7_2700X_Eight-Core_Processor.csv", n: 16, smt: 8, group: Some(8), sockets: 1 },
-    Expect { file: "AMD_Ryzen_7_5700X.csv", n: 16, smt: 8, group: None, sockets: 1 },
-    Expect { file: "AMD_Ryzen_7_5800U.csv", n: 16, smt: 8, group: None, sockets: 1 },
-    Expect { file: "AMD_Ryzen_9_5900HX_at_3.3_GHz.csv", n: 16, smt: 8, group: None, sockets: 1 },
-    Expect { file: "AMD_Ryzen_9_5900X.csv", n: 24, smt: 12, group: Some(12), sockets: 1 },
-    Expect { file: "AMD_Ryzen_9_5950X_at_3.40_GHz.csv", n: 32, smt: 16, group: Some(16), sockets: 1 },
+    Expect {
+        file: "AMD_EPYC_7773X.csv",
+        n: 128,
+        smt: 64,
+        group: Some(16),
+        sockets: 1,
+    },
+    Expect {
+        file: "AMD_EPYC_7R13_48-Core_Processor.csv",
+        n: 192,
+        smt: 96,
+        group: Some(16),
+        sockets: 2,
+    },
+    Expect {
+        file: "AMD_Ryzen_7_2700X_Eight-Core_Processor.csv",
+        n: 16,
+        smt: 8,
+        group: Some(8),
+        sockets: 1,
+    },
+    Expect {
+        file: "AMD_Ryzen_7_5700X.csv",
+        n: 16,
+        smt: 8,
+        group: None,
+        sockets: 1,
+    },
+    Expect {
+        file: "AMD_Ryzen_7_5800U.csv",
+        n: 16,
+        smt: 8,
+        group: None,
+        sockets: 1,
+    },
+    Expect {
+        file: "AMD_Ryzen_9_5900HX_at_3.3_GHz.csv",
+        n: 16,
+        smt: 8,
+        group: None,
+        sockets: 1,
+    },
+    Expect {
+        file: "AMD_Ryzen_9_5900X.csv",
+        n: 24,
+        smt: 12,
+        group: Some(12),
+        sockets: 1,
+    },
+    Expect {
+        file: "AMD_Ryzen_9_5950X_at_3.40_GHz.csv",
+        n: 32,
+        smt: 16,
+        group: Some(16),
+        sockets: 1,
+    },
     // INDEX: "groups of <= 12 cores" (quantised values); the two CCDs hold 16 CPUs each.
-    Expect { file: "AMD_Ryzen_9_7950X.csv", n: 32, smt: 9, group: Some(16), sockets: 1 },
+    Expect {
+        file: "AMD_Ryzen_9_7950X.csv",
+        n: 32,
+        smt: 9,
+        group: Some(16),
+        sockets: 1,
+    },
     // 2 dies x 2 CCX: 4-core CCX groups (8 CPUs); the 8-core dies are checked below.
-    Expect { file: "AMD_Ryzen_Threadripper_1950X.csv", n: 32, smt: 16, group: Some(8), sockets: 1 },
-    Expect { file: "AMD_Ryzen_Threadripper_3960X_3.80GHz_24_Cores_Zen_2_3rd_Gen_2019-Q4.csv", n: 48, smt: 24, group: Some(6), sockets: 1 },
-    Expect { file: "AWS_Graviton2.csv", n: 64, smt: 0, group: None, sockets: 1 },
-    Expect { file: "AWS_Graviton3.csv", n: 64, smt: 0, group: None, sockets: 1 },
+    Expect {
+        file: "AMD_Ryzen_Threadripper_1950X.csv",
+        n: 32,
+        smt: 16,
+        group: Some(8),
+        sockets: 1,
+    },
+    Expect {
+        file: "AMD_Ryzen_Threadripper_3960X_3.80GHz_24_Cores_Zen_2_3rd_Gen_2019-Q4.csv",
+        n: 48,
+        smt: 24,
+        group: Some(6),
+        sockets: 1,
+    },
+    Expect {
+        file: "AWS_Graviton2.csv",
+        n: 64,
+        smt: 0,
+        group: None,
+        sockets: 1,
+    },
+    Expect {
+        file: "AWS_Graviton3.csv",
+        n: 64,
+        smt: 0,
+        group: None,
+        sockets: 1,
+    },
     // INDEX counts "1 pair ~52.7" by its ratio rule; an Apple core has no SMT, and 52.7 ns
     // is an L2 cluster's latency, so no SMT level is expected; its "groups of <= 3
     // cores" are the clusters.
-    Expect { file: "Apple_M1_Pro.csv", n: 8, smt: 0, group: None, sockets: 1 },
-    Expect { file: "Dual_AMD_EPYC_7742_64-Core_Processor.csv", n: 256, smt: 128, group: Some(8), sockets: 2 },
-    Expect { file: "Dual_IBM_Power7_8_coresat3.3_GHz_2010-Q1.csv", n: 16, smt: 0, group: None, sockets: 2 },
-    Expect { file: "Dual_Intel_Xeon_CPU_E5-2630_v4_at_2.20GHz.csv", n: 40, smt: 20, group: None, sockets: 2 },
-    Expect { file: "Dual_Intel_Xeon_CPU_E5-2680_v4_at_2.40GHz.csv", n: 56, smt: 28, group: None, sockets: 2 },
-    Expect { file: "Dual_Intel_Xeon_CPU_E5-2690_0_at_2.90GHz.csv", n: 32, smt: 16, group: None, sockets: 2 },
-    Expect { file: "Dual_Intel_Xeon_CPU_X5650_at_2.67GHz.csv", n: 24, smt: 12, group: None, sockets: 2 },
-    Expect { file: "Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv", n: 64, smt: 32, group: None, sockets: 2 },
-    Expect { file: "Dual_Sun-Oracle_SPARC_T4_8_coresat2.85_GHz.csv", n: 16, smt: 0, group: None, sockets: 2 },
+    Expect {
+        file: "Apple_M1_Pro.csv",
+        n: 8,
+        smt: 0,
+        group: None,
+        sockets: 1,
+    },
+    Expect {
+        file: "Dual_AMD_EPYC_7742_64-Core_Processor.csv",
+        n: 256,
+        smt: 128,
+        group: Some(8),
+        sockets: 2,
+    },
+    Expect {
+        file: "Dual_IBM_Power7_8_coresat3.3_GHz_2010-Q1.csv",
+        n: 16,
+        smt: 0,
+        group: None,
+        sockets: 2,
+    },
+    Expect {
+        file: "Dual_Intel_Xeon_CPU_E5-2630_v4_at_2.20GHz.csv",
+        n: 40,
+        smt: 20,
+        group: None,
+        sockets: 2,
+    },
+    Expect {
+        file: "Dual_Intel_Xeon_CPU_E5-2680_v4_at_2.40GHz.csv",
+        n: 56,
+        smt: 28,
+        group: None,
+        sockets: 2,
+    },
+    Expect {
+        file: "Dual_Intel_Xeon_CPU_E5-2690_0_at_2.90GHz.csv",
+        n: 32,
+        smt: 16,
+        group: None,
+        sockets: 2,
+    },
+    Expect {
+        file: "Dual_Intel_Xeon_CPU_X5650_at_2.67GHz.csv",
+        n: 24,
+        smt: 12,
+        group: None,
+        sockets: 2,
+    },
+    Expect {
+        file: "Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv",
+        n: 64,
+        smt: 32,
+        group: None,
+        sockets: 2,
+    },
+    Expect {
+        file: "Dual_Sun-Oracle_SPARC_T4_8_coresat2.85_GHz.csv",
+        n: 16,
+        smt: 0,
+        group: None,
+        sockets: 2,
+    },
     // One socket, two 32-core dies.
-    Expect { file: "HiSilicon_Kunpeng_920-6426_at_2.6GHz.csv", n: 64, smt: 0, group: Some(32), sockets: 1 },
-    Expect { file: "Intel_Core_i5-10310U.csv", n: 8, smt: 4, group: None, sockets: 1 },
-    Expect { file: "Intel_Core_i7-6700K.csv", n: 8, smt: 4, group: None, sockets: 1 },
-    Expect { file: "Intel_Core_i9-12900K.csv", n: 24, smt: 8, group: None, sockets: 1 },
-    Expect { file: "Intel_Core_i9-9900K_CPU_at_3.60_GHz.csv", n: 16, smt: 8, group: None, sockets: 1 },
-    Expect { file: "Intel_Atom_CPU_D510_at_1.66GHz.csv", n: 4, smt: 2, group: None, sockets: 1 },
-    Expect { file: "Intel_Core_i5-4590_CPU_at_3.30GHz.csv", n: 4, smt: 0, group: None, sockets: 1 },
-    Expect { file: "Intel_Core_i7-1165G7_at_2.80GHz.csv", n: 8, smt: 4, group: None, sockets: 1 },
-    Expect { file: "Intel_Xeon_Gold_6242_at_2.8GHz.csv", n: 32, smt: 16, group: None, sockets: 1 },
+    Expect {
+        file: "HiSilicon_Kunpeng_920-6426_at_2.6GHz.csv",
+        n: 64,
+        smt: 0,
+        group: Some(32),
+        sockets: 1,
+    },
+    Expect {
+        file: "Intel_Core_i5-10310U.csv",
+        n: 8,
+        smt: 4,
+        group: None,
+        sockets: 1,
+    },
+    Expect {
+        file: "Intel_Core_i7-6700K.csv",
+        n: 8,
+        smt: 4,
+        group: None,
+        sockets: 1,
+    },
+    Expect {
+        file: "Intel_Core_i9-12900K.csv",
+        n: 24,
+        smt: 8,
+        group: None,
+        sockets: 1,
+    },
+    Expect {
+        file: "Intel_Core_i9-9900K_CPU_at_3.60_GHz.csv",
+        n: 16,
+        smt: 8,
+        group: None,
+        sockets: 1,
+    },
+    Expect {
+        file: "Intel_Atom_CPU_D510_at_1.66GHz.csv",
+        n: 4,
+        smt: 2,
+        group: None,
+        sockets: 1,
+    },
+    Expect {
+        file: "Intel_Core_i5-4590_CPU_at_3.30GHz.csv",
+        n: 4,
+        smt: 0,
+        group: None,
+        sockets: 1,
+    },
+    Expect {
+        file: "Intel_Core_i7-1165G7_at_2.80GHz.csv",
+        n: 8,
+        smt: 4,
+        group: None,
+        sockets: 1,
+    },
+    Expect {
+        file: "Intel_Xeon_Gold_6242_at_2.8GHz.csv",
+        n: 32,
+        smt: 16,
+        group: None,
+        sockets: 1,
+    },
     // INDEX: "32 pairs ~41.4 ... tile-mates sharing L2, not SMT": a cluster level.
-    Expect { file: "Intel_Xeon_Phi_CPU_7210_at_1.30GHz.csv", n: 64, smt: 0, group: Some(2), sockets: 1 },
-    Expect { file: "Intel_Xeon_CPU_E5-2695_v4_at_2.10GHz.csv", n: 72, smt: 36, group: None, sockets: 2 },
-    Expect { file: "Intel_Xeon_Platinum_8275CL_CPU_at_3.00GHz.csv", n: 96, smt: 48, group: None, sockets: 2 },
-    Expect { file: "Intel_Xeon_Platinum_8375C_CPU_at_2.90GHz.csv", n: 128, smt: 64, group: None, sockets: 2 },
-    Expect { file: "Loongson_3A5000HV_2.5GHz_4_Cores_2021-Q3.csv", n: 4, smt: 0, group: None, sockets: 1 },
+    Expect {
+        file: "Intel_Xeon_Phi_CPU_7210_at_1.30GHz.csv",
+        n: 64,
+        smt: 0,
+        group: Some(2),
+        sockets: 1,
+    },
+    Expect {
+        file: "Intel_Xeon_CPU_E5-2695_v4_at_2.10GHz.csv",
+        n: 72,
+        smt: 36,
+        group: None,
+        sockets: 2,
+    },
+    Expect {
+        file: "Intel_Xeon_Platinum_8275CL_CPU_at_3.00GHz.csv",
+        n: 96,
+        smt: 48,
+        group: None,
+        sockets: 2,
+    },
+    Expect {
+        file: "Intel_Xeon_Platinum_8375C_CPU_at_2.90GHz.csv",
+        n: 128,
+        smt: 64,
+        group: None,
+        sockets: 2,
+    },
+    Expect {
+        file: "Loongson_3A5000HV_2.5GHz_4_Cores_2021-Q3.csv",
+        n: 4,
+        smt: 0,
+        group: None,
+        sockets: 1,
+    },
 ];
 
 fn load(file: &str) -> LatencyMatrix {
@@ -134,7 +354,8 @@ fn domains_recover_smt_cache_groups_and_sockets() {
             assert!(
                 levels
                     .iter()
-                    .any(|l| l.groups.len() == e.n / size && l.groups.iter().all(|g| g.len() == size)),
+                    .any(|l| l.groups.len() == e.n / size
+                        && l.groups.iter().all(|g| g.len() == size)),
                 "{}: no level of {}-CPU groups; levels {}",
                 e.file,
                 size,
@@ -164,13 +385,23 @@ fn domains_recover_smt_cache_groups_and_sockets() {
 #[test]
 fn threadripper_dies_and_numa_home_artefacts_are_reported() {
     let (d, f) = Domains::reconcile(&load("AMD_Ryzen_Threadripper_1950X.csv"), None).unwrap();
-    assert!(d.levels().iter().any(|l| l.groups.len() == 2 && l.groups.iter().all(|g| g.len() == 16)));
+    assert!(d
+        .levels()
+        .iter()
+        .any(|l| l.groups.len() == 2 && l.groups.iter().all(|g| g.len() == 16)));
     assert!(f.iter().any(|f| f.kind == FindingKind::NumaHome), "{f:?}");
     let (d, f) = Domains::reconcile(&load("AMD_EPYC_7R13_48-Core_Processor.csv"), None).unwrap();
-    let home: Vec<_> = f.iter().filter(|f| f.kind == FindingKind::NumaHome).collect();
+    let home: Vec<_> = f
+        .iter()
+        .filter(|f| f.kind == FindingKind::NumaHome)
+        .collect();
     assert_eq!(home.len(), 1, "{f:?}");
     assert_eq!(home[0].cpus.to_string(), "48-95,144-191");
-    assert!(home[0].message.contains("NUMA-home artefact"), "{}", home[0]);
+    assert!(
+        home[0].message.contains("NUMA-home artefact"),
+        "{}",
+        home[0]
+    );
     let socket = &d.levels()[d.levels().len() - 2];
     assert_eq!(socket.groups[0].to_string(), "0-47,96-143");
     // The level's latency is the hardware's (the fast socket's), not a blend.
@@ -287,7 +518,14 @@ fn spread_takes_distinct_domains_at_the_coarsest_level_with_enough() {
             groups.sort_unstable();
             groups.dedup();
             if d.levels()[level].groups.len() >= k {
-                assert_eq!(groups.len(), k, "{} K={k}: {} at {}", e.file, p.cpus, p.explanation.level);
+                assert_eq!(
+                    groups.len(),
+                    k,
+                    "{} K={k}: {} at {}",
+                    e.file,
+                    p.cpus,
+                    p.explanation.level
+                );
                 // No coarser level (below the machine) has k groups.
                 for coarser in &d.levels()[level + 1..d.levels().len() - 1] {
                     assert!(coarser.groups.len() < k, "{} K={k}", e.file);
@@ -337,7 +575,11 @@ fn prefer_siblings_fills_whole_cores_and_exclusive_reserves_them() {
     };
     let p = place(&d, &req, &all(&d)).unwrap();
     let smt = d.smt_level().unwrap();
-    let mut cores: Vec<usize> = p.cpus.iter().map(|c| d.group_of(smt, d.index_of(c).unwrap())).collect();
+    let mut cores: Vec<usize> = p
+        .cpus
+        .iter()
+        .map(|c| d.group_of(smt, d.index_of(c).unwrap()))
+        .collect();
     cores.dedup();
     cores.sort_unstable();
     cores.dedup();
@@ -362,7 +604,11 @@ fn exclusions_and_best_fit_keep_free_domains_whole() {
     // 5950X: two 16-CPU CCDs. With 2 CPUs of CCD 0 taken, a 4-CPU request goes to the
     // already-broken CCD 0, leaving CCD 1 whole.
     let d = Domains::from_matrix(&load("AMD_Ryzen_9_5950X_at_3.40_GHz.csv")).unwrap();
-    let llc = d.levels().iter().position(|l| l.kind == LevelKind::Cache).unwrap();
+    let llc = d
+        .levels()
+        .iter()
+        .position(|l| l.kind == LevelKind::Cache)
+        .unwrap();
     let ccd0 = d.levels()[llc].groups[0].clone();
     let taken: CpuSet = ccd0.iter().take(2).collect();
     let avail = all(&d).difference(&taken);
@@ -392,7 +638,15 @@ fn explanation_compares_with_autopilot() {
     // Dual Xeon Gold: CPUs 0 and 1 are not siblings (0/32 are), so autopilot K=2 pays
     // the mesh while the plan pays SMT.
     let d = Domains::from_matrix(&load("Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv")).unwrap();
-    let p = place(&d, &Request { count: 2, ..Default::default() }, &all(&d)).unwrap();
+    let p = place(
+        &d,
+        &Request {
+            count: 2,
+            ..Default::default()
+        },
+        &all(&d),
+    )
+    .unwrap();
     let x = &p.explanation;
     assert_eq!(x.level, "smt");
     assert!(x.cost.worst_ns.unwrap() < 10.0, "{x:?}");
@@ -415,14 +669,20 @@ fn explicit_lists_are_validated() {
         ..Default::default()
     };
     let e = place(&d, &bad, &all(&d)).unwrap_err();
-    assert_eq!(e.to_string(), "CPUs 64 are not online CPUs of this machine (0-63)");
+    assert_eq!(
+        e.to_string(),
+        "CPUs 64 are not online CPUs of this machine (0-63)"
+    );
     let sib = Request {
         cpus: Some("0,32".parse().unwrap()),
         smt: SmtPolicy::Avoid,
         ..Default::default()
     };
     let e = place(&d, &sib, &all(&d)).unwrap_err();
-    assert_eq!(e.to_string(), "CPUs 0 and 32 are SMT siblings but the request says smt = avoid");
+    assert_eq!(
+        e.to_string(),
+        "CPUs 0 and 32 are SMT siblings but the request says smt = avoid"
+    );
     let taken = Request {
         cpus: Some("1-2".parse().unwrap()),
         exclude: "2".parse().unwrap(),
@@ -435,9 +695,25 @@ fn explicit_lists_are_validated() {
 #[test]
 fn bad_requests_and_matrices_are_clear_errors() {
     let d = Domains::from_matrix(&load("Intel_Core_i7-6700K.csv")).unwrap();
-    let e = place(&d, &Request { count: 0, ..Default::default() }, &all(&d)).unwrap_err();
+    let e = place(
+        &d,
+        &Request {
+            count: 0,
+            ..Default::default()
+        },
+        &all(&d),
+    )
+    .unwrap_err();
     assert_eq!(e.to_string(), "count must be at least 1");
-    let e = place(&d, &Request { count: 9, ..Default::default() }, &all(&d)).unwrap_err();
+    let e = place(
+        &d,
+        &Request {
+            count: 9,
+            ..Default::default()
+        },
+        &all(&d),
+    )
+    .unwrap_err();
     assert_eq!(
         e.to_string(),
         "asked for 9 CPUs but only 8 are usable (8 online, the rest excluded or taken)"
@@ -448,7 +724,11 @@ fn bad_requests_and_matrices_are_clear_errors() {
         ..Default::default()
     };
     let e = place(&d, &req, &all(&d)).unwrap_err();
-    assert!(e.to_string().starts_with("asked for 5 CPUs but only 4 are usable (one CPU per core"), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("asked for 5 CPUs but only 4 are usable (one CPU per core"),
+        "{e}"
+    );
 
     let mut m = load("Intel_Core_i7-6700K.csv");
     m.latency_ns[3][1] = Some(f64::NAN);
@@ -458,7 +738,10 @@ fn bad_requests_and_matrices_are_clear_errors() {
     let mut m = load("Intel_Core_i7-6700K.csv");
     m.latency_ns[3][1] = Some(-2.0);
     m.latency_ns[1][3] = Some(-2.0);
-    assert!(Domains::from_matrix(&m).unwrap_err().to_string().contains("-2"));
+    assert!(Domains::from_matrix(&m)
+        .unwrap_err()
+        .to_string()
+        .contains("-2"));
 
     // A matrix measured on other CPUs than the topology's.
     let m = load("Intel_Core_i7-6700K.csv");
@@ -466,7 +749,7 @@ fn bad_requests_and_matrices_are_clear_errors() {
     let mut small = layout.clone();
     small.cpus = "0-3".parse().unwrap();
     small.levels.clear();
-    let e = Domains::reconcile(&m, Some(&small)).unwrap_err();
+    let e = Domains::reconcile_layout(&m, Some(&small)).unwrap_err();
     assert_eq!(
         e.to_string(),
         "latency matrix covers CPUs 0-7 (8) but the topology's online CPUs are 0-3 (4)"
@@ -504,11 +787,18 @@ fn a_vm_noise_matrix_leads_to_trusting_sysfs() {
     // What a TCG guest measures: hundreds of ns to µs, no structure.
     let mut rng = Rng(0x9e3779b97f4a7c15);
     let m = LatencyMatrix::from_fn((0..8).collect(), |_, _| 300.0 + 3000.0 * rng.next());
-    let (d, findings) = Domains::reconcile(&m, Some(&layout)).unwrap();
+    let (d, findings) = Domains::reconcile_layout(&m, Some(&layout)).unwrap();
     assert_eq!(d.trust(), Trust::Topology);
-    let noise: Vec<_> = findings.iter().filter(|f| f.kind == FindingKind::Noise).collect();
+    let noise: Vec<_> = findings
+        .iter()
+        .filter(|f| f.kind == FindingKind::Noise)
+        .collect();
     assert_eq!(noise.len(), 1, "{findings:?}");
-    assert!(noise[0].message.contains("sysfs topology is trusted"), "{}", noise[0]);
+    assert!(
+        noise[0].message.contains("sysfs topology is trusted"),
+        "{}",
+        noise[0]
+    );
     let req = Request {
         count: 2,
         smt: SmtPolicy::Avoid,
@@ -519,7 +809,10 @@ fn a_vm_noise_matrix_leads_to_trusting_sysfs() {
     assert_eq!(c.len(), 2);
     assert_ne!(c[0] / 2, c[1] / 2, "siblings chosen: {}", p.cpus);
     assert_eq!(c[0] / 4, c[1] / 4, "not one package: {}", p.cpus);
-    assert_eq!(p.explanation.cost.worst_ns, None, "no latency from a noise matrix");
+    assert_eq!(
+        p.explanation.cost.worst_ns, None,
+        "no latency from a noise matrix"
+    );
     // Without any matrix the same answer comes from sysfs alone.
     let t = Domains::from_layout(&layout).unwrap();
     assert_eq!(place(&t, &req, &all(&t)).unwrap().cpus, p.cpus);
@@ -539,20 +832,27 @@ fn a_real_matrix_that_splits_an_llc_is_trusted_and_reported() {
             (LevelKind::Package, vec!["0-31".parse().unwrap()]),
         ],
     };
-    let (d, findings) = Domains::reconcile(&m, Some(&layout)).unwrap();
+    let (d, findings) = Domains::reconcile_layout(&m, Some(&layout)).unwrap();
     assert_eq!(d.trust(), Trust::Matrix);
     assert!(
-        findings.iter().any(|f| f.kind == FindingKind::SplitsGroup && f.message.contains("llc")),
+        findings
+            .iter()
+            .any(|f| f.kind == FindingKind::SplitsGroup && f.message.contains("llc")),
         "{findings:?}"
     );
-    assert!(d.levels().iter().any(|l| l.groups.len() == 2 && l.latency_ns.unwrap() < 25.0));
+    assert!(d
+        .levels()
+        .iter()
+        .any(|l| l.groups.len() == 2 && l.latency_ns.unwrap() < 25.0));
 }
 
 #[test]
 fn sysfs_sockets_confirm_the_numa_home_artefact() {
     let m = load("AMD_EPYC_7R13_48-Core_Processor.csv");
     let sets = |f: &dyn Fn(u32) -> u32, groups: u32| -> Vec<CpuSet> {
-        (0..groups).map(|g| (0..192).filter(|&c| f(c) == g).collect()).collect()
+        (0..groups)
+            .map(|g| (0..192).filter(|&c| f(c) == g).collect())
+            .collect()
     };
     let layout = Layout {
         cpus: "0-191".parse().unwrap(),
@@ -562,10 +862,16 @@ fn sysfs_sockets_confirm_the_numa_home_artefact() {
             (LevelKind::Package, sets(&|c| (c % 96) / 48, 2)),
         ],
     };
-    let (d, findings) = Domains::reconcile(&m, Some(&layout)).unwrap();
+    let (d, findings) = Domains::reconcile_layout(&m, Some(&layout)).unwrap();
     assert_eq!(d.trust(), Trust::Matrix);
-    assert!(findings.iter().any(|f| f.kind == FindingKind::NumaHome), "{findings:?}");
-    let pkg = d.levels().iter().find(|l| l.kind == LevelKind::Package || l.also.contains(&LevelKind::Package));
+    assert!(
+        findings.iter().any(|f| f.kind == FindingKind::NumaHome),
+        "{findings:?}"
+    );
+    let pkg = d
+        .levels()
+        .iter()
+        .find(|l| l.kind == LevelKind::Package || l.also.contains(&LevelKind::Package));
     assert_eq!(pkg.unwrap().groups.len(), 2);
     assert!(!findings.iter().any(|f| f.kind == FindingKind::Noise));
 }
@@ -606,7 +912,12 @@ fn clustering_survives_noise_and_outlier_cells() {
         };
         assert_eq!(coarse(&got), coarse(&want), "{file}");
         let pairs = |d: &Domains| d.levels()[0].groups.iter().filter(|g| g.len() == 2).count();
-        assert!(pairs(&got) * 100 >= pairs(&want) * 97, "{file}: {} vs {}", pairs(&got), pairs(&want));
+        assert!(
+            pairs(&got) * 100 >= pairs(&want) * 97,
+            "{file}: {} vs {}",
+            pairs(&got),
+            pairs(&want)
+        );
     }
 }
 
@@ -615,7 +926,15 @@ fn topology_only_domains_place_by_level() {
     let t = Domains::from_layout(&qemu_layout()).unwrap();
     let names: Vec<String> = t.levels().iter().map(|l| l.name()).collect();
     assert_eq!(names, ["smt", "llc = package = node", "machine"]);
-    let p = place(&t, &Request { count: 2, ..Default::default() }, &all(&t)).unwrap();
+    let p = place(
+        &t,
+        &Request {
+            count: 2,
+            ..Default::default()
+        },
+        &all(&t),
+    )
+    .unwrap();
     assert_eq!(p.cpus.to_string(), "0-1");
     let p = place(
         &t,
