@@ -121,7 +121,7 @@ fn report() {
     println!("### five consecutive default runs\n");
     let mut figures = Vec::new();
     let mut times = Vec::new();
-    let mut unit = Duration::ZERO;
+    let mut units = Vec::new();
     for run in 1..=5 {
         let t0 = Instant::now();
         let m = measure::run_detailed(&config(Mode::Serial), |_| {}).expect("measure");
@@ -149,7 +149,7 @@ fn report() {
         );
         figures.push(v);
         times.push(took);
-        unit += m.report.mean_unit;
+        units.push(m.report.mean_unit);
     }
     let lo = figures.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = figures.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -160,8 +160,10 @@ fn report() {
     let tmax = times.iter().max().expect("five runs");
     println!("slowest 2-CPU run: {:.3} s\n", tmax.as_secs_f64());
 
-    // 3. The model, from this machine's per-pair cost and thread overhead.
-    let per_pair = unit / 5;
+    // 3. The model, from this machine's per-pair cost (median of the five runs: one
+    // preempted run should not set it) and thread overhead.
+    units.sort();
+    let per_pair = units[units.len() / 2];
     let gate_cost = {
         let reps = 50u32;
         let t0 = Instant::now();
@@ -191,7 +193,11 @@ fn report() {
         passes: cfg.passes,
         serial_check: cfg.serial_check,
     };
-    println!("### time model (per pair-pass {per_pair:.2?}, thread start+join per pair {gate_cost:.2?}, {} passes)\n", cfg.passes);
+    println!(
+        "### time model (per pair-pass {per_pair:.2?}, median of {:.2?}; thread start+join per pair {gate_cost:.2?}; {} passes)\n",
+        units,
+        cfg.passes
+    );
     println!("| CPUs | pairs | serial | parallel rounds |");
     println!("|---|---|---|---|");
     for n in [2usize, 16, 128, 256, 512] {
