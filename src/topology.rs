@@ -334,6 +334,9 @@ impl Degraded {
     }
 }
 
+/// CPU id → NUMA node id.
+type CpuNodes = BTreeMap<u32, u32>;
+
 struct Reader<'a> {
     root: &'a SysRoot,
     warnings: Vec<String>,
@@ -494,8 +497,7 @@ impl<'a> Reader<'a> {
     }
 
     /// NUMA nodes and the node of each CPU; empty when the kernel has no NUMA support.
-    #[allow(clippy::type_complexity)]
-    fn nodes(&mut self, online: &CpuSet) -> Result<(Vec<Node>, BTreeMap<u32, u32>), TopologyError> {
+    fn nodes(&mut self, online: &CpuSet) -> Result<(Vec<Node>, CpuNodes), TopologyError> {
         let base = self.root.sys_path(NODE_DIR);
         let ids = match self.list(&base.join("online"))? {
             Some(ids) => ids,
@@ -621,9 +623,14 @@ impl<'a> Reader<'a> {
         };
         // Clusters are an optional level (kernels before 5.16 and most x86 parts have
         // none to report): no cluster list simply means the core is its own cluster.
-        let cluster_cpus = self
-            .set_at(&[topo("cluster_cpus_list")])?
-            .unwrap_or_else(|| siblings.clone());
+        let cluster_cpus = match self.set_at(&[topo("cluster_cpus_list")])? {
+            Some(set) => set,
+            None => {
+                // Not a warning, but follows the siblings once they are reconciled.
+                self.guessed.insert((cpu, "cluster_cpus_list".to_string()));
+                siblings.clone()
+            }
+        };
 
         let caches = self.caches(cpu)?;
         let capacity = self.num(&self.cpu_path(&format!("{dir}/cpu_capacity")))?;
@@ -853,6 +860,11 @@ fn reconcile(cpus: &mut [Cpu], guessed: &BTreeSet<(u32, String)>) {
             if let Some(set) = known {
                 *get(&mut cpus[i]) = set;
             }
+        }
+    }
+    for c in cpus.iter_mut() {
+        if is_guess(c.cpu, "cluster_cpus_list") {
+            c.cluster_cpus = c.siblings.clone();
         }
     }
     type IdField = (fn(&Cpu) -> u32, fn(&mut Cpu, u32), fn(&Cpu) -> &CpuSet);

@@ -405,6 +405,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn roots_resolve_from_a_machine_dir_a_sysfs_root_or_explicit_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let machine = dir.path().join("m");
+        std::fs::create_dir_all(machine.join("sys/devices/system/cpu")).unwrap();
+        std::fs::create_dir_all(machine.join("proc")).unwrap();
+        let expect = SysRoot::machine(&machine);
+        assert_eq!(resolve_roots(Some(&machine), None), expect);
+        assert_eq!(resolve_roots(Some(&machine.join("sys")), None), expect);
+        let lone = dir.path().join("lone");
+        std::fs::create_dir_all(lone.join("devices/system/cpu")).unwrap();
+        assert_eq!(
+            resolve_roots(Some(&lone), None),
+            SysRoot::with_sys(&lone),
+            "no proc beside it: the running machine's"
+        );
+        let proc = dir.path().join("p");
+        assert_eq!(
+            resolve_roots(Some(&machine), Some(&proc)),
+            SysRoot::new(machine.join("sys"), &proc)
+        );
+        assert_eq!(resolve_roots(None, None), SysRoot::default());
+    }
+
+    #[test]
     fn sizes_read_naturally() {
         assert_eq!(human_size(32 * 1024), "32 KiB");
         assert_eq!(human_size(1 << 20), "1 MiB");

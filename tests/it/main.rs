@@ -1,6 +1,8 @@
 //! Integration tests: one binary, one module per area.
 
 mod cli_smoke;
+mod daemon;
 mod measure;
+mod placement;
 mod rules;
 mod topology;

@@ -105,10 +105,12 @@ fn the_real_fingerprint_is_stable() {
     assert!(a.inputs.kernel_release.is_some(), "osrelease read");
 }
 
-#[test]
-fn cli_json_has_the_documented_fields_for_every_online_cpu() {
+/// Runs `pinnerd topology --json [extra]` and checks it against the library's view of
+/// `root`.
+fn check_cli_json(extra: &[&std::ffi::OsStr], root: &SysRoot) {
     let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
         .args(["topology", "--json"])
+        .args(extra)
         .output()
         .unwrap();
     assert!(
@@ -117,31 +119,82 @@ fn cli_json_has_the_documented_fields_for_every_online_cpu() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let t = Topology::discover(&SysRoot::default()).unwrap();
-    let fp = Fingerprint::read(&SysRoot::default()).unwrap();
+    let t = Topology::discover(root).unwrap();
+    let fp = Fingerprint::read(root).unwrap();
     assert_eq!(v["fingerprint"], fp.hex);
+    assert_eq!(
+        v["fingerprint_inputs"],
+        serde_json::to_value(&fp.inputs).unwrap()
+    );
+    let ids = |value: &serde_json::Value| -> CpuSet {
+        value
+            .as_array()
+            .unwrap_or_else(|| panic!("not an array: {value}"))
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
+    };
+    assert_eq!(ids(&v["online"]), t.online);
+    assert_eq!(ids(&v["offline"]), t.offline);
+    assert_eq!(ids(&v["isolated"]), t.isolated);
+    assert_eq!(ids(&v["usable"]), t.usable());
+    assert_eq!(v["hybrid"], t.is_hybrid());
+    assert_eq!(v["warnings"].as_array().unwrap().len(), t.warnings.len());
     let cpus = v["cpus"].as_array().unwrap();
     assert_eq!(cpus.len(), t.online.len());
     for (entry, c) in cpus.iter().zip(&t.cpus) {
-        let ids = |key: &str| -> CpuSet {
-            entry[key]
-                .as_array()
-                .unwrap_or_else(|| panic!("{key} is not an array: {entry}"))
-                .iter()
-                .map(|x| x.as_u64().unwrap() as u32)
-                .collect()
-        };
         assert_eq!(entry["cpu"], c.cpu);
         assert_eq!(entry["package"], c.package);
         assert_eq!(entry["die"], c.die);
         assert_eq!(entry["core"], c.core);
         assert_eq!(entry["node"], c.node);
-        assert_eq!(ids("siblings"), c.siblings);
+        assert_eq!(ids(&entry["siblings"]), c.siblings);
         match t.llc(c.cpu) {
-            Some(llc) => assert_eq!(&ids("llc"), llc),
-            None => assert!(entry["llc"].is_null()),
+            Some(llc) => assert_eq!(&ids(&entry["llc"]), llc),
+            None => assert!(entry["llc"].is_null(), "{entry}"),
+        }
+        assert_eq!(
+            entry["core_type"],
+            serde_json::to_value(c.core_type).unwrap()
+        );
+        assert_eq!(
+            entry["max_freq_khz"],
+            serde_json::to_value(c.max_freq_khz).unwrap()
+        );
+        assert_eq!(entry["isolated"], t.isolated.contains(c.cpu));
+        let caches = entry["caches"].as_array().unwrap();
+        assert_eq!(caches.len(), c.caches.len());
+        for (e, k) in caches.iter().zip(&c.caches) {
+            assert_eq!(e["level"], k.level);
+            assert_eq!(e["type"], serde_json::to_value(k.kind).unwrap());
+            assert_eq!(ids(&e["shared"]), k.shared);
         }
     }
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), t.nodes.len());
+    for (entry, n) in nodes.iter().zip(&t.nodes) {
+        assert_eq!(entry["id"], n.id);
+        assert_eq!(ids(&entry["cpus"]), n.cpus);
+    }
+}
+
+#[test]
+fn cli_json_has_the_documented_fields_for_every_online_cpu() {
+    check_cli_json(&[], &SysRoot::default());
+    for name in FIXTURES {
+        let dir = fixture(name);
+        check_cli_json(
+            &["--sysfs".as_ref(), dir.as_os_str()],
+            &SysRoot::machine(&dir),
+        );
+    }
+    // A sysfs root with procfs beside it reads the same machine.
+    let dir = fixture("i9-12900k");
+    let sys = dir.join("sys");
+    check_cli_json(
+        &["--sysfs".as_ref(), sys.as_os_str()],
+        &SysRoot::machine(&dir),
+    );
 }
 
 #[test]
@@ -318,6 +371,16 @@ fn i9_12900k_is_hybrid() {
         "E-cores share L2 by 4"
     );
     assert_eq!(e.cluster_cpus, set("20-23"));
+    let kinds: Vec<(u8, CacheKind)> = e.caches.iter().map(|c| (c.level, c.kind)).collect();
+    assert_eq!(
+        kinds,
+        [
+            (1, CacheKind::Data),
+            (1, CacheKind::Instruction),
+            (2, CacheKind::Unified),
+            (3, CacheKind::Unified)
+        ]
+    );
     assert_eq!(e.max_freq_khz, Some(3_900_000));
     assert_eq!(t.cpu(0).unwrap().max_freq_khz, Some(4_900_000));
     assert_eq!(t.llc(0), Some(&set("0-23")));
@@ -500,12 +563,10 @@ fn a_tree_without_cpus_is_an_error_not_a_panic() {
     assert!(err.to_string().contains(&dir.path().display().to_string()));
 }
 
-/// Removing any single file of a real capture degrades, never fails or panics, and
-/// the result stays consistent.
+/// Removing any single file degrades, never fails or panics, and the result stays
+/// consistent (siblings symmetric, every CPU in its own caches and node...).
 #[test]
 fn any_missing_file_degrades_gracefully() {
-    let src = fixture("i7-7700-cpu3-offline");
-    let mut files = Vec::new();
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for e in std::fs::read_dir(dir).unwrap() {
             let e = e.unwrap();
@@ -516,34 +577,98 @@ fn any_missing_file_degrades_gracefully() {
             }
         }
     }
-    walk(&src.join("sys/devices/system/cpu/cpu0"), &mut files);
-    walk(&src.join("sys/devices/system/node"), &mut files);
-    for f in ["online", "possible", "present", "offline", "isolated"] {
-        files.push(src.join("sys/devices/system/cpu").join(f));
+    for (name, cpu_dirs) in [
+        ("i7-7700-cpu3-offline", &["cpu0", "cpu3"][..]),
+        ("epyc-vm-2cpu", &["cpu1"][..]),
+        ("xeon-e5620", &["cpu1"][..]),
+        ("i9-12900k", &["cpu17"][..]),
+    ] {
+        let src = fixture(name);
+        let cpu = src.join("sys/devices/system/cpu");
+        let mut files = Vec::new();
+        for d in cpu_dirs {
+            walk(&cpu.join(d), &mut files);
+        }
+        walk(&src.join("sys/devices/system/node"), &mut files);
+        walk(&src.join("proc"), &mut files);
+        for f in [
+            "online",
+            "possible",
+            "present",
+            "offline",
+            "isolated",
+            "smt/control",
+        ] {
+            files.push(cpu.join(f));
+        }
+        files.push(src.join("sys/devices/cpu_core/cpus"));
+        let (baseline, _) = read_fixture(name);
+        let dir = tempfile::tempdir().unwrap();
+        copy_tree(&src, dir.path());
+        let root = SysRoot::machine(dir.path());
+        let aside = dir.path().join("aside");
+        let mut tried = 0;
+        for file in files.iter().filter(|f| f.exists()) {
+            let rel = file.strip_prefix(&src).unwrap();
+            std::fs::rename(dir.path().join(rel), &aside).unwrap();
+            let t =
+                Topology::discover(&root).unwrap_or_else(|e| panic!("{name} without {rel:?}: {e}"));
+            assert_consistent(&t);
+            assert_eq!(t.online, baseline.online, "{name} without {rel:?}");
+            Fingerprint::read(&root).unwrap_or_else(|e| panic!("{name} without {rel:?}: {e}"));
+            std::fs::rename(&aside, dir.path().join(rel)).unwrap();
+            tried += 1;
+        }
+        assert!(tried > 20, "{name}: only {tried} files tried");
+        assert_eq!(
+            Topology::discover(&root).unwrap(),
+            baseline,
+            "all files restored"
+        );
     }
-    files.push(src.join("sys/devices/cpu_core/cpus"));
-    let (baseline, _) = read_fixture("i7-7700-cpu3-offline");
+}
+
+/// A fact missing for one CPU is taken from the CPUs that list it: nothing is lost
+/// but a warning is added.
+#[test]
+fn a_fact_missing_for_one_cpu_is_taken_from_the_others() {
+    let (baseline, _) = read_fixture("xeon-e5620");
     let dir = tempfile::tempdir().unwrap();
-    copy_tree(&src, dir.path());
-    let root = SysRoot::machine(dir.path());
-    let aside = dir.path().join("aside");
-    for file in files.iter().filter(|f| f.exists()) {
-        let rel = file.strip_prefix(&src).unwrap();
-        std::fs::rename(dir.path().join(rel), &aside).unwrap();
-        let t = Topology::discover(&root).unwrap_or_else(|e| panic!("without {rel:?}: {e}"));
-        assert_consistent(&t);
-        assert_eq!(t.online, baseline.online, "without {rel:?}");
-        Fingerprint::read(&root).unwrap_or_else(|e| panic!("without {rel:?}: {e}"));
-        std::fs::rename(&aside, dir.path().join(rel)).unwrap();
+    copy_tree(&fixture("xeon-e5620"), dir.path());
+    let cpu1 = dir.path().join("sys/devices/system/cpu/cpu1");
+    for f in [
+        "topology/physical_package_id",
+        "topology/core_cpus_list",
+        "topology/package_cpus_list",
+        "topology/die_cpus_list",
+        "cache/index3/shared_cpu_list",
+    ] {
+        std::fs::remove_file(cpu1.join(f)).unwrap();
     }
-    assert_eq!(
-        Topology::discover(&root).unwrap(),
-        baseline,
-        "all files restored"
+    let mut t = Topology::discover(&SysRoot::machine(dir.path())).unwrap();
+    assert_eq!(t.warnings.len(), 5, "{:#?}", t.warnings);
+    assert!(
+        t.warnings.iter().all(|w| w.starts_with("CPUs 1: ")),
+        "{:#?}",
+        t.warnings
     );
-    // Cache kinds still read right after all that copying.
-    assert_eq!(
-        baseline.cpu(0).unwrap().caches[1].kind,
-        CacheKind::Instruction
-    );
+    t.warnings.clear();
+    assert_eq!(t, baseline);
+
+    // The capture has both shared_cpu_list and the hex shared_cpu_map: either will do.
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(&fixture("epyc-vm-2cpu"), dir.path());
+    let (baseline, _) = read_fixture("epyc-vm-2cpu");
+    for cpu in ["cpu0", "cpu1"] {
+        std::fs::remove_file(
+            dir.path()
+                .join("sys/devices/system/cpu")
+                .join(cpu)
+                .join("cache/index3/shared_cpu_list"),
+        )
+        .unwrap();
+    }
+    let t = Topology::discover(&SysRoot::machine(dir.path())).unwrap();
+    assert_eq!(t, baseline, "read from shared_cpu_map");
+    assert_eq!(t.llc(1), Some(&set("0-1")));
 }
