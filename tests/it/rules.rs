@@ -670,7 +670,7 @@ mod props {
     }
 
     const COMMS: [&str; 6] = ["app", "app-rx", "apx", "db", "dbw", "zz"];
-    const GLOBS: [&str; 6] = ["app*", "ap?", "db", "db*", "*", "{app,db}"];
+    const GLOBS: [&str; 8] = ["app*", "ap?", "db", "db*", "*", "{app,db}", "*w", "*-rx"];
 
     /// A small rule: name, priority in a narrow range (so ties happen), a comm glob or
     /// none (a uid match instead).
