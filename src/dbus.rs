@@ -168,13 +168,15 @@ pub struct Pinnerd1 {
 
 impl Pinnerd1 {
     /// `events` is the loop's channel; `snapshot` what the loop publishes.
-    pub fn new(events: mpsc::Sender<Event>, snapshot: watch::Receiver<Snapshot>) -> Self {
+    pub fn new(
+        events: mpsc::Sender<Event>,
+        snapshot: watch::Receiver<Snapshot>,
+        limiter: RateLimiter,
+    ) -> Self {
         Pinnerd1 {
             events,
             snapshot,
-            // Generous for people and scripts, tight enough that a loop of calls from
-            // one unprivileged user cannot keep the daemon busy.
-            limiter: RateLimiter::new(20, 10),
+            limiter,
         }
     }
 
@@ -466,8 +468,9 @@ pub async fn serve(
     bus: &BusTarget,
     events: mpsc::Sender<Event>,
     snapshot: watch::Receiver<Snapshot>,
+    limiter: RateLimiter,
 ) -> Result<Connection, DbusError> {
-    let object = Pinnerd1::new(events, snapshot);
+    let object = Pinnerd1::new(events, snapshot, limiter);
     bus.builder()
         .serve_at(OBJECT_PATH, object)
         .name(BUS_NAME)

@@ -9,15 +9,15 @@ use anyhow::Context;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 
-use crate::daemon::state::{Config, Timing};
+use crate::daemon::state::Config;
 use crate::daemon::{DaemonError, Options};
 use crate::dbus::BusTarget;
+use crate::rules::LoadPolicy;
+use crate::settings::{Settings, DEFAULT_SETTINGS_PATH};
 use crate::sysroot::SysRoot;
 
 use super::ConfigInvalid;
 
-/// The rule directory when none is given.
-pub const DEFAULT_RULES: &str = "/etc/pinnerd.d";
 /// The state directory when neither `--state-dir` nor `$STATE_DIRECTORY` says.
 pub const DEFAULT_STATE: &str = "/var/lib/pinnerd";
 /// The runtime directory when neither `--runtime-dir` nor `$RUNTIME_DIRECTORY` says.
@@ -25,10 +25,12 @@ pub const DEFAULT_RUNTIME: &str = "/run/pinnerd";
 
 #[derive(Debug, clap::Args)]
 pub struct DaemonArgs {
-    /// Daemon settings file (measurement interval, budget, rescan interval…).
-    #[arg(long, value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Rule directory; repeat for several. Default: /etc/pinnerd.d.
+    /// Daemon settings file (measurement interval, budget, rescan interval…); a missing
+    /// file means the defaults.
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_SETTINGS_PATH)]
+    pub config: PathBuf,
+    /// Rule directory; repeat for several. Default: the settings' `rule-dirs`
+    /// (/etc/pinnerd.d).
     #[arg(long = "rules", value_name = "DIR")]
     pub rules: Vec<PathBuf>,
     /// Where the matrix and its history live. Default: $STATE_DIRECTORY, else
@@ -80,11 +82,9 @@ fn init_logging(verbose: u8) {
 
 pub fn run(args: DaemonArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     init_logging(verbose);
-    let rule_dirs = if args.rules.is_empty() {
-        vec![PathBuf::from(DEFAULT_RULES)]
-    } else {
-        args.rules
-    };
+    let settings = Settings::load_or_default(&args.config, &LoadPolicy::for_current_process())
+        .map_err(|e| ConfigInvalid(e.to_string()))?;
+    let rule_dirs = (!args.rules.is_empty()).then_some(args.rules);
     let state_dir = args
         .state_dir
         .or_else(|| dir_from_env("STATE_DIRECTORY"))
@@ -101,7 +101,7 @@ pub fn run(args: DaemonArgs, verbose: u8) -> anyhow::Result<ExitCode> {
             runtime_dir,
             sysroot: SysRoot::default(),
         },
-        timing: Timing::default(),
+        settings,
         bus: args.bus,
     };
     match crate::daemon::run(opts) {

@@ -14,6 +14,8 @@ use zbus::Connection;
 
 use crate::dbus::{self, BusTarget, Signal};
 
+use crate::settings::Settings;
+
 use super::state::{Action, Config, State, Timing};
 use super::{worker, DaemonError, Event, ReloadCause, Snapshot};
 
@@ -25,18 +27,16 @@ pub const EVENT_QUEUE: usize = 4096;
 #[derive(Debug, Clone)]
 pub struct Options {
     pub config: Config,
-    pub timing: Timing,
+    /// Read (and checked) by the caller, so that a bad file stops the daemon before it
+    /// takes the bus name.
+    pub settings: Settings,
     pub bus: BusTarget,
 }
 
 /// Runs the daemon until SIGTERM; returns after masks are restored.
-pub fn run(mut opts: Options) -> Result<(), DaemonError> {
+pub fn run(opts: Options) -> Result<(), DaemonError> {
     for dir in [&opts.config.state_dir, &opts.config.runtime_dir] {
         ensure_dir(dir)?;
-    }
-    if opts.timing.watchdog_every.is_none() {
-        // Ping at half of systemd's WatchdogSec.
-        opts.timing.watchdog_every = sd_notify::watchdog_enabled().map(|d| d / 2);
     }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -62,7 +62,9 @@ async fn run_async(opts: Options) -> Result<(), DaemonError> {
 
     let (tx, rx) = mpsc::channel(EVENT_QUEUE);
     let (snap_tx, snap_rx) = watch::channel(Snapshot::starting());
-    let conn = dbus::serve(&opts.bus, tx.clone(), snap_rx.clone()).await?;
+    let limits = &opts.settings.limits;
+    let limiter = dbus::RateLimiter::new(limits.dbus_burst, limits.dbus_calls_per_second);
+    let conn = dbus::serve(&opts.bus, tx.clone(), snap_rx.clone(), limiter).await?;
     tracing::info!(bus = %opts.bus, name = dbus::BUS_NAME, "bus name acquired");
     tokio::spawn(dbus::publish_properties(conn.clone(), snap_rx));
 
@@ -80,7 +82,12 @@ async fn run_async(opts: Options) -> Result<(), DaemonError> {
             }
         }
     });
-    match super::sources::rule_watcher(&opts.config.rule_dirs) {
+    let rule_dirs = opts
+        .config
+        .rule_dirs
+        .clone()
+        .unwrap_or_else(|| opts.settings.rule_dirs.clone());
+    match super::sources::rule_watcher(&rule_dirs) {
         Ok(inotify) => {
             let tx = tx.clone();
             tokio::spawn(async move {
@@ -105,7 +112,15 @@ async fn run_async(opts: Options) -> Result<(), DaemonError> {
     });
 
     let (done_tx, done_rx) = oneshot::channel();
-    let state = State::new(opts.config.clone(), opts.timing.clone(), Instant::now());
+    // Ping at half of systemd's WatchdogSec.
+    let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
+    let timing = Timing::from_settings(&opts.settings, watchdog);
+    let state = State::new(
+        opts.config.clone(),
+        opts.settings.clone(),
+        timing,
+        Instant::now(),
+    );
     let shell = Shell {
         events: tx,
         snapshot: snap_tx,
@@ -114,11 +129,10 @@ async fn run_async(opts: Options) -> Result<(), DaemonError> {
     std::thread::Builder::new()
         .name("pinnerd-loop".into())
         .spawn(move || {
-            shell.run_loop(state, rx);
-            let _ = done_tx.send(());
+            let _ = done_tx.send(shell.run_loop(state, rx));
         })
         .map_err(DaemonError::Runtime)?;
-    let result = done_rx.await.map_err(|_| DaemonError::LoopDied);
+    let result = done_rx.await.unwrap_or(Err(DaemonError::LoopDied));
     notify(&[sd_notify::NotifyState::Stopping]);
     release(conn).await;
     result
@@ -138,8 +152,8 @@ struct Shell {
 }
 
 impl Shell {
-    fn run_loop(&self, mut state: State, mut rx: mpsc::Receiver<Event>) {
-        state.start(Instant::now());
+    fn run_loop(&self, mut state: State, mut rx: mpsc::Receiver<Event>) -> Result<(), DaemonError> {
+        state.start()?;
         self.perform(&mut state);
         self.publish(&state);
         notify(&[sd_notify::NotifyState::Ready]);
@@ -149,9 +163,10 @@ impl Shell {
             let exit = self.perform(&mut state);
             self.publish(&state);
             if exit {
-                return;
+                return Ok(());
             }
         }
+        Ok(())
     }
 
     fn publish(&self, state: &State) {
@@ -182,7 +197,7 @@ impl Shell {
                     Action::Measure(job) => {
                         let id = job.id;
                         let tx = self.events.clone();
-                        let spawned = worker::spawn(job, move |outcome| {
+                        let spawned = worker::spawn(*job, move |outcome| {
                             let _ = tx.blocking_send(Event::Measured(outcome));
                         });
                         if let Err(e) = spawned {

@@ -30,6 +30,9 @@ const SYSTEM_POLICY: &str = r#"
     <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
     <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
   </policy>
+  <policy user="root">
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Monitoring"/>
+  </policy>
 "#;
 
 /// Lets anyone own anything and call anything: only the daemon's own check is left.
@@ -198,7 +201,28 @@ impl Dirs {
             std::fs::Permissions::from_mode(0o755),
         )
         .unwrap();
-        Dirs { root }
+        let d = Dirs { root };
+        // Small budgets; measure even on a busy machine; nothing periodic.
+        d.write_settings("");
+        d
+    }
+
+    /// Writes the settings file: the test defaults plus `extra` TOML.
+    pub fn write_settings(&self, extra: &str) {
+        std::fs::write(
+            self.settings(),
+            format!(
+                "[measure]\nbudget = \"1s\"\nidle-threshold = 1.0\ndrift-probe = \"off\"\ninterval = \"off\"\n{extra}"
+            ),
+        )
+        .unwrap();
+    }
+
+    /// Writes a rule file atomically (temp file + rename, as editors do).
+    pub fn write_rule(&self, name: &str, text: &str) {
+        let tmp = self.root.path().join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.rules().join(name)).unwrap();
     }
     pub fn rules(&self) -> PathBuf {
         self.root.path().join("rules")
@@ -226,8 +250,6 @@ pub struct Daemon {
 impl Daemon {
     /// Starts the daemon; returns at once (see [`Daemon::wait_ready`]).
     pub fn spawn(bus: &Bus, dirs: &Dirs, extra: &[&str]) -> Daemon {
-        let n = std::sync::atomic::AtomicU32::new(0);
-        let _ = n;
         let sock = dirs.root.path().join(format!(
             "notify-{}",
             std::time::SystemTime::now()
@@ -257,9 +279,7 @@ impl Daemon {
             .arg(dirs.state())
             .arg("--runtime-dir")
             .arg(dirs.runtime());
-        if dirs.settings().exists() {
-            cmd.arg("--config").arg(dirs.settings());
-        }
+        cmd.arg("--config").arg(dirs.settings());
         cmd.args(extra)
             .env("NOTIFY_SOCKET", &sock)
             .env("RUST_LOG", "pinnerd=debug")
@@ -305,6 +325,26 @@ impl Daemon {
                 let msg = String::from_utf8_lossy(&buf[..n]).to_string();
                 self.notes.extend(msg.lines().map(str::to_string));
             }
+        }
+    }
+
+    /// Waits until `MeasuredAt` is set and differs from `not`; returns it. A measurement
+    /// that fails (the CI machine may be too busy for the pins to hold) is asked for
+    /// again a few times; the daemon log is shown if none succeeds.
+    pub fn wait_measured(&self, bus: &Bus, not: &str) -> String {
+        let end = Instant::now() + Duration::from_secs(120);
+        let mut retries = 0;
+        loop {
+            let m = bus.get("MeasuredAt");
+            if m != "t 0" && m != not {
+                return m;
+            }
+            if bus.get("State") == "s \"degraded\"" && retries < 5 {
+                retries += 1;
+                bus.call("Remeasure", &[]);
+            }
+            assert!(Instant::now() < end, "no measurement; log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
@@ -634,4 +674,197 @@ fn the_policy_file_is_well_formed_and_denies_by_default() {
             "{m} opened to everyone"
         );
     }
+}
+
+/// A rule with explicit CPUs that matches nothing running.
+fn rule(name: &str) -> String {
+    format!("[[rule]]\nname = \"{name}\"\n[rule.match]\ncomm = \"no-such-{name}\"\n[rule.place]\ncpus = \"0\"\n")
+}
+
+#[test]
+fn remeasure_wait_reports_the_end_and_measured_at_changes() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let d = Daemon::start(&bus, &dirs);
+    // The first measurement starts at once (nothing stored yet).
+    let before = d.wait_measured(&bus, "");
+    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args([
+            "remeasure",
+            "--wait",
+            "--timeout",
+            "60",
+            "--bus",
+            &bus.address,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\nlog:\n{}", text(&out), d.log());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("finished:") && said.contains("ns one-way"),
+        "{said}"
+    );
+    assert_ne!(bus.get("MeasuredAt"), before);
+    assert_eq!(bus.get("State"), "s \"ready\"");
+    // The matrix is there, square, over the online CPUs.
+    let m = bus.call("GetMatrix", &[]);
+    let n = bus.get("CpuCount").trim_start_matches("u ").to_string();
+    assert!(m.starts_with(&format!("auaad {n} ")), "{m}");
+}
+
+#[test]
+fn remeasure_calls_in_quick_succession_coalesce() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    let a = bus.call("Remeasure", &[]);
+    let b = bus.call("Remeasure", &[]);
+    let c = bus.call("Remeasure", &[]);
+    assert_eq!(a, b);
+    assert_eq!(b, c);
+}
+
+#[test]
+fn inotify_reloads_and_a_bad_file_keeps_the_previous_rules() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    assert_eq!(bus.get("RuleCount"), "u 0");
+    dirs.write_rule("10-a.toml", &rule("a"));
+    bus.wait_for(
+        "RuleCount 1 after a file appeared",
+        Duration::from_secs(10),
+        || bus.get("RuleCount") == "u 1",
+    );
+    assert_eq!(bus.get("RuleErrors"), "as 0");
+    // The same file, now broken: its rule stays, the error shows.
+    dirs.write_rule("10-a.toml", "[[rule]]\nname = \"a\"\nbogus = true\n");
+    bus.wait_for(
+        "RuleErrors after a bad edit",
+        Duration::from_secs(10),
+        || bus.get("RuleErrors") != "as 0",
+    );
+    assert_eq!(bus.get("RuleCount"), "u 1");
+    let errors = bus.get("RuleErrors");
+    let file = dirs.rules().join("10-a.toml");
+    assert!(
+        errors.contains(&format!("{}:3:1", file.display())),
+        "{errors}"
+    );
+    // Deleting it removes its rule.
+    std::fs::remove_file(&file).unwrap();
+    bus.wait_for("RuleCount 0 after delete", Duration::from_secs(10), || {
+        bus.get("RuleCount") == "u 0"
+    });
+    assert_eq!(bus.get("RuleErrors"), "as 0");
+}
+
+#[test]
+fn sighup_reloads() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    // A second rule directory that does not exist yet cannot be watched: only SIGHUP
+    // sees what appears in it.
+    let late = dirs.root.path().join("late");
+    let mut d = Daemon::spawn(&bus, &dirs, &["--rules", late.to_str().unwrap()]);
+    d.wait_note("READY=1", Duration::from_secs(60));
+    std::fs::create_dir(&late).unwrap();
+    std::fs::write(late.join("b.toml"), rule("b")).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        bus.get("RuleCount"),
+        "u 0",
+        "nothing watched that directory"
+    );
+    d.signal(libc::SIGHUP);
+    d.wait_note("RELOADING=1", Duration::from_secs(10));
+    d.wait_note("READY=1", Duration::from_secs(10));
+    assert_eq!(bus.get("RuleCount"), "u 1");
+}
+
+#[test]
+fn reload_method_returns_the_count_and_the_errors_and_signals() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    let mut monitor = Command::new("busctl")
+        .arg(format!("--address={}", bus.address))
+        .args(["monitor", "--json=short", NAME])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(dirs.rules().join("20-bad.toml"), "[[rule]]\nname = 1\n").unwrap();
+    std::fs::write(dirs.rules().join("10-good.toml"), rule("good")).unwrap();
+    let out = bus.call("Reload", &[]);
+    assert!(out.starts_with("uas 1 1 \""), "{out}");
+    assert!(out.contains("20-bad.toml:2:"), "{out}");
+    bus.wait_for("RuleCount 1", Duration::from_secs(5), || {
+        bus.get("RuleCount") == "u 1"
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = monitor.kill();
+    let mut seen = String::new();
+    monitor
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut seen)
+        .unwrap();
+    let _ = monitor.wait();
+    assert!(seen.contains("\"member\":\"RulesReloaded\""), "{seen}");
+    assert!(seen.contains("\"member\":\"PropertiesChanged\""), "{seen}");
+    assert!(seen.contains("RuleCount"), "{seen}");
+}
+
+#[test]
+fn a_stored_matrix_is_used_after_restart_and_a_corrupt_one_is_survived() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let d = Daemon::start(&bus, &dirs);
+    let measured = d.wait_measured(&bus, "");
+    assert!(d.stop().success());
+    assert!(dirs.state().join("matrix.json").exists());
+
+    // Restart: the stored matrix is used, nothing is measured.
+    let d = Daemon::start(&bus, &dirs);
+    assert_eq!(bus.get("MeasuredAt"), measured);
+    assert_eq!(bus.get("State"), "s \"ready\"");
+    assert!(d.stop().success());
+
+    // Corrupt it: the daemon starts, sets it aside and measures again.
+    std::fs::write(
+        dirs.state().join("matrix.json"),
+        "{\"cpus\": [0, 1], \"latency_ns\": garbage",
+    )
+    .unwrap();
+    let d = Daemon::start(&bus, &dirs);
+    d.wait_measured(&bus, &measured);
+    let names: Vec<String> = std::fs::read_dir(dirs.state())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("matrix.json.corrupt-")),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn a_bad_settings_file_stops_the_daemon_with_the_config_exit_code() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    dirs.write_settings("[limits]\nno-such-key = 1\n");
+    let mut d = Daemon::spawn(&bus, &dirs, &[]);
+    let st = d.child.wait().unwrap();
+    assert_eq!(st.code(), Some(3), "{}", d.log());
+    let log = d.log();
+    assert!(
+        log.contains(&format!("{}:7:1", dirs.settings().display())),
+        "{log}"
+    );
+    // It never took the name.
+    assert!(!bus.busctl(&["status", NAME]).status.success());
 }
