@@ -216,7 +216,25 @@ impl LatencyMatrix {
                 "empty file: expected a lower-triangle CSV matrix".into(),
             ));
         }
-        let n = rows.len();
+        // The first row's cell count is the number of CPUs; a file with fewer rows was
+        // cut short, one with more is not a square matrix.
+        let n = rows[0].1.split(',').count();
+        if rows.len() < n {
+            let last = rows[rows.len() - 1].0;
+            return Err(err(
+                last + 1,
+                format!(
+                    "the file ends after {} of {n} rows (the first row has {n} cells): truncated?",
+                    rows.len()
+                ),
+            ));
+        }
+        if rows.len() > n {
+            return Err(err(
+                rows[n].0,
+                format!("more rows than the {n} cells of the first row: not a square matrix"),
+            ));
+        }
         let mut latency_ns = vec![vec![None; n]; n];
         for (i, &(line, row)) in rows.iter().enumerate() {
             let cells: Vec<&str> = row.split(',').collect();
@@ -437,6 +455,14 @@ impl LatencyMatrix {
         warnings
     }
 
+    /// Everything a user of `--matrix FILE` should hear on this machine: the flaws found
+    /// at import (or recorded at measurement) and [`LatencyMatrix::check_against`].
+    pub fn import_warnings(&self, online: &CpuSet) -> Vec<String> {
+        let mut w = self.warnings.clone();
+        w.extend(self.check_against(online));
+        w
+    }
+
     /// Warnings about flaws seen in published matrices: exact zero cells (a timer too
     /// coarse to see the latency) and values that are all multiples of one quantum.
     pub fn import_flaws(&self) -> Vec<String> {
@@ -491,7 +517,17 @@ mod tests {
         let e = LatencyMatrix::from_csv(",,\n10,,\n", p()).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "m.csv:1: expected 2 comma-separated cells (one per CPU), found 3"
+            "m.csv:3: the file ends after 2 of 3 rows (the first row has 3 cells): truncated?"
+        );
+        let e = LatencyMatrix::from_csv(",,\n10,,\n20,30\n", p()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "m.csv:3: expected 3 comma-separated cells (one per CPU), found 2"
+        );
+        let e = LatencyMatrix::from_csv(",\n10,\n20,\n", p()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "m.csv:3: more rows than the 2 cells of the first row: not a square matrix"
         );
         let e = LatencyMatrix::from_csv("", p()).unwrap_err();
         assert!(e.to_string().starts_with("m.csv:1: empty file"), "{e}");

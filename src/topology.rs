@@ -92,7 +92,8 @@ pub struct Cpu {
     pub node: u32,
     /// CPUs sharing this core (SMT threads), itself included.
     pub siblings: CpuSet,
-    /// CPUs in the same cluster, itself included.
+    /// CPUs in the same cluster, itself included; the core's CPUs where the kernel
+    /// reports no clusters.
     pub cluster_cpus: CpuSet,
     /// CPUs in the same die, itself included.
     pub die_cpus: CpuSet,
@@ -113,6 +114,8 @@ pub struct Cpu {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Cache {
     pub level: u8,
+    /// sysfs `type`.
+    #[serde(rename = "type")]
     pub kind: CacheKind,
     /// Size in bytes, where reported.
     pub size_bytes: Option<u64>,
@@ -331,10 +334,16 @@ impl Degraded {
     }
 }
 
+/// CPU id → NUMA node id.
+type CpuNodes = BTreeMap<u32, u32>;
+
 struct Reader<'a> {
     root: &'a SysRoot,
     warnings: Vec<String>,
     degraded: Degraded,
+    /// (CPU, field) pairs whose value was assumed, not read: [`reconcile`] replaces
+    /// them with what other CPUs say about this one.
+    guessed: BTreeSet<(u32, String)>,
 }
 
 impl<'a> Reader<'a> {
@@ -343,6 +352,7 @@ impl<'a> Reader<'a> {
             root,
             warnings: Vec::new(),
             degraded: Degraded::default(),
+            guessed: BTreeSet::new(),
         }
     }
 
@@ -396,22 +406,29 @@ impl<'a> Reader<'a> {
         let core_type = self.core_types()?;
         let (nodes, cpu_node) = self.nodes(&online)?;
 
+        let mut nodes = nodes;
         let mut cpus = Vec::with_capacity(online.len());
         for cpu in &online {
             let node = match cpu_node.get(&cpu) {
                 Some(&node) => node,
-                None => {
-                    if !nodes.is_empty() {
-                        self.degraded
-                            .add(cpu, "in no node's cpulist", "assumed node 0");
+                None => match nodes.first_mut() {
+                    Some(first) => {
+                        self.degraded.add(
+                            cpu,
+                            "in no node's cpulist",
+                            &format!("assumed node {}", first.id),
+                        );
+                        first.cpus.insert(cpu);
+                        first.id
                     }
-                    0
-                }
+                    None => 0,
+                },
             };
             let mut entry = self.cpu(cpu, node)?;
             entry.core_type = core_type.get(&cpu).copied();
             cpus.push(entry);
         }
+        reconcile(&mut cpus, &self.guessed);
         let nodes = if nodes.is_empty() {
             vec![Node {
                 id: 0,
@@ -480,8 +497,7 @@ impl<'a> Reader<'a> {
     }
 
     /// NUMA nodes and the node of each CPU; empty when the kernel has no NUMA support.
-    #[allow(clippy::type_complexity)]
-    fn nodes(&mut self, online: &CpuSet) -> Result<(Vec<Node>, BTreeMap<u32, u32>), TopologyError> {
+    fn nodes(&mut self, online: &CpuSet) -> Result<(Vec<Node>, CpuNodes), TopologyError> {
         let base = self.root.sys_path(NODE_DIR);
         let ids = match self.list(&base.join("online"))? {
             Some(ids) => ids,
@@ -559,8 +575,18 @@ impl<'a> Reader<'a> {
         let topo = |f: &str| topo_dir.join(f);
         let alone: CpuSet = [cpu].into_iter().collect();
 
-        let package = self.id_or(cpu, &topo("physical_package_id"), 0, "package 0")?;
-        let die = self.id_or(cpu, &topo("die_id"), 0, "die 0")?;
+        let package = self.id_or(
+            cpu,
+            &topo("physical_package_id"),
+            0,
+            "package 0 unless a CPU of its package says otherwise",
+        )?;
+        let die = self.id_or(
+            cpu,
+            &topo("die_id"),
+            0,
+            "die 0 unless a CPU of its die says otherwise",
+        )?;
         let core = self.id_or(cpu, &topo("core_id"), cpu, "a core id equal to the CPU id")?;
         let cluster = match self.text(&topo("cluster_id"))? {
             None => None,
@@ -575,26 +601,36 @@ impl<'a> Reader<'a> {
             cpu,
             &[topo("core_cpus_list"), topo("thread_siblings_list")],
             &alone,
-            "SMT siblings unknown; assumed one thread per core",
+            "SMT siblings taken from the CPUs listing it, else one thread per core",
         )?;
         let package_cpus = self.set_or(
             cpu,
             &[topo("package_cpus_list"), topo("core_siblings_list")],
             &siblings,
-            "package CPUs unknown; assumed the core's CPUs",
+            "package CPUs taken from the CPUs listing it, else the core's CPUs",
         )?;
-        let die_cpus = self.set_or(
-            cpu,
-            &[topo("die_cpus_list")],
-            &package_cpus,
-            "assumed one die per package",
-        )?;
-        let cluster_cpus = self.set_or(
-            cpu,
-            &[topo("cluster_cpus_list")],
-            &siblings,
-            "assumed clusters of one core",
-        )?;
+        // Kernels before 5.2 have neither die file; the die_id warning covers both.
+        let die_cpus = if topo("die_id").exists() {
+            self.set_or(
+                cpu,
+                &[topo("die_cpus_list")],
+                &package_cpus,
+                "die CPUs taken from the CPUs listing it, else the whole package",
+            )?
+        } else {
+            self.set_at(&[topo("die_cpus_list")])?
+                .unwrap_or_else(|| package_cpus.clone())
+        };
+        // Clusters are an optional level (kernels before 5.16 and most x86 parts have
+        // none to report): no cluster list simply means the core is its own cluster.
+        let cluster_cpus = match self.set_at(&[topo("cluster_cpus_list")])? {
+            Some(set) => set,
+            None => {
+                // Not a warning, but follows the siblings once they are reconciled.
+                self.guessed.insert((cpu, "cluster_cpus_list".to_string()));
+                siblings.clone()
+            }
+        };
 
         let caches = self.caches(cpu)?;
         let capacity = self.num(&self.cpu_path(&format!("{dir}/cpu_capacity")))?;
@@ -675,8 +711,9 @@ impl<'a> Reader<'a> {
                             self.degraded.add(
                                 cpu,
                                 "a cache without shared_cpu_list",
-                                "that cache assumed private",
+                                "sharing taken from the CPUs listing it, else private",
                             );
+                            self.guessed.insert((cpu, cache_key(level, kind)));
                             [cpu].into_iter().collect()
                         }
                     }
@@ -722,6 +759,7 @@ impl<'a> Reader<'a> {
                         &format!("topology/{name} is -1"),
                         &format!("assumed {assumed}"),
                     );
+                    self.guessed.insert((cpu, name));
                     Ok(default)
                 }
             },
@@ -731,6 +769,7 @@ impl<'a> Reader<'a> {
                     &format!("topology/{name} missing"),
                     &format!("assumed {assumed}"),
                 );
+                self.guessed.insert((cpu, name));
                 Ok(default)
             }
         }
@@ -753,6 +792,7 @@ impl<'a> Reader<'a> {
                     .unwrap_or_default();
                 self.degraded
                     .add(cpu, &format!("topology/{name} missing"), assumed);
+                self.guessed.insert((cpu, name));
                 Ok(default.clone())
             }
         }
@@ -785,6 +825,91 @@ impl<'a> Reader<'a> {
         match self.text(path)? {
             Some(text) => parse_one(path, &text).map(Some),
             None => Ok(None),
+        }
+    }
+}
+
+fn cache_key(level: u8, kind: CacheKind) -> String {
+    format!("cache L{level}{kind}")
+}
+
+/// Replaces assumed values with what the other CPUs say: if CPU 0's sibling list is
+/// missing but CPU 4 lists `0,4`, CPU 0's siblings are `0,4` too. Keeps the relations
+/// symmetric, which placement relies on, when a single file is missing.
+fn reconcile(cpus: &mut [Cpu], guessed: &BTreeSet<(u32, String)>) {
+    if guessed.is_empty() {
+        return;
+    }
+    let is_guess = |cpu: u32, field: &str| guessed.contains(&(cpu, field.to_string()));
+    type SetField = fn(&mut Cpu) -> &mut CpuSet;
+    let set_fields: [(&str, SetField); 3] = [
+        ("core_cpus_list", |c| &mut c.siblings),
+        ("package_cpus_list", |c| &mut c.package_cpus),
+        ("die_cpus_list", |c| &mut c.die_cpus),
+    ];
+    for (field, get) in set_fields {
+        for i in 0..cpus.len() {
+            let cpu = cpus[i].cpu;
+            if !is_guess(cpu, field) {
+                continue;
+            }
+            let known = cpus.iter_mut().find_map(|d| {
+                let set = get(d).clone();
+                (d.cpu != cpu && !is_guess(d.cpu, field) && set.contains(cpu)).then_some(set)
+            });
+            if let Some(set) = known {
+                *get(&mut cpus[i]) = set;
+            }
+        }
+    }
+    for c in cpus.iter_mut() {
+        if is_guess(c.cpu, "cluster_cpus_list") {
+            c.cluster_cpus = c.siblings.clone();
+        }
+    }
+    type IdField = (fn(&Cpu) -> u32, fn(&mut Cpu, u32), fn(&Cpu) -> &CpuSet);
+    let id_fields: [(&str, IdField); 2] = [
+        (
+            "physical_package_id",
+            (|c| c.package, |c, v| c.package = v, |c| &c.package_cpus),
+        ),
+        ("die_id", (|c| c.die, |c, v| c.die = v, |c| &c.die_cpus)),
+    ];
+    for (field, (get, put, group)) in id_fields {
+        for i in 0..cpus.len() {
+            let cpu = cpus[i].cpu;
+            if !is_guess(cpu, field) {
+                continue;
+            }
+            let known = cpus
+                .iter()
+                .find(|d| d.cpu != cpu && !is_guess(d.cpu, field) && group(d).contains(cpu))
+                .map(get);
+            if let Some(id) = known {
+                put(&mut cpus[i], id);
+            }
+        }
+    }
+    for i in 0..cpus.len() {
+        let cpu = cpus[i].cpu;
+        for k in 0..cpus[i].caches.len() {
+            let (level, kind) = (cpus[i].caches[k].level, cpus[i].caches[k].kind);
+            let key = cache_key(level, kind);
+            if !is_guess(cpu, &key) {
+                continue;
+            }
+            let known = cpus.iter().find_map(|d| {
+                if d.cpu == cpu || is_guess(d.cpu, &key) {
+                    return None;
+                }
+                d.caches
+                    .iter()
+                    .find(|c| c.level == level && c.kind == kind && c.shared.contains(cpu))
+                    .map(|c| c.shared.clone())
+            });
+            if let Some(shared) = known {
+                cpus[i].caches[k].shared = shared;
+            }
         }
     }
 }

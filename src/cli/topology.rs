@@ -371,20 +371,14 @@ fn core_trees(topology: &Topology, cpus: &[&Cpu], llc: Option<&Cache>) -> Vec<Tr
             if !tags.is_empty() {
                 let _ = write!(label, " [{}]", tags.join(" "));
             }
-            let cpus: Vec<String> = members
-                .iter()
-                .map(|c| {
-                    if topology.isolated.contains(c.cpu) {
-                        format!("{} (isolated)", c.cpu)
-                    } else {
-                        c.cpu.to_string()
-                    }
-                })
-                .collect();
-            let word = if members.len() == 1 { "CPU" } else { "CPUs" };
-            let _ = write!(label, ": {word} {}", cpus.join(" "));
+            let set: CpuSet = members.iter().map(|c| c.cpu).collect();
+            let _ = write!(label, ": {}", cpus_word(&set));
             if first.siblings.len() > 1 {
-                let _ = write!(label, " (SMT siblings {})", first.siblings);
+                label.push_str(" (SMT)");
+            }
+            let isolated = set.intersection(&topology.isolated);
+            if !isolated.is_empty() {
+                let _ = write!(label, " (isolated: {isolated})");
             }
             let private: Vec<String> = first
                 .caches
@@ -409,6 +403,30 @@ fn core_trees(topology: &Topology, cpus: &[&Cpu], llc: Option<&Cache>) -> Vec<Tr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn roots_resolve_from_a_machine_dir_a_sysfs_root_or_explicit_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let machine = dir.path().join("m");
+        std::fs::create_dir_all(machine.join("sys/devices/system/cpu")).unwrap();
+        std::fs::create_dir_all(machine.join("proc")).unwrap();
+        let expect = SysRoot::machine(&machine);
+        assert_eq!(resolve_roots(Some(&machine), None), expect);
+        assert_eq!(resolve_roots(Some(&machine.join("sys")), None), expect);
+        let lone = dir.path().join("lone");
+        std::fs::create_dir_all(lone.join("devices/system/cpu")).unwrap();
+        assert_eq!(
+            resolve_roots(Some(&lone), None),
+            SysRoot::with_sys(&lone),
+            "no proc beside it: the running machine's"
+        );
+        let proc = dir.path().join("p");
+        assert_eq!(
+            resolve_roots(Some(&machine), Some(&proc)),
+            SysRoot::new(machine.join("sys"), &proc)
+        );
+        assert_eq!(resolve_roots(None, None), SysRoot::default());
+    }
 
     #[test]
     fn sizes_read_naturally() {

@@ -1,4 +1,7 @@
 //! Integration tests: one binary, one module per area.
 
 mod cli_smoke;
+mod daemon;
+mod measure;
+mod rules;
 mod topology;
