@@ -3,5 +3,6 @@
 mod cli_smoke;
 mod daemon;
 mod measure;
+mod packaging;
 mod rules;
 mod topology;

@@ -378,7 +378,7 @@ check_remeasure() {
     }
     mon=$WORK/monitor.json
     busctl --system monitor --json=short \
-        --match="type='signal',interface='$IFACE',member='MeasurementFinished'" >"$mon" 2>&1 &
+        --match="type='signal',interface='$IFACE',member='MeasurementFinished'" >"$mon" 2>"$mon.err" &
     local monpid=$!
     sleep 2
     t0=$(now)
@@ -792,8 +792,16 @@ run_check hotplug-compact check_hotplug_compact 120
 if [ "$failed" -gt 0 ] || grep -qw 'pinnerd_vm.journal=always' /proc/cmdline; then
     [ "$failed" -gt 0 ] && echo "PINNERD-VM FAILED ${failed_names[*]}"
     echo "PINNERD-VM JOURNAL BEGIN"
-    systemctl status --no-pager --full pinnerd.service 2>&1
-    journalctl -b --no-pager -o short-monotonic -u pinnerd.service 2>&1
+    systemctl status --no-pager --full --lines=0 pinnerd.service 2>&1
+    # One line per entry: uptime, pid, priority, message and the structured fields.
+    journalctl -b --no-pager -o json -u pinnerd.service 2>&1 | jq -r '
+        [ "[" + ((.__MONOTONIC_TIMESTAMP | tonumber) / 1e6 | tostring | .[0:10]) + "]",
+          (.SYSLOG_IDENTIFIER // "?") + "[" + (._PID // "?") + "]",
+          "<" + (.PRIORITY // "?") + ">",
+          (.MESSAGE | if type == "array" then implode else . end) ]
+        + [ to_entries[] | select(.key | test("^(_|__|MESSAGE$|PRIORITY$|SYSLOG_|CODE_|INVOCATION_ID$|SYSLOG_IDENTIFIER$)") | not)
+            | "\(.key | ascii_downcase)=\(.value | if type == "string" then . else tojson end)" ]
+        | join(" ")' 2>&1
     echo "PINNERD-VM JOURNAL END"
 fi
 echo "PINNERD-VM DONE passed=$passed failed=$failed"
