@@ -4,5 +4,6 @@ mod cli_smoke;
 mod daemon;
 mod measure;
 mod packaging;
+mod placement;
 mod rules;
 mod topology;
