@@ -655,6 +655,33 @@ mod tests {
     }
 
     #[test]
+    fn several_pairs_behind_one_gate_all_finish() {
+        // Two pairs sharing both CPUs (never done for real: rounds are disjoint) is the
+        // worst case for the gate and the discard logic: four spinning threads on two
+        // CPUs keep switching each other out.
+        let (a, b) = two_cpus();
+        let gate = Arc::new(Gate::default());
+        let mut threads = Vec::new();
+        for (x, y) in [(a, b), (b, a)] {
+            let mut p = plan(Primitive::Cas);
+            p.initiator = x;
+            p.responder = y;
+            p.deadline = Instant::now() + Duration::from_millis(300);
+            threads.push(spawn_pair(p, gate.clone()).unwrap());
+        }
+        open(&gate, 4);
+        for t in threads {
+            let run = t.join().unwrap();
+            assert_eq!(run.pin_failure, None);
+            // Every batch either counted or was discarded for a reason.
+            assert!(
+                run.stalled || run.round_trips >= MIN_ROUND_TRIPS as u32,
+                "{run:?}"
+            );
+        }
+    }
+
+    #[test]
     fn the_page_is_padded() {
         assert_eq!(std::mem::offset_of!(Shared, pong), 256);
         assert_eq!(std::mem::offset_of!(Shared, report), 512);
