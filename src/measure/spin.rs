@@ -538,7 +538,10 @@ fn measure_pair(s: &Shared, plan: &PairPlan, run: &mut PairRun) -> Option<()> {
     run.round_trips = k as u32;
 
     let mut discarded_in_a_row = 0;
-    while !plan.stop.done(&run.batches) && Instant::now() < plan.deadline {
+    // A pair that got this far takes at least one valid batch, deadline or not.
+    while !plan.stop.done(&run.batches)
+        && (Instant::now() < plan.deadline || run.batches.is_empty())
+    {
         let my_sw = context_switches();
         let my_cpu = current_cpu() as u64;
         let d = batch(s, p, k, &mut seq)?;
