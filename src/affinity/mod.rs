@@ -359,6 +359,64 @@ pub fn list_tids(root: &SysRoot, pid: i32) -> Vec<Tid> {
     tids
 }
 
+/// Reads the real system but changes nothing: `set_affinity` only remembers what
+/// would have been set (for `pinnerd plan --live`).
+#[derive(Debug, Default)]
+pub struct DryRunOps {
+    real: SystemOps,
+    planned: Mutex<BTreeMap<Tid, CpuSet>>,
+}
+
+impl DryRunOps {
+    pub fn new(root: SysRoot) -> Self {
+        DryRunOps {
+            real: SystemOps::new(root),
+            planned: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// What would have been set, by task.
+    pub fn planned(&self) -> BTreeMap<Tid, CpuSet> {
+        self.planned.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The task's real mask now.
+    pub fn real_mask(&self, tid: Tid) -> Result<CpuSet, AffinityError> {
+        self.real.get_affinity(tid)
+    }
+}
+
+impl AffinityOps for DryRunOps {
+    fn set_affinity(&self, tid: Tid, cpus: &CpuSet) -> Result<(), AffinityError> {
+        // Validate against the task without changing it: it must exist.
+        self.real.get_affinity(tid)?;
+        self.planned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(tid, cpus.clone());
+        Ok(())
+    }
+
+    fn get_affinity(&self, tid: Tid) -> Result<CpuSet, AffinityError> {
+        let real = self.real.get_affinity(tid)?;
+        Ok(self
+            .planned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&tid)
+            .cloned()
+            .unwrap_or(real))
+    }
+
+    fn hold(&self, pid: i32, start_time: u64) -> Result<ProcessHandle, AffinityError> {
+        self.real.hold(pid, start_time)
+    }
+
+    fn alive(&self, handle: &ProcessHandle) -> bool {
+        self.real.alive(handle)
+    }
+}
+
 /// One recorded call of [`FakeOps`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {

@@ -54,9 +54,16 @@ pub struct RestoreEntry {
     pub applied: CpuSet,
     /// The main thread's mask at first contact: the default for every thread.
     pub original: CpuSet,
-    /// Threads whose mask at first contact differed from `original`.
+    /// Threads whose original or applied mask differs from the process's.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub threads: BTreeMap<Tid, CpuSet>,
+    pub threads: BTreeMap<Tid, ThreadRestore>,
+}
+
+/// A thread with its own masks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadRestore {
+    pub original: CpuSet,
+    pub applied: CpuSet,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -173,11 +180,14 @@ pub fn restore_entries(
             let Ok(current) = ops.get_affinity(tid) else {
                 continue;
             };
-            if current != e.applied.intersection(online) {
+            let (original, applied) = match e.threads.get(&tid) {
+                Some(t) => (&t.original, &t.applied),
+                None => (&e.original, &e.applied),
+            };
+            if current != *applied && current != applied.intersection(online) {
                 report.left_alone += 1;
                 continue;
             }
-            let original = e.threads.get(&tid).unwrap_or(&e.original);
             match apply(ops, tid, original, online) {
                 Outcome::Applied { .. } | Outcome::Narrowed { .. } => report.restored += 1,
                 Outcome::Gone => {}
@@ -203,7 +213,13 @@ mod tests {
             comm: "md-feed".into(),
             applied: "2-3".parse().unwrap(),
             original: "0-7".parse().unwrap(),
-            threads: BTreeMap::from([(43, "0".parse().unwrap())]),
+            threads: BTreeMap::from([(
+                43,
+                ThreadRestore {
+                    original: "0".parse().unwrap(),
+                    applied: "3".parse().unwrap(),
+                },
+            )]),
         };
         j.save(std::slice::from_ref(&e)).unwrap();
         assert_eq!(j.load().unwrap(), vec![e]);

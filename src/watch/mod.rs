@@ -15,11 +15,11 @@
 //! namespaces): then the daemon lives on periodic rescans alone, and says so.
 
 pub mod connector;
-//TMP pub mod scan;
+pub mod scan;
 pub mod uevent;
 
 pub use connector::{Connector, ProcMsg};
-//TMP pub use scan::{ProcEntry, ProcFs, ProcSource, Snapshot};
+pub use scan::{ProcEntry, ProcFs, ProcSource, Snapshot};
 pub use uevent::{CpuChange, UeventSocket};
 
 use std::path::PathBuf;
