@@ -1,1 +1,601 @@
-//! The D-Bus object; it only forwards commands to the daemon loop.
+//! The D-Bus face of the daemon: `org.pinnerd.Pinnerd1` at `/org/pinnerd/Pinnerd1`.
+//!
+//! Data flow: a method call → caller checks (argument sizes, rate limit, uid for the
+//! mutating methods) → a [`Command`] sent to the daemon loop with a oneshot → its reply.
+//! Property reads come from the [`Snapshot`] the loop publishes; a publisher task turns
+//! every change of that snapshot into one `PropertiesChanged` signal.
+//!
+//! Must not touch: daemon state. This object holds no state of its own beyond the
+//! per-caller rate limiter; it never blocks the loop and the loop never waits on it.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot, watch};
+use zbus::fdo::{self, DBusProxy};
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+use zbus::{interface, Connection};
+
+use crate::daemon::{Command, CommandError, Event, ManagedEntry, Reply, Snapshot};
+
+/// The well-known bus name.
+pub const BUS_NAME: &str = "org.pinnerd.Pinnerd1";
+/// The object path.
+pub const OBJECT_PATH: &str = "/org/pinnerd/Pinnerd1";
+/// The interface name.
+pub const INTERFACE: &str = "org.pinnerd.Pinnerd1";
+
+/// The longest string a method accepts, in bytes. Longer strings are refused before any
+/// other work, so a caller cannot make the daemon parse or log unbounded input.
+pub const MAX_STRING: usize = 64;
+
+/// Errors of this module.
+#[derive(Debug, thiserror::Error)]
+pub enum DbusError {
+    /// The bus name is owned by another connection (another instance is running).
+    #[error("the bus name {BUS_NAME} is already taken on {bus}: another pinnerd is running")]
+    NameTaken { bus: String },
+    /// Connecting to the bus failed.
+    #[error("cannot connect to the {bus} bus: {source}")]
+    Connect {
+        bus: String,
+        #[source]
+        source: zbus::Error,
+    },
+}
+
+/// Errors a method replies with, named `org.pinnerd.Pinnerd1.Error.*`. Their messages
+/// reach the caller (busctl prints them), unlike the bus's own `AccessDenied`.
+#[derive(Debug, zbus::DBusError)]
+#[zbus(prefix = "org.pinnerd.Pinnerd1.Error")]
+pub enum MethodError {
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    /// The method needs root.
+    NotPermitted(String),
+    /// An argument is malformed, too long or out of range.
+    InvalidArgs(String),
+    /// The caller is over its rate limit.
+    RateLimited(String),
+    /// No such process.
+    NoSuchProcess(String),
+    /// The process is not pinned by `PinProcess`.
+    NotManaged(String),
+    /// The daemon could not do it.
+    Failed(String),
+}
+
+type Result<T, E = MethodError> = std::result::Result<T, E>;
+
+/// Which bus to use: the system bus, the session bus, or an explicit address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BusTarget {
+    System,
+    Session,
+    Address(String),
+}
+
+impl std::str::FromStr for BusTarget {
+    type Err = std::convert::Infallible;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s {
+            "system" => BusTarget::System,
+            "session" => BusTarget::Session,
+            other => BusTarget::Address(other.to_string()),
+        })
+    }
+}
+
+impl std::fmt::Display for BusTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BusTarget::System => f.write_str("system"),
+            BusTarget::Session => f.write_str("session"),
+            BusTarget::Address(a) => write!(f, "address {a}"),
+        }
+    }
+}
+
+impl BusTarget {
+    /// A connection builder for this bus.
+    pub fn builder(&self) -> zbus::connection::Builder<'static> {
+        match self {
+            BusTarget::System => zbus::connection::Builder::system(),
+            BusTarget::Session => zbus::connection::Builder::session(),
+            BusTarget::Address(a) => zbus::connection::Builder::address(a.as_str()),
+        }
+    }
+
+    /// A plain client connection (no name, no object).
+    pub async fn connect(&self) -> Result<Connection, DbusError> {
+        self.builder()
+            .build()
+            .await
+            .map_err(|source| DbusError::Connect {
+                bus: self.to_string(),
+                source,
+            })
+    }
+}
+
+/// A token bucket per caller uid: `burst` calls at once, then `per_second`.
+#[derive(Debug)]
+pub struct RateLimiter {
+    burst: f64,
+    per_second: f64,
+    buckets: Mutex<HashMap<u32, (f64, Instant)>>,
+}
+
+impl RateLimiter {
+    pub fn new(burst: u32, per_second: u32) -> Self {
+        RateLimiter {
+            burst: f64::from(burst),
+            per_second: f64::from(per_second),
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes one token for `uid` at `now`; false when the caller is over its limit.
+    pub fn allow(&self, uid: u32, now: Instant) -> bool {
+        let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget idle callers so the map cannot grow without bound.
+        if buckets.len() > 4096 {
+            let horizon = Duration::from_secs_f64(self.burst / self.per_second.max(1e-9));
+            buckets.retain(|_, (_, last)| now.duration_since(*last) < horizon);
+        }
+        let (tokens, last) = buckets.entry(uid).or_insert((self.burst, now));
+        let refill = now.duration_since(*last).as_secs_f64() * self.per_second;
+        *tokens = (*tokens + refill).min(self.burst);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+/// The exported object. It forwards every method to the daemon loop.
+pub struct Pinnerd1 {
+    events: mpsc::Sender<Event>,
+    snapshot: watch::Receiver<Snapshot>,
+    limiter: RateLimiter,
+}
+
+impl Pinnerd1 {
+    /// `events` is the loop's channel; `snapshot` what the loop publishes.
+    pub fn new(
+        events: mpsc::Sender<Event>,
+        snapshot: watch::Receiver<Snapshot>,
+        limiter: RateLimiter,
+    ) -> Self {
+        Pinnerd1 {
+            events,
+            snapshot,
+            limiter,
+        }
+    }
+
+    fn snap(&self) -> watch::Ref<'_, Snapshot> {
+        self.snapshot.borrow()
+    }
+
+    /// Who called, from the bus (never from a pid, which can be reused).
+    async fn caller_uid(conn: &Connection, header: &Header<'_>) -> Result<u32> {
+        let sender = header
+            .sender()
+            .ok_or_else(|| MethodError::NotPermitted("the call carries no sender".into()))?;
+        let proxy = DBusProxy::new(conn).await?;
+        proxy
+            .get_connection_unix_user(sender.clone().into())
+            .await
+            .map_err(|e| MethodError::NotPermitted(format!("cannot identify the caller: {e}")))
+    }
+
+    /// The checks every method makes: the uid, then the rate limit.
+    async fn admit(&self, conn: &Connection, header: &Header<'_>, method: &str) -> Result<u32> {
+        let uid = Self::caller_uid(conn, header).await?;
+        if uid != 0 && !self.limiter.allow(uid, Instant::now()) {
+            tracing::warn!(uid, method, "caller over its rate limit");
+            return Err(MethodError::RateLimited(format!(
+                "{method}: too many calls from uid {uid}; slow down"
+            )));
+        }
+        Ok(uid)
+    }
+
+    /// As [`Self::admit`], and only root may pass.
+    async fn admit_root(&self, conn: &Connection, header: &Header<'_>, method: &str) -> Result<()> {
+        let uid = self.admit(conn, header, method).await?;
+        if uid != 0 {
+            tracing::warn!(uid, method, "refused a privileged method");
+            return Err(MethodError::NotPermitted(format!(
+                "{method} requires root (caller uid {uid})"
+            )));
+        }
+        Ok(())
+    }
+
+    async fn forward(&self, cmd: Command) -> Result<Reply> {
+        let (tx, rx) = oneshot::channel();
+        self.events
+            .send(Event::Command(cmd, tx))
+            .await
+            .map_err(|_| MethodError::Failed("the daemon is shutting down".into()))?;
+        match rx.await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(command_error(e)),
+            Err(_) => Err(MethodError::Failed("the daemon is shutting down".into())),
+        }
+    }
+}
+
+fn command_error(e: CommandError) -> MethodError {
+    let msg = e.to_string();
+    match e {
+        CommandError::InvalidArgs(_) => MethodError::InvalidArgs(msg),
+        CommandError::NoSuchProcess(_) => MethodError::NoSuchProcess(msg),
+        CommandError::NotManaged(_) => MethodError::NotManaged(msg),
+        CommandError::Failed(_) => MethodError::Failed(msg),
+    }
+}
+
+fn check_len(what: &str, s: &str) -> Result<()> {
+    if s.len() > MAX_STRING {
+        return Err(MethodError::InvalidArgs(format!(
+            "{what}: longer than {MAX_STRING} bytes"
+        )));
+    }
+    Ok(())
+}
+
+fn unexpected(reply: Reply) -> MethodError {
+    MethodError::Failed(format!("internal error: unexpected reply {reply:?}"))
+}
+
+#[interface(name = "org.pinnerd.Pinnerd1")]
+impl Pinnerd1 {
+    /// The daemon's version.
+    #[zbus(property(emits_changed_signal = "const"))]
+    fn version(&self) -> String {
+        self.snap().version.clone()
+    }
+
+    /// starting | measuring | ready | degraded.
+    #[zbus(property)]
+    fn state(&self) -> String {
+        self.snap().state.as_str().to_string()
+    }
+
+    /// When the current matrix was measured, in µs since the epoch; 0 = never.
+    #[zbus(property)]
+    fn measured_at(&self) -> u64 {
+        self.snap().measured_at_us
+    }
+
+    /// The hardware fingerprint the matrix belongs to.
+    #[zbus(property)]
+    fn fingerprint(&self) -> String {
+        self.snap().fingerprint.clone()
+    }
+
+    /// Online CPUs.
+    #[zbus(property)]
+    fn cpu_count(&self) -> u32 {
+        self.snap().cpu_count
+    }
+
+    /// Rules loaded.
+    #[zbus(property)]
+    fn rule_count(&self) -> u32 {
+        self.snap().rule_count
+    }
+
+    /// Processes currently managed.
+    #[zbus(property)]
+    fn managed_processes(&self) -> u32 {
+        self.snap().managed_processes
+    }
+
+    /// Threads currently managed.
+    #[zbus(property)]
+    fn managed_threads(&self) -> u32 {
+        self.snap().managed_threads
+    }
+
+    /// Problems in the rule files, as `FILE:LINE:COL: message`.
+    #[zbus(property)]
+    fn rule_errors(&self) -> Vec<String> {
+        self.snap().rule_errors.clone()
+    }
+
+    /// Starts a measurement in the background and returns its job id at once. Calls made
+    /// while a measurement runs join it and get its id.
+    async fn remeasure(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<u64> {
+        self.admit_root(conn, &header, "Remeasure").await?;
+        match self.forward(Command::Remeasure).await? {
+            Reply::Job(id) => Ok(id),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Reloads settings and rules; returns the number of rules and the errors.
+    #[zbus(out_args("rules_loaded", "errors"))]
+    async fn reload(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<(u32, Vec<String>)> {
+        self.admit_root(conn, &header, "Reload").await?;
+        match self.forward(Command::Reload).await? {
+            Reply::Reloaded { rules, errors } => Ok((rules, errors)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The current latency matrix: CPU ids and one-way latency in ns (NaN = unknown).
+    #[zbus(out_args("cpus", "latency_ns"))]
+    async fn get_matrix(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<(Vec<u32>, Vec<Vec<f64>>)> {
+        self.admit(conn, &header, "GetMatrix").await?;
+        match self.forward(Command::GetMatrix).await? {
+            Reply::Matrix { cpus, latency_ns } => Ok((cpus, latency_ns)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// pid, comm, rule, cpus, state of every managed process.
+    async fn list_managed(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<(u32, String, String, String, String)>> {
+        self.admit(conn, &header, "ListManaged").await?;
+        match self.forward(Command::ListManaged).await? {
+            Reply::Managed(list) => Ok(list.into_iter().map(ManagedEntry::into_tuple).collect()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Which rule placed a process, and why.
+    async fn explain(
+        &self,
+        pid: u32,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        self.admit(conn, &header, "Explain").await?;
+        match self.forward(Command::Explain { pid }).await? {
+            Reply::Text(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Placement advice for applications that pin themselves; changes nothing.
+    async fn plan(
+        &self,
+        count: u32,
+        policy: &str,
+        smt: &str,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<u32>> {
+        check_len("policy", policy)?;
+        check_len("smt", smt)?;
+        self.admit(conn, &header, "Plan").await?;
+        let cmd = Command::Plan {
+            count,
+            policy: policy.to_string(),
+            smt: smt.to_string(),
+        };
+        match self.forward(cmd).await? {
+            Reply::Cpus(set) => Ok(set.iter().collect()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Pins every thread of a process without a rule file; returns the CPUs chosen.
+    async fn pin_process(
+        &self,
+        pid: u32,
+        count: u32,
+        policy: &str,
+        smt: &str,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        check_len("policy", policy)?;
+        check_len("smt", smt)?;
+        self.admit_root(conn, &header, "PinProcess").await?;
+        let cmd = Command::Pin {
+            pid,
+            count,
+            policy: policy.to_string(),
+            smt: smt.to_string(),
+        };
+        match self.forward(cmd).await? {
+            Reply::Cpus(set) => Ok(set.to_string()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Gives a process pinned by `PinProcess` its original masks back.
+    async fn release_process(
+        &self,
+        pid: u32,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<()> {
+        self.admit_root(conn, &header, "ReleaseProcess").await?;
+        match self.forward(Command::Release { pid }).await? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// A measurement ended.
+    #[zbus(signal)]
+    pub async fn measurement_finished(
+        emitter: &SignalEmitter<'_>,
+        job: u64,
+        ok: bool,
+        summary: &str,
+    ) -> zbus::Result<()>;
+
+    /// Rules were reloaded: how many loaded, and the errors.
+    #[zbus(signal)]
+    pub async fn rules_reloaded(
+        emitter: &SignalEmitter<'_>,
+        rules: u32,
+        errors: Vec<String>,
+    ) -> zbus::Result<()>;
+}
+
+/// Connects to `bus`, serves the object and takes the bus name — refusing, not queueing
+/// or stealing, when another instance holds it.
+pub async fn serve(
+    bus: &BusTarget,
+    events: mpsc::Sender<Event>,
+    snapshot: watch::Receiver<Snapshot>,
+    limiter: RateLimiter,
+) -> Result<Connection, DbusError> {
+    let object = Pinnerd1::new(events, snapshot, limiter);
+    bus.builder()
+        .serve_at(OBJECT_PATH, object)
+        .name(BUS_NAME)
+        .allow_name_replacements(false)
+        .replace_existing_names(false)
+        .build()
+        .await
+        .map_err(|source| match source {
+            zbus::Error::NameTaken => DbusError::NameTaken {
+                bus: bus.to_string(),
+            },
+            source => DbusError::Connect {
+                bus: bus.to_string(),
+                source,
+            },
+        })
+}
+
+/// A signal the loop asks to be emitted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Signal {
+    MeasurementFinished { job: u64, ok: bool, summary: String },
+    RulesReloaded { rules: u32, errors: Vec<String> },
+}
+
+/// Emits one signal from the object.
+pub async fn emit(conn: &Connection, signal: &Signal) -> zbus::Result<()> {
+    let emitter = SignalEmitter::new(conn, OBJECT_PATH)?;
+    match signal {
+        Signal::MeasurementFinished { job, ok, summary } => {
+            Pinnerd1::measurement_finished(&emitter, *job, *ok, summary).await
+        }
+        Signal::RulesReloaded { rules, errors } => {
+            Pinnerd1::rules_reloaded(&emitter, *rules, errors.clone()).await
+        }
+    }
+}
+
+/// Emits `PropertiesChanged` for whatever differs between `old` and `new`, in one signal.
+pub async fn properties_changed(
+    conn: &Connection,
+    old: &Snapshot,
+    new: &Snapshot,
+) -> zbus::Result<()> {
+    use zbus::Variant as Value;
+    let mut changed: HashMap<&str, Value<'_>> = HashMap::new();
+    if old.state != new.state {
+        changed.insert("State", Value::from(new.state.as_str()));
+    }
+    if old.measured_at_us != new.measured_at_us {
+        changed.insert("MeasuredAt", Value::from(new.measured_at_us));
+    }
+    if old.fingerprint != new.fingerprint {
+        changed.insert("Fingerprint", Value::from(new.fingerprint.as_str()));
+    }
+    if old.cpu_count != new.cpu_count {
+        changed.insert("CpuCount", Value::from(new.cpu_count));
+    }
+    if old.rule_count != new.rule_count {
+        changed.insert("RuleCount", Value::from(new.rule_count));
+    }
+    if old.managed_processes != new.managed_processes {
+        changed.insert("ManagedProcesses", Value::from(new.managed_processes));
+    }
+    if old.managed_threads != new.managed_threads {
+        changed.insert("ManagedThreads", Value::from(new.managed_threads));
+    }
+    if old.rule_errors != new.rule_errors {
+        changed.insert("RuleErrors", Value::from(new.rule_errors.clone()));
+    }
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let emitter = SignalEmitter::new(conn, OBJECT_PATH)?;
+    let iface = zbus::names::InterfaceName::from_static_str_unchecked(INTERFACE);
+    fdo::Properties::properties_changed(&emitter, iface, changed, Cow::Borrowed(&[])).await
+}
+
+/// Publishes every change of the loop's snapshot as `PropertiesChanged`, until the
+/// snapshot's sender goes away. Bursts coalesce: only the latest value is sent.
+pub async fn publish_properties(conn: Connection, mut snapshot: watch::Receiver<Snapshot>) {
+    let mut last = snapshot.borrow_and_update().clone();
+    while snapshot.changed().await.is_ok() {
+        let new = snapshot.borrow_and_update().clone();
+        if let Err(e) = properties_changed(&conn, &last, &new).await {
+            tracing::warn!(error = %e, "cannot emit PropertiesChanged");
+        }
+        last = new;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_limiter_allows_a_burst_then_refills() {
+        let l = RateLimiter::new(3, 10);
+        let t0 = Instant::now();
+        assert!(l.allow(1000, t0));
+        assert!(l.allow(1000, t0));
+        assert!(l.allow(1000, t0));
+        assert!(!l.allow(1000, t0), "fourth call in the same instant");
+        assert!(l.allow(1001, t0), "another caller has its own bucket");
+        assert!(
+            l.allow(1000, t0 + Duration::from_millis(100)),
+            "one token back"
+        );
+        assert!(!l.allow(1000, t0 + Duration::from_millis(100)));
+    }
+
+    #[test]
+    fn bus_target_words() {
+        assert_eq!("system".parse::<BusTarget>().unwrap(), BusTarget::System);
+        assert_eq!("session".parse::<BusTarget>().unwrap(), BusTarget::Session);
+        assert_eq!(
+            "unix:path=/run/x".parse::<BusTarget>().unwrap(),
+            BusTarget::Address("unix:path=/run/x".into())
+        );
+    }
+
+    #[test]
+    fn long_strings_are_refused() {
+        assert!(check_len("policy", "compact").is_ok());
+        let e = check_len("policy", &"x".repeat(65)).unwrap_err();
+        assert!(e.to_string().contains("longer than 64 bytes"), "{e}");
+    }
+}

@@ -1,1 +1,1338 @@
-//! Latency domains: clustering a matrix into a hierarchy of CPU groups.
+//! Latency domains: a hierarchy of CPU groups (SMT core → LLC/CCX → die → socket →
+//! machine), finest level first, each with the latency paid inside it.
+//!
+//! Built from a latency matrix alone ([`Domains::from_matrix`]: SMT siblings and cache
+//! groups are inferred from the numbers), from the sysfs topology alone
+//! ([`Domains::from_layout`], no latencies), or from both ([`Domains::reconcile`]), which
+//! reports where the two disagree and decides which to trust, saying why.
+//!
+//! Clustering: average linkage (UPGMA, nearest-neighbour chain, O(n²)) over the CPUs,
+//! cut where the sorted merge heights jump; a cut is kept only when the pairs it joins
+//! are cleanly faster than the pairs the next level joins (95th vs 5th percentile), so
+//! noise and a few outlier cells make no levels. A level where some groups stalled (the
+//! NUMA-home artefact: one socket's cross-CCX pairs as slow as cross-socket) is
+//! completed by symmetry and reported.
+//!
+//! Owns: clustering, reconciliation, the per-CPU cost used by `placement`.
+//! Must not touch: the OS (no files, no syscalls, no clocks).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cpuset::CpuSet;
+use crate::matrix::LatencyMatrix;
+use crate::topology::Topology;
+
+/// What a level of groups is, in hardware terms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LevelKind {
+    /// SMT siblings of one core.
+    Smt,
+    /// A cluster of cores sharing an L2 (KNL tiles, Arm clusters); sysfs `cluster_id`.
+    Cluster,
+    /// CPUs sharing the last-level cache (a CCX on AMD, a socket on most Intel parts).
+    Cache,
+    /// One die (chiplet) of a package.
+    Die,
+    /// One NUMA node.
+    Node,
+    /// One socket.
+    Package,
+    /// A level seen only in the latency matrix, with no hardware name.
+    Group,
+    /// Every CPU.
+    Machine,
+}
+
+impl LevelKind {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            LevelKind::Smt => "smt",
+            LevelKind::Cluster => "cluster",
+            LevelKind::Cache => "llc",
+            LevelKind::Die => "die",
+            LevelKind::Node => "node",
+            LevelKind::Package => "package",
+            LevelKind::Group => "group",
+            LevelKind::Machine => "machine",
+        }
+    }
+}
+
+impl fmt::Display for LevelKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One level of the hierarchy: a partition of the CPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Level {
+    pub kind: LevelKind,
+    /// Other hardware names for the same partition (e.g. an Intel LLC is also the package).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub also: Vec<LevelKind>,
+    /// Typical (median) one-way latency between CPUs first joined at this level; `None`
+    /// when no trusted matrix gave one.
+    pub latency_ns: Option<f64>,
+    /// The groups, ordered by their lowest CPU.
+    pub groups: Vec<CpuSet>,
+}
+
+impl Level {
+    /// `smt`, or `llc = package` when the partition has several names.
+    pub fn name(&self) -> String {
+        let mut s = self.kind.as_str().to_string();
+        for k in &self.also {
+            s.push_str(" = ");
+            s.push_str(k.as_str());
+        }
+        s
+    }
+}
+
+/// Which source the domains (and placement costs) come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Trust {
+    Matrix,
+    Topology,
+}
+
+/// What a finding is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FindingKind {
+    /// The matrix splits a sysfs group (e.g. one LLC measured as two halves).
+    SplitsGroup,
+    /// A sysfs level the matrix does not show.
+    LevelNotSeen,
+    /// A matrix group that straddles sysfs groups (numbering mismatch or a bad matrix).
+    CrossesGroups,
+    /// One socket's cross-CCX pairs cost far more than the other's: where the measured
+    /// cache line lived in memory, not the hardware.
+    NumaHome,
+    /// The matrix shows no structure the hardware must have: measurement noise.
+    Noise,
+    /// A level whose groups were partly completed by symmetry.
+    Uneven,
+}
+
+/// A disagreement or an oddity, with the decision taken.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub kind: FindingKind,
+    /// Which source was trusted for this point.
+    pub trusted: Trust,
+    /// The CPUs concerned.
+    pub cpus: CpuSet,
+    /// What was seen, what was decided and why.
+    pub message: String,
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// The hardware grouping read from sysfs, as plain data: the online CPUs and, per level,
+/// its groups. Levels may be given in any order; equal partitions are merged.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Layout {
+    pub cpus: CpuSet,
+    pub levels: Vec<(LevelKind, Vec<CpuSet>)>,
+}
+
+impl Layout {
+    /// The grouping sysfs reports: SMT cores, clusters, LLCs, dies, NUMA nodes and
+    /// packages, over the online CPUs. A level that is missing for some CPUs (no cache
+    /// information) or does not nest with the finer ones (sub-NUMA clustering quirks) is
+    /// left out.
+    pub fn from_topology(t: &Topology) -> Layout {
+        let cpus: CpuSet = t.cpus.iter().map(|c| c.cpu).collect();
+        let distinct = |sets: Vec<CpuSet>| -> Vec<CpuSet> {
+            let mut out: Vec<CpuSet> = Vec::new();
+            for s in sets {
+                if !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+            out
+        };
+        let mut candidates: Vec<(LevelKind, Vec<CpuSet>)> = vec![
+            (
+                LevelKind::Smt,
+                distinct(t.cpus.iter().map(|c| c.siblings.clone()).collect()),
+            ),
+            (
+                LevelKind::Package,
+                distinct(t.cpus.iter().map(|c| c.package_cpus.clone()).collect()),
+            ),
+        ];
+        let llc: Vec<CpuSet> = t
+            .cpus
+            .iter()
+            .filter_map(|c| c.llc().map(|l| l.shared.intersection(&cpus)))
+            .collect();
+        if llc.len() == t.cpus.len() {
+            candidates.push((LevelKind::Cache, distinct(llc)));
+        }
+        candidates.push((
+            LevelKind::Die,
+            distinct(t.cpus.iter().map(|c| c.die_cpus.clone()).collect()),
+        ));
+        candidates.push((
+            LevelKind::Node,
+            t.nodes
+                .iter()
+                .filter(|n| !n.cpus.is_empty())
+                .map(|n| n.cpus.intersection(&cpus))
+                .collect(),
+        ));
+        candidates.push((
+            LevelKind::Cluster,
+            distinct(t.cpus.iter().map(|c| c.cluster_cpus.clone()).collect()),
+        ));
+        let mut layout = Layout {
+            cpus: cpus.clone(),
+            levels: Vec::new(),
+        };
+        for (kind, groups) in candidates {
+            let groups: Vec<CpuSet> = groups
+                .into_iter()
+                .map(|g| g.intersection(&cpus))
+                .filter(|g| !g.is_empty())
+                .collect();
+            let mut trial = layout.clone();
+            trial.levels.push((kind, groups));
+            let ids: Vec<u32> = cpus.iter().collect();
+            if layout_partitions(&trial, &ids).is_ok() {
+                layout = trial;
+            }
+        }
+        layout
+    }
+
+    /// The same grouping over a subset of the CPUs.
+    pub fn restricted(&self, keep: &CpuSet) -> Layout {
+        Layout {
+            cpus: self.cpus.intersection(keep),
+            levels: self
+                .levels
+                .iter()
+                .map(|(k, gs)| {
+                    (
+                        *k,
+                        gs.iter()
+                            .map(|g| g.intersection(keep))
+                            .filter(|g| !g.is_empty())
+                            .collect(),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Domains that cannot be built.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DomainError {
+    /// The matrix is malformed (NaN, negative, asymmetric cells...).
+    #[error("latency matrix is unusable: {0}")]
+    InvalidMatrix(String),
+    /// Too few CPUs.
+    #[error("latency matrix has {0} CPU(s); at least 2 are needed")]
+    TooSmall(usize),
+    /// Too many cells are missing to trust anything.
+    #[error("latency matrix is missing {missing} of {total} pairs (zero or empty cells)")]
+    TooSparse { missing: usize, total: usize },
+    /// The matrix was measured on other CPUs than the topology lists.
+    #[error("latency matrix covers CPUs {matrix} ({matrix_len}) but the topology's online CPUs are {topology} ({topology_len})")]
+    CpuMismatch {
+        matrix: CpuSet,
+        matrix_len: usize,
+        topology: CpuSet,
+        topology_len: usize,
+    },
+    /// The layout is not a set of partitions of its CPUs.
+    #[error("topology level {kind} is not a partition of the online CPUs {cpus}: {detail}")]
+    BadLayout {
+        kind: LevelKind,
+        cpus: CpuSet,
+        detail: String,
+    },
+    /// No CPUs at all.
+    #[error("no CPUs to build domains from")]
+    Empty,
+}
+
+/// The hierarchy plus the pairwise cost used to place threads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Domains {
+    /// CPU ids, ascending; "index" below means a position in this list.
+    cpus: Vec<u32>,
+    /// Finest first; the last is always the machine.
+    levels: Vec<Level>,
+    /// `group_of[level][index]`: which group of that level holds the CPU.
+    group_of: Vec<Vec<u32>>,
+    /// Row-major n×n pairwise cost: ns when `cost_is_ns`, else the rank of the finest
+    /// level two CPUs share (1 = first level).
+    cost: Vec<f64>,
+    cost_is_ns: bool,
+    trust: Trust,
+}
+
+/// Merge-height jump that separates two levels.
+const CUT_RATIO: f64 = 1.3;
+/// Largest SMT sibling latency seen in published data is ~13 ns; above this a
+/// tightly-bound pair is an L2 cluster, not SMT.
+const SMT_MAX_NS: f64 = 20.0;
+/// Contrast (between / within) below which a hardware level is "not seen" in a matrix.
+const CONTRAST_SEEN: f64 = 1.2;
+
+impl Domains {
+    /// CPU ids, ascending.
+    pub fn cpus(&self) -> &[u32] {
+        &self.cpus
+    }
+
+    /// Levels, finest first; the last is the machine.
+    pub fn levels(&self) -> &[Level] {
+        &self.levels
+    }
+
+    /// Which source the groups and costs come from.
+    pub fn trust(&self) -> Trust {
+        self.trust
+    }
+
+    /// Whether [`Domains::cost`] is in nanoseconds (else a level rank).
+    pub fn cost_is_ns(&self) -> bool {
+        self.cost_is_ns
+    }
+
+    /// Position of a CPU id.
+    pub fn index_of(&self, cpu: u32) -> Option<usize> {
+        self.cpus.binary_search(&cpu).ok()
+    }
+
+    /// Pairwise cost between two indices (0 on the diagonal).
+    #[inline]
+    pub fn cost(&self, i: usize, j: usize) -> f64 {
+        self.cost[i * self.cpus.len() + j]
+    }
+
+    /// Group index of a CPU index at a level.
+    #[inline]
+    pub fn group_of(&self, level: usize, i: usize) -> usize {
+        self.group_of[level][i] as usize
+    }
+
+    /// The SMT level, if there is one.
+    pub fn smt_level(&self) -> Option<usize> {
+        self.levels.iter().position(|l| l.kind == LevelKind::Smt)
+    }
+
+    /// Index of the finest level at which two CPU indices share a group.
+    pub fn shared_level(&self, i: usize, j: usize) -> usize {
+        (0..self.levels.len())
+            .find(|&l| self.group_of[l][i] == self.group_of[l][j])
+            .unwrap_or(self.levels.len() - 1)
+    }
+
+    /// Domains from a latency matrix alone.
+    pub fn from_matrix(m: &LatencyMatrix) -> Result<Domains, DomainError> {
+        Ok(Self::analyse(m)?.0)
+    }
+
+    /// Domains from the sysfs grouping alone. Costs are level ranks, latencies unknown.
+    pub fn from_layout(layout: &Layout) -> Result<Domains, DomainError> {
+        let cpus: Vec<u32> = layout.cpus.iter().collect();
+        if cpus.is_empty() {
+            return Err(DomainError::Empty);
+        }
+        let parts = layout_partitions(layout, &cpus)?;
+        let mut levels: Vec<(Vec<LevelKind>, Vec<u32>)> = Vec::new();
+        for (kind, part) in parts {
+            if let Some(l) = levels.iter_mut().find(|(_, p)| *p == part) {
+                l.0.push(kind);
+            } else {
+                levels.push((vec![kind], part));
+            }
+        }
+        // Finest first: more groups first; ties cannot happen after merging equal ones
+        // unless partitions cross, which layout_partitions refuses.
+        levels.sort_by_key(|(_, p)| std::cmp::Reverse(count_groups(p)));
+        let built: Vec<(Vec<LevelKind>, Vec<u32>, Option<f64>)> =
+            levels.into_iter().map(|(k, p)| (k, p, None)).collect();
+        Ok(Self::assemble(cpus, built, None, Trust::Topology))
+    }
+
+    /// Domains from the sysfs topology alone: what the daemon uses until a matrix
+    /// exists. Costs are level ranks, latencies unknown.
+    pub fn from_topology(t: &Topology) -> Result<Domains, DomainError> {
+        Self::from_layout(&Layout::from_topology(t))
+    }
+
+    /// Domains from a matrix and, when given, the topology: findings say where they
+    /// disagree and which was trusted. Without a topology this is `from_matrix` plus the
+    /// findings the matrix alone supports (NUMA-home artefact, uneven levels). The
+    /// matrix must cover the topology's online CPUs, or its usable (non-isolated) ones.
+    pub fn reconcile(
+        m: &LatencyMatrix,
+        topology: Option<&Topology>,
+    ) -> Result<(Domains, Vec<Finding>), DomainError> {
+        let Some(t) = topology else {
+            return Self::reconcile_layout(m, None);
+        };
+        let mut layout = Layout::from_topology(t);
+        let mset: CpuSet = m.cpus.iter().copied().collect();
+        if mset != layout.cpus && mset == t.usable() {
+            layout = layout.restricted(&mset);
+        }
+        Self::reconcile_layout(m, Some(&layout))
+    }
+
+    /// [`Domains::reconcile`] with the sysfs grouping as plain data.
+    pub fn reconcile_layout(
+        m: &LatencyMatrix,
+        layout: Option<&Layout>,
+    ) -> Result<(Domains, Vec<Finding>), DomainError> {
+        let (mdom, mut findings, dense) = Self::analyse(m)?;
+        let Some(layout) = layout else {
+            return Ok((mdom, findings));
+        };
+        let mset: CpuSet = m.cpus.iter().copied().collect();
+        if mset != layout.cpus {
+            return Err(DomainError::CpuMismatch {
+                matrix_len: mset.len(),
+                matrix: mset,
+                topology_len: layout.cpus.len(),
+                topology: layout.cpus.clone(),
+            });
+        }
+        let tdom = Self::from_layout(layout)?;
+        let cpus = tdom.cpus.clone();
+
+        // 1. Does the matrix show the hardware levels at all? SMT siblings share an L1
+        //    and are always the fastest pairs on real hardware; without SMT, sockets
+        //    are always slower between than within. A matrix that misses either is
+        //    noise (an emulator, a VM whose vCPUs move) or from another machine.
+        let has_smt = tdom.levels.iter().any(|l| l.kind == LevelKind::Smt);
+        let mut decisive = Vec::new();
+        for (li, level) in tdom.levels.iter().enumerate() {
+            if level.kind == LevelKind::Machine {
+                continue;
+            }
+            let (within, between) = level_cells(&dense, &tdom.group_of, li);
+            let (Some(w), Some(b)) = (median(&within), median(&between)) else {
+                continue;
+            };
+            if b / w.max(1e-9) >= CONTRAST_SEEN {
+                continue;
+            }
+            let is_pkg =
+                level.kind == LevelKind::Package || level.also.contains(&LevelKind::Package);
+            if level.kind == LevelKind::Smt || (is_pkg && !has_smt) {
+                decisive.push(format!(
+                    "{} pairs cost {w:.1} ns against {b:.1} ns outside them",
+                    level.name()
+                ));
+            } else {
+                findings.push(Finding {
+                    kind: FindingKind::LevelNotSeen,
+                    trusted: Trust::Matrix,
+                    cpus: layout.cpus.clone(),
+                    message: format!(
+                        "sysfs has a {} level ({} groups) but the matrix does not see it: {w:.1} ns inside vs {b:.1} ns across; measured costs are used",
+                        level.name(),
+                        level.groups.len()
+                    ),
+                });
+            }
+        }
+        if !decisive.is_empty() {
+            findings.retain(|f| f.kind != FindingKind::LevelNotSeen);
+            findings.push(Finding {
+                kind: FindingKind::Noise,
+                trusted: Trust::Topology,
+                cpus: layout.cpus.clone(),
+                message: format!(
+                    "the matrix looks like noise: {}; real hardware always shows this level, so the sysfs topology is trusted and latencies are unknown",
+                    decisive.join("; ")
+                ),
+            });
+            return Ok((tdom, findings));
+        }
+
+        // 2. Matrix groups that straddle sockets cannot be real: the matrix was taken
+        //    with another numbering (or on another machine).
+        if let Some(pkg) = tdom
+            .levels
+            .iter()
+            .position(|l| l.kind == LevelKind::Package || l.also.contains(&LevelKind::Package))
+        {
+            if tdom.levels[pkg].groups.len() > 1 {
+                for ml in mdom.levels.iter().filter(|l| l.kind != LevelKind::Machine) {
+                    let bad: Vec<&CpuSet> = ml
+                        .groups
+                        .iter()
+                        .filter(|g| {
+                            let first = tdom.index_of(g.first().unwrap_or(0)).unwrap_or(0);
+                            g.iter().any(|c| {
+                                tdom.index_of(c).is_some_and(|i| {
+                                    tdom.group_of(pkg, i) != tdom.group_of(pkg, first)
+                                })
+                            })
+                        })
+                        .collect();
+                    if let Some(g) = bad.first() {
+                        findings.push(Finding {
+                            kind: FindingKind::CrossesGroups,
+                            trusted: Trust::Topology,
+                            cpus: (*g).clone(),
+                            message: format!(
+                                "the matrix puts CPUs {g} in one {} group although sysfs places them in different sockets ({} such groups): the matrix's CPU numbering does not match this machine, so the sysfs topology is trusted",
+                                ml.name(),
+                                bad.len()
+                            ),
+                        });
+                        return Ok((tdom, findings));
+                    }
+                }
+            }
+        }
+
+        // 3. Merge both hierarchies into one chain of partitions; the matrix's win
+        //    conflicts (it is measured), sysfs names the levels they share.
+        let mut chain: Vec<(Vec<LevelKind>, Vec<u32>, Option<f64>)> = Vec::new();
+        for (li, l) in mdom.levels.iter().enumerate() {
+            if l.kind == LevelKind::Machine {
+                continue;
+            }
+            let kinds = if l.kind == LevelKind::Group || l.kind == LevelKind::Cache {
+                Vec::new()
+            } else {
+                vec![l.kind]
+            };
+            chain.push((kinds, mdom.group_of[li].clone(), l.latency_ns));
+        }
+        for (li, tl) in tdom.levels.iter().enumerate() {
+            if tl.kind == LevelKind::Machine {
+                continue;
+            }
+            let part = &tdom.group_of[li];
+            let mut names = vec![tl.kind];
+            names.extend(tl.also.iter().copied());
+            if let Some(c) = chain.iter_mut().find(|c| same_partition(&c.1, part)) {
+                for k in names {
+                    if !c.0.contains(&k) {
+                        c.0.push(k);
+                    }
+                }
+                continue;
+            }
+            // Not in the matrix: keep it if it nests with every matrix level.
+            let nests = chain
+                .iter()
+                .all(|c| refines(&c.1, part) || refines(part, &c.1));
+            if nests {
+                let finer = chain
+                    .iter()
+                    .filter(|c| refines(&c.1, part) && !same_partition(&c.1, part))
+                    .min_by_key(|c| count_groups(&c.1))
+                    .map(|c| c.1.clone());
+                let within = joined_cells(&dense, finer.as_ref(), part);
+                chain.push((names, part.clone(), median(&within)));
+            } else {
+                let g = chain
+                    .iter()
+                    .find(|c| !refines(&c.1, part) && !refines(part, &c.1))
+                    .map(|c| first_split_group(part, &c.1, &cpus))
+                    .unwrap_or_default();
+                findings.push(Finding {
+                    kind: FindingKind::CrossesGroups,
+                    trusted: Trust::Matrix,
+                    cpus: g.clone(),
+                    message: format!(
+                        "the sysfs {} groups do not nest with the measured groups (first conflict: CPUs {g}): the measured groups are used",
+                        tl.name()
+                    ),
+                });
+            }
+        }
+        chain.sort_by_key(|c| std::cmp::Reverse(count_groups(&c.1)));
+        // Report matrix groups finer than a sysfs level they refine (e.g. two halves of
+        // one LLC), once per sysfs level.
+        for (li, tl) in tdom.levels.iter().enumerate() {
+            if (tl.kind == LevelKind::Machine && tl.also.is_empty()) || tl.kind == LevelKind::Smt {
+                continue;
+            }
+            let part = &tdom.group_of[li];
+            let finer = chain
+                .iter()
+                .filter(|c| c.0.is_empty() && refines(&c.1, part) && !same_partition(&c.1, part))
+                .max_by_key(|c| std::cmp::Reverse(count_groups(&c.1)));
+            let Some(c) = finer else { continue };
+            // Only when the matrix level sits directly under this one.
+            let coarser_named = chain.iter().any(|o| {
+                !o.0.is_empty()
+                    && refines(&c.1, &o.1)
+                    && refines(&o.1, part)
+                    && !same_partition(&o.1, part)
+                    && !same_partition(&o.1, &c.1)
+            });
+            if coarser_named {
+                continue;
+            }
+            let g = first_split_group(part, &c.1, &cpus);
+            if g.is_empty() {
+                continue;
+            }
+            let parts = count_groups(&c.1) / count_groups(part).max(1);
+            findings.push(Finding {
+                kind: FindingKind::SplitsGroup,
+                trusted: Trust::Matrix,
+                cpus: g.clone(),
+                message: format!(
+                    "sysfs says CPUs {g} share one {} but the matrix shows ~{parts} groups inside it ({} ns inside each, more across): the measured split is kept as a level",
+                    tl.name(),
+                    c.2.map(|v| format!("{v:.1}")).unwrap_or_else(|| "?".into())
+                ),
+            });
+        }
+        // NUMA-home check against sysfs sockets when the matrix alone did not flag it.
+        if !findings.iter().any(|f| f.kind == FindingKind::NumaHome) {
+            if let Some(f) = numa_home_by_layout(&dense, &tdom) {
+                findings.push(f);
+            }
+        }
+        let dom = Self::assemble(cpus, chain, Some(&dense), Trust::Matrix);
+        Ok((dom, findings))
+    }
+
+    /// Matrix-only analysis, also returning the cleaned dense matrix for reconciliation.
+    fn analyse(m: &LatencyMatrix) -> Result<(Domains, Vec<Finding>, Dense), DomainError> {
+        let (dense, cpus) = Dense::from_matrix(m)?;
+        let n = dense.n;
+        let merges = upgma(&dense);
+        let mut heights: Vec<f64> = merges.iter().map(|m| m.2).collect();
+        heights.sort_by(f64::total_cmp);
+
+        // Candidate cuts at jumps of the sorted merge heights.
+        let mut cuts: Vec<(f64, f64)> = Vec::new(); // (threshold, jump ratio)
+        for w in heights.windows(2) {
+            let (lo, hi) = (w[0].max(1e-9), w[1]);
+            if hi / lo >= CUT_RATIO && hi - lo >= 1.0 {
+                cuts.push(((lo * hi).sqrt(), hi / lo));
+            }
+        }
+        let mut parts: Vec<(Vec<u32>, f64)> = cuts
+            .iter()
+            .map(|&(t, r)| (cut(&merges, n, t), r))
+            .filter(|(p, _)| count_groups(p) > 1 && count_groups(p) < n)
+            .collect();
+        parts.dedup_by(|a, b| same_partition(&a.0, &b.0));
+
+        // Two adjacent levels that differ by a handful of merges are one level blurred by
+        // an odd cell: keep the one with the bigger jump.
+        loop {
+            let mut changed = false;
+            for i in 0..parts.len().saturating_sub(1) {
+                let (ga, gb) = (count_groups(&parts[i].0), count_groups(&parts[i + 1].0));
+                let delta = ga - gb;
+                if (delta as f64) < (0.1 * ga as f64).max(1.0) {
+                    let drop = if parts[i].1 >= parts[i + 1].1 {
+                        i + 1
+                    } else {
+                        i
+                    };
+                    parts.remove(drop);
+                    changed = true;
+                    break;
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+
+        // Keep only clean levels: the pairs joined here are clearly faster than the pairs
+        // joined at the next level.
+        let machine: Vec<u32> = vec![0; n];
+        loop {
+            let mut removed = false;
+            for i in 0..parts.len() {
+                let finer: Option<&Vec<u32>> = if i == 0 { None } else { Some(&parts[i - 1].0) };
+                let coarser: &Vec<u32> = parts.get(i + 1).map(|p| &p.0).unwrap_or(&machine);
+                let within = joined_cells(&dense, finer, &parts[i].0);
+                let between = joined_cells(&dense, Some(&parts[i].0), coarser);
+                let clean = match (percentile(&within, 0.95), percentile(&between, 0.05)) {
+                    (Some(w), Some(b)) => w < b,
+                    _ => false,
+                };
+                if !clean {
+                    parts.remove(i);
+                    removed = true;
+                    break;
+                }
+            }
+            if !removed {
+                break;
+            }
+        }
+
+        // Complete uneven levels by symmetry (NUMA-home artefact).
+        // The level's latency is then the fast groups' figure: the hardware's cost when
+        // the line is homed locally.
+        let mut findings = Vec::new();
+        let mut fixed_latency: Vec<Option<f64>> = vec![None; parts.len()];
+        for i in 0..parts.len() {
+            let finer: Option<Vec<u32>> = if i == 0 {
+                None
+            } else {
+                Some(parts[i - 1].0.clone())
+            };
+            if let Some((completed, f, fast)) =
+                complete_by_symmetry(&dense, finer.as_ref(), &parts[i].0, &cpus)
+            {
+                parts[i].0 = completed;
+                fixed_latency[i] = Some(fast);
+                findings.extend(f);
+            }
+        }
+
+        // A mutual-nearest pair far below both members' next partners is an SMT core
+        // even when its cell is slower than the other siblings' (3960X: 0/24 at 13 ns).
+        if !parts.is_empty() {
+            let next = parts
+                .get(1)
+                .map(|p| p.0.clone())
+                .unwrap_or_else(|| vec![0; n]);
+            let first = &mut parts[0];
+            let sizes = group_sizes(&first.0);
+            let cells = joined_cells(&dense, None, &first.0);
+            if sizes.iter().all(|&s| s <= 2) && median(&cells).is_some_and(|v| v <= SMT_MAX_NS) {
+                add_lone_siblings(&dense, &mut first.0, &next);
+            }
+        }
+
+        // Name the levels.
+        let mut built: Vec<(Vec<LevelKind>, Vec<u32>, Option<f64>)> = Vec::new();
+        let mut have_cache = false;
+        for (i, (p, _)) in parts.iter().enumerate() {
+            let finer = if i == 0 { None } else { Some(&parts[i - 1].0) };
+            let within = joined_cells(&dense, finer, p);
+            let lat = fixed_latency[i].or(median(&within));
+            let max_size = group_sizes(p).into_iter().max().unwrap_or(1);
+            let kind = if i == 0 && max_size <= 2 && lat.is_some_and(|l| l <= SMT_MAX_NS) {
+                LevelKind::Smt
+            } else if i == 0 && max_size <= 2 {
+                LevelKind::Cluster
+            } else if !have_cache && lat.is_some_and(|l| l <= 60.0) {
+                have_cache = true;
+                LevelKind::Cache
+            } else {
+                LevelKind::Group
+            };
+            built.push((vec![kind], p.clone(), lat));
+        }
+        let dom = Self::assemble(cpus, built, Some(&dense), Trust::Matrix);
+        Ok((dom, findings, dense))
+    }
+
+    /// Builds the final structure from partitions (finest first), adding the machine.
+    fn assemble(
+        cpus: Vec<u32>,
+        parts: Vec<(Vec<LevelKind>, Vec<u32>, Option<f64>)>,
+        dense: Option<&Dense>,
+        trust: Trust,
+    ) -> Domains {
+        let n = cpus.len();
+        // Matrix rows may be in any CPU order; domains use ascending ids.
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| cpus[i]);
+        let sorted: Vec<u32> = order.iter().map(|&i| cpus[i]).collect();
+        let mut levels = Vec::new();
+        let mut group_of = Vec::new();
+        let mut all_parts: Vec<(Vec<LevelKind>, Vec<u32>, Option<f64>)> = parts;
+        // A level with one group is the machine under another name (one socket, one LLC).
+        let mut machine_kinds = vec![LevelKind::Machine];
+        while all_parts.last().is_some_and(|p| count_groups(&p.1) <= 1) {
+            if let Some(p) = all_parts.pop() {
+                machine_kinds.extend(p.0);
+            }
+        }
+        let machine_lat = dense.and_then(|d| {
+            let last = all_parts.last().map(|p| p.1.clone());
+            median(&joined_cells(d, last.as_ref(), &vec![0; n]))
+        });
+        all_parts.push((machine_kinds, vec![0; n], machine_lat));
+        for (kinds, part, lat) in all_parts {
+            // Renumber groups by lowest CPU id.
+            let mut remap: Vec<Option<u32>> = vec![None; n];
+            let mut next = 0u32;
+            let mut g_of = vec![0u32; n];
+            let mut groups: Vec<CpuSet> = Vec::new();
+            for (si, &orig) in order.iter().enumerate() {
+                let g = part[orig] as usize;
+                let id = *remap[g].get_or_insert_with(|| {
+                    next += 1;
+                    groups.push(CpuSet::new());
+                    next - 1
+                });
+                g_of[si] = id;
+                groups[id as usize].insert(sorted[si]);
+            }
+            let mut kinds = kinds;
+            let kind = if kinds.is_empty() {
+                LevelKind::Group
+            } else {
+                kinds.remove(0)
+            };
+            levels.push(Level {
+                kind,
+                also: kinds,
+                latency_ns: lat.map(|v| (v * 10.0).round() / 10.0),
+                groups,
+            });
+            group_of.push(g_of);
+        }
+        let mut dom = Domains {
+            cpus: sorted,
+            levels,
+            group_of,
+            cost: vec![0.0; n * n],
+            cost_is_ns: dense.is_some(),
+            trust,
+        };
+        for a in 0..n {
+            for b in 0..n {
+                if a == b {
+                    continue;
+                }
+                dom.cost[a * n + b] = match dense {
+                    Some(d) => d.at(order[a], order[b]),
+                    None => (dom.shared_level(a, b) + 1) as f64,
+                };
+            }
+        }
+        dom
+    }
+}
+
+/// The matrix as a dense n×n array in its row order, zero and missing cells imputed.
+#[derive(Debug, Clone)]
+struct Dense {
+    n: usize,
+    d: Vec<f64>,
+}
+
+impl Dense {
+    /// The matrix with rows in ascending CPU id order, and those ids.
+    fn from_matrix(m: &LatencyMatrix) -> Result<(Dense, Vec<u32>), DomainError> {
+        m.validate().map_err(DomainError::InvalidMatrix)?;
+        let n = m.len();
+        if n < 2 {
+            return Err(DomainError::TooSmall(n));
+        }
+        let mut order: Vec<usize> = (0..n).collect();
+        order.sort_by_key(|&i| m.cpus[i]);
+        let cpus: Vec<u32> = order.iter().map(|&i| m.cpus[i]).collect();
+        let mut d = vec![f64::NAN; n * n];
+        let mut missing = 0;
+        for i in 0..n {
+            d[i * n + i] = 0.0;
+            for j in 0..i {
+                // A zero cell is a timer too coarse to see anything: unknown.
+                match m.at(order[i], order[j]) {
+                    Some(v) if v > 0.0 => {
+                        d[i * n + j] = v;
+                        d[j * n + i] = v;
+                    }
+                    _ => missing += 1,
+                }
+            }
+        }
+        let total = n * (n - 1) / 2;
+        if missing * 10 > total {
+            return Err(DomainError::TooSparse { missing, total });
+        }
+        if missing > 0 {
+            // Impute from the two rows: the median of what both CPUs see.
+            let fill: Vec<(usize, usize, f64)> = (0..n)
+                .flat_map(|i| (0..i).map(move |j| (i, j)))
+                .filter(|&(i, j)| d[i * n + j].is_nan())
+                .map(|(i, j)| {
+                    let mut row: Vec<f64> = (0..n)
+                        .filter(|&k| k != i && k != j)
+                        .flat_map(|k| [d[i * n + k], d[j * n + k]])
+                        .filter(|v| !v.is_nan())
+                        .collect();
+                    row.sort_by(f64::total_cmp);
+                    (i, j, row.get(row.len() / 2).copied().unwrap_or(1.0))
+                })
+                .collect();
+            for (i, j, v) in fill {
+                d[i * n + j] = v;
+                d[j * n + i] = v;
+            }
+        }
+        Ok((Dense { n, d }, cpus))
+    }
+
+    #[inline]
+    fn at(&self, i: usize, j: usize) -> f64 {
+        self.d[i * self.n + j]
+    }
+}
+
+/// Average-linkage clustering by nearest-neighbour chain: `(a, b, height)` per merge,
+/// where `a` and `b` are member leaves of the two clusters.
+fn upgma(dense: &Dense) -> Vec<(usize, usize, f64)> {
+    let n = dense.n;
+    let mut d = dense.d.clone();
+    let mut size = vec![1usize; n];
+    let mut active = vec![true; n];
+    let mut merges = Vec::with_capacity(n.saturating_sub(1));
+    let mut chain: Vec<usize> = Vec::new();
+    let mut left = n;
+    while left > 1 {
+        if chain.is_empty() {
+            chain.push(active.iter().position(|&a| a).unwrap_or(0));
+        }
+        let (x, y) = loop {
+            let x = chain[chain.len() - 1];
+            let prev = if chain.len() >= 2 {
+                Some(chain[chain.len() - 2])
+            } else {
+                None
+            };
+            let mut best = usize::MAX;
+            let mut best_d = f64::INFINITY;
+            if let Some(p) = prev {
+                best = p;
+                best_d = d[x * n + p];
+            }
+            for k in 0..n {
+                if k == x || !active[k] {
+                    continue;
+                }
+                let v = d[x * n + k];
+                if v < best_d || (v == best_d && Some(k) != prev && k < best && Some(best) != prev)
+                {
+                    best = k;
+                    best_d = v;
+                }
+            }
+            if Some(best) == prev {
+                chain.pop();
+                chain.pop();
+                break (x, best);
+            }
+            chain.push(best);
+        };
+        let h = d[x * n + y];
+        let (keep, gone) = (x.min(y), x.max(y));
+        let (sk, sg) = (size[keep] as f64, size[gone] as f64);
+        for k in 0..n {
+            if !active[k] || k == keep || k == gone {
+                continue;
+            }
+            let v = (sk * d[keep * n + k] + sg * d[gone * n + k]) / (sk + sg);
+            d[keep * n + k] = v;
+            d[k * n + keep] = v;
+        }
+        size[keep] += size[gone];
+        active[gone] = false;
+        left -= 1;
+        merges.push((keep, gone, h));
+    }
+    merges.sort_by(|a, b| a.2.total_cmp(&b.2).then(a.0.cmp(&b.0)).then(a.1.cmp(&b.1)));
+    merges
+}
+
+fn find(parent: &mut [usize], mut x: usize) -> usize {
+    while parent[x] != x {
+        parent[x] = parent[parent[x]];
+        x = parent[x];
+    }
+    x
+}
+
+/// The partition (group label per index, labels in order of first appearance) after
+/// every merge at or below `t`.
+fn cut(merges: &[(usize, usize, f64)], n: usize, t: f64) -> Vec<u32> {
+    let mut parent: Vec<usize> = (0..n).collect();
+    for &(a, b, h) in merges {
+        if h > t {
+            break;
+        }
+        let (ra, rb) = (find(&mut parent, a), find(&mut parent, b));
+        if ra != rb {
+            parent[ra.max(rb)] = ra.min(rb);
+        }
+    }
+    let roots: Vec<usize> = (0..n).map(|i| find(&mut parent, i)).collect();
+    relabel(&roots)
+}
+
+/// Labels renumbered 0.. in order of first appearance.
+fn relabel<T: Copy + PartialEq>(labels: &[T]) -> Vec<u32> {
+    let mut seen: Vec<T> = Vec::new();
+    labels
+        .iter()
+        .map(|l| match seen.iter().position(|s| s == l) {
+            Some(p) => p as u32,
+            None => {
+                seen.push(*l);
+                (seen.len() - 1) as u32
+            }
+        })
+        .collect()
+}
+
+fn count_groups(p: &[u32]) -> usize {
+    p.iter().max().map(|&m| m as usize + 1).unwrap_or(0)
+}
+
+fn group_sizes(p: &[u32]) -> Vec<usize> {
+    let mut s = vec![0; count_groups(p)];
+    for &g in p {
+        s[g as usize] += 1;
+    }
+    s
+}
+
+fn same_partition(a: &[u32], b: &[u32]) -> bool {
+    refines(a, b) && refines(b, a)
+}
+
+/// Every group of `fine` lies inside one group of `coarse`.
+fn refines(fine: &[u32], coarse: &[u32]) -> bool {
+    let mut map: Vec<Option<u32>> = vec![None; count_groups(fine)];
+    fine.iter().zip(coarse).all(|(&f, &c)| {
+        let slot = &mut map[f as usize];
+        *slot.get_or_insert(c) == c
+    })
+}
+
+/// The first group of `coarse` that `fine` splits or straddles, as CPU ids.
+fn first_split_group(coarse: &[u32], fine: &[u32], cpus: &[u32]) -> CpuSet {
+    for g in 0..count_groups(coarse) as u32 {
+        let members: Vec<usize> = (0..coarse.len()).filter(|&i| coarse[i] == g).collect();
+        let labels: Vec<u32> = members.iter().map(|&i| fine[i]).collect();
+        let uniform = labels.iter().all(|&l| l == labels[0]);
+        let closed = members.len() == fine.iter().filter(|&&f| f == labels[0]).count();
+        if !uniform || !closed {
+            return members.iter().map(|&i| cpus[i]).collect();
+        }
+    }
+    CpuSet::new()
+}
+
+/// Cells of pairs in one group of `coarse` but different groups of `finer` (or any two
+/// distinct CPUs when `finer` is `None`).
+fn joined_cells(dense: &Dense, finer: Option<&Vec<u32>>, coarse: &[u32]) -> Vec<f64> {
+    let n = dense.n;
+    let mut out = Vec::new();
+    for i in 0..n {
+        for j in 0..i {
+            if coarse[i] == coarse[j] && finer.is_none_or(|f| f[i] != f[j]) {
+                out.push(dense.at(i, j));
+            }
+        }
+    }
+    out
+}
+
+/// For a sysfs level (by index into `group_of`, which uses ascending-id positions that
+/// equal the matrix rows once checked): cells inside its groups and cells joined only at
+/// the next coarser level.
+fn level_cells(dense: &Dense, group_of: &[Vec<u32>], li: usize) -> (Vec<f64>, Vec<f64>) {
+    let finer = if li == 0 {
+        None
+    } else {
+        Some(&group_of[li - 1])
+    };
+    let within = joined_cells(dense, finer, &group_of[li]);
+    let coarser = group_of.get(li + 1).unwrap_or(&group_of[li]);
+    let between = joined_cells(dense, Some(&group_of[li]), coarser);
+    (within, between)
+}
+
+fn percentile(v: &[f64], q: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    let k = ((s.len() - 1) as f64 * q).round() as usize;
+    let (_, x, _) = s.select_nth_unstable_by(k, f64::total_cmp);
+    Some(*x)
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    percentile(v, 0.5)
+}
+
+/// A level where some groups grew (relative to the finer level) and others stalled:
+/// when the stalled ones add up to whole copies of the grown size, group them so, and
+/// report the latency gap (the NUMA-home artefact when it is large).
+fn complete_by_symmetry(
+    dense: &Dense,
+    finer: Option<&Vec<u32>>,
+    part: &[u32],
+    cpus: &[u32],
+) -> Option<(Vec<u32>, Vec<Finding>, f64)> {
+    let n = dense.n;
+    // Only above a level of real groups: singletons that stay alone (E-cores next to
+    // SMT pairs) are not a symmetry to complete.
+    let finer = finer?;
+    let sizes = group_sizes(part);
+    let finer_sizes = group_sizes(finer);
+    // A group stalled if it is also a group of the finer level.
+    let stalled: Vec<bool> = (0..sizes.len())
+        .map(|g| {
+            let i = part.iter().position(|&p| p as usize == g).unwrap_or(0);
+            finer_sizes[finer[i] as usize] == sizes[g]
+        })
+        .collect();
+    let grown: Vec<usize> = (0..sizes.len()).filter(|&g| !stalled[g]).collect();
+    let still: Vec<usize> = (0..sizes.len()).filter(|&g| stalled[g]).collect();
+    if grown.is_empty() || still.len() < 2 || still.iter().any(|&g| sizes[g] < 2) {
+        return None;
+    }
+    let s = sizes[grown[0]];
+    if grown.iter().any(|&g| sizes[g] != s) {
+        return None;
+    }
+    let total: usize = still.iter().map(|&g| sizes[g]).sum();
+    if total % s != 0 || still.iter().any(|&g| s % sizes[g] != 0) {
+        return None;
+    }
+    // Agglomerate stalled groups by average latency, never beyond size s.
+    let mut clusters: Vec<Vec<usize>> = still.iter().map(|&g| vec![g]).collect();
+    let members = |gs: &[usize]| -> Vec<usize> {
+        (0..n)
+            .filter(|&i| gs.contains(&(part[i] as usize)))
+            .collect()
+    };
+    let avg = |a: &[usize], b: &[usize]| -> f64 {
+        let (ma, mb) = (members(a), members(b));
+        let sum: f64 = ma
+            .iter()
+            .flat_map(|&i| mb.iter().map(move |&j| (i, j)))
+            .map(|(i, j)| dense.at(i, j))
+            .sum();
+        sum / (ma.len() * mb.len()) as f64
+    };
+    let csize = |c: &[usize]| c.iter().map(|&g| sizes[g]).sum::<usize>();
+    while clusters.len() > total / s {
+        let mut best: Option<(f64, usize, usize)> = None;
+        for a in 0..clusters.len() {
+            for b in 0..a {
+                if csize(&clusters[a]) + csize(&clusters[b]) > s {
+                    continue;
+                }
+                let v = avg(&clusters[a], &clusters[b]);
+                if best.is_none_or(|(bv, _, _)| v < bv) {
+                    best = Some((v, a, b));
+                }
+            }
+        }
+        let (_, a, b) = best?;
+        let taken = clusters.remove(a);
+        clusters[b].extend(taken);
+    }
+    if clusters.iter().any(|c| csize(c) != s) {
+        return None;
+    }
+    // New labels: grown groups keep theirs, each cluster takes its first group's label.
+    let mut label: Vec<u32> = part.to_vec();
+    for c in &clusters {
+        let l = c[0] as u32;
+        for i in 0..n {
+            if c.contains(&(part[i] as usize)) {
+                label[i] = l;
+            }
+        }
+    }
+    let completed = relabel(&label);
+    let fast_cells: Vec<f64> = {
+        let fast_part: Vec<u32> = part.to_vec();
+        joined_cells(dense, Some(finer), &fast_part)
+    };
+    let slow_cells = {
+        let base = part.to_vec();
+        joined_cells(dense, Some(&base), &completed)
+    };
+    let fast_set: CpuSet = (0..n)
+        .filter(|&i| grown.contains(&(part[i] as usize)))
+        .map(|i| cpus[i])
+        .collect();
+    let slow_set: CpuSet = (0..n)
+        .filter(|&i| still.contains(&(part[i] as usize)))
+        .map(|i| cpus[i])
+        .collect();
+    let (fast, slow) = (median(&fast_cells)?, median(&slow_cells)?);
+    let mut findings = vec![];
+    if slow >= 1.5 * fast {
+        findings.push(Finding {
+            kind: FindingKind::NumaHome,
+            trusted: Trust::Matrix,
+            cpus: slow_set.clone(),
+            message: format!(
+                "CPUs {slow_set} look like one socket (or die) whose inner cross-group pairs cost {slow:.0} ns, {:.1}x the {fast:.0} ns inside {fast_set}: the NUMA-home artefact (the measured cache line lived in the other socket's memory); grouped by symmetry, placement uses the measured costs",
+                slow / fast
+            ),
+        });
+    } else {
+        findings.push(Finding {
+            kind: FindingKind::Uneven,
+            trusted: Trust::Matrix,
+            cpus: slow_set.clone(),
+            message: format!(
+                "CPUs {slow_set} did not group at the level of {fast_set} ({slow:.0} vs {fast:.0} ns); grouped by symmetry"
+            ),
+        });
+    }
+    Some((completed, findings, fast))
+}
+
+/// With sysfs sockets: one socket whose cross-LLC pairs cost ≥1.5x the other's.
+fn numa_home_by_layout(dense: &Dense, t: &Domains) -> Option<Finding> {
+    let pkg = t
+        .levels
+        .iter()
+        .position(|l| l.kind == LevelKind::Package || l.also.contains(&LevelKind::Package))?;
+    if t.levels[pkg].groups.len() < 2 || pkg == 0 {
+        return None;
+    }
+    let finer = &t.group_of[pkg - 1];
+    let mut per: Vec<(f64, CpuSet)> = Vec::new();
+    for (g, set) in t.levels[pkg].groups.iter().enumerate() {
+        let cells: Vec<f64> = (0..dense.n)
+            .flat_map(|i| (0..i).map(move |j| (i, j)))
+            .filter(|&(i, j)| {
+                t.group_of[pkg][i] as usize == g
+                    && t.group_of[pkg][j] as usize == g
+                    && finer[i] != finer[j]
+            })
+            .map(|(i, j)| dense.at(i, j))
+            .collect();
+        per.push((median(&cells)?, set.clone()));
+    }
+    let lo = per.iter().min_by(|a, b| a.0.total_cmp(&b.0))?;
+    let hi = per.iter().max_by(|a, b| a.0.total_cmp(&b.0))?;
+    (hi.0 >= 1.5 * lo.0).then(|| Finding {
+        kind: FindingKind::NumaHome,
+        trusted: Trust::Topology,
+        cpus: hi.1.clone(),
+        message: format!(
+            "socket {} pays {:.0} ns between its {} groups, {:.1}x the {:.0} ns of socket {}: the NUMA-home artefact of the measurement, not the hardware; sysfs sockets are kept",
+            hi.1,
+            hi.0,
+            t.levels[pkg - 1].kind,
+            hi.0 / lo.0,
+            lo.0,
+            lo.1
+        ),
+    })
+}
+
+/// Per sysfs level, group labels over the ascending CPU list; checks each is a partition.
+fn layout_partitions(
+    layout: &Layout,
+    cpus: &[u32],
+) -> Result<Vec<(LevelKind, Vec<u32>)>, DomainError> {
+    let mut out = Vec::new();
+    for (kind, groups) in &layout.levels {
+        if *kind == LevelKind::Machine {
+            continue;
+        }
+        let mut label = vec![u32::MAX; cpus.len()];
+        for (g, set) in groups.iter().enumerate() {
+            for c in set {
+                let Ok(i) = cpus.binary_search(&c) else {
+                    return Err(DomainError::BadLayout {
+                        kind: *kind,
+                        cpus: layout.cpus.clone(),
+                        detail: format!("CPU {c} is not online"),
+                    });
+                };
+                if label[i] != u32::MAX {
+                    return Err(DomainError::BadLayout {
+                        kind: *kind,
+                        cpus: layout.cpus.clone(),
+                        detail: format!("CPU {c} is in two groups"),
+                    });
+                }
+                label[i] = g as u32;
+            }
+        }
+        if let Some(i) = label.iter().position(|&l| l == u32::MAX) {
+            return Err(DomainError::BadLayout {
+                kind: *kind,
+                cpus: layout.cpus.clone(),
+                detail: format!("CPU {} is in no group", cpus[i]),
+            });
+        }
+        out.push((*kind, relabel(&label)));
+    }
+    // The levels must nest.
+    for a in &out {
+        for b in &out {
+            if !refines(&a.1, &b.1) && !refines(&b.1, &a.1) {
+                return Err(DomainError::BadLayout {
+                    kind: a.0,
+                    cpus: layout.cpus.clone(),
+                    detail: format!("its groups straddle the {} groups", b.0),
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Pairs up singletons of an SMT-like first level that are each other's nearest CPU
+/// with a latency under 0.6x both their next partners and under [`SMT_MAX_NS`].
+fn add_lone_siblings(dense: &Dense, part: &mut Vec<u32>, next: &[u32]) {
+    let n = dense.n;
+    let sizes = group_sizes(part);
+    let lone: Vec<bool> = (0..n).map(|i| sizes[part[i] as usize] == 1).collect();
+    let nearest = |i: usize| -> (usize, f64, f64) {
+        let (mut b, mut bd, mut second) = (usize::MAX, f64::INFINITY, f64::INFINITY);
+        for k in (0..n).filter(|&k| k != i) {
+            let v = dense.at(i, k);
+            if v < bd {
+                second = bd;
+                b = k;
+                bd = v;
+            } else if v < second {
+                second = v;
+            }
+        }
+        (b, bd, second)
+    };
+    let mut changed = false;
+    for i in 0..n {
+        if !lone[i] || part[i] == u32::MAX {
+            continue;
+        }
+        let (j, d, s_i) = nearest(i);
+        if j == usize::MAX || !lone[j] || j < i {
+            continue;
+        }
+        let (back, _, s_j) = nearest(j);
+        if back == i && next[i] == next[j] && d <= SMT_MAX_NS && d < 0.6 * s_i && d < 0.6 * s_j {
+            part[j] = part[i];
+            changed = true;
+        }
+    }
+    if changed {
+        *part = relabel(part);
+    }
+}

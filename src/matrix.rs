@@ -4,11 +4,21 @@
 //!
 //! Owns: the `LatencyMatrix` type, its JSON format, import of core-to-core-latency's CSV
 //! (lower triangle, first row empty) and the warnings about known flaws of imported data.
+//! Also: CSV export in core-to-core-latency's exact layout, per-pair statistics, a summary
+//! (min/median/max, latency levels), the checks of a matrix against this machine
+//! ([`LatencyMatrix::check_against`]), rendering (`render`: terminal heatmap, SVG) and the
+//! daemon's on-disk store (`store`).
+//!
 //! Must not touch: measurement (see `measure`) or placement (see `placement`).
+
+pub mod render;
+pub mod store;
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use crate::cpuset::CpuSet;
 
 /// One-way core-to-core latencies in nanoseconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -21,9 +31,63 @@ pub struct LatencyMatrix {
     /// Measurement primitive, e.g. `cas` or `load-store`; `None` when unknown (imports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primitive: Option<String>,
+    /// When it was measured, in microseconds since the Unix epoch; `None` for imports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured_at_us: Option<u64>,
+    /// Hardware fingerprint of the machine it was measured on (see `fingerprint`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<String>,
+    /// Which participant of each pair touched the shared line first, and so where its
+    /// memory lives (e.g. `initiator`: the lower-numbered CPU of the pair).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_touch: Option<String>,
+    /// How pairs were scheduled: `serial` or `rounds` (disjoint pairs in parallel).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    /// Per-pair spread and sample counts, one entry per measured pair (`a < b`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stats: Vec<PairStats>,
     /// Known flaws and measurement warnings, in words a user reads.
     #[serde(default)]
     pub warnings: Vec<String>,
+}
+
+/// How one pair's figure was obtained: the spread of its batch estimates (each the mean
+/// one-way latency over `round_trips` round trips) and how many batches were kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairStats {
+    pub a: u32,
+    pub b: u32,
+    pub p10_ns: f64,
+    pub median_ns: f64,
+    pub p90_ns: f64,
+    /// Batches kept.
+    pub samples: u32,
+    /// Batches thrown away (a context switch or a migration during the batch).
+    #[serde(default)]
+    pub discarded: u32,
+    /// Round trips per batch.
+    pub round_trips: u32,
+}
+
+/// One latency level: a run of cell values with no jump larger than the gap ratio.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Level {
+    pub min_ns: f64,
+    pub median_ns: f64,
+    pub max_ns: f64,
+    pub pairs: usize,
+}
+
+/// Min/median/max over the measured pairs and the levels found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Summary {
+    pub pairs: usize,
+    pub missing: usize,
+    pub min_ns: f64,
+    pub median_ns: f64,
+    pub max_ns: f64,
+    pub levels: Vec<Level>,
 }
 
 /// A matrix file that cannot be used. Every variant names the file.
@@ -60,10 +124,20 @@ impl LatencyMatrix {
                 latency_ns[j][i] = Some(v);
             }
         }
+        LatencyMatrix::new(cpus, latency_ns)
+    }
+
+    /// A matrix with the given cells and no metadata.
+    pub fn new(cpus: Vec<u32>, latency_ns: Vec<Vec<Option<f64>>>) -> LatencyMatrix {
         LatencyMatrix {
             cpus,
             latency_ns,
             primitive: None,
+            measured_at_us: None,
+            fingerprint: None,
+            first_touch: None,
+            mode: None,
+            stats: Vec::new(),
             warnings: Vec::new(),
         }
     }
@@ -142,7 +216,25 @@ impl LatencyMatrix {
                 "empty file: expected a lower-triangle CSV matrix".into(),
             ));
         }
-        let n = rows.len();
+        // The first row's cell count is the number of CPUs; a file with fewer rows was
+        // cut short, one with more is not a square matrix.
+        let n = rows[0].1.split(',').count();
+        if rows.len() < n {
+            let last = rows[rows.len() - 1].0;
+            return Err(err(
+                last + 1,
+                format!(
+                    "the file ends after {} of {n} rows (the first row has {n} cells): truncated?",
+                    rows.len()
+                ),
+            ));
+        }
+        if rows.len() > n {
+            return Err(err(
+                rows[n].0,
+                format!("more rows than the {n} cells of the first row: not a square matrix"),
+            ));
+        }
         let mut latency_ns = vec![vec![None; n]; n];
         for (i, &(line, row)) in rows.iter().enumerate() {
             let cells: Vec<&str> = row.split(',').collect();
@@ -175,6 +267,10 @@ impl LatencyMatrix {
                         format!("cell {} is empty below the diagonal", j + 1),
                     ));
                 }
+                if cell.eq_ignore_ascii_case("nan") {
+                    // What `to_csv` writes for a pair it has no figure for.
+                    continue;
+                }
                 let v: f64 = cell
                     .parse()
                     .map_err(|_| err(line, format!("cell {}: {cell:?} is not a number", j + 1)))?;
@@ -185,12 +281,7 @@ impl LatencyMatrix {
                 latency_ns[j][i] = Some(v);
             }
         }
-        let mut m = LatencyMatrix {
-            cpus: (0..n as u32).collect(),
-            latency_ns,
-            primitive: None,
-            warnings: Vec::new(),
-        };
+        let mut m = LatencyMatrix::new((0..n as u32).collect(), latency_ns);
         m.warnings = m.import_flaws();
         Ok(m)
     }
@@ -199,7 +290,7 @@ impl LatencyMatrix {
     /// distinct CPU ids.
     pub fn validate(&self) -> Result<(), String> {
         let n = self.cpus.len();
-        let mut seen = crate::cpuset::CpuSet::new();
+        let mut seen = CpuSet::new();
         for &c in &self.cpus {
             if !seen.insert(c) {
                 return Err(format!("CPU {c} is listed twice in `cpus`"));
@@ -235,16 +326,148 @@ impl LatencyMatrix {
                 }
             }
         }
+        for (k, s) in self.stats.iter().enumerate() {
+            if !seen.contains(s.a) || !seen.contains(s.b) || s.a == s.b {
+                return Err(format!(
+                    "stats entry {k} names the pair ({}, {}), which is not a pair of `cpus`",
+                    s.a, s.b
+                ));
+            }
+            let ordered = s.p10_ns <= s.median_ns && s.median_ns <= s.p90_ns;
+            let finite = [s.p10_ns, s.median_ns, s.p90_ns]
+                .iter()
+                .all(|v| v.is_finite() && *v >= 0.0);
+            if !finite || !ordered {
+                return Err(format!(
+                    "stats entry {k} for CPUs {} and {}: p10/median/p90 {}/{}/{} are not ordered latencies",
+                    s.a, s.b, s.p10_ns, s.median_ns, s.p90_ns
+                ));
+            }
+        }
         Ok(())
+    }
+
+    /// The statistics of the pair `(a, b)` in either order.
+    pub fn stats_for(&self, a: u32, b: u32) -> Option<&PairStats> {
+        self.stats
+            .iter()
+            .find(|s| (s.a == a && s.b == b) || (s.a == b && s.b == a))
+    }
+
+    /// Every off-diagonal value once (lower triangle).
+    pub fn cells(&self) -> Vec<f64> {
+        (0..self.len())
+            .flat_map(|i| (0..i).filter_map(move |j| self.at(i, j)))
+            .collect()
+    }
+
+    /// core-to-core-latency's `--csv` layout, byte for byte: one row per CPU, row `i`
+    /// holds the pairs `(i, j < i)`, every other cell empty (so the first row is all
+    /// commas), numbers in Rust's shortest round-trip form. The CPU ids are not part of
+    /// that format: rows are positions in `cpus`. A missing pair is written as `nan`,
+    /// which that format's readers (pandas, numpy) read as "no value".
+    pub fn to_csv(&self) -> String {
+        let n = self.len();
+        let mut out = String::new();
+        for i in 0..n {
+            for j in 0..n {
+                if j > 0 {
+                    out.push(',');
+                }
+                if j < i {
+                    match self.at(i, j) {
+                        Some(v) => out.push_str(&v.to_string()),
+                        None => out.push_str("nan"),
+                    }
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Min/median/max over the pairs and the latency levels: sorted cell values split
+    /// wherever one value exceeds the previous by more than 35%.
+    pub fn summary(&self) -> Summary {
+        let mut cells = self.cells();
+        let total = self.len() * self.len().saturating_sub(1) / 2;
+        cells.sort_by(f64::total_cmp);
+        let median = |v: &[f64]| -> f64 {
+            if v.is_empty() {
+                f64::NAN
+            } else if v.len() % 2 == 1 {
+                v[v.len() / 2]
+            } else {
+                (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+            }
+        };
+        let mut levels = Vec::new();
+        let mut start = 0;
+        for k in 1..=cells.len() {
+            let split = k == cells.len() || cells[k] > cells[k - 1] * 1.35 + 0.5;
+            if split {
+                let run = &cells[start..k];
+                levels.push(Level {
+                    min_ns: run[0],
+                    median_ns: median(run),
+                    max_ns: run[run.len() - 1],
+                    pairs: run.len(),
+                });
+                start = k;
+            }
+        }
+        Summary {
+            pairs: cells.len(),
+            missing: total - cells.len(),
+            min_ns: cells.first().copied().unwrap_or(f64::NAN),
+            median_ns: median(&cells),
+            max_ns: cells.last().copied().unwrap_or(f64::NAN),
+            levels,
+        }
+    }
+
+    /// Warnings about using this matrix on a machine whose online CPUs are `online`:
+    /// a matrix too small for the machine, CPUs it names that are not online here, and
+    /// pairs it lacks. Every command that takes `--matrix FILE` shows these next to
+    /// [`LatencyMatrix::import_flaws`].
+    pub fn check_against(&self, online: &CpuSet) -> Vec<String> {
+        let mut warnings = Vec::new();
+        let ours: CpuSet = self.cpus.iter().copied().collect();
+        let unknown = ours.difference(online);
+        if !unknown.is_empty() {
+            warnings.push(format!(
+                "the matrix names CPUs {unknown} that are not online on this machine (online: {online}): it was measured elsewhere or with other CPUs online"
+            ));
+        }
+        let uncovered = online.difference(&ours);
+        if !uncovered.is_empty() {
+            warnings.push(format!(
+                "the matrix is too small for this machine: it covers {} CPUs, this machine has {} online; CPUs {uncovered} have no figures",
+                self.len(),
+                online.len()
+            ));
+        }
+        let total = self.len() * self.len().saturating_sub(1) / 2;
+        let missing = total - self.cells().len();
+        if missing > 0 {
+            warnings.push(format!("{missing} of {total} pairs have no figure"));
+        }
+        warnings
+    }
+
+    /// Everything a user of `--matrix FILE` should hear on this machine: the flaws found
+    /// at import (or recorded at measurement) and [`LatencyMatrix::check_against`].
+    pub fn import_warnings(&self, online: &CpuSet) -> Vec<String> {
+        let mut w = self.warnings.clone();
+        w.extend(self.check_against(online));
+        w
     }
 
     /// Warnings about flaws seen in published matrices: exact zero cells (a timer too
     /// coarse to see the latency) and values that are all multiples of one quantum.
     pub fn import_flaws(&self) -> Vec<String> {
         let mut warnings = Vec::new();
-        let cells: Vec<f64> = (0..self.len())
-            .flat_map(|i| (0..i).filter_map(move |j| self.at(i, j)))
-            .collect();
+        let cells = self.cells();
         let zeros = cells.iter().filter(|&&v| v == 0.0).count();
         if zeros > 0 {
             warnings.push(format!(
@@ -294,7 +517,17 @@ mod tests {
         let e = LatencyMatrix::from_csv(",,\n10,,\n", p()).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "m.csv:1: expected 2 comma-separated cells (one per CPU), found 3"
+            "m.csv:3: the file ends after 2 of 3 rows (the first row has 3 cells): truncated?"
+        );
+        let e = LatencyMatrix::from_csv(",,\n10,,\n20,30\n", p()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "m.csv:3: expected 3 comma-separated cells (one per CPU), found 2"
+        );
+        let e = LatencyMatrix::from_csv(",\n10,\n20,\n", p()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "m.csv:3: more rows than the 2 cells of the first row: not a square matrix"
         );
         let e = LatencyMatrix::from_csv("", p()).unwrap_err();
         assert!(e.to_string().starts_with("m.csv:1: empty file"), "{e}");
@@ -333,5 +566,84 @@ mod tests {
             10.0 + i as f64 * 1.37 + j as f64 * 0.11
         });
         assert!(smooth.import_flaws().is_empty());
+    }
+
+    #[test]
+    fn csv_export_is_core_to_core_latency_layout() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/c2c");
+        let path = Path::new(dir).join("Intel_Core_i5-4590_CPU_at_3.30GHz.csv");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let m = LatencyMatrix::load(&path).unwrap();
+        assert_eq!(m.to_csv(), text, "byte-for-byte round trip");
+        let mut gap = LatencyMatrix::from_fn(vec![3, 7, 9], |i, j| (i + j) as f64 + 0.5);
+        gap.latency_ns[2][0] = None;
+        gap.latency_ns[0][2] = None;
+        assert_eq!(gap.to_csv(), ",,\n1.5,,\nnan,3.5,\n");
+        let back = LatencyMatrix::from_csv(&gap.to_csv(), p()).unwrap();
+        assert_eq!(back.at(2, 0), None);
+        assert_eq!(back.at(2, 1), Some(3.5));
+    }
+
+    #[test]
+    fn check_against_names_small_and_foreign_matrices() {
+        let m = LatencyMatrix::from_fn(vec![0, 1], |_, _| 20.0);
+        let online: CpuSet = "0-3".parse().unwrap();
+        let w = m.check_against(&online);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("too small"), "{w:?}");
+        assert!(w[0].contains("CPUs 2-3 have no figures"), "{w:?}");
+        let w = m.check_against(&"0".parse().unwrap());
+        assert!(w[0].contains("CPUs 1 that are not online"), "{w:?}");
+        assert!(m.check_against(&"0-1".parse().unwrap()).is_empty());
+        let mut holes = m.clone();
+        holes.latency_ns[0][1] = None;
+        holes.latency_ns[1][0] = None;
+        let w = holes.check_against(&"0-1".parse().unwrap());
+        assert_eq!(w, vec!["1 of 1 pairs have no figure".to_string()]);
+    }
+
+    #[test]
+    fn summary_finds_levels() {
+        // Two groups of two CPUs: 10 ns inside a group, 100 ns across.
+        let m = LatencyMatrix::from_fn(vec![0, 1, 2, 3], |i, j| {
+            if i / 2 == j / 2 {
+                10.0 + i as f64 * 0.1
+            } else {
+                100.0 + j as f64
+            }
+        });
+        let s = m.summary();
+        assert_eq!(s.pairs, 6);
+        assert_eq!(s.missing, 0);
+        assert_eq!(s.min_ns, 10.1);
+        assert_eq!(s.max_ns, 101.0);
+        assert_eq!(s.levels.len(), 2, "{s:?}");
+        assert_eq!(s.levels[0].pairs, 2);
+        assert_eq!(s.levels[1].pairs, 4);
+        assert_eq!(s.levels[1].median_ns, 100.5);
+    }
+
+    #[test]
+    fn stats_are_validated() {
+        let mut m = LatencyMatrix::from_fn(vec![0, 1], |_, _| 20.0);
+        m.stats.push(PairStats {
+            a: 0,
+            b: 1,
+            p10_ns: 20.0,
+            median_ns: 21.0,
+            p90_ns: 25.0,
+            samples: 30,
+            discarded: 1,
+            round_trips: 500,
+        });
+        m.validate().unwrap();
+        assert_eq!(m.stats_for(1, 0).unwrap().samples, 30);
+        let text = serde_json::to_string(&m).unwrap();
+        assert_eq!(LatencyMatrix::from_json(&text, p()).unwrap(), m);
+        m.stats[0].b = 5;
+        assert!(m.validate().unwrap_err().contains("stats entry 0"));
+        m.stats[0].b = 1;
+        m.stats[0].p90_ns = 1.0;
+        assert!(m.validate().unwrap_err().contains("not ordered"));
     }
 }

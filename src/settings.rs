@@ -1,1 +1,381 @@
-//! The daemon settings file.
+//! The daemon settings file (default `/etc/pinnerd/pinnerd.toml`): strict TOML, every
+//! key optional, every default written down here, in `config/pinnerd.toml` and in the
+//! README.
+//!
+//! Owns: the settings format and its validation. Must not touch: what the daemon does
+//! with them. The file goes through the same safety checks as rule files
+//! ([`crate::rules::read_checked`]) and its errors read `FILE:LINE:COL: message`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::cpuset::CpuSet;
+use crate::rules::{LoadPolicy, Location, RuleError};
+
+/// Where the daemon looks for its settings when not told otherwise.
+pub const DEFAULT_SETTINGS_PATH: &str = "/etc/pinnerd/pinnerd.toml";
+
+/// Everything the daemon can be told. `Settings::default()` is what an absent file means.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Settings {
+    /// Rule directories, read in this order. Default `["/etc/pinnerd.d"]`.
+    /// `pinnerd daemon --rules DIR` replaces the list.
+    pub rule_dirs: Vec<PathBuf>,
+    pub measure: MeasureSettings,
+    pub watch: WatchSettings,
+    pub placement: PlacementSettings,
+    pub limits: LimitSettings,
+}
+
+/// `[measure]`: when and how hard to measure the latency matrix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MeasureSettings {
+    /// Full re-measure at least this often, even without drift. Default `"7d"`;
+    /// `"off"` re-measures only on a fingerprint change, drift or request.
+    pub interval: Every,
+    /// Light drift probe (a few pairs) this often while idle. Default `"1h"`; `"off"`.
+    pub drift_probe: Every,
+    /// Pairs measured by one drift probe. Default 8.
+    pub drift_pairs: u32,
+    /// Relative change of a probed pair's latency that counts as drift and triggers a
+    /// full re-measure. Default 0.25 (25%).
+    pub drift_threshold: Fraction,
+    /// Wall-clock budget of one full measurement; the sample count per pair is cut to
+    /// fit. Default `"60s"`.
+    pub budget: HumanDuration,
+    /// Measure only while the machine is idle: the busy fraction of all CPUs (from
+    /// /proc/stat over the last second) must be below this. Default 0.10.
+    pub idle_threshold: Fraction,
+}
+
+/// `[watch]`: finding processes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct WatchSettings {
+    /// Full /proc rescan this often, besides the one at start and after an event
+    /// overrun. Default `"60s"`; `"off"` only when the proc connector works.
+    pub rescan_interval: Every,
+    /// When someone else changes the CPU mask of a task pinnerd placed, stop managing
+    /// that task (and say so) instead of putting it back. Default `true`.
+    pub release_on_foreign_change: bool,
+}
+
+/// `[placement]`: CPUs rules may use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PlacementSettings {
+    /// CPUs kept for the OS: never chosen for `count` rules (explicit `cpus` may still
+    /// name them). Kernel list format. Default `""` (none).
+    pub housekeeping_cpus: CpuSet,
+}
+
+/// `[limits]`: protecting the daemon from its callers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LimitSettings {
+    /// D-Bus method calls per second allowed to one caller (token bucket rate).
+    /// Default 20.
+    pub dbus_calls_per_second: u32,
+    /// Burst size of that bucket. Default 40.
+    pub dbus_burst: u32,
+    /// `Remeasure` calls closer together than this coalesce into the running or last
+    /// measurement. Default `"10m"`.
+    pub remeasure_min_interval: HumanDuration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            rule_dirs: vec![PathBuf::from(crate::rules::DEFAULT_RULE_DIR)],
+            measure: MeasureSettings::default(),
+            watch: WatchSettings::default(),
+            placement: PlacementSettings::default(),
+            limits: LimitSettings::default(),
+        }
+    }
+}
+
+impl Default for MeasureSettings {
+    fn default() -> Self {
+        MeasureSettings {
+            interval: Every::Every(HumanDuration(Duration::from_secs(7 * 86_400))),
+            drift_probe: Every::Every(HumanDuration(Duration::from_secs(3_600))),
+            drift_pairs: 8,
+            drift_threshold: Fraction(0.25),
+            budget: HumanDuration(Duration::from_secs(60)),
+            idle_threshold: Fraction(0.10),
+        }
+    }
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        WatchSettings {
+            rescan_interval: Every::Every(HumanDuration(Duration::from_secs(60))),
+            release_on_foreign_change: true,
+        }
+    }
+}
+
+impl Default for PlacementSettings {
+    fn default() -> Self {
+        PlacementSettings {
+            housekeeping_cpus: CpuSet::new(),
+        }
+    }
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        LimitSettings {
+            dbus_calls_per_second: 20,
+            dbus_burst: 40,
+            remeasure_min_interval: HumanDuration(Duration::from_secs(600)),
+        }
+    }
+}
+
+/// A settings file that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    /// The file could not be read safely (permissions, type, size, encoding, I/O).
+    #[error(transparent)]
+    File(#[from] RuleError),
+    /// Syntax, a wrong type, an unknown key or a value out of range.
+    #[error("{}:{at}: {message}", path.display())]
+    Invalid {
+        path: PathBuf,
+        at: Location,
+        message: String,
+    },
+}
+
+impl Settings {
+    /// Parses settings text; `path` only names the file in errors.
+    pub fn parse(path: &Path, text: &str) -> Result<Settings, SettingsError> {
+        toml::from_str(text).map_err(|e: toml::de::Error| SettingsError::Invalid {
+            path: path.to_path_buf(),
+            at: e.span().map_or(Location { line: 1, col: 1 }, |s| {
+                Location::of_span(text, &s)
+            }),
+            message: e.message().trim_end().to_string(),
+        })
+    }
+
+    /// Reads and parses `path` with the same safety checks as rule files.
+    pub fn load(path: &Path, policy: &LoadPolicy) -> Result<Settings, SettingsError> {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let text = crate::rules::read_checked(dir, path, policy)?;
+        Settings::parse(path, &text)
+    }
+
+    /// Like [`Settings::load`], but a file that does not exist means the defaults.
+    pub fn load_or_default(path: &Path, policy: &LoadPolicy) -> Result<Settings, SettingsError> {
+        match std::fs::symlink_metadata(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Settings::default()),
+            _ => Settings::load(path, policy),
+        }
+    }
+
+    /// The settings as TOML.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_default()
+    }
+}
+
+/// A duration written as `"500ms"`, `"30s"`, `"10m"`, `"2h"` or `"7d"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HumanDuration(pub Duration);
+
+/// A period that can be switched off: a [`HumanDuration`] or `"off"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Every {
+    Off,
+    Every(HumanDuration),
+}
+
+impl Every {
+    pub fn period(self) -> Option<Duration> {
+        match self {
+            Every::Off => None,
+            Every::Every(d) => Some(d.0),
+        }
+    }
+}
+
+/// A number in `0.0..=1.0`.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub struct Fraction(pub f64);
+
+const DURATION_HINT: &str = "a duration like \"500ms\", \"30s\", \"10m\", \"2h\" or \"7d\"";
+
+impl FromStr for HumanDuration {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("invalid duration {s:?}: expected {DURATION_HINT}");
+        let split = s.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let (num, unit) = s.split_at(split);
+        if num.is_empty() {
+            return Err(bad());
+        }
+        let n: u64 = num.parse().map_err(|_| bad())?;
+        let ms_per = match unit {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        let ms = n.checked_mul(ms_per).ok_or_else(bad)?;
+        if ms == 0 {
+            return Err(format!("invalid duration {s:?}: must be more than zero"));
+        }
+        Ok(HumanDuration(Duration::from_millis(ms)))
+    }
+}
+
+impl fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ms = self.0.as_millis();
+        for (unit, per) in [
+            ("d", 86_400_000),
+            ("h", 3_600_000),
+            ("m", 60_000),
+            ("s", 1_000),
+        ] {
+            if ms % per == 0 {
+                return write!(f, "{}{unit}", ms / per);
+            }
+        }
+        write!(f, "{ms}ms")
+    }
+}
+
+impl Serialize for HumanDuration {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Every {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Every::Off => s.serialize_str("off"),
+            Every::Every(d) => d.serialize(s),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Every {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s == "off" {
+            return Ok(Every::Off);
+        }
+        s.parse()
+            .map(Every::Every)
+            .map_err(|e| serde::de::Error::custom(format!("{e}, or \"off\"")))
+    }
+}
+
+impl Serialize for Fraction {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Fraction {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if (0.0..=1.0).contains(&v) {
+            Ok(Fraction(v))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "{v} is out of range: expected a fraction from 0.0 to 1.0"
+            )))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Settings, String> {
+        Settings::parse(Path::new("s.toml"), text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn empty_file_is_the_defaults() {
+        assert_eq!(parse("").unwrap(), Settings::default());
+    }
+
+    #[test]
+    fn defaults_round_trip_through_toml() {
+        let d = Settings::default();
+        assert_eq!(parse(&d.to_toml()).unwrap(), d);
+    }
+
+    #[test]
+    fn values_parse() {
+        let s = parse(
+            "rule-dirs = [\"/a\", \"/b\"]\n[measure]\ninterval = \"off\"\nbudget = \"1500ms\"\n\
+             idle-threshold = 0.5\n[placement]\nhousekeeping-cpus = \"0,2\"\n\
+             [watch]\nrelease-on-foreign-change = false\n",
+        )
+        .unwrap();
+        assert_eq!(s.rule_dirs, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
+        assert_eq!(s.measure.interval, Every::Off);
+        assert_eq!(s.measure.budget.0, Duration::from_millis(1500));
+        assert_eq!(s.measure.idle_threshold, Fraction(0.5));
+        assert_eq!(s.placement.housekeeping_cpus.to_string(), "0,2");
+        assert!(!s.watch.release_on_foreign_change);
+        assert_eq!(s.measure.budget.to_string(), "1500ms");
+        assert_eq!(HumanDuration(Duration::from_secs(7200)).to_string(), "2h");
+    }
+
+    #[test]
+    fn bad_values_name_line_and_column() {
+        assert_eq!(
+            parse("[measure]\nbudget = \"10 minutes\"\n").unwrap_err(),
+            "s.toml:2:10: invalid duration \"10 minutes\": expected a duration like \"500ms\", \"30s\", \"10m\", \"2h\" or \"7d\""
+        );
+        assert_eq!(
+            parse("[measure]\nidle-threshold = 1.5\n").unwrap_err(),
+            "s.toml:2:18: 1.5 is out of range: expected a fraction from 0.0 to 1.0"
+        );
+        assert_eq!(
+            parse("[watch]\nrescan = \"1s\"\n").unwrap_err(),
+            "s.toml:2:1: unknown field `rescan`, expected `rescan-interval` or `release-on-foreign-change`"
+        );
+        assert_eq!(
+            parse("[limits]\ndbus-burst = -1\n").unwrap_err(),
+            "s.toml:2:14: invalid value: integer `-1`, expected u32"
+        );
+        assert_eq!(
+            parse("[placement]\nhousekeeping-cpus = \"0-\"\n").unwrap_err(),
+            "s.toml:2:21: invalid CPU list token \"0-\": expected a CPU number or a range like 0-3"
+        );
+        assert_eq!(
+            parse("[watch]\nrescan-interval = \"0s\"\n").unwrap_err(),
+            "s.toml:2:19: invalid duration \"0s\": must be more than zero, or \"off\""
+        );
+    }
+}

@@ -1,10 +1,78 @@
-//! `pinnerd check`.
+//! `pinnerd check [PATH…]`: validates rule files and directories (recursively) the way
+//! the daemon would load them, prints every problem, exits 0 only when all is valid.
+//! A file named `pinnerd.toml` is checked as the daemon settings file.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub struct CheckArgs {}
+use crate::cli::ConfigInvalid;
+use crate::rules::{self, FileOutcome, LoadPolicy};
+use crate::settings::Settings;
 
-pub fn run(_args: CheckArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`pinnerd check` is not available in this build yet")
+/// The settings file's name; `check` validates files with this name as settings.
+pub const SETTINGS_FILE_NAME: &str = "pinnerd.toml";
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// Rule files or directories (searched recursively for `*.toml`).
+    #[arg(default_value = rules::DEFAULT_RULE_DIR)]
+    pub paths: Vec<PathBuf>,
+    /// Skip the ownership and permission checks the daemon makes when running as root.
+    #[arg(long)]
+    pub no_permissions: bool,
+}
+
+pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let policy = if args.no_permissions {
+        LoadPolicy::unchecked()
+    } else {
+        LoadPolicy::for_current_process()
+    };
+    let mut errors = Vec::new();
+    let collected = rules::collect_paths(&args.paths, &policy, &mut errors);
+    let (settings, rule_files): (Vec<_>, Vec<_>) = collected
+        .into_iter()
+        .partition(|(_, f)| f.file_name().is_some_and(|n| n == SETTINGS_FILE_NAME));
+    let report = rules::load_collected(&rule_files, &policy, errors);
+    let mut problems: Vec<String> = report.error_strings();
+    let mut rejected = report
+        .files
+        .iter()
+        .filter(|(_, o)| !matches!(o, FileOutcome::Loaded(_)))
+        .count();
+    for (_, path) in &settings {
+        if let Err(e) = Settings::load(path, &policy) {
+            problems.push(e.to_string());
+            rejected += 1;
+        }
+    }
+    for p in &problems {
+        eprintln!("{p}");
+    }
+    let files = report.files.len() + settings.len();
+    if problems.is_empty() {
+        println!(
+            "ok: {files} file{}, {} rule{}",
+            plural(files),
+            report.rules.len(),
+            plural(report.rules.len())
+        );
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err(ConfigInvalid(format!(
+            "{} problem{} ({rejected} of {files} file{} rejected)",
+            problems.len(),
+            plural(problems.len()),
+            plural(files)
+        ))
+        .into())
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
 }

@@ -1,11 +1,22 @@
 //! Client commands that talk to the running daemon over D-Bus: `status`, `remeasure`,
-//! `reload`, `managed`, `explain`.
+//! `reload`, `managed`, `explain`. Each is a thin call of one method or property of
+//! `org.pinnerd.Pinnerd1`; what busctl shows is what these print.
 
 use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use futures_util::StreamExt;
+
+use crate::dbus::BusTarget;
 
 /// Which bus to reach the daemon on.
 #[derive(Debug, clap::Args)]
-pub struct BusArgs {}
+pub struct BusArgs {
+    /// `system`, `session`, or a D-Bus address such as `unix:path=/run/bus`.
+    #[arg(long, value_name = "BUS", default_value = "system")]
+    pub bus: BusTarget,
+}
 
 #[derive(Debug, clap::Args)]
 pub struct StatusArgs {
@@ -17,6 +28,12 @@ pub struct StatusArgs {
 pub struct RemeasureArgs {
     #[command(flatten)]
     pub bus: BusArgs,
+    /// Wait for the measurement to finish and print its summary.
+    #[arg(long)]
+    pub wait: bool,
+    /// Give up waiting after this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 600)]
+    pub timeout: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -27,22 +44,203 @@ pub struct ExplainArgs {
     pub pid: u32,
 }
 
-fn unavailable(name: &str) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`pinnerd {name}` is not available in this build yet")
+#[zbus::proxy(
+    interface = "org.pinnerd.Pinnerd1",
+    default_service = "org.pinnerd.Pinnerd1",
+    default_path = "/org/pinnerd/Pinnerd1"
+)]
+pub trait Pinnerd1 {
+    #[zbus(property)]
+    fn version(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn state(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn measured_at(&self) -> zbus::Result<u64>;
+    #[zbus(property)]
+    fn fingerprint(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn cpu_count(&self) -> zbus::Result<u32>;
+    #[zbus(property)]
+    fn rule_count(&self) -> zbus::Result<u32>;
+    #[zbus(property)]
+    fn managed_processes(&self) -> zbus::Result<u32>;
+    #[zbus(property)]
+    fn managed_threads(&self) -> zbus::Result<u32>;
+    #[zbus(property)]
+    fn rule_errors(&self) -> zbus::Result<Vec<String>>;
+
+    fn remeasure(&self) -> zbus::Result<u64>;
+    fn reload(&self) -> zbus::Result<(u32, Vec<String>)>;
+    fn list_managed(&self) -> zbus::Result<Vec<(u32, String, String, String, String)>>;
+    fn explain(&self, pid: u32) -> zbus::Result<String>;
+
+    #[zbus(signal)]
+    fn measurement_finished(&self, job: u64, ok: bool, summary: String) -> zbus::Result<()>;
 }
 
-pub fn status(_args: StatusArgs) -> anyhow::Result<ExitCode> {
-    unavailable("status")
+fn block_on<T>(fut: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?
+        .block_on(fut)
 }
-pub fn remeasure(_args: RemeasureArgs) -> anyhow::Result<ExitCode> {
-    unavailable("remeasure")
+
+async fn proxy(bus: &BusTarget) -> anyhow::Result<Pinnerd1Proxy<'static>> {
+    let conn = bus.connect().await?;
+    Pinnerd1Proxy::builder(&conn)
+        .cache_properties(zbus::proxy::CacheProperties::No)
+        .build()
+        .await
+        .with_context(|| format!("cannot reach pinnerd on the {bus} bus"))
 }
-pub fn reload(_args: BusArgs) -> anyhow::Result<ExitCode> {
-    unavailable("reload")
+
+/// `YYYY-MM-DD HH:MM:SS UTC` from µs since the epoch.
+pub fn format_epoch_us(us: u64) -> String {
+    let secs = us / 1_000_000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
-pub fn managed(_args: BusArgs) -> anyhow::Result<ExitCode> {
-    unavailable("managed")
+
+pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    block_on(async {
+        let p = proxy(&args.bus.bus).await?;
+        let measured = match p.measured_at().await? {
+            0 => "never".to_string(),
+            us => format_epoch_us(us),
+        };
+        let errors = p.rule_errors().await?;
+        println!("state:        {}", p.state().await?);
+        println!("version:      {}", p.version().await?);
+        println!("cpus:         {}", p.cpu_count().await?);
+        println!("fingerprint:  {}", p.fingerprint().await?);
+        println!("measured at:  {measured}");
+        println!(
+            "rules:        {} ({} errors)",
+            p.rule_count().await?,
+            errors.len()
+        );
+        println!(
+            "managed:      {} processes, {} threads",
+            p.managed_processes().await?,
+            p.managed_threads().await?
+        );
+        for e in &errors {
+            println!("  {e}");
+        }
+        Ok(ExitCode::SUCCESS)
+    })
 }
-pub fn explain(_args: ExplainArgs) -> anyhow::Result<ExitCode> {
-    unavailable("explain")
+
+pub fn remeasure(args: RemeasureArgs) -> anyhow::Result<ExitCode> {
+    block_on(async {
+        let p = proxy(&args.bus.bus).await?;
+        // Subscribe before asking, so the end of a short job cannot be missed.
+        let mut finished = if args.wait {
+            Some(p.receive_measurement_finished().await?)
+        } else {
+            None
+        };
+        let job = p.remeasure().await.context("Remeasure")?;
+        let Some(stream) = finished.as_mut() else {
+            println!("measurement job {job} started");
+            return Ok(ExitCode::SUCCESS);
+        };
+        let wait = async {
+            while let Some(sig) = stream.next().await {
+                let a = sig.args()?;
+                if a.job == job {
+                    return Ok::<_, anyhow::Error>(Some((a.ok, a.summary)));
+                }
+            }
+            Ok(None)
+        };
+        match tokio::time::timeout(Duration::from_secs(args.timeout), wait).await {
+            Ok(Ok(Some((true, summary)))) => {
+                println!("measurement job {job} finished: {summary}");
+                Ok(ExitCode::SUCCESS)
+            }
+            Ok(Ok(Some((false, summary)))) => {
+                bail!("measurement job {job} failed: {summary}")
+            }
+            Ok(Ok(None)) => bail!("the daemon went away before job {job} finished"),
+            Ok(Err(e)) => Err(e),
+            Err(_) => bail!("job {job} did not finish within {} s", args.timeout),
+        }
+    })
+}
+
+pub fn reload(args: BusArgs) -> anyhow::Result<ExitCode> {
+    block_on(async {
+        let p = proxy(&args.bus).await?;
+        let (n, errors) = p.reload().await.context("Reload")?;
+        println!("{n} rules loaded, {} errors", errors.len());
+        for e in &errors {
+            println!("  {e}");
+        }
+        Ok(if errors.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(super::EXIT_CONFIG)
+        })
+    })
+}
+
+pub fn managed(args: BusArgs) -> anyhow::Result<ExitCode> {
+    block_on(async {
+        let p = proxy(&args.bus).await?;
+        let list = p.list_managed().await.context("ListManaged")?;
+        println!(
+            "{:>8}  {:<16} {:<20} {:<12} STATE",
+            "PID", "COMM", "RULE", "CPUS"
+        );
+        for (pid, comm, rule, cpus, state) in list {
+            println!("{pid:>8}  {comm:<16} {rule:<20} {cpus:<12} {state}");
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
+    block_on(async {
+        let p = proxy(&args.bus.bus).await?;
+        let text = p.explain(args.pid).await.context("Explain")?;
+        println!("{text}");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_formatting() {
+        assert_eq!(format_epoch_us(0), "1970-01-01 00:00:00 UTC");
+        // `date -u -d @1795788746`
+        assert_eq!(
+            format_epoch_us(1_795_788_746_000_000),
+            "2026-11-27 14:12:26 UTC"
+        );
+        assert_eq!(
+            format_epoch_us(951_782_400_000_000),
+            "2000-02-29 00:00:00 UTC"
+        );
+    }
 }

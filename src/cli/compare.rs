@@ -1,10 +1,328 @@
-//! `pinnerd compare`.
+//! `pinnerd compare`: the seed experiment as a command. K threads pass a token round a
+//! ring through one shared cache line (K = 2: ping-pong), in op/s, on the CPUs pinnerd
+//! plans, on the autopilot CPUs (0..K−1), on the worst set, and unpinned. Several runs
+//! of each, interleaved (the order rotates every round), with their spread; then the
+//! ratios of medians.
+//!
+//! Must not touch: placement logic (it asks `plan` for the planned set).
 
+use std::fmt::Write as _;
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde_json::json;
+
+use crate::cpuset::CpuSet;
+use crate::domains::Domains;
+use crate::measure::validity::pin_current;
+use crate::placement::{Policy, SmtPolicy};
+
+use super::plan::{plan, PlanArgs};
 
 #[derive(Debug, clap::Args)]
-pub struct CompareArgs {}
+pub struct CompareArgs {
+    /// Threads in the ring (2 = ping-pong).
+    #[arg(long, short = 'k', default_value_t = 2)]
+    pub count: u32,
+    /// Runs of each variant.
+    #[arg(long, default_value_t = 7)]
+    pub runs: u32,
+    /// Length of one run, in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 300)]
+    pub duration_ms: u64,
+    /// Latency matrix to plan with (default: this machine's stored or measured one).
+    #[arg(long)]
+    pub matrix: Option<PathBuf>,
+    /// Where the daemon stores this machine's matrix.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Never measure a matrix; plan on the topology alone when none is stored.
+    #[arg(long)]
+    pub no_measure: bool,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: CompareArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`pinnerd compare` is not available in this build yet")
+/// One contestant.
+#[derive(Debug, Clone)]
+struct Variant {
+    name: &'static str,
+    /// `None`: unpinned.
+    cpus: Option<Vec<u32>>,
+    ops: Vec<f64>,
+}
+
+/// Result of one ring run: operations per second and whether every pin held.
+fn ring_run(cpus: Option<&[u32]>, k: usize, duration: Duration) -> anyhow::Result<f64> {
+    #[repr(align(128))]
+    struct Line(AtomicU64);
+    let line = Arc::new(Line(AtomicU64::new(0)));
+    let stop = Arc::new(AtomicBool::new(false));
+    let barrier = Arc::new(Barrier::new(k + 1));
+    let mut handles = Vec::with_capacity(k);
+    for i in 0..k {
+        let (line, stop, barrier) = (line.clone(), stop.clone(), barrier.clone());
+        let cpu = cpus.map(|c| c[i]);
+        let name = match cpu {
+            Some(c) => format!("pinnerd-cmp-{c}"),
+            None => format!("pinnerd-cmp-u{i}"),
+        };
+        handles.push(
+            std::thread::Builder::new()
+                .name(name)
+                .spawn(move || -> anyhow::Result<()> {
+                    let pinned = cpu.map(pin_current).transpose();
+                    barrier.wait();
+                    pinned.map_err(|e| anyhow::anyhow!("{e}"))?;
+                    let k = k as u64;
+                    let me = i as u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let v = line.0.load(Ordering::Acquire);
+                        if v % k == me {
+                            line.0.store(v + 1, Ordering::Release);
+                        } else {
+                            std::hint::spin_loop();
+                        }
+                    }
+                    Ok(())
+                })
+                .context("starting a ring thread")?,
+        );
+    }
+    barrier.wait();
+    let start_ops = line.0.load(Ordering::Acquire);
+    let t0 = Instant::now();
+    std::thread::sleep(duration);
+    let ops = line.0.load(Ordering::Acquire) - start_ops;
+    let elapsed = t0.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    for h in handles {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("a ring thread panicked"))??;
+    }
+    Ok(ops as f64 / elapsed.as_secs_f64())
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
+/// The K CPUs whose worst pair is the costliest: the farthest pair, grown greedily by
+/// the CPU farthest from the set.
+fn worst_set(d: &Domains, k: usize) -> Vec<u32> {
+    let n = d.cpus().len();
+    let (mut a, mut b, mut best) = (0, 1.min(n - 1), f64::MIN);
+    for i in 0..n {
+        for j in 0..i {
+            if d.cost(i, j) > best {
+                best = d.cost(i, j);
+                (a, b) = (j, i);
+            }
+        }
+    }
+    let mut set = vec![a, b];
+    while set.len() < k {
+        let next = (0..n).filter(|i| !set.contains(i)).max_by(|&x, &y| {
+            let fx = set.iter().map(|&s| d.cost(x, s)).fold(0.0, f64::max);
+            let fy = set.iter().map(|&s| d.cost(y, s)).fold(0.0, f64::max);
+            fx.total_cmp(&fy).then(y.cmp(&x))
+        });
+        match next {
+            Some(i) => set.push(i),
+            None => break,
+        }
+    }
+    let mut ids: Vec<u32> = set.into_iter().map(|i| d.cpus()[i]).collect();
+    ids.sort_unstable();
+    ids
+}
+
+pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
+    let k = args.count as usize;
+    if k < 2 {
+        anyhow::bail!("--count must be at least 2 (a ring needs two threads), got {k}");
+    }
+    if args.runs == 0 || args.duration_ms == 0 {
+        anyhow::bail!("--runs and --duration-ms must be at least 1");
+    }
+    let plan_args = PlanArgs {
+        count: Some(args.count),
+        policy: Policy::Compact,
+        smt: SmtPolicy::Allow,
+        exclude: None,
+        matrix: args.matrix.clone(),
+        sysfs: PathBuf::from("/sys"),
+        json: false,
+        live: false,
+        rules: Vec::new(),
+        state_dir: args.state_dir.clone(),
+        measure_budget: 20.0,
+        no_measure: args.no_measure,
+    };
+    let p = plan(&plan_args, k).context("planning the CPUs to compare")?;
+    let allowed = crate::measure::allowed_cpus();
+    let planned: Vec<u32> = p.placement.cpus.iter().collect();
+    let autopilot: Vec<u32> = (0..k as u32).collect();
+    let worst = worst_set(&p.domains, k);
+    for (name, set) in [
+        ("planned", &planned),
+        ("autopilot", &autopilot),
+        ("worst", &worst),
+    ] {
+        let s: CpuSet = set.iter().copied().collect();
+        if !s.is_subset(&allowed) {
+            anyhow::bail!(
+                "the {name} CPUs {s} are not all usable by this process (allowed: {allowed}); a --matrix from another machine cannot be compared here"
+            );
+        }
+    }
+    let mut variants = vec![
+        Variant {
+            name: "planned",
+            cpus: Some(planned),
+            ops: vec![],
+        },
+        Variant {
+            name: "autopilot",
+            cpus: Some(autopilot),
+            ops: vec![],
+        },
+        Variant {
+            name: "worst",
+            cpus: Some(worst),
+            ops: vec![],
+        },
+        Variant {
+            name: "unpinned",
+            cpus: None,
+            ops: vec![],
+        },
+    ];
+    let duration = Duration::from_millis(args.duration_ms);
+    let nv = variants.len();
+    for r in 0..args.runs as usize {
+        for j in 0..nv {
+            let v = &mut variants[(r + j) % nv];
+            let ops = ring_run(v.cpus.as_deref(), k, duration)
+                .with_context(|| format!("{} run {}", v.name, r + 1))?;
+            v.ops.push(ops);
+        }
+    }
+    let cost_of = |cpus: &Option<Vec<u32>>| -> Option<f64> {
+        let c = cpus.as_ref()?;
+        let idx: Vec<usize> = c.iter().filter_map(|&x| p.domains.index_of(x)).collect();
+        crate::placement::set_cost(&p.domains, &idx).worst_ns
+    };
+    let med: Vec<f64> = variants.iter().map(|v| median(&v.ops)).collect();
+    let distinct: Vec<&Option<Vec<u32>>> = {
+        let mut seen: Vec<&Option<Vec<u32>>> = Vec::new();
+        for v in &variants {
+            if v.cpus.is_some() && !seen.contains(&&v.cpus) {
+                seen.push(&v.cpus);
+            }
+        }
+        seen
+    };
+    let mut notes = vec![format!("plan from {}", p.source_description())];
+    if distinct.len() < 3 {
+        notes.push(format!(
+            "only {} distinct pinned set(s) exist among planned/autopilot/worst on this machine ({} usable CPUs): those variants measure the same CPUs, so their ratios show run-to-run noise, not placement",
+            distinct.len(),
+            allowed.len()
+        ));
+    }
+    if args.json {
+        let vs: Vec<serde_json::Value> = variants
+            .iter()
+            .zip(&med)
+            .map(|(v, m)| {
+                let lo = v.ops.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = v.ops.iter().copied().fold(0.0, f64::max);
+                json!({
+                    "name": v.name,
+                    "cpus": v.cpus,
+                    "worst_latency_ns": cost_of(&v.cpus),
+                    "ops_per_s": v.ops,
+                    "median": m,
+                    "min": lo,
+                    "max": hi,
+                    "spread": (hi - lo) / m,
+                })
+            })
+            .collect();
+        let out = json!({
+            "count": k,
+            "runs": args.runs,
+            "duration_ms": args.duration_ms,
+            "variants": vs,
+            "ratios": {
+                "planned_vs_autopilot": med[0] / med[1],
+                "planned_vs_worst": med[0] / med[2],
+                "planned_vs_unpinned": med[0] / med[3],
+            },
+            "notes": notes,
+        });
+        let _ = std::io::Write::write_all(
+            &mut std::io::stdout().lock(),
+            (serde_json::to_string_pretty(&out)? + "\n").as_bytes(),
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{k}-thread ring through one cache line, {} interleaved runs x {} ms each",
+        args.runs, args.duration_ms
+    );
+    let _ = writeln!(
+        s,
+        "{:<10} {:<14} {:>11} {:>12} {:>12} {:>12} {:>8}",
+        "variant", "cpus", "worst ns", "median op/s", "min op/s", "max op/s", "spread"
+    );
+    for (v, m) in variants.iter().zip(&med) {
+        let lo = v.ops.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.ops.iter().copied().fold(0.0, f64::max);
+        let cpus = v
+            .cpus
+            .as_ref()
+            .map(|c| c.iter().copied().collect::<CpuSet>().to_string())
+            .unwrap_or_else(|| "(any)".into());
+        let _ = writeln!(
+            s,
+            "{:<10} {:<14} {:>11} {:>12.3e} {:>12.3e} {:>12.3e} {:>7.0}%",
+            v.name,
+            cpus,
+            cost_of(&v.cpus)
+                .map(|c| format!("{c:.1}"))
+                .unwrap_or_else(|| "?".into()),
+            m,
+            lo,
+            hi,
+            100.0 * (hi - lo) / m
+        );
+    }
+    let _ = writeln!(
+        s,
+        "ratios of medians: planned/autopilot {:.2}x, planned/worst {:.2}x, planned/unpinned {:.2}x",
+        med[0] / med[1],
+        med[0] / med[2],
+        med[0] / med[3]
+    );
+    for n in notes {
+        let _ = writeln!(s, "note: {n}");
+    }
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), s.as_bytes());
+    Ok(ExitCode::SUCCESS)
 }

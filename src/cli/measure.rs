@@ -1,10 +1,240 @@
-//! `pinnerd measure`.
+//! `pinnerd measure`: measure this machine's core-to-core latency matrix and show it.
 
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use crate::cpuset::CpuSet;
+use crate::fingerprint::Fingerprint;
+use crate::matrix::{render, LatencyMatrix};
+use crate::measure::{self, FirstTouch, MeasureConfig, Mode, Phase, Primitive, Progress};
+use crate::sysroot::SysRoot;
+use crate::topology::Topology;
 
 #[derive(Debug, clap::Args)]
-pub struct MeasureArgs {}
+pub struct MeasureArgs {
+    /// CPUs to measure, kernel list format (e.g. `0-3,8`). Default: every online CPU
+    /// except isolated ones. Named isolated CPUs are measured.
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<CpuSet>,
+    /// Total time allowed, in seconds; pairs not reached in time stay empty, with a
+    /// warning.
+    #[arg(long, value_name = "SECS", default_value_t = 300.0)]
+    pub budget: f64,
+    /// Cache-line primitive.
+    #[arg(long, value_enum, default_value_t = Primitive::Cas)]
+    pub primitive: Primitive,
+    /// One pair at a time, or disjoint pairs in parallel rounds (then a sample of pairs
+    /// re-measured serially to report the disagreement).
+    #[arg(long, value_enum, default_value_t = Mode::Serial)]
+    pub mode: Mode,
+    /// Which CPU of each pair touches the shared line first (where its memory lives).
+    #[arg(long, value_enum, default_value_t = FirstTouch::Initiator)]
+    pub first_touch: FirstTouch,
+    /// Minimum idle share (percent) every measured CPU must show before measuring;
+    /// 0 measures whatever the load.
+    #[arg(long, value_name = "PCT", default_value_t = 75.0)]
+    pub idle_threshold: f64,
+    /// How long to wait for the CPUs to become idle, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub idle_wait: f64,
+    /// Print the matrix as JSON (the format the daemon stores).
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print the matrix as core-to-core-latency's CSV (lower triangle, no CPU ids).
+    #[arg(long)]
+    pub csv: bool,
+    /// Also draw the heatmap as SVG into FILE.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Also save the matrix into FILE: CSV when FILE ends in `.csv`, else JSON.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+    /// Read the machine from this sysfs tree instead of /sys (CPU lists, fingerprint).
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub sysfs: Option<PathBuf>,
+}
 
-pub fn run(_args: MeasureArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`pinnerd measure` is not available in this build yet")
+fn seconds(name: &str, v: f64) -> anyhow::Result<Duration> {
+    if !v.is_finite() || v < 0.0 {
+        anyhow::bail!("{name} must be a number of seconds ≥ 0, got {v}");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Builds the configuration from the arguments and the machine.
+pub fn config(args: &MeasureArgs) -> anyhow::Result<(MeasureConfig, Vec<String>)> {
+    let root = match &args.sysfs {
+        Some(dir) => SysRoot::with_sys(dir),
+        None => SysRoot::default(),
+    };
+    let budget = seconds("--budget", args.budget)?;
+    if budget.is_zero() {
+        anyhow::bail!("--budget must be more than 0 seconds");
+    }
+    if !(0.0..=100.0).contains(&args.idle_threshold) {
+        anyhow::bail!(
+            "--idle-threshold is a percentage from 0 to 100, got {}",
+            args.idle_threshold
+        );
+    }
+    let topo = Topology::discover(&root).context("reading the CPU topology")?;
+    let (cpus, notes) = measure::select_cpus(
+        args.cpus.as_ref(),
+        &topo.online,
+        &topo.isolated,
+        &measure::allowed_cpus(),
+    )?;
+    let mut cfg = MeasureConfig::new(cpus);
+    cfg.root = root.clone();
+    cfg.budget = budget;
+    cfg.primitive = args.primitive;
+    cfg.mode = args.mode;
+    cfg.first_touch = args.first_touch;
+    cfg.guard.min_idle = args.idle_threshold / 100.0;
+    cfg.guard.wait = seconds("--idle-wait", args.idle_wait)?;
+    cfg.fingerprint = match Fingerprint::read(&root) {
+        Ok(fp) => Some(fp.hex),
+        Err(e) => {
+            tracing::warn!("no hardware fingerprint: {e}");
+            None
+        }
+    };
+    Ok((cfg, notes))
+}
+
+/// A progress line on stderr once a run has lasted a second, when stderr is a terminal.
+struct ProgressLine {
+    shown: bool,
+    tty: bool,
+}
+
+impl ProgressLine {
+    fn update(&mut self, p: Progress) {
+        if !self.tty || p.elapsed < Duration::from_secs(1) {
+            return;
+        }
+        let what = match p.phase {
+            Phase::Guard => "waiting for idle CPUs".to_string(),
+            Phase::Warmup => "warming up".to_string(),
+            Phase::Pass(n) => format!("pass {n}: {}/{}", p.done, p.total),
+            Phase::SerialCheck => format!("serial check: {}/{}", p.done, p.total),
+        };
+        let mut err = std::io::stderr();
+        let _ = write!(
+            err,
+            "\r\x1b[2Kmeasuring: {what}, {:.1} s",
+            p.elapsed.as_secs_f64()
+        );
+        let _ = err.flush();
+        self.shown = true;
+    }
+
+    fn finish(&self) {
+        if self.shown {
+            let _ = write!(std::io::stderr(), "\r\x1b[2K");
+        }
+    }
+}
+
+/// The human summary under the heatmap.
+pub fn summary_text(m: &LatencyMatrix) -> String {
+    let s = m.summary();
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{} CPUs, {} pairs, primitive {}, mode {}\n",
+        m.len(),
+        s.pairs,
+        m.primitive.as_deref().unwrap_or("unknown"),
+        m.mode.as_deref().unwrap_or("unknown"),
+    ));
+    if s.pairs > 0 {
+        out.push_str(&format!(
+            "one-way latency: min {:.1} ns, median {:.1} ns, max {:.1} ns\n",
+            s.min_ns, s.median_ns, s.max_ns
+        ));
+        out.push_str("levels:\n");
+        for l in &s.levels {
+            out.push_str(&format!(
+                "  {:>8.1} ns median ({:.1}–{:.1} ns), {} pair(s)\n",
+                l.median_ns, l.min_ns, l.max_ns, l.pairs
+            ));
+        }
+    }
+    if s.missing > 0 {
+        out.push_str(&format!("{} pair(s) without a figure\n", s.missing));
+    }
+    if let Some(fp) = &m.fingerprint {
+        out.push_str(&format!("fingerprint: {fp}\n"));
+    }
+    if m.warnings.is_empty() {
+        out.push_str("warnings: none\n");
+    } else {
+        out.push_str("warnings:\n");
+        for w in &m.warnings {
+            out.push_str(&format!("  - {w}\n"));
+        }
+    }
+    out
+}
+
+pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
+    let (cfg, notes) = config(&args)?;
+    for n in &notes {
+        eprintln!("pinnerd: {n}");
+    }
+    let mut line = ProgressLine {
+        shown: false,
+        tty: std::io::stderr().is_terminal(),
+    };
+    let result = measure::run_detailed(&cfg, |p| line.update(p));
+    line.finish();
+    let measured = result?;
+    let m = measured.matrix;
+    if let Some(path) = &args.svg {
+        let title = format!(
+            "one-way core-to-core latency (ns), {}, {} CPUs",
+            m.primitive.as_deref().unwrap_or("?"),
+            m.len()
+        );
+        let svg = render::svg_heatmap(&m, &title)?;
+        std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.out {
+        let text = if path.extension().is_some_and(|e| e == "csv") {
+            m.to_csv()
+        } else {
+            serde_json::to_string_pretty(&m)? + "\n"
+        };
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    if args.json {
+        writeln!(stdout, "{}", serde_json::to_string_pretty(&m)?)?;
+    } else if args.csv {
+        write!(stdout, "{}", m.to_csv())?;
+    } else {
+        let color = stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        write!(stdout, "{}", render::terminal_heatmap(&m, color))?;
+        writeln!(stdout)?;
+        write!(stdout, "{}", summary_text(&m))?;
+        if let Some((med, max)) = measured.report.cross_check_disagreement() {
+            writeln!(
+                stdout,
+                "rounds vs serial on {} sampled pairs: median {:.1}%, max {:.1}% apart",
+                measured.report.cross_check.len(),
+                med * 100.0,
+                max * 100.0
+            )?;
+        }
+        writeln!(
+            stdout,
+            "took {:.2} s",
+            measured.report.elapsed.as_secs_f64()
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
 }

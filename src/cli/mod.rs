@@ -92,7 +92,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Plan(args) => plan::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Check(args) => check::run(args),
-        Command::Daemon(args) => daemon::run(args),
+        Command::Daemon(args) => daemon::run(args, cli.verbose),
         Command::Status(args) => client::status(args),
         Command::Remeasure(args) => client::remeasure(args),
         Command::Reload(args) => client::reload(args),

@@ -1,11 +1,27 @@
 //! `pinnerd plan`: choose CPUs for a request (or, with `--live`, show what the rules
 //! would do to the running system, changing nothing).
+//!
+//! Where the matrix comes from: `--matrix FILE`; else this machine's stored matrix
+//! (the daemon's state directory) when its fingerprint matches; else a measurement
+//! made now; else the sysfs topology alone. The output says which.
 
-use std::path::PathBuf;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::json;
 
 use crate::cpuset::CpuSet;
-use crate::placement::{Policy, SmtPolicy};
+use crate::domains::{Domains, Finding};
+use crate::fingerprint::Fingerprint;
+use crate::matrix::store::MatrixStore;
+use crate::matrix::LatencyMatrix;
+use crate::measure::{self, MeasureConfig};
+use crate::placement::{place, Cost, Placement, Policy, Request, SmtPolicy};
+use crate::sysroot::SysRoot;
+use crate::topology::Topology;
 
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
@@ -37,8 +53,328 @@ pub struct PlanArgs {
     /// Rule directories for --live (default /etc/pinnerd.d).
     #[arg(long = "rules")]
     pub rules: Vec<PathBuf>,
+    /// Where the daemon stores this machine's matrix (default: $STATE_DIRECTORY, else
+    /// /var/lib/pinnerd).
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Seconds a measurement made by `plan` (no --matrix, none stored) may take.
+    #[arg(long, value_name = "SECS", default_value_t = 20.0)]
+    pub measure_budget: f64,
+    /// Never measure: without --matrix or a stored matrix, use the topology alone.
+    #[arg(long)]
+    pub no_measure: bool,
 }
 
-pub fn run(_args: PlanArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`pinnerd plan` is not available in this build yet")
+/// The state directory the daemon uses.
+pub fn default_state_dir() -> PathBuf {
+    std::env::var_os("STATE_DIRECTORY")
+        .map(|v| {
+            // systemd may list several, colon-separated; the first is ours.
+            let s = v.to_string_lossy().into_owned();
+            PathBuf::from(s.split(':').next().unwrap_or("/var/lib/pinnerd"))
+        })
+        .unwrap_or_else(|| PathBuf::from("/var/lib/pinnerd"))
+}
+
+pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
+    if args.live {
+        // The live dry run lives in src/cli/live.rs: `return super::live::run(&args);`
+        anyhow::bail!("`pinnerd plan --live` is not available in this build yet");
+    }
+    let count = args.count.context("--count is required")? as usize;
+    let plan = plan(&args, count)?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&plan.json())? + "\n"
+    } else {
+        plan.human()
+    };
+    // A closed pipe (`| head`) is not an error worth a panic.
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Where the matrix came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Source {
+    File(PathBuf),
+    Stored(PathBuf),
+    Measured(Duration),
+    /// No matrix: the topology alone, with the reason.
+    TopologyOnly(String),
+}
+
+impl Source {
+    fn describe(&self) -> String {
+        match self {
+            Source::File(p) => format!("matrix {}", p.display()),
+            Source::Stored(p) => format!("stored matrix {}", p.display()),
+            Source::Measured(d) => format!("matrix measured now ({:.1} s)", d.as_secs_f64()),
+            Source::TopologyOnly(why) => format!("sysfs topology alone: {why}"),
+        }
+    }
+}
+
+/// A computed plan, ready to print.
+#[derive(Debug)]
+pub struct Plan {
+    pub source: Source,
+    pub domains: Domains,
+    pub findings: Vec<Finding>,
+    pub warnings: Vec<String>,
+    pub placement: Placement,
+}
+
+/// Builds the domains from the arguments' matrix and topology and places the request.
+pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Plan> {
+    let root = SysRoot::with_sys(&args.sysfs);
+    let real_sysfs = args.sysfs == Path::new("/sys");
+    let mut warnings = Vec::new();
+    let topology = match Topology::discover(&root) {
+        Ok(t) => Some(t),
+        Err(e) if args.matrix.is_some() && real_sysfs => {
+            warnings.push(format!(
+                "topology unavailable ({e}); using the matrix alone"
+            ));
+            None
+        }
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!("reading the CPU topology under {}", args.sysfs.display())
+            })
+        }
+    };
+    let (source, matrix) = match &args.matrix {
+        Some(path) => {
+            let m = LatencyMatrix::load(path)?;
+            (Source::File(path.clone()), Some(m))
+        }
+        None => this_machine_matrix(args, &root, topology.as_ref(), real_sysfs, &mut warnings)?,
+    };
+    let (domains, findings) = match (&matrix, &topology) {
+        (Some(m), Some(t)) => {
+            let mset: CpuSet = m.cpus.iter().copied().collect();
+            let fits = mset == t.online || mset == t.usable();
+            if fits {
+                Domains::reconcile(m, Some(t)).with_context(|| {
+                    format!("reconciling the {} with the topology", source.describe())
+                })?
+            } else if real_sysfs && matches!(source, Source::File(_)) {
+                // A published matrix from another machine: plan on it alone.
+                warnings.push(format!(
+                    "the matrix covers CPUs {mset} but this machine's online CPUs are {}: planning from the matrix alone",
+                    t.online
+                ));
+                Domains::reconcile(m, None)?
+            } else {
+                // The error names both sets.
+                Domains::reconcile(m, Some(t)).with_context(|| {
+                    format!(
+                        "the {} does not fit the topology under {}",
+                        source.describe(),
+                        args.sysfs.display()
+                    )
+                })?
+            }
+        }
+        (Some(m), None) => Domains::reconcile(m, None)?,
+        (None, Some(t)) => (Domains::from_topology(t)?, Vec::new()),
+        (None, None) => anyhow::bail!("neither a matrix nor a topology is available"),
+    };
+    if let Some(m) = &matrix {
+        warnings.extend(m.warnings.iter().cloned());
+    }
+    let available: CpuSet = match &topology {
+        Some(t) if domains.cpus().iter().all(|&c| t.online.contains(c)) => domains
+            .cpus()
+            .iter()
+            .copied()
+            .filter(|&c| !t.isolated.contains(c))
+            .collect(),
+        _ => domains.cpus().iter().copied().collect(),
+    };
+    let req = Request {
+        count,
+        policy: args.policy,
+        smt: args.smt,
+        exclude: args.exclude.clone().unwrap_or_default(),
+        exclusive: false,
+        cpus: None,
+    };
+    let placement = place(&domains, &req, &available)?;
+    Ok(Plan {
+        source,
+        domains,
+        findings,
+        warnings,
+        placement,
+    })
+}
+
+/// This machine's matrix: stored (fingerprint matching), else measured now, else none.
+fn this_machine_matrix(
+    args: &PlanArgs,
+    root: &SysRoot,
+    topology: Option<&Topology>,
+    real_sysfs: bool,
+    warnings: &mut Vec<String>,
+) -> anyhow::Result<(Source, Option<LatencyMatrix>)> {
+    if !real_sysfs {
+        return Ok((
+            Source::TopologyOnly(format!(
+                "no --matrix given for the tree {}, and only the running machine can be measured",
+                args.sysfs.display()
+            )),
+            None,
+        ));
+    }
+    let fingerprint = Fingerprint::read(root).ok();
+    let dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
+    if dir.join("matrix.json").exists() {
+        if let Some(fp) = &fingerprint {
+            match MatrixStore::open(&dir).and_then(|s| s.load_current(&fp.hex)) {
+                Ok(loaded) => {
+                    if let Some(aside) = loaded.set_aside {
+                        warnings.push(aside.to_string());
+                    }
+                    if let Some(m) = loaded.matrix {
+                        return Ok((Source::Stored(dir.join("matrix.json")), Some(m)));
+                    }
+                }
+                Err(e) => warnings.push(format!("stored matrix unusable: {e}")),
+            }
+        }
+    }
+    let why_not = if args.no_measure {
+        Some("no stored matrix and --no-measure".to_string())
+    } else {
+        None
+    };
+    if let (None, Some(t)) = (&why_not, topology) {
+        let mut cfg = MeasureConfig::new(t.usable());
+        cfg.budget = Duration::from_secs_f64(args.measure_budget.max(0.1));
+        cfg.fingerprint = fingerprint.as_ref().map(|f| f.hex.clone());
+        cfg.root = root.clone();
+        let started = std::time::Instant::now();
+        match measure::run(&cfg, |_| {}) {
+            Ok(m) => return Ok((Source::Measured(started.elapsed()), Some(m))),
+            Err(e) => {
+                return Ok((
+                    Source::TopologyOnly(format!(
+                        "no stored matrix in {} and measuring failed: {e}",
+                        dir.display()
+                    )),
+                    None,
+                ))
+            }
+        }
+    }
+    Ok((
+        Source::TopologyOnly(why_not.unwrap_or_else(|| "no matrix".into())),
+        None,
+    ))
+}
+
+fn ns(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.1} ns"))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+fn cost_json(c: &Cost) -> serde_json::Value {
+    json!({
+        "worst_latency_ns": c.worst_ns,
+        "mean_latency_ns": c.mean_ns,
+        "worst_level": c.worst_level,
+    })
+}
+
+impl Plan {
+    /// Where the matrix came from, in words.
+    pub fn source_description(&self) -> String {
+        self.source.describe()
+    }
+
+    /// The `--json` object.
+    pub fn json(&self) -> serde_json::Value {
+        let x = &self.placement.explanation;
+        json!({
+            "cpus": self.placement.cpus.iter().collect::<Vec<u32>>(),
+            "cpu_list": self.placement.cpus.to_string(),
+            "worst_latency_ns": x.cost.worst_ns,
+            "mean_latency_ns": x.cost.mean_ns,
+            "worst_level": x.cost.worst_level,
+            "policy": x.policy,
+            "smt": x.smt,
+            "level": x.level,
+            "level_latency_ns": x.level_latency_ns,
+            "domains": x.domains.iter().map(|d| d.iter().collect::<Vec<u32>>()).collect::<Vec<_>>(),
+            "autopilot": x.autopilot.as_ref().map(|(cpus, c)| {
+                let mut v = cost_json(c);
+                v["cpus"] = json!(cpus.iter().collect::<Vec<u32>>());
+                v
+            }),
+            "notes": x.notes,
+            "source": self.source.describe(),
+            "trust": x.trust,
+            "findings": self.findings,
+            "warnings": self.warnings,
+        })
+    }
+
+    /// The human explanation.
+    pub fn human(&self) -> String {
+        let x = &self.placement.explanation;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "CPUs {}  ({} CPU(s), policy {}, smt {})",
+            self.placement.cpus,
+            self.placement.cpus.len(),
+            x.policy,
+            x.smt
+        );
+        let _ = writeln!(
+            s,
+            "  from:      {} (trusted: {:?})",
+            self.source.describe(),
+            x.trust
+        );
+        let doms: Vec<String> = x.domains.iter().map(|d| d.to_string()).collect();
+        let _ = writeln!(
+            s,
+            "  domain:    {} {} (typical {} inside)",
+            x.level,
+            doms.join(" | "),
+            ns(x.level_latency_ns)
+        );
+        let _ = writeln!(
+            s,
+            "  cost:      worst {}, mean {} (farthest pair shares: {})",
+            ns(x.cost.worst_ns),
+            ns(x.cost.mean_ns),
+            x.cost.worst_level
+        );
+        if let Some((cpus, c)) = &x.autopilot {
+            let ratio = match (c.worst_ns, x.cost.worst_ns) {
+                (Some(a), Some(p)) if p > 0.0 => format!(" — {:.1}x the plan's worst", a / p),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                s,
+                "  autopilot: CPUs {cpus} would cost worst {}, mean {} (farthest pair shares: {}){ratio}",
+                ns(c.worst_ns),
+                ns(c.mean_ns),
+                c.worst_level
+            );
+        }
+        for n in &x.notes {
+            let _ = writeln!(s, "  note:      {n}");
+        }
+        for f in &self.findings {
+            let _ = writeln!(s, "  finding:   {f}");
+        }
+        for w in &self.warnings {
+            let _ = writeln!(s, "  warning:   {w}");
+        }
+        s
+    }
 }

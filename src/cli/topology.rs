@@ -1,10 +1,455 @@
-//! `pinnerd topology`.
+//! `pinnerd topology`: the machine's CPUs as a tree (packages → nodes → LLC groups →
+//! cores → CPUs) or as JSON.
+//!
+//! Rendering lives in [`render_tree`] and [`json_report`], both taking the discovered
+//! [`Topology`] and [`Fingerprint`], so further sections (latency domains from a
+//! matrix) append to their output without touching discovery.
 
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[derive(Debug, clap::Args)]
-pub struct TopologyArgs {}
+use anyhow::Context;
+use serde_json::{json, Value};
 
-pub fn run(_args: TopologyArgs) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("`pinnerd topology` is not available in this build yet")
+use crate::cpuset::CpuSet;
+use crate::fingerprint::Fingerprint;
+use crate::sysroot::SysRoot;
+use crate::topology::{Cache, Cpu, Topology};
+
+#[derive(Debug, clap::Args)]
+pub struct TopologyArgs {
+    /// Read sysfs from DIR instead of the running machine's. DIR is a sysfs root (with
+    /// devices/system/cpu) or a captured machine holding sys/ and proc/.
+    #[arg(long, value_name = "DIR")]
+    pub sysfs: Option<PathBuf>,
+    /// Read procfs (CPU model, microcode, kernel release) from DIR. Defaults to the
+    /// proc/ beside --sysfs when there is one, else the running machine's.
+    #[arg(long, value_name = "DIR")]
+    pub procfs: Option<PathBuf>,
+    /// Print JSON instead of the tree.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
+    let root = resolve_roots(args.sysfs.as_deref(), args.procfs.as_deref());
+    let topology = Topology::discover(&root)
+        .with_context(|| format!("reading the CPU topology under {}", root.sys.display()))?;
+    let fingerprint = Fingerprint::read(&root).context("computing the hardware fingerprint")?;
+    if args.json {
+        let report = json_report(&topology, &fingerprint);
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render_tree(&topology, &fingerprint));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--sysfs DIR` may name a sysfs root or a machine directory holding `sys/` and
+/// `proc/`; procfs defaults to the `proc` beside the sysfs root (a chroot's or a
+/// capture's), falling back to the running machine's.
+pub fn resolve_roots(sysfs: Option<&Path>, procfs: Option<&Path>) -> SysRoot {
+    let mut root = SysRoot::default();
+    if let Some(dir) = sysfs {
+        let machine = SysRoot::machine(dir);
+        let is_machine_dir = !SysRoot::with_sys(dir)
+            .sys_path("devices/system/cpu")
+            .exists()
+            && machine.sys_path("devices/system/cpu").exists();
+        if is_machine_dir {
+            root = machine;
+        } else {
+            root.sys = dir.to_path_buf();
+            if let Some(beside) = dir.parent().map(|p| p.join("proc")) {
+                if beside.is_dir() {
+                    root.proc = beside;
+                }
+            }
+        }
+    }
+    if let Some(dir) = procfs {
+        root.proc = dir.to_path_buf();
+    }
+    root
+}
+
+fn ids(set: &CpuSet) -> Vec<u32> {
+    set.iter().collect()
+}
+
+/// The `--json` object: `fingerprint` and its inputs, the CPU sets (as arrays of
+/// ids), one `cpus` entry per online CPU, `nodes` and `warnings`.
+pub fn json_report(topology: &Topology, fingerprint: &Fingerprint) -> Value {
+    let cpus: Vec<Value> = topology
+        .cpus
+        .iter()
+        .map(|c| {
+            json!({
+                "cpu": c.cpu,
+                "package": c.package,
+                "die": c.die,
+                "cluster": c.cluster,
+                "core": c.core,
+                "node": c.node,
+                "siblings": ids(&c.siblings),
+                "llc": c.llc().map(|l| ids(&l.shared)),
+                "core_type": c.core_type,
+                "capacity": c.capacity,
+                "max_freq_khz": c.max_freq_khz,
+                "isolated": topology.isolated.contains(c.cpu),
+                "caches": c.caches.iter().map(|k| json!({
+                    "level": k.level,
+                    "type": k.kind,
+                    "size_bytes": k.size_bytes,
+                    "id": k.id,
+                    "shared": ids(&k.shared),
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let nodes: Vec<Value> = topology
+        .nodes
+        .iter()
+        .map(|n| {
+            json!({
+                "id": n.id,
+                "cpus": ids(&n.cpus),
+                "distances": n.distances,
+            })
+        })
+        .collect();
+    json!({
+        "fingerprint": fingerprint.hex,
+        "fingerprint_inputs": fingerprint.inputs,
+        "online": ids(&topology.online),
+        "possible": ids(&topology.possible),
+        "present": ids(&topology.present),
+        "offline": ids(&topology.offline),
+        "isolated": ids(&topology.isolated),
+        "usable": ids(&topology.usable()),
+        "smt": topology.has_smt(),
+        "hybrid": topology.is_hybrid(),
+        "cpus": cpus,
+        "nodes": nodes,
+        "warnings": topology.warnings,
+    })
+}
+
+/// A labelled tree, drawn with box-drawing characters.
+struct Tree {
+    label: String,
+    children: Vec<Tree>,
+}
+
+impl Tree {
+    fn leaf(label: String) -> Tree {
+        Tree {
+            label,
+            children: Vec::new(),
+        }
+    }
+
+    fn draw(&self, out: &mut String, prefix: &str, last: bool, top: bool) {
+        if top {
+            let _ = writeln!(out, "{}", self.label);
+        } else {
+            let branch = if last { "└─ " } else { "├─ " };
+            let _ = writeln!(out, "{prefix}{branch}{}", self.label);
+        }
+        let child_prefix = if top {
+            String::new()
+        } else {
+            format!("{prefix}{}", if last { "   " } else { "│  " })
+        };
+        for (i, child) in self.children.iter().enumerate() {
+            child.draw(out, &child_prefix, i + 1 == self.children.len(), false);
+        }
+    }
+}
+
+/// "none" for an empty set, the kernel list otherwise.
+fn list(set: &CpuSet) -> String {
+    if set.is_empty() {
+        "none".to_string()
+    } else {
+        set.to_string()
+    }
+}
+
+fn cpus_word(set: &CpuSet) -> String {
+    if set.len() == 1 {
+        format!("CPU {set}")
+    } else {
+        format!("CPUs {set}")
+    }
+}
+
+/// `32 KiB`, `1 MiB`, `1.25 MiB`.
+pub fn human_size(bytes: u64) -> String {
+    const KIB: u64 = 1024;
+    const MIB: u64 = 1024 * 1024;
+    if bytes >= MIB {
+        if bytes % MIB == 0 {
+            format!("{} MiB", bytes / MIB)
+        } else {
+            format!("{:.2} MiB", bytes as f64 / MIB as f64)
+        }
+    } else if bytes >= KIB && bytes % KIB == 0 {
+        format!("{} KiB", bytes / KIB)
+    } else {
+        format!("{bytes} B")
+    }
+}
+
+fn cache_label(cache: &Cache) -> String {
+    match cache.size_bytes {
+        Some(size) => format!("{} {}", cache.name(), human_size(size)),
+        None => cache.name(),
+    }
+}
+
+/// The human tree: a header (fingerprint, CPU sets), then packages → (dies →) nodes →
+/// LLC groups → cores → CPUs, then warnings.
+pub fn render_tree(topology: &Topology, fingerprint: &Fingerprint) -> String {
+    let mut out = String::new();
+    let inputs = &fingerprint.inputs;
+    let model = inputs
+        .cpu_model_name
+        .clone()
+        .or_else(|| inputs.cpu_model.clone())
+        .unwrap_or_else(|| "unknown CPU".to_string());
+    let _ = writeln!(out, "fingerprint {}  {model}", fingerprint.hex);
+    let mut facts = Vec::new();
+    if let Some(k) = &inputs.kernel_release {
+        facts.push(format!("kernel {k}"));
+    }
+    if let Some(m) = &inputs.microcode {
+        facts.push(format!("microcode {m}"));
+    }
+    match (&inputs.smt_control, topology.has_smt()) {
+        (Some(c), true) => facts.push(format!("SMT on (control: {c})")),
+        (Some(c), false) => facts.push(format!("no SMT threads (control: {c})")),
+        (None, true) => facts.push("SMT on".to_string()),
+        (None, false) => facts.push("no SMT threads".to_string()),
+    }
+    if inputs.hypervisor_flag || inputs.hypervisor_type.is_some() {
+        facts.push(match &inputs.hypervisor_type {
+            Some(t) => format!("guest of {t}"),
+            None => "guest (hypervisor)".to_string(),
+        });
+    }
+    if let Some(b) = &inputs.bios_version {
+        facts.push(format!("BIOS {b}"));
+    }
+    let _ = writeln!(out, "{}", facts.join(" · "));
+    let _ = writeln!(
+        out,
+        "online {} · usable {} · offline {} · isolated {} · possible {}",
+        list(&topology.online),
+        list(&topology.usable()),
+        list(&topology.offline),
+        list(&topology.isolated),
+        list(&topology.possible),
+    );
+    if topology.nodes.len() > 1 {
+        let mut line = String::from("node distances:");
+        for n in &topology.nodes {
+            let d: Vec<String> = n.distances.values().map(|d| d.to_string()).collect();
+            let _ = write!(line, "  {}: {}", n.id, d.join(" "));
+        }
+        let _ = writeln!(out, "{line}");
+    }
+    for package in topology.packages() {
+        package_tree(topology, package).draw(&mut out, "", true, true);
+    }
+    for w in &topology.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    out
+}
+
+fn package_tree(topology: &Topology, package: u32) -> Tree {
+    let cpus: Vec<&Cpu> = topology
+        .cpus
+        .iter()
+        .filter(|c| c.package == package)
+        .collect();
+    let set: CpuSet = cpus.iter().map(|c| c.cpu).collect();
+    let dies: BTreeSet<u32> = cpus.iter().map(|c| c.die).collect();
+    let children = if dies.len() > 1 {
+        dies.iter()
+            .map(|&die| {
+                let in_die: Vec<&Cpu> = cpus.iter().copied().filter(|c| c.die == die).collect();
+                let die_set: CpuSet = in_die.iter().map(|c| c.cpu).collect();
+                Tree {
+                    label: format!("die {die}: {}", cpus_word(&die_set)),
+                    children: node_trees(topology, &in_die),
+                }
+            })
+            .collect()
+    } else {
+        node_trees(topology, &cpus)
+    };
+    Tree {
+        label: format!("package {package}: {}", cpus_word(&set)),
+        children,
+    }
+}
+
+fn node_trees(topology: &Topology, cpus: &[&Cpu]) -> Vec<Tree> {
+    let nodes: BTreeSet<u32> = cpus.iter().map(|c| c.node).collect();
+    nodes
+        .into_iter()
+        .map(|node| {
+            let in_node: Vec<&Cpu> = cpus.iter().copied().filter(|c| c.node == node).collect();
+            let set: CpuSet = in_node.iter().map(|c| c.cpu).collect();
+            Tree {
+                label: format!("node {node}: {}", cpus_word(&set)),
+                children: llc_trees(topology, &in_node),
+            }
+        })
+        .collect()
+}
+
+fn llc_trees(topology: &Topology, cpus: &[&Cpu]) -> Vec<Tree> {
+    // Group by the LLC sharing set; CPUs without cache information form one group.
+    let mut groups: Vec<(Option<&Cache>, Vec<&Cpu>)> = Vec::new();
+    for &cpu in cpus {
+        let llc = cpu.llc();
+        let key = llc.map(|l| &l.shared);
+        match groups.iter_mut().find(|(l, _)| l.map(|l| &l.shared) == key) {
+            Some((_, members)) => members.push(cpu),
+            None => groups.push((llc, vec![cpu])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(llc, members)| {
+            let set: CpuSet = members.iter().map(|c| c.cpu).collect();
+            let label = match llc {
+                Some(cache) if cache.shared == set => {
+                    format!("{}: {}", cache_label(cache), cpus_word(&set))
+                }
+                Some(cache) => format!(
+                    "{}: {} (shared with {})",
+                    cache_label(cache),
+                    cpus_word(&set),
+                    cache.shared
+                ),
+                None => format!("LLC unknown: {}", cpus_word(&set)),
+            };
+            Tree {
+                label,
+                children: core_trees(topology, &members, llc),
+            }
+        })
+        .collect()
+}
+
+fn core_trees(topology: &Topology, cpus: &[&Cpu], llc: Option<&Cache>) -> Vec<Tree> {
+    let mut cores: Vec<Vec<&Cpu>> = Vec::new();
+    for &cpu in cpus {
+        match cores.iter_mut().find(|c| c[0].siblings == cpu.siblings) {
+            Some(core) => core.push(cpu),
+            None => cores.push(vec![cpu]),
+        }
+    }
+    cores
+        .into_iter()
+        .map(|members| {
+            let first = members[0];
+            let mut label = format!("core {}", first.core);
+            let mut tags = Vec::new();
+            if let Some(t) = first.core_type {
+                tags.push(t.to_string());
+            }
+            if let Some(khz) = first.max_freq_khz {
+                tags.push(format!("{:.1} GHz", khz as f64 / 1e6));
+            }
+            if !tags.is_empty() {
+                let _ = write!(label, " [{}]", tags.join(" "));
+            }
+            let set: CpuSet = members.iter().map(|c| c.cpu).collect();
+            let _ = write!(label, ": {}", cpus_word(&set));
+            if first.siblings.len() > 1 {
+                label.push_str(" (SMT)");
+            }
+            let isolated = set.intersection(&topology.isolated);
+            if !isolated.is_empty() {
+                let _ = write!(label, " (isolated: {isolated})");
+            }
+            let private: Vec<String> = first
+                .caches
+                .iter()
+                .filter(|c| Some(*c) != llc)
+                .map(|c| {
+                    if c.shared.is_subset(&first.siblings) {
+                        cache_label(c)
+                    } else {
+                        format!("{} shared with {}", cache_label(c), c.shared)
+                    }
+                })
+                .collect();
+            if !private.is_empty() {
+                let _ = write!(label, " · {}", private.join(", "));
+            }
+            Tree::leaf(label)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roots_resolve_from_a_machine_dir_a_sysfs_root_or_explicit_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let machine = dir.path().join("m");
+        std::fs::create_dir_all(machine.join("sys/devices/system/cpu")).unwrap();
+        std::fs::create_dir_all(machine.join("proc")).unwrap();
+        let expect = SysRoot::machine(&machine);
+        assert_eq!(resolve_roots(Some(&machine), None), expect);
+        assert_eq!(resolve_roots(Some(&machine.join("sys")), None), expect);
+        let lone = dir.path().join("lone");
+        std::fs::create_dir_all(lone.join("devices/system/cpu")).unwrap();
+        assert_eq!(
+            resolve_roots(Some(&lone), None),
+            SysRoot::with_sys(&lone),
+            "no proc beside it: the running machine's"
+        );
+        let proc = dir.path().join("p");
+        assert_eq!(
+            resolve_roots(Some(&machine), Some(&proc)),
+            SysRoot::new(machine.join("sys"), &proc)
+        );
+        assert_eq!(resolve_roots(None, None), SysRoot::default());
+    }
+
+    #[test]
+    fn sizes_read_naturally() {
+        assert_eq!(human_size(32 * 1024), "32 KiB");
+        assert_eq!(human_size(1 << 20), "1 MiB");
+        assert_eq!(human_size(1280 * 1024), "1.25 MiB");
+        assert_eq!(human_size(100), "100 B");
+    }
+
+    #[test]
+    fn trees_draw_with_branches() {
+        let tree = Tree {
+            label: "root".into(),
+            children: vec![
+                Tree {
+                    label: "a".into(),
+                    children: vec![Tree::leaf("a1".into())],
+                },
+                Tree::leaf("b".into()),
+            ],
+        };
+        let mut out = String::new();
+        tree.draw(&mut out, "", true, true);
+        assert_eq!(out, "root\n├─ a\n│  └─ a1\n└─ b\n");
+    }
 }

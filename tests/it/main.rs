@@ -1,5 +1,11 @@
 //! Integration tests: one binary, one module per area.
 
+mod affinity;
 mod cli_smoke;
+mod daemon;
 mod helper;
+mod measure;
+mod placement;
+mod rules;
+mod topology;
 mod watch;

@@ -1,1 +1,0 @@
-//! The daemon: one event loop owning all state.

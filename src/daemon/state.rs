@@ -1,0 +1,1085 @@
+//! The daemon's state and its synchronous handler.
+//!
+//! [`State::handle`] takes one [`Event`] and leaves [`Action`]s for the shell to carry
+//! out (emit a signal, start a measurement job, tell systemd something, exit). Commands
+//! are answered by [`State::command`], which unit tests call directly.
+//!
+//! Measurement lifecycle:
+//! - at start, the stored matrix is used if its fingerprint matches; otherwise (none,
+//!   corrupt, foreign: the store moves bad files aside) a full measurement starts;
+//! - a changed fingerprint (BIOS, microcode, SMT, hotplug) starts a full measurement;
+//! - `Remeasure` starts one, or joins the one running (calls coalesce);
+//! - periodically, when idle, a drift probe measures a few pairs, and only drift found
+//!   there starts a full measurement; a full one also runs every `measure.interval`;
+//! - until a matrix exists, placement uses the sysfs topology alone.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::cpuset::CpuSet;
+use crate::dbus::Signal;
+use crate::fingerprint::Fingerprint;
+use crate::matrix::store::MatrixStore;
+use crate::matrix::LatencyMatrix;
+use crate::measure::{self, LoadGuard, MeasureConfig};
+use crate::rules::{self, LoadPolicy, LoadReport};
+use crate::settings::Settings;
+use crate::sysroot::SysRoot;
+use crate::topology::Topology;
+
+use super::worker::{self, Job, JobKind, Outcome};
+use super::{Command, CommandError, DaemonError, Event, Phase, ReloadCause, Reply, Snapshot};
+
+/// Where the daemon reads and writes.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The settings file; a missing file means the defaults.
+    pub settings: PathBuf,
+    /// `--rules` directories; `None` = the settings' `rule-dirs`.
+    pub rule_dirs: Option<Vec<PathBuf>>,
+    pub state_dir: PathBuf,
+    pub runtime_dir: PathBuf,
+    pub sysroot: SysRoot,
+}
+
+/// Something the shell must do for the loop.
+#[derive(Debug, Clone)]
+pub enum Action {
+    Emit(Signal),
+    Measure(Box<Job>),
+    /// A `STATUS=` line for systemd.
+    Status(String),
+    /// `WATCHDOG=1`: the loop is alive.
+    Watchdog,
+    /// `RELOADING=1` … then `READY=1` once reloaded.
+    Reloading,
+    Ready,
+    /// Masks are restored; stop.
+    Exit,
+}
+
+impl PartialEq for Action {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Action::Emit(a), Action::Emit(b)) => a == b,
+            (Action::Measure(a), Action::Measure(b)) => a.id == b.id,
+            (Action::Status(a), Action::Status(b)) => a == b,
+            (Action::Watchdog, Action::Watchdog)
+            | (Action::Reloading, Action::Reloading)
+            | (Action::Ready, Action::Ready)
+            | (Action::Exit, Action::Exit) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Periodic work and how often, from the settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timing {
+    /// Full re-measure period; `None` = only on fingerprint change, drift or request.
+    pub full_every: Option<Duration>,
+    /// Drift probe period; `None` = never.
+    pub drift_every: Option<Duration>,
+    /// How often the hardware fingerprint is re-read.
+    pub fingerprint_every: Duration,
+    /// Watchdog ping period (half of systemd's `WatchdogSec`); `None` = no watchdog.
+    pub watchdog_every: Option<Duration>,
+    /// Budget of a full measurement.
+    pub full_budget: Duration,
+    /// Budget of a drift probe.
+    pub probe_budget: Duration,
+    /// Pairs in a drift probe.
+    pub probe_pairs: usize,
+    /// Relative change that counts as drift.
+    pub drift_tolerance: f64,
+    /// Minimum idle share of every measured CPU (0 = measure regardless).
+    pub min_idle: f64,
+    /// `Remeasure` calls closer together than this join the previous call's job.
+    pub remeasure_min_interval: Duration,
+}
+
+impl Timing {
+    pub fn from_settings(s: &Settings, watchdog_every: Option<Duration>) -> Timing {
+        let m = &s.measure;
+        Timing {
+            full_every: m.interval.period(),
+            drift_every: m.drift_probe.period(),
+            fingerprint_every: Duration::from_secs(60),
+            watchdog_every,
+            full_budget: m.budget.0,
+            // A probe is a few pairs: a small slice of the full budget.
+            probe_budget: (m.budget.0 / 20)
+                .clamp(Duration::from_millis(100), Duration::from_secs(5)),
+            probe_pairs: m.drift_pairs as usize,
+            drift_tolerance: m.drift_threshold.0,
+            min_idle: (1.0 - m.idle_threshold.0).clamp(0.0, 1.0),
+            remeasure_min_interval: s.limits.remeasure_min_interval.0,
+        }
+    }
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing::from_settings(&Settings::default(), None)
+    }
+}
+
+/// A measurement in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Running {
+    id: u64,
+    full: bool,
+}
+
+/// All daemon state. Owned by one thread.
+pub struct State {
+    cfg: Config,
+    settings: Settings,
+    /// An error in the settings file at the last reload (the previous settings stay).
+    settings_error: Option<String>,
+    timing: Timing,
+    policy: LoadPolicy,
+    store: Option<MatrixStore>,
+    fingerprint: Option<Fingerprint>,
+    topology: Option<Topology>,
+    current: Option<LatencyMatrix>,
+    running: Option<Running>,
+    /// A full measurement promised (id given out) while a drift probe runs.
+    queued_full: Option<u64>,
+    last_failure: Option<String>,
+    /// The last full measurement that ended: (job, ok, summary).
+    last_finished: Option<(u64, bool, String)>,
+    /// The last `Remeasure` call: when, and the job it got.
+    last_remeasure: Option<(Instant, u64)>,
+    next_job: u64,
+    next_full: Option<Instant>,
+    next_drift: Option<Instant>,
+    next_fingerprint: Instant,
+    next_watchdog: Option<Instant>,
+    rules: LoadReport,
+    started: bool,
+    actions: Vec<Action>,
+}
+
+impl State {
+    /// A state that has read nothing yet; [`State::start`] reads the machine.
+    pub fn new(cfg: Config, settings: Settings, timing: Timing, now: Instant) -> State {
+        State {
+            cfg,
+            settings,
+            settings_error: None,
+            next_watchdog: timing.watchdog_every.map(|d| now + d),
+            next_full: timing.full_every.map(|d| now + d),
+            next_drift: timing.drift_every.map(|d| now + d),
+            next_fingerprint: now + timing.fingerprint_every,
+            timing,
+            policy: LoadPolicy::for_current_process(),
+            store: None,
+            fingerprint: None,
+            topology: None,
+            current: None,
+            running: None,
+            queued_full: None,
+            last_failure: None,
+            last_finished: None,
+            last_remeasure: None,
+            next_job: 1,
+            rules: LoadReport::default(),
+            started: false,
+            actions: Vec::new(),
+        }
+    }
+
+    /// Reads the machine, the stored matrix and the rules; starts a measurement when no
+    /// stored matrix fits.
+    pub fn start(&mut self) -> Result<(), DaemonError> {
+        let store = MatrixStore::open(&self.cfg.state_dir).map_err(|e| DaemonError::Dir {
+            path: self.cfg.state_dir.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        self.store = Some(store);
+        self.read_machine();
+        self.load_stored_matrix();
+        self.load_rules();
+        if self.current.is_none() {
+            self.start_full();
+        }
+        self.started = true;
+        self.status();
+        Ok(())
+    }
+
+    /// The actions left for the shell, oldest first.
+    pub fn take_actions(&mut self) -> Vec<Action> {
+        std::mem::take(&mut self.actions)
+    }
+
+    /// What readers see now.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            state: self.phase(),
+            measured_at_us: self
+                .current
+                .as_ref()
+                .and_then(|m| m.measured_at_us)
+                .unwrap_or(0),
+            fingerprint: self
+                .fingerprint
+                .as_ref()
+                .map(|f| f.hex.clone())
+                .unwrap_or_default(),
+            cpu_count: self.online().len() as u32,
+            rule_count: self.rules.rules.len() as u32,
+            managed_processes: 0,
+            managed_threads: 0,
+            rule_errors: self.rule_errors(),
+        }
+    }
+
+    fn rule_errors(&self) -> Vec<String> {
+        self.settings_error
+            .iter()
+            .cloned()
+            .chain(self.rules.error_strings())
+            .collect()
+    }
+
+    fn phase(&self) -> Phase {
+        if !self.started {
+            Phase::Starting
+        } else if self.running.is_some_and(|r| r.full) {
+            Phase::Measuring
+        } else if self.current.is_none() && self.last_failure.is_some() {
+            Phase::Degraded
+        } else {
+            Phase::Ready
+        }
+    }
+
+    /// The matrix in use, if any (placement falls back to sysfs without one).
+    pub fn matrix(&self) -> Option<&LatencyMatrix> {
+        self.current.as_ref()
+    }
+
+    /// The rules in force.
+    pub fn rules(&self) -> &rules::RuleSet {
+        &self.rules.rules
+    }
+
+    /// Handles one event.
+    pub fn handle(&mut self, event: Event) {
+        match event {
+            Event::Command(cmd, reply) => {
+                let answer = self.command(cmd);
+                // The caller may have given up (timeout); nothing to do then.
+                let _ = reply.send(answer);
+            }
+            Event::Reload(cause) => {
+                self.actions.push(Action::Reloading);
+                self.reload(cause);
+                self.actions.push(Action::Ready);
+            }
+            Event::Terminate => {
+                tracing::info!("terminating: restoring masks");
+                self.actions
+                    .push(Action::Status("stopping: restoring masks".into()));
+                self.actions.push(Action::Exit);
+            }
+            Event::Tick(now) => self.tick(now),
+            Event::Measured(outcome) => self.measured(outcome),
+        }
+    }
+
+    /// Answers one command.
+    pub fn command(&mut self, cmd: Command) -> Result<Reply, CommandError> {
+        match cmd {
+            Command::Remeasure => Ok(Reply::Job(self.remeasure(Instant::now()))),
+            Command::Reload => {
+                self.reload(ReloadCause::Bus);
+                Ok(Reply::Reloaded {
+                    rules: self.rules.rules.len() as u32,
+                    errors: self.rule_errors(),
+                })
+            }
+            Command::GetMatrix => Ok(self.matrix_reply()),
+            Command::ListManaged => Ok(Reply::Managed(Vec::new())),
+            Command::Explain { pid } => Err(CommandError::NoSuchProcess(pid)),
+            Command::Plan { .. } => Err(CommandError::Failed(
+                "placement is not part of this build".into(),
+            )),
+            Command::Pin { .. } => Err(CommandError::Failed(
+                "placement is not part of this build".into(),
+            )),
+            Command::Release { pid } => Err(CommandError::NotManaged(pid)),
+        }
+    }
+
+    fn matrix_reply(&self) -> Reply {
+        match &self.current {
+            Some(m) => Reply::Matrix {
+                cpus: m.cpus.clone(),
+                latency_ns: m
+                    .latency_ns
+                    .iter()
+                    .map(|row| row.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
+                    .collect(),
+            },
+            None => Reply::Matrix {
+                cpus: Vec::new(),
+                latency_ns: Vec::new(),
+            },
+        }
+    }
+
+    /// Online CPUs as last read; empty before the first read.
+    fn online(&self) -> CpuSet {
+        self.topology
+            .as_ref()
+            .map(|t| t.online.clone())
+            .unwrap_or_default()
+    }
+
+    /// CPUs a measurement may use: online and not isolated.
+    fn usable(&self) -> CpuSet {
+        self.topology
+            .as_ref()
+            .map(Topology::usable)
+            .unwrap_or_default()
+    }
+
+    /// Re-reads the topology and the fingerprint; true when the fingerprint changed
+    /// (or was read for the first time).
+    fn read_machine(&mut self) -> bool {
+        match Topology::discover(&self.cfg.sysroot) {
+            Ok(t) => {
+                for w in &t.warnings {
+                    tracing::debug!(warning = %w, "topology");
+                }
+                self.topology = Some(t);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the CPU topology; keeping the last one")
+            }
+        }
+        match Fingerprint::read(&self.cfg.sysroot) {
+            Ok(fp) => {
+                let changed = match &self.fingerprint {
+                    Some(old) if old.matches(&fp) => false,
+                    Some(old) => {
+                        for d in old.differences(&fp) {
+                            tracing::info!(change = %d, "hardware fingerprint changed");
+                        }
+                        true
+                    }
+                    None => true,
+                };
+                self.fingerprint = Some(fp);
+                changed
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the hardware fingerprint");
+                false
+            }
+        }
+    }
+
+    /// Uses the stored matrix when it belongs to this fingerprint. A corrupt or foreign
+    /// file is moved aside by the store and reported here.
+    fn load_stored_matrix(&mut self) {
+        let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) else {
+            return;
+        };
+        match store.load_current(&fp.hex) {
+            Ok(loaded) => {
+                if let Some(aside) = loaded.set_aside {
+                    tracing::warn!(%aside, "stored matrix not used");
+                }
+                if let Some(m) = loaded.matrix {
+                    if m.cpus.iter().copied().collect::<CpuSet>() == self.usable() {
+                        tracing::info!(cpus = m.len(), path = %store.current_path().display(), "using the stored matrix");
+                        self.current = Some(m);
+                    } else {
+                        tracing::info!("the stored matrix covers other CPUs; measuring again");
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the stored matrix"),
+        }
+    }
+
+    fn rule_dirs(&self) -> Vec<PathBuf> {
+        self.cfg
+            .rule_dirs
+            .clone()
+            .unwrap_or_else(|| self.settings.rule_dirs.clone())
+    }
+
+    fn load_rules(&mut self) {
+        self.rules = rules::reload(&self.rule_dirs(), &self.policy, &self.rules);
+        for e in &self.rules.errors {
+            tracing::warn!(error = %e, "rule file problem");
+        }
+        tracing::info!(
+            rules = self.rules.rules.len(),
+            errors = self.rules.errors.len(),
+            "rules loaded"
+        );
+    }
+
+    /// Re-reads the settings (keeping the old ones when the file is bad) and the rules
+    /// (keeping each bad file's last good rules).
+    fn reload(&mut self, cause: ReloadCause) {
+        tracing::info!(?cause, "reloading");
+        match Settings::load_or_default(&self.cfg.settings, &self.policy) {
+            Ok(s) => {
+                if s != self.settings {
+                    tracing::info!(path = %self.cfg.settings.display(), "settings changed");
+                    self.timing = Timing::from_settings(&s, self.timing.watchdog_every);
+                    self.settings = s;
+                }
+                self.settings_error = None;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "settings not reloaded; keeping the previous ones");
+                self.settings_error = Some(e.to_string());
+            }
+        }
+        self.load_rules();
+        self.actions.push(Action::Emit(Signal::RulesReloaded {
+            rules: self.rules.rules.len() as u32,
+            errors: self.rule_errors(),
+        }));
+        self.status();
+    }
+
+    fn alloc_job(&mut self) -> u64 {
+        let id = self.next_job;
+        self.next_job += 1;
+        id
+    }
+
+    /// `Remeasure`: joins a running or promised full measurement, or the previous call's
+    /// job when it came less than `remeasure_min_interval` ago; else starts one.
+    fn remeasure(&mut self, now: Instant) -> u64 {
+        let id = self.remeasure_job(now);
+        self.last_remeasure = Some((now, id));
+        id
+    }
+
+    fn remeasure_job(&mut self, now: Instant) -> u64 {
+        if let Some(r) = self.running.filter(|r| r.full) {
+            return r.id;
+        }
+        if let Some(id) = self.queued_full {
+            return id;
+        }
+        if let Some((at, id)) = self.last_remeasure {
+            if now.duration_since(at) < self.timing.remeasure_min_interval {
+                // That job has ended (nothing runs): tell this caller how, again.
+                if let Some((job, ok, summary)) = self.last_finished.clone().filter(|f| f.0 == id) {
+                    self.actions.push(Action::Emit(Signal::MeasurementFinished {
+                        job,
+                        ok,
+                        summary,
+                    }));
+                    return id;
+                }
+            }
+        }
+        if self.running.is_some() {
+            // A drift probe is running; the full measurement follows it.
+            let id = self.alloc_job();
+            self.queued_full = Some(id);
+            return id;
+        }
+        self.start_full()
+    }
+
+    /// The matrix no longer describes this machine: use a stored one for the new
+    /// fingerprint, or measure.
+    fn fingerprint_changed(&mut self, now: Instant) {
+        self.current = None;
+        self.load_stored_matrix();
+        if self.current.is_none() {
+            if let Some(r) = self.running.filter(|r| r.full) {
+                // It measures the old CPUs; measure again once it ends.
+                if self.queued_full.is_none() {
+                    let id = self.alloc_job();
+                    self.queued_full = Some(id);
+                }
+                tracing::info!(job = r.id, "measurement in flight predates the change");
+            } else {
+                self.remeasure_job(now);
+            }
+        }
+        self.status();
+    }
+
+    fn measure_config(&self, cpus: CpuSet, budget: Duration) -> MeasureConfig {
+        let mut cfg = MeasureConfig::new(cpus);
+        cfg.budget = budget;
+        cfg.guard = LoadGuard {
+            min_idle: self.timing.min_idle,
+            ..LoadGuard::default()
+        };
+        cfg.fingerprint = self.fingerprint.as_ref().map(|f| f.hex.clone());
+        cfg.root = self.cfg.sysroot.clone();
+        cfg
+    }
+
+    fn start_full(&mut self) -> u64 {
+        let id = self.alloc_job();
+        self.launch_full(id);
+        id
+    }
+
+    fn launch_full(&mut self, id: u64) {
+        self.running = Some(Running { id, full: true });
+        let cpus = self.usable();
+        tracing::info!(job = id, %cpus, budget = ?self.timing.full_budget, "starting a full measurement");
+        let cfg = self.measure_config(cpus, self.timing.full_budget);
+        self.actions.push(Action::Measure(Box::new(Job {
+            id,
+            kind: JobKind::Full,
+            cfg,
+        })));
+        self.status();
+    }
+
+    fn start_drift_probe(&mut self) {
+        let Some(cur) = &self.current else { return };
+        let pairs = measure::probe_sample(cur, self.timing.probe_pairs);
+        if pairs.is_empty() {
+            return;
+        }
+        let cpus: CpuSet = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
+        let id = self.alloc_job();
+        self.running = Some(Running { id, full: false });
+        tracing::debug!(job = id, pairs = pairs.len(), "drift probe");
+        let cfg = self.measure_config(cpus, self.timing.probe_budget);
+        self.actions.push(Action::Measure(Box::new(Job {
+            id,
+            kind: JobKind::Drift {
+                pairs,
+                budget: self.timing.probe_budget,
+            },
+            cfg,
+        })));
+    }
+
+    fn measured(&mut self, outcome: Outcome) {
+        let Some(running) = self.running.filter(|r| r.id == outcome.id) else {
+            tracing::warn!(
+                job = outcome.id,
+                "result of a job that is not running; ignored"
+            );
+            return;
+        };
+        self.running = None;
+        match (running.full, outcome.result) {
+            (true, Ok(worker::Result::Matrix(matrix))) => self.full_done(running.id, matrix),
+            (true, Ok(other)) => {
+                self.full_failed(running.id, format!("unexpected result {other:?}"))
+            }
+            (true, Err(e)) => self.full_failed(running.id, e),
+            (false, Ok(worker::Result::Probes(probes))) => {
+                let drift = self
+                    .current
+                    .as_ref()
+                    .map(|m| measure::drift(m, &probes, self.timing.drift_tolerance))
+                    .unwrap_or_default();
+                if drift.is_empty() {
+                    tracing::debug!(pairs = probes.len(), "drift probe: no drift");
+                } else {
+                    let moved: Vec<String> = drift
+                        .iter()
+                        .map(|d| {
+                            format!("{}↔{} {:.0}→{:.0} ns", d.a, d.b, d.stored_ns, d.probed_ns)
+                        })
+                        .collect();
+                    tracing::info!(moved = %moved.join(", "), "drift found; measuring the full matrix");
+                    if self.queued_full.is_none() {
+                        let id = self.alloc_job();
+                        self.queued_full = Some(id);
+                    }
+                }
+            }
+            (false, Ok(other)) => {
+                tracing::warn!(job = running.id, "unexpected probe result {other:?}")
+            }
+            (false, Err(e)) => tracing::warn!(job = running.id, error = %e, "drift probe failed"),
+        }
+        if let Some(id) = self.queued_full.take() {
+            self.launch_full(id);
+        }
+        self.status();
+    }
+
+    fn full_done(&mut self, id: u64, matrix: LatencyMatrix) {
+        let s = matrix.summary();
+        let mut summary = format!(
+            "{} CPUs, {:.0}–{:.0} ns one-way, median {:.0} ns, {} levels",
+            matrix.len(),
+            s.min_ns,
+            s.max_ns,
+            s.median_ns,
+            s.levels.len()
+        );
+        if !matrix.warnings.is_empty() {
+            summary.push_str(&format!("; {} warnings", matrix.warnings.len()));
+        }
+        for w in &matrix.warnings {
+            tracing::warn!(job = id, warning = %w, "measurement");
+        }
+        tracing::info!(job = id, %summary, "measurement finished");
+        if let Some(store) = &self.store {
+            match store.save(&matrix) {
+                Ok(path) => tracing::info!(path = %path.display(), "matrix stored"),
+                Err(e) => tracing::warn!(error = %e, "cannot store the matrix"),
+            }
+        }
+        self.last_failure = None;
+        self.current = Some(matrix);
+        self.last_finished = Some((id, true, summary.clone()));
+        self.actions.push(Action::Emit(Signal::MeasurementFinished {
+            job: id,
+            ok: true,
+            summary,
+        }));
+    }
+
+    fn full_failed(&mut self, id: u64, why: String) {
+        tracing::warn!(job = id, error = %why, "measurement failed");
+        self.last_finished = Some((id, false, why.clone()));
+        self.actions.push(Action::Emit(Signal::MeasurementFinished {
+            job: id,
+            ok: false,
+            summary: why.clone(),
+        }));
+        self.last_failure = Some(why);
+    }
+
+    fn tick(&mut self, now: Instant) {
+        if let (Some(every), Some(due)) = (self.timing.watchdog_every, self.next_watchdog) {
+            if now >= due {
+                self.actions.push(Action::Watchdog);
+                self.next_watchdog = Some(now + every);
+            }
+        }
+        if now >= self.next_fingerprint {
+            self.next_fingerprint = now + self.timing.fingerprint_every;
+            if self.read_machine() {
+                self.fingerprint_changed(now);
+            }
+        }
+        if self.running.is_some() {
+            return;
+        }
+        match (self.timing.full_every, self.next_full) {
+            (Some(every), Some(due)) if now >= due => {
+                self.next_full = Some(now + every);
+                self.next_drift = self.timing.drift_every.map(|d| now + d);
+                tracing::info!("periodic full measurement");
+                self.start_full();
+                return;
+            }
+            (Some(every), None) => self.next_full = Some(now + every),
+            (None, _) => self.next_full = None,
+            _ => {}
+        }
+        match (self.timing.drift_every, self.next_drift) {
+            (Some(every), Some(due)) if now >= due => {
+                self.next_drift = Some(now + every);
+                self.start_drift_probe();
+            }
+            (Some(every), None) => self.next_drift = Some(now + every),
+            (None, _) => self.next_drift = None,
+            _ => {}
+        }
+    }
+
+    fn status(&mut self) {
+        let s = self.snapshot();
+        let matrix = match &self.current {
+            Some(m) => format!("matrix of {} CPUs", m.len()),
+            None => "no matrix (sysfs topology)".to_string(),
+        };
+        self.actions.push(Action::Status(format!(
+            "{}: {} rules, {} errors, {} processes managed, {matrix}",
+            s.state.as_str(),
+            s.rule_count,
+            s.rule_errors.len(),
+            s.managed_processes
+        )));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::measure::Probe;
+
+    fn state(timing: Timing) -> (State, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            settings: dir.path().join("absent.toml"),
+            rule_dirs: Some(vec![dir.path().join("rules")]),
+            state_dir: dir.path().join("state"),
+            runtime_dir: dir.path().join("runtime"),
+            sysroot: SysRoot::default(),
+        };
+        for d in [
+            dir.path().join("rules"),
+            cfg.state_dir.clone(),
+            cfg.runtime_dir.clone(),
+        ] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let mut s = State::new(cfg, Settings::default(), timing, Instant::now());
+        s.policy = LoadPolicy::unchecked();
+        (s, dir)
+    }
+
+    fn jobs(actions: &[Action]) -> Vec<Job> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Measure(j) => Some((**j).clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn finished(actions: &[Action]) -> Vec<(u64, bool)> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Emit(Signal::MeasurementFinished { job, ok, .. }) => Some((*job, *ok)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// A matrix over the CPUs the job asked for, every pair 40 ns.
+    fn matrix_for(job: &Job) -> LatencyMatrix {
+        let mut m = LatencyMatrix::from_fn(job.cfg.cpus.iter().collect(), |_, _| 40.0);
+        m.measured_at_us = Some(1_700_000_000_000_000);
+        m.fingerprint = job.cfg.fingerprint.clone();
+        m
+    }
+
+    fn ok_matrix(job: &Job) -> Event {
+        Event::Measured(Outcome {
+            id: job.id,
+            result: Ok(worker::Result::Matrix(matrix_for(job))),
+        })
+    }
+
+    fn probes(job: &Job, ns: f64) -> Event {
+        let JobKind::Drift { pairs, .. } = &job.kind else {
+            panic!("not a probe: {job:?}")
+        };
+        Event::Measured(Outcome {
+            id: job.id,
+            result: Ok(worker::Result::Probes(
+                pairs
+                    .iter()
+                    .map(|&(a, b)| Probe {
+                        a,
+                        b,
+                        estimate_ns: Some(ns),
+                        samples: 10,
+                        discarded: 0,
+                    })
+                    .collect(),
+            )),
+        })
+    }
+
+    fn started(timing: Timing) -> (State, tempfile::TempDir, Job) {
+        let (mut s, d) = state(timing);
+        s.start().unwrap();
+        let j = jobs(&s.take_actions());
+        assert_eq!(j.len(), 1, "no stored matrix: one full measurement");
+        assert!(matches!(j[0].kind, JobKind::Full));
+        (s, d, j[0].clone())
+    }
+
+    #[test]
+    fn without_a_stored_matrix_start_measures_and_remeasure_joins_it() {
+        let (mut s, _d, job) = started(Timing::default());
+        assert_eq!(s.snapshot().state, Phase::Measuring);
+        assert_eq!(s.snapshot().measured_at_us, 0);
+        assert_eq!(job.cfg.cpus, s.usable());
+        // Concurrent Remeasure calls coalesce into the running job.
+        assert_eq!(s.command(Command::Remeasure), Ok(Reply::Job(job.id)));
+        assert_eq!(s.command(Command::Remeasure), Ok(Reply::Job(job.id)));
+        assert!(jobs(&s.take_actions()).is_empty());
+
+        s.handle(ok_matrix(&job));
+        let a = s.take_actions();
+        assert_eq!(finished(&a), vec![(job.id, true)]);
+        let snap = s.snapshot();
+        assert_eq!(snap.state, Phase::Ready);
+        assert_eq!(snap.measured_at_us, 1_700_000_000_000_000);
+        match s.command(Command::GetMatrix).unwrap() {
+            Reply::Matrix { cpus, latency_ns } => {
+                assert_eq!(cpus, job.cfg.cpus.iter().collect::<Vec<_>>());
+                assert!(latency_ns[0][0].is_nan());
+                if cpus.len() > 1 {
+                    assert_eq!(latency_ns[0][1], 40.0);
+                }
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn remeasure_calls_close_together_join_the_previous_job() {
+        let (mut s, _d, job) = started(Timing::default());
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        let Ok(Reply::Job(first)) = s.command(Command::Remeasure) else {
+            panic!()
+        };
+        assert!(first > job.id);
+        let j = jobs(&s.take_actions());
+        assert_eq!(j.len(), 1);
+        s.handle(ok_matrix(&j[0]));
+        s.take_actions();
+        // Within remeasure-min-interval: the same job, whose end is told again.
+        assert_eq!(s.command(Command::Remeasure), Ok(Reply::Job(first)));
+        let a = s.take_actions();
+        assert!(jobs(&a).is_empty());
+        assert_eq!(finished(&a), vec![(first, true)]);
+    }
+
+    #[test]
+    fn with_no_minimum_interval_each_remeasure_after_the_last_ended_is_new() {
+        let timing = Timing {
+            remeasure_min_interval: Duration::ZERO,
+            ..Timing::default()
+        };
+        let (mut s, _d, job) = started(timing);
+        s.handle(ok_matrix(&job));
+        let Ok(Reply::Job(a)) = s.command(Command::Remeasure) else {
+            panic!()
+        };
+        let j = jobs(&s.take_actions());
+        s.handle(ok_matrix(&j[0]));
+        let Ok(Reply::Job(b)) = s.command(Command::Remeasure) else {
+            panic!()
+        };
+        assert!(b > a);
+    }
+
+    #[test]
+    fn the_matrix_is_stored_and_used_at_the_next_start() {
+        let (mut s, d, job) = started(Timing::default());
+        s.handle(ok_matrix(&job));
+        let cfg = s.cfg.clone();
+        let mut again = State::new(cfg, Settings::default(), Timing::default(), Instant::now());
+        again.policy = LoadPolicy::unchecked();
+        again.start().unwrap();
+        assert!(
+            jobs(&again.take_actions()).is_empty(),
+            "stored matrix reused"
+        );
+        assert_eq!(again.snapshot().measured_at_us, 1_700_000_000_000_000);
+        assert_eq!(again.snapshot().state, Phase::Ready);
+        drop(d);
+    }
+
+    #[test]
+    fn a_corrupt_stored_matrix_is_set_aside_and_measured_again() {
+        let (s, d) = state(Timing::default());
+        std::fs::write(s.cfg.state_dir.join("matrix.json"), "{ not json").unwrap();
+        let mut s = s;
+        s.start().unwrap();
+        assert_eq!(jobs(&s.take_actions()).len(), 1);
+        let aside = std::fs::read_dir(&s.cfg.state_dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| e.file_name().to_string_lossy().contains("corrupt"));
+        assert!(aside, "corrupt file moved aside");
+        drop(d);
+    }
+
+    #[test]
+    fn a_failed_first_measurement_degrades() {
+        let (mut s, _d, job) = started(Timing::default());
+        s.handle(Event::Measured(Outcome {
+            id: job.id,
+            result: Err("CPUs busy".into()),
+        }));
+        assert_eq!(finished(&s.take_actions()), vec![(job.id, false)]);
+        assert_eq!(s.snapshot().state, Phase::Degraded);
+    }
+
+    #[test]
+    fn a_stale_result_is_ignored() {
+        let (mut s, _d, job) = started(Timing::default());
+        let mut stale = job.clone();
+        stale.id += 100;
+        s.handle(ok_matrix(&stale));
+        assert!(finished(&s.take_actions()).is_empty());
+        assert_eq!(s.snapshot().state, Phase::Measuring);
+    }
+
+    fn probe_timing() -> Timing {
+        Timing {
+            drift_every: Some(Duration::from_secs(10)),
+            full_every: None,
+            ..Timing::default()
+        }
+    }
+
+    #[test]
+    fn drift_probe_runs_when_due_and_only_drift_triggers_a_full_measurement() {
+        let t0 = Instant::now();
+        let (mut s, _d, job) = started(probe_timing());
+        if job.cfg.cpus.len() < 2 {
+            return; // a one-CPU machine has no pair to probe
+        }
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+
+        // Not due yet.
+        s.handle(Event::Tick(t0 + Duration::from_secs(5)));
+        assert!(jobs(&s.take_actions()).is_empty());
+        // Due: a probe, not a full measurement; the phase stays ready.
+        s.handle(Event::Tick(t0 + Duration::from_secs(11)));
+        let probe = jobs(&s.take_actions());
+        assert_eq!(probe.len(), 1);
+        assert!(matches!(probe[0].kind, JobKind::Drift { .. }));
+        assert_eq!(s.snapshot().state, Phase::Ready);
+        // Same latency: no full measurement.
+        s.handle(probes(&probe[0], 42.0));
+        assert!(jobs(&s.take_actions()).is_empty());
+
+        // The next probe finds drift: a full measurement follows.
+        s.handle(Event::Tick(t0 + Duration::from_secs(22)));
+        let probe = jobs(&s.take_actions());
+        assert_eq!(probe.len(), 1);
+        s.handle(probes(&probe[0], 120.0));
+        let full = jobs(&s.take_actions());
+        assert_eq!(full.len(), 1);
+        assert!(matches!(full[0].kind, JobKind::Full));
+        assert_eq!(s.snapshot().state, Phase::Measuring);
+    }
+
+    #[test]
+    fn remeasure_during_a_probe_is_promised_and_runs_after_it() {
+        let t0 = Instant::now();
+        let (mut s, _d, job) = started(probe_timing());
+        if job.cfg.cpus.len() < 2 {
+            return;
+        }
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        s.handle(Event::Tick(t0 + Duration::from_secs(11)));
+        let probe = jobs(&s.take_actions())[0].clone();
+        let Ok(Reply::Job(promised)) = s.command(Command::Remeasure) else {
+            panic!()
+        };
+        assert_eq!(
+            s.command(Command::Remeasure),
+            Ok(Reply::Job(promised)),
+            "coalesced"
+        );
+        assert!(jobs(&s.take_actions()).is_empty(), "waits for the probe");
+        s.handle(Event::Measured(Outcome {
+            id: probe.id,
+            result: Err("busy".into()),
+        }));
+        let full = jobs(&s.take_actions());
+        assert_eq!(full.len(), 1);
+        assert_eq!(full[0].id, promised);
+    }
+
+    #[test]
+    fn periodic_full_measurement() {
+        let t0 = Instant::now();
+        let timing = Timing {
+            full_every: Some(Duration::from_secs(100)),
+            drift_every: None,
+            ..Timing::default()
+        };
+        let (mut s, _d, job) = started(timing);
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        s.handle(Event::Tick(t0 + Duration::from_secs(50)));
+        assert!(jobs(&s.take_actions()).is_empty());
+        s.handle(Event::Tick(t0 + Duration::from_secs(101)));
+        let j = jobs(&s.take_actions());
+        assert_eq!(j.len(), 1);
+        assert!(matches!(j[0].kind, JobKind::Full));
+    }
+
+    #[test]
+    fn watchdog_pings_come_from_ticks() {
+        let t0 = Instant::now();
+        let timing = Timing {
+            watchdog_every: Some(Duration::from_secs(5)),
+            ..Timing::default()
+        };
+        let (mut s, _d, _job) = started(timing);
+        s.handle(Event::Tick(t0 + Duration::from_secs(1)));
+        assert!(!s.take_actions().contains(&Action::Watchdog));
+        s.handle(Event::Tick(t0 + Duration::from_secs(6)));
+        assert!(s.take_actions().contains(&Action::Watchdog));
+    }
+
+    #[test]
+    fn reload_keeps_good_rules_of_a_file_gone_bad_and_reports_it() {
+        let (mut s, d, _job) = started(Timing::default());
+        let rules = d.path().join("rules");
+        std::fs::write(
+            rules.join("a.toml"),
+            "[[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"x\"\n[rule.place]\ncpus = \"0\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.command(Command::Reload),
+            Ok(Reply::Reloaded {
+                rules: 1,
+                errors: vec![]
+            })
+        );
+        std::fs::write(rules.join("a.toml"), "[[rule]]\nname = \"a\"\nbogus = 1\n").unwrap();
+        let Ok(Reply::Reloaded { rules: n, errors }) = s.command(Command::Reload) else {
+            panic!()
+        };
+        assert_eq!(n, 1, "previous rules kept");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("a.toml:3:1"), "{errors:?}");
+        assert_eq!(s.snapshot().rule_errors, errors);
+        let a = s.take_actions();
+        assert!(a
+            .iter()
+            .any(|a| matches!(a, Action::Emit(Signal::RulesReloaded { rules: 1, .. }))));
+    }
+
+    #[test]
+    fn a_bad_settings_file_on_reload_keeps_the_old_settings() {
+        let (mut s, d, _job) = started(Timing::default());
+        let path = d.path().join("absent.toml");
+        std::fs::write(&path, "[measure]\nbudget = \"fast\"\n").unwrap();
+        s.handle(Event::Reload(ReloadCause::Signal));
+        let errs = s.snapshot().rule_errors;
+        assert_eq!(errs.len(), 1);
+        assert!(errs[0].contains("absent.toml:2:"), "{errs:?}");
+        assert_eq!(s.settings, Settings::default());
+        let a = s.take_actions();
+        assert_eq!(a.first(), Some(&Action::Reloading));
+        assert_eq!(a.last(), Some(&Action::Ready));
+    }
+
+    #[test]
+    fn terminate_exits() {
+        let (mut s, _d, _job) = started(Timing::default());
+        s.handle(Event::Terminate);
+        assert_eq!(s.take_actions().last(), Some(&Action::Exit));
+    }
+}

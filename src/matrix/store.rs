@@ -1,0 +1,393 @@
+//! The daemon's matrix store: the current matrix and its history in a state directory.
+//!
+//! Layout under the directory handed to [`MatrixStore::open`]:
+//!
+//! ```text
+//! matrix.json                    the current matrix (our JSON format)
+//! history/matrix-<µs>.json       previous matrices, newest kept, oldest pruned
+//! matrix.json.corrupt-<µs>       a current file that did not parse, set aside
+//! matrix.json.foreign-<µs>       a current file from other hardware, set aside
+//! ```
+//!
+//! Writes are atomic: a temp file in the same directory, fsync, rename over the old file,
+//! fsync of the directory. A bad file is moved aside and reported, never a panic.
+//! Must not touch: measurement, the daemon's state (it calls in with a matrix).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use super::LatencyMatrix;
+
+const CURRENT: &str = "matrix.json";
+const HISTORY: &str = "history";
+/// Previous matrices kept by default.
+pub const DEFAULT_HISTORY: usize = 20;
+
+/// A store operation that failed. Every variant names the path.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The state directory (or its history folder) could not be created or read.
+    #[error("matrix store {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Writing, syncing or renaming a file failed.
+    #[error("writing {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A file could not be moved aside.
+    #[error("moving {from} aside to {to}: {source}")]
+    SetAside {
+        from: PathBuf,
+        to: PathBuf,
+        source: std::io::Error,
+    },
+    /// The matrix to save is not a valid matrix.
+    #[error("refusing to store an invalid matrix: {0}")]
+    Invalid(String),
+}
+
+/// Why a stored file was moved aside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AsideReason {
+    /// It did not parse or failed validation; the message names the file and line.
+    Corrupt(String),
+    /// It was measured on other hardware (or carries no fingerprint).
+    Foreign { stored: Option<String> },
+}
+
+/// A file moved out of the way by [`MatrixStore::load_current`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetAside {
+    pub from: PathBuf,
+    pub to: PathBuf,
+    pub reason: AsideReason,
+}
+
+impl std::fmt::Display for SetAside {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.reason {
+            AsideReason::Corrupt(why) => write!(
+                f,
+                "{} is corrupt ({why}); moved aside to {}",
+                self.from.display(),
+                self.to.display()
+            ),
+            AsideReason::Foreign { stored } => write!(
+                f,
+                "{} was measured on other hardware (fingerprint {}); moved aside to {}",
+                self.from.display(),
+                stored.as_deref().unwrap_or("none"),
+                self.to.display()
+            ),
+        }
+    }
+}
+
+/// What [`MatrixStore::load_current`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The stored matrix when it exists, parses and matches the fingerprint.
+    pub matrix: Option<LatencyMatrix>,
+    /// The current file when it was unusable and has been moved aside.
+    pub set_aside: Option<SetAside>,
+}
+
+/// The current matrix and its history in one directory.
+#[derive(Debug, Clone)]
+pub struct MatrixStore {
+    dir: PathBuf,
+    keep: usize,
+}
+
+fn now_us() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros())
+        .unwrap_or(0)
+}
+
+/// A name in `dir` that does not exist yet: `base` or `base.N`.
+fn free_name(dir: &Path, base: &str) -> PathBuf {
+    let first = dir.join(base);
+    if !first.exists() {
+        return first;
+    }
+    (1u32..)
+        .map(|k| dir.join(format!("{base}.{k}")))
+        .find(|p| !p.exists())
+        .unwrap_or(first)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|source| StoreError::Write {
+            path: dir.to_owned(),
+            source,
+        })
+}
+
+impl MatrixStore {
+    /// Opens (creating when needed) the store in `dir`, keeping
+    /// [`DEFAULT_HISTORY`] previous matrices.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<MatrixStore, StoreError> {
+        let dir = dir.into();
+        let history = dir.join(HISTORY);
+        fs::create_dir_all(&history).map_err(|source| StoreError::Dir {
+            path: history.clone(),
+            source,
+        })?;
+        Ok(MatrixStore {
+            dir,
+            keep: DEFAULT_HISTORY,
+        })
+    }
+
+    /// Keep at most `keep` previous matrices.
+    pub fn with_history(mut self, keep: usize) -> MatrixStore {
+        self.keep = keep;
+        self
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Path of the current matrix file.
+    pub fn current_path(&self) -> PathBuf {
+        self.dir.join(CURRENT)
+    }
+
+    /// The current matrix if it exists, parses, validates and was measured on hardware
+    /// with `fingerprint`. A corrupt or foreign file is moved aside (reported in
+    /// [`Loaded::set_aside`]); only failing to move it is an error.
+    pub fn load_current(&self, fingerprint: &str) -> Result<Loaded, StoreError> {
+        let path = self.current_path();
+        if !path.exists() {
+            return Ok(Loaded {
+                matrix: None,
+                set_aside: None,
+            });
+        }
+        let (reason, tag) = match LatencyMatrix::load(&path) {
+            Ok(m) if m.fingerprint.as_deref() == Some(fingerprint) => {
+                return Ok(Loaded {
+                    matrix: Some(m),
+                    set_aside: None,
+                })
+            }
+            Ok(m) => (
+                AsideReason::Foreign {
+                    stored: m.fingerprint,
+                },
+                "foreign",
+            ),
+            Err(e) => (AsideReason::Corrupt(e.to_string()), "corrupt"),
+        };
+        let to = free_name(&self.dir, &format!("{CURRENT}.{tag}-{}", now_us()));
+        fs::rename(&path, &to).map_err(|source| StoreError::SetAside {
+            from: path.clone(),
+            to: to.clone(),
+            source,
+        })?;
+        sync_dir(&self.dir)?;
+        let aside = SetAside {
+            from: path,
+            to,
+            reason,
+        };
+        tracing::warn!(store = %self.dir.display(), "{aside}");
+        Ok(Loaded {
+            matrix: None,
+            set_aside: Some(aside),
+        })
+    }
+
+    /// Makes `matrix` the current one, atomically; the previous current matrix joins
+    /// the history (hard link, so a current file exists at every instant) and the
+    /// oldest history entries beyond the limit are removed. Returns the current path.
+    pub fn save(&self, matrix: &LatencyMatrix) -> Result<PathBuf, StoreError> {
+        matrix.validate().map_err(StoreError::Invalid)?;
+        let text =
+            serde_json::to_string_pretty(matrix).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let current = self.current_path();
+        let tmp = self.dir.join(format!(
+            ".{CURRENT}.tmp-{}-{}",
+            std::process::id(),
+            now_us()
+        ));
+        let write = |path: &Path| -> std::io::Result<()> {
+            let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
+            f.write_all(text.as_bytes())?;
+            f.write_all(b"\n")?;
+            f.sync_all()
+        };
+        if let Err(source) = write(&tmp) {
+            let _ = fs::remove_file(&tmp);
+            return Err(StoreError::Write { path: tmp, source });
+        }
+        if current.exists() {
+            let history = self.dir.join(HISTORY);
+            let name = format!("matrix-{:020}.json", now_us());
+            let to = free_name(&history, &name);
+            fs::hard_link(&current, &to).map_err(|source| StoreError::Write {
+                path: to.clone(),
+                source,
+            })?;
+            sync_dir(&history)?;
+        }
+        fs::rename(&tmp, &current).map_err(|source| {
+            let _ = fs::remove_file(&tmp);
+            StoreError::Write {
+                path: current.clone(),
+                source,
+            }
+        })?;
+        sync_dir(&self.dir)?;
+        self.prune()?;
+        Ok(current)
+    }
+
+    /// History files, oldest first.
+    pub fn history(&self) -> Result<Vec<PathBuf>, StoreError> {
+        let dir = self.dir.join(HISTORY);
+        let entries = fs::read_dir(&dir).map_err(|source| StoreError::Dir {
+            path: dir.clone(),
+            source,
+        })?;
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("matrix-") && n.contains(".json"))
+            })
+            .collect();
+        files.sort();
+        Ok(files)
+    }
+
+    fn prune(&self) -> Result<(), StoreError> {
+        let files = self.history()?;
+        let excess = files.len().saturating_sub(self.keep);
+        for old in &files[..excess] {
+            fs::remove_file(old).map_err(|source| StoreError::Write {
+                path: old.clone(),
+                source,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn matrix(fp: &str, v: f64) -> LatencyMatrix {
+        let mut m = LatencyMatrix::from_fn(vec![0, 1], |_, _| v);
+        m.fingerprint = Some(fp.into());
+        m
+    }
+
+    #[test]
+    fn save_then_load_round_trips_and_keeps_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MatrixStore::open(dir.path().join("state"))
+            .unwrap()
+            .with_history(2);
+        let loaded = store.load_current("fp1").unwrap();
+        assert_eq!(loaded.matrix, None);
+        assert_eq!(loaded.set_aside, None);
+        for v in [10.0, 20.0, 30.0, 40.0] {
+            store.save(&matrix("fp1", v)).unwrap();
+        }
+        let loaded = store.load_current("fp1").unwrap();
+        assert_eq!(loaded.matrix, Some(matrix("fp1", 40.0)));
+        let history = store.history().unwrap();
+        assert_eq!(history.len(), 2, "{history:?}");
+        let old = LatencyMatrix::load(&history[0]).unwrap();
+        assert_eq!(old.at(0, 1), Some(20.0));
+        let newer = LatencyMatrix::load(&history[1]).unwrap();
+        assert_eq!(newer.at(0, 1), Some(30.0));
+        // No temp file left behind.
+        let names: Vec<_> = fs::read_dir(store.dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(names.iter().all(|n| !n.contains(".tmp-")), "{names:?}");
+    }
+
+    #[test]
+    fn corrupt_file_is_moved_aside_and_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MatrixStore::open(dir.path()).unwrap();
+        fs::write(
+            store.current_path(),
+            "{\"cpus\": [0, 1],\n \"latency_ns\": [[nul",
+        )
+        .unwrap();
+        let loaded = store.load_current("fp1").unwrap();
+        assert_eq!(loaded.matrix, None);
+        let aside = loaded.set_aside.unwrap();
+        assert!(!store.current_path().exists());
+        assert!(aside.to.exists());
+        match &aside.reason {
+            AsideReason::Corrupt(why) => {
+                assert!(why.contains("matrix.json:2:"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(aside.to_string().contains("corrupt"), "{aside}");
+        // Truncated to nothing: the CSV reader names the file and line 1.
+        fs::write(store.current_path(), "").unwrap();
+        let loaded = store.load_current("fp1").unwrap();
+        assert!(loaded.set_aside.is_some());
+        // Then saving works again.
+        store.save(&matrix("fp1", 5.0)).unwrap();
+        assert!(store.load_current("fp1").unwrap().matrix.is_some());
+    }
+
+    #[test]
+    fn foreign_fingerprint_is_moved_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MatrixStore::open(dir.path()).unwrap();
+        store.save(&matrix("other-machine", 5.0)).unwrap();
+        let loaded = store.load_current("this-machine").unwrap();
+        assert_eq!(loaded.matrix, None);
+        let aside = loaded.set_aside.unwrap();
+        assert_eq!(
+            aside.reason,
+            AsideReason::Foreign {
+                stored: Some("other-machine".into())
+            }
+        );
+        assert!(LatencyMatrix::load(&aside.to).is_ok());
+    }
+
+    #[test]
+    fn invalid_matrix_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MatrixStore::open(dir.path()).unwrap();
+        let mut m = matrix("fp", 1.0);
+        m.latency_ns[0][1] = Some(2.0);
+        let e = store.save(&m).unwrap_err();
+        assert!(e.to_string().contains("not symmetric"), "{e}");
+        assert!(!store.current_path().exists());
+    }
+
+    #[test]
+    fn unwritable_dir_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("plain-file");
+        fs::write(&file, "x").unwrap();
+        let e = MatrixStore::open(file.join("sub")).unwrap_err();
+        assert!(e.to_string().contains("plain-file"), "{e}");
+    }
+}

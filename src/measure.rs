@@ -1,1 +1,0 @@
-//! Core-to-core latency measurement with pinned busy-spin thread pairs.

@@ -1,0 +1,994 @@
+//! Core-to-core latency measurement with pinned busy-spin thread pairs.
+//!
+//! ```text
+//! select_cpus ─► guard (idle enough?) ─► warm-up ─► passes over every pair ─► extra passes
+//!   (online,       /proc/stat deltas      all CPUs    serial, or tournament      for pairs whose
+//!    isolated,                            spinning    rounds of disjoint pairs   passes disagree
+//!    allowed)                                              │                         │
+//!                                         spin (pinned pair threads, batches) ◄──────┘
+//!                                              │ valid batch figures
+//!                                         estimator (p10, spread, stop rule)
+//!                                              │
+//!                        validity (steal, hypervisor, clock, discards) ─► LatencyMatrix
+//! ```
+//!
+//! Entry points: [`run`] / [`run_detailed`] for a full matrix, [`probe_pairs`] for the
+//! daemon's cheap drift check, [`select_cpus`] to turn `--cpus` into a checked set.
+//! The threads are plain named `std::thread`s; callers on an async runtime run these
+//! functions on a blocking thread.
+//!
+//! Must not touch: placement, the daemon's state, files (the caller stores the matrix).
+
+pub mod estimator;
+pub mod guard;
+pub mod schedule;
+pub mod spin;
+pub mod validity;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::cpuset::CpuSet;
+use crate::matrix::{LatencyMatrix, PairStats};
+use crate::sysroot::SysRoot;
+
+pub use estimator::StopRule;
+pub use guard::LoadGuard;
+
+/// The cache-line primitive bounced between the two threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Primitive {
+    /// Compare-and-swap on one line (what core-to-core-latency and the public datasets
+    /// use).
+    #[default]
+    Cas,
+    /// A store on one line answered by a store on another (c2clat's default); about
+    /// half the CAS figure on some hosts.
+    LoadStore,
+}
+
+impl Primitive {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Primitive::Cas => "cas",
+            Primitive::LoadStore => "load-store",
+        }
+    }
+}
+
+/// How pairs are scheduled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Mode {
+    /// One pair at a time: nothing else of ours runs while a pair is measured.
+    #[default]
+    Serial,
+    /// Disjoint pairs in parallel, a round-robin tournament (N−1 rounds of N/2 pairs),
+    /// then a sample of pairs re-measured serially to report the disagreement.
+    Rounds,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Serial => "serial",
+            Mode::Rounds => "rounds",
+        }
+    }
+}
+
+/// Which participant of a pair touches the shared page first (and so where its memory
+/// lives on a NUMA machine).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum FirstTouch {
+    /// The lower-numbered CPU of the pair.
+    #[default]
+    Initiator,
+    /// The higher-numbered CPU of the pair.
+    Responder,
+}
+
+impl FirstTouch {
+    /// The words stored in the matrix.
+    pub fn describe(self) -> &'static str {
+        match self {
+            FirstTouch::Initiator => "initiator (the lower-numbered CPU of each pair)",
+            FirstTouch::Responder => "responder (the higher-numbered CPU of each pair)",
+        }
+    }
+}
+
+/// A measurement that could not be made. Variants name the CPUs, file or thread.
+#[derive(Debug, thiserror::Error)]
+pub enum MeasureError {
+    /// `--cpus` named no CPU.
+    #[error("no CPUs to measure: the CPU list is empty")]
+    EmptyCpuList,
+    /// Fewer than two CPUs: there is no pair.
+    #[error("measuring needs at least two CPUs, got only {}", cpu_words(cpus))]
+    TooFewCpus { cpus: CpuSet },
+    /// CPUs that are not online here (offline, or not present at all).
+    #[error("{} not online on this machine (online: {online})", are(cpus))]
+    NotOnline { cpus: CpuSet, online: CpuSet },
+    /// CPUs this process may not run on (a cpuset or an inherited affinity).
+    #[error("{} outside the CPUs this process may use ({allowed}): a cpuset or an affinity mask excludes them", are(cpus))]
+    NotAllowed { cpus: CpuSet, allowed: CpuSet },
+    /// The load guard found a CPU too busy to measure.
+    #[error("CPU {cpu} is busy: {idle_pct:.0}% idle, below the {threshold_pct:.0}% threshold, still after {waited:.1?} (lower --idle-threshold, or 0 to measure anyway)")]
+    Busy {
+        cpu: u32,
+        idle_pct: f64,
+        threshold_pct: f64,
+        waited: Duration,
+    },
+    /// A kernel file could not be read.
+    #[error("{path}: {source}")]
+    ReadProc {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A kernel file did not parse (line is 1-based).
+    #[error("{path}:{line}: {message}")]
+    ParseProc {
+        path: PathBuf,
+        line: usize,
+        message: String,
+    },
+    /// A spin thread could not be started.
+    #[error("starting thread {name}: {source}")]
+    Spawn {
+        name: String,
+        source: std::io::Error,
+    },
+    /// A spin thread panicked.
+    #[error("thread {name} panicked")]
+    ThreadPanicked { name: String },
+    /// The shared page could not be mapped.
+    #[error("mapping the shared page: {0}")]
+    Memory(std::io::Error),
+    /// Not a single pair produced a figure.
+    #[error("no pair could be measured: {reason}")]
+    NothingMeasured { reason: String },
+}
+
+/// `CPU 3` or `CPUs 2-5`.
+fn cpu_words(cpus: &CpuSet) -> String {
+    if cpus.len() == 1 {
+        format!("CPU {cpus}")
+    } else {
+        format!("CPUs {cpus}")
+    }
+}
+
+/// `CPU 3 is` or `CPUs 2-5 are`.
+fn are(cpus: &CpuSet) -> String {
+    if cpus.len() == 1 {
+        format!("CPU {cpus} is")
+    } else {
+        format!("CPUs {cpus} are")
+    }
+}
+
+/// Everything a measurement needs. [`MeasureConfig::new`] gives the defaults.
+#[derive(Debug, Clone)]
+pub struct MeasureConfig {
+    /// The CPUs to measure (checked by [`select_cpus`]); at least two.
+    pub cpus: CpuSet,
+    /// Total time allowed; pairs not reached in time stay empty, with a warning.
+    pub budget: Duration,
+    pub primitive: Primitive,
+    pub mode: Mode,
+    pub first_touch: FirstTouch,
+    pub guard: LoadGuard,
+    /// All measured CPUs spin this long first, so their clocks ramp up.
+    pub warmup: Duration,
+    /// Unmeasured ping-pong of each pair before its first batch.
+    pub pair_warm: Duration,
+    /// Target length of one batch (K round trips are calibrated to it).
+    pub batch: Duration,
+    pub stop: StopRule,
+    /// Passes over every pair (at least 2: the repeat that catches disagreement).
+    pub passes: u32,
+    /// Most passes a pair may get when its passes disagree.
+    pub max_passes: u32,
+    /// Passes disagreeing by more than this (relative) make a pair ambiguous.
+    pub repeat_tolerance: f64,
+    /// Pairs re-measured serially after a parallel run, to report the disagreement.
+    pub serial_check: usize,
+    /// Stored in the matrix (see `fingerprint`).
+    pub fingerprint: Option<String>,
+    pub root: SysRoot,
+}
+
+impl MeasureConfig {
+    /// Defaults: CAS, serial, 300 s budget, 100 ms warm-up, 20 µs batches, two passes
+    /// (up to four for ambiguous pairs), load guard at 75% idle.
+    pub fn new(cpus: CpuSet) -> MeasureConfig {
+        MeasureConfig {
+            cpus,
+            budget: Duration::from_secs(300),
+            primitive: Primitive::Cas,
+            mode: Mode::Serial,
+            first_touch: FirstTouch::Initiator,
+            guard: LoadGuard::default(),
+            warmup: Duration::from_millis(100),
+            pair_warm: Duration::from_millis(1),
+            batch: Duration::from_micros(20),
+            stop: StopRule::default(),
+            passes: 2,
+            max_passes: 4,
+            repeat_tolerance: 0.10,
+            serial_check: 16,
+            fingerprint: None,
+            root: SysRoot::default(),
+        }
+    }
+}
+
+/// Where a running measurement is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for the CPUs to be idle.
+    Guard,
+    /// Spinning every CPU so its clock ramps up.
+    Warmup,
+    /// Pass `n` (1-based) over the pairs; passes beyond `passes` re-measure ambiguous
+    /// pairs only.
+    Pass(u32),
+    /// Re-measuring a sample serially after a parallel run.
+    SerialCheck,
+}
+
+/// A progress report: `done` of `total` pair measurements of the current phase.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Progress {
+    pub phase: Phase,
+    pub done: usize,
+    pub total: usize,
+    pub elapsed: Duration,
+}
+
+/// One pair of the serial cross-check of a parallel run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CrossCheck {
+    pub a: u32,
+    pub b: u32,
+    pub rounds_ns: f64,
+    pub serial_ns: f64,
+}
+
+/// What a run saw beyond the matrix: for benchmarks, the model and the daemon's log.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunReport {
+    pub elapsed: Duration,
+    /// Per measured pair `(a, b)`: its estimate in each pass.
+    pub pass_estimates: BTreeMap<(u32, u32), Vec<f64>>,
+    /// Pairs whose passes still disagree beyond the tolerance: (a, b, disagreement).
+    pub unstable: Vec<(u32, u32, f64)>,
+    /// The serial cross-check of a parallel run.
+    pub cross_check: Vec<CrossCheck>,
+    /// Mean wall time of one pair-pass (serial units) or one round (rounds).
+    pub mean_unit: Duration,
+    /// Units (pairs or rounds) timed for `mean_unit`.
+    pub units: usize,
+    pub timer_granularity: Duration,
+    pub hypervisor: Option<String>,
+}
+
+impl RunReport {
+    /// Median and maximum disagreement of the serial cross-check.
+    pub fn cross_check_disagreement(&self) -> Option<(f64, f64)> {
+        let mut d: Vec<f64> = self
+            .cross_check
+            .iter()
+            .map(|c| estimator::disagreement(c.rounds_ns, c.serial_ns))
+            .collect();
+        if d.is_empty() {
+            return None;
+        }
+        d.sort_by(f64::total_cmp);
+        Some((estimator::percentile(&d, 0.5), d[d.len() - 1]))
+    }
+}
+
+/// A matrix and the report of how it was obtained.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Measurement {
+    pub matrix: LatencyMatrix,
+    pub report: RunReport,
+}
+
+/// The CPUs to measure. Without a request: every online CPU except the isolated ones
+/// (a note says which were skipped). With one: exactly those, which must be online and
+/// usable by this process; isolated CPUs are measured when named. Errors for an empty
+/// list, a single CPU, or CPUs offline/unknown/excluded.
+pub fn select_cpus(
+    requested: Option<&CpuSet>,
+    online: &CpuSet,
+    isolated: &CpuSet,
+    allowed: &CpuSet,
+) -> Result<(CpuSet, Vec<String>), MeasureError> {
+    let mut notes = Vec::new();
+    let cpus = match requested {
+        Some(req) => {
+            if req.is_empty() {
+                return Err(MeasureError::EmptyCpuList);
+            }
+            let offline = req.difference(online);
+            if !offline.is_empty() {
+                return Err(MeasureError::NotOnline {
+                    cpus: offline,
+                    online: online.clone(),
+                });
+            }
+            req.clone()
+        }
+        None => {
+            let skipped = online.intersection(isolated);
+            if !skipped.is_empty() {
+                notes.push(format!(
+                    "isolated CPUs {skipped} skipped (name them with --cpus to measure them)"
+                ));
+            }
+            online.difference(isolated)
+        }
+    };
+    if cpus.len() < 2 {
+        return Err(MeasureError::TooFewCpus { cpus });
+    }
+    let excluded = cpus.difference(allowed);
+    if !excluded.is_empty() {
+        return Err(MeasureError::NotAllowed {
+            cpus: excluded,
+            allowed: allowed.clone(),
+        });
+    }
+    Ok((cpus, notes))
+}
+
+/// The CPUs the calling thread may run on (its affinity mask).
+pub fn allowed_cpus() -> CpuSet {
+    core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| c.id as u32)
+        .collect()
+}
+
+fn now_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
+}
+
+/// Spins one pinned thread per CPU for `d` so the clocks ramp up.
+fn warm_up(cpus: &CpuSet, d: Duration) -> Result<(), MeasureError> {
+    if d.is_zero() {
+        return Ok(());
+    }
+    let until = Instant::now() + d;
+    let mut handles = Vec::new();
+    for cpu in cpus.iter() {
+        let name = format!("pinnerd-warm-{cpu}");
+        let h = std::thread::Builder::new()
+            .name(name.clone())
+            .spawn(move || {
+                // A pin that fails only makes the warm-up less useful: the pairs
+                // verify their own pins.
+                let _ = validity::pin_current(cpu);
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            })
+            .map_err(|source| MeasureError::Spawn { name, source })?;
+        handles.push((format!("pinnerd-warm-{cpu}"), h));
+    }
+    for (name, h) in handles {
+        h.join()
+            .map_err(|_| MeasureError::ThreadPanicked { name })?;
+    }
+    Ok(())
+}
+
+/// Accumulated results of one pair over all its passes.
+#[derive(Debug, Clone, Default)]
+struct PairAcc {
+    batches: Vec<f64>,
+    pass_estimates: Vec<f64>,
+    switched: u32,
+    migrated: u32,
+    round_trips: u32,
+    pin_failure: Option<String>,
+}
+
+impl PairAcc {
+    fn add(&mut self, run: spin::PairRun) {
+        if let Some(est) = estimator::estimate(&run.batches) {
+            self.pass_estimates.push(est);
+        }
+        self.batches.extend(run.batches);
+        self.switched += run.switched;
+        self.migrated += run.migrated;
+        self.round_trips = self.round_trips.max(run.round_trips);
+        if let Some(f) = run.pin_failure {
+            self.pin_failure = Some(f.to_string());
+        }
+    }
+
+    fn pass_disagreement(&self) -> f64 {
+        let lo = self
+            .pass_estimates
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let hi = self
+            .pass_estimates
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max);
+        if self.pass_estimates.len() < 2 {
+            0.0
+        } else {
+            estimator::disagreement(lo, hi)
+        }
+    }
+}
+
+/// The engine shared by [`run_detailed`] and [`probe_pairs`]: runs groups of disjoint
+/// pairs (one group = one round; serial = groups of one).
+struct Engine<'a> {
+    cfg: &'a MeasureConfig,
+}
+
+impl Engine<'_> {
+    fn plan(&self, a: u32, b: u32, deadline: Instant) -> spin::PairPlan {
+        spin::PairPlan {
+            initiator: a.min(b),
+            responder: a.max(b),
+            primitive: self.cfg.primitive,
+            first_touch: self.cfg.first_touch,
+            warm: self.cfg.pair_warm,
+            batch: self.cfg.batch,
+            stop: self.cfg.stop,
+            deadline,
+        }
+    }
+
+    /// Runs the disjoint pairs of `group` together and returns their runs in order.
+    fn group(
+        &self,
+        group: &[(u32, u32)],
+        deadline: Instant,
+    ) -> Result<Vec<spin::PairRun>, MeasureError> {
+        let gate = Arc::new(spin::Gate::default());
+        let mut started = Vec::with_capacity(group.len());
+        for &(a, b) in group {
+            match spin::spawn_pair(self.plan(a, b, deadline), gate.clone()) {
+                Ok(t) => started.push(t),
+                Err(e) => {
+                    spin::abort(&gate);
+                    for t in started {
+                        let _ = t.join();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        spin::open(&gate, 2 * started.len());
+        started.into_iter().map(|t| t.join()).collect()
+    }
+}
+
+/// Measures the matrix of `cfg.cpus`. See [`run_detailed`] for the report.
+pub fn run(
+    cfg: &MeasureConfig,
+    progress: impl FnMut(Progress),
+) -> Result<LatencyMatrix, MeasureError> {
+    run_detailed(cfg, progress).map(|m| m.matrix)
+}
+
+/// Measures the matrix of `cfg.cpus`: guard, warm-up, `passes` passes over every pair
+/// (serially or in tournament rounds), extra passes for pairs whose passes disagree
+/// while the budget lasts, the serial cross-check of a parallel run, then the validity
+/// warnings.
+pub fn run_detailed(
+    cfg: &MeasureConfig,
+    mut progress: impl FnMut(Progress),
+) -> Result<Measurement, MeasureError> {
+    let t0 = Instant::now();
+    let deadline = t0 + cfg.budget;
+    if cfg.cpus.is_empty() {
+        return Err(MeasureError::EmptyCpuList);
+    }
+    if cfg.cpus.len() < 2 {
+        return Err(MeasureError::TooFewCpus {
+            cpus: cfg.cpus.clone(),
+        });
+    }
+    let ids: Vec<u32> = cfg.cpus.iter().collect();
+    let n = ids.len();
+    let mut report = |phase, done, total| {
+        progress(Progress {
+            phase,
+            done,
+            total,
+            elapsed: t0.elapsed(),
+        })
+    };
+
+    report(Phase::Guard, 0, 1);
+    let guard_pass = cfg.guard.wait_idle(&cfg.root, &cfg.cpus)?;
+    let stat_before = guard::read_stat(&cfg.root)?;
+    let hypervisor = validity::hypervisor(&cfg.root);
+    let granularity = validity::timer_granularity();
+    report(Phase::Warmup, 0, 1);
+    warm_up(&cfg.cpus, cfg.warmup)?;
+
+    let engine = Engine { cfg };
+    let pairs = schedule::all_pairs(n);
+    let mut acc: BTreeMap<(usize, usize), PairAcc> =
+        pairs.iter().map(|&p| (p, PairAcc::default())).collect();
+    let groups: Vec<Vec<(usize, usize)>> = match cfg.mode {
+        Mode::Serial => pairs.iter().map(|&p| vec![p]).collect(),
+        Mode::Rounds => schedule::tournament(n),
+    };
+    let passes = cfg.passes.max(1);
+    let total_units = groups.len() * passes as usize;
+    let mut units_done = 0usize;
+    let mut unit_time = Duration::ZERO;
+    let mut budget_ran_out = false;
+    let to_ids = |g: &[(usize, usize)]| -> Vec<(u32, u32)> {
+        g.iter().map(|&(i, j)| (ids[i], ids[j])).collect()
+    };
+
+    for pass in 1..=passes {
+        // Even passes go backwards, so a pair's two passes are far apart in time.
+        let order: Vec<&Vec<(usize, usize)>> = if pass % 2 == 0 {
+            groups.iter().rev().collect()
+        } else {
+            groups.iter().collect()
+        };
+        for (k, group) in order.into_iter().enumerate() {
+            let now = Instant::now();
+            if now >= deadline {
+                budget_ran_out = true;
+                break;
+            }
+            let left = (total_units - units_done).max(1) as u32;
+            let unit_deadline = now + (deadline - now) / left;
+            let runs = engine.group(&to_ids(group), unit_deadline)?;
+            unit_time += now.elapsed();
+            units_done += 1;
+            for (p, run) in group.iter().zip(runs) {
+                acc.get_mut(p).expect("every pair has an entry").add(run);
+            }
+            report(Phase::Pass(pass), k + 1, groups.len());
+        }
+    }
+
+    // Extra passes, serially, for pairs whose passes disagree (or that have no figure
+    // yet without a pin failure), while the budget lasts.
+    for pass in passes + 1..=cfg.max_passes.max(passes) {
+        let ambiguous: Vec<(usize, usize)> = acc
+            .iter()
+            .filter(|(_, a)| {
+                a.pin_failure.is_none()
+                    && (a.batches.is_empty() || a.pass_disagreement() > cfg.repeat_tolerance)
+            })
+            .map(|(&p, _)| p)
+            .collect();
+        if ambiguous.is_empty() {
+            break;
+        }
+        for (k, &p) in ambiguous.iter().enumerate() {
+            let now = Instant::now();
+            if now >= deadline {
+                budget_ran_out = true;
+                break;
+            }
+            let left = (ambiguous.len() - k) as u32;
+            let runs = engine.group(&to_ids(&[p]), now + (deadline - now) / left)?;
+            for run in runs {
+                acc.get_mut(&p).expect("every pair has an entry").add(run);
+            }
+            report(Phase::Pass(pass), k + 1, ambiguous.len());
+        }
+    }
+
+    // The serial cross-check of a parallel run.
+    let mut cross_check = Vec::new();
+    if cfg.mode == Mode::Rounds && cfg.serial_check > 0 {
+        let sample = schedule::sample(&pairs, cfg.serial_check);
+        for (k, &p) in sample.iter().enumerate() {
+            let now = Instant::now();
+            if now >= deadline {
+                budget_ran_out = true;
+                break;
+            }
+            let left = (sample.len() - k) as u32;
+            let runs = engine.group(&to_ids(&[p]), now + (deadline - now) / left)?;
+            let rounds_ns = estimator::estimate(&acc[&p].batches);
+            let serial_ns = runs.first().and_then(|r| estimator::estimate(&r.batches));
+            if let (Some(rounds_ns), Some(serial_ns)) = (rounds_ns, serial_ns) {
+                cross_check.push(CrossCheck {
+                    a: ids[p.0],
+                    b: ids[p.1],
+                    rounds_ns,
+                    serial_ns,
+                });
+            }
+            report(Phase::SerialCheck, k + 1, sample.len());
+        }
+    }
+    let stat_after = guard::read_stat(&cfg.root)?;
+
+    // The matrix and its warnings.
+    let mut latency = vec![vec![None; n]; n];
+    let mut stats = Vec::new();
+    let mut warnings = Vec::new();
+    let mut pass_estimates = BTreeMap::new();
+    let mut unstable = Vec::new();
+    let mut pin_failures = Vec::new();
+    let mut noisy = Vec::new();
+    let mut wide = Vec::new();
+    let mut unmeasured = 0usize;
+    for (&(i, j), a) in &acc {
+        let (ci, cj) = (ids[i], ids[j]);
+        if let Some(f) = &a.pin_failure {
+            pin_failures.push(format!("{ci}–{cj}: {f}"));
+        }
+        let Some(est) = estimator::estimate(&a.batches) else {
+            unmeasured += 1;
+            continue;
+        };
+        latency[i][j] = Some(est);
+        latency[j][i] = Some(est);
+        let (p10, med, p90) = estimator::spread(&a.batches).expect("batches exist");
+        stats.push(PairStats {
+            a: ci,
+            b: cj,
+            p10_ns: p10,
+            median_ns: med,
+            p90_ns: p90,
+            samples: a.batches.len() as u32,
+            discarded: a.switched + a.migrated,
+            round_trips: a.round_trips,
+        });
+        pass_estimates.insert((ci, cj), a.pass_estimates.clone());
+        let dis = a.pass_disagreement();
+        if dis > cfg.repeat_tolerance {
+            unstable.push((ci, cj, dis));
+        }
+        let taken = a.batches.len() as u32 + a.switched + a.migrated;
+        if (a.switched + a.migrated) * 5 > taken {
+            noisy.push(format!(
+                "{ci}–{cj} ({} of {taken}: {} switched out, {} off their CPU)",
+                a.switched + a.migrated,
+                a.switched,
+                a.migrated
+            ));
+        }
+        if p90 > p10 * 1.5 {
+            wide.push(format!("{ci}–{cj} (p10 {p10:.1}, p90 {p90:.1} ns)"));
+        }
+    }
+    if let Some(hv) = &hypervisor {
+        warnings.push(format!(
+            "running in a virtual machine ({hv}): the host may move vCPUs between physical cores at any time, so these figures describe where the vCPUs sat during this measurement, not a fixed property of the machine"
+        ));
+    }
+    let steal = guard::steal_ticks(&stat_before, &stat_after, &cfg.cpus);
+    if !steal.is_empty() {
+        let list: Vec<String> = steal
+            .iter()
+            .map(|(c, t)| format!("CPU {c}: {t} ticks"))
+            .collect();
+        warnings.push(format!(
+            "steal time during the measurement ({}): the hypervisor ran other work on these vCPUs",
+            list.join(", ")
+        ));
+    }
+    if !unstable.is_empty() {
+        let shown: Vec<String> = unstable
+            .iter()
+            .take(8)
+            .map(|&(a, b, d)| {
+                let est = &pass_estimates[&(a, b)];
+                let list: Vec<String> = est.iter().map(|v| format!("{v:.1}")).collect();
+                format!("{a}–{b} ({} ns, {:.0}% apart)", list.join(" / "), d * 100.0)
+            })
+            .collect();
+        warnings.push(format!(
+            "{} pair(s) disagree between passes by more than {:.0}%: {}{}{}",
+            unstable.len(),
+            cfg.repeat_tolerance * 100.0,
+            shown.join(", "),
+            if unstable.len() > 8 { ", …" } else { "" },
+            if hypervisor.is_some() {
+                "; the host probably moved a vCPU during the measurement"
+            } else {
+                "; something changed while measuring (load, frequency, migration)"
+            }
+        ));
+    }
+    if !noisy.is_empty() {
+        warnings.push(format!(
+            "over 20% of the batches were discarded for {} pair(s) — other work ran on these CPUs: {}",
+            noisy.len(),
+            noisy.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if !wide.is_empty() {
+        warnings.push(format!(
+            "{} pair(s) have a wide spread (p90 > 1.5 × p10): {}",
+            wide.len(),
+            wide.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if !pin_failures.is_empty() {
+        warnings.push(format!(
+            "pins did not hold, those samples were dropped: {}",
+            pin_failures.join("; ")
+        ));
+    }
+    if budget_ran_out {
+        warnings.push(format!(
+            "the budget of {:.0?} ran out: {unmeasured} pair(s) have no figure and others got fewer passes",
+            cfg.budget
+        ));
+    } else if unmeasured > 0 {
+        warnings.push(format!("{unmeasured} pair(s) have no figure"));
+    }
+    let median_batch = {
+        let med: Vec<f64> = stats.iter().map(|s| s.median_ns).collect();
+        let r: Vec<u32> = stats.iter().map(|s| s.round_trips).collect();
+        let k = r.iter().copied().max().unwrap_or(0);
+        let m = estimator::percentile(
+            &{
+                let mut m = med;
+                m.sort_by(f64::total_cmp);
+                m
+            },
+            0.5,
+        );
+        Duration::from_nanos((m * 2.0 * f64::from(k)).max(0.0) as u64)
+    };
+    if let Some(w) = validity::granularity_warning(granularity, median_batch) {
+        warnings.push(w);
+    }
+    let report_out = RunReport {
+        elapsed: t0.elapsed(),
+        pass_estimates,
+        unstable,
+        cross_check,
+        mean_unit: if units_done > 0 {
+            unit_time / units_done as u32
+        } else {
+            Duration::ZERO
+        },
+        units: units_done,
+        timer_granularity: granularity,
+        hypervisor,
+    };
+    if let Some((med, max)) = report_out.cross_check_disagreement() {
+        if med > cfg.repeat_tolerance {
+            warnings.push(format!(
+                "parallel rounds disagree with serial measurement on {} sampled pairs: median {:.0}%, max {:.0}%",
+                report_out.cross_check.len(),
+                med * 100.0,
+                max * 100.0
+            ));
+        }
+    }
+    if stats.is_empty() {
+        return Err(MeasureError::NothingMeasured {
+            reason: if warnings.is_empty() {
+                "every batch was discarded".into()
+            } else {
+                warnings.join("; ")
+            },
+        });
+    }
+    if let Some((cpu, share)) = guard_pass.least_idle {
+        tracing::info!(
+            cpu,
+            idle_pct = share * 100.0,
+            "load guard passed (least idle CPU)"
+        );
+    }
+    let mut matrix = LatencyMatrix::new(ids, latency);
+    matrix.primitive = Some(cfg.primitive.as_str().to_string());
+    matrix.measured_at_us = Some(now_us());
+    matrix.fingerprint = cfg.fingerprint.clone();
+    matrix.first_touch = Some(cfg.first_touch.describe().to_string());
+    matrix.mode = Some(cfg.mode.as_str().to_string());
+    matrix.stats = stats;
+    matrix.warnings = warnings;
+    Ok(Measurement {
+        matrix,
+        report: report_out,
+    })
+}
+
+/// One pair re-measured by [`probe_pairs`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Probe {
+    pub a: u32,
+    pub b: u32,
+    /// `None` when every batch was discarded or the pin did not hold.
+    pub estimate_ns: Option<f64>,
+    pub samples: usize,
+    pub discarded: u32,
+}
+
+/// A cheap re-measurement of a few pairs (one pass each, serially) for the daemon's
+/// drift check. Uses `cfg`'s primitive, batch, stop rule and guard; `budget` bounds the
+/// whole probe. CPUs must be online and distinct within each pair.
+pub fn probe_pairs(
+    cfg: &MeasureConfig,
+    pairs: &[(u32, u32)],
+    budget: Duration,
+) -> Result<Vec<Probe>, MeasureError> {
+    let t0 = Instant::now();
+    let cpus: CpuSet = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
+    if let Some(&(a, _)) = pairs.iter().find(|(a, b)| a == b) {
+        return Err(MeasureError::TooFewCpus {
+            cpus: std::iter::once(a).collect(),
+        });
+    }
+    cfg.guard.wait_idle(&cfg.root, &cpus)?;
+    let engine = Engine { cfg };
+    let mut out = Vec::with_capacity(pairs.len());
+    for (k, &(a, b)) in pairs.iter().enumerate() {
+        let left = budget.saturating_sub(t0.elapsed()) / (pairs.len() - k) as u32;
+        let runs = engine.group(&[(a, b)], Instant::now() + left)?;
+        let run = runs.into_iter().next().unwrap_or_default();
+        out.push(Probe {
+            a,
+            b,
+            estimate_ns: estimator::estimate(&run.batches),
+            samples: run.batches.len(),
+            discarded: run.switched + run.migrated,
+        });
+    }
+    Ok(out)
+}
+
+/// Pairs worth probing for drift: `k` pairs spread over the matrix's latency range (the
+/// cells sorted by value, sampled evenly), so every level is represented.
+pub fn probe_sample(matrix: &LatencyMatrix, k: usize) -> Vec<(u32, u32)> {
+    let mut cells: Vec<(f64, u32, u32)> = (0..matrix.len())
+        .flat_map(|i| {
+            (0..i).filter_map(move |j| Some((matrix.at(i, j)?, matrix.cpus[j], matrix.cpus[i])))
+        })
+        .collect();
+    cells.sort_by(|x, y| x.0.total_cmp(&y.0));
+    schedule::sample(&cells, k)
+        .into_iter()
+        .map(|(_, a, b)| (a, b))
+        .collect()
+}
+
+/// A probed pair that moved away from the stored figure by more than the tolerance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Drift {
+    pub a: u32,
+    pub b: u32,
+    pub stored_ns: f64,
+    pub probed_ns: f64,
+    pub relative: f64,
+}
+
+/// The probes that disagree with `matrix` by more than `tolerance` (relative). Probes
+/// without an estimate, or of pairs the matrix lacks, are not drift.
+pub fn drift(matrix: &LatencyMatrix, probes: &[Probe], tolerance: f64) -> Vec<Drift> {
+    probes
+        .iter()
+        .filter_map(|p| {
+            let stored = matrix.between(p.a, p.b)?;
+            let probed = p.estimate_ns?;
+            let relative = estimator::disagreement(stored, probed);
+            (relative > tolerance).then_some(Drift {
+                a: p.a,
+                b: p.b,
+                stored_ns: stored,
+                probed_ns: probed,
+                relative,
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(s: &str) -> CpuSet {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn select_cpus_defaults_and_errors() {
+        let online = set("0-7");
+        let isolated = set("6-7");
+        let allowed = set("0-7");
+        let (cpus, notes) = select_cpus(None, &online, &isolated, &allowed).unwrap();
+        assert_eq!(cpus, set("0-5"));
+        assert_eq!(
+            notes,
+            vec!["isolated CPUs 6-7 skipped (name them with --cpus to measure them)"]
+        );
+        // Named isolated CPUs are measured.
+        let (cpus, notes) = select_cpus(Some(&set("5-7")), &online, &isolated, &allowed).unwrap();
+        assert_eq!(cpus, set("5-7"));
+        assert!(notes.is_empty());
+        let e = select_cpus(Some(&CpuSet::new()), &online, &isolated, &allowed).unwrap_err();
+        assert_eq!(e.to_string(), "no CPUs to measure: the CPU list is empty");
+        let e = select_cpus(Some(&set("3")), &online, &isolated, &allowed).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "measuring needs at least two CPUs, got only CPU 3"
+        );
+        let e = select_cpus(Some(&set("0,8-9")), &online, &isolated, &allowed).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "CPUs 8-9 are not online on this machine (online: 0-7)"
+        );
+        let e = select_cpus(Some(&set("0-2")), &online, &isolated, &set("0-1")).unwrap_err();
+        assert!(e.to_string().starts_with("CPU 2 is outside"), "{e}");
+        // Everything isolated but one: too few.
+        let e = select_cpus(None, &set("0-1"), &set("1"), &allowed).unwrap_err();
+        assert!(matches!(e, MeasureError::TooFewCpus { .. }), "{e}");
+    }
+
+    #[test]
+    fn probe_sample_covers_the_range_and_drift_flags_moves() {
+        let m = LatencyMatrix::from_fn(vec![0, 1, 2, 3], |i, j| {
+            if i / 2 == j / 2 {
+                10.0
+            } else {
+                100.0 + (i + j) as f64
+            }
+        });
+        let sample = probe_sample(&m, 3);
+        assert_eq!(sample.len(), 3);
+        assert_eq!(m.between(sample[0].0, sample[0].1), Some(10.0));
+        assert!(m.between(sample[2].0, sample[2].1).unwrap() > 100.0);
+        let probes = vec![
+            Probe {
+                a: 0,
+                b: 1,
+                estimate_ns: Some(10.5),
+                samples: 20,
+                discarded: 0,
+            },
+            Probe {
+                a: 3,
+                b: 0,
+                estimate_ns: Some(30.0),
+                samples: 20,
+                discarded: 0,
+            },
+            Probe {
+                a: 2,
+                b: 3,
+                estimate_ns: None,
+                samples: 0,
+                discarded: 50,
+            },
+        ];
+        let d = drift(&m, &probes, 0.10);
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!((d[0].a, d[0].b, d[0].stored_ns), (3, 0, 103.0));
+    }
+
+    #[test]
+    fn run_rejects_fewer_than_two_cpus() {
+        let e = run(&MeasureConfig::new(set("0")), |_| {}).unwrap_err();
+        assert!(matches!(e, MeasureError::TooFewCpus { .. }), "{e}");
+        let e = run(&MeasureConfig::new(CpuSet::new()), |_| {}).unwrap_err();
+        assert!(matches!(e, MeasureError::EmptyCpuList), "{e}");
+    }
+}

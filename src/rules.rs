@@ -1,1 +1,0 @@
-//! Rule files: strict TOML, loading, validation and the matcher.

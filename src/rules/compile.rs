@@ -1,0 +1,493 @@
+//! From a parsed file to validated, compiled rules: globs and regexes built, users
+//! resolved, placements checked and resolved to [`PlacementRequest`]s. Pure apart from
+//! the user lookup, which the [`LoadPolicy`](super::LoadPolicy) supplies.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use regex::{Regex, RegexBuilder};
+use toml::Spanned;
+
+use super::error::{Location, RuleError, RuleErrorKind};
+use super::format::{MatchSpec, OneOrMany, PlaceSpec, RuleFile, ThreadSpec, UserSpec};
+use crate::cpuset::CpuSet;
+use crate::placement::{Policy, SmtPolicy};
+
+/// The longest name the kernel keeps in `comm` (TASK_COMM_LEN - 1).
+pub const COMM_MAX: usize = 15;
+/// Longest rule name: names travel over D-Bus, where non-root callers' strings are
+/// capped at 64 bytes.
+pub const NAME_MAX: usize = 64;
+/// Compiled size cap for one `cmdline` regex, so a hostile file cannot eat memory.
+const REGEX_SIZE_LIMIT: usize = 1 << 20;
+
+/// Where a rule should run, resolved from `[rule.place]` or `[[rule.threads]]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PlacementRequest {
+    pub target: CpuTarget,
+    /// With [`CpuTarget::Count`]: the CPUs to choose from (`None`: any usable CPU).
+    pub within: Option<CpuSet>,
+    /// Meaningful with [`CpuTarget::Count`]; [`Policy::Compact`] by default.
+    pub policy: Policy,
+    /// Meaningful with [`CpuTarget::Count`]; [`SmtPolicy::Allow`] by default.
+    pub smt: SmtPolicy,
+    /// No other rule may be given these CPUs while this rule holds them.
+    pub exclusive: bool,
+}
+
+/// Explicit CPUs, or a number of CPUs for placement to choose.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum CpuTarget {
+    Cpus(CpuSet),
+    Count(u32),
+}
+
+/// A list of globs, any of which may match.
+#[derive(Debug, Clone)]
+pub struct GlobList {
+    pub patterns: Vec<String>,
+    set: GlobSet,
+}
+
+impl GlobList {
+    pub fn is_match(&self, text: &str) -> bool {
+        self.set.is_match(text)
+    }
+}
+
+/// Everything `[rule.match]` asks of a process; `None` means "not asked".
+#[derive(Debug, Clone, Default)]
+pub struct ProcessMatcher {
+    pub comm: Option<GlobList>,
+    pub exe: Option<GlobList>,
+    pub cmdline: Option<Regex>,
+    /// Resolved uids.
+    pub users: Option<Vec<u32>>,
+    pub cgroup: Option<GlobList>,
+    pub unit: Option<GlobList>,
+}
+
+/// One `[[rule.threads]]`.
+#[derive(Debug, Clone)]
+pub struct ThreadRule {
+    pub comm: GlobList,
+    pub request: PlacementRequest,
+    /// With a count: all matching threads share one set of CPUs (`true`), or each gets
+    /// its own (`false`).
+    pub shared: bool,
+}
+
+/// A validated, compiled rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    pub name: String,
+    pub priority: i32,
+    /// The file it came from.
+    pub file: PathBuf,
+    /// Where its name is written in that file.
+    pub at: Location,
+    pub matcher: ProcessMatcher,
+    /// Placement for the process's threads that no `[[rule.threads]]` entry takes.
+    pub place: Option<PlacementRequest>,
+    pub threads: Vec<ThreadRule>,
+}
+
+impl Rule {
+    /// `FILE:LINE:COL` of the rule's name.
+    pub fn origin(&self) -> String {
+        format!("{}:{}", self.file.display(), self.at)
+    }
+}
+
+/// Resolves user names to uids.
+pub type UserLookup = fn(&str) -> Option<u32>;
+
+/// The system's user database, through NSS.
+pub fn system_user_lookup(name: &str) -> Option<u32> {
+    nix::unistd::User::from_name(name)
+        .ok()
+        .flatten()
+        .map(|u| u.uid.as_raw())
+}
+
+struct Ctx<'a> {
+    path: &'a Path,
+    text: &'a str,
+    errors: Vec<RuleError>,
+}
+
+impl Ctx<'_> {
+    fn err(&mut self, span: &Range<usize>, kind: RuleErrorKind) {
+        self.errors
+            .push(RuleError::at_span(self.path, self.text, span, kind));
+    }
+}
+
+/// Validates and compiles every rule of one parsed file. Returns every problem found
+/// (the file is then rejected whole) or the compiled rules.
+pub fn compile_file(
+    path: &Path,
+    text: &str,
+    file: &RuleFile,
+    users: UserLookup,
+) -> Result<Vec<Rule>, Vec<RuleError>> {
+    let mut cx = Ctx {
+        path,
+        text,
+        errors: Vec::new(),
+    };
+    let mut rules: Vec<Rule> = Vec::new();
+    for spec in &file.rules {
+        let rule_span = spec.span();
+        let spec = spec.get_ref();
+        let name = spec.name.get_ref();
+        let name_span = spec.name.span();
+        let before = cx.errors.len();
+        if name.is_empty() {
+            cx.err(&name_span, RuleErrorKind::EmptyName);
+        } else if !valid_name(name) {
+            cx.err(&name_span, RuleErrorKind::BadName { name: name.clone() });
+        } else if let Some(first) = rules.iter().find(|r| &r.name == name) {
+            cx.err(
+                &name_span,
+                RuleErrorKind::DuplicateName {
+                    name: name.clone(),
+                    first: first.origin(),
+                },
+            );
+        }
+        let matcher = match &spec.matches {
+            None => {
+                cx.err(&rule_span, RuleErrorKind::NoMatch { name: name.clone() });
+                ProcessMatcher::default()
+            }
+            Some(m) if is_empty_match(m.get_ref()) => {
+                cx.err(&m.span(), RuleErrorKind::EmptyMatch { name: name.clone() });
+                ProcessMatcher::default()
+            }
+            Some(m) => compile_match(&mut cx, m.get_ref(), users),
+        };
+        if spec.place.is_none() && spec.threads.is_empty() {
+            cx.err(
+                &rule_span,
+                RuleErrorKind::NoPlacement { name: name.clone() },
+            );
+        }
+        let place = spec.place.as_ref().and_then(|p| {
+            place_request(
+                &mut cx,
+                "[rule.place]",
+                &p.get_ref().as_fields(),
+                Some(&p.span()),
+            )
+        });
+        let mut threads = Vec::new();
+        for t in &spec.threads {
+            if let Some(tr) = compile_thread(&mut cx, t.get_ref()) {
+                threads.push(tr);
+            }
+        }
+        if cx.errors.len() == before {
+            rules.push(Rule {
+                name: name.clone(),
+                priority: spec.priority.as_ref().map_or(0, |p| *p.get_ref()),
+                file: path.to_path_buf(),
+                at: Location::of_span(text, &name_span),
+                matcher,
+                place,
+                threads,
+            });
+        }
+    }
+    if cx.errors.is_empty() {
+        Ok(rules)
+    } else {
+        Err(cx.errors)
+    }
+}
+
+fn valid_name(name: &str) -> bool {
+    name.len() <= NAME_MAX
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '@' | ':'))
+}
+
+fn is_empty_match(m: &MatchSpec) -> bool {
+    m.comm.is_none()
+        && m.exe.is_none()
+        && m.cmdline.is_none()
+        && m.user.is_none()
+        && m.cgroup.is_none()
+        && m.unit.is_none()
+}
+
+fn compile_match(cx: &mut Ctx<'_>, m: &MatchSpec, users: UserLookup) -> ProcessMatcher {
+    ProcessMatcher {
+        comm: m.comm.as_ref().and_then(|g| globs(cx, "comm", g, true)),
+        exe: m.exe.as_ref().and_then(|g| globs(cx, "exe", g, false)),
+        cmdline: m.cmdline.as_ref().and_then(|r| {
+            RegexBuilder::new(r.get_ref())
+                .size_limit(REGEX_SIZE_LIMIT)
+                .build()
+                .map_err(|e| {
+                    cx.err(
+                        &r.span(),
+                        RuleErrorKind::BadRegex {
+                            pattern: r.get_ref().clone(),
+                            reason: one_line(&e.to_string()),
+                        },
+                    )
+                })
+                .ok()
+        }),
+        users: m.user.as_ref().map(|u| {
+            let mut uids = Vec::new();
+            for spec in u.get_ref().as_slice() {
+                match spec {
+                    UserSpec::Uid(uid) => uids.push(*uid),
+                    UserSpec::Name(name) => match users(name) {
+                        Some(uid) => uids.push(uid),
+                        None => cx.err(&u.span(), RuleErrorKind::UnknownUser(name.clone())),
+                    },
+                }
+            }
+            uids.sort_unstable();
+            uids.dedup();
+            uids
+        }),
+        cgroup: m
+            .cgroup
+            .as_ref()
+            .and_then(|g| globs(cx, "cgroup", g, false)),
+        unit: m.unit.as_ref().and_then(|g| globs(cx, "unit", g, false)),
+    }
+}
+
+/// The last line of a multi-line library message (regex errors draw a caret diagram).
+fn one_line(msg: &str) -> String {
+    msg.lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty())
+        .unwrap_or(msg)
+        .trim_start_matches("error: ")
+        .to_string()
+}
+
+fn has_glob_meta(p: &str) -> bool {
+    p.contains(['*', '?', '[', '{', '\\'])
+}
+
+fn globs(
+    cx: &mut Ctx<'_>,
+    key: &'static str,
+    value: &Spanned<OneOrMany<String>>,
+    is_comm: bool,
+) -> Option<GlobList> {
+    let span = value.span();
+    let mut builder = GlobSetBuilder::new();
+    let mut ok = true;
+    for p in value.get_ref().as_slice() {
+        if p.is_empty() {
+            cx.err(
+                &span,
+                RuleErrorKind::BadGlob {
+                    key,
+                    pattern: p.clone(),
+                    reason: "empty pattern".into(),
+                },
+            );
+            ok = false;
+            continue;
+        }
+        if is_comm && !has_glob_meta(p) && p.len() > COMM_MAX {
+            cx.err(
+                &span,
+                RuleErrorKind::CommTooLong {
+                    key,
+                    pattern: p.clone(),
+                },
+            );
+            ok = false;
+            continue;
+        }
+        match GlobBuilder::new(p).build() {
+            Ok(g) => {
+                builder.add(g);
+            }
+            Err(e) => {
+                cx.err(
+                    &span,
+                    RuleErrorKind::BadGlob {
+                        key,
+                        pattern: p.clone(),
+                        reason: e.kind().to_string(),
+                    },
+                );
+                ok = false;
+            }
+        }
+    }
+    if !ok {
+        return None;
+    }
+    match builder.build() {
+        Ok(set) => Some(GlobList {
+            patterns: value.get_ref().as_slice().to_vec(),
+            set,
+        }),
+        Err(e) => {
+            cx.err(
+                &span,
+                RuleErrorKind::BadGlob {
+                    key,
+                    pattern: value.get_ref().as_slice().join(", "),
+                    reason: e.to_string(),
+                },
+            );
+            None
+        }
+    }
+}
+
+/// The placement keys shared by `[rule.place]` and `[[rule.threads]]`.
+struct PlaceFields<'a> {
+    span: Option<Range<usize>>,
+    cpus: &'a Option<Spanned<CpuSet>>,
+    count: &'a Option<Spanned<u32>>,
+    within: &'a Option<Spanned<CpuSet>>,
+    policy: &'a Option<Spanned<Policy>>,
+    smt: &'a Option<Spanned<SmtPolicy>>,
+    exclusive: &'a Option<Spanned<bool>>,
+}
+
+impl PlaceSpec {
+    fn as_fields(&self) -> PlaceFields<'_> {
+        PlaceFields {
+            span: None,
+            cpus: &self.cpus,
+            count: &self.count,
+            within: &self.within,
+            policy: &self.policy,
+            smt: &self.smt,
+            exclusive: &self.exclusive,
+        }
+    }
+}
+
+fn place_request(
+    cx: &mut Ctx<'_>,
+    section: &'static str,
+    f: &PlaceFields<'_>,
+    fallback_span: Option<&Range<usize>>,
+) -> Option<PlacementRequest> {
+    let target = match (f.cpus, f.count) {
+        (Some(cpus), Some(_)) => {
+            cx.err(&cpus.span(), RuleErrorKind::CpusAndCount { section });
+            return None;
+        }
+        (Some(cpus), None) => {
+            if cpus.get_ref().is_empty() {
+                cx.err(&cpus.span(), RuleErrorKind::EmptyCpus { section });
+                return None;
+            }
+            let mut ok = true;
+            for (key, span) in [
+                ("within", f.within.as_ref().map(Spanned::span)),
+                ("policy", f.policy.as_ref().map(Spanned::span)),
+                ("smt", f.smt.as_ref().map(Spanned::span)),
+            ] {
+                if let Some(span) = span {
+                    cx.err(&span, RuleErrorKind::OnlyWithCount { section, key });
+                    ok = false;
+                }
+            }
+            if !ok {
+                return None;
+            }
+            CpuTarget::Cpus(cpus.get_ref().clone())
+        }
+        (None, Some(count)) => {
+            if *count.get_ref() == 0 {
+                cx.err(&count.span(), RuleErrorKind::ZeroCount { section });
+                return None;
+            }
+            if let Some(within) = f.within {
+                let available = within.get_ref().len();
+                if available == 0 {
+                    cx.err(&within.span(), RuleErrorKind::EmptyCpus { section });
+                    return None;
+                }
+                if *count.get_ref() as usize > available {
+                    cx.err(
+                        &count.span(),
+                        RuleErrorKind::CountExceedsWithin {
+                            section,
+                            count: *count.get_ref(),
+                            available,
+                        },
+                    );
+                    return None;
+                }
+            }
+            CpuTarget::Count(*count.get_ref())
+        }
+        (None, None) => {
+            let span = f
+                .span
+                .clone()
+                .or_else(|| fallback_span.cloned())
+                .unwrap_or(0..0);
+            cx.err(&span, RuleErrorKind::NoCpusNorCount { section });
+            return None;
+        }
+    };
+    Some(PlacementRequest {
+        within: match target {
+            CpuTarget::Count(_) => f.within.as_ref().map(|w| w.get_ref().clone()),
+            CpuTarget::Cpus(_) => None,
+        },
+        target,
+        policy: f
+            .policy
+            .as_ref()
+            .map_or_else(Policy::default, |p| *p.get_ref()),
+        smt: f
+            .smt
+            .as_ref()
+            .map_or_else(SmtPolicy::default, |s| *s.get_ref()),
+        exclusive: f.exclusive.as_ref().is_some_and(|e| *e.get_ref()),
+    })
+}
+
+fn compile_thread(cx: &mut Ctx<'_>, t: &ThreadSpec) -> Option<ThreadRule> {
+    let section = "[[rule.threads]]";
+    let comm = globs(cx, "threads.comm", &t.comm, true);
+    let fields = PlaceFields {
+        span: Some(t.comm.span()),
+        cpus: &t.cpus,
+        count: &t.count,
+        within: &t.within,
+        policy: &t.policy,
+        smt: &t.smt,
+        exclusive: &t.exclusive,
+    };
+    let request = place_request(cx, section, &fields, None);
+    if let (Some(shared), Some(_)) = (&t.shared, &t.cpus) {
+        cx.err(
+            &shared.span(),
+            RuleErrorKind::OnlyWithCount {
+                section,
+                key: "shared",
+            },
+        );
+        return None;
+    }
+    let request = request?;
+    Some(ThreadRule {
+        comm: comm?,
+        request,
+        shared: t.shared.as_ref().is_some_and(|s| *s.get_ref()),
+    })
+}

@@ -1,0 +1,243 @@
+//! The rule file format as written: serde types with `deny_unknown_fields`, every value
+//! that can be wrong after parsing kept `Spanned` so its error points at it.
+//!
+//! Serialising a parsed file and parsing the result gives the same value (spans aside):
+//! property-tested in `tests/it/rules.rs`.
+
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, IntoDeserializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use toml::Spanned;
+
+use crate::cpuset::CpuSet;
+use crate::placement::{Policy, SmtPolicy};
+
+/// One rule file: any number of `[[rule]]` tables and nothing else.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleFile {
+    #[serde(default, rename = "rule", skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<Spanned<RuleSpec>>,
+}
+
+/// One `[[rule]]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSpec {
+    /// Unique across every loaded file.
+    pub name: Spanned<String>,
+    /// Higher wins when several rules match one process; default 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<Spanned<i32>>,
+    /// Every key given must match.
+    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    pub matches: Option<Spanned<MatchSpec>>,
+    /// Where the whole process goes (every thread not placed by `threads`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub place: Option<Spanned<PlaceSpec>>,
+    /// Placement by thread name; the first entry whose `comm` matches a thread wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<Spanned<ThreadSpec>>,
+}
+
+/// `[rule.match]`: every key given must match.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MatchSpec {
+    /// Glob(s) on `/proc/PID/comm`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comm: Option<Spanned<OneOrMany<String>>>,
+    /// Glob(s) on the executable path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exe: Option<Spanned<OneOrMany<String>>>,
+    /// Regex on the command line, arguments joined by single spaces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cmdline: Option<Spanned<String>>,
+    /// User name(s) or uid(s) owning the process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<Spanned<OneOrMany<UserSpec>>>,
+    /// Glob(s) on the cgroup path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<Spanned<OneOrMany<String>>>,
+    /// Glob(s) on the systemd unit derived from the cgroup path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<Spanned<OneOrMany<String>>>,
+}
+
+/// `[rule.place]`: explicit `cpus`, or `count` CPUs chosen by `policy` and `smt`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlaceSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Spanned<CpuSet>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<Spanned<u32>>,
+    /// With `count`: choose only among these CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<Spanned<CpuSet>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Spanned<Policy>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smt: Option<Spanned<SmtPolicy>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<Spanned<bool>>,
+}
+
+/// `[[rule.threads]]`: a placement for the threads whose name matches `comm`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ThreadSpec {
+    /// Glob(s) on `/proc/PID/task/TID/comm`.
+    pub comm: Spanned<OneOrMany<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<Spanned<CpuSet>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<Spanned<u32>>,
+    /// With `count`: choose only among these CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<Spanned<CpuSet>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Spanned<Policy>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub smt: Option<Spanned<SmtPolicy>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<Spanned<bool>>,
+    /// With `count`: `false` (default) gives each matching thread its own `count` CPUs;
+    /// `true` puts all matching threads together on one set of `count` CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared: Option<Spanned<bool>>,
+}
+
+/// A user given by name (resolved to a uid at load time) or by uid.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum UserSpec {
+    Name(String),
+    Uid(u32),
+}
+
+impl fmt::Display for UserSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UserSpec::Name(n) => write!(f, "{n:?}"),
+            UserSpec::Uid(u) => write!(f, "uid {u}"),
+        }
+    }
+}
+
+impl Serialize for UserSpec {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            UserSpec::Name(n) => s.serialize_str(n),
+            UserSpec::Uid(u) => s.serialize_u32(*u),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for UserSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = UserSpec;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a user name or a uid")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<UserSpec, E> {
+                if v.is_empty() {
+                    return Err(E::custom("empty user name"));
+                }
+                Ok(UserSpec::Name(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<UserSpec, E> {
+                u32::try_from(v)
+                    .ok()
+                    .filter(|&u| u != u32::MAX)
+                    .map(UserSpec::Uid)
+                    .ok_or_else(|| E::custom(format!("uid {v} is out of range")))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<UserSpec, E> {
+                self.visit_i64(i64::try_from(v).unwrap_or(-1))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A value that may be written once or as an array: `comm = "a*"` or
+/// `comm = ["a*", "b*"]` (any of them matches). Serialises back in the form it was read.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T> OneOrMany<T> {
+    pub fn as_slice(&self) -> &[T] {
+        match self {
+            OneOrMany::One(v) => std::slice::from_ref(v),
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+impl<T: Serialize> Serialize for OneOrMany<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            OneOrMany::One(v) => v.serialize(s),
+            OneOrMany::Many(v) => v.serialize(s),
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> de::Visitor<'de> for V<T> {
+            type Value = OneOrMany<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a value or an array of values")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(OneOrMany::One)
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(OneOrMany::One)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(OneOrMany::One)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(OneOrMany::One)
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(OneOrMany::One)
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                T::deserialize(v.into_deserializer()).map(OneOrMany::One)
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(v) = seq.next_element()? {
+                    out.push(v);
+                }
+                if out.is_empty() {
+                    return Err(de::Error::custom("empty array: give at least one value"));
+                }
+                Ok(OneOrMany::Many(out))
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+/// Parses rule-file text. Only syntax, types and unknown keys are checked here;
+/// `compile` checks the meaning.
+pub fn parse(text: &str) -> Result<RuleFile, toml::de::Error> {
+    toml::from_str(text)
+}
+
+/// Prints a rule file back as TOML.
+pub fn to_toml(file: &RuleFile) -> Result<String, toml::ser::Error> {
+    toml::to_string(file)
+}

@@ -1,0 +1,487 @@
+//! Loading rule files from disk: which files, whether they are safe to read, and how a
+//! reload keeps the last good version of a file that went bad.
+//!
+//! Files: every `*.toml` directly inside each rule directory (names starting with `.`
+//! are editor droppings and skipped), directories in the order given, files in byte
+//! order of their names. A missing directory holds no rules.
+//!
+//! Safety, before a byte is parsed (as sudo treats sudoers): with an expected owner set
+//! (the default when running as root), the directory and each file must be owned by
+//! it and not writable by group or others. Symlinks must resolve inside their
+//! directory. FIFOs, sockets and devices are refused by type before opening, and the
+//! open itself uses `O_NONBLOCK | O_NOFOLLOW`, re-checking the type on the open
+//! descriptor, so nothing can make the loader hang. Files over the size limit and
+//! invalid UTF-8 are refused.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{File, Metadata};
+use std::io::Read;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::compile::{compile_file, system_user_lookup, Rule, UserLookup};
+use super::error::{RuleError, RuleErrorKind};
+use super::format;
+use super::matcher::RuleSet;
+
+/// Default rule directory.
+pub const DEFAULT_RULE_DIR: &str = "/etc/pinnerd.d";
+/// Largest rule file accepted.
+pub const MAX_FILE_SIZE: u64 = 1 << 20;
+
+/// How strict loading is about who owns the files, and how user names resolve.
+#[derive(Debug, Clone)]
+pub struct LoadPolicy {
+    /// `Some(uid)`: directories and files must be owned by `uid` and not writable by
+    /// group or others. `None`: no ownership or mode checks.
+    pub owner: Option<u32>,
+    /// Files larger than this are refused.
+    pub max_file_size: u64,
+    /// Resolves `user = "name"` to a uid.
+    pub users: UserLookup,
+}
+
+impl LoadPolicy {
+    /// The daemon's policy: when running as root, files must be root's and not
+    /// group/other-writable; otherwise no ownership checks (an unprivileged daemon
+    /// cannot pin anything it does not own anyway).
+    pub fn for_current_process() -> LoadPolicy {
+        let euid = nix::unistd::geteuid();
+        LoadPolicy {
+            owner: euid.is_root().then_some(0),
+            ..LoadPolicy::unchecked()
+        }
+    }
+
+    /// No ownership or mode checks; everything else as usual.
+    pub fn unchecked() -> LoadPolicy {
+        LoadPolicy {
+            owner: None,
+            max_file_size: MAX_FILE_SIZE,
+            users: system_user_lookup,
+        }
+    }
+
+    /// Files must be owned by `uid` and not group/other-writable.
+    pub fn owned_by(uid: u32) -> LoadPolicy {
+        LoadPolicy {
+            owner: Some(uid),
+            ..LoadPolicy::unchecked()
+        }
+    }
+}
+
+impl Default for LoadPolicy {
+    fn default() -> Self {
+        LoadPolicy::for_current_process()
+    }
+}
+
+/// What happened to one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileOutcome {
+    /// Loaded; this many rules.
+    Loaded(usize),
+    /// Rejected whole, nothing from it is in use.
+    Rejected,
+    /// Rejected, but the rules of its last good version (this many) are still in use.
+    KeptPrevious(usize),
+}
+
+/// The result of a load or reload: the rules in force, every problem, and per file
+/// what happened. Keep it: it is the `previous` of the next [`reload`].
+#[derive(Debug, Clone, Default)]
+pub struct LoadReport {
+    pub rules: RuleSet,
+    /// Every problem, files in load order, each file's problems in text order.
+    pub errors: Vec<RuleError>,
+    /// Every file considered, in load order.
+    pub files: Vec<(PathBuf, FileOutcome)>,
+    /// The rules now in force from each file (fresh or kept from before), by path.
+    good: BTreeMap<PathBuf, Arc<[Arc<Rule>]>>,
+}
+
+impl LoadReport {
+    /// No problems at all.
+    pub fn is_clean(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// The errors as `FILE:LINE:COL: message` strings (for D-Bus `RuleErrors`).
+    pub fn error_strings(&self) -> Vec<String> {
+        self.errors.iter().map(ToString::to_string).collect()
+    }
+}
+
+/// Loads every rule file of `dirs` from scratch.
+pub fn load_dirs(dirs: &[PathBuf], policy: &LoadPolicy) -> LoadReport {
+    reload(dirs, policy, &LoadReport::default())
+}
+
+/// Loads every rule file of `dirs`, keeping the rules of `previous` for each file that
+/// is still there but is now rejected (a typo saved by an editor must not unpin a
+/// production feed handler). Files that disappeared lose their rules. A kept file
+/// whose rule names now collide with a freshly loaded file is dropped (the fresh file
+/// wins) and says so.
+pub fn reload(dirs: &[PathBuf], policy: &LoadPolicy, previous: &LoadReport) -> LoadReport {
+    let mut errors = Vec::new();
+    let mut files = Vec::new();
+    for dir in dirs {
+        files.extend(list_dir(dir, policy, &mut errors));
+    }
+    load_files_inner(&files, policy, previous, errors)
+}
+
+/// Loads the given files (and directories, recursively), as `pinnerd check` does: a
+/// path that does not exist is an error here.
+pub fn load_paths(paths: &[PathBuf], policy: &LoadPolicy) -> LoadReport {
+    let mut errors = Vec::new();
+    let files = collect_paths(paths, policy, &mut errors);
+    load_collected(&files, policy, errors)
+}
+
+/// Loads `(dir, file)` pairs from [`collect_paths`]; `errors` (from collecting) come
+/// first in the report.
+pub fn load_collected(
+    files: &[(PathBuf, PathBuf)],
+    policy: &LoadPolicy,
+    errors: Vec<RuleError>,
+) -> LoadReport {
+    load_files_inner(files, policy, &LoadReport::default(), errors)
+}
+
+/// The files `pinnerd check` would look at: each file given, and every `*.toml` below
+/// each directory given (recursively, sorted, dot-names skipped). Directory problems
+/// (permissions, unreadable) go to `errors`.
+pub fn collect_paths(
+    paths: &[PathBuf],
+    policy: &LoadPolicy,
+    errors: &mut Vec<RuleError>,
+) -> Vec<(PathBuf, PathBuf)> {
+    let mut out = Vec::new();
+    for p in paths {
+        match std::fs::symlink_metadata(p) {
+            Err(e) => errors.push(RuleError::whole(p, RuleErrorKind::Io(e.to_string()))),
+            Ok(md) if md.is_dir() => walk(p, policy, errors, &mut out),
+            Ok(_) => {
+                let parent = p
+                    .parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."));
+                out.push((parent.to_path_buf(), p.clone()));
+            }
+        }
+    }
+    out
+}
+
+fn walk(
+    dir: &Path,
+    policy: &LoadPolicy,
+    errors: &mut Vec<RuleError>,
+    out: &mut Vec<(PathBuf, PathBuf)>,
+) {
+    let (files, subdirs) = read_dir_sorted(dir, policy, errors, true);
+    out.extend(files);
+    for d in subdirs {
+        walk(&d, policy, errors, out);
+    }
+}
+
+/// `(dir, file)` pairs of the `*.toml` files directly in `dir`.
+fn list_dir(
+    dir: &Path,
+    policy: &LoadPolicy,
+    errors: &mut Vec<RuleError>,
+) -> Vec<(PathBuf, PathBuf)> {
+    if matches!(std::fs::symlink_metadata(dir), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+    {
+        return Vec::new();
+    }
+    read_dir_sorted(dir, policy, errors, false).0
+}
+
+type Listing = (Vec<(PathBuf, PathBuf)>, Vec<PathBuf>);
+
+fn read_dir_sorted(
+    dir: &Path,
+    policy: &LoadPolicy,
+    errors: &mut Vec<RuleError>,
+    want_subdirs: bool,
+) -> Listing {
+    let md = match std::fs::metadata(dir) {
+        Ok(md) => md,
+        Err(e) => {
+            errors.push(RuleError::whole(dir, RuleErrorKind::Io(e.to_string())));
+            return (Vec::new(), Vec::new());
+        }
+    };
+    let before = errors.len();
+    check_owner(dir, &md, "directory", policy, errors);
+    if errors.len() != before {
+        return (Vec::new(), Vec::new());
+    }
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            errors.push(RuleError::whole(dir, RuleErrorKind::Io(e.to_string())));
+            return (Vec::new(), Vec::new());
+        }
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        match entry {
+            Ok(e) => names.push((e.file_name(), e.file_type().ok())),
+            Err(e) => errors.push(RuleError::whole(dir, RuleErrorKind::Io(e.to_string()))),
+        }
+    }
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut files = Vec::new();
+    let mut subdirs = Vec::new();
+    for (name, ty) in names {
+        let bytes = name.as_encoded_bytes();
+        if bytes.starts_with(b".") {
+            continue;
+        }
+        let path = dir.join(&name);
+        if want_subdirs && ty.is_some_and(|t| t.is_dir()) {
+            subdirs.push(path);
+        } else if bytes.ends_with(b".toml") {
+            files.push((dir.to_path_buf(), path));
+        }
+    }
+    (files, subdirs)
+}
+
+fn check_owner(
+    path: &Path,
+    md: &Metadata,
+    what: &'static str,
+    policy: &LoadPolicy,
+    errors: &mut Vec<RuleError>,
+) {
+    let Some(expected) = policy.owner else {
+        return;
+    };
+    let mode = md.mode() & 0o7777;
+    if md.uid() != expected {
+        errors.push(RuleError::whole(
+            path,
+            RuleErrorKind::Owner {
+                what,
+                uid: md.uid(),
+                expected,
+            },
+        ));
+    }
+    if mode & 0o020 != 0 {
+        errors.push(RuleError::whole(
+            path,
+            RuleErrorKind::Writable {
+                what,
+                bit: "writable by group (S_IWGRP)",
+                mode,
+            },
+        ));
+    }
+    if mode & 0o002 != 0 {
+        errors.push(RuleError::whole(
+            path,
+            RuleErrorKind::Writable {
+                what,
+                bit: "writable by others (S_IWOTH)",
+                mode,
+            },
+        ));
+    }
+}
+
+fn type_name(ft: &std::fs::FileType) -> &'static str {
+    if ft.is_fifo() {
+        "FIFO"
+    } else if ft.is_socket() {
+        "socket"
+    } else if ft.is_char_device() {
+        "character device"
+    } else if ft.is_block_device() {
+        "block device"
+    } else if ft.is_dir() {
+        "directory"
+    } else if ft.is_symlink() {
+        "symlink"
+    } else {
+        "special file"
+    }
+}
+
+/// Reads `path` (found in `dir`) after every safety check, as text.
+pub fn read_checked(dir: &Path, path: &Path, policy: &LoadPolicy) -> Result<String, RuleError> {
+    let whole = |kind| RuleError::whole(path, kind);
+    let io = |e: std::io::Error| RuleError::whole(path, RuleErrorKind::Io(e.to_string()));
+    let lmd = std::fs::symlink_metadata(path).map_err(io)?;
+    let target = if lmd.file_type().is_symlink() {
+        let link = std::fs::read_link(path).map_err(io)?;
+        let resolved = match std::fs::canonicalize(path) {
+            Ok(r) => r,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(whole(RuleErrorKind::DanglingSymlink {
+                    target: link.display().to_string(),
+                }))
+            }
+            Err(e) => return Err(io(e)),
+        };
+        let cdir = std::fs::canonicalize(dir).map_err(io)?;
+        if !resolved.starts_with(&cdir) {
+            return Err(whole(RuleErrorKind::SymlinkOutside {
+                dir: cdir.display().to_string(),
+                target: resolved.display().to_string(),
+            }));
+        }
+        resolved
+    } else {
+        path.to_path_buf()
+    };
+    // Type check before opening: opening a FIFO for reading would block.
+    let md = std::fs::metadata(&target).map_err(io)?;
+    if !md.file_type().is_file() {
+        return Err(whole(RuleErrorKind::NotRegular(type_name(&md.file_type()))));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(&target)
+        .map_err(io)?;
+    // Re-check on the descriptor: the path may have been swapped since.
+    let md = file.metadata().map_err(io)?;
+    if !md.file_type().is_file() {
+        return Err(whole(RuleErrorKind::NotRegular(type_name(&md.file_type()))));
+    }
+    let mut errors = Vec::new();
+    check_owner(path, &md, "file", policy, &mut errors);
+    if let Some(e) = errors.into_iter().next() {
+        return Err(e);
+    }
+    if md.len() > policy.max_file_size {
+        return Err(whole(RuleErrorKind::TooLarge {
+            size: md.len(),
+            limit: policy.max_file_size,
+        }));
+    }
+    read_limited(file, policy.max_file_size).map_err(|e| match e {
+        ReadError::Io(e) => io(e),
+        ReadError::TooLarge(size) => whole(RuleErrorKind::TooLarge {
+            size,
+            limit: policy.max_file_size,
+        }),
+        ReadError::NotUtf8(offset) => whole(RuleErrorKind::NotUtf8 { offset }),
+    })
+}
+
+enum ReadError {
+    Io(std::io::Error),
+    TooLarge(u64),
+    NotUtf8(usize),
+}
+
+fn read_limited(file: File, limit: u64) -> Result<String, ReadError> {
+    let mut buf = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut buf)
+        .map_err(ReadError::Io)?;
+    if buf.len() as u64 > limit {
+        return Err(ReadError::TooLarge(buf.len() as u64));
+    }
+    String::from_utf8(buf).map_err(|e| ReadError::NotUtf8(e.utf8_error().valid_up_to()))
+}
+
+/// Parses and compiles one file's text.
+pub fn compile_text(
+    path: &Path,
+    text: &str,
+    policy: &LoadPolicy,
+) -> Result<Vec<Rule>, Vec<RuleError>> {
+    let parsed = format::parse(text).map_err(|e| vec![RuleError::from_toml(path, text, &e)])?;
+    compile_file(path, text, &parsed, policy.users)
+}
+
+fn load_files_inner(
+    files: &[(PathBuf, PathBuf)],
+    policy: &LoadPolicy,
+    previous: &LoadReport,
+    mut errors: Vec<RuleError>,
+) -> LoadReport {
+    let mut outcomes: Vec<(PathBuf, FileOutcome)> = Vec::new();
+    let mut good: BTreeMap<PathBuf, Arc<[Arc<Rule>]>> = BTreeMap::new();
+    // Rule name → origin, across every file loaded so far.
+    let mut names: HashMap<String, String> = HashMap::new();
+    let mut rejected: Vec<usize> = Vec::new();
+    for (dir, path) in files {
+        let result = read_checked(dir, path, policy)
+            .map_err(|e| vec![e])
+            .and_then(|text| {
+                let rules = compile_text(path, &text, policy)?;
+                let dups: Vec<RuleError> = rules
+                    .iter()
+                    .filter_map(|r| {
+                        names.get(&r.name).map(|first| RuleError {
+                            path: path.clone(),
+                            at: Some(r.at),
+                            kind: RuleErrorKind::DuplicateName {
+                                name: r.name.clone(),
+                                first: first.clone(),
+                            },
+                        })
+                    })
+                    .collect();
+                if dups.is_empty() {
+                    Ok(rules)
+                } else {
+                    Err(dups)
+                }
+            });
+        match result {
+            Ok(rules) => {
+                for r in &rules {
+                    names.insert(r.name.clone(), r.origin());
+                }
+                outcomes.push((path.clone(), FileOutcome::Loaded(rules.len())));
+                good.insert(path.clone(), rules.into_iter().map(Arc::new).collect());
+            }
+            Err(errs) => {
+                errors.extend(errs);
+                rejected.push(outcomes.len());
+                outcomes.push((path.clone(), FileOutcome::Rejected));
+            }
+        }
+    }
+    // Second pass: keep the last good version of files that went bad.
+    for i in rejected {
+        let path = outcomes[i].0.clone();
+        let Some(old) = previous.good.get(&path) else {
+            continue;
+        };
+        if let Some(clash) = old.iter().find(|r| names.contains_key(&r.name)) {
+            errors.push(RuleError::whole(
+                &path,
+                RuleErrorKind::PreviousDropped(format!(
+                    "rule {:?} is now defined at {}",
+                    clash.name, names[&clash.name]
+                )),
+            ));
+            continue;
+        }
+        for r in old.iter() {
+            names.insert(r.name.clone(), r.origin());
+        }
+        outcomes[i].1 = FileOutcome::KeptPrevious(old.len());
+        good.insert(path, Arc::clone(old));
+    }
+    let all: Vec<Arc<Rule>> = good.values().flat_map(|rs| rs.iter().cloned()).collect();
+    LoadReport {
+        rules: RuleSet::from_arcs(all),
+        errors,
+        files: outcomes,
+        good,
+    }
+}

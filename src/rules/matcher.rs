@@ -1,0 +1,426 @@
+//! The matcher: a process snapshot and the compiled rules in, the winning rule and
+//! each thread's placement out — plus, for `Explain`, why every rule did or did not
+//! match. Pure: no I/O, no clocks.
+//!
+//! Precedence is total and independent of files: higher `priority` first, then the
+//! rule name in byte order. A first pass on `comm` (one combined [`GlobSet`] over every
+//! rule's `comm` globs) narrows 1,000 rules to the few that can match, so a storm of
+//! new processes costs a hash lookup or two each.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use globset::{Glob, GlobSet, GlobSetBuilder};
+
+use super::compile::{GlobList, PlacementRequest, Rule};
+
+/// What the matcher needs to know about a process, as read from /proc by the watcher.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    /// `/proc/PID/comm`, without the trailing newline.
+    pub comm: String,
+    /// `/proc/PID/exe`; `None` when it could not be read (no CAP_SYS_PTRACE, kernel thread).
+    pub exe: Option<PathBuf>,
+    /// `/proc/PID/cmdline`, split at NULs.
+    pub cmdline: Vec<String>,
+    /// Real uid.
+    pub uid: u32,
+    /// The cgroup path, e.g. `/system.slice/md-feed.service` (the v2 `0::` entry, or
+    /// the v1 hierarchy the watcher chose); `None` when unknown.
+    pub cgroup: Option<String>,
+    pub threads: Vec<ThreadInfo>,
+}
+
+/// One thread of a process.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThreadInfo {
+    pub tid: u32,
+    /// `/proc/PID/task/TID/comm`.
+    pub comm: String,
+}
+
+/// Where one thread of a matched process goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ThreadPlacement {
+    /// The rule's `[rule.place]`.
+    Process,
+    /// `[[rule.threads]]` entry number `n` (0-based, in file order).
+    Thread(usize),
+}
+
+/// A thread and where it goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadAssignment {
+    pub tid: u32,
+    pub placement: ThreadPlacement,
+}
+
+/// The rule that won for a process, and what it does with each thread. Threads that
+/// neither a `[[rule.threads]]` entry nor `[rule.place]` covers are left out.
+#[derive(Debug, Clone)]
+pub struct Match {
+    pub rule: Arc<Rule>,
+    pub threads: Vec<ThreadAssignment>,
+}
+
+impl Match {
+    /// The placement request behind a thread assignment.
+    pub fn request(&self, placement: ThreadPlacement) -> Option<&PlacementRequest> {
+        self.rule.request(placement)
+    }
+}
+
+impl Rule {
+    /// Where a thread named `comm` goes under this rule: the first `[[rule.threads]]`
+    /// entry whose glob matches, else `[rule.place]`, else nowhere. Used for threads
+    /// that appear or rename themselves after the process was matched.
+    pub fn thread_placement(&self, comm: &str) -> Option<ThreadPlacement> {
+        self.threads
+            .iter()
+            .position(|t| t.comm.is_match(comm))
+            .map(ThreadPlacement::Thread)
+            .or(self.place.as_ref().map(|_| ThreadPlacement::Process))
+    }
+
+    /// The placement request behind a [`ThreadPlacement`].
+    pub fn request(&self, placement: ThreadPlacement) -> Option<&PlacementRequest> {
+        match placement {
+            ThreadPlacement::Process => self.place.as_ref(),
+            ThreadPlacement::Thread(i) => self.threads.get(i).map(|t| &t.request),
+        }
+    }
+
+    /// `Ok(())` when every key of `[rule.match]` matches `p`, else the first key that
+    /// does not, and why.
+    pub fn check(&self, p: &ProcessInfo) -> Result<(), String> {
+        let m = &self.matcher;
+        if let Some(g) = &m.comm {
+            if !g.is_match(&p.comm) {
+                return Err(format!("comm {:?} {}", p.comm, not_any(g)));
+            }
+        }
+        if let Some(g) = &m.exe {
+            match &p.exe {
+                None => return Err("exe is unknown (not readable)".into()),
+                Some(exe) => {
+                    let s = exe.to_string_lossy();
+                    if !g.is_match(&s) {
+                        return Err(format!("exe {s:?} {}", not_any(g)));
+                    }
+                }
+            }
+        }
+        if let Some(u) = &m.users {
+            if u.binary_search(&p.uid).is_err() {
+                return Err(format!("uid {} is not {}", p.uid, list(u)));
+            }
+        }
+        if let Some(g) = &m.cgroup {
+            match &p.cgroup {
+                None => return Err("cgroup is unknown".into()),
+                Some(cg) if !g.is_match(cg) => {
+                    return Err(format!("cgroup {cg:?} {}", not_any(g)));
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some(g) = &m.unit {
+            let cg = p.cgroup.as_deref().unwrap_or("");
+            let unit = unit_of_cgroup(cg);
+            let hit =
+                unit.is_some_and(|u| g.is_match(u)) || slices_of_cgroup(cg).any(|s| g.is_match(s));
+            if !hit {
+                return Err(match unit {
+                    None if p.cgroup.is_none() => "unit is unknown (cgroup unknown)".into(),
+                    None => format!("cgroup {cg:?} is in no unit, {}", not_any(g)),
+                    Some(u) => format!("unit {u:?} {}", not_any(g)),
+                });
+            }
+        }
+        if let Some(re) = &m.cmdline {
+            let line = p.cmdline.join(" ");
+            if !re.is_match(&line) {
+                return Err(format!("cmdline {line:?} does not match /{}/", re.as_str()));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn not_any(g: &GlobList) -> String {
+    if g.patterns.len() == 1 {
+        format!("does not match {:?}", g.patterns[0])
+    } else {
+        format!("matches none of {:?}", g.patterns)
+    }
+}
+
+fn list(u: &[u32]) -> String {
+    u.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(" or ")
+}
+
+/// The systemd unit a cgroup path belongs to, as systemd derives it: the first path
+/// component that is a unit name and not a slice. `/system.slice/md.service/x` →
+/// `md.service`; `/user.slice/user-1000.slice/user@1000.service/app.slice/a.scope` →
+/// `user@1000.service`.
+pub fn unit_of_cgroup(cgroup: &str) -> Option<&str> {
+    cgroup
+        .split('/')
+        .filter(|c| !c.is_empty())
+        .find(|c| is_unit_name(c) && !c.ends_with(".slice"))
+}
+
+/// The slices a cgroup path passes through, outermost first, so `unit = "batch.slice"`
+/// matches every process below that slice.
+pub fn slices_of_cgroup(cgroup: &str) -> impl Iterator<Item = &str> {
+    cgroup
+        .split('/')
+        .filter(|c| c.ends_with(".slice") && is_unit_name(c))
+}
+
+fn is_unit_name(c: &str) -> bool {
+    const SUFFIXES: [&str; 11] = [
+        ".service",
+        ".scope",
+        ".slice",
+        ".socket",
+        ".mount",
+        ".swap",
+        ".target",
+        ".timer",
+        ".path",
+        ".device",
+        ".automount",
+    ];
+    SUFFIXES.iter().any(|s| c.len() > s.len() && c.ends_with(s))
+}
+
+/// The compiled rules of every loaded file, in precedence order, with the `comm` index.
+#[derive(Debug, Clone)]
+pub struct RuleSet {
+    /// Sorted: priority descending, then name ascending.
+    rules: Vec<Arc<Rule>>,
+    /// Every `comm` glob of every rule.
+    comm_index: GlobSet,
+    /// Glob number in `comm_index` → rule index.
+    comm_owner: Vec<u32>,
+    /// Rules with no `comm` key: candidates for every process. Ascending.
+    always: Vec<u32>,
+}
+
+impl Default for RuleSet {
+    fn default() -> Self {
+        RuleSet::new(Vec::new())
+    }
+}
+
+impl RuleSet {
+    /// Builds the set; the order of `rules` does not matter.
+    pub fn new(rules: Vec<Rule>) -> RuleSet {
+        RuleSet::from_arcs(rules.into_iter().map(Arc::new).collect())
+    }
+
+    /// Builds the set from shared rules; the order does not matter.
+    pub fn from_arcs(mut rules: Vec<Arc<Rule>>) -> RuleSet {
+        rules.sort_by(|a, b| {
+            b.priority
+                .cmp(&a.priority)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        let mut builder = GlobSetBuilder::new();
+        let mut comm_owner = Vec::new();
+        let mut always = Vec::new();
+        for (i, r) in rules.iter().enumerate() {
+            match &r.matcher.comm {
+                None => always.push(i as u32),
+                Some(g) => {
+                    for p in &g.patterns {
+                        // Each pattern already compiled alone when the rule was built.
+                        if let Ok(glob) = Glob::new(p) {
+                            builder.add(glob);
+                            comm_owner.push(i as u32);
+                        }
+                    }
+                }
+            }
+        }
+        let comm_index = builder.build().unwrap_or_else(|_| GlobSet::empty());
+        RuleSet {
+            rules,
+            comm_index,
+            comm_owner,
+            always,
+        }
+    }
+
+    /// Rules in precedence order.
+    pub fn rules(&self) -> &[Arc<Rule>] {
+        &self.rules
+    }
+
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Rule>> {
+        self.rules.iter().find(|r| r.name == name)
+    }
+
+    /// Rules that can match a process named `comm`, in precedence order.
+    fn candidates(&self, comm: &str) -> Vec<u32> {
+        let mut hits = self.comm_index.matches(comm);
+        for h in &mut hits {
+            *h = self.comm_owner[*h] as usize;
+        }
+        let mut out: Vec<u32> = hits.into_iter().map(|h| h as u32).collect();
+        out.extend_from_slice(&self.always);
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The winning rule for `p`, if any, with each thread's placement.
+    pub fn match_process(&self, p: &ProcessInfo) -> Option<Match> {
+        let rule = self
+            .candidates(&p.comm)
+            .into_iter()
+            .map(|i| &self.rules[i as usize])
+            .find(|r| r.check(p).is_ok())?;
+        Some(Match {
+            rule: Arc::clone(rule),
+            threads: assign_threads(rule, p),
+        })
+    }
+
+    /// Why each rule did or did not match `p`, in precedence order.
+    pub fn explain(&self, p: &ProcessInfo) -> Explanation {
+        let mut winner: Option<&Arc<Rule>> = None;
+        let verdicts = self
+            .rules
+            .iter()
+            .map(|r| {
+                let outcome = match (r.check(p), winner) {
+                    (Err(why), _) => Outcome::NoMatch(why),
+                    (Ok(()), None) => {
+                        winner = Some(r);
+                        Outcome::Won
+                    }
+                    (Ok(()), Some(w)) => Outcome::Lost {
+                        to: w.name.clone(),
+                        why: if w.priority > r.priority {
+                            format!("priority {} < {}", r.priority, w.priority)
+                        } else {
+                            format!(
+                                "same priority {}, and {:?} sorts first by name",
+                                r.priority, w.name
+                            )
+                        },
+                    },
+                };
+                Verdict {
+                    rule: r.name.clone(),
+                    origin: r.origin(),
+                    priority: r.priority,
+                    outcome,
+                }
+            })
+            .collect();
+        Explanation {
+            pid: p.pid,
+            comm: p.comm.clone(),
+            winner: winner.map(|w| Match {
+                rule: Arc::clone(w),
+                threads: assign_threads(w, p),
+            }),
+            verdicts,
+        }
+    }
+}
+
+fn assign_threads(rule: &Rule, p: &ProcessInfo) -> Vec<ThreadAssignment> {
+    p.threads
+        .iter()
+        .filter_map(|t| {
+            rule.thread_placement(&t.comm)
+                .map(|placement| ThreadAssignment {
+                    tid: t.tid,
+                    placement,
+                })
+        })
+        .collect()
+}
+
+/// The answer to "why did this process get (or not get) this rule?".
+#[derive(Debug, Clone)]
+pub struct Explanation {
+    pub pid: u32,
+    pub comm: String,
+    pub winner: Option<Match>,
+    /// One per rule, in precedence order.
+    pub verdicts: Vec<Verdict>,
+}
+
+/// What one rule made of the process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub rule: String,
+    /// `FILE:LINE:COL` of the rule.
+    pub origin: String,
+    pub priority: i32,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Matched and has the highest precedence among the rules that matched.
+    Won,
+    /// Matched, but another rule comes first.
+    Lost { to: String, why: String },
+    /// A key did not match.
+    NoMatch(String),
+}
+
+impl fmt::Display for Explanation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.winner {
+            None => writeln!(f, "pid {} ({}): no rule matches", self.pid, self.comm)?,
+            Some(m) => {
+                writeln!(
+                    f,
+                    "pid {} ({}): rule {:?} ({}, priority {})",
+                    self.pid,
+                    self.comm,
+                    m.rule.name,
+                    m.rule.origin(),
+                    m.rule.priority
+                )?;
+                for t in &m.threads {
+                    let what = match t.placement {
+                        ThreadPlacement::Process => "[rule.place]".to_string(),
+                        ThreadPlacement::Thread(i) => format!("[[rule.threads]] #{}", i + 1),
+                    };
+                    writeln!(f, "  thread {} -> {what}", t.tid)?;
+                }
+            }
+        }
+        for v in &self.verdicts {
+            match &v.outcome {
+                Outcome::Won => writeln!(f, "  {}: matched, wins", v.rule)?,
+                Outcome::Lost { to, why } => {
+                    writeln!(f, "  {}: matched, loses to {to:?} ({why})", v.rule)?
+                }
+                Outcome::NoMatch(why) => writeln!(f, "  {}: no match: {why}", v.rule)?,
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,37 @@
+//! Rule files: strict TOML in `/etc/pinnerd.d`, validated and compiled into a matcher.
+//!
+//! ```text
+//! *.toml ──load (safety checks)──► format (serde, spans) ──compile──► Rule ──► RuleSet
+//!                                                                     ProcessInfo ──┘──► Match / Explanation
+//! ```
+//!
+//! Owns: the rule format, file loading and its safety checks, validation, the matcher.
+//! Must not touch: /proc (the watcher builds [`ProcessInfo`]), affinity, placement
+//! decisions (a rule only carries a [`PlacementRequest`]).
+//!
+//! Reload: keep the [`LoadReport`] of the last load and pass it to [`reload`]; files
+//! that are still present but now rejected keep their last good rules, and the new
+//! report's `errors` say why. `errors` display as `FILE:LINE:COL: message`.
+
+mod compile;
+mod error;
+pub mod format;
+mod load;
+mod matcher;
+
+pub use compile::{
+    system_user_lookup, CpuTarget, GlobList, PlacementRequest, ProcessMatcher, Rule, ThreadRule,
+    UserLookup, COMM_MAX, NAME_MAX,
+};
+pub use error::{Location, RuleError, RuleErrorKind};
+pub use load::{
+    collect_paths, compile_text, load_collected, load_dirs, load_paths, read_checked, reload,
+    FileOutcome, LoadPolicy, LoadReport, DEFAULT_RULE_DIR, MAX_FILE_SIZE,
+};
+pub use matcher::{
+    slices_of_cgroup, unit_of_cgroup, Explanation, Match, Outcome, ProcessInfo, RuleSet,
+    ThreadAssignment, ThreadInfo, ThreadPlacement, Verdict,
+};
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,206 @@
+//! Unit tests over text: parse, compile, match.
+
+use std::path::Path;
+
+use super::*;
+use crate::placement::{Policy, SmtPolicy};
+
+fn users(name: &str) -> Option<u32> {
+    match name {
+        "root" => Some(0),
+        "trader" => Some(1001),
+        _ => None,
+    }
+}
+
+fn policy() -> LoadPolicy {
+    LoadPolicy {
+        users,
+        ..LoadPolicy::unchecked()
+    }
+}
+
+fn compile(text: &str) -> Result<Vec<Rule>, Vec<String>> {
+    compile_text(Path::new("t.toml"), text, &policy())
+        .map_err(|es| es.iter().map(ToString::to_string).collect())
+}
+
+fn err(text: &str) -> String {
+    compile(text).unwrap_err().join("\n")
+}
+
+const FEED: &str = r#"
+[[rule]]
+name = "md-feed"
+priority = 50
+[rule.match]
+comm = "md-feed*"
+exe = "/opt/md/bin/*"
+cmdline = "--venue=X"
+user = "trader"
+cgroup = "/system.slice/md-feed.service"
+unit = "md-feed.service"
+[rule.place]
+count = 4
+policy = "compact"
+smt = "avoid"
+exclusive = true
+[[rule.threads]]
+comm = "rx-*"
+count = 1
+"#;
+
+fn feed_process() -> ProcessInfo {
+    ProcessInfo {
+        pid: 42,
+        comm: "md-feed".into(),
+        exe: Some("/opt/md/bin/md-feed".into()),
+        cmdline: vec!["/opt/md/bin/md-feed".into(), "--venue=X".into()],
+        uid: 1001,
+        cgroup: Some("/system.slice/md-feed.service".into()),
+        threads: vec![
+            ThreadInfo {
+                tid: 42,
+                comm: "md-feed".into(),
+            },
+            ThreadInfo {
+                tid: 43,
+                comm: "rx-0".into(),
+            },
+        ],
+    }
+}
+
+#[test]
+fn the_documented_example_compiles_and_matches() {
+    let rules = compile(FEED).unwrap();
+    assert_eq!(rules.len(), 1);
+    let r = &rules[0];
+    assert_eq!(r.name, "md-feed");
+    assert_eq!(r.priority, 50);
+    assert_eq!(r.at, Location { line: 3, col: 8 });
+    assert_eq!(r.matcher.users, Some(vec![1001]));
+    assert_eq!(
+        r.place,
+        Some(PlacementRequest {
+            target: CpuTarget::Count(4),
+            within: None,
+            policy: Policy::Compact,
+            smt: SmtPolicy::Avoid,
+            exclusive: true
+        })
+    );
+    let set = RuleSet::new(rules);
+    let m = set.match_process(&feed_process()).unwrap();
+    assert_eq!(m.rule.name, "md-feed");
+    assert_eq!(
+        m.threads,
+        vec![
+            ThreadAssignment {
+                tid: 42,
+                placement: ThreadPlacement::Process
+            },
+            ThreadAssignment {
+                tid: 43,
+                placement: ThreadPlacement::Thread(0)
+            },
+        ]
+    );
+    let mut other = feed_process();
+    other.uid = 0;
+    assert!(set.match_process(&other).is_none());
+    let why = set.explain(&other).to_string();
+    assert!(
+        why.contains("md-feed: no match: uid 0 is not 1001"),
+        "{why}"
+    );
+}
+
+#[test]
+fn errors_point_at_the_value() {
+    assert_eq!(
+        err("[[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"x[\"\n[rule.place]\ncpus = \"1\"\n"),
+        "t.toml:4:8: comm: bad glob \"x[\": unclosed character class; missing ']'"
+    );
+    assert_eq!(
+        err("[[rule]]\nname = \"a\"\nfoo = 1\n"),
+        "t.toml:3:1: unknown field `foo`, expected one of `name`, `priority`, `match`, `place`, `threads`"
+    );
+    assert_eq!(
+        err("[[rule]]\nname = \"a\"\n[rule.place]\ncpus = \"1\"\n"),
+        "t.toml:1:1: rule \"a\" has no [rule.match] section: a rule must say which processes it applies to"
+    );
+    assert_eq!(
+        err("[[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"a\"\n[rule.place]\ncpus = \"1-3\"\ncount = 2\n"),
+        "t.toml:6:8: [rule.place]: `cpus` and `count` cannot both be given"
+    );
+    assert_eq!(
+        err("[[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"a\"\n[rule.place]\ncpus = \"3-1\"\n"),
+        "t.toml:6:8: invalid CPU list token \"3-1\": range is reversed (start > end)"
+    );
+    assert_eq!(
+        err("[[rule]]\nname = \"a\"\n[rule.match]\nuser = \"nobody-here\"\n[rule.place]\ncount = 1\n"),
+        "t.toml:4:8: user: unknown user \"nobody-here\""
+    );
+    assert_eq!(
+        err("[[rule]]\nname = \"a\"\n[rule.match]\ncmdline = \"(\"\n[rule.place]\ncount = 1\n"),
+        "t.toml:4:11: cmdline: bad regex \"(\": unclosed group"
+    );
+}
+
+#[test]
+fn duplicate_names_in_one_file() {
+    let text = "[[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"a\"\n[rule.place]\ncount = 1\n\
+                [[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"b\"\n[rule.place]\ncount = 1\n";
+    assert_eq!(
+        err(text),
+        "t.toml:8:8: duplicate rule name \"a\" (first defined at t.toml:2:8)"
+    );
+}
+
+#[test]
+fn units_come_from_cgroup_paths() {
+    assert_eq!(
+        unit_of_cgroup("/system.slice/md.service"),
+        Some("md.service")
+    );
+    assert_eq!(
+        unit_of_cgroup("/system.slice/docker.service/sub"),
+        Some("docker.service")
+    );
+    assert_eq!(
+        unit_of_cgroup("/user.slice/user-1000.slice/user@1000.service/app.slice/a.scope"),
+        Some("user@1000.service")
+    );
+    assert_eq!(unit_of_cgroup("/"), None);
+    assert_eq!(unit_of_cgroup("/batch.slice"), None);
+    assert_eq!(
+        slices_of_cgroup("/batch.slice/job-1.scope").collect::<Vec<_>>(),
+        vec!["batch.slice"]
+    );
+}
+
+#[test]
+fn precedence_is_priority_then_name() {
+    let text = |name: &str, prio: i32| {
+        format!("[[rule]]\nname = \"{name}\"\npriority = {prio}\n[rule.match]\ncomm = \"w*\"\n[rule.place]\ncount = 1\n")
+    };
+    let mut rules = compile(&text("b", 5)).unwrap();
+    rules.extend(compile(&text("a", 5)).unwrap());
+    rules.extend(compile(&text("c", 1)).unwrap());
+    let set = RuleSet::new(rules);
+    let p = ProcessInfo {
+        comm: "worker".into(),
+        ..ProcessInfo::default()
+    };
+    assert_eq!(set.match_process(&p).unwrap().rule.name, "a");
+    let why = set.explain(&p).to_string();
+    assert!(
+        why.contains("b: matched, loses to \"a\" (same priority 5, and \"a\" sorts first by name)"),
+        "{why}"
+    );
+    assert!(
+        why.contains("c: matched, loses to \"a\" (priority 1 < 5)"),
+        "{why}"
+    );
+}

@@ -1,0 +1,870 @@
+//! The daemon on a private, system-like `dbus-daemon` (deny by default, plus the
+//! project's policy file), driven with real `busctl`, as a user would.
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixDatagram;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const NAME: &str = "org.pinnerd.Pinnerd1";
+const PATH: &str = "/org/pinnerd/Pinnerd1";
+const IFACE: &str = "org.pinnerd.Pinnerd1";
+
+/// The same rules as Debian's system bus: anyone connects, nothing may be owned or
+/// called unless a policy file punches a hole.
+const SYSTEM_POLICY: &str = r#"
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Introspectable"/>
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/>
+  </policy>
+  <policy user="root">
+    <allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Monitoring"/>
+  </policy>
+"#;
+
+/// Lets anyone own anything and call anything: only the daemon's own check is left.
+const ALLOW_ALL: &str = r#"
+  <policy context="default">
+    <allow user="*"/>
+    <allow own="*"/>
+    <allow send_type="method_call"/>
+    <allow send_type="signal"/>
+    <allow send_requested_reply="true" send_type="method_return"/>
+    <allow send_requested_reply="true" send_type="error"/>
+    <allow receive_type="method_call"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+    <allow receive_type="signal"/>
+  </policy>
+"#;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// System-like deny-by-default plus `systemd/org.pinnerd.Pinnerd1.conf`.
+    Project,
+    AllowAll,
+}
+
+/// A private dbus-daemon, killed on drop.
+pub struct Bus {
+    _dir: tempfile::TempDir,
+    pub address: String,
+    pid: i32,
+}
+
+impl Bus {
+    pub fn start(policy: Policy) -> Bus {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // The unprivileged caller must reach the socket.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let sock = dir.path().join("bus");
+        let project_policy =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/org.pinnerd.Pinnerd1.conf");
+        let policies = match policy {
+            Policy::Project => format!(
+                "{SYSTEM_POLICY}\n  <include>{}</include>",
+                project_policy.display()
+            ),
+            Policy::AllowAll => ALLOW_ALL.to_string(),
+        };
+        let config = format!(
+            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={}</listen>
+  <auth>EXTERNAL</auth>
+{policies}
+</busconfig>
+"#,
+            sock.display()
+        );
+        let conf = dir.path().join("bus.conf");
+        std::fs::write(&conf, config).unwrap();
+        let out = Command::new("dbus-daemon")
+            .arg(format!("--config-file={}", conf.display()))
+            .args(["--print-address=1", "--print-pid=1", "--fork"])
+            .stdin(Stdio::null())
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run dbus-daemon");
+        assert!(out.status.success(), "dbus-daemon failed: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut lines = text.lines();
+        let address = lines.next().expect("address line").trim().to_string();
+        let pid: i32 = lines.next().expect("pid line").trim().parse().unwrap();
+        Bus {
+            _dir: dir,
+            address,
+            pid,
+        }
+    }
+
+    fn busctl_cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("busctl");
+        c.arg(format!("--address={}", self.address));
+        c.args(args);
+        c
+    }
+
+    /// `busctl --address=… ARGS` as root.
+    pub fn busctl(&self, args: &[&str]) -> Output {
+        self.busctl_cmd(args).output().expect("run busctl")
+    }
+
+    /// The same, as uid/gid 65534 (nobody) with no groups.
+    pub fn busctl_as_nobody(&self, args: &[&str]) -> Output {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "busctl"]);
+        c.arg(format!("--address={}", self.address));
+        c.args(args);
+        c.output().expect("run setpriv busctl")
+    }
+
+    /// `busctl call` on the daemon's object; panics with the output on failure.
+    pub fn call(&self, method: &str, sig_and_args: &[&str]) -> String {
+        let mut args = vec!["call", NAME, PATH, IFACE, method];
+        args.extend_from_slice(sig_and_args);
+        let out = self.busctl(&args);
+        assert!(
+            out.status.success(),
+            "busctl call {method} {sig_and_args:?} failed: {}",
+            text(&out)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// `busctl get-property`, e.g. `s "ready"`.
+    pub fn get(&self, prop: &str) -> String {
+        let out = self.busctl(&["get-property", NAME, PATH, IFACE, prop]);
+        assert!(out.status.success(), "get-property {prop}: {}", text(&out));
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    }
+
+    /// Waits until `f` holds, or panics naming `what`.
+    pub fn wait_for(&self, what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            if f() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("timed out waiting for {what}");
+    }
+}
+
+impl Drop for Bus {
+    fn drop(&mut self) {
+        unsafe {
+            libc::kill(self.pid, libc::SIGTERM);
+        }
+    }
+}
+
+pub fn text(out: &Output) -> String {
+    format!(
+        "status {:?}\nstdout: {}\nstderr: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The directories one daemon instance uses.
+pub struct Dirs {
+    pub root: tempfile::TempDir,
+}
+
+impl Dirs {
+    pub fn new() -> Dirs {
+        let root = tempfile::tempdir().unwrap();
+        for d in ["rules", "state", "runtime"] {
+            std::fs::create_dir(root.path().join(d)).unwrap();
+        }
+        // Rule directories must not be writable by others (and are owned by root here).
+        std::fs::set_permissions(
+            root.path().join("rules"),
+            std::fs::Permissions::from_mode(0o755),
+        )
+        .unwrap();
+        let d = Dirs { root };
+        // Small budgets; measure even on a busy machine; nothing periodic.
+        d.write_settings("");
+        d
+    }
+
+    /// Writes the settings file: the test defaults plus `extra` TOML.
+    pub fn write_settings(&self, extra: &str) {
+        std::fs::write(
+            self.settings(),
+            format!(
+                "[measure]\nbudget = \"1s\"\nidle-threshold = 1.0\ndrift-probe = \"off\"\ninterval = \"off\"\n{extra}"
+            ),
+        )
+        .unwrap();
+    }
+
+    /// Writes a rule file atomically (temp file + rename, as editors do).
+    pub fn write_rule(&self, name: &str, text: &str) {
+        let tmp = self.root.path().join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, text).unwrap();
+        std::fs::rename(&tmp, self.rules().join(name)).unwrap();
+    }
+    pub fn rules(&self) -> PathBuf {
+        self.root.path().join("rules")
+    }
+    pub fn state(&self) -> PathBuf {
+        self.root.path().join("state")
+    }
+    pub fn runtime(&self) -> PathBuf {
+        self.root.path().join("runtime")
+    }
+    pub fn settings(&self) -> PathBuf {
+        self.root.path().join("settings.toml")
+    }
+}
+
+/// A running `pinnerd daemon` on a private bus, with systemd's notify protocol spoken
+/// over a socket of ours. Killed on drop.
+pub struct Daemon {
+    pub child: Child,
+    notify: UnixDatagram,
+    log: PathBuf,
+    pub notes: Vec<String>,
+}
+
+impl Daemon {
+    /// Starts the daemon; returns at once (see [`Daemon::wait_ready`]).
+    pub fn spawn(bus: &Bus, dirs: &Dirs, extra: &[&str]) -> Daemon {
+        let sock = dirs.root.path().join(format!(
+            "notify-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
+        ));
+        let notify = UnixDatagram::bind(&sock).expect("bind notify socket");
+        notify
+            .set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let log = dirs
+            .root
+            .path()
+            .join(format!("daemon-{}.log", std::process::id()));
+        let logf = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinnerd"));
+        cmd.arg("daemon")
+            .arg(format!("--bus={}", bus.address))
+            .arg("--rules")
+            .arg(dirs.rules())
+            .arg("--state-dir")
+            .arg(dirs.state())
+            .arg("--runtime-dir")
+            .arg(dirs.runtime());
+        cmd.arg("--config").arg(dirs.settings());
+        cmd.args(extra)
+            .env("NOTIFY_SOCKET", &sock)
+            .env("RUST_LOG", "pinnerd=debug")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("INVOCATION_ID")
+            .env_remove("WATCHDOG_USEC")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(logf);
+        let child = cmd.spawn().expect("spawn pinnerd daemon");
+        Daemon {
+            child,
+            notify,
+            log,
+            notes: Vec::new(),
+        }
+    }
+
+    /// Starts the daemon and waits for `READY=1`.
+    pub fn start(bus: &Bus, dirs: &Dirs) -> Daemon {
+        let mut d = Daemon::spawn(bus, dirs, &[]);
+        d.wait_note("READY=1", Duration::from_secs(60));
+        d
+    }
+
+    /// Reads notify messages until one line equals `want`; panics with the log if the
+    /// daemon exits or time runs out.
+    pub fn wait_note(&mut self, want: &str, timeout: Duration) {
+        let end = Instant::now() + timeout;
+        let mut buf = [0u8; 4096];
+        loop {
+            if self.notes.iter().any(|n| n == want) {
+                self.notes.retain(|n| n != want);
+                return;
+            }
+            if Instant::now() > end {
+                panic!("no {want} from the daemon; log:\n{}", self.log());
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!("daemon exited ({st}) before {want}; log:\n{}", self.log());
+            }
+            if let Ok(n) = self.notify.recv(&mut buf) {
+                let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+                self.notes.extend(msg.lines().map(str::to_string));
+            }
+        }
+    }
+
+    /// Waits until `MeasuredAt` is set and differs from `not`; returns it. A measurement
+    /// that fails (the CI machine may be too busy for the pins to hold) is asked for
+    /// again a few times; the daemon log is shown if none succeeds.
+    pub fn wait_measured(&self, bus: &Bus, not: &str) -> String {
+        let end = Instant::now() + Duration::from_secs(120);
+        let mut retries = 0;
+        loop {
+            let m = bus.get("MeasuredAt");
+            if m != "t 0" && m != not {
+                return m;
+            }
+            if bus.get("State") == "s \"degraded\"" && retries < 5 {
+                retries += 1;
+                bus.call("Remeasure", &[]);
+            }
+            assert!(Instant::now() < end, "no measurement; log:\n{}", self.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        let r = unsafe { libc::kill(self.child.id() as i32, sig) };
+        assert_eq!(r, 0, "kill {sig}");
+    }
+
+    /// SIGTERM, then wait for a clean exit.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        self.signal(libc::SIGTERM);
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                Instant::now() < end,
+                "daemon did not stop; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn introspection_lists_every_member() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    let out = bus.busctl(&["introspect", NAME, PATH, IFACE]);
+    assert!(out.status.success(), "{}", text(&out));
+    let t = String::from_utf8_lossy(&out.stdout);
+    for (member, sig) in [
+        (".Version", "s"),
+        (".State", "s"),
+        (".MeasuredAt", "t"),
+        (".Fingerprint", "s"),
+        (".CpuCount", "u"),
+        (".RuleCount", "u"),
+        (".ManagedProcesses", "u"),
+        (".ManagedThreads", "u"),
+        (".RuleErrors", "as"),
+        (".Remeasure", "-"),
+        (".Reload", "-"),
+        (".GetMatrix", "-"),
+        (".ListManaged", "-"),
+        (".Explain", "u"),
+        (".Plan", "uss"),
+        (".PinProcess", "uuss"),
+        (".ReleaseProcess", "u"),
+        (".MeasurementFinished", "tbs"),
+        (".RulesReloaded", "uas"),
+    ] {
+        let line = t
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(member))
+            .unwrap_or_else(|| panic!("{member} missing from introspection:\n{t}"));
+        assert_eq!(line.split_whitespace().nth(2), Some(sig), "{line}");
+    }
+    // Properties that change say so.
+    let state = t.lines().find(|l| l.starts_with(".State")).unwrap();
+    assert!(state.contains("emits-change"), "{state}");
+}
+
+#[test]
+fn every_property_reads() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    assert_eq!(
+        bus.get("Version"),
+        format!("s \"{}\"", env!("CARGO_PKG_VERSION"))
+    );
+    let state = bus.get("State");
+    assert!(
+        ["s \"measuring\"", "s \"ready\"", "s \"degraded\""].contains(&state.as_str()),
+        "{state}"
+    );
+    assert!(bus.get("MeasuredAt").starts_with("t "));
+    let fp = bus.get("Fingerprint");
+    assert!(fp.starts_with("s \"") && fp.len() > 4, "fingerprint: {fp}");
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let n = online.trim().parse::<pinnerd::CpuSet>().unwrap().len();
+    assert_eq!(bus.get("CpuCount"), format!("u {n}"));
+    assert_eq!(bus.get("RuleCount"), "u 0");
+    assert_eq!(bus.get("ManagedProcesses"), "u 0");
+    assert_eq!(bus.get("ManagedThreads"), "u 0");
+    assert_eq!(bus.get("RuleErrors"), "as 0");
+    // A non-root user may read them too.
+    let out = bus.busctl_as_nobody(&["get-property", NAME, PATH, IFACE, "State", "CpuCount"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn unprivileged_callers_are_refused_mutations_by_the_policy() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    for (method, args) in [
+        ("Remeasure", vec![]),
+        ("Reload", vec![]),
+        ("PinProcess", vec!["uuss", "1", "1", "compact", "allow"]),
+        ("ReleaseProcess", vec!["u", "1"]),
+    ] {
+        let mut a = vec!["call", NAME, PATH, IFACE, method];
+        a.extend(args.iter().copied());
+        let out = bus.busctl_as_nobody(&a);
+        assert!(!out.status.success(), "{method} allowed for nobody");
+        let err = stderr_of(&out);
+        assert!(
+            err.contains("Access denied")
+                || err.contains("AccessDenied")
+                || err.contains("Rejected send message"),
+            "{method}: {err}"
+        );
+        assert!(
+            !err.contains("requires root"),
+            "{method} reached the daemon: {err}"
+        );
+    }
+    // Read-only methods go through.
+    let out = bus.busctl_as_nobody(&["call", NAME, PATH, IFACE, "ListManaged"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = bus.busctl_as_nobody(&["call", NAME, PATH, IFACE, "GetMatrix"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = bus.busctl_as_nobody(&["introspect", NAME, PATH]);
+    assert!(out.status.success(), "{}", text(&out));
+    // Nobody may own the name.
+    let out = bus.busctl_as_nobody(&[
+        "call",
+        "org.freedesktop.DBus",
+        "/org/freedesktop/DBus",
+        "org.freedesktop.DBus",
+        "RequestName",
+        "su",
+        NAME,
+        "4",
+    ]);
+    assert!(
+        !out.status.success(),
+        "nobody owned the name: {}",
+        text(&out)
+    );
+}
+
+#[test]
+fn with_an_open_bus_the_daemon_still_refuses_unprivileged_mutations() {
+    let bus = Bus::start(Policy::AllowAll);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    for (method, args) in [
+        ("Remeasure", vec![]),
+        ("Reload", vec![]),
+        ("PinProcess", vec!["uuss", "1", "1", "compact", "allow"]),
+        ("ReleaseProcess", vec!["u", "1"]),
+    ] {
+        let mut a = vec!["call", NAME, PATH, IFACE, method];
+        a.extend(args.iter().copied());
+        let out = bus.busctl_as_nobody(&a);
+        assert!(!out.status.success(), "{method} allowed for nobody");
+        let err = stderr_of(&out);
+        assert!(
+            err.contains(&format!("{method} requires root (caller uid 65534)")),
+            "{method}: {err}"
+        );
+    }
+}
+
+#[test]
+fn long_strings_are_refused_before_any_work() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    let long = "x".repeat(65);
+    let out = bus.busctl_as_nobody(&[
+        "call", NAME, PATH, IFACE, "Plan", "uss", "2", &long, "allow",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("policy: longer than 64 bytes"),
+        "{}",
+        text(&out)
+    );
+    let out = bus.busctl(&[
+        "call",
+        NAME,
+        PATH,
+        IFACE,
+        "PinProcess",
+        "uuss",
+        "1",
+        "2",
+        "compact",
+        &long,
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("smt: longer than 64 bytes"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_second_instance_is_refused_because_the_name_is_taken() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _first = Daemon::start(&bus, &dirs);
+    let dirs2 = Dirs::new();
+    let mut second = Daemon::spawn(&bus, &dirs2, &[]);
+    let end = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = second.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < end, "second instance kept running");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(1));
+    let mut log = String::new();
+    std::fs::File::open(&second.log)
+        .unwrap()
+        .read_to_string(&mut log)
+        .unwrap();
+    assert!(log.contains("already taken"), "{log}");
+    assert!(!second.notes.iter().any(|n| n == "READY=1"));
+    // The first still owns it.
+    assert!(bus.get("State").starts_with("s "));
+}
+
+#[test]
+fn sigterm_exits_cleanly() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let d = Daemon::start(&bus, &dirs);
+    let st = d.stop();
+    assert!(st.success(), "{st}");
+    // The name is free again.
+    let out = bus.busctl(&["status", NAME]);
+    assert!(!out.status.success());
+}
+
+#[test]
+fn read_only_methods_answer() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    assert_eq!(bus.call("ListManaged", &[]), "a(ussss) 0");
+    let m = bus.call("GetMatrix", &[]);
+    assert!(m.starts_with("auaad "), "{m}");
+    let out = bus.busctl(&["call", NAME, PATH, IFACE, "Explain", "u", "4194304"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("pid 4194304: no such process"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn remeasure_returns_a_job_at_once() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    let first = bus.call("Remeasure", &[]);
+    assert!(first.starts_with("t "), "{first}");
+    bus.wait_for("the measurement to end", Duration::from_secs(60), || {
+        bus.get("State") != "s \"measuring\""
+    });
+}
+
+#[test]
+fn the_unit_verifies_and_its_exposure_is_at_most_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let unit = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/pinnerd.service"),
+    )
+    .unwrap();
+    // Verify checks that ExecStart exists: point it at the binary under test.
+    let unit = unit.replace("/usr/bin/pinnerd", env!("CARGO_BIN_EXE_pinnerd"));
+    let path = dir.path().join("pinnerd.service");
+    std::fs::write(&path, unit).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze");
+    assert!(out.status.success(), "{}", text(&out));
+    let err = stderr_of(&out);
+    assert!(!err.contains("Unknown"), "{err}");
+    assert!(err.trim().is_empty(), "verify complained: {err}");
+    let out = Command::new("systemd-analyze")
+        .args(["security", "--offline=yes", "--threshold=20"])
+        .arg(&path)
+        .output()
+        .expect("systemd-analyze");
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+#[test]
+fn the_policy_file_is_well_formed_and_denies_by_default() {
+    let policy = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/org.pinnerd.Pinnerd1.conf"),
+    )
+    .unwrap();
+    assert!(policy.contains(r#"<deny send_destination="org.pinnerd.Pinnerd1"/>"#));
+    for m in ["Remeasure", "Reload", "PinProcess", "ReleaseProcess"] {
+        assert!(
+            !policy.contains(&format!(r#"send_member="{m}""#)),
+            "{m} opened to everyone"
+        );
+    }
+}
+
+/// A rule with explicit CPUs that matches nothing running.
+fn rule(name: &str) -> String {
+    format!("[[rule]]\nname = \"{name}\"\n[rule.match]\ncomm = \"no-such-{name}\"\n[rule.place]\ncpus = \"0\"\n")
+}
+
+#[test]
+fn remeasure_wait_reports_the_end_and_measured_at_changes() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let d = Daemon::start(&bus, &dirs);
+    // The first measurement starts at once (nothing stored yet).
+    let before = d.wait_measured(&bus, "");
+    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args([
+            "remeasure",
+            "--wait",
+            "--timeout",
+            "60",
+            "--bus",
+            &bus.address,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}\nlog:\n{}", text(&out), d.log());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("finished:") && said.contains("ns one-way"),
+        "{said}"
+    );
+    assert_ne!(bus.get("MeasuredAt"), before);
+    assert_eq!(bus.get("State"), "s \"ready\"");
+    // The matrix is there, square, over the online CPUs.
+    let m = bus.call("GetMatrix", &[]);
+    let n = bus.get("CpuCount").trim_start_matches("u ").to_string();
+    assert!(m.starts_with(&format!("auaad {n} ")), "{m}");
+}
+
+#[test]
+fn remeasure_calls_in_quick_succession_coalesce() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    let a = bus.call("Remeasure", &[]);
+    let b = bus.call("Remeasure", &[]);
+    let c = bus.call("Remeasure", &[]);
+    assert_eq!(a, b);
+    assert_eq!(b, c);
+}
+
+#[test]
+fn inotify_reloads_and_a_bad_file_keeps_the_previous_rules() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    assert_eq!(bus.get("RuleCount"), "u 0");
+    dirs.write_rule("10-a.toml", &rule("a"));
+    bus.wait_for(
+        "RuleCount 1 after a file appeared",
+        Duration::from_secs(10),
+        || bus.get("RuleCount") == "u 1",
+    );
+    assert_eq!(bus.get("RuleErrors"), "as 0");
+    // The same file, now broken: its rule stays, the error shows.
+    dirs.write_rule("10-a.toml", "[[rule]]\nname = \"a\"\nbogus = true\n");
+    bus.wait_for(
+        "RuleErrors after a bad edit",
+        Duration::from_secs(10),
+        || bus.get("RuleErrors") != "as 0",
+    );
+    assert_eq!(bus.get("RuleCount"), "u 1");
+    let errors = bus.get("RuleErrors");
+    let file = dirs.rules().join("10-a.toml");
+    assert!(
+        errors.contains(&format!("{}:3:1", file.display())),
+        "{errors}"
+    );
+    // Deleting it removes its rule.
+    std::fs::remove_file(&file).unwrap();
+    bus.wait_for("RuleCount 0 after delete", Duration::from_secs(10), || {
+        bus.get("RuleCount") == "u 0"
+    });
+    assert_eq!(bus.get("RuleErrors"), "as 0");
+}
+
+#[test]
+fn sighup_reloads() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    // A second rule directory that does not exist yet cannot be watched: only SIGHUP
+    // sees what appears in it.
+    let late = dirs.root.path().join("late");
+    let mut d = Daemon::spawn(&bus, &dirs, &["--rules", late.to_str().unwrap()]);
+    d.wait_note("READY=1", Duration::from_secs(60));
+    std::fs::create_dir(&late).unwrap();
+    std::fs::write(late.join("b.toml"), rule("b")).unwrap();
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(
+        bus.get("RuleCount"),
+        "u 0",
+        "nothing watched that directory"
+    );
+    d.signal(libc::SIGHUP);
+    d.wait_note("RELOADING=1", Duration::from_secs(10));
+    d.wait_note("READY=1", Duration::from_secs(10));
+    assert_eq!(bus.get("RuleCount"), "u 1");
+}
+
+#[test]
+fn reload_method_returns_the_count_and_the_errors_and_signals() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    let mut monitor = Command::new("busctl")
+        .arg(format!("--address={}", bus.address))
+        .args(["monitor", "--json=short", NAME])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    std::fs::write(dirs.rules().join("20-bad.toml"), "[[rule]]\nname = 1\n").unwrap();
+    std::fs::write(dirs.rules().join("10-good.toml"), rule("good")).unwrap();
+    let out = bus.call("Reload", &[]);
+    assert!(out.starts_with("uas 1 1 \""), "{out}");
+    assert!(out.contains("20-bad.toml:2:"), "{out}");
+    bus.wait_for("RuleCount 1", Duration::from_secs(5), || {
+        bus.get("RuleCount") == "u 1"
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = monitor.kill();
+    let mut seen = String::new();
+    monitor
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut seen)
+        .unwrap();
+    let _ = monitor.wait();
+    assert!(seen.contains("\"member\":\"RulesReloaded\""), "{seen}");
+    assert!(seen.contains("\"member\":\"PropertiesChanged\""), "{seen}");
+    assert!(seen.contains("RuleCount"), "{seen}");
+}
+
+#[test]
+fn a_stored_matrix_is_used_after_restart_and_a_corrupt_one_is_survived() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let d = Daemon::start(&bus, &dirs);
+    let measured = d.wait_measured(&bus, "");
+    assert!(d.stop().success());
+    assert!(dirs.state().join("matrix.json").exists());
+
+    // Restart: the stored matrix is used, nothing is measured.
+    let d = Daemon::start(&bus, &dirs);
+    assert_eq!(bus.get("MeasuredAt"), measured);
+    assert_eq!(bus.get("State"), "s \"ready\"");
+    assert!(d.stop().success());
+
+    // Corrupt it: the daemon starts, sets it aside and measures again.
+    std::fs::write(
+        dirs.state().join("matrix.json"),
+        "{\"cpus\": [0, 1], \"latency_ns\": garbage",
+    )
+    .unwrap();
+    let d = Daemon::start(&bus, &dirs);
+    d.wait_measured(&bus, &measured);
+    let names: Vec<String> = std::fs::read_dir(dirs.state())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    assert!(
+        names.iter().any(|n| n.starts_with("matrix.json.corrupt-")),
+        "{names:?}"
+    );
+}
+
+#[test]
+fn a_bad_settings_file_stops_the_daemon_with_the_config_exit_code() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    dirs.write_settings("[limits]\nno-such-key = 1\n");
+    let mut d = Daemon::spawn(&bus, &dirs, &[]);
+    let st = d.child.wait().unwrap();
+    assert_eq!(st.code(), Some(3), "{}", d.log());
+    let log = d.log();
+    assert!(
+        log.contains(&format!("{}:7:1", dirs.settings().display())),
+        "{log}"
+    );
+    // It never took the name.
+    assert!(!bus.busctl(&["status", NAME]).status.success());
+}
