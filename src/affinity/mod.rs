@@ -261,7 +261,7 @@ impl AffinityOps for SystemOps {
             if rc >= 0 {
                 let used = (rc as usize).div_ceil(std::mem::size_of::<libc::c_ulong>());
                 words.truncate(used.min(words.len()));
-                return Ok(CpuSet::from_words(words.into_iter().map(|w| w as u64).collect()));
+                return Ok(CpuSet::from_words(words.into_iter().map(u64::from).collect()));
             }
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EINVAL) && bits < MAX_MASK_BITS {
