@@ -22,6 +22,7 @@ pub mod replan;
 pub mod shell;
 pub mod sources;
 pub mod state;
+pub mod watchers;
 pub mod worker;
 
 use std::path::PathBuf;
@@ -179,6 +180,12 @@ pub enum Event {
     Tick(std::time::Instant),
     /// A measurement job ended.
     Measured(worker::Outcome),
+    /// Messages from the proc connector, in order.
+    Proc(Vec<crate::watch::ProcMsg>),
+    /// A CPU went online or offline (the online set is re-read from sysfs).
+    Hotplug,
+    /// The proc connector is subscribed (`Ok`), or cannot be (`Err`: rescans only).
+    Watch(Result<(), String>),
 }
 
 /// Errors that stop the daemon.

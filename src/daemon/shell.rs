@@ -99,6 +99,12 @@ async fn run_async(opts: Options) -> Result<(), DaemonError> {
         Err(e) => tracing::warn!(error = %e, "cannot watch rule directories; SIGHUP still reloads"),
     }
     tokio::spawn(super::sources::ticker(tx.clone(), Duration::from_secs(1)));
+    if let Err(e) = super::watchers::spawn_proc_watcher(tx.clone()) {
+        tracing::warn!(error = %e, "cannot start the proc connector thread");
+    }
+    if let Err(e) = super::watchers::spawn_hotplug_watcher(tx.clone()) {
+        tracing::warn!(error = %e, "cannot start the hotplug thread");
+    }
 
     let (emit_tx, mut emit_rx) = mpsc::unbounded_channel::<Signal>();
     let emit_conn = conn.clone();

@@ -14,21 +14,27 @@
 //! - until a matrix exists, placement uses the sysfs topology alone.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::affinity::restore::Journal;
+use crate::affinity::SystemOps;
 use crate::cpuset::CpuSet;
 use crate::dbus::Signal;
 use crate::domains::Domains;
 use crate::fingerprint::Fingerprint;
+use crate::manager::{self, Change, ForeignChange, Manager, ManagerConfig, ManagerError};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::measure::{self, LoadGuard, MeasureConfig};
 use crate::placement::{self, Placement, Policy, Request, SmtPolicy};
-use crate::rules::{self, LoadPolicy, LoadReport};
+use crate::rules::{self, CpuTarget, LoadPolicy, LoadReport, PlacementRequest};
 use crate::settings::Settings;
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
+use crate::watch::ProcFs;
 
+use super::replan;
 use super::worker::{self, Job, JobKind, Outcome};
 use super::{Command, CommandError, DaemonError, Event, Phase, ReloadCause, Reply, Snapshot};
 
@@ -147,6 +153,13 @@ pub struct State {
     current: Option<LatencyMatrix>,
     /// Latency domains of the current matrix and topology; `None` = to be computed.
     domains: Option<Domains>,
+    /// The domains the manager's placer uses. Updated with `domains`, except that a
+    /// new matrix reaches running processes only when it improves them materially.
+    placer_domains: Arc<Mutex<Option<Domains>>>,
+    manager: Option<Manager>,
+    /// Why the proc connector is not available (rescans only), if it is not.
+    watch_down: Option<String>,
+    next_rescan: Option<Instant>,
     running: Option<Running>,
     /// A full measurement promised (id given out) while a drift probe runs.
     queued_full: Option<u64>,
@@ -183,6 +196,10 @@ impl State {
             topology: None,
             current: None,
             domains: None,
+            placer_domains: Arc::new(Mutex::new(None)),
+            manager: None,
+            watch_down: None,
+            next_rescan: None,
             running: None,
             queued_full: None,
             last_failure: None,
@@ -206,12 +223,85 @@ impl State {
         self.read_machine();
         self.load_stored_matrix();
         self.load_rules();
+        self.refresh_domains();
+        self.start_manager();
         if self.current.is_none() {
             self.start_full();
         }
+        self.next_rescan = self
+            .settings
+            .watch
+            .rescan_interval
+            .period()
+            .map(|d| Instant::now() + d);
         self.started = true;
         self.status();
         Ok(())
+    }
+
+    /// Creates the manager, restores what a crashed predecessor left (from the journal
+    /// in the runtime directory), then applies the rules to every running process.
+    fn start_manager(&mut self) {
+        let root = self.cfg.sysroot.clone();
+        let cell = self.placer_domains.clone();
+        let placer: manager::Placer =
+            Box::new(move |req: &PlacementRequest, available: &CpuSet| {
+                let d = cell
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone()
+                    .ok_or_else(|| "no latency domains yet".to_string())?;
+                manager::domains_placer(d)(req, available)
+            });
+        let config = ManagerConfig {
+            on_foreign_change: if self.settings.watch.release_on_foreign_change {
+                ForeignChange::Release
+            } else {
+                ForeignChange::Reassert
+            },
+            reserved: self.settings.placement.housekeeping_cpus.clone(),
+        };
+        let mut m = Manager::new(
+            Arc::new(SystemOps::new(root.clone())),
+            Arc::new(ProcFs::new(root.clone())),
+            Some(placer),
+            self.online(),
+            config,
+        )
+        .with_journal(Journal::new(&self.cfg.runtime_dir));
+        match m.recover(&root) {
+            Ok(r) if r.restored + r.left_alone + r.gone + r.failed.len() > 0 => tracing::info!(
+                restored = r.restored,
+                left_alone = r.left_alone,
+                gone = r.gone,
+                failed = r.failed.len(),
+                "masks left by a previous run"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot read the restore journal"),
+        }
+        let mut changes = m.handle(manager::Event::RulesChanged(self.rules.rules.clone()));
+        changes.extend(m.handle(manager::Event::Rescan));
+        self.manager = Some(m);
+        self.after_manager(changes);
+    }
+
+    /// Logs what the manager did and writes its journal when it changed.
+    fn after_manager(&mut self, changes: Vec<Change>) {
+        for c in &changes {
+            log_change(c);
+        }
+        if let Some(m) = &mut self.manager {
+            if let Err(e) = m.flush() {
+                tracing::warn!(error = %e, "cannot write the restore journal");
+            }
+        }
+    }
+
+    fn manager_event(&mut self, ev: manager::Event) {
+        let Some(m) = &mut self.manager else { return };
+        let changes = m.handle(ev);
+        self.after_manager(changes);
     }
 
     /// The actions left for the shell, oldest first.
@@ -236,8 +326,14 @@ impl State {
                 .unwrap_or_default(),
             cpu_count: self.online().len() as u32,
             rule_count: self.rules.rules.len() as u32,
-            managed_processes: 0,
-            managed_threads: 0,
+            managed_processes: self
+                .manager
+                .as_ref()
+                .map_or(0, |m| m.managed_processes() as u32),
+            managed_threads: self
+                .manager
+                .as_ref()
+                .map_or(0, |m| m.managed_threads() as u32),
             rule_errors: self.rule_errors(),
         }
     }
@@ -255,7 +351,9 @@ impl State {
             Phase::Starting
         } else if self.running.is_some_and(|r| r.full) {
             Phase::Measuring
-        } else if self.current.is_none() && self.last_failure.is_some() {
+        } else if (self.current.is_none() && self.last_failure.is_some())
+            || self.watch_down.is_some()
+        {
             Phase::Degraded
         } else {
             Phase::Ready
@@ -289,10 +387,46 @@ impl State {
                 tracing::info!("terminating: restoring masks");
                 self.actions
                     .push(Action::Status("stopping: restoring masks".into()));
+                if let Some(m) = &mut self.manager {
+                    match m.shutdown() {
+                        Ok(changes) => {
+                            for c in &changes {
+                                log_change(c);
+                            }
+                            tracing::info!(processes = changes.len(), "masks restored");
+                        }
+                        Err(e) => tracing::warn!(error = %e, "restoring masks"),
+                    }
+                }
                 self.actions.push(Action::Exit);
             }
             Event::Tick(now) => self.tick(now),
             Event::Measured(outcome) => self.measured(outcome),
+            Event::Proc(msgs) => {
+                let Some(m) = &mut self.manager else { return };
+                let mut changes = Vec::new();
+                for msg in msgs {
+                    changes.extend(m.handle(manager::Event::Proc(msg)));
+                }
+                self.after_manager(changes);
+            }
+            Event::Hotplug => self.hotplug(Instant::now()),
+            Event::Watch(Ok(())) => {
+                tracing::info!("proc connector subscribed");
+                self.watch_down = None;
+                // Events between the first rescan and the subscription are lost: look again.
+                self.manager_event(manager::Event::Rescan);
+                self.status();
+            }
+            Event::Watch(Err(why)) => {
+                tracing::warn!(error = %why, "no proc events: new processes are found by rescans only");
+                self.watch_down = Some(why);
+                if self.next_rescan.is_none() {
+                    // Without events, rescans are the only way; never let them be off.
+                    self.next_rescan = Some(Instant::now() + Duration::from_secs(60));
+                }
+                self.status();
+            }
         }
     }
 
@@ -308,16 +442,81 @@ impl State {
                 })
             }
             Command::GetMatrix => Ok(self.matrix_reply()),
-            Command::ListManaged => Ok(Reply::Managed(Vec::new())),
-            Command::Explain { pid } => Err(CommandError::NoSuchProcess(pid)),
+            Command::ListManaged => Ok(Reply::Managed(
+                self.manager
+                    .as_ref()
+                    .map(|m| {
+                        m.list_managed()
+                            .into_iter()
+                            .map(|r| super::ManagedEntry {
+                                pid: r.pid,
+                                comm: r.comm,
+                                rule: r.rule,
+                                cpus: r.cpus,
+                                state: r.state,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            )),
+            Command::Explain { pid } => {
+                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
+                    return Err(CommandError::NoSuchProcess(pid));
+                }
+                match &self.manager {
+                    Some(m) => Ok(Reply::Text(m.explain(pid as i32))),
+                    None => Err(CommandError::Failed("the daemon is starting".into())),
+                }
+            }
             Command::Plan { count, policy, smt } => {
                 let req = self.request(count, &policy, &smt)?;
                 Ok(Reply::Cpus(self.place(&req)?.cpus))
             }
-            Command::Pin { .. } => Err(CommandError::Failed(
-                "placement is not part of this build".into(),
-            )),
-            Command::Release { pid } => Err(CommandError::NotManaged(pid)),
+            Command::Pin {
+                pid,
+                count,
+                policy,
+                smt,
+            } => {
+                let req = self.request(count, &policy, &smt)?;
+                let request = PlacementRequest {
+                    target: CpuTarget::Count(count),
+                    within: None,
+                    policy: req.policy,
+                    smt: req.smt,
+                    exclusive: false,
+                };
+                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
+                // The placer must see the current domains.
+                self.domains()?;
+                let m = self
+                    .manager
+                    .as_mut()
+                    .ok_or_else(|| CommandError::Failed("the daemon is starting".into()))?;
+                match m.pin(pid_i, &request) {
+                    Ok((cpus, changes)) => {
+                        tracing::info!(pid, %cpus, "pinned at run time");
+                        self.after_manager(changes);
+                        Ok(Reply::Cpus(cpus))
+                    }
+                    Err(e) => Err(manager_error(pid, e)),
+                }
+            }
+            Command::Release { pid } => {
+                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
+                let m = self
+                    .manager
+                    .as_mut()
+                    .ok_or_else(|| CommandError::Failed("the daemon is starting".into()))?;
+                match m.unpin(pid_i) {
+                    Ok(changes) => {
+                        tracing::info!(pid, "released at run time");
+                        self.after_manager(changes);
+                        Ok(Reply::Done)
+                    }
+                    Err(e) => Err(manager_error(pid, e)),
+                }
+            }
         }
     }
 
@@ -377,6 +576,76 @@ impl State {
             self.domains = Some(d);
         }
         Ok(self.domains.as_ref().expect("set above"))
+    }
+
+    /// Recomputes the domains after the topology changed (or at start) and gives them
+    /// to the manager's placer.
+    fn refresh_domains(&mut self) {
+        self.domains = None;
+        match self.domains() {
+            Ok(d) => {
+                let d = d.clone();
+                *self
+                    .placer_domains
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(d);
+            }
+            Err(e) => tracing::warn!(error = %e, "no latency domains"),
+        }
+    }
+
+    /// A new matrix: new domains for future placements, and a re-plan of running
+    /// processes only where it improves their placement materially (no churn).
+    fn matrix_changed(&mut self) {
+        self.domains = None;
+        let new = match self.domains() {
+            Ok(d) => d.clone(),
+            Err(e) => {
+                tracing::warn!(error = %e, "no latency domains");
+                return;
+            }
+        };
+        let better = self
+            .manager
+            .as_ref()
+            .map(|m| {
+                let available = self
+                    .usable()
+                    .difference(&self.settings.placement.housekeeping_cpus);
+                let units = count_units(
+                    m,
+                    &self.settings.placement.housekeeping_cpus,
+                    &self.usable(),
+                );
+                replan::improvements(&new, &units, &available, 0.10, 5.0)
+            })
+            .unwrap_or_default();
+        *self
+            .placer_domains
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(new);
+        if better.is_empty() {
+            tracing::info!("new matrix: current placements are as good; nothing moves");
+            return;
+        }
+        for b in &better {
+            tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves a placement");
+        }
+        let rules = self.rules.rules.clone();
+        self.manager_event(manager::Event::RulesChanged(rules));
+    }
+
+    /// CPUs went online or offline: re-read the machine, re-plan, re-apply.
+    fn hotplug(&mut self, now: Instant) {
+        let fp_changed = self.read_machine();
+        self.refresh_domains();
+        let online = self.online();
+        tracing::info!(%online, "CPU hotplug");
+        self.manager_event(manager::Event::Hotplug { online });
+        if fp_changed {
+            self.fingerprint_changed(now);
+        }
+        self.status();
     }
 
     fn place(&mut self, req: &Request) -> Result<Placement, CommandError> {
@@ -520,6 +789,8 @@ impl State {
             }
         }
         self.load_rules();
+        let rules = self.rules.rules.clone();
+        self.manager_event(manager::Event::RulesChanged(rules));
         self.actions.push(Action::Emit(Signal::RulesReloaded {
             rules: self.rules.rules.len() as u32,
             errors: self.rule_errors(),
@@ -574,8 +845,8 @@ impl State {
     /// fingerprint, or measure.
     fn fingerprint_changed(&mut self, now: Instant) {
         self.current = None;
-        self.domains = None;
         self.load_stored_matrix();
+        self.refresh_domains();
         if self.current.is_none() {
             if let Some(r) = self.running.filter(|r| r.full) {
                 // It measures the old CPUs; measure again once it ends.
@@ -716,7 +987,7 @@ impl State {
         }
         self.last_failure = None;
         self.current = Some(matrix);
-        self.domains = None;
+        self.matrix_changed();
         self.last_finished = Some((id, true, summary.clone()));
         self.actions.push(Action::Emit(Signal::MeasurementFinished {
             job: id,
@@ -745,8 +1016,26 @@ impl State {
         }
         if now >= self.next_fingerprint {
             self.next_fingerprint = now + self.timing.fingerprint_every;
+            let online = self.online();
             if self.read_machine() {
+                if self.online() != online {
+                    // A hotplug the uevent socket did not report.
+                    let online = self.online();
+                    self.manager_event(manager::Event::Hotplug { online });
+                }
                 self.fingerprint_changed(now);
+            }
+        }
+        if let Some(due) = self.next_rescan {
+            if now >= due {
+                let every = self
+                    .settings
+                    .watch
+                    .rescan_interval
+                    .period()
+                    .unwrap_or(Duration::from_secs(60));
+                self.next_rescan = Some(now + every);
+                self.manager_event(manager::Event::Rescan);
             }
         }
         if self.running.is_some() {
@@ -788,6 +1077,94 @@ impl State {
             s.rule_errors.len(),
             s.managed_processes
         )));
+    }
+}
+
+/// A manager error as the caller reads it.
+fn manager_error(pid: u32, e: ManagerError) -> CommandError {
+    match e {
+        ManagerError::NoProcess { .. } => CommandError::NoSuchProcess(pid),
+        ManagerError::NotPinned { .. } => CommandError::NotManaged(pid),
+        ManagerError::KernelThread { .. } | ManagerError::Unplaceable { .. } => {
+            CommandError::InvalidArgs(e.to_string())
+        }
+        ManagerError::Journal(_) => CommandError::Failed(e.to_string()),
+    }
+}
+
+/// The manager's count units that hold CPUs now: (name, request, CPUs).
+fn count_units(
+    m: &Manager,
+    housekeeping: &CpuSet,
+    usable: &CpuSet,
+) -> Vec<(String, Request, CpuSet)> {
+    m.plans()
+        .iter()
+        .filter_map(|p| {
+            let manager::PlanState::Placed { cpus } = &p.state else {
+                return None;
+            };
+            let rule = m.rules().get(&p.rule)?;
+            let req = match p.thread_entry {
+                None => rule.place.as_ref()?,
+                Some(i) => &rule.threads.get(i)?.request,
+            };
+            let CpuTarget::Count(n) = req.target else {
+                return None;
+            };
+            let name = match p.thread_entry {
+                None => p.rule.clone(),
+                Some(i) => format!("{}.threads[{i}]", p.rule),
+            };
+            let mut exclude = housekeeping.clone();
+            if let Some(w) = &req.within {
+                // Outside `within` is not a choice for this unit.
+                exclude = exclude.union(&usable.difference(w));
+            }
+            Some((
+                name,
+                Request {
+                    count: n as usize,
+                    policy: req.policy,
+                    smt: req.smt,
+                    exclude,
+                    exclusive: req.exclusive,
+                    cpus: None,
+                },
+                cpus.clone(),
+            ))
+        })
+        .collect()
+}
+
+/// One manager change in the log, with fields.
+fn log_change(c: &Change) {
+    match c {
+        Change::Pinned {
+            pid,
+            tid,
+            rule,
+            outcome,
+        } => tracing::debug!(pid, tid, rule = %rule, outcome = outcome.label(), "pinned"),
+        Change::Released {
+            pid,
+            rule,
+            restored,
+            reason,
+        } => tracing::info!(pid, rule = %rule, restored, reason = %reason, "released"),
+        Change::Foreign {
+            pid,
+            tid,
+            expected,
+            found,
+            released,
+        } => {
+            tracing::warn!(pid, tid, %expected, %found, released, "someone else changed a managed mask")
+        }
+        Change::Exited { pid } => tracing::debug!(pid, "managed process exited"),
+        Change::Rescanned { processes, took } => {
+            tracing::debug!(processes, took_ms = took.as_millis() as u64, "rescan")
+        }
     }
 }
 

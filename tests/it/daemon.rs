@@ -8,6 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use pinnerd::sysroot::SysRoot;
+use pinnerd::CpuSet;
+
+use super::helper::Helper;
+
 const NAME: &str = "org.pinnerd.Pinnerd1";
 const PATH: &str = "/org/pinnerd/Pinnerd1";
 const IFACE: &str = "org.pinnerd.Pinnerd1";
@@ -443,7 +448,8 @@ fn every_property_reads() {
     assert!(bus.get("MeasuredAt").starts_with("t "));
     let fp = bus.get("Fingerprint");
     assert!(fp.starts_with("s \"") && fp.len() > 4, "fingerprint: {fp}");
-    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let online =
+        std::fs::read_to_string(SysRoot::default().sys_path("devices/system/cpu/online")).unwrap();
     let n = online.trim().parse::<pinnerd::CpuSet>().unwrap().len();
     assert_eq!(bus.get("CpuCount"), format!("u {n}"));
     assert_eq!(bus.get("RuleCount"), "u 0");
@@ -898,4 +904,151 @@ fn a_bad_settings_file_stops_the_daemon_with_the_config_exit_code() {
     );
     // It never took the name.
     assert!(!bus.busctl(&["status", NAME]).status.success());
+}
+
+fn online() -> CpuSet {
+    std::fs::read_to_string(SysRoot::default().sys_path("devices/system/cpu/online"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The affinity of every thread of `h`, as the kernel reports it.
+fn masks(h: &Helper) -> Vec<CpuSet> {
+    h.tids()
+        .into_iter()
+        .filter_map(|tid| {
+            let status = std::fs::read_to_string(
+                SysRoot::default().proc_path(format!("{}/task/{tid}/status", h.pid)),
+            )
+            .ok()?;
+            let line = status
+                .lines()
+                .find(|l| l.starts_with("Cpus_allowed_list:"))?;
+            line.split_once(':')?.1.trim().parse().ok()
+        })
+        .collect()
+}
+
+fn all_on(h: &Helper, want: &CpuSet) -> bool {
+    let m = masks(h);
+    !m.is_empty() && m.iter().all(|x| x == want)
+}
+
+fn explicit_rule(name: &str, comm: &str, cpus: &CpuSet) -> String {
+    format!("[[rule]]\nname = \"{name}\"\n[rule.match]\ncomm = \"{comm}\"\n[rule.place]\ncpus = \"{cpus}\"\n")
+}
+
+#[test]
+fn a_rule_pins_every_thread_and_sigterm_restores_the_masks() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let mut h = Helper::spawn(dirs.root.path(), "pd-term");
+    h.spawn_threads(2, Some("pd-worker"));
+    let original = online();
+    assert!(all_on(&h, &original), "{:?}", masks(&h));
+    let target: CpuSet = std::iter::once(original.last().unwrap()).collect();
+    dirs.write_rule("10-term.toml", &explicit_rule("term", "pd-term", &target));
+    let d = Daemon::start(&bus, &dirs);
+    bus.wait_for("the helper pinned", Duration::from_secs(10), || {
+        all_on(&h, &target)
+    });
+    bus.wait_for("ManagedProcesses 1", Duration::from_secs(5), || {
+        bus.get("ManagedProcesses") == "u 1"
+    });
+    assert_eq!(bus.get("ManagedThreads"), "u 3");
+    let list = bus.call("ListManaged", &[]);
+    assert!(
+        list.starts_with(&format!(
+            "a(ussss) 1 {} \"pd-term\" \"term\" \"{target}\"",
+            h.pid
+        )),
+        "{list}"
+    );
+    let why = bus.call("Explain", &["u", &h.pid.to_string()]);
+    assert!(why.contains("term"), "{why}");
+    // A thread made later is pinned too.
+    h.spawn_threads(1, Some("pd-late"));
+    bus.wait_for("the late thread pinned", Duration::from_secs(10), || {
+        all_on(&h, &target)
+    });
+    assert_eq!(masks(&h).len(), 4);
+    // SIGTERM gives every thread its mask back.
+    assert!(d.stop().success());
+    assert!(all_on(&h, &original), "{:?}", masks(&h));
+}
+
+#[test]
+fn after_kill_9_a_restart_re_pins_and_restores_what_a_removed_rule_held() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let h = Helper::spawn(dirs.root.path(), "pd-kill9");
+    let original = online();
+    let target: CpuSet = std::iter::once(original.first().unwrap()).collect();
+    dirs.write_rule("10-k.toml", &explicit_rule("k", "pd-kill9", &target));
+    let mut d = Daemon::start(&bus, &dirs);
+    bus.wait_for("pinned", Duration::from_secs(10), || all_on(&h, &target));
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    drop(d);
+    // Restart with the rule still there: still pinned, still managed.
+    let mut d = Daemon::start(&bus, &dirs);
+    bus.wait_for("managed again", Duration::from_secs(10), || {
+        bus.get("ManagedProcesses") == "u 1"
+    });
+    assert!(all_on(&h, &target), "{:?}", masks(&h));
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    drop(d);
+    // The rule goes while no daemon runs; the next one restores from the journal.
+    std::fs::remove_file(dirs.rules().join("10-k.toml")).unwrap();
+    let _d = Daemon::start(&bus, &dirs);
+    assert!(all_on(&h, &original), "{:?}", masks(&h));
+    assert_eq!(bus.get("ManagedProcesses"), "u 0");
+}
+
+#[test]
+fn pin_process_and_release_process_at_run_time() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let h = Helper::spawn(dirs.root.path(), "pd-pin");
+    let original = online();
+    let _d = Daemon::start(&bus, &dirs);
+    let pid = h.pid.to_string();
+    let got = bus.call("PinProcess", &["uuss", &pid, "1", "compact", "allow"]);
+    let cpus: CpuSet = got
+        .trim_start_matches("s ")
+        .trim_matches('"')
+        .parse()
+        .unwrap();
+    assert_eq!(cpus.len(), 1, "{got}");
+    assert!(cpus.is_subset(&original));
+    assert!(all_on(&h, &cpus), "{:?}", masks(&h));
+    assert_eq!(bus.get("ManagedProcesses"), "u 1");
+    bus.call("ReleaseProcess", &["u", &pid]);
+    assert!(all_on(&h, &original), "{:?}", masks(&h));
+    let out = bus.busctl(&["call", NAME, PATH, IFACE, "ReleaseProcess", "u", &pid]);
+    assert!(
+        stderr_of(&out).contains(&format!("pid {pid}: not pinned by PinProcess")),
+        "{}",
+        text(&out)
+    );
+    let out = bus.busctl(&[
+        "call",
+        NAME,
+        PATH,
+        IFACE,
+        "PinProcess",
+        "uuss",
+        "4194304",
+        "1",
+        "compact",
+        "allow",
+    ]);
+    assert!(
+        stderr_of(&out).contains("pid 4194304: no such process"),
+        "{}",
+        text(&out)
+    );
 }
