@@ -737,7 +737,11 @@ mod props {
                     uid: 0,
                     ..ProcessInfo::default()
                 };
-                set.match_process(&p).map(|m| m.rule.name.clone())
+                let fast = set.match_process(&p).map(|m| m.rule.name.clone());
+                // The fast path (index, no explanations) and Explain always agree.
+                let explained = set.explain(&p).winner.map(|m| m.rule.name.clone());
+                assert_eq!(fast, explained, "comm {c}");
+                fast
             })
             .collect()
     }
