@@ -460,17 +460,20 @@ fn initiate(s: &Shared, plan: &PairPlan) -> PairRun {
     // Warm up and calibrate K: grow K until a batch takes a tenth of the target, and
     // keep bouncing (unmeasured) until the warm-up time is over.
     let warm_until = Instant::now() + plan.warm;
+    // The fastest warm batch sets K: a preempted one would make K too small.
     let mut k = MIN_ROUND_TRIPS;
-    let per_rt = loop {
+    let mut per_rt = Duration::MAX;
+    loop {
         let d = batch(s, p, k, &mut seq);
         if d * 10 < plan.batch && k < MAX_ROUND_TRIPS {
             k *= 2;
             continue;
         }
+        per_rt = per_rt.min(d / k as u32);
         if Instant::now() >= warm_until {
-            break d / k as u32;
+            break;
         }
-    };
+    }
     let (mut r_sw, _) = sync(s, p);
     let per_rt_ns = (per_rt.as_nanos() as u64).max(1);
     let k = (plan.batch.as_nanos() as u64 / per_rt_ns).clamp(MIN_ROUND_TRIPS, MAX_ROUND_TRIPS);
