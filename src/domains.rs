@@ -33,6 +33,7 @@ pub enum LevelKind {
     /// A cluster of cores sharing an L2 (KNL tiles, Arm clusters); sysfs `cluster_id`.
     Cluster,
     /// CPUs sharing the last-level cache (a CCX on AMD, a socket on most Intel parts).
+    #[serde(rename = "llc")]
     Cache,
     /// One die (chiplet) of a package.
     Die,
@@ -192,10 +193,12 @@ impl Layout {
                 .map(|n| n.cpus.intersection(&cpus))
                 .collect(),
         ));
-        candidates.push((
-            LevelKind::Cluster,
-            distinct(t.cpus.iter().map(|c| c.cluster_cpus.clone()).collect()),
-        ));
+        // Where the kernel reports no clusters, cluster_cpus is the core: no level.
+        let clusters = distinct(t.cpus.iter().map(|c| c.cluster_cpus.clone()).collect());
+        let cores = distinct(t.cpus.iter().map(|c| c.siblings.clone()).collect());
+        if t.cpus.iter().any(|c| c.cluster.is_some()) && clusters != cores {
+            candidates.push((LevelKind::Cluster, clusters));
+        }
         let mut layout = Layout {
             cpus: cpus.clone(),
             levels: Vec::new(),
@@ -247,8 +250,12 @@ pub enum DomainError {
     #[error("latency matrix has {0} CPU(s); at least 2 are needed")]
     TooSmall(usize),
     /// Too many cells are missing to trust anything.
-    #[error("latency matrix is missing {missing} of {total} pairs (zero or empty cells)")]
-    TooSparse { missing: usize, total: usize },
+    #[error("latency matrix is missing {missing} of {total} pairs (zero, NaN or null cells), e.g. CPUs {} and {}; at most 10% may be missing", .example.0, .example.1)]
+    TooSparse {
+        missing: usize,
+        total: usize,
+        example: (u32, u32),
+    },
     /// The matrix was measured on other CPUs than the topology lists.
     #[error("latency matrix covers CPUs {matrix} ({matrix_len}) but the topology's online CPUs are {topology} ({topology_len})")]
     CpuMismatch {
@@ -431,12 +438,19 @@ impl Domains {
             let (Some(w), Some(b)) = (median(&within), median(&between)) else {
                 continue;
             };
-            if b / w.max(1e-9) >= CONTRAST_SEEN {
-                continue;
-            }
             let is_pkg =
                 level.kind == LevelKind::Package || level.also.contains(&LevelKind::Package);
-            if level.kind == LevelKind::Smt || (is_pkg && !has_smt) {
+            let decides = level.kind == LevelKind::Smt || (is_pkg && !has_smt);
+            // A level that decides must also be consistent: most pairs inside faster
+            // than most pairs across, not just a lucky median.
+            let consistent = match (percentile(&within, 0.75), percentile(&between, 0.25)) {
+                (Some(w75), Some(b25)) => w75 < b25,
+                _ => false,
+            };
+            if b / w.max(1e-9) >= CONTRAST_SEEN && (!decides || consistent) {
+                continue;
+            }
+            if decides {
                 decisive.push(format!(
                     "{} pairs cost {w:.1} ns against {b:.1} ns outside them",
                     level.name()
@@ -452,6 +466,28 @@ impl Domains {
                         level.groups.len()
                     ),
                 });
+            }
+        }
+        // A matrix with clean SMT pairs that are not sysfs's siblings was numbered
+        // differently (Windows numbers siblings adjacently) or measured elsewhere.
+        if let (Some(ms), Some(ts)) = (mdom.smt_level(), tdom.smt_level()) {
+            if !same_partition(&mdom.group_of[ms], &tdom.group_of[ts]) {
+                let mg = &mdom.levels[ms].groups;
+                let tg = &tdom.levels[ts].groups;
+                let example = mg.iter().find(|g| g.len() == 2 && !tg.contains(g));
+                findings.retain(|f| f.kind != FindingKind::LevelNotSeen);
+                findings.push(Finding {
+                    kind: FindingKind::CrossesGroups,
+                    trusted: Trust::Topology,
+                    cpus: example.cloned().unwrap_or_default(),
+                    message: format!(
+                        "the matrix's SMT pairs ({}, e.g. CPUs {}) are not sysfs's siblings (e.g. CPUs {}): the matrix uses another CPU numbering (Windows numbers siblings adjacently) or comes from another machine, so the sysfs topology is trusted and latencies are unknown",
+                        mg.iter().filter(|g| g.len() == 2).count(),
+                        example.map(|g| g.to_string()).unwrap_or_default(),
+                        tg.first().map(|g| g.to_string()).unwrap_or_default()
+                    ),
+                });
+                return Ok((tdom, findings));
             }
         }
         if !decisive.is_empty() {
@@ -844,6 +880,7 @@ impl Dense {
         let cpus: Vec<u32> = order.iter().map(|&i| m.cpus[i]).collect();
         let mut d = vec![f64::NAN; n * n];
         let mut missing = 0;
+        let mut example = (0, 0);
         for i in 0..n {
             d[i * n + i] = 0.0;
             for j in 0..i {
@@ -853,13 +890,22 @@ impl Dense {
                         d[i * n + j] = v;
                         d[j * n + i] = v;
                     }
-                    _ => missing += 1,
+                    _ => {
+                        if missing == 0 {
+                            example = (cpus[j], cpus[i]);
+                        }
+                        missing += 1;
+                    }
                 }
             }
         }
         let total = n * (n - 1) / 2;
         if missing * 10 > total {
-            return Err(DomainError::TooSparse { missing, total });
+            return Err(DomainError::TooSparse {
+                missing,
+                total,
+                example,
+            });
         }
         if missing > 0 {
             // Impute from the two rows: the median of what both CPUs see.
