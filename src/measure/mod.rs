@@ -401,6 +401,7 @@ struct PairAcc {
     migrated: u32,
     round_trips: u32,
     pin_failure: Option<String>,
+    stalled: u32,
 }
 
 impl PairAcc {
@@ -412,6 +413,7 @@ impl PairAcc {
         self.switched += run.switched;
         self.migrated += run.migrated;
         self.round_trips = self.round_trips.max(run.round_trips);
+        self.stalled += u32::from(run.stalled);
         if let Some(f) = run.pin_failure {
             self.pin_failure = Some(f.to_string());
         }
@@ -631,6 +633,7 @@ pub fn run_detailed(
     let mut pass_estimates = BTreeMap::new();
     let mut unstable = Vec::new();
     let mut pin_failures = Vec::new();
+    let mut stalled = Vec::new();
     let mut noisy = Vec::new();
     let mut wide = Vec::new();
     let mut unmeasured = 0usize;
@@ -638,6 +641,9 @@ pub fn run_detailed(
         let (ci, cj) = (ids[i], ids[j]);
         if let Some(f) = &a.pin_failure {
             pin_failures.push(format!("{ci}–{cj}: {f}"));
+        }
+        if a.stalled > 0 {
+            stalled.push(format!("{ci}–{cj}"));
         }
         let Some(est) = estimator::estimate(&a.batches) else {
             unmeasured += 1;
@@ -731,6 +737,14 @@ pub fn run_detailed(
         warnings.push(format!(
             "pins did not hold, those samples were dropped: {}",
             pin_failures.join("; ")
+        ));
+    }
+    if !stalled.is_empty() {
+        warnings.push(format!(
+            "{} pair(s) stalled — a thread did not run for over {:?} (a real-time task or a frozen vCPU) and the pair was given up: {}",
+            stalled.len(),
+            spin::STALL,
+            stalled.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
         ));
     }
     if budget_ran_out {
