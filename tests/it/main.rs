@@ -3,6 +3,7 @@
 mod cli_smoke;
 mod daemon;
 mod measure;
+mod packaging;
 mod placement;
 mod rules;
 mod topology;
