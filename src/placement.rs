@@ -183,6 +183,8 @@ pub struct Placement {
 pub enum PlacementError {
     #[error("count must be at least 1")]
     ZeroCount,
+    #[error("the explicit CPU list is empty")]
+    EmptyList,
     #[error("asked for {wanted} CPUs but only {usable} are usable ({why})")]
     NotEnough {
         wanted: usize,
@@ -359,8 +361,11 @@ fn explicit(
     free: &[bool],
     siblings: &dyn Fn(usize) -> Vec<usize>,
 ) -> Result<Placement, PlacementError> {
+    if list.is_empty() {
+        return Err(PlacementError::EmptyList);
+    }
     let unknown = list.difference(online);
-    if !unknown.is_empty() || list.is_empty() {
+    if !unknown.is_empty() {
         return Err(PlacementError::UnknownCpus {
             cpus: unknown,
             online: online.clone(),
