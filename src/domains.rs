@@ -447,7 +447,14 @@ impl Domains {
                 (Some(w75), Some(b25)) => w75 < b25,
                 _ => false,
             };
-            if b / w.max(1e-9) >= CONTRAST_SEEN && (!decides || consistent) {
+            // SMT siblings share an L1: on every published matrix they cost under
+            // 0.4x the next pairs; ask for 1.5x to call the level seen.
+            let needed = if level.kind == LevelKind::Smt {
+                1.5
+            } else {
+                CONTRAST_SEEN
+            };
+            if b / w.max(1e-9) >= needed && (!decides || consistent) {
                 continue;
             }
             if decides {
