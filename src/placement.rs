@@ -183,6 +183,8 @@ pub struct Placement {
 pub enum PlacementError {
     #[error("count must be at least 1")]
     ZeroCount,
+    #[error("the explicit CPU list is empty")]
+    EmptyList,
     #[error("asked for {wanted} CPUs but only {usable} are usable ({why})")]
     NotEnough {
         wanted: usize,
@@ -359,8 +361,11 @@ fn explicit(
     free: &[bool],
     siblings: &dyn Fn(usize) -> Vec<usize>,
 ) -> Result<Placement, PlacementError> {
+    if list.is_empty() {
+        return Err(PlacementError::EmptyList);
+    }
     let unknown = list.difference(online);
-    if !unknown.is_empty() || list.is_empty() {
+    if !unknown.is_empty() {
         return Err(PlacementError::UnknownCpus {
             cpus: unknown,
             online: online.clone(),
@@ -727,6 +732,29 @@ fn spread(
                 chosen.push(s);
             }
         }
+    }
+    if chosen.len() < k {
+        // A picked core whose sibling is taken, or too few free CPUs in the picked
+        // groups: complete with siblings of the chosen (prefer-siblings), then CPUs on
+        // cores not yet used, then (unless smt = avoid) any free CPU.
+        let mut rest: Vec<usize> = (0..n)
+            .filter(|&i| usable[i] && !chosen.contains(&i))
+            .collect();
+        rest.sort_by_key(|&i| {
+            let sibling_of_chosen = per == 2 && used_cores.contains(&core(i));
+            (!sibling_of_chosen, used_cores.contains(&core(i)), i)
+        });
+        for i in rest {
+            if chosen.len() == k {
+                break;
+            }
+            if req.smt == SmtPolicy::Avoid && used_cores.contains(&core(i)) {
+                continue;
+            }
+            chosen.push(i);
+            used_cores.push(core(i));
+        }
+        notes.push("some picked groups had too few free CPUs; completed from the rest".into());
     }
     chosen.truncate(k);
     chosen.sort_unstable();

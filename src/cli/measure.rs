@@ -20,8 +20,8 @@ pub struct MeasureArgs {
     /// except isolated ones. Named isolated CPUs are measured.
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<CpuSet>,
-    /// Total time allowed, in seconds; pairs not reached in time stay empty, with a
-    /// warning.
+    /// Time allowed for measuring, in seconds (the wait for idle CPUs comes on top);
+    /// pairs not reached in time stay empty, with a warning.
     #[arg(long, value_name = "SECS", default_value_t = 300.0)]
     pub budget: f64,
     /// Cache-line primitive.

@@ -1260,3 +1260,149 @@ fn domains_from_real_sysfs_fixtures() {
         findings[0]
     );
 }
+
+#[test]
+fn offline_and_isolated_cpus_are_never_planned() {
+    // i7-7700 fixture: CPU 3 offline, CPU 6 isolated; siblings i and i+4.
+    let dir = tempfile::tempdir().unwrap();
+    let sysfs = fixture("i7-7700-cpu3-offline");
+    let matrix_over = |cpus: Vec<u32>, name: &str| -> PathBuf {
+        let ids = cpus.clone();
+        let m = LatencyMatrix::from_fn(
+            cpus,
+            |i, j| if ids[i] % 4 == ids[j] % 4 { 7.0 } else { 20.0 },
+        );
+        let path = dir.path().join(name);
+        std::fs::write(&path, serde_json::to_string(&m).unwrap()).unwrap();
+        path
+    };
+    // Measured on the usable CPUs only (what `pinnerd measure` does by default), or on
+    // every online CPU: both fit; the isolated CPU is never chosen.
+    for m in [
+        matrix_over(vec![0, 1, 2, 4, 5, 7], "usable.json"),
+        matrix_over(vec![0, 1, 2, 4, 5, 6, 7], "online.json"),
+    ] {
+        let (ok, out, err) = pinnerd(&[
+            "plan",
+            "-k",
+            "6",
+            "--json",
+            "--sysfs",
+            sysfs.to_str().unwrap(),
+            "--matrix",
+            m.to_str().unwrap(),
+        ]);
+        assert!(ok, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["cpu_list"], "0-2,4-5,7", "{v}");
+        assert_eq!(v["trust"], "matrix", "{v}");
+        let (ok, _, err) = pinnerd(&[
+            "plan",
+            "-k",
+            "7",
+            "--sysfs",
+            sysfs.to_str().unwrap(),
+            "--matrix",
+            m.to_str().unwrap(),
+        ]);
+        assert!(!ok);
+        assert!(
+            err.contains("asked for 7 CPUs but only 6 are usable"),
+            "{err}"
+        );
+    }
+    // A matrix that includes the offline CPU does not fit this machine.
+    let m = matrix_over(vec![0, 1, 2, 3, 4, 5, 6, 7], "all.json");
+    let (ok, _, err) = pinnerd(&[
+        "plan",
+        "-k",
+        "2",
+        "--sysfs",
+        sysfs.to_str().unwrap(),
+        "--matrix",
+        m.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(
+        err.contains(
+            "latency matrix covers CPUs 0-7 (8) but the topology's online CPUs are 0-2,4-7 (7)"
+        ),
+        "{err}"
+    );
+}
+
+mod invariants {
+    use super::*;
+    use pinnerd::placement::PlacementError;
+    use proptest::prelude::*;
+
+    fn domains() -> &'static [Domains] {
+        static D: std::sync::OnceLock<Vec<Domains>> = std::sync::OnceLock::new();
+        D.get_or_init(|| {
+            vec![
+                Domains::from_matrix(&load("AMD_Ryzen_9_5950X_at_3.40_GHz.csv")).unwrap(),
+                Domains::from_matrix(&load("Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv")).unwrap(),
+                Domains::from_matrix(&load("Intel_Core_i9-12900K.csv")).unwrap(),
+                Domains::from_layout(&qemu_layout()).unwrap(),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        #[test]
+        fn any_request_gives_a_valid_answer_or_a_reason(
+            which in 0usize..4,
+            count in 0usize..70,
+            policy in prop_oneof![Just(Policy::Compact), Just(Policy::Spread)],
+            smt in prop_oneof![Just(SmtPolicy::Allow), Just(SmtPolicy::Avoid), Just(SmtPolicy::PreferSiblings)],
+            exclusive in any::<bool>(),
+            taken in proptest::collection::btree_set(0u32..64, 0..40),
+            excluded in proptest::collection::btree_set(0u32..64, 0..10),
+        ) {
+            let d = &domains()[which];
+            let avail = all(d).difference(&taken.iter().copied().collect());
+            let req = Request {
+                count,
+                policy,
+                smt,
+                exclusive,
+                exclude: excluded.iter().copied().collect(),
+                cpus: None,
+            };
+            match place(d, &req, &avail) {
+                Ok(p) => {
+                    prop_assert_eq!(p.cpus.len(), count);
+                    prop_assert!(p.cpus.is_subset(&avail));
+                    prop_assert!(p.cpus.is_disjoint(&req.exclude));
+                    prop_assert!(p.cpus.is_subset(&p.reserved));
+                    if let Some(smt_level) = d.smt_level() {
+                        let core = |c: u32| d.group_of(smt_level, d.index_of(c).unwrap());
+                        if smt == SmtPolicy::Avoid {
+                            let mut cores: Vec<usize> = p.cpus.iter().map(core).collect();
+                            cores.sort_unstable();
+                            cores.dedup();
+                            prop_assert_eq!(cores.len(), count);
+                        }
+                        if exclusive {
+                            // Whole cores, all free, reserved.
+                            for c in p.cpus.iter() {
+                                for s in d.levels()[smt_level].groups[core(c)].iter() {
+                                    prop_assert!(avail.contains(s) && !req.exclude.contains(s));
+                                    prop_assert!(p.reserved.contains(s));
+                                }
+                            }
+                        }
+                    }
+                    prop_assert_eq!(place(d, &req, &avail).unwrap(), p, "deterministic");
+                }
+                Err(PlacementError::ZeroCount) => prop_assert_eq!(count, 0),
+                Err(PlacementError::NotEnough { wanted, usable, .. }) => {
+                    prop_assert_eq!(wanted, count);
+                    prop_assert!(usable < count);
+                }
+                Err(e) => prop_assert!(false, "unexpected error {}", e),
+            }
+        }
+    }
+}
