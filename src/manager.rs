@@ -781,7 +781,13 @@ impl Manager {
                 },
             );
         }
-        let outcome = if current == want_now && !want_now.is_empty() {
+        let outcome = if want_now.is_empty() {
+            // Every requested CPU is offline: the kernel would accept the mask and run
+            // the task anywhere. Leave it; the CPU's return re-applies.
+            Outcome::Refused {
+                requested: target.clone(),
+            }
+        } else if current == want_now {
             Outcome::Applied { effective: current }
         } else {
             match self.ops.set_affinity(tid, &target) {
@@ -838,7 +844,7 @@ impl Manager {
             Outcome::Refused { requested } => {
                 c.refused += 1;
                 tracing::warn!(pid, tid, rule, requested = %requested,
-                    "the task's cpuset excludes every requested CPU; not retrying");
+                    "no requested CPU is allowed by the task's cpuset or online; not retrying");
             }
             Outcome::Gone => {
                 c.gone += 1;

@@ -63,7 +63,8 @@ pub enum Outcome {
         requested: CpuSet,
         effective: CpuSet,
     },
-    /// The cpuset excludes every requested CPU (EINVAL). Not retried.
+    /// The cpuset excludes every requested CPU (EINVAL), or every requested CPU is
+    /// offline. Not retried until the CPUs or the rules change.
     Refused { requested: CpuSet },
     /// The task exited before or during the call (ESRCH).
     Gone,
@@ -140,6 +141,13 @@ pub trait AffinityOps {
 /// as narrowing. A task whose mask already equals the request is not written again.
 pub fn apply(ops: &dyn AffinityOps, tid: Tid, requested: &CpuSet, online: &CpuSet) -> Outcome {
     let want_now = requested.intersection(online);
+    if want_now.is_empty() {
+        // Every requested CPU is offline: the kernel may accept the mask and then run
+        // the task anywhere. Not applied; a CPU coming back re-applies.
+        return Outcome::Refused {
+            requested: requested.clone(),
+        };
+    }
     // Threads inherit their creator's mask: most new threads of a pinned process are
     // already right, and a read is cheaper than a write plus a read.
     if let Ok(current) = ops.get_affinity(tid) {
