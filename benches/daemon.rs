@@ -134,6 +134,15 @@ fn percentiles(name: &str, mut v: Vec<Duration>) {
     );
 }
 
+fn loadavg() -> String {
+    std::fs::read_to_string(pinnerd::sysroot::SysRoot::default().proc_path("loadavg"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn arg(name: &str, default: usize) -> usize {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
@@ -208,9 +217,34 @@ fn main() {
     }
     percentiles("startup to READY=1 (stored matrix)", times);
 
-    // 2. Property reads under 100 execs/s of a matching process.
+    // 2. Property reads: first without, then under 100 execs/s of a matching process.
     let d = Daemon::spawn(&bus, dir.path(), 1000);
     d.wait_ready();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let conn = rt.block_on(async {
+        zbus::connection::Builder::address(bus.address.as_str())
+            .build()
+            .await
+            .unwrap()
+    });
+    let read_all = |n: usize| -> Vec<Duration> {
+        rt.block_on(async {
+            let mut lat = Vec::with_capacity(n);
+            for i in 0..n {
+                let prop = ["State", "ManagedProcesses", "RuleErrors"][i % 3];
+                let t = Instant::now();
+                get(&conn, prop).await.unwrap();
+                lat.push(t.elapsed());
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            lat
+        })
+    };
+    println!("load average before: {}", loadavg());
+    percentiles("property Get, no exec load", read_all(reads / 2));
     let exe = dir.path().join("pb-exec");
     std::fs::copy("/bin/true", &exe).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -230,26 +264,8 @@ fn main() {
             }
         })
     };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let t0 = Instant::now();
-    let lat = rt.block_on(async {
-        let conn = zbus::connection::Builder::address(bus.address.as_str())
-            .build()
-            .await
-            .unwrap();
-        let mut lat = Vec::with_capacity(reads);
-        for i in 0..reads {
-            let prop = ["State", "ManagedProcesses", "RuleErrors"][i % 3];
-            let t = Instant::now();
-            get(&conn, prop).await.unwrap();
-            lat.push(t.elapsed());
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        lat
-    });
+    let lat = read_all(reads);
     let secs = t0.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     load.join().unwrap();
@@ -258,5 +274,6 @@ fn main() {
         execs.load(Ordering::Relaxed) as f64 / secs
     );
     percentiles("property Get under exec load", lat);
+    println!("load average after: {}", loadavg());
     d.stop();
 }
