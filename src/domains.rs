@@ -33,6 +33,7 @@ pub enum LevelKind {
     /// A cluster of cores sharing an L2 (KNL tiles, Arm clusters); sysfs `cluster_id`.
     Cluster,
     /// CPUs sharing the last-level cache (a CCX on AMD, a socket on most Intel parts).
+    #[serde(rename = "llc")]
     Cache,
     /// One die (chiplet) of a package.
     Die,
@@ -192,10 +193,12 @@ impl Layout {
                 .map(|n| n.cpus.intersection(&cpus))
                 .collect(),
         ));
-        candidates.push((
-            LevelKind::Cluster,
-            distinct(t.cpus.iter().map(|c| c.cluster_cpus.clone()).collect()),
-        ));
+        // Where the kernel reports no clusters, cluster_cpus is the core: no level.
+        let clusters = distinct(t.cpus.iter().map(|c| c.cluster_cpus.clone()).collect());
+        let cores = distinct(t.cpus.iter().map(|c| c.siblings.clone()).collect());
+        if t.cpus.iter().any(|c| c.cluster.is_some()) && clusters != cores {
+            candidates.push((LevelKind::Cluster, clusters));
+        }
         let mut layout = Layout {
             cpus: cpus.clone(),
             levels: Vec::new(),
@@ -247,8 +250,12 @@ pub enum DomainError {
     #[error("latency matrix has {0} CPU(s); at least 2 are needed")]
     TooSmall(usize),
     /// Too many cells are missing to trust anything.
-    #[error("latency matrix is missing {missing} of {total} pairs (zero or empty cells)")]
-    TooSparse { missing: usize, total: usize },
+    #[error("latency matrix is missing {missing} of {total} pairs (zero, NaN or null cells), e.g. CPUs {} and {}; at most 10% may be missing", .example.0, .example.1)]
+    TooSparse {
+        missing: usize,
+        total: usize,
+        example: (u32, u32),
+    },
     /// The matrix was measured on other CPUs than the topology lists.
     #[error("latency matrix covers CPUs {matrix} ({matrix_len}) but the topology's online CPUs are {topology} ({topology_len})")]
     CpuMismatch {
@@ -431,12 +438,26 @@ impl Domains {
             let (Some(w), Some(b)) = (median(&within), median(&between)) else {
                 continue;
             };
-            if b / w.max(1e-9) >= CONTRAST_SEEN {
-                continue;
-            }
             let is_pkg =
                 level.kind == LevelKind::Package || level.also.contains(&LevelKind::Package);
-            if level.kind == LevelKind::Smt || (is_pkg && !has_smt) {
+            let decides = level.kind == LevelKind::Smt || (is_pkg && !has_smt);
+            // A level that decides must also be consistent: most pairs inside faster
+            // than most pairs across, not just a lucky median.
+            let consistent = match (percentile(&within, 0.75), percentile(&between, 0.25)) {
+                (Some(w75), Some(b25)) => w75 < b25,
+                _ => false,
+            };
+            // SMT siblings share an L1: on every published matrix they cost under
+            // 0.4x the next pairs; ask for 1.5x to call the level seen.
+            let needed = if level.kind == LevelKind::Smt {
+                1.5
+            } else {
+                CONTRAST_SEEN
+            };
+            if b / w.max(1e-9) >= needed && (!decides || consistent) {
+                continue;
+            }
+            if decides {
                 decisive.push(format!(
                     "{} pairs cost {w:.1} ns against {b:.1} ns outside them",
                     level.name()
@@ -452,6 +473,28 @@ impl Domains {
                         level.groups.len()
                     ),
                 });
+            }
+        }
+        // A matrix with clean SMT pairs that are not sysfs's siblings was numbered
+        // differently (Windows numbers siblings adjacently) or measured elsewhere.
+        if let (Some(ms), Some(ts)) = (mdom.smt_level(), tdom.smt_level()) {
+            if !same_partition(&mdom.group_of[ms], &tdom.group_of[ts]) {
+                let mg = &mdom.levels[ms].groups;
+                let tg = &tdom.levels[ts].groups;
+                let example = mg.iter().find(|g| g.len() == 2 && !tg.contains(g));
+                findings.retain(|f| f.kind != FindingKind::LevelNotSeen);
+                findings.push(Finding {
+                    kind: FindingKind::CrossesGroups,
+                    trusted: Trust::Topology,
+                    cpus: example.cloned().unwrap_or_default(),
+                    message: format!(
+                        "the matrix's SMT pairs ({}, e.g. CPUs {}) are not sysfs's siblings (e.g. CPUs {}): the matrix uses another CPU numbering (Windows numbers siblings adjacently) or comes from another machine, so the sysfs topology is trusted and latencies are unknown",
+                        mg.iter().filter(|g| g.len() == 2).count(),
+                        example.map(|g| g.to_string()).unwrap_or_default(),
+                        tg.first().map(|g| g.to_string()).unwrap_or_default()
+                    ),
+                });
+                return Ok((tdom, findings));
             }
         }
         if !decisive.is_empty() {
@@ -844,6 +887,7 @@ impl Dense {
         let cpus: Vec<u32> = order.iter().map(|&i| m.cpus[i]).collect();
         let mut d = vec![f64::NAN; n * n];
         let mut missing = 0;
+        let mut example = (0, 0);
         for i in 0..n {
             d[i * n + i] = 0.0;
             for j in 0..i {
@@ -853,13 +897,22 @@ impl Dense {
                         d[i * n + j] = v;
                         d[j * n + i] = v;
                     }
-                    _ => missing += 1,
+                    _ => {
+                        if missing == 0 {
+                            example = (cpus[j], cpus[i]);
+                        }
+                        missing += 1;
+                    }
                 }
             }
         }
         let total = n * (n - 1) / 2;
         if missing * 10 > total {
-            return Err(DomainError::TooSparse { missing, total });
+            return Err(DomainError::TooSparse {
+                missing,
+                total,
+                example,
+            });
         }
         if missing > 0 {
             // Impute from the two rows: the median of what both CPUs see.
@@ -1334,5 +1387,145 @@ fn add_lone_siblings(dense: &Dense, part: &mut Vec<u32>, next: &[u32]) {
     }
     if changed {
         *part = relabel(part);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 2 sockets x 2 CCX x 2 cores x 2 threads, siblings i and i+8 (Linux numbering).
+    fn synthetic() -> LatencyMatrix {
+        LatencyMatrix::from_fn((0..16).collect(), |i, j| {
+            let (ci, cj) = (i % 8, j % 8);
+            if ci == cj {
+                9.0
+            } else if ci / 2 == cj / 2 {
+                24.0 + (i + j) as f64 % 3.0
+            } else if ci / 4 == cj / 4 {
+                95.0 + (i * j) as f64 % 5.0
+            } else {
+                200.0
+            }
+        })
+    }
+
+    #[test]
+    fn a_synthetic_hierarchy_is_recovered_level_by_level() {
+        let d = Domains::from_matrix(&synthetic()).unwrap();
+        let shape: Vec<(String, usize)> = d
+            .levels()
+            .iter()
+            .map(|l| (l.name(), l.groups.len()))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("smt".to_string(), 8),
+                ("llc".to_string(), 4),
+                ("group".to_string(), 2),
+                ("machine".to_string(), 1)
+            ]
+        );
+        assert_eq!(d.levels()[0].groups[0].to_string(), "0,8");
+        assert_eq!(d.levels()[1].groups[0].to_string(), "0-1,8-9");
+        assert_eq!(d.levels()[2].groups[1].to_string(), "4-7,12-15");
+        assert_eq!(d.levels()[0].latency_ns, Some(9.0));
+        assert_eq!(d.levels()[3].latency_ns, Some(200.0));
+        assert_eq!(d.shared_level(0, 8), 0);
+        assert_eq!(d.shared_level(0, 4), 3);
+        assert_eq!(d.cost(0, 4), 200.0);
+    }
+
+    #[test]
+    fn matrix_row_order_does_not_matter() {
+        let m = synthetic();
+        let order: Vec<usize> = (0..16).rev().collect();
+        let shuffled = LatencyMatrix::from_fn(order.iter().map(|&i| i as u32).collect(), |a, b| {
+            m.at(order[a], order[b]).unwrap()
+        });
+        assert_eq!(
+            Domains::from_matrix(&shuffled).unwrap().levels(),
+            Domains::from_matrix(&m).unwrap().levels()
+        );
+    }
+
+    #[test]
+    fn partitions_refine_and_cut() {
+        assert!(refines(&[0, 0, 1, 2], &[0, 0, 1, 1]));
+        assert!(!refines(&[0, 0, 1, 1], &[0, 1, 1, 1]));
+        assert!(same_partition(&[0, 0, 1], &[1, 1, 0]));
+        let merges = vec![(0, 1, 1.0), (2, 3, 1.5), (0, 2, 10.0)];
+        assert_eq!(cut(&merges, 4, 2.0), vec![0, 0, 1, 1]);
+        assert_eq!(cut(&merges, 4, 0.5), vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn upgma_merges_nearest_first_with_average_heights() {
+        let m = LatencyMatrix::from_fn(vec![0, 1, 2], |i, j| match (i.max(j), i.min(j)) {
+            (1, 0) => 2.0,
+            (2, 0) => 10.0,
+            _ => 20.0,
+        });
+        let (dense, _) = Dense::from_matrix(&m).unwrap();
+        let merges = upgma(&dense);
+        assert_eq!(merges.len(), 2);
+        assert_eq!((merges[0].0, merges[0].1, merges[0].2), (0, 1, 2.0));
+        assert_eq!(merges[1].2, 15.0);
+    }
+
+    #[test]
+    fn bad_matrices_and_layouts_are_named() {
+        let m = LatencyMatrix::from_fn(vec![3], |_, _| 1.0);
+        assert_eq!(
+            Domains::from_matrix(&m).unwrap_err().to_string(),
+            "latency matrix has 1 CPU(s); at least 2 are needed"
+        );
+        let mut m = synthetic();
+        for j in 0..15 {
+            m.latency_ns[15][j] = None;
+            m.latency_ns[j][15] = None;
+        }
+        let e = Domains::from_matrix(&m).unwrap_err().to_string();
+        assert!(
+            e.starts_with("latency matrix is missing 15 of 120 pairs"),
+            "{e}"
+        );
+        let layout = Layout {
+            cpus: "0-3".parse().unwrap(),
+            levels: vec![(
+                LevelKind::Smt,
+                vec!["0-1".parse().unwrap(), "1-3".parse().unwrap()],
+            )],
+        };
+        assert_eq!(
+            Domains::from_layout(&layout).unwrap_err().to_string(),
+            "topology level smt is not a partition of the online CPUs 0-3: CPU 1 is in two groups"
+        );
+        let layout = Layout {
+            cpus: "0-3".parse().unwrap(),
+            levels: vec![
+                (
+                    LevelKind::Smt,
+                    vec!["0-1".parse().unwrap(), "2-3".parse().unwrap()],
+                ),
+                (
+                    LevelKind::Package,
+                    vec!["0,2".parse().unwrap(), "1,3".parse().unwrap()],
+                ),
+            ],
+        };
+        let e = Domains::from_layout(&layout).unwrap_err().to_string();
+        assert!(e.contains("its groups straddle the"), "{e}");
+    }
+
+    #[test]
+    fn a_few_missing_cells_are_imputed() {
+        let mut m = synthetic();
+        m.latency_ns[5][4] = None;
+        m.latency_ns[4][5] = None;
+        let d = Domains::from_matrix(&m).unwrap();
+        assert_eq!(d.levels().len(), 4);
+        assert_eq!(d.levels()[1].groups.len(), 4);
     }
 }

@@ -183,6 +183,8 @@ pub struct Placement {
 pub enum PlacementError {
     #[error("count must be at least 1")]
     ZeroCount,
+    #[error("the explicit CPU list is empty")]
+    EmptyList,
     #[error("asked for {wanted} CPUs but only {usable} are usable ({why})")]
     NotEnough {
         wanted: usize,
@@ -359,8 +361,11 @@ fn explicit(
     free: &[bool],
     siblings: &dyn Fn(usize) -> Vec<usize>,
 ) -> Result<Placement, PlacementError> {
+    if list.is_empty() {
+        return Err(PlacementError::EmptyList);
+    }
     let unknown = list.difference(online);
-    if !unknown.is_empty() || list.is_empty() {
+    if !unknown.is_empty() {
         return Err(PlacementError::UnknownCpus {
             cpus: unknown,
             online: online.clone(),
@@ -650,11 +655,22 @@ fn spread(
     let mut chosen: Vec<usize> = Vec::new();
     let Some(l) = level else {
         // Fewer usable cores than CPUs wanted: whole cores first, then their siblings.
+        // Balanced over the coarsest groups: the k-th thread of each core, taken
+        // round-robin across sockets.
+        let rank: Vec<usize> = (0..n)
+            .map(|i| siblings(i).iter().filter(|&&s| s < i && usable[s]).count())
+            .collect();
+        let top = levels.checked_sub(2);
+        let parent = |i: usize| top.map(|t| d.group_of(t, i)).unwrap_or(0);
         let mut order: Vec<usize> = (0..n).filter(|&i| usable[i]).collect();
-        order.sort_by_key(|&i| {
-            let rank = siblings(i).iter().filter(|&&s| s < i && usable[s]).count();
-            (rank, i)
-        });
+        let mut seen: std::collections::BTreeMap<(usize, usize), usize> = Default::default();
+        let mut turn = vec![0usize; n];
+        for &i in &order {
+            let t = seen.entry((rank[i], parent(i))).or_insert(0);
+            turn[i] = *t;
+            *t += 1;
+        }
+        order.sort_by_key(|&i| (rank[i], turn[i], parent(i), i));
         chosen.extend(order.into_iter().take(k));
         chosen.sort_unstable();
         notes.push("fewer usable cores than CPUs wanted: one CPU per core, then siblings".into());
@@ -728,6 +744,29 @@ fn spread(
             }
         }
     }
+    if chosen.len() < k {
+        // A picked core whose sibling is taken, or too few free CPUs in the picked
+        // groups: complete with siblings of the chosen (prefer-siblings), then CPUs on
+        // cores not yet used, then (unless smt = avoid) any free CPU.
+        let mut rest: Vec<usize> = (0..n)
+            .filter(|&i| usable[i] && !chosen.contains(&i))
+            .collect();
+        rest.sort_by_key(|&i| {
+            let sibling_of_chosen = per == 2 && used_cores.contains(&core(i));
+            (!sibling_of_chosen, used_cores.contains(&core(i)), i)
+        });
+        for i in rest {
+            if chosen.len() == k {
+                break;
+            }
+            if req.smt == SmtPolicy::Avoid && used_cores.contains(&core(i)) {
+                continue;
+            }
+            chosen.push(i);
+            used_cores.push(core(i));
+        }
+        notes.push("some picked groups had too few free CPUs; completed from the rest".into());
+    }
     chosen.truncate(k);
     chosen.sort_unstable();
     let lvl = &d.levels()[l];
@@ -744,6 +783,79 @@ fn spread(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domains::{Layout, LevelKind};
+
+    /// 2 packages x 2 cores x 2 threads, siblings adjacent (QEMU's numbering).
+    fn qemu() -> Domains {
+        let sets = |s: &str| -> Vec<CpuSet> { s.split(' ').map(|g| g.parse().unwrap()).collect() };
+        Domains::from_layout(&Layout {
+            cpus: "0-7".parse().unwrap(),
+            levels: vec![
+                (LevelKind::Smt, sets("0-1 2-3 4-5 6-7")),
+                (LevelKind::Package, sets("0-3 4-7")),
+            ],
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn best_fit_keeps_the_free_package_whole() {
+        let d = qemu();
+        let avail: CpuSet = "1-7".parse().unwrap();
+        let req = Request {
+            count: 2,
+            smt: SmtPolicy::Avoid,
+            ..Default::default()
+        };
+        let p = place(&d, &req, &avail).unwrap();
+        assert_eq!(p.cpus.to_string(), "1-2");
+        assert_eq!(p.explanation.level, "package");
+        assert_eq!(p.explanation.cost.worst_ns, None);
+        assert_eq!(p.explanation.cost.worst_level, "package");
+    }
+
+    #[test]
+    fn exclusive_takes_whole_free_cores_and_reserves_siblings() {
+        let d = qemu();
+        let avail: CpuSet = "1-7".parse().unwrap();
+        let req = Request {
+            count: 1,
+            exclusive: true,
+            ..Default::default()
+        };
+        let p = place(&d, &req, &avail).unwrap();
+        assert_eq!(p.cpus.to_string(), "2");
+        assert_eq!(p.reserved.to_string(), "2-3");
+        let req = Request {
+            count: 7,
+            exclusive: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            place(&d, &req, &avail).unwrap_err().to_string(),
+            "asked for 7 CPUs but only 6 are usable (whole free cores only, the request is exclusive)"
+        );
+    }
+
+    #[test]
+    fn spread_goes_one_per_package_then_one_per_core() {
+        let d = qemu();
+        let all: CpuSet = "0-7".parse().unwrap();
+        let spread = |count| Request {
+            count,
+            policy: Policy::Spread,
+            ..Default::default()
+        };
+        assert_eq!(place(&d, &spread(2), &all).unwrap().cpus.to_string(), "0,4");
+        assert_eq!(
+            place(&d, &spread(4), &all).unwrap().cpus.to_string(),
+            "0,2,4,6"
+        );
+        assert_eq!(
+            place(&d, &spread(6), &all).unwrap().cpus.to_string(),
+            "0-2,4-6"
+        );
+    }
 
     #[test]
     fn words_round_trip() {

@@ -2,6 +2,7 @@
 //! the mapping of startup failures to exit codes. The daemon itself is `crate::daemon`.
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -69,13 +70,18 @@ fn init_logging(verbose: u8) {
         if let Ok(journald) = tracing_journald::layer() {
             let _ = tracing_subscriber::registry()
                 .with(filter)
-                .with(journald.with_syslog_identifier("pinnerd".into()))
+                .with(
+                    journald
+                        .with_syslog_identifier("pinnerd".into())
+                        .with_field_prefix(Some("PINNERD".into())),
+                )
                 .try_init();
             return;
         }
     }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .try_init();
 }

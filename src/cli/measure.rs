@@ -20,8 +20,8 @@ pub struct MeasureArgs {
     /// except isolated ones. Named isolated CPUs are measured.
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<CpuSet>,
-    /// Total time allowed, in seconds; pairs not reached in time stay empty, with a
-    /// warning.
+    /// Time allowed for measuring, in seconds (the wait for idle CPUs comes on top);
+    /// pairs not reached in time stay empty, with a warning.
     #[arg(long, value_name = "SECS", default_value_t = 300.0)]
     pub budget: f64,
     /// Cache-line primitive.
@@ -216,6 +216,11 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
         writeln!(stdout, "{}", serde_json::to_string_pretty(&m)?)?;
     } else if args.csv {
         write!(stdout, "{}", m.to_csv())?;
+        if m.cpus.iter().copied().ne(0..m.len() as u32) {
+            // That format has no CPU ids: say which CPUs the rows are.
+            let cpus: CpuSet = m.cpus.iter().copied().collect();
+            eprintln!("pinnerd: CSV rows are, in order, CPUs {cpus} (the format has no CPU ids)");
+        }
     } else {
         let color = stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
         write!(stdout, "{}", render::terminal_heatmap(&m, color))?;

@@ -125,7 +125,7 @@ pub struct Plan {
 
 /// Builds the domains from the arguments' matrix and topology and places the request.
 pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Plan> {
-    let root = SysRoot::with_sys(&args.sysfs);
+    let root = super::topology::resolve_roots(Some(&args.sysfs), None);
     let real_sysfs = args.sysfs == Path::new("/sys");
     let mut warnings = Vec::new();
     let topology = match Topology::discover(&root) {
@@ -149,36 +149,41 @@ pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Plan> {
         }
         None => this_machine_matrix(args, &root, topology.as_ref(), real_sysfs, &mut warnings)?,
     };
-    let (domains, findings) = match (&matrix, &topology) {
-        (Some(m), Some(t)) => {
-            let mset: CpuSet = m.cpus.iter().copied().collect();
-            let fits = mset == t.online || mset == t.usable();
-            if fits {
-                Domains::reconcile(m, Some(t)).with_context(|| {
-                    format!("reconciling the {} with the topology", source.describe())
-                })?
-            } else if real_sysfs && matches!(source, Source::File(_)) {
-                // A published matrix from another machine: plan on it alone.
-                warnings.push(format!(
+    let described = source.describe();
+    let mut build = || -> anyhow::Result<_> {
+        Ok(match (&matrix, &topology) {
+            (Some(m), Some(t)) => {
+                let mset: CpuSet = m.cpus.iter().copied().collect();
+                let fits = mset == t.online || mset == t.usable();
+                if fits {
+                    Domains::reconcile(m, Some(t)).with_context(|| {
+                        format!("reconciling the {} with the topology", source.describe())
+                    })?
+                } else if real_sysfs && matches!(source, Source::File(_)) {
+                    // A published matrix from another machine: plan on it alone.
+                    warnings.push(format!(
                     "the matrix covers CPUs {mset} but this machine's online CPUs are {}: planning from the matrix alone",
                     t.online
                 ));
-                Domains::reconcile(m, None)?
-            } else {
-                // The error names both sets.
-                Domains::reconcile(m, Some(t)).with_context(|| {
-                    format!(
-                        "the {} does not fit the topology under {}",
-                        source.describe(),
-                        args.sysfs.display()
-                    )
-                })?
+                    Domains::reconcile(m, None)?
+                } else {
+                    // The error names both sets.
+                    Domains::reconcile(m, Some(t)).with_context(|| {
+                        format!(
+                            "the {} does not fit the topology under {}",
+                            source.describe(),
+                            args.sysfs.display()
+                        )
+                    })?
+                }
             }
-        }
-        (Some(m), None) => Domains::reconcile(m, None)?,
-        (None, Some(t)) => (Domains::from_topology(t)?, Vec::new()),
-        (None, None) => anyhow::bail!("neither a matrix nor a topology is available"),
+            (Some(m), None) => Domains::reconcile(m, None)?,
+            (None, Some(t)) => (Domains::from_topology(t)?, Vec::new()),
+            (None, None) => anyhow::bail!("neither a matrix nor a topology is available"),
+        })
     };
+    let (domains, findings) =
+        build().with_context(|| format!("latency domains from the {described}"))?;
     if let Some(m) = &matrix {
         warnings.extend(m.warnings.iter().cloned());
     }
@@ -373,6 +378,97 @@ impl Plan {
         }
         for w in &self.warnings {
             let _ = writeln!(s, "  warning:   {w}");
+        }
+        s
+    }
+}
+
+/// Latency domains of a matrix file, for `pinnerd topology --matrix`.
+#[derive(Debug)]
+pub struct DomainsView {
+    pub path: PathBuf,
+    pub domains: Domains,
+    pub findings: Vec<Finding>,
+    pub warnings: Vec<String>,
+}
+
+/// Loads a matrix and builds its domains, reconciled with the topology when the matrix
+/// was measured on its CPUs, else from the matrix alone (with a warning saying so).
+pub fn domains_for(path: &Path, topology: &Topology) -> anyhow::Result<DomainsView> {
+    let m = LatencyMatrix::load(path)?;
+    let mut warnings = m.warnings.clone();
+    let mset: CpuSet = m.cpus.iter().copied().collect();
+    let (domains, findings) = if mset == topology.online || mset == topology.usable() {
+        Domains::reconcile(&m, Some(topology))
+    } else {
+        warnings.push(format!(
+            "the matrix covers CPUs {mset} but the topology's online CPUs are {}: domains from the matrix alone",
+            topology.online
+        ));
+        Domains::reconcile(&m, None)
+    }
+    .with_context(|| format!("latency domains of {}", path.display()))?;
+    Ok(DomainsView {
+        path: path.to_owned(),
+        domains,
+        findings,
+        warnings,
+    })
+}
+
+impl DomainsView {
+    /// Adds `domains` (finest level first, each with `latency_ns` and `groups` as arrays
+    /// of CPU ids), `domain_findings` and `domain_warnings` to a JSON report.
+    pub fn extend_json(&self, report: &mut serde_json::Value) {
+        let levels: Vec<serde_json::Value> = self
+            .domains
+            .levels()
+            .iter()
+            .map(|l| {
+                json!({
+                    "level": l.kind,
+                    "name": l.name(),
+                    "latency_ns": l.latency_ns,
+                    "groups": l.groups.iter().map(|g| g.iter().collect::<Vec<u32>>()).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        report["domains"] = json!(levels);
+        report["domains_matrix"] = json!(self.path.display().to_string());
+        report["domains_trust"] = json!(self.domains.trust());
+        report["domain_findings"] = json!(self.findings);
+        report["domain_warnings"] = json!(self.warnings);
+    }
+
+    /// The human section appended to the topology tree.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "latency domains from {} (trusted: {:?}), finest first:",
+            self.path.display(),
+            self.domains.trust()
+        );
+        for l in self.domains.levels() {
+            let groups: Vec<String> = l.groups.iter().take(8).map(|g| g.to_string()).collect();
+            let more = if l.groups.len() > 8 {
+                format!(" … ({} groups)", l.groups.len())
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                s,
+                "  {:<24} {:>10}  {}{more}",
+                l.name(),
+                ns(l.latency_ns),
+                groups.join(" | ")
+            );
+        }
+        for f in &self.findings {
+            let _ = writeln!(s, "  finding: {f}");
+        }
+        for w in &self.warnings {
+            let _ = writeln!(s, "  warning: {w}");
         }
         s
     }

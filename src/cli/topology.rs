@@ -31,6 +31,10 @@ pub struct TopologyArgs {
     /// Print JSON instead of the tree.
     #[arg(long)]
     pub json: bool,
+    /// Also show the latency domains found in this matrix (our JSON or
+    /// core-to-core-latency's CSV), reconciled with the topology when it fits.
+    #[arg(long, value_name = "FILE")]
+    pub matrix: Option<PathBuf>,
 }
 
 pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
@@ -38,11 +42,21 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
     let topology = Topology::discover(&root)
         .with_context(|| format!("reading the CPU topology under {}", root.sys.display()))?;
     let fingerprint = Fingerprint::read(&root).context("computing the hardware fingerprint")?;
+    let domains = match &args.matrix {
+        Some(path) => Some(super::plan::domains_for(path, &topology)?),
+        None => None,
+    };
     if args.json {
-        let report = json_report(&topology, &fingerprint);
+        let mut report = json_report(&topology, &fingerprint);
+        if let Some(d) = &domains {
+            d.extend_json(&mut report);
+        }
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", render_tree(&topology, &fingerprint));
+        if let Some(d) = &domains {
+            print!("{}", d.render());
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -18,10 +18,12 @@ use std::time::{Duration, Instant};
 
 use crate::cpuset::CpuSet;
 use crate::dbus::Signal;
+use crate::domains::Domains;
 use crate::fingerprint::Fingerprint;
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::measure::{self, LoadGuard, MeasureConfig};
+use crate::placement::{self, Placement, Policy, Request, SmtPolicy};
 use crate::rules::{self, LoadPolicy, LoadReport};
 use crate::settings::Settings;
 use crate::sysroot::SysRoot;
@@ -143,6 +145,8 @@ pub struct State {
     fingerprint: Option<Fingerprint>,
     topology: Option<Topology>,
     current: Option<LatencyMatrix>,
+    /// Latency domains of the current matrix and topology; `None` = to be computed.
+    domains: Option<Domains>,
     running: Option<Running>,
     /// A full measurement promised (id given out) while a drift probe runs.
     queued_full: Option<u64>,
@@ -178,6 +182,7 @@ impl State {
             fingerprint: None,
             topology: None,
             current: None,
+            domains: None,
             running: None,
             queued_full: None,
             last_failure: None,
@@ -305,14 +310,79 @@ impl State {
             Command::GetMatrix => Ok(self.matrix_reply()),
             Command::ListManaged => Ok(Reply::Managed(Vec::new())),
             Command::Explain { pid } => Err(CommandError::NoSuchProcess(pid)),
-            Command::Plan { .. } => Err(CommandError::Failed(
-                "placement is not part of this build".into(),
-            )),
+            Command::Plan { count, policy, smt } => {
+                let req = self.request(count, &policy, &smt)?;
+                Ok(Reply::Cpus(self.place(&req)?.cpus))
+            }
             Command::Pin { .. } => Err(CommandError::Failed(
                 "placement is not part of this build".into(),
             )),
             Command::Release { pid } => Err(CommandError::NotManaged(pid)),
         }
+    }
+
+    /// A request from D-Bus arguments, checked: known words, 1 ≤ count ≤ usable CPUs.
+    fn request(&self, count: u32, policy: &str, smt: &str) -> Result<Request, CommandError> {
+        let policy: Policy = policy
+            .parse()
+            .map_err(|e: placement::UnknownWord| CommandError::InvalidArgs(e.to_string()))?;
+        let smt: SmtPolicy = smt
+            .parse()
+            .map_err(|e: placement::UnknownWord| CommandError::InvalidArgs(e.to_string()))?;
+        let usable = self.usable().len();
+        if count == 0 || count as usize > usable {
+            return Err(CommandError::InvalidArgs(format!(
+                "count {count}: must be between 1 and the {usable} usable CPUs"
+            )));
+        }
+        Ok(Request {
+            count: count as usize,
+            policy,
+            smt,
+            exclude: self.settings.placement.housekeeping_cpus.clone(),
+            exclusive: false,
+            cpus: None,
+        })
+    }
+
+    /// The latency domains: from the matrix reconciled with sysfs, or from sysfs alone
+    /// until a matrix exists (or when the matrix cannot be used).
+    fn domains(&mut self) -> Result<&Domains, CommandError> {
+        if self.domains.is_none() {
+            let topo = self.topology.as_ref();
+            let from_matrix = self.current.as_ref().and_then(|m| {
+                match Domains::reconcile(m, topo) {
+                    Ok((d, findings)) => {
+                        for f in &findings {
+                            tracing::info!(finding = %f, "matrix and topology");
+                        }
+                        Some(d)
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the matrix cannot be used; placing from the sysfs topology");
+                        None
+                    }
+                }
+            });
+            let d = match (from_matrix, topo) {
+                (Some(d), _) => d,
+                (None, Some(t)) => Domains::from_topology(t)
+                    .map_err(|e| CommandError::Failed(format!("no latency domains: {e}")))?,
+                (None, None) => {
+                    return Err(CommandError::Failed(
+                        "neither a matrix nor the CPU topology is available".into(),
+                    ))
+                }
+            };
+            self.domains = Some(d);
+        }
+        Ok(self.domains.as_ref().expect("set above"))
+    }
+
+    fn place(&mut self, req: &Request) -> Result<Placement, CommandError> {
+        let usable = self.usable();
+        let d = self.domains()?;
+        placement::place(d, req, &usable).map_err(|e| CommandError::InvalidArgs(e.to_string()))
     }
 
     fn matrix_reply(&self) -> Reply {
@@ -355,6 +425,9 @@ impl State {
             Ok(t) => {
                 for w in &t.warnings {
                     tracing::debug!(warning = %w, "topology");
+                }
+                if self.topology.as_ref() != Some(&t) {
+                    self.domains = None;
                 }
                 self.topology = Some(t);
             }
@@ -399,6 +472,7 @@ impl State {
                     if m.cpus.iter().copied().collect::<CpuSet>() == self.usable() {
                         tracing::info!(cpus = m.len(), path = %store.current_path().display(), "using the stored matrix");
                         self.current = Some(m);
+                        self.domains = None;
                     } else {
                         tracing::info!("the stored matrix covers other CPUs; measuring again");
                     }
@@ -500,6 +574,7 @@ impl State {
     /// fingerprint, or measure.
     fn fingerprint_changed(&mut self, now: Instant) {
         self.current = None;
+        self.domains = None;
         self.load_stored_matrix();
         if self.current.is_none() {
             if let Some(r) = self.running.filter(|r| r.full) {
@@ -641,6 +716,7 @@ impl State {
         }
         self.last_failure = None;
         self.current = Some(matrix);
+        self.domains = None;
         self.last_finished = Some((id, true, summary.clone()));
         self.actions.push(Action::Emit(Signal::MeasurementFinished {
             job: id,
@@ -1074,6 +1150,51 @@ mod tests {
         let a = s.take_actions();
         assert_eq!(a.first(), Some(&Action::Reloading));
         assert_eq!(a.last(), Some(&Action::Ready));
+    }
+
+    #[test]
+    fn plan_uses_sysfs_until_a_matrix_exists_and_checks_its_arguments() {
+        let (mut s, _d, job) = started(Timing::default());
+        let usable = s.usable();
+        let n = usable.len() as u32;
+        let plan = |s: &mut State, count, policy: &str, smt: &str| {
+            s.command(Command::Plan {
+                count,
+                policy: policy.into(),
+                smt: smt.into(),
+            })
+        };
+        // No matrix yet: the topology alone places.
+        assert_eq!(
+            plan(&mut s, n, "compact", "allow"),
+            Ok(Reply::Cpus(usable.clone()))
+        );
+        s.handle(ok_matrix(&job));
+        assert_eq!(
+            plan(&mut s, n, "spread", "allow"),
+            Ok(Reply::Cpus(usable.clone()))
+        );
+        let Ok(Reply::Cpus(one)) = plan(&mut s, 1, "compact", "allow") else {
+            panic!()
+        };
+        assert_eq!(one.len(), 1);
+        assert!(one.is_subset(&usable));
+        for (count, policy, smt, want) in [
+            (0, "compact", "allow", "count 0: must be between 1"),
+            (n + 1, "compact", "allow", "must be between 1 and the"),
+            (1, "tight", "allow", "unknown policy \"tight\""),
+            (
+                1,
+                "compact",
+                "sometimes",
+                "unknown smt policy \"sometimes\"",
+            ),
+        ] {
+            match plan(&mut s, count, policy, smt) {
+                Err(CommandError::InvalidArgs(m)) => assert!(m.contains(want), "{m}"),
+                other => panic!("{count} {policy} {smt}: {other:?}"),
+            }
+        }
     }
 
     #[test]

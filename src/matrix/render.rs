@@ -105,7 +105,7 @@ pub fn terminal_heatmap(m: &LatencyMatrix, color: bool) -> String {
         }
         out.push('\n');
     }
-    if color {
+    if color && hi > lo {
         out.push_str(&format!(
             "{:id_w$} scale: \x1b[30;48;5;{}m {lo:.1} ns \x1b[0m … \x1b[30;48;5;{}m {hi:.1} ns \x1b[0m\n",
             "",

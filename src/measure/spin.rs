@@ -168,6 +168,8 @@ pub struct PairRun {
     pub round_trips: u32,
     /// Set when a pin did not hold; then `batches` is empty.
     pub pin_failure: Option<PinFailure>,
+    /// The partner did not answer for [`STALL`]; the pair was given up.
+    pub stalled: bool,
 }
 
 /// Largest K: keeps a batch bounded even on a very fast line.
@@ -388,32 +390,67 @@ fn respond(s: &Shared, primitive: Primitive) {
     }
 }
 
+/// How long the initiator waits for its partner before giving the pair up: a partner
+/// that does not answer for this long is not running (a real-time task holds its CPU,
+/// or the vCPU is frozen), and waiting forever would hang the whole measurement.
+pub const STALL: Duration = Duration::from_secs(1);
+
+/// Counts spins and looks at the clock every 2^16 of them.
+struct Watch {
+    start: Instant,
+    spins: u32,
+}
+
+impl Watch {
+    fn new() -> Watch {
+        Watch {
+            start: Instant::now(),
+            spins: 0,
+        }
+    }
+
+    /// True once the wait has lasted longer than [`STALL`].
+    #[inline(always)]
+    fn stalled(&mut self) -> bool {
+        self.spins = self.spins.wrapping_add(1);
+        self.spins & 0xffff == 0 && self.start.elapsed() > STALL
+    }
+}
+
 /// The initiator's side of one sync point: the responder reports and acknowledges.
-/// Returns the responder's (switches, cpu).
-fn sync(s: &Shared, primitive: Primitive) -> (u64, u64) {
+/// Returns the responder's (switches, cpu), or `None` when it stalled.
+fn sync(s: &Shared, primitive: Primitive) -> Option<(u64, u64)> {
+    let mut watch = Watch::new();
     match primitive {
         Primitive::Cas => {
             // The line is PING (after a batch) or IDLE/ACK (before the first one).
             s.ping.0.store(SYNC, Ordering::Release);
             while s.ping.0.load(Ordering::Acquire) != ACK {
+                if watch.stalled() {
+                    return None;
+                }
                 std::hint::spin_loop();
             }
         }
         Primitive::LoadStore => {
             s.ping.0.store(LS_SYNC, Ordering::Release);
             while s.pong.0.load(Ordering::Acquire) != LS_SYNC {
+                if watch.stalled() {
+                    return None;
+                }
                 std::hint::spin_loop();
             }
         }
     }
-    (
+    Some((
         s.report.0.switches.load(Ordering::Relaxed),
         s.report.0.cpu.load(Ordering::Relaxed),
-    )
+    ))
 }
 
-/// K round trips; returns the elapsed time.
-fn batch(s: &Shared, primitive: Primitive, k: u64, seq: &mut u64) -> Duration {
+/// K round trips; returns the elapsed time, or `None` when the partner stalled.
+fn batch(s: &Shared, primitive: Primitive, k: u64, seq: &mut u64) -> Option<Duration> {
+    let mut watch = Watch::new();
     match primitive {
         Primitive::Cas => {
             s.ping.0.store(PING, Ordering::Release);
@@ -424,11 +461,19 @@ fn batch(s: &Shared, primitive: Primitive, k: u64, seq: &mut u64) -> Duration {
                     .0
                     .compare_exchange(PING, PONG, Ordering::AcqRel, Ordering::Acquire)
                     .is_err()
-                {}
+                {
+                    if watch.stalled() {
+                        return None;
+                    }
+                }
             }
             // Wait for the K-th answer.
-            while s.ping.0.load(Ordering::Acquire) != PING {}
-            t0.elapsed()
+            while s.ping.0.load(Ordering::Acquire) != PING {
+                if watch.stalled() {
+                    return None;
+                }
+            }
+            Some(t0.elapsed())
         }
         Primitive::LoadStore => {
             let t0 = Instant::now();
@@ -436,9 +481,13 @@ fn batch(s: &Shared, primitive: Primitive, k: u64, seq: &mut u64) -> Duration {
                 *seq += 1;
                 let v = *seq;
                 s.ping.0.store(v, Ordering::Release);
-                while s.pong.0.load(Ordering::Acquire) != v {}
+                while s.pong.0.load(Ordering::Acquire) != v {
+                    if watch.stalled() {
+                        return None;
+                    }
+                }
             }
-            t0.elapsed()
+            Some(t0.elapsed())
         }
     }
 }
@@ -452,6 +501,15 @@ fn stop(s: &Shared, primitive: Primitive) {
 
 fn initiate(s: &Shared, plan: &PairPlan) -> PairRun {
     let mut run = PairRun::default();
+    if measure_pair(s, plan, &mut run).is_none() {
+        run.stalled = true;
+    }
+    stop(s, plan.primitive);
+    run
+}
+
+/// The initiator's loop; `None` when the partner stalled (the batches so far stay).
+fn measure_pair(s: &Shared, plan: &PairPlan, run: &mut PairRun) -> Option<()> {
     let p = plan.primitive;
     let me = u64::from(plan.initiator);
     let partner = u64::from(plan.responder);
@@ -460,28 +518,34 @@ fn initiate(s: &Shared, plan: &PairPlan) -> PairRun {
     // Warm up and calibrate K: grow K until a batch takes a tenth of the target, and
     // keep bouncing (unmeasured) until the warm-up time is over.
     let warm_until = Instant::now() + plan.warm;
+    // The fastest warm batch sets K: a preempted one would make K too small.
     let mut k = MIN_ROUND_TRIPS;
-    let per_rt = loop {
-        let d = batch(s, p, k, &mut seq);
+    let mut per_rt = Duration::MAX;
+    loop {
+        let d = batch(s, p, k, &mut seq)?;
         if d * 10 < plan.batch && k < MAX_ROUND_TRIPS {
             k *= 2;
             continue;
         }
+        per_rt = per_rt.min(d / k as u32);
         if Instant::now() >= warm_until {
-            break d / k as u32;
+            break;
         }
-    };
-    let (mut r_sw, _) = sync(s, p);
+    }
+    let (mut r_sw, _) = sync(s, p)?;
     let per_rt_ns = (per_rt.as_nanos() as u64).max(1);
     let k = (plan.batch.as_nanos() as u64 / per_rt_ns).clamp(MIN_ROUND_TRIPS, MAX_ROUND_TRIPS);
     run.round_trips = k as u32;
 
     let mut discarded_in_a_row = 0;
-    while !plan.stop.done(&run.batches) && Instant::now() < plan.deadline {
+    // A pair that got this far takes at least one valid batch, deadline or not.
+    while !plan.stop.done(&run.batches)
+        && (Instant::now() < plan.deadline || run.batches.is_empty())
+    {
         let my_sw = context_switches();
         let my_cpu = current_cpu() as u64;
-        let d = batch(s, p, k, &mut seq);
-        let (sw, cpu) = sync(s, p);
+        let d = batch(s, p, k, &mut seq)?;
+        let (sw, cpu) = sync(s, p)?;
         let my_sw_after = context_switches();
         let my_cpu_after = current_cpu() as u64;
         let switched = my_sw_after != my_sw || sw != r_sw;
@@ -501,8 +565,7 @@ fn initiate(s: &Shared, plan: &PairPlan) -> PairRun {
             break;
         }
     }
-    stop(s, p);
-    run
+    Some(())
 }
 
 #[cfg(test)]
@@ -578,6 +641,47 @@ mod tests {
         );
         abort(&gate);
         assert_eq!(t.join().unwrap(), PairRun::default());
+    }
+
+    #[test]
+    fn a_partner_that_never_answers_is_given_up() {
+        for primitive in [Primitive::Cas, Primitive::LoadStore] {
+            let page = Page::new().unwrap();
+            page.touch();
+            // No responder thread at all: the first batch never completes.
+            let t0 = Instant::now();
+            let run = initiate(page.shared(), &plan(primitive));
+            assert!(run.stalled, "{run:?}");
+            assert!(run.batches.is_empty());
+            assert!(t0.elapsed() >= STALL, "gave up after {:?}", t0.elapsed());
+        }
+    }
+
+    #[test]
+    fn several_pairs_behind_one_gate_all_finish() {
+        // Two pairs sharing both CPUs (never done for real: rounds are disjoint) is the
+        // worst case for the gate and the discard logic: four spinning threads on two
+        // CPUs keep switching each other out.
+        let (a, b) = two_cpus();
+        let gate = Arc::new(Gate::default());
+        let mut threads = Vec::new();
+        for (x, y) in [(a, b), (b, a)] {
+            let mut p = plan(Primitive::Cas);
+            p.initiator = x;
+            p.responder = y;
+            p.deadline = Instant::now() + Duration::from_millis(300);
+            threads.push(spawn_pair(p, gate.clone()).unwrap());
+        }
+        open(&gate, 4);
+        for t in threads {
+            let run = t.join().unwrap();
+            assert_eq!(run.pin_failure, None);
+            // Every batch either counted or was discarded for a reason.
+            assert!(
+                run.stalled || run.round_trips >= MIN_ROUND_TRIPS as u32,
+                "{run:?}"
+            );
+        }
     }
 
     #[test]

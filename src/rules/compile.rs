@@ -5,7 +5,9 @@
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+use std::sync::OnceLock;
+
+use globset::{Glob, GlobBuilder, GlobMatcher};
 use regex::{Regex, RegexBuilder};
 use toml::Spanned;
 
@@ -43,16 +45,69 @@ pub enum CpuTarget {
     Count(u32),
 }
 
-/// A list of globs, any of which may match.
+/// A list of globs, any of which may match. `*` matches any run of characters,
+/// `/` included; `?` one character; `[...]` a class; `{a,b}` alternatives.
 #[derive(Debug, Clone)]
 pub struct GlobList {
     pub patterns: Vec<String>,
-    set: GlobSet,
+    pub(super) compiled: Vec<Pattern>,
+}
+
+/// One glob, sorted by how cheaply it can be matched. Most real patterns are literals
+/// or `prefix*`, which need no regex at all; the rest compile theirs on first use
+/// (validation at load only parses them).
+#[derive(Debug, Clone)]
+pub(super) enum Pattern {
+    Literal(String),
+    Prefix(String),
+    Suffix(String),
+    Any,
+    Complex(Box<Complex>),
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Complex {
+    pub(super) glob: Glob,
+    matcher: OnceLock<GlobMatcher>,
+}
+
+impl Pattern {
+    /// Classifies a pattern that already parsed as a glob.
+    fn new(p: &str, glob: Glob) -> Pattern {
+        let plain = |s: &str| !has_glob_meta(s);
+        if plain(p) {
+            Pattern::Literal(p.to_string())
+        } else if p == "*" {
+            Pattern::Any
+        } else if let Some(prefix) = p.strip_suffix('*').filter(|s| plain(s)) {
+            Pattern::Prefix(prefix.to_string())
+        } else if let Some(suffix) = p.strip_prefix('*').filter(|s| plain(s)) {
+            Pattern::Suffix(suffix.to_string())
+        } else {
+            Pattern::Complex(Box::new(Complex {
+                glob,
+                matcher: OnceLock::new(),
+            }))
+        }
+    }
+
+    pub(super) fn is_match(&self, text: &str) -> bool {
+        match self {
+            Pattern::Literal(l) => text == l,
+            Pattern::Prefix(p) => text.starts_with(p.as_str()),
+            Pattern::Suffix(s) => text.ends_with(s.as_str()),
+            Pattern::Any => true,
+            Pattern::Complex(c) => c
+                .matcher
+                .get_or_init(|| c.glob.compile_matcher())
+                .is_match(text),
+        }
+    }
 }
 
 impl GlobList {
     pub fn is_match(&self, text: &str) -> bool {
-        self.set.is_match(text)
+        self.compiled.iter().any(|p| p.is_match(text))
     }
 }
 
@@ -276,7 +331,7 @@ fn one_line(msg: &str) -> String {
 }
 
 fn has_glob_meta(p: &str) -> bool {
-    p.contains(['*', '?', '[', '{', '\\'])
+    p.contains(['*', '?', '[', ']', '{', '}', '\\'])
 }
 
 fn globs(
@@ -286,8 +341,7 @@ fn globs(
     is_comm: bool,
 ) -> Option<GlobList> {
     let span = value.span();
-    let mut builder = GlobSetBuilder::new();
-    let mut ok = true;
+    let mut compiled = Vec::new();
     for p in value.get_ref().as_slice() {
         if p.is_empty() {
             cx.err(
@@ -298,7 +352,6 @@ fn globs(
                     reason: "empty pattern".into(),
                 },
             );
-            ok = false;
             continue;
         }
         if is_comm && !has_glob_meta(p) && p.len() > COMM_MAX {
@@ -309,46 +362,25 @@ fn globs(
                     pattern: p.clone(),
                 },
             );
-            ok = false;
             continue;
         }
         match GlobBuilder::new(p).build() {
-            Ok(g) => {
-                builder.add(g);
-            }
-            Err(e) => {
-                cx.err(
-                    &span,
-                    RuleErrorKind::BadGlob {
-                        key,
-                        pattern: p.clone(),
-                        reason: e.kind().to_string(),
-                    },
-                );
-                ok = false;
-            }
-        }
-    }
-    if !ok {
-        return None;
-    }
-    match builder.build() {
-        Ok(set) => Some(GlobList {
-            patterns: value.get_ref().as_slice().to_vec(),
-            set,
-        }),
-        Err(e) => {
-            cx.err(
+            Ok(g) => compiled.push(Pattern::new(p, g)),
+            Err(e) => cx.err(
                 &span,
                 RuleErrorKind::BadGlob {
                     key,
-                    pattern: value.get_ref().as_slice().join(", "),
-                    reason: e.to_string(),
+                    pattern: p.clone(),
+                    reason: e.kind().to_string(),
                 },
-            );
-            None
+            ),
         }
     }
+    let patterns = value.get_ref().as_slice();
+    (compiled.len() == patterns.len()).then(|| GlobList {
+        patterns: patterns.to_vec(),
+        compiled,
+    })
 }
 
 /// The placement keys shared by `[rule.place]` and `[[rule.threads]]`.

@@ -75,7 +75,7 @@ pub enum RuleErrorKind {
     CommTooLong { key: &'static str, pattern: String },
     #[error("empty rule name")]
     EmptyName,
-    #[error("rule name {name:?} may only contain letters, digits, '-', '_', '.', '@' and ':'")]
+    #[error("rule name {name:?} must be at most 64 characters, all letters, digits, '-', '_', '.', '@' or ':'")]
     BadName { name: String },
     #[error("duplicate rule name {name:?} (first defined at {first})")]
     DuplicateName { name: String, first: String },

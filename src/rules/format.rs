@@ -6,6 +6,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
+use std::str::FromStr;
 
 use serde::de::{self, IntoDeserializer};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -18,7 +19,12 @@ use crate::placement::{Policy, SmtPolicy};
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RuleFile {
-    #[serde(default, rename = "rule", skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        rename = "rule",
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "vec_table"
+    )]
     pub rules: Vec<Spanned<RuleSpec>>,
 }
 
@@ -32,13 +38,26 @@ pub struct RuleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Spanned<i32>>,
     /// Every key given must match.
-    #[serde(default, rename = "match", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "match",
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_table"
+    )]
     pub matches: Option<Spanned<MatchSpec>>,
     /// Where the whole process goes (every thread not placed by `threads`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_table"
+    )]
     pub place: Option<Spanned<PlaceSpec>>,
     /// Placement by thread name; the first entry whose `comm` matches a thread wins.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "vec_table"
+    )]
     pub threads: Vec<Spanned<ThreadSpec>>,
 }
 
@@ -77,9 +96,17 @@ pub struct PlaceSpec {
     /// With `count`: choose only among these CPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub within: Option<Spanned<CpuSet>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_word"
+    )]
     pub policy: Option<Spanned<Policy>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_word"
+    )]
     pub smt: Option<Spanned<SmtPolicy>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive: Option<Spanned<bool>>,
@@ -98,9 +125,17 @@ pub struct ThreadSpec {
     /// With `count`: choose only among these CPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub within: Option<Spanned<CpuSet>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_word"
+    )]
     pub policy: Option<Spanned<Policy>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_word"
+    )]
     pub smt: Option<Spanned<SmtPolicy>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive: Option<Spanned<bool>>,
@@ -229,6 +264,65 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for OneOrMany<T> {
         }
         d.deserialize_any(V(PhantomData))
     }
+}
+
+/// A value that must be a TOML table. Derived struct deserialisers also accept an
+/// array (fields by position), which would let `place = ["1", 2]` through; this refuses.
+struct Table<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Table<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> de::Visitor<'de> for V<T> {
+            type Value = Table<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a table")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Table)
+            }
+        }
+        d.deserialize_any(V(PhantomData))
+    }
+}
+
+fn unspan_table<T>(s: Spanned<Table<T>>) -> Spanned<T> {
+    let span = s.span();
+    Spanned::new(span, s.into_inner().0)
+}
+
+fn opt_table<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Option<Spanned<T>>, D::Error> {
+    Spanned::<Table<T>>::deserialize(d).map(|s| Some(unspan_table(s)))
+}
+
+fn vec_table<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    d: D,
+) -> Result<Vec<Spanned<T>>, D::Error> {
+    Vec::<Spanned<Table<T>>>::deserialize(d).map(|v| v.into_iter().map(unspan_table).collect())
+}
+
+/// A word parsed with `FromStr`, so the message lists the words that are accepted.
+struct Word<T>(T);
+
+impl<'de, T: FromStr> Deserialize<'de> for Word<T>
+where
+    T::Err: fmt::Display,
+{
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map(Word).map_err(de::Error::custom)
+    }
+}
+
+fn opt_word<'de, D: Deserializer<'de>, T: FromStr>(d: D) -> Result<Option<Spanned<T>>, D::Error>
+where
+    T::Err: fmt::Display,
+{
+    let s = Spanned::<Word<T>>::deserialize(d)?;
+    let span = s.span();
+    Ok(Some(Spanned::new(span, s.into_inner().0)))
 }
 
 /// Parses rule-file text. Only syntax, types and unknown keys are checked here;

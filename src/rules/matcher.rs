@@ -11,9 +11,11 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use globset::{Glob, GlobSet, GlobSetBuilder};
+use std::collections::HashMap;
 
-use super::compile::{GlobList, PlacementRequest, Rule};
+use globset::{GlobSet, GlobSetBuilder};
+
+use super::compile::{GlobList, Pattern, PlacementRequest, Rule};
 
 /// What the matcher needs to know about a process, as read from /proc by the watcher.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -90,6 +92,49 @@ impl Rule {
             ThreadPlacement::Process => self.place.as_ref(),
             ThreadPlacement::Thread(i) => self.threads.get(i).map(|t| &t.request),
         }
+    }
+
+    /// Whether every key of `[rule.match]` matches `p`, without building explanations.
+    /// `comm_known` skips the `comm` test (the index already did it); `cmdline` caches
+    /// the joined command line across rules.
+    fn matches(&self, p: &ProcessInfo, comm_known: bool, cmdline: &mut Option<String>) -> bool {
+        let m = &self.matcher;
+        if !comm_known && m.comm.as_ref().is_some_and(|g| !g.is_match(&p.comm)) {
+            return false;
+        }
+        if let Some(g) = &m.exe {
+            match &p.exe {
+                Some(exe) if g.is_match(&exe.to_string_lossy()) => {}
+                _ => return false,
+            }
+        }
+        if m.users
+            .as_ref()
+            .is_some_and(|u| u.binary_search(&p.uid).is_err())
+        {
+            return false;
+        }
+        if let Some(g) = &m.cgroup {
+            match &p.cgroup {
+                Some(cg) if g.is_match(cg) => {}
+                _ => return false,
+            }
+        }
+        if let Some(g) = &m.unit {
+            let cg = p.cgroup.as_deref().unwrap_or("");
+            if !(unit_of_cgroup(cg).is_some_and(|u| g.is_match(u))
+                || slices_of_cgroup(cg).any(|s| g.is_match(s)))
+            {
+                return false;
+            }
+        }
+        if let Some(re) = &m.cmdline {
+            let line = cmdline.get_or_insert_with(|| p.cmdline.join(" "));
+            if !re.is_match(line) {
+                return false;
+            }
+        }
+        true
     }
 
     /// `Ok(())` when every key of `[rule.match]` matches `p`, else the first key that
@@ -205,12 +250,25 @@ fn is_unit_name(c: &str) -> bool {
 pub struct RuleSet {
     /// Sorted: priority descending, then name ascending.
     rules: Vec<Arc<Rule>>,
-    /// Every `comm` glob of every rule.
-    comm_index: GlobSet,
-    /// Glob number in `comm_index` → rule index.
-    comm_owner: Vec<u32>,
-    /// Rules with no `comm` key: candidates for every process. Ascending.
-    always: Vec<u32>,
+    index: CommIndex,
+}
+
+/// The first pass: which rules can match a process, from its `comm` alone. Literal
+/// and `prefix*`/`*suffix` globs are hash lookups (a comm has at most 15 bytes, so at
+/// most 16 prefixes and suffixes to try); other globs share one [`GlobSet`]. Rules
+/// found here have had their `comm` tested exactly.
+#[derive(Debug, Clone, Default)]
+struct CommIndex {
+    literal: HashMap<String, Vec<u32>>,
+    prefix: HashMap<String, Vec<u32>>,
+    suffix: HashMap<String, Vec<u32>>,
+    complex: GlobSet,
+    /// Glob number in `complex` → rule index.
+    complex_owner: Vec<u32>,
+    /// Rules whose `comm` matches anything.
+    any: Vec<u32>,
+    /// Rules with no `comm` key: candidates whose other keys still need testing.
+    no_comm: Vec<u32>,
 }
 
 impl Default for RuleSet {
@@ -232,30 +290,30 @@ impl RuleSet {
                 .cmp(&a.priority)
                 .then_with(|| a.name.cmp(&b.name))
         });
-        let mut builder = GlobSetBuilder::new();
-        let mut comm_owner = Vec::new();
-        let mut always = Vec::new();
+        let mut index = CommIndex::default();
+        let mut complex = GlobSetBuilder::new();
         for (i, r) in rules.iter().enumerate() {
-            match &r.matcher.comm {
-                None => always.push(i as u32),
-                Some(g) => {
-                    for p in &g.patterns {
-                        // Each pattern already compiled alone when the rule was built.
-                        if let Ok(glob) = Glob::new(p) {
-                            builder.add(glob);
-                            comm_owner.push(i as u32);
-                        }
+            let i = i as u32;
+            let Some(g) = &r.matcher.comm else {
+                index.no_comm.push(i);
+                continue;
+            };
+            for p in &g.compiled {
+                match p {
+                    Pattern::Literal(l) => index.literal.entry(l.clone()).or_default().push(i),
+                    Pattern::Prefix(l) => index.prefix.entry(l.clone()).or_default().push(i),
+                    Pattern::Suffix(l) => index.suffix.entry(l.clone()).or_default().push(i),
+                    Pattern::Any => index.any.push(i),
+                    Pattern::Complex(c) => {
+                        complex.add(c.glob.clone());
+                        index.complex_owner.push(i);
                     }
                 }
             }
         }
-        let comm_index = builder.build().unwrap_or_else(|_| GlobSet::empty());
-        RuleSet {
-            rules,
-            comm_index,
-            comm_owner,
-            always,
-        }
+        // Every glob was parsed alone already; a set of valid globs always builds.
+        index.complex = complex.build().unwrap_or_else(|_| GlobSet::empty());
+        RuleSet { rules, index }
     }
 
     /// Rules in precedence order.
@@ -275,26 +333,47 @@ impl RuleSet {
         self.rules.iter().find(|r| r.name == name)
     }
 
-    /// Rules that can match a process named `comm`, in precedence order.
-    fn candidates(&self, comm: &str) -> Vec<u32> {
-        let mut hits = self.comm_index.matches(comm);
-        for h in &mut hits {
-            *h = self.comm_owner[*h] as usize;
+    /// Rules that can match a process named `comm`, in precedence order, each with
+    /// whether its `comm` is already known to match.
+    fn candidates(&self, comm: &str) -> Vec<(u32, bool)> {
+        let ix = &self.index;
+        let mut out: Vec<(u32, bool)> = Vec::new();
+        let mut add = |rules: Option<&Vec<u32>>| {
+            if let Some(rules) = rules {
+                out.extend(rules.iter().map(|&r| (r, true)));
+            }
+        };
+        add(ix.literal.get(comm));
+        if !ix.prefix.is_empty() || !ix.suffix.is_empty() {
+            for (at, _) in comm
+                .char_indices()
+                .chain(std::iter::once((comm.len(), ' ')))
+            {
+                add(ix.prefix.get(&comm[..at]));
+                add(ix.suffix.get(&comm[at..]));
+            }
         }
-        let mut out: Vec<u32> = hits.into_iter().map(|h| h as u32).collect();
-        out.extend_from_slice(&self.always);
+        if !ix.complex_owner.is_empty() {
+            for g in ix.complex.matches(comm) {
+                out.push((ix.complex_owner[g], true));
+            }
+        }
+        out.extend(ix.any.iter().map(|&r| (r, true)));
+        out.extend(ix.no_comm.iter().map(|&r| (r, false)));
         out.sort_unstable();
-        out.dedup();
+        out.dedup_by_key(|c| c.0);
         out
     }
 
     /// The winning rule for `p`, if any, with each thread's placement.
     pub fn match_process(&self, p: &ProcessInfo) -> Option<Match> {
+        let mut cmdline = None;
         let rule = self
             .candidates(&p.comm)
             .into_iter()
-            .map(|i| &self.rules[i as usize])
-            .find(|r| r.check(p).is_ok())?;
+            .map(|(i, known)| (&self.rules[i as usize], known))
+            .find(|(r, known)| r.matches(p, *known, &mut cmdline))?
+            .0;
         Some(Match {
             rule: Arc::clone(rule),
             threads: assign_threads(rule, p),

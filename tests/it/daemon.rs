@@ -612,6 +612,37 @@ fn read_only_methods_answer() {
     assert_eq!(bus.call("ListManaged", &[]), "a(ussss) 0");
     let m = bus.call("GetMatrix", &[]);
     assert!(m.starts_with("auaad "), "{m}");
+    // Plan: every usable CPU when asked for all of them (this machine has no isolcpus).
+    let n: usize = bus
+        .get("CpuCount")
+        .trim_start_matches("u ")
+        .parse()
+        .unwrap();
+    let all = (0..n).map(|c| c.to_string()).collect::<Vec<_>>().join(" ");
+    let out = bus.busctl_as_nobody(&[
+        "call",
+        NAME,
+        PATH,
+        IFACE,
+        "Plan",
+        "uss",
+        &n.to_string(),
+        "compact",
+        "allow",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("au {n} {all}")
+    );
+    let out = bus.busctl(&[
+        "call", NAME, PATH, IFACE, "Plan", "uss", "0", "compact", "allow",
+    ]);
+    assert!(
+        stderr_of(&out).contains("count 0: must be between 1"),
+        "{}",
+        text(&out)
+    );
     let out = bus.busctl(&["call", NAME, PATH, IFACE, "Explain", "u", "4194304"]);
     assert!(!out.status.success());
     assert!(

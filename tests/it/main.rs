@@ -5,6 +5,7 @@ mod cli_smoke;
 mod daemon;
 mod helper;
 mod measure;
+mod packaging;
 mod placement;
 mod rules;
 mod topology;

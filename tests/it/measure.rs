@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use pinnerd::matrix::LatencyMatrix;
+use pinnerd::matrix::{render, LatencyMatrix};
 use pinnerd::measure::{self, MeasureConfig, Mode, Phase, Primitive};
 use pinnerd::CpuSet;
 
@@ -248,6 +248,16 @@ fn published_matrices_import_with_their_flaws() {
                 LatencyMatrix::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             m.validate().unwrap();
             quantised += m.warnings.iter().any(|w| w.contains("quantised")) as usize;
+            // Every one renders: a header and one row per CPU.
+            let text = render::terminal_heatmap(&m, false);
+            assert_eq!(text.lines().count(), m.len() + 1, "{}", path.display());
+            if m.len() <= 64 {
+                let svg = render::svg_heatmap(&m, "t").unwrap();
+                assert!(svg.matches("<rect").count() >= m.len() * m.len());
+            }
+            let s = m.summary();
+            assert_eq!(s.pairs, m.len() * (m.len() - 1) / 2, "{}", path.display());
+            assert!(!s.levels.is_empty());
             n += 1;
         }
         assert!(n >= 30, "{n} matrices");

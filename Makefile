@@ -1,0 +1,71 @@
+# Build and install pinnerd without a Debian package (README "Install").
+#
+#   make                          # cargo build --release
+#   sudo make install             # into /usr/local (PREFIX) under / (DESTDIR)
+#   make install DESTDIR=/tmp/stage PREFIX=/usr   # staged, for a distribution package
+#   sudo make uninstall
+#   make deb                      # the Debian package (cargo-deb)
+#   sudo make vm-test             # the end-to-end test in a VM (tests/vm/run.sh)
+#
+# The unit's ExecStart= is rewritten to $(BINDIR)/pinnerd. systemd reads units from
+# /usr/local/lib/systemd/system as well as /usr/lib/systemd/system; dbus-daemon reads
+# policies from /usr/share/dbus-1/system.d and /etc/dbus-1/system.d only, so with a PREFIX
+# other than /usr the policy goes to $(SYSCONFDIR)/dbus-1/system.d.
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+DATADIR ?= $(PREFIX)/share
+DOCDIR ?= $(DATADIR)/doc/pinnerd
+SYSCONFDIR ?= /etc
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+ifeq ($(PREFIX),/usr)
+DBUSPOLICYDIR ?= $(DATADIR)/dbus-1/system.d
+else
+DBUSPOLICYDIR ?= $(SYSCONFDIR)/dbus-1/system.d
+endif
+RULESDIR ?= $(SYSCONFDIR)/pinnerd.d
+
+CARGO ?= cargo
+INSTALL ?= install
+BIN ?= target/release/pinnerd
+
+.PHONY: all build install uninstall deb vm-test
+
+all: build
+
+build:
+	$(CARGO) build --release --locked
+
+$(BIN):
+	$(CARGO) build --release --locked
+
+install: $(BIN)
+	$(INSTALL) -D -m 0755 $(BIN) $(DESTDIR)$(BINDIR)/pinnerd
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(SYSTEMDUNITDIR)
+	sed 's|^ExecStart=/usr/bin/pinnerd|ExecStart=$(BINDIR)/pinnerd|' systemd/pinnerd.service \
+		>$(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd.service
+	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd.service
+	$(INSTALL) -D -m 0644 systemd/org.pinnerd.Pinnerd1.conf \
+		$(DESTDIR)$(DBUSPOLICYDIR)/org.pinnerd.Pinnerd1.conf
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(RULESDIR)
+	$(INSTALL) -D -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	$(INSTALL) -D -m 0644 config/pinnerd.toml $(DESTDIR)$(DOCDIR)/examples/pinnerd.toml
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(DOCDIR)/examples/pinnerd.d
+	$(INSTALL) -m 0644 config/pinnerd.d/*.toml $(DESTDIR)$(DOCDIR)/examples/pinnerd.d/
+	@echo "installed; to start it: systemctl daemon-reload && systemctl enable --now pinnerd"
+	@echo "(and once after installing the bus policy: systemctl reload dbus)"
+
+# Leaves $(RULESDIR) and its rules, and the state under /var/lib/pinnerd, in place.
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/pinnerd
+	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd.service
+	rm -f $(DESTDIR)$(DBUSPOLICYDIR)/org.pinnerd.Pinnerd1.conf
+	rm -rf $(DESTDIR)$(DOCDIR)
+	-rmdir $(DESTDIR)$(RULESDIR) 2>/dev/null
+
+deb:
+	$(CARGO) deb --locked
+
+vm-test:
+	tests/vm/run.sh

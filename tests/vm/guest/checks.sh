@@ -1,0 +1,864 @@
+#!/bin/bash
+# pinnerd end-to-end checks. Runs inside the test VM (pinnerd-vm-checks.service) after
+# pinnerd.service has started, as root, against the installed package under real systemd.
+#
+# The VM has 8 CPUs: 2 sockets x 2 cores x 2 threads, one NUMA node per socket, so
+# packages are 0-3 and 4-7 and the SMT pairs are 0,1 2,3 4,5 6,7.
+#
+# Output (the VM's second serial port), one line per check:
+#   PINNERD-VM CHECK <name> PASS|FAIL <detail>
+# then, when a check failed, the daemon's journal between
+#   PINNERD-VM JOURNAL BEGIN / PINNERD-VM JOURNAL END
+# and last
+#   PINNERD-VM DONE passed=N failed=M
+# tests/vm/run.sh reads these lines on the host.
+set -u
+export LC_ALL=C SYSTEMD_COLORS=0 SYSTEMD_URLIFY=0 SYSTEMD_PAGER=
+umask 022
+
+export BUS=org.pinnerd.Pinnerd1 OBJ=/org/pinnerd/Pinnerd1 IFACE=org.pinnerd.Pinnerd1
+export RULES=/etc/pinnerd.d
+export WORK=/run/pinnerd-vm
+export LIB=/usr/local/lib/pinnerd-vm
+HZ=$(getconf CLK_TCK)
+export HZ
+# The topology qemu was told to build (tests/vm/run.sh).
+export EXPECT_PACKAGES='[[0,1,2,3],[4,5,6,7]]'
+export EXPECT_NODES='[[0,1,2,3],[4,5,6,7]]'
+export EXPECT_SMT='[[0,1],[2,3],[4,5],[6,7]]'
+export ALL_CPUS='0-7'
+# How long a rule change or a new thread may take to reach the threads (the issue's goal).
+export PIN_LIMIT_S=1.0
+
+mkdir -p "$WORK"
+
+# ---------------------------------------------------------------- helpers
+
+# uptime in seconds (10 ms resolution), the clock thread start times are kept in.
+now() { read -r up _ </proc/uptime && echo "$up"; }
+# elapsed FROM [TO]: seconds between two uptimes, 2 decimals.
+elapsed() { awk -v a="$1" -v b="${2:-$(now)}" 'BEGIN { printf "%.2f", b - a }'; }
+# le A B: true when A <= B (decimals).
+le() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a <= b) }'; }
+
+# wait_for SECONDS CMD...: run CMD every 50 ms until it succeeds; false on timeout.
+wait_for() {
+    local deadline
+    deadline=$(awk -v n="$(now)" -v s="$1" 'BEGIN { print n + s }')
+    shift
+    while :; do
+        "$@" >/dev/null 2>&1 && return 0
+        le "$deadline" "$(now)" && return 1
+        sleep 0.05
+    done
+}
+
+bus() { busctl --system --timeout=20 "$@"; }
+# prop NAME: the property's value as JSON (strings unquoted with prop_s).
+prop() { bus --json=short get-property "$BUS" "$OBJ" "$IFACE" "$1" | jq -c .data; }
+prop_s() { bus --json=short get-property "$BUS" "$OBJ" "$IFACE" "$1" | jq -r .data; }
+prop_is() { [ "$(prop "$1")" = "$2" ]; }
+# lines_more FILE N: FILE has more than N lines.
+lines_more() { [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -gt "$2" ]; }
+
+# expand LIST: one CPU per line from the kernel's list format ("0-3,6").
+expand() {
+    local part
+    local IFS=,
+    for part in $1; do
+        case $part in
+        *-*) seq "${part%-*}" "${part#*-}" ;;
+        *) echo "$part" ;;
+        esac
+    done
+}
+
+task_mask() { awk '/^Cpus_allowed_list:/ { print $2 }' "/proc/$1/task/$2/status" 2>/dev/null; }
+# masks PID: "tid=list" for every thread of PID.
+masks() {
+    local t out=""
+    for t in /proc/"$1"/task/*; do
+        out+="${t##*/}=$(task_mask "$1" "${t##*/}") "
+    done
+    echo "${out% }"
+}
+# uniform_mask PID: the mask shared by every thread of PID; fails when they differ.
+uniform_mask() {
+    local all
+    all=$(for t in /proc/"$1"/task/*; do task_mask "$1" "${t##*/}"; done | sort -u)
+    [ -n "$all" ] && [ "$(echo "$all" | wc -l)" -eq 1 ] && echo "$all"
+}
+mask_is() { [ "$(uniform_mask "$1")" = "$2" ]; }
+
+siblings() { cat "/sys/devices/system/cpu/cpu$1/topology/thread_siblings_list"; }
+package_of() { cat "/sys/devices/system/cpu/cpu$1/topology/physical_package_id"; }
+
+# compact_ok LIST: two online CPUs, not SMT siblings, in one package. Explains a failure.
+compact_ok() {
+    local cpus a b
+    mapfile -t cpus < <(expand "$1")
+    if [ "${#cpus[@]}" -ne 2 ]; then
+        echo "'$1' is not 2 CPUs"
+        return 1
+    fi
+    a=${cpus[0]} b=${cpus[1]}
+    if [ "$(cat "/sys/devices/system/cpu/cpu$b/online" 2>/dev/null || echo 1)" != 1 ] ||
+        [ "$(cat "/sys/devices/system/cpu/cpu$a/online" 2>/dev/null || echo 1)" != 1 ]; then
+        echo "'$1' names an offline CPU"
+        return 1
+    fi
+    if expand "$(siblings "$a")" | grep -qx "$b"; then
+        echo "CPUs $a and $b are SMT siblings ($(siblings "$a"))"
+        return 1
+    fi
+    if [ "$(package_of "$a")" != "$(package_of "$b")" ]; then
+        echo "CPUs $a and $b are in packages $(package_of "$a") and $(package_of "$b")"
+        return 1
+    fi
+}
+compact_pinned() {
+    local m
+    m=$(uniform_mask "$1") && compact_ok "$m" >/dev/null
+}
+
+# start_workload NAME [THREADS [LATE_PREFIX]]: runs tests/vm/guest/workload.py as its own
+# service under the comm NAME; prints its pid.
+start_workload() {
+    local name=$1 dir=$WORK/$1
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    ln -sf /usr/bin/python3 "/usr/local/bin/$name"
+    systemd-run --quiet --unit="$name" --service-type=simple \
+        "/usr/local/bin/$name" "$LIB/workload.py" "$dir" "${2:-2}" ${3:+"$3"} || return 1
+    wait_for 60 test -s "$dir/pid" || {
+        echo "workload $name did not start"
+        return 1
+    }
+    # Every initial thread exists once the pid file is written.
+    cat "$dir/pid"
+}
+workload_pid() {
+    local pid
+    pid=$(cat "$WORK/$1/pid" 2>/dev/null) && [ -d "/proc/$pid" ] && echo "$pid" || {
+        echo "workload $1 is not running (an earlier check failed to start it)"
+        return 1
+    }
+}
+# new_thread NAME: asks workload NAME for one more thread; prints its tid.
+new_thread() {
+    local dir=$WORK/$1 pid before
+    pid=$(workload_pid "$1") || return 1
+    before=$(wc -l <"$dir/tids" 2>/dev/null || echo 0)
+    kill -USR1 "$pid"
+    wait_for 20 lines_more "$dir/tids" "$before" || {
+        echo "workload $1 did not start a thread"
+        return 1
+    }
+    tail -n 1 "$dir/tids"
+}
+# thread_started PID TID: the thread's start time as an uptime.
+thread_started() {
+    awk -v hz="$HZ" '{ sub(/^.*\) /, ""); printf "%.2f", $20 / hz }' "/proc/$1/task/$2/stat"
+}
+# new_thread_pinned NAME MASK_CMD...: starts a thread in NAME and waits until MASK_CMD
+# accepts its mask; prints how long after the thread started that was seen.
+new_thread_pinned() {
+    local name=$1 pid tid started m
+    shift
+    pid=$(workload_pid "$name") || return 1
+    tid=$(new_thread "$name") || {
+        echo "$tid"
+        return 1
+    }
+    started=$(thread_started "$pid" "$tid")
+    if ! wait_for 10 "$@" "$pid" "$tid"; then
+        echo "new thread $tid of $name has mask $(task_mask "$pid" "$tid") 10 s after it started"
+        return 1
+    fi
+    m=$(task_mask "$pid" "$tid")
+    echo "thread $tid pinned to $m $(elapsed "$started") s after it started"
+}
+thread_mask_is() { [ "$(task_mask "$1" "$2")" = "$WANT" ]; }
+# managed_by PID RULE: ListManaged names PID under RULE.
+managed_by() {
+    bus --json=short call "$BUS" "$OBJ" "$IFACE" ListManaged |
+        jq -e --argjson pid "$1" --arg rule "$2" '[.data[0][] | select(.[0] == $pid and .[2] == $rule)] | length > 0'
+}
+
+# put_rule FILE: installs stdin as a rule file (root-owned, 0644) in one rename.
+put_rule() {
+    local tmp=$RULES/.$1.tmp
+    cat >"$tmp" && chmod 0644 "$tmp" && mv -f "$tmp" "$RULES/$1"
+}
+
+daemon_pid() { systemctl show -p MainPID --value pinnerd.service; }
+# cpu_online CPU 0|1: takes a CPU offline or brings it back.
+cpu_online() { echo "$2" >"/sys/devices/system/cpu/cpu$1/online"; }
+
+export -f now elapsed le wait_for bus prop prop_s prop_is lines_more expand task_mask masks uniform_mask \
+    mask_is siblings package_of compact_ok compact_pinned start_workload workload_pid \
+    new_thread thread_started new_thread_pinned thread_mask_is managed_by put_rule \
+    daemon_pid cpu_online
+
+# ---------------------------------------------------------------- checks
+
+check_package() {
+    local st f missing=() n
+    st=$(dpkg-query -W -f='${Status} ${Version}' pinnerd 2>&1) || {
+        echo "pinnerd is not installed: $st"
+        return 1
+    }
+    case $st in "install ok installed "*) ;; *)
+        echo "dpkg status: $st"
+        return 1
+        ;;
+    esac
+    for f in /usr/bin/pinnerd /usr/lib/systemd/system/pinnerd.service \
+        /usr/share/dbus-1/system.d/org.pinnerd.Pinnerd1.conf /usr/share/doc/pinnerd/README.md \
+        /usr/share/doc/pinnerd/examples/pinnerd.toml; do
+        [ -f "$f" ] || missing+=("$f")
+    done
+    [ ${#missing[@]} -eq 0 ] || {
+        echo "missing: ${missing[*]}"
+        return 1
+    }
+    n=$(find /usr/share/doc/pinnerd/examples/pinnerd.d -name '*.toml' | wc -l)
+    [ "$n" -gt 0 ] || {
+        echo "no example rules under /usr/share/doc/pinnerd/examples/pinnerd.d"
+        return 1
+    }
+    [ -d "$RULES" ] && [ -z "$(ls -A "$RULES")" ] || {
+        echo "$RULES is not an empty directory: $(ls -la "$RULES" 2>&1 | tr '\n' ' ')"
+        return 1
+    }
+    [ "$(systemctl is-enabled pinnerd.service 2>&1)" = enabled ] || {
+        echo "pinnerd.service is $(systemctl is-enabled pinnerd.service 2>&1), not enabled"
+        return 1
+    }
+    echo "pinnerd ${st##* } installed, unit enabled, $RULES empty, $n example rules"
+}
+
+check_active() {
+    if ! wait_for 120 systemctl is-active --quiet pinnerd.service; then
+        echo "pinnerd.service is $(systemctl is-active pinnerd.service) after 120 s:" \
+            "$(systemctl show -p Result,ExecMainStatus,NRestarts pinnerd.service | tr '\n' ' ')"
+        return 1
+    fi
+    echo "active (pid $(daemon_pid))"
+}
+
+check_hardening() {
+    local pid st capeff capbnd nnp seccomp allowed=$(((1 << 12) | (1 << 19) | (1 << 23)))
+    pid=$(daemon_pid)
+    [ "${pid:-0}" -gt 0 ] || {
+        echo "pinnerd has no main pid"
+        return 1
+    }
+    st=$(cat "/proc/$pid/status") || return 1
+    capeff=$(awk '/^CapEff:/ { print $2 }' <<<"$st")
+    capbnd=$(awk '/^CapBnd:/ { print $2 }' <<<"$st")
+    nnp=$(awk '/^NoNewPrivs:/ { print $2 }' <<<"$st")
+    seccomp=$(awk '/^Seccomp:/ { print $2 }' <<<"$st")
+    # Only CAP_SYS_NICE, CAP_SYS_PTRACE and (for old kernels' proc connector) CAP_NET_ADMIN.
+    if ((0x$capeff & ~allowed)) || ((0x$capbnd & ~allowed)); then
+        echo "CapEff=$capeff CapBnd=$capbnd hold more than CAP_SYS_NICE, CAP_SYS_PTRACE, CAP_NET_ADMIN"
+        return 1
+    fi
+    ((0x$capeff & (1 << 23))) || {
+        echo "CapEff=$capeff lacks CAP_SYS_NICE"
+        return 1
+    }
+    [ "$nnp" = 1 ] || {
+        echo "NoNewPrivs=$nnp"
+        return 1
+    }
+    if [ -n "$(systemctl show -p SystemCallFilter --value pinnerd.service)" ] && [ "$seccomp" != 2 ]; then
+        echo "the unit has a SystemCallFilter but Seccomp=$seccomp"
+        return 1
+    fi
+    # ProtectSystem=strict: the daemon sees / read-only.
+    if [ "$(systemctl show -p ProtectSystem --value pinnerd.service)" = strict ] &&
+        ! awk '$5 == "/" && $6 ~ /^ro(,|$)/ { found = 1 } END { exit !found }' "/proc/$pid/mountinfo"; then
+        echo "ProtectSystem=strict but / is writable in the daemon's mount namespace"
+        return 1
+    fi
+    echo "CapEff=$capeff CapBnd=$capbnd NoNewPrivs=$nnp Seccomp=$seccomp"
+}
+
+check_topology() {
+    local json pk nd smt n
+    json=$(pinnerd topology --json 2>&1) || {
+        echo "pinnerd topology --json failed: $json"
+        return 1
+    }
+    n=$(jq '.cpus | length' <<<"$json") || {
+        echo "not JSON: ${json:0:200}"
+        return 1
+    }
+    pk=$(jq -c '.cpus | group_by(.package) | map(map(.cpu) | sort)' <<<"$json")
+    nd=$(jq -c '.cpus | group_by(.node) | map(map(.cpu) | sort)' <<<"$json")
+    smt=$(jq -c '[.cpus[].siblings | sort] | unique' <<<"$json")
+    [ "$n" = 8 ] && [ "$pk" = "$EXPECT_PACKAGES" ] && [ "$nd" = "$EXPECT_NODES" ] &&
+        [ "$smt" = "$EXPECT_SMT" ] || {
+        echo "got $n CPUs, packages $pk, nodes $nd, SMT $smt;" \
+            "want 8, $EXPECT_PACKAGES, $EXPECT_NODES, $EXPECT_SMT"
+        return 1
+    }
+    echo "8 CPUs, packages $pk, nodes $nd, SMT $smt"
+}
+
+check_dbus_introspect() {
+    local out name missing=()
+    out=$(bus introspect "$BUS" "$OBJ" "$IFACE" 2>&1) || {
+        echo "busctl introspect failed: $out"
+        return 1
+    }
+    for name in Remeasure Reload GetMatrix ListManaged Explain Plan PinProcess ReleaseProcess \
+        Version State MeasuredAt Fingerprint CpuCount RuleCount ManagedProcesses \
+        ManagedThreads RuleErrors MeasurementFinished RulesReloaded; do
+        grep -q "^\.$name " <<<"$out" || missing+=("$name")
+    done
+    [ ${#missing[@]} -eq 0 ] || {
+        echo "not in the introspection data: ${missing[*]}"
+        return 1
+    }
+    echo "all methods, properties and signals present"
+}
+
+check_dbus_properties() {
+    local version want cpus fp plan
+    version=$(prop_s Version 2>&1) || {
+        echo "get-property Version failed: $version"
+        return 1
+    }
+    want=$(dpkg-query -W -f='${Version}' pinnerd)
+    want=${want%-*}
+    [ "$version" = "$want" ] || {
+        echo "Version is '$version', the package is $want"
+        return 1
+    }
+    cpus=$(prop CpuCount 2>&1)
+    [ "$cpus" = 8 ] || {
+        echo "CpuCount is $cpus, want 8"
+        return 1
+    }
+    fp=$(prop_s Fingerprint 2>&1)
+    [ -n "$fp" ] || {
+        echo "Fingerprint is empty"
+        return 1
+    }
+    plan=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Plan uss 2 compact avoid 2>&1) || {
+        echo "call Plan failed: $plan"
+        return 1
+    }
+    plan=$(jq -r '.data[0] | map(tostring) | join(",")' <<<"$plan")
+    compact_ok "$plan" >/dev/null || {
+        echo "Plan(2, compact, avoid) gave $plan: $(compact_ok "$plan")"
+        return 1
+    }
+    echo "Version $version, CpuCount 8, Plan(2, compact, avoid) = $plan"
+}
+
+check_state_ready() {
+    local t0 state last_ok
+    t0=$(now)
+    last_ok=$t0
+    while :; do
+        if state=$(prop_s State 2>&1); then
+            last_ok=$(now)
+            [ "$state" = ready ] && break
+        elif le 60 "$(elapsed "$last_ok")"; then
+            echo "no answer on the bus for 60 s: $state"
+            return 1
+        fi
+        le 300 "$(elapsed "$t0")" && {
+            echo "State is '$state' after 300 s"
+            return 1
+        }
+        sleep 0.2
+    done
+    echo "State ready (waited $(elapsed "$t0") s, MeasuredAt $(prop MeasuredAt))"
+}
+
+check_remeasure() {
+    local before after job mon t0 data
+    before=$(prop MeasuredAt 2>&1) || {
+        echo "get-property MeasuredAt failed: $before"
+        return 1
+    }
+    mon=$WORK/monitor.json
+    busctl --system monitor --json=short \
+        --match="type='signal',interface='$IFACE',member='MeasurementFinished'" >"$mon" 2>"$mon.err" &
+    local monpid=$!
+    sleep 2
+    t0=$(now)
+    job=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Remeasure 2>&1) || {
+        kill "$monpid"
+        echo "call Remeasure failed: $job"
+        return 1
+    }
+    job=$(jq '.data[0]' <<<"$job")
+    # shellcheck disable=SC2016
+    if ! wait_for 300 sh -c 'jq -c "select(.member == \"MeasurementFinished\") | .payload.data" "$1" 2>/dev/null |
+        jq -c --argjson job "$2" "select(.[0] == \$job)" | grep -q .' _ "$mon" "$job"; then
+        kill "$monpid"
+        echo "no MeasurementFinished for job $job within 300 s; the monitor saw: $(head -c 600 "$mon") $(head -c 300 "$mon.err")"
+        return 1
+    fi
+    kill "$monpid"
+    data=$(jq -c "select(.member == \"MeasurementFinished\") | .payload.data" "$mon" |
+        jq -c --argjson job "$job" 'select(.[0] == $job)' | head -n 1)
+    after=$(prop MeasuredAt)
+    [ -n "$data" ] && [ "$(jq '.[1]' <<<"$data")" = true ] || {
+        echo "MeasurementFinished $data reports failure"
+        return 1
+    }
+    [ "$after" -gt "$before" ] || {
+        echo "MeasuredAt did not change ($before -> $after) after MeasurementFinished $data"
+        return 1
+    }
+    echo "job $job finished in $(elapsed "$t0") s, MeasuredAt $before -> $after, signal $data"
+}
+
+check_rule_explicit() {
+    local pid orig t0 took
+    pid=$(start_workload vmwork-exp 2 vm-late) || {
+        echo "$pid"
+        return 1
+    }
+    orig=$(uniform_mask "$pid")
+    [ "$orig" = "$ALL_CPUS" ] || {
+        echo "workload started with masks $(masks "$pid"), want $ALL_CPUS"
+        return 1
+    }
+    echo "$orig" >"$WORK/vmwork-exp/orig"
+    t0=$(now)
+    put_rule 50-vm-explicit.toml <<'EOF'
+[[rule]]
+name = "vm-explicit"
+[rule.match]
+comm = "vmwork-exp"
+[rule.place]
+cpus = "2,5"
+# Threads started later name themselves vm-late<n>: they inherit 2,5 from their creator
+# and must be moved to 5 by the daemon.
+[[rule.threads]]
+comm = "vm-late*"
+cpus = "5"
+EOF
+    if ! wait_for 10 mask_is "$pid" 2,5; then
+        echo "masks 10 s after the rule was dropped: $(masks "$pid"), want 2,5 on every thread"
+        return 1
+    fi
+    took=$(elapsed "$t0")
+    le "$took" "$PIN_LIMIT_S" || {
+        echo "every thread reached 2,5 only $took s after the rule was dropped (limit $PIN_LIMIT_S s)"
+        return 1
+    }
+    echo "all $(ls "/proc/$pid/task" | wc -l) threads on 2,5 $took s after the rule was dropped"
+}
+
+check_rule_explicit_new_thread() {
+    local out took
+    out=$(WANT=5 new_thread_pinned vmwork-exp thread_mask_is) || {
+        echo "$out"
+        return 1
+    }
+    took=$(awk '{ print $(NF-4) }' <<<"$out")
+    le "$took" "$PIN_LIMIT_S" || {
+        echo "$out (limit $PIN_LIMIT_S s)"
+        return 1
+    }
+    echo "$out"
+}
+
+check_rule_compact() {
+    local pid m
+    pid=$(start_workload vmwork-cmp 3) || {
+        echo "$pid"
+        return 1
+    }
+    uniform_mask "$pid" >"$WORK/vmwork-cmp/orig"
+    put_rule 51-vm-compact.toml <<'EOF'
+[[rule]]
+name = "vm-compact"
+[rule.match]
+comm = "vmwork-cmp"
+[rule.place]
+count = 2
+policy = "compact"
+smt = "avoid"
+EOF
+    if ! wait_for 10 compact_pinned "$pid"; then
+        m=$(uniform_mask "$pid") && echo "threads on $m: $(compact_ok "$m")" ||
+            echo "threads differ: $(masks "$pid")"
+        return 1
+    fi
+    m=$(uniform_mask "$pid")
+    echo "all threads on $m (package $(package_of "${m%%[,-]*}"), not siblings)"
+}
+
+check_rule_removal_reload() {
+    local pid orig out
+    pid=$(workload_pid vmwork-exp) || {
+        echo "$pid"
+        return 1
+    }
+    orig=$(cat "$WORK/vmwork-exp/orig")
+    [ "$(task_mask "$pid" "$pid")" = 2,5 ] || {
+        echo "precondition: vmwork-exp is not on 2,5 but $(masks "$pid")"
+        return 1
+    }
+    rm -f "$RULES/50-vm-explicit.toml"
+    out=$(systemctl reload pinnerd.service 2>&1) || {
+        echo "systemctl reload failed: $out"
+        return 1
+    }
+    if ! wait_for 10 mask_is "$pid" "$orig"; then
+        echo "masks 10 s after removal and reload: $(masks "$pid"), want $orig"
+        return 1
+    fi
+    echo "every thread back on $orig"
+}
+
+check_bad_rule() {
+    local count errs cmp before reply
+    cmp=$(workload_pid vmwork-cmp) || {
+        echo "$cmp"
+        return 1
+    }
+    before=$(uniform_mask "$cmp")
+    count=$(prop RuleCount 2>&1) || {
+        echo "get-property RuleCount failed: $count"
+        return 1
+    }
+    put_rule 60-vm-bad.toml <<'EOF'
+[[rule]]
+name = "vm-bad"
+[rule.match]
+comm = "vmwork-cmp"
+[rule.place]
+cpus = "7"
+colour = "blue"
+EOF
+    reply=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Reload 2>&1) || {
+        echo "call Reload failed: $reply"
+        return 1
+    }
+    if ! jq -e '.data[1] | map(select(test("60-vm-bad\\.toml:[0-9]+:[0-9]+"))) | length > 0' \
+        <<<"$reply" >/dev/null; then
+        echo "Reload replied $reply: no FILE:LINE:COL error for 60-vm-bad.toml"
+        return 1
+    fi
+    errs=$(prop RuleErrors)
+    jq -e 'map(select(test("60-vm-bad\\.toml:[0-9]+:[0-9]+"))) | length > 0' <<<"$errs" >/dev/null || {
+        echo "RuleErrors $errs does not name 60-vm-bad.toml:LINE:COL"
+        return 1
+    }
+    [ "$(prop RuleCount)" = "$count" ] || {
+        echo "RuleCount went from $count to $(prop RuleCount)"
+        return 1
+    }
+    systemctl is-active --quiet pinnerd.service || {
+        echo "pinnerd.service is $(systemctl is-active pinnerd.service) after the bad file"
+        return 1
+    }
+    sleep 1
+    [ "$(uniform_mask "$cmp")" = "$before" ] || {
+        echo "vmwork-cmp moved from $before to $(masks "$cmp")"
+        return 1
+    }
+    rm -f "$RULES/60-vm-bad.toml"
+    bus call "$BUS" "$OBJ" "$IFACE" Reload >/dev/null 2>&1
+    wait_for 10 prop_is RuleErrors '[]' || {
+        echo "RuleErrors still $(prop RuleErrors) after the bad file was removed"
+        return 1
+    }
+    # Only meaningful when the rule had placed the workload (checked last, so that the
+    # rule-error handling above is reported on its own).
+    compact_pinned "$cmp" || {
+        echo "RuleErrors and RuleCount right, but vmwork-cmp was never on a compact pair: $(masks "$cmp")"
+        return 1
+    }
+    echo "RuleCount stayed $count, vmwork-cmp stayed on $before, RuleErrors: $(jq -r '.[0]' <<<"$errs")"
+}
+
+check_nonroot_refused() {
+    local out method
+    out=$(setpriv --reuid=65534 --regid=65534 --clear-groups \
+        busctl --system --timeout=20 get-property "$BUS" "$OBJ" "$IFACE" State 2>&1) || {
+        echo "nobody cannot even read State: $out"
+        return 1
+    }
+    for method in Remeasure Reload; do
+        if out=$(setpriv --reuid=65534 --regid=65534 --clear-groups \
+            busctl --system --timeout=20 call "$BUS" "$OBJ" "$IFACE" "$method" 2>&1); then
+            echo "nobody was allowed to call $method: $out"
+            return 1
+        fi
+        case $out in
+        *"Access denied"* | *AccessDenied* | *"Rejected send message"*) ;;
+        *)
+            echo "$method as nobody failed, but not with access denied: $out"
+            return 1
+            ;;
+        esac
+    done
+    echo "nobody may read State; Remeasure and Reload: $out"
+}
+
+check_restart() {
+    local pid old out
+    pid=$(workload_pid vmwork-cmp) || {
+        echo "$pid"
+        return 1
+    }
+    old=$(daemon_pid)
+    out=$(systemctl restart pinnerd.service 2>&1) || {
+        echo "systemctl restart failed: $out"
+        return 1
+    }
+    [ "$(daemon_pid)" != "$old" ] && systemctl is-active --quiet pinnerd.service || {
+        echo "pinnerd.service is $(systemctl is-active pinnerd.service) after restart"
+        return 1
+    }
+    wait_for 10 compact_pinned "$pid" || {
+        echo "vmwork-cmp after restart: $(masks "$pid")"
+        return 1
+    }
+    wait_for 10 managed_by "$pid" vm-compact || {
+        echo "the restarted daemon does not list vmwork-cmp ($pid) under vm-compact: $(bus call "$BUS" "$OBJ" "$IFACE" ListManaged 2>&1)"
+        return 1
+    }
+    echo "vmwork-cmp on $(uniform_mask "$pid") after restart, listed by ListManaged under vm-compact"
+}
+
+check_kill9() {
+    local pid old new n0
+    pid=$(workload_pid vmwork-cmp) || {
+        echo "$pid"
+        return 1
+    }
+    old=$(daemon_pid)
+    n0=$(systemctl show -p NRestarts --value pinnerd.service)
+    kill -9 "$old"
+    if ! wait_for 60 sh -c 'p=$(systemctl show -p MainPID --value pinnerd.service);
+        [ "$p" != 0 ] && [ "$p" != "$1" ] && systemctl is-active --quiet pinnerd.service' _ "$old"; then
+        echo "not restarted 60 s after kill -9: $(systemctl show -p ActiveState,SubState,Result,NRestarts pinnerd.service | tr '\n' ' ')"
+        return 1
+    fi
+    new=$(daemon_pid)
+    wait_for 10 compact_pinned "$pid" || {
+        echo "vmwork-cmp after kill -9 and restart: $(masks "$pid")"
+        return 1
+    }
+    wait_for 10 managed_by "$pid" vm-compact || {
+        echo "the restarted daemon does not list vmwork-cmp ($pid) under vm-compact: $(bus call "$BUS" "$OBJ" "$IFACE" ListManaged 2>&1)"
+        return 1
+    }
+    echo "restarted by systemd (pid $old -> $new, NRestarts $n0 -> $(systemctl show -p NRestarts --value pinnerd.service)); vmwork-cmp on $(uniform_mask "$pid"), listed under vm-compact"
+}
+
+check_restore_after_crash() {
+    local pid orig out
+    pid=$(workload_pid vmwork-cmp) || {
+        echo "$pid"
+        return 1
+    }
+    orig=$(cat "$WORK/vmwork-cmp/orig")
+    compact_pinned "$pid" || {
+        echo "precondition: vmwork-cmp is not on a compact pair but $(masks "$pid")"
+        return 1
+    }
+    rm -f "$RULES/51-vm-compact.toml"
+    out=$(systemctl reload pinnerd.service 2>&1) || {
+        echo "systemctl reload failed: $out"
+        return 1
+    }
+    wait_for 10 mask_is "$pid" "$orig" || {
+        echo "after the compact rule was removed: $(masks "$pid"), want $orig"
+        return 1
+    }
+    echo "rule removed after the crash: every thread back on $orig"
+}
+
+check_hotplug_explicit() {
+    local pid
+    pid=$(start_workload vmwork-hot 2) || {
+        echo "$pid"
+        return 1
+    }
+    put_rule 52-vm-hotplug.toml <<'EOF'
+[[rule]]
+name = "vm-hotplug"
+[rule.match]
+comm = "vmwork-hot"
+[rule.place]
+cpus = "6"
+EOF
+    wait_for 10 mask_is "$pid" 6 || {
+        echo "not pinned to 6 before the hotplug: $(masks "$pid")"
+        return 1
+    }
+    cpu_online 6 0 || {
+        echo "cannot take CPU 6 offline"
+        return 1
+    }
+    sleep 2
+    local during
+    during=$(masks "$pid")
+    cpu_online 6 1 || {
+        echo "cannot bring CPU 6 back"
+        return 1
+    }
+    wait_for 10 mask_is "$pid" 6 || {
+        echo "CPU 6 offline: $during; 10 s after it came back: $(masks "$pid"), want 6"
+        return 1
+    }
+    echo "CPU 6 offline: $during; back online: every thread on 6 again"
+}
+
+check_hotplug_compact() {
+    local pid m victim out
+    pid=$(start_workload vmwork-hcm 2) || {
+        echo "$pid"
+        return 1
+    }
+    put_rule 53-vm-hotplug-compact.toml <<'EOF'
+[[rule]]
+name = "vm-hotplug-compact"
+[rule.match]
+comm = "vmwork-hcm"
+[rule.place]
+count = 2
+policy = "compact"
+smt = "avoid"
+EOF
+    wait_for 10 compact_pinned "$pid" || {
+        echo "not on a compact pair before the hotplug: $(masks "$pid")"
+        return 1
+    }
+    m=$(uniform_mask "$pid")
+    # CPU 0 cannot go offline; take the highest CPU of the pair.
+    victim=$(expand "$m" | tail -n 1)
+    cpu_online "$victim" 0 || {
+        echo "cannot take CPU $victim offline"
+        return 1
+    }
+    if ! wait_for 10 compact_pinned "$pid"; then
+        out="CPU $victim of $m offline: $(masks "$pid") 10 s later, want another compact pair"
+        cpu_online "$victim" 1
+        echo "$out"
+        return 1
+    fi
+    out="on $m; CPU $victim offline: re-planned to $(uniform_mask "$pid")"
+    cpu_online "$victim" 1 || {
+        echo "cannot bring CPU $victim back"
+        return 1
+    }
+    wait_for 10 compact_pinned "$pid" || {
+        echo "$out; back online: $(masks "$pid")"
+        return 1
+    }
+    echo "$out; CPU $victim back: $(uniform_mask "$pid")"
+}
+
+check_package_purge() {
+    local pid out
+    pid=$(workload_pid vmwork-hot) || {
+        echo "$pid"
+        return 1
+    }
+    mask_is "$pid" 6 || {
+        echo "precondition: vmwork-hot is not on 6 but $(masks "$pid")"
+        return 1
+    }
+    out=$(dpkg --purge pinnerd 2>&1) || {
+        echo "dpkg --purge failed: $out"
+        return 1
+    }
+    systemctl is-active --quiet pinnerd.service && {
+        echo "pinnerd.service still active after purge"
+        return 1
+    }
+    [ ! -e /usr/lib/systemd/system/pinnerd.service ] && [ ! -e /usr/bin/pinnerd ] &&
+        [ ! -e /usr/share/dbus-1/system.d/org.pinnerd.Pinnerd1.conf ] || {
+        echo "files left after purge: $(ls /usr/lib/systemd/system/pinnerd.service /usr/bin/pinnerd /usr/share/dbus-1/system.d/org.pinnerd.Pinnerd1.conf 2>/dev/null | tr '\n' ' ')"
+        return 1
+    }
+    [ ! -e /var/lib/pinnerd ] || {
+        echo "/var/lib/pinnerd left after purge"
+        return 1
+    }
+    [ -f "$RULES/52-vm-hotplug.toml" ] || {
+        echo "purge deleted the administrator's rule files"
+        return 1
+    }
+    mask_is "$pid" "$ALL_CPUS" || {
+        echo "after purge vmwork-hot is on $(masks "$pid"), want $ALL_CPUS (stopping must restore)"
+        return 1
+    }
+    echo "purged: service stopped, files and /var/lib/pinnerd gone, rule files kept, vmwork-hot back on $ALL_CPUS"
+}
+
+# ---------------------------------------------------------------- runner
+
+passed=0
+failed=0
+failed_names=()
+run_check() {
+    local name=$1 fn=$2 limit=$3 out rc
+    export -f "$fn"
+    out=$(timeout "$limit" bash -c "$fn" 2>&1)
+    rc=$?
+    [ $rc -eq 124 ] && out="timed out after $limit s; $out"
+    out=$(tr '\n' ' ' <<<"$out" | sed 's/  */ /g; s/ $//')
+    if [ $rc -eq 0 ]; then
+        passed=$((passed + 1))
+        echo "PINNERD-VM CHECK $name PASS ${out:0:800}"
+    else
+        failed=$((failed + 1))
+        failed_names+=("$name")
+        echo "PINNERD-VM CHECK $name FAIL ${out:0:1500}"
+    fi
+}
+
+echo "PINNERD-VM START kernel $(uname -r), $(nproc) CPUs, systemd $(systemctl --version | awk 'NR == 1 { print $2 }'), checks start $(now) s after boot"
+run_check package-installed-enabled check_package 30
+run_check service-active check_active 150
+run_check hardening check_hardening 30
+run_check topology check_topology 60
+run_check dbus-introspect check_dbus_introspect 60
+run_check dbus-get-property-call check_dbus_properties 60
+run_check state-ready check_state_ready 330
+run_check remeasure check_remeasure 330
+run_check rule-explicit-pins check_rule_explicit 120
+run_check rule-explicit-new-thread check_rule_explicit_new_thread 60
+run_check rule-compact-smt-avoid check_rule_compact 120
+run_check rule-removal-reload check_rule_removal_reload 60
+run_check bad-rule-keeps-old check_bad_rule 90
+run_check nonroot-refused check_nonroot_refused 60
+run_check restart-keeps-pinned check_restart 120
+run_check kill9-keeps-pinned check_kill9 120
+run_check restore-after-crash check_restore_after_crash 60
+run_check hotplug-explicit check_hotplug_explicit 120
+run_check hotplug-compact check_hotplug_compact 120
+run_check package-purge-restores check_package_purge 60
+
+if [ "$failed" -gt 0 ] || grep -qw 'pinnerd_vm.journal=always' /proc/cmdline; then
+    [ "$failed" -gt 0 ] && echo "PINNERD-VM FAILED ${failed_names[*]}"
+    echo "PINNERD-VM JOURNAL BEGIN"
+    systemctl status --no-pager --full --lines=0 pinnerd.service 2>&1
+    # One line per entry: uptime, pid, priority, message and the structured fields.
+    journalctl -b --no-pager -o json -u pinnerd.service 2>&1 | jq -r '
+        [ "[" + ((.__MONOTONIC_TIMESTAMP | tonumber) / 1e6 | tostring | .[0:10]) + "]",
+          (.SYSLOG_IDENTIFIER // "?") + "[" + (._PID // "?") + "]",
+          "<" + (.PRIORITY // "?") + ">",
+          (.MESSAGE | if type == "array" then implode else . end) ]
+        + [ to_entries[] | select(.key | test("^(_|__|MESSAGE$|PRIORITY$|SYSLOG_|CODE_|INVOCATION_ID$|SYSLOG_IDENTIFIER$)") | not)
+            | "\(.key | ascii_downcase)=\(.value | if type == "string" then . else tojson end)" ]
+        | join(" ")' 2>&1
+    echo "PINNERD-VM JOURNAL END"
+fi
+echo "PINNERD-VM DONE passed=$passed failed=$failed"
+exit 0

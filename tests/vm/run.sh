@@ -1,0 +1,223 @@
+#!/usr/bin/env bash
+# End-to-end test: the Debian package under real systemd in a 2-socket, SMT, 2-node VM.
+#
+#   tests/vm/run.sh            (as root; README "End-to-end VM test")
+#
+# 1. builds the package (cargo deb), unless PINNERD_DEB names a .deb;
+# 2. builds a Debian rootfs with systemd and dbus (mmdebstrap), cached under
+#    tests/vm/cache/ keyed by its package list;
+# 3. installs the package into a copy of it with dpkg, adds the checks
+#    (tests/vm/guest/), packs it as an initramfs whose /init is systemd;
+# 4. boots it with qemu: 8 vCPUs as 2 sockets x 2 cores x 2 threads, one NUMA node per
+#    socket, a Skylake-Server CPU model (so SMT siblings appear), Debian's kernel;
+# 5. reads the checks' results from the VM's second serial port, prints them and exits
+#    non-zero naming every failed check, with the daemon's journal attached.
+#
+# Environment:
+#   PINNERD_DEB=FILE          install this .deb instead of building one
+#   PINNERD_VM_ACCEL=auto|tcg|kvm   (auto: KVM when a probe boot works, else TCG)
+#   PINNERD_VM_TIMEOUT=SECS   limit for the VM run (default 780)
+#   PINNERD_VM_CACHE=DIR      cache and work directory (default tests/vm/cache)
+#   PINNERD_VM_JOURNAL=always attach the daemon's journal even when every check passed
+#   PINNERD_VM_MIRROR=URL     Debian mirror for mmdebstrap (default: its own default)
+# Outputs, kept after the run: $PINNERD_VM_CACHE/run/{console.log,results.log,journal.log}.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+cache=${PINNERD_VM_CACHE:-$here/cache}
+vm_timeout=${PINNERD_VM_TIMEOUT:-780}
+accel=${PINNERD_VM_ACCEL:-auto}
+suite=bookworm
+# What the checks need besides the package: systemd as PID 1, the system bus, busctl
+# (systemd), setpriv and taskset (util-linux), jq for JSON, python3 for the workload.
+packages=systemd,systemd-sysv,dbus,util-linux,procps,python3-minimal,jq
+# Keep the image small; the package's own docs stay (the checks look at them).
+dpkgopts=(
+    'path-exclude=/usr/share/man/*'
+    'path-exclude=/usr/share/locale/*'
+    'path-exclude=/usr/share/doc/*'
+    'path-include=/usr/share/doc/pinnerd/*'
+)
+
+t_start=$SECONDS
+log() { printf '[vm %3ds] %s\n' $((SECONDS - t_start)) "$*" >&2; }
+die() {
+    log "error: $*"
+    exit 2
+}
+
+[ "$(id -u)" = 0 ] || die "run as root (mmdebstrap, dpkg in a chroot and cpio need it)"
+missing=()
+for tool in qemu-system-x86_64 mmdebstrap cpio zstd apt-get dpkg-deb; do
+    command -v "$tool" >/dev/null || missing+=("$tool")
+done
+[ -n "${PINNERD_DEB:-}" ] || cargo deb --version >/dev/null 2>&1 || missing+=(cargo-deb)
+[ ${#missing[@]} -eq 0 ] || die "missing: ${missing[*]} (apt-get install qemu-system-x86 mmdebstrap cpio zstd; cargo install --locked cargo-deb)"
+
+mkdir -p "$cache"
+
+# ------------------------------------------------------------------ the package
+if [ -n "${PINNERD_DEB:-}" ]; then
+    deb=$(realpath "$PINNERD_DEB")
+else
+    log "building the package (cargo deb)"
+    deb=$(cd "$repo" && nice -n 10 cargo deb --locked 2>"$cache/cargo-deb.log" | grep "\.deb$" | tail -n 1) ||
+        { tail -n 30 "$cache/cargo-deb.log" >&2; die "cargo deb failed (log: $cache/cargo-deb.log)"; }
+fi
+[ -f "$deb" ] || die "no package at '$deb'"
+log "package: $deb"
+
+# ------------------------------------------------------------------ the kernel
+# Debian's cloud kernel: everything the VM needs is built in (serial console, NUMA, CPU
+# hotplug, proc connector, initramfs), so no modules are needed.
+kernel_pkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null |
+    awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+if [ -z "$kernel_pkg" ]; then
+    apt-get update -qq
+    kernel_pkg=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
+fi
+[ -n "$kernel_pkg" ] || die "cannot resolve linux-image-cloud-amd64"
+kernel=$cache/kernel/$kernel_pkg/vmlinuz
+if [ ! -f "$kernel" ]; then
+    log "downloading $kernel_pkg"
+    kdir=$(mktemp -d "$cache/kernel.XXXXXX")
+    (cd "$kdir" && apt-get download "$kernel_pkg" >/dev/null 2>&1) ||
+        (apt-get update -qq && cd "$kdir" && apt-get download "$kernel_pkg" >/dev/null) ||
+        die "cannot download $kernel_pkg"
+    dpkg-deb --fsys-tarfile "$kdir"/*.deb | tar -x -C "$kdir" ./boot
+    mkdir -p "$(dirname "$kernel")"
+    mv "$kdir"/boot/vmlinuz-* "$kernel"
+    rm -rf "$kdir"
+fi
+log "kernel: $kernel_pkg"
+
+# ------------------------------------------------------------------ the rootfs (cached)
+key=$(printf '%s\n' "$suite" "$packages" "${dpkgopts[@]}" "${PINNERD_VM_MIRROR:-}" | sha256sum | cut -c1-16)
+rootfs_tar=$cache/rootfs-$key.tar
+if [ ! -f "$rootfs_tar" ]; then
+    log "building the $suite rootfs with mmdebstrap ($packages)"
+    mm_args=(--variant=minbase --include="$packages")
+    for o in "${dpkgopts[@]}"; do mm_args+=(--dpkgopt="$o"); done
+    nice -n 10 mmdebstrap "${mm_args[@]}" "$suite" "$cache/rootfs-$key.tmp.tar" ${PINNERD_VM_MIRROR:+"$PINNERD_VM_MIRROR"} \
+        >"$cache/mmdebstrap.log" 2>&1 ||
+        { tail -n 30 "$cache/mmdebstrap.log" >&2; die "mmdebstrap failed (log: $cache/mmdebstrap.log)"; }
+    mv "$cache/rootfs-$key.tmp.tar" "$rootfs_tar"
+    # Older images (another package list) are of no further use.
+    find "$cache" -maxdepth 1 -name 'rootfs-*.tar' ! -name "rootfs-$key.tar" -delete
+fi
+log "rootfs: $rootfs_tar (cached, key $key)"
+
+# ------------------------------------------------------------------ this run's image
+run=$cache/run
+rm -rf "$run"
+mkdir -p "$run/root"
+root=$run/root
+tar -x -p --numeric-owner -f "$rootfs_tar" -C "$root"
+
+log "installing $(basename "$deb") with dpkg"
+cp "$deb" "$root/tmp/pinnerd.deb"
+if ! chroot "$root" dpkg -i /tmp/pinnerd.deb >"$run/dpkg.log" 2>&1; then
+    cat "$run/dpkg.log" >&2
+    die "dpkg -i failed in the rootfs"
+fi
+rm -f "$root/tmp/pinnerd.deb"
+
+install -d "$root/usr/local/lib/pinnerd-vm"
+install -m 0755 "$here/guest/checks.sh" "$root/usr/local/lib/pinnerd-vm/checks.sh"
+install -m 0644 "$here/guest/workload.py" "$root/usr/local/lib/pinnerd-vm/workload.py"
+install -m 0644 "$here/guest/pinnerd-vm-checks.service" "$root/etc/systemd/system/"
+ln -s ../pinnerd-vm-checks.service "$root/etc/systemd/system/multi-user.target.wants/"
+if [ -f "$here/guest/pinnerd.toml" ]; then
+    install -d "$root/etc/pinnerd"
+    install -m 0644 "$here/guest/pinnerd.toml" "$root/etc/pinnerd/pinnerd.toml"
+fi
+# Nothing logs in; the periodic maintenance jobs only cost emulated CPU time.
+for unit in getty@tty1.service serial-getty@ttyS0.service serial-getty@ttyS1.service \
+    apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer \
+    fstrim.timer systemd-tmpfiles-clean.timer; do
+    ln -sf /dev/null "$root/etc/systemd/system/$unit"
+done
+echo pinnerd-vm >"$root/etc/hostname"
+ln -sf /lib/systemd/systemd "$root/init"
+
+log "packing the initramfs"
+(cd "$root" && find . -print0 | cpio --null -o -H newc --quiet) | zstd -q -1 -T0 -o "$run/initramfs.zst"
+rm -rf "$root"
+
+# ------------------------------------------------------------------ boot
+if [ "$accel" = auto ]; then
+    accel=tcg
+    if [ -r /dev/kvm ] && [ -w /dev/kvm ]; then
+        # A nested or broken KVM may hang; it counts only if this kernel reaches its panic
+        # (it has no root) within 20 s.
+        timeout 20 qemu-system-x86_64 -accel kvm -cpu Skylake-Server -smp 2 -m 256 \
+            -kernel "$kernel" -append "console=ttyS0 panic=-1" -nodefaults -display none \
+            -no-reboot -serial "file:$run/kvm-probe.log" >/dev/null 2>&1 || true
+        grep -q 'Kernel panic' "$run/kvm-probe.log" 2>/dev/null && accel=kvm
+    fi
+fi
+case $accel in
+kvm) accel_opt=kvm ;;
+tcg) accel_opt=tcg,thread=multi ;;
+*) die "PINNERD_VM_ACCEL must be auto, tcg or kvm" ;;
+esac
+
+cmdline="console=ttyS0,115200 panic=-1 loglevel=4 mitigations=off systemd.show_status=auto systemd.log_color=0"
+[ "${PINNERD_VM_JOURNAL:-}" = always ] && cmdline+=" pinnerd_vm.journal=always"
+log "booting ($accel, 8 vCPUs: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes; limit ${vm_timeout}s)"
+t_boot=$SECONDS
+set +e
+nice -n 10 timeout "$vm_timeout" qemu-system-x86_64 \
+    -name pinnerd-vm -machine pc -accel "$accel_opt" \
+    -cpu Skylake-Server -smp 8,sockets=2,cores=2,threads=2 -m 2G \
+    -object memory-backend-ram,id=mem0,size=1G -object memory-backend-ram,id=mem1,size=1G \
+    -numa node,nodeid=0,cpus=0-3,memdev=mem0 -numa node,nodeid=1,cpus=4-7,memdev=mem1 \
+    -kernel "$kernel" -initrd "$run/initramfs.zst" -append "$cmdline" \
+    -nodefaults -display none -no-reboot \
+    -serial "file:$run/console.log" -serial "file:$run/results.log" \
+    >"$run/qemu.log" 2>&1
+qemu_rc=$?
+set -e
+log "VM exited (status $qemu_rc) after $((SECONDS - t_boot))s"
+
+# ------------------------------------------------------------------ results
+tr -d '\r' <"$run/results.log" >"$run/results.txt"
+sed -n '/^PINNERD-VM JOURNAL BEGIN$/,/^PINNERD-VM JOURNAL END$/p' "$run/results.txt" |
+    sed '1d;$d' >"$run/journal.log"
+grep '^PINNERD-VM START ' "$run/results.txt" | sed 's/^PINNERD-VM START /guest: /' || true
+pass=0 fail=0 failed=()
+while read -r _ _ name verdict detail; do
+    printf '%-28s %s  %s\n' "$name" "$verdict" "$detail"
+    if [ "$verdict" = PASS ]; then
+        pass=$((pass + 1))
+    else
+        fail=$((fail + 1))
+        failed+=("$name")
+    fi
+done < <(grep '^PINNERD-VM CHECK ' "$run/results.txt")
+
+status=0
+if ! grep -q '^PINNERD-VM DONE ' "$run/results.txt"; then
+    status=1
+    if [ "$qemu_rc" = 124 ]; then
+        echo "the VM did not finish within ${vm_timeout}s"
+    else
+        echo "the VM stopped before the checks finished (qemu status $qemu_rc)"
+    fi
+    echo "---- last lines of the serial console ($run/console.log)"
+    tr -d '\r' <"$run/console.log" | tail -n 60
+    [ -s "$run/qemu.log" ] && { echo "---- qemu"; grep -v 'support requested feature' "$run/qemu.log" | tail -n 20; }
+fi
+if [ "$fail" -gt 0 ]; then
+    status=1
+    echo "FAILED: ${failed[*]}"
+fi
+if [ -s "$run/journal.log" ] && { [ "$status" != 0 ] || [ "${PINNERD_VM_JOURNAL:-}" = always ]; }; then
+    echo "---- pinnerd's status and journal in the VM (last 200 lines; all of it: $run/journal.log)"
+    tail -n 200 "$run/journal.log"
+    echo "---- end of journal"
+fi
+log "total ${SECONDS}s"
+echo "vm: $pass passed, $fail failed"
+exit "$status"
