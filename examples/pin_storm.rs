@@ -58,8 +58,12 @@ cpus = "1"
 
 fn rules(text: &str) -> RuleSet {
     RuleSet::new(
-        compile_text(std::path::Path::new("storm.toml"), text, &LoadPolicy::unchecked())
-            .expect("harness rules"),
+        compile_text(
+            std::path::Path::new("storm.toml"),
+            text,
+            &LoadPolicy::unchecked(),
+        )
+        .expect("harness rules"),
     )
 }
 
@@ -142,7 +146,9 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
     let one: CpuSet = "1".parse().unwrap();
     let zero: CpuSet = "0".parse().unwrap();
     while !stop.load(Ordering::Relaxed) {
-        let timeout = next_rescan.saturating_duration_since(Instant::now()).min(Duration::from_millis(200));
+        let timeout = next_rescan
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(200));
         if conn.wait(timeout) {
             loop {
                 buf.clear();
@@ -234,7 +240,9 @@ fn child_threads(rate: u64, secs: u64) {
                     .name("storm-w".into())
                     .stack_size(64 * 1024)
                     .spawn(move || {
-                        std::thread::sleep(Duration::from_millis(30).saturating_sub(born.elapsed()));
+                        std::thread::sleep(
+                            Duration::from_millis(30).saturating_sub(born.elapsed()),
+                        );
                         let me = rustix::thread::gettid().as_raw_nonzero().get();
                         let one: CpuSet = "1".parse().unwrap();
                         if SystemOps::default().get_affinity(me).ok() != Some(one) {
@@ -252,7 +260,10 @@ fn child_threads(rate: u64, secs: u64) {
     while done.load(Ordering::Relaxed) < spawned {
         std::thread::sleep(Duration::from_millis(10));
     }
-    println!("spawned {spawned} missed {}", missed.load(Ordering::Relaxed));
+    println!(
+        "spawned {spawned} missed {}",
+        missed.load(Ordering::Relaxed)
+    );
 }
 
 fn symlink(dir: &std::path::Path, name: &str, target: &std::path::Path) -> std::path::PathBuf {
@@ -329,7 +340,10 @@ fn storm(secs: u64, execs: u64, threads: u64) {
         ["spawned", s, "missed", m] => (s.parse::<u64>().unwrap(), m.parse::<u64>().unwrap()),
         _ => panic!("thread child said {line:?}"),
     };
-    println!("storm {secs} s, {execs} execs/s, {threads} threads/s on {} CPUs", online().len());
+    println!(
+        "storm {secs} s, {execs} execs/s, {threads} threads/s on {} CPUs",
+        online().len()
+    );
     println!(
         "  execs: {spawned} spawned, {} pins timed, missed {exec_missed}; exec->pinned p50 {:.3} ms p99 {:.3} ms max {:.3} ms",
         st.exec_lat.len(),
@@ -397,7 +411,13 @@ fn rescan(n: usize) {
     std::thread::sleep(Duration::from_millis(500));
     let total = std::fs::read_dir(SysRoot::default().proc.clone())
         .unwrap()
-        .filter(|e| e.as_ref().is_ok_and(|e| e.file_name().to_str().is_some_and(|s| s.parse::<u32>().is_ok())))
+        .filter(|e| {
+            e.as_ref().is_ok_and(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|s| s.parse::<u32>().is_ok())
+            })
+        })
         .count();
     let mut mgr = Manager::new(
         Arc::new(SystemOps::default()),
@@ -406,7 +426,7 @@ fn rescan(n: usize) {
         online(),
         ManagerConfig::default(),
     );
-    let mut time = |mgr: &mut Manager, runs: usize| -> Vec<u64> {
+    let time = |mgr: &mut Manager, runs: usize| -> Vec<u64> {
         (0..runs)
             .map(|_| {
                 let t = Instant::now();
@@ -469,7 +489,9 @@ fn main() {
         Some("rescan") => rescan(num(1, 10_000) as usize),
         Some("child-threads") => child_threads(num(1, 10_000), num(2, 120)),
         _ => {
-            eprintln!("usage: pin_storm storm [SECS] [EXECS/S] [THREADS/S] | idle [SECS] | rescan [N]");
+            eprintln!(
+                "usage: pin_storm storm [SECS] [EXECS/S] [THREADS/S] | idle [SECS] | rescan [N]"
+            );
             std::process::exit(2);
         }
     }

@@ -99,8 +99,23 @@ pub struct ManagerConfig {
     pub reserved: CpuSet,
 }
 
+impl ManagerConfig {
+    /// From the daemon's settings file (`[watch]`, `[placement]`).
+    pub fn from_settings(s: &crate::settings::Settings) -> ManagerConfig {
+        ManagerConfig {
+            on_foreign_change: if s.watch.release_on_foreign_change {
+                ForeignChange::Release
+            } else {
+                ForeignChange::Reassert
+            },
+            reserved: s.placement.housekeeping_cpus.clone(),
+        }
+    }
+}
+
 /// One input.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // moved once per event; a rule change is rare
 pub enum Event {
     /// A proc connector message.
     Proc(ProcMsg),
@@ -451,12 +466,11 @@ impl Manager {
         if let Some(&hit) = self.candidate_cache.get(comm) {
             return hit;
         }
-        let hit = self.rules.rules().iter().any(|r| {
-            r.matcher
-                .comm
-                .as_ref()
-                .is_none_or(|g| g.is_match(comm))
-        });
+        let hit = self
+            .rules
+            .rules()
+            .iter()
+            .any(|r| r.matcher.comm.as_ref().is_none_or(|g| g.is_match(comm)));
         if self.candidate_cache.len() > 4096 {
             self.candidate_cache.clear();
         }
@@ -559,7 +573,12 @@ impl Manager {
         }
     }
 
-    fn start_managing(&mut self, snap: &Snapshot, source: Source, original: Option<CpuSet>) -> bool {
+    fn start_managing(
+        &mut self,
+        snap: &Snapshot,
+        source: Source,
+        original: Option<CpuSet>,
+    ) -> bool {
         let pid = snap.pid();
         let handle = match self.ops.hold(pid, snap.start_time) {
             Ok(h) => h,
@@ -613,7 +632,12 @@ impl Manager {
 
     /// The CPUs thread `tid` of managed process `pid` should have, assigning a slot
     /// if its entry is non-shared. `None` when its unit is not placed.
-    fn target_for(&mut self, pid: i32, tid: Tid, comm: &str) -> (ThreadPlacement, usize, Option<CpuSet>) {
+    fn target_for(
+        &mut self,
+        pid: i32,
+        tid: Tid,
+        comm: &str,
+    ) -> (ThreadPlacement, usize, Option<CpuSet>) {
         let Some(m) = self.managed.get_mut(&pid) else {
             return (ThreadPlacement::Process, 0, None);
         };
@@ -633,7 +657,11 @@ impl Manager {
                     }
                     _ => 0,
                 };
-                let cpus = self.plans.get(&key).and_then(|p| p.cpus_for_slot(slot)).cloned();
+                let cpus = self
+                    .plans
+                    .get(&key)
+                    .and_then(|p| p.cpus_for_slot(slot))
+                    .cloned();
                 (placement, slot, cpus)
             }
         }
@@ -760,9 +788,7 @@ impl Manager {
         } else {
             // First contact: remember what it had. A thread that inherited our mask
             // from its creator gets the process's original back later.
-            let original = if tid == pid
-                || default_pinned.contains(&current)
-                || current == want_now
+            let original = if tid == pid || default_pinned.contains(&current) || current == want_now
             {
                 m.original.clone()
             } else {
@@ -853,7 +879,12 @@ impl Manager {
             Outcome::KernelThread => c.kernel_threads += 1,
             Outcome::Permission => {
                 c.permission += 1;
-                tracing::warn!(pid, tid, rule, "not permitted to set affinity (CAP_SYS_NICE?)");
+                tracing::warn!(
+                    pid,
+                    tid,
+                    rule,
+                    "not permitted to set affinity (CAP_SYS_NICE?)"
+                );
             }
             Outcome::Failed { message } => {
                 c.failed += 1;
@@ -880,7 +911,11 @@ impl Manager {
         });
         if has_entries {
             self.pin_thread(pid, tid, Some(comm), false, out);
-        } else if let Some(t) = self.managed.get_mut(&pid).and_then(|m| m.threads.get_mut(&tid)) {
+        } else if let Some(t) = self
+            .managed
+            .get_mut(&pid)
+            .and_then(|m| m.threads.get_mut(&tid))
+        {
             t.comm = comm;
         }
     }
@@ -931,11 +966,17 @@ impl Manager {
             };
             match self.ops.get_affinity(*tid) {
                 Ok(cur) if cur == *ours => {
-                    match crate::affinity::apply(self.ops.as_ref(), *tid, &t.original, &self.online) {
+                    match crate::affinity::apply(self.ops.as_ref(), *tid, &t.original, &self.online)
+                    {
                         Outcome::Applied { .. } | Outcome::Narrowed { .. } => restored += 1,
                         Outcome::Gone => {}
                         other => {
-                            tracing::warn!(pid, tid, outcome = other.label(), "restoring the mask failed")
+                            tracing::warn!(
+                                pid,
+                                tid,
+                                outcome = other.label(),
+                                "restoring the mask failed"
+                            )
                         }
                     }
                 }
@@ -985,7 +1026,9 @@ impl Manager {
         let gone: Vec<i32> = self
             .managed
             .iter()
-            .filter(|(pid, m)| seen.get(pid) != Some(&m.handle.start_time) || !self.ops.alive(&m.handle))
+            .filter(|(pid, m)| {
+                seen.get(pid) != Some(&m.handle.start_time) || !self.ops.alive(&m.handle)
+            })
             .map(|(pid, _)| *pid)
             .collect();
         for pid in gone {
@@ -1041,7 +1084,10 @@ impl Manager {
         for (rule, entry, req) in units {
             // CPUs held by other rules, as seen by this unit.
             let others = |map: &BTreeMap<u32, String>| -> CpuSet {
-                map.iter().filter(|(_, r)| **r != rule.name).map(|(c, _)| *c).collect()
+                map.iter()
+                    .filter(|(_, r)| **r != rule.name)
+                    .map(|(c, _)| *c)
+                    .collect()
             };
             let blocked = if req.exclusive {
                 others(&owner)
@@ -1108,9 +1154,10 @@ impl Manager {
                             Err(reason) => {
                                 // Say who holds the CPUs it could not get.
                                 let taken = self.online.intersection(&blocked);
-                                match taken.first().and_then(|c| {
-                                    exclusive_owner.get(&c).or_else(|| owner.get(&c))
-                                }) {
+                                match taken
+                                    .first()
+                                    .and_then(|c| exclusive_owner.get(&c).or_else(|| owner.get(&c)))
+                                {
                                     Some(to) if req.exclusive || !exclusive_owner.is_empty() => {
                                         PlanState::Lost {
                                             to: to.clone(),
@@ -1165,32 +1212,45 @@ impl Manager {
 
     /// Pins process `pid` at run time, without a rule: `request` is placed now among
     /// the CPUs no exclusive rule holds. Returns the CPUs.
-    pub fn pin(&mut self, pid: i32, request: &PlacementRequest) -> Result<(CpuSet, Vec<Change>), ManagerError> {
-        let snap = self.procs.snapshot(pid).ok_or(ManagerError::NoProcess { pid })?;
+    pub fn pin(
+        &mut self,
+        pid: i32,
+        request: &PlacementRequest,
+    ) -> Result<(CpuSet, Vec<Change>), ManagerError> {
+        let snap = self
+            .procs
+            .snapshot(pid)
+            .ok_or(ManagerError::NoProcess { pid })?;
         if snap.kernel_thread {
             return Err(ManagerError::KernelThread { pid });
         }
-        let exclusive: CpuSet = self
-            .plan_order
-            .iter()
-            .filter(|p| p.exclusive)
-            .fold(CpuSet::new(), |acc, p| match &p.state {
-                PlanState::Placed { cpus } => acc.union(cpus),
-                PlanState::Slots { slots } => slots.iter().fold(acc, |a, s| a.union(s)),
-                _ => acc,
-            });
+        let exclusive: CpuSet =
+            self.plan_order
+                .iter()
+                .filter(|p| p.exclusive)
+                .fold(CpuSet::new(), |acc, p| match &p.state {
+                    PlanState::Placed { cpus } => acc.union(cpus),
+                    PlanState::Slots { slots } => slots.iter().fold(acc, |a, s| a.union(s)),
+                    _ => acc,
+                });
         let cpus = match &request.target {
             CpuTarget::Cpus(c) => c.clone(),
             CpuTarget::Count(_) => {
-                let mut pool = self.online.difference(&self.config.reserved).difference(&exclusive);
+                let mut pool = self
+                    .online
+                    .difference(&self.config.reserved)
+                    .difference(&exclusive);
                 if let Some(w) = &request.within {
                     pool = pool.intersection(w);
                 }
-                let place = self.placer.as_ref().ok_or_else(|| ManagerError::Unplaceable {
-                    pid,
-                    request: describe_request(request),
-                    reason: "no placement engine".into(),
-                })?;
+                let place = self
+                    .placer
+                    .as_ref()
+                    .ok_or_else(|| ManagerError::Unplaceable {
+                        pid,
+                        request: describe_request(request),
+                        reason: "no placement engine".into(),
+                    })?;
                 place(request, &pool)
                     .map_err(|reason| ManagerError::Unplaceable {
                         pid,
@@ -1244,7 +1304,11 @@ impl Manager {
                     *counts.entry(t.outcome.label()).or_default() += 1;
                 }
                 let state = if counts.len() == 1 {
-                    counts.keys().next().map(|s| s.to_string()).unwrap_or_default()
+                    counts
+                        .keys()
+                        .next()
+                        .map(|s| s.to_string())
+                        .unwrap_or_default()
                 } else {
                     counts
                         .iter()
@@ -1281,7 +1345,11 @@ impl Manager {
         };
         let mut s = String::new();
         if snap.kernel_thread {
-            let _ = writeln!(s, "pid {pid} ({}): a kernel thread; never pinned", snap.info.comm);
+            let _ = writeln!(
+                s,
+                "pid {pid} ({}): a kernel thread; never pinned",
+                snap.info.comm
+            );
             return s;
         }
         let _ = write!(s, "{}", self.rules.explain(&snap.info));
@@ -1314,7 +1382,9 @@ impl Manager {
                             Outcome::Narrowed {
                                 requested,
                                 effective,
-                            } => format!("narrowed by a cpuset: asked {requested}, runs on {effective}"),
+                            } => format!(
+                                "narrowed by a cpuset: asked {requested}, runs on {effective}"
+                            ),
                             Outcome::Refused { requested } => {
                                 format!("refused: its cpuset excludes all of {requested}")
                             }
@@ -1421,8 +1491,12 @@ mod tests {
     }
 
     fn rules(text: &str) -> RuleSet {
-        let r = compile_text(std::path::Path::new("t.toml"), text, &LoadPolicy::unchecked())
-            .unwrap_or_else(|e| panic!("{e:?}"));
+        let r = compile_text(
+            std::path::Path::new("t.toml"),
+            text,
+            &LoadPolicy::unchecked(),
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
         RuleSet::new(r)
     }
 
@@ -1447,7 +1521,13 @@ mod tests {
     fn rig(config: ManagerConfig) -> T {
         let ops = Arc::new(FakeOps::new());
         let procs = Arc::new(FakeProcs::new());
-        let mgr = Manager::new(ops.clone(), procs.clone(), Some(lowest_first()), set("0-7"), config);
+        let mgr = Manager::new(
+            ops.clone(),
+            procs.clone(),
+            Some(lowest_first()),
+            set("0-7"),
+            config,
+        );
         T { ops, procs, mgr }
     }
 
@@ -1485,14 +1565,24 @@ cpus = "2-3"
             assert_eq!(t.ops.mask(tid), Some(set("2-3")), "tid {tid}");
         }
         assert_eq!(t.ops.mask(200), Some(set("0-7")));
-        assert!(t.ops.sets().iter().all(|(tid, _)| *tid != 200), "unmatched untouched");
+        assert!(
+            t.ops.sets().iter().all(|(tid, _)| *tid != 200),
+            "unmatched untouched"
+        );
 
         // A new thread inherits the pinned mask: it is checked, not written.
         t.procs.add_thread(100, 103, "worker");
         t.ops.add_task(103, &set("2-3"));
         t.ops.clear_calls();
         let c = t.msg(ProcMsg::NewThread { pid: 100, tid: 103 });
-        assert!(matches!(&c[..], [Change::Pinned { tid: 103, outcome: Outcome::Applied { .. }, .. }]));
+        assert!(matches!(
+            &c[..],
+            [Change::Pinned {
+                tid: 103,
+                outcome: Outcome::Applied { .. },
+                ..
+            }]
+        ));
         assert!(t.ops.sets().is_empty());
         // One created by a thread someone else had moved is written.
         t.ops.add_task(104, &set("0-7"));
@@ -1504,7 +1594,14 @@ cpus = "2-3"
         assert_eq!(t.mgr.managed_threads(), 4);
         let rows = t.mgr.list_managed();
         assert_eq!(rows.len(), 1);
-        assert_eq!((rows[0].rule.as_str(), rows[0].cpus.as_str(), rows[0].state.as_str()), ("feed", "2-3", "applied"));
+        assert_eq!(
+            (
+                rows[0].rule.as_str(),
+                rows[0].cpus.as_str(),
+                rows[0].state.as_str()
+            ),
+            ("feed", "2-3", "applied")
+        );
     }
 
     #[test]
@@ -1515,9 +1612,20 @@ cpus = "2-3"
         t.ev(Event::RulesChanged(rules(FEED)));
         assert_eq!(t.ops.mask(101), Some(set("2-3")));
         let c = t.ev(Event::RulesChanged(RuleSet::default()));
-        assert!(c.iter().any(|c| matches!(c, Change::Released { pid: 100, restored: 2, .. })));
+        assert!(c.iter().any(|c| matches!(
+            c,
+            Change::Released {
+                pid: 100,
+                restored: 2,
+                ..
+            }
+        )));
         assert_eq!(t.ops.mask(100), Some(set("0-7")));
-        assert_eq!(t.ops.mask(101), Some(set("5")), "each thread gets its own original");
+        assert_eq!(
+            t.ops.mask(101),
+            Some(set("5")),
+            "each thread gets its own original"
+        );
         assert_eq!(t.mgr.managed_processes(), 0);
     }
 
@@ -1528,7 +1636,11 @@ cpus = "2-3"
         t.ev(Event::RulesChanged(rules(FEED)));
         assert!(!t.mgr.is_managed(100));
         t.procs.rename(100, 100, "feed-a");
-        t.msg(ProcMsg::Comm { pid: 100, tid: 100, comm: "feed-a".into() });
+        t.msg(ProcMsg::Comm {
+            pid: 100,
+            tid: 100,
+            comm: "feed-a".into(),
+        });
         assert_eq!(t.ops.mask(100), Some(set("2-3")));
         t.procs.rename(100, 100, "bash");
         t.msg(ProcMsg::Exec { pid: 100 });
@@ -1549,7 +1661,11 @@ cpus = "2-3"
         t.ops.clear_calls();
         t.ev(Event::Rescan);
         assert!(!t.mgr.is_managed(100));
-        assert!(t.ops.sets().is_empty(), "the new process was touched: {:?}", t.ops.calls());
+        assert!(
+            t.ops.sets().is_empty(),
+            "the new process was touched: {:?}",
+            t.ops.calls()
+        );
         assert_eq!(t.ops.mask(100), Some(set("0-7")));
     }
 
@@ -1604,19 +1720,35 @@ comm = "cnt"
 count = 2
 "#,
         )));
-        assert_eq!(t.mgr.plan_of("hi", None), Some(&PlanState::Placed { cpus: set("2-3") }));
+        assert_eq!(
+            t.mgr.plan_of("hi", None),
+            Some(&PlanState::Placed { cpus: set("2-3") })
+        );
         assert_eq!(
             t.mgr.plan_of("lo", None),
-            Some(&PlanState::Lost { to: "hi".into(), cpus: set("3") })
+            Some(&PlanState::Lost {
+                to: "hi".into(),
+                cpus: set("3")
+            })
         );
         // lo lost, so 4 is free for the exclusive rule below it.
-        assert_eq!(t.mgr.plan_of("lo-excl", None), Some(&PlanState::Placed { cpus: set("4-5") }));
+        assert_eq!(
+            t.mgr.plan_of("lo-excl", None),
+            Some(&PlanState::Placed { cpus: set("4-5") })
+        );
         // Count placement steers around every exclusive CPU.
-        assert_eq!(t.mgr.plan_of("count", None), Some(&PlanState::Placed { cpus: set("0-1") }));
+        assert_eq!(
+            t.mgr.plan_of("count", None),
+            Some(&PlanState::Placed { cpus: set("0-1") })
+        );
 
         t.process(100, "lo", 1, &[]);
         t.ev(Event::Rescan);
-        assert_eq!(t.ops.mask(100), Some(set("0-7")), "a losing rule is not applied");
+        assert_eq!(
+            t.ops.mask(100),
+            Some(set("0-7")),
+            "a losing rule is not applied"
+        );
         let rows = t.mgr.list_managed();
         assert_eq!(rows[0].state, "conflict: lost to hi");
         assert!(t.mgr.explain(100).contains("lost CPUs 3 to rule \"hi\""));
@@ -1645,13 +1777,24 @@ cpus = "2"
 exclusive = true
 "#,
         )));
-        assert_eq!(t.mgr.plan_of("b", None), Some(&PlanState::Lost { to: "a".into(), cpus: set("2") }));
+        assert_eq!(
+            t.mgr.plan_of("b", None),
+            Some(&PlanState::Lost {
+                to: "a".into(),
+                cpus: set("2")
+            })
+        );
     }
 
     #[test]
     fn thread_entries_get_their_own_cpus_within_the_rule() {
         let mut t = rig(ManagerConfig::default());
-        t.process(100, "dpdk", 1, &[(101, "lcore-0"), (102, "lcore-1"), (103, "ctl")]);
+        t.process(
+            100,
+            "dpdk",
+            1,
+            &[(101, "lcore-0"), (102, "lcore-1"), (103, "ctl")],
+        );
         t.ev(Event::RulesChanged(rules(
             r#"
 [[rule]]
@@ -1671,12 +1814,19 @@ count = 1
         assert_eq!(t.ops.mask(102), Some(set("5")));
         // A thread renamed into an entry moves to the next slot.
         t.procs.rename(100, 103, "lcore-2");
-        t.msg(ProcMsg::Comm { pid: 100, tid: 103, comm: "lcore-2".into() });
+        t.msg(ProcMsg::Comm {
+            pid: 100,
+            tid: 103,
+            comm: "lcore-2".into(),
+        });
         assert_eq!(t.ops.mask(103), Some(set("6")));
         // The journal records threads whose masks differ from the process's.
         let j = t.mgr.journal_entries();
         assert_eq!(j.len(), 1);
-        assert_eq!(j[0].threads.keys().copied().collect::<Vec<_>>(), vec![101, 102, 103]);
+        assert_eq!(
+            j[0].threads.keys().copied().collect::<Vec<_>>(),
+            vec![101, 102, 103]
+        );
     }
 
     #[test]
@@ -1696,8 +1846,19 @@ count = 1
         assert_eq!(
             outcomes,
             vec![
-                (100, Outcome::Narrowed { requested: set("2-3"), effective: set("2") }),
-                (101, Outcome::Refused { requested: set("2-3") }),
+                (
+                    100,
+                    Outcome::Narrowed {
+                        requested: set("2-3"),
+                        effective: set("2")
+                    }
+                ),
+                (
+                    101,
+                    Outcome::Refused {
+                        requested: set("2-3")
+                    }
+                ),
             ]
         );
         t.ops.clear_calls();
@@ -1720,12 +1881,16 @@ count = 1
             t.ev(Event::RulesChanged(rules(FEED)));
             t.ops.external_set(101, &set("7"));
             let c = t.ev(Event::Rescan);
-            assert!(c.iter().any(|c| matches!(c, Change::Foreign { tid: 101, .. })));
+            assert!(c
+                .iter()
+                .any(|c| matches!(c, Change::Foreign { tid: 101, .. })));
             assert_eq!(t.ops.mask(101), Some(expect.clone()), "{policy:?}");
             // A cpuset narrowing within our CPUs is not someone else's change.
             t.ops.set_cpuset(100, &set("3"));
             let c = t.ev(Event::Rescan);
-            assert!(!c.iter().any(|c| matches!(c, Change::Foreign { tid: 100, .. })));
+            assert!(!c
+                .iter()
+                .any(|c| matches!(c, Change::Foreign { tid: 100, .. })));
             t.mgr.shutdown().unwrap();
             // Shutdown restores what is still ours and leaves a released thread alone.
             assert_eq!(t.ops.mask(101), Some(after), "{policy:?}");
@@ -1741,8 +1906,13 @@ count = 1
         )));
         assert_eq!(t.ops.mask(100), Some(set("0-1")));
         // CPU 1 goes away; the kernel widens nothing here but the plan moves.
-        t.ev(Event::Hotplug { online: set("0,2-7") });
-        assert_eq!(t.mgr.plan_of("c", None), Some(&PlanState::Placed { cpus: set("0,2") }));
+        t.ev(Event::Hotplug {
+            online: set("0,2-7"),
+        });
+        assert_eq!(
+            t.mgr.plan_of("c", None),
+            Some(&PlanState::Placed { cpus: set("0,2") })
+        );
         assert_eq!(t.ops.mask(100), Some(set("0,2")));
         // The kernel widened a mask while the CPU was away; coming back re-applies.
         t.ops.external_set(100, &set("0-7"));
@@ -1759,13 +1929,19 @@ count = 1
         // The child inherits the pinned mask, then is seen with another name.
         t.procs.put(300, "helper", 5, &[]);
         t.ops.add_process(300, 5, &[], &set("2-3"));
-        t.msg(ProcMsg::NewProcess { pid: 300, parent: 100 });
+        t.msg(ProcMsg::NewProcess {
+            pid: 300,
+            parent: 100,
+        });
         assert!(!t.mgr.is_managed(300));
         assert_eq!(t.ops.mask(300), Some(set("0-7")));
         // A matching child keeps the parent's original for later.
         t.procs.put(301, "feed", 6, &[]);
         t.ops.add_process(301, 6, &[], &set("2-3"));
-        t.msg(ProcMsg::NewProcess { pid: 301, parent: 100 });
+        t.msg(ProcMsg::NewProcess {
+            pid: 301,
+            parent: 100,
+        });
         t.ev(Event::RulesChanged(RuleSet::default()));
         assert_eq!(t.ops.mask(301), Some(set("0-7")));
     }
@@ -1805,7 +1981,13 @@ count = 1
         assert_eq!(t.ops.mask(200), Some(set("0-1")));
         t.mgr.unpin(200).unwrap();
         assert_eq!(t.ops.mask(200), Some(set("0-7")));
-        assert!(matches!(t.mgr.unpin(200), Err(ManagerError::NotPinned { pid: 200 })));
-        assert!(matches!(t.mgr.pin(999, &req), Err(ManagerError::NoProcess { pid: 999 })));
+        assert!(matches!(
+            t.mgr.unpin(200),
+            Err(ManagerError::NotPinned { pid: 200 })
+        ));
+        assert!(matches!(
+            t.mgr.pin(999, &req),
+            Err(ManagerError::NoProcess { pid: 999 })
+        ));
     }
 }

@@ -93,9 +93,7 @@ impl Outcome {
     /// The mask the task runs with after a successful call.
     pub fn effective(&self) -> Option<&CpuSet> {
         match self {
-            Outcome::Applied { effective } | Outcome::Narrowed { effective, .. } => {
-                Some(effective)
-            }
+            Outcome::Applied { effective } | Outcome::Narrowed { effective, .. } => Some(effective),
             _ => None,
         }
     }
@@ -208,7 +206,12 @@ impl SystemOps {
         SystemOps { root }
     }
 
-    fn errno_error(tid: Tid, op: &'static str, err: std::io::Error, cpus: &CpuSet) -> AffinityError {
+    fn errno_error(
+        tid: Tid,
+        op: &'static str,
+        err: std::io::Error,
+        cpus: &CpuSet,
+    ) -> AffinityError {
         match err.raw_os_error() {
             Some(libc::ESRCH) => AffinityError::Gone { tid },
             Some(libc::EINVAL) => AffinityError::Invalid {
@@ -229,7 +232,9 @@ impl AffinityOps for SystemOps {
     fn set_affinity(&self, tid: Tid, cpus: &CpuSet) -> Result<(), AffinityError> {
         // The kernel copies min(len, its mask size) bytes and zero-fills the rest, so a
         // mask exactly as long as the set needs is always enough.
-        let words: Vec<libc::c_ulong> = cpus.as_words().iter().map(|&w| w as libc::c_ulong).collect();
+        // 64-bit words have the layout of the kernel's `unsigned long` bitmap on every
+        // little-endian target and on 64-bit big-endian ones.
+        let words: Vec<u64> = cpus.as_words().to_vec();
         let words = if words.is_empty() { vec![0] } else { words };
         // SAFETY: the pointer and length describe `words`, which outlives the call.
         let rc = unsafe {
@@ -256,7 +261,7 @@ impl AffinityOps for SystemOps {
         // The buffer must hold the kernel's nr_cpu_ids bits; EINVAL means "too small".
         let mut bits = 1024usize;
         loop {
-            let mut words: Vec<libc::c_ulong> = vec![0; bits / libc::c_ulong::BITS as usize];
+            let mut words: Vec<u64> = vec![0; bits / 64];
             // SAFETY: the pointer and length describe `words`, which outlives the call.
             let rc = unsafe {
                 libc::syscall(
@@ -267,16 +272,21 @@ impl AffinityOps for SystemOps {
                 )
             };
             if rc >= 0 {
-                let used = (rc as usize).div_ceil(std::mem::size_of::<libc::c_ulong>());
+                let used = (rc as usize).div_ceil(8);
                 words.truncate(used.min(words.len()));
-                return Ok(CpuSet::from_words(words.into_iter().map(u64::from).collect()));
+                return Ok(CpuSet::from_words(words));
             }
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EINVAL) && bits < MAX_MASK_BITS {
                 bits *= 2;
                 continue;
             }
-            return Err(Self::errno_error(tid, "sched_getaffinity", err, &CpuSet::new()));
+            return Err(Self::errno_error(
+                tid,
+                "sched_getaffinity",
+                err,
+                &CpuSet::new(),
+            ));
         }
     }
 
@@ -385,7 +395,10 @@ impl DryRunOps {
 
     /// What would have been set, by task.
     pub fn planned(&self) -> BTreeMap<Tid, CpuSet> {
-        self.planned.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.planned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// The task's real mask now.
@@ -492,7 +505,14 @@ impl FakeOps {
         s.cpusets.insert(tid, cpuset.clone());
         if let Some(m) = s.masks.get(&tid).cloned() {
             let narrowed = m.intersection(cpuset);
-            s.masks.insert(tid, if narrowed.is_empty() { cpuset.clone() } else { narrowed });
+            s.masks.insert(
+                tid,
+                if narrowed.is_empty() {
+                    cpuset.clone()
+                } else {
+                    narrowed
+                },
+            );
         }
     }
 
@@ -561,7 +581,10 @@ impl AffinityOps for FakeOps {
     fn get_affinity(&self, tid: Tid) -> Result<CpuSet, AffinityError> {
         let mut s = self.lock();
         s.calls.push(Call::Get(tid));
-        s.masks.get(&tid).cloned().ok_or(AffinityError::Gone { tid })
+        s.masks
+            .get(&tid)
+            .cloned()
+            .ok_or(AffinityError::Gone { tid })
     }
 
     fn hold(&self, pid: i32, start_time: u64) -> Result<ProcessHandle, AffinityError> {
@@ -591,7 +614,9 @@ mod tests {
         ops.add_process(10, 1, &[11, 12, 13], &set("0-3"));
         assert_eq!(
             apply(&ops, 10, &set("1"), &online),
-            Outcome::Applied { effective: set("1") }
+            Outcome::Applied {
+                effective: set("1")
+            }
         );
         ops.set_cpuset(11, &set("0-1"));
         assert_eq!(
@@ -603,7 +628,9 @@ mod tests {
         );
         assert_eq!(
             apply(&ops, 11, &set("3"), &online),
-            Outcome::Refused { requested: set("3") }
+            Outcome::Refused {
+                requested: set("3")
+            }
         );
         ops.remove_task(12);
         assert_eq!(apply(&ops, 12, &set("1"), &online), Outcome::Gone);
@@ -619,7 +646,9 @@ mod tests {
         ops.set_cpuset(10, &set("0-2"));
         assert_eq!(
             apply(&ops, 10, &set("2-3"), &set("0-2")),
-            Outcome::Applied { effective: set("2") }
+            Outcome::Applied {
+                effective: set("2")
+            }
         );
     }
 
@@ -629,14 +658,17 @@ mod tests {
         ops.add_process(10, 1, &[], &set("2"));
         assert_eq!(
             apply(&ops, 10, &set("2"), &set("0-3")),
-            Outcome::Applied { effective: set("2") }
+            Outcome::Applied {
+                effective: set("2")
+            }
         );
         assert!(ops.sets().is_empty());
     }
 
     #[test]
     fn stat_lines_with_odd_comms_parse() {
-        let line = "1234 (a b) c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 98765 1000 10 \
+        let line =
+            "1234 (a b) c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 98765 1000 10 \
                     18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
         let s = parse_stat(line).unwrap();
         assert_eq!(s.comm, "a b) c)");
@@ -655,7 +687,9 @@ mod tests {
         let one: CpuSet = std::iter::once(before.first().unwrap()).collect();
         assert_eq!(
             apply(&ops, me, &one, &before),
-            Outcome::Applied { effective: one.clone() }
+            Outcome::Applied {
+                effective: one.clone()
+            }
         );
         ops.set_affinity(me, &before).unwrap();
         assert_eq!(ops.get_affinity(me).unwrap(), before);

@@ -132,13 +132,12 @@ impl Journal {
                 })
             }
         };
-        let file: JournalFile =
-            serde_json::from_str(&text).map_err(|e| RestoreError::Corrupt {
-                path: self.path.clone(),
-                line: e.line(),
-                column: e.column(),
-                message: e.to_string(),
-            })?;
+        let file: JournalFile = serde_json::from_str(&text).map_err(|e| RestoreError::Corrupt {
+            path: self.path.clone(),
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })?;
         Ok(file.processes)
     }
 }

@@ -90,13 +90,21 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
                 PlanState::Placed { cpus } => format!("cpus {cpus}"),
                 PlanState::Slots { slots } => format!(
                     "per thread: {}",
-                    slots.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" | ")
+                    slots
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" | ")
                 ),
                 PlanState::Lost { to, cpus } => format!("CONFLICT: lost CPUs {cpus} to {to}"),
                 PlanState::Unplaceable { reason } => format!("NOT PLACED: {reason}"),
             };
             let excl = if p.exclusive { " exclusive" } else { "" };
-            let _ = writeln!(out, "  {}{unit} (priority {}{excl}): {state}", p.rule, p.priority);
+            let _ = writeln!(
+                out,
+                "  {}{unit} (priority {}{excl}): {state}",
+                p.rule, p.priority
+            );
         }
         let _ = writeln!(out, "\nmatching processes ({}):", rows.len());
         if !rows.is_empty() {

@@ -340,7 +340,9 @@ fn translate(ev: ProcEvent) -> Option<ProcMsg> {
             }
         }
         ProcEvent::Exec { tgid, .. } => ProcMsg::Exec { pid: tgid as i32 },
-        ProcEvent::Comm { pid, tgid, comm, .. } => {
+        ProcEvent::Comm {
+            pid, tgid, comm, ..
+        } => {
             let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
             ProcMsg::Comm {
                 pid: tgid as i32,

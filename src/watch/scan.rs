@@ -150,8 +150,8 @@ impl ProcSource for ProcFs {
 
     fn snapshot(&self, pid: i32) -> Option<Snapshot> {
         let entry = self.entry(pid)?;
-        let process = procfs::process::Process::new_with_root(self.root.proc_path(pid.to_string()))
-            .ok()?;
+        let process =
+            procfs::process::Process::new_with_root(self.root.proc_path(pid.to_string())).ok()?;
         let exe = process.exe().ok();
         let cmdline = process.cmdline().unwrap_or_default();
         let uid = self.real_uid(pid)?;

@@ -90,7 +90,11 @@ impl Rig {
     }
 
     /// Feeds connector events to the manager until `done` holds or `timeout` passes.
-    pub fn pump_until(&mut self, timeout: Duration, mut done: impl FnMut(&Manager) -> bool) -> bool {
+    pub fn pump_until(
+        &mut self,
+        timeout: Duration,
+        mut done: impl FnMut(&Manager) -> bool,
+    ) -> bool {
         let deadline = Instant::now() + timeout;
         loop {
             if done(&self.mgr) {
@@ -137,15 +141,26 @@ fn every_thread_gets_the_rule_mask_and_gets_its_own_back_when_the_rule_goes() {
         "helper never matched"
     );
     rig.pump_for(Duration::from_millis(200));
-    assert!(all_threads_on(&h, &cpus("1")), "existing threads not pinned");
+    assert!(
+        all_threads_on(&h, &cpus("1")),
+        "existing threads not pinned"
+    );
     // Threads made after the match, including by an unpinned-looking name.
     let late = h.spawn_threads(5, Some("late"));
     rig.pump_for(Duration::from_millis(300));
     for t in early.iter().chain(&late) {
         assert_eq!(mask(*t), cpus("1"), "tid {t}");
     }
-    let row = rig.mgr.list_managed().into_iter().find(|r| r.pid == pid as u32).unwrap();
-    assert_eq!((row.rule.as_str(), row.cpus.as_str(), row.state.as_str()), ("a", "1", "applied"));
+    let row = rig
+        .mgr
+        .list_managed()
+        .into_iter()
+        .find(|r| r.pid == pid as u32)
+        .unwrap();
+    assert_eq!(
+        (row.rule.as_str(), row.cpus.as_str(), row.state.as_str()),
+        ("a", "1", "applied")
+    );
     assert!(rig.mgr.explain(pid).contains("applied 1"));
 
     rig.handle(Event::RulesChanged(RuleSet::default()));
@@ -173,7 +188,9 @@ fn stopping_restores_and_a_mask_set_by_someone_else_is_left_alone() {
     assert_eq!(journal.iter().map(|e| e.pid).collect::<Vec<_>>(), vec![pid]);
 
     // An administrator moves one thread; the next check notices and lets go of it.
-    SystemOps::default().set_affinity(tids[0], &cpus("0")).unwrap();
+    SystemOps::default()
+        .set_affinity(tids[0], &cpus("0"))
+        .unwrap();
     rig.handle(Event::Rescan);
     assert!(rig.changes.iter().any(|c| matches!(c,
         Change::Foreign { tid, released: true, .. } if *tid == tids[0])));
@@ -184,7 +201,11 @@ fn stopping_restores_and_a_mask_set_by_someone_else_is_left_alone() {
     assert_eq!(mask(tids[0]), cpus("0"));
 
     rig.mgr.shutdown().unwrap();
-    assert_eq!(mask(tids[0]), cpus("0"), "a thread someone else moved was restored");
+    assert_eq!(
+        mask(tids[0]),
+        cpus("0"),
+        "a thread someone else moved was restored"
+    );
     for t in h.tids().into_iter().filter(|t| *t != tids[0]) {
         assert_eq!(mask(t), online(), "tid {t} not restored");
     }
@@ -229,7 +250,10 @@ fn exit_races_and_pid_identity() {
     let pid = h.pid;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let start = pinnerd::affinity::parse_stat(&stat).unwrap().start_time;
-    assert!(ops.hold(pid, start + 1).is_err(), "a wrong start time must not be held");
+    assert!(
+        ops.hold(pid, start + 1).is_err(),
+        "a wrong start time must not be held"
+    );
     let handle = ops.hold(pid, start).unwrap();
     assert!(ops.alive(&handle));
     h.kill();
@@ -349,14 +373,25 @@ fn a_cpuset_narrows_or_refuses_and_the_outcome_says_so() {
     );
     assert_eq!(
         outcome(refused.pid),
-        pinnerd::affinity::Outcome::Refused { requested: cpus("1") }
+        pinnerd::affinity::Outcome::Refused {
+            requested: cpus("1")
+        }
     );
-    assert_eq!(mask(refused.pid), cpus("0"), "a refused task keeps its mask");
+    assert_eq!(
+        mask(refused.pid),
+        cpus("0"),
+        "a refused task keeps its mask"
+    );
     let refused_before = rig.mgr.counters().refused;
     // No retry loop: a rescan does not try again.
     rig.handle(Event::Rescan);
     assert_eq!(rig.mgr.counters().refused, refused_before);
-    let row = rig.mgr.list_managed().into_iter().find(|r| r.pid == narrowed.pid as u32).unwrap();
+    let row = rig
+        .mgr
+        .list_managed()
+        .into_iter()
+        .find(|r| r.pid == narrowed.pid as u32)
+        .unwrap();
     assert_eq!(row.state, "narrowed");
     drop(set);
     narrowed.exit();

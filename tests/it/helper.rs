@@ -88,12 +88,20 @@ pub struct Helper {
 impl Helper {
     /// Starts a helper whose comm is `comm` (at most 15 bytes), via a symlink in `dir`.
     pub fn spawn(dir: &std::path::Path, comm: &str) -> Helper {
-        assert!(comm.len() <= 15, "comm {comm:?} is longer than the kernel keeps");
+        assert!(
+            comm.len() <= 15,
+            "comm {comm:?} is longer than the kernel keeps"
+        );
         let link = dir.join(comm);
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(std::env::current_exe().unwrap(), &link).unwrap();
         let mut child = Command::new(&link)
-            .args(["--exact", "helper::helper_entry", "--nocapture", "--test-threads=1"])
+            .args([
+                "--exact",
+                "helper::helper_entry",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(HELPER_ENV, "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -104,7 +112,10 @@ impl Helper {
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let pid = loop {
             let mut line = String::new();
-            assert!(stdout.read_line(&mut line).unwrap() > 0, "helper died before ready");
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "helper died before ready"
+            );
             // libtest may have printed `test NAME ... ` on the same line.
             if let Some(i) = line.find("ready ") {
                 break line[i + 6..].trim().parse().unwrap();

@@ -69,7 +69,10 @@ fn an_overrun_leads_to_a_rescan_that_catches_up() {
         "counters: {:?}",
         rig.mgr.counters()
     );
-    assert!(rig.mgr.counters().rescans > rescans, "no rescan after the overrun");
+    assert!(
+        rig.mgr.counters().rescans > rescans,
+        "no rescan after the overrun"
+    );
     assert!(all_on(&h, &cpus("1")));
     flood.exit();
     h.exit();
@@ -133,7 +136,11 @@ fn cpu1_offline_then_online_repins() {
 
     std::fs::write(path, "1").unwrap();
     wait_uevent(&mut ue, 1, true);
-    let before: Vec<String> = h.tids().iter().map(|&t| super::affinity::mask(t).to_string()).collect();
+    let before: Vec<String> = h
+        .tids()
+        .iter()
+        .map(|&t| super::affinity::mask(t).to_string())
+        .collect();
     rig.handle(Event::Hotplug { online: online() });
     assert!(
         all_on(&h, &cpus("1")),
