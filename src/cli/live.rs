@@ -27,6 +27,15 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     } else {
         args.rules.clone()
     };
+    for d in &dirs {
+        if !d.is_dir() {
+            return Err(ConfigInvalid(format!(
+                "{}: no such rule directory (give --rules DIR)",
+                d.display()
+            ))
+            .into());
+        }
+    }
     let report = load_dirs(&dirs, &LoadPolicy::for_current_process());
     let topology = Topology::discover(&root)
         .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;

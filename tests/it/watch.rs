@@ -149,3 +149,47 @@ fn cpu1_offline_then_online_repins() {
     assert_eq!(rig.mgr.counters().foreign_changes, 0);
     h.exit();
 }
+
+#[test]
+fn plan_live_shows_what_would_happen_and_changes_nothing() {
+    let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let rules_dir = dir.path().join("rules");
+    std::fs::create_dir(&rules_dir).unwrap();
+    std::fs::write(
+        rules_dir.join("live.toml"),
+        "[[rule]]\nname = \"live\"\n[rule.match]\ncomm = \"pt-live*\"\n[rule.place]\ncpus = \"1\"\n\
+         [[rule]]\nname = \"greedy\"\npriority = -1\n[rule.match]\ncomm = \"pt-nothing\"\n\
+         [rule.place]\ncpus = \"1\"\nexclusive = true\n",
+    )
+    .unwrap();
+    let mut h = Helper::spawn(dir.path(), "pt-live1");
+    h.spawn_threads(2, None);
+    let before: Vec<_> = h.tids().iter().map(|&t| super::affinity::mask(t)).collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(["plan", "--live", "--json", "--rules"])
+        .arg(&rules_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let procs = v["processes"].as_array().unwrap();
+    let me = procs
+        .iter()
+        .find(|p| p["pid"] == h.pid)
+        .unwrap_or_else(|| panic!("helper not listed: {v}"));
+    assert_eq!(me["rule"], "live");
+    assert_eq!(me["would_get"], "1");
+    // The exclusive rule below it lost CPU 1 and says to whom.
+    let plans = v["plans"].as_array().unwrap();
+    let greedy = plans.iter().find(|p| p["rule"] == "greedy").unwrap();
+    assert_eq!(greedy["state"], "lost");
+    assert_eq!(greedy["to"], "live");
+    let after: Vec<_> = h.tids().iter().map(|&t| super::affinity::mask(t)).collect();
+    assert_eq!(before, after, "the dry run changed a mask");
+    h.exit();
+}
