@@ -25,6 +25,7 @@ pub mod daemon;
 pub mod dbus;
 pub mod domains;
 pub mod fingerprint;
+pub mod manager;
 pub mod matrix;
 pub mod measure;
 pub mod placement;

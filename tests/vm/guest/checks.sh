@@ -763,6 +763,44 @@ EOF
     echo "$out; CPU $victim back: $(uniform_mask "$pid")"
 }
 
+check_package_purge() {
+    local pid out
+    pid=$(workload_pid vmwork-hot) || {
+        echo "$pid"
+        return 1
+    }
+    mask_is "$pid" 6 || {
+        echo "precondition: vmwork-hot is not on 6 but $(masks "$pid")"
+        return 1
+    }
+    out=$(dpkg --purge pinnerd 2>&1) || {
+        echo "dpkg --purge failed: $out"
+        return 1
+    }
+    systemctl is-active --quiet pinnerd.service && {
+        echo "pinnerd.service still active after purge"
+        return 1
+    }
+    [ ! -e /usr/lib/systemd/system/pinnerd.service ] && [ ! -e /usr/bin/pinnerd ] &&
+        [ ! -e /usr/share/dbus-1/system.d/org.pinnerd.Pinnerd1.conf ] || {
+        echo "files left after purge: $(ls /usr/lib/systemd/system/pinnerd.service /usr/bin/pinnerd /usr/share/dbus-1/system.d/org.pinnerd.Pinnerd1.conf 2>/dev/null | tr '\n' ' ')"
+        return 1
+    }
+    [ ! -e /var/lib/pinnerd ] || {
+        echo "/var/lib/pinnerd left after purge"
+        return 1
+    }
+    [ -f "$RULES/52-vm-hotplug.toml" ] || {
+        echo "purge deleted the administrator's rule files"
+        return 1
+    }
+    mask_is "$pid" "$ALL_CPUS" || {
+        echo "after purge vmwork-hot is on $(masks "$pid"), want $ALL_CPUS (stopping must restore)"
+        return 1
+    }
+    echo "purged: service stopped, files and /var/lib/pinnerd gone, rule files kept, vmwork-hot back on $ALL_CPUS"
+}
+
 # ---------------------------------------------------------------- runner
 
 passed=0
@@ -805,6 +843,7 @@ run_check kill9-keeps-pinned check_kill9 120
 run_check restore-after-crash check_restore_after_crash 60
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
+run_check package-purge-restores check_package_purge 60
 
 if [ "$failed" -gt 0 ] || grep -qw 'pinnerd_vm.journal=always' /proc/cmdline; then
     [ "$failed" -gt 0 ] && echo "PINNERD-VM FAILED ${failed_names[*]}"

@@ -1,1 +1,0 @@
-//! Applying, reading back and restoring thread affinity.

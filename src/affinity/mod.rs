@@ -1,0 +1,701 @@
+//! Applying, reading back and restoring thread affinity.
+//!
+//! Owns: the [`AffinityOps`] seam (the only place `sched_setaffinity`,
+//! `sched_getaffinity` and `pidfd_open` are called), the classification of every
+//! outcome ([`Outcome`]), and the restore journal kept under the runtime directory
+//! ([`restore`]).
+//!
+//! Must not touch: which CPUs a task should get (see `manager`, `placement`) or how
+//! processes are discovered (see `watch`).
+//!
+//! ```text
+//! manager ── set(tid, want) ──► AffinityOps ──► kernel
+//!         ◄─ Outcome ───────── apply() ◄─ get(tid) (read back)
+//! ```
+//!
+//! [`SystemOps`] is the real implementation; [`FakeOps`] records calls and simulates
+//! cpusets, vanished tasks and permission errors for unit tests.
+
+pub mod restore;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Mutex;
+
+use crate::cpuset::CpuSet;
+use crate::sysroot::SysRoot;
+
+/// A kernel task id (a thread id; for the main thread it equals the process id).
+pub type Tid = i32;
+
+/// Why an affinity call failed. The message of each variant names the task.
+#[derive(Debug, thiserror::Error)]
+pub enum AffinityError {
+    /// The task exited (ESRCH), or the pid now belongs to another process.
+    #[error("tid {tid}: no such task")]
+    Gone { tid: Tid },
+    /// EINVAL: none of the requested CPUs is allowed for the task (its cpuset excludes
+    /// them all, or they are all offline), or the task refuses affinity changes
+    /// (per-CPU kernel threads).
+    #[error("tid {tid}: the kernel refused CPUs {cpus}: none is allowed for this task")]
+    Invalid { tid: Tid, cpus: CpuSet },
+    /// EPERM: changing another user's task needs CAP_SYS_NICE.
+    #[error("tid {tid}: not permitted to change its affinity (needs CAP_SYS_NICE)")]
+    Permission { tid: Tid },
+    /// Any other failure of the system call.
+    #[error("tid {tid}: {op} failed: {source}")]
+    Os {
+        tid: Tid,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What happened when a mask was applied to one task. Races are outcomes, not errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// The task now runs on exactly the requested CPUs (those of them online).
+    Applied { effective: CpuSet },
+    /// The kernel accepted the mask but a cpuset narrowed it to `effective`.
+    Narrowed {
+        requested: CpuSet,
+        effective: CpuSet,
+    },
+    /// The cpuset excludes every requested CPU (EINVAL), or every requested CPU is
+    /// offline. Not retried until the CPUs or the rules change.
+    Refused { requested: CpuSet },
+    /// The task exited before or during the call (ESRCH).
+    Gone,
+    /// A kernel thread: skipped without a call.
+    KernelThread,
+    /// Not permitted (EPERM).
+    Permission,
+    /// Anything else, with the message.
+    Failed { message: String },
+}
+
+impl Outcome {
+    /// The word used in logs, `ListManaged` and `Explain`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Applied { .. } => "applied",
+            Outcome::Narrowed { .. } => "narrowed",
+            Outcome::Refused { .. } => "refused",
+            Outcome::Gone => "gone",
+            Outcome::KernelThread => "kernel-thread",
+            Outcome::Permission => "permission",
+            Outcome::Failed { .. } => "failed",
+        }
+    }
+
+    /// The mask the task runs with after a successful call.
+    pub fn effective(&self) -> Option<&CpuSet> {
+        match self {
+            Outcome::Applied { effective } | Outcome::Narrowed { effective, .. } => Some(effective),
+            _ => None,
+        }
+    }
+}
+
+/// A process held for later actions: its pid, the start time seen at first contact
+/// and (for real processes) a pidfd, which outlives pid reuse.
+#[derive(Debug)]
+pub struct ProcessHandle {
+    pub pid: i32,
+    /// Start time in clock ticks after boot (field 22 of `/proc/PID/stat`).
+    pub start_time: u64,
+    fd: Option<OwnedFd>,
+}
+
+impl ProcessHandle {
+    /// A handle with no pidfd, for fakes and tests.
+    pub fn detached(pid: i32, start_time: u64) -> Self {
+        ProcessHandle {
+            pid,
+            start_time,
+            fd: None,
+        }
+    }
+}
+
+/// The OS seam for everything the manager does to tasks.
+pub trait AffinityOps {
+    /// `sched_setaffinity(tid, cpus)`.
+    fn set_affinity(&self, tid: Tid, cpus: &CpuSet) -> Result<(), AffinityError>;
+    /// `sched_getaffinity(tid)`: the mask the task runs with (online CPUs only).
+    fn get_affinity(&self, tid: Tid) -> Result<CpuSet, AffinityError>;
+    /// Holds process `pid` if it is still the one that started at `start_time`;
+    /// `Gone` if it exited or its pid was reused.
+    fn hold(&self, pid: i32, start_time: u64) -> Result<ProcessHandle, AffinityError>;
+    /// Whether the held process is still running (its pid cannot have been reused).
+    fn alive(&self, handle: &ProcessHandle) -> bool;
+}
+
+/// Sets `requested` on `tid`, reads it back and classifies the result.
+///
+/// `online` is the set of online CPUs: a requested CPU that is offline does not count
+/// as narrowing. A task whose mask already equals the request is not written again.
+pub fn apply(ops: &dyn AffinityOps, tid: Tid, requested: &CpuSet, online: &CpuSet) -> Outcome {
+    let want_now = requested.intersection(online);
+    if want_now.is_empty() {
+        // Every requested CPU is offline: the kernel may accept the mask and then run
+        // the task anywhere. Not applied; a CPU coming back re-applies.
+        return Outcome::Refused {
+            requested: requested.clone(),
+        };
+    }
+    // Threads inherit their creator's mask: most new threads of a pinned process are
+    // already right, and a read is cheaper than a write plus a read.
+    if let Ok(current) = ops.get_affinity(tid) {
+        if current == want_now && !want_now.is_empty() {
+            return Outcome::Applied { effective: current };
+        }
+    }
+    match ops.set_affinity(tid, requested) {
+        Ok(()) => {}
+        Err(e) => return outcome_of_error(e, requested),
+    }
+    match ops.get_affinity(tid) {
+        Ok(effective) => classify(requested, &want_now, effective),
+        Err(e) => outcome_of_error(e, requested),
+    }
+}
+
+fn classify(requested: &CpuSet, want_now: &CpuSet, effective: CpuSet) -> Outcome {
+    if effective == *want_now {
+        Outcome::Applied { effective }
+    } else if effective.is_subset(requested) {
+        Outcome::Narrowed {
+            requested: requested.clone(),
+            effective,
+        }
+    } else {
+        Outcome::Failed {
+            message: format!("asked for CPUs {requested}, read back {effective}"),
+        }
+    }
+}
+
+/// Maps an error of a set or get call to an outcome.
+pub fn outcome_of_error(err: AffinityError, requested: &CpuSet) -> Outcome {
+    match err {
+        AffinityError::Gone { .. } => Outcome::Gone,
+        AffinityError::Invalid { .. } => Outcome::Refused {
+            requested: requested.clone(),
+        },
+        AffinityError::Permission { .. } => Outcome::Permission,
+        e @ AffinityError::Os { .. } => Outcome::Failed {
+            message: e.to_string(),
+        },
+    }
+}
+
+/// The real kernel.
+#[derive(Debug, Clone, Default)]
+pub struct SystemOps {
+    root: SysRoot,
+}
+
+/// Largest mask tried by `sched_getaffinity` (bits), matching `cpuset::MAX_CPU_ID`.
+const MAX_MASK_BITS: usize = 1 << 20;
+
+impl SystemOps {
+    pub fn new(root: SysRoot) -> Self {
+        SystemOps { root }
+    }
+
+    fn errno_error(
+        tid: Tid,
+        op: &'static str,
+        err: std::io::Error,
+        cpus: &CpuSet,
+    ) -> AffinityError {
+        match err.raw_os_error() {
+            Some(libc::ESRCH) => AffinityError::Gone { tid },
+            Some(libc::EINVAL) => AffinityError::Invalid {
+                tid,
+                cpus: cpus.clone(),
+            },
+            Some(libc::EPERM) => AffinityError::Permission { tid },
+            _ => AffinityError::Os {
+                tid,
+                op,
+                source: err,
+            },
+        }
+    }
+}
+
+impl AffinityOps for SystemOps {
+    fn set_affinity(&self, tid: Tid, cpus: &CpuSet) -> Result<(), AffinityError> {
+        // The kernel copies min(len, its mask size) bytes and zero-fills the rest, so a
+        // mask exactly as long as the set needs is always enough.
+        // 64-bit words have the layout of the kernel's `unsigned long` bitmap on every
+        // little-endian target and on 64-bit big-endian ones.
+        let words: Vec<u64> = cpus.as_words().to_vec();
+        let words = if words.is_empty() { vec![0] } else { words };
+        // SAFETY: the pointer and length describe `words`, which outlives the call.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_sched_setaffinity,
+                tid as libc::pid_t,
+                std::mem::size_of_val(words.as_slice()),
+                words.as_ptr(),
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(Self::errno_error(
+                tid,
+                "sched_setaffinity",
+                std::io::Error::last_os_error(),
+                cpus,
+            ))
+        }
+    }
+
+    fn get_affinity(&self, tid: Tid) -> Result<CpuSet, AffinityError> {
+        // The buffer must hold the kernel's nr_cpu_ids bits; EINVAL means "too small".
+        let mut bits = 1024usize;
+        loop {
+            let mut words: Vec<u64> = vec![0; bits / 64];
+            // SAFETY: the pointer and length describe `words`, which outlives the call.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_sched_getaffinity,
+                    tid as libc::pid_t,
+                    std::mem::size_of_val(words.as_slice()),
+                    words.as_mut_ptr(),
+                )
+            };
+            if rc >= 0 {
+                let used = (rc as usize).div_ceil(8);
+                words.truncate(used.min(words.len()));
+                return Ok(CpuSet::from_words(words));
+            }
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINVAL) && bits < MAX_MASK_BITS {
+                bits *= 2;
+                continue;
+            }
+            return Err(Self::errno_error(
+                tid,
+                "sched_getaffinity",
+                err,
+                &CpuSet::new(),
+            ));
+        }
+    }
+
+    fn hold(&self, pid: i32, start_time: u64) -> Result<ProcessHandle, AffinityError> {
+        let raw = rustix::process::Pid::from_raw(pid).ok_or(AffinityError::Gone { tid: pid })?;
+        let fd = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty())
+            .map_err(|e| Self::errno_error(pid, "pidfd_open", e.into(), &CpuSet::new()))?;
+        // The pidfd now pins whichever process has this pid; make sure it is the one
+        // we saw, not a successor that reused the pid.
+        match read_start_time(&self.root, pid, pid) {
+            Some(t) if t == start_time => Ok(ProcessHandle {
+                pid,
+                start_time,
+                fd: Some(fd),
+            }),
+            _ => Err(AffinityError::Gone { tid: pid }),
+        }
+    }
+
+    fn alive(&self, handle: &ProcessHandle) -> bool {
+        let Some(fd) = &handle.fd else {
+            return read_start_time(&self.root, handle.pid, handle.pid) == Some(handle.start_time);
+        };
+        // A pidfd becomes readable when its process exits.
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, zero timeout.
+        let rc = unsafe { libc::poll(&mut pfd, 1, 0) };
+        rc == 0
+    }
+}
+
+/// Start time (clock ticks after boot) of task `tid` of process `pid`, from
+/// `/proc/PID/task/TID/stat`; `None` when it is gone or unreadable.
+pub fn read_start_time(root: &SysRoot, pid: i32, tid: Tid) -> Option<u64> {
+    let text = fs::read_to_string(root.proc_path(format!("{pid}/task/{tid}/stat"))).ok()?;
+    parse_stat(&text).map(|s| s.start_time)
+}
+
+/// The fields of `/proc/PID/stat` the watcher and the restorer need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatFields {
+    pub comm: String,
+    pub ppid: i32,
+    /// `PF_*` flags (field 9).
+    pub flags: u64,
+    pub start_time: u64,
+}
+
+/// `PF_KTHREAD` from include/linux/sched.h.
+pub const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Parses the fields we need from a `stat` line. The comm is in parentheses and may
+/// itself contain spaces and parentheses, so the rest is split after the last `)`.
+pub fn parse_stat(text: &str) -> Option<StatFields> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let comm = text.get(open + 1..close)?.to_string();
+    let mut rest = text.get(close + 1..)?.split_ascii_whitespace();
+    // rest[0] is field 3 (state).
+    let _state = rest.next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    // fields 5..=8: pgrp, session, tty_nr, tpgid
+    let mut rest = rest.skip(4);
+    let flags = rest.next()?.parse().ok()?;
+    // fields 10..=21 (12 fields), then 22 = starttime
+    let start_time = rest.nth(12)?.parse().ok()?;
+    Some(StatFields {
+        comm,
+        ppid,
+        flags,
+        start_time,
+    })
+}
+
+/// Thread ids of process `pid` from `/proc/PID/task` (empty when it is gone).
+pub fn list_tids(root: &SysRoot, pid: i32) -> Vec<Tid> {
+    let Ok(dir) = fs::read_dir(root.proc_path(format!("{pid}/task"))) else {
+        return Vec::new();
+    };
+    let mut tids: Vec<Tid> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    tids
+}
+
+/// Reads the real system but changes nothing: `set_affinity` only remembers what
+/// would have been set (for `pinnerd plan --live`).
+#[derive(Debug, Default)]
+pub struct DryRunOps {
+    real: SystemOps,
+    planned: Mutex<BTreeMap<Tid, CpuSet>>,
+}
+
+impl DryRunOps {
+    pub fn new(root: SysRoot) -> Self {
+        DryRunOps {
+            real: SystemOps::new(root),
+            planned: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// What would have been set, by task.
+    pub fn planned(&self) -> BTreeMap<Tid, CpuSet> {
+        self.planned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The task's real mask now.
+    pub fn real_mask(&self, tid: Tid) -> Result<CpuSet, AffinityError> {
+        self.real.get_affinity(tid)
+    }
+}
+
+impl AffinityOps for DryRunOps {
+    fn set_affinity(&self, tid: Tid, cpus: &CpuSet) -> Result<(), AffinityError> {
+        // Validate against the task without changing it: it must exist.
+        self.real.get_affinity(tid)?;
+        self.planned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(tid, cpus.clone());
+        Ok(())
+    }
+
+    fn get_affinity(&self, tid: Tid) -> Result<CpuSet, AffinityError> {
+        let real = self.real.get_affinity(tid)?;
+        Ok(self
+            .planned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&tid)
+            .cloned()
+            .unwrap_or(real))
+    }
+
+    fn hold(&self, pid: i32, start_time: u64) -> Result<ProcessHandle, AffinityError> {
+        self.real.hold(pid, start_time)
+    }
+
+    fn alive(&self, handle: &ProcessHandle) -> bool {
+        self.real.alive(handle)
+    }
+}
+
+/// One recorded call of [`FakeOps`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    Set(Tid, CpuSet),
+    Get(Tid),
+}
+
+/// A recording fake: tasks with masks, optional cpusets, and injected failures.
+#[derive(Debug, Default)]
+pub struct FakeOps {
+    state: Mutex<FakeState>,
+}
+
+#[derive(Debug, Default)]
+struct FakeState {
+    masks: BTreeMap<Tid, CpuSet>,
+    /// Requested masks (what the kernel remembers as the user's wish).
+    cpusets: BTreeMap<Tid, CpuSet>,
+    gone: BTreeSet<Tid>,
+    denied: BTreeSet<Tid>,
+    /// pid → start time of the process currently holding that pid.
+    processes: BTreeMap<i32, u64>,
+    calls: Vec<Call>,
+}
+
+impl FakeOps {
+    pub fn new() -> Self {
+        FakeOps::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FakeState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A process `pid` started at `start_time` with the given threads, all on `mask`.
+    pub fn add_process(&self, pid: i32, start_time: u64, tids: &[Tid], mask: &CpuSet) {
+        let mut s = self.lock();
+        s.processes.insert(pid, start_time);
+        for &t in tids.iter().chain(std::iter::once(&pid)) {
+            s.masks.insert(t, mask.clone());
+            s.gone.remove(&t);
+        }
+    }
+
+    /// A task appears (a new thread) with `mask`.
+    pub fn add_task(&self, tid: Tid, mask: &CpuSet) {
+        let mut s = self.lock();
+        s.masks.insert(tid, mask.clone());
+        s.gone.remove(&tid);
+    }
+
+    /// The task exits.
+    pub fn remove_task(&self, tid: Tid) {
+        let mut s = self.lock();
+        s.masks.remove(&tid);
+        s.gone.insert(tid);
+        if s.processes.remove(&tid).is_some() {
+            // The pid may be reused later by add_process.
+        }
+    }
+
+    /// The task is confined to `cpuset`; its mask is narrowed as the kernel would.
+    pub fn set_cpuset(&self, tid: Tid, cpuset: &CpuSet) {
+        let mut s = self.lock();
+        s.cpusets.insert(tid, cpuset.clone());
+        if let Some(m) = s.masks.get(&tid).cloned() {
+            let narrowed = m.intersection(cpuset);
+            s.masks.insert(
+                tid,
+                if narrowed.is_empty() {
+                    cpuset.clone()
+                } else {
+                    narrowed
+                },
+            );
+        }
+    }
+
+    /// Changes to `tid` are refused with EPERM.
+    pub fn deny(&self, tid: Tid) {
+        self.lock().denied.insert(tid);
+    }
+
+    /// Someone else changes the task's mask.
+    pub fn external_set(&self, tid: Tid, mask: &CpuSet) {
+        self.lock().masks.insert(tid, mask.clone());
+    }
+
+    /// The task's current mask.
+    pub fn mask(&self, tid: Tid) -> Option<CpuSet> {
+        self.lock().masks.get(&tid).cloned()
+    }
+
+    /// Every call so far, in order.
+    pub fn calls(&self) -> Vec<Call> {
+        self.lock().calls.clone()
+    }
+
+    /// Only the `set` calls so far.
+    pub fn sets(&self) -> Vec<(Tid, CpuSet)> {
+        self.lock()
+            .calls
+            .iter()
+            .filter_map(|c| match c {
+                Call::Set(t, m) => Some((*t, m.clone())),
+                Call::Get(_) => None,
+            })
+            .collect()
+    }
+
+    /// Forgets recorded calls.
+    pub fn clear_calls(&self) {
+        self.lock().calls.clear();
+    }
+}
+
+impl AffinityOps for FakeOps {
+    fn set_affinity(&self, tid: Tid, cpus: &CpuSet) -> Result<(), AffinityError> {
+        let mut s = self.lock();
+        s.calls.push(Call::Set(tid, cpus.clone()));
+        if s.gone.contains(&tid) || !s.masks.contains_key(&tid) {
+            return Err(AffinityError::Gone { tid });
+        }
+        if s.denied.contains(&tid) {
+            return Err(AffinityError::Permission { tid });
+        }
+        let effective = match s.cpusets.get(&tid) {
+            Some(limit) => cpus.intersection(limit),
+            None => cpus.clone(),
+        };
+        if effective.is_empty() {
+            return Err(AffinityError::Invalid {
+                tid,
+                cpus: cpus.clone(),
+            });
+        }
+        s.masks.insert(tid, effective);
+        Ok(())
+    }
+
+    fn get_affinity(&self, tid: Tid) -> Result<CpuSet, AffinityError> {
+        let mut s = self.lock();
+        s.calls.push(Call::Get(tid));
+        s.masks
+            .get(&tid)
+            .cloned()
+            .ok_or(AffinityError::Gone { tid })
+    }
+
+    fn hold(&self, pid: i32, start_time: u64) -> Result<ProcessHandle, AffinityError> {
+        match self.lock().processes.get(&pid) {
+            Some(&t) if t == start_time => Ok(ProcessHandle::detached(pid, start_time)),
+            _ => Err(AffinityError::Gone { tid: pid }),
+        }
+    }
+
+    fn alive(&self, handle: &ProcessHandle) -> bool {
+        self.lock().processes.get(&handle.pid) == Some(&handle.start_time)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(s: &str) -> CpuSet {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn outcomes_are_classified() {
+        let ops = FakeOps::new();
+        let online = set("0-3");
+        ops.add_process(10, 1, &[11, 12, 13], &set("0-3"));
+        assert_eq!(
+            apply(&ops, 10, &set("1"), &online),
+            Outcome::Applied {
+                effective: set("1")
+            }
+        );
+        ops.set_cpuset(11, &set("0-1"));
+        assert_eq!(
+            apply(&ops, 11, &set("1-2"), &online),
+            Outcome::Narrowed {
+                requested: set("1-2"),
+                effective: set("1")
+            }
+        );
+        assert_eq!(
+            apply(&ops, 11, &set("3"), &online),
+            Outcome::Refused {
+                requested: set("3")
+            }
+        );
+        ops.remove_task(12);
+        assert_eq!(apply(&ops, 12, &set("1"), &online), Outcome::Gone);
+        ops.deny(13);
+        assert_eq!(apply(&ops, 13, &set("1"), &online), Outcome::Permission);
+    }
+
+    #[test]
+    fn offline_cpus_do_not_count_as_narrowing() {
+        let ops = FakeOps::new();
+        ops.add_process(10, 1, &[], &set("0-3"));
+        // CPU 3 is offline: the kernel reports 2 for a request of 2-3.
+        ops.set_cpuset(10, &set("0-2"));
+        assert_eq!(
+            apply(&ops, 10, &set("2-3"), &set("0-2")),
+            Outcome::Applied {
+                effective: set("2")
+            }
+        );
+    }
+
+    #[test]
+    fn a_correct_mask_is_only_read() {
+        let ops = FakeOps::new();
+        ops.add_process(10, 1, &[], &set("2"));
+        assert_eq!(
+            apply(&ops, 10, &set("2"), &set("0-3")),
+            Outcome::Applied {
+                effective: set("2")
+            }
+        );
+        assert!(ops.sets().is_empty());
+    }
+
+    #[test]
+    fn stat_lines_with_odd_comms_parse() {
+        let line =
+            "1234 (a b) c)) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 3 0 98765 1000 10 \
+                    18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(s.comm, "a b) c)");
+        assert_eq!(s.ppid, 1);
+        assert_eq!(s.flags, 4194560);
+        assert_eq!(s.start_time, 98765);
+        assert!(parse_stat("garbage").is_none());
+    }
+
+    #[test]
+    fn system_ops_read_and_write_our_own_thread() {
+        let ops = SystemOps::default();
+        let me = rustix::thread::gettid().as_raw_nonzero().get();
+        let before = ops.get_affinity(me).unwrap();
+        assert!(!before.is_empty());
+        let one: CpuSet = std::iter::once(before.first().unwrap()).collect();
+        assert_eq!(
+            apply(&ops, me, &one, &before),
+            Outcome::Applied {
+                effective: one.clone()
+            }
+        );
+        ops.set_affinity(me, &before).unwrap();
+        assert_eq!(ops.get_affinity(me).unwrap(), before);
+        assert!(matches!(
+            ops.set_affinity(me, &set("100000")),
+            Err(AffinityError::Invalid { .. })
+        ));
+    }
+}

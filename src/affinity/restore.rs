@@ -1,0 +1,237 @@
+//! The restore journal: what must be given back if the daemon dies.
+//!
+//! Each managed process is recorded with its start time, the mask it had at first
+//! contact and the mask we applied. The file is rewritten atomically (temp file, fsync,
+//! rename) whenever that set changes, so after a crash the next start can put every
+//! task we changed back the way it was — and leave alone any task someone else has
+//! changed since.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{apply, list_tids, parse_stat, AffinityOps, Outcome, Tid};
+use crate::cpuset::CpuSet;
+use crate::sysroot::SysRoot;
+
+/// File name under the runtime directory.
+pub const JOURNAL_FILE: &str = "restore.json";
+
+/// Errors reading or writing the journal; each names the file.
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("{path}: cannot write the restore journal: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: cannot read the restore journal: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}:{line}:{column}: corrupt restore journal: {message}")]
+    Corrupt {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+}
+
+/// One process whose tasks we changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreEntry {
+    pub pid: i32,
+    pub start_time: u64,
+    pub comm: String,
+    /// The mask we set (tasks still on it are ours to restore).
+    pub applied: CpuSet,
+    /// The main thread's mask at first contact: the default for every thread.
+    pub original: CpuSet,
+    /// Threads whose original or applied mask differs from the process's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub threads: BTreeMap<Tid, ThreadRestore>,
+}
+
+/// A thread with its own masks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadRestore {
+    pub original: CpuSet,
+    pub applied: CpuSet,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct JournalFile {
+    version: u32,
+    processes: Vec<RestoreEntry>,
+}
+
+/// The journal file under a runtime directory.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    path: PathBuf,
+}
+
+impl Journal {
+    pub fn new(runtime_dir: &Path) -> Self {
+        Journal {
+            path: runtime_dir.join(JOURNAL_FILE),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Replaces the journal with `entries` atomically. An empty list removes the file.
+    pub fn save(&self, entries: &[RestoreEntry]) -> Result<(), RestoreError> {
+        let werr = |source| RestoreError::Write {
+            path: self.path.clone(),
+            source,
+        };
+        if entries.is_empty() {
+            return match fs::remove_file(&self.path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(werr(e)),
+                _ => Ok(()),
+            };
+        }
+        let body = serde_json::to_vec_pretty(&JournalFile {
+            version: 1,
+            processes: entries.to_vec(),
+        })
+        .map_err(|e| werr(std::io::Error::other(e)))?;
+        let tmp = self.path.with_extension("json.tmp");
+        let mut f = fs::File::create(&tmp).map_err(werr)?;
+        f.write_all(&body).map_err(werr)?;
+        f.sync_all().map_err(werr)?;
+        drop(f);
+        fs::rename(&tmp, &self.path).map_err(werr)?;
+        if let Some(dir) = self.path.parent() {
+            if let Ok(d) = fs::File::open(dir) {
+                let _ = d.sync_all();
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads the journal; a missing file is an empty journal.
+    pub fn load(&self) -> Result<Vec<RestoreEntry>, RestoreError> {
+        let text = match fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(RestoreError::Read {
+                    path: self.path.clone(),
+                    source,
+                })
+            }
+        };
+        let file: JournalFile = serde_json::from_str(&text).map_err(|e| RestoreError::Corrupt {
+            path: self.path.clone(),
+            line: e.line(),
+            column: e.column(),
+            message: e.to_string(),
+        })?;
+        Ok(file.processes)
+    }
+}
+
+/// What a crash restore did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RestoreReport {
+    /// Tasks put back to their original mask.
+    pub restored: usize,
+    /// Tasks left alone because someone else changed them after us.
+    pub left_alone: usize,
+    /// Processes that exited or whose pid now belongs to another process.
+    pub gone: usize,
+    /// Tasks whose restore failed, with the reason.
+    pub failed: Vec<(Tid, String)>,
+}
+
+/// Restores every task recorded in `entries` that still runs on the mask we applied.
+///
+/// A process is recognised by pid, start time and comm; after a crash no pidfd
+/// survives, so this is the best identity available.
+pub fn restore_entries(
+    ops: &dyn AffinityOps,
+    root: &SysRoot,
+    entries: &[RestoreEntry],
+    online: &CpuSet,
+) -> RestoreReport {
+    let mut report = RestoreReport::default();
+    for e in entries {
+        let same = fs::read_to_string(root.proc_path(format!("{}/stat", e.pid)))
+            .ok()
+            .and_then(|t| parse_stat(&t))
+            .is_some_and(|s| s.start_time == e.start_time && s.comm == e.comm);
+        if !same {
+            report.gone += 1;
+            continue;
+        }
+        for tid in list_tids(root, e.pid) {
+            let Ok(current) = ops.get_affinity(tid) else {
+                continue;
+            };
+            let (original, applied) = match e.threads.get(&tid) {
+                Some(t) => (&t.original, &t.applied),
+                None => (&e.original, &e.applied),
+            };
+            if current != *applied && current != applied.intersection(online) {
+                report.left_alone += 1;
+                continue;
+            }
+            match apply(ops, tid, original, online) {
+                Outcome::Applied { .. } | Outcome::Narrowed { .. } => report.restored += 1,
+                Outcome::Gone => {}
+                other => report.failed.push((tid, other.label().to_string())),
+            }
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn journal_round_trips_and_empties() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::new(dir.path());
+        assert!(j.load().unwrap().is_empty());
+        let e = RestoreEntry {
+            pid: 42,
+            start_time: 7,
+            comm: "md-feed".into(),
+            applied: "2-3".parse().unwrap(),
+            original: "0-7".parse().unwrap(),
+            threads: BTreeMap::from([(
+                43,
+                ThreadRestore {
+                    original: "0".parse().unwrap(),
+                    applied: "3".parse().unwrap(),
+                },
+            )]),
+        };
+        j.save(std::slice::from_ref(&e)).unwrap();
+        assert_eq!(j.load().unwrap(), vec![e]);
+        j.save(&[]).unwrap();
+        assert!(!j.path().exists());
+    }
+
+    #[test]
+    fn a_corrupt_journal_names_file_and_position() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::new(dir.path());
+        fs::write(j.path(), "{\n  \"version\": 1,\n  oops").unwrap();
+        let msg = j.load().unwrap_err().to_string();
+        assert!(msg.contains("restore.json:3:"), "{msg}");
+    }
+}

@@ -1,1 +1,0 @@
-//! Process events (proc connector) and /proc rescans.

@@ -1,0 +1,390 @@
+//! Reading processes from procfs: a cheap pass over every `/proc/PID/stat`, and full
+//! snapshots (exe, cmdline, uid, cgroup, threads) only for the processes that can
+//! match a rule or that are managed already.
+//!
+//! Everything takes its root from a [`SysRoot`], so tests read fixture trees.
+
+use std::fs;
+use std::io::Read;
+use std::path::PathBuf;
+
+use crate::affinity::{parse_stat, Tid, PF_KTHREAD};
+use crate::rules::{ProcessInfo, ThreadInfo};
+use crate::sysroot::SysRoot;
+
+/// What the cheap pass learns about every process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcEntry {
+    pub pid: i32,
+    pub comm: String,
+    pub ppid: i32,
+    pub start_time: u64,
+    pub kernel_thread: bool,
+}
+
+/// A full snapshot: what the matcher needs, plus identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub info: ProcessInfo,
+    /// Clock ticks after boot; with the pidfd, the process's identity.
+    pub start_time: u64,
+    pub kernel_thread: bool,
+}
+
+impl Snapshot {
+    pub fn pid(&self) -> i32 {
+        self.info.pid as i32
+    }
+}
+
+/// Where the manager gets process data from: procfs, or a fake in unit tests.
+pub trait ProcSource {
+    /// Every process, cheaply (one `stat` read each).
+    fn list(&self) -> Vec<ProcEntry>;
+    /// The cheap entry of one process; `None` when it is gone.
+    fn entry(&self, pid: i32) -> Option<ProcEntry>;
+    /// A full snapshot of one process; `None` when it is gone.
+    fn snapshot(&self, pid: i32) -> Option<Snapshot>;
+    /// The comm of one thread; `None` when it is gone.
+    fn thread_comm(&self, pid: i32, tid: Tid) -> Option<String>;
+}
+
+/// The real procfs under a [`SysRoot`].
+#[derive(Debug, Clone, Default)]
+pub struct ProcFs {
+    root: SysRoot,
+}
+
+impl ProcFs {
+    pub fn new(root: SysRoot) -> Self {
+        ProcFs { root }
+    }
+
+    pub fn root(&self) -> &SysRoot {
+        &self.root
+    }
+
+    fn read_small(&self, rel: &str, buf: &mut String) -> bool {
+        buf.clear();
+        match fs::File::open(self.root.proc_path(rel)) {
+            Ok(mut f) => f.read_to_string(buf).is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    fn entry_with(&self, pid: i32, buf: &mut String) -> Option<ProcEntry> {
+        if !self.read_small(&format!("{pid}/stat"), buf) {
+            return None;
+        }
+        let s = parse_stat(buf)?;
+        // kthreadd is pid 2; its children are kernel threads. The flag is the
+        // authority, the parent a fallback for trees that lack it.
+        let kernel_thread = s.flags & PF_KTHREAD != 0 || pid == 2 || s.ppid == 2;
+        Some(ProcEntry {
+            pid,
+            comm: s.comm,
+            ppid: s.ppid,
+            start_time: s.start_time,
+            kernel_thread,
+        })
+    }
+
+    /// The cgroup path a rule matches: the v2 (`0::`) entry when it says more than
+    /// `/`, else the v1 `name=systemd` hierarchy (hybrid systems).
+    fn cgroup(&self, pid: i32) -> Option<String> {
+        let text = fs::read_to_string(self.root.proc_path(format!("{pid}/cgroup"))).ok()?;
+        let mut v2 = None;
+        let mut systemd = None;
+        for line in text.lines() {
+            let mut parts = line.splitn(3, ':');
+            let (Some(id), Some(ctrl), Some(path)) = (parts.next(), parts.next(), parts.next())
+            else {
+                continue;
+            };
+            if id == "0" && ctrl.is_empty() {
+                v2 = Some(path.to_string());
+            } else if ctrl == "name=systemd" {
+                systemd = Some(path.to_string());
+            }
+        }
+        match (v2, systemd) {
+            (Some(v), _) if v != "/" => Some(v),
+            (_, Some(s)) => Some(s),
+            (v, None) => v,
+        }
+    }
+
+    fn real_uid(&self, pid: i32) -> Option<u32> {
+        let text = fs::read_to_string(self.root.proc_path(format!("{pid}/status"))).ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    }
+}
+
+impl ProcSource for ProcFs {
+    fn list(&self) -> Vec<ProcEntry> {
+        let Ok(dir) = fs::read_dir(&self.root.proc) else {
+            return Vec::new();
+        };
+        let mut buf = String::with_capacity(512);
+        let mut out = Vec::with_capacity(1024);
+        for e in dir.flatten() {
+            let name = e.file_name();
+            let Some(pid) = name.to_str().and_then(|s| s.parse::<i32>().ok()) else {
+                continue;
+            };
+            if let Some(entry) = self.entry_with(pid, &mut buf) {
+                out.push(entry);
+            }
+        }
+        out
+    }
+
+    fn entry(&self, pid: i32) -> Option<ProcEntry> {
+        self.entry_with(pid, &mut String::with_capacity(512))
+    }
+
+    fn snapshot(&self, pid: i32) -> Option<Snapshot> {
+        let entry = self.entry(pid)?;
+        let process =
+            procfs::process::Process::new_with_root(self.root.proc_path(pid.to_string())).ok()?;
+        let exe = process.exe().ok();
+        let cmdline = process.cmdline().unwrap_or_default();
+        let uid = self.real_uid(pid)?;
+        let cgroup = self.cgroup(pid);
+        let mut threads = Vec::new();
+        let mut buf = String::with_capacity(32);
+        for tid in crate::affinity::list_tids(&self.root, pid) {
+            if self.read_small(&format!("{pid}/task/{tid}/comm"), &mut buf) {
+                threads.push(ThreadInfo {
+                    tid: tid as u32,
+                    comm: buf.trim_end_matches('\n').to_string(),
+                });
+            }
+        }
+        // The process may have exec'd or died while we read: the start time is the
+        // check that all of this belongs to one process.
+        let again = self.entry(pid)?;
+        if again.start_time != entry.start_time {
+            return None;
+        }
+        Some(Snapshot {
+            info: ProcessInfo {
+                pid: pid as u32,
+                comm: again.comm,
+                exe,
+                cmdline,
+                uid,
+                cgroup,
+                threads,
+            },
+            start_time: entry.start_time,
+            kernel_thread: entry.kernel_thread,
+        })
+    }
+
+    fn thread_comm(&self, pid: i32, tid: Tid) -> Option<String> {
+        let mut buf = String::with_capacity(32);
+        self.read_small(&format!("{pid}/task/{tid}/comm"), &mut buf)
+            .then(|| buf.trim_end_matches('\n').to_string())
+    }
+}
+
+/// A [`ProcSource`] over in-memory snapshots, for unit tests of the manager.
+#[derive(Debug, Default)]
+pub struct FakeProcs {
+    procs: std::sync::Mutex<std::collections::BTreeMap<i32, Snapshot>>,
+}
+
+impl FakeProcs {
+    pub fn new() -> Self {
+        FakeProcs::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<i32, Snapshot>> {
+        self.procs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds or replaces process `pid` with `comm`, threads `(tid, comm)` (the main
+    /// thread is added automatically) and start time.
+    pub fn put(&self, pid: i32, comm: &str, start_time: u64, threads: &[(Tid, &str)]) {
+        let mut all = vec![ThreadInfo {
+            tid: pid as u32,
+            comm: comm.to_string(),
+        }];
+        all.extend(threads.iter().map(|(t, c)| ThreadInfo {
+            tid: *t as u32,
+            comm: c.to_string(),
+        }));
+        self.lock().insert(
+            pid,
+            Snapshot {
+                info: ProcessInfo {
+                    pid: pid as u32,
+                    comm: comm.to_string(),
+                    exe: Some(PathBuf::from(format!("/usr/bin/{comm}"))),
+                    cmdline: vec![comm.to_string()],
+                    uid: 0,
+                    cgroup: Some("/system.slice/test.service".into()),
+                    threads: all,
+                },
+                start_time,
+                kernel_thread: false,
+            },
+        );
+    }
+
+    /// Marks process `pid` as a kernel thread.
+    pub fn set_kernel_thread(&self, pid: i32) {
+        if let Some(s) = self.lock().get_mut(&pid) {
+            s.kernel_thread = true;
+            s.info.exe = None;
+            s.info.cmdline.clear();
+        }
+    }
+
+    /// Adds a thread to process `pid`.
+    pub fn add_thread(&self, pid: i32, tid: Tid, comm: &str) {
+        if let Some(s) = self.lock().get_mut(&pid) {
+            s.info.threads.push(ThreadInfo {
+                tid: tid as u32,
+                comm: comm.to_string(),
+            });
+        }
+    }
+
+    /// Renames a task (the main thread renames the process).
+    pub fn rename(&self, pid: i32, tid: Tid, comm: &str) {
+        if let Some(s) = self.lock().get_mut(&pid) {
+            if tid == pid {
+                s.info.comm = comm.to_string();
+            }
+            for t in &mut s.info.threads {
+                if t.tid == tid as u32 {
+                    t.comm = comm.to_string();
+                }
+            }
+        }
+    }
+
+    /// Removes a thread, or the whole process when `tid == pid`.
+    pub fn remove(&self, pid: i32, tid: Tid) {
+        let mut procs = self.lock();
+        if tid == pid {
+            procs.remove(&pid);
+        } else if let Some(s) = procs.get_mut(&pid) {
+            s.info.threads.retain(|t| t.tid != tid as u32);
+        }
+    }
+}
+
+impl ProcSource for FakeProcs {
+    fn list(&self) -> Vec<ProcEntry> {
+        self.lock().values().map(entry_of).collect()
+    }
+
+    fn entry(&self, pid: i32) -> Option<ProcEntry> {
+        self.lock().get(&pid).map(entry_of)
+    }
+
+    fn snapshot(&self, pid: i32) -> Option<Snapshot> {
+        self.lock().get(&pid).cloned()
+    }
+
+    fn thread_comm(&self, pid: i32, tid: Tid) -> Option<String> {
+        self.lock()
+            .get(&pid)?
+            .info
+            .threads
+            .iter()
+            .find(|t| t.tid == tid as u32)
+            .map(|t| t.comm.clone())
+    }
+}
+
+fn entry_of(s: &Snapshot) -> ProcEntry {
+    ProcEntry {
+        pid: s.pid(),
+        comm: s.info.comm.clone(),
+        ppid: 1,
+        start_time: s.start_time,
+        kernel_thread: s.kernel_thread,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> (tempfile::TempDir, ProcFs) {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        let stat = |pid: i32, comm: &str, ppid: i32, flags: u64, start: u64| {
+            format!(
+                "{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 {flags} 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0"
+            )
+        };
+        let mk = |pid: i32, comm: &str, ppid: i32, flags: u64, start: u64| {
+            let d = p.join(pid.to_string());
+            fs::create_dir_all(d.join(format!("task/{pid}"))).unwrap();
+            fs::write(d.join("stat"), stat(pid, comm, ppid, flags, start)).unwrap();
+            fs::write(d.join(format!("task/{pid}/comm")), format!("{comm}\n")).unwrap();
+            fs::write(d.join("status"), "Name:\tx\nUid:\t1000\t1000\t1000\t1000\n").unwrap();
+            fs::write(
+                d.join("cgroup"),
+                "12:cpuset:/\n1:name=systemd:/system.slice/md.service\n0::/\n",
+            )
+            .unwrap();
+            fs::write(d.join("cmdline"), format!("{comm}\0--venue=X\0")).unwrap();
+        };
+        mk(1, "init", 0, 0x400100, 5);
+        mk(2, "kthreadd", 0, 0x208040, 6);
+        mk(3, "kworker/0:0", 2, 0x4208060, 7);
+        mk(4242, "md feed (x)", 1, 0x400000, 900);
+        let d = p.join("4242");
+        fs::create_dir_all(d.join("task/4243")).unwrap();
+        fs::write(d.join("task/4243/comm"), "rx-0\n").unwrap();
+        fs::write(p.join("self"), "not a pid").unwrap();
+        let root = SysRoot {
+            sys: p.join("sys"),
+            proc: p.to_path_buf(),
+        };
+        (dir, ProcFs::new(root))
+    }
+
+    #[test]
+    fn the_cheap_pass_sees_every_process_and_kernel_threads() {
+        let (_d, fs) = fixture();
+        let mut list = fs.list();
+        list.sort_by_key(|e| e.pid);
+        let pids: Vec<i32> = list.iter().map(|e| e.pid).collect();
+        assert_eq!(pids, vec![1, 2, 3, 4242]);
+        let k: Vec<bool> = list.iter().map(|e| e.kernel_thread).collect();
+        assert_eq!(k, vec![false, true, true, false]);
+        assert_eq!(list[3].comm, "md feed (x)");
+        assert_eq!(list[3].start_time, 900);
+    }
+
+    #[test]
+    fn a_snapshot_has_threads_uid_cmdline_and_cgroup() {
+        let (_d, fs) = fixture();
+        let s = fs.snapshot(4242).unwrap();
+        assert_eq!(s.start_time, 900);
+        assert_eq!(s.info.uid, 1000);
+        assert_eq!(s.info.cmdline, vec!["md feed (x)", "--venue=X"]);
+        assert_eq!(s.info.cgroup.as_deref(), Some("/system.slice/md.service"));
+        let t: Vec<(u32, &str)> = s
+            .info
+            .threads
+            .iter()
+            .map(|t| (t.tid, t.comm.as_str()))
+            .collect();
+        assert_eq!(t, vec![(4242, "md feed (x)"), (4243, "rx-0")]);
+        assert!(fs.snapshot(999).is_none());
+        assert_eq!(fs.thread_comm(4242, 4243).as_deref(), Some("rx-0"));
+    }
+}

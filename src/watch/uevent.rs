@@ -1,0 +1,178 @@
+//! CPU hotplug from the kernel's uevent netlink socket (NETLINK_KOBJECT_UEVENT).
+//!
+//! When a CPU goes offline the kernel widens the mask of every task pinned only to
+//! it, and does not narrow it back when the CPU returns; the manager re-plans and
+//! re-applies on every online/offline event.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use super::WatchError;
+
+/// A CPU changed state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuChange {
+    pub cpu: u32,
+    pub online: bool,
+}
+
+/// A socket subscribed to kernel uevents.
+#[derive(Debug)]
+pub struct UeventSocket {
+    fd: OwnedFd,
+    buf: Vec<u8>,
+}
+
+impl UeventSocket {
+    pub fn open() -> Result<UeventSocket, WatchError> {
+        let err = |what| WatchError::Uevent {
+            what,
+            source: std::io::Error::last_os_error(),
+        };
+        // SAFETY: plain socket(2); the result is checked.
+        let raw = unsafe {
+            libc::socket(
+                libc::AF_NETLINK,
+                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+                libc::NETLINK_KOBJECT_UEVENT,
+            )
+        };
+        if raw < 0 {
+            return Err(err("socket(NETLINK_KOBJECT_UEVENT)"));
+        }
+        // SAFETY: a fresh descriptor we own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        super::connector::set_rcvbuf(fd.as_raw_fd(), 1 << 20);
+        // SAFETY: zeroed sockaddr_nl is valid.
+        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+        sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+        // Group 1: events straight from the kernel (not udev's re-broadcast).
+        sa.nl_groups = 1;
+        // SAFETY: valid sockaddr of the size given.
+        let rc = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                &sa as *const libc::sockaddr_nl as *const libc::sockaddr,
+                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+            )
+        };
+        if rc < 0 {
+            return Err(err("bind(uevent group 1)"));
+        }
+        Ok(UeventSocket {
+            fd,
+            buf: vec![0u8; 16 * 1024],
+        })
+    }
+
+    /// Waits up to `timeout` for a message to be readable.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd.
+        unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+    }
+
+    /// Reads every queued message without blocking and returns the CPU changes among
+    /// them. `Ok(None)` on ENOBUFS: changes were lost, re-read the online set.
+    pub fn read_changes(&mut self) -> Result<Option<Vec<CpuChange>>, WatchError> {
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: receiving into our own buffer, without blocking.
+            let n = unsafe {
+                libc::recv(
+                    self.fd.as_raw_fd(),
+                    self.buf.as_mut_ptr() as *mut libc::c_void,
+                    self.buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 {
+                let e = std::io::Error::last_os_error();
+                return match e.raw_os_error() {
+                    Some(libc::EAGAIN) => Ok(Some(out)),
+                    Some(libc::EINTR) => continue,
+                    Some(libc::ENOBUFS) => Ok(None),
+                    _ => Err(WatchError::Uevent {
+                        what: "recv",
+                        source: e,
+                    }),
+                };
+            }
+            if let Some(c) = parse_uevent(&self.buf[..n as usize]) {
+                out.push(c);
+            }
+        }
+    }
+}
+
+impl AsRawFd for UeventSocket {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+/// Parses `ACTION@DEVPATH\0KEY=VALUE\0…` and keeps CPU online/offline events.
+pub fn parse_uevent(msg: &[u8]) -> Option<CpuChange> {
+    let mut action = None;
+    let mut devpath = None;
+    let mut subsystem = None;
+    for field in msg.split(|&b| b == 0) {
+        let Ok(field) = std::str::from_utf8(field) else {
+            continue;
+        };
+        if let Some(v) = field.strip_prefix("ACTION=") {
+            action = Some(v);
+        } else if let Some(v) = field.strip_prefix("DEVPATH=") {
+            devpath = Some(v);
+        } else if let Some(v) = field.strip_prefix("SUBSYSTEM=") {
+            subsystem = Some(v);
+        }
+    }
+    if subsystem != Some("cpu") {
+        return None;
+    }
+    let online = match action? {
+        "online" => true,
+        "offline" => false,
+        _ => return None,
+    };
+    let cpu = devpath?
+        .strip_prefix("/devices/system/cpu/cpu")?
+        .parse()
+        .ok()?;
+    Some(CpuChange { cpu, online })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_online_and_offline_are_recognised() {
+        let msg = b"offline@/devices/system/cpu/cpu1\0ACTION=offline\0DEVPATH=/devices/system/cpu/cpu1\0SUBSYSTEM=cpu\0SEQNUM=4321\0";
+        assert_eq!(
+            parse_uevent(msg),
+            Some(CpuChange {
+                cpu: 1,
+                online: false
+            })
+        );
+        let msg = b"online@/devices/system/cpu/cpu12\0ACTION=online\0DEVPATH=/devices/system/cpu/cpu12\0SUBSYSTEM=cpu\0";
+        assert_eq!(
+            parse_uevent(msg),
+            Some(CpuChange {
+                cpu: 12,
+                online: true
+            })
+        );
+        let msg = b"add@/devices/virtual/net/lo\0ACTION=add\0SUBSYSTEM=net\0";
+        assert_eq!(parse_uevent(msg), None);
+        let msg = b"change@/devices/system/cpu/cpu1\0ACTION=change\0DEVPATH=/devices/system/cpu/cpu1\0SUBSYSTEM=cpu\0";
+        assert_eq!(parse_uevent(msg), None);
+    }
+}
