@@ -30,14 +30,30 @@ fn processes() -> Vec<ProcessInfo> {
         uid: 0,
         cgroup: Some("/system.slice/md-feed.service".into()),
         threads: vec![
-            ThreadInfo { tid: 1, comm: "md-feed".into() },
-            ThreadInfo { tid: 2, comm: "rx-0".into() },
+            ThreadInfo {
+                tid: 1,
+                comm: "md-feed".into(),
+            },
+            ThreadInfo {
+                tid: 2,
+                comm: "rx-0".into(),
+            },
         ],
     };
     vec![
         base.clone(),
-        ProcessInfo { comm: "a".into(), exe: None, cgroup: None, ..base.clone() },
-        ProcessInfo { comm: "".into(), cmdline: vec![], uid: 1000, ..base },
+        ProcessInfo {
+            comm: "a".into(),
+            exe: None,
+            cgroup: None,
+            ..base.clone()
+        },
+        ProcessInfo {
+            comm: "".into(),
+            cmdline: vec![],
+            uid: 1000,
+            ..base
+        },
     ]
 }
 

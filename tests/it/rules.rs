@@ -790,3 +790,31 @@ mod props {
         }
     }
 }
+
+#[test]
+fn check_validates_a_settings_file_by_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("pinnerd.toml"),
+        "[watch]\nrescan-interval = \"soon\"\n",
+    )
+    .unwrap();
+    fs::write(dir.path().join("a.toml"), rule("a", "a")).unwrap();
+    let (code, out, err) = pinnerd(&["check", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 3, "stdout: {out}\nstderr: {err}");
+    assert_eq!(
+        err,
+        format!(
+            "{}/pinnerd.toml:2:19: invalid duration \"soon\": expected a duration like \"500ms\", \"30s\", \"10m\", \"2h\" or \"7d\", or \"off\"\n\
+             pinnerd: 1 problem (1 of 2 files rejected)\n",
+            dir.path().display()
+        )
+    );
+    fs::write(
+        dir.path().join("pinnerd.toml"),
+        "[watch]\nrescan-interval = \"off\"\n",
+    )
+    .unwrap();
+    let (code, out, _) = pinnerd(&["check", dir.path().to_str().unwrap()]);
+    assert_eq!((code, out.as_str()), (0, "ok: 2 files, 1 rule\n"));
+}
