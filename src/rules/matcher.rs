@@ -319,7 +319,7 @@ impl RuleSet {
                 // parsed alone already). Slower, still right: test those rules one by
                 // one, `comm` included.
                 tracing::warn!(error = %e, "comm globs too many to combine; matching them one by one");
-                index.no_comm.extend(index.complex_owner.drain(..));
+                index.no_comm.append(&mut index.complex_owner);
                 index.no_comm.sort_unstable();
                 index.no_comm.dedup();
             }
