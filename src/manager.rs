@@ -33,9 +33,10 @@
 //! explicit `cpus` before counts, then name). An exclusive unit may not take CPUs any
 //! earlier unit holds; no unit may take CPUs an earlier exclusive unit holds. A unit
 //! that would need such CPUs loses: it is not applied, and its plan says to whom it
-//! lost ([`PlanState::Lost`]). Thread entries place within their rule's own CPUs when
-//! the rule has a `[rule.place]`; a non-shared entry gives each matching thread its
-//! own `count` CPUs (slots), wrapping around when the CPUs run out.
+//! lost ([`PlanState::Lost`]). A thread entry places within its `within` CPUs, else
+//! within its rule's own CPUs when the rule has a placed `[rule.place]`; a non-shared
+//! entry gives each matching thread its own `count` CPUs (slots), wrapping around when
+//! the CPUs run out.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -99,8 +100,23 @@ pub struct ManagerConfig {
     pub reserved: CpuSet,
 }
 
+impl ManagerConfig {
+    /// From the daemon's settings file (`[watch]`, `[placement]`).
+    pub fn from_settings(s: &crate::settings::Settings) -> ManagerConfig {
+        ManagerConfig {
+            on_foreign_change: if s.watch.release_on_foreign_change {
+                ForeignChange::Release
+            } else {
+                ForeignChange::Reassert
+            },
+            reserved: s.placement.housekeeping_cpus.clone(),
+        }
+    }
+}
+
 /// One input.
 #[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // moved once per event; a rule change is rare
 pub enum Event {
     /// A proc connector message.
     Proc(ProcMsg),
@@ -792,7 +808,13 @@ impl Manager {
                 },
             );
         }
-        let outcome = if current == want_now && !want_now.is_empty() {
+        let outcome = if want_now.is_empty() {
+            // Every requested CPU is offline: the kernel would accept the mask and run
+            // the task anywhere. Leave it; the CPU's return re-applies.
+            Outcome::Refused {
+                requested: target.clone(),
+            }
+        } else if current == want_now {
             Outcome::Applied { effective: current }
         } else {
             match self.ops.set_affinity(tid, &target) {
@@ -849,7 +871,7 @@ impl Manager {
             Outcome::Refused { requested } => {
                 c.refused += 1;
                 tracing::warn!(pid, tid, rule, requested = %requested,
-                    "the task's cpuset excludes every requested CPU; not retrying");
+                    "no requested CPU is allowed by the task's cpuset or online; not retrying");
             }
             Outcome::Gone => {
                 c.gone += 1;
@@ -1091,16 +1113,18 @@ impl Manager {
                     }
                 }
                 CpuTarget::Count(n) => {
-                    // Thread entries place within their rule's own CPUs when it has some.
-                    let pool = match entry.and_then(|_| plans.get(&(rule.name.clone(), None))) {
-                        Some(PlanState::Placed { cpus }) => cpus.clone(),
-                        _ => self.online.difference(&self.config.reserved),
+                    // `within` bounds the choice; without it a thread entry places
+                    // within its rule's own CPUs when the rule has some.
+                    let general = self.online.difference(&self.config.reserved);
+                    let pool = match (&req.within, entry) {
+                        (Some(w), _) => general.intersection(w),
+                        (None, Some(_)) => match plans.get(&(rule.name.clone(), None)) {
+                            Some(PlanState::Placed { cpus }) => cpus.clone(),
+                            _ => general,
+                        },
+                        (None, None) => general,
                     }
                     .difference(&blocked);
-                    let pool = match &req.within {
-                        Some(w) => pool.intersection(w),
-                        None => pool,
-                    };
                     match &self.placer {
                         None => PlanState::Unplaceable {
                             reason: "no placement engine (only explicit cpus can be placed)".into(),
@@ -1162,12 +1186,12 @@ impl Manager {
                 }
             }
             match &state {
-                PlanState::Lost { to, cpus } => tracing::warn!(
+                PlanState::Lost { to, cpus } => tracing::info!(
                     rule = %rule.name, lost_to = %to, cpus = %cpus,
                     "rule lost a CPU conflict to a higher-precedence rule and is not applied"
                 ),
                 PlanState::Unplaceable { reason } => {
-                    tracing::warn!(rule = %rule.name, %reason, "rule could not be placed")
+                    tracing::info!(rule = %rule.name, %reason, "rule could not be placed")
                 }
                 _ => {}
             }
@@ -1806,6 +1830,35 @@ count = 1
             j[0].threads.keys().copied().collect::<Vec<_>>(),
             vec![101, 102, 103]
         );
+    }
+
+    #[test]
+    fn within_bounds_thread_entries_instead_of_the_rule_cpus() {
+        let mut t = rig(ManagerConfig::default());
+        t.process(
+            100,
+            "l3fwd",
+            1,
+            &[(101, "lcore-1"), (102, "lcore-2"), (103, "eal-intr")],
+        );
+        t.ev(Event::RulesChanged(rules(
+            r#"
+[[rule]]
+name = "dp"
+[rule.match]
+comm = "l3fwd"
+[rule.place]
+cpus = "0"
+[[rule.threads]]
+comm = "lcore-*"
+count = 1
+within = "4-5"
+exclusive = true
+"#,
+        )));
+        assert_eq!(t.ops.mask(103), Some(set("0")));
+        assert_eq!(t.ops.mask(101), Some(set("4")));
+        assert_eq!(t.ops.mask(102), Some(set("5")));
     }
 
     #[test]

@@ -63,7 +63,8 @@ pub enum Outcome {
         requested: CpuSet,
         effective: CpuSet,
     },
-    /// The cpuset excludes every requested CPU (EINVAL). Not retried.
+    /// The cpuset excludes every requested CPU (EINVAL), or every requested CPU is
+    /// offline. Not retried until the CPUs or the rules change.
     Refused { requested: CpuSet },
     /// The task exited before or during the call (ESRCH).
     Gone,
@@ -138,6 +139,13 @@ pub trait AffinityOps {
 /// as narrowing. A task whose mask already equals the request is not written again.
 pub fn apply(ops: &dyn AffinityOps, tid: Tid, requested: &CpuSet, online: &CpuSet) -> Outcome {
     let want_now = requested.intersection(online);
+    if want_now.is_empty() {
+        // Every requested CPU is offline: the kernel may accept the mask and then run
+        // the task anywhere. Not applied; a CPU coming back re-applies.
+        return Outcome::Refused {
+            requested: requested.clone(),
+        };
+    }
     // Threads inherit their creator's mask: most new threads of a pinned process are
     // already right, and a read is cheaper than a write plus a read.
     if let Ok(current) = ops.get_affinity(tid) {
@@ -224,11 +232,9 @@ impl AffinityOps for SystemOps {
     fn set_affinity(&self, tid: Tid, cpus: &CpuSet) -> Result<(), AffinityError> {
         // The kernel copies min(len, its mask size) bytes and zero-fills the rest, so a
         // mask exactly as long as the set needs is always enough.
-        let words: Vec<libc::c_ulong> = cpus
-            .as_words()
-            .iter()
-            .map(|&w| w as libc::c_ulong)
-            .collect();
+        // 64-bit words have the layout of the kernel's `unsigned long` bitmap on every
+        // little-endian target and on 64-bit big-endian ones.
+        let words: Vec<u64> = cpus.as_words().to_vec();
         let words = if words.is_empty() { vec![0] } else { words };
         // SAFETY: the pointer and length describe `words`, which outlives the call.
         let rc = unsafe {
@@ -255,7 +261,7 @@ impl AffinityOps for SystemOps {
         // The buffer must hold the kernel's nr_cpu_ids bits; EINVAL means "too small".
         let mut bits = 1024usize;
         loop {
-            let mut words: Vec<libc::c_ulong> = vec![0; bits / libc::c_ulong::BITS as usize];
+            let mut words: Vec<u64> = vec![0; bits / 64];
             // SAFETY: the pointer and length describe `words`, which outlives the call.
             let rc = unsafe {
                 libc::syscall(
@@ -266,11 +272,9 @@ impl AffinityOps for SystemOps {
                 )
             };
             if rc >= 0 {
-                let used = (rc as usize).div_ceil(std::mem::size_of::<libc::c_ulong>());
+                let used = (rc as usize).div_ceil(8);
                 words.truncate(used.min(words.len()));
-                return Ok(CpuSet::from_words(
-                    words.into_iter().map(u64::from).collect(),
-                ));
+                return Ok(CpuSet::from_words(words));
             }
             let err = std::io::Error::last_os_error();
             if err.raw_os_error() == Some(libc::EINVAL) && bits < MAX_MASK_BITS {

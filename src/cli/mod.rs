@@ -11,6 +11,7 @@ pub mod check;
 pub mod client;
 pub mod compare;
 pub mod daemon;
+pub mod live;
 pub mod measure;
 pub mod plan;
 pub mod topology;

@@ -78,8 +78,7 @@ pub fn default_state_dir() -> PathBuf {
 
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     if args.live {
-        // The live dry run lives in src/cli/live.rs: `return super::live::run(&args);`
-        anyhow::bail!("`pinnerd plan --live` is not available in this build yet");
+        return super::live::run(&args);
     }
     let count = args.count.context("--count is required")? as usize;
     let plan = plan(&args, count)?;

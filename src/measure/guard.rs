@@ -152,6 +152,17 @@ impl LoadGuard {
     /// Waits until every CPU in `cpus` is idle enough, observing `/proc/stat` under
     /// `root`; `MeasureError::Busy` when they are still busy after `wait`.
     pub fn wait_idle(&self, root: &SysRoot, cpus: &CpuSet) -> Result<GuardPass, MeasureError> {
+        self.wait_idle_reporting(root, cpus, |_, _| {})
+    }
+
+    /// [`LoadGuard::wait_idle`], calling `on_busy(cpu, idle share)` after every
+    /// observation that found a CPU too busy (for a progress display).
+    pub fn wait_idle_reporting(
+        &self,
+        root: &SysRoot,
+        cpus: &CpuSet,
+        mut on_busy: impl FnMut(u32, f64),
+    ) -> Result<GuardPass, MeasureError> {
         if self.min_idle <= 0.0 {
             return Ok(GuardPass { least_idle: None });
         }
@@ -180,6 +191,7 @@ impl LoadGuard {
                         idle_pct = share * 100.0,
                         "waiting for the CPUs to become idle"
                     );
+                    on_busy(cpu, share);
                 }
                 _ => return Ok(GuardPass { least_idle: least }),
             }

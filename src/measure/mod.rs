@@ -521,7 +521,9 @@ pub fn run_detailed(
     };
 
     report(Phase::Guard, 0, 1);
-    let guard_pass = cfg.guard.wait_idle(&cfg.root, &cfg.cpus)?;
+    let guard_pass = cfg
+        .guard
+        .wait_idle_reporting(&cfg.root, &cfg.cpus, |_, _| report(Phase::Guard, 0, 1))?;
     let stat_before = guard::read_stat(&cfg.root)?;
     let hypervisor = validity::hypervisor(&cfg.root);
     let granularity = validity::timer_granularity();

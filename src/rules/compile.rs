@@ -2,6 +2,7 @@
 //! resolved, placements checked and resolved to [`PlacementRequest`]s. Pure apart from
 //! the user lookup, which the [`LoadPolicy`](super::LoadPolicy) supplies.
 
+use std::collections::HashMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -11,7 +12,7 @@ use globset::{Glob, GlobBuilder, GlobMatcher};
 use regex::{Regex, RegexBuilder};
 use toml::Spanned;
 
-use super::error::{Location, RuleError, RuleErrorKind};
+use super::error::{LineIndex, Location, RuleError, RuleErrorKind};
 use super::format::{MatchSpec, OneOrMany, PlaceSpec, RuleFile, ThreadSpec, UserSpec};
 use crate::cpuset::CpuSet;
 use crate::placement::{Policy, SmtPolicy};
@@ -168,14 +169,17 @@ pub fn system_user_lookup(name: &str) -> Option<u32> {
 
 struct Ctx<'a> {
     path: &'a Path,
-    text: &'a str,
+    lines: LineIndex<'a>,
     errors: Vec<RuleError>,
 }
 
 impl Ctx<'_> {
     fn err(&mut self, span: &Range<usize>, kind: RuleErrorKind) {
-        self.errors
-            .push(RuleError::at_span(self.path, self.text, span, kind));
+        self.errors.push(RuleError {
+            path: self.path.to_path_buf(),
+            at: Some(self.lines.locate(span.start)),
+            kind,
+        });
     }
 }
 
@@ -189,10 +193,12 @@ pub fn compile_file(
 ) -> Result<Vec<Rule>, Vec<RuleError>> {
     let mut cx = Ctx {
         path,
-        text,
+        lines: LineIndex::new(text),
         errors: Vec::new(),
     };
     let mut rules: Vec<Rule> = Vec::new();
+    // Every name seen in this file (valid rule or not) → where it was first written.
+    let mut seen: HashMap<&str, Location> = HashMap::new();
     for spec in &file.rules {
         let rule_span = spec.span();
         let spec = spec.get_ref();
@@ -203,14 +209,16 @@ pub fn compile_file(
             cx.err(&name_span, RuleErrorKind::EmptyName);
         } else if !valid_name(name) {
             cx.err(&name_span, RuleErrorKind::BadName { name: name.clone() });
-        } else if let Some(first) = rules.iter().find(|r| &r.name == name) {
+        } else if let Some(first) = seen.get(name.as_str()) {
             cx.err(
                 &name_span,
                 RuleErrorKind::DuplicateName {
                     name: name.clone(),
-                    first: first.origin(),
+                    first: format!("{}:{first}", path.display()),
                 },
             );
+        } else {
+            seen.insert(name, cx.lines.locate(name_span.start));
         }
         let matcher = match &spec.matches {
             None => {
@@ -248,7 +256,7 @@ pub fn compile_file(
                 name: name.clone(),
                 priority: spec.priority.as_ref().map_or(0, |p| *p.get_ref()),
                 file: path.to_path_buf(),
-                at: Location::of_span(text, &name_span),
+                at: cx.lines.locate(name_span.start),
                 matcher,
                 place,
                 threads,

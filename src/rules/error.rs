@@ -32,6 +32,35 @@ impl Location {
     }
 }
 
+/// Line starts of one text, so that many offsets convert in O(log lines) each instead
+/// of rescanning the text every time.
+#[derive(Debug, Clone)]
+pub struct LineIndex<'a> {
+    text: &'a str,
+    starts: Vec<usize>,
+}
+
+impl<'a> LineIndex<'a> {
+    pub fn new(text: &'a str) -> LineIndex<'a> {
+        let starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
+        LineIndex { text, starts }
+    }
+
+    /// Same answer as [`Location::of_offset`].
+    pub fn locate(&self, offset: usize) -> Location {
+        let mut offset = offset.min(self.text.len());
+        while !self.text.is_char_boundary(offset) {
+            offset -= 1;
+        }
+        let line = self.starts.partition_point(|&s| s <= offset);
+        let start = self.starts[line - 1];
+        let col = self.text[start..offset].chars().count() + 1;
+        Location { line, col }
+    }
+}
+
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.line, self.col)
@@ -188,6 +217,10 @@ mod tests {
         assert_eq!(Location::of_offset(text, 8), Location { line: 2, col: 2 });
         assert_eq!(Location::of_offset(text, 15), Location { line: 4, col: 1 });
         assert_eq!(Location::of_offset(text, 999), Location { line: 4, col: 2 });
+        let index = LineIndex::new(text);
+        for offset in 0..=text.len() + 1 {
+            assert_eq!(index.locate(offset), Location::of_offset(text, offset));
+        }
     }
 
     #[test]

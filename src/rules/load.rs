@@ -275,24 +275,16 @@ fn check_owner(
             },
         ));
     }
-    if mode & 0o020 != 0 {
+    let bit = match (mode & 0o020 != 0, mode & 0o002 != 0) {
+        (true, true) => Some("writable by group and others (S_IWGRP, S_IWOTH)"),
+        (true, false) => Some("writable by group (S_IWGRP)"),
+        (false, true) => Some("writable by others (S_IWOTH)"),
+        (false, false) => None,
+    };
+    if let Some(bit) = bit {
         errors.push(RuleError::whole(
             path,
-            RuleErrorKind::Writable {
-                what,
-                bit: "writable by group (S_IWGRP)",
-                mode,
-            },
-        ));
-    }
-    if mode & 0o002 != 0 {
-        errors.push(RuleError::whole(
-            path,
-            RuleErrorKind::Writable {
-                what,
-                bit: "writable by others (S_IWOTH)",
-                mode,
-            },
+            RuleErrorKind::Writable { what, bit, mode },
         ));
     }
 }
@@ -315,10 +307,20 @@ fn type_name(ft: &std::fs::FileType) -> &'static str {
     }
 }
 
-/// Reads `path` (found in `dir`) after every safety check, as text.
+/// Reads `path` (found in `dir`) after every safety check, as text; the first problem
+/// found otherwise.
 pub fn read_checked(dir: &Path, path: &Path, policy: &LoadPolicy) -> Result<String, RuleError> {
-    let whole = |kind| RuleError::whole(path, kind);
-    let io = |e: std::io::Error| RuleError::whole(path, RuleErrorKind::Io(e.to_string()));
+    read_checked_all(dir, path, policy).map_err(|mut errors| errors.swap_remove(0))
+}
+
+/// Like [`read_checked`], with every ownership problem (owner and mode) reported.
+fn read_checked_all(
+    dir: &Path,
+    path: &Path,
+    policy: &LoadPolicy,
+) -> Result<String, Vec<RuleError>> {
+    let whole = |kind| vec![RuleError::whole(path, kind)];
+    let io = |e: std::io::Error| vec![RuleError::whole(path, RuleErrorKind::Io(e.to_string()))];
     let lmd = std::fs::symlink_metadata(path).map_err(io)?;
     let target = if lmd.file_type().is_symlink() {
         let link = std::fs::read_link(path).map_err(io)?;
@@ -359,8 +361,8 @@ pub fn read_checked(dir: &Path, path: &Path, policy: &LoadPolicy) -> Result<Stri
     }
     let mut errors = Vec::new();
     check_owner(path, &md, "file", policy, &mut errors);
-    if let Some(e) = errors.into_iter().next() {
-        return Err(e);
+    if !errors.is_empty() {
+        return Err(errors);
     }
     if md.len() > policy.max_file_size {
         return Err(whole(RuleErrorKind::TooLarge {
@@ -417,29 +419,27 @@ fn load_files_inner(
     let mut names: HashMap<String, String> = HashMap::new();
     let mut rejected: Vec<usize> = Vec::new();
     for (dir, path) in files {
-        let result = read_checked(dir, path, policy)
-            .map_err(|e| vec![e])
-            .and_then(|text| {
-                let rules = compile_text(path, &text, policy)?;
-                let dups: Vec<RuleError> = rules
-                    .iter()
-                    .filter_map(|r| {
-                        names.get(&r.name).map(|first| RuleError {
-                            path: path.clone(),
-                            at: Some(r.at),
-                            kind: RuleErrorKind::DuplicateName {
-                                name: r.name.clone(),
-                                first: first.clone(),
-                            },
-                        })
+        let result = read_checked_all(dir, path, policy).and_then(|text| {
+            let rules = compile_text(path, &text, policy)?;
+            let dups: Vec<RuleError> = rules
+                .iter()
+                .filter_map(|r| {
+                    names.get(&r.name).map(|first| RuleError {
+                        path: path.clone(),
+                        at: Some(r.at),
+                        kind: RuleErrorKind::DuplicateName {
+                            name: r.name.clone(),
+                            first: first.clone(),
+                        },
                     })
-                    .collect();
-                if dups.is_empty() {
-                    Ok(rules)
-                } else {
-                    Err(dups)
-                }
-            });
+                })
+                .collect();
+            if dups.is_empty() {
+                Ok(rules)
+            } else {
+                Err(dups)
+            }
+        });
         match result {
             Ok(rules) => {
                 for r in &rules {

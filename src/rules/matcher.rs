@@ -267,7 +267,8 @@ struct CommIndex {
     complex_owner: Vec<u32>,
     /// Rules whose `comm` matches anything.
     any: Vec<u32>,
-    /// Rules with no `comm` key: candidates whose other keys still need testing.
+    /// Rules the index cannot decide (no `comm` key): candidates for every process,
+    /// every key still to be tested.
     no_comm: Vec<u32>,
 }
 
@@ -311,8 +312,18 @@ impl RuleSet {
                 }
             }
         }
-        // Every glob was parsed alone already; a set of valid globs always builds.
-        index.complex = complex.build().unwrap_or_else(|_| GlobSet::empty());
+        match complex.build() {
+            Ok(set) => index.complex = set,
+            Err(e) => {
+                // Only a combined regex over the size limit gets here (each glob
+                // parsed alone already). Slower, still right: test those rules one by
+                // one, `comm` included.
+                tracing::warn!(error = %e, "comm globs too many to combine; matching them one by one");
+                index.no_comm.append(&mut index.complex_owner);
+                index.no_comm.sort_unstable();
+                index.no_comm.dedup();
+            }
+        }
         RuleSet { rules, index }
     }
 

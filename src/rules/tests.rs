@@ -204,3 +204,70 @@ fn precedence_is_priority_then_name() {
         "{why}"
     );
 }
+
+#[test]
+fn every_key_explains_its_mismatch() {
+    let rules = compile(
+        "[[rule]]\nname = \"exe\"\n[rule.match]\nexe = \"/opt/*\"\n[rule.place]\ncount = 1\n\
+         [[rule]]\nname = \"cg\"\n[rule.match]\ncgroup = [\"/a/*\", \"/b/*\"]\n[rule.place]\ncount = 1\n\
+         [[rule]]\nname = \"unit\"\n[rule.match]\nunit = \"db.service\"\n[rule.place]\ncount = 1\n\
+         [[rule]]\nname = \"slice\"\n[rule.match]\nunit = \"batch.slice\"\n[rule.place]\ncpus = \"0\"\n\
+         [[rule]]\nname = \"cmd\"\n[rule.match]\ncmdline = \"^x --y$\"\n[rule.place]\ncount = 1\n",
+    )
+    .unwrap();
+    let set = RuleSet::new(rules);
+    let p = ProcessInfo {
+        pid: 7,
+        comm: "job".into(),
+        exe: None,
+        cmdline: vec!["x".into(), "--z".into()],
+        uid: 0,
+        cgroup: Some("/batch.slice/job-1.scope".into()),
+        threads: vec![],
+    };
+    let why = set.explain(&p);
+    let lines: Vec<String> = why.to_string().lines().map(str::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "pid 7 (job): rule \"slice\" (t.toml:20:8, priority 0)",
+            "  cg: no match: cgroup \"/batch.slice/job-1.scope\" matches none of [\"/a/*\", \"/b/*\"]",
+            "  cmd: no match: cmdline \"x --z\" does not match /^x --y$/",
+            "  exe: no match: exe is unknown (not readable)",
+            "  slice: matched, wins",
+            "  unit: no match: unit \"job-1.scope\" does not match \"db.service\"",
+        ]
+    );
+    assert_eq!(set.match_process(&p).unwrap().rule.name, "slice");
+    let no_cgroup = ProcessInfo {
+        cgroup: None,
+        ..p.clone()
+    };
+    let why = set.explain(&no_cgroup).to_string();
+    assert!(why.contains("  cg: no match: cgroup is unknown\n"), "{why}");
+    assert!(
+        why.contains("  unit: no match: unit is unknown (cgroup unknown)\n"),
+        "{why}"
+    );
+    assert!(set.match_process(&no_cgroup).is_none());
+}
+
+#[test]
+fn threads_take_the_first_entry_that_matches_then_the_process_placement() {
+    let rules = compile(
+        "[[rule]]\nname = \"t\"\n[rule.match]\ncomm = \"app\"\n\
+         [[rule.threads]]\ncomm = \"rx-*\"\ncount = 1\n\
+         [[rule.threads]]\ncomm = [\"rx-0\", \"tx-*\"]\ncount = 2\nshared = true\n",
+    )
+    .unwrap();
+    let r = &rules[0];
+    assert_eq!(r.thread_placement("rx-0"), Some(ThreadPlacement::Thread(0)));
+    assert_eq!(r.thread_placement("tx-9"), Some(ThreadPlacement::Thread(1)));
+    // No [rule.place]: other threads are left alone.
+    assert_eq!(r.thread_placement("main"), None);
+    assert!(r.threads[1].shared);
+    assert_eq!(
+        r.request(ThreadPlacement::Thread(1)).unwrap().target,
+        CpuTarget::Count(2)
+    );
+}

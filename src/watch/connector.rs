@@ -254,8 +254,17 @@ impl Connector {
     /// events to `out`. Returns the number appended; 0 when nothing was queued.
     /// ENOBUFS appends [`ProcMsg::Overrun`].
     pub fn read(&mut self, out: &mut Vec<ProcMsg>) -> Result<usize, WatchError> {
+        let mut timed = Vec::new();
+        let n = self.read_timed(&mut timed)?;
+        out.extend(timed.into_iter().map(|(m, _)| m));
+        Ok(n)
+    }
+
+    /// As [`Connector::read`], with each event's kernel timestamp (CLOCK_MONOTONIC
+    /// nanoseconds; 0 for an overrun), for latency measurements.
+    pub fn read_timed(&mut self, out: &mut Vec<(ProcMsg, u64)>) -> Result<usize, WatchError> {
         let before = out.len();
-        out.append(&mut self.early);
+        out.extend(self.early.drain(..).map(|m| (m, 0)));
         // SAFETY: receiving into our own buffer.
         let n = unsafe {
             libc::recv(
@@ -270,7 +279,7 @@ impl Connector {
             return match e.raw_os_error() {
                 Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(out.len() - before),
                 Some(libc::ENOBUFS) => {
-                    out.push(ProcMsg::Overrun);
+                    out.push((ProcMsg::Overrun, 0));
                     Ok(out.len() - before)
                 }
                 _ => Err(WatchError::Connector {
@@ -281,9 +290,12 @@ impl Connector {
         }
         for item in NetlinkMessageIter::new(&self.buf, n as usize) {
             match item {
-                Ok(Some(ev)) => out.extend(translate(ev)),
+                Ok(Some(ev)) => {
+                    let ts = timestamp(&ev);
+                    out.extend(translate(ev).map(|m| (m, ts)));
+                }
                 Ok(None) => {}
-                Err(proc_connector::Error::Overrun) => out.push(ProcMsg::Overrun),
+                Err(proc_connector::Error::Overrun) => out.push((ProcMsg::Overrun, 0)),
                 Err(e) => tracing::debug!(error = %e, "unparsable proc connector message"),
             }
         }
@@ -294,6 +306,16 @@ impl Connector {
 impl AsRawFd for Connector {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+fn timestamp(ev: &ProcEvent) -> u64 {
+    match ev {
+        ProcEvent::Fork { timestamp_ns, .. }
+        | ProcEvent::Exec { timestamp_ns, .. }
+        | ProcEvent::Comm { timestamp_ns, .. }
+        | ProcEvent::Exit { timestamp_ns, .. } => *timestamp_ns,
+        _ => 0,
     }
 }
 

@@ -65,7 +65,7 @@ fn serve() -> ! {
                     );
                 }
                 drop(tx);
-                let tids: Vec<String> = rx.iter().map(|t| t.to_string()).collect();
+                let tids: Vec<String> = rx.iter().take(n).map(|t| t.to_string()).collect();
                 writeln!(out, "tids {}", tids.join(" ")).unwrap();
                 out.flush().unwrap();
             }
@@ -116,8 +116,9 @@ impl Helper {
                 stdout.read_line(&mut line).unwrap() > 0,
                 "helper died before ready"
             );
-            if let Some(p) = line.trim().strip_prefix("ready ") {
-                break p.parse().unwrap();
+            // libtest may have printed `test NAME ... ` on the same line.
+            if let Some(i) = line.find("ready ") {
+                break line[i + 6..].trim().parse().unwrap();
             }
         };
         Helper {
@@ -136,8 +137,11 @@ impl Helper {
         loop {
             let mut line = String::new();
             assert!(self.stdout.read_line(&mut line).unwrap() > 0, "helper died");
-            if let Some(t) = line.trim().strip_prefix("tids") {
-                return t.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            if let Some(i) = line.find("tids") {
+                return line[i + 4..]
+                    .split_whitespace()
+                    .map(|x| x.parse().unwrap())
+                    .collect();
             }
         }
     }

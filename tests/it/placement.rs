@@ -1153,9 +1153,12 @@ fn plan_bad_input_is_a_clear_error() {
         err.contains("nan.csv: latency matrix is missing 1 of 3 pairs (zero, NaN or null cells), e.g. CPUs 1 and 2"),
         "{err}"
     );
-    let (ok, _, err) = pinnerd(&["plan", "--live"]);
+    let (ok, _, err) = pinnerd(&["plan", "--live", "--rules", "/nonexistent/pinnerd.d"]);
     assert!(!ok);
-    assert!(err.contains("--live"), "{err}");
+    assert!(
+        err.contains("/nonexistent/pinnerd.d: no such rule directory"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -349,10 +349,9 @@ mod unsafe_files {
         let report = load(dir.path(), LoadPolicy::owned_by(euid()));
         assert_eq!(
             report.error_strings(),
-            [
-                format!("{d}: refused: directory is writable by group (S_IWGRP) (mode 0777); {WRITABLE}"),
-                format!("{d}: refused: directory is writable by others (S_IWOTH) (mode 0777); {WRITABLE}"),
-            ]
+            [format!(
+                "{d}: refused: directory is writable by group and others (S_IWGRP, S_IWOTH) (mode 0777); {WRITABLE}"
+            )]
         );
         assert!(report.rules.is_empty());
         chmod(dir.path(), 0o700);
@@ -382,6 +381,15 @@ mod unsafe_files {
                 [format!(
                     "DIR/b.toml: refused: file is owned by uid 0, expected uid {other}"
                 )]
+            );
+            // Every problem with the file is reported, not just the first.
+            chmod(&sub.join("b.toml"), 0o646);
+            assert_eq!(
+                errors(&sub, LoadPolicy::owned_by(other)),
+                [
+                    format!("DIR/b.toml: refused: file is owned by uid 0, expected uid {other}"),
+                    format!("DIR/b.toml: refused: file is writable by others (S_IWOTH) (mode 0646); {WRITABLE}"),
+                ]
             );
         } else {
             // Without root we cannot give the directory away; the file check is the
@@ -737,7 +745,11 @@ mod props {
                     uid: 0,
                     ..ProcessInfo::default()
                 };
-                set.match_process(&p).map(|m| m.rule.name.clone())
+                let fast = set.match_process(&p).map(|m| m.rule.name.clone());
+                // The fast path (index, no explanations) and Explain always agree.
+                let explained = set.explain(&p).winner.map(|m| m.rule.name.clone());
+                assert_eq!(fast, explained, "comm {c}");
+                fast
             })
             .collect()
     }
@@ -777,4 +789,32 @@ mod props {
             prop_assert_eq!(winners(&RuleSet::new(compiled)), expected);
         }
     }
+}
+
+#[test]
+fn check_validates_a_settings_file_by_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("pinnerd.toml"),
+        "[watch]\nrescan-interval = \"soon\"\n",
+    )
+    .unwrap();
+    fs::write(dir.path().join("a.toml"), rule("a", "a")).unwrap();
+    let (code, out, err) = pinnerd(&["check", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 3, "stdout: {out}\nstderr: {err}");
+    assert_eq!(
+        err,
+        format!(
+            "{}/pinnerd.toml:2:19: invalid duration \"soon\": expected a duration like \"500ms\", \"30s\", \"10m\", \"2h\" or \"7d\", or \"off\"\n\
+             pinnerd: 1 problem (1 of 2 files rejected)\n",
+            dir.path().display()
+        )
+    );
+    fs::write(
+        dir.path().join("pinnerd.toml"),
+        "[watch]\nrescan-interval = \"off\"\n",
+    )
+    .unwrap();
+    let (code, out, _) = pinnerd(&["check", dir.path().to_str().unwrap()]);
+    assert_eq!((code, out.as_str()), (0, "ok: 2 files, 1 rule\n"));
 }

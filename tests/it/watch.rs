@@ -35,3 +35,161 @@ fn the_connector_reports_fork_exec_and_exit_of_a_child() {
     }
     assert_eq!(seen, vec!["fork", "exec", "exit"]);
 }
+
+use pinnerd::affinity::Outcome;
+use pinnerd::manager::{Change, Event};
+use pinnerd::watch::UeventSocket;
+
+use super::affinity::{cpus, online, rules, Rig, CPU_LAYOUT};
+use super::helper::Helper;
+
+fn all_on(h: &Helper, want: &pinnerd::cpuset::CpuSet) -> bool {
+    h.tids().iter().all(|&t| super::affinity::mask(t) == *want)
+}
+
+#[test]
+fn an_overrun_leads_to_a_rescan_that_catches_up() {
+    let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // The smallest receive buffer the kernel allows: a few events.
+    let mut rig = Rig::new(1);
+    rig.handle(Event::RulesChanged(rules(
+        "[[rule]]\nname = \"o\"\n[rule.match]\ncomm = \"pt-ovr*\"\n[rule.place]\ncpus = \"1\"\n",
+    )));
+    let rescans = rig.mgr.counters().rescans;
+    // Fill the buffer while nobody reads, then start the process to be matched.
+    let mut flood = Helper::spawn(dir.path(), "pt-flood");
+    flood.spawn_threads(300, None);
+    let mut h = Helper::spawn(dir.path(), "pt-ovr1");
+    h.spawn_threads(3, None);
+    let pid = h.pid;
+    assert!(
+        rig.pump_until(Duration::from_secs(10), |m| m.counters().overruns >= 1
+            && m.is_managed(pid)),
+        "counters: {:?}",
+        rig.mgr.counters()
+    );
+    assert!(
+        rig.mgr.counters().rescans > rescans,
+        "no rescan after the overrun"
+    );
+    assert!(all_on(&h, &cpus("1")));
+    flood.exit();
+    h.exit();
+}
+
+/// Puts CPU 1 back online whatever happens.
+struct Cpu1Online;
+
+impl Drop for Cpu1Online {
+    fn drop(&mut self) {
+        let _ = std::fs::write("/sys/devices/system/cpu/cpu1/online", "1");
+    }
+}
+
+fn wait_uevent(ue: &mut UeventSocket, cpu: u32, online: bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if ue.wait(Duration::from_millis(100)) {
+            if let Some(changes) = ue.read_changes().unwrap() {
+                if changes.iter().any(|c| c.cpu == cpu && c.online == online) {
+                    return;
+                }
+            }
+        }
+    }
+    panic!("no uevent for cpu{cpu} online={online}");
+}
+
+#[test]
+fn cpu1_offline_then_online_repins() {
+    let _cpu = CPU_LAYOUT.write().unwrap_or_else(|p| p.into_inner());
+    let path = "/sys/devices/system/cpu/cpu1/online";
+    assert!(
+        std::path::Path::new(path).exists(),
+        "this test needs a machine where CPU 1 can be taken offline"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let mut ue = UeventSocket::open().unwrap();
+    let mut rig = Rig::new(8 << 20);
+    rig.handle(Event::RulesChanged(rules(
+        "[[rule]]\nname = \"hp\"\n[rule.match]\ncomm = \"pt-hp*\"\n[rule.place]\ncpus = \"1\"\n",
+    )));
+    let mut h = Helper::spawn(dir.path(), "pt-hp1");
+    h.spawn_threads(2, None);
+    let pid = h.pid;
+    assert!(rig.pump_until(Duration::from_secs(5), |m| m.is_managed(pid)));
+    rig.pump_for(Duration::from_millis(100));
+    assert!(all_on(&h, &cpus("1")));
+
+    let _restore = Cpu1Online;
+    std::fs::write(path, "0").unwrap();
+    wait_uevent(&mut ue, 1, false);
+    rig.changes.clear();
+    rig.handle(Event::Hotplug { online: online() });
+    assert!(
+        rig.changes.iter().any(|c| matches!(c,
+            Change::Pinned { pid: p, outcome: Outcome::Refused { .. }, .. } if *p == pid)),
+        "{:?}",
+        rig.changes
+    );
+
+    std::fs::write(path, "1").unwrap();
+    wait_uevent(&mut ue, 1, true);
+    let before: Vec<String> = h
+        .tids()
+        .iter()
+        .map(|&t| super::affinity::mask(t).to_string())
+        .collect();
+    rig.handle(Event::Hotplug { online: online() });
+    assert!(
+        all_on(&h, &cpus("1")),
+        "not re-pinned after CPU 1 came back (masks before re-applying: {before:?})"
+    );
+    assert_eq!(rig.mgr.counters().foreign_changes, 0);
+    h.exit();
+}
+
+#[test]
+fn plan_live_shows_what_would_happen_and_changes_nothing() {
+    let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let rules_dir = dir.path().join("rules");
+    std::fs::create_dir(&rules_dir).unwrap();
+    std::fs::write(
+        rules_dir.join("live.toml"),
+        "[[rule]]\nname = \"live\"\n[rule.match]\ncomm = \"pt-live*\"\n[rule.place]\ncpus = \"1\"\n\
+         [[rule]]\nname = \"greedy\"\npriority = -1\n[rule.match]\ncomm = \"pt-nothing\"\n\
+         [rule.place]\ncpus = \"1\"\nexclusive = true\n",
+    )
+    .unwrap();
+    let mut h = Helper::spawn(dir.path(), "pt-live1");
+    h.spawn_threads(2, None);
+    let before: Vec<_> = h.tids().iter().map(|&t| super::affinity::mask(t)).collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(["plan", "--live", "--json", "--rules"])
+        .arg(&rules_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let procs = v["processes"].as_array().unwrap();
+    let me = procs
+        .iter()
+        .find(|p| p["pid"] == h.pid)
+        .unwrap_or_else(|| panic!("helper not listed: {v}"));
+    assert_eq!(me["rule"], "live");
+    assert_eq!(me["would_get"], "1");
+    // The exclusive rule below it lost CPU 1 and says to whom.
+    let plans = v["plans"].as_array().unwrap();
+    let greedy = plans.iter().find(|p| p["rule"] == "greedy").unwrap();
+    assert_eq!(greedy["state"], "lost");
+    assert_eq!(greedy["to"], "live");
+    let after: Vec<_> = h.tids().iter().map(|&t| super::affinity::mask(t)).collect();
+    assert_eq!(before, after, "the dry run changed a mask");
+    h.exit();
+}

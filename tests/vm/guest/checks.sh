@@ -57,6 +57,9 @@ bus() { busctl --system --timeout=20 "$@"; }
 # prop NAME: the property's value as JSON (strings unquoted with prop_s).
 prop() { bus --json=short get-property "$BUS" "$OBJ" "$IFACE" "$1" | jq -c .data; }
 prop_s() { bus --json=short get-property "$BUS" "$OBJ" "$IFACE" "$1" | jq -r .data; }
+prop_is() { [ "$(prop "$1")" = "$2" ]; }
+# lines_more FILE N: FILE has more than N lines.
+lines_more() { [ "$(wc -l <"$1" 2>/dev/null || echo 0)" -gt "$2" ]; }
 
 # expand LIST: one CPU per line from the kernel's list format ("0-3,6").
 expand() {
@@ -118,15 +121,15 @@ compact_pinned() {
     m=$(uniform_mask "$1") && compact_ok "$m" >/dev/null
 }
 
-# start_workload NAME [THREADS]: runs tests/vm/guest/workload.py as its own service
-# under the comm NAME; prints its pid.
+# start_workload NAME [THREADS [LATE_PREFIX]]: runs tests/vm/guest/workload.py as its own
+# service under the comm NAME; prints its pid.
 start_workload() {
     local name=$1 dir=$WORK/$1
     rm -rf "$dir"
     mkdir -p "$dir"
     ln -sf /usr/bin/python3 "/usr/local/bin/$name"
     systemd-run --quiet --unit="$name" --service-type=simple \
-        "/usr/local/bin/$name" "$LIB/workload.py" "$dir" "${2:-2}" || return 1
+        "/usr/local/bin/$name" "$LIB/workload.py" "$dir" "${2:-2}" ${3:+"$3"} || return 1
     wait_for 60 test -s "$dir/pid" || {
         echo "workload $name did not start"
         return 1
@@ -147,7 +150,7 @@ new_thread() {
     pid=$(workload_pid "$1") || return 1
     before=$(wc -l <"$dir/tids" 2>/dev/null || echo 0)
     kill -USR1 "$pid"
-    wait_for 20 test "$(wc -l <"$dir/tids" 2>/dev/null || echo 0)" -gt "$before" || {
+    wait_for 20 lines_more "$dir/tids" "$before" || {
         echo "workload $1 did not start a thread"
         return 1
     }
@@ -163,7 +166,10 @@ new_thread_pinned() {
     local name=$1 pid tid started m
     shift
     pid=$(workload_pid "$name") || return 1
-    tid=$(new_thread "$name") || return 1
+    tid=$(new_thread "$name") || {
+        echo "$tid"
+        return 1
+    }
     started=$(thread_started "$pid" "$tid")
     if ! wait_for 10 "$@" "$pid" "$tid"; then
         echo "new thread $tid of $name has mask $(task_mask "$pid" "$tid") 10 s after it started"
@@ -173,7 +179,11 @@ new_thread_pinned() {
     echo "thread $tid pinned to $m $(elapsed "$started") s after it started"
 }
 thread_mask_is() { [ "$(task_mask "$1" "$2")" = "$WANT" ]; }
-thread_compact() { compact_ok "$(task_mask "$1" "$2")" >/dev/null; }
+# managed_by PID RULE: ListManaged names PID under RULE.
+managed_by() {
+    bus --json=short call "$BUS" "$OBJ" "$IFACE" ListManaged |
+        jq -e --argjson pid "$1" --arg rule "$2" '[.data[0][] | select(.[0] == $pid and .[2] == $rule)] | length > 0'
+}
 
 # put_rule FILE: installs stdin as a rule file (root-owned, 0644) in one rename.
 put_rule() {
@@ -185,9 +195,9 @@ daemon_pid() { systemctl show -p MainPID --value pinnerd.service; }
 # cpu_online CPU 0|1: takes a CPU offline or brings it back.
 cpu_online() { echo "$2" >"/sys/devices/system/cpu/cpu$1/online"; }
 
-export -f now elapsed le wait_for bus prop prop_s expand task_mask masks uniform_mask \
+export -f now elapsed le wait_for bus prop prop_s prop_is lines_more expand task_mask masks uniform_mask \
     mask_is siblings package_of compact_ok compact_pinned start_workload workload_pid \
-    new_thread thread_started new_thread_pinned thread_mask_is thread_compact put_rule \
+    new_thread thread_started new_thread_pinned thread_mask_is managed_by put_rule \
     daemon_pid cpu_online
 
 # ---------------------------------------------------------------- checks
@@ -390,16 +400,16 @@ check_remeasure() {
     job=$(jq '.data[0]' <<<"$job")
     # shellcheck disable=SC2016
     if ! wait_for 300 sh -c 'jq -c "select(.member == \"MeasurementFinished\") | .payload.data" "$1" 2>/dev/null |
-        jq -e --argjson job "$2" "select(.[0] == \$job)"' _ "$mon" "$job"; then
+        jq -c --argjson job "$2" "select(.[0] == \$job)" | grep -q .' _ "$mon" "$job"; then
         kill "$monpid"
-        echo "no MeasurementFinished for job $job within 300 s (seen: $(grep -c MeasurementFinished "$mon") others)"
+        echo "no MeasurementFinished for job $job within 300 s; the monitor saw: $(head -c 600 "$mon") $(head -c 300 "$mon.err")"
         return 1
     fi
     kill "$monpid"
     data=$(jq -c "select(.member == \"MeasurementFinished\") | .payload.data" "$mon" |
         jq -c --argjson job "$job" 'select(.[0] == $job)' | head -n 1)
     after=$(prop MeasuredAt)
-    [ "$(jq '.[1]' <<<"$data")" = true ] || {
+    [ -n "$data" ] && [ "$(jq '.[1]' <<<"$data")" = true ] || {
         echo "MeasurementFinished $data reports failure"
         return 1
     }
@@ -412,7 +422,7 @@ check_remeasure() {
 
 check_rule_explicit() {
     local pid orig t0 took
-    pid=$(start_workload vmwork-exp 2) || {
+    pid=$(start_workload vmwork-exp 2 vm-late) || {
         echo "$pid"
         return 1
     }
@@ -430,6 +440,11 @@ name = "vm-explicit"
 comm = "vmwork-exp"
 [rule.place]
 cpus = "2,5"
+# Threads started later name themselves vm-late<n>: they inherit 2,5 from their creator
+# and must be moved to 5 by the daemon.
+[[rule.threads]]
+comm = "vm-late*"
+cpus = "5"
 EOF
     if ! wait_for 10 mask_is "$pid" 2,5; then
         echo "masks 10 s after the rule was dropped: $(masks "$pid"), want 2,5 on every thread"
@@ -445,7 +460,7 @@ EOF
 
 check_rule_explicit_new_thread() {
     local out took
-    out=$(WANT=2,5 new_thread_pinned vmwork-exp thread_mask_is) || {
+    out=$(WANT=5 new_thread_pinned vmwork-exp thread_mask_is) || {
         echo "$out"
         return 1
     }
@@ -490,7 +505,7 @@ check_rule_removal_reload() {
         return 1
     }
     orig=$(cat "$WORK/vmwork-exp/orig")
-    mask_is "$pid" 2,5 || {
+    [ "$(task_mask "$pid" "$pid")" = 2,5 ] || {
         echo "precondition: vmwork-exp is not on 2,5 but $(masks "$pid")"
         return 1
     }
@@ -513,10 +528,6 @@ check_bad_rule() {
         return 1
     }
     before=$(uniform_mask "$cmp")
-    compact_pinned "$cmp" || {
-        echo "precondition: vmwork-cmp is not on a compact pair but $(masks "$cmp")"
-        return 1
-    }
     count=$(prop RuleCount 2>&1) || {
         echo "get-property RuleCount failed: $count"
         return 1
@@ -559,8 +570,14 @@ EOF
     }
     rm -f "$RULES/60-vm-bad.toml"
     bus call "$BUS" "$OBJ" "$IFACE" Reload >/dev/null 2>&1
-    wait_for 10 test "$(prop RuleErrors)" = '[]' || {
+    wait_for 10 prop_is RuleErrors '[]' || {
         echo "RuleErrors still $(prop RuleErrors) after the bad file was removed"
+        return 1
+    }
+    # Only meaningful when the rule had placed the workload (checked last, so that the
+    # rule-error handling above is reported on its own).
+    compact_pinned "$cmp" || {
+        echo "RuleErrors and RuleCount right, but vmwork-cmp was never on a compact pair: $(masks "$cmp")"
         return 1
     }
     echo "RuleCount stayed $count, vmwork-cmp stayed on $before, RuleErrors: $(jq -r '.[0]' <<<"$errs")"
@@ -609,15 +626,15 @@ check_restart() {
         echo "vmwork-cmp after restart: $(masks "$pid")"
         return 1
     }
-    out=$(new_thread_pinned vmwork-cmp thread_compact) || {
-        echo "$out"
+    wait_for 10 managed_by "$pid" vm-compact || {
+        echo "the restarted daemon does not list vmwork-cmp ($pid) under vm-compact: $(bus call "$BUS" "$OBJ" "$IFACE" ListManaged 2>&1)"
         return 1
     }
-    echo "vmwork-cmp on $(uniform_mask "$pid") after restart; $out"
+    echo "vmwork-cmp on $(uniform_mask "$pid") after restart, listed by ListManaged under vm-compact"
 }
 
 check_kill9() {
-    local pid old new n0 out
+    local pid old new n0
     pid=$(workload_pid vmwork-cmp) || {
         echo "$pid"
         return 1
@@ -635,11 +652,11 @@ check_kill9() {
         echo "vmwork-cmp after kill -9 and restart: $(masks "$pid")"
         return 1
     }
-    out=$(new_thread_pinned vmwork-cmp thread_compact) || {
-        echo "$out"
+    wait_for 10 managed_by "$pid" vm-compact || {
+        echo "the restarted daemon does not list vmwork-cmp ($pid) under vm-compact: $(bus call "$BUS" "$OBJ" "$IFACE" ListManaged 2>&1)"
         return 1
     }
-    echo "restarted by systemd (pid $old -> $new, NRestarts $n0 -> $(systemctl show -p NRestarts --value pinnerd.service)); vmwork-cmp on $(uniform_mask "$pid"); $out"
+    echo "restarted by systemd (pid $old -> $new, NRestarts $n0 -> $(systemctl show -p NRestarts --value pinnerd.service)); vmwork-cmp on $(uniform_mask "$pid"), listed under vm-compact"
 }
 
 check_restore_after_crash() {
@@ -746,6 +763,44 @@ EOF
     echo "$out; CPU $victim back: $(uniform_mask "$pid")"
 }
 
+check_package_purge() {
+    local pid out
+    pid=$(workload_pid vmwork-hot) || {
+        echo "$pid"
+        return 1
+    }
+    mask_is "$pid" 6 || {
+        echo "precondition: vmwork-hot is not on 6 but $(masks "$pid")"
+        return 1
+    }
+    out=$(dpkg --purge pinnerd 2>&1) || {
+        echo "dpkg --purge failed: $out"
+        return 1
+    }
+    systemctl is-active --quiet pinnerd.service && {
+        echo "pinnerd.service still active after purge"
+        return 1
+    }
+    [ ! -e /usr/lib/systemd/system/pinnerd.service ] && [ ! -e /usr/bin/pinnerd ] &&
+        [ ! -e /usr/share/dbus-1/system.d/org.pinnerd.Pinnerd1.conf ] || {
+        echo "files left after purge: $(ls /usr/lib/systemd/system/pinnerd.service /usr/bin/pinnerd /usr/share/dbus-1/system.d/org.pinnerd.Pinnerd1.conf 2>/dev/null | tr '\n' ' ')"
+        return 1
+    }
+    [ ! -e /var/lib/pinnerd ] || {
+        echo "/var/lib/pinnerd left after purge"
+        return 1
+    }
+    [ -f "$RULES/52-vm-hotplug.toml" ] || {
+        echo "purge deleted the administrator's rule files"
+        return 1
+    }
+    mask_is "$pid" "$ALL_CPUS" || {
+        echo "after purge vmwork-hot is on $(masks "$pid"), want $ALL_CPUS (stopping must restore)"
+        return 1
+    }
+    echo "purged: service stopped, files and /var/lib/pinnerd gone, rule files kept, vmwork-hot back on $ALL_CPUS"
+}
+
 # ---------------------------------------------------------------- runner
 
 passed=0
@@ -788,6 +843,7 @@ run_check kill9-keeps-pinned check_kill9 120
 run_check restore-after-crash check_restore_after_crash 60
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
+run_check package-purge-restores check_package_purge 60
 
 if [ "$failed" -gt 0 ] || grep -qw 'pinnerd_vm.journal=always' /proc/cmdline; then
     [ "$failed" -gt 0 ] && echo "PINNERD-VM FAILED ${failed_names[*]}"

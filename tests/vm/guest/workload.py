@@ -1,9 +1,13 @@
 """A workload for the VM checks: a process with a few idle threads that starts one more
 thread each time it receives SIGUSR1.
 
+    workload.py OUT [THREADS [LATE_PREFIX]]
+
 Run through a symlink to python3 named after the rule's comm (e.g. vmwork-exp), so the
-process and all its threads carry that comm. Writes its pid to OUT/pid and the tid of
-every thread it starts later to OUT/tids, one per line.
+process and its first THREADS threads carry that comm. A thread started later renames
+itself LATE_PREFIX<n> when LATE_PREFIX is given: it inherits its creator's (pinned) mask,
+so only a per-thread rule for that name can prove the daemon handled it. Writes the pid to
+OUT/pid and the tid of every later thread, once named, to OUT/tids, one per line.
 """
 
 import os
@@ -13,20 +17,27 @@ import threading
 import time
 
 
-def idle():
+def idle(name, named):
+    if name:
+        with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
+            f.write(name)
+    named.set()
     while True:
         time.sleep(3600)
 
 
-def start_thread():
-    t = threading.Thread(target=idle, daemon=True)
+def start_thread(name=None):
+    named = threading.Event()
+    t = threading.Thread(target=idle, args=(name, named), daemon=True)
     t.start()
+    named.wait()
     return t.native_id
 
 
 def main():
     out = sys.argv[1]
     initial = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    late = sys.argv[3] if len(sys.argv) > 3 else None
     # Block SIGUSR1 before any thread exists so that only sigwait below receives it.
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
     for _ in range(initial):
@@ -36,9 +47,11 @@ def main():
         f.write(f"{os.getpid()}\n")
     os.rename(tmp, os.path.join(out, "pid"))
     with open(os.path.join(out, "tids"), "a", buffering=1) as tids:
+        n = 0
         while True:
             signal.sigwait({signal.SIGUSR1})
-            tids.write(f"{start_thread()}\n")
+            n += 1
+            tids.write(f"{start_thread(f'{late}{n}' if late else None)}\n")
 
 
 if __name__ == "__main__":

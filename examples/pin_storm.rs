@@ -1,0 +1,498 @@
+//! Load harness for the pinning pipeline: the real proc connector, the real manager and
+//! the real kernel, driven by a small loop exactly as the daemon drives them.
+//!
+//! ```text
+//! cargo build --release --example pin_storm
+//! target/release/examples/pin_storm storm [SECS] [EXECS_PER_S] [THREADS_PER_S]
+//! target/release/examples/pin_storm idle [SECS]
+//! target/release/examples/pin_storm rescan [PROCESSES]
+//! ```
+//!
+//! `storm` (root, ≥ 2 CPUs): rule `storm-exec` pins processes named `storm-exec` to CPU
+//! 0; rule `storm-threads` pins the process `storm-thr` to CPU 0 and its threads named
+//! `storm-w` to CPU 1. The harness execs `storm-exec` (a symlink to `sleep`) at the
+//! given rate, while one `storm-thr` child creates short-lived `storm-w` threads at the
+//! given rate; every such thread starts on CPU 0 (inherited), names itself, so the
+//! manager must move it. Latencies run from the kernel's EXEC/FORK event timestamp to
+//! the moment the manager's set+read-back for that task completed. Missed pins: an
+//! exec'd process not on CPU 0 100 ms after spawn; a worker thread not on CPU 1 30 ms
+//! after its birth (it checks itself).
+//!
+//! `idle`: the loop with the connector and a 30 s rescan, no load: CPU and RSS.
+//!
+//! `rescan`: starts PROCESSES sleeping processes and times full rescans: the cheap pass
+//! (no rule matches) and the steady state with every one of them managed.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use pinnerd::affinity::{AffinityOps, Outcome, SystemOps};
+use pinnerd::cpuset::CpuSet;
+use pinnerd::manager::{Change, Event, Manager, ManagerConfig};
+use pinnerd::rules::{compile_text, LoadPolicy, RuleSet};
+use pinnerd::sysroot::SysRoot;
+use pinnerd::watch::{Connector, ProcFs, ProcMsg};
+
+const RULES: &str = r#"
+[[rule]]
+name = "storm-exec"
+[rule.match]
+comm = "storm-exec"
+[rule.place]
+cpus = "0"
+
+[[rule]]
+name = "storm-threads"
+[rule.match]
+comm = "storm-thr"
+[rule.place]
+cpus = "0"
+[[rule.threads]]
+comm = "storm-w"
+cpus = "1"
+"#;
+
+fn rules(text: &str) -> RuleSet {
+    RuleSet::new(
+        compile_text(
+            std::path::Path::new("storm.toml"),
+            text,
+            &LoadPolicy::unchecked(),
+        )
+        .expect("harness rules"),
+    )
+}
+
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec out-pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn cpu_time(who: libc::c_int) -> Duration {
+    // SAFETY: zeroed rusage is a valid out-value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::getrusage(who, &mut ru) };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string(SysRoot::default().proc_path("self/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn online() -> CpuSet {
+    std::fs::read_to_string(SysRoot::default().sys_path("devices/system/cpu/online"))
+        .expect("online CPUs")
+        .trim()
+        .parse()
+        .expect("online CPU list")
+}
+
+fn pct(v: &mut [u64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_unstable();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i] as f64 / 1e6
+}
+
+#[derive(Default)]
+struct LoopStats {
+    exec_lat: Vec<u64>,
+    thread_lat: Vec<u64>,
+    events: u64,
+    overruns: u64,
+    rescans: u64,
+    loop_cpu: Duration,
+    max_rss_kib: u64,
+}
+
+/// The daemon's loop, minus D-Bus: events → manager, a periodic rescan.
+fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> LoopStats {
+    let mut conn = Connector::open(Duration::from_secs(5), 64 << 20).expect("proc connector");
+    conn.set_nonblocking().unwrap();
+    let mut mgr = Manager::new(
+        Arc::new(SystemOps::default()),
+        Arc::new(ProcFs::default()),
+        None,
+        online(),
+        ManagerConfig::default(),
+    );
+    mgr.handle(Event::RulesChanged(rules));
+    let cpu0 = cpu_time(libc::RUSAGE_THREAD);
+    let mut stats = LoopStats::default();
+    let mut exec_ts: HashMap<i32, u64> = HashMap::new();
+    let mut fork_ts: HashMap<i32, u64> = HashMap::new();
+    let mut buf = Vec::with_capacity(1024);
+    let mut next_rescan = Instant::now() + rescan_every;
+    let one: CpuSet = "1".parse().unwrap();
+    let zero: CpuSet = "0".parse().unwrap();
+    while !stop.load(Ordering::Relaxed) {
+        let timeout = next_rescan
+            .saturating_duration_since(Instant::now())
+            .min(Duration::from_millis(200));
+        if conn.wait(timeout) {
+            loop {
+                buf.clear();
+                match conn.read_timed(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => {}
+                    Err(e) => panic!("{e}"),
+                }
+                for (msg, ts) in buf.drain(..) {
+                    stats.events += 1;
+                    match &msg {
+                        ProcMsg::Exec { pid } => {
+                            exec_ts.insert(*pid, ts);
+                        }
+                        ProcMsg::NewThread { tid, .. } => {
+                            fork_ts.insert(*tid, ts);
+                        }
+                        ProcMsg::Exit { pid, tid } => {
+                            fork_ts.remove(tid);
+                            if pid == tid {
+                                exec_ts.remove(pid);
+                            }
+                        }
+                        ProcMsg::Overrun => stats.overruns += 1,
+                        _ => {}
+                    }
+                    for c in mgr.handle(Event::Proc(msg)) {
+                        if let Change::Pinned {
+                            pid,
+                            tid,
+                            outcome: Outcome::Applied { effective },
+                            ..
+                        } = c
+                        {
+                            let now = monotonic_ns();
+                            if tid == pid && effective == zero {
+                                if let Some(t0) = exec_ts.remove(&pid) {
+                                    stats.exec_lat.push(now.saturating_sub(t0));
+                                }
+                            } else if effective == one {
+                                if let Some(t0) = fork_ts.remove(&tid) {
+                                    stats.thread_lat.push(now.saturating_sub(t0));
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let _ = mgr.flush();
+        }
+        if Instant::now() >= next_rescan {
+            mgr.handle(Event::Rescan);
+            stats.rescans += 1;
+            next_rescan = Instant::now() + rescan_every;
+        }
+        stats.max_rss_kib = stats.max_rss_kib.max(rss_kib());
+    }
+    stats.loop_cpu = cpu_time(libc::RUSAGE_THREAD) - cpu0;
+    let _ = mgr.shutdown();
+    stats
+}
+
+/// `storm-thr` child: makes `rate` threads per second for `secs`; each checks that it
+/// was moved to CPU 1 within 30 ms of its birth.
+fn child_threads(rate: u64, secs: u64) {
+    let missed = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let ops = SystemOps::default();
+    // Wait until the manager has the process on CPU 0.
+    let zero: CpuSet = "0".parse().unwrap();
+    let me = rustix::thread::gettid().as_raw_nonzero().get();
+    let t0 = Instant::now();
+    while ops.get_affinity(me).ok() != Some(zero.clone()) && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let start = Instant::now();
+    let mut spawned = 0u64;
+    let per_tick = (rate / 1000).max(1);
+    while start.elapsed() < Duration::from_secs(secs) {
+        let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
+        while spawned < due {
+            for _ in 0..per_tick.min(due - spawned) {
+                let missed = missed.clone();
+                let done = done.clone();
+                let born = Instant::now();
+                let r = std::thread::Builder::new()
+                    .name("storm-w".into())
+                    .stack_size(64 * 1024)
+                    .spawn(move || {
+                        std::thread::sleep(
+                            Duration::from_millis(30).saturating_sub(born.elapsed()),
+                        );
+                        let me = rustix::thread::gettid().as_raw_nonzero().get();
+                        let one: CpuSet = "1".parse().unwrap();
+                        if SystemOps::default().get_affinity(me).ok() != Some(one) {
+                            missed.fetch_add(1, Ordering::Relaxed);
+                        }
+                        done.fetch_add(1, Ordering::Relaxed);
+                    });
+                if r.is_ok() {
+                    spawned += 1;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    while done.load(Ordering::Relaxed) < spawned {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    println!(
+        "spawned {spawned} missed {}",
+        missed.load(Ordering::Relaxed)
+    );
+}
+
+fn symlink(dir: &std::path::Path, name: &str, target: &std::path::Path) -> std::path::PathBuf {
+    let p = dir.join(name);
+    let _ = std::fs::remove_file(&p);
+    std::os::unix::fs::symlink(target, &p).unwrap();
+    p
+}
+
+fn storm(secs: u64, execs: u64, threads: u64) {
+    let dir = std::env::temp_dir().join(format!("pin-storm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sleep_bin = which("sleep");
+    let exec_link = symlink(&dir, "storm-exec", &sleep_bin);
+    let thr_link = symlink(&dir, "storm-thr", &std::env::current_exe().unwrap());
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let loop_stop = stop.clone();
+    let lp = std::thread::Builder::new()
+        .name("pinnerd-loop".into())
+        .spawn(move || run_loop(loop_stop, rules(RULES), Duration::from_secs(30)))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+
+    let mut thr = Command::new(&thr_link)
+        .args(["child-threads", &threads.to_string(), &secs.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut thr_out = BufReader::new(thr.stdout.take().unwrap());
+    let mut line = String::new();
+    thr_out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready", "thread child did not start");
+
+    let zero: CpuSet = "0".parse().unwrap();
+    let ops = SystemOps::default();
+    let start = Instant::now();
+    let mut spawned = 0u64;
+    let mut exec_missed = 0u64;
+    let mut pending: std::collections::VecDeque<(Instant, Child)> = Default::default();
+    let mut reap: Vec<Child> = Vec::new();
+    while start.elapsed() < Duration::from_secs(secs) || !pending.is_empty() {
+        let due = (start.elapsed().as_secs_f64() * execs as f64) as u64;
+        if start.elapsed() < Duration::from_secs(secs) && spawned < due {
+            let c = Command::new(&exec_link).arg("0.2").spawn().unwrap();
+            pending.push_back((Instant::now(), c));
+            spawned += 1;
+        }
+        while let Some((t, _)) = pending.front() {
+            if t.elapsed() < Duration::from_millis(100) {
+                break;
+            }
+            let (_, c) = pending.pop_front().unwrap();
+            if ops.get_affinity(c.id() as i32).ok() != Some(zero.clone()) {
+                exec_missed += 1;
+            }
+            reap.push(c);
+        }
+        reap.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for mut c in reap {
+        let _ = c.wait();
+    }
+    line.clear();
+    thr_out.read_line(&mut line).unwrap();
+    let _ = thr.wait();
+    stop.store(true, Ordering::Relaxed);
+    let mut st = lp.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let (t_spawned, t_missed) = match words.as_slice() {
+        ["spawned", s, "missed", m] => (s.parse::<u64>().unwrap(), m.parse::<u64>().unwrap()),
+        _ => panic!("thread child said {line:?}"),
+    };
+    println!(
+        "storm {secs} s, {execs} execs/s, {threads} threads/s on {} CPUs",
+        online().len()
+    );
+    println!(
+        "  execs: {spawned} spawned, {} pins timed, missed {exec_missed}; exec->pinned p50 {:.3} ms p99 {:.3} ms max {:.3} ms",
+        st.exec_lat.len(),
+        pct(&mut st.exec_lat, 0.5),
+        pct(&mut st.exec_lat, 0.99),
+        pct(&mut st.exec_lat, 1.0)
+    );
+    println!(
+        "  threads: {t_spawned} spawned ({:.0}/s), {} pins timed, missed {t_missed}; thread->pinned p50 {:.3} ms p99 {:.3} ms max {:.3} ms",
+        t_spawned as f64 / secs as f64,
+        st.thread_lat.len(),
+        pct(&mut st.thread_lat, 0.5),
+        pct(&mut st.thread_lat, 0.99),
+        pct(&mut st.thread_lat, 1.0)
+    );
+    println!(
+        "  loop: {} events, {} overruns, {} rescans, CPU {:.1} s ({:.1}% of a core), max RSS {:.1} MiB",
+        st.events,
+        st.overruns,
+        st.rescans,
+        st.loop_cpu.as_secs_f64(),
+        100.0 * st.loop_cpu.as_secs_f64() / secs as f64,
+        st.max_rss_kib as f64 / 1024.0
+    );
+}
+
+fn idle(secs: u64) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let loop_stop = stop.clone();
+    let lp = std::thread::Builder::new()
+        .name("pinnerd-loop".into())
+        .spawn(move || run_loop(loop_stop, rules(RULES), Duration::from_secs(30)))
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let cpu0 = cpu_time(libc::RUSAGE_SELF);
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(secs));
+    let cpu = cpu_time(libc::RUSAGE_SELF) - cpu0;
+    let wall = t0.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let st = lp.join().unwrap();
+    println!(
+        "idle {:.0} s: process CPU {:.3} s = {:.3}% of a core; {} events seen, {} rescans; max RSS {:.1} MiB",
+        wall.as_secs_f64(),
+        cpu.as_secs_f64(),
+        100.0 * cpu.as_secs_f64() / wall.as_secs_f64(),
+        st.events,
+        st.rescans,
+        st.max_rss_kib as f64 / 1024.0
+    );
+}
+
+fn rescan(n: usize) {
+    let sleep_bin = which("sleep");
+    let mut kids = Vec::with_capacity(n);
+    for _ in 0..n {
+        kids.push(
+            Command::new(&sleep_bin)
+                .arg("600")
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("spawning sleepers"),
+        );
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let total = std::fs::read_dir(SysRoot::default().proc.clone())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref().is_ok_and(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|s| s.parse::<u32>().is_ok())
+            })
+        })
+        .count();
+    let mut mgr = Manager::new(
+        Arc::new(SystemOps::default()),
+        Arc::new(ProcFs::default()),
+        None,
+        online(),
+        ManagerConfig::default(),
+    );
+    let time = |mgr: &mut Manager, runs: usize| -> Vec<u64> {
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                mgr.handle(Event::Rescan);
+                t.elapsed().as_micros() as u64
+            })
+            .collect()
+    };
+    mgr.handle(Event::RulesChanged(rules(
+        "[[rule]]\nname = \"none\"\n[rule.match]\ncomm = \"no-such-comm\"\n[rule.place]\ncpus = \"0\"\n",
+    )));
+    let mut cheap = time(&mut mgr, 5);
+    let cpus = online().to_string();
+    let t = Instant::now();
+    mgr.handle(Event::RulesChanged(rules(&format!(
+        "[[rule]]\nname = \"all\"\n[rule.match]\ncomm = \"sleep\"\n[rule.place]\ncpus = \"{cpus}\"\n"
+    ))));
+    let first = t.elapsed();
+    let managed = mgr.managed_processes();
+    let mut steady = time(&mut mgr, 5);
+    let _ = mgr.shutdown();
+    for mut k in kids {
+        let _ = k.kill();
+        let _ = k.wait();
+    }
+    cheap.sort_unstable();
+    steady.sort_unstable();
+    println!("rescan with {total} processes in /proc ({n} sleepers started)");
+    println!(
+        "  no rule matches: median {:.1} ms (min {:.1}, max {:.1}) over 5 rescans",
+        cheap[2] as f64 / 1e3,
+        cheap[0] as f64 / 1e3,
+        cheap[4] as f64 / 1e3
+    );
+    println!(
+        "  a rule matching the {managed} sleepers: first contact (match + pin all) {:.1} ms; steady rescan median {:.1} ms (min {:.1}, max {:.1})",
+        first.as_secs_f64() * 1e3,
+        steady[2] as f64 / 1e3,
+        steady[0] as f64 / 1e3,
+        steady[4] as f64 / 1e3
+    );
+}
+
+fn which(name: &str) -> std::path::PathBuf {
+    for d in ["/usr/bin", "/bin"] {
+        let p = std::path::Path::new(d).join(name);
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("{name} not found");
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let num = |i: usize, d: u64| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
+    match args.first().map(String::as_str) {
+        Some("storm") => storm(num(1, 120), num(2, 100), num(3, 10_000)),
+        Some("idle") => idle(num(1, 60)),
+        Some("rescan") => rescan(num(1, 10_000) as usize),
+        Some("child-threads") => child_threads(num(1, 10_000), num(2, 120)),
+        _ => {
+            eprintln!(
+                "usage: pin_storm storm [SECS] [EXECS/S] [THREADS/S] | idle [SECS] | rescan [N]"
+            );
+            std::process::exit(2);
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! `pinnerd plan --live`: what the rules would do to the running system, changing
+//! nothing. It runs the daemon's own manager over a full /proc rescan with affinity
+//! calls that only record what they would set.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+
+use super::plan::PlanArgs;
+use super::ConfigInvalid;
+use crate::affinity::DryRunOps;
+use crate::domains::Domains;
+use crate::manager::{domains_placer, Event, Manager, ManagerConfig, PlanState};
+use crate::matrix::LatencyMatrix;
+use crate::rules::{load_dirs, LoadPolicy, DEFAULT_RULE_DIR};
+use crate::sysroot::SysRoot;
+use crate::topology::Topology;
+use crate::watch::ProcFs;
+
+pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
+    let root = SysRoot::with_sys(&args.sysfs);
+    let dirs = if args.rules.is_empty() {
+        vec![PathBuf::from(DEFAULT_RULE_DIR)]
+    } else {
+        args.rules.clone()
+    };
+    for d in &dirs {
+        if !d.is_dir() {
+            return Err(ConfigInvalid(format!(
+                "{}: no such rule directory (give --rules DIR)",
+                d.display()
+            ))
+            .into());
+        }
+    }
+    let report = load_dirs(&dirs, &LoadPolicy::for_current_process());
+    let topology = Topology::discover(&root)
+        .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
+    let (domains, source) = match &args.matrix {
+        Some(path) => {
+            let m = LatencyMatrix::load(path)?;
+            let (d, _) = Domains::reconcile(&m, Some(&topology)).with_context(|| {
+                format!("the matrix {} does not fit this machine", path.display())
+            })?;
+            (d, format!("matrix {}", path.display()))
+        }
+        None => (
+            Domains::from_topology(&topology)?,
+            "sysfs topology (give --matrix to plan on latencies)".to_string(),
+        ),
+    };
+    let ops = Arc::new(DryRunOps::new(root.clone()));
+    let mut mgr = Manager::new(
+        ops.clone(),
+        Arc::new(ProcFs::new(root)),
+        Some(domains_placer(domains)),
+        topology.usable(),
+        ManagerConfig::default(),
+    );
+    mgr.handle(Event::RulesChanged(report.rules.clone()));
+    let rows = mgr.list_managed();
+
+    let mut out = String::new();
+    if args.json {
+        let procs: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                let now = ops
+                    .real_mask(r.pid as i32)
+                    .map(|m| m.to_string())
+                    .unwrap_or_default();
+                serde_json::json!({
+                    "pid": r.pid, "comm": r.comm, "rule": r.rule,
+                    "would_get": r.cpus, "now": now, "state": r.state,
+                })
+            })
+            .collect();
+        let v = serde_json::json!({
+            "placement_from": source,
+            "rule_errors": report.error_strings(),
+            "plans": mgr.plans(),
+            "processes": procs,
+            "changed_nothing": true,
+        });
+        out = serde_json::to_string_pretty(&v)? + "\n";
+    } else {
+        use std::fmt::Write as _;
+        let _ = writeln!(out, "dry run: nothing was changed; placement from {source}");
+        let _ = writeln!(out, "\nrules ({}):", report.rules.len());
+        for p in mgr.plans() {
+            let unit = match p.thread_entry {
+                None => String::new(),
+                Some(i) => format!(" threads[{i}]"),
+            };
+            let state = match &p.state {
+                PlanState::Placed { cpus } => format!("cpus {cpus}"),
+                PlanState::Slots { slots } => format!(
+                    "per thread: {}",
+                    slots
+                        .iter()
+                        .map(|s| s.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" | ")
+                ),
+                PlanState::Lost { to, cpus } => format!("CONFLICT: lost CPUs {cpus} to {to}"),
+                PlanState::Unplaceable { reason } => format!("NOT PLACED: {reason}"),
+            };
+            let excl = if p.exclusive { " exclusive" } else { "" };
+            let _ = writeln!(
+                out,
+                "  {}{unit} (priority {}{excl}): {state}",
+                p.rule, p.priority
+            );
+        }
+        let _ = writeln!(out, "\nmatching processes ({}):", rows.len());
+        if !rows.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {:>8}  {:<16} {:<20} {:<12} {:<12} STATE",
+                "PID", "COMM", "RULE", "WOULD GET", "NOW"
+            );
+        }
+        for r in &rows {
+            let now = ops
+                .real_mask(r.pid as i32)
+                .map(|m| m.to_string())
+                .unwrap_or_else(|_| "gone".into());
+            let _ = writeln!(
+                out,
+                "  {:>8}  {:<16} {:<20} {:<12} {:<12} {}",
+                r.pid, r.comm, r.rule, r.cpus, now, r.state
+            );
+        }
+    }
+    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    if !report.errors.is_empty() {
+        for e in &report.errors {
+            eprintln!("{e}");
+        }
+        return Err(ConfigInvalid(format!(
+            "{} problem(s) in the rule files; the dry run used the rules that loaded",
+            report.errors.len()
+        ))
+        .into());
+    }
+    Ok(ExitCode::SUCCESS)
+}
