@@ -1053,3 +1053,102 @@ fn pin_process_and_release_process_at_run_time() {
         text(&out)
     );
 }
+
+fn pinnerd(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(args)
+        .output()
+        .expect("run pinnerd")
+}
+
+#[test]
+fn client_commands_talk_to_the_daemon() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let h = Helper::spawn(dirs.root.path(), "pd-client");
+    let target: CpuSet = std::iter::once(online().first().unwrap()).collect();
+    dirs.write_rule("10-c.toml", &explicit_rule("client", "pd-client", &target));
+    let _d = Daemon::start(&bus, &dirs);
+    bus.wait_for("pinned", Duration::from_secs(10), || all_on(&h, &target));
+    let addr = bus.address.as_str();
+
+    let out = pinnerd(&["status", "--bus", addr]);
+    assert!(out.status.success(), "{}", text(&out));
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(s.contains("rules:        1 (0 errors)"), "{s}");
+    assert!(s.contains("managed:      1 processes"), "{s}");
+
+    let out = pinnerd(&["managed", "--bus", addr]);
+    assert!(out.status.success(), "{}", text(&out));
+    let s = String::from_utf8_lossy(&out.stdout);
+    let row = s
+        .lines()
+        .find(|l| l.contains("pd-client"))
+        .unwrap_or_else(|| panic!("{s}"));
+    assert!(
+        row.contains(&h.pid.to_string()) && row.contains("client"),
+        "{row}"
+    );
+
+    let out = pinnerd(&["explain", "--bus", addr, &h.pid.to_string()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("client"),
+        "{}",
+        text(&out)
+    );
+
+    let out = pinnerd(&["reload", "--bus", addr]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("1 rules loaded, 0 errors"),
+        "{}",
+        text(&out)
+    );
+    // A bad file: reload reports it and exits with the config code.
+    std::fs::write(dirs.rules().join("20-bad.toml"), "[[rule]]\nname = 2\n").unwrap();
+    let out = pinnerd(&["reload", "--bus", addr]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("20-bad.toml:2:"),
+        "{}",
+        text(&out)
+    );
+
+    // Without a daemon on the bus, a clear error.
+    let other = Bus::start(Policy::Project);
+    let out = pinnerd(&["status", "--bus", &other.address]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("pinnerd:"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// The README's busctl commands work as written (on a private bus instead of the
+/// system bus).
+#[test]
+fn the_readme_busctl_commands_work() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let section = readme
+        .split("## Querying with busctl")
+        .nth(1)
+        .expect("README has a busctl section");
+    let section = section.split("\n## ").next().unwrap();
+    let cmds: Vec<&str> = section
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("busctl --system ") && !l.contains(" monitor "))
+        .collect();
+    assert!(cmds.len() >= 8, "{cmds:?}");
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    for cmd in cmds {
+        let args: Vec<&str> = cmd.split_whitespace().skip(2).collect();
+        let out = bus.busctl(&args);
+        assert!(out.status.success(), "{cmd}: {}", text(&out));
+    }
+}
