@@ -1152,3 +1152,27 @@ fn the_readme_busctl_commands_work() {
         assert!(out.status.success(), "{cmd}: {}", text(&out));
     }
 }
+
+#[test]
+fn each_unprivileged_caller_is_rate_limited() {
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    dirs.write_settings("[limits]\ndbus-calls-per-second = 1\ndbus-burst = 2\n");
+    let _d = Daemon::start(&bus, &dirs);
+    let outs: Vec<Output> = (0..5)
+        .map(|_| bus.busctl_as_nobody(&["call", NAME, PATH, IFACE, "ListManaged"]))
+        .collect();
+    let limited = outs
+        .iter()
+        .filter(|o| stderr_of(o).contains("ListManaged: too many calls from uid 65534"))
+        .count();
+    assert!(
+        limited >= 2,
+        "{:?}",
+        outs.iter().map(text).collect::<Vec<_>>()
+    );
+    // Root is not limited.
+    for _ in 0..5 {
+        bus.call("ListManaged", &[]);
+    }
+}
