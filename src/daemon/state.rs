@@ -387,6 +387,9 @@ impl State {
                 tracing::info!("terminating: restoring masks");
                 self.actions
                     .push(Action::Status("stopping: restoring masks".into()));
+                // Threads made since the last event we read inherited a pinned mask from
+                // their creator: a last look finds them, so that they are given back too.
+                self.manager_event(manager::Event::Rescan);
                 if let Some(m) = &mut self.manager {
                     match m.shutdown() {
                         Ok(changes) => {

@@ -975,6 +975,9 @@ fn a_rule_pins_every_thread_and_sigterm_restores_the_masks() {
         all_on(&h, &target)
     });
     assert_eq!(masks(&h).len(), threads + 1);
+    bus.wait_for("the late thread managed", Duration::from_secs(10), || {
+        bus.get("ManagedThreads") == format!("u {}", threads + 1)
+    });
     // SIGTERM gives every thread its mask back.
     assert!(d.stop().success());
     assert!(all_on(&h, &original), "{:?}", masks(&h));
