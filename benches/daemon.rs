@@ -121,6 +121,14 @@ impl Daemon {
     }
 }
 
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // After `stop` this finds the child reaped; after a panic it ends the daemon.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 fn percentiles(name: &str, mut v: Vec<Duration>) {
     v.sort();
     let p = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
