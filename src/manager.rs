@@ -437,7 +437,7 @@ impl Manager {
 
     fn on_proc(&mut self, msg: ProcMsg, out: &mut Vec<Change>) {
         match msg {
-            ProcMsg::NewThread { pid, tid } => self.on_new_thread(pid, tid, out),
+            ProcMsg::NewThread { pid, tid, parent } => self.on_new_thread(pid, tid, parent, out),
             ProcMsg::Exit { pid, tid } => self.on_exit(pid, tid, out),
             ProcMsg::Exec { pid } => self.consider(pid, None, out),
             ProcMsg::NewProcess { pid, parent } => {
@@ -894,7 +894,7 @@ impl Manager {
         }
     }
 
-    fn on_new_thread(&mut self, pid: i32, tid: Tid, out: &mut Vec<Change>) {
+    fn on_new_thread(&mut self, pid: i32, tid: Tid, parent: Tid, out: &mut Vec<Change>) {
         let Some(m) = self.managed.get(&pid) else {
             return;
         };
@@ -902,7 +902,10 @@ impl Manager {
             self.forget(pid, out);
             return;
         }
-        self.pin_thread(pid, tid, None, false, out);
+        // A new thread starts with its creator's comm; a rename arrives as a COMM
+        // event. Knowing the creator saves a read of /proc per thread.
+        let inherited = m.threads.get(&parent).map(|t| t.comm.clone());
+        self.pin_thread(pid, tid, inherited, false, out);
     }
 
     fn on_thread_comm(&mut self, pid: i32, tid: Tid, comm: String, out: &mut Vec<Change>) {
@@ -1577,7 +1580,11 @@ cpus = "2-3"
         t.procs.add_thread(100, 103, "worker");
         t.ops.add_task(103, &set("2-3"));
         t.ops.clear_calls();
-        let c = t.msg(ProcMsg::NewThread { pid: 100, tid: 103 });
+        let c = t.msg(ProcMsg::NewThread {
+            pid: 100,
+            tid: 103,
+            parent: 100,
+        });
         assert!(matches!(
             &c[..],
             [Change::Pinned {
@@ -1589,7 +1596,11 @@ cpus = "2-3"
         assert!(t.ops.sets().is_empty());
         // One created by a thread someone else had moved is written.
         t.ops.add_task(104, &set("0-7"));
-        t.msg(ProcMsg::NewThread { pid: 100, tid: 104 });
+        t.msg(ProcMsg::NewThread {
+            pid: 100,
+            tid: 104,
+            parent: 100,
+        });
         assert_eq!(t.ops.mask(104), Some(set("2-3")));
         assert_eq!(t.mgr.managed_threads(), 5);
 
@@ -1984,7 +1995,11 @@ exclusive = true
         t.process(100, "feed", 1, &[(101, "rx")]);
         t.ev(Event::RulesChanged(rules(FEED)));
         // A thread reported by the connector that is already gone.
-        let c = t.msg(ProcMsg::NewThread { pid: 100, tid: 555 });
+        let c = t.msg(ProcMsg::NewThread {
+            pid: 100,
+            tid: 555,
+            parent: 100,
+        });
         assert!(c.is_empty());
         assert!(t.mgr.counters().gone >= 1);
         t.ops.remove_task(100);
