@@ -624,7 +624,8 @@ impl Manager {
             return;
         };
         m.comm = snap.info.comm.clone();
-        let live: Vec<Tid> = snap.info.threads.iter().map(|t| t.tid as Tid).collect();
+        let live: std::collections::HashSet<Tid> =
+            snap.info.threads.iter().map(|t| t.tid as Tid).collect();
         m.threads.retain(|tid, _| live.contains(tid));
         for t in &snap.info.threads {
             self.pin_thread(pid, t.tid as Tid, Some(t.comm.clone()), true, out);
@@ -717,11 +718,6 @@ impl Manager {
                 return;
             }
         };
-        let default_pinned: Vec<CpuSet> = m
-            .threads
-            .values()
-            .filter_map(|t| t.outcome.effective().cloned())
-            .collect();
         let existing = m.threads.get_mut(&tid);
         let Some(target) = target else {
             // Its unit lost a conflict or could not be placed: leave it alone.
@@ -789,7 +785,13 @@ impl Manager {
         } else {
             // First contact: remember what it had. A thread that inherited our mask
             // from its creator gets the process's original back later.
-            let original = if tid == pid || default_pinned.contains(&current) || current == want_now
+            // (Cheapest checks first: the scan only runs for a thread that is not on
+            // its own target already.)
+            let original = if tid == pid
+                || current == want_now
+                || m.threads
+                    .values()
+                    .any(|t| t.outcome.effective() == Some(&current))
             {
                 m.original.clone()
             } else {
