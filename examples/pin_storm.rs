@@ -137,12 +137,20 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
         ManagerConfig::default(),
     );
     mgr.handle(Event::RulesChanged(rules));
+    if std::env::var_os("PIN_STORM_FIFO").is_some() {
+        // What `CPUSchedulingPolicy=fifo` would give the daemon's loop.
+        let p = libc::sched_param { sched_priority: 10 };
+        // SAFETY: valid sched_param; 0 is the calling thread.
+        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
+        assert_eq!(rc, 0, "SCHED_FIFO: {}", std::io::Error::last_os_error());
+    }
     let cpu0 = cpu_time(libc::RUSAGE_THREAD);
     let mut stats = LoopStats::default();
     let mut exec_ts: HashMap<i32, u64> = HashMap::new();
     let mut fork_ts: HashMap<i32, u64> = HashMap::new();
     let mut buf = Vec::with_capacity(1024);
     let mut next_rescan = Instant::now() + rescan_every;
+    let mut last_rss = Instant::now();
     let one: CpuSet = "1".parse().unwrap();
     let zero: CpuSet = "0".parse().unwrap();
     while !stop.load(Ordering::Relaxed) {
@@ -204,8 +212,12 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
             stats.rescans += 1;
             next_rescan = Instant::now() + rescan_every;
         }
-        stats.max_rss_kib = stats.max_rss_kib.max(rss_kib());
+        if last_rss.elapsed() >= Duration::from_secs(1) {
+            stats.max_rss_kib = stats.max_rss_kib.max(rss_kib());
+            last_rss = Instant::now();
+        }
     }
+    stats.max_rss_kib = stats.max_rss_kib.max(rss_kib());
     stats.loop_cpu = cpu_time(libc::RUSAGE_THREAD) - cpu0;
     let _ = mgr.shutdown();
     stats

@@ -437,7 +437,7 @@ impl Manager {
 
     fn on_proc(&mut self, msg: ProcMsg, out: &mut Vec<Change>) {
         match msg {
-            ProcMsg::NewThread { pid, tid } => self.on_new_thread(pid, tid, out),
+            ProcMsg::NewThread { pid, tid, parent } => self.on_new_thread(pid, tid, parent, out),
             ProcMsg::Exit { pid, tid } => self.on_exit(pid, tid, out),
             ProcMsg::Exec { pid } => self.consider(pid, None, out),
             ProcMsg::NewProcess { pid, parent } => {
@@ -624,7 +624,8 @@ impl Manager {
             return;
         };
         m.comm = snap.info.comm.clone();
-        let live: Vec<Tid> = snap.info.threads.iter().map(|t| t.tid as Tid).collect();
+        let live: std::collections::HashSet<Tid> =
+            snap.info.threads.iter().map(|t| t.tid as Tid).collect();
         m.threads.retain(|tid, _| live.contains(tid));
         for t in &snap.info.threads {
             self.pin_thread(pid, t.tid as Tid, Some(t.comm.clone()), true, out);
@@ -717,11 +718,6 @@ impl Manager {
                 return;
             }
         };
-        let default_pinned: Vec<CpuSet> = m
-            .threads
-            .values()
-            .filter_map(|t| t.outcome.effective().cloned())
-            .collect();
         let existing = m.threads.get_mut(&tid);
         let Some(target) = target else {
             // Its unit lost a conflict or could not be placed: leave it alone.
@@ -789,7 +785,13 @@ impl Manager {
         } else {
             // First contact: remember what it had. A thread that inherited our mask
             // from its creator gets the process's original back later.
-            let original = if tid == pid || default_pinned.contains(&current) || current == want_now
+            // (Cheapest checks first: the scan only runs for a thread that is not on
+            // its own target already.)
+            let original = if tid == pid
+                || current == want_now
+                || m.threads
+                    .values()
+                    .any(|t| t.outcome.effective() == Some(&current))
             {
                 m.original.clone()
             } else {
@@ -894,7 +896,7 @@ impl Manager {
         }
     }
 
-    fn on_new_thread(&mut self, pid: i32, tid: Tid, out: &mut Vec<Change>) {
+    fn on_new_thread(&mut self, pid: i32, tid: Tid, parent: Tid, out: &mut Vec<Change>) {
         let Some(m) = self.managed.get(&pid) else {
             return;
         };
@@ -902,7 +904,10 @@ impl Manager {
             self.forget(pid, out);
             return;
         }
-        self.pin_thread(pid, tid, None, false, out);
+        // A new thread starts with its creator's comm; a rename arrives as a COMM
+        // event. Knowing the creator saves a read of /proc per thread.
+        let inherited = m.threads.get(&parent).map(|t| t.comm.clone());
+        self.pin_thread(pid, tid, inherited, false, out);
     }
 
     fn on_thread_comm(&mut self, pid: i32, tid: Tid, comm: String, out: &mut Vec<Change>) {
@@ -1577,7 +1582,11 @@ cpus = "2-3"
         t.procs.add_thread(100, 103, "worker");
         t.ops.add_task(103, &set("2-3"));
         t.ops.clear_calls();
-        let c = t.msg(ProcMsg::NewThread { pid: 100, tid: 103 });
+        let c = t.msg(ProcMsg::NewThread {
+            pid: 100,
+            tid: 103,
+            parent: 100,
+        });
         assert!(matches!(
             &c[..],
             [Change::Pinned {
@@ -1589,7 +1598,11 @@ cpus = "2-3"
         assert!(t.ops.sets().is_empty());
         // One created by a thread someone else had moved is written.
         t.ops.add_task(104, &set("0-7"));
-        t.msg(ProcMsg::NewThread { pid: 100, tid: 104 });
+        t.msg(ProcMsg::NewThread {
+            pid: 100,
+            tid: 104,
+            parent: 100,
+        });
         assert_eq!(t.ops.mask(104), Some(set("2-3")));
         assert_eq!(t.mgr.managed_threads(), 5);
 
@@ -1984,7 +1997,11 @@ exclusive = true
         t.process(100, "feed", 1, &[(101, "rx")]);
         t.ev(Event::RulesChanged(rules(FEED)));
         // A thread reported by the connector that is already gone.
-        let c = t.msg(ProcMsg::NewThread { pid: 100, tid: 555 });
+        let c = t.msg(ProcMsg::NewThread {
+            pid: 100,
+            tid: 555,
+            parent: 100,
+        });
         assert!(c.is_empty());
         assert!(t.mgr.counters().gone >= 1);
         t.ops.remove_task(100);

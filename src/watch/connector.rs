@@ -17,8 +17,9 @@ use super::WatchError;
 pub enum ProcMsg {
     /// A new process `pid` forked from process `parent`.
     NewProcess { pid: i32, parent: i32 },
-    /// A new thread `tid` in process `pid` (FORK with tid ≠ tgid).
-    NewThread { pid: i32, tid: i32 },
+    /// A new thread `tid` in process `pid` (FORK with tid ≠ tgid), created by thread
+    /// `parent` (whose comm it inherits).
+    NewThread { pid: i32, tid: i32, parent: i32 },
     /// Process `pid` called execve.
     Exec { pid: i32 },
     /// Task `tid` of process `pid` renamed itself.
@@ -322,6 +323,7 @@ fn timestamp(ev: &ProcEvent) -> u64 {
 fn translate(ev: ProcEvent) -> Option<ProcMsg> {
     Some(match ev {
         ProcEvent::Fork {
+            parent_pid,
             parent_tgid,
             child_pid,
             child_tgid,
@@ -336,6 +338,7 @@ fn translate(ev: ProcEvent) -> Option<ProcMsg> {
                 ProcMsg::NewThread {
                     pid: child_tgid as i32,
                     tid: child_pid as i32,
+                    parent: parent_pid as i32,
                 }
             }
         }
@@ -379,7 +382,11 @@ mod tests {
         );
         assert_eq!(
             translate(fork(6, 5)),
-            Some(ProcMsg::NewThread { pid: 5, tid: 6 })
+            Some(ProcMsg::NewThread {
+                pid: 5,
+                tid: 6,
+                parent: 1
+            })
         );
         let mut comm = [0u8; 16];
         comm[..3].copy_from_slice(b"rx0");
