@@ -1578,6 +1578,21 @@ mod tests {
     }
 
     #[test]
+    fn without_proc_events_the_daemon_is_degraded_and_rescans() {
+        let (mut s, _d, job) = started(Timing::default());
+        s.handle(ok_matrix(&job));
+        assert_eq!(s.snapshot().state, Phase::Ready);
+        s.handle(Event::Watch(Err("not in the initial namespace".into())));
+        assert_eq!(s.snapshot().state, Phase::Degraded);
+        assert!(
+            s.next_rescan.is_some(),
+            "rescans cannot be off without events"
+        );
+        s.handle(Event::Watch(Ok(())));
+        assert_eq!(s.snapshot().state, Phase::Ready);
+    }
+
+    #[test]
     fn terminate_exits() {
         let (mut s, _d, _job) = started(Timing::default());
         s.handle(Event::Terminate);

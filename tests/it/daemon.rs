@@ -1162,7 +1162,9 @@ fn each_unprivileged_caller_is_rate_limited() {
     let dirs = Dirs::new();
     dirs.write_settings("[limits]\ndbus-calls-per-second = 1\ndbus-burst = 2\n");
     let _d = Daemon::start(&bus, &dirs);
-    let outs: Vec<Output> = (0..5)
+    // Ten calls in a row: a burst of 2 and 1 more per second cannot admit them all,
+    // even if each busctl takes half a second on a loaded machine.
+    let outs: Vec<Output> = (0..10)
         .map(|_| bus.busctl_as_nobody(&["call", NAME, PATH, IFACE, "ListManaged"]))
         .collect();
     let limited = outs
