@@ -67,6 +67,9 @@ fn rules(text: &str) -> RuleSet {
     )
 }
 
+/// Messages handed to the manager at once, at most (the daemon's reader uses 1024 too).
+const BATCH: usize = 1024;
+
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -157,7 +160,8 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
     let mut stats = LoopStats::default();
     let mut exec_ts: HashMap<i32, u64> = HashMap::new();
     let mut fork_ts: HashMap<i32, u64> = HashMap::new();
-    let mut buf = Vec::with_capacity(1024);
+    let mut buf = Vec::with_capacity(BATCH);
+    let mut exited: Vec<(i32, i32)> = Vec::new();
     let mut next_rescan = Instant::now() + rescan_every;
     let mut last_rss = Instant::now();
     let one: CpuSet = "1".parse().unwrap();
@@ -167,51 +171,59 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
             .saturating_duration_since(Instant::now())
             .min(Duration::from_millis(200));
         if conn.wait(timeout) {
-            loop {
-                buf.clear();
+            // Drain what is queued (up to a batch), as the daemon's reader thread does,
+            // then hand the batch to the manager at once.
+            buf.clear();
+            while buf.len() < BATCH {
                 match conn.read_timed(&mut buf) {
                     Ok(0) => break,
                     Ok(_) => {}
                     Err(e) => panic!("{e}"),
                 }
-                for (msg, ts) in buf.drain(..) {
-                    stats.events += 1;
-                    match &msg {
-                        ProcMsg::Exec { pid } => {
-                            exec_ts.insert(*pid, ts);
-                        }
-                        ProcMsg::NewThread { tid, .. } => {
-                            fork_ts.insert(*tid, ts);
-                        }
-                        ProcMsg::Exit { pid, tid } => {
-                            fork_ts.remove(tid);
-                            if pid == tid {
-                                exec_ts.remove(pid);
-                            }
-                        }
-                        ProcMsg::Overrun => stats.overruns += 1,
-                        _ => {}
+            }
+            let mut msgs = Vec::with_capacity(buf.len());
+            for (msg, ts) in buf.drain(..) {
+                stats.events += 1;
+                match &msg {
+                    ProcMsg::Exec { pid } => {
+                        exec_ts.insert(*pid, ts);
                     }
-                    for c in mgr.handle(Event::Proc(msg)) {
-                        if let Change::Pinned {
-                            pid,
-                            tid,
-                            outcome: Outcome::Applied { effective },
-                            ..
-                        } = c
-                        {
-                            let now = monotonic_ns();
-                            if tid == pid && effective == zero {
-                                if let Some(t0) = exec_ts.remove(&pid) {
-                                    stats.exec_lat.push(now.saturating_sub(t0));
-                                }
-                            } else if effective == one {
-                                if let Some(t0) = fork_ts.remove(&tid) {
-                                    stats.thread_lat.push(now.saturating_sub(t0));
-                                }
-                            }
+                    ProcMsg::NewThread { tid, .. } => {
+                        fork_ts.insert(*tid, ts);
+                    }
+                    ProcMsg::Exit { pid, tid } => {
+                        // Kept until the batch is handled: the pin may come first.
+                        exited.push((*pid, *tid));
+                    }
+                    ProcMsg::Overrun => stats.overruns += 1,
+                    _ => {}
+                }
+                msgs.push(msg);
+            }
+            for c in mgr.handle_batch(msgs) {
+                if let Change::Pinned {
+                    pid,
+                    tid,
+                    outcome: Outcome::Applied { effective },
+                    ..
+                } = c
+                {
+                    let now = monotonic_ns();
+                    if tid == pid && effective == zero {
+                        if let Some(t0) = exec_ts.remove(&pid) {
+                            stats.exec_lat.push(now.saturating_sub(t0));
+                        }
+                    } else if effective == one {
+                        if let Some(t0) = fork_ts.remove(&tid) {
+                            stats.thread_lat.push(now.saturating_sub(t0));
                         }
                     }
+                }
+            }
+            for (pid, tid) in exited.drain(..) {
+                fork_ts.remove(&tid);
+                if pid == tid {
+                    exec_ts.remove(&pid);
                 }
             }
             let _ = mgr.flush();

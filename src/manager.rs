@@ -38,7 +38,7 @@
 //! entry gives each matching thread its own `count` CPUs (slots), wrapping around when
 //! the CPUs run out.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -430,6 +430,47 @@ impl Manager {
                 self.online = online;
                 self.replan();
                 self.reevaluate_managed(&mut out);
+            }
+        }
+        out
+    }
+
+    /// Handles a batch of proc connector messages in order, as [`Manager::handle`] would
+    /// one by one, but with what the rest of the batch says about each task: a new
+    /// thread that renames itself later in the batch is pinned once for its final name
+    /// (no /proc read for its name), and a task that exits later in the batch is not
+    /// pinned at all (counted as gone).
+    pub fn handle_batch(&mut self, msgs: Vec<ProcMsg>) -> Vec<Change> {
+        let ahead = lookahead(&msgs);
+        let mut out = Vec::new();
+        // New threads named from a later COMM event: that event is then done already.
+        let mut named: HashSet<Tid> = HashSet::new();
+        for (msg, ahead) in msgs.into_iter().zip(ahead) {
+            self.counters.events += 1;
+            match msg {
+                ProcMsg::NewThread { pid, tid, parent } if self.managed.contains_key(&pid) => {
+                    match ahead {
+                        Ahead { exits: true, .. } => self.counters.gone += 1,
+                        Ahead {
+                            comm: Some(comm), ..
+                        } => {
+                            named.insert(tid);
+                            self.on_new_thread_named(pid, tid, parent, Some(comm), &mut out);
+                        }
+                        Ahead { comm: None, .. } => self.on_new_thread(pid, tid, parent, &mut out),
+                    }
+                }
+                ProcMsg::Comm { tid, .. } if named.contains(&tid) => {}
+                ProcMsg::Exec { pid } | ProcMsg::NewProcess { pid, .. }
+                    if ahead.exits && !self.managed.contains_key(&pid) =>
+                {
+                    self.counters.gone += 1
+                }
+                ProcMsg::Exit { pid, tid } => {
+                    named.remove(&tid);
+                    self.on_exit(pid, tid, &mut out);
+                }
+                other => self.on_proc(other, &mut out),
             }
         }
         out
@@ -897,6 +938,23 @@ impl Manager {
     }
 
     fn on_new_thread(&mut self, pid: i32, tid: Tid, parent: Tid, out: &mut Vec<Change>) {
+        self.on_new_thread_named(pid, tid, parent, None, out)
+    }
+
+    /// A new thread: pinned straight from the FORK event (its mask read back, written
+    /// only when it did not inherit the target). Its name is `comm` when the batch
+    /// told it, else that of a known `parent` task; /proc is read for it only when
+    /// the rule has thread entries and neither is known. (The kernel reports the
+    /// process's parent as a thread's parent, so in practice the name comes from the
+    /// batch or from /proc.)
+    fn on_new_thread_named(
+        &mut self,
+        pid: i32,
+        tid: Tid,
+        parent: Tid,
+        comm: Option<String>,
+        out: &mut Vec<Change>,
+    ) {
         let Some(m) = self.managed.get(&pid) else {
             return;
         };
@@ -904,10 +962,8 @@ impl Manager {
             self.forget(pid, out);
             return;
         }
-        // A new thread starts with its creator's comm; a rename arrives as a COMM
-        // event. Knowing the creator saves a read of /proc per thread.
-        let inherited = m.threads.get(&parent).map(|t| t.comm.clone());
-        self.pin_thread(pid, tid, inherited, false, out);
+        let comm = comm.or_else(|| m.threads.get(&parent).map(|t| t.comm.clone()));
+        self.pin_thread(pid, tid, comm, false, out);
     }
 
     fn on_thread_comm(&mut self, pid: i32, tid: Tid, comm: String, out: &mut Vec<Change>) {
@@ -1048,10 +1104,25 @@ impl Manager {
                 }
                 continue;
             }
-            if self.managed.contains_key(&e.pid) || self.may_match(&e.comm) {
-                if let Some(snap) = self.procs.snapshot(e.pid) {
-                    self.consider_snapshot(snap, None, out);
+            let unchanged = self
+                .managed
+                .get(&e.pid)
+                .map(|m| m.handle.start_time == e.start_time && m.comm == e.comm);
+            match unchanged {
+                // Same process, same name: its task list and masks are all that can
+                // have changed without an exec (which renames it).
+                Some(true) => self.refresh_managed(e.pid, out),
+                Some(false) => {
+                    if let Some(snap) = self.procs.snapshot(e.pid) {
+                        self.consider_snapshot(snap, None, out);
+                    }
                 }
+                None if self.may_match(&e.comm) => {
+                    if let Some(snap) = self.procs.snapshot(e.pid) {
+                        self.consider_snapshot(snap, None, out);
+                    }
+                }
+                None => {}
             }
         }
         let took = started.elapsed();
@@ -1061,6 +1132,47 @@ impl Manager {
             processes: list.len(),
             took,
         });
+    }
+
+    /// The rescan's check of a managed process whose start time and name are what we
+    /// hold: one listing of its tasks (and its threads' names when the rule has
+    /// thread entries), then each thread's mask read back (someone
+    /// else's change is noticed as in a full reconcile). New threads are pinned, gone
+    /// ones dropped; no full snapshot.
+    fn refresh_managed(&mut self, pid: i32, out: &mut Vec<Change>) {
+        let Some(mut tids) = self.procs.tasks(pid) else {
+            self.forget(pid, out);
+            return;
+        };
+        tids.sort_unstable();
+        let Some(m) = self.managed.get_mut(&pid) else {
+            return;
+        };
+        m.threads.retain(|tid, _| tids.binary_search(tid).is_ok());
+        // Thread names choose thread entries: with entries, each name is read again
+        // (a rename may have gone unreported); without, the names we hold suffice.
+        let names_matter = match &m.source {
+            Source::Rule(r) => !r.threads.is_empty(),
+            Source::Runtime(_) => false,
+        };
+        for tid in tids {
+            let known = if names_matter {
+                None
+            } else {
+                self.managed
+                    .get(&pid)
+                    .and_then(|m| m.threads.get(&tid))
+                    .map(|t| t.comm.clone())
+            };
+            let comm = match known {
+                Some(c) => c,
+                None => match self.procs.thread_comm(pid, tid) {
+                    Some(c) => c,
+                    None => continue,
+                },
+            };
+            self.pin_thread(pid, tid, Some(comm), true, out);
+        }
     }
 
     /// Plans every placement unit in precedence order.
@@ -1469,6 +1581,52 @@ impl Manager {
     }
 }
 
+/// What the rest of a batch says about the task of one message.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct Ahead {
+    /// The task's last name in the rest of the batch (new threads only).
+    comm: Option<String>,
+    /// The task exits later in the batch.
+    exits: bool,
+}
+
+/// For each message of a batch, what the messages after it say about its task: one
+/// pass from the end. A task id met again before (a FORK for it) belongs to another
+/// task, so a FORK ends what is known about its id.
+fn lookahead(msgs: &[ProcMsg]) -> Vec<Ahead> {
+    let mut later: HashMap<Tid, Ahead> = HashMap::new();
+    let mut out = vec![Ahead::default(); msgs.len()];
+    for (i, msg) in msgs.iter().enumerate().rev() {
+        match msg {
+            ProcMsg::Exit { tid, .. } => {
+                later.insert(
+                    *tid,
+                    Ahead {
+                        comm: None,
+                        exits: true,
+                    },
+                );
+            }
+            ProcMsg::Comm { tid, comm, .. } => {
+                let a = later.entry(*tid).or_default();
+                if a.comm.is_none() {
+                    a.comm = Some(comm.clone());
+                }
+            }
+            ProcMsg::NewThread { tid, .. } => out[i] = later.remove(tid).unwrap_or_default(),
+            ProcMsg::NewProcess { pid, .. } => {
+                out[i] = later.remove(pid).unwrap_or_default();
+                out[i].comm = None;
+            }
+            ProcMsg::Exec { pid } => {
+                out[i].exits = later.get(pid).is_some_and(|a| a.exits);
+            }
+            ProcMsg::Overrun => later.clear(),
+        }
+    }
+    out
+}
+
 fn is_count(r: &PlacementRequest) -> bool {
     matches!(r.target, CpuTarget::Count(_))
 }
@@ -1490,7 +1648,7 @@ fn describe_request(r: &PlacementRequest) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::affinity::FakeOps;
+    use crate::affinity::{Call, FakeOps};
     use crate::rules::{compile_text, LoadPolicy};
     use crate::watch::scan::FakeProcs;
 
@@ -1618,6 +1776,136 @@ cpus = "2-3"
             ),
             ("feed", "2-3", "applied")
         );
+    }
+
+    #[test]
+    fn a_new_thread_is_pinned_from_the_fork_event_without_reading_proc() {
+        let mut t = rig(ManagerConfig::default());
+        t.process(100, "feed", 1, &[(101, "rx")]);
+        t.ev(Event::RulesChanged(rules(FEED)));
+        // Inherited from a pinned creator: one read-back, no write, no /proc read.
+        t.ops.add_task(102, &set("2-3"));
+        t.ops.clear_calls();
+        let reads = t.procs.reads();
+        t.msg(ProcMsg::NewThread {
+            pid: 100,
+            tid: 102,
+            parent: 101,
+        });
+        assert_eq!(t.ops.calls(), vec![Call::Get(102)]);
+        // Created by a task someone else had moved: written and read back.
+        t.ops.add_task(103, &set("0-7"));
+        t.ops.clear_calls();
+        t.msg(ProcMsg::NewThread {
+            pid: 100,
+            tid: 103,
+            parent: 100,
+        });
+        assert_eq!(
+            t.ops.calls(),
+            vec![Call::Get(103), Call::Set(103, set("2-3")), Call::Get(103)]
+        );
+        assert_eq!(t.procs.reads(), reads, "the FORK path read /proc");
+        // Its original mask is what it had, and comes back when the rule goes.
+        t.ev(Event::RulesChanged(rules("")));
+        assert_eq!(t.ops.mask(102), Some(set("0-7")));
+        assert_eq!(t.ops.mask(103), Some(set("0-7")));
+    }
+
+    #[test]
+    fn a_batch_names_new_threads_from_its_comm_events_and_skips_tasks_that_exit() {
+        let mut t = rig(ManagerConfig::default());
+        t.process(100, "dpdk", 1, &[]);
+        t.ev(Event::RulesChanged(rules(
+            r#"
+[[rule]]
+name = "dp"
+[rule.match]
+comm = "dpdk"
+[rule.place]
+cpus = "4-6"
+[[rule.threads]]
+comm = "lcore-*"
+cpus = "6"
+"#,
+        )));
+        // Thread 101 is born with its creator's name and renames itself; 102 is born
+        // and gone within the batch; 103 keeps its inherited name (read from /proc).
+        t.procs.add_thread(100, 101, "lcore-0");
+        t.ops.add_task(101, &set("4-6"));
+        t.ops.add_task(102, &set("4-6"));
+        t.procs.add_thread(100, 103, "dpdk");
+        t.ops.add_task(103, &set("4-6"));
+        t.ops.clear_calls();
+        let reads = t.procs.reads();
+        let c = t.mgr.handle_batch(vec![
+            ProcMsg::NewThread {
+                pid: 100,
+                tid: 101,
+                parent: 1,
+            },
+            ProcMsg::NewThread {
+                pid: 100,
+                tid: 102,
+                parent: 1,
+            },
+            ProcMsg::Comm {
+                pid: 100,
+                tid: 101,
+                comm: "lcore-0".into(),
+            },
+            ProcMsg::Exit { pid: 100, tid: 102 },
+        ]);
+        assert_eq!(t.procs.reads(), reads, "a name known from the batch was read");
+        assert_eq!(
+            t.ops.calls(),
+            vec![Call::Get(101), Call::Set(101, set("6")), Call::Get(101)],
+            "101 pinned once for its final name, 102 not at all"
+        );
+        assert!(matches!(&c[..], [Change::Pinned { tid: 101, .. }]));
+        assert_eq!(t.mgr.counters().gone, 1);
+        t.mgr.handle_batch(vec![ProcMsg::NewThread {
+            pid: 100,
+            tid: 103,
+            parent: 1,
+        }]);
+        assert_eq!(t.procs.reads(), reads + 1);
+        assert_eq!(t.ops.mask(103), Some(set("4-6")));
+        // The same messages one at a time end in the same masks.
+        let mut u = rig(ManagerConfig::default());
+        u.process(100, "dpdk", 1, &[(101, "lcore-0")]);
+        u.ev(Event::RulesChanged(rules(
+            "[[rule]]\nname = \"dp\"\n[rule.match]\ncomm = \"dpdk\"\n[rule.place]\ncpus = \"4-6\"\n[[rule.threads]]\ncomm = \"lcore-*\"\ncpus = \"6\"\n",
+        )));
+        assert_eq!(u.ops.mask(101), t.ops.mask(101));
+    }
+
+    #[test]
+    fn a_rescan_checks_an_unchanged_managed_process_without_a_full_snapshot() {
+        let mut t = rig(ManagerConfig::default());
+        t.process(100, "feed", 1, &[(101, "rx")]);
+        t.ev(Event::RulesChanged(rules(FEED)));
+        let snaps = t.procs.snapshots();
+        // A thread the events missed, and one that left unseen.
+        t.procs.add_thread(100, 102, "tx");
+        t.ops.add_task(102, &set("0-7"));
+        t.procs.remove(100, 101);
+        t.ops.remove_task(101);
+        t.ev(Event::Rescan);
+        assert_eq!(t.procs.snapshots(), snaps, "a full snapshot was taken");
+        assert_eq!(t.ops.mask(102), Some(set("2-3")));
+        assert_eq!(t.mgr.managed_threads(), 2);
+        // Someone else's change is still noticed.
+        t.ops.external_set(102, &set("5"));
+        let c = t.ev(Event::Rescan);
+        assert!(c.iter().any(|c| matches!(c,
+            Change::Foreign { tid: 102, released: true, .. })));
+        assert_eq!(t.procs.snapshots(), snaps);
+        // A renamed process (an exec the events missed) gets a full look.
+        t.procs.rename(100, 100, "other");
+        t.ev(Event::Rescan);
+        assert!(t.procs.snapshots() > snaps);
+        assert_eq!(t.mgr.managed_processes(), 0);
     }
 
     #[test]

@@ -407,10 +407,7 @@ impl State {
             Event::Measured(outcome) => self.measured(outcome),
             Event::Proc(msgs) => {
                 let Some(m) = &mut self.manager else { return };
-                let mut changes = Vec::new();
-                for msg in msgs {
-                    changes.extend(m.handle(manager::Event::Proc(msg)));
-                }
+                let changes = m.handle_batch(msgs);
                 self.after_manager(changes);
             }
             Event::Hotplug => self.hotplug(Instant::now()),

@@ -47,6 +47,9 @@ pub trait ProcSource {
     fn snapshot(&self, pid: i32) -> Option<Snapshot>;
     /// The comm of one thread; `None` when it is gone.
     fn thread_comm(&self, pid: i32, tid: Tid) -> Option<String>;
+    /// The thread ids of one process (a directory listing, no per-thread reads);
+    /// `None` when it is gone.
+    fn tasks(&self, pid: i32) -> Option<Vec<Tid>>;
 }
 
 /// The real procfs under a [`SysRoot`].
@@ -192,12 +195,22 @@ impl ProcSource for ProcFs {
         self.read_small(&format!("{pid}/task/{tid}/comm"), &mut buf)
             .then(|| buf.trim_end_matches('\n').to_string())
     }
+
+    fn tasks(&self, pid: i32) -> Option<Vec<Tid>> {
+        let dir = fs::read_dir(self.root.proc_path(format!("{pid}/task"))).ok()?;
+        Some(
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect(),
+        )
+    }
 }
 
 /// A [`ProcSource`] over in-memory snapshots, for unit tests of the manager.
 #[derive(Debug, Default)]
 pub struct FakeProcs {
     procs: std::sync::Mutex<std::collections::BTreeMap<i32, Snapshot>>,
+    reads: std::sync::atomic::AtomicUsize,
+    snapshots: std::sync::atomic::AtomicUsize,
 }
 
 impl FakeProcs {
@@ -207,6 +220,22 @@ impl FakeProcs {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<i32, Snapshot>> {
         self.procs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn read(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<i32, Snapshot>> {
+        self.reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.lock()
+    }
+
+    /// How many reads (of any kind: list, entry, snapshot, thread comm, tasks) were made.
+    pub fn reads(&self) -> usize {
+        self.reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many full snapshots were taken.
+    pub fn snapshots(&self) -> usize {
+        self.snapshots.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Adds or replaces process `pid` with `comm`, threads `(tid, comm)` (the main
@@ -284,19 +313,33 @@ impl FakeProcs {
 
 impl ProcSource for FakeProcs {
     fn list(&self) -> Vec<ProcEntry> {
-        self.lock().values().map(entry_of).collect()
+        self.read().values().map(entry_of).collect()
     }
 
     fn entry(&self, pid: i32) -> Option<ProcEntry> {
-        self.lock().get(&pid).map(entry_of)
+        self.read().get(&pid).map(entry_of)
     }
 
     fn snapshot(&self, pid: i32) -> Option<Snapshot> {
-        self.lock().get(&pid).cloned()
+        self.snapshots
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.read().get(&pid).cloned()
+    }
+
+    fn tasks(&self, pid: i32) -> Option<Vec<Tid>> {
+        Some(
+            self.read()
+                .get(&pid)?
+                .info
+                .threads
+                .iter()
+                .map(|t| t.tid as Tid)
+                .collect(),
+        )
     }
 
     fn thread_comm(&self, pid: i32, tid: Tid) -> Option<String> {
-        self.lock()
+        self.read()
             .get(&pid)?
             .info
             .threads
@@ -386,5 +429,9 @@ mod tests {
         assert_eq!(t, vec![(4242, "md feed (x)"), (4243, "rx-0")]);
         assert!(fs.snapshot(999).is_none());
         assert_eq!(fs.thread_comm(4242, 4243).as_deref(), Some("rx-0"));
+        let mut tids = fs.tasks(4242).unwrap();
+        tids.sort_unstable();
+        assert_eq!(tids, vec![4242, 4243]);
+        assert!(fs.tasks(999).is_none());
     }
 }
