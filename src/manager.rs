@@ -826,10 +826,11 @@ impl Manager {
         } else {
             // First contact: remember what it had. A thread that inherited our mask
             // from its creator gets the process's original back later.
-            // (Cheapest checks first: the scan only runs for a thread that is not on
-            // its own target already.)
+            // (Cheapest checks first: the main thread, whose mask most threads are
+            // created with, before the scan of every thread of the process.)
             let original = if tid == pid
                 || current == want_now
+                || m.threads.get(&pid).and_then(|t| t.outcome.effective()) == Some(&current)
                 || m.threads
                     .values()
                     .any(|t| t.outcome.effective() == Some(&current))
