@@ -1112,7 +1112,7 @@ impl Manager {
             match unchanged {
                 // Same process, same name: its task list and masks are all that can
                 // have changed without an exec (which renames it).
-                Some(true) => self.refresh_managed(e.pid, out),
+                Some(true) => self.refresh_managed(e.pid, e.num_threads, out),
                 Some(false) => {
                     if let Some(snap) = self.procs.snapshot(e.pid) {
                         self.consider_snapshot(snap, None, out);
@@ -1140,8 +1140,14 @@ impl Manager {
     /// thread entries), then each thread's mask read back (someone
     /// else's change is noticed as in a full reconcile). New threads are pinned, gone
     /// ones dropped; no full snapshot.
-    fn refresh_managed(&mut self, pid: i32, out: &mut Vec<Change>) {
-        let Some(mut tids) = self.procs.tasks(pid) else {
+    fn refresh_managed(&mut self, pid: i32, num_threads: u32, out: &mut Vec<Change>) {
+        // A single-threaded process's only task is its main thread: no listing.
+        let listed = if num_threads == 1 {
+            Some(vec![pid])
+        } else {
+            self.procs.tasks(pid)
+        };
+        let Some(mut tids) = listed else {
             self.forget(pid, out);
             return;
         };

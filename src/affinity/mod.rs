@@ -336,6 +336,8 @@ pub struct StatFields {
     pub ppid: i32,
     /// `PF_*` flags (field 9).
     pub flags: u64,
+    /// Field 20.
+    pub num_threads: u32,
     pub start_time: u64,
 }
 
@@ -355,12 +357,14 @@ pub fn parse_stat(text: &str) -> Option<StatFields> {
     // fields 5..=8: pgrp, session, tty_nr, tpgid
     let mut rest = rest.skip(4);
     let flags = rest.next()?.parse().ok()?;
-    // fields 10..=21 (12 fields), then 22 = starttime
-    let start_time = rest.nth(12)?.parse().ok()?;
+    // fields 10..=19 (10 fields), then 20 = num_threads, 21, then 22 = starttime
+    let num_threads = rest.nth(10)?.parse().ok()?;
+    let start_time = rest.nth(1)?.parse().ok()?;
     Some(StatFields {
         comm,
         ppid,
         flags,
+        num_threads,
         start_time,
     })
 }
@@ -674,6 +678,7 @@ mod tests {
         assert_eq!(s.comm, "a b) c)");
         assert_eq!(s.ppid, 1);
         assert_eq!(s.flags, 4194560);
+        assert_eq!(s.num_threads, 3);
         assert_eq!(s.start_time, 98765);
         assert!(parse_stat("garbage").is_none());
     }

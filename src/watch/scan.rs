@@ -20,6 +20,8 @@ pub struct ProcEntry {
     pub ppid: i32,
     pub start_time: u64,
     pub kernel_thread: bool,
+    /// Threads in the process (`stat` field 20).
+    pub num_threads: u32,
 }
 
 /// A full snapshot: what the matcher needs, plus identity.
@@ -67,10 +69,29 @@ impl ProcFs {
         &self.root
     }
 
+    /// Reads a small procfs file whole: open, reads into a stack buffer until end of
+    /// file, close (`read_to_string` would also `statx` and `lseek` for a size hint
+    /// procfs does not have — two more system calls per file, thousands per rescan).
     fn read_small(&self, rel: &str, buf: &mut String) -> bool {
         buf.clear();
-        match fs::File::open(self.root.proc_path(rel)) {
-            Ok(mut f) => f.read_to_string(buf).is_ok(),
+        let Ok(mut f) = fs::File::open(self.root.proc_path(rel)) else {
+            return false;
+        };
+        let mut chunk = [0u8; 1024];
+        let mut bytes: Vec<u8> = Vec::new();
+        loop {
+            match f.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => bytes.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        match String::from_utf8(bytes) {
+            Ok(s) => {
+                *buf = s;
+                true
+            }
             Err(_) => false,
         }
     }
@@ -89,6 +110,7 @@ impl ProcFs {
             ppid: s.ppid,
             start_time: s.start_time,
             kernel_thread,
+            num_threads: s.num_threads,
         })
     }
 
@@ -356,6 +378,7 @@ fn entry_of(s: &Snapshot) -> ProcEntry {
         ppid: 1,
         start_time: s.start_time,
         kernel_thread: s.kernel_thread,
+        num_threads: s.info.threads.len() as u32,
     }
 }
 
@@ -410,6 +433,7 @@ mod tests {
         assert_eq!(k, vec![false, true, true, false]);
         assert_eq!(list[3].comm, "md feed (x)");
         assert_eq!(list[3].start_time, 900);
+        assert_eq!(list[3].num_threads, 1);
     }
 
     #[test]
