@@ -1863,7 +1863,11 @@ cpus = "6"
             },
             ProcMsg::Exit { pid: 100, tid: 102 },
         ]);
-        assert_eq!(t.procs.reads(), reads, "a name known from the batch was read");
+        assert_eq!(
+            t.procs.reads(),
+            reads,
+            "a name known from the batch was read"
+        );
         assert_eq!(
             t.ops.calls(),
             vec![Call::Get(101), Call::Set(101, set("6")), Call::Get(101)],
@@ -1905,8 +1909,14 @@ cpus = "6"
         // Someone else's change is still noticed.
         t.ops.external_set(102, &set("5"));
         let c = t.ev(Event::Rescan);
-        assert!(c.iter().any(|c| matches!(c,
-            Change::Foreign { tid: 102, released: true, .. })));
+        assert!(c.iter().any(|c| matches!(
+            c,
+            Change::Foreign {
+                tid: 102,
+                released: true,
+                ..
+            }
+        )));
         assert_eq!(t.procs.snapshots(), snaps);
         // A renamed process (an exec the events missed) gets a full look.
         t.procs.rename(100, 100, "other");
