@@ -122,14 +122,14 @@ compact_pinned() {
     m=$(uniform_mask "$1") && compact_ok "$m" >/dev/null
 }
 
-# start_workload NAME [THREADS [LATE_PREFIX]]: runs tests/vm/guest/workload.py as its own
-# service under the comm NAME; prints its pid.
+# start_workload NAME [THREADS [LATE_PREFIX [WAKE_MS]]]: runs tests/vm/guest/workload.py
+# as its own service under the comm NAME; prints its pid.
 start_workload() {
     local name=$1 dir=$WORK/$1
     rm -rf "$dir"
     mkdir -p "$dir"
     ln -sf /usr/bin/python3 "/usr/local/bin/$name"
-    systemd-run --quiet --unit="$name" --service-type=simple \
+    systemd-run --quiet --unit="$name" --service-type=simple --setenv=VMWORK_WAKE_MS="${4:-0}" \
         "/usr/local/bin/$name" "$LIB/workload.py" "$dir" "${2:-2}" ${3:+"$3"} || return 1
     wait_for 60 test -s "$dir/pid" || {
         echo "workload $name did not start"
@@ -752,7 +752,7 @@ check_restore_after_crash() {
 
 check_hotplug_explicit() {
     local pid
-    pid=$(start_workload vmwork-hot 2) || {
+    pid=$(start_workload vmwork-hot 2 '' 50) || {
         echo "$pid"
         return 1
     }
@@ -772,8 +772,16 @@ EOF
         echo "cannot take CPU 6 offline"
         return 1
     }
-    sleep 2
+    # The threads wake every 50 ms; the kernel then moves them off CPU 6 and widens
+    # their masks, and bringing CPU 6 back does not narrow them again: that is the
+    # daemon's job.
     local during
+    if ! wait_for 5 sh -c '! grep -qx "Cpus_allowed_list:[[:space:]]*6" /proc/$1/task/*/status' _ "$pid"; then
+        during=$(masks "$pid")
+        cpu_online 6 1
+        echo "precondition: the kernel did not widen the masks with CPU 6 offline: $during"
+        return 1
+    fi
     during=$(masks "$pid")
     cpu_online 6 1 || {
         echo "cannot bring CPU 6 back"
@@ -788,7 +796,7 @@ EOF
 
 check_hotplug_compact() {
     local pid m victim out
-    pid=$(start_workload vmwork-hcm 2) || {
+    pid=$(start_workload vmwork-hcm 2 '' 50) || {
         echo "$pid"
         return 1
     }
