@@ -772,11 +772,11 @@ EOF
         echo "cannot take CPU 6 offline"
         return 1
     }
-    # The threads wake every 50 ms; the kernel then moves them off CPU 6 and widens
+    # The idle threads wake every 50 ms; the kernel then moves them off CPU 6 and widens
     # their masks, and bringing CPU 6 back does not narrow them again: that is the
-    # daemon's job.
+    # daemon's job. (The main thread waits for a signal and keeps its mask.)
     local during
-    if ! wait_for 5 sh -c '! grep -qx "Cpus_allowed_list:[[:space:]]*6" /proc/$1/task/*/status' _ "$pid"; then
+    if ! wait_for 5 sh -c 'grep -h "^Cpus_allowed_list:" /proc/$1/task/*/status | grep -qvx "Cpus_allowed_list:[[:space:]]*6"' _ "$pid"; then
         during=$(masks "$pid")
         cpu_online 6 1
         echo "precondition: the kernel did not widen the masks with CPU 6 offline: $during"
