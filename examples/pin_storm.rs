@@ -144,6 +144,15 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
         let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
         assert_eq!(rc, 0, "SCHED_FIFO: {}", std::io::Error::last_os_error());
     }
+    if let Some(n) = std::env::var("PIN_STORM_NICE")
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+    {
+        // What `Nice=` would give the daemon (per thread on Linux).
+        // SAFETY: plain setpriority on the calling thread's tid.
+        let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, n) };
+        assert_eq!(rc, 0, "setpriority: {}", std::io::Error::last_os_error());
+    }
     let cpu0 = cpu_time(libc::RUSAGE_THREAD);
     let mut stats = LoopStats::default();
     let mut exec_ts: HashMap<i32, u64> = HashMap::new();

@@ -1,13 +1,14 @@
 //! The daemon: one event loop owning all state.
 //!
 //! ```text
-//!  proc events ─┐
-//!  ticker (1 s) ─┤
-//!  inotify ─────┤  bounded      ┌────────────────────┐  actions   ┌─ signals (dbus::emit)
-//!  SIGHUP/TERM ─┼──► channel ──►│ State::handle(ev)  │──────────►├─ measurement worker thread
-//!  D-Bus calls ─┤  (Event)      │ (sync, one thread) │           ├─ sd_notify (STATUS, WATCHDOG…)
-//!  worker ──────┘               └────────────────────┘           └─ exit
-//!                                         │ Snapshot (watch) ──► D-Bus properties + PropertiesChanged
+//!  proc connector (thread) ─┐
+//!  uevent hotplug (thread) ─┤
+//!  ticker (1 s) ────────────┤  bounded    ┌───────────────────────┐  actions  ┌─ signals (dbus::emit)
+//!  inotify, debounced ──────┼─► channel ─►│ State::handle(ev)     │─────────►├─ measurement job thread
+//!  SIGHUP / SIGTERM ────────┤  (Event)    │ (sync, one OS thread, │          ├─ sd_notify STATUS/WATCHDOG/…
+//!  D-Bus calls + oneshot ───┤             │  drives the manager)  │          └─ exit
+//!  measurement results ─────┘             └───────────────────────┘
+//!                                                    │ Snapshot (watch) ──► D-Bus properties, PropertiesChanged
 //! ```
 //!
 //! [`state::State`] is the only owner of daemon state. Its handler is a plain synchronous

@@ -1578,6 +1578,77 @@ mod tests {
     }
 
     #[test]
+    fn without_proc_events_the_daemon_is_degraded_and_rescans() {
+        let (mut s, _d, job) = started(Timing::default());
+        s.handle(ok_matrix(&job));
+        assert_eq!(s.snapshot().state, Phase::Ready);
+        s.handle(Event::Watch(Err("not in the initial namespace".into())));
+        assert_eq!(s.snapshot().state, Phase::Degraded);
+        assert!(
+            s.next_rescan.is_some(),
+            "rescans cannot be off without events"
+        );
+        s.handle(Event::Watch(Ok(())));
+        assert_eq!(s.snapshot().state, Phase::Ready);
+    }
+
+    fn fixture(name: &str) -> SysRoot {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/sysfs")
+            .join(name);
+        SysRoot {
+            sys: dir.join("sys"),
+            proc: dir.join("proc"),
+        }
+    }
+
+    #[test]
+    fn a_changed_fingerprint_sets_the_matrix_aside_and_measures_the_new_cpus() {
+        let t0 = Instant::now();
+        let (mut s, _d) = state(Timing::default());
+        s.cfg.sysroot = fixture("xeon-e5620");
+        s.start().unwrap();
+        let job = jobs(&s.take_actions())[0].clone();
+        assert_eq!(job.cfg.cpus.to_string(), "0-15");
+        s.handle(ok_matrix(&job));
+        let before = s.snapshot();
+        assert_eq!(before.cpu_count, 16);
+        assert!(before.measured_at_us > 0);
+
+        // The same machine after a change (here: another machine's tree).
+        s.cfg.sysroot = fixture("ryzen-2700x");
+        s.handle(Event::Tick(t0 + Duration::from_secs(61)));
+        let after = s.snapshot();
+        assert_ne!(after.fingerprint, before.fingerprint);
+        assert_eq!(after.measured_at_us, 0, "the old matrix no longer applies");
+        let aside = std::fs::read_dir(&s.cfg.state_dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .any(|e| e.file_name().to_string_lossy().contains("foreign"));
+        assert!(
+            aside,
+            "the stored matrix of the old fingerprint is moved aside"
+        );
+        let j = jobs(&s.take_actions());
+        assert_eq!(j.len(), 1, "a full measurement of the new CPUs");
+        assert_eq!(j[0].cfg.cpus, s.usable());
+        assert_eq!(
+            j[0].cfg.fingerprint.as_deref(),
+            Some(after.fingerprint.as_str())
+        );
+        assert_eq!(after.state, Phase::Measuring);
+        // Until it ends, placement works from sysfs.
+        assert!(matches!(
+            s.command(Command::Plan {
+                count: 2,
+                policy: "compact".into(),
+                smt: "allow".into()
+            }),
+            Ok(Reply::Cpus(_))
+        ));
+    }
+
+    #[test]
     fn terminate_exits() {
         let (mut s, _d, _job) = started(Timing::default());
         s.handle(Event::Terminate);
