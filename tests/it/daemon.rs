@@ -393,6 +393,7 @@ fn stderr_of(out: &Output) -> String {
 
 #[test]
 fn introspection_lists_every_member() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
@@ -433,6 +434,7 @@ fn introspection_lists_every_member() {
 
 #[test]
 fn every_property_reads() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
@@ -463,6 +465,7 @@ fn every_property_reads() {
 
 #[test]
 fn unprivileged_callers_are_refused_mutations_by_the_policy() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
@@ -515,6 +518,7 @@ fn unprivileged_callers_are_refused_mutations_by_the_policy() {
 
 #[test]
 fn with_an_open_bus_the_daemon_still_refuses_unprivileged_mutations() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::AllowAll);
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
@@ -538,6 +542,7 @@ fn with_an_open_bus_the_daemon_still_refuses_unprivileged_mutations() {
 
 #[test]
 fn long_strings_are_refused_before_any_work() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
@@ -573,6 +578,7 @@ fn long_strings_are_refused_before_any_work() {
 
 #[test]
 fn a_second_instance_is_refused_because_the_name_is_taken() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let _first = Daemon::start(&bus, &dirs);
@@ -600,6 +606,7 @@ fn a_second_instance_is_refused_because_the_name_is_taken() {
 
 #[test]
 fn sigterm_exits_cleanly() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let d = Daemon::start(&bus, &dirs);
@@ -612,6 +619,7 @@ fn sigterm_exits_cleanly() {
 
 #[test]
 fn read_only_methods_answer() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
@@ -660,6 +668,7 @@ fn read_only_methods_answer() {
 
 #[test]
 fn remeasure_returns_a_job_at_once() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
@@ -672,6 +681,7 @@ fn remeasure_returns_a_job_at_once() {
 
 #[test]
 fn the_unit_verifies_and_its_exposure_is_at_most_2() {
+    let _cpus = super::cpus_stay_online();
     let dir = tempfile::tempdir().unwrap();
     let unit = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/pinnerd.service"),
@@ -700,6 +710,7 @@ fn the_unit_verifies_and_its_exposure_is_at_most_2() {
 
 #[test]
 fn the_policy_file_is_well_formed_and_denies_by_default() {
+    let _cpus = super::cpus_stay_online();
     let policy = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/org.pinnerd.Pinnerd1.conf"),
     )
@@ -720,6 +731,7 @@ fn rule(name: &str) -> String {
 
 #[test]
 fn remeasure_wait_reports_the_end_and_measured_at_changes() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let d = Daemon::start(&bus, &dirs);
@@ -752,6 +764,7 @@ fn remeasure_wait_reports_the_end_and_measured_at_changes() {
 
 #[test]
 fn remeasure_calls_in_quick_succession_coalesce() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
@@ -764,6 +777,7 @@ fn remeasure_calls_in_quick_succession_coalesce() {
 
 #[test]
 fn inotify_reloads_and_a_bad_file_keeps_the_previous_rules() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
@@ -799,6 +813,7 @@ fn inotify_reloads_and_a_bad_file_keeps_the_previous_rules() {
 
 #[test]
 fn sighup_reloads() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     // A second rule directory that does not exist yet cannot be watched: only SIGHUP
@@ -822,6 +837,7 @@ fn sighup_reloads() {
 
 #[test]
 fn reload_method_returns_the_count_and_the_errors_and_signals() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
@@ -858,6 +874,7 @@ fn reload_method_returns_the_count_and_the_errors_and_signals() {
 
 #[test]
 fn a_stored_matrix_is_used_after_restart_and_a_corrupt_one_is_survived() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let d = Daemon::start(&bus, &dirs);
@@ -891,6 +908,7 @@ fn a_stored_matrix_is_used_after_restart_and_a_corrupt_one_is_survived() {
 
 #[test]
 fn a_bad_settings_file_stops_the_daemon_with_the_config_exit_code() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     dirs.write_settings("[limits]\nno-such-key = 1\n");
@@ -942,6 +960,7 @@ fn explicit_rule(name: &str, comm: &str, cpus: &CpuSet) -> String {
 
 #[test]
 fn a_rule_pins_every_thread_and_sigterm_restores_the_masks() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let mut h = Helper::spawn(dirs.root.path(), "pd-term");
@@ -985,6 +1004,7 @@ fn a_rule_pins_every_thread_and_sigterm_restores_the_masks() {
 
 #[test]
 fn after_kill_9_a_restart_re_pins_and_restores_what_a_removed_rule_held() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let h = Helper::spawn(dirs.root.path(), "pd-kill9");
@@ -1014,6 +1034,7 @@ fn after_kill_9_a_restart_re_pins_and_restores_what_a_removed_rule_held() {
 
 #[test]
 fn pin_process_and_release_process_at_run_time() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let h = Helper::spawn(dirs.root.path(), "pd-pin");
@@ -1066,6 +1087,7 @@ fn pinnerd(args: &[&str]) -> Output {
 
 #[test]
 fn client_commands_talk_to_the_daemon() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let h = Helper::spawn(dirs.root.path(), "pd-client");
@@ -1133,6 +1155,7 @@ fn client_commands_talk_to_the_daemon() {
 /// system bus).
 #[test]
 fn the_readme_busctl_commands_work() {
+    let _cpus = super::cpus_stay_online();
     let readme =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
     let section = readme
@@ -1158,6 +1181,7 @@ fn the_readme_busctl_commands_work() {
 
 #[test]
 fn each_unprivileged_caller_is_rate_limited() {
+    let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     dirs.write_settings("[limits]\ndbus-calls-per-second = 1\ndbus-burst = 2\n");

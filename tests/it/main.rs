@@ -10,3 +10,21 @@ mod placement;
 mod rules;
 mod topology;
 mod watch;
+
+/// Tests that take a CPU offline hold [`affinity::CPU_LAYOUT`] for writing; tests that
+/// pin, spin or start a daemon expect every CPU to stay online and hold it for reading.
+pub fn cpus_stay_online() -> std::sync::RwLockReadGuard<'static, ()> {
+    affinity::CPU_LAYOUT
+        .read()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+static SPINNERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Busy-spin pairs need both CPUs of a 2-CPU machine to themselves: two at once would
+/// preempt each other and throw every batch away. Tests that spin take turns.
+pub fn one_spinner_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    SPINNERS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -38,6 +38,8 @@ fn hypervisor_flag() -> bool {
 
 #[test]
 fn json_output_is_a_complete_matrix() {
+    let _cpus = super::cpus_stay_online();
+    let _spin = super::one_spinner_at_a_time();
     let (a, b, list) = two_cpus();
     let o = pinnerd(&[
         "measure",
@@ -71,6 +73,8 @@ fn json_output_is_a_complete_matrix() {
 
 #[test]
 fn csv_svg_and_out_files() {
+    let _cpus = super::cpus_stay_online();
+    let _spin = super::one_spinner_at_a_time();
     let (_, _, list) = two_cpus();
     let dir = tempfile::tempdir().unwrap();
     let svg = dir.path().join("m.svg");
@@ -107,6 +111,8 @@ fn csv_svg_and_out_files() {
 
 #[test]
 fn human_output_has_heatmap_and_summary() {
+    let _cpus = super::cpus_stay_online();
+    let _spin = super::one_spinner_at_a_time();
     let (a, b, list) = two_cpus();
     let o = pinnerd(&["measure", "--cpus", &list, "--idle-threshold", "0"]);
     assert!(o.status.success(), "{}", stderr(&o));
@@ -126,6 +132,8 @@ fn human_output_has_heatmap_and_summary() {
 
 #[test]
 fn bad_cpu_lists_are_clear_errors() {
+    let _cpus = super::cpus_stay_online();
+    let _spin = super::one_spinner_at_a_time();
     for (list, want) in [
         ("", "the CPU list is empty"),
         ("0", "at least two CPUs, got only CPU 0"),
@@ -153,6 +161,8 @@ fn bad_cpu_lists_are_clear_errors() {
 
 #[test]
 fn load_guard_refuses_a_busy_cpu() {
+    let _cpus = super::cpus_stay_online();
+    let _spin = super::one_spinner_at_a_time();
     let (a, _, list) = two_cpus();
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
@@ -187,6 +197,8 @@ fn load_guard_refuses_a_busy_cpu() {
 
 #[test]
 fn library_rounds_mode_with_cross_check_and_progress() {
+    let _cpus = super::cpus_stay_online();
+    let _spin = super::one_spinner_at_a_time();
     let (a, b, _) = two_cpus();
     let mut cfg = MeasureConfig::new([a, b].into_iter().collect::<CpuSet>());
     cfg.mode = Mode::Rounds;
@@ -209,6 +221,8 @@ fn library_rounds_mode_with_cross_check_and_progress() {
 
 #[test]
 fn probe_pairs_for_drift() {
+    let _cpus = super::cpus_stay_online();
+    let _spin = super::one_spinner_at_a_time();
     let (a, b, _) = two_cpus();
     let mut cfg = MeasureConfig::new([a, b].into_iter().collect::<CpuSet>());
     cfg.guard.min_idle = 0.0;

@@ -1201,6 +1201,8 @@ fn topology_with_a_matrix_lists_domains_finest_first() {
 
 #[test]
 fn compare_runs_here_and_reports_every_variant() {
+    let _cpus = super::cpus_stay_online();
+    let _spin = super::one_spinner_at_a_time();
     let (ok, out, err) = pinnerd(&[
         "compare",
         "--runs",

@@ -8,6 +8,10 @@ process and its first THREADS threads carry that comm. A thread started later re
 itself LATE_PREFIX<n> when LATE_PREFIX is given: it inherits its creator's (pinned) mask,
 so only a per-thread rule for that name can prove the daemon handled it. Writes the pid to
 OUT/pid and the tid of every later thread, once named, to OUT/tids, one per line.
+
+With VMWORK_WAKE_MS set, the idle threads wake up that often instead of sleeping for an
+hour: a sleeping thread keeps a mask naming only offline CPUs until it next wakes, so
+the hotplug checks need threads that wake for the kernel to widen their masks.
 """
 
 import os
@@ -17,13 +21,16 @@ import threading
 import time
 
 
+WAKE_S = int(os.environ.get("VMWORK_WAKE_MS", "0")) / 1000 or 3600
+
+
 def idle(name, named):
     if name:
         with open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as f:
             f.write(name)
     named.set()
     while True:
-        time.sleep(3600)
+        time.sleep(WAKE_S)
 
 
 def start_thread(name=None):
