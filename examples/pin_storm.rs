@@ -14,7 +14,8 @@
 //! given rate, while one `storm-thr` child creates short-lived `storm-w` threads at the
 //! given rate; every such thread starts on CPU 0 (inherited), names itself, so the
 //! manager must move it. Latencies run from the kernel's EXEC/FORK event timestamp to
-//! the moment the manager's set+read-back for that task completed. Missed pins: an
+//! the end of the batch (`Manager::handle_batch`, as the daemon drives it) in which the
+//! manager's set+read-back for that task was done: an upper bound. Missed pins: an
 //! exec'd process not on CPU 0 100 ms after spawn; a worker thread not on CPU 1 30 ms
 //! after its birth (it checks itself).
 //!
