@@ -262,6 +262,7 @@ intr 12345 0 0\n";
 
     #[test]
     fn guard_refuses_a_busy_cpu() {
+        let _spin = crate::measure::one_spinner_at_a_time();
         // The real /proc/stat, with a CPU kept busy by a spinning thread.
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let s = stop.clone();

@@ -976,6 +976,16 @@ pub fn drift(matrix: &LatencyMatrix, probes: &[Probe], tolerance: f64) -> Vec<Dr
         .collect()
 }
 
+/// Busy-spin pairs need both CPUs of a small machine to themselves: unit tests that spin
+/// take turns, or two of them would preempt each other and starve.
+#[cfg(test)]
+pub(crate) fn one_spinner_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static SPINNERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SPINNERS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

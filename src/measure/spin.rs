@@ -598,6 +598,7 @@ mod tests {
 
     #[test]
     fn both_primitives_produce_batches() {
+        let _spin = crate::measure::one_spinner_at_a_time();
         for p in [Primitive::Cas, Primitive::LoadStore] {
             let run = run_pair(plan(p)).unwrap();
             assert_eq!(run.pin_failure, None);
@@ -614,6 +615,7 @@ mod tests {
 
     #[test]
     fn a_pin_that_cannot_hold_yields_no_samples() {
+        let _spin = crate::measure::one_spinner_at_a_time();
         let mut p = plan(Primitive::Cas);
         p.responder = 4000;
         let run = run_pair(p).unwrap();
@@ -626,6 +628,7 @@ mod tests {
 
     #[test]
     fn threads_are_named_after_their_cpus() {
+        let _spin = crate::measure::one_spinner_at_a_time();
         let (a, b) = two_cpus();
         let gate = Arc::new(Gate::default());
         let mut p = plan(Primitive::Cas);
@@ -645,6 +648,7 @@ mod tests {
 
     #[test]
     fn a_partner_that_never_answers_is_given_up() {
+        let _spin = crate::measure::one_spinner_at_a_time();
         for primitive in [Primitive::Cas, Primitive::LoadStore] {
             let page = Page::new().unwrap();
             page.touch();
@@ -659,6 +663,7 @@ mod tests {
 
     #[test]
     fn several_pairs_behind_one_gate_all_finish() {
+        let _spin = crate::measure::one_spinner_at_a_time();
         // Two pairs sharing both CPUs (never done for real: rounds are disjoint) is the
         // worst case for the gate and the discard logic: four spinning threads on two
         // CPUs keep switching each other out.

@@ -785,7 +785,7 @@ fn inotify_reloads_and_a_bad_file_keeps_the_previous_rules() {
     dirs.write_rule("10-a.toml", &rule("a"));
     bus.wait_for(
         "RuleCount 1 after a file appeared",
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         || bus.get("RuleCount") == "u 1",
     );
     assert_eq!(bus.get("RuleErrors"), "as 0");
@@ -793,7 +793,7 @@ fn inotify_reloads_and_a_bad_file_keeps_the_previous_rules() {
     dirs.write_rule("10-a.toml", "[[rule]]\nname = \"a\"\nbogus = true\n");
     bus.wait_for(
         "RuleErrors after a bad edit",
-        Duration::from_secs(10),
+        Duration::from_secs(30),
         || bus.get("RuleErrors") != "as 0",
     );
     assert_eq!(bus.get("RuleCount"), "u 1");
@@ -805,7 +805,7 @@ fn inotify_reloads_and_a_bad_file_keeps_the_previous_rules() {
     );
     // Deleting it removes its rule.
     std::fs::remove_file(&file).unwrap();
-    bus.wait_for("RuleCount 0 after delete", Duration::from_secs(10), || {
+    bus.wait_for("RuleCount 0 after delete", Duration::from_secs(30), || {
         bus.get("RuleCount") == "u 0"
     });
     assert_eq!(bus.get("RuleErrors"), "as 0");
@@ -830,8 +830,8 @@ fn sighup_reloads() {
         "nothing watched that directory"
     );
     d.signal(libc::SIGHUP);
-    d.wait_note("RELOADING=1", Duration::from_secs(10));
-    d.wait_note("READY=1", Duration::from_secs(10));
+    d.wait_note("RELOADING=1", Duration::from_secs(30));
+    d.wait_note("READY=1", Duration::from_secs(30));
     assert_eq!(bus.get("RuleCount"), "u 1");
 }
 
@@ -854,7 +854,7 @@ fn reload_method_returns_the_count_and_the_errors_and_signals() {
     let out = bus.call("Reload", &[]);
     assert!(out.starts_with("uas 1 1 \""), "{out}");
     assert!(out.contains("20-bad.toml:2:"), "{out}");
-    bus.wait_for("RuleCount 1", Duration::from_secs(5), || {
+    bus.wait_for("RuleCount 1", Duration::from_secs(30), || {
         bus.get("RuleCount") == "u 1"
     });
     std::thread::sleep(Duration::from_millis(500));
@@ -970,10 +970,10 @@ fn a_rule_pins_every_thread_and_sigterm_restores_the_masks() {
     let target: CpuSet = std::iter::once(original.last().unwrap()).collect();
     dirs.write_rule("10-term.toml", &explicit_rule("term", "pd-term", &target));
     let d = Daemon::start(&bus, &dirs);
-    bus.wait_for("the helper pinned", Duration::from_secs(10), || {
+    bus.wait_for("the helper pinned", Duration::from_secs(30), || {
         all_on(&h, &target)
     });
-    bus.wait_for("ManagedProcesses 1", Duration::from_secs(5), || {
+    bus.wait_for("ManagedProcesses 1", Duration::from_secs(30), || {
         bus.get("ManagedProcesses") == "u 1"
     });
     let threads = masks(&h).len();
@@ -990,11 +990,11 @@ fn a_rule_pins_every_thread_and_sigterm_restores_the_masks() {
     assert!(why.contains("term"), "{why}");
     // A thread made later is pinned too.
     h.spawn_threads(1, Some("pd-late"));
-    bus.wait_for("the late thread pinned", Duration::from_secs(10), || {
+    bus.wait_for("the late thread pinned", Duration::from_secs(30), || {
         all_on(&h, &target)
     });
     assert_eq!(masks(&h).len(), threads + 1);
-    bus.wait_for("the late thread managed", Duration::from_secs(10), || {
+    bus.wait_for("the late thread managed", Duration::from_secs(30), || {
         bus.get("ManagedThreads") == format!("u {}", threads + 1)
     });
     // SIGTERM gives every thread its mask back.
@@ -1012,13 +1012,13 @@ fn after_kill_9_a_restart_re_pins_and_restores_what_a_removed_rule_held() {
     let target: CpuSet = std::iter::once(original.first().unwrap()).collect();
     dirs.write_rule("10-k.toml", &explicit_rule("k", "pd-kill9", &target));
     let mut d = Daemon::start(&bus, &dirs);
-    bus.wait_for("pinned", Duration::from_secs(10), || all_on(&h, &target));
+    bus.wait_for("pinned", Duration::from_secs(30), || all_on(&h, &target));
     d.child.kill().unwrap();
     d.child.wait().unwrap();
     drop(d);
     // Restart with the rule still there: still pinned, still managed.
     let mut d = Daemon::start(&bus, &dirs);
-    bus.wait_for("managed again", Duration::from_secs(10), || {
+    bus.wait_for("managed again", Duration::from_secs(30), || {
         bus.get("ManagedProcesses") == "u 1"
     });
     assert!(all_on(&h, &target), "{:?}", masks(&h));
@@ -1094,7 +1094,7 @@ fn client_commands_talk_to_the_daemon() {
     let target: CpuSet = std::iter::once(online().first().unwrap()).collect();
     dirs.write_rule("10-c.toml", &explicit_rule("client", "pd-client", &target));
     let _d = Daemon::start(&bus, &dirs);
-    bus.wait_for("pinned", Duration::from_secs(10), || all_on(&h, &target));
+    bus.wait_for("pinned", Duration::from_secs(30), || all_on(&h, &target));
     let addr = bus.address.as_str();
 
     let out = pinnerd(&["status", "--bus", addr]);
