@@ -107,15 +107,23 @@ impl Journal {
         })
         .map_err(|e| werr(std::io::Error::other(e)))?;
         let tmp = self.path.with_extension("json.tmp");
-        let mut f = fs::File::create(&tmp).map_err(werr)?;
-        f.write_all(&body).map_err(werr)?;
-        f.sync_all().map_err(werr)?;
+        let tmp_err = |source| RestoreError::Write {
+            path: tmp.clone(),
+            source,
+        };
+        let mut f = fs::File::create(&tmp).map_err(tmp_err)?;
+        f.write_all(&body).map_err(tmp_err)?;
+        f.sync_all().map_err(tmp_err)?;
         drop(f);
         fs::rename(&tmp, &self.path).map_err(werr)?;
-        if let Some(dir) = self.path.parent() {
-            if let Ok(d) = fs::File::open(dir) {
-                let _ = d.sync_all();
-            }
+        // The rename is durable only once the directory entry is on disk.
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|source| RestoreError::Write {
+                    path: dir.to_owned(),
+                    source,
+                })?;
         }
         Ok(())
     }
