@@ -16,8 +16,11 @@
 //! manager must move it. Latencies run from the kernel's EXEC/FORK event timestamp to
 //! the end of the batch (`Manager::handle_batch`, as the daemon drives it) in which the
 //! manager's set+read-back for that task was done: an upper bound. Missed pins: an
-//! exec'd process not on CPU 0 100 ms after spawn; a worker thread not on CPU 1 30 ms
-//! after its birth (it checks itself).
+//! exec'd process (it sleeps 1 s) not on CPU 0 900 ms after spawn (checked at 100 ms,
+//! then every millisecond: one moved only after 100 ms is late); a worker thread not on CPU 1 5 s
+//! after its birth (it checks itself at 30 ms and, when not yet moved, keeps checking
+//! every millisecond: a thread first seen on CPU 1 after 30 ms is counted late, with
+//! the latest such time printed).
 //!
 //! `idle`: the loop with the connector and a 30 s rescan, no load: CPU and RSS.
 //!
@@ -67,6 +70,10 @@ fn rules(text: &str) -> RuleSet {
         .expect("harness rules"),
     )
 }
+
+/// A worker thread not on its CPU this long after its birth was missed (it waits that
+/// long for the pin; one on its CPU only after 30 ms is late).
+const NEVER: Duration = Duration::from_secs(5);
 
 /// Messages handed to the manager at once, at most (the daemon's reader uses 1024 too).
 const BATCH: usize = 1024;
@@ -122,9 +129,14 @@ fn pct(v: &mut [u64], p: f64) -> f64 {
 struct LoopStats {
     exec_lat: Vec<u64>,
     thread_lat: Vec<u64>,
+    /// From the worker's COMM event (its rename, which makes it match) to its pin.
+    rename_lat: Vec<u64>,
     events: u64,
     overruns: u64,
     rescans: u64,
+    rescan_max: Duration,
+    /// The longest thread pin in each second of the run.
+    worst_by_second: Vec<u64>,
     loop_cpu: Duration,
     max_rss_kib: u64,
 }
@@ -158,9 +170,11 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
         assert_eq!(rc, 0, "setpriority: {}", std::io::Error::last_os_error());
     }
     let cpu0 = cpu_time(libc::RUSAGE_THREAD);
+    let started = Instant::now();
     let mut stats = LoopStats::default();
     let mut exec_ts: HashMap<i32, u64> = HashMap::new();
     let mut fork_ts: HashMap<i32, u64> = HashMap::new();
+    let mut comm_ts: HashMap<i32, u64> = HashMap::new();
     let mut buf = Vec::with_capacity(BATCH);
     let mut exited: Vec<(i32, i32)> = Vec::new();
     let mut next_rescan = Instant::now() + rescan_every;
@@ -192,6 +206,9 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
                     ProcMsg::NewThread { tid, .. } => {
                         fork_ts.insert(*tid, ts);
                     }
+                    ProcMsg::Comm { pid, tid, .. } if pid != tid => {
+                        comm_ts.insert(*tid, ts);
+                    }
                     ProcMsg::Exit { pid, tid } => {
                         // Kept until the batch is handled: the pin may come first.
                         exited.push((*pid, *tid));
@@ -216,13 +233,23 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
                         }
                     } else if effective == one {
                         if let Some(t0) = fork_ts.remove(&tid) {
-                            stats.thread_lat.push(now.saturating_sub(t0));
+                            let lat = now.saturating_sub(t0);
+                            stats.thread_lat.push(lat);
+                            if let Some(t1) = comm_ts.remove(&tid) {
+                                stats.rename_lat.push(now.saturating_sub(t1));
+                            }
+                            let sec = started.elapsed().as_secs() as usize;
+                            if stats.worst_by_second.len() <= sec {
+                                stats.worst_by_second.resize(sec + 1, 0);
+                            }
+                            stats.worst_by_second[sec] = stats.worst_by_second[sec].max(lat);
                         }
                     }
                 }
             }
             for (pid, tid) in exited.drain(..) {
                 fork_ts.remove(&tid);
+                comm_ts.remove(&tid);
                 if pid == tid {
                     exec_ts.remove(&pid);
                 }
@@ -230,7 +257,9 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
             let _ = mgr.flush();
         }
         if Instant::now() >= next_rescan {
+            let t = Instant::now();
             mgr.handle(Event::Rescan);
+            stats.rescan_max = stats.rescan_max.max(t.elapsed());
             stats.rescans += 1;
             next_rescan = Instant::now() + rescan_every;
         }
@@ -249,6 +278,8 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
 /// was moved to CPU 1 within 30 ms of its birth.
 fn child_threads(rate: u64, secs: u64) {
     let missed = Arc::new(AtomicU64::new(0));
+    let late = Arc::new(AtomicU64::new(0));
+    let late_max_ms = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicU64::new(0));
     let ops = SystemOps::default();
     // Wait until the manager has the process on CPU 0.
@@ -268,6 +299,8 @@ fn child_threads(rate: u64, secs: u64) {
         while spawned < due {
             for _ in 0..per_tick.min(due - spawned) {
                 let missed = missed.clone();
+                let late = late.clone();
+                let late_max_ms = late_max_ms.clone();
                 let done = done.clone();
                 let born = Instant::now();
                 let r = std::thread::Builder::new()
@@ -279,8 +312,24 @@ fn child_threads(rate: u64, secs: u64) {
                         );
                         let me = rustix::thread::gettid().as_raw_nonzero().get();
                         let one: CpuSet = "1".parse().unwrap();
-                        if SystemOps::default().get_affinity(me).ok() != Some(one) {
-                            missed.fetch_add(1, Ordering::Relaxed);
+                        let ops = SystemOps::default();
+                        if ops.get_affinity(me).ok() != Some(one.clone()) {
+                            // Late: keep living (so the pin can still happen) and
+                            // time how late; never pinned after NEVER = missed.
+                            late.fetch_add(1, Ordering::Relaxed);
+                            let mut pinned = false;
+                            while born.elapsed() < NEVER {
+                                std::thread::sleep(Duration::from_millis(1));
+                                if ops.get_affinity(me).ok() == Some(one.clone()) {
+                                    pinned = true;
+                                    break;
+                                }
+                            }
+                            let ms = born.elapsed().as_millis() as u64;
+                            late_max_ms.fetch_max(ms, Ordering::Relaxed);
+                            if !pinned {
+                                missed.fetch_add(1, Ordering::Relaxed);
+                            }
                         }
                         done.fetch_add(1, Ordering::Relaxed);
                     });
@@ -295,8 +344,10 @@ fn child_threads(rate: u64, secs: u64) {
         std::thread::sleep(Duration::from_millis(10));
     }
     println!(
-        "spawned {spawned} missed {}",
-        missed.load(Ordering::Relaxed)
+        "spawned {spawned} missed {} late {} latest {}",
+        missed.load(Ordering::Relaxed),
+        late.load(Ordering::Relaxed),
+        late_max_ms.load(Ordering::Relaxed)
     );
 }
 
@@ -337,12 +388,15 @@ fn storm(secs: u64, execs: u64, threads: u64) {
     let start = Instant::now();
     let mut spawned = 0u64;
     let mut exec_missed = 0u64;
+    let mut exec_late = 0u64;
+    let mut exec_latest = Duration::ZERO;
     let mut pending: std::collections::VecDeque<(Instant, Child)> = Default::default();
+    let mut late: Vec<(Instant, Child)> = Vec::new();
     let mut reap: Vec<Child> = Vec::new();
-    while start.elapsed() < Duration::from_secs(secs) || !pending.is_empty() {
+    while start.elapsed() < Duration::from_secs(secs) || !pending.is_empty() || !late.is_empty() {
         let due = (start.elapsed().as_secs_f64() * execs as f64) as u64;
         if start.elapsed() < Duration::from_secs(secs) && spawned < due {
-            let c = Command::new(&exec_link).arg("0.2").spawn().unwrap();
+            let c = Command::new(&exec_link).arg("1").spawn().unwrap();
             pending.push_back((Instant::now(), c));
             spawned += 1;
         }
@@ -350,11 +404,30 @@ fn storm(secs: u64, execs: u64, threads: u64) {
             if t.elapsed() < Duration::from_millis(100) {
                 break;
             }
-            let (_, c) = pending.pop_front().unwrap();
-            if ops.get_affinity(c.id() as i32).ok() != Some(zero.clone()) {
-                exec_missed += 1;
+            let (t, c) = pending.pop_front().unwrap();
+            if ops.get_affinity(c.id() as i32).ok() == Some(zero.clone()) {
+                reap.push(c);
+            } else {
+                exec_late += 1;
+                late.push((t, c));
             }
-            reap.push(c);
+        }
+        // A late one still alive (it sleeps 1 s) may yet be pinned; after 900 ms it
+        // was missed.
+        let mut i = 0;
+        while i < late.len() {
+            let (t, c) = &late[i];
+            let pinned = ops.get_affinity(c.id() as i32).ok() == Some(zero.clone());
+            if pinned || t.elapsed() >= Duration::from_millis(900) {
+                if pinned {
+                    exec_latest = exec_latest.max(t.elapsed());
+                } else {
+                    exec_missed += 1;
+                }
+                reap.push(late.swap_remove(i).1);
+            } else {
+                i += 1;
+            }
         }
         reap.retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_))));
         std::thread::sleep(Duration::from_millis(1));
@@ -370,8 +443,9 @@ fn storm(secs: u64, execs: u64, threads: u64) {
     let _ = std::fs::remove_dir_all(&dir);
 
     let words: Vec<&str> = line.split_whitespace().collect();
-    let (t_spawned, t_missed) = match words.as_slice() {
-        ["spawned", s, "missed", m] => (s.parse::<u64>().unwrap(), m.parse::<u64>().unwrap()),
+    let n = |w: &str| w.parse::<u64>().unwrap();
+    let (t_spawned, t_missed, t_late, t_latest) = match words.as_slice() {
+        ["spawned", s, "missed", m, "late", l, "latest", x] => (n(s), n(m), n(l), n(x)),
         _ => panic!("thread child said {line:?}"),
     };
     println!(
@@ -379,14 +453,15 @@ fn storm(secs: u64, execs: u64, threads: u64) {
         online().len()
     );
     println!(
-        "  execs: {spawned} spawned, {} pins timed, missed {exec_missed}; exec->pinned p50 {:.3} ms p99 {:.3} ms max {:.3} ms",
+        "  execs: {spawned} spawned, {} pins timed, late (>100 ms) {exec_late} (latest pinned at {} ms), missed {exec_missed}; exec->pinned p50 {:.3} ms p99 {:.3} ms max {:.3} ms",
         st.exec_lat.len(),
+        exec_latest.as_millis(),
         pct(&mut st.exec_lat, 0.5),
         pct(&mut st.exec_lat, 0.99),
         pct(&mut st.exec_lat, 1.0)
     );
     println!(
-        "  threads: {t_spawned} spawned ({:.0}/s), {} pins timed, missed {t_missed}; thread->pinned p50 {:.3} ms p99 {:.3} ms max {:.3} ms",
+        "  threads: {t_spawned} spawned ({:.0}/s), {} pins timed, late (>30 ms) {t_late} (latest pinned at {t_latest} ms), missed {t_missed}; thread->pinned p50 {:.3} ms p99 {:.3} ms max {:.3} ms",
         t_spawned as f64 / secs as f64,
         st.thread_lat.len(),
         pct(&mut st.thread_lat, 0.5),
@@ -394,10 +469,28 @@ fn storm(secs: u64, execs: u64, threads: u64) {
         pct(&mut st.thread_lat, 1.0)
     );
     println!(
-        "  loop: {} events, {} overruns, {} rescans, CPU {:.1} s ({:.1}% of a core), max RSS {:.1} MiB",
+        "  of which rename->pinned (the thread named itself, then was moved): {} timed; p50 {:.3} ms p99 {:.3} ms max {:.3} ms",
+        st.rename_lat.len(),
+        pct(&mut st.rename_lat, 0.5),
+        pct(&mut st.rename_lat, 0.99),
+        pct(&mut st.rename_lat, 1.0)
+    );
+    let slow: Vec<String> = st
+        .worst_by_second
+        .iter()
+        .enumerate()
+        .filter(|(_, &ns)| ns > 30_000_000)
+        .map(|(s, &ns)| format!("{s}s:{:.0}ms", ns as f64 / 1e6))
+        .collect();
+    if !slow.is_empty() {
+        println!("  seconds with a thread pin over 30 ms: {}", slow.join(" "));
+    }
+    println!(
+        "  loop: {} events, {} overruns, {} rescans (longest {:.1} ms), CPU {:.1} s ({:.1}% of a core), max RSS {:.1} MiB",
         st.events,
         st.overruns,
         st.rescans,
+        st.rescan_max.as_secs_f64() * 1e3,
         st.loop_cpu.as_secs_f64(),
         100.0 * st.loop_cpu.as_secs_f64() / secs as f64,
         st.max_rss_kib as f64 / 1024.0

@@ -1,20 +1,23 @@
 //! The daemon: one event loop owning all state.
 //!
 //! ```text
-//!  proc connector (thread) ─┐
-//!  uevent hotplug (thread) ─┤
-//!  ticker (1 s) ────────────┤  bounded    ┌───────────────────────┐  actions  ┌─ signals (dbus::emit)
-//!  inotify, debounced ──────┼─► channel ─►│ State::handle(ev)     │─────────►├─ measurement job thread
-//!  SIGHUP / SIGTERM ────────┤  (Event)    │ (sync, one OS thread, │          ├─ sd_notify STATUS/WATCHDOG/…
-//!  D-Bus calls + oneshot ───┤             │  drives the manager)  │          └─ exit
-//!  measurement results ─────┘             └───────────────────────┘
+//!                              ┌─ main thread ──────────────────────────────┐
+//!  proc connector ────────────►│ poll(2): connector, uevent, doorbell,      │  actions  ┌─ signals (dbus::emit)
+//!  uevent hotplug ────────────►│          1 s tick                          │─────────►├─ measurement job thread
+//!  inotify, debounced ──┐      │                                            │          ├─ sd_notify STATUS/WATCHDOG/…
+//!  SIGHUP / SIGTERM ────┼─────►│ bounded channel (rings the doorbell)       │          └─ exit
+//!  D-Bus calls ─────────┤      │   └► State::handle(ev): sync, drives the   │
+//!  measurement results ─┘      │      manager                               │
+//!                              └────────────────────────────────────────────┘
 //!                                                    │ Snapshot (watch) ──► D-Bus properties, PropertiesChanged
 //! ```
 //!
 //! [`state::State`] is the only owner of daemon state. Its handler is a plain synchronous
 //! function, so unit tests drive it without a bus, a runtime or timers. [`shell`] wires
-//! the real sources to it: a tokio runtime for D-Bus, signals, inotify and the ticker;
-//! a dedicated OS thread for the loop; named OS threads for measurement.
+//! the real sources to it: the kernel sockets are read on the loop thread itself (see
+//! [`watchers`]), so a process event reaches the manager without a thread hop; a tokio
+//! runtime on worker threads serves D-Bus, signals and inotify; measurements run on
+//! named OS threads.
 //!
 //! Must not touch: the bus (see `dbus`), spin pairs (see `measure`), per-thread syscalls
 //! (see `affinity`), rule syntax (see `rules`).
@@ -177,7 +180,7 @@ pub enum Event {
     Reload(ReloadCause),
     /// SIGTERM or SIGINT: restore masks and exit.
     Terminate,
-    /// The once-a-second clock; periodic work is due-checked against it.
+    /// The loop's once-a-second clock; periodic work is due-checked against it.
     Tick(std::time::Instant),
     /// A measurement job ended.
     Measured(worker::Outcome),

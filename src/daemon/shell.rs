@@ -1,15 +1,22 @@
 //! The shell around [`State`]: takes the bus name, starts the sources, runs the loop on
-//! its own OS thread and carries out the loop's [`Action`]s.
+//! the main thread and carries out the loop's [`Action`]s.
 //!
 //! Order at start: signal handlers (so an early SIGHUP cannot kill us), the bus name
 //! (refused, not queued, when taken — before touching any process), the rules and the
-//! stored matrix, then `READY=1`.
+//! stored matrix, then `READY=1`, then the kernel's process and hotplug events.
+//!
+//! Threads: the loop runs on the process's main thread, which is the one a realtime
+//! class from the unit (`CPUSchedulingPolicy=`, with `CPUSchedulingResetOnFork=yes`)
+//! applies to; the runtime's workers (D-Bus, signals, inotify) and measurement threads
+//! are created by it and so start in the normal class, whatever the unit gives the loop.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use zbus::Connection;
 
 use crate::dbus::{self, BusTarget, Signal};
@@ -17,10 +24,11 @@ use crate::dbus::{self, BusTarget, Signal};
 use crate::settings::Settings;
 
 use super::state::{Action, Config, State, Timing};
+use super::watchers::{Doorbell, KernelSources};
 use super::{worker, DaemonError, Event, ReloadCause, Snapshot};
 
-/// How many events may wait for the loop. Senders wait when it is full; the proc
-/// watcher then falls behind and rescans, which is the safe answer to a storm.
+/// How many events may wait for the loop (commands, signals, reloads, measurement
+/// results). Senders wait when it is full.
 pub const EVENT_QUEUE: usize = 4096;
 
 /// Everything `pinnerd daemon` needs.
@@ -33,6 +41,12 @@ pub struct Options {
     pub bus: BusTarget,
 }
 
+/// How often the loop handles a `Tick` (periodic work is due-checked against it).
+const TICK: Duration = Duration::from_secs(1);
+/// Channel events handled in a row before the kernel sources are looked at again, so
+/// that neither starves the other.
+const CHANNEL_BURST: usize = 64;
+
 /// Runs the daemon until SIGTERM; returns after masks are restored.
 pub fn run(opts: Options) -> Result<(), DaemonError> {
     for dir in [&opts.config.state_dir, &opts.config.runtime_dir] {
@@ -44,7 +58,12 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         .enable_all()
         .build()
         .map_err(DaemonError::Runtime)?;
-    rt.block_on(run_async(opts))
+    let started = rt.block_on(start(opts))?;
+    // The runtime's workers go on serving the bus while this thread runs the loop.
+    let result = started.shell.run_loop(started.state, started.events);
+    notify(&[sd_notify::NotifyState::Stopping]);
+    rt.block_on(release(started.conn));
+    result
 }
 
 fn ensure_dir(dir: &PathBuf) -> Result<(), DaemonError> {
@@ -54,7 +73,16 @@ fn ensure_dir(dir: &PathBuf) -> Result<(), DaemonError> {
     })
 }
 
-async fn run_async(opts: Options) -> Result<(), DaemonError> {
+/// What [`start`] hands to the loop.
+struct Started {
+    conn: Connection,
+    shell: Shell,
+    state: State,
+    events: mpsc::Receiver<Event>,
+}
+
+/// Everything that lives on the runtime: signals, the bus, rule directory watches.
+async fn start(opts: Options) -> Result<Started, DaemonError> {
     let signal_err = |e: std::io::Error| DaemonError::Runtime(e);
     let mut hup = signal(SignalKind::hangup()).map_err(signal_err)?;
     let mut term = signal(SignalKind::terminate()).map_err(signal_err)?;
@@ -98,13 +126,6 @@ async fn run_async(opts: Options) -> Result<(), DaemonError> {
         }
         Err(e) => tracing::warn!(error = %e, "cannot watch rule directories; SIGHUP still reloads"),
     }
-    tokio::spawn(super::sources::ticker(tx.clone(), Duration::from_secs(1)));
-    if let Err(e) = super::watchers::spawn_proc_watcher(tx.clone()) {
-        tracing::warn!(error = %e, "cannot start the proc connector thread");
-    }
-    if let Err(e) = super::watchers::spawn_hotplug_watcher(tx.clone()) {
-        tracing::warn!(error = %e, "cannot start the hotplug thread");
-    }
 
     let (emit_tx, mut emit_rx) = mpsc::unbounded_channel::<Signal>();
     let emit_conn = conn.clone();
@@ -117,7 +138,6 @@ async fn run_async(opts: Options) -> Result<(), DaemonError> {
         }
     });
 
-    let (done_tx, done_rx) = oneshot::channel();
     // Ping at half of systemd's WatchdogSec.
     let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
     let timing = Timing::from_settings(&opts.settings, watchdog);
@@ -132,16 +152,12 @@ async fn run_async(opts: Options) -> Result<(), DaemonError> {
         snapshot: snap_tx,
         emit: emit_tx,
     };
-    std::thread::Builder::new()
-        .name("pinnerd-loop".into())
-        .spawn(move || {
-            let _ = done_tx.send(shell.run_loop(state, rx));
-        })
-        .map_err(DaemonError::Runtime)?;
-    let result = done_rx.await.unwrap_or(Err(DaemonError::LoopDied));
-    notify(&[sd_notify::NotifyState::Stopping]);
-    release(conn).await;
-    result
+    Ok(Started {
+        conn,
+        shell,
+        state,
+        events: rx,
+    })
 }
 
 async fn release(conn: Connection) {
@@ -163,16 +179,82 @@ impl Shell {
         self.perform(&mut state);
         self.publish(&state);
         notify(&[sd_notify::NotifyState::Ready]);
-        tracing::info!("ready");
-        while let Some(ev) = rx.blocking_recv() {
-            state.handle(ev);
-            let exit = self.perform(&mut state);
-            self.publish(&state);
-            if exit {
+        tracing::info!(scheduling = %scheduling(), "ready");
+        let (mut kernel, first) = KernelSources::open();
+        for ev in first {
+            if self.step(&mut state, ev) {
                 return Ok(());
             }
         }
-        Ok(())
+        let bell = Arc::new(Doorbell::new().map_err(DaemonError::Runtime)?);
+        let waker = Waker::from(bell.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut next_tick = Instant::now() + TICK;
+        let mut batch = Vec::with_capacity(super::watchers::BATCH);
+        loop {
+            // The channel first (commands, signals, reloads), a burst at a time. When it
+            // is empty, its receiver has registered the doorbell to ring on the next send.
+            let mut drained = false;
+            for _ in 0..CHANNEL_BURST {
+                match rx.poll_recv(&mut cx) {
+                    Poll::Ready(Some(ev)) => {
+                        if self.step(&mut state, ev) {
+                            return Ok(());
+                        }
+                    }
+                    // Every sender is gone: nothing can stop us cleanly any more.
+                    Poll::Ready(None) => return Ok(()),
+                    Poll::Pending => {
+                        drained = true;
+                        break;
+                    }
+                }
+            }
+            let now = Instant::now();
+            if now >= next_tick {
+                next_tick = now + TICK;
+                if self.step(&mut state, Event::Tick(now)) {
+                    return Ok(());
+                }
+            }
+            let timeout = if drained {
+                next_tick.saturating_duration_since(Instant::now())
+            } else {
+                Duration::ZERO
+            };
+            let ready = kernel.wait(&bell, timeout);
+            if ready.bell {
+                bell.clear();
+            }
+            if ready.proc {
+                let failed = kernel.read_proc(&mut batch);
+                if !batch.is_empty()
+                    && self.step(&mut state, Event::Proc(std::mem::take(&mut batch)))
+                {
+                    return Ok(());
+                }
+                if let Some(ev) = failed {
+                    if self.step(&mut state, ev) {
+                        return Ok(());
+                    }
+                }
+            }
+            if ready.hotplug {
+                if let Some(ev) = kernel.read_hotplug() {
+                    if self.step(&mut state, ev) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Handles one event and what it asked for; true when the loop must stop.
+    fn step(&self, state: &mut State, ev: Event) -> bool {
+        state.handle(ev);
+        let exit = self.perform(state);
+        self.publish(state);
+        exit
     }
 
     fn publish(&self, state: &State) {
@@ -231,5 +313,30 @@ impl Shell {
 fn notify(states: &[sd_notify::NotifyState<'_>]) {
     if let Err(e) = sd_notify::notify(states) {
         tracing::debug!(error = %e, "sd_notify");
+    }
+}
+
+/// The calling thread's scheduling class, in words for the log.
+fn scheduling() -> String {
+    // SAFETY: plain queries about the calling thread.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    let mut param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: valid out-pointer.
+    unsafe { libc::sched_getparam(0, &mut param) };
+    // SAFETY: as above; getpriority can return -1 legitimately, which is fine here.
+    let nice = unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
+    let reset = policy >= 0 && policy & libc::SCHED_RESET_ON_FORK != 0;
+    let class = match policy & !libc::SCHED_RESET_ON_FORK {
+        libc::SCHED_FIFO => format!("SCHED_FIFO priority {}", param.sched_priority),
+        libc::SCHED_RR => format!("SCHED_RR priority {}", param.sched_priority),
+        libc::SCHED_OTHER => format!("SCHED_OTHER nice {nice}"),
+        libc::SCHED_BATCH => format!("SCHED_BATCH nice {nice}"),
+        libc::SCHED_IDLE => "SCHED_IDLE".to_string(),
+        p => format!("policy {p}"),
+    };
+    if reset {
+        format!("{class}, reset on fork")
+    } else {
+        class
     }
 }

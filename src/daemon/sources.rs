@@ -1,10 +1,10 @@
-//! Event sources that live on the tokio runtime and feed the loop's channel: the rule
-//! directories (inotify, debounced) and the one-second ticker.
+//! The event source that lives on the tokio runtime and feeds the loop's channel: the
+//! rule directories (inotify, debounced).
 //!
 //! Must not touch: daemon state. Each source only sends [`Event`]s.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use inotify::{Inotify, WatchMask};
@@ -15,18 +15,6 @@ use super::{Event, ReloadCause};
 /// How long the rule directories must be quiet before a reload: editors write a temp
 /// file, then rename it, and packages drop several files at once.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
-
-/// Sends `Tick` once a second until the loop is gone.
-pub async fn ticker(events: mpsc::Sender<Event>, period: Duration) {
-    let mut iv = tokio::time::interval(period);
-    iv.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        iv.tick().await;
-        if events.send(Event::Tick(Instant::now())).await.is_err() {
-            return;
-        }
-    }
-}
 
 /// Watches the rule directories; after changes and [`DEBOUNCE`] of quiet, sends one
 /// reload. Directories that do not exist are skipped with a warning.

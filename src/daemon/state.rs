@@ -412,10 +412,10 @@ impl State {
             }
             Event::Hotplug => self.hotplug(Instant::now()),
             Event::Watch(Ok(())) => {
-                tracing::info!("proc connector subscribed");
                 self.watch_down = None;
                 // Events between the first rescan and the subscription are lost: look again.
                 self.manager_event(manager::Event::Rescan);
+                tracing::info!("proc connector subscribed");
                 self.status();
             }
             Event::Watch(Err(why)) => {

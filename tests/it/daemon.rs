@@ -1003,6 +1003,38 @@ fn a_rule_pins_every_thread_and_sigterm_restores_the_masks() {
 }
 
 #[test]
+fn a_process_started_after_the_daemon_is_pinned_from_its_events_alone() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    // No periodic rescan: only the proc connector, read on the loop thread, can find it.
+    dirs.write_settings("[watch]\nrescan-interval = \"off\"\n");
+    let original = online();
+    let target: CpuSet = std::iter::once(original.last().unwrap()).collect();
+    dirs.write_rule("10-born.toml", &explicit_rule("born", "pd-born", &target));
+    let d = Daemon::start(&bus, &dirs);
+    // Subscribed, and the rescan that follows the subscription done: from here on only
+    // events can find a new process.
+    bus.wait_for("the connector subscribed", Duration::from_secs(30), || {
+        d.log().contains("proc connector subscribed")
+    });
+    bus.wait_for("State ready", Duration::from_secs(30), || {
+        bus.get("State") == "s \"ready\""
+    });
+    let mut h = Helper::spawn(dirs.root.path(), "pd-born");
+    bus.wait_for("the new process pinned", Duration::from_secs(30), || {
+        all_on(&h, &target)
+    });
+    h.spawn_threads(3, Some("pd-born-w"));
+    assert!(all_on(&h, &target), "{:?}", masks(&h));
+    bus.wait_for("its threads managed", Duration::from_secs(30), || {
+        bus.get("ManagedThreads") == format!("u {}", masks(&h).len())
+    });
+    assert!(d.stop().success());
+    assert!(all_on(&h, &original), "{:?}", masks(&h));
+}
+
+#[test]
 fn after_kill_9_a_restart_re_pins_and_restores_what_a_removed_rule_held() {
     let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
