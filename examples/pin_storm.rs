@@ -1,9 +1,12 @@
 //! Load harness for the pinning pipeline: the real proc connector, the real manager and
-//! the real kernel, driven by a small loop exactly as the daemon drives them.
+//! the real kernel, driven by a loop shaped like the daemon's (one thread reads the
+//! connector and hands each batch to the manager), or by the daemon itself.
 //!
 //! ```text
 //! cargo build --release --example pin_storm
 //! target/release/examples/pin_storm storm [SECS] [EXECS_PER_S] [THREADS_PER_S]
+//! target/release/examples/pin_storm storm-external [SECS] [EXECS_PER_S] [THREADS_PER_S]
+//! target/release/examples/pin_storm rules
 //! target/release/examples/pin_storm idle [SECS]
 //! target/release/examples/pin_storm rescan [PROCESSES]
 //! ```
@@ -17,10 +20,13 @@
 //! the end of the batch (`Manager::handle_batch`, as the daemon drives it) in which the
 //! manager's set+read-back for that task was done: an upper bound. Missed pins: an
 //! exec'd process (it sleeps 1 s) not on CPU 0 900 ms after spawn (checked at 100 ms,
-//! then every millisecond: one moved only after 100 ms is late); a worker thread not on CPU 1 5 s
-//! after its birth (it checks itself at 30 ms and, when not yet moved, keeps checking
-//! every millisecond: a thread first seen on CPU 1 after 30 ms is counted late, with
-//! the latest such time printed).
+//! then every millisecond: one moved only after 100 ms is late); a worker thread not on
+//! CPU 1 5 s after it started running with its name (it checks itself 30 ms after that
+//! and, when not yet moved, keeps checking every millisecond: a thread first seen on
+//! CPU 1 after 30 ms is counted late, with the latest such time printed).
+//!
+//! `storm-external`: the same load and the same task-side checks, with no loop of its
+//! own: a running daemon with the harness's rules (`pin_storm rules`) does the pinning.
 //!
 //! `idle`: the loop with the connector and a 30 s rescan, no load: CPU and RSS.
 //!
@@ -154,10 +160,13 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
     );
     mgr.handle(Event::RulesChanged(rules));
     if std::env::var_os("PIN_STORM_FIFO").is_some() {
-        // What `CPUSchedulingPolicy=fifo` would give the daemon's loop.
-        let p = libc::sched_param { sched_priority: 10 };
+        // What systemd/pinnerd.service gives the daemon's loop: CPUSchedulingPolicy=fifo,
+        // CPUSchedulingPriority=1, CPUSchedulingResetOnFork=yes.
+        let p = libc::sched_param { sched_priority: 1 };
         // SAFETY: valid sched_param; 0 is the calling thread.
-        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) };
+        let rc = unsafe {
+            libc::sched_setscheduler(0, libc::SCHED_FIFO | libc::SCHED_RESET_ON_FORK, &p)
+        };
         assert_eq!(rc, 0, "SCHED_FIFO: {}", std::io::Error::last_os_error());
     }
     if let Some(n) = std::env::var("PIN_STORM_NICE")
@@ -302,11 +311,13 @@ fn child_threads(rate: u64, secs: u64) {
                 let late = late.clone();
                 let late_max_ms = late_max_ms.clone();
                 let done = done.clone();
-                let born = Instant::now();
                 let r = std::thread::Builder::new()
                     .name("storm-w".into())
                     .stack_size(64 * 1024)
                     .spawn(move || {
+                        // Running, with its name set (std names a thread before running
+                        // its closure): from here the daemon can tell it is a worker.
+                        let born = Instant::now();
                         std::thread::sleep(
                             Duration::from_millis(30).saturating_sub(born.elapsed()),
                         );
@@ -358,7 +369,9 @@ fn symlink(dir: &std::path::Path, name: &str, target: &std::path::Path) -> std::
     p
 }
 
-fn storm(secs: u64, execs: u64, threads: u64) {
+/// `external`: a running daemon does the pinning (with [`RULES`] installed); only what
+/// the tasks see of it is reported.
+fn storm(secs: u64, execs: u64, threads: u64, external: bool) {
     let dir = std::env::temp_dir().join(format!("pin-storm-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let sleep_bin = which("sleep");
@@ -367,10 +380,12 @@ fn storm(secs: u64, execs: u64, threads: u64) {
 
     let stop = Arc::new(AtomicBool::new(false));
     let loop_stop = stop.clone();
-    let lp = std::thread::Builder::new()
-        .name("pinnerd-loop".into())
-        .spawn(move || run_loop(loop_stop, rules(RULES), Duration::from_secs(30)))
-        .unwrap();
+    let lp = (!external).then(|| {
+        std::thread::Builder::new()
+            .name("pinnerd-loop".into())
+            .spawn(move || run_loop(loop_stop, rules(RULES), Duration::from_secs(30)))
+            .unwrap()
+    });
     std::thread::sleep(Duration::from_millis(500));
 
     let mut thr = Command::new(&thr_link)
@@ -439,7 +454,7 @@ fn storm(secs: u64, execs: u64, threads: u64) {
     thr_out.read_line(&mut line).unwrap();
     let _ = thr.wait();
     stop.store(true, Ordering::Relaxed);
-    let mut st = lp.join().unwrap();
+    let mut st = lp.map(|lp| lp.join().unwrap()).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&dir);
 
     let words: Vec<&str> = line.split_whitespace().collect();
@@ -449,9 +464,25 @@ fn storm(secs: u64, execs: u64, threads: u64) {
         _ => panic!("thread child said {line:?}"),
     };
     println!(
-        "storm {secs} s, {execs} execs/s, {threads} threads/s on {} CPUs",
-        online().len()
+        "storm {secs} s, {execs} execs/s, {threads} threads/s on {} CPUs{}",
+        online().len(),
+        if external {
+            ", pinned by a running daemon"
+        } else {
+            ""
+        }
     );
+    if external {
+        println!(
+            "  execs: {spawned} spawned, late (>100 ms) {exec_late} (latest pinned at {} ms), missed {exec_missed}",
+            exec_latest.as_millis()
+        );
+        println!(
+            "  threads: {t_spawned} spawned ({:.0}/s), late (>30 ms) {t_late} (latest pinned at {t_latest} ms), missed {t_missed}",
+            t_spawned as f64 / secs as f64
+        );
+        return;
+    }
     println!(
         "  execs: {spawned} spawned, {} pins timed, late (>100 ms) {exec_late} (latest pinned at {} ms), missed {exec_missed}; exec->pinned p50 {:.3} ms p99 {:.3} ms max {:.3} ms",
         st.exec_lat.len(),
@@ -611,13 +642,15 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let num = |i: usize, d: u64| args.get(i).and_then(|s| s.parse().ok()).unwrap_or(d);
     match args.first().map(String::as_str) {
-        Some("storm") => storm(num(1, 120), num(2, 100), num(3, 10_000)),
+        Some("storm") => storm(num(1, 120), num(2, 100), num(3, 10_000), false),
+        Some("storm-external") => storm(num(1, 120), num(2, 100), num(3, 10_000), true),
+        Some("rules") => print!("{RULES}"),
         Some("idle") => idle(num(1, 60)),
         Some("rescan") => rescan(num(1, 10_000) as usize),
         Some("child-threads") => child_threads(num(1, 10_000), num(2, 120)),
         _ => {
             eprintln!(
-                "usage: pin_storm storm [SECS] [EXECS/S] [THREADS/S] | idle [SECS] | rescan [N]"
+                "usage: pin_storm storm|storm-external [SECS] [EXECS/S] [THREADS/S] | rules | idle [SECS] | rescan [N]"
             );
             std::process::exit(2);
         }

@@ -351,6 +351,43 @@ check_hardening() {
     echo "CapEff=$capeff CapBnd=$capbnd NoNewPrivs=$nnp Seccomp=$seccomp"
 }
 
+# The unit's realtime class reaches the loop (the main thread) and nothing else:
+# CPUSchedulingResetOnFork puts every other thread back at SCHED_OTHER, nice 0.
+check_scheduling() {
+    local pid t tid a main="" others=0
+    pid=$(daemon_pid)
+    [ "${pid:-0}" -gt 0 ] || {
+        echo "pinnerd has no main pid"
+        return 1
+    }
+    for t in /proc/"$pid"/task/*; do
+        tid=${t##*/}
+        # Fields after "pid (comm) ": index N-3 is field N of proc(5)'s stat.
+        read -ra a <<<"$(sed 's/^.*) //' "$t/stat")" || continue
+        if [ "$tid" = "$pid" ]; then
+            main="policy=${a[38]} rt_priority=${a[37]}"
+        elif [ "${a[38]}" != 0 ] || [ "${a[16]}" != 0 ]; then
+            echo "thread $tid ($(cat "$t/comm")): policy=${a[38]} nice=${a[16]}, want SCHED_OTHER nice 0"
+            return 1
+        else
+            others=$((others + 1))
+        fi
+    done
+    [ "$main" = "policy=1 rt_priority=1" ] || {
+        echo "main thread $main, want policy=1 rt_priority=1 (SCHED_FIFO 1)"
+        return 1
+    }
+    [ "$others" -ge 2 ] || {
+        echo "only $others other threads"
+        return 1
+    }
+    journalctl -b -u pinnerd.service --no-pager -o verbose | grep -q 'SCHED_FIFO priority 1, reset on fork' || {
+        echo "the journal does not report the loop's class"
+        return 1
+    }
+    echo "loop (main thread) SCHED_FIFO 1; $others other threads SCHED_OTHER nice 0"
+}
+
 check_topology() {
     local json pk nd smt n
     json=$(pinnerd topology --json 2>&1) || {
@@ -903,6 +940,7 @@ echo "PINNERD-VM START kernel $(uname -r), $(nproc) CPUs, systemd $(systemctl --
 run_check package-installed-enabled check_package 30
 run_check service-active check_active 150
 run_check hardening check_hardening 30
+run_check scheduling check_scheduling 30
 run_check topology check_topology 60
 run_check dbus-introspect check_dbus_introspect 60
 run_check dbus-get-property-call check_dbus_properties 60
