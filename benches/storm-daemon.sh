@@ -16,7 +16,8 @@ storm=$root/target/release/examples/pin_storm
     echo "build first: cargo build --release --bin pinnerd --example pin_storm" >&2
     exit 2
 }
-work=$(mktemp -d)
+# The runtime directory on tmpfs, as /run is under systemd.
+work=$(mktemp -d -p /dev/shm)
 bus_pid=
 daemon_pid=
 cleanup() {
@@ -52,14 +53,16 @@ grep -q "proc connector subscribed" "$work/daemon.log" || {
     cat "$work/daemon.log" >&2
     exit 1
 }
-cpu_ns() { cat /proc/"$daemon_pid"/task/*/schedstat | awk '{ s += $1 } END { print s }'; }
+cpu_ns() { cat /proc/"$daemon_pid"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
 before=$(cpu_ns)
 t0=$(date +%s.%N)
+[ -n "${PERF_OUT:-}" ] && perf record -g -o "$PERF_OUT" -p "$daemon_pid" -- sleep "$secs" >/dev/null 2>&1 &
 "$storm" storm-external "$secs" "$execs" "$threads"
 t1=$(date +%s.%N)
 after=$(cpu_ns)
 hwm=$(awk '/^VmHWM:/ { print $2 }' /proc/"$daemon_pid"/status)
-awk -v c=$((after - before)) -v t0="$t0" -v t1="$t1" -v h="$hwm" -v cl="$class" 'BEGIN {
+awk -v b="$before" -v a="$after" -v t0="$t0" -v t1="$t1" -v h="$hwm" -v cl="$class" 'BEGIN {
+    c = a - b
     printf "  daemon (%s): CPU %.1f s over %.0f s (%.1f%% of a core), peak RSS %.1f MiB\n",
         cl, c / 1e9, t1 - t0, 100 * c / 1e9 / (t1 - t0), h / 1024 }'
 echo "  connector overruns logged: $(grep -c 'proc connector overrun' "$work/daemon.log" || true)"

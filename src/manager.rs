@@ -1525,6 +1525,11 @@ impl Manager {
         s
     }
 
+    /// Whether the restore journal has changes not yet written ([`Manager::flush`]).
+    pub fn journal_dirty(&self) -> bool {
+        self.journal_dirty && self.journal.is_some()
+    }
+
     /// Writes the restore journal if what must be restored changed.
     pub fn flush(&mut self) -> Result<(), RestoreError> {
         if !self.journal_dirty {

@@ -1,7 +1,7 @@
 //! The restore journal: what must be given back if the daemon dies.
 //!
 //! Each managed process is recorded with its start time, the mask it had at first
-//! contact and the mask we applied. The file is rewritten atomically (temp file, fsync,
+//! contact and the mask we applied. The file is rewritten atomically (temp file, then
 //! rename) whenever that set changes, so after a crash the next start can put every
 //! task we changed back the way it was — and leave alone any task someone else has
 //! changed since.
@@ -111,20 +111,15 @@ impl Journal {
             path: tmp.clone(),
             source,
         };
+        // No fsync: the journal guards against the daemon dying, not the machine. After
+        // a crash of the daemon the page cache holds the last complete file (the rename
+        // is atomic); after a power loss no task it names is alive any more, and a stale
+        // entry never matches a new process (start times). An fsync per change would
+        // stall the loop on a disk-backed runtime directory (see benches/README.md).
         let mut f = fs::File::create(&tmp).map_err(tmp_err)?;
         f.write_all(&body).map_err(tmp_err)?;
-        f.sync_all().map_err(tmp_err)?;
         drop(f);
         fs::rename(&tmp, &self.path).map_err(werr)?;
-        // The rename is durable only once the directory entry is on disk.
-        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|source| RestoreError::Write {
-                    path: dir.to_owned(),
-                    source,
-                })?;
-        }
         Ok(())
     }
 

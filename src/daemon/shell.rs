@@ -43,6 +43,9 @@ pub struct Options {
 
 /// How often the loop handles a `Tick` (periodic work is due-checked against it).
 const TICK: Duration = Duration::from_secs(1);
+/// How often process events may republish the snapshot (the D-Bus counters and their
+/// PropertiesChanged signals) under a storm; every other event publishes at once.
+const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 /// Channel events handled in a row before the kernel sources are looked at again, so
 /// that neither starves the other.
 const CHANNEL_BURST: usize = 64;
@@ -190,6 +193,8 @@ impl Shell {
         let waker = Waker::from(bell.clone());
         let mut cx = Context::from_waker(&waker);
         let mut next_tick = Instant::now() + TICK;
+        let mut last_publish = Instant::now();
+        let mut publish_due: Option<Instant> = None;
         let mut batch = Vec::with_capacity(super::watchers::BATCH);
         loop {
             // The channel first (commands, signals, reloads), a burst at a time. When it
@@ -210,15 +215,33 @@ impl Shell {
                     }
                 }
             }
+            if let Some(at) = publish_due {
+                if Instant::now() >= at {
+                    publish_due = None;
+                    self.publish(&state);
+                    last_publish = Instant::now();
+                }
+            }
+            // The clock, or sooner when the state has something due (a deferred journal
+            // write) or the snapshot is; every periodic job is due-checked, so an early
+            // tick is harmless.
+            let due = |state: &State, tick: Instant, publish: Option<Instant>| {
+                [state.deadline(), publish]
+                    .into_iter()
+                    .flatten()
+                    .fold(tick, Instant::min)
+            };
             let now = Instant::now();
-            if now >= next_tick {
-                next_tick = now + TICK;
+            if now >= due(&state, next_tick, None) {
+                if now >= next_tick {
+                    next_tick = now + TICK;
+                }
                 if self.step(&mut state, Event::Tick(now)) {
                     return Ok(());
                 }
             }
             let timeout = if drained {
-                next_tick.saturating_duration_since(Instant::now())
+                due(&state, next_tick, publish_due).saturating_duration_since(Instant::now())
             } else {
                 Duration::ZERO
             };
@@ -228,10 +251,21 @@ impl Shell {
             }
             if ready.proc {
                 let failed = kernel.read_proc(&mut batch);
-                if !batch.is_empty()
-                    && self.step(&mut state, Event::Proc(std::mem::take(&mut batch)))
-                {
-                    return Ok(());
+                if !batch.is_empty() {
+                    // Not `step`: the snapshot (counters only, for process events) is
+                    // published at most every PUBLISH_EVERY under a storm.
+                    state.handle(Event::Proc(std::mem::take(&mut batch)));
+                    if self.perform(&mut state) {
+                        return Ok(());
+                    }
+                    if publish_due.is_none() {
+                        if last_publish.elapsed() >= PUBLISH_EVERY {
+                            self.publish(&state);
+                            last_publish = Instant::now();
+                        } else {
+                            publish_due = Some(last_publish + PUBLISH_EVERY);
+                        }
+                    }
                 }
                 if let Some(ev) = failed {
                     if self.step(&mut state, ev) {

@@ -139,6 +139,12 @@ struct Running {
     full: bool,
 }
 
+/// How long the restore journal may lag process events. A daemon that dies within it
+/// leaves a task pinned in that window out of the journal: the next start re-pins it by
+/// its rule, but cannot give back its original mask. Rule changes, PinProcess, rescans
+/// and stopping write it at once.
+pub const JOURNAL_DELAY: Duration = Duration::from_millis(50);
+
 /// All daemon state. Owned by one thread.
 pub struct State {
     cfg: Config,
@@ -160,6 +166,8 @@ pub struct State {
     /// Why the proc connector is not available (rescans only), if it is not.
     watch_down: Option<String>,
     next_rescan: Option<Instant>,
+    /// A journal write deferred after process events (see [`JOURNAL_DELAY`]).
+    journal_due: Option<Instant>,
     running: Option<Running>,
     /// A full measurement promised (id given out) while a drift probe runs.
     queued_full: Option<u64>,
@@ -200,6 +208,7 @@ impl State {
             manager: None,
             watch_down: None,
             next_rescan: None,
+            journal_due: None,
             running: None,
             queued_full: None,
             last_failure: None,
@@ -291,11 +300,22 @@ impl State {
         for c in &changes {
             log_change(c);
         }
+        self.flush_journal();
+    }
+
+    fn flush_journal(&mut self) {
+        self.journal_due = None;
         if let Some(m) = &mut self.manager {
             if let Err(e) = m.flush() {
                 tracing::warn!(error = %e, "cannot write the restore journal");
             }
         }
+    }
+
+    /// When the loop must handle a `Tick` next at the latest, besides its once-a-second
+    /// clock: a deferred journal write.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.journal_due
     }
 
     fn manager_event(&mut self, ev: manager::Event) {
@@ -408,7 +428,15 @@ impl State {
             Event::Proc(msgs) => {
                 let Some(m) = &mut self.manager else { return };
                 let changes = m.handle_batch(msgs);
-                self.after_manager(changes);
+                for c in &changes {
+                    log_change(c);
+                }
+                // Under a storm every batch changes the journal: it is written once per
+                // JOURNAL_DELAY at most (by `tick`), not once per batch.
+                if self.manager.as_ref().is_some_and(|m| m.journal_dirty()) {
+                    self.journal_due
+                        .get_or_insert_with(|| Instant::now() + JOURNAL_DELAY);
+                }
             }
             Event::Hotplug => self.hotplug(Instant::now()),
             Event::Watch(Ok(())) => {
@@ -1008,6 +1036,9 @@ impl State {
     }
 
     fn tick(&mut self, now: Instant) {
+        if self.journal_due.is_some_and(|due| now >= due) {
+            self.flush_journal();
+        }
         if let (Some(every), Some(due)) = (self.timing.watchdog_every, self.next_watchdog) {
             if now >= due {
                 self.actions.push(Action::Watchdog);
@@ -1248,6 +1279,46 @@ mod tests {
                     .collect(),
             )),
         })
+    }
+
+    #[test]
+    fn the_journal_lags_process_events_by_at_most_the_delay() {
+        let (mut s, d) = state(Timing::default());
+        let online: CpuSet = std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        std::fs::write(
+            d.path().join("rules/j.toml"),
+            format!(
+                "[[rule]]\nname = \"j\"\n[rule.match]\ncomm = \"pd-journal\"\n[rule.place]\ncpus = \"{online}\"\n"
+            ),
+        )
+        .unwrap();
+        s.start().unwrap();
+        let journal = d
+            .path()
+            .join("runtime")
+            .join(crate::affinity::restore::JOURNAL_FILE);
+        assert!(!journal.exists());
+        let link = d.path().join("pd-journal");
+        std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
+        let mut child = std::process::Command::new(&link).arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        let t0 = Instant::now();
+        s.handle(Event::Proc(vec![crate::watch::ProcMsg::Exec { pid }]));
+        let due = s.deadline().expect("a deferred journal write");
+        assert!(due > t0 && due <= Instant::now() + JOURNAL_DELAY, "{due:?}");
+        assert!(!journal.exists(), "written at once");
+        s.handle(Event::Tick(due - Duration::from_millis(1)));
+        assert!(!journal.exists(), "written before it was due");
+        s.handle(Event::Tick(due));
+        let text = std::fs::read_to_string(&journal).expect("written when due");
+        assert!(text.contains(&format!("\"pid\": {pid}")), "{text}");
+        assert_eq!(s.deadline(), None);
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 
     fn started(timing: Timing) -> (State, tempfile::TempDir, Job) {
