@@ -6,7 +6,13 @@
 #
 #   cargo build --release --bin pinnerd --example pin_storm
 #   sudo benches/storm-daemon.sh [SECS] [EXECS_PER_S] [THREADS_PER_S]
+#   sudo benches/storm-daemon.sh idle [SECS]    # no load: the daemon's idle cost
 set -euo pipefail
+mode=storm
+if [ "${1:-}" = idle ]; then
+    mode=idle
+    shift
+fi
 secs=${1:-120} execs=${2:-100} threads=${3:-10000}
 class=${CLASS:-fifo}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,15 +60,22 @@ grep -q "proc connector subscribed" "$work/daemon.log" || {
     exit 1
 }
 cpu_ns() { cat /proc/"$daemon_pid"/task/*/schedstat | awk '{ s += $1 } END { printf "%.0f\n", s }'; }
+# Idle: from 10 s after the start, when the start-up measurement's threads are gone.
+[ "$mode" = idle ] && sleep 10
 before=$(cpu_ns)
 t0=$(date +%s.%N)
 [ -n "${PERF_OUT:-}" ] && perf record -g -o "$PERF_OUT" -p "$daemon_pid" -- sleep "$secs" >/dev/null 2>&1 &
-"$storm" storm-external "$secs" "$execs" "$threads"
+if [ "$mode" = idle ]; then
+    echo "idle $secs s: the daemon with the harness's rules, nothing started"
+    sleep "$secs"
+else
+    "$storm" storm-external "$secs" "$execs" "$threads"
+fi
 t1=$(date +%s.%N)
 after=$(cpu_ns)
 hwm=$(awk '/^VmHWM:/ { print $2 }' /proc/"$daemon_pid"/status)
 awk -v b="$before" -v a="$after" -v t0="$t0" -v t1="$t1" -v h="$hwm" -v cl="$class" 'BEGIN {
     c = a - b
-    printf "  daemon (%s): CPU %.1f s over %.0f s (%.1f%% of a core), peak RSS %.1f MiB\n",
+    printf "  daemon (%s): CPU %.3f s over %.0f s (%.3f%% of a core), peak RSS %.1f MiB\n",
         cl, c / 1e9, t1 - t0, 100 * c / 1e9 / (t1 - t0), h / 1024 }'
 echo "  connector overruns logged: $(grep -c 'proc connector overrun' "$work/daemon.log" || true)"
