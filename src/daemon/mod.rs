@@ -208,6 +208,4 @@ pub enum DaemonError {
     },
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
-    #[error("the event loop stopped unexpectedly")]
-    LoopDied,
 }

@@ -109,12 +109,11 @@ impl KernelSources {
 
     /// Sleeps until the doorbell rings, a source is readable, or `timeout` passes.
     pub fn wait(&self, bell: &Doorbell, timeout: Duration) -> Ready {
-        let fd = |s: Option<&dyn AsRawFd>| s.map_or(-1, |s| s.as_raw_fd());
+        // A missing source polls fd -1, which poll(2) ignores.
         let mut fds = [
             pollfd(bell.0.as_raw_fd()),
-            // A negative fd is ignored by poll(2).
-            pollfd(fd(self.proc.as_ref().map(|c| c as &dyn AsRawFd))),
-            pollfd(fd(self.hotplug.as_ref().map(|s| s as &dyn AsRawFd))),
+            pollfd(self.proc.as_ref().map_or(-1, |c| c.as_raw_fd())),
+            pollfd(self.hotplug.as_ref().map_or(-1, |s| s.as_raw_fd())),
         ];
         // Rounded up, so that a deadline a few µs away does not spin.
         let ms = timeout.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
