@@ -354,7 +354,7 @@ check_hardening() {
 # The unit's realtime class reaches the loop (the main thread) and nothing else:
 # CPUSchedulingResetOnFork puts every other thread back at SCHED_OTHER, nice 0.
 check_scheduling() {
-    local pid t tid a main="" others=0
+    local pid t tid st a main="" others=0
     pid=$(daemon_pid)
     [ "${pid:-0}" -gt 0 ] || {
         echo "pinnerd has no main pid"
@@ -362,8 +362,10 @@ check_scheduling() {
     }
     for t in /proc/"$pid"/task/*; do
         tid=${t##*/}
+        # A thread that ended meanwhile (a measurement spinner) is skipped.
+        st=$(cat "$t/stat" 2>/dev/null) || continue
         # Fields after "pid (comm) ": index N-3 is field N of proc(5)'s stat.
-        read -ra a <<<"$(sed 's/^.*) //' "$t/stat")" || continue
+        read -ra a <<<"${st##*) }"
         if [ "$tid" = "$pid" ]; then
             main="policy=${a[38]} rt_priority=${a[37]}"
         elif [ "${a[38]}" != 0 ] || [ "${a[16]}" != 0 ]; then
