@@ -113,9 +113,10 @@ impl Journal {
         };
         // No fsync: the journal guards against the daemon dying, not the machine. After
         // a crash of the daemon the page cache holds the last complete file (the rename
-        // is atomic); after a power loss no task it names is alive any more, and a stale
-        // entry never matches a new process (start times). An fsync per change would
-        // stall the loop on a disk-backed runtime directory (see benches/README.md).
+        // is atomic); after a power loss no task it names is alive any more, and the
+        // unit's runtime directory (/run) does not survive the reboot. An fsync per
+        // change would stall the loop on a disk-backed runtime directory (see
+        // benches/README.md).
         let mut f = fs::File::create(&tmp).map_err(tmp_err)?;
         f.write_all(&body).map_err(tmp_err)?;
         drop(f);
