@@ -1,5 +1,5 @@
 //! The event source that lives on the tokio runtime and feeds the loop's channel: the
-//! rule directories (inotify, debounced).
+//! rule directories (inotify, debounced; directories that appear later are picked up).
 //!
 //! Must not touch: daemon state. Each source only sends [`Event`]s.
 
@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use inotify::{Inotify, WatchMask};
+use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use tokio::sync::mpsc;
 
 use super::{Event, ReloadCause};
@@ -16,43 +16,96 @@ use super::{Event, ReloadCause};
 /// file, then rename it, and packages drop several files at once.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
 
-/// Watches the rule directories; after changes and [`DEBOUNCE`] of quiet, sends one
-/// reload. Directories that do not exist are skipped with a warning.
-pub fn rule_watcher(dirs: &[PathBuf]) -> std::io::Result<Inotify> {
-    let inotify = Inotify::init()?;
-    let mask = WatchMask::CREATE
+/// How often a rule directory that does not exist (yet, or any more) is looked for.
+pub const MISSING_POLL: Duration = Duration::from_secs(2);
+
+fn mask() -> WatchMask {
+    WatchMask::CREATE
         | WatchMask::CLOSE_WRITE
         | WatchMask::MOVED_TO
         | WatchMask::DELETE
-        | WatchMask::MOVED_FROM;
+        | WatchMask::MOVED_FROM
+        | WatchMask::ONLYDIR
+}
+
+/// The rule directories' inotify watches, and the directories that could not be watched
+/// because they do not exist.
+#[derive(Debug)]
+pub struct RuleWatch {
+    inotify: Inotify,
+    watched: Vec<(WatchDescriptor, PathBuf)>,
+    missing: Vec<PathBuf>,
+}
+
+/// Watches the rule directories. One that does not exist is looked for every
+/// [`MISSING_POLL`] and watched (with a reload) once it appears.
+pub fn rule_watcher(dirs: &[PathBuf]) -> std::io::Result<RuleWatch> {
+    let inotify = Inotify::init()?;
+    let mut w = RuleWatch {
+        watched: Vec::new(),
+        missing: Vec::new(),
+        inotify,
+    };
     for dir in dirs {
-        match inotify.watches().add(dir, mask) {
-            Ok(_) => tracing::debug!(dir = %dir.display(), "watching rules"),
+        match w.inotify.watches().add(dir, mask()) {
+            Ok(wd) => {
+                tracing::debug!(dir = %dir.display(), "watching rules");
+                w.watched.push((wd, dir.clone()));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::warn!(dir = %dir.display(), "rule directory does not exist; its rules are read once it does");
+                w.missing.push(dir.clone());
+            }
             Err(e) => {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch rule directory")
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch rule directory; SIGHUP still reloads it")
             }
         }
     }
-    Ok(inotify)
+    Ok(w)
 }
 
-/// Runs the debounced reload loop on an [`Inotify`] from [`rule_watcher`].
-pub async fn rule_changes(inotify: Inotify, events: mpsc::Sender<Event>) -> std::io::Result<()> {
+/// Runs the debounced reload loop: after changes and [`DEBOUNCE`] of quiet, sends one
+/// reload. A rule directory that appears is watched from then on; one that goes away
+/// (its watch ends) is looked for again.
+pub async fn rule_changes(w: RuleWatch, events: mpsc::Sender<Event>) -> std::io::Result<()> {
+    let RuleWatch {
+        inotify,
+        mut watched,
+        mut missing,
+    } = w;
     let mut stream = inotify.into_event_stream(vec![0u8; 4096])?;
+    let mut watches = stream.watches();
+    let mut look = tokio::time::interval(MISSING_POLL);
+    look.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        // The first change…
-        match stream.next().await {
-            Some(ev) => {
-                ev?;
+        // The first change (or a directory that appeared)…
+        tokio::select! {
+            ev = stream.next() => match ev {
+                Some(ev) => note(&ev?, &mut watched, &mut missing),
+                None => return Ok(()),
+            },
+            _ = look.tick(), if !missing.is_empty() => {
+                let before = missing.len();
+                let mut still = Vec::new();
+                for dir in missing.drain(..) {
+                    match watches.add(&dir, mask()) {
+                        Ok(wd) => {
+                            tracing::info!(dir = %dir.display(), "rule directory appeared; watching it");
+                            watched.push((wd, dir));
+                        }
+                        Err(_) => still.push(dir),
+                    }
+                }
+                missing = still;
+                if missing.len() == before {
+                    continue;
+                }
             }
-            None => return Ok(()),
         }
         // …then wait for quiet.
         while let Ok(more) = tokio::time::timeout(DEBOUNCE, stream.next()).await {
             match more {
-                Some(ev) => {
-                    ev?;
-                }
+                Some(ev) => note(&ev?, &mut watched, &mut missing),
                 None => return Ok(()),
             }
         }
@@ -62,6 +115,22 @@ pub async fn rule_changes(inotify: Inotify, events: mpsc::Sender<Event>) -> std:
             .is_err()
         {
             return Ok(());
+        }
+    }
+}
+
+/// A removed watch (its directory deleted, moved or unmounted) moves the directory to
+/// `missing`.
+fn note<S>(
+    ev: &inotify::Event<S>,
+    watched: &mut Vec<(WatchDescriptor, PathBuf)>,
+    missing: &mut Vec<PathBuf>,
+) {
+    if ev.mask.contains(EventMask::IGNORED) {
+        if let Some(i) = watched.iter().position(|(wd, _)| *wd == ev.wd) {
+            let (_, dir) = watched.swap_remove(i);
+            tracing::warn!(dir = %dir.display(), "rule directory gone; its rules are read again once it is back");
+            missing.push(dir);
         }
     }
 }

@@ -362,10 +362,13 @@ impl Daemon {
         assert_eq!(r, 0, "kill {sig}");
     }
 
-    /// SIGTERM, then wait for a clean exit.
+    /// SIGTERM, then wait for a clean exit. The notify socket is drained meanwhile, as
+    /// systemd does: a daemon that sent more than the socket queues (reloads, status
+    /// lines) waits in its last `STOPPING=1` until it is read.
     pub fn stop(mut self) -> std::process::ExitStatus {
         self.signal(libc::SIGTERM);
         let end = Instant::now() + Duration::from_secs(20);
+        let mut buf = [0u8; 4096];
         loop {
             if let Some(st) = self.child.try_wait().unwrap() {
                 return st;
@@ -375,7 +378,8 @@ impl Daemon {
                 "daemon did not stop; log:\n{}",
                 self.log()
             );
-            std::thread::sleep(Duration::from_millis(20));
+            // Waits up to the socket's 100 ms read timeout.
+            let _ = self.notify.recv(&mut buf);
         }
     }
 }
@@ -1032,6 +1036,51 @@ fn a_process_started_after_the_daemon_is_pinned_from_its_events_alone() {
     });
     assert!(d.stop().success());
     assert!(all_on(&h, &original), "{:?}", masks(&h));
+}
+
+#[test]
+fn a_rule_directory_made_after_start_is_read_and_one_removed_is_looked_for_again() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let later = dirs.root.path().join("later");
+    let later_arg = later.display().to_string();
+    let mut d = Daemon::spawn(&bus, &dirs, &["--rules", &later_arg]);
+    d.wait_note("READY=1", Duration::from_secs(60));
+    assert_eq!(bus.get("RuleCount"), "u 0");
+    let h = Helper::spawn(dirs.root.path(), "pd-later");
+    let original = online();
+    let target: CpuSet = std::iter::once(original.last().unwrap()).collect();
+    let make = || {
+        std::fs::create_dir(&later).unwrap();
+        std::fs::set_permissions(&later, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(
+            later.join("10-later.toml"),
+            explicit_rule("later", "pd-later", &target),
+        )
+        .unwrap();
+    };
+    make();
+    bus.wait_for(
+        "the new directory's rule applied",
+        Duration::from_secs(30),
+        || bus.get("RuleCount") == "u 1" && all_on(&h, &target),
+    );
+    // Gone: its rule goes (and the mask comes back); back: read again.
+    std::fs::remove_dir_all(&later).unwrap();
+    bus.wait_for(
+        "the rule gone with its directory",
+        Duration::from_secs(30),
+        || bus.get("RuleCount") == "u 0" && all_on(&h, &original),
+    );
+    make();
+    bus.wait_for(
+        "the directory back, its rule again",
+        Duration::from_secs(30),
+        || bus.get("RuleCount") == "u 1" && all_on(&h, &target),
+    );
+    assert!(d.log().contains("rule directory appeared"), "{}", d.log());
+    assert!(d.stop().success());
 }
 
 #[test]
