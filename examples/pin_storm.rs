@@ -77,8 +77,8 @@ fn rules(text: &str) -> RuleSet {
     )
 }
 
-/// A worker thread not on its CPU this long after its birth was missed (it waits that
-/// long for the pin; one on its CPU only after 30 ms is late).
+/// A worker thread not on its CPU this long after it started running was missed (it
+/// waits that long for the pin; one on its CPU only after 30 ms is late).
 const NEVER: Duration = Duration::from_secs(5);
 
 /// Messages handed to the manager at once, at most (the daemon's reader uses 1024 too).
