@@ -75,6 +75,53 @@ fn set_timeout(fd: RawFd, t: Duration) -> Result<(), WatchError> {
 }
 
 /// Sets a receive buffer of `bytes`, past `rmem_max` when privileged.
+/// Which call of [`open_netlink`] failed.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum NetlinkStep {
+    Socket,
+    Bind,
+}
+
+/// A netlink datagram socket of `protocol`, with a receive buffer of about
+/// `recv_buffer` bytes, bound to the multicast `groups`.
+pub(crate) fn open_netlink(
+    protocol: libc::c_int,
+    groups: u32,
+    recv_buffer: usize,
+) -> Result<OwnedFd, (NetlinkStep, std::io::Error)> {
+    let fail = |step| (step, std::io::Error::last_os_error());
+    // SAFETY: plain socket(2) call; the result is checked.
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_NETLINK,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            protocol,
+        )
+    };
+    if raw < 0 {
+        return Err(fail(NetlinkStep::Socket));
+    }
+    // SAFETY: `raw` is a fresh descriptor we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    set_rcvbuf(fd.as_raw_fd(), recv_buffer);
+    // SAFETY: zeroed sockaddr_nl is valid; fields set below.
+    let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
+    sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
+    sa.nl_groups = groups;
+    // SAFETY: valid sockaddr of the size given.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            &sa as *const libc::sockaddr_nl as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(fail(NetlinkStep::Bind));
+    }
+    Ok(fd)
+}
+
 pub(crate) fn set_rcvbuf(fd: RawFd, bytes: usize) -> usize {
     let size = bytes.min(i32::MAX as usize) as libc::c_int;
     for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
@@ -111,36 +158,15 @@ impl Connector {
     /// Opens, binds and subscribes, waiting at most `timeout` for the kernel's
     /// acknowledgement. Blocks the calling thread: call it off the async runtime.
     pub fn open(timeout: Duration, recv_buffer: usize) -> Result<Connector, WatchError> {
-        // SAFETY: plain socket(2) call; the result is checked.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-                NETLINK_CONNECTOR,
-            )
-        };
-        if raw < 0 {
-            return Err(last_err("socket(NETLINK_CONNECTOR)"));
-        }
-        // SAFETY: `raw` is a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        set_rcvbuf(fd.as_raw_fd(), recv_buffer);
-
-        // SAFETY: zeroed sockaddr_nl is valid; fields set below.
-        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        sa.nl_groups = CN_IDX_PROC;
-        // SAFETY: valid sockaddr of the size given.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                &sa as *const libc::sockaddr_nl as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(last_err("bind(CN_IDX_PROC)"));
-        }
+        let fd = open_netlink(NETLINK_CONNECTOR, CN_IDX_PROC, recv_buffer).map_err(
+            |(what, source)| WatchError::Connector {
+                what: match what {
+                    NetlinkStep::Socket => "socket(NETLINK_CONNECTOR)",
+                    NetlinkStep::Bind => "bind(CN_IDX_PROC)",
+                },
+                source,
+            },
+        )?;
 
         // nlmsghdr + cn_msg + u32 op
         let total = NLMSG_HDRLEN + CN_MSG_LEN + 4;
@@ -255,17 +281,26 @@ impl Connector {
     /// events to `out`. Returns the number appended; 0 when nothing was queued.
     /// ENOBUFS appends [`ProcMsg::Overrun`].
     pub fn read(&mut self, out: &mut Vec<ProcMsg>) -> Result<usize, WatchError> {
-        let mut timed = Vec::new();
-        let n = self.read_timed(&mut timed)?;
-        out.extend(timed.into_iter().map(|(m, _)| m));
-        Ok(n)
+        self.receive(|m, _| out.push(m))
     }
 
     /// As [`Connector::read`], with each event's kernel timestamp (CLOCK_MONOTONIC
     /// nanoseconds; 0 for an overrun), for latency measurements.
     pub fn read_timed(&mut self, out: &mut Vec<(ProcMsg, u64)>) -> Result<usize, WatchError> {
-        let before = out.len();
-        out.extend(self.early.drain(..).map(|m| (m, 0)));
+        self.receive(|m, ts| out.push((m, ts)))
+    }
+
+    /// Receives one datagram and hands each of its events, with its timestamp, to
+    /// `push`; returns how many.
+    fn receive(&mut self, mut push: impl FnMut(ProcMsg, u64)) -> Result<usize, WatchError> {
+        let mut count = 0;
+        let mut push = |m, ts| {
+            count += 1;
+            push(m, ts);
+        };
+        for m in self.early.drain(..) {
+            push(m, 0);
+        }
         // SAFETY: receiving into our own buffer.
         let n = unsafe {
             libc::recv(
@@ -278,10 +313,10 @@ impl Connector {
         if n < 0 {
             let e = std::io::Error::last_os_error();
             return match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(out.len() - before),
+                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(count),
                 Some(libc::ENOBUFS) => {
-                    out.push((ProcMsg::Overrun, 0));
-                    Ok(out.len() - before)
+                    push(ProcMsg::Overrun, 0);
+                    Ok(count)
                 }
                 _ => Err(WatchError::Connector {
                     what: "recv",
@@ -293,14 +328,16 @@ impl Connector {
             match item {
                 Ok(Some(ev)) => {
                     let ts = timestamp(&ev);
-                    out.extend(translate(ev).map(|m| (m, ts)));
+                    if let Some(m) = translate(ev) {
+                        push(m, ts);
+                    }
                 }
                 Ok(None) => {}
-                Err(proc_connector::Error::Overrun) => out.push((ProcMsg::Overrun, 0)),
+                Err(proc_connector::Error::Overrun) => push(ProcMsg::Overrun, 0),
                 Err(e) => tracing::debug!(error = %e, "unparsable proc connector message"),
             }
         }
-        Ok(out.len() - before)
+        Ok(count)
     }
 }
 

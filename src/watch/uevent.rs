@@ -4,9 +4,11 @@
 //! it, and does not narrow it back when the CPU returns; the manager re-plans and
 //! re-applies on every online/offline event.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
 use std::time::Duration;
 
+use super::connector::NetlinkStep;
 use super::WatchError;
 
 /// A CPU changed state.
@@ -25,40 +27,16 @@ pub struct UeventSocket {
 
 impl UeventSocket {
     pub fn open() -> Result<UeventSocket, WatchError> {
-        let err = |what| WatchError::Uevent {
-            what,
-            source: std::io::Error::last_os_error(),
-        };
-        // SAFETY: plain socket(2); the result is checked.
-        let raw = unsafe {
-            libc::socket(
-                libc::AF_NETLINK,
-                libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-                libc::NETLINK_KOBJECT_UEVENT,
-            )
-        };
-        if raw < 0 {
-            return Err(err("socket(NETLINK_KOBJECT_UEVENT)"));
-        }
-        // SAFETY: a fresh descriptor we own.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        super::connector::set_rcvbuf(fd.as_raw_fd(), 1 << 20);
-        // SAFETY: zeroed sockaddr_nl is valid.
-        let mut sa: libc::sockaddr_nl = unsafe { std::mem::zeroed() };
-        sa.nl_family = libc::AF_NETLINK as libc::sa_family_t;
         // Group 1: events straight from the kernel (not udev's re-broadcast).
-        sa.nl_groups = 1;
-        // SAFETY: valid sockaddr of the size given.
-        let rc = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                &sa as *const libc::sockaddr_nl as *const libc::sockaddr,
-                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        };
-        if rc < 0 {
-            return Err(err("bind(uevent group 1)"));
-        }
+        let fd = super::connector::open_netlink(libc::NETLINK_KOBJECT_UEVENT, 1, 1 << 20).map_err(
+            |(step, source)| WatchError::Uevent {
+                what: match step {
+                    NetlinkStep::Socket => "socket(NETLINK_KOBJECT_UEVENT)",
+                    NetlinkStep::Bind => "bind(uevent group 1)",
+                },
+                source,
+            },
+        )?;
         Ok(UeventSocket {
             fd,
             buf: vec![0u8; 16 * 1024],
