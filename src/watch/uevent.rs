@@ -5,7 +5,6 @@
 //! re-applies on every online/offline event.
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-
 use std::time::Duration;
 
 use super::connector::NetlinkStep;
