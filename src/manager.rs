@@ -11,32 +11,26 @@
 //!
 //! ```text
 //!   ProcMsg (connector) ─┐
-//!   Rescan (timer/overrun)├─► Manager::handle(Event) ─► AffinityOps (set, read back)
-//!   RulesChanged, Hotplug ┘        │   ▲                    │
-//!                                  │   └── ProcSource ◄─────┘ (snapshots on demand)
+//!   Rescan (timer/overrun)├─► Manager::handle(Event) ─► AffinityOps (affinity::apply, read back)
+//!   RulesChanged(Plan),   │        │   ▲                    │
+//!   PlanChanged(Plan) ────┘        │   └── ProcSource ◄─────┘ (snapshots on demand)
 //!                                  └─► Vec<Change>, counters(), list_managed(), explain()
 //! ```
 //!
 //! How the loop drives it:
 //! - at start: [`Manager::recover`] (restore what a crashed predecessor left), then
-//!   `handle(Event::Rescan)`;
+//!   `handle(Event::RulesChanged(plan))`;
 //! - every connector message: `handle(Event::Proc(msg))` (an `Overrun` rescans);
 //! - the rescan timer: `handle(Event::Rescan)` (also checks managed masks for changes
 //!   made by someone else);
-//! - new rules: `handle(Event::RulesChanged(set))`; a CPU online/offline uevent:
-//!   `handle(Event::Hotplug { online })` with the online set re-read from sysfs;
+//! - new rules: `handle(Event::RulesChanged(plan))` with the [`Plan`] of the new rules
+//!   (every process is matched again); new CPUs or latency domains:
+//!   `handle(Event::PlanChanged(plan))` (managed threads are re-applied);
 //! - after each batch of events: [`Manager::flush`] (writes the journal if it changed);
 //! - on stop: [`Manager::shutdown`] (gives every managed task its mask back).
 //!
-//! Placement: every placement unit (a rule's `[rule.place]`, or one `[[rule.threads]]`
-//! entry) is planned when rules or CPUs change, in precedence order (priority, then
-//! explicit `cpus` before counts, then name). An exclusive unit may not take CPUs any
-//! earlier unit holds; no unit may take CPUs an earlier exclusive unit holds. A unit
-//! that would need such CPUs loses: it is not applied, and its plan says to whom it
-//! lost ([`PlanState::Lost`]). A thread entry places within its `within` CPUs, else
-//! within its rule's own CPUs when the rule has a placed `[rule.place]`; a non-shared
-//! entry gives each matching thread its own `count` CPUs (slots), wrapping around when
-//! the CPUs run out.
+//! It plans nothing: which CPUs each placement unit gets is the [`Plan`]'s (see
+//! `plan`); the manager finds the threads each unit covers and applies the plan to them.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -47,39 +41,10 @@ use serde::Serialize;
 use crate::affinity::restore::{self, Journal, RestoreEntry, RestoreError, RestoreReport};
 use crate::affinity::{AffinityOps, Outcome, ProcessHandle, Tid};
 use crate::cpuset::CpuSet;
-use crate::rules::{CpuTarget, PlacementRequest, Rule, RuleSet, ThreadPlacement};
+use crate::plan::{Cpus, Plan, PlanState};
+use crate::rules::{Rule, RuleSet, ThreadPlacement};
 use crate::sysroot::SysRoot;
 use crate::watch::{ProcMsg, ProcSource, Snapshot};
-
-/// Chooses CPUs for a count request among `available` (the placement engine):
-/// `(cpus, reserved)`, where `reserved` (a superset of `cpus`) also holds the idle SMT
-/// siblings an exclusive request keeps free.
-pub type Placer =
-    Box<dyn Fn(&PlacementRequest, &CpuSet) -> Result<(CpuSet, CpuSet), String> + Send>;
-
-/// The placement engine over `domains` as a [`Placer`].
-pub fn domains_placer(domains: crate::domains::Domains) -> Placer {
-    Box::new(move |req: &PlacementRequest, available: &CpuSet| {
-        let count = match &req.target {
-            CpuTarget::Count(n) => *n as usize,
-            CpuTarget::Cpus(c) => return Ok((c.clone(), c.clone())),
-        };
-        let r = crate::placement::Request {
-            count,
-            policy: req.policy,
-            smt: req.smt,
-            exclude: CpuSet::new(),
-            exclusive: req.exclusive,
-            cpus: None,
-        };
-        crate::placement::place(&domains, &r, available)
-            .map(|p| {
-                let reserved = p.reserved.union(&p.cpus);
-                (p.cpus, reserved)
-            })
-            .map_err(|e| e.to_string())
-    })
-}
 
 /// What to do when someone else changes the mask of a task we manage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -96,12 +61,10 @@ pub enum ForeignChange {
 #[derive(Debug, Clone, Default)]
 pub struct ManagerConfig {
     pub on_foreign_change: ForeignChange,
-    /// CPUs never chosen for count placements (housekeeping CPUs).
-    pub reserved: CpuSet,
 }
 
 impl ManagerConfig {
-    /// From the daemon's settings file (`[watch]`, `[placement]`).
+    /// From the daemon's settings file (`[watch]`).
     pub fn from_settings(s: &crate::settings::Settings) -> ManagerConfig {
         ManagerConfig {
             on_foreign_change: if s.watch.release_on_foreign_change {
@@ -109,23 +72,23 @@ impl ManagerConfig {
             } else {
                 ForeignChange::Reassert
             },
-            reserved: s.placement.housekeeping_cpus.clone(),
         }
     }
 }
 
 /// One input.
 #[derive(Debug, Clone)]
-#[allow(clippy::large_enum_variant)] // moved once per event; a rule change is rare
+#[allow(clippy::large_enum_variant)] // moved once per event; a new plan is rare
 pub enum Event {
     /// A proc connector message.
     Proc(ProcMsg),
     /// Periodic or forced full rescan of /proc.
     Rescan,
-    /// A new rule set replaced the old one.
-    RulesChanged(RuleSet),
-    /// CPUs went online or offline; `online` is the new online set.
-    Hotplug { online: CpuSet },
+    /// New rules, with their plan: every process is matched again (a full rescan).
+    RulesChanged(Plan),
+    /// The same rules planned anew (CPUs went online or offline, new latency domains):
+    /// every managed thread is applied again.
+    PlanChanged(Plan),
 }
 
 /// One thing that happened, for logs, D-Bus signals and tests.
@@ -178,58 +141,6 @@ pub struct Counters {
     pub last_rescan_us: u64,
 }
 
-/// How a placement unit fared in planning.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case", tag = "state")]
-pub enum PlanState {
-    /// These CPUs.
-    Placed { cpus: CpuSet },
-    /// One set of `count` CPUs per matching thread, in order.
-    Slots { slots: Vec<CpuSet> },
-    /// Lost a conflict over `cpus` to a higher-precedence rule.
-    Lost { to: String, cpus: CpuSet },
-    /// Could not be placed.
-    Unplaceable { reason: String },
-}
-
-impl PlanState {
-    fn cpus_for_slot(&self, slot: usize) -> Option<&CpuSet> {
-        match self {
-            PlanState::Placed { cpus } => Some(cpus),
-            PlanState::Slots { slots } if !slots.is_empty() => Some(&slots[slot % slots.len()]),
-            _ => None,
-        }
-    }
-
-    fn describe(&self) -> String {
-        match self {
-            PlanState::Placed { cpus } => format!("cpus {cpus}"),
-            PlanState::Slots { slots } => format!(
-                "one slot per thread: {}",
-                slots
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect::<Vec<_>>()
-                    .join(" | ")
-            ),
-            PlanState::Lost { to, cpus } => format!("lost CPUs {cpus} to rule {to:?}"),
-            PlanState::Unplaceable { reason } => format!("not placed: {reason}"),
-        }
-    }
-}
-
-/// The plan of one placement unit.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct UnitPlan {
-    pub rule: String,
-    /// `None`: the rule's `[rule.place]`; `Some(i)`: its `[[rule.threads]]` entry `i`.
-    pub thread_entry: Option<usize>,
-    pub priority: i32,
-    pub exclusive: bool,
-    #[serde(flatten)]
-    pub state: PlanState,
-}
-
 /// One row of `ListManaged`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ManagedRow {
@@ -247,12 +158,6 @@ pub enum ManagerError {
     NoProcess { pid: i32 },
     #[error("pid {pid}: is a kernel thread")]
     KernelThread { pid: i32 },
-    #[error("pid {pid}: cannot place {request}: {reason}")]
-    Unplaceable {
-        pid: i32,
-        request: String,
-        reason: String,
-    },
     #[error("pid {pid}: was not pinned at run time")]
     NotPinned { pid: i32 },
     #[error(transparent)]
@@ -303,12 +208,9 @@ struct Managed {
 pub struct Manager {
     ops: Arc<dyn AffinityOps + Send + Sync>,
     procs: Arc<dyn ProcSource + Send + Sync>,
-    placer: Option<Placer>,
     config: ManagerConfig,
-    rules: RuleSet,
-    online: CpuSet,
-    plans: HashMap<(String, Option<usize>), PlanState>,
-    plan_order: Vec<UnitPlan>,
+    /// What each placement unit gets, for the rules it holds and the online CPUs.
+    plan: Plan,
     managed: BTreeMap<i32, Managed>,
     /// comm → whether any rule's comm globs can match it (the cheap first pass).
     candidate_cache: HashMap<String, bool>,
@@ -321,30 +223,24 @@ impl std::fmt::Debug for Manager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Manager")
             .field("managed", &self.managed.len())
-            .field("online", &self.online)
+            .field("online", &self.plan.cpus().online)
             .finish()
     }
 }
 
 impl Manager {
-    /// A manager with no rules. `online` is the set of online CPUs; `placer` chooses
-    /// CPUs for count requests (without one, only explicit `cpus` rules are placed).
+    /// A manager with no rules, on the online CPUs of `cpus`.
     pub fn new(
         ops: Arc<dyn AffinityOps + Send + Sync>,
         procs: Arc<dyn ProcSource + Send + Sync>,
-        placer: Option<Placer>,
-        online: CpuSet,
+        cpus: Cpus,
         config: ManagerConfig,
     ) -> Manager {
         Manager {
             ops,
             procs,
-            placer,
             config,
-            rules: RuleSet::default(),
-            online,
-            plans: HashMap::new(),
-            plan_order: Vec::new(),
+            plan: Plan::empty(cpus),
             managed: BTreeMap::new(),
             candidate_cache: HashMap::new(),
             journal: None,
@@ -366,7 +262,7 @@ impl Manager {
             return Ok(RestoreReport::default());
         };
         let entries = journal.load()?;
-        let report = restore::restore_entries(self.ops.as_ref(), root, &entries, &self.online);
+        let report = restore::restore_entries(self.ops.as_ref(), root, &entries, self.online());
         if !entries.is_empty() {
             tracing::info!(
                 restored = report.restored,
@@ -384,16 +280,16 @@ impl Manager {
     }
 
     pub fn rules(&self) -> &RuleSet {
-        &self.rules
+        self.plan.rules()
     }
 
     pub fn online(&self) -> &CpuSet {
-        &self.online
+        &self.plan.cpus().online
     }
 
-    /// Every placement unit's plan, in precedence order.
-    pub fn plans(&self) -> &[UnitPlan] {
-        &self.plan_order
+    /// The plan being applied.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
     }
 
     pub fn managed_processes(&self) -> usize {
@@ -418,17 +314,17 @@ impl Manager {
         match event {
             Event::Proc(msg) => self.on_proc(msg, &mut out),
             Event::Rescan => self.rescan(&mut out),
-            Event::RulesChanged(rules) => {
-                self.rules = rules;
+            Event::RulesChanged(plan) => {
+                self.set_plan(plan);
                 self.candidate_cache.clear();
-                self.replan();
                 self.reevaluate_managed(&mut out);
                 self.rescan(&mut out);
             }
-            Event::Hotplug { online } => {
-                tracing::info!(online = %online, "CPUs changed: re-planning and re-applying");
-                self.online = online;
-                self.replan();
+            Event::PlanChanged(plan) => {
+                if plan.cpus().online != *self.online() {
+                    tracing::info!(online = %plan.cpus().online, "CPUs changed: re-applying");
+                }
+                self.set_plan(plan);
                 self.reevaluate_managed(&mut out);
             }
         }
@@ -509,7 +405,8 @@ impl Manager {
             return hit;
         }
         let hit = self
-            .rules
+            .plan
+            .rules()
             .rules()
             .iter()
             .any(|r| r.matcher.comm.as_ref().is_none_or(|g| g.is_match(comm)));
@@ -564,7 +461,7 @@ impl Manager {
                 return;
             }
         }
-        let matched = self.rules.match_process(&snap.info);
+        let matched = self.plan.rules().match_process(&snap.info);
         match (matched, self.managed.get(&pid)) {
             (None, None) => {
                 if let Some(parent) = parent {
@@ -609,7 +506,8 @@ impl Manager {
             let tid = t.tid as Tid;
             if let Ok(cur) = self.ops.get_affinity(tid) {
                 if pinned.contains(&cur) {
-                    let _ = crate::affinity::apply(self.ops.as_ref(), tid, &original, &self.online);
+                    let _ =
+                        crate::affinity::apply(self.ops.as_ref(), tid, &original, self.online());
                 }
             }
         }
@@ -690,7 +588,6 @@ impl Manager {
                 let Some(placement) = rule.thread_placement(comm) else {
                     return (ThreadPlacement::Process, 0, None);
                 };
-                let key = (rule.name.clone(), unit_index(placement));
                 let slot = match (placement, m.threads.get(&tid)) {
                     (p, Some(t)) if t.placement == p => t.slot,
                     (ThreadPlacement::Thread(i), _) => {
@@ -701,8 +598,8 @@ impl Manager {
                     _ => 0,
                 };
                 let cpus = self
-                    .plans
-                    .get(&key)
+                    .plan
+                    .get(&rule.name, unit_index(placement))
                     .and_then(|p| p.cpus_for_slot(slot))
                     .cloned();
                 (placement, slot, cpus)
@@ -744,7 +641,7 @@ impl Manager {
             }
         }
         let (placement, slot, target) = self.target_for(pid, tid, &comm);
-        let online = self.online.clone();
+        let online = self.online().clone();
         let on_foreign = self.config.on_foreign_change;
         let Some(m) = self.managed.get_mut(&pid) else {
             return;
@@ -852,30 +749,10 @@ impl Manager {
                 },
             );
         }
-        let outcome = if want_now.is_empty() {
-            // Every requested CPU is offline: the kernel would accept the mask and run
-            // the task anywhere. Leave it; the CPU's return re-applies.
-            Outcome::Refused {
-                requested: target.clone(),
-            }
-        } else if current == want_now {
-            Outcome::Applied { effective: current }
-        } else {
-            match self.ops.set_affinity(tid, &target) {
-                Err(e) => crate::affinity::outcome_of_error(e, &target),
-                Ok(()) => match self.ops.get_affinity(tid) {
-                    Ok(eff) if eff == want_now => Outcome::Applied { effective: eff },
-                    Ok(eff) if eff.is_subset(&target) => Outcome::Narrowed {
-                        requested: target.clone(),
-                        effective: eff,
-                    },
-                    Ok(eff) => Outcome::Failed {
-                        message: format!("asked for CPUs {target}, read back {eff}"),
-                    },
-                    Err(e) => crate::affinity::outcome_of_error(e, &target),
-                },
-            }
-        };
+        // Every requested CPU offline is refused (the CPU's return re-applies); a mask
+        // already right is not written again.
+        let outcome =
+            crate::affinity::apply_over(self.ops.as_ref(), tid, &target, &online, Some(&current));
         self.count(&outcome, pid, tid, &rule);
         let Some(m) = self.managed.get_mut(&pid) else {
             return;
@@ -1029,8 +906,12 @@ impl Manager {
             };
             match self.ops.get_affinity(*tid) {
                 Ok(cur) if cur == *ours => {
-                    match crate::affinity::apply(self.ops.as_ref(), *tid, &t.original, &self.online)
-                    {
+                    match crate::affinity::apply(
+                        self.ops.as_ref(),
+                        *tid,
+                        &t.original,
+                        self.online(),
+                    ) {
                         Outcome::Applied { .. } | Outcome::Narrowed { .. } => restored += 1,
                         Outcome::Gone => {}
                         other => {
@@ -1099,7 +980,7 @@ impl Manager {
         }
         for e in &list {
             if e.kernel_thread {
-                if !self.rules.is_empty() && self.may_match(&e.comm) {
+                if !self.plan.rules().is_empty() && self.may_match(&e.comm) {
                     // A rule's comm glob also fits a kernel thread: never pinned.
                     self.counters.kernel_threads += 1;
                 }
@@ -1182,168 +1063,31 @@ impl Manager {
         }
     }
 
-    /// Plans every placement unit in precedence order.
-    fn replan(&mut self) {
-        let mut units: Vec<(Arc<Rule>, Option<usize>, PlacementRequest)> = Vec::new();
-        for r in self.rules.rules() {
-            if let Some(p) = &r.place {
-                units.push((r.clone(), None, p.clone()));
-            }
-            for (i, t) in r.threads.iter().enumerate() {
-                units.push((r.clone(), Some(i), t.request.clone()));
-            }
-        }
-        // Precedence: priority, explicit CPUs before counts, name, the rule's own
-        // place before its thread entries.
-        units.sort_by(|a, b| {
-            b.0.priority
-                .cmp(&a.0.priority)
-                .then_with(|| is_count(&a.2).cmp(&is_count(&b.2)))
-                .then_with(|| a.0.name.cmp(&b.0.name))
-                .then_with(|| a.1.cmp(&b.1))
-        });
-        let mut owner: BTreeMap<u32, String> = BTreeMap::new();
-        let mut exclusive_owner: BTreeMap<u32, String> = BTreeMap::new();
-        let mut plans = HashMap::new();
-        let mut order = Vec::new();
-        for (rule, entry, req) in units {
-            // CPUs held by other rules, as seen by this unit.
-            let others = |map: &BTreeMap<u32, String>| -> CpuSet {
-                map.iter()
-                    .filter(|(_, r)| **r != rule.name)
-                    .map(|(c, _)| *c)
-                    .collect()
-            };
-            let blocked = if req.exclusive {
-                others(&owner)
-            } else {
-                others(&exclusive_owner)
-            };
-            let shared_entry = entry.is_some_and(|i| rule.threads[i].shared);
-            let mut extra_held = CpuSet::new();
-            let state = match &req.target {
-                CpuTarget::Cpus(cpus) => {
-                    let clash = cpus.intersection(&blocked);
-                    match clash.first() {
-                        Some(c) => PlanState::Lost {
-                            to: owner
-                                .get(&c)
-                                .or_else(|| exclusive_owner.get(&c))
-                                .cloned()
-                                .unwrap_or_default(),
-                            cpus: clash,
-                        },
-                        None => PlanState::Placed { cpus: cpus.clone() },
-                    }
-                }
-                CpuTarget::Count(n) => {
-                    // `within` bounds the choice; without it a thread entry places
-                    // within its rule's own CPUs when the rule has some.
-                    let general = self.online.difference(&self.config.reserved);
-                    let pool = match (&req.within, entry) {
-                        (Some(w), _) => general.intersection(w),
-                        (None, Some(_)) => match plans.get(&(rule.name.clone(), None)) {
-                            Some(PlanState::Placed { cpus }) => cpus.clone(),
-                            _ => general,
-                        },
-                        (None, None) => general,
-                    }
-                    .difference(&blocked);
-                    match &self.placer {
-                        None => PlanState::Unplaceable {
-                            reason: "no placement engine (only explicit cpus can be placed)".into(),
-                        },
-                        Some(place) if entry.is_some() && !shared_entry => {
-                            let mut slots = Vec::new();
-                            let mut left = pool.clone();
-                            while left.len() >= *n as usize && slots.len() < 4096 {
-                                match place(&req, &left) {
-                                    Ok((s, held)) if !s.is_empty() => {
-                                        left = left.difference(&held);
-                                        slots.push(s);
-                                    }
-                                    _ => break,
-                                }
-                            }
-                            if slots.is_empty() {
-                                PlanState::Unplaceable {
-                                    reason: format!("{n} CPUs per thread do not fit in {pool}"),
-                                }
-                            } else {
-                                PlanState::Slots { slots }
-                            }
-                        }
-                        Some(place) => match place(&req, &pool) {
-                            Ok((cpus, held)) => {
-                                extra_held = held;
-                                PlanState::Placed { cpus }
-                            }
-                            Err(reason) => {
-                                // Say who holds the CPUs it could not get.
-                                let taken = self.online.intersection(&blocked);
-                                match taken
-                                    .first()
-                                    .and_then(|c| exclusive_owner.get(&c).or_else(|| owner.get(&c)))
-                                {
-                                    Some(to) if req.exclusive || !exclusive_owner.is_empty() => {
-                                        PlanState::Lost {
-                                            to: to.clone(),
-                                            cpus: taken,
-                                        }
-                                    }
-                                    _ => PlanState::Unplaceable { reason },
-                                }
-                            }
-                        },
-                    }
-                }
-            };
-            let held: CpuSet = match &state {
-                PlanState::Placed { cpus } => cpus.union(&extra_held),
-                PlanState::Slots { slots } => slots.iter().fold(CpuSet::new(), |a, s| a.union(s)),
-                _ => CpuSet::new(),
-            };
-            for c in held.iter() {
-                owner.entry(c).or_insert_with(|| rule.name.clone());
-                if req.exclusive {
-                    exclusive_owner.insert(c, rule.name.clone());
-                }
-            }
-            match &state {
+    /// Takes a new plan, saying which units are not applied and why.
+    fn set_plan(&mut self, plan: Plan) {
+        for u in plan.units() {
+            match &u.state {
                 PlanState::Lost { to, cpus } => tracing::info!(
-                    rule = %rule.name, lost_to = %to, cpus = %cpus,
+                    rule = %u.rule, lost_to = %to, cpus = %cpus,
                     "rule lost a CPU conflict to a higher-precedence rule and is not applied"
                 ),
                 PlanState::Unplaceable { reason } => {
-                    tracing::info!(rule = %rule.name, %reason, "rule could not be placed")
+                    tracing::info!(rule = %u.rule, %reason, "rule could not be placed")
                 }
                 _ => {}
             }
-            plans.insert((rule.name.clone(), entry), state.clone());
-            order.push(UnitPlan {
-                rule: rule.name.clone(),
-                thread_entry: entry,
-                priority: rule.priority,
-                exclusive: req.exclusive,
-                state,
-            });
         }
-        self.plans = plans;
-        self.plan_order = order;
+        self.plan = plan;
     }
 
     /// The plan of a rule's unit.
     pub fn plan_of(&self, rule: &str, thread_entry: Option<usize>) -> Option<&PlanState> {
-        self.plans.get(&(rule.to_string(), thread_entry))
+        self.plan.get(rule, thread_entry)
     }
 
-    /// Pins process `pid` at run time, without a rule: `request` is placed now among
-    /// the CPUs no exclusive rule holds. Returns the CPUs.
-    pub fn pin(
-        &mut self,
-        pid: i32,
-        request: &PlacementRequest,
-    ) -> Result<(CpuSet, Vec<Change>), ManagerError> {
+    /// Pins process `pid` at run time, without a rule, to `cpus` (see
+    /// [`Plan::pin`](crate::plan::Plan::pin) for choosing them).
+    pub fn pin(&mut self, pid: i32, cpus: &CpuSet) -> Result<Vec<Change>, ManagerError> {
         let snap = self
             .procs
             .snapshot(pid)
@@ -1351,42 +1095,6 @@ impl Manager {
         if snap.kernel_thread {
             return Err(ManagerError::KernelThread { pid });
         }
-        let exclusive: CpuSet =
-            self.plan_order
-                .iter()
-                .filter(|p| p.exclusive)
-                .fold(CpuSet::new(), |acc, p| match &p.state {
-                    PlanState::Placed { cpus } => acc.union(cpus),
-                    PlanState::Slots { slots } => slots.iter().fold(acc, |a, s| a.union(s)),
-                    _ => acc,
-                });
-        let cpus = match &request.target {
-            CpuTarget::Cpus(c) => c.clone(),
-            CpuTarget::Count(_) => {
-                let mut pool = self
-                    .online
-                    .difference(&self.config.reserved)
-                    .difference(&exclusive);
-                if let Some(w) = &request.within {
-                    pool = pool.intersection(w);
-                }
-                let place = self
-                    .placer
-                    .as_ref()
-                    .ok_or_else(|| ManagerError::Unplaceable {
-                        pid,
-                        request: describe_request(request),
-                        reason: "no placement engine".into(),
-                    })?;
-                place(request, &pool)
-                    .map_err(|reason| ManagerError::Unplaceable {
-                        pid,
-                        request: describe_request(request),
-                        reason,
-                    })?
-                    .0
-            }
-        };
         let mut out = Vec::new();
         let original = self.managed.get(&pid).map(|m| m.original.clone());
         if self.managed.contains_key(&pid) {
@@ -1397,7 +1105,7 @@ impl Manager {
             return Err(ManagerError::NoProcess { pid });
         }
         self.reconcile(snap, &mut out);
-        Ok((cpus, out))
+        Ok(out)
     }
 
     /// Ends a run-time pin: the process gets its original masks back (and rules apply
@@ -1444,7 +1152,7 @@ impl Manager {
                         .join(", ")
                 };
                 let state = match &m.source {
-                    Source::Rule(r) => match self.plans.get(&(r.name.clone(), None)) {
+                    Source::Rule(r) => match self.plan.get(&r.name, None) {
                         Some(PlanState::Lost { to, .. }) if cpus.is_empty() => {
                             format!("conflict: lost to {to}")
                         }
@@ -1479,7 +1187,7 @@ impl Manager {
             );
             return s;
         }
-        let _ = write!(s, "{}", self.rules.explain(&snap.info));
+        let _ = write!(s, "{}", self.plan.rules().explain(&snap.info));
         match self.managed.get(&pid) {
             None => {
                 let _ = writeln!(s, "not managed");
@@ -1492,7 +1200,7 @@ impl Manager {
                     m.original
                 );
                 if let Source::Rule(r) = &m.source {
-                    for p in self.plan_order.iter().filter(|p| p.rule == r.name) {
+                    for p in self.plan.units().iter().filter(|p| p.rule == r.name) {
                         let unit = match p.thread_entry {
                             None => "place".to_string(),
                             Some(i) => format!("threads[{i}]"),
@@ -1639,10 +1347,6 @@ fn lookahead(msgs: &[ProcMsg]) -> Vec<Ahead> {
     out
 }
 
-fn is_count(r: &PlacementRequest) -> bool {
-    matches!(r.target, CpuTarget::Count(_))
-}
-
 fn unit_index(p: ThreadPlacement) -> Option<usize> {
     match p {
         ThreadPlacement::Process => None,
@@ -1650,18 +1354,14 @@ fn unit_index(p: ThreadPlacement) -> Option<usize> {
     }
 }
 
-fn describe_request(r: &PlacementRequest) -> String {
-    match &r.target {
-        CpuTarget::Cpus(c) => format!("cpus {c}"),
-        CpuTarget::Count(n) => format!("{n} CPUs ({}, smt {})", r.policy, r.smt),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::affinity::{Call, FakeOps};
+    use crate::placement::PlacementError;
+    use crate::plan::{Choose, Chosen};
     use crate::rules::{compile_text, LoadPolicy};
+    use crate::rules::{CpuTarget, PlacementRequest};
     use crate::watch::scan::FakeProcs;
 
     fn set(s: &str) -> CpuSet {
@@ -1679,15 +1379,43 @@ mod tests {
     }
 
     /// Lowest-numbered CPUs first: enough to test the manager, not a placement engine.
-    fn lowest_first() -> Placer {
-        Box::new(|req, avail| match &req.target {
-            CpuTarget::Count(n) if avail.len() >= *n as usize => {
-                let c: CpuSet = avail.iter().take(*n as usize).collect();
-                Ok((c.clone(), c))
+    struct LowestFirst;
+
+    impl Choose for LowestFirst {
+        fn choose(&self, req: &PlacementRequest, avail: &CpuSet) -> Result<Chosen, PlacementError> {
+            match &req.target {
+                CpuTarget::Count(n) if avail.len() >= *n as usize => {
+                    let c: CpuSet = avail.iter().take(*n as usize).collect();
+                    Ok(Chosen {
+                        cpus: c.clone(),
+                        held: c,
+                    })
+                }
+                CpuTarget::Count(n) => Err(PlacementError::NotEnough {
+                    wanted: *n as usize,
+                    usable: avail.len(),
+                    why: format!("{avail} available"),
+                }),
+                CpuTarget::Cpus(c) => Ok(Chosen {
+                    cpus: c.clone(),
+                    held: c.clone(),
+                }),
             }
-            CpuTarget::Count(n) => Err(format!("{n} CPUs wanted, {avail} available")),
-            CpuTarget::Cpus(c) => Ok((c.clone(), c.clone())),
-        })
+        }
+    }
+
+    /// The plan of `rules` on `online` CPUs.
+    fn plan_on(rules: RuleSet, online: &str) -> Plan {
+        let cpus = Cpus {
+            online: set(online),
+            reserved: CpuSet::new(),
+        };
+        Plan::new(&rules, &cpus, Some(&LowestFirst))
+    }
+
+    /// New rules, planned on CPUs 0-7.
+    fn new_rules(rules: RuleSet) -> Event {
+        Event::RulesChanged(plan_on(rules, "0-7"))
     }
 
     struct T {
@@ -1702,8 +1430,10 @@ mod tests {
         let mgr = Manager::new(
             ops.clone(),
             procs.clone(),
-            Some(lowest_first()),
-            set("0-7"),
+            Cpus {
+                online: set("0-7"),
+                reserved: CpuSet::new(),
+            },
             config,
         );
         T { ops, procs, mgr }
@@ -1738,7 +1468,7 @@ cpus = "2-3"
         let mut t = rig(ManagerConfig::default());
         t.process(100, "feed", 1, &[(101, "rx"), (102, "tx")]);
         t.process(200, "other", 1, &[]);
-        t.ev(Event::RulesChanged(rules(FEED)));
+        t.ev(new_rules(rules(FEED)));
         for tid in [100, 101, 102] {
             assert_eq!(t.ops.mask(tid), Some(set("2-3")), "tid {tid}");
         }
@@ -1794,7 +1524,7 @@ cpus = "2-3"
     fn a_new_thread_is_pinned_from_the_fork_event_without_reading_proc() {
         let mut t = rig(ManagerConfig::default());
         t.process(100, "feed", 1, &[(101, "rx")]);
-        t.ev(Event::RulesChanged(rules(FEED)));
+        t.ev(new_rules(rules(FEED)));
         // Inherited from a pinned creator: one read-back, no write, no /proc read.
         t.ops.add_task(102, &set("2-3"));
         t.ops.clear_calls();
@@ -1819,7 +1549,7 @@ cpus = "2-3"
         );
         assert_eq!(t.procs.reads(), reads, "the FORK path read /proc");
         // Its original mask is what it had, and comes back when the rule goes.
-        t.ev(Event::RulesChanged(rules("")));
+        t.ev(new_rules(rules("")));
         assert_eq!(t.ops.mask(102), Some(set("0-7")));
         assert_eq!(t.ops.mask(103), Some(set("0-7")));
     }
@@ -1828,7 +1558,7 @@ cpus = "2-3"
     fn a_batch_names_new_threads_from_its_comm_events_and_skips_tasks_that_exit() {
         let mut t = rig(ManagerConfig::default());
         t.process(100, "dpdk", 1, &[]);
-        t.ev(Event::RulesChanged(rules(
+        t.ev(new_rules(rules(
             r#"
 [[rule]]
 name = "dp"
@@ -1890,7 +1620,7 @@ cpus = "6"
         // The same messages one at a time end in the same masks.
         let mut u = rig(ManagerConfig::default());
         u.process(100, "dpdk", 1, &[(101, "lcore-0")]);
-        u.ev(Event::RulesChanged(rules(
+        u.ev(new_rules(rules(
             "[[rule]]\nname = \"dp\"\n[rule.match]\ncomm = \"dpdk\"\n[rule.place]\ncpus = \"4-6\"\n[[rule.threads]]\ncomm = \"lcore-*\"\ncpus = \"6\"\n",
         )));
         assert_eq!(u.ops.mask(101), t.ops.mask(101));
@@ -1900,7 +1630,7 @@ cpus = "6"
     fn a_rescan_checks_an_unchanged_managed_process_without_a_full_snapshot() {
         let mut t = rig(ManagerConfig::default());
         t.process(100, "feed", 1, &[(101, "rx")]);
-        t.ev(Event::RulesChanged(rules(FEED)));
+        t.ev(new_rules(rules(FEED)));
         let snaps = t.procs.snapshots();
         // A thread the events missed, and one that left unseen.
         t.procs.add_thread(100, 102, "tx");
@@ -1935,9 +1665,9 @@ cpus = "6"
         let mut t = rig(ManagerConfig::default());
         t.process(100, "feed", 1, &[(101, "rx")]);
         t.ops.external_set(101, &set("5"));
-        t.ev(Event::RulesChanged(rules(FEED)));
+        t.ev(new_rules(rules(FEED)));
         assert_eq!(t.ops.mask(101), Some(set("2-3")));
-        let c = t.ev(Event::RulesChanged(RuleSet::default()));
+        let c = t.ev(new_rules(RuleSet::default()));
         assert!(c.iter().any(|c| matches!(
             c,
             Change::Released {
@@ -1959,7 +1689,7 @@ cpus = "6"
     fn a_process_that_stops_matching_is_released_and_a_renamed_one_is_matched() {
         let mut t = rig(ManagerConfig::default());
         t.process(100, "bash", 1, &[]);
-        t.ev(Event::RulesChanged(rules(FEED)));
+        t.ev(new_rules(rules(FEED)));
         assert!(!t.mgr.is_managed(100));
         t.procs.rename(100, 100, "feed-a");
         t.msg(ProcMsg::Comm {
@@ -1978,7 +1708,7 @@ cpus = "6"
     fn a_reused_pid_is_never_acted_on_for_the_old_process() {
         let mut t = rig(ManagerConfig::default());
         t.process(100, "feed", 1, &[]);
-        t.ev(Event::RulesChanged(rules(FEED)));
+        t.ev(new_rules(rules(FEED)));
         assert!(t.mgr.is_managed(100));
         // The process exits unseen (events lost) and another takes its pid.
         t.ops.remove_task(100);
@@ -2000,7 +1730,7 @@ cpus = "6"
         let mut t = rig(ManagerConfig::default());
         t.process(3, "feedworker", 1, &[]);
         t.procs.set_kernel_thread(3);
-        t.ev(Event::RulesChanged(rules(FEED)));
+        t.ev(new_rules(rules(FEED)));
         assert!(!t.mgr.is_managed(3));
         assert!(t.ops.sets().is_empty());
         assert!(t.mgr.counters().kernel_threads >= 1);
@@ -2009,7 +1739,7 @@ cpus = "6"
     #[test]
     fn exclusive_rules_never_share_cpus_and_the_loser_is_visible() {
         let mut t = rig(ManagerConfig::default());
-        t.ev(Event::RulesChanged(rules(
+        t.ev(new_rules(rules(
             r#"
 [[rule]]
 name = "hi"
@@ -2083,7 +1813,7 @@ count = 2
     #[test]
     fn a_lower_priority_exclusive_rule_cannot_take_shared_cpus() {
         let mut t = rig(ManagerConfig::default());
-        t.ev(Event::RulesChanged(rules(
+        t.ev(new_rules(rules(
             r#"
 [[rule]]
 name = "a"
@@ -2121,7 +1851,7 @@ exclusive = true
             1,
             &[(101, "lcore-0"), (102, "lcore-1"), (103, "ctl")],
         );
-        t.ev(Event::RulesChanged(rules(
+        t.ev(new_rules(rules(
             r#"
 [[rule]]
 name = "dp"
@@ -2164,7 +1894,7 @@ count = 1
             1,
             &[(101, "lcore-1"), (102, "lcore-2"), (103, "eal-intr")],
         );
-        t.ev(Event::RulesChanged(rules(
+        t.ev(new_rules(rules(
             r#"
 [[rule]]
 name = "dp"
@@ -2190,7 +1920,7 @@ exclusive = true
         t.process(100, "feed", 1, &[(101, "rx")]);
         t.ops.set_cpuset(100, &set("0-2"));
         t.ops.set_cpuset(101, &set("0-1"));
-        let c = t.ev(Event::RulesChanged(rules(FEED)));
+        let c = t.ev(new_rules(rules(FEED)));
         let outcomes: Vec<(Tid, Outcome)> = c
             .into_iter()
             .filter_map(|c| match c {
@@ -2230,10 +1960,9 @@ exclusive = true
         ] {
             let mut t = rig(ManagerConfig {
                 on_foreign_change: policy,
-                ..ManagerConfig::default()
             });
             t.process(100, "feed", 1, &[(101, "rx")]);
-            t.ev(Event::RulesChanged(rules(FEED)));
+            t.ev(new_rules(rules(FEED)));
             t.ops.external_set(101, &set("7"));
             let c = t.ev(Event::Rescan);
             assert!(c
@@ -2256,14 +1985,13 @@ exclusive = true
     fn hotplug_replans_and_reapplies() {
         let mut t = rig(ManagerConfig::default());
         t.process(100, "cnt", 1, &[]);
-        t.ev(Event::RulesChanged(rules(
+        t.ev(new_rules(rules(
             "[[rule]]\nname = \"c\"\n[rule.match]\ncomm = \"cnt\"\n[rule.place]\ncount = 2\n",
         )));
         assert_eq!(t.ops.mask(100), Some(set("0-1")));
         // CPU 1 goes away; the kernel widens nothing here but the plan moves.
-        t.ev(Event::Hotplug {
-            online: set("0,2-7"),
-        });
+        let rules = t.mgr.rules().clone();
+        t.ev(Event::PlanChanged(plan_on(rules.clone(), "0,2-7")));
         assert_eq!(
             t.mgr.plan_of("c", None),
             Some(&PlanState::Placed { cpus: set("0,2") })
@@ -2271,7 +1999,7 @@ exclusive = true
         assert_eq!(t.ops.mask(100), Some(set("0,2")));
         // The kernel widened a mask while the CPU was away; coming back re-applies.
         t.ops.external_set(100, &set("0-7"));
-        t.ev(Event::Hotplug { online: set("0-7") });
+        t.ev(Event::PlanChanged(plan_on(rules, "0-7")));
         assert_eq!(t.ops.mask(100), Some(set("0-1")));
         assert_eq!(t.mgr.counters().foreign_changes, 0);
     }
@@ -2280,7 +2008,7 @@ exclusive = true
     fn a_child_of_a_managed_process_that_matches_nothing_gets_the_original_back() {
         let mut t = rig(ManagerConfig::default());
         t.process(100, "feed", 1, &[]);
-        t.ev(Event::RulesChanged(rules(FEED)));
+        t.ev(new_rules(rules(FEED)));
         // The child inherits the pinned mask, then is seen with another name.
         t.procs.put(300, "helper", 5, &[]);
         t.ops.add_process(300, 5, &[], &set("2-3"));
@@ -2297,7 +2025,7 @@ exclusive = true
             pid: 301,
             parent: 100,
         });
-        t.ev(Event::RulesChanged(RuleSet::default()));
+        t.ev(new_rules(RuleSet::default()));
         assert_eq!(t.ops.mask(301), Some(set("0-7")));
     }
 
@@ -2305,7 +2033,7 @@ exclusive = true
     fn exits_and_vanishing_threads_are_outcomes_not_errors() {
         let mut t = rig(ManagerConfig::default());
         t.process(100, "feed", 1, &[(101, "rx")]);
-        t.ev(Event::RulesChanged(rules(FEED)));
+        t.ev(new_rules(rules(FEED)));
         // A thread reported by the connector that is already gone.
         let c = t.msg(ProcMsg::NewThread {
             pid: 100,
@@ -2327,7 +2055,7 @@ exclusive = true
         let mut t = rig(ManagerConfig::default());
         t.process(100, "feed", 1, &[]);
         t.process(200, "app", 1, &[]);
-        t.ev(Event::RulesChanged(rules(FEED)));
+        t.ev(new_rules(rules(FEED)));
         let req = PlacementRequest {
             target: CpuTarget::Count(2),
             within: None,
@@ -2335,8 +2063,9 @@ exclusive = true
             smt: crate::placement::SmtPolicy::Allow,
             exclusive: false,
         };
-        let (cpus, _) = t.mgr.pin(200, &req).unwrap();
+        let cpus = t.mgr.plan().pin(&req, Some(&LowestFirst)).unwrap();
         assert_eq!(cpus, set("0-1"));
+        t.mgr.pin(200, &cpus).unwrap();
         assert_eq!(t.ops.mask(200), Some(set("0-1")));
         t.mgr.unpin(200).unwrap();
         assert_eq!(t.ops.mask(200), Some(set("0-7")));
@@ -2345,7 +2074,7 @@ exclusive = true
             Err(ManagerError::NotPinned { pid: 200 })
         ));
         assert!(matches!(
-            t.mgr.pin(999, &req),
+            t.mgr.pin(999, &cpus),
             Err(ManagerError::NoProcess { pid: 999 })
         ));
     }

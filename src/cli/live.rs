@@ -13,8 +13,9 @@ use super::plan::PlanArgs;
 use super::ConfigInvalid;
 use crate::affinity::DryRunOps;
 use crate::domains::Domains;
-use crate::manager::{domains_placer, Event, Manager, ManagerConfig, PlanState};
+use crate::manager::{Event, Manager, ManagerConfig};
 use crate::matrix::LatencyMatrix;
+use crate::plan::{Cpus, Plan, PlanState};
 use crate::rules::{load_dirs, LoadPolicy, DEFAULT_RULE_DIR};
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
@@ -53,14 +54,18 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         ),
     };
     let ops = Arc::new(DryRunOps::new(root.clone()));
+    let cpus = Cpus {
+        online: topology.usable(),
+        reserved: Default::default(),
+    };
+    let plan = Plan::new(&report.rules, &cpus, Some(&domains));
     let mut mgr = Manager::new(
         ops.clone(),
         Arc::new(ProcFs::new(root)),
-        Some(domains_placer(domains)),
-        topology.usable(),
+        cpus,
         ManagerConfig::default(),
     );
-    mgr.handle(Event::RulesChanged(report.rules.clone()));
+    mgr.handle(Event::RulesChanged(plan));
     let rows = mgr.list_managed();
 
     let mut out = String::new();
@@ -81,7 +86,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         let v = serde_json::json!({
             "placement_from": source,
             "rule_errors": report.error_strings(),
-            "plans": mgr.plans(),
+            "plans": mgr.plan().units(),
             "processes": procs,
             "changed_nothing": true,
         });
@@ -90,7 +95,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         use std::fmt::Write as _;
         let _ = writeln!(out, "dry run: nothing was changed; placement from {source}");
         let _ = writeln!(out, "\nrules ({}):", report.rules.len());
-        for p in mgr.plans() {
+        for p in mgr.plan().units() {
             let unit = match p.thread_entry {
                 None => String::new(),
                 Some(i) => format!(" threads[{i}]"),

@@ -22,7 +22,6 @@
 //! Must not touch: the bus (see `dbus`), spin pairs (see `measure`), per-thread syscalls
 //! (see `affinity`), rule syntax (see `rules`).
 
-pub mod replan;
 pub mod shell;
 pub mod sources;
 pub mod state;

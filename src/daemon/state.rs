@@ -14,7 +14,7 @@
 //! - until a matrix exists, placement uses the sysfs topology alone.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::affinity::restore::Journal;
@@ -23,18 +23,18 @@ use crate::cpuset::CpuSet;
 use crate::dbus::Signal;
 use crate::domains::Domains;
 use crate::fingerprint::Fingerprint;
-use crate::manager::{self, Change, ForeignChange, Manager, ManagerConfig, ManagerError};
+use crate::manager::{self, Change, Manager, ManagerConfig, ManagerError};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::measure::{self, LoadGuard, MeasureConfig};
 use crate::placement::{self, Placement, Policy, Request, SmtPolicy};
+use crate::plan::{Choose, Cpus, Plan};
 use crate::rules::{self, CpuTarget, LoadPolicy, LoadReport, PlacementRequest};
 use crate::settings::Settings;
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 use crate::watch::ProcFs;
 
-use super::replan;
 use super::worker::{self, Job, JobKind, Outcome};
 use super::{Command, CommandError, DaemonError, Event, Phase, ReloadCause, Reply, Snapshot};
 
@@ -158,10 +158,9 @@ pub struct State {
     topology: Option<Topology>,
     current: Option<LatencyMatrix>,
     /// Latency domains of the current matrix and topology; `None` = to be computed.
+    /// Plans are made on them; a new matrix reaches running processes only when its
+    /// plan improves theirs materially.
     domains: Option<Domains>,
-    /// The domains the manager's placer uses. Updated with `domains`, except that a
-    /// new matrix reaches running processes only when it improves them materially.
-    placer_domains: Arc<Mutex<Option<Domains>>>,
     manager: Option<Manager>,
     /// Why the proc connector is not available (rescans only), if it is not.
     watch_down: Option<String>,
@@ -204,7 +203,6 @@ impl State {
             topology: None,
             current: None,
             domains: None,
-            placer_domains: Arc::new(Mutex::new(None)),
             manager: None,
             watch_down: None,
             next_rescan: None,
@@ -252,30 +250,11 @@ impl State {
     /// in the runtime directory), then applies the rules to every running process.
     fn start_manager(&mut self) {
         let root = self.cfg.sysroot.clone();
-        let cell = self.placer_domains.clone();
-        let placer: manager::Placer =
-            Box::new(move |req: &PlacementRequest, available: &CpuSet| {
-                let d = cell
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone()
-                    .ok_or_else(|| "no latency domains yet".to_string())?;
-                manager::domains_placer(d)(req, available)
-            });
-        let config = ManagerConfig {
-            on_foreign_change: if self.settings.watch.release_on_foreign_change {
-                ForeignChange::Release
-            } else {
-                ForeignChange::Reassert
-            },
-            reserved: self.settings.placement.housekeeping_cpus.clone(),
-        };
         let mut m = Manager::new(
             Arc::new(SystemOps::new(root.clone())),
             Arc::new(ProcFs::new(root.clone())),
-            Some(placer),
-            self.online(),
-            config,
+            self.plan_cpus(),
+            ManagerConfig::from_settings(&self.settings),
         )
         .with_journal(Journal::new(&self.cfg.runtime_dir));
         match m.recover(&root) {
@@ -289,7 +268,7 @@ impl State {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "cannot read the restore journal"),
         }
-        let mut changes = m.handle(manager::Event::RulesChanged(self.rules.rules.clone()));
+        let mut changes = m.handle(manager::Event::RulesChanged(self.new_plan()));
         changes.extend(m.handle(manager::Event::Rescan));
         self.manager = Some(m);
         self.after_manager(changes);
@@ -316,6 +295,24 @@ impl State {
     /// clock: a deferred journal write.
     pub fn deadline(&self) -> Option<Instant> {
         self.journal_due
+    }
+
+    /// The CPUs plans are made for: online, and the housekeeping CPUs kept free.
+    fn plan_cpus(&self) -> Cpus {
+        Cpus {
+            online: self.online(),
+            reserved: self.settings.placement.housekeeping_cpus.clone(),
+        }
+    }
+
+    /// The plan of the rules in force on the current CPUs and latency domains.
+    fn new_plan(&mut self) -> Plan {
+        let cpus = self.plan_cpus();
+        if let Err(e) = self.domains() {
+            tracing::debug!(error = %e, "planning without latency domains");
+        }
+        let choose = self.domains.as_ref().map(|d| d as &dyn Choose);
+        Plan::new(&self.rules.rules, &cpus, choose)
     }
 
     fn manager_event(&mut self, ev: manager::Event) {
@@ -515,14 +512,18 @@ impl State {
                     exclusive: false,
                 };
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
-                // The placer must see the current domains.
                 self.domains()?;
+                let d = self.domains.as_ref().map(|d| d as &dyn Choose);
                 let m = self
                     .manager
                     .as_mut()
                     .ok_or_else(|| CommandError::Failed("the daemon is starting".into()))?;
-                match m.pin(pid_i, &request) {
-                    Ok((cpus, changes)) => {
+                let cpus = m
+                    .plan()
+                    .pin(&request, d)
+                    .map_err(|e| CommandError::InvalidArgs(format!("pid {pid}: {e}")))?;
+                match m.pin(pid_i, &cpus) {
+                    Ok(changes) => {
                         tracing::info!(pid, %cpus, "pinned at run time");
                         self.after_manager(changes);
                         Ok(Reply::Cpus(cpus))
@@ -606,52 +607,28 @@ impl State {
         Ok(self.domains.as_ref().expect("set above"))
     }
 
-    /// Recomputes the domains after the topology changed (or at start) and gives them
-    /// to the manager's placer.
+    /// Recomputes the domains after the topology changed (or at start); plans made
+    /// from now on use them.
     fn refresh_domains(&mut self) {
         self.domains = None;
-        match self.domains() {
-            Ok(d) => {
-                let d = d.clone();
-                *self
-                    .placer_domains
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(d);
-            }
-            Err(e) => tracing::warn!(error = %e, "no latency domains"),
+        if let Err(e) = self.domains() {
+            tracing::warn!(error = %e, "no latency domains");
         }
     }
 
-    /// A new matrix: new domains for future placements, and a re-plan of running
-    /// processes only where it improves their placement materially (no churn).
+    /// A new matrix: new domains for future plans, and the running processes moved only
+    /// where the new plan improves on the one applied materially (no churn).
     fn matrix_changed(&mut self) {
         self.domains = None;
-        let new = match self.domains() {
-            Ok(d) => d.clone(),
-            Err(e) => {
-                tracing::warn!(error = %e, "no latency domains");
-                return;
-            }
+        if let Err(e) = self.domains() {
+            tracing::warn!(error = %e, "no latency domains");
+            return;
+        }
+        let new = self.new_plan();
+        let (Some(m), Some(d)) = (&self.manager, &self.domains) else {
+            return;
         };
-        let better = self
-            .manager
-            .as_ref()
-            .map(|m| {
-                let available = self
-                    .usable()
-                    .difference(&self.settings.placement.housekeeping_cpus);
-                let units = count_units(
-                    m,
-                    &self.settings.placement.housekeeping_cpus,
-                    &self.usable(),
-                );
-                replan::improvements(&new, &units, &available, 0.10, 5.0)
-            })
-            .unwrap_or_default();
-        *self
-            .placer_domains
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(new);
+        let better = m.plan().improvements(&new, d, 0.10, 5.0);
         if better.is_empty() {
             tracing::info!("new matrix: current placements are as good; nothing moves");
             return;
@@ -659,17 +636,16 @@ impl State {
         for b in &better {
             tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves a placement");
         }
-        let rules = self.rules.rules.clone();
-        self.manager_event(manager::Event::RulesChanged(rules));
+        self.manager_event(manager::Event::PlanChanged(new));
     }
 
     /// CPUs went online or offline: re-read the machine, re-plan, re-apply.
     fn hotplug(&mut self, now: Instant) {
         let fp_changed = self.read_machine();
         self.refresh_domains();
-        let online = self.online();
-        tracing::info!(%online, "CPU hotplug");
-        self.manager_event(manager::Event::Hotplug { online });
+        tracing::info!(online = %self.online(), "CPU hotplug");
+        let plan = self.new_plan();
+        self.manager_event(manager::Event::PlanChanged(plan));
         if fp_changed {
             self.fingerprint_changed(now);
         }
@@ -817,8 +793,8 @@ impl State {
             }
         }
         self.load_rules();
-        let rules = self.rules.rules.clone();
-        self.manager_event(manager::Event::RulesChanged(rules));
+        let plan = self.new_plan();
+        self.manager_event(manager::Event::RulesChanged(plan));
         self.actions.push(Action::Emit(Signal::RulesReloaded {
             rules: self.rules.rules.len() as u32,
             errors: self.rule_errors(),
@@ -1051,8 +1027,8 @@ impl State {
             if self.read_machine() {
                 if self.online() != online {
                     // A hotplug the uevent socket did not report.
-                    let online = self.online();
-                    self.manager_event(manager::Event::Hotplug { online });
+                    let plan = self.new_plan();
+                    self.manager_event(manager::Event::PlanChanged(plan));
                 }
                 self.fingerprint_changed(now);
             }
@@ -1116,56 +1092,9 @@ fn manager_error(pid: u32, e: ManagerError) -> CommandError {
     match e {
         ManagerError::NoProcess { .. } => CommandError::NoSuchProcess(pid),
         ManagerError::NotPinned { .. } => CommandError::NotManaged(pid),
-        ManagerError::KernelThread { .. } | ManagerError::Unplaceable { .. } => {
-            CommandError::InvalidArgs(e.to_string())
-        }
+        ManagerError::KernelThread { .. } => CommandError::InvalidArgs(e.to_string()),
         ManagerError::Journal(_) => CommandError::Failed(e.to_string()),
     }
-}
-
-/// The manager's count units that hold CPUs now: (name, request, CPUs).
-fn count_units(
-    m: &Manager,
-    housekeeping: &CpuSet,
-    usable: &CpuSet,
-) -> Vec<(String, Request, CpuSet)> {
-    m.plans()
-        .iter()
-        .filter_map(|p| {
-            let manager::PlanState::Placed { cpus } = &p.state else {
-                return None;
-            };
-            let rule = m.rules().get(&p.rule)?;
-            let req = match p.thread_entry {
-                None => rule.place.as_ref()?,
-                Some(i) => &rule.threads.get(i)?.request,
-            };
-            let CpuTarget::Count(n) = req.target else {
-                return None;
-            };
-            let name = match p.thread_entry {
-                None => p.rule.clone(),
-                Some(i) => format!("{}.threads[{i}]", p.rule),
-            };
-            let mut exclude = housekeeping.clone();
-            if let Some(w) = &req.within {
-                // Outside `within` is not a choice for this unit.
-                exclude = exclude.union(&usable.difference(w));
-            }
-            Some((
-                name,
-                Request {
-                    count: n as usize,
-                    policy: req.policy,
-                    smt: req.smt,
-                    exclude,
-                    exclusive: req.exclusive,
-                    cpus: None,
-                },
-                cpus.clone(),
-            ))
-        })
-        .collect()
 }
 
 /// One manager change in the log, with fields.

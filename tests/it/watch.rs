@@ -38,9 +38,10 @@ fn the_connector_reports_fork_exec_and_exit_of_a_child() {
 
 use pinnerd::affinity::Outcome;
 use pinnerd::manager::{Change, Event};
+use pinnerd::plan::Plan;
 use pinnerd::watch::UeventSocket;
 
-use super::affinity::{cpus, online, rules, Rig, CPU_LAYOUT};
+use super::affinity::{cpus, new_rules, on_cpus, online, rules, Rig, CPU_LAYOUT};
 use super::helper::Helper;
 
 fn all_on(h: &Helper, want: &pinnerd::cpuset::CpuSet) -> bool {
@@ -53,7 +54,7 @@ fn an_overrun_leads_to_a_rescan_that_catches_up() {
     let dir = tempfile::tempdir().unwrap();
     // The smallest receive buffer the kernel allows: a few events.
     let mut rig = Rig::new(1);
-    rig.handle(Event::RulesChanged(rules(
+    rig.handle(new_rules(rules(
         "[[rule]]\nname = \"o\"\n[rule.match]\ncomm = \"pt-ovr*\"\n[rule.place]\ncpus = \"1\"\n",
     )));
     let rescans = rig.mgr.counters().rescans;
@@ -112,7 +113,7 @@ fn cpu1_offline_then_online_repins() {
     let dir = tempfile::tempdir().unwrap();
     let mut ue = UeventSocket::open().unwrap();
     let mut rig = Rig::new(8 << 20);
-    rig.handle(Event::RulesChanged(rules(
+    rig.handle(new_rules(rules(
         "[[rule]]\nname = \"hp\"\n[rule.match]\ncomm = \"pt-hp*\"\n[rule.place]\ncpus = \"1\"\n",
     )));
     let mut h = Helper::spawn(dir.path(), "pt-hp1");
@@ -126,7 +127,8 @@ fn cpu1_offline_then_online_repins() {
     std::fs::write(path, "0").unwrap();
     wait_uevent(&mut ue, 1, false);
     rig.changes.clear();
-    rig.handle(Event::Hotplug { online: online() });
+    let plan = Plan::new(rig.mgr.rules(), &on_cpus(online()), None);
+    rig.handle(Event::PlanChanged(plan));
     assert!(
         rig.changes.iter().any(|c| matches!(c,
             Change::Pinned { pid: p, outcome: Outcome::Refused { .. }, .. } if *p == pid)),
@@ -141,7 +143,8 @@ fn cpu1_offline_then_online_repins() {
         .iter()
         .map(|&t| super::affinity::mask(t).to_string())
         .collect();
-    rig.handle(Event::Hotplug { online: online() });
+    let plan = Plan::new(rig.mgr.rules(), &on_cpus(online()), None);
+    rig.handle(Event::PlanChanged(plan));
     assert!(
         all_on(&h, &cpus("1")),
         "not re-pinned after CPU 1 came back (masks before re-applying: {before:?})"
