@@ -249,6 +249,23 @@ impl Manager {
         }
     }
 
+    /// The manager as the daemon runs it: configured by `settings`, on `online` CPUs
+    /// with the settings' housekeeping CPUs kept free. `plan --live` builds it the same
+    /// way over affinity calls that only record.
+    pub fn from_settings(
+        ops: Arc<dyn AffinityOps + Send + Sync>,
+        procs: Arc<dyn ProcSource + Send + Sync>,
+        online: CpuSet,
+        settings: &crate::settings::Settings,
+    ) -> Manager {
+        Manager::new(
+            ops,
+            procs,
+            Cpus::from_settings(online, settings),
+            ManagerConfig::from_settings(settings),
+        )
+    }
+
     /// Keeps the restore journal at `journal` (under the runtime directory).
     pub fn with_journal(mut self, journal: Journal) -> Manager {
         self.journal = Some(journal);

@@ -86,6 +86,16 @@ pub struct Cpus {
     pub reserved: CpuSet,
 }
 
+impl Cpus {
+    /// The daemon's: `online`, with the settings' housekeeping CPUs reserved.
+    pub fn from_settings(online: CpuSet, settings: &crate::settings::Settings) -> Cpus {
+        Cpus {
+            online,
+            reserved: settings.placement.housekeeping_cpus.clone(),
+        }
+    }
+}
+
 /// How a placement unit fared in planning.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case", tag = "state")]

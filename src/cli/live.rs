@@ -1,9 +1,8 @@
 //! `pinnerd plan --live`: what the rules would do to the running system, changing
-//! nothing. It runs the daemon's own manager over a full /proc rescan with affinity
-//! calls that only record what they would set.
+//! nothing. It runs the daemon's own manager, built from the daemon's settings, over a
+//! full /proc rescan with affinity calls that only record what they would set.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -12,19 +11,23 @@ use anyhow::Context;
 use super::plan::PlanArgs;
 use super::ConfigInvalid;
 use crate::affinity::DryRunOps;
-use crate::domains::Domains;
-use crate::manager::{Event, Manager, ManagerConfig};
+use crate::domains::{self, Misfit};
+use crate::manager::{Event, Manager};
 use crate::matrix::LatencyMatrix;
-use crate::plan::{Cpus, Plan, PlanState};
-use crate::rules::{load_dirs, LoadPolicy, DEFAULT_RULE_DIR};
+use crate::plan::{Plan, PlanState};
+use crate::rules::{load_dirs, LoadPolicy};
+use crate::settings::Settings;
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 use crate::watch::ProcFs;
 
 pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
     let root = SysRoot::with_sys(&args.sysfs);
+    let policy = LoadPolicy::for_current_process();
+    let settings = Settings::load_or_default(&args.config, &policy)
+        .map_err(|e| ConfigInvalid(e.to_string()))?;
     let dirs = if args.rules.is_empty() {
-        vec![PathBuf::from(DEFAULT_RULE_DIR)]
+        settings.rule_dirs.clone()
     } else {
         args.rules.clone()
     };
@@ -37,34 +40,30 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             .into());
         }
     }
-    let report = load_dirs(&dirs, &LoadPolicy::for_current_process());
+    let report = load_dirs(&dirs, &policy);
     let topology = Topology::discover(&root)
         .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
-    let (domains, source) = match &args.matrix {
-        Some(path) => {
-            let m = LatencyMatrix::load(path)?;
-            let (d, _) = Domains::reconcile(&m, Some(&topology)).with_context(|| {
-                format!("the matrix {} does not fit this machine", path.display())
-            })?;
-            (d, format!("matrix {}", path.display()))
-        }
+    let (matrix, source) = match &args.matrix {
+        Some(path) => (
+            Some(LatencyMatrix::load(path)?),
+            format!("matrix {}", path.display()),
+        ),
         None => (
-            Domains::from_topology(&topology)?,
+            None,
             "sysfs topology (give --matrix to plan on latencies)".to_string(),
         ),
     };
+    let domains = domains::select(matrix.as_ref(), Some(&topology), Misfit::Refuse)
+        .with_context(|| format!("the {source} does not fit this machine"))?
+        .domains;
     let ops = Arc::new(DryRunOps::new(root.clone()));
-    let cpus = Cpus {
-        online: topology.usable(),
-        reserved: Default::default(),
-    };
-    let plan = Plan::new(&report.rules, &cpus, Some(&domains));
-    let mut mgr = Manager::new(
+    let mut mgr = Manager::from_settings(
         ops.clone(),
         Arc::new(ProcFs::new(root)),
-        cpus,
-        ManagerConfig::default(),
+        topology.usable(),
+        &settings,
     );
+    let plan = Plan::new(&report.rules, mgr.plan().cpus(), Some(&domains));
     mgr.handle(Event::RulesChanged(plan));
     let rows = mgr.list_managed();
 

@@ -14,7 +14,7 @@ use anyhow::Context;
 use serde_json::json;
 
 use crate::cpuset::CpuSet;
-use crate::domains::{Domains, Finding};
+use crate::domains::{self, Domains, Finding, Misfit};
 use crate::fingerprint::Fingerprint;
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
@@ -50,9 +50,13 @@ pub struct PlanArgs {
     /// they would get. Changes nothing.
     #[arg(long)]
     pub live: bool,
-    /// Rule directories for --live (default /etc/pinnerd.d).
+    /// Rule directories for --live (default: the settings' `rule-dirs`, /etc/pinnerd.d).
     #[arg(long = "rules")]
     pub rules: Vec<PathBuf>,
+    /// The daemon's settings file, for --live (housekeeping CPUs, rule directories); a
+    /// missing file means the defaults.
+    #[arg(long, value_name = "FILE", default_value = crate::settings::DEFAULT_SETTINGS_PATH)]
+    pub config: PathBuf,
     /// Where the daemon stores this machine's matrix (default: $STATE_DIRECTORY, else
     /// /var/lib/pinnerd).
     #[arg(long, value_name = "DIR")]
@@ -149,41 +153,17 @@ pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Plan> {
         }
         None => this_machine_matrix(args, &root, topology.as_ref(), real_sysfs, &mut warnings)?,
     };
-    let described = source.describe();
-    let mut build = || -> anyhow::Result<_> {
-        Ok(match (&matrix, &topology) {
-            (Some(m), Some(t)) => {
-                let mset: CpuSet = m.cpus.iter().copied().collect();
-                let fits = mset == t.online || mset == t.usable();
-                if fits {
-                    Domains::reconcile(m, Some(t)).with_context(|| {
-                        format!("reconciling the {} with the topology", source.describe())
-                    })?
-                } else if real_sysfs && matches!(source, Source::File(_)) {
-                    // A published matrix from another machine: plan on it alone.
-                    warnings.push(format!(
-                    "the matrix covers CPUs {mset} but this machine's online CPUs are {}: planning from the matrix alone",
-                    t.online
-                ));
-                    Domains::reconcile(m, None)?
-                } else {
-                    // The error names both sets.
-                    Domains::reconcile(m, Some(t)).with_context(|| {
-                        format!(
-                            "the {} does not fit the topology under {}",
-                            source.describe(),
-                            args.sysfs.display()
-                        )
-                    })?
-                }
-            }
-            (Some(m), None) => Domains::reconcile(m, None)?,
-            (None, Some(t)) => (Domains::from_topology(t)?, Vec::new()),
-            (None, None) => anyhow::bail!("neither a matrix nor a topology is available"),
-        })
+    // A published matrix from another machine is planned on alone; on a captured
+    // tree the matrix must fit it.
+    let misfit = if real_sysfs && matches!(source, Source::File(_)) {
+        Misfit::MatrixAlone
+    } else {
+        Misfit::Refuse
     };
-    let (domains, findings) =
-        build().with_context(|| format!("latency domains from the {described}"))?;
+    let selected = domains::select(matrix.as_ref(), topology.as_ref(), misfit)
+        .with_context(|| format!("latency domains from the {}", source.describe()))?;
+    warnings.extend(selected.warnings);
+    let (domains, findings) = (selected.domains, selected.findings);
     if let Some(m) = &matrix {
         warnings.extend(m.warnings.iter().cloned());
     }
@@ -396,22 +376,14 @@ pub struct DomainsView {
 /// was measured on its CPUs, else from the matrix alone (with a warning saying so).
 pub fn domains_for(path: &Path, topology: &Topology) -> anyhow::Result<DomainsView> {
     let m = LatencyMatrix::load(path)?;
-    let mut warnings = m.warnings.clone();
-    let mset: CpuSet = m.cpus.iter().copied().collect();
-    let (domains, findings) = if mset == topology.online || mset == topology.usable() {
-        Domains::reconcile(&m, Some(topology))
-    } else {
-        warnings.push(format!(
-            "the matrix covers CPUs {mset} but the topology's online CPUs are {}: domains from the matrix alone",
-            topology.online
-        ));
-        Domains::reconcile(&m, None)
-    }
-    .with_context(|| format!("latency domains of {}", path.display()))?;
+    let selected = domains::select(Some(&m), Some(topology), Misfit::MatrixAlone)
+        .with_context(|| format!("latency domains of {}", path.display()))?;
+    let mut warnings = m.warnings;
+    warnings.extend(selected.warnings);
     Ok(DomainsView {
         path: path.to_owned(),
-        domains,
-        findings,
+        domains: selected.domains,
+        findings: selected.findings,
         warnings,
     })
 }

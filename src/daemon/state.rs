@@ -21,9 +21,9 @@ use crate::affinity::restore::Journal;
 use crate::affinity::SystemOps;
 use crate::cpuset::CpuSet;
 use crate::dbus::Signal;
-use crate::domains::Domains;
+use crate::domains::{self, Domains, Misfit};
 use crate::fingerprint::Fingerprint;
-use crate::manager::{self, Change, Manager, ManagerConfig, ManagerError};
+use crate::manager::{self, Change, Manager, ManagerError};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::measure::{self, LoadGuard, MeasureConfig};
@@ -250,11 +250,11 @@ impl State {
     /// in the runtime directory), then applies the rules to every running process.
     fn start_manager(&mut self) {
         let root = self.cfg.sysroot.clone();
-        let mut m = Manager::new(
+        let mut m = Manager::from_settings(
             Arc::new(SystemOps::new(root.clone())),
             Arc::new(ProcFs::new(root.clone())),
-            self.plan_cpus(),
-            ManagerConfig::from_settings(&self.settings),
+            self.online(),
+            &self.settings,
         )
         .with_journal(Journal::new(&self.cfg.runtime_dir));
         match m.recover(&root) {
@@ -299,10 +299,7 @@ impl State {
 
     /// The CPUs plans are made for: online, and the housekeeping CPUs kept free.
     fn plan_cpus(&self) -> Cpus {
-        Cpus {
-            online: self.online(),
-            reserved: self.settings.placement.housekeeping_cpus.clone(),
-        }
+        Cpus::from_settings(self.online(), &self.settings)
     }
 
     /// The plan of the rules in force on the current CPUs and latency domains.
@@ -577,32 +574,19 @@ impl State {
     /// until a matrix exists (or when the matrix cannot be used).
     fn domains(&mut self) -> Result<&Domains, CommandError> {
         if self.domains.is_none() {
-            let topo = self.topology.as_ref();
-            let from_matrix = self.current.as_ref().and_then(|m| {
-                match Domains::reconcile(m, topo) {
-                    Ok((d, findings)) => {
-                        for f in &findings {
-                            tracing::info!(finding = %f, "matrix and topology");
-                        }
-                        Some(d)
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the matrix cannot be used; placing from the sysfs topology");
-                        None
-                    }
-                }
-            });
-            let d = match (from_matrix, topo) {
-                (Some(d), _) => d,
-                (None, Some(t)) => Domains::from_topology(t)
-                    .map_err(|e| CommandError::Failed(format!("no latency domains: {e}")))?,
-                (None, None) => {
-                    return Err(CommandError::Failed(
-                        "neither a matrix nor the CPU topology is available".into(),
-                    ))
-                }
-            };
-            self.domains = Some(d);
+            let s = domains::select(
+                self.current.as_ref(),
+                self.topology.as_ref(),
+                Misfit::Topology,
+            )
+            .map_err(|e| CommandError::Failed(format!("no latency domains: {e}")))?;
+            for f in &s.findings {
+                tracing::info!(finding = %f, "matrix and topology");
+            }
+            for w in &s.warnings {
+                tracing::warn!(warning = %w, "placing from the sysfs topology");
+            }
+            self.domains = Some(s.domains);
         }
         Ok(self.domains.as_ref().expect("set above"))
     }

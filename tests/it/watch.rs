@@ -196,3 +196,60 @@ fn plan_live_shows_what_would_happen_and_changes_nothing() {
     assert_eq!(before, after, "the dry run changed a mask");
     h.exit();
 }
+
+#[test]
+fn plan_live_keeps_the_settings_housekeeping_cpus_free() {
+    let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
+    let online = online();
+    if online.len() < 2 {
+        panic!("this test needs 2 online CPUs, found {online}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rules_dir = dir.path().join("rules");
+    std::fs::create_dir(&rules_dir).unwrap();
+    std::fs::write(
+        rules_dir.join("hk.toml"),
+        "[[rule]]\nname = \"hk\"\n[rule.match]\ncomm = \"pt-hk*\"\n[rule.place]\ncount = 1\n",
+    )
+    .unwrap();
+    let mut h = Helper::spawn(dir.path(), "pt-hk1");
+    h.spawn_threads(1, None);
+    // Every online CPU but `expect` is kept for housekeeping: the unit gets `expect`.
+    for expect in online.iter().take(2) {
+        let settings = dir.path().join(format!("keep-{expect}.toml"));
+        let housekeeping = online.difference(&std::iter::once(expect).collect());
+        std::fs::write(
+            &settings,
+            format!("[placement]\nhousekeeping-cpus = \"{housekeeping}\"\n"),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+            .args(["plan", "--live", "--json", "--config"])
+            .arg(&settings)
+            .arg("--rules")
+            .arg(&rules_dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let plan = v["plans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["rule"] == "hk")
+            .unwrap_or_else(|| panic!("no plan for hk: {v}"));
+        assert_eq!(plan["cpus"], expect.to_string(), "{v}");
+        let me = v["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pid"] == h.pid)
+            .unwrap_or_else(|| panic!("helper not listed: {v}"));
+        assert_eq!(me["would_get"], expect.to_string(), "{v}");
+    }
+    h.exit();
+}
