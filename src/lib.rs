@@ -16,11 +16,12 @@
 //!                                                                    ▼
 //!                                                  affinity (apply, read back, restore)
 //!          daemon (one event loop owns the state; plans on rule, domain and CPU changes)
-//!                          ▲
+//!                          ▲ api (Command → Reply | CommandError, Snapshot, Signal)
 //!                 dbus (forwards) · cli (commands)
 //! ```
 //!
-//! Modules: `affinity` (the affinity syscalls, read back, restore journal) · `cli` (the
+//! Modules: `affinity` (the affinity syscalls, read back, restore journal) · `api`
+//! (the typed commands, replies and signals between the daemon and its clients) · `cli` (the
 //! subcommands) · `cpuset` (the one CPU-set type) · `daemon` (the event loop and its
 //! state) · `dbus` (the bus object, which only forwards) · `domains` (latency hierarchy
 //! from a matrix and the topology) · `fingerprint` (hardware identity of a matrix) ·
@@ -34,6 +35,7 @@
 //! paths `/sys` and `/proc` are spelled, so tests point it at fixture trees.
 
 pub mod affinity;
+pub mod api;
 pub mod cli;
 pub mod cpuset;
 pub mod daemon;

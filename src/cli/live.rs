@@ -3,12 +3,12 @@
 //! full /proc rescan with affinity calls that only record what they would set.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
 
-use super::plan::PlanArgs;
 use super::ConfigInvalid;
 use crate::affinity::DryRunOps;
 use crate::domains::{self, Misfit};
@@ -21,7 +21,21 @@ use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 use crate::watch::ProcFs;
 
-pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
+/// What `plan --live` is given.
+#[derive(Debug, Clone)]
+pub struct LiveArgs {
+    /// Rule directories; empty = the settings' `rule-dirs`.
+    pub rules: Vec<PathBuf>,
+    /// The daemon's settings file.
+    pub config: PathBuf,
+    /// Root of the sysfs tree.
+    pub sysfs: PathBuf,
+    /// A latency matrix measured on this machine's CPUs.
+    pub matrix: Option<PathBuf>,
+    pub json: bool,
+}
+
+pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let root = SysRoot::with_sys(&args.sysfs);
     let policy = LoadPolicy::for_current_process();
     let settings = Settings::load_or_default(&args.config, &policy)

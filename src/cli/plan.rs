@@ -13,6 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::json;
 
+use super::topology::ns;
 use crate::cpuset::CpuSet;
 use crate::domains::{self, Domains, Finding, Misfit};
 use crate::fingerprint::Fingerprint;
@@ -82,7 +83,13 @@ pub fn default_state_dir() -> PathBuf {
 
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     if args.live {
-        return super::live::run(&args);
+        return super::live::run(&super::live::LiveArgs {
+            rules: args.rules,
+            config: args.config,
+            sysfs: args.sysfs,
+            matrix: args.matrix,
+            json: args.json,
+        });
     }
     let count = args.count.context("--count is required")? as usize;
     let plan = plan(&args, count)?;
@@ -258,11 +265,6 @@ fn this_machine_matrix(
     ))
 }
 
-fn ns(v: Option<f64>) -> String {
-    v.map(|v| format!("{v:.1} ns"))
-        .unwrap_or_else(|| "unknown".into())
-}
-
 fn cost_json(c: &Cost) -> serde_json::Value {
     json!({
         "worst_latency_ns": c.worst_ns,
@@ -358,89 +360,6 @@ impl Plan {
         }
         for w in &self.warnings {
             let _ = writeln!(s, "  warning:   {w}");
-        }
-        s
-    }
-}
-
-/// Latency domains of a matrix file, for `pinnerd topology --matrix`.
-#[derive(Debug)]
-pub struct DomainsView {
-    pub path: PathBuf,
-    pub domains: Domains,
-    pub findings: Vec<Finding>,
-    pub warnings: Vec<String>,
-}
-
-/// Loads a matrix and builds its domains, reconciled with the topology when the matrix
-/// was measured on its CPUs, else from the matrix alone (with a warning saying so).
-pub fn domains_for(path: &Path, topology: &Topology) -> anyhow::Result<DomainsView> {
-    let m = LatencyMatrix::load(path)?;
-    let selected = domains::select(Some(&m), Some(topology), Misfit::MatrixAlone)
-        .with_context(|| format!("latency domains of {}", path.display()))?;
-    let mut warnings = m.warnings;
-    warnings.extend(selected.warnings);
-    Ok(DomainsView {
-        path: path.to_owned(),
-        domains: selected.domains,
-        findings: selected.findings,
-        warnings,
-    })
-}
-
-impl DomainsView {
-    /// Adds `domains` (finest level first, each with `latency_ns` and `groups` as arrays
-    /// of CPU ids), `domain_findings` and `domain_warnings` to a JSON report.
-    pub fn extend_json(&self, report: &mut serde_json::Value) {
-        let levels: Vec<serde_json::Value> = self
-            .domains
-            .levels()
-            .iter()
-            .map(|l| {
-                json!({
-                    "level": l.kind,
-                    "name": l.name(),
-                    "latency_ns": l.latency_ns,
-                    "groups": l.groups.iter().map(|g| g.iter().collect::<Vec<u32>>()).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        report["domains"] = json!(levels);
-        report["domains_matrix"] = json!(self.path.display().to_string());
-        report["domains_trust"] = json!(self.domains.trust());
-        report["domain_findings"] = json!(self.findings);
-        report["domain_warnings"] = json!(self.warnings);
-    }
-
-    /// The human section appended to the topology tree.
-    pub fn render(&self) -> String {
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "latency domains from {} (trusted: {:?}), finest first:",
-            self.path.display(),
-            self.domains.trust()
-        );
-        for l in self.domains.levels() {
-            let groups: Vec<String> = l.groups.iter().take(8).map(|g| g.to_string()).collect();
-            let more = if l.groups.len() > 8 {
-                format!(" … ({} groups)", l.groups.len())
-            } else {
-                String::new()
-            };
-            let _ = writeln!(
-                s,
-                "  {:<24} {:>10}  {}{more}",
-                l.name(),
-                ns(l.latency_ns),
-                groups.join(" | ")
-            );
-        }
-        for f in &self.findings {
-            let _ = writeln!(s, "  finding: {f}");
-        }
-        for w in &self.warnings {
-            let _ = writeln!(s, "  warning: {w}");
         }
         s
     }

@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 
 use crate::affinity::restore::Journal;
 use crate::affinity::SystemOps;
+use crate::api::{Command, CommandError, ManagedEntry, Phase, Reply, Signal, Snapshot};
 use crate::cpuset::CpuSet;
-use crate::dbus::Signal;
 use crate::domains::{self, Domains, Misfit};
 use crate::fingerprint::Fingerprint;
-use crate::manager::{self, Change, Manager, ManagerError};
+use crate::manager::{self, Change, Manager};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::measure::{self, LoadGuard, MeasureConfig};
@@ -36,7 +36,7 @@ use crate::topology::Topology;
 use crate::watch::ProcFs;
 
 use super::worker::{self, Job, JobKind, Outcome};
-use super::{Command, CommandError, DaemonError, Event, Phase, ReloadCause, Reply, Snapshot};
+use super::{DaemonError, Event, ReloadCause};
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -387,10 +387,10 @@ impl State {
     /// Handles one event.
     pub fn handle(&mut self, event: Event) {
         match event {
-            Event::Command(cmd, reply) => {
-                let answer = self.command(cmd);
+            Event::Command(call) => {
+                let answer = self.command(call.command);
                 // The caller may have given up (timeout); nothing to do then.
-                let _ = reply.send(answer);
+                let _ = call.reply.send(answer);
             }
             Event::Reload(cause) => {
                 self.actions.push(Action::Reloading);
@@ -470,7 +470,7 @@ impl State {
                     .map(|m| {
                         m.list_managed()
                             .into_iter()
-                            .map(|r| super::ManagedEntry {
+                            .map(|r| ManagedEntry {
                                 pid: r.pid,
                                 comm: r.comm,
                                 rule: r.rule,
@@ -487,11 +487,11 @@ impl State {
                 }
                 match &self.manager {
                     Some(m) => Ok(Reply::Text(m.explain(pid as i32))),
-                    None => Err(CommandError::Failed("the daemon is starting".into())),
+                    None => Err(CommandError::Starting),
                 }
             }
             Command::Plan { count, policy, smt } => {
-                let req = self.request(count, &policy, &smt)?;
+                let req = self.request(count, policy, smt)?;
                 Ok(Reply::Cpus(self.place(&req)?.cpus))
             }
             Command::Pin {
@@ -500,7 +500,7 @@ impl State {
                 policy,
                 smt,
             } => {
-                let req = self.request(count, &policy, &smt)?;
+                let req = self.request(count, policy, smt)?;
                 let request = PlacementRequest {
                     target: CpuTarget::Count(count),
                     within: None,
@@ -511,49 +511,37 @@ impl State {
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
                 self.domains()?;
                 let d = self.domains.as_ref().map(|d| d as &dyn Choose);
-                let m = self
-                    .manager
-                    .as_mut()
-                    .ok_or_else(|| CommandError::Failed("the daemon is starting".into()))?;
+                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
                 let cpus = m
                     .plan()
                     .pin(&request, d)
-                    .map_err(|e| CommandError::InvalidArgs(format!("pid {pid}: {e}")))?;
+                    .map_err(|source| CommandError::Pin { pid, source })?;
                 match m.pin(pid_i, &cpus) {
                     Ok(changes) => {
                         tracing::info!(pid, %cpus, "pinned at run time");
                         self.after_manager(changes);
                         Ok(Reply::Cpus(cpus))
                     }
-                    Err(e) => Err(manager_error(pid, e)),
+                    Err(e) => Err(CommandError::from_manager(pid, e)),
                 }
             }
             Command::Release { pid } => {
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
-                let m = self
-                    .manager
-                    .as_mut()
-                    .ok_or_else(|| CommandError::Failed("the daemon is starting".into()))?;
+                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
                 match m.unpin(pid_i) {
                     Ok(changes) => {
                         tracing::info!(pid, "released at run time");
                         self.after_manager(changes);
                         Ok(Reply::Done)
                     }
-                    Err(e) => Err(manager_error(pid, e)),
+                    Err(e) => Err(CommandError::from_manager(pid, e)),
                 }
             }
         }
     }
 
-    /// A request from D-Bus arguments, checked: known words, 1 ≤ count ≤ usable CPUs.
-    fn request(&self, count: u32, policy: &str, smt: &str) -> Result<Request, CommandError> {
-        let policy: Policy = policy
-            .parse()
-            .map_err(|e: placement::UnknownWord| CommandError::InvalidArgs(e.to_string()))?;
-        let smt: SmtPolicy = smt
-            .parse()
-            .map_err(|e: placement::UnknownWord| CommandError::InvalidArgs(e.to_string()))?;
+    /// A request from a command's arguments, checked: 1 ≤ count ≤ usable CPUs.
+    fn request(&self, count: u32, policy: Policy, smt: SmtPolicy) -> Result<Request, CommandError> {
         let usable = self.usable().len();
         if count == 0 || count as usize > usable {
             return Err(CommandError::InvalidArgs(format!(
@@ -579,7 +567,7 @@ impl State {
                 self.topology.as_ref(),
                 Misfit::Topology,
             )
-            .map_err(|e| CommandError::Failed(format!("no latency domains: {e}")))?;
+            .map_err(CommandError::NoDomains)?;
             for f in &s.findings {
                 tracing::info!(finding = %f, "matrix and topology");
             }
@@ -639,7 +627,7 @@ impl State {
     fn place(&mut self, req: &Request) -> Result<Placement, CommandError> {
         let usable = self.usable();
         let d = self.domains()?;
-        placement::place(d, req, &usable).map_err(|e| CommandError::InvalidArgs(e.to_string()))
+        Ok(placement::place(d, req, &usable)?)
     }
 
     fn matrix_reply(&self) -> Reply {
@@ -1071,16 +1059,6 @@ impl State {
     }
 }
 
-/// A manager error as the caller reads it.
-fn manager_error(pid: u32, e: ManagerError) -> CommandError {
-    match e {
-        ManagerError::NoProcess { .. } => CommandError::NoSuchProcess(pid),
-        ManagerError::NotPinned { .. } => CommandError::NotManaged(pid),
-        ManagerError::KernelThread { .. } => CommandError::InvalidArgs(e.to_string()),
-        ManagerError::Journal(_) => CommandError::Failed(e.to_string()),
-    }
-}
-
 /// One manager change in the log, with fields.
 fn log_change(c: &Change) {
     match c {
@@ -1250,8 +1228,8 @@ mod tests {
         assert_eq!(s.snapshot().measured_at_us, 0);
         assert_eq!(job.cfg.cpus, s.usable());
         // Concurrent Remeasure calls coalesce into the running job.
-        assert_eq!(s.command(Command::Remeasure), Ok(Reply::Job(job.id)));
-        assert_eq!(s.command(Command::Remeasure), Ok(Reply::Job(job.id)));
+        assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
+        assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
         assert!(jobs(&s.take_actions()).is_empty());
 
         s.handle(ok_matrix(&job));
@@ -1286,7 +1264,7 @@ mod tests {
         s.handle(ok_matrix(&j[0]));
         s.take_actions();
         // Within remeasure-min-interval: the same job, whose end is told again.
-        assert_eq!(s.command(Command::Remeasure), Ok(Reply::Job(first)));
+        assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(first));
         let a = s.take_actions();
         assert!(jobs(&a).is_empty());
         assert_eq!(finished(&a), vec![(first, true)]);
@@ -1421,8 +1399,8 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            s.command(Command::Remeasure),
-            Ok(Reply::Job(promised)),
+            s.command(Command::Remeasure).unwrap(),
+            Reply::Job(promised),
             "coalesced"
         );
         assert!(jobs(&s.take_actions()).is_empty(), "waits for the probe");
@@ -1478,11 +1456,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            s.command(Command::Reload),
-            Ok(Reply::Reloaded {
+            s.command(Command::Reload).unwrap(),
+            Reply::Reloaded {
                 rules: 1,
                 errors: vec![]
-            })
+            }
         );
         std::fs::write(rules.join("a.toml"), "[[rule]]\nname = \"a\"\nbogus = 1\n").unwrap();
         let Ok(Reply::Reloaded { rules: n, errors }) = s.command(Command::Reload) else {
@@ -1518,42 +1496,36 @@ mod tests {
         let (mut s, _d, job) = started(Timing::default());
         let usable = s.usable();
         let n = usable.len() as u32;
-        let plan = |s: &mut State, count, policy: &str, smt: &str| {
+        let plan = |s: &mut State, count, policy| {
             s.command(Command::Plan {
                 count,
-                policy: policy.into(),
-                smt: smt.into(),
+                policy,
+                smt: SmtPolicy::Allow,
             })
         };
         // No matrix yet: the topology alone places.
         assert_eq!(
-            plan(&mut s, n, "compact", "allow"),
-            Ok(Reply::Cpus(usable.clone()))
+            plan(&mut s, n, Policy::Compact).unwrap(),
+            Reply::Cpus(usable.clone())
         );
         s.handle(ok_matrix(&job));
         assert_eq!(
-            plan(&mut s, n, "spread", "allow"),
-            Ok(Reply::Cpus(usable.clone()))
+            plan(&mut s, n, Policy::Spread).unwrap(),
+            Reply::Cpus(usable.clone())
         );
-        let Ok(Reply::Cpus(one)) = plan(&mut s, 1, "compact", "allow") else {
+        let Ok(Reply::Cpus(one)) = plan(&mut s, 1, Policy::Compact) else {
             panic!()
         };
         assert_eq!(one.len(), 1);
         assert!(one.is_subset(&usable));
-        for (count, policy, smt, want) in [
-            (0, "compact", "allow", "count 0: must be between 1"),
-            (n + 1, "compact", "allow", "must be between 1 and the"),
-            (1, "tight", "allow", "unknown policy \"tight\""),
-            (
-                1,
-                "compact",
-                "sometimes",
-                "unknown smt policy \"sometimes\"",
-            ),
+        // Unknown words never reach the loop: `dbus` refuses them.
+        for (count, want) in [
+            (0, "count 0: must be between 1"),
+            (n + 1, "must be between 1 and the"),
         ] {
-            match plan(&mut s, count, policy, smt) {
+            match plan(&mut s, count, Policy::Compact) {
                 Err(CommandError::InvalidArgs(m)) => assert!(m.contains(want), "{m}"),
-                other => panic!("{count} {policy} {smt}: {other:?}"),
+                other => panic!("{count}: {other:?}"),
             }
         }
     }
@@ -1622,8 +1594,8 @@ mod tests {
         assert!(matches!(
             s.command(Command::Plan {
                 count: 2,
-                policy: "compact".into(),
-                smt: "allow".into()
+                policy: Policy::Compact,
+                smt: SmtPolicy::Allow
             }),
             Ok(Reply::Cpus(_))
         ));
