@@ -12,7 +12,8 @@
 //!                                                    │ Snapshot (watch) ──► D-Bus properties, PropertiesChanged
 //! ```
 //!
-//! [`state::State`] is the only owner of daemon state. Its handler is a plain synchronous
+//! [`state::State`] is the only owner of daemon state; [`schedule::Schedule`] is its
+//! measurement timetable (job ids, joins, periodic full measurements and drift probes). Its handler is a plain synchronous
 //! function, so unit tests drive it without a bus, a runtime or timers. [`shell`] wires
 //! the real sources to it: the kernel sockets are read on the loop thread itself (see
 //! [`watchers`]), so a process event reaches the manager without a thread hop; a tokio
@@ -22,6 +23,7 @@
 //! Must not touch: the bus (see `dbus`), spin pairs (see `measure`), per-thread syscalls
 //! (see `affinity`), rule syntax (see `rules`).
 
+pub mod schedule;
 pub mod shell;
 pub mod sources;
 pub mod state;

@@ -24,7 +24,8 @@ use crate::dbus::{self, BusTarget};
 
 use crate::settings::Settings;
 
-use super::state::{Action, Config, State, Timing};
+use super::schedule::Timing;
+use super::state::{Action, Config, State};
 use super::watchers::{Doorbell, KernelSources};
 use super::{worker, DaemonError, Event, ReloadCause};
 

@@ -35,6 +35,7 @@ use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 use crate::watch::ProcFs;
 
+use super::schedule::{Due, Remeasure, Schedule, Timing};
 use super::worker::{self, Job, JobKind, Outcome};
 use super::{DaemonError, Event, ReloadCause};
 
@@ -81,64 +82,6 @@ impl PartialEq for Action {
     }
 }
 
-/// Periodic work and how often, from the settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Timing {
-    /// Full re-measure period; `None` = only on fingerprint change, drift or request.
-    pub full_every: Option<Duration>,
-    /// Drift probe period; `None` = never.
-    pub drift_every: Option<Duration>,
-    /// How often the hardware fingerprint is re-read.
-    pub fingerprint_every: Duration,
-    /// Watchdog ping period (half of systemd's `WatchdogSec`); `None` = no watchdog.
-    pub watchdog_every: Option<Duration>,
-    /// Budget of a full measurement.
-    pub full_budget: Duration,
-    /// Budget of a drift probe.
-    pub probe_budget: Duration,
-    /// Pairs in a drift probe.
-    pub probe_pairs: usize,
-    /// Relative change that counts as drift.
-    pub drift_tolerance: f64,
-    /// Minimum idle share of every measured CPU (0 = measure regardless).
-    pub min_idle: f64,
-    /// `Remeasure` calls closer together than this join the previous call's job.
-    pub remeasure_min_interval: Duration,
-}
-
-impl Timing {
-    pub fn from_settings(s: &Settings, watchdog_every: Option<Duration>) -> Timing {
-        let m = &s.measure;
-        Timing {
-            full_every: m.interval.period(),
-            drift_every: m.drift_probe.period(),
-            fingerprint_every: Duration::from_secs(60),
-            watchdog_every,
-            full_budget: m.budget.0,
-            // A probe is a few pairs: a small slice of the full budget.
-            probe_budget: (m.budget.0 / 20)
-                .clamp(Duration::from_millis(100), Duration::from_secs(5)),
-            probe_pairs: m.drift_pairs as usize,
-            drift_tolerance: m.drift_threshold.0,
-            min_idle: (1.0 - m.idle_threshold.0).clamp(0.0, 1.0),
-            remeasure_min_interval: s.limits.remeasure_min_interval.0,
-        }
-    }
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        Timing::from_settings(&Settings::default(), None)
-    }
-}
-
-/// A measurement in flight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Running {
-    id: u64,
-    full: bool,
-}
-
 /// How long the restore journal may lag process events. A daemon that dies within it
 /// leaves a task pinned in that window out of the journal: the next start re-pins it by
 /// its rule, but cannot give back its original mask. Rule changes, PinProcess, rescans
@@ -167,17 +110,8 @@ pub struct State {
     next_rescan: Option<Instant>,
     /// A journal write deferred after process events (see [`JOURNAL_DELAY`]).
     journal_due: Option<Instant>,
-    running: Option<Running>,
-    /// A full measurement promised (id given out) while a drift probe runs.
-    queued_full: Option<u64>,
+    schedule: Schedule,
     last_failure: Option<String>,
-    /// The last full measurement that ended: (job, ok, summary).
-    last_finished: Option<(u64, bool, String)>,
-    /// The last `Remeasure` call: when, and the job it got.
-    last_remeasure: Option<(Instant, u64)>,
-    next_job: u64,
-    next_full: Option<Instant>,
-    next_drift: Option<Instant>,
     next_fingerprint: Instant,
     next_watchdog: Option<Instant>,
     rules: LoadReport,
@@ -193,8 +127,7 @@ impl State {
             settings,
             settings_error: None,
             next_watchdog: timing.watchdog_every.map(|d| now + d),
-            next_full: timing.full_every.map(|d| now + d),
-            next_drift: timing.drift_every.map(|d| now + d),
+            schedule: Schedule::new(&timing, now),
             next_fingerprint: now + timing.fingerprint_every,
             timing,
             policy: LoadPolicy::for_current_process(),
@@ -207,12 +140,7 @@ impl State {
             watch_down: None,
             next_rescan: None,
             journal_due: None,
-            running: None,
-            queued_full: None,
             last_failure: None,
-            last_finished: None,
-            last_remeasure: None,
-            next_job: 1,
             rules: LoadReport::default(),
             started: false,
             actions: Vec::new(),
@@ -363,7 +291,7 @@ impl State {
     fn phase(&self) -> Phase {
         if !self.started {
             Phase::Starting
-        } else if self.running.is_some_and(|r| r.full) {
+        } else if self.schedule.running().is_some_and(|r| r.full) {
             Phase::Measuring
         } else if (self.current.is_none() && self.last_failure.is_some())
             || self.watch_down.is_some()
@@ -774,47 +702,33 @@ impl State {
         self.status();
     }
 
-    fn alloc_job(&mut self) -> u64 {
-        let id = self.next_job;
-        self.next_job += 1;
-        id
-    }
-
     /// `Remeasure`: joins a running or promised full measurement, or the previous call's
     /// job when it came less than `remeasure_min_interval` ago; else starts one.
     fn remeasure(&mut self, now: Instant) -> u64 {
-        let id = self.remeasure_job(now);
-        self.last_remeasure = Some((now, id));
-        id
+        let r = self
+            .schedule
+            .remeasure(now, self.timing.remeasure_min_interval);
+        self.follow(r)
     }
 
-    fn remeasure_job(&mut self, now: Instant) -> u64 {
-        if let Some(r) = self.running.filter(|r| r.full) {
-            return r.id;
-        }
-        if let Some(id) = self.queued_full {
-            return id;
-        }
-        if let Some((at, id)) = self.last_remeasure {
-            if now.duration_since(at) < self.timing.remeasure_min_interval {
+    /// Does what the schedule said; the job id the caller gets.
+    fn follow(&mut self, r: Remeasure) -> u64 {
+        match r {
+            Remeasure::Joined(id) | Remeasure::Queued(id) => id,
+            Remeasure::Ended { job, ok, summary } => {
                 // That job has ended (nothing runs): tell this caller how, again.
-                if let Some((job, ok, summary)) = self.last_finished.clone().filter(|f| f.0 == id) {
-                    self.actions.push(Action::Emit(Signal::MeasurementFinished {
-                        job,
-                        ok,
-                        summary,
-                    }));
-                    return id;
-                }
+                self.actions.push(Action::Emit(Signal::MeasurementFinished {
+                    job,
+                    ok,
+                    summary,
+                }));
+                job
+            }
+            Remeasure::Start(id) => {
+                self.launch_full(id);
+                id
             }
         }
-        if self.running.is_some() {
-            // A drift probe is running; the full measurement follows it.
-            let id = self.alloc_job();
-            self.queued_full = Some(id);
-            return id;
-        }
-        self.start_full()
     }
 
     /// The matrix no longer describes this machine: use a stored one for the new
@@ -824,15 +738,15 @@ impl State {
         self.load_stored_matrix();
         self.refresh_domains();
         if self.current.is_none() {
-            if let Some(r) = self.running.filter(|r| r.full) {
+            if let Some(r) = self.schedule.running().filter(|r| r.full) {
                 // It measures the old CPUs; measure again once it ends.
-                if self.queued_full.is_none() {
-                    let id = self.alloc_job();
-                    self.queued_full = Some(id);
-                }
+                self.schedule.queue_full();
                 tracing::info!(job = r.id, "measurement in flight predates the change");
             } else {
-                self.remeasure_job(now);
+                let r = self
+                    .schedule
+                    .full_wanted(now, self.timing.remeasure_min_interval);
+                self.follow(r);
             }
         }
         self.status();
@@ -851,13 +765,13 @@ impl State {
     }
 
     fn start_full(&mut self) -> u64 {
-        let id = self.alloc_job();
+        let id = self.schedule.alloc();
         self.launch_full(id);
         id
     }
 
     fn launch_full(&mut self, id: u64) {
-        self.running = Some(Running { id, full: true });
+        self.schedule.started(id, true);
         let cpus = self.usable();
         tracing::info!(job = id, %cpus, budget = ?self.timing.full_budget, "starting a full measurement");
         let cfg = self.measure_config(cpus, self.timing.full_budget);
@@ -876,8 +790,8 @@ impl State {
             return;
         }
         let cpus: CpuSet = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
-        let id = self.alloc_job();
-        self.running = Some(Running { id, full: false });
+        let id = self.schedule.alloc();
+        self.schedule.started(id, false);
         tracing::debug!(job = id, pairs = pairs.len(), "drift probe");
         let cfg = self.measure_config(cpus, self.timing.probe_budget);
         self.actions.push(Action::Measure(Box::new(Job {
@@ -891,14 +805,13 @@ impl State {
     }
 
     fn measured(&mut self, outcome: Outcome) {
-        let Some(running) = self.running.filter(|r| r.id == outcome.id) else {
+        let Some(running) = self.schedule.finished(outcome.id) else {
             tracing::warn!(
                 job = outcome.id,
                 "result of a job that is not running; ignored"
             );
             return;
         };
-        self.running = None;
         match (running.full, outcome.result) {
             (true, Ok(worker::Result::Matrix(matrix))) => self.full_done(running.id, matrix),
             (true, Ok(other)) => {
@@ -921,10 +834,7 @@ impl State {
                         })
                         .collect();
                     tracing::info!(moved = %moved.join(", "), "drift found; measuring the full matrix");
-                    if self.queued_full.is_none() {
-                        let id = self.alloc_job();
-                        self.queued_full = Some(id);
-                    }
+                    self.schedule.queue_full();
                 }
             }
             (false, Ok(other)) => {
@@ -932,7 +842,7 @@ impl State {
             }
             (false, Err(e)) => tracing::warn!(job = running.id, error = %e, "drift probe failed"),
         }
-        if let Some(id) = self.queued_full.take() {
+        if let Some(id) = self.schedule.take_queued() {
             self.launch_full(id);
         }
         self.status();
@@ -964,7 +874,7 @@ impl State {
         self.last_failure = None;
         self.current = Some(matrix);
         self.matrix_changed();
-        self.last_finished = Some((id, true, summary.clone()));
+        self.schedule.full_ended(id, true, summary.clone());
         self.actions.push(Action::Emit(Signal::MeasurementFinished {
             job: id,
             ok: true,
@@ -974,7 +884,7 @@ impl State {
 
     fn full_failed(&mut self, id: u64, why: String) {
         tracing::warn!(job = id, error = %why, "measurement failed");
-        self.last_finished = Some((id, false, why.clone()));
+        self.schedule.full_ended(id, false, why.clone());
         self.actions.push(Action::Emit(Signal::MeasurementFinished {
             job: id,
             ok: false,
@@ -1017,29 +927,13 @@ impl State {
                 self.manager_event(manager::Event::Rescan);
             }
         }
-        if self.running.is_some() {
-            return;
-        }
-        match (self.timing.full_every, self.next_full) {
-            (Some(every), Some(due)) if now >= due => {
-                self.next_full = Some(now + every);
-                self.next_drift = self.timing.drift_every.map(|d| now + d);
+        match self.schedule.due(now, &self.timing) {
+            Some(Due::Full) => {
                 tracing::info!("periodic full measurement");
                 self.start_full();
-                return;
             }
-            (Some(every), None) => self.next_full = Some(now + every),
-            (None, _) => self.next_full = None,
-            _ => {}
-        }
-        match (self.timing.drift_every, self.next_drift) {
-            (Some(every), Some(due)) if now >= due => {
-                self.next_drift = Some(now + every);
-                self.start_drift_probe();
-            }
-            (Some(every), None) => self.next_drift = Some(now + every),
-            (None, _) => self.next_drift = None,
-            _ => {}
+            Some(Due::Drift) => self.start_drift_probe(),
+            None => {}
         }
     }
 
