@@ -28,7 +28,7 @@
 //! `manager` (which processes are managed; applies the plan) · `matrix` (the latency
 //! matrix and its files) · `measure` (spin pairs) · `placement` (one request → CPUs) ·
 //! `plan` (every rule's CPUs, as a value) · `rules` (TOML → matcher) · `settings` (the
-//! daemon's settings file) · `sysroot` (where /sys and /proc are) · `topology` (sysfs →
+//! daemon's settings file) · `stats` (percentiles, the median) · `sysroot` (where /sys and /proc are) · `topology` (sysfs →
 //! CPUs, caches, nodes) · `watch` (proc connector, uevents, /proc scans).
 //!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
@@ -49,6 +49,7 @@ pub mod placement;
 pub mod plan;
 pub mod rules;
 pub mod settings;
+pub mod stats;
 pub mod sysroot;
 pub mod topology;
 pub mod watch;
