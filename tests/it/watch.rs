@@ -37,7 +37,7 @@ fn the_connector_reports_fork_exec_and_exit_of_a_child() {
 }
 
 use pinnerd::affinity::Outcome;
-use pinnerd::manager::{Change, Event};
+use pinnerd::manager::{Change, Input};
 use pinnerd::plan::Plan;
 use pinnerd::watch::UeventSocket;
 
@@ -128,7 +128,7 @@ fn cpu1_offline_then_online_repins() {
     wait_uevent(&mut ue, 1, false);
     rig.changes.clear();
     let plan = Plan::new(rig.mgr.rules(), &on_cpus(online()), None);
-    rig.handle(Event::PlanChanged(plan));
+    rig.handle(Input::PlanChanged(plan));
     assert!(
         rig.changes.iter().any(|c| matches!(c,
             Change::Pinned { pid: p, outcome: Outcome::Refused { .. }, .. } if *p == pid)),
@@ -144,7 +144,7 @@ fn cpu1_offline_then_online_repins() {
         .map(|&t| super::affinity::mask(t).to_string())
         .collect();
     let plan = Plan::new(rig.mgr.rules(), &on_cpus(online()), None);
-    rig.handle(Event::PlanChanged(plan));
+    rig.handle(Input::PlanChanged(plan));
     assert!(
         all_on(&h, &cpus("1")),
         "not re-pinned after CPU 1 came back (masks before re-applying: {before:?})"
