@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use pinnerd::sysroot::SysRoot;
 use pinnerd::CpuSet;
 
-use super::helper::Helper;
+use super::helper::{pinnerd, Helper};
 
 const NAME: &str = "org.pinnerd.Pinnerd1";
 const PATH: &str = "/org/pinnerd/Pinnerd1";
@@ -1159,13 +1159,6 @@ fn pin_process_and_release_process_at_run_time() {
     );
 }
 
-fn pinnerd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pinnerd"))
-        .args(args)
-        .output()
-        .expect("run pinnerd")
-}
-
 #[test]
 fn client_commands_talk_to_the_daemon() {
     let _cpus = super::cpus_stay_online();
@@ -1179,14 +1172,14 @@ fn client_commands_talk_to_the_daemon() {
     let addr = bus.address.as_str();
 
     let out = pinnerd(&["status", "--bus", addr]);
-    assert!(out.status.success(), "{}", text(&out));
-    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let s = out.stdout.as_str();
     assert!(s.contains("rules:        1 (0 errors)"), "{s}");
     assert!(s.contains("managed:      1 processes"), "{s}");
 
     let out = pinnerd(&["managed", "--bus", addr]);
-    assert!(out.status.success(), "{}", text(&out));
-    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    let s = out.stdout.as_str();
     let row = s
         .lines()
         .find(|l| l.contains("pd-client"))
@@ -1197,28 +1190,28 @@ fn client_commands_talk_to_the_daemon() {
     );
 
     let out = pinnerd(&["explain", "--bus", addr, &h.pid.to_string()]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("client"),
+        out.stdout.as_str().contains("client"),
         "{}",
-        text(&out)
+        format!("{out:?}")
     );
 
     let out = pinnerd(&["reload", "--bus", addr]);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("1 rules loaded, 0 errors"),
+        out.stdout.as_str().contains("1 rules loaded, 0 errors"),
         "{}",
-        text(&out)
+        format!("{out:?}")
     );
     // A bad file: reload reports it and exits with the config code.
     std::fs::write(dirs.rules().join("20-bad.toml"), "[[rule]]\nname = 2\n").unwrap();
     let out = pinnerd(&["reload", "--bus", addr]);
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("20-bad.toml:2:"),
+        out.stdout.as_str().contains("20-bad.toml:2:"),
         "{}",
-        text(&out)
+        format!("{out:?}")
     );
 
     // Without a daemon on the bus, a clear error.
@@ -1226,9 +1219,9 @@ fn client_commands_talk_to_the_daemon() {
     let out = pinnerd(&["status", "--bus", &other.address]);
     assert!(!out.status.success());
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("pinnerd:"),
+        out.stderr.as_str().contains("pinnerd:"),
         "{}",
-        text(&out)
+        format!("{out:?}")
     );
 }
 

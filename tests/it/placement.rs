@@ -8,6 +8,8 @@ use pinnerd::matrix::LatencyMatrix;
 use pinnerd::placement::{place, Policy, Request, SmtPolicy};
 use pinnerd::CpuSet;
 
+use super::helper::{pinnerd, Run};
+
 fn data_dir() -> PathBuf {
     Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -955,18 +957,6 @@ fn fixture(name: &str) -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sysfs")).join(name)
 }
 
-fn pinnerd(args: &[&str]) -> (bool, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pinnerd"))
-        .args(args)
-        .output()
-        .expect("run pinnerd");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// A matrix for the dual Xeon E5620 fixture (sockets even/odd, siblings i and i+8):
 /// 8 ns between siblings, 35 ns in a socket, 110 ns across.
 fn e5620_matrix(dir: &Path) -> PathBuf {
@@ -989,7 +979,12 @@ fn plan_json_explains_against_autopilot_on_a_dual_socket_fixture() {
     let dir = tempfile::tempdir().unwrap();
     let matrix = e5620_matrix(dir.path());
     let sysfs = fixture("xeon-e5620");
-    let (ok, out, err) = pinnerd(&[
+    let Run {
+        ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = pinnerd(&[
         "plan",
         "--count",
         "2",
@@ -1024,7 +1019,9 @@ fn plan_json_explains_against_autopilot_on_a_dual_socket_fixture() {
     assert_eq!(v["findings"], serde_json::json!([]));
 
     // The human form names the domain, its cost and the autopilot's.
-    let (ok, out, _) = pinnerd(&[
+    let Run {
+        ok, stdout: out, ..
+    } = pinnerd(&[
         "plan",
         "-k",
         "2",
@@ -1050,7 +1047,12 @@ fn plan_trusts_sysfs_over_a_noise_matrix_and_says_why() {
     let path = dir.path().join("noise.json");
     std::fs::write(&path, serde_json::to_string(&m).unwrap()).unwrap();
     let sysfs = fixture("xeon-e5620");
-    let (ok, out, err) = pinnerd(&[
+    let Run {
+        ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = pinnerd(&[
         "plan",
         "-k",
         "2",
@@ -1073,7 +1075,12 @@ fn plan_trusts_sysfs_over_a_noise_matrix_and_says_why() {
 #[test]
 fn plan_without_a_matrix_on_a_fixture_says_it_uses_the_topology_alone() {
     let sysfs = fixture("i9-12900k");
-    let (ok, out, err) = pinnerd(&[
+    let Run {
+        ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = pinnerd(&[
         "plan",
         "-k",
         "4",
@@ -1094,16 +1101,22 @@ fn plan_bad_input_is_a_clear_error() {
     let sysfs = fixture("xeon-e5620");
     let s = sysfs.to_str().unwrap();
     let m = matrix.to_str().unwrap();
-    let (ok, _, err) = pinnerd(&["plan", "-k", "0", "--sysfs", s, "--matrix", m]);
+    let Run {
+        ok, stderr: err, ..
+    } = pinnerd(&["plan", "-k", "0", "--sysfs", s, "--matrix", m]);
     assert!(!ok);
     assert!(err.contains("count must be at least 1"), "{err}");
-    let (ok, _, err) = pinnerd(&["plan", "-k", "17", "--sysfs", s, "--matrix", m]);
+    let Run {
+        ok, stderr: err, ..
+    } = pinnerd(&["plan", "-k", "17", "--sysfs", s, "--matrix", m]);
     assert!(!ok);
     assert!(
         err.contains("asked for 17 CPUs but only 16 are usable"),
         "{err}"
     );
-    let (ok, _, err) = pinnerd(&[
+    let Run {
+        ok, stderr: err, ..
+    } = pinnerd(&[
         "plan",
         "-k",
         "2",
@@ -1120,7 +1133,9 @@ fn plan_bad_input_is_a_clear_error() {
         "{err}"
     );
     // A 24-CPU machine and a 16-CPU matrix.
-    let (ok, _, err) = pinnerd(&[
+    let Run {
+        ok, stderr: err, ..
+    } = pinnerd(&[
         "plan",
         "-k",
         "2",
@@ -1139,7 +1154,9 @@ fn plan_bad_input_is_a_clear_error() {
     // Negative and non-numeric cells name the file and line.
     let bad = dir.path().join("bad.csv");
     std::fs::write(&bad, ",,\n10,,\n20,-3,\n").unwrap();
-    let (ok, _, err) = pinnerd(&["plan", "-k", "2", "--matrix", bad.to_str().unwrap()]);
+    let Run {
+        ok, stderr: err, ..
+    } = pinnerd(&["plan", "-k", "2", "--matrix", bad.to_str().unwrap()]);
     assert!(!ok);
     assert!(
         err.contains("bad.csv:3: cell 2: -3 is not a latency"),
@@ -1147,13 +1164,17 @@ fn plan_bad_input_is_a_clear_error() {
     );
     let nan = dir.path().join("nan.csv");
     std::fs::write(&nan, ",,\n10,,\n20,NaN,\n").unwrap();
-    let (ok, _, err) = pinnerd(&["plan", "-k", "2", "--matrix", nan.to_str().unwrap()]);
+    let Run {
+        ok, stderr: err, ..
+    } = pinnerd(&["plan", "-k", "2", "--matrix", nan.to_str().unwrap()]);
     assert!(!ok);
     assert!(
         err.contains("nan.csv: latency matrix is missing 1 of 3 pairs (zero, NaN or null cells), e.g. CPUs 1 and 2"),
         "{err}"
     );
-    let (ok, _, err) = pinnerd(&["plan", "--live", "--rules", "/nonexistent/pinnerd.d"]);
+    let Run {
+        ok, stderr: err, ..
+    } = pinnerd(&["plan", "--live", "--rules", "/nonexistent/pinnerd.d"]);
     assert!(!ok);
     assert!(
         err.contains("/nonexistent/pinnerd.d: no such rule directory"),
@@ -1164,7 +1185,12 @@ fn plan_bad_input_is_a_clear_error() {
 #[test]
 fn topology_with_a_matrix_lists_domains_finest_first() {
     let file = data_dir().join("AMD_Ryzen_9_5950X_at_3.40_GHz.csv");
-    let (ok, out, err) = pinnerd(&["topology", "--json", "--matrix", file.to_str().unwrap()]);
+    let Run {
+        ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = pinnerd(&["topology", "--json", "--matrix", file.to_str().unwrap()]);
     assert!(ok, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let levels = v["domains"].as_array().unwrap();
@@ -1186,7 +1212,12 @@ fn topology_with_a_matrix_lists_domains_finest_first() {
     // On the fixture the matrix was measured for, domains are reconciled and named.
     let dir = tempfile::tempdir().unwrap();
     let matrix = e5620_matrix(dir.path());
-    let (ok, out, err) = pinnerd(&[
+    let Run {
+        ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = pinnerd(&[
         "topology",
         "--sysfs",
         fixture("xeon-e5620").to_str().unwrap(),
@@ -1203,7 +1234,12 @@ fn topology_with_a_matrix_lists_domains_finest_first() {
 fn compare_runs_here_and_reports_every_variant() {
     let _cpus = super::cpus_stay_online();
     let _spin = super::one_spinner_at_a_time();
-    let (ok, out, err) = pinnerd(&[
+    let Run {
+        ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = pinnerd(&[
         "compare",
         "--runs",
         "2",
@@ -1229,7 +1265,9 @@ fn compare_runs_here_and_reports_every_variant() {
     }
     assert_eq!(variants[1]["cpus"], serde_json::json!([0, 1]));
     assert!(v["ratios"]["planned_vs_autopilot"].as_f64().unwrap() > 0.0);
-    let (ok, _, err) = pinnerd(&["compare", "--count", "1"]);
+    let Run {
+        ok, stderr: err, ..
+    } = pinnerd(&["compare", "--count", "1"]);
     assert!(!ok);
     assert!(err.contains("--count must be at least 2"), "{err}");
 }
@@ -1287,7 +1325,12 @@ fn offline_and_isolated_cpus_are_never_planned() {
         matrix_over(vec![0, 1, 2, 4, 5, 7], "usable.json"),
         matrix_over(vec![0, 1, 2, 4, 5, 6, 7], "online.json"),
     ] {
-        let (ok, out, err) = pinnerd(&[
+        let Run {
+            ok,
+            stdout: out,
+            stderr: err,
+            ..
+        } = pinnerd(&[
             "plan",
             "-k",
             "6",
@@ -1301,7 +1344,9 @@ fn offline_and_isolated_cpus_are_never_planned() {
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         assert_eq!(v["cpu_list"], "0-2,4-5,7", "{v}");
         assert_eq!(v["trust"], "matrix", "{v}");
-        let (ok, _, err) = pinnerd(&[
+        let Run {
+            ok, stderr: err, ..
+        } = pinnerd(&[
             "plan",
             "-k",
             "7",
@@ -1318,7 +1363,9 @@ fn offline_and_isolated_cpus_are_never_planned() {
     }
     // A matrix that includes the offline CPU does not fit this machine.
     let m = matrix_over(vec![0, 1, 2, 3, 4, 5, 6, 7], "all.json");
-    let (ok, _, err) = pinnerd(&[
+    let Run {
+        ok, stderr: err, ..
+    } = pinnerd(&[
         "plan",
         "-k",
         "2",
