@@ -223,19 +223,17 @@ fn plan_live_keeps_the_settings_housekeeping_cpus_free() {
             format!("[placement]\nhousekeeping-cpus = \"{housekeeping}\"\n"),
         )
         .unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
-            .args(["plan", "--live", "--json", "--config"])
-            .arg(&settings)
-            .arg("--rules")
-            .arg(&rules_dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let out = super::helper::pinnerd(&[
+            "plan",
+            "--live",
+            "--json",
+            "--config",
+            settings.to_str().unwrap(),
+            "--rules",
+            rules_dir.to_str().unwrap(),
+        ]);
+        assert!(out.ok, "{}", out.stderr);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
         let plan = v["plans"]
             .as_array()
             .unwrap()
