@@ -2,6 +2,7 @@
 
 mod affinity;
 mod cli_smoke;
+mod commands;
 mod daemon;
 mod helper;
 mod measure;
