@@ -4,6 +4,7 @@ mod affinity;
 mod cli_smoke;
 mod commands;
 mod daemon;
+mod daemon_pinning;
 mod helper;
 mod measure;
 mod packaging;
