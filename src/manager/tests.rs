@@ -1,7 +1,6 @@
 use super::*;
 use crate::affinity::{Call, FakeOps};
-use crate::placement::PlacementError;
-use crate::plan::{Choose, Chosen};
+use crate::plan::tests::LowestFirst;
 use crate::rules::{compile_text, LoadPolicy};
 use crate::rules::{CpuTarget, PlacementRequest};
 use crate::watch::scan::FakeProcs;
@@ -18,32 +17,6 @@ fn rules(text: &str) -> RuleSet {
     )
     .unwrap_or_else(|e| panic!("{e:?}"));
     RuleSet::new(r)
-}
-
-/// Lowest-numbered CPUs first: enough to test the manager, not a placement engine.
-struct LowestFirst;
-
-impl Choose for LowestFirst {
-    fn choose(&self, req: &PlacementRequest, avail: &CpuSet) -> Result<Chosen, PlacementError> {
-        match &req.target {
-            CpuTarget::Count(n) if avail.len() >= *n as usize => {
-                let c: CpuSet = avail.iter().take(*n as usize).collect();
-                Ok(Chosen {
-                    cpus: c.clone(),
-                    held: c,
-                })
-            }
-            CpuTarget::Count(n) => Err(PlacementError::NotEnough {
-                wanted: *n as usize,
-                usable: avail.len(),
-                why: format!("{avail} available"),
-            }),
-            CpuTarget::Cpus(c) => Ok(Chosen {
-                cpus: c.clone(),
-                held: c.clone(),
-            }),
-        }
-    }
 }
 
 /// The plan of `rules` on `online` CPUs.
