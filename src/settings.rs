@@ -175,7 +175,7 @@ impl Settings {
             at: e.span().map_or(Location { line: 1, col: 1 }, |s| {
                 Location::of_span(text, &s)
             }),
-            message: e.message().trim_end().to_string(),
+            message: crate::rules::echo_message(e.message().trim_end()),
         })
     }
 

@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one module per area.
 
 mod affinity;
+mod bad_input;
 mod cli_smoke;
 mod daemon;
 mod helper;
