@@ -152,7 +152,7 @@ fn matrix_with_a_huge_cpu_id_is_refused_at_once() {
     assert_clear_error(
         &o,
         1,
-        "m.json:1: column 25: `cpus`: CPU 4294967295 is over the largest CPU id 1048575",
+        "m.json:1: column 25: `cpus`: CPU 4294967295 is over the largest CPU id 8191",
     );
 }
 
@@ -310,4 +310,45 @@ fn footgun_settings_stop_the_daemon_with_a_config_error() {
         );
         assert_clear_error(&o, 3, expected);
     }
+}
+
+/// A rule file at the size limit full of rules naming the highest CPU id: every set is
+/// a bitmap up to that id, so the id limit is what keeps this small (with ids up to
+/// 1048575 this file took 3.6 GB).
+#[test]
+fn a_rule_file_of_high_cpu_ids_stays_within_the_memory_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    let mut text = String::new();
+    let mut n = 0;
+    loop {
+        let rule = format!(
+            "[[rule]]\nname=\"r{n}\"\n[rule.match]\ncomm=\"x\"\n[rule.place]\ncpus=\"8191\"\n"
+        );
+        if text.len() + rule.len() > pinnerd::rules::MAX_FILE_SIZE as usize {
+            break;
+        }
+        text.push_str(&rule);
+        n += 1;
+    }
+    std::fs::write(rules.join("many.toml"), text).unwrap();
+    let o = run(dir.path(), &["check", rules.to_str().unwrap()]);
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.max_rss_kib < RSS_LIMIT_KIB,
+        "{n} rules: peak RSS {} KiB is over {RSS_LIMIT_KIB} KiB",
+        o.max_rss_kib
+    );
+    std::fs::write(
+        rules.join("many.toml"),
+        "[[rule]]\nname=\"r\"\n[rule.match]\ncomm=\"x\"\n[rule.place]\ncpus=\"8192\"\n",
+    )
+    .unwrap();
+    let o = run(dir.path(), &["check", rules.to_str().unwrap()]);
+    assert_clear_error(
+        &o,
+        3,
+        "many.toml:6:6: invalid CPU list token \"8192\": CPU id too large",
+    );
 }
