@@ -4,6 +4,8 @@ mod affinity;
 mod bad_input;
 mod cli_smoke;
 mod daemon;
+mod fuzz_checks;
+mod fuzz_replay;
 mod helper;
 mod measure;
 mod packaging;
