@@ -11,6 +11,7 @@ mod measure;
 mod packaging;
 mod placement;
 mod rules;
+mod soak;
 mod topology;
 mod watch;
 
