@@ -64,7 +64,9 @@ pub fn config(args: &MeasureArgs) -> anyhow::Result<(MeasureConfig, Vec<String>)
         Some(dir) => SysRoot::with_sys(dir),
         None => SysRoot::default(),
     };
+    // Every argument is checked before the machine is read.
     let budget = super::seconds("--budget", args.budget, super::MAX_BUDGET_SECS)?;
+    let idle_wait = super::seconds("--idle-wait", args.idle_wait, super::MAX_IDLE_WAIT_SECS)?;
     if budget.is_zero() {
         anyhow::bail!("--budget must be more than 0 seconds");
     }
@@ -88,7 +90,7 @@ pub fn config(args: &MeasureArgs) -> anyhow::Result<(MeasureConfig, Vec<String>)
     cfg.mode = args.mode;
     cfg.first_touch = args.first_touch;
     cfg.guard.min_idle = args.idle_threshold / 100.0;
-    cfg.guard.wait = super::seconds("--idle-wait", args.idle_wait, super::MAX_IDLE_WAIT_SECS)?;
+    cfg.guard.wait = idle_wait;
     cfg.fingerprint = match Fingerprint::read(&root) {
         Ok(fp) => Some(fp.hex),
         Err(e) => {
