@@ -19,12 +19,12 @@ use super::helper::Helper;
 const HALF: Duration = Duration::from_secs(50);
 /// Processes exec'd per second; each lives [`PROCESS_LIFE`].
 const PROCESSES_PER_S: u64 = 20;
-const PROCESS_LIFE: &str = "1.5";
+const PROCESS_LIFE: &str = "3";
 /// A process not yet seen pinned is checked until this age; past it, never pinned.
-const PROCESS_WATCH: Duration = Duration::from_millis(1_300);
+const PROCESS_WATCH: Duration = Duration::from_millis(2_800);
 /// Threads made per second in the churning process; each lives [`THREAD_LIFE_MS`].
 const THREADS_PER_S: u64 = 200;
-const THREAD_LIFE_MS: u64 = 1_500;
+const THREAD_LIFE_MS: u64 = 3_000;
 
 /// What the daemon holds, read from /proc.
 #[derive(Debug, Clone, Copy)]
