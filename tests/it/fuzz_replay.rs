@@ -94,17 +94,20 @@ fn restore_journal_corpus_replays() {
 #[test]
 fn rules_load_corpus_replays() {
     let dir = tempfile::tempdir().unwrap();
-    let files: Vec<PathBuf> = inputs(
+    // The rules corpus holds each case's `.expected` output beside it.
+    let examples = inputs(
         &[
-            corpus("rules_load"),
             root().join("tests/rules_corpus"),
             root().join("config/pinnerd.d"),
         ],
         100,
     )
     .into_iter()
-    .filter(|p| p.extension().is_some_and(|e| e == "toml"))
-    .collect();
+    .filter(|p| p.extension().is_some_and(|e| e == "toml"));
+    let files: Vec<PathBuf> = inputs(&[corpus("rules_load")], 100)
+        .into_iter()
+        .chain(examples)
+        .collect();
     replay(&files, |d| fuzz_checks::rules_load(dir.path(), d));
 }
 
