@@ -94,6 +94,7 @@ fn serve() -> ! {
 /// its own mask every 5 ms. Returns how many ran and how many never saw `want` while
 /// alive (missed: not late, never).
 fn churn(rate: u64, secs: u64, life_ms: u64, name: &str, want: &pinnerd::CpuSet) -> (u64, u64) {
+    use pinnerd::affinity::AffinityOps;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
@@ -110,18 +111,12 @@ fn churn(rate: u64, secs: u64, life_ms: u64, name: &str, want: &pinnerd::CpuSet)
                 .stack_size(64 * 1024)
                 .spawn(move || {
                     let born = Instant::now();
+                    let ops = pinnerd::affinity::SystemOps::default();
+                    // SAFETY: gettid has no preconditions.
+                    let me = unsafe { libc::gettid() };
                     let mut seen = false;
                     while born.elapsed() < Duration::from_millis(life_ms) {
-                        // SAFETY: zeroed cpu_set_t is valid; size matches.
-                        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-                        let rc = unsafe {
-                            libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set)
-                        };
-                        assert_eq!(rc, 0);
-                        let mine: pinnerd::CpuSet = (0..libc::CPU_SETSIZE as u32)
-                            // SAFETY: i is below CPU_SETSIZE.
-                            .filter(|&i| unsafe { libc::CPU_ISSET(i as usize, &set) })
-                            .collect();
+                        let mine = ops.get_affinity(me).expect("our own mask");
                         if mine == want {
                             seen = true;
                             break;
