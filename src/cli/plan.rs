@@ -136,6 +136,12 @@ pub struct Advice {
 
 /// Builds the domains from the arguments' matrix and topology and places the request.
 pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Advice> {
+    let measure_budget = super::seconds(
+        "--measure-budget",
+        args.measure_budget,
+        super::MAX_BUDGET_SECS,
+    )?
+    .max(Duration::from_millis(100));
     let root = super::topology::resolve_roots(Some(&args.sysfs), None);
     let real_sysfs = args.sysfs == Path::new("/sys");
     let mut warnings = Vec::new();
@@ -158,7 +164,14 @@ pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Advice> {
             let m = LatencyMatrix::load(path)?;
             (Source::File(path.clone()), Some(m))
         }
-        None => this_machine_matrix(args, &root, topology.as_ref(), real_sysfs, &mut warnings)?,
+        None => this_machine_matrix(
+            args,
+            &root,
+            topology.as_ref(),
+            real_sysfs,
+            measure_budget,
+            &mut warnings,
+        )?,
     };
     // A published matrix from another machine is planned on alone; on a captured
     // tree the matrix must fit it.
@@ -207,6 +220,7 @@ fn this_machine_matrix(
     root: &SysRoot,
     topology: Option<&Topology>,
     real_sysfs: bool,
+    measure_budget: Duration,
     warnings: &mut Vec<String>,
 ) -> anyhow::Result<(Source, Option<LatencyMatrix>)> {
     if !real_sysfs {
@@ -242,7 +256,7 @@ fn this_machine_matrix(
     };
     if let (None, Some(t)) = (&why_not, topology) {
         let mut cfg = MeasureConfig::new(t.usable());
-        cfg.budget = Duration::from_secs_f64(args.measure_budget.max(0.1));
+        cfg.budget = measure_budget;
         cfg.fingerprint = fingerprint.as_ref().map(|f| f.hex.clone());
         cfg.root = root.clone();
         let started = std::time::Instant::now();
