@@ -360,12 +360,13 @@ impl Manager {
     }
 
     /// Restores what a previous instance left in the journal (after a crash), then
-    /// empties it. Call once, before the first rescan.
+    /// empties it. Call once, before the first rescan. A corrupt journal is moved aside
+    /// first ([`RestoreError::SetAside`]), never overwritten.
     pub fn recover(&mut self, root: &SysRoot) -> Result<RestoreReport, RestoreError> {
         let Some(journal) = &self.journal else {
             return Ok(RestoreReport::default());
         };
-        let entries = journal.load()?;
+        let entries = journal.load_or_set_aside()?;
         let report = restore::restore_entries(self.ops.as_ref(), root, &entries, &self.online);
         if !entries.is_empty() {
             tracing::info!(
@@ -1530,16 +1531,18 @@ impl Manager {
         self.journal_dirty && self.journal.is_some()
     }
 
-    /// Writes the restore journal if what must be restored changed.
+    /// Writes the restore journal if what must be restored changed. After a failed
+    /// write the journal stays dirty, so the caller can try again.
     pub fn flush(&mut self) -> Result<(), RestoreError> {
         if !self.journal_dirty {
             return Ok(());
         }
-        self.journal_dirty = false;
         let Some(journal) = &self.journal else {
             return Ok(());
         };
-        journal.save(&self.journal_entries())
+        journal.save(&self.journal_entries())?;
+        self.journal_dirty = false;
+        Ok(())
     }
 
     /// What the journal holds now.

@@ -145,6 +145,10 @@ struct Running {
 /// and stopping write it at once.
 pub const JOURNAL_DELAY: Duration = Duration::from_millis(50);
 
+/// After a failed journal write, the next try comes this much later (and again, until
+/// one succeeds), not only at the next change.
+pub const JOURNAL_RETRY: Duration = Duration::from_secs(1);
+
 /// All daemon state. Owned by one thread.
 pub struct State {
     cfg: Config,
@@ -287,7 +291,7 @@ impl State {
                 "masks left by a previous run"
             ),
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot read the restore journal"),
+            Err(e) => tracing::error!(error = %e, "restore journal not used"),
         }
         let mut changes = m.handle(manager::Event::RulesChanged(self.rules.rules.clone()));
         changes.extend(m.handle(manager::Event::Rescan));
@@ -307,7 +311,8 @@ impl State {
         self.journal_due = None;
         if let Some(m) = &mut self.manager {
             if let Err(e) = m.flush() {
-                tracing::warn!(error = %e, "cannot write the restore journal");
+                tracing::warn!(error = %e, retry_ms = JOURNAL_RETRY.as_millis() as u64, "cannot write the restore journal");
+                self.journal_due = Some(Instant::now() + JOURNAL_RETRY);
             }
         }
     }
@@ -1315,6 +1320,45 @@ mod tests {
         assert!(!journal.exists(), "written before it was due");
         s.handle(Event::Tick(due));
         let text = std::fs::read_to_string(&journal).expect("written when due");
+        assert!(text.contains(&format!("\"pid\": {pid}")), "{text}");
+        assert_eq!(s.deadline(), None);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_failed_journal_write_is_tried_again_until_it_succeeds() {
+        let (mut s, d) = state(Timing::default());
+        let online: CpuSet = std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        std::fs::write(
+            d.path().join("rules/j.toml"),
+            format!(
+                "[[rule]]\nname = \"j\"\n[rule.match]\ncomm = \"pd-jretry\"\n[rule.place]\ncpus = \"{online}\"\n"
+            ),
+        )
+        .unwrap();
+        s.start().unwrap();
+        let runtime = d.path().join("runtime");
+        let journal = runtime.join(crate::affinity::restore::JOURNAL_FILE);
+        // A directory where the temp file goes makes every write fail.
+        let blocker = runtime.join("restore.json.tmp");
+        std::fs::create_dir(&blocker).unwrap();
+        let link = d.path().join("pd-jretry");
+        std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
+        let mut child = std::process::Command::new(&link).arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        s.handle(Event::Proc(vec![crate::watch::ProcMsg::Exec { pid }]));
+        let due = s.deadline().expect("a deferred journal write");
+        s.handle(Event::Tick(due));
+        assert!(!journal.exists());
+        let retry = s.deadline().expect("a failed write is tried again");
+        std::fs::remove_dir(&blocker).unwrap();
+        s.handle(Event::Tick(retry));
+        let text = std::fs::read_to_string(&journal).expect("written on the retry");
         assert!(text.contains(&format!("\"pid\": {pid}")), "{text}");
         assert_eq!(s.deadline(), None);
         child.kill().unwrap();
