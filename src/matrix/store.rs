@@ -10,7 +10,9 @@
 //! ```
 //!
 //! Writes are atomic: a temp file in the same directory, fsync, rename over the old file,
-//! fsync of the directory. A bad file is moved aside and reported, never a panic.
+//! fsync of the directory; a writer killed mid-write leaves the old file whole and a
+//! temp file that the next [`MatrixStore::open`] removes (when its writer is gone). A
+//! bad file is moved aside and reported, never a panic.
 //! Must not touch: measurement, the daemon's state (it calls in with a matrix).
 
 use std::fs::{self, File, OpenOptions};
@@ -143,10 +145,44 @@ impl MatrixStore {
             path: history.clone(),
             source,
         })?;
-        Ok(MatrixStore {
+        let store = MatrixStore {
             dir,
             keep: DEFAULT_HISTORY,
-        })
+        };
+        store.remove_stale_temp_files();
+        Ok(store)
+    }
+
+    /// Removes temp files (`.matrix.json.tmp-<pid>-<µs>`) left by writers that died
+    /// mid-write; a live writer's file is left alone.
+    fn remove_stale_temp_files(&self) {
+        let prefix = format!(".{CURRENT}.tmp-");
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            let Some(pid) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                == Err(nix::errno::Errno::ESRCH);
+            if gone {
+                match fs::remove_file(&path) {
+                    Ok(()) => {
+                        tracing::info!(path = %path.display(), "removed a temp file left by a writer that died")
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot remove a stale temp file")
+                    }
+                }
+            }
+        }
     }
 
     /// Keep at most `keep` previous matrices.

@@ -2,6 +2,7 @@
 
 mod affinity;
 mod cli_smoke;
+mod crash_writes;
 mod daemon;
 mod helper;
 mod measure;
