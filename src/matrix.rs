@@ -6,11 +6,13 @@
 //! (lower triangle, first row empty) and the warnings about known flaws of imported data.
 //! Also: CSV export in core-to-core-latency's exact layout, per-pair statistics, a summary
 //! (min/median/max, latency levels), the checks of a matrix against this machine
-//! ([`LatencyMatrix::check_against`]), rendering (`render`: terminal heatmap, SVG) and the
-//! daemon's on-disk store (`store`).
+//! ([`LatencyMatrix::check_against`]), rendering (`render`: terminal heatmap, SVG), the
+//! daemon's on-disk store (`store`) and keeping cells across hotplug (`keep`: which pairs
+//! a stored matrix lacks for the CPUs online now).
 //!
 //! Must not touch: measurement (see `measure`) or placement (see `placement`).
 
+pub mod keep;
 pub mod render;
 pub mod store;
 

@@ -7,7 +7,9 @@
 //! Measurement lifecycle:
 //! - at start, the stored matrix is used if its fingerprint matches; otherwise (none,
 //!   corrupt, foreign: the store moves bad files aside) a full measurement starts;
-//! - a changed fingerprint (BIOS, microcode, SMT, hotplug) starts a full measurement;
+//! - a changed fingerprint (BIOS, microcode, CPUs present) starts a full measurement;
+//! - a CPU going offline or coming back (hotplug, SMT toggle) keeps the stored cells:
+//!   only pairs the store has never measured are measured (`matrix::keep`);
 //! - `Remeasure` starts one, or joins the one running (calls coalesce);
 //! - periodically, when idle, a drift probe measures a few pairs, and only drift found
 //!   there starts a full measurement; a full one also runs every `measure.interval`;
@@ -24,6 +26,7 @@ use crate::dbus::Signal;
 use crate::domains::Domains;
 use crate::fingerprint::Fingerprint;
 use crate::manager::{self, Change, ForeignChange, Manager, ManagerConfig, ManagerError};
+use crate::matrix::keep;
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::measure::{self, LoadGuard, MeasureConfig};
@@ -137,6 +140,8 @@ impl Default for Timing {
 struct Running {
     id: u64,
     full: bool,
+    /// Measures the pairs the stored matrix lacks (its result is added to the store).
+    fill: bool,
 }
 
 /// How long the restore journal may lag process events. A daemon that dies within it
@@ -234,11 +239,11 @@ impl State {
         })?;
         self.store = Some(store);
         self.read_machine();
-        self.load_stored_matrix();
+        let missing = self.load_stored_matrix();
         self.load_rules();
         self.refresh_domains();
         self.start_manager();
-        if self.current.is_none() {
+        if self.current.is_none() && !self.start_fill(missing) {
             self.start_full();
         }
         self.next_rescan = self
@@ -374,7 +379,7 @@ impl State {
     fn phase(&self) -> Phase {
         if !self.started {
             Phase::Starting
-        } else if self.running.is_some_and(|r| r.full) {
+        } else if self.running.is_some_and(|r| r.full || r.fill) {
             Phase::Measuring
         } else if (self.current.is_none() && self.last_failure.is_some())
             || self.watch_down.is_some()
@@ -668,14 +673,16 @@ impl State {
         self.manager_event(manager::Event::RulesChanged(rules));
     }
 
-    /// CPUs went online or offline: re-read the machine, re-plan, re-apply.
+    /// CPUs went online or offline: re-read the machine, re-plan, re-apply. The matrix
+    /// follows the usable CPUs from the store's cells (see `matrix::keep`).
     fn hotplug(&mut self, now: Instant) {
+        let usable = self.usable();
         let fp_changed = self.read_machine();
         self.refresh_domains();
         let online = self.online();
         tracing::info!(%online, "CPU hotplug");
         self.manager_event(manager::Event::Hotplug { online });
-        if fp_changed {
+        if fp_changed || self.usable() != usable {
             self.fingerprint_changed(now);
         }
         self.status();
@@ -759,11 +766,12 @@ impl State {
         }
     }
 
-    /// Uses the stored matrix when it belongs to this fingerprint. A corrupt or foreign
-    /// file is moved aside by the store and reported here.
-    fn load_stored_matrix(&mut self) {
+    /// Uses the stored matrix's cells for the usable CPUs when it belongs to this
+    /// fingerprint and has them all; else returns the pairs it lacks (empty when there is
+    /// no stored matrix). A corrupt or foreign file is moved aside by the store.
+    fn load_stored_matrix(&mut self) -> Vec<(u32, u32)> {
         let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) else {
-            return;
+            return Vec::new();
         };
         match store.load_current(&fp.hex) {
             Ok(loaded) => {
@@ -771,16 +779,86 @@ impl State {
                     tracing::warn!(%aside, "stored matrix not used");
                 }
                 if let Some(m) = loaded.matrix {
-                    if m.cpus.iter().copied().collect::<CpuSet>() == self.usable() {
+                    let cover = keep::cover(&m, &self.usable());
+                    if let Some(m) = cover.matrix {
                         tracing::info!(cpus = m.len(), path = %store.current_path().display(), "using the stored matrix");
                         self.current = Some(m);
                         self.domains = None;
                     } else {
-                        tracing::info!("the stored matrix covers other CPUs; measuring again");
+                        tracing::info!(
+                            missing = cover.missing.len(),
+                            "the stored matrix lacks pairs of the usable CPUs"
+                        );
+                        return cover.missing;
                     }
                 }
             }
             Err(e) => tracing::warn!(error = %e, "cannot read the stored matrix"),
+        }
+        Vec::new()
+    }
+
+    /// Measures only the pairs the stored matrix lacks, when that pays
+    /// ([`keep::worth_filling`]) and nothing else runs; true when it started.
+    fn start_fill(&mut self, missing: Vec<(u32, u32)>) -> bool {
+        let n = self.usable().len();
+        if self.running.is_some() || !keep::worth_filling(missing.len(), n) {
+            return false;
+        }
+        let budget = keep::fill_budget(
+            self.timing.full_budget,
+            missing.len(),
+            n,
+            self.timing.probe_budget,
+        );
+        let cpus: CpuSet = missing.iter().flat_map(|&(a, b)| [a, b]).collect();
+        let id = self.alloc_job();
+        self.running = Some(Running {
+            id,
+            full: false,
+            fill: true,
+        });
+        tracing::info!(
+            job = id,
+            pairs = missing.len(),
+            ?budget,
+            "measuring the pairs the stored matrix lacks"
+        );
+        let cfg = self.measure_config(cpus, budget);
+        self.actions.push(Action::Measure(Box::new(Job {
+            id,
+            kind: JobKind::Drift {
+                pairs: missing,
+                budget,
+            },
+            cfg,
+        })));
+        self.status();
+        true
+    }
+
+    /// The lacking pairs were measured: add them to the store and use the result, or
+    /// measure everything when some could not be measured.
+    fn filled(&mut self, probes: &[measure::Probe]) {
+        let cells: Vec<_> = probes.iter().map(|p| (p.a, p.b, p.estimate_ns)).collect();
+        if let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) {
+            match store.fill(&fp.hex, &cells) {
+                Ok(Some(m)) => {
+                    if let Some(m) = keep::cover(&m, &self.usable()).matrix {
+                        tracing::info!(pairs = cells.len(), "stored matrix completed");
+                        self.current = Some(m);
+                        self.matrix_changed();
+                        return;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot store the measured pairs"),
+            }
+        }
+        tracing::info!("pairs still missing; measuring the full matrix");
+        if self.queued_full.is_none() {
+            let id = self.alloc_job();
+            self.queued_full = Some(id);
         }
     }
 
@@ -878,9 +956,9 @@ impl State {
     /// fingerprint, or measure.
     fn fingerprint_changed(&mut self, now: Instant) {
         self.current = None;
-        self.load_stored_matrix();
+        let missing = self.load_stored_matrix();
         self.refresh_domains();
-        if self.current.is_none() {
+        if self.current.is_none() && !self.start_fill(missing) {
             if let Some(r) = self.running.filter(|r| r.full) {
                 // It measures the old CPUs; measure again once it ends.
                 if self.queued_full.is_none() {
@@ -914,7 +992,11 @@ impl State {
     }
 
     fn launch_full(&mut self, id: u64) {
-        self.running = Some(Running { id, full: true });
+        self.running = Some(Running {
+            id,
+            full: true,
+            fill: false,
+        });
         let cpus = self.usable();
         tracing::info!(job = id, %cpus, budget = ?self.timing.full_budget, "starting a full measurement");
         let cfg = self.measure_config(cpus, self.timing.full_budget);
@@ -934,7 +1016,11 @@ impl State {
         }
         let cpus: CpuSet = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
         let id = self.alloc_job();
-        self.running = Some(Running { id, full: false });
+        self.running = Some(Running {
+            id,
+            full: false,
+            fill: false,
+        });
         tracing::debug!(job = id, pairs = pairs.len(), "drift probe");
         let cfg = self.measure_config(cpus, self.timing.probe_budget);
         self.actions.push(Action::Measure(Box::new(Job {
@@ -962,6 +1048,7 @@ impl State {
                 self.full_failed(running.id, format!("unexpected result {other:?}"))
             }
             (true, Err(e)) => self.full_failed(running.id, e),
+            (false, Ok(worker::Result::Probes(probes))) if running.fill => self.filled(&probes),
             (false, Ok(worker::Result::Probes(probes))) => {
                 let drift = self
                     .current
@@ -1013,8 +1100,10 @@ impl State {
         }
         tracing::info!(job = id, %summary, "measurement finished");
         if let Some(store) = &self.store {
-            match store.save(&matrix) {
-                Ok(path) => tracing::info!(path = %path.display(), "matrix stored"),
+            match store.save_keeping(&matrix) {
+                Ok(kept) => {
+                    tracing::info!(path = %store.current_path().display(), cpus = kept.len(), "matrix stored")
+                }
                 Err(e) => tracing::warn!(error = %e, "cannot store the matrix"),
             }
         }
@@ -1712,6 +1801,113 @@ mod tests {
             sys: dir.join("sys"),
             proc: dir.join("proc"),
         }
+    }
+
+    /// A writable copy of a fixture tree, so a test can take CPUs offline in it.
+    fn fixture_copy(name: &str, into: &std::path::Path) -> SysRoot {
+        let from = fixture(name);
+        let st = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(from.sys.parent().unwrap())
+            .arg(into.join("machine"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        SysRoot {
+            sys: into.join("machine/sys"),
+            proc: into.join("machine/proc"),
+        }
+    }
+
+    fn set_online(root: &SysRoot, list: &str) {
+        std::fs::write(root.sys.join("devices/system/cpu/online"), list).unwrap();
+    }
+
+    fn set_asides(s: &State) -> Vec<String> {
+        std::fs::read_dir(&s.cfg.state_dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.contains("foreign") || n.contains("corrupt"))
+            .collect()
+    }
+
+    #[test]
+    fn a_cpu_going_offline_and_back_keeps_the_matrix_and_measures_nothing() {
+        let (mut s, d) = state(Timing::default());
+        s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+        s.start().unwrap();
+        let job = jobs(&s.take_actions())[0].clone();
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        let measured = s.snapshot().measured_at_us;
+        assert!(measured > 0);
+        let fingerprint = s.snapshot().fingerprint;
+        for online in ["0-14", "0-15", "0-7", "0-15"] {
+            set_online(&s.cfg.sysroot, online);
+            s.handle(Event::Hotplug);
+            let snap = s.snapshot();
+            assert!(
+                jobs(&s.take_actions()).is_empty(),
+                "{online}: nothing to measure"
+            );
+            assert_eq!(set_asides(&s), Vec::<String>::new(), "{online}");
+            assert_eq!(snap.fingerprint, fingerprint, "{online}");
+            assert_eq!(
+                snap.measured_at_us, measured,
+                "{online}: the matrix is kept"
+            );
+            assert_eq!(snap.state, Phase::Ready, "{online}");
+            let cpus: CpuSet = s.current.as_ref().unwrap().cpus.iter().copied().collect();
+            assert_eq!(
+                cpus.to_string(),
+                online,
+                "the matrix follows the usable CPUs"
+            );
+        }
+        // The store still has every CPU's cells.
+        let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
+        let m = stored.load_current(&fingerprint).unwrap().matrix.unwrap();
+        assert_eq!(m.len(), 16);
+    }
+
+    #[test]
+    fn a_cpu_never_measured_gets_only_its_pairs_measured() {
+        let (mut s, d) = state(Timing::default());
+        s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+        set_online(&s.cfg.sysroot, "0-14");
+        s.start().unwrap();
+        let job = jobs(&s.take_actions())[0].clone();
+        assert_eq!(job.cfg.cpus.to_string(), "0-14");
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        // CPU 15 comes online for the first time: only its 15 pairs are measured.
+        set_online(&s.cfg.sysroot, "0-15");
+        s.handle(Event::Hotplug);
+        let j = jobs(&s.take_actions());
+        assert_eq!(j.len(), 1, "{j:?}");
+        let JobKind::Drift { pairs, budget } = &j[0].kind else {
+            panic!("a full measurement: {:?}", j[0].kind)
+        };
+        assert_eq!(*pairs, (0..15).map(|c| (c, 15)).collect::<Vec<_>>());
+        assert!(*budget < Timing::default().full_budget, "{budget:?}");
+        assert_eq!(s.snapshot().state, Phase::Measuring);
+        s.handle(probes(&j[0], 55.0));
+        assert!(
+            jobs(&s.take_actions()).is_empty(),
+            "no full measurement after"
+        );
+        let m = s.current.clone().expect("the completed matrix is used");
+        assert_eq!(m.len(), 16);
+        assert_eq!(m.between(3, 15), Some(55.0));
+        assert_eq!(m.between(3, 4), Some(40.0), "the stored cells are kept");
+        assert_eq!(s.snapshot().state, Phase::Ready);
+        let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
+        let fp = s.snapshot().fingerprint;
+        assert_eq!(stored.load_current(&fp).unwrap().matrix, Some(m));
+        // Going offline again measures nothing.
+        set_online(&s.cfg.sysroot, "0-14");
+        s.handle(Event::Hotplug);
+        assert!(jobs(&s.take_actions()).is_empty());
     }
 
     #[test]
