@@ -1141,13 +1141,14 @@ impl State {
         }
         if now >= self.next_fingerprint {
             self.next_fingerprint = now + self.timing.fingerprint_every;
-            let online = self.online();
-            if self.read_machine() {
-                if self.online() != online {
-                    // A hotplug the uevent socket did not report.
-                    let online = self.online();
-                    self.manager_event(manager::Event::Hotplug { online });
-                }
+            let (online, usable) = (self.online(), self.usable());
+            let fp_changed = self.read_machine();
+            if self.online() != online {
+                // A hotplug the uevent socket did not report.
+                let online = self.online();
+                self.manager_event(manager::Event::Hotplug { online });
+            }
+            if fp_changed || self.usable() != usable {
                 self.fingerprint_changed(now);
             }
         }
@@ -1864,6 +1865,12 @@ mod tests {
                 "the matrix follows the usable CPUs"
             );
         }
+        // A hotplug the uevent socket missed is found by the periodic re-read.
+        set_online(&s.cfg.sysroot, "0-14");
+        s.handle(Event::Tick(Instant::now() + Duration::from_secs(61)));
+        assert!(jobs(&s.take_actions()).is_empty());
+        let cpus: CpuSet = s.current.as_ref().unwrap().cpus.iter().copied().collect();
+        assert_eq!(cpus.to_string(), "0-14", "found without a uevent");
         // The store still has every CPU's cells.
         let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
         let m = stored.load_current(&fingerprint).unwrap().matrix.unwrap();
