@@ -744,6 +744,16 @@ impl Manager {
                 return;
             }
         }
+        // The process is held by its pidfd; a thread by being listed under it: a tid
+        // whose thread exited may belong to another process now (never pin an impostor).
+        if tid != pid && !self.procs.is_task_of(pid, tid) {
+            if let Some(m) = self.managed.get_mut(&pid) {
+                m.threads.remove(&tid);
+            }
+            self.counters.gone += 1;
+            tracing::debug!(pid, tid, "thread gone before it could be pinned");
+            return;
+        }
         let (placement, slot, target) = self.target_for(pid, tid, &comm);
         let online = self.online.clone();
         let on_foreign = self.config.on_foreign_change;
@@ -1022,7 +1032,7 @@ impl Manager {
         let mut restored = 0;
         let mut left = 0;
         for (tid, t) in &m.threads {
-            if t.released {
+            if t.released || (*tid != pid && !self.procs.is_task_of(pid, *tid)) {
                 continue;
             }
             let Some(ours) = t.outcome.effective() else {
@@ -1753,6 +1763,7 @@ cpus = "2-3"
 
         // A new thread inherits the pinned mask: it is checked, not written.
         t.procs.add_thread(100, 103, "worker");
+        t.procs.add_thread(100, 103, "rx");
         t.ops.add_task(103, &set("2-3"));
         t.ops.clear_calls();
         let c = t.msg(ProcMsg::NewThread {
@@ -1770,6 +1781,7 @@ cpus = "2-3"
         ));
         assert!(t.ops.sets().is_empty());
         // One created by a thread someone else had moved is written.
+        t.procs.add_thread(100, 104, "rx");
         t.ops.add_task(104, &set("0-7"));
         t.msg(ProcMsg::NewThread {
             pid: 100,
@@ -1799,6 +1811,7 @@ cpus = "2-3"
         t.process(100, "feed", 1, &[(101, "rx")]);
         t.ev(Event::RulesChanged(rules(FEED)));
         // Inherited from a pinned creator: one read-back, no write, no /proc read.
+        t.procs.add_thread(100, 102, "rx");
         t.ops.add_task(102, &set("2-3"));
         t.ops.clear_calls();
         let reads = t.procs.reads();
@@ -1809,6 +1822,7 @@ cpus = "2-3"
         });
         assert_eq!(t.ops.calls(), vec![Call::Get(102)]);
         // Created by a task someone else had moved: written and read back.
+        t.procs.add_thread(100, 103, "rx");
         t.ops.add_task(103, &set("0-7"));
         t.ops.clear_calls();
         t.msg(ProcMsg::NewThread {

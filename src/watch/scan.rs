@@ -52,6 +52,9 @@ pub trait ProcSource {
     /// The thread ids of one process (a directory listing, no per-thread reads);
     /// `None` when it is gone.
     fn tasks(&self, pid: i32) -> Option<Vec<Tid>>;
+    /// Whether task `tid` is a thread of process `pid` now. A tid is a pid too: once
+    /// its thread has exited, another process may hold the number.
+    fn is_task_of(&self, pid: i32, tid: Tid) -> bool;
 }
 
 /// The real procfs under a [`SysRoot`].
@@ -151,6 +154,10 @@ impl ProcFs {
 }
 
 impl ProcSource for ProcFs {
+    fn is_task_of(&self, pid: i32, tid: Tid) -> bool {
+        fs::symlink_metadata(self.root.proc_path(format!("{pid}/task/{tid}"))).is_ok()
+    }
+
     fn list(&self) -> Vec<ProcEntry> {
         let Ok(dir) = fs::read_dir(&self.root.proc) else {
             return Vec::new();
@@ -334,6 +341,13 @@ impl FakeProcs {
 }
 
 impl ProcSource for FakeProcs {
+    fn is_task_of(&self, pid: i32, tid: Tid) -> bool {
+        // Not counted in `reads`: the real check is one `stat`, not a file read.
+        self.lock()
+            .get(&pid)
+            .is_some_and(|s| tid == pid || s.info.threads.iter().any(|t| t.tid == tid as u32))
+    }
+
     fn list(&self) -> Vec<ProcEntry> {
         self.read().values().map(entry_of).collect()
     }

@@ -4,7 +4,7 @@
 //! symlink's name, as for any exec) and told by an environment variable to run
 //! [`serve`] instead of tests. Commands on stdin, one per line:
 //! `spawn N [NAME]` → `tids T1 T2 …` (N new parked threads, named NAME);
-//! `exit` → the process exits. At start it prints `ready PID`.
+//! `brief` → `tids T` (a thread that has already ended); `exit` → the process exits. At start it prints `ready PID`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -67,6 +67,16 @@ fn serve() -> ! {
                 drop(tx);
                 let tids: Vec<String> = rx.iter().take(n).map(|t| t.to_string()).collect();
                 writeln!(out, "tids {}", tids.join(" ")).unwrap();
+                out.flush().unwrap();
+            }
+            ["brief"] => {
+                // A thread that ends at once; its tid is reported after it has exited.
+                let t = std::thread::spawn(|| {
+                    // SAFETY: gettid has no preconditions.
+                    unsafe { libc::gettid() }
+                });
+                let tid = t.join().unwrap();
+                writeln!(out, "tids {tid}").unwrap();
                 out.flush().unwrap();
             }
             ["exit"] => std::process::exit(0),
@@ -142,6 +152,19 @@ impl Helper {
                     .split_whitespace()
                     .map(|x| x.parse().unwrap())
                     .collect();
+            }
+        }
+    }
+
+    /// Makes a thread that ends at once and returns its (now free) tid.
+    pub fn brief_thread(&mut self) -> i32 {
+        writeln!(self.stdin, "brief").unwrap();
+        self.stdin.flush().unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "helper died");
+            if let Some(i) = line.find("tids") {
+                return line[i + 4..].trim().parse().unwrap();
             }
         }
     }

@@ -7,6 +7,7 @@ mod daemon;
 mod helper;
 mod measure;
 mod packaging;
+mod pid_reuse;
 mod placement;
 mod rules;
 mod topology;
