@@ -678,13 +678,15 @@ impl State {
     fn hotplug(&mut self, now: Instant) {
         let usable = self.usable();
         let fp_changed = self.read_machine();
-        self.refresh_domains();
+        // The matrix (and so the domains) for the new CPUs first, then the re-plan.
+        if fp_changed || self.usable() != usable {
+            self.fingerprint_changed(now);
+        } else {
+            self.refresh_domains();
+        }
         let online = self.online();
         tracing::info!(%online, "CPU hotplug");
         self.manager_event(manager::Event::Hotplug { online });
-        if fp_changed || self.usable() != usable {
-            self.fingerprint_changed(now);
-        }
         self.status();
     }
 
@@ -1143,13 +1145,13 @@ impl State {
             self.next_fingerprint = now + self.timing.fingerprint_every;
             let (online, usable) = (self.online(), self.usable());
             let fp_changed = self.read_machine();
+            if fp_changed || self.usable() != usable {
+                self.fingerprint_changed(now);
+            }
             if self.online() != online {
                 // A hotplug the uevent socket did not report.
                 let online = self.online();
                 self.manager_event(manager::Event::Hotplug { online });
-            }
-            if fp_changed || self.usable() != usable {
-                self.fingerprint_changed(now);
             }
         }
         if let Some(due) = self.next_rescan {
