@@ -1920,6 +1920,42 @@ mod tests {
     }
 
     #[test]
+    fn a_new_pair_that_cannot_be_measured_leads_to_a_full_measurement() {
+        let (mut s, d) = state(Timing::default());
+        s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+        set_online(&s.cfg.sysroot, "0-14");
+        s.start().unwrap();
+        let job = jobs(&s.take_actions())[0].clone();
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        set_online(&s.cfg.sysroot, "0-15");
+        s.handle(Event::Hotplug);
+        let fill = jobs(&s.take_actions())[0].clone();
+        let Event::Measured(Outcome {
+            id,
+            result: Ok(worker::Result::Probes(mut p)),
+        }) = probes(&fill, 55.0)
+        else {
+            unreachable!()
+        };
+        p[3].estimate_ns = None;
+        s.handle(Event::Measured(Outcome {
+            id,
+            result: Ok(worker::Result::Probes(p)),
+        }));
+        let j = jobs(&s.take_actions());
+        assert_eq!(j.len(), 1, "{j:?}");
+        assert!(matches!(j[0].kind, JobKind::Full));
+        assert_eq!(j[0].cfg.cpus.to_string(), "0-15");
+        // The pairs that were measured are kept meanwhile.
+        let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
+        let fp = s.snapshot().fingerprint;
+        let m = stored.load_current(&fp).unwrap().matrix.unwrap();
+        assert_eq!(m.between(0, 15), Some(55.0));
+        assert_eq!(m.between(3, 15), None);
+    }
+
+    #[test]
     fn a_changed_fingerprint_sets_the_matrix_aside_and_measures_the_new_cpus() {
         let t0 = Instant::now();
         let (mut s, _d) = state(Timing::default());
