@@ -4,12 +4,14 @@
 //! symlink's name, as for any exec) and told by an environment variable to run
 //! [`serve`] instead of tests. Commands on stdin, one per line:
 //! `spawn N [NAME]` → `tids T1 T2 …` (N new parked threads, named NAME);
-//! `brief` → `tids T` (a thread that has already ended); `exit` → the process exits. At start it prints `ready PID`.
+//! `brief` → `tids T` (a thread that has already ended); `end T` → `tids T` (parked
+//! thread T has ended); `exit` → the process exits. At start it prints `ready PID`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 
 const HELPER_ENV: &str = "PINNERD_IT_HELPER";
 
@@ -38,7 +40,9 @@ fn serve() -> ! {
     let mut out = std::io::stdout();
     writeln!(out, "ready {}", std::process::id()).unwrap();
     out.flush().unwrap();
-    let mut keep = Vec::new();
+    // Each parked thread by tid: its stop flag and handle (`end TID`).
+    let mut parked: std::collections::HashMap<i32, (Arc<AtomicBool>, std::thread::JoinHandle<()>)> =
+        std::collections::HashMap::new();
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -46,27 +50,44 @@ fn serve() -> ! {
             ["spawn", n, rest @ ..] => {
                 let n: usize = n.parse().unwrap();
                 let (tx, rx) = mpsc::channel();
-                for _ in 0..n {
+                let mut pending = Vec::new();
+                for i in 0..n {
                     let tx = tx.clone();
                     let mut b = std::thread::Builder::new();
                     if let Some(name) = rest.first() {
                         b = b.name(name.to_string());
                     }
-                    keep.push(
-                        b.spawn(move || {
+                    let stop = Arc::new(AtomicBool::new(false));
+                    let stopped = Arc::clone(&stop);
+                    let handle = b
+                        .spawn(move || {
                             // SAFETY: gettid has no preconditions.
                             let tid = unsafe { libc::gettid() };
-                            tx.send(tid).unwrap();
-                            loop {
+                            tx.send((i, tid)).unwrap();
+                            while !stopped.load(Ordering::Acquire) {
                                 std::thread::park();
                             }
                         })
-                        .unwrap(),
-                    );
+                        .unwrap();
+                    pending.push(Some((stop, handle)));
                 }
                 drop(tx);
-                let tids: Vec<String> = rx.iter().take(n).map(|t| t.to_string()).collect();
+                let mut tids = Vec::new();
+                for (i, tid) in rx.iter().take(n) {
+                    parked.insert(tid, pending[i].take().unwrap());
+                    tids.push(tid.to_string());
+                }
                 writeln!(out, "tids {}", tids.join(" ")).unwrap();
+                out.flush().unwrap();
+            }
+            ["end", tid] => {
+                // The thread ends; reported once it has exited.
+                let tid: i32 = tid.parse().unwrap();
+                let (stop, handle) = parked.remove(&tid).expect("a parked thread");
+                stop.store(true, Ordering::Release);
+                handle.thread().unpark();
+                handle.join().unwrap();
+                writeln!(out, "tids {tid}").unwrap();
                 out.flush().unwrap();
             }
             ["brief"] => {
@@ -152,6 +173,19 @@ impl Helper {
                     .split_whitespace()
                     .map(|x| x.parse().unwrap())
                     .collect();
+            }
+        }
+    }
+
+    /// Ends parked thread `tid` (from [`Helper::spawn_threads`]); returns once it has.
+    pub fn end_thread(&mut self, tid: i32) {
+        writeln!(self.stdin, "end {tid}").unwrap();
+        self.stdin.flush().unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "helper died");
+            if line.contains("tids") {
+                return;
             }
         }
     }

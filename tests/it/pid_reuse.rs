@@ -153,9 +153,56 @@ fn a_reused_pid_of_a_managed_process_is_never_pinned_or_restored() {
     }
 }
 
-/// A pinned thread ends unseen and its tid goes to a task that happens to run on our
-/// mask: releasing the rule gives back masks only to tasks still listed under the
-/// held process. (On fakes: the real race needs a thread to end on request.)
+/// A pinned thread ends while the manager is not reading events, and its tid goes to a
+/// process that runs on the very CPUs the rule gave the thread: releasing the rule must
+/// not "give back" a mask to the newcomer.
+#[test]
+fn a_reused_tid_of_a_pinned_thread_is_not_restored_on_release() {
+    let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let target = online().iter().last().unwrap().to_string();
+    let ours: pinnerd::CpuSet = target.parse().unwrap();
+    let mut rig = Rig::new(8 << 20);
+    let rule = rules(&format!(
+        "[[rule]]\nname = \"r\"\n[rule.match]\ncomm = \"pt-reuse-r*\"\n[rule.place]\ncpus = \"{target}\"\n"
+    ));
+    for round in 0..3 {
+        rig.handle(Event::RulesChanged(rule.clone()));
+        let mut h = Helper::spawn(dir.path(), "pt-reuse-r1");
+        let pid = h.pid;
+        let tid = h.spawn_threads(1, None)[0];
+        assert!(rig.pump_until(Duration::from_secs(5), |m| m.is_managed(pid)));
+        rig.pump_for(Duration::from_millis(100));
+        h.end_thread(tid);
+        let mut impostor = impostor_with_pid(dir.path(), "pt-impostor-r", tid);
+        pinnerd::affinity::AffinityOps::set_affinity(
+            &pinnerd::affinity::SystemOps::default(),
+            tid,
+            &ours,
+        )
+        .unwrap();
+        // The rule goes before the manager has read the thread's exit.
+        let c = rig.mgr.handle(Event::RulesChanged(Default::default()));
+        assert_eq!(
+            mask(tid),
+            ours,
+            "round {round}: the newcomer {tid} was restored"
+        );
+        assert!(!touched(&c, tid), "round {round}: {c:?}");
+        assert_eq!(
+            mask(pid),
+            online(),
+            "round {round}: the held process is restored"
+        );
+        let _ = impostor.kill();
+        let _ = impostor.wait();
+        h.exit();
+        rig.pump_for(Duration::from_millis(100));
+    }
+}
+
+/// The same on the recording fakes, where the newcomer's mask is ours exactly and no
+/// other test can take a CPU offline meanwhile.
 #[test]
 fn releasing_skips_a_tid_that_left_the_process() {
     use std::sync::Arc;
