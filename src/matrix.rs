@@ -44,9 +44,14 @@ pub struct LatencyMatrix {
     /// How pairs were scheduled: `serial` or `rounds` (disjoint pairs in parallel).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
-    /// Per-pair spread and sample counts, one entry per measured pair (`a < b`).
+    /// Per-pair spread and sample counts, one entry per measured pair (`a < b`); in a
+    /// sparse matrix also one per inferred pair (`samples` 0, `inferred` true).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub stats: Vec<PairStats>,
+    /// Sparse mode's counts (`pairs_measured`, `pairs_total`, `modelled_seconds` in
+    /// the JSON object itself); `None` for a full matrix.
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub sparse: Option<Box<SparseCounts>>,
     /// Known flaws and measurement warnings, in words a user reads.
     #[serde(default)]
     pub warnings: Vec<String>,
@@ -68,6 +73,21 @@ pub struct PairStats {
     pub discarded: u32,
     /// Round trips per batch.
     pub round_trips: u32,
+    /// Not measured: filled from its block by sparse measurement (`samples` is 0).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inferred: bool,
+}
+
+/// How much of a sparse matrix was measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SparseCounts {
+    /// Pairs actually measured (the others are inferred from their block).
+    pub pairs_measured: usize,
+    /// All pairs of the matrix, `n(n-1)/2`.
+    pub pairs_total: usize,
+    /// What the run takes on real hardware by the time model in `benches/README.md`
+    /// (with `--simulate`, what the simulated run would have taken).
+    pub modelled_seconds: f64,
 }
 
 /// One latency level: a run of cell values with no jump larger than the gap ratio.
@@ -138,6 +158,7 @@ impl LatencyMatrix {
             first_touch: None,
             mode: None,
             stats: Vec::new(),
+            sparse: None,
             warnings: Vec::new(),
         }
     }
@@ -635,6 +656,7 @@ mod tests {
             samples: 30,
             discarded: 1,
             round_trips: 500,
+            inferred: false,
         });
         m.validate().unwrap();
         assert_eq!(m.stats_for(1, 0).unwrap().samples, 30);
@@ -645,5 +667,42 @@ mod tests {
         m.stats[0].b = 1;
         m.stats[0].p90_ns = 1.0;
         assert!(m.validate().unwrap_err().contains("not ordered"));
+    }
+
+    #[test]
+    fn sparse_counts_and_inferred_pairs_round_trip_and_old_files_still_load() {
+        let mut m = LatencyMatrix::from_fn(vec![0, 1, 2], |_, _| 20.0);
+        // An old file: no sparse fields, no `inferred` flag.
+        let old = serde_json::to_string(&m).unwrap();
+        assert!(
+            !old.contains("pairs_measured") && !old.contains("inferred"),
+            "{old}"
+        );
+        let back = LatencyMatrix::from_json(&old, p()).unwrap();
+        assert_eq!(back.sparse, None);
+        m.sparse = Some(Box::new(SparseCounts {
+            pairs_measured: 2,
+            pairs_total: 3,
+            modelled_seconds: 0.5,
+        }));
+        m.stats.push(PairStats {
+            a: 1,
+            b: 2,
+            p10_ns: 20.0,
+            median_ns: 20.0,
+            p90_ns: 20.0,
+            samples: 0,
+            discarded: 0,
+            round_trips: 0,
+            inferred: true,
+        });
+        let text = serde_json::to_string(&m).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["pairs_measured"], 2);
+        assert_eq!(v["pairs_total"], 3);
+        assert_eq!(v["modelled_seconds"], 0.5);
+        assert_eq!(v["stats"][0]["inferred"], true);
+        assert_eq!(v["stats"][0]["samples"], 0);
+        assert_eq!(LatencyMatrix::from_json(&text, p()).unwrap(), m);
     }
 }

@@ -22,6 +22,9 @@
 pub mod estimator;
 pub mod guard;
 pub mod schedule;
+pub mod simulate;
+pub mod sparse;
+pub mod sparse_real;
 pub mod spin;
 pub mod validity;
 
@@ -61,19 +64,40 @@ impl Primitive {
 /// How pairs are scheduled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Mode {
-    /// One pair at a time: nothing else of ours runs while a pair is measured.
+    /// One pair at a time: nothing else of ours runs while a pair is measured. `full`
+    /// names it too (every pair, as opposed to `sparse`).
     #[default]
+    #[value(alias = "full")]
     Serial,
     /// Disjoint pairs in parallel, a round-robin tournament (N−1 rounds of N/2 pairs),
     /// then a sample of pairs re-measured serially to report the disagreement.
     Rounds,
+    /// The hierarchy from a few pairs, spot checks per block, full measurement only of
+    /// blocks that disagree; the other cells are inferred (see `sparse`).
+    Sparse,
 }
+
+/// From this many CPUs on, the daemon measures sparsely by default: at 64 CPUs and
+/// more, sparse runs measured at most a third of the pairs on most published matrices
+/// (`benches/README.md`, "Sparse measurement"); below, a full matrix takes seconds.
+pub const SPARSE_FROM_CPUS: usize = 64;
 
 impl Mode {
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Serial => "serial",
             Mode::Rounds => "rounds",
+            Mode::Sparse => "sparse",
+        }
+    }
+
+    /// The daemon's mode for a machine of `cpus` CPUs: sparse from
+    /// [`SPARSE_FROM_CPUS`] on, else a full matrix in serial order.
+    pub fn default_for(cpus: usize) -> Mode {
+        if cpus >= SPARSE_FROM_CPUS {
+            Mode::Sparse
+        } else {
+            Mode::Serial
         }
     }
 }
@@ -509,6 +533,9 @@ pub fn run_detailed(
             cpus: cfg.cpus.clone(),
         });
     }
+    if cfg.mode == Mode::Sparse {
+        return sparse_real::run_sparse_real(cfg, None, &sparse::SparseConfig::default(), progress);
+    }
     let ids: Vec<u32> = cfg.cpus.iter().collect();
     let n = ids.len();
     let mut report = |phase, done, total| {
@@ -538,7 +565,7 @@ pub fn run_detailed(
     let mut acc: BTreeMap<(usize, usize), PairAcc> =
         pairs.iter().map(|&p| (p, PairAcc::default())).collect();
     let groups: Vec<Vec<(usize, usize)>> = match cfg.mode {
-        Mode::Serial => pairs.iter().map(|&p| vec![p]).collect(),
+        Mode::Serial | Mode::Sparse => pairs.iter().map(|&p| vec![p]).collect(),
         Mode::Rounds => schedule::tournament(n),
     };
     let passes = cfg.passes.max(1);
@@ -762,6 +789,7 @@ fn assess(ids: &[u32], acc: &BTreeMap<(usize, usize), PairAcc>, c: &Circumstance
             samples: a.batches.len() as u32,
             discarded: a.switched + a.migrated,
             round_trips: a.round_trips,
+            inferred: false,
         });
         pass_estimates.insert((ci, cj), a.pass_estimates.clone());
         let dis = a.pass_disagreement();

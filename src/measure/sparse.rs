@@ -1,0 +1,821 @@
+//! Sparse measurement: recover the hierarchy with few pairs, spot-check every block of
+//! it, measure fully only the blocks that disagree, and fill the rest from their block.
+//!
+//! ```text
+//! prior (sysfs groups)  ──or──  insertion (each CPU joins the tree by a few guessed pairs)
+//!                 │                        │ chain i–(i−1) and i–(i+n/2) measured first, in rounds
+//!                 └──────► tree of nested groups (levels)
+//!                                   │
+//!             blocks: per group, the pairs joined there (between its child groups)
+//!                                   │ random spot checks (a seeded sample), in rounds
+//!             agree with the block's median within the tolerance? ── yes ─► fill, mark inferred
+//!                                   │ no
+//!             split into child pairs, spot-check again ── no ─► measure that block fully
+//! ```
+//!
+//! Works on any [`PairMeasurer`]: the real spinner ([`super::EngineMeasurer`]) or the
+//! simulated one (`simulate`). Pure apart from the measurer; every random choice comes
+//! from the seed.
+//!
+//! Must not touch: the OS (the measurer does), files, the daemon.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::schedule::Costs;
+use super::MeasureError;
+use crate::cpuset::CpuSet;
+use crate::matrix::{LatencyMatrix, PairStats, SparseCounts};
+
+/// Measures pairs of CPUs. Sparse measurement asks for one round at a time: the pairs
+/// of a round share no CPU, so they may run at once.
+pub trait PairMeasurer {
+    /// One figure (one-way ns) per pair of the round, `None` when the pair gave none.
+    fn measure_round(&mut self, round: &[(u32, u32)]) -> Result<Vec<Option<f64>>, MeasureError>;
+}
+
+/// A small deterministic generator (SplitMix64): the spot-check samples and the
+/// simulated noise come from a seed, so a run can be repeated exactly.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u1 = self.unit().max(f64::MIN_POSITIVE);
+        let u2 = self.unit();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+/// How sparse measurement decides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SparseConfig {
+    /// A spot check further than this (relative) from its block's median disagrees.
+    pub tolerance: f64,
+    /// Spot checks per block (fewer when the block has fewer pairs).
+    pub samples: usize,
+    /// Blocks of at most this many pairs are measured fully.
+    pub small_block: usize,
+    /// Pairs tried per CPU while inserting it, beyond the first.
+    pub search: usize,
+    /// Two figures further apart than this ratio are different levels when inserting.
+    pub level_ratio: f64,
+    /// Seed of the spot-check sample.
+    pub seed: u64,
+    /// The time model's costs, for [`SparseOutcome::modelled`].
+    pub costs: Costs,
+}
+
+impl Default for SparseConfig {
+    fn default() -> SparseConfig {
+        SparseConfig {
+            tolerance: 0.10,
+            samples: 8,
+            small_block: 4,
+            search: 3,
+            level_ratio: 1.25,
+            seed: 1,
+            costs: MODEL_COSTS,
+        }
+    }
+}
+
+/// The build VM's costs from `benches/README.md` ("Time model"): 7.30 ms per pair-pass,
+/// 210.2 µs per pair of a parallel round, 300 ms fixed (warm-up and guard).
+pub const MODEL_COSTS: Costs = Costs {
+    per_pair: Duration::from_micros(7_300),
+    per_round_pair: Duration::from_nanos(210_200),
+    fixed: Duration::from_millis(300),
+    passes: 1,
+    serial_check: 0,
+};
+
+/// What a sparse run produced: every cell, which were measured, and how it went.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SparseOutcome {
+    /// CPU ids, in row order.
+    pub cpus: Vec<u32>,
+    /// Row-major n×n cells (NaN on the diagonal and where nothing is known).
+    pub cells: Vec<f64>,
+    /// Row-major n×n: the cell was measured (else inferred from its block).
+    pub measured: Vec<bool>,
+    /// Distinct pairs measured at least once.
+    pub pairs_measured: usize,
+    /// Measurements taken (a re-measured pair counts again).
+    pub measurements: usize,
+    /// Sizes of the rounds run, in order (a serial measurement is a round of one).
+    pub rounds: Vec<usize>,
+    /// The groups of the tree, finest level first (each level a partition of the CPUs).
+    pub levels: Vec<Vec<CpuSet>>,
+    /// Blocks accepted from spot checks, and blocks measured fully.
+    pub blocks_filled: usize,
+    pub blocks_measured: usize,
+    /// Whether the tree came from the prior.
+    pub used_prior: bool,
+}
+
+impl SparseOutcome {
+    pub fn n(&self) -> usize {
+        self.cpus.len()
+    }
+
+    /// All pairs of the matrix.
+    pub fn pairs_total(&self) -> usize {
+        self.n() * self.n().saturating_sub(1) / 2
+    }
+
+    /// The cell between two row indices.
+    pub fn at(&self, i: usize, j: usize) -> Option<f64> {
+        let v = self.cells[i * self.n() + j];
+        (!v.is_nan()).then_some(v)
+    }
+
+    /// What the run would take on real hardware: the fixed cost, then every round as
+    /// long as one pair plus the thread overhead of each pair in it.
+    pub fn modelled(&self, c: &Costs) -> Duration {
+        let mut t = c.fixed;
+        for &r in &self.rounds {
+            t += c.per_pair
+                + if r > 1 {
+                    c.per_round_pair * r as u32
+                } else {
+                    Duration::ZERO
+                };
+        }
+        t
+    }
+}
+
+/// Nested groups, built by insertion or from the prior: `group[level][cpu]`.
+#[derive(Debug, Clone)]
+struct Tree {
+    /// Typical figure of each level (insertion only), ascending.
+    lat: Vec<Vec<f64>>,
+    group: Vec<Vec<usize>>,
+    next: usize,
+}
+
+const NONE: usize = usize::MAX;
+
+impl Tree {
+    fn fresh(&mut self) -> usize {
+        self.next += 1;
+        self.next
+    }
+
+    fn typical(&self, k: usize) -> f64 {
+        let mut v = self.lat[k].clone();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    }
+
+    /// The level a figure belongs to, adding a level when it is near none.
+    fn classify(&mut self, v: f64, ratio: f64, inserted: &[usize]) -> usize {
+        let best = (0..self.lat.len())
+            .map(|k| (k, (v / self.typical(k)).ln().abs()))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((k, d)) = best {
+            if d <= ratio.ln() {
+                self.lat[k].push(v);
+                return k;
+            }
+        }
+        // A new level: its partition starts as the finer one's (no joins there yet).
+        let pos = (0..self.lat.len())
+            .find(|&k| self.typical(k) > v)
+            .unwrap_or(self.lat.len());
+        let part = if pos == 0 {
+            let n = self.group.first().map_or(0, Vec::len);
+            let mut p = vec![NONE; n];
+            for &i in inserted {
+                p[i] = self.fresh();
+            }
+            p
+        } else {
+            self.group[pos - 1].clone()
+        };
+        self.group.insert(pos, part);
+        self.lat.insert(pos, vec![v]);
+        pos
+    }
+
+    /// `q` joins `p` at level `k`: same groups from `k` up.
+    fn join(&mut self, q: usize, p: usize, k: usize) {
+        for l in k..self.group.len() {
+            self.group[l][q] = self.group[l][p];
+        }
+    }
+}
+
+/// The run's state: the measurer, every figure so far, the rounds.
+struct Run<'a, M: PairMeasurer> {
+    ids: &'a [u32],
+    meas: &'a mut M,
+    cells: Vec<f64>,
+    measured: Vec<bool>,
+    measurements: usize,
+    rounds: Vec<usize>,
+}
+
+impl<M: PairMeasurer> Run<'_, M> {
+    fn n(&self) -> usize {
+        self.ids.len()
+    }
+
+    fn get(&self, i: usize, j: usize) -> Option<f64> {
+        let v = self.cells[i * self.n() + j];
+        (!v.is_nan()).then_some(v)
+    }
+
+    fn set(&mut self, i: usize, j: usize, v: f64) {
+        let n = self.n();
+        self.cells[i * n + j] = v;
+        self.cells[j * n + i] = v;
+        self.measured[i * n + j] = true;
+        self.measured[j * n + i] = true;
+    }
+
+    /// Measures `pairs` (indices) in rounds of disjoint pairs. A pair measured before
+    /// keeps the lower of its figures when `again` (preemption only inflates).
+    fn measure(&mut self, pairs: &[(usize, usize)], again: bool) -> Result<(), MeasureError> {
+        let mut todo: Vec<(usize, usize)> = pairs
+            .iter()
+            .map(|&(i, j)| (i.min(j), i.max(j)))
+            .filter(|&(i, j)| i != j && (again || !self.measured[i * self.n() + j]))
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        while !todo.is_empty() {
+            let mut busy = vec![false; self.n()];
+            let mut round = Vec::new();
+            let mut rest = Vec::new();
+            for (i, j) in todo {
+                if busy[i] || busy[j] {
+                    rest.push((i, j));
+                } else {
+                    busy[i] = true;
+                    busy[j] = true;
+                    round.push((i, j));
+                }
+            }
+            let ids: Vec<(u32, u32)> = round
+                .iter()
+                .map(|&(i, j)| (self.ids[i], self.ids[j]))
+                .collect();
+            let figures = self.meas.measure_round(&ids)?;
+            self.rounds.push(round.len());
+            self.measurements += round.len();
+            for (&(i, j), f) in round.iter().zip(figures) {
+                if let Some(v) = f.filter(|v| v.is_finite() && *v >= 0.0) {
+                    let keep = self.get(i, j).map_or(v, |old| old.min(v));
+                    self.set(i, j, keep);
+                }
+            }
+            todo = rest;
+        }
+        Ok(())
+    }
+
+    fn figure(&mut self, i: usize, j: usize) -> Result<Option<f64>, MeasureError> {
+        if self.get(i, j).is_none() {
+            self.measure(&[(i, j)], false)?;
+        }
+        Ok(self.get(i, j))
+    }
+}
+
+/// The prior as nested partitions of row indices, finest first: levels that do not nest
+/// in the finer ones are dropped, equal ones merged; the whole machine comes last.
+fn prior_tree(ids: &[u32], prior: &[Vec<CpuSet>]) -> Tree {
+    let n = ids.len();
+    let mut parts: Vec<Vec<usize>> = Vec::new();
+    let mut levels: Vec<&Vec<CpuSet>> = prior.iter().collect();
+    levels.sort_by_key(|l| std::cmp::Reverse(l.len()));
+    for level in levels {
+        let mut part = vec![NONE; n];
+        for (g, set) in level.iter().enumerate() {
+            for (i, &c) in ids.iter().enumerate() {
+                if set.contains(c) {
+                    part[i] = g;
+                }
+            }
+        }
+        // CPUs the prior does not list sit alone.
+        for (i, p) in part.iter_mut().enumerate() {
+            if *p == NONE {
+                *p = level.len() + i;
+            }
+        }
+        let nests = parts.last().is_none_or(|finer| {
+            let mut up = BTreeMap::new();
+            (0..n).all(|i| *up.entry(finer[i]).or_insert(part[i]) == part[i])
+        });
+        if nests && parts.last() != Some(&part) {
+            parts.push(part);
+        }
+    }
+    let machine = vec![0; n];
+    if parts.last() != Some(&machine) {
+        parts.push(machine);
+    }
+    Tree {
+        lat: vec![Vec::new(); parts.len()],
+        group: parts,
+        next: 0,
+    }
+}
+
+/// The partners to try first for the CPU at index `q` (lower indices only): the previous
+/// CPU, and the one half the machine below (where Linux numbers SMT siblings and
+/// second sockets).
+fn guesses(q: usize, n: usize) -> Vec<usize> {
+    let mut g = Vec::new();
+    if q >= 1 {
+        g.push(q - 1);
+    }
+    if q >= n / 2 && n / 2 > 1 {
+        g.push(q - n / 2);
+    }
+    if q >= 2 {
+        g.push(q - 2);
+    }
+    g
+}
+
+/// Builds the tree by inserting the CPUs one by one: each joins the tree where its first
+/// partner says, then looks for a closer group among its guesses and the other groups of
+/// the level it joined, trying at most `search` more pairs.
+fn insert_all<M: PairMeasurer>(
+    run: &mut Run<'_, M>,
+    cfg: &SparseConfig,
+) -> Result<Tree, MeasureError> {
+    let n = run.n();
+    // The first guesses of every CPU, in parallel rounds: the chain and the half-offset.
+    let mut first: Vec<(usize, usize)> = Vec::new();
+    for q in 1..n {
+        first.extend(guesses(q, n).into_iter().take(2).map(|p| (p, q)));
+    }
+    run.measure(&first, false)?;
+    let mut tree = Tree {
+        lat: Vec::new(),
+        group: Vec::new(),
+        next: 0,
+    };
+    let mut inserted: Vec<usize> = vec![0];
+    // Offsets that found a CPU's closest partner, most recent first.
+    let mut offsets: Vec<usize> = Vec::new();
+    for q in 1..n {
+        for l in 0..tree.group.len() {
+            tree.group[l][q] = tree.fresh();
+        }
+        let mut cands: Vec<usize> = offsets
+            .iter()
+            .filter(|&&d| d <= q)
+            .map(|&d| q - d)
+            .collect();
+        cands.extend(guesses(q, n));
+        let mut seen = BTreeSet::new();
+        cands.retain(|c| seen.insert(*c));
+        // The first partner with a figure places q.
+        let mut placed = None;
+        for &c in &cands {
+            if let Some(v) = run.get(c, q) {
+                placed = Some((c, v));
+                break;
+            }
+        }
+        if placed.is_none() {
+            for &c in &cands {
+                if let Some(v) = run.figure(c, q)? {
+                    placed = Some((c, v));
+                    break;
+                }
+            }
+        }
+        let Some((mut best, v)) = placed else {
+            return Err(MeasureError::NothingMeasured {
+                reason: format!("CPU {}: no pair with a lower CPU gave a figure", run.ids[q]),
+            });
+        };
+        if tree.group.is_empty() {
+            tree.group.push(vec![NONE; n]);
+            tree.group[0][0] = tree.fresh();
+            tree.group[0][q] = tree.fresh();
+            tree.lat.push(vec![v]);
+        }
+        let mut level = tree.classify(v, cfg.level_ratio, &inserted);
+        // A new level may have been added: q needs an id there.
+        for l in 0..tree.group.len() {
+            if tree.group[l][q] == NONE {
+                tree.group[l][q] = tree.fresh();
+            }
+        }
+        tree.join(q, best, level);
+        let mut tried: BTreeSet<usize> = cands
+            .iter()
+            .copied()
+            .filter(|&c| run.get(c, q).is_some())
+            .collect();
+        tried.insert(best);
+        let mut extra = 0;
+        while level > 0 {
+            // q is in `best`'s group at `level`, not (yet) in any group below it:
+            // candidates are CPUs of that group in another child group.
+            let g = tree.group[level][q];
+            let known: Vec<usize> = cands
+                .iter()
+                .copied()
+                .filter(|&c| run.get(c, q).is_some() && tree.group[level][c] == g)
+                .collect();
+            // A cached figure already says q is closer to one of them.
+            let mut moved = false;
+            for c in known {
+                let w = run.get(c, q).expect("filtered");
+                let k = tree.classify(w, cfg.level_ratio, &inserted);
+                for l in 0..tree.group.len() {
+                    if tree.group[l][q] == NONE {
+                        tree.group[l][q] = tree.fresh();
+                    }
+                }
+                if k < level {
+                    level = k;
+                    best = c;
+                    tree.join(q, best, level);
+                    moved = true;
+                    break;
+                }
+            }
+            if moved {
+                continue;
+            }
+            if extra >= cfg.search {
+                break;
+            }
+            // The other child groups, most recently created first (numbering order).
+            let mut reps: Vec<usize> = Vec::new();
+            let mut children = BTreeSet::new();
+            for &c in inserted.iter().rev() {
+                if tree.group[level][c] == g && children.insert(tree.group[level - 1][c]) {
+                    reps.push(c);
+                }
+            }
+            let Some(&c) = reps.iter().find(|c| !tried.contains(c)) else {
+                break;
+            };
+            tried.insert(c);
+            extra += 1;
+            let Some(w) = run.figure(c, q)? else {
+                continue;
+            };
+            let k = tree.classify(w, cfg.level_ratio, &inserted);
+            for l in 0..tree.group.len() {
+                if tree.group[l][q] == NONE {
+                    tree.group[l][q] = tree.fresh();
+                }
+            }
+            if k < level {
+                level = k;
+                best = c;
+                tree.join(q, best, level);
+            }
+        }
+        if best < q {
+            let d = q - best;
+            offsets.retain(|&o| o != d);
+            offsets.insert(0, d);
+            offsets.truncate(3);
+        }
+        inserted.push(q);
+    }
+    let machine = vec![0; n];
+    if tree.group.last() != Some(&machine) {
+        tree.group.push(machine);
+        tree.lat.push(Vec::new());
+    }
+    Ok(tree)
+}
+
+/// One block: pairs joined inside one group, between two of its child groups (or, at
+/// the finest level, every pair inside the group).
+struct Block {
+    pairs: Vec<(usize, usize)>,
+}
+
+/// The blocks of a tree, each with its pairs.
+fn blocks(tree: &Tree) -> Vec<(Block, Vec<Block>)> {
+    let mut out = Vec::new();
+    for (k, part) in tree.group.iter().enumerate() {
+        let mut members: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (i, &g) in part.iter().enumerate() {
+            members.entry(g).or_default().push(i);
+        }
+        for cpus in members.values() {
+            // Child groups of this group one level down.
+            let mut children: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+            for &i in cpus {
+                let child = if k == 0 { i } else { tree.group[k - 1][i] };
+                children.entry(child).or_default().push(i);
+            }
+            if children.len() < 2 {
+                continue;
+            }
+            let kids: Vec<&Vec<usize>> = children.values().collect();
+            let mut subs = Vec::new();
+            let mut all = Vec::new();
+            for a in 0..kids.len() {
+                for b in 0..a {
+                    let pairs: Vec<(usize, usize)> = kids[a]
+                        .iter()
+                        .flat_map(|&i| kids[b].iter().map(move |&j| (i.min(j), i.max(j))))
+                        .collect();
+                    all.extend(pairs.iter().copied());
+                    subs.push(Block { pairs });
+                }
+            }
+            out.push((Block { pairs: all }, subs));
+        }
+    }
+    out
+}
+
+/// A random sample of `k` pairs of a block (all of them when it is small).
+fn sample(b: &Block, k: usize, rng: &mut Rng) -> Vec<(usize, usize)> {
+    if b.pairs.len() <= k {
+        return b.pairs.clone();
+    }
+    let mut picked = BTreeSet::new();
+    while picked.len() < k {
+        picked.insert(rng.below(b.pairs.len()));
+    }
+    picked.into_iter().map(|x| b.pairs[x]).collect()
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// The block's median and how many of its figures lie further than `tol` from it.
+fn judge<M: PairMeasurer>(run: &Run<'_, M>, b: &Block, tol: f64) -> Option<(f64, usize, usize)> {
+    let mut v: Vec<f64> = b.pairs.iter().filter_map(|&(i, j)| run.get(i, j)).collect();
+    if v.is_empty() {
+        return None;
+    }
+    let m = median(&mut v);
+    let off = v.iter().filter(|&&x| (x - m).abs() > tol * m).count();
+    Some((m, off, v.len()))
+}
+
+fn far_pairs<M: PairMeasurer>(run: &Run<'_, M>, b: &Block, tol: f64) -> Vec<(usize, usize)> {
+    let Some((m, _, _)) = judge(run, b, tol) else {
+        return Vec::new();
+    };
+    b.pairs
+        .iter()
+        .copied()
+        .filter(|&(i, j)| run.get(i, j).is_some_and(|x| (x - m).abs() > tol * m))
+        .collect()
+}
+
+/// A block agrees when at most one in eight of its figures is off its median.
+fn agrees(off: usize, count: usize) -> bool {
+    off * 8 <= count
+}
+
+/// Sparse measurement of `cpus`: the tree from `prior` (nested groups of CPU ids, e.g.
+/// the sysfs levels) or, without one, by insertion; then spot checks per block, a split
+/// and full measurement where they disagree, and the fill.
+pub fn run_sparse<M: PairMeasurer>(
+    cpus: &[u32],
+    prior: Option<&[Vec<CpuSet>]>,
+    meas: &mut M,
+    cfg: &SparseConfig,
+) -> Result<SparseOutcome, MeasureError> {
+    let n = cpus.len();
+    if n < 2 {
+        return Err(MeasureError::TooFewCpus {
+            cpus: cpus.iter().copied().collect(),
+        });
+    }
+    let mut run = Run {
+        ids: cpus,
+        meas,
+        cells: vec![f64::NAN; n * n],
+        measured: vec![false; n * n],
+        measurements: 0,
+        rounds: Vec::new(),
+    };
+    let tree = match prior {
+        Some(p) => prior_tree(cpus, p),
+        None => insert_all(&mut run, cfg)?,
+    };
+    let mut rng = Rng::new(cfg.seed);
+    let blocks = blocks(&tree);
+    let tol = cfg.tolerance;
+
+    // 1. Spot checks of every block at once.
+    let mut want = Vec::new();
+    for (b, _) in &blocks {
+        let have = b
+            .pairs
+            .iter()
+            .filter(|&&(i, j)| run.get(i, j).is_some())
+            .count();
+        let k = if b.pairs.len() <= cfg.small_block {
+            b.pairs.len()
+        } else {
+            cfg.samples.saturating_sub(have)
+        };
+        want.extend(sample(b, k, &mut rng));
+    }
+    run.measure(&want, false)?;
+    // 2. Figures off their block's median are measured once more (the lower is kept).
+    let again: Vec<(usize, usize)> = blocks
+        .iter()
+        .flat_map(|(b, _)| far_pairs(&run, b, tol))
+        .collect();
+    run.measure(&again, true)?;
+    // 3. Blocks that still disagree: spot checks of each child pair.
+    let mut split: Vec<&Vec<Block>> = Vec::new();
+    let mut filled = 0usize;
+    let mut fill: Vec<(&Block, f64)> = Vec::new();
+    for (b, subs) in &blocks {
+        match judge(&run, b, tol) {
+            Some((m, off, count)) if agrees(off, count) => {
+                fill.push((b, m));
+                filled += 1;
+            }
+            _ => split.push(subs),
+        }
+    }
+    let mut want = Vec::new();
+    for subs in &split {
+        for s in subs.iter() {
+            let have = s
+                .pairs
+                .iter()
+                .filter(|&&(i, j)| run.get(i, j).is_some())
+                .count();
+            let k = if s.pairs.len() <= cfg.small_block {
+                s.pairs.len().min(2)
+            } else {
+                cfg.samples.saturating_sub(have) / 2
+            };
+            want.extend(sample(s, k.max(1), &mut rng));
+        }
+    }
+    run.measure(&want, false)?;
+    let again: Vec<(usize, usize)> = split
+        .iter()
+        .flat_map(|subs| subs.iter())
+        .flat_map(|s| far_pairs(&run, s, tol))
+        .collect();
+    run.measure(&again, true)?;
+    // 4. Child pairs that still disagree are measured fully.
+    let mut full = Vec::new();
+    let mut full_blocks = 0usize;
+    for subs in &split {
+        for s in subs.iter() {
+            match judge(&run, s, tol) {
+                Some((m, off, count)) if agrees(off, count) && count >= 1 => fill.push((s, m)),
+                _ => {
+                    full.extend(s.pairs.iter().copied());
+                    full_blocks += 1;
+                }
+            }
+        }
+    }
+    run.measure(&full, false)?;
+    // 5. The fill: every cell still unknown takes its block's median.
+    let mut cells = run.cells.clone();
+    for (b, m) in fill {
+        for &(i, j) in &b.pairs {
+            if cells[i * n + j].is_nan() {
+                cells[i * n + j] = m;
+                cells[j * n + i] = m;
+            }
+        }
+    }
+    let levels = tree
+        .group
+        .iter()
+        .map(|part| {
+            let mut groups: BTreeMap<usize, CpuSet> = BTreeMap::new();
+            for (i, &g) in part.iter().enumerate() {
+                groups.entry(g).or_default().insert(cpus[i]);
+            }
+            let mut v: Vec<CpuSet> = groups.into_values().collect();
+            v.sort_by_key(|s| s.iter().next());
+            v
+        })
+        .collect();
+    let pairs_measured = (0..n)
+        .flat_map(|i| (0..i).map(move |j| (i, j)))
+        .filter(|&(i, j)| run.measured[i * n + j])
+        .count();
+    Ok(SparseOutcome {
+        cpus: cpus.to_vec(),
+        cells,
+        measured: run.measured,
+        pairs_measured,
+        measurements: run.measurements,
+        rounds: run.rounds,
+        levels,
+        blocks_filled: filled,
+        blocks_measured: full_blocks,
+        used_prior: prior.is_some(),
+    })
+}
+
+impl SparseOutcome {
+    /// The matrix: every known cell, `mode` sparse, `pairs_measured`, `pairs_total`
+    /// and `modelled_seconds`; `stats` from `measured_stats` for measured pairs (a
+    /// single figure when it has none) and an `inferred` entry with 0 samples for every
+    /// filled pair.
+    pub fn to_matrix(
+        &self,
+        measured_stats: &BTreeMap<(u32, u32), PairStats>,
+        costs: &Costs,
+    ) -> LatencyMatrix {
+        let n = self.n();
+        let mut m = LatencyMatrix::from_fn(self.cpus.clone(), |i, j| self.cells[i * n + j]);
+        for i in 0..n {
+            for j in 0..i {
+                if self.cells[i * n + j].is_nan() {
+                    m.latency_ns[i][j] = None;
+                    m.latency_ns[j][i] = None;
+                }
+            }
+        }
+        for j in 0..n {
+            for i in j + 1..n {
+                let Some(v) = self.at(i, j) else { continue };
+                let (a, b) = (
+                    self.cpus[i].min(self.cpus[j]),
+                    self.cpus[i].max(self.cpus[j]),
+                );
+                let s = if self.measured[i * n + j] {
+                    measured_stats.get(&(a, b)).cloned().unwrap_or(PairStats {
+                        a,
+                        b,
+                        p10_ns: v,
+                        median_ns: v,
+                        p90_ns: v,
+                        samples: 1,
+                        discarded: 0,
+                        round_trips: 0,
+                        inferred: false,
+                    })
+                } else {
+                    PairStats {
+                        a,
+                        b,
+                        p10_ns: v,
+                        median_ns: v,
+                        p90_ns: v,
+                        samples: 0,
+                        discarded: 0,
+                        round_trips: 0,
+                        inferred: true,
+                    }
+                };
+                m.stats.push(s);
+            }
+        }
+        m.mode = Some("sparse".into());
+        m.sparse = Some(Box::new(SparseCounts {
+            pairs_measured: self.pairs_measured,
+            pairs_total: self.pairs_total(),
+            modelled_seconds: self.modelled(costs).as_secs_f64(),
+        }));
+        m
+    }
+}
