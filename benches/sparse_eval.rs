@@ -44,17 +44,28 @@ pub fn usable(min: usize) -> Vec<(String, LatencyMatrix)> {
         .collect()
 }
 
-/// A 2-socket, 128-core-per-socket SMT machine (512 CPUs): the dual EPYC 7742 matrix
-/// (2 × 64 cores) tiled twice, as in `benches/placement.rs`: inside a tile the real
-/// cells, across tiles 300 ns plus a tenth of the tile's cell. Linux numbering: CPU
-/// `c` of the 256-CPU file is `c` (first tile) or `c + 256` (second).
+/// A 2-socket, 128-core-per-socket SMT machine (512 CPUs) made from the dual EPYC 7742
+/// matrix (2 × 64 cores, 256 CPUs) used twice, as in `benches/placement.rs`: inside a
+/// copy the real cells, across copies 300 ns plus a tenth of the file's cell. Numbered
+/// as Linux numbers such a machine: the first threads of both copies (0–255), then
+/// their SMT siblings (256–511), so CPU `x`'s sibling is `x + 256`.
 pub fn tiled_512() -> LatencyMatrix {
     let base = LatencyMatrix::load(&data_dir().join("Dual_AMD_EPYC_7742_64-Core_Processor.csv"))
         .unwrap_or_else(|e| panic!("{e}"));
     let n = base.len();
+    // (copy, CPU of the file) of a CPU of the 512-CPU machine.
+    let orig = |x: usize| {
+        let sibling = x >= n;
+        let first = if sibling { x - n } else { x };
+        (
+            first / (n / 2),
+            first % (n / 2) + if sibling { n / 2 } else { 0 },
+        )
+    };
     LatencyMatrix::from_fn((0..2 * n as u32).collect(), |i, j| {
-        let cell = base.at(i % n, j % n).unwrap_or(0.0);
-        if i / n == j / n {
+        let ((ti, ci), (tj, cj)) = (orig(i), orig(j));
+        let cell = base.at(ci, cj).unwrap_or(0.0);
+        if ti == tj {
             cell
         } else {
             300.0 + cell / 10.0

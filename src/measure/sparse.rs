@@ -96,7 +96,7 @@ impl Default for SparseConfig {
             samples: 8,
             small_block: 4,
             search: 3,
-            level_ratio: 1.25,
+            level_ratio: 1.18,
             seed: 1,
             costs: MODEL_COSTS,
         }
@@ -387,6 +387,7 @@ fn insert_all<M: PairMeasurer>(
     let mut inserted: Vec<usize> = vec![0];
     // Offsets that found a CPU's closest partner, most recent first.
     let mut offsets: Vec<usize> = Vec::new();
+    let mut found: BTreeMap<usize, usize> = BTreeMap::new();
     for q in 1..n {
         for l in 0..tree.group.len() {
             tree.group[l][q] = tree.fresh();
@@ -399,14 +400,12 @@ fn insert_all<M: PairMeasurer>(
         cands.extend(guesses(q, n));
         let mut seen = BTreeSet::new();
         cands.retain(|c| seen.insert(*c));
-        // The first partner with a figure places q.
-        let mut placed = None;
-        for &c in &cands {
-            if let Some(v) = run.get(c, q) {
-                placed = Some((c, v));
-                break;
-            }
-        }
+        // The closest partner with a figure already places q; else the first that
+        // gives one.
+        let mut placed = cands
+            .iter()
+            .filter_map(|&c| Some((c, run.get(c, q)?)))
+            .min_by(|x, y| x.1.total_cmp(&y.1));
         if placed.is_none() {
             for &c in &cands {
                 if let Some(v) = run.figure(c, q)? {
@@ -474,8 +473,13 @@ fn insert_all<M: PairMeasurer>(
             if extra >= cfg.search {
                 break;
             }
-            // The other child groups, most recently created first (numbering order).
-            let mut reps: Vec<usize> = Vec::new();
+            // The guesses not measured yet, then the other child groups, most recently
+            // created first (numbering order).
+            let mut reps: Vec<usize> = cands
+                .iter()
+                .copied()
+                .filter(|&c| tree.group[level][c] == g && c != best)
+                .collect();
             let mut children = BTreeSet::new();
             for &c in inserted.iter().rev() {
                 if tree.group[level][c] == g && children.insert(tree.group[level - 1][c]) {
@@ -503,10 +507,10 @@ fn insert_all<M: PairMeasurer>(
             }
         }
         if best < q {
-            let d = q - best;
-            offsets.retain(|&o| o != d);
-            offsets.insert(0, d);
-            offsets.truncate(3);
+            *found.entry(q - best).or_insert(0usize) += 1;
+            let mut ranked: Vec<(usize, usize)> = found.iter().map(|(&d, &c)| (c, d)).collect();
+            ranked.sort_by(|x, y| y.cmp(x));
+            offsets = ranked.into_iter().take(3).map(|(_, d)| d).collect();
         }
         inserted.push(q);
     }
@@ -518,14 +522,56 @@ fn insert_all<M: PairMeasurer>(
     Ok(tree)
 }
 
-/// One block: pairs joined inside one group, between two of its child groups (or, at
-/// the finest level, every pair inside the group).
+/// One block: the pairs joined inside one group, between two of its child groups (at
+/// the finest level the children are single CPUs).
 struct Block {
-    pairs: Vec<(usize, usize)>,
+    /// The child groups' CPUs (row indices).
+    kids: Vec<Vec<usize>>,
+    /// Child of each CPU of the block.
+    kid_of: BTreeMap<usize, usize>,
 }
 
-/// The blocks of a tree, each with its pairs.
-fn blocks(tree: &Tree) -> Vec<(Block, Vec<Block>)> {
+impl Block {
+    fn cells(&self) -> usize {
+        let total: usize = self.kids.iter().map(Vec::len).sum();
+        let inside: usize = self.kids.iter().map(|k| k.len() * k.len()).sum();
+        (total * total - inside) / 2
+    }
+
+    /// Every pair between child groups `a` and `b`.
+    fn between(&self, a: usize, b: usize) -> Vec<(usize, usize)> {
+        self.kids[a]
+            .iter()
+            .flat_map(|&i| self.kids[b].iter().map(move |&j| (i.min(j), i.max(j))))
+            .collect()
+    }
+
+    /// Every pair of the block.
+    fn pairs(&self) -> Vec<(usize, usize)> {
+        (0..self.kids.len())
+            .flat_map(|a| (0..a).map(move |b| (a, b)))
+            .flat_map(|(a, b)| self.between(a, b))
+            .collect()
+    }
+
+    /// `k` pairs, each child group in turn on one side and a random CPU of another
+    /// group on the other, so every group is seen.
+    fn sample(&self, k: usize, rng: &mut Rng) -> Vec<(usize, usize)> {
+        let m = self.kids.len();
+        (0..k)
+            .map(|r| {
+                let a = r % m;
+                let b = (a + 1 + rng.below(m - 1)) % m;
+                let i = self.kids[a][rng.below(self.kids[a].len())];
+                let j = self.kids[b][rng.below(self.kids[b].len())];
+                (i.min(j), i.max(j))
+            })
+            .collect()
+    }
+}
+
+/// The blocks of a tree.
+fn blocks(tree: &Tree) -> Vec<Block> {
     let mut out = Vec::new();
     for (k, part) in tree.group.iter().enumerate() {
         let mut members: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
@@ -533,7 +579,6 @@ fn blocks(tree: &Tree) -> Vec<(Block, Vec<Block>)> {
             members.entry(g).or_default().push(i);
         }
         for cpus in members.values() {
-            // Child groups of this group one level down.
             let mut children: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
             for &i in cpus {
                 let child = if k == 0 { i } else { tree.group[k - 1][i] };
@@ -542,35 +587,16 @@ fn blocks(tree: &Tree) -> Vec<(Block, Vec<Block>)> {
             if children.len() < 2 {
                 continue;
             }
-            let kids: Vec<&Vec<usize>> = children.values().collect();
-            let mut subs = Vec::new();
-            let mut all = Vec::new();
-            for a in 0..kids.len() {
-                for b in 0..a {
-                    let pairs: Vec<(usize, usize)> = kids[a]
-                        .iter()
-                        .flat_map(|&i| kids[b].iter().map(move |&j| (i.min(j), i.max(j))))
-                        .collect();
-                    all.extend(pairs.iter().copied());
-                    subs.push(Block { pairs });
-                }
-            }
-            out.push((Block { pairs: all }, subs));
+            let kids: Vec<Vec<usize>> = children.into_values().collect();
+            let kid_of = kids
+                .iter()
+                .enumerate()
+                .flat_map(|(x, k)| k.iter().map(move |&i| (i, x)))
+                .collect();
+            out.push(Block { kids, kid_of });
         }
     }
     out
-}
-
-/// A random sample of `k` pairs of a block (all of them when it is small).
-fn sample(b: &Block, k: usize, rng: &mut Rng) -> Vec<(usize, usize)> {
-    if b.pairs.len() <= k {
-        return b.pairs.clone();
-    }
-    let mut picked = BTreeSet::new();
-    while picked.len() < k {
-        picked.insert(rng.below(b.pairs.len()));
-    }
-    picked.into_iter().map(|x| b.pairs[x]).collect()
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -583,36 +609,74 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// The block's median and how many of its figures lie further than `tol` from it.
-fn judge<M: PairMeasurer>(run: &Run<'_, M>, b: &Block, tol: f64) -> Option<(f64, usize, usize)> {
-    let mut v: Vec<f64> = b.pairs.iter().filter_map(|&(i, j)| run.get(i, j)).collect();
-    if v.is_empty() {
-        return None;
-    }
-    let m = median(&mut v);
-    let off = v.iter().filter(|&&x| (x - m).abs() > tol * m).count();
-    Some((m, off, v.len()))
+/// A block's figures as a typical level times a factor per child group (a core far
+/// from the others on a mesh is slower to everyone): `ln v = mu + e[a] + e[b]`, fitted
+/// to the measured pairs, each group's factor shrunk towards 1 by its sample count.
+struct Fit {
+    mu: f64,
+    eff: Vec<f64>,
 }
 
-fn far_pairs<M: PairMeasurer>(run: &Run<'_, M>, b: &Block, tol: f64) -> Vec<(usize, usize)> {
-    let Some((m, _, _)) = judge(run, b, tol) else {
-        return Vec::new();
-    };
-    b.pairs
-        .iter()
-        .copied()
-        .filter(|&(i, j)| run.get(i, j).is_some_and(|x| (x - m).abs() > tol * m))
+impl Fit {
+    fn new<M: PairMeasurer>(run: &Run<'_, M>, b: &Block) -> Option<Fit> {
+        let obs: Vec<(usize, usize, f64)> = b
+            .pairs()
+            .into_iter()
+            .filter_map(|(i, j)| Some((b.kid_of[&i], b.kid_of[&j], run.get(i, j)?.max(1e-3).ln())))
+            .collect();
+        if obs.is_empty() {
+            return None;
+        }
+        let mut logs: Vec<f64> = obs.iter().map(|o| o.2).collect();
+        let mut fit = Fit {
+            mu: median(&mut logs),
+            eff: vec![0.0; b.kids.len()],
+        };
+        for _ in 0..4 {
+            let mut sum = vec![0.0; b.kids.len()];
+            let mut cnt = vec![0usize; b.kids.len()];
+            for &(x, y, v) in &obs {
+                sum[x] += v - fit.mu - fit.eff[y];
+                cnt[x] += 1;
+                sum[y] += v - fit.mu - fit.eff[x];
+                cnt[y] += 1;
+            }
+            for x in 0..b.kids.len() {
+                fit.eff[x] = sum[x] / (cnt[x] + 1) as f64;
+            }
+            let mut rest: Vec<f64> = obs
+                .iter()
+                .map(|&(x, y, v)| v - fit.eff[x] - fit.eff[y])
+                .collect();
+            fit.mu = median(&mut rest);
+        }
+        Some(fit)
+    }
+
+    fn predict(&self, b: &Block, i: usize, j: usize) -> f64 {
+        (self.mu + self.eff[b.kid_of[&i]] + self.eff[b.kid_of[&j]]).exp()
+    }
+}
+
+/// The measured pairs of a block further than `ratio` from the fit.
+fn misfits<M: PairMeasurer>(
+    run: &Run<'_, M>,
+    b: &Block,
+    fit: &Fit,
+    ratio: f64,
+) -> Vec<(usize, usize)> {
+    b.pairs()
+        .into_iter()
+        .filter(|&(i, j)| {
+            run.get(i, j)
+                .is_some_and(|v| (v / fit.predict(b, i, j)).ln().abs() > ratio.ln())
+        })
         .collect()
 }
 
-/// A block agrees when at most one in eight of its figures is off its median.
-fn agrees(off: usize, count: usize) -> bool {
-    off * 8 <= count
-}
-
 /// Sparse measurement of `cpus`: the tree from `prior` (nested groups of CPU ids, e.g.
-/// the sysfs levels) or, without one, by insertion; then spot checks per block, a split
-/// and full measurement where they disagree, and the fill.
+/// the sysfs levels) or, without one, by insertion; then spot checks per block, full
+/// measurement where they disagree, and the fill.
 pub fn run_sparse<M: PairMeasurer>(
     cpus: &[u32],
     prior: Option<&[Vec<CpuSet>]>,
@@ -639,88 +703,190 @@ pub fn run_sparse<M: PairMeasurer>(
     };
     let mut rng = Rng::new(cfg.seed);
     let blocks = blocks(&tree);
-    let tol = cfg.tolerance;
+    let tol = 1.0 + cfg.tolerance;
+    // A figure this far from its block's fit is not variation inside a level but a
+    // pair the tree placed wrongly (levels are at least 1.3 apart).
+    let broken = cfg.level_ratio;
 
-    // 1. Spot checks of every block at once.
+    // 1. Spot checks of every block at once: twice as many as it has child groups,
+    // more for big blocks, all of a small one.
     let mut want = Vec::new();
-    for (b, _) in &blocks {
-        let have = b
-            .pairs
+    let mut drawn: Vec<Vec<(usize, usize)>> = Vec::new();
+    for b in &blocks {
+        let cells = b.cells();
+        if cells <= cfg.small_block {
+            want.extend(b.pairs());
+            drawn.push(b.pairs());
+            continue;
+        }
+        let k = (2 * b.kids.len())
+            .max((cells as f64).sqrt() as usize / 4)
+            .clamp(cfg.samples, 8 * cfg.samples)
+            .min(cells);
+        let sample = b.sample(k, &mut rng);
+        want.extend(sample.iter().copied());
+        drawn.push(sample);
+    }
+    run.measure(&want, false)?;
+    // 2. Figures off their block's fit are measured once more (the lower is kept:
+    // preemption only inflates).
+    let again: Vec<(usize, usize)> = blocks
+        .iter()
+        .filter_map(|b| Some(misfits(&run, b, &Fit::new(&run, b)?, tol)))
+        .flatten()
+        .collect();
+    run.measure(&again, true)?;
+    // 3. A block whose figures mostly fit is filled from the fit, except the child
+    // pairs holding a figure that breaks it: those are measured fully. A block where
+    // more than a quarter miss the fit is measured fully.
+    let mut full = Vec::new();
+    let mut fill: Vec<(&Block, Fit)> = Vec::new();
+    let mut filled = 0usize;
+    let mut full_blocks = 0usize;
+    let mut irregular: Vec<&Block> = Vec::new();
+    let mut suspect: Vec<(&Block, Vec<(usize, usize)>)> = Vec::new();
+    for (b, sample) in blocks.iter().zip(&drawn) {
+        let Some(fit) = Fit::new(&run, b) else {
+            full.extend(b.pairs());
+            full_blocks += 1;
+            continue;
+        };
+        // Judged on the random sample only: the pairs measured while inserting follow
+        // the numbering, and would fit better than the block does.
+        let seen = sample
             .iter()
             .filter(|&&(i, j)| run.get(i, j).is_some())
             .count();
-        let k = if b.pairs.len() <= cfg.small_block {
-            b.pairs.len()
-        } else {
-            cfg.samples.saturating_sub(have)
-        };
-        want.extend(sample(b, k, &mut rng));
-    }
-    run.measure(&want, false)?;
-    // 2. Figures off their block's median are measured once more (the lower is kept).
-    let again: Vec<(usize, usize)> = blocks
-        .iter()
-        .flat_map(|(b, _)| far_pairs(&run, b, tol))
-        .collect();
-    run.measure(&again, true)?;
-    // 3. Blocks that still disagree: spot checks of each child pair.
-    let mut split: Vec<&Vec<Block>> = Vec::new();
-    let mut filled = 0usize;
-    let mut fill: Vec<(&Block, f64)> = Vec::new();
-    for (b, subs) in &blocks {
-        match judge(&run, b, tol) {
-            Some((m, off, count)) if agrees(off, count) => {
-                fill.push((b, m));
-                filled += 1;
-            }
-            _ => split.push(subs),
+        let off = sample
+            .iter()
+            .filter(|&&(i, j)| {
+                run.get(i, j)
+                    .is_some_and(|v| (v / fit.predict(b, i, j)).ln().abs() > tol.ln())
+            })
+            .count();
+        if off * 4 > seen {
+            irregular.push(b);
+            continue;
         }
+        let mut split = BTreeSet::new();
+        for (i, j) in misfits(&run, b, &fit, broken) {
+            let (x, y) = (b.kid_of[&i], b.kid_of[&j]);
+            split.insert((x.max(y), x.min(y)));
+        }
+        for &(x, y) in &split {
+            let pairs = b.between(x, y);
+            if pairs.len() <= 4 * cfg.samples {
+                full.extend(pairs);
+                full_blocks += 1;
+            } else {
+                // A large child pair is checked again before it is measured fully:
+                // one broken figure there may be the only one.
+                suspect.push((b, pairs));
+            }
+        }
+        filled += 1;
+        fill.push((b, fit));
     }
     let mut want = Vec::new();
-    for subs in &split {
-        for s in subs.iter() {
-            let have = s
-                .pairs
-                .iter()
-                .filter(|&&(i, j)| run.get(i, j).is_some())
-                .count();
-            let k = if s.pairs.len() <= cfg.small_block {
-                s.pairs.len().min(2)
-            } else {
-                cfg.samples.saturating_sub(have) / 2
-            };
-            want.extend(sample(s, k.max(1), &mut rng));
+    for (_, pairs) in &suspect {
+        for _ in 0..2 * cfg.samples {
+            want.push(pairs[rng.below(pairs.len())]);
         }
     }
     run.measure(&want, false)?;
-    let again: Vec<(usize, usize)> = split
+    for (b, pairs) in suspect {
+        let Some(fit) = fill
+            .iter()
+            .find(|(fb, _)| std::ptr::eq(*fb, b))
+            .map(|(_, f)| f)
+        else {
+            continue;
+        };
+        let seen: Vec<f64> = pairs
+            .iter()
+            .filter_map(|&(i, j)| Some((run.get(i, j)? / fit.predict(b, i, j)).ln().abs()))
+            .collect();
+        let off = seen.iter().filter(|&&d| d > broken.ln()).count();
+        if off * 4 > seen.len() {
+            full.extend(pairs);
+            full_blocks += 1;
+        }
+    }
+    // 4. A block where more than a quarter miss the fit is split into its child pairs,
+    // each spot-checked twice: filled from their mean when the two agree, else
+    // measured fully.
+    let mut subs: Vec<Vec<(usize, usize)>> = Vec::new();
+    let mut want = Vec::new();
+    for b in &irregular {
+        for x in 0..b.kids.len() {
+            for y in 0..x {
+                let pairs = b.between(x, y);
+                if pairs.len() <= 2 {
+                    want.extend(pairs.iter().copied());
+                } else {
+                    let have = pairs
+                        .iter()
+                        .filter(|&&(i, j)| run.get(i, j).is_some())
+                        .count();
+                    for _ in have..2 {
+                        want.push(pairs[rng.below(pairs.len())]);
+                    }
+                }
+                subs.push(pairs);
+            }
+        }
+    }
+    run.measure(&want, false)?;
+    let spread = |run: &Run<'_, M>, pairs: &[(usize, usize)]| {
+        let v: Vec<f64> = pairs.iter().filter_map(|&(i, j)| run.get(i, j)).collect();
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(0.0, f64::max);
+        (v.len(), lo, hi)
+    };
+    let again: Vec<(usize, usize)> = subs
         .iter()
-        .flat_map(|subs| subs.iter())
-        .flat_map(|s| far_pairs(&run, s, tol))
+        .filter(|p| {
+            let (_, lo, hi) = spread(&run, p);
+            hi > lo * tol
+        })
+        .flat_map(|p| p.iter().copied().filter(|&(i, j)| run.get(i, j).is_some()))
         .collect();
     run.measure(&again, true)?;
-    // 4. Child pairs that still disagree are measured fully.
-    let mut full = Vec::new();
-    let mut full_blocks = 0usize;
-    for subs in &split {
-        for s in subs.iter() {
-            match judge(&run, s, tol) {
-                Some((m, off, count)) if agrees(off, count) && count >= 1 => fill.push((s, m)),
-                _ => {
-                    full.extend(s.pairs.iter().copied());
-                    full_blocks += 1;
-                }
-            }
+    let mut sub_fill: Vec<(Vec<(usize, usize)>, f64)> = Vec::new();
+    for pairs in subs {
+        let (count, lo, hi) = spread(&run, &pairs);
+        if count == pairs.len() {
+            continue;
+        }
+        if count == 0 || hi > lo * tol {
+            full.extend(pairs);
+            full_blocks += 1;
+        } else {
+            let v: f64 = pairs
+                .iter()
+                .filter_map(|&(i, j)| run.get(i, j))
+                .sum::<f64>();
+            sub_fill.push((pairs, v / count as f64));
+            filled += 1;
         }
     }
     run.measure(&full, false)?;
-    // 5. The fill: every cell still unknown takes its block's median.
+    // 5. The fill: every cell still unknown takes its block's fit.
     let mut cells = run.cells.clone();
-    for (b, m) in fill {
-        for &(i, j) in &b.pairs {
+    for (pairs, v) in &sub_fill {
+        for &(i, j) in pairs {
             if cells[i * n + j].is_nan() {
-                cells[i * n + j] = m;
-                cells[j * n + i] = m;
+                cells[i * n + j] = *v;
+                cells[j * n + i] = *v;
+            }
+        }
+    }
+    for (b, fit) in &fill {
+        for (i, j) in b.pairs() {
+            if cells[i * n + j].is_nan() {
+                let v = fit.predict(b, i, j);
+                cells[i * n + j] = v;
+                cells[j * n + i] = v;
             }
         }
     }
