@@ -8,6 +8,7 @@ mod measure;
 mod packaging;
 mod placement;
 mod rules;
+mod sparse;
 mod topology;
 mod watch;
 
