@@ -15,6 +15,10 @@
 //!                                                        dbus (forwards) · cli (commands)
 //! ```
 //!
+//! `measure` also holds sparse measurement (`measure::sparse`: the hierarchy from a few
+//! pairs, spot checks per block, the rest inferred) over a `PairMeasurer` — the real
+//! spinner or `measure::simulate`, which answers from a published matrix with noise.
+//!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
 //! paths `/sys` and `/proc` are spelled, so tests point it at fixture trees.
 

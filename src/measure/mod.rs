@@ -12,8 +12,12 @@
 //!                        validity (steal, hypervisor, clock, discards) ─► LatencyMatrix
 //! ```
 //!
-//! Entry points: [`run`] / [`run_detailed`] for a full matrix, [`probe_pairs`] for the
-//! daemon's cheap drift check, [`select_cpus`] to turn `--cpus` into a checked set.
+//! Entry points: [`run`] / [`run_detailed`] for a full matrix (or a sparse one with
+//! [`Mode::Sparse`]), [`sparse_real::run_sparse_real`] for a sparse one with the sysfs
+//! prior, [`sparse::run_sparse`] for the algorithm over any [`sparse::PairMeasurer`]
+//! (the spinner, or [`simulate::Simulated`]), [`probe_pairs`] for the daemon's cheap
+//! drift check, [`select_cpus`] to turn `--cpus` into a checked set, and
+//! [`Mode::default_for`] for the daemon's choice of mode.
 //! The threads are plain named `std::thread`s; callers on an async runtime run these
 //! functions on a blocking thread.
 //!
@@ -39,6 +43,7 @@ use crate::sysroot::SysRoot;
 
 pub use estimator::StopRule;
 pub use guard::LoadGuard;
+pub use sparse::SPARSE_FROM_CPUS;
 
 /// The cache-line primitive bounced between the two threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -77,27 +82,12 @@ pub enum Mode {
     Sparse,
 }
 
-/// From this many CPUs on, the daemon measures sparsely by default: at 64 CPUs and
-/// more, sparse runs measured at most a third of the pairs on most published matrices
-/// (`benches/README.md`, "Sparse measurement"); below, a full matrix takes seconds.
-pub const SPARSE_FROM_CPUS: usize = 64;
-
 impl Mode {
     pub fn as_str(self) -> &'static str {
         match self {
             Mode::Serial => "serial",
             Mode::Rounds => "rounds",
             Mode::Sparse => "sparse",
-        }
-    }
-
-    /// The daemon's mode for a machine of `cpus` CPUs: sparse from
-    /// [`SPARSE_FROM_CPUS`] on, else a full matrix in serial order.
-    pub fn default_for(cpus: usize) -> Mode {
-        if cpus >= SPARSE_FROM_CPUS {
-            Mode::Sparse
-        } else {
-            Mode::Serial
         }
     }
 }

@@ -23,7 +23,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use super::schedule::Costs;
-use super::MeasureError;
+use super::simulate::Rng;
+use super::{MeasureError, Mode};
 use crate::cpuset::CpuSet;
 use crate::matrix::{LatencyMatrix, PairStats, SparseCounts};
 
@@ -34,39 +35,22 @@ pub trait PairMeasurer {
     fn measure_round(&mut self, round: &[(u32, u32)]) -> Result<Vec<Option<f64>>, MeasureError>;
 }
 
-/// A small deterministic generator (SplitMix64): the spot-check samples and the
-/// simulated noise come from a seed, so a run can be repeated exactly.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
+/// From this many CPUs on, the daemon measures sparsely by default. At 128 CPUs a full
+/// matrix in parallel rounds models at 5.7 s and sparse runs at 0.9–1.7 s with ≥ 95% of
+/// the cells within 10% on every published 128+ CPU matrix; at 64 a full matrix models
+/// at 2.2 s, and sparse misses the 95% mark on the mesh parts of that size (Graviton,
+/// Kunpeng). Figures: `benches/README.md`, "Sparse measurement".
+pub const SPARSE_FROM_CPUS: usize = 128;
 
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-
-    /// Standard normal (Box–Muller).
-    pub fn normal(&mut self) -> f64 {
-        let u1 = self.unit().max(f64::MIN_POSITIVE);
-        let u2 = self.unit();
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+impl Mode {
+    /// The daemon's mode for a machine of `cpus` CPUs: sparse from
+    /// [`SPARSE_FROM_CPUS`] on, else a full matrix in serial order.
+    pub fn default_for(cpus: usize) -> Mode {
+        if cpus >= SPARSE_FROM_CPUS {
+            Mode::Sparse
+        } else {
+            Mode::Serial
+        }
     }
 }
 
@@ -1136,6 +1120,14 @@ mod tests {
         assert_eq!(out.at(0, 1), Some(40.0));
         let e = run_sparse(&[3], None, &mut sim, &SparseConfig::default()).unwrap_err();
         assert!(matches!(e, MeasureError::TooFewCpus { .. }), "{e}");
+    }
+
+    #[test]
+    fn the_daemon_measures_sparsely_from_128_cpus() {
+        assert_eq!(Mode::default_for(2), Mode::Serial);
+        assert_eq!(Mode::default_for(SPARSE_FROM_CPUS - 1), Mode::Serial);
+        assert_eq!(Mode::default_for(SPARSE_FROM_CPUS), Mode::Sparse);
+        assert_eq!(Mode::default_for(512), Mode::Sparse);
     }
 
     #[test]
