@@ -13,9 +13,10 @@
 //!             split into child pairs, spot-check again ── no ─► measure that block fully
 //! ```
 //!
-//! Works on any [`PairMeasurer`]: the real spinner ([`super::EngineMeasurer`]) or the
-//! simulated one (`simulate`). Pure apart from the measurer; every random choice comes
-//! from the seed.
+//! Works on any [`PairMeasurer`]: the real spinner
+//! ([`super::sparse_real::EngineMeasurer`]) or the simulated one
+//! ([`super::simulate::Simulated`]). Pure apart from the measurer; every random choice
+//! comes from the seed.
 //!
 //! Must not touch: the OS (the measurer does), files, the daemon.
 
