@@ -8,7 +8,6 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::cpuset::CpuSet;
-use crate::domains::Layout;
 use crate::fingerprint::Fingerprint;
 use crate::matrix::{render, LatencyMatrix};
 use crate::measure::simulate::Simulated;
@@ -118,19 +117,6 @@ pub fn config(args: &MeasureArgs) -> anyhow::Result<(MeasureConfig, Vec<String>)
         }
     };
     Ok((cfg, notes))
-}
-
-/// The sysfs grouping of the measured CPUs as nested partitions, when it reads.
-fn sysfs_prior(cfg: &MeasureConfig) -> Option<Vec<Vec<CpuSet>>> {
-    let topo = Topology::discover(&cfg.root).ok()?;
-    let layout = Layout::from_topology(&topo).restricted(&cfg.cpus);
-    Some(
-        layout
-            .levels
-            .into_iter()
-            .map(|(_, groups)| groups)
-            .collect(),
-    )
 }
 
 /// A progress line on stderr once a run has lasted a second, when stderr is a terminal.
@@ -278,18 +264,7 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
             shown: false,
             tty: std::io::stderr().is_terminal(),
         };
-        let result = if cfg.mode == Mode::Sparse {
-            // The sysfs groups are the prior; spot checks catch where they are wrong.
-            let prior = sysfs_prior(&cfg);
-            measure::sparse_real::run_sparse_real(
-                &cfg,
-                prior.as_deref(),
-                &SparseConfig::default(),
-                |p| line.update(p),
-            )
-        } else {
-            measure::run_detailed(&cfg, |p| line.update(p))
-        };
+        let result = measure::run_detailed(&cfg, |p| line.update(p));
         line.finish();
         result?
     };

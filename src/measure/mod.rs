@@ -524,7 +524,7 @@ pub fn run_detailed(
         });
     }
     if cfg.mode == Mode::Sparse {
-        return sparse_real::run_sparse_real(cfg, None, &sparse::SparseConfig::default(), progress);
+        return sparse_real::run_with_sysfs_prior(cfg, progress);
     }
     let ids: Vec<u32> = cfg.cpus.iter().collect();
     let n = ids.len();

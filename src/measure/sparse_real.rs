@@ -10,7 +10,9 @@ use super::sparse::{run_sparse, PairMeasurer, SparseConfig};
 use super::{estimator, guard, validity, warm_up, Engine, MeasureConfig, MeasureError};
 use super::{Measurement, Phase, Progress, RunReport};
 use crate::cpuset::CpuSet;
+use crate::domains::Layout;
 use crate::matrix::PairStats;
+use crate::topology::Topology;
 
 /// The spinner as a [`PairMeasurer`]: each round's disjoint pairs run at once, one pass,
 /// within an even share of what is left of the budget.
@@ -71,6 +73,30 @@ impl PairMeasurer for EngineMeasurer<'_> {
         }
         Ok(out)
     }
+}
+
+/// The sysfs grouping of `cfg.cpus` (SMT cores, clusters, LLCs, dies, nodes, packages)
+/// as nested partitions, when the topology reads: the prior of a real sparse run.
+pub fn sysfs_prior(cfg: &MeasureConfig) -> Option<Vec<Vec<CpuSet>>> {
+    let topo = Topology::discover(&cfg.root).ok()?;
+    let layout = Layout::from_topology(&topo).restricted(&cfg.cpus);
+    Some(
+        layout
+            .levels
+            .into_iter()
+            .map(|(_, groups)| groups)
+            .collect(),
+    )
+}
+
+/// [`run_sparse_real`] with the sysfs groups as the prior (spot checks catch where they
+/// are wrong) and the default [`SparseConfig`]: what `--mode sparse` runs.
+pub fn run_with_sysfs_prior(
+    cfg: &MeasureConfig,
+    progress: impl FnMut(Progress),
+) -> Result<Measurement, MeasureError> {
+    let prior = sysfs_prior(cfg);
+    run_sparse_real(cfg, prior.as_deref(), &SparseConfig::default(), progress)
 }
 
 /// A sparse measurement of `cfg.cpus` on real pairs: guard, warm-up, [`run_sparse`]
