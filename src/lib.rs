@@ -6,23 +6,48 @@
 //! sysroot ──► topology ──► measure ──► matrix ──► domains ──► placement ◄── rules ◄── settings
 //!  (/sys,      (CPUs,       (spin        (file      (latency    (pure: request     (TOML →
 //!   /proc)      caches,      pairs)       format)    hierarchy)  → CPU set)        matcher)
-//!               nodes)                                               │
-//!             fingerprint                                            ▼
-//!                                       watch (proc events, rescans) ──► affinity (apply, read back, restore)
-//!                                                         ▲                     ▲
-//!                                                         └──── daemon (one event loop owns the state)
-//!                                                                 ▲
-//!                                                        dbus (forwards) · cli (commands)
+//!               nodes)                                               │               │
+//!             fingerprint                                            ▼               ▼
+//!                                                      plan (pure: rules + domains + CPUs → Plan)
+//!                                                                    │ Plan
+//!                                                                    ▼
+//!                  watch (proc events, rescans) ──► manager (tracks processes, applies the Plan)
+//!                                                                    │
+//!                                                                    ▼
+//!                                                  affinity (apply, read back, restore)
+//!          daemon (one event loop owns the state; plans on rule, domain and CPU changes)
+//!                          ▲ api (Command → Reply | CommandError, Snapshot, Signal)
+//!                 dbus (forwards) · cli (commands)
 //! ```
 //!
-//! `measure` also holds sparse measurement (`measure::sparse`: the hierarchy from a few
-//! pairs, spot checks per block, the rest inferred) over a `PairMeasurer` — the real
-//! spinner or `measure::simulate`, which answers from a published matrix with noise.
+//! Modules, one concern each:
+//! - `affinity`: the affinity syscalls, read back, the restore journal
+//! - `api`: the typed commands, replies, snapshot and signals between daemon and clients
+//! - `cli`: the subcommands
+//! - `cpuset`: the one CPU-set type
+//! - `daemon`: the event loop, its state and its measurement schedule
+//! - `dbus`: the bus object, which only forwards
+//! - `domains`: the latency hierarchy from a matrix and the topology, and which to use
+//! - `fingerprint`: the hardware identity a matrix belongs to
+//! - `manager`: which processes are managed; applies the plan to their threads
+//! - `matrix`: the latency matrix and its files
+//! - `measure`: spin pairs → latencies; sparse measurement (the hierarchy from a few
+//!   pairs, spot checks per block, the rest inferred) over a `PairMeasurer`: the real
+//!   spinner, or `measure::simulate`, which answers from a published matrix with noise
+//! - `placement`: one request → CPUs
+//! - `plan`: every rule's CPUs, as a value
+//! - `rules`: TOML → validated rules → matcher
+//! - `settings`: the daemon's settings file
+//! - `stats`: percentiles and the median
+//! - `sysroot`: where /sys and /proc are
+//! - `topology`: sysfs → CPUs, caches, nodes
+//! - `watch`: proc connector, uevents, /proc scans
 //!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
 //! paths `/sys` and `/proc` are spelled, so tests point it at fixture trees.
 
 pub mod affinity;
+pub mod api;
 pub mod cli;
 pub mod cpuset;
 pub mod daemon;
@@ -33,8 +58,10 @@ pub mod manager;
 pub mod matrix;
 pub mod measure;
 pub mod placement;
+pub mod plan;
 pub mod rules;
 pub mod settings;
+pub mod stats;
 pub mod sysroot;
 pub mod topology;
 pub mod watch;

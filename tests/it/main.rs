@@ -1,13 +1,19 @@
 //! Integration tests: one binary, one module per area.
 
 mod affinity;
+mod bad_input;
 mod cli_smoke;
+mod commands;
 mod daemon;
+mod daemon_pinning;
+mod fuzz_checks;
+mod fuzz_replay;
 mod helper;
 mod measure;
 mod packaging;
 mod placement;
 mod rules;
+mod soak;
 mod sparse;
 mod topology;
 mod watch;
