@@ -31,7 +31,9 @@
 //! - `fingerprint`: the hardware identity a matrix belongs to
 //! - `manager`: which processes are managed; applies the plan to their threads
 //! - `matrix`: the latency matrix and its files
-//! - `measure`: spin pairs → latencies
+//! - `measure`: spin pairs → latencies; sparse measurement (the hierarchy from a few
+//!   pairs, spot checks per block, the rest inferred) over a `PairMeasurer`: the real
+//!   spinner, or `measure::simulate`, which answers from a published matrix with noise
 //! - `placement`: one request → CPUs
 //! - `plan`: every rule's CPUs, as a value
 //! - `rules`: TOML → validated rules → matcher

@@ -25,7 +25,11 @@ use serde::{Deserialize, Serialize};
 use crate::cpuset::CpuSet;
 
 /// One-way core-to-core latencies in nanoseconds.
+///
+/// Read through [`MatrixFile`], which holds the sparse counts as plain fields: a
+/// flattened field would make serde keep every unknown key's value in memory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(from = "MatrixFile")]
 pub struct LatencyMatrix {
     /// Linux CPU ids, in row order.
     #[serde(deserialize_with = "read::cpus")]
@@ -50,16 +54,90 @@ pub struct LatencyMatrix {
     /// How pairs were scheduled: `serial` or `rounds` (disjoint pairs in parallel).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
-    /// Per-pair spread and sample counts, one entry per measured pair (`a < b`).
+    /// Per-pair spread and sample counts, one entry per measured pair (`a < b`); in a
+    /// sparse matrix also one per inferred pair (`samples` 0, `inferred` true).
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "read::stats"
     )]
     pub stats: Vec<PairStats>,
+    /// Sparse mode's counts (`pairs_measured`, `pairs_total`, `modelled_seconds` in
+    /// the JSON object itself); `None` for a full matrix.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub sparse: Option<Box<SparseCounts>>,
     /// Known flaws and measurement warnings, in words a user reads.
     #[serde(default, deserialize_with = "read::warnings")]
     pub warnings: Vec<String>,
+}
+
+/// The JSON object as read: [`LatencyMatrix`]'s fields, with the sparse counts as
+/// three plain fields (present together or not at all).
+#[derive(Deserialize)]
+struct MatrixFile {
+    /// Linux CPU ids, in row order.
+    #[serde(deserialize_with = "read::cpus")]
+    cpus: Vec<u32>,
+    /// `latency_ns[i][j]`: one-way latency between `cpus[i]` and `cpus[j]`. Symmetric;
+    /// the diagonal is `None` (null in JSON). A missing pair is also `None`.
+    #[serde(deserialize_with = "read::cells")]
+    latency_ns: Vec<Vec<Option<f64>>>,
+    /// Measurement primitive, e.g. `cas` or `load-store`; `None` when unknown (imports).
+    #[serde(default)]
+    primitive: Option<String>,
+    /// When it was measured, in microseconds since the Unix epoch; `None` for imports.
+    #[serde(default)]
+    measured_at_us: Option<u64>,
+    /// Hardware fingerprint of the machine it was measured on (see `fingerprint`).
+    #[serde(default)]
+    fingerprint: Option<String>,
+    /// Which participant of each pair touched the shared line first, and so where its
+    /// memory lives (e.g. `initiator`: the lower-numbered CPU of the pair).
+    #[serde(default)]
+    first_touch: Option<String>,
+    /// How pairs were scheduled: `serial` or `rounds` (disjoint pairs in parallel).
+    #[serde(default)]
+    mode: Option<String>,
+    /// Per-pair spread and sample counts, one entry per measured pair (`a < b`); in a
+    /// sparse matrix also one per inferred pair (`samples` 0, `inferred` true).
+    #[serde(default, deserialize_with = "read::stats")]
+    stats: Vec<PairStats>,
+    #[serde(default)]
+    pairs_measured: Option<usize>,
+    #[serde(default)]
+    pairs_total: Option<usize>,
+    #[serde(default)]
+    modelled_seconds: Option<f64>,
+    /// Known flaws and measurement warnings, in words a user reads.
+    #[serde(default, deserialize_with = "read::warnings")]
+    warnings: Vec<String>,
+}
+
+impl From<MatrixFile> for LatencyMatrix {
+    fn from(f: MatrixFile) -> LatencyMatrix {
+        let sparse = match (f.pairs_measured, f.pairs_total, f.modelled_seconds) {
+            (Some(pairs_measured), Some(pairs_total), Some(modelled_seconds)) => {
+                Some(Box::new(SparseCounts {
+                    pairs_measured,
+                    pairs_total,
+                    modelled_seconds,
+                }))
+            }
+            _ => None,
+        };
+        LatencyMatrix {
+            cpus: f.cpus,
+            latency_ns: f.latency_ns,
+            primitive: f.primitive,
+            measured_at_us: f.measured_at_us,
+            fingerprint: f.fingerprint,
+            first_touch: f.first_touch,
+            mode: f.mode,
+            stats: f.stats,
+            sparse,
+            warnings: f.warnings,
+        }
+    }
 }
 
 /// How one pair's figure was obtained: the spread of its batch estimates (each the mean
@@ -78,6 +156,21 @@ pub struct PairStats {
     pub discarded: u32,
     /// Round trips per batch.
     pub round_trips: u32,
+    /// Not measured: filled from its block by sparse measurement (`samples` is 0).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inferred: bool,
+}
+
+/// How much of a sparse matrix was measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SparseCounts {
+    /// Pairs actually measured (the others are inferred from their block).
+    pub pairs_measured: usize,
+    /// All pairs of the matrix, `n(n-1)/2`.
+    pub pairs_total: usize,
+    /// What the run takes on real hardware by the time model in `benches/README.md`
+    /// (with `--simulate`, what the simulated run would have taken).
+    pub modelled_seconds: f64,
 }
 
 /// One latency level: a run of cell values with no jump larger than the gap ratio.
@@ -152,6 +245,7 @@ impl LatencyMatrix {
             first_touch: None,
             mode: None,
             stats: Vec::new(),
+            sparse: None,
             warnings: Vec::new(),
         }
     }
@@ -659,6 +753,7 @@ mod tests {
             samples: 30,
             discarded: 1,
             round_trips: 500,
+            inferred: false,
         });
         m.validate().unwrap();
         assert_eq!(m.stats_for(1, 0).unwrap().samples, 30);
@@ -669,5 +764,46 @@ mod tests {
         m.stats[0].b = 1;
         m.stats[0].p90_ns = 1.0;
         assert!(m.validate().unwrap_err().contains("not ordered"));
+    }
+
+    #[test]
+    fn sparse_counts_and_inferred_pairs_round_trip_and_old_files_still_load() {
+        let mut m = LatencyMatrix::from_fn(vec![0, 1, 2], |_, _| 20.0);
+        // An old file: no sparse fields, no `inferred` flag.
+        let old = serde_json::to_string(&m).unwrap();
+        assert!(
+            !old.contains("pairs_measured") && !old.contains("inferred"),
+            "{old}"
+        );
+        let back = LatencyMatrix::from_json(&old, p()).unwrap();
+        assert_eq!(back.sparse, None);
+        m.sparse = Some(Box::new(SparseCounts {
+            pairs_measured: 2,
+            pairs_total: 3,
+            modelled_seconds: 0.5,
+        }));
+        m.stats.push(PairStats {
+            a: 1,
+            b: 2,
+            p10_ns: 20.0,
+            median_ns: 20.0,
+            p90_ns: 20.0,
+            samples: 0,
+            discarded: 0,
+            round_trips: 0,
+            inferred: true,
+        });
+        let text = serde_json::to_string(&m).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["pairs_measured"], 2);
+        assert_eq!(v["pairs_total"], 3);
+        assert_eq!(v["modelled_seconds"], 0.5);
+        assert_eq!(v["stats"][0]["inferred"], true);
+        assert_eq!(v["stats"][0]["samples"], 0);
+        assert_eq!(LatencyMatrix::from_json(&text, p()).unwrap(), m);
+        // Counts only in part, or unknown keys: read as a matrix without sparse counts.
+        let partial = old.replacen('{', "{\"pairs_measured\": 2, \"unknown\": [1, 2], ", 1);
+        let back = LatencyMatrix::from_json(&partial, p()).unwrap();
+        assert_eq!(back.sparse, None);
     }
 }

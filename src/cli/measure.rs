@@ -10,6 +10,8 @@ use anyhow::Context;
 use crate::cpuset::CpuSet;
 use crate::fingerprint::Fingerprint;
 use crate::matrix::{render, LatencyMatrix};
+use crate::measure::simulate::Simulated;
+use crate::measure::sparse::{self, SparseConfig};
 use crate::measure::{self, FirstTouch, MeasureConfig, Mode, Phase, Primitive, Progress};
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
@@ -27,10 +29,21 @@ pub struct MeasureArgs {
     /// Cache-line primitive.
     #[arg(long, value_enum, default_value_t = Primitive::Cas)]
     pub primitive: Primitive,
-    /// One pair at a time, or disjoint pairs in parallel rounds (then a sample of pairs
-    /// re-measured serially to report the disagreement).
+    /// One pair at a time (`serial`, also called `full`), disjoint pairs in parallel
+    /// rounds (then a sample of pairs re-measured serially to report the disagreement),
+    /// or `sparse`: the hierarchy from a few pairs, spot checks, the rest inferred.
     #[arg(long, value_enum, default_value_t = Mode::Serial)]
     pub mode: Mode,
+    /// Do not spin: answer each pair sparse measurement asks for from this matrix (our
+    /// JSON or core-to-core-latency's CSV), with noise. Implies `--mode sparse`.
+    #[arg(long, value_name = "FILE")]
+    pub simulate: Option<PathBuf>,
+    /// With --simulate: sigma of the lognormal noise on each answer (0.02 ≈ 2%).
+    #[arg(long, value_name = "F", default_value_t = 0.02, requires = "simulate")]
+    pub noise: f64,
+    /// With --simulate: seed of the noise and of the spot-check sample.
+    #[arg(long, value_name = "S", default_value_t = 1, requires = "simulate")]
+    pub seed: u64,
     /// Which CPU of each pair touches the shared line first (where its memory lives).
     #[arg(long, value_enum, default_value_t = FirstTouch::Initiator)]
     pub first_touch: FirstTouch,
@@ -162,6 +175,15 @@ pub fn summary_text(m: &LatencyMatrix) -> String {
     if s.missing > 0 {
         out.push_str(&format!("{} pair(s) without a figure\n", s.missing));
     }
+    if let Some(sp) = &m.sparse {
+        out.push_str(&format!(
+            "sparse: {} of {} pairs measured ({:.1}%), the others inferred from their block; modelled time on real hardware {:.1} s\n",
+            sp.pairs_measured,
+            sp.pairs_total,
+            100.0 * sp.pairs_measured as f64 / sp.pairs_total.max(1) as f64,
+            sp.modelled_seconds
+        ));
+    }
     if let Some(fp) = &m.fingerprint {
         out.push_str(&format!("fingerprint: {fp}\n"));
     }
@@ -176,18 +198,71 @@ pub fn summary_text(m: &LatencyMatrix) -> String {
     out
 }
 
-pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
-    let (cfg, notes) = config(&args)?;
-    for n in &notes {
-        eprintln!("pinnerd: {n}");
+/// `--simulate FILE`: sparse measurement answered from the file, no spinning.
+fn simulate(args: &MeasureArgs, path: &std::path::Path) -> anyhow::Result<measure::Measurement> {
+    if args.mode != Mode::Serial && args.mode != Mode::Sparse {
+        anyhow::bail!(
+            "--simulate runs sparse measurement; --mode {} cannot be simulated",
+            args.mode.as_str()
+        );
     }
-    let mut line = ProgressLine {
-        shown: false,
-        tty: std::io::stderr().is_terminal(),
+    if !args.noise.is_finite() || !(0.0..=1.0).contains(&args.noise) {
+        anyhow::bail!(
+            "--noise is a lognormal sigma from 0 to 1, got {}",
+            args.noise
+        );
+    }
+    let truth = LatencyMatrix::load(path)?;
+    let cpus: Vec<u32> = match &args.cpus {
+        Some(req) => {
+            let have: CpuSet = truth.cpus.iter().copied().collect();
+            let missing = req.difference(&have);
+            if !missing.is_empty() {
+                anyhow::bail!("{}: has no CPUs {missing} (it has {have})", path.display());
+            }
+            req.iter().collect()
+        }
+        None => truth.cpus.clone(),
     };
-    let result = measure::run_detailed(&cfg, |p| line.update(p));
-    line.finish();
-    let measured = result?;
+    let t0 = std::time::Instant::now();
+    let mut sim = Simulated::new(&truth, args.noise, args.seed);
+    let cfg = SparseConfig {
+        seed: args.seed,
+        ..SparseConfig::default()
+    };
+    let out = sparse::run_sparse(&cpus, None, &mut sim, &cfg)?;
+    let mut m = out.to_matrix(&Default::default(), &cfg.costs);
+    m.warnings.push(format!(
+        "simulated from {} (noise {}, seed {}): no pair was measured on this machine",
+        path.display(),
+        args.noise,
+        args.seed
+    ));
+    Ok(measure::Measurement {
+        matrix: m,
+        report: measure::RunReport {
+            elapsed: t0.elapsed(),
+            ..Default::default()
+        },
+    })
+}
+
+pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
+    let measured = if let Some(path) = &args.simulate {
+        simulate(&args, path)?
+    } else {
+        let (cfg, notes) = config(&args)?;
+        for n in &notes {
+            eprintln!("pinnerd: {n}");
+        }
+        let mut line = ProgressLine {
+            shown: false,
+            tty: std::io::stderr().is_terminal(),
+        };
+        let result = measure::run_detailed(&cfg, |p| line.update(p));
+        line.finish();
+        result?
+    };
     let m = measured.matrix;
     if let Some(path) = &args.svg {
         let title = format!(

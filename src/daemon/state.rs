@@ -850,7 +850,9 @@ impl State {
         self.schedule.started(id, true);
         let cpus = self.usable();
         tracing::info!(job = id, %cpus, budget = ?self.timing.full_budget, "starting a full measurement");
-        let cfg = self.measure_config(cpus, self.timing.full_budget);
+        let mut cfg = self.measure_config(cpus, self.timing.full_budget);
+        // Sparse from measure::SPARSE_FROM_CPUS CPUs on, also after drift.
+        cfg.mode = measure::Mode::default_for(cfg.cpus.len());
         self.actions.push(Action::Measure(Box::new(Job {
             id,
             kind: JobKind::Full,
@@ -1241,6 +1243,10 @@ mod tests {
         assert_eq!(s.snapshot().state, Phase::Measuring);
         assert_eq!(s.snapshot().measured_at_us, 0);
         assert_eq!(job.cfg.cpus, s.usable());
+        // A machine this small gets every pair; from 128 CPUs on, the sparse mode.
+        assert!(job.cfg.cpus.len() < measure::SPARSE_FROM_CPUS);
+        assert_eq!(job.cfg.mode, measure::Mode::Serial);
+        assert_eq!(job.cfg.mode, measure::Mode::default_for(job.cfg.cpus.len()));
         // Concurrent Remeasure calls coalesce into the running job.
         assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
         assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
@@ -1395,6 +1401,10 @@ mod tests {
         let full = jobs(&s.take_actions());
         assert_eq!(full.len(), 1);
         assert!(matches!(full[0].kind, JobKind::Full));
+        assert_eq!(
+            full[0].cfg.mode,
+            measure::Mode::default_for(full[0].cfg.cpus.len())
+        );
         assert_eq!(s.snapshot().state, Phase::Measuring);
     }
 

@@ -12,8 +12,12 @@
 //!                        validity (steal, hypervisor, clock, discards) ─► LatencyMatrix
 //! ```
 //!
-//! Entry points: [`run`] / [`run_detailed`] for a full matrix, [`probe_pairs`] for the
-//! daemon's cheap drift check, [`select_cpus`] to turn `--cpus` into a checked set.
+//! Entry points: [`run`] / [`run_detailed`] for a full matrix (or a sparse one with
+//! [`Mode::Sparse`]), [`sparse_real::run_sparse_real`] for a sparse one with the sysfs
+//! prior, [`sparse::run_sparse`] for the algorithm over any [`sparse::PairMeasurer`]
+//! (the spinner, or [`simulate::Simulated`]), [`probe_pairs`] for the daemon's cheap
+//! drift check, [`select_cpus`] to turn `--cpus` into a checked set, and
+//! [`Mode::default_for`] for the daemon's choice of mode.
 //! The threads are plain named `std::thread`s; callers on an async runtime run these
 //! functions on a blocking thread.
 //!
@@ -22,6 +26,9 @@
 pub mod estimator;
 pub mod guard;
 pub mod schedule;
+pub mod simulate;
+pub mod sparse;
+pub mod sparse_real;
 pub mod spin;
 pub mod validity;
 
@@ -36,6 +43,7 @@ use crate::sysroot::SysRoot;
 
 pub use estimator::StopRule;
 pub use guard::LoadGuard;
+pub use sparse::SPARSE_FROM_CPUS;
 
 /// The cache-line primitive bounced between the two threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -61,12 +69,17 @@ impl Primitive {
 /// How pairs are scheduled.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum Mode {
-    /// One pair at a time: nothing else of ours runs while a pair is measured.
+    /// One pair at a time: nothing else of ours runs while a pair is measured. `full`
+    /// names it too (every pair, as opposed to `sparse`).
     #[default]
+    #[value(alias = "full")]
     Serial,
     /// Disjoint pairs in parallel, a round-robin tournament (N−1 rounds of N/2 pairs),
     /// then a sample of pairs re-measured serially to report the disagreement.
     Rounds,
+    /// The hierarchy from a few pairs, spot checks per block, full measurement only of
+    /// blocks that disagree; the other cells are inferred (see `sparse`).
+    Sparse,
 }
 
 impl Mode {
@@ -74,6 +87,7 @@ impl Mode {
         match self {
             Mode::Serial => "serial",
             Mode::Rounds => "rounds",
+            Mode::Sparse => "sparse",
         }
     }
 }
@@ -509,6 +523,9 @@ pub fn run_detailed(
             cpus: cfg.cpus.clone(),
         });
     }
+    if cfg.mode == Mode::Sparse {
+        return sparse_real::run_with_sysfs_prior(cfg, progress);
+    }
     let ids: Vec<u32> = cfg.cpus.iter().collect();
     let n = ids.len();
     let mut report = |phase, done, total| {
@@ -538,7 +555,7 @@ pub fn run_detailed(
     let mut acc: BTreeMap<(usize, usize), PairAcc> =
         pairs.iter().map(|&p| (p, PairAcc::default())).collect();
     let groups: Vec<Vec<(usize, usize)>> = match cfg.mode {
-        Mode::Serial => pairs.iter().map(|&p| vec![p]).collect(),
+        Mode::Serial | Mode::Sparse => pairs.iter().map(|&p| vec![p]).collect(),
         Mode::Rounds => schedule::tournament(n),
     };
     let passes = cfg.passes.max(1);
@@ -762,6 +779,7 @@ fn assess(ids: &[u32], acc: &BTreeMap<(usize, usize), PairAcc>, c: &Circumstance
             samples: a.batches.len() as u32,
             discarded: a.switched + a.migrated,
             round_trips: a.round_trips,
+            inferred: false,
         });
         pass_estimates.insert((ci, cj), a.pass_estimates.clone());
         let dis = a.pass_disagreement();

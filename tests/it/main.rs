@@ -16,6 +16,7 @@ mod pid_reuse;
 mod placement;
 mod rules;
 mod soak;
+mod sparse;
 mod topology;
 mod watch;
 

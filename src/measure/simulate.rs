@@ -1,0 +1,123 @@
+//! The simulated measurer: answers each pair from a given matrix (a published one, or
+//! our own file) with lognormal noise and occasional preemption-like outliers, instead
+//! of spinning. How sparse measurement is developed, tested and benchmarked on every
+//! public matrix; [`super::sparse`] runs the same code on real pairs.
+//!
+//! Must not touch: the OS (no threads, no clocks).
+
+use super::sparse::PairMeasurer;
+use super::MeasureError;
+use crate::matrix::LatencyMatrix;
+
+/// A small deterministic generator (SplitMix64): the spot-check samples and the
+/// simulated noise come from a seed, so a run can be repeated exactly.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9e37_79b9_7f4a_7c15)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u1 = self.unit().max(f64::MIN_POSITIVE);
+        let u2 = self.unit();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+/// Chance that one answer is inflated like a preempted measurement.
+pub const OUTLIER_RATE: f64 = 0.01;
+
+/// Answers pairs from a matrix.
+#[derive(Debug, Clone)]
+pub struct Simulated<'a> {
+    truth: &'a LatencyMatrix,
+    /// Sigma of the lognormal noise (0.02: about 2% per answer).
+    noise: f64,
+    rng: Rng,
+    /// Pairs answered so far (every answer counts, repeats included).
+    pub answered: usize,
+}
+
+impl<'a> Simulated<'a> {
+    /// `noise` is the sigma of the multiplicative lognormal noise (≥ 0, finite).
+    pub fn new(truth: &'a LatencyMatrix, noise: f64, seed: u64) -> Simulated<'a> {
+        Simulated {
+            truth,
+            noise: if noise.is_finite() {
+                noise.max(0.0)
+            } else {
+                0.0
+            },
+            rng: Rng::new(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0xa5a5),
+            answered: 0,
+        }
+    }
+
+    /// One noisy answer for two CPU ids; `None` for a pair the matrix lacks.
+    pub fn answer(&mut self, a: u32, b: u32) -> Option<f64> {
+        let v = self.truth.between(a, b)?;
+        self.answered += 1;
+        let mut x = v * (self.noise * self.rng.normal()).exp();
+        if self.rng.unit() < OUTLIER_RATE {
+            // Preempted: the figure comes out 1.5 to 4 times too high, never lower.
+            x *= 1.5 + 2.5 * self.rng.unit();
+        }
+        Some(x)
+    }
+}
+
+impl PairMeasurer for Simulated<'_> {
+    fn measure_round(&mut self, round: &[(u32, u32)]) -> Result<Vec<Option<f64>>, MeasureError> {
+        Ok(round.iter().map(|&(a, b)| self.answer(a, b)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn noise_is_seeded_lognormal_and_outliers_only_inflate() {
+        let m = LatencyMatrix::from_fn(vec![0, 1, 2], |_, _| 100.0);
+        let mut a = Simulated::new(&m, 0.02, 7);
+        let mut b = Simulated::new(&m, 0.02, 7);
+        let xs: Vec<f64> = (0..4000).map(|_| a.answer(0, 1).unwrap()).collect();
+        let ys: Vec<f64> = (0..4000).map(|_| b.answer(0, 1).unwrap()).collect();
+        assert_eq!(xs, ys, "same seed, same answers");
+        let mut c = Simulated::new(&m, 0.02, 8);
+        assert_ne!(c.answer(0, 1), Some(xs[0]));
+        let mut sorted = xs.clone();
+        sorted.sort_by(f64::total_cmp);
+        let med = sorted[sorted.len() / 2];
+        assert!((med - 100.0).abs() < 0.5, "median {med}");
+        let inflated = xs.iter().filter(|&&x| x > 130.0).count();
+        assert!((10..=80).contains(&inflated), "{inflated} outliers of 4000");
+        assert!(xs.iter().all(|&x| x > 90.0), "noise at 2% never loses 10%");
+        assert_eq!(a.answered, 4000);
+        assert_eq!(a.answer(0, 5), None);
+        let mut exact = Simulated::new(&m, 0.0, 1);
+        let ok: Vec<f64> = (0..200).filter_map(|_| exact.answer(1, 2)).collect();
+        assert!(ok.iter().filter(|&&x| x == 100.0).count() > 180);
+    }
+}

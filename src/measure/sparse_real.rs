@@ -1,0 +1,186 @@
+//! Sparse measurement on real pairs: the spinner behind [`PairMeasurer`], with the
+//! load guard, the warm-up and the validity warnings of a full run.
+//!
+//! Must not touch: the algorithm (see `sparse`), files.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use super::sparse::{run_sparse, PairMeasurer, SparseConfig};
+use super::{estimator, guard, validity, warm_up, Engine, MeasureConfig, MeasureError};
+use super::{Measurement, Phase, Progress, RunReport};
+use crate::cpuset::CpuSet;
+use crate::domains::Layout;
+use crate::matrix::PairStats;
+use crate::topology::Topology;
+
+/// The spinner as a [`PairMeasurer`]: each round's disjoint pairs run at once, one pass,
+/// within an even share of what is left of the budget.
+pub struct EngineMeasurer<'a> {
+    engine: Engine<'a>,
+    deadline: Instant,
+    /// Per pair: the stats of its last figure.
+    pub stats: BTreeMap<(u32, u32), PairStats>,
+    pub warnings: Vec<String>,
+    pub rounds: usize,
+}
+
+impl<'a> EngineMeasurer<'a> {
+    pub fn new(cfg: &'a MeasureConfig, deadline: Instant) -> EngineMeasurer<'a> {
+        EngineMeasurer {
+            engine: Engine { cfg },
+            deadline,
+            stats: BTreeMap::new(),
+            warnings: Vec::new(),
+            rounds: 0,
+        }
+    }
+}
+
+impl PairMeasurer for EngineMeasurer<'_> {
+    fn measure_round(&mut self, round: &[(u32, u32)]) -> Result<Vec<Option<f64>>, MeasureError> {
+        let now = Instant::now();
+        // Sparse runs are short: a round may take a tenth of what is left.
+        let share = self.deadline.saturating_duration_since(now) / 10;
+        let runs = self
+            .engine
+            .group(round, now + share.max(Duration::from_millis(5)))?;
+        self.rounds += 1;
+        let mut out = Vec::with_capacity(round.len());
+        for (&(a, b), run) in round.iter().zip(runs) {
+            if let Some(f) = &run.pin_failure {
+                self.warnings.push(format!("{a}–{b}: {f}"));
+            }
+            let est = estimator::estimate(&run.batches);
+            if let (Some(_), Some((p10, med, p90))) = (est, estimator::spread(&run.batches)) {
+                let (lo, hi) = (a.min(b), a.max(b));
+                self.stats.insert(
+                    (lo, hi),
+                    PairStats {
+                        a: lo,
+                        b: hi,
+                        p10_ns: p10,
+                        median_ns: med,
+                        p90_ns: p90,
+                        samples: run.batches.len() as u32,
+                        discarded: run.switched + run.migrated,
+                        round_trips: run.round_trips,
+                        inferred: false,
+                    },
+                );
+            }
+            out.push(est);
+        }
+        Ok(out)
+    }
+}
+
+/// The sysfs grouping of `cfg.cpus` (SMT cores, clusters, LLCs, dies, nodes, packages)
+/// as nested partitions, when the topology reads: the prior of a real sparse run.
+pub fn sysfs_prior(cfg: &MeasureConfig) -> Option<Vec<Vec<CpuSet>>> {
+    let topo = Topology::discover(&cfg.root).ok()?;
+    let layout = Layout::from_topology(&topo).restricted(&cfg.cpus);
+    Some(
+        layout
+            .levels
+            .into_iter()
+            .map(|(_, groups)| groups)
+            .collect(),
+    )
+}
+
+/// [`run_sparse_real`] with the sysfs groups as the prior (spot checks catch where they
+/// are wrong) and the default [`SparseConfig`]: what `--mode sparse` runs.
+pub fn run_with_sysfs_prior(
+    cfg: &MeasureConfig,
+    progress: impl FnMut(Progress),
+) -> Result<Measurement, MeasureError> {
+    let prior = sysfs_prior(cfg);
+    run_sparse_real(cfg, prior.as_deref(), &SparseConfig::default(), progress)
+}
+
+/// A sparse measurement of `cfg.cpus` on real pairs: guard, warm-up, [`run_sparse`]
+/// with `prior` (nested sysfs groups, or none), then the run's warnings.
+pub fn run_sparse_real(
+    cfg: &MeasureConfig,
+    prior: Option<&[Vec<CpuSet>]>,
+    sparse: &SparseConfig,
+    mut progress: impl FnMut(Progress),
+) -> Result<Measurement, MeasureError> {
+    let t0 = Instant::now();
+    if cfg.cpus.len() < 2 {
+        return Err(if cfg.cpus.is_empty() {
+            MeasureError::EmptyCpuList
+        } else {
+            MeasureError::TooFewCpus {
+                cpus: cfg.cpus.clone(),
+            }
+        });
+    }
+    let mut report = |phase| {
+        progress(Progress {
+            phase,
+            done: 0,
+            total: 1,
+            elapsed: t0.elapsed(),
+        })
+    };
+    report(Phase::Guard);
+    cfg.guard.wait_idle(&cfg.root, &cfg.cpus)?;
+    let stat_before = guard::read_stat(&cfg.root)?;
+    let hypervisor = validity::hypervisor(&cfg.root);
+    let deadline = Instant::now() + cfg.budget;
+    report(Phase::Warmup);
+    warm_up(&cfg.cpus, cfg.warmup.min(cfg.budget / 4))?;
+    report(Phase::Pass(1));
+    let ids: Vec<u32> = cfg.cpus.iter().collect();
+    let mut meas = EngineMeasurer::new(cfg, deadline);
+    let out = run_sparse(&ids, prior, &mut meas, sparse)?;
+    let stat_after = guard::read_stat(&cfg.root)?;
+    let mut m = out.to_matrix(&meas.stats, &sparse.costs);
+    if m.cells().is_empty() {
+        return Err(MeasureError::NothingMeasured {
+            reason: "no pair gave a figure".into(),
+        });
+    }
+    if let Some(hv) = &hypervisor {
+        m.warnings.push(format!(
+            "running in a virtual machine ({hv}): the host may move vCPUs between physical cores at any time, so these figures describe where the vCPUs sat during this measurement, not a fixed property of the machine"
+        ));
+    }
+    let steal = guard::steal_ticks(&stat_before, &stat_after, &cfg.cpus);
+    if !steal.is_empty() {
+        let list: Vec<String> = steal
+            .iter()
+            .map(|(c, t)| format!("CPU {c}: {t} ticks"))
+            .collect();
+        m.warnings.push(format!(
+            "steal time during the measurement ({}): the hypervisor ran other work on these vCPUs",
+            list.join(", ")
+        ));
+    }
+    if !meas.warnings.is_empty() {
+        m.warnings.push(format!(
+            "pins did not hold, those samples were dropped: {}",
+            meas.warnings.join("; ")
+        ));
+    }
+    let missing = m.summary().missing;
+    if missing > 0 {
+        m.warnings.push(format!("{missing} pair(s) have no figure"));
+    }
+    m.primitive = Some(cfg.primitive.as_str().to_string());
+    m.measured_at_us = Some(super::now_us());
+    m.fingerprint = cfg.fingerprint.clone();
+    m.first_touch = Some(cfg.first_touch.describe().to_string());
+    Ok(Measurement {
+        matrix: m,
+        report: RunReport {
+            elapsed: t0.elapsed(),
+            units: meas.rounds,
+            hypervisor,
+            timer_granularity: validity::timer_granularity(),
+            ..RunReport::default()
+        },
+    })
+}

