@@ -214,6 +214,7 @@ mod tests {
             samples: 3,
             discarded: 0,
             round_trips: 100,
+            inferred: false,
         }];
         let mut old_stats = newer.stats[0].clone();
         (old_stats.p10_ns, old_stats.median_ns, old_stats.p90_ns) = (5.0, 5.0, 5.0);
