@@ -15,6 +15,9 @@
 //!                                                        dbus (forwards) · cli (commands)
 //! ```
 //!
+//! Beyond one machine: `fleet` compares the matrices of several machines (`diff`,
+//! `fleet`).
+//!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
 //! paths `/sys` and `/proc` are spelled, so tests point it at fixture trees.
 
@@ -25,6 +28,7 @@ pub mod daemon;
 pub mod dbus;
 pub mod domains;
 pub mod fingerprint;
+pub mod fleet;
 pub mod manager;
 pub mod matrix;
 pub mod measure;

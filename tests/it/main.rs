@@ -3,6 +3,7 @@
 mod affinity;
 mod cli_smoke;
 mod daemon;
+mod fleet;
 mod helper;
 mod measure;
 mod packaging;
