@@ -16,7 +16,8 @@
 //! ```
 //!
 //! Beyond one machine: `fleet` compares the matrices of several machines (`diff`,
-//! `fleet`).
+//! `fleet`); `export` writes what pinnerd knows for Kubernetes' Node Feature Discovery
+//! and for hwloc (distances for OpenMPI and Slurm).
 //!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
 //! paths `/sys` and `/proc` are spelled, so tests point it at fixture trees.
@@ -27,6 +28,7 @@ pub mod cpuset;
 pub mod daemon;
 pub mod dbus;
 pub mod domains;
+pub mod export;
 pub mod fingerprint;
 pub mod fleet;
 pub mod manager;

@@ -11,6 +11,7 @@ pub mod check;
 pub mod client;
 pub mod compare;
 pub mod daemon;
+pub mod export;
 pub mod fleet;
 pub mod live;
 pub mod measure;
@@ -68,6 +69,8 @@ pub enum Command {
     Diff(fleet::DiffArgs),
     /// Compare many machines of one CPU model and find the outliers.
     Fleet(fleet::FleetArgs),
+    /// Print what pinnerd knows in another engine's format (Kubernetes NFD, hwloc).
+    Export(export::ExportArgs),
 }
 
 /// Logging to stderr; `RUST_LOG` overrides the level chosen by `-v`.
@@ -106,6 +109,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Explain(args) => client::explain(args),
         Command::Diff(args) => fleet::run_diff(args),
         Command::Fleet(args) => fleet::run_fleet(args),
+        Command::Export(args) => export::run(args),
     }
 }
 

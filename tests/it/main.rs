@@ -3,6 +3,7 @@
 mod affinity;
 mod cli_smoke;
 mod daemon;
+mod export;
 mod fleet;
 mod helper;
 mod measure;
