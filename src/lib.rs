@@ -17,7 +17,8 @@
 //!
 //! Beyond one machine: `fleet` compares the matrices of several machines (`diff`,
 //! `fleet`); `export` writes what pinnerd knows for Kubernetes' Node Feature Discovery
-//! and for hwloc (distances for OpenMPI and Slurm).
+//! and for hwloc (distances for OpenMPI and Slurm); `metrics` renders the daemon's
+//! numbers in the Prometheus text format.
 //!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
 //! paths `/sys` and `/proc` are spelled, so tests point it at fixture trees.
@@ -34,6 +35,7 @@ pub mod fleet;
 pub mod manager;
 pub mod matrix;
 pub mod measure;
+pub mod metrics;
 pub mod placement;
 pub mod rules;
 pub mod settings;

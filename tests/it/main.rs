@@ -7,6 +7,7 @@ mod export;
 mod fleet;
 mod helper;
 mod measure;
+mod metrics;
 mod packaging;
 mod placement;
 mod rules;
