@@ -213,3 +213,73 @@ fn nfd_labels_for_a_fixture_machine() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The block scalar `KEY: |` of a YAML file, de-indented.
+fn yaml_block(yaml: &str, key: &str) -> String {
+    let mut lines = yaml.lines();
+    let head = lines
+        .find(|l| l.trim_start() == format!("{key}: |"))
+        .unwrap_or_else(|| panic!("no block {key}"));
+    let indent = head.len() - head.trim_start().len();
+    let mut out = String::new();
+    for l in lines {
+        let i = l.len() - l.trim_start().len();
+        if !l.trim().is_empty() && i <= indent {
+            break;
+        }
+        out.push_str(l.get(indent + 2..).unwrap_or(""));
+        out.push('\n');
+    }
+    out
+}
+
+/// The DaemonSet's rule and settings files pass `pinnerd check`, and its capabilities
+/// are the unit's.
+#[test]
+fn the_daemonset_config_passes_check_and_keeps_the_units_privileges() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let yaml =
+        std::fs::read_to_string(root.join("deploy/kubernetes/pinnerd-daemonset.yaml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    std::fs::write(
+        rules.join("40-batch.toml"),
+        yaml_block(&yaml, "40-batch.toml"),
+    )
+    .unwrap();
+    let settings = dir.path().join("pinnerd.toml");
+    let text = yaml_block(&yaml, "pinnerd.toml");
+    assert!(text.contains("textfile-dir = "), "{text}");
+    std::fs::write(&settings, text).unwrap();
+    let out = run(pinnerd()
+        .args(["check", "--no-permissions"])
+        .arg(&rules)
+        .arg(&settings));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ok: 2 files, 1 rule\n"
+    );
+
+    let unit = std::fs::read_to_string(root.join("systemd/pinnerd.service")).unwrap();
+    let bounding: Vec<String> = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .unwrap()
+        .split_whitespace()
+        .map(|c| c.trim_start_matches("CAP_").to_string())
+        .collect();
+    let add = yaml
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("add: "))
+        .unwrap();
+    let added: Vec<String> = add
+        .trim_matches(['[', ']'])
+        .split(',')
+        .map(|c| c.trim().trim_matches('"').to_string())
+        .collect();
+    assert_eq!(added, bounding);
+    assert!(yaml.contains("privileged: false"));
+    assert!(yaml.contains("allowPrivilegeEscalation: false"));
+    assert!(yaml.contains("hostPID: true"));
+}
