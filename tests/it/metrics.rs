@@ -1,10 +1,15 @@
 //! The Prometheus text pinnerd writes, checked by the real tools: `promtool check
-//! metrics` (package `prometheus`) lints names, units, HELP and TYPE.
+//! metrics` (package `prometheus`) lints names, units, HELP and TYPE; node_exporter
+//! (package `prometheus-node-exporter`), bound to 127.0.0.1 on a free port, serves the
+//! textfile through its textfile collector.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
-use pinnerd::metrics::{render, Counters, MetricsSnapshot};
+use pinnerd::metrics::{render, textfile, Counters, MetricsSnapshot};
 
 /// `promtool check metrics` on `text`: its exit status and what it said.
 pub fn promtool_check(text: &str) -> (bool, String) {
@@ -71,4 +76,139 @@ fn promtool_accepts_the_rendered_metrics() {
     let bad = "# TYPE pinnerd_rescans counter\npinnerd_rescans 1\n";
     let (ok, said) = promtool_check(bad);
     assert!(!ok, "promtool accepted a bad counter: {said}");
+}
+
+/// A node_exporter with only the textfile collector, on loopback; killed on drop.
+pub struct NodeExporter {
+    child: Child,
+    port: u16,
+}
+
+impl NodeExporter {
+    pub fn start(textfile_dir: &Path) -> NodeExporter {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new("prometheus-node-exporter")
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .args(["--collector.disable-defaults", "--collector.textfile"])
+            .arg(format!(
+                "--collector.textfile.directory={}",
+                textfile_dir.display()
+            ))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "prometheus-node-exporter (package prometheus-node-exporter) must be installed",
+            );
+        NodeExporter { child, port }
+    }
+
+    /// `GET /metrics`, waiting up to 10 s for the exporter to listen.
+    pub fn scrape(&mut self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.try_scrape() {
+                Ok(body) => return body,
+                Err(e) => {
+                    if let Ok(Some(status)) = self.child.try_wait() {
+                        panic!("node_exporter exited: {status}");
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "node_exporter never answered: {e}"
+                    );
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        }
+    }
+
+    fn try_scrape(&self) -> std::io::Result<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")?;
+        let mut body = Vec::new();
+        s.take(16 << 20).read_to_end(&mut body)?;
+        let text = String::from_utf8_lossy(&body).into_owned();
+        match text.split_once("\r\n\r\n") {
+            Some((head, body))
+                if head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200") =>
+            {
+                Ok(body.to_string())
+            }
+            _ => Err(std::io::Error::other(format!(
+                "unexpected reply: {text:.200}"
+            ))),
+        }
+    }
+}
+
+impl Drop for NodeExporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `(series with labels, value)` of every sample line.
+pub fn samples(text: &str) -> Vec<(String, f64)> {
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let (series, v) = l.rsplit_once(' ').unwrap();
+            let v = match v {
+                "+Inf" => f64::INFINITY,
+                v => v.parse().unwrap_or_else(|_| panic!("{l}")),
+            };
+            // Bucket bounds are numbers too: `le="1e-05"` is `le="0.00001"`.
+            let at = series.find("{le=\"").or_else(|| series.find(",le=\""));
+            let series = match at.map(|i| series.split_at(i + 5)) {
+                Some((head, rest)) => {
+                    let (le, tail) = rest.split_once('"').unwrap();
+                    let le: f64 = if le == "+Inf" {
+                        f64::INFINITY
+                    } else {
+                        le.parse().unwrap()
+                    };
+                    format!("{head}\"{le}\"{tail}")
+                }
+                None => series.to_string(),
+            };
+            (series, v)
+        })
+        .collect()
+}
+
+#[test]
+fn node_exporter_serves_the_textfile() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = render(&busy_snapshot());
+    textfile::write(dir.path(), &text).unwrap();
+    let mut ne = NodeExporter::start(dir.path());
+    let body = ne.scrape();
+    assert!(body.contains("node_textfile_scrape_error 0\n"), "{body}");
+    // node_exporter re-prints numbers (7.8e-09 for 0.0000000078): compare values.
+    let served = samples(&body);
+    let ours = samples(&text);
+    assert!(ours.len() > 30, "{text}");
+    for (series, v) in &ours {
+        let got = served
+            .iter()
+            .find(|(s, _)| s == series)
+            .unwrap_or_else(|| panic!("node_exporter lacks {series}:\n{body}"));
+        assert_eq!(got.1, *v, "{series}");
+    }
+    // A broken textfile is reported by node_exporter, so the check above can fail.
+    std::fs::write(
+        dir.path().join("pinnerd.prom"),
+        "pinnerd_rescans_total{ 1\n",
+    )
+    .unwrap();
+    let body = ne.scrape();
+    assert!(body.contains("node_textfile_scrape_error 1\n"), "{body}");
 }

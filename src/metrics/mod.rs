@@ -11,8 +11,10 @@
 //! values (only `level`, `state`, `outcome`, `version`).
 //!
 //! Owns: [`Counters`] and [`Histogram`] (kept by the daemon), [`MetricsSnapshot`] and
-//! its rendering. Must not touch: the daemon's state, files, clocks (the caller passes
-//! `now`).
+//! its rendering; `textfile` writes the result for node_exporter. Must not touch: the
+//! daemon's state or clocks (the caller passes `now`).
+
+pub mod textfile;
 
 use std::fmt::Write as _;
 
