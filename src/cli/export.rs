@@ -179,16 +179,33 @@ fn run_hwloc(args: HwlocArgs) -> anyhow::Result<ExitCode> {
         );
     };
     let (xml, topo_name) = match &args.topology {
-        Some(p) => (
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
-            p.clone(),
-        ),
+        Some(p) => (read_bounded(p)?, p.clone()),
         None => (lstopo_xml()?, PathBuf::from("lstopo-no-graphics --of xml")),
     };
     let pus = hwloc::pu_os_indexes(&xml, &topo_name)?;
     let text = hwloc::distances(&m, &pus, &topo_name, args.unit)?;
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The largest topology XML read: lstopo writes ~1 KiB per PU, so this is ample for any
+/// machine and keeps a wrong path (a device, a huge file) from exhausting memory.
+const MAX_TOPOLOGY_BYTES: u64 = 64 << 20;
+
+/// A regular file of at most [`MAX_TOPOLOGY_BYTES`], as UTF-8.
+fn read_bounded(p: &Path) -> anyhow::Result<String> {
+    let meta = std::fs::metadata(p).with_context(|| format!("reading {}", p.display()))?;
+    if !meta.is_file() {
+        anyhow::bail!("{}: not a regular file", p.display());
+    }
+    if meta.len() > MAX_TOPOLOGY_BYTES {
+        anyhow::bail!(
+            "{}: {} bytes, more than the {MAX_TOPOLOGY_BYTES} a topology XML can take",
+            p.display(),
+            meta.len()
+        );
+    }
+    std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
 }
 
 /// The running machine's topology from hwloc itself.

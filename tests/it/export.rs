@@ -143,6 +143,21 @@ fn hwloc_export_defaults_to_this_machine() {
         err.contains("the matrix names CPU 4096, which is not a PU of this topology"),
         "{err}"
     );
+    // A topology that is not a file is refused before reading.
+    let out = pinnerd()
+        .args([
+            "export",
+            "hwloc-distances",
+            "--topology",
+            "/dev/zero",
+            "--matrix",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/dev/zero: not a regular file"), "{err}");
 }
 
 /// The E5620 fixture (siblings i and i+8, two sockets) with a matrix in its numbering:
