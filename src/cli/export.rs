@@ -82,7 +82,7 @@ fn matrix_for(
     root: &crate::sysroot::SysRoot,
 ) -> anyhow::Result<Option<(PathBuf, LatencyMatrix)>> {
     if let Some(p) = given {
-        return Ok(Some((p.to_owned(), LatencyMatrix::load(p)?)));
+        return Ok(Some((p.to_owned(), load_matrix(p)?)));
     }
     let dir = state_dir
         .map(Path::to_path_buf)
@@ -186,6 +186,26 @@ fn run_hwloc(args: HwlocArgs) -> anyhow::Result<ExitCode> {
     let text = hwloc::distances(&m, &pus, &topo_name, args.unit)?;
     std::io::stdout().lock().write_all(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The largest matrix file read: a 4096-CPU matrix in our JSON is about 200 MiB.
+const MAX_MATRIX_BYTES: u64 = 256 << 20;
+
+/// [`LatencyMatrix::load`] of a regular file of at most [`MAX_MATRIX_BYTES`], so a wrong
+/// path (a device, a FIFO) cannot hang the command or exhaust memory.
+pub fn load_matrix(p: &Path) -> anyhow::Result<LatencyMatrix> {
+    let meta = std::fs::metadata(p).with_context(|| format!("reading {}", p.display()))?;
+    if !meta.is_file() {
+        anyhow::bail!("{}: not a regular file", p.display());
+    }
+    if meta.len() > MAX_MATRIX_BYTES {
+        anyhow::bail!(
+            "{}: {} bytes, more than the {MAX_MATRIX_BYTES} a matrix file can take",
+            p.display(),
+            meta.len()
+        );
+    }
+    Ok(LatencyMatrix::load(p)?)
 }
 
 /// The largest topology XML read: lstopo writes ~1 KiB per PU, so this is ample for any

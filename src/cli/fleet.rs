@@ -68,7 +68,7 @@ fn name(p: &Path) -> String {
 }
 
 fn load(p: &Path) -> anyhow::Result<LatencyMatrix> {
-    Ok(LatencyMatrix::load(p)?)
+    super::export::load_matrix(p)
 }
 
 pub fn run_diff(args: DiffArgs) -> anyhow::Result<ExitCode> {

@@ -210,6 +210,19 @@ fn bad_inputs_are_errors_naming_the_file() {
         err.contains(&format!("{} covers CPUs 0-3 but", small.display())),
         "{err}"
     );
+    let fifo = dir.path().join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(["diff".as_ref(), big.as_os_str(), fifo.as_os_str()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("fifo: not a regular file"), "{err}");
     let broken = dir.path().join("broken.csv");
     std::fs::write(&broken, ",,\n1,,\n2,x,\n").unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
