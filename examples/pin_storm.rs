@@ -42,7 +42,8 @@ use std::time::{Duration, Instant};
 
 use pinnerd::affinity::{AffinityOps, Outcome, SystemOps};
 use pinnerd::cpuset::CpuSet;
-use pinnerd::manager::{Change, Event, Manager, ManagerConfig};
+use pinnerd::manager::{Change, Input, Manager, ManagerConfig};
+use pinnerd::plan::{Cpus, Plan};
 use pinnerd::rules::{compile_text, LoadPolicy, RuleSet};
 use pinnerd::sysroot::SysRoot;
 use pinnerd::watch::{Connector, ProcFs, ProcMsg};
@@ -114,6 +115,18 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+fn on_cpus(online: CpuSet) -> Cpus {
+    Cpus {
+        online,
+        reserved: CpuSet::new(),
+    }
+}
+
+/// New rules, planned on the online CPUs without latency domains (explicit `cpus` only).
+fn new_rules(rules: RuleSet) -> Input {
+    Input::RulesChanged(Plan::new(&rules, &on_cpus(online()), None))
+}
+
 fn online() -> CpuSet {
     std::fs::read_to_string(SysRoot::default().sys_path("devices/system/cpu/online"))
         .expect("online CPUs")
@@ -154,11 +167,10 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
     let mut mgr = Manager::new(
         Arc::new(SystemOps::default()),
         Arc::new(ProcFs::default()),
-        None,
-        online(),
+        on_cpus(online()),
         ManagerConfig::default(),
     );
-    mgr.handle(Event::RulesChanged(rules));
+    mgr.handle(new_rules(rules));
     if std::env::var_os("PIN_STORM_FIFO").is_some() {
         // What systemd/pinnerd.service gives the daemon's loop: CPUSchedulingPolicy=fifo,
         // CPUSchedulingPriority=1, CPUSchedulingResetOnFork=yes.
@@ -267,7 +279,7 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
         }
         if Instant::now() >= next_rescan {
             let t = Instant::now();
-            mgr.handle(Event::Rescan);
+            mgr.handle(Input::Rescan);
             stats.rescan_max = stats.rescan_max.max(t.elapsed());
             stats.rescans += 1;
             next_rescan = Instant::now() + rescan_every;
@@ -580,26 +592,25 @@ fn rescan(n: usize) {
     let mut mgr = Manager::new(
         Arc::new(SystemOps::default()),
         Arc::new(ProcFs::default()),
-        None,
-        online(),
+        on_cpus(online()),
         ManagerConfig::default(),
     );
     let time = |mgr: &mut Manager, runs: usize| -> Vec<u64> {
         (0..runs)
             .map(|_| {
                 let t = Instant::now();
-                mgr.handle(Event::Rescan);
+                mgr.handle(Input::Rescan);
                 t.elapsed().as_micros() as u64
             })
             .collect()
     };
-    mgr.handle(Event::RulesChanged(rules(
+    mgr.handle(new_rules(rules(
         "[[rule]]\nname = \"none\"\n[rule.match]\ncomm = \"no-such-comm\"\n[rule.place]\ncpus = \"0\"\n",
     )));
     let mut cheap = time(&mut mgr, 5);
     let cpus = online().to_string();
     let t = Instant::now();
-    mgr.handle(Event::RulesChanged(rules(&format!(
+    mgr.handle(new_rules(rules(&format!(
         "[[rule]]\nname = \"all\"\n[rule.match]\ncomm = \"sleep\"\n[rule.place]\ncpus = \"{cpus}\"\n"
     ))));
     let first = t.elapsed();

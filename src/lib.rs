@@ -6,24 +6,49 @@
 //! sysroot ──► topology ──► measure ──► matrix ──► domains ──► placement ◄── rules ◄── settings
 //!  (/sys,      (CPUs,       (spin        (file      (latency    (pure: request     (TOML →
 //!   /proc)      caches,      pairs)       format)    hierarchy)  → CPU set)        matcher)
-//!               nodes)                                               │
-//!             fingerprint                                            ▼
-//!                                       watch (proc events, rescans) ──► affinity (apply, read back, restore)
-//!                                                         ▲                     ▲
-//!                                                         └──── daemon (one event loop owns the state)
-//!                                                                 ▲
-//!                                                        dbus (forwards) · cli (commands)
+//!               nodes)                                               │               │
+//!             fingerprint                                            ▼               ▼
+//!                                                      plan (pure: rules + domains + CPUs → Plan)
+//!                                                                    │ Plan
+//!                                                                    ▼
+//!                  watch (proc events, rescans) ──► manager (tracks processes, applies the Plan)
+//!                                                                    │
+//!                                                                    ▼
+//!                                                  affinity (apply, read back, restore)
+//!          daemon (one event loop owns the state; plans on rule, domain and CPU changes)
+//!                          ▲ api (Command → Reply | CommandError, Snapshot, Signal)
+//!                 dbus (forwards) · cli (commands)
 //! ```
 //!
-//! Beyond one machine: `fleet` compares the matrices of several machines (`diff`,
-//! `fleet`); `export` writes what pinnerd knows for Kubernetes' Node Feature Discovery
-//! and for hwloc (distances for OpenMPI and Slurm); `metrics` renders the daemon's
-//! numbers in the Prometheus text format.
+//! Modules, one concern each:
+//! - `affinity`: the affinity syscalls, read back, the restore journal
+//! - `api`: the typed commands, replies, snapshot and signals between daemon and clients
+//! - `cli`: the subcommands
+//! - `cpuset`: the one CPU-set type
+//! - `daemon`: the event loop, its state and its measurement schedule
+//! - `dbus`: the bus object, which only forwards
+//! - `domains`: the latency hierarchy from a matrix and the topology, and which to use
+//! - `export`: Node Feature Discovery feature files and hwloc distances
+//! - `fingerprint`: the hardware identity a matrix belongs to
+//! - `fleet`: the matrices of several machines compared (`diff`, `fleet`)
+//! - `manager`: which processes are managed; applies the plan to their threads
+//! - `matrix`: the latency matrix and its files
+//! - `measure`: spin pairs → latencies
+//! - `metrics`: the daemon's numbers in the Prometheus text format, and the textfile
+//! - `placement`: one request → CPUs
+//! - `plan`: every rule's CPUs, as a value
+//! - `rules`: TOML → validated rules → matcher
+//! - `settings`: the daemon's settings file
+//! - `stats`: percentiles and the median
+//! - `sysroot`: where /sys and /proc are
+//! - `topology`: sysfs → CPUs, caches, nodes
+//! - `watch`: proc connector, uevents, /proc scans
 //!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
 //! paths `/sys` and `/proc` are spelled, so tests point it at fixture trees.
 
 pub mod affinity;
+pub mod api;
 pub mod cli;
 pub mod cpuset;
 pub mod daemon;
@@ -37,8 +62,10 @@ pub mod matrix;
 pub mod measure;
 pub mod metrics;
 pub mod placement;
+pub mod plan;
 pub mod rules;
 pub mod settings;
+pub mod stats;
 pub mod sysroot;
 pub mod topology;
 pub mod watch;

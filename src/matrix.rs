@@ -6,11 +6,13 @@
 //! (lower triangle, first row empty) and the warnings about known flaws of imported data.
 //! Also: CSV export in core-to-core-latency's exact layout, per-pair statistics, a summary
 //! (min/median/max, latency levels), the checks of a matrix against this machine
-//! ([`LatencyMatrix::check_against`]), rendering (`render`: terminal heatmap, SVG) and the
-//! daemon's on-disk store (`store`).
+//! ([`LatencyMatrix::check_against`]), rendering (`render`: terminal heatmap, SVG), the
+//! daemon's on-disk store (`store`) and the bounded reading of untrusted files
+//! (`read`: size, type and count limits before and while parsing).
 //!
 //! Must not touch: measurement (see `measure`) or placement (see `placement`).
 
+pub mod read;
 pub mod render;
 pub mod store;
 
@@ -24,9 +26,11 @@ use crate::cpuset::CpuSet;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LatencyMatrix {
     /// Linux CPU ids, in row order.
+    #[serde(deserialize_with = "read::cpus")]
     pub cpus: Vec<u32>,
     /// `latency_ns[i][j]`: one-way latency between `cpus[i]` and `cpus[j]`. Symmetric;
     /// the diagonal is `None` (null in JSON). A missing pair is also `None`.
+    #[serde(deserialize_with = "read::cells")]
     pub latency_ns: Vec<Vec<Option<f64>>>,
     /// Measurement primitive, e.g. `cas` or `load-store`; `None` when unknown (imports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -49,10 +53,14 @@ pub struct LatencyMatrix {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
     /// Per-pair spread and sample counts, one entry per measured pair (`a < b`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "read::stats"
+    )]
     pub stats: Vec<PairStats>,
     /// Known flaws and measurement warnings, in words a user reads.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "read::warnings")]
     pub warnings: Vec<String>,
 }
 
@@ -113,6 +121,10 @@ pub enum MatrixError {
     /// The file parsed but its content is inconsistent.
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
+    /// The file is not read at all, or not to its end: not a regular file, too large,
+    /// a string or an array over its limit (see [`read`]).
+    #[error("{path}: refused: {reason}")]
+    Refused { path: PathBuf, reason: String },
 }
 
 impl LatencyMatrix {
@@ -172,27 +184,28 @@ impl LatencyMatrix {
     }
 
     /// Reads our JSON or core-to-core-latency's CSV, chosen by content: a file whose
-    /// first non-blank character is `{` is JSON.
+    /// first non-blank character is `{` is JSON. Bounded (see [`read`]): FIFOs, devices
+    /// and other non-regular files are refused before opening, files over the size
+    /// limit before reading, matrices over [`read::MAX_MATRIX_CPUS`] CPUs before their
+    /// cells are allocated.
     pub fn load(path: &Path) -> Result<LatencyMatrix, MatrixError> {
-        let text = std::fs::read_to_string(path).map_err(|source| MatrixError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        if text.trim_start().starts_with('{') {
-            Self::from_json(&text, path)
+        let (mut file, _) = read::open_regular(path)?;
+        if read::is_json(&mut file, path)? {
+            let m = read::json_from_reader(file, path)?;
+            m.validate().map_err(|message| MatrixError::Invalid {
+                path: path.to_owned(),
+                message,
+            })?;
+            Ok(m)
         } else {
-            Self::from_csv(&text, path)
+            Self::from_csv(&read::read_csv_text(file, path)?, path)
         }
     }
 
     /// Parses the JSON format and checks it is square and symmetric with finite,
     /// non-negative cells.
     pub fn from_json(text: &str, path: &Path) -> Result<LatencyMatrix, MatrixError> {
-        let m: LatencyMatrix = serde_json::from_str(text).map_err(|e| MatrixError::Parse {
-            path: path.to_owned(),
-            line: e.line(),
-            message: format!("column {}: {e}", e.column()),
-        })?;
+        let m: LatencyMatrix = serde_json::from_str(text).map_err(|e| read::json_error(e, path))?;
         m.validate().map_err(|message| MatrixError::Invalid {
             path: path.to_owned(),
             message,
@@ -224,6 +237,15 @@ impl LatencyMatrix {
         // The first row's cell count is the number of CPUs; a file with fewer rows was
         // cut short, one with more is not a square matrix.
         let n = rows[0].1.split(',').count();
+        if n > read::MAX_MATRIX_CPUS {
+            return Err(err(
+                rows[0].0,
+                format!(
+                    "the first row has {n} cells: more than the {} CPUs a matrix may have",
+                    read::MAX_MATRIX_CPUS
+                ),
+            ));
+        }
         if rows.len() < n {
             let last = rows[rows.len() - 1].0;
             return Err(err(

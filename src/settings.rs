@@ -38,17 +38,23 @@ pub struct Settings {
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct MeasureSettings {
     /// Full re-measure at least this often, even without drift. Default `"7d"`;
-    /// `"off"` re-measures only on a fingerprint change, drift or request.
+    /// `"off"` re-measures only on a fingerprint change, drift or request. At least
+    /// `"1h"`: a full measurement busy-spins every CPU.
+    #[serde(deserialize_with = "every_within::<_, HOUR, YEAR>")]
     pub interval: Every,
     /// Light drift probe (a few pairs) this often while idle. Default `"1h"`; `"off"`.
+    /// At least `"1m"`.
+    #[serde(deserialize_with = "every_within::<_, MINUTE, YEAR>")]
     pub drift_probe: Every,
-    /// Pairs measured by one drift probe. Default 8.
+    /// Pairs measured by one drift probe. Default 8; 1 to 4096.
+    #[serde(deserialize_with = "u32_within::<_, 1, 4096>")]
     pub drift_pairs: u32,
     /// Relative change of a probed pair's latency that counts as drift and triggers a
     /// full re-measure. Default 0.25 (25%).
     pub drift_threshold: Fraction,
     /// Wall-clock budget of one full measurement; the sample count per pair is cut to
-    /// fit. Default `"60s"`.
+    /// fit. Default `"60s"`; `"1s"` to `"1d"`.
+    #[serde(deserialize_with = "duration_within::<_, SECOND, DAY>")]
     pub budget: HumanDuration,
     /// Measure only while the machine is idle: the busy fraction of all CPUs (from
     /// /proc/stat over the last second) must be below this. Default 0.10.
@@ -60,7 +66,9 @@ pub struct MeasureSettings {
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct WatchSettings {
     /// Full /proc rescan this often, besides the one at start and after an event
-    /// overrun. Default `"60s"`; `"off"` only when the proc connector works.
+    /// overrun. Default `"60s"`; `"off"` only when the proc connector works. `"1s"` to
+    /// `"1d"`: a rescan reads every process in /proc.
+    #[serde(deserialize_with = "every_within::<_, SECOND, DAY>")]
     pub rescan_interval: Every,
     /// When someone else changes the CPU mask of a task pinnerd placed, stop managing
     /// that task (and say so) instead of putting it back. Default `true`.
@@ -81,12 +89,15 @@ pub struct PlacementSettings {
 #[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LimitSettings {
     /// D-Bus method calls per second allowed to one caller (token bucket rate).
-    /// Default 20.
+    /// Default 20; 1 to 100000.
+    #[serde(deserialize_with = "u32_within::<_, 1, 100_000>")]
     pub dbus_calls_per_second: u32,
-    /// Burst size of that bucket. Default 40.
+    /// Burst size of that bucket. Default 40; 1 to 100000 (0 would refuse every call).
+    #[serde(deserialize_with = "u32_within::<_, 1, 100_000>")]
     pub dbus_burst: u32,
     /// `Remeasure` calls closer together than this coalesce into the running or last
-    /// measurement. Default `"10m"`.
+    /// measurement. Default `"10m"`; `"1s"` to `"365d"`.
+    #[serde(deserialize_with = "duration_within::<_, SECOND, YEAR>")]
     pub remeasure_min_interval: HumanDuration,
 }
 
@@ -186,7 +197,7 @@ impl Settings {
             at: e.span().map_or(Location { line: 1, col: 1 }, |s| {
                 Location::of_span(text, &s)
             }),
-            message: e.message().trim_end().to_string(),
+            message: crate::rules::echo_message(e.message().trim_end()),
         })
     }
 
@@ -317,6 +328,60 @@ impl<'de> Deserialize<'de> for Every {
     }
 }
 
+const SECOND: u64 = 1_000;
+const MINUTE: u64 = 60 * SECOND;
+const HOUR: u64 = 60 * MINUTE;
+const DAY: u64 = 24 * HOUR;
+const YEAR: u64 = 365 * DAY;
+
+/// `d` in milliseconds, checked against `MIN..=MAX`; the error names both bounds in the
+/// units a user writes.
+fn check_range<const MIN: u64, const MAX: u64>(d: HumanDuration) -> Result<HumanDuration, String> {
+    let ms = d.0.as_millis();
+    if ms < u128::from(MIN) || ms > u128::from(MAX) {
+        let (lo, hi) = (
+            HumanDuration(Duration::from_millis(MIN)),
+            HumanDuration(Duration::from_millis(MAX)),
+        );
+        return Err(format!(
+            "{d} is out of range: expected \"{lo}\" to \"{hi}\""
+        ));
+    }
+    Ok(d)
+}
+
+/// A [`HumanDuration`] from `MIN` to `MAX` milliseconds.
+fn duration_within<'de, D: Deserializer<'de>, const MIN: u64, const MAX: u64>(
+    d: D,
+) -> Result<HumanDuration, D::Error> {
+    check_range::<MIN, MAX>(HumanDuration::deserialize(d)?).map_err(serde::de::Error::custom)
+}
+
+/// An [`Every`] whose period is from `MIN` to `MAX` milliseconds, or `"off"`.
+fn every_within<'de, D: Deserializer<'de>, const MIN: u64, const MAX: u64>(
+    d: D,
+) -> Result<Every, D::Error> {
+    match Every::deserialize(d)? {
+        Every::Off => Ok(Every::Off),
+        Every::Every(p) => check_range::<MIN, MAX>(p)
+            .map(Every::Every)
+            .map_err(|e| serde::de::Error::custom(format!("{e}, or \"off\""))),
+    }
+}
+
+/// A whole number from `MIN` to `MAX`.
+fn u32_within<'de, D: Deserializer<'de>, const MIN: u32, const MAX: u32>(
+    d: D,
+) -> Result<u32, D::Error> {
+    let v = u32::deserialize(d)?;
+    if !(MIN..=MAX).contains(&v) {
+        return Err(serde::de::Error::custom(format!(
+            "{v} is out of range: expected {MIN} to {MAX}"
+        )));
+    }
+    Ok(v)
+}
+
 impl Serialize for Fraction {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_f64(self.0)
@@ -371,6 +436,47 @@ mod tests {
         assert!(!s.watch.release_on_foreign_change);
         assert_eq!(s.measure.budget.to_string(), "1500ms");
         assert_eq!(HumanDuration(Duration::from_secs(7200)).to_string(), "2h");
+    }
+
+    #[test]
+    fn footgun_values_are_refused_with_their_range() {
+        assert_eq!(
+            parse("[measure]\ninterval = \"1ms\"\n").unwrap_err(),
+            "s.toml:2:12: 1ms is out of range: expected \"1h\" to \"365d\", or \"off\""
+        );
+        assert_eq!(
+            parse("[limits]\ndbus-burst = 0\n").unwrap_err(),
+            "s.toml:2:14: 0 is out of range: expected 1 to 100000"
+        );
+        assert_eq!(
+            parse("[limits]\ndbus-calls-per-second = 0\n").unwrap_err(),
+            "s.toml:2:25: 0 is out of range: expected 1 to 100000"
+        );
+        assert_eq!(
+            parse("[watch]\nrescan-interval = \"10ms\"\n").unwrap_err(),
+            "s.toml:2:19: 10ms is out of range: expected \"1s\" to \"1d\", or \"off\""
+        );
+        assert_eq!(
+            parse("[measure]\nbudget = \"999999999d\"\n").unwrap_err(),
+            "s.toml:2:10: 999999999d is out of range: expected \"1s\" to \"1d\""
+        );
+        assert!(parse("[measure]\ndrift-probe = \"1s\"\n")
+            .unwrap_err()
+            .contains("expected \"1m\" to \"365d\""));
+        assert!(parse("[measure]\ndrift-pairs = 0\n")
+            .unwrap_err()
+            .contains("expected 1 to 4096"));
+        assert!(parse("[limits]\nremeasure-min-interval = \"999ms\"\n")
+            .unwrap_err()
+            .contains("expected \"1s\" to \"365d\""));
+        // The bounds themselves are accepted.
+        let s = parse(
+            "[measure]\ninterval = \"1h\"\ndrift-probe = \"365d\"\nbudget = \"1s\"\n\
+             [limits]\ndbus-burst = 1\nremeasure-min-interval = \"1s\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.limits.dbus_burst, 1);
+        assert_eq!(s.measure.interval.period(), Some(Duration::from_secs(3600)));
     }
 
     #[test]

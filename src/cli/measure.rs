@@ -58,20 +58,15 @@ pub struct MeasureArgs {
     pub sysfs: Option<PathBuf>,
 }
 
-fn seconds(name: &str, v: f64) -> anyhow::Result<Duration> {
-    if !v.is_finite() || v < 0.0 {
-        anyhow::bail!("{name} must be a number of seconds ≥ 0, got {v}");
-    }
-    Ok(Duration::from_secs_f64(v))
-}
-
 /// Builds the configuration from the arguments and the machine.
 pub fn config(args: &MeasureArgs) -> anyhow::Result<(MeasureConfig, Vec<String>)> {
     let root = match &args.sysfs {
         Some(dir) => SysRoot::with_sys(dir),
         None => SysRoot::default(),
     };
-    let budget = seconds("--budget", args.budget)?;
+    // Every argument is checked before the machine is read.
+    let budget = super::seconds("--budget", args.budget, super::MAX_BUDGET_SECS)?;
+    let idle_wait = super::seconds("--idle-wait", args.idle_wait, super::MAX_IDLE_WAIT_SECS)?;
     if budget.is_zero() {
         anyhow::bail!("--budget must be more than 0 seconds");
     }
@@ -95,7 +90,7 @@ pub fn config(args: &MeasureArgs) -> anyhow::Result<(MeasureConfig, Vec<String>)
     cfg.mode = args.mode;
     cfg.first_touch = args.first_touch;
     cfg.guard.min_idle = args.idle_threshold / 100.0;
-    cfg.guard.wait = seconds("--idle-wait", args.idle_wait)?;
+    cfg.guard.wait = idle_wait;
     cfg.fingerprint = match Fingerprint::read(&root) {
         Ok(fp) => Some(fp.hex),
         Err(e) => {

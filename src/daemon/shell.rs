@@ -19,13 +19,15 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch};
 use zbus::Connection;
 
-use crate::dbus::{self, BusTarget, Signal};
+use crate::api::{Signal, Snapshot};
+use crate::dbus::{self, BusTarget};
 
 use crate::settings::Settings;
 
-use super::state::{Action, Config, State, Timing};
+use super::schedule::Timing;
+use super::state::{Action, Config, State};
 use super::watchers::{Doorbell, KernelSources};
-use super::{worker, DaemonError, Event, ReloadCause, Snapshot};
+use super::{worker, DaemonError, Event, ReloadCause};
 
 /// How many events may wait for the loop (commands, signals, reloads, measurement
 /// results). Senders wait when it is full.
@@ -320,14 +322,14 @@ impl Shell {
                         let id = job.id;
                         let tx = self.events.clone();
                         let spawned = worker::spawn(*job, move |outcome| {
-                            let _ = tx.blocking_send(Event::Measured(outcome));
+                            let _ = tx.blocking_send(Event::Measured(Box::new(outcome)));
                         });
                         if let Err(e) = spawned {
                             tracing::error!(job = id, error = %e, "cannot start the measurement thread");
-                            state.handle(Event::Measured(worker::Outcome {
+                            state.handle(Event::Measured(Box::new(worker::Finished {
                                 id,
-                                result: Err(format!("cannot start the measurement thread: {e}")),
-                            }));
+                                result: Err(worker::JobError::Spawn(e)),
+                            })));
                         }
                     }
                     Action::Status(line) => notify(&[sd_notify::NotifyState::Status(&line)]),

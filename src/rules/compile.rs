@@ -12,7 +12,7 @@ use globset::{Glob, GlobBuilder, GlobMatcher};
 use regex::{Regex, RegexBuilder};
 use toml::Spanned;
 
-use super::error::{LineIndex, Location, RuleError, RuleErrorKind};
+use super::error::{echo, LineIndex, Location, RuleError, RuleErrorKind};
 use super::format::{MatchSpec, OneOrMany, PlaceSpec, RuleFile, ThreadSpec, UserSpec};
 use crate::cpuset::CpuSet;
 use crate::placement::{Policy, SmtPolicy};
@@ -208,12 +208,12 @@ pub fn compile_file(
         if name.is_empty() {
             cx.err(&name_span, RuleErrorKind::EmptyName);
         } else if !valid_name(name) {
-            cx.err(&name_span, RuleErrorKind::BadName { name: name.clone() });
+            cx.err(&name_span, RuleErrorKind::BadName { name: echo(name) });
         } else if let Some(first) = seen.get(name.as_str()) {
             cx.err(
                 &name_span,
                 RuleErrorKind::DuplicateName {
-                    name: name.clone(),
+                    name: echo(name),
                     first: format!("{}:{first}", path.display()),
                 },
             );
@@ -222,20 +222,17 @@ pub fn compile_file(
         }
         let matcher = match &spec.matches {
             None => {
-                cx.err(&rule_span, RuleErrorKind::NoMatch { name: name.clone() });
+                cx.err(&rule_span, RuleErrorKind::NoMatch { name: echo(name) });
                 ProcessMatcher::default()
             }
             Some(m) if is_empty_match(m.get_ref()) => {
-                cx.err(&m.span(), RuleErrorKind::EmptyMatch { name: name.clone() });
+                cx.err(&m.span(), RuleErrorKind::EmptyMatch { name: echo(name) });
                 ProcessMatcher::default()
             }
             Some(m) => compile_match(&mut cx, m.get_ref(), users),
         };
         if spec.place.is_none() && spec.threads.is_empty() {
-            cx.err(
-                &rule_span,
-                RuleErrorKind::NoPlacement { name: name.clone() },
-            );
+            cx.err(&rule_span, RuleErrorKind::NoPlacement { name: echo(name) });
         }
         let place = spec.place.as_ref().and_then(|p| {
             place_request(
@@ -298,7 +295,7 @@ fn compile_match(cx: &mut Ctx<'_>, m: &MatchSpec, users: UserLookup) -> ProcessM
                     cx.err(
                         &r.span(),
                         RuleErrorKind::BadRegex {
-                            pattern: r.get_ref().clone(),
+                            pattern: echo(r.get_ref()),
                             reason: one_line(&e.to_string()),
                         },
                     )
@@ -312,7 +309,7 @@ fn compile_match(cx: &mut Ctx<'_>, m: &MatchSpec, users: UserLookup) -> ProcessM
                     UserSpec::Uid(uid) => uids.push(*uid),
                     UserSpec::Name(name) => match users(name) {
                         Some(uid) => uids.push(uid),
-                        None => cx.err(&u.span(), RuleErrorKind::UnknownUser(name.clone())),
+                        None => cx.err(&u.span(), RuleErrorKind::UnknownUser(echo(name))),
                     },
                 }
             }
@@ -356,7 +353,7 @@ fn globs(
                 &span,
                 RuleErrorKind::BadGlob {
                     key,
-                    pattern: p.clone(),
+                    pattern: echo(p),
                     reason: "empty pattern".into(),
                 },
             );
@@ -367,7 +364,7 @@ fn globs(
                 &span,
                 RuleErrorKind::CommTooLong {
                     key,
-                    pattern: p.clone(),
+                    pattern: echo(p),
                 },
             );
             continue;
@@ -378,7 +375,7 @@ fn globs(
                 &span,
                 RuleErrorKind::BadGlob {
                     key,
-                    pattern: p.clone(),
+                    pattern: echo(p),
                     reason: e.kind().to_string(),
                 },
             ),

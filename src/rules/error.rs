@@ -67,6 +67,30 @@ impl fmt::Display for Location {
     }
 }
 
+/// Most characters of a value from the file (a name, a pattern) repeated in a message.
+pub const ECHO_MAX: usize = 80;
+/// Most characters of a parser's message (which may quote a key or a value).
+pub const MESSAGE_MAX: usize = 400;
+
+/// `value` as it may appear in a message: whole when short, else its first
+/// [`ECHO_MAX`] characters and its length, so a 900 KB name cannot flood the error,
+/// the log and `RuleErrors`.
+pub fn echo(value: &str) -> String {
+    shorten(value, ECHO_MAX)
+}
+
+/// A parser's message cut to [`MESSAGE_MAX`] characters the same way.
+pub fn echo_message(message: &str) -> String {
+    shorten(message, MESSAGE_MAX)
+}
+
+fn shorten(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        None => s.to_string(),
+        Some((cut, _)) => format!("{}…[{} bytes in all]", &s[..cut], s.len()),
+    }
+}
+
 /// One problem with one rule file. Displays as `FILE:LINE:COL: message`, or
 /// `FILE: message` for problems with the file as a whole (permissions, type, size,
 /// encoding), which have no position inside it.
@@ -196,7 +220,7 @@ impl RuleError {
             at: Some(err.span().map_or(Location { line: 1, col: 1 }, |s| {
                 Location::of_span(text, &s)
             })),
-            kind: RuleErrorKind::Toml(err.message().trim_end().to_string()),
+            kind: RuleErrorKind::Toml(echo_message(err.message().trim_end())),
         }
     }
 }

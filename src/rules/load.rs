@@ -289,7 +289,7 @@ fn check_owner(
     }
 }
 
-fn type_name(ft: &std::fs::FileType) -> &'static str {
+pub(crate) fn type_name(ft: &std::fs::FileType) -> &'static str {
     if ft.is_fifo() {
         "FIFO"
     } else if ft.is_socket() {

@@ -23,13 +23,14 @@ pub use compile::{
     system_user_lookup, CpuTarget, GlobList, PlacementRequest, ProcessMatcher, Rule, ThreadRule,
     UserLookup, COMM_MAX, NAME_MAX,
 };
-pub use error::{LineIndex, Location, RuleError, RuleErrorKind};
+pub use error::{echo, echo_message, LineIndex, Location, RuleError, RuleErrorKind, ECHO_MAX};
+pub(crate) use load::type_name as file_type_name;
 pub use load::{
     collect_paths, compile_text, load_collected, load_dirs, load_paths, read_checked, reload,
     FileOutcome, LoadPolicy, LoadReport, DEFAULT_RULE_DIR, MAX_FILE_SIZE,
 };
 pub use matcher::{
-    slices_of_cgroup, unit_of_cgroup, Explanation, Match, Outcome, ProcessInfo, RuleSet,
+    slices_of_cgroup, unit_of_cgroup, Explanation, Match, ProcessInfo, RuleSet, Standing,
     ThreadAssignment, ThreadInfo, ThreadPlacement, Verdict,
 };
 

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use pinnerd::affinity::restore::Journal;
 use pinnerd::affinity::{AffinityOps, SystemOps};
 use pinnerd::cpuset::CpuSet;
-use pinnerd::manager::{Change, Event, Manager, ManagerConfig};
+use pinnerd::manager::{Change, Input, Manager, ManagerConfig};
+use pinnerd::plan::{Cpus, Plan};
 use pinnerd::rules::{compile_text, LoadPolicy, RuleSet};
 use pinnerd::sysroot::SysRoot;
 use pinnerd::watch::{Connector, ProcFs, ProcMsg};
@@ -29,6 +30,18 @@ pub fn online() -> CpuSet {
         .trim()
         .parse()
         .unwrap()
+}
+
+pub fn on_cpus(online: CpuSet) -> Cpus {
+    Cpus {
+        online,
+        reserved: CpuSet::new(),
+    }
+}
+
+/// New rules, planned on the online CPUs without latency domains (explicit `cpus` only).
+pub fn new_rules(rules: RuleSet) -> Input {
+    Input::RulesChanged(Plan::new(&rules, &on_cpus(online()), None))
 }
 
 pub fn rules(text: &str) -> RuleSet {
@@ -56,8 +69,7 @@ impl Rig {
         let mgr = Manager::new(
             Arc::new(SystemOps::default()),
             Arc::new(ProcFs::default()),
-            None,
-            online(),
+            on_cpus(online()),
             ManagerConfig::default(),
         );
         Rig {
@@ -74,8 +86,7 @@ impl Rig {
             Manager::new(
                 Arc::new(SystemOps::default()),
                 Arc::new(ProcFs::default()),
-                None,
-                online(),
+                on_cpus(online()),
                 ManagerConfig::default(),
             ),
         );
@@ -83,7 +94,7 @@ impl Rig {
         self
     }
 
-    pub fn handle(&mut self, ev: Event) {
+    pub fn handle(&mut self, ev: Input) {
         let c = self.mgr.handle(ev);
         self.changes.extend(c);
         self.mgr.flush().unwrap();
@@ -107,7 +118,7 @@ impl Rig {
                 self.buf.clear();
                 self.conn.read(&mut self.buf).unwrap();
                 for m in std::mem::take(&mut self.buf) {
-                    self.handle(Event::Proc(m));
+                    self.handle(Input::Proc(m));
                 }
             }
         }
@@ -128,7 +139,7 @@ fn every_thread_gets_the_rule_mask_and_gets_its_own_back_when_the_rule_goes() {
     let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let mut rig = Rig::new(8 << 20);
-    rig.handle(Event::RulesChanged(rules(
+    rig.handle(new_rules(rules(
         "[[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"pt-aff-a*\"\n[rule.place]\ncpus = \"1\"\n",
     )));
     let mut h = Helper::spawn(dir.path(), "pt-aff-a1");
@@ -163,7 +174,7 @@ fn every_thread_gets_the_rule_mask_and_gets_its_own_back_when_the_rule_goes() {
     );
     assert!(rig.mgr.explain(pid).contains("applied 1"));
 
-    rig.handle(Event::RulesChanged(RuleSet::default()));
+    rig.handle(new_rules(RuleSet::default()));
     assert!(!rig.mgr.is_managed(pid));
     assert!(all_threads_on(&h, &before), "original masks not restored");
     h.exit();
@@ -174,7 +185,7 @@ fn stopping_restores_and_a_mask_set_by_someone_else_is_left_alone() {
     let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let mut rig = Rig::new(8 << 20).with_journal(dir.path());
-    rig.handle(Event::RulesChanged(rules(
+    rig.handle(new_rules(rules(
         "[[rule]]\nname = \"b\"\n[rule.match]\ncomm = \"pt-aff-b*\"\n[rule.place]\ncpus = \"1\"\n",
     )));
     let mut h = Helper::spawn(dir.path(), "pt-aff-b1");
@@ -191,12 +202,12 @@ fn stopping_restores_and_a_mask_set_by_someone_else_is_left_alone() {
     SystemOps::default()
         .set_affinity(tids[0], &cpus("0"))
         .unwrap();
-    rig.handle(Event::Rescan);
+    rig.handle(Input::Rescan);
     assert!(rig.changes.iter().any(|c| matches!(c,
         Change::Foreign { tid, released: true, .. } if *tid == tids[0])));
     assert_eq!(rig.mgr.counters().foreign_changes, 1);
     // A second check does not fight or report again.
-    rig.handle(Event::Rescan);
+    rig.handle(Input::Rescan);
     assert_eq!(rig.mgr.counters().foreign_changes, 1);
     assert_eq!(mask(tids[0]), cpus("0"));
 
@@ -222,7 +233,7 @@ fn a_crash_leaves_a_journal_that_the_next_start_restores() {
     let pid = h.pid;
     {
         let mut rig = Rig::new(8 << 20).with_journal(dir.path());
-        rig.handle(Event::RulesChanged(rules(
+        rig.handle(new_rules(rules(
             "[[rule]]\nname = \"c\"\n[rule.match]\ncomm = \"pt-aff-c*\"\n[rule.place]\ncpus = \"1\"\n",
         )));
         assert!(rig.mgr.is_managed(pid), "the start rescan matches it");
@@ -262,7 +273,7 @@ fn exit_races_and_pid_identity() {
 
     // Processes that exit while being matched and pinned: no error, nothing left.
     let mut rig = Rig::new(8 << 20);
-    rig.handle(Event::RulesChanged(rules(
+    rig.handle(new_rules(rules(
         "[[rule]]\nname = \"d\"\n[rule.match]\ncomm = \"pt-aff-d*\"\n[rule.place]\ncpus = \"1\"\n",
     )));
     for i in 0..20 {
@@ -276,7 +287,7 @@ fn exit_races_and_pid_identity() {
         h.kill();
     }
     rig.pump_for(Duration::from_millis(500));
-    rig.handle(Event::Rescan);
+    rig.handle(Input::Rescan);
     assert_eq!(rig.mgr.managed_processes(), 0);
     assert_eq!(rig.mgr.counters().failed, 0);
     assert_eq!(rig.mgr.counters().permission, 0);
@@ -350,7 +361,7 @@ fn a_cpuset_narrows_or_refuses_and_the_outcome_says_so() {
     set.add(refused.pid);
     assert_eq!(mask(narrowed.pid), cpus("0"));
     let mut rig = Rig::new(8 << 20);
-    rig.handle(Event::RulesChanged(rules(
+    rig.handle(new_rules(rules(
         "[[rule]]\nname = \"n\"\n[rule.match]\ncomm = \"pt-aff-n*\"\n[rule.place]\ncpus = \"0-1\"\n\
          [[rule]]\nname = \"r\"\n[rule.match]\ncomm = \"pt-aff-r*\"\n[rule.place]\ncpus = \"1\"\n",
     )));
@@ -384,7 +395,7 @@ fn a_cpuset_narrows_or_refuses_and_the_outcome_says_so() {
     );
     let refused_before = rig.mgr.counters().refused;
     // No retry loop: a rescan does not try again.
-    rig.handle(Event::Rescan);
+    rig.handle(Input::Rescan);
     assert_eq!(rig.mgr.counters().refused, refused_before);
     let row = rig
         .mgr

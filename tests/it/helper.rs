@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc;
 
+use pinnerd::CpuSet;
+
 const HELPER_ENV: &str = "PINNERD_IT_HELPER";
 
 /// The test that is the helper's entry point. Run normally, it checks the helper
@@ -69,11 +71,78 @@ fn serve() -> ! {
                 writeln!(out, "tids {}", tids.join(" ")).unwrap();
                 out.flush().unwrap();
             }
+            ["churn", rate, secs, life_ms, name, cpus] => {
+                let (rate, secs, life_ms): (u64, u64, u64) = (
+                    rate.parse().unwrap(),
+                    secs.parse().unwrap(),
+                    life_ms.parse().unwrap(),
+                );
+                let want: pinnerd::CpuSet = cpus.parse().unwrap();
+                let name = name.to_string();
+                let (churned, missed) = churn(rate, secs, life_ms, &name, &want);
+                writeln!(out, "churned {churned} missed {missed}").unwrap();
+                out.flush().unwrap();
+            }
             ["exit"] => std::process::exit(0),
             _ => {}
         }
     }
     std::process::exit(0)
+}
+
+/// `rate` threads a second for `secs`, each named `name` and living `life_ms`, polling
+/// its own mask every 5 ms. Returns how many ran and how many never saw `want` while
+/// alive (missed: not late, never).
+fn churn(rate: u64, secs: u64, life_ms: u64, name: &str, want: &pinnerd::CpuSet) -> (u64, u64) {
+    use pinnerd::affinity::AffinityOps;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let missed = Arc::new(AtomicU64::new(0));
+    let mut handles = std::collections::VecDeque::new();
+    let start = Instant::now();
+    let mut spawned = 0u64;
+    while start.elapsed() < Duration::from_secs(secs) {
+        let due = (start.elapsed().as_secs_f64() * rate as f64) as u64;
+        while spawned < due {
+            let (missed, want) = (missed.clone(), want.clone());
+            let h = std::thread::Builder::new()
+                .name(name.to_string())
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    let born = Instant::now();
+                    let ops = pinnerd::affinity::SystemOps::default();
+                    // SAFETY: gettid has no preconditions.
+                    let me = unsafe { libc::gettid() };
+                    let mut seen = false;
+                    while born.elapsed() < Duration::from_millis(life_ms) {
+                        let mine = ops.get_affinity(me).expect("our own mask");
+                        if mine == want {
+                            seen = true;
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    if !seen {
+                        missed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    std::thread::sleep(
+                        Duration::from_millis(life_ms).saturating_sub(born.elapsed()),
+                    );
+                })
+                .unwrap();
+            handles.push_back(h);
+            spawned += 1;
+        }
+        while handles.front().is_some_and(|h| h.is_finished()) {
+            handles.pop_front().unwrap().join().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    (spawned, missed.load(Ordering::Relaxed))
 }
 
 /// A running helper.
@@ -146,6 +215,28 @@ impl Helper {
         }
     }
 
+    /// Starts thread churn in the helper (see [`churn`]); [`Helper::churn_result`]
+    /// waits for its end.
+    pub fn start_churn(&mut self, rate: u64, secs: u64, life_ms: u64, name: &str, want: &CpuSet) {
+        writeln!(self.stdin, "churn {rate} {secs} {life_ms} {name} {want}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// `(threads run, threads never pinned)` of the churn started last.
+    pub fn churn_result(&mut self) -> (u64, u64) {
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "helper died");
+            if let Some(i) = line.find("churned ") {
+                let w: Vec<u64> = line[i..]
+                    .split_whitespace()
+                    .filter_map(|x| x.parse().ok())
+                    .collect();
+                return (w[0], w[1]);
+            }
+        }
+    }
+
     /// Every thread id of the helper now.
     pub fn tids(&self) -> Vec<i32> {
         let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{}/task", self.pid))
@@ -174,5 +265,31 @@ impl Drop for Helper {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// What one run of the pinnerd binary left: its status and its output as text.
+#[derive(Debug)]
+pub struct Run {
+    pub status: std::process::ExitStatus,
+    /// The exit code; -1 when a signal ended it.
+    pub code: i32,
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the pinnerd binary with `args` and waits for it: the one way tests run it.
+pub fn pinnerd(args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(args)
+        .output()
+        .expect("run pinnerd");
+    Run {
+        status: out.status,
+        code: out.status.code().unwrap_or(-1),
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
     }
 }

@@ -1,16 +1,22 @@
 //! Integration tests: one binary, one module per area.
 
 mod affinity;
+mod bad_input;
 mod cli_smoke;
+mod commands;
 mod daemon;
+mod daemon_pinning;
 mod export;
 mod fleet;
+mod fuzz_checks;
+mod fuzz_replay;
 mod helper;
 mod measure;
 mod metrics;
 mod packaging;
 mod placement;
 mod rules;
+mod soak;
 mod topology;
 mod watch;
 

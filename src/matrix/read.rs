@@ -1,0 +1,312 @@
+//! Reading a matrix file that anyone may have written (`--matrix FILE`, the daemon's
+//! store) without trusting it: bounded before a byte is parsed and while parsing.
+//!
+//! Owns: the limits ([`MAX_MATRIX_CPUS`], [`MAX_MATRIX_FILE_SIZE`]…), refusing
+//! non-regular files by type before opening (a FIFO would block the open, `/dev/zero`
+//! never ends), the streaming JSON read with a cap on every string and every array,
+//! and the bounded deserialisers the [`LatencyMatrix`] fields use.
+//! Must not touch: what a matrix means (see the parent module).
+//!
+//! Memory: a JSON file is parsed from a buffered reader, never held whole, so what it
+//! costs is the parsed matrix: at most 1024² cells of 16 bytes (16 MiB), one stats
+//! entry per pair (25 MiB) and 256 warnings of at most 16 KiB. A CSV file (at most
+//! 32 MiB) is read whole, then its cells are allocated only once its first row has
+//! shown there are at most 1024 CPUs.
+
+use std::fmt;
+use std::fs::File;
+use std::io::{BufReader, Read, Seek};
+use std::marker::PhantomData;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+
+use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
+
+use super::{LatencyMatrix, MatrixError, PairStats};
+
+/// Most CPUs a matrix may have: 1024² cells take 16 MiB. A larger file is refused
+/// while parsing, before its cells are allocated.
+pub const MAX_MATRIX_CPUS: usize = 1024;
+/// Largest matrix file opened at all (a pretty-printed 1024-CPU matrix with per-pair
+/// statistics is about 130 MB).
+pub const MAX_MATRIX_FILE_SIZE: u64 = 256 << 20;
+/// Largest CSV matrix: CSV is read whole (a 1024-CPU one is about 10 MB).
+pub const MAX_CSV_SIZE: u64 = 32 << 20;
+/// Longest JSON string (a warning, the fingerprint…), in bytes as written.
+pub const MAX_JSON_STRING: usize = 16 << 10;
+/// Most warnings a matrix file may carry.
+pub const MAX_WARNINGS: usize = 256;
+/// Most per-pair statistics entries: one per pair of the largest matrix.
+pub const MAX_STATS: usize = MAX_MATRIX_CPUS * (MAX_MATRIX_CPUS - 1) / 2;
+
+/// Opens `path` for reading if it is a regular file of at most
+/// [`MAX_MATRIX_FILE_SIZE`] bytes. The type is checked before opening (opening a FIFO
+/// blocks until a writer comes) and again on the open descriptor.
+pub(super) fn open_regular(path: &Path) -> Result<(File, u64), MatrixError> {
+    let read_err = |source| MatrixError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let refused = |reason: String| MatrixError::Refused {
+        path: path.to_owned(),
+        reason,
+    };
+    let md = std::fs::metadata(path).map_err(read_err)?;
+    if !md.file_type().is_file() {
+        return Err(refused(format!(
+            "not a regular file but a {}",
+            crate::rules::file_type_name(&md.file_type())
+        )));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .map_err(read_err)?;
+    let md = file.metadata().map_err(read_err)?;
+    if !md.file_type().is_file() {
+        return Err(refused(format!(
+            "not a regular file but a {}",
+            crate::rules::file_type_name(&md.file_type())
+        )));
+    }
+    if md.len() > MAX_MATRIX_FILE_SIZE {
+        return Err(refused(format!(
+            "{} bytes is over the {MAX_MATRIX_FILE_SIZE}-byte limit for a matrix file",
+            md.len()
+        )));
+    }
+    Ok((file, md.len()))
+}
+
+/// Whether the file's first non-blank byte is `{` (JSON). Leaves the file at offset 0.
+pub(super) fn is_json(file: &mut File, path: &Path) -> Result<bool, MatrixError> {
+    let read_err = |source| MatrixError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let mut buf = [0u8; 4096];
+    let mut seen: u64 = 0;
+    let first = loop {
+        let n = file.read(&mut buf).map_err(read_err)?;
+        seen += n as u64;
+        if n == 0 || seen > MAX_MATRIX_FILE_SIZE {
+            break None;
+        }
+        if let Some(b) = buf[..n].iter().find(|b| !b.is_ascii_whitespace()) {
+            break Some(*b);
+        }
+    };
+    file.rewind().map_err(read_err)?;
+    Ok(first == Some(b'{'))
+}
+
+/// Reads the whole (CSV) file as UTF-8 text, refusing more than [`MAX_CSV_SIZE`] bytes.
+pub(super) fn read_csv_text(file: File, path: &Path) -> Result<String, MatrixError> {
+    let mut buf = Vec::new();
+    file.take(MAX_CSV_SIZE + 1)
+        .read_to_end(&mut buf)
+        .map_err(|source| MatrixError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+    if buf.len() as u64 > MAX_CSV_SIZE {
+        return Err(MatrixError::Refused {
+            path: path.to_owned(),
+            reason: format!("over the {MAX_CSV_SIZE}-byte limit for a CSV matrix"),
+        });
+    }
+    String::from_utf8(buf).map_err(|e| MatrixError::Refused {
+        path: path.to_owned(),
+        reason: format!(
+            "not valid UTF-8 (first bad byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ),
+    })
+}
+
+/// Parses JSON from `reader` with every string capped at [`MAX_JSON_STRING`] bytes.
+pub(super) fn json_from_reader(
+    reader: impl Read,
+    path: &Path,
+) -> Result<LatencyMatrix, MatrixError> {
+    let limited = StringLimit::new(reader.take(MAX_MATRIX_FILE_SIZE + 1));
+    serde_json::from_reader(BufReader::new(limited)).map_err(|e| json_error(e, path))
+}
+
+/// A JSON error as a [`MatrixError`]: with a position when serde_json has one.
+pub(super) fn json_error(e: serde_json::Error, path: &Path) -> MatrixError {
+    if e.is_io() {
+        MatrixError::Refused {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        }
+    } else {
+        // serde_json ends its message with " at line L column C"; the position is
+        // already in front.
+        let text = e.to_string();
+        let what = text
+            .rsplit_once(" at line ")
+            .map_or(text.as_str(), |(m, _)| m);
+        MatrixError::Parse {
+            path: path.to_owned(),
+            line: e.line(),
+            message: format!("column {}: {what}", e.column()),
+        }
+    }
+}
+
+/// A reader that fails once any JSON string literal passes [`MAX_JSON_STRING`] bytes,
+/// so that serde_json never buffers a huge string. It follows the only context in
+/// JSON where bytes are not structure: between unescaped double quotes.
+struct StringLimit<R> {
+    inner: R,
+    in_string: bool,
+    escape: bool,
+    len: usize,
+}
+
+impl<R> StringLimit<R> {
+    fn new(inner: R) -> Self {
+        StringLimit {
+            inner,
+            in_string: false,
+            escape: false,
+            len: 0,
+        }
+    }
+}
+
+impl<R: Read> Read for StringLimit<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        for &b in &buf[..n] {
+            if !self.in_string {
+                if b == b'"' {
+                    self.in_string = true;
+                    self.len = 0;
+                }
+                continue;
+            }
+            if self.escape {
+                self.escape = false;
+            } else if b == b'\\' {
+                self.escape = true;
+            } else if b == b'"' {
+                self.in_string = false;
+                continue;
+            }
+            self.len += 1;
+            if self.len > MAX_JSON_STRING {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("a string longer than {MAX_JSON_STRING} bytes"),
+                ));
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// A JSON array of at most `MAX` elements, refused as soon as element `MAX + 1`
+/// starts, before it is allocated.
+struct Bounded<T, const MAX: usize>(Vec<T>);
+
+impl<'de, T: Deserialize<'de>, const MAX: usize> Deserialize<'de> for Bounded<T, MAX> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T, const MAX: usize>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>, const MAX: usize> Visitor<'de> for V<T, MAX> {
+            type Value = Bounded<T, MAX>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "an array of at most {MAX} elements")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+                let mut out = Vec::new();
+                while let Some(v) = seq.next_element()? {
+                    if out.len() == MAX {
+                        return Err(de::Error::custom(format!(
+                            "more than {MAX} entries, the most accepted"
+                        )));
+                    }
+                    out.push(v);
+                }
+                Ok(Bounded(out))
+            }
+        }
+        d.deserialize_seq(V(PhantomData))
+    }
+}
+
+/// `cpus`: at most [`MAX_MATRIX_CPUS`] ids, each at most [`crate::cpuset::MAX_CPU_ID`].
+pub(super) fn cpus<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error> {
+    let Bounded(v) = Bounded::<u32, MAX_MATRIX_CPUS>::deserialize(d)
+        .map_err(|e| de::Error::custom(format!("`cpus`: {e}")))?;
+    if let Some(c) = v.iter().find(|&&c| c > crate::cpuset::MAX_CPU_ID) {
+        return Err(de::Error::custom(format!(
+            "`cpus`: CPU {c} is over the largest CPU id {}",
+            crate::cpuset::MAX_CPU_ID
+        )));
+    }
+    Ok(v)
+}
+
+/// `latency_ns`: at most [`MAX_MATRIX_CPUS`] rows of at most as many cells.
+pub(super) fn cells<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<Option<f64>>>, D::Error> {
+    let Bounded(rows) =
+        Bounded::<Bounded<Option<f64>, MAX_MATRIX_CPUS>, MAX_MATRIX_CPUS>::deserialize(d)
+            .map_err(|e| de::Error::custom(format!("`latency_ns`: {e}")))?;
+    Ok(rows.into_iter().map(|Bounded(r)| r).collect())
+}
+
+/// `stats`: at most [`MAX_STATS`] entries.
+pub(super) fn stats<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PairStats>, D::Error> {
+    let Bounded(v) = Bounded::<PairStats, MAX_STATS>::deserialize(d)
+        .map_err(|e| de::Error::custom(format!("`stats`: {e}")))?;
+    Ok(v)
+}
+
+/// `warnings`: at most [`MAX_WARNINGS`].
+pub(super) fn warnings<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    let Bounded(v) = Bounded::<String, MAX_WARNINGS>::deserialize(d)
+        .map_err(|e| de::Error::custom(format!("`warnings`: {e}")))?;
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn string_limit_counts_only_inside_strings() {
+        let long = format!("{{\"k\": \"{}\"}}", "a".repeat(MAX_JSON_STRING));
+        let mut out = Vec::new();
+        StringLimit::new(long.as_bytes())
+            .read_to_end(&mut out)
+            .unwrap();
+        let too_long = format!("{{\"k\": \"{}\"}}", "a".repeat(MAX_JSON_STRING + 1));
+        let e = StringLimit::new(too_long.as_bytes())
+            .read_to_end(&mut Vec::new())
+            .unwrap_err();
+        assert!(e.to_string().contains("string longer than"), "{e}");
+        // An escaped quote does not end the string; what follows still counts.
+        let escaped = format!("[\"\\\"{}\"]", "b".repeat(MAX_JSON_STRING));
+        assert!(StringLimit::new(escaped.as_bytes())
+            .read_to_end(&mut Vec::new())
+            .is_err());
+        // Numbers and whitespace outside strings are not limited.
+        let wide = format!("[{}1]", " ".repeat(MAX_JSON_STRING * 2));
+        StringLimit::new(wide.as_bytes())
+            .read_to_end(&mut Vec::new())
+            .unwrap();
+    }
+
+    #[test]
+    fn bounded_arrays_stop_at_the_limit() {
+        let ok: Bounded<u8, 3> = serde_json::from_str("[1,2,3]").unwrap();
+        assert_eq!(ok.0, vec![1, 2, 3]);
+        let e = serde_json::from_str::<Bounded<u8, 3>>("[1,2,3,4]")
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("more than 3 entries"), "{e}");
+    }
+}

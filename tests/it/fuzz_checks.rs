@@ -1,0 +1,178 @@
+//! What the fuzz targets check, shared word for word by the targets in `fuzz/` (which
+//! include this file) and by `fuzz_replay`, which runs every kept corpus file and crash
+//! reproducer through it in `cargo test`. Each check takes any bytes; nothing may
+//! panic, and whatever is accepted must survive its own print-and-parse round trip.
+
+use std::path::Path;
+
+use pinnerd::affinity::restore::Journal;
+use pinnerd::matrix::LatencyMatrix;
+use pinnerd::rules::{self, format, LoadPolicy, ProcessInfo, ThreadInfo};
+use pinnerd::settings::Settings;
+
+fn processes() -> Vec<ProcessInfo> {
+    let base = ProcessInfo {
+        pid: 1,
+        comm: "md-feed".into(),
+        exe: Some("/opt/md/bin/md-feed".into()),
+        cmdline: vec!["md-feed".into(), "--venue=X".into()],
+        uid: 0,
+        cgroup: Some("/system.slice/md-feed.service".into()),
+        threads: vec![
+            ThreadInfo {
+                tid: 1,
+                comm: "md-feed".into(),
+            },
+            ThreadInfo {
+                tid: 2,
+                comm: "rx-0".into(),
+            },
+        ],
+    };
+    vec![
+        base.clone(),
+        ProcessInfo {
+            comm: "a".into(),
+            exe: None,
+            cgroup: None,
+            ..base.clone()
+        },
+        ProcessInfo {
+            comm: "".into(),
+            cmdline: vec![],
+            uid: 1000,
+            ..base
+        },
+    ]
+}
+
+/// Any bytes as a rule file in `dir`: load (safety checks, UTF-8), parse, validate,
+/// compile to a matcher, match and explain. Every error names the file; the fast path
+/// and `Explain` agree; whatever parses survives a print-and-parse round trip.
+pub fn rules_load(dir: &Path, data: &[u8]) {
+    let file = dir.join("fuzz.toml");
+    std::fs::write(&file, data).expect("write fuzz input");
+    let report = rules::load_dirs(&[dir.to_path_buf()], &LoadPolicy::unchecked());
+    for e in &report.errors {
+        assert!(e.to_string().starts_with(&file.display().to_string()));
+    }
+    for p in processes() {
+        let m = report.rules.match_process(&p);
+        let why = report.rules.explain(&p);
+        assert_eq!(
+            m.map(|m| m.rule.name.clone()),
+            why.winner.map(|w| w.rule.name.clone())
+        );
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(parsed) = format::parse(text) {
+            let printed = format::to_toml(&parsed).expect("a parsed file prints");
+            let again = format::parse(&printed).expect("a printed file parses");
+            assert_eq!(again, parsed);
+        }
+    }
+}
+
+/// The same CPUs and cells, bit for bit (serde_json's `float_roundtrip` makes JSON
+/// exact; its default parser could be one ulp off).
+fn same_matrix(a: &LatencyMatrix, b: &LatencyMatrix) {
+    assert_eq!(a.cpus, b.cpus);
+    assert_eq!(a.latency_ns, b.latency_ns);
+}
+
+/// Any bytes as core-to-core-latency CSV: an error names the file and a line; an
+/// accepted matrix is valid and survives `to_csv` → `from_csv`.
+pub fn matrix_csv(data: &[u8]) {
+    let path = Path::new("fuzz.csv");
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match LatencyMatrix::from_csv(text, path) {
+        Err(e) => assert!(e.to_string().starts_with("fuzz.csv:"), "{e}"),
+        Ok(m) => {
+            m.validate().expect("an imported matrix is valid");
+            assert!(m.len() <= pinnerd::matrix::read::MAX_MATRIX_CPUS);
+            let again = LatencyMatrix::from_csv(&m.to_csv(), path).expect("to_csv parses");
+            same_matrix(&m, &again);
+            let _ = m.summary();
+        }
+    }
+}
+
+/// Any bytes as a matrix file read by `LatencyMatrix::load` (the path every `--matrix`
+/// and the daemon's store take: type and size checks, the format sniff, the bounded
+/// streaming JSON reader). An accepted matrix is valid, within the limits, and survives
+/// JSON → `from_json`; the in-memory reader agrees with the streaming one.
+pub fn matrix_file(dir: &Path, data: &[u8]) {
+    let path = dir.join("fuzz-matrix");
+    std::fs::write(&path, data).expect("write fuzz input");
+    let loaded = LatencyMatrix::load(&path);
+    let is_json = data
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{');
+    if is_json {
+        if let Ok(text) = std::str::from_utf8(data) {
+            let in_memory = LatencyMatrix::from_json(text, &path);
+            if let (Ok(a), Ok(b)) = (&loaded, &in_memory) {
+                same_matrix(a, b);
+            }
+            // A string over the streaming reader's limit is the one thing only it
+            // refuses.
+            if loaded.is_ok() {
+                assert!(in_memory.is_ok(), "{:?}", in_memory.err());
+            }
+        }
+    }
+    match loaded {
+        Err(e) => assert!(
+            e.to_string().starts_with(&path.display().to_string()),
+            "{e}"
+        ),
+        Ok(m) => {
+            m.validate().expect("a loaded matrix is valid");
+            assert!(m.len() <= pinnerd::matrix::read::MAX_MATRIX_CPUS);
+            let json = serde_json::to_string(&m).expect("a matrix serialises");
+            let again = LatencyMatrix::from_json(&json, &path).expect("its JSON parses");
+            same_matrix(&m, &again);
+            assert_eq!(m.stats.len(), again.stats.len());
+            assert_eq!(m.warnings, again.warnings);
+            let _ = m.summary();
+            let _ = m.check_against(&"0-3".parse().unwrap());
+        }
+    }
+}
+
+/// Any bytes as the settings file: an error names the file; accepted settings survive
+/// `to_toml` → `parse` unchanged.
+pub fn settings(data: &[u8]) {
+    let path = Path::new("fuzz.toml");
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    match Settings::parse(path, text) {
+        Err(e) => assert!(e.to_string().starts_with("fuzz.toml:"), "{e}"),
+        Ok(s) => {
+            let again = Settings::parse(path, &s.to_toml()).expect("printed settings parse");
+            assert_eq!(again, s);
+        }
+    }
+}
+
+/// Any bytes as the restore journal: an error names the journal; an accepted journal
+/// is saved and read back unchanged.
+pub fn restore_journal(dir: &Path, data: &[u8]) {
+    let journal = Journal::new(dir);
+    std::fs::write(journal.path(), data).expect("write fuzz input");
+    match journal.load() {
+        Err(e) => assert!(
+            e.to_string()
+                .starts_with(&journal.path().display().to_string()),
+            "{e}"
+        ),
+        Ok(entries) => {
+            journal.save(&entries).expect("save what was read");
+            assert_eq!(journal.load().expect("read what was saved"), entries);
+        }
+    }
+}
