@@ -85,6 +85,8 @@ pub enum Command {
     Diff(fleet::DiffArgs),
     /// Compare many machines of one CPU model and find the outliers.
     Fleet(fleet::FleetArgs),
+    /// Print the running daemon's metrics in the Prometheus text format.
+    Metrics(client::BusArgs),
     /// Print what pinnerd knows in another engine's format (Kubernetes NFD, hwloc).
     Export(export::ExportArgs),
 }
@@ -126,6 +128,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Diff(args) => fleet::run_diff(args),
         Command::Fleet(args) => fleet::run_fleet(args),
         Command::Export(args) => export::run(args),
+        Command::Metrics(args) => client::metrics(args),
     }
 }
 

@@ -27,6 +27,7 @@ use crate::manager::{self, Change, Manager};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::measure::{self, LoadGuard, MeasureConfig};
+use crate::metrics::{self, MetricsSnapshot};
 use crate::placement::{self, Placement, Policy, Request, SmtPolicy};
 use crate::plan::{Choose, Cpus, Plan};
 use crate::rules::{self, CpuTarget, LoadPolicy, LoadReport, PlacementRequest};
@@ -108,6 +109,8 @@ pub struct State {
     /// Why the proc connector is not available (rescans only), if it is not.
     watch_down: Option<String>,
     next_rescan: Option<Instant>,
+    /// The event-to-pin histogram and the textfile's schedule.
+    metrics: metrics::Kept,
     /// A journal write deferred after process events (see [`JOURNAL_DELAY`]).
     journal_due: Option<Instant>,
     schedule: Schedule,
@@ -139,6 +142,7 @@ impl State {
             manager: None,
             watch_down: None,
             next_rescan: None,
+            metrics: metrics::Kept::default(),
             journal_due: None,
             last_failure: None,
             rules: LoadReport::default(),
@@ -349,7 +353,9 @@ impl State {
             Event::Measured(outcome) => self.measured(*outcome),
             Event::Proc(msgs) => {
                 let Some(m) = &mut self.manager else { return };
+                let read_at = Instant::now();
                 let changes = m.handle_batch(msgs);
+                self.metrics.pins_after(read_at, &changes);
                 for c in &changes {
                     log_change(c);
                 }
@@ -392,6 +398,7 @@ impl State {
                 })
             }
             Command::GetMatrix => Ok(self.matrix_reply()),
+            Command::Metrics => Ok(Reply::Text(self.metrics_text())),
             Command::ListManaged => Ok(Reply::Managed(
                 self.manager
                     .as_ref()
@@ -915,6 +922,9 @@ impl State {
                 self.fingerprint_changed(now);
             }
         }
+        if let Some(dir) = self.metrics.textfile_due(now, &self.settings.metrics) {
+            metrics::textfile::write_logged(&dir, &self.metrics_text());
+        }
         if let Some(due) = self.next_rescan {
             if now >= due {
                 let every = self
@@ -935,6 +945,20 @@ impl State {
             Some(Due::Drift) => self.start_drift_probe(),
             None => {}
         }
+    }
+
+    /// What `pinnerd metrics` prints and the textfile holds.
+    fn metrics_text(&mut self) -> String {
+        let _ = self.domains(); // the levels; without domains the rest still shows
+        let (d, m) = (self.domains.as_ref(), self.current.as_ref());
+        let c = self.manager.as_ref().map(Manager::counters);
+        metrics::render(&MetricsSnapshot::of_daemon(
+            self.snapshot(),
+            d,
+            m,
+            c,
+            &self.metrics,
+        ))
     }
 
     fn status(&mut self) {
@@ -1114,6 +1138,41 @@ mod tests {
         assert_eq!(j.len(), 1, "no stored matrix: one full measurement");
         assert!(matches!(j[0].kind, JobKind::Full));
         (s, d, j[0].clone())
+    }
+
+    #[test]
+    fn metrics_answer_and_the_textfile_is_written_each_period() {
+        let (mut s, d, job) = started(Timing::default());
+        let Reply::Text(text) = s.command(Command::Metrics).unwrap() else {
+            panic!()
+        };
+        assert!(
+            text.contains("pinnerd_state{state=\"measuring\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("pinnerd_matrix_trusted 0\n"), "{text}");
+        assert!(!text.contains("pinnerd_matrix_age_seconds"), "{text}");
+        s.handle(ok_matrix(&job));
+        let dir = d.path().join("textfile");
+        std::fs::create_dir(&dir).unwrap();
+        s.settings.metrics.textfile_dir = dir.clone();
+        s.settings.metrics.textfile_period =
+            crate::settings::HumanDuration(Duration::from_secs(15));
+        let t0 = Instant::now();
+        s.handle(Event::Tick(t0));
+        let file = dir.join("pinnerd.prom");
+        let first = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            first.contains("pinnerd_state{state=\"ready\"} 1\n"),
+            "{first}"
+        );
+        assert!(first.contains("pinnerd_matrix_age_seconds "), "{first}");
+        assert!(first.contains("pinnerd_rescans_total "), "{first}");
+        std::fs::remove_file(&file).unwrap();
+        s.handle(Event::Tick(t0 + Duration::from_secs(14)));
+        assert!(!file.exists(), "written before its period");
+        s.handle(Event::Tick(t0 + Duration::from_secs(15)));
+        assert!(file.exists());
     }
 
     #[test]

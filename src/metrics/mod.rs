@@ -12,7 +12,7 @@
 //!
 //! Owns: [`Counters`] and [`Histogram`] (kept by the daemon), [`MetricsSnapshot`] and
 //! its rendering; `textfile` writes the result for node_exporter. Must not touch: the
-//! daemon's state or clocks (the caller passes `now`).
+//! daemon's state (the loop hands its parts to [`MetricsSnapshot::of_daemon`]).
 
 pub mod textfile;
 
@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 /// The daemon's states, in the order the `pinnerd_state` family lists them.
 pub const STATES: [&str; 4] = ["starting", "measuring", "ready", "degraded"];
 
-/// Every outcome of setting a task's affinity (`affinity::Outcome::as_str`), listed even
+/// Every outcome of setting a task's affinity (`affinity::Outcome::label`), listed even
 /// when zero so a rate query never sees a series appear from nothing.
 pub const OUTCOMES: [&str; 7] = [
     "applied",
@@ -82,7 +82,7 @@ impl Histogram {
 pub struct Counters {
     /// Affinity sets by outcome, in the order of [`OUTCOMES`].
     pub pin_outcomes: [u64; OUTCOMES.len()],
-    /// From the kernel event (or the rescan) that revealed a task to its pin.
+    /// From reading a batch of proc connector events to each pin it made.
     pub event_to_pin_seconds: Histogram,
     /// Times the kernel dropped proc connector events (ENOBUFS).
     pub connector_overruns: u64,
@@ -102,7 +102,7 @@ impl Default for Counters {
 }
 
 impl Counters {
-    /// Counts one outcome by its name (`affinity::Outcome::as_str`); an unknown name is
+    /// Counts one outcome by its name (`affinity::Outcome::label`); an unknown name is
     /// counted as `failed` so nothing is lost.
     pub fn pin_outcome(&mut self, kind: &str) {
         let k = OUTCOMES
@@ -136,6 +136,109 @@ pub struct MetricsSnapshot {
     pub managed_processes: u32,
     pub managed_threads: u32,
     pub counters: Counters,
+}
+
+/// What the daemon loop keeps for its metrics besides the manager's counters: the
+/// event-to-pin histogram and when the textfile is due.
+#[derive(Debug, Clone)]
+pub struct Kept {
+    pub event_to_pin: Histogram,
+    next_textfile: Option<std::time::Instant>,
+}
+
+impl Default for Kept {
+    fn default() -> Self {
+        Kept {
+            event_to_pin: Histogram::new(&DELAY_BUCKETS),
+            next_textfile: None,
+        }
+    }
+}
+
+impl Kept {
+    /// Records the delay from reading a batch of proc events (`read_at`) to now for
+    /// every thread the batch pinned (applied or narrowed).
+    pub fn pins_after(&mut self, read_at: std::time::Instant, changes: &[crate::manager::Change]) {
+        let delay = read_at.elapsed().as_secs_f64();
+        for c in changes {
+            if let crate::manager::Change::Pinned { outcome, .. } = c {
+                if outcome.effective().is_some() {
+                    self.event_to_pin.observe(delay);
+                }
+            }
+        }
+    }
+
+    /// The textfile directory when a write is due at `now` (and schedules the next).
+    pub fn textfile_due(
+        &mut self,
+        now: std::time::Instant,
+        s: &crate::settings::MetricsSettings,
+    ) -> Option<std::path::PathBuf> {
+        if s.textfile_dir.as_os_str().is_empty() {
+            self.next_textfile = None;
+            return None;
+        }
+        if self.next_textfile.is_some_and(|due| now < due) {
+            return None;
+        }
+        self.next_textfile = Some(now + s.textfile_period.0);
+        Some(s.textfile_dir.clone())
+    }
+}
+
+impl MetricsSnapshot {
+    /// The snapshot of a running daemon, at the current time: its published snapshot,
+    /// the domains and matrix in use, the manager's counters and what the loop keeps.
+    pub fn of_daemon(
+        snapshot: crate::api::Snapshot,
+        domains: Option<&crate::domains::Domains>,
+        matrix: Option<&crate::matrix::LatencyMatrix>,
+        manager: Option<&crate::manager::Counters>,
+        kept: &Kept,
+    ) -> MetricsSnapshot {
+        let mut counters = Counters {
+            event_to_pin_seconds: kept.event_to_pin.clone(),
+            ..Counters::default()
+        };
+        if let Some(c) = manager {
+            counters.pin_outcomes = [
+                c.applied,
+                c.narrowed,
+                c.refused,
+                c.gone,
+                c.kernel_threads,
+                c.permission,
+                c.failed,
+            ];
+            counters.connector_overruns = c.overruns;
+            counters.rescans = c.rescans;
+        }
+        let levels = domains.map_or_else(Vec::new, |d| {
+            crate::fleet::level_labels(d.levels())
+                .into_iter()
+                .zip(d.levels().iter().map(|l| l.latency_ns))
+                .collect()
+        });
+        let s = snapshot;
+        MetricsSnapshot {
+            version: s.version,
+            state: s.state.as_str().to_string(),
+            levels,
+            matrix_trusted: domains.is_some_and(|d| d.trust() == crate::domains::Trust::Matrix),
+            matrix_measured_at_us: matrix.and_then(|m| m.measured_at_us),
+            matrix_measure_seconds: matrix.and_then(|m| m.measure_seconds),
+            now_us: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_micros() as u64),
+            cpus: s.cpu_count,
+            rules: s.rule_count,
+            rule_errors: s.rule_errors.len() as u32,
+            managed_processes: s.managed_processes,
+            managed_threads: s.managed_threads,
+            counters,
+        }
+    }
 }
 
 /// A float as Prometheus writes one.
@@ -282,7 +385,7 @@ pub fn render(s: &MetricsSnapshot) -> String {
         &mut o,
         "pinnerd_event_to_pin_delay_seconds",
         "histogram",
-        "Delay from the kernel event (or the rescan) that revealed a task to its pin.",
+        "Delay from reading a batch of proc connector events to each pin it made (applied or narrowed).",
     );
     let mut cumulative = 0;
     for (b, n) in h.bounds.iter().zip(&h.buckets) {
