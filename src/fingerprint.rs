@@ -3,14 +3,16 @@
 //!
 //! ```text
 //! proc/cpuinfo (vendor, family, model, stepping, microcode, hypervisor flag)
-//! proc/sys/kernel/osrelease          sys/devices/system/cpu/{online,smt/control,smt/active}
+//! proc/sys/kernel/osrelease          sys/devices/system/cpu/{possible,present}
 //! sys/class/dmi/id/bios_{vendor,version,date}          sys/hypervisor/type
 //!        └──────────────► FingerprintInputs ──► canonical text ──► FNV-1a 64 ──► hex
 //! ```
 //!
-//! Only values that survive a reboot of the same machine go in (no frequencies, no
-//! bogomips); a BIOS update, an SMT toggle, a CPU taken offline, a microcode or kernel
-//! update change it. The hash is FNV-1a 64 written out here, so it is the same on every
+//! Only values that identify the hardware and survive a reboot of the same machine go
+//! in (no frequencies, no bogomips): a BIOS, microcode or kernel update, or CPUs added or
+//! removed (possible/present) change it. The online set and the SMT state are read for
+//! display but not hashed: a CPU taken offline or an SMT toggle at run time leaves the
+//! hardware as it was, and the stored matrix keeps its cells (see `matrix::keep`). The hash is FNV-1a 64 written out here, so it is the same on every
 //! build and Rust release (std's `DefaultHasher` promises neither).
 //!
 //! Must not touch: topology parsing (it reads the online list itself), matrix storage.
@@ -24,7 +26,7 @@ use crate::cpuset::CpuSet;
 use crate::sysroot::{self, SysRoot};
 
 /// Bumped whenever the inputs or their encoding change, so old keys stop matching.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// Why the fingerprint could not be computed.
 #[derive(Debug, thiserror::Error)]
@@ -54,8 +56,9 @@ pub struct Fingerprint {
     pub inputs: FingerprintInputs,
 }
 
-/// Everything the fingerprint hashes. `None` means the machine does not expose it
-/// (e.g. no DMI table in a microVM); absence is hashed too.
+/// Everything the fingerprint hashes, and the run-time CPU state beside it (`online`,
+/// `smt_*`: shown, not hashed). `None` means the machine does not expose it (e.g. no DMI
+/// table in a microVM); absence is hashed too.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FingerprintInputs {
     /// `vendor_id` (x86) or `CPU implementer` (Arm).
@@ -70,10 +73,17 @@ pub struct FingerprintInputs {
     pub cpu_stepping: Option<String>,
     /// Distinct `microcode` revisions across CPUs, comma-separated in order seen.
     pub microcode: Option<String>,
+    /// `cpu/possible`: every CPU this boot could ever bring online (hashed).
+    #[serde(default)]
+    pub possible: CpuSet,
+    /// `cpu/present`: the CPUs physically there (hashed).
+    #[serde(default)]
+    pub present: CpuSet,
+    /// `cpu/online`: changes with hotplug (not hashed).
     pub online: CpuSet,
-    /// `smt/control`: on, off, forceoff, notsupported, notimplemented.
+    /// `smt/control` (not hashed): on, off, forceoff, notsupported, notimplemented.
     pub smt_control: Option<String>,
-    /// `smt/active`: whether sibling threads are running.
+    /// `smt/active`: whether sibling threads are running (not hashed).
     pub smt_active: Option<bool>,
     pub bios_vendor: Option<String>,
     pub bios_version: Option<String>,
@@ -140,18 +150,9 @@ impl FingerprintInputs {
         }
         inputs.kernel_release = read_line(&root.proc_path("sys/kernel/osrelease"))?;
 
-        let online_path = root.sys_path("devices/system/cpu/online");
-        if let Some(text) = read(&online_path)? {
-            inputs.online = text.parse().map_err(|e: crate::cpuset::CpuListError| {
-                let column = text.find(e.token.trim()).unwrap_or(0) + 1;
-                FingerprintError::Parse {
-                    path: online_path.clone(),
-                    line: 1,
-                    column,
-                    message: e.to_string(),
-                }
-            })?;
-        }
+        inputs.possible = read_cpus(&root.sys_path("devices/system/cpu/possible"))?;
+        inputs.present = read_cpus(&root.sys_path("devices/system/cpu/present"))?;
+        inputs.online = read_cpus(&root.sys_path("devices/system/cpu/online"))?;
         inputs.smt_control = read_line(&root.sys_path("devices/system/cpu/smt/control"))?;
         let active_path = root.sys_path("devices/system/cpu/smt/active");
         inputs.smt_active = match read_line(&active_path)? {
@@ -221,7 +222,8 @@ impl FingerprintInputs {
         }
     }
 
-    /// Every input as (name, value) in a fixed order; the order is part of the hash.
+    /// Every hashed input as (name, value) in a fixed order; the order is part of the
+    /// hash.
     fn fields(&self) -> Vec<(&'static str, Option<String>)> {
         vec![
             ("cpu_vendor", self.cpu_vendor.clone()),
@@ -230,9 +232,8 @@ impl FingerprintInputs {
             ("cpu_model", self.cpu_model.clone()),
             ("cpu_stepping", self.cpu_stepping.clone()),
             ("microcode", self.microcode.clone()),
-            ("online", Some(self.online.to_string())),
-            ("smt_control", self.smt_control.clone()),
-            ("smt_active", self.smt_active.map(|a| a.to_string())),
+            ("possible", Some(self.possible.to_string())),
+            ("present", Some(self.present.to_string())),
             ("bios_vendor", self.bios_vendor.clone()),
             ("bios_version", self.bios_version.clone()),
             ("bios_date", self.bios_date.clone()),
@@ -274,6 +275,22 @@ fn read(path: &Path) -> Result<Option<String>, FingerprintError> {
     })
 }
 
+/// A CPU list file; a missing one is the empty set.
+fn read_cpus(path: &Path) -> Result<CpuSet, FingerprintError> {
+    let Some(text) = read(path)? else {
+        return Ok(CpuSet::new());
+    };
+    text.parse().map_err(|e: crate::cpuset::CpuListError| {
+        let column = text.find(e.token.trim()).unwrap_or(0) + 1;
+        FingerprintError::Parse {
+            path: path.to_path_buf(),
+            line: 1,
+            column,
+            message: e.to_string(),
+        }
+    })
+}
+
 /// A one-value file, trimmed; empty counts as absent.
 fn read_line(path: &Path) -> Result<Option<String>, FingerprintError> {
     Ok(read(path)?
@@ -301,6 +318,8 @@ mod tests {
              processor\t: 1\nvendor_id\t: GenuineIntel\nmodel\t\t: 99\nmicrocode\t: 0x1f\n\
              cpu MHz\t\t: 2400.000\nflags\t\t: fpu ht\n\n",
         );
+        inputs.possible = "0-15".parse().unwrap();
+        inputs.present = "0-15".parse().unwrap();
         inputs.online = "0-15".parse().unwrap();
         inputs.smt_control = Some("on".into());
         inputs.smt_active = Some(true);
@@ -341,9 +360,8 @@ mod tests {
         type Change = (&'static str, fn(&mut FingerprintInputs));
         let changes: Vec<Change> = vec![
             ("bios", |i| i.bios_version = Some("2.2.0".into())),
-            ("smt", |i| i.smt_control = Some("off".into())),
-            ("smt_active", |i| i.smt_active = Some(false)),
-            ("online", |i| i.online = "0-14".parse().unwrap()),
+            ("possible", |i| i.possible = "0-31".parse().unwrap()),
+            ("present", |i| i.present = "0-7".parse().unwrap()),
             ("microcode", |i| i.microcode = Some("0x20".into())),
             ("kernel", |i| i.kernel_release = None),
             ("hypervisor", |i| i.hypervisor_flag = true),
@@ -364,9 +382,20 @@ mod tests {
     }
 
     #[test]
+    fn hotplug_and_smt_toggles_keep_the_fingerprint() {
+        let base = Fingerprint::from_inputs(sample());
+        let mut inputs = sample();
+        inputs.online = "0-7".parse().unwrap();
+        inputs.smt_control = Some("off".into());
+        inputs.smt_active = Some(false);
+        let toggled = Fingerprint::from_inputs(inputs);
+        assert!(base.matches(&toggled), "{:?}", base.differences(&toggled));
+    }
+
+    #[test]
     fn the_hash_is_pinned() {
         // The key of stored matrices: changing the encoding must bump VERSION and
         // this value on purpose, never by accident.
-        assert_eq!(Fingerprint::from_inputs(sample()).hex, "1aaffa2e5e7f4db7");
+        assert_eq!(Fingerprint::from_inputs(sample()).hex, "35280f6e0e312eeb");
     }
 }

@@ -46,6 +46,10 @@
 //!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
 //! paths `/sys` and `/proc` are spelled, so tests point it at fixture trees.
+//! `fingerprint` keys stored matrices on the hardware (possible/present CPUs, not the
+//! online ones); `matrix::keep` keeps measured cells across hotplug and says which pairs
+//! a stored matrix lacks; `watch::rule_dirs` tells the rule watcher when a rule
+//! directory's path leads to another directory.
 
 pub mod affinity;
 pub mod api;

@@ -7,11 +7,13 @@
 //! Also: CSV export in core-to-core-latency's exact layout, per-pair statistics, a summary
 //! (min/median/max, latency levels), the checks of a matrix against this machine
 //! ([`LatencyMatrix::check_against`]), rendering (`render`: terminal heatmap, SVG), the
-//! daemon's on-disk store (`store`) and the bounded reading of untrusted files
-//! (`read`: size, type and count limits before and while parsing).
+//! daemon's on-disk store (`store`), keeping cells across hotplug (`keep`: which pairs
+//! a stored matrix lacks for the CPUs online now) and the bounded reading of untrusted
+//! files (`read`: size, type and count limits before and while parsing).
 //!
 //! Must not touch: measurement (see `measure`) or placement (see `placement`).
 
+pub mod keep;
 pub mod read;
 pub mod render;
 pub mod store;

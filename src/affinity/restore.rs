@@ -4,7 +4,9 @@
 //! contact and the mask we applied. The file is rewritten atomically (temp file, then
 //! rename) whenever that set changes, so after a crash the next start can put every
 //! task we changed back the way it was — and leave alone any task someone else has
-//! changed since.
+//! changed since. A journal that does not parse at start is moved aside
+//! (`restore.json.corrupt-<µs>`, the newest [`KEEP_CORRUPT`] kept) before anything can
+//! overwrite it, so the masks it may still hold are never silently lost.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -19,6 +21,8 @@ use crate::sysroot::SysRoot;
 
 /// File name under the runtime directory.
 pub const JOURNAL_FILE: &str = "restore.json";
+/// Corrupt journals kept beside the journal; older ones are removed.
+pub const KEEP_CORRUPT: usize = 4;
 
 /// Errors reading or writing the journal; each names the file.
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +42,18 @@ pub enum RestoreError {
     #[error("{path}:{line}:{column}: corrupt restore journal: {message}")]
     Corrupt {
         path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// A corrupt journal found at start, moved aside so that it is not overwritten.
+    #[error(
+        "{path}:{line}:{column}: corrupt restore journal ({message}); moved aside to {aside}: \
+         the masks it held were NOT restored, check the tasks it names by hand"
+    )]
+    SetAside {
+        path: PathBuf,
+        aside: PathBuf,
         line: usize,
         column: usize,
         message: String,
@@ -144,6 +160,66 @@ impl Journal {
         })?;
         Ok(file.processes)
     }
+
+    /// Reads the journal for a crash restore. A corrupt file is renamed to
+    /// `restore.json.corrupt-<µs>` (keeping the newest [`KEEP_CORRUPT`]) and reported as
+    /// [`RestoreError::SetAside`], so that the next write cannot overwrite it.
+    pub fn load_or_set_aside(&self) -> Result<Vec<RestoreEntry>, RestoreError> {
+        let (line, column, message) = match self.load() {
+            Err(RestoreError::Corrupt {
+                line,
+                column,
+                message,
+                ..
+            }) => (line, column, message),
+            other => return other,
+        };
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros())
+            .unwrap_or(0);
+        let aside = dir.join(format!("{JOURNAL_FILE}.corrupt-{us:020}"));
+        fs::rename(&self.path, &aside).map_err(|source| RestoreError::Write {
+            path: aside.clone(),
+            source,
+        })?;
+        self.prune_corrupt(dir);
+        Err(RestoreError::SetAside {
+            path: self.path.clone(),
+            aside,
+            line,
+            column,
+            message,
+        })
+    }
+
+    /// Corrupt journals set aside, oldest first.
+    pub fn corrupt_files(&self) -> Vec<PathBuf> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let prefix = format!("{JOURNAL_FILE}.corrupt-");
+        let mut files: Vec<PathBuf> = fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(&prefix))
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    fn prune_corrupt(&self, dir: &Path) {
+        let files = self.corrupt_files();
+        for old in &files[..files.len().saturating_sub(KEEP_CORRUPT)] {
+            if let Err(e) = fs::remove_file(old) {
+                tracing::warn!(path = %old.display(), dir = %dir.display(), error = %e, "cannot prune an old corrupt restore journal");
+            }
+        }
+    }
 }
 
 /// What a crash restore did.
@@ -237,5 +313,41 @@ mod tests {
         fs::write(j.path(), "{\n  \"version\": 1,\n  oops").unwrap();
         let msg = j.load().unwrap_err().to_string();
         assert!(msg.contains("restore.json:3:"), "{msg}");
+    }
+
+    #[test]
+    fn a_corrupt_journal_at_start_is_moved_aside_not_overwritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::new(dir.path());
+        let body = "{\n  \"version\": 1,\n  \"processes\": [{\"pid\": 42, \"start_";
+        fs::write(j.path(), body).unwrap();
+        let e = j.load_or_set_aside().unwrap_err();
+        let RestoreError::SetAside { aside, line, .. } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(*line, 3);
+        let msg = e.to_string();
+        assert!(
+            msg.contains("restore.json:3:") && msg.contains("moved aside"),
+            "{msg}"
+        );
+        assert!(!j.path().exists());
+        assert_eq!(
+            fs::read_to_string(aside).unwrap(),
+            body,
+            "kept byte for byte"
+        );
+        // The next write does not touch it, and an empty journal loads as empty.
+        j.save(&[]).unwrap();
+        assert!(j.load_or_set_aside().unwrap().is_empty());
+        assert_eq!(j.corrupt_files(), vec![aside.clone()]);
+        // Set-aside files are pruned to the newest few.
+        for _ in 0..KEEP_CORRUPT + 2 {
+            fs::write(j.path(), "not json").unwrap();
+            assert!(j.load_or_set_aside().is_err());
+        }
+        let kept = j.corrupt_files();
+        assert_eq!(kept.len(), KEEP_CORRUPT, "{kept:?}");
+        assert!(!kept.contains(aside), "the oldest is pruned");
     }
 }

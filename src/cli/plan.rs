@@ -17,6 +17,7 @@ use super::topology::ns;
 use crate::cpuset::CpuSet;
 use crate::domains::{self, Domains, Finding, Misfit};
 use crate::fingerprint::Fingerprint;
+use crate::matrix::keep;
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::measure::{self, MeasureConfig};
@@ -241,8 +242,24 @@ fn this_machine_matrix(
                     if let Some(aside) = loaded.set_aside {
                         warnings.push(aside.to_string());
                     }
-                    if let Some(m) = loaded.matrix {
-                        return Ok((Source::Stored(dir.join("matrix.json")), Some(m)));
+                    // The store keeps cells of CPUs offline now: plan on the usable ones.
+                    let cover = match (loaded.matrix, topology) {
+                        (Some(m), Some(t)) => Some(keep::cover(&m, &t.usable())),
+                        (Some(m), None) => Some(keep::Coverage {
+                            matrix: Some(m),
+                            missing: Vec::new(),
+                        }),
+                        (None, _) => None,
+                    };
+                    match cover {
+                        Some(keep::Coverage {
+                            matrix: Some(m), ..
+                        }) => return Ok((Source::Stored(dir.join("matrix.json")), Some(m))),
+                        Some(c) => warnings.push(format!(
+                            "the stored matrix lacks {} pair(s) of the usable CPUs (never measured here); not used",
+                            c.missing.len()
+                        )),
+                        None => {}
                     }
                 }
                 Err(e) => warnings.push(format!("stored matrix unusable: {e}")),

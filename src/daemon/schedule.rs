@@ -66,6 +66,8 @@ pub struct Running {
     pub id: u64,
     /// A full measurement (else a drift probe).
     pub full: bool,
+    /// Measures the pairs the stored matrix lacks (its result is added to the store).
+    pub fill: bool,
 }
 
 /// What a `Remeasure` call gets.
@@ -138,7 +140,20 @@ impl Schedule {
 
     /// Job `id` starts now.
     pub fn started(&mut self, id: u64, full: bool) {
-        self.running = Some(Running { id, full });
+        self.running = Some(Running {
+            id,
+            full,
+            fill: false,
+        });
+    }
+
+    /// Job `id`, measuring the pairs the stored matrix lacks, starts now.
+    pub fn started_fill(&mut self, id: u64) {
+        self.running = Some(Running {
+            id,
+            full: false,
+            fill: true,
+        });
     }
 
     /// `Remeasure` at `now`: joins a running or promised full measurement, or the
@@ -261,7 +276,14 @@ mod tests {
         };
         s.started(a, true);
         assert_eq!(s.remeasure(t0, min), Remeasure::Joined(a));
-        assert_eq!(s.finished(a), Some(Running { id: a, full: true }));
+        assert_eq!(
+            s.finished(a),
+            Some(Running {
+                id: a,
+                full: true,
+                fill: false
+            })
+        );
         s.full_ended(a, true, "done".into());
         // Soon after, the same caller hears how it ended.
         assert_eq!(

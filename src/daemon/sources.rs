@@ -1,5 +1,6 @@
 //! The event source that lives on the tokio runtime and feeds the loop's channel: the
-//! rule directories (inotify, debounced; directories that appear later are picked up).
+//! rule directories (inotify, debounced; directories that appear later are picked up;
+//! a directory moved away or a symlink pointed elsewhere is followed by its path).
 //!
 //! Must not touch: daemon state. Each source only sends [`Event`]s.
 
@@ -11,12 +12,14 @@ use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use tokio::sync::mpsc;
 
 use super::{Event, ReloadCause};
+use crate::watch::rule_dirs::{leads_elsewhere, DirId};
 
 /// How long the rule directories must be quiet before a reload: editors write a temp
 /// file, then rename it, and packages drop several files at once.
 pub const DEBOUNCE: Duration = Duration::from_millis(200);
 
-/// How often a rule directory that does not exist (yet, or any more) is looked for.
+/// How often a rule directory that does not exist (yet, or any more) is looked for, and
+/// each watched path is checked to lead to the directory watched (a swapped symlink).
 pub const MISSING_POLL: Duration = Duration::from_secs(2);
 
 fn mask() -> WatchMask {
@@ -25,6 +28,8 @@ fn mask() -> WatchMask {
         | WatchMask::MOVED_TO
         | WatchMask::DELETE
         | WatchMask::MOVED_FROM
+        | WatchMask::MOVE_SELF
+        | WatchMask::DELETE_SELF
         | WatchMask::ONLYDIR
 }
 
@@ -33,7 +38,8 @@ fn mask() -> WatchMask {
 #[derive(Debug)]
 pub struct RuleWatch {
     inotify: Inotify,
-    watched: Vec<(WatchDescriptor, PathBuf)>,
+    /// Each watch, its path, and the directory the path led to when watched.
+    watched: Vec<(WatchDescriptor, PathBuf, Option<DirId>)>,
     missing: Vec<PathBuf>,
 }
 
@@ -47,10 +53,11 @@ pub fn rule_watcher(dirs: &[PathBuf]) -> std::io::Result<RuleWatch> {
         inotify,
     };
     for dir in dirs {
+        let id = DirId::of(dir);
         match w.inotify.watches().add(dir, mask()) {
             Ok(wd) => {
                 tracing::debug!(dir = %dir.display(), "watching rules");
-                w.watched.push((wd, dir.clone()));
+                w.watched.push((wd, dir.clone(), id));
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 tracing::warn!(dir = %dir.display(), "rule directory does not exist; its rules are read once it does");
@@ -81,23 +88,36 @@ pub async fn rule_changes(w: RuleWatch, events: mpsc::Sender<Event>) -> std::io:
         // The first change (or a directory that appeared)…
         tokio::select! {
             ev = stream.next() => match ev {
-                Some(ev) => note(&ev?, &mut watched, &mut missing),
+                Some(ev) => note(&ev?, &mut watched, &mut missing, &mut watches),
                 None => return Ok(()),
             },
-            _ = look.tick(), if !missing.is_empty() => {
+            _ = look.tick() => {
                 let before = missing.len();
+                // A path that leads elsewhere now (a symlink swapped, the directory
+                // replaced) is watched again from its path.
+                let mut moved = false;
+                for i in (0..watched.len()).rev() {
+                    if leads_elsewhere(&watched[i].1, watched[i].2) {
+                        let (wd, dir, _) = watched.swap_remove(i);
+                        let _ = watches.remove(wd);
+                        tracing::info!(dir = %dir.display(), "rule directory path leads to another directory now");
+                        missing.push(dir);
+                        moved = true;
+                    }
+                }
                 let mut still = Vec::new();
                 for dir in missing.drain(..) {
+                    let id = DirId::of(&dir);
                     match watches.add(&dir, mask()) {
                         Ok(wd) => {
                             tracing::info!(dir = %dir.display(), "rule directory appeared; watching it");
-                            watched.push((wd, dir));
+                            watched.push((wd, dir, id));
                         }
                         Err(_) => still.push(dir),
                     }
                 }
                 missing = still;
-                if missing.len() == before {
+                if !moved && missing.len() == before {
                     continue;
                 }
             }
@@ -105,7 +125,7 @@ pub async fn rule_changes(w: RuleWatch, events: mpsc::Sender<Event>) -> std::io:
         // …then wait for quiet.
         while let Ok(more) = tokio::time::timeout(DEBOUNCE, stream.next()).await {
             match more {
-                Some(ev) => note(&ev?, &mut watched, &mut missing),
+                Some(ev) => note(&ev?, &mut watched, &mut missing, &mut watches),
                 None => return Ok(()),
             }
         }
@@ -119,16 +139,23 @@ pub async fn rule_changes(w: RuleWatch, events: mpsc::Sender<Event>) -> std::io:
     }
 }
 
-/// A removed watch (its directory deleted, moved or unmounted) moves the directory to
-/// `missing`.
+/// A removed watch (its directory deleted or unmounted) or a watched directory moved
+/// away (the watch would follow it, not the path) moves the path to `missing`.
 fn note<S>(
     ev: &inotify::Event<S>,
-    watched: &mut Vec<(WatchDescriptor, PathBuf)>,
+    watched: &mut Vec<(WatchDescriptor, PathBuf, Option<DirId>)>,
     missing: &mut Vec<PathBuf>,
+    watches: &mut inotify::Watches,
 ) {
-    if ev.mask.contains(EventMask::IGNORED) {
-        if let Some(i) = watched.iter().position(|(wd, _)| *wd == ev.wd) {
-            let (_, dir) = watched.swap_remove(i);
+    if ev
+        .mask
+        .intersects(EventMask::IGNORED | EventMask::MOVE_SELF)
+    {
+        if let Some(i) = watched.iter().position(|(wd, _, _)| *wd == ev.wd) {
+            let (wd, dir, _) = watched.swap_remove(i);
+            if ev.mask.contains(EventMask::MOVE_SELF) {
+                let _ = watches.remove(wd);
+            }
             tracing::warn!(dir = %dir.display(), "rule directory gone; its rules are read again once it is back");
             missing.push(dir);
         }

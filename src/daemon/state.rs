@@ -7,7 +7,9 @@
 //! Measurement lifecycle:
 //! - at start, the stored matrix is used if its fingerprint matches; otherwise (none,
 //!   corrupt, foreign: the store moves bad files aside) a full measurement starts;
-//! - a changed fingerprint (BIOS, microcode, SMT, hotplug) starts a full measurement;
+//! - a changed fingerprint (BIOS, microcode, CPUs present) starts a full measurement;
+//! - a CPU going offline or coming back (hotplug, SMT toggle) keeps the stored cells:
+//!   only pairs the store has never measured are measured (`matrix::keep`);
 //! - `Remeasure` starts one, or joins the one running (calls coalesce);
 //! - periodically, when idle, a drift probe measures a few pairs, and only drift found
 //!   there starts a full measurement; a full one also runs every `measure.interval`;
@@ -24,6 +26,7 @@ use crate::cpuset::CpuSet;
 use crate::domains::{self, Domains, Misfit};
 use crate::fingerprint::Fingerprint;
 use crate::manager::{self, Change, Manager};
+use crate::matrix::keep;
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::measure::{self, LoadGuard, MeasureConfig};
@@ -88,6 +91,10 @@ impl PartialEq for Action {
 /// its rule, but cannot give back its original mask. Rule changes, PinProcess, rescans
 /// and stopping write it at once.
 pub const JOURNAL_DELAY: Duration = Duration::from_millis(50);
+
+/// After a failed journal write, the next try comes this much later (and again, until
+/// one succeeds), not only at the next change.
+pub const JOURNAL_RETRY: Duration = Duration::from_secs(1);
 
 /// All daemon state. Owned by one thread.
 pub struct State {
@@ -160,11 +167,11 @@ impl State {
         })?;
         self.store = Some(store);
         self.read_machine();
-        self.load_stored_matrix();
+        let missing = self.load_stored_matrix();
         self.load_rules();
         self.refresh_domains();
         self.start_manager();
-        if self.current.is_none() {
+        if self.current.is_none() && !self.start_fill(missing) {
             self.start_full();
         }
         self.next_rescan = self
@@ -198,7 +205,7 @@ impl State {
                 "masks left by a previous run"
             ),
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot read the restore journal"),
+            Err(e) => tracing::error!(error = %e, "restore journal not used"),
         }
         let mut changes = m.handle(manager::Input::RulesChanged(self.new_plan()));
         changes.extend(m.handle(manager::Input::Rescan));
@@ -218,7 +225,8 @@ impl State {
         self.journal_due = None;
         if let Some(m) = &mut self.manager {
             if let Err(e) = m.flush() {
-                tracing::warn!(error = %e, "cannot write the restore journal");
+                tracing::warn!(error = %e, retry_ms = JOURNAL_RETRY.as_millis() as u64, "cannot write the restore journal");
+                self.journal_due = Some(Instant::now() + JOURNAL_RETRY);
             }
         }
     }
@@ -295,7 +303,7 @@ impl State {
     fn phase(&self) -> Phase {
         if !self.started {
             Phase::Starting
-        } else if self.schedule.running().is_some_and(|r| r.full) {
+        } else if self.schedule.running().is_some_and(|r| r.full || r.fill) {
             Phase::Measuring
         } else if (self.current.is_none() && self.last_failure.is_some())
             || self.watch_down.is_some()
@@ -546,16 +554,20 @@ impl State {
         self.manager_event(manager::Input::PlanChanged(new));
     }
 
-    /// CPUs went online or offline: re-read the machine, re-plan, re-apply.
+    /// CPUs went online or offline: re-read the machine, re-plan, re-apply. The matrix
+    /// follows the usable CPUs from the store's cells (see `matrix::keep`).
     fn hotplug(&mut self, now: Instant) {
+        let usable = self.usable();
         let fp_changed = self.read_machine();
-        self.refresh_domains();
+        // The matrix (and so the domains) for the new CPUs first, then the re-plan.
+        if fp_changed || self.usable() != usable {
+            self.fingerprint_changed(now);
+        } else {
+            self.refresh_domains();
+        }
         tracing::info!(online = %self.online(), "CPU hotplug");
         let plan = self.new_plan();
         self.manager_event(manager::Input::PlanChanged(plan));
-        if fp_changed {
-            self.fingerprint_changed(now);
-        }
         self.status();
     }
 
@@ -637,11 +649,12 @@ impl State {
         }
     }
 
-    /// Uses the stored matrix when it belongs to this fingerprint. A corrupt or foreign
-    /// file is moved aside by the store and reported here.
-    fn load_stored_matrix(&mut self) {
+    /// Uses the stored matrix's cells for the usable CPUs when it belongs to this
+    /// fingerprint and has them all; else returns the pairs it lacks (empty when there is
+    /// no stored matrix). A corrupt or foreign file is moved aside by the store.
+    fn load_stored_matrix(&mut self) -> Vec<(u32, u32)> {
         let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) else {
-            return;
+            return Vec::new();
         };
         match store.load_current(&fp.hex) {
             Ok(loaded) => {
@@ -649,17 +662,80 @@ impl State {
                     tracing::warn!(%aside, "stored matrix not used");
                 }
                 if let Some(m) = loaded.matrix {
-                    if m.cpus.iter().copied().collect::<CpuSet>() == self.usable() {
+                    let cover = keep::cover(&m, &self.usable());
+                    if let Some(m) = cover.matrix {
                         tracing::info!(cpus = m.len(), path = %store.current_path().display(), "using the stored matrix");
                         self.current = Some(m);
                         self.domains = None;
                     } else {
-                        tracing::info!("the stored matrix covers other CPUs; measuring again");
+                        tracing::info!(
+                            missing = cover.missing.len(),
+                            "the stored matrix lacks pairs of the usable CPUs"
+                        );
+                        return cover.missing;
                     }
                 }
             }
             Err(e) => tracing::warn!(error = %e, "cannot read the stored matrix"),
         }
+        Vec::new()
+    }
+
+    /// Measures only the pairs the stored matrix lacks, when that pays
+    /// ([`keep::worth_filling`]) and nothing else runs; true when it started.
+    fn start_fill(&mut self, missing: Vec<(u32, u32)>) -> bool {
+        let n = self.usable().len();
+        if self.schedule.running().is_some() || !keep::worth_filling(missing.len(), n) {
+            return false;
+        }
+        let budget = keep::fill_budget(
+            self.timing.full_budget,
+            missing.len(),
+            n,
+            self.timing.probe_budget,
+        );
+        let cpus: CpuSet = missing.iter().flat_map(|&(a, b)| [a, b]).collect();
+        let id = self.schedule.alloc();
+        self.schedule.started_fill(id);
+        tracing::info!(
+            job = id,
+            pairs = missing.len(),
+            ?budget,
+            "measuring the pairs the stored matrix lacks"
+        );
+        let cfg = self.measure_config(cpus, budget);
+        self.actions.push(Action::Measure(Box::new(Job {
+            id,
+            kind: JobKind::Drift {
+                pairs: missing,
+                budget,
+            },
+            cfg,
+        })));
+        self.status();
+        true
+    }
+
+    /// The lacking pairs were measured: add them to the store and use the result, or
+    /// measure everything when some could not be measured.
+    fn filled(&mut self, probes: &[measure::Probe]) {
+        let cells: Vec<_> = probes.iter().map(|p| (p.a, p.b, p.estimate_ns)).collect();
+        if let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) {
+            match store.fill(&fp.hex, &cells) {
+                Ok(Some(m)) => {
+                    if let Some(m) = keep::cover(&m, &self.usable()).matrix {
+                        tracing::info!(pairs = cells.len(), "stored matrix completed");
+                        self.current = Some(m);
+                        self.matrix_changed();
+                        return;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot store the measured pairs"),
+            }
+        }
+        tracing::info!("pairs still missing; measuring the full matrix");
+        self.schedule.queue_full();
     }
 
     fn rule_dirs(&self) -> Vec<PathBuf> {
@@ -742,9 +818,9 @@ impl State {
     /// fingerprint, or measure.
     fn fingerprint_changed(&mut self, now: Instant) {
         self.current = None;
-        self.load_stored_matrix();
+        let missing = self.load_stored_matrix();
         self.refresh_domains();
-        if self.current.is_none() {
+        if self.current.is_none() && !self.start_fill(missing) {
             if let Some(r) = self.schedule.running().filter(|r| r.full) {
                 // It measures the old CPUs; measure again once it ends.
                 self.schedule.queue_full();
@@ -825,6 +901,7 @@ impl State {
                 self.full_failed(running.id, format!("unexpected result {other:?}"))
             }
             (true, Err(e)) => self.full_failed(running.id, e.to_string()),
+            (false, Ok(Product::Probes(probes))) if running.fill => self.filled(&probes),
             (false, Ok(Product::Probes(probes))) => {
                 let drift = self
                     .current
@@ -873,8 +950,10 @@ impl State {
         }
         tracing::info!(job = id, %summary, "measurement finished");
         if let Some(store) = &self.store {
-            match store.save(&matrix) {
-                Ok(path) => tracing::info!(path = %path.display(), "matrix stored"),
+            match store.save_keeping(&matrix) {
+                Ok(kept) => {
+                    tracing::info!(path = %store.current_path().display(), cpus = kept.len(), "matrix stored")
+                }
                 Err(e) => tracing::warn!(error = %e, "cannot store the matrix"),
             }
         }
@@ -912,14 +991,15 @@ impl State {
         }
         if now >= self.next_fingerprint {
             self.next_fingerprint = now + self.timing.fingerprint_every;
-            let online = self.online();
-            if self.read_machine() {
-                if self.online() != online {
-                    // A hotplug the uevent socket did not report.
-                    let plan = self.new_plan();
-                    self.manager_event(manager::Input::PlanChanged(plan));
-                }
+            let (online, usable) = (self.online(), self.usable());
+            let fp_changed = self.read_machine();
+            if fp_changed || self.usable() != usable {
                 self.fingerprint_changed(now);
+            }
+            if self.online() != online {
+                // A hotplug the uevent socket did not report.
+                let plan = self.new_plan();
+                self.manager_event(manager::Input::PlanChanged(plan));
             }
         }
         if let Some(dir) = self.metrics.textfile_due(now, &self.settings.metrics) {
@@ -1125,6 +1205,45 @@ mod tests {
         assert!(!journal.exists(), "written before it was due");
         s.handle(Event::Tick(due));
         let text = std::fs::read_to_string(&journal).expect("written when due");
+        assert!(text.contains(&format!("\"pid\": {pid}")), "{text}");
+        assert_eq!(s.deadline(), None);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_failed_journal_write_is_tried_again_until_it_succeeds() {
+        let (mut s, d) = state(Timing::default());
+        let online: CpuSet = std::fs::read_to_string("/sys/devices/system/cpu/online")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        std::fs::write(
+            d.path().join("rules/j.toml"),
+            format!(
+                "[[rule]]\nname = \"j\"\n[rule.match]\ncomm = \"pd-jretry\"\n[rule.place]\ncpus = \"{online}\"\n"
+            ),
+        )
+        .unwrap();
+        s.start().unwrap();
+        let runtime = d.path().join("runtime");
+        let journal = runtime.join(crate::affinity::restore::JOURNAL_FILE);
+        // A directory where the temp file goes makes every write fail.
+        let blocker = runtime.join("restore.json.tmp");
+        std::fs::create_dir(&blocker).unwrap();
+        let link = d.path().join("pd-jretry");
+        std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
+        let mut child = std::process::Command::new(&link).arg("30").spawn().unwrap();
+        let pid = child.id() as i32;
+        s.handle(Event::Proc(vec![crate::watch::ProcMsg::Exec { pid }]));
+        let due = s.deadline().expect("a deferred journal write");
+        s.handle(Event::Tick(due));
+        assert!(!journal.exists());
+        let retry = s.deadline().expect("a failed write is tried again");
+        std::fs::remove_dir(&blocker).unwrap();
+        s.handle(Event::Tick(retry));
+        let text = std::fs::read_to_string(&journal).expect("written on the retry");
         assert!(text.contains(&format!("\"pid\": {pid}")), "{text}");
         assert_eq!(s.deadline(), None);
         child.kill().unwrap();
@@ -1507,6 +1626,155 @@ mod tests {
             sys: dir.join("sys"),
             proc: dir.join("proc"),
         }
+    }
+
+    /// A writable copy of a fixture tree, so a test can take CPUs offline in it.
+    fn fixture_copy(name: &str, into: &std::path::Path) -> SysRoot {
+        let from = fixture(name);
+        let st = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(from.sys.parent().unwrap())
+            .arg(into.join("machine"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        SysRoot {
+            sys: into.join("machine/sys"),
+            proc: into.join("machine/proc"),
+        }
+    }
+
+    fn set_online(root: &SysRoot, list: &str) {
+        std::fs::write(root.sys.join("devices/system/cpu/online"), list).unwrap();
+    }
+
+    fn set_asides(s: &State) -> Vec<String> {
+        std::fs::read_dir(&s.cfg.state_dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.contains("foreign") || n.contains("corrupt"))
+            .collect()
+    }
+
+    #[test]
+    fn a_cpu_going_offline_and_back_keeps_the_matrix_and_measures_nothing() {
+        let (mut s, d) = state(Timing::default());
+        s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+        s.start().unwrap();
+        let job = jobs(&s.take_actions())[0].clone();
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        let measured = s.snapshot().measured_at_us;
+        assert!(measured > 0);
+        let fingerprint = s.snapshot().fingerprint;
+        for online in ["0-14", "0-15", "0-7", "0-15"] {
+            set_online(&s.cfg.sysroot, online);
+            s.handle(Event::Hotplug);
+            let snap = s.snapshot();
+            assert!(
+                jobs(&s.take_actions()).is_empty(),
+                "{online}: nothing to measure"
+            );
+            assert_eq!(set_asides(&s), Vec::<String>::new(), "{online}");
+            assert_eq!(snap.fingerprint, fingerprint, "{online}");
+            assert_eq!(
+                snap.measured_at_us, measured,
+                "{online}: the matrix is kept"
+            );
+            assert_eq!(snap.state, Phase::Ready, "{online}");
+            let cpus: CpuSet = s.current.as_ref().unwrap().cpus.iter().copied().collect();
+            assert_eq!(
+                cpus.to_string(),
+                online,
+                "the matrix follows the usable CPUs"
+            );
+        }
+        // A hotplug the uevent socket missed is found by the periodic re-read.
+        set_online(&s.cfg.sysroot, "0-14");
+        s.handle(Event::Tick(Instant::now() + Duration::from_secs(61)));
+        assert!(jobs(&s.take_actions()).is_empty());
+        let cpus: CpuSet = s.current.as_ref().unwrap().cpus.iter().copied().collect();
+        assert_eq!(cpus.to_string(), "0-14", "found without a uevent");
+        // The store still has every CPU's cells.
+        let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
+        let m = stored.load_current(&fingerprint).unwrap().matrix.unwrap();
+        assert_eq!(m.len(), 16);
+    }
+
+    #[test]
+    fn a_cpu_never_measured_gets_only_its_pairs_measured() {
+        let (mut s, d) = state(Timing::default());
+        s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+        set_online(&s.cfg.sysroot, "0-14");
+        s.start().unwrap();
+        let job = jobs(&s.take_actions())[0].clone();
+        assert_eq!(job.cfg.cpus.to_string(), "0-14");
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        // CPU 15 comes online for the first time: only its 15 pairs are measured.
+        set_online(&s.cfg.sysroot, "0-15");
+        s.handle(Event::Hotplug);
+        let j = jobs(&s.take_actions());
+        assert_eq!(j.len(), 1, "{j:?}");
+        let JobKind::Drift { pairs, budget } = &j[0].kind else {
+            panic!("a full measurement: {:?}", j[0].kind)
+        };
+        assert_eq!(*pairs, (0..15).map(|c| (c, 15)).collect::<Vec<_>>());
+        assert!(*budget < Timing::default().full_budget, "{budget:?}");
+        assert_eq!(s.snapshot().state, Phase::Measuring);
+        s.handle(probes(&j[0], 55.0));
+        assert!(
+            jobs(&s.take_actions()).is_empty(),
+            "no full measurement after"
+        );
+        let m = s.current.clone().expect("the completed matrix is used");
+        assert_eq!(m.len(), 16);
+        assert_eq!(m.between(3, 15), Some(55.0));
+        assert_eq!(m.between(3, 4), Some(40.0), "the stored cells are kept");
+        assert_eq!(s.snapshot().state, Phase::Ready);
+        let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
+        let fp = s.snapshot().fingerprint;
+        assert_eq!(stored.load_current(&fp).unwrap().matrix, Some(m));
+        // Going offline again measures nothing.
+        set_online(&s.cfg.sysroot, "0-14");
+        s.handle(Event::Hotplug);
+        assert!(jobs(&s.take_actions()).is_empty());
+    }
+
+    #[test]
+    fn a_new_pair_that_cannot_be_measured_leads_to_a_full_measurement() {
+        let (mut s, d) = state(Timing::default());
+        s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+        set_online(&s.cfg.sysroot, "0-14");
+        s.start().unwrap();
+        let job = jobs(&s.take_actions())[0].clone();
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        set_online(&s.cfg.sysroot, "0-15");
+        s.handle(Event::Hotplug);
+        let fill = jobs(&s.take_actions())[0].clone();
+        let Event::Measured(Finished {
+            id,
+            result: Ok(Product::Probes(mut p)),
+        }) = probes(&fill, 55.0)
+        else {
+            unreachable!()
+        };
+        p[3].estimate_ns = None;
+        s.handle(Event::Measured(Finished {
+            id,
+            result: Ok(Product::Probes(p)),
+        }));
+        let j = jobs(&s.take_actions());
+        assert_eq!(j.len(), 1, "{j:?}");
+        assert!(matches!(j[0].kind, JobKind::Full));
+        assert_eq!(j[0].cfg.cpus.to_string(), "0-15");
+        // The pairs that were measured are kept meanwhile.
+        let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
+        let fp = s.snapshot().fingerprint;
+        let m = stored.load_current(&fp).unwrap().matrix.unwrap();
+        assert_eq!(m.between(0, 15), Some(55.0));
+        assert_eq!(m.between(3, 15), None);
     }
 
     #[test]

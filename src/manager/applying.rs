@@ -103,6 +103,16 @@ impl Manager {
                 return;
             }
         }
+        // The process is held by its pidfd; a thread by being listed under it: a tid
+        // whose thread exited may belong to another process now (never pin an impostor).
+        if tid != pid && !self.procs.is_task_of(pid, tid) {
+            if let Some(m) = self.managed.get_mut(&pid) {
+                m.threads.remove(&tid);
+            }
+            self.counters.gone += 1;
+            tracing::debug!(pid, tid, "thread gone before it could be pinned");
+            return;
+        }
         let (placement, slot, target) = self.target_for(pid, tid, &comm);
         let online = self.online().clone();
         let on_foreign = self.config.on_foreign_change;
@@ -293,7 +303,7 @@ impl Manager {
         let mut restored = 0;
         let mut left = 0;
         for (tid, t) in &m.threads {
-            if t.released {
+            if t.released || (*tid != pid && !self.procs.is_task_of(pid, *tid)) {
                 continue;
             }
             let Some(ours) = t.outcome.effective() else {

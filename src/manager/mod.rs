@@ -281,12 +281,13 @@ impl Manager {
     }
 
     /// Restores what a previous instance left in the journal (after a crash), then
-    /// empties it. Call once, before the first rescan.
+    /// empties it. Call once, before the first rescan. A corrupt journal is moved aside
+    /// first ([`RestoreError::SetAside`]), never overwritten.
     pub fn recover(&mut self, root: &SysRoot) -> Result<RestoreReport, RestoreError> {
         let Some(journal) = &self.journal else {
             return Ok(RestoreReport::default());
         };
-        let entries = journal.load()?;
+        let entries = journal.load_or_set_aside()?;
         let report = restore::restore_entries(self.ops.as_ref(), root, &entries, self.online());
         if !entries.is_empty() {
             tracing::info!(

@@ -129,16 +129,18 @@ impl Manager {
         self.journal_dirty && self.journal.is_some()
     }
 
-    /// Writes the restore journal if what must be restored changed.
+    /// Writes the restore journal if what must be restored changed. After a failed
+    /// write the journal stays dirty, so the caller can try again.
     pub fn flush(&mut self) -> Result<(), RestoreError> {
         if !self.journal_dirty {
             return Ok(());
         }
-        self.journal_dirty = false;
         let Some(journal) = &self.journal else {
             return Ok(());
         };
-        journal.save(&self.journal_entries())
+        journal.save(&self.journal_entries())?;
+        self.journal_dirty = false;
+        Ok(())
     }
 
     /// What the journal holds now.

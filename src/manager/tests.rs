@@ -95,6 +95,7 @@ fn a_matched_process_has_every_thread_pinned_and_new_threads_follow() {
 
     // A new thread inherits the pinned mask: it is checked, not written.
     t.procs.add_thread(100, 103, "worker");
+    t.procs.add_thread(100, 103, "rx");
     t.ops.add_task(103, &set("2-3"));
     t.ops.clear_calls();
     let c = t.msg(ProcMsg::NewThread {
@@ -112,6 +113,7 @@ fn a_matched_process_has_every_thread_pinned_and_new_threads_follow() {
     ));
     assert!(t.ops.sets().is_empty());
     // One created by a thread someone else had moved is written.
+    t.procs.add_thread(100, 104, "rx");
     t.ops.add_task(104, &set("0-7"));
     t.msg(ProcMsg::NewThread {
         pid: 100,
@@ -141,6 +143,7 @@ fn a_new_thread_is_pinned_from_the_fork_event_without_reading_proc() {
     t.process(100, "feed", 1, &[(101, "rx")]);
     t.ev(new_rules(rules(FEED)));
     // Inherited from a pinned creator: one read-back, no write, no /proc read.
+    t.procs.add_thread(100, 102, "rx");
     t.ops.add_task(102, &set("2-3"));
     t.ops.clear_calls();
     let reads = t.procs.reads();
@@ -151,6 +154,7 @@ fn a_new_thread_is_pinned_from_the_fork_event_without_reading_proc() {
     });
     assert_eq!(t.ops.calls(), vec![Call::Get(102)]);
     // Created by a task someone else had moved: written and read back.
+    t.procs.add_thread(100, 103, "rx");
     t.ops.add_task(103, &set("0-7"));
     t.ops.clear_calls();
     t.msg(ProcMsg::NewThread {

@@ -9,8 +9,15 @@
 //! matrix.json.foreign-<µs>       a current file from other hardware, set aside
 //! ```
 //!
+//! Set-aside files are pruned like the history: the newest `keep` of them stay. The
+//! current file keeps the cells of CPUs that are offline now ([`MatrixStore::save_keeping`],
+//! [`MatrixStore::fill`]; see `matrix::keep`), so a CPU that comes back needs nothing
+//! measured.
+//!
 //! Writes are atomic: a temp file in the same directory, fsync, rename over the old file,
-//! fsync of the directory. A bad file is moved aside and reported, never a panic.
+//! fsync of the directory; a writer killed mid-write leaves the old file whole and a
+//! temp file that the next [`MatrixStore::open`] removes (when its writer is gone). A
+//! bad file is moved aside and reported, never a panic.
 //! Must not touch: measurement, the daemon's state (it calls in with a matrix).
 
 use std::fs::{self, File, OpenOptions};
@@ -18,7 +25,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::LatencyMatrix;
+use super::{keep, LatencyMatrix};
 
 const CURRENT: &str = "matrix.json";
 const HISTORY: &str = "history";
@@ -143,10 +150,44 @@ impl MatrixStore {
             path: history.clone(),
             source,
         })?;
-        Ok(MatrixStore {
+        let store = MatrixStore {
             dir,
             keep: DEFAULT_HISTORY,
-        })
+        };
+        store.remove_stale_temp_files();
+        Ok(store)
+    }
+
+    /// Removes temp files (`.matrix.json.tmp-<pid>-<µs>`) left by writers that died
+    /// mid-write; a live writer's file is left alone.
+    fn remove_stale_temp_files(&self) {
+        let prefix = format!(".{CURRENT}.tmp-");
+        let Ok(entries) = fs::read_dir(&self.dir) else {
+            return;
+        };
+        for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+            let Some(pid) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_prefix(&prefix))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                == Err(nix::errno::Errno::ESRCH);
+            if gone {
+                match fs::remove_file(&path) {
+                    Ok(()) => {
+                        tracing::info!(path = %path.display(), "removed a temp file left by a writer that died")
+                    }
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "cannot remove a stale temp file")
+                    }
+                }
+            }
+        }
     }
 
     /// Keep at most `keep` previous matrices.
@@ -197,6 +238,7 @@ impl MatrixStore {
             source,
         })?;
         sync_dir(&self.dir)?;
+        self.prune_set_aside()?;
         let aside = SetAside {
             from: path,
             to,
@@ -271,6 +313,69 @@ impl MatrixStore {
             .collect();
         files.sort();
         Ok(files)
+    }
+
+    /// Makes `matrix` the current one like [`MatrixStore::save`], keeping the cells of
+    /// the current matrix (same fingerprint) for CPUs `matrix` does not cover: CPUs
+    /// offline while it was measured. Returns the matrix stored.
+    pub fn save_keeping(&self, matrix: &LatencyMatrix) -> Result<LatencyMatrix, StoreError> {
+        let stored = match &matrix.fingerprint {
+            Some(fp) => self.load_current(fp)?.matrix,
+            None => None,
+        };
+        let union = match stored {
+            Some(old) => keep::merge(matrix, &old),
+            None => matrix.clone(),
+        };
+        self.save(&union)?;
+        Ok(union)
+    }
+
+    /// Adds measured cells `(a, b, ns)` to the current matrix of `fingerprint` and
+    /// stores the result; `None` when there is no current matrix to add to.
+    pub fn fill(
+        &self,
+        fingerprint: &str,
+        cells: &[(u32, u32, Option<f64>)],
+    ) -> Result<Option<LatencyMatrix>, StoreError> {
+        let Some(stored) = self.load_current(fingerprint)?.matrix else {
+            return Ok(None);
+        };
+        let filled = keep::fill(&stored, cells);
+        self.save(&filled)?;
+        Ok(Some(filled))
+    }
+
+    /// Files set aside (corrupt or foreign), oldest first.
+    pub fn set_aside_files(&self) -> Result<Vec<PathBuf>, StoreError> {
+        let entries = fs::read_dir(&self.dir).map_err(|source| StoreError::Dir {
+            path: self.dir.clone(),
+            source,
+        })?;
+        let mut files: Vec<(String, PathBuf)> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter_map(|p| {
+                let name = p.file_name()?.to_str()?;
+                let stamp = name
+                    .strip_prefix(&format!("{CURRENT}.corrupt-"))
+                    .or_else(|| name.strip_prefix(&format!("{CURRENT}.foreign-")))?;
+                Some((format!("{stamp:0>40}"), p))
+            })
+            .collect();
+        files.sort();
+        Ok(files.into_iter().map(|(_, p)| p).collect())
+    }
+
+    fn prune_set_aside(&self) -> Result<(), StoreError> {
+        let files = self.set_aside_files()?;
+        let excess = files.len().saturating_sub(self.keep);
+        for old in &files[..excess] {
+            fs::remove_file(old).map_err(|source| StoreError::Write {
+                path: old.clone(),
+                source,
+            })?;
+        }
+        Ok(())
     }
 
     fn prune(&self) -> Result<(), StoreError> {
@@ -369,6 +474,49 @@ mod tests {
             }
         );
         assert!(LatencyMatrix::load(&aside.to).is_ok());
+    }
+
+    #[test]
+    fn set_aside_files_are_pruned_like_the_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MatrixStore::open(dir.path()).unwrap().with_history(3);
+        for k in 0..5 {
+            store.save(&matrix(&format!("other-{k}"), 5.0)).unwrap();
+            assert!(store.load_current("this").unwrap().set_aside.is_some());
+            fs::write(store.current_path(), "garbage").unwrap();
+            assert!(store.load_current("this").unwrap().set_aside.is_some());
+        }
+        let kept = store.set_aside_files().unwrap();
+        assert_eq!(kept.len(), 3, "{kept:?}");
+        // The newest stay: the last corrupt file and the last foreign one among them.
+        let last_foreign = kept
+            .iter()
+            .filter(|p| p.to_string_lossy().contains("foreign"))
+            .map(|p| LatencyMatrix::load(p).unwrap().fingerprint.unwrap())
+            .max();
+        assert_eq!(last_foreign.as_deref(), Some("other-4"));
+    }
+
+    #[test]
+    fn saving_keeps_the_cells_of_cpus_the_new_matrix_lacks_and_fill_adds_cells() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MatrixStore::open(dir.path()).unwrap();
+        let mut four = LatencyMatrix::from_fn(vec![0, 1, 2, 3], |i, j| (10 * i + j) as f64);
+        four.fingerprint = Some("fp".into());
+        store.save(&four).unwrap();
+        // Measured while CPU 3 was offline.
+        let stored = store.save_keeping(&matrix("fp", 7.0)).unwrap();
+        assert_eq!(stored.cpus, vec![0, 1, 2, 3]);
+        assert_eq!(stored.between(0, 1), Some(7.0), "the new cell wins");
+        assert_eq!(stored.between(2, 3), Some(32.0), "CPU 3's cells are kept");
+        assert_eq!(store.load_current("fp").unwrap().matrix, Some(stored));
+        // A CPU never measured: its pairs are added.
+        let cells: Vec<_> = (0..4).map(|c| (c, 5, Some(50.0 + f64::from(c)))).collect();
+        let filled = store.fill("fp", &cells).unwrap().unwrap();
+        assert_eq!(filled.cpus, vec![0, 1, 2, 3, 5]);
+        assert_eq!(filled.between(5, 2), Some(52.0));
+        assert_eq!(store.load_current("fp").unwrap().matrix, Some(filled));
+        assert_eq!(store.fill("other", &cells).unwrap(), None);
     }
 
     #[test]

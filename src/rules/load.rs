@@ -3,7 +3,9 @@
 //!
 //! Files: every `*.toml` directly inside each rule directory (names starting with `.`
 //! are editor droppings and skipped), directories in the order given, files in byte
-//! order of their names. A missing directory holds no rules.
+//! order of their names. A missing directory holds no rules; one that exists but fails
+//! its checks keeps the last good rules of its files on reload. A rule directory may be
+//! a symlink (daemon and `check` alike follow it).
 //!
 //! Safety, before a byte is parsed (as sudo treats sudoers): with an expected owner set
 //! (the default when running as root), the directory and each file must be owned by
@@ -123,14 +125,29 @@ pub fn load_dirs(dirs: &[PathBuf], policy: &LoadPolicy) -> LoadReport {
 /// is still there but is now rejected (a typo saved by an editor must not unpin a
 /// production feed handler). Files that disappeared lose their rules. A kept file
 /// whose rule names now collide with a freshly loaded file is dropped (the fresh file
-/// wins) and says so.
+/// wins) and says so. A directory that exists but cannot be trusted or read (it became
+/// group-writable, changed owner, lost its read permission) keeps the last good rules
+/// of its files without reading any of them.
 pub fn reload(dirs: &[PathBuf], policy: &LoadPolicy, previous: &LoadReport) -> LoadReport {
     let mut errors = Vec::new();
     let mut files = Vec::new();
+    let mut keep = Vec::new();
     for dir in dirs {
-        files.extend(list_dir(dir, policy, &mut errors));
+        let before = errors.len();
+        let listed = list_dir(dir, policy, &mut errors);
+        if errors.len() > before {
+            keep.extend(
+                previous
+                    .good
+                    .keys()
+                    .filter(|p| p.parent() == Some(dir.as_path()))
+                    .filter(|p| !listed.iter().any(|(_, f)| f == *p))
+                    .cloned(),
+            );
+        }
+        files.extend(listed);
     }
-    load_files_inner(&files, policy, previous, errors)
+    load_files_inner(&files, &keep, policy, previous, errors)
 }
 
 /// Loads the given files (and directories, recursively), as `pinnerd check` does: a
@@ -148,7 +165,7 @@ pub fn load_collected(
     policy: &LoadPolicy,
     errors: Vec<RuleError>,
 ) -> LoadReport {
-    load_files_inner(files, policy, &LoadReport::default(), errors)
+    load_files_inner(files, &[], policy, &LoadReport::default(), errors)
 }
 
 /// The files `pinnerd check` would look at: each file given, and every `*.toml` below
@@ -161,9 +178,11 @@ pub fn collect_paths(
 ) -> Vec<(PathBuf, PathBuf)> {
     let mut out = Vec::new();
     for p in paths {
+        // A symlink to a directory is a directory, as the daemon reads it.
+        let is_dir = std::fs::metadata(p).is_ok_and(|md| md.is_dir());
         match std::fs::symlink_metadata(p) {
             Err(e) => errors.push(RuleError::whole(p, RuleErrorKind::Io(e.to_string()))),
-            Ok(md) if md.is_dir() => walk(p, policy, errors, &mut out),
+            Ok(_) if is_dir => walk(p, policy, errors, &mut out),
             Ok(_) => {
                 let parent = p
                     .parent()
@@ -407,8 +426,11 @@ pub fn compile_text(
     compile_file(path, text, &parsed, policy.users)
 }
 
+/// `keep`: files not to read (their directory is untrusted) whose rules in `previous`
+/// stay in force.
 fn load_files_inner(
     files: &[(PathBuf, PathBuf)],
+    keep: &[PathBuf],
     policy: &LoadPolicy,
     previous: &LoadReport,
     mut errors: Vec<RuleError>,
@@ -454,6 +476,10 @@ fn load_files_inner(
                 outcomes.push((path.clone(), FileOutcome::Rejected));
             }
         }
+    }
+    for path in keep {
+        rejected.push(outcomes.len());
+        outcomes.push((path.clone(), FileOutcome::Rejected));
     }
     // Second pass: keep the last good version of files that went bad.
     for i in rejected {

@@ -1,7 +1,8 @@
 //! Process events (proc connector), /proc rescans and CPU hotplug (uevents).
 //!
 //! Owns: the netlink sockets ([`connector`], [`uevent`]) and reading process
-//! snapshots from procfs ([`scan`]). Produces plain data for the `manager`.
+//! snapshots from procfs ([`scan`]). Produces plain data for the `manager`. Also which
+//! directory a rule-directory path leads to ([`rule_dirs`]), for the rule watcher.
 //!
 //! Must not touch: affinity (see `affinity`), rule decisions (see `rules`, `manager`).
 //!
@@ -15,6 +16,7 @@
 //! namespaces): then the daemon lives on periodic rescans alone, and says so.
 
 pub mod connector;
+pub mod rule_dirs;
 pub mod scan;
 pub mod uevent;
 

@@ -251,6 +251,49 @@ fn a_crash_leaves_a_journal_that_the_next_start_restores() {
 }
 
 #[test]
+fn a_corrupt_journal_at_start_survives_the_next_write() {
+    let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    let journal = Journal::new(&runtime);
+    let torn = "{\n  \"version\": 1,\n  \"processes\": [{\"pid\": 4242, \"sta";
+    std::fs::write(journal.path(), torn).unwrap();
+    let h = Helper::spawn(dir.path(), "pt-aff-j1");
+    let pid = h.pid;
+    let rig = Rig::new(8 << 20).with_journal(&runtime);
+    let mut mgr = rig.mgr;
+    let err = mgr.recover(&SysRoot::default()).unwrap_err().to_string();
+    assert!(
+        err.contains("restore.json:3:") && err.contains("moved aside"),
+        "{err}"
+    );
+    mgr.handle(new_rules(rules(
+        "[[rule]]\nname = \"j\"\n[rule.match]\ncomm = \"pt-aff-j*\"\n[rule.place]\ncpus = \"1\"\n",
+    )));
+    mgr.flush().unwrap();
+    assert!(mgr.is_managed(pid));
+    // The new journal names the new process, and the old one is still there, whole.
+    assert_eq!(
+        journal
+            .load()
+            .unwrap()
+            .iter()
+            .map(|e| e.pid)
+            .collect::<Vec<_>>(),
+        vec![pid]
+    );
+    let kept: Vec<String> = std::fs::read_dir(&runtime)
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .filter(|t| t == torn)
+        .collect();
+    assert_eq!(kept.len(), 1, "the corrupt journal was overwritten");
+    mgr.shutdown().unwrap();
+    h.exit();
+}
+
+#[test]
 fn exit_races_and_pid_identity() {
     let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();

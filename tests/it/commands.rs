@@ -438,3 +438,54 @@ fn offline_and_isolated_cpus_are_never_planned() {
         "{err}"
     );
 }
+
+#[test]
+fn plan_uses_the_stored_cells_of_the_usable_cpus_and_not_a_matrix_lacking_some() {
+    use pinnerd::fingerprint::Fingerprint;
+    use pinnerd::matrix::store::MatrixStore;
+    use pinnerd::sysroot::SysRoot;
+    let _cpus = super::cpus_stay_online();
+    let fp = Fingerprint::read(&SysRoot::default()).unwrap();
+    let online: Vec<u32> = fp.inputs.online.iter().collect();
+    let dir = tempfile::tempdir().unwrap();
+    let store = MatrixStore::open(dir.path()).unwrap();
+    let plan = || {
+        pinnerd(&[
+            "plan",
+            "--count",
+            "2",
+            "--no-measure",
+            "--state-dir",
+            dir.path().to_str().unwrap(),
+        ])
+    };
+    // Stored with a CPU that is not online (its cells kept for when it comes back).
+    let mut with_offline: Vec<u32> = online.clone();
+    with_offline.push(online.last().unwrap() + 100);
+    let mut m = LatencyMatrix::from_fn(with_offline, |i, j| if i + j == 1 { 9.0 } else { 50.0 });
+    m.fingerprint = Some(fp.hex.clone());
+    store.save(&m).unwrap();
+    let Run {
+        ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = plan();
+    assert!(ok, "{err}");
+    assert!(out.contains("stored matrix"), "{out}");
+    // Stored without a pair of online CPUs: not used, and the plan says why.
+    let mut lacking = LatencyMatrix::from_fn(online.clone(), |_, _| 9.0);
+    lacking.latency_ns[0][1] = None;
+    lacking.latency_ns[1][0] = None;
+    lacking.fingerprint = Some(fp.hex.clone());
+    store.save(&lacking).unwrap();
+    let Run {
+        ok,
+        stdout: out,
+        stderr: err,
+        ..
+    } = plan();
+    assert!(ok, "{err}");
+    assert!(out.contains("sysfs topology alone"), "{out}");
+    assert!(out.contains("lacks 1 pair(s)"), "{out}{err}");
+}

@@ -4,12 +4,14 @@
 //! symlink's name, as for any exec) and told by an environment variable to run
 //! [`serve`] instead of tests. Commands on stdin, one per line:
 //! `spawn N [NAME]` → `tids T1 T2 …` (N new parked threads, named NAME);
-//! `exit` → the process exits. At start it prints `ready PID`.
+//! `brief` → `tids T` (a thread that has already ended); `end T` → `tids T` (parked
+//! thread T has ended); `exit` → the process exits. At start it prints `ready PID`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 
 use pinnerd::CpuSet;
 
@@ -40,7 +42,9 @@ fn serve() -> ! {
     let mut out = std::io::stdout();
     writeln!(out, "ready {}", std::process::id()).unwrap();
     out.flush().unwrap();
-    let mut keep = Vec::new();
+    // Each parked thread by tid: its stop flag and handle (`end TID`).
+    let mut parked: std::collections::HashMap<i32, (Arc<AtomicBool>, std::thread::JoinHandle<()>)> =
+        std::collections::HashMap::new();
     for line in stdin.lock().lines() {
         let Ok(line) = line else { break };
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -48,26 +52,33 @@ fn serve() -> ! {
             ["spawn", n, rest @ ..] => {
                 let n: usize = n.parse().unwrap();
                 let (tx, rx) = mpsc::channel();
-                for _ in 0..n {
+                let mut pending = Vec::new();
+                for i in 0..n {
                     let tx = tx.clone();
                     let mut b = std::thread::Builder::new();
                     if let Some(name) = rest.first() {
                         b = b.name(name.to_string());
                     }
-                    keep.push(
-                        b.spawn(move || {
+                    let stop = Arc::new(AtomicBool::new(false));
+                    let stopped = Arc::clone(&stop);
+                    let handle = b
+                        .spawn(move || {
                             // SAFETY: gettid has no preconditions.
                             let tid = unsafe { libc::gettid() };
-                            tx.send(tid).unwrap();
-                            loop {
+                            tx.send((i, tid)).unwrap();
+                            while !stopped.load(Ordering::Acquire) {
                                 std::thread::park();
                             }
                         })
-                        .unwrap(),
-                    );
+                        .unwrap();
+                    pending.push(Some((stop, handle)));
                 }
                 drop(tx);
-                let tids: Vec<String> = rx.iter().take(n).map(|t| t.to_string()).collect();
+                let mut tids = Vec::new();
+                for (i, tid) in rx.iter().take(n) {
+                    parked.insert(tid, pending[i].take().unwrap());
+                    tids.push(tid.to_string());
+                }
                 writeln!(out, "tids {}", tids.join(" ")).unwrap();
                 out.flush().unwrap();
             }
@@ -81,6 +92,26 @@ fn serve() -> ! {
                 let name = name.to_string();
                 let (churned, missed) = churn(rate, secs, life_ms, &name, &want);
                 writeln!(out, "churned {churned} missed {missed}").unwrap();
+                out.flush().unwrap();
+            }
+            ["end", tid] => {
+                // The thread ends; reported once it has exited.
+                let tid: i32 = tid.parse().unwrap();
+                let (stop, handle) = parked.remove(&tid).expect("a parked thread");
+                stop.store(true, Ordering::Release);
+                handle.thread().unpark();
+                handle.join().unwrap();
+                writeln!(out, "tids {tid}").unwrap();
+                out.flush().unwrap();
+            }
+            ["brief"] => {
+                // A thread that ends at once; its tid is reported after it has exited.
+                let t = std::thread::spawn(|| {
+                    // SAFETY: gettid has no preconditions.
+                    unsafe { libc::gettid() }
+                });
+                let tid = t.join().unwrap();
+                writeln!(out, "tids {tid}").unwrap();
                 out.flush().unwrap();
             }
             ["exit"] => std::process::exit(0),
@@ -233,6 +264,32 @@ impl Helper {
                     .filter_map(|x| x.parse().ok())
                     .collect();
                 return (w[0], w[1]);
+            }
+        }
+    }
+
+    /// Ends parked thread `tid` (from [`Helper::spawn_threads`]); returns once it has.
+    pub fn end_thread(&mut self, tid: i32) {
+        writeln!(self.stdin, "end {tid}").unwrap();
+        self.stdin.flush().unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "helper died");
+            if line.contains("tids") {
+                return;
+            }
+        }
+    }
+
+    /// Makes a thread that ends at once and returns its (now free) tid.
+    pub fn brief_thread(&mut self) -> i32 {
+        writeln!(self.stdin, "brief").unwrap();
+        self.stdin.flush().unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "helper died");
+            if let Some(i) = line.find("tids") {
+                return line[i + 4..].trim().parse().unwrap();
             }
         }
     }

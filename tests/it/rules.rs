@@ -215,6 +215,93 @@ fn duplicate_names_across_files_reject_the_later_file() {
 }
 
 #[test]
+fn check_and_the_daemon_agree_on_a_symlinked_rule_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let real = tmp.path().join("pinnerd.d-v2");
+    fs::create_dir(&real).unwrap();
+    fs::set_permissions(&real, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(real.join("a.toml"), rule("a", "a")).unwrap();
+    let link = tmp.path().join("pinnerd.d");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let policy = LoadPolicy::owned_by(nix::unistd::geteuid().as_raw());
+    let daemon = rules::load_dirs(std::slice::from_ref(&link), &policy);
+    assert!(daemon.is_clean(), "{:?}", daemon.error_strings());
+    assert_eq!(daemon.rules.len(), 1);
+    let mut errors = Vec::new();
+    let files = rules::collect_paths(std::slice::from_ref(&link), &policy, &mut errors);
+    let check = rules::load_collected(&files, &policy, errors);
+    assert!(check.is_clean(), "{:?}", check.error_strings());
+    assert_eq!(check.files, daemon.files);
+    let r = pinnerd(&["check", link.to_str().unwrap()]);
+    assert_eq!(
+        (r.code, r.stdout.trim()),
+        (0, "ok: 1 file, 1 rule"),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
+fn a_rule_directory_that_becomes_untrusted_keeps_the_last_good_rules() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("pinnerd.d");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(dir.join("a.toml"), rule("a", "a")).unwrap();
+    fs::write(dir.join("b.toml"), rule("b", "b")).unwrap();
+    let dirs = vec![dir.clone()];
+    let policy = LoadPolicy::owned_by(nix::unistd::geteuid().as_raw());
+    let first = rules::load_dirs(&dirs, &policy);
+    assert_eq!(first.rules.len(), 2);
+    // Group-writable: nothing in it is read any more, and nothing is dropped either.
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o775)).unwrap();
+    fs::write(dir.join("a.toml"), rule("a-new", "x")).unwrap();
+    let second = rules::reload(&dirs, &policy, &first);
+    assert_eq!(second.rules.len(), 2, "{:?}", second.error_strings());
+    let names: Vec<&str> = second
+        .rules
+        .rules()
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["a", "b"],
+        "the untrusted directory's new content is not read"
+    );
+    assert!(
+        second.error_strings()[0].contains("writable by group"),
+        "{:?}",
+        second.error_strings()
+    );
+    assert_eq!(
+        second.files,
+        vec![
+            (dir.join("a.toml"), FileOutcome::KeptPrevious(1)),
+            (dir.join("b.toml"), FileOutcome::KeptPrevious(1)),
+        ]
+    );
+    // Kept across further reloads, and replaced once the directory is fixed.
+    let third = rules::reload(&dirs, &policy, &second);
+    assert_eq!(third.rules.len(), 2);
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let fixed = rules::reload(&dirs, &policy, &third);
+    assert!(fixed.is_clean(), "{:?}", fixed.error_strings());
+    let names: Vec<&str> = fixed
+        .rules
+        .rules()
+        .iter()
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(names, ["a-new", "b"]);
+    // A directory removed altogether still holds no rules.
+    fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(rules::reload(&dirs, &policy, &fixed).rules.len(), 0);
+}
+
+#[test]
 fn a_missing_rule_directory_holds_no_rules() {
     let report = rules::load_dirs(
         &[PathBuf::from("/nonexistent/pinnerd.d")],

@@ -473,7 +473,7 @@ fn edited_fingerprint(name: &str, edit: impl FnOnce(&Path)) -> Fingerprint {
 }
 
 #[test]
-fn fingerprint_survives_a_reboot_and_changes_with_bios_and_smt() {
+fn fingerprint_survives_a_reboot_hotplug_and_smt_toggles_and_changes_with_bios_and_cpus() {
     let (_, original) = read_fixture("xeon-e5620");
     let same = edited_fingerprint("xeon-e5620", |_| {});
     assert_eq!(same, original, "same files elsewhere, same fingerprint");
@@ -503,12 +503,21 @@ fn fingerprint_survives_a_reboot_and_changes_with_bios_and_smt() {
         ]
     );
 
+    // SMT switched off at run time: the siblings go offline, the hardware stays.
     let smt_off = edited_fingerprint("xeon-e5620", |d| {
         std::fs::write(d.join("sys/devices/system/cpu/smt/control"), "off\n").unwrap();
         std::fs::write(d.join("sys/devices/system/cpu/smt/active"), "0\n").unwrap();
+        std::fs::write(d.join("sys/devices/system/cpu/online"), "0-7\n").unwrap();
     });
-    assert_ne!(smt_off.hex, original.hex, "an SMT toggle changes it");
-    assert_ne!(smt_off.hex, bios.hex);
+    assert_eq!(smt_off.hex, original.hex, "an SMT toggle keeps it");
+    assert_eq!(smt_off.inputs.online.to_string(), "0-7", "still read");
+
+    // Fewer CPUs present (a socket removed, SMT off in the firmware) is other hardware.
+    let fewer = edited_fingerprint("xeon-e5620", |d| {
+        std::fs::write(d.join("sys/devices/system/cpu/present"), "0-7\n").unwrap();
+    });
+    assert_ne!(fewer.hex, original.hex, "other present CPUs change it");
+    assert_eq!(original.differences(&fewer), vec!["present: 0-15 -> 0-7"]);
 }
 
 // ---- bad and missing input ------------------------------------------------------------

@@ -251,3 +251,62 @@ fn plan_live_keeps_the_settings_housekeeping_cpus_free() {
     }
     h.exit();
 }
+
+/// The rule watcher follows the path: a symlink pointed at another directory, or the
+/// directory moved away and another put in its place, is noticed without SIGHUP, and
+/// changes in the new directory are watched from then on.
+#[test]
+fn the_rule_watcher_follows_a_swapped_symlink_and_a_moved_directory() {
+    use pinnerd::daemon::sources::{rule_changes, rule_watcher, MISSING_POLL};
+    use pinnerd::daemon::{Event, ReloadCause};
+    let tmp = tempfile::tempdir().unwrap();
+    let (v1, v2, link, plain) = (
+        tmp.path().join("v1"),
+        tmp.path().join("v2"),
+        tmp.path().join("pinnerd.d"),
+        tmp.path().join("plain.d"),
+    );
+    for d in [&v1, &v2, &plain] {
+        std::fs::create_dir(d).unwrap();
+    }
+    std::os::unix::fs::symlink(&v1, &link).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let w = rule_watcher(&[link.clone(), plain.clone()]).unwrap();
+        tokio::spawn(rule_changes(w, tx));
+        // Generous: one look every MISSING_POLL, then the debounce, on a busy machine.
+        async fn reloaded(rx: &mut tokio::sync::mpsc::Receiver<Event>, what: &str) {
+            match tokio::time::timeout(MISSING_POLL * 5, rx.recv()).await {
+                Ok(Some(Event::Reload(ReloadCause::Inotify))) => {}
+                other => panic!("{what}: no reload ({other:?})"),
+            }
+            // Drain what the same change caused.
+            while let Ok(Some(_)) =
+                tokio::time::timeout(std::time::Duration::from_millis(400), rx.recv()).await
+            {
+            }
+        }
+        std::fs::write(v1.join("a.toml"), "").unwrap();
+        reloaded(&mut rx, "a file in the first target").await;
+
+        // `ln -sfn v2 pinnerd.d`: the link is replaced atomically.
+        let new_link = tmp.path().join("pinnerd.d.new");
+        std::os::unix::fs::symlink(&v2, &new_link).unwrap();
+        std::fs::rename(&new_link, &link).unwrap();
+        reloaded(&mut rx, "the symlink swapped").await;
+        std::fs::write(v2.join("b.toml"), "").unwrap();
+        reloaded(&mut rx, "a file in the new target").await;
+
+        // `mv plain.d plain.d.old && mkdir plain.d`.
+        std::fs::rename(&plain, tmp.path().join("plain.d.old")).unwrap();
+        reloaded(&mut rx, "the directory moved away").await;
+        std::fs::create_dir(&plain).unwrap();
+        reloaded(&mut rx, "a new directory under the name").await;
+        std::fs::write(plain.join("c.toml"), "").unwrap();
+        reloaded(&mut rx, "a file in the new directory").await;
+    });
+}

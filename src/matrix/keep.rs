@@ -1,0 +1,248 @@
+//! Keeping measured cells across CPU hotplug and SMT toggles.
+//!
+//! The stored matrix covers every CPU ever measured on this hardware (the fingerprint
+//! keys on possible/present CPUs, not online ones). When the usable set changes:
+//!
+//! ```text
+//! stored matrix ──► cover(stored, usable) ──► no pair missing: the stored cells, restricted
+//!                                         └─► pairs missing:   measure only those,
+//!                                                              then fill(stored, cells)
+//! new full matrix ──► merge(new, stored): the new cells win, CPUs it did not measure
+//!                     (offline now) keep theirs
+//! ```
+//!
+//! Pure functions of plain data. Must not touch: measurement, the store's files.
+
+use crate::cpuset::CpuSet;
+
+use super::{LatencyMatrix, PairStats};
+
+/// What a stored matrix gives for a set of CPUs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Coverage {
+    /// The stored cells among the CPUs, when no pair is missing.
+    pub matrix: Option<LatencyMatrix>,
+    /// Pairs `(a, b)`, `a < b`, of the CPUs that the stored matrix has no cell for.
+    pub missing: Vec<(u32, u32)>,
+}
+
+/// Which pairs of `cpus` the stored matrix lacks, and the matrix over `cpus` when none.
+pub fn cover(stored: &LatencyMatrix, cpus: &CpuSet) -> Coverage {
+    let ids: Vec<u32> = cpus.iter().collect();
+    let mut missing = Vec::new();
+    for (k, &b) in ids.iter().enumerate() {
+        for &a in &ids[..k] {
+            if stored.between(a, b).is_none() {
+                missing.push((a, b));
+            }
+        }
+    }
+    let matrix = missing.is_empty().then(|| restrict(stored, cpus));
+    Coverage { matrix, missing }
+}
+
+/// Whether measuring only `missing` pairs of `cpus` CPUs pays, rather than the full
+/// matrix: when they are at most half of all pairs (one new CPU in many, not an SMT
+/// switch doubling the CPUs).
+pub fn worth_filling(missing: usize, cpus: usize) -> bool {
+    missing > 0 && missing * 4 <= cpus * cpus.saturating_sub(1)
+}
+
+/// The share of a full measurement's `budget` that `missing` pairs of `cpus` CPUs get,
+/// at least `floor`.
+pub fn fill_budget(
+    budget: std::time::Duration,
+    missing: usize,
+    cpus: usize,
+    floor: std::time::Duration,
+) -> std::time::Duration {
+    let pairs = (cpus * cpus.saturating_sub(1) / 2).max(1) as u32;
+    (budget * missing.min(u32::MAX as usize) as u32 / pairs).max(floor)
+}
+
+/// The matrix over the CPUs of `m` that are in `cpus`, metadata and statistics kept.
+pub fn restrict(m: &LatencyMatrix, cpus: &CpuSet) -> LatencyMatrix {
+    let keep: Vec<usize> = (0..m.len()).filter(|&i| cpus.contains(m.cpus[i])).collect();
+    let mut out = m.clone();
+    out.cpus = keep.iter().map(|&i| m.cpus[i]).collect();
+    out.latency_ns = keep
+        .iter()
+        .map(|&i| keep.iter().map(|&j| m.latency_ns[i][j]).collect())
+        .collect();
+    out.stats
+        .retain(|s| cpus.contains(s.a) && cpus.contains(s.b));
+    out
+}
+
+/// `newer` with the cells of `older` for every pair `newer` lacks, over the union of
+/// their CPUs. Metadata (time, primitive, fingerprint, warnings) is `newer`'s.
+pub fn merge(newer: &LatencyMatrix, older: &LatencyMatrix) -> LatencyMatrix {
+    let union: CpuSet = newer.cpus.iter().chain(&older.cpus).copied().collect();
+    let cpus: Vec<u32> = union.iter().collect();
+    let cell = |a: u32, b: u32| newer.between(a, b).or_else(|| older.between(a, b));
+    let latency_ns = cpus
+        .iter()
+        .map(|&a| {
+            cpus.iter()
+                .map(|&b| if a == b { None } else { cell(a, b) })
+                .collect()
+        })
+        .collect();
+    let has = |s: &PairStats| newer.between(s.a, s.b).is_some();
+    let mut stats: Vec<PairStats> = newer.stats.clone();
+    stats.extend(older.stats.iter().filter(|s| !has(s)).cloned());
+    stats.sort_by_key(|s| (s.a, s.b));
+    LatencyMatrix {
+        cpus,
+        latency_ns,
+        stats,
+        ..newer.clone()
+    }
+}
+
+/// `stored` with the given cells `(a, b, ns)` added (over the union of CPUs); cells
+/// without a figure stay missing. Everything else is `stored`'s.
+pub fn fill(stored: &LatencyMatrix, cells: &[(u32, u32, Option<f64>)]) -> LatencyMatrix {
+    let cpus: Vec<u32> = cells.iter().flat_map(|&(a, b, _)| [a, b]).collect();
+    let mut fresh = LatencyMatrix::new(
+        cpus.iter().copied().collect::<CpuSet>().iter().collect(),
+        Vec::new(),
+    );
+    let n = fresh.cpus.len();
+    fresh.latency_ns = vec![vec![None; n]; n];
+    for &(a, b, ns) in cells {
+        if let (Some(i), Some(j), Some(v)) = (fresh.index_of(a), fresh.index_of(b), ns) {
+            if i != j {
+                fresh.latency_ns[i][j] = Some(v);
+                fresh.latency_ns[j][i] = Some(v);
+            }
+        }
+    }
+    let mut out = merge(stored, &fresh);
+    out.warnings = stored.warnings.clone();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cpus(s: &str) -> CpuSet {
+        s.parse().unwrap()
+    }
+
+    /// Cell value from the CPU ids, so any cell can be checked.
+    fn value(a: u32, b: u32) -> f64 {
+        10.0 + f64::from(a.min(b)) * 100.0 + f64::from(a.max(b))
+    }
+
+    fn over(list: &str) -> LatencyMatrix {
+        let ids: Vec<u32> = cpus(list).iter().collect();
+        let mut m = LatencyMatrix::from_fn(ids.clone(), |i, j| value(ids[i], ids[j]));
+        m.fingerprint = Some("fp".into());
+        m
+    }
+
+    #[test]
+    fn a_cpu_that_went_offline_and_came_back_needs_nothing_measured() {
+        let stored = over("0-7");
+        let c = cover(&stored, &cpus("0-2,4-7"));
+        assert!(c.missing.is_empty());
+        let m = c.matrix.unwrap();
+        assert_eq!(m.cpus, vec![0, 1, 2, 4, 5, 6, 7]);
+        assert_eq!(m.between(2, 4), Some(value(2, 4)));
+        assert_eq!(m.fingerprint.as_deref(), Some("fp"));
+        m.validate().unwrap();
+        let back = cover(&stored, &cpus("0-7")).matrix.unwrap();
+        assert_eq!(back, stored);
+    }
+
+    #[test]
+    fn only_pairs_with_a_new_cpu_are_missing() {
+        let stored = over("0-3");
+        let c = cover(&stored, &cpus("0-3,6"));
+        assert_eq!(c.matrix, None);
+        assert_eq!(c.missing, vec![(0, 6), (1, 6), (2, 6), (3, 6)]);
+        // A hole inside the matrix counts too.
+        let mut holed = stored.clone();
+        holed.latency_ns[1][2] = None;
+        holed.latency_ns[2][1] = None;
+        assert_eq!(cover(&holed, &cpus("0-3")).missing, vec![(1, 2)]);
+    }
+
+    #[test]
+    fn filling_the_missing_pairs_completes_the_matrix_and_keeps_the_old_cells() {
+        let stored = over("0-3");
+        let missing = cover(&stored, &cpus("0-3,6")).missing;
+        let cells: Vec<_> = missing
+            .iter()
+            .map(|&(a, b)| (a, b, Some(value(a, b))))
+            .collect();
+        let filled = fill(&stored, &cells);
+        filled.validate().unwrap();
+        assert_eq!(filled, over("0-3,6"));
+        // A pair that could not be measured stays missing, and so is asked for again.
+        let mut partial = cells.clone();
+        partial[0].2 = None;
+        let filled = fill(&stored, &partial);
+        assert_eq!(cover(&filled, &cpus("0-3,6")).missing, vec![(0, 6)]);
+    }
+
+    #[test]
+    fn filling_pays_for_a_few_new_cpus_not_for_a_doubling() {
+        // 16 CPUs, one new: 15 of 120 pairs.
+        assert!(worth_filling(15, 16));
+        // SMT switched on: 8 → 16 CPUs, 92 of 120 pairs new.
+        assert!(!worth_filling(92, 16));
+        assert!(!worth_filling(0, 16));
+        let s = std::time::Duration::from_secs;
+        assert_eq!(fill_budget(s(120), 15, 16, s(1)), s(15));
+        assert_eq!(fill_budget(s(120), 1, 16, s(5)), s(5));
+    }
+
+    #[test]
+    fn a_new_full_matrix_wins_and_offline_cpus_keep_their_cells() {
+        let stored = over("0-7");
+        let mut newer = LatencyMatrix::from_fn(vec![0, 1, 2], |_, _| 1.0);
+        newer.measured_at_us = Some(99);
+        newer.stats = vec![PairStats {
+            a: 0,
+            b: 1,
+            p10_ns: 1.0,
+            median_ns: 1.0,
+            p90_ns: 1.0,
+            samples: 3,
+            discarded: 0,
+            round_trips: 100,
+        }];
+        let mut old_stats = newer.stats[0].clone();
+        (old_stats.p10_ns, old_stats.median_ns, old_stats.p90_ns) = (5.0, 5.0, 5.0);
+        let mut stored_with_stats = stored.clone();
+        stored_with_stats.stats = vec![
+            old_stats.clone(),
+            PairStats {
+                a: 3,
+                b: 4,
+                ..old_stats.clone()
+            },
+        ];
+        let m = merge(&newer, &stored_with_stats);
+        m.validate().unwrap();
+        assert_eq!(m.cpus, (0..8).collect::<Vec<_>>());
+        assert_eq!(m.between(0, 1), Some(1.0));
+        assert_eq!(
+            m.between(0, 5),
+            Some(value(0, 5)),
+            "kept from the old matrix"
+        );
+        assert_eq!(m.between(6, 7), Some(value(6, 7)));
+        assert_eq!(m.measured_at_us, Some(99));
+        assert_eq!(
+            m.stats
+                .iter()
+                .map(|s| (s.a, s.b, s.median_ns))
+                .collect::<Vec<_>>(),
+            vec![(0, 1, 1.0), (3, 4, 5.0)]
+        );
+    }
+}
