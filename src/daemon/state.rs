@@ -1753,18 +1753,21 @@ mod tests {
         set_online(&s.cfg.sysroot, "0-15");
         s.handle(Event::Hotplug);
         let fill = jobs(&s.take_actions())[0].clone();
-        let Event::Measured(Finished {
+        let Event::Measured(finished) = probes(&fill, 55.0) else {
+            unreachable!()
+        };
+        let Finished {
             id,
             result: Ok(Product::Probes(mut p)),
-        }) = probes(&fill, 55.0)
+        } = *finished
         else {
             unreachable!()
         };
         p[3].estimate_ns = None;
-        s.handle(Event::Measured(Finished {
+        s.handle(Event::Measured(Box::new(Finished {
             id,
             result: Ok(Product::Probes(p)),
-        }));
+        })));
         let j = jobs(&s.take_actions());
         assert_eq!(j.len(), 1, "{j:?}");
         assert!(matches!(j[0].kind, JobKind::Full));
