@@ -43,6 +43,8 @@ pub enum Command {
     Release {
         pid: u32,
     },
+    /// The daemon's numbers in the Prometheus text format (`crate::metrics`).
+    Metrics,
 }
 
 /// The answer to a [`Command`].

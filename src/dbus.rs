@@ -399,6 +399,20 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         }
     }
 
+    /// The daemon's numbers in the Prometheus text format (what `pinnerd metrics`
+    /// prints and the textfile for node_exporter holds).
+    async fn metrics(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        self.admit(conn, &header, "Metrics").await?;
+        match self.forward(Command::Metrics).await? {
+            Reply::Text(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// Placement advice for applications that pin themselves; changes nothing.
     async fn plan(
         &self,

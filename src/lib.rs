@@ -28,12 +28,15 @@
 //! - `daemon`: the event loop, its state and its measurement schedule
 //! - `dbus`: the bus object, which only forwards
 //! - `domains`: the latency hierarchy from a matrix and the topology, and which to use
+//! - `export`: Node Feature Discovery feature files and hwloc distances
 //! - `fingerprint`: the hardware identity a matrix belongs to
+//! - `fleet`: the matrices of several machines compared (`diff`, `fleet`)
 //! - `manager`: which processes are managed; applies the plan to their threads
 //! - `matrix`: the latency matrix and its files
 //! - `measure`: spin pairs → latencies; sparse measurement (the hierarchy from a few
 //!   pairs, spot checks per block, the rest inferred) over a `PairMeasurer`: the real
 //!   spinner, or `measure::simulate`, which answers from a published matrix with noise
+//! - `metrics`: the daemon's numbers in the Prometheus text format, and the textfile
 //! - `placement`: one request → CPUs
 //! - `plan`: every rule's CPUs, as a value
 //! - `rules`: TOML → validated rules → matcher
@@ -57,10 +60,13 @@ pub mod cpuset;
 pub mod daemon;
 pub mod dbus;
 pub mod domains;
+pub mod export;
 pub mod fingerprint;
+pub mod fleet;
 pub mod manager;
 pub mod matrix;
 pub mod measure;
+pub mod metrics;
 pub mod placement;
 pub mod plan;
 pub mod rules;

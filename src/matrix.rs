@@ -44,6 +44,10 @@ pub struct LatencyMatrix {
     /// When it was measured, in microseconds since the Unix epoch; `None` for imports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured_at_us: Option<u64>,
+    /// How long measuring took (after the load guard let it start), in seconds; `None`
+    /// for imports and older files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measure_seconds: Option<f64>,
     /// Hardware fingerprint of the machine it was measured on (see `fingerprint`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fingerprint: Option<String>,
@@ -94,6 +98,8 @@ struct MatrixFile {
     /// Which participant of each pair touched the shared line first, and so where its
     /// memory lives (e.g. `initiator`: the lower-numbered CPU of the pair).
     #[serde(default)]
+    measure_seconds: Option<f64>,
+    #[serde(default)]
     first_touch: Option<String>,
     /// How pairs were scheduled: `serial` or `rounds` (disjoint pairs in parallel).
     #[serde(default)]
@@ -130,6 +136,7 @@ impl From<MatrixFile> for LatencyMatrix {
             latency_ns: f.latency_ns,
             primitive: f.primitive,
             measured_at_us: f.measured_at_us,
+            measure_seconds: f.measure_seconds,
             fingerprint: f.fingerprint,
             first_touch: f.first_touch,
             mode: f.mode,
@@ -241,6 +248,7 @@ impl LatencyMatrix {
             latency_ns,
             primitive: None,
             measured_at_us: None,
+            measure_seconds: None,
             fingerprint: None,
             first_touch: None,
             mode: None,
@@ -442,6 +450,11 @@ impl LatencyMatrix {
                         self.cpus[i], self.cpus[j]
                     ));
                 }
+            }
+        }
+        if let Some(d) = self.measure_seconds {
+            if !d.is_finite() || d < 0.0 {
+                return Err(format!("`measure_seconds` {d} is not a duration"));
             }
         }
         for (k, s) in self.stats.iter().enumerate() {
@@ -663,6 +676,16 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "m.csv: matrix is not symmetric at CPUs 0 and 1"
+        );
+        let mut timed = m.clone();
+        timed.measure_seconds = Some(12.5);
+        let text = serde_json::to_string(&timed).unwrap();
+        assert!(text.contains("\"measure_seconds\":12.5"), "{text}");
+        assert_eq!(LatencyMatrix::from_json(&text, p()).unwrap(), timed);
+        let e = LatencyMatrix::from_json(&text.replace("12.5", "-1"), p()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "m.csv: `measure_seconds` -1 is not a duration"
         );
         let e = LatencyMatrix::from_json("{\"cpus\": [0,", p()).unwrap_err();
         assert!(e.to_string().starts_with("m.csv:1: column"), "{e}");

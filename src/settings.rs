@@ -30,6 +30,7 @@ pub struct Settings {
     pub watch: WatchSettings,
     pub placement: PlacementSettings,
     pub limits: LimitSettings,
+    pub metrics: MetricsSettings,
 }
 
 /// `[measure]`: when and how hard to measure the latency matrix.
@@ -100,6 +101,26 @@ pub struct LimitSettings {
     pub remeasure_min_interval: HumanDuration,
 }
 
+/// `[metrics]`: the Prometheus textfile for node_exporter.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MetricsSettings {
+    /// Directory node_exporter's textfile collector reads; the daemon writes
+    /// `pinnerd.prom` there (atomically). Default `""`: no textfile.
+    pub textfile_dir: PathBuf,
+    /// How often the textfile is rewritten. Default `"15s"`.
+    pub textfile_period: HumanDuration,
+}
+
+impl Default for MetricsSettings {
+    fn default() -> Self {
+        MetricsSettings {
+            textfile_dir: PathBuf::new(),
+            textfile_period: HumanDuration(Duration::from_secs(15)),
+        }
+    }
+}
+
 impl Default for Settings {
     fn default() -> Self {
         Settings {
@@ -108,6 +129,7 @@ impl Default for Settings {
             watch: WatchSettings::default(),
             placement: PlacementSettings::default(),
             limits: LimitSettings::default(),
+            metrics: MetricsSettings::default(),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! Client commands that talk to the running daemon over D-Bus: `status`, `remeasure`,
-//! `reload`, `managed`, `explain`. Each is a thin call of one method or property of
+//! `reload`, `managed`, `explain`, `metrics`. Each is a thin call of one method or property of
 //! `org.pinnerd.Pinnerd1`; what busctl shows is what these print.
 
 use std::process::ExitCode;
@@ -73,6 +73,7 @@ pub trait Pinnerd1 {
     fn reload(&self) -> zbus::Result<(u32, Vec<String>)>;
     fn list_managed(&self) -> zbus::Result<Vec<(u32, String, String, String, String)>>;
     fn explain(&self, pid: u32) -> zbus::Result<String>;
+    fn metrics(&self) -> zbus::Result<String>;
 
     #[zbus(signal)]
     fn measurement_finished(&self, job: u64, ok: bool, summary: String) -> zbus::Result<()>;
@@ -222,6 +223,16 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
         let p = proxy(&args.bus.bus).await?;
         let text = p.explain(args.pid).await.context("Explain")?;
         println!("{text}");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// `pinnerd metrics`: the running daemon's numbers in the Prometheus text format.
+pub fn metrics(args: BusArgs) -> anyhow::Result<ExitCode> {
+    block_on(async {
+        let p = proxy(&args.bus).await?;
+        let text = p.metrics().await.context("Metrics")?;
+        print!("{text}");
         Ok(ExitCode::SUCCESS)
     })
 }

@@ -11,6 +11,8 @@ pub mod check;
 pub mod client;
 pub mod compare;
 pub mod daemon;
+pub mod export;
+pub mod fleet;
 pub mod live;
 pub mod measure;
 pub mod plan;
@@ -79,6 +81,14 @@ pub enum Command {
     Managed(client::BusArgs),
     /// Explain which rule placed a process, and why.
     Explain(client::ExplainArgs),
+    /// Compare the latency matrices of two machines of one layout.
+    Diff(fleet::DiffArgs),
+    /// Compare many machines of one CPU model and find the outliers.
+    Fleet(fleet::FleetArgs),
+    /// Print the running daemon's metrics in the Prometheus text format.
+    Metrics(client::BusArgs),
+    /// Print what pinnerd knows in another engine's format (Kubernetes NFD, hwloc).
+    Export(export::ExportArgs),
 }
 
 /// Logging to stderr; `RUST_LOG` overrides the level chosen by `-v`.
@@ -115,6 +125,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Reload(args) => client::reload(args),
         Command::Managed(args) => client::managed(args),
         Command::Explain(args) => client::explain(args),
+        Command::Diff(args) => fleet::run_diff(args),
+        Command::Fleet(args) => fleet::run_fleet(args),
+        Command::Export(args) => export::run(args),
+        Command::Metrics(args) => client::metrics(args),
     }
 }
 

@@ -322,14 +322,14 @@ impl Shell {
                         let id = job.id;
                         let tx = self.events.clone();
                         let spawned = worker::spawn(*job, move |outcome| {
-                            let _ = tx.blocking_send(Event::Measured(outcome));
+                            let _ = tx.blocking_send(Event::Measured(Box::new(outcome)));
                         });
                         if let Err(e) = spawned {
                             tracing::error!(job = id, error = %e, "cannot start the measurement thread");
-                            state.handle(Event::Measured(worker::Finished {
+                            state.handle(Event::Measured(Box::new(worker::Finished {
                                 id,
                                 result: Err(worker::JobError::Spawn(e)),
-                            }));
+                            })));
                         }
                     }
                     Action::Status(line) => notify(&[sd_notify::NotifyState::Status(&line)]),

@@ -30,6 +30,7 @@ use crate::matrix::keep;
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::measure::{self, LoadGuard, MeasureConfig};
+use crate::metrics::{self, MetricsSnapshot};
 use crate::placement::{self, Placement, Policy, Request, SmtPolicy};
 use crate::plan::{Choose, Cpus, Plan};
 use crate::rules::{self, CpuTarget, LoadPolicy, LoadReport, PlacementRequest};
@@ -115,6 +116,8 @@ pub struct State {
     /// Why the proc connector is not available (rescans only), if it is not.
     watch_down: Option<String>,
     next_rescan: Option<Instant>,
+    /// The event-to-pin histogram and the textfile's schedule.
+    metrics: metrics::Kept,
     /// A journal write deferred after process events (see [`JOURNAL_DELAY`]).
     journal_due: Option<Instant>,
     schedule: Schedule,
@@ -146,6 +149,7 @@ impl State {
             manager: None,
             watch_down: None,
             next_rescan: None,
+            metrics: metrics::Kept::default(),
             journal_due: None,
             last_failure: None,
             rules: LoadReport::default(),
@@ -354,10 +358,12 @@ impl State {
                 self.actions.push(Action::Exit);
             }
             Event::Tick(now) => self.tick(now),
-            Event::Measured(outcome) => self.measured(outcome),
+            Event::Measured(outcome) => self.measured(*outcome),
             Event::Proc(msgs) => {
                 let Some(m) = &mut self.manager else { return };
+                let read_at = Instant::now();
                 let changes = m.handle_batch(msgs);
+                self.metrics.pins_after(read_at, &changes);
                 for c in &changes {
                     log_change(c);
                 }
@@ -400,6 +406,7 @@ impl State {
                 })
             }
             Command::GetMatrix => Ok(self.matrix_reply()),
+            Command::Metrics => Ok(Reply::Text(self.metrics_text())),
             Command::ListManaged => Ok(Reply::Managed(
                 self.manager
                     .as_ref()
@@ -891,7 +898,7 @@ impl State {
             return;
         };
         match (running.full, outcome.result) {
-            (true, Ok(Product::Matrix(matrix))) => self.full_done(running.id, matrix),
+            (true, Ok(Product::Matrix(matrix))) => self.full_done(running.id, *matrix),
             (true, Ok(other)) => {
                 self.full_failed(running.id, format!("unexpected result {other:?}"))
             }
@@ -997,6 +1004,9 @@ impl State {
                 self.manager_event(manager::Input::PlanChanged(plan));
             }
         }
+        if let Some(dir) = self.metrics.textfile_due(now, &self.settings.metrics) {
+            metrics::textfile::write_logged(&dir, &self.metrics_text());
+        }
         if let Some(due) = self.next_rescan {
             if now >= due {
                 let every = self
@@ -1017,6 +1027,20 @@ impl State {
             Some(Due::Drift) => self.start_drift_probe(),
             None => {}
         }
+    }
+
+    /// What `pinnerd metrics` prints and the textfile holds.
+    fn metrics_text(&mut self) -> String {
+        let _ = self.domains(); // the levels; without domains the rest still shows
+        let (d, m) = (self.domains.as_ref(), self.current.as_ref());
+        let c = self.manager.as_ref().map(Manager::counters);
+        metrics::render(&MetricsSnapshot::of_daemon(
+            self.snapshot(),
+            d,
+            m,
+            c,
+            &self.metrics,
+        ))
     }
 
     fn status(&mut self) {
@@ -1122,17 +1146,17 @@ mod tests {
     }
 
     fn ok_matrix(job: &Job) -> Event {
-        Event::Measured(Finished {
+        Event::Measured(Box::new(Finished {
             id: job.id,
-            result: Ok(Product::Matrix(matrix_for(job))),
-        })
+            result: Ok(Product::Matrix(Box::new(matrix_for(job)))),
+        }))
     }
 
     fn probes(job: &Job, ns: f64) -> Event {
         let JobKind::Drift { pairs, .. } = &job.kind else {
             panic!("not a probe: {job:?}")
         };
-        Event::Measured(Finished {
+        Event::Measured(Box::new(Finished {
             id: job.id,
             result: Ok(Product::Probes(
                 pairs
@@ -1146,7 +1170,7 @@ mod tests {
                     })
                     .collect(),
             )),
-        })
+        }))
     }
 
     #[test]
@@ -1235,6 +1259,41 @@ mod tests {
         assert_eq!(j.len(), 1, "no stored matrix: one full measurement");
         assert!(matches!(j[0].kind, JobKind::Full));
         (s, d, j[0].clone())
+    }
+
+    #[test]
+    fn metrics_answer_and_the_textfile_is_written_each_period() {
+        let (mut s, d, job) = started(Timing::default());
+        let Reply::Text(text) = s.command(Command::Metrics).unwrap() else {
+            panic!()
+        };
+        assert!(
+            text.contains("pinnerd_state{state=\"measuring\"} 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("pinnerd_matrix_trusted 0\n"), "{text}");
+        assert!(!text.contains("pinnerd_matrix_age_seconds"), "{text}");
+        s.handle(ok_matrix(&job));
+        let dir = d.path().join("textfile");
+        std::fs::create_dir(&dir).unwrap();
+        s.settings.metrics.textfile_dir = dir.clone();
+        s.settings.metrics.textfile_period =
+            crate::settings::HumanDuration(Duration::from_secs(15));
+        let t0 = Instant::now();
+        s.handle(Event::Tick(t0));
+        let file = dir.join("pinnerd.prom");
+        let first = std::fs::read_to_string(&file).unwrap();
+        assert!(
+            first.contains("pinnerd_state{state=\"ready\"} 1\n"),
+            "{first}"
+        );
+        assert!(first.contains("pinnerd_matrix_age_seconds "), "{first}");
+        assert!(first.contains("pinnerd_rescans_total "), "{first}");
+        std::fs::remove_file(&file).unwrap();
+        s.handle(Event::Tick(t0 + Duration::from_secs(14)));
+        assert!(!file.exists(), "written before its period");
+        s.handle(Event::Tick(t0 + Duration::from_secs(15)));
+        assert!(file.exists());
     }
 
     #[test]
@@ -1344,10 +1403,10 @@ mod tests {
     #[test]
     fn a_failed_first_measurement_degrades() {
         let (mut s, _d, job) = started(Timing::default());
-        s.handle(Event::Measured(Finished {
+        s.handle(Event::Measured(Box::new(Finished {
             id: job.id,
             result: Err(JobError::Spawn(std::io::Error::other("CPUs busy"))),
-        }));
+        })));
         assert_eq!(finished(&s.take_actions()), vec![(job.id, false)]);
         assert_eq!(s.snapshot().state, Phase::Degraded);
     }
@@ -1428,10 +1487,10 @@ mod tests {
             "coalesced"
         );
         assert!(jobs(&s.take_actions()).is_empty(), "waits for the probe");
-        s.handle(Event::Measured(Finished {
+        s.handle(Event::Measured(Box::new(Finished {
             id: probe.id,
             result: Err(JobError::Spawn(std::io::Error::other("busy"))),
-        }));
+        })));
         let full = jobs(&s.take_actions());
         assert_eq!(full.len(), 1);
         assert_eq!(full[0].id, promised);
@@ -1704,18 +1763,21 @@ mod tests {
         set_online(&s.cfg.sysroot, "0-15");
         s.handle(Event::Hotplug);
         let fill = jobs(&s.take_actions())[0].clone();
-        let Event::Measured(Finished {
+        let Event::Measured(finished) = probes(&fill, 55.0) else {
+            unreachable!()
+        };
+        let Finished {
             id,
             result: Ok(Product::Probes(mut p)),
-        }) = probes(&fill, 55.0)
+        } = *finished
         else {
             unreachable!()
         };
         p[3].estimate_ns = None;
-        s.handle(Event::Measured(Finished {
+        s.handle(Event::Measured(Box::new(Finished {
             id,
             result: Ok(Product::Probes(p)),
-        }));
+        })));
         let j = jobs(&s.take_actions());
         assert_eq!(j.len(), 1, "{j:?}");
         assert!(matches!(j[0].kind, JobKind::Full));

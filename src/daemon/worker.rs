@@ -35,7 +35,7 @@ pub struct Job {
 /// What a job produced.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Product {
-    Matrix(LatencyMatrix),
+    Matrix(Box<LatencyMatrix>),
     Probes(Vec<Probe>),
 }
 
@@ -58,7 +58,7 @@ pub struct Finished {
 /// Runs a job on the calling thread.
 pub fn run_job(job: &Job) -> Finished {
     let result = match &job.kind {
-        JobKind::Full => measure::run(&job.cfg, |_| {}).map(Product::Matrix),
+        JobKind::Full => measure::run(&job.cfg, |_| {}).map(|m| Product::Matrix(Box::new(m))),
         JobKind::Drift { pairs, budget } => {
             measure::probe_pairs(&job.cfg, pairs, *budget).map(Product::Probes)
         }

@@ -546,7 +546,8 @@ pub fn run_detailed(
     let granularity = validity::timer_granularity();
     // The budget is for measuring: it starts once the guard let us in, and the warm-up
     // takes at most a quarter of it.
-    let deadline = Instant::now() + cfg.budget;
+    let measuring_since = Instant::now();
+    let deadline = measuring_since + cfg.budget;
     report(Phase::Warmup, 0, 1);
     warm_up(&cfg.cpus, cfg.warmup.min(cfg.budget / 4))?;
 
@@ -710,6 +711,7 @@ pub fn run_detailed(
     let mut matrix = LatencyMatrix::new(ids, latency);
     matrix.primitive = Some(cfg.primitive.as_str().to_string());
     matrix.measured_at_us = Some(now_us());
+    matrix.measure_seconds = Some(measuring_since.elapsed().as_secs_f64());
     matrix.fingerprint = cfg.fingerprint.clone();
     matrix.first_touch = Some(cfg.first_touch.describe().to_string());
     matrix.mode = Some(cfg.mode.as_str().to_string());

@@ -22,6 +22,9 @@ fn help_lists_every_command() {
         "reload",
         "managed",
         "explain",
+        "diff",
+        "fleet",
+        "export",
     ] {
         assert!(text.contains(cmd), "help does not list {cmd}:\n{text}");
     }

@@ -415,6 +415,7 @@ fn introspection_lists_every_member() {
         (".Reload", "-"),
         (".GetMatrix", "-"),
         (".ListManaged", "-"),
+        (".Metrics", "-"),
         (".Explain", "u"),
         (".Plan", "uss"),
         (".PinProcess", "uuss"),

@@ -418,7 +418,7 @@ check_dbus_introspect() {
         echo "busctl introspect failed: $out"
         return 1
     }
-    for name in Remeasure Reload GetMatrix ListManaged Explain Plan PinProcess ReleaseProcess \
+    for name in Remeasure Reload GetMatrix ListManaged Explain Plan PinProcess ReleaseProcess Metrics \
         Version State MeasuredAt Fingerprint CpuCount RuleCount ManagedProcesses \
         ManagedThreads RuleErrors MeasurementFinished RulesReloaded; do
         grep -q "^\.$name " <<<"$out" || missing+=("$name")

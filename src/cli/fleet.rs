@@ -1,0 +1,223 @@
+//! `pinnerd diff A B` and `pinnerd fleet FILE…`: matrices of several machines compared
+//! (see `fleet`). Files are our JSON or core-to-core-latency's CSV.
+//!
+//! Must not touch: the comparison itself (in `crate::fleet`).
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use crate::fleet::{self, Diff, Fleet, Tolerance};
+use crate::matrix::LatencyMatrix;
+
+#[derive(Debug, clap::Args)]
+pub struct ToleranceArgs {
+    /// A level's (or a group pair's) median may differ by this fraction and still be
+    /// the same.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.10)]
+    pub tolerance: f64,
+    /// A single cell is listed as different beyond this fraction.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.25)]
+    pub cell_tolerance: f64,
+}
+
+impl ToleranceArgs {
+    fn get(&self) -> anyhow::Result<Tolerance> {
+        for (name, v) in [
+            ("--tolerance", self.tolerance),
+            ("--cell-tolerance", self.cell_tolerance),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v < 100.0) {
+                anyhow::bail!("{name} {v}: must be a positive fraction, e.g. 0.1 for 10%");
+            }
+        }
+        Ok(Tolerance {
+            level: self.tolerance,
+            cell: self.cell_tolerance,
+        })
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DiffArgs {
+    /// The reference matrix (its latency levels name the comparison).
+    pub a: PathBuf,
+    /// The matrix compared with it; same CPUs.
+    pub b: PathBuf,
+    #[command(flatten)]
+    pub tolerance: ToleranceArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct FleetArgs {
+    /// Matrices of one CPU model and layout, one per host (at least 3).
+    #[arg(required = true, num_args = 1..)]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub tolerance: ToleranceArgs,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn name(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn load(p: &Path) -> anyhow::Result<LatencyMatrix> {
+    super::export::load_matrix(p)
+}
+
+pub fn run_diff(args: DiffArgs) -> anyhow::Result<ExitCode> {
+    let tol = args.tolerance.get()?;
+    let a = load(&args.a)?;
+    let b = load(&args.b)?;
+    let d = fleet::diff(&a, &name(&args.a), &b, &name(&args.b), tol)?;
+    let warnings: Vec<String> = [(&args.a, &a), (&args.b, &b)]
+        .iter()
+        .flat_map(|(p, m)| {
+            m.warnings
+                .iter()
+                .map(move |w| format!("{}: {w}", p.display()))
+        })
+        .collect();
+    if args.json {
+        let mut v = serde_json::to_value(&d)?;
+        v["a"] = name(&args.a).into();
+        v["b"] = name(&args.b).into();
+        v["warnings"] = serde_json::json!(warnings);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", render_diff(&d, &args.a, &args.b, &warnings));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn ns(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into())
+}
+
+/// The human report: a table of levels, the verdict and its reasons, the largest cells.
+pub fn render_diff(d: &Diff, a: &Path, b: &Path, warnings: &[String]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "A: {}", a.display());
+    let _ = writeln!(s, "B: {}", b.display());
+    let _ = writeln!(
+        s,
+        "{:<12} {:>10} {:>10} {:>7} {:>7} {:>9}",
+        "level", "A ns", "B ns", "B/A", "pairs", "differing"
+    );
+    for l in &d.levels {
+        let _ = writeln!(
+            s,
+            "{:<12} {:>10} {:>10} {:>7} {:>7} {:>9}",
+            l.level,
+            ns(l.a_ns),
+            ns(l.b_ns),
+            l.ratio
+                .map(|r| format!("{r:.2}x"))
+                .unwrap_or_else(|| "-".into()),
+            l.pairs,
+            l.cells_differing
+        );
+    }
+    let _ = writeln!(s, "verdict: {}", d.verdict.as_str());
+    for r in &d.reasons {
+        let _ = writeln!(s, "  {r}");
+    }
+    if !d.cells.is_empty() {
+        let _ = writeln!(
+            s,
+            "{} of {} cells differ by more than {:.0}%; the largest:",
+            d.cells.len(),
+            d.cells_compared,
+            d.tolerance.cell * 100.0
+        );
+        for c in d.cells.iter().take(10) {
+            let _ = writeln!(
+                s,
+                "  CPUs {:>3},{:<3} ({}) {:.1} ns -> {:.1} ns ({:.2}x)",
+                c.a, c.b, c.level, c.a_ns, c.b_ns, c.ratio
+            );
+        }
+    }
+    for w in warnings {
+        let _ = writeln!(s, "warning: {w}");
+    }
+    s
+}
+
+pub fn run_fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
+    let tol = args.tolerance.get()?;
+    let mut hosts = Vec::with_capacity(args.files.len());
+    let mut warnings = Vec::new();
+    for p in &args.files {
+        let m = load(p)?;
+        warnings.extend(m.warnings.iter().map(|w| format!("{}: {w}", p.display())));
+        hosts.push((name(p), m));
+    }
+    let f = fleet::fleet(&hosts, tol)?;
+    if args.json {
+        let mut v = serde_json::to_value(&f)?;
+        v["warnings"] = serde_json::json!(warnings);
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", render_fleet(&f, &warnings));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The human report: the fleet's figures per level, then one line per host.
+pub fn render_fleet(f: &Fleet, warnings: &[String]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} hosts, {} outlier(s); reference = the median of every cell",
+        f.hosts.len(),
+        f.outliers
+    );
+    let _ = writeln!(
+        s,
+        "{:<12} {:>12} {:>10} {:>10}",
+        "level", "reference ns", "min ns", "max ns"
+    );
+    for l in &f.levels {
+        let _ = writeln!(
+            s,
+            "{:<12} {:>12} {:>10} {:>10}",
+            l.level,
+            ns(l.reference_ns),
+            ns(l.min_ns),
+            ns(l.max_ns)
+        );
+    }
+    for h in &f.hosts {
+        let devs: Vec<String> = h
+            .levels
+            .iter()
+            .map(|l| match l.deviation {
+                Some(d) => format!("{} {:+.1}%", l.level, d * 100.0),
+                None => format!("{} -", l.level),
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "{} {}: {}",
+            if h.outlier { "OUTLIER" } else { "ok     " },
+            h.file,
+            devs.join(", ")
+        );
+        if h.outlier {
+            for r in &h.reasons {
+                let _ = writeln!(s, "          {r}");
+            }
+        }
+    }
+    for w in warnings {
+        let _ = writeln!(s, "warning: {w}");
+    }
+    s
+}
