@@ -7,6 +7,7 @@ mod helper;
 mod measure;
 mod packaging;
 mod placement;
+mod promises;
 mod rules;
 mod topology;
 mod watch;
