@@ -43,6 +43,7 @@ use std::time::{Duration, Instant};
 use pinnerd::affinity::{AffinityOps, Outcome, SystemOps};
 use pinnerd::cpuset::CpuSet;
 use pinnerd::manager::{Change, Event, Manager, ManagerConfig};
+use pinnerd::plan::{Cpus, Plan};
 use pinnerd::rules::{compile_text, LoadPolicy, RuleSet};
 use pinnerd::sysroot::SysRoot;
 use pinnerd::watch::{Connector, ProcFs, ProcMsg};
@@ -114,6 +115,18 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
+fn on_cpus(online: CpuSet) -> Cpus {
+    Cpus {
+        online,
+        reserved: CpuSet::new(),
+    }
+}
+
+/// New rules, planned on the online CPUs without latency domains (explicit `cpus` only).
+fn new_rules(rules: RuleSet) -> Event {
+    Event::RulesChanged(Plan::new(&rules, &on_cpus(online()), None))
+}
+
 fn online() -> CpuSet {
     std::fs::read_to_string(SysRoot::default().sys_path("devices/system/cpu/online"))
         .expect("online CPUs")
@@ -154,11 +167,10 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
     let mut mgr = Manager::new(
         Arc::new(SystemOps::default()),
         Arc::new(ProcFs::default()),
-        None,
-        online(),
+        on_cpus(online()),
         ManagerConfig::default(),
     );
-    mgr.handle(Event::RulesChanged(rules));
+    mgr.handle(new_rules(rules));
     if std::env::var_os("PIN_STORM_FIFO").is_some() {
         // What systemd/pinnerd.service gives the daemon's loop: CPUSchedulingPolicy=fifo,
         // CPUSchedulingPriority=1, CPUSchedulingResetOnFork=yes.
@@ -580,8 +592,7 @@ fn rescan(n: usize) {
     let mut mgr = Manager::new(
         Arc::new(SystemOps::default()),
         Arc::new(ProcFs::default()),
-        None,
-        online(),
+        on_cpus(online()),
         ManagerConfig::default(),
     );
     let time = |mgr: &mut Manager, runs: usize| -> Vec<u64> {
@@ -593,13 +604,13 @@ fn rescan(n: usize) {
             })
             .collect()
     };
-    mgr.handle(Event::RulesChanged(rules(
+    mgr.handle(new_rules(rules(
         "[[rule]]\nname = \"none\"\n[rule.match]\ncomm = \"no-such-comm\"\n[rule.place]\ncpus = \"0\"\n",
     )));
     let mut cheap = time(&mut mgr, 5);
     let cpus = online().to_string();
     let t = Instant::now();
-    mgr.handle(Event::RulesChanged(rules(&format!(
+    mgr.handle(new_rules(rules(&format!(
         "[[rule]]\nname = \"all\"\n[rule.match]\ncomm = \"sleep\"\n[rule.place]\ncpus = \"{cpus}\"\n"
     ))));
     let first = t.elapsed();

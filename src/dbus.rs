@@ -5,6 +5,9 @@
 //! Property reads come from the [`Snapshot`] the loop publishes; a publisher task turns
 //! every change of that snapshot into one `PropertiesChanged` signal.
 //!
+//! It speaks the types of `api` and knows nothing of the daemon: it sends a [`Call`]
+//! into whatever channel it is given, whose events can carry one.
+//!
 //! Must not touch: daemon state. This object holds no state of its own beyond the
 //! per-caller rate limiter; it never blocks the loop and the loop never waits on it.
 
@@ -19,7 +22,8 @@ use zbus::message::Header;
 use zbus::object_server::SignalEmitter;
 use zbus::{interface, Connection};
 
-use crate::daemon::{Command, CommandError, Event, ManagedEntry, Reply, Snapshot};
+use crate::api::{Call, Command, CommandError, ErrorKind, ManagedEntry, Reply, Signal, Snapshot};
+use crate::placement::{Policy, SmtPolicy};
 
 /// The well-known bus name.
 pub const BUS_NAME: &str = "org.pinnerd.Pinnerd1";
@@ -159,17 +163,18 @@ impl RateLimiter {
     }
 }
 
-/// The exported object. It forwards every method to the daemon loop.
-pub struct Pinnerd1 {
-    events: mpsc::Sender<Event>,
+/// The exported object. It forwards every method to the daemon loop, whose channel
+/// carries events of type `E`.
+pub struct Pinnerd1<E> {
+    events: mpsc::Sender<E>,
     snapshot: watch::Receiver<Snapshot>,
     limiter: RateLimiter,
 }
 
-impl Pinnerd1 {
+impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     /// `events` is the loop's channel; `snapshot` what the loop publishes.
     pub fn new(
-        events: mpsc::Sender<Event>,
+        events: mpsc::Sender<E>,
         snapshot: watch::Receiver<Snapshot>,
         limiter: RateLimiter,
     ) -> Self {
@@ -223,7 +228,10 @@ impl Pinnerd1 {
     async fn forward(&self, cmd: Command) -> Result<Reply> {
         let (tx, rx) = oneshot::channel();
         self.events
-            .send(Event::Command(cmd, tx))
+            .send(E::from(Call {
+                command: cmd,
+                reply: tx,
+            }))
             .await
             .map_err(|_| MethodError::Failed("the daemon is shutting down".into()))?;
         match rx.await {
@@ -236,12 +244,21 @@ impl Pinnerd1 {
 
 fn command_error(e: CommandError) -> MethodError {
     let msg = e.to_string();
-    match e {
-        CommandError::InvalidArgs(_) => MethodError::InvalidArgs(msg),
-        CommandError::NoSuchProcess(_) => MethodError::NoSuchProcess(msg),
-        CommandError::NotManaged(_) => MethodError::NotManaged(msg),
-        CommandError::Failed(_) => MethodError::Failed(msg),
+    match e.kind() {
+        ErrorKind::InvalidArgs => MethodError::InvalidArgs(msg),
+        ErrorKind::NoSuchProcess => MethodError::NoSuchProcess(msg),
+        ErrorKind::NotManaged => MethodError::NotManaged(msg),
+        ErrorKind::Failed => MethodError::Failed(msg),
     }
+}
+
+/// The `policy` and `smt` words of `Plan` and `PinProcess`.
+fn words(policy: &str, smt: &str) -> Result<(Policy, SmtPolicy)> {
+    let invalid = |e: crate::placement::UnknownWord| MethodError::InvalidArgs(e.to_string());
+    Ok((
+        policy.parse().map_err(invalid)?,
+        smt.parse().map_err(invalid)?,
+    ))
 }
 
 fn check_len(what: &str, s: &str) -> Result<()> {
@@ -258,7 +275,7 @@ fn unexpected(reply: Reply) -> MethodError {
 }
 
 #[interface(name = "org.pinnerd.Pinnerd1")]
-impl Pinnerd1 {
+impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     /// The daemon's version.
     #[zbus(property(emits_changed_signal = "const"))]
     fn version(&self) -> String {
@@ -394,11 +411,8 @@ impl Pinnerd1 {
         check_len("policy", policy)?;
         check_len("smt", smt)?;
         self.admit(conn, &header, "Plan").await?;
-        let cmd = Command::Plan {
-            count,
-            policy: policy.to_string(),
-            smt: smt.to_string(),
-        };
+        let (policy, smt) = words(policy, smt)?;
+        let cmd = Command::Plan { count, policy, smt };
         match self.forward(cmd).await? {
             Reply::Cpus(set) => Ok(set.iter().collect()),
             other => Err(unexpected(other)),
@@ -418,11 +432,12 @@ impl Pinnerd1 {
         check_len("policy", policy)?;
         check_len("smt", smt)?;
         self.admit_root(conn, &header, "PinProcess").await?;
+        let (policy, smt) = words(policy, smt)?;
         let cmd = Command::Pin {
             pid,
             count,
-            policy: policy.to_string(),
-            smt: smt.to_string(),
+            policy,
+            smt,
         };
         match self.forward(cmd).await? {
             Reply::Cpus(set) => Ok(set.to_string()),
@@ -464,9 +479,9 @@ impl Pinnerd1 {
 
 /// Connects to `bus`, serves the object and takes the bus name — refusing, not queueing
 /// or stealing, when another instance holds it.
-pub async fn serve(
+pub async fn serve<E: From<Call> + Send + Sync + 'static>(
     bus: &BusTarget,
-    events: mpsc::Sender<Event>,
+    events: mpsc::Sender<E>,
     snapshot: watch::Receiver<Snapshot>,
     limiter: RateLimiter,
 ) -> Result<Connection, DbusError> {
@@ -489,22 +504,15 @@ pub async fn serve(
         })
 }
 
-/// A signal the loop asks to be emitted.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Signal {
-    MeasurementFinished { job: u64, ok: bool, summary: String },
-    RulesReloaded { rules: u32, errors: Vec<String> },
-}
-
 /// Emits one signal from the object.
 pub async fn emit(conn: &Connection, signal: &Signal) -> zbus::Result<()> {
     let emitter = SignalEmitter::new(conn, OBJECT_PATH)?;
     match signal {
         Signal::MeasurementFinished { job, ok, summary } => {
-            Pinnerd1::measurement_finished(&emitter, *job, *ok, summary).await
+            Pinnerd1::<Call>::measurement_finished(&emitter, *job, *ok, summary).await
         }
         Signal::RulesReloaded { rules, errors } => {
-            Pinnerd1::rules_reloaded(&emitter, *rules, errors.clone()).await
+            Pinnerd1::<Call>::rules_reloaded(&emitter, *rules, errors.clone()).await
         }
     }
 }
@@ -590,6 +598,23 @@ mod tests {
             "unix:path=/run/x".parse::<BusTarget>().unwrap(),
             BusTarget::Address("unix:path=/run/x".into())
         );
+    }
+
+    #[test]
+    fn policy_and_smt_words_are_checked_before_the_loop_sees_them() {
+        assert_eq!(
+            words("spread", "avoid").unwrap(),
+            (Policy::Spread, SmtPolicy::Avoid)
+        );
+        for (policy, smt, want) in [
+            ("tight", "allow", "unknown policy \"tight\""),
+            ("compact", "sometimes", "unknown smt policy \"sometimes\""),
+        ] {
+            match words(policy, smt) {
+                Err(MethodError::InvalidArgs(m)) => assert!(m.contains(want), "{m}"),
+                other => panic!("{policy} {smt}: {other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -6,19 +6,36 @@
 //! sysroot ──► topology ──► measure ──► matrix ──► domains ──► placement ◄── rules ◄── settings
 //!  (/sys,      (CPUs,       (spin        (file      (latency    (pure: request     (TOML →
 //!   /proc)      caches,      pairs)       format)    hierarchy)  → CPU set)        matcher)
-//!               nodes)                                               │
-//!             fingerprint                                            ▼
-//!                                       watch (proc events, rescans) ──► affinity (apply, read back, restore)
-//!                                                         ▲                     ▲
-//!                                                         └──── daemon (one event loop owns the state)
-//!                                                                 ▲
-//!                                                        dbus (forwards) · cli (commands)
+//!               nodes)                                               │               │
+//!             fingerprint                                            ▼               ▼
+//!                                                      plan (pure: rules + domains + CPUs → Plan)
+//!                                                                    │ Plan
+//!                                                                    ▼
+//!                  watch (proc events, rescans) ──► manager (tracks processes, applies the Plan)
+//!                                                                    │
+//!                                                                    ▼
+//!                                                  affinity (apply, read back, restore)
+//!          daemon (one event loop owns the state; plans on rule, domain and CPU changes)
+//!                          ▲ api (Command → Reply | CommandError, Snapshot, Signal)
+//!                 dbus (forwards) · cli (commands)
 //! ```
+//!
+//! Modules: `affinity` (the affinity syscalls, read back, restore journal) · `api`
+//! (the typed commands, replies and signals between the daemon and its clients) · `cli` (the
+//! subcommands) · `cpuset` (the one CPU-set type) · `daemon` (the event loop and its
+//! state) · `dbus` (the bus object, which only forwards) · `domains` (latency hierarchy
+//! from a matrix and the topology) · `fingerprint` (hardware identity of a matrix) ·
+//! `manager` (which processes are managed; applies the plan) · `matrix` (the latency
+//! matrix and its files) · `measure` (spin pairs) · `placement` (one request → CPUs) ·
+//! `plan` (every rule's CPUs, as a value) · `rules` (TOML → matcher) · `settings` (the
+//! daemon's settings file) · `sysroot` (where /sys and /proc are) · `topology` (sysfs →
+//! CPUs, caches, nodes) · `watch` (proc connector, uevents, /proc scans).
 //!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
 //! paths `/sys` and `/proc` are spelled, so tests point it at fixture trees.
 
 pub mod affinity;
+pub mod api;
 pub mod cli;
 pub mod cpuset;
 pub mod daemon;
@@ -29,6 +46,7 @@ pub mod manager;
 pub mod matrix;
 pub mod measure;
 pub mod placement;
+pub mod plan;
 pub mod rules;
 pub mod settings;
 pub mod sysroot;

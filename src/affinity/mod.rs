@@ -138,6 +138,24 @@ pub trait AffinityOps {
 /// `online` is the set of online CPUs: a requested CPU that is offline does not count
 /// as narrowing. A task whose mask already equals the request is not written again.
 pub fn apply(ops: &dyn AffinityOps, tid: Tid, requested: &CpuSet, online: &CpuSet) -> Outcome {
+    if requested.intersection(online).is_empty() {
+        return apply_over(ops, tid, requested, online, None);
+    }
+    // Threads inherit their creator's mask: most new threads of a pinned process are
+    // already right, and a read is cheaper than a write plus a read.
+    let current = ops.get_affinity(tid).ok();
+    apply_over(ops, tid, requested, online, current.as_ref())
+}
+
+/// [`apply`] for a task whose mask the caller has just read (`current`), so that it is
+/// not read twice.
+pub fn apply_over(
+    ops: &dyn AffinityOps,
+    tid: Tid,
+    requested: &CpuSet,
+    online: &CpuSet,
+    current: Option<&CpuSet>,
+) -> Outcome {
     let want_now = requested.intersection(online);
     if want_now.is_empty() {
         // Every requested CPU is offline: the kernel may accept the mask and then run
@@ -146,12 +164,10 @@ pub fn apply(ops: &dyn AffinityOps, tid: Tid, requested: &CpuSet, online: &CpuSe
             requested: requested.clone(),
         };
     }
-    // Threads inherit their creator's mask: most new threads of a pinned process are
-    // already right, and a read is cheaper than a write plus a read.
-    if let Ok(current) = ops.get_affinity(tid) {
-        if current == want_now && !want_now.is_empty() {
-            return Outcome::Applied { effective: current };
-        }
+    if current == Some(&want_now) {
+        return Outcome::Applied {
+            effective: want_now,
+        };
     }
     match ops.set_affinity(tid, requested) {
         Ok(()) => {}

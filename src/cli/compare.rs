@@ -167,6 +167,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
         json: false,
         live: false,
         rules: Vec::new(),
+        config: PathBuf::from(crate::settings::DEFAULT_SETTINGS_PATH),
         state_dir: args.state_dir.clone(),
         measure_budget: 20.0,
         no_measure: args.no_measure,

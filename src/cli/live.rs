@@ -1,6 +1,6 @@
 //! `pinnerd plan --live`: what the rules would do to the running system, changing
-//! nothing. It runs the daemon's own manager over a full /proc rescan with affinity
-//! calls that only record what they would set.
+//! nothing. It runs the daemon's own manager, built from the daemon's settings, over a
+//! full /proc rescan with affinity calls that only record what they would set.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,21 +9,39 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use super::plan::PlanArgs;
 use super::ConfigInvalid;
 use crate::affinity::DryRunOps;
-use crate::domains::Domains;
-use crate::manager::{domains_placer, Event, Manager, ManagerConfig, PlanState};
+use crate::domains::{self, Misfit};
+use crate::manager::{Event, Manager};
 use crate::matrix::LatencyMatrix;
-use crate::rules::{load_dirs, LoadPolicy, DEFAULT_RULE_DIR};
+use crate::plan::{Plan, PlanState};
+use crate::rules::{load_dirs, LoadPolicy};
+use crate::settings::Settings;
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 use crate::watch::ProcFs;
 
-pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
+/// What `plan --live` is given.
+#[derive(Debug, Clone)]
+pub struct LiveArgs {
+    /// Rule directories; empty = the settings' `rule-dirs`.
+    pub rules: Vec<PathBuf>,
+    /// The daemon's settings file.
+    pub config: PathBuf,
+    /// Root of the sysfs tree.
+    pub sysfs: PathBuf,
+    /// A latency matrix measured on this machine's CPUs.
+    pub matrix: Option<PathBuf>,
+    pub json: bool,
+}
+
+pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let root = SysRoot::with_sys(&args.sysfs);
+    let policy = LoadPolicy::for_current_process();
+    let settings = Settings::load_or_default(&args.config, &policy)
+        .map_err(|e| ConfigInvalid(e.to_string()))?;
     let dirs = if args.rules.is_empty() {
-        vec![PathBuf::from(DEFAULT_RULE_DIR)]
+        settings.rule_dirs.clone()
     } else {
         args.rules.clone()
     };
@@ -36,31 +54,31 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
             .into());
         }
     }
-    let report = load_dirs(&dirs, &LoadPolicy::for_current_process());
+    let report = load_dirs(&dirs, &policy);
     let topology = Topology::discover(&root)
         .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
-    let (domains, source) = match &args.matrix {
-        Some(path) => {
-            let m = LatencyMatrix::load(path)?;
-            let (d, _) = Domains::reconcile(&m, Some(&topology)).with_context(|| {
-                format!("the matrix {} does not fit this machine", path.display())
-            })?;
-            (d, format!("matrix {}", path.display()))
-        }
+    let (matrix, source) = match &args.matrix {
+        Some(path) => (
+            Some(LatencyMatrix::load(path)?),
+            format!("matrix {}", path.display()),
+        ),
         None => (
-            Domains::from_topology(&topology)?,
+            None,
             "sysfs topology (give --matrix to plan on latencies)".to_string(),
         ),
     };
+    let domains = domains::select(matrix.as_ref(), Some(&topology), Misfit::Refuse)
+        .with_context(|| format!("the {source} does not fit this machine"))?
+        .domains;
     let ops = Arc::new(DryRunOps::new(root.clone()));
-    let mut mgr = Manager::new(
+    let mut mgr = Manager::from_settings(
         ops.clone(),
         Arc::new(ProcFs::new(root)),
-        Some(domains_placer(domains)),
         topology.usable(),
-        ManagerConfig::default(),
+        &settings,
     );
-    mgr.handle(Event::RulesChanged(report.rules.clone()));
+    let plan = Plan::new(&report.rules, mgr.plan().cpus(), Some(&domains));
+    mgr.handle(Event::RulesChanged(plan));
     let rows = mgr.list_managed();
 
     let mut out = String::new();
@@ -81,7 +99,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         let v = serde_json::json!({
             "placement_from": source,
             "rule_errors": report.error_strings(),
-            "plans": mgr.plans(),
+            "plans": mgr.plan().units(),
             "processes": procs,
             "changed_nothing": true,
         });
@@ -90,7 +108,7 @@ pub fn run(args: &PlanArgs) -> anyhow::Result<ExitCode> {
         use std::fmt::Write as _;
         let _ = writeln!(out, "dry run: nothing was changed; placement from {source}");
         let _ = writeln!(out, "\nrules ({}):", report.rules.len());
-        for p in mgr.plans() {
+        for p in mgr.plan().units() {
             let unit = match p.thread_entry {
                 None => String::new(),
                 Some(i) => format!(" threads[{i}]"),

@@ -13,8 +13,9 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::json;
 
+use super::topology::ns;
 use crate::cpuset::CpuSet;
-use crate::domains::{Domains, Finding};
+use crate::domains::{self, Domains, Finding, Misfit};
 use crate::fingerprint::Fingerprint;
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
@@ -50,9 +51,13 @@ pub struct PlanArgs {
     /// they would get. Changes nothing.
     #[arg(long)]
     pub live: bool,
-    /// Rule directories for --live (default /etc/pinnerd.d).
+    /// Rule directories for --live (default: the settings' `rule-dirs`, /etc/pinnerd.d).
     #[arg(long = "rules")]
     pub rules: Vec<PathBuf>,
+    /// The daemon's settings file, for --live (housekeeping CPUs, rule directories); a
+    /// missing file means the defaults.
+    #[arg(long, value_name = "FILE", default_value = crate::settings::DEFAULT_SETTINGS_PATH)]
+    pub config: PathBuf,
     /// Where the daemon stores this machine's matrix (default: $STATE_DIRECTORY, else
     /// /var/lib/pinnerd).
     #[arg(long, value_name = "DIR")]
@@ -78,7 +83,13 @@ pub fn default_state_dir() -> PathBuf {
 
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     if args.live {
-        return super::live::run(&args);
+        return super::live::run(&super::live::LiveArgs {
+            rules: args.rules,
+            config: args.config,
+            sysfs: args.sysfs,
+            matrix: args.matrix,
+            json: args.json,
+        });
     }
     let count = args.count.context("--count is required")? as usize;
     let plan = plan(&args, count)?;
@@ -149,41 +160,17 @@ pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Plan> {
         }
         None => this_machine_matrix(args, &root, topology.as_ref(), real_sysfs, &mut warnings)?,
     };
-    let described = source.describe();
-    let mut build = || -> anyhow::Result<_> {
-        Ok(match (&matrix, &topology) {
-            (Some(m), Some(t)) => {
-                let mset: CpuSet = m.cpus.iter().copied().collect();
-                let fits = mset == t.online || mset == t.usable();
-                if fits {
-                    Domains::reconcile(m, Some(t)).with_context(|| {
-                        format!("reconciling the {} with the topology", source.describe())
-                    })?
-                } else if real_sysfs && matches!(source, Source::File(_)) {
-                    // A published matrix from another machine: plan on it alone.
-                    warnings.push(format!(
-                    "the matrix covers CPUs {mset} but this machine's online CPUs are {}: planning from the matrix alone",
-                    t.online
-                ));
-                    Domains::reconcile(m, None)?
-                } else {
-                    // The error names both sets.
-                    Domains::reconcile(m, Some(t)).with_context(|| {
-                        format!(
-                            "the {} does not fit the topology under {}",
-                            source.describe(),
-                            args.sysfs.display()
-                        )
-                    })?
-                }
-            }
-            (Some(m), None) => Domains::reconcile(m, None)?,
-            (None, Some(t)) => (Domains::from_topology(t)?, Vec::new()),
-            (None, None) => anyhow::bail!("neither a matrix nor a topology is available"),
-        })
+    // A published matrix from another machine is planned on alone; on a captured
+    // tree the matrix must fit it.
+    let misfit = if real_sysfs && matches!(source, Source::File(_)) {
+        Misfit::MatrixAlone
+    } else {
+        Misfit::Refuse
     };
-    let (domains, findings) =
-        build().with_context(|| format!("latency domains from the {described}"))?;
+    let selected = domains::select(matrix.as_ref(), topology.as_ref(), misfit)
+        .with_context(|| format!("latency domains from the {}", source.describe()))?;
+    warnings.extend(selected.warnings);
+    let (domains, findings) = (selected.domains, selected.findings);
     if let Some(m) = &matrix {
         warnings.extend(m.warnings.iter().cloned());
     }
@@ -276,11 +263,6 @@ fn this_machine_matrix(
         Source::TopologyOnly(why_not.unwrap_or_else(|| "no matrix".into())),
         None,
     ))
-}
-
-fn ns(v: Option<f64>) -> String {
-    v.map(|v| format!("{v:.1} ns"))
-        .unwrap_or_else(|| "unknown".into())
 }
 
 fn cost_json(c: &Cost) -> serde_json::Value {
@@ -378,97 +360,6 @@ impl Plan {
         }
         for w in &self.warnings {
             let _ = writeln!(s, "  warning:   {w}");
-        }
-        s
-    }
-}
-
-/// Latency domains of a matrix file, for `pinnerd topology --matrix`.
-#[derive(Debug)]
-pub struct DomainsView {
-    pub path: PathBuf,
-    pub domains: Domains,
-    pub findings: Vec<Finding>,
-    pub warnings: Vec<String>,
-}
-
-/// Loads a matrix and builds its domains, reconciled with the topology when the matrix
-/// was measured on its CPUs, else from the matrix alone (with a warning saying so).
-pub fn domains_for(path: &Path, topology: &Topology) -> anyhow::Result<DomainsView> {
-    let m = LatencyMatrix::load(path)?;
-    let mut warnings = m.warnings.clone();
-    let mset: CpuSet = m.cpus.iter().copied().collect();
-    let (domains, findings) = if mset == topology.online || mset == topology.usable() {
-        Domains::reconcile(&m, Some(topology))
-    } else {
-        warnings.push(format!(
-            "the matrix covers CPUs {mset} but the topology's online CPUs are {}: domains from the matrix alone",
-            topology.online
-        ));
-        Domains::reconcile(&m, None)
-    }
-    .with_context(|| format!("latency domains of {}", path.display()))?;
-    Ok(DomainsView {
-        path: path.to_owned(),
-        domains,
-        findings,
-        warnings,
-    })
-}
-
-impl DomainsView {
-    /// Adds `domains` (finest level first, each with `latency_ns` and `groups` as arrays
-    /// of CPU ids), `domain_findings` and `domain_warnings` to a JSON report.
-    pub fn extend_json(&self, report: &mut serde_json::Value) {
-        let levels: Vec<serde_json::Value> = self
-            .domains
-            .levels()
-            .iter()
-            .map(|l| {
-                json!({
-                    "level": l.kind,
-                    "name": l.name(),
-                    "latency_ns": l.latency_ns,
-                    "groups": l.groups.iter().map(|g| g.iter().collect::<Vec<u32>>()).collect::<Vec<_>>(),
-                })
-            })
-            .collect();
-        report["domains"] = json!(levels);
-        report["domains_matrix"] = json!(self.path.display().to_string());
-        report["domains_trust"] = json!(self.domains.trust());
-        report["domain_findings"] = json!(self.findings);
-        report["domain_warnings"] = json!(self.warnings);
-    }
-
-    /// The human section appended to the topology tree.
-    pub fn render(&self) -> String {
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "latency domains from {} (trusted: {:?}), finest first:",
-            self.path.display(),
-            self.domains.trust()
-        );
-        for l in self.domains.levels() {
-            let groups: Vec<String> = l.groups.iter().take(8).map(|g| g.to_string()).collect();
-            let more = if l.groups.len() > 8 {
-                format!(" … ({} groups)", l.groups.len())
-            } else {
-                String::new()
-            };
-            let _ = writeln!(
-                s,
-                "  {:<24} {:>10}  {}{more}",
-                l.name(),
-                ns(l.latency_ns),
-                groups.join(" | ")
-            );
-        }
-        for f in &self.findings {
-            let _ = writeln!(s, "  finding: {f}");
-        }
-        for w in &self.warnings {
-            let _ = writeln!(s, "  warning: {w}");
         }
         s
     }

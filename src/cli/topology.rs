@@ -14,7 +14,9 @@ use anyhow::Context;
 use serde_json::{json, Value};
 
 use crate::cpuset::CpuSet;
+use crate::domains::{self, Domains, Finding, Misfit};
 use crate::fingerprint::Fingerprint;
+use crate::matrix::LatencyMatrix;
 use crate::sysroot::SysRoot;
 use crate::topology::{Cache, Cpu, Topology};
 
@@ -43,7 +45,7 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("reading the CPU topology under {}", root.sys.display()))?;
     let fingerprint = Fingerprint::read(&root).context("computing the hardware fingerprint")?;
     let domains = match &args.matrix {
-        Some(path) => Some(super::plan::domains_for(path, &topology)?),
+        Some(path) => Some(domains_for(path, &topology)?),
         None => None,
     };
     if args.json {
@@ -412,6 +414,95 @@ fn core_trees(topology: &Topology, cpus: &[&Cpu], llc: Option<&Cache>) -> Vec<Tr
             Tree::leaf(label)
         })
         .collect()
+}
+
+/// A latency in words; `unknown` without one.
+pub(super) fn ns(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.1} ns"))
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Latency domains of a matrix file, for `pinnerd topology --matrix`.
+#[derive(Debug)]
+pub struct DomainsView {
+    pub path: PathBuf,
+    pub domains: Domains,
+    pub findings: Vec<Finding>,
+    pub warnings: Vec<String>,
+}
+
+/// Loads a matrix and builds its domains, reconciled with the topology when the matrix
+/// was measured on its CPUs, else from the matrix alone (with a warning saying so).
+pub fn domains_for(path: &Path, topology: &Topology) -> anyhow::Result<DomainsView> {
+    let m = LatencyMatrix::load(path)?;
+    let selected = domains::select(Some(&m), Some(topology), Misfit::MatrixAlone)
+        .with_context(|| format!("latency domains of {}", path.display()))?;
+    let mut warnings = m.warnings;
+    warnings.extend(selected.warnings);
+    Ok(DomainsView {
+        path: path.to_owned(),
+        domains: selected.domains,
+        findings: selected.findings,
+        warnings,
+    })
+}
+
+impl DomainsView {
+    /// Adds `domains` (finest level first, each with `latency_ns` and `groups` as arrays
+    /// of CPU ids), `domain_findings` and `domain_warnings` to a JSON report.
+    pub fn extend_json(&self, report: &mut serde_json::Value) {
+        let levels: Vec<serde_json::Value> = self
+            .domains
+            .levels()
+            .iter()
+            .map(|l| {
+                json!({
+                    "level": l.kind,
+                    "name": l.name(),
+                    "latency_ns": l.latency_ns,
+                    "groups": l.groups.iter().map(|g| g.iter().collect::<Vec<u32>>()).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        report["domains"] = json!(levels);
+        report["domains_matrix"] = json!(self.path.display().to_string());
+        report["domains_trust"] = json!(self.domains.trust());
+        report["domain_findings"] = json!(self.findings);
+        report["domain_warnings"] = json!(self.warnings);
+    }
+
+    /// The human section appended to the topology tree.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "latency domains from {} (trusted: {:?}), finest first:",
+            self.path.display(),
+            self.domains.trust()
+        );
+        for l in self.domains.levels() {
+            let groups: Vec<String> = l.groups.iter().take(8).map(|g| g.to_string()).collect();
+            let more = if l.groups.len() > 8 {
+                format!(" … ({} groups)", l.groups.len())
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                s,
+                "  {:<24} {:>10}  {}{more}",
+                l.name(),
+                ns(l.latency_ns),
+                groups.join(" | ")
+            );
+        }
+        for f in &self.findings {
+            let _ = writeln!(s, "  finding: {f}");
+        }
+        for w in &self.warnings {
+            let _ = writeln!(s, "  warning: {w}");
+        }
+        s
+    }
 }
 
 #[cfg(test)]

@@ -19,13 +19,15 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{mpsc, watch};
 use zbus::Connection;
 
-use crate::dbus::{self, BusTarget, Signal};
+use crate::api::{Signal, Snapshot};
+use crate::dbus::{self, BusTarget};
 
 use crate::settings::Settings;
 
-use super::state::{Action, Config, State, Timing};
+use super::schedule::Timing;
+use super::state::{Action, Config, State};
 use super::watchers::{Doorbell, KernelSources};
-use super::{worker, DaemonError, Event, ReloadCause, Snapshot};
+use super::{worker, DaemonError, Event, ReloadCause};
 
 /// How many events may wait for the loop (commands, signals, reloads, measurement
 /// results). Senders wait when it is full.

@@ -14,29 +14,30 @@
 //! - until a matrix exists, placement uses the sysfs topology alone.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::affinity::restore::Journal;
 use crate::affinity::SystemOps;
+use crate::api::{Command, CommandError, ManagedEntry, Phase, Reply, Signal, Snapshot};
 use crate::cpuset::CpuSet;
-use crate::dbus::Signal;
-use crate::domains::Domains;
+use crate::domains::{self, Domains, Misfit};
 use crate::fingerprint::Fingerprint;
-use crate::manager::{self, Change, ForeignChange, Manager, ManagerConfig, ManagerError};
+use crate::manager::{self, Change, Manager};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::measure::{self, LoadGuard, MeasureConfig};
 use crate::placement::{self, Placement, Policy, Request, SmtPolicy};
+use crate::plan::{Choose, Cpus, Plan};
 use crate::rules::{self, CpuTarget, LoadPolicy, LoadReport, PlacementRequest};
 use crate::settings::Settings;
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 use crate::watch::ProcFs;
 
-use super::replan;
+use super::schedule::{Due, Remeasure, Schedule, Timing};
 use super::worker::{self, Job, JobKind, Outcome};
-use super::{Command, CommandError, DaemonError, Event, Phase, ReloadCause, Reply, Snapshot};
+use super::{DaemonError, Event, ReloadCause};
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -81,64 +82,6 @@ impl PartialEq for Action {
     }
 }
 
-/// Periodic work and how often, from the settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Timing {
-    /// Full re-measure period; `None` = only on fingerprint change, drift or request.
-    pub full_every: Option<Duration>,
-    /// Drift probe period; `None` = never.
-    pub drift_every: Option<Duration>,
-    /// How often the hardware fingerprint is re-read.
-    pub fingerprint_every: Duration,
-    /// Watchdog ping period (half of systemd's `WatchdogSec`); `None` = no watchdog.
-    pub watchdog_every: Option<Duration>,
-    /// Budget of a full measurement.
-    pub full_budget: Duration,
-    /// Budget of a drift probe.
-    pub probe_budget: Duration,
-    /// Pairs in a drift probe.
-    pub probe_pairs: usize,
-    /// Relative change that counts as drift.
-    pub drift_tolerance: f64,
-    /// Minimum idle share of every measured CPU (0 = measure regardless).
-    pub min_idle: f64,
-    /// `Remeasure` calls closer together than this join the previous call's job.
-    pub remeasure_min_interval: Duration,
-}
-
-impl Timing {
-    pub fn from_settings(s: &Settings, watchdog_every: Option<Duration>) -> Timing {
-        let m = &s.measure;
-        Timing {
-            full_every: m.interval.period(),
-            drift_every: m.drift_probe.period(),
-            fingerprint_every: Duration::from_secs(60),
-            watchdog_every,
-            full_budget: m.budget.0,
-            // A probe is a few pairs: a small slice of the full budget.
-            probe_budget: (m.budget.0 / 20)
-                .clamp(Duration::from_millis(100), Duration::from_secs(5)),
-            probe_pairs: m.drift_pairs as usize,
-            drift_tolerance: m.drift_threshold.0,
-            min_idle: (1.0 - m.idle_threshold.0).clamp(0.0, 1.0),
-            remeasure_min_interval: s.limits.remeasure_min_interval.0,
-        }
-    }
-}
-
-impl Default for Timing {
-    fn default() -> Self {
-        Timing::from_settings(&Settings::default(), None)
-    }
-}
-
-/// A measurement in flight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Running {
-    id: u64,
-    full: bool,
-}
-
 /// How long the restore journal may lag process events. A daemon that dies within it
 /// leaves a task pinned in that window out of the journal: the next start re-pins it by
 /// its rule, but cannot give back its original mask. Rule changes, PinProcess, rescans
@@ -158,27 +101,17 @@ pub struct State {
     topology: Option<Topology>,
     current: Option<LatencyMatrix>,
     /// Latency domains of the current matrix and topology; `None` = to be computed.
+    /// Plans are made on them; a new matrix reaches running processes only when its
+    /// plan improves theirs materially.
     domains: Option<Domains>,
-    /// The domains the manager's placer uses. Updated with `domains`, except that a
-    /// new matrix reaches running processes only when it improves them materially.
-    placer_domains: Arc<Mutex<Option<Domains>>>,
     manager: Option<Manager>,
     /// Why the proc connector is not available (rescans only), if it is not.
     watch_down: Option<String>,
     next_rescan: Option<Instant>,
     /// A journal write deferred after process events (see [`JOURNAL_DELAY`]).
     journal_due: Option<Instant>,
-    running: Option<Running>,
-    /// A full measurement promised (id given out) while a drift probe runs.
-    queued_full: Option<u64>,
+    schedule: Schedule,
     last_failure: Option<String>,
-    /// The last full measurement that ended: (job, ok, summary).
-    last_finished: Option<(u64, bool, String)>,
-    /// The last `Remeasure` call: when, and the job it got.
-    last_remeasure: Option<(Instant, u64)>,
-    next_job: u64,
-    next_full: Option<Instant>,
-    next_drift: Option<Instant>,
     next_fingerprint: Instant,
     next_watchdog: Option<Instant>,
     rules: LoadReport,
@@ -194,8 +127,7 @@ impl State {
             settings,
             settings_error: None,
             next_watchdog: timing.watchdog_every.map(|d| now + d),
-            next_full: timing.full_every.map(|d| now + d),
-            next_drift: timing.drift_every.map(|d| now + d),
+            schedule: Schedule::new(&timing, now),
             next_fingerprint: now + timing.fingerprint_every,
             timing,
             policy: LoadPolicy::for_current_process(),
@@ -204,17 +136,11 @@ impl State {
             topology: None,
             current: None,
             domains: None,
-            placer_domains: Arc::new(Mutex::new(None)),
             manager: None,
             watch_down: None,
             next_rescan: None,
             journal_due: None,
-            running: None,
-            queued_full: None,
             last_failure: None,
-            last_finished: None,
-            last_remeasure: None,
-            next_job: 1,
             rules: LoadReport::default(),
             started: false,
             actions: Vec::new(),
@@ -252,30 +178,11 @@ impl State {
     /// in the runtime directory), then applies the rules to every running process.
     fn start_manager(&mut self) {
         let root = self.cfg.sysroot.clone();
-        let cell = self.placer_domains.clone();
-        let placer: manager::Placer =
-            Box::new(move |req: &PlacementRequest, available: &CpuSet| {
-                let d = cell
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone()
-                    .ok_or_else(|| "no latency domains yet".to_string())?;
-                manager::domains_placer(d)(req, available)
-            });
-        let config = ManagerConfig {
-            on_foreign_change: if self.settings.watch.release_on_foreign_change {
-                ForeignChange::Release
-            } else {
-                ForeignChange::Reassert
-            },
-            reserved: self.settings.placement.housekeeping_cpus.clone(),
-        };
-        let mut m = Manager::new(
+        let mut m = Manager::from_settings(
             Arc::new(SystemOps::new(root.clone())),
             Arc::new(ProcFs::new(root.clone())),
-            Some(placer),
             self.online(),
-            config,
+            &self.settings,
         )
         .with_journal(Journal::new(&self.cfg.runtime_dir));
         match m.recover(&root) {
@@ -289,7 +196,7 @@ impl State {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "cannot read the restore journal"),
         }
-        let mut changes = m.handle(manager::Event::RulesChanged(self.rules.rules.clone()));
+        let mut changes = m.handle(manager::Event::RulesChanged(self.new_plan()));
         changes.extend(m.handle(manager::Event::Rescan));
         self.manager = Some(m);
         self.after_manager(changes);
@@ -316,6 +223,21 @@ impl State {
     /// clock: a deferred journal write.
     pub fn deadline(&self) -> Option<Instant> {
         self.journal_due
+    }
+
+    /// The CPUs plans are made for: online, and the housekeeping CPUs kept free.
+    fn plan_cpus(&self) -> Cpus {
+        Cpus::from_settings(self.online(), &self.settings)
+    }
+
+    /// The plan of the rules in force on the current CPUs and latency domains.
+    fn new_plan(&mut self) -> Plan {
+        let cpus = self.plan_cpus();
+        if let Err(e) = self.domains() {
+            tracing::debug!(error = %e, "planning without latency domains");
+        }
+        let choose = self.domains.as_ref().map(|d| d as &dyn Choose);
+        Plan::new(&self.rules.rules, &cpus, choose)
     }
 
     fn manager_event(&mut self, ev: manager::Event) {
@@ -369,7 +291,7 @@ impl State {
     fn phase(&self) -> Phase {
         if !self.started {
             Phase::Starting
-        } else if self.running.is_some_and(|r| r.full) {
+        } else if self.schedule.running().is_some_and(|r| r.full) {
             Phase::Measuring
         } else if (self.current.is_none() && self.last_failure.is_some())
             || self.watch_down.is_some()
@@ -393,10 +315,10 @@ impl State {
     /// Handles one event.
     pub fn handle(&mut self, event: Event) {
         match event {
-            Event::Command(cmd, reply) => {
-                let answer = self.command(cmd);
+            Event::Command(call) => {
+                let answer = self.command(call.command);
                 // The caller may have given up (timeout); nothing to do then.
-                let _ = reply.send(answer);
+                let _ = call.reply.send(answer);
             }
             Event::Reload(cause) => {
                 self.actions.push(Action::Reloading);
@@ -476,7 +398,7 @@ impl State {
                     .map(|m| {
                         m.list_managed()
                             .into_iter()
-                            .map(|r| super::ManagedEntry {
+                            .map(|r| ManagedEntry {
                                 pid: r.pid,
                                 comm: r.comm,
                                 rule: r.rule,
@@ -493,11 +415,11 @@ impl State {
                 }
                 match &self.manager {
                     Some(m) => Ok(Reply::Text(m.explain(pid as i32))),
-                    None => Err(CommandError::Failed("the daemon is starting".into())),
+                    None => Err(CommandError::Starting),
                 }
             }
             Command::Plan { count, policy, smt } => {
-                let req = self.request(count, &policy, &smt)?;
+                let req = self.request(count, policy, smt)?;
                 Ok(Reply::Cpus(self.place(&req)?.cpus))
             }
             Command::Pin {
@@ -506,7 +428,7 @@ impl State {
                 policy,
                 smt,
             } => {
-                let req = self.request(count, &policy, &smt)?;
+                let req = self.request(count, policy, smt)?;
                 let request = PlacementRequest {
                     target: CpuTarget::Count(count),
                     within: None,
@@ -515,47 +437,39 @@ impl State {
                     exclusive: false,
                 };
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
-                // The placer must see the current domains.
                 self.domains()?;
-                let m = self
-                    .manager
-                    .as_mut()
-                    .ok_or_else(|| CommandError::Failed("the daemon is starting".into()))?;
-                match m.pin(pid_i, &request) {
-                    Ok((cpus, changes)) => {
+                let d = self.domains.as_ref().map(|d| d as &dyn Choose);
+                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
+                let cpus = m
+                    .plan()
+                    .pin(&request, d)
+                    .map_err(|source| CommandError::Pin { pid, source })?;
+                match m.pin(pid_i, &cpus) {
+                    Ok(changes) => {
                         tracing::info!(pid, %cpus, "pinned at run time");
                         self.after_manager(changes);
                         Ok(Reply::Cpus(cpus))
                     }
-                    Err(e) => Err(manager_error(pid, e)),
+                    Err(e) => Err(CommandError::from_manager(pid, e)),
                 }
             }
             Command::Release { pid } => {
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
-                let m = self
-                    .manager
-                    .as_mut()
-                    .ok_or_else(|| CommandError::Failed("the daemon is starting".into()))?;
+                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
                 match m.unpin(pid_i) {
                     Ok(changes) => {
                         tracing::info!(pid, "released at run time");
                         self.after_manager(changes);
                         Ok(Reply::Done)
                     }
-                    Err(e) => Err(manager_error(pid, e)),
+                    Err(e) => Err(CommandError::from_manager(pid, e)),
                 }
             }
         }
     }
 
-    /// A request from D-Bus arguments, checked: known words, 1 ≤ count ≤ usable CPUs.
-    fn request(&self, count: u32, policy: &str, smt: &str) -> Result<Request, CommandError> {
-        let policy: Policy = policy
-            .parse()
-            .map_err(|e: placement::UnknownWord| CommandError::InvalidArgs(e.to_string()))?;
-        let smt: SmtPolicy = smt
-            .parse()
-            .map_err(|e: placement::UnknownWord| CommandError::InvalidArgs(e.to_string()))?;
+    /// A request from a command's arguments, checked: 1 ≤ count ≤ usable CPUs.
+    fn request(&self, count: u32, policy: Policy, smt: SmtPolicy) -> Result<Request, CommandError> {
         let usable = self.usable().len();
         if count == 0 || count as usize > usable {
             return Err(CommandError::InvalidArgs(format!(
@@ -576,82 +490,45 @@ impl State {
     /// until a matrix exists (or when the matrix cannot be used).
     fn domains(&mut self) -> Result<&Domains, CommandError> {
         if self.domains.is_none() {
-            let topo = self.topology.as_ref();
-            let from_matrix = self.current.as_ref().and_then(|m| {
-                match Domains::reconcile(m, topo) {
-                    Ok((d, findings)) => {
-                        for f in &findings {
-                            tracing::info!(finding = %f, "matrix and topology");
-                        }
-                        Some(d)
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the matrix cannot be used; placing from the sysfs topology");
-                        None
-                    }
-                }
-            });
-            let d = match (from_matrix, topo) {
-                (Some(d), _) => d,
-                (None, Some(t)) => Domains::from_topology(t)
-                    .map_err(|e| CommandError::Failed(format!("no latency domains: {e}")))?,
-                (None, None) => {
-                    return Err(CommandError::Failed(
-                        "neither a matrix nor the CPU topology is available".into(),
-                    ))
-                }
-            };
-            self.domains = Some(d);
+            let s = domains::select(
+                self.current.as_ref(),
+                self.topology.as_ref(),
+                Misfit::Topology,
+            )
+            .map_err(CommandError::NoDomains)?;
+            for f in &s.findings {
+                tracing::info!(finding = %f, "matrix and topology");
+            }
+            for w in &s.warnings {
+                tracing::warn!(warning = %w, "placing from the sysfs topology");
+            }
+            self.domains = Some(s.domains);
         }
         Ok(self.domains.as_ref().expect("set above"))
     }
 
-    /// Recomputes the domains after the topology changed (or at start) and gives them
-    /// to the manager's placer.
+    /// Recomputes the domains after the topology changed (or at start); plans made
+    /// from now on use them.
     fn refresh_domains(&mut self) {
         self.domains = None;
-        match self.domains() {
-            Ok(d) => {
-                let d = d.clone();
-                *self
-                    .placer_domains
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = Some(d);
-            }
-            Err(e) => tracing::warn!(error = %e, "no latency domains"),
+        if let Err(e) = self.domains() {
+            tracing::warn!(error = %e, "no latency domains");
         }
     }
 
-    /// A new matrix: new domains for future placements, and a re-plan of running
-    /// processes only where it improves their placement materially (no churn).
+    /// A new matrix: new domains for future plans, and the running processes moved only
+    /// where the new plan improves on the one applied materially (no churn).
     fn matrix_changed(&mut self) {
         self.domains = None;
-        let new = match self.domains() {
-            Ok(d) => d.clone(),
-            Err(e) => {
-                tracing::warn!(error = %e, "no latency domains");
-                return;
-            }
+        if let Err(e) = self.domains() {
+            tracing::warn!(error = %e, "no latency domains");
+            return;
+        }
+        let new = self.new_plan();
+        let (Some(m), Some(d)) = (&self.manager, &self.domains) else {
+            return;
         };
-        let better = self
-            .manager
-            .as_ref()
-            .map(|m| {
-                let available = self
-                    .usable()
-                    .difference(&self.settings.placement.housekeeping_cpus);
-                let units = count_units(
-                    m,
-                    &self.settings.placement.housekeeping_cpus,
-                    &self.usable(),
-                );
-                replan::improvements(&new, &units, &available, 0.10, 5.0)
-            })
-            .unwrap_or_default();
-        *self
-            .placer_domains
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(new);
+        let better = m.plan().improvements(&new, d, 0.10, 5.0);
         if better.is_empty() {
             tracing::info!("new matrix: current placements are as good; nothing moves");
             return;
@@ -659,17 +536,16 @@ impl State {
         for b in &better {
             tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves a placement");
         }
-        let rules = self.rules.rules.clone();
-        self.manager_event(manager::Event::RulesChanged(rules));
+        self.manager_event(manager::Event::PlanChanged(new));
     }
 
     /// CPUs went online or offline: re-read the machine, re-plan, re-apply.
     fn hotplug(&mut self, now: Instant) {
         let fp_changed = self.read_machine();
         self.refresh_domains();
-        let online = self.online();
-        tracing::info!(%online, "CPU hotplug");
-        self.manager_event(manager::Event::Hotplug { online });
+        tracing::info!(online = %self.online(), "CPU hotplug");
+        let plan = self.new_plan();
+        self.manager_event(manager::Event::PlanChanged(plan));
         if fp_changed {
             self.fingerprint_changed(now);
         }
@@ -679,7 +555,7 @@ impl State {
     fn place(&mut self, req: &Request) -> Result<Placement, CommandError> {
         let usable = self.usable();
         let d = self.domains()?;
-        placement::place(d, req, &usable).map_err(|e| CommandError::InvalidArgs(e.to_string()))
+        Ok(placement::place(d, req, &usable)?)
     }
 
     fn matrix_reply(&self) -> Reply {
@@ -817,8 +693,8 @@ impl State {
             }
         }
         self.load_rules();
-        let rules = self.rules.rules.clone();
-        self.manager_event(manager::Event::RulesChanged(rules));
+        let plan = self.new_plan();
+        self.manager_event(manager::Event::RulesChanged(plan));
         self.actions.push(Action::Emit(Signal::RulesReloaded {
             rules: self.rules.rules.len() as u32,
             errors: self.rule_errors(),
@@ -826,47 +702,33 @@ impl State {
         self.status();
     }
 
-    fn alloc_job(&mut self) -> u64 {
-        let id = self.next_job;
-        self.next_job += 1;
-        id
-    }
-
     /// `Remeasure`: joins a running or promised full measurement, or the previous call's
     /// job when it came less than `remeasure_min_interval` ago; else starts one.
     fn remeasure(&mut self, now: Instant) -> u64 {
-        let id = self.remeasure_job(now);
-        self.last_remeasure = Some((now, id));
-        id
+        let r = self
+            .schedule
+            .remeasure(now, self.timing.remeasure_min_interval);
+        self.follow(r)
     }
 
-    fn remeasure_job(&mut self, now: Instant) -> u64 {
-        if let Some(r) = self.running.filter(|r| r.full) {
-            return r.id;
-        }
-        if let Some(id) = self.queued_full {
-            return id;
-        }
-        if let Some((at, id)) = self.last_remeasure {
-            if now.duration_since(at) < self.timing.remeasure_min_interval {
+    /// Does what the schedule said; the job id the caller gets.
+    fn follow(&mut self, r: Remeasure) -> u64 {
+        match r {
+            Remeasure::Joined(id) | Remeasure::Queued(id) => id,
+            Remeasure::Ended { job, ok, summary } => {
                 // That job has ended (nothing runs): tell this caller how, again.
-                if let Some((job, ok, summary)) = self.last_finished.clone().filter(|f| f.0 == id) {
-                    self.actions.push(Action::Emit(Signal::MeasurementFinished {
-                        job,
-                        ok,
-                        summary,
-                    }));
-                    return id;
-                }
+                self.actions.push(Action::Emit(Signal::MeasurementFinished {
+                    job,
+                    ok,
+                    summary,
+                }));
+                job
+            }
+            Remeasure::Start(id) => {
+                self.launch_full(id);
+                id
             }
         }
-        if self.running.is_some() {
-            // A drift probe is running; the full measurement follows it.
-            let id = self.alloc_job();
-            self.queued_full = Some(id);
-            return id;
-        }
-        self.start_full()
     }
 
     /// The matrix no longer describes this machine: use a stored one for the new
@@ -876,15 +738,15 @@ impl State {
         self.load_stored_matrix();
         self.refresh_domains();
         if self.current.is_none() {
-            if let Some(r) = self.running.filter(|r| r.full) {
+            if let Some(r) = self.schedule.running().filter(|r| r.full) {
                 // It measures the old CPUs; measure again once it ends.
-                if self.queued_full.is_none() {
-                    let id = self.alloc_job();
-                    self.queued_full = Some(id);
-                }
+                self.schedule.queue_full();
                 tracing::info!(job = r.id, "measurement in flight predates the change");
             } else {
-                self.remeasure_job(now);
+                let r = self
+                    .schedule
+                    .full_wanted(now, self.timing.remeasure_min_interval);
+                self.follow(r);
             }
         }
         self.status();
@@ -903,13 +765,13 @@ impl State {
     }
 
     fn start_full(&mut self) -> u64 {
-        let id = self.alloc_job();
+        let id = self.schedule.alloc();
         self.launch_full(id);
         id
     }
 
     fn launch_full(&mut self, id: u64) {
-        self.running = Some(Running { id, full: true });
+        self.schedule.started(id, true);
         let cpus = self.usable();
         tracing::info!(job = id, %cpus, budget = ?self.timing.full_budget, "starting a full measurement");
         let cfg = self.measure_config(cpus, self.timing.full_budget);
@@ -928,8 +790,8 @@ impl State {
             return;
         }
         let cpus: CpuSet = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
-        let id = self.alloc_job();
-        self.running = Some(Running { id, full: false });
+        let id = self.schedule.alloc();
+        self.schedule.started(id, false);
         tracing::debug!(job = id, pairs = pairs.len(), "drift probe");
         let cfg = self.measure_config(cpus, self.timing.probe_budget);
         self.actions.push(Action::Measure(Box::new(Job {
@@ -943,14 +805,13 @@ impl State {
     }
 
     fn measured(&mut self, outcome: Outcome) {
-        let Some(running) = self.running.filter(|r| r.id == outcome.id) else {
+        let Some(running) = self.schedule.finished(outcome.id) else {
             tracing::warn!(
                 job = outcome.id,
                 "result of a job that is not running; ignored"
             );
             return;
         };
-        self.running = None;
         match (running.full, outcome.result) {
             (true, Ok(worker::Result::Matrix(matrix))) => self.full_done(running.id, matrix),
             (true, Ok(other)) => {
@@ -973,10 +834,7 @@ impl State {
                         })
                         .collect();
                     tracing::info!(moved = %moved.join(", "), "drift found; measuring the full matrix");
-                    if self.queued_full.is_none() {
-                        let id = self.alloc_job();
-                        self.queued_full = Some(id);
-                    }
+                    self.schedule.queue_full();
                 }
             }
             (false, Ok(other)) => {
@@ -984,7 +842,7 @@ impl State {
             }
             (false, Err(e)) => tracing::warn!(job = running.id, error = %e, "drift probe failed"),
         }
-        if let Some(id) = self.queued_full.take() {
+        if let Some(id) = self.schedule.take_queued() {
             self.launch_full(id);
         }
         self.status();
@@ -1016,7 +874,7 @@ impl State {
         self.last_failure = None;
         self.current = Some(matrix);
         self.matrix_changed();
-        self.last_finished = Some((id, true, summary.clone()));
+        self.schedule.full_ended(id, true, summary.clone());
         self.actions.push(Action::Emit(Signal::MeasurementFinished {
             job: id,
             ok: true,
@@ -1026,7 +884,7 @@ impl State {
 
     fn full_failed(&mut self, id: u64, why: String) {
         tracing::warn!(job = id, error = %why, "measurement failed");
-        self.last_finished = Some((id, false, why.clone()));
+        self.schedule.full_ended(id, false, why.clone());
         self.actions.push(Action::Emit(Signal::MeasurementFinished {
             job: id,
             ok: false,
@@ -1051,8 +909,8 @@ impl State {
             if self.read_machine() {
                 if self.online() != online {
                     // A hotplug the uevent socket did not report.
-                    let online = self.online();
-                    self.manager_event(manager::Event::Hotplug { online });
+                    let plan = self.new_plan();
+                    self.manager_event(manager::Event::PlanChanged(plan));
                 }
                 self.fingerprint_changed(now);
             }
@@ -1069,29 +927,13 @@ impl State {
                 self.manager_event(manager::Event::Rescan);
             }
         }
-        if self.running.is_some() {
-            return;
-        }
-        match (self.timing.full_every, self.next_full) {
-            (Some(every), Some(due)) if now >= due => {
-                self.next_full = Some(now + every);
-                self.next_drift = self.timing.drift_every.map(|d| now + d);
+        match self.schedule.due(now, &self.timing) {
+            Some(Due::Full) => {
                 tracing::info!("periodic full measurement");
                 self.start_full();
-                return;
             }
-            (Some(every), None) => self.next_full = Some(now + every),
-            (None, _) => self.next_full = None,
-            _ => {}
-        }
-        match (self.timing.drift_every, self.next_drift) {
-            (Some(every), Some(due)) if now >= due => {
-                self.next_drift = Some(now + every);
-                self.start_drift_probe();
-            }
-            (Some(every), None) => self.next_drift = Some(now + every),
-            (None, _) => self.next_drift = None,
-            _ => {}
+            Some(Due::Drift) => self.start_drift_probe(),
+            None => {}
         }
     }
 
@@ -1109,63 +951,6 @@ impl State {
             s.managed_processes
         )));
     }
-}
-
-/// A manager error as the caller reads it.
-fn manager_error(pid: u32, e: ManagerError) -> CommandError {
-    match e {
-        ManagerError::NoProcess { .. } => CommandError::NoSuchProcess(pid),
-        ManagerError::NotPinned { .. } => CommandError::NotManaged(pid),
-        ManagerError::KernelThread { .. } | ManagerError::Unplaceable { .. } => {
-            CommandError::InvalidArgs(e.to_string())
-        }
-        ManagerError::Journal(_) => CommandError::Failed(e.to_string()),
-    }
-}
-
-/// The manager's count units that hold CPUs now: (name, request, CPUs).
-fn count_units(
-    m: &Manager,
-    housekeeping: &CpuSet,
-    usable: &CpuSet,
-) -> Vec<(String, Request, CpuSet)> {
-    m.plans()
-        .iter()
-        .filter_map(|p| {
-            let manager::PlanState::Placed { cpus } = &p.state else {
-                return None;
-            };
-            let rule = m.rules().get(&p.rule)?;
-            let req = match p.thread_entry {
-                None => rule.place.as_ref()?,
-                Some(i) => &rule.threads.get(i)?.request,
-            };
-            let CpuTarget::Count(n) = req.target else {
-                return None;
-            };
-            let name = match p.thread_entry {
-                None => p.rule.clone(),
-                Some(i) => format!("{}.threads[{i}]", p.rule),
-            };
-            let mut exclude = housekeeping.clone();
-            if let Some(w) = &req.within {
-                // Outside `within` is not a choice for this unit.
-                exclude = exclude.union(&usable.difference(w));
-            }
-            Some((
-                name,
-                Request {
-                    count: n as usize,
-                    policy: req.policy,
-                    smt: req.smt,
-                    exclude,
-                    exclusive: req.exclusive,
-                    cpus: None,
-                },
-                cpus.clone(),
-            ))
-        })
-        .collect()
 }
 
 /// One manager change in the log, with fields.
@@ -1337,8 +1122,8 @@ mod tests {
         assert_eq!(s.snapshot().measured_at_us, 0);
         assert_eq!(job.cfg.cpus, s.usable());
         // Concurrent Remeasure calls coalesce into the running job.
-        assert_eq!(s.command(Command::Remeasure), Ok(Reply::Job(job.id)));
-        assert_eq!(s.command(Command::Remeasure), Ok(Reply::Job(job.id)));
+        assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
+        assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
         assert!(jobs(&s.take_actions()).is_empty());
 
         s.handle(ok_matrix(&job));
@@ -1373,7 +1158,7 @@ mod tests {
         s.handle(ok_matrix(&j[0]));
         s.take_actions();
         // Within remeasure-min-interval: the same job, whose end is told again.
-        assert_eq!(s.command(Command::Remeasure), Ok(Reply::Job(first)));
+        assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(first));
         let a = s.take_actions();
         assert!(jobs(&a).is_empty());
         assert_eq!(finished(&a), vec![(first, true)]);
@@ -1508,8 +1293,8 @@ mod tests {
             panic!()
         };
         assert_eq!(
-            s.command(Command::Remeasure),
-            Ok(Reply::Job(promised)),
+            s.command(Command::Remeasure).unwrap(),
+            Reply::Job(promised),
             "coalesced"
         );
         assert!(jobs(&s.take_actions()).is_empty(), "waits for the probe");
@@ -1565,11 +1350,11 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            s.command(Command::Reload),
-            Ok(Reply::Reloaded {
+            s.command(Command::Reload).unwrap(),
+            Reply::Reloaded {
                 rules: 1,
                 errors: vec![]
-            })
+            }
         );
         std::fs::write(rules.join("a.toml"), "[[rule]]\nname = \"a\"\nbogus = 1\n").unwrap();
         let Ok(Reply::Reloaded { rules: n, errors }) = s.command(Command::Reload) else {
@@ -1605,42 +1390,36 @@ mod tests {
         let (mut s, _d, job) = started(Timing::default());
         let usable = s.usable();
         let n = usable.len() as u32;
-        let plan = |s: &mut State, count, policy: &str, smt: &str| {
+        let plan = |s: &mut State, count, policy| {
             s.command(Command::Plan {
                 count,
-                policy: policy.into(),
-                smt: smt.into(),
+                policy,
+                smt: SmtPolicy::Allow,
             })
         };
         // No matrix yet: the topology alone places.
         assert_eq!(
-            plan(&mut s, n, "compact", "allow"),
-            Ok(Reply::Cpus(usable.clone()))
+            plan(&mut s, n, Policy::Compact).unwrap(),
+            Reply::Cpus(usable.clone())
         );
         s.handle(ok_matrix(&job));
         assert_eq!(
-            plan(&mut s, n, "spread", "allow"),
-            Ok(Reply::Cpus(usable.clone()))
+            plan(&mut s, n, Policy::Spread).unwrap(),
+            Reply::Cpus(usable.clone())
         );
-        let Ok(Reply::Cpus(one)) = plan(&mut s, 1, "compact", "allow") else {
+        let Ok(Reply::Cpus(one)) = plan(&mut s, 1, Policy::Compact) else {
             panic!()
         };
         assert_eq!(one.len(), 1);
         assert!(one.is_subset(&usable));
-        for (count, policy, smt, want) in [
-            (0, "compact", "allow", "count 0: must be between 1"),
-            (n + 1, "compact", "allow", "must be between 1 and the"),
-            (1, "tight", "allow", "unknown policy \"tight\""),
-            (
-                1,
-                "compact",
-                "sometimes",
-                "unknown smt policy \"sometimes\"",
-            ),
+        // Unknown words never reach the loop: `dbus` refuses them.
+        for (count, want) in [
+            (0, "count 0: must be between 1"),
+            (n + 1, "must be between 1 and the"),
         ] {
-            match plan(&mut s, count, policy, smt) {
+            match plan(&mut s, count, Policy::Compact) {
                 Err(CommandError::InvalidArgs(m)) => assert!(m.contains(want), "{m}"),
-                other => panic!("{count} {policy} {smt}: {other:?}"),
+                other => panic!("{count}: {other:?}"),
             }
         }
     }
@@ -1709,8 +1488,8 @@ mod tests {
         assert!(matches!(
             s.command(Command::Plan {
                 count: 2,
-                policy: "compact".into(),
-                smt: "allow".into()
+                policy: Policy::Compact,
+                smt: SmtPolicy::Allow
             }),
             Ok(Reply::Cpus(_))
         ));

@@ -9,6 +9,7 @@ use pinnerd::affinity::restore::Journal;
 use pinnerd::affinity::{AffinityOps, SystemOps};
 use pinnerd::cpuset::CpuSet;
 use pinnerd::manager::{Change, Event, Manager, ManagerConfig};
+use pinnerd::plan::{Cpus, Plan};
 use pinnerd::rules::{compile_text, LoadPolicy, RuleSet};
 use pinnerd::sysroot::SysRoot;
 use pinnerd::watch::{Connector, ProcFs, ProcMsg};
@@ -29,6 +30,18 @@ pub fn online() -> CpuSet {
         .trim()
         .parse()
         .unwrap()
+}
+
+pub fn on_cpus(online: CpuSet) -> Cpus {
+    Cpus {
+        online,
+        reserved: CpuSet::new(),
+    }
+}
+
+/// New rules, planned on the online CPUs without latency domains (explicit `cpus` only).
+pub fn new_rules(rules: RuleSet) -> Event {
+    Event::RulesChanged(Plan::new(&rules, &on_cpus(online()), None))
 }
 
 pub fn rules(text: &str) -> RuleSet {
@@ -56,8 +69,7 @@ impl Rig {
         let mgr = Manager::new(
             Arc::new(SystemOps::default()),
             Arc::new(ProcFs::default()),
-            None,
-            online(),
+            on_cpus(online()),
             ManagerConfig::default(),
         );
         Rig {
@@ -74,8 +86,7 @@ impl Rig {
             Manager::new(
                 Arc::new(SystemOps::default()),
                 Arc::new(ProcFs::default()),
-                None,
-                online(),
+                on_cpus(online()),
                 ManagerConfig::default(),
             ),
         );
@@ -128,7 +139,7 @@ fn every_thread_gets_the_rule_mask_and_gets_its_own_back_when_the_rule_goes() {
     let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let mut rig = Rig::new(8 << 20);
-    rig.handle(Event::RulesChanged(rules(
+    rig.handle(new_rules(rules(
         "[[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"pt-aff-a*\"\n[rule.place]\ncpus = \"1\"\n",
     )));
     let mut h = Helper::spawn(dir.path(), "pt-aff-a1");
@@ -163,7 +174,7 @@ fn every_thread_gets_the_rule_mask_and_gets_its_own_back_when_the_rule_goes() {
     );
     assert!(rig.mgr.explain(pid).contains("applied 1"));
 
-    rig.handle(Event::RulesChanged(RuleSet::default()));
+    rig.handle(new_rules(RuleSet::default()));
     assert!(!rig.mgr.is_managed(pid));
     assert!(all_threads_on(&h, &before), "original masks not restored");
     h.exit();
@@ -174,7 +185,7 @@ fn stopping_restores_and_a_mask_set_by_someone_else_is_left_alone() {
     let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let mut rig = Rig::new(8 << 20).with_journal(dir.path());
-    rig.handle(Event::RulesChanged(rules(
+    rig.handle(new_rules(rules(
         "[[rule]]\nname = \"b\"\n[rule.match]\ncomm = \"pt-aff-b*\"\n[rule.place]\ncpus = \"1\"\n",
     )));
     let mut h = Helper::spawn(dir.path(), "pt-aff-b1");
@@ -222,7 +233,7 @@ fn a_crash_leaves_a_journal_that_the_next_start_restores() {
     let pid = h.pid;
     {
         let mut rig = Rig::new(8 << 20).with_journal(dir.path());
-        rig.handle(Event::RulesChanged(rules(
+        rig.handle(new_rules(rules(
             "[[rule]]\nname = \"c\"\n[rule.match]\ncomm = \"pt-aff-c*\"\n[rule.place]\ncpus = \"1\"\n",
         )));
         assert!(rig.mgr.is_managed(pid), "the start rescan matches it");
@@ -262,7 +273,7 @@ fn exit_races_and_pid_identity() {
 
     // Processes that exit while being matched and pinned: no error, nothing left.
     let mut rig = Rig::new(8 << 20);
-    rig.handle(Event::RulesChanged(rules(
+    rig.handle(new_rules(rules(
         "[[rule]]\nname = \"d\"\n[rule.match]\ncomm = \"pt-aff-d*\"\n[rule.place]\ncpus = \"1\"\n",
     )));
     for i in 0..20 {
@@ -350,7 +361,7 @@ fn a_cpuset_narrows_or_refuses_and_the_outcome_says_so() {
     set.add(refused.pid);
     assert_eq!(mask(narrowed.pid), cpus("0"));
     let mut rig = Rig::new(8 << 20);
-    rig.handle(Event::RulesChanged(rules(
+    rig.handle(new_rules(rules(
         "[[rule]]\nname = \"n\"\n[rule.match]\ncomm = \"pt-aff-n*\"\n[rule.place]\ncpus = \"0-1\"\n\
          [[rule]]\nname = \"r\"\n[rule.match]\ncomm = \"pt-aff-r*\"\n[rule.place]\ncpus = \"1\"\n",
     )));

@@ -38,9 +38,10 @@ fn the_connector_reports_fork_exec_and_exit_of_a_child() {
 
 use pinnerd::affinity::Outcome;
 use pinnerd::manager::{Change, Event};
+use pinnerd::plan::Plan;
 use pinnerd::watch::UeventSocket;
 
-use super::affinity::{cpus, online, rules, Rig, CPU_LAYOUT};
+use super::affinity::{cpus, new_rules, on_cpus, online, rules, Rig, CPU_LAYOUT};
 use super::helper::Helper;
 
 fn all_on(h: &Helper, want: &pinnerd::cpuset::CpuSet) -> bool {
@@ -53,7 +54,7 @@ fn an_overrun_leads_to_a_rescan_that_catches_up() {
     let dir = tempfile::tempdir().unwrap();
     // The smallest receive buffer the kernel allows: a few events.
     let mut rig = Rig::new(1);
-    rig.handle(Event::RulesChanged(rules(
+    rig.handle(new_rules(rules(
         "[[rule]]\nname = \"o\"\n[rule.match]\ncomm = \"pt-ovr*\"\n[rule.place]\ncpus = \"1\"\n",
     )));
     let rescans = rig.mgr.counters().rescans;
@@ -112,7 +113,7 @@ fn cpu1_offline_then_online_repins() {
     let dir = tempfile::tempdir().unwrap();
     let mut ue = UeventSocket::open().unwrap();
     let mut rig = Rig::new(8 << 20);
-    rig.handle(Event::RulesChanged(rules(
+    rig.handle(new_rules(rules(
         "[[rule]]\nname = \"hp\"\n[rule.match]\ncomm = \"pt-hp*\"\n[rule.place]\ncpus = \"1\"\n",
     )));
     let mut h = Helper::spawn(dir.path(), "pt-hp1");
@@ -126,7 +127,8 @@ fn cpu1_offline_then_online_repins() {
     std::fs::write(path, "0").unwrap();
     wait_uevent(&mut ue, 1, false);
     rig.changes.clear();
-    rig.handle(Event::Hotplug { online: online() });
+    let plan = Plan::new(rig.mgr.rules(), &on_cpus(online()), None);
+    rig.handle(Event::PlanChanged(plan));
     assert!(
         rig.changes.iter().any(|c| matches!(c,
             Change::Pinned { pid: p, outcome: Outcome::Refused { .. }, .. } if *p == pid)),
@@ -141,7 +143,8 @@ fn cpu1_offline_then_online_repins() {
         .iter()
         .map(|&t| super::affinity::mask(t).to_string())
         .collect();
-    rig.handle(Event::Hotplug { online: online() });
+    let plan = Plan::new(rig.mgr.rules(), &on_cpus(online()), None);
+    rig.handle(Event::PlanChanged(plan));
     assert!(
         all_on(&h, &cpus("1")),
         "not re-pinned after CPU 1 came back (masks before re-applying: {before:?})"
@@ -191,5 +194,62 @@ fn plan_live_shows_what_would_happen_and_changes_nothing() {
     assert_eq!(greedy["to"], "live");
     let after: Vec<_> = h.tids().iter().map(|&t| super::affinity::mask(t)).collect();
     assert_eq!(before, after, "the dry run changed a mask");
+    h.exit();
+}
+
+#[test]
+fn plan_live_keeps_the_settings_housekeeping_cpus_free() {
+    let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
+    let online = online();
+    if online.len() < 2 {
+        panic!("this test needs 2 online CPUs, found {online}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let rules_dir = dir.path().join("rules");
+    std::fs::create_dir(&rules_dir).unwrap();
+    std::fs::write(
+        rules_dir.join("hk.toml"),
+        "[[rule]]\nname = \"hk\"\n[rule.match]\ncomm = \"pt-hk*\"\n[rule.place]\ncount = 1\n",
+    )
+    .unwrap();
+    let mut h = Helper::spawn(dir.path(), "pt-hk1");
+    h.spawn_threads(1, None);
+    // Every online CPU but `expect` is kept for housekeeping: the unit gets `expect`.
+    for expect in online.iter().take(2) {
+        let settings = dir.path().join(format!("keep-{expect}.toml"));
+        let housekeeping = online.difference(&std::iter::once(expect).collect());
+        std::fs::write(
+            &settings,
+            format!("[placement]\nhousekeeping-cpus = \"{housekeeping}\"\n"),
+        )
+        .unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+            .args(["plan", "--live", "--json", "--config"])
+            .arg(&settings)
+            .arg("--rules")
+            .arg(&rules_dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let plan = v["plans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["rule"] == "hk")
+            .unwrap_or_else(|| panic!("no plan for hk: {v}"));
+        assert_eq!(plan["cpus"], expect.to_string(), "{v}");
+        let me = v["processes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["pid"] == h.pid)
+            .unwrap_or_else(|| panic!("helper not listed: {v}"));
+        assert_eq!(me["would_get"], expect.to_string(), "{v}");
+    }
     h.exit();
 }

@@ -16,6 +16,8 @@
 //! Owns: clustering, reconciliation, the per-CPU cost used by `placement`.
 //! Must not touch: the OS (no files, no syscalls, no clocks).
 
+mod select;
+
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -23,6 +25,8 @@ use serde::{Deserialize, Serialize};
 use crate::cpuset::CpuSet;
 use crate::matrix::LatencyMatrix;
 use crate::topology::Topology;
+
+pub use select::{select, Misfit, SelectError, Selected};
 
 /// What a level of groups is, in hardware terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -1,0 +1,212 @@
+//! What the daemon and its clients say to each other, as types: [`Command`]s with typed
+//! arguments, their [`Reply`] or [`CommandError`], the [`Snapshot`] the loop publishes
+//! for property reads, the rows of `ListManaged` and the [`Signal`]s it emits.
+//!
+//! Owns: these values. Must not touch: the bus, the loop or any state. `dbus` (the
+//! transport) and `daemon` (the loop) both depend on this module and on neither other:
+//!
+//! ```text
+//!   dbus ──Call{Command, reply}──► daemon loop ──Result<Reply, CommandError>──► dbus
+//!   daemon loop ──Snapshot (watch), Signal──► dbus
+//! ```
+
+use tokio::sync::oneshot;
+
+use crate::cpuset::CpuSet;
+use crate::domains::SelectError;
+use crate::manager::ManagerError;
+use crate::placement::{PlacementError, Policy, SmtPolicy};
+use crate::plan::PinError;
+
+/// A request from a client, already checked for size, privilege and known words by
+/// the transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    Remeasure,
+    Reload,
+    GetMatrix,
+    ListManaged,
+    Explain {
+        pid: u32,
+    },
+    Plan {
+        count: u32,
+        policy: Policy,
+        smt: SmtPolicy,
+    },
+    Pin {
+        pid: u32,
+        count: u32,
+        policy: Policy,
+        smt: SmtPolicy,
+    },
+    Release {
+        pid: u32,
+    },
+}
+
+/// The answer to a [`Command`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Job(u64),
+    Reloaded {
+        rules: u32,
+        errors: Vec<String>,
+    },
+    Matrix {
+        cpus: Vec<u32>,
+        latency_ns: Vec<Vec<f64>>,
+    },
+    Managed(Vec<ManagedEntry>),
+    Text(String),
+    Cpus(CpuSet),
+    Done,
+}
+
+/// A command on its way to the loop, with where its answer goes.
+#[derive(Debug)]
+pub struct Call {
+    pub command: Command,
+    pub reply: oneshot::Sender<Result<Reply, CommandError>>,
+}
+
+/// Why a command failed. The message is what the caller reads.
+#[derive(Debug, thiserror::Error)]
+pub enum CommandError {
+    /// An argument is out of range.
+    #[error("{0}")]
+    InvalidArgs(String),
+    #[error("pid {0}: no such process")]
+    NoSuchProcess(u32),
+    #[error("pid {0}: not pinned by PinProcess")]
+    NotManaged(u32),
+    /// The loop has not built its manager yet.
+    #[error("the daemon is starting")]
+    Starting,
+    #[error("no latency domains: {0}")]
+    NoDomains(#[from] SelectError),
+    /// `Plan` could not place the request.
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
+    /// `PinProcess` could not place the request.
+    #[error("pid {pid}: {source}")]
+    Pin {
+        pid: u32,
+        #[source]
+        source: PinError,
+    },
+    #[error(transparent)]
+    Manager(ManagerError),
+}
+
+/// Which D-Bus error a [`CommandError`] is sent as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    InvalidArgs,
+    NoSuchProcess,
+    NotManaged,
+    Failed,
+}
+
+impl CommandError {
+    /// A manager error about process `pid`, as the caller reads it.
+    pub fn from_manager(pid: u32, e: ManagerError) -> CommandError {
+        match e {
+            ManagerError::NoProcess { .. } => CommandError::NoSuchProcess(pid),
+            ManagerError::NotPinned { .. } => CommandError::NotManaged(pid),
+            other => CommandError::Manager(other),
+        }
+    }
+
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            CommandError::InvalidArgs(_)
+            | CommandError::Placement(_)
+            | CommandError::Pin { .. }
+            | CommandError::Manager(ManagerError::KernelThread { .. }) => ErrorKind::InvalidArgs,
+            CommandError::NoSuchProcess(_)
+            | CommandError::Manager(ManagerError::NoProcess { .. }) => ErrorKind::NoSuchProcess,
+            CommandError::NotManaged(_) | CommandError::Manager(ManagerError::NotPinned { .. }) => {
+                ErrorKind::NotManaged
+            }
+            CommandError::Starting
+            | CommandError::NoDomains(_)
+            | CommandError::Manager(ManagerError::Journal(_)) => ErrorKind::Failed,
+        }
+    }
+}
+
+/// The daemon's phase, as the `State` property shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Phase {
+    /// Not ready yet: the rules or the bus name are not in place.
+    #[default]
+    Starting,
+    /// A full measurement is running.
+    Measuring,
+    /// Rules are applied with the best information available.
+    Ready,
+    /// Working, with less than it should have: no proc events (rescans only), or no
+    /// matrix because measuring failed.
+    Degraded,
+}
+
+impl Phase {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Phase::Starting => "starting",
+            Phase::Measuring => "measuring",
+            Phase::Ready => "ready",
+            Phase::Degraded => "degraded",
+        }
+    }
+}
+
+/// What the loop publishes for readers (the D-Bus properties). Reading it never waits for
+/// the loop.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub version: String,
+    pub state: Phase,
+    /// µs since the epoch; 0 = never.
+    pub measured_at_us: u64,
+    pub fingerprint: String,
+    pub cpu_count: u32,
+    pub rule_count: u32,
+    pub managed_processes: u32,
+    pub managed_threads: u32,
+    pub rule_errors: Vec<String>,
+}
+
+impl Snapshot {
+    /// What readers see before the loop has published anything.
+    pub fn starting() -> Self {
+        Snapshot {
+            version: env!("CARGO_PKG_VERSION").to_string(),
+            ..Snapshot::default()
+        }
+    }
+}
+
+/// One managed process, as `ListManaged` returns it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ManagedEntry {
+    pub pid: u32,
+    pub comm: String,
+    pub rule: String,
+    pub cpus: String,
+    pub state: String,
+}
+
+impl ManagedEntry {
+    pub fn into_tuple(self) -> (u32, String, String, String, String) {
+        (self.pid, self.comm, self.rule, self.cpus, self.state)
+    }
+}
+
+/// A signal the loop asks to be emitted.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Signal {
+    MeasurementFinished { job: u64, ok: bool, summary: String },
+    RulesReloaded { rules: u32, errors: Vec<String> },
+}

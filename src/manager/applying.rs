@@ -1,0 +1,395 @@
+//! Applying the plan to managed threads, and giving masks back: every mask is set
+//! through `affinity::apply`, and every outcome counted.
+//!
+//! Must not touch: which processes are managed (see `tracking`), the plan itself.
+
+use super::{Change, ForeignChange, ManagedThread, Manager, ManagerError, Source};
+use crate::affinity::restore::RestoreError;
+use crate::affinity::{Outcome, Tid};
+use crate::cpuset::CpuSet;
+use crate::rules::ThreadPlacement;
+use crate::watch::Snapshot;
+
+impl Manager {
+    /// A child of a managed process that matches no rule gets its parent's original
+    /// mask instead of the pinned one it inherited.
+    pub(super) fn give_back_inherited(&mut self, snap: &Snapshot, parent: i32) {
+        let Some(p) = self.managed.get(&parent) else {
+            return;
+        };
+        let original = p.original.clone();
+        let pinned: Vec<CpuSet> = p
+            .threads
+            .values()
+            .filter_map(|t| t.outcome.effective().cloned())
+            .collect();
+        for t in &snap.info.threads {
+            let tid = t.tid as Tid;
+            if let Ok(cur) = self.ops.get_affinity(tid) {
+                if pinned.contains(&cur) {
+                    let _ =
+                        crate::affinity::apply(self.ops.as_ref(), tid, &original, self.online());
+                }
+            }
+        }
+    }
+
+    /// The CPUs thread `tid` of managed process `pid` should have, assigning a slot
+    /// if its entry is non-shared. `None` when its unit is not placed.
+    pub(super) fn target_for(
+        &mut self,
+        pid: i32,
+        tid: Tid,
+        comm: &str,
+    ) -> (ThreadPlacement, usize, Option<CpuSet>) {
+        let Some(m) = self.managed.get_mut(&pid) else {
+            return (ThreadPlacement::Process, 0, None);
+        };
+        match &m.source {
+            Source::Runtime(cpus) => (ThreadPlacement::Process, 0, Some(cpus.clone())),
+            Source::Rule(rule) => {
+                let Some(placement) = rule.thread_placement(comm) else {
+                    return (ThreadPlacement::Process, 0, None);
+                };
+                let slot = match (placement, m.threads.get(&tid)) {
+                    (p, Some(t)) if t.placement == p => t.slot,
+                    (ThreadPlacement::Thread(i), _) => {
+                        let next = m.next_slot.entry(i).or_insert(0);
+                        *next += 1;
+                        *next - 1
+                    }
+                    _ => 0,
+                };
+                let cpus = self
+                    .plan
+                    .get(&rule.name, unit_index(placement))
+                    .and_then(|p| p.cpus_for_slot(slot))
+                    .cloned();
+                (placement, slot, cpus)
+            }
+        }
+    }
+
+    pub(super) fn pin_thread(
+        &mut self,
+        pid: i32,
+        tid: Tid,
+        comm: Option<String>,
+        verify: bool,
+        out: &mut Vec<Change>,
+    ) {
+        let comm = match comm {
+            Some(c) => c,
+            None => {
+                let needs_comm = self.managed.get(&pid).is_some_and(|m| match &m.source {
+                    Source::Rule(r) => !r.threads.is_empty(),
+                    Source::Runtime(_) => false,
+                });
+                if needs_comm {
+                    match self.procs.thread_comm(pid, tid) {
+                        Some(c) => c,
+                        None => {
+                            self.counters.gone += 1;
+                            return;
+                        }
+                    }
+                } else {
+                    String::new()
+                }
+            }
+        };
+        if let Some(t) = self.managed.get(&pid).and_then(|m| m.threads.get(&tid)) {
+            if t.released {
+                return;
+            }
+        }
+        let (placement, slot, target) = self.target_for(pid, tid, &comm);
+        let online = self.online().clone();
+        let on_foreign = self.config.on_foreign_change;
+        let Some(m) = self.managed.get_mut(&pid) else {
+            return;
+        };
+        let rule = m.source.name();
+        let current = match self.ops.get_affinity(tid) {
+            Ok(c) => c,
+            Err(_) => {
+                m.threads.remove(&tid);
+                self.counters.gone += 1;
+                tracing::debug!(pid, tid, "thread gone before it could be pinned");
+                return;
+            }
+        };
+        let existing = m.threads.get_mut(&tid);
+        let Some(target) = target else {
+            // Its unit lost a conflict or could not be placed: leave it alone.
+            if existing.is_none() {
+                m.threads.insert(
+                    tid,
+                    ManagedThread {
+                        comm,
+                        placement,
+                        slot,
+                        original: current.clone(),
+                        outcome: Outcome::Failed {
+                            message: "its placement unit is not placed".into(),
+                        },
+                        released: false,
+                        stale: false,
+                    },
+                );
+            }
+            return;
+        };
+        let want_now = target.intersection(&online);
+        if let Some(t) = existing {
+            let same_target = t.placement == placement && t.slot == slot;
+            t.comm = comm;
+            // Refused and not permitted are final for a target: no retry loop.
+            if same_target
+                && !t.stale
+                && matches!(t.outcome, Outcome::Refused { .. } | Outcome::Permission)
+            {
+                return;
+            }
+            if let (true, Some(eff)) = (same_target, t.outcome.effective().cloned()) {
+                if current == eff && !t.stale {
+                    return;
+                }
+                if verify && current != eff && !t.stale {
+                    // Narrower than ours, within what we asked for: a cpuset or an
+                    // offline CPU, not a person. Anything else is someone else's doing.
+                    let kernel_widened = want_now.is_empty();
+                    if !current.is_subset(&target) && !kernel_widened {
+                        self.counters.foreign_changes += 1;
+                        let released = on_foreign == ForeignChange::Release;
+                        tracing::warn!(
+                            pid, tid, rule = %rule, expected = %eff, found = %current,
+                            "someone else changed the affinity of a managed thread; {}",
+                            if released { "no longer managing it" } else { "re-asserting" }
+                        );
+                        out.push(Change::Foreign {
+                            pid,
+                            tid,
+                            expected: eff,
+                            found: current.clone(),
+                            released,
+                        });
+                        if released {
+                            t.released = true;
+                            return;
+                        }
+                    }
+                }
+            }
+            t.placement = placement;
+            t.slot = slot;
+        } else {
+            // First contact: remember what it had. A thread that inherited our mask
+            // from its creator gets the process's original back later.
+            // (Cheapest checks first: the main thread, whose mask most threads are
+            // created with, before the scan of every thread of the process.)
+            let original = if tid == pid
+                || current == want_now
+                || m.threads.get(&pid).and_then(|t| t.outcome.effective()) == Some(&current)
+                || m.threads
+                    .values()
+                    .any(|t| t.outcome.effective() == Some(&current))
+            {
+                m.original.clone()
+            } else {
+                current.clone()
+            };
+            m.threads.insert(
+                tid,
+                ManagedThread {
+                    comm,
+                    placement,
+                    slot,
+                    original,
+                    outcome: Outcome::Gone,
+                    released: false,
+                    stale: false,
+                },
+            );
+        }
+        // Every requested CPU offline is refused (the CPU's return re-applies); a mask
+        // already right is not written again.
+        let outcome =
+            crate::affinity::apply_over(self.ops.as_ref(), tid, &target, &online, Some(&current));
+        self.count(&outcome, pid, tid, &rule);
+        let Some(m) = self.managed.get_mut(&pid) else {
+            return;
+        };
+        if outcome == Outcome::Gone {
+            m.threads.remove(&tid);
+            return;
+        }
+        if let Some(t) = m.threads.get_mut(&tid) {
+            // The journal lists the main thread's masks and the threads with their own.
+            if tid == pid || placement != ThreadPlacement::Process || t.original != m.original {
+                self.journal_dirty = true;
+            }
+            t.outcome = outcome.clone();
+            t.stale = false;
+        }
+        out.push(Change::Pinned {
+            pid,
+            tid,
+            rule,
+            outcome,
+        });
+    }
+
+    pub(super) fn count(&mut self, outcome: &Outcome, pid: i32, tid: Tid, rule: &str) {
+        let c = &mut self.counters;
+        match outcome {
+            Outcome::Applied { .. } => c.applied += 1,
+            Outcome::Narrowed {
+                requested,
+                effective,
+            } => {
+                c.narrowed += 1;
+                tracing::info!(pid, tid, rule, requested = %requested, effective = %effective,
+                    "a cpuset narrowed the mask");
+            }
+            Outcome::Refused { requested } => {
+                c.refused += 1;
+                tracing::warn!(pid, tid, rule, requested = %requested,
+                    "no requested CPU is allowed by the task's cpuset or online; not retrying");
+            }
+            Outcome::Gone => {
+                c.gone += 1;
+                tracing::debug!(pid, tid, "thread gone");
+            }
+            Outcome::KernelThread => c.kernel_threads += 1,
+            Outcome::Permission => {
+                c.permission += 1;
+                tracing::warn!(
+                    pid,
+                    tid,
+                    rule,
+                    "not permitted to set affinity (CAP_SYS_NICE?)"
+                );
+            }
+            Outcome::Failed { message } => {
+                c.failed += 1;
+                tracing::warn!(pid, tid, rule, %message, "setting affinity failed");
+            }
+        }
+    }
+
+    /// Stops managing `pid` and gives each of its tasks that still has our mask the
+    /// mask it had at first contact.
+    pub(super) fn release(&mut self, pid: i32, reason: &str, out: &mut Vec<Change>) {
+        let Some(m) = self.managed.remove(&pid) else {
+            return;
+        };
+        self.journal_dirty = true;
+        let rule = m.source.name();
+        if !self.ops.alive(&m.handle) {
+            out.push(Change::Exited { pid });
+            return;
+        }
+        let mut restored = 0;
+        let mut left = 0;
+        for (tid, t) in &m.threads {
+            if t.released {
+                continue;
+            }
+            let Some(ours) = t.outcome.effective() else {
+                continue;
+            };
+            match self.ops.get_affinity(*tid) {
+                Ok(cur) if cur == *ours => {
+                    match crate::affinity::apply(
+                        self.ops.as_ref(),
+                        *tid,
+                        &t.original,
+                        self.online(),
+                    ) {
+                        Outcome::Applied { .. } | Outcome::Narrowed { .. } => restored += 1,
+                        Outcome::Gone => {}
+                        other => {
+                            tracing::warn!(
+                                pid,
+                                tid,
+                                outcome = other.label(),
+                                "restoring the mask failed"
+                            )
+                        }
+                    }
+                }
+                Ok(cur) => {
+                    left += 1;
+                    tracing::info!(pid, tid, found = %cur, "not restoring: someone else changed the mask")
+                }
+                Err(_) => {}
+            }
+        }
+        self.counters.restored += restored as u64;
+        tracing::info!(pid, rule = %rule, restored, left_alone = left, reason, "released process");
+        out.push(Change::Released {
+            pid,
+            rule,
+            restored,
+            reason: reason.to_string(),
+        });
+    }
+
+    /// Pins process `pid` at run time, without a rule, to `cpus` (see
+    /// [`Plan::pin`](crate::plan::Plan::pin) for choosing them).
+    pub fn pin(&mut self, pid: i32, cpus: &CpuSet) -> Result<Vec<Change>, ManagerError> {
+        let snap = self
+            .procs
+            .snapshot(pid)
+            .ok_or(ManagerError::NoProcess { pid })?;
+        if snap.kernel_thread {
+            return Err(ManagerError::KernelThread { pid });
+        }
+        let mut out = Vec::new();
+        let original = self.managed.get(&pid).map(|m| m.original.clone());
+        if self.managed.contains_key(&pid) {
+            // Keep the original from first contact; drop the rule's claim.
+            self.managed.remove(&pid);
+        }
+        if !self.start_managing(&snap, Source::Runtime(cpus.clone()), original) {
+            return Err(ManagerError::NoProcess { pid });
+        }
+        self.reconcile(snap, &mut out);
+        Ok(out)
+    }
+
+    /// Ends a run-time pin: the process gets its original masks back (and rules apply
+    /// again at the next look).
+    pub fn unpin(&mut self, pid: i32) -> Result<Vec<Change>, ManagerError> {
+        match self.managed.get(&pid) {
+            Some(m) if matches!(m.source, Source::Runtime(_)) => {}
+            _ => return Err(ManagerError::NotPinned { pid }),
+        }
+        let mut out = Vec::new();
+        self.release(pid, "released at run time", &mut out);
+        self.consider(pid, None, &mut out);
+        Ok(out)
+    }
+
+    /// Gives every managed task its original mask back and empties the journal.
+    pub fn shutdown(&mut self) -> Result<Vec<Change>, RestoreError> {
+        let mut out = Vec::new();
+        let pids: Vec<i32> = self.managed.keys().copied().collect();
+        for pid in pids {
+            self.release(pid, "daemon stopping", &mut out);
+        }
+        self.journal_dirty = false;
+        if let Some(j) = &self.journal {
+            j.save(&[])?;
+        }
+        Ok(out)
+    }
+}
+
+pub(super) fn unit_index(p: ThreadPlacement) -> Option<usize> {
+    match p {
+        ThreadPlacement::Process => None,
+        ThreadPlacement::Thread(i) => Some(i),
+    }
+}

@@ -1,0 +1,383 @@
+//! The engine that pins: events in, affinity calls and reports out.
+//!
+//! Owns: which processes and threads are managed, which rule and CPUs each got, the
+//! masks they had before (to give them back), exclusivity between rules, the restore
+//! journal's contents, and the counters. A plain synchronous state machine: the
+//! daemon's loop (or a test) feeds it events one at a time.
+//!
+//! Must not touch: sockets, timers or files directly. It reaches the system only
+//! through its two seams — [`AffinityOps`] (set/get affinity, pidfds) and
+//! [`ProcSource`] (procfs snapshots) — and the restore [`Journal`].
+//!
+//! ```text
+//!   ProcMsg (connector) ─┐
+//!   Rescan (timer/overrun)├─► Manager::handle(Event) ─► AffinityOps (affinity::apply, read back)
+//!   RulesChanged(Plan),   │        │   ▲                    │
+//!   PlanChanged(Plan) ────┘        │   └── ProcSource ◄─────┘ (snapshots on demand)
+//!                                  └─► Vec<Change>, counters(), list_managed(), explain()
+//! ```
+//!
+//! How the loop drives it:
+//! - at start: [`Manager::recover`] (restore what a crashed predecessor left), then
+//!   `handle(Event::RulesChanged(plan))`;
+//! - every connector message: `handle(Event::Proc(msg))` (an `Overrun` rescans);
+//! - the rescan timer: `handle(Event::Rescan)` (also checks managed masks for changes
+//!   made by someone else);
+//! - new rules: `handle(Event::RulesChanged(plan))` with the [`Plan`] of the new rules
+//!   (every process is matched again); new CPUs or latency domains:
+//!   `handle(Event::PlanChanged(plan))` (managed threads are re-applied);
+//! - after each batch of events: [`Manager::flush`] (writes the journal if it changed);
+//! - on stop: [`Manager::shutdown`] (gives every managed task its mask back).
+//!
+//! It plans nothing: which CPUs each placement unit gets is the [`Plan`]'s (see
+//! `plan`); the manager finds the threads each unit covers and applies the plan to them.
+//!
+//! Inside: `tracking` (events and rescans → who is managed, with which threads),
+//! `applying` (the plan → masks, through `affinity::apply`; release and restore),
+//! `reports` (`ListManaged` rows, `explain`, the journal's contents), `tests`.
+
+mod applying;
+mod reports;
+mod tracking;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::affinity::restore::{self, Journal, RestoreError, RestoreReport};
+use crate::affinity::{AffinityOps, Outcome, ProcessHandle, Tid};
+use crate::cpuset::CpuSet;
+use crate::plan::{Cpus, Plan, PlanState};
+use crate::rules::{Rule, RuleSet, ThreadPlacement};
+use crate::sysroot::SysRoot;
+use crate::watch::{ProcMsg, ProcSource};
+
+/// What to do when someone else changes the mask of a task we manage.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ForeignChange {
+    /// Stop managing that task and leave it as they set it (and say so).
+    #[default]
+    Release,
+    /// Put our mask back (once per check; logged each time).
+    Reassert,
+}
+
+/// Manager settings.
+#[derive(Debug, Clone, Default)]
+pub struct ManagerConfig {
+    pub on_foreign_change: ForeignChange,
+}
+
+impl ManagerConfig {
+    /// From the daemon's settings file (`[watch]`).
+    pub fn from_settings(s: &crate::settings::Settings) -> ManagerConfig {
+        ManagerConfig {
+            on_foreign_change: if s.watch.release_on_foreign_change {
+                ForeignChange::Release
+            } else {
+                ForeignChange::Reassert
+            },
+        }
+    }
+}
+
+/// One input.
+#[derive(Debug, Clone)]
+#[allow(clippy::large_enum_variant)] // moved once per event; a new plan is rare
+pub enum Event {
+    /// A proc connector message.
+    Proc(ProcMsg),
+    /// Periodic or forced full rescan of /proc.
+    Rescan,
+    /// New rules, with their plan: every process is matched again (a full rescan).
+    RulesChanged(Plan),
+    /// The same rules planned anew (CPUs went online or offline, new latency domains):
+    /// every managed thread is applied again.
+    PlanChanged(Plan),
+}
+
+/// One thing that happened, for logs, D-Bus signals and tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A task was given a mask (or the attempt was classified).
+    Pinned {
+        pid: i32,
+        tid: Tid,
+        rule: String,
+        outcome: Outcome,
+    },
+    /// A process is no longer managed; `restored` tasks got their mask back.
+    Released {
+        pid: i32,
+        rule: String,
+        restored: usize,
+        reason: String,
+    },
+    /// Someone else changed a managed task's mask.
+    Foreign {
+        pid: i32,
+        tid: Tid,
+        expected: CpuSet,
+        found: CpuSet,
+        released: bool,
+    },
+    /// A managed process exited.
+    Exited { pid: i32 },
+    /// A full rescan ran.
+    Rescanned { processes: usize, took: Duration },
+}
+
+/// Counters since start.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Counters {
+    pub events: u64,
+    pub rescans: u64,
+    pub overruns: u64,
+    pub applied: u64,
+    pub narrowed: u64,
+    pub refused: u64,
+    pub gone: u64,
+    pub kernel_threads: u64,
+    pub permission: u64,
+    pub failed: u64,
+    pub foreign_changes: u64,
+    pub restored: u64,
+    pub pid_reuse: u64,
+    pub last_rescan_us: u64,
+}
+
+/// One row of `ListManaged`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ManagedRow {
+    pub pid: u32,
+    pub comm: String,
+    pub rule: String,
+    pub cpus: String,
+    pub state: String,
+}
+
+/// Errors of the runtime pin/release requests.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error("pid {pid}: no such process")]
+    NoProcess { pid: i32 },
+    #[error("pid {pid}: is a kernel thread")]
+    KernelThread { pid: i32 },
+    #[error("pid {pid}: was not pinned at run time")]
+    NotPinned { pid: i32 },
+    #[error(transparent)]
+    Journal(#[from] RestoreError),
+}
+
+#[derive(Debug, Clone)]
+enum Source {
+    Rule(Arc<Rule>),
+    Runtime(CpuSet),
+}
+
+impl Source {
+    fn name(&self) -> String {
+        match self {
+            Source::Rule(r) => r.name.clone(),
+            Source::Runtime(_) => "(runtime)".to_string(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ManagedThread {
+    comm: String,
+    placement: ThreadPlacement,
+    slot: usize,
+    original: CpuSet,
+    outcome: Outcome,
+    /// Someone else changed its mask: hands off.
+    released: bool,
+    /// CPUs or rules changed: apply again even if the mask looks unchanged.
+    stale: bool,
+}
+
+#[derive(Debug)]
+struct Managed {
+    handle: ProcessHandle,
+    comm: String,
+    source: Source,
+    /// The main thread's mask at first contact: every thread's default original.
+    original: CpuSet,
+    threads: BTreeMap<Tid, ManagedThread>,
+    /// Next free slot per non-shared thread entry.
+    next_slot: HashMap<usize, usize>,
+}
+
+/// The engine. See the module doc for how to drive it.
+pub struct Manager {
+    ops: Arc<dyn AffinityOps + Send + Sync>,
+    procs: Arc<dyn ProcSource + Send + Sync>,
+    config: ManagerConfig,
+    /// What each placement unit gets, for the rules it holds and the online CPUs.
+    plan: Plan,
+    managed: BTreeMap<i32, Managed>,
+    /// comm → whether any rule's comm globs can match it (the cheap first pass).
+    candidate_cache: HashMap<String, bool>,
+    journal: Option<Journal>,
+    journal_dirty: bool,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager")
+            .field("managed", &self.managed.len())
+            .field("online", &self.plan.cpus().online)
+            .finish()
+    }
+}
+
+impl Manager {
+    /// A manager with no rules, on the online CPUs of `cpus`.
+    pub fn new(
+        ops: Arc<dyn AffinityOps + Send + Sync>,
+        procs: Arc<dyn ProcSource + Send + Sync>,
+        cpus: Cpus,
+        config: ManagerConfig,
+    ) -> Manager {
+        Manager {
+            ops,
+            procs,
+            config,
+            plan: Plan::empty(cpus),
+            managed: BTreeMap::new(),
+            candidate_cache: HashMap::new(),
+            journal: None,
+            journal_dirty: false,
+            counters: Counters::default(),
+        }
+    }
+
+    /// The manager as the daemon runs it: configured by `settings`, on `online` CPUs
+    /// with the settings' housekeeping CPUs kept free. `plan --live` builds it the same
+    /// way over affinity calls that only record.
+    pub fn from_settings(
+        ops: Arc<dyn AffinityOps + Send + Sync>,
+        procs: Arc<dyn ProcSource + Send + Sync>,
+        online: CpuSet,
+        settings: &crate::settings::Settings,
+    ) -> Manager {
+        Manager::new(
+            ops,
+            procs,
+            Cpus::from_settings(online, settings),
+            ManagerConfig::from_settings(settings),
+        )
+    }
+
+    /// Keeps the restore journal at `journal` (under the runtime directory).
+    pub fn with_journal(mut self, journal: Journal) -> Manager {
+        self.journal = Some(journal);
+        self
+    }
+
+    /// Restores what a previous instance left in the journal (after a crash), then
+    /// empties it. Call once, before the first rescan.
+    pub fn recover(&mut self, root: &SysRoot) -> Result<RestoreReport, RestoreError> {
+        let Some(journal) = &self.journal else {
+            return Ok(RestoreReport::default());
+        };
+        let entries = journal.load()?;
+        let report = restore::restore_entries(self.ops.as_ref(), root, &entries, self.online());
+        if !entries.is_empty() {
+            tracing::info!(
+                restored = report.restored,
+                left_alone = report.left_alone,
+                gone = report.gone,
+                "restored masks left by a previous run"
+            );
+        }
+        journal.save(&[])?;
+        Ok(report)
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    pub fn rules(&self) -> &RuleSet {
+        self.plan.rules()
+    }
+
+    pub fn online(&self) -> &CpuSet {
+        &self.plan.cpus().online
+    }
+
+    /// The plan being applied.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    pub fn managed_processes(&self) -> usize {
+        self.managed.len()
+    }
+
+    pub fn managed_threads(&self) -> usize {
+        self.managed
+            .values()
+            .map(|m| m.threads.values().filter(|t| !t.released).count())
+            .sum()
+    }
+
+    pub fn is_managed(&self, pid: i32) -> bool {
+        self.managed.contains_key(&pid)
+    }
+
+    /// Handles one event.
+    pub fn handle(&mut self, event: Event) -> Vec<Change> {
+        self.counters.events += 1;
+        let mut out = Vec::new();
+        match event {
+            Event::Proc(msg) => self.on_proc(msg, &mut out),
+            Event::Rescan => self.rescan(&mut out),
+            Event::RulesChanged(plan) => {
+                self.set_plan(plan);
+                self.candidate_cache.clear();
+                self.reevaluate_managed(&mut out);
+                self.rescan(&mut out);
+            }
+            Event::PlanChanged(plan) => {
+                if plan.cpus().online != *self.online() {
+                    tracing::info!(online = %plan.cpus().online, "CPUs changed: re-applying");
+                }
+                self.set_plan(plan);
+                self.reevaluate_managed(&mut out);
+            }
+        }
+        out
+    }
+
+    /// Takes a new plan, saying which units are not applied and why.
+    fn set_plan(&mut self, plan: Plan) {
+        for u in plan.units() {
+            match &u.state {
+                PlanState::Lost { to, cpus } => tracing::info!(
+                    rule = %u.rule, lost_to = %to, cpus = %cpus,
+                    "rule lost a CPU conflict to a higher-precedence rule and is not applied"
+                ),
+                PlanState::Unplaceable { reason } => {
+                    tracing::info!(rule = %u.rule, %reason, "rule could not be placed")
+                }
+                _ => {}
+            }
+        }
+        self.plan = plan;
+    }
+
+    /// The plan of a rule's unit.
+    pub fn plan_of(&self, rule: &str, thread_entry: Option<usize>) -> Option<&PlanState> {
+        self.plan.get(rule, thread_entry)
+    }
+}
+
+#[cfg(test)]
+mod tests;

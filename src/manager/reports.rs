@@ -1,0 +1,179 @@
+//! What the manager tells: `ListManaged` rows, `explain`, and the restore journal's
+//! contents.
+//!
+//! Must not touch: the tasks (no affinity calls).
+
+use std::collections::BTreeMap;
+
+use super::{ManagedRow, Manager, Source};
+use crate::affinity::restore::{self, RestoreEntry, RestoreError};
+use crate::affinity::Outcome;
+use crate::cpuset::CpuSet;
+use crate::plan::PlanState;
+
+impl Manager {
+    /// Rows for `ListManaged`, by pid.
+    pub fn list_managed(&self) -> Vec<ManagedRow> {
+        self.managed
+            .iter()
+            .map(|(pid, m)| {
+                let mut cpus = CpuSet::new();
+                let mut counts: BTreeMap<&'static str, usize> = BTreeMap::new();
+                for t in m.threads.values() {
+                    if t.released {
+                        *counts.entry("released").or_default() += 1;
+                        continue;
+                    }
+                    if let Some(e) = t.outcome.effective() {
+                        cpus = cpus.union(e);
+                    }
+                    *counts.entry(t.outcome.label()).or_default() += 1;
+                }
+                let state = if counts.len() == 1 {
+                    counts
+                        .keys()
+                        .next()
+                        .map(|s| s.to_string())
+                        .unwrap_or_default()
+                } else {
+                    counts
+                        .iter()
+                        .map(|(k, v)| format!("{v} {k}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let state = match &m.source {
+                    Source::Rule(r) => match self.plan.get(&r.name, None) {
+                        Some(PlanState::Lost { to, .. }) if cpus.is_empty() => {
+                            format!("conflict: lost to {to}")
+                        }
+                        _ => state,
+                    },
+                    Source::Runtime(_) => state,
+                };
+                ManagedRow {
+                    pid: *pid as u32,
+                    comm: m.comm.clone(),
+                    rule: m.source.name(),
+                    cpus: cpus.to_string(),
+                    state,
+                }
+            })
+            .collect()
+    }
+
+    /// Why process `pid` got (or did not get) what it has: the matcher's verdicts,
+    /// the plan of the winning rule and each thread's outcome.
+    pub fn explain(&self, pid: i32) -> String {
+        use std::fmt::Write;
+        let Some(snap) = self.procs.snapshot(pid) else {
+            return format!("pid {pid}: no such process\n");
+        };
+        let mut s = String::new();
+        if snap.kernel_thread {
+            let _ = writeln!(
+                s,
+                "pid {pid} ({}): a kernel thread; never pinned",
+                snap.info.comm
+            );
+            return s;
+        }
+        let _ = write!(s, "{}", self.plan.rules().explain(&snap.info));
+        match self.managed.get(&pid) {
+            None => {
+                let _ = writeln!(s, "not managed");
+            }
+            Some(m) => {
+                let _ = writeln!(
+                    s,
+                    "managed by {} since first contact; original mask {}",
+                    m.source.name(),
+                    m.original
+                );
+                if let Source::Rule(r) = &m.source {
+                    for p in self.plan.units().iter().filter(|p| p.rule == r.name) {
+                        let unit = match p.thread_entry {
+                            None => "place".to_string(),
+                            Some(i) => format!("threads[{i}]"),
+                        };
+                        let _ = writeln!(s, "  plan {unit}: {}", p.state.describe());
+                    }
+                }
+                for (tid, t) in &m.threads {
+                    let what = if t.released {
+                        "released (someone else changed its mask)".to_string()
+                    } else {
+                        match &t.outcome {
+                            Outcome::Applied { effective } => format!("applied {effective}"),
+                            Outcome::Narrowed {
+                                requested,
+                                effective,
+                            } => format!(
+                                "narrowed by a cpuset: asked {requested}, runs on {effective}"
+                            ),
+                            Outcome::Refused { requested } => {
+                                format!("refused: its cpuset excludes all of {requested}")
+                            }
+                            other => other.label().to_string(),
+                        }
+                    };
+                    let _ = writeln!(s, "  tid {tid} ({}): {what}", t.comm);
+                }
+            }
+        }
+        s
+    }
+
+    /// Whether the restore journal has changes not yet written ([`Manager::flush`]).
+    pub fn journal_dirty(&self) -> bool {
+        self.journal_dirty && self.journal.is_some()
+    }
+
+    /// Writes the restore journal if what must be restored changed.
+    pub fn flush(&mut self) -> Result<(), RestoreError> {
+        if !self.journal_dirty {
+            return Ok(());
+        }
+        self.journal_dirty = false;
+        let Some(journal) = &self.journal else {
+            return Ok(());
+        };
+        journal.save(&self.journal_entries())
+    }
+
+    /// What the journal holds now.
+    pub fn journal_entries(&self) -> Vec<RestoreEntry> {
+        self.managed
+            .values()
+            .filter_map(|m| {
+                let main = m.threads.get(&m.handle.pid)?;
+                let applied = main.outcome.effective()?.clone();
+                let threads = m
+                    .threads
+                    .iter()
+                    .filter(|(_, t)| !t.released)
+                    .filter_map(|(tid, t)| {
+                        let eff = t.outcome.effective()?;
+                        (t.original != m.original || *eff != applied).then(|| {
+                            (
+                                *tid,
+                                restore::ThreadRestore {
+                                    original: t.original.clone(),
+                                    applied: eff.clone(),
+                                },
+                            )
+                        })
+                    })
+                    .collect();
+                Some(RestoreEntry {
+                    pid: m.handle.pid,
+                    start_time: m.handle.start_time,
+                    comm: m.comm.clone(),
+                    applied,
+                    original: m.original.clone(),
+                    threads,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,722 @@
+use super::*;
+use crate::affinity::{Call, FakeOps};
+use crate::placement::PlacementError;
+use crate::plan::{Choose, Chosen};
+use crate::rules::{compile_text, LoadPolicy};
+use crate::rules::{CpuTarget, PlacementRequest};
+use crate::watch::scan::FakeProcs;
+
+fn set(s: &str) -> CpuSet {
+    s.parse().unwrap()
+}
+
+fn rules(text: &str) -> RuleSet {
+    let r = compile_text(
+        std::path::Path::new("t.toml"),
+        text,
+        &LoadPolicy::unchecked(),
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    RuleSet::new(r)
+}
+
+/// Lowest-numbered CPUs first: enough to test the manager, not a placement engine.
+struct LowestFirst;
+
+impl Choose for LowestFirst {
+    fn choose(&self, req: &PlacementRequest, avail: &CpuSet) -> Result<Chosen, PlacementError> {
+        match &req.target {
+            CpuTarget::Count(n) if avail.len() >= *n as usize => {
+                let c: CpuSet = avail.iter().take(*n as usize).collect();
+                Ok(Chosen {
+                    cpus: c.clone(),
+                    held: c,
+                })
+            }
+            CpuTarget::Count(n) => Err(PlacementError::NotEnough {
+                wanted: *n as usize,
+                usable: avail.len(),
+                why: format!("{avail} available"),
+            }),
+            CpuTarget::Cpus(c) => Ok(Chosen {
+                cpus: c.clone(),
+                held: c.clone(),
+            }),
+        }
+    }
+}
+
+/// The plan of `rules` on `online` CPUs.
+fn plan_on(rules: RuleSet, online: &str) -> Plan {
+    let cpus = Cpus {
+        online: set(online),
+        reserved: CpuSet::new(),
+    };
+    Plan::new(&rules, &cpus, Some(&LowestFirst))
+}
+
+/// New rules, planned on CPUs 0-7.
+fn new_rules(rules: RuleSet) -> Event {
+    Event::RulesChanged(plan_on(rules, "0-7"))
+}
+
+struct T {
+    ops: Arc<FakeOps>,
+    procs: Arc<FakeProcs>,
+    mgr: Manager,
+}
+
+fn rig(config: ManagerConfig) -> T {
+    let ops = Arc::new(FakeOps::new());
+    let procs = Arc::new(FakeProcs::new());
+    let mgr = Manager::new(
+        ops.clone(),
+        procs.clone(),
+        Cpus {
+            online: set("0-7"),
+            reserved: CpuSet::new(),
+        },
+        config,
+    );
+    T { ops, procs, mgr }
+}
+
+impl T {
+    fn process(&self, pid: i32, comm: &str, start: u64, threads: &[(Tid, &str)]) {
+        self.procs.put(pid, comm, start, threads);
+        let tids: Vec<Tid> = threads.iter().map(|t| t.0).collect();
+        self.ops.add_process(pid, start, &tids, &set("0-7"));
+    }
+    fn ev(&mut self, e: Event) -> Vec<Change> {
+        self.mgr.handle(e)
+    }
+    fn msg(&mut self, m: ProcMsg) -> Vec<Change> {
+        self.mgr.handle(Event::Proc(m))
+    }
+}
+
+const FEED: &str = r#"
+[[rule]]
+name = "feed"
+priority = 10
+[rule.match]
+comm = "feed*"
+[rule.place]
+cpus = "2-3"
+"#;
+
+#[test]
+fn a_matched_process_has_every_thread_pinned_and_new_threads_follow() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[(101, "rx"), (102, "tx")]);
+    t.process(200, "other", 1, &[]);
+    t.ev(new_rules(rules(FEED)));
+    for tid in [100, 101, 102] {
+        assert_eq!(t.ops.mask(tid), Some(set("2-3")), "tid {tid}");
+    }
+    assert_eq!(t.ops.mask(200), Some(set("0-7")));
+    assert!(
+        t.ops.sets().iter().all(|(tid, _)| *tid != 200),
+        "unmatched untouched"
+    );
+
+    // A new thread inherits the pinned mask: it is checked, not written.
+    t.procs.add_thread(100, 103, "worker");
+    t.ops.add_task(103, &set("2-3"));
+    t.ops.clear_calls();
+    let c = t.msg(ProcMsg::NewThread {
+        pid: 100,
+        tid: 103,
+        parent: 100,
+    });
+    assert!(matches!(
+        &c[..],
+        [Change::Pinned {
+            tid: 103,
+            outcome: Outcome::Applied { .. },
+            ..
+        }]
+    ));
+    assert!(t.ops.sets().is_empty());
+    // One created by a thread someone else had moved is written.
+    t.ops.add_task(104, &set("0-7"));
+    t.msg(ProcMsg::NewThread {
+        pid: 100,
+        tid: 104,
+        parent: 100,
+    });
+    assert_eq!(t.ops.mask(104), Some(set("2-3")));
+    assert_eq!(t.mgr.managed_threads(), 5);
+
+    t.msg(ProcMsg::Exit { pid: 100, tid: 104 });
+    assert_eq!(t.mgr.managed_threads(), 4);
+    let rows = t.mgr.list_managed();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(
+        (
+            rows[0].rule.as_str(),
+            rows[0].cpus.as_str(),
+            rows[0].state.as_str()
+        ),
+        ("feed", "2-3", "applied")
+    );
+}
+
+#[test]
+fn a_new_thread_is_pinned_from_the_fork_event_without_reading_proc() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[(101, "rx")]);
+    t.ev(new_rules(rules(FEED)));
+    // Inherited from a pinned creator: one read-back, no write, no /proc read.
+    t.ops.add_task(102, &set("2-3"));
+    t.ops.clear_calls();
+    let reads = t.procs.reads();
+    t.msg(ProcMsg::NewThread {
+        pid: 100,
+        tid: 102,
+        parent: 101,
+    });
+    assert_eq!(t.ops.calls(), vec![Call::Get(102)]);
+    // Created by a task someone else had moved: written and read back.
+    t.ops.add_task(103, &set("0-7"));
+    t.ops.clear_calls();
+    t.msg(ProcMsg::NewThread {
+        pid: 100,
+        tid: 103,
+        parent: 100,
+    });
+    assert_eq!(
+        t.ops.calls(),
+        vec![Call::Get(103), Call::Set(103, set("2-3")), Call::Get(103)]
+    );
+    assert_eq!(t.procs.reads(), reads, "the FORK path read /proc");
+    // Its original mask is what it had, and comes back when the rule goes.
+    t.ev(new_rules(rules("")));
+    assert_eq!(t.ops.mask(102), Some(set("0-7")));
+    assert_eq!(t.ops.mask(103), Some(set("0-7")));
+}
+
+#[test]
+fn a_batch_names_new_threads_from_its_comm_events_and_skips_tasks_that_exit() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "dpdk", 1, &[]);
+    t.ev(new_rules(rules(
+        r#"
+[[rule]]
+name = "dp"
+[rule.match]
+comm = "dpdk"
+[rule.place]
+cpus = "4-6"
+[[rule.threads]]
+comm = "lcore-*"
+cpus = "6"
+"#,
+    )));
+    // Thread 101 is born with its creator's name and renames itself; 102 is born
+    // and gone within the batch; 103 keeps its inherited name (read from /proc).
+    t.procs.add_thread(100, 101, "lcore-0");
+    t.ops.add_task(101, &set("4-6"));
+    t.ops.add_task(102, &set("4-6"));
+    t.procs.add_thread(100, 103, "dpdk");
+    t.ops.add_task(103, &set("4-6"));
+    t.ops.clear_calls();
+    let reads = t.procs.reads();
+    let c = t.mgr.handle_batch(vec![
+        ProcMsg::NewThread {
+            pid: 100,
+            tid: 101,
+            parent: 1,
+        },
+        ProcMsg::NewThread {
+            pid: 100,
+            tid: 102,
+            parent: 1,
+        },
+        ProcMsg::Comm {
+            pid: 100,
+            tid: 101,
+            comm: "lcore-0".into(),
+        },
+        ProcMsg::Exit { pid: 100, tid: 102 },
+    ]);
+    assert_eq!(
+        t.procs.reads(),
+        reads,
+        "a name known from the batch was read"
+    );
+    assert_eq!(
+        t.ops.calls(),
+        vec![Call::Get(101), Call::Set(101, set("6")), Call::Get(101)],
+        "101 pinned once for its final name, 102 not at all"
+    );
+    assert!(matches!(&c[..], [Change::Pinned { tid: 101, .. }]));
+    assert_eq!(t.mgr.counters().gone, 1);
+    t.mgr.handle_batch(vec![ProcMsg::NewThread {
+        pid: 100,
+        tid: 103,
+        parent: 1,
+    }]);
+    assert_eq!(t.procs.reads(), reads + 1);
+    assert_eq!(t.ops.mask(103), Some(set("4-6")));
+    // The same messages one at a time end in the same masks.
+    let mut u = rig(ManagerConfig::default());
+    u.process(100, "dpdk", 1, &[(101, "lcore-0")]);
+    u.ev(new_rules(rules(
+        "[[rule]]\nname = \"dp\"\n[rule.match]\ncomm = \"dpdk\"\n[rule.place]\ncpus = \"4-6\"\n[[rule.threads]]\ncomm = \"lcore-*\"\ncpus = \"6\"\n",
+    )));
+    assert_eq!(u.ops.mask(101), t.ops.mask(101));
+}
+
+#[test]
+fn a_rescan_checks_an_unchanged_managed_process_without_a_full_snapshot() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[(101, "rx")]);
+    t.ev(new_rules(rules(FEED)));
+    let snaps = t.procs.snapshots();
+    // A thread the events missed, and one that left unseen.
+    t.procs.add_thread(100, 102, "tx");
+    t.ops.add_task(102, &set("0-7"));
+    t.procs.remove(100, 101);
+    t.ops.remove_task(101);
+    t.ev(Event::Rescan);
+    assert_eq!(t.procs.snapshots(), snaps, "a full snapshot was taken");
+    assert_eq!(t.ops.mask(102), Some(set("2-3")));
+    assert_eq!(t.mgr.managed_threads(), 2);
+    // Someone else's change is still noticed.
+    t.ops.external_set(102, &set("5"));
+    let c = t.ev(Event::Rescan);
+    assert!(c.iter().any(|c| matches!(
+        c,
+        Change::Foreign {
+            tid: 102,
+            released: true,
+            ..
+        }
+    )));
+    assert_eq!(t.procs.snapshots(), snaps);
+    // A renamed process (an exec the events missed) gets a full look.
+    t.procs.rename(100, 100, "other");
+    t.ev(Event::Rescan);
+    assert!(t.procs.snapshots() > snaps);
+    assert_eq!(t.mgr.managed_processes(), 0);
+}
+
+#[test]
+fn removing_the_rule_gives_back_the_original_masks() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[(101, "rx")]);
+    t.ops.external_set(101, &set("5"));
+    t.ev(new_rules(rules(FEED)));
+    assert_eq!(t.ops.mask(101), Some(set("2-3")));
+    let c = t.ev(new_rules(RuleSet::default()));
+    assert!(c.iter().any(|c| matches!(
+        c,
+        Change::Released {
+            pid: 100,
+            restored: 2,
+            ..
+        }
+    )));
+    assert_eq!(t.ops.mask(100), Some(set("0-7")));
+    assert_eq!(
+        t.ops.mask(101),
+        Some(set("5")),
+        "each thread gets its own original"
+    );
+    assert_eq!(t.mgr.managed_processes(), 0);
+}
+
+#[test]
+fn a_process_that_stops_matching_is_released_and_a_renamed_one_is_matched() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "bash", 1, &[]);
+    t.ev(new_rules(rules(FEED)));
+    assert!(!t.mgr.is_managed(100));
+    t.procs.rename(100, 100, "feed-a");
+    t.msg(ProcMsg::Comm {
+        pid: 100,
+        tid: 100,
+        comm: "feed-a".into(),
+    });
+    assert_eq!(t.ops.mask(100), Some(set("2-3")));
+    t.procs.rename(100, 100, "bash");
+    t.msg(ProcMsg::Exec { pid: 100 });
+    assert!(!t.mgr.is_managed(100));
+    assert_eq!(t.ops.mask(100), Some(set("0-7")));
+}
+
+#[test]
+fn a_reused_pid_is_never_acted_on_for_the_old_process() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[]);
+    t.ev(new_rules(rules(FEED)));
+    assert!(t.mgr.is_managed(100));
+    // The process exits unseen (events lost) and another takes its pid.
+    t.ops.remove_task(100);
+    t.procs.remove(100, 100);
+    t.process(100, "other", 2, &[]);
+    t.ops.clear_calls();
+    t.ev(Event::Rescan);
+    assert!(!t.mgr.is_managed(100));
+    assert!(
+        t.ops.sets().is_empty(),
+        "the new process was touched: {:?}",
+        t.ops.calls()
+    );
+    assert_eq!(t.ops.mask(100), Some(set("0-7")));
+}
+
+#[test]
+fn kernel_threads_are_skipped_quietly() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(3, "feedworker", 1, &[]);
+    t.procs.set_kernel_thread(3);
+    t.ev(new_rules(rules(FEED)));
+    assert!(!t.mgr.is_managed(3));
+    assert!(t.ops.sets().is_empty());
+    assert!(t.mgr.counters().kernel_threads >= 1);
+}
+
+#[test]
+fn exclusive_rules_never_share_cpus_and_the_loser_is_visible() {
+    let mut t = rig(ManagerConfig::default());
+    t.ev(new_rules(rules(
+        r#"
+[[rule]]
+name = "hi"
+priority = 50
+[rule.match]
+comm = "hi"
+[rule.place]
+cpus = "2-3"
+exclusive = true
+
+[[rule]]
+name = "lo"
+priority = 10
+[rule.match]
+comm = "lo"
+[rule.place]
+cpus = "3-4"
+
+[[rule]]
+name = "lo-excl"
+priority = 5
+[rule.match]
+comm = "lox"
+[rule.place]
+cpus = "4-5"
+exclusive = true
+
+[[rule]]
+name = "count"
+priority = 1
+[rule.match]
+comm = "cnt"
+[rule.place]
+count = 2
+"#,
+    )));
+    assert_eq!(
+        t.mgr.plan_of("hi", None),
+        Some(&PlanState::Placed { cpus: set("2-3") })
+    );
+    assert_eq!(
+        t.mgr.plan_of("lo", None),
+        Some(&PlanState::Lost {
+            to: "hi".into(),
+            cpus: set("3")
+        })
+    );
+    // lo lost, so 4 is free for the exclusive rule below it.
+    assert_eq!(
+        t.mgr.plan_of("lo-excl", None),
+        Some(&PlanState::Placed { cpus: set("4-5") })
+    );
+    // Count placement steers around every exclusive CPU.
+    assert_eq!(
+        t.mgr.plan_of("count", None),
+        Some(&PlanState::Placed { cpus: set("0-1") })
+    );
+
+    t.process(100, "lo", 1, &[]);
+    t.ev(Event::Rescan);
+    assert_eq!(
+        t.ops.mask(100),
+        Some(set("0-7")),
+        "a losing rule is not applied"
+    );
+    let rows = t.mgr.list_managed();
+    assert_eq!(rows[0].state, "conflict: lost to hi");
+    assert!(t.mgr.explain(100).contains("lost CPUs 3 to rule \"hi\""));
+}
+
+#[test]
+fn a_lower_priority_exclusive_rule_cannot_take_shared_cpus() {
+    let mut t = rig(ManagerConfig::default());
+    t.ev(new_rules(rules(
+        r#"
+[[rule]]
+name = "a"
+priority = 9
+[rule.match]
+comm = "a"
+[rule.place]
+cpus = "1-2"
+
+[[rule]]
+name = "b"
+priority = 1
+[rule.match]
+comm = "b"
+[rule.place]
+cpus = "2"
+exclusive = true
+"#,
+    )));
+    assert_eq!(
+        t.mgr.plan_of("b", None),
+        Some(&PlanState::Lost {
+            to: "a".into(),
+            cpus: set("2")
+        })
+    );
+}
+
+#[test]
+fn thread_entries_get_their_own_cpus_within_the_rule() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(
+        100,
+        "dpdk",
+        1,
+        &[(101, "lcore-0"), (102, "lcore-1"), (103, "ctl")],
+    );
+    t.ev(new_rules(rules(
+        r#"
+[[rule]]
+name = "dp"
+[rule.match]
+comm = "dpdk"
+[rule.place]
+cpus = "4-6"
+[[rule.threads]]
+comm = "lcore-*"
+count = 1
+"#,
+    )));
+    assert_eq!(t.ops.mask(100), Some(set("4-6")));
+    assert_eq!(t.ops.mask(103), Some(set("4-6")));
+    assert_eq!(t.ops.mask(101), Some(set("4")));
+    assert_eq!(t.ops.mask(102), Some(set("5")));
+    // A thread renamed into an entry moves to the next slot.
+    t.procs.rename(100, 103, "lcore-2");
+    t.msg(ProcMsg::Comm {
+        pid: 100,
+        tid: 103,
+        comm: "lcore-2".into(),
+    });
+    assert_eq!(t.ops.mask(103), Some(set("6")));
+    // The journal records threads whose masks differ from the process's.
+    let j = t.mgr.journal_entries();
+    assert_eq!(j.len(), 1);
+    assert_eq!(
+        j[0].threads.keys().copied().collect::<Vec<_>>(),
+        vec![101, 102, 103]
+    );
+}
+
+#[test]
+fn within_bounds_thread_entries_instead_of_the_rule_cpus() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(
+        100,
+        "l3fwd",
+        1,
+        &[(101, "lcore-1"), (102, "lcore-2"), (103, "eal-intr")],
+    );
+    t.ev(new_rules(rules(
+        r#"
+[[rule]]
+name = "dp"
+[rule.match]
+comm = "l3fwd"
+[rule.place]
+cpus = "0"
+[[rule.threads]]
+comm = "lcore-*"
+count = 1
+within = "4-5"
+exclusive = true
+"#,
+    )));
+    assert_eq!(t.ops.mask(103), Some(set("0")));
+    assert_eq!(t.ops.mask(101), Some(set("4")));
+    assert_eq!(t.ops.mask(102), Some(set("5")));
+}
+
+#[test]
+fn cpusets_narrow_or_refuse_and_refusals_are_not_retried() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[(101, "rx")]);
+    t.ops.set_cpuset(100, &set("0-2"));
+    t.ops.set_cpuset(101, &set("0-1"));
+    let c = t.ev(new_rules(rules(FEED)));
+    let outcomes: Vec<(Tid, Outcome)> = c
+        .into_iter()
+        .filter_map(|c| match c {
+            Change::Pinned { tid, outcome, .. } => Some((tid, outcome)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (
+                100,
+                Outcome::Narrowed {
+                    requested: set("2-3"),
+                    effective: set("2")
+                }
+            ),
+            (
+                101,
+                Outcome::Refused {
+                    requested: set("2-3")
+                }
+            ),
+        ]
+    );
+    t.ops.clear_calls();
+    t.ev(Event::Rescan);
+    assert!(t.ops.sets().is_empty(), "retried: {:?}", t.ops.sets());
+    assert_eq!(t.mgr.counters().refused, 1);
+}
+
+#[test]
+fn someone_elses_change_is_released_or_reasserted_as_configured() {
+    for (policy, expect, after) in [
+        (ForeignChange::Release, set("7"), set("7")),
+        (ForeignChange::Reassert, set("2-3"), set("0-7")),
+    ] {
+        let mut t = rig(ManagerConfig {
+            on_foreign_change: policy,
+        });
+        t.process(100, "feed", 1, &[(101, "rx")]);
+        t.ev(new_rules(rules(FEED)));
+        t.ops.external_set(101, &set("7"));
+        let c = t.ev(Event::Rescan);
+        assert!(c
+            .iter()
+            .any(|c| matches!(c, Change::Foreign { tid: 101, .. })));
+        assert_eq!(t.ops.mask(101), Some(expect.clone()), "{policy:?}");
+        // A cpuset narrowing within our CPUs is not someone else's change.
+        t.ops.set_cpuset(100, &set("3"));
+        let c = t.ev(Event::Rescan);
+        assert!(!c
+            .iter()
+            .any(|c| matches!(c, Change::Foreign { tid: 100, .. })));
+        t.mgr.shutdown().unwrap();
+        // Shutdown restores what is still ours and leaves a released thread alone.
+        assert_eq!(t.ops.mask(101), Some(after), "{policy:?}");
+    }
+}
+
+#[test]
+fn hotplug_replans_and_reapplies() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "cnt", 1, &[]);
+    t.ev(new_rules(rules(
+        "[[rule]]\nname = \"c\"\n[rule.match]\ncomm = \"cnt\"\n[rule.place]\ncount = 2\n",
+    )));
+    assert_eq!(t.ops.mask(100), Some(set("0-1")));
+    // CPU 1 goes away; the kernel widens nothing here but the plan moves.
+    let rules = t.mgr.rules().clone();
+    t.ev(Event::PlanChanged(plan_on(rules.clone(), "0,2-7")));
+    assert_eq!(
+        t.mgr.plan_of("c", None),
+        Some(&PlanState::Placed { cpus: set("0,2") })
+    );
+    assert_eq!(t.ops.mask(100), Some(set("0,2")));
+    // The kernel widened a mask while the CPU was away; coming back re-applies.
+    t.ops.external_set(100, &set("0-7"));
+    t.ev(Event::PlanChanged(plan_on(rules, "0-7")));
+    assert_eq!(t.ops.mask(100), Some(set("0-1")));
+    assert_eq!(t.mgr.counters().foreign_changes, 0);
+}
+
+#[test]
+fn a_child_of_a_managed_process_that_matches_nothing_gets_the_original_back() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[]);
+    t.ev(new_rules(rules(FEED)));
+    // The child inherits the pinned mask, then is seen with another name.
+    t.procs.put(300, "helper", 5, &[]);
+    t.ops.add_process(300, 5, &[], &set("2-3"));
+    t.msg(ProcMsg::NewProcess {
+        pid: 300,
+        parent: 100,
+    });
+    assert!(!t.mgr.is_managed(300));
+    assert_eq!(t.ops.mask(300), Some(set("0-7")));
+    // A matching child keeps the parent's original for later.
+    t.procs.put(301, "feed", 6, &[]);
+    t.ops.add_process(301, 6, &[], &set("2-3"));
+    t.msg(ProcMsg::NewProcess {
+        pid: 301,
+        parent: 100,
+    });
+    t.ev(new_rules(RuleSet::default()));
+    assert_eq!(t.ops.mask(301), Some(set("0-7")));
+}
+
+#[test]
+fn exits_and_vanishing_threads_are_outcomes_not_errors() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[(101, "rx")]);
+    t.ev(new_rules(rules(FEED)));
+    // A thread reported by the connector that is already gone.
+    let c = t.msg(ProcMsg::NewThread {
+        pid: 100,
+        tid: 555,
+        parent: 100,
+    });
+    assert!(c.is_empty());
+    assert!(t.mgr.counters().gone >= 1);
+    t.ops.remove_task(100);
+    t.ops.remove_task(101);
+    t.procs.remove(100, 100);
+    let c = t.msg(ProcMsg::Exit { pid: 100, tid: 100 });
+    assert_eq!(c, vec![Change::Exited { pid: 100 }]);
+    assert_eq!(t.mgr.managed_processes(), 0);
+}
+
+#[test]
+fn runtime_pins_override_rules_and_release_restores() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[]);
+    t.process(200, "app", 1, &[]);
+    t.ev(new_rules(rules(FEED)));
+    let req = PlacementRequest {
+        target: CpuTarget::Count(2),
+        within: None,
+        policy: crate::placement::Policy::Compact,
+        smt: crate::placement::SmtPolicy::Allow,
+        exclusive: false,
+    };
+    let cpus = t.mgr.plan().pin(&req, Some(&LowestFirst)).unwrap();
+    assert_eq!(cpus, set("0-1"));
+    t.mgr.pin(200, &cpus).unwrap();
+    assert_eq!(t.ops.mask(200), Some(set("0-1")));
+    t.mgr.unpin(200).unwrap();
+    assert_eq!(t.ops.mask(200), Some(set("0-7")));
+    assert!(matches!(
+        t.mgr.unpin(200),
+        Err(ManagerError::NotPinned { pid: 200 })
+    ));
+    assert!(matches!(
+        t.mgr.pin(999, &cpus),
+        Err(ManagerError::NoProcess { pid: 999 })
+    ));
+}

@@ -1,0 +1,479 @@
+//! Which processes and threads are managed: events, rescans and matching decide who is
+//! in, who is out and which threads each managed process has.
+//!
+//! Must not touch: affinity calls (see `applying`) or what is reported (see `reports`).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Instant;
+
+use super::{Change, Managed, Manager, Source};
+use crate::affinity::Tid;
+use crate::cpuset::CpuSet;
+use crate::rules::ThreadPlacement;
+use crate::watch::{ProcMsg, Snapshot};
+
+impl Manager {
+    /// Handles a batch of proc connector messages in order, as [`Manager::handle`] would
+    /// one by one, but with what the rest of the batch says about each task: a new
+    /// thread that renames itself later in the batch is pinned once for its final name
+    /// (no /proc read for its name), and a task that exits later in the batch is not
+    /// pinned at all (counted as gone).
+    pub fn handle_batch(&mut self, msgs: Vec<ProcMsg>) -> Vec<Change> {
+        let ahead = lookahead(&msgs);
+        let mut out = Vec::new();
+        // New threads named from a later COMM event: that event is then done already.
+        let mut named: HashSet<Tid> = HashSet::new();
+        for (msg, ahead) in msgs.into_iter().zip(ahead) {
+            self.counters.events += 1;
+            match msg {
+                ProcMsg::NewThread { pid, tid, parent } if self.managed.contains_key(&pid) => {
+                    match ahead {
+                        Ahead { exits: true, .. } => self.counters.gone += 1,
+                        Ahead {
+                            comm: Some(comm), ..
+                        } => {
+                            named.insert(tid);
+                            self.on_new_thread_named(pid, tid, parent, Some(comm), &mut out);
+                        }
+                        Ahead { comm: None, .. } => self.on_new_thread(pid, tid, parent, &mut out),
+                    }
+                }
+                ProcMsg::Comm { tid, .. } if named.contains(&tid) => {}
+                ProcMsg::Exec { pid } | ProcMsg::NewProcess { pid, .. }
+                    if ahead.exits && !self.managed.contains_key(&pid) =>
+                {
+                    self.counters.gone += 1
+                }
+                ProcMsg::Exit { pid, tid } => {
+                    named.remove(&tid);
+                    self.on_exit(pid, tid, &mut out);
+                }
+                other => self.on_proc(other, &mut out),
+            }
+        }
+        out
+    }
+
+    pub(super) fn on_proc(&mut self, msg: ProcMsg, out: &mut Vec<Change>) {
+        match msg {
+            ProcMsg::NewThread { pid, tid, parent } => self.on_new_thread(pid, tid, parent, out),
+            ProcMsg::Exit { pid, tid } => self.on_exit(pid, tid, out),
+            ProcMsg::Exec { pid } => self.consider(pid, None, out),
+            ProcMsg::NewProcess { pid, parent } => {
+                // A child inherits its parent's mask and image; only a managed parent's
+                // child needs a look now (rescans catch the rest).
+                if self.managed.contains_key(&parent) {
+                    self.consider(pid, Some(parent), out);
+                }
+            }
+            ProcMsg::Comm { pid, tid, comm } => {
+                if tid == pid {
+                    self.consider(pid, None, out);
+                } else if self.managed.contains_key(&pid) {
+                    self.on_thread_comm(pid, tid, comm, out);
+                }
+            }
+            ProcMsg::Overrun => {
+                self.counters.overruns += 1;
+                tracing::warn!("proc connector overrun: events were lost, rescanning");
+                self.rescan(out);
+            }
+        }
+    }
+
+    /// Whether any rule's comm globs (or a rule without comm) can match `comm`.
+    pub(super) fn may_match(&mut self, comm: &str) -> bool {
+        if let Some(&hit) = self.candidate_cache.get(comm) {
+            return hit;
+        }
+        let hit = self
+            .plan
+            .rules()
+            .rules()
+            .iter()
+            .any(|r| r.matcher.comm.as_ref().is_none_or(|g| g.is_match(comm)));
+        if self.candidate_cache.len() > 4096 {
+            self.candidate_cache.clear();
+        }
+        self.candidate_cache.insert(comm.to_string(), hit);
+        hit
+    }
+
+    /// Looks at process `pid` afresh (exec, rename, fork of a managed parent, rescan)
+    /// and manages, re-applies, switches or releases it.
+    pub(super) fn consider(&mut self, pid: i32, parent: Option<i32>, out: &mut Vec<Change>) {
+        let managed = self.managed.contains_key(&pid);
+        if !managed && parent.is_none() {
+            let Some(entry) = self.procs.entry(pid) else {
+                return;
+            };
+            if entry.kernel_thread {
+                self.counters.kernel_threads += 1;
+                return;
+            }
+            if !self.may_match(&entry.comm) {
+                return;
+            }
+        }
+        let Some(snap) = self.procs.snapshot(pid) else {
+            if managed {
+                self.forget(pid, out);
+            }
+            return;
+        };
+        self.consider_snapshot(snap, parent, out);
+    }
+
+    pub(super) fn consider_snapshot(
+        &mut self,
+        snap: Snapshot,
+        parent: Option<i32>,
+        out: &mut Vec<Change>,
+    ) {
+        let pid = snap.pid();
+        if snap.kernel_thread {
+            self.counters.kernel_threads += 1;
+            return;
+        }
+        // A managed pid whose start time changed is another process now.
+        if let Some(m) = self.managed.get(&pid) {
+            if m.handle.start_time != snap.start_time || !self.ops.alive(&m.handle) {
+                self.counters.pid_reuse += 1;
+                self.forget(pid, out);
+            }
+        }
+        if let Some(m) = self.managed.get(&pid) {
+            if let Source::Runtime(_) = m.source {
+                self.reconcile(snap, out);
+                return;
+            }
+        }
+        let matched = self.plan.rules().match_process(&snap.info);
+        match (matched, self.managed.get(&pid)) {
+            (None, None) => {
+                if let Some(parent) = parent {
+                    self.give_back_inherited(&snap, parent);
+                }
+            }
+            (None, Some(_)) => self.release(pid, "no rule matches any more", out),
+            (Some(m), existing) => {
+                let same = existing.is_some_and(|e| match &e.source {
+                    Source::Rule(r) => r.name == m.rule.name,
+                    Source::Runtime(_) => false,
+                });
+                if existing.is_some() && !same {
+                    self.release(pid, &format!("rule {:?} matches now", m.rule.name), out);
+                }
+                if !same {
+                    let original = parent
+                        .and_then(|p| self.managed.get(&p))
+                        .map(|p| p.original.clone());
+                    if !self.start_managing(&snap, Source::Rule(m.rule.clone()), original) {
+                        return;
+                    }
+                }
+                self.reconcile(snap, out);
+            }
+        }
+    }
+
+    pub(super) fn start_managing(
+        &mut self,
+        snap: &Snapshot,
+        source: Source,
+        original: Option<CpuSet>,
+    ) -> bool {
+        let pid = snap.pid();
+        let handle = match self.ops.hold(pid, snap.start_time) {
+            Ok(h) => h,
+            Err(_) => {
+                self.counters.gone += 1;
+                tracing::debug!(pid, "process gone before it could be held");
+                return false;
+            }
+        };
+        let original = match original {
+            Some(o) => o,
+            None => match self.ops.get_affinity(pid) {
+                Ok(m) => m,
+                Err(_) => {
+                    self.counters.gone += 1;
+                    return false;
+                }
+            },
+        };
+        tracing::info!(pid, comm = %snap.info.comm, rule = %source.name(), "managing process");
+        self.managed.insert(
+            pid,
+            Managed {
+                handle,
+                comm: snap.info.comm.clone(),
+                source,
+                original,
+                threads: BTreeMap::new(),
+                next_slot: HashMap::new(),
+            },
+        );
+        self.journal_dirty = true;
+        true
+    }
+
+    /// Brings a managed process's threads in line with its snapshot and plan: new
+    /// threads are pinned, vanished ones dropped, changed assignments re-applied, and
+    /// masks changed by someone else detected.
+    pub(super) fn reconcile(&mut self, snap: Snapshot, out: &mut Vec<Change>) {
+        let pid = snap.pid();
+        let Some(m) = self.managed.get_mut(&pid) else {
+            return;
+        };
+        m.comm = snap.info.comm.clone();
+        let live: std::collections::HashSet<Tid> =
+            snap.info.threads.iter().map(|t| t.tid as Tid).collect();
+        m.threads.retain(|tid, _| live.contains(tid));
+        for t in &snap.info.threads {
+            self.pin_thread(pid, t.tid as Tid, Some(t.comm.clone()), true, out);
+        }
+    }
+
+    pub(super) fn on_new_thread(&mut self, pid: i32, tid: Tid, parent: Tid, out: &mut Vec<Change>) {
+        self.on_new_thread_named(pid, tid, parent, None, out)
+    }
+
+    /// A new thread: pinned straight from the FORK event (its mask read back, written
+    /// only when it did not inherit the target). Its name is `comm` when the batch
+    /// told it, else that of a known `parent` task; /proc is read for it only when
+    /// the rule has thread entries and neither is known. (The kernel reports the
+    /// process's parent as a thread's parent, so in practice the name comes from the
+    /// batch or from /proc.)
+    pub(super) fn on_new_thread_named(
+        &mut self,
+        pid: i32,
+        tid: Tid,
+        parent: Tid,
+        comm: Option<String>,
+        out: &mut Vec<Change>,
+    ) {
+        let Some(m) = self.managed.get(&pid) else {
+            return;
+        };
+        if !self.ops.alive(&m.handle) {
+            self.forget(pid, out);
+            return;
+        }
+        let comm = comm.or_else(|| m.threads.get(&parent).map(|t| t.comm.clone()));
+        self.pin_thread(pid, tid, comm, false, out);
+    }
+
+    pub(super) fn on_thread_comm(
+        &mut self,
+        pid: i32,
+        tid: Tid,
+        comm: String,
+        out: &mut Vec<Change>,
+    ) {
+        let has_entries = self.managed.get(&pid).is_some_and(|m| match &m.source {
+            Source::Rule(r) => !r.threads.is_empty(),
+            Source::Runtime(_) => false,
+        });
+        if has_entries {
+            self.pin_thread(pid, tid, Some(comm), false, out);
+        } else if let Some(t) = self
+            .managed
+            .get_mut(&pid)
+            .and_then(|m| m.threads.get_mut(&tid))
+        {
+            t.comm = comm;
+        }
+    }
+
+    pub(super) fn on_exit(&mut self, pid: i32, tid: Tid, out: &mut Vec<Change>) {
+        if tid == pid {
+            if self.managed.contains_key(&pid) {
+                self.forget(pid, out);
+            }
+        } else if let Some(m) = self.managed.get_mut(&pid) {
+            if let Some(t) = m.threads.remove(&tid) {
+                if t.original != m.original || t.placement != ThreadPlacement::Process {
+                    self.journal_dirty = true;
+                }
+            }
+        }
+    }
+
+    /// Drops a process that exited (nothing to restore).
+    pub(super) fn forget(&mut self, pid: i32, out: &mut Vec<Change>) {
+        if self.managed.remove(&pid).is_some() {
+            tracing::debug!(pid, "managed process exited");
+            self.journal_dirty = true;
+            out.push(Change::Exited { pid });
+        }
+    }
+
+    /// Re-matches and re-applies every managed process (after new rules or CPUs).
+    pub(super) fn reevaluate_managed(&mut self, out: &mut Vec<Change>) {
+        let pids: Vec<i32> = self.managed.keys().copied().collect();
+        for pid in pids {
+            match self.procs.snapshot(pid) {
+                Some(snap) => {
+                    if let Some(m) = self.managed.get_mut(&pid) {
+                        // New CPUs: every thread is re-applied (the kernel widened
+                        // masks of tasks whose CPUs went away).
+                        for t in m.threads.values_mut() {
+                            t.stale = true;
+                        }
+                    }
+                    self.consider_snapshot(snap, None, out)
+                }
+                None => self.forget(pid, out),
+            }
+        }
+    }
+
+    /// Full /proc rescan: drops exited processes, finds matching ones the events
+    /// missed, pins threads the events missed, and checks managed masks.
+    pub(super) fn rescan(&mut self, out: &mut Vec<Change>) {
+        let started = Instant::now();
+        let list = self.procs.list();
+        let seen: HashMap<i32, u64> = list.iter().map(|e| (e.pid, e.start_time)).collect();
+        let gone: Vec<i32> = self
+            .managed
+            .iter()
+            .filter(|(pid, m)| {
+                seen.get(pid) != Some(&m.handle.start_time) || !self.ops.alive(&m.handle)
+            })
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in gone {
+            self.forget(pid, out);
+        }
+        for e in &list {
+            if e.kernel_thread {
+                if !self.plan.rules().is_empty() && self.may_match(&e.comm) {
+                    // A rule's comm glob also fits a kernel thread: never pinned.
+                    self.counters.kernel_threads += 1;
+                }
+                continue;
+            }
+            let unchanged = self
+                .managed
+                .get(&e.pid)
+                .map(|m| m.handle.start_time == e.start_time && m.comm == e.comm);
+            match unchanged {
+                // Same process, same name: its task list and masks are all that can
+                // have changed without an exec (which renames it).
+                Some(true) => self.refresh_managed(e.pid, e.num_threads, out),
+                Some(false) => {
+                    if let Some(snap) = self.procs.snapshot(e.pid) {
+                        self.consider_snapshot(snap, None, out);
+                    }
+                }
+                None if self.may_match(&e.comm) => {
+                    if let Some(snap) = self.procs.snapshot(e.pid) {
+                        self.consider_snapshot(snap, None, out);
+                    }
+                }
+                None => {}
+            }
+        }
+        let took = started.elapsed();
+        self.counters.rescans += 1;
+        self.counters.last_rescan_us = took.as_micros() as u64;
+        out.push(Change::Rescanned {
+            processes: list.len(),
+            took,
+        });
+    }
+
+    /// The rescan's check of a managed process whose start time and name are what we
+    /// hold: one listing of its tasks (and its threads' names when the rule has
+    /// thread entries), then each thread's mask read back (someone
+    /// else's change is noticed as in a full reconcile). New threads are pinned, gone
+    /// ones dropped; no full snapshot.
+    pub(super) fn refresh_managed(&mut self, pid: i32, num_threads: u32, out: &mut Vec<Change>) {
+        // A single-threaded process's only task is its main thread: no listing.
+        let listed = if num_threads == 1 {
+            Some(vec![pid])
+        } else {
+            self.procs.tasks(pid)
+        };
+        let Some(mut tids) = listed else {
+            self.forget(pid, out);
+            return;
+        };
+        tids.sort_unstable();
+        let Some(m) = self.managed.get_mut(&pid) else {
+            return;
+        };
+        m.threads.retain(|tid, _| tids.binary_search(tid).is_ok());
+        // Thread names choose thread entries: with entries, each name is read again
+        // (a rename may have gone unreported); without, the names we hold suffice.
+        let names_matter = match &m.source {
+            Source::Rule(r) => !r.threads.is_empty(),
+            Source::Runtime(_) => false,
+        };
+        for tid in tids {
+            let known = if names_matter {
+                None
+            } else {
+                self.managed
+                    .get(&pid)
+                    .and_then(|m| m.threads.get(&tid))
+                    .map(|t| t.comm.clone())
+            };
+            let comm = match known {
+                Some(c) => c,
+                None => match self.procs.thread_comm(pid, tid) {
+                    Some(c) => c,
+                    None => continue,
+                },
+            };
+            self.pin_thread(pid, tid, Some(comm), true, out);
+        }
+    }
+}
+
+/// What the rest of a batch says about the task of one message.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Ahead {
+    /// The task's last name in the rest of the batch (new threads only).
+    comm: Option<String>,
+    /// The task exits later in the batch.
+    exits: bool,
+}
+
+/// For each message of a batch, what the messages after it say about its task: one
+/// pass from the end. A task id met again before (a FORK for it) belongs to another
+/// task, so a FORK ends what is known about its id.
+pub(super) fn lookahead(msgs: &[ProcMsg]) -> Vec<Ahead> {
+    let mut later: HashMap<Tid, Ahead> = HashMap::new();
+    let mut out = vec![Ahead::default(); msgs.len()];
+    for (i, msg) in msgs.iter().enumerate().rev() {
+        match msg {
+            ProcMsg::Exit { tid, .. } => {
+                later.insert(
+                    *tid,
+                    Ahead {
+                        comm: None,
+                        exits: true,
+                    },
+                );
+            }
+            ProcMsg::Comm { tid, comm, .. } => {
+                let a = later.entry(*tid).or_default();
+                if a.comm.is_none() {
+                    a.comm = Some(comm.clone());
+                }
+            }
+            ProcMsg::NewThread { tid, .. } => out[i] = later.remove(tid).unwrap_or_default(),
+            ProcMsg::NewProcess { pid, .. } => {
+                out[i] = later.remove(pid).unwrap_or_default();
+                out[i].comm = None;
+            }
+            ProcMsg::Exec { pid } => {
+                out[i].exits = later.get(pid).is_some_and(|a| a.exits);
+            }
+            ProcMsg::Overrun => later.clear(),
+        }
+    }
+    out
+}

@@ -1,0 +1,481 @@
+//! The planner: rules, latency domains and CPUs in, a [`Plan`] out.
+//!
+//! Owns: which CPUs every placement unit gets (a rule's `[rule.place]`, or one
+//! `[[rule.threads]]` entry) or why it gets none, exclusivity between rules, the CPUs
+//! of a run-time pin, and whether a new plan is better enough to move threads for.
+//!
+//! Must not touch: processes, affinity calls, files, the clock or logs. Pure: the daemon
+//! computes a plan whenever rules, domains or CPUs change and hands it to the
+//! `manager`, which applies it.
+//!
+//! ```text
+//!   RuleSet ─┐
+//!   Cpus ────┼─► Plan::new ─► Plan (units in precedence order) ─► manager
+//!   Choose ──┘   (Domains, or a stand-in in tests)
+//!   old Plan + new Plan + Domains ─► Plan::improvements ─► move or not
+//! ```
+//!
+//! Precedence: priority, then explicit `cpus` before counts, then name, then the rule's
+//! own `[rule.place]` before its thread entries. An exclusive unit may not take CPUs any
+//! earlier unit holds; no unit may take CPUs an earlier exclusive unit holds. A unit
+//! that would need such CPUs loses: it is not applied, and its plan says to whom it
+//! lost ([`PlanState::Lost`]). A thread entry places within its `within` CPUs, else
+//! within its rule's own CPUs when the rule has a placed `[rule.place]`; a non-shared
+//! entry gives each matching thread its own `count` CPUs (slots), wrapping around when
+//! the CPUs run out.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::cpuset::CpuSet;
+use crate::domains::Domains;
+use crate::placement::{self, PlacementError};
+use crate::rules::{CpuTarget, PlacementRequest, Rule, RuleSet};
+
+/// Chooses CPUs for a count request among `available`: the placement engine over
+/// latency domains, or a stand-in in tests.
+pub trait Choose {
+    /// The CPUs chosen, and those they hold (a superset: an exclusive request also
+    /// keeps the idle SMT siblings of its CPUs free).
+    fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError>;
+}
+
+/// What [`Choose::choose`] picked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chosen {
+    pub cpus: CpuSet,
+    /// `cpus` and the idle siblings an exclusive request keeps free.
+    pub held: CpuSet,
+}
+
+impl Choose for Domains {
+    fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
+        let count = match &req.target {
+            CpuTarget::Count(n) => *n as usize,
+            CpuTarget::Cpus(c) => {
+                return Ok(Chosen {
+                    cpus: c.clone(),
+                    held: c.clone(),
+                })
+            }
+        };
+        let r = placement::Request {
+            count,
+            policy: req.policy,
+            smt: req.smt,
+            exclude: CpuSet::new(),
+            exclusive: req.exclusive,
+            cpus: None,
+        };
+        let p = placement::place(self, &r, available)?;
+        Ok(Chosen {
+            held: p.reserved.union(&p.cpus),
+            cpus: p.cpus,
+        })
+    }
+}
+
+/// The CPUs a plan is made for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cpus {
+    /// Online CPUs: explicit `cpus` apply within them.
+    pub online: CpuSet,
+    /// CPUs never chosen for count placements (housekeeping CPUs).
+    pub reserved: CpuSet,
+}
+
+impl Cpus {
+    /// The daemon's: `online`, with the settings' housekeeping CPUs reserved.
+    pub fn from_settings(online: CpuSet, settings: &crate::settings::Settings) -> Cpus {
+        Cpus {
+            online,
+            reserved: settings.placement.housekeeping_cpus.clone(),
+        }
+    }
+}
+
+/// How a placement unit fared in planning.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "state")]
+pub enum PlanState {
+    /// These CPUs.
+    Placed { cpus: CpuSet },
+    /// One set of `count` CPUs per matching thread, in order.
+    Slots { slots: Vec<CpuSet> },
+    /// Lost a conflict over `cpus` to a higher-precedence rule.
+    Lost { to: String, cpus: CpuSet },
+    /// Could not be placed.
+    Unplaceable { reason: String },
+}
+
+impl PlanState {
+    /// The CPUs of the thread that got slot `slot` (slots wrap around).
+    pub fn cpus_for_slot(&self, slot: usize) -> Option<&CpuSet> {
+        match self {
+            PlanState::Placed { cpus } => Some(cpus),
+            PlanState::Slots { slots } if !slots.is_empty() => Some(&slots[slot % slots.len()]),
+            _ => None,
+        }
+    }
+
+    /// Every CPU this unit holds.
+    pub fn held(&self) -> CpuSet {
+        match self {
+            PlanState::Placed { cpus } => cpus.clone(),
+            PlanState::Slots { slots } => slots.iter().fold(CpuSet::new(), |a, s| a.union(s)),
+            _ => CpuSet::new(),
+        }
+    }
+
+    /// In words, for `explain`.
+    pub fn describe(&self) -> String {
+        match self {
+            PlanState::Placed { cpus } => format!("cpus {cpus}"),
+            PlanState::Slots { slots } => format!(
+                "one slot per thread: {}",
+                slots
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(" | ")
+            ),
+            PlanState::Lost { to, cpus } => format!("lost CPUs {cpus} to rule {to:?}"),
+            PlanState::Unplaceable { reason } => format!("not placed: {reason}"),
+        }
+    }
+}
+
+/// The plan of one placement unit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct UnitPlan {
+    pub rule: String,
+    /// `None`: the rule's `[rule.place]`; `Some(i)`: its `[[rule.threads]]` entry `i`.
+    pub thread_entry: Option<usize>,
+    pub priority: i32,
+    pub exclusive: bool,
+    #[serde(flatten)]
+    pub state: PlanState,
+}
+
+impl UnitPlan {
+    /// `rule` or `rule.threads[i]`.
+    pub fn name(&self) -> String {
+        match self.thread_entry {
+            None => self.rule.clone(),
+            Some(i) => format!("{}.threads[{i}]", self.rule),
+        }
+    }
+}
+
+/// Every unit's CPUs, or why it has none, for one set of rules on one set of CPUs.
+#[derive(Debug, Clone, Default)]
+pub struct Plan {
+    rules: RuleSet,
+    cpus: Cpus,
+    /// In precedence order.
+    units: Vec<UnitPlan>,
+    /// (rule, thread entry) → index in `units`.
+    index: HashMap<(String, Option<usize>), usize>,
+}
+
+/// A unit that a new plan would place materially better: its name and its worst
+/// pairwise latency now and after.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Better {
+    pub unit: String,
+    pub now_ns: f64,
+    pub then_ns: f64,
+}
+
+/// Why a run-time pin has no CPUs.
+#[derive(Debug, thiserror::Error)]
+pub enum PinError {
+    /// There are no latency domains to choose with.
+    #[error("cannot place {request}: no placement engine")]
+    NoEngine { request: String },
+    #[error("cannot place {request}: {source}")]
+    Unplaceable {
+        request: String,
+        source: PlacementError,
+    },
+}
+
+impl Plan {
+    /// No rules: nothing placed, on `cpus`.
+    pub fn empty(cpus: Cpus) -> Plan {
+        Plan {
+            cpus,
+            ..Plan::default()
+        }
+    }
+
+    /// Plans every placement unit of `rules` in precedence order. Without `choose`
+    /// (no latency domains), only explicit `cpus` units are placed.
+    pub fn new(rules: &RuleSet, cpus: &Cpus, choose: Option<&dyn Choose>) -> Plan {
+        let mut units: Vec<(&Arc<Rule>, Option<usize>, &PlacementRequest)> = Vec::new();
+        for r in rules.rules() {
+            if let Some(p) = &r.place {
+                units.push((r, None, p));
+            }
+            for (i, t) in r.threads.iter().enumerate() {
+                units.push((r, Some(i), &t.request));
+            }
+        }
+        units.sort_by(|a, b| {
+            b.0.priority
+                .cmp(&a.0.priority)
+                .then_with(|| is_count(a.2).cmp(&is_count(b.2)))
+                .then_with(|| a.0.name.cmp(&b.0.name))
+                .then_with(|| a.1.cmp(&b.1))
+        });
+        let mut owner: BTreeMap<u32, String> = BTreeMap::new();
+        let mut exclusive_owner: BTreeMap<u32, String> = BTreeMap::new();
+        let mut plan = Plan::empty(cpus.clone());
+        plan.rules = rules.clone();
+        for (rule, entry, req) in units {
+            // CPUs held by other rules, as seen by this unit.
+            let others = |map: &BTreeMap<u32, String>| -> CpuSet {
+                map.iter()
+                    .filter(|(_, r)| **r != rule.name)
+                    .map(|(c, _)| *c)
+                    .collect()
+            };
+            let blocked = if req.exclusive {
+                others(&owner)
+            } else {
+                others(&exclusive_owner)
+            };
+            let shared_entry = entry.is_some_and(|i| rule.threads[i].shared);
+            let mut extra_held = CpuSet::new();
+            let state = match &req.target {
+                CpuTarget::Cpus(want) => {
+                    let clash = want.intersection(&blocked);
+                    match clash.first() {
+                        Some(c) => PlanState::Lost {
+                            to: owner
+                                .get(&c)
+                                .or_else(|| exclusive_owner.get(&c))
+                                .cloned()
+                                .unwrap_or_default(),
+                            cpus: clash,
+                        },
+                        None => PlanState::Placed { cpus: want.clone() },
+                    }
+                }
+                CpuTarget::Count(n) => {
+                    // `within` bounds the choice; without it a thread entry places
+                    // within its rule's own CPUs when the rule has some.
+                    let general = cpus.online.difference(&cpus.reserved);
+                    let pool = match (&req.within, entry) {
+                        (Some(w), _) => general.intersection(w),
+                        (None, Some(_)) => match plan.get(&rule.name, None) {
+                            Some(PlanState::Placed { cpus }) => cpus.clone(),
+                            _ => general,
+                        },
+                        (None, None) => general,
+                    }
+                    .difference(&blocked);
+                    match choose {
+                        None => PlanState::Unplaceable {
+                            reason: "no placement engine (only explicit cpus can be placed)".into(),
+                        },
+                        Some(place) if entry.is_some() && !shared_entry => {
+                            let mut slots = Vec::new();
+                            let mut left = pool.clone();
+                            while left.len() >= *n as usize && slots.len() < 4096 {
+                                match place.choose(req, &left) {
+                                    Ok(c) if !c.cpus.is_empty() => {
+                                        left = left.difference(&c.held);
+                                        slots.push(c.cpus);
+                                    }
+                                    _ => break,
+                                }
+                            }
+                            if slots.is_empty() {
+                                PlanState::Unplaceable {
+                                    reason: format!("{n} CPUs per thread do not fit in {pool}"),
+                                }
+                            } else {
+                                PlanState::Slots { slots }
+                            }
+                        }
+                        Some(place) => match place.choose(req, &pool) {
+                            Ok(c) => {
+                                extra_held = c.held;
+                                PlanState::Placed { cpus: c.cpus }
+                            }
+                            Err(e) => {
+                                // Say who holds the CPUs it could not get.
+                                let taken = cpus.online.intersection(&blocked);
+                                match taken
+                                    .first()
+                                    .and_then(|c| exclusive_owner.get(&c).or_else(|| owner.get(&c)))
+                                {
+                                    Some(to) if req.exclusive || !exclusive_owner.is_empty() => {
+                                        PlanState::Lost {
+                                            to: to.clone(),
+                                            cpus: taken,
+                                        }
+                                    }
+                                    _ => PlanState::Unplaceable {
+                                        reason: e.to_string(),
+                                    },
+                                }
+                            }
+                        },
+                    }
+                }
+            };
+            let held = match &state {
+                PlanState::Placed { cpus } => cpus.union(&extra_held),
+                other => other.held(),
+            };
+            for c in held.iter() {
+                owner.entry(c).or_insert_with(|| rule.name.clone());
+                if req.exclusive {
+                    exclusive_owner.insert(c, rule.name.clone());
+                }
+            }
+            plan.index
+                .insert((rule.name.clone(), entry), plan.units.len());
+            plan.units.push(UnitPlan {
+                rule: rule.name.clone(),
+                thread_entry: entry,
+                priority: rule.priority,
+                exclusive: req.exclusive,
+                state,
+            });
+        }
+        plan
+    }
+
+    /// The rules this plan places.
+    pub fn rules(&self) -> &RuleSet {
+        &self.rules
+    }
+
+    /// The CPUs it was made for.
+    pub fn cpus(&self) -> &Cpus {
+        &self.cpus
+    }
+
+    /// Every unit, in precedence order.
+    pub fn units(&self) -> &[UnitPlan] {
+        &self.units
+    }
+
+    /// The plan of a rule's `[rule.place]` (`None`) or thread entry.
+    pub fn get(&self, rule: &str, thread_entry: Option<usize>) -> Option<&PlanState> {
+        self.index
+            .get(&(rule.to_string(), thread_entry))
+            .map(|&i| &self.units[i].state)
+    }
+
+    /// CPUs held by exclusive units.
+    pub fn exclusive_cpus(&self) -> CpuSet {
+        self.units
+            .iter()
+            .filter(|u| u.exclusive)
+            .fold(CpuSet::new(), |acc, u| acc.union(&u.state.held()))
+    }
+
+    /// The CPUs of a run-time pin (`PinProcess`): `request` placed among the CPUs that
+    /// are online, not reserved and held by no exclusive unit.
+    pub fn pin(
+        &self,
+        request: &PlacementRequest,
+        choose: Option<&dyn Choose>,
+    ) -> Result<CpuSet, PinError> {
+        if let CpuTarget::Cpus(c) = &request.target {
+            return Ok(c.clone());
+        }
+        let mut pool = self
+            .cpus
+            .online
+            .difference(&self.cpus.reserved)
+            .difference(&self.exclusive_cpus());
+        if let Some(w) = &request.within {
+            pool = pool.intersection(w);
+        }
+        let choose = choose.ok_or_else(|| PinError::NoEngine {
+            request: describe_request(request),
+        })?;
+        choose
+            .choose(request, &pool)
+            .map(|c| c.cpus)
+            .map_err(|source| PinError::Unplaceable {
+                request: describe_request(request),
+                source,
+            })
+    }
+
+    /// The count units that `new` (a plan of the same rules) would place better than
+    /// this plan does, judged on `d`: their worst pairwise latency falls by more than
+    /// `threshold` (relative, e.g. 0.10) and by more than `floor_ns` (absolute, so that
+    /// noise between near-equal sets moves nothing). Empty when `d` has no latencies
+    /// (sysfs only). Units placed in one plan only are not compared.
+    pub fn improvements(
+        &self,
+        new: &Plan,
+        d: &Domains,
+        threshold: f64,
+        floor_ns: f64,
+    ) -> Vec<Better> {
+        self.units
+            .iter()
+            .filter(|u| self.is_count_unit(u))
+            .filter_map(|u| {
+                let PlanState::Placed { cpus: now } = &u.state else {
+                    return None;
+                };
+                let Some(PlanState::Placed { cpus: then }) = new.get(&u.rule, u.thread_entry)
+                else {
+                    return None;
+                };
+                let now_ns = worst_ns(d, now)?;
+                let then_ns = worst_ns(d, then)?;
+                let gain = now_ns - then_ns;
+                (gain > floor_ns && gain > threshold * now_ns).then(|| Better {
+                    unit: u.name(),
+                    now_ns,
+                    then_ns,
+                })
+            })
+            .collect()
+    }
+
+    fn is_count_unit(&self, u: &UnitPlan) -> bool {
+        let Some(rule) = self.rules.get(&u.rule) else {
+            return false;
+        };
+        let req = match u.thread_entry {
+            None => rule.place.as_ref(),
+            Some(i) => rule.threads.get(i).map(|t| &t.request),
+        };
+        req.is_some_and(is_count)
+    }
+}
+
+/// The worst pairwise latency of `cpus` on `d`, in ns; `None` when `d` has no
+/// latencies (sysfs only) or a CPU is not in `d`.
+fn worst_ns(d: &Domains, cpus: &CpuSet) -> Option<f64> {
+    let idx: Option<Vec<usize>> = cpus.iter().map(|c| d.index_of(c)).collect();
+    placement::set_cost(d, &idx?).worst_ns
+}
+
+fn is_count(r: &PlacementRequest) -> bool {
+    matches!(r.target, CpuTarget::Count(_))
+}
+
+/// A request in words, for errors.
+pub fn describe_request(r: &PlacementRequest) -> String {
+    match &r.target {
+        CpuTarget::Cpus(c) => format!("cpus {c}"),
+        CpuTarget::Count(n) => format!("{n} CPUs ({}, smt {})", r.policy, r.smt),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,222 @@
+use super::*;
+use crate::matrix::LatencyMatrix;
+use crate::rules::{compile_text, LoadPolicy};
+
+fn set(s: &str) -> CpuSet {
+    s.parse().unwrap()
+}
+
+fn rules(text: &str) -> RuleSet {
+    let r = compile_text(
+        std::path::Path::new("t.toml"),
+        text,
+        &LoadPolicy::unchecked(),
+    )
+    .unwrap_or_else(|e| panic!("{e:?}"));
+    RuleSet::new(r)
+}
+
+fn cpus(online: &str, reserved: &str) -> Cpus {
+    Cpus {
+        online: set(online),
+        reserved: if reserved.is_empty() {
+            CpuSet::new()
+        } else {
+            set(reserved)
+        },
+    }
+}
+
+/// Always the same CPUs: the plan an older matrix made.
+struct Fixed(CpuSet);
+
+impl Choose for Fixed {
+    fn choose(&self, _: &PlacementRequest, _: &CpuSet) -> Result<Chosen, PlacementError> {
+        Ok(Chosen {
+            cpus: self.0.clone(),
+            held: self.0.clone(),
+        })
+    }
+}
+
+/// Lowest-numbered CPUs first.
+struct LowestFirst;
+
+impl Choose for LowestFirst {
+    fn choose(&self, req: &PlacementRequest, avail: &CpuSet) -> Result<Chosen, PlacementError> {
+        let CpuTarget::Count(n) = req.target else {
+            unreachable!("the planner chooses for counts only")
+        };
+        if avail.len() < n as usize {
+            return Err(PlacementError::NotEnough {
+                wanted: n as usize,
+                usable: avail.len(),
+                why: "test".into(),
+            });
+        }
+        let c: CpuSet = avail.iter().take(n as usize).collect();
+        Ok(Chosen {
+            cpus: c.clone(),
+            held: c,
+        })
+    }
+}
+
+/// 8 CPUs: {0,2,4,6} and {1,3,5,7} are two clusters (20 ns inside, 100 ns across),
+/// the layout where "CPUs 0,1" is the autopilot mistake.
+fn interleaved() -> Domains {
+    let m = LatencyMatrix::from_fn(
+        (0..8).collect(),
+        |i, j| {
+            if i % 2 == j % 2 {
+                20.0
+            } else {
+                100.0
+            }
+        },
+    );
+    Domains::from_matrix(&m).expect("domains")
+}
+
+const PAIR: &str = r#"
+[[rule]]
+name = "md"
+[rule.match]
+comm = "md"
+[rule.place]
+count = 2
+"#;
+
+#[test]
+fn a_pair_across_clusters_moves() {
+    let d = interleaved();
+    let r = rules(PAIR);
+    let c = cpus("0-7", "");
+    let old = Plan::new(&r, &c, Some(&Fixed(set("0-1"))));
+    let new = Plan::new(&r, &c, Some(&d));
+    let b = old.improvements(&new, &d, 0.10, 5.0);
+    assert_eq!(b.len(), 1, "{b:?}");
+    assert_eq!(b[0].unit, "md");
+    assert_eq!(b[0].now_ns, 100.0);
+    assert_eq!(b[0].then_ns, 20.0);
+}
+
+#[test]
+fn an_equally_good_pair_stays() {
+    let d = interleaved();
+    let r = rules(PAIR);
+    let c = cpus("0-7", "");
+    let old = Plan::new(&r, &c, Some(&Fixed(set("4,6"))));
+    let new = Plan::new(&r, &c, Some(&d));
+    assert!(old.improvements(&new, &d, 0.10, 5.0).is_empty());
+    // And the same plan is never better than itself.
+    assert!(new.improvements(&new, &d, 0.0, 0.0).is_empty());
+}
+
+#[test]
+fn sysfs_only_domains_never_move_anything() {
+    let root = crate::sysroot::SysRoot::with_sys(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/sysfs/xeon-e5620/sys"),
+    );
+    let t = crate::topology::Topology::discover(&root).expect("fixture topology");
+    let d = Domains::from_topology(&t).expect("domains");
+    let r = rules(PAIR);
+    let c = cpus("0-15", "");
+    // CPUs 0 and 1 sit on different sockets: only latencies could say it is worse.
+    let old = Plan::new(&r, &c, Some(&Fixed(set("0-1"))));
+    let new = Plan::new(&r, &c, Some(&d));
+    assert_eq!(
+        old.get("md", None),
+        Some(&PlanState::Placed { cpus: set("0-1") })
+    );
+    assert!(matches!(
+        new.get("md", None),
+        Some(PlanState::Placed { .. })
+    ));
+    assert!(old.improvements(&new, &d, 0.10, 5.0).is_empty());
+}
+
+#[test]
+fn without_a_placement_engine_only_explicit_cpus_are_placed() {
+    let r = rules(
+        r#"
+[[rule]]
+name = "fixed"
+[rule.match]
+comm = "a"
+[rule.place]
+cpus = "2-3"
+
+[[rule]]
+name = "counted"
+[rule.match]
+comm = "b"
+[rule.place]
+count = 2
+"#,
+    );
+    let p = Plan::new(&r, &cpus("0-7", ""), None);
+    assert_eq!(
+        p.get("fixed", None),
+        Some(&PlanState::Placed { cpus: set("2-3") })
+    );
+    assert!(matches!(
+        p.get("counted", None),
+        Some(PlanState::Unplaceable { reason }) if reason.contains("no placement engine")
+    ));
+    assert_eq!(p.units().len(), 2);
+    assert_eq!(p.units()[0].rule, "fixed", "explicit cpus come first");
+}
+
+#[test]
+fn counts_avoid_reserved_and_exclusive_cpus_and_a_pin_too() {
+    let r = rules(
+        r#"
+[[rule]]
+name = "excl"
+priority = 10
+[rule.match]
+comm = "a"
+[rule.place]
+count = 2
+exclusive = true
+
+[[rule]]
+name = "shared"
+[rule.match]
+comm = "b"
+[rule.place]
+count = 2
+"#,
+    );
+    let p = Plan::new(&r, &cpus("0-7", "0"), Some(&LowestFirst));
+    assert_eq!(
+        p.get("excl", None),
+        Some(&PlanState::Placed { cpus: set("1-2") })
+    );
+    assert_eq!(
+        p.get("shared", None),
+        Some(&PlanState::Placed { cpus: set("3-4") })
+    );
+    assert_eq!(p.exclusive_cpus(), set("1-2"));
+    let req = PlacementRequest {
+        target: CpuTarget::Count(2),
+        within: None,
+        policy: crate::placement::Policy::Compact,
+        smt: crate::placement::SmtPolicy::Allow,
+        exclusive: false,
+    };
+    assert_eq!(p.pin(&req, Some(&LowestFirst)).unwrap(), set("3-4"));
+    assert!(matches!(p.pin(&req, None), Err(PinError::NoEngine { .. })));
+    let too_many = PlacementRequest {
+        target: CpuTarget::Count(6),
+        ..req
+    };
+    let e = p.pin(&too_many, Some(&LowestFirst)).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("cannot place 6 CPUs (compact, smt allow): asked for 6"),
+        "{e}"
+    );
+}
