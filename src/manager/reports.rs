@@ -117,6 +117,18 @@ impl Manager {
                             other => other.label().to_string(),
                         }
                     };
+                    let shared = match &m.source {
+                        Source::Rule(r) => self.slots_outnumbered(&r.name, t.placement, t.slot),
+                        Source::Runtime(_) => None,
+                    };
+                    let what = match shared {
+                        Some(n) => format!(
+                            "{what} (slot {} of {n}: more threads than slots, shares the CPUs of slot {})",
+                            t.slot + 1,
+                            t.slot % n + 1
+                        ),
+                        None => what,
+                    };
                     let _ = writeln!(s, "  tid {tid} ({}): {what}", t.comm);
                 }
             }

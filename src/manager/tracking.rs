@@ -211,7 +211,7 @@ impl Manager {
                 source,
                 original,
                 threads: BTreeMap::new(),
-                next_slot: HashMap::new(),
+                slots: HashMap::new(),
             },
         );
         self.journal_dirty = true;
@@ -229,7 +229,7 @@ impl Manager {
         m.comm = snap.info.comm.clone();
         let live: std::collections::HashSet<Tid> =
             snap.info.threads.iter().map(|t| t.tid as Tid).collect();
-        m.threads.retain(|tid, _| live.contains(tid));
+        m.retain_threads(|tid| live.contains(&tid));
         for t in &snap.info.threads {
             self.pin_thread(pid, t.tid as Tid, Some(t.comm.clone()), true, out);
         }
@@ -292,7 +292,7 @@ impl Manager {
                 self.forget(pid, out);
             }
         } else if let Some(m) = self.managed.get_mut(&pid) {
-            if let Some(t) = m.threads.remove(&tid) {
+            if let Some(t) = m.remove_thread(tid) {
                 if t.original != m.original || t.placement != ThreadPlacement::Process {
                     self.journal_dirty = true;
                 }
@@ -404,7 +404,7 @@ impl Manager {
         let Some(m) = self.managed.get_mut(&pid) else {
             return;
         };
-        m.threads.retain(|tid, _| tids.binary_search(tid).is_ok());
+        m.retain_threads(|tid| tids.binary_search(&tid).is_ok());
         // Thread names choose thread entries: with entries, each name is read again
         // (a rename may have gone unreported); without, the names we hold suffice.
         let names_matter = match &m.source {
