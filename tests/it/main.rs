@@ -3,6 +3,7 @@
 mod affinity;
 mod cli_smoke;
 mod daemon;
+mod dbus_limits;
 mod helper;
 mod measure;
 mod packaging;
