@@ -124,5 +124,6 @@ fn main() {
             f.daemon_alive,
             loadavg()
         );
+        println!("  answered/sent per method: {}", f.flood_per_method);
     }
 }

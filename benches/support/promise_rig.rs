@@ -605,6 +605,8 @@ pub struct Flood {
     /// Calls the flood client made that were answered, and that were refused (errors).
     pub flood_ok: u64,
     pub flood_refused: u64,
+    /// Per method, `NAME:answered/sent`.
+    pub flood_per_method: String,
     /// The daemon was still running after the flood.
     pub daemon_alive: bool,
 }
@@ -685,6 +687,11 @@ pub fn flood(secs: u64, self_args: &[&str]) -> Flood {
         root_errors,
         flood_ok: field("ok"),
         flood_refused: field("refused"),
+        flood_per_method: counts
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix("answered/sent="))
+            .unwrap_or_default()
+            .to_string(),
         daemon_alive,
     };
     if daemon_alive {
@@ -706,6 +713,17 @@ async fn get_state(conn: &zbus::Connection) -> zbus::Result<()> {
     let _: zbus::OwnedVariant = reply.body().deserialize()?;
     Ok(())
 }
+
+/// What the flood client calls, in turn (the last is `Plan` with a 4 KiB string).
+const FLOOD_METHODS: [&str; 7] = [
+    "Get",
+    "GetAll",
+    "Explain",
+    "Plan",
+    "ListManaged",
+    "GetMatrix",
+    "PlanLong",
+];
 
 /// The flood client: `CONNS` connections, each with `IN_FLIGHT` callers looping over
 /// every method a non-root user may call, until the time is up. Prints its counts.
@@ -730,7 +748,7 @@ fn flood_main() -> ! {
             for k in 0..IN_FLIGHT {
                 let conn = conn.clone();
                 set.spawn(async move {
-                    let (mut ok, mut refused) = (0u64, 0u64);
+                    let (mut ok, mut refused) = ([0u64; 7], [0u64; 7]);
                     let mut i = k;
                     while Instant::now() < end {
                         let r = match i % 7 {
@@ -790,8 +808,8 @@ fn flood_main() -> ! {
                             }
                         };
                         match r {
-                            Ok(_) => ok += 1,
-                            Err(_) => refused += 1,
+                            Ok(_) => ok[i % 7] += 1,
+                            Err(_) => refused[i % 7] += 1,
                         }
                         i += 1;
                     }
@@ -799,16 +817,29 @@ fn flood_main() -> ! {
                 });
             }
         }
-        let (mut ok, mut refused) = (0, 0);
+        let (mut ok, mut refused) = ([0u64; 7], [0u64; 7]);
         while let Some(r) = set.join_next().await {
             let (o, r) = r.expect("a flood task");
-            ok += o;
-            refused += r;
+            for m in 0..7 {
+                ok[m] += o[m];
+                refused[m] += r[m];
+            }
         }
         (ok, refused)
     });
+    let per_method: Vec<String> = FLOOD_METHODS
+        .iter()
+        .enumerate()
+        .map(|(m, name)| format!("{name}:{}/{}", ok[m], ok[m] + refused[m]))
+        .collect();
+    let (ok, refused): (u64, u64) = (ok.iter().sum(), refused.iter().sum());
     let mut out = std::io::stdout();
-    writeln!(out, "flood ok={ok} refused={refused}").unwrap();
+    writeln!(
+        out,
+        "flood ok={ok} refused={refused} answered/sent={}",
+        per_method.join(",")
+    )
+    .unwrap();
     out.flush().unwrap();
     std::process::exit(0)
 }

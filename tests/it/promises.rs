@@ -83,6 +83,10 @@ fn after_kill_9_and_a_restart_every_managed_task_is_right() {
 fn an_unprivileged_flood_leaves_roots_reads_answered_quickly() {
     let _layout = super::cpus_stay_online();
     let f = rig::flood(8, SELF_ARGS);
+    eprintln!(
+        "flood: answered {} refused {}; answered/sent {}",
+        f.flood_ok, f.flood_refused, f.flood_per_method
+    );
     assert!(f.daemon_alive, "the daemon died under the flood");
     assert_eq!(f.root_errors, 0, "root's reads failed under the flood");
     // The flood really flooded: far beyond the per-caller rate (20/s) for 8 s.
