@@ -34,9 +34,11 @@
 //!
 //! Inside: `tracking` (events and rescans → who is managed, with which threads),
 //! `applying` (the plan → masks, through `affinity::apply`; release and restore),
-//! `reports` (`ListManaged` rows, `explain`, the journal's contents), `tests`.
+//! `reports` (`ListManaged` rows, `explain`, the journal's contents), `protect` (its own
+//! process, PID 1 and the bus daemon), `tests`.
 
 mod applying;
+pub mod protect;
 mod reports;
 mod tracking;
 
@@ -301,6 +303,11 @@ pub struct Manager {
     journal: Option<Journal>,
     journal_dirty: bool,
     counters: Counters,
+    /// pinnerd's own pid: never managed (see `protect`).
+    own_pid: i32,
+    /// Processes a rule matched that `protect` kept out (a handful at most: pinnerd,
+    /// PID 1, the bus daemon).
+    protected: BTreeMap<i32, protect::ProtectedMatch>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -330,6 +337,8 @@ impl Manager {
             journal: None,
             journal_dirty: false,
             counters: Counters::default(),
+            own_pid: std::process::id() as i32,
+            protected: BTreeMap::new(),
         }
     }
 

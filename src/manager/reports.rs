@@ -62,6 +62,12 @@ impl Manager {
             .collect()
     }
 
+    /// Processes a rule matched that are not managed because they are pinnerd itself,
+    /// PID 1 or the bus daemon (see `protect`).
+    pub fn protected(&self) -> Vec<super::protect::ProtectedMatch> {
+        self.protected.values().cloned().collect()
+    }
+
     /// Why process `pid` got (or did not get) what it has: the matcher's verdicts,
     /// the plan of the winning rule and each thread's outcome.
     pub fn explain(&self, pid: i32) -> String {
@@ -81,7 +87,17 @@ impl Manager {
         let _ = write!(s, "{}", self.plan.rules().explain(&snap.info));
         match self.managed.get(&pid) {
             None => {
-                let _ = writeln!(s, "not managed");
+                let protected = self.plan.rules().match_process(&snap.info).and_then(|m| {
+                    super::protect::protected(pid, &snap.info.comm, self.own_pid, &m.rule)
+                });
+                match protected {
+                    Some(p) => {
+                        let _ = writeln!(s, "not managed: {}", p.describe());
+                    }
+                    None => {
+                        let _ = writeln!(s, "not managed");
+                    }
+                }
             }
             Some(m) => {
                 let _ = writeln!(

@@ -814,3 +814,85 @@ fn threads_that_outnumber_their_slots_are_said_to_share() {
     );
     assert!(!why.contains("tid 101 (rx-a): applied 4 ("), "{why}");
 }
+
+const EVERYTHING: &str = r#"
+[[rule]]
+name = "all"
+[rule.match]
+comm = "*"
+[rule.place]
+cpus = "2"
+"#;
+
+#[test]
+fn a_broad_rule_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
+    let mut t = rig(ManagerConfig::default());
+    let own = std::process::id() as i32;
+    t.process(1, "systemd", 1, &[]);
+    t.process(own, "pinnerd", 1, &[]);
+    t.process(300, "dbus-daemon", 1, &[]);
+    t.process(400, "app", 1, &[]);
+    t.ev(new_rules(rules(EVERYTHING)));
+    assert_eq!(t.ops.mask(400), Some(set("2")));
+    for pid in [1, own, 300] {
+        assert_eq!(t.ops.mask(pid), Some(set("0-7")), "pid {pid} was moved");
+    }
+    assert_eq!(t.mgr.list_managed().len(), 1);
+    let kept: Vec<(i32, protect::Protected)> =
+        t.mgr.protected().iter().map(|p| (p.pid, p.why)).collect();
+    assert_eq!(
+        kept,
+        vec![
+            (1, protect::Protected::Init),
+            (300, protect::Protected::BusDaemon),
+            (own, protect::Protected::Own)
+        ]
+        .into_iter()
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_iter()
+        .collect::<Vec<_>>()
+    );
+    assert!(
+        t.mgr
+            .explain(1)
+            .contains("not managed: PID 1: protected; managed only by a rule whose `comm` is exactly its name"),
+        "{}",
+        t.mgr.explain(1)
+    );
+    assert!(
+        t.mgr
+            .explain(own)
+            .contains("not managed: pinnerd's own process: never managed"),
+        "{}",
+        t.mgr.explain(own)
+    );
+    assert!(
+        t.mgr
+            .explain(300)
+            .contains("not managed: the bus daemon: protected"),
+        "{}",
+        t.mgr.explain(300)
+    );
+}
+
+#[test]
+fn pid_1_and_the_bus_daemon_are_managed_by_a_rule_that_names_them_exactly_but_pinnerd_never() {
+    let mut t = rig(ManagerConfig::default());
+    let own = std::process::id() as i32;
+    t.process(1, "systemd", 1, &[]);
+    t.process(own, "pinnerd", 1, &[]);
+    t.process(300, "dbus-daemon", 1, &[]);
+    t.ev(new_rules(rules(
+        r#"
+[[rule]]
+name = "core"
+[rule.match]
+comm = ["systemd", "dbus-daemon", "pinnerd"]
+[rule.place]
+cpus = "0"
+"#,
+    )));
+    assert_eq!(t.ops.mask(1), Some(set("0")));
+    assert_eq!(t.ops.mask(300), Some(set("0")));
+    assert_eq!(t.ops.mask(own), Some(set("0-7")), "pinnerd pinned itself");
+}

@@ -148,7 +148,25 @@ impl Manager {
                 return;
             }
         }
-        let matched = self.plan.rules().match_process(&snap.info);
+        let mut matched = self.plan.rules().match_process(&snap.info);
+        self.protected.remove(&pid);
+        if let Some(m) = &matched {
+            if let Some(why) =
+                super::protect::protected(pid, &snap.info.comm, self.own_pid, &m.rule)
+            {
+                tracing::debug!(pid, comm = %snap.info.comm, rule = %m.rule.name, "not managed: {}", why.describe());
+                self.protected.insert(
+                    pid,
+                    super::protect::ProtectedMatch {
+                        pid,
+                        comm: snap.info.comm.clone(),
+                        rule: m.rule.name.clone(),
+                        why,
+                    },
+                );
+                matched = None;
+            }
+        }
         match (matched, self.managed.get(&pid)) {
             (None, None) => {
                 if let Some(parent) = parent {
@@ -288,6 +306,7 @@ impl Manager {
 
     pub(super) fn on_exit(&mut self, pid: i32, tid: Tid, out: &mut Vec<Change>) {
         if tid == pid {
+            self.protected.remove(&pid);
             if self.managed.contains_key(&pid) {
                 self.forget(pid, out);
             }

@@ -9,6 +9,7 @@ mod measure;
 mod packaging;
 mod placement;
 mod promises;
+mod protect;
 mod rules;
 mod topology;
 mod watch;
