@@ -67,3 +67,47 @@ pub fn protected(pid: i32, comm: &str, own_pid: i32, rule: &Rule) -> Option<Prot
         .is_some_and(|g| g.patterns.iter().any(|p| p == comm));
     (!named).then_some(why)
 }
+
+/// Names PID 1 usually has, for [`broad_rule_note`].
+const INIT_NAMES: [&str; 2] = ["systemd", "init"];
+
+/// For `pinnerd check`: a note when `rule` could match PID 1 or the bus daemon without
+/// naming them exactly (no `comm`, or a glob that matches their names), saying that
+/// they are left alone.
+pub fn broad_rule_note(rule: &Rule) -> Option<String> {
+    let m = &rule.matcher;
+    // The cgroup and unit each usually has; a rule without those keys may match anyway.
+    let place_fits = |cgroups: &[&str], unit: &str| {
+        m.cgroup
+            .as_ref()
+            .is_none_or(|g| cgroups.iter().any(|c| g.is_match(c)))
+            && m.unit.as_ref().is_none_or(|g| g.is_match(unit))
+    };
+    let could = |names: &[&str], cgroups: &[&str], unit: &str| {
+        let by_comm = match &m.comm {
+            None => true,
+            Some(g) => names
+                .iter()
+                .any(|n| g.is_match(n) && !g.patterns.iter().any(|p| p == n)),
+        };
+        by_comm && place_fits(cgroups, unit)
+    };
+    let init = could(&INIT_NAMES, &["/", "/init.scope"], "init.scope")
+        && m.users.as_ref().is_none_or(|u| u.contains(&0));
+    let bus = could(
+        &BUS_DAEMONS,
+        &["/system.slice/dbus.service"],
+        "dbus.service",
+    );
+    let what = match (init, bus) {
+        (true, true) => "PID 1 and the bus daemon",
+        (true, false) => "PID 1",
+        (false, true) => "the bus daemon",
+        (false, false) => return None,
+    };
+    Some(format!(
+        "note: {}: rule {:?} may match {what}: they are left alone unless `comm` names them exactly (pinnerd never manages itself)",
+        rule.origin(),
+        rule.name
+    ))
+}

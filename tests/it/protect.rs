@@ -53,3 +53,38 @@ fn plan_live_shows_pid_1_the_bus_daemon_and_itself_protected_from_a_broad_rule()
         );
     }
 }
+
+#[test]
+fn check_notes_rules_broad_enough_to_match_pid_1_or_the_bus_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("a.toml"),
+        "[[rule]]\nname = \"all\"\n[rule.match]\ncgroup = \"/*\"\n[rule.place]\ncpus = \"0\"\n\
+         [[rule]]\nname = \"named\"\n[rule.match]\ncomm = [\"systemd\", \"dbus-daemon\"]\n[rule.place]\ncpus = \"0\"\n\
+         [[rule]]\nname = \"buses\"\n[rule.match]\ncomm = \"dbus-*\"\n[rule.place]\ncpus = \"0\"\n\
+         [[rule]]\nname = \"svc\"\n[rule.match]\ncgroup = \"/system.slice/app.service\"\n[rule.place]\ncpus = \"0\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(["check", "--no-permissions"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let file = dir.path().join("a.toml");
+    assert!(
+        stdout.contains(&format!(
+            "note: {}:2:8: rule \"all\" may match PID 1 and the bus daemon: they are left alone unless `comm` names them exactly",
+            file.display()
+        )),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("rule \"buses\" may match the bus daemon:"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("rule \"named\""), "{stdout}");
+    assert!(!stdout.contains("rule \"svc\""), "{stdout}");
+    assert!(stdout.contains("ok: 1 file, 4 rules"), "{stdout}");
+}
