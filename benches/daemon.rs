@@ -129,16 +129,17 @@ impl Drop for Daemon {
     }
 }
 
-fn percentiles(name: &str, mut v: Vec<Duration>) {
-    v.sort();
-    let p = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+fn percentiles(name: &str, v: Vec<Duration>) {
+    let mut ms: Vec<f64> = v.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    let p = |q: f64| pinnerd::stats::percentile_sorted(&ms, q);
     println!(
         "{name}: n={} p50={:.3} ms p90={:.3} ms p99={:.3} ms max={:.3} ms",
-        v.len(),
-        p(0.50).as_secs_f64() * 1e3,
-        p(0.90).as_secs_f64() * 1e3,
-        p(0.99).as_secs_f64() * 1e3,
-        v[v.len() - 1].as_secs_f64() * 1e3
+        ms.len(),
+        p(0.50),
+        p(0.90),
+        p(0.99),
+        p(1.0)
     );
 }
 

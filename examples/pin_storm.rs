@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 
 use pinnerd::affinity::{AffinityOps, Outcome, SystemOps};
 use pinnerd::cpuset::CpuSet;
-use pinnerd::manager::{Change, Event, Manager, ManagerConfig};
+use pinnerd::manager::{Change, Input, Manager, ManagerConfig};
 use pinnerd::plan::{Cpus, Plan};
 use pinnerd::rules::{compile_text, LoadPolicy, RuleSet};
 use pinnerd::sysroot::SysRoot;
@@ -123,8 +123,8 @@ fn on_cpus(online: CpuSet) -> Cpus {
 }
 
 /// New rules, planned on the online CPUs without latency domains (explicit `cpus` only).
-fn new_rules(rules: RuleSet) -> Event {
-    Event::RulesChanged(Plan::new(&rules, &on_cpus(online()), None))
+fn new_rules(rules: RuleSet) -> Input {
+    Input::RulesChanged(Plan::new(&rules, &on_cpus(online()), None))
 }
 
 fn online() -> CpuSet {
@@ -279,7 +279,7 @@ fn run_loop(stop: Arc<AtomicBool>, rules: RuleSet, rescan_every: Duration) -> Lo
         }
         if Instant::now() >= next_rescan {
             let t = Instant::now();
-            mgr.handle(Event::Rescan);
+            mgr.handle(Input::Rescan);
             stats.rescan_max = stats.rescan_max.max(t.elapsed());
             stats.rescans += 1;
             next_rescan = Instant::now() + rescan_every;
@@ -599,7 +599,7 @@ fn rescan(n: usize) {
         (0..runs)
             .map(|_| {
                 let t = Instant::now();
-                mgr.handle(Event::Rescan);
+                mgr.handle(Input::Rescan);
                 t.elapsed().as_micros() as u64
             })
             .collect()

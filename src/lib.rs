@@ -20,16 +20,26 @@
 //!                 dbus (forwards) · cli (commands)
 //! ```
 //!
-//! Modules: `affinity` (the affinity syscalls, read back, restore journal) · `api`
-//! (the typed commands, replies and signals between the daemon and its clients) · `cli` (the
-//! subcommands) · `cpuset` (the one CPU-set type) · `daemon` (the event loop and its
-//! state) · `dbus` (the bus object, which only forwards) · `domains` (latency hierarchy
-//! from a matrix and the topology) · `fingerprint` (hardware identity of a matrix) ·
-//! `manager` (which processes are managed; applies the plan) · `matrix` (the latency
-//! matrix and its files) · `measure` (spin pairs) · `placement` (one request → CPUs) ·
-//! `plan` (every rule's CPUs, as a value) · `rules` (TOML → matcher) · `settings` (the
-//! daemon's settings file) · `sysroot` (where /sys and /proc are) · `topology` (sysfs →
-//! CPUs, caches, nodes) · `watch` (proc connector, uevents, /proc scans).
+//! Modules, one concern each:
+//! - `affinity`: the affinity syscalls, read back, the restore journal
+//! - `api`: the typed commands, replies, snapshot and signals between daemon and clients
+//! - `cli`: the subcommands
+//! - `cpuset`: the one CPU-set type
+//! - `daemon`: the event loop, its state and its measurement schedule
+//! - `dbus`: the bus object, which only forwards
+//! - `domains`: the latency hierarchy from a matrix and the topology, and which to use
+//! - `fingerprint`: the hardware identity a matrix belongs to
+//! - `manager`: which processes are managed; applies the plan to their threads
+//! - `matrix`: the latency matrix and its files
+//! - `measure`: spin pairs → latencies
+//! - `placement`: one request → CPUs
+//! - `plan`: every rule's CPUs, as a value
+//! - `rules`: TOML → validated rules → matcher
+//! - `settings`: the daemon's settings file
+//! - `stats`: percentiles and the median
+//! - `sysroot`: where /sys and /proc are
+//! - `topology`: sysfs → CPUs, caches, nodes
+//! - `watch`: proc connector, uevents, /proc scans
 //!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
 //! paths `/sys` and `/proc` are spelled, so tests point it at fixture trees.
@@ -49,6 +59,7 @@ pub mod placement;
 pub mod plan;
 pub mod rules;
 pub mod settings;
+pub mod stats;
 pub mod sysroot;
 pub mod topology;
 pub mod watch;

@@ -478,4 +478,4 @@ pub fn describe_request(r: &PlacementRequest) -> String {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

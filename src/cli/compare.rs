@@ -20,6 +20,7 @@ use crate::cpuset::CpuSet;
 use crate::domains::Domains;
 use crate::measure::validity::pin_current;
 use crate::placement::{Policy, SmtPolicy};
+use crate::stats;
 
 use super::plan::{plan, PlanArgs};
 
@@ -106,17 +107,6 @@ fn ring_run(cpus: Option<&[u32]>, k: usize, duration: Duration) -> anyhow::Resul
             .map_err(|_| anyhow::anyhow!("a ring thread panicked"))??;
     }
     Ok(ops as f64 / elapsed.as_secs_f64())
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let n = s.len();
-    if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
 }
 
 /// The K CPUs whose worst pair is the costliest: the farthest pair, grown greedily by
@@ -226,7 +216,10 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
         let idx: Vec<usize> = c.iter().filter_map(|&x| p.domains.index_of(x)).collect();
         crate::placement::set_cost(&p.domains, &idx).worst_ns
     };
-    let med: Vec<f64> = variants.iter().map(|v| median(&v.ops)).collect();
+    let med: Vec<f64> = variants
+        .iter()
+        .map(|v| stats::median(&v.ops).unwrap_or(f64::NAN))
+        .collect();
     let distinct: Vec<&Option<Vec<u32>>> = {
         let mut seen: Vec<&Option<Vec<u32>>> = Vec::new();
         for v in &variants {

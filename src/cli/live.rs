@@ -12,7 +12,7 @@ use anyhow::Context;
 use super::ConfigInvalid;
 use crate::affinity::DryRunOps;
 use crate::domains::{self, Misfit};
-use crate::manager::{Event, Manager};
+use crate::manager::{Input, Manager};
 use crate::matrix::LatencyMatrix;
 use crate::plan::{Plan, PlanState};
 use crate::rules::{load_dirs, LoadPolicy};
@@ -78,7 +78,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         &settings,
     );
     let plan = Plan::new(&report.rules, mgr.plan().cpus(), Some(&domains));
-    mgr.handle(Event::RulesChanged(plan));
+    mgr.handle(Input::RulesChanged(plan));
     let rows = mgr.list_managed();
     let protected = mgr.protected();
 

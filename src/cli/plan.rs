@@ -124,9 +124,9 @@ impl Source {
     }
 }
 
-/// A computed plan, ready to print.
+/// Placement advice for one request, ready to print.
 #[derive(Debug)]
-pub struct Plan {
+pub struct Advice {
     pub source: Source,
     pub domains: Domains,
     pub findings: Vec<Finding>,
@@ -135,7 +135,7 @@ pub struct Plan {
 }
 
 /// Builds the domains from the arguments' matrix and topology and places the request.
-pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Plan> {
+pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Advice> {
     let root = super::topology::resolve_roots(Some(&args.sysfs), None);
     let real_sysfs = args.sysfs == Path::new("/sys");
     let mut warnings = Vec::new();
@@ -192,7 +192,7 @@ pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Plan> {
         cpus: None,
     };
     let placement = place(&domains, &req, &available)?;
-    Ok(Plan {
+    Ok(Advice {
         source,
         domains,
         findings,
@@ -273,7 +273,7 @@ fn cost_json(c: &Cost) -> serde_json::Value {
     })
 }
 
-impl Plan {
+impl Advice {
     /// Where the matrix came from, in words.
     pub fn source_description(&self) -> String {
         self.source.describe()

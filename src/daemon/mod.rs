@@ -57,7 +57,7 @@ pub enum Event {
     /// The loop's once-a-second clock; periodic work is due-checked against it.
     Tick(std::time::Instant),
     /// A measurement job ended.
-    Measured(worker::Outcome),
+    Measured(worker::Finished),
     /// Messages from the proc connector, in order.
     Proc(Vec<crate::watch::ProcMsg>),
     /// A CPU went online or offline (the online set is re-read from sysfs).

@@ -326,9 +326,9 @@ impl Shell {
                         });
                         if let Err(e) = spawned {
                             tracing::error!(job = id, error = %e, "cannot start the measurement thread");
-                            state.handle(Event::Measured(worker::Outcome {
+                            state.handle(Event::Measured(worker::Finished {
                                 id,
-                                result: Err(format!("cannot start the measurement thread: {e}")),
+                                result: Err(worker::JobError::Spawn(e)),
                             }));
                         }
                     }

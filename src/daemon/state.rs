@@ -36,7 +36,7 @@ use crate::topology::Topology;
 use crate::watch::ProcFs;
 
 use super::schedule::{Due, Remeasure, Schedule, Timing};
-use super::worker::{self, Job, JobKind, Outcome};
+use super::worker::{Finished, Job, JobKind, Product};
 use super::{DaemonError, Event, ReloadCause};
 
 /// Where the daemon reads and writes.
@@ -196,8 +196,8 @@ impl State {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "cannot read the restore journal"),
         }
-        let mut changes = m.handle(manager::Event::RulesChanged(self.new_plan()));
-        changes.extend(m.handle(manager::Event::Rescan));
+        let mut changes = m.handle(manager::Input::RulesChanged(self.new_plan()));
+        changes.extend(m.handle(manager::Input::Rescan));
         self.manager = Some(m);
         self.after_manager(changes);
     }
@@ -240,7 +240,7 @@ impl State {
         Plan::new(&self.rules.rules, &cpus, choose)
     }
 
-    fn manager_event(&mut self, ev: manager::Event) {
+    fn manager_event(&mut self, ev: manager::Input) {
         let Some(m) = &mut self.manager else { return };
         let changes = m.handle(ev);
         self.after_manager(changes);
@@ -331,7 +331,7 @@ impl State {
                     .push(Action::Status("stopping: restoring masks".into()));
                 // Threads made since the last event we read inherited a pinned mask from
                 // their creator: a last look finds them, so that they are given back too.
-                self.manager_event(manager::Event::Rescan);
+                self.manager_event(manager::Input::Rescan);
                 if let Some(m) = &mut self.manager {
                     match m.shutdown() {
                         Ok(changes) => {
@@ -364,7 +364,7 @@ impl State {
             Event::Watch(Ok(())) => {
                 self.watch_down = None;
                 // Events between the first rescan and the subscription are lost: look again.
-                self.manager_event(manager::Event::Rescan);
+                self.manager_event(manager::Input::Rescan);
                 tracing::info!("proc connector subscribed");
                 self.status();
             }
@@ -536,7 +536,7 @@ impl State {
         for b in &better {
             tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves a placement");
         }
-        self.manager_event(manager::Event::PlanChanged(new));
+        self.manager_event(manager::Input::PlanChanged(new));
     }
 
     /// CPUs went online or offline: re-read the machine, re-plan, re-apply.
@@ -545,7 +545,7 @@ impl State {
         self.refresh_domains();
         tracing::info!(online = %self.online(), "CPU hotplug");
         let plan = self.new_plan();
-        self.manager_event(manager::Event::PlanChanged(plan));
+        self.manager_event(manager::Input::PlanChanged(plan));
         if fp_changed {
             self.fingerprint_changed(now);
         }
@@ -694,7 +694,7 @@ impl State {
         }
         self.load_rules();
         let plan = self.new_plan();
-        self.manager_event(manager::Event::RulesChanged(plan));
+        self.manager_event(manager::Input::RulesChanged(plan));
         self.actions.push(Action::Emit(Signal::RulesReloaded {
             rules: self.rules.rules.len() as u32,
             errors: self.rule_errors(),
@@ -804,7 +804,7 @@ impl State {
         })));
     }
 
-    fn measured(&mut self, outcome: Outcome) {
+    fn measured(&mut self, outcome: Finished) {
         let Some(running) = self.schedule.finished(outcome.id) else {
             tracing::warn!(
                 job = outcome.id,
@@ -813,12 +813,12 @@ impl State {
             return;
         };
         match (running.full, outcome.result) {
-            (true, Ok(worker::Result::Matrix(matrix))) => self.full_done(running.id, matrix),
+            (true, Ok(Product::Matrix(matrix))) => self.full_done(running.id, matrix),
             (true, Ok(other)) => {
                 self.full_failed(running.id, format!("unexpected result {other:?}"))
             }
-            (true, Err(e)) => self.full_failed(running.id, e),
-            (false, Ok(worker::Result::Probes(probes))) => {
+            (true, Err(e)) => self.full_failed(running.id, e.to_string()),
+            (false, Ok(Product::Probes(probes))) => {
                 let drift = self
                     .current
                     .as_ref()
@@ -910,7 +910,7 @@ impl State {
                 if self.online() != online {
                     // A hotplug the uevent socket did not report.
                     let plan = self.new_plan();
-                    self.manager_event(manager::Event::PlanChanged(plan));
+                    self.manager_event(manager::Input::PlanChanged(plan));
                 }
                 self.fingerprint_changed(now);
             }
@@ -924,7 +924,7 @@ impl State {
                     .period()
                     .unwrap_or(Duration::from_secs(60));
                 self.next_rescan = Some(now + every);
-                self.manager_event(manager::Event::Rescan);
+                self.manager_event(manager::Input::Rescan);
             }
         }
         match self.schedule.due(now, &self.timing) {
@@ -987,6 +987,7 @@ fn log_change(c: &Change) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::daemon::worker::JobError;
     use crate::measure::Probe;
 
     fn state(timing: Timing) -> (State, tempfile::TempDir) {
@@ -1039,9 +1040,9 @@ mod tests {
     }
 
     fn ok_matrix(job: &Job) -> Event {
-        Event::Measured(Outcome {
+        Event::Measured(Finished {
             id: job.id,
-            result: Ok(worker::Result::Matrix(matrix_for(job))),
+            result: Ok(Product::Matrix(matrix_for(job))),
         })
     }
 
@@ -1049,9 +1050,9 @@ mod tests {
         let JobKind::Drift { pairs, .. } = &job.kind else {
             panic!("not a probe: {job:?}")
         };
-        Event::Measured(Outcome {
+        Event::Measured(Finished {
             id: job.id,
-            result: Ok(worker::Result::Probes(
+            result: Ok(Product::Probes(
                 pairs
                     .iter()
                     .map(|&(a, b)| Probe {
@@ -1218,9 +1219,9 @@ mod tests {
     #[test]
     fn a_failed_first_measurement_degrades() {
         let (mut s, _d, job) = started(Timing::default());
-        s.handle(Event::Measured(Outcome {
+        s.handle(Event::Measured(Finished {
             id: job.id,
-            result: Err("CPUs busy".into()),
+            result: Err(JobError::Spawn(std::io::Error::other("CPUs busy"))),
         }));
         assert_eq!(finished(&s.take_actions()), vec![(job.id, false)]);
         assert_eq!(s.snapshot().state, Phase::Degraded);
@@ -1298,9 +1299,9 @@ mod tests {
             "coalesced"
         );
         assert!(jobs(&s.take_actions()).is_empty(), "waits for the probe");
-        s.handle(Event::Measured(Outcome {
+        s.handle(Event::Measured(Finished {
             id: probe.id,
-            result: Err("busy".into()),
+            result: Err(JobError::Spawn(std::io::Error::other("busy"))),
         }));
         let full = jobs(&s.take_actions());
         assert_eq!(full.len(), 1);

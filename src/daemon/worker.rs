@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use crate::matrix::LatencyMatrix;
-use crate::measure::{self, MeasureConfig, Probe};
+use crate::measure::{self, MeasureConfig, MeasureError, Probe};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -34,33 +34,43 @@ pub struct Job {
 
 /// What a job produced.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Result {
+pub enum Product {
     Matrix(LatencyMatrix),
     Probes(Vec<Probe>),
 }
 
+/// Why a job produced nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum JobError {
+    #[error(transparent)]
+    Measure(#[from] MeasureError),
+    #[error("cannot start the measurement thread: {0}")]
+    Spawn(std::io::Error),
+}
+
 /// A finished job.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+#[derive(Debug)]
+pub struct Finished {
     pub id: u64,
-    pub result: std::result::Result<Result, String>,
+    pub result: Result<Product, JobError>,
 }
 
 /// Runs a job on the calling thread.
-pub fn run_job(job: &Job) -> Outcome {
+pub fn run_job(job: &Job) -> Finished {
     let result = match &job.kind {
-        JobKind::Full => measure::run(&job.cfg, |_| {})
-            .map(Result::Matrix)
-            .map_err(|e| e.to_string()),
-        JobKind::Drift { pairs, budget } => measure::probe_pairs(&job.cfg, pairs, *budget)
-            .map(Result::Probes)
-            .map_err(|e| e.to_string()),
+        JobKind::Full => measure::run(&job.cfg, |_| {}).map(Product::Matrix),
+        JobKind::Drift { pairs, budget } => {
+            measure::probe_pairs(&job.cfg, pairs, *budget).map(Product::Probes)
+        }
     };
-    Outcome { id: job.id, result }
+    Finished {
+        id: job.id,
+        result: result.map_err(JobError::from),
+    }
 }
 
-/// Starts a job on its own named thread; `done` receives the outcome.
-pub fn spawn(job: Job, done: impl FnOnce(Outcome) + Send + 'static) -> std::io::Result<()> {
+/// Starts a job on its own named thread; `done` receives what it produced.
+pub fn spawn(job: Job, done: impl FnOnce(Finished) + Send + 'static) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name(format!("pinnerd-job-{}", job.id))
         .spawn(move || done(run_job(&job)))

@@ -8,12 +8,12 @@ use crate::affinity::restore::RestoreError;
 use crate::affinity::{Outcome, Tid};
 use crate::cpuset::CpuSet;
 use crate::rules::ThreadPlacement;
-use crate::watch::Snapshot;
+use crate::watch::ProcessSnapshot;
 
 impl Manager {
     /// A child of a managed process that matches no rule gets its parent's original
     /// mask instead of the pinned one it inherited.
-    pub(super) fn give_back_inherited(&mut self, snap: &Snapshot, parent: i32) {
+    pub(super) fn give_back_inherited(&mut self, snap: &ProcessSnapshot, parent: i32) {
         let Some(p) = self.managed.get(&parent) else {
             return;
         };

@@ -11,7 +11,7 @@
 //!
 //! ```text
 //!   ProcMsg (connector) ─┐
-//!   Rescan (timer/overrun)├─► Manager::handle(Event) ─► AffinityOps (affinity::apply, read back)
+//!   Rescan (timer/overrun)├─► Manager::handle(Input) ─► AffinityOps (affinity::apply, read back)
 //!   RulesChanged(Plan),   │        │   ▲                    │
 //!   PlanChanged(Plan) ────┘        │   └── ProcSource ◄─────┘ (snapshots on demand)
 //!                                  └─► Vec<Change>, counters(), list_managed(), explain()
@@ -19,13 +19,13 @@
 //!
 //! How the loop drives it:
 //! - at start: [`Manager::recover`] (restore what a crashed predecessor left), then
-//!   `handle(Event::RulesChanged(plan))`;
-//! - every connector message: `handle(Event::Proc(msg))` (an `Overrun` rescans);
-//! - the rescan timer: `handle(Event::Rescan)` (also checks managed masks for changes
+//!   `handle(Input::RulesChanged(plan))`;
+//! - every connector message: `handle(Input::Proc(msg))` (an `Overrun` rescans);
+//! - the rescan timer: `handle(Input::Rescan)` (also checks managed masks for changes
 //!   made by someone else);
-//! - new rules: `handle(Event::RulesChanged(plan))` with the [`Plan`] of the new rules
+//! - new rules: `handle(Input::RulesChanged(plan))` with the [`Plan`] of the new rules
 //!   (every process is matched again); new CPUs or latency domains:
-//!   `handle(Event::PlanChanged(plan))` (managed threads are re-applied);
+//!   `handle(Input::PlanChanged(plan))` (managed threads are re-applied);
 //! - after each batch of events: [`Manager::flush`] (writes the journal if it changed);
 //! - on stop: [`Manager::shutdown`] (gives every managed task its mask back).
 //!
@@ -89,7 +89,7 @@ impl ManagerConfig {
 /// One input.
 #[derive(Debug, Clone)]
 #[allow(clippy::large_enum_variant)] // moved once per event; a new plan is rare
-pub enum Event {
+pub enum Input {
     /// A proc connector message.
     Proc(ProcMsg),
     /// Periodic or forced full rescan of /proc.
@@ -418,19 +418,19 @@ impl Manager {
     }
 
     /// Handles one event.
-    pub fn handle(&mut self, event: Event) -> Vec<Change> {
+    pub fn handle(&mut self, event: Input) -> Vec<Change> {
         self.counters.events += 1;
         let mut out = Vec::new();
         match event {
-            Event::Proc(msg) => self.on_proc(msg, &mut out),
-            Event::Rescan => self.rescan(&mut out),
-            Event::RulesChanged(plan) => {
+            Input::Proc(msg) => self.on_proc(msg, &mut out),
+            Input::Rescan => self.rescan(&mut out),
+            Input::RulesChanged(plan) => {
                 self.set_plan(plan);
                 self.candidate_cache.clear();
                 self.reevaluate_managed(&mut out);
                 self.rescan(&mut out);
             }
-            Event::PlanChanged(plan) => {
+            Input::PlanChanged(plan) => {
                 if plan.cpus().online != *self.online() {
                     tracing::info!(online = %plan.cpus().online, "CPUs changed: re-applying");
                 }

@@ -1,7 +1,6 @@
 use super::*;
 use crate::affinity::{Call, FakeOps};
-use crate::placement::PlacementError;
-use crate::plan::{Choose, Chosen};
+use crate::plan::tests::LowestFirst;
 use crate::rules::{compile_text, LoadPolicy};
 use crate::rules::{CpuTarget, PlacementRequest};
 use crate::watch::scan::FakeProcs;
@@ -20,32 +19,6 @@ fn rules(text: &str) -> RuleSet {
     RuleSet::new(r)
 }
 
-/// Lowest-numbered CPUs first: enough to test the manager, not a placement engine.
-struct LowestFirst;
-
-impl Choose for LowestFirst {
-    fn choose(&self, req: &PlacementRequest, avail: &CpuSet) -> Result<Chosen, PlacementError> {
-        match &req.target {
-            CpuTarget::Count(n) if avail.len() >= *n as usize => {
-                let c: CpuSet = avail.iter().take(*n as usize).collect();
-                Ok(Chosen {
-                    cpus: c.clone(),
-                    held: c,
-                })
-            }
-            CpuTarget::Count(n) => Err(PlacementError::NotEnough {
-                wanted: *n as usize,
-                usable: avail.len(),
-                why: format!("{avail} available"),
-            }),
-            CpuTarget::Cpus(c) => Ok(Chosen {
-                cpus: c.clone(),
-                held: c.clone(),
-            }),
-        }
-    }
-}
-
 /// The plan of `rules` on `online` CPUs.
 fn plan_on(rules: RuleSet, online: &str) -> Plan {
     let cpus = Cpus {
@@ -56,8 +29,8 @@ fn plan_on(rules: RuleSet, online: &str) -> Plan {
 }
 
 /// New rules, planned on CPUs 0-7.
-fn new_rules(rules: RuleSet) -> Event {
-    Event::RulesChanged(plan_on(rules, "0-7"))
+fn new_rules(rules: RuleSet) -> Input {
+    Input::RulesChanged(plan_on(rules, "0-7"))
 }
 
 struct T {
@@ -87,11 +60,11 @@ impl T {
         let tids: Vec<Tid> = threads.iter().map(|t| t.0).collect();
         self.ops.add_process(pid, start, &tids, &set("0-7"));
     }
-    fn ev(&mut self, e: Event) -> Vec<Change> {
+    fn ev(&mut self, e: Input) -> Vec<Change> {
         self.mgr.handle(e)
     }
     fn msg(&mut self, m: ProcMsg) -> Vec<Change> {
-        self.mgr.handle(Event::Proc(m))
+        self.mgr.handle(Input::Proc(m))
     }
 }
 
@@ -279,13 +252,13 @@ fn a_rescan_checks_an_unchanged_managed_process_without_a_full_snapshot() {
     t.ops.add_task(102, &set("0-7"));
     t.procs.remove(100, 101);
     t.ops.remove_task(101);
-    t.ev(Event::Rescan);
+    t.ev(Input::Rescan);
     assert_eq!(t.procs.snapshots(), snaps, "a full snapshot was taken");
     assert_eq!(t.ops.mask(102), Some(set("2-3")));
     assert_eq!(t.mgr.managed_threads(), 2);
     // Someone else's change is still noticed.
     t.ops.external_set(102, &set("5"));
-    let c = t.ev(Event::Rescan);
+    let c = t.ev(Input::Rescan);
     assert!(c.iter().any(|c| matches!(
         c,
         Change::Foreign {
@@ -297,7 +270,7 @@ fn a_rescan_checks_an_unchanged_managed_process_without_a_full_snapshot() {
     assert_eq!(t.procs.snapshots(), snaps);
     // A renamed process (an exec the events missed) gets a full look.
     t.procs.rename(100, 100, "other");
-    t.ev(Event::Rescan);
+    t.ev(Input::Rescan);
     assert!(t.procs.snapshots() > snaps);
     assert_eq!(t.mgr.managed_processes(), 0);
 }
@@ -357,7 +330,7 @@ fn a_reused_pid_is_never_acted_on_for_the_old_process() {
     t.procs.remove(100, 100);
     t.process(100, "other", 2, &[]);
     t.ops.clear_calls();
-    t.ev(Event::Rescan);
+    t.ev(Input::Rescan);
     assert!(!t.mgr.is_managed(100));
     assert!(
         t.ops.sets().is_empty(),
@@ -441,7 +414,7 @@ count = 2
     );
 
     t.process(100, "lo", 1, &[]);
-    t.ev(Event::Rescan);
+    t.ev(Input::Rescan);
     assert_eq!(
         t.ops.mask(100),
         Some(set("0-7")),
@@ -589,7 +562,7 @@ fn cpusets_narrow_or_refuse_and_refusals_are_not_retried() {
         ]
     );
     t.ops.clear_calls();
-    t.ev(Event::Rescan);
+    t.ev(Input::Rescan);
     assert!(t.ops.sets().is_empty(), "retried: {:?}", t.ops.sets());
     assert_eq!(t.mgr.counters().refused, 1);
 }
@@ -606,14 +579,14 @@ fn someone_elses_change_is_released_or_reasserted_as_configured() {
         t.process(100, "feed", 1, &[(101, "rx")]);
         t.ev(new_rules(rules(FEED)));
         t.ops.external_set(101, &set("7"));
-        let c = t.ev(Event::Rescan);
+        let c = t.ev(Input::Rescan);
         assert!(c
             .iter()
             .any(|c| matches!(c, Change::Foreign { tid: 101, .. })));
         assert_eq!(t.ops.mask(101), Some(expect.clone()), "{policy:?}");
         // A cpuset narrowing within our CPUs is not someone else's change.
         t.ops.set_cpuset(100, &set("3"));
-        let c = t.ev(Event::Rescan);
+        let c = t.ev(Input::Rescan);
         assert!(!c
             .iter()
             .any(|c| matches!(c, Change::Foreign { tid: 100, .. })));
@@ -633,7 +606,7 @@ fn hotplug_replans_and_reapplies() {
     assert_eq!(t.ops.mask(100), Some(set("0-1")));
     // CPU 1 goes away; the kernel widens nothing here but the plan moves.
     let rules = t.mgr.rules().clone();
-    t.ev(Event::PlanChanged(plan_on(rules.clone(), "0,2-7")));
+    t.ev(Input::PlanChanged(plan_on(rules.clone(), "0,2-7")));
     assert_eq!(
         t.mgr.plan_of("c", None),
         Some(&PlanState::Placed { cpus: set("0,2") })
@@ -641,7 +614,7 @@ fn hotplug_replans_and_reapplies() {
     assert_eq!(t.ops.mask(100), Some(set("0,2")));
     // The kernel widened a mask while the CPU was away; coming back re-applies.
     t.ops.external_set(100, &set("0-7"));
-    t.ev(Event::PlanChanged(plan_on(rules, "0-7")));
+    t.ev(Input::PlanChanged(plan_on(rules, "0-7")));
     assert_eq!(t.ops.mask(100), Some(set("0-1")));
     assert_eq!(t.mgr.counters().foreign_changes, 0);
 }
@@ -788,7 +761,7 @@ fn a_thread_that_replaces_one_that_exited_takes_its_free_slot() {
     let freed = on(&t, gone);
     t.procs.remove(100, gone);
     t.ops.remove_task(gone);
-    t.ev(Event::Rescan);
+    t.ev(Input::Rescan);
     born_and_named(&mut t, 300, "rx-y");
     assert_eq!(on(&t, 300), freed);
 }

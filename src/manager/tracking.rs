@@ -10,7 +10,7 @@ use super::{Change, Managed, Manager, Source};
 use crate::affinity::Tid;
 use crate::cpuset::CpuSet;
 use crate::rules::ThreadPlacement;
-use crate::watch::{ProcMsg, Snapshot};
+use crate::watch::{ProcMsg, ProcessSnapshot};
 
 impl Manager {
     /// Handles a batch of proc connector messages in order, as [`Manager::handle`] would
@@ -126,7 +126,7 @@ impl Manager {
 
     pub(super) fn consider_snapshot(
         &mut self,
-        snap: Snapshot,
+        snap: ProcessSnapshot,
         parent: Option<i32>,
         out: &mut Vec<Change>,
     ) {
@@ -197,7 +197,7 @@ impl Manager {
 
     pub(super) fn start_managing(
         &mut self,
-        snap: &Snapshot,
+        snap: &ProcessSnapshot,
         source: Source,
         original: Option<CpuSet>,
     ) -> bool {
@@ -239,7 +239,7 @@ impl Manager {
     /// Brings a managed process's threads in line with its snapshot and plan: new
     /// threads are pinned, vanished ones dropped, changed assignments re-applied, and
     /// masks changed by someone else detected.
-    pub(super) fn reconcile(&mut self, snap: Snapshot, out: &mut Vec<Change>) {
+    pub(super) fn reconcile(&mut self, snap: ProcessSnapshot, out: &mut Vec<Change>) {
         let pid = snap.pid();
         let Some(m) = self.managed.get_mut(&pid) else {
             return;

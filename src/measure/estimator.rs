@@ -7,11 +7,7 @@
 
 /// Percentile `q` (0..=1) of `sorted` by nearest rank; `NaN` when empty.
 pub fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = (q * (sorted.len() - 1) as f64).round() as usize;
-    sorted[rank.min(sorted.len() - 1)]
+    crate::stats::percentile_sorted(sorted, q)
 }
 
 fn sorted(v: &[f64]) -> Vec<f64> {

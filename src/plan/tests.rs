@@ -39,26 +39,30 @@ impl Choose for Fixed {
     }
 }
 
-/// Lowest-numbered CPUs first.
-struct LowestFirst;
+/// Lowest-numbered CPUs first: a stand-in for the placement engine, for the planner's
+/// and the manager's tests.
+pub(crate) struct LowestFirst;
 
 impl Choose for LowestFirst {
     fn choose(&self, req: &PlacementRequest, avail: &CpuSet) -> Result<Chosen, PlacementError> {
-        let CpuTarget::Count(n) = req.target else {
-            unreachable!("the planner chooses for counts only")
-        };
-        if avail.len() < n as usize {
-            return Err(PlacementError::NotEnough {
-                wanted: n as usize,
+        match &req.target {
+            CpuTarget::Count(n) if avail.len() >= *n as usize => {
+                let c: CpuSet = avail.iter().take(*n as usize).collect();
+                Ok(Chosen {
+                    cpus: c.clone(),
+                    held: c,
+                })
+            }
+            CpuTarget::Count(n) => Err(PlacementError::NotEnough {
+                wanted: *n as usize,
                 usable: avail.len(),
-                why: "test".into(),
-            });
+                why: format!("{avail} available"),
+            }),
+            CpuTarget::Cpus(c) => Ok(Chosen {
+                cpus: c.clone(),
+                held: c.clone(),
+            }),
         }
-        let c: CpuSet = avail.iter().take(n as usize).collect();
-        Ok(Chosen {
-            cpus: c.clone(),
-            held: c,
-        })
     }
 }
 

@@ -399,12 +399,12 @@ impl RuleSet {
             .iter()
             .map(|r| {
                 let outcome = match (r.check(p), winner) {
-                    (Err(why), _) => Outcome::NoMatch(why),
+                    (Err(why), _) => Standing::NoMatch(why),
                     (Ok(()), None) => {
                         winner = Some(r);
-                        Outcome::Won
+                        Standing::Won
                     }
-                    (Ok(()), Some(w)) => Outcome::Lost {
+                    (Ok(()), Some(w)) => Standing::Lost {
                         to: w.name.clone(),
                         why: if w.priority > r.priority {
                             format!("priority {} < {}", r.priority, w.priority)
@@ -466,11 +466,11 @@ pub struct Verdict {
     /// `FILE:LINE:COL` of the rule.
     pub origin: String,
     pub priority: i32,
-    pub outcome: Outcome,
+    pub outcome: Standing,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub enum Standing {
     /// Matched and has the highest precedence among the rules that matched.
     Won,
     /// Matched, but another rule comes first.
@@ -504,11 +504,11 @@ impl fmt::Display for Explanation {
         }
         for v in &self.verdicts {
             match &v.outcome {
-                Outcome::Won => writeln!(f, "  {}: matched, wins", v.rule)?,
-                Outcome::Lost { to, why } => {
+                Standing::Won => writeln!(f, "  {}: matched, wins", v.rule)?,
+                Standing::Lost { to, why } => {
                     writeln!(f, "  {}: matched, loses to {to:?} ({why})", v.rule)?
                 }
-                Outcome::NoMatch(why) => writeln!(f, "  {}: no match: {why}", v.rule)?,
+                Standing::NoMatch(why) => writeln!(f, "  {}: no match: {why}", v.rule)?,
             }
         }
         Ok(())

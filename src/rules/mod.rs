@@ -29,7 +29,7 @@ pub use load::{
     FileOutcome, LoadPolicy, LoadReport, DEFAULT_RULE_DIR, MAX_FILE_SIZE,
 };
 pub use matcher::{
-    slices_of_cgroup, unit_of_cgroup, Explanation, Match, Outcome, ProcessInfo, RuleSet,
+    slices_of_cgroup, unit_of_cgroup, Explanation, Match, ProcessInfo, RuleSet, Standing,
     ThreadAssignment, ThreadInfo, ThreadPlacement, Verdict,
 };
 

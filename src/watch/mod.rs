@@ -19,7 +19,7 @@ pub mod scan;
 pub mod uevent;
 
 pub use connector::{Connector, ProcMsg};
-pub use scan::{ProcEntry, ProcFs, ProcSource, Snapshot};
+pub use scan::{ProcEntry, ProcFs, ProcSource, ProcessSnapshot};
 pub use uevent::{CpuChange, UeventSocket};
 
 use std::path::PathBuf;

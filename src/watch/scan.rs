@@ -26,14 +26,14 @@ pub struct ProcEntry {
 
 /// A full snapshot: what the matcher needs, plus identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Snapshot {
+pub struct ProcessSnapshot {
     pub info: ProcessInfo,
     /// Clock ticks after boot; with the pidfd, the process's identity.
     pub start_time: u64,
     pub kernel_thread: bool,
 }
 
-impl Snapshot {
+impl ProcessSnapshot {
     pub fn pid(&self) -> i32 {
         self.info.pid as i32
     }
@@ -46,7 +46,7 @@ pub trait ProcSource {
     /// The cheap entry of one process; `None` when it is gone.
     fn entry(&self, pid: i32) -> Option<ProcEntry>;
     /// A full snapshot of one process; `None` when it is gone.
-    fn snapshot(&self, pid: i32) -> Option<Snapshot>;
+    fn snapshot(&self, pid: i32) -> Option<ProcessSnapshot>;
     /// The comm of one thread; `None` when it is gone.
     fn thread_comm(&self, pid: i32, tid: Tid) -> Option<String>;
     /// The thread ids of one process (a directory listing, no per-thread reads);
@@ -173,7 +173,7 @@ impl ProcSource for ProcFs {
         self.entry_with(pid, &mut String::with_capacity(512))
     }
 
-    fn snapshot(&self, pid: i32) -> Option<Snapshot> {
+    fn snapshot(&self, pid: i32) -> Option<ProcessSnapshot> {
         let entry = self.entry(pid)?;
         let process =
             procfs::process::Process::new_with_root(self.root.proc_path(pid.to_string())).ok()?;
@@ -197,7 +197,7 @@ impl ProcSource for ProcFs {
         if again.start_time != entry.start_time {
             return None;
         }
-        Some(Snapshot {
+        Some(ProcessSnapshot {
             info: ProcessInfo {
                 pid: pid as u32,
                 comm: again.comm,
@@ -230,7 +230,7 @@ impl ProcSource for ProcFs {
 /// A [`ProcSource`] over in-memory snapshots, for unit tests of the manager.
 #[derive(Debug, Default)]
 pub struct FakeProcs {
-    procs: std::sync::Mutex<std::collections::BTreeMap<i32, Snapshot>>,
+    procs: std::sync::Mutex<std::collections::BTreeMap<i32, ProcessSnapshot>>,
     reads: std::sync::atomic::AtomicUsize,
     snapshots: std::sync::atomic::AtomicUsize,
 }
@@ -240,11 +240,11 @@ impl FakeProcs {
         FakeProcs::default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<i32, Snapshot>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<i32, ProcessSnapshot>> {
         self.procs.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn read(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<i32, Snapshot>> {
+    fn read(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<i32, ProcessSnapshot>> {
         self.reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.lock()
@@ -273,7 +273,7 @@ impl FakeProcs {
         }));
         self.lock().insert(
             pid,
-            Snapshot {
+            ProcessSnapshot {
                 info: ProcessInfo {
                     pid: pid as u32,
                     comm: comm.to_string(),
@@ -342,7 +342,7 @@ impl ProcSource for FakeProcs {
         self.read().get(&pid).map(entry_of)
     }
 
-    fn snapshot(&self, pid: i32) -> Option<Snapshot> {
+    fn snapshot(&self, pid: i32) -> Option<ProcessSnapshot> {
         self.snapshots
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.read().get(&pid).cloned()
@@ -371,7 +371,7 @@ impl ProcSource for FakeProcs {
     }
 }
 
-fn entry_of(s: &Snapshot) -> ProcEntry {
+fn entry_of(s: &ProcessSnapshot) -> ProcEntry {
     ProcEntry {
         pid: s.pid(),
         comm: s.info.comm.clone(),

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use pinnerd::affinity::restore::Journal;
 use pinnerd::affinity::{AffinityOps, SystemOps};
 use pinnerd::cpuset::CpuSet;
-use pinnerd::manager::{Change, Event, Manager, ManagerConfig};
+use pinnerd::manager::{Change, Input, Manager, ManagerConfig};
 use pinnerd::plan::{Cpus, Plan};
 use pinnerd::rules::{compile_text, LoadPolicy, RuleSet};
 use pinnerd::sysroot::SysRoot;
@@ -40,8 +40,8 @@ pub fn on_cpus(online: CpuSet) -> Cpus {
 }
 
 /// New rules, planned on the online CPUs without latency domains (explicit `cpus` only).
-pub fn new_rules(rules: RuleSet) -> Event {
-    Event::RulesChanged(Plan::new(&rules, &on_cpus(online()), None))
+pub fn new_rules(rules: RuleSet) -> Input {
+    Input::RulesChanged(Plan::new(&rules, &on_cpus(online()), None))
 }
 
 pub fn rules(text: &str) -> RuleSet {
@@ -94,7 +94,7 @@ impl Rig {
         self
     }
 
-    pub fn handle(&mut self, ev: Event) {
+    pub fn handle(&mut self, ev: Input) {
         let c = self.mgr.handle(ev);
         self.changes.extend(c);
         self.mgr.flush().unwrap();
@@ -118,7 +118,7 @@ impl Rig {
                 self.buf.clear();
                 self.conn.read(&mut self.buf).unwrap();
                 for m in std::mem::take(&mut self.buf) {
-                    self.handle(Event::Proc(m));
+                    self.handle(Input::Proc(m));
                 }
             }
         }
@@ -202,12 +202,12 @@ fn stopping_restores_and_a_mask_set_by_someone_else_is_left_alone() {
     SystemOps::default()
         .set_affinity(tids[0], &cpus("0"))
         .unwrap();
-    rig.handle(Event::Rescan);
+    rig.handle(Input::Rescan);
     assert!(rig.changes.iter().any(|c| matches!(c,
         Change::Foreign { tid, released: true, .. } if *tid == tids[0])));
     assert_eq!(rig.mgr.counters().foreign_changes, 1);
     // A second check does not fight or report again.
-    rig.handle(Event::Rescan);
+    rig.handle(Input::Rescan);
     assert_eq!(rig.mgr.counters().foreign_changes, 1);
     assert_eq!(mask(tids[0]), cpus("0"));
 
@@ -287,7 +287,7 @@ fn exit_races_and_pid_identity() {
         h.kill();
     }
     rig.pump_for(Duration::from_millis(500));
-    rig.handle(Event::Rescan);
+    rig.handle(Input::Rescan);
     assert_eq!(rig.mgr.managed_processes(), 0);
     assert_eq!(rig.mgr.counters().failed, 0);
     assert_eq!(rig.mgr.counters().permission, 0);
@@ -395,7 +395,7 @@ fn a_cpuset_narrows_or_refuses_and_the_outcome_says_so() {
     );
     let refused_before = rig.mgr.counters().refused;
     // No retry loop: a rescan does not try again.
-    rig.handle(Event::Rescan);
+    rig.handle(Input::Rescan);
     assert_eq!(rig.mgr.counters().refused, refused_before);
     let row = rig
         .mgr

@@ -176,3 +176,29 @@ impl Drop for Helper {
         let _ = self.child.wait();
     }
 }
+
+/// What one run of the pinnerd binary left: its status and its output as text.
+#[derive(Debug)]
+pub struct Run {
+    pub status: std::process::ExitStatus,
+    /// The exit code; -1 when a signal ended it.
+    pub code: i32,
+    pub ok: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the pinnerd binary with `args` and waits for it: the one way tests run it.
+pub fn pinnerd(args: &[&str]) -> Run {
+    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(args)
+        .output()
+        .expect("run pinnerd");
+    Run {
+        status: out.status,
+        code: out.status.code().unwrap_or(-1),
+        ok: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}

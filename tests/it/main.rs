@@ -2,7 +2,9 @@
 
 mod affinity;
 mod cli_smoke;
+mod commands;
 mod daemon;
+mod daemon_pinning;
 mod dbus_limits;
 mod helper;
 mod measure;

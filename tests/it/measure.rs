@@ -2,7 +2,7 @@
 //! matrix import of the published matrices.
 
 use std::path::Path;
-use std::process::{Command, Output};
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,16 +11,7 @@ use pinnerd::matrix::{render, LatencyMatrix};
 use pinnerd::measure::{self, MeasureConfig, Mode, Phase, Primitive};
 use pinnerd::CpuSet;
 
-fn pinnerd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_pinnerd"))
-        .args(args)
-        .output()
-        .expect("run pinnerd")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+use super::helper::pinnerd;
 
 /// Two CPUs this process may use, as a kernel list.
 fn two_cpus() -> (u32, u32, String) {
@@ -49,8 +40,8 @@ fn json_output_is_a_complete_matrix() {
         "0",
         "--json",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(o.status.success(), "{}", o.stderr);
+    let text = o.stdout;
     let m = LatencyMatrix::from_json(&text, Path::new("stdout")).unwrap();
     assert_eq!(m.cpus, vec![a, b]);
     let v = m.between(a, b).expect("the pair has a figure");
@@ -93,8 +84,8 @@ fn csv_svg_and_out_files() {
         "--primitive",
         "load-store",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let csv = String::from_utf8(o.stdout).unwrap();
+    assert!(o.status.success(), "{}", o.stderr);
+    let csv = o.stdout;
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines[0], ",", "first row empty: {csv}");
     assert!(lines[1].ends_with(','), "{csv}");
@@ -115,8 +106,8 @@ fn human_output_has_heatmap_and_summary() {
     let _spin = super::one_spinner_at_a_time();
     let (a, b, list) = two_cpus();
     let o = pinnerd(&["measure", "--cpus", &list, "--idle-threshold", "0"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let text = String::from_utf8(o.stdout).unwrap();
+    assert!(o.status.success(), "{}", o.stderr);
+    let text = o.stdout;
     let lines: Vec<&str> = text.lines().collect();
     let header: Vec<&str> = lines[0].split_whitespace().collect();
     assert_eq!(header, vec![a.to_string(), b.to_string()], "{text}");
@@ -143,19 +134,19 @@ fn bad_cpu_lists_are_clear_errors() {
     ] {
         let o = pinnerd(&["measure", "--cpus", list, "--idle-threshold", "0"]);
         assert!(!o.status.success(), "{list:?} accepted");
-        assert!(stderr(&o).contains(want), "{list:?}: {}", stderr(&o));
+        assert!(o.stderr.contains(want), "{list:?}: {}", o.stderr);
     }
     let o = pinnerd(&["measure", "--budget", "0"]);
     assert!(
-        stderr(&o).contains("--budget must be more than 0"),
+        o.stderr.contains("--budget must be more than 0"),
         "{}",
-        stderr(&o)
+        o.stderr
     );
     let o = pinnerd(&["measure", "--idle-threshold", "150"]);
     assert!(
-        stderr(&o).contains("percentage from 0 to 100"),
+        o.stderr.contains("percentage from 0 to 100"),
         "{}",
-        stderr(&o)
+        o.stderr
     );
 }
 
@@ -187,12 +178,8 @@ fn load_guard_refuses_a_busy_cpu() {
     stop.store(true, Ordering::Relaxed);
     spinner.join().unwrap();
     assert!(!o.status.success());
-    assert!(stderr(&o).contains("is busy"), "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("below the 90% threshold"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(o.stderr.contains("is busy"), "{}", o.stderr);
+    assert!(o.stderr.contains("below the 90% threshold"), "{}", o.stderr);
 }
 
 #[test]

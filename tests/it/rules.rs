@@ -2,25 +2,14 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use pinnerd::rules::{self, FileOutcome, LoadPolicy, ProcessInfo};
 use pinnerd::settings::Settings;
 
+use super::helper::{pinnerd, Run};
+
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn pinnerd(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
-        .args(args)
-        .output()
-        .expect("run pinnerd");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 fn rule(name: &str, comm: &str) -> String {
@@ -56,7 +45,12 @@ fn the_settings_example_is_exactly_the_defaults() {
 
 #[test]
 fn check_passes_on_the_shipped_config() {
-    let (code, out, err) = pinnerd(&[
+    let Run {
+        code,
+        stdout: out,
+        stderr: err,
+        ..
+    } = pinnerd(&[
         "check",
         "--no-permissions",
         repo("config").to_str().unwrap(),
@@ -73,7 +67,12 @@ fn check_prints_every_problem_and_exits_with_the_config_code() {
     fs::write(dir.path().join("sub/b.toml"), "[[rule]]\nname = 5\n").unwrap();
     fs::write(dir.path().join("sub/c.toml"), rule("ok", "ok")).unwrap();
     fs::write(dir.path().join("notes.txt"), "not a rule file").unwrap();
-    let (code, out, err) = pinnerd(&["check", dir.path().to_str().unwrap()]);
+    let Run {
+        code,
+        stdout: out,
+        stderr: err,
+        ..
+    } = pinnerd(&["check", dir.path().to_str().unwrap()]);
     assert_eq!(code, 3, "stdout: {out}\nstderr: {err}");
     let d = dir.path().display();
     assert_eq!(
@@ -88,7 +87,9 @@ fn check_prints_every_problem_and_exits_with_the_config_code() {
 
 #[test]
 fn check_of_a_missing_path_fails() {
-    let (code, _, err) = pinnerd(&["check", "/nonexistent/pinnerd.d"]);
+    let Run {
+        code, stderr: err, ..
+    } = pinnerd(&["check", "/nonexistent/pinnerd.d"]);
     assert_eq!(code, 3);
     assert!(
         err.starts_with("/nonexistent/pinnerd.d: cannot read: No such file or directory"),
@@ -800,7 +801,12 @@ fn check_validates_a_settings_file_by_its_name() {
     )
     .unwrap();
     fs::write(dir.path().join("a.toml"), rule("a", "a")).unwrap();
-    let (code, out, err) = pinnerd(&["check", dir.path().to_str().unwrap()]);
+    let Run {
+        code,
+        stdout: out,
+        stderr: err,
+        ..
+    } = pinnerd(&["check", dir.path().to_str().unwrap()]);
     assert_eq!(code, 3, "stdout: {out}\nstderr: {err}");
     assert_eq!(
         err,
@@ -815,6 +821,8 @@ fn check_validates_a_settings_file_by_its_name() {
         "[watch]\nrescan-interval = \"off\"\n",
     )
     .unwrap();
-    let (code, out, _) = pinnerd(&["check", dir.path().to_str().unwrap()]);
+    let Run {
+        code, stdout: out, ..
+    } = pinnerd(&["check", dir.path().to_str().unwrap()]);
     assert_eq!((code, out.as_str()), (0, "ok: 2 files, 1 rule\n"));
 }

@@ -37,7 +37,7 @@ fn the_connector_reports_fork_exec_and_exit_of_a_child() {
 }
 
 use pinnerd::affinity::Outcome;
-use pinnerd::manager::{Change, Event};
+use pinnerd::manager::{Change, Input};
 use pinnerd::plan::Plan;
 use pinnerd::watch::UeventSocket;
 
@@ -128,7 +128,7 @@ fn cpu1_offline_then_online_repins() {
     wait_uevent(&mut ue, 1, false);
     rig.changes.clear();
     let plan = Plan::new(rig.mgr.rules(), &on_cpus(online()), None);
-    rig.handle(Event::PlanChanged(plan));
+    rig.handle(Input::PlanChanged(plan));
     assert!(
         rig.changes.iter().any(|c| matches!(c,
             Change::Pinned { pid: p, outcome: Outcome::Refused { .. }, .. } if *p == pid)),
@@ -144,7 +144,7 @@ fn cpu1_offline_then_online_repins() {
         .map(|&t| super::affinity::mask(t).to_string())
         .collect();
     let plan = Plan::new(rig.mgr.rules(), &on_cpus(online()), None);
-    rig.handle(Event::PlanChanged(plan));
+    rig.handle(Input::PlanChanged(plan));
     assert!(
         all_on(&h, &cpus("1")),
         "not re-pinned after CPU 1 came back (masks before re-applying: {before:?})"
@@ -223,19 +223,17 @@ fn plan_live_keeps_the_settings_housekeeping_cpus_free() {
             format!("[placement]\nhousekeeping-cpus = \"{housekeeping}\"\n"),
         )
         .unwrap();
-        let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
-            .args(["plan", "--live", "--json", "--config"])
-            .arg(&settings)
-            .arg("--rules")
-            .arg(&rules_dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let out = super::helper::pinnerd(&[
+            "plan",
+            "--live",
+            "--json",
+            "--config",
+            settings.to_str().unwrap(),
+            "--rules",
+            rules_dir.to_str().unwrap(),
+        ]);
+        assert!(out.ok, "{}", out.stderr);
+        let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
         let plan = v["plans"]
             .as_array()
             .unwrap()

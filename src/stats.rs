@@ -1,0 +1,66 @@
+//! Order statistics, in one place: percentiles by nearest rank and the median.
+//!
+//! Pure: numbers in, numbers out. Used by `measure` (batch figures), `domains`
+//! (level contrast), `cli::compare` (runs) and the benchmarks.
+
+/// Percentile `q` (0..=1) of `sorted` (ascending) by nearest rank; `NaN` when empty.
+pub fn percentile_sorted(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = (q * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// Percentile `q` (0..=1) of `v` in any order, by nearest rank (as
+/// [`percentile_sorted`], without sorting all of `v`); `None` when empty.
+pub fn percentile(v: &[f64], q: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let mut s = v.to_vec();
+    let last = s.len() - 1;
+    let k = ((last as f64 * q).round() as usize).min(last);
+    let (_, x, _) = s.select_nth_unstable_by(k, f64::total_cmp);
+    Some(*x)
+}
+
+/// The median of `v` in any order: the middle value, or the mean of the two middle
+/// values of an even count; `None` when empty.
+pub fn median(v: &[f64]) -> Option<f64> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let n = s.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(s[n / 2]),
+        _ => Some((s[n / 2 - 1] + s[n / 2]) / 2.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nearest_rank_percentiles_agree_sorted_or_not() {
+        let v = [5.0, 1.0, 4.0, 2.0, 3.0];
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        for q in [0.0, 0.1, 0.25, 0.5, 0.9, 1.0] {
+            assert_eq!(percentile(&v, q), Some(percentile_sorted(&s, q)), "q={q}");
+        }
+        assert_eq!(percentile(&v, 0.0), Some(1.0));
+        assert_eq!(percentile(&v, 0.5), Some(3.0));
+        assert_eq!(percentile(&v, 1.0), Some(5.0));
+        assert_eq!(percentile(&[], 0.5), None);
+        assert!(percentile_sorted(&[], 0.5).is_nan());
+    }
+
+    #[test]
+    fn the_median_of_an_even_count_is_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+    }
+}
