@@ -554,8 +554,8 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<String> {
-        self.admit(conn, &header, "Explain").await?;
-        match self.forward(Command::Explain { pid }).await? {
+        let caller_uid = self.admit(conn, &header, "Explain").await?;
+        match self.forward(Command::Explain { pid, caller_uid }).await? {
             Reply::Text(s) => Ok(s),
             other => Err(unexpected(other)),
         }

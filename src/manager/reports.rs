@@ -68,6 +68,33 @@ impl Manager {
         self.protected.values().cloned().collect()
     }
 
+    /// [`Manager::explain`] as user `caller_uid` may see it: root and the process's owner
+    /// get all of it; anyone else only the rule that manages it and its CPUs — never the
+    /// command line, the executable or the verdicts that would reveal them, which the
+    /// daemon reads with privileges the caller lacks.
+    pub fn explain_for(&self, pid: i32, caller_uid: u32) -> String {
+        if caller_uid == 0 {
+            return self.explain(pid);
+        }
+        let Some(snap) = self.procs.snapshot(pid) else {
+            return format!("pid {pid}: no such process\n");
+        };
+        if snap.info.uid == caller_uid && !snap.kernel_thread {
+            return self.explain(pid);
+        }
+        let mut s =
+            format!("pid {pid}: a process of another user; shown: its rule and CPUs only\n");
+        match self
+            .list_managed()
+            .into_iter()
+            .find(|r| r.pid as i32 == pid)
+        {
+            Some(r) => s.push_str(&format!("managed by {} on CPUs {}\n", r.rule, r.cpus)),
+            None => s.push_str("not managed\n"),
+        }
+        s
+    }
+
     /// Why process `pid` got (or did not get) what it has: the matcher's verdicts,
     /// the plan of the winning rule and each thread's outcome.
     pub fn explain(&self, pid: i32) -> String {

@@ -869,3 +869,24 @@ cpus = "0"
     assert_eq!(t.ops.mask(300), Some(set("0")));
     assert_eq!(t.ops.mask(own), Some(set("0-7")), "pinnerd pinned itself");
 }
+
+#[test]
+fn explain_shows_another_users_process_only_by_rule_and_cpus() {
+    let mut t = rig(ManagerConfig::default());
+    // FakeProcs' processes belong to root.
+    t.process(100, "feed", 1, &[(101, "rx")]);
+    t.process(200, "other", 1, &[]);
+    t.ev(new_rules(rules(FEED)));
+    let full = t.mgr.explain_for(100, 0);
+    assert_eq!(full, t.mgr.explain(100));
+    assert!(full.contains("original mask"), "{full}");
+    let theirs = t.mgr.explain_for(100, 65534);
+    assert_eq!(
+        theirs,
+        "pid 100: a process of another user; shown: its rule and CPUs only\nmanaged by feed on CPUs 2-3\n"
+    );
+    assert_eq!(
+        t.mgr.explain_for(200, 65534),
+        "pid 200: a process of another user; shown: its rule and CPUs only\nnot managed\n"
+    );
+}

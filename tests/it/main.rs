@@ -6,6 +6,7 @@ mod commands;
 mod daemon;
 mod daemon_pinning;
 mod dbus_limits;
+mod explain_privacy;
 mod helper;
 mod measure;
 mod packaging;
