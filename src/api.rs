@@ -28,6 +28,9 @@ pub enum Command {
     ListManaged,
     Explain {
         pid: u32,
+        /// Who asks: root, or the process's owner, gets the whole explanation; anyone
+        /// else only the rule and the CPUs.
+        caller_uid: u32,
     },
     Plan {
         count: u32,

@@ -8,8 +8,12 @@
 //! It speaks the types of `api` and knows nothing of the daemon: it sends a [`Call`]
 //! into whatever channel it is given, whose events can carry one.
 //!
+//! Property reads pass the same uid and rate checks as methods (one token per message).
+//! Callers' uids are asked of the bus once per connection and forgotten when it leaves.
+//!
 //! Must not touch: daemon state. This object holds no state of its own beyond the
-//! per-caller rate limiter; it never blocks the loop and the loop never waits on it.
+//! per-caller rate limiter and the uid cache; it never blocks the loop and the loop
+//! never waits on it.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -169,6 +173,80 @@ pub struct Pinnerd1<E> {
     events: mpsc::Sender<E>,
     snapshot: watch::Receiver<Snapshot>,
     limiter: RateLimiter,
+    callers: std::sync::Arc<Callers>,
+}
+
+/// Callers by unique bus name: the uid the bus vouched for (asked once per connection)
+/// and the last message charged to the rate limiter. An entry goes when its connection
+/// does (`NameOwnerChanged`); the map is bounded besides.
+#[derive(Debug, Default)]
+pub struct Callers {
+    map: Mutex<HashMap<String, Caller>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Caller {
+    uid: u32,
+    /// The serial of the last message charged, and whether it was admitted: `GetAll`
+    /// reads every property with one message and pays once.
+    charged: Option<(std::num::NonZeroU32, bool)>,
+}
+
+/// Most connections whose uids are remembered at once.
+const MAX_CALLERS: usize = 4096;
+
+impl Callers {
+    fn uid(&self, name: &str) -> Option<u32> {
+        self.lock().get(name).map(|c| c.uid)
+    }
+
+    fn remember(&self, name: &str, uid: u32) {
+        let mut map = self.lock();
+        if map.len() >= MAX_CALLERS {
+            map.clear();
+        }
+        map.insert(name.to_string(), Caller { uid, charged: None });
+    }
+
+    /// Forgets a connection that left the bus.
+    pub fn forget(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    /// How many connections are remembered.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Charges message `serial` of `name` once: `charge` runs for its first read only,
+    /// later reads of the same message get the same answer.
+    fn charge_once(
+        &self,
+        name: &str,
+        serial: std::num::NonZeroU32,
+        charge: impl FnOnce() -> bool,
+    ) -> bool {
+        let mut map = self.lock();
+        let Some(c) = map.get_mut(name) else {
+            return charge();
+        };
+        match c.charged {
+            Some((s, admitted)) if s == serial => admitted,
+            _ => {
+                let admitted = charge();
+                c.charged = Some((serial, admitted));
+                admitted
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Caller>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
@@ -182,35 +260,74 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
             events,
             snapshot,
             limiter,
+            callers: std::sync::Arc::new(Callers::default()),
         }
+    }
+
+    /// The callers this object remembers (shared with the `NameOwnerChanged` watcher).
+    pub fn callers(&self) -> std::sync::Arc<Callers> {
+        self.callers.clone()
     }
 
     fn snap(&self) -> watch::Ref<'_, Snapshot> {
         self.snapshot.borrow()
     }
 
-    /// Who called, from the bus (never from a pid, which can be reused).
-    async fn caller_uid(conn: &Connection, header: &Header<'_>) -> Result<u32> {
+    /// Who called, from the bus (never from a pid, which can be reused): asked once per
+    /// connection, then remembered until it leaves the bus.
+    async fn caller_uid(&self, conn: &Connection, header: &Header<'_>) -> Result<u32> {
         let sender = header
             .sender()
             .ok_or_else(|| MethodError::NotPermitted("the call carries no sender".into()))?;
+        if let Some(uid) = self.callers.uid(sender.as_str()) {
+            return Ok(uid);
+        }
         let proxy = DBusProxy::new(conn).await?;
-        proxy
+        let uid = proxy
             .get_connection_unix_user(sender.clone().into())
             .await
-            .map_err(|e| MethodError::NotPermitted(format!("cannot identify the caller: {e}")))
+            .map_err(|e| MethodError::NotPermitted(format!("cannot identify the caller: {e}")))?;
+        self.callers.remember(sender.as_str(), uid);
+        Ok(uid)
     }
 
-    /// The checks every method makes: the uid, then the rate limit.
+    /// The checks every method and property read makes: the uid, then the rate limit
+    /// (one token per message, however many properties it reads).
     async fn admit(&self, conn: &Connection, header: &Header<'_>, method: &str) -> Result<u32> {
-        let uid = Self::caller_uid(conn, header).await?;
-        if uid != 0 && !self.limiter.allow(uid, Instant::now()) {
+        let uid = self.caller_uid(conn, header).await?;
+        if uid == 0 {
+            return Ok(uid);
+        }
+        let sender = header.sender().map(|s| s.as_str()).unwrap_or_default();
+        let serial = header.primary().serial_num();
+        let admitted = self
+            .callers
+            .charge_once(sender, serial, || self.limiter.allow(uid, Instant::now()));
+        if !admitted {
             tracing::warn!(uid, method, "caller over its rate limit");
             return Err(MethodError::RateLimited(format!(
                 "{method}: too many calls from uid {uid}; slow down"
             )));
         }
         Ok(uid)
+    }
+
+    /// [`Self::admit`] for a property read; reads the daemon makes itself (no header)
+    /// pass.
+    async fn admit_read(
+        &self,
+        conn: &Connection,
+        header: Option<Header<'_>>,
+        property: &str,
+    ) -> fdo::Result<()> {
+        let Some(header) = header else {
+            return Ok(());
+        };
+        match self.admit(conn, &header, property).await {
+            Ok(_) => Ok(()),
+            Err(MethodError::RateLimited(m)) => Err(fdo::Error::LimitsExceeded(m)),
+            Err(e) => Err(fdo::Error::AccessDenied(e.to_string())),
+        }
     }
 
     /// As [`Self::admit`], and only root may pass.
@@ -278,56 +395,101 @@ fn unexpected(reply: Reply) -> MethodError {
 impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     /// The daemon's version.
     #[zbus(property(emits_changed_signal = "const"))]
-    fn version(&self) -> String {
-        self.snap().version.clone()
+    async fn version(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<String> {
+        self.admit_read(conn, header, "Version").await?;
+        Ok(self.snap().version.clone())
     }
 
     /// starting | measuring | ready | degraded.
     #[zbus(property)]
-    fn state(&self) -> String {
-        self.snap().state.as_str().to_string()
+    async fn state(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<String> {
+        self.admit_read(conn, header, "State").await?;
+        Ok(self.snap().state.as_str().to_string())
     }
 
     /// When the current matrix was measured, in µs since the epoch; 0 = never.
     #[zbus(property)]
-    fn measured_at(&self) -> u64 {
-        self.snap().measured_at_us
+    async fn measured_at(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<u64> {
+        self.admit_read(conn, header, "MeasuredAt").await?;
+        Ok(self.snap().measured_at_us)
     }
 
     /// The hardware fingerprint the matrix belongs to.
     #[zbus(property)]
-    fn fingerprint(&self) -> String {
-        self.snap().fingerprint.clone()
+    async fn fingerprint(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<String> {
+        self.admit_read(conn, header, "Fingerprint").await?;
+        Ok(self.snap().fingerprint.clone())
     }
 
     /// Online CPUs.
     #[zbus(property)]
-    fn cpu_count(&self) -> u32 {
-        self.snap().cpu_count
+    async fn cpu_count(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<u32> {
+        self.admit_read(conn, header, "CpuCount").await?;
+        Ok(self.snap().cpu_count)
     }
 
     /// Rules loaded.
     #[zbus(property)]
-    fn rule_count(&self) -> u32 {
-        self.snap().rule_count
+    async fn rule_count(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<u32> {
+        self.admit_read(conn, header, "RuleCount").await?;
+        Ok(self.snap().rule_count)
     }
 
     /// Processes currently managed.
     #[zbus(property)]
-    fn managed_processes(&self) -> u32 {
-        self.snap().managed_processes
+    async fn managed_processes(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<u32> {
+        self.admit_read(conn, header, "ManagedProcesses").await?;
+        Ok(self.snap().managed_processes)
     }
 
     /// Threads currently managed.
     #[zbus(property)]
-    fn managed_threads(&self) -> u32 {
-        self.snap().managed_threads
+    async fn managed_threads(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<u32> {
+        self.admit_read(conn, header, "ManagedThreads").await?;
+        Ok(self.snap().managed_threads)
     }
 
     /// Problems in the rule files, as `FILE:LINE:COL: message`.
     #[zbus(property)]
-    fn rule_errors(&self) -> Vec<String> {
-        self.snap().rule_errors.clone()
+    async fn rule_errors(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<Vec<String>> {
+        self.admit_read(conn, header, "RuleErrors").await?;
+        Ok(self.snap().rule_errors.clone())
     }
 
     /// Starts a measurement in the background and returns its job id at once. Calls made
@@ -392,8 +554,8 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<String> {
-        self.admit(conn, &header, "Explain").await?;
-        match self.forward(Command::Explain { pid }).await? {
+        let caller_uid = self.admit(conn, &header, "Explain").await?;
+        match self.forward(Command::Explain { pid, caller_uid }).await? {
             Reply::Text(s) => Ok(s),
             other => Err(unexpected(other)),
         }
@@ -500,7 +662,9 @@ pub async fn serve<E: From<Call> + Send + Sync + 'static>(
     limiter: RateLimiter,
 ) -> Result<Connection, DbusError> {
     let object = Pinnerd1::new(events, snapshot, limiter);
-    bus.builder()
+    let callers = object.callers();
+    let conn = bus
+        .builder()
         .serve_at(OBJECT_PATH, object)
         .name(BUS_NAME)
         .allow_name_replacements(false)
@@ -515,7 +679,33 @@ pub async fn serve<E: From<Call> + Send + Sync + 'static>(
                 bus: bus.to_string(),
                 source,
             },
-        })
+        })?;
+    forget_departed_callers(&conn, callers)
+        .await
+        .map_err(|source| DbusError::Connect {
+            bus: bus.to_string(),
+            source,
+        })?;
+    Ok(conn)
+}
+
+/// Drops a caller's remembered uid when its connection leaves the bus.
+async fn forget_departed_callers(
+    conn: &Connection,
+    callers: std::sync::Arc<Callers>,
+) -> zbus::Result<()> {
+    use futures_util::StreamExt;
+    let proxy = DBusProxy::new(conn).await?;
+    let mut changes = proxy.receive_name_owner_changed().await?;
+    tokio::spawn(async move {
+        while let Some(signal) = changes.next().await {
+            let Ok(args) = signal.args() else { continue };
+            if args.new_owner().is_none() {
+                callers.forget(args.name().as_str());
+            }
+        }
+    });
+    Ok(())
 }
 
 /// Emits one signal from the object.

@@ -50,6 +50,11 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{p}");
     }
     let files = report.files.len() + settings.len();
+    for rule in report.rules.rules() {
+        if let Some(note) = crate::manager::protect::broad_rule_note(rule) {
+            println!("{note}");
+        }
+    }
     if problems.is_empty() {
         println!(
             "ok: {files} file{}, {} rule{}",

@@ -80,6 +80,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let plan = Plan::new(&report.rules, mgr.plan().cpus(), Some(&domains));
     mgr.handle(Input::RulesChanged(plan));
     let rows = mgr.list_managed();
+    let protected = mgr.protected();
 
     let mut out = String::new();
     if args.json {
@@ -101,6 +102,9 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
             "rule_errors": report.error_strings(),
             "plans": mgr.plan().units(),
             "processes": procs,
+            "protected": protected.iter().map(|p| serde_json::json!({
+                "pid": p.pid, "comm": p.comm, "rule": p.rule, "why": p.why.describe(),
+            })).collect::<Vec<_>>(),
             "changed_nothing": true,
         });
         out = serde_json::to_string_pretty(&v)? + "\n";
@@ -151,6 +155,19 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                 "  {:>8}  {:<16} {:<20} {:<12} {:<12} {}",
                 r.pid, r.comm, r.rule, r.cpus, now, r.state
             );
+        }
+        if !protected.is_empty() {
+            let _ = writeln!(out, "\nmatched but not managed ({}):", protected.len());
+            for p in &protected {
+                let _ = writeln!(
+                    out,
+                    "  {:>8}  {:<16} {:<20} {}",
+                    p.pid,
+                    p.comm,
+                    p.rule,
+                    p.why.describe()
+                );
+            }
         }
     }
     let _ = std::io::stdout().lock().write_all(out.as_bytes());

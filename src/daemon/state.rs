@@ -424,12 +424,12 @@ impl State {
                     })
                     .unwrap_or_default(),
             )),
-            Command::Explain { pid } => {
+            Command::Explain { pid, caller_uid } => {
                 if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
                     return Err(CommandError::NoSuchProcess(pid));
                 }
                 match &self.manager {
-                    Some(m) => Ok(Reply::Text(m.explain(pid as i32))),
+                    Some(m) => Ok(Reply::Text(m.explain_for(pid as i32, caller_uid))),
                     None => Err(CommandError::Starting),
                 }
             }

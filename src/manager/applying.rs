@@ -51,14 +51,10 @@ impl Manager {
                 let Some(placement) = rule.thread_placement(comm) else {
                     return (ThreadPlacement::Process, 0, None);
                 };
+                // Held only once the thread is recorded with it (`pin_thread`).
                 let slot = match (placement, m.threads.get(&tid)) {
                     (p, Some(t)) if t.placement == p => t.slot,
-                    (ThreadPlacement::Thread(i), _) => {
-                        let next = m.next_slot.entry(i).or_insert(0);
-                        *next += 1;
-                        *next - 1
-                    }
-                    _ => 0,
+                    (p, _) => m.free_slot(p),
                 };
                 let cpus = self
                     .plan
@@ -114,6 +110,10 @@ impl Manager {
             return;
         }
         let (placement, slot, target) = self.target_for(pid, tid, &comm);
+        let overflow = match self.managed.get(&pid).map(|m| &m.source) {
+            Some(Source::Rule(r)) => self.slots_outnumbered(&r.name, placement, slot),
+            _ => None,
+        };
         let online = self.online().clone();
         let on_foreign = self.config.on_foreign_change;
         let Some(m) = self.managed.get_mut(&pid) else {
@@ -123,7 +123,7 @@ impl Manager {
         let current = match self.ops.get_affinity(tid) {
             Ok(c) => c,
             Err(_) => {
-                m.threads.remove(&tid);
+                m.remove_thread(tid);
                 self.counters.gone += 1;
                 tracing::debug!(pid, tid, "thread gone before it could be pinned");
                 return;
@@ -133,6 +133,7 @@ impl Manager {
         let Some(target) = target else {
             // Its unit lost a conflict or could not be placed: leave it alone.
             if existing.is_none() {
+                m.hold_slot(placement, slot);
                 m.threads.insert(
                     tid,
                     ManagedThread {
@@ -191,8 +192,13 @@ impl Manager {
                     }
                 }
             }
+            let (was, was_slot) = (t.placement, t.slot);
             t.placement = placement;
             t.slot = slot;
+            if (was, was_slot) != (placement, slot) {
+                m.release_slot(was, was_slot);
+                m.hold_slot(placement, slot);
+            }
         } else {
             // First contact: remember what it had. A thread that inherited our mask
             // from its creator gets the process's original back later.
@@ -209,6 +215,14 @@ impl Manager {
             } else {
                 current.clone()
             };
+            m.hold_slot(placement, slot);
+            if let Some(n) = overflow {
+                tracing::warn!(
+                    pid, tid, rule = %rule, comm = %comm, slot, slots = n,
+                    "more threads than slots: this thread shares the CPUs of slot {}",
+                    slot % n
+                );
+            }
             m.threads.insert(
                 tid,
                 ManagedThread {
@@ -231,7 +245,7 @@ impl Manager {
             return;
         };
         if outcome == Outcome::Gone {
-            m.threads.remove(&tid);
+            m.remove_thread(tid);
             return;
         }
         if let Some(t) = m.threads.get_mut(&tid) {
@@ -394,6 +408,26 @@ impl Manager {
             j.save(&[])?;
         }
         Ok(out)
+    }
+}
+
+impl Manager {
+    /// For a thread of a per-thread entry whose slot is past the plan's slots (more
+    /// threads than slots): how many slots there are. Such a thread shares the CPUs of
+    /// slot `slot % slots`.
+    pub(super) fn slots_outnumbered(
+        &self,
+        rule: &str,
+        placement: ThreadPlacement,
+        slot: usize,
+    ) -> Option<usize> {
+        let ThreadPlacement::Thread(i) = placement else {
+            return None;
+        };
+        match self.plan.get(rule, Some(i))? {
+            crate::plan::PlanState::Slots { slots } if slot >= slots.len() => Some(slots.len()),
+            _ => None,
+        }
     }
 }
 

@@ -34,13 +34,15 @@
 //!
 //! Inside: `tracking` (events and rescans → who is managed, with which threads),
 //! `applying` (the plan → masks, through `affinity::apply`; release and restore),
-//! `reports` (`ListManaged` rows, `explain`, the journal's contents), `tests`.
+//! `reports` (`ListManaged` rows, `explain`, the journal's contents), `protect` (its own
+//! process, PID 1 and the bus daemon), `tests`.
 
 mod applying;
+pub mod protect;
 mod reports;
 mod tracking;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -208,8 +210,84 @@ struct Managed {
     /// The main thread's mask at first contact: every thread's default original.
     original: CpuSet,
     threads: BTreeMap<Tid, ManagedThread>,
-    /// Next free slot per non-shared thread entry.
-    next_slot: HashMap<usize, usize>,
+    /// The slots of each thread entry, held by its live threads.
+    slots: HashMap<usize, SlotPool>,
+}
+
+impl Managed {
+    /// Records that a thread of `placement` holds `slot`.
+    fn hold_slot(&mut self, placement: ThreadPlacement, slot: usize) {
+        if let ThreadPlacement::Thread(i) = placement {
+            self.slots.entry(i).or_default().hold(slot);
+        }
+    }
+
+    /// Gives a thread's slot back for the next thread of its entry.
+    fn release_slot(&mut self, placement: ThreadPlacement, slot: usize) {
+        if let ThreadPlacement::Thread(i) = placement {
+            if let Some(pool) = self.slots.get_mut(&i) {
+                pool.give_back(slot);
+            }
+        }
+    }
+
+    /// The slot a new thread of `placement` would get: the lowest free one.
+    fn free_slot(&self, placement: ThreadPlacement) -> usize {
+        match placement {
+            ThreadPlacement::Thread(i) => self.slots.get(&i).map_or(0, SlotPool::lowest_free),
+            ThreadPlacement::Process => 0,
+        }
+    }
+
+    /// Stops tracking a thread (it exited or vanished), freeing its slot.
+    fn remove_thread(&mut self, tid: Tid) -> Option<ManagedThread> {
+        let t = self.threads.remove(&tid)?;
+        self.release_slot(t.placement, t.slot);
+        Some(t)
+    }
+
+    /// Keeps only the threads `keep` accepts, freeing the others' slots.
+    fn retain_threads(&mut self, keep: impl Fn(Tid) -> bool) {
+        let gone: Vec<Tid> = self.threads.keys().copied().filter(|t| !keep(*t)).collect();
+        for tid in gone {
+            self.remove_thread(tid);
+        }
+    }
+}
+
+/// The slots of one `[[rule.threads]]` entry: a new thread takes the lowest slot no live
+/// thread holds, so a thread that replaces one that exited lands on the CPUs it left
+/// instead of on a live thread's. Slots past the plan's count wrap around (threads
+/// outnumber slots, and share CPUs; `explain` and the log say so).
+#[derive(Debug, Default)]
+struct SlotPool {
+    /// Every slot below this is held, except those in `free`.
+    next: usize,
+    free: BTreeSet<usize>,
+}
+
+impl SlotPool {
+    fn lowest_free(&self) -> usize {
+        self.free.first().copied().unwrap_or(self.next)
+    }
+
+    fn hold(&mut self, slot: usize) {
+        if self.free.remove(&slot) || slot < self.next {
+            return;
+        }
+        self.free.extend(self.next..slot);
+        self.next = slot + 1;
+    }
+
+    fn give_back(&mut self, slot: usize) {
+        if slot >= self.next {
+            return;
+        }
+        self.free.insert(slot);
+        while self.next > 0 && self.free.remove(&(self.next - 1)) {
+            self.next -= 1;
+        }
+    }
 }
 
 /// The engine. See the module doc for how to drive it.
@@ -225,6 +303,11 @@ pub struct Manager {
     journal: Option<Journal>,
     journal_dirty: bool,
     counters: Counters,
+    /// pinnerd's own pid: never managed (see `protect`).
+    own_pid: i32,
+    /// Processes a rule matched that `protect` kept out (a handful at most: pinnerd,
+    /// PID 1, the bus daemon).
+    protected: BTreeMap<i32, protect::ProtectedMatch>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -254,6 +337,8 @@ impl Manager {
             journal: None,
             journal_dirty: false,
             counters: Counters::default(),
+            own_pid: std::process::id() as i32,
+            protected: BTreeMap::new(),
         }
     }
 

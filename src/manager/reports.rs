@@ -62,6 +62,39 @@ impl Manager {
             .collect()
     }
 
+    /// Processes a rule matched that are not managed because they are pinnerd itself,
+    /// PID 1 or the bus daemon (see `protect`).
+    pub fn protected(&self) -> Vec<super::protect::ProtectedMatch> {
+        self.protected.values().cloned().collect()
+    }
+
+    /// [`Manager::explain`] as user `caller_uid` may see it: root and the process's owner
+    /// get all of it; anyone else only the rule that manages it and its CPUs — never the
+    /// command line, the executable or the verdicts that would reveal them, which the
+    /// daemon reads with privileges the caller lacks.
+    pub fn explain_for(&self, pid: i32, caller_uid: u32) -> String {
+        if caller_uid == 0 {
+            return self.explain(pid);
+        }
+        let Some(snap) = self.procs.snapshot(pid) else {
+            return format!("pid {pid}: no such process\n");
+        };
+        if snap.info.uid == caller_uid && !snap.kernel_thread {
+            return self.explain(pid);
+        }
+        let mut s =
+            format!("pid {pid}: a process of another user; shown: its rule and CPUs only\n");
+        match self
+            .list_managed()
+            .into_iter()
+            .find(|r| r.pid as i32 == pid)
+        {
+            Some(r) => s.push_str(&format!("managed by {} on CPUs {}\n", r.rule, r.cpus)),
+            None => s.push_str("not managed\n"),
+        }
+        s
+    }
+
     /// Why process `pid` got (or did not get) what it has: the matcher's verdicts,
     /// the plan of the winning rule and each thread's outcome.
     pub fn explain(&self, pid: i32) -> String {
@@ -81,7 +114,17 @@ impl Manager {
         let _ = write!(s, "{}", self.plan.rules().explain(&snap.info));
         match self.managed.get(&pid) {
             None => {
-                let _ = writeln!(s, "not managed");
+                let protected = self.plan.rules().match_process(&snap.info).and_then(|m| {
+                    super::protect::protected(pid, &snap.info.comm, self.own_pid, &m.rule)
+                });
+                match protected {
+                    Some(p) => {
+                        let _ = writeln!(s, "not managed: {}", p.describe());
+                    }
+                    None => {
+                        let _ = writeln!(s, "not managed");
+                    }
+                }
             }
             Some(m) => {
                 let _ = writeln!(
@@ -116,6 +159,18 @@ impl Manager {
                             }
                             other => other.label().to_string(),
                         }
+                    };
+                    let shared = match &m.source {
+                        Source::Rule(r) => self.slots_outnumbered(&r.name, t.placement, t.slot),
+                        Source::Runtime(_) => None,
+                    };
+                    let what = match shared {
+                        Some(n) => format!(
+                            "{what} (slot {} of {n}: more threads than slots, shares the CPUs of slot {})",
+                            t.slot + 1,
+                            t.slot % n + 1
+                        ),
+                        None => what,
                     };
                     let _ = writeln!(s, "  tid {tid} ({}): {what}", t.comm);
                 }

@@ -697,3 +697,200 @@ fn runtime_pins_override_rules_and_release_restores() {
         Err(ManagerError::NoProcess { pid: 999 })
     ));
 }
+
+/// A thread `tid` born in process 100 (with its creator's name and mask, as a clone
+/// is) that then names itself `name`.
+fn born_and_named(t: &mut T, tid: Tid, name: &str) {
+    t.procs.add_thread(100, tid, "md");
+    t.ops.add_task(tid, &set("0"));
+    t.msg(ProcMsg::NewThread {
+        pid: 100,
+        tid,
+        parent: 100,
+    });
+    t.procs.rename(100, tid, name);
+    t.msg(ProcMsg::Comm {
+        pid: 100,
+        tid,
+        comm: name.into(),
+    });
+}
+
+/// Thread `tid` of process 100 exits.
+fn exits(t: &mut T, tid: Tid) {
+    t.procs.remove(100, tid);
+    t.ops.remove_task(tid);
+    t.msg(ProcMsg::Exit { pid: 100, tid });
+}
+
+const RX_PER_THREAD: &str = r#"
+[[rule]]
+name = "md"
+[rule.match]
+comm = "md"
+[rule.place]
+cpus = "0"
+[[rule.threads]]
+comm = "rx-*"
+count = 1
+within = "4-6"
+"#;
+
+#[test]
+fn a_thread_that_replaces_one_that_exited_takes_its_free_slot() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "md", 1, &[(101, "rx-a"), (102, "rx-b"), (103, "rx-c")]);
+    t.ev(new_rules(rules(RX_PER_THREAD)));
+    let on = |t: &T, tid| t.ops.mask(tid).unwrap().to_string();
+    assert_eq!([on(&t, 101), on(&t, 102), on(&t, 103)], ["4", "5", "6"]);
+    // rx-b exits and is restarted: the new thread gets CPU 5, the one rx-b left, not
+    // a live thread's CPU.
+    exits(&mut t, 102);
+    born_and_named(&mut t, 104, "rx-b");
+    assert_eq!(on(&t, 104), "5");
+    // Churn many times over: the slots stay one per thread.
+    let mut live = vec![101, 103, 104];
+    for n in 0..50 {
+        let gone = live.remove(n % 3);
+        exits(&mut t, gone);
+        let tid = 200 + n as Tid;
+        born_and_named(&mut t, tid, "rx-x");
+        live.push(tid);
+        let mut cpus: Vec<String> = live.iter().map(|&x| on(&t, x)).collect();
+        cpus.sort();
+        assert_eq!(cpus, ["4", "5", "6"], "after {} restarts", n + 1);
+    }
+    // A rescan that finds a thread gone without its exit event frees its slot too.
+    let gone = live.remove(0);
+    let freed = on(&t, gone);
+    t.procs.remove(100, gone);
+    t.ops.remove_task(gone);
+    t.ev(Input::Rescan);
+    born_and_named(&mut t, 300, "rx-y");
+    assert_eq!(on(&t, 300), freed);
+}
+
+#[test]
+fn threads_that_outnumber_their_slots_are_said_to_share() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(
+        100,
+        "md",
+        1,
+        &[(101, "rx-a"), (102, "rx-b"), (103, "rx-c"), (104, "rx-d")],
+    );
+    t.ev(new_rules(rules(RX_PER_THREAD)));
+    // Three slots (CPUs 4, 5, 6), four threads: the fourth wraps to the first slot.
+    assert_eq!(t.ops.mask(104), Some(set("4")));
+    let why = t.mgr.explain(100);
+    assert!(
+        why.contains(
+            "tid 104 (rx-d): applied 4 (slot 4 of 3: more threads than slots, shares the CPUs of slot 1)"
+        ),
+        "{why}"
+    );
+    assert!(!why.contains("tid 101 (rx-a): applied 4 ("), "{why}");
+}
+
+const EVERYTHING: &str = r#"
+[[rule]]
+name = "all"
+[rule.match]
+comm = "*"
+[rule.place]
+cpus = "2"
+"#;
+
+#[test]
+fn a_broad_rule_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
+    let mut t = rig(ManagerConfig::default());
+    let own = std::process::id() as i32;
+    t.process(1, "systemd", 1, &[]);
+    t.process(own, "pinnerd", 1, &[]);
+    t.process(300, "dbus-daemon", 1, &[]);
+    t.process(400, "app", 1, &[]);
+    t.ev(new_rules(rules(EVERYTHING)));
+    assert_eq!(t.ops.mask(400), Some(set("2")));
+    for pid in [1, own, 300] {
+        assert_eq!(t.ops.mask(pid), Some(set("0-7")), "pid {pid} was moved");
+    }
+    assert_eq!(t.mgr.list_managed().len(), 1);
+    let kept: Vec<(i32, protect::Protected)> =
+        t.mgr.protected().iter().map(|p| (p.pid, p.why)).collect();
+    assert_eq!(
+        kept,
+        vec![
+            (1, protect::Protected::Init),
+            (300, protect::Protected::BusDaemon),
+            (own, protect::Protected::Own)
+        ]
+        .into_iter()
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_iter()
+        .collect::<Vec<_>>()
+    );
+    assert!(
+        t.mgr
+            .explain(1)
+            .contains("not managed: PID 1: protected; managed only by a rule whose `comm` is exactly its name"),
+        "{}",
+        t.mgr.explain(1)
+    );
+    assert!(
+        t.mgr
+            .explain(own)
+            .contains("not managed: pinnerd's own process: never managed"),
+        "{}",
+        t.mgr.explain(own)
+    );
+    assert!(
+        t.mgr
+            .explain(300)
+            .contains("not managed: the bus daemon: protected"),
+        "{}",
+        t.mgr.explain(300)
+    );
+}
+
+#[test]
+fn pid_1_and_the_bus_daemon_are_managed_by_a_rule_that_names_them_exactly_but_pinnerd_never() {
+    let mut t = rig(ManagerConfig::default());
+    let own = std::process::id() as i32;
+    t.process(1, "systemd", 1, &[]);
+    t.process(own, "pinnerd", 1, &[]);
+    t.process(300, "dbus-daemon", 1, &[]);
+    t.ev(new_rules(rules(
+        r#"
+[[rule]]
+name = "core"
+[rule.match]
+comm = ["systemd", "dbus-daemon", "pinnerd"]
+[rule.place]
+cpus = "0"
+"#,
+    )));
+    assert_eq!(t.ops.mask(1), Some(set("0")));
+    assert_eq!(t.ops.mask(300), Some(set("0")));
+    assert_eq!(t.ops.mask(own), Some(set("0-7")), "pinnerd pinned itself");
+}
+
+#[test]
+fn explain_shows_another_users_process_only_by_rule_and_cpus() {
+    let mut t = rig(ManagerConfig::default());
+    // FakeProcs' processes belong to root.
+    t.process(100, "feed", 1, &[(101, "rx")]);
+    t.process(200, "other", 1, &[]);
+    t.ev(new_rules(rules(FEED)));
+    let full = t.mgr.explain_for(100, 0);
+    assert_eq!(full, t.mgr.explain(100));
+    assert!(full.contains("original mask"), "{full}");
+    let theirs = t.mgr.explain_for(100, 65534);
+    assert_eq!(
+        theirs,
+        "pid 100: a process of another user; shown: its rule and CPUs only\nmanaged by feed on CPUs 2-3\n"
+    );
+    assert_eq!(
+        t.mgr.explain_for(200, 65534),
+        "pid 200: a process of another user; shown: its rule and CPUs only\nnot managed\n"
+    );
+}

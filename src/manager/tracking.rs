@@ -148,7 +148,25 @@ impl Manager {
                 return;
             }
         }
-        let matched = self.plan.rules().match_process(&snap.info);
+        let mut matched = self.plan.rules().match_process(&snap.info);
+        self.protected.remove(&pid);
+        if let Some(m) = &matched {
+            if let Some(why) =
+                super::protect::protected(pid, &snap.info.comm, self.own_pid, &m.rule)
+            {
+                tracing::debug!(pid, comm = %snap.info.comm, rule = %m.rule.name, "not managed: {}", why.describe());
+                self.protected.insert(
+                    pid,
+                    super::protect::ProtectedMatch {
+                        pid,
+                        comm: snap.info.comm.clone(),
+                        rule: m.rule.name.clone(),
+                        why,
+                    },
+                );
+                matched = None;
+            }
+        }
         match (matched, self.managed.get(&pid)) {
             (None, None) => {
                 if let Some(parent) = parent {
@@ -211,7 +229,7 @@ impl Manager {
                 source,
                 original,
                 threads: BTreeMap::new(),
-                next_slot: HashMap::new(),
+                slots: HashMap::new(),
             },
         );
         self.journal_dirty = true;
@@ -229,7 +247,7 @@ impl Manager {
         m.comm = snap.info.comm.clone();
         let live: std::collections::HashSet<Tid> =
             snap.info.threads.iter().map(|t| t.tid as Tid).collect();
-        m.threads.retain(|tid, _| live.contains(tid));
+        m.retain_threads(|tid| live.contains(&tid));
         for t in &snap.info.threads {
             self.pin_thread(pid, t.tid as Tid, Some(t.comm.clone()), true, out);
         }
@@ -288,11 +306,12 @@ impl Manager {
 
     pub(super) fn on_exit(&mut self, pid: i32, tid: Tid, out: &mut Vec<Change>) {
         if tid == pid {
+            self.protected.remove(&pid);
             if self.managed.contains_key(&pid) {
                 self.forget(pid, out);
             }
         } else if let Some(m) = self.managed.get_mut(&pid) {
-            if let Some(t) = m.threads.remove(&tid) {
+            if let Some(t) = m.remove_thread(tid) {
                 if t.original != m.original || t.placement != ThreadPlacement::Process {
                     self.journal_dirty = true;
                 }
@@ -404,7 +423,7 @@ impl Manager {
         let Some(m) = self.managed.get_mut(&pid) else {
             return;
         };
-        m.threads.retain(|tid, _| tids.binary_search(tid).is_ok());
+        m.retain_threads(|tid| tids.binary_search(&tid).is_ok());
         // Thread names choose thread entries: with entries, each name is read again
         // (a rename may have gone unreported); without, the names we hold suffice.
         let names_matter = match &m.source {

@@ -115,6 +115,11 @@ impl Bus {
         }
     }
 
+    /// The dbus-daemon's pid.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
     fn busctl_cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new("busctl");
         c.arg(format!("--address={}", self.address));
