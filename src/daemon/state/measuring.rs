@@ -1,0 +1,302 @@
+//! The measurement lifecycle of [`State`]: the stored matrix and the pairs it lacks,
+//! `Remeasure`, fingerprint changes, full measurements and drift probes, and what their
+//! results do. Split from `state.rs` to keep each file readable; same state, same loop.
+
+use std::time::{Duration, Instant};
+
+use crate::api::Signal;
+use crate::cpuset::CpuSet;
+use crate::matrix::keep;
+use crate::matrix::LatencyMatrix;
+use crate::measure::{self, LoadGuard, MeasureConfig};
+
+use super::super::schedule::Remeasure;
+use super::super::worker::{Finished, Job, JobKind, Product};
+use super::{Action, State};
+
+impl State {
+    /// Uses the stored matrix's cells for the usable CPUs when it belongs to this
+    /// fingerprint and has them all; else returns the pairs it lacks (empty when there is
+    /// no stored matrix). A corrupt or foreign file is moved aside by the store.
+    pub(super) fn load_stored_matrix(&mut self) -> Vec<(u32, u32)> {
+        let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) else {
+            return Vec::new();
+        };
+        match store.load_current(&fp.hex) {
+            Ok(loaded) => {
+                if let Some(aside) = loaded.set_aside {
+                    tracing::warn!(%aside, "stored matrix not used");
+                }
+                if let Some(m) = loaded.matrix {
+                    let cover = keep::cover(&m, &self.usable());
+                    if let Some(m) = cover.matrix {
+                        tracing::info!(cpus = m.len(), path = %store.current_path().display(), "using the stored matrix");
+                        self.current = Some(m);
+                        self.domains = None;
+                    } else {
+                        tracing::info!(
+                            missing = cover.missing.len(),
+                            "the stored matrix lacks pairs of the usable CPUs"
+                        );
+                        return cover.missing;
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the stored matrix"),
+        }
+        Vec::new()
+    }
+
+    /// Measures only the pairs the stored matrix lacks, when that pays
+    /// ([`keep::worth_filling`]) and nothing else runs; true when it started.
+    pub(super) fn start_fill(&mut self, missing: Vec<(u32, u32)>) -> bool {
+        let n = self.usable().len();
+        if self.schedule.running().is_some() || !keep::worth_filling(missing.len(), n) {
+            return false;
+        }
+        let budget = keep::fill_budget(
+            self.timing.full_budget,
+            missing.len(),
+            n,
+            self.timing.probe_budget,
+        );
+        let cpus: CpuSet = missing.iter().flat_map(|&(a, b)| [a, b]).collect();
+        let id = self.schedule.alloc();
+        self.schedule.started_fill(id);
+        tracing::info!(
+            job = id,
+            pairs = missing.len(),
+            ?budget,
+            "measuring the pairs the stored matrix lacks"
+        );
+        let cfg = self.measure_config(cpus, budget);
+        self.actions.push(Action::Measure(Box::new(Job {
+            id,
+            kind: JobKind::Drift {
+                pairs: missing,
+                budget,
+            },
+            cfg,
+        })));
+        self.status();
+        true
+    }
+
+    /// The lacking pairs were measured: add them to the store and use the result, or
+    /// measure everything when some could not be measured.
+    pub(super) fn filled(&mut self, probes: &[measure::Probe]) {
+        let cells: Vec<_> = probes.iter().map(|p| (p.a, p.b, p.estimate_ns)).collect();
+        if let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) {
+            match store.fill(&fp.hex, &cells) {
+                Ok(Some(m)) => {
+                    if let Some(m) = keep::cover(&m, &self.usable()).matrix {
+                        tracing::info!(pairs = cells.len(), "stored matrix completed");
+                        self.current = Some(m);
+                        self.matrix_changed();
+                        return;
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot store the measured pairs"),
+            }
+        }
+        tracing::info!("pairs still missing; measuring the full matrix");
+        self.schedule.queue_full();
+    }
+
+    /// `Remeasure`: joins a running or promised full measurement, or the previous call's
+    /// job when it came less than `remeasure_min_interval` ago; else starts one.
+    pub(super) fn remeasure(&mut self, now: Instant) -> u64 {
+        let r = self
+            .schedule
+            .remeasure(now, self.timing.remeasure_min_interval);
+        self.follow(r)
+    }
+
+    /// Does what the schedule said; the job id the caller gets.
+    pub(super) fn follow(&mut self, r: Remeasure) -> u64 {
+        match r {
+            Remeasure::Joined(id) | Remeasure::Queued(id) => id,
+            Remeasure::Ended { job, ok, summary } => {
+                // That job has ended (nothing runs): tell this caller how, again.
+                self.actions.push(Action::Emit(Signal::MeasurementFinished {
+                    job,
+                    ok,
+                    summary,
+                }));
+                job
+            }
+            Remeasure::Start(id) => {
+                self.launch_full(id);
+                id
+            }
+        }
+    }
+
+    /// The matrix no longer describes this machine: use a stored one for the new
+    /// fingerprint, or measure.
+    pub(super) fn fingerprint_changed(&mut self, now: Instant) {
+        self.current = None;
+        let missing = self.load_stored_matrix();
+        self.refresh_domains();
+        if self.current.is_none() && !self.start_fill(missing) {
+            if let Some(r) = self.schedule.running().filter(|r| r.full) {
+                // It measures the old CPUs; measure again once it ends.
+                self.schedule.queue_full();
+                tracing::info!(job = r.id, "measurement in flight predates the change");
+            } else {
+                let r = self
+                    .schedule
+                    .full_wanted(now, self.timing.remeasure_min_interval);
+                self.follow(r);
+            }
+        }
+        self.status();
+    }
+
+    pub(super) fn measure_config(&self, cpus: CpuSet, budget: Duration) -> MeasureConfig {
+        let mut cfg = MeasureConfig::new(cpus);
+        cfg.budget = budget;
+        cfg.guard = LoadGuard {
+            min_idle: self.timing.min_idle,
+            ..LoadGuard::default()
+        };
+        cfg.fingerprint = self.fingerprint.as_ref().map(|f| f.hex.clone());
+        cfg.root = self.cfg.sysroot.clone();
+        cfg
+    }
+
+    pub(super) fn start_full(&mut self) -> u64 {
+        let id = self.schedule.alloc();
+        self.launch_full(id);
+        id
+    }
+
+    pub(super) fn launch_full(&mut self, id: u64) {
+        self.schedule.started(id, true);
+        let cpus = self.usable();
+        tracing::info!(job = id, %cpus, budget = ?self.timing.full_budget, "starting a full measurement");
+        let mut cfg = self.measure_config(cpus, self.timing.full_budget);
+        // Sparse from measure::SPARSE_FROM_CPUS CPUs on, also after drift.
+        cfg.mode = measure::Mode::default_for(cfg.cpus.len());
+        self.actions.push(Action::Measure(Box::new(Job {
+            id,
+            kind: JobKind::Full,
+            cfg,
+        })));
+        self.status();
+    }
+
+    pub(super) fn start_drift_probe(&mut self) {
+        let Some(cur) = &self.current else { return };
+        let pairs = measure::probe_sample(cur, self.timing.probe_pairs);
+        if pairs.is_empty() {
+            return;
+        }
+        let cpus: CpuSet = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
+        let id = self.schedule.alloc();
+        self.schedule.started(id, false);
+        tracing::debug!(job = id, pairs = pairs.len(), "drift probe");
+        let cfg = self.measure_config(cpus, self.timing.probe_budget);
+        self.actions.push(Action::Measure(Box::new(Job {
+            id,
+            kind: JobKind::Drift {
+                pairs,
+                budget: self.timing.probe_budget,
+            },
+            cfg,
+        })));
+    }
+
+    pub(super) fn measured(&mut self, outcome: Finished) {
+        let Some(running) = self.schedule.finished(outcome.id) else {
+            tracing::warn!(
+                job = outcome.id,
+                "result of a job that is not running; ignored"
+            );
+            return;
+        };
+        match (running.full, outcome.result) {
+            (true, Ok(Product::Matrix(matrix))) => self.full_done(running.id, *matrix),
+            (true, Ok(other)) => {
+                self.full_failed(running.id, format!("unexpected result {other:?}"))
+            }
+            (true, Err(e)) => self.full_failed(running.id, e.to_string()),
+            (false, Ok(Product::Probes(probes))) if running.fill => self.filled(&probes),
+            (false, Ok(Product::Probes(probes))) => {
+                let drift = self
+                    .current
+                    .as_ref()
+                    .map(|m| measure::drift(m, &probes, self.timing.drift_tolerance))
+                    .unwrap_or_default();
+                if drift.is_empty() {
+                    tracing::debug!(pairs = probes.len(), "drift probe: no drift");
+                } else {
+                    let moved: Vec<String> = drift
+                        .iter()
+                        .map(|d| {
+                            format!("{}↔{} {:.0}→{:.0} ns", d.a, d.b, d.stored_ns, d.probed_ns)
+                        })
+                        .collect();
+                    tracing::info!(moved = %moved.join(", "), "drift found; measuring the full matrix");
+                    self.schedule.queue_full();
+                }
+            }
+            (false, Ok(other)) => {
+                tracing::warn!(job = running.id, "unexpected probe result {other:?}")
+            }
+            (false, Err(e)) => tracing::warn!(job = running.id, error = %e, "drift probe failed"),
+        }
+        if let Some(id) = self.schedule.take_queued() {
+            self.launch_full(id);
+        }
+        self.status();
+    }
+
+    pub(super) fn full_done(&mut self, id: u64, matrix: LatencyMatrix) {
+        let s = matrix.summary();
+        let mut summary = format!(
+            "{} CPUs, {:.0}–{:.0} ns one-way, median {:.0} ns, {} levels",
+            matrix.len(),
+            s.min_ns,
+            s.max_ns,
+            s.median_ns,
+            s.levels.len()
+        );
+        if !matrix.warnings.is_empty() {
+            summary.push_str(&format!("; {} warnings", matrix.warnings.len()));
+        }
+        for w in &matrix.warnings {
+            tracing::warn!(job = id, warning = %w, "measurement");
+        }
+        tracing::info!(job = id, %summary, "measurement finished");
+        if let Some(store) = &self.store {
+            match store.save_keeping(&matrix) {
+                Ok(kept) => {
+                    tracing::info!(path = %store.current_path().display(), cpus = kept.len(), "matrix stored")
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot store the matrix"),
+            }
+        }
+        self.last_failure = None;
+        self.current = Some(matrix);
+        self.matrix_changed();
+        self.schedule.full_ended(id, true, summary.clone());
+        self.actions.push(Action::Emit(Signal::MeasurementFinished {
+            job: id,
+            ok: true,
+            summary,
+        }));
+    }
+
+    pub(super) fn full_failed(&mut self, id: u64, why: String) {
+        tracing::warn!(job = id, error = %why, "measurement failed");
+        self.schedule.full_ended(id, false, why.clone());
+        self.actions.push(Action::Emit(Signal::MeasurementFinished {
+            job: id,
+            ok: false,
+            summary: why.clone(),
+        }));
+        self.last_failure = Some(why);
+    }
+}
