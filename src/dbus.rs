@@ -40,6 +40,14 @@ pub const INTERFACE: &str = "org.pinnerd.Pinnerd1";
 /// other work, so a caller cannot make the daemon parse or log unbounded input.
 pub const MAX_STRING: usize = 64;
 
+/// The largest message body any method or property read accepts, in bytes: the largest
+/// legitimate one (`PinProcess` with two strings of [`MAX_STRING`]) is under 200. zbus
+/// reads a message whole (up to the D-Bus limit of 128 MiB, which the bus daemon lowers)
+/// and lends its strings to the method without copying them; this bound, checked from
+/// the header before anything else, keeps a large message from costing more than that
+/// read: no uid lookup, no parsing, no log of its content.
+pub const MAX_BODY: u32 = 512;
+
 /// Errors of this module.
 #[derive(Debug, thiserror::Error)]
 pub enum DbusError {
@@ -294,6 +302,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     /// The checks every method and property read makes: the uid, then the rate limit
     /// (one token per message, however many properties it reads).
     async fn admit(&self, conn: &Connection, header: &Header<'_>, method: &str) -> Result<u32> {
+        check_body(header, method)?;
         let uid = self.caller_uid(conn, header).await?;
         if uid == 0 {
             return Ok(uid);
@@ -376,6 +385,17 @@ fn words(policy: &str, smt: &str) -> Result<(Policy, SmtPolicy)> {
         policy.parse().map_err(invalid)?,
         smt.parse().map_err(invalid)?,
     ))
+}
+
+/// Refuses a message whose body is over [`MAX_BODY`], from its header alone.
+fn check_body(header: &Header<'_>, method: &str) -> Result<()> {
+    let len = header.primary().body_len();
+    if len > MAX_BODY {
+        return Err(MethodError::InvalidArgs(format!(
+            "{method}: a message body of {len} bytes; at most {MAX_BODY} are accepted"
+        )));
+    }
+    Ok(())
 }
 
 fn check_len(what: &str, s: &str) -> Result<()> {
@@ -584,6 +604,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<Vec<u32>> {
+        check_body(&header, "Plan")?;
         check_len("policy", policy)?;
         check_len("smt", smt)?;
         self.admit(conn, &header, "Plan").await?;
@@ -605,6 +626,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<String> {
+        check_body(&header, "PinProcess")?;
         check_len("policy", policy)?;
         check_len("smt", smt)?;
         self.admit_root(conn, &header, "PinProcess").await?;

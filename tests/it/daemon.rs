@@ -581,6 +581,39 @@ fn long_strings_are_refused_before_any_work() {
         "{}",
         text(&out)
     );
+    // A large message is refused from its header, whatever its strings.
+    let huge = "x".repeat(64 * 1024);
+    for (who, out) in [
+        (
+            "nobody",
+            bus.busctl_as_nobody(&[
+                "call", NAME, PATH, IFACE, "Plan", "uss", "2", &huge, "allow",
+            ]),
+        ),
+        (
+            "root",
+            bus.busctl(&[
+                "call",
+                NAME,
+                PATH,
+                IFACE,
+                "PinProcess",
+                "uuss",
+                "1",
+                "2",
+                "compact",
+                &huge,
+            ]),
+        ),
+    ] {
+        assert!(!out.status.success(), "{who}");
+        let err = stderr_of(&out);
+        assert!(
+            err.contains("bytes; at most 512 are accepted"),
+            "{who}: {}",
+            text(&out)
+        );
+    }
 }
 
 #[test]
