@@ -26,6 +26,9 @@ use std::time::Duration;
 use super::schedule::Costs;
 use super::simulate::Rng;
 use super::{MeasureError, Mode};
+use fit::{misfits, Fit};
+
+mod fit;
 use crate::cpuset::CpuSet;
 use crate::matrix::{LatencyMatrix, PairStats, SparseCounts};
 
@@ -39,8 +42,9 @@ pub trait PairMeasurer {
 /// From this many CPUs on, the daemon measures sparsely by default. At 128 CPUs a full
 /// matrix in parallel rounds models at 5.7 s and sparse runs at 0.9–1.7 s with ≥ 95% of
 /// the cells within 10% on every published 128+ CPU matrix; at 64 a full matrix models
-/// at 2.2 s, and sparse misses the 95% mark on the mesh parts of that size (Graviton,
-/// Kunpeng). Figures: `benches/README.md`, "Sparse measurement".
+/// at 2.2 s, and sparse misses the 95% mark on the mesh parts of that size (Graviton)
+/// and measures more than 15% of the pairs on some (Graviton2, Kunpeng 920). Figures:
+/// `benches/README.md`, "Sparse measurement".
 pub const SPARSE_FROM_CPUS: usize = 128;
 
 impl Mode {
@@ -587,88 +591,6 @@ fn blocks(tree: &Tree) -> Vec<Block> {
     out
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
-}
-
-/// A block's figures as a typical level times a factor per child group (a core far
-/// from the others on a mesh is slower to everyone): `ln v = mu + e[a] + e[b]`, fitted
-/// to the measured pairs, each group's factor shrunk towards 1 by its sample count.
-struct Fit {
-    mu: f64,
-    eff: Vec<f64>,
-    /// The lowest and highest measured figure (ln): a prediction stays between them.
-    lo: f64,
-    hi: f64,
-}
-
-impl Fit {
-    fn new<M: PairMeasurer>(run: &Run<'_, M>, b: &Block) -> Option<Fit> {
-        let obs: Vec<(usize, usize, f64)> = b
-            .pairs()
-            .into_iter()
-            .filter_map(|(i, j)| Some((b.kid_of[&i], b.kid_of[&j], run.get(i, j)?.max(1e-3).ln())))
-            .collect();
-        if obs.is_empty() {
-            return None;
-        }
-        let mut logs: Vec<f64> = obs.iter().map(|o| o.2).collect();
-        let mut fit = Fit {
-            mu: median(&mut logs),
-            eff: vec![0.0; b.kids.len()],
-            lo: logs[0],
-            hi: logs[logs.len() - 1],
-        };
-        for _ in 0..4 {
-            let mut sum = vec![0.0; b.kids.len()];
-            let mut cnt = vec![0usize; b.kids.len()];
-            for &(x, y, v) in &obs {
-                sum[x] += v - fit.mu - fit.eff[y];
-                cnt[x] += 1;
-                sum[y] += v - fit.mu - fit.eff[x];
-                cnt[y] += 1;
-            }
-            for x in 0..b.kids.len() {
-                fit.eff[x] = sum[x] / (cnt[x] + 1) as f64;
-            }
-            let mut rest: Vec<f64> = obs
-                .iter()
-                .map(|&(x, y, v)| v - fit.eff[x] - fit.eff[y])
-                .collect();
-            fit.mu = median(&mut rest);
-        }
-        Some(fit)
-    }
-
-    fn predict(&self, b: &Block, i: usize, j: usize) -> f64 {
-        (self.mu + self.eff[b.kid_of[&i]] + self.eff[b.kid_of[&j]])
-            .clamp(self.lo, self.hi)
-            .exp()
-    }
-}
-
-/// The measured pairs of a block further than `ratio` from the fit.
-fn misfits<M: PairMeasurer>(
-    run: &Run<'_, M>,
-    b: &Block,
-    fit: &Fit,
-    ratio: f64,
-) -> Vec<(usize, usize)> {
-    b.pairs()
-        .into_iter()
-        .filter(|&(i, j)| {
-            run.get(i, j)
-                .is_some_and(|v| (v / fit.predict(b, i, j)).ln().abs() > ratio.ln())
-        })
-        .collect()
-}
-
 /// Sparse measurement of `cpus`: the tree from `prior` (nested groups of CPU ids, e.g.
 /// the sysfs levels) or, without one, by insertion; then spot checks per block, full
 /// measurement where they disagree, and the fill.
@@ -886,7 +808,7 @@ pub fn run_sparse<M: PairMeasurer>(
     for (b, fit) in &fill {
         for (i, j) in b.pairs() {
             if cells[i * n + j].is_nan() {
-                let v = fit.predict(b, i, j);
+                let v = fit.fill(b, i, j);
                 cells[i * n + j] = v;
                 cells[j * n + i] = v;
             }

@@ -17,9 +17,11 @@ mod sparse_eval;
 use sparse_eval::{data_dir, score, to_matrix, usable};
 
 /// The published matrices checked in CI (the bench covers every one): Intel two-socket
-/// with SMT, AMD with CCX groups and a NUMA-home artefact, and tile pairs without SMT.
+/// with SMT, AMD with CCX groups and a NUMA-home artefact, tile pairs without SMT, and a
+/// Broadwell ring whose cores differ inside one level (met through per-CPU factors).
 const CHECKED: &[&str] = &[
     "Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv",
+    "Intel_Xeon_CPU_E5-2695_v4_at_2.10GHz.csv",
     "Intel_Xeon_Platinum_8275CL_CPU_at_3.00GHz.csv",
     "AMD_EPYC_7R13_48-Core_Processor.csv",
     "Intel_Xeon_Phi_CPU_7210_at_1.30GHz.csv",
@@ -33,7 +35,7 @@ fn simulated_sparse_meets_the_targets_on_published_matrices() {
             .iter()
             .find(|(n, _)| n == name)
             .unwrap_or_else(|| panic!("{name} is not among the usable matrices"));
-        for seed in [1, 2] {
+        for seed in [1, 2, 3] {
             let s = score(m, 0.02, seed);
             let ctx = format!(
                 "{name} seed {seed}: {} of {} pairs, {:.1}% within 10%, plans {:?}",

@@ -1,0 +1,253 @@
+//! A block's model: a typical level, a factor per child group and, for the fill only, a
+//! factor per CPU (a core's distance to its mesh stop makes it slower to everyone).
+//!
+//! Must not touch: the measurer (it reads the run's figures only).
+
+use std::collections::BTreeMap;
+
+/// Pseudo-count pulling a CPU's factor towards its group's.
+const CPU_SHRINK: f64 = 3.0;
+/// What one pair may say about its CPUs' factors (ln): an outlier left by preemption
+/// moves them by a bounded amount.
+const CPU_CLIP: f64 = 0.15;
+/// Figures per CPU of a block (on average) from which a block of more than
+/// [`MESH_CPUS`] gets factors per CPU.
+const CPU_SEEN: usize = 2;
+/// Blocks of up to this many CPUs (a die's mesh or ring) always get factors per CPU,
+/// however few figures they hold. Larger ones only with [`CPU_SEEN`] figures per CPU:
+/// at 128 CPUs and more most CPUs of a block are seen once, and on the dual EPYC 7742
+/// their factors fit the noise (95.6% of the cells within 10% without them, 94.9% with;
+/// `benches/README.md`, "Sparse measurement").
+const MESH_CPUS: usize = 64;
+
+use super::{Block, PairMeasurer, Run};
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+/// A block's figures as a typical level times a factor per child group (a core far
+/// from the others on a mesh is slower to everyone): `ln v = mu + e[a] + e[b]`, fitted
+/// to the measured pairs, each group's factor shrunk towards 1 by its sample count.
+/// The fill adds a factor per CPU of a group of several (`ln v = ... + d[i] + d[j]`),
+/// fitted to what the group's factors leave; decisions (spot checks, misfits) use the
+/// group factors only, so one low figure cannot be explained away by its two CPUs.
+pub(super) struct Fit {
+    mu: f64,
+    eff: Vec<f64>,
+    /// Per-CPU factors (ln), shrunk towards 0 by their sample count.
+    cpu: BTreeMap<usize, f64>,
+    /// The lowest and highest measured figure (ln): a prediction stays between them.
+    lo: f64,
+    hi: f64,
+}
+
+impl Fit {
+    pub(super) fn new<M: PairMeasurer>(run: &Run<'_, M>, b: &Block) -> Option<Fit> {
+        let obs: Vec<(usize, usize, f64)> = b
+            .pairs()
+            .into_iter()
+            .filter_map(|(i, j)| Some((b.kid_of[&i], b.kid_of[&j], run.get(i, j)?.max(1e-3).ln())))
+            .collect();
+        if obs.is_empty() {
+            return None;
+        }
+        let mut logs: Vec<f64> = obs.iter().map(|o| o.2).collect();
+        let mut fit = Fit {
+            mu: median(&mut logs),
+            eff: vec![0.0; b.kids.len()],
+            cpu: BTreeMap::new(),
+            lo: logs[0],
+            hi: logs[logs.len() - 1],
+        };
+        for _ in 0..4 {
+            let mut sum = vec![0.0; b.kids.len()];
+            let mut cnt = vec![0usize; b.kids.len()];
+            for &(x, y, v) in &obs {
+                sum[x] += v - fit.mu - fit.eff[y];
+                cnt[x] += 1;
+                sum[y] += v - fit.mu - fit.eff[x];
+                cnt[y] += 1;
+            }
+            for x in 0..b.kids.len() {
+                fit.eff[x] = sum[x] / (cnt[x] + 1) as f64;
+            }
+            let mut rest: Vec<f64> = obs
+                .iter()
+                .map(|&(x, y, v)| v - fit.eff[x] - fit.eff[y])
+                .collect();
+            fit.mu = median(&mut rest);
+        }
+        let obs: Vec<(usize, usize, f64)> = b
+            .pairs()
+            .into_iter()
+            .filter_map(|(i, j)| {
+                let v = run.get(i, j)?.max(1e-3).ln();
+                Some((
+                    i,
+                    j,
+                    v - fit.mu - fit.eff[b.kid_of[&i]] - fit.eff[b.kid_of[&j]],
+                ))
+            })
+            .collect();
+        let single = |i: usize| b.kids[b.kid_of[&i]].len() == 1;
+        // A large block with too few pairs for a CPU's factor to be more than the noise
+        // of its one or two figures keeps its group factors.
+        let cpus: usize = b.kids.iter().map(Vec::len).sum();
+        if cpus > MESH_CPUS && (2 * obs.len()) < CPU_SEEN * cpus {
+            return Some(fit);
+        }
+        for _ in 0..4 {
+            let mut sum: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
+            for &(i, j, r) in &obs {
+                let (di, dj) = (fit.d(i), fit.d(j));
+                let e = sum.entry(i).or_default();
+                e.0 += (r - dj).clamp(-CPU_CLIP, CPU_CLIP);
+                e.1 += 1;
+                let e = sum.entry(j).or_default();
+                e.0 += (r - di).clamp(-CPU_CLIP, CPU_CLIP);
+                e.1 += 1;
+            }
+            fit.cpu = sum
+                .into_iter()
+                .filter(|&(i, _)| !single(i))
+                .map(|(i, (s, c))| (i, s / (c as f64 + CPU_SHRINK)))
+                .collect();
+        }
+        Some(fit)
+    }
+
+    fn d(&self, i: usize) -> f64 {
+        self.cpu.get(&i).copied().unwrap_or(0.0)
+    }
+
+    /// The fill's figure: the group factors and the CPUs' own.
+    pub(super) fn fill(&self, b: &Block, i: usize, j: usize) -> f64 {
+        (self.mu + self.eff[b.kid_of[&i]] + self.eff[b.kid_of[&j]] + self.d(i) + self.d(j))
+            .clamp(self.lo, self.hi)
+            .exp()
+    }
+
+    pub(super) fn predict(&self, b: &Block, i: usize, j: usize) -> f64 {
+        (self.mu + self.eff[b.kid_of[&i]] + self.eff[b.kid_of[&j]])
+            .clamp(self.lo, self.hi)
+            .exp()
+    }
+}
+
+/// The measured pairs of a block further than `ratio` from the fit.
+pub(super) fn misfits<M: PairMeasurer>(
+    run: &Run<'_, M>,
+    b: &Block,
+    fit: &Fit,
+    ratio: f64,
+) -> Vec<(usize, usize)> {
+    b.pairs()
+        .into_iter()
+        .filter(|&(i, j)| {
+            run.get(i, j)
+                .is_some_and(|v| (v / fit.predict(b, i, j)).ln().abs() > ratio.ln())
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::LatencyMatrix;
+    use crate::measure::simulate::Simulated;
+
+    /// Two groups of four CPUs; across them, 100 ns times a factor per CPU (its
+    /// distance to the mesh stop), the factors varying inside each group.
+    #[test]
+    fn per_cpu_factors_fill_a_mesh_block_closer_than_group_factors() {
+        let f = [0.80, 1.00, 1.25, 0.90, 1.20, 0.85, 1.00, 1.10];
+        let ids: Vec<u32> = (0..8).collect();
+        let truth = LatencyMatrix::from_fn(ids.clone(), |i, j| 100.0 * f[i] * f[j]);
+        let mut sim = Simulated::new(&truth, 0.0, 1);
+        let mut run = Run {
+            ids: &ids,
+            meas: &mut sim,
+            cells: vec![f64::NAN; 64],
+            measured: vec![false; 64],
+            measurements: 0,
+            rounds: Vec::new(),
+        };
+        // Each CPU in three pairs across the groups (12 of the 16).
+        let sampled = [
+            (0, 4),
+            (0, 5),
+            (1, 5),
+            (1, 6),
+            (2, 6),
+            (2, 7),
+            (3, 7),
+            (3, 4),
+            (0, 6),
+            (1, 7),
+            (2, 4),
+            (3, 5),
+        ];
+        run.measure(&sampled, false).unwrap();
+        let b = Block {
+            kids: vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]],
+            kid_of: (0..8).map(|i| (i, i / 4)).collect(),
+        };
+        let fit = Fit::new(&run, &b).unwrap();
+        let (mut by_cpu, mut by_group) = (0.0, 0.0);
+        for (i, j) in b.pairs() {
+            if sampled.contains(&(i, j)) {
+                continue;
+            }
+            let t = truth.at(i, j).unwrap();
+            by_cpu += (fit.fill(&b, i, j) / t).ln().abs();
+            by_group += (fit.predict(&b, i, j) / t).ln().abs();
+        }
+        assert!(
+            by_cpu < 0.9 * by_group,
+            "per-CPU {by_cpu:.3} vs per-group {by_group:.3}"
+        );
+        // Decisions stay on the group factors: every pair of a group has one figure.
+        assert_eq!(fit.predict(&b, 0, 6), fit.predict(&b, 2, 6));
+        // A block of more than MESH_CPUS with fewer figures than two per CPU keeps its
+        // group factors.
+        let ids: Vec<u32> = (0..80).collect();
+        let big = LatencyMatrix::from_fn(ids.clone(), |i, j| {
+            100.0 * (0.8 + (i % 7) as f64 / 15.0) * (0.8 + (j % 5) as f64 / 10.0)
+        });
+        let mut sim = Simulated::new(&big, 0.0, 1);
+        let mut few = Run {
+            ids: &ids,
+            meas: &mut sim,
+            cells: vec![f64::NAN; 80 * 80],
+            measured: vec![false; 80 * 80],
+            measurements: 0,
+            rounds: Vec::new(),
+        };
+        let some: Vec<(usize, usize)> = (0..40).map(|i| (i, 40 + (i * 3) % 40)).collect();
+        few.measure(&some, false).unwrap();
+        let b = Block {
+            kids: vec![(0..40).collect(), (40..80).collect()],
+            kid_of: (0..80).map(|i| (i, i / 40)).collect(),
+        };
+        let fit = Fit::new(&few, &b).unwrap();
+        assert!(b
+            .pairs()
+            .into_iter()
+            .all(|(i, j)| fit.fill(&b, i, j) == fit.predict(&b, i, j)));
+        // With two figures per CPU it gets them.
+        let more: Vec<(usize, usize)> = (0..40).map(|i| (i, 40 + (i * 7 + 1) % 40)).collect();
+        few.measure(&more, false).unwrap();
+        let fit = Fit::new(&few, &b).unwrap();
+        assert!(b
+            .pairs()
+            .into_iter()
+            .any(|(i, j)| fit.fill(&b, i, j) != fit.predict(&b, i, j)));
+    }
+}
