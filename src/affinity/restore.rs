@@ -24,6 +24,11 @@ pub const JOURNAL_FILE: &str = "restore.json";
 /// Corrupt journals kept beside the journal; older ones are removed.
 pub const KEEP_CORRUPT: usize = 4;
 
+/// Largest journal read: one entry per managed process with its threads' masks is a few
+/// hundred bytes, so 64 MiB holds hundreds of thousands of threads. A larger file, or one
+/// that is not a regular file (a FIFO would block the read), is corrupt.
+pub const MAX_JOURNAL_SIZE: u64 = 64 << 20;
+
 /// Errors reading or writing the journal; each names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum RestoreError {
@@ -142,15 +147,10 @@ impl Journal {
 
     /// Reads the journal; a missing file is an empty journal.
     pub fn load(&self) -> Result<Vec<RestoreEntry>, RestoreError> {
-        let text = match fs::read_to_string(&self.path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
-                return Err(RestoreError::Read {
-                    path: self.path.clone(),
-                    source,
-                })
-            }
+        let text = match self.read_bounded() {
+            Ok(Some(t)) => t,
+            Ok(None) => return Ok(Vec::new()),
+            Err(e) => return Err(e),
         };
         let file: JournalFile = serde_json::from_str(&text).map_err(|e| RestoreError::Corrupt {
             path: self.path.clone(),
@@ -164,6 +164,62 @@ impl Journal {
     /// Reads the journal for a crash restore. A corrupt file is renamed to
     /// `restore.json.corrupt-<µs>` (keeping the newest [`KEEP_CORRUPT`]) and reported as
     /// [`RestoreError::SetAside`], so that the next write cannot overwrite it.
+    /// The journal's text; `None` when there is none. A file that is not a regular file
+    /// or is over [`MAX_JOURNAL_SIZE`] is [`RestoreError::Corrupt`] (so it is set aside),
+    /// found out before reading it.
+    fn read_bounded(&self) -> Result<Option<String>, RestoreError> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let read_err = |source| RestoreError::Read {
+            path: self.path.clone(),
+            source,
+        };
+        let corrupt = |message: String| RestoreError::Corrupt {
+            path: self.path.clone(),
+            line: 0,
+            column: 0,
+            message,
+        };
+        let md = match fs::symlink_metadata(&self.path) {
+            Ok(md) => md,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(read_err(e)),
+        };
+        if !md.file_type().is_file() {
+            return Err(corrupt(format!(
+                "not a regular file but a {}",
+                crate::rules::file_type_name(&md.file_type())
+            )));
+        }
+        if md.len() > MAX_JOURNAL_SIZE {
+            return Err(corrupt(format!(
+                "{} bytes is over the {MAX_JOURNAL_SIZE}-byte limit",
+                md.len()
+            )));
+        }
+        let file = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&self.path);
+        let file = match file {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(read_err(e)),
+        };
+        let mut bytes = Vec::new();
+        file.take(MAX_JOURNAL_SIZE + 1)
+            .read_to_end(&mut bytes)
+            .map_err(read_err)?;
+        if bytes.len() as u64 > MAX_JOURNAL_SIZE {
+            return Err(corrupt(format!(
+                "grew over the {MAX_JOURNAL_SIZE}-byte limit while read"
+            )));
+        }
+        String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|e| corrupt(format!("not UTF-8: {e}")))
+    }
+
     pub fn load_or_set_aside(&self) -> Result<Vec<RestoreEntry>, RestoreError> {
         let (line, column, message) = match self.load() {
             Err(RestoreError::Corrupt {
@@ -313,6 +369,42 @@ mod tests {
         fs::write(j.path(), "{\n  \"version\": 1,\n  oops").unwrap();
         let msg = j.load().unwrap_err().to_string();
         assert!(msg.contains("restore.json:3:"), "{msg}");
+    }
+
+    #[test]
+    fn a_fifo_or_an_oversized_journal_is_corrupt_without_being_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::new(dir.path());
+        // A FIFO would block a plain read until a writer came.
+        nix::unistd::mkfifo(
+            j.path(),
+            nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        )
+        .unwrap();
+        let e = j.load().unwrap_err();
+        assert!(
+            matches!(&e, RestoreError::Corrupt { message, .. } if message.contains("not a regular file")),
+            "{e}"
+        );
+        let e = j.load_or_set_aside().unwrap_err();
+        assert!(matches!(e, RestoreError::SetAside { .. }), "{e}");
+        assert!(!j.path().exists(), "the FIFO was moved aside");
+        // Over the limit: refused from its size (a sparse file costs no disk).
+        let f = fs::File::create(j.path()).unwrap();
+        f.set_len(MAX_JOURNAL_SIZE + 1).unwrap();
+        let e = j.load().unwrap_err();
+        assert!(
+            matches!(&e, RestoreError::Corrupt { message, .. } if message.contains("-byte limit")),
+            "{e}"
+        );
+        // A symlink is not followed.
+        fs::remove_file(j.path()).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", j.path()).unwrap();
+        let e = j.load().unwrap_err();
+        assert!(
+            matches!(&e, RestoreError::Corrupt { message, .. } if message.contains("not a regular file")),
+            "{e}"
+        );
     }
 
     #[test]
