@@ -846,9 +846,9 @@ fn flood_main() -> ! {
 
 /// p50/p90/p99/max of `v`, in ms.
 pub fn percentiles(v: &[Duration]) -> [f64; 4] {
-    let mut v = v.to_vec();
-    v.sort();
     assert!(!v.is_empty(), "no samples");
-    let p = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize].as_secs_f64() * 1e3;
-    [p(0.5), p(0.9), p(0.99), v[v.len() - 1].as_secs_f64() * 1e3]
+    let mut ms: Vec<f64> = v.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    let p = |q: f64| pinnerd::stats::percentile_sorted(&ms, q);
+    [p(0.5), p(0.9), p(0.99), ms[ms.len() - 1]]
 }

@@ -103,7 +103,7 @@ impl Manager {
         // whose thread exited may belong to another process now (never pin an impostor).
         if tid != pid && !self.procs.is_task_of(pid, tid) {
             if let Some(m) = self.managed.get_mut(&pid) {
-                m.threads.remove(&tid);
+                m.remove_thread(tid);
             }
             self.counters.gone += 1;
             tracing::debug!(pid, tid, "thread gone before it could be pinned");
