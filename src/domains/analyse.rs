@@ -7,6 +7,7 @@ use crate::matrix::LatencyMatrix;
 use crate::stats::percentile;
 
 use super::cluster::*;
+use super::local::{refine_partial_levels, siblings_by_pattern};
 use super::{DomainError, Domains, Finding, LevelKind, Trust, CUT_RATIO, SMT_MAX_NS};
 
 impl Domains {
@@ -14,7 +15,7 @@ impl Domains {
     pub(super) fn analyse(
         m: &LatencyMatrix,
     ) -> Result<(Domains, Vec<Finding>, Dense), DomainError> {
-        let (dense, cpus) = Dense::from_matrix(m)?;
+        let (mut dense, cpus) = Dense::from_matrix(m)?;
         let n = dense.n;
         let merges = upgma(&dense);
         let mut heights: Vec<f64> = merges.iter().map(|m| m.2).collect();
@@ -83,6 +84,10 @@ impl Domains {
             }
         }
 
+        // A level that exists in one part of the machine only (E-core clusters beside a
+        // P-core ring, a CCD split on one socket) is found at that part's own scale.
+        refine_partial_levels(&dense, &mut parts);
+
         // Complete uneven levels by symmetry (NUMA-home artefact).
         // The level's latency is then the fast groups' figure: the hardware's cost when
         // the line is homed locally.
@@ -117,6 +122,8 @@ impl Domains {
                 && percentile(&cells, 0.5).is_some_and(|v| v <= SMT_MAX_NS)
             {
                 add_lone_siblings(&dense, &mut first.0, &next);
+                // A pair hidden by one ruined cell, recovered from the others' numbering.
+                findings.extend(siblings_by_pattern(&mut dense, &cpus, &mut first.0, &next));
             }
         }
 

@@ -22,6 +22,7 @@
 
 mod analyse;
 mod cluster;
+mod local;
 mod reconcile;
 mod select;
 
@@ -133,6 +134,9 @@ pub enum FindingKind {
     Noise,
     /// A level whose groups were partly completed by symmetry.
     Uneven,
+    /// One cell contradicts the rest of the matrix (an SMT pair measured slow); the cell
+    /// is named and replaced.
+    OutlierCell,
 }
 
 /// A disagreement or an oddity, with the decision taken.
