@@ -105,14 +105,17 @@ fn local_groups(dense: &Dense, finer: &[u32], level: &[u32], coarser: &[u32]) ->
         // Clean: most pairs inside a new group faster than most of its members' pairs
         // with the rest of the coarser group (other new groups, grown groups, other
         // cores); quartiles, so one ruined cell in a group of four does not decide.
-        let group_of = |i: usize| -> Option<u32> {
-            units.iter().position(|u| u.contains(&i)).map(|u| local[u])
-        };
+        let mut local_of: Vec<Option<u32>> = vec![None; n];
+        for (ua, u) in units.iter().enumerate() {
+            for &i in u.iter() {
+                local_of[i] = Some(local[ua]);
+            }
+        }
         let (mut within, mut outside) = (Vec::new(), Vec::new());
         for (ua, u) in units.iter().enumerate() {
             for &i in u.iter() {
                 for j in (0..n).filter(|&j| coarser[j] == c && j != i) {
-                    match group_of(j) {
+                    match local_of[j] {
                         Some(g) if g == local[ua] => {
                             if level[j] != level[i] {
                                 within.push(dense.at(i, j));
