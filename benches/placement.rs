@@ -3,7 +3,9 @@
 //! The 512-CPU matrix tiles the published Dual AMD EPYC 7742 matrix (256 CPUs) twice:
 //! inside a tile the real cells, across tiles 300 ns plus a tenth of the tile's cell
 //! (a four-socket machine whose far sockets cost more than the near ones).
-//! Run: `cargo bench --bench placement`.
+//! A 512-CPU hybrid matrix (P-cores with SMT beside E-core clusters) and the tiled
+//! matrix with one SMT sibling cell ruined time the per-part levels and the sibling
+//! recovery. Run: `cargo bench --bench placement`.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -36,9 +38,55 @@ fn tiled(m: &LatencyMatrix) -> LatencyMatrix {
     })
 }
 
+/// 512 CPUs of a hybrid part: 128 P-cores with SMT (CPUs 0-255, siblings 2k and 2k+1,
+/// 30 ns apart) and 256 E-cores (256-511) in clusters of 4 (45 ns inside, 62 ns across),
+/// P to E 50 ns: the E clusters are a level of the E part only.
+fn hybrid_512() -> LatencyMatrix {
+    LatencyMatrix::from_fn((0..512).collect(), |i, j| {
+        let (a, b) = (i.max(j), i.min(j));
+        let jitter = ((a * 7 + b * 13) % 10) as f64 / 10.0;
+        let v = if a < 256 && a / 2 == b / 2 {
+            4.5
+        } else if a < 256 {
+            30.0
+        } else if b < 256 {
+            50.0
+        } else if (a - 256) / 4 == (b - 256) / 4 {
+            45.0
+        } else {
+            62.0
+        };
+        v + jitter
+    })
+}
+
 fn bench(c: &mut Criterion) {
     let m256 = epyc_7742();
     let m512 = tiled(&m256);
+    let hybrid = hybrid_512();
+    // One SMT sibling cell ruined (CPUs 5 and 133: 10x), every other pair i / i+128.
+    let mut ruined = m512.clone();
+    let (a, b) = (5, 133);
+    let v = ruined.latency_ns[a][b].unwrap() * 10.0;
+    ruined.latency_ns[a][b] = Some(v);
+    ruined.latency_ns[b][a] = Some(v);
+    c.bench_function("cluster 512 CPUs (hybrid, E clusters in one part)", |b| {
+        b.iter(|| Domains::from_matrix(black_box(&hybrid)).unwrap())
+    });
+    c.bench_function(
+        "cluster 512 CPUs (7742 tiled, one sibling cell ruined)",
+        |b| b.iter(|| Domains::from_matrix(black_box(&ruined)).unwrap()),
+    );
+    let dh = Domains::from_matrix(&hybrid).unwrap();
+    let all_h: CpuSet = dh.cpus().iter().copied().collect();
+    let spread8 = Request {
+        count: 8,
+        policy: Policy::Spread,
+        ..Default::default()
+    };
+    c.bench_function("plan 512 CPUs (hybrid): spread K=8", |b| {
+        b.iter(|| place(black_box(&dh), black_box(&spread8), &all_h).unwrap())
+    });
     c.bench_function("cluster 256 CPUs (Dual EPYC 7742)", |b| {
         b.iter(|| Domains::from_matrix(black_box(&m256)).unwrap())
     });
