@@ -1024,3 +1024,85 @@ mod invariants {
         }
     }
 }
+
+/// A matrix file in pinnerd's JSON form from a cell function.
+fn write_matrix(path: &Path, n: usize, f: impl Fn(usize, usize) -> f64) {
+    let rows: Vec<String> = (0..n)
+        .map(|i| {
+            let cells: Vec<String> = (0..n)
+                .map(|j| match i == j {
+                    true => "null".to_string(),
+                    false => format!("{:.1}", f(i.max(j), i.min(j))),
+                })
+                .collect();
+            format!("[{}]", cells.join(","))
+        })
+        .collect();
+    let cpus: Vec<String> = (0..n).map(|c| c.to_string()).collect();
+    let json = format!(
+        r#"{{"cpus": [{}], "latency_ns": [{}]}}"#,
+        cpus.join(","),
+        rows.join(",")
+    );
+    std::fs::write(path, json).unwrap();
+}
+
+#[test]
+fn plan_finds_e_clusters_and_hidden_siblings_in_matrix_files() {
+    let dir = tempfile::tempdir().unwrap();
+    // Hybrid: P-cores 0-15 (siblings 2k/2k+1, 30 ns apart), E clusters 16-19 and 20-23
+    // (45 ns inside, 62 ns across), P to E 50 ns.
+    let hybrid = dir.path().join("hybrid.json");
+    write_matrix(&hybrid, 24, |a, b| match (a >= 16, b >= 16) {
+        (false, _) if a / 2 == b / 2 => 4.5,
+        (false, _) => 30.0,
+        (true, false) => 50.0,
+        _ if (a - 16) / 4 == (b - 16) / 4 => 45.0,
+        _ => 62.0,
+    });
+    let h = hybrid.to_str().unwrap();
+    let o = super::helper::pinnerd(&[
+        "plan", "-k", "4", "--policy", "spread", "--matrix", h, "--json",
+    ]);
+    assert!(o.ok, "{o:?}");
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v["cpus"], serde_json::json!([0, 2, 16, 20]), "{}", o.stdout);
+    // 64 CPUs, siblings i and i+32, the cell of 5 and 37 ruined.
+    let smt = dir.path().join("smt.json");
+    write_matrix(&smt, 64, |a, b| match (a, b) {
+        (37, 5) => 140.0,
+        _ if a % 32 == b % 32 => 6.0,
+        _ if (a % 32) / 16 == (b % 32) / 16 => 45.0,
+        _ => 130.0,
+    });
+    let s = smt.to_str().unwrap();
+    let o = super::helper::pinnerd(&[
+        "plan", "-k", "32", "--smt", "avoid", "--matrix", s, "--json",
+    ]);
+    assert!(o.ok, "{o:?}");
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    let cpus: Vec<u64> = v["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .collect();
+    assert_eq!(cpus.len(), 32);
+    assert!(!(cpus.contains(&5) && cpus.contains(&37)), "{cpus:?}");
+    let findings = v["findings"].as_array().unwrap();
+    assert!(
+        findings.iter().any(|f| f["kind"] == "outlier-cell"
+            && f["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("the cell of CPUs 5 and 37 reads 140.0 ns")),
+        "{findings:?}"
+    );
+    let o = super::helper::pinnerd(&["plan", "-k", "33", "--smt", "avoid", "--matrix", s]);
+    assert!(!o.ok, "{o:?}");
+    assert!(
+        o.stderr.contains("only 32 are usable (one CPU per core"),
+        "{}",
+        o.stderr
+    );
+}
