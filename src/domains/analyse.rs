@@ -127,6 +127,18 @@ impl Domains {
             }
         }
 
+        // Pairing lone CPUs can make the first level equal to the second (cores of two
+        // CPUs): one level, the finer one's.
+        let mut k = 1;
+        while k < parts.len() {
+            if same_partition(&parts[k - 1].0, &parts[k].0) {
+                parts.remove(k);
+                fixed_latency.remove(k);
+            } else {
+                k += 1;
+            }
+        }
+
         // Name the levels.
         let mut built: Vec<(Vec<LevelKind>, Vec<u32>, Option<f64>)> = Vec::new();
         let mut have_cache = false;

@@ -53,7 +53,9 @@ pub(super) fn refine_partial_levels(dense: &Dense, parts: &mut Vec<(Vec<u32>, f6
                 .get(i + 1)
                 .is_some_and(|next| same_partition(&next.0, &parts[i].0))
             {
+                // Its coarser level is now the one above: look at this level again.
                 parts.remove(i + 1);
+                continue;
             }
         }
         i += 1;
@@ -594,5 +596,63 @@ mod tests {
         );
         let smt = &d.levels()[d.smt_level().unwrap()].groups;
         assert!(smt.contains(&"5".parse().unwrap()) && smt.contains(&"37".parse().unwrap()));
+    }
+
+    mod any_matrix {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(200))]
+            /// Blocks of cores with their own inner latency beside bare cores, SMT pairs
+            /// by one numbering, a few ruined cells: levels stay nested partitions,
+            /// latencies rise, and a recovered pair is one the numbering gives.
+            #[test]
+            fn levels_nest_whatever_the_parts_and_the_ruined_cells(
+                cores in 2usize..24,
+                smt in any::<bool>(),
+                block in 1usize..6,
+                inner in prop::collection::vec(10.0f64..80.0, 6),
+                across in 20.0f64..200.0,
+                ruined in prop::collection::vec((0usize..48, 0usize..48, 1.5f64..10.0), 0..3),
+            ) {
+                let n = if smt { 2 * cores } else { cores };
+                let core = |c: usize| c % cores;
+                let m = LatencyMatrix::from_fn((0..n as u32).collect(), |i, j| {
+                    let (a, b) = (i.max(j), i.min(j));
+                    let (ca, cb) = (core(a), core(b));
+                    let mut v = if ca == cb {
+                        5.0
+                    } else if ca / block == cb / block {
+                        inner[(ca / block) % inner.len()]
+                    } else {
+                        across
+                    } + jitter(a, b);
+                    for &(x, y, f) in &ruined {
+                        if (x.max(y), x.min(y)) == (a, b) {
+                            v *= f;
+                        }
+                    }
+                    v
+                });
+                let (d, findings) = Domains::reconcile(&m, None).unwrap();
+                let levels = d.levels();
+                prop_assert_eq!(levels.last().unwrap().groups.len(), 1);
+                for w in levels.windows(2) {
+                    for g in &w[0].groups {
+                        prop_assert!(w[1].groups.iter().any(|h| g.is_subset(h)), "{} in {:?}", g, w[1].groups);
+                    }
+                    prop_assert!(w[0].groups.len() > w[1].groups.len());
+                }
+                for l in levels {
+                    let total: usize = l.groups.iter().map(|g| g.len()).sum();
+                    prop_assert_eq!(total, n);
+                }
+                for f in findings.iter().filter(|f| f.kind == FindingKind::OutlierCell) {
+                    let c: Vec<u32> = f.cpus.iter().collect();
+                    prop_assert!(smt && c.len() == 2 && c[1] == c[0] + cores as u32, "{}", f);
+                }
+            }
+        }
     }
 }
