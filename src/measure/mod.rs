@@ -23,6 +23,7 @@
 //!
 //! Must not touch: placement, the daemon's state, files (the caller stores the matrix).
 
+pub mod around;
 pub mod estimator;
 pub mod guard;
 pub mod schedule;

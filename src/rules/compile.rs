@@ -147,6 +147,9 @@ pub struct Rule {
     /// Placement for the process's threads that no `[[rule.threads]]` entry takes.
     pub place: Option<PlacementRequest>,
     pub threads: Vec<ThreadRule>,
+    /// `latency-critical = true` in `[rule.place]`: no measurement spins on the CPUs
+    /// its managed threads hold.
+    pub latency_critical: bool,
 }
 
 impl Rule {
@@ -257,6 +260,11 @@ pub fn compile_file(
                 matcher,
                 place,
                 threads,
+                latency_critical: spec
+                    .place
+                    .as_ref()
+                    .and_then(|p| p.get_ref().latency_critical.as_ref())
+                    .is_some_and(|l| *l.get_ref()),
             });
         }
     }

@@ -110,6 +110,14 @@ pub struct PlaceSpec {
     pub smt: Option<Spanned<SmtPolicy>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive: Option<Spanned<bool>>,
+    /// The whole rule is latency-critical: measurements never spin on the CPUs its
+    /// managed threads hold (see `measure::around`). Default `false`.
+    #[serde(
+        default,
+        rename = "latency-critical",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub latency_critical: Option<Spanned<bool>>,
 }
 
 /// `[[rule.threads]]`: a placement for the threads whose name matches `comm`.

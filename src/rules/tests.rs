@@ -271,3 +271,21 @@ fn threads_take_the_first_entry_that_matches_then_the_process_placement() {
         CpuTarget::Count(2)
     );
 }
+
+#[test]
+fn latency_critical_is_a_key_of_rule_place_and_off_by_default() {
+    let rule = |extra: &str| {
+        format!("[[rule]]\nname = \"lc\"\n[rule.match]\ncomm = \"lc\"\n[rule.place]\ncpus = \"1\"\n{extra}")
+    };
+    assert!(!compile(&rule("")).unwrap()[0].latency_critical);
+    assert!(compile(&rule("latency-critical = true\n")).unwrap()[0].latency_critical);
+    assert!(!compile(&rule("latency-critical = false\n")).unwrap()[0].latency_critical);
+    let e = err(&rule("latency-critical = \"yes\"\n"));
+    assert!(e.starts_with("t.toml:7:"), "{e}");
+    // Not a thread entry's key: the whole rule is latency-critical or not.
+    let e = err("[[rule]]\nname = \"lc\"\n[rule.match]\ncomm = \"lc\"\n[[rule.threads]]\ncomm = \"w\"\ncpus = \"1\"\nlatency-critical = true\n");
+    assert!(
+        e.contains("t.toml:8:1") && e.contains("latency-critical"),
+        "{e}"
+    );
+}

@@ -698,6 +698,7 @@ mod props {
             policy: policy.map(sp),
             smt: smt.map(sp),
             exclusive: exclusive.map(sp),
+            latency_critical: exclusive.map(|e| sp(!e)),
         })
     }
 
