@@ -108,8 +108,8 @@ pub fn nohz_full(root: &SysRoot) -> (CpuSet, Option<String>) {
 /// The matrix over `usable` after a measurement that stayed off `around`: the cells of
 /// `measured` (a matrix of the measurable CPUs, if anything was measured), and for the
 /// pairs it has no figure for, `earlier`'s. Its `kept` names the CPUs stayed off and
-/// counts the old cells and the pairs nobody has a figure for. `None` when there is
-/// neither a measured nor an earlier cell to give.
+/// counts the old cells and the pairs nobody has a figure for. `None` when nothing was
+/// measured and `earlier` has no cell among `usable`.
 ///
 /// Metadata (time, primitive, warnings) is `measured`'s; with nothing measured it is
 /// `earlier`'s, so the time says how old the figures are.
@@ -143,6 +143,10 @@ pub fn keep(
             }
         }
     }
+    if measured.is_none() && pairs == 0 {
+        // Nothing measured and no earlier figure among these CPUs: nothing to give.
+        return None;
+    }
     out.kept = Some(KeptCells {
         reason: around.reason(&off),
         cpus: off,
@@ -164,9 +168,83 @@ pub fn describe(k: &KeptCells) -> String {
         k.reason
     );
     if k.missing > 0 {
-        s.push_str(&format!(", {} pairs never measured", k.missing));
+        let pairs = if k.missing == 1 { "pair" } else { "pairs" };
+        s.push_str(&format!(", {} {pairs} never measured", k.missing));
     }
     s
+}
+
+/// A managed thread of a latency-critical rule, watched while a measurement runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Watched {
+    pub pid: i32,
+    pub tid: i32,
+    pub rule: String,
+}
+
+/// Stops a measurement when a watched thread wakes on a CPU it spins on: between pair
+/// groups the engine asks [`WakeWatch::woke`], which reads each thread's run time
+/// (`/proc/PID/task/TID/schedstat`) and last CPU (`stat` field 39). A thread whose run
+/// time advanced since the last look, last seen on a measured CPU, stops the run. A
+/// busy-polling thread on a CPU the measurement stays off never does; a thread gone is
+/// skipped.
+#[derive(Debug, Clone, Default)]
+pub struct WakeWatch {
+    root: SysRoot,
+    threads: Vec<Watched>,
+    /// tid → run time (ns) at the last look.
+    seen: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<i32, u64>>>,
+}
+
+impl WakeWatch {
+    pub fn new(root: SysRoot, threads: Vec<Watched>) -> WakeWatch {
+        WakeWatch {
+            root,
+            threads,
+            seen: Default::default(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.threads.is_empty()
+    }
+
+    /// Why the measurement of `measured` must stop, if a watched thread ran on one of
+    /// those CPUs since the last call. The first call only takes the run times.
+    pub fn woke(&self, measured: &CpuSet) -> Option<String> {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let mut why = None;
+        for w in &self.threads {
+            let Some((ran_ns, cpu)) = run_time_and_cpu(&self.root, w.pid, w.tid) else {
+                continue;
+            };
+            let before = seen.insert(w.tid, ran_ns);
+            if why.is_none() && before.is_some_and(|b| ran_ns > b) && measured.contains(cpu) {
+                why = Some(format!(
+                    "thread {} of process {} (latency-critical rule {:?}) woke on CPU {cpu}, which the measurement uses",
+                    w.tid, w.pid, w.rule
+                ));
+            }
+        }
+        why
+    }
+}
+
+/// A thread's total run time in ns and the CPU it last ran on; `None` when it is gone
+/// or its files do not parse.
+fn run_time_and_cpu(root: &SysRoot, pid: i32, tid: i32) -> Option<(u64, u32)> {
+    let dir = root.proc_path(format!("{pid}/task/{tid}"));
+    let schedstat = std::fs::read_to_string(dir.join("schedstat")).ok()?;
+    let ran_ns = schedstat.split_whitespace().next()?.parse().ok()?;
+    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    // Fields after the comm's closing parenthesis start at field 3; field 39 is the CPU.
+    let cpu = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .nth(39 - 3)?
+        .parse()
+        .ok()?;
+    Some((ran_ns, cpu))
 }
 
 #[cfg(test)]
@@ -255,8 +333,12 @@ mod tests {
         assert_eq!(m.measured_at_us, Some(100));
         let k = m.kept.unwrap();
         assert_eq!((k.pairs, k.missing), (1, 0));
-        // Nothing earlier either: nothing to give.
+        // Nothing earlier either, or no earlier cell among these CPUs: nothing to give.
         assert_eq!(keep(None, None, &set("0-1"), &a), None);
+        assert_eq!(
+            keep(None, Some(&full("0,2", 0.0, 100)), &set("0-1"), &a),
+            None
+        );
     }
 
     #[test]
@@ -295,5 +377,101 @@ mod tests {
         let (c, err) = nohz_full(&root);
         assert!(c.is_empty());
         assert!(err.unwrap().contains("nohz_full"));
+    }
+
+    /// A fixture thread: `ran_ns` of run time, last on `cpu`.
+    fn task(root: &std::path::Path, pid: i32, tid: i32, ran_ns: u64, cpu: u32) {
+        let dir = root.join(format!("proc/{pid}/task/{tid}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("schedstat"), format!("{ran_ns} 100 7\n")).unwrap();
+        let mut fields: Vec<String> = (3..=52).map(|_| "0".to_string()).collect();
+        fields[0] = "S".into();
+        fields[39 - 3] = cpu.to_string();
+        std::fs::write(
+            dir.join("stat"),
+            format!("{tid} (feed (x) 1) {}\n", fields.join(" ")),
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_watched_thread_stops_the_run_only_when_it_ran_on_a_measured_cpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let watched = |tid| Watched {
+            pid: 10,
+            tid,
+            rule: "feed".into(),
+        };
+        task(dir.path(), 10, 11, 1000, 1);
+        task(dir.path(), 10, 12, 5000, 0);
+        let w = WakeWatch::new(
+            SysRoot::machine(dir.path()),
+            vec![watched(11), watched(12), watched(13)],
+        );
+        let measured = set("0,2-3");
+        // The first look takes the run times; 13 does not exist (gone: skipped).
+        assert_eq!(w.woke(&measured), None);
+        assert_eq!(w.woke(&measured), None);
+        // 11 busy-polls on CPU 1, which the measurement stays off: never a reason.
+        task(dir.path(), 10, 11, 9000, 1);
+        assert_eq!(w.woke(&measured), None);
+        // 12 wakes on CPU 2, which the measurement uses.
+        task(dir.path(), 10, 12, 6000, 2);
+        let why = w.woke(&measured).unwrap();
+        assert_eq!(
+            why,
+            "thread 12 of process 10 (latency-critical rule \"feed\") woke on CPU 2, which the measurement uses"
+        );
+        // Its run time stands still again: no reason.
+        assert_eq!(w.woke(&measured), None);
+        assert!(WakeWatch::default().is_empty());
+    }
+
+    #[test]
+    fn a_real_thread_that_wakes_on_a_measured_cpu_is_seen() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let go = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (g, s) = (go.clone(), stop.clone());
+        let t = std::thread::spawn(move || {
+            tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            while !g.load(Ordering::Relaxed) {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            while !s.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let tid = rx.recv().unwrap();
+        let pid = std::process::id() as i32;
+        let w = WakeWatch::new(
+            SysRoot::default(),
+            vec![Watched {
+                pid,
+                tid,
+                rule: "feed".into(),
+            }],
+        );
+        // Every CPU counts as measured: wherever it runs, it runs on one.
+        let all: CpuSet = (0..1024).collect();
+        assert_eq!(w.woke(&all), None);
+        go.store(true, Ordering::Relaxed);
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut why = None;
+        while why.is_none() && std::time::Instant::now() < end {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            why = w.woke(&all);
+        }
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
+        let why = why.expect("the spinning thread's run time advanced");
+        assert!(
+            why.starts_with(&format!("thread {tid} of process {pid}")),
+            "{why}"
+        );
+        // Measuring no CPU, nothing it does is a reason.
+        assert_eq!(w.woke(&CpuSet::new()), None);
     }
 }

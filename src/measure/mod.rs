@@ -17,7 +17,8 @@
 //! prior, [`sparse::run_sparse`] for the algorithm over any [`sparse::PairMeasurer`]
 //! (the spinner, or [`simulate::Simulated`]), [`probe_pairs`] for the daemon's cheap
 //! drift check, [`select_cpus`] to turn `--cpus` into a checked set, and
-//! [`Mode::default_for`] for the daemon's choice of mode.
+//! [`Mode::default_for`] for the daemon's choice of mode, and [`around`] for the CPUs a
+//! daemon measurement stays off and the cells it keeps for them.
 //! The threads are plain named `std::thread`s; callers on an async runtime run these
 //! functions on a blocking thread.
 //!
@@ -165,6 +166,10 @@ pub enum MeasureError {
     /// Not a single pair produced a figure.
     #[error("no pair could be measured: {reason}")]
     NothingMeasured { reason: String },
+    /// A latency-critical thread woke on a CPU the measurement uses: it stopped there,
+    /// keeping nothing of what it measured.
+    #[error("measurement stopped: {reason}")]
+    Woken { reason: String },
 }
 
 /// `CPU 3` or `CPUs 2-5`.
@@ -215,6 +220,9 @@ pub struct MeasureConfig {
     /// Stored in the matrix (see `fingerprint`).
     pub fingerprint: Option<String>,
     pub root: SysRoot,
+    /// Threads whose waking on a measured CPU stops the run ([`MeasureError::Woken`]);
+    /// empty: none (see `around`).
+    pub wake: around::WakeWatch,
 }
 
 impl MeasureConfig {
@@ -238,6 +246,7 @@ impl MeasureConfig {
             serial_check: 16,
             fingerprint: None,
             root: SysRoot::default(),
+            wake: around::WakeWatch::default(),
         }
     }
 }
@@ -480,6 +489,9 @@ impl Engine<'_> {
         group: &[(u32, u32)],
         deadline: Instant,
     ) -> Result<Vec<spin::PairRun>, MeasureError> {
+        if let Some(reason) = self.cfg.wake.woke(&self.cfg.cpus) {
+            return Err(MeasureError::Woken { reason });
+        }
         let gate = Arc::new(spin::Gate::default());
         let mut started = Vec::with_capacity(group.len());
         for &(a, b) in group {
