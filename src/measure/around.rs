@@ -174,6 +174,63 @@ pub fn describe(k: &KeptCells) -> String {
     s
 }
 
+/// The scheduling priority spinners run at: the lower, the sooner any other work on
+/// a measured CPU takes it from them (and the batch is discarded, not the work
+/// delayed). Figures for each on the build VM are in `benches/README.md`.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum SpinPriority {
+    /// SCHED_OTHER at nice 0: competes equally with everything else.
+    Normal,
+    /// SCHED_OTHER at nice 19: gets about 1.5% of a CPU against one nice-0 task.
+    #[default]
+    #[value(name = "nice-19")]
+    #[serde(rename = "nice-19")]
+    Nice19,
+    /// SCHED_IDLE: runs only when nothing else wants the CPU.
+    Idle,
+}
+
+impl SpinPriority {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SpinPriority::Normal => "normal",
+            SpinPriority::Nice19 => "nice-19",
+            SpinPriority::Idle => "idle",
+        }
+    }
+
+    /// Sets the calling thread's policy and nice value (Linux keeps both per thread).
+    pub fn apply_to_this_thread(self) -> std::io::Result<()> {
+        let (policy, nice) = match self {
+            SpinPriority::Normal => (libc::SCHED_OTHER, 0),
+            SpinPriority::Nice19 => (libc::SCHED_OTHER, 19),
+            SpinPriority::Idle => (libc::SCHED_IDLE, 19),
+        };
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
+        if unsafe { libc::sched_setscheduler(0, policy, &param) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: PRIO_PROCESS with a tid sets that thread's nice value.
+        let tid = unsafe { libc::gettid() } as libc::id_t;
+        if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
 /// A managed thread of a latency-critical rule, watched while a measurement runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Watched {
@@ -473,5 +530,40 @@ mod tests {
         );
         // Measuring no CPU, nothing it does is a reason.
         assert_eq!(w.woke(&CpuSet::new()), None);
+    }
+
+    #[test]
+    fn a_spin_priority_is_what_the_kernel_reports_for_the_thread() {
+        // stat fields 19 (nice) and 41 (policy: 0 SCHED_OTHER, 5 SCHED_IDLE).
+        fn nice_and_policy() -> (i64, u32) {
+            let tid = nix::unistd::gettid().as_raw();
+            let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+            let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..]
+                .split_whitespace()
+                .collect();
+            (f[19 - 3].parse().unwrap(), f[41 - 3].parse().unwrap())
+        }
+        for (p, want) in [
+            (SpinPriority::Nice19, (19, 0)),
+            (SpinPriority::Idle, (19, libc::SCHED_IDLE as u32)),
+        ] {
+            let got = std::thread::spawn(move || {
+                p.apply_to_this_thread().unwrap();
+                nice_and_policy()
+            })
+            .join()
+            .unwrap();
+            assert_eq!(got, want, "{p:?}");
+        }
+        // Back to normal from idle (root may lower nice again).
+        let got = std::thread::spawn(|| {
+            SpinPriority::Idle.apply_to_this_thread().unwrap();
+            SpinPriority::Normal.apply_to_this_thread().unwrap();
+            nice_and_policy()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(got, (0, 0));
+        assert_eq!(SpinPriority::default(), SpinPriority::Nice19);
     }
 }

@@ -223,6 +223,8 @@ pub struct MeasureConfig {
     /// Threads whose waking on a measured CPU stops the run ([`MeasureError::Woken`]);
     /// empty: none (see `around`).
     pub wake: around::WakeWatch,
+    /// The scheduling priority of the spin and warm-up threads.
+    pub priority: around::SpinPriority,
 }
 
 impl MeasureConfig {
@@ -247,6 +249,7 @@ impl MeasureConfig {
             fingerprint: None,
             root: SysRoot::default(),
             wake: around::WakeWatch::default(),
+            priority: around::SpinPriority::Normal,
         }
     }
 }
@@ -389,7 +392,7 @@ fn now_us() -> u64 {
 }
 
 /// Spins one pinned thread per CPU for `d` so the clocks ramp up.
-fn warm_up(cpus: &CpuSet, d: Duration) -> Result<(), MeasureError> {
+fn warm_up(cpus: &CpuSet, d: Duration, priority: around::SpinPriority) -> Result<(), MeasureError> {
     if d.is_zero() {
         return Ok(());
     }
@@ -402,6 +405,7 @@ fn warm_up(cpus: &CpuSet, d: Duration) -> Result<(), MeasureError> {
             .spawn(move || {
                 // A pin that fails only makes the warm-up less useful: the pairs
                 // verify their own pins.
+                spin::lower_priority(priority);
                 let _ = validity::pin_current(cpu);
                 while Instant::now() < until {
                     std::hint::spin_loop();
@@ -480,6 +484,7 @@ impl Engine<'_> {
             batch: self.cfg.batch,
             stop: self.cfg.stop,
             deadline,
+            priority: self.cfg.priority,
         }
     }
 
@@ -562,7 +567,7 @@ pub fn run_detailed(
     let measuring_since = Instant::now();
     let deadline = measuring_since + cfg.budget;
     report(Phase::Warmup, 0, 1);
-    warm_up(&cfg.cpus, cfg.warmup.min(cfg.budget / 4))?;
+    warm_up(&cfg.cpus, cfg.warmup.min(cfg.budget / 4), cfg.priority)?;
 
     let engine = Engine { cfg };
     let pairs = schedule::all_pairs(n);

@@ -168,6 +168,7 @@ impl State {
         };
         cfg.fingerprint = self.fingerprint.as_ref().map(|f| f.hex.clone());
         cfg.root = self.cfg.sysroot.clone();
+        cfg.priority = self.settings.measure.spin_priority;
         let threads = self
             .manager
             .as_ref()
