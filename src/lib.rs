@@ -31,6 +31,8 @@
 //! - `export`: Node Feature Discovery feature files and hwloc distances
 //! - `fingerprint`: the hardware identity a matrix belongs to
 //! - `fleet`: the matrices of several machines compared (`diff`, `fleet`)
+//! - `irq`: interrupts moved off the CPUs of `irqs = "away"` rules (`/proc/irq`), their
+//!   journal, and irqbalance's banned CPUs
 //! - `manager`: which processes are managed; applies the plan to their threads
 //! - `matrix`: the latency matrix and its files
 //! - `measure`: spin pairs → latencies; sparse measurement (the hierarchy from a few
@@ -66,6 +68,7 @@ pub mod domains;
 pub mod export;
 pub mod fingerprint;
 pub mod fleet;
+pub mod irq;
 pub mod manager;
 pub mod matrix;
 pub mod measure;

@@ -41,6 +41,7 @@ use super::schedule::{Due, Schedule, Timing};
 use super::worker::Job;
 use super::{DaemonError, Event, ReloadCause};
 
+mod irqs;
 mod measuring;
 
 /// Where the daemon reads and writes.
@@ -123,6 +124,8 @@ pub struct State {
     schedule: Schedule,
     /// The CPUs the running full measurement stays off (see `measure::around`).
     measuring_around: Option<crate::measure::around::Around>,
+    /// IRQs moved off the CPUs of `irqs = "away"` rules.
+    irqs: irqs::IrqsAway,
     last_failure: Option<String>,
     next_fingerprint: Instant,
     next_watchdog: Option<Instant>,
@@ -154,6 +157,7 @@ impl State {
             metrics: metrics::Kept::default(),
             journal_due: None,
             measuring_around: None,
+            irqs: irqs::IrqsAway::default(),
             last_failure: None,
             rules: LoadReport::default(),
             started: false,
@@ -199,6 +203,7 @@ impl State {
             &self.settings,
         )
         .with_journal(Journal::new(&self.cfg.runtime_dir));
+        self.recover_irqs();
         match m.recover(&root) {
             Ok(r) if r.restored + r.left_alone + r.gone + r.failed.len() > 0 => tracing::info!(
                 restored = r.restored,
@@ -222,6 +227,7 @@ impl State {
             log_change(c);
         }
         self.flush_journal();
+        self.sync_irqs();
     }
 
     fn flush_journal(&mut self) {
@@ -358,6 +364,7 @@ impl State {
                         Err(e) => tracing::warn!(error = %e, "restoring masks"),
                     }
                 }
+                self.release_irqs();
                 self.actions.push(Action::Exit);
             }
             Event::Tick(now) => self.tick(now),
@@ -369,6 +376,9 @@ impl State {
                 self.metrics.pins_after(read_at, &changes);
                 for c in &changes {
                     log_change(c);
+                }
+                if !changes.is_empty() {
+                    self.sync_irqs();
                 }
                 // Under a storm every batch changes the journal: it is written once per
                 // JOURNAL_DELAY at most (by `tick`), not once per batch.

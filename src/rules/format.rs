@@ -118,6 +118,19 @@ pub struct PlaceSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub latency_critical: Option<Spanned<bool>>,
+    /// `"away"`: while the rule holds its CPUs, every movable IRQ is moved off them (see
+    /// `irq`); `"leave"` (default): interrupts are not touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irqs: Option<Spanned<Irqs>>,
+}
+
+/// `irqs` in `[rule.place]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Irqs {
+    #[default]
+    Leave,
+    Away,
 }
 
 /// `[[rule.threads]]`: a placement for the threads whose name matches `comm`.

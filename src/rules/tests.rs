@@ -289,3 +289,15 @@ fn latency_critical_is_a_key_of_rule_place_and_off_by_default() {
         "{e}"
     );
 }
+
+#[test]
+fn irqs_away_is_a_key_of_rule_place() {
+    let rule = |extra: &str| {
+        format!("[[rule]]\nname = \"i\"\n[rule.match]\ncomm = \"i\"\n[rule.place]\ncpus = \"1\"\n{extra}")
+    };
+    assert!(!compile(&rule("")).unwrap()[0].irqs_away);
+    assert!(!compile(&rule("irqs = \"leave\"\n")).unwrap()[0].irqs_away);
+    assert!(compile(&rule("irqs = \"away\"\n")).unwrap()[0].irqs_away);
+    let e = err(&rule("irqs = \"off\"\n"));
+    assert!(e.starts_with("t.toml:7:8:") && e.contains("away"), "{e}");
+}

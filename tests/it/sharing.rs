@@ -180,3 +180,122 @@ fn remeasure_never_spins_on_an_exclusive_rule_s_cpu_and_says_which_cells_it_kept
     assert!(d.stop().success());
     drop(h);
 }
+
+/// Every IRQ's `smp_affinity_list`, by number.
+fn irq_masks() -> std::collections::BTreeMap<u32, CpuSet> {
+    pinnerd::irq::list(&SysRoot::default())
+        .unwrap()
+        .into_iter()
+        .map(|i| (i.n, i.affinity))
+        .collect()
+}
+
+/// Puts every IRQ's mask back as it was when made, whatever the test did: a failing
+/// test must not leave the machine's interrupts moved.
+struct IrqsAsBefore(std::collections::BTreeMap<u32, CpuSet>);
+
+impl Drop for IrqsAsBefore {
+    fn drop(&mut self) {
+        let now = irq_masks();
+        for (n, m) in &self.0 {
+            if now.get(n) != Some(m) {
+                let path = SysRoot::default().proc_path(format!("irq/{n}/smp_affinity_list"));
+                let _ = std::fs::write(path, format!("{m}\n"));
+            }
+        }
+    }
+}
+
+#[test]
+fn irqs_away_leave_the_rule_s_cpu_while_it_holds_it_and_come_back_even_after_a_crash() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let cpus = online();
+    let held = cpus.last().unwrap();
+    let before = irq_masks();
+    let _as_before = IrqsAsBefore(before.clone());
+    let touching: Vec<u32> = before
+        .iter()
+        .filter(|(_, m)| m.contains(held) && m.len() > 1)
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(
+        !touching.is_empty(),
+        "no IRQ on CPU {held} with somewhere else to go: {before:?}"
+    );
+    let h = Helper::spawn(dirs.root.path(), "pd-irqs");
+    let rule = format!(
+        "[[rule]]\nname = \"quiet\"\n[rule.match]\ncomm = \"pd-irqs\"\n[rule.place]\ncpus = \"{held}\"\nexclusive = true\nirqs = \"away\"\n"
+    );
+    dirs.write_rule("10-quiet.toml", &rule);
+    let d = Daemon::start(&bus, &dirs);
+    // Each IRQ that touched the CPU has left it, or the kernel refused and the log says
+    // which (managed interrupts: EPERM or EIO) — once.
+    let reported = |log: &str, n: u32| log.contains(&format!("irq={n} why="));
+    let all_off_or_reported = |log: &str| {
+        let now = irq_masks();
+        touching
+            .iter()
+            .all(|n| now.get(n).is_none_or(|m| !m.contains(held)) || reported(log, *n))
+    };
+    bus.wait_for("IRQs off the held CPU", Duration::from_secs(30), || {
+        all_off_or_reported(&d.log())
+    });
+    let now = irq_masks();
+    let moved: Vec<u32> = touching
+        .iter()
+        .copied()
+        .filter(|n| now.get(n).is_some_and(|m| !m.contains(held)))
+        .collect();
+    assert!(!moved.is_empty(), "no IRQ moved; log:\n{}", d.log());
+    // The kernel's effective affinity agrees for every IRQ moved, or it was reported.
+    for irq in pinnerd::irq::list(&SysRoot::default()).unwrap() {
+        if let (true, Some(e)) = (moved.contains(&irq.n), &irq.effective) {
+            assert!(
+                !e.contains(held) || reported(&d.log(), irq.n),
+                "IRQ {} on {e}",
+                irq.n
+            );
+        }
+    }
+    assert!(dirs.runtime().join("irqs.json").exists(), "journal written");
+    // The rule goes: they come back.
+    std::fs::remove_file(dirs.rules().join("10-quiet.toml")).unwrap();
+    bus.wait_for("IRQs back", Duration::from_secs(30), || {
+        let now = irq_masks();
+        touching.iter().all(|n| now.get(n) == before.get(n))
+    });
+    assert!(
+        !dirs.runtime().join("irqs.json").exists(),
+        "journal cleared"
+    );
+    // Again, then the daemon dies: the next start gives them back from the journal.
+    dirs.write_rule("10-quiet.toml", &rule);
+    bus.wait_for("IRQs off again", Duration::from_secs(30), || {
+        let now = irq_masks();
+        moved
+            .iter()
+            .all(|n| now.get(n).is_some_and(|m| !m.contains(held)))
+    });
+    d.signal(libc::SIGKILL);
+    drop(d);
+    std::fs::remove_file(dirs.rules().join("10-quiet.toml")).unwrap();
+    let now = irq_masks();
+    assert!(
+        moved
+            .iter()
+            .all(|n| now.get(n).is_some_and(|m| !m.contains(held))),
+        "a dead daemon restores nothing by itself"
+    );
+    let d = Daemon::start(&bus, &dirs);
+    let now = irq_masks();
+    for n in &touching {
+        assert_eq!(now.get(n), before.get(n), "IRQ {n} restored at start");
+    }
+    assert!(d
+        .log()
+        .contains("IRQ masks left by a previous run restored"));
+    assert!(d.stop().success());
+    drop(h);
+}
