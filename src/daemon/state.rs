@@ -13,7 +13,13 @@
 //! - `Remeasure` starts one, or joins the one running (calls coalesce);
 //! - periodically, when idle, a drift probe measures a few pairs, and only drift found
 //!   there starts a full measurement; a full one also runs every `measure.interval`;
-//! - until a matrix exists, placement uses the sysfs topology alone.
+//! - until a matrix exists, placement uses the sysfs topology alone;
+//! - every measurement stays off the CPUs others hold (exclusive and latency-critical
+//!   rules, `measure.never-cpus`, `nohz_full`) and keeps their earlier cells, saying so
+//!   (`measure::around`; `state/measuring.rs`).
+//!
+//! Interrupts: rules with `irqs = "away"` get IRQs moved off their CPUs while they hold
+//! them, journalled in `irqs.json` (`irq`; `state/irqs.rs`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
