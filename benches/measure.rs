@@ -178,6 +178,7 @@ fn report() {
                 batch: Duration::from_micros(20),
                 stop: measure::StopRule::default(),
                 deadline: Instant::now(),
+                priority: measure::around::SpinPriority::Normal,
             };
             let t = measure::spin::spawn_pair(plan, gate.clone()).expect("spawn");
             measure::spin::abort(&gate);

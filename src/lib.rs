@@ -31,11 +31,16 @@
 //! - `export`: Node Feature Discovery feature files and hwloc distances
 //! - `fingerprint`: the hardware identity a matrix belongs to
 //! - `fleet`: the matrices of several machines compared (`diff`, `fleet`)
+//! - `irq`: interrupts moved off the CPUs of `irqs = "away"` rules (`/proc/irq`), their
+//!   journal, and irqbalance's banned CPUs
 //! - `manager`: which processes are managed; applies the plan to their threads
 //! - `matrix`: the latency matrix and its files
 //! - `measure`: spin pairs → latencies; sparse measurement (the hierarchy from a few
 //!   pairs, spot checks per block, the rest inferred) over a `PairMeasurer`: the real
-//!   spinner, or `measure::simulate`, which answers from a published matrix with noise
+//!   spinner, or `measure::simulate`, which answers from a published matrix with noise;
+//!   `measure::around`: the CPUs a measurement stays off (exclusive and latency-critical
+//!   rules' CPUs, `measure.never-cpus`, `nohz_full`), the cells it keeps for them, and
+//!   the latency-critical threads whose waking stops it
 //! - `metrics`: the daemon's numbers in the Prometheus text format, and the textfile
 //! - `placement`: one request → CPUs
 //! - `plan`: every rule's CPUs, as a value
@@ -63,6 +68,7 @@ pub mod domains;
 pub mod export;
 pub mod fingerprint;
 pub mod fleet;
+pub mod irq;
 pub mod manager;
 pub mod matrix;
 pub mod measure;

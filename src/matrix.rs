@@ -73,6 +73,23 @@ pub struct LatencyMatrix {
     /// Known flaws and measurement warnings, in words a user reads.
     #[serde(default, deserialize_with = "read::warnings")]
     pub warnings: Vec<String>,
+    /// CPUs this measurement stayed off (see `measure::around`): every cell with one of
+    /// them is an earlier measurement's. `None` when every CPU was measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept: Option<KeptCells>,
+}
+
+/// The cells a measurement kept from an earlier one, because it stayed off their CPUs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeptCells {
+    /// The CPUs not measured this time (kernel list format in JSON).
+    pub cpus: CpuSet,
+    /// Cells (pairs) with one of those CPUs that hold an earlier figure.
+    pub pairs: usize,
+    /// Pairs with one of those CPUs that no measurement has a figure for.
+    pub missing: usize,
+    /// Why each CPU was left alone, e.g. `CPU 1: exclusive rule "feed"`.
+    pub reason: String,
 }
 
 /// The JSON object as read: [`LatencyMatrix`]'s fields, with the sparse counts as
@@ -117,6 +134,8 @@ struct MatrixFile {
     /// Known flaws and measurement warnings, in words a user reads.
     #[serde(default, deserialize_with = "read::warnings")]
     warnings: Vec<String>,
+    #[serde(default)]
+    kept: Option<KeptCells>,
 }
 
 impl From<MatrixFile> for LatencyMatrix {
@@ -143,6 +162,7 @@ impl From<MatrixFile> for LatencyMatrix {
             stats: f.stats,
             sparse,
             warnings: f.warnings,
+            kept: f.kept,
         }
     }
 }
@@ -255,6 +275,7 @@ impl LatencyMatrix {
             stats: Vec::new(),
             sparse: None,
             warnings: Vec::new(),
+            kept: None,
         }
     }
 

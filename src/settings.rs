@@ -59,6 +59,13 @@ pub struct MeasureSettings {
     /// Measure only while the machine is idle: the busy fraction of all CPUs (from
     /// /proc/stat over the last second) must be below this. Default 0.10.
     pub idle_threshold: Fraction,
+    /// CPUs never to measure: no spinner runs there, the idle check ignores them and
+    /// their cells are kept from the last measurement that had them. Kernel list
+    /// format. Default `""` (none).
+    pub never_cpus: CpuSet,
+    /// Scheduling priority of the spinning threads: `"normal"`, `"nice-19"` or
+    /// `"idle"` (SCHED_IDLE). Default `"nice-19"` (see `benches/README.md`).
+    pub spin_priority: crate::measure::around::SpinPriority,
 }
 
 /// `[watch]`: finding processes.
@@ -143,6 +150,8 @@ impl Default for MeasureSettings {
             drift_threshold: Fraction(0.25),
             budget: HumanDuration(Duration::from_secs(60)),
             idle_threshold: Fraction(0.10),
+            never_cpus: CpuSet::new(),
+            spin_priority: crate::measure::around::SpinPriority::Nice19,
         }
     }
 }
@@ -424,7 +433,7 @@ mod tests {
     fn values_parse() {
         let s = parse(
             "rule-dirs = [\"/a\", \"/b\"]\n[measure]\ninterval = \"off\"\nbudget = \"1500ms\"\n\
-             idle-threshold = 0.5\n[placement]\nhousekeeping-cpus = \"0,2\"\n\
+             idle-threshold = 0.5\nnever-cpus = \"1,3\"\nspin-priority = \"idle\"\n[placement]\nhousekeeping-cpus = \"0,2\"\n\
              [watch]\nrelease-on-foreign-change = false\n",
         )
         .unwrap();
@@ -432,6 +441,11 @@ mod tests {
         assert_eq!(s.measure.interval, Every::Off);
         assert_eq!(s.measure.budget.0, Duration::from_millis(1500));
         assert_eq!(s.measure.idle_threshold, Fraction(0.5));
+        assert_eq!(s.measure.never_cpus.to_string(), "1,3");
+        assert_eq!(
+            s.measure.spin_priority,
+            crate::measure::around::SpinPriority::Idle
+        );
         assert_eq!(s.placement.housekeeping_cpus.to_string(), "0,2");
         assert!(!s.watch.release_on_foreign_change);
         assert_eq!(s.measure.budget.to_string(), "1500ms");

@@ -10,6 +10,7 @@ use anyhow::Context;
 use crate::cpuset::CpuSet;
 use crate::fingerprint::Fingerprint;
 use crate::matrix::{render, LatencyMatrix};
+use crate::measure::around::SpinPriority;
 use crate::measure::simulate::Simulated;
 use crate::measure::sparse::{self, SparseConfig};
 use crate::measure::{self, FirstTouch, MeasureConfig, Mode, Phase, Primitive, Progress};
@@ -51,6 +52,10 @@ pub struct MeasureArgs {
     /// 0 measures whatever the load.
     #[arg(long, value_name = "PCT", default_value_t = 75.0)]
     pub idle_threshold: f64,
+    /// Scheduling priority of the spinning threads: `normal` (nice 0), `nice-19`, or
+    /// `idle` (SCHED_IDLE: they run only when nothing else wants the CPU).
+    #[arg(long, value_enum, default_value_t = SpinPriority::Normal)]
+    pub spin_priority: SpinPriority,
     /// How long to wait for the CPUs to become idle, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub idle_wait: f64,
@@ -104,6 +109,7 @@ pub fn config(args: &MeasureArgs) -> anyhow::Result<(MeasureConfig, Vec<String>)
     cfg.first_touch = args.first_touch;
     cfg.guard.min_idle = args.idle_threshold / 100.0;
     cfg.guard.wait = idle_wait;
+    cfg.priority = args.spin_priority;
     cfg.fingerprint = match Fingerprint::read(&root) {
         Ok(fp) => Some(fp.hex),
         Err(e) => {

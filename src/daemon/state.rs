@@ -13,7 +13,13 @@
 //! - `Remeasure` starts one, or joins the one running (calls coalesce);
 //! - periodically, when idle, a drift probe measures a few pairs, and only drift found
 //!   there starts a full measurement; a full one also runs every `measure.interval`;
-//! - until a matrix exists, placement uses the sysfs topology alone.
+//! - until a matrix exists, placement uses the sysfs topology alone;
+//! - every measurement stays off the CPUs others hold (exclusive and latency-critical
+//!   rules, `measure.never-cpus`, `nohz_full`) and keeps their earlier cells, saying so
+//!   (`measure::around`; `state/measuring.rs`).
+//!
+//! Interrupts: rules with `irqs = "away"` get IRQs moved off their CPUs while they hold
+//! them, journalled in `irqs.json` (`irq`; `state/irqs.rs`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -41,6 +47,7 @@ use super::schedule::{Due, Schedule, Timing};
 use super::worker::Job;
 use super::{DaemonError, Event, ReloadCause};
 
+mod irqs;
 mod measuring;
 
 /// Where the daemon reads and writes.
@@ -121,6 +128,10 @@ pub struct State {
     /// A journal write deferred after process events (see [`JOURNAL_DELAY`]).
     journal_due: Option<Instant>,
     schedule: Schedule,
+    /// The CPUs the running full measurement stays off (see `measure::around`).
+    measuring_around: Option<crate::measure::around::Around>,
+    /// IRQs moved off the CPUs of `irqs = "away"` rules.
+    irqs: irqs::IrqsAway,
     last_failure: Option<String>,
     next_fingerprint: Instant,
     next_watchdog: Option<Instant>,
@@ -151,6 +162,8 @@ impl State {
             next_rescan: None,
             metrics: metrics::Kept::default(),
             journal_due: None,
+            measuring_around: None,
+            irqs: irqs::IrqsAway::default(),
             last_failure: None,
             rules: LoadReport::default(),
             started: false,
@@ -196,6 +209,7 @@ impl State {
             &self.settings,
         )
         .with_journal(Journal::new(&self.cfg.runtime_dir));
+        self.recover_irqs();
         match m.recover(&root) {
             Ok(r) if r.restored + r.left_alone + r.gone + r.failed.len() > 0 => tracing::info!(
                 restored = r.restored,
@@ -219,6 +233,7 @@ impl State {
             log_change(c);
         }
         self.flush_journal();
+        self.sync_irqs();
     }
 
     fn flush_journal(&mut self) {
@@ -355,6 +370,7 @@ impl State {
                         Err(e) => tracing::warn!(error = %e, "restoring masks"),
                     }
                 }
+                self.release_irqs();
                 self.actions.push(Action::Exit);
             }
             Event::Tick(now) => self.tick(now),
@@ -366,6 +382,9 @@ impl State {
                 self.metrics.pins_after(read_at, &changes);
                 for c in &changes {
                     log_change(c);
+                }
+                if !changes.is_empty() {
+                    self.sync_irqs();
                 }
                 // Under a storm every batch changes the journal: it is written once per
                 // JOURNAL_DELAY at most (by `tick`), not once per batch.
@@ -763,6 +782,13 @@ impl State {
         let matrix = match &self.current {
             Some(m) => format!("matrix of {} CPUs", m.len()),
             None => "no matrix (sysfs topology)".to_string(),
+        };
+        let matrix = match self.current.as_ref().and_then(|m| m.kept.as_ref()) {
+            Some(k) => format!(
+                "{matrix}, earlier cells kept for {}",
+                crate::measure::around::cpu_words(&k.cpus)
+            ),
+            None => matrix,
         };
         self.actions.push(Action::Status(format!(
             "{}: {} rules, {} errors, {} processes managed, {matrix}",
@@ -1558,5 +1584,173 @@ mod tests {
         let (mut s, _d, _job) = started(Timing::default());
         s.handle(Event::Terminate);
         assert_eq!(s.take_actions().last(), Some(&Action::Exit));
+    }
+
+    fn summaries(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Emit(Signal::MeasurementFinished { summary, .. }) => Some(summary.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn no_interval() -> Timing {
+        Timing {
+            remeasure_min_interval: Duration::ZERO,
+            ..Timing::default()
+        }
+    }
+
+    fn remeasure_job(s: &mut State) -> Job {
+        let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
+            panic!("no job")
+        };
+        let j = jobs(&s.take_actions());
+        assert_eq!(j.len(), 1, "{j:?}");
+        assert_eq!(j[0].id, id);
+        j[0].clone()
+    }
+
+    #[test]
+    fn never_cpus_are_measured_around_and_keep_their_earlier_cells() {
+        let (mut s, d) = state(no_interval());
+        s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+        s.start().unwrap();
+        // Every CPU the first time.
+        let job = jobs(&s.take_actions())[0].clone();
+        assert_eq!(job.cfg.cpus.to_string(), "0-15");
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        // CPU 3 is never to be measured now: the job stays off it.
+        s.settings.measure.never_cpus = "3".parse().unwrap();
+        let job = remeasure_job(&mut s);
+        assert_eq!(job.cfg.cpus.to_string(), "0-2,4-15");
+        let mut m = LatencyMatrix::from_fn(job.cfg.cpus.iter().collect(), |_, _| 50.0);
+        m.measured_at_us = Some(1_800_000_000_000_000);
+        m.fingerprint = job.cfg.fingerprint.clone();
+        s.handle(Event::Measured(Box::new(Finished {
+            id: job.id,
+            result: Ok(Product::Matrix(Box::new(m))),
+        })));
+        let a = s.take_actions();
+        assert_eq!(finished(&a), vec![(job.id, true)]);
+        let summary = &summaries(&a)[0];
+        assert!(
+            summary.ends_with("; kept 15 earlier cells of CPU 3 (CPU 3: measure.never-cpus)"),
+            "{summary}"
+        );
+        let cur = s.current.clone().unwrap();
+        assert_eq!(cur.len(), 16);
+        assert_eq!(
+            cur.between(3, 4),
+            Some(40.0),
+            "CPU 3's cells are the earlier ones"
+        );
+        assert_eq!(cur.between(2, 4), Some(50.0), "the rest are new");
+        assert_eq!(cur.measured_at_us, Some(1_800_000_000_000_000));
+        // The stored matrix says which cells are old; so does the status line.
+        let fp = s.snapshot().fingerprint;
+        let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
+        let st = stored.load_current(&fp).unwrap().matrix.unwrap();
+        assert_eq!(st.kept, cur.kept);
+        assert_eq!(st.kept.as_ref().unwrap().cpus.to_string(), "3");
+        let status: Vec<_> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Status(t) => Some(t.clone()),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            status
+                .last()
+                .unwrap()
+                .ends_with("matrix of 16 CPUs, earlier cells kept for CPU 3"),
+            "{status:?}"
+        );
+        // Drift probes stay off CPU 3 too.
+        for _ in 0..20 {
+            s.start_drift_probe();
+            for j in jobs(&s.take_actions()) {
+                let JobKind::Drift { pairs, .. } = &j.kind else {
+                    panic!()
+                };
+                assert!(pairs.iter().all(|&(a, b)| a != 3 && b != 3), "{pairs:?}");
+                assert!(!j.cfg.cpus.contains(3));
+                s.handle(probes(&j, 45.0));
+                s.take_actions();
+            }
+        }
+    }
+
+    #[test]
+    fn an_exclusive_rule_s_cpus_are_not_measured_and_two_cpus_minus_one_measure_nothing() {
+        let (mut s, d) = state(no_interval());
+        s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+        std::fs::write(
+            d.path().join("rules/feed.toml"),
+            "[[rule]]\nname = \"feed\"\n[rule.match]\ncomm = \"feed\"\n[rule.place]\ncpus = \"5\"\nexclusive = true\n",
+        )
+        .unwrap();
+        s.start().unwrap();
+        let job = jobs(&s.take_actions())[0].clone();
+        assert_eq!(job.cfg.cpus.to_string(), "0-4,6-15");
+        s.handle(ok_matrix(&job));
+        let a = s.take_actions();
+        let summary = &summaries(&a)[0];
+        assert!(
+            summary.ends_with("; kept 0 earlier cells of CPU 5 (CPU 5: exclusive rule \"feed\"), 15 pairs never measured"),
+            "{summary}"
+        );
+        // Two CPUs online, one held: no pair to measure. The job ends at once, keeps
+        // the earlier cells and says so; nothing failed and nothing asks again.
+        set_online(&s.cfg.sysroot, "4-5");
+        s.handle(Event::Hotplug);
+        s.take_actions();
+        let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
+            panic!()
+        };
+        let a = s.take_actions();
+        assert!(jobs(&a).is_empty(), "no spinner at all");
+        assert_eq!(finished(&a), vec![(id, true)]);
+        assert_eq!(
+            summaries(&a)[0],
+            "nothing measured: only CPU 4 may be measured (CPU 5: exclusive rule \"feed\"); no earlier cells to keep"
+        );
+        assert_eq!(s.snapshot().state, Phase::Ready);
+        assert!(s.schedule.running().is_none());
+        s.handle(Event::Tick(Instant::now() + Duration::from_secs(5)));
+        assert!(jobs(&s.take_actions()).is_empty(), "no retry loop");
+    }
+
+    #[test]
+    fn with_an_earlier_pair_a_single_measurable_cpu_keeps_it() {
+        let (mut s, d) = state(no_interval());
+        s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+        set_online(&s.cfg.sysroot, "0-1");
+        s.start().unwrap();
+        let job = jobs(&s.take_actions())[0].clone();
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        s.settings.measure.never_cpus = "1".parse().unwrap();
+        let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
+            panic!()
+        };
+        let a = s.take_actions();
+        assert!(jobs(&a).is_empty());
+        assert_eq!(finished(&a), vec![(id, true)]);
+        assert_eq!(
+            summaries(&a)[0],
+            "nothing measured: only CPU 0 may be measured (CPU 1: measure.never-cpus); kept 1 earlier cell of CPU 1 (CPU 1: measure.never-cpus)"
+        );
+        let cur = s.current.clone().unwrap();
+        assert_eq!(cur.between(0, 1), Some(40.0));
+        assert_eq!(
+            cur.measured_at_us,
+            Some(1_700_000_000_000_000),
+            "the earlier time"
+        );
     }
 }

@@ -233,4 +233,28 @@ impl Manager {
             })
             .collect()
     }
+
+    /// The threads of latency-critical rules it holds, with the CPUs each holds: a
+    /// measurement stays off those CPUs and stops when one of the threads wakes where it
+    /// spins (`measure::around`).
+    pub fn latency_critical_threads(&self) -> Vec<(crate::measure::around::Watched, CpuSet)> {
+        let mut out = Vec::new();
+        for (pid, m) in &self.managed {
+            let Source::Rule(r) = &m.source else { continue };
+            if !r.latency_critical {
+                continue;
+            }
+            for (tid, t) in &m.threads {
+                if let (false, Some(cpus)) = (t.released, t.outcome.effective()) {
+                    let w = crate::measure::around::Watched {
+                        pid: *pid,
+                        tid: *tid,
+                        rule: r.name.clone(),
+                    };
+                    out.push((w, cpus.clone()));
+                }
+            }
+        }
+        out
+    }
 }

@@ -17,12 +17,14 @@
 //! prior, [`sparse::run_sparse`] for the algorithm over any [`sparse::PairMeasurer`]
 //! (the spinner, or [`simulate::Simulated`]), [`probe_pairs`] for the daemon's cheap
 //! drift check, [`select_cpus`] to turn `--cpus` into a checked set, and
-//! [`Mode::default_for`] for the daemon's choice of mode.
+//! [`Mode::default_for`] for the daemon's choice of mode, and [`around`] for the CPUs a
+//! daemon measurement stays off and the cells it keeps for them.
 //! The threads are plain named `std::thread`s; callers on an async runtime run these
 //! functions on a blocking thread.
 //!
 //! Must not touch: placement, the daemon's state, files (the caller stores the matrix).
 
+pub mod around;
 pub mod estimator;
 pub mod guard;
 pub mod schedule;
@@ -164,6 +166,10 @@ pub enum MeasureError {
     /// Not a single pair produced a figure.
     #[error("no pair could be measured: {reason}")]
     NothingMeasured { reason: String },
+    /// A latency-critical thread woke on a CPU the measurement uses: it stopped there,
+    /// keeping nothing of what it measured.
+    #[error("measurement stopped: {reason}")]
+    Woken { reason: String },
 }
 
 /// `CPU 3` or `CPUs 2-5`.
@@ -214,6 +220,11 @@ pub struct MeasureConfig {
     /// Stored in the matrix (see `fingerprint`).
     pub fingerprint: Option<String>,
     pub root: SysRoot,
+    /// Threads whose waking on a measured CPU stops the run ([`MeasureError::Woken`]);
+    /// empty: none (see `around`).
+    pub wake: around::WakeWatch,
+    /// The scheduling priority of the spin and warm-up threads.
+    pub priority: around::SpinPriority,
 }
 
 impl MeasureConfig {
@@ -237,6 +248,8 @@ impl MeasureConfig {
             serial_check: 16,
             fingerprint: None,
             root: SysRoot::default(),
+            wake: around::WakeWatch::default(),
+            priority: around::SpinPriority::Normal,
         }
     }
 }
@@ -379,7 +392,7 @@ fn now_us() -> u64 {
 }
 
 /// Spins one pinned thread per CPU for `d` so the clocks ramp up.
-fn warm_up(cpus: &CpuSet, d: Duration) -> Result<(), MeasureError> {
+fn warm_up(cpus: &CpuSet, d: Duration, priority: around::SpinPriority) -> Result<(), MeasureError> {
     if d.is_zero() {
         return Ok(());
     }
@@ -392,6 +405,7 @@ fn warm_up(cpus: &CpuSet, d: Duration) -> Result<(), MeasureError> {
             .spawn(move || {
                 // A pin that fails only makes the warm-up less useful: the pairs
                 // verify their own pins.
+                spin::lower_priority(priority);
                 let _ = validity::pin_current(cpu);
                 while Instant::now() < until {
                     std::hint::spin_loop();
@@ -470,6 +484,7 @@ impl Engine<'_> {
             batch: self.cfg.batch,
             stop: self.cfg.stop,
             deadline,
+            priority: self.cfg.priority,
         }
     }
 
@@ -479,6 +494,9 @@ impl Engine<'_> {
         group: &[(u32, u32)],
         deadline: Instant,
     ) -> Result<Vec<spin::PairRun>, MeasureError> {
+        if let Some(reason) = self.cfg.wake.woke(&self.cfg.cpus) {
+            return Err(MeasureError::Woken { reason });
+        }
         let gate = Arc::new(spin::Gate::default());
         let mut started = Vec::with_capacity(group.len());
         for &(a, b) in group {
@@ -549,7 +567,7 @@ pub fn run_detailed(
     let measuring_since = Instant::now();
     let deadline = measuring_since + cfg.budget;
     report(Phase::Warmup, 0, 1);
-    warm_up(&cfg.cpus, cfg.warmup.min(cfg.budget / 4))?;
+    warm_up(&cfg.cpus, cfg.warmup.min(cfg.budget / 4), cfg.priority)?;
 
     let engine = Engine { cfg };
     let pairs = schedule::all_pairs(n);

@@ -131,7 +131,7 @@ pub fn run_sparse_real(
     let hypervisor = validity::hypervisor(&cfg.root);
     let deadline = Instant::now() + cfg.budget;
     report(Phase::Warmup);
-    warm_up(&cfg.cpus, cfg.warmup.min(cfg.budget / 4))?;
+    warm_up(&cfg.cpus, cfg.warmup.min(cfg.budget / 4), cfg.priority)?;
     report(Phase::Pass(1));
     let ids: Vec<u32> = cfg.cpus.iter().collect();
     let mut meas = EngineMeasurer::new(cfg, deadline);

@@ -17,6 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::around::SpinPriority;
 use super::estimator::StopRule;
 use super::validity::{context_switches, current_cpu, pin_current, PinFailure};
 use super::{FirstTouch, MeasureError, Primitive};
@@ -153,6 +154,8 @@ pub struct PairPlan {
     pub stop: StopRule,
     /// Stop taking batches after this instant, whatever the rule says.
     pub deadline: Instant,
+    /// The scheduling priority both threads take before they pin.
+    pub priority: SpinPriority,
 }
 
 /// What one pair produced.
@@ -211,9 +214,11 @@ pub fn spawn_pair(plan: PairPlan, gate: Arc<Gate>) -> Result<PairThreads, Measur
         let cpu = plan.responder;
         let first = plan.first_touch == FirstTouch::Responder;
         let primitive = plan.primitive;
+        let priority = plan.priority;
         std::thread::Builder::new()
             .name(r_name.clone())
             .spawn(move || {
+                lower_priority(priority);
                 let pinned = pin_current(cpu);
                 touch_in_order(&page, first, &touched, pinned.is_ok());
                 *setup.responder.lock().unwrap_or_else(|e| e.into_inner()) = pinned.err();
@@ -245,6 +250,7 @@ pub fn spawn_pair(plan: PairPlan, gate: Arc<Gate>) -> Result<PairThreads, Measur
         std::thread::Builder::new()
             .name(i_name.clone())
             .spawn(move || {
+                lower_priority(plan.priority);
                 let pinned = pin_current(plan.initiator);
                 let first = plan.first_touch == FirstTouch::Initiator;
                 touch_in_order(&page, first, &touched, pinned.is_ok());
@@ -293,6 +299,14 @@ pub fn spawn_pair(plan: PairPlan, gate: Arc<Gate>) -> Result<PairThreads, Measur
                 source,
             })
         }
+    }
+}
+
+/// Takes `p` for the calling spin thread. A refusal leaves it at the caller's priority,
+/// which only makes it compete harder: logged, not fatal.
+pub fn lower_priority(p: SpinPriority) {
+    if let Err(e) = p.apply_to_this_thread() {
+        tracing::debug!(priority = p.as_str(), error = %e, "spinner priority not set");
     }
 }
 
@@ -593,6 +607,7 @@ mod tests {
                 ..StopRule::default()
             },
             deadline: Instant::now() + Duration::from_secs(5),
+            priority: SpinPriority::Normal,
         }
     }
 

@@ -147,6 +147,11 @@ pub struct Rule {
     /// Placement for the process's threads that no `[[rule.threads]]` entry takes.
     pub place: Option<PlacementRequest>,
     pub threads: Vec<ThreadRule>,
+    /// `latency-critical = true` in `[rule.place]`: no measurement spins on the CPUs
+    /// its managed threads hold.
+    pub latency_critical: bool,
+    /// `irqs = "away"` in `[rule.place]`: interrupts leave its CPUs while it holds them.
+    pub irqs_away: bool,
 }
 
 impl Rule {
@@ -257,6 +262,16 @@ pub fn compile_file(
                 matcher,
                 place,
                 threads,
+                latency_critical: spec
+                    .place
+                    .as_ref()
+                    .and_then(|p| p.get_ref().latency_critical.as_ref())
+                    .is_some_and(|l| *l.get_ref()),
+                irqs_away: spec
+                    .place
+                    .as_ref()
+                    .and_then(|p| p.get_ref().irqs.as_ref())
+                    .is_some_and(|i| *i.get_ref() == super::format::Irqs::Away),
             });
         }
     }

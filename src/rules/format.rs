@@ -110,6 +110,27 @@ pub struct PlaceSpec {
     pub smt: Option<Spanned<SmtPolicy>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive: Option<Spanned<bool>>,
+    /// The whole rule is latency-critical: measurements never spin on the CPUs its
+    /// managed threads hold (see `measure::around`). Default `false`.
+    #[serde(
+        default,
+        rename = "latency-critical",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub latency_critical: Option<Spanned<bool>>,
+    /// `"away"`: while the rule holds its CPUs, every movable IRQ is moved off them (see
+    /// `irq`); `"leave"` (default): interrupts are not touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irqs: Option<Spanned<Irqs>>,
+}
+
+/// `irqs` in `[rule.place]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Irqs {
+    #[default]
+    Leave,
+    Away,
 }
 
 /// `[[rule.threads]]`: a placement for the threads whose name matches `comm`.

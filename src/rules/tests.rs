@@ -271,3 +271,33 @@ fn threads_take_the_first_entry_that_matches_then_the_process_placement() {
         CpuTarget::Count(2)
     );
 }
+
+#[test]
+fn latency_critical_is_a_key_of_rule_place_and_off_by_default() {
+    let rule = |extra: &str| {
+        format!("[[rule]]\nname = \"lc\"\n[rule.match]\ncomm = \"lc\"\n[rule.place]\ncpus = \"1\"\n{extra}")
+    };
+    assert!(!compile(&rule("")).unwrap()[0].latency_critical);
+    assert!(compile(&rule("latency-critical = true\n")).unwrap()[0].latency_critical);
+    assert!(!compile(&rule("latency-critical = false\n")).unwrap()[0].latency_critical);
+    let e = err(&rule("latency-critical = \"yes\"\n"));
+    assert!(e.starts_with("t.toml:7:"), "{e}");
+    // Not a thread entry's key: the whole rule is latency-critical or not.
+    let e = err("[[rule]]\nname = \"lc\"\n[rule.match]\ncomm = \"lc\"\n[[rule.threads]]\ncomm = \"w\"\ncpus = \"1\"\nlatency-critical = true\n");
+    assert!(
+        e.contains("t.toml:8:1") && e.contains("latency-critical"),
+        "{e}"
+    );
+}
+
+#[test]
+fn irqs_away_is_a_key_of_rule_place() {
+    let rule = |extra: &str| {
+        format!("[[rule]]\nname = \"i\"\n[rule.match]\ncomm = \"i\"\n[rule.place]\ncpus = \"1\"\n{extra}")
+    };
+    assert!(!compile(&rule("")).unwrap()[0].irqs_away);
+    assert!(!compile(&rule("irqs = \"leave\"\n")).unwrap()[0].irqs_away);
+    assert!(compile(&rule("irqs = \"away\"\n")).unwrap()[0].irqs_away);
+    let e = err(&rule("irqs = \"off\"\n"));
+    assert!(e.starts_with("t.toml:7:8:") && e.contains("away"), "{e}");
+}

@@ -698,6 +698,14 @@ mod props {
             policy: policy.map(sp),
             smt: smt.map(sp),
             exclusive: exclusive.map(sp),
+            latency_critical: exclusive.map(|e| sp(!e)),
+            irqs: exclusive.map(|e| {
+                sp(if e {
+                    pinnerd::rules::format::Irqs::Away
+                } else {
+                    pinnerd::rules::format::Irqs::Leave
+                })
+            }),
         })
     }
 

@@ -4,10 +4,13 @@
 
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
 use crate::api::Signal;
 use crate::cpuset::CpuSet;
 use crate::matrix::keep;
 use crate::matrix::LatencyMatrix;
+use crate::measure::around::{self, Around, WakeWatch};
 use crate::measure::{self, LoadGuard, MeasureConfig};
 
 use super::super::schedule::Remeasure;
@@ -50,6 +53,8 @@ impl State {
     /// Measures only the pairs the stored matrix lacks, when that pays
     /// ([`keep::worth_filling`]) and nothing else runs; true when it started.
     pub(super) fn start_fill(&mut self, missing: Vec<(u32, u32)>) -> bool {
+        let off = self.around().pairs_off(&missing);
+        let missing: Vec<(u32, u32)> = missing.into_iter().filter(|p| !off.contains(p)).collect();
         let n = self.usable().len();
         if self.schedule.running().is_some() || !keep::worth_filling(missing.len(), n) {
             return false;
@@ -163,7 +168,109 @@ impl State {
         };
         cfg.fingerprint = self.fingerprint.as_ref().map(|f| f.hex.clone());
         cfg.root = self.cfg.sysroot.clone();
+        cfg.priority = self.settings.measure.spin_priority;
+        let threads = self
+            .manager
+            .as_ref()
+            .map(|m| m.latency_critical_threads())
+            .unwrap_or_default();
+        cfg.wake = WakeWatch::new(
+            self.cfg.sysroot.clone(),
+            threads.into_iter().map(|(w, _)| w).collect(),
+        );
         cfg
+    }
+
+    /// The CPUs measurements stay off now, and why: those of exclusive units, those
+    /// the managed threads of latency-critical rules hold, `measure.never-cpus` and the
+    /// CPUs excluded from housekeeping (`nohz_full`). Isolated CPUs are not usable at
+    /// all.
+    pub(super) fn around(&self) -> Around {
+        let mut a = Around::new();
+        if let Some(m) = &self.manager {
+            for u in m.plan().units().iter().filter(|u| u.exclusive) {
+                a.add(&u.state.held(), format!("exclusive rule {:?}", u.name()));
+            }
+            let mut critical: BTreeMap<String, CpuSet> = BTreeMap::new();
+            for (w, cpus) in m.latency_critical_threads() {
+                let held = critical.entry(w.rule).or_default();
+                *held = held.union(&cpus);
+            }
+            for (rule, cpus) in critical {
+                a.add(&cpus, format!("latency-critical rule {rule:?}"));
+            }
+        }
+        a.add(&self.settings.measure.never_cpus, "measure.never-cpus");
+        let (nohz, err) = around::nohz_full(&self.cfg.sysroot);
+        if let Some(e) = err {
+            tracing::warn!(error = %e, "cannot read the CPUs excluded from housekeeping");
+        }
+        a.add(&nohz, "nohz_full (excluded from housekeeping)");
+        a
+    }
+
+    /// The cells measurements keep for CPUs they stay off: the stored matrix of this
+    /// fingerprint, else the one in use.
+    fn earlier_matrix(&self) -> Option<LatencyMatrix> {
+        if let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) {
+            if let Ok(loaded) = store.load_current(&fp.hex) {
+                if loaded.matrix.is_some() {
+                    return loaded.matrix;
+                }
+            }
+        }
+        self.current.clone()
+    }
+
+    /// A full measurement with fewer than two CPUs left to measure: it ends at once,
+    /// keeping the earlier cells (if any) and saying so. Not a failure: nothing is
+    /// wrong, there is only nothing to measure, and nothing asks again by itself.
+    fn nothing_to_measure(&mut self, id: u64, measurable: &CpuSet, a: &Around) {
+        self.schedule.finished(id);
+        let usable = self.usable();
+        let off = usable.intersection(&a.cpus());
+        let left = if measurable.is_empty() {
+            "no CPU".to_string()
+        } else {
+            format!("only {}", around::cpu_words(measurable))
+        };
+        let mut summary = format!(
+            "nothing measured: {left} may be measured ({})",
+            a.reason(&off)
+        );
+        match around::keep(None, self.earlier_matrix().as_ref(), &usable, a) {
+            Some(m) => {
+                if let Some(k) = &m.kept {
+                    summary.push_str(&format!("; {}", around::describe(k)));
+                }
+                self.store_matrix(id, &m);
+                self.current = Some(m);
+                self.matrix_changed();
+            }
+            None => summary.push_str("; no earlier cells to keep"),
+        }
+        tracing::info!(job = id, %summary, "measurement finished");
+        self.last_failure = None;
+        self.schedule.full_ended(id, true, summary.clone());
+        self.actions.push(Action::Emit(Signal::MeasurementFinished {
+            job: id,
+            ok: true,
+            summary,
+        }));
+        if let Some(next) = self.schedule.take_queued() {
+            self.launch_full(next);
+        }
+    }
+
+    fn store_matrix(&self, id: u64, matrix: &LatencyMatrix) {
+        if let Some(store) = &self.store {
+            match store.save_keeping(matrix) {
+                Ok(kept) => {
+                    tracing::info!(job = id, path = %store.current_path().display(), cpus = kept.len(), "matrix stored")
+                }
+                Err(e) => tracing::warn!(job = id, error = %e, "cannot store the matrix"),
+            }
+        }
     }
 
     pub(super) fn start_full(&mut self) -> u64 {
@@ -174,7 +281,17 @@ impl State {
 
     pub(super) fn launch_full(&mut self, id: u64) {
         self.schedule.started(id, true);
-        let cpus = self.usable();
+        let a = self.around();
+        let cpus = a.measurable(&self.usable());
+        if cpus.len() < 2 {
+            self.nothing_to_measure(id, &cpus, &a);
+            self.status();
+            return;
+        }
+        if !a.is_empty() {
+            tracing::info!(job = id, around = %a.reason(&self.usable()), "measuring around CPUs others hold");
+        }
+        self.measuring_around = Some(a);
         tracing::info!(job = id, %cpus, budget = ?self.timing.full_budget, "starting a full measurement");
         let mut cfg = self.measure_config(cpus, self.timing.full_budget);
         // Sparse from measure::SPARSE_FROM_CPUS CPUs on, also after drift.
@@ -189,7 +306,9 @@ impl State {
 
     pub(super) fn start_drift_probe(&mut self) {
         let Some(cur) = &self.current else { return };
-        let pairs = measure::probe_sample(cur, self.timing.probe_pairs);
+        let mut pairs = measure::probe_sample(cur, self.timing.probe_pairs);
+        let off = self.around().pairs_off(&pairs);
+        pairs.retain(|p| !off.contains(p));
         if pairs.is_empty() {
             return;
         }
@@ -254,6 +373,16 @@ impl State {
     }
 
     pub(super) fn full_done(&mut self, id: u64, matrix: LatencyMatrix) {
+        let matrix = match self.measuring_around.take() {
+            Some(a) if !a.is_empty() => around::keep(
+                Some(&matrix),
+                self.earlier_matrix().as_ref(),
+                &self.usable(),
+                &a,
+            )
+            .unwrap_or(matrix),
+            _ => matrix,
+        };
         let s = matrix.summary();
         let mut summary = format!(
             "{} CPUs, {:.0}–{:.0} ns one-way, median {:.0} ns, {} levels",
@@ -266,18 +395,14 @@ impl State {
         if !matrix.warnings.is_empty() {
             summary.push_str(&format!("; {} warnings", matrix.warnings.len()));
         }
+        if let Some(k) = &matrix.kept {
+            summary.push_str(&format!("; {}", around::describe(k)));
+        }
         for w in &matrix.warnings {
             tracing::warn!(job = id, warning = %w, "measurement");
         }
         tracing::info!(job = id, %summary, "measurement finished");
-        if let Some(store) = &self.store {
-            match store.save_keeping(&matrix) {
-                Ok(kept) => {
-                    tracing::info!(path = %store.current_path().display(), cpus = kept.len(), "matrix stored")
-                }
-                Err(e) => tracing::warn!(error = %e, "cannot store the matrix"),
-            }
-        }
+        self.store_matrix(id, &matrix);
         self.last_failure = None;
         self.current = Some(matrix);
         self.matrix_changed();
@@ -290,6 +415,7 @@ impl State {
     }
 
     pub(super) fn full_failed(&mut self, id: u64, why: String) {
+        self.measuring_around = None;
         tracing::warn!(job = id, error = %why, "measurement failed");
         self.schedule.full_ended(id, false, why.clone());
         self.actions.push(Action::Emit(Signal::MeasurementFinished {

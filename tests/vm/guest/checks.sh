@@ -918,6 +918,106 @@ check_package_purge() {
 
 # ---------------------------------------------------------------- runner
 
+# irq_reported N: the daemon logged IRQ N as unable to leave (the kernel refused it).
+irq_reported() {
+    journalctl -b --no-pager -o json -u pinnerd.service 2>/dev/null |
+        jq -e --arg n "$1" 'select((.MESSAGE | tostring | test("IRQ cannot leave")) and (.IRQ == $n))' >/dev/null
+}
+# irqs_on CPUS: the IRQs whose effective affinity touches CPUS (kernel list format)
+# and that the daemon did not report as unmovable; prints "N=effective" for each.
+irqs_on() {
+    local d n eff c want
+    want=" $(expand "$1" | tr '\n' ' ')"
+    for d in /proc/irq/[0-9]*; do
+        n=${d##*/}
+        eff=$(cat "$d/effective_affinity_list" 2>/dev/null) || continue
+        for c in $(expand "$eff"); do
+            if [[ "$want" == *" $c "* ]]; then
+                irq_reported "$n" || echo "$n=$eff"
+                break
+            fi
+        done
+    done
+}
+# irqbalance_banned: the CPU mask irqbalance bans now, from its socket's `setup` reply.
+irqbalance_banned() {
+    python3 -c '
+import socket, sys, re
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect("/run/irqbalance/irqbalance%s.sock" % sys.argv[1])
+s.sendall(b"setup")
+s.shutdown(socket.SHUT_WR)
+data = b""
+while True:
+    b = s.recv(4096)
+    if not b:
+        break
+    data += b
+m = re.search(rb"BANNED ([0-9a-fA-F,]+)", data)
+print(m.group(1).decode().replace(",", "").lstrip("0") or "0" if m else "?")
+' "$(pgrep -xo irqbalance)"
+}
+irqbalance_bans_none() { [ "$(irqbalance_banned)" = 0 ]; }
+export -f irq_reported irqs_on irqbalance_banned irqbalance_bans_none
+
+check_irqs_away_with_irqbalance() {
+    local pid after moved n banned
+    systemctl start irqbalance.service 2>&1
+    wait_for 30 pgrep -x irqbalance || {
+        echo "irqbalance is not running: $(systemctl status --no-pager irqbalance.service 2>&1 | tail -3)"
+        return 1
+    }
+    wait_for 30 test -S "/run/irqbalance/irqbalance$(pgrep -xo irqbalance).sock" || {
+        echo "no irqbalance socket: $(ls /run/irqbalance 2>&1)"
+        return 1
+    }
+    pid=$(start_workload vmwork-irq 2) || {
+        echo "$pid"
+        return 1
+    }
+    printf '%s\n' '[[rule]]' 'name = "vm-irqs"' '[rule.match]' 'comm = "vmwork-irq"' \
+        '[rule.place]' 'cpus = "6-7"' 'exclusive = true' 'irqs = "away"' | put_rule 60-vm-irqs.toml
+    wait_for 30 mask_is "$pid" 6-7 || {
+        echo "workload not pinned to 6-7: $(masks "$pid")"
+        return 1
+    }
+    wait_for 30 test -s /run/pinnerd/irqs.json || {
+        echo "no IRQ journal after the rule: $(ls /run/pinnerd)"
+        return 1
+    }
+    moved=$(jq -r '.[].irq' /run/pinnerd/irqs.json | tr '\n' ' ')
+    # irqbalance keeps running: after 30 s no movable IRQ is effective on 6-7.
+    sleep 30
+    after=$(irqs_on 6-7)
+    [ -z "$after" ] || {
+        echo "30 s after the rule, IRQs effective on 6-7 not reported as unmovable: $after"
+        return 1
+    }
+    banned=$(irqbalance_banned)
+    [ "$banned" = c0 ] || {
+        echo "irqbalance bans mask '$banned', want c0 (CPUs 6-7)"
+        return 1
+    }
+    rm -f "$RULES/60-vm-irqs.toml"
+    wait_for 30 test ! -e /run/pinnerd/irqs.json || {
+        echo "the IRQ journal stayed after the rule went: $(cat /run/pinnerd/irqs.json)"
+        return 1
+    }
+    wait_for 30 irqbalance_bans_none || {
+        echo "irqbalance still bans $(irqbalance_banned) after the rule went"
+        return 1
+    }
+    # Back: every IRQ moved is allowed on 6-7 again (irqbalance places them from here).
+    for n in $moved; do
+        expand "$(cat "/proc/irq/$n/smp_affinity_list")" | grep -qx 6 || {
+            echo "IRQ $n not back on 6-7: $(cat "/proc/irq/$n/smp_affinity_list")"
+            return 1
+        }
+    done
+    systemctl stop vmwork-irq.service
+    echo "IRQs moved: ${moved:-none}; none effective on 6-7 after 30 s with irqbalance running (it banned mask $banned), all back after"
+}
+
 passed=0
 failed=0
 failed_names=()
@@ -959,6 +1059,7 @@ run_check kill9-keeps-pinned check_kill9 120
 run_check restore-after-crash check_restore_after_crash 60
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
+run_check irqs-away-with-irqbalance check_irqs_away_with_irqbalance 180
 run_check package-purge-restores check_package_purge 60
 
 if [ "$failed" -gt 0 ] || grep -qw 'pinnerd_vm.journal=always' /proc/cmdline; then
