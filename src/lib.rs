@@ -23,6 +23,7 @@
 //! Modules, one concern each:
 //! - `affinity`: the affinity syscalls, read back, the restore journal
 //! - `api`: the typed commands, replies, snapshot and signals between daemon and clients
+//! - `cgroup`: which CPUs a process's cgroup cpuset (v1 or v2) allows
 //! - `cli`: the subcommands
 //! - `cpuset`: the one CPU-set type
 //! - `daemon`: the event loop, its state and its measurement schedule
@@ -55,6 +56,7 @@
 
 pub mod affinity;
 pub mod api;
+pub mod cgroup;
 pub mod cli;
 pub mod cpuset;
 pub mod daemon;

@@ -248,8 +248,13 @@ impl State {
         if let Err(e) = self.domains() {
             tracing::debug!(error = %e, "planning without latency domains");
         }
-        let choose = self.domains.as_ref().map(|d| d as &dyn Choose);
-        Plan::new(&self.rules.rules, &cpus, choose)
+        // The plan keeps its chooser so that the manager can plan again in the
+        // processes' cgroup cpusets.
+        let choose = self
+            .domains
+            .clone()
+            .map(|d| Arc::new(d) as crate::plan::SharedChoose);
+        Plan::shared(&self.rules.rules, &cpus, choose)
     }
 
     fn manager_event(&mut self, ev: manager::Input) {
@@ -543,7 +548,9 @@ impl State {
         let (Some(m), Some(d)) = (&self.manager, &self.domains) else {
             return;
         };
-        let better = m.plan().improvements(&new, d, 0.10, 5.0);
+        let better = m
+            .plan()
+            .improvements(&new.in_cpusets(m.plan().cpusets()), d, 0.10, 5.0);
         if better.is_empty() {
             tracing::info!("new matrix: current placements are as good; nothing moves");
             return;
