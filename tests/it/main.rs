@@ -2,6 +2,7 @@
 
 mod affinity;
 mod bad_input;
+mod cgroups;
 mod cli_smoke;
 mod commands;
 mod crash_writes;
