@@ -41,6 +41,7 @@
 //! - `placement`: one request → CPUs
 //! - `plan`: every rule's CPUs, as a value
 //! - `rules`: TOML → validated rules → matcher
+//! - `sched_ext`: whether a sched_ext scheduler runs, the `[sched-ext]` policy, widening
 //! - `settings`: the daemon's settings file
 //! - `stats`: percentiles and the median
 //! - `sysroot`: where /sys and /proc are
@@ -72,6 +73,7 @@ pub mod metrics;
 pub mod placement;
 pub mod plan;
 pub mod rules;
+pub mod sched_ext;
 pub mod settings;
 pub mod stats;
 pub mod sysroot;

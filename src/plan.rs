@@ -219,6 +219,9 @@ pub struct Plan {
     cpusets: Cpusets,
     /// Kept to plan again in other cpusets; `None` for a plan made with a borrowed one.
     chooser: Option<SharedChoose>,
+    /// Groups every placed mask is rounded up to (a sched_ext scheduler runs and the
+    /// settings say `widen`); empty: masks as chosen.
+    widen: Vec<CpuSet>,
     /// In precedence order.
     units: Vec<UnitPlan>,
     /// (rule, thread entry, cpuset) → index in `units`.
@@ -269,7 +272,7 @@ impl Plan {
     /// Plans every placement unit of `rules` in precedence order. Without `choose`
     /// (no latency domains), only explicit `cpus` units are placed.
     pub fn new(rules: &RuleSet, cpus: &Cpus, choose: Option<&dyn Choose>) -> Plan {
-        Plan::build(rules, cpus, &Cpusets::default(), choose)
+        Plan::build(rules, cpus, &Cpusets::default(), &[], choose)
     }
 
     /// [`Plan::new`], keeping `choose` so that the plan can be made again in the
@@ -279,10 +282,33 @@ impl Plan {
             rules,
             cpus,
             &Cpusets::default(),
+            &[],
             choose.as_deref().map(|c| c as &dyn Choose),
         );
         plan.chooser = choose;
         plan
+    }
+
+    /// The same plan with every placed mask rounded up to the whole `groups` it
+    /// touches (LLC groups or nodes, for a sched_ext scheduler that treats partial masks
+    /// as second-class), within the CPUs the unit may use: never into housekeeping CPUs,
+    /// outside its cpuset, or onto CPUs an exclusive unit holds. Empty `groups`: as
+    /// chosen. Kept through [`Plan::in_cpusets`].
+    pub fn widened(&self, groups: Vec<CpuSet>) -> Plan {
+        let mut plan = Plan::build(
+            &self.rules,
+            &self.cpus,
+            &self.cpusets,
+            &groups,
+            self.chooser.as_deref().map(|c| c as &dyn Choose),
+        );
+        plan.chooser = self.chooser.clone();
+        plan
+    }
+
+    /// The groups masks are rounded up to; empty when they are not.
+    pub fn widen_groups(&self) -> &[CpuSet] {
+        &self.widen
     }
 
     /// The same rules on the same CPUs, planned in `cpusets`. A plan made with
@@ -292,6 +318,7 @@ impl Plan {
             &self.rules,
             &self.cpus,
             cpusets,
+            &self.widen,
             self.chooser.as_deref().map(|c| c as &dyn Choose),
         );
         plan.chooser = self.chooser.clone();
@@ -316,7 +343,13 @@ impl Plan {
         }
     }
 
-    fn build(rules: &RuleSet, cpus: &Cpus, cpusets: &Cpusets, choose: Option<&dyn Choose>) -> Plan {
+    fn build(
+        rules: &RuleSet,
+        cpus: &Cpus,
+        cpusets: &Cpusets,
+        widen: &[CpuSet],
+        choose: Option<&dyn Choose>,
+    ) -> Plan {
         let mut units: Vec<(&Arc<Rule>, Option<usize>, &PlacementRequest)> = Vec::new();
         for r in rules.rules() {
             if let Some(p) = &r.place {
@@ -338,6 +371,7 @@ impl Plan {
         let mut plan = Plan::empty(cpus.clone());
         plan.rules = rules.clone();
         plan.cpusets = cpusets.clone();
+        plan.widen = widen.to_vec();
         let instances = units.into_iter().flat_map(|(rule, entry, req)| {
             let scopes = if is_count(req) {
                 cpusets.of(&rule.name)
@@ -454,6 +488,22 @@ impl Plan {
                             }
                         },
                     }
+                }
+            };
+            let state = if widen.is_empty() {
+                state
+            } else {
+                let mut limit = cpus.online.difference(&cpus.reserved).difference(&blocked);
+                if let Some(s) = &scope {
+                    limit = limit.intersection(s);
+                }
+                let w = |c: &CpuSet| crate::sched_ext::widen(c, widen, &limit);
+                match state {
+                    PlanState::Placed { cpus } => PlanState::Placed { cpus: w(&cpus) },
+                    PlanState::Slots { slots } => PlanState::Slots {
+                        slots: slots.iter().map(w).collect(),
+                    },
+                    other => other,
                 }
             };
             let held = match &state {

@@ -42,6 +42,7 @@ use super::worker::Job;
 use super::{DaemonError, Event, ReloadCause};
 
 mod measuring;
+mod sched_ext;
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -127,6 +128,8 @@ pub struct State {
     rules: LoadReport,
     started: bool,
     actions: Vec<Action>,
+    /// Whether a sched_ext scheduler runs (see `state/sched_ext.rs`).
+    sched_ext: sched_ext::Kept,
 }
 
 impl State {
@@ -155,6 +158,7 @@ impl State {
             rules: LoadReport::default(),
             started: false,
             actions: Vec::new(),
+            sched_ext: sched_ext::Kept::default(),
         }
     }
 
@@ -167,6 +171,7 @@ impl State {
         })?;
         self.store = Some(store);
         self.read_machine();
+        self.check_sched_ext();
         let missing = self.load_stored_matrix();
         self.load_rules();
         self.refresh_domains();
@@ -254,7 +259,8 @@ impl State {
             .domains
             .clone()
             .map(|d| Arc::new(d) as crate::plan::SharedChoose);
-        Plan::shared(&self.rules.rules, &cpus, choose)
+        let plan = Plan::shared(&self.rules.rules, &cpus, choose);
+        self.under_sched_ext(plan)
     }
 
     fn manager_event(&mut self, ev: manager::Input) {
@@ -294,6 +300,7 @@ impl State {
                 .as_ref()
                 .map_or(0, |m| m.managed_threads() as u32),
             rule_errors: self.rule_errors(),
+            sched_ext: self.sched_ext.now.clone(),
         }
     }
 
@@ -693,6 +700,7 @@ impl State {
                 self.settings_error = Some(e.to_string());
             }
         }
+        self.check_sched_ext();
         self.load_rules();
         let plan = self.new_plan();
         self.manager_event(manager::Input::RulesChanged(plan));
@@ -738,6 +746,8 @@ impl State {
                     .period()
                     .unwrap_or(Duration::from_secs(60));
                 self.next_rescan = Some(now + every);
+                // sched_ext is polled on the rescan cadence (no event says it changed).
+                self.check_sched_ext();
                 self.manager_event(manager::Input::Rescan);
             }
         }

@@ -23,6 +23,7 @@ mod placement;
 mod promises;
 mod protect;
 mod rules;
+mod sched_ext;
 mod soak;
 mod sparse;
 mod topology;
