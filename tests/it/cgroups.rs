@@ -89,3 +89,71 @@ fn a_process_in_a_one_cpu_cpuset_gets_that_cpu_applied_not_refused() {
     drop(h);
     drop(cg);
 }
+
+#[test]
+fn plan_live_shows_the_cpuset_each_process_is_planned_in() {
+    let _cpus = super::cpus_stay_online();
+    let online: CpuSet =
+        std::fs::read_to_string(SysRoot::default().sys_path("devices/system/cpu/online"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+    let one: CpuSet = std::iter::once(online.last().unwrap()).collect();
+    let dirs = Dirs::new();
+    let h = Helper::spawn(dirs.root.path(), "pd-cs-live");
+    let cg = V1Cpuset::new(&format!("pinnerd-it-{}", h.pid), &one);
+    cg.add(h.pid);
+    dirs.write_rule(
+        "10-live.toml",
+        "[[rule]]\nname = \"cs-live\"\n[rule.match]\ncomm = \"pd-cs-live\"\n[rule.place]\ncount = 1\n",
+    );
+    let rules = dirs.rules();
+    let settings = dirs.settings();
+    let args = [
+        "plan",
+        "--live",
+        "--json",
+        "--rules",
+        rules.to_str().unwrap(),
+        "--config",
+        settings.to_str().unwrap(),
+    ];
+    let r = super::helper::pinnerd(&args);
+    assert!(r.ok, "{}", r.stderr);
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let me = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == h.pid)
+        .unwrap_or_else(|| panic!("not listed: {v}"));
+    assert_eq!(me["would_get"], one.to_string());
+    assert_eq!(
+        me["cpuset"],
+        format!("{one} (from {}/cpuset.effective_cpus)", cg.dir.display())
+    );
+    let instance = v["plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["rule"] == "cs-live")
+        .unwrap();
+    assert_eq!(instance["cpuset"], one.to_string(), "{v}");
+    assert_eq!(instance["cpus"], one.to_string(), "{v}");
+    let text = super::helper::pinnerd(
+        &args[..2]
+            .iter()
+            .chain(&args[3..])
+            .copied()
+            .collect::<Vec<_>>(),
+    );
+    assert!(
+        text.stdout
+            .contains(&format!("cs-live in cpuset {one} (priority 0): cpus {one}")),
+        "{}",
+        text.stdout
+    );
+    drop(h);
+    drop(cg);
+}
