@@ -576,10 +576,9 @@ impl Plan {
         }
     }
 
-    /// Whether this plan has an instance of `rule`'s count units in `cpuset`, or needs
-    /// none (the rule has no count unit, or `cpuset` is `None`).
+    /// Whether this plan has an instance of `rule`'s count units in `cpuset` (`None`:
+    /// on all CPUs), or needs none (the rule has no count unit).
     pub fn has_cpuset(&self, rule: &str, cpuset: Option<&CpuSet>) -> bool {
-        let Some(c) = cpuset else { return true };
         let Some(r) = self.rules.get(rule) else {
             return true;
         };
@@ -588,7 +587,7 @@ impl Plan {
             || self
                 .units
                 .iter()
-                .any(|u| u.rule == rule && u.cpuset.as_ref() == Some(c))
+                .any(|u| u.rule == rule && u.cpuset.as_ref() == cpuset)
     }
 
     /// CPUs held by exclusive units.

@@ -313,6 +313,27 @@ exclusive = true
     }
 
     #[test]
+    fn a_process_on_all_cpus_after_only_cpuset_ones_gets_the_plan_on_all_cpus() {
+        let (mut t, plan) = rig(FEED);
+        t.process(100, "feed-a", "0-7", Some("4-7"));
+        t.mgr.handle(Input::RulesChanged(plan));
+        assert_eq!(t.ops.mask(100), Some(set("4-5")));
+        let units: Vec<Option<CpuSet>> = t
+            .mgr
+            .plan()
+            .units()
+            .iter()
+            .map(|u| u.cpuset.clone())
+            .collect();
+        assert_eq!(units, vec![Some(set("4-7"))], "no instance on all CPUs yet");
+        t.process(200, "feed-b", "0-7", None);
+        t.mgr
+            .handle(Input::Proc(crate::watch::ProcMsg::Exec { pid: 200 }));
+        assert_eq!(t.ops.mask(200), Some(set("0-1")));
+        assert_eq!(t.ops.mask(100), Some(set("4-5")), "the first one stays");
+    }
+
+    #[test]
     fn explicit_cpus_outside_the_cpuset_are_classified_as_before() {
         let (mut t, plan) = rig(r#"
 [[rule]]

@@ -221,7 +221,13 @@ impl Manager {
             },
         };
         let allowed = self.read_allowed(pid, &original);
-        let by_rule = matches!(source, Source::Rule(_));
+        // A cpuset the plan has no instance for (of this rule) needs a new plan.
+        let new_cpuset = match &source {
+            Source::Rule(r) => !self
+                .plan
+                .has_cpuset(&r.name, self.plan.cpuset_key(&allowed.cpus).as_ref()),
+            Source::Runtime(_) => false,
+        };
         tracing::info!(pid, comm = %snap.info.comm, rule = %source.name(), cpuset = %allowed.describe(), "managing process");
         self.managed.insert(
             pid,
@@ -235,7 +241,7 @@ impl Manager {
                 slots: HashMap::new(),
             },
         );
-        if by_rule {
+        if new_cpuset {
             self.replan_for_cpusets();
         }
         self.journal_dirty = true;

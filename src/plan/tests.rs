@@ -277,6 +277,10 @@ count = 1
     );
     assert!(q.has_cpuset("app", Some(&set("4-7"))));
     assert!(!q.has_cpuset("app", Some(&set("6-7"))));
+    assert!(q.has_cpuset("app", None));
+    let mut only = Cpusets::default();
+    only.add("app", Some(&set("4-7")));
+    assert!(!p.in_cpusets(&only).has_cpuset("app", None));
     // Exclusive across instances: an overlapping cpuset cannot reuse 4-5.
     cs.add("app", Some(&set("5-7")));
     let q = p.in_cpusets(&cs);
