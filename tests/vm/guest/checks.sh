@@ -607,6 +607,7 @@ EOF
 
 # A unit confined by systemd to CPUs 4-7 (cgroup v2 cpuset.cpus.effective) is planned
 # inside them: its count rule picks two non-sibling CPUs of 4-7, applied, not refused.
+# Runs before the other workloads (see the runner).
 check_cgroup_allowed_cpus() {
     local name=vmwork-cg dir=$WORK/vmwork-cg pid cg eff m cpus c why
     rm -rf "$dir"
@@ -1009,10 +1010,12 @@ run_check dbus-introspect check_dbus_introspect 60
 run_check dbus-get-property-call check_dbus_properties 60
 run_check state-ready check_state_ready 330
 run_check remeasure check_remeasure 330
+# Before any other workload is pinned: systemd enabling (and later disabling) the cpuset
+# controller in system.slice for AllowedCPUs= resets the masks of every task in it.
+run_check cgroup-allowed-cpus check_cgroup_allowed_cpus 120
 run_check rule-explicit-pins check_rule_explicit 120
 run_check rule-explicit-new-thread check_rule_explicit_new_thread 60
 run_check rule-compact-smt-avoid check_rule_compact 120
-run_check cgroup-allowed-cpus check_cgroup_allowed_cpus 120
 run_check rule-removal-reload check_rule_removal_reload 60
 run_check bad-rule-keeps-old check_bad_rule 90
 run_check nonroot-refused check_nonroot_refused 60
