@@ -181,6 +181,8 @@ pub struct Snapshot {
     pub managed_processes: u32,
     pub managed_threads: u32,
     pub rule_errors: Vec<String>,
+    /// The sched_ext scheduler running, if one does.
+    pub sched_ext: Option<crate::sched_ext::SchedExt>,
 }
 
 impl Snapshot {

@@ -512,6 +512,18 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         Ok(self.snap().rule_errors.clone())
     }
 
+    /// The sched_ext scheduler running: its state (`enabled`, …) and name; two empty
+    /// strings when none runs.
+    #[zbus(property)]
+    async fn sched_ext(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<(String, String)> {
+        self.admit_read(conn, header, "SchedExt").await?;
+        Ok(sched_ext_pair(&self.snap().sched_ext))
+    }
+
     /// Starts a measurement in the background and returns its job id at once. Calls made
     /// while a measurement runs join it and get its id.
     async fn remeasure(
@@ -743,6 +755,13 @@ pub async fn emit(conn: &Connection, signal: &Signal) -> zbus::Result<()> {
     }
 }
 
+/// The `SchedExt` property's value: (state, scheduler), empty when none runs.
+fn sched_ext_pair(s: &Option<crate::sched_ext::SchedExt>) -> (String, String) {
+    s.as_ref()
+        .map(|s| (s.state.clone(), s.ops.clone()))
+        .unwrap_or_default()
+}
+
 /// Emits `PropertiesChanged` for whatever differs between `old` and `new`, in one signal.
 pub async fn properties_changed(
     conn: &Connection,
@@ -774,6 +793,9 @@ pub async fn properties_changed(
     }
     if old.rule_errors != new.rule_errors {
         changed.insert("RuleErrors", Value::from(new.rule_errors.clone()));
+    }
+    if old.sched_ext != new.sched_ext {
+        changed.insert("SchedExt", Value::from(sched_ext_pair(&new.sched_ext)));
     }
     if changed.is_empty() {
         return Ok(());

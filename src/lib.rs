@@ -23,6 +23,7 @@
 //! Modules, one concern each:
 //! - `affinity`: the affinity syscalls, read back, the restore journal
 //! - `api`: the typed commands, replies, snapshot and signals between daemon and clients
+//! - `cgroup`: which CPUs a process's cgroup cpuset (v1 or v2) allows
 //! - `cli`: the subcommands
 //! - `cpuset`: the one CPU-set type
 //! - `daemon`: the event loop, its state and its measurement schedule
@@ -45,6 +46,7 @@
 //! - `placement`: one request → CPUs
 //! - `plan`: every rule's CPUs, as a value
 //! - `rules`: TOML → validated rules → matcher
+//! - `sched_ext`: whether a sched_ext scheduler runs, the `[sched-ext]` policy, widening
 //! - `settings`: the daemon's settings file
 //! - `stats`: percentiles and the median
 //! - `sysroot`: where /sys and /proc are
@@ -60,6 +62,7 @@
 
 pub mod affinity;
 pub mod api;
+pub mod cgroup;
 pub mod cli;
 pub mod cpuset;
 pub mod daemon;
@@ -76,6 +79,7 @@ pub mod metrics;
 pub mod placement;
 pub mod plan;
 pub mod rules;
+pub mod sched_ext;
 pub mod settings;
 pub mod stats;
 pub mod sysroot;

@@ -23,8 +23,14 @@
 //! within its rule's own CPUs when the rule has a placed `[rule.place]`; a non-shared
 //! entry gives each matching thread its own `count` CPUs (slots), wrapping around when
 //! the CPUs run out.
+//!
+//! Cgroup cpusets: a count unit is planned once per distinct cpuset its rule's processes
+//! live in ([`Cpusets`], a value the manager hands in through [`Plan::in_cpusets`]),
+//! each instance choosing only inside its cpuset, like a template; exclusivity is checked
+//! per CPU across all instances. A rule the cpusets do not name is planned on all CPUs.
+//! Explicit `cpus` are planned once, whatever the cpusets (the kernel classifies them).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -40,6 +46,38 @@ pub trait Choose {
     /// The CPUs chosen, and those they hold (a superset: an exclusive request also
     /// keeps the idle SMT siblings of its CPUs free).
     fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError>;
+}
+
+/// A chooser a plan keeps, to plan again in other cpusets ([`Plan::in_cpusets`]).
+pub type SharedChoose = Arc<dyn Choose + Send + Sync>;
+
+/// The distinct cgroup cpusets each rule's processes live in, as the manager sees
+/// them. `None` stands for all CPUs (a process whose cpuset holds every CPU a plan
+/// may choose from).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Cpusets {
+    by_rule: BTreeMap<String, BTreeSet<Option<String>>>,
+}
+
+impl Cpusets {
+    /// Notes that a process of `rule` lives in `cpuset` (`None`: all CPUs).
+    pub fn add(&mut self, rule: &str, cpuset: Option<&CpuSet>) {
+        self.by_rule
+            .entry(rule.to_string())
+            .or_default()
+            .insert(cpuset.map(|c| c.to_string()));
+    }
+
+    /// The cpusets `rule` is planned in: all CPUs when none is known.
+    pub fn of(&self, rule: &str) -> Vec<Option<CpuSet>> {
+        match self.by_rule.get(rule) {
+            Some(set) if !set.is_empty() => set
+                .iter()
+                .map(|c| c.as_ref().map(|c| c.parse().expect("printed by CpuSet")))
+                .collect(),
+            _ => vec![None],
+        }
+    }
 }
 
 /// What [`Choose::choose`] picked.
@@ -155,6 +193,9 @@ pub struct UnitPlan {
     pub thread_entry: Option<usize>,
     pub priority: i32,
     pub exclusive: bool,
+    /// The cgroup cpuset this instance is planned in; `None`: all CPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpuset: Option<CpuSet>,
     #[serde(flatten)]
     pub state: PlanState,
 }
@@ -170,14 +211,31 @@ impl UnitPlan {
 }
 
 /// Every unit's CPUs, or why it has none, for one set of rules on one set of CPUs.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct Plan {
     rules: RuleSet,
     cpus: Cpus,
+    /// The cpusets it was planned in.
+    cpusets: Cpusets,
+    /// Kept to plan again in other cpusets; `None` for a plan made with a borrowed one.
+    chooser: Option<SharedChoose>,
+    /// Groups every placed mask is rounded up to (a sched_ext scheduler runs and the
+    /// settings say `widen`); empty: masks as chosen.
+    widen: Vec<CpuSet>,
     /// In precedence order.
     units: Vec<UnitPlan>,
-    /// (rule, thread entry) → index in `units`.
-    index: HashMap<(String, Option<usize>), usize>,
+    /// (rule, thread entry, cpuset) → index in `units`.
+    index: HashMap<(String, Option<usize>, Option<CpuSet>), usize>,
+}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan")
+            .field("cpus", &self.cpus)
+            .field("cpusets", &self.cpusets)
+            .field("units", &self.units)
+            .finish()
+    }
 }
 
 /// A unit that a new plan would place materially better: its name and its worst
@@ -214,6 +272,84 @@ impl Plan {
     /// Plans every placement unit of `rules` in precedence order. Without `choose`
     /// (no latency domains), only explicit `cpus` units are placed.
     pub fn new(rules: &RuleSet, cpus: &Cpus, choose: Option<&dyn Choose>) -> Plan {
+        Plan::build(rules, cpus, &Cpusets::default(), &[], choose)
+    }
+
+    /// [`Plan::new`], keeping `choose` so that the plan can be made again in the
+    /// cpusets of the processes found ([`Plan::in_cpusets`]): the daemon's plans.
+    pub fn shared(rules: &RuleSet, cpus: &Cpus, choose: Option<SharedChoose>) -> Plan {
+        let mut plan = Plan::build(
+            rules,
+            cpus,
+            &Cpusets::default(),
+            &[],
+            choose.as_deref().map(|c| c as &dyn Choose),
+        );
+        plan.chooser = choose;
+        plan
+    }
+
+    /// The same plan with every placed mask rounded up to the whole `groups` it
+    /// touches (LLC groups or nodes, for a sched_ext scheduler that treats partial masks
+    /// as second-class), within the CPUs the unit may use: never into housekeeping CPUs,
+    /// outside its cpuset, or onto CPUs an exclusive unit holds. Empty `groups`: as
+    /// chosen. Kept through [`Plan::in_cpusets`].
+    pub fn widened(&self, groups: Vec<CpuSet>) -> Plan {
+        let mut plan = Plan::build(
+            &self.rules,
+            &self.cpus,
+            &self.cpusets,
+            &groups,
+            self.chooser.as_deref().map(|c| c as &dyn Choose),
+        );
+        plan.chooser = self.chooser.clone();
+        plan
+    }
+
+    /// The groups masks are rounded up to; empty when they are not.
+    pub fn widen_groups(&self) -> &[CpuSet] {
+        &self.widen
+    }
+
+    /// The same rules on the same CPUs, planned in `cpusets`. A plan made with
+    /// [`Plan::new`] keeps no chooser: its count units come out unplaced.
+    pub fn in_cpusets(&self, cpusets: &Cpusets) -> Plan {
+        let mut plan = Plan::build(
+            &self.rules,
+            &self.cpus,
+            cpusets,
+            &self.widen,
+            self.chooser.as_deref().map(|c| c as &dyn Choose),
+        );
+        plan.chooser = self.chooser.clone();
+        plan
+    }
+
+    /// The cpusets this plan was made in.
+    pub fn cpusets(&self) -> &Cpusets {
+        &self.cpusets
+    }
+
+    /// The cpuset key of a process allowed on `allowed` (its cgroup cpuset): `None`
+    /// when it allows every CPU a count unit may choose from (or none of the online
+    /// ones, which says nothing), else the online CPUs it allows.
+    pub fn cpuset_key(&self, allowed: &CpuSet) -> Option<CpuSet> {
+        let general = self.cpus.online.difference(&self.cpus.reserved);
+        let inside = allowed.intersection(&self.cpus.online);
+        if inside.is_empty() || general.difference(allowed).is_empty() {
+            None
+        } else {
+            Some(inside)
+        }
+    }
+
+    fn build(
+        rules: &RuleSet,
+        cpus: &Cpus,
+        cpusets: &Cpusets,
+        widen: &[CpuSet],
+        choose: Option<&dyn Choose>,
+    ) -> Plan {
         let mut units: Vec<(&Arc<Rule>, Option<usize>, &PlacementRequest)> = Vec::new();
         for r in rules.rules() {
             if let Some(p) = &r.place {
@@ -234,7 +370,17 @@ impl Plan {
         let mut exclusive_owner: BTreeMap<u32, String> = BTreeMap::new();
         let mut plan = Plan::empty(cpus.clone());
         plan.rules = rules.clone();
-        for (rule, entry, req) in units {
+        plan.cpusets = cpusets.clone();
+        plan.widen = widen.to_vec();
+        let instances = units.into_iter().flat_map(|(rule, entry, req)| {
+            let scopes = if is_count(req) {
+                cpusets.of(&rule.name)
+            } else {
+                vec![None]
+            };
+            scopes.into_iter().map(move |s| (rule, entry, req, s))
+        });
+        for (rule, entry, req, scope) in instances {
             // CPUs held by other rules, as seen by this unit.
             let others = |map: &BTreeMap<u32, String>| -> CpuSet {
                 map.iter()
@@ -242,11 +388,21 @@ impl Plan {
                     .map(|(c, _)| *c)
                     .collect()
             };
-            let blocked = if req.exclusive {
+            let mut blocked = if req.exclusive {
                 others(&owner)
             } else {
                 others(&exclusive_owner)
             };
+            if req.exclusive {
+                // The same unit in another cpuset holds its CPUs too.
+                for u in plan
+                    .units
+                    .iter()
+                    .filter(|u| u.rule == rule.name && u.thread_entry == entry && u.cpuset != scope)
+                {
+                    blocked = blocked.union(&u.state.held());
+                }
+            }
             let shared_entry = entry.is_some_and(|i| rule.threads[i].shared);
             let mut extra_held = CpuSet::new();
             let state = match &req.target {
@@ -267,10 +423,13 @@ impl Plan {
                 CpuTarget::Count(n) => {
                     // `within` bounds the choice; without it a thread entry places
                     // within its rule's own CPUs when the rule has some.
-                    let general = cpus.online.difference(&cpus.reserved);
+                    let mut general = cpus.online.difference(&cpus.reserved);
+                    if let Some(s) = &scope {
+                        general = general.intersection(s);
+                    }
                     let pool = match (&req.within, entry) {
                         (Some(w), _) => general.intersection(w),
-                        (None, Some(_)) => match plan.get(&rule.name, None) {
+                        (None, Some(_)) => match plan.get_in(&rule.name, None, scope.as_ref()) {
                             Some(PlanState::Placed { cpus }) => cpus.clone(),
                             _ => general,
                         },
@@ -308,7 +467,10 @@ impl Plan {
                             }
                             Err(e) => {
                                 // Say who holds the CPUs it could not get.
-                                let taken = cpus.online.intersection(&blocked);
+                                let mut taken = cpus.online.intersection(&blocked);
+                                if let Some(s) = &scope {
+                                    taken = taken.intersection(s);
+                                }
                                 match taken
                                     .first()
                                     .and_then(|c| exclusive_owner.get(&c).or_else(|| owner.get(&c)))
@@ -328,6 +490,22 @@ impl Plan {
                     }
                 }
             };
+            let state = if widen.is_empty() {
+                state
+            } else {
+                let mut limit = cpus.online.difference(&cpus.reserved).difference(&blocked);
+                if let Some(s) = &scope {
+                    limit = limit.intersection(s);
+                }
+                let w = |c: &CpuSet| crate::sched_ext::widen(c, widen, &limit);
+                match state {
+                    PlanState::Placed { cpus } => PlanState::Placed { cpus: w(&cpus) },
+                    PlanState::Slots { slots } => PlanState::Slots {
+                        slots: slots.iter().map(w).collect(),
+                    },
+                    other => other,
+                }
+            };
             let held = match &state {
                 PlanState::Placed { cpus } => cpus.union(&extra_held),
                 other => other.held(),
@@ -339,12 +517,13 @@ impl Plan {
                 }
             }
             plan.index
-                .insert((rule.name.clone(), entry), plan.units.len());
+                .insert((rule.name.clone(), entry, scope.clone()), plan.units.len());
             plan.units.push(UnitPlan {
                 rule: rule.name.clone(),
                 thread_entry: entry,
                 priority: rule.priority,
                 exclusive: req.exclusive,
+                cpuset: scope,
                 state,
             });
         }
@@ -366,11 +545,49 @@ impl Plan {
         &self.units
     }
 
-    /// The plan of a rule's `[rule.place]` (`None`) or thread entry.
+    /// The plan of a rule's `[rule.place]` (`None`) or thread entry, on all CPUs, else
+    /// its first instance in a cpuset.
     pub fn get(&self, rule: &str, thread_entry: Option<usize>) -> Option<&PlanState> {
-        self.index
-            .get(&(rule.to_string(), thread_entry))
-            .map(|&i| &self.units[i].state)
+        self.get_in(rule, thread_entry, None).or_else(|| {
+            self.units
+                .iter()
+                .find(|u| u.rule == rule && u.thread_entry == thread_entry)
+                .map(|u| &u.state)
+        })
+    }
+
+    /// The plan of a rule's unit for a process in `cpuset` (a key from
+    /// [`Plan::cpuset_key`]): its instance in that cpuset, else the one on all CPUs
+    /// (explicit `cpus`, or a cpuset this plan was not made in).
+    pub fn get_in(
+        &self,
+        rule: &str,
+        thread_entry: Option<usize>,
+        cpuset: Option<&CpuSet>,
+    ) -> Option<&PlanState> {
+        let at = |c: Option<&CpuSet>| {
+            self.index
+                .get(&(rule.to_string(), thread_entry, c.cloned()))
+                .map(|&i| &self.units[i].state)
+        };
+        match cpuset {
+            Some(c) => at(Some(c)).or_else(|| at(None)),
+            None => at(None),
+        }
+    }
+
+    /// Whether this plan has an instance of `rule`'s count units in `cpuset` (`None`:
+    /// on all CPUs), or needs none (the rule has no count unit).
+    pub fn has_cpuset(&self, rule: &str, cpuset: Option<&CpuSet>) -> bool {
+        let Some(r) = self.rules.get(rule) else {
+            return true;
+        };
+        let counts = r.place.iter().any(is_count) || r.threads.iter().any(|t| is_count(&t.request));
+        !counts
+            || self
+                .units
+                .iter()
+                .any(|u| u.rule == rule && u.cpuset.as_ref() == cpuset)
     }
 
     /// CPUs held by exclusive units.
@@ -430,7 +647,8 @@ impl Plan {
                 let PlanState::Placed { cpus: now } = &u.state else {
                     return None;
                 };
-                let Some(PlanState::Placed { cpus: then }) = new.get(&u.rule, u.thread_entry)
+                let Some(PlanState::Placed { cpus: then }) =
+                    new.get_in(&u.rule, u.thread_entry, u.cpuset.as_ref())
                 else {
                     return None;
                 };

@@ -31,6 +31,18 @@ pub struct Settings {
     pub placement: PlacementSettings,
     pub limits: LimitSettings,
     pub metrics: MetricsSettings,
+    pub sched_ext: SchedExtSettings,
+}
+
+/// `[sched-ext]`: what to do while a sched_ext scheduler runs (see `sched_ext`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SchedExtSettings {
+    /// `"warn"` (pin as usual, warn per rule), `"widen"` (round masks up to whole
+    /// groups) or `"pause"` (release every rule until it stops). Default `"warn"`.
+    pub policy: crate::sched_ext::Policy,
+    /// The groups `"widen"` rounds up to: `"llc"` or `"node"`. Default `"llc"`.
+    pub widen_to: crate::sched_ext::WidenTo,
 }
 
 /// `[measure]`: when and how hard to measure the latency matrix.
@@ -137,6 +149,7 @@ impl Default for Settings {
             placement: PlacementSettings::default(),
             limits: LimitSettings::default(),
             metrics: MetricsSettings::default(),
+            sched_ext: SchedExtSettings::default(),
         }
     }
 }

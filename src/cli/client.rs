@@ -68,6 +68,8 @@ pub trait Pinnerd1 {
     fn managed_threads(&self) -> zbus::Result<u32>;
     #[zbus(property)]
     fn rule_errors(&self) -> zbus::Result<Vec<String>>;
+    #[zbus(property)]
+    fn sched_ext(&self) -> zbus::Result<(String, String)>;
 
     fn remeasure(&self) -> zbus::Result<u64>;
     fn reload(&self) -> zbus::Result<(u32, Vec<String>)>;
@@ -145,6 +147,11 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         for e in &errors {
             println!("  {e}");
         }
+        let sched_ext = match p.sched_ext().await? {
+            (state, _) if state.is_empty() => "off".to_string(),
+            (state, ops) => format!("{ops} ({state})"),
+        };
+        println!("sched_ext:    {sched_ext}");
         Ok(ExitCode::SUCCESS)
     })
 }

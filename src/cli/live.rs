@@ -77,7 +77,11 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         topology.usable(),
         &settings,
     );
-    let plan = Plan::new(&report.rules, mgr.plan().cpus(), Some(&domains));
+    let plan = Plan::shared(
+        &report.rules,
+        mgr.plan().cpus(),
+        Some(Arc::new(domains) as crate::plan::SharedChoose),
+    );
     mgr.handle(Input::RulesChanged(plan));
     let rows = mgr.list_managed();
     let protected = mgr.protected();
@@ -94,6 +98,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                 serde_json::json!({
                     "pid": r.pid, "comm": r.comm, "rule": r.rule,
                     "would_get": r.cpus, "now": now, "state": r.state,
+                    "cpuset": mgr.cpuset_of(r.pid as i32),
                 })
             })
             .collect();
@@ -131,9 +136,13 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                 PlanState::Unplaceable { reason } => format!("NOT PLACED: {reason}"),
             };
             let excl = if p.exclusive { " exclusive" } else { "" };
+            let within = match &p.cpuset {
+                Some(c) => format!(" in cpuset {c}"),
+                None => String::new(),
+            };
             let _ = writeln!(
                 out,
-                "  {}{unit} (priority {}{excl}): {state}",
+                "  {}{unit}{within} (priority {}{excl}): {state}",
                 p.rule, p.priority
             );
         }
@@ -155,6 +164,11 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                 "  {:>8}  {:<16} {:<20} {:<12} {:<12} {}",
                 r.pid, r.comm, r.rule, r.cpus, now, r.state
             );
+            if mgr.cpuset_key_of(r.pid as i32).is_some() {
+                if let Some(c) = mgr.cpuset_of(r.pid as i32) {
+                    let _ = writeln!(out, "  {:>8}  in cpuset {c}", "");
+                }
+            }
         }
         if !protected.is_empty() {
             let _ = writeln!(out, "\nmatched but not managed ({}):", protected.len());

@@ -48,16 +48,23 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
         Some(path) => Some(domains_for(path, &topology)?),
         None => None,
     };
+    let sched_ext = crate::sched_ext::read(&root).context("reading the sched_ext state")?;
     if args.json {
         let mut report = json_report(&topology, &fingerprint);
         if let Some(d) = &domains {
             d.extend_json(&mut report);
         }
+        // null when no sched_ext scheduler runs, else {"state": …, "ops": NAME}.
+        report["sched_ext"] = json!(sched_ext);
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", render_tree(&topology, &fingerprint));
         if let Some(d) = &domains {
             print!("{}", d.render());
+        }
+        // Only when one runs: the tree of a machine without one stays as it was.
+        if let Some(s) = &sched_ext {
+            println!("sched_ext: {}", s.describe());
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -49,6 +49,7 @@ use super::{DaemonError, Event, ReloadCause};
 
 mod irqs;
 mod measuring;
+mod sched_ext;
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -138,6 +139,8 @@ pub struct State {
     rules: LoadReport,
     started: bool,
     actions: Vec<Action>,
+    /// Whether a sched_ext scheduler runs (see `state/sched_ext.rs`).
+    sched_ext: sched_ext::Kept,
 }
 
 impl State {
@@ -168,6 +171,7 @@ impl State {
             rules: LoadReport::default(),
             started: false,
             actions: Vec::new(),
+            sched_ext: sched_ext::Kept::default(),
         }
     }
 
@@ -180,6 +184,7 @@ impl State {
         })?;
         self.store = Some(store);
         self.read_machine();
+        self.check_sched_ext();
         let missing = self.load_stored_matrix();
         self.load_rules();
         self.refresh_domains();
@@ -263,8 +268,14 @@ impl State {
         if let Err(e) = self.domains() {
             tracing::debug!(error = %e, "planning without latency domains");
         }
-        let choose = self.domains.as_ref().map(|d| d as &dyn Choose);
-        Plan::new(&self.rules.rules, &cpus, choose)
+        // The plan keeps its chooser so that the manager can plan again in the
+        // processes' cgroup cpusets.
+        let choose = self
+            .domains
+            .clone()
+            .map(|d| Arc::new(d) as crate::plan::SharedChoose);
+        let plan = Plan::shared(&self.rules.rules, &cpus, choose);
+        self.under_sched_ext(plan)
     }
 
     fn manager_event(&mut self, ev: manager::Input) {
@@ -304,6 +315,7 @@ impl State {
                 .as_ref()
                 .map_or(0, |m| m.managed_threads() as u32),
             rule_errors: self.rule_errors(),
+            sched_ext: self.sched_ext.now.clone(),
         }
     }
 
@@ -562,7 +574,9 @@ impl State {
         let (Some(m), Some(d)) = (&self.manager, &self.domains) else {
             return;
         };
-        let better = m.plan().improvements(&new, d, 0.10, 5.0);
+        let better = m
+            .plan()
+            .improvements(&new.in_cpusets(m.plan().cpusets()), d, 0.10, 5.0);
         if better.is_empty() {
             tracing::info!("new matrix: current placements are as good; nothing moves");
             return;
@@ -705,6 +719,7 @@ impl State {
                 self.settings_error = Some(e.to_string());
             }
         }
+        self.check_sched_ext();
         self.load_rules();
         let plan = self.new_plan();
         self.manager_event(manager::Input::RulesChanged(plan));
@@ -750,6 +765,8 @@ impl State {
                     .period()
                     .unwrap_or(Duration::from_secs(60));
                 self.next_rescan = Some(now + every);
+                // sched_ext is polled on the rescan cadence (no event says it changed).
+                self.check_sched_ext();
                 self.manager_event(manager::Input::Rescan);
             }
         }

@@ -56,9 +56,10 @@ impl Manager {
                     (p, Some(t)) if t.placement == p => t.slot,
                     (p, _) => m.free_slot(p),
                 };
+                let key = self.plan.cpuset_key(&m.allowed.cpus);
                 let cpus = self
                     .plan
-                    .get(&rule.name, unit_index(placement))
+                    .get_in(&rule.name, unit_index(placement), key.as_ref())
                     .and_then(|p| p.cpus_for_slot(slot))
                     .cloned();
                 (placement, slot, cpus)

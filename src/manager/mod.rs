@@ -38,6 +38,7 @@
 //! process, PID 1 and the bus daemon), `tests`.
 
 mod applying;
+mod cpusets;
 pub mod protect;
 mod reports;
 mod tracking;
@@ -209,6 +210,8 @@ struct Managed {
     source: Source,
     /// The main thread's mask at first contact: every thread's default original.
     original: CpuSet,
+    /// Its cgroup cpuset: count units are planned inside it (see `cpusets`).
+    allowed: cpusets::Allowed,
     threads: BTreeMap<Tid, ManagedThread>,
     /// The slots of each thread entry, held by its live threads.
     slots: HashMap<usize, SlotPool>,
@@ -308,6 +311,9 @@ pub struct Manager {
     /// Processes a rule matched that `protect` kept out (a handful at most: pinnerd,
     /// PID 1, the bus daemon).
     protected: BTreeMap<i32, protect::ProtectedMatch>,
+    /// The plan was made again in new cpusets during this event: managed threads are
+    /// re-applied before it returns.
+    replanned: bool,
 }
 
 impl std::fmt::Debug for Manager {
@@ -339,6 +345,7 @@ impl Manager {
             counters: Counters::default(),
             own_pid: std::process::id() as i32,
             protected: BTreeMap::new(),
+            replanned: false,
         }
     }
 
@@ -439,11 +446,20 @@ impl Manager {
                 self.reevaluate_managed(&mut out);
             }
         }
+        // New cpusets gave a new plan: apply it to every managed process (a second
+        // round only if that itself found a new cpuset).
+        for _ in 0..2 {
+            if !std::mem::take(&mut self.replanned) {
+                break;
+            }
+            self.reevaluate_managed(&mut out);
+        }
         out
     }
 
     /// Takes a new plan, saying which units are not applied and why.
     fn set_plan(&mut self, plan: Plan) {
+        let plan = self.scoped(plan);
         for u in plan.units() {
             match &u.state {
                 PlanState::Lost { to, cpus } => tracing::info!(
@@ -462,6 +478,17 @@ impl Manager {
     /// The plan of a rule's unit.
     pub fn plan_of(&self, rule: &str, thread_entry: Option<usize>) -> Option<&PlanState> {
         self.plan.get(rule, thread_entry)
+    }
+
+    /// The plan of a rule's unit for managed process `pid`: in its cpuset.
+    pub fn plan_for(
+        &self,
+        pid: i32,
+        rule: &str,
+        thread_entry: Option<usize>,
+    ) -> Option<&PlanState> {
+        self.plan
+            .get_in(rule, thread_entry, self.cpuset_key_of(pid).as_ref())
     }
 }
 

@@ -43,7 +43,7 @@ impl Manager {
                         .join(", ")
                 };
                 let state = match &m.source {
-                    Source::Rule(r) => match self.plan.get(&r.name, None) {
+                    Source::Rule(r) => match self.plan_for(*pid, &r.name, None) {
                         Some(PlanState::Lost { to, .. }) if cpus.is_empty() => {
                             format!("conflict: lost to {to}")
                         }
@@ -133,8 +133,22 @@ impl Manager {
                     m.source.name(),
                     m.original
                 );
+                let _ = writeln!(s, "cpuset {}", m.allowed.describe());
                 if let Source::Rule(r) = &m.source {
-                    for p in self.plan.units().iter().filter(|p| p.rule == r.name) {
+                    let key = self.plan.cpuset_key(&m.allowed.cpus);
+                    // Its own instance of each unit: in its cpuset, else on all CPUs.
+                    let mine = |p: &&crate::plan::UnitPlan| {
+                        p.rule == r.name
+                            && (p.cpuset == key
+                                || (p.cpuset.is_none()
+                                    && !self.plan.units().iter().any(|q| {
+                                        q.rule == p.rule
+                                            && q.thread_entry == p.thread_entry
+                                            && q.cpuset.is_some()
+                                            && q.cpuset == key
+                                    })))
+                    };
+                    for p in self.plan.units().iter().filter(mine) {
                         let unit = match p.thread_entry {
                             None => "place".to_string(),
                             Some(i) => format!("threads[{i}]"),

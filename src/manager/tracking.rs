@@ -220,7 +220,15 @@ impl Manager {
                 }
             },
         };
-        tracing::info!(pid, comm = %snap.info.comm, rule = %source.name(), "managing process");
+        let allowed = self.read_allowed(pid, &original);
+        // A cpuset the plan has no instance for (of this rule) needs a new plan.
+        let new_cpuset = match &source {
+            Source::Rule(r) => !self
+                .plan
+                .has_cpuset(&r.name, self.plan.cpuset_key(&allowed.cpus).as_ref()),
+            Source::Runtime(_) => false,
+        };
+        tracing::info!(pid, comm = %snap.info.comm, rule = %source.name(), cpuset = %allowed.describe(), "managing process");
         self.managed.insert(
             pid,
             Managed {
@@ -228,10 +236,14 @@ impl Manager {
                 comm: snap.info.comm.clone(),
                 source,
                 original,
+                allowed,
                 threads: BTreeMap::new(),
                 slots: HashMap::new(),
             },
         );
+        if new_cpuset {
+            self.replan_for_cpusets();
+        }
         self.journal_dirty = true;
         true
     }
@@ -394,6 +406,8 @@ impl Manager {
                 None => {}
             }
         }
+        // Processes that exited may have left a cpuset no process lives in now.
+        self.replan_for_cpusets();
         let took = started.elapsed();
         self.counters.rescans += 1;
         self.counters.last_rescan_us = took.as_micros() as u64;
@@ -409,6 +423,7 @@ impl Manager {
     /// else's change is noticed as in a full reconcile). New threads are pinned, gone
     /// ones dropped; no full snapshot.
     pub(super) fn refresh_managed(&mut self, pid: i32, num_threads: u32, out: &mut Vec<Change>) {
+        self.recheck_cpuset(pid);
         // A single-threaded process's only task is its main thread: no listing.
         let listed = if num_threads == 1 {
             Some(vec![pid])

@@ -224,3 +224,113 @@ count = 2
         "{e}"
     );
 }
+
+#[test]
+fn a_rule_is_planned_once_per_cpuset_and_thread_entries_follow_their_instance() {
+    let r = rules(
+        r#"
+[[rule]]
+name = "app"
+[rule.match]
+comm = "app"
+[rule.place]
+count = 2
+exclusive = true
+[[rule.threads]]
+comm = "w*"
+count = 1
+"#,
+    );
+    let chooser: SharedChoose = Arc::new(LowestFirst);
+    let p = Plan::shared(&r, &cpus("0-7", "0"), Some(chooser));
+    assert_eq!(
+        p.get("app", None),
+        Some(&PlanState::Placed { cpus: set("1-2") })
+    );
+    // A process whose cpuset holds every CPU but the reserved one needs no instance.
+    assert_eq!(p.cpuset_key(&set("1-7")), None);
+    assert_eq!(p.cpuset_key(&set("4-9")), Some(set("4-7")));
+    let mut cs = Cpusets::default();
+    cs.add("app", Some(&set("4-7")));
+    cs.add("app", None);
+    let q = p.in_cpusets(&cs);
+    assert_eq!(q.cpusets(), &cs);
+    assert_eq!(
+        q.get_in("app", None, None),
+        Some(&PlanState::Placed { cpus: set("1-2") })
+    );
+    assert_eq!(
+        q.get_in("app", None, Some(&set("4-7"))),
+        Some(&PlanState::Placed { cpus: set("4-5") })
+    );
+    // The thread entry places within its own instance's CPUs.
+    assert_eq!(
+        q.get_in("app", Some(0), Some(&set("4-7"))),
+        Some(&PlanState::Slots {
+            slots: vec![set("4"), set("5")]
+        })
+    );
+    // A cpuset the plan was not made in falls back to the plan on all CPUs.
+    assert_eq!(
+        q.get_in("app", None, Some(&set("6-7"))),
+        Some(&PlanState::Placed { cpus: set("1-2") })
+    );
+    assert!(q.has_cpuset("app", Some(&set("4-7"))));
+    assert!(!q.has_cpuset("app", Some(&set("6-7"))));
+    assert!(q.has_cpuset("app", None));
+    let mut only = Cpusets::default();
+    only.add("app", Some(&set("4-7")));
+    assert!(!p.in_cpusets(&only).has_cpuset("app", None));
+    // Exclusive across instances: an overlapping cpuset cannot reuse 4-5.
+    cs.add("app", Some(&set("5-7")));
+    let q = p.in_cpusets(&cs);
+    assert_eq!(
+        q.get_in("app", None, Some(&set("5-7"))),
+        Some(&PlanState::Placed { cpus: set("6-7") })
+    );
+}
+
+#[test]
+fn widening_rounds_masks_up_within_what_the_unit_may_use() {
+    let r = rules(
+        r#"
+[[rule]]
+name = "first"
+priority = 10
+[rule.match]
+comm = "a"
+[rule.place]
+count = 1
+exclusive = true
+
+[[rule]]
+name = "second"
+[rule.match]
+comm = "b"
+[rule.place]
+count = 1
+"#,
+    );
+    let chooser: SharedChoose = Arc::new(LowestFirst);
+    let p =
+        Plan::shared(&r, &cpus("0-7", "0"), Some(chooser)).widened(vec![set("0-3"), set("4-7")]);
+    assert_eq!(p.widen_groups(), &[set("0-3"), set("4-7")]);
+    // CPU 1 widened to its group, less the reserved CPU 0.
+    assert_eq!(
+        p.get("first", None),
+        Some(&PlanState::Placed { cpus: set("1-3") })
+    );
+    // The next unit may not widen onto the exclusive unit's CPUs: 4 → 4-7.
+    assert_eq!(
+        p.get("second", None),
+        Some(&PlanState::Placed { cpus: set("4-7") })
+    );
+    // Kept when planned again in a cpuset, and never past it.
+    let mut cs = Cpusets::default();
+    cs.add("second", Some(&set("5-6")));
+    let q = p.in_cpusets(&cs);
+    assert_eq!(
+        q.get_in("second", None, Some(&set("5-6"))),
+        Some(&PlanState::Placed { cpus: set("5-6") })
+    );
+}

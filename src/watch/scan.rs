@@ -9,6 +9,7 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use crate::affinity::{parse_stat, Tid, PF_KTHREAD};
+use crate::cpuset::CpuSet;
 use crate::rules::{ProcessInfo, ThreadInfo};
 use crate::sysroot::SysRoot;
 
@@ -55,6 +56,12 @@ pub trait ProcSource {
     /// Whether task `tid` is a thread of process `pid` now. A tid is a pid too: once
     /// its thread has exited, another process may hold the number.
     fn is_task_of(&self, pid: i32, tid: Tid) -> bool;
+    /// The cgroup cpuset of one process; `None` when it is gone or has none that can be
+    /// read (the manager then uses its allowed mask at first contact).
+    fn cpuset(&self, pid: i32) -> Option<crate::cgroup::Cpuset> {
+        let _ = pid;
+        None
+    }
 }
 
 /// The real procfs under a [`SysRoot`].
@@ -154,6 +161,16 @@ impl ProcFs {
 }
 
 impl ProcSource for ProcFs {
+    fn cpuset(&self, pid: i32) -> Option<crate::cgroup::Cpuset> {
+        match crate::cgroup::process_cpuset(&self.root, pid) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(pid, error = %e, "cannot read the process's cgroup cpuset");
+                None
+            }
+        }
+    }
+
     fn is_task_of(&self, pid: i32, tid: Tid) -> bool {
         if self.root == SysRoot::default() {
             // On the live system the kernel answers directly: `tgkill(pid, tid, 0)`
@@ -248,6 +265,8 @@ pub struct FakeProcs {
     procs: std::sync::Mutex<std::collections::BTreeMap<i32, ProcessSnapshot>>,
     reads: std::sync::atomic::AtomicUsize,
     snapshots: std::sync::atomic::AtomicUsize,
+    /// pid → its cgroup cpuset, for the processes given one.
+    cpusets: std::sync::Mutex<std::collections::BTreeMap<i32, CpuSet>>,
 }
 
 impl FakeProcs {
@@ -304,6 +323,15 @@ impl FakeProcs {
         );
     }
 
+    /// Puts process `pid` in a cgroup cpuset of `cpus` (`None`: in none).
+    pub fn set_cpuset(&self, pid: i32, cpus: Option<CpuSet>) {
+        let mut map = self.cpusets.lock().unwrap_or_else(|p| p.into_inner());
+        match cpus {
+            Some(c) => map.insert(pid, c),
+            None => map.remove(&pid),
+        };
+    }
+
     /// Marks process `pid` as a kernel thread.
     pub fn set_kernel_thread(&self, pid: i32) {
         if let Some(s) = self.lock().get_mut(&pid) {
@@ -349,6 +377,14 @@ impl FakeProcs {
 }
 
 impl ProcSource for FakeProcs {
+    fn cpuset(&self, pid: i32) -> Option<crate::cgroup::Cpuset> {
+        let map = self.cpusets.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&pid).map(|c| crate::cgroup::Cpuset {
+            cpus: c.clone(),
+            file: format!("/sys/fs/cgroup/fake-{pid}/cpuset.cpus.effective").into(),
+        })
+    }
+
     fn is_task_of(&self, pid: i32, tid: Tid) -> bool {
         // Not counted in `reads`: the real check is one `stat`, not a file read.
         self.lock()

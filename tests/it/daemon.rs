@@ -416,6 +416,7 @@ fn introspection_lists_every_member() {
         (".ManagedProcesses", "u"),
         (".ManagedThreads", "u"),
         (".RuleErrors", "as"),
+        (".SchedExt", "(ss)"),
         (".Remeasure", "-"),
         (".Reload", "-"),
         (".GetMatrix", "-"),

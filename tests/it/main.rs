@@ -2,6 +2,7 @@
 
 mod affinity;
 mod bad_input;
+mod cgroups;
 mod cli_smoke;
 mod commands;
 mod crash_writes;
@@ -22,6 +23,7 @@ mod placement;
 mod promises;
 mod protect;
 mod rules;
+mod sched_ext;
 mod sharing;
 mod soak;
 mod sparse;

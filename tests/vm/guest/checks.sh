@@ -605,6 +605,68 @@ EOF
     echo "all threads on $m (package $(package_of "${m%%[,-]*}"), not siblings)"
 }
 
+# A unit confined by systemd to CPUs 4-7 (cgroup v2 cpuset.cpus.effective) is planned
+# inside them: its count rule picks two non-sibling CPUs of 4-7, applied, not refused.
+# Runs before the other workloads (see the runner).
+check_cgroup_allowed_cpus() {
+    local name=vmwork-cg dir=$WORK/vmwork-cg pid cg eff m cpus c why
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    ln -sf /usr/bin/python3 "/usr/local/bin/$name"
+    systemd-run --quiet --unit="$name" --service-type=simple -p AllowedCPUs=4-7 \
+        "/usr/local/bin/$name" "$LIB/workload.py" "$dir" 2 || {
+        echo "systemd-run -p AllowedCPUs=4-7 failed"
+        return 1
+    }
+    wait_for 60 test -s "$dir/pid" || {
+        echo "workload $name did not start"
+        return 1
+    }
+    pid=$(cat "$dir/pid")
+    cg=$(awk -F: '$1 == 0 { print $3 }' "/proc/$pid/cgroup")
+    eff=$(cat "/sys/fs/cgroup$cg/cpuset.cpus.effective" 2>&1)
+    [ "$eff" = 4-7 ] || {
+        echo "precondition: $name's cgroup $cg has cpuset.cpus.effective '$eff', want 4-7"
+        return 1
+    }
+    put_rule 53-vm-cgroup.toml <<'EOF'
+[[rule]]
+name = "vm-cgroup"
+[rule.match]
+comm = "vmwork-cg"
+[rule.place]
+count = 2
+smt = "avoid"
+EOF
+    in_4_7_apart() {
+        local m a b cpus
+        m=$(uniform_mask "$1") || return 1
+        mapfile -t cpus < <(expand "$m")
+        [ "${#cpus[@]}" -eq 2 ] || return 1
+        a=${cpus[0]} b=${cpus[1]}
+        [ "$a" -ge 4 ] && [ "$b" -le 7 ] && ! expand "$(siblings "$a")" | grep -qx "$b"
+    }
+    export -f in_4_7_apart
+    if ! wait_for 20 in_4_7_apart "$pid"; then
+        echo "threads of $name (AllowedCPUs=4-7) on $(masks "$pid"), want two non-sibling CPUs of 4-7"
+        return 1
+    fi
+    m=$(uniform_mask "$pid")
+    bus --json=short call "$BUS" "$OBJ" "$IFACE" ListManaged |
+        jq -e --argjson pid "$pid" '[.data[0][] | select(.[0] == $pid and .[2] == "vm-cgroup" and .[4] == "applied")] | length == 1' >/dev/null || {
+        echo "ListManaged does not show $pid applied by vm-cgroup: $(bus call "$BUS" "$OBJ" "$IFACE" ListManaged)"
+        return 1
+    }
+    why=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$pid" | jq -r '.data[0]')
+    grep -qF "cpuset 4-7 (from /sys/fs/cgroup$cg/cpuset.cpus.effective)" <<<"$why" || {
+        echo "Explain does not name the cpuset: $why"
+        return 1
+    }
+    rm -f "$RULES/53-vm-cgroup.toml"
+    systemctl stop "$name.service" 2>/dev/null
+    echo "all threads on $m inside AllowedCPUs=4-7 (not siblings: $(siblings "${m%%[,-]*}")), applied; Explain names $cg"
+}
+
 check_rule_removal_reload() {
     local pid orig out
     pid=$(workload_pid vmwork-exp) || {
@@ -1048,6 +1110,9 @@ run_check dbus-introspect check_dbus_introspect 60
 run_check dbus-get-property-call check_dbus_properties 60
 run_check state-ready check_state_ready 330
 run_check remeasure check_remeasure 330
+# Before any other workload is pinned: systemd enabling (and later disabling) the cpuset
+# controller in system.slice for AllowedCPUs= resets the masks of every task in it.
+run_check cgroup-allowed-cpus check_cgroup_allowed_cpus 120
 run_check rule-explicit-pins check_rule_explicit 120
 run_check rule-explicit-new-thread check_rule_explicit_new_thread 60
 run_check rule-compact-smt-avoid check_rule_compact 120

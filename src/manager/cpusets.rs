@@ -1,0 +1,353 @@
+//! The cgroup cpuset of each managed process, and keeping the plan made in them.
+//!
+//! Owns: what each managed process's cpuset is (its cgroup's effective CPUs, else its
+//! allowed mask at first contact — never a mask pinnerd set since), noticing that it
+//! changed (a rescan reads it again), and asking the plan for one instance of each count
+//! unit per distinct cpuset ([`Plan::in_cpusets`]).
+//! Must not touch: the choice of CPUs (the plan's), affinity calls (see `applying`).
+
+use super::{Manager, Source};
+use crate::cpuset::CpuSet;
+use crate::plan::{Cpusets, Plan};
+
+/// Where a managed process's cpuset came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Allowed {
+    pub cpus: CpuSet,
+    /// The cgroup file, or `None`: the allowed mask at first contact.
+    pub file: Option<std::path::PathBuf>,
+}
+
+impl Allowed {
+    /// In words, for `explain` and `plan --live`.
+    pub fn describe(&self) -> String {
+        match &self.file {
+            Some(f) => format!("{} (from {})", self.cpus, f.display()),
+            None => format!("{} (its allowed mask at first contact)", self.cpus),
+        }
+    }
+}
+
+impl Manager {
+    /// The cpuset of process `pid`, whose main thread's mask at first contact was
+    /// `original`.
+    pub(super) fn read_allowed(&self, pid: i32, original: &CpuSet) -> Allowed {
+        match self.procs.cpuset(pid) {
+            Some(c) if !c.cpus.is_empty() => Allowed {
+                cpus: c.cpus,
+                file: Some(c.file),
+            },
+            _ => Allowed {
+                cpus: original.clone(),
+                file: None,
+            },
+        }
+    }
+
+    /// The distinct cpusets of the processes each rule manages. A rule whose processes
+    /// all allow every CPU is left out (planned on all CPUs anyway).
+    pub(super) fn current_cpusets(&self) -> Cpusets {
+        let mut keys: std::collections::BTreeMap<&str, Vec<Option<CpuSet>>> = Default::default();
+        for m in self.managed.values() {
+            if let Source::Rule(r) = &m.source {
+                keys.entry(&r.name)
+                    .or_default()
+                    .push(self.plan.cpuset_key(&m.allowed.cpus));
+            }
+        }
+        let mut out = Cpusets::default();
+        for (rule, ks) in keys {
+            if ks.iter().any(Option::is_some) {
+                for k in ks {
+                    out.add(rule, k.as_ref());
+                }
+            }
+        }
+        out
+    }
+
+    /// Plans again when the managed processes' cpusets are not those the plan was made
+    /// in; the managed threads are then re-applied at the end of the event.
+    pub(super) fn replan_for_cpusets(&mut self) {
+        let want = self.current_cpusets();
+        if want != *self.plan.cpusets() {
+            let new = self.plan.in_cpusets(&want);
+            // Rules of explicit CPUs only come out the same: nothing to re-apply.
+            if new.units() != self.plan.units() {
+                tracing::info!(cpusets = ?want, "planning in the processes' cgroup cpusets");
+                self.replanned = true;
+            }
+            self.plan = new;
+        }
+    }
+
+    /// A new plan from the daemon, made again in the managed processes' cpusets.
+    pub(super) fn scoped(&self, plan: Plan) -> Plan {
+        let want = self.current_cpusets();
+        if want == *plan.cpusets() {
+            plan
+        } else {
+            plan.in_cpusets(&want)
+        }
+    }
+
+    /// Reads a managed process's cpuset again (the rescan's check): a process moved
+    /// to another cgroup, or its cgroup's CPUs edited, has its threads applied again in
+    /// the new cpuset.
+    pub(super) fn recheck_cpuset(&mut self, pid: i32) {
+        let Some(c) = self.procs.cpuset(pid) else {
+            return;
+        };
+        if c.cpus.is_empty() {
+            return;
+        }
+        let Some(m) = self.managed.get_mut(&pid) else {
+            return;
+        };
+        if m.allowed.cpus == c.cpus {
+            return;
+        }
+        tracing::info!(pid, from = %m.allowed.cpus, to = %c.cpus, file = %c.file.display(), "cpuset changed");
+        m.allowed = Allowed {
+            cpus: c.cpus,
+            file: Some(c.file),
+        };
+        for t in m.threads.values_mut() {
+            t.stale = true;
+        }
+        self.replan_for_cpusets();
+        self.replanned = true;
+    }
+
+    /// The cpuset managed process `pid` is planned in: `None` when it allows every CPU
+    /// (or is not managed).
+    pub fn cpuset_key_of(&self, pid: i32) -> Option<CpuSet> {
+        self.managed
+            .get(&pid)
+            .and_then(|m| self.plan.cpuset_key(&m.allowed.cpus))
+    }
+
+    /// The cpuset a managed process is planned in, in words (`None`: not managed).
+    pub fn cpuset_of(&self, pid: i32) -> Option<String> {
+        self.managed.get(&pid).map(|m| m.allowed.describe())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::affinity::{FakeOps, Outcome};
+    use crate::cpuset::CpuSet;
+    use crate::manager::{Change, Input, Manager, ManagerConfig};
+    use crate::plan::tests::LowestFirst;
+    use crate::plan::{Cpus, Plan, PlanState, SharedChoose};
+    use crate::rules::{compile_text, LoadPolicy, RuleSet};
+    use crate::watch::scan::FakeProcs;
+
+    fn set(s: &str) -> CpuSet {
+        s.parse().unwrap()
+    }
+
+    /// Two CPUs each, held exclusively.
+    const FEED: &str = r#"
+[[rule]]
+name = "feed"
+[rule.match]
+comm = "feed*"
+[rule.place]
+count = 2
+exclusive = true
+"#;
+
+    struct T {
+        ops: Arc<FakeOps>,
+        procs: Arc<FakeProcs>,
+        mgr: Manager,
+    }
+
+    /// A manager on CPUs 0-7, and the plan of `text` as the daemon makes it.
+    fn rig(text: &str) -> (T, Plan) {
+        let ops = Arc::new(FakeOps::new());
+        let procs = Arc::new(FakeProcs::new());
+        let cpus = Cpus {
+            online: set("0-7"),
+            reserved: CpuSet::new(),
+        };
+        let mgr = Manager::new(
+            ops.clone(),
+            procs.clone(),
+            cpus.clone(),
+            ManagerConfig::default(),
+        );
+        let r = compile_text(
+            std::path::Path::new("t.toml"),
+            text,
+            &LoadPolicy::unchecked(),
+        )
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        let chooser: SharedChoose = Arc::new(LowestFirst);
+        let plan = Plan::shared(&RuleSet::new(r), &cpus, Some(chooser));
+        (T { ops, procs, mgr }, plan)
+    }
+
+    impl T {
+        /// Process `pid` allowed on `mask` at first contact, in cgroup cpuset `cg`.
+        fn process(&self, pid: i32, comm: &str, mask: &str, cg: Option<&str>) {
+            self.procs.put(pid, comm, 1, &[]);
+            self.ops.add_process(pid, 1, &[], &set(mask));
+            self.procs.set_cpuset(pid, cg.map(set));
+        }
+
+        fn refused(changes: &[Change]) -> usize {
+            changes
+                .iter()
+                .filter(|c| {
+                    matches!(
+                        c,
+                        Change::Pinned {
+                            outcome: Outcome::Refused { .. } | Outcome::Narrowed { .. },
+                            ..
+                        }
+                    )
+                })
+                .count()
+        }
+    }
+
+    #[test]
+    fn each_cpuset_gets_its_own_plan_and_exclusivity_holds_across_them() {
+        let (mut t, plan) = rig(FEED);
+        t.process(100, "feed-a", "0-7", Some("4-7"));
+        t.process(200, "feed-b", "0-7", Some("4-7"));
+        t.process(300, "feed-c", "0-7", Some("5-6"));
+        t.process(400, "feed-d", "0-7", None);
+        let changes = t.mgr.handle(Input::RulesChanged(plan));
+        assert_eq!(T::refused(&changes), 0, "{changes:?}");
+        // One plan per distinct cpuset, each inside it; CPUs 4-5 went to the first
+        // cpuset, so 5-6 has too few left and says who holds them.
+        assert_eq!(t.ops.mask(100), Some(set("4-5")));
+        assert_eq!(t.ops.mask(200), Some(set("4-5")));
+        assert_eq!(
+            t.mgr.plan_for(300, "feed", None),
+            Some(&PlanState::Lost {
+                to: "feed".into(),
+                cpus: set("5")
+            })
+        );
+        assert_eq!(
+            t.ops.mask(300),
+            Some(set("0-7")),
+            "a lost unit is not applied"
+        );
+        // All CPUs: planned around the CPUs the cpuset instances hold.
+        assert_eq!(t.ops.mask(400), Some(set("0-1")));
+        let units: Vec<Option<CpuSet>> = t
+            .mgr
+            .plan()
+            .units()
+            .iter()
+            .map(|u| u.cpuset.clone())
+            .collect();
+        assert_eq!(units, vec![None, Some(set("4-7")), Some(set("5-6"))]);
+    }
+
+    #[test]
+    fn the_mask_at_first_contact_stands_in_for_a_missing_cgroup_and_never_shrinks() {
+        let (mut t, plan) = rig(FEED);
+        t.process(100, "feed", "2-3,6", None);
+        t.mgr.handle(Input::RulesChanged(plan));
+        assert_eq!(t.ops.mask(100), Some(set("2-3")));
+        assert!(
+            t.mgr
+                .explain(100)
+                .contains("cpuset 2-3,6 (its allowed mask at first contact)"),
+            "{}",
+            t.mgr.explain(100)
+        );
+        // Our own pin narrowed the mask; the cpuset stays what it was.
+        t.mgr.handle(Input::Rescan);
+        assert_eq!(
+            t.mgr.cpuset_of(100).as_deref(),
+            Some("2-3,6 (its allowed mask at first contact)")
+        );
+        assert_eq!(t.ops.mask(100), Some(set("2-3")));
+    }
+
+    #[test]
+    fn a_cpuset_change_is_seen_on_rescan_and_the_process_replanned() {
+        let (mut t, plan) = rig(FEED);
+        t.process(100, "feed", "0-7", Some("4-5"));
+        t.mgr.handle(Input::RulesChanged(plan));
+        assert_eq!(t.ops.mask(100), Some(set("4-5")));
+        // The cgroup's CPUs are edited (the kernel narrows the task as it does).
+        t.procs.set_cpuset(100, Some(set("6-7")));
+        t.ops.set_cpuset(100, &set("6-7"));
+        t.mgr.handle(Input::Rescan);
+        assert_eq!(t.ops.mask(100), Some(set("6-7")));
+        assert!(t
+            .mgr
+            .explain(100)
+            .contains("cpuset 6-7 (from /sys/fs/cgroup/fake-100/"));
+        // The old cpuset's plan is gone with its last process.
+        let units: Vec<Option<CpuSet>> = t
+            .mgr
+            .plan()
+            .units()
+            .iter()
+            .map(|u| u.cpuset.clone())
+            .collect();
+        assert_eq!(units, vec![Some(set("6-7"))]);
+        // It leaves: the rule is planned on all CPUs again.
+        t.procs.remove(100, 100);
+        t.ops.remove_task(100);
+        t.mgr.handle(Input::Rescan);
+        let units: Vec<Option<CpuSet>> = t
+            .mgr
+            .plan()
+            .units()
+            .iter()
+            .map(|u| u.cpuset.clone())
+            .collect();
+        assert_eq!(units, vec![None]);
+    }
+
+    #[test]
+    fn a_process_on_all_cpus_after_only_cpuset_ones_gets_the_plan_on_all_cpus() {
+        let (mut t, plan) = rig(FEED);
+        t.process(100, "feed-a", "0-7", Some("4-7"));
+        t.mgr.handle(Input::RulesChanged(plan));
+        assert_eq!(t.ops.mask(100), Some(set("4-5")));
+        let units: Vec<Option<CpuSet>> = t
+            .mgr
+            .plan()
+            .units()
+            .iter()
+            .map(|u| u.cpuset.clone())
+            .collect();
+        assert_eq!(units, vec![Some(set("4-7"))], "no instance on all CPUs yet");
+        t.process(200, "feed-b", "0-7", None);
+        t.mgr
+            .handle(Input::Proc(crate::watch::ProcMsg::Exec { pid: 200 }));
+        assert_eq!(t.ops.mask(200), Some(set("0-1")));
+        assert_eq!(t.ops.mask(100), Some(set("4-5")), "the first one stays");
+    }
+
+    #[test]
+    fn explicit_cpus_outside_the_cpuset_are_classified_as_before() {
+        let (mut t, plan) = rig(r#"
+[[rule]]
+name = "fixed"
+[rule.match]
+comm = "fixed"
+[rule.place]
+cpus = "0-1"
+"#);
+        t.process(100, "fixed", "0-7", Some("4-7"));
+        t.ops.set_cpuset(100, &set("4-7"));
+        let changes = t.mgr.handle(Input::RulesChanged(plan));
+        assert_eq!(T::refused(&changes), 1, "{changes:?}");
+        assert_eq!(t.mgr.plan().units().len(), 1);
+        assert_eq!(t.mgr.plan().units()[0].cpuset, None);
+    }
+}
