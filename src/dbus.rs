@@ -27,6 +27,7 @@ use zbus::object_server::SignalEmitter;
 use zbus::{interface, Connection};
 
 use crate::api::{Call, Command, CommandError, ErrorKind, ManagedEntry, Reply, Signal, Snapshot};
+use crate::cpuset::CpuSet;
 use crate::placement::{Policy, SmtPolicy};
 
 /// The well-known bus name.
@@ -387,6 +388,42 @@ fn words(policy: &str, smt: &str) -> Result<(Policy, SmtPolicy)> {
     ))
 }
 
+/// A `ListManaged` row with its CPU list as CPU ids.
+fn managed_with_cpu_ids(e: ManagedEntry) -> Result<(u32, String, String, Vec<u32>, String)> {
+    let cpus: CpuSet = e.cpus.parse().map_err(|err| {
+        MethodError::Failed(format!("internal error: pid {}: CPU list: {err}", e.pid))
+    })?;
+    Ok((e.pid, e.comm, e.rule, cpus.iter().collect(), e.state))
+}
+
+/// The object `ExplainJson` returns: the managed row of `pid`, if any, and the text.
+fn explain_json(pid: u32, entry: Option<ManagedEntry>, text: String) -> Result<serde_json::Value> {
+    let value = match entry {
+        Some(e) => {
+            let (pid, comm, rule, cpus, state) = managed_with_cpu_ids(e)?;
+            serde_json::json!({
+                "pid": pid,
+                "managed": true,
+                "rule": rule,
+                "comm": comm,
+                "cpus": cpus,
+                "state": state,
+                "text": text,
+            })
+        }
+        None => serde_json::json!({
+            "pid": pid,
+            "managed": false,
+            "rule": null,
+            "comm": null,
+            "cpus": [],
+            "state": null,
+            "text": text,
+        }),
+    };
+    Ok(value)
+}
+
 /// Refuses a message whose body is over [`MAX_BODY`], from its header alone.
 fn check_body(header: &Header<'_>, method: &str) -> Result<()> {
     let len = header.primary().body_len();
@@ -514,6 +551,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
 
     /// Starts a measurement in the background and returns its job id at once. Calls made
     /// while a measurement runs join it and get its id.
+    #[zbus(out_args("job"))]
     async fn remeasure(
         &self,
         #[zbus(connection)] conn: &Connection,
@@ -555,6 +593,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     }
 
     /// pid, comm, rule, cpus, state of every managed process.
+    #[zbus(out_args("processes"))]
     async fn list_managed(
         &self,
         #[zbus(connection)] conn: &Connection,
@@ -568,6 +607,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     }
 
     /// Which rule placed a process, and why.
+    #[zbus(out_args("explanation"))]
     async fn explain(
         &self,
         pid: u32,
@@ -583,6 +623,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
 
     /// The daemon's numbers in the Prometheus text format (what `pinnerd metrics`
     /// prints and the textfile for node_exporter holds).
+    #[zbus(out_args("text"))]
     async fn metrics(
         &self,
         #[zbus(connection)] conn: &Connection,
@@ -596,6 +637,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     }
 
     /// Placement advice for applications that pin themselves; changes nothing.
+    #[zbus(out_args("cpus"))]
     async fn plan(
         &self,
         count: u32,
@@ -617,6 +659,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     }
 
     /// Pins every thread of a process without a rule file; returns the CPUs chosen.
+    #[zbus(out_args("cpus"))]
     async fn pin_process(
         &self,
         pid: u32,
@@ -655,6 +698,44 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
             Reply::Done => Ok(()),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// `ListManaged` with each process's CPUs as a list of CPU ids instead of kernel
+    /// list text: pid, comm, rule, cpus, state.
+    #[zbus(out_args("processes"))]
+    async fn list_managed_cpus(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<(u32, String, String, Vec<u32>, String)>> {
+        self.admit(conn, &header, "ListManagedCpus").await?;
+        match self.forward(Command::ListManaged).await? {
+            Reply::Managed(list) => list.into_iter().map(managed_with_cpu_ids).collect(),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `Explain` for programs: a JSON object with `pid`, `managed`, `rule`, `comm`,
+    /// `cpus` (CPU ids), `state` (as `ListManaged` has them; `rule`, `comm` and `state`
+    /// are null when not managed) and `text` (what `Explain` returns, with the same
+    /// privacy: another user's process is shown by rule and CPUs only).
+    #[zbus(out_args("json"))]
+    async fn explain_json(
+        &self,
+        pid: u32,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        let caller_uid = self.admit(conn, &header, "ExplainJson").await?;
+        let text = match self.forward(Command::Explain { pid, caller_uid }).await? {
+            Reply::Text(s) => s,
+            other => return Err(unexpected(other)),
+        };
+        let entry = match self.forward(Command::ListManaged).await? {
+            Reply::Managed(list) => list.into_iter().find(|e| e.pid == pid),
+            other => return Err(unexpected(other)),
+        };
+        Ok(explain_json(pid, entry, text)?.to_string())
     }
 
     /// A measurement ended.
