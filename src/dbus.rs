@@ -830,8 +830,24 @@ pub async fn properties_changed(
     old: &Snapshot,
     new: &Snapshot,
 ) -> zbus::Result<()> {
+    let changed = changed_properties(old, new);
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let emitter = SignalEmitter::new(conn, OBJECT_PATH)?;
+    let iface = zbus::names::InterfaceName::from_static_str_unchecked(INTERFACE);
+    fdo::Properties::properties_changed(&emitter, iface, changed, Cow::Borrowed(&[])).await
+}
+
+/// The properties whose values differ between `old` and `new`, by bus name, with their
+/// new values: what one `PropertiesChanged` carries. Every property but the constant
+/// `Version` is here (checked against the introspection by `tests/it/generated.rs`).
+pub fn changed_properties<'a>(
+    old: &Snapshot,
+    new: &'a Snapshot,
+) -> HashMap<&'static str, zbus::Variant<'a>> {
     use zbus::Variant as Value;
-    let mut changed: HashMap<&str, Value<'_>> = HashMap::new();
+    let mut changed: HashMap<&'static str, Value<'a>> = HashMap::new();
     if old.state != new.state {
         changed.insert("State", Value::from(new.state.as_str()));
     }
@@ -856,12 +872,7 @@ pub async fn properties_changed(
     if old.rule_errors != new.rule_errors {
         changed.insert("RuleErrors", Value::from(new.rule_errors.clone()));
     }
-    if changed.is_empty() {
-        return Ok(());
-    }
-    let emitter = SignalEmitter::new(conn, OBJECT_PATH)?;
-    let iface = zbus::names::InterfaceName::from_static_str_unchecked(INTERFACE);
-    fdo::Properties::properties_changed(&emitter, iface, changed, Cow::Borrowed(&[])).await
+    changed
 }
 
 /// Publishes every change of the loop's snapshot as `PropertiesChanged`, until the
@@ -922,6 +933,49 @@ mod tests {
                 other => panic!("{policy} {smt}: {other:?}"),
             }
         }
+    }
+
+    fn entry(cpus: &str) -> ManagedEntry {
+        ManagedEntry {
+            pid: 42,
+            comm: "feed".into(),
+            rule: "md".into(),
+            cpus: cpus.into(),
+            state: "applied".into(),
+        }
+    }
+
+    #[test]
+    fn managed_rows_carry_cpu_ids() {
+        let row = managed_with_cpu_ids(entry("0-2,8")).unwrap();
+        assert_eq!(row.3, vec![0, 1, 2, 8]);
+        assert_eq!(
+            (row.0, row.1.as_str(), row.4.as_str()),
+            (42, "feed", "applied")
+        );
+        assert_eq!(
+            managed_with_cpu_ids(entry("")).unwrap().3,
+            Vec::<u32>::new()
+        );
+        match managed_with_cpu_ids(entry("0-x")) {
+            Err(MethodError::Failed(m)) => assert!(m.contains("pid 42: CPU list"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn explain_json_has_the_row_or_nulls() {
+        let v = explain_json(42, Some(entry("3")), "why\n".into()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"pid": 42, "managed": true, "rule": "md", "comm": "feed",
+                               "cpus": [3], "state": "applied", "text": "why\n"})
+        );
+        let v = explain_json(7, None, "not managed\n".into()).unwrap();
+        assert_eq!(v["managed"], false);
+        assert_eq!(v["cpus"], serde_json::json!([]));
+        assert!(v["rule"].is_null() && v["comm"].is_null() && v["state"].is_null());
+        assert_eq!(v["text"], "not managed\n");
     }
 
     #[test]

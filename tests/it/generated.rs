@@ -112,3 +112,58 @@ fn shell_completions_are_generated_from_the_command_tree() {
         check_or_write(rel, &pinnerd::cli::docs::completion(*shell));
     }
 }
+
+#[test]
+fn every_property_but_the_constant_ones_is_signalled() {
+    use pinnerd::api::{Phase, Snapshot};
+    // The properties of the checked-in interface, which the test above keeps equal to
+    // the live introspection; a property without an annotation emits changes.
+    let xml = std::fs::read_to_string(repo().join("systemd/org.pinnerd.Pinnerd1.xml")).unwrap();
+    let mut signalled = Vec::new();
+    let mut constant = Vec::new();
+    for chunk in xml.split("<property ").skip(1) {
+        let name = chunk.split('"').nth(1).expect("a property without a name");
+        // `<property …/>`, or `<property …>` annotations `</property>`.
+        let tag_end = chunk.find('>').expect("an unclosed property tag");
+        let body = if chunk[..tag_end].ends_with('/') {
+            &chunk[..tag_end]
+        } else {
+            &chunk[..chunk.find("</property>").expect("an unclosed property")]
+        };
+        if body.contains("EmitsChangedSignal\" value=\"const\"") {
+            constant.push(name.to_string());
+        } else {
+            signalled.push(name.to_string());
+        }
+    }
+    assert_eq!(constant, ["Version"]);
+    assert!(signalled.len() >= 8, "{signalled:?}");
+
+    // A snapshot that differs from the default in every field. The struct update keeps
+    // this compiling when a field is added; the new field's property then fails below
+    // until `changed_properties` signals it and this snapshot changes it.
+    let old = Snapshot::default();
+    #[allow(clippy::needless_update)]
+    let new = Snapshot {
+        version: "x".into(),
+        state: Phase::Ready,
+        measured_at_us: 1,
+        fingerprint: "f".into(),
+        cpu_count: 1,
+        rule_count: 1,
+        managed_processes: 1,
+        managed_threads: 1,
+        rule_errors: vec!["e".into()],
+        ..Snapshot::default()
+    };
+    let changed = pinnerd::dbus::changed_properties(&old, &new);
+    for p in &signalled {
+        assert!(
+            changed.contains_key(p.as_str()),
+            "{p} changed but dbus::changed_properties does not signal it"
+        );
+    }
+    assert!(!changed.contains_key("Version"));
+    assert_eq!(changed.len(), signalled.len(), "{:?}", changed.keys());
+    assert!(pinnerd::dbus::changed_properties(&new, &new).is_empty());
+}
