@@ -103,7 +103,8 @@ fn interface_xml_is_the_live_introspection() {
 
 #[test]
 fn man_page_pinnerd_8_is_generated_from_the_command_tree() {
-    check_or_write("man/pinnerd.8", pinnerd::cli::docs::man_page().as_bytes());
+    let page = pinnerd::cli::docs::man_page().expect("render pinnerd(8)");
+    check_or_write("man/pinnerd.8", page.as_bytes());
 }
 
 #[test]
