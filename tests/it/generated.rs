@@ -168,3 +168,37 @@ fn every_property_but_the_constant_ones_is_signalled() {
     assert_eq!(changed.len(), signalled.len(), "{:?}", changed.keys());
     assert!(pinnerd::dbus::changed_properties(&new, &new).is_empty());
 }
+
+/// Completes `words` with the checked-in bash completion in a real bash; the candidates.
+fn bash_complete(words: &[&str]) -> Vec<String> {
+    let script = repo().join("completions/pinnerd.bash");
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let prog = format!(
+        "source '{}'\nCOMP_WORDS=({})\nCOMP_CWORD={}\nCOMP_LINE='{}'\nCOMP_POINT=${{#COMP_LINE}}\n\
+         _pinnerd pinnerd '{}' '{}'\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
+        script.display(),
+        quoted.join(" "),
+        words.len() - 1,
+        words.join(" "),
+        words[words.len() - 1],
+        words[words.len().saturating_sub(2)],
+    );
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", &prog])
+        .output()
+        .expect("run bash");
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn bash_completes_subcommands_and_their_flags() {
+    assert_eq!(bash_complete(&["pinnerd", "ex"]), ["explain", "export"]);
+    let flags = bash_complete(&["pinnerd", "plan", "--s"]);
+    assert!(flags.contains(&"--smt".to_string()), "{flags:?}");
+    assert!(flags.iter().all(|f| f.starts_with("--s")), "{flags:?}");
+}
