@@ -25,6 +25,16 @@ else
 DBUSPOLICYDIR ?= $(SYSCONFDIR)/dbus-1/system.d
 endif
 RULESDIR ?= $(SYSCONFDIR)/pinnerd.d
+# Man pages, completions and the bus interface XML (README "Man pages and completions").
+MANDIR ?= $(DATADIR)/man
+DBUSIFACEDIR ?= $(DATADIR)/dbus-1/interfaces
+BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
+FISHCOMPDIR ?= $(DATADIR)/fish/vendor_completions.d
+ifeq ($(PREFIX),/usr)
+ZSHCOMPDIR ?= $(DATADIR)/zsh/vendor-completions
+else
+ZSHCOMPDIR ?= $(DATADIR)/zsh/site-functions
+endif
 
 CARGO ?= cargo
 INSTALL ?= install
@@ -53,6 +63,14 @@ install: $(BIN)
 	$(INSTALL) -D -m 0644 config/pinnerd.toml $(DESTDIR)$(DOCDIR)/examples/pinnerd.toml
 	$(INSTALL) -d -m 0755 $(DESTDIR)$(DOCDIR)/examples/pinnerd.d
 	$(INSTALL) -m 0644 config/pinnerd.d/*.toml $(DESTDIR)$(DOCDIR)/examples/pinnerd.d/
+	$(INSTALL) -D -m 0644 man/pinnerd.8 $(DESTDIR)$(MANDIR)/man8/pinnerd.8
+	$(INSTALL) -D -m 0644 man/pinnerd.d.5 $(DESTDIR)$(MANDIR)/man5/pinnerd.d.5
+	$(INSTALL) -D -m 0644 man/pinnerd.toml.5 $(DESTDIR)$(MANDIR)/man5/pinnerd.toml.5
+	$(INSTALL) -D -m 0644 systemd/org.pinnerd.Pinnerd1.xml \
+		$(DESTDIR)$(DBUSIFACEDIR)/org.pinnerd.Pinnerd1.xml
+	$(INSTALL) -D -m 0644 completions/pinnerd.bash $(DESTDIR)$(BASHCOMPDIR)/pinnerd
+	$(INSTALL) -D -m 0644 completions/_pinnerd $(DESTDIR)$(ZSHCOMPDIR)/_pinnerd
+	$(INSTALL) -D -m 0644 completions/pinnerd.fish $(DESTDIR)$(FISHCOMPDIR)/pinnerd.fish
 	@echo "installed; to start it: systemctl daemon-reload && systemctl enable --now pinnerd"
 	@echo "(and once after installing the bus policy: systemctl reload dbus)"
 
@@ -62,6 +80,11 @@ uninstall:
 	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd.service
 	rm -f $(DESTDIR)$(DBUSPOLICYDIR)/org.pinnerd.Pinnerd1.conf
 	rm -rf $(DESTDIR)$(DOCDIR)
+	rm -f $(DESTDIR)$(MANDIR)/man8/pinnerd.8 $(DESTDIR)$(MANDIR)/man5/pinnerd.d.5 \
+		$(DESTDIR)$(MANDIR)/man5/pinnerd.toml.5
+	rm -f $(DESTDIR)$(DBUSIFACEDIR)/org.pinnerd.Pinnerd1.xml
+	rm -f $(DESTDIR)$(BASHCOMPDIR)/pinnerd $(DESTDIR)$(ZSHCOMPDIR)/_pinnerd \
+		$(DESTDIR)$(FISHCOMPDIR)/pinnerd.fish
 	-rmdir $(DESTDIR)$(RULESDIR) 2>/dev/null
 
 deb:

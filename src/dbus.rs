@@ -27,6 +27,7 @@ use zbus::object_server::SignalEmitter;
 use zbus::{interface, Connection};
 
 use crate::api::{Call, Command, CommandError, ErrorKind, ManagedEntry, Reply, Signal, Snapshot};
+use crate::cpuset::CpuSet;
 use crate::placement::{Policy, SmtPolicy};
 
 /// The well-known bus name.
@@ -387,6 +388,42 @@ fn words(policy: &str, smt: &str) -> Result<(Policy, SmtPolicy)> {
     ))
 }
 
+/// A `ListManaged` row with its CPU list as CPU ids.
+fn managed_with_cpu_ids(e: ManagedEntry) -> Result<(u32, String, String, Vec<u32>, String)> {
+    let cpus: CpuSet = e.cpus.parse().map_err(|err| {
+        MethodError::Failed(format!("internal error: pid {}: CPU list: {err}", e.pid))
+    })?;
+    Ok((e.pid, e.comm, e.rule, cpus.iter().collect(), e.state))
+}
+
+/// The object `ExplainJson` returns: the managed row of `pid`, if any, and the text.
+fn explain_json(pid: u32, entry: Option<ManagedEntry>, text: String) -> Result<serde_json::Value> {
+    let value = match entry {
+        Some(e) => {
+            let (pid, comm, rule, cpus, state) = managed_with_cpu_ids(e)?;
+            serde_json::json!({
+                "pid": pid,
+                "managed": true,
+                "rule": rule,
+                "comm": comm,
+                "cpus": cpus,
+                "state": state,
+                "text": text,
+            })
+        }
+        None => serde_json::json!({
+            "pid": pid,
+            "managed": false,
+            "rule": null,
+            "comm": null,
+            "cpus": [],
+            "state": null,
+            "text": text,
+        }),
+    };
+    Ok(value)
+}
+
 /// Refuses a message whose body is over [`MAX_BODY`], from its header alone.
 fn check_body(header: &Header<'_>, method: &str) -> Result<()> {
     let len = header.primary().body_len();
@@ -526,6 +563,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
 
     /// Starts a measurement in the background and returns its job id at once. Calls made
     /// while a measurement runs join it and get its id.
+    #[zbus(out_args("job"))]
     async fn remeasure(
         &self,
         #[zbus(connection)] conn: &Connection,
@@ -567,6 +605,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     }
 
     /// pid, comm, rule, cpus, state of every managed process.
+    #[zbus(out_args("processes"))]
     async fn list_managed(
         &self,
         #[zbus(connection)] conn: &Connection,
@@ -580,6 +619,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     }
 
     /// Which rule placed a process, and why.
+    #[zbus(out_args("explanation"))]
     async fn explain(
         &self,
         pid: u32,
@@ -595,6 +635,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
 
     /// The daemon's numbers in the Prometheus text format (what `pinnerd metrics`
     /// prints and the textfile for node_exporter holds).
+    #[zbus(out_args("text"))]
     async fn metrics(
         &self,
         #[zbus(connection)] conn: &Connection,
@@ -608,6 +649,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     }
 
     /// Placement advice for applications that pin themselves; changes nothing.
+    #[zbus(out_args("cpus"))]
     async fn plan(
         &self,
         count: u32,
@@ -629,6 +671,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     }
 
     /// Pins every thread of a process without a rule file; returns the CPUs chosen.
+    #[zbus(out_args("cpus"))]
     async fn pin_process(
         &self,
         pid: u32,
@@ -667,6 +710,44 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
             Reply::Done => Ok(()),
             other => Err(unexpected(other)),
         }
+    }
+
+    /// `ListManaged` with each process's CPUs as a list of CPU ids instead of kernel
+    /// list text: pid, comm, rule, cpus, state.
+    #[zbus(out_args("processes"))]
+    async fn list_managed_cpus(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<(u32, String, String, Vec<u32>, String)>> {
+        self.admit(conn, &header, "ListManagedCpus").await?;
+        match self.forward(Command::ListManaged).await? {
+            Reply::Managed(list) => list.into_iter().map(managed_with_cpu_ids).collect(),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `Explain` for programs: a JSON object with `pid`, `managed`, `rule`, `comm`,
+    /// `cpus` (CPU ids), `state` (as `ListManaged` has them; `rule`, `comm` and `state`
+    /// are null when not managed) and `text` (what `Explain` returns, with the same
+    /// privacy: another user's process is shown by rule and CPUs only).
+    #[zbus(out_args("json"))]
+    async fn explain_json(
+        &self,
+        pid: u32,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        let caller_uid = self.admit(conn, &header, "ExplainJson").await?;
+        let text = match self.forward(Command::Explain { pid, caller_uid }).await? {
+            Reply::Text(s) => s,
+            other => return Err(unexpected(other)),
+        };
+        let entry = match self.forward(Command::ListManaged).await? {
+            Reply::Managed(list) => list.into_iter().find(|e| e.pid == pid),
+            other => return Err(unexpected(other)),
+        };
+        Ok(explain_json(pid, entry, text)?.to_string())
     }
 
     /// A measurement ended.
@@ -768,8 +849,24 @@ pub async fn properties_changed(
     old: &Snapshot,
     new: &Snapshot,
 ) -> zbus::Result<()> {
+    let changed = changed_properties(old, new);
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let emitter = SignalEmitter::new(conn, OBJECT_PATH)?;
+    let iface = zbus::names::InterfaceName::from_static_str_unchecked(INTERFACE);
+    fdo::Properties::properties_changed(&emitter, iface, changed, Cow::Borrowed(&[])).await
+}
+
+/// The properties whose values differ between `old` and `new`, by bus name, with their
+/// new values: what one `PropertiesChanged` carries. Every property but the constant
+/// `Version` is here (checked against the introspection by `tests/it/generated.rs`).
+pub fn changed_properties<'a>(
+    old: &Snapshot,
+    new: &'a Snapshot,
+) -> HashMap<&'static str, zbus::Variant<'a>> {
     use zbus::Variant as Value;
-    let mut changed: HashMap<&str, Value<'_>> = HashMap::new();
+    let mut changed: HashMap<&'static str, Value<'a>> = HashMap::new();
     if old.state != new.state {
         changed.insert("State", Value::from(new.state.as_str()));
     }
@@ -797,12 +894,7 @@ pub async fn properties_changed(
     if old.sched_ext != new.sched_ext {
         changed.insert("SchedExt", Value::from(sched_ext_pair(&new.sched_ext)));
     }
-    if changed.is_empty() {
-        return Ok(());
-    }
-    let emitter = SignalEmitter::new(conn, OBJECT_PATH)?;
-    let iface = zbus::names::InterfaceName::from_static_str_unchecked(INTERFACE);
-    fdo::Properties::properties_changed(&emitter, iface, changed, Cow::Borrowed(&[])).await
+    changed
 }
 
 /// Publishes every change of the loop's snapshot as `PropertiesChanged`, until the
@@ -863,6 +955,49 @@ mod tests {
                 other => panic!("{policy} {smt}: {other:?}"),
             }
         }
+    }
+
+    fn entry(cpus: &str) -> ManagedEntry {
+        ManagedEntry {
+            pid: 42,
+            comm: "feed".into(),
+            rule: "md".into(),
+            cpus: cpus.into(),
+            state: "applied".into(),
+        }
+    }
+
+    #[test]
+    fn managed_rows_carry_cpu_ids() {
+        let row = managed_with_cpu_ids(entry("0-2,8")).unwrap();
+        assert_eq!(row.3, vec![0, 1, 2, 8]);
+        assert_eq!(
+            (row.0, row.1.as_str(), row.4.as_str()),
+            (42, "feed", "applied")
+        );
+        assert_eq!(
+            managed_with_cpu_ids(entry("")).unwrap().3,
+            Vec::<u32>::new()
+        );
+        match managed_with_cpu_ids(entry("0-x")) {
+            Err(MethodError::Failed(m)) => assert!(m.contains("pid 42: CPU list"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn explain_json_has_the_row_or_nulls() {
+        let v = explain_json(42, Some(entry("3")), "why\n".into()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"pid": 42, "managed": true, "rule": "md", "comm": "feed",
+                               "cpus": [3], "state": "applied", "text": "why\n"})
+        );
+        let v = explain_json(7, None, "not managed\n".into()).unwrap();
+        assert_eq!(v["managed"], false);
+        assert_eq!(v["cpus"], serde_json::json!([]));
+        assert!(v["rule"].is_null() && v["comm"].is_null() && v["state"].is_null());
+        assert_eq!(v["text"], "not managed\n");
     }
 
     #[test]

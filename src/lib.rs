@@ -24,7 +24,8 @@
 //! - `affinity`: the affinity syscalls, read back, the restore journal
 //! - `api`: the typed commands, replies, snapshot and signals between daemon and clients
 //! - `cgroup`: which CPUs a process's cgroup cpuset (v1 or v2) allows
-//! - `cli`: the subcommands
+//! - `cli`: the subcommands; `cli::docs` generates the man page `pinnerd(8)` and the shell
+//!   completions from them
 //! - `cpuset`: the one CPU-set type
 //! - `daemon`: the event loop, its state and its measurement schedule
 //! - `dbus`: the bus object, which only forwards

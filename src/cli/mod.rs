@@ -11,6 +11,7 @@ pub mod check;
 pub mod client;
 pub mod compare;
 pub mod daemon;
+pub mod docs;
 pub mod export;
 pub mod fleet;
 pub mod live;

@@ -2,6 +2,7 @@
 
 mod affinity;
 mod bad_input;
+mod bus_api;
 mod cgroups;
 mod cli_smoke;
 mod commands;
@@ -14,7 +15,9 @@ mod export;
 mod fleet;
 mod fuzz_checks;
 mod fuzz_replay;
+mod generated;
 mod helper;
+mod manpages;
 mod measure;
 mod metrics;
 mod packaging;

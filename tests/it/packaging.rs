@@ -84,7 +84,12 @@ fn make_install_prefix_usr_is_the_package_layout() {
         "usr/lib/systemd/system/",
         "usr/lib/systemd/system/pinnerd.service",
         "usr/share/",
+        "usr/share/bash-completion/",
+        "usr/share/bash-completion/completions/",
+        "usr/share/bash-completion/completions/pinnerd",
         "usr/share/dbus-1/",
+        "usr/share/dbus-1/interfaces/",
+        "usr/share/dbus-1/interfaces/org.pinnerd.Pinnerd1.xml",
         "usr/share/dbus-1/system.d/",
         "usr/share/dbus-1/system.d/org.pinnerd.Pinnerd1.conf",
         "usr/share/doc/",
@@ -93,6 +98,18 @@ fn make_install_prefix_usr_is_the_package_layout() {
         "usr/share/doc/pinnerd/examples/",
         "usr/share/doc/pinnerd/examples/pinnerd.d/",
         "usr/share/doc/pinnerd/examples/pinnerd.toml",
+        "usr/share/fish/",
+        "usr/share/fish/vendor_completions.d/",
+        "usr/share/fish/vendor_completions.d/pinnerd.fish",
+        "usr/share/man/",
+        "usr/share/man/man5/",
+        "usr/share/man/man5/pinnerd.d.5",
+        "usr/share/man/man5/pinnerd.toml.5",
+        "usr/share/man/man8/",
+        "usr/share/man/man8/pinnerd.8",
+        "usr/share/zsh/",
+        "usr/share/zsh/vendor-completions/",
+        "usr/share/zsh/vendor-completions/_pinnerd",
     ]
     .map(String::from)
     .into();
@@ -119,6 +136,15 @@ fn make_install_prefix_usr_is_the_package_layout() {
         (
             "usr/share/doc/pinnerd/examples/pinnerd.toml",
             "config/pinnerd.toml",
+        ),
+        ("usr/share/man/man8/pinnerd.8", "man/pinnerd.8"),
+        (
+            "usr/share/dbus-1/interfaces/org.pinnerd.Pinnerd1.xml",
+            "systemd/org.pinnerd.Pinnerd1.xml",
+        ),
+        (
+            "usr/share/zsh/vendor-completions/_pinnerd",
+            "completions/_pinnerd",
         ),
     ] {
         assert_eq!(
@@ -157,7 +183,19 @@ fn make_install_prefix_usr_local_rewrites_the_unit_and_uninstalls() {
         .path()
         .join("etc/dbus-1/system.d/org.pinnerd.Pinnerd1.conf")
         .is_file());
-    assert!(!dest.path().join("usr/local/share/dbus-1").exists());
+    assert!(!dest.path().join("usr/local/share/dbus-1/system.d").exists());
+    // The interface XML is for tools, which read every data directory; zsh looks for
+    // local completions in site-functions.
+    for f in [
+        "usr/local/share/dbus-1/interfaces/org.pinnerd.Pinnerd1.xml",
+        "usr/local/share/man/man8/pinnerd.8",
+        "usr/local/share/man/man5/pinnerd.d.5",
+        "usr/local/share/zsh/site-functions/_pinnerd",
+        "usr/local/share/bash-completion/completions/pinnerd",
+        "usr/local/share/fish/vendor_completions.d/pinnerd.fish",
+    ] {
+        assert!(dest.path().join(f).is_file(), "{f} not installed");
+    }
     for r in example_rules() {
         assert!(dest
             .path()
@@ -207,6 +245,12 @@ fn deb_metadata_names_existing_files() {
     for t in [
         "usr/bin/",
         "usr/share/dbus-1/system.d/",
+        "usr/share/dbus-1/interfaces/",
+        "usr/share/man/man8/",
+        "usr/share/man/man5/",
+        "usr/share/bash-completion/completions/pinnerd",
+        "usr/share/zsh/vendor-completions/",
+        "usr/share/fish/vendor_completions.d/",
         "usr/share/doc/pinnerd/examples/",
         "usr/share/doc/pinnerd/examples/pinnerd.d/",
         "usr/share/doc/pinnerd/",

@@ -3,7 +3,8 @@
 #
 #   tests/vm/run.sh            (as root; README "End-to-end VM test")
 #
-# 1. builds the package (cargo deb), unless PINNERD_DEB names a .deb;
+# 1. builds the package (cargo deb), unless PINNERD_DEB names a .deb, and runs lintian
+#    on it (tests/lintian.sh: no errors or warnings);
 # 2. builds a Debian rootfs with systemd and dbus (mmdebstrap), cached under
 #    tests/vm/cache/ keyed by its package list;
 # 3. installs the package into a copy of it with dpkg, adds the checks
@@ -50,11 +51,11 @@ die() {
 
 [ "$(id -u)" = 0 ] || die "run as root (mmdebstrap, dpkg in a chroot and cpio need it)"
 missing=()
-for tool in qemu-system-x86_64 mmdebstrap cpio zstd apt-get dpkg-deb; do
+for tool in qemu-system-x86_64 mmdebstrap cpio zstd apt-get dpkg-deb lintian; do
     command -v "$tool" >/dev/null || missing+=("$tool")
 done
 [ -n "${PINNERD_DEB:-}" ] || cargo deb --version >/dev/null 2>&1 || missing+=(cargo-deb)
-[ ${#missing[@]} -eq 0 ] || die "missing: ${missing[*]} (apt-get install qemu-system-x86 mmdebstrap cpio zstd; cargo install --locked cargo-deb)"
+[ ${#missing[@]} -eq 0 ] || die "missing: ${missing[*]} (apt-get install qemu-system-x86 mmdebstrap cpio zstd lintian; cargo install --locked cargo-deb)"
 
 mkdir -p "$cache"
 
@@ -68,6 +69,8 @@ else
 fi
 [ -f "$deb" ] || die "no package at '$deb'"
 log "package: $deb"
+log "lintian on the package (tests/lintian.sh)"
+"$repo/tests/lintian.sh" "$deb" >&2 || die "lintian reports errors or warnings on $deb"
 
 # ------------------------------------------------------------------ the kernel
 # Debian's cloud kernel: everything the VM needs is built in (serial console, NUMA, CPU

@@ -776,6 +776,74 @@ check_nonroot_refused() {
     echo "nobody may read State; Remeasure and Reload: $out"
 }
 
+# The package's interface XML is what the running daemon introspects, and the man pages
+# and completions are where man and the shells look.
+check_interface_xml_installed() {
+    local file=/usr/share/dbus-1/interfaces/org.pinnerd.Pinnerd1.xml live installed f
+    [ -f "$file" ] || {
+        echo "$file is missing"
+        return 1
+    }
+    # The interface element, without indentation, from the live bus and from the file.
+    live=$(bus introspect --xml-interface "$BUS" "$OBJ" 2>&1 |
+        sed -n "/<interface name=\"$IFACE\">/,/<\/interface>/p" | sed 's/^[[:space:]]*//')
+    installed=$(sed -n "/<interface name=\"$IFACE\">/,/<\/interface>/p" "$file" | sed 's/^[[:space:]]*//')
+    [ -n "$live" ] || {
+        echo "no $IFACE in the live introspection"
+        return 1
+    }
+    [ "$live" = "$installed" ] || {
+        echo "$file differs from the live introspection: $(diff <(echo "$installed") <(echo "$live") | head -n 8)"
+        return 1
+    }
+    grep -q 'name="arg_' "$file" && {
+        echo "unnamed arguments in $file"
+        return 1
+    }
+    for f in /usr/share/man/man8/pinnerd.8.gz /usr/share/man/man5/pinnerd.d.5.gz \
+        /usr/share/man/man5/pinnerd.toml.5.gz /usr/share/bash-completion/completions/pinnerd \
+        /usr/share/zsh/vendor-completions/_pinnerd /usr/share/fish/vendor_completions.d/pinnerd.fish; do
+        [ -s "$f" ] || {
+            echo "$f is missing or empty"
+            return 1
+        }
+    done
+    echo "$file equals the live introspection ($(grep -c '<method ' "$file") methods); man pages and completions installed"
+}
+
+# ListManagedCpus and ExplainJson through the real system bus and its installed policy,
+# as nobody, on a process pinned at run time.
+check_structured_bus_calls() {
+    local pid out cpus json
+    sleep 300 &
+    pid=$!
+    out=$(bus call "$BUS" "$OBJ" "$IFACE" PinProcess uuss "$pid" 1 compact allow 2>&1) || {
+        echo "PinProcess $pid: $out"
+        kill "$pid"
+        return 1
+    }
+    cpus=$(setpriv --reuid=65534 --regid=65534 --clear-groups busctl --system --timeout=20 \
+        --json=short call "$BUS" "$OBJ" "$IFACE" ListManagedCpus 2>&1 |
+        jq -c --argjson p "$pid" '.data[0][] | select(.[0] == $p) | .[3]' 2>&1)
+    json=$(setpriv --reuid=65534 --regid=65534 --clear-groups busctl --system --timeout=20 \
+        --json=short call "$BUS" "$OBJ" "$IFACE" ExplainJson u "$pid" 2>&1 | jq -r '.data[0]' 2>&1)
+    bus call "$BUS" "$OBJ" "$IFACE" ReleaseProcess u "$pid" >/dev/null 2>&1
+    kill "$pid"
+    [ "$(jq -c 'length' <<<"$cpus" 2>&1)" = 1 ] || {
+        echo "ListManagedCpus as nobody: pid $pid has CPUs '$cpus' (PinProcess said $out)"
+        return 1
+    }
+    [ "$(jq -c '[.managed, .cpus, .pid]' <<<"$json" 2>&1)" = "[true,$cpus,$pid]" ] || {
+        echo "ExplainJson as nobody: $json (ListManagedCpus: $cpus)"
+        return 1
+    }
+    jq -r .text <<<"$json" | grep -q "a process of another user" || {
+        echo "ExplainJson showed nobody more than rule and CPUs: $json"
+        return 1
+    }
+    echo "as nobody: ListManagedCpus $cpus, ExplainJson $json"
+}
+
 check_restart() {
     local pid old out
     pid=$(workload_pid vmwork-cmp) || {
@@ -1119,6 +1187,8 @@ run_check rule-compact-smt-avoid check_rule_compact 120
 run_check rule-removal-reload check_rule_removal_reload 60
 run_check bad-rule-keeps-old check_bad_rule 90
 run_check nonroot-refused check_nonroot_refused 60
+run_check interface-xml-installed check_interface_xml_installed 60
+run_check structured-bus-calls check_structured_bus_calls 60
 run_check restart-keeps-pinned check_restart 120
 run_check kill9-keeps-pinned check_kill9 120
 run_check restore-after-crash check_restore_after_crash 60

@@ -1,0 +1,230 @@
+//! Documentation generated from the command tree: the `pinnerd(8)` man page (every
+//! subcommand with every flag) and the bash, zsh and fish completions. Checked in under
+//! `man/` and `completions/`, shipped in the package, and compared with what this code
+//! generates by `tests/it/generated.rs`, which also writes them again:
+//! `PINNERD_REGENERATE=1 cargo test --test it generated::`.
+//!
+//! The two file-format pages, `pinnerd.d(5)` and `pinnerd.toml(5)`, are written by hand
+//! beside them in `man/`; a test checks they name every key the parsers accept.
+//!
+//! Must not touch: anything but the `clap` command tree.
+
+use clap::{Arg, ArgAction, Command, CommandFactory};
+use clap_complete::Shell;
+use clap_mangen::roff::{bold, italic, roman, Inline, Roff};
+
+use super::{Cli, EXIT_CONFIG};
+
+/// The shells completions are generated for, and where each file is checked in.
+pub const COMPLETIONS: &[(Shell, &str)] = &[
+    (Shell::Bash, "completions/pinnerd.bash"),
+    (Shell::Zsh, "completions/_pinnerd"),
+    (Shell::Fish, "completions/pinnerd.fish"),
+];
+
+/// The whole command tree, as clap sees it.
+pub fn command() -> Command {
+    let mut cmd = Cli::command();
+    cmd.build();
+    cmd
+}
+
+/// The completion script for `shell`.
+pub fn completion(shell: Shell) -> Vec<u8> {
+    let mut cmd = command();
+    let mut out = Vec::new();
+    clap_complete::generate(shell, &mut cmd, "pinnerd", &mut out);
+    out
+}
+
+/// Every subcommand below `cmd`, depth first, with its full name (`pinnerd export nfd`).
+pub fn subcommands(cmd: &Command) -> Vec<(String, &Command)> {
+    fn walk<'a>(prefix: &str, cmd: &'a Command, out: &mut Vec<(String, &'a Command)>) {
+        for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+            if sub.get_name() == "help" {
+                continue;
+            }
+            let name = format!("{prefix} {}", sub.get_name());
+            out.push((name.clone(), sub));
+            walk(&name, sub, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(cmd.get_name(), cmd, &mut out);
+    out
+}
+
+/// The `pinnerd(8)` page: clap_mangen's title, name, synopsis, description and global
+/// options, then one subsection per subcommand with every one of its arguments, then
+/// files, exit status and related pages.
+pub fn man_page() -> std::io::Result<String> {
+    let cmd = command();
+    let man = clap_mangen::Man::new(cmd.clone()).section("8");
+    let mut out = Vec::new();
+    man.render_title(&mut out)?;
+    man.render_name_section(&mut out)?;
+    man.render_synopsis_section(&mut out)?;
+    man.render_description_section(&mut out)?;
+    man.render_options_section(&mut out)?;
+    // clap_mangen leaves out an empty date, which shifts the footer's fields: the title
+    // line is written here with every field in place.
+    let title = format!(
+        ".TH PINNERD 8 \"\" \"pinnerd {}\" \"System Administration\"",
+        env!("CARGO_PKG_VERSION")
+    );
+    let mut page: String = String::from_utf8_lossy(&out)
+        .lines()
+        .map(|l| {
+            if l.starts_with(".TH ") {
+                title.as_str()
+            } else {
+                l
+            }
+        })
+        .flat_map(|l| [l, "\n"])
+        .collect();
+
+    let mut roff = Roff::new();
+    roff.control("SH", ["COMMANDS"]);
+    for (name, sub) in subcommands(&cmd) {
+        roff.control("SS", [name.as_str()]);
+        roff.text(synopsis(&name, sub));
+        if let Some(about) = sub.get_long_about().or_else(|| sub.get_about()) {
+            roff.control("PP", []);
+            paragraphs(&mut roff, &about.to_string(), "PP");
+        }
+        for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+            if matches!(arg.get_action(), ArgAction::Help | ArgAction::Version) {
+                continue;
+            }
+            roff.control("TP", []);
+            roff.text(arg_heading(arg));
+            let mut help = arg
+                .get_long_help()
+                .or_else(|| arg.get_help())
+                .map(|h| h.to_string())
+                .unwrap_or_default();
+            let defaults: Vec<String> = arg
+                .get_default_values()
+                .iter()
+                .map(|v| v.to_string_lossy().into_owned())
+                .collect();
+            if !defaults.is_empty() && arg.get_action().takes_values() {
+                help.push_str(&format!(" [default: {}]", defaults.join(", ")));
+            }
+            let values: Vec<String> = arg
+                .get_possible_values()
+                .iter()
+                .filter(|v| !v.is_hide_set())
+                .map(|v| v.get_name().to_string())
+                .collect();
+            if !values.is_empty() && arg.get_action().takes_values() {
+                help.push_str(&format!(" [possible values: {}]", values.join(", ")));
+            }
+            paragraphs(&mut roff, &help, "IP");
+        }
+    }
+    roff.control("SH", ["FILES"]);
+    for (file, what) in [
+        (
+            crate::settings::DEFAULT_SETTINGS_PATH,
+            "The daemon's settings; see pinnerd.toml(5).",
+        ),
+        (
+            crate::rules::DEFAULT_RULE_DIR,
+            "Rule files, *.toml; see pinnerd.d(5).",
+        ),
+    ] {
+        roff.control("TP", []);
+        roff.text([italic(file)]);
+        roff.text([roman(what)]);
+    }
+    roff.control("SH", ["EXIT STATUS"]);
+    roff.text([roman(format!(
+        "0 on success; {EXIT_CONFIG} when the rules or settings are invalid (for \
+         reload: when the daemon reports rule errors); 1 on any other error."
+    ))]);
+    roff.control("SH", ["SEE ALSO"]);
+    roff.text([
+        bold("pinnerd.d"),
+        roman("(5), "),
+        bold("pinnerd.toml"),
+        roman("(5), "),
+        bold("taskset"),
+        roman("(1), "),
+        bold("busctl"),
+        roman("(1), "),
+        bold("systemd.exec"),
+        roman("(5)"),
+    ]);
+    page.push_str(&roff.to_roff());
+    Ok(page)
+}
+
+/// `pinnerd sub [OPTIONS] <ARG>…` in bold and italics.
+fn synopsis(name: &str, sub: &Command) -> Vec<Inline> {
+    let mut line = vec![bold(name)];
+    for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+        if matches!(arg.get_action(), ArgAction::Help | ArgAction::Version) {
+            continue;
+        }
+        line.push(roman(" "));
+        let mut piece = arg_heading(arg);
+        if !arg.is_required_set() {
+            piece.insert(0, roman("["));
+            piece.push(roman("]"));
+        }
+        line.extend(piece);
+    }
+    if sub.has_subcommands() {
+        line.push(roman(" "));
+        line.push(italic("COMMAND"));
+    }
+    line
+}
+
+/// `-c, --count N` or `FILE` for a positional.
+fn arg_heading(arg: &Arg) -> Vec<Inline> {
+    let mut out = Vec::new();
+    if let Some(s) = arg.get_short() {
+        out.push(bold(format!("-{s}")));
+    }
+    if let Some(l) = arg.get_long() {
+        if !out.is_empty() {
+            out.push(roman(", "));
+        }
+        out.push(bold(format!("--{l}")));
+    }
+    if arg.get_action().takes_values() {
+        let names: Vec<String> = match arg.get_value_names() {
+            Some(v) => v.iter().map(|s| s.to_string()).collect(),
+            None => vec![arg.get_id().as_str().to_uppercase()],
+        };
+        if !out.is_empty() {
+            out.push(roman(" "));
+        }
+        out.push(italic(names.join(" ")));
+        if matches!(arg.get_action(), ArgAction::Append)
+            || arg.get_num_args().is_some_and(|n| n.max_values() > 1)
+        {
+            out.push(roman("..."));
+        }
+    }
+    out
+}
+
+/// Text with blank lines as paragraph breaks (`break`: `PP` in a section, `IP` inside
+/// an option's tagged paragraph).
+fn paragraphs(roff: &mut Roff, text: &str, brk: &str) {
+    let paras: Vec<&str> = text
+        .split("\n\n")
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    for (i, para) in paras.iter().enumerate() {
+        if i > 0 {
+            roff.control(brk, []);
+        }
+        roff.text([roman(para.replace('\n', " "))]);
+    }
+}

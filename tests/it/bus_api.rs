@@ -1,0 +1,94 @@
+//! The structured bus methods for programs, on the real daemon and a private bus:
+//! `ListManagedCpus` (CPU lists as `au`) and `ExplainJson`, read with `busctl --json`
+//! as root and as an unprivileged user, next to their text twins.
+
+use super::daemon::*;
+use super::helper::Helper;
+
+/// `busctl --json=short call …` as root or as nobody, parsed.
+fn call_json(bus: &Bus, nobody: bool, method: &str, args: &[&str]) -> serde_json::Value {
+    let mut a = vec!["--json=short", "call", NAME, PATH, IFACE, method];
+    a.extend_from_slice(args);
+    let out = if nobody {
+        bus.busctl_as_nobody(&a)
+    } else {
+        bus.busctl(&a)
+    };
+    assert!(out.status.success(), "{method}: {}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{method}: {e}: {}", text(&out)))
+}
+
+#[test]
+fn list_managed_cpus_and_explain_json_agree_with_their_text_twins() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let h = Helper::spawn(dirs.root.path(), "pd-json");
+    let _d = Daemon::start(&bus, &dirs);
+    let pid = h.pid.to_string();
+    let pinned = bus.call("PinProcess", &["uuss", &pid, "1", "compact", "allow"]);
+    let pinned: pinnerd::CpuSet = pinned
+        .trim_start_matches("s ")
+        .trim_matches('"')
+        .parse()
+        .unwrap();
+    let ids: Vec<u64> = pinned.iter().map(u64::from).collect();
+
+    // ListManagedCpus: the same rows as ListManaged, CPUs as numbers; open to everyone.
+    for nobody in [false, true] {
+        let v = call_json(&bus, nobody, "ListManagedCpus", &[]);
+        assert_eq!(v["type"], "a(ussaus)", "{v}");
+        let rows = v["data"][0].as_array().unwrap();
+        assert_eq!(rows.len(), 1, "{v}");
+        let row = rows[0].as_array().unwrap();
+        assert_eq!(row[0], h.pid as u64);
+        assert_eq!(row[1], "pd-json");
+        let got: Vec<u64> = row[3]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_u64().unwrap())
+            .collect();
+        assert_eq!(got, ids, "{v}");
+    }
+    let text_rows = call_json(&bus, false, "ListManaged", &[]);
+    let text_row = text_rows["data"][0][0].as_array().unwrap();
+    assert_eq!(text_row[3], pinned.to_string());
+
+    // ExplainJson as root: the row's fields and the whole text of Explain.
+    let v = call_json(&bus, false, "ExplainJson", &["u", &pid]);
+    assert_eq!(v["type"], "s");
+    let j: serde_json::Value = serde_json::from_str(v["data"][0].as_str().unwrap()).unwrap();
+    assert_eq!(j["pid"], h.pid as u64);
+    assert_eq!(j["managed"], true);
+    assert_eq!(j["comm"], "pd-json");
+    assert_eq!(j["rule"], text_row[2]);
+    assert_eq!(j["state"], text_row[4]);
+    assert_eq!(j["cpus"].as_array().unwrap().len(), ids.len(), "{j}");
+    let explain = call_json(&bus, false, "Explain", &["u", &pid]);
+    assert_eq!(j["text"], explain["data"][0], "{j}");
+    assert!(j["text"].as_str().unwrap().contains("tid "), "{j}");
+
+    // As nobody, for root's process: rule and CPUs, and the text Explain gives nobody.
+    let v = call_json(&bus, true, "ExplainJson", &["u", &pid]);
+    let j: serde_json::Value = serde_json::from_str(v["data"][0].as_str().unwrap()).unwrap();
+    assert_eq!(j["managed"], true);
+    let shown = j["text"].as_str().unwrap();
+    assert!(shown.contains("a process of another user"), "{shown}");
+    assert!(!shown.contains("tid "), "{shown}");
+
+    // A process the daemon does not manage, and one that does not exist.
+    let own = std::process::id().to_string();
+    let v = call_json(&bus, false, "ExplainJson", &["u", &own]);
+    let j: serde_json::Value = serde_json::from_str(v["data"][0].as_str().unwrap()).unwrap();
+    assert_eq!(j["managed"], false, "{j}");
+    assert_eq!(j["cpus"], serde_json::json!([]), "{j}");
+    assert!(j["rule"].is_null(), "{j}");
+    let out = bus.busctl(&["call", NAME, PATH, IFACE, "ExplainJson", "u", "4194304"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr_of(&out).contains("pid 4194304: no such process"),
+        "{}",
+        text(&out)
+    );
+}

@@ -1,0 +1,204 @@
+//! Files generated from the code and checked in, so the package ships them and a
+//! reviewer reads them: the bus interface's introspection XML (from the real daemon on a
+//! private bus), the `pinnerd(8)` man page and the shell completions (from the clap
+//! command tree). Each test fails when its file differs from what the code generates now;
+//! one command writes them all again:
+//!
+//! ```text
+//! PINNERD_REGENERATE=1 cargo test --test it generated::
+//! ```
+
+use std::path::PathBuf;
+
+use super::daemon::{text, Bus, Daemon, Dirs, Policy, IFACE, NAME, PATH};
+
+/// The command that writes every generated file again.
+pub const REGENERATE: &str = "PINNERD_REGENERATE=1 cargo test --test it generated::";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Compares `rel` (relative to the repository) with `want`, or writes it when
+/// `PINNERD_REGENERATE=1`.
+fn check_or_write(rel: &str, want: &[u8]) {
+    let path = repo().join(rel);
+    if std::env::var_os("PINNERD_REGENERATE").is_some_and(|v| v == "1") {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(&path, want).unwrap();
+        return;
+    }
+    let have = std::fs::read(&path).unwrap_or_default();
+    if have != want {
+        let first = first_difference(&have, want);
+        panic!(
+            "{rel} is not what the code generates now (first difference on line {first}); \
+             regenerate it with:\n    {REGENERATE}\nand commit the result"
+        );
+    }
+}
+
+/// The 1-based line of the first byte where `a` and `b` differ.
+fn first_difference(a: &[u8], b: &[u8]) -> usize {
+    let at = a
+        .iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .unwrap_or(a.len().min(b.len()));
+    1 + a[..at].iter().filter(|&&c| c == b'\n').count()
+}
+
+/// The `org.pinnerd.Pinnerd1` interface element of a node's introspection XML.
+fn interface_element(node_xml: &str) -> &str {
+    let open = format!("<interface name=\"{IFACE}\">");
+    let start = node_xml
+        .find(&open)
+        .unwrap_or_else(|| panic!("no {open} in:\n{node_xml}"));
+    let len = node_xml[start..]
+        .find("</interface>")
+        .unwrap_or_else(|| panic!("{open} is not closed in:\n{node_xml}"));
+    &node_xml[start..start + len + "</interface>".len()]
+}
+
+/// What `/usr/share/dbus-1/interfaces/org.pinnerd.Pinnerd1.xml` holds: the interface
+/// as the daemon introspects it, in a node of its own.
+fn interface_file(element: &str) -> String {
+    format!(
+        "<!DOCTYPE node PUBLIC \"-//freedesktop//DTD D-BUS Object Introspection 1.0//EN\"\n \
+         \"http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd\">\n\
+         <!-- The org.pinnerd.Pinnerd1 interface, as the daemon introspects it. Generated;\n     \
+         regenerate with: {REGENERATE} -->\n\
+         <node>\n {element}\n</node>\n"
+    )
+}
+
+#[test]
+fn interface_xml_is_the_live_introspection() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    let out = bus.busctl(&["introspect", "--xml-interface", NAME, PATH]);
+    assert!(out.status.success(), "{}", text(&out));
+    let xml = String::from_utf8(out.stdout).unwrap();
+    let element = interface_element(&xml);
+    // Every argument has a name: no `arg_0` for a client to guess at.
+    assert!(
+        !element.contains("name=\"arg_"),
+        "unnamed arguments:\n{element}"
+    );
+    for line in element.lines().filter(|l| l.contains("<arg ")) {
+        assert!(
+            line.contains(" name=\""),
+            "an argument without a name: {line}"
+        );
+    }
+    check_or_write(
+        "systemd/org.pinnerd.Pinnerd1.xml",
+        interface_file(element).as_bytes(),
+    );
+}
+
+#[test]
+fn man_page_pinnerd_8_is_generated_from_the_command_tree() {
+    let page = pinnerd::cli::docs::man_page().expect("render pinnerd(8)");
+    check_or_write("man/pinnerd.8", page.as_bytes());
+}
+
+#[test]
+fn shell_completions_are_generated_from_the_command_tree() {
+    for (shell, rel) in pinnerd::cli::docs::COMPLETIONS {
+        check_or_write(rel, &pinnerd::cli::docs::completion(*shell));
+    }
+}
+
+#[test]
+fn every_property_but_the_constant_ones_is_signalled() {
+    use pinnerd::api::{Phase, Snapshot};
+    // The properties of the checked-in interface, which the test above keeps equal to
+    // the live introspection; a property without an annotation emits changes.
+    let xml = std::fs::read_to_string(repo().join("systemd/org.pinnerd.Pinnerd1.xml")).unwrap();
+    let mut signalled = Vec::new();
+    let mut constant = Vec::new();
+    for chunk in xml.split("<property ").skip(1) {
+        let name = chunk.split('"').nth(1).expect("a property without a name");
+        // `<property …/>`, or `<property …>` annotations `</property>`.
+        let tag_end = chunk.find('>').expect("an unclosed property tag");
+        let body = if chunk[..tag_end].ends_with('/') {
+            &chunk[..tag_end]
+        } else {
+            &chunk[..chunk.find("</property>").expect("an unclosed property")]
+        };
+        if body.contains("EmitsChangedSignal\" value=\"const\"") {
+            constant.push(name.to_string());
+        } else {
+            signalled.push(name.to_string());
+        }
+    }
+    assert_eq!(constant, ["Version"]);
+    assert!(signalled.len() >= 8, "{signalled:?}");
+
+    // A snapshot that differs from the default in every field. The struct update keeps
+    // this compiling when a field is added; the new field's property then fails below
+    // until `changed_properties` signals it and this snapshot changes it.
+    let old = Snapshot::default();
+    #[allow(clippy::needless_update)]
+    let new = Snapshot {
+        version: "x".into(),
+        state: Phase::Ready,
+        measured_at_us: 1,
+        fingerprint: "f".into(),
+        cpu_count: 1,
+        rule_count: 1,
+        managed_processes: 1,
+        managed_threads: 1,
+        rule_errors: vec!["e".into()],
+        ..Snapshot::default()
+    };
+    let changed = pinnerd::dbus::changed_properties(&old, &new);
+    for p in &signalled {
+        assert!(
+            changed.contains_key(p.as_str()),
+            "{p} changed but dbus::changed_properties does not signal it"
+        );
+    }
+    assert!(!changed.contains_key("Version"));
+    assert_eq!(changed.len(), signalled.len(), "{:?}", changed.keys());
+    assert!(pinnerd::dbus::changed_properties(&new, &new).is_empty());
+}
+
+/// Completes `words` with the checked-in bash completion in a real bash; the candidates.
+fn bash_complete(words: &[&str]) -> Vec<String> {
+    let script = repo().join("completions/pinnerd.bash");
+    let quoted: Vec<String> = words.iter().map(|w| format!("'{w}'")).collect();
+    let prog = format!(
+        "source '{}'\nCOMP_WORDS=({})\nCOMP_CWORD={}\nCOMP_LINE='{}'\nCOMP_POINT=${{#COMP_LINE}}\n\
+         _pinnerd pinnerd '{}' '{}'\nprintf '%s\\n' \"${{COMPREPLY[@]}}\"\n",
+        script.display(),
+        quoted.join(" "),
+        words.len() - 1,
+        words.join(" "),
+        words[words.len() - 1],
+        words[words.len().saturating_sub(2)],
+    );
+    let out = std::process::Command::new("bash")
+        .args(["--norc", "--noprofile", "-c", &prog])
+        .output()
+        .expect("run bash");
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn bash_completes_subcommands_and_their_flags() {
+    assert_eq!(bash_complete(&["pinnerd", "ex"]), ["explain", "export"]);
+    let flags = bash_complete(&["pinnerd", "plan", "--s"]);
+    assert!(flags.contains(&"--smt".to_string()), "{flags:?}");
+    assert!(flags.iter().all(|f| f.starts_with("--s")), "{flags:?}");
+}

@@ -1,0 +1,208 @@
+//! The man pages under `man/`: `pinnerd(8)` documents every subcommand and every flag of
+//! the clap command tree, `pinnerd.d(5)` every key the rule parser accepts and
+//! `pinnerd.toml(5)` every key the settings parser accepts (both key lists found by
+//! asking the parsers, never written down here), and `man` renders each page without a
+//! warning.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use super::generated::REGENERATE;
+
+fn page(name: &str) -> String {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("man")
+        .join(name);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// How roff spells `s` on a page: `-` is written `\-`.
+fn roff(s: &str) -> String {
+    s.replace('-', "\\-")
+}
+
+#[test]
+fn every_page_renders_without_warnings() {
+    for name in ["pinnerd.8", "pinnerd.d.5", "pinnerd.toml.5"] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("man")
+            .join(name);
+        let out = Command::new("man")
+            .args(["--warnings", "-l"])
+            .arg(&path)
+            .env("MANWIDTH", "80")
+            .env("MAN_KEEP_FORMATTING", "0")
+            .output()
+            .expect("run man (is man-db installed?)");
+        assert!(out.status.success(), "man -l {name}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.is_empty(), "man --warnings -l {name}:\n{stderr}");
+        // The title line, e.g. `PINNERD.D(5)`, is never bold.
+        let (stem, section) = name.rsplit_once('.').unwrap();
+        let title = format!("{}({section})", stem.to_uppercase());
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains(&title), "{name} rendered to:\n{text}");
+    }
+}
+
+#[test]
+fn pinnerd_8_names_every_subcommand_and_flag() {
+    let page = page("pinnerd.8");
+    let cmd = pinnerd::cli::docs::command();
+    let subs = pinnerd::cli::docs::subcommands(&cmd);
+    assert!(subs.len() >= 15, "only {} subcommands found", subs.len());
+    for (name, sub) in &subs {
+        let heading = format!(".SS \"{name}\"\n");
+        let Some(start) = page.find(&heading) else {
+            panic!(
+                "man/pinnerd.8 has no section for `{name}`; regenerate it with:\n    {REGENERATE}"
+            );
+        };
+        let body = &page[start + heading.len()..];
+        let section = &body[..body.find("\n.S").unwrap_or(body.len())];
+        for arg in sub.get_arguments().filter(|a| !a.is_hide_set()) {
+            let spelled = match (arg.get_long(), arg.is_positional()) {
+                (Some("help" | "version"), _) => continue,
+                (Some(long), _) => format!("\\fB\\-\\-{}\\fR", roff(long)),
+                (None, true) => roff(
+                    &arg.get_value_names()
+                        .and_then(|v| v.first().map(|s| s.to_string()))
+                        .unwrap_or_else(|| arg.get_id().as_str().to_uppercase()),
+                ),
+                (None, false) => format!("\\fB\\-{}\\fR", arg.get_short().unwrap()),
+            };
+            assert!(
+                section.contains(&spelled),
+                "man/pinnerd.8, `{name}`: {spelled} is missing; regenerate it with:\n    {REGENERATE}"
+            );
+        }
+    }
+}
+
+/// A place in a TOML document: the tables leading to it, each a table or an array of
+/// tables.
+#[derive(Debug, Clone)]
+struct TablePath(Vec<(String, bool)>);
+
+impl TablePath {
+    /// A document that opens this table and puts an unknown key in it.
+    fn probe(&self) -> String {
+        let mut doc = String::new();
+        for i in 0..self.0.len() {
+            let dotted: Vec<&str> = self.0[..=i].iter().map(|(n, _)| n.as_str()).collect();
+            let dotted = dotted.join(".");
+            if self.0[i].1 {
+                doc.push_str(&format!("[[{dotted}]]\n"));
+            } else {
+                doc.push_str(&format!("[{dotted}]\n"));
+            }
+        }
+        doc.push_str("zz_not_a_key = 1\n");
+        doc
+    }
+
+    fn child(&self, name: &str, array: bool) -> TablePath {
+        let mut p = self.0.clone();
+        p.push((name.to_string(), array));
+        TablePath(p)
+    }
+
+    /// `[measure]`, `[rule.match]` or `[[rule.threads]]`.
+    fn header(&self) -> String {
+        let dotted: Vec<&str> = self.0.iter().map(|(n, _)| n.as_str()).collect();
+        match self.0.last() {
+            Some((_, true)) => format!("[[{}]]", dotted.join(".")),
+            _ => format!("[{}]", dotted.join(".")),
+        }
+    }
+}
+
+/// The keys a table accepts, from the parser's own "unknown field" message.
+fn accepted(parse: &dyn Fn(&str) -> Result<(), String>, at: &TablePath) -> Option<Vec<String>> {
+    let err = parse(&at.probe()).err()?;
+    if !err.contains("unknown field `zz_not_a_key`") {
+        return None;
+    }
+    let list = &err[err.find("expected").unwrap_or(err.len())..];
+    Some(
+        list.split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// Every table and every key below `at`, found by asking the parser: a key is a table
+/// (or an array of tables) when opening it as one and putting an unknown key inside gets
+/// the "unknown field" error back.
+fn key_tree(
+    parse: &dyn Fn(&str) -> Result<(), String>,
+    at: &TablePath,
+    tables: &mut Vec<TablePath>,
+    keys: &mut Vec<(TablePath, String)>,
+) {
+    let names = accepted(parse, at)
+        .unwrap_or_else(|| panic!("the parser reports no known keys for {}", at.probe()));
+    for name in names {
+        let as_table = at.child(&name, false);
+        let as_array = at.child(&name, true);
+        if accepted(parse, &as_table).is_some() {
+            tables.push(as_table.clone());
+            key_tree(parse, &as_table, tables, keys);
+        } else if accepted(parse, &as_array).is_some() {
+            tables.push(as_array.clone());
+            key_tree(parse, &as_array, tables, keys);
+        } else {
+            keys.push((at.clone(), name));
+        }
+    }
+}
+
+/// Checks that `page` names every table and key the parser accepts.
+fn page_names_every_key(page_name: &str, parse: &dyn Fn(&str) -> Result<(), String>) -> usize {
+    let page = page(page_name);
+    let mut tables = Vec::new();
+    let mut keys = Vec::new();
+    key_tree(parse, &TablePath(Vec::new()), &mut tables, &mut keys);
+    for t in &tables {
+        let header = roff(&t.header());
+        assert!(
+            page.contains(&header),
+            "man/{page_name} does not mention the table {} (write it as `{header}`)",
+            t.header()
+        );
+    }
+    for (t, key) in &keys {
+        let spelled = roff(key);
+        assert!(
+            page.lines().any(|l| l == format!(".B {spelled}")),
+            "man/{page_name} does not describe the key `{key}` of {} (a `.TP` entry with `.B {spelled}`)",
+            t.header()
+        );
+    }
+    keys.len()
+}
+
+#[test]
+fn pinnerd_d_5_names_every_rule_key() {
+    let parse = |text: &str| {
+        pinnerd::rules::format::parse(text)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let n = page_names_every_key("pinnerd.d.5", &parse);
+    // name, priority, six match keys, six place keys, and the thread entry's own.
+    assert!(n >= 14, "only {n} rule keys found");
+}
+
+#[test]
+fn pinnerd_toml_5_names_every_settings_key() {
+    let parse = |text: &str| {
+        toml::from_str::<pinnerd::settings::Settings>(text)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    let n = page_names_every_key("pinnerd.toml.5", &parse);
+    assert!(n >= 15, "only {n} settings keys found");
+}
