@@ -27,6 +27,8 @@
 //! - `cpuset`: the one CPU-set type
 //! - `daemon`: the event loop, its state and its measurement schedule
 //! - `dbus`: the bus object, which only forwards
+//! - `devices`: a device name (interface, PCI address, block device, /dev path) → its
+//!   NUMA node and local CPUs, through the sysfs root
 //! - `domains`: the latency hierarchy from a matrix and the topology, and which to use
 //! - `export`: Node Feature Discovery feature files and hwloc distances
 //! - `fingerprint`: the hardware identity a matrix belongs to
@@ -41,6 +43,9 @@
 //! - `plan`: every rule's CPUs, as a value
 //! - `rules`: TOML → validated rules → matcher
 //! - `settings`: the daemon's settings file
+//! - `shape`: `core-type`, `prefer` and `near` narrow a request's CPUs by kind, cache,
+//!   frequency and device locality before latency chooses (pure; devices resolved by
+//!   `devices`)
 //! - `stats`: percentiles and the median
 //! - `sysroot`: where /sys and /proc are
 //! - `topology`: sysfs → CPUs, caches, nodes
@@ -59,6 +64,7 @@ pub mod cli;
 pub mod cpuset;
 pub mod daemon;
 pub mod dbus;
+pub mod devices;
 pub mod domains;
 pub mod export;
 pub mod fingerprint;
@@ -71,6 +77,7 @@ pub mod placement;
 pub mod plan;
 pub mod rules;
 pub mod settings;
+pub mod shape;
 pub mod stats;
 pub mod sysroot;
 pub mod topology;

@@ -450,6 +450,7 @@ impl State {
                     policy: req.policy,
                     smt: req.smt,
                     exclusive: false,
+                    shape: Default::default(),
                 };
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
                 self.domains()?;

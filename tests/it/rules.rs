@@ -607,6 +607,8 @@ mod props {
         self, MatchSpec, OneOrMany, PlaceSpec, RuleFile, RuleSpec, ThreadSpec, UserSpec,
     };
     use pinnerd::rules::{self, LoadPolicy, ProcessInfo, RuleSet};
+    use pinnerd::shape::Prefer;
+    use pinnerd::topology::CoreType;
     use proptest::prelude::*;
     use toml::Spanned;
 
@@ -690,15 +692,35 @@ mod props {
         )
     }
 
+    type ShapeParts = (Option<CoreType>, Option<Prefer>, Option<String>);
+
+    fn shape_parts() -> impl Strategy<Value = ShapeParts> {
+        (
+            proptest::option::of(prop_oneof![
+                Just(CoreType::Performance),
+                Just(CoreType::Efficiency)
+            ]),
+            proptest::option::of(prop_oneof![Just(Prefer::Cache), Just(Prefer::Frequency)]),
+            proptest::option::of(text()),
+        )
+    }
+
     fn place_spec() -> impl Strategy<Value = PlaceSpec> {
-        place_parts().prop_map(|(cpus, count, within, policy, smt, exclusive)| PlaceSpec {
-            cpus: cpus.map(sp),
-            count: count.map(sp),
-            within: within.map(sp),
-            policy: policy.map(sp),
-            smt: smt.map(sp),
-            exclusive: exclusive.map(sp),
-        })
+        (place_parts(), shape_parts()).prop_map(
+            |((cpus, count, within, policy, smt, exclusive), (core_type, prefer, near))| {
+                PlaceSpec {
+                    cpus: cpus.map(sp),
+                    count: count.map(sp),
+                    within: within.map(sp),
+                    policy: policy.map(sp),
+                    smt: smt.map(sp),
+                    exclusive: exclusive.map(sp),
+                    core_type: core_type.map(sp),
+                    prefer: prefer.map(sp),
+                    near: near.map(sp),
+                }
+            },
+        )
     }
 
     fn thread_spec() -> impl Strategy<Value = ThreadSpec> {
@@ -706,9 +728,15 @@ mod props {
             one_or_many(text()),
             place_parts(),
             proptest::option::of(any::<bool>()),
+            shape_parts(),
         )
             .prop_map(
-                |(comm, (cpus, count, within, policy, smt, exclusive), shared)| ThreadSpec {
+                |(
+                    comm,
+                    (cpus, count, within, policy, smt, exclusive),
+                    shared,
+                    (core_type, prefer, near),
+                )| ThreadSpec {
                     comm: sp(comm),
                     cpus: cpus.map(sp),
                     count: count.map(sp),
@@ -717,6 +745,9 @@ mod props {
                     smt: smt.map(sp),
                     exclusive: exclusive.map(sp),
                     shared: shared.map(sp),
+                    core_type: core_type.map(sp),
+                    prefer: prefer.map(sp),
+                    near: near.map(sp),
                 },
             )
     }
