@@ -223,6 +223,9 @@ pub struct ShapedBy {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Shaped {
     pub candidates: CpuSet,
+    /// Taken first, whole, when `near` had to add nodes: the device's own usable CPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first: Option<CpuSet>,
     pub by: Vec<ShapedBy>,
     /// Keys that could not apply (a device without a node).
     pub warnings: Vec<String>,
@@ -257,6 +260,7 @@ pub fn narrow(
     per_core: bool,
 ) -> Result<Shaped, ShapeError> {
     let mut cands = free.clone();
+    let mut first = None;
     let mut by = Vec::new();
     let mut warnings = Vec::new();
     let unit = if per_core { "cores" } else { "CPUs" };
@@ -317,7 +321,8 @@ pub fn narrow(
                 loc.path
             )),
             Some(node) => {
-                let (kept, note) = near(facts, loc, node, &cands, wanted, per_core, unit);
+                let (kept, local, note) = near(facts, loc, node, &cands, wanted, per_core, unit);
+                first = local;
                 cands = kept;
                 by.push(ShapedBy {
                     key: "near",
@@ -338,15 +343,21 @@ pub fn narrow(
             note,
         });
     }
+    // A cache group chosen by `prefer` may leave out part of the device's CPUs.
+    let first = first
+        .map(|f: CpuSet| f.intersection(&cands))
+        .filter(|f| !f.is_empty());
     Ok(Shaped {
         candidates: cands,
+        first,
         by,
         warnings,
     })
 }
 
 /// The device's local CPUs among `cands`, widened node by node (nearest first by
-/// `node/distance`, then by id) until they can hold the request.
+/// `node/distance`, then by id) until they can hold the request; when widened, also the
+/// local CPUs, to be taken first.
 fn near(
     facts: &Facts,
     loc: &Locality,
@@ -355,7 +366,7 @@ fn near(
     wanted: usize,
     per_core: bool,
     unit: &str,
-) -> (CpuSet, String) {
+) -> (CpuSet, Option<CpuSet>, String) {
     let node_cpus = |id: u32| facts.nodes.iter().find(|n| n.id == id).map(|n| &n.cpus);
     let local = loc
         .local_cpus
@@ -367,9 +378,10 @@ fn near(
     if held >= wanted {
         return (
             kept.clone(),
+            None,
             format!(
-                "{} ({}, node {node}): its local CPUs {local}; {kept} usable",
-                loc.device, loc.path
+                "{} is on node {node}: its local CPUs {local}; {kept} usable",
+                loc.path
             ),
         );
     }
@@ -379,6 +391,7 @@ fn near(
         .find(|n| n.id == node)
         .map(|n| n.distances.clone())
         .unwrap_or_default();
+    let local_usable = kept.clone();
     let mut others: Vec<(u32, u32)> = facts
         .nodes
         .iter()
@@ -401,8 +414,7 @@ fn near(
         }
     }
     let note = format!(
-        "{} ({}, node {node}): its local CPUs {local} hold only {held} usable {unit} of {wanted}; added {}",
-        loc.device,
+        "{} is on node {node}: its local CPUs {local} hold only {held} usable {unit} of {wanted}; added {}",
         loc.path,
         if added.is_empty() {
             "no other node (none known)".to_string()
@@ -410,7 +422,7 @@ fn near(
             added.join(", ")
         }
     );
-    (kept, note)
+    (kept, Some(local_usable), note)
 }
 
 /// The best last-level-cache group that can hold the request, or every candidate
@@ -499,13 +511,70 @@ pub fn place_shaped(
     let free = available.difference(&req.exclude);
     let per_core = req.smt == SmtPolicy::Avoid || req.exclusive;
     let shaped = narrow(facts, devices, shape, &free, req.count, per_core)?;
-    let mut p = placement::place(d, req, &shaped.candidates)?;
+    let mut p = match &shaped.first {
+        None => placement::place(d, req, &shaped.candidates)?,
+        Some(first) => first_then_rest(d, facts, req, first, &shaped.candidates, per_core)?,
+    };
     for s in &shaped.by {
         p.explanation
             .notes
             .push(format!("{} {}: {}", s.key, s.value, s.note));
     }
     Ok((p, shaped))
+}
+
+/// All the device's own CPUs (one per core when `per_core`), then the rest of the
+/// request among the added nodes.
+fn first_then_rest(
+    d: &Domains,
+    facts: &Facts,
+    req: &Request,
+    first: &CpuSet,
+    candidates: &CpuSet,
+    per_core: bool,
+) -> Result<Placement, PlacementError> {
+    let own = facts.capacity(first, per_core).min(req.count);
+    if own == 0 || own == req.count || facts.capacity(candidates, per_core) < req.count {
+        return placement::place(d, req, candidates);
+    }
+    let head = placement::place(
+        d,
+        &Request {
+            count: own,
+            ..req.clone()
+        },
+        first,
+    )?;
+    // The device's CPUs are spent (their siblings too, under smt = avoid).
+    let rest_pool = candidates.difference(first);
+    let mut p = placement::place(
+        d,
+        &Request {
+            count: req.count - head.cpus.len(),
+            ..req.clone()
+        },
+        &rest_pool,
+    )?;
+    p.cpus = p.cpus.union(&head.cpus);
+    p.reserved = p.reserved.union(&head.reserved);
+    let idx: Vec<usize> = p.cpus.iter().filter_map(|c| d.index_of(c)).collect();
+    p.explanation.cost = placement::set_cost(d, &idx);
+    let k = p.cpus.len().min(d.cpus().len());
+    let lowest: Vec<usize> = (0..k).collect();
+    p.explanation.autopilot = Some((
+        d.cpus()[..k].iter().copied().collect(),
+        placement::set_cost(d, &lowest),
+    ));
+    p.explanation.domains.insert(0, first.clone());
+    p.explanation.notes.insert(
+        0,
+        format!(
+            "the device's own CPUs {} first, the other {} from the added nodes",
+            head.cpus,
+            req.count - head.cpus.len()
+        ),
+    );
+    Ok(p)
 }
 
 /// The placement engine with the machine's facts: honours `core-type`, `prefer` and

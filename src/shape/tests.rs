@@ -243,6 +243,19 @@ fn near_keeps_the_devices_node_and_widens_by_distance() {
         "{}",
         s.by[0].note
     );
+    // Placed, the device's own cores come first, whole; the rest from node 0.
+    let (p, _) = place_shaped(
+        &d,
+        &f,
+        &devs,
+        &req(10, Policy::Compact, SmtPolicy::Avoid),
+        &shape(None, None, Some("ens1f0")),
+        &t.usable(),
+    )
+    .unwrap();
+    assert_eq!(p.cpus.intersection(&set("8-15,24-31")), set("8-15"));
+    assert_eq!(p.cpus.len(), 10);
+    assert_eq!(p.explanation.autopilot.as_ref().unwrap().0, set("0-9"));
     // No node: a warning and no restriction.
     let s = narrow(
         &f,

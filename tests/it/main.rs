@@ -22,6 +22,7 @@ mod placement;
 mod promises;
 mod protect;
 mod rules;
+mod shape;
 mod soak;
 mod sparse;
 mod topology;
