@@ -30,7 +30,7 @@ use crate::cpuset::CpuSet;
 use crate::domains::Domains;
 use crate::placement::{self, Placement, PlacementError, Request, SmtPolicy, UnknownWord};
 use crate::plan::{Choose, Chosen};
-use crate::rules::{CpuTarget, PlacementRequest};
+use crate::rules::{CpuTarget, PlacementRequest, RuleSet};
 use crate::topology::{CoreType, LlcGroup, Node, Topology};
 
 /// Which last-level-cache group to favour.
@@ -575,6 +575,18 @@ fn first_then_rest(
         ),
     );
     Ok(p)
+}
+
+/// Every device the rules' placements are `near`, each once.
+pub fn near_names(rules: &RuleSet) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for r in rules.rules() {
+        let requests = r.place.iter().chain(r.threads.iter().map(|t| &t.request));
+        names.extend(requests.filter_map(|q| q.shape.near.as_deref()));
+    }
+    names.sort_unstable();
+    names.dedup();
+    names
 }
 
 /// The placement engine with the machine's facts: honours `core-type`, `prefer` and

@@ -42,6 +42,7 @@ use super::worker::Job;
 use super::{DaemonError, Event, ReloadCause};
 
 mod measuring;
+mod shaping;
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -248,8 +249,7 @@ impl State {
         if let Err(e) = self.domains() {
             tracing::debug!(error = %e, "planning without latency domains");
         }
-        let choose = self.domains.as_ref().map(|d| d as &dyn Choose);
-        Plan::new(&self.rules.rules, &cpus, choose)
+        self.shaped_plan(&cpus)
     }
 
     fn manager_event(&mut self, ev: manager::Input) {
@@ -469,6 +469,19 @@ impl State {
                     Err(e) => Err(CommandError::from_manager(pid, e)),
                 }
             }
+            Command::PlanShaped {
+                count,
+                policy,
+                smt,
+                shape,
+            } => self.plan_shaped(count, policy, smt, shape),
+            Command::PinShaped {
+                pid,
+                count,
+                policy,
+                smt,
+                shape,
+            } => self.pin_shaped(pid, count, policy, smt, shape),
             Command::Release { pid } => {
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
                 let m = self.manager.as_mut().ok_or(CommandError::Starting)?;

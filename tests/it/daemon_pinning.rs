@@ -307,3 +307,62 @@ fn client_commands_talk_to_the_daemon() {
         format!("{out:?}")
     );
 }
+
+/// `PinProcessWith` pins a real process on CPUs shaped by its options, and a request
+/// the kind cannot hold pins nothing.
+#[test]
+fn pin_process_with_options_pins_a_real_process() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let h = Helper::spawn(dirs.root.path(), "pd-pinwith");
+    let original = online();
+    let _d = Daemon::start(&bus, &dirs);
+    let pid = h.pid.to_string();
+    let out = bus.busctl(&[
+        "call",
+        NAME,
+        PATH,
+        IFACE,
+        "PinProcessWith",
+        "uussa{ss}",
+        &pid,
+        "1",
+        "compact",
+        "allow",
+        "1",
+        "core-type",
+        "efficiency",
+    ]);
+    assert!(
+        stderr_of(&out).contains("one kind of core"),
+        "{}",
+        text(&out)
+    );
+    assert!(all_on(&h, &original), "{:?}", masks(&h));
+    let got = bus.call(
+        "PinProcessWith",
+        &[
+            "uussa{ss}",
+            &pid,
+            "1",
+            "compact",
+            "allow",
+            "2",
+            "core-type",
+            "performance",
+            "prefer",
+            "frequency",
+        ],
+    );
+    let cpus: CpuSet = got
+        .trim_start_matches("s ")
+        .trim_matches('"')
+        .parse()
+        .unwrap();
+    assert_eq!(cpus.len(), 1, "{got}");
+    assert!(cpus.is_subset(&original));
+    assert!(all_on(&h, &cpus), "{:?}", masks(&h));
+    bus.call("ReleaseProcess", &["u", &pid]);
+    assert!(all_on(&h, &original), "{:?}", masks(&h));
+}
