@@ -424,6 +424,8 @@ fn introspection_lists_every_member() {
         (".Explain", "u"),
         (".Plan", "uss"),
         (".PinProcess", "uuss"),
+        (".PlanWith", "ussa{ss}"),
+        (".PinProcessWith", "uussa{ss}"),
         (".ReleaseProcess", "u"),
         (".MeasurementFinished", "tbs"),
         (".RulesReloaded", "uas"),

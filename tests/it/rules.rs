@@ -33,7 +33,7 @@ fn every_example_in_config_loads() {
     assert!(seen >= 5, "expected one example per use case, found {seen}");
     let report = rules::load_dirs(&[dir], &LoadPolicy::unchecked());
     assert!(report.is_clean(), "{:?}", report.error_strings());
-    assert_eq!(report.rules.len(), 6);
+    assert_eq!(report.rules.len(), 10);
 }
 
 #[test]

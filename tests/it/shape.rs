@@ -220,3 +220,38 @@ fn the_human_plan_says_what_shaped_it() {
         run.stdout
     );
 }
+
+#[test]
+fn rule_keys_compile_to_the_request_shape() {
+    use pinnerd::rules::{self, LoadPolicy};
+    use pinnerd::shape::Prefer;
+    let text = r#"
+[[rule]]
+name = "feed"
+match.comm = "feed"
+
+[rule.place]
+count = 2
+core-type = "performance"
+prefer = "frequency"
+
+[[rule.threads]]
+comm = "rx-*"
+count = 1
+near = "0000:81:00.0"
+core-type = "efficiency"
+"#;
+    let rules = rules::compile_text(
+        std::path::Path::new("t.toml"),
+        text,
+        &LoadPolicy::unchecked(),
+    )
+    .unwrap();
+    let place = &rules[0].place.as_ref().unwrap().shape;
+    assert_eq!(place.core_type, Some(CoreType::Performance));
+    assert_eq!(place.prefer, Some(Prefer::Frequency));
+    assert_eq!(place.near, None);
+    let t = &rules[0].threads[0].request.shape;
+    assert_eq!(t.near.as_deref(), Some("0000:81:00.0"));
+    assert_eq!(t.core_type, Some(CoreType::Efficiency));
+}
