@@ -191,7 +191,6 @@ impl Facts {
             .iter()
             .map(|c| self.cpus.get(&c).map_or(c, |&(_, core)| core))
             .collect();
-        cores.dedup();
         cores.sort_unstable();
         cores.dedup();
         cores.len()

@@ -745,3 +745,34 @@ fn capacity_classes_give_kinds_without_pmu_lists() {
         "{e}"
     );
 }
+
+#[test]
+fn topology_json_carries_kinds_caches_rankings_and_the_x3d_mode() {
+    let run = |name: &str| -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+            .args(["topology", "--json", "--sysfs"])
+            .arg(fixture(name))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let v = run("r9-7950x3d");
+    assert_eq!(v["x3d_mode"], "frequency");
+    assert_eq!(v["core_types_from"], serde_json::Value::Null);
+    let groups = v["llc_groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2);
+    assert_eq!(groups[0]["size_bytes"], 96u64 << 20);
+    assert_eq!(groups[0]["bytes_per_core"], 12u64 << 20);
+    assert_eq!(groups[1]["bytes_per_core"], 4u64 << 20);
+    assert_eq!(groups[1]["best_ranking"], 236);
+    assert_eq!(v["cpus"][8]["prefcore_ranking"], 236);
+    let v = run("hybrid-e-first");
+    assert_eq!(v["core_types_from"], "devices/cpu_core/cpus");
+    assert_eq!(v["cpus"][0]["core_type"], "efficiency");
+    assert_eq!(v["cpus"][8]["core_type"], "performance");
+}
