@@ -255,3 +255,70 @@ core-type = "efficiency"
     assert_eq!(t.near.as_deref(), Some("0000:81:00.0"));
     assert_eq!(t.core_type, Some(CoreType::Efficiency));
 }
+
+/// The same requests on the fixtures planned with the real published matrices of those
+/// parts (`../shared/c2c-data`): the kinds and caches still decide, latency within them.
+#[test]
+fn published_matrices_plan_within_the_kind_and_the_cache_group() {
+    let matrix = |file: &str| {
+        super::placement::data_dir()
+            .join(file)
+            .to_str()
+            .unwrap()
+            .to_string()
+    };
+    let i9 = matrix("Intel_Core_i9-12900K.csv");
+    let t = topology("i9-12900k");
+    // Measured latencies alone pick an E cluster for 4 CPUs…
+    let plain = cpus(&plan(
+        "i9-12900k",
+        &["--matrix", &i9, "-k", "4", "--smt", "avoid"],
+    ));
+    assert!(plain.is_subset(&set("16-23")), "{plain}");
+    // …the kind keeps them on distinct P-cores.
+    let v = plan(
+        "i9-12900k",
+        &[
+            "--matrix",
+            &i9,
+            "-k",
+            "4",
+            "--smt",
+            "avoid",
+            "--core-type",
+            "performance",
+        ],
+    );
+    let got = cpus(&v);
+    assert!(got.is_subset(&set("0-15")), "{got}");
+    let cores: std::collections::BTreeSet<_> =
+        got.iter().map(|c| t.siblings(c).unwrap().first()).collect();
+    assert_eq!(cores.len(), 4, "{got}");
+    assert!(v["worst_latency_ns"].as_f64().is_some(), "{v}");
+    let e = cpus(&plan(
+        "i9-12900k",
+        &[
+            "--matrix",
+            &i9,
+            "-k",
+            "4",
+            "--policy",
+            "compact",
+            "--core-type",
+            "efficiency",
+        ],
+    ));
+    assert!(e == set("16-19") || e == set("20-23"), "{e}");
+    // The 7950X's matrix on the X3D-like tree (same numbering): prefer picks the CCD.
+    let x = matrix("AMD_Ryzen_9_7950X.csv");
+    let c = cpus(&plan(
+        "r9-7950x3d",
+        &["--matrix", &x, "-k", "4", "--prefer", "cache"],
+    ));
+    assert!(c.is_subset(&set("0-7,16-23")), "{c}");
+    let f = cpus(&plan(
+        "r9-7950x3d",
+        &["--matrix", &x, "-k", "4", "--prefer", "frequency"],
+    ));
+    assert!(f.is_subset(&set("8-15,24-31")), "{f}");
+}
