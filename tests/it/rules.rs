@@ -56,7 +56,7 @@ fn check_passes_on_the_shipped_config() {
         repo("config").to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
-    assert_eq!(out, "ok: 6 files, 6 rules\n");
+    assert_eq!(out, "ok: 7 files, 10 rules\n");
 }
 
 #[test]
