@@ -10,7 +10,7 @@
 //! /dev/nvme0n1  ─► stat → MAJ:MIN ──────────┘   (only on the running machine's /sys)
 //! ```
 //!
-//! Under a sysfs tree other than `/sys` (a fixture or a captured machine), a `/dev/X`
+//! Under a sysfs tree other than the running machine's (a fixture or a captured machine), a `/dev/X`
 //! path cannot be stat'ed against that tree: it is resolved by its name `X` among the
 //! block devices (`class/block/X`); `/dev/block/MAJ:MIN` and `/dev/char/MAJ:MIN` (the
 //! links udev makes) work everywhere.
@@ -134,7 +134,7 @@ fn entry(root: &SysRoot, name: &str) -> Result<PathBuf, String> {
                 };
             }
         }
-        if root.sys == Path::new("/sys") {
+        if root.is_live_sys() {
             return dev_node(root, name);
         }
         let base = Path::new(rest)
