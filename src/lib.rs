@@ -48,7 +48,8 @@
 //!   `devices`)
 //! - `stats`: percentiles and the median
 //! - `sysroot`: where /sys and /proc are
-//! - `topology`: sysfs → CPUs, caches, nodes
+//! - `topology`: sysfs → CPUs, caches, nodes, core kinds, preferred-core rankings, the
+//!   X3D mode
 //! - `watch`: proc connector, uevents, /proc scans
 //!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
