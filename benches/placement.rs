@@ -5,7 +5,11 @@
 //! (a four-socket machine whose far sockets cost more than the near ones).
 //! A 512-CPU hybrid matrix (P-cores with SMT beside E-core clusters) and the tiled
 //! matrix with one SMT sibling cell ruined time the per-part levels and the sibling
-//! recovery. Run: `cargo bench --bench placement`.
+//! recovery. The shaped plans (`core-type`, `prefer`, `near`) run on the same domains with a
+//! topology made from them: the SMT groups as cores, the CCX groups as L3 groups (96 MiB
+//! and 32 MiB alternating, rankings varying), every fourth CCX of efficiency cores, the
+//! four 128-CPU groups as NUMA nodes, and a device on node 2.
+//! Run: `cargo bench --bench placement`.
 
 use std::hint::black_box;
 use std::path::Path;
@@ -14,6 +18,8 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use pinnerd::domains::Domains;
 use pinnerd::matrix::LatencyMatrix;
 use pinnerd::placement::{place, Policy, Request, SmtPolicy};
+use pinnerd::shape::{place_shaped, Devices, Facts, Locality, Prefer, Shape};
+use pinnerd::topology::{Cache, CacheKind, CoreType, Cpu, Node, Topology};
 use pinnerd::CpuSet;
 
 fn epyc_7742() -> LatencyMatrix {
@@ -58,6 +64,80 @@ fn hybrid_512() -> LatencyMatrix {
         };
         v + jitter
     })
+/// A topology matching the clustered domains (see the module doc).
+fn topology_of(d: &Domains) -> Topology {
+    let levels = d.levels();
+    let group_of = |l: usize, cpu: u32| -> (usize, CpuSet) {
+        let (g, set) = levels[l]
+            .groups
+            .iter()
+            .enumerate()
+            .find(|(_, g)| g.contains(cpu))
+            .unwrap();
+        (g, set.clone())
+    };
+    let all: CpuSet = d.cpus().iter().copied().collect();
+    let cpus: Vec<Cpu> = d
+        .cpus()
+        .iter()
+        .map(|&cpu| {
+            let (_, siblings) = group_of(0, cpu);
+            let (ccx, l3) = group_of(1, cpu);
+            let (node, node_cpus) = group_of(2, cpu);
+            Cpu {
+                cpu,
+                package: node as u32,
+                die: 0,
+                cluster: None,
+                core: cpu,
+                node: node as u32,
+                cluster_cpus: siblings.clone(),
+                siblings,
+                die_cpus: node_cpus.clone(),
+                package_cpus: node_cpus,
+                caches: vec![Cache {
+                    level: 3,
+                    kind: CacheKind::Unified,
+                    size_bytes: Some(if ccx % 2 == 0 { 96 << 20 } else { 32 << 20 }),
+                    id: Some(ccx as u32),
+                    shared: l3,
+                }],
+                core_type: Some(if ccx % 4 == 3 {
+                    CoreType::Efficiency
+                } else {
+                    CoreType::Performance
+                }),
+                capacity: None,
+                max_freq_khz: Some(4_000_000 + 100_000 * (ccx as u64 % 5)),
+                prefcore_ranking: Some(150 + (ccx as u32 * 7) % 60),
+                highest_perf: None,
+            }
+        })
+        .collect();
+    let nodes = levels[2]
+        .groups
+        .iter()
+        .enumerate()
+        .map(|(i, g)| Node {
+            id: i as u32,
+            cpus: g.clone(),
+            distances: (0..levels[2].groups.len() as u32)
+                .map(|j| (j, if j == i as u32 { 10 } else { 20 + j }))
+                .collect(),
+        })
+        .collect();
+    Topology {
+        online: all.clone(),
+        possible: all.clone(),
+        present: all,
+        offline: CpuSet::new(),
+        isolated: CpuSet::new(),
+        cpus,
+        nodes,
+        warnings: Vec::new(),
+        core_types_from: Some("bench".into()),
+        x3d_mode: None,
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -145,6 +225,76 @@ fn bench(c: &mut Criterion) {
             b.iter(|| place(black_box(&d), black_box(&req), avail).unwrap())
         });
     }
+    let t = topology_of(&d);
+    let facts = Facts::from_topology(&t);
+    let node2 = t.nodes[2].cpus.clone();
+    let devices: Devices = [(
+        "eth0".to_string(),
+        Ok(Locality {
+            device: "eth0".into(),
+            path: "devices/pci0000:80/0000:81:00.0".into(),
+            node: Some(2),
+            local_cpus: Some(node2),
+        }),
+    )]
+    .into_iter()
+    .collect();
+    let all_keys = Shape {
+        core_type: Some(CoreType::Performance),
+        prefer: Some(Prefer::Cache),
+        near: Some("eth0".into()),
+    };
+    for (name, req, shape) in [
+        (
+            "plan 512 CPUs shaped: performance, cache, near; compact K=8 smt=avoid",
+            Request {
+                count: 8,
+                smt: SmtPolicy::Avoid,
+                ..Default::default()
+            },
+            all_keys.clone(),
+        ),
+        (
+            "plan 512 CPUs shaped: performance, frequency; compact K=16",
+            Request {
+                count: 16,
+                ..Default::default()
+            },
+            Shape {
+                prefer: Some(Prefer::Frequency),
+                near: None,
+                ..all_keys.clone()
+            },
+        ),
+        (
+            "plan 512 CPUs shaped: near, widened to a second node; compact K=160",
+            Request {
+                count: 160,
+                ..Default::default()
+            },
+            Shape {
+                near: Some("eth0".into()),
+                ..Shape::default()
+            },
+        ),
+    ] {
+        c.bench_function(name, |b| {
+            b.iter(|| {
+                place_shaped(
+                    black_box(&d),
+                    &facts,
+                    &devices,
+                    black_box(&req),
+                    &shape,
+                    &all,
+                )
+                .unwrap()
+            })
+        });
+    }
+    c.bench_function("facts from a 512-CPU topology", |b| {
+        b.iter(|| Facts::from_topology(black_box(&t)))
+    });
 }
 
 criterion_group!(benches, bench);

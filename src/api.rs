@@ -46,6 +46,21 @@ pub enum Command {
     Release {
         pid: u32,
     },
+    /// `Plan` with `core-type`, `prefer` or `near` (`PlanWith` on the bus).
+    PlanShaped {
+        count: u32,
+        policy: Policy,
+        smt: SmtPolicy,
+        shape: crate::shape::Shape,
+    },
+    /// `Pin` with `core-type`, `prefer` or `near` (`PinProcessWith` on the bus).
+    PinShaped {
+        pid: u32,
+        count: u32,
+        policy: Policy,
+        smt: SmtPolicy,
+        shape: crate::shape::Shape,
+    },
     /// The daemon's numbers in the Prometheus text format (`crate::metrics`).
     Metrics,
 }

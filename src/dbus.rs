@@ -422,6 +422,29 @@ fn explain_json(pid: u32, entry: Option<ManagedEntry>, text: String) -> Result<s
         }),
     };
     Ok(value)
+/// The options of `PlanWith` and `PinProcessWith`: `core-type`, `prefer`, `near`.
+fn shape_options(options: &HashMap<String, String>) -> Result<crate::shape::Shape> {
+    let invalid = |e: crate::placement::UnknownWord| MethodError::InvalidArgs(e.to_string());
+    let mut shape = crate::shape::Shape::default();
+    for (key, value) in options {
+        check_len("option", key)?;
+        check_len(key, value)?;
+        match key.as_str() {
+            "core-type" => shape.core_type = Some(value.parse().map_err(invalid)?),
+            "prefer" => shape.prefer = Some(value.parse().map_err(invalid)?),
+            "near" => {
+                crate::devices::check_name(value)
+                    .map_err(|why| MethodError::InvalidArgs(format!("near {value:?}: {why}")))?;
+                shape.near = Some(value.clone());
+            }
+            other => {
+                return Err(MethodError::InvalidArgs(format!(
+                    "unknown option {other:?}: expected core-type, prefer or near"
+                )))
+            }
+        }
+    }
+    Ok(shape)
 }
 
 /// Refuses a message whose body is over [`MAX_BODY`], from its header alone.
@@ -691,6 +714,66 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
             count,
             policy,
             smt,
+        };
+        match self.forward(cmd).await? {
+            Reply::Cpus(set) => Ok(set.to_string()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `Plan` shaped by options (`a{ss}`): `core-type` (performance, efficiency),
+    /// `prefer` (cache, frequency), `near` (a device). Changes nothing.
+    async fn plan_with(
+        &self,
+        count: u32,
+        policy: &str,
+        smt: &str,
+        options: HashMap<String, String>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<u32>> {
+        check_body(&header, "PlanWith")?;
+        check_len("policy", policy)?;
+        check_len("smt", smt)?;
+        self.admit(conn, &header, "PlanWith").await?;
+        let (policy, smt) = words(policy, smt)?;
+        let shape = shape_options(&options)?;
+        let cmd = Command::PlanShaped {
+            count,
+            policy,
+            smt,
+            shape,
+        };
+        match self.forward(cmd).await? {
+            Reply::Cpus(set) => Ok(set.iter().collect()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `PinProcess` shaped by the options of `PlanWith`; returns the CPUs chosen.
+    #[allow(clippy::too_many_arguments)] // the bus signature, plus zbus's connection and header
+    async fn pin_process_with(
+        &self,
+        pid: u32,
+        count: u32,
+        policy: &str,
+        smt: &str,
+        options: HashMap<String, String>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        check_body(&header, "PinProcessWith")?;
+        check_len("policy", policy)?;
+        check_len("smt", smt)?;
+        self.admit_root(conn, &header, "PinProcessWith").await?;
+        let (policy, smt) = words(policy, smt)?;
+        let shape = shape_options(&options)?;
+        let cmd = Command::PinShaped {
+            pid,
+            count,
+            policy,
+            smt,
+            shape,
         };
         match self.forward(cmd).await? {
             Reply::Cpus(set) => Ok(set.to_string()),

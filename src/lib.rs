@@ -29,6 +29,8 @@
 //! - `cpuset`: the one CPU-set type
 //! - `daemon`: the event loop, its state and its measurement schedule
 //! - `dbus`: the bus object, which only forwards
+//! - `devices`: a device name (interface, PCI address, block device, /dev path) → its
+//!   NUMA node and local CPUs, through the sysfs root
 //! - `domains`: the latency hierarchy from a matrix and the topology, and which to use
 //! - `export`: Node Feature Discovery feature files and hwloc distances
 //! - `fingerprint`: the hardware identity a matrix belongs to
@@ -49,9 +51,13 @@
 //! - `rules`: TOML → validated rules → matcher
 //! - `sched_ext`: whether a sched_ext scheduler runs, the `[sched-ext]` policy, widening
 //! - `settings`: the daemon's settings file
+//! - `shape`: `core-type`, `prefer` and `near` narrow a request's CPUs by kind, cache,
+//!   frequency and device locality before latency chooses (pure; devices resolved by
+//!   `devices`)
 //! - `stats`: percentiles and the median
 //! - `sysroot`: where /sys and /proc are
-//! - `topology`: sysfs → CPUs, caches, nodes
+//! - `topology`: sysfs → CPUs, caches, nodes, core kinds, preferred-core rankings, the
+//!   X3D mode
 //! - `watch`: proc connector, uevents, /proc scans
 //!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
@@ -68,6 +74,7 @@ pub mod cli;
 pub mod cpuset;
 pub mod daemon;
 pub mod dbus;
+pub mod devices;
 pub mod domains;
 pub mod export;
 pub mod fingerprint;
@@ -82,6 +89,7 @@ pub mod plan;
 pub mod rules;
 pub mod sched_ext;
 pub mod settings;
+pub mod shape;
 pub mod stats;
 pub mod sysroot;
 pub mod topology;

@@ -199,6 +199,9 @@ pub enum PlacementError {
     SiblingsGiven { a: u32, b: u32 },
     #[error("CPU {cpu} shares its core with CPUs that are not free ({busy}), but the request is exclusive")]
     CoreNotFree { cpu: u32, busy: CpuSet },
+    /// `core-type`, `prefer` or `near` (see `shape`) refused the request.
+    #[error(transparent)]
+    Shape(#[from] crate::shape::ShapeError),
 }
 
 /// Chooses CPUs for `req` among `available` (the CPUs not taken by others).

@@ -91,6 +91,12 @@ pub struct Chosen {
 impl Choose for Domains {
     fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
         let count = match &req.target {
+            CpuTarget::Count(_) if !req.shape.is_empty() => {
+                return Err(crate::shape::ShapeError::NoFacts {
+                    keys: req.shape.describe(),
+                }
+                .into())
+            }
             CpuTarget::Count(n) => *n as usize,
             CpuTarget::Cpus(c) => {
                 return Ok(Chosen {

@@ -47,6 +47,12 @@ impl SysRoot {
         SysRoot::new(dir.join("sys"), dir.join("proc"))
     }
 
+    /// Whether this sysfs root is the running machine's (not a fixture or a captured
+    /// tree): only then may a `/dev` node be stat'ed and matched against it.
+    pub fn is_live_sys(&self) -> bool {
+        self.sys == SysRoot::default().sys
+    }
+
     /// `sys` joined with a relative path such as `devices/system/cpu/online`.
     pub fn sys_path(&self, rel: impl AsRef<Path>) -> PathBuf {
         self.sys.join(rel)

@@ -1,13 +1,16 @@
 //! CPU topology discovered from sysfs: which CPUs exist and are online, and for each
 //! online CPU its package, die, cluster, core, SMT siblings, caches (with the CPUs that
-//! share each one), NUMA node, hybrid core type and maximum frequency; plus NUMA node
-//! distances.
+//! share each one), NUMA node, core type (hybrid parts, or clear capacity classes),
+//! preferred-core ranking and maximum frequency; plus NUMA node distances and the AMD
+//! X3D mode (`kinds`).
 //!
 //! ```text
 //! SysRoot ─► devices/system/cpu/{online,possible,present,offline,isolated}
 //!          ─► devices/system/cpu/cpuN/{topology,cache/indexM,cpufreq,cpu_capacity}
 //!          ─► devices/system/node/{online,nodeN/cpulist,nodeN/distance}
-//!          ─► devices/cpu_core/cpus, devices/cpu_atom/cpus          ─► Topology
+//!          ─► devices/cpu_core/cpus, devices/cpu_atom/cpus
+//!          ─► cpuN/{acpi_cppc/highest_perf,cpufreq/amd_pstate_*}
+//!          ─► bus/platform/drivers/amd_x3d_vcache/*/amd_x3d_mode    ─► Topology
 //! ```
 //!
 //! Rules: a missing file degrades to what is known and adds a warning (containers, old
@@ -17,6 +20,7 @@
 //!
 //! Must not touch: measuring, placement decisions, the real `/sys` path (see `sysroot`).
 
+mod kinds;
 mod parse;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +30,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+pub use kinds::{classes, LlcGroup};
 pub(crate) use parse::parse_list;
 use parse::{parse_error, parse_numbers, parse_one, parse_size};
 
@@ -78,6 +83,14 @@ pub struct Topology {
     pub nodes: Vec<Node>,
     /// What could not be read and what was assumed instead.
     pub warnings: Vec<String>,
+    /// Where the core types came from (`devices/cpu_core/cpus`, or the file whose
+    /// values fall into two clear capacity classes); `None`: one kind of core.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_types_from: Option<String>,
+    /// `amd_x3d_mode` of the `amd_x3d_vcache` device (`cache` or `frequency`), where
+    /// the driver is bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub x3d_mode: Option<String>,
 }
 
 /// One online logical CPU.
@@ -113,6 +126,12 @@ pub struct Cpu {
     pub capacity: Option<u32>,
     /// `cpufreq/cpuinfo_max_freq` in kHz where cpufreq is present.
     pub max_freq_khz: Option<u64>,
+    /// `cpufreq/amd_pstate_prefcore_ranking`: higher is preferred by the scheduler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefcore_ranking: Option<u32>,
+    /// `acpi_cppc/highest_perf`, else `cpufreq/amd_pstate_highest_perf`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub highest_perf: Option<u32>,
 }
 
 /// One cache as seen from one CPU.
@@ -139,7 +158,8 @@ pub enum CacheKind {
     Unified,
 }
 
-/// Core type of a hybrid part, from the `cpu_core` and `cpu_atom` PMU CPU lists.
+/// Core type of a hybrid part, from the `cpu_core` and `cpu_atom` PMU CPU lists or
+/// from clear capacity classes (see [`classes`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CoreType {
@@ -409,6 +429,8 @@ impl<'a> Reader<'a> {
         };
 
         let core_type = self.core_types()?;
+        let mut core_types_from =
+            (!core_type.is_empty()).then(|| "devices/cpu_core/cpus".to_string());
         let (nodes, cpu_node) = self.nodes(&online)?;
 
         let mut nodes = nodes;
@@ -431,8 +453,18 @@ impl<'a> Reader<'a> {
             };
             let mut entry = self.cpu(cpu, node)?;
             entry.core_type = core_type.get(&cpu).copied();
+            (entry.prefcore_ranking, entry.highest_perf) = self.perf(cpu)?;
             cpus.push(entry);
         }
+        if core_types_from.is_none() {
+            if let Some((from, kinds)) = self.capacity_kinds(&cpus)? {
+                for c in cpus.iter_mut() {
+                    c.core_type = kinds.get(&c.cpu).copied();
+                }
+                core_types_from = Some(from);
+            }
+        }
+        let x3d_mode = self.x3d_mode()?;
         reconcile(&mut cpus, &self.guessed);
         let nodes = if nodes.is_empty() {
             vec![Node {
@@ -455,6 +487,8 @@ impl<'a> Reader<'a> {
             cpus,
             nodes,
             warnings,
+            core_types_from,
+            x3d_mode,
         })
     }
 
@@ -656,6 +690,8 @@ impl<'a> Reader<'a> {
             core_type: None,
             capacity,
             max_freq_khz,
+            prefcore_ranking: None,
+            highest_perf: None,
         })
     }
 

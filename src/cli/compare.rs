@@ -152,6 +152,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
         policy: Policy::Compact,
         smt: SmtPolicy::Allow,
         exclude: None,
+        place: Default::default(),
         matrix: args.matrix.clone(),
         sysfs: PathBuf::from("/sys"),
         json: false,

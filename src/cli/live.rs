@@ -11,12 +11,14 @@ use anyhow::Context;
 
 use super::ConfigInvalid;
 use crate::affinity::DryRunOps;
+use crate::devices;
 use crate::domains::{self, Misfit};
 use crate::manager::{Input, Manager};
 use crate::matrix::LatencyMatrix;
 use crate::plan::{Plan, PlanState};
 use crate::rules::{load_dirs, LoadPolicy};
 use crate::settings::Settings;
+use crate::shape::{self, Facts, OwnedShaper};
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 use crate::watch::ProcFs;
@@ -70,6 +72,8 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let domains = domains::select(matrix.as_ref(), Some(&topology), Misfit::Refuse)
         .with_context(|| format!("the {source} does not fit this machine"))?
         .domains;
+    let facts = Facts::from_topology(&topology);
+    let devices = devices::resolve_all(&root, shape::near_names(&report.rules));
     let ops = Arc::new(DryRunOps::new(root.clone()));
     let mut mgr = Manager::from_settings(
         ops.clone(),
@@ -77,10 +81,15 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         topology.usable(),
         &settings,
     );
+    let shaper = OwnedShaper {
+        domains,
+        facts,
+        devices,
+    };
     let plan = Plan::shared(
         &report.rules,
         mgr.plan().cpus(),
-        Some(Arc::new(domains) as crate::plan::SharedChoose),
+        Some(Arc::new(shaper) as crate::plan::SharedChoose),
     );
     mgr.handle(Input::RulesChanged(plan));
     let rows = mgr.list_managed();

@@ -16,6 +16,7 @@ pub mod export;
 pub mod fleet;
 pub mod live;
 pub mod measure;
+pub mod place_flags;
 pub mod plan;
 pub mod topology;
 

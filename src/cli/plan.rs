@@ -13,8 +13,10 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::json;
 
+use super::place_flags::PlaceFlags;
 use super::topology::ns;
 use crate::cpuset::CpuSet;
+use crate::devices;
 use crate::domains::{self, Domains, Finding, Misfit};
 use crate::fingerprint::Fingerprint;
 use crate::matrix::keep;
@@ -22,6 +24,7 @@ use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::measure::{self, MeasureConfig};
 use crate::placement::{place, Cost, Placement, Policy, Request, SmtPolicy};
+use crate::shape::{self, Facts, Shaped};
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 
@@ -39,6 +42,8 @@ pub struct PlanArgs {
     /// CPUs never to choose (kernel list format, e.g. 0,8-9).
     #[arg(long)]
     pub exclude: Option<CpuSet>,
+    #[command(flatten)]
+    pub place: PlaceFlags,
     /// Latency matrix (our JSON or core-to-core-latency CSV); default: this machine's.
     #[arg(long)]
     pub matrix: Option<PathBuf>,
@@ -133,6 +138,8 @@ pub struct Advice {
     pub findings: Vec<Finding>,
     pub warnings: Vec<String>,
     pub placement: Placement,
+    /// What `--core-type`, `--prefer` and `--near` did; `None` when none was given.
+    pub shaped: Option<Shaped>,
 }
 
 /// Builds the domains from the arguments' matrix and topology and places the request.
@@ -205,13 +212,32 @@ pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Advice> {
         exclusive: false,
         cpus: None,
     };
-    let placement = place(&domains, &req, &available)?;
+    let shape = args.place.shape();
+    let (placement, shaped) = if shape.is_empty() {
+        (place(&domains, &req, &available)?, None)
+    } else {
+        let t = topology.as_ref().context(
+            "--core-type, --prefer and --near need the CPU topology, which could not be read",
+        )?;
+        let devices = devices::resolve_all(&root, shape.near.as_deref());
+        let (p, s) = shape::place_shaped(
+            &domains,
+            &Facts::from_topology(t),
+            &devices,
+            &req,
+            &shape,
+            &available,
+        )?;
+        warnings.extend(s.warnings.iter().cloned());
+        (p, Some(s))
+    };
     Ok(Advice {
         source,
         domains,
         findings,
         warnings,
         placement,
+        shaped,
     })
 }
 
@@ -330,6 +356,7 @@ impl Advice {
                 v
             }),
             "notes": x.notes,
+            "shaped_by": self.shaped.as_ref().map_or_else(Vec::new, |s| s.by.clone()),
             "source": self.source.describe(),
             "trust": x.trust,
             "findings": self.findings,
@@ -370,6 +397,14 @@ impl Advice {
             ns(x.cost.mean_ns),
             x.cost.worst_level
         );
+        if let Some(shaped) = self.shaped.as_ref().filter(|sh| !sh.by.is_empty()) {
+            let keys: Vec<String> = shaped
+                .by
+                .iter()
+                .map(|b| format!("{} {} (CPUs {})", b.key, b.value, b.cpus))
+                .collect();
+            let _ = writeln!(s, "  shaped by: {}", keys.join(" → "));
+        }
         if let Some((cpus, c)) = &x.autopilot {
             let ratio = match (c.worst_ns, x.cost.worst_ns) {
                 (Some(a), Some(p)) if p > 0.0 => format!(" — {:.1}x the plan's worst", a / p),

@@ -18,7 +18,7 @@ use crate::domains::{self, Domains, Finding, Misfit};
 use crate::fingerprint::Fingerprint;
 use crate::matrix::LatencyMatrix;
 use crate::sysroot::SysRoot;
-use crate::topology::{Cache, Cpu, Topology};
+use crate::topology::{Cache, CoreType, Cpu, Topology};
 
 #[derive(Debug, clap::Args)]
 pub struct TopologyArgs {
@@ -121,6 +121,8 @@ pub fn json_report(topology: &Topology, fingerprint: &Fingerprint) -> Value {
                 "core_type": c.core_type,
                 "capacity": c.capacity,
                 "max_freq_khz": c.max_freq_khz,
+                "prefcore_ranking": c.prefcore_ranking,
+                "highest_perf": c.highest_perf,
                 "isolated": topology.isolated.contains(c.cpu),
                 "caches": c.caches.iter().map(|k| json!({
                     "level": k.level,
@@ -154,6 +156,17 @@ pub fn json_report(topology: &Topology, fingerprint: &Fingerprint) -> Value {
         "usable": ids(&topology.usable()),
         "smt": topology.has_smt(),
         "hybrid": topology.is_hybrid(),
+        "core_types_from": topology.core_types_from,
+        "x3d_mode": topology.x3d_mode,
+        "llc_groups": topology.llc_summary().iter().map(|g| json!({
+            "cpus": ids(&g.cpus),
+            "level": g.level,
+            "size_bytes": g.size_bytes,
+            "cores": g.cores,
+            "bytes_per_core": g.bytes_per_core,
+            "best_ranking": g.best_ranking,
+            "max_freq_khz": g.max_freq_khz,
+        })).collect::<Vec<_>>(),
         "cpus": cpus,
         "nodes": nodes,
         "warnings": topology.warnings,
@@ -276,6 +289,17 @@ pub fn render_tree(topology: &Topology, fingerprint: &Fingerprint) -> String {
         list(&topology.isolated),
         list(&topology.possible),
     );
+    if let Some(from) = &topology.core_types_from {
+        let _ = writeln!(
+            out,
+            "core types from {from}: performance {} · efficiency {}",
+            list(&topology.cpus_of_kind(CoreType::Performance)),
+            list(&topology.cpus_of_kind(CoreType::Efficiency)),
+        );
+    }
+    if let Some(mode) = &topology.x3d_mode {
+        let _ = writeln!(out, "X3D mode: {mode} (amd_x3d_vcache)");
+    }
     if topology.nodes.len() > 1 {
         let mut line = String::from("node distances:");
         for n in &topology.nodes {
@@ -390,6 +414,9 @@ fn core_trees(topology: &Topology, cpus: &[&Cpu], llc: Option<&Cache>) -> Vec<Tr
             }
             if let Some(khz) = first.max_freq_khz {
                 tags.push(format!("{:.1} GHz", khz as f64 / 1e6));
+            }
+            if let Some(rank) = first.prefcore_ranking {
+                tags.push(format!("rank {rank}"));
             }
             if !tags.is_empty() {
                 let _ = write!(label, " [{}]", tags.join(" "));

@@ -50,6 +50,7 @@ use super::{DaemonError, Event, ReloadCause};
 mod irqs;
 mod measuring;
 mod sched_ext;
+mod shaping;
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -268,13 +269,7 @@ impl State {
         if let Err(e) = self.domains() {
             tracing::debug!(error = %e, "planning without latency domains");
         }
-        // The plan keeps its chooser so that the manager can plan again in the
-        // processes' cgroup cpusets.
-        let choose = self
-            .domains
-            .clone()
-            .map(|d| Arc::new(d) as crate::plan::SharedChoose);
-        let plan = Plan::shared(&self.rules.rules, &cpus, choose);
+        let plan = self.shaped_plan(&cpus);
         self.under_sched_ext(plan)
     }
 
@@ -481,6 +476,7 @@ impl State {
                     policy: req.policy,
                     smt: req.smt,
                     exclusive: false,
+                    shape: Default::default(),
                 };
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
                 self.domains()?;
@@ -499,6 +495,19 @@ impl State {
                     Err(e) => Err(CommandError::from_manager(pid, e)),
                 }
             }
+            Command::PlanShaped {
+                count,
+                policy,
+                smt,
+                shape,
+            } => self.plan_shaped(count, policy, smt, shape),
+            Command::PinShaped {
+                pid,
+                count,
+                policy,
+                smt,
+                shape,
+            } => self.pin_shaped(pid, count, policy, smt, shape),
             Command::Release { pid } => {
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
                 let m = self.manager.as_mut().ok_or(CommandError::Starting)?;

@@ -681,6 +681,7 @@ fn runtime_pins_override_rules_and_release_restores() {
         policy: crate::placement::Policy::Compact,
         smt: crate::placement::SmtPolicy::Allow,
         exclusive: false,
+        shape: Default::default(),
     };
     let cpus = t.mgr.plan().pin(&req, Some(&LowestFirst)).unwrap();
     assert_eq!(cpus, set("0-1"));

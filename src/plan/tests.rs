@@ -210,6 +210,7 @@ count = 2
         policy: crate::placement::Policy::Compact,
         smt: crate::placement::SmtPolicy::Allow,
         exclusive: false,
+        shape: Default::default(),
     };
     assert_eq!(p.pin(&req, Some(&LowestFirst)).unwrap(), set("3-4"));
     assert!(matches!(p.pin(&req, None), Err(PinError::NoEngine { .. })));

@@ -16,6 +16,8 @@ use super::error::{echo, LineIndex, Location, RuleError, RuleErrorKind};
 use super::format::{MatchSpec, OneOrMany, PlaceSpec, RuleFile, ThreadSpec, UserSpec};
 use crate::cpuset::CpuSet;
 use crate::placement::{Policy, SmtPolicy};
+use crate::shape::{Prefer, Shape};
+use crate::topology::CoreType;
 
 /// The longest name the kernel keeps in `comm` (TASK_COMM_LEN - 1).
 pub const COMM_MAX: usize = 15;
@@ -37,6 +39,8 @@ pub struct PlacementRequest {
     pub smt: SmtPolicy,
     /// No other rule may be given these CPUs while this rule holds them.
     pub exclusive: bool,
+    /// With [`CpuTarget::Count`]: `core-type`, `prefer` and `near` (empty by default).
+    pub shape: crate::shape::Shape,
 }
 
 /// Explicit CPUs, or a number of CPUs for placement to choose.
@@ -412,6 +416,9 @@ struct PlaceFields<'a> {
     policy: &'a Option<Spanned<Policy>>,
     smt: &'a Option<Spanned<SmtPolicy>>,
     exclusive: &'a Option<Spanned<bool>>,
+    core_type: &'a Option<Spanned<CoreType>>,
+    prefer: &'a Option<Spanned<Prefer>>,
+    near: &'a Option<Spanned<String>>,
 }
 
 impl PlaceSpec {
@@ -424,6 +431,9 @@ impl PlaceSpec {
             policy: &self.policy,
             smt: &self.smt,
             exclusive: &self.exclusive,
+            core_type: &self.core_type,
+            prefer: &self.prefer,
+            near: &self.near,
         }
     }
 }
@@ -449,6 +459,9 @@ fn place_request(
                 ("within", f.within.as_ref().map(Spanned::span)),
                 ("policy", f.policy.as_ref().map(Spanned::span)),
                 ("smt", f.smt.as_ref().map(Spanned::span)),
+                ("core-type", f.core_type.as_ref().map(Spanned::span)),
+                ("prefer", f.prefer.as_ref().map(Spanned::span)),
+                ("near", f.near.as_ref().map(Spanned::span)),
             ] {
                 if let Some(span) = span {
                     cx.err(&span, RuleErrorKind::OnlyWithCount { section, key });
@@ -483,6 +496,19 @@ fn place_request(
                     return None;
                 }
             }
+            if let Some(near) = f.near {
+                if let Err(reason) = crate::devices::check_name(near.get_ref()) {
+                    cx.err(
+                        &near.span(),
+                        RuleErrorKind::BadDevice {
+                            section,
+                            device: near.get_ref().clone(),
+                            reason,
+                        },
+                    );
+                    return None;
+                }
+            }
             CpuTarget::Count(*count.get_ref())
         }
         (None, None) => {
@@ -510,6 +536,11 @@ fn place_request(
             .as_ref()
             .map_or_else(SmtPolicy::default, |s| *s.get_ref()),
         exclusive: f.exclusive.as_ref().is_some_and(|e| *e.get_ref()),
+        shape: Shape {
+            core_type: f.core_type.as_ref().map(|k| *k.get_ref()),
+            prefer: f.prefer.as_ref().map(|p| *p.get_ref()),
+            near: f.near.as_ref().map(|n| n.get_ref().clone()),
+        },
     })
 }
 
@@ -524,6 +555,9 @@ fn compile_thread(cx: &mut Ctx<'_>, t: &ThreadSpec) -> Option<ThreadRule> {
         policy: &t.policy,
         smt: &t.smt,
         exclusive: &t.exclusive,
+        core_type: &t.core_type,
+        prefer: &t.prefer,
+        near: &t.near,
     };
     let request = place_request(cx, section, &fields, None);
     if let (Some(shared), Some(_)) = (&t.shared, &t.cpus) {

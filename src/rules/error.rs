@@ -159,6 +159,12 @@ pub enum RuleErrorKind {
         count: u32,
         available: usize,
     },
+    #[error("{section}: near {device:?}: {reason}")]
+    BadDevice {
+        section: &'static str,
+        device: String,
+        reason: String,
+    },
     #[error("user: unknown user {0:?}")]
     UnknownUser(String),
     #[error("cannot read: {0}")]

@@ -14,6 +14,8 @@ use toml::Spanned;
 
 use crate::cpuset::CpuSet;
 use crate::placement::{Policy, SmtPolicy};
+use crate::shape::Prefer;
+use crate::topology::CoreType;
 
 /// One rule file: any number of `[[rule]]` tables and nothing else.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -85,7 +87,8 @@ pub struct MatchSpec {
     pub unit: Option<Spanned<OneOrMany<String>>>,
 }
 
-/// `[rule.place]`: explicit `cpus`, or `count` CPUs chosen by `policy` and `smt`.
+/// `[rule.place]`: explicit `cpus`, or `count` CPUs chosen by `policy` and `smt`,
+/// shaped by `core-type`, `prefer` and `near`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlaceSpec {
@@ -110,6 +113,25 @@ pub struct PlaceSpec {
     pub smt: Option<Spanned<SmtPolicy>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive: Option<Spanned<bool>>,
+    /// With `count`: only CPUs of this kind (`performance` or `efficiency`).
+    #[serde(
+        rename = "core-type",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_word"
+    )]
+    pub core_type: Option<Spanned<CoreType>>,
+    /// With `count`: favour the cache group with the most L3 per core, or the highest
+    /// preferred-core ranking.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_word"
+    )]
+    pub prefer: Option<Spanned<Prefer>>,
+    /// With `count`: near this device (interface, PCI address, block device, /dev path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near: Option<Spanned<String>>,
     /// The whole rule is latency-critical: measurements never spin on the CPUs its
     /// managed threads hold (see `measure::around`). Default `false`.
     #[serde(
@@ -160,6 +182,25 @@ pub struct ThreadSpec {
     pub smt: Option<Spanned<SmtPolicy>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exclusive: Option<Spanned<bool>>,
+    /// With `count`: only CPUs of this kind (`performance` or `efficiency`).
+    #[serde(
+        rename = "core-type",
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_word"
+    )]
+    pub core_type: Option<Spanned<CoreType>>,
+    /// With `count`: favour the cache group with the most L3 per core, or the highest
+    /// preferred-core ranking.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "opt_word"
+    )]
+    pub prefer: Option<Spanned<Prefer>>,
+    /// With `count`: near this device (interface, PCI address, block device, /dev path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near: Option<Spanned<String>>,
     /// With `count`: `false` (default) gives each matching thread its own `count` CPUs;
     /// `true` puts all matching threads together on one set of `count` CPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]

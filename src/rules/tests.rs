@@ -87,7 +87,8 @@ fn the_documented_example_compiles_and_matches() {
             within: None,
             policy: Policy::Compact,
             smt: SmtPolicy::Avoid,
-            exclusive: true
+            exclusive: true,
+            shape: Default::default(),
         })
     );
     let set = RuleSet::new(rules);

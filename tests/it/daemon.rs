@@ -425,6 +425,8 @@ fn introspection_lists_every_member() {
         (".Explain", "u"),
         (".Plan", "uss"),
         (".PinProcess", "uuss"),
+        (".PlanWith", "ussa{ss}"),
+        (".PinProcessWith", "uussa{ss}"),
         (".ReleaseProcess", "u"),
         (".MeasurementFinished", "tbs"),
         (".RulesReloaded", "uas"),
@@ -1018,4 +1020,96 @@ fn each_unprivileged_caller_is_rate_limited() {
     for _ in 0..5 {
         bus.call("ListManaged", &[]);
     }
+}
+
+/// `PlanWith` takes `core-type`, `prefer` and `near` in an `a{ss}`, open to every user
+/// like `Plan`; `PinProcessWith` is root's, like `PinProcess`.
+#[test]
+fn plan_with_options_answers_and_refuses_with_reasons() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    // This machine has one kind of core: every CPU is a performance CPU.
+    let out = bus.busctl_as_nobody(&[
+        "call",
+        NAME,
+        PATH,
+        IFACE,
+        "PlanWith",
+        "ussa{ss}",
+        "1",
+        "compact",
+        "allow",
+        "1",
+        "core-type",
+        "performance",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("au 1 "),
+        "{}",
+        text(&out)
+    );
+    // /dev/null is a virtual device with no node: no restriction.
+    let out = bus.busctl(&[
+        "call",
+        NAME,
+        PATH,
+        IFACE,
+        "PlanWith",
+        "ussa{ss}",
+        "1",
+        "compact",
+        "allow",
+        "2",
+        "near",
+        "/dev/null",
+        "prefer",
+        "cache",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    for (options, want) in [
+        (
+            vec!["1", "core-type", "efficiency"],
+            "asked for 1 efficiency CPUs but only 0 are usable (this machine has one kind of core",
+        ),
+        (
+            vec!["1", "near", "pinnerd-no-such-if"],
+            "near \"pinnerd-no-such-if\": unknown device",
+        ),
+        (
+            vec!["1", "near", "/etc/passwd"],
+            "a path must start with /dev/",
+        ),
+        (vec!["1", "prefer", "vcache"], "unknown prefer \"vcache\""),
+        (vec!["1", "numa", "0"], "unknown option \"numa\""),
+    ] {
+        let mut args = vec![
+            "call", NAME, PATH, IFACE, "PlanWith", "ussa{ss}", "1", "compact", "allow",
+        ];
+        args.extend(options.iter().copied());
+        let out = bus.busctl(&args);
+        assert!(!out.status.success(), "{options:?}: {}", text(&out));
+        assert!(
+            stderr_of(&out).contains(want),
+            "{options:?}: {}",
+            text(&out)
+        );
+    }
+    // PinProcessWith is not open to other users.
+    let out = bus.busctl_as_nobody(&[
+        "call",
+        NAME,
+        PATH,
+        IFACE,
+        "PinProcessWith",
+        "uussa{ss}",
+        "1",
+        "1",
+        "compact",
+        "allow",
+        "0",
+    ]);
+    assert!(!out.status.success(), "{}", text(&out));
 }

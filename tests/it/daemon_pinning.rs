@@ -307,3 +307,96 @@ fn client_commands_talk_to_the_daemon() {
         format!("{out:?}")
     );
 }
+
+/// `PinProcessWith` pins a real process on CPUs shaped by its options, and a request
+/// the kind cannot hold pins nothing.
+#[test]
+fn pin_process_with_options_pins_a_real_process() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let h = Helper::spawn(dirs.root.path(), "pd-pinwith");
+    let original = online();
+    let _d = Daemon::start(&bus, &dirs);
+    let pid = h.pid.to_string();
+    let out = bus.busctl(&[
+        "call",
+        NAME,
+        PATH,
+        IFACE,
+        "PinProcessWith",
+        "uussa{ss}",
+        &pid,
+        "1",
+        "compact",
+        "allow",
+        "1",
+        "core-type",
+        "efficiency",
+    ]);
+    assert!(
+        stderr_of(&out).contains("one kind of core"),
+        "{}",
+        text(&out)
+    );
+    assert!(all_on(&h, &original), "{:?}", masks(&h));
+    let got = bus.call(
+        "PinProcessWith",
+        &[
+            "uussa{ss}",
+            &pid,
+            "1",
+            "compact",
+            "allow",
+            "2",
+            "core-type",
+            "performance",
+            "prefer",
+            "frequency",
+        ],
+    );
+    let cpus: CpuSet = got
+        .trim_start_matches("s ")
+        .trim_matches('"')
+        .parse()
+        .unwrap();
+    assert_eq!(cpus.len(), 1, "{got}");
+    assert!(cpus.is_subset(&original));
+    assert!(all_on(&h, &cpus), "{:?}", masks(&h));
+    bus.call("ReleaseProcess", &["u", &pid]);
+    assert!(all_on(&h, &original), "{:?}", masks(&h));
+}
+
+/// A rule with `core-type` and `near` is planned with the machine's facts: on this
+/// one-kind machine `performance` holds every core and `/dev/null` (no node) restricts
+/// nothing, so the process is pinned; `efficiency` cannot be met, and the plan says why
+/// instead of widening.
+#[test]
+fn rules_with_core_type_and_near_are_planned_by_the_daemon() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let h = Helper::spawn(dirs.root.path(), "pd-kind");
+    let e = Helper::spawn(dirs.root.path(), "pd-ecore");
+    let original = online();
+    dirs.write_rule(
+        "10-kind.toml",
+        "[[rule]]\nname = \"kind\"\n[rule.match]\ncomm = \"pd-kind\"\n[rule.place]\ncount = 1\ncore-type = \"performance\"\nnear = \"/dev/null\"\nprefer = \"frequency\"\n\n\
+         [[rule]]\nname = \"ecore\"\n[rule.match]\ncomm = \"pd-ecore\"\n[rule.place]\ncount = 1\ncore-type = \"efficiency\"\n",
+    );
+    let _d = Daemon::start(&bus, &dirs);
+    bus.wait_for(
+        "the helper pinned to one CPU",
+        Duration::from_secs(30),
+        || {
+            let m = masks(&h);
+            !m.is_empty() && m.iter().all(|x| x.len() == 1 && x.is_subset(&original))
+        },
+    );
+    let why = bus.call("Explain", &["u", &e.pid.to_string()]);
+    assert!(
+        why.contains("asked for 1 efficiency CPUs but only 0 are usable"),
+        "{why}"
+    );
+    assert!(all_on(&e, &original), "{:?}", masks(&e));
+}

@@ -28,6 +28,7 @@ mod protect;
 mod rules;
 mod sched_ext;
 mod sharing;
+mod shape;
 mod soak;
 mod sparse;
 mod topology;

@@ -33,7 +33,7 @@ fn every_example_in_config_loads() {
     assert!(seen >= 5, "expected one example per use case, found {seen}");
     let report = rules::load_dirs(&[dir], &LoadPolicy::unchecked());
     assert!(report.is_clean(), "{:?}", report.error_strings());
-    assert_eq!(report.rules.len(), 6);
+    assert_eq!(report.rules.len(), 10);
 }
 
 #[test]
@@ -56,7 +56,7 @@ fn check_passes_on_the_shipped_config() {
         repo("config").to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
-    assert_eq!(out, "ok: 6 files, 6 rules\n");
+    assert_eq!(out, "ok: 7 files, 10 rules\n");
 }
 
 #[test]
@@ -607,6 +607,8 @@ mod props {
         self, MatchSpec, OneOrMany, PlaceSpec, RuleFile, RuleSpec, ThreadSpec, UserSpec,
     };
     use pinnerd::rules::{self, LoadPolicy, ProcessInfo, RuleSet};
+    use pinnerd::shape::Prefer;
+    use pinnerd::topology::CoreType;
     use proptest::prelude::*;
     use toml::Spanned;
 
@@ -690,23 +692,43 @@ mod props {
         )
     }
 
+    type ShapeParts = (Option<CoreType>, Option<Prefer>, Option<String>);
+
+    fn shape_parts() -> impl Strategy<Value = ShapeParts> {
+        (
+            proptest::option::of(prop_oneof![
+                Just(CoreType::Performance),
+                Just(CoreType::Efficiency)
+            ]),
+            proptest::option::of(prop_oneof![Just(Prefer::Cache), Just(Prefer::Frequency)]),
+            proptest::option::of(text()),
+        )
+    }
+
     fn place_spec() -> impl Strategy<Value = PlaceSpec> {
-        place_parts().prop_map(|(cpus, count, within, policy, smt, exclusive)| PlaceSpec {
-            cpus: cpus.map(sp),
-            count: count.map(sp),
-            within: within.map(sp),
-            policy: policy.map(sp),
-            smt: smt.map(sp),
-            exclusive: exclusive.map(sp),
-            latency_critical: exclusive.map(|e| sp(!e)),
-            irqs: exclusive.map(|e| {
-                sp(if e {
-                    pinnerd::rules::format::Irqs::Away
-                } else {
-                    pinnerd::rules::format::Irqs::Leave
-                })
-            }),
-        })
+        (place_parts(), shape_parts()).prop_map(
+            |((cpus, count, within, policy, smt, exclusive), (core_type, prefer, near))| {
+                PlaceSpec {
+                    cpus: cpus.map(sp),
+                    count: count.map(sp),
+                    within: within.map(sp),
+                    policy: policy.map(sp),
+                    smt: smt.map(sp),
+                    exclusive: exclusive.map(sp),
+                    core_type: core_type.map(sp),
+                    prefer: prefer.map(sp),
+                    near: near.map(sp),
+                    latency_critical: exclusive.map(|e| sp(!e)),
+                    irqs: exclusive.map(|e| {
+                        sp(if e {
+                            pinnerd::rules::format::Irqs::Away
+                        } else {
+                            pinnerd::rules::format::Irqs::Leave
+                        })
+                    }),
+                }
+            },
+        )
     }
 
     fn thread_spec() -> impl Strategy<Value = ThreadSpec> {
@@ -714,9 +736,15 @@ mod props {
             one_or_many(text()),
             place_parts(),
             proptest::option::of(any::<bool>()),
+            shape_parts(),
         )
             .prop_map(
-                |(comm, (cpus, count, within, policy, smt, exclusive), shared)| ThreadSpec {
+                |(
+                    comm,
+                    (cpus, count, within, policy, smt, exclusive),
+                    shared,
+                    (core_type, prefer, near),
+                )| ThreadSpec {
                     comm: sp(comm),
                     cpus: cpus.map(sp),
                     count: count.map(sp),
@@ -725,6 +753,9 @@ mod props {
                     smt: smt.map(sp),
                     exclusive: exclusive.map(sp),
                     shared: shared.map(sp),
+                    core_type: core_type.map(sp),
+                    prefer: prefer.map(sp),
+                    near: near.map(sp),
                 },
             )
     }

@@ -230,13 +230,16 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-const FIXTURES: [&str; 6] = [
+const FIXTURES: [&str; 9] = [
     "epyc-vm-2cpu",
     "xeon-e5620",
     "ryzen-2700x",
     "i9-12900k",
     "i7-7700-cpu3-offline",
     "container-no-cache",
+    "r9-7950x3d",
+    "hybrid-e-first",
+    "xeon-2s-nic-nvme",
 ];
 
 /// Compares `actual` with the reviewed file `tests/fixtures/expected/<file>`;
@@ -680,4 +683,96 @@ fn a_fact_missing_for_one_cpu_is_taken_from_the_others() {
     let t = Topology::discover(&SysRoot::machine(dir.path())).unwrap();
     assert_eq!(t, baseline, "read from shared_cpu_map");
     assert_eq!(t.llc(1), Some(&set("0-1")));
+}
+
+#[test]
+fn x3d_fixture_knows_its_caches_rankings_and_mode() {
+    let (t, _) = read_fixture("r9-7950x3d");
+    assert_eq!(t.x3d_mode.as_deref(), Some("frequency"));
+    assert_eq!(t.core_types_from, None, "rankings are not capacity classes");
+    assert_eq!(t.kind_of(0), Some(CoreType::Performance), "one kind: all P");
+    assert_eq!(t.cpus_of_kind(CoreType::Efficiency), CpuSet::new());
+    let groups = t.llc_summary();
+    assert_eq!(groups.len(), 2);
+    assert_eq!(groups[0].cpus, set("0-7,16-23"));
+    assert_eq!(groups[0].size_bytes, Some(96 << 20));
+    assert_eq!(groups[0].cores, 8);
+    assert_eq!(groups[0].bytes_per_core, Some(12 << 20));
+    assert_eq!(groups[1].bytes_per_core, Some(4 << 20));
+    assert!(groups[1].best_ranking > groups[0].best_ranking);
+    assert!(groups[1].max_freq_khz > groups[0].max_freq_khz);
+    assert_eq!(t.cpu(8).unwrap().prefcore_ranking, Some(236));
+    assert_eq!(t.cpu(8).unwrap().highest_perf, Some(236));
+}
+
+#[test]
+fn e_cores_first_hybrid_is_read_by_kind() {
+    let (t, _) = read_fixture("hybrid-e-first");
+    assert_eq!(t.cpus_of_kind(CoreType::Efficiency), set("0-7"));
+    assert_eq!(t.cpus_of_kind(CoreType::Performance), set("8-19"));
+    assert_eq!(t.siblings(8), Some(&set("8,14")));
+    assert_eq!(t.cpu(0).unwrap().cluster_cpus, set("0-3"));
+}
+
+#[test]
+fn capacity_classes_give_kinds_without_pmu_lists() {
+    let dir = tempfile::tempdir().unwrap();
+    let cpu = dir.path().join("devices/system/cpu");
+    std::fs::create_dir_all(&cpu).unwrap();
+    std::fs::write(cpu.join("online"), "0-3\n").unwrap();
+    for (c, cap) in [(0, 1024), (1, 1024), (2, 446), (3, 446)] {
+        std::fs::create_dir_all(cpu.join(format!("cpu{c}"))).unwrap();
+        std::fs::write(cpu.join(format!("cpu{c}/cpu_capacity")), format!("{cap}\n")).unwrap();
+    }
+    let t = Topology::discover(&SysRoot::with_sys(dir.path())).unwrap();
+    assert_eq!(
+        t.core_types_from.as_deref(),
+        Some("devices/system/cpu/cpuN/cpu_capacity")
+    );
+    assert_eq!(t.cpus_of_kind(CoreType::Performance), set("0-1"));
+    assert_eq!(t.cpus_of_kind(CoreType::Efficiency), set("2-3"));
+    // A mode the driver does not write is an error naming the file.
+    let dev = dir.path().join("devices/platform/AMDI0101:00");
+    std::fs::create_dir_all(&dev).unwrap();
+    std::fs::write(dev.join("amd_x3d_mode"), "turbo\n").unwrap();
+    let drv = dir.path().join("bus/platform/drivers/amd_x3d_vcache");
+    std::fs::create_dir_all(&drv).unwrap();
+    std::os::unix::fs::symlink(&dev, drv.join("AMDI0101:00")).unwrap();
+    let e = Topology::discover(&SysRoot::with_sys(dir.path())).unwrap_err();
+    assert!(
+        e.to_string().contains("amd_x3d_mode:1:1: ")
+            && e.to_string().contains("expected cache or frequency"),
+        "{e}"
+    );
+}
+
+#[test]
+fn topology_json_carries_kinds_caches_rankings_and_the_x3d_mode() {
+    let run = |name: &str| -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+            .args(["topology", "--json", "--sysfs"])
+            .arg(fixture(name))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let v = run("r9-7950x3d");
+    assert_eq!(v["x3d_mode"], "frequency");
+    assert_eq!(v["core_types_from"], serde_json::Value::Null);
+    let groups = v["llc_groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 2);
+    assert_eq!(groups[0]["size_bytes"], 96u64 << 20);
+    assert_eq!(groups[0]["bytes_per_core"], 12u64 << 20);
+    assert_eq!(groups[1]["bytes_per_core"], 4u64 << 20);
+    assert_eq!(groups[1]["best_ranking"], 236);
+    assert_eq!(v["cpus"][8]["prefcore_ranking"], 236);
+    let v = run("hybrid-e-first");
+    assert_eq!(v["core_types_from"], "devices/cpu_core/cpus");
+    assert_eq!(v["cpus"][0]["core_type"], "efficiency");
+    assert_eq!(v["cpus"][8]["core_type"], "performance");
 }

@@ -1,0 +1,317 @@
+//! Where a device sits: a name from `near = "…"` resolved through the sysfs root to the
+//! device directory that reports its NUMA node, and that node and local CPUs.
+//!
+//! ```text
+//! ens1f0        ─► class/net/ens1f0/device ─┐
+//! 0000:81:00.0  ─► bus/pci/devices/ADDR ────┤
+//! nvme0n1       ─► class/block/nvme0n1 ─────┼─► up the devices/ tree to the first
+//! /dev/block/259:0, /dev/char/241:0        │   directory with numa_node ─► Locality
+//!               ─► dev/{block,char}/MAJ:MIN ┤   (numa_node -1 or none: no node)
+//! /dev/nvme0n1  ─► stat → MAJ:MIN ──────────┘   (only on the running machine's /sys)
+//! ```
+//!
+//! Under a sysfs tree other than the running machine's (a fixture or a captured machine), a `/dev/X`
+//! path cannot be stat'ed against that tree: it is resolved by its name `X` among the
+//! block devices (`class/block/X`); `/dev/block/MAJ:MIN` and `/dev/char/MAJ:MIN` (the
+//! links udev makes) work everywhere.
+//!
+//! Must not touch: placement (see `shape`), the real `/sys` path (see `sysroot`).
+
+use std::path::{Component, Path, PathBuf};
+
+use crate::shape::{Devices, Locality};
+use crate::sysroot::{self, SysRoot};
+use crate::topology::parse_list;
+
+/// Longest device name accepted.
+const NAME_MAX: usize = 255;
+
+/// Checks the form of a device name without looking it up: an interface, PCI address
+/// or block device name (no `/`), or an absolute path under `/dev/`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("empty device name".into());
+    }
+    if name.len() > NAME_MAX {
+        return Err(format!("longer than {NAME_MAX} bytes"));
+    }
+    if name.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err("contains whitespace or control characters".into());
+    }
+    if let Some(rest) = name.strip_prefix("/dev/") {
+        let clean = Path::new(rest)
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)));
+        if rest.is_empty() || !clean {
+            return Err("a /dev path must name a device below /dev without . or ..".into());
+        }
+        return Ok(());
+    }
+    if name.starts_with('/') {
+        return Err("a path must start with /dev/".into());
+    }
+    if name.contains('/') || name == "." || name == ".." {
+        return Err(
+            "expected an interface name, a PCI address (0000:81:00.0), a block device name or a /dev path"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// Resolves every name; each result says where the device sits or why it could not.
+pub fn resolve_all<'a>(root: &SysRoot, names: impl IntoIterator<Item = &'a str>) -> Devices {
+    names
+        .into_iter()
+        .map(|n| (n.to_string(), resolve(root, n)))
+        .collect()
+}
+
+/// Resolves one device name under `root`.
+pub fn resolve(root: &SysRoot, name: &str) -> Result<Locality, String> {
+    check_name(name)?;
+    let start = entry(root, name)?;
+    let sys = std::fs::canonicalize(&root.sys)
+        .map_err(|e| format!("cannot resolve the sysfs root {}: {e}", root.sys.display()))?;
+    let dir = std::fs::canonicalize(&start)
+        .map_err(|e| format!("cannot resolve {}: {e}", start.display()))?;
+    if !dir.starts_with(&sys) {
+        return Err(format!(
+            "{} leads outside the sysfs root to {}",
+            start.display(),
+            dir.display()
+        ));
+    }
+    let mut at: &Path = &dir;
+    loop {
+        let numa = at.join("numa_node");
+        if let Some(text) = read(&numa)? {
+            let node: i64 = text
+                .trim()
+                .parse()
+                .map_err(|_| format!("{}: not a node number: {:?}", numa.display(), text.trim()))?;
+            let cpulist = at.join("local_cpulist");
+            let local_cpus = match read(&cpulist)? {
+                Some(text) => Some(parse_list(&cpulist, &text).map_err(|e| e.to_string())?),
+                None => None,
+            };
+            return Ok(Locality {
+                device: name.to_string(),
+                path: relative(&sys, at),
+                node: u32::try_from(node).ok(),
+                local_cpus,
+            });
+        }
+        match at.parent() {
+            Some(up) if up.starts_with(&sys) && up != sys => at = up,
+            // A virtual device (lo, a loop device) belongs to no node.
+            _ => {
+                return Ok(Locality {
+                    device: name.to_string(),
+                    path: relative(&sys, &dir),
+                    node: None,
+                    local_cpus: None,
+                })
+            }
+        }
+    }
+}
+
+/// The sysfs entry a name starts from.
+fn entry(root: &SysRoot, name: &str) -> Result<PathBuf, String> {
+    let exists = |p: &PathBuf| p.symlink_metadata().is_ok();
+    if let Some(rest) = name.strip_prefix("/dev/") {
+        for kind in ["block", "char"] {
+            if let Some(majmin) = rest.strip_prefix(kind).and_then(|r| r.strip_prefix('/')) {
+                let p = root.sys_path(format!("dev/{kind}/{majmin}"));
+                return if exists(&p) {
+                    Ok(p)
+                } else {
+                    Err(format!(
+                        "no {kind} device {majmin} ({} missing)",
+                        p.display()
+                    ))
+                };
+            }
+        }
+        if root.is_live_sys() {
+            return dev_node(root, name);
+        }
+        let base = Path::new(rest)
+            .file_name()
+            .map(|b| b.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let p = root.sys_path(format!("class/block/{base}"));
+        return if exists(&p) {
+            Ok(p)
+        } else {
+            Err(format!(
+                "under the sysfs tree {} a /dev path is resolved by its name in class/block (or give /dev/block/MAJ:MIN or /dev/char/MAJ:MIN), and there is no block device {base:?}",
+                root.sys.display()
+            ))
+        };
+    }
+    if is_pci_address(name) {
+        let p = root.sys_path(format!("bus/pci/devices/{name}"));
+        return if exists(&p) {
+            Ok(p)
+        } else {
+            Err(format!("no PCI device {name} ({} missing)", p.display()))
+        };
+    }
+    let net = root.sys_path(format!("class/net/{name}"));
+    if exists(&net) {
+        let dev = net.join("device");
+        return Ok(if exists(&dev) { dev } else { net });
+    }
+    let block = root.sys_path(format!("class/block/{name}"));
+    if exists(&block) {
+        return Ok(block);
+    }
+    Err(format!(
+        "unknown device: no network interface, block device or PCI device of that name under {}",
+        root.sys.display()
+    ))
+}
+
+/// A `/dev` node of the running machine, by its device number.
+fn dev_node(root: &SysRoot, name: &str) -> Result<PathBuf, String> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::metadata(name).map_err(|e| format!("cannot stat {name}: {e}"))?;
+    let kind = if meta.file_type().is_block_device() {
+        "block"
+    } else if meta.file_type().is_char_device() {
+        "char"
+    } else {
+        return Err(format!("{name} is not a device node"));
+    };
+    let dev = meta.rdev();
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let p = root.sys_path(format!("dev/{kind}/{major}:{minor}"));
+    if p.symlink_metadata().is_ok() {
+        Ok(p)
+    } else {
+        Err(format!(
+            "{name} is {kind} device {major}:{minor}, which sysfs does not list"
+        ))
+    }
+}
+
+/// `DDDD:BB:DD.F` in hexadecimal.
+fn is_pci_address(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 12
+        && b.iter().enumerate().all(|(i, &c)| match i {
+            4 | 7 => c == b':',
+            10 => c == b'.',
+            11 => (b'0'..=b'7').contains(&c),
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+fn read(path: &Path) -> Result<Option<String>, String> {
+    sysroot::read_optional(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+fn relative(sys: &Path, at: &Path) -> String {
+    at.strip_prefix(sys)
+        .unwrap_or(at)
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture() -> SysRoot {
+        SysRoot::machine(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-2s-nic-nvme"),
+        )
+    }
+
+    #[test]
+    fn names_are_checked_before_any_lookup() {
+        for ok in [
+            "ens1f0",
+            "0000:81:00.0",
+            "nvme0n1",
+            "/dev/nvme0n1",
+            "/dev/block/259:0",
+        ] {
+            assert_eq!(check_name(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("", "empty"),
+            ("a/b", "expected an interface"),
+            ("..", "expected an interface"),
+            ("/etc/passwd", "must start with /dev/"),
+            ("/dev/../etc", "without . or .."),
+            ("/dev/", "without . or .."),
+            ("en s0", "whitespace"),
+        ] {
+            let e = check_name(bad).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        assert!(check_name(&"x".repeat(300)).unwrap_err().contains("longer"));
+        assert!(is_pci_address("0000:81:00.0"));
+        assert!(!is_pci_address("0000:81:00.8"));
+        assert!(!is_pci_address("ens1f0"));
+    }
+
+    #[test]
+    fn every_form_reaches_the_device_node() {
+        let root = fixture();
+        let node1 = Some("8-15,24-31".parse().unwrap());
+        for name in [
+            "ens1f0",
+            "0000:81:00.0",
+            "nvme0n1",
+            "nvme0n1p1",
+            "/dev/nvme0n1",
+            "/dev/block/259:1",
+            "/dev/char/241:0",
+        ] {
+            let loc = resolve(&root, name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(loc.device, name);
+            assert_eq!(loc.node, Some(1), "{name}");
+            assert_eq!(loc.local_cpus, node1, "{name}");
+            assert!(loc.path.starts_with("devices/pci0000:"), "{}", loc.path);
+        }
+        let nic = resolve(&root, "ens1f0").unwrap();
+        assert_eq!(nic.path, "devices/pci0000:80/0000:80:01.0/0000:81:00.0");
+        let onboard = resolve(&root, "eno1").unwrap();
+        assert_eq!(onboard.node, None, "numa_node -1 is no node");
+    }
+
+    #[test]
+    fn unknown_devices_are_errors_naming_what_was_tried() {
+        let root = fixture();
+        let e = resolve(&root, "eth9").unwrap_err();
+        assert!(e.contains("unknown device"), "{e}");
+        let e = resolve(&root, "0000:99:00.0").unwrap_err();
+        assert!(e.contains("no PCI device 0000:99:00.0"), "{e}");
+        let e = resolve(&root, "/dev/sda").unwrap_err();
+        assert!(e.contains("resolved by its name in class/block"), "{e}");
+        let e = resolve(&root, "/dev/block/8:0").unwrap_err();
+        assert!(e.contains("no block device 8:0"), "{e}");
+        let all = resolve_all(&root, ["ens1f0", "eth9"]);
+        assert!(all["ens1f0"].is_ok() && all["eth9"].is_err());
+    }
+
+    #[test]
+    fn the_running_machines_devices_resolve_or_say_why() {
+        // /dev/null is a char device every machine has; sysfs lists it under
+        // dev/char/1:3 as a virtual device with no node.
+        let loc = resolve(&SysRoot::default(), "/dev/null").unwrap();
+        assert_eq!(loc.node, None);
+        assert!(
+            loc.path.starts_with("devices/virtual/mem/null"),
+            "{}",
+            loc.path
+        );
+        let e = resolve(&SysRoot::default(), "/dev/pinnerd-no-such-node").unwrap_err();
+        assert!(e.contains("cannot stat"), "{e}");
+    }
+}

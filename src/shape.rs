@@ -1,0 +1,647 @@
+//! Shaping a request by what the CPUs are and where a device sits: `core-type`,
+//! `prefer` and `near` narrow the CPUs a count request may take before latency chooses
+//! among them (`placement`).
+//!
+//! ```text
+//! Topology ─► Facts (kinds, LLC groups with L3 per core and rankings, nodes) ─┐
+//! devices::resolve ─► Devices (name → node and local CPUs, or why not) ───────┼─► narrow
+//! Shape (core-type, prefer, near) + the free CPUs + how many are wanted ──────┘     │
+//!                                       candidates + what shaped them (Shaped) ◄────┘
+//!                                       place_shaped: narrow, then placement::place
+//! ```
+//!
+//! Order: `core-type` keeps only CPUs of that kind (a request the kind cannot hold is
+//! refused, never widened); `near` keeps the device's local CPUs, adding the nearest
+//! nodes by distance when those cannot hold the request; `prefer` keeps the
+//! last-level-cache group that can hold the request with the most L3 per core
+//! (`cache`) or the highest preferred-core ranking, else maximum frequency
+//! (`frequency`). Latency then decides within what is left.
+//!
+//! Must not touch: files and syscalls (facts and devices come in as values), the
+//! latency choice itself (`placement`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::cpuset::CpuSet;
+use crate::domains::Domains;
+use crate::placement::{self, Placement, PlacementError, Request, SmtPolicy, UnknownWord};
+use crate::plan::{Choose, Chosen};
+use crate::rules::{CpuTarget, PlacementRequest, RuleSet};
+use crate::topology::{CoreType, LlcGroup, Node, Topology};
+
+/// Which last-level-cache group to favour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Prefer {
+    /// The most L3 per core (the V-cache CCD of an X3D part).
+    Cache,
+    /// The highest preferred-core ranking, else the highest maximum frequency.
+    Frequency,
+}
+
+impl Prefer {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Prefer::Cache => "cache",
+            Prefer::Frequency => "frequency",
+        }
+    }
+}
+
+impl FromStr for Prefer {
+    type Err = UnknownWord;
+    fn from_str(s: &str) -> Result<Self, UnknownWord> {
+        match s {
+            "cache" => Ok(Prefer::Cache),
+            "frequency" => Ok(Prefer::Frequency),
+            _ => Err(UnknownWord {
+                what: "prefer",
+                given: s.to_string(),
+                expected: "cache, frequency",
+            }),
+        }
+    }
+}
+
+impl fmt::Display for Prefer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Parses the `core-type` word: `performance` or `efficiency`.
+pub fn core_type_word(s: &str) -> Result<CoreType, UnknownWord> {
+    match s {
+        "performance" => Ok(CoreType::Performance),
+        "efficiency" => Ok(CoreType::Efficiency),
+        _ => Err(UnknownWord {
+            what: "core type",
+            given: s.to_string(),
+            expected: "performance, efficiency",
+        }),
+    }
+}
+
+impl FromStr for CoreType {
+    type Err = UnknownWord;
+    fn from_str(s: &str) -> Result<Self, UnknownWord> {
+        core_type_word(s)
+    }
+}
+
+/// The `core-type` word of a kind.
+pub const fn kind_word(kind: CoreType) -> &'static str {
+    match kind {
+        CoreType::Performance => "performance",
+        CoreType::Efficiency => "efficiency",
+    }
+}
+
+/// What, besides latency, a request asks of its CPUs. Empty by default.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Shape {
+    /// Only CPUs of this kind.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_type: Option<CoreType>,
+    /// Favour this last-level-cache group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefer: Option<Prefer>,
+    /// Near this device: an interface, a PCI address, a block device or a /dev path.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near: Option<String>,
+}
+
+impl Shape {
+    /// No key given: latency alone decides.
+    pub fn is_empty(&self) -> bool {
+        self.core_type.is_none() && self.prefer.is_none() && self.near.is_none()
+    }
+
+    /// The keys in words, e.g. `core-type performance, near ens1f0`.
+    pub fn describe(&self) -> String {
+        let mut out = Vec::new();
+        if let Some(k) = self.core_type {
+            out.push(format!("core-type {}", kind_word(k)));
+        }
+        if let Some(p) = self.prefer {
+            out.push(format!("prefer {p}"));
+        }
+        if let Some(n) = &self.near {
+            out.push(format!("near {n}"));
+        }
+        out.join(", ")
+    }
+}
+
+/// Where a device sits, as sysfs says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Locality {
+    /// The name as given.
+    pub device: String,
+    /// The device directory that reports the node, relative to the sysfs root.
+    pub path: String,
+    /// `numa_node`; `None` where it reads -1.
+    pub node: Option<u32>,
+    /// `local_cpulist`, where present.
+    pub local_cpus: Option<CpuSet>,
+}
+
+/// Devices resolved before planning: name → where it sits, or why it could not be
+/// found (the message names the device).
+pub type Devices = BTreeMap<String, Result<Locality, String>>;
+
+/// The facts shaping needs, taken from the topology once.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Facts {
+    /// Online CPU → (kind, its core's first CPU).
+    cpus: BTreeMap<u32, (CoreType, u32)>,
+    /// Whether the machine reports more than one kind.
+    two_kinds: bool,
+    llc: Vec<LlcGroup>,
+    nodes: Vec<Node>,
+}
+
+impl Facts {
+    pub fn from_topology(t: &Topology) -> Facts {
+        Facts {
+            cpus: t
+                .cpus
+                .iter()
+                .map(|c| {
+                    let kind = c.core_type.unwrap_or(CoreType::Performance);
+                    (c.cpu, (kind, c.siblings.first().unwrap_or(c.cpu)))
+                })
+                .collect(),
+            two_kinds: t.core_types_from.is_some(),
+            llc: t.llc_summary(),
+            nodes: t.nodes.clone(),
+        }
+    }
+
+    /// CPUs, or cores when `per_core`, among `set`.
+    fn capacity(&self, set: &CpuSet, per_core: bool) -> usize {
+        if !per_core {
+            return set.len();
+        }
+        let mut cores: Vec<u32> = set
+            .iter()
+            .map(|c| self.cpus.get(&c).map_or(c, |&(_, core)| core))
+            .collect();
+        cores.sort_unstable();
+        cores.dedup();
+        cores.len()
+    }
+
+    fn of_kind(&self, kind: CoreType) -> CpuSet {
+        self.cpus
+            .iter()
+            .filter(|(_, &(k, _))| k == kind)
+            .map(|(&c, _)| c)
+            .collect()
+    }
+}
+
+/// One key that shaped the choice, and how.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ShapedBy {
+    /// `core-type`, `near` or `prefer`.
+    pub key: &'static str,
+    /// The value asked for.
+    pub value: String,
+    /// The CPUs left after this key.
+    pub cpus: CpuSet,
+    /// What it did, in words.
+    pub note: String,
+}
+
+/// The candidates after shaping.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Shaped {
+    pub candidates: CpuSet,
+    /// Taken first, whole, when `near` had to add nodes: the device's own usable CPUs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first: Option<CpuSet>,
+    pub by: Vec<ShapedBy>,
+    /// Keys that could not apply (a device without a node).
+    pub warnings: Vec<String>,
+}
+
+/// A shaped request that cannot be met; each says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    /// The kind asked for cannot hold the request; it is not widened.
+    #[error("asked for {wanted} {kind} CPUs but only {usable} are usable ({why}); core-type is never widened")]
+    KindTooSmall {
+        kind: &'static str,
+        wanted: usize,
+        usable: usize,
+        why: String,
+    },
+    /// The device could not be resolved.
+    #[error("near {device:?}: {why}")]
+    Device { device: String, why: String },
+    /// Shaping keys reached a chooser without the machine's facts.
+    #[error("{keys}: this planner has no topology facts to honour them")]
+    NoFacts { keys: String },
+}
+
+/// Narrows `free` for a request of `wanted` CPUs (cores when `per_core`).
+pub fn narrow(
+    facts: &Facts,
+    devices: &Devices,
+    shape: &Shape,
+    free: &CpuSet,
+    wanted: usize,
+    per_core: bool,
+) -> Result<Shaped, ShapeError> {
+    let mut cands = free.clone();
+    let mut first = None;
+    let mut by = Vec::new();
+    let mut warnings = Vec::new();
+    let unit = if per_core { "cores" } else { "CPUs" };
+    if let Some(kind) = shape.core_type {
+        let of_kind = facts.of_kind(kind);
+        let here = cands.intersection(&of_kind);
+        let usable = facts.capacity(&here, per_core);
+        if usable < wanted {
+            let why = if of_kind.is_empty() {
+                "this machine has one kind of core, and all of them are performance cores"
+                    .to_string()
+            } else {
+                format!(
+                    "{} cores: CPUs {of_kind}; {} of them free, {usable} {unit}",
+                    kind_word(kind),
+                    here.len()
+                )
+            };
+            return Err(ShapeError::KindTooSmall {
+                kind: kind_word(kind),
+                wanted,
+                usable,
+                why,
+            });
+        }
+        let note = if facts.two_kinds {
+            format!("only {} cores: CPUs {here}", kind_word(kind))
+        } else {
+            "one kind of core on this machine: every core counts as performance".to_string()
+        };
+        cands = here;
+        by.push(ShapedBy {
+            key: "core-type",
+            value: kind_word(kind).to_string(),
+            cpus: cands.clone(),
+            note,
+        });
+    }
+    if let Some(name) = &shape.near {
+        let loc = match devices.get(name) {
+            Some(Ok(loc)) => loc,
+            Some(Err(why)) => {
+                return Err(ShapeError::Device {
+                    device: name.clone(),
+                    why: why.clone(),
+                })
+            }
+            None => {
+                return Err(ShapeError::Device {
+                    device: name.clone(),
+                    why: "not resolved before planning".to_string(),
+                })
+            }
+        };
+        match loc.node {
+            None => warnings.push(format!(
+                "near {name}: {} reports no NUMA node (numa_node -1); CPUs not restricted",
+                loc.path
+            )),
+            Some(node) => {
+                let (kept, local, note) = near(facts, loc, node, &cands, wanted, per_core, unit);
+                first = local;
+                cands = kept;
+                by.push(ShapedBy {
+                    key: "near",
+                    value: name.clone(),
+                    cpus: cands.clone(),
+                    note,
+                });
+            }
+        }
+    }
+    if let Some(prefer) = shape.prefer {
+        let (kept, note) = prefer_group(facts, prefer, &cands, wanted, per_core);
+        cands = kept;
+        by.push(ShapedBy {
+            key: "prefer",
+            value: prefer.to_string(),
+            cpus: cands.clone(),
+            note,
+        });
+    }
+    // A cache group chosen by `prefer` may leave out part of the device's CPUs.
+    let first = first
+        .map(|f: CpuSet| f.intersection(&cands))
+        .filter(|f| !f.is_empty());
+    Ok(Shaped {
+        candidates: cands,
+        first,
+        by,
+        warnings,
+    })
+}
+
+/// The device's local CPUs among `cands`, widened node by node (nearest first by
+/// `node/distance`, then by id) until they can hold the request; when widened, also the
+/// local CPUs, to be taken first.
+fn near(
+    facts: &Facts,
+    loc: &Locality,
+    node: u32,
+    cands: &CpuSet,
+    wanted: usize,
+    per_core: bool,
+    unit: &str,
+) -> (CpuSet, Option<CpuSet>, String) {
+    let node_cpus = |id: u32| facts.nodes.iter().find(|n| n.id == id).map(|n| &n.cpus);
+    let local = loc
+        .local_cpus
+        .clone()
+        .or_else(|| node_cpus(node).cloned())
+        .unwrap_or_default();
+    let mut kept = cands.intersection(&local);
+    let held = facts.capacity(&kept, per_core);
+    if held >= wanted {
+        return (
+            kept.clone(),
+            None,
+            format!(
+                "{} is on node {node}: its local CPUs {local}; {kept} usable",
+                loc.path
+            ),
+        );
+    }
+    let distances = facts
+        .nodes
+        .iter()
+        .find(|n| n.id == node)
+        .map(|n| n.distances.clone())
+        .unwrap_or_default();
+    let local_usable = kept.clone();
+    let mut others: Vec<(u32, u32)> = facts
+        .nodes
+        .iter()
+        .filter(|n| n.id != node)
+        .map(|n| (distances.get(&n.id).copied().unwrap_or(u32::MAX), n.id))
+        .collect();
+    others.sort_unstable();
+    let mut added = Vec::new();
+    for (distance, id) in others {
+        if facts.capacity(&kept, per_core) >= wanted {
+            break;
+        }
+        if let Some(cpus) = node_cpus(id) {
+            kept = kept.union(&cands.intersection(cpus));
+            added.push(if distance == u32::MAX {
+                format!("node {id}")
+            } else {
+                format!("node {id} (distance {distance})")
+            });
+        }
+    }
+    let note = format!(
+        "{} is on node {node}: its local CPUs {local} hold only {held} usable {unit} of {wanted}; added {}",
+        loc.path,
+        if added.is_empty() {
+            "no other node (none known)".to_string()
+        } else {
+            added.join(", ")
+        }
+    );
+    (kept, Some(local_usable), note)
+}
+
+/// The best last-level-cache group that can hold the request, or every candidate
+/// when none can (or all able ones are alike).
+fn prefer_group(
+    facts: &Facts,
+    prefer: Prefer,
+    cands: &CpuSet,
+    wanted: usize,
+    per_core: bool,
+) -> (CpuSet, String) {
+    let able: Vec<(&LlcGroup, CpuSet)> = facts
+        .llc
+        .iter()
+        .map(|g| (g, g.cpus.intersection(cands)))
+        .filter(|(_, here)| facts.capacity(here, per_core) >= wanted)
+        .collect();
+    if able.is_empty() {
+        return (
+            cands.clone(),
+            format!("no single last-level-cache group can hold {wanted}; not applied"),
+        );
+    }
+    let any_ranking = able.iter().any(|(g, _)| g.best_ranking.is_some());
+    let key = |g: &LlcGroup| -> (u64, u64, u64) {
+        let rank = u64::from(g.best_ranking.unwrap_or(0));
+        let freq = g.max_freq_khz.unwrap_or(0);
+        let per_core = g.bytes_per_core.unwrap_or(0);
+        match prefer {
+            Prefer::Cache => (per_core, rank, freq),
+            Prefer::Frequency if any_ranking => (rank, freq, per_core),
+            Prefer::Frequency => (freq, per_core, 0),
+        }
+    };
+    let best = able.iter().map(|(g, _)| key(g)).max().unwrap_or_default();
+    let top: Vec<&(&LlcGroup, CpuSet)> = able.iter().filter(|(g, _)| key(g) == best).collect();
+    if top.len() > 1 {
+        let kept = top.iter().fold(CpuSet::new(), |a, (_, h)| a.union(h));
+        return (
+            kept,
+            format!(
+                "the {} last-level-cache groups able to hold {wanted} are alike; latency decides",
+                top.len()
+            ),
+        );
+    }
+    let (g, here) = top[0];
+    let mib = |b: u64| format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64);
+    let what = match prefer {
+        Prefer::Cache => format!(
+            "{} of L{} over {} cores ({} per core), the most",
+            g.size_bytes.map_or("unknown".into(), mib),
+            g.level,
+            g.cores,
+            g.bytes_per_core.map_or("unknown".into(), mib),
+        ),
+        Prefer::Frequency if any_ranking => format!(
+            "preferred-core ranking up to {}, the highest",
+            g.best_ranking.unwrap_or(0)
+        ),
+        Prefer::Frequency => format!(
+            "maximum frequency {:.2} GHz, the highest",
+            g.max_freq_khz.unwrap_or(0) as f64 / 1e6
+        ),
+    };
+    (
+        here.clone(),
+        format!(
+            "last-level-cache group {}: {what} of the {} groups able to hold {wanted}",
+            g.cpus,
+            able.len()
+        ),
+    )
+}
+
+/// Shapes `req` with `shape`, then places it among the candidates; the shaping notes
+/// join the placement's explanation.
+pub fn place_shaped(
+    d: &Domains,
+    facts: &Facts,
+    devices: &Devices,
+    req: &Request,
+    shape: &Shape,
+    available: &CpuSet,
+) -> Result<(Placement, Shaped), PlacementError> {
+    let free = available.difference(&req.exclude);
+    let per_core = req.smt == SmtPolicy::Avoid || req.exclusive;
+    let shaped = narrow(facts, devices, shape, &free, req.count, per_core)?;
+    let mut p = match &shaped.first {
+        None => placement::place(d, req, &shaped.candidates)?,
+        Some(first) => first_then_rest(d, facts, req, first, &shaped.candidates, per_core)?,
+    };
+    for s in &shaped.by {
+        p.explanation
+            .notes
+            .push(format!("{} {}: {}", s.key, s.value, s.note));
+    }
+    Ok((p, shaped))
+}
+
+/// All the device's own CPUs (one per core when `per_core`), then the rest of the
+/// request among the added nodes.
+fn first_then_rest(
+    d: &Domains,
+    facts: &Facts,
+    req: &Request,
+    first: &CpuSet,
+    candidates: &CpuSet,
+    per_core: bool,
+) -> Result<Placement, PlacementError> {
+    let own = facts.capacity(first, per_core).min(req.count);
+    if own == 0 || own == req.count || facts.capacity(candidates, per_core) < req.count {
+        return placement::place(d, req, candidates);
+    }
+    let head = placement::place(
+        d,
+        &Request {
+            count: own,
+            ..req.clone()
+        },
+        first,
+    )?;
+    // The device's CPUs are spent (their siblings too, under smt = avoid).
+    let rest_pool = candidates.difference(first);
+    let mut p = placement::place(
+        d,
+        &Request {
+            count: req.count - head.cpus.len(),
+            ..req.clone()
+        },
+        &rest_pool,
+    )?;
+    p.cpus = p.cpus.union(&head.cpus);
+    p.reserved = p.reserved.union(&head.reserved);
+    let idx: Vec<usize> = p.cpus.iter().filter_map(|c| d.index_of(c)).collect();
+    p.explanation.cost = placement::set_cost(d, &idx);
+    let k = p.cpus.len().min(d.cpus().len());
+    let lowest: Vec<usize> = (0..k).collect();
+    p.explanation.autopilot = Some((
+        d.cpus()[..k].iter().copied().collect(),
+        placement::set_cost(d, &lowest),
+    ));
+    p.explanation.domains.insert(0, first.clone());
+    p.explanation.notes.insert(
+        0,
+        format!(
+            "the device's own CPUs {} first, the other {} from the added nodes",
+            head.cpus,
+            req.count - head.cpus.len()
+        ),
+    );
+    Ok(p)
+}
+
+/// Every device the rules' placements are `near`, each once.
+pub fn near_names(rules: &RuleSet) -> Vec<&str> {
+    let mut names: Vec<&str> = Vec::new();
+    for r in rules.rules() {
+        let requests = r.place.iter().chain(r.threads.iter().map(|t| &t.request));
+        names.extend(requests.filter_map(|q| q.shape.near.as_deref()));
+    }
+    names.sort_unstable();
+    names.dedup();
+    names
+}
+
+/// The placement engine with the machine's facts: honours `core-type`, `prefer` and
+/// `near` before latency chooses.
+pub struct Shaper<'a> {
+    pub domains: &'a Domains,
+    pub facts: &'a Facts,
+    pub devices: &'a Devices,
+}
+
+impl Choose for Shaper<'_> {
+    fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
+        let CpuTarget::Count(n) = &req.target else {
+            return self.domains.choose(req, available);
+        };
+        let r = Request {
+            count: *n as usize,
+            policy: req.policy,
+            smt: req.smt,
+            exclude: CpuSet::new(),
+            exclusive: req.exclusive,
+            cpus: None,
+        };
+        let (p, _) = place_shaped(
+            self.domains,
+            self.facts,
+            self.devices,
+            &r,
+            &req.shape,
+            available,
+        )?;
+        Ok(Chosen {
+            held: p.reserved.union(&p.cpus),
+            cpus: p.cpus,
+        })
+    }
+}
+
+/// A [`Shaper`] that owns what it reads, for the plans that keep their chooser to plan
+/// again in the processes' cgroup cpusets ([`crate::plan::Plan::shared`]).
+pub struct OwnedShaper {
+    pub domains: Domains,
+    pub facts: Facts,
+    pub devices: Devices,
+}
+
+impl Choose for OwnedShaper {
+    fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
+        Shaper {
+            domains: &self.domains,
+            facts: &self.facts,
+            devices: &self.devices,
+        }
+        .choose(req, available)
+    }
+}
+
+#[cfg(test)]
+mod tests;
