@@ -64,6 +64,8 @@ fn hybrid_512() -> LatencyMatrix {
         };
         v + jitter
     })
+}
+
 /// A topology matching the clustered domains (see the module doc).
 fn topology_of(d: &Domains) -> Topology {
     let levels = d.levels();

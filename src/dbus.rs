@@ -422,6 +422,8 @@ fn explain_json(pid: u32, entry: Option<ManagedEntry>, text: String) -> Result<s
         }),
     };
     Ok(value)
+}
+
 /// The options of `PlanWith` and `PinProcessWith`: `core-type`, `prefer`, `near`.
 fn shape_options(options: &HashMap<String, String>) -> Result<crate::shape::Shape> {
     let invalid = |e: crate::placement::UnknownWord| MethodError::InvalidArgs(e.to_string());
