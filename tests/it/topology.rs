@@ -776,3 +776,30 @@ fn topology_json_carries_kinds_caches_rankings_and_the_x3d_mode() {
     assert_eq!(v["cpus"][0]["core_type"], "efficiency");
     assert_eq!(v["cpus"][8]["core_type"], "performance");
 }
+
+#[test]
+fn the_first_capacity_file_that_splits_in_two_names_the_kinds() {
+    let dir = tempfile::tempdir().unwrap();
+    let cpu = dir.path().join("devices/system/cpu");
+    std::fs::create_dir_all(&cpu).unwrap();
+    std::fs::write(cpu.join("online"), "0-3\n").unwrap();
+    // cpu_capacity is flat; highest_perf has two clear classes (a Zen 5 + Zen 5c part).
+    for (c, perf) in [(0, 208), (1, 208), (2, 142), (3, 142)] {
+        let d = cpu.join(format!("cpu{c}"));
+        std::fs::create_dir_all(d.join("acpi_cppc")).unwrap();
+        std::fs::write(d.join("cpu_capacity"), "1024\n").unwrap();
+        std::fs::write(d.join("acpi_cppc/highest_perf"), format!("{perf}\n")).unwrap();
+    }
+    let t = Topology::discover(&SysRoot::with_sys(dir.path())).unwrap();
+    assert_eq!(
+        t.core_types_from.as_deref(),
+        Some("devices/system/cpu/cpuN/acpi_cppc/highest_perf")
+    );
+    assert_eq!(t.cpus_of_kind(CoreType::Efficiency), set("2-3"));
+    assert_eq!(t.cpu(0).unwrap().highest_perf, Some(208));
+    // One CPU without the file: that source is skipped, and all are one kind.
+    std::fs::remove_file(cpu.join("cpu3/acpi_cppc/highest_perf")).unwrap();
+    let t = Topology::discover(&SysRoot::with_sys(dir.path())).unwrap();
+    assert_eq!(t.core_types_from, None);
+    assert_eq!(t.cpus_of_kind(CoreType::Performance), set("0-3"));
+}
