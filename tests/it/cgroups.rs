@@ -157,3 +157,57 @@ fn plan_live_shows_the_cpuset_each_process_is_planned_in() {
     drop(h);
     drop(cg);
 }
+
+#[test]
+fn a_cpuset_edited_under_a_managed_process_is_followed_at_the_next_rescan() {
+    let _cpus = super::cpus_stay_online();
+    let online: CpuSet =
+        std::fs::read_to_string(SysRoot::default().sys_path("devices/system/cpu/online"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+    assert!(online.len() >= 2, "needs two CPUs, has {online}");
+    let last: CpuSet = std::iter::once(online.last().unwrap()).collect();
+    let first: CpuSet = std::iter::once(online.first().unwrap()).collect();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    dirs.write_settings("[watch]\nrescan-interval = \"1s\"\n");
+    let h = Helper::spawn(dirs.root.path(), "pd-cs-edit");
+    let cg = V1Cpuset::new(&format!("pinnerd-it-{}", h.pid), &last);
+    cg.add(h.pid);
+    dirs.write_rule(
+        "10-edit.toml",
+        "[[rule]]\nname = \"edit\"\n[rule.match]\ncomm = \"pd-cs-edit\"\n[rule.place]\ncount = 1\n",
+    );
+    let d = Daemon::start(&bus, &dirs);
+    let row = |cpus: &CpuSet| {
+        format!(
+            "a(ussss) 1 {} \"pd-cs-edit\" \"edit\" \"{cpus}\" \"applied\"",
+            h.pid
+        )
+    };
+    bus.wait_for(
+        "applied in the first cpuset",
+        Duration::from_secs(30),
+        || bus.call("ListManaged", &[]) == row(&last),
+    );
+    // The administrator gives the cgroup another CPU; the kernel moves the task there.
+    std::fs::write(cg.dir.join("cpuset.cpus"), first.to_string()).unwrap();
+    bus.wait_for(
+        "planned again in the edited cpuset",
+        Duration::from_secs(30),
+        || bus.call("ListManaged", &[]) == row(&first),
+    );
+    let why = bus.call("Explain", &["u", &h.pid.to_string()]);
+    assert!(why.contains(&format!("cpuset {first} (from ")), "{why}");
+    assert!(d.log().contains("cpuset changed"), "{}", d.log());
+    assert!(
+        !d.log().contains("someone else changed"),
+        "taken for someone else's change:\n{}",
+        d.log()
+    );
+    assert!(d.stop().success());
+    drop(h);
+    drop(cg);
+}
