@@ -46,6 +46,26 @@ fn footprint(pid: u32) -> Footprint {
     Footprint { rss_kib, fds }
 }
 
+/// The daemon's footprint once it has seen every exit: after 3 s, the first one whose
+/// descriptor count has stayed the same for 2 s (a daemon behind on a loaded machine
+/// still holds the pidfds of processes that are gone), within 30 s. A descriptor that
+/// leaked stays open, so a leak still shows.
+fn settled(pid: u32) -> Footprint {
+    std::thread::sleep(Duration::from_secs(3));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = footprint(pid);
+    let mut since = Instant::now();
+    while Instant::now() < deadline && since.elapsed() < Duration::from_secs(2) {
+        std::thread::sleep(Duration::from_millis(250));
+        let now = footprint(pid);
+        if now.fds != last.fds {
+            since = Instant::now();
+        }
+        last = now;
+    }
+    last
+}
+
 fn online_cpus() -> CpuSet {
     std::fs::read_to_string("/sys/devices/system/cpu/online")
         .unwrap()
@@ -178,8 +198,7 @@ fn churn_soak_misses_no_pin_and_keeps_rss_and_fds_flat() {
         processes.missed += p.missed;
         threads = (threads.0 + t.0, threads.1 + t.1);
         // Every churned task has ended; let the daemon see the exits.
-        std::thread::sleep(Duration::from_secs(3));
-        quiet.push(footprint(pid));
+        quiet.push(settled(pid));
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (peak, layout_changed) = sampler.join().unwrap();
