@@ -975,6 +975,9 @@ check_irqs_away_with_irqbalance() {
         echo "$pid"
         return 1
     }
+    for n in /proc/irq/[0-9]*; do
+        echo "${n##*/}=$(cat "$n/smp_affinity_list")"
+    done >"$WORK/irqs-before"
     printf '%s\n' '[[rule]]' 'name = "vm-irqs"' '[rule.match]' 'comm = "vmwork-irq"' \
         '[rule.place]' 'cpus = "6-7"' 'exclusive = true' 'irqs = "away"' | put_rule 60-vm-irqs.toml
     wait_for 30 mask_is "$pid" 6-7 || {
@@ -1007,10 +1010,14 @@ check_irqs_away_with_irqbalance() {
         echo "irqbalance still bans $(irqbalance_banned) after the rule went"
         return 1
     }
-    # Back: every IRQ moved is allowed on 6-7 again (irqbalance places them from here).
+    # Back: every IRQ moved has its mask from before the rule again, or irqbalance
+    # changed it meanwhile and the daemon said it left it alone (irqbalance places it
+    # from here, 6-7 no longer banned).
     for n in $moved; do
-        expand "$(cat "/proc/irq/$n/smp_affinity_list")" | grep -qx 6 || {
-            echo "IRQ $n not back on 6-7: $(cat "/proc/irq/$n/smp_affinity_list")"
+        [ "$(cat "/proc/irq/$n/smp_affinity_list")" = "$(sed -n "s/^$n=//p" "$WORK/irqs-before")" ] ||
+            journalctl -b --no-pager -o json -u pinnerd.service |
+            jq -e --arg n "$n" 'select((.MESSAGE | tostring | test("IRQ mask not restored")) and (.IRQ == $n) and (.WHY | tostring | test("someone else")))' >/dev/null || {
+            echo "IRQ $n neither back to $(sed -n "s/^$n=//p" "$WORK/irqs-before") nor left to irqbalance: $(cat "/proc/irq/$n/smp_affinity_list")"
             return 1
         }
     done
