@@ -566,4 +566,53 @@ mod tests {
         assert_eq!(got, (0, 0));
         assert_eq!(SpinPriority::default(), SpinPriority::Nice19);
     }
+
+    #[test]
+    fn a_measurement_stops_when_a_watched_thread_runs_on_a_cpu_it_uses() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let _one = crate::measure::one_spinner_at_a_time();
+        let allowed = crate::measure::allowed_cpus();
+        let cpus: CpuSet = allowed.iter().take(2).collect();
+        let first = cpus.first().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = stop.clone();
+        let t = std::thread::spawn(move || {
+            let mut only = nix::sched::CpuSet::new();
+            only.set(first as usize).unwrap();
+            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &only).unwrap();
+            tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            while !s.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let tid = rx.recv().unwrap();
+        let pid = std::process::id() as i32;
+        let mut cfg = crate::measure::MeasureConfig::new(cpus);
+        cfg.guard.min_idle = 0.0;
+        cfg.budget = std::time::Duration::from_secs(5);
+        cfg.wake = WakeWatch::new(
+            SysRoot::default(),
+            vec![Watched {
+                pid,
+                tid,
+                rule: "feed".into(),
+            }],
+        );
+        let r = crate::measure::run(&cfg, |_| {});
+        stop.store(true, Ordering::Relaxed);
+        t.join().unwrap();
+        let e = r.expect_err("the watched thread ran on a measured CPU");
+        assert!(
+            matches!(e, crate::measure::MeasureError::Woken { .. }),
+            "{e}"
+        );
+        assert!(
+            e.to_string().starts_with(&format!(
+                "measurement stopped: thread {tid} of process {pid} (latency-critical rule \"feed\") woke on CPU {first}"
+            )),
+            "{e}"
+        );
+    }
 }

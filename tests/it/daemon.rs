@@ -209,7 +209,8 @@ impl Dirs {
         )
         .unwrap();
         let d = Dirs { root };
-        // Small budgets; measure even on a busy machine; nothing periodic.
+        // Small budgets; measure even on a busy machine (spinners at nice 0, not the
+        // default nice 19, which other tests' load would starve); nothing periodic.
         d.write_settings("");
         d
     }
@@ -219,7 +220,7 @@ impl Dirs {
         std::fs::write(
             self.settings(),
             format!(
-                "[measure]\nbudget = \"1s\"\nidle-threshold = 1.0\ndrift-probe = \"off\"\ninterval = \"off\"\n{extra}"
+                "[measure]\nbudget = \"1s\"\nidle-threshold = 1.0\nspin-priority = \"normal\"\ndrift-probe = \"off\"\ninterval = \"off\"\n{extra}"
             ),
         )
         .unwrap();

@@ -58,6 +58,40 @@ fn online() -> CpuSet {
         .unwrap()
 }
 
+/// Calls `Remeasure` and waits for its job to end, sampling the daemon's thread names
+/// and recording the bus signals meanwhile: (job id, names seen, signals as JSON lines).
+fn remeasure_watched(bus: &Bus, d: &Daemon) -> (String, BTreeSet<String>, String) {
+    let mut monitor = Command::new("busctl")
+        .arg(format!("--address={}", bus.address))
+        .args(["monitor", "--json=short", NAME])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let sampler = Sampler::start(d.child.id());
+    let job = bus.call("Remeasure", &[]);
+    let job = job.trim_start_matches("t ").to_string();
+    let pattern = format!("job={job} ");
+    bus.wait_for("the measurement to end", Duration::from_secs(120), || {
+        d.log()
+            .lines()
+            .any(|l| l.contains("measurement finished") && l.contains(&pattern))
+    });
+    let during = sampler.stop();
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = monitor.kill();
+    let mut signals = String::new();
+    monitor
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut signals)
+        .unwrap();
+    let _ = monitor.wait();
+    (job, during, signals)
+}
+
 #[test]
 fn remeasure_never_spins_on_an_exclusive_rule_s_cpu_and_says_which_cells_it_kept() {
     let _cpus = super::cpus_stay_online();
@@ -94,34 +128,7 @@ fn remeasure_never_spins_on_an_exclusive_rule_s_cpu_and_says_which_cells_it_kept
         bus.get("ManagedProcesses") == "u 1"
     });
 
-    let mut monitor = Command::new("busctl")
-        .arg(format!("--address={}", bus.address))
-        .args(["monitor", "--json=short", NAME])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let sampler = Sampler::start(d.child.id());
-    let job = bus.call("Remeasure", &[]);
-    let job = job.trim_start_matches("t ").to_string();
-    let pattern = format!("job={job} ");
-    bus.wait_for("the measurement to end", Duration::from_secs(120), || {
-        d.log()
-            .lines()
-            .any(|l| l.contains("measurement finished") && l.contains(&pattern))
-    });
-    let during = sampler.stop();
-    std::thread::sleep(Duration::from_millis(500));
-    let _ = monitor.kill();
-    let mut signals = String::new();
-    monitor
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut signals)
-        .unwrap();
-    let _ = monitor.wait();
+    let (job, during, signals) = remeasure_watched(&bus, &d);
 
     // No spinner (nor warm-up thread) ever ran on the held CPU.
     let on_held: Vec<_> = during
@@ -296,6 +303,46 @@ fn irqs_away_leave_the_rule_s_cpu_while_it_holds_it_and_come_back_even_after_a_c
     assert!(d
         .log()
         .contains("IRQ masks left by a previous run restored"));
+    assert!(d.stop().success());
+    drop(h);
+}
+
+#[test]
+fn remeasure_never_spins_where_a_latency_critical_rule_s_threads_run() {
+    let _cpus = super::cpus_stay_online();
+    let _spin = super::one_spinner_at_a_time();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let cpus = online();
+    let held = cpus.last().unwrap();
+    let h = Helper::spawn(dirs.root.path(), "pd-critical");
+    // Not exclusive: only its managed threads' CPUs are left alone.
+    dirs.write_rule(
+        "10-lc.toml",
+        &format!(
+            "[[rule]]\nname = \"lc\"\n[rule.match]\ncomm = \"pd-critical\"\n[rule.place]\ncpus = \"{held}\"\nlatency-critical = true\n"
+        ),
+    );
+    let d = Daemon::start(&bus, &dirs);
+    d.wait_measured(&bus, "");
+    bus.wait_for("the process managed", Duration::from_secs(30), || {
+        bus.get("ManagedProcesses") == "u 1"
+    });
+    let (job, during, signals) = remeasure_watched(&bus, &d);
+    let spin_on_held: String = format!("pinnerd-spin-{held}-").chars().take(15).collect();
+    assert!(
+        !during.iter().any(|c| c.starts_with(&spin_on_held)),
+        "spinners on CPU {held}: {during:?}"
+    );
+    let finished = signals
+        .lines()
+        .find(|l| l.contains("\"member\":\"MeasurementFinished\""))
+        .unwrap_or_else(|| panic!("no MeasurementFinished: {signals}"));
+    assert!(finished.contains(&format!("[{job},true,")), "{finished}");
+    assert!(
+        finished.contains(&format!("CPU {held}: latency-critical rule \\\"lc\\\"")),
+        "{finished}"
+    );
     assert!(d.stop().success());
     drop(h);
 }

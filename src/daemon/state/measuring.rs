@@ -234,10 +234,14 @@ impl State {
         } else {
             format!("only {}", around::cpu_words(measurable))
         };
-        let mut summary = format!(
-            "nothing measured: {left} may be measured ({})",
-            a.reason(&off)
-        );
+        let mut summary = if off.is_empty() {
+            format!("nothing measured: {left} is usable")
+        } else {
+            format!(
+                "nothing measured: {left} may be measured ({})",
+                a.reason(&off)
+            )
+        };
         match around::keep(None, self.earlier_matrix().as_ref(), &usable, a) {
             Some(m) => {
                 if let Some(k) = &m.kept {

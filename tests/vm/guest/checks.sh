@@ -1051,7 +1051,7 @@ check_package_purge() {
 # irq_reported N: the daemon logged IRQ N as unable to leave (the kernel refused it).
 irq_reported() {
     journalctl -b --no-pager -o json -u pinnerd.service 2>/dev/null |
-        jq -e --arg n "$1" 'select((.MESSAGE | tostring | test("IRQ cannot leave")) and (.IRQ == $n))' >/dev/null
+        jq -e --arg n "$1" 'select((.MESSAGE | tostring | test("IRQ cannot leave")) and (.PINNERD_IRQ == $n))' >/dev/null
 }
 # irqs_on CPUS: the IRQs whose effective affinity touches CPUS (kernel list format)
 # and that the daemon did not report as unmovable; prints "N=effective" for each.
@@ -1088,7 +1088,13 @@ print(m.group(1).decode().replace(",", "").lstrip("0") or "0" if m else "?")
 ' "$(pgrep -xo irqbalance)"
 }
 irqbalance_bans_none() { [ "$(irqbalance_banned)" = 0 ]; }
-export -f irq_reported irqs_on irqbalance_banned irqbalance_bans_none
+# irqs_moved_logged: how many IRQs the daemon's last "IRQs moved away" says it moved;
+# fails when it has not said it.
+irqs_moved_logged() {
+    journalctl -b --no-pager -o json -u pinnerd.service |
+        jq -r 'select(.MESSAGE == "IRQs moved away") | .PINNERD_MOVED' | tail -1 | grep .
+}
+export -f irq_reported irqs_on irqbalance_banned irqbalance_bans_none irqs_moved_logged
 
 check_irqs_away_with_irqbalance() {
     local pid after moved n banned
@@ -1105,14 +1111,21 @@ check_irqs_away_with_irqbalance() {
         echo "$pid"
         return 1
     }
+    for n in /proc/irq/[0-9]*; do
+        echo "${n##*/}=$(cat "$n/smp_affinity_list")"
+    done >"$WORK/irqs-before"
     printf '%s\n' '[[rule]]' 'name = "vm-irqs"' '[rule.match]' 'comm = "vmwork-irq"' \
         '[rule.place]' 'cpus = "6-7"' 'exclusive = true' 'irqs = "away"' | put_rule 60-vm-irqs.toml
     wait_for 30 mask_is "$pid" 6-7 || {
         echo "workload not pinned to 6-7: $(masks "$pid")"
         return 1
     }
-    wait_for 30 test -s /run/pinnerd/irqs.json || {
-        echo "no IRQ journal after the rule: $(ls /run/pinnerd)"
+    wait_for 30 irqs_moved_logged || {
+        echo "the daemon did not say it moved IRQs: $(journalctl -b --no-pager -o cat -u pinnerd.service | grep -i irq | tail -3)"
+        return 1
+    }
+    [ "$(irqs_moved_logged)" -gt 0 ] && [ -s /run/pinnerd/irqs.json ] || {
+        echo "no IRQ moved (the kernel refused every one?): $(journalctl -b --no-pager -o cat -u pinnerd.service | grep -i irq | tail -5)"
         return 1
     }
     moved=$(jq -r '.[].irq' /run/pinnerd/irqs.json | tr '\n' ' ')
@@ -1137,10 +1150,14 @@ check_irqs_away_with_irqbalance() {
         echo "irqbalance still bans $(irqbalance_banned) after the rule went"
         return 1
     }
-    # Back: every IRQ moved is allowed on 6-7 again (irqbalance places them from here).
+    # Back: every IRQ moved has its mask from before the rule again, or irqbalance
+    # changed it meanwhile and the daemon said it left it alone (irqbalance places it
+    # from here, 6-7 no longer banned).
     for n in $moved; do
-        expand "$(cat "/proc/irq/$n/smp_affinity_list")" | grep -qx 6 || {
-            echo "IRQ $n not back on 6-7: $(cat "/proc/irq/$n/smp_affinity_list")"
+        [ "$(cat "/proc/irq/$n/smp_affinity_list")" = "$(sed -n "s/^$n=//p" "$WORK/irqs-before")" ] ||
+            journalctl -b --no-pager -o json -u pinnerd.service |
+            jq -e --arg n "$n" 'select((.MESSAGE | tostring | test("IRQ mask not restored")) and (.PINNERD_IRQ == $n) and (.PINNERD_WHY | tostring | test("someone else")))' >/dev/null || {
+            echo "IRQ $n neither back to $(sed -n "s/^$n=//p" "$WORK/irqs-before") nor left to irqbalance: $(cat "/proc/irq/$n/smp_affinity_list")"
             return 1
         }
     done
@@ -1186,6 +1203,7 @@ run_check rule-explicit-new-thread check_rule_explicit_new_thread 60
 run_check rule-compact-smt-avoid check_rule_compact 120
 run_check rule-removal-reload check_rule_removal_reload 60
 run_check bad-rule-keeps-old check_bad_rule 90
+run_check irqs-away-with-irqbalance check_irqs_away_with_irqbalance 180
 run_check nonroot-refused check_nonroot_refused 60
 run_check interface-xml-installed check_interface_xml_installed 60
 run_check structured-bus-calls check_structured_bus_calls 60
@@ -1194,7 +1212,6 @@ run_check kill9-keeps-pinned check_kill9 120
 run_check restore-after-crash check_restore_after_crash 60
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
-run_check irqs-away-with-irqbalance check_irqs_away_with_irqbalance 180
 run_check package-purge-restores check_package_purge 60
 
 if [ "$failed" -gt 0 ] || grep -qw 'pinnerd_vm.journal=always' /proc/cmdline; then
