@@ -25,6 +25,8 @@ else
 DBUSPOLICYDIR ?= $(SYSCONFDIR)/dbus-1/system.d
 endif
 RULESDIR ?= $(SYSCONFDIR)/pinnerd.d
+# polkitd reads actions from /usr/share/polkit-1/actions only, whatever the PREFIX.
+POLKITACTIONDIR ?= /usr/share/polkit-1/actions
 
 CARGO ?= cargo
 INSTALL ?= install
@@ -48,6 +50,8 @@ install: $(BIN)
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd.service
 	$(INSTALL) -D -m 0644 systemd/org.pinnerd.Pinnerd1.conf \
 		$(DESTDIR)$(DBUSPOLICYDIR)/org.pinnerd.Pinnerd1.conf
+	$(INSTALL) -D -m 0644 polkit/org.pinnerd.policy \
+		$(DESTDIR)$(POLKITACTIONDIR)/org.pinnerd.policy
 	$(INSTALL) -d -m 0755 $(DESTDIR)$(RULESDIR)
 	$(INSTALL) -D -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
 	$(INSTALL) -D -m 0644 config/pinnerd.toml $(DESTDIR)$(DOCDIR)/examples/pinnerd.toml
@@ -61,6 +65,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/pinnerd
 	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd.service
 	rm -f $(DESTDIR)$(DBUSPOLICYDIR)/org.pinnerd.Pinnerd1.conf
+	rm -f $(DESTDIR)$(POLKITACTIONDIR)/org.pinnerd.policy
 	rm -rf $(DESTDIR)$(DOCDIR)
 	-rmdir $(DESTDIR)$(RULESDIR) 2>/dev/null
 

@@ -42,6 +42,7 @@ use super::worker::Job;
 use super::{DaemonError, Event, ReloadCause};
 
 mod measuring;
+mod pinning;
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -468,6 +469,10 @@ impl State {
                     Err(e) => Err(CommandError::from_manager(pid, e)),
                 }
             }
+            cmd @ (Command::PinWith { .. }
+            | Command::PlanWith { .. }
+            | Command::Owner { .. }
+            | Command::AsOwner { .. }) => self.runtime_command(cmd),
             Command::Release { pid } => {
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
                 let m = self.manager.as_mut().ok_or(CommandError::Starting)?;

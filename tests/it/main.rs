@@ -22,6 +22,7 @@ mod placement;
 mod promises;
 mod protect;
 mod rules;
+mod run_pin;
 mod soak;
 mod sparse;
 mod topology;

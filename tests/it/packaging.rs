@@ -93,6 +93,9 @@ fn make_install_prefix_usr_is_the_package_layout() {
         "usr/share/doc/pinnerd/examples/",
         "usr/share/doc/pinnerd/examples/pinnerd.d/",
         "usr/share/doc/pinnerd/examples/pinnerd.toml",
+        "usr/share/polkit-1/",
+        "usr/share/polkit-1/actions/",
+        "usr/share/polkit-1/actions/org.pinnerd.policy",
     ]
     .map(String::from)
     .into();
@@ -115,6 +118,10 @@ fn make_install_prefix_usr_is_the_package_layout() {
         (
             "usr/lib/systemd/system/pinnerd.service",
             "systemd/pinnerd.service",
+        ),
+        (
+            "usr/share/polkit-1/actions/org.pinnerd.policy",
+            "polkit/org.pinnerd.policy",
         ),
         (
             "usr/share/doc/pinnerd/examples/pinnerd.toml",
@@ -158,6 +165,11 @@ fn make_install_prefix_usr_local_rewrites_the_unit_and_uninstalls() {
         .join("etc/dbus-1/system.d/org.pinnerd.Pinnerd1.conf")
         .is_file());
     assert!(!dest.path().join("usr/local/share/dbus-1").exists());
+    // polkitd reads actions from /usr/share/polkit-1/actions only.
+    assert!(dest
+        .path()
+        .join("usr/share/polkit-1/actions/org.pinnerd.policy")
+        .is_file());
     for r in example_rules() {
         assert!(dest
             .path()
@@ -207,6 +219,7 @@ fn deb_metadata_names_existing_files() {
     for t in [
         "usr/bin/",
         "usr/share/dbus-1/system.d/",
+        "usr/share/polkit-1/actions/",
         "usr/share/doc/pinnerd/examples/",
         "usr/share/doc/pinnerd/examples/pinnerd.d/",
         "usr/share/doc/pinnerd/",
