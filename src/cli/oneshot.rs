@@ -144,7 +144,7 @@ pub fn choose(args: &RunArgs, spec: &PlaceSpec) -> anyhow::Result<Choice> {
             Asked::Choice(c) => return Ok(c),
             Asked::Absent(why) => {
                 tracing::info!(why, "no daemon to ask: choosing here");
-                format!("no daemon on the {} bus ({why})", args.bus.bus)
+                format!("no daemon on {} ({why})", bus_words(&args.bus.bus))
             }
         }
     };
@@ -365,12 +365,14 @@ fn set_own_cpus(cpus: &CpuSet) -> anyhow::Result<()> {
 pub fn describe_choice(choice: &Choice, spec: &PlaceSpec, bus: &BusTarget) -> String {
     let mut s = format!("CPUs {}  for {}\n", choice.cpus, describe(spec));
     let by = match &choice.by {
-        ChosenBy::DaemonRegistered => {
-            format!("the daemon on the {bus} bus, which keeps the process as a run-time pin")
-        }
-        ChosenBy::Daemon => {
-            format!("the daemon on the {bus} bus, among the CPUs no exclusive rule holds")
-        }
+        ChosenBy::DaemonRegistered => format!(
+            "the daemon on {}, which keeps the process as a run-time pin",
+            bus_words(bus)
+        ),
+        ChosenBy::Daemon => format!(
+            "the daemon on {}, among the CPUs no exclusive rule holds",
+            bus_words(bus)
+        ),
         ChosenBy::Local(why) => format!("pinnerd here: {why}"),
     };
     s.push_str(&format!("  chosen by: {by}\n"));
@@ -378,6 +380,14 @@ pub fn describe_choice(choice: &Choice, spec: &PlaceSpec, bus: &BusTarget) -> St
         s.push_str(&format!("  note:      {n}\n"));
     }
     s
+}
+
+/// `the system bus`, `the session bus`, `the bus at unix:path=…`.
+fn bus_words(bus: &BusTarget) -> String {
+    match bus {
+        BusTarget::Address(a) => format!("the bus at {a}"),
+        other => format!("the {other} bus"),
+    }
 }
 
 /// `pinnerd pin PID [PLACEMENT]`.

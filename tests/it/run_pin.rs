@@ -194,7 +194,7 @@ fn run_without_a_daemon_sets_the_cpus_and_passes_the_exit_status_through() {
     assert!(out.stdout.starts_with("CPUs "), "{}", out.stdout);
     assert!(
         out.stdout
-            .contains("chosen by: pinnerd here: no daemon on the address"),
+            .contains("chosen by: pinnerd here: no daemon on the bus at unix:path=/nonexistent"),
         "{}",
         out.stdout
     );
