@@ -76,7 +76,10 @@ pub fn place_spec(dict: &HashMap<String, zbus::OwnedVariant>) -> Result<PlaceSpe
             return Err(invalid(format!("`cpus` and `{k}` cannot both be given")));
         }
     }
-    flags.spec().map_err(|e| invalid(e.to_string()))
+    // The flags' messages name them as flags; on the bus they are keys.
+    flags
+        .spec()
+        .map_err(|e| invalid(e.to_string().replace("--", "")))
 }
 
 /// A [`PlaceSpec`] as the `placement` dict of `PinProcessWith` and `PlanWith`.
@@ -161,7 +164,10 @@ mod tests {
                 dict(&[("cpus", V::from("1")), ("smt", V::from("avoid"))]),
                 "`cpus` and `smt` cannot both be given",
             ),
-            (dict(&[("count", V::from(0u32))]), "--count 0"),
+            (
+                dict(&[("count", V::from(0u32))]),
+                "placement: count 0: at least one CPU",
+            ),
             (dict(&[("within", V::from("3-"))]), "within:"),
             (dict(&[("policy", V::from("tight"))]), "unknown policy"),
             (
