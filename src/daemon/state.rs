@@ -1564,4 +1564,77 @@ mod tests {
         s.handle(Event::Terminate);
         assert_eq!(s.take_actions().last(), Some(&Action::Exit));
     }
+
+    #[test]
+    fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
+        use crate::api::PlaceSpec;
+        let (mut s, _d, _job) = started(Timing::default());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert_eq!(s.command(Command::Owner { pid }).unwrap(), Reply::Owner(0));
+        let place = PlaceSpec::Request(PlacementRequest {
+            target: CpuTarget::Count(1),
+            within: None,
+            policy: Policy::Compact,
+            smt: SmtPolicy::Allow,
+            exclusive: false,
+        });
+        let pin = Command::PinWith {
+            pid,
+            place: place.clone(),
+        };
+        // Authorized for uid 1000's process, but it is root's now: nothing is pinned.
+        match s.command(Command::AsOwner {
+            uid: 1000,
+            command: Box::new(pin.clone()),
+        }) {
+            Err(e @ CommandError::NotOwner { uid: 1000, .. }) => {
+                assert_eq!(
+                    e.to_string(),
+                    format!("pid {pid}: not a process of uid 1000")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            s.command(Command::ListManaged).unwrap(),
+            Reply::Managed(vec![])
+        );
+        let Ok(Reply::Cpus(cpus)) = s.command(Command::AsOwner {
+            uid: 0,
+            command: Box::new(pin),
+        }) else {
+            panic!("the owner's pin")
+        };
+        assert_eq!(cpus.len(), 1);
+        let Reply::Managed(list) = s.command(Command::ListManaged).unwrap() else {
+            panic!()
+        };
+        assert!(
+            list.iter().any(|e| e.pid == pid && e.rule == "(runtime)"),
+            "{list:?}"
+        );
+        match s.command(Command::PlanWith {
+            place: PlaceSpec::Rule("nope".into()),
+        }) {
+            Err(CommandError::NoRule(m)) => assert_eq!(m, "no loaded rule is named \"nope\""),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            s.command(Command::AsOwner {
+                uid: 0,
+                command: Box::new(Command::Metrics)
+            }),
+            Err(CommandError::InvalidArgs(_))
+        ));
+        assert!(matches!(
+            s.command(Command::Owner { pid: 0 }),
+            Err(CommandError::NoSuchProcess(0))
+        ));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
 }
