@@ -741,7 +741,7 @@ check_polkit_own_process() {
     own=$!
     sleep 300 &
     roots=$!
-    wait_for 10 test "$(cat /proc/$own/comm 2>/dev/null)" = sleep || {
+    wait_for 10 grep -qx sleep "/proc/$own/comm" || {
         echo "the user's sleep did not start"
         rc=1
     }
