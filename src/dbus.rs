@@ -1,7 +1,8 @@
 //! The D-Bus face of the daemon: `org.pinnerd.Pinnerd1` at `/org/pinnerd/Pinnerd1`.
 //!
-//! Data flow: a method call → caller checks (argument sizes, rate limit, uid for the
-//! mutating methods) → a [`Command`] sent to the daemon loop with a oneshot → its reply.
+//! Data flow: a method call → caller checks (argument sizes, rate limit; for the
+//! mutating methods root, or polkit's answer for a non-root caller, see `polkit`) → a
+//! [`Command`] sent to the daemon loop with a oneshot → its reply.
 //! Property reads come from the [`Snapshot`] the loop publishes; a publisher task turns
 //! every change of that snapshot into one `PropertiesChanged` signal.
 //!
