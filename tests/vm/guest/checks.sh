@@ -737,7 +737,9 @@ check_polkit_own_process() {
         return 1
     }
     as_user() { setpriv --reuid="$uid" --regid="$gid" --clear-groups "$@"; }
-    as_user sleep 300 &
+    # Not through the function: `as_user … &` would fork a subshell, and $! would be
+    # that bash, not the user's sleep.
+    setpriv --reuid="$uid" --regid="$gid" --clear-groups sleep 300 &
     own=$!
     sleep 300 &
     roots=$!
