@@ -35,6 +35,8 @@ ZSHCOMPDIR ?= $(DATADIR)/zsh/vendor-completions
 else
 ZSHCOMPDIR ?= $(DATADIR)/zsh/site-functions
 endif
+# polkitd reads actions from /usr/share/polkit-1/actions only, whatever the PREFIX.
+POLKITACTIONDIR ?= /usr/share/polkit-1/actions
 
 CARGO ?= cargo
 INSTALL ?= install
@@ -58,6 +60,8 @@ install: $(BIN)
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd.service
 	$(INSTALL) -D -m 0644 systemd/org.pinnerd.Pinnerd1.conf \
 		$(DESTDIR)$(DBUSPOLICYDIR)/org.pinnerd.Pinnerd1.conf
+	$(INSTALL) -D -m 0644 polkit/org.pinnerd.policy \
+		$(DESTDIR)$(POLKITACTIONDIR)/org.pinnerd.policy
 	$(INSTALL) -d -m 0755 $(DESTDIR)$(RULESDIR)
 	$(INSTALL) -D -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
 	$(INSTALL) -D -m 0644 config/pinnerd.toml $(DESTDIR)$(DOCDIR)/examples/pinnerd.toml
@@ -79,6 +83,7 @@ uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/pinnerd
 	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd.service
 	rm -f $(DESTDIR)$(DBUSPOLICYDIR)/org.pinnerd.Pinnerd1.conf
+	rm -f $(DESTDIR)$(POLKITACTIONDIR)/org.pinnerd.policy
 	rm -rf $(DESTDIR)$(DOCDIR)
 	rm -f $(DESTDIR)$(MANDIR)/man8/pinnerd.8 $(DESTDIR)$(MANDIR)/man5/pinnerd.d.5 \
 		$(DESTDIR)$(MANDIR)/man5/pinnerd.toml.5

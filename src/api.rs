@@ -17,6 +17,7 @@ use crate::domains::SelectError;
 use crate::manager::ManagerError;
 use crate::placement::{PlacementError, Policy, SmtPolicy};
 use crate::plan::PinError;
+use crate::rules::PlacementRequest;
 
 /// A request from a client, already checked for size, privilege and known words by
 /// the transport.
@@ -46,23 +47,51 @@ pub enum Command {
     Release {
         pid: u32,
     },
-    /// `Plan` with `core-type`, `prefer` or `near` (`PlanWith` on the bus).
-    PlanShaped {
-        count: u32,
-        policy: Policy,
-        smt: SmtPolicy,
-        shape: crate::shape::Shape,
-    },
-    /// `Pin` with `core-type`, `prefer` or `near` (`PinProcessWith` on the bus).
-    PinShaped {
-        pid: u32,
-        count: u32,
-        policy: Policy,
-        smt: SmtPolicy,
-        shape: crate::shape::Shape,
-    },
     /// The daemon's numbers in the Prometheus text format (`crate::metrics`).
     Metrics,
+    /// `PinProcessWith`: pins every thread of `pid` with a placement in the rule
+    /// vocabulary, among the CPUs no exclusive rule holds.
+    PinWith {
+        pid: u32,
+        place: PlaceSpec,
+    },
+    /// `PlanWith`: the CPUs [`Command::PinWith`] would choose now; changes nothing.
+    PlanWith {
+        place: PlaceSpec,
+    },
+    /// Who owns process `pid` (its real uid): which polkit action a pin needs.
+    Owner {
+        pid: u32,
+    },
+    /// `command` (a pin or a release of one process) only while that process still
+    /// belongs to `uid`: checked in the same step as the pin, so a pid reused between
+    /// the authorization and the pin cannot be another user's process.
+    AsOwner {
+        uid: u32,
+        command: Box<Command>,
+    },
+}
+
+impl Command {
+    /// The process a pin or release acts on.
+    pub fn target_pid(&self) -> Option<u32> {
+        match self {
+            Command::Pin { pid, .. }
+            | Command::PinWith { pid, .. }
+            | Command::Release { pid }
+            | Command::Owner { pid } => Some(*pid),
+            Command::AsOwner { command, .. } => command.target_pid(),
+            _ => None,
+        }
+    }
+}
+
+/// A placement as `pinnerd run`, `pinnerd pin` and `PinProcessWith` give it: the keys
+/// of a rule's `[rule.place]`, or the name of a loaded rule whose `[rule.place]` to use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlaceSpec {
+    Request(PlacementRequest),
+    Rule(String),
 }
 
 /// The answer to a [`Command`].
@@ -81,6 +110,8 @@ pub enum Reply {
     Text(String),
     Cpus(CpuSet),
     Done,
+    /// A process's real uid.
+    Owner(u32),
 }
 
 /// A command on its way to the loop, with where its answer goes.
@@ -117,6 +148,12 @@ pub enum CommandError {
     },
     #[error(transparent)]
     Manager(ManagerError),
+    /// `AsOwner`: the process no longer belongs to the authorized user.
+    #[error("pid {pid}: not a process of uid {uid}")]
+    NotOwner { pid: u32, uid: u32 },
+    /// `--rule NAME`: no loaded rule has that name, or it has no `[rule.place]`.
+    #[error("{0}")]
+    NoRule(String),
 }
 
 /// Which D-Bus error a [`CommandError`] is sent as.
@@ -126,6 +163,7 @@ pub enum ErrorKind {
     NoSuchProcess,
     NotManaged,
     Failed,
+    NotPermitted,
 }
 
 impl CommandError {
@@ -143,7 +181,9 @@ impl CommandError {
             CommandError::InvalidArgs(_)
             | CommandError::Placement(_)
             | CommandError::Pin { .. }
+            | CommandError::NoRule(_)
             | CommandError::Manager(ManagerError::KernelThread { .. }) => ErrorKind::InvalidArgs,
+            CommandError::NotOwner { .. } => ErrorKind::NotPermitted,
             CommandError::NoSuchProcess(_)
             | CommandError::Manager(ManagerError::NoProcess { .. }) => ErrorKind::NoSuchProcess,
             CommandError::NotManaged(_) | CommandError::Manager(ManagerError::NotPinned { .. }) => {

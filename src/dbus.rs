@@ -1,7 +1,8 @@
 //! The D-Bus face of the daemon: `org.pinnerd.Pinnerd1` at `/org/pinnerd/Pinnerd1`.
 //!
-//! Data flow: a method call → caller checks (argument sizes, rate limit, uid for the
-//! mutating methods) → a [`Command`] sent to the daemon loop with a oneshot → its reply.
+//! Data flow: a method call → caller checks (argument sizes, rate limit; for the
+//! mutating methods root, or polkit's answer for a non-root caller, see `polkit`) → a
+//! [`Command`] sent to the daemon loop with a oneshot → its reply.
 //! Property reads come from the [`Snapshot`] the loop publishes; a publisher task turns
 //! every change of that snapshot into one `PropertiesChanged` signal.
 //!
@@ -29,6 +30,10 @@ use zbus::{interface, Connection};
 use crate::api::{Call, Command, CommandError, ErrorKind, ManagedEntry, Reply, Signal, Snapshot};
 use crate::cpuset::CpuSet;
 use crate::placement::{Policy, SmtPolicy};
+use crate::polkit::{self, Action, Verdict};
+
+mod placement;
+pub use placement::{place_spec, placement_dict, PLACEMENT_KEYS};
 
 /// The well-known bus name.
 pub const BUS_NAME: &str = "org.pinnerd.Pinnerd1";
@@ -340,16 +345,101 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         }
     }
 
-    /// As [`Self::admit`], and only root may pass.
+    /// As [`Self::admit`], and only root or a caller polkit authorizes for
+    /// `org.pinnerd.manage` may pass.
     async fn admit_root(&self, conn: &Connection, header: &Header<'_>, method: &str) -> Result<()> {
         let uid = self.admit(conn, header, method).await?;
-        if uid != 0 {
-            tracing::warn!(uid, method, "refused a privileged method");
-            return Err(MethodError::NotPermitted(format!(
-                "{method} requires root (caller uid {uid})"
-            )));
+        self.authorize(conn, header, method, uid, Action::Manage, None)
+            .await
+    }
+
+    /// As [`Self::admit`] for a pin or release of one process (`cmd`): root passes;
+    /// anyone else needs polkit's `org.pinnerd.pin-own-process` for a process of their
+    /// own, `org.pinnerd.manage` for anyone else's. Returns the command to forward: for
+    /// one's own process, wrapped so that the loop checks the owner again in the step
+    /// that pins.
+    async fn admit_pin(
+        &self,
+        conn: &Connection,
+        header: &Header<'_>,
+        method: &str,
+        cmd: Command,
+    ) -> Result<Command> {
+        let uid = self.admit(conn, header, method).await?;
+        if uid == 0 {
+            return Ok(cmd);
         }
-        Ok(())
+        let pid = cmd.target_pid().unwrap_or_default();
+        let owner = match self.forward(Command::Owner { pid }).await? {
+            Reply::Owner(owner) => owner,
+            other => return Err(unexpected(other)),
+        };
+        let action = Action::for_target(uid, owner);
+        self.authorize(conn, header, method, uid, action, Some(pid))
+            .await?;
+        Ok(match action {
+            Action::PinOwnProcess => Command::AsOwner {
+                uid,
+                command: Box::new(cmd),
+            },
+            Action::Manage => cmd,
+        })
+    }
+
+    /// Root passes; anyone else as polkit decides for `action`; without polkit, root
+    /// only.
+    async fn authorize(
+        &self,
+        conn: &Connection,
+        header: &Header<'_>,
+        method: &str,
+        uid: u32,
+        action: Action,
+        pid: Option<u32>,
+    ) -> Result<()> {
+        let sender = header.sender().map(|s| s.as_str()).unwrap_or_default();
+        let interactive = header
+            .primary()
+            .flags()
+            .contains(zbus::message::Flags::ALLOW_INTERACTIVE_AUTH);
+        let verdict = polkit::check(conn, sender, uid, action, interactive).await;
+        let what = match pid {
+            Some(pid) => format!("{method} of pid {pid}"),
+            None => method.to_string(),
+        };
+        match verdict {
+            Verdict::Root | Verdict::Authorized => {
+                if uid != 0 {
+                    tracing::info!(
+                        uid,
+                        method,
+                        pid,
+                        action = action.id(),
+                        "authorized by polkit"
+                    );
+                }
+                Ok(())
+            }
+            Verdict::Refused { challenge } => {
+                tracing::warn!(uid, method, pid, action = action.id(), "refused by polkit");
+                let how = if challenge {
+                    "; it needs authentication (run it with an authentication agent, e.g. pkttyagent, and allow interactive authorization)"
+                } else {
+                    ""
+                };
+                Err(MethodError::NotPermitted(format!(
+                    "{what}: not authorized for {} (caller uid {uid}){how}",
+                    action.id()
+                )))
+            }
+            Verdict::Unavailable(why) => {
+                tracing::warn!(uid, method, pid, why, "refused a privileged method");
+                Err(MethodError::NotPermitted(format!(
+                    "{method} requires root (caller uid {uid}): polkit cannot authorize {}: {why}",
+                    action.id()
+                )))
+            }
+        }
     }
 
     async fn forward(&self, cmd: Command) -> Result<Reply> {
@@ -376,6 +466,7 @@ fn command_error(e: CommandError) -> MethodError {
         ErrorKind::NoSuchProcess => MethodError::NoSuchProcess(msg),
         ErrorKind::NotManaged => MethodError::NotManaged(msg),
         ErrorKind::Failed => MethodError::Failed(msg),
+        ErrorKind::NotPermitted => MethodError::NotPermitted(msg),
     }
 }
 
@@ -422,31 +513,6 @@ fn explain_json(pid: u32, entry: Option<ManagedEntry>, text: String) -> Result<s
         }),
     };
     Ok(value)
-}
-
-/// The options of `PlanWith` and `PinProcessWith`: `core-type`, `prefer`, `near`.
-fn shape_options(options: &HashMap<String, String>) -> Result<crate::shape::Shape> {
-    let invalid = |e: crate::placement::UnknownWord| MethodError::InvalidArgs(e.to_string());
-    let mut shape = crate::shape::Shape::default();
-    for (key, value) in options {
-        check_len("option", key)?;
-        check_len(key, value)?;
-        match key.as_str() {
-            "core-type" => shape.core_type = Some(value.parse().map_err(invalid)?),
-            "prefer" => shape.prefer = Some(value.parse().map_err(invalid)?),
-            "near" => {
-                crate::devices::check_name(value)
-                    .map_err(|why| MethodError::InvalidArgs(format!("near {value:?}: {why}")))?;
-                shape.near = Some(value.clone());
-            }
-            other => {
-                return Err(MethodError::InvalidArgs(format!(
-                    "unknown option {other:?}: expected core-type, prefer or near"
-                )))
-            }
-        }
-    }
-    Ok(shape)
 }
 
 /// Refuses a message whose body is over [`MAX_BODY`], from its header alone.
@@ -709,7 +775,6 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         check_body(&header, "PinProcess")?;
         check_len("policy", policy)?;
         check_len("smt", smt)?;
-        self.admit_root(conn, &header, "PinProcess").await?;
         let (policy, smt) = words(policy, smt)?;
         let cmd = Command::Pin {
             pid,
@@ -717,66 +782,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
             policy,
             smt,
         };
-        match self.forward(cmd).await? {
-            Reply::Cpus(set) => Ok(set.to_string()),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    /// `Plan` shaped by options (`a{ss}`): `core-type` (performance, efficiency),
-    /// `prefer` (cache, frequency), `near` (a device). Changes nothing.
-    async fn plan_with(
-        &self,
-        count: u32,
-        policy: &str,
-        smt: &str,
-        options: HashMap<String, String>,
-        #[zbus(connection)] conn: &Connection,
-        #[zbus(header)] header: Header<'_>,
-    ) -> Result<Vec<u32>> {
-        check_body(&header, "PlanWith")?;
-        check_len("policy", policy)?;
-        check_len("smt", smt)?;
-        self.admit(conn, &header, "PlanWith").await?;
-        let (policy, smt) = words(policy, smt)?;
-        let shape = shape_options(&options)?;
-        let cmd = Command::PlanShaped {
-            count,
-            policy,
-            smt,
-            shape,
-        };
-        match self.forward(cmd).await? {
-            Reply::Cpus(set) => Ok(set.iter().collect()),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    /// `PinProcess` shaped by the options of `PlanWith`; returns the CPUs chosen.
-    #[allow(clippy::too_many_arguments)] // the bus signature, plus zbus's connection and header
-    async fn pin_process_with(
-        &self,
-        pid: u32,
-        count: u32,
-        policy: &str,
-        smt: &str,
-        options: HashMap<String, String>,
-        #[zbus(connection)] conn: &Connection,
-        #[zbus(header)] header: Header<'_>,
-    ) -> Result<String> {
-        check_body(&header, "PinProcessWith")?;
-        check_len("policy", policy)?;
-        check_len("smt", smt)?;
-        self.admit_root(conn, &header, "PinProcessWith").await?;
-        let (policy, smt) = words(policy, smt)?;
-        let shape = shape_options(&options)?;
-        let cmd = Command::PinShaped {
-            pid,
-            count,
-            policy,
-            smt,
-            shape,
-        };
+        let cmd = self.admit_pin(conn, &header, "PinProcess", cmd).await?;
         match self.forward(cmd).await? {
             Reply::Cpus(set) => Ok(set.to_string()),
             other => Err(unexpected(other)),
@@ -790,8 +796,9 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<()> {
-        self.admit_root(conn, &header, "ReleaseProcess").await?;
-        match self.forward(Command::Release { pid }).await? {
+        let cmd = Command::Release { pid };
+        let cmd = self.admit_pin(conn, &header, "ReleaseProcess", cmd).await?;
+        match self.forward(cmd).await? {
             Reply::Done => Ok(()),
             other => Err(unexpected(other)),
         }
@@ -808,6 +815,28 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         self.admit(conn, &header, "ListManagedCpus").await?;
         match self.forward(Command::ListManaged).await? {
             Reply::Managed(list) => list.into_iter().map(managed_with_cpu_ids).collect(),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `PinProcess` in the whole vocabulary of a rule's `[rule.place]`: `placement` holds
+    /// `count` (u), `policy`, `smt`, `within`, `cpus` (s, CPU lists in the kernel's
+    /// format) or `rule` (s, a loaded rule whose `[rule.place]` to use). Pins every
+    /// thread of `pid` among the CPUs no exclusive rule holds; returns the CPUs.
+    #[zbus(out_args("cpus"))]
+    async fn pin_process_with(
+        &self,
+        pid: u32,
+        placement: HashMap<String, zbus::OwnedVariant>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        check_body(&header, "PinProcessWith")?;
+        let place = place_spec(&placement)?;
+        let cmd = Command::PinWith { pid, place };
+        let cmd = self.admit_pin(conn, &header, "PinProcessWith", cmd).await?;
+        match self.forward(cmd).await? {
+            Reply::Cpus(set) => Ok(set.to_string()),
             other => Err(unexpected(other)),
         }
     }
@@ -833,6 +862,23 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
             other => return Err(unexpected(other)),
         };
         Ok(explain_json(pid, entry, text)?.to_string())
+    }
+
+    /// The CPUs `PinProcessWith` would choose now for `placement`; changes nothing.
+    #[zbus(out_args("cpus"))]
+    async fn plan_with(
+        &self,
+        placement: HashMap<String, zbus::OwnedVariant>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        check_body(&header, "PlanWith")?;
+        let place = place_spec(&placement)?;
+        self.admit(conn, &header, "PlanWith").await?;
+        match self.forward(Command::PlanWith { place }).await? {
+            Reply::Cpus(set) => Ok(set.to_string()),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// A measurement ended.

@@ -17,7 +17,7 @@
 //!                                                  affinity (apply, read back, restore)
 //!          daemon (one event loop owns the state; plans on rule, domain and CPU changes)
 //!                          ▲ api (Command → Reply | CommandError, Snapshot, Signal)
-//!                 dbus (forwards) · cli (commands)
+//!                 dbus (forwards; polkit decides for non-root callers) · cli (commands)
 //! ```
 //!
 //! Modules, one concern each:
@@ -48,6 +48,7 @@
 //! - `metrics`: the daemon's numbers in the Prometheus text format, and the textfile
 //! - `placement`: one request → CPUs
 //! - `plan`: every rule's CPUs, as a value
+//! - `polkit`: who may change what: root, else polkit's answer for the caller's bus name
 //! - `rules`: TOML → validated rules → matcher
 //! - `sched_ext`: whether a sched_ext scheduler runs, the `[sched-ext]` policy, widening
 //! - `settings`: the daemon's settings file
@@ -86,6 +87,7 @@ pub mod measure;
 pub mod metrics;
 pub mod placement;
 pub mod plan;
+pub mod polkit;
 pub mod rules;
 pub mod sched_ext;
 pub mod settings;

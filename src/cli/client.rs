@@ -76,12 +76,25 @@ pub trait Pinnerd1 {
     fn list_managed(&self) -> zbus::Result<Vec<(u32, String, String, String, String)>>;
     fn explain(&self, pid: u32) -> zbus::Result<String>;
     fn metrics(&self) -> zbus::Result<String>;
+    fn pin_process(&self, pid: u32, count: u32, policy: &str, smt: &str) -> zbus::Result<String>;
+    fn release_process(&self, pid: u32) -> zbus::Result<()>;
+    fn pin_process_with(
+        &self,
+        pid: u32,
+        placement: std::collections::HashMap<&str, zbus::Variant<'_>>,
+    ) -> zbus::Result<String>;
+    fn plan_with(
+        &self,
+        placement: std::collections::HashMap<&str, zbus::Variant<'_>>,
+    ) -> zbus::Result<String>;
 
     #[zbus(signal)]
     fn measurement_finished(&self, job: u64, ok: bool, summary: String) -> zbus::Result<()>;
 }
 
-fn block_on<T>(fut: impl std::future::Future<Output = anyhow::Result<T>>) -> anyhow::Result<T> {
+pub(crate) fn block_on<T>(
+    fut: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -89,7 +102,7 @@ fn block_on<T>(fut: impl std::future::Future<Output = anyhow::Result<T>>) -> any
         .block_on(fut)
 }
 
-async fn proxy(bus: &BusTarget) -> anyhow::Result<Pinnerd1Proxy<'static>> {
+pub(crate) async fn proxy(bus: &BusTarget) -> anyhow::Result<Pinnerd1Proxy<'static>> {
     let conn = bus.connect().await?;
     Pinnerd1Proxy::builder(&conn)
         .cache_properties(zbus::proxy::CacheProperties::No)

@@ -16,6 +16,7 @@ pub mod export;
 pub mod fleet;
 pub mod live;
 pub mod measure;
+pub mod oneshot;
 pub mod place_flags;
 pub mod plan;
 pub mod topology;
@@ -91,6 +92,12 @@ pub enum Command {
     Metrics(client::BusArgs),
     /// Print what pinnerd knows in another engine's format (Kubernetes NFD, hwloc).
     Export(export::ExportArgs),
+    /// Run a command on CPUs chosen like a rule's (asks the daemon when it runs).
+    Run(oneshot::RunArgs),
+    /// Pin a running process's threads through the daemon, without a rule file.
+    Pin(oneshot::PinArgs),
+    /// Give a process pinned by `pin` or `run` its CPUs from before back.
+    Release(oneshot::ReleaseArgs),
 }
 
 /// Logging to stderr; `RUST_LOG` overrides the level chosen by `-v`.
@@ -131,6 +138,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Fleet(args) => fleet::run_fleet(args),
         Command::Export(args) => export::run(args),
         Command::Metrics(args) => client::metrics(args),
+        Command::Run(args) => oneshot::run(args),
+        Command::Pin(args) => oneshot::pin(args),
+        Command::Release(args) => oneshot::release(args),
     }
 }
 

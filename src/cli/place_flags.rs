@@ -1,12 +1,28 @@
-//! The placement flags that shape a count request: `--core-type`, `--prefer` and
-//! `--near`, the command-line form of the rule keys `core-type`, `prefer` and `near`
-//! (see `shape`). One struct, flattened into every command that places a request.
+//! The placement flags on the command line.
+//!
+//! - [`ShapeFlags`]: `--core-type`, `--prefer` and `--near`, the command-line form of the
+//!   rule keys `core-type`, `prefer` and `near` (see `shape`); flattened into `plan` and,
+//!   through [`PlaceFlags`], into `run` and `pin`.
+//! - [`PlaceFlags`]: the placement of `pinnerd run` and `pinnerd pin`, the vocabulary of
+//!   a rule's `[rule.place]` (`--count`, `--policy`, `--smt`, `--cpus`, `--within`, and
+//!   the shape flags), or `--rule NAME` for a loaded rule's placement.
+//!
+//! Must not touch: choosing CPUs. These flags only become a [`PlaceSpec`], checked as a
+//! rule file's `[rule.place]` is (no `cpus` with `count`, no `count = 0`, no `count`
+//! larger than `within`, no shape with `cpus`).
 
+use anyhow::bail;
+
+use crate::api::PlaceSpec;
+use crate::cpuset::CpuSet;
+use crate::placement::{Policy, SmtPolicy};
+use crate::rules::{CpuTarget, PlacementRequest};
 use crate::shape::{Prefer, Shape};
 use crate::topology::CoreType;
 
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct PlaceFlags {
+/// The flags that shape a count request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct ShapeFlags {
     /// Only CPUs of this kind: performance or efficiency (a machine with one kind of
     /// core has only performance cores). Refused, never widened, when the kind cannot
     /// hold the request.
@@ -22,13 +38,197 @@ pub struct PlaceFlags {
     pub near: Option<String>,
 }
 
-impl PlaceFlags {
+impl ShapeFlags {
     /// The flags as a request shape.
     pub fn shape(&self) -> Shape {
         Shape {
             core_type: self.core_type,
             prefer: self.prefer,
             near: self.near.clone(),
+        }
+    }
+}
+
+/// Where to place, as a rule's `[rule.place]` says it. Without any flag: one CPU.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct PlaceFlags {
+    /// This many CPUs, chosen from the latency matrix (default 1).
+    #[arg(long, short = 'k', value_name = "N", conflicts_with_all = ["cpus", "rule"])]
+    pub count: Option<u32>,
+    /// compact (threads that talk) or spread (independent workers); with a count.
+    #[arg(long, value_name = "POLICY", conflicts_with_all = ["cpus", "rule"])]
+    pub policy: Option<Policy>,
+    /// allow, avoid or prefer-siblings; with a count.
+    #[arg(long, value_name = "SMT", conflicts_with_all = ["cpus", "rule"])]
+    pub smt: Option<SmtPolicy>,
+    /// Exactly these CPUs (kernel list format, e.g. 2-5,8), as `taskset -c` would.
+    #[arg(long, value_name = "LIST", conflicts_with = "rule")]
+    pub cpus: Option<CpuSet>,
+    /// With a count: choose among these CPUs only.
+    #[arg(long, value_name = "LIST", conflicts_with_all = ["cpus", "rule"])]
+    pub within: Option<CpuSet>,
+    /// Use the `[rule.place]` of the loaded rule NAME.
+    #[arg(long, value_name = "NAME")]
+    pub rule: Option<String>,
+    #[command(flatten)]
+    pub shape: ShapeFlags,
+}
+
+impl PlaceFlags {
+    /// The placement these flags ask for, checked as a rule's `[rule.place]` is.
+    pub fn spec(&self) -> anyhow::Result<PlaceSpec> {
+        let shape = self.shape.shape();
+        if !shape.is_empty() && (self.rule.is_some() || self.cpus.is_some()) {
+            let with = if self.rule.is_some() {
+                "--rule"
+            } else {
+                "--cpus"
+            };
+            bail!(
+                "--core-type, --prefer and --near shape a --count; they cannot be used with {with}"
+            );
+        }
+        if let Some(near) = &shape.near {
+            if let Err(why) = crate::devices::check_name(near) {
+                bail!("--near {near:?}: {why}");
+            }
+        }
+        if let Some(name) = &self.rule {
+            if name.is_empty() {
+                bail!("--rule: a rule name cannot be empty");
+            }
+            return Ok(PlaceSpec::Rule(name.clone()));
+        }
+        if let Some(cpus) = &self.cpus {
+            if cpus.is_empty() {
+                bail!("--cpus: the CPU list is empty");
+            }
+            return Ok(PlaceSpec::Request(PlacementRequest {
+                target: CpuTarget::Cpus(cpus.clone()),
+                within: None,
+                policy: Policy::default(),
+                smt: SmtPolicy::default(),
+                exclusive: false,
+                shape: Shape::default(),
+            }));
+        }
+        let count = self.count.unwrap_or(1);
+        if count == 0 {
+            bail!("--count 0: at least one CPU is needed");
+        }
+        if let Some(w) = &self.within {
+            if w.is_empty() {
+                bail!("--within: the CPU list is empty");
+            }
+            if count as usize > w.len() {
+                bail!(
+                    "--count {count} is larger than --within {w} ({} CPUs)",
+                    w.len()
+                );
+            }
+        }
+        Ok(PlaceSpec::Request(PlacementRequest {
+            target: CpuTarget::Count(count),
+            within: self.within.clone(),
+            policy: self.policy.unwrap_or_default(),
+            smt: self.smt.unwrap_or_default(),
+            exclusive: false,
+            shape,
+        }))
+    }
+}
+
+/// A placement in words: `2 CPUs (compact, smt avoid) within 0-7`, `CPUs 3-4`,
+/// `rule "feed"`.
+pub fn describe(spec: &PlaceSpec) -> String {
+    match spec {
+        PlaceSpec::Rule(name) => format!("rule {name:?}"),
+        PlaceSpec::Request(r) => {
+            let mut s = crate::plan::describe_request(r);
+            if let Some(w) = &r.within {
+                s.push_str(&format!(" within {w}"));
+            }
+            s
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Debug, Parser)]
+    struct T {
+        #[command(flatten)]
+        place: PlaceFlags,
+    }
+
+    fn spec(args: &[&str]) -> anyhow::Result<PlaceSpec> {
+        let t = T::try_parse_from(std::iter::once("t").chain(args.iter().copied()))?;
+        t.place.spec()
+    }
+
+    #[test]
+    fn no_flag_means_one_cpu_compact() {
+        let PlaceSpec::Request(r) = spec(&[]).unwrap() else {
+            panic!("a request")
+        };
+        assert_eq!(r.target, CpuTarget::Count(1));
+        assert_eq!((r.policy, r.smt), (Policy::Compact, SmtPolicy::Allow));
+        assert!(r.within.is_none() && !r.exclusive);
+    }
+
+    #[test]
+    fn the_rule_vocabulary_becomes_a_request() {
+        let PlaceSpec::Request(r) = spec(&[
+            "--count", "2", "--policy", "spread", "--smt", "avoid", "--within", "0-3",
+        ])
+        .unwrap() else {
+            panic!("a request")
+        };
+        assert_eq!(r.target, CpuTarget::Count(2));
+        assert_eq!((r.policy, r.smt), (Policy::Spread, SmtPolicy::Avoid));
+        assert_eq!(r.within, Some("0-3".parse().unwrap()));
+        assert_eq!(
+            describe(&PlaceSpec::Request(r)),
+            "2 CPUs (spread, smt avoid) within 0-3"
+        );
+        let PlaceSpec::Request(r) = spec(&["--cpus", "1,3"]).unwrap() else {
+            panic!("a request")
+        };
+        assert_eq!(r.target, CpuTarget::Cpus("1,3".parse().unwrap()));
+        assert_eq!(
+            spec(&["--rule", "feed"]).unwrap(),
+            PlaceSpec::Rule("feed".into())
+        );
+    }
+
+    #[test]
+    fn what_a_rule_file_refuses_the_flags_refuse() {
+        for (args, want) in [
+            (&["--count", "2", "--cpus", "1"][..], "cannot be used with"),
+            (
+                &["--cpus", "1", "--smt", "avoid"][..],
+                "cannot be used with",
+            ),
+            (
+                &["--cpus", "1", "--within", "0-3"][..],
+                "cannot be used with",
+            ),
+            (&["--rule", "x", "--count", "1"][..], "cannot be used with"),
+            (&["--count", "0"][..], "--count 0"),
+            (
+                &["--count", "5", "--within", "0-3"][..],
+                "larger than --within",
+            ),
+            (&["--policy", "tight"][..], "unknown policy"),
+            (&["--cpus", "1-"][..], "--cpus"),
+            (&["--rule", ""][..], "cannot be empty"),
+        ] {
+            let e = spec(args).unwrap_err().to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
         }
     }
 }

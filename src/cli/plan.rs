@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::json;
 
-use super::place_flags::PlaceFlags;
+use super::place_flags::ShapeFlags;
 use super::topology::ns;
 use crate::cpuset::CpuSet;
 use crate::devices;
@@ -43,7 +43,7 @@ pub struct PlanArgs {
     #[arg(long)]
     pub exclude: Option<CpuSet>,
     #[command(flatten)]
-    pub place: PlaceFlags,
+    pub place: ShapeFlags,
     /// Latency matrix (our JSON or core-to-core-latency CSV); default: this machine's.
     #[arg(long)]
     pub matrix: Option<PathBuf>,

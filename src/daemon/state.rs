@@ -49,6 +49,7 @@ use super::{DaemonError, Event, ReloadCause};
 
 mod irqs;
 mod measuring;
+mod pinning;
 mod sched_ext;
 mod shaping;
 
@@ -495,19 +496,10 @@ impl State {
                     Err(e) => Err(CommandError::from_manager(pid, e)),
                 }
             }
-            Command::PlanShaped {
-                count,
-                policy,
-                smt,
-                shape,
-            } => self.plan_shaped(count, policy, smt, shape),
-            Command::PinShaped {
-                pid,
-                count,
-                policy,
-                smt,
-                shape,
-            } => self.pin_shaped(pid, count, policy, smt, shape),
+            cmd @ (Command::PinWith { .. }
+            | Command::PlanWith { .. }
+            | Command::Owner { .. }
+            | Command::AsOwner { .. }) => self.runtime_command(cmd),
             Command::Release { pid } => {
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
                 let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
@@ -1778,5 +1770,79 @@ mod tests {
             Some(1_700_000_000_000_000),
             "the earlier time"
         );
+    }
+
+    #[test]
+    fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
+        use crate::api::PlaceSpec;
+        let (mut s, _d, _job) = started(Timing::default());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        assert_eq!(s.command(Command::Owner { pid }).unwrap(), Reply::Owner(0));
+        let place = PlaceSpec::Request(PlacementRequest {
+            target: CpuTarget::Count(1),
+            within: None,
+            policy: Policy::Compact,
+            smt: SmtPolicy::Allow,
+            exclusive: false,
+            shape: Default::default(),
+        });
+        let pin = Command::PinWith {
+            pid,
+            place: place.clone(),
+        };
+        // Authorized for uid 1000's process, but it is root's now: nothing is pinned.
+        match s.command(Command::AsOwner {
+            uid: 1000,
+            command: Box::new(pin.clone()),
+        }) {
+            Err(e @ CommandError::NotOwner { uid: 1000, .. }) => {
+                assert_eq!(
+                    e.to_string(),
+                    format!("pid {pid}: not a process of uid 1000")
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            s.command(Command::ListManaged).unwrap(),
+            Reply::Managed(vec![])
+        );
+        let Ok(Reply::Cpus(cpus)) = s.command(Command::AsOwner {
+            uid: 0,
+            command: Box::new(pin),
+        }) else {
+            panic!("the owner's pin")
+        };
+        assert_eq!(cpus.len(), 1);
+        let Reply::Managed(list) = s.command(Command::ListManaged).unwrap() else {
+            panic!()
+        };
+        assert!(
+            list.iter().any(|e| e.pid == pid && e.rule == "(runtime)"),
+            "{list:?}"
+        );
+        match s.command(Command::PlanWith {
+            place: PlaceSpec::Rule("nope".into()),
+        }) {
+            Err(CommandError::NoRule(m)) => assert_eq!(m, "no loaded rule is named \"nope\""),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            s.command(Command::AsOwner {
+                uid: 0,
+                command: Box::new(Command::Metrics)
+            }),
+            Err(CommandError::InvalidArgs(_))
+        ));
+        assert!(matches!(
+            s.command(Command::Owner { pid: 0 }),
+            Err(CommandError::NoSuchProcess(0))
+        ));
+        child.kill().unwrap();
+        child.wait().unwrap();
     }
 }

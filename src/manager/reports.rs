@@ -68,6 +68,12 @@ impl Manager {
         self.protected.values().cloned().collect()
     }
 
+    /// The real uid of process `pid` (the owner the kernel checks affinity calls
+    /// against); `None` when there is no such process.
+    pub fn owner(&self, pid: i32) -> Option<u32> {
+        self.procs.snapshot(pid).map(|s| s.info.uid)
+    }
+
     /// [`Manager::explain`] as user `caller_uid` may see it: root and the process's owner
     /// get all of it; anyone else only the rule that manages it and its CPUs — never the
     /// command line, the executable or the verdicts that would reveal them, which the

@@ -107,6 +107,9 @@ fn make_install_prefix_usr_is_the_package_layout() {
         "usr/share/man/man5/pinnerd.toml.5",
         "usr/share/man/man8/",
         "usr/share/man/man8/pinnerd.8",
+        "usr/share/polkit-1/",
+        "usr/share/polkit-1/actions/",
+        "usr/share/polkit-1/actions/org.pinnerd.policy",
         "usr/share/zsh/",
         "usr/share/zsh/vendor-completions/",
         "usr/share/zsh/vendor-completions/_pinnerd",
@@ -132,6 +135,10 @@ fn make_install_prefix_usr_is_the_package_layout() {
         (
             "usr/lib/systemd/system/pinnerd.service",
             "systemd/pinnerd.service",
+        ),
+        (
+            "usr/share/polkit-1/actions/org.pinnerd.policy",
+            "polkit/org.pinnerd.policy",
         ),
         (
             "usr/share/doc/pinnerd/examples/pinnerd.toml",
@@ -184,6 +191,11 @@ fn make_install_prefix_usr_local_rewrites_the_unit_and_uninstalls() {
         .join("etc/dbus-1/system.d/org.pinnerd.Pinnerd1.conf")
         .is_file());
     assert!(!dest.path().join("usr/local/share/dbus-1/system.d").exists());
+    // polkitd reads actions from /usr/share/polkit-1/actions only.
+    assert!(dest
+        .path()
+        .join("usr/share/polkit-1/actions/org.pinnerd.policy")
+        .is_file());
     // The interface XML is for tools, which read every data directory; zsh looks for
     // local completions in site-functions.
     for f in [
@@ -251,6 +263,7 @@ fn deb_metadata_names_existing_files() {
         "usr/share/bash-completion/completions/pinnerd",
         "usr/share/zsh/vendor-completions/",
         "usr/share/fish/vendor_completions.d/",
+        "usr/share/polkit-1/actions/",
         "usr/share/doc/pinnerd/examples/",
         "usr/share/doc/pinnerd/examples/pinnerd.d/",
         "usr/share/doc/pinnerd/",

@@ -32,8 +32,8 @@ accel=${PINNERD_VM_ACCEL:-auto}
 suite=bookworm
 # What the checks need besides the package: systemd as PID 1, the system bus, busctl
 # (systemd), setpriv and taskset (util-linux), jq for JSON, python3 for the workload,
-# irqbalance for irqs-away-with-irqbalance.
-packages=systemd,systemd-sysv,dbus,util-linux,procps,python3-minimal,jq,irqbalance
+# irqbalance for irqs-away-with-irqbalance, polkitd for polkit-own-process.
+packages=systemd,systemd-sysv,dbus,util-linux,procps,python3-minimal,jq,irqbalance,polkitd
 # Keep the image small; the package's own docs stay (the checks look at them).
 dpkgopts=(
     'path-exclude=/usr/share/man/*'

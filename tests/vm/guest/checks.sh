@@ -281,7 +281,7 @@ check_package() {
     esac
     for f in /usr/bin/pinnerd /usr/lib/systemd/system/pinnerd.service \
         /usr/share/dbus-1/system.d/org.pinnerd.Pinnerd1.conf /usr/share/doc/pinnerd/README.md \
-        /usr/share/doc/pinnerd/examples/pinnerd.toml; do
+        /usr/share/doc/pinnerd/examples/pinnerd.toml /usr/share/polkit-1/actions/org.pinnerd.policy; do
         [ -f "$f" ] || missing+=("$f")
     done
     [ ${#missing[@]} -eq 0 ] || {
@@ -419,6 +419,7 @@ check_dbus_introspect() {
         return 1
     }
     for name in Remeasure Reload GetMatrix ListManaged Explain Plan PinProcess ReleaseProcess Metrics \
+        PinProcessWith PlanWith \
         Version State MeasuredAt Fingerprint CpuCount RuleCount ManagedProcesses \
         ManagedThreads RuleErrors MeasurementFinished RulesReloaded; do
         grep -q "^\.$name " <<<"$out" || missing+=("$name")
@@ -765,10 +766,12 @@ check_nonroot_refused() {
             echo "nobody was allowed to call $method: $out"
             return 1
         fi
+        # The bus lets the call through; the daemon asks polkit, whose default for
+        # org.pinnerd.manage (auth_admin_keep) refuses a caller without an agent.
         case $out in
-        *"Access denied"* | *AccessDenied* | *"Rejected send message"*) ;;
+        *"not authorized for org.pinnerd.manage (caller uid 65534)"*) ;;
         *)
-            echo "$method as nobody failed, but not with access denied: $out"
+            echo "$method as nobody failed, but not refused by the daemon through polkit: $out"
             return 1
             ;;
         esac
@@ -842,6 +845,81 @@ check_structured_bus_calls() {
         return 1
     }
     echo "as nobody: ListManagedCpus $cpus, ExplainJson $json"
+}
+
+# An unprivileged user granted org.pinnerd.pin-own-process by a polkit rules file (the
+# VM has no graphical session to be "active" in) pins and releases a process of their
+# own with `pinnerd pin`, runs a command registered with `pinnerd run`, and is refused
+# root's process (org.pinnerd.manage, auth_admin_keep by default).
+check_polkit_own_process() {
+    local user=pinuser uid gid own roots out cpus rc=0
+    id "$user" >/dev/null 2>&1 || useradd --system --no-create-home --shell /usr/sbin/nologin "$user" || {
+        echo "cannot create $user"
+        return 1
+    }
+    uid=$(id -u "$user") gid=$(id -g "$user")
+    mkdir -p /etc/polkit-1/rules.d
+    printf '%s\n' 'polkit.addRule(function(action, subject) {' \
+        "    if (action.id == \"org.pinnerd.pin-own-process\" && subject.user == \"$user\")" \
+        '        return polkit.Result.YES;' '});' >/etc/polkit-1/rules.d/50-pinnerd-vm.rules
+    systemctl restart polkit.service || {
+        echo "polkit.service did not (re)start: $(systemctl status --no-pager polkit.service 2>&1 | tail -n 5)"
+        return 1
+    }
+    as_user() { setpriv --reuid="$uid" --regid="$gid" --clear-groups "$@"; }
+    # Not through the function: `as_user … &` would fork a subshell, and $! would be
+    # that bash, not the user's sleep.
+    setpriv --reuid="$uid" --regid="$gid" --clear-groups sleep 300 &
+    own=$!
+    sleep 300 &
+    roots=$!
+    wait_for 10 grep -qx sleep "/proc/$own/comm" || {
+        echo "the user's sleep did not start"
+        rc=1
+    }
+    if [ $rc -eq 0 ]; then
+        if out=$(as_user pinnerd pin "$own" --cpus 3 2>&1) && mask_is "$own" 3; then
+            echo "own pid $own pinned to 3;"
+        else
+            echo "pinning their own process failed: $out (mask $(uniform_mask "$own"))"
+            rc=1
+        fi
+    fi
+    if [ $rc -eq 0 ]; then
+        if out=$(as_user pinnerd release "$own" 2>&1) && mask_is "$own" "$ALL_CPUS"; then
+            echo "released;"
+        else
+            echo "releasing their own process failed: $out (mask $(uniform_mask "$own"))"
+            rc=1
+        fi
+    fi
+    if [ $rc -eq 0 ]; then
+        if out=$(as_user pinnerd pin "$roots" --count 1 2>&1); then
+            echo "the user pinned root's pid $roots: $out"
+            rc=1
+        elif [[ $out != *"not authorized for org.pinnerd.manage (caller uid $uid)"* ]] ||
+            ! mask_is "$roots" "$ALL_CPUS"; then
+            echo "root's process: refused, but not by polkit's manage action: $out (mask $(uniform_mask "$roots"))"
+            rc=1
+        else
+            echo "root's pid $roots refused;"
+        fi
+    fi
+    if [ $rc -eq 0 ]; then
+        # Registered: the daemon pinned it, so pinnerd has nothing to say on stderr.
+        if out=$(as_user pinnerd run --count 2 --smt avoid -- grep Cpus_allowed_list /proc/self/status 2>&1) &&
+            [[ $out == Cpus_allowed_list:* ]] && [ "$(wc -l <<<"$out")" -eq 1 ]; then
+            cpus=$(awk '{ print $2 }' <<<"$out")
+            echo "pinnerd run as $user: CPUs $cpus, registered"
+        else
+            echo "pinnerd run as $user: $out"
+            rc=1
+        fi
+    fi
+    kill "$own" "$roots" 2>/dev/null
+    wait "$own" "$roots" 2>/dev/null
+    rm -f /etc/polkit-1/rules.d/50-pinnerd-vm.rules
+    return $rc
 }
 
 check_restart() {
@@ -1207,6 +1285,7 @@ run_check irqs-away-with-irqbalance check_irqs_away_with_irqbalance 180
 run_check nonroot-refused check_nonroot_refused 60
 run_check interface-xml-installed check_interface_xml_installed 60
 run_check structured-bus-calls check_structured_bus_calls 60
+run_check polkit-own-process check_polkit_own_process 90
 run_check restart-keeps-pinned check_restart 120
 run_check kill9-keeps-pinned check_kill9 120
 run_check restore-after-crash check_restore_after_crash 60

@@ -1,0 +1,131 @@
+//! Run-time pins in the rule vocabulary (`PinProcessWith`, `PlanWith`, what `pinnerd run`
+//! and `pinnerd pin` ask for) and the owner checks polkit decisions rest on. Split from
+//! `state.rs` to keep each file readable; same state, same loop.
+
+use crate::api::{Command, CommandError, PlaceSpec, Reply};
+use crate::cpuset::CpuSet;
+use crate::plan::Choose;
+use crate::rules::{CpuTarget, PlacementRequest};
+use crate::shape::Shaper;
+
+use super::State;
+
+impl State {
+    /// Answers [`Command::PinWith`], [`Command::PlanWith`], [`Command::Owner`] and
+    /// [`Command::AsOwner`].
+    pub(super) fn runtime_command(&mut self, cmd: Command) -> Result<Reply, CommandError> {
+        match cmd {
+            Command::PinWith { pid, place } => {
+                let request = self.resolve_place(&place)?;
+                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
+                let cpus = self
+                    .runtime_cpus(&request)?
+                    .map_err(|source| CommandError::Pin { pid, source })?;
+                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
+                match m.pin(pid_i, &cpus) {
+                    Ok(changes) => {
+                        tracing::info!(pid, %cpus, "pinned at run time");
+                        self.after_manager(changes);
+                        Ok(Reply::Cpus(cpus))
+                    }
+                    Err(e) => Err(CommandError::from_manager(pid, e)),
+                }
+            }
+            Command::PlanWith { place } => {
+                let request = self.resolve_place(&place)?;
+                let cpus = self
+                    .runtime_cpus(&request)?
+                    .map_err(|e| CommandError::InvalidArgs(e.to_string()))?;
+                Ok(Reply::Cpus(cpus))
+            }
+            Command::Owner { pid } => self.owner(pid).map(Reply::Owner),
+            Command::AsOwner { uid, command } => {
+                let pid = command.target_pid().ok_or_else(|| {
+                    CommandError::InvalidArgs("only a pin or a release acts for an owner".into())
+                })?;
+                let owner = self.owner(pid)?;
+                if owner != uid {
+                    tracing::warn!(pid, uid, owner, "refused: the process changed hands");
+                    return Err(CommandError::NotOwner { pid, uid });
+                }
+                self.command(*command)
+            }
+            other => Err(CommandError::InvalidArgs(format!(
+                "not a run-time pin command: {other:?}"
+            ))),
+        }
+    }
+
+    /// The real uid of process `pid`.
+    fn owner(&self, pid: u32) -> Result<u32, CommandError> {
+        let m = self.manager.as_ref().ok_or(CommandError::Starting)?;
+        i32::try_from(pid)
+            .ok()
+            .filter(|&p| p > 0)
+            .and_then(|p| m.owner(p))
+            .ok_or(CommandError::NoSuchProcess(pid))
+    }
+
+    /// The request a placement names: its own keys, checked against this machine, or
+    /// the `[rule.place]` of a loaded rule (never exclusive: a run-time pin holds
+    /// nothing against the rules).
+    fn resolve_place(&self, place: &PlaceSpec) -> Result<PlacementRequest, CommandError> {
+        let mut request = match place {
+            PlaceSpec::Rule(name) => {
+                let rule = self.rules.rules.get(name).ok_or_else(|| {
+                    CommandError::NoRule(format!("no loaded rule is named {name:?}"))
+                })?;
+                rule.place.clone().ok_or_else(|| {
+                    CommandError::NoRule(format!(
+                        "rule {name:?} has no [rule.place] (it places threads by name only)"
+                    ))
+                })?
+            }
+            PlaceSpec::Request(r) => r.clone(),
+        };
+        request.exclusive = false;
+        match &request.target {
+            CpuTarget::Count(n) => {
+                let usable = self.usable().len();
+                if *n == 0 || *n as usize > usable {
+                    return Err(CommandError::InvalidArgs(format!(
+                        "count {n}: must be between 1 and the {usable} usable CPUs"
+                    )));
+                }
+            }
+            CpuTarget::Cpus(c) => {
+                let online = self.online();
+                if c.is_empty() || !c.is_subset(&online) {
+                    return Err(CommandError::InvalidArgs(format!(
+                        "cpus {c}: not all online (online: {online})"
+                    )));
+                }
+            }
+        }
+        Ok(request)
+    }
+
+    /// The CPUs a run-time pin of `request` gets now: among those online, not reserved
+    /// for housekeeping and held by no exclusive rule (see [`crate::plan::Plan::pin`]).
+    fn runtime_cpus(
+        &mut self,
+        request: &PlacementRequest,
+    ) -> Result<Result<CpuSet, crate::plan::PinError>, CommandError> {
+        self.domains()?;
+        let m = self.manager.as_ref().ok_or(CommandError::Starting)?;
+        if request.shape.is_empty() {
+            let d = self.domains.as_ref().map(|d| d as &dyn Choose);
+            return Ok(m.plan().pin(request, d));
+        }
+        // `core-type`, `prefer`, `near`: the machine's facts and the device, now.
+        let (facts, devices) = self.shaping_inputs(request.shape.near.as_deref());
+        let facts = facts.ok_or(CommandError::Starting)?;
+        let domains = self.domains.as_ref().ok_or(CommandError::Starting)?;
+        let shaper = Shaper {
+            domains,
+            facts: &facts,
+            devices: &devices,
+        };
+        Ok(m.plan().pin(request, Some(&shaper)))
+    }
+}

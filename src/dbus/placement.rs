@@ -1,0 +1,221 @@
+//! The `placement` dict of `PinProcessWith` and `PlanWith` (`a{sv}`): the vocabulary of a
+//! rule's `[rule.place]` on the bus, read into the loop's [`PlaceSpec`] and written from
+//! it for clients. Split from `dbus.rs`; checked before anything reaches the loop.
+
+use std::collections::HashMap;
+
+use super::{check_len, MethodError, Result, MAX_STRING};
+use crate::api::PlaceSpec;
+
+/// The keys of a `placement` dict (`PinProcessWith`, `PlanWith`).
+pub const PLACEMENT_KEYS: [&str; 9] = [
+    "count",
+    "policy",
+    "smt",
+    "within",
+    "cpus",
+    "rule",
+    "core-type",
+    "prefer",
+    "near",
+];
+
+/// A `placement` dict as the loop's [`PlaceSpec`], checked as a rule's `[rule.place]`
+/// is: known keys of the right types, strings of at most [`MAX_STRING`] bytes, `rule`
+/// alone, `cpus` without the count keys.
+pub fn place_spec(dict: &HashMap<String, zbus::OwnedVariant>) -> Result<PlaceSpec> {
+    let invalid = |m: String| MethodError::InvalidArgs(format!("placement: {m}"));
+    let mut keys: Vec<&str> = dict.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    if let Some(k) = keys.iter().find(|k| !PLACEMENT_KEYS.contains(k)) {
+        let k: String = k.chars().take(MAX_STRING).collect();
+        return Err(invalid(format!(
+            "unknown key {k:?}; expected {}",
+            PLACEMENT_KEYS.join(", ")
+        )));
+    }
+    let text = |key: &str| -> Result<Option<String>> {
+        let Some(v) = dict.get(key) else {
+            return Ok(None);
+        };
+        let s = String::try_from(&**v)
+            .map_err(|_| invalid(format!("{key}: a string (s) is expected")))?;
+        check_len(key, &s)?;
+        Ok(Some(s))
+    };
+    let list = |key: &str| -> Result<Option<crate::cpuset::CpuSet>> {
+        text(key)?
+            .map(|s| s.parse().map_err(|e| invalid(format!("{key}: {e}"))))
+            .transpose()
+    };
+    if let Some(rule) = text("rule")? {
+        if keys.len() > 1 {
+            return Err(invalid("`rule` cannot be given with other keys".into()));
+        }
+        if rule.is_empty() {
+            return Err(invalid("rule: a rule name cannot be empty".into()));
+        }
+        return Ok(PlaceSpec::Rule(rule));
+    }
+    let count = match dict.get("count") {
+        Some(v) => Some(
+            u32::try_from(&**v)
+                .map_err(|_| invalid("count: an unsigned integer (u) is expected".into()))?,
+        ),
+        None => None,
+    };
+    let flags = crate::cli::place_flags::PlaceFlags {
+        count,
+        policy: text("policy")?
+            .map(|p| p.parse())
+            .transpose()
+            .map_err(|e: crate::placement::UnknownWord| invalid(e.to_string()))?,
+        smt: text("smt")?
+            .map(|p| p.parse())
+            .transpose()
+            .map_err(|e: crate::placement::UnknownWord| invalid(e.to_string()))?,
+        cpus: list("cpus")?,
+        within: list("within")?,
+        rule: None,
+        shape: crate::cli::place_flags::ShapeFlags {
+            core_type: text("core-type")?
+                .map(|p| p.parse())
+                .transpose()
+                .map_err(|e: crate::placement::UnknownWord| invalid(e.to_string()))?,
+            prefer: text("prefer")?
+                .map(|p| p.parse())
+                .transpose()
+                .map_err(|e: crate::placement::UnknownWord| invalid(e.to_string()))?,
+            near: text("near")?,
+        },
+    };
+    if flags.cpus.is_some() {
+        if let Some(k) = [
+            "count",
+            "policy",
+            "smt",
+            "within",
+            "core-type",
+            "prefer",
+            "near",
+        ]
+        .into_iter()
+        .find(|k| dict.contains_key(*k))
+        {
+            return Err(invalid(format!("`cpus` and `{k}` cannot both be given")));
+        }
+    }
+    // The flags' messages name them as flags; on the bus they are keys.
+    flags
+        .spec()
+        .map_err(|e| invalid(e.to_string().replace("--", "")))
+}
+
+/// A [`PlaceSpec`] as the `placement` dict of `PinProcessWith` and `PlanWith`.
+pub fn placement_dict(spec: &PlaceSpec) -> HashMap<&'static str, zbus::Variant<'static>> {
+    use crate::rules::CpuTarget;
+    let mut d = HashMap::new();
+    match spec {
+        PlaceSpec::Rule(name) => {
+            d.insert("rule", zbus::Variant::from(name.clone()));
+        }
+        PlaceSpec::Request(r) => match &r.target {
+            CpuTarget::Cpus(c) => {
+                d.insert("cpus", zbus::Variant::from(c.to_string()));
+            }
+            CpuTarget::Count(n) => {
+                d.insert("count", zbus::Variant::from(*n));
+                d.insert("policy", zbus::Variant::from(r.policy.to_string()));
+                d.insert("smt", zbus::Variant::from(r.smt.to_string()));
+                if let Some(w) = &r.within {
+                    d.insert("within", zbus::Variant::from(w.to_string()));
+                }
+                if let Some(k) = r.shape.core_type {
+                    d.insert("core-type", zbus::Variant::from(k.to_string()));
+                }
+                if let Some(p) = r.shape.prefer {
+                    d.insert("prefer", zbus::Variant::from(p.to_string()));
+                }
+                if let Some(n) = &r.shape.near {
+                    d.insert("near", zbus::Variant::from(n.clone()));
+                }
+            }
+        },
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::placement::{Policy, SmtPolicy};
+
+    fn dict(entries: &[(&str, zbus::Variant<'static>)]) -> HashMap<String, zbus::OwnedVariant> {
+        entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), zbus::OwnedVariant::try_from(v).unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_placement_dict_is_checked_as_a_rule_place_is() {
+        use crate::rules::CpuTarget;
+        use zbus::Variant as V;
+        let spec = PlaceSpec::Request(crate::rules::PlacementRequest {
+            target: CpuTarget::Count(2),
+            within: Some("0-3".parse().unwrap()),
+            policy: Policy::Spread,
+            smt: SmtPolicy::Avoid,
+            exclusive: false,
+            shape: Default::default(),
+        });
+        // What a client sends reads back as what it meant.
+        let sent: HashMap<String, zbus::OwnedVariant> = placement_dict(&spec)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), zbus::OwnedVariant::try_from(&v).unwrap()))
+            .collect();
+        assert_eq!(place_spec(&sent).unwrap(), spec);
+        let rule = PlaceSpec::Rule("feed".into());
+        let sent: HashMap<String, zbus::OwnedVariant> = placement_dict(&rule)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), zbus::OwnedVariant::try_from(&v).unwrap()))
+            .collect();
+        assert_eq!(place_spec(&sent).unwrap(), rule);
+        assert!(matches!(
+            place_spec(&dict(&[])).unwrap(),
+            PlaceSpec::Request(r) if r.target == CpuTarget::Count(1)
+        ));
+        for (d, want) in [
+            (
+                dict(&[("colour", V::from("red"))]),
+                "unknown key \"colour\"",
+            ),
+            (
+                dict(&[("count", V::from("2"))]),
+                "count: an unsigned integer",
+            ),
+            (dict(&[("cpus", V::from(3u32))]), "cpus: a string"),
+            (
+                dict(&[("rule", V::from("x")), ("count", V::from(1u32))]),
+                "`rule` cannot be given with other keys",
+            ),
+            (
+                dict(&[("cpus", V::from("1")), ("smt", V::from("avoid"))]),
+                "`cpus` and `smt` cannot both be given",
+            ),
+            (
+                dict(&[("count", V::from(0u32))]),
+                "placement: count 0: at least one CPU",
+            ),
+            (dict(&[("within", V::from("3-"))]), "within:"),
+            (dict(&[("policy", V::from("tight"))]), "unknown policy"),
+            (
+                dict(&[("within", V::from("x".repeat(65)))]),
+                "within: longer than 64 bytes",
+            ),
+        ] {
+            let e = place_spec(&d).unwrap_err().to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        }
+    }
+}
