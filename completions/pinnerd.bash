@@ -49,14 +49,23 @@ _pinnerd() {
             pinnerd,metrics)
                 cmd="pinnerd__subcmd__metrics"
                 ;;
+            pinnerd,pin)
+                cmd="pinnerd__subcmd__pin"
+                ;;
             pinnerd,plan)
                 cmd="pinnerd__subcmd__plan"
+                ;;
+            pinnerd,release)
+                cmd="pinnerd__subcmd__release"
                 ;;
             pinnerd,reload)
                 cmd="pinnerd__subcmd__reload"
                 ;;
             pinnerd,remeasure)
                 cmd="pinnerd__subcmd__remeasure"
+                ;;
+            pinnerd,run)
+                cmd="pinnerd__subcmd__run"
                 ;;
             pinnerd,status)
                 cmd="pinnerd__subcmd__status"
@@ -115,14 +124,23 @@ _pinnerd() {
             pinnerd__subcmd__help,metrics)
                 cmd="pinnerd__subcmd__help__subcmd__metrics"
                 ;;
+            pinnerd__subcmd__help,pin)
+                cmd="pinnerd__subcmd__help__subcmd__pin"
+                ;;
             pinnerd__subcmd__help,plan)
                 cmd="pinnerd__subcmd__help__subcmd__plan"
+                ;;
+            pinnerd__subcmd__help,release)
+                cmd="pinnerd__subcmd__help__subcmd__release"
                 ;;
             pinnerd__subcmd__help,reload)
                 cmd="pinnerd__subcmd__help__subcmd__reload"
                 ;;
             pinnerd__subcmd__help,remeasure)
                 cmd="pinnerd__subcmd__help__subcmd__remeasure"
+                ;;
+            pinnerd__subcmd__help,run)
+                cmd="pinnerd__subcmd__help__subcmd__run"
                 ;;
             pinnerd__subcmd__help,status)
                 cmd="pinnerd__subcmd__help__subcmd__status"
@@ -143,7 +161,7 @@ _pinnerd() {
 
     case "${cmd}" in
         pinnerd)
-            opts="-v -h -V --verbose --help --version topology measure plan compare check daemon status remeasure reload managed explain diff fleet metrics export help"
+            opts="-v -h -V --verbose --help --version topology measure plan compare check daemon status remeasure reload managed explain diff fleet metrics export run pin release help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -435,7 +453,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__help)
-            opts="topology measure plan compare check daemon status remeasure reload managed explain diff fleet metrics export help"
+            opts="topology measure plan compare check daemon status remeasure reload managed explain diff fleet metrics export run pin release help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -630,7 +648,35 @@ _pinnerd() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        pinnerd__subcmd__help__subcmd__pin)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         pinnerd__subcmd__help__subcmd__plan)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        pinnerd__subcmd__help__subcmd__release)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -659,6 +705,20 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__help__subcmd__remeasure)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        pinnerd__subcmd__help__subcmd__run)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -719,7 +779,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__measure)
-            opts="-v -h --cpus --budget --primitive --mode --simulate --noise --seed --first-touch --idle-threshold --idle-wait --json --csv --svg --out --sysfs --verbose --help"
+            opts="-v -h --cpus --budget --primitive --mode --simulate --noise --seed --first-touch --idle-threshold --spin-priority --idle-wait --json --csv --svg --out --sysfs --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -759,6 +819,10 @@ _pinnerd() {
                     ;;
                 --idle-threshold)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --spin-priority)
+                    COMPREPLY=($(compgen -W "normal nice-19 idle" -- "${cur}"))
                     return 0
                     ;;
                 --idle-wait)
@@ -802,8 +866,66 @@ _pinnerd() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        pinnerd__subcmd__pin)
+            opts="-k -v -h --bus --count --policy --smt --cpus --within --rule --core-type --prefer --near --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --count)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -k)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --smt)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cpus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --within)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --rule)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --core-type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --prefer)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --near)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         pinnerd__subcmd__plan)
-            opts="-k -v -h --count --policy --smt --exclude --matrix --sysfs --json --live --rules --config --state-dir --measure-budget --no-measure --verbose --help"
+            opts="-k -v -h --count --policy --smt --exclude --core-type --prefer --near --matrix --sysfs --json --live --rules --config --state-dir --measure-budget --no-measure --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -829,6 +951,18 @@ _pinnerd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --core-type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --prefer)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --near)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --matrix)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -850,6 +984,24 @@ _pinnerd() {
                     return 0
                     ;;
                 --measure-budget)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        pinnerd__subcmd__release)
+            opts="-v -h --bus --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --bus)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -890,6 +1042,76 @@ _pinnerd() {
                     return 0
                     ;;
                 --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        pinnerd__subcmd__run)
+            opts="-k -v -h --count --policy --smt --cpus --within --rule --core-type --prefer --near --bus --print --local --rules --config --state-dir --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --count)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -k)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --smt)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cpus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --within)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --rule)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --core-type)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --prefer)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --near)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --rules)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --state-dir)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
