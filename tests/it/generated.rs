@@ -155,6 +155,10 @@ fn every_property_but_the_constant_ones_is_signalled() {
         managed_processes: 1,
         managed_threads: 1,
         rule_errors: vec!["e".into()],
+        sched_ext: Some(pinnerd::sched_ext::SchedExt {
+            state: "enabled".into(),
+            ops: "layered".into(),
+        }),
         ..Snapshot::default()
     };
     let changed = pinnerd::dbus::changed_properties(&old, &new);
