@@ -30,9 +30,8 @@ vm_timeout=${PINNERD_VM_TIMEOUT:-780}
 accel=${PINNERD_VM_ACCEL:-auto}
 suite=bookworm
 # What the checks need besides the package: systemd as PID 1, the system bus, busctl
-# (systemd), setpriv and taskset (util-linux), jq for JSON, python3 for the workload,
-# irqbalance for irqs-away-with-irqbalance.
-packages=systemd,systemd-sysv,dbus,util-linux,procps,python3-minimal,jq,irqbalance
+# (systemd), setpriv and taskset (util-linux), jq for JSON, python3 for the workload.
+packages=systemd,systemd-sysv,dbus,util-linux,procps,python3-minimal,jq
 # Keep the image small; the package's own docs stay (the checks look at them).
 dpkgopts=(
     'path-exclude=/usr/share/man/*'

@@ -918,123 +918,6 @@ check_package_purge() {
 
 # ---------------------------------------------------------------- runner
 
-# irq_reported N: the daemon logged IRQ N as unable to leave (the kernel refused it).
-irq_reported() {
-    journalctl -b --no-pager -o json -u pinnerd.service 2>/dev/null |
-        jq -e --arg n "$1" 'select((.MESSAGE | tostring | test("IRQ cannot leave")) and (.PINNERD_IRQ == $n))' >/dev/null
-}
-# irqs_on CPUS: the IRQs whose effective affinity touches CPUS (kernel list format)
-# and that the daemon did not report as unmovable; prints "N=effective" for each.
-irqs_on() {
-    local d n eff c want
-    want=" $(expand "$1" | tr '\n' ' ')"
-    for d in /proc/irq/[0-9]*; do
-        n=${d##*/}
-        eff=$(cat "$d/effective_affinity_list" 2>/dev/null) || continue
-        for c in $(expand "$eff"); do
-            if [[ "$want" == *" $c "* ]]; then
-                irq_reported "$n" || echo "$n=$eff"
-                break
-            fi
-        done
-    done
-}
-# irqbalance_banned: the CPU mask irqbalance bans now, from its socket's `setup` reply.
-irqbalance_banned() {
-    python3 -c '
-import socket, sys, re
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.connect("/run/irqbalance/irqbalance%s.sock" % sys.argv[1])
-s.sendall(b"setup")
-s.shutdown(socket.SHUT_WR)
-data = b""
-while True:
-    b = s.recv(4096)
-    if not b:
-        break
-    data += b
-m = re.search(rb"BANNED ([0-9a-fA-F,]+)", data)
-print(m.group(1).decode().replace(",", "").lstrip("0") or "0" if m else "?")
-' "$(pgrep -xo irqbalance)"
-}
-irqbalance_bans_none() { [ "$(irqbalance_banned)" = 0 ]; }
-# irqs_moved_logged: how many IRQs the daemon's last "IRQs moved away" says it moved;
-# fails when it has not said it.
-irqs_moved_logged() {
-    journalctl -b --no-pager -o json -u pinnerd.service |
-        jq -r 'select(.MESSAGE == "IRQs moved away") | .PINNERD_MOVED' | tail -1 | grep .
-}
-export -f irq_reported irqs_on irqbalance_banned irqbalance_bans_none irqs_moved_logged
-
-check_irqs_away_with_irqbalance() {
-    local pid after moved n banned
-    systemctl start irqbalance.service 2>&1
-    wait_for 30 pgrep -x irqbalance || {
-        echo "irqbalance is not running: $(systemctl status --no-pager irqbalance.service 2>&1 | tail -3)"
-        return 1
-    }
-    wait_for 30 test -S "/run/irqbalance/irqbalance$(pgrep -xo irqbalance).sock" || {
-        echo "no irqbalance socket: $(ls /run/irqbalance 2>&1)"
-        return 1
-    }
-    pid=$(start_workload vmwork-irq 2) || {
-        echo "$pid"
-        return 1
-    }
-    for n in /proc/irq/[0-9]*; do
-        echo "${n##*/}=$(cat "$n/smp_affinity_list")"
-    done >"$WORK/irqs-before"
-    printf '%s\n' '[[rule]]' 'name = "vm-irqs"' '[rule.match]' 'comm = "vmwork-irq"' \
-        '[rule.place]' 'cpus = "6-7"' 'exclusive = true' 'irqs = "away"' | put_rule 60-vm-irqs.toml
-    wait_for 30 mask_is "$pid" 6-7 || {
-        echo "workload not pinned to 6-7: $(masks "$pid")"
-        return 1
-    }
-    wait_for 30 irqs_moved_logged || {
-        echo "the daemon did not say it moved IRQs: $(journalctl -b --no-pager -o cat -u pinnerd.service | grep -i irq | tail -3)"
-        return 1
-    }
-    [ "$(irqs_moved_logged)" -gt 0 ] && [ -s /run/pinnerd/irqs.json ] || {
-        echo "no IRQ moved (the kernel refused every one?): $(journalctl -b --no-pager -o cat -u pinnerd.service | grep -i irq | tail -5)"
-        return 1
-    }
-    moved=$(jq -r '.[].irq' /run/pinnerd/irqs.json | tr '\n' ' ')
-    # irqbalance keeps running: after 30 s no movable IRQ is effective on 6-7.
-    sleep 30
-    after=$(irqs_on 6-7)
-    [ -z "$after" ] || {
-        echo "30 s after the rule, IRQs effective on 6-7 not reported as unmovable: $after"
-        return 1
-    }
-    banned=$(irqbalance_banned)
-    [ "$banned" = c0 ] || {
-        echo "irqbalance bans mask '$banned', want c0 (CPUs 6-7)"
-        return 1
-    }
-    rm -f "$RULES/60-vm-irqs.toml"
-    wait_for 30 test ! -e /run/pinnerd/irqs.json || {
-        echo "the IRQ journal stayed after the rule went: $(cat /run/pinnerd/irqs.json)"
-        return 1
-    }
-    wait_for 30 irqbalance_bans_none || {
-        echo "irqbalance still bans $(irqbalance_banned) after the rule went"
-        return 1
-    }
-    # Back: every IRQ moved has its mask from before the rule again, or irqbalance
-    # changed it meanwhile and the daemon said it left it alone (irqbalance places it
-    # from here, 6-7 no longer banned).
-    for n in $moved; do
-        [ "$(cat "/proc/irq/$n/smp_affinity_list")" = "$(sed -n "s/^$n=//p" "$WORK/irqs-before")" ] ||
-            journalctl -b --no-pager -o json -u pinnerd.service |
-            jq -e --arg n "$n" 'select((.MESSAGE | tostring | test("IRQ mask not restored")) and (.PINNERD_IRQ == $n) and (.PINNERD_WHY | tostring | test("someone else")))' >/dev/null || {
-            echo "IRQ $n neither back to $(sed -n "s/^$n=//p" "$WORK/irqs-before") nor left to irqbalance: $(cat "/proc/irq/$n/smp_affinity_list")"
-            return 1
-        }
-    done
-    systemctl stop vmwork-irq.service
-    echo "IRQs moved: ${moved:-none}; none effective on 6-7 after 30 s with irqbalance running (it banned mask $banned), all back after"
-}
-
 passed=0
 failed=0
 failed_names=()
@@ -1070,7 +953,6 @@ run_check rule-explicit-new-thread check_rule_explicit_new_thread 60
 run_check rule-compact-smt-avoid check_rule_compact 120
 run_check rule-removal-reload check_rule_removal_reload 60
 run_check bad-rule-keeps-old check_bad_rule 90
-run_check irqs-away-with-irqbalance check_irqs_away_with_irqbalance 180
 run_check nonroot-refused check_nonroot_refused 60
 run_check restart-keeps-pinned check_restart 120
 run_check kill9-keeps-pinned check_kill9 120
