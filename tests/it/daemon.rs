@@ -958,7 +958,7 @@ fn a_bad_settings_file_stops_the_daemon_with_the_config_exit_code() {
     assert_eq!(st.code(), Some(3), "{}", d.log());
     let log = d.log();
     assert!(
-        log.contains(&format!("{}:7:1", dirs.settings().display())),
+        log.contains(&format!("{}:8:1", dirs.settings().display())),
         "{log}"
     );
     // It never took the name.
