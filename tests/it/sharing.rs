@@ -316,6 +316,10 @@ fn remeasure_never_spins_where_a_latency_critical_rule_s_threads_run() {
     let cpus = online();
     let held = cpus.last().unwrap();
     let h = Helper::spawn(dirs.root.path(), "pd-critical");
+    // A matrix first (with the rule in force from the start, a two-CPU machine has no
+    // pair to measure and nothing to keep).
+    let d = Daemon::start(&bus, &dirs);
+    d.wait_measured(&bus, "");
     // Not exclusive: only its managed threads' CPUs are left alone.
     dirs.write_rule(
         "10-lc.toml",
@@ -323,8 +327,6 @@ fn remeasure_never_spins_where_a_latency_critical_rule_s_threads_run() {
             "[[rule]]\nname = \"lc\"\n[rule.match]\ncomm = \"pd-critical\"\n[rule.place]\ncpus = \"{held}\"\nlatency-critical = true\n"
         ),
     );
-    let d = Daemon::start(&bus, &dirs);
-    d.wait_measured(&bus, "");
     bus.wait_for("the process managed", Duration::from_secs(30), || {
         bus.get("ManagedProcesses") == "u 1"
     });
