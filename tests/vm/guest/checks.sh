@@ -348,7 +348,19 @@ check_hardening() {
         echo "ProtectSystem=strict but / is writable in the daemon's mount namespace"
         return 1
     fi
-    echo "CapEff=$capeff CapBnd=$capbnd NoNewPrivs=$nnp Seccomp=$seccomp"
+    # ProtectKernelTunables=yes spelled out: kernel tunables read-only, /proc/irq not.
+    local m
+    for m in /proc/sys /sys; do
+        awk -v m="$m" '$5 == m && $6 ~ /^ro(,|$)/ { found = 1 } END { exit !found }' "/proc/$pid/mountinfo" || {
+            echo "$m is writable in the daemon's mount namespace"
+            return 1
+        }
+    done
+    if awk '$5 == "/proc/irq" && $6 ~ /^ro(,|$)/ { found = 1 } END { exit !found }' "/proc/$pid/mountinfo"; then
+        echo "/proc/irq is read-only for the daemon: irqs = \"away\" cannot work"
+        return 1
+    fi
+    echo "CapEff=$capeff CapBnd=$capbnd NoNewPrivs=$nnp Seccomp=$seccomp; /proc/sys and /sys read-only, /proc/irq writable"
 }
 
 # The unit's realtime class reaches the loop (the main thread) and nothing else:
