@@ -206,3 +206,34 @@ fn bash_completes_subcommands_and_their_flags() {
     assert!(flags.contains(&"--smt".to_string()), "{flags:?}");
     assert!(flags.iter().all(|f| f.starts_with("--s")), "{flags:?}");
 }
+
+/// docs/dbus.md documents every method of the checked-in interface (which the test above
+/// keeps equal to the live one) with a busctl and a gdbus example.
+#[test]
+fn docs_dbus_md_shows_every_method_with_busctl_and_gdbus() {
+    let xml = std::fs::read_to_string(repo().join("systemd/org.pinnerd.Pinnerd1.xml")).unwrap();
+    let doc = std::fs::read_to_string(repo().join("docs/dbus.md")).unwrap();
+    let methods: Vec<&str> = xml
+        .split("<method name=\"")
+        .skip(1)
+        .filter_map(|c| c.split('"').next())
+        .collect();
+    assert!(methods.len() >= 10, "{methods:?}");
+    for m in methods {
+        let head = format!("### `{m}`\n");
+        let Some(start) = doc.find(&head) else {
+            panic!("docs/dbus.md has no section {head:?}");
+        };
+        let body = &doc[start + head.len()..];
+        let section = &body[..body.find("\n#").unwrap_or(body.len())];
+        assert!(
+            section.contains(&format!("org.pinnerd.Pinnerd1 {m} "))
+                || section.contains(&format!("org.pinnerd.Pinnerd1 {m}\n")),
+            "docs/dbus.md: {m} has no busctl example"
+        );
+        assert!(
+            section.contains(&format!("--method org.pinnerd.Pinnerd1.{m}")),
+            "docs/dbus.md: {m} has no gdbus example"
+        );
+    }
+}
