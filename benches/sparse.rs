@@ -1,7 +1,8 @@
 //! Sparse measurement on every usable published matrix of at least 32 CPUs and on a
 //! 512-CPU machine made from one, through the simulated measurer: pairs measured,
 //! cells within 10%, domains, compact plans and the modelled time. Prints the table
-//! `benches/README.md` records. `cargo bench --bench sparse` (release); under
+//! `benches/README.md` records. `cargo bench --bench sparse [-- NAME…]` (release, NAME
+//! picks matrices by part of their name); under
 //! `cargo test` it runs one small matrix only.
 
 mod sparse_eval;
@@ -13,11 +14,19 @@ const NOISE: f64 = 0.02;
 
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
+    // `cargo bench --bench sparse -- NAME…`: only the matrices whose name holds one.
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     let mut files = usable(32);
     if quick {
         files.truncate(1);
     } else {
         files.push(("tiled 2×EPYC 7742 (2×128 cores, SMT)".into(), tiled_512()));
+    }
+    if !only.is_empty() {
+        files.retain(|(name, _)| only.iter().any(|o| name.contains(o.as_str())));
     }
     println!("| matrix | CPUs | pairs measured (min–max of {} seeds) | cells within 10% (worst) | domains equal | compact K=2/4/8 worst ratio | modelled time (max) |", SEEDS.len());
     println!("|---|---|---|---|---|---|---|");

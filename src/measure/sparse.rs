@@ -27,8 +27,10 @@ use super::schedule::Costs;
 use super::simulate::Rng;
 use super::{MeasureError, Mode};
 use fit::{misfits, Fit};
+use rowcol::RowCol;
 
 mod fit;
+mod rowcol;
 use crate::cpuset::CpuSet;
 use crate::matrix::{LatencyMatrix, PairStats, SparseCounts};
 
@@ -514,6 +516,9 @@ fn insert_all<M: PairMeasurer>(
     Ok(tree)
 }
 
+/// Two child groups of an irregular block (rows, columns) and their pairs.
+type SubPair<'a> = (&'a [usize], &'a [usize], Vec<(usize, usize)>);
+
 /// One block: the pairs joined inside one group, between two of its child groups (at
 /// the finest level the children are single CPUs).
 struct Block {
@@ -739,7 +744,7 @@ pub fn run_sparse<M: PairMeasurer>(
     // 4. A block where more than a quarter miss the fit is split into its child pairs,
     // each spot-checked twice: filled from their mean when the two agree, else
     // measured fully.
-    let mut subs: Vec<Vec<(usize, usize)>> = Vec::new();
+    let mut subs: Vec<SubPair<'_>> = Vec::new();
     let mut want = Vec::new();
     for b in &irregular {
         for x in 0..b.kids.len() {
@@ -756,7 +761,7 @@ pub fn run_sparse<M: PairMeasurer>(
                         want.push(pairs[rng.below(pairs.len())]);
                     }
                 }
-                subs.push(pairs);
+                subs.push((&b.kids[x], &b.kids[y], pairs));
             }
         }
     }
@@ -769,6 +774,7 @@ pub fn run_sparse<M: PairMeasurer>(
     };
     let again: Vec<(usize, usize)> = subs
         .iter()
+        .map(|(_, _, p)| p)
         .filter(|p| {
             let (_, lo, hi) = spread(&run, p);
             hi > lo * tol
@@ -777,12 +783,18 @@ pub fn run_sparse<M: PairMeasurer>(
         .collect();
     run.measure(&again, true)?;
     let mut sub_fill: Vec<(Vec<(usize, usize)>, f64)> = Vec::new();
-    for pairs in subs {
+    let mut modelled = Vec::new();
+    for (rows, cols, pairs) in subs {
         let (count, lo, hi) = spread(&run, &pairs);
         if count == pairs.len() {
             continue;
         }
         if count == 0 || hi > lo * tol {
+            // Two figures that disagree: a factor per CPU may still explain them.
+            if rowcol::worth(rows, cols) {
+                modelled.push((rows, cols, pairs));
+                continue;
+            }
             full.extend(pairs);
             full_blocks += 1;
         } else {
@@ -794,6 +806,43 @@ pub fn run_sparse<M: PairMeasurer>(
             filled += 1;
         }
     }
+    // A child pair whose figures disagree: a factor per CPU on each side, from a few
+    // pairs per CPU; misfits measured once more; filled from it when every figure fits
+    // within half the tolerance, else measured fully.
+    let want: Vec<(usize, usize)> = modelled
+        .iter()
+        .flat_map(|(rows, cols, _)| rowcol::design(rows, cols))
+        .collect();
+    run.measure(&want, false)?;
+    let obs = |run: &Run<'_, M>, rows: &[usize], cols: &[usize]| -> Vec<(usize, usize, f64)> {
+        rows.iter()
+            .flat_map(|&i| cols.iter().map(move |&j| (i, j)))
+            .filter_map(|(i, j)| Some((i, j, run.get(i, j)?)))
+            .collect()
+    };
+    let half = 1.0 + cfg.tolerance / 2.0;
+    let again: Vec<(usize, usize)> = modelled
+        .iter()
+        .flat_map(|(rows, cols, _)| {
+            let o = obs(&run, rows, cols);
+            RowCol::new(rows, cols, &o).map_or_else(Vec::new, |f| f.misfits(&o, half))
+        })
+        .collect();
+    run.measure(&again, true)?;
+    let mut rc_fill = Vec::new();
+    for (rows, cols, pairs) in modelled {
+        let o = obs(&run, rows, cols);
+        match RowCol::new(rows, cols, &o) {
+            Some(f) if f.misfits(&o, half).is_empty() => {
+                rc_fill.push((rows, cols, f));
+                filled += 1;
+            }
+            _ => {
+                full.extend(pairs);
+                full_blocks += 1;
+            }
+        }
+    }
     run.measure(&full, false)?;
     // 5. The fill: every cell still unknown takes its block's fit.
     let mut cells = run.cells.clone();
@@ -802,6 +851,17 @@ pub fn run_sparse<M: PairMeasurer>(
             if cells[i * n + j].is_nan() {
                 cells[i * n + j] = *v;
                 cells[j * n + i] = *v;
+            }
+        }
+    }
+    for (rows, cols, f) in &rc_fill {
+        for &i in rows.iter() {
+            for &j in cols.iter() {
+                if cells[i * n + j].is_nan() {
+                    let v = f.predict(i, j);
+                    cells[i * n + j] = v;
+                    cells[j * n + i] = v;
+                }
             }
         }
     }
