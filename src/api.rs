@@ -94,6 +94,82 @@ pub enum PlaceSpec {
     Rule(String),
 }
 
+/// The parts of a placement as a client gives them (`pinnerd run`/`pin` flags, the
+/// `placement` dict of `PinProcessWith`/`PlanWith`), before they are checked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlaceParts {
+    pub count: Option<u32>,
+    pub policy: Option<Policy>,
+    pub smt: Option<SmtPolicy>,
+    pub cpus: Option<CpuSet>,
+    pub within: Option<CpuSet>,
+    pub rule: Option<String>,
+    pub shape: crate::shape::Shape,
+}
+
+impl PlaceParts {
+    /// The placement these parts ask for, checked as a rule's `[rule.place]` is. Without
+    /// any part: one CPU. `key` prefixes each part's name in the messages: `"--"` for
+    /// flags, `""` for dict keys.
+    pub fn spec(&self, key: &str) -> Result<PlaceSpec, String> {
+        use crate::rules::CpuTarget;
+        let shape = self.shape.clone();
+        if !shape.is_empty() && (self.rule.is_some() || self.cpus.is_some()) {
+            let with = if self.rule.is_some() { "rule" } else { "cpus" };
+            return Err(format!(
+                "{key}core-type, {key}prefer and {key}near shape a {key}count; they cannot be used with {key}{with}"
+            ));
+        }
+        if let Some(near) = &shape.near {
+            if let Err(why) = crate::devices::check_name(near) {
+                return Err(format!("{key}near {near:?}: {why}"));
+            }
+        }
+        if let Some(name) = &self.rule {
+            if name.is_empty() {
+                return Err(format!("{key}rule: a rule name cannot be empty"));
+            }
+            return Ok(PlaceSpec::Rule(name.clone()));
+        }
+        if let Some(cpus) = &self.cpus {
+            if cpus.is_empty() {
+                return Err(format!("{key}cpus: the CPU list is empty"));
+            }
+            return Ok(PlaceSpec::Request(PlacementRequest {
+                target: CpuTarget::Cpus(cpus.clone()),
+                within: None,
+                policy: Policy::default(),
+                smt: SmtPolicy::default(),
+                exclusive: false,
+                shape: crate::shape::Shape::default(),
+            }));
+        }
+        let count = self.count.unwrap_or(1);
+        if count == 0 {
+            return Err(format!("{key}count 0: at least one CPU is needed"));
+        }
+        if let Some(w) = &self.within {
+            if w.is_empty() {
+                return Err(format!("{key}within: the CPU list is empty"));
+            }
+            if count as usize > w.len() {
+                return Err(format!(
+                    "{key}count {count} is larger than {key}within {w} ({} CPUs)",
+                    w.len()
+                ));
+            }
+        }
+        Ok(PlaceSpec::Request(PlacementRequest {
+            target: CpuTarget::Count(count),
+            within: self.within.clone(),
+            policy: self.policy.unwrap_or_default(),
+            smt: self.smt.unwrap_or_default(),
+            exclusive: false,
+            shape,
+        }))
+    }
+}
+
 /// The answer to a [`Command`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {

@@ -11,12 +11,9 @@
 //! rule file's `[rule.place]` is (no `cpus` with `count`, no `count = 0`, no `count`
 //! larger than `within`, no shape with `cpus`).
 
-use anyhow::bail;
-
-use crate::api::PlaceSpec;
+use crate::api::{PlaceParts, PlaceSpec};
 use crate::cpuset::CpuSet;
 use crate::placement::{Policy, SmtPolicy};
-use crate::rules::{CpuTarget, PlacementRequest};
 use crate::shape::{Prefer, Shape};
 use crate::topology::CoreType;
 
@@ -77,64 +74,17 @@ pub struct PlaceFlags {
 impl PlaceFlags {
     /// The placement these flags ask for, checked as a rule's `[rule.place]` is.
     pub fn spec(&self) -> anyhow::Result<PlaceSpec> {
-        let shape = self.shape.shape();
-        if !shape.is_empty() && (self.rule.is_some() || self.cpus.is_some()) {
-            let with = if self.rule.is_some() {
-                "--rule"
-            } else {
-                "--cpus"
-            };
-            bail!(
-                "--core-type, --prefer and --near shape a --count; they cannot be used with {with}"
-            );
-        }
-        if let Some(near) = &shape.near {
-            if let Err(why) = crate::devices::check_name(near) {
-                bail!("--near {near:?}: {why}");
-            }
-        }
-        if let Some(name) = &self.rule {
-            if name.is_empty() {
-                bail!("--rule: a rule name cannot be empty");
-            }
-            return Ok(PlaceSpec::Rule(name.clone()));
-        }
-        if let Some(cpus) = &self.cpus {
-            if cpus.is_empty() {
-                bail!("--cpus: the CPU list is empty");
-            }
-            return Ok(PlaceSpec::Request(PlacementRequest {
-                target: CpuTarget::Cpus(cpus.clone()),
-                within: None,
-                policy: Policy::default(),
-                smt: SmtPolicy::default(),
-                exclusive: false,
-                shape: Shape::default(),
-            }));
-        }
-        let count = self.count.unwrap_or(1);
-        if count == 0 {
-            bail!("--count 0: at least one CPU is needed");
-        }
-        if let Some(w) = &self.within {
-            if w.is_empty() {
-                bail!("--within: the CPU list is empty");
-            }
-            if count as usize > w.len() {
-                bail!(
-                    "--count {count} is larger than --within {w} ({} CPUs)",
-                    w.len()
-                );
-            }
-        }
-        Ok(PlaceSpec::Request(PlacementRequest {
-            target: CpuTarget::Count(count),
+        PlaceParts {
+            count: self.count,
+            policy: self.policy,
+            smt: self.smt,
+            cpus: self.cpus.clone(),
             within: self.within.clone(),
-            policy: self.policy.unwrap_or_default(),
-            smt: self.smt.unwrap_or_default(),
-            exclusive: false,
-            shape,
-        }))
+            rule: self.rule.clone(),
+            shape: self.shape.shape(),
+        }
+        .spec("--")
+        .map_err(anyhow::Error::msg)
     }
 }
 
@@ -158,6 +108,7 @@ mod tests {
     use clap::Parser;
 
     use super::*;
+    use crate::rules::CpuTarget;
 
     #[derive(Debug, Parser)]
     struct T {

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::{check_len, MethodError, Result, MAX_STRING};
-use crate::api::PlaceSpec;
+use crate::api::{PlaceParts, PlaceSpec};
 
 /// The keys of a `placement` dict (`PinProcessWith`, `PlanWith`).
 pub const PLACEMENT_KEYS: [&str; 9] = [
@@ -64,32 +64,20 @@ pub fn place_spec(dict: &HashMap<String, zbus::OwnedVariant>) -> Result<PlaceSpe
         ),
         None => None,
     };
-    let flags = crate::cli::place_flags::PlaceFlags {
+    let parts = PlaceParts {
         count,
-        policy: text("policy")?
-            .map(|p| p.parse())
-            .transpose()
-            .map_err(|e: crate::placement::UnknownWord| invalid(e.to_string()))?,
-        smt: text("smt")?
-            .map(|p| p.parse())
-            .transpose()
-            .map_err(|e: crate::placement::UnknownWord| invalid(e.to_string()))?,
+        policy: parse_word(text("policy")?).map_err(invalid)?,
+        smt: parse_word(text("smt")?).map_err(invalid)?,
         cpus: list("cpus")?,
         within: list("within")?,
         rule: None,
-        shape: crate::cli::place_flags::ShapeFlags {
-            core_type: text("core-type")?
-                .map(|p| p.parse())
-                .transpose()
-                .map_err(|e: crate::placement::UnknownWord| invalid(e.to_string()))?,
-            prefer: text("prefer")?
-                .map(|p| p.parse())
-                .transpose()
-                .map_err(|e: crate::placement::UnknownWord| invalid(e.to_string()))?,
+        shape: crate::shape::Shape {
+            core_type: parse_word(text("core-type")?).map_err(invalid)?,
+            prefer: parse_word(text("prefer")?).map_err(invalid)?,
             near: text("near")?,
         },
     };
-    if flags.cpus.is_some() {
+    if parts.cpus.is_some() {
         if let Some(k) = [
             "count",
             "policy",
@@ -105,10 +93,19 @@ pub fn place_spec(dict: &HashMap<String, zbus::OwnedVariant>) -> Result<PlaceSpe
             return Err(invalid(format!("`cpus` and `{k}` cannot both be given")));
         }
     }
-    // The flags' messages name them as flags; on the bus they are keys.
-    flags
-        .spec()
-        .map_err(|e| invalid(e.to_string().replace("--", "")))
+    parts.spec("").map_err(invalid)
+}
+
+/// A word (`policy`, `smt`, `core-type`, `prefer`) of a placement dict, parsed.
+fn parse_word<T>(text: Option<String>) -> std::result::Result<Option<T>, String>
+where
+    T: std::str::FromStr<Err = crate::placement::UnknownWord>,
+{
+    text.map(|t| {
+        t.parse()
+            .map_err(|e: crate::placement::UnknownWord| e.to_string())
+    })
+    .transpose()
 }
 
 /// A [`PlaceSpec`] as the `placement` dict of `PinProcessWith` and `PlanWith`.
