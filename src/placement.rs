@@ -201,7 +201,27 @@ pub enum PlacementError {
     CoreNotFree { cpu: u32, busy: CpuSet },
     /// `core-type`, `prefer` or `near` (see `shape`) refused the request.
     #[error(transparent)]
-    Shape(#[from] crate::shape::ShapeError),
+    Shape(#[from] ShapeError),
+}
+
+/// A request shaped by `core-type`, `prefer` or `near` (see `shape`) that cannot be met;
+/// each says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    /// The kind asked for cannot hold the request; it is not widened.
+    #[error("asked for {wanted} {kind} CPUs but only {usable} are usable ({why}); core-type is never widened")]
+    KindTooSmall {
+        kind: &'static str,
+        wanted: usize,
+        usable: usize,
+        why: String,
+    },
+    /// The device could not be resolved.
+    #[error("near {device:?}: {why}")]
+    Device { device: String, why: String },
+    /// Shaping keys reached a chooser without the machine's facts.
+    #[error("{keys}: this planner has no topology facts to honour them")]
+    NoFacts { keys: String },
 }
 
 /// Chooses CPUs for `req` among `available` (the CPUs not taken by others).

@@ -92,7 +92,7 @@ impl Choose for Domains {
     fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
         let count = match &req.target {
             CpuTarget::Count(_) if !req.shape.is_empty() => {
-                return Err(crate::shape::ShapeError::NoFacts {
+                return Err(crate::placement::ShapeError::NoFacts {
                     keys: req.shape.describe(),
                 }
                 .into())

@@ -230,24 +230,9 @@ pub struct Shaped {
     pub warnings: Vec<String>,
 }
 
-/// A shaped request that cannot be met; each says why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ShapeError {
-    /// The kind asked for cannot hold the request; it is not widened.
-    #[error("asked for {wanted} {kind} CPUs but only {usable} are usable ({why}); core-type is never widened")]
-    KindTooSmall {
-        kind: &'static str,
-        wanted: usize,
-        usable: usize,
-        why: String,
-    },
-    /// The device could not be resolved.
-    #[error("near {device:?}: {why}")]
-    Device { device: String, why: String },
-    /// Shaping keys reached a chooser without the machine's facts.
-    #[error("{keys}: this planner has no topology facts to honour them")]
-    NoFacts { keys: String },
-}
+/// A shaped request that cannot be met (defined beside the placement errors that carry
+/// it, so that placing does not depend on shaping).
+pub use crate::placement::ShapeError;
 
 /// Narrows `free` for a request of `wanted` CPUs (cores when `per_core`).
 pub fn narrow(
