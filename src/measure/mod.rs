@@ -28,6 +28,7 @@ pub mod around;
 pub mod drift_check;
 pub mod estimator;
 pub mod guard;
+mod rng;
 pub mod schedule;
 pub mod simulate;
 pub mod sparse;

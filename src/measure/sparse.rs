@@ -23,8 +23,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use super::rng::Rng;
 use super::schedule::Costs;
-use super::simulate::Rng;
 use super::{MeasureError, Mode};
 use fit::{misfits, Fit};
 use rowcol::RowCol;
