@@ -20,7 +20,9 @@ const CPU_SEEN: usize = 2;
 /// `benches/README.md`, "Sparse measurement").
 const MESH_CPUS: usize = 64;
 
-use super::{Block, PairMeasurer, Run};
+use super::block::Block;
+use super::run::Run;
+use super::PairMeasurer;
 
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
