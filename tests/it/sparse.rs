@@ -59,6 +59,37 @@ fn simulated_sparse_meets_the_targets_on_published_matrices() {
     }
 }
 
+/// Matrices whose compact plans need plan verification (their cells inside a group
+/// differ more than the fill keeps: 1.34, 1.06, 1.10 and 1.11 without it), checked for
+/// the plan target only: the 32- and 48-CPU parts have no pair target, and the
+/// Graviton3 mesh misses the cell target (`benches/README.md`).
+const PLANS_CHECKED: &[&str] = &[
+    "AMD_Ryzen_9_7950X.csv",
+    "AMD_Ryzen_Threadripper_1950X.csv",
+    "AMD_Ryzen_Threadripper_3960X_3.80GHz_24_Cores_Zen_2_3rd_Gen_2019-Q4.csv",
+    "AWS_Graviton3.csv",
+];
+
+#[test]
+fn compact_plans_from_the_verified_reconstruction_are_within_5_percent() {
+    let files = usable(32);
+    for name in PLANS_CHECKED {
+        let (_, m) = files
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("{name} is not among the usable matrices"));
+        for seed in [1, 2, 3] {
+            let s = score(m, 0.02, seed);
+            let ctx = format!(
+                "{name} seed {seed}: {} of {} pairs, plans {:?}",
+                s.pairs_measured, s.pairs_total, s.plan_ratio
+            );
+            assert!(s.worst_plan() <= 1.05, "{ctx}");
+            assert!(s.domains_equal, "{ctx}");
+        }
+    }
+}
+
 #[test]
 fn the_512_cpu_machine_is_mapped_from_under_5_percent_of_its_pairs_in_under_10_s() {
     let m = sparse_eval::tiled_512();
