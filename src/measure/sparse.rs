@@ -11,6 +11,8 @@
 //!             agree with the block's median within the tolerance? ── yes ─► fill, mark inferred
 //!                                   │ no
 //!             split into child pairs, spot-check again ── no ─► measure that block fully
+//!   (below `verify_below` CPUs: fresh pairs of each block to fill, against its fill ── a
+//!    miss ─► measure that block fully)
 //! ```
 //!
 //! Works on any [`PairMeasurer`]: the real spinner
@@ -38,6 +40,7 @@ mod outcome;
 mod rowcol;
 mod run;
 mod tree;
+mod verify;
 use crate::cpuset::CpuSet;
 
 pub use outcome::SparseOutcome;
@@ -82,6 +85,9 @@ pub struct SparseConfig {
     pub search: usize,
     /// Two figures further apart than this ratio are different levels when inserting.
     pub level_ratio: f64,
+    /// Below this many CPUs, fresh pairs of every filled block are checked against
+    /// its fill and a block they miss is measured fully (`sparse/verify.rs`).
+    pub verify_below: usize,
     /// Seed of the spot-check sample.
     pub seed: u64,
     /// The time model's costs, for [`SparseOutcome::modelled`].
@@ -96,6 +102,7 @@ impl Default for SparseConfig {
             small_block: 4,
             search: 3,
             level_ratio: 1.18,
+            verify_below: 64,
             seed: 1,
             costs: MODEL_COSTS,
         }
@@ -256,6 +263,14 @@ pub fn run_sparse<M: PairMeasurer>(
             full.extend(pairs);
             full_blocks += 1;
         }
+    }
+    // 3b. On a small machine, fresh pairs of every filled block against its fill
+    // (drawn apart, so the other steps draw as they would without them).
+    let mut fresh = Rng::new(cfg.seed.rotate_left(32));
+    for k in verify::held_out(&mut run, &fill, cfg, &mut fresh)? {
+        full.extend(fill[k].0.pairs());
+        full_blocks += 1;
+        filled -= 1;
     }
     // 4. A block where more than a quarter miss the fit is split into its child pairs,
     // each spot-checked twice: filled from their mean when the two agree, else
