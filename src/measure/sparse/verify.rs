@@ -6,8 +6,8 @@
 //! not. A block a fresh pair misses is measured fully.
 //!
 //! Only below [`super::SparseConfig::verify_below`] CPUs, where the issue sets no pair
-//! target and a full matrix is cheap: on a mesh (Graviton) 16–19% of the fill of its
-//! largest block (1,100–1,400 cells) is off, so a fresh pair would nearly always miss
+//! target and a full matrix is cheap: on a mesh (Graviton) 16–20% of the fill of its
+//! largest block (1,100–1,400 filled cells) is off, so a fresh pair would nearly always miss
 //! it and measure it fully, several times the pair budget.
 //!
 //! Must not touch: the measurer's choice of rounds (the run measures what it names).
