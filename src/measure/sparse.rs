@@ -36,11 +36,11 @@ use tree::{insert_all, prior_tree};
 
 mod block;
 mod fit;
+mod held_out;
 mod outcome;
 mod rowcol;
 mod run;
 mod tree;
-mod verify;
 use crate::cpuset::CpuSet;
 
 pub use outcome::SparseOutcome;
@@ -86,7 +86,7 @@ pub struct SparseConfig {
     /// Two figures further apart than this ratio are different levels when inserting.
     pub level_ratio: f64,
     /// Below this many CPUs, fresh pairs of every filled block are checked against
-    /// its fill and a block they miss is measured fully (`sparse/verify.rs`).
+    /// its fill and a block they miss is measured fully (`sparse/held_out.rs`).
     pub verify_below: usize,
     /// Seed of the spot-check sample.
     pub seed: u64,
@@ -267,7 +267,7 @@ pub fn run_sparse<M: PairMeasurer>(
     // 3b. On a small machine, fresh pairs of every filled block against its fill
     // (drawn apart, so the other steps draw as they would without them).
     let mut fresh = Rng::new(cfg.seed.rotate_left(32));
-    for k in verify::held_out(&mut run, &fill, cfg, &mut fresh)? {
+    for k in held_out::held_out(&mut run, &fill, cfg, &mut fresh)? {
         full.extend(fill[k].0.pairs());
         full_blocks += 1;
         filled -= 1;
