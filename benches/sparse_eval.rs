@@ -123,12 +123,17 @@ fn worst(m: &LatencyMatrix, set: &CpuSet) -> f64 {
 
 /// Runs sparse measurement on `truth` through the simulated measurer and scores it.
 pub fn score(truth: &LatencyMatrix, noise: f64, seed: u64) -> Score {
-    let mut sim = Simulated::new(truth, noise, seed);
     let cfg = SparseConfig {
         seed,
         ..SparseConfig::default()
     };
-    let out = run_sparse(&truth.cpus, None, &mut sim, &cfg).expect("simulated run");
+    score_with(truth, noise, &cfg)
+}
+
+/// [`score`] with a given configuration (its seed seeds the noise too).
+pub fn score_with(truth: &LatencyMatrix, noise: f64, cfg: &SparseConfig) -> Score {
+    let mut sim = Simulated::new(truth, noise, cfg.seed);
+    let out = run_sparse(&truth.cpus, None, &mut sim, cfg).expect("simulated run");
     let n = truth.len();
     let mut near = 0usize;
     let mut total = 0usize;

@@ -11,6 +11,8 @@
 //!             agree with the block's median within the tolerance? ── yes ─► fill, mark inferred
 //!                                   │ no
 //!             split into child pairs, spot-check again ── no ─► measure that block fully
+//!   (below `held_out_below` CPUs: fresh pairs of each block to fill, against its fill ── a
+//!    miss ─► measure that block fully)
 //!                                   │
 //!             plan verification: compact plans (K = 2, 4, 8) from the filled cells,
 //!             their unmeasured cells measured, planned again until measured through
@@ -37,6 +39,7 @@ use tree::{insert_all, prior_tree};
 
 mod block;
 mod fit;
+mod held_out;
 mod outcome;
 mod rowcol;
 mod run;
@@ -86,6 +89,9 @@ pub struct SparseConfig {
     pub search: usize,
     /// Two figures further apart than this ratio are different levels when inserting.
     pub level_ratio: f64,
+    /// Below this many CPUs, fresh pairs of every filled block are checked against
+    /// its fill and a block they miss is measured fully (`sparse/held_out.rs`).
+    pub held_out_below: usize,
     /// Seed of the spot-check sample.
     pub seed: u64,
     /// The time model's costs, for [`SparseOutcome::modelled`].
@@ -109,6 +115,7 @@ impl Default for SparseConfig {
             small_block: 4,
             search: 3,
             level_ratio: 1.18,
+            held_out_below: 64,
             seed: 1,
             costs: MODEL_COSTS,
             verify_counts: vec![2, 4, 8],
@@ -271,6 +278,14 @@ pub fn run_sparse<M: PairMeasurer>(
             full.extend(pairs);
             full_blocks += 1;
         }
+    }
+    // 3b. On a small machine, fresh pairs of every filled block against its fill
+    // (drawn apart, so the other steps draw as they would without them).
+    let mut fresh = Rng::new(cfg.seed.rotate_left(32));
+    for k in held_out::held_out(&mut run, &fill, cfg, &mut fresh)? {
+        full.extend(fill[k].0.pairs());
+        full_blocks += 1;
+        filled -= 1;
     }
     // 4. A block where more than a quarter miss the fit is split into its child pairs,
     // each spot-checked twice: filled from their mean when the two agree, else

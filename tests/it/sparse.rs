@@ -14,7 +14,7 @@ use pinnerd::CpuSet;
 #[path = "../../benches/sparse_eval.rs"]
 mod sparse_eval;
 
-use sparse_eval::{data_dir, score, to_matrix, usable};
+use sparse_eval::{data_dir, score, score_with, to_matrix, usable};
 
 /// The published matrices checked in CI (the bench covers every one): Intel two-socket
 /// with SMT, AMD with CCX groups and a NUMA-home artefact, tile pairs without SMT, and a
@@ -87,6 +87,45 @@ fn compact_plans_from_the_verified_reconstruction_are_within_5_percent() {
             assert!(s.worst_plan() <= 1.05, "{ctx}");
             assert!(s.domains_equal, "{ctx}");
         }
+    }
+}
+
+/// Broadwell parts of two sockets below 64 CPUs (no pair target there): their cores
+/// differ cell by cell inside a socket, so a filled block's spot checks, which made its
+/// fit, say less than its fill misses. The held-out checks catch those blocks; without
+/// them a seed misses the 95% mark (93.3% on the E5-2630 v4, 89.7% on the E5-2680 v4,
+/// benches/README.md).
+#[test]
+fn held_out_checks_bring_the_dual_ring_parts_to_95_percent() {
+    let files = usable(32);
+    for name in [
+        "Dual_Intel_Xeon_CPU_E5-2630_v4_at_2.20GHz.csv",
+        "Dual_Intel_Xeon_CPU_E5-2680_v4_at_2.40GHz.csv",
+    ] {
+        let (_, m) = files.iter().find(|(n, _)| n == name).unwrap();
+        let mut without = f64::INFINITY;
+        for seed in [1, 2, 3] {
+            let cfg = SparseConfig {
+                seed,
+                ..SparseConfig::default()
+            };
+            assert!(m.len() < cfg.held_out_below, "{name}");
+            let s = score_with(m, 0.02, &cfg);
+            let ctx = format!(
+                "{name} seed {seed}: {} of {} pairs, {:.1}% within 10%",
+                s.pairs_measured,
+                s.pairs_total,
+                s.within_10 * 100.0
+            );
+            assert!(s.within_10 >= 0.95, "{ctx}");
+            assert!(s.domains_equal, "{ctx}");
+            let off = SparseConfig {
+                held_out_below: 0,
+                ..cfg
+            };
+            without = without.min(score_with(m, 0.02, &off).within_10);
+        }
+        assert!(without < 0.95, "{name}: {without}");
     }
 }
 
