@@ -7,10 +7,10 @@
 //! 8 more (on the E5-2630 v4 that saves 39–151 pairs a seed against measuring the block
 //! at the first miss, 95.9% of the cells within 10% instead of 96.3%).
 //!
-//! Only below [`super::SparseConfig::held_out_below`] CPUs, where the issue sets no pair
-//! target and a full matrix is cheap: on a mesh (Graviton) 16–20% of the fill of its
-//! largest block (1,100–1,400 filled cells) is off, so a fresh pair would nearly always miss
-//! it and measure it fully, several times the pair budget.
+//! Only below [`super::SparseConfig::held_out_below`] CPUs, where sparse mode has no
+//! pair budget to keep and a full matrix is cheap: on a mesh (Graviton) 16–20% of the
+//! fill of its largest block (1,100–1,400 filled cells) is off, so a fresh pair would
+//! nearly always miss it and measure it fully, several times the pair budget.
 //!
 //! Must not touch: the measurer's choice of rounds (the run measures what it names).
 
