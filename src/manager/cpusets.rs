@@ -167,6 +167,16 @@ exclusive = true
     }
 
     /// A manager on CPUs 0-7, and the plan of `text` as the daemon makes it.
+    /// The cpuset of each plan instance, in order.
+    fn unit_cpusets(t: &T) -> Vec<Option<CpuSet>> {
+        t.mgr
+            .plan()
+            .units()
+            .iter()
+            .map(|u| u.cpuset.clone())
+            .collect()
+    }
+
     fn rig(text: &str) -> (T, Plan) {
         let ops = Arc::new(FakeOps::new());
         let procs = Arc::new(FakeProcs::new());
@@ -242,13 +252,7 @@ exclusive = true
         );
         // All CPUs: planned around the CPUs the cpuset instances hold.
         assert_eq!(t.ops.mask(400), Some(set("0-1")));
-        let units: Vec<Option<CpuSet>> = t
-            .mgr
-            .plan()
-            .units()
-            .iter()
-            .map(|u| u.cpuset.clone())
-            .collect();
+        let units = unit_cpusets(&t);
         assert_eq!(units, vec![None, Some(set("4-7")), Some(set("5-6"))]);
     }
 
@@ -290,25 +294,13 @@ exclusive = true
             .explain(100)
             .contains("cpuset 6-7 (from /sys/fs/cgroup/fake-100/"));
         // The old cpuset's plan is gone with its last process.
-        let units: Vec<Option<CpuSet>> = t
-            .mgr
-            .plan()
-            .units()
-            .iter()
-            .map(|u| u.cpuset.clone())
-            .collect();
+        let units = unit_cpusets(&t);
         assert_eq!(units, vec![Some(set("6-7"))]);
         // It leaves: the rule is planned on all CPUs again.
         t.procs.remove(100, 100);
         t.ops.remove_task(100);
         t.mgr.handle(Input::Rescan);
-        let units: Vec<Option<CpuSet>> = t
-            .mgr
-            .plan()
-            .units()
-            .iter()
-            .map(|u| u.cpuset.clone())
-            .collect();
+        let units = unit_cpusets(&t);
         assert_eq!(units, vec![None]);
     }
 
@@ -318,13 +310,7 @@ exclusive = true
         t.process(100, "feed-a", "0-7", Some("4-7"));
         t.mgr.handle(Input::RulesChanged(plan));
         assert_eq!(t.ops.mask(100), Some(set("4-5")));
-        let units: Vec<Option<CpuSet>> = t
-            .mgr
-            .plan()
-            .units()
-            .iter()
-            .map(|u| u.cpuset.clone())
-            .collect();
+        let units = unit_cpusets(&t);
         assert_eq!(units, vec![Some(set("4-7"))], "no instance on all CPUs yet");
         t.process(200, "feed-b", "0-7", None);
         t.mgr

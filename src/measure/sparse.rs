@@ -150,14 +150,7 @@ pub fn run_sparse<M: PairMeasurer>(
             cpus: cpus.iter().copied().collect(),
         });
     }
-    let mut run = Run {
-        ids: cpus,
-        meas,
-        cells: vec![f64::NAN; n * n],
-        measured: vec![false; n * n],
-        measurements: 0,
-        rounds: Vec::new(),
-    };
+    let mut run = Run::new(cpus, meas);
     let tree = match prior {
         Some(p) => prior_tree(cpus, p),
         None => insert_all(&mut run, cfg)?,

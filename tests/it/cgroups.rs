@@ -54,12 +54,7 @@ impl Drop for V1Cpuset {
 #[test]
 fn a_process_in_a_one_cpu_cpuset_gets_that_cpu_applied_not_refused() {
     let _cpus = super::cpus_stay_online();
-    let online: CpuSet =
-        std::fs::read_to_string(SysRoot::default().sys_path("devices/system/cpu/online"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+    let online = super::affinity::online();
     let one: CpuSet = std::iter::once(online.last().unwrap()).collect();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
@@ -93,12 +88,7 @@ fn a_process_in_a_one_cpu_cpuset_gets_that_cpu_applied_not_refused() {
 #[test]
 fn plan_live_shows_the_cpuset_each_process_is_planned_in() {
     let _cpus = super::cpus_stay_online();
-    let online: CpuSet =
-        std::fs::read_to_string(SysRoot::default().sys_path("devices/system/cpu/online"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+    let online = super::affinity::online();
     let one: CpuSet = std::iter::once(online.last().unwrap()).collect();
     let dirs = Dirs::new();
     let h = Helper::spawn(dirs.root.path(), "pd-cs-live");
@@ -161,12 +151,7 @@ fn plan_live_shows_the_cpuset_each_process_is_planned_in() {
 #[test]
 fn a_cpuset_edited_under_a_managed_process_is_followed_at_the_next_rescan() {
     let _cpus = super::cpus_stay_online();
-    let online: CpuSet =
-        std::fs::read_to_string(SysRoot::default().sys_path("devices/system/cpu/online"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+    let online = super::affinity::online();
     assert!(online.len() >= 2, "needs two CPUs, has {online}");
     let last: CpuSet = std::iter::once(online.last().unwrap()).collect();
     let first: CpuSet = std::iter::once(online.first().unwrap()).collect();

@@ -7,19 +7,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pinnerd::sysroot::SysRoot;
 use pinnerd::CpuSet;
 
+use super::affinity::online;
 use super::daemon::*;
 use super::helper::{pinnerd, Helper, Run};
-
-fn online() -> CpuSet {
-    std::fs::read_to_string(SysRoot::default().sys_path("devices/system/cpu/online"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
-}
 
 /// The CPUs in a `Cpus_allowed_list:` line of `text`.
 fn allowed_in(text: &str) -> CpuSet {

@@ -11,6 +11,7 @@ use std::time::Duration;
 use pinnerd::sysroot::SysRoot;
 use pinnerd::{CpuSet, LatencyMatrix};
 
+use super::affinity::online;
 use super::daemon::*;
 use super::helper::Helper;
 
@@ -48,14 +49,6 @@ impl Sampler {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap()
     }
-}
-
-fn online() -> CpuSet {
-    std::fs::read_to_string(SysRoot::default().sys_path("devices/system/cpu/online"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 /// Calls `Remeasure` and waits for its job to end, sampling the daemon's thread names

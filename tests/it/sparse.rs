@@ -16,6 +16,15 @@ mod sparse_eval;
 
 use sparse_eval::{data_dir, score, score_with, to_matrix, usable};
 
+/// The usable published matrix named `name`.
+fn published<'a>(files: &'a [(String, LatencyMatrix)], name: &str) -> &'a LatencyMatrix {
+    files
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, m)| m)
+        .unwrap_or_else(|| panic!("{name} is not among the usable matrices"))
+}
+
 /// The published matrices checked in CI (the bench covers every one): Intel two-socket
 /// with SMT, AMD with CCX groups and a NUMA-home artefact, tile pairs without SMT, and a
 /// Broadwell ring whose cores differ inside one level (met through per-CPU factors).
@@ -31,10 +40,7 @@ const CHECKED: &[&str] = &[
 fn simulated_sparse_meets_the_targets_on_published_matrices() {
     let files = usable(32);
     for name in CHECKED {
-        let (_, m) = files
-            .iter()
-            .find(|(n, _)| n == name)
-            .unwrap_or_else(|| panic!("{name} is not among the usable matrices"));
+        let m = published(&files, name);
         for seed in [1, 2, 3] {
             let s = score(m, 0.02, seed);
             let ctx = format!(
@@ -74,10 +80,7 @@ const PLANS_CHECKED: &[&str] = &[
 fn compact_plans_from_the_verified_reconstruction_are_within_5_percent() {
     let files = usable(32);
     for name in PLANS_CHECKED {
-        let (_, m) = files
-            .iter()
-            .find(|(n, _)| n == name)
-            .unwrap_or_else(|| panic!("{name} is not among the usable matrices"));
+        let m = published(&files, name);
         for seed in [1, 2, 3] {
             let s = score(m, 0.02, seed);
             let ctx = format!(
@@ -103,7 +106,7 @@ fn held_out_checks_bring_the_dual_ring_parts_to_95_percent_and_their_plans_withi
         "Dual_Intel_Xeon_CPU_E5-2630_v4_at_2.20GHz.csv",
         "Dual_Intel_Xeon_CPU_E5-2680_v4_at_2.40GHz.csv",
     ] {
-        let (_, m) = files.iter().find(|(n, _)| n == name).unwrap();
+        let m = published(&files, name);
         let mut without = f64::INFINITY;
         for seed in [1, 2, 3] {
             let cfg = SparseConfig {

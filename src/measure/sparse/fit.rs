@@ -173,14 +173,7 @@ mod tests {
         let ids: Vec<u32> = (0..8).collect();
         let truth = LatencyMatrix::from_fn(ids.clone(), |i, j| 100.0 * f[i] * f[j]);
         let mut sim = Simulated::new(&truth, 0.0, 1);
-        let mut run = Run {
-            ids: &ids,
-            meas: &mut sim,
-            cells: vec![f64::NAN; 64],
-            measured: vec![false; 64],
-            measurements: 0,
-            rounds: Vec::new(),
-        };
+        let mut run = Run::new(&ids, &mut sim);
         // Each CPU in three pairs across the groups (12 of the 16).
         let sampled = [
             (0, 4),
@@ -224,14 +217,7 @@ mod tests {
             100.0 * (0.8 + (i % 7) as f64 / 15.0) * (0.8 + (j % 5) as f64 / 10.0)
         });
         let mut sim = Simulated::new(&big, 0.0, 1);
-        let mut few = Run {
-            ids: &ids,
-            meas: &mut sim,
-            cells: vec![f64::NAN; 80 * 80],
-            measured: vec![false; 80 * 80],
-            measurements: 0,
-            rounds: Vec::new(),
-        };
+        let mut few = Run::new(&ids, &mut sim);
         let some: Vec<(usize, usize)> = (0..40).map(|i| (i, 40 + (i * 3) % 40)).collect();
         few.measure(&some, false).unwrap();
         let b = Block {

@@ -94,14 +94,7 @@ mod tests {
     fn fitted(truth: &LatencyMatrix, cfg: &SparseConfig) -> (Vec<usize>, usize) {
         let ids: Vec<u32> = (0..8).collect();
         let mut sim = Simulated::new(truth, 0.0, 1);
-        let mut run = Run {
-            ids: &ids,
-            meas: &mut sim,
-            cells: vec![f64::NAN; 64],
-            measured: vec![false; 64],
-            measurements: 0,
-            rounds: Vec::new(),
-        };
+        let mut run = Run::new(&ids, &mut sim);
         let ring: Vec<(usize, usize)> = (0..8).map(|i| (i, (i + 1) % 8)).collect();
         run.measure(&ring, false).unwrap();
         let b = block(8);

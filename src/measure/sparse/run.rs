@@ -14,7 +14,20 @@ pub(super) struct Run<'a, M: PairMeasurer> {
     pub(super) rounds: Vec<usize>,
 }
 
-impl<M: PairMeasurer> Run<'_, M> {
+impl<'a, M: PairMeasurer> Run<'a, M> {
+    /// A run over `ids` with nothing measured yet.
+    pub(super) fn new(ids: &'a [u32], meas: &'a mut M) -> Run<'a, M> {
+        let n = ids.len();
+        Run {
+            ids,
+            meas,
+            cells: vec![f64::NAN; n * n],
+            measured: vec![false; n * n],
+            measurements: 0,
+            rounds: Vec::new(),
+        }
+    }
+
     pub(super) fn n(&self) -> usize {
         self.ids.len()
     }

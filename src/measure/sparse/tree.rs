@@ -60,6 +60,18 @@ impl Tree {
         pos
     }
 
+    /// [`Tree::classify`] for a figure of `q`'s; a level it adds gives `q` an id there
+    /// (no joins yet).
+    pub(super) fn place(&mut self, q: usize, v: f64, ratio: f64, inserted: &[usize]) -> usize {
+        let k = self.classify(v, ratio, inserted);
+        for l in 0..self.group.len() {
+            if self.group[l][q] == NONE {
+                self.group[l][q] = self.fresh();
+            }
+        }
+        k
+    }
+
     /// `q` joins `p` at level `k`: same groups from `k` up.
     pub(super) fn join(&mut self, q: usize, p: usize, k: usize) {
         for l in k..self.group.len() {
@@ -189,13 +201,7 @@ pub(super) fn insert_all<M: PairMeasurer>(
             tree.group[0][q] = tree.fresh();
             tree.lat.push(vec![v]);
         }
-        let mut level = tree.classify(v, cfg.level_ratio, &inserted);
-        // A new level may have been added: q needs an id there.
-        for l in 0..tree.group.len() {
-            if tree.group[l][q] == NONE {
-                tree.group[l][q] = tree.fresh();
-            }
-        }
+        let mut level = tree.place(q, v, cfg.level_ratio, &inserted);
         tree.join(q, best, level);
         let mut tried: BTreeSet<usize> = cands
             .iter()
@@ -217,12 +223,7 @@ pub(super) fn insert_all<M: PairMeasurer>(
             let mut moved = false;
             for c in known {
                 let w = run.get(c, q).expect("filtered");
-                let k = tree.classify(w, cfg.level_ratio, &inserted);
-                for l in 0..tree.group.len() {
-                    if tree.group[l][q] == NONE {
-                        tree.group[l][q] = tree.fresh();
-                    }
-                }
+                let k = tree.place(q, w, cfg.level_ratio, &inserted);
                 if k < level {
                     level = k;
                     best = c;
@@ -258,12 +259,7 @@ pub(super) fn insert_all<M: PairMeasurer>(
             let Some(w) = run.figure(c, q)? else {
                 continue;
             };
-            let k = tree.classify(w, cfg.level_ratio, &inserted);
-            for l in 0..tree.group.len() {
-                if tree.group[l][q] == NONE {
-                    tree.group[l][q] = tree.fresh();
-                }
-            }
+            let k = tree.place(q, w, cfg.level_ratio, &inserted);
             if k < level {
                 level = k;
                 best = c;

@@ -65,8 +65,12 @@ pub(super) fn verify_plans<M: PairMeasurer>(
     let mut done = Verified::default();
     loop {
         let m = LatencyMatrix::from_fn(run.ids.to_vec(), |i, j| cells[i * n + j]);
-        let Ok(d) = Domains::from_matrix(&m) else {
-            return Ok(done);
+        let d = match Domains::from_matrix(&m) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::debug!(error = %e, "plan verification stopped: no domains");
+                return Ok(done);
+            }
         };
         let mut want: BTreeSet<(usize, usize)> = BTreeSet::new();
         let mut worst_seen: BTreeSet<(usize, usize)> = BTreeSet::new();
@@ -76,8 +80,12 @@ pub(super) fn verify_plans<M: PairMeasurer>(
                 policy: Policy::Compact,
                 ..Request::default()
             };
-            let Ok(p) = place(&d, &req, &all) else {
-                continue;
+            let p = match place(&d, &req, &all) {
+                Ok(p) => p,
+                Err(e) => {
+                    tracing::debug!(count = k, error = %e, "plan verification: no compact plan");
+                    continue;
+                }
             };
             let chosen: Vec<usize> = p
                 .cpus
@@ -182,14 +190,7 @@ mod tests {
     fn verify(cfg: &SparseConfig) -> (Verified, Vec<f64>, Vec<bool>) {
         let m = hidden_clique();
         let mut sim = Simulated::new(&m, 0.0, 1);
-        let mut run = Run {
-            ids: &m.cpus,
-            meas: &mut sim,
-            cells: vec![f64::NAN; 144],
-            measured: vec![false; 144],
-            measurements: 0,
-            rounds: Vec::new(),
-        };
+        let mut run = Run::new(&m.cpus, &mut sim);
         let mut cells: Vec<f64> = (0..144)
             .map(|x| if x / 12 == x % 12 { f64::NAN } else { 20.0 })
             .collect();
