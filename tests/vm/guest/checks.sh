@@ -366,7 +366,7 @@ check_hardening() {
 # The unit's realtime class reaches the loop (the main thread) and nothing else:
 # CPUSchedulingResetOnFork puts every other thread back at SCHED_OTHER, nice 0.
 check_scheduling() {
-    local pid t tid st a main="" others=0
+    local pid t tid st a comm main="" others=0 spinners=0
     pid=$(daemon_pid)
     [ "${pid:-0}" -gt 0 ] || {
         echo "pinnerd has no main pid"
@@ -378,10 +378,19 @@ check_scheduling() {
         st=$(cat "$t/stat" 2>/dev/null) || continue
         # Fields after "pid (comm) ": index N-3 is field N of proc(5)'s stat.
         read -ra a <<<"${st##*) }"
+        comm=$(cat "$t/comm" 2>/dev/null) || continue
         if [ "$tid" = "$pid" ]; then
             main="policy=${a[38]} rt_priority=${a[37]}"
+        elif [[ "$comm" == pinnerd-spin-* ]]; then
+            # A measurement under way: its spinners run at measure.spin-priority,
+            # "nice-19" by default (SCHED_OTHER, nice 19).
+            if [ "${a[38]}" != 0 ] || [ "${a[16]}" != 19 ]; then
+                echo "spinner $tid ($comm): policy=${a[38]} nice=${a[16]}, want SCHED_OTHER nice 19"
+                return 1
+            fi
+            spinners=$((spinners + 1))
         elif [ "${a[38]}" != 0 ] || [ "${a[16]}" != 0 ]; then
-            echo "thread $tid ($(cat "$t/comm")): policy=${a[38]} nice=${a[16]}, want SCHED_OTHER nice 0"
+            echo "thread $tid ($comm): policy=${a[38]} nice=${a[16]}, want SCHED_OTHER nice 0"
             return 1
         else
             others=$((others + 1))
@@ -399,7 +408,7 @@ check_scheduling() {
         echo "the journal does not report the loop's class"
         return 1
     }
-    echo "loop (main thread) SCHED_FIFO 1; $others other threads SCHED_OTHER nice 0"
+    echo "loop (main thread) SCHED_FIFO 1; $others other threads SCHED_OTHER nice 0; $spinners measuring spinners SCHED_OTHER nice 19"
 }
 
 check_topology() {
