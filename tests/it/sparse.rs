@@ -27,13 +27,16 @@ fn published<'a>(files: &'a [(String, LatencyMatrix)], name: &str) -> &'a Latenc
 
 /// The published matrices checked in CI (the bench covers every one): Intel two-socket
 /// with SMT, AMD with CCX groups and a NUMA-home artefact, tile pairs without SMT, and a
-/// Broadwell ring whose cores differ inside one level (met through per-CPU factors).
+/// Broadwell ring whose cores differ inside one level (met through per-CPU factors), and
+/// two EPYC 7742 sockets whose CCX pairs hold scattered exceptions (one cell in ten at
+/// 100 ns among 122: filled from the level, not measured fully, at 256 CPUs).
 const CHECKED: &[&str] = &[
     "Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv",
     "Intel_Xeon_CPU_E5-2695_v4_at_2.10GHz.csv",
     "Intel_Xeon_Platinum_8275CL_CPU_at_3.00GHz.csv",
     "AMD_EPYC_7R13_48-Core_Processor.csv",
     "Intel_Xeon_Phi_CPU_7210_at_1.30GHz.csv",
+    "Dual_AMD_EPYC_7742_64-Core_Processor.csv",
 ];
 
 #[test]
@@ -50,7 +53,8 @@ fn simulated_sparse_meets_the_targets_on_published_matrices() {
                 s.within_10 * 100.0,
                 s.plan_ratio
             );
-            assert!(s.share() <= 0.15, "{ctx}");
+            let target = if s.n >= 256 { 0.05 } else { 0.15 };
+            assert!(s.share() <= target, "{ctx}");
             assert!(s.within_10 >= 0.95, "{ctx}");
             assert!(s.domains_equal, "{ctx}");
             assert!(s.worst_plan() <= 1.05, "{ctx}");

@@ -32,6 +32,11 @@ impl<'a, M: PairMeasurer> Run<'a, M> {
         self.ids.len()
     }
 
+    /// Distinct pairs measured so far.
+    pub(super) fn distinct(&self) -> usize {
+        self.measured.iter().filter(|&&m| m).count() / 2
+    }
+
     pub(super) fn get(&self, i: usize, j: usize) -> Option<f64> {
         let v = self.cells[i * self.n() + j];
         (!v.is_nan()).then_some(v)

@@ -24,6 +24,23 @@ impl Tree {
         self.next
     }
 
+    /// Group sizes per level, finest first, for the log.
+    pub(super) fn shape(&self) -> Vec<Vec<usize>> {
+        self.group
+            .iter()
+            .map(|part| {
+                let mut size: BTreeMap<usize, usize> = BTreeMap::new();
+                for &g in part {
+                    *size.entry(g).or_default() += 1;
+                }
+                let mut v: Vec<usize> = size.into_values().collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            })
+            .collect()
+    }
+
     pub(super) fn typical(&self, k: usize) -> f64 {
         let mut v = self.lat[k].clone();
         v.sort_by(f64::total_cmp);
