@@ -24,7 +24,7 @@ impl Tree {
         self.next
     }
 
-    /// Group sizes per level, finest first, for the log.
+    /// The distinct group sizes of each level, finest first, for the log.
     pub(super) fn shape(&self) -> Vec<Vec<usize>> {
         self.group
             .iter()
