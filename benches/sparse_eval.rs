@@ -95,6 +95,18 @@ impl Score {
         self.pairs_measured as f64 / self.pairs_total as f64
     }
 
+    /// Pairs, cells within 10%, plan ratios and modelled time, for assertion messages.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} of {} pairs, {:.1}% within 10%, plans {:?}, modelled {:?}",
+            self.pairs_measured,
+            self.pairs_total,
+            self.within_10 * 100.0,
+            self.plan_ratio,
+            self.modelled
+        )
+    }
+
     pub fn worst_plan(&self) -> f64 {
         self.plan_ratio.iter().copied().fold(0.0, f64::max)
     }

@@ -166,7 +166,6 @@ exclusive = true
         mgr: Manager,
     }
 
-    /// A manager on CPUs 0-7, and the plan of `text` as the daemon makes it.
     /// The cpuset of each plan instance, in order.
     fn unit_cpusets(t: &T) -> Vec<Option<CpuSet>> {
         t.mgr
@@ -177,6 +176,7 @@ exclusive = true
             .collect()
     }
 
+    /// A manager on CPUs 0-7, and the plan of `text` as the daemon makes it.
     fn rig(text: &str) -> (T, Plan) {
         let ops = Arc::new(FakeOps::new());
         let procs = Arc::new(FakeProcs::new());

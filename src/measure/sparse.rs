@@ -463,10 +463,7 @@ pub fn run_sparse<M: PairMeasurer>(
             v
         })
         .collect();
-    let pairs_measured = (0..n)
-        .flat_map(|i| (0..i).map(move |j| (i, j)))
-        .filter(|&(i, j)| run.measured[i * n + j])
-        .count();
+    let pairs_measured = run.distinct();
     Ok(SparseOutcome {
         cpus: cpus.to_vec(),
         cells,

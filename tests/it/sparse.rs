@@ -46,13 +46,7 @@ fn simulated_sparse_meets_the_targets_on_published_matrices() {
         let m = published(&files, name);
         for seed in [1, 2, 3] {
             let s = score(m, 0.02, seed);
-            let ctx = format!(
-                "{name} seed {seed}: {} of {} pairs, {:.1}% within 10%, plans {:?}",
-                s.pairs_measured,
-                s.pairs_total,
-                s.within_10 * 100.0,
-                s.plan_ratio
-            );
+            let ctx = format!("{name} seed {seed}: {}", s.summary());
             let target = if s.n >= 256 { 0.05 } else { 0.15 };
             assert!(s.share() <= target, "{ctx}");
             assert!(s.within_10 >= 0.95, "{ctx}");
@@ -87,10 +81,7 @@ fn compact_plans_from_the_verified_reconstruction_are_within_5_percent() {
         let m = published(&files, name);
         for seed in [1, 2, 3] {
             let s = score(m, 0.02, seed);
-            let ctx = format!(
-                "{name} seed {seed}: {} of {} pairs, plans {:?}",
-                s.pairs_measured, s.pairs_total, s.plan_ratio
-            );
+            let ctx = format!("{name} seed {seed}: {}", s.summary());
             assert!(s.worst_plan() <= 1.05, "{ctx}");
             assert!(s.domains_equal, "{ctx}");
         }
@@ -119,13 +110,7 @@ fn held_out_checks_bring_the_dual_ring_parts_to_95_percent_and_their_plans_withi
             };
             assert!(m.len() < cfg.held_out_below, "{name}");
             let s = score_with(m, 0.02, &cfg);
-            let ctx = format!(
-                "{name} seed {seed}: {} of {} pairs, {:.1}% within 10%, plans {:?}",
-                s.pairs_measured,
-                s.pairs_total,
-                s.within_10 * 100.0,
-                s.plan_ratio
-            );
+            let ctx = format!("{name} seed {seed}: {}", s.summary());
             assert!(s.within_10 >= 0.95, "{ctx}");
             assert!(s.domains_equal, "{ctx}");
             assert!(s.worst_plan() <= 1.05, "{ctx}");
@@ -143,14 +128,7 @@ fn held_out_checks_bring_the_dual_ring_parts_to_95_percent_and_their_plans_withi
 fn the_512_cpu_machine_is_mapped_from_under_5_percent_of_its_pairs_in_under_10_s() {
     let m = sparse_eval::tiled_512();
     let s = score(&m, 0.02, 1);
-    let ctx = format!(
-        "{} of {} pairs, {:.1}% within 10%, plans {:?}, {:?}",
-        s.pairs_measured,
-        s.pairs_total,
-        s.within_10 * 100.0,
-        s.plan_ratio,
-        s.modelled
-    );
+    let ctx = s.summary();
     assert!(s.share() <= 0.05, "{ctx}");
     assert!(s.within_10 >= 0.95, "{ctx}");
     assert!(s.modelled.as_secs_f64() <= 10.0, "{ctx}");

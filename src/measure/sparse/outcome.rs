@@ -61,9 +61,7 @@ impl SparseOutcome {
         }
         t
     }
-}
 
-impl SparseOutcome {
     /// The matrix: every known cell, `mode` sparse, `pairs_measured`, `pairs_total`
     /// and `modelled_seconds`; `stats` from `measured_stats` for measured pairs (a
     /// single figure when it has none) and an `inferred` entry with 0 samples for every
@@ -90,30 +88,25 @@ impl SparseOutcome {
                     self.cpus[i].min(self.cpus[j]),
                     self.cpus[i].max(self.cpus[j]),
                 );
+                // One figure: a measured pair without statistics, or an inferred one.
+                let single = |samples, inferred| PairStats {
+                    a,
+                    b,
+                    p10_ns: v,
+                    median_ns: v,
+                    p90_ns: v,
+                    samples,
+                    discarded: 0,
+                    round_trips: 0,
+                    inferred,
+                };
                 let s = if self.measured[i * n + j] {
-                    measured_stats.get(&(a, b)).cloned().unwrap_or(PairStats {
-                        a,
-                        b,
-                        p10_ns: v,
-                        median_ns: v,
-                        p90_ns: v,
-                        samples: 1,
-                        discarded: 0,
-                        round_trips: 0,
-                        inferred: false,
-                    })
+                    measured_stats
+                        .get(&(a, b))
+                        .cloned()
+                        .unwrap_or_else(|| single(1, false))
                 } else {
-                    PairStats {
-                        a,
-                        b,
-                        p10_ns: v,
-                        median_ns: v,
-                        p90_ns: v,
-                        samples: 0,
-                        discarded: 0,
-                        round_trips: 0,
-                        inferred: true,
-                    }
+                    single(0, true)
                 };
                 m.stats.push(s);
             }

@@ -92,24 +92,18 @@ pub(super) fn verify_plans<M: PairMeasurer>(
                 .iter()
                 .filter_map(|c| index.get(&c).copied())
                 .collect();
-            let mut open: Vec<(usize, usize)> = Vec::new();
-            for (a, &i) in chosen.iter().enumerate() {
-                for &j in &chosen[..a] {
-                    let pair = (i.min(j), i.max(j));
-                    if !run.measured[pair.0 * n + pair.1] && !asked.contains(&pair) {
-                        open.push(pair);
-                    }
-                }
-            }
-            // The choice's worst figure from before verification (measured once) gets
-            // the same second and third look as the figures measured here.
-            if let Some(&w) = chosen
+            // The choice's pairs not asked for here yet: unmeasured, or measured before.
+            let (seen, mut open): (Vec<_>, Vec<_>) = chosen
                 .iter()
                 .enumerate()
                 .flat_map(|(a, &i)| chosen[..a].iter().map(move |&j| (i.min(j), i.max(j))))
-                .filter(|&(i, j)| run.measured[i * n + j] && !asked.contains(&(i, j)))
+                .filter(|pair| !asked.contains(pair))
+                .partition(|&(i, j)| run.measured[i * n + j]);
+            // The choice's worst figure from before verification (measured once) gets
+            // the same second and third look as the figures measured here.
+            if let Some(&w) = seen
+                .iter()
                 .max_by(|a, b| cells[a.0 * n + a.1].total_cmp(&cells[b.0 * n + b.1]))
-                .as_ref()
             {
                 if !checked.contains(&w) {
                     worst_seen.insert(w);
