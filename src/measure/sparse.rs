@@ -35,11 +35,12 @@ use block::{blocks, Block, SubPair};
 use fit::{misfits, Fit};
 use rowcol::RowCol;
 use run::Run;
-use tree::{insert_all, prior_tree};
+use tree::{first_pairs, insert_all, prior_tree, Tree};
 
 mod block;
 mod fit;
 mod held_out;
+mod mesh;
 mod outcome;
 mod rowcol;
 mod run;
@@ -153,11 +154,101 @@ pub fn run_sparse<M: PairMeasurer>(
         });
     }
     let mut run = Run::new(cpus, meas);
+    // A prior with no group below the machine says nothing: insertion finds more.
+    let prior = prior
+        .map(|p| prior_tree(cpus, p))
+        .filter(|t| t.group.len() > 1);
+    let used_prior = prior.is_some();
+    let mut mesh_model = None;
     let tree = match prior {
-        Some(p) => prior_tree(cpus, p),
-        None => insert_all(&mut run, cfg)?,
+        Some(t) => t,
+        None => {
+            let first = first_pairs(n);
+            run.measure(&first, false)?;
+            // Twice, keeping the lower: a preempted figure here would misplace a CPU
+            // (one SMT sibling looking like a cache neighbour), and these rounds are
+            // cheap.
+            run.measure(&first, true)?;
+            let figures: Vec<f64> = first.iter().filter_map(|&(i, j)| run.get(i, j)).collect();
+            let share = mesh::smooth_share(&figures, 1.0 + cfg.tolerance);
+            tracing::debug!(share, "sparse: first pairs' smooth share");
+            if n >= mesh::MESH_FROM && share >= mesh::MESH_SHARE {
+                // Drawn apart, so a refused model leaves the other steps' draws as
+                // they would be without it.
+                let mut rng = Rng::new(cfg.seed ^ 0x6d65_7368);
+                mesh_model = mesh::map_mesh(&mut run, cfg, &mut rng)?;
+            }
+            if mesh_model.is_some() {
+                Tree {
+                    lat: vec![Vec::new()],
+                    group: vec![vec![0; n]],
+                    next: 0,
+                }
+            } else {
+                insert_all(&mut run, cfg)?
+            }
+        }
     };
-    tracing::debug!(pairs = run.distinct(), levels = ?tree.shape(), "sparse: tree built");
+    tracing::debug!(pairs = run.distinct(), levels = ?tree.shape(), mesh = mesh_model.is_some(), "sparse: tree built");
+    let (mut cells, filled, full_blocks) = match &mesh_model {
+        Some(model) => {
+            let mut cells = run.cells.clone();
+            for i in 0..n {
+                for j in 0..n {
+                    if i != j && cells[i * n + j].is_nan() {
+                        cells[i * n + j] = model.predict(i, j);
+                    }
+                }
+            }
+            (cells, 1, 0)
+        }
+        None => fill_tree(&mut run, &tree, cfg)?,
+    };
+    // 6. Plan verification: the compact plans from the filled cells, measured through.
+    let v = verify::verify_plans(&mut run, &mut cells, cfg)?;
+    tracing::debug!(
+        pairs = v.pairs,
+        rounds = v.rounds,
+        settled = v.settled,
+        "compact plans verified"
+    );
+    let levels = tree
+        .group
+        .iter()
+        .map(|part| {
+            let mut groups: BTreeMap<usize, CpuSet> = BTreeMap::new();
+            for (i, &g) in part.iter().enumerate() {
+                groups.entry(g).or_default().insert(cpus[i]);
+            }
+            let mut v: Vec<CpuSet> = groups.into_values().collect();
+            v.sort_by_key(|s| s.iter().next());
+            v
+        })
+        .collect();
+    let pairs_measured = run.distinct();
+    Ok(SparseOutcome {
+        cpus: cpus.to_vec(),
+        cells,
+        measured: run.measured,
+        pairs_measured,
+        measurements: run.measurements,
+        rounds: run.rounds,
+        levels,
+        blocks_filled: filled,
+        blocks_measured: full_blocks,
+        used_prior,
+        mesh: mesh_model.is_some(),
+    })
+}
+
+/// Steps 1–5 on the tree: spot checks, fits, full measurement where they disagree and
+/// the fill. The cells, the blocks filled and the blocks measured fully.
+fn fill_tree<M: PairMeasurer>(
+    run: &mut Run<'_, M>,
+    tree: &Tree,
+    cfg: &SparseConfig,
+) -> Result<(Vec<f64>, usize, usize), MeasureError> {
+    let n = run.n();
     let mut rng = Rng::new(cfg.seed);
     let blocks = blocks(&tree);
     let tol = 1.0 + cfg.tolerance;
@@ -284,7 +375,7 @@ pub fn run_sparse<M: PairMeasurer>(
     // 3b. On a small machine, fresh pairs of every filled block against its fill
     // (drawn apart, so the other steps draw as they would without them).
     let mut fresh = Rng::new(cfg.seed.rotate_left(32));
-    for k in held_out::held_out(&mut run, &fill, cfg, &mut fresh)? {
+    for k in held_out::held_out(run, &fill, cfg, &mut fresh)? {
         full.extend(fill[k].0.pairs());
         full_blocks += 1;
         filled -= 1;
@@ -442,40 +533,7 @@ pub fn run_sparse<M: PairMeasurer>(
             }
         }
     }
-    // 6. Plan verification: the compact plans from the filled cells, measured through.
-    let v = verify::verify_plans(&mut run, &mut cells, cfg)?;
-    tracing::debug!(
-        pairs = v.pairs,
-        rounds = v.rounds,
-        settled = v.settled,
-        "compact plans verified"
-    );
-    let levels = tree
-        .group
-        .iter()
-        .map(|part| {
-            let mut groups: BTreeMap<usize, CpuSet> = BTreeMap::new();
-            for (i, &g) in part.iter().enumerate() {
-                groups.entry(g).or_default().insert(cpus[i]);
-            }
-            let mut v: Vec<CpuSet> = groups.into_values().collect();
-            v.sort_by_key(|s| s.iter().next());
-            v
-        })
-        .collect();
-    let pairs_measured = run.distinct();
-    Ok(SparseOutcome {
-        cpus: cpus.to_vec(),
-        cells,
-        measured: run.measured,
-        pairs_measured,
-        measurements: run.measurements,
-        rounds: run.rounds,
-        levels,
-        blocks_filled: filled,
-        blocks_measured: full_blocks,
-        used_prior: prior.is_some(),
-    })
+    Ok((cells, filled, full_blocks))
 }
 
 /// The median of `obs`' figures when at least three quarters of them (and at least 8)

@@ -29,6 +29,8 @@ pub struct SparseOutcome {
     pub blocks_measured: usize,
     /// Whether the tree came from the prior.
     pub used_prior: bool,
+    /// Whether the cells came from the mesh model (`sparse/mesh.rs`), not a tree.
+    pub mesh: bool,
 }
 
 impl SparseOutcome {

@@ -155,23 +155,23 @@ pub(super) fn guesses(q: usize, n: usize) -> Vec<usize> {
     g
 }
 
+/// The first guesses of every CPU, measured before insertion in parallel rounds: the
+/// chain and the half-offset.
+pub(super) fn first_pairs(n: usize) -> Vec<(usize, usize)> {
+    (1..n)
+        .flat_map(|q| guesses(q, n).into_iter().take(2).map(move |p| (p, q)))
+        .collect()
+}
+
 /// Builds the tree by inserting the CPUs one by one: each joins the tree where its first
 /// partner says, then looks for a closer group among its guesses and the other groups of
-/// the level it joined, trying at most `search` more pairs.
+/// the level it joined, trying at most `search` more pairs. The [`first_pairs`] are
+/// measured already.
 pub(super) fn insert_all<M: PairMeasurer>(
     run: &mut Run<'_, M>,
     cfg: &SparseConfig,
 ) -> Result<Tree, MeasureError> {
     let n = run.n();
-    // The first guesses of every CPU, in parallel rounds: the chain and the half-offset.
-    let mut first: Vec<(usize, usize)> = Vec::new();
-    for q in 1..n {
-        first.extend(guesses(q, n).into_iter().take(2).map(|p| (p, q)));
-    }
-    run.measure(&first, false)?;
-    // Twice, keeping the lower: a preempted figure here would misplace a CPU (one
-    // SMT sibling looking like a cache neighbour), and these rounds are cheap.
-    run.measure(&first, true)?;
     let mut tree = Tree {
         lat: Vec::new(),
         group: Vec::new(),
