@@ -172,7 +172,7 @@ pub fn run_sparse<M: PairMeasurer>(
             let figures: Vec<f64> = first.iter().filter_map(|&(i, j)| run.get(i, j)).collect();
             let share = mesh::smooth_share(&figures, 1.0 + cfg.tolerance);
             tracing::debug!(share, "sparse: first pairs' smooth share");
-            if n >= mesh::MESH_FROM && share >= mesh::MESH_SHARE {
+            if (mesh::MESH_FROM..=mesh::MESH_UP_TO).contains(&n) && share >= mesh::MESH_SHARE {
                 // Drawn apart, so a refused model leaves the other steps' draws as
                 // they would be without it.
                 let mut rng = Rng::new(cfg.seed ^ 0x6d65_7368);
