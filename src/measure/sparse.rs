@@ -159,10 +159,10 @@ pub fn run_sparse<M: PairMeasurer>(
         });
     }
     let mut run = Run::new(cpus, meas);
-    // A prior with no group below the machine says nothing: insertion finds more.
-    let prior = prior
-        .map(|p| prior_tree(cpus, p))
-        .filter(|t| t.group.len() > 1);
+    // A prior with no group of two or more CPUs below the machine (an Arm mesh's
+    // sysfs: every core alone in one package) says nothing: insertion finds more, and
+    // the first pairs show a mesh.
+    let prior = prior.map(|p| prior_tree(cpus, p)).filter(Tree::has_groups);
     let used_prior = prior.is_some();
     let mut mesh_model = None;
     let tree = match prior {
@@ -255,7 +255,7 @@ fn fill_tree<M: PairMeasurer>(
 ) -> Result<(Vec<f64>, usize, usize), MeasureError> {
     let n = run.n();
     let mut rng = Rng::new(cfg.seed);
-    let blocks = blocks(&tree);
+    let blocks = blocks(tree);
     let tol = 1.0 + cfg.tolerance;
     // A figure this far from its block's fit is not variation inside a level but a
     // pair the tree placed wrongly (levels are at least 1.3 apart).
@@ -285,7 +285,7 @@ fn fill_tree<M: PairMeasurer>(
     // preemption only inflates).
     let again: Vec<(usize, usize)> = blocks
         .iter()
-        .filter_map(|b| Some(misfits(&run, b, &Fit::new(&run, b)?, tol)))
+        .filter_map(|b| Some(misfits(run, b, &Fit::new(run, b)?, tol)))
         .flatten()
         .collect();
     run.measure(&again, true)?;
@@ -304,7 +304,7 @@ fn fill_tree<M: PairMeasurer>(
     let mut irregular: Vec<&Block> = Vec::new();
     let mut suspect: Vec<(&Block, Vec<(usize, usize)>)> = Vec::new();
     for (b, sample) in blocks.iter().zip(&drawn) {
-        let Some(fit) = Fit::new(&run, b) else {
+        let Some(fit) = Fit::new(run, b) else {
             full.extend(b.pairs());
             full_blocks += 1;
             continue;
@@ -334,7 +334,7 @@ fn fill_tree<M: PairMeasurer>(
             continue;
         }
         let mut split = BTreeSet::new();
-        for (i, j) in misfits(&run, b, &fit, broken) {
+        for (i, j) in misfits(run, b, &fit, broken) {
             let (x, y) = (b.kid_of[&i], b.kid_of[&j]);
             split.insert((x.max(y), x.min(y)));
         }
@@ -426,7 +426,7 @@ fn fill_tree<M: PairMeasurer>(
         .iter()
         .map(|(_, _, p)| p)
         .filter(|p| {
-            let (_, lo, hi) = spread(&run, p);
+            let (_, lo, hi) = spread(run, p);
             hi > lo * tol
         })
         .flat_map(|p| p.iter().copied().filter(|&(i, j)| run.get(i, j).is_some()))
@@ -439,7 +439,7 @@ fn fill_tree<M: PairMeasurer>(
     let mut sub_fill: Vec<(Vec<(usize, usize)>, f64)> = Vec::new();
     let mut modelled = Vec::new();
     for (rows, cols, pairs) in subs {
-        let (count, lo, hi) = spread(&run, &pairs);
+        let (count, lo, hi) = spread(run, &pairs);
         if count == pairs.len() {
             continue;
         }
@@ -478,14 +478,14 @@ fn fill_tree<M: PairMeasurer>(
     let again: Vec<(usize, usize)> = modelled
         .iter()
         .flat_map(|(rows, cols, _)| {
-            let o = obs(&run, rows, cols);
+            let o = obs(run, rows, cols);
             RowCol::new(rows, cols, &o).map_or_else(Vec::new, |f| f.misfits(&o, half))
         })
         .collect();
     run.measure(&again, true)?;
     let mut rc_fill = Vec::new();
     for (rows, cols, pairs) in modelled {
-        let o = obs(&run, rows, cols);
+        let o = obs(run, rows, cols);
         match RowCol::new(rows, cols, &o) {
             Some(f) if f.misfits(&o, half).is_empty() => {
                 rc_fill.push((rows, cols, f));
@@ -696,6 +696,23 @@ mod tests {
                 within_10(&m, &bad)
             );
         }
+    }
+
+    #[test]
+    fn a_prior_of_lone_cpus_in_one_package_is_no_prior() {
+        let m = machine();
+        let alone: Vec<CpuSet> = (0..16).map(|c| set(&c.to_string())).collect();
+        let flat = vec![alone, vec![set("0-15")]];
+        let out = run_sparse(
+            &m.cpus,
+            Some(&flat),
+            &mut Simulated::new(&m, 0.0, 1),
+            &SparseConfig::default(),
+        )
+        .unwrap();
+        assert!(!out.used_prior);
+        assert_eq!(within_10(&m, &out), 1.0);
+        assert_eq!(out.levels.len(), 4, "found by insertion: {:?}", out.levels);
     }
 
     #[test]

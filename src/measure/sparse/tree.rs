@@ -41,6 +41,15 @@ impl Tree {
             .collect()
     }
 
+    /// Whether a level holds a group of two or more CPUs that is not the whole
+    /// machine.
+    pub(super) fn has_groups(&self) -> bool {
+        self.group.iter().any(|part| {
+            let groups = part.iter().collect::<BTreeSet<_>>().len();
+            groups > 1 && groups < part.len()
+        })
+    }
+
     pub(super) fn typical(&self, k: usize) -> f64 {
         let mut v = self.lat[k].clone();
         v.sort_by(f64::total_cmp);
