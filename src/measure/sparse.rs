@@ -60,10 +60,9 @@ pub trait PairMeasurer {
 /// From this many CPUs on, the daemon measures sparsely by default. At 128 CPUs a full
 /// matrix in parallel rounds models at 5.7 s and sparse runs at 1.1–2.1 s with ≥ 95% of
 /// the cells within 10% and compact plans within 5% on every published 128+ CPU
-/// matrix; at 64 a full matrix models
-/// at 2.2 s, and sparse misses the 95% mark on the mesh parts of that size (Graviton)
-/// and measures more than 15% of the pairs on some (Graviton2, Kunpeng 920). Figures:
-/// `benches/README.md`, "Sparse measurement".
+/// matrix. At 64 sparse meets the targets too (the meshes and the Kunpeng 920 through
+/// the mesh model), but at 0.7–1.4 s against 2.2 s for a full matrix, whose cells are
+/// all measured. Figures: `benches/README.md`, "Sparse measurement".
 pub const SPARSE_FROM_CPUS: usize = 128;
 
 impl Mode {
