@@ -2,8 +2,13 @@
 //! it, measure fully only the blocks that disagree, and fill the rest from their block.
 //!
 //! ```text
-//! prior (sysfs groups)  ──or──  insertion (each CPU joins the tree by a few guessed pairs)
-//!                 │                        │ chain i–(i−1) and i–(i+n/2) measured first, in rounds
+//! prior (sysfs groups)  ──or──  first pairs: chain i–(i−1) and i–(i+n/2), in rounds
+//!                 │                        │ smooth (no 10% gaps: a mesh, 32–128 CPUs)?
+//!                 │                        │    ── yes ─► mesh model from random pairs,
+//!                 │                        │       checked on fresh ones ── holds ─► fill
+//!                 │                        │       from it, go to plan verification
+//!                 │                        ▼ no, or refused
+//!                 │             insertion (each CPU joins the tree by a few guessed pairs)
 //!                 └──────► tree of nested groups (levels)
 //!                                   │
 //!             blocks: per group, the pairs joined there (between its child groups)
@@ -193,7 +198,12 @@ pub fn run_sparse<M: PairMeasurer>(
             }
         }
     };
-    tracing::debug!(pairs = run.distinct(), levels = ?tree.shape(), mesh = mesh_model.is_some(), "sparse: tree built");
+    tracing::debug!(
+        pairs = run.distinct(),
+        levels = ?tree.shape(),
+        mesh = mesh_model.is_some(),
+        "sparse: tree built"
+    );
     let (mut cells, filled, full_blocks) = match &mesh_model {
         Some(model) => {
             let mut cells = run.cells.clone();
