@@ -40,12 +40,13 @@
 //! - `manager`: which processes are managed; applies the plan to their threads
 //! - `matrix`: the latency matrix and its files
 //! - `measure`: spin pairs → latencies; sparse measurement (the hierarchy from a few
-//!   pairs, spot checks per block, the rest inferred, then the cells of the compact
-//!   plans that `domains` and `placement` make from it measured) over a
-//!   `PairMeasurer`: the real spinner, or `measure::simulate`, which answers from a
-//!   published matrix with noise; `measure::around`: the CPUs a measurement stays off (exclusive and latency-critical
-//!   rules' CPUs, `measure.never-cpus`, `nohz_full`), the cells it keeps for them, and
-//!   the latency-critical threads whose waking stops it
+//!   pairs, spot checks per block, the rest inferred, or a mesh's model from random
+//!   pairs; then the cells of the compact plans that `domains` and `placement` make
+//!   from it measured) over a `PairMeasurer`: the real spinner, or
+//!   `measure::simulate`, which answers from a published matrix with noise;
+//!   `measure::around`: the CPUs a measurement stays off (exclusive and
+//!   latency-critical rules' CPUs, `measure.never-cpus`, `nohz_full`), the cells it
+//!   keeps for them, and the latency-critical threads whose waking stops it
 //! - `metrics`: the daemon's numbers in the Prometheus text format, and the textfile
 //! - `placement`: one request → CPUs
 //! - `plan`: every rule's CPUs, as a value

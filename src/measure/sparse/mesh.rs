@@ -315,12 +315,11 @@ fn fresh<M: PairMeasurer>(run: &Run<'_, M>, k: usize, rng: &mut Rng) -> Vec<(usi
 fn misses<M: PairMeasurer>(
     run: &Run<'_, M>,
     model: &MeshModel,
-    pairs: &[(usize, usize)],
+    pairs: impl IntoIterator<Item = (usize, usize)>,
     tol: f64,
 ) -> Vec<(usize, usize)> {
     pairs
-        .iter()
-        .copied()
+        .into_iter()
         .filter(|&(i, j)| {
             run.get(i, j)
                 .is_some_and(|v| (v / model.predict(i, j)).ln().abs() > tol.ln())
@@ -347,20 +346,18 @@ pub(super) fn map_mesh<M: PairMeasurer>(
     let Some(model) = MeshModel::fit(n, &obs, None, rng) else {
         return Ok(None);
     };
-    let seen: Vec<(usize, usize)> = obs.iter().map(|o| (o.0, o.1)).collect();
-    let again = misses(run, &model, &seen, tol);
+    let again = misses(run, &model, obs.iter().map(|o| (o.0, o.1)), tol);
     run.measure(&again, true)?;
     let Some(model) = MeshModel::fit(n, &observed(run), Some(&model), rng) else {
         return Ok(None);
     };
     let held = fresh(run, HELD_OUT, rng);
     run.measure(&held, false)?;
-    let again = misses(run, &model, &held, tol);
+    let again = misses(run, &model, held.iter().copied(), tol);
     run.measure(&again, true)?;
-    let missed = misses(run, &model, &held, tol).len();
+    let missed = misses(run, &model, held.iter().copied(), tol).len();
     let obs = observed(run);
-    let seen: Vec<(usize, usize)> = obs.iter().map(|o| (o.0, o.1)).collect();
-    let misfit = misses(run, &model, &seen, tol).len();
+    let misfit = misses(run, &model, obs.iter().map(|o| (o.0, o.1)), tol).len();
     tracing::debug!(
         pairs = run.distinct(),
         misfit,
@@ -374,7 +371,7 @@ pub(super) fn map_mesh<M: PairMeasurer>(
     if missed * 8 > held.len() || misfit * MISFIT_SHARE > obs.len() {
         return Ok(None);
     }
-    Ok(MeshModel::fit(n, &observed(run), Some(&model), rng))
+    Ok(MeshModel::fit(n, &obs, Some(&model), rng))
 }
 
 #[cfg(test)]
