@@ -14,6 +14,8 @@ const NOISE: f64 = 0.02;
 
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
+    // `--each`: one line per seed as well, after the table's line.
+    let each = std::env::args().any(|a| a == "--each");
     // `cargo bench --bench sparse -- NAME…`: only the matrices whose name holds one.
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut seeds: Vec<u64> = SEEDS.to_vec();
@@ -73,5 +75,14 @@ fn main() {
             plans,
             t.as_secs_f64()
         );
+        if each {
+            for (s, sc) in seeds.iter().zip(&scores) {
+                println!(
+                    "    seed {s}: {}, domains {}",
+                    sc.summary(),
+                    if sc.domains_equal { "equal" } else { "differ" }
+                );
+            }
+        }
     }
 }

@@ -100,6 +100,11 @@ pub struct SparseConfig {
     /// it on, where the pair targets apply, a pair of child groups that is one level
     /// with scattered exceptions is filled from its median instead of measured fully.
     pub held_out_below: usize,
+    /// From this many CPUs on, a block's fill takes a factor per unit (the groups one
+    /// level below its children, where they are large: a CCD in half a socket) and a
+    /// term per pair of units, and its spot checks visit every pair of units
+    /// (`sparse/block.rs`, `sparse/fit.rs`). 64: where the pair targets apply.
+    pub pair_terms_from: usize,
     /// The first pairs' smooth share from which the mesh model is tried
     /// (`sparse/mesh.rs`; 0.35: the meshes and the Kunpeng 920 reach 0.38–1.00, every
     /// other published matrix of 32 CPUs and more at most 0.34). Above 1: never.
@@ -128,6 +133,7 @@ impl Default for SparseConfig {
             search: 3,
             level_ratio: 1.18,
             held_out_below: 64,
+            pair_terms_from: 64,
             mesh_share: mesh::MESH_SHARE,
             seed: 1,
             costs: MODEL_COSTS,
@@ -264,7 +270,7 @@ fn fill_tree<M: PairMeasurer>(
 ) -> Result<(Vec<f64>, usize, usize), MeasureError> {
     let n = run.n();
     let mut rng = Rng::new(cfg.seed);
-    let blocks = blocks(tree);
+    let blocks = blocks(tree, n >= cfg.pair_terms_from);
     let tol = 1.0 + cfg.tolerance;
     // A figure this far from its block's fit is not variation inside a level but a
     // pair the tree placed wrongly (levels are at least 1.3 apart).
@@ -282,6 +288,7 @@ fn fill_tree<M: PairMeasurer>(
             continue;
         }
         let k = (2 * b.kids.len())
+            .max(2 * b.unit_pairs().len())
             .max((cells as f64).sqrt() as usize / 4)
             .clamp(cfg.samples, 8 * cfg.samples)
             .min(cells);

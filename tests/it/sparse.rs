@@ -226,7 +226,7 @@ fn within_10(truth: &LatencyMatrix, recon: &LatencyMatrix) -> f64 {
 }
 
 #[test]
-fn numbering_that_lies_costs_pairs_never_correctness() {
+fn numbering_that_lies_never_costs_correctness() {
     let (plain, lied) = shuffled();
     let cfg = SparseConfig::default();
     let honest = run_sparse(
@@ -238,12 +238,16 @@ fn numbering_that_lies_costs_pairs_never_correctness() {
     .unwrap();
     let out = run_sparse(&lied.cpus, None, &mut Simulated::new(&lied, 0.02, 1), &cfg).unwrap();
     let recon = to_matrix(&out);
-    assert!(
-        out.pairs_measured > honest.pairs_measured,
-        "{} vs {}",
-        out.pairs_measured,
-        honest.pairs_measured
-    );
+    // Both within the pair target (the shuffled numbering's chain follows no group,
+    // so insertion builds its tree from other pairs).
+    for o in [&honest, &out] {
+        assert!(
+            o.pairs_measured * 100 <= 15 * lied.len() * (lied.len() - 1) / 2,
+            "{} of {} pairs",
+            o.pairs_measured,
+            lied.len() * (lied.len() - 1) / 2
+        );
+    }
     let w = within_10(&lied, &recon);
     assert!(w >= 0.95, "{w}");
     let groups =

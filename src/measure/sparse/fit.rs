@@ -19,6 +19,11 @@ const CPU_SEEN: usize = 2;
 /// their factors fit the noise (95.6% of the cells within 10% without them, 94.9% with;
 /// `benches/README.md`, "Sparse measurement").
 const MESH_CPUS: usize = 64;
+/// Figures from which a unit ([`Block::unit_of`]) gets a factor of its own.
+const UNIT_SEEN: usize = 6;
+/// Figures from which a pair of units gets a term of its own, and its pseudo-count.
+const PAIR_SEEN: usize = 2;
+const PAIR_SHRINK: f64 = 2.0;
 
 use super::block::Block;
 use super::run::Run;
@@ -43,8 +48,14 @@ fn median(v: &mut [f64]) -> f64 {
 pub(super) struct Fit {
     mu: f64,
     eff: Vec<f64>,
+    /// Factors (ln) of the block's units ([`Block::unit_of`]), shrunk towards 0 by
+    /// their sample count.
+    unit: BTreeMap<usize, f64>,
     /// Per-CPU factors (ln), shrunk towards 0 by their sample count.
     cpu: BTreeMap<usize, f64>,
+    /// What is left (ln) between two units ([`Fit::units`]), shrunk towards 0 by its
+    /// sample count.
+    pair: BTreeMap<(usize, usize), f64>,
     /// The lowest and highest measured figure (ln): a prediction stays between them.
     lo: f64,
     hi: f64,
@@ -64,7 +75,9 @@ impl Fit {
         let mut fit = Fit {
             mu: median(&mut logs),
             eff: vec![0.0; b.kids.len()],
+            unit: BTreeMap::new(),
             cpu: BTreeMap::new(),
+            pair: BTreeMap::new(),
             lo: logs[0],
             hi: logs[logs.len() - 1],
         };
@@ -98,31 +111,99 @@ impl Fit {
                 ))
             })
             .collect();
-        let single = |i: usize| b.kids[b.kid_of[&i]].len() == 1;
-        // A large block with too few pairs for a CPU's factor to be more than the noise
-        // of its one or two figures keeps its group factors.
-        let cpus: usize = b.kids.iter().map(Vec::len).sum();
-        if cpus > MESH_CPUS && (2 * obs.len()) < CPU_SEEN * cpus {
-            return Some(fit);
+        // Below the child groups, a factor per unit (a CCD inside a child that is half
+        // a socket) and per CPU, then a term per pair of units (of child groups where
+        // the block has no units): backfitted on what the child factors leave, each
+        // shrunk towards 0 by its sample count. A unit that is its whole child adds
+        // nothing the child's factor does not say, nor a CPU alone in its child.
+        let kid_size = |i: usize| b.kids[b.kid_of[&i]].len();
+        let mut unit_size: BTreeMap<usize, usize> = BTreeMap::new();
+        for &u in b.unit_of.values() {
+            *unit_size.entry(u).or_default() += 1;
         }
+        // A large block with too few pairs for a CPU's factor to be more than the noise
+        // of its one or two figures keeps to its groups' factors.
+        let cpus: usize = b.kids.iter().map(Vec::len).sum();
+        let per_cpu = cpus <= MESH_CPUS || 2 * obs.len() >= CPU_SEEN * cpus;
         for _ in 0..4 {
-            let mut sum: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
-            for &(i, j, r) in &obs {
-                let (di, dj) = (fit.d(i), fit.d(j));
-                let e = sum.entry(i).or_default();
-                e.0 += (r - dj).clamp(-CPU_CLIP, CPU_CLIP);
-                e.1 += 1;
-                let e = sum.entry(j).or_default();
-                e.0 += (r - di).clamp(-CPU_CLIP, CPU_CLIP);
-                e.1 += 1;
+            if !b.unit_of.is_empty() {
+                let mut sum: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
+                for &(i, j, r) in &obs {
+                    let rest = r - fit.shape(b, i, j);
+                    for x in [i, j] {
+                        let e = sum.entry(b.unit_of[&x]).or_default();
+                        e.0 += (rest + fit.unit(b, x)).clamp(-CPU_CLIP, CPU_CLIP);
+                        e.1 += 1;
+                    }
+                }
+                fit.unit = sum
+                    .into_iter()
+                    .filter(|&(_, (_, c))| c >= UNIT_SEEN)
+                    .filter(|&(u, _)| {
+                        let i = b.unit_of.iter().find(|&(_, &v)| v == u).map(|(&i, _)| i);
+                        i.is_some_and(|i| kid_size(i) > unit_size[&u])
+                    })
+                    .map(|(u, (s, c))| (u, s / (c as f64 + CPU_SHRINK)))
+                    .collect();
             }
-            fit.cpu = sum
-                .into_iter()
-                .filter(|&(i, _)| !single(i))
-                .map(|(i, (s, c))| (i, s / (c as f64 + CPU_SHRINK)))
-                .collect();
+            if per_cpu {
+                let mut sum: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
+                for &(i, j, r) in &obs {
+                    let rest = r - fit.shape(b, i, j);
+                    for x in [i, j] {
+                        let e = sum.entry(x).or_default();
+                        e.0 += (rest + fit.d(x)).clamp(-CPU_CLIP, CPU_CLIP);
+                        e.1 += 1;
+                    }
+                }
+                fit.cpu = sum
+                    .into_iter()
+                    .filter(|&(i, _)| kid_size(i) > 1)
+                    .map(|(i, (s, c))| (i, s / (c as f64 + CPU_SHRINK)))
+                    .collect();
+            }
+            if b.pair_terms {
+                let mut sum: BTreeMap<(usize, usize), (f64, usize)> = BTreeMap::new();
+                for &(i, j, r) in &obs {
+                    let key = Fit::units(b, i, j);
+                    let rest = r - fit.shape(b, i, j) + fit.pair(b, i, j);
+                    let e = sum.entry(key).or_default();
+                    e.0 += rest.clamp(-CPU_CLIP, CPU_CLIP);
+                    e.1 += 1;
+                }
+                fit.pair = sum
+                    .into_iter()
+                    .filter(|&(_, (_, c))| c >= PAIR_SEEN)
+                    .map(|(k, (s, c))| (k, s / (c as f64 + PAIR_SHRINK)))
+                    .collect();
+            }
         }
         Some(fit)
+    }
+
+    /// The units of `i` and `j` (their child groups where the block has no units), in
+    /// order.
+    fn units(b: &Block, i: usize, j: usize) -> (usize, usize) {
+        let of = |x: usize| b.unit_of.get(&x).copied().unwrap_or(b.kid_of[&x]);
+        let (u, v) = (of(i), of(j));
+        (u.min(v), u.max(v))
+    }
+
+    /// Everything the fill adds to the block's level and child factors for `(i, j)`.
+    fn shape(&self, b: &Block, i: usize, j: usize) -> f64 {
+        self.unit(b, i) + self.d(i) + self.unit(b, j) + self.d(j) + self.pair(b, i, j)
+    }
+
+    fn unit(&self, b: &Block, i: usize) -> f64 {
+        b.unit_of
+            .get(&i)
+            .and_then(|u| self.unit.get(u))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    fn pair(&self, b: &Block, i: usize, j: usize) -> f64 {
+        self.pair.get(&Fit::units(b, i, j)).copied().unwrap_or(0.0)
     }
 
     fn d(&self, i: usize) -> f64 {
@@ -131,7 +212,7 @@ impl Fit {
 
     /// The fill's figure: the group factors and the CPUs' own.
     pub(super) fn fill(&self, b: &Block, i: usize, j: usize) -> f64 {
-        (self.mu + self.eff[b.kid_of[&i]] + self.eff[b.kid_of[&j]] + self.d(i) + self.d(j))
+        (self.mu + self.eff[b.kid_of[&i]] + self.eff[b.kid_of[&j]] + self.shape(b, i, j))
             .clamp(self.lo, self.hi)
             .exp()
     }
@@ -193,6 +274,8 @@ mod tests {
         let b = Block {
             kids: vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]],
             kid_of: (0..8).map(|i| (i, i / 4)).collect(),
+            unit_of: BTreeMap::new(),
+            pair_terms: false,
         };
         let fit = Fit::new(&run, &b).unwrap();
         let (mut by_cpu, mut by_group) = (0.0, 0.0);
@@ -223,6 +306,8 @@ mod tests {
         let b = Block {
             kids: vec![(0..40).collect(), (40..80).collect()],
             kid_of: (0..80).map(|i| (i, i / 40)).collect(),
+            unit_of: BTreeMap::new(),
+            pair_terms: false,
         };
         let fit = Fit::new(&few, &b).unwrap();
         assert!(b

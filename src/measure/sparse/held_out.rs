@@ -87,6 +87,8 @@ mod tests {
         Block {
             kids: (0..n).map(|i| vec![i]).collect(),
             kid_of: (0..n).map(|i| (i, i)).collect(),
+            unit_of: std::collections::BTreeMap::new(),
+            pair_terms: false,
         }
     }
 

@@ -55,7 +55,11 @@ pub(super) fn verify_plans<M: PairMeasurer>(
         .iter()
         .map(|&k| k * k.saturating_sub(1) / 2)
         .max();
-    let budget = ((cfg.verify_share * total as f64).ceil() as usize).max(largest.unwrap_or(0));
+    // Below the size from which the held-out checks stop (where a full matrix takes a
+    // second or two), three times that: a choice, and two more if it loses.
+    let plans = if n < cfg.held_out_below { 3 } else { 1 };
+    let budget =
+        ((cfg.verify_share * total as f64).ceil() as usize).max(largest.unwrap_or(0) * plans);
     let index: BTreeMap<u32, usize> = run.ids.iter().enumerate().map(|(i, &c)| (c, i)).collect();
     let all = run.ids.iter().copied().collect();
     // Pairs asked for once: one that gave no figure is not asked again.
@@ -230,16 +234,25 @@ mod tests {
 
     #[test]
     fn the_bound_stops_it_and_no_plan_asks_nothing() {
-        // A bound of the largest plan's pairs (6 for K = 4): it stops unsettled.
+        // On a machine of the pair targets' size, a bound of the largest plan's
+        // pairs (6 for K = 4): it stops unsettled.
         let cfg = SparseConfig {
             verify_counts: vec![4],
             verify_share: 0.0,
+            held_out_below: 12,
             ..SparseConfig::default()
         };
         let (v, _, measured) = verify(&cfg);
         assert!(!v.settled, "{v:?}");
         assert!(v.pairs <= 6, "{v:?}");
         assert_eq!(measured.iter().filter(|&&b| b).count(), 2 * v.pairs);
+        // Below that size, three times as many: more than the 6 are measured.
+        let cfg = SparseConfig {
+            held_out_below: 13,
+            ..cfg
+        };
+        let (v, _, _) = verify(&cfg);
+        assert!(v.pairs > 6 && v.pairs <= 18, "{v:?}");
         let cfg = SparseConfig {
             verify_counts: Vec::new(),
             ..SparseConfig::default()
