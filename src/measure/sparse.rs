@@ -138,7 +138,7 @@ impl Default for SparseConfig {
             seed: 1,
             costs: MODEL_COSTS,
             verify_counts: vec![2, 4, 8],
-            verify_share: 0.015,
+            verify_share: 0.0125,
         }
     }
 }

@@ -323,4 +323,61 @@ mod tests {
             .into_iter()
             .any(|(i, j)| fit.fill(&b, i, j) != fit.predict(&b, i, j)));
     }
+
+    /// Two children of two units each (8 CPUs a unit), crossed: units 0 and 2 are
+    /// close, as are 1 and 3, and 0–3 and 1–2 far. No factor per child or unit can
+    /// say that; a term per pair of units can, from the sample that visits each pair.
+    #[test]
+    fn pair_terms_fill_crossed_units_that_factors_cannot() {
+        let unit = |i: usize| i / 8;
+        let ids: Vec<u32> = (0..32).collect();
+        let truth = LatencyMatrix::from_fn(ids.clone(), |i, j| {
+            if unit(i) / 2 == unit(j) / 2 {
+                20.0
+            } else if unit(i) % 2 == unit(j) % 2 {
+                100.0
+            } else {
+                130.0
+            }
+        });
+        let mut sim = Simulated::new(&truth, 0.02, 1);
+        let mut run = Run::new(&ids, &mut sim);
+        let block = |pair_terms: bool| Block {
+            kids: vec![(0..16).collect(), (16..32).collect()],
+            kid_of: (0..32).map(|i| (i, i / 16)).collect(),
+            unit_of: if pair_terms {
+                (0..32).map(|i| (i, unit(i))).collect()
+            } else {
+                BTreeMap::new()
+            },
+            pair_terms,
+        };
+        let b = block(true);
+        assert_eq!(b.unit_pairs().len(), 4);
+        let sample = b.sample(16, &mut crate::measure::rng::Rng::new(1));
+        // Every pair of units is visited, four times.
+        for u in [0, 1] {
+            for v in [2, 3] {
+                let seen = sample
+                    .iter()
+                    .filter(|&&(i, j)| unit(i) == u && unit(j) == v)
+                    .count();
+                assert_eq!(seen, 4, "units {u}, {v}");
+            }
+        }
+        run.measure(&sample, false).unwrap();
+        let near = |b: &Block| {
+            let fit = Fit::new(&run, b).unwrap();
+            let pairs = b.pairs();
+            let ok = pairs
+                .iter()
+                .filter(|&&(i, j)| (fit.fill(b, i, j) / truth.at(i, j).unwrap() - 1.0).abs() <= 0.1)
+                .count();
+            ok as f64 / pairs.len() as f64
+        };
+        let with = near(&b);
+        let without = near(&block(false));
+        assert!(with >= 0.95, "with pair terms {with}");
+        assert!(without < 0.5, "with the child factors only {without}");
+    }
 }
