@@ -63,7 +63,7 @@ pub trait PairMeasurer {
 }
 
 /// From this many CPUs on, the daemon measures sparsely by default. At 128 CPUs a full
-/// matrix in parallel rounds models at 5.7 s and sparse runs at 1.1–2.1 s with ≥ 95% of
+/// matrix in parallel rounds models at 5.7 s and sparse runs at 1.1–2.2 s with ≥ 95% of
 /// the cells within 10% and compact plans within 5% on every published 128+ CPU
 /// matrix. At 64 sparse meets the targets too (the meshes and the Kunpeng 920 through
 /// the mesh model), but at 0.7–1.4 s against 2.2 s for a full matrix, whose cells are
