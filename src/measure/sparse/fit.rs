@@ -1,5 +1,6 @@
 //! A block's model: a typical level, a factor per child group and, for the fill only, a
-//! factor per CPU (a core's distance to its mesh stop makes it slower to everyone).
+//! factor per unit (a CCD inside half a socket) and per CPU (a core's distance to its
+//! mesh stop makes it slower to everyone), and a term per pair of units.
 //!
 //! Must not touch: the measurer (it reads the run's figures only).
 
@@ -42,9 +43,10 @@ fn median(v: &mut [f64]) -> f64 {
 /// A block's figures as a typical level times a factor per child group (a core far
 /// from the others on a mesh is slower to everyone): `ln v = mu + e[a] + e[b]`, fitted
 /// to the measured pairs, each group's factor shrunk towards 1 by its sample count.
-/// The fill adds a factor per CPU of a group of several (`ln v = ... + d[i] + d[j]`),
-/// fitted to what the group's factors leave; decisions (spot checks, misfits) use the
-/// group factors only, so one low figure cannot be explained away by its two CPUs.
+/// The fill adds a factor per unit and per CPU of a group of several, and a term per
+/// pair of units (`ln v = ... + u[i] + u[j] + d[i] + d[j] + p[u(i), u(j)]`), fitted to
+/// what the group's factors leave; decisions (spot checks, misfits) use the group
+/// factors only, so one low figure cannot be explained away by its two CPUs.
 pub(super) struct Fit {
     mu: f64,
     eff: Vec<f64>,
@@ -210,7 +212,8 @@ impl Fit {
         self.cpu.get(&i).copied().unwrap_or(0.0)
     }
 
-    /// The fill's figure: the group factors and the CPUs' own.
+    /// The fill's figure: the group factors, the units' and CPUs' own and the pair
+    /// term.
     pub(super) fn fill(&self, b: &Block, i: usize, j: usize) -> f64 {
         (self.mu + self.eff[b.kid_of[&i]] + self.eff[b.kid_of[&j]] + self.shape(b, i, j))
             .clamp(self.lo, self.hi)
