@@ -4,7 +4,7 @@
 //!
 //! Must not touch: the measurer (it reads the run's figures only).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Pseudo-count pulling a CPU's factor towards its group's.
 const CPU_SHRINK: f64 = 3.0;
@@ -123,42 +123,28 @@ impl Fit {
         for &u in b.unit_of.values() {
             *unit_size.entry(u).or_default() += 1;
         }
+        let whole: BTreeSet<usize> = b
+            .unit_of
+            .iter()
+            .filter(|&(&i, u)| kid_size(i) == unit_size[u])
+            .map(|(_, &u)| u)
+            .collect();
         // A large block with too few pairs for a CPU's factor to be more than the noise
         // of its one or two figures keeps to its groups' factors.
         let cpus: usize = b.kids.iter().map(Vec::len).sum();
         let per_cpu = cpus <= MESH_CPUS || 2 * obs.len() >= CPU_SEEN * cpus;
         for _ in 0..4 {
             if !b.unit_of.is_empty() {
-                let mut sum: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
-                for &(i, j, r) in &obs {
-                    let rest = r - fit.shape(b, i, j);
-                    for x in [i, j] {
-                        let e = sum.entry(b.unit_of[&x]).or_default();
-                        e.0 += (rest + fit.unit(b, x)).clamp(-CPU_CLIP, CPU_CLIP);
-                        e.1 += 1;
-                    }
-                }
-                fit.unit = sum
+                fit.unit = fit
+                    .factor_sums(b, &obs, |i| b.unit_of[&i], |f, i| f.unit(b, i))
                     .into_iter()
-                    .filter(|&(_, (_, c))| c >= UNIT_SEEN)
-                    .filter(|&(u, _)| {
-                        let i = b.unit_of.iter().find(|&(_, &v)| v == u).map(|(&i, _)| i);
-                        i.is_some_and(|i| kid_size(i) > unit_size[&u])
-                    })
+                    .filter(|&(u, (_, c))| c >= UNIT_SEEN && !whole.contains(&u))
                     .map(|(u, (s, c))| (u, s / (c as f64 + CPU_SHRINK)))
                     .collect();
             }
             if per_cpu {
-                let mut sum: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
-                for &(i, j, r) in &obs {
-                    let rest = r - fit.shape(b, i, j);
-                    for x in [i, j] {
-                        let e = sum.entry(x).or_default();
-                        e.0 += (rest + fit.d(x)).clamp(-CPU_CLIP, CPU_CLIP);
-                        e.1 += 1;
-                    }
-                }
-                fit.cpu = sum
+                fit.cpu = fit
+                    .factor_sums(b, &obs, |i| i, |f, i| f.d(i))
                     .into_iter()
                     .filter(|&(i, _)| kid_size(i) > 1)
                     .map(|(i, (s, c))| (i, s / (c as f64 + CPU_SHRINK)))
@@ -181,6 +167,28 @@ impl Fit {
             }
         }
         Some(fit)
+    }
+
+    /// For each `key` (a unit, a CPU): the sum and count of what each figure of `obs`
+    /// (residuals after the child factors) leaves for its two CPUs' `own` factor, every
+    /// other term taken out, each clipped.
+    fn factor_sums(
+        &self,
+        b: &Block,
+        obs: &[(usize, usize, f64)],
+        key: impl Fn(usize) -> usize,
+        own: impl Fn(&Fit, usize) -> f64,
+    ) -> BTreeMap<usize, (f64, usize)> {
+        let mut sum: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
+        for &(i, j, r) in obs {
+            let rest = r - self.shape(b, i, j);
+            for x in [i, j] {
+                let e = sum.entry(key(x)).or_default();
+                e.0 += (rest + own(self, x)).clamp(-CPU_CLIP, CPU_CLIP);
+                e.1 += 1;
+            }
+        }
+        sum
     }
 
     /// The units of `i` and `j` (their child groups where the block has no units), in
