@@ -64,11 +64,12 @@ pub trait PairMeasurer {
 }
 
 /// From this many CPUs on, the daemon measures sparsely by default. At 128 CPUs a full
-/// matrix in parallel rounds models at 5.7 s and sparse runs at 1.1–2.2 s with ≥ 95% of
-/// the cells within 10% and compact plans within 5% on every published 128+ CPU
-/// matrix. At 64 sparse meets the targets too (the meshes and the Kunpeng 920 through
-/// the mesh model), but at 0.7–1.4 s against 2.2 s for a full matrix, whose cells are
-/// all measured. Figures: `benches/README.md`, "Sparse measurement".
+/// matrix in parallel rounds models at 5.7 s and sparse runs in 1.3 s (EPYC 7773X) and
+/// 2.3 s (8375C) at most, with ≥ 95% of the cells within 10% and compact plans within
+/// 5% on every published 128+ CPU matrix (seeds 1–3). At 64 sparse meets the targets
+/// too (the meshes and the Kunpeng 920 through the mesh model), but at 0.8–1.4 s
+/// against 2.2 s for a full matrix, whose cells are all measured. Figures:
+/// `benches/README.md`, "Sparse measurement".
 pub const SPARSE_FROM_CPUS: usize = 128;
 
 impl Mode {
@@ -126,9 +127,9 @@ pub struct SparseConfig {
     /// Once every verified choice is measured throughout, its runners-up: unmeasured
     /// cells are taken this much (relative) lower and planned on, and a choice that
     /// wins there is measured too, where all it lacks fits in the bound (0: none).
-    /// 0.03: on seeds 1–23 of the published matrices it cut the mean excess of the K
-    /// = 4 and 8 plans over those from the full matrix by a seventh, for 3% more
-    /// pairs (`benches/README.md`).
+    /// 0.03: over the published matrices it cut the mean excess of the K = 4 and 8
+    /// plans over those from the full matrix by 22% and 17% on seeds 1–23, and by 20%
+    /// and 10% on seeds 24–43, for 3% more pairs (`benches/README.md`).
     pub verify_runner_up: f64,
 }
 
