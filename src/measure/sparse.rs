@@ -48,6 +48,7 @@ mod fit;
 mod held_out;
 mod mesh;
 mod outcome;
+mod regions;
 mod rowcol;
 mod run;
 mod tree;
@@ -131,6 +132,14 @@ pub struct SparseConfig {
     /// plans over those from the full matrix by 22% and 17% on seeds 1–23, and by 20%
     /// and 10% on seeds 24–43, for 3% more pairs (`benches/README.md`).
     pub verify_runner_up: f64,
+    /// From [`SparseConfig::pair_terms_from`] CPUs on, every pair of regions (the
+    /// finest level of 3–12 groups of 4 CPUs and more: the CCDs of an EPYC) is
+    /// measured up to this many times, and its filled cells scaled where the figures
+    /// agree on a level more than 4% off the fill (`sparse/regions.rs`; 0: never).
+    /// 10: the cells of a pair of the EPYC 7773X's CCDs spread ±12% about their level
+    /// CPU by CPU; on seeds 1–23 its cells stay under 95% on 3 seeds with 3 figures (as
+    /// without the step), on 1 with 6 and on none with 10 (`benches/README.md`).
+    pub region_figures: usize,
 }
 
 impl Default for SparseConfig {
@@ -149,6 +158,7 @@ impl Default for SparseConfig {
             verify_counts: vec![2, 4, 8],
             verify_share: 0.0125,
             verify_runner_up: 0.03,
+            region_figures: 10,
         }
     }
 }
@@ -234,6 +244,18 @@ pub fn run_sparse<M: PairMeasurer>(
         }
         None => fill_tree(&mut run, &tree, cfg)?,
     };
+    // 5b. Where the pair targets apply, every pair of large groups (the CCDs) checked
+    // on three figures of its own (`sparse/regions.rs`).
+    if mesh_model.is_none() && n >= cfg.pair_terms_from {
+        let mut rng = Rng::new(cfg.seed ^ 0x7265_6769);
+        let r = regions::correct_regions(&mut run, &tree, &mut cells, cfg, &mut rng)?;
+        tracing::debug!(
+            regions = r.regions,
+            pairs = r.pairs,
+            moved = r.moved,
+            "sparse: region pairs checked"
+        );
+    }
     // 6. Plan verification: the compact plans from the filled cells, measured through.
     let v = verify::verify_plans(&mut run, &mut cells, cfg)?;
     tracing::debug!(
