@@ -18,6 +18,8 @@
 //!             split into child pairs, spot-check again ── no ─► measure that block fully
 //!   (below `held_out_below` CPUs: fresh pairs of each block to fill, against its fill ── a
 //!    miss ─► measure that block fully)
+//!   (from `pair_terms_from` CPUs: every pair of regions, the CCDs, measured ten times,
+//!    its fill moved to the level its figures agree on)
 //!                                   │
 //!             plan verification: compact plans (K = 2, 4, 8) from the filled cells,
 //!             their unmeasured cells measured, planned again until measured through;
@@ -65,7 +67,7 @@ pub trait PairMeasurer {
 }
 
 /// From this many CPUs on, the daemon measures sparsely by default. At 128 CPUs a full
-/// matrix in parallel rounds models at 5.7 s and sparse runs in 1.3 s (EPYC 7773X) and
+/// matrix in parallel rounds models at 5.7 s and sparse runs in 1.5 s (EPYC 7773X) and
 /// 2.3 s (8375C) at most, with ≥ 95% of the cells within 10% and compact plans within
 /// 5% on every published 128+ CPU matrix (seeds 1–3). At 64 sparse meets the targets
 /// too (the meshes and the Kunpeng 920 through the mesh model), but at 0.8–1.4 s
