@@ -71,8 +71,8 @@ fn regions(tree: &Tree, n: usize) -> Option<Vec<usize>> {
 }
 
 /// Tops every pair of regions up to `cfg.region_figures` figures, then scales the
-/// filled cells of a pair whose figures agree with each other but not with its fill. `cells`
-/// is the filled matrix (row-major n×n): new figures replace the fill in it.
+/// filled cells of a pair whose figures agree with each other but not with its fill.
+/// `cells` is the filled matrix (row-major n×n): new figures replace the fill in it.
 pub(super) fn correct_regions<M: PairMeasurer>(
     run: &mut Run<'_, M>,
     tree: &Tree,
