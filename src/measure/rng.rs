@@ -29,6 +29,17 @@ impl Rng {
         (self.next_u64() % n as u64) as usize
     }
 
+    /// Keeps `k` of `v` (all when it holds fewer), drawn at random: a partial
+    /// Fisher–Yates shuffle, the first `k` the sample.
+    pub fn sample<T>(&mut self, v: &mut Vec<T>, k: usize) {
+        let k = k.min(v.len());
+        for t in 0..k {
+            let s = t + self.below(v.len() - t);
+            v.swap(t, s);
+        }
+        v.truncate(k);
+    }
+
     /// Standard normal (Box–Muller).
     pub fn normal(&mut self) -> f64 {
         let u1 = self.unit().max(f64::MIN_POSITIVE);

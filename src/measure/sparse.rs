@@ -247,7 +247,7 @@ pub fn run_sparse<M: PairMeasurer>(
         None => fill_tree(&mut run, &tree, cfg)?,
     };
     // 5b. Where the pair targets apply, every pair of large groups (the CCDs) checked
-    // on three figures of its own (`sparse/regions.rs`).
+    // on figures of its own, `cfg.region_figures` of them (`sparse/regions.rs`).
     if mesh_model.is_none() && n >= cfg.pair_terms_from {
         let mut rng = Rng::new(cfg.seed ^ 0x7265_6769);
         let r = regions::correct_regions(&mut run, &tree, &mut cells, cfg, &mut rng)?;

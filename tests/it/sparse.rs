@@ -378,33 +378,47 @@ fn sparse_mode_measures_this_machines_real_pairs() {
     assert_eq!(m.primitive.as_deref(), Some("cas"));
 }
 
+/// On the EPYC 7773X with `seeds`: every target met with the default configuration,
+/// and the cells under 95% with `off` applied to it (a step turned off, named `what`).
+/// The scores, with and without, per seed.
+fn the_7773x_needs(
+    seeds: &[u64],
+    what: &str,
+    off: impl Fn(SparseConfig) -> SparseConfig,
+) -> Vec<(Score, Score)> {
+    let files = usable(128);
+    let m = published(&files, "AMD_EPYC_7773X.csv");
+    seeds
+        .iter()
+        .map(|&seed| {
+            let cfg = SparseConfig {
+                seed,
+                ..SparseConfig::default()
+            };
+            assert!(m.len() >= cfg.pair_terms_from);
+            let s = score_with(m, 0.02, &cfg);
+            assert_targets(&s, &format!("7773X seed {seed}: {}", s.summary()));
+            let without = score_with(m, 0.02, &off(cfg));
+            assert!(
+                without.within_10 < 0.95,
+                "seed {seed} without {what}: {}",
+                without.summary()
+            );
+            (s, without)
+        })
+        .collect()
+}
+
 /// The EPYC 7773X's eight CCDs are 96–130 ns apart, in no hierarchy: insertion groups
 /// them in halves or three and five, and one factor per child group leaves whole pairs
 /// of CCDs 7% off. With a factor per CCD, a term per pair of CCDs and a spot check on
 /// each pair (`pair_terms_from`), seeds where that missed the 95% mark meet it.
 #[test]
 fn pair_terms_map_the_7773x_ccds_that_child_factors_miss() {
-    let files = usable(128);
-    let m = published(&files, "AMD_EPYC_7773X.csv");
-    for seed in [4, 9] {
-        let cfg = SparseConfig {
-            seed,
-            ..SparseConfig::default()
-        };
-        assert!(m.len() >= cfg.pair_terms_from);
-        let s = score_with(m, 0.02, &cfg);
-        assert_targets(&s, &format!("7773X seed {seed}: {}", s.summary()));
-        let off = SparseConfig {
-            pair_terms_from: usize::MAX,
-            ..cfg
-        };
-        let without = score_with(m, 0.02, &off);
-        assert!(
-            without.within_10 < 0.95,
-            "seed {seed} without pair terms: {}",
-            without.summary()
-        );
-    }
+    the_7773x_needs(&[4, 9], "pair terms", |cfg| SparseConfig {
+        pair_terms_from: usize::MAX,
+        ..cfg
+    });
 }
 
 /// The EPYC 7773X's CCDs, grouped by insertion as three and five, left some pairs of
@@ -412,26 +426,12 @@ fn pair_terms_map_the_7773x_ccds_that_child_factors_miss() {
 /// figures per pair of CCDs they meet every target, and without them they miss 95%.
 #[test]
 fn region_pairs_set_the_7773x_ccd_pairs_insertion_nests_wrongly() {
-    let files = usable(128);
-    let m = published(&files, "AMD_EPYC_7773X.csv");
-    for seed in [13, 17] {
-        let cfg = SparseConfig {
-            seed,
-            ..SparseConfig::default()
-        };
-        assert!(cfg.region_figures > 0 && m.len() >= cfg.pair_terms_from);
-        let s = score_with(m, 0.02, &cfg);
-        assert_targets(&s, &format!("7773X seed {seed}: {}", s.summary()));
-        let off = SparseConfig {
-            region_figures: 0,
-            ..cfg
-        };
-        let without = score_with(m, 0.02, &off);
-        assert!(
-            without.within_10 < 0.95,
-            "seed {seed} without region pairs: {}",
-            without.summary()
-        );
-        assert!(without.pairs_measured < s.pairs_measured);
+    assert!(SparseConfig::default().region_figures > 0);
+    let runs = the_7773x_needs(&[13, 17], "region pairs", |cfg| SparseConfig {
+        region_figures: 0,
+        ..cfg
+    });
+    for (with, without) in runs {
+        assert!(without.pairs_measured < with.pairs_measured);
     }
 }

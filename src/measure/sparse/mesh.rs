@@ -301,13 +301,7 @@ fn fresh<M: PairMeasurer>(run: &Run<'_, M>, k: usize, rng: &mut Rng) -> Vec<(usi
         .flat_map(|i| (0..i).map(move |j| (i, j)))
         .filter(|&(i, j)| run.get(i, j).is_none())
         .collect();
-    let k = k.min(left.len());
-    // A partial Fisher–Yates shuffle: the first k are the sample.
-    for t in 0..k {
-        let s = t + rng.below(left.len() - t);
-        left.swap(t, s);
-    }
-    left.truncate(k);
+    rng.sample(&mut left, k);
     left
 }
 

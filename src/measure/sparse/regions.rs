@@ -154,12 +154,8 @@ fn top_up<M: PairMeasurer>(
             .iter()
             .flat_map(|&i| members[b].iter().map(move |&j| (i.min(j), i.max(j))))
             .partition(|&(i, j)| run.get(i, j).is_some());
-        let short = figures.saturating_sub(seen.len()).min(fresh.len());
-        for t in 0..short {
-            let s = t + rng.below(fresh.len() - t);
-            fresh.swap(t, s);
-        }
-        want.extend(fresh.into_iter().take(short));
+        rng.sample(&mut fresh, figures.saturating_sub(seen.len()));
+        want.extend(fresh);
     }
     run.measure(&want, false)?;
     for &(i, j) in &want {

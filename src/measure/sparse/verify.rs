@@ -232,6 +232,18 @@ mod tests {
         })
     }
 
+    /// The compact plan of four CPUs the planner makes from 12 CPUs' `cells`.
+    fn compact_four(cells: &[f64]) -> crate::CpuSet {
+        let m = LatencyMatrix::from_fn((0..12).collect(), |i, j| cells[i * 12 + j]);
+        let d = Domains::from_matrix(&m).unwrap();
+        let req = Request {
+            count: 4,
+            policy: Policy::Compact,
+            ..Request::default()
+        };
+        place(&d, &req, &(0..12).collect()).unwrap().cpus
+    }
+
     /// Runs verification from a flat fill of 20 ns (what a block's level says) and
     /// returns its report, the cells and the measured flags.
     fn verify(cfg: &SparseConfig) -> (Verified, Vec<f64>, Vec<bool>) {
@@ -264,15 +276,7 @@ mod tests {
             }
         }
         // The planner, asked again on the verified cells, takes the clique.
-        let m = LatencyMatrix::from_fn((0..12).collect(), |i, j| cells[i * 12 + j]);
-        let d = Domains::from_matrix(&m).unwrap();
-        let req = Request {
-            count: 4,
-            policy: Policy::Compact,
-            ..Request::default()
-        };
-        let p = place(&d, &req, &(0..12).collect()).unwrap();
-        assert_eq!(p.cpus, "1,4,7,10".parse().unwrap());
+        assert_eq!(compact_four(&cells), "1,4,7,10".parse().unwrap());
         let counted = (0..12)
             .flat_map(|i| (0..i).map(move |j| (i, j)))
             .filter(|&(i, j)| measured[i * 12 + j])
@@ -327,16 +331,6 @@ mod tests {
                 .iter()
                 .all(|&i| clique.iter().all(|&j| i == j || measured[i * 12 + j]))
         };
-        let plan = |cells: &[f64]| {
-            let m = LatencyMatrix::from_fn((0..12).collect(), |i, j| cells[i * 12 + j]);
-            let d = Domains::from_matrix(&m).unwrap();
-            let req = Request {
-                count: 4,
-                policy: Policy::Compact,
-                ..Request::default()
-            };
-            place(&d, &req, &(0..12).collect()).unwrap().cpus
-        };
         let cfg = SparseConfig {
             verify_share: 1.0,
             ..SparseConfig::default()
@@ -346,7 +340,7 @@ mod tests {
         let (v, cells, measured) = verify_runner_up(&cfg);
         assert!(v.settled, "{v:?}");
         assert!(clique_measured(&measured), "{v:?}");
-        assert_eq!(plan(&cells), "1,4,7,10".parse().unwrap());
+        assert_eq!(compact_four(&cells), "1,4,7,10".parse().unwrap());
         assert_eq!(
             v.pairs, 12,
             "the decoy's 6 pairs and the runner-up's 6: {v:?}"
@@ -361,7 +355,7 @@ mod tests {
         assert!(!clique
             .iter()
             .any(|&i| clique.iter().any(|&j| measured[i * 12 + j])));
-        assert_eq!(plan(&cells), "0,3,6,9".parse().unwrap());
+        assert_eq!(compact_four(&cells), "0,3,6,9".parse().unwrap());
         // A runner-up that does not fit in the bound whole is not begun: of a bound
         // of 8 pairs (12% of 66), the decoy takes 6 and the close four lack 6.
         let tight = SparseConfig {
