@@ -78,6 +78,19 @@ pub struct MeasureSettings {
     /// Scheduling priority of the spinning threads: `"normal"`, `"nice-19"` or
     /// `"idle"` (SCHED_IDLE). Default `"nice-19"` (see `benches/README.md`).
     pub spin_priority: crate::measure::around::SpinPriority,
+    /// From this many usable CPUs on, a measurement is sparse first (a map in seconds,
+    /// most cells inferred), then completed in the background (below). Default 128;
+    /// 2 to 65536 (2: always sparse first).
+    #[serde(deserialize_with = "u32_within::<_, 2, 65_536>")]
+    pub sparse_from_cpus: u32,
+    /// Pairs one background completion slice measures (in rounds of disjoint pairs).
+    /// Default 512; 1 to 65536.
+    #[serde(deserialize_with = "u32_within::<_, 1, 65_536>")]
+    pub complete_slice: u32,
+    /// Pause between two completion slices. Default `"1s"`; `"1s"` to `"1h"`. With the
+    /// defaults a 512-CPU machine is completed in about 5 minutes (`benches/README.md`).
+    #[serde(deserialize_with = "duration_within::<_, SECOND, HOUR>")]
+    pub complete_pause: HumanDuration,
 }
 
 /// `[watch]`: finding processes.
@@ -165,6 +178,9 @@ impl Default for MeasureSettings {
             idle_threshold: Fraction(0.10),
             never_cpus: CpuSet::new(),
             spin_priority: crate::measure::around::SpinPriority::Nice19,
+            sparse_from_cpus: crate::measure::SPARSE_FROM_CPUS as u32,
+            complete_slice: 512,
+            complete_pause: HumanDuration(Duration::from_secs(1)),
         }
     }
 }
@@ -462,6 +478,24 @@ mod tests {
         assert_eq!(s.placement.housekeeping_cpus.to_string(), "0,2");
         assert!(!s.watch.release_on_foreign_change);
         assert_eq!(s.measure.budget.to_string(), "1500ms");
+        let s = parse(
+            "[measure]\nsparse-from-cpus = 4\ncomplete-slice = 16\ncomplete-pause = \"2s\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.measure.sparse_from_cpus, 4);
+        assert_eq!(s.measure.complete_slice, 16);
+        assert_eq!(s.measure.complete_pause.0, Duration::from_secs(2));
+        assert_eq!(Settings::default().measure.sparse_from_cpus, 128);
+        for bad in [
+            "sparse-from-cpus = 1",
+            "sparse-from-cpus = 65537",
+            "complete-slice = 0",
+            "complete-pause = \"10ms\"",
+            "complete-pause = \"2h\"",
+        ] {
+            let e = parse(&format!("[measure]\n{bad}\n")).unwrap_err();
+            assert!(e.starts_with("s.toml:2:"), "{bad}: {e}");
+        }
         assert_eq!(HumanDuration(Duration::from_secs(7200)).to_string(), "2h");
     }
 

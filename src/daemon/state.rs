@@ -1066,7 +1066,10 @@ mod tests {
         // A machine this small gets every pair; from 128 CPUs on, the sparse mode.
         assert!(job.cfg.cpus.len() < measure::SPARSE_FROM_CPUS);
         assert_eq!(job.cfg.mode, measure::Mode::Serial);
-        assert_eq!(job.cfg.mode, measure::Mode::default_for(job.cfg.cpus.len()));
+        assert_eq!(
+            job.cfg.mode,
+            measure::Mode::default_for(job.cfg.cpus.len(), measure::SPARSE_FROM_CPUS)
+        );
         // Concurrent Remeasure calls coalesce into the running job.
         assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
         assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
@@ -1223,7 +1226,7 @@ mod tests {
         assert!(matches!(full[0].kind, JobKind::Full));
         assert_eq!(
             full[0].cfg.mode,
-            measure::Mode::default_for(full[0].cfg.cpus.len())
+            measure::Mode::default_for(full[0].cfg.cpus.len(), measure::SPARSE_FROM_CPUS)
         );
         assert_eq!(s.snapshot().state, Phase::Measuring);
     }

@@ -17,14 +17,16 @@
 //! prior, [`sparse::run_sparse`] for the algorithm over any [`sparse::PairMeasurer`]
 //! (the spinner, or [`simulate::Simulated`]), [`probe_pairs`] for the daemon's cheap
 //! drift check, [`select_cpus`] to turn `--cpus` into a checked set, and
-//! [`Mode::default_for`] for the daemon's choice of mode, and [`around`] for the CPUs a
-//! daemon measurement stays off and the cells it keeps for them.
+//! [`Mode::default_for`] for the daemon's choice of mode, [`around`] for the CPUs a
+//! daemon measurement stays off and the cells it keeps for them, and [`complete`] for
+//! measuring a sparse matrix's inferred cells afterwards, a slice at a time.
 //! The threads are plain named `std::thread`s; callers on an async runtime run these
 //! functions on a blocking thread.
 //!
 //! Must not touch: placement, the daemon's state, files (the caller stores the matrix).
 
 pub mod around;
+pub mod complete;
 pub mod drift_check;
 pub mod estimator;
 pub mod guard;

@@ -66,7 +66,8 @@ pub trait PairMeasurer {
     fn measure_round(&mut self, round: &[(u32, u32)]) -> Result<Vec<Option<f64>>, MeasureError>;
 }
 
-/// From this many CPUs on, the daemon measures sparsely by default. At 128 CPUs a full
+/// From this many CPUs on, the daemon measures sparsely by default (the default of the
+/// `measure.sparse-from-cpus` setting, which the daemon reads). At 128 CPUs a full
 /// matrix in parallel rounds models at 5.7 s and sparse runs in 1.5 s (EPYC 7773X) and
 /// 2.3 s (8375C) at most, with ≥ 95% of the cells within 10% and compact plans within
 /// 5% on every published 128+ CPU matrix (seeds 1–3). At 64 sparse meets the targets
@@ -76,10 +77,11 @@ pub trait PairMeasurer {
 pub const SPARSE_FROM_CPUS: usize = 128;
 
 impl Mode {
-    /// The daemon's mode for a machine of `cpus` CPUs: sparse from
-    /// [`SPARSE_FROM_CPUS`] on, else a full matrix in serial order.
-    pub fn default_for(cpus: usize) -> Mode {
-        if cpus >= SPARSE_FROM_CPUS {
+    /// The daemon's mode for a machine of `cpus` CPUs: sparse from `sparse_from` on
+    /// (the `measure.sparse-from-cpus` setting, [`SPARSE_FROM_CPUS`] by default), else
+    /// a full matrix in serial order.
+    pub fn default_for(cpus: usize, sparse_from: usize) -> Mode {
+        if cpus >= sparse_from {
             Mode::Sparse
         } else {
             Mode::Serial
@@ -777,11 +779,15 @@ mod tests {
     }
 
     #[test]
-    fn the_daemon_measures_sparsely_from_128_cpus() {
-        assert_eq!(Mode::default_for(2), Mode::Serial);
-        assert_eq!(Mode::default_for(SPARSE_FROM_CPUS - 1), Mode::Serial);
-        assert_eq!(Mode::default_for(SPARSE_FROM_CPUS), Mode::Sparse);
-        assert_eq!(Mode::default_for(512), Mode::Sparse);
+    fn the_daemon_measures_sparsely_from_128_cpus_or_the_setting() {
+        let by_default = |n| Mode::default_for(n, SPARSE_FROM_CPUS);
+        assert_eq!(by_default(2), Mode::Serial);
+        assert_eq!(by_default(SPARSE_FROM_CPUS - 1), Mode::Serial);
+        assert_eq!(by_default(SPARSE_FROM_CPUS), Mode::Sparse);
+        assert_eq!(by_default(512), Mode::Sparse);
+        // `measure.sparse-from-cpus = 4`: a small machine gets the fast first map.
+        assert_eq!(Mode::default_for(3, 4), Mode::Serial);
+        assert_eq!(Mode::default_for(8, 4), Mode::Sparse);
     }
 
     #[test]

@@ -184,3 +184,20 @@ pub fn run_sparse_real(
         },
     })
 }
+
+/// One completion slice on real pairs (the daemon's background completion): the load
+/// guard on `cfg.cpus` (the slice's CPUs), then [`super::complete::measure_slice`]
+/// within `cfg.budget`, each figure checked against `reference` (the cells it
+/// replaces). The slice and the statistics of every pair that gave a figure.
+pub fn complete_slice_real(
+    cfg: &MeasureConfig,
+    rounds: &[Vec<(u32, u32)>],
+    reference: &BTreeMap<(u32, u32), f64>,
+) -> Result<(super::complete::Slice, BTreeMap<(u32, u32), PairStats>), MeasureError> {
+    cfg.guard.wait_idle(&cfg.root, &cfg.cpus)?;
+    let mut meas = EngineMeasurer::new(cfg, Instant::now() + cfg.budget);
+    let slice = super::complete::measure_slice(&mut meas, rounds, |a, b| {
+        reference.get(&(a.min(b), a.max(b))).copied()
+    })?;
+    Ok((slice, meas.stats))
+}

@@ -298,8 +298,12 @@ impl State {
         self.measuring_around = Some(a);
         tracing::info!(job = id, %cpus, budget = ?self.timing.full_budget, "starting a full measurement");
         let mut cfg = self.measure_config(cpus, self.timing.full_budget);
-        // Sparse from measure::SPARSE_FROM_CPUS CPUs on, also after drift.
-        cfg.mode = measure::Mode::default_for(cfg.cpus.len());
+        // Sparse from `measure.sparse-from-cpus` CPUs on, also after drift; completed
+        // in the background afterwards (see `completing.rs`).
+        cfg.mode = measure::Mode::default_for(
+            cfg.cpus.len(),
+            self.settings.measure.sparse_from_cpus as usize,
+        );
         self.actions.push(Action::Measure(Box::new(Job {
             id,
             kind: JobKind::Full,

@@ -1,0 +1,509 @@
+//! Completion: measuring the inferred cells of a sparse matrix, a slice at a time, until
+//! every pair is measured. The sparse map is the first answer, not the last.
+//!
+//! ```text
+//! sparse matrix ──► pending: inferred cells (and, in a sparse matrix, empty ones)
+//!      ▲                 │ pick: a slice of rounds of disjoint pairs
+//!      │                 ▼
+//!      │            measure_slice (any PairMeasurer: the spinner or the simulated one);
+//!      │            a figure off its inferred cell is measured again until two agree
+//!      │                 │
+//!      └── apply: cells ← figures, `inferred` cleared, counts updated, corrections ◄┘
+//! ```
+//!
+//! The daemon runs one slice per job, paced by `measure.complete-slice` and
+//! `measure.complete-pause`; `pinnerd measure --mode sparse --complete` runs the slices
+//! back to back. Pure apart from the measurer.
+//!
+//! Must not touch: files, the daemon, the OS (the measurer does).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use super::schedule::Costs;
+use super::sparse::PairMeasurer;
+use super::MeasureError;
+use crate::cpuset::CpuSet;
+use crate::matrix::{LatencyMatrix, PairStats};
+
+/// Pairs of one completion slice, by default (`measure.complete-slice`).
+pub const DEFAULT_SLICE: usize = 512;
+
+/// Pause between two slices of the daemon, by default (`measure.complete-pause`).
+pub const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
+
+/// A figure further than this (relative) from the cell it replaces, or from the pair's
+/// previous figure, is measured again: a preempted figure only inflates, and one that
+/// two figures agree on is the pair's.
+pub const AGREE: f64 = 0.10;
+
+/// Most figures one pair gets in a slice (the lowest is kept).
+pub const MAX_FIGURES: usize = 4;
+
+/// Pairs `(a, b)`, `a < b`, of `m` without a measured figure: its inferred cells and, in
+/// a sparse matrix, its empty ones. Empty for a matrix that is fully measured.
+pub fn pending(m: &LatencyMatrix) -> Vec<(u32, u32)> {
+    let inferred: BTreeSet<(u32, u32)> = m
+        .stats
+        .iter()
+        .filter(|s| s.inferred)
+        .map(|s| (s.a.min(s.b), s.a.max(s.b)))
+        .collect();
+    if m.sparse.is_none() {
+        return inferred.into_iter().collect();
+    }
+    let mut out = Vec::new();
+    for i in 0..m.len() {
+        for j in i + 1..m.len() {
+            let (a, b) = (m.cpus[i].min(m.cpus[j]), m.cpus[i].max(m.cpus[j]));
+            if m.at(i, j).is_none() || inferred.contains(&(a, b)) {
+                out.push((a, b));
+            }
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// How much of `m` is measured: (measured pairs, all pairs), from [`pending`].
+pub fn measured_share(m: &LatencyMatrix) -> (usize, usize) {
+    let total = m.len() * m.len().saturating_sub(1) / 2;
+    (total - pending(m).len().min(total), total)
+}
+
+/// The next slice: at most `size` pending pairs with no CPU in `off`, as rounds of
+/// disjoint pairs (each round as full as the pending pairs allow).
+pub fn pick(pending: &[(u32, u32)], size: usize, off: &CpuSet) -> Vec<Vec<(u32, u32)>> {
+    let mut left: Vec<(u32, u32)> = pending
+        .iter()
+        .copied()
+        .filter(|&(a, b)| !off.contains(a) && !off.contains(b))
+        .collect();
+    let mut rounds = Vec::new();
+    let mut taken = 0usize;
+    while taken < size && !left.is_empty() {
+        let mut busy = BTreeSet::new();
+        let mut round = Vec::new();
+        let mut rest = Vec::with_capacity(left.len());
+        for (a, b) in left {
+            if taken + round.len() < size && !busy.contains(&a) && !busy.contains(&b) {
+                busy.insert(a);
+                busy.insert(b);
+                round.push((a, b));
+            } else {
+                rest.push((a, b));
+            }
+        }
+        taken += round.len();
+        rounds.push(round);
+        left = rest;
+    }
+    rounds
+}
+
+/// What one slice measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Slice {
+    /// Per pair `(a, b)`, `a < b`: its figure (the lowest of those taken), `None` when
+    /// the pair gave none.
+    pub figures: Vec<(u32, u32, Option<f64>)>,
+    /// Measurements taken (a pair measured again counts again).
+    pub measurements: usize,
+    /// Sizes of the rounds run, in order.
+    pub rounds: Vec<usize>,
+}
+
+/// Measures the pairs of `rounds` (from [`pick`]). A figure more than [`AGREE`] off
+/// `reference(a, b)` (the cell it replaces; `None`: nothing to agree with) is measured
+/// again, until one agrees with the reference or with the figure before it, at most
+/// [`MAX_FIGURES`] in all; the lowest is kept.
+pub fn measure_slice<M: PairMeasurer>(
+    meas: &mut M,
+    rounds: &[Vec<(u32, u32)>],
+    reference: impl Fn(u32, u32) -> Option<f64>,
+) -> Result<Slice, MeasureError> {
+    let mut out = Slice::default();
+    // Per pair: lowest figure, last figure, figures taken.
+    let mut got: BTreeMap<(u32, u32), (Option<f64>, Option<f64>, usize)> = BTreeMap::new();
+    let mut again: Vec<(u32, u32)> = Vec::new();
+    let agree = |x: f64, y: f64| (x / y).ln().abs() <= (1.0 + AGREE).ln();
+    let mut todo: Vec<Vec<(u32, u32)>> = rounds.to_vec();
+    while !todo.is_empty() {
+        for round in &todo {
+            if round.is_empty() {
+                continue;
+            }
+            let figures = meas.measure_round(round)?;
+            out.rounds.push(round.len());
+            out.measurements += round.len();
+            for (&(a, b), f) in round.iter().zip(figures) {
+                let key = (a.min(b), a.max(b));
+                let f = f.filter(|v| v.is_finite() && *v >= 0.0);
+                let e = got.entry(key).or_insert((None, None, 0));
+                let (last, inferred) = (e.1, reference(a, b));
+                e.2 += 1;
+                if let Some(v) = f {
+                    e.0 = Some(e.0.map_or(v, |lo: f64| lo.min(v)));
+                    e.1 = Some(v);
+                }
+                let settled = f.is_some_and(|v| {
+                    inferred.is_some_and(|p| agree(v, p)) || last.is_some_and(|p| agree(v, p))
+                });
+                if !settled && e.2 < MAX_FIGURES {
+                    again.push(key);
+                }
+            }
+        }
+        todo = pick(&std::mem::take(&mut again), usize::MAX, &CpuSet::new());
+    }
+    out.figures = got.into_iter().map(|((a, b), e)| (a, b, e.0)).collect();
+    Ok(out)
+}
+
+/// A cell that completion measured where sparse measurement had inferred it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Correction {
+    pub a: u32,
+    pub b: u32,
+    pub inferred_ns: f64,
+    pub measured_ns: f64,
+}
+
+/// Puts the figures of a slice into `m`: each cell takes its figure, its statistics
+/// entry becomes the measured one (`stats`, else a single figure) instead of
+/// `inferred`, and the sparse counts follow. Pairs without a figure stay as they were.
+/// Returns the inferred cells it replaced.
+pub fn apply(
+    m: &mut LatencyMatrix,
+    figures: &[(u32, u32, Option<f64>)],
+    stats: &BTreeMap<(u32, u32), PairStats>,
+) -> Vec<Correction> {
+    let mut corrections = Vec::new();
+    let mut at: BTreeMap<(u32, u32), usize> = m
+        .stats
+        .iter()
+        .enumerate()
+        .map(|(k, s)| ((s.a.min(s.b), s.a.max(s.b)), k))
+        .collect();
+    for &(a, b, v) in figures {
+        let (Some(v), Some(i), Some(j)) = (v, m.index_of(a), m.index_of(b)) else {
+            continue;
+        };
+        if i == j {
+            continue;
+        }
+        let key = (a.min(b), a.max(b));
+        let entry = stats.get(&key).cloned().unwrap_or(PairStats {
+            a: key.0,
+            b: key.1,
+            p10_ns: v,
+            median_ns: v,
+            p90_ns: v,
+            samples: 1,
+            discarded: 0,
+            round_trips: 0,
+            inferred: false,
+        });
+        let entry = PairStats {
+            inferred: false,
+            ..entry
+        };
+        match at.get(&key) {
+            Some(&k) => {
+                if m.stats[k].inferred {
+                    if let Some(old) = m.at(i, j) {
+                        corrections.push(Correction {
+                            a: key.0,
+                            b: key.1,
+                            inferred_ns: old,
+                            measured_ns: v,
+                        });
+                    }
+                }
+                m.stats[k] = entry;
+            }
+            None => {
+                at.insert(key, m.stats.len());
+                m.stats.push(entry);
+            }
+        }
+        m.latency_ns[i][j] = Some(v);
+        m.latency_ns[j][i] = Some(v);
+    }
+    if m.sparse.is_some() {
+        let (measured, total) = measured_share(m);
+        if let Some(sp) = m.sparse.as_mut() {
+            sp.pairs_measured = measured;
+            sp.pairs_total = total;
+        }
+    }
+    corrections
+}
+
+/// The corrections more than `tolerance` (relative) off, in words: how many, between
+/// which CPUs, and by how much (the median), low and high apart, e.g. `24 cells among
+/// CPUs 12-40 were inferred 18% low`. `None` when none was that far off.
+pub fn describe(corrections: &[Correction], tolerance: f64) -> Option<String> {
+    let mut parts = Vec::new();
+    for low in [true, false] {
+        let mut cpus = CpuSet::new();
+        let mut off: Vec<f64> = Vec::new();
+        for c in corrections {
+            let r = c.measured_ns / c.inferred_ns - 1.0;
+            if (low && r > tolerance) || (!low && -r / (1.0 + r) > tolerance) {
+                cpus.insert(c.a);
+                cpus.insert(c.b);
+                off.push(r.abs());
+            }
+        }
+        if off.is_empty() {
+            continue;
+        }
+        off.sort_by(f64::total_cmp);
+        parts.push(format!(
+            "{} cell(s) among CPUs {cpus} were inferred {:.0}% {} (median)",
+            off.len(),
+            off[off.len() / 2] * 100.0,
+            if low { "low" } else { "high" }
+        ));
+    }
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// What a completion of a whole matrix did (`pinnerd measure --complete`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Completion {
+    /// Slices run.
+    pub slices: usize,
+    /// Distinct pairs given a figure.
+    pub pairs: usize,
+    /// Measurements taken (repeats included).
+    pub measurements: usize,
+    /// Sizes of every round run, in order.
+    pub rounds: Vec<usize>,
+    pub corrections: Vec<Correction>,
+}
+
+impl Completion {
+    /// What the completion takes on real hardware: per slice the load guard's sample
+    /// and `pause`, per round the cost of one pair plus each pair's thread overhead.
+    pub fn modelled(&self, costs: &Costs, guard: Duration, pause: Duration) -> Duration {
+        modelled(self.slices, &self.rounds, costs, guard, pause)
+    }
+}
+
+/// Modelled time of `slices` slices with these rounds (see [`Completion::modelled`]).
+pub fn modelled(
+    slices: usize,
+    rounds: &[usize],
+    costs: &Costs,
+    guard: Duration,
+    pause: Duration,
+) -> Duration {
+    let per_slice = (guard + pause) * slices.min(u32::MAX as usize) as u32;
+    rounds.iter().fold(per_slice, |t, &r| {
+        t + costs.per_pair
+            + if r > 1 {
+                costs.per_round_pair * r as u32
+            } else {
+                Duration::ZERO
+            }
+    })
+}
+
+/// Completes `m` through `meas`, `slice` pairs at a time, until nothing is pending or a
+/// slice gives no figure (those pairs stay pending). `stats` of a slice come from
+/// `take_stats` (the spinner's; empty for the simulated measurer).
+pub fn complete<M: PairMeasurer>(
+    m: &mut LatencyMatrix,
+    meas: &mut M,
+    slice: usize,
+    mut take_stats: impl FnMut(&mut M) -> BTreeMap<(u32, u32), PairStats>,
+) -> Result<Completion, MeasureError> {
+    let mut done = Completion::default();
+    let mut failed: BTreeSet<(u32, u32)> = BTreeSet::new();
+    loop {
+        let todo: Vec<(u32, u32)> = pending(m)
+            .into_iter()
+            .filter(|p| !failed.contains(p))
+            .collect();
+        if todo.is_empty() {
+            return Ok(done);
+        }
+        let rounds = pick(&todo, slice.max(1), &CpuSet::new());
+        let s = measure_slice(meas, &rounds, |a, b| m.between(a, b))?;
+        done.slices += 1;
+        done.measurements += s.measurements;
+        done.rounds.extend(&s.rounds);
+        for &(a, b, v) in &s.figures {
+            if v.is_some() {
+                done.pairs += 1;
+            } else {
+                failed.insert((a, b));
+            }
+        }
+        let stats = take_stats(meas);
+        done.corrections.extend(apply(m, &s.figures, &stats));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::matrix::SparseCounts;
+    use crate::measure::simulate::Simulated;
+
+    /// A sparse-looking matrix of 8 CPUs: cells `10 × (1 + |i − j|)`, those with both
+    /// CPUs ≥ 4 inferred 20% low.
+    fn half_inferred() -> (LatencyMatrix, LatencyMatrix) {
+        let truth = LatencyMatrix::from_fn((0..8).collect(), |i, j| {
+            10.0 * (1.0 + (i as f64 - j as f64).abs())
+        });
+        let mut m = truth.clone();
+        for i in 0..8 {
+            for j in i + 1..8 {
+                let v = truth.at(i, j).unwrap();
+                let inferred = i >= 4;
+                let v = if inferred { v * 0.8 } else { v };
+                m.latency_ns[i][j] = Some(v);
+                m.latency_ns[j][i] = Some(v);
+                m.stats.push(PairStats {
+                    a: i as u32,
+                    b: j as u32,
+                    p10_ns: v,
+                    median_ns: v,
+                    p90_ns: v,
+                    samples: if inferred { 0 } else { 1 },
+                    discarded: 0,
+                    round_trips: 0,
+                    inferred,
+                });
+            }
+        }
+        m.sparse = Some(Box::new(SparseCounts {
+            pairs_measured: 22,
+            pairs_total: 28,
+            modelled_seconds: 1.0,
+        }));
+        (truth, m)
+    }
+
+    #[test]
+    fn pending_pairs_are_the_inferred_and_empty_cells() {
+        let (_, mut m) = half_inferred();
+        assert_eq!(
+            pending(&m),
+            vec![(4, 5), (4, 6), (4, 7), (5, 6), (5, 7), (6, 7)]
+        );
+        m.latency_ns[0][1] = None;
+        m.latency_ns[1][0] = None;
+        assert_eq!(pending(&m)[0], (0, 1));
+        assert_eq!(measured_share(&m), (21, 28));
+        // A full matrix has nothing pending, even with a hole (the store's fill owns
+        // those).
+        m.sparse = None;
+        assert_eq!(pending(&m).len(), 6);
+    }
+
+    #[test]
+    fn slices_are_rounds_of_disjoint_pairs_within_the_size_and_off_cpus() {
+        let all: Vec<(u32, u32)> = (0..8u32)
+            .flat_map(|a| (a + 1..8).map(move |b| (a, b)))
+            .collect();
+        let rounds = pick(&all, 10, &"7".parse().unwrap());
+        assert_eq!(rounds.iter().map(Vec::len).sum::<usize>(), 10);
+        for r in &rounds {
+            let cpus: BTreeSet<u32> = r.iter().flat_map(|&(a, b)| [a, b]).collect();
+            assert_eq!(cpus.len(), 2 * r.len(), "disjoint: {r:?}");
+            assert!(!cpus.contains(&7), "an off CPU is never picked: {r:?}");
+        }
+        // 7 CPUs usable: at most 3 pairs at once.
+        assert_eq!(rounds[0].len(), 3);
+        assert!(pick(&all, 0, &CpuSet::new()).is_empty());
+    }
+
+    #[test]
+    fn completion_measures_every_inferred_cell_once_and_names_the_correction() {
+        let (truth, mut m) = half_inferred();
+        let mut sim = Simulated::new(&truth, 0.0, 1);
+        let done = complete(&mut m, &mut sim, 4, |_| BTreeMap::new()).unwrap();
+        assert!(pending(&m).is_empty());
+        assert_eq!(done.pairs, 6);
+        assert_eq!(done.slices, 2);
+        // Every figure was 25% off its inferred cell: each measured twice (they agree).
+        assert_eq!(done.measurements, 12, "{done:?}");
+        assert!(m.stats.iter().all(|s| !s.inferred));
+        let sp = m.sparse.as_ref().unwrap();
+        assert_eq!((sp.pairs_measured, sp.pairs_total), (28, 28));
+        for i in 0..8 {
+            for j in 0..8 {
+                assert_eq!(m.at(i, j), truth.at(i, j), "{i}–{j}");
+            }
+        }
+        m.validate().unwrap();
+        assert_eq!(done.corrections.len(), 6);
+        assert_eq!(
+            describe(&done.corrections, 0.10).unwrap(),
+            "6 cell(s) among CPUs 4-7 were inferred 25% low (median)"
+        );
+        assert_eq!(describe(&done.corrections, 0.30), None);
+        let json = serde_json::to_string(&m).unwrap();
+        assert!(!json.contains("\"inferred\""), "{json}");
+    }
+
+    #[test]
+    fn a_figure_that_agrees_with_its_cell_is_taken_once_and_outliers_are_retaken() {
+        let truth = LatencyMatrix::from_fn(vec![0, 1, 2, 3], |_, _| 100.0);
+        // Answers 100, then a preempted 300, then 101.
+        struct Scripted(Vec<f64>);
+        impl PairMeasurer for Scripted {
+            fn measure_round(
+                &mut self,
+                round: &[(u32, u32)],
+            ) -> Result<Vec<Option<f64>>, MeasureError> {
+                Ok(round.iter().map(|_| Some(self.0.remove(0))).collect())
+            }
+        }
+        let rounds = vec![vec![(0, 1)]];
+        let s = measure_slice(&mut Scripted(vec![100.0]), &rounds, |a, b| truth.between(a, b))
+            .unwrap();
+        assert_eq!((s.measurements, s.figures.clone()), (1, vec![(0, 1, Some(100.0))]));
+        let s = measure_slice(&mut Scripted(vec![300.0, 101.0, 100.0]), &rounds, |a, b| {
+            truth.between(a, b)
+        })
+        .unwrap();
+        assert_eq!(s.figures, vec![(0, 1, Some(101.0))], "{s:?}");
+        assert_eq!(s.measurements, 2);
+        // Nothing to agree with: taken until two figures in a row agree.
+        let s = measure_slice(&mut Scripted(vec![300.0, 100.0, 105.0]), &rounds, |_, _| None)
+            .unwrap();
+        assert_eq!((s.measurements, s.figures[0].2), (3, Some(100.0)));
+        // At most MAX_FIGURES, the lowest kept.
+        let s = measure_slice(
+            &mut Scripted(vec![300.0, 200.0, 400.0, 250.0, 1.0]),
+            &rounds,
+            |_, _| None,
+        )
+        .unwrap();
+        assert_eq!(s.figures, vec![(0, 1, Some(200.0))]);
+        assert_eq!(s.measurements, MAX_FIGURES);
+    }
+
+    #[test]
+    fn completion_time_is_modelled_per_slice_and_round() {
+        let c = Completion {
+            slices: 2,
+            rounds: vec![4, 1],
+            ..Completion::default()
+        };
+        let costs = Costs {
+            per_pair: Duration::from_millis(10),
+            per_round_pair: Duration::from_millis(1),
+            fixed: Duration::ZERO,
+            passes: 1,
+            serial_check: 0,
+        };
+        let ms = Duration::from_millis;
+        assert_eq!(c.modelled(&costs, ms(200), ms(1000)), ms(2400 + 14 + 10));
+    }
+}
