@@ -9,8 +9,9 @@ use anyhow::Context;
 
 use crate::cpuset::CpuSet;
 use crate::fingerprint::Fingerprint;
-use crate::matrix::{render, LatencyMatrix};
+use crate::matrix::{render, LatencyMatrix, PairStats};
 use crate::measure::around::SpinPriority;
+use crate::measure::complete;
 use crate::measure::simulate::Simulated;
 use crate::measure::sparse::{self, SparseConfig};
 use crate::measure::{self, FirstTouch, MeasureConfig, Mode, Phase, Primitive, Progress};
@@ -39,6 +40,12 @@ pub struct MeasureArgs {
     /// JSON or core-to-core-latency's CSV), with noise. Implies `--mode sparse`.
     #[arg(long, value_name = "FILE")]
     pub simulate: Option<PathBuf>,
+    /// With `--mode sparse` or `--simulate`: after the sparse map (its summary is
+    /// printed first), measure its inferred cells in slices of disjoint pairs until
+    /// every pair is measured, as the daemon does in the background; the matrix
+    /// printed and saved is the completed one.
+    #[arg(long)]
+    pub complete: bool,
     /// With --simulate: sigma of the lognormal noise on each answer (0.02 ≈ 2%).
     #[arg(long, value_name = "F", default_value_t = 0.02, requires = "simulate")]
     pub noise: f64,
@@ -181,7 +188,16 @@ pub fn summary_text(m: &LatencyMatrix) -> String {
     if s.missing > 0 {
         out.push_str(&format!("{} pair(s) without a figure\n", s.missing));
     }
-    if let Some(sp) = &m.sparse {
+    if let Some(sp) = m
+        .sparse
+        .as_ref()
+        .filter(|sp| sp.pairs_measured >= sp.pairs_total)
+    {
+        out.push_str(&format!(
+            "sparse, then completed: all {} pairs measured; the sparse map's modelled time on real hardware {:.1} s\n",
+            sp.pairs_total, sp.modelled_seconds
+        ));
+    } else if let Some(sp) = &m.sparse {
         out.push_str(&format!(
             "sparse: {} of {} pairs measured ({:.1}%), the others inferred from their block; modelled time on real hardware {:.1} s\n",
             sp.pairs_measured,
@@ -205,7 +221,11 @@ pub fn summary_text(m: &LatencyMatrix) -> String {
 }
 
 /// `--simulate FILE`: sparse measurement answered from the file, no spinning.
-fn simulate(args: &MeasureArgs, path: &std::path::Path) -> anyhow::Result<measure::Measurement> {
+fn simulate(
+    args: &MeasureArgs,
+    path: &std::path::Path,
+    preface: &mut String,
+) -> anyhow::Result<measure::Measurement> {
     if args.mode != Mode::Serial && args.mode != Mode::Sparse {
         anyhow::bail!(
             "--simulate runs sparse measurement; --mode {} cannot be simulated",
@@ -244,6 +264,9 @@ fn simulate(args: &MeasureArgs, path: &std::path::Path) -> anyhow::Result<measur
         args.noise,
         args.seed
     ));
+    if args.complete {
+        complete_and_say(args, preface, &mut m, &mut sim, |_| Default::default())?;
+    }
     Ok(measure::Measurement {
         matrix: m,
         report: measure::RunReport {
@@ -253,9 +276,64 @@ fn simulate(args: &MeasureArgs, path: &std::path::Path) -> anyhow::Result<measur
     })
 }
 
+/// `--complete`: the sparse map's summary (into `preface`, printed before the matrix, or
+/// on stderr when stdout carries JSON or CSV), completes `m` through `meas`, and says what completion did.
+fn complete_and_say<M: sparse::PairMeasurer>(
+    args: &MeasureArgs,
+    preface: &mut String,
+    m: &mut LatencyMatrix,
+    meas: &mut M,
+    take_stats: impl FnMut(&mut M) -> std::collections::BTreeMap<(u32, u32), PairStats>,
+) -> anyhow::Result<()> {
+    let mut text = format!("sparse map:\n{}", indent(&summary_text(m)));
+    let done = complete::complete(m, meas, complete::DEFAULT_SLICE, take_stats)?;
+    let left = complete::pending(m).len();
+    let modelled = done.modelled(
+        &sparse::MODEL_COSTS,
+        measure::LoadGuard::default().sample,
+        complete::DEFAULT_PAUSE,
+    );
+    text.push_str(&format!(
+        "completion: {} pairs measured in {} slice(s) of {} ({} measurements), {}; modelled time on real hardware {:.1} s at the daemon's pace\n",
+        done.pairs,
+        done.slices,
+        complete::DEFAULT_SLICE,
+        done.measurements,
+        if left == 0 {
+            "every pair measured".to_string()
+        } else {
+            format!("{left} pair(s) gave no figure and stay inferred")
+        },
+        modelled.as_secs_f64()
+    ));
+    match complete::describe(&done.corrections, complete::AGREE) {
+        Some(c) => text.push_str(&format!("completion corrected: {c}\n")),
+        None => text.push_str("completion corrected no cell by more than 10%\n"),
+    }
+    if args.json || args.csv {
+        eprint!("{text}");
+    } else {
+        preface.push_str(&text);
+        preface.push('\n');
+    }
+    if left > 0 {
+        m.warnings
+            .push(format!("{left} pair(s) gave no figure while completing"));
+    }
+    Ok(())
+}
+
+fn indent(text: &str) -> String {
+    text.lines().map(|l| format!("  {l}\n")).collect()
+}
+
 pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
+    if args.complete && args.simulate.is_none() && args.mode != Mode::Sparse {
+        anyhow::bail!("--complete completes a sparse map: use it with --mode sparse or --simulate");
+    }
+    let mut preface = String::new();
     let measured = if let Some(path) = &args.simulate {
-        simulate(&args, path)?
+        simulate(&args, path, &mut preface)?
     } else {
         let (cfg, notes) = config(&args)?;
         for n in &notes {
@@ -267,7 +345,15 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
         };
         let result = measure::run_detailed(&cfg, |p| line.update(p));
         line.finish();
-        result?
+        let mut measured = result?;
+        if args.complete {
+            let deadline = std::time::Instant::now() + cfg.budget;
+            let mut meas = measure::sparse_real::EngineMeasurer::new(&cfg, deadline);
+            complete_and_say(&args, &mut preface, &mut measured.matrix, &mut meas, |m| {
+                std::mem::take(&mut m.stats)
+            })?;
+        }
+        measured
     };
     let m = measured.matrix;
     if let Some(path) = &args.svg {
@@ -298,6 +384,7 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
             eprintln!("pinnerd: CSV rows are, in order, CPUs {cpus} (the format has no CPU ids)");
         }
     } else {
+        write!(stdout, "{preface}")?;
         let color = stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
         write!(stdout, "{}", render::terminal_heatmap(&m, color))?;
         writeln!(stdout)?;

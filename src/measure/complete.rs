@@ -270,6 +270,45 @@ pub fn describe(corrections: &[Correction], tolerance: f64) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
+/// A measured cell this many times above what both its CPUs' nearest neighbours see
+/// of the other CPU is suspect: a preempted figure (they only inflate; a real level is
+/// shared by a CPU and its nearest neighbour, an SMT sibling or a cache neighbour).
+pub const SUSPECT: f64 = 1.3;
+
+/// Measured cells of a fully measured `m` that look preempted (see [`SUSPECT`]), with
+/// the figure their neighbours agree on: `(a, b, expected)`, `a < b`.
+pub fn suspects(m: &LatencyMatrix) -> Vec<(u32, u32, f64)> {
+    let n = m.len();
+    // Each CPU's nearest neighbour and its figure.
+    let near: Vec<Option<(usize, f64)>> = (0..n)
+        .map(|i| {
+            (0..n)
+                .filter(|&k| k != i)
+                .filter_map(|k| m.at(i, k).map(|v| (k, v)))
+                .min_by(|x, y| x.1.total_cmp(&y.1))
+        })
+        .collect();
+    let mut out = Vec::new();
+    for i in 0..n {
+        for j in i + 1..n {
+            let Some(v) = m.at(i, j) else { continue };
+            // What i's neighbour sees of j, and j's neighbour of i, where the neighbour
+            // is much closer than the other CPU (so it shares the level).
+            let seen = |x: usize, y: usize| -> Option<f64> {
+                let (k, d) = near[x]?;
+                (k != y && d * SUSPECT < v).then(|| m.at(k, y)).flatten()
+            };
+            if let (Some(p), Some(q)) = (seen(i, j), seen(j, i)) {
+                if v > SUSPECT * p.max(q) {
+                    let (a, b) = (m.cpus[i].min(m.cpus[j]), m.cpus[i].max(m.cpus[j]));
+                    out.push((a, b, p.max(q)));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// What a completion of a whole matrix did (`pinnerd measure --complete`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Completion {
@@ -282,6 +321,9 @@ pub struct Completion {
     /// Sizes of every round run, in order.
     pub rounds: Vec<usize>,
     pub corrections: Vec<Correction>,
+    /// Measured cells taken again at the end because they looked preempted
+    /// ([`suspects`]).
+    pub rechecked: usize,
 }
 
 impl Completion {
@@ -312,7 +354,8 @@ pub fn modelled(
 }
 
 /// Completes `m` through `meas`, `slice` pairs at a time, until nothing is pending or a
-/// slice gives no figure (those pairs stay pending). `stats` of a slice come from
+/// slice gives no figure (those pairs stay pending); then measures the [`suspects`]
+/// again once, each cell keeping its lowest figure. `stats` of a slice come from
 /// `take_stats` (the spinner's; empty for the simulated measurer).
 pub fn complete<M: PairMeasurer>(
     m: &mut LatencyMatrix,
@@ -328,7 +371,7 @@ pub fn complete<M: PairMeasurer>(
             .filter(|p| !failed.contains(p))
             .collect();
         if todo.is_empty() {
-            return Ok(done);
+            break;
         }
         let rounds = pick(&todo, slice.max(1), &CpuSet::new());
         let s = measure_slice(meas, &rounds, |a, b| m.between(a, b))?;
@@ -345,6 +388,31 @@ pub fn complete<M: PairMeasurer>(
         let stats = take_stats(meas);
         done.corrections.extend(apply(m, &s.figures, &stats));
     }
+    let suspect = suspects(m);
+    if !suspect.is_empty() {
+        let expected: BTreeMap<(u32, u32), f64> =
+            suspect.iter().map(|&(a, b, e)| ((a, b), e)).collect();
+        let pairs: Vec<(u32, u32)> = expected.keys().copied().collect();
+        let rounds = pick(&pairs, usize::MAX, &CpuSet::new());
+        let s = measure_slice(meas, &rounds, |a, b| expected.get(&(a, b)).copied())?;
+        done.rechecked = suspect.len();
+        done.measurements += s.measurements;
+        done.rounds.extend(&s.rounds);
+        let lower: Vec<(u32, u32, Option<f64>)> = s
+            .figures
+            .iter()
+            .map(|&(a, b, v)| {
+                (
+                    a,
+                    b,
+                    v.filter(|&v| m.between(a, b).is_none_or(|old| v < old)),
+                )
+            })
+            .collect();
+        let stats = take_stats(meas);
+        apply(m, &lower, &stats);
+    }
+    Ok(done)
 }
 
 #[cfg(test)]
@@ -353,11 +421,17 @@ mod tests {
     use crate::matrix::SparseCounts;
     use crate::measure::simulate::Simulated;
 
-    /// A sparse-looking matrix of 8 CPUs: cells `10 × (1 + |i − j|)`, those with both
-    /// CPUs ≥ 4 inferred 20% low.
+    /// A sparse-looking matrix of 8 CPUs (pairs at 10 ns, fours at 30, 80 across), the
+    /// cells with both CPUs ≥ 4 inferred 20% low.
     fn half_inferred() -> (LatencyMatrix, LatencyMatrix) {
         let truth = LatencyMatrix::from_fn((0..8).collect(), |i, j| {
-            10.0 * (1.0 + (i as f64 - j as f64).abs())
+            if i / 2 == j / 2 {
+                10.0
+            } else if i / 4 == j / 4 {
+                30.0
+            } else {
+                80.0
+            }
         });
         let mut m = truth.clone();
         for i in 0..8 {
@@ -432,6 +506,7 @@ mod tests {
         assert_eq!(done.slices, 2);
         // Every figure was 25% off its inferred cell: each measured twice (they agree).
         assert_eq!(done.measurements, 12, "{done:?}");
+        assert_eq!(done.rechecked, 0);
         assert!(m.stats.iter().all(|s| !s.inferred));
         let sp = m.sparse.as_ref().unwrap();
         assert_eq!((sp.pairs_measured, sp.pairs_total), (28, 28));
@@ -465,9 +540,14 @@ mod tests {
             }
         }
         let rounds = vec![vec![(0, 1)]];
-        let s = measure_slice(&mut Scripted(vec![100.0]), &rounds, |a, b| truth.between(a, b))
-            .unwrap();
-        assert_eq!((s.measurements, s.figures.clone()), (1, vec![(0, 1, Some(100.0))]));
+        let s = measure_slice(&mut Scripted(vec![100.0]), &rounds, |a, b| {
+            truth.between(a, b)
+        })
+        .unwrap();
+        assert_eq!(
+            (s.measurements, s.figures.clone()),
+            (1, vec![(0, 1, Some(100.0))])
+        );
         let s = measure_slice(&mut Scripted(vec![300.0, 101.0, 100.0]), &rounds, |a, b| {
             truth.between(a, b)
         })
@@ -475,8 +555,10 @@ mod tests {
         assert_eq!(s.figures, vec![(0, 1, Some(101.0))], "{s:?}");
         assert_eq!(s.measurements, 2);
         // Nothing to agree with: taken until two figures in a row agree.
-        let s = measure_slice(&mut Scripted(vec![300.0, 100.0, 105.0]), &rounds, |_, _| None)
-            .unwrap();
+        let s = measure_slice(&mut Scripted(vec![300.0, 100.0, 105.0]), &rounds, |_, _| {
+            None
+        })
+        .unwrap();
         assert_eq!((s.measurements, s.figures[0].2), (3, Some(100.0)));
         // At most MAX_FIGURES, the lowest kept.
         let s = measure_slice(
@@ -487,6 +569,31 @@ mod tests {
         .unwrap();
         assert_eq!(s.figures, vec![(0, 1, Some(200.0))]);
         assert_eq!(s.measurements, MAX_FIGURES);
+    }
+
+    #[test]
+    fn a_preempted_figure_is_suspect_and_taken_again() {
+        // Two cores of two SMT siblings each: 5 ns within a core, 50 across.
+        let truth =
+            LatencyMatrix::from_fn(
+                vec![0, 1, 2, 3],
+                |i, j| {
+                    if i / 2 == j / 2 {
+                        5.0
+                    } else {
+                        50.0
+                    }
+                },
+            );
+        let mut m = truth.clone();
+        m.latency_ns[0][2] = Some(160.0);
+        m.latency_ns[2][0] = Some(160.0);
+        assert_eq!(suspects(&truth), vec![]);
+        assert_eq!(suspects(&m), vec![(0, 2, 50.0)]);
+        let mut sim = Simulated::new(&truth, 0.0, 3);
+        let done = complete(&mut m, &mut sim, 8, |_| BTreeMap::new()).unwrap();
+        assert_eq!((done.pairs, done.rechecked), (0, 1));
+        assert_eq!(m.between(0, 2), Some(50.0));
     }
 
     #[test]

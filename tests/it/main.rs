@@ -6,6 +6,7 @@ mod bus_api;
 mod cgroups;
 mod cli_smoke;
 mod commands;
+mod completion;
 mod crash_writes;
 mod daemon;
 mod daemon_pinning;

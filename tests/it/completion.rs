@@ -1,0 +1,145 @@
+//! Completion of a sparse map: on every published matrix of 64 CPUs and more through the
+//! simulated measurer (every cell measured, within noise of the file, the file's
+//! domains, no pair measured twice beyond the figures that disagree), and
+//! `pinnerd measure --complete` with `--simulate`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+
+use pinnerd::domains::Domains;
+use pinnerd::matrix::LatencyMatrix;
+use pinnerd::measure::complete::{self, MAX_FIGURES};
+use pinnerd::measure::simulate::Simulated;
+use pinnerd::measure::sparse::{run_sparse, SparseConfig};
+use pinnerd::CpuSet;
+
+#[path = "../../benches/sparse_eval.rs"]
+mod sparse_eval;
+
+fn groups(d: &Domains) -> Vec<Vec<CpuSet>> {
+    d.levels().iter().map(|l| l.groups.clone()).collect()
+}
+
+#[test]
+fn completion_measures_every_published_matrix_of_64_cpus_and_more_through() {
+    let files = sparse_eval::usable(64);
+    assert!(files.len() >= 8, "{} matrices", files.len());
+    for (name, truth) in &files {
+        let cfg = SparseConfig::default();
+        let mut sim = Simulated::new(truth, 0.02, cfg.seed);
+        let out = run_sparse(&truth.cpus, None, &mut sim, &cfg).unwrap();
+        let sparse_answers = sim.answered;
+        let mut m = out.to_matrix(&BTreeMap::new(), &cfg.costs);
+        let pending = complete::pending(&m);
+        assert_eq!(
+            pending.len() + out.pairs_measured,
+            out.pairs_total(),
+            "{name}"
+        );
+        let done = complete::complete(&mut m, &mut sim, complete::DEFAULT_SLICE, |_| {
+            BTreeMap::new()
+        })
+        .unwrap();
+        let ctx = format!(
+            "{name}: {} of {} measured sparsely, then {done:?}",
+            out.pairs_measured,
+            out.pairs_total()
+        );
+        // Every pair measured, none inferred, the counts say so.
+        assert!(complete::pending(&m).is_empty(), "{ctx}");
+        assert!(m.stats.iter().all(|s| !s.inferred), "{name}");
+        let sp = m.sparse.as_ref().unwrap();
+        assert_eq!(sp.pairs_measured, sp.pairs_total, "{name}");
+        m.validate().unwrap();
+        // Each pending pair got its figures from completion, no other pair did: the
+        // pairs measured in all are the pairs of the matrix.
+        assert_eq!(done.pairs, pending.len(), "{ctx}");
+        assert_eq!(done.pairs + out.pairs_measured, out.pairs_total(), "{ctx}");
+        assert_eq!(sim.answered - sparse_answers, done.measurements, "{name}");
+        // Beyond one figure per pair, only those that disagreed with their inferred
+        // cell were measured again (at most MAX_FIGURES each).
+        let again = done.measurements - done.pairs;
+        let far = done
+            .corrections
+            .iter()
+            .filter(|c| (c.measured_ns / c.inferred_ns).ln().abs() > 1.1f64.ln())
+            .count();
+        assert!(done.measurements <= done.pairs * MAX_FIGURES, "{ctx}");
+        assert!(
+            again <= MAX_FIGURES * (far + done.rechecked) + done.pairs / 20,
+            "{name}: {again} repeats for {far} cells off their inferred figure"
+        );
+        // Within noise of the file (2% lognormal noise: 10% is five sigma).
+        let mut off = Vec::new();
+        for i in 0..m.len() {
+            for j in 0..i {
+                let (t, v) = (truth.at(i, j).unwrap(), m.at(i, j).unwrap());
+                if (v / t).ln().abs() > 1.1f64.ln() {
+                    off.push(format!("{}–{}: {v:.1} for {t:.1}", m.cpus[i], m.cpus[j]));
+                }
+            }
+        }
+        assert!(off.is_empty(), "{name}: cells off the file: {off:?}");
+        // The domains are the full matrix's.
+        let dt = Domains::from_matrix(truth).unwrap();
+        let dm = Domains::from_matrix(&m).unwrap();
+        assert_eq!(groups(&dt), groups(&dm), "{name}");
+    }
+}
+
+#[test]
+fn complete_flag_prints_the_sparse_summary_and_writes_the_completed_matrix() {
+    let file = sparse_eval::data_dir().join("Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv");
+    let dir = tempfile::tempdir().unwrap();
+    let saved = dir.path().join("m.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(["measure", "--mode", "sparse", "--complete", "--simulate"])
+        .arg(&file)
+        .args(["--seed", "2", "--json", "--out"])
+        .arg(&saved)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = String::from_utf8(o.stdout).unwrap();
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert!(err.contains("sparse map:"), "{err}");
+    assert!(
+        err.contains("pairs measured (") && err.contains("inferred"),
+        "{err}"
+    );
+    assert!(err.contains("every pair measured"), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["pairs_measured"], 2016);
+    assert_eq!(v["pairs_total"], 2016);
+    assert!(
+        !text.contains("\"inferred\": true"),
+        "an inferred cell is left"
+    );
+    let m = LatencyMatrix::from_json(&text, Path::new("stdout")).unwrap();
+    assert_eq!(m.cells().len(), 2016);
+    assert_eq!(std::fs::read_to_string(&saved).unwrap(), text);
+    // Human output: the sparse map's summary, what completion did, the full matrix.
+    let o = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(["measure", "--complete", "--simulate"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let out = String::from_utf8(o.stdout).unwrap();
+    let sparse_at = out.find("sparse map:").expect("sparse summary");
+    let completion_at = out.find("completion: ").expect("completion line");
+    let done_at = out
+        .find("sparse, then completed: all 2016 pairs measured")
+        .expect("the completed matrix's summary");
+    assert!(
+        sparse_at < completion_at && completion_at < done_at,
+        "{out}"
+    );
+    // Without a sparse map there is nothing to complete.
+    let bad = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(["measure", "--complete", "--mode", "rounds"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--complete completes a sparse map"));
+}
