@@ -779,7 +779,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__measure)
-            opts="-v -h --cpus --budget --primitive --mode --simulate --noise --seed --first-touch --idle-threshold --spin-priority --idle-wait --json --csv --svg --out --sysfs --verbose --help"
+            opts="-v -h --cpus --budget --primitive --mode --simulate --complete --noise --seed --first-touch --idle-threshold --spin-priority --idle-wait --json --csv --svg --out --sysfs --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
