@@ -463,12 +463,19 @@ pub struct DomainsView {
     pub domains: Domains,
     pub findings: Vec<Finding>,
     pub warnings: Vec<String>,
+    /// Pairs measured and all pairs, for a sparse matrix (the rest are inferred until
+    /// background completion measures them); `None` for a full matrix.
+    pub measured: Option<(usize, usize)>,
 }
 
 /// Loads a matrix and builds its domains, reconciled with the topology when the matrix
 /// was measured on its CPUs, else from the matrix alone (with a warning saying so).
 pub fn domains_for(path: &Path, topology: &Topology) -> anyhow::Result<DomainsView> {
     let m = LatencyMatrix::load(path)?;
+    let measured = m
+        .sparse
+        .is_some()
+        .then(|| crate::measure::complete::measured_share(&m));
     let selected = domains::select(Some(&m), Some(topology), Misfit::MatrixAlone)
         .with_context(|| format!("latency domains of {}", path.display()))?;
     let mut warnings = m.warnings;
@@ -478,6 +485,7 @@ pub fn domains_for(path: &Path, topology: &Topology) -> anyhow::Result<DomainsVi
         domains: selected.domains,
         findings: selected.findings,
         warnings,
+        measured,
     })
 }
 
@@ -503,6 +511,11 @@ impl DomainsView {
         report["domains_trust"] = json!(self.domains.trust());
         report["domain_findings"] = json!(self.findings);
         report["domain_warnings"] = json!(self.warnings);
+        if let Some((measured, total)) = self.measured {
+            report["matrix_pairs_measured"] = json!(measured);
+            report["matrix_pairs_total"] = json!(total);
+            report["matrix_completing"] = json!(measured < total);
+        }
     }
 
     /// The human section appended to the topology tree.
@@ -528,6 +541,19 @@ impl DomainsView {
                 ns(l.latency_ns),
                 groups.join(" | ")
             );
+        }
+        match self.measured {
+            Some((m, t)) if m < t => {
+                let _ = writeln!(
+                    s,
+                    "  measured: {m} of {t} pairs ({:.1}%), the rest inferred from a sparse measurement; background completion measures them",
+                    100.0 * m as f64 / t.max(1) as f64
+                );
+            }
+            Some((_, t)) => {
+                let _ = writeln!(s, "  measured: all {t} pairs (sparse, then completed)");
+            }
+            None => {}
         }
         for f in &self.findings {
             let _ = writeln!(s, "  finding: {f}");

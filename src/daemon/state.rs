@@ -47,6 +47,7 @@ use super::schedule::{Due, Schedule, Timing};
 use super::worker::Job;
 use super::{DaemonError, Event, ReloadCause};
 
+mod completing;
 mod irqs;
 mod measuring;
 mod pinning;
@@ -143,6 +144,8 @@ pub struct State {
     actions: Vec<Action>,
     /// Whether a sched_ext scheduler runs (see `state/sched_ext.rs`).
     sched_ext: sched_ext::Kept,
+    /// Background completion of a sparse matrix (see `state/completing.rs`).
+    completing: completing::Kept,
 }
 
 impl State {
@@ -174,6 +177,7 @@ impl State {
             started: false,
             actions: Vec::new(),
             sched_ext: sched_ext::Kept::default(),
+            completing: completing::Kept::default(),
         }
     }
 
@@ -779,6 +783,7 @@ impl State {
             Some(Due::Drift) => self.start_drift_probe(),
             None => {}
         }
+        self.complete_due(now);
     }
 
     /// What `pinnerd metrics` prints and the textfile holds.
@@ -808,6 +813,7 @@ impl State {
             ),
             None => matrix,
         };
+        let matrix = format!("{matrix}{}", self.completion_words());
         self.actions.push(Action::Status(format!(
             "{}: {} rules, {} errors, {} processes managed, {matrix}",
             s.state.as_str(),

@@ -1,16 +1,19 @@
 //! Measurement jobs, run on a named OS thread (never on a tokio worker), with the result
 //! sent back to the loop as an [`Event::Measured`](super::Event::Measured).
 //!
-//! Two kinds: a full matrix ([`measure::run`]), and a light drift probe of a few pairs
+//! Three kinds: a full matrix ([`measure::run`]), a light drift probe of a few pairs
 //! ([`measure::probe_pairs`]) whose result the loop compares with the current matrix
-//! ([`measure::drift`]) before paying for a full measurement.
+//! ([`measure::drift`]) before paying for a full measurement, and a slice of the
+//! background completion of a sparse matrix
+//! ([`measure::sparse_real::complete_slice_real`]).
 //!
 //! Must not touch: daemon state. A job owns copies of what it needs.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::matrix::LatencyMatrix;
-use crate::measure::{self, MeasureConfig, MeasureError, Probe};
+use crate::matrix::{LatencyMatrix, PairStats};
+use crate::measure::{self, complete, MeasureConfig, MeasureError, Probe};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -21,6 +24,12 @@ pub enum JobKind {
     Drift {
         pairs: Vec<(u32, u32)>,
         budget: Duration,
+    },
+    /// A completion slice: these rounds of disjoint pairs, each figure checked against
+    /// the inferred cell it replaces (`reference`, keyed `(a, b)`, `a < b`).
+    Complete {
+        rounds: Vec<Vec<(u32, u32)>>,
+        reference: BTreeMap<(u32, u32), f64>,
     },
 }
 
@@ -37,6 +46,11 @@ pub struct Job {
 pub enum Product {
     Matrix(Box<LatencyMatrix>),
     Probes(Vec<Probe>),
+    /// A completion slice's figures and the statistics of the pairs that gave one.
+    Completed {
+        slice: complete::Slice,
+        stats: BTreeMap<(u32, u32), PairStats>,
+    },
 }
 
 /// Why a job produced nothing.
@@ -61,6 +75,10 @@ pub fn run_job(job: &Job) -> Finished {
         JobKind::Full => measure::run(&job.cfg, |_| {}).map(|m| Product::Matrix(Box::new(m))),
         JobKind::Drift { pairs, budget } => {
             measure::probe_pairs(&job.cfg, pairs, *budget).map(Product::Probes)
+        }
+        JobKind::Complete { rounds, reference } => {
+            measure::sparse_real::complete_slice_real(&job.cfg, rounds, reference)
+                .map(|(slice, stats)| Product::Completed { slice, stats })
         }
     };
     Finished {

@@ -240,17 +240,19 @@ pub fn apply(
     corrections
 }
 
-/// The corrections more than `tolerance` (relative) off, in words: how many, between
-/// which CPUs, and by how much (the median), low and high apart, e.g. `24 cells among
-/// CPUs 12-40 were inferred 18% low`. `None` when none was that far off.
+/// The corrections whose inferred figure was more than `tolerance` (relative to the
+/// measured one) off, in words: how many, between which CPUs, and by how much (the
+/// median), low and high apart, e.g. `24 cell(s) among CPUs 12-40 were inferred 18% low
+/// (median)`. `None` when none was that far off.
 pub fn describe(corrections: &[Correction], tolerance: f64) -> Option<String> {
     let mut parts = Vec::new();
     for low in [true, false] {
         let mut cpus = CpuSet::new();
         let mut off: Vec<f64> = Vec::new();
         for c in corrections {
-            let r = c.measured_ns / c.inferred_ns - 1.0;
-            if (low && r > tolerance) || (!low && -r / (1.0 + r) > tolerance) {
+            // How far the inferred figure was from the measured one.
+            let r = c.inferred_ns / c.measured_ns - 1.0;
+            if (low && r < -tolerance) || (!low && r > tolerance) {
                 cpus.insert(c.a);
                 cpus.insert(c.b);
                 off.push(r.abs());
@@ -519,9 +521,9 @@ mod tests {
         assert_eq!(done.corrections.len(), 6);
         assert_eq!(
             describe(&done.corrections, 0.10).unwrap(),
-            "6 cell(s) among CPUs 4-7 were inferred 25% low (median)"
+            "6 cell(s) among CPUs 4-7 were inferred 20% low (median)"
         );
-        assert_eq!(describe(&done.corrections, 0.30), None);
+        assert_eq!(describe(&done.corrections, 0.25), None);
         let json = serde_json::to_string(&m).unwrap();
         assert!(!json.contains("\"inferred\""), "{json}");
     }

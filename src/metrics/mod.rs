@@ -128,6 +128,9 @@ pub struct MetricsSnapshot {
     pub matrix_measured_at_us: Option<u64>,
     /// How long measuring it took.
     pub matrix_measure_seconds: Option<f64>,
+    /// Share of its pairs measured (the rest inferred by sparse measurement, until
+    /// background completion measures them).
+    pub matrix_measured_ratio: Option<f64>,
     /// The time of the snapshot, µs since the epoch (for the matrix's age).
     pub now_us: u64,
     pub cpus: u32,
@@ -228,6 +231,14 @@ impl MetricsSnapshot {
             matrix_trusted: domains.is_some_and(|d| d.trust() == crate::domains::Trust::Matrix),
             matrix_measured_at_us: matrix.and_then(|m| m.measured_at_us),
             matrix_measure_seconds: matrix.and_then(|m| m.measure_seconds),
+            matrix_measured_ratio: matrix.map(|m| {
+                let (measured, total) = crate::measure::complete::measured_share(m);
+                if total == 0 {
+                    1.0
+                } else {
+                    measured as f64 / total as f64
+                }
+            }),
             now_us: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_micros() as u64),
@@ -347,6 +358,20 @@ pub fn render(s: &MetricsSnapshot) -> String {
             d,
         );
     }
+    if let Some(r) = s.matrix_measured_ratio {
+        gauge(
+            &mut o,
+            "pinnerd_matrix_measured_ratio",
+            "Share of the latency matrix's pairs that are measured; below 1 the others are inferred from a sparse measurement and background completion is measuring them.",
+            r,
+        );
+        gauge(
+            &mut o,
+            "pinnerd_matrix_completing",
+            "1 while background completion measures the inferred pairs of the latency matrix in use, else 0.",
+            f64::from(u8::from(r < 1.0)),
+        );
+    }
     gauge(&mut o, "pinnerd_cpus", "Online CPUs.", f64::from(s.cpus));
     gauge(&mut o, "pinnerd_rules", "Rules loaded.", f64::from(s.rules));
     gauge(
@@ -449,6 +474,7 @@ mod tests {
             matrix_trusted: true,
             matrix_measured_at_us: Some(1_700_000_000_000_000),
             matrix_measure_seconds: Some(42.5),
+            matrix_measured_ratio: Some(0.25),
             now_us: 1_700_000_600_000_000,
             cpus: 32,
             rules: 4,
@@ -487,6 +513,8 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("pinnerd_matrix_age_seconds 600\n"));
+        assert!(text.contains("pinnerd_matrix_measured_ratio 0.25\n"));
+        assert!(text.contains("pinnerd_matrix_completing 1\n"));
         assert!(text.contains("pinnerd_pin_outcomes_total{outcome=\"applied\"} 2\n"));
         assert!(text.contains("pinnerd_pin_outcomes_total{outcome=\"failed\"} 1\n"));
         assert!(text.contains("pinnerd_pin_outcomes_total{outcome=\"refused\"} 0\n"));

@@ -56,6 +56,7 @@ fn busy_snapshot() -> MetricsSnapshot {
         matrix_trusted: true,
         matrix_measured_at_us: Some(1_763_000_000_000_000),
         matrix_measure_seconds: Some(31.5),
+        matrix_measured_ratio: Some(1.0),
         now_us: 1_763_000_100_000_000,
         cpus: 32,
         rules: 3,

@@ -266,7 +266,7 @@ impl State {
         }
     }
 
-    fn store_matrix(&self, id: u64, matrix: &LatencyMatrix) {
+    pub(super) fn store_matrix(&self, id: u64, matrix: &LatencyMatrix) {
         if let Some(store) = &self.store {
             match store.save_keeping(matrix) {
                 Ok(kept) => {
@@ -343,6 +343,14 @@ impl State {
             );
             return;
         };
+        if self.completing.is_slice(running.id) {
+            self.slice_ended(running.id, outcome.result);
+            if let Some(id) = self.schedule.take_queued() {
+                self.launch_full(id);
+            }
+            self.status();
+            return;
+        }
         match (running.full, outcome.result) {
             (true, Ok(Product::Matrix(matrix))) => self.full_done(running.id, *matrix),
             (true, Ok(other)) => {
