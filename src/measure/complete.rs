@@ -74,29 +74,38 @@ pub fn measured_share(m: &LatencyMatrix) -> (usize, usize) {
 /// The next slice: at most `size` pending pairs with no CPU in `off`, as rounds of
 /// disjoint pairs (each round as full as the pending pairs allow).
 pub fn pick(pending: &[(u32, u32)], size: usize, off: &CpuSet) -> Vec<Vec<(u32, u32)>> {
-    let mut left: Vec<(u32, u32)> = pending
+    let top = pending
         .iter()
-        .copied()
-        .filter(|&(a, b)| !off.contains(a) && !off.contains(b))
+        .map(|&(a, b)| a.max(b) as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let mut used: Vec<bool> = pending
+        .iter()
+        .map(|&(a, b)| off.contains(a) || off.contains(b))
         .collect();
     let mut rounds = Vec::new();
     let mut taken = 0usize;
-    while taken < size && !left.is_empty() {
-        let mut busy = BTreeSet::new();
+    while taken < size {
+        let mut busy = vec![false; top];
         let mut round = Vec::new();
-        let mut rest = Vec::with_capacity(left.len());
-        for (a, b) in left {
-            if taken + round.len() < size && !busy.contains(&a) && !busy.contains(&b) {
-                busy.insert(a);
-                busy.insert(b);
-                round.push((a, b));
-            } else {
-                rest.push((a, b));
+        for (k, &(a, b)) in pending.iter().enumerate() {
+            if taken + round.len() >= size {
+                break;
             }
+            let (x, y) = (a as usize, b as usize);
+            if used[k] || busy[x] || busy[y] {
+                continue;
+            }
+            busy[x] = true;
+            busy[y] = true;
+            used[k] = true;
+            round.push((a, b));
+        }
+        if round.is_empty() {
+            break;
         }
         taken += round.len();
         rounds.push(round);
-        left = rest;
     }
     rounds
 }
@@ -178,15 +187,43 @@ pub fn apply(
     figures: &[(u32, u32, Option<f64>)],
     stats: &BTreeMap<(u32, u32), PairStats>,
 ) -> Vec<Correction> {
-    let mut corrections = Vec::new();
-    let mut at: BTreeMap<(u32, u32), usize> = m
-        .stats
+    let mut index = stats_index(m);
+    apply_indexed(m, figures, stats, &mut index)
+}
+
+/// The row of each CPU id of `m` (indexed by id).
+fn rows(m: &LatencyMatrix) -> Vec<Option<usize>> {
+    let top = m.cpus.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
+    let mut rows = vec![None; top];
+    for (i, &c) in m.cpus.iter().enumerate() {
+        rows[c as usize] = Some(i);
+    }
+    rows
+}
+
+/// Where each pair's statistics entry is in `m.stats`.
+fn stats_index(m: &LatencyMatrix) -> BTreeMap<(u32, u32), usize> {
+    m.stats
         .iter()
         .enumerate()
         .map(|(k, s)| ((s.a.min(s.b), s.a.max(s.b)), k))
-        .collect();
+        .collect()
+}
+
+/// [`apply`] with the index of `m.stats` kept by the caller across slices.
+fn apply_indexed(
+    m: &mut LatencyMatrix,
+    figures: &[(u32, u32, Option<f64>)],
+    stats: &BTreeMap<(u32, u32), PairStats>,
+    at: &mut BTreeMap<(u32, u32), usize>,
+) -> Vec<Correction> {
+    let mut corrections = Vec::new();
+    // Pairs that had no measured figure before.
+    let mut newly = 0usize;
+    let rows = rows(m);
+    let row = |c: u32| rows.get(c as usize).copied().flatten();
     for &(a, b, v) in figures {
-        let (Some(v), Some(i), Some(j)) = (v, m.index_of(a), m.index_of(b)) else {
+        let (Some(v), Some(i), Some(j)) = (v, row(a), row(b)) else {
             continue;
         };
         if i == j {
@@ -208,10 +245,12 @@ pub fn apply(
             inferred: false,
             ..entry
         };
+        let old = m.at(i, j);
         match at.get(&key) {
             Some(&k) => {
                 if m.stats[k].inferred {
-                    if let Some(old) = m.at(i, j) {
+                    newly += 1;
+                    if let Some(old) = old {
                         corrections.push(Correction {
                             a: key.0,
                             b: key.1,
@@ -219,10 +258,15 @@ pub fn apply(
                             measured_ns: v,
                         });
                     }
+                } else if old.is_none() {
+                    newly += 1;
                 }
                 m.stats[k] = entry;
             }
             None => {
+                if old.is_none() {
+                    newly += 1;
+                }
                 at.insert(key, m.stats.len());
                 m.stats.push(entry);
             }
@@ -230,12 +274,8 @@ pub fn apply(
         m.latency_ns[i][j] = Some(v);
         m.latency_ns[j][i] = Some(v);
     }
-    if m.sparse.is_some() {
-        let (measured, total) = measured_share(m);
-        if let Some(sp) = m.sparse.as_mut() {
-            sp.pairs_measured = measured;
-            sp.pairs_total = total;
-        }
+    if let Some(sp) = m.sparse.as_mut() {
+        sp.pairs_measured = (sp.pairs_measured + newly).min(sp.pairs_total);
     }
     corrections
 }
@@ -366,29 +406,26 @@ pub fn complete<M: PairMeasurer>(
     mut take_stats: impl FnMut(&mut M) -> BTreeMap<(u32, u32), PairStats>,
 ) -> Result<Completion, MeasureError> {
     let mut done = Completion::default();
-    let mut failed: BTreeSet<(u32, u32)> = BTreeSet::new();
-    loop {
-        let todo: Vec<(u32, u32)> = pending(m)
-            .into_iter()
-            .filter(|p| !failed.contains(p))
-            .collect();
-        if todo.is_empty() {
-            break;
-        }
+    let mut todo = pending(m);
+    let mut index = stats_index(m);
+    while !todo.is_empty() {
         let rounds = pick(&todo, slice.max(1), &CpuSet::new());
-        let s = measure_slice(meas, &rounds, |a, b| m.between(a, b))?;
+        let at = rows(m);
+        let s = measure_slice(meas, &rounds, |a, b| {
+            let (i, j) = (at.get(a as usize)?.as_ref()?, at.get(b as usize)?.as_ref()?);
+            m.at(*i, *j)
+        })?;
         done.slices += 1;
         done.measurements += s.measurements;
         done.rounds.extend(&s.rounds);
-        for &(a, b, v) in &s.figures {
-            if v.is_some() {
-                done.pairs += 1;
-            } else {
-                failed.insert((a, b));
-            }
-        }
+        // Every pair of the slice leaves the list; one without a figure stays pending
+        // in the matrix.
+        let tried: BTreeSet<(u32, u32)> = s.figures.iter().map(|&(a, b, _)| (a, b)).collect();
+        done.pairs += s.figures.iter().filter(|f| f.2.is_some()).count();
+        todo.retain(|p| !tried.contains(p));
         let stats = take_stats(meas);
-        done.corrections.extend(apply(m, &s.figures, &stats));
+        done.corrections
+            .extend(apply_indexed(m, &s.figures, &stats, &mut index));
     }
     let suspect = suspects(m);
     if !suspect.is_empty() {
@@ -412,7 +449,7 @@ pub fn complete<M: PairMeasurer>(
             })
             .collect();
         let stats = take_stats(meas);
-        apply(m, &lower, &stats);
+        apply_indexed(m, &lower, &stats, &mut index);
     }
     Ok(done)
 }

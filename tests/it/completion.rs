@@ -143,3 +143,57 @@ fn complete_flag_prints_the_sparse_summary_and_writes_the_completed_matrix() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--complete completes a sparse map"));
 }
+
+/// The modelled time to the first map (the sparse run) and to completion at the
+/// daemon's default pace (`measure.complete-slice` 512, `complete-pause` 1 s, the load
+/// guard's 200 ms sample per slice) on the 128-, 256- and 512-CPU machines, as written
+/// in `benches/README.md` ("Completion"). Deterministic: the time model, not a clock.
+#[test]
+fn completion_of_512_cpus_is_modelled_in_minutes() {
+    let files = sparse_eval::usable(128);
+    let named = |n: &str| {
+        files
+            .iter()
+            .find(|(f, _)| f == n)
+            .map(|(_, m)| m.clone())
+            .unwrap()
+    };
+    let machines = [
+        ("AMD EPYC 7773X (128)", named("AMD_EPYC_7773X.csv")),
+        (
+            "Xeon Platinum 8375C (128)",
+            named("Intel_Xeon_Platinum_8375C_CPU_at_2.90GHz.csv"),
+        ),
+        (
+            "2 × EPYC 7742 (256)",
+            named("Dual_AMD_EPYC_7742_64-Core_Processor.csv"),
+        ),
+        ("tiled 2 × 128 cores, SMT (512)", sparse_eval::tiled_512()),
+    ];
+    let guard = pinnerd::measure::LoadGuard::default().sample;
+    for (name, truth) in machines {
+        let cfg = SparseConfig::default();
+        let mut sim = Simulated::new(&truth, 0.02, cfg.seed);
+        let out = run_sparse(&truth.cpus, None, &mut sim, &cfg).unwrap();
+        let mut m = out.to_matrix(&BTreeMap::new(), &cfg.costs);
+        let done = complete::complete(&mut m, &mut sim, complete::DEFAULT_SLICE, |_| {
+            BTreeMap::new()
+        })
+        .unwrap();
+        let first = out.modelled(&cfg.costs);
+        let rest = done.modelled(&cfg.costs, guard, complete::DEFAULT_PAUSE);
+        println!(
+            "{name}: first map {:.1} s ({} of {} pairs), completion {:.0} s more ({} pairs, {} slices, {} measurements)",
+            first.as_secs_f64(),
+            out.pairs_measured,
+            out.pairs_total(),
+            rest.as_secs_f64(),
+            done.pairs,
+            done.slices,
+            done.measurements
+        );
+        assert!(complete::pending(&m).is_empty(), "{name}");
+        // Minutes, not hours: the bound the docs state for 512 CPUs.
+        assert!(rest.as_secs() < 6 * 60, "{name}: {rest:?}");
+    }
+}

@@ -314,6 +314,11 @@ impl State {
 
     pub(super) fn start_drift_probe(&mut self) {
         let Some(cur) = &self.current else { return };
+        if !measure::complete::pending(cur).is_empty() {
+            // Completion measures the inferred cells anyway; probing them would see
+            // inference error as drift.
+            return;
+        }
         let mut pairs = measure::probe_sample(cur, self.timing.probe_pairs);
         let off = self.around().pairs_off(&pairs);
         pairs.retain(|p| !off.contains(p));
