@@ -133,7 +133,8 @@ pub fn measure_slice<M: PairMeasurer>(
 ) -> Result<Slice, MeasureError> {
     let mut out = Slice::default();
     // Per pair: lowest figure, last figure, figures taken.
-    let mut got: BTreeMap<(u32, u32), (Option<f64>, Option<f64>, usize)> = BTreeMap::new();
+    type Taken = (Option<f64>, Option<f64>, usize);
+    let mut got: BTreeMap<(u32, u32), Taken> = BTreeMap::new();
     let mut again: Vec<(u32, u32)> = Vec::new();
     let agree = |x: f64, y: f64| (x / y).ln().abs() <= (1.0 + AGREE).ln();
     let mut todo: Vec<Vec<(u32, u32)>> = rounds.to_vec();
@@ -168,6 +169,9 @@ pub fn measure_slice<M: PairMeasurer>(
     out.figures = got.into_iter().map(|((a, b), e)| (a, b, e.0)).collect();
     Ok(out)
 }
+
+/// Statistics of the pairs a slice measured, by `(a, b)`, `a < b`.
+pub type SliceStats = BTreeMap<(u32, u32), PairStats>;
 
 /// A cell that completion measured where sparse measurement had inferred it.
 #[derive(Debug, Clone, PartialEq)]

@@ -193,7 +193,7 @@ pub fn complete_slice_real(
     cfg: &MeasureConfig,
     rounds: &[Vec<(u32, u32)>],
     reference: &BTreeMap<(u32, u32), f64>,
-) -> Result<(super::complete::Slice, BTreeMap<(u32, u32), PairStats>), MeasureError> {
+) -> Result<(super::complete::Slice, super::complete::SliceStats), MeasureError> {
     cfg.guard.wait_idle(&cfg.root, &cfg.cpus)?;
     let mut meas = EngineMeasurer::new(cfg, Instant::now() + cfg.budget);
     let slice = super::complete::measure_slice(&mut meas, rounds, |a, b| {

@@ -14,8 +14,7 @@ use pinnerd::measure::simulate::Simulated;
 use pinnerd::measure::sparse::{run_sparse, SparseConfig};
 use pinnerd::CpuSet;
 
-#[path = "../../benches/sparse_eval.rs"]
-mod sparse_eval;
+use crate::sparse::sparse_eval;
 
 fn groups(d: &Domains) -> Vec<Vec<CpuSet>> {
     d.levels().iter().map(|l| l.groups.clone()).collect()

@@ -12,7 +12,7 @@ use pinnerd::measure::sparse::{run_sparse, SparseConfig};
 use pinnerd::CpuSet;
 
 #[path = "../../benches/sparse_eval.rs"]
-mod sparse_eval;
+pub(crate) mod sparse_eval;
 
 use sparse_eval::{data_dir, score, score_with, to_matrix, usable, Score};
 
