@@ -314,6 +314,9 @@ pub struct Snapshot {
     pub rule_errors: Vec<String>,
     /// The sched_ext scheduler running, if one does.
     pub sched_ext: Option<crate::sched_ext::SchedExt>,
+    /// Pairs of the matrix in use that are measured, and all its pairs (0, 0 without a
+    /// matrix); fewer measured: the rest are inferred and background completion runs.
+    pub matrix_measured: (u32, u32),
 }
 
 impl Snapshot {

@@ -70,6 +70,8 @@ pub trait Pinnerd1 {
     fn rule_errors(&self) -> zbus::Result<Vec<String>>;
     #[zbus(property)]
     fn sched_ext(&self) -> zbus::Result<(String, String)>;
+    #[zbus(property)]
+    fn matrix_measured(&self) -> zbus::Result<(u32, u32)>;
 
     fn remeasure(&self) -> zbus::Result<u64>;
     fn reload(&self) -> zbus::Result<(u32, Vec<String>)>;
@@ -147,6 +149,14 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         println!("cpus:         {}", p.cpu_count().await?);
         println!("fingerprint:  {}", p.fingerprint().await?);
         println!("measured at:  {measured}");
+        match p.matrix_measured().await? {
+            (_, 0) => {}
+            (m, t) if m < t => println!(
+                "pairs:        {m} of {t} measured ({:.1}%), completing (the rest inferred)",
+                100.0 * f64::from(m) / f64::from(t)
+            ),
+            (_, t) => println!("pairs:        all {t} measured"),
+        }
         println!(
             "rules:        {} ({} errors)",
             p.rule_count().await?,

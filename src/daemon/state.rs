@@ -316,6 +316,16 @@ impl State {
                 .map_or(0, |m| m.managed_threads() as u32),
             rule_errors: self.rule_errors(),
             sched_ext: self.sched_ext.now.clone(),
+            // From the sparse counts, which completion keeps: no walk over the cells
+            // on every snapshot.
+            matrix_measured: self.current.as_ref().map_or((0, 0), |m| {
+                let total = m.len() * m.len().saturating_sub(1) / 2;
+                let measured = m.sparse.as_ref().map_or(total, |sp| sp.pairs_measured);
+                (
+                    measured.min(u32::MAX as usize) as u32,
+                    total.min(u32::MAX as usize) as u32,
+                )
+            }),
         }
     }
 

@@ -68,6 +68,9 @@ pub fn changed_properties<'a>(
     if old.rule_errors != new.rule_errors {
         changed.insert("RuleErrors", Value::from(new.rule_errors.clone()));
     }
+    if old.matrix_measured != new.matrix_measured {
+        changed.insert("MatrixMeasured", Value::from(new.matrix_measured));
+    }
     if old.sched_ext != new.sched_ext {
         changed.insert("SchedExt", Value::from(sched_ext_pair(&new.sched_ext)));
     }

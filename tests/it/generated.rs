@@ -159,6 +159,7 @@ fn every_property_but_the_constant_ones_is_signalled() {
             state: "enabled".into(),
             ops: "layered".into(),
         }),
+        matrix_measured: (1, 2),
         ..Snapshot::default()
     };
     let changed = pinnerd::dbus::changed_properties(&old, &new);

@@ -424,6 +424,7 @@ mod tests {
         let pending = complete::pending(s.current.as_ref().unwrap()).len();
         assert_eq!(pending, 77);
         assert!(status(&mut s).contains(", 43 of 120 pairs measured (35.8%), completing"));
+        assert_eq!(s.snapshot().matrix_measured, (43, 120));
         // One slice: at most 8 pairs, in rounds of disjoint pairs, at the measurement's
         // priority, checked against the cells they replace.
         let job = next_slice(&mut s).expect("a completion slice");
@@ -495,6 +496,7 @@ mod tests {
         );
         let st = status(&mut s);
         assert!(st.contains(", every pair measured"), "{st}");
+        assert_eq!(s.snapshot().matrix_measured, (120, 120));
     }
 
     #[test]
