@@ -196,3 +196,87 @@ fn completion_of_512_cpus_is_modelled_in_minutes() {
         assert!(rest.as_secs() < 6 * 60, "{name}: {rest:?}");
     }
 }
+
+/// A real daemon on this machine, sparse from 2 CPUs: ready from the sparse map; then,
+/// restarted on a stored matrix whose pair is still inferred (as if stopped in the middle
+/// of completion), it uses that matrix without measuring it again, spins no thread while
+/// an exclusive rule holds one of the pair's CPUs, and completes the pair once the rule
+/// is gone: the stored matrix ends fully measured and `MatrixMeasured` says so.
+#[test]
+fn the_daemon_completes_a_stored_sparse_matrix_after_a_restart_and_never_on_an_exclusive_cpu() {
+    use super::daemon::{Bus, Daemon, Dirs, Policy};
+    use std::time::{Duration, Instant};
+    let _cpus = super::cpus_stay_online();
+    let _spin = super::one_spinner_at_a_time();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    dirs.write_settings("sparse-from-cpus = 2\ncomplete-pause = \"1s\"\n");
+    let d = Daemon::start(&bus, &dirs);
+    let measured = d.wait_measured(&bus, "");
+    assert_eq!(bus.get("State"), "s \"ready\"");
+    let path = dirs.state().join("matrix.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(v["mode"], "sparse", "the first map is a sparse one");
+    let total = v["pairs_total"].as_u64().unwrap();
+    assert_eq!(bus.get("MatrixMeasured"), format!("(uu) {total} {total}"));
+    assert!(d.stop().success());
+
+    // Stopped in the middle of completion: every pair inferred in the store.
+    let stats = v["stats"].as_array_mut().unwrap();
+    assert_eq!(stats.len() as u64, total);
+    for s in stats.iter_mut() {
+        s["inferred"] = true.into();
+        s["samples"] = 0.into();
+    }
+    v["pairs_measured"] = 0.into();
+    std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+
+    // An exclusive rule holds CPU 1: completion waits, no measurement thread runs.
+    dirs.write_rule(
+        "hold.toml",
+        "[[rule]]\nname = \"hold\"\n[rule.match]\ncomm = \"no-such-task\"\n[rule.place]\ncpus = \"1\"\nexclusive = true\n",
+    );
+    let d = Daemon::start(&bus, &dirs);
+    assert_eq!(bus.get("MeasuredAt"), measured, "the stored matrix is used");
+    assert_eq!(bus.get("MatrixMeasured"), format!("(uu) 0 {total}"));
+    let pid = d.child.id();
+    let until = Instant::now() + Duration::from_secs(4);
+    while Instant::now() < until {
+        let names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .collect();
+        assert!(
+            !names
+                .iter()
+                .any(|n| n.starts_with("pinnerd-job") || n.starts_with("pinnerd-spin")),
+            "a measurement runs while CPU 1 is held: {names:?}; log:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        bus.get("MatrixMeasured"),
+        format!("(uu) 0 {total}"),
+        "log:\n{}",
+        d.log()
+    );
+
+    // The rule goes: completion measures the pair, in use and stored.
+    std::fs::remove_file(dirs.rules().join("hold.toml")).unwrap();
+    let end = Instant::now() + Duration::from_secs(60);
+    while bus.get("MatrixMeasured") != format!("(uu) {total} {total}") {
+        assert!(Instant::now() < end, "not completed; log:\n{}", d.log());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(v["pairs_measured"], v["pairs_total"]);
+    assert!(!text.contains("\"inferred\": true"), "{text}");
+    assert_eq!(
+        bus.get("MeasuredAt"),
+        measured,
+        "completed, not measured again"
+    );
+}
