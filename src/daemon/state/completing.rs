@@ -114,6 +114,14 @@ impl State {
             return;
         }
         let Some(m) = &self.current else { return };
+        // The counts completion keeps say when there is nothing left: no walk over
+        // the cells every second once the matrix is complete.
+        if m.sparse
+            .as_ref()
+            .is_none_or(|sp| sp.pairs_measured >= sp.pairs_total)
+        {
+            return;
+        }
         let pending = complete::pending(m);
         if pending.is_empty() {
             return;
