@@ -654,17 +654,28 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         Ok(sched_ext_pair(&self.snap().sched_ext))
     }
 
-    /// Pairs of the matrix in use that are measured, and all its pairs (0, 0 without a
-    /// matrix). Fewer measured: the rest are inferred from a sparse measurement and
-    /// background completion is measuring them.
+    /// Pairs of the matrix in use that are measured (0 without a matrix). Fewer than
+    /// `PairsTotal`: the rest are inferred from a sparse measurement and background
+    /// completion is measuring them.
     #[zbus(property)]
-    async fn matrix_measured(
+    async fn pairs_measured(
         &self,
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Option<Header<'_>>,
-    ) -> fdo::Result<(u32, u32)> {
-        self.admit_read(conn, header, "MatrixMeasured").await?;
-        Ok(self.snap().matrix_measured)
+    ) -> fdo::Result<u32> {
+        self.admit_read(conn, header, "PairsMeasured").await?;
+        Ok(self.snap().matrix_measured.0)
+    }
+
+    /// All pairs of the matrix in use (0 without a matrix).
+    #[zbus(property)]
+    async fn pairs_total(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<u32> {
+        self.admit_read(conn, header, "PairsTotal").await?;
+        Ok(self.snap().matrix_measured.1)
     }
 
     /// Starts a measurement in the background and returns its job id at once. Calls made

@@ -71,7 +71,9 @@ pub trait Pinnerd1 {
     #[zbus(property)]
     fn sched_ext(&self) -> zbus::Result<(String, String)>;
     #[zbus(property)]
-    fn matrix_measured(&self) -> zbus::Result<(u32, u32)>;
+    fn pairs_measured(&self) -> zbus::Result<u32>;
+    #[zbus(property)]
+    fn pairs_total(&self) -> zbus::Result<u32>;
 
     fn remeasure(&self) -> zbus::Result<u64>;
     fn reload(&self) -> zbus::Result<(u32, Vec<String>)>;
@@ -149,7 +151,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         println!("cpus:         {}", p.cpu_count().await?);
         println!("fingerprint:  {}", p.fingerprint().await?);
         println!("measured at:  {measured}");
-        match p.matrix_measured().await? {
+        match (p.pairs_measured().await?, p.pairs_total().await?) {
             (_, 0) => {}
             (m, t) if m < t => println!(
                 "pairs:        {m} of {t} measured ({:.1}%), completing (the rest inferred)",

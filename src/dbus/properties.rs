@@ -68,8 +68,11 @@ pub fn changed_properties<'a>(
     if old.rule_errors != new.rule_errors {
         changed.insert("RuleErrors", Value::from(new.rule_errors.clone()));
     }
-    if old.matrix_measured != new.matrix_measured {
-        changed.insert("MatrixMeasured", Value::from(new.matrix_measured));
+    if old.matrix_measured.0 != new.matrix_measured.0 {
+        changed.insert("PairsMeasured", Value::from(new.matrix_measured.0));
+    }
+    if old.matrix_measured.1 != new.matrix_measured.1 {
+        changed.insert("PairsTotal", Value::from(new.matrix_measured.1));
     }
     if old.sched_ext != new.sched_ext {
         changed.insert("SchedExt", Value::from(sched_ext_pair(&new.sched_ext)));

@@ -201,7 +201,7 @@ fn completion_of_512_cpus_is_modelled_in_minutes() {
 /// restarted on a stored matrix whose pair is still inferred (as if stopped in the middle
 /// of completion), it uses that matrix without measuring it again, spins no thread while
 /// an exclusive rule holds one of the pair's CPUs, and completes the pair once the rule
-/// is gone: the stored matrix ends fully measured and `MatrixMeasured` says so.
+/// is gone: the stored matrix ends fully measured and `PairsMeasured` says so.
 #[test]
 fn the_daemon_completes_a_stored_sparse_matrix_after_a_restart_and_never_on_an_exclusive_cpu() {
     use super::daemon::{Bus, Daemon, Dirs, Policy};
@@ -219,7 +219,7 @@ fn the_daemon_completes_a_stored_sparse_matrix_after_a_restart_and_never_on_an_e
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(v["mode"], "sparse", "the first map is a sparse one");
     let total = v["pairs_total"].as_u64().unwrap();
-    assert_eq!(bus.get("MatrixMeasured"), format!("(uu) {total} {total}"));
+    assert_eq!(bus.get("PairsMeasured"), format!("u {total}"));
     assert!(d.stop().success());
 
     // Stopped in the middle of completion: every pair inferred in the store.
@@ -239,7 +239,8 @@ fn the_daemon_completes_a_stored_sparse_matrix_after_a_restart_and_never_on_an_e
     );
     let d = Daemon::start(&bus, &dirs);
     assert_eq!(bus.get("MeasuredAt"), measured, "the stored matrix is used");
-    assert_eq!(bus.get("MatrixMeasured"), format!("(uu) 0 {total}"));
+    assert_eq!(bus.get("PairsMeasured"), "u 0");
+    assert_eq!(bus.get("PairsTotal"), format!("u {total}"));
     let pid = d.child.id();
     let until = Instant::now() + Duration::from_secs(4);
     while Instant::now() < until {
@@ -257,8 +258,8 @@ fn the_daemon_completes_a_stored_sparse_matrix_after_a_restart_and_never_on_an_e
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(
-        bus.get("MatrixMeasured"),
-        format!("(uu) 0 {total}"),
+        bus.get("PairsMeasured"),
+        "u 0",
         "log:\n{}",
         d.log()
     );
@@ -266,7 +267,7 @@ fn the_daemon_completes_a_stored_sparse_matrix_after_a_restart_and_never_on_an_e
     // The rule goes: completion measures the pair, in use and stored.
     std::fs::remove_file(dirs.rules().join("hold.toml")).unwrap();
     let end = Instant::now() + Duration::from_secs(60);
-    while bus.get("MatrixMeasured") != format!("(uu) {total} {total}") {
+    while bus.get("PairsMeasured") != format!("u {total}") {
         assert!(Instant::now() < end, "not completed; log:\n{}", d.log());
         std::thread::sleep(Duration::from_millis(100));
     }
