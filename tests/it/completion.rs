@@ -257,12 +257,7 @@ fn the_daemon_completes_a_stored_sparse_matrix_after_a_restart_and_never_on_an_e
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(
-        bus.get("PairsMeasured"),
-        "u 0",
-        "log:\n{}",
-        d.log()
-    );
+    assert_eq!(bus.get("PairsMeasured"), "u 0", "log:\n{}", d.log());
 
     // The rule goes: completion measures the pair, in use and stored.
     std::fs::remove_file(dirs.rules().join("hold.toml")).unwrap();
