@@ -46,6 +46,46 @@ pub trait Choose {
     /// The CPUs chosen, and those they hold (a superset: an exclusive request also
     /// keeps the idle SMT siblings of its CPUs free).
     fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError>;
+
+    /// One set of `count` CPUs per thread of a non-shared thread entry, in the order
+    /// threads take them, planned together (see `placement::slots`). The error is the
+    /// first slot's. By default each slot is chosen alone among what the earlier ones
+    /// left (a stand-in's way).
+    fn slots(
+        &self,
+        req: &PlacementRequest,
+        available: &CpuSet,
+    ) -> Result<Vec<Chosen>, PlacementError> {
+        let mut slots = Vec::new();
+        let mut left = available.clone();
+        while slots.len() < placement::MAX_SLOTS {
+            match self.choose(req, &left) {
+                Ok(c) if !c.cpus.is_empty() => {
+                    left = left.difference(&c.held);
+                    slots.push(c);
+                }
+                Ok(_) => break,
+                Err(e) if slots.is_empty() => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(slots)
+    }
+}
+
+/// The placement engine's request for a count `req` (`None` for explicit CPUs).
+pub fn engine_request(req: &PlacementRequest) -> Option<placement::Request> {
+    match &req.target {
+        CpuTarget::Count(n) => Some(placement::Request {
+            count: *n as usize,
+            policy: req.policy,
+            smt: req.smt,
+            exclude: CpuSet::new(),
+            exclusive: req.exclusive,
+            cpus: None,
+        }),
+        CpuTarget::Cpus(_) => None,
+    }
 }
 
 /// A chooser a plan keeps, to plan again in other cpusets ([`Plan::in_cpusets`]).
@@ -118,6 +158,29 @@ impl Choose for Domains {
             held: p.reserved.union(&p.cpus),
             cpus: p.cpus,
         })
+    }
+
+    fn slots(
+        &self,
+        req: &PlacementRequest,
+        available: &CpuSet,
+    ) -> Result<Vec<Chosen>, PlacementError> {
+        let Some(r) = engine_request(req) else {
+            return Ok(vec![self.choose(req, available)?]);
+        };
+        if !req.shape.is_empty() {
+            return Err(crate::placement::ShapeError::NoFacts {
+                keys: req.shape.describe(),
+            }
+            .into());
+        }
+        Ok(placement::slots(self, &r, available)?
+            .into_iter()
+            .map(|s| Chosen {
+                held: s.reserved.union(&s.cpus),
+                cpus: s.cpus,
+            })
+            .collect())
     }
 }
 
@@ -447,23 +510,18 @@ impl Plan {
                             reason: "no placement engine (only explicit cpus can be placed)".into(),
                         },
                         Some(place) if entry.is_some() && !shared_entry => {
-                            let mut slots = Vec::new();
-                            let mut left = pool.clone();
-                            while left.len() >= *n as usize && slots.len() < 4096 {
-                                match place.choose(req, &left) {
-                                    Ok(c) if !c.cpus.is_empty() => {
-                                        left = left.difference(&c.held);
-                                        slots.push(c.cpus);
-                                    }
-                                    _ => break,
-                                }
-                            }
-                            if slots.is_empty() {
-                                PlanState::Unplaceable {
+                            match place.slots(req, &pool) {
+                                Ok(s) if !s.is_empty() => PlanState::Slots {
+                                    slots: s.into_iter().map(|c| c.cpus).collect(),
+                                },
+                                Ok(_) => PlanState::Unplaceable {
                                     reason: format!("{n} CPUs per thread do not fit in {pool}"),
-                                }
-                            } else {
-                                PlanState::Slots { slots }
+                                },
+                                Err(e) => PlanState::Unplaceable {
+                                    reason: format!(
+                                        "{n} CPUs per thread do not fit in {pool}: {e}"
+                                    ),
+                                },
                             }
                         }
                         Some(place) => match place.choose(req, &pool) {

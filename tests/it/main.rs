@@ -30,6 +30,7 @@ mod run_pin;
 mod sched_ext;
 mod shape;
 mod sharing;
+mod slots;
 mod soak;
 mod sparse;
 mod topology;

@@ -1,0 +1,293 @@
+//! A threads entry's slots, planned together: `smt = avoid` holds across slots,
+//! `compact` keeps the slots in the smallest group that holds them, `spread` spreads
+//! them; on the sysfs fixtures and on published matrices.
+
+use std::path::Path;
+
+use pinnerd::domains::Domains;
+use pinnerd::placement::{slots, Policy, Request, Slot, SmtPolicy};
+use pinnerd::sysroot::SysRoot;
+use pinnerd::topology::Topology;
+use pinnerd::CpuSet;
+
+use super::placement::load;
+
+fn fixture(name: &str) -> Domains {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/sysfs")
+        .join(name);
+    let t =
+        Topology::from_sysroot(&SysRoot::machine(dir)).unwrap_or_else(|e| panic!("{name}: {e}"));
+    Domains::from_topology(&t).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn matrix(file: &str) -> Domains {
+    Domains::from_matrix(&load(file)).unwrap_or_else(|e| panic!("{file}: {e}"))
+}
+
+fn all(d: &Domains) -> CpuSet {
+    d.cpus().iter().copied().collect()
+}
+
+fn one_each(policy: Policy, smt: SmtPolicy) -> Request {
+    Request {
+        count: 1,
+        policy,
+        smt,
+        ..Default::default()
+    }
+}
+
+/// The core of `cpu` on `d` (the CPU itself without SMT).
+fn core(d: &Domains, cpu: u32) -> usize {
+    let i = d.index_of(cpu).unwrap();
+    d.smt_level().map_or(i, |l| d.group_of(l, i))
+}
+
+fn cores(d: &Domains) -> usize {
+    d.smt_level()
+        .map_or(d.cpus().len(), |l| d.levels()[l].groups.len())
+}
+
+fn first(s: &[Slot]) -> Vec<u32> {
+    s.iter().map(|s| s.cpus.first().unwrap()).collect()
+}
+
+fn worst(d: &Domains, cpus: &[u32]) -> f64 {
+    let idx: Vec<usize> = cpus.iter().map(|&c| d.index_of(c).unwrap()).collect();
+    let mut w = 0.0f64;
+    for (a, &i) in idx.iter().enumerate() {
+        for &j in &idx[..a] {
+            w = w.max(d.cost(i, j));
+        }
+    }
+    w
+}
+
+fn sysfs_fixtures() -> Vec<(&'static str, Domains)> {
+    [
+        "xeon-e5620",
+        "i9-12900k",
+        "epyc-vm-2cpu",
+        "r9-7950x3d",
+        "xeon-2s-nic-nvme",
+        "ryzen-2700x",
+    ]
+    .into_iter()
+    .map(|n| (n, fixture(n)))
+    .collect()
+}
+
+fn matrices() -> Vec<(&'static str, Domains)> {
+    [
+        "AMD_EPYC_7773X.csv",
+        "Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv",
+        "Intel_Core_i9-12900K.csv",
+        "AMD_Ryzen_9_5950X_at_3.40_GHz.csv",
+    ]
+    .into_iter()
+    .map(|f| (f, matrix(f)))
+    .collect()
+}
+
+#[test]
+fn the_feed_handler_rule_on_the_e5620_fills_one_socket_one_cpu_per_core() {
+    let d = fixture("xeon-e5620");
+    let s = slots(&d, &one_each(Policy::Compact, SmtPolicy::Avoid), &all(&d)).unwrap();
+    // Socket 0 is 0,2,4,6 (siblings 8,10,12,14); socket 1 the odd CPUs.
+    assert_eq!(first(&s), [0, 2, 4, 6, 1, 3, 5, 7]);
+    let s = slots(&d, &one_each(Policy::Spread, SmtPolicy::Avoid), &all(&d)).unwrap();
+    assert_eq!(first(&s), [0, 1, 2, 3, 4, 5, 6, 7]);
+    // Exclusive: whole cores, each slot reserving its idle sibling.
+    let req = Request {
+        exclusive: true,
+        ..one_each(Policy::Compact, SmtPolicy::Avoid)
+    };
+    let s = slots(&d, &req, &all(&d)).unwrap();
+    assert_eq!(first(&s)[..4], [0, 2, 4, 6]);
+    assert_eq!(s[0].reserved.to_string(), "0,8");
+}
+
+#[test]
+fn no_two_slots_share_a_core_with_smt_avoid() {
+    for (name, d) in sysfs_fixtures().into_iter().chain(matrices()) {
+        for policy in [Policy::Compact, Policy::Spread] {
+            for count in [1usize, 2] {
+                let req = Request {
+                    count,
+                    ..one_each(policy, SmtPolicy::Avoid)
+                };
+                let Ok(s) = slots(&d, &req, &all(&d)) else {
+                    assert!(cores(&d) < count, "{name}: no slot for {count}");
+                    continue;
+                };
+                let mut seen: Vec<usize> = s
+                    .iter()
+                    .flat_map(|s| s.cpus.iter())
+                    .map(|c| core(&d, c))
+                    .collect();
+                let n = seen.len();
+                seen.sort_unstable();
+                seen.dedup();
+                assert_eq!(seen.len(), n, "{name} {policy} count {count}: {:?}", s);
+                assert_eq!(
+                    s.len(),
+                    cores(&d) / count,
+                    "{name} {policy} count {count}: every core used"
+                );
+                assert!(s.iter().all(|s| s.cpus.len() == count));
+            }
+        }
+    }
+}
+
+/// The finest group of any level that holds `cpu` and can give `k` slots (one CPU per
+/// core under `smt = avoid`).
+fn smallest_group(d: &Domains, cpu: u32, k: usize, per_core: bool) -> CpuSet {
+    let i = d.index_of(cpu).unwrap();
+    for (l, level) in d.levels().iter().enumerate() {
+        let g = &level.groups[d.group_of(l, i)];
+        let fits = if per_core {
+            let mut c: Vec<usize> = g.iter().map(|c| core(d, c)).collect();
+            c.sort_unstable();
+            c.dedup();
+            c.len()
+        } else {
+            g.len()
+        };
+        if fits >= k {
+            return g.clone();
+        }
+    }
+    all(d)
+}
+
+#[test]
+fn compact_slots_stay_inside_the_smallest_group_that_holds_them() {
+    for (name, d) in sysfs_fixtures() {
+        for smt in [SmtPolicy::Avoid, SmtPolicy::Allow] {
+            let s = slots(&d, &one_each(Policy::Compact, smt), &all(&d)).unwrap();
+            let cpus = first(&s);
+            for k in 1..=cpus.len() {
+                let g = smallest_group(&d, cpus[0], k, smt == SmtPolicy::Avoid);
+                let so_far: CpuSet = cpus[..k].iter().copied().collect();
+                assert!(
+                    so_far.is_subset(&g),
+                    "{name} smt {smt}: the first {k} slots {so_far} leave {g}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn spread_slots_alternate_between_sockets() {
+    for name in ["xeon-e5620", "xeon-2s-nic-nvme"] {
+        let d = fixture(name);
+        let top = d.levels().len() - 2;
+        let s = slots(&d, &one_each(Policy::Spread, SmtPolicy::Avoid), &all(&d)).unwrap();
+        let sockets: Vec<usize> = first(&s)
+            .iter()
+            .map(|&c| d.group_of(top, d.index_of(c).unwrap()))
+            .collect();
+        for pair in sockets.chunks(2).filter(|p| p.len() == 2) {
+            assert_ne!(pair[0], pair[1], "{name}: {:?}", first(&s));
+        }
+    }
+}
+
+mod property {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn domains() -> &'static [(&'static str, Domains)] {
+        static D: std::sync::OnceLock<Vec<(&'static str, Domains)>> = std::sync::OnceLock::new();
+        D.get_or_init(|| {
+            let mut v = sysfs_fixtures();
+            v.extend(matrices());
+            v
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Slot k+1 never makes the slots' worst pair worse than another free choice
+        /// would (within the placement's tolerance), and slots are valid: disjoint,
+        /// among the free CPUs, one CPU per core under `smt = avoid`, whole free cores
+        /// reserved when exclusive.
+        #[test]
+        fn each_next_slot_is_the_best_free_choice(
+            which in 0usize..10,
+            count in 1usize..4,
+            smt in prop_oneof![Just(SmtPolicy::Allow), Just(SmtPolicy::Avoid), Just(SmtPolicy::PreferSiblings)],
+            policy in prop_oneof![Just(Policy::Compact), Just(Policy::Spread)],
+            exclusive in any::<bool>(),
+            taken in proptest::collection::btree_set(0u32..128, 0..40),
+        ) {
+            let (name, d) = &domains()[which % domains().len()];
+            let avail = all(d).difference(&taken.iter().copied().collect());
+            let req = Request { count, policy, smt, exclusive, ..Default::default() };
+            let Ok(s) = slots(d, &req, &avail) else { return Ok(()) };
+            let mut used = CpuSet::new();
+            for (k, slot) in s.iter().enumerate() {
+                prop_assert_eq!(slot.cpus.len(), count, "{} slot {}", name, k);
+                prop_assert!(slot.cpus.is_subset(&avail));
+                prop_assert!(slot.reserved.is_subset(&avail));
+                prop_assert!(slot.cpus.is_subset(&slot.reserved));
+                prop_assert!(slot.reserved.is_disjoint(&used), "{} slot {} overlaps", name, k);
+                if exclusive {
+                    if let Some(l) = d.smt_level() {
+                        for c in slot.cpus.iter() {
+                            let whole = &d.levels()[l].groups[core(d, c)];
+                            prop_assert!(whole.is_subset(&slot.reserved));
+                        }
+                    }
+                }
+                used = used.union(&slot.reserved);
+            }
+            if smt == SmtPolicy::Avoid {
+                let mut c: Vec<usize> = used.intersection(&s.iter().fold(CpuSet::new(), |a, s| a.union(&s.cpus))).iter().map(|c| core(d, c)).collect();
+                let n = c.len();
+                c.sort_unstable();
+                c.dedup();
+                prop_assert_eq!(c.len(), n, "{}: two slots on one core", name);
+            }
+            // The greedy guarantee, for one CPU per thread: no other CPU free at step
+            // k+1 (and allowed by the request) gives a lower worst pair.
+            if count == 1 && policy == Policy::Compact && smt != SmtPolicy::PreferSiblings {
+                let cpus = first(&s);
+                let mut spent = CpuSet::new();
+                for k in 1..cpus.len() {
+                    spent = spent.union(&s[k - 1].reserved);
+                    if smt == SmtPolicy::Avoid || exclusive {
+                        for c in s[k - 1].cpus.iter() {
+                            if let Some(l) = d.smt_level() {
+                                if smt == SmtPolicy::Avoid {
+                                    spent.extend(d.levels()[l].groups[core(d, c)].iter());
+                                }
+                            }
+                        }
+                    }
+                    let chosen = worst(d, &cpus[..=k]);
+                    let tol = (chosen * 0.02).max(if d.cost_is_ns() { 0.5 } else { 0.0 });
+                    for other in avail.difference(&spent).iter() {
+                        if exclusive {
+                            if let Some(l) = d.smt_level() {
+                                let whole = &d.levels()[l].groups[core(d, other)];
+                                if !whole.is_subset(&avail.difference(&spent)) {
+                                    continue;
+                                }
+                            }
+                        }
+                        let mut alt = cpus[..k].to_vec();
+                        alt.push(other);
+                        prop_assert!(
+                            chosen <= worst(d, &alt) + tol,
+                            "{} slot {}: {} (worst {}) but {} gives {}", name, k, cpus[k], chosen, other, worst(d, &alt)
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
