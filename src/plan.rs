@@ -20,9 +20,13 @@
 //! earlier unit holds; no unit may take CPUs an earlier exclusive unit holds. A unit
 //! that would need such CPUs loses: it is not applied, and its plan says to whom it
 //! lost ([`PlanState::Lost`]). A thread entry places within its `within` CPUs, else
-//! within its rule's own CPUs when the rule has a placed `[rule.place]`; a non-shared
-//! entry gives each matching thread its own `count` CPUs (slots), wrapping around when
-//! the CPUs run out.
+//! within its rule's own CPUs when the rule has a placed `[rule.place]` ("carved from
+//! [rule.place]", [`SlotsFrom`]), else among all usable CPUs; a non-shared entry gives
+//! each matching thread its own `count` CPUs (slots), planned together
+//! (`placement::slots`), wrapping around when the CPUs run out. A slots unit holds
+//! (for exclusivity, measurements and interrupts) only the slots its live threads take
+//! ([`Demand`], handed in by the manager; none until a thread appears), never every
+//! slot it could fill.
 //!
 //! Cgroup cpusets: a count unit is planned once per distinct cpuset its rule's processes
 //! live in ([`Cpusets`], a value the manager hands in through [`Plan::in_cpusets`]),
@@ -120,6 +124,53 @@ impl Cpusets {
     }
 }
 
+/// How many slots of each non-shared thread entry live threads take: the highest slot
+/// taken plus one, over the rule's processes. The manager hands it in
+/// ([`Plan::with_demand`]); a plan without it holds no slot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Demand {
+    by_entry: BTreeMap<(String, usize), usize>,
+}
+
+impl Demand {
+    /// Notes that a thread of `rule`'s entry `entry` takes slot `slot`.
+    pub fn take(&mut self, rule: &str, entry: usize, slot: usize) {
+        let n = self.by_entry.entry((rule.to_string(), entry)).or_default();
+        *n = (*n).max(slot + 1);
+    }
+
+    /// Slots taken of `rule`'s entry `entry`.
+    pub fn of(&self, rule: &str, entry: usize) -> usize {
+        self.by_entry
+            .get(&(rule.to_string(), entry))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Where a count thread entry's CPUs come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "from", content = "cpus")]
+pub enum SlotsFrom {
+    /// Its own `within`.
+    Within(CpuSet),
+    /// Carved out of the CPUs its rule's `[rule.place]` got.
+    Place(CpuSet),
+    /// Every usable CPU (no `within`, no placed `[rule.place]`).
+    All(CpuSet),
+}
+
+impl SlotsFrom {
+    /// In words: `carved from [rule.place] cpus 0`.
+    pub fn describe(&self) -> String {
+        match self {
+            SlotsFrom::Within(c) => format!("within {c}"),
+            SlotsFrom::Place(c) => format!("carved from [rule.place] cpus {c}"),
+            SlotsFrom::All(c) => format!("from all usable CPUs {c}"),
+        }
+    }
+}
+
 /// What [`Choose::choose`] picked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chosen {
@@ -209,8 +260,12 @@ impl Cpus {
 pub enum PlanState {
     /// These CPUs.
     Placed { cpus: CpuSet },
-    /// One set of `count` CPUs per matching thread, in order.
-    Slots { slots: Vec<CpuSet> },
+    /// One set of `count` CPUs per matching thread, in order; the first `held_slots`
+    /// are taken by live threads, and only they are held.
+    Slots {
+        slots: Vec<CpuSet>,
+        held_slots: usize,
+    },
     /// Lost a conflict over `cpus` to a higher-precedence rule.
     Lost { to: String, cpus: CpuSet },
     /// Could not be placed.
@@ -222,16 +277,19 @@ impl PlanState {
     pub fn cpus_for_slot(&self, slot: usize) -> Option<&CpuSet> {
         match self {
             PlanState::Placed { cpus } => Some(cpus),
-            PlanState::Slots { slots } if !slots.is_empty() => Some(&slots[slot % slots.len()]),
+            PlanState::Slots { slots, .. } if !slots.is_empty() => Some(&slots[slot % slots.len()]),
             _ => None,
         }
     }
 
-    /// Every CPU this unit holds.
+    /// Every CPU this unit holds: a slots unit, those of the slots live threads take.
     pub fn held(&self) -> CpuSet {
         match self {
             PlanState::Placed { cpus } => cpus.clone(),
-            PlanState::Slots { slots } => slots.iter().fold(CpuSet::new(), |a, s| a.union(s)),
+            PlanState::Slots { slots, held_slots } => slots
+                .iter()
+                .take(*held_slots)
+                .fold(CpuSet::new(), |a, s| a.union(s)),
             _ => CpuSet::new(),
         }
     }
@@ -240,13 +298,14 @@ impl PlanState {
     pub fn describe(&self) -> String {
         match self {
             PlanState::Placed { cpus } => format!("cpus {cpus}"),
-            PlanState::Slots { slots } => format!(
-                "one slot per thread: {}",
+            PlanState::Slots { slots, held_slots } => format!(
+                "one slot per thread, slot 0 first: {} ({} held by live threads)",
                 slots
                     .iter()
                     .map(|s| s.to_string())
                     .collect::<Vec<_>>()
-                    .join(" | ")
+                    .join(" | "),
+                held_slots
             ),
             PlanState::Lost { to, cpus } => format!("lost CPUs {cpus} to rule {to:?}"),
             PlanState::Unplaceable { reason } => format!("not placed: {reason}"),
@@ -265,11 +324,40 @@ pub struct UnitPlan {
     /// The cgroup cpuset this instance is planned in; `None`: all CPUs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpuset: Option<CpuSet>,
+    /// A count thread entry's: where its CPUs come from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slots_from: Option<SlotsFrom>,
     #[serde(flatten)]
     pub state: PlanState,
 }
 
 impl UnitPlan {
+    /// Where a slots unit's slots come from and whom they are for, e.g.
+    /// `threads[0]: 1 slot carved from [rule.place] cpus 0 for 4 threads; threads past
+    /// slot 0 share the CPUs of slot 0`; `None` for other units.
+    pub fn slots_line(&self, threads: usize) -> Option<String> {
+        let (PlanState::Slots { slots, .. }, Some(from), Some(i)) =
+            (&self.state, &self.slots_from, self.thread_entry)
+        else {
+            return None;
+        };
+        let n = slots.len();
+        let plural = |k: usize, w: &str| format!("{k} {w}{}", if k == 1 { "" } else { "s" });
+        let mut line = format!(
+            "threads[{i}]: {} {} for {}",
+            plural(n, "slot"),
+            from.describe(),
+            plural(threads, "thread")
+        );
+        if threads > n {
+            line.push_str(&format!(
+                "; threads past slot {} share CPUs (slot k takes the CPUs of slot k mod {n})",
+                n - 1
+            ));
+        }
+        Some(line)
+    }
+
     /// `rule` or `rule.threads[i]`.
     pub fn name(&self) -> String {
         match self.thread_entry {
@@ -286,6 +374,8 @@ pub struct Plan {
     cpus: Cpus,
     /// The cpusets it was planned in.
     cpusets: Cpusets,
+    /// The slots live threads take.
+    demand: Demand,
     /// Kept to plan again in other cpusets; `None` for a plan made with a borrowed one.
     chooser: Option<SharedChoose>,
     /// Groups every placed mask is rounded up to (a sched_ext scheduler runs and the
@@ -341,7 +431,14 @@ impl Plan {
     /// Plans every placement unit of `rules` in precedence order. Without `choose`
     /// (no latency domains), only explicit `cpus` units are placed.
     pub fn new(rules: &RuleSet, cpus: &Cpus, choose: Option<&dyn Choose>) -> Plan {
-        Plan::build(rules, cpus, &Cpusets::default(), &[], choose)
+        Plan::build(
+            rules,
+            cpus,
+            &Cpusets::default(),
+            &Demand::default(),
+            &[],
+            choose,
+        )
     }
 
     /// [`Plan::new`], keeping `choose` so that the plan can be made again in the
@@ -351,6 +448,7 @@ impl Plan {
             rules,
             cpus,
             &Cpusets::default(),
+            &Demand::default(),
             &[],
             choose.as_deref().map(|c| c as &dyn Choose),
         );
@@ -368,6 +466,7 @@ impl Plan {
             &self.rules,
             &self.cpus,
             &self.cpusets,
+            &self.demand,
             &groups,
             self.chooser.as_deref().map(|c| c as &dyn Choose),
         );
@@ -383,15 +482,45 @@ impl Plan {
     /// The same rules on the same CPUs, planned in `cpusets`. A plan made with
     /// [`Plan::new`] keeps no chooser: its count units come out unplaced.
     pub fn in_cpusets(&self, cpusets: &Cpusets) -> Plan {
+        self.seen(cpusets, &self.demand)
+    }
+
+    /// The same rules on the same CPUs, planned in `cpusets` with the slots live
+    /// threads take (`demand`): what the manager sees of its processes.
+    pub fn seen(&self, cpusets: &Cpusets, demand: &Demand) -> Plan {
+        if self.chooser.is_none() && *cpusets == self.cpusets {
+            // Nothing to plan again with: the same slots, holding what is taken now.
+            let mut plan = self.clone();
+            plan.demand = demand.clone();
+            for u in &mut plan.units {
+                if let (PlanState::Slots { slots, held_slots }, Some(i)) =
+                    (&mut u.state, u.thread_entry)
+                {
+                    *held_slots = demand.of(&u.rule, i).min(slots.len());
+                }
+            }
+            return plan;
+        }
         let mut plan = Plan::build(
             &self.rules,
             &self.cpus,
             cpusets,
+            demand,
             &self.widen,
             self.chooser.as_deref().map(|c| c as &dyn Choose),
         );
         plan.chooser = self.chooser.clone();
         plan
+    }
+
+    /// The same plan with `demand`: its slots units hold the slots live threads take.
+    pub fn with_demand(&self, demand: &Demand) -> Plan {
+        self.seen(&self.cpusets, demand)
+    }
+
+    /// The slots live threads take, as this plan was made with.
+    pub fn demand(&self) -> &Demand {
+        &self.demand
     }
 
     /// The cpusets this plan was made in.
@@ -416,6 +545,7 @@ impl Plan {
         rules: &RuleSet,
         cpus: &Cpus,
         cpusets: &Cpusets,
+        demand: &Demand,
         widen: &[CpuSet],
         choose: Option<&dyn Choose>,
     ) -> Plan {
@@ -440,6 +570,7 @@ impl Plan {
         let mut plan = Plan::empty(cpus.clone());
         plan.rules = rules.clone();
         plan.cpusets = cpusets.clone();
+        plan.demand = demand.clone();
         plan.widen = widen.to_vec();
         let instances = units.into_iter().flat_map(|(rule, entry, req)| {
             let scopes = if is_count(req) {
@@ -474,6 +605,7 @@ impl Plan {
             }
             let shared_entry = entry.is_some_and(|i| rule.threads[i].shared);
             let mut extra_held = CpuSet::new();
+            let mut slots_from = None;
             let state = match &req.target {
                 CpuTarget::Cpus(want) => {
                     let clash = want.intersection(&blocked);
@@ -496,15 +628,22 @@ impl Plan {
                     if let Some(s) = &scope {
                         general = general.intersection(s);
                     }
-                    let pool = match (&req.within, entry) {
-                        (Some(w), _) => general.intersection(w),
+                    let from = match (&req.within, entry) {
+                        (Some(w), _) => SlotsFrom::Within(general.intersection(w)),
                         (None, Some(_)) => match plan.get_in(&rule.name, None, scope.as_ref()) {
-                            Some(PlanState::Placed { cpus }) => cpus.clone(),
-                            _ => general,
+                            Some(PlanState::Placed { cpus }) => SlotsFrom::Place(cpus.clone()),
+                            _ => SlotsFrom::All(general),
                         },
-                        (None, None) => general,
+                        (None, None) => SlotsFrom::All(general),
+                    };
+                    let pool = match &from {
+                        SlotsFrom::Within(c) | SlotsFrom::Place(c) | SlotsFrom::All(c) => {
+                            c.difference(&blocked)
+                        }
+                    };
+                    if entry.is_some() {
+                        slots_from = Some(from);
                     }
-                    .difference(&blocked);
                     match choose {
                         None => PlanState::Unplaceable {
                             reason: "no placement engine (only explicit cpus can be placed)".into(),
@@ -512,6 +651,9 @@ impl Plan {
                         Some(place) if entry.is_some() && !shared_entry => {
                             match place.slots(req, &pool) {
                                 Ok(s) if !s.is_empty() => PlanState::Slots {
+                                    held_slots: demand
+                                        .of(&rule.name, entry.unwrap_or(0))
+                                        .min(s.len()),
                                     slots: s.into_iter().map(|c| c.cpus).collect(),
                                 },
                                 Ok(_) => PlanState::Unplaceable {
@@ -564,8 +706,9 @@ impl Plan {
                 let w = |c: &CpuSet| crate::sched_ext::widen(c, widen, &limit);
                 match state {
                     PlanState::Placed { cpus } => PlanState::Placed { cpus: w(&cpus) },
-                    PlanState::Slots { slots } => PlanState::Slots {
+                    PlanState::Slots { slots, held_slots } => PlanState::Slots {
                         slots: slots.iter().map(w).collect(),
+                        held_slots,
                     },
                     other => other,
                 }
@@ -588,6 +731,7 @@ impl Plan {
                 priority: rule.priority,
                 exclusive: req.exclusive,
                 cpuset: scope,
+                slots_from,
                 state,
             });
         }

@@ -133,13 +133,14 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
             };
             let state = match &p.state {
                 PlanState::Placed { cpus } => format!("cpus {cpus}"),
-                PlanState::Slots { slots } => format!(
-                    "per thread: {}",
+                PlanState::Slots { slots, held_slots } => format!(
+                    "per thread, slot 0 first: {} ({} held by live threads)",
                     slots
                         .iter()
                         .map(|s| s.to_string())
                         .collect::<Vec<_>>()
-                        .join(" | ")
+                        .join(" | "),
+                    held_slots
                 ),
                 PlanState::Lost { to, cpus } => format!("CONFLICT: lost CPUs {cpus} to {to}"),
                 PlanState::Unplaceable { reason } => format!("NOT PLACED: {reason}"),
@@ -154,6 +155,15 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                 "  {}{unit}{within} (priority {}{excl}): {state}",
                 p.rule, p.priority
             );
+            if let Some(line) = p
+                .thread_entry
+                .and_then(|i| p.slots_line(mgr.entry_threads(&p.rule, i)))
+            {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
+        if let Some(line) = no_cpu_to_measure(mgr.plan()) {
+            let _ = writeln!(out, "\n{line}");
         }
         let _ = writeln!(out, "\nmatching processes ({}):", rows.len());
         if !rows.is_empty() {
@@ -205,4 +215,18 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         .into());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A warning when the exclusive units leave no CPU a measurement may spin on.
+pub fn no_cpu_to_measure(plan: &Plan) -> Option<String> {
+    let cpus = plan.cpus();
+    let exclusive = plan.exclusive_cpus();
+    let left = cpus.online.difference(&exclusive);
+    (left.len() < 2).then(|| {
+        format!(
+            "warning: exclusive rules hold CPUs {exclusive} of {}: {} left to measure latencies on (a measurement needs 2)",
+            cpus.online,
+            if left.is_empty() { "none".to_string() } else { format!("only {left}") }
+        )
+    })
 }

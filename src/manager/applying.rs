@@ -426,7 +426,7 @@ impl Manager {
             return None;
         };
         match self.plan.get(rule, Some(i))? {
-            crate::plan::PlanState::Slots { slots } if slot >= slots.len() => Some(slots.len()),
+            crate::plan::PlanState::Slots { slots, .. } if slot >= slots.len() => Some(slots.len()),
             _ => None,
         }
     }

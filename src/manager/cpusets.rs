@@ -8,7 +8,21 @@
 
 use super::{Manager, Source};
 use crate::cpuset::CpuSet;
-use crate::plan::{Cpusets, Plan};
+use crate::plan::{Cpusets, Demand, Plan, PlanState, UnitPlan};
+
+/// What a plan gives threads, without what its slots units hold.
+fn targets(plan: &Plan) -> Vec<UnitPlan> {
+    plan.units()
+        .iter()
+        .map(|u| {
+            let mut u = u.clone();
+            if let PlanState::Slots { held_slots, .. } = &mut u.state {
+                *held_slots = 0;
+            }
+            u
+        })
+        .collect()
+}
 
 /// Where a managed process's cpuset came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,28 +80,48 @@ impl Manager {
         out
     }
 
-    /// Plans again when the managed processes' cpusets are not those the plan was made
-    /// in; the managed threads are then re-applied at the end of the event.
+    /// The slots the managed threads of each non-shared thread entry take.
+    pub(super) fn current_demand(&self) -> Demand {
+        let mut out = Demand::default();
+        for m in self.managed.values() {
+            if let Source::Rule(r) = &m.source {
+                for (entry, pool) in &m.slots {
+                    if let Some(top) = pool.highest() {
+                        out.take(&r.name, *entry, top);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Plans again when the managed processes' cpusets, or the slots their threads
+    /// take, are not those the plan was made with; when that moves any unit's CPUs,
+    /// the managed threads are re-applied at the end of the event.
     pub(super) fn replan_for_cpusets(&mut self) {
         let want = self.current_cpusets();
-        if want != *self.plan.cpusets() {
-            let new = self.plan.in_cpusets(&want);
-            // Rules of explicit CPUs only come out the same: nothing to re-apply.
-            if new.units() != self.plan.units() {
-                tracing::info!(cpusets = ?want, "planning in the processes' cgroup cpusets");
+        let demand = self.current_demand();
+        if want != *self.plan.cpusets() || demand != *self.plan.demand() {
+            let new = self.plan.seen(&want, &demand);
+            // Rules of explicit CPUs only come out the same, and so do slots whose
+            // holding alone changed: nothing to re-apply.
+            if targets(&new) != targets(&self.plan) {
+                tracing::info!(cpusets = ?want, "planning again for the processes' cgroup cpusets and threads");
                 self.replanned = true;
             }
             self.plan = new;
         }
     }
 
-    /// A new plan from the daemon, made again in the managed processes' cpusets.
+    /// A new plan from the daemon, made again in the managed processes' cpusets and
+    /// with the slots their threads take.
     pub(super) fn scoped(&self, plan: Plan) -> Plan {
         let want = self.current_cpusets();
-        if want == *plan.cpusets() {
+        let demand = self.current_demand();
+        if want == *plan.cpusets() && demand == *plan.demand() {
             plan
         } else {
-            plan.in_cpusets(&want)
+            plan.seen(&want, &demand)
         }
     }
 

@@ -270,6 +270,11 @@ struct SlotPool {
 }
 
 impl SlotPool {
+    /// The highest slot held, if any.
+    fn highest(&self) -> Option<usize> {
+        self.next.checked_sub(1)
+    }
+
     fn lowest_free(&self) -> usize {
         self.free.first().copied().unwrap_or(self.next)
     }
@@ -446,6 +451,8 @@ impl Manager {
                 self.reevaluate_managed(&mut out);
             }
         }
+        // Threads that took slots or gave them back: their units hold what they take.
+        self.replan_for_cpusets();
         // New cpusets gave a new plan: apply it to every managed process (a second
         // round only if that itself found a new cpuset).
         for _ in 0..2 {

@@ -62,6 +62,16 @@ impl Manager {
             .collect()
     }
 
+    /// How many live threads of `rule`'s processes its thread entry `entry` takes.
+    pub fn entry_threads(&self, rule: &str, entry: usize) -> usize {
+        self.managed
+            .values()
+            .filter(|m| matches!(&m.source, Source::Rule(r) if r.name == rule))
+            .flat_map(|m| m.threads.values())
+            .filter(|t| !t.released && t.placement == crate::rules::ThreadPlacement::Thread(entry))
+            .count()
+    }
+
     /// Processes a rule matched that are not managed because they are pinnerd itself,
     /// PID 1 or the bus daemon (see `protect`).
     pub fn protected(&self) -> Vec<super::protect::ProtectedMatch> {
@@ -160,6 +170,19 @@ impl Manager {
                             Some(i) => format!("threads[{i}]"),
                         };
                         let _ = writeln!(s, "  plan {unit}: {}", p.state.describe());
+                        if let Some(i) = p.thread_entry {
+                            let mine = m
+                                .threads
+                                .values()
+                                .filter(|t| {
+                                    !t.released
+                                        && t.placement == crate::rules::ThreadPlacement::Thread(i)
+                                })
+                                .count();
+                            if let Some(line) = p.slots_line(mine) {
+                                let _ = writeln!(s, "    {line}");
+                            }
+                        }
                     }
                 }
                 for (tid, t) in &m.threads {

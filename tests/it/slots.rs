@@ -16,9 +16,12 @@ fn fixture(name: &str) -> Domains {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/sysfs")
         .join(name);
-    let t =
-        Topology::from_sysroot(&SysRoot::machine(dir)).unwrap_or_else(|e| panic!("{name}: {e}"));
-    Domains::from_topology(&t).unwrap_or_else(|e| panic!("{name}: {e}"))
+    fixture_root(SysRoot::machine(dir))
+}
+
+fn fixture_root(root: SysRoot) -> Domains {
+    let t = Topology::from_sysroot(&root).unwrap_or_else(|e| panic!("{root:?}: {e}"));
+    Domains::from_topology(&t).unwrap_or_else(|e| panic!("{root:?}: {e}"))
 }
 
 fn matrix(file: &str) -> Domains {
@@ -290,4 +293,198 @@ mod property {
             }
         }
     }
+}
+
+/// The rule a user writes for "rx-0..rx-3 each on its own core, close together".
+fn feed_rule(comm: &str, extra: &str) -> String {
+    format!(
+        "[[rule]]\nname = \"feed\"\n[rule.match]\ncomm = \"{comm}\"\n[[rule.threads]]\ncomm = \"rx-*\"\ncount = 1\npolicy = \"compact\"\nsmt = \"avoid\"\n{extra}"
+    )
+}
+
+/// A helper process named `comm` with threads rx-0 … rx-3.
+fn feed_process(dir: &Path, comm: &str) -> super::helper::Helper {
+    let mut h = super::helper::Helper::spawn(dir, comm);
+    for i in 0..4 {
+        h.spawn_threads(1, Some(&format!("rx-{i}")));
+    }
+    h
+}
+
+/// `plan --live` on fixture `fixture`'s sysfs tree, or on `/sys`.
+fn plan_live(dirs: &super::daemon::Dirs, fixture: &str, json: bool) -> super::helper::Run {
+    let sys = if fixture.starts_with('/') {
+        Path::new(fixture).to_path_buf()
+    } else {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/sysfs")
+            .join(fixture)
+            .join("sys")
+    };
+    let mut args = vec![
+        "plan".to_string(),
+        "--live".into(),
+        "--rules".into(),
+        dirs.rules().display().to_string(),
+        "--config".into(),
+        dirs.root.path().join("none.toml").display().to_string(),
+        "--sysfs".into(),
+        sys.display().to_string(),
+    ];
+    if json {
+        args.push("--json".into());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    super::helper::pinnerd(&args)
+}
+
+/// The unit `rule.threads[0]` of a `plan --live --json`.
+fn entry_plan(out: &str, rule: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    v["plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["rule"] == rule && u["thread_entry"] == 0)
+        .unwrap_or_else(|| panic!("no {rule}.threads[0] in {out}"))
+        .clone()
+}
+
+/// The planner as the daemon runs it on the E5620 (no placement of its own in the
+/// rule, so the slots come from every usable CPU), once its manager has seen four rx
+/// threads take slots 0-3.
+#[test]
+fn four_live_rx_threads_get_four_cores_of_one_socket_on_the_e5620() {
+    use pinnerd::plan::{Cpus, Demand, Plan, PlanState, SharedChoose, SlotsFrom};
+    use pinnerd::rules::{compile_text, LoadPolicy, RuleSet};
+    let d = fixture("xeon-e5620");
+    for exclusive in ["", "exclusive = true\n"] {
+        let rules = compile_text(
+            Path::new("feed.toml"),
+            &feed_rule("myfeed", exclusive),
+            &LoadPolicy::unchecked(),
+        )
+        .unwrap();
+        let cpus = Cpus {
+            online: all(&d),
+            reserved: CpuSet::new(),
+        };
+        let plan = Plan::shared(
+            &RuleSet::new(rules),
+            &cpus,
+            Some(std::sync::Arc::new(d.clone()) as SharedChoose),
+        );
+        // No thread yet: the slots are planned, none is held.
+        let u = &plan.units()[0];
+        assert_eq!(u.slots_from, Some(SlotsFrom::All(all(&d))));
+        assert!(u.state.held().is_empty(), "{u:?}");
+        let mut demand = Demand::default();
+        for slot in 0..4 {
+            demand.take("feed", 0, slot);
+        }
+        let plan = plan.with_demand(&demand);
+        let u = &plan.units()[0];
+        let PlanState::Slots { slots, held_slots } = &u.state else {
+            panic!("{u:?}")
+        };
+        let four: Vec<String> = slots[..4].iter().map(|s| s.to_string()).collect();
+        assert_eq!(four, ["0", "2", "4", "6"]);
+        assert_eq!(*held_slots, 4);
+        assert_eq!(u.state.held().to_string(), "0,2,4,6");
+        assert_eq!(plan.exclusive_cpus().is_empty(), exclusive.is_empty());
+    }
+}
+
+#[test]
+fn slots_carved_from_a_place_of_one_cpu_say_so_before_the_daemon_acts() {
+    let dirs = super::daemon::Dirs::new();
+    dirs.write_rule(
+        "10-mc.toml",
+        "[[rule]]\nname = \"mc\"\n[rule.match]\ncomm = \"sl-mc\"\n[rule.place]\ncpus = \"0\"\n[[rule.threads]]\ncomm = \"mc-worker\"\ncount = 1\n",
+    );
+    let mut h = super::helper::Helper::spawn(dirs.root.path(), "sl-mc");
+    h.spawn_threads(4, Some("mc-worker"));
+    let run = plan_live(&dirs, "xeon-e5620", false);
+    assert!(
+        run.stdout.contains(
+            "threads[0]: 1 slot carved from [rule.place] cpus 0 for 4 threads; threads past slot 0 share CPUs"
+        ),
+        "{}",
+        run.stdout
+    );
+    h.exit();
+}
+
+#[test]
+fn an_exclusive_entry_holds_the_slots_of_its_live_threads_and_says_when_none_is_left_to_measure() {
+    let dirs = super::daemon::Dirs::new();
+    dirs.write_rule("10-feed.toml", &feed_rule("sl-excl", "exclusive = true\n"));
+    let h = feed_process(dirs.root.path(), "sl-excl");
+    // This machine (2 CPUs in CI): its four threads take every slot there is.
+    let run = plan_live(&dirs, "/sys", true);
+    let u = entry_plan(&run.stdout, "feed");
+    let slots = u["slots"].as_array().unwrap().len();
+    assert_eq!(u["held_slots"], slots.min(4), "{u}");
+    let run = plan_live(&dirs, "/sys", false);
+    if fixture_root(SysRoot::default()).cpus().len() - slots.min(4) < 2 {
+        assert!(
+            run.stdout
+                .contains("left to measure latencies on (a measurement needs 2)"),
+            "{}",
+            run.stdout
+        );
+    }
+    h.exit();
+    // With no live thread an exclusive entry holds nothing.
+    let run = plan_live(&dirs, "xeon-e5620", true);
+    let u = entry_plan(&run.stdout, "feed");
+    assert_eq!(u["held_slots"], 0, "{u}");
+    assert_eq!(u["slots"].as_array().unwrap().len(), 8, "{u}");
+}
+
+/// The real kernel: the daemon gives the rx threads distinct CPUs of distinct cores, as
+/// many as this machine has cores (the fixture tests above show four on larger ones).
+#[test]
+fn the_daemon_gives_rx_threads_distinct_cores() {
+    use super::daemon::{Bus, Daemon, Policy};
+    let _cpus = super::cpus_stay_online();
+    let root = SysRoot::default();
+    let t = Topology::from_sysroot(&root).unwrap();
+    let d = Domains::from_topology(&t).unwrap();
+    let bus = Bus::start(Policy::Project);
+    let dirs = super::daemon::Dirs::new();
+    dirs.write_rule("10-feed.toml", &feed_rule("sl-daemon", ""));
+    let h = feed_process(dirs.root.path(), "sl-daemon");
+    let _daemon = Daemon::start(&bus, &dirs);
+    let rx_masks = || -> Vec<CpuSet> {
+        h.tids()
+            .into_iter()
+            .filter(|tid| {
+                std::fs::read_to_string(root.proc_path(format!("{}/task/{tid}/comm", h.pid)))
+                    .is_ok_and(|c| c.starts_with("rx-"))
+            })
+            .filter_map(|tid| {
+                let s =
+                    std::fs::read_to_string(root.proc_path(format!("{}/task/{tid}/status", h.pid)))
+                        .ok()?;
+                let l = s.lines().find(|l| l.starts_with("Cpus_allowed_list:"))?;
+                l.split_once(':')?.1.trim().parse().ok()
+            })
+            .collect()
+    };
+    let want = cores(&d).min(4);
+    bus.wait_for(
+        "the rx threads pinned to one CPU each",
+        std::time::Duration::from_secs(30),
+        || {
+            let m = rx_masks();
+            m.len() == 4 && m.iter().all(|c| c.len() == 1)
+        },
+    );
+    let m = rx_masks();
+    let mut used: Vec<usize> = m.iter().map(|c| core(&d, c.first().unwrap())).collect();
+    used.sort_unstable();
+    used.dedup();
+    assert_eq!(used.len(), want, "{m:?}");
+    h.exit();
 }
