@@ -74,6 +74,9 @@ pub enum Outcome {
     Permission,
     /// Anything else, with the message.
     Failed { message: String },
+    /// Not pinned, on purpose, and why: no thread entry takes the thread and its rule
+    /// has no `[rule.place]`, or its placement unit is not applied. No call was made.
+    LeftAlone { why: String },
 }
 
 impl Outcome {
@@ -87,6 +90,7 @@ impl Outcome {
             Outcome::KernelThread => "kernel-thread",
             Outcome::Permission => "permission",
             Outcome::Failed { .. } => "failed",
+            Outcome::LeftAlone { .. } => "left-alone",
         }
     }
 

@@ -130,28 +130,42 @@ impl Manager {
                 return;
             }
         };
-        let existing = m.threads.get_mut(&tid);
         let Some(target) = target else {
-            // Its unit lost a conflict or could not be placed: leave it alone.
-            if existing.is_none() {
-                m.hold_slot(placement, slot);
-                m.threads.insert(
-                    tid,
-                    ManagedThread {
-                        comm,
-                        placement,
-                        slot,
-                        original: current.clone(),
-                        outcome: Outcome::Failed {
-                            message: "its placement unit is not placed".into(),
+            // No entry takes it and the rule places nothing else, or its unit lost a
+            // conflict or could not be placed: leave it alone, and say why.
+            let why = left_alone_why(&self.plan, &m.source, &comm, placement, &m.allowed);
+            match m.threads.get_mut(&tid) {
+                None => {
+                    if why.is_some() {
+                        m.hold_slot(placement, slot);
+                    }
+                    m.threads.insert(
+                        tid,
+                        ManagedThread {
+                            comm,
+                            placement,
+                            slot,
+                            original: current.clone(),
+                            outcome: Outcome::LeftAlone {
+                                why: why.unwrap_or_else(|| NO_PLACEMENT.to_string()),
+                            },
+                            released: false,
+                            stale: false,
                         },
-                        released: false,
-                        stale: false,
-                    },
-                );
+                    );
+                }
+                Some(t) => {
+                    t.comm = comm;
+                    if t.outcome.effective().is_none() {
+                        t.outcome = Outcome::LeftAlone {
+                            why: why.unwrap_or_else(|| NO_PLACEMENT.to_string()),
+                        };
+                    }
+                }
             }
             return;
         };
+        let existing = m.threads.get_mut(&tid);
         let want_now = target.intersection(&online);
         if let Some(t) = existing {
             let same_target = t.placement == placement && t.slot == slot;
@@ -300,6 +314,9 @@ impl Manager {
                 c.failed += 1;
                 tracing::warn!(pid, tid, rule, %message, "setting affinity failed");
             }
+            Outcome::LeftAlone { why } => {
+                tracing::debug!(pid, tid, rule, %why, "thread left alone");
+            }
         }
     }
 
@@ -430,6 +447,34 @@ impl Manager {
             _ => None,
         }
     }
+}
+
+/// Why a thread its rule places nowhere is left alone.
+const NO_PLACEMENT: &str =
+    "no [[rule.threads]] entry takes its name and the rule has no [rule.place]";
+
+/// Why a thread with no target is left alone: `None` when no unit takes it at all
+/// ([`NO_PLACEMENT`]), else its unit's plan in words.
+fn left_alone_why(
+    plan: &crate::plan::Plan,
+    source: &Source,
+    comm: &str,
+    placement: ThreadPlacement,
+    allowed: &super::cpusets::Allowed,
+) -> Option<String> {
+    let Source::Rule(rule) = source else {
+        return None;
+    };
+    rule.thread_placement(comm)?;
+    let unit = match placement {
+        ThreadPlacement::Process => "[rule.place]".to_string(),
+        ThreadPlacement::Thread(i) => format!("threads[{i}]"),
+    };
+    let key = plan.cpuset_key(&allowed.cpus);
+    let state = plan
+        .get_in(&rule.name, unit_index(placement), key.as_ref())
+        .map_or_else(|| "not planned".to_string(), |s| s.describe());
+    Some(format!("its unit {unit} is not applied: {state}"))
 }
 
 pub(super) fn unit_index(p: ThreadPlacement) -> Option<usize> {

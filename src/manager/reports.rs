@@ -200,6 +200,8 @@ impl Manager {
                             Outcome::Refused { requested } => {
                                 format!("refused: its cpuset excludes all of {requested}")
                             }
+                            Outcome::Failed { message } => format!("failed: {message}"),
+                            Outcome::LeftAlone { why } => format!("left alone: {why}"),
                             other => other.label().to_string(),
                         }
                     };
@@ -209,9 +211,9 @@ impl Manager {
                     };
                     let what = match shared {
                         Some(n) => format!(
-                            "{what} (slot {} of {n}: more threads than slots, shares the CPUs of slot {})",
-                            t.slot + 1,
-                            t.slot % n + 1
+                            "{what} (slot {}, past the last of {n} slots: shares the CPUs of slot {})",
+                            t.slot,
+                            t.slot % n
                         ),
                         None => what,
                     };

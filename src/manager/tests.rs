@@ -786,7 +786,7 @@ fn threads_that_outnumber_their_slots_are_said_to_share() {
     let why = t.mgr.explain(100);
     assert!(
         why.contains(
-            "tid 104 (rx-d): applied 4 (slot 4 of 3: more threads than slots, shares the CPUs of slot 1)"
+            "tid 104 (rx-d): applied 4 (slot 3, past the last of 3 slots: shares the CPUs of slot 0)"
         ),
         "{why}"
     );
@@ -894,4 +894,65 @@ fn explain_shows_another_users_process_only_by_rule_and_cpus() {
         t.mgr.explain_for(200, 65534),
         "pid 200: a process of another user; shown: its rule and CPUs only\nnot managed\n"
     );
+}
+
+const FEED_THREADS_ONLY: &str = r#"
+[[rule]]
+name = "feed"
+[rule.match]
+comm = "feed"
+[[rule.threads]]
+comm = "tx-*"
+cpus = "3"
+"#;
+
+#[test]
+fn a_thread_no_unit_takes_is_left_alone_not_failed_and_says_why() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[(101, "rx-0"), (102, "tx-0")]);
+    t.ev(new_rules(rules(FEED_THREADS_ONLY)));
+    assert_eq!(t.ops.mask(102), Some(set("3")));
+    let why = t.mgr.explain(100);
+    assert!(
+        why.contains("tid 101 (rx-0): left alone: no [[rule.threads]] entry takes its name and the rule has no [rule.place]"),
+        "{why}"
+    );
+    assert!(!why.contains("failed"), "{why}");
+    let rows = t.mgr.list_managed();
+    assert_eq!(rows[0].state, "1 applied, 2 left-alone", "{rows:?}");
+}
+
+#[test]
+fn a_reload_that_changes_a_rule_places_threads_already_seen_at_once() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[(101, "rx-0"), (102, "tx-0")]);
+    t.ev(new_rules(rules(FEED_THREADS_ONLY)));
+    assert_eq!(t.ops.mask(101), Some(set("0-7")));
+    // The same rule, edited to take the rx thread too.
+    t.ev(new_rules(rules(
+        &FEED_THREADS_ONLY.replace("tx-*", "[rt]x-*"),
+    )));
+    assert_eq!(t.ops.mask(101), Some(set("3")));
+    let why = t.mgr.explain(100);
+    assert!(why.contains("tid 101 (rx-0): applied 3"), "{why}");
+}
+
+#[test]
+fn a_renamed_thread_shows_its_current_name() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[(101, "rx-0"), (102, "tx-0")]);
+    t.ev(new_rules(rules(FEED_THREADS_ONLY)));
+    t.procs.rename(100, 101, "ctl");
+    t.msg(ProcMsg::Comm {
+        pid: 100,
+        tid: 101,
+        comm: "ctl".into(),
+    });
+    let why = t.mgr.explain(100);
+    assert!(why.contains("tid 101 (ctl): left alone"), "{why}");
+    // And one a rescan finds renamed, without an event.
+    t.procs.rename(100, 102, "tx-renamed");
+    t.ev(Input::Rescan);
+    let why = t.mgr.explain(100);
+    assert!(why.contains("tid 102 (tx-renamed): applied 3"), "{why}");
 }

@@ -182,6 +182,12 @@ impl Manager {
                 if existing.is_some() && !same {
                     self.release(pid, &format!("rule {:?} matches now", m.rule.name), out);
                 }
+                if same {
+                    // The same rule, perhaps edited: its threads follow the new text.
+                    if let Some(e) = self.managed.get_mut(&pid) {
+                        e.source = Source::Rule(m.rule.clone());
+                    }
+                }
                 if !same {
                     let original = parent
                         .and_then(|p| self.managed.get(&p))
