@@ -68,9 +68,10 @@ pub struct MeasureSettings {
     /// fit. Default `"60s"`; `"1s"` to `"1d"`.
     #[serde(deserialize_with = "duration_within::<_, SECOND, DAY>")]
     pub budget: HumanDuration,
-    /// Measure only while the machine is idle: the busy fraction of all CPUs (from
-    /// /proc/stat over the last second) must be below this. Default 0.10.
-    pub idle_threshold: Fraction,
+    /// Measure only while the CPUs are idle: the minimum percent idle (from
+    /// /proc/stat) every measured CPU must show, the unit of `pinnerd measure
+    /// --idle-threshold`; 0 measures whatever the load. Default 90.
+    pub idle_threshold: IdlePercent,
     /// CPUs never to measure: no spinner runs there, the idle check ignores them and
     /// their cells are kept from the last measurement that had them. Kernel list
     /// format. Default `""` (none).
@@ -162,7 +163,7 @@ impl Default for MeasureSettings {
             drift_pairs: 8,
             drift_threshold: Fraction(0.25),
             budget: HumanDuration(Duration::from_secs(60)),
-            idle_threshold: Fraction(0.10),
+            idle_threshold: IdlePercent(90.0),
             never_cpus: CpuSet::new(),
             spin_priority: crate::measure::around::SpinPriority::Nice19,
         }
@@ -270,6 +271,17 @@ impl Every {
 /// A number in `0.0..=1.0`.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct Fraction(pub f64);
+
+/// A minimum percent idle, 0 to 100 (`measure.idle-threshold`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IdlePercent(pub f64);
+
+impl IdlePercent {
+    /// As a share, 0 to 1.
+    pub fn share(self) -> f64 {
+        self.0 / 100.0
+    }
+}
 
 const DURATION_HINT: &str = "a duration like \"500ms\", \"30s\", \"10m\", \"2h\" or \"7d\"";
 
@@ -410,6 +422,33 @@ impl Serialize for Fraction {
     }
 }
 
+impl Serialize for IdlePercent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for IdlePercent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if v > 0.0 && v < 1.0 {
+            // The busy fraction this key once took: refused, never misread.
+            return Err(serde::de::Error::custom(format!(
+                "{v} looks like a busy fraction: idle-threshold is the minimum percent idle, \
+                 0 to 100, as `pinnerd measure --idle-threshold` (for {v} write {})",
+                ((1.0 - v) * 100.0).round()
+            )));
+        }
+        if (0.0..=100.0).contains(&v) {
+            Ok(IdlePercent(v))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "{v} is out of range: expected the minimum percent idle, 0 to 100"
+            )))
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for Fraction {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = f64::deserialize(d)?;
@@ -446,14 +485,14 @@ mod tests {
     fn values_parse() {
         let s = parse(
             "rule-dirs = [\"/a\", \"/b\"]\n[measure]\ninterval = \"off\"\nbudget = \"1500ms\"\n\
-             idle-threshold = 0.5\nnever-cpus = \"1,3\"\nspin-priority = \"idle\"\n[placement]\nhousekeeping-cpus = \"0,2\"\n\
+             idle-threshold = 50\nnever-cpus = \"1,3\"\nspin-priority = \"idle\"\n[placement]\nhousekeeping-cpus = \"0,2\"\n\
              [watch]\nrelease-on-foreign-change = false\n",
         )
         .unwrap();
         assert_eq!(s.rule_dirs, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
         assert_eq!(s.measure.interval, Every::Off);
         assert_eq!(s.measure.budget.0, Duration::from_millis(1500));
-        assert_eq!(s.measure.idle_threshold, Fraction(0.5));
+        assert_eq!(s.measure.idle_threshold, IdlePercent(50.0));
         assert_eq!(s.measure.never_cpus.to_string(), "1,3");
         assert_eq!(
             s.measure.spin_priority,
@@ -513,8 +552,12 @@ mod tests {
             "s.toml:2:10: invalid duration \"10 minutes\": expected a duration like \"500ms\", \"30s\", \"10m\", \"2h\" or \"7d\""
         );
         assert_eq!(
-            parse("[measure]\nidle-threshold = 1.5\n").unwrap_err(),
-            "s.toml:2:18: 1.5 is out of range: expected a fraction from 0.0 to 1.0"
+            parse("[measure]\nidle-threshold = 150\n").unwrap_err(),
+            "s.toml:2:18: 150 is out of range: expected the minimum percent idle, 0 to 100"
+        );
+        assert_eq!(
+            parse("[measure]\nidle-threshold = 0.1\n").unwrap_err(),
+            "s.toml:2:18: 0.1 looks like a busy fraction: idle-threshold is the minimum percent idle, 0 to 100, as `pinnerd measure --idle-threshold` (for 0.1 write 90)"
         );
         assert_eq!(
             parse("[watch]\nrescan = \"1s\"\n").unwrap_err(),

@@ -1,5 +1,6 @@
-//! `pinnerd check [PATH…]`: validates rule files and directories (recursively) the way
-//! the daemon would load them, prints every problem, exits 0 only when all is valid.
+//! `pinnerd check [PATH…]`: validates rule files and directories the way the daemon
+//! loads them (the `*.toml` files directly inside a directory; a subdirectory holding
+//! some is named as not read), prints every problem, exits 0 only when all is valid.
 //! A file named `pinnerd.toml` is checked as the daemon settings file.
 
 use std::path::PathBuf;
@@ -14,7 +15,7 @@ pub const SETTINGS_FILE_NAME: &str = "pinnerd.toml";
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
-    /// Rule files or directories (searched recursively for `*.toml`).
+    /// Rule files or directories (their `*.toml` files directly inside, as the daemon reads them).
     #[arg(default_value = rules::DEFAULT_RULE_DIR)]
     pub paths: Vec<PathBuf>,
     /// Skip the ownership and permission checks the daemon makes when running as root.
@@ -50,6 +51,12 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{p}");
     }
     let files = report.files.len() + settings.len();
+    for d in rules::nested_dirs(&args.paths) {
+        println!(
+            "note: {}: not read: the daemon loads only the *.toml files directly inside a rule directory",
+            d.display()
+        );
+    }
     for rule in report.rules.rules() {
         if let Some(note) = crate::manager::protect::broad_rule_note(rule) {
             println!("{note}");

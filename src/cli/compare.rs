@@ -162,6 +162,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
         state_dir: args.state_dir.clone(),
         measure_budget: 20.0,
         no_measure: args.no_measure,
+        measure_off_by: None,
     };
     let p = plan(&plan_args, k).context("planning the CPUs to compare")?;
     let allowed = crate::measure::allowed_cpus();

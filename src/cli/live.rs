@@ -30,7 +30,8 @@ pub struct LiveArgs {
     pub rules: Vec<PathBuf>,
     /// The daemon's settings file.
     pub config: PathBuf,
-    /// Root of the sysfs tree.
+    /// Root of the sysfs tree, or a captured machine directory holding `sys/` and
+    /// `proc/` (as `plan --sysfs` takes it); processes are always this machine's.
     pub sysfs: PathBuf,
     /// A latency matrix measured on this machine's CPUs.
     pub matrix: Option<PathBuf>,
@@ -38,7 +39,10 @@ pub struct LiveArgs {
 }
 
 pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
-    let root = SysRoot::with_sys(&args.sysfs);
+    // The topology from the tree given (a captured machine's `proc/` included); the
+    // processes from this machine's /proc.
+    let machine = super::topology::resolve_roots(Some(&args.sysfs), None);
+    let root = SysRoot::with_sys(&machine.sys);
     let policy = LoadPolicy::for_current_process();
     let settings = Settings::load_or_default(&args.config, &policy)
         .map_err(|e| ConfigInvalid(e.to_string()))?;
@@ -57,7 +61,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let report = load_dirs(&dirs, &policy);
-    let topology = Topology::discover(&root)
+    let topology = Topology::discover(&machine)
         .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
     let (matrix, source) = match &args.matrix {
         Some(path) => (

@@ -299,6 +299,9 @@ fn local_choice(args: &RunArgs, spec: &PlaceSpec, why: String) -> anyhow::Result
         state_dir: args.state_dir.clone(),
         measure_budget: 0.0,
         no_measure: true,
+        measure_off_by: Some(
+            "`run` never measures (run the daemon, or `pinnerd measure`, to store one)".into(),
+        ),
         place: super::place_flags::ShapeFlags {
             core_type: request.shape.core_type,
             prefer: request.shape.prefer,

@@ -74,6 +74,10 @@ pub struct PlanArgs {
     /// Never measure: without --matrix or a stored matrix, use the topology alone.
     #[arg(long)]
     pub no_measure: bool,
+    /// Why measuring is off, when a command that plans through `plan` turned it off
+    /// (`None`: the user's --no-measure).
+    #[arg(skip)]
+    pub measure_off_by: Option<String>,
 }
 
 /// The state directory the daemon uses.
@@ -293,7 +297,11 @@ fn this_machine_matrix(
         }
     }
     let why_not = if args.no_measure {
-        Some("no stored matrix and --no-measure".to_string())
+        Some(format!(
+            "no stored matrix in {} and {}",
+            dir.display(),
+            args.measure_off_by.as_deref().unwrap_or("--no-measure")
+        ))
     } else {
         None
     };

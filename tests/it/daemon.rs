@@ -237,7 +237,7 @@ impl Dirs {
         std::fs::write(
             self.settings(),
             format!(
-                "[measure]\nbudget = \"1s\"\nidle-threshold = 1.0\nspin-priority = \"normal\"\ndrift-probe = \"off\"\ninterval = \"off\"\n{extra}"
+                "[measure]\nbudget = \"1s\"\nidle-threshold = 0\nspin-priority = \"normal\"\ndrift-probe = \"off\"\ninterval = \"off\"\n{extra}"
             ),
         )
         .unwrap();

@@ -20,6 +20,7 @@ mod helper;
 mod manpages;
 mod measure;
 mod metrics;
+mod one_truth;
 mod packaging;
 mod pid_reuse;
 mod placement;
