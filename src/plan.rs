@@ -903,5 +903,6 @@ pub fn describe_request(r: &PlacementRequest) -> String {
     }
 }
 
+pub mod doubts;
 #[cfg(test)]
 pub(crate) mod tests;

@@ -62,6 +62,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             println!("{note}");
         }
     }
+    for doubt in doubts_here(&report.rules) {
+        println!("{doubt}");
+    }
     if problems.is_empty() {
         println!(
             "ok: {files} file{}, {} rule{}",
@@ -79,6 +82,24 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         ))
         .into())
     }
+}
+
+/// Rules that cannot mean what they say on this machine, planned on its topology (no
+/// matrix, no processes); nothing when its topology cannot be read.
+fn doubts_here(rules: &crate::rules::RuleSet) -> Vec<crate::plan::doubts::Doubt> {
+    let root = crate::sysroot::SysRoot::default();
+    let Ok(topology) = crate::topology::Topology::discover(&root) else {
+        return Vec::new();
+    };
+    let Ok(domains) = crate::domains::Domains::from_topology(&topology) else {
+        return Vec::new();
+    };
+    let cpus = crate::plan::Cpus {
+        online: topology.usable(),
+        reserved: crate::cpuset::CpuSet::new(),
+    };
+    let plan = crate::plan::Plan::new(rules, &cpus, Some(&domains));
+    crate::plan::doubts::doubts(&plan)
 }
 
 fn plural(n: usize) -> &'static str {

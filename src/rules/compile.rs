@@ -136,6 +136,8 @@ pub struct ThreadRule {
     /// With a count: all matching threads share one set of CPUs (`true`), or each gets
     /// its own (`false`).
     pub shared: bool,
+    /// Where its `comm` is written in the file.
+    pub at: Location,
 }
 
 /// A validated, compiled rule.
@@ -575,5 +577,6 @@ fn compile_thread(cx: &mut Ctx<'_>, t: &ThreadSpec) -> Option<ThreadRule> {
         comm: comm?,
         request,
         shared: t.shared.as_ref().is_some_and(|s| *s.get_ref()),
+        at: cx.lines.locate(t.comm.span().start),
     })
 }

@@ -57,7 +57,10 @@ fn check_passes_on_the_shipped_config() {
         repo("config/pinnerd.d").to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
-    assert_eq!(out, "ok: 7 files, 10 rules\n");
+    // Doubts depend on the machine's CPUs: warnings only, before the verdict.
+    let mut lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.pop(), Some("ok: 7 files, 10 rules"), "{out}");
+    assert!(lines.iter().all(|l| l.contains(": warning: ")), "{out}");
 }
 
 /// `check DIR` reads what the daemon reads from DIR: the files directly inside. A

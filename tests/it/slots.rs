@@ -488,3 +488,52 @@ fn the_daemon_gives_rx_threads_distinct_cores() {
     assert_eq!(used.len(), want, "{m:?}");
     h.exit();
 }
+
+/// `check`'s doubts, on the E5620: slots that run out and exclusive entries that could
+/// take the machine, each at the line and column of the entry's `comm`.
+#[test]
+fn doubts_name_slots_that_run_out_and_entries_that_could_take_the_machine() {
+    use pinnerd::plan::doubts::doubts;
+    use pinnerd::plan::{Cpus, Plan};
+    use pinnerd::rules::{compile_text, LoadPolicy, RuleSet};
+    let d = fixture("xeon-e5620");
+    let text = "[[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"a\"\n\
+                [[rule.threads]]\ncomm = \"rx-*\"\ncount = 1\nsmt = \"avoid\"\nwithin = \"0,8\"\n\
+                [[rule.threads]]\ncomm = \"tx-*\"\ncount = 1\nsmt = \"avoid\"\nwithin = \"2,4,10,12\"\n\
+                [[rule.threads]]\ncomm = \"w-*\"\ncount = 2\nexclusive = true\n";
+    let rules = compile_text(Path::new("a.toml"), text, &LoadPolicy::unchecked()).unwrap();
+    let cpus = Cpus {
+        online: all(&d),
+        reserved: CpuSet::new(),
+    };
+    let plan = Plan::new(&RuleSet::new(rules), &cpus, Some(&d));
+    let got: Vec<String> = doubts(&plan).iter().map(|x| x.to_string()).collect();
+    assert_eq!(
+        got,
+        [
+            "a.toml:6:8: warning: a.threads[0]: 1 slot within 0,8: every thread of the entry shares its CPUs (give it more CPUs, or `within`)",
+            "a.toml:11:8: warning: a.threads[1]: smt = \"avoid\" leaves 2 slots within 2,4,10,12 (one per core): threads past slot 1 share a core",
+            "a.toml:16:8: warning: a.threads[2] is exclusive: its 8 slots could take 16 of the 16 usable CPUs as threads appear (more than half); with every slot taken no CPU pair is left to measure latencies on",
+        ]
+    );
+}
+
+#[test]
+fn check_warns_before_the_daemon_acts() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("mc.toml");
+    std::fs::write(
+        &file,
+        "[[rule]]\nname = \"mc\"\n[rule.match]\ncomm = \"memcached\"\n[rule.place]\ncpus = \"0\"\n[[rule.threads]]\ncomm = \"mc-worker\"\ncount = 1\n",
+    )
+    .unwrap();
+    let out = super::helper::pinnerd(&["check", "--no-permissions", file.to_str().unwrap()]);
+    assert!(out.ok, "{out:?}");
+    assert_eq!(
+        out.stdout,
+        format!(
+            "{}:8:8: warning: mc.threads[0]: 1 slot carved from [rule.place] cpus 0: every thread of the entry shares its CPUs (give it more CPUs, or `within`)\nok: 1 file, 1 rule\n",
+            file.display()
+        )
+    );
+}
