@@ -627,6 +627,65 @@ EOF
     echo "all threads on $m (package $(package_of "${m%%[,-]*}"), not siblings)"
 }
 
+# The feed-handler rule a user writes: rx-* threads, one CPU each, compact, smt = avoid,
+# and nothing else. Four threads that name themselves rx-1..rx-4 after they start get
+# four CPUs of four distinct cores (the VM has four cores); the process's other threads
+# are left alone.
+rx_on_distinct_cores() {
+    local pid=$1 tid m cores="" n=0
+    for tid in $(cat "$WORK/vmwork-rx/tids"); do
+        m=$(task_mask "$pid" "$tid")
+        case $m in *[,-]* | "") return 1 ;; esac
+        cores+="$(siblings "$m")"$'\n'
+        n=$((n + 1))
+    done
+    [ "$n" -eq 4 ] && [ "$(printf '%s' "$cores" | sort -u | wc -l)" -eq 4 ]
+}
+export -f rx_on_distinct_cores
+check_threads_rule_smt_avoid() {
+    local pid i tid out=""
+    pid=$(start_workload vmwork-rx 1 rx-) || {
+        echo "$pid"
+        return 1
+    }
+    put_rule 52-vm-rx.toml <<'EOF'
+[[rule]]
+name = "vm-rx"
+[rule.match]
+comm = "vmwork-rx"
+[[rule.threads]]
+comm = "rx-*"
+count = 1
+policy = "compact"
+smt = "avoid"
+EOF
+    wait_for 20 managed_by "$pid" vm-rx || {
+        echo "vmwork-rx is not managed by vm-rx"
+        return 1
+    }
+    open_tick
+    for i in 1 2 3 4; do
+        new_thread vmwork-rx || return 1
+    done
+    if ! wait_for 20 rx_on_distinct_cores "$pid"; then
+        for tid in $(cat "$WORK/vmwork-rx/tids"); do
+            out+="$tid($(cat "/proc/$pid/task/$tid/comm" 2>/dev/null))=$(task_mask "$pid" "$tid") "
+        done
+        echo "rx threads: $out; want one CPU each on 4 distinct cores"
+        return 1
+    fi
+    [ "$(task_mask "$pid" "$pid")" = "$ALL_CPUS" ] || {
+        echo "the main thread, which no entry takes, was moved: $(masks "$pid")"
+        return 1
+    }
+    for tid in $(cat "$WORK/vmwork-rx/tids"); do
+        out+="$(cat "/proc/$pid/task/$tid/comm")=$(task_mask "$pid" "$tid") "
+    done
+    rm -f "$RULES/52-vm-rx.toml"
+    systemctl stop vmwork-rx.service 2>/dev/null
+    echo "${out% }: 4 distinct cores; the main thread left alone on $ALL_CPUS"
+}
+
 # A unit confined by systemd to CPUs 4-7 (cgroup v2 cpuset.cpus.effective) is planned
 # inside them: its count rule picks two non-sibling CPUs of 4-7, applied, not refused.
 # Runs before the other workloads (see the runner).
@@ -1300,6 +1359,7 @@ run_check cgroup-allowed-cpus check_cgroup_allowed_cpus 120
 run_check rule-explicit-pins check_rule_explicit 120
 run_check rule-explicit-new-thread check_rule_explicit_new_thread 60
 run_check rule-compact-smt-avoid check_rule_compact 120
+run_check threads-rule-smt-avoid check_threads_rule_smt_avoid 120
 run_check rule-removal-reload check_rule_removal_reload 60
 run_check bad-rule-keeps-old check_bad_rule 90
 run_check irqs-away-with-irqbalance check_irqs_away_with_irqbalance 180
