@@ -451,17 +451,22 @@ impl Manager {
                 self.reevaluate_managed(&mut out);
             }
         }
-        // Threads that took slots or gave them back: their units hold what they take.
+        self.settle(&mut out);
+        out
+    }
+
+    /// The end of every event or batch: threads that took slots or gave them back make
+    /// their units hold what they take, and a plan made again (new cpusets, or slots
+    /// held that moved another unit) is applied to every managed process (a second
+    /// round only if that itself found a new cpuset).
+    fn settle(&mut self, out: &mut Vec<Change>) {
         self.replan_for_cpusets();
-        // New cpusets gave a new plan: apply it to every managed process (a second
-        // round only if that itself found a new cpuset).
         for _ in 0..2 {
             if !std::mem::take(&mut self.replanned) {
                 break;
             }
-            self.reevaluate_managed(&mut out);
+            self.reevaluate_managed(out);
         }
-        out
     }
 
     /// Takes a new plan, saying which units are not applied and why.

@@ -956,3 +956,75 @@ fn a_renamed_thread_shows_its_current_name() {
     let why = t.mgr.explain(100);
     assert!(why.contains("tid 102 (tx-renamed): applied 3"), "{why}");
 }
+
+/// A shared plan (as the daemon's), with the stand-in chooser.
+fn shared_plan(rules: RuleSet) -> Input {
+    Input::RulesChanged(Plan::shared(
+        &rules,
+        &Cpus {
+            online: set("0-7"),
+            reserved: CpuSet::new(),
+        },
+        Some(Arc::new(crate::plan::tests::LowestFirst)),
+    ))
+}
+
+#[test]
+fn an_exclusive_entry_holds_the_slots_its_threads_take_as_they_come_and_go() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "md", 1, &[(101, "rx-a"), (102, "rx-b")]);
+    t.ev(shared_plan(rules(
+        r#"
+[[rule]]
+name = "md"
+priority = 10
+[rule.match]
+comm = "md"
+[[rule.threads]]
+comm = "rx-*"
+count = 1
+within = "4-7"
+exclusive = true
+
+[[rule]]
+name = "other"
+[rule.match]
+comm = "other"
+[rule.place]
+count = 1
+exclusive = true
+within = "4-7"
+"#,
+    )));
+    let held = |t: &T| t.mgr.plan_of("md", Some(0)).unwrap().held().to_string();
+    assert_eq!(held(&t), "4-5");
+    assert_eq!(
+        t.mgr.plan_of("other", None),
+        Some(&PlanState::Placed { cpus: set("6") })
+    );
+    // A third rx thread, seen in a batch: its slot is held at the end of the batch, and
+    // the lower rule moves off it.
+    t.procs.add_thread(100, 103, "rx-c");
+    t.ops.add_task(103, &set("0-7"));
+    t.mgr.handle_batch(vec![
+        ProcMsg::NewThread {
+            pid: 100,
+            tid: 103,
+            parent: 100,
+        },
+        ProcMsg::Comm {
+            pid: 100,
+            tid: 103,
+            comm: "rx-c".into(),
+        },
+    ]);
+    assert_eq!(t.ops.mask(103), Some(set("6")));
+    assert_eq!(held(&t), "4-6");
+    assert_eq!(
+        t.mgr.plan_of("other", None),
+        Some(&PlanState::Placed { cpus: set("7") })
+    );
+    // It exits: the slot is free for others again.
+    exits(&mut t, 103);
+    assert_eq!(held(&t), "4-5");
+}

@@ -51,6 +51,7 @@ impl Manager {
                 other => self.on_proc(other, &mut out),
             }
         }
+        self.settle(&mut out);
         out
     }
 
