@@ -167,7 +167,7 @@ fn smallest_group(d: &Domains, cpu: u32, k: usize, per_core: bool) -> CpuSet {
 
 #[test]
 fn compact_slots_stay_inside_the_smallest_group_that_holds_them() {
-    for (name, d) in sysfs_fixtures() {
+    for (name, d) in sysfs_fixtures().into_iter().chain(matrices()) {
         for smt in [SmtPolicy::Avoid, SmtPolicy::Allow] {
             let s = slots(&d, &one_each(Policy::Compact, smt), &all(&d)).unwrap();
             let cpus = first(&s);
