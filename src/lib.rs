@@ -48,8 +48,10 @@
 //!   latency-critical rules' CPUs, `measure.never-cpus`, `nohz_full`), the cells it
 //!   keeps for them, and the latency-critical threads whose waking stops it
 //! - `metrics`: the daemon's numbers in the Prometheus text format, and the textfile
-//! - `placement`: one request → CPUs
-//! - `plan`: every rule's CPUs, as a value
+//! - `placement`: one request → CPUs (`slots`: a thread entry's CPUs, one set per thread,
+//!   planned together)
+//! - `plan`: every rule's CPUs, as a value (`doubts`: rules that cannot mean what they
+//!   say on the machine, for `check`)
 //! - `polkit`: who may change what: root, else polkit's answer for the caller's bus name
 //! - `rules`: TOML → validated rules → matcher
 //! - `sched_ext`: whether a sched_ext scheduler runs, the `[sched-ext]` policy, widening

@@ -29,7 +29,7 @@ use crate::cpuset::CpuSet;
 use crate::domains::{Domains, Trust};
 
 mod slots;
-pub use slots::{next_slot, slots, spent, Slot, MAX_SLOTS};
+pub use slots::{slots, Slot, SlotPlanner, MAX_SLOTS};
 
 /// How to choose CPUs for a request of `count` CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -625,9 +625,9 @@ impl Choose for Shaper<'_> {
         }
         let per_core = r.smt == SmtPolicy::Avoid || r.exclusive;
         let mut left = available.clone();
-        let mut out: Vec<placement::Slot> = Vec::new();
-        while out.len() < placement::MAX_SLOTS {
-            let next = if out.is_empty() {
+        let mut planner = placement::SlotPlanner::new(self.domains, &r);
+        while planner.slots().len() < placement::MAX_SLOTS {
+            let next = if planner.slots().is_empty() {
                 let (p, _) = place_shaped(
                     self.domains,
                     self.facts,
@@ -651,14 +651,15 @@ impl Choose for Shaper<'_> {
                 ) else {
                     break;
                 };
-                match placement::next_slot(self.domains, &r, &out, &shaped.candidates) {
+                match planner.next(&shaped.candidates) {
                     Some(s) => s,
                     None => break,
                 }
             };
-            left = left.difference(&placement::spent(self.domains, &r, &next));
-            out.push(next);
+            left = left.difference(&planner.spent(&next));
+            planner.push(next);
         }
+        let out = planner.into_slots();
         Ok(out
             .into_iter()
             .map(|s| Chosen {

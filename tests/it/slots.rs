@@ -537,3 +537,67 @@ fn check_warns_before_the_daemon_acts() {
         )
     );
 }
+
+/// `core-type` and `prefer` shape every slot: E-cores only, never widened; the
+/// V-cache CCD first, then the other.
+#[test]
+fn shape_keys_shape_every_slot() {
+    use pinnerd::plan::Choose;
+    use pinnerd::rules::{CpuTarget, PlacementRequest};
+    use pinnerd::shape::{Devices, Facts, Prefer, Shape, Shaper};
+    use pinnerd::topology::CoreType;
+    let machine = |name: &str| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/sysfs")
+            .join(name);
+        let t = Topology::from_sysroot(&SysRoot::machine(dir)).unwrap();
+        let d = Domains::from_topology(&t).unwrap();
+        (Facts::from_topology(&t), d)
+    };
+    let request = |shape: Shape| PlacementRequest {
+        target: CpuTarget::Count(1),
+        within: None,
+        policy: Policy::Compact,
+        smt: SmtPolicy::Avoid,
+        exclusive: false,
+        shape,
+    };
+    let devices = Devices::default();
+    let (facts, d) = machine("i9-12900k");
+    let shaper = Shaper {
+        domains: &d,
+        facts: &facts,
+        devices: &devices,
+    };
+    let e_cores = request(Shape {
+        core_type: Some(CoreType::Efficiency),
+        ..Shape::default()
+    });
+    let s = shaper.slots(&e_cores, &all(&d)).unwrap();
+    let got: CpuSet = s.iter().fold(CpuSet::new(), |a, c| a.union(&c.cpus));
+    assert_eq!(got.to_string(), "16-23");
+    assert_eq!(s.len(), 8);
+
+    let (facts, d) = machine("r9-7950x3d");
+    let shaper = Shaper {
+        domains: &d,
+        facts: &facts,
+        devices: &devices,
+    };
+    let cache = request(Shape {
+        prefer: Some(Prefer::Cache),
+        ..Shape::default()
+    });
+    let s = shaper.slots(&cache, &all(&d)).unwrap();
+    // One slot per core, the V-cache CCD's eight cores first.
+    assert_eq!(s.len(), 16);
+    let first: CpuSet = s[..8].iter().fold(CpuSet::new(), |a, c| a.union(&c.cpus));
+    let vcache = facts_llc_of(&d, s[0].cpus.first().unwrap());
+    assert!(first.is_subset(&vcache), "{first} not in {vcache}");
+}
+
+/// The last-level-cache group (the level below the machine) of `cpu`.
+fn facts_llc_of(d: &Domains, cpu: u32) -> CpuSet {
+    let l = d.levels().len() - 2;
+    d.levels()[l].groups[d.group_of(l, d.index_of(cpu).unwrap())].clone()
+}
