@@ -156,10 +156,30 @@ impl Manager {
                 }
                 Some(t) => {
                     t.comm = comm;
-                    if t.outcome.effective().is_none() {
-                        t.outcome = Outcome::LeftAlone {
-                            why: why.unwrap_or_else(|| NO_PLACEMENT.to_string()),
-                        };
+                    if t.outcome.effective().is_some() && !t.released {
+                        // Renamed away from what placed it: it gets its own mask back.
+                        let back =
+                            crate::affinity::apply(self.ops.as_ref(), tid, &t.original, &online);
+                        tracing::debug!(
+                            pid,
+                            tid,
+                            outcome = back.label(),
+                            "thread no unit takes any more: mask given back"
+                        );
+                        self.journal_dirty = true;
+                    }
+                    t.outcome = Outcome::LeftAlone {
+                        why: why.clone().unwrap_or_else(|| NO_PLACEMENT.to_string()),
+                    };
+                    // Renamed out of its entry: its slot is free for the next thread.
+                    let was = (t.placement, t.slot);
+                    if was != (placement, slot) {
+                        t.placement = placement;
+                        t.slot = slot;
+                        m.release_slot(was.0, was.1);
+                        if why.is_some() {
+                            m.hold_slot(placement, slot);
+                        }
                     }
                 }
             }

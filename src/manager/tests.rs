@@ -1028,3 +1028,28 @@ within = "4-7"
     exits(&mut t, 103);
     assert_eq!(held(&t), "4-5");
 }
+
+#[test]
+fn a_thread_renamed_out_of_its_entry_frees_its_slot() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "md", 1, &[(101, "rx-a"), (102, "rx-b")]);
+    t.ev(new_rules(rules(
+        "[[rule]]\nname = \"md\"\n[rule.match]\ncomm = \"md\"\n[[rule.threads]]\ncomm = \"rx-*\"\ncount = 1\nwithin = \"4-6\"\n",
+    )));
+    assert_eq!(t.ops.mask(101), Some(set("4")));
+    t.procs.rename(100, 101, "ctl");
+    t.msg(ProcMsg::Comm {
+        pid: 100,
+        tid: 101,
+        comm: "ctl".into(),
+    });
+    // It has its own mask back, and the next rx thread takes the slot it left.
+    assert_eq!(t.ops.mask(101), Some(set("0-7")));
+    born_and_named(&mut t, 104, "rx-c");
+    assert_eq!(t.ops.mask(104), Some(set("4")));
+    let why = t.mgr.explain(100);
+    assert!(
+        why.contains("tid 101 (ctl): left alone: no [[rule.threads]] entry"),
+        "{why}"
+    );
+}
