@@ -163,7 +163,7 @@ impl<'a> SlotPlanner<'a> {
         let mut taken = vec![false; n];
         let mut mine: Vec<usize> = Vec::with_capacity(req.count);
         while mine.len() < req.count {
-            let mut best: Option<(usize, (u8, f64, f64, usize, usize))> = None;
+            let mut best: Option<(usize, CandidateKey)> = None;
             for q in 0..n {
                 if !usable[q] || taken[q] {
                     continue;
@@ -207,6 +207,10 @@ impl<'a> SlotPlanner<'a> {
         Some(Slot { cpus, reserved })
     }
 }
+
+/// How a candidate CPU ranks, lowest first: prefer-siblings rank, then the policy's
+/// two costs, then best fit, then its index.
+type CandidateKey = (u8, f64, f64, usize, usize);
 
 /// Folds CPU `i` into every CPU's worst, least and summed cost to the chosen ones.
 fn note(d: &Domains, i: usize, maxd: &mut [f64], mind: &mut [f64], sumd: &mut [f64]) {
