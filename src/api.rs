@@ -33,6 +33,12 @@ pub enum Command {
         /// else only the rule and the CPUs.
         caller_uid: u32,
     },
+    /// Where process `pid`'s memory is per NUMA node, for `ExplainJson` (`null` where
+    /// the caller may not see its whole explanation).
+    Memory {
+        pid: u32,
+        caller_uid: u32,
+    },
     Plan {
         count: u32,
         policy: Policy,
@@ -188,6 +194,8 @@ pub enum Reply {
     Done,
     /// A process's real uid.
     Owner(u32),
+    /// A JSON value (`Command::Memory`).
+    Json(serde_json::Value),
 }
 
 /// A command on its way to the loop, with where its answer goes.

@@ -39,6 +39,7 @@
 //!   journal, and irqbalance's banned CPUs
 //! - `manager`: which processes are managed; applies the plan to their threads
 //! - `matrix`: the latency matrix and its files
+//! - `memory`: where a process's memory is per NUMA node (`numa_maps`, `memory.numa_stat`)
 //! - `measure`: spin pairs → latencies; sparse measurement (the hierarchy from a few
 //!   pairs, spot checks per block, the rest inferred, or a mesh's model from random
 //!   pairs; then the cells of the compact plans that `domains` and `placement` make
@@ -85,6 +86,7 @@ pub mod fleet;
 pub mod irq;
 pub mod manager;
 pub mod matrix;
+pub mod memory;
 pub mod measure;
 pub mod metrics;
 pub mod placement;

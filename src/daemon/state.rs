@@ -49,6 +49,7 @@ use super::{DaemonError, Event, ReloadCause};
 
 mod irqs;
 mod measuring;
+mod memory;
 mod pinning;
 mod sched_ext;
 mod shaping;
@@ -456,8 +457,33 @@ impl State {
                     return Err(CommandError::NoSuchProcess(pid));
                 }
                 match &self.manager {
-                    Some(m) => Ok(Reply::Text(m.explain_for(pid as i32, caller_uid))),
+                    Some(m) => {
+                        let mut text = m.explain_for(pid as i32, caller_uid);
+                        if m.shows_memory(pid as i32, caller_uid) {
+                            text.push_str(&self.memory_line(pid as i32));
+                        }
+                        Ok(Reply::Text(text))
+                    }
                     None => Err(CommandError::Starting),
+                }
+            }
+            Command::Memory { pid, caller_uid } => {
+                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
+                    return Err(CommandError::NoSuchProcess(pid));
+                }
+                let Some(m) = &self.manager else {
+                    return Err(CommandError::Starting);
+                };
+                if !m.shows_memory(pid as i32, caller_uid) {
+                    return Ok(Reply::Json(serde_json::Value::Null));
+                }
+                match self.memory_of(pid as i32) {
+                    Some(Ok(v)) => Ok(Reply::Json(v.to_json())),
+                    Some(Err(crate::memory::ReadError::Gone { .. })) => {
+                        Err(CommandError::NoSuchProcess(pid))
+                    }
+                    Some(Err(e)) => Ok(Reply::Json(serde_json::json!({ "error": e.to_string() }))),
+                    None => Ok(Reply::Json(serde_json::Value::Null)),
                 }
             }
             Command::Plan { count, policy, smt } => {
@@ -1844,5 +1870,44 @@ mod tests {
         ));
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
+        let (mut s, _d, _job) = started(Timing::default());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let one_node = s.topology.as_ref().unwrap().nodes.len() <= 1;
+        let Reply::Text(why) = s.command(Command::Explain { pid, caller_uid: 0 }).unwrap() else {
+            panic!()
+        };
+        let Reply::Json(mem) = s.command(Command::Memory { pid, caller_uid: 0 }).unwrap() else {
+            panic!()
+        };
+        if one_node {
+            assert!(why.contains("memory: one node"), "{why}");
+            assert_eq!(mem, serde_json::json!({"one_node": true, "nodes": []}));
+        } else {
+            assert!(why.contains(" resident — node "), "{why}");
+            assert!(mem["total_bytes"].as_u64().unwrap() > 0, "{mem}");
+        }
+        // Another user sees its rule and CPUs only: no memory.
+        let Reply::Text(why) = s.command(Command::Explain { pid, caller_uid: 1000 }).unwrap() else {
+            panic!()
+        };
+        assert!(!why.contains("memory"), "{why}");
+        assert_eq!(
+            s.command(Command::Memory { pid, caller_uid: 1000 }).unwrap(),
+            Reply::Json(serde_json::Value::Null)
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(matches!(
+            s.command(Command::Memory { pid, caller_uid: 0 }),
+            Err(CommandError::NoSuchProcess(p)) if p == pid
+        ));
     }
 }
