@@ -1053,7 +1053,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__run)
-            opts="-k -v -h --count --policy --smt --cpus --within --rule --core-type --prefer --near --bus --print --local --rules --config --state-dir --verbose --help"
+            opts="-k -v -h --count --policy --smt --cpus --within --rule --core-type --prefer --near --bus --memory --print --local --rules --config --state-dir --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1101,6 +1101,10 @@ _pinnerd() {
                     ;;
                 --bus)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --memory)
+                    COMPREPLY=($(compgen -W "bind preferred leave" -- "${cur}"))
                     return 0
                     ;;
                 --rules)

@@ -1895,12 +1895,22 @@ mod tests {
             assert!(mem["total_bytes"].as_u64().unwrap() > 0, "{mem}");
         }
         // Another user sees its rule and CPUs only: no memory.
-        let Reply::Text(why) = s.command(Command::Explain { pid, caller_uid: 1000 }).unwrap() else {
+        let Reply::Text(why) = s
+            .command(Command::Explain {
+                pid,
+                caller_uid: 1000,
+            })
+            .unwrap()
+        else {
             panic!()
         };
         assert!(!why.contains("memory"), "{why}");
         assert_eq!(
-            s.command(Command::Memory { pid, caller_uid: 1000 }).unwrap(),
+            s.command(Command::Memory {
+                pid,
+                caller_uid: 1000
+            })
+            .unwrap(),
             Reply::Json(serde_json::Value::Null)
         );
         child.kill().unwrap();

@@ -78,9 +78,9 @@ impl Manager {
     /// a user process (the same callers who see its whole explanation); never for a
     /// kernel thread, which has no memory of its own.
     pub fn shows_memory(&self, pid: i32, caller_uid: u32) -> bool {
-        self.procs.snapshot(pid).is_some_and(|s| {
-            !s.kernel_thread && (caller_uid == 0 || s.info.uid == caller_uid)
-        })
+        self.procs
+            .snapshot(pid)
+            .is_some_and(|s| !s.kernel_thread && (caller_uid == 0 || s.info.uid == caller_uid))
     }
 
     /// [`Manager::explain`] as user `caller_uid` may see it: root and the process's owner

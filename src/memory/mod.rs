@@ -15,6 +15,7 @@
 //! the process's page tables under its mm lock, which costs milliseconds per GiB.
 
 pub mod parse;
+pub mod policy;
 
 use std::fmt;
 use std::fs::File;

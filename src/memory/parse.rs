@@ -73,7 +73,10 @@ pub fn numa_maps(path: &Path, reader: impl BufRead) -> Result<NumaMaps, ParseErr
             return Err(bad(1, format!("not a hexadecimal address: {addr:?}")));
         }
         let Some((_, policy)) = fields.next() else {
-            return Err(bad(line.len() + 1, "no memory policy after the address".into()));
+            return Err(bad(
+                line.len() + 1,
+                "no memory policy after the address".into(),
+            ));
         };
         let mut page_kb: Option<u64> = None;
         let mut pages: Vec<(u32, u64, usize)> = Vec::new();
@@ -110,7 +113,10 @@ pub fn numa_maps(path: &Path, reader: impl BufRead) -> Result<NumaMaps, ParseErr
             return Ok(()); // nothing resident
         }
         let kb = page_kb.ok_or_else(|| {
-            bad(line.len() + 1, "node page counts without kernelpagesize_kB".into())
+            bad(
+                line.len() + 1,
+                "node page counts without kernelpagesize_kB".into(),
+            )
         })?;
         let mut mapping = 0u64;
         for (node, count, col) in pages {

@@ -12,7 +12,10 @@ fn maps(text: &str) -> Result<parse::NumaMaps, ParseError> {
 }
 
 fn stat(text: &str) -> Result<NodeBytes, ParseError> {
-    parse::numa_stat(Path::new("/sys/fs/cgroup/w/memory.numa_stat"), Cursor::new(text))
+    parse::numa_stat(
+        Path::new("/sys/fs/cgroup/w/memory.numa_stat"),
+        Cursor::new(text),
+    )
 }
 
 fn bytes(pairs: &[(u32, u64)]) -> NodeBytes {
@@ -145,7 +148,10 @@ fn machine(cgroup: &str, procs_in_cgroup: &str, child: bool) -> tempfile::TempDi
     put("proc/42/cgroup", &format!("0::{cgroup}\n"));
     put("proc/42/numa_maps", MAPS);
     put("sys/fs/cgroup/app.slice/w.service/memory.numa_stat", STAT);
-    put("sys/fs/cgroup/app.slice/w.service/cgroup.procs", procs_in_cgroup);
+    put(
+        "sys/fs/cgroup/app.slice/w.service/cgroup.procs",
+        procs_in_cgroup,
+    );
     if child {
         put("sys/fs/cgroup/app.slice/w.service/sub/cgroup.procs", "");
     }
@@ -211,11 +217,14 @@ fn one_node_reads_nothing_and_a_gone_process_is_gone() {
 fn a_bad_file_names_the_pid_and_the_path() {
     let m = machine("/app.slice/w.service", "42\n", false);
     std::fs::write(
-        m.path().join("sys/fs/cgroup/app.slice/w.service/memory.numa_stat"),
+        m.path()
+            .join("sys/fs/cgroup/app.slice/w.service/memory.numa_stat"),
         "anon N0=1 oops\n",
     )
     .unwrap();
-    let e = read(&SysRoot::machine(m.path()), 42, &[0, 1]).unwrap_err().to_string();
+    let e = read(&SysRoot::machine(m.path()), 42, &[0, 1])
+        .unwrap_err()
+        .to_string();
     assert!(e.starts_with("pid 42: "), "{e}");
     assert!(e.contains("w.service/memory.numa_stat:1:11: "), "{e}");
 }

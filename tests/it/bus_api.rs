@@ -78,7 +78,10 @@ fn list_managed_cpus_and_explain_json_agree_with_their_text_twins() {
         .unwrap_or(1);
     if nodes <= 1 {
         assert_eq!(j["memory"]["one_node"], true, "{j}");
-        assert!(j["text"].as_str().unwrap().contains("memory: one node"), "{j}");
+        assert!(
+            j["text"].as_str().unwrap().contains("memory: one node"),
+            "{j}"
+        );
     } else {
         assert!(j["memory"]["total_bytes"].as_u64().unwrap() > 0, "{j}");
         assert_eq!(j["memory"]["nodes"].as_array().unwrap().len(), nodes, "{j}");

@@ -1264,6 +1264,68 @@ check_irqs_away_with_irqbalance() {
     echo "IRQs moved: ${moved:-none}; none effective on 6-7 after 30 s with irqbalance running (it banned mask $banned), all back after"
 }
 
+# ---------------------------------------------------------------- memory (NUMA)
+
+# anon_on PID NODE: the percentage (integer) of PID's anonymous memory on NODE, from
+# /proc/PID/numa_maps (mappings with anon= and no file=; pages times their size).
+anon_on() {
+    awk -v node="N$2" '
+        / anon=/ && !/ file=/ {
+            kb = 4
+            for (i = 3; i <= NF; i++) if ($i ~ /^kernelpagesize_kB=/) { split($i, p, "="); kb = p[2] }
+            for (i = 3; i <= NF; i++) if ($i ~ /^N[0-9]+=/) {
+                split($i, p, "="); all += p[2] * kb; if (p[1] == node) on += p[2] * kb
+            }
+        }
+        END { if (all == 0) print 0; else printf "%d\n", 100 * on / all }' "/proc/$1/numa_maps"
+}
+# anon_mib PID: PID's anonymous memory in MiB.
+anon_mib() {
+    awk '/ anon=/ && !/ file=/ { kb = 4
+            for (i = 3; i <= NF; i++) if ($i ~ /^kernelpagesize_kB=/) { split($i, p, "="); kb = p[2] }
+            for (i = 3; i <= NF; i++) if ($i ~ /^N[0-9]+=/) { split($i, p, "="); all += p[2] * kb } }
+        END { printf "%d\n", all / 1024 }' "/proc/$1/numa_maps"
+}
+# start_memworker NAME MIB [CMD PREFIX…]: memworker.py as its own service under comm
+# NAME, after the prefix (e.g. taskset, pinnerd run); prints its pid.
+start_memworker() {
+    local name=$1 mib=$2 dir=$WORK/$1
+    shift 2
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    ln -sf /usr/bin/python3 "/usr/local/bin/$name"
+    systemd-run --quiet --unit="$name" --service-type=simple \
+        "$@" "/usr/local/bin/$name" "$LIB/memworker.py" "$dir" "$mib" || return 1
+    wait_for 120 test -s "$dir/pid" || {
+        echo "memory worker $name did not start: $(systemctl status --no-pager "$name" 2>&1 | tail -5)"
+        return 1
+    }
+    cat "$dir/pid"
+}
+
+# `pinnerd run --count 2 --within 4-7 --memory bind -- WORKER`: every mapping of the
+# worker has the policy bind:1 and its anonymous memory is on node 1 only.
+check_run_memory_bind() {
+    local pid pol on m
+    pid=$(start_memworker vmmem-bind 64 pinnerd run --count 2 --within 4-7 --memory bind --) || {
+        echo "$pid"
+        return 1
+    }
+    pol=$(awk '{ print $2 }' "/proc/$pid/numa_maps" | sort -u | tr '\n' ' ')
+    on=$(anon_on "$pid" 1)
+    m=$(uniform_mask "$pid")
+    systemctl stop vmmem-bind 2>/dev/null
+    [ "$pol" = "bind:1 " ] || {
+        echo "policies in numa_maps: $pol (want bind:1 only)"
+        return 1
+    }
+    [ "$on" -ge 99 ] || {
+        echo "only $on% of its anonymous memory is on node 1"
+        return 1
+    }
+    echo "every mapping bind:1; $on% of its anonymous memory on node 1 (CPUs $m)"
+}
+
 passed=0
 failed=0
 failed_names=()
@@ -1313,6 +1375,7 @@ run_check polkit-own-process check_polkit_own_process 90
 run_check restart-keeps-pinned check_restart 120
 run_check kill9-keeps-pinned check_kill9 120
 run_check restore-after-crash check_restore_after_crash 60
+run_check run-memory-bind check_run_memory_bind 180
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
 run_check package-purge-restores check_package_purge 60
