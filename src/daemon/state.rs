@@ -271,7 +271,10 @@ impl State {
         if let Err(e) = self.domains() {
             tracing::debug!(error = %e, "planning without latency domains");
         }
-        let plan = self.shaped_plan(&cpus);
+        let mut plan = self.shaped_plan(&cpus);
+        if let Some(t) = &self.topology {
+            plan = plan.with_memory(crate::plan::MemoryPlanning::new(t, &self.settings));
+        }
         self.under_sched_ext(plan)
     }
 

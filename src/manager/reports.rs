@@ -169,6 +169,9 @@ impl Manager {
                             Some(i) => format!("threads[{i}]"),
                         };
                         let _ = writeln!(s, "  plan {unit}: {}", p.state.describe());
+                        if let Some(why) = &p.memory {
+                            let _ = writeln!(s, "  plan {unit}: {why}");
+                        }
                     }
                 }
                 for (tid, t) in &m.threads {

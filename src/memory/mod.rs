@@ -134,7 +134,7 @@ impl fmt::Display for Bytes {
         const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
         let mut v = self.0 as f64;
         let mut u = 0;
-        while v >= 1024.0 && u + 1 < UNITS.len() {
+        while v >= 1023.95 && u + 1 < UNITS.len() {
             v /= 1024.0;
             u += 1;
         }

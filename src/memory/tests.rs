@@ -135,6 +135,7 @@ fn bytes_read_as_people_say_them() {
     assert_eq!(Bytes(3 << 20).to_string(), "3.0 MiB");
     assert_eq!(Bytes(3_328_599_654).to_string(), "3.1 GiB");
     assert_eq!(Bytes(300 << 30).to_string(), "300 GiB");
+    assert_eq!(Bytes((1 << 30) - 1).to_string(), "1.0 GiB");
 }
 
 /// A fake machine: `proc/PID/{cgroup,numa_maps}` and a v2 cgroup tree.

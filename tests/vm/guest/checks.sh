@@ -1326,6 +1326,53 @@ check_run_memory_bind() {
     echo "every mapping bind:1; $on% of its anonymous memory on node 1 (CPUs $m)"
 }
 
+# A worker whose 256 MiB sit on node 1 (allocated on CPUs 4-7), then allowed on every
+# CPU, is matched by a count = 2, smt = "avoid" rule without `within`: it lands on node 1
+# (best-fit alone takes node 0) and Explain gives the memory reason.
+check_plan_where_memory_is() {
+    local pid on why m
+    pid=$(start_memworker vmmem-plan 256 taskset -c 4-7) || {
+        echo "$pid"
+        return 1
+    }
+    taskset -a -p -c "$ALL_CPUS" "$pid" >/dev/null || return 1
+    on=$(anon_on "$pid" 1)
+    [ "$on" -ge 90 ] || {
+        echo "precondition: only $on% of its anonymous memory is on node 1"
+        return 1
+    }
+    put_rule 70-vm-plan-memory.toml <<'EOF'
+[[rule]]
+name = "vm-plan-memory"
+[rule.match]
+comm = "vmmem-plan"
+[rule.place]
+count = 2
+smt = "avoid"
+EOF
+    on_node1_apart() {
+        local m cpus
+        m=$(uniform_mask "$1") || return 1
+        mapfile -t cpus < <(expand "$m")
+        [ "${#cpus[@]}" -eq 2 ] && [ "${cpus[0]}" -ge 4 ] && [ "${cpus[1]}" -le 7 ] &&
+            ! expand "$(siblings "${cpus[0]}")" | grep -qx "${cpus[1]}"
+    }
+    export -f on_node1_apart
+    if ! wait_for 20 on_node1_apart "$pid"; then
+        echo "threads on $(masks "$pid"), want two non-sibling CPUs of node 1 (4-7); Explain: $(bus call "$BUS" "$OBJ" "$IFACE" Explain u "$pid")"
+        return 1
+    fi
+    m=$(uniform_mask "$pid")
+    why=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$pid" | jq -r '.data[0]')
+    rm -f "$RULES/70-vm-plan-memory.toml"
+    systemctl stop vmmem-plan 2>/dev/null
+    grep -q "node 1 chosen: holds [0-9]*% of its " <<<"$why" || {
+        echo "Explain gives no memory reason: $why"
+        return 1
+    }
+    echo "$on% of its memory on node 1; placed on $m; Explain: $(grep -o 'node 1 chosen: .*' <<<"$why" | head -1)"
+}
+
 passed=0
 failed=0
 failed_names=()
@@ -1376,6 +1423,7 @@ run_check restart-keeps-pinned check_restart 120
 run_check kill9-keeps-pinned check_kill9 120
 run_check restore-after-crash check_restore_after_crash 60
 run_check run-memory-bind check_run_memory_bind 180
+run_check plan-where-memory-is check_plan_where_memory_is 180
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
 run_check package-purge-restores check_package_purge 60
