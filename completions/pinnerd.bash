@@ -925,7 +925,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__plan)
-            opts="-k -v -h --count --policy --smt --exclude --core-type --prefer --near --matrix --sysfs --json --live --rules --config --state-dir --measure-budget --no-measure --verbose --help"
+            opts="-k -v -h --count --policy --smt --exclude --core-type --prefer --near --matrix --sysfs --json --live --pid --rules --config --state-dir --measure-budget --no-measure --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -968,6 +968,10 @@ _pinnerd() {
                     return 0
                     ;;
                 --sysfs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pid)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

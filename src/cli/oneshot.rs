@@ -316,6 +316,7 @@ fn local_choice(args: &RunArgs, spec: &PlaceSpec, why: String) -> anyhow::Result
         sysfs: PathBuf::from("/sys"),
         json: false,
         live: false,
+        pid: None,
         rules: Vec::new(),
         config: args.config.clone(),
         state_dir: args.state_dir.clone(),
