@@ -14,6 +14,7 @@
 //! Read on demand (`explain`, planning a process), never per event: `numa_maps` walks
 //! the process's page tables under its mm lock, which costs milliseconds per GiB.
 
+pub mod follow;
 pub mod parse;
 pub mod policy;
 
