@@ -867,7 +867,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__pin)
-            opts="-k -v -h --bus --count --policy --smt --cpus --within --rule --core-type --prefer --near --verbose --help"
+            opts="-k -v -h --bus --count --policy --smt --cpus --within --rule --core-type --prefer --near --memory --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -915,6 +915,10 @@ _pinnerd() {
                     ;;
                 --near)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --memory)
+                    COMPREPLY=($(compgen -W "follow leave" -- "${cur}"))
                     return 0
                     ;;
                 *)

@@ -60,6 +60,9 @@ pub enum Command {
     PinWith {
         pid: u32,
         place: PlaceSpec,
+        /// `memory = "follow"`: its memory is moved to the nodes of its CPUs
+        /// (`memory::follow`).
+        follow: bool,
     },
     /// `PlanWith`: the CPUs [`Command::PinWith`] would choose now; changes nothing.
     PlanWith {

@@ -33,7 +33,7 @@ use crate::polkit::{self, Action, Verdict};
 
 mod placement;
 mod properties;
-pub use placement::{place_spec, placement_dict, PLACEMENT_KEYS};
+pub use placement::{place_spec, placement_dict, placement_dict_with, PLACEMENT_KEYS};
 use properties::sched_ext_pair;
 pub use properties::{changed_properties, properties_changed, publish_properties};
 
@@ -831,7 +831,8 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
 
     /// `PinProcess` in the whole vocabulary of a rule's `[rule.place]`: `placement` holds
     /// `count` (u), `policy`, `smt`, `within`, `cpus` (s, CPU lists in the kernel's
-    /// format) or `rule` (s, a loaded rule whose `[rule.place]` to use). Pins every
+    /// format) or `rule` (s, a loaded rule whose `[rule.place]` to use), and `memory`
+    /// (s, `follow` or `leave`: move its memory to the nodes of its CPUs). Pins every
     /// thread of `pid` among the CPUs no exclusive rule holds; returns the CPUs.
     #[zbus(out_args("cpus"))]
     async fn pin_process_with(
@@ -843,7 +844,8 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     ) -> Result<String> {
         check_body(&header, "PinProcessWith")?;
         let place = place_spec(&placement)?;
-        let cmd = Command::PinWith { pid, place };
+        let follow = placement::memory_follow(&placement)?;
+        let cmd = Command::PinWith { pid, place, follow };
         let cmd = self.admit_pin(conn, &header, "PinProcessWith", cmd).await?;
         match self.forward(cmd).await? {
             Reply::Cpus(set) => Ok(set.to_string()),

@@ -79,6 +79,20 @@ pub struct PinArgs {
     pub pid: u32,
     #[command(flatten)]
     pub place: PlaceFlags,
+    /// follow: move its memory to the NUMA nodes of its CPUs (off the daemon's loop,
+    /// no more often than memory.follow-interval); leave: do not move it.
+    #[arg(long, value_name = "WHAT", default_value = "leave")]
+    pub memory: PinMemory,
+}
+
+/// `pin --memory`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PinMemory {
+    /// Move its memory to the nodes of its CPUs.
+    Follow,
+    /// Do not move its memory.
+    #[default]
+    Leave,
 }
 
 #[derive(Debug, clap::Args)]
@@ -424,7 +438,10 @@ pub fn pin(args: PinArgs) -> anyhow::Result<ExitCode> {
     block_on(async {
         let p = proxy(&args.bus.bus).await?;
         let cpus = p
-            .pin_process_with(args.pid, placement_dict(&spec))
+            .pin_process_with(
+                args.pid,
+                crate::dbus::placement_dict_with(&spec, args.memory == PinMemory::Follow),
+            )
             .await
             .map_err(|e| anyhow::anyhow!(message(&e)))
             .context("PinProcessWith")?;

@@ -47,6 +47,7 @@ use super::schedule::{Due, Schedule, Timing};
 use super::worker::Job;
 use super::{DaemonError, Event, ReloadCause};
 
+mod following;
 mod irqs;
 mod measuring;
 mod memory;
@@ -71,6 +72,8 @@ pub struct Config {
 pub enum Action {
     Emit(Signal),
     Measure(Box<Job>),
+    /// Start a `memory = "follow"` job on a thread of its own.
+    Follow(Box<crate::memory::follow::FollowJob>),
     /// A `STATUS=` line for systemd.
     Status(String),
     /// `WATCHDOG=1`: the loop is alive.
@@ -87,6 +90,7 @@ impl PartialEq for Action {
         match (self, other) {
             (Action::Emit(a), Action::Emit(b)) => a == b,
             (Action::Measure(a), Action::Measure(b)) => a.id == b.id,
+            (Action::Follow(a), Action::Follow(b)) => a.pid == b.pid && a.target == b.target,
             (Action::Status(a), Action::Status(b)) => a == b,
             (Action::Watchdog, Action::Watchdog)
             | (Action::Reloading, Action::Reloading)
@@ -129,6 +133,8 @@ pub struct State {
     next_rescan: Option<Instant>,
     /// The event-to-pin histogram and the textfile's schedule.
     metrics: metrics::Kept,
+    /// `memory = "follow"`: the processes whose memory follows their CPUs.
+    follow: following::Following,
     /// A journal write deferred after process events (see [`JOURNAL_DELAY`]).
     journal_due: Option<Instant>,
     schedule: Schedule,
@@ -167,6 +173,7 @@ impl State {
             watch_down: None,
             next_rescan: None,
             metrics: metrics::Kept::default(),
+            follow: following::Following::default(),
             journal_due: None,
             measuring_around: None,
             irqs: irqs::IrqsAway::default(),
@@ -242,6 +249,7 @@ impl State {
         }
         self.flush_journal();
         self.sync_irqs();
+        self.sync_memory(Instant::now());
     }
 
     fn flush_journal(&mut self) {
@@ -387,6 +395,7 @@ impl State {
             }
             Event::Tick(now) => self.tick(now),
             Event::Measured(outcome) => self.measured(*outcome),
+            Event::Followed(f) => self.followed(*f),
             Event::Proc(msgs) => {
                 let Some(m) = &mut self.manager else { return };
                 let read_at = Instant::now();
@@ -464,6 +473,7 @@ impl State {
                         let mut text = m.explain_for(pid as i32, caller_uid);
                         if m.shows_memory(pid as i32, caller_uid) {
                             text.push_str(&self.memory_line(pid as i32));
+                            text.push_str(&self.follow_line(pid as i32, Instant::now()));
                         }
                         Ok(Reply::Text(text))
                     }
@@ -764,6 +774,7 @@ impl State {
         if self.journal_due.is_some_and(|due| now >= due) {
             self.flush_journal();
         }
+        self.sync_memory(now);
         if let (Some(every), Some(due)) = (self.timing.watchdog_every, self.next_watchdog) {
             if now >= due {
                 self.actions.push(Action::Watchdog);
@@ -1822,6 +1833,7 @@ mod tests {
         let pin = Command::PinWith {
             pid,
             place: place.clone(),
+            follow: false,
         };
         // Authorized for uid 1000's process, but it is root's now: nothing is pinned.
         match s.command(Command::AsOwner {

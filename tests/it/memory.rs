@@ -101,3 +101,88 @@ fn plan_pid_plans_a_running_process_with_its_rule_and_says_where_its_memory_is()
         out.stderr
     );
 }
+
+/// `memory = "follow"` and `pin --memory follow` on this machine: with one node nothing
+/// is read or moved, and Explain and the metrics say so.
+#[test]
+fn memory_follow_on_one_node_is_a_clear_no_op() {
+    use super::daemon::*;
+    use std::time::Duration;
+    let _cpus = super::cpus_stay_online();
+    // Several nodes: a job runs and reports whatever it did (the VM check
+    // memory-follows checks the moving itself).
+    let (note, one_node) = if several_nodes() {
+        ("memory follow: ", false)
+    } else {
+        (
+            "memory follow: nothing moved: one node: all of its memory is local",
+            true,
+        )
+    };
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let h = Helper::spawn(dirs.root.path(), "pd-mem-follow");
+    let runtime = Helper::spawn(dirs.root.path(), "pd-mem-pin");
+    dirs.write_rule(
+        "10-follow.toml",
+        "[[rule]]\nname = \"follow\"\n[rule.match]\ncomm = \"pd-mem-follow\"\n[rule.place]\ncount = 1\nmemory = \"follow\"\n",
+    );
+    let _d = Daemon::start(&bus, &dirs);
+    let pid = h.pid.to_string();
+    bus.wait_for("the rule's note", Duration::from_secs(30), || {
+        bus.call("Explain", &["u", &pid]).contains(note)
+    });
+    let why = bus.call("Explain", &["u", &pid]);
+    assert_eq!(why.contains("memory: one node"), one_node, "{why}");
+    // A pin at run time with --memory follow, through the client.
+    let rpid = runtime.pid.to_string();
+    let out = pinnerd(&[
+        "pin",
+        "--bus",
+        bus.address.as_str(),
+        &rpid,
+        "--count",
+        "1",
+        "--memory",
+        "follow",
+    ]);
+    assert!(out.ok, "{out:?}");
+    bus.wait_for("the pin's note", Duration::from_secs(30), || {
+        bus.call("Explain", &["u", &rpid]).contains(note)
+    });
+    let metrics = bus.call("Metrics", &[]);
+    if one_node {
+        assert!(
+            metrics.contains("pinnerd_memory_migrations_total{outcome=\\\"nothing\\\"} 2"),
+            "{metrics}"
+        );
+    } else {
+        assert!(
+            metrics.contains("pinnerd_memory_moved_bytes_total "),
+            "{metrics}"
+        );
+    }
+    // A wrong word in the dict is refused, naming the key.
+    let out = bus.busctl(&[
+        "call",
+        NAME,
+        PATH,
+        IFACE,
+        "PinProcessWith",
+        "ua{sv}",
+        &rpid,
+        "2",
+        "count",
+        "u",
+        "1",
+        "memory",
+        "s",
+        "bind",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("placement: memory: \"bind\"; expected follow or leave"),
+        "{}",
+        text(&out)
+    );
+}

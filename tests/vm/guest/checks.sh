@@ -1373,6 +1373,56 @@ EOF
     echo "$on% of its memory on node 1; placed on $m; Explain: $(grep -o 'node 1 chosen: .*' <<<"$why" | head -1)"
 }
 
+# A worker allocates and touches 256 MiB while confined to CPUs 0-3 (node 0); a rule
+# with memory = "follow" then places it on node 1: within 10 s at least 90% of its
+# anonymous memory is on node 1 per numa_maps, and Explain says what moved.
+check_memory_follows() {
+    local pid on t0 why m
+    pid=$(start_memworker vmmem-follow 256 taskset -c 0-3) || {
+        echo "$pid"
+        return 1
+    }
+    on=$(anon_on "$pid" 0)
+    [ "$on" -ge 90 ] || {
+        echo "precondition: only $on% of its anonymous memory is on node 0"
+        return 1
+    }
+    t0=$(now)
+    put_rule 71-vm-memory-follow.toml <<'EOF'
+[[rule]]
+name = "vm-memory-follow"
+[rule.match]
+comm = "vmmem-follow"
+[rule.place]
+count = 2
+within = "4-7"
+memory = "follow"
+EOF
+    mostly_on_node1() { [ "$(anon_on "$1" 1)" -ge 90 ]; }
+    export -f mostly_on_node1 anon_on
+    if ! wait_for 10 mostly_on_node1 "$pid"; then
+        echo "after $(elapsed "$t0") s only $(anon_on "$pid" 1)% of its $(anon_mib "$pid") MiB is on node 1 (threads on $(masks "$pid")); Explain: $(bus call "$BUS" "$OBJ" "$IFACE" Explain u "$pid")"
+        rm -f "$RULES/71-vm-memory-follow.toml"
+        systemctl stop vmmem-follow 2>/dev/null
+        return 1
+    fi
+    t1=$(elapsed "$t0")
+    on=$(anon_on "$pid" 1)
+    m=$(uniform_mask "$pid")
+    # The job's outcome reaches Explain when it ends.
+    has_moved() { bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$1" | jq -r '.data[0]' | grep -q 'memory follow: moved '; }
+    export -f has_moved
+    wait_for 10 has_moved "$pid"
+    why=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$pid" | jq -r '.data[0]')
+    rm -f "$RULES/71-vm-memory-follow.toml"
+    systemctl stop vmmem-follow 2>/dev/null
+    grep -q 'memory follow: moved [0-9.]* [KMG]iB from node 0 to node 1' <<<"$why" || {
+        echo "$on% on node 1 after $t1 s, but Explain does not say what moved: $why"
+        return 1
+    }
+    echo "$on% of its anonymous memory on node 1 after $t1 s (CPUs $m); Explain: $(grep -o 'memory follow: .*' <<<"$why" | head -1)"
+}
+
 passed=0
 failed=0
 failed_names=()
@@ -1424,6 +1474,7 @@ run_check kill9-keeps-pinned check_kill9 120
 run_check restore-after-crash check_restore_after_crash 60
 run_check run-memory-bind check_run_memory_bind 180
 run_check plan-where-memory-is check_plan_where_memory_is 180
+run_check memory-follows check_memory_follows 180
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
 run_check package-purge-restores check_package_purge 60
