@@ -1935,4 +1935,105 @@ mod tests {
             Err(CommandError::NoSuchProcess(p)) if p == pid
         ));
     }
+
+    #[test]
+    fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
+        use crate::api::PlaceSpec;
+        use crate::memory::follow::{Finished, Outcome};
+        use std::collections::BTreeSet;
+        let (mut s, _d, _job) = started(Timing::default());
+        // Two nodes: even CPUs on node 0, odd on node 1.
+        let fixture = SysRoot::machine(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/sysfs/xeon-e5620"),
+        );
+        s.topology = Some(Topology::discover(&fixture).unwrap());
+        s.settings.memory.follow_interval =
+            crate::settings::HumanDuration(Duration::from_secs(300));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let pin = |s: &mut State, cpu: &str| {
+            let place = PlaceSpec::Request(PlacementRequest {
+                target: CpuTarget::Cpus(cpu.parse().unwrap()),
+                within: None,
+                policy: Policy::Compact,
+                smt: SmtPolicy::Allow,
+                exclusive: false,
+                shape: Default::default(),
+            });
+            s.command(Command::PinWith {
+                pid,
+                place,
+                follow: true,
+            })
+            .unwrap();
+            s.take_actions()
+                .into_iter()
+                .filter_map(|a| match a {
+                    Action::Follow(j) => Some((j.pid, j.target.clone())),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        // Pinned to CPU 1 (node 1): one job, towards node 1.
+        assert_eq!(pin(&mut s, "1"), vec![(pid as i32, BTreeSet::from([1]))]);
+        // While it runs, no second one.
+        s.sync_memory(Instant::now());
+        assert!(s.take_actions().is_empty());
+        let explain = |s: &mut State| match s.command(Command::Explain { pid, caller_uid: 0 }) {
+            Ok(Reply::Text(t)) => t,
+            other => panic!("{other:?}"),
+        };
+        assert!(explain(&mut s).contains("memory follow: moving its memory to node 1 now"));
+        let done = Instant::now();
+        s.handle(Event::Followed(Box::new(Finished {
+            pid: pid as i32,
+            target: BTreeSet::from([1]),
+            outcome: Outcome::Moved {
+                from: BTreeSet::from([0]),
+                to: BTreeSet::from([1]),
+                moved: 1 << 30,
+                left: 0,
+                pages_left: 0,
+                took: Duration::from_millis(500),
+            },
+            at: done,
+        })));
+        let why = explain(&mut s);
+        assert!(
+            why.contains("memory follow: moved 1.0 GiB from node 0 to node 1 in 0.5 s"),
+            "{why}"
+        );
+        let Reply::Text(metrics) = s.command(Command::Metrics).unwrap() else {
+            panic!()
+        };
+        assert!(
+            metrics.contains("pinnerd_memory_migrations_total{outcome=\"moved\"} 1\n"),
+            "{metrics}"
+        );
+        assert!(metrics.contains("pinnerd_memory_moved_bytes_total 1073741824\n"));
+        // Its CPUs move to node 0 within the interval: it waits, and says so.
+        assert!(pin(&mut s, "0").is_empty());
+        let why = explain(&mut s);
+        assert!(
+            why.contains("memory follow: its CPUs are on node 0 now; moving there in "),
+            "{why}"
+        );
+        // Once the interval has passed, the next job starts.
+        s.sync_memory(done + Duration::from_secs(301));
+        let next: Vec<_> = s
+            .take_actions()
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Follow(j) => Some(j.target.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(next, vec![BTreeSet::from([0])]);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
 }
