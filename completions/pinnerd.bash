@@ -867,7 +867,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__pin)
-            opts="-k -v -h --bus --count --policy --smt --cpus --within --rule --core-type --prefer --near --verbose --help"
+            opts="-k -v -h --bus --count --policy --smt --cpus --within --rule --core-type --prefer --near --memory --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -917,6 +917,10 @@ _pinnerd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --memory)
+                    COMPREPLY=($(compgen -W "follow leave" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -925,7 +929,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__plan)
-            opts="-k -v -h --count --policy --smt --exclude --core-type --prefer --near --matrix --sysfs --json --live --rules --config --state-dir --measure-budget --no-measure --verbose --help"
+            opts="-k -v -h --count --policy --smt --exclude --core-type --prefer --near --matrix --sysfs --json --live --pid --rules --config --state-dir --measure-budget --no-measure --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -968,6 +972,10 @@ _pinnerd() {
                     return 0
                     ;;
                 --sysfs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pid)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1053,7 +1061,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__run)
-            opts="-k -v -h --count --policy --smt --cpus --within --rule --core-type --prefer --near --bus --print --local --rules --config --state-dir --verbose --help"
+            opts="-k -v -h --count --policy --smt --cpus --within --rule --core-type --prefer --near --bus --memory --print --local --rules --config --state-dir --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1101,6 +1109,10 @@ _pinnerd() {
                     ;;
                 --bus)
                     COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --memory)
+                    COMPREPLY=($(compgen -W "bind preferred leave" -- "${cur}"))
                     return 0
                     ;;
                 --rules)

@@ -85,6 +85,7 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l prefer -d 'Amon
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l near -d 'Near a device: a network interface, a PCI address (0000:81:00.0), a block device or a /dev path. Its NUMA node\'s CPUs first, the nearest nodes added when needed' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l matrix -d 'Latency matrix (our JSON or core-to-core-latency CSV); default: this machine\'s' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l sysfs -d 'Root of the sysfs tree to read the topology from' -r -F
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l pid -d 'Plan for this running process as the daemon would: in its cgroup cpuset, weighing where its memory is; without --count, the request of the rule that matches it. Changes nothing' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l rules -d 'Rule directories for --live (default: the settings\' `rule-dirs`, /etc/pinnerd.d)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l config -d 'The daemon\'s settings file, for --live (housekeeping CPUs, rule directories); a missing file means the defaults' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l state-dir -d 'Where the daemon stores this machine\'s matrix (default: $STATE_DIRECTORY, else /var/lib/pinnerd)' -r -F
@@ -174,13 +175,16 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l core-type -d 'On
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l prefer -d 'Among the cache groups able to hold the request: cache (the most L3 per core) or frequency (the highest preferred-core ranking, else maximum frequency)' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l near -d 'Near a device: a network interface, a PCI address (0000:81:00.0), a block device or a /dev path. Its NUMA node\'s CPUs first, the nearest nodes added when needed' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l bus -d '`system`, `session`, or a D-Bus address such as `unix:path=/run/bus`' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l memory -d 'The command\'s memory: bind (only the NUMA nodes of the chosen CPUs), preferred (those nodes first) or leave (the kernel\'s default: where the allocating CPU is). Set before exec, as numactl --membind/--preferred do' -r -f -a "bind\t'Allocate only on the nodes of the chosen CPUs (`numactl --membind`); an allocation those nodes cannot satisfy fails (or swaps) instead of spilling'
+preferred\t'Prefer the nodes of the chosen CPUs, spill elsewhere when they are full (`numactl --preferred`; several nodes need Linux 5.15\'s MPOL_PREFERRED_MANY)'
+leave\t'Leave the memory policy alone (the default: memory follows the CPU that allocates, the kernel\'s "local" policy)'"
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l rules -d 'Rule directories for `--rule` without the daemon (default: the settings\' `rule-dirs`, /etc/pinnerd.d)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l config -d 'The daemon\'s settings file, for a choice made without the daemon (housekeeping CPUs, rule directories); a missing file means the defaults' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l state-dir -d 'Where the daemon stores this machine\'s matrix (default: $STATE_DIRECTORY, else /var/lib/pinnerd)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l print -d 'Show the CPUs that would be chosen, and who chose them; run nothing'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l local -d 'Never ask the daemon: choose from this machine\'s stored matrix, else its sysfs topology'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -s v -l verbose -d 'More log output (repeat for more)'
-complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -s h -l help -d 'Print help'
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l bus -d '`system`, `session`, or a D-Bus address such as `unix:path=/run/bus`' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -s k -l count -d 'This many CPUs, chosen from the latency matrix (default 1)' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l policy -d 'compact (threads that talk) or spread (independent workers); with a count' -r
@@ -191,8 +195,10 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l rule -d 'Use the
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l core-type -d 'Only CPUs of this kind: performance or efficiency (a machine with one kind of core has only performance cores). Refused, never widened, when the kind cannot hold the request' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l prefer -d 'Among the cache groups able to hold the request: cache (the most L3 per core) or frequency (the highest preferred-core ranking, else maximum frequency)' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l near -d 'Near a device: a network interface, a PCI address (0000:81:00.0), a block device or a /dev path. Its NUMA node\'s CPUs first, the nearest nodes added when needed' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l memory -d 'follow: move its memory to the NUMA nodes of its CPUs (off the daemon\'s loop, no more often than memory.follow-interval); leave: do not move it' -r -f -a "follow\t'Move its memory to the nodes of its CPUs'
+leave\t'Do not move its memory'"
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -s v -l verbose -d 'More log output (repeat for more)'
-complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -s h -l help -d 'Print help'
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand release" -l bus -d '`system`, `session`, or a D-Bus address such as `unix:path=/run/bus`' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand release" -s v -l verbose -d 'More log output (repeat for more)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand release" -s h -l help -d 'Print help'

@@ -33,6 +33,12 @@ pub enum Command {
         /// else only the rule and the CPUs.
         caller_uid: u32,
     },
+    /// Where process `pid`'s memory is per NUMA node, for `ExplainJson` (`null` where
+    /// the caller may not see its whole explanation).
+    Memory {
+        pid: u32,
+        caller_uid: u32,
+    },
     Plan {
         count: u32,
         policy: Policy,
@@ -54,6 +60,9 @@ pub enum Command {
     PinWith {
         pid: u32,
         place: PlaceSpec,
+        /// `memory = "follow"`: its memory is moved to the nodes of its CPUs
+        /// (`memory::follow`).
+        follow: bool,
     },
     /// `PlanWith`: the CPUs [`Command::PinWith`] would choose now; changes nothing.
     PlanWith {
@@ -188,6 +197,8 @@ pub enum Reply {
     Done,
     /// A process's real uid.
     Owner(u32),
+    /// A JSON value (`Command::Memory`).
+    Json(serde_json::Value),
 }
 
 /// A command on its way to the loop, with where its answer goes.

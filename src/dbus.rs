@@ -33,7 +33,7 @@ use crate::polkit::{self, Action, Verdict};
 
 mod placement;
 mod properties;
-pub use placement::{place_spec, placement_dict, PLACEMENT_KEYS};
+pub use placement::{place_spec, placement_dict, placement_dict_with, PLACEMENT_KEYS};
 use properties::sched_ext_pair;
 pub use properties::{changed_properties, properties_changed, publish_properties};
 
@@ -489,8 +489,14 @@ fn managed_with_cpu_ids(e: ManagedEntry) -> Result<(u32, String, String, Vec<u32
     Ok((e.pid, e.comm, e.rule, cpus.iter().collect(), e.state))
 }
 
-/// The object `ExplainJson` returns: the managed row of `pid`, if any, and the text.
-fn explain_json(pid: u32, entry: Option<ManagedEntry>, text: String) -> Result<serde_json::Value> {
+/// The object `ExplainJson` returns: the managed row of `pid`, if any, the text and
+/// where its memory is (`memory`, see `crate::memory::MemoryView::to_json`).
+fn explain_json(
+    pid: u32,
+    entry: Option<ManagedEntry>,
+    text: String,
+    memory: serde_json::Value,
+) -> Result<serde_json::Value> {
     let value = match entry {
         Some(e) => {
             let (pid, comm, rule, cpus, state) = managed_with_cpu_ids(e)?;
@@ -502,6 +508,7 @@ fn explain_json(pid: u32, entry: Option<ManagedEntry>, text: String) -> Result<s
                 "cpus": cpus,
                 "state": state,
                 "text": text,
+                "memory": memory,
             })
         }
         None => serde_json::json!({
@@ -512,6 +519,7 @@ fn explain_json(pid: u32, entry: Option<ManagedEntry>, text: String) -> Result<s
             "cpus": [],
             "state": null,
             "text": text,
+            "memory": memory,
         }),
     };
     Ok(value)
@@ -823,7 +831,8 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
 
     /// `PinProcess` in the whole vocabulary of a rule's `[rule.place]`: `placement` holds
     /// `count` (u), `policy`, `smt`, `within`, `cpus` (s, CPU lists in the kernel's
-    /// format) or `rule` (s, a loaded rule whose `[rule.place]` to use). Pins every
+    /// format) or `rule` (s, a loaded rule whose `[rule.place]` to use), and `memory`
+    /// (s, `follow` or `leave`: move its memory to the nodes of its CPUs). Pins every
     /// thread of `pid` among the CPUs no exclusive rule holds; returns the CPUs.
     #[zbus(out_args("cpus"))]
     async fn pin_process_with(
@@ -835,7 +844,8 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     ) -> Result<String> {
         check_body(&header, "PinProcessWith")?;
         let place = place_spec(&placement)?;
-        let cmd = Command::PinWith { pid, place };
+        let follow = placement::memory_follow(&placement)?;
+        let cmd = Command::PinWith { pid, place, follow };
         let cmd = self.admit_pin(conn, &header, "PinProcessWith", cmd).await?;
         match self.forward(cmd).await? {
             Reply::Cpus(set) => Ok(set.to_string()),
@@ -845,8 +855,10 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
 
     /// `Explain` for programs: a JSON object with `pid`, `managed`, `rule`, `comm`,
     /// `cpus` (CPU ids), `state` (as `ListManaged` has them; `rule`, `comm` and `state`
-    /// are null when not managed) and `text` (what `Explain` returns, with the same
-    /// privacy: another user's process is shown by rule and CPUs only).
+    /// are null when not managed), `text` (what `Explain` returns, with the same
+    /// privacy: another user's process is shown by rule and CPUs only) and `memory`:
+    /// its resident bytes per NUMA node (`one_node`, `source`, `total_bytes`, `nodes`:
+    /// `node`, `bytes`, `share`), null for a caller shown rule and CPUs only.
     #[zbus(out_args("json"))]
     async fn explain_json(
         &self,
@@ -863,7 +875,11 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
             Reply::Managed(list) => list.into_iter().find(|e| e.pid == pid),
             other => return Err(unexpected(other)),
         };
-        Ok(explain_json(pid, entry, text)?.to_string())
+        let memory = match self.forward(Command::Memory { pid, caller_uid }).await? {
+            Reply::Json(v) => v,
+            other => return Err(unexpected(other)),
+        };
+        Ok(explain_json(pid, entry, text, memory)?.to_string())
     }
 
     /// The CPUs `PinProcessWith` would choose now for `placement`; changes nothing.
@@ -1046,13 +1062,16 @@ mod tests {
 
     #[test]
     fn explain_json_has_the_row_or_nulls() {
-        let v = explain_json(42, Some(entry("3")), "why\n".into()).unwrap();
+        let memory = serde_json::json!({"one_node": true, "nodes": []});
+        let v = explain_json(42, Some(entry("3")), "why\n".into(), memory.clone()).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"pid": 42, "managed": true, "rule": "md", "comm": "feed",
-                               "cpus": [3], "state": "applied", "text": "why\n"})
+                               "cpus": [3], "state": "applied", "text": "why\n",
+                               "memory": memory})
         );
-        let v = explain_json(7, None, "not managed\n".into()).unwrap();
+        let v = explain_json(7, None, "not managed\n".into(), serde_json::Value::Null).unwrap();
+        assert!(v["memory"].is_null());
         assert_eq!(v["managed"], false);
         assert_eq!(v["cpus"], serde_json::json!([]));
         assert!(v["rule"].is_null() && v["comm"].is_null() && v["state"].is_null());

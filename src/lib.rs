@@ -39,6 +39,8 @@
 //!   journal, and irqbalance's banned CPUs
 //! - `manager`: which processes are managed; applies the plan to their threads
 //! - `matrix`: the latency matrix and its files
+//! - `memory`: where a process's memory is per NUMA node (`numa_maps`, `memory.numa_stat`),
+//!   `run --memory`'s policy, and moving it to the nodes of its CPUs (`memory = "follow"`)
 //! - `measure`: spin pairs → latencies; sparse measurement (the hierarchy from a few
 //!   pairs, spot checks per block, the rest inferred, or a mesh's model from random
 //!   pairs; then the cells of the compact plans that `domains` and `placement` make
@@ -86,6 +88,7 @@ pub mod irq;
 pub mod manager;
 pub mod matrix;
 pub mod measure;
+pub mod memory;
 pub mod metrics;
 pub mod placement;
 pub mod plan;

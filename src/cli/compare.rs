@@ -157,6 +157,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
         sysfs: PathBuf::from("/sys"),
         json: false,
         live: false,
+        pid: None,
         rules: Vec::new(),
         config: PathBuf::from(crate::settings::DEFAULT_SETTINGS_PATH),
         state_dir: args.state_dir.clone(),

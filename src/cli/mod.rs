@@ -19,6 +19,7 @@ pub mod measure;
 pub mod oneshot;
 pub mod place_flags;
 pub mod plan;
+pub mod plan_pid;
 pub mod topology;
 
 /// Longest `--budget` / `--measure-budget` accepted: one day.

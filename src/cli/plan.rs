@@ -31,7 +31,7 @@ use crate::topology::Topology;
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
     /// Number of CPUs wanted.
-    #[arg(long, short = 'k', required_unless_present = "live")]
+    #[arg(long, short = 'k', required_unless_present_any = ["live", "pid"])]
     pub count: Option<u32>,
     /// compact (threads that talk) or spread (independent workers).
     #[arg(long, default_value = "compact")]
@@ -57,6 +57,11 @@ pub struct PlanArgs {
     /// they would get. Changes nothing.
     #[arg(long)]
     pub live: bool,
+    /// Plan for this running process as the daemon would: in its cgroup cpuset,
+    /// weighing where its memory is; without --count, the request of the rule that
+    /// matches it. Changes nothing.
+    #[arg(long, value_name = "PID", conflicts_with = "live")]
+    pub pid: Option<u32>,
     /// Rule directories for --live (default: the settings' `rule-dirs`, /etc/pinnerd.d).
     #[arg(long = "rules")]
     pub rules: Vec<PathBuf>,
@@ -96,6 +101,9 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
             matrix: args.matrix,
             json: args.json,
         });
+    }
+    if let Some(pid) = args.pid {
+        return super::plan_pid::run(&args, pid);
     }
     let count = args.count.context("--count is required")? as usize;
     let plan = plan(&args, count)?;

@@ -332,6 +332,26 @@ impl Shell {
                             })));
                         }
                     }
+                    Action::Follow(job) => {
+                        let (pid, target) = (job.pid, job.target.clone());
+                        let tx = self.events.clone();
+                        let spawned = crate::memory::follow::spawn(*job, move |done| {
+                            let _ = tx.blocking_send(Event::Followed(Box::new(done)));
+                        });
+                        if let Err(e) = spawned {
+                            tracing::error!(pid, error = %e, "cannot start the memory thread");
+                            state.handle(Event::Followed(Box::new(
+                                crate::memory::follow::Finished {
+                                    pid,
+                                    target,
+                                    outcome: crate::memory::follow::Outcome::Failed(format!(
+                                        "cannot start its thread: {e}"
+                                    )),
+                                    at: std::time::Instant::now(),
+                                },
+                            )));
+                        }
+                    }
                     Action::Status(line) => notify(&[sd_notify::NotifyState::Status(&line)]),
                     Action::Watchdog => notify(&[sd_notify::NotifyState::Watchdog]),
                     Action::Reloading => match sd_notify::NotifyState::monotonic_usec_now() {

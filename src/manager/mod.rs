@@ -215,6 +215,9 @@ struct Managed {
     threads: BTreeMap<Tid, ManagedThread>,
     /// The slots of each thread entry, held by its live threads.
     slots: HashMap<usize, SlotPool>,
+    /// Its resident memory per node at first contact, when its rule weighs memory and
+    /// it is large enough to (see `plan::memory`).
+    memory: Option<crate::memory::NodeBytes>,
 }
 
 impl Managed {

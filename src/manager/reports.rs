@@ -74,6 +74,15 @@ impl Manager {
         self.procs.snapshot(pid).map(|s| s.info.uid)
     }
 
+    /// Whether `caller_uid` sees where process `pid`'s memory is: root and the owner of
+    /// a user process (the same callers who see its whole explanation); never for a
+    /// kernel thread, which has no memory of its own.
+    pub fn shows_memory(&self, pid: i32, caller_uid: u32) -> bool {
+        self.procs
+            .snapshot(pid)
+            .is_some_and(|s| !s.kernel_thread && (caller_uid == 0 || s.info.uid == caller_uid))
+    }
+
     /// [`Manager::explain`] as user `caller_uid` may see it: root and the process's owner
     /// get all of it; anyone else only the rule that manages it and its CPUs — never the
     /// command line, the executable or the verdicts that would reveal them, which the
@@ -160,6 +169,9 @@ impl Manager {
                             Some(i) => format!("threads[{i}]"),
                         };
                         let _ = writeln!(s, "  plan {unit}: {}", p.state.describe());
+                        if let Some(why) = &p.memory {
+                            let _ = writeln!(s, "  plan {unit}: {why}");
+                        }
                     }
                 }
                 for (tid, t) in &m.threads {

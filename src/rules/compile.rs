@@ -156,6 +156,9 @@ pub struct Rule {
     pub latency_critical: bool,
     /// `irqs = "away"` in `[rule.place]`: interrupts leave its CPUs while it holds them.
     pub irqs_away: bool,
+    /// `memory = "follow"` in `[rule.place]`: its processes' memory is moved to the
+    /// nodes of their CPUs.
+    pub memory_follow: bool,
 }
 
 impl Rule {
@@ -276,6 +279,11 @@ pub fn compile_file(
                     .as_ref()
                     .and_then(|p| p.get_ref().irqs.as_ref())
                     .is_some_and(|i| *i.get_ref() == super::format::Irqs::Away),
+                memory_follow: spec
+                    .place
+                    .as_ref()
+                    .and_then(|p| p.get_ref().memory.as_ref())
+                    .is_some_and(|m| *m.get_ref() == super::format::Memory::Follow),
             });
         }
     }

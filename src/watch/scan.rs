@@ -62,6 +62,13 @@ pub trait ProcSource {
         let _ = pid;
         None
     }
+    /// Resident bytes per NUMA node of one process, on a machine with `nodes`
+    /// (`memory::read`: a page-table walk, so only on demand); `None` when it is gone,
+    /// the machine has one node or it cannot be read.
+    fn memory(&self, pid: i32, nodes: &[u32]) -> Option<crate::memory::NodeBytes> {
+        let _ = (pid, nodes);
+        None
+    }
 }
 
 /// The real procfs under a [`SysRoot`].
@@ -161,6 +168,18 @@ impl ProcFs {
 }
 
 impl ProcSource for ProcFs {
+    fn memory(&self, pid: i32, nodes: &[u32]) -> Option<crate::memory::NodeBytes> {
+        use crate::memory::{MemoryView, ReadError};
+        match crate::memory::read(&self.root, pid, nodes) {
+            Ok(MemoryView::Nodes { nodes, .. }) => Some(nodes),
+            Ok(MemoryView::OneNode) | Err(ReadError::Gone { .. }) => None,
+            Err(e) => {
+                tracing::warn!(pid, error = %e, "cannot read where the process's memory is");
+                None
+            }
+        }
+    }
+
     fn cpuset(&self, pid: i32) -> Option<crate::cgroup::Cpuset> {
         match crate::cgroup::process_cpuset(&self.root, pid) {
             Ok(c) => c,
@@ -267,6 +286,8 @@ pub struct FakeProcs {
     snapshots: std::sync::atomic::AtomicUsize,
     /// pid → its cgroup cpuset, for the processes given one.
     cpusets: std::sync::Mutex<std::collections::BTreeMap<i32, CpuSet>>,
+    /// pid → its resident bytes per node, for the processes given some.
+    memory: std::sync::Mutex<std::collections::BTreeMap<i32, crate::memory::NodeBytes>>,
 }
 
 impl FakeProcs {
@@ -323,6 +344,12 @@ impl FakeProcs {
         );
     }
 
+    /// Gives process `pid` resident memory: bytes per node.
+    pub fn set_memory(&self, pid: i32, bytes: &[(u32, u64)]) {
+        let mut map = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(pid, bytes.iter().copied().collect());
+    }
+
     /// Puts process `pid` in a cgroup cpuset of `cpus` (`None`: in none).
     pub fn set_cpuset(&self, pid: i32, cpus: Option<CpuSet>) {
         let mut map = self.cpusets.lock().unwrap_or_else(|p| p.into_inner());
@@ -377,6 +404,14 @@ impl FakeProcs {
 }
 
 impl ProcSource for FakeProcs {
+    fn memory(&self, pid: i32, nodes: &[u32]) -> Option<crate::memory::NodeBytes> {
+        if nodes.len() <= 1 {
+            return None;
+        }
+        let map = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&pid).cloned()
+    }
+
     fn cpuset(&self, pid: i32) -> Option<crate::cgroup::Cpuset> {
         let map = self.cpusets.lock().unwrap_or_else(|p| p.into_inner());
         map.get(&pid).map(|c| crate::cgroup::Cpuset {

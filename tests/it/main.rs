@@ -19,6 +19,7 @@ mod generated;
 mod helper;
 mod manpages;
 mod measure;
+mod memory;
 mod metrics;
 mod packaging;
 mod pid_reuse;

@@ -197,6 +197,85 @@ fn run_without_a_daemon_sets_the_cpus_and_passes_the_exit_status_through() {
     assert!(out.ok && out.stderr.contains("no daemon to ask"), "{out:?}");
 }
 
+/// The NUMA node of `cpu`, from sysfs.
+fn node_of(cpu: u32) -> u32 {
+    for e in std::fs::read_dir("/sys/devices/system/node")
+        .unwrap()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(id) = name.strip_prefix("node").and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let list = std::fs::read_to_string(e.path().join("cpulist")).unwrap();
+        if list.trim().parse::<CpuSet>().unwrap().contains(cpu) {
+            return id;
+        }
+    }
+    panic!("CPU {cpu} is in no node")
+}
+
+#[test]
+fn run_memory_sets_the_commands_policy_to_the_nodes_of_its_cpus() {
+    let _cpus = super::cpus_stay_online();
+    let cpu = online().last().unwrap();
+    let node = node_of(cpu);
+    let cpu_s = cpu.to_string();
+    for (memory, policy) in [("bind", "bind"), ("preferred", "prefer")] {
+        let out = pinnerd(&[
+            "run",
+            "--bus",
+            NO_BUS,
+            "--cpus",
+            &cpu_s,
+            "--memory",
+            memory,
+            "--",
+            "cat",
+            "/proc/self/numa_maps",
+        ]);
+        assert!(out.ok, "{out:?}");
+        let want = format!("{policy}:{node}");
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        assert!(!lines.is_empty(), "{out:?}");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.split(' ').nth(1) == Some(want.as_str())),
+            "every mapping of the command has {want:?}: {}",
+            out.stdout
+        );
+    }
+    // Without --memory (leave): the default policy.
+    let out = pinnerd(&[
+        "run",
+        "--bus",
+        NO_BUS,
+        "--cpus",
+        &cpu_s,
+        "--",
+        "cat",
+        "/proc/self/numa_maps",
+    ]);
+    assert!(out.ok, "{out:?}");
+    assert!(
+        out.stdout
+            .lines()
+            .all(|l| l.split(' ').nth(1) == Some("default")),
+        "{out:?}"
+    );
+    let out = pinnerd(&[
+        "run",
+        "--bus",
+        NO_BUS,
+        "--memory",
+        "everywhere",
+        "--",
+        "true",
+    ]);
+    assert!(!out.ok && out.stderr.contains("bind"), "{out:?}");
+}
+
 #[test]
 fn run_rule_without_a_daemon_uses_the_rule_files() {
     let _cpus = super::cpus_stay_online();

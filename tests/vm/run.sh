@@ -133,6 +133,7 @@ rm -f "$root/tmp/pinnerd.deb"
 install -d "$root/usr/local/lib/pinnerd-vm"
 install -m 0755 "$here/guest/checks.sh" "$root/usr/local/lib/pinnerd-vm/checks.sh"
 install -m 0644 "$here/guest/workload.py" "$root/usr/local/lib/pinnerd-vm/workload.py"
+install -m 0644 "$here/guest/memworker.py" "$root/usr/local/lib/pinnerd-vm/memworker.py"
 install -m 0644 "$here/guest/pinnerd-vm-checks.service" "$root/etc/systemd/system/"
 ln -s ../pinnerd-vm-checks.service "$root/etc/systemd/system/multi-user.target.wants/"
 if [ -f "$here/guest/pinnerd.toml" ]; then
