@@ -90,6 +90,7 @@ pub mod metrics;
 pub mod placement;
 pub mod plan;
 pub mod polkit;
+pub mod report;
 pub mod rules;
 pub mod sched_ext;
 pub mod settings;
