@@ -163,6 +163,9 @@ pub struct Quality {
     /// Pairs whose passes still disagreed beyond the tolerance.
     pub unstable_pairs: Option<usize>,
     pub kept: Option<KeptCells>,
+    /// The matrix was imported (core-to-core-latency's CSV): how it was measured is
+    /// not recorded.
+    pub imported: bool,
     /// Pairs measured by sparse mode (the rest inferred), and the share.
     pub sparse_measured: Option<(usize, usize, f64)>,
     /// Domain findings: `kind: message`.
@@ -293,16 +296,18 @@ pub fn topo_boxes(
 }
 
 /// The level that colours the CPUs: the finest level above SMT with several groups,
-/// else the SMT level; with each CPU's group there.
+/// else the SMT level when it pairs CPUs; with each CPU's group there.
 pub fn colour_groups(d: &Domains) -> (Option<String>, BTreeMap<u32, usize>) {
     let levels = d.levels();
     let pick = levels
         .iter()
         .position(|l| !matches!(l.kind, LevelKind::Smt | LevelKind::Machine) && l.groups.len() > 1)
         .or_else(|| {
-            levels
-                .iter()
-                .position(|l| l.kind != LevelKind::Machine && l.groups.len() > 1)
+            levels.iter().position(|l| {
+                l.kind != LevelKind::Machine
+                    && l.groups.len() > 1
+                    && l.groups.iter().any(|g| g.len() > 1)
+            })
         });
     let Some(l) = pick else {
         return (None, BTreeMap::new());
@@ -381,7 +386,8 @@ td.n{text-align:right;font-variant-numeric:tabular-nums}
 .box{border:1px solid #777;border-radius:4px;padding:3px;margin:3px;display:flex;flex-wrap:wrap;align-items:flex-start;background:#fafafa}
 .box>.lbl{flex-basis:100%;font-size:.75rem;color:#333;margin:0 2px 2px}
 .box .box{background:#fff}
-.box.leafs{padding:1px 2px;margin:2px}.box.leafs>.lbl{font-size:.62rem;margin:0 1px}
+.box.leafs{display:block;padding:1px 2px;margin:2px}.box.leafs>.lbl{font-size:.62rem;margin:0 1px;white-space:nowrap}
+.box.leafs>.cpu{display:inline-block}
 .cpu{border:1px solid #555;border-radius:3px;margin:2px;padding:1px 4px;font-size:.72rem;min-width:2.6em;text-align:center}
 .cpu small{display:block;color:#333;font-size:.62rem}
 figure{margin:10px 0}figure svg{max-width:100%;height:auto;display:block}
@@ -548,13 +554,25 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
     // 1. The machine.
     s.push_str("<section id=\"machine\"><h2>The machine</h2><table>");
     let m = &r.machine;
+    // A published matrix says nothing of the machine's kernel, nodes or host.
+    let unknown = |known: &'static str| {
+        if r.this_machine {
+            known
+        } else {
+            "not known (a matrix alone)"
+        }
+    };
     row(&mut s, "model", m.model.as_deref().unwrap_or("unknown"));
     row(
         &mut s,
         "fingerprint",
-        m.fingerprint.as_deref().unwrap_or("–"),
+        m.fingerprint.as_deref().unwrap_or(unknown("–")),
     );
-    row(&mut s, "kernel", m.kernel.as_deref().unwrap_or("–"));
+    row(
+        &mut s,
+        "kernel",
+        m.kernel.as_deref().unwrap_or(unknown("–")),
+    );
     row(
         &mut s,
         "CPUs",
@@ -569,7 +587,7 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
     );
     row(&mut s, "SMT", &m.smt);
     let nodes = if m.nodes.is_empty() {
-        "–".to_string()
+        unknown("–").to_string()
     } else {
         m.nodes
             .iter()
@@ -584,26 +602,30 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
     row(
         &mut s,
         "core kinds",
-        m.core_kinds.as_deref().unwrap_or("one kind"),
+        m.core_kinds.as_deref().unwrap_or(unknown("one kind")),
     );
-    row(&mut s, "X3D mode", m.x3d_mode.as_deref().unwrap_or("–"));
+    row(
+        &mut s,
+        "X3D mode",
+        m.x3d_mode.as_deref().unwrap_or(unknown("–")),
+    );
     row(
         &mut s,
         "sched_ext",
-        m.sched_ext.as_deref().unwrap_or("none running"),
+        m.sched_ext.as_deref().unwrap_or(unknown("none running")),
     );
     row(
         &mut s,
         "virtualisation",
         m.virtualisation
             .as_deref()
-            .unwrap_or("none seen (bare metal)"),
+            .unwrap_or(unknown("none seen (bare metal)")),
     );
     row(
         &mut s,
         "steal",
         &if m.steal.is_empty() {
-            "none seen".to_string()
+            unknown("none seen").to_string()
         } else {
             m.steal.join("; ")
         },
@@ -614,7 +636,7 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
     let _ = write!(
         s,
         "<section id=\"topology\"><h2>Topology, with the latency measured inside each box</h2>\
-<p class=\"note\">Boxes from {}; each box gives the median one-way latency between its CPUs that sit in different inner boxes. CPUs are coloured by their measured {} group (dN), so a CPU numbered into the wrong box stands out.</p><div class=\"wide\">",
+<p class=\"note\">Boxes from {}; each box gives the median one-way latency between its CPUs that sit in different inner boxes (a core: between its SMT siblings). CPUs are coloured by their measured {} group (dN), so a CPU numbered into the wrong box stands out.</p><div class=\"wide\">",
         if r.topology_from == "sysfs" {
             "sysfs (package → node → LLC → core)"
         } else {
@@ -665,7 +687,7 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
             let _ = write!(
                 s,
                 "<figure>{}<figcaption>In CPU-number order: how CPUs are picked on autopilot (0, 1, 2 …). Dark is near.</figcaption></figure>",
-                heatmap(mx, &r.cpu_order, "one-way latency (ns), CPU-number order", &[], "heatmap-cpu-order")
+                heatmap(mx, &r.cpu_order, "CPU-number order (ns)", &[], "heatmap-cpu-order")
             );
             let _ = write!(
                 s,
@@ -673,7 +695,7 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
                 heatmap(
                     mx,
                     &r.domain_order,
-                    "one-way latency (ns), domain order",
+                    "domain order (ns)",
                     &boundaries(&r.domain_order, &levels),
                     "heatmap-domain-order"
                 )
@@ -824,6 +846,7 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
                 "{} pair(s) kept from an earlier run (CPUs {}: {}), {} missing",
                 k.pairs, k.cpus, k.reason, k.missing
             ),
+            None if q.imported => "not recorded (imported matrix)".into(),
             None => "none: every CPU measured in one run".into(),
         },
     );
@@ -835,6 +858,7 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
                 "{m} of {t} ({:.1}%), the rest inferred (sparse)",
                 100.0 * share
             ),
+            None if q.imported => "not recorded (imported matrix)".into(),
             None => "all (full matrix)".into(),
         },
     );

@@ -405,6 +405,7 @@ fn quality(g: &Ground, known: Option<&Topology>) -> Quality {
         q.unstable_pairs = Some(run.unstable.len());
     }
     q.kept = m.kept.clone();
+    q.imported = m.measured_at_us.is_none() && m.primitive.is_none();
     q.sparse_measured = m.sparse.as_ref().map(|s| {
         (
             s.pairs_measured,
