@@ -141,9 +141,12 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         let e = super::compare::measure_effect(&advice, 2, 7, Duration::from_millis(300))
             .context("measuring the effect")?;
         let avail: Vec<u32> = g.available.iter().collect();
-        match agreement(avail[0], avail[1]) {
-            Ok(a) => quality.agreement = Some(a),
-            Err(e) => quality.agreement_error = Some(format!("{e:#}")),
+        match avail.as_slice() {
+            [a, b, ..] => match agreement(*a, *b) {
+                Ok(a) => quality.agreement = Some(a),
+                Err(e) => quality.agreement_error = Some(format!("{e:#}")),
+            },
+            _ => quality.agreement_error = Some("fewer than two usable CPUs".into()),
         }
         Some(e.json())
     } else {

@@ -440,3 +440,46 @@ fn bad_input_is_named() {
     );
     assert!(err.contains("bad.csv"), "{err}");
 }
+
+#[test]
+fn the_dual_epyc_page_shows_its_sockets_ccxs_and_numa_home_artefact() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    ok(pinnerd()
+        .args(["report", "--out"])
+        .arg(&out)
+        .arg("--matrix")
+        .arg(fixture("c2c/AMD_EPYC_7R13_48-Core_Processor.csv"))
+        .output()
+        .unwrap());
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    // Two sockets of six CCXs of eight cores of two SMT siblings.
+    let top = &json["topology"];
+    let sockets = top["children"].as_array().unwrap();
+    assert_eq!(sockets.len(), 2, "{}", top["label"]);
+    for s in sockets {
+        let ccxs = s["children"].as_array().unwrap();
+        assert_eq!(ccxs.len(), 6, "{}", s["label"]);
+        for c in ccxs {
+            assert_eq!(c["children"].as_array().unwrap().len(), 8, "{}", c["label"]);
+            let ns = c["latency_ns"].as_f64().unwrap();
+            assert!((20.0..26.0).contains(&ns), "inside a CCX: {ns}");
+        }
+    }
+    let groups: std::collections::BTreeSet<u64> = json["cpu_group"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|g| g.as_u64().unwrap())
+        .collect();
+    assert_eq!(groups.len(), 12, "CPUs coloured by CCX");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("numa-home: "), "the artefact is named");
+    assert!(html.contains("not known (a matrix alone)"));
+    // The autopilot pair 0-1 is two cores of one CCX; the plan is an SMT pair.
+    let k2 = &json["plans"][0];
+    assert_eq!(k2["autopilot_cpus"], serde_json::json!([0, 1]));
+    assert!(k2["worst_latency_ns"].as_f64().unwrap() < 11.0, "{k2}");
+    assert!(k2["ratio"].as_f64().unwrap() > 2.0, "{k2}");
+}
