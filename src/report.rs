@@ -538,9 +538,9 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
 <title>pinnerd report: {}</title><style>{CSS}</style></head><body>\n",
         esc(&title)
     );
-    let _ = write!(
+    let _ = writeln!(
         s,
-        "<h1>{}</h1><p class=\"note\">From the {}. {} Made by {}.</p>\n",
+        "<h1>{}</h1><p class=\"note\">From the {}. {} Made by {}.</p>",
         esc(&title),
         esc(&r.source),
         if r.this_machine {
