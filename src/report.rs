@@ -380,7 +380,8 @@ body{margin:0 auto;padding:0 12px 40px;max-width:1100px;line-height:1.4}
 h1{font-size:1.5rem;margin:18px 0 4px}h2{font-size:1.2rem;margin:28px 0 8px;border-bottom:1px solid #ccc}
 p.note{color:#444;font-size:.9rem;margin:4px 0;overflow-wrap:anywhere}
 table{border-collapse:collapse;font-size:.88rem;margin:6px 0}
-th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top;overflow-wrap:anywhere}
+th,td{border:1px solid #ccc;padding:3px 6px;text-align:left;vertical-align:top}
+td{overflow-wrap:break-word}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
 .wide{overflow-x:auto;max-width:100%}
 .box{border:1px solid #777;border-radius:4px;padding:3px;margin:3px;display:flex;flex-wrap:wrap;align-items:flex-start;background:#fafafa}
