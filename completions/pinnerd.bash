@@ -64,6 +64,9 @@ _pinnerd() {
             pinnerd,remeasure)
                 cmd="pinnerd__subcmd__remeasure"
                 ;;
+            pinnerd,report)
+                cmd="pinnerd__subcmd__report"
+                ;;
             pinnerd,run)
                 cmd="pinnerd__subcmd__run"
                 ;;
@@ -139,6 +142,9 @@ _pinnerd() {
             pinnerd__subcmd__help,remeasure)
                 cmd="pinnerd__subcmd__help__subcmd__remeasure"
                 ;;
+            pinnerd__subcmd__help,report)
+                cmd="pinnerd__subcmd__help__subcmd__report"
+                ;;
             pinnerd__subcmd__help,run)
                 cmd="pinnerd__subcmd__help__subcmd__run"
                 ;;
@@ -161,7 +167,7 @@ _pinnerd() {
 
     case "${cmd}" in
         pinnerd)
-            opts="-v -h -V --verbose --help --version topology measure plan compare check daemon status remeasure reload managed explain diff fleet metrics export run pin release help"
+            opts="-v -h -V --verbose --help --version topology measure plan compare report check daemon status remeasure reload managed explain diff fleet metrics export run pin release help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -453,7 +459,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__help)
-            opts="topology measure plan compare check daemon status remeasure reload managed explain diff fleet metrics export run pin release help"
+            opts="topology measure plan compare report check daemon status remeasure reload managed explain diff fleet metrics export run pin release help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -705,6 +711,20 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__help__subcmd__remeasure)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        pinnerd__subcmd__help__subcmd__report)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -1050,6 +1070,36 @@ _pinnerd() {
                     return 0
                     ;;
                 --timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        pinnerd__subcmd__report)
+            opts="-v -h --out --matrix --sysfs --compare --budget --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --matrix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sysfs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --budget)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -48,11 +48,13 @@
 //!   `measure::simulate`, which answers from a published matrix with noise;
 //!   `measure::around`: the CPUs a measurement stays off (exclusive and
 //!   latency-critical rules' CPUs, `measure.never-cpus`, `nohz_full`), the cells it
-//!   keeps for them, and the latency-critical threads whose waking stops it
+//!   keeps for them, and the latency-critical threads whose waking stops it;
+//!   `measure::plain`: an independent c2clat-style ping-pong to check the engine by
 //! - `metrics`: the daemon's numbers in the Prometheus text format, and the textfile
 //! - `placement`: one request → CPUs
 //! - `plan`: every rule's CPUs, as a value
 //! - `polkit`: who may change what: root, else polkit's answer for the caller's bus name
+//! - `report`: `pinnerd report`'s facts and its self-contained HTML page (pure)
 //! - `rules`: TOML → validated rules → matcher
 //! - `sched_ext`: whether a sched_ext scheduler runs, the `[sched-ext]` policy, widening
 //! - `settings`: the daemon's settings file
@@ -93,6 +95,7 @@ pub mod metrics;
 pub mod placement;
 pub mod plan;
 pub mod polkit;
+pub mod report;
 pub mod rules;
 pub mod sched_ext;
 pub mod settings;

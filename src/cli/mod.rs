@@ -20,6 +20,7 @@ pub mod oneshot;
 pub mod place_flags;
 pub mod plan;
 pub mod plan_pid;
+pub mod report;
 pub mod topology;
 
 /// Longest `--budget` / `--measure-budget` accepted: one day.
@@ -71,6 +72,8 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Ping-pong throughput on the planned pair vs the autopilot pair, worst pair, unpinned.
     Compare(compare::CompareArgs),
+    /// Write the machine's map on one page (report.html) and its facts (report.json).
+    Report(report::ReportArgs),
     /// Validate rule files or directories.
     Check(check::CheckArgs),
     /// Run the daemon.
@@ -128,6 +131,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Measure(args) => measure::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Report(args) => report::run(args),
         Command::Check(args) => check::run(args),
         Command::Daemon(args) => daemon::run(args, cli.verbose),
         Command::Status(args) => client::status(args),

@@ -26,6 +26,7 @@ mod pid_reuse;
 mod placement;
 mod promises;
 mod protect;
+mod report;
 mod rules;
 mod run_pin;
 mod sched_ext;
