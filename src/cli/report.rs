@@ -66,6 +66,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         state_dir: None,
         measure_budget: args.budget,
         no_measure: false,
+        pid: None,
     };
     let g = ground(&plan_args(2, Policy::Compact))?;
     let real_sysfs = args.sysfs == Path::new("/sys");
