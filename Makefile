@@ -1,4 +1,4 @@
-# Build, test and install pinnerd without a Debian package (README "Install").
+# Build, test and install pinnerd without a Debian package (docs/install.md).
 #
 #   make                          # cargo build --release
 #   sudo make install             # into /usr/local (PREFIX) under / (DESTDIR)
@@ -26,7 +26,7 @@ else
 DBUSPOLICYDIR ?= $(SYSCONFDIR)/dbus-1/system.d
 endif
 RULESDIR ?= $(SYSCONFDIR)/pinnerd.d
-# Man pages, completions and the bus interface XML (README "Man pages and completions").
+# Man pages, completions and the bus interface XML (docs/install.md, CONTRIBUTING.md "Generated files").
 MANDIR ?= $(DATADIR)/man
 DBUSIFACEDIR ?= $(DATADIR)/dbus-1/interfaces
 BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions

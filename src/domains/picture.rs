@@ -171,7 +171,10 @@ mod tests {
 
     #[test]
     fn runs_split_where_the_value_changes() {
-        assert_eq!(runs(&[0, 0, 1, 1, 1, 0]), vec![(0, 2, 0), (2, 5, 1), (5, 6, 0)]);
+        assert_eq!(
+            runs(&[0, 0, 1, 1, 1, 0]),
+            vec![(0, 2, 0), (2, 5, 1), (5, 6, 0)]
+        );
         assert_eq!(runs(&[]), vec![]);
     }
 
@@ -199,7 +202,10 @@ mod tests {
             assert!(svg.contains(&ns), "{ns} missing");
         }
         for cpu in 0..8 {
-            assert!(svg.contains(&format!(">\n{cpu}\n</text>")), "CPU {cpu}: {svg}");
+            assert!(
+                svg.contains(&format!(">\n{cpu}\n</text>")),
+                "CPU {cpu}: {svg}"
+            );
         }
         // Background + one filled and one outlined rectangle per group.
         let boxes: usize = d.levels().iter().map(|l| l.groups.len()).sum();

@@ -110,7 +110,8 @@ fn man_page_pinnerd_8_is_generated_from_the_command_tree() {
 
 /// The published matrix the documentation's pictures are drawn from, and the machine
 /// (2 CPUs, so the domains come from the matrix alone wherever the tests run).
-pub const PICTURE_MATRIX: &str = "tests/fixtures/c2c-data/nviennot/AMD_Ryzen_9_5950X_at_3.40_GHz.csv";
+pub const PICTURE_MATRIX: &str =
+    "tests/fixtures/c2c-data/nviennot/AMD_Ryzen_9_5950X_at_3.40_GHz.csv";
 const PICTURE_SYSFS: &str = "tests/fixtures/sysfs/epyc-vm-2cpu";
 
 #[test]
@@ -119,7 +120,13 @@ fn docs_pictures_are_drawn_by_pinnerd_from_a_published_matrix() {
     let (domains, heatmap) = (dir.path().join("d.svg"), dir.path().join("h.svg"));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_pinnerd"))
         .current_dir(repo())
-        .args(["topology", "--sysfs", PICTURE_SYSFS, "--matrix", PICTURE_MATRIX])
+        .args([
+            "topology",
+            "--sysfs",
+            PICTURE_SYSFS,
+            "--matrix",
+            PICTURE_MATRIX,
+        ])
         .arg("--svg")
         .arg(&domains)
         .arg("--heatmap")
