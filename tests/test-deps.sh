@@ -41,6 +41,7 @@ else
     need dbus-daemon dbus-daemon
     need busctl systemd
     need systemd-analyze systemd
+    need /bin/kill procps         # the unit's ExecReload=, which systemd-analyze verify checks
     need setpriv util-linux       # running the binary as another user
     # Real engines pinnerd feeds (tests/it/export.rs, tests/it/metrics.rs).
     need lstopo-no-graphics hwloc-nox
