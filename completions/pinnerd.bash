@@ -1203,7 +1203,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__topology)
-            opts="-v -h --sysfs --procfs --json --matrix --verbose --help"
+            opts="-v -h --sysfs --procfs --json --matrix --svg --heatmap --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1218,6 +1218,14 @@ _pinnerd() {
                     return 0
                     ;;
                 --matrix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --svg)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --heatmap)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

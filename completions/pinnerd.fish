@@ -50,6 +50,8 @@ complete -c pinnerd -n "__fish_pinnerd_needs_command" -f -a "help" -d 'Print thi
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand topology" -l sysfs -d 'Read sysfs from DIR instead of the running machine\'s. DIR is a sysfs root (with devices/system/cpu) or a captured machine holding sys/ and proc/' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand topology" -l procfs -d 'Read procfs (CPU model, microcode, kernel release) from DIR. Defaults to the proc/ beside --sysfs when there is one, else the running machine\'s' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand topology" -l matrix -d 'Also show the latency domains found in this matrix (our JSON or core-to-core-latency\'s CSV), reconciled with the topology when it fits' -r -F
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand topology" -l svg -d 'Also draw the latency domains as SVG into FILE: one row per level, coarsest on top, each group a box over its CPUs. From --matrix when given, else from sysfs' -r -F
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand topology" -l heatmap -d 'Also draw the heatmap of the --matrix file as SVG into FILE' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand topology" -l json -d 'Print JSON instead of the tree'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand topology" -s v -l verbose -d 'More log output (repeat for more)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand topology" -s h -l help -d 'Print help'

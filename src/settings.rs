@@ -1,6 +1,6 @@
 //! The daemon settings file (default `/etc/pinnerd/pinnerd.toml`): strict TOML, every
-//! key optional, every default written down here, in `config/pinnerd.toml` and in the
-//! README.
+//! key optional, every default written down here, in `config/pinnerd.toml` and in
+//! `pinnerd.toml(5)`.
 //!
 //! Owns: the settings format and its validation. Must not touch: what the daemon does
 //! with them. The file goes through the same safety checks as rule files

@@ -23,10 +23,10 @@ shoot() { # NAME: $work/NAME/report.html → $here/NAME.png
 }
 
 "$pinnerd" report --out "$work/epyc-7r13" \
-    --matrix "$repo/tests/fixtures/c2c/AMD_EPYC_7R13_48-Core_Processor.csv" >/dev/null
+    --matrix "$repo/tests/fixtures/c2c-data/nviennot/AMD_EPYC_7R13_48-Core_Processor.csv" >/dev/null
 shoot epyc-7r13
 "$pinnerd" report --out "$work/xeon-gold-6242" \
-    --matrix "$repo/tests/fixtures/c2c/Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv" >/dev/null
+    --matrix "$repo/tests/fixtures/c2c-data/nviennot/Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv" >/dev/null
 shoot xeon-gold-6242
 # This machine: every pair measured first, then the report with the measured effect.
 "$pinnerd" measure --idle-threshold "${IDLE_THRESHOLD:-75}" --out "$work/this-machine.json" >/dev/null

@@ -1,4 +1,5 @@
-//! Pictures of a latency matrix: a coloured terminal heatmap and an SVG heatmap.
+//! Pictures of a latency matrix: a coloured terminal heatmap and an SVG heatmap (the
+//! domains' picture, `domains::picture`, shares its error).
 //!
 //! Both put CPU ids on both axes and colour each cell on one scale from the matrix's
 //! minimum to its maximum; a pair without a figure is drawn blank (terminal) or grey
@@ -127,10 +128,10 @@ fn shade(t: f64) -> &'static str {
     }
 }
 
-/// Failure to draw the SVG (plotters' error rendered as text).
+/// Failure to draw an SVG picture (plotters' error rendered as text).
 #[derive(Debug, thiserror::Error)]
-#[error("drawing the SVG heatmap: {0}")]
-pub struct SvgError(String);
+#[error("drawing an SVG picture: {0}")]
+pub struct SvgError(pub(crate) String);
 
 /// Where [`svg_heatmap`] draws: the cell of row `i`, column `j` has its top left
 /// corner at (`left + j * cell`, `top + i * cell`); the picture is `width` × `height`.

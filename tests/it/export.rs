@@ -66,7 +66,7 @@ fn hwloc_reads_the_exported_matrix_value_for_value() {
     // A real matrix with Linux numbering (siblings i and i+8).
     let matrix = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/c2c-data/nviennot/AMD_Ryzen_7_5700X.csv"
+        "/tests/fixtures/c2c-data/nviennot/AMD_Ryzen_7_5700X.csv"
     ));
     let m = LatencyMatrix::load(&matrix).unwrap();
     for (unit, scale) in [("ns", 1.0), ("ps", 1000.0)] {
@@ -212,7 +212,7 @@ fn nfd_labels_for_a_fixture_machine() {
     // A matrix of another machine: no latencies, not trusted, and a warning.
     let other = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/c2c-data/nviennot/AMD_Ryzen_7_5700X.csv"
+        "/tests/fixtures/c2c-data/nviennot/AMD_Ryzen_7_5700X.csv"
     );
     let sysfs_2cpu = concat!(
         env!("CARGO_MANIFEST_DIR"),

@@ -1,4 +1,4 @@
-//! `pinnerd diff` and `pinnerd fleet` on real published matrices (`../shared/c2c-data/`),
+//! `pinnerd diff` and `pinnerd fleet` on real published matrices (`tests/fixtures/c2c-data/`),
 //! changed the way a noisy re-measurement or a firmware setting would change them.
 
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use serde_json::Value;
 
 fn c2c(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/c2c-data/nviennot")
+        .join("tests/fixtures/c2c-data/nviennot")
         .join(name)
 }
 

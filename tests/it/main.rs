@@ -10,6 +10,7 @@ mod crash_writes;
 mod daemon;
 mod daemon_pinning;
 mod dbus_limits;
+mod docs;
 mod explain_privacy;
 mod export;
 mod fleet;

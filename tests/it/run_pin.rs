@@ -340,7 +340,7 @@ fn run_with_the_daemon_avoids_exclusive_cpus_and_registers_the_process() {
     assert!(out.ok, "{out:?}\nlog:\n{}", d.log());
     assert_eq!(allowed_in(&out.stdout).to_string(), "0", "{}", out.stdout);
 
-    // The same through busctl, as README shows it.
+    // The same through busctl, as docs/dbus.md shows it.
     let out = bus.busctl_as_nobody(&[
         "call", NAME, PATH, IFACE, "PlanWith", "a{sv}", "1", "count", "u", "1",
     ]);
@@ -444,7 +444,7 @@ fn pin_and_release_from_the_command_line() {
     assert!(out.ok, "{out:?}");
     assert!(out.stdout.starts_with(&format!("pid {pid}: released")));
     assert!(all_on(pid, &original), "{:?}", masks(pid));
-    // PinProcessWith through busctl, as README shows it.
+    // PinProcessWith through busctl, as docs/dbus.md shows it.
     let got = bus.call(
         "PinProcessWith",
         &[

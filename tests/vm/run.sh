@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test: the Debian package under real systemd in a 2-socket, SMT, 2-node VM.
 #
-#   tests/vm/run.sh            (as root; README "End-to-end VM test")
+#   tests/vm/run.sh            (as root; CONTRIBUTING.md "The end-to-end VM test")
 #
 # 1. builds the package (cargo deb), unless PINNERD_DEB names a .deb, and runs lintian
 #    on it (tests/lintian.sh: no errors or warnings);
