@@ -48,6 +48,7 @@
 //!   latency-critical rules' CPUs, `measure.never-cpus`, `nohz_full`), the cells it
 //!   keeps for them, and the latency-critical threads whose waking stops it
 //! - `metrics`: the daemon's numbers in the Prometheus text format, and the textfile
+//! - `outfile`: an output file replaced whole, no link followed (textfile, `export --out`)
 //! - `placement`: one request → CPUs
 //! - `plan`: every rule's CPUs, as a value
 //! - `polkit`: who may change what: root, else polkit's answer for the caller's bus name
@@ -87,6 +88,7 @@ pub mod manager;
 pub mod matrix;
 pub mod measure;
 pub mod metrics;
+pub mod outfile;
 pub mod placement;
 pub mod plan;
 pub mod polkit;

@@ -144,31 +144,11 @@ fn run_nfd(args: NfdArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Writes `bytes` to a temporary file beside `path` and renames it over `path`, so a
-/// reader sees the old file or the new one, never half of one.
+/// reader sees the old file or the new one, never half of one; no link is followed and
+/// a directory writable by others is refused (see [`crate::outfile`]).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .with_context(|| format!("{}: not a file name", path.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("writing {}", path.display()));
-    }
-    Ok(())
+    crate::outfile::replace(path, bytes, true)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn run_hwloc(args: HwlocArgs) -> anyhow::Result<ExitCode> {
