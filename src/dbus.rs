@@ -190,6 +190,8 @@ pub struct Pinnerd1<E> {
     snapshot: watch::Receiver<Snapshot>,
     limiter: RateLimiter,
     callers: std::sync::Arc<Callers>,
+    /// How many properties the interface has: the reads one `GetAll` makes.
+    properties: usize,
 }
 
 /// Callers by unique bus name: the uid the bus vouched for (asked once per connection)
@@ -203,9 +205,11 @@ pub struct Callers {
 #[derive(Debug, Clone, Copy)]
 struct Caller {
     uid: u32,
-    /// The serial of the last message charged, and whether it was admitted: `GetAll`
-    /// reads every property with one message and pays once.
-    charged: Option<(std::num::NonZeroU32, bool)>,
+    /// The last `GetAll` charged: its serial, how many more property reads it may make
+    /// without paying, and whether it was admitted. `GetAll` reads every property with
+    /// one message and pays once; a client chooses its serials, so a reused serial buys
+    /// no more than one `GetAll`'s reads, and any other message always pays.
+    charged: Option<(std::num::NonZeroU32, usize, bool)>,
 }
 
 /// Most connections whose uids are remembered at once.
@@ -238,23 +242,33 @@ impl Callers {
         self.len() == 0
     }
 
-    /// Charges message `serial` of `name` once: `charge` runs for its first read only,
-    /// later reads of the same message get the same answer.
+    /// Charges a message of `name`: `charge` runs for every message, except for the
+    /// property reads of one `GetAll` (`get_all`, with serial `serial`), which read
+    /// `properties` properties and pay once.
     fn charge_once(
         &self,
         name: &str,
         serial: std::num::NonZeroU32,
+        get_all: bool,
+        properties: usize,
         charge: impl FnOnce() -> bool,
     ) -> bool {
         let mut map = self.lock();
         let Some(c) = map.get_mut(name) else {
             return charge();
         };
-        match c.charged {
-            Some((s, admitted)) if s == serial => admitted,
+        if !get_all {
+            c.charged = None;
+            return charge();
+        }
+        match &mut c.charged {
+            Some((s, left, admitted)) if *s == serial && *left > 0 => {
+                *left -= 1;
+                *admitted
+            }
             _ => {
                 let admitted = charge();
-                c.charged = Some((serial, admitted));
+                c.charged = Some((serial, properties.saturating_sub(1), admitted));
                 admitted
             }
         }
@@ -272,12 +286,22 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         snapshot: watch::Receiver<Snapshot>,
         limiter: RateLimiter,
     ) -> Self {
-        Pinnerd1 {
+        let mut object = Pinnerd1 {
             events,
             snapshot,
             limiter,
             callers: std::sync::Arc::new(Callers::default()),
-        }
+            properties: 0,
+        };
+        object.properties = object.property_count();
+        object
+    }
+
+    /// The properties the interface declares, from its own introspection.
+    fn property_count(&self) -> usize {
+        let mut xml = String::new();
+        zbus::object_server::Interface::introspect_to_writer(self, &mut xml, 0);
+        xml.matches("<property ").count()
     }
 
     /// The callers this object remembers (shared with the `NameOwnerChanged` watcher).
@@ -317,9 +341,15 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         }
         let sender = header.sender().map(|s| s.as_str()).unwrap_or_default();
         let serial = header.primary().serial_num();
+        let get_all = header.member().is_some_and(|m| m.as_str() == "GetAll")
+            && header
+                .interface()
+                .is_some_and(|i| i.as_str() == "org.freedesktop.DBus.Properties");
         let admitted = self
             .callers
-            .charge_once(sender, serial, || self.limiter.allow(uid, Instant::now()));
+            .charge_once(sender, serial, get_all, self.properties, || {
+                self.limiter.allow(uid, Instant::now())
+            });
         if !admitted {
             tracing::warn!(uid, method, "caller over its rate limit");
             return Err(MethodError::RateLimited(format!(
