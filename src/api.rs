@@ -259,7 +259,8 @@ impl CommandError {
             | CommandError::Pin { .. }
             | CommandError::NoRule(_)
             | CommandError::Manager(ManagerError::KernelThread { .. }) => ErrorKind::InvalidArgs,
-            CommandError::NotOwner { .. } => ErrorKind::NotPermitted,
+            CommandError::NotOwner { .. }
+            | CommandError::Manager(ManagerError::Protected { .. }) => ErrorKind::NotPermitted,
             CommandError::NoSuchProcess(_)
             | CommandError::Manager(ManagerError::NoProcess { .. }) => ErrorKind::NoSuchProcess,
             CommandError::NotManaged(_) | CommandError::Manager(ManagerError::NotPinned { .. }) => {

@@ -371,6 +371,10 @@ impl Manager {
         if snap.kernel_thread {
             return Err(ManagerError::KernelThread { pid });
         }
+        if let Some(why) = super::protect::protected_at_runtime(pid, &snap.info.comm, self.own_pid)
+        {
+            return Err(ManagerError::Protected { pid, why });
+        }
         let mut out = Vec::new();
         // An earlier pin or rule of this same process: its claim goes, but every mask it
         // remembered from first contact stays (the masks now on the threads are ours).

@@ -862,6 +862,30 @@ cpus = "2"
 "#;
 
 #[test]
+fn a_runtime_pin_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
+    let mut t = rig(ManagerConfig::default());
+    let own = std::process::id() as i32;
+    t.process(1, "systemd", 1, &[]);
+    t.process(own, "pinnerd", 1, &[]);
+    t.process(300, "dbus-broker", 1, &[]);
+    for (pid, said) in [
+        (own, "pinnerd's own process"),
+        (1, "PID 1"),
+        (300, "the bus daemon"),
+    ] {
+        let e = t.mgr.pin(pid, &set("1")).unwrap_err();
+        assert!(
+            matches!(e, ManagerError::Protected { pid: p, .. } if p == pid),
+            "{e}"
+        );
+        assert!(e.to_string().contains(said), "{e}");
+        assert_eq!(t.ops.mask(pid), Some(set("0-7")), "pid {pid} was moved");
+    }
+    assert!(t.ops.sets().is_empty());
+    assert_eq!(t.mgr.managed_processes(), 0);
+}
+
+#[test]
 fn a_broad_rule_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
     let mut t = rig(ManagerConfig::default());
     let own = std::process::id() as i32;
