@@ -184,6 +184,12 @@ pub enum Reply {
     },
     Managed(Vec<ManagedEntry>),
     Text(String),
+    /// `Explain`'s text; `full` when the caller may see all of it (root or the
+    /// process's owner), else it shows the rule and the CPUs only.
+    Explained {
+        text: String,
+        full: bool,
+    },
     Cpus(CpuSet),
     Done,
     /// A process's real uid.

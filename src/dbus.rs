@@ -520,10 +520,22 @@ fn managed_with_cpu_ids(e: ManagedEntry) -> Result<(u32, String, String, Vec<u32
 }
 
 /// The object `ExplainJson` returns: the managed row of `pid`, if any, and the text.
-fn explain_json(pid: u32, entry: Option<ManagedEntry>, text: String) -> Result<serde_json::Value> {
+/// Unless the caller sees all of the process (`full`), the row is its rule and CPUs
+/// only, as the text is: `comm` and `state` are null.
+fn explain_json(
+    pid: u32,
+    entry: Option<ManagedEntry>,
+    text: String,
+    full: bool,
+) -> Result<serde_json::Value> {
     let value = match entry {
         Some(e) => {
             let (pid, comm, rule, cpus, state) = managed_with_cpu_ids(e)?;
+            let (comm, state) = if full {
+                (Some(comm), Some(state))
+            } else {
+                (None, None)
+            };
             serde_json::json!({
                 "pid": pid,
                 "managed": true,
@@ -751,7 +763,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     ) -> Result<String> {
         let caller_uid = self.admit(conn, &header, "Explain").await?;
         match self.forward(Command::Explain { pid, caller_uid }).await? {
-            Reply::Text(s) => Ok(s),
+            Reply::Explained { text, .. } => Ok(text),
             other => Err(unexpected(other)),
         }
     }
@@ -876,7 +888,8 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     /// `Explain` for programs: a JSON object with `pid`, `managed`, `rule`, `comm`,
     /// `cpus` (CPU ids), `state` (as `ListManaged` has them; `rule`, `comm` and `state`
     /// are null when not managed) and `text` (what `Explain` returns, with the same
-    /// privacy: another user's process is shown by rule and CPUs only).
+    /// privacy: another user's process is shown by rule and CPUs only, its `comm` and
+    /// `state` null).
     #[zbus(out_args("json"))]
     async fn explain_json(
         &self,
@@ -885,15 +898,15 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(header)] header: Header<'_>,
     ) -> Result<String> {
         let caller_uid = self.admit(conn, &header, "ExplainJson").await?;
-        let text = match self.forward(Command::Explain { pid, caller_uid }).await? {
-            Reply::Text(s) => s,
+        let (text, full) = match self.forward(Command::Explain { pid, caller_uid }).await? {
+            Reply::Explained { text, full } => (text, full),
             other => return Err(unexpected(other)),
         };
         let entry = match self.forward(Command::ListManaged).await? {
             Reply::Managed(list) => list.into_iter().find(|e| e.pid == pid),
             other => return Err(unexpected(other)),
         };
-        Ok(explain_json(pid, entry, text)?.to_string())
+        Ok(explain_json(pid, entry, text, full)?.to_string())
     }
 
     /// The CPUs `PinProcessWith` would choose now for `placement`; changes nothing.
@@ -1076,13 +1089,27 @@ mod tests {
 
     #[test]
     fn explain_json_has_the_row_or_nulls() {
-        let v = explain_json(42, Some(entry("3")), "why\n".into()).unwrap();
+        let v = explain_json(42, Some(entry("3")), "why\n".into(), true).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"pid": 42, "managed": true, "rule": "md", "comm": "feed",
                                "cpus": [3], "state": "applied", "text": "why\n"})
         );
-        let v = explain_json(7, None, "not managed\n".into()).unwrap();
+        // Another user's process: its rule and CPUs only, as the text says.
+        let v = explain_json(
+            42,
+            Some(entry("3")),
+            "shown: its rule and CPUs only\n".into(),
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"pid": 42, "managed": true, "rule": "md", "comm": null,
+                               "cpus": [3], "state": null,
+                               "text": "shown: its rule and CPUs only\n"})
+        );
+        let v = explain_json(7, None, "not managed\n".into(), false).unwrap();
         assert_eq!(v["managed"], false);
         assert_eq!(v["cpus"], serde_json::json!([]));
         assert!(v["rule"].is_null() && v["comm"].is_null() && v["state"].is_null());

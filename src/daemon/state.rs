@@ -456,7 +456,10 @@ impl State {
                     return Err(CommandError::NoSuchProcess(pid));
                 }
                 match &self.manager {
-                    Some(m) => Ok(Reply::Text(m.explain_for(pid as i32, caller_uid))),
+                    Some(m) => Ok(Reply::Explained {
+                        text: m.explain_for(pid as i32, caller_uid),
+                        full: m.shows_all_to(pid as i32, caller_uid),
+                    }),
                     None => Err(CommandError::Starting),
                 }
             }
