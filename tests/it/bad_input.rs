@@ -315,6 +315,36 @@ fn footgun_settings_stop_the_daemon_with_a_config_error() {
 /// A rule file at the size limit full of rules naming the highest CPU id: every set is
 /// a bitmap up to that id, so the id limit is what keeps this small (with ids up to
 /// 1048575 this file took 3.6 GB).
+/// `cmdline` regexes are bounded for the whole rule set, not only one by one: three
+/// files of 15 rules of `\w{20}` (350 KB compiled each), each of which fits alone, are
+/// refused from the second on, with the position of the first regex that does not
+/// fit, within the memory limit; the first file stays loaded.
+#[test]
+fn cmdline_regexes_are_bounded_for_the_whole_rule_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    for f in 0..3 {
+        let text: String = (0..15)
+            .map(|n| {
+                format!(
+                    "[[rule]]\nname=\"r{f}-{n}\"\n[rule.match]\ncmdline=\"\\\\w{{20}}\"\n[rule.place]\ncpus=\"0\"\n"
+                )
+            })
+            .collect();
+        std::fs::write(rules.join(format!("many-{f}.toml")), text).unwrap();
+    }
+    let o = run(dir.path(), &["check", rules.to_str().unwrap()]);
+    assert_clear_error(&o, 3, "cmdline: regex \"\\\\w{20}\" would take");
+    assert!(!o.stderr.contains("many-0.toml:"), "{}", o.stderr);
+    for f in ["many-1.toml:", "many-2.toml:"] {
+        assert!(o.stderr.contains(f), "{f} {}", o.stderr);
+    }
+    assert!(o
+        .stderr
+        .contains("bytes the rule set's cmdline regexes may take together"));
+}
+
 #[test]
 fn a_rule_file_of_high_cpu_ids_stays_within_the_memory_limit() {
     let dir = tempfile::tempdir().unwrap();
