@@ -345,6 +345,55 @@ fn cmdline_regexes_are_bounded_for_the_whole_rule_set() {
         .contains("bytes the rule set's cmdline regexes may take together"));
 }
 
+/// A captured machine's tree is untrusted input: `devices/system/cpu/online` as a
+/// symlink to `/dev/zero`, as a FIFO or as a 5 MiB file is refused by `topology` and
+/// `export nfd` with the file named, without hanging or filling memory.
+#[test]
+fn a_sysfs_tree_with_a_device_a_fifo_or_a_huge_file_is_refused() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/sysfs/xeon-e5620"
+    );
+    type Plant = fn(&Path);
+    let cases: [(&str, Plant, &str); 3] = [
+        (
+            "/dev/zero",
+            |p| std::os::unix::fs::symlink("/dev/zero", p).unwrap(),
+            "not a regular file but a character device",
+        ),
+        (
+            "FIFO",
+            |p| nix::unistd::mkfifo(p, nix::sys::stat::Mode::S_IRUSR).unwrap(),
+            "not a regular file but a FIFO",
+        ),
+        (
+            "5 MiB",
+            |p| std::fs::write(p, "0,".repeat(5 << 19)).unwrap(),
+            "-byte limit",
+        ),
+    ];
+    for (what, plant, said) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("tree");
+        super::topology::copy_tree(Path::new(fixture), &tree);
+        let online = tree.join("sys/devices/system/cpu/online");
+        std::fs::remove_file(&online).unwrap();
+        plant(&online);
+        for cmd in [&["topology"][..], &["export", "nfd"]] {
+            let mut args = cmd.to_vec();
+            args.extend(["--sysfs", tree.to_str().unwrap()]);
+            let o = run(dir.path(), &args);
+            assert_ne!(o.code, 0, "{what} {cmd:?}: {}", o.stderr);
+            assert_clear_error(&o, o.code, said);
+            assert!(
+                o.stderr.contains("devices/system/cpu/online"),
+                "{what} {cmd:?}: {}",
+                o.stderr
+            );
+        }
+    }
+}
+
 #[test]
 fn a_rule_file_of_high_cpu_ids_stays_within_the_memory_limit() {
     let dir = tempfile::tempdir().unwrap();
