@@ -181,7 +181,7 @@ fn median(v: &mut [f64]) -> Option<f64> {
     Some(if n % 2 == 1 {
         v[n / 2]
     } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
+        crate::stats::midpoint(v[n / 2 - 1], v[n / 2])
     })
 }
 
@@ -666,6 +666,24 @@ mod tests {
                 80.0 + ((i * j) % 5) as f64
             }
         })
+    }
+
+    #[test]
+    fn huge_finite_cells_do_not_overflow_the_medians() {
+        let m = LatencyMatrix::from_fn((0..8).collect(), |_, _| 1e308);
+        let d = diff(&m, "a", &m, "b", Tolerance::default()).unwrap();
+        assert_eq!(d.verdict, Verdict::Same, "{d:#?}");
+        assert!(
+            d.levels
+                .iter()
+                .all(|l| l.a_ns == Some(1e308) && l.ratio == Some(1.0)),
+            "{d:#?}"
+        );
+        let hosts: Vec<(String, LatencyMatrix)> =
+            (0..3).map(|i| (format!("h{i}"), m.clone())).collect();
+        let f = fleet(&hosts, Tolerance::default()).unwrap();
+        assert_eq!(f.outliers, 0, "{f:#?}");
+        assert_eq!(crate::stats::median(&[f64::MAX, f64::MAX]), Some(f64::MAX));
     }
 
     #[test]
