@@ -209,7 +209,44 @@ fn matrix_of_ten_thousand_cpus_is_refused_within_the_memory_limit() {
 fn largest_accepted_matrix_plans_within_the_memory_limit() {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("max.csv");
-    let mut w = BufWriter::new(File::create(&csv).unwrap());
+    write_largest_csv(&csv);
+    let o = run(
+        dir.path(),
+        &["plan", "--count", "2", "--matrix", csv.to_str().unwrap()],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.max_rss_kib < RSS_LIMIT_KIB,
+        "peak RSS {} KiB is over {RSS_LIMIT_KIB} KiB",
+        o.max_rss_kib
+    );
+}
+
+/// `fleet` holds at most 3 Mi cells: a fourth 1024-CPU matrix is refused, naming it,
+/// within the memory limit; 257 files are refused before any is read.
+#[test]
+fn fleet_is_bounded_in_files_and_cells() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("max.csv");
+    write_largest_csv(&csv);
+    let path = csv.to_str().unwrap();
+    let mut args = vec!["fleet"];
+    args.extend([path; 6]);
+    let o = run(dir.path(), &args);
+    assert_clear_error(
+        &o,
+        1,
+        &format!("{path}: with it the matrices hold 4194304 cells, over the 3145728"),
+    );
+    let mut args = vec!["fleet"];
+    args.extend(["/nonexistent/m.csv"; 257]);
+    let o = run(dir.path(), &args);
+    assert_clear_error(&o, 1, "257 matrices: fleet compares at most 256 at once");
+}
+
+/// The largest matrix accepted: 1024 CPUs, every pair, as core-to-core-latency's CSV.
+fn write_largest_csv(csv: &Path) {
+    let mut w = BufWriter::new(File::create(csv).unwrap());
     let n = 1024;
     for i in 0..n {
         let cells: Vec<String> = (0..n)
@@ -223,17 +260,6 @@ fn largest_accepted_matrix_plans_within_the_memory_limit() {
             .collect();
         writeln!(w, "{}", cells.join(",")).unwrap();
     }
-    drop(w);
-    let o = run(
-        dir.path(),
-        &["plan", "--count", "2", "--matrix", csv.to_str().unwrap()],
-    );
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(
-        o.max_rss_kib < RSS_LIMIT_KIB,
-        "peak RSS {} KiB is over {RSS_LIMIT_KIB} KiB",
-        o.max_rss_kib
-    );
 }
 
 #[test]
