@@ -269,10 +269,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
             },
             "notes": notes,
         });
-        let _ = std::io::Write::write_all(
-            &mut std::io::stdout().lock(),
-            (serde_json::to_string_pretty(&out)? + "\n").as_bytes(),
-        );
+        super::write_stdout(format_args!("{}\n", serde_json::to_string_pretty(&out)?))?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut s = String::new();
@@ -318,6 +315,6 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
     for n in notes {
         let _ = writeln!(s, "note: {n}");
     }
-    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), s.as_bytes());
+    super::write_stdout(format_args!("{s}"))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -5,7 +5,6 @@
 //! Must not touch: the formats themselves (in `crate::export`); the matrix store is only
 //! read, never changed (a foreign or corrupt stored matrix is reported, not moved).
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -138,7 +137,7 @@ fn run_nfd(args: NfdArgs) -> anyhow::Result<ExitCode> {
     let text = nfd::render(&t, Some(&domains));
     match &args.out {
         Some(out) => write_atomically(out, text.as_bytes())?,
-        None => std::io::stdout().lock().write_all(text.as_bytes())?,
+        None => super::write_stdout(format_args!("{text}"))?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -164,7 +163,7 @@ fn run_hwloc(args: HwlocArgs) -> anyhow::Result<ExitCode> {
     };
     let pus = hwloc::pu_os_indexes(&xml, &topo_name)?;
     let text = hwloc::distances(&m, &pus, &topo_name, args.unit)?;
-    std::io::stdout().lock().write_all(text.as_bytes())?;
+    super::write_stdout(format_args!("{text}"))?;
     Ok(ExitCode::SUCCESS)
 }
 

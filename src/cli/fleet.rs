@@ -89,9 +89,9 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<ExitCode> {
         v["a"] = name(&args.a).into();
         v["b"] = name(&args.b).into();
         v["warnings"] = serde_json::json!(warnings);
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print!("{}", render_diff(&d, &args.a, &args.b, &warnings));
+        out!("{}", render_diff(&d, &args.a, &args.b, &warnings));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -185,9 +185,9 @@ pub fn run_fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         let mut v = serde_json::to_value(&f)?;
         v["warnings"] = serde_json::json!(warnings);
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print!("{}", render_fleet(&f, &warnings));
+        out!("{}", render_fleet(&f, &warnings));
     }
     Ok(ExitCode::SUCCESS)
 }
