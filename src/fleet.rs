@@ -64,12 +64,10 @@ pub enum FleetError {
         b_cpus: CpuSet,
     },
     /// The reference matrix has no usable domain structure.
-    #[error("{name}: {source}")]
-    Domains {
-        name: String,
-        #[source]
-        source: DomainError,
-    },
+    /// The cause is in the message, not also a source: a chain printed whole (`{:#}`)
+    /// says it once.
+    #[error("{name}: {cause}")]
+    Domains { name: String, cause: DomainError },
     /// Fewer matrices than the operation needs.
     #[error("{0}")]
     TooFew(String),
@@ -235,9 +233,9 @@ pub fn diff(
     tol: Tolerance,
 ) -> Result<Diff, FleetError> {
     check_layout(a, a_name, b, b_name)?;
-    let domains = Domains::from_matrix(a).map_err(|source| FleetError::Domains {
+    let domains = Domains::from_matrix(a).map_err(|cause| FleetError::Domains {
         name: a_name.to_string(),
-        source,
+        cause,
     })?;
     Ok(diff_with(&domains, a, b, tol))
 }
@@ -553,9 +551,9 @@ pub fn fleet(hosts: &[(String, LatencyMatrix)], tol: Tolerance) -> Result<Fleet,
         check_layout(first, first_name, m, name)?;
     }
     let reference = cellwise_median(first, hosts);
-    let domains = Domains::from_matrix(&reference).map_err(|source| FleetError::Domains {
+    let domains = Domains::from_matrix(&reference).map_err(|cause| FleetError::Domains {
         name: "the fleet's median matrix".into(),
-        source,
+        cause,
     })?;
     let labels = level_labels(domains.levels());
     let mut out_hosts = Vec::with_capacity(hosts.len());

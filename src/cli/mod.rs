@@ -28,8 +28,9 @@ macro_rules! outln {
 
 /// Standard output could not be written: closed (a pipe whose reader left) or full.
 #[derive(Debug, thiserror::Error)]
+/// (The I/O error is in the message, not also a source: said once.)
 #[error("writing to standard output: {0}")]
-pub struct StdoutError(#[source] pub std::io::Error);
+pub struct StdoutError(pub std::io::Error);
 
 /// Writes `args` to standard output and flushes it, so that a closed or full output is
 /// found here, as an error, and not at exit.
