@@ -193,6 +193,12 @@ pub enum Reply {
     },
     Managed(Vec<ManagedEntry>),
     Text(String),
+    /// `Explain`'s text; `full` when the caller may see all of it (root or the
+    /// process's owner), else it shows the rule and the CPUs only.
+    Explained {
+        text: String,
+        full: bool,
+    },
     Cpus(CpuSet),
     Done,
     /// A process's real uid.
@@ -270,7 +276,8 @@ impl CommandError {
             | CommandError::Pin { .. }
             | CommandError::NoRule(_)
             | CommandError::Manager(ManagerError::KernelThread { .. }) => ErrorKind::InvalidArgs,
-            CommandError::NotOwner { .. } => ErrorKind::NotPermitted,
+            CommandError::NotOwner { .. }
+            | CommandError::Manager(ManagerError::Protected { .. }) => ErrorKind::NotPermitted,
             CommandError::NoSuchProcess(_)
             | CommandError::Manager(ManagerError::NoProcess { .. }) => ErrorKind::NoSuchProcess,
             CommandError::NotManaged(_) | CommandError::Manager(ManagerError::NotPinned { .. }) => {

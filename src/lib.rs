@@ -51,6 +51,7 @@
 //!   keeps for them, and the latency-critical threads whose waking stops it;
 //!   `measure::plain`: an independent c2clat-style ping-pong to check the engine by
 //! - `metrics`: the daemon's numbers in the Prometheus text format, and the textfile
+//! - `outfile`: an output file replaced whole, no link followed (textfile, `export --out`)
 //! - `placement`: one request → CPUs
 //! - `plan`: every rule's CPUs, as a value
 //! - `polkit`: who may change what: root, else polkit's answer for the caller's bus name
@@ -92,6 +93,7 @@ pub mod matrix;
 pub mod measure;
 pub mod memory;
 pub mod metrics;
+pub mod outfile;
 pub mod placement;
 pub mod plan;
 pub mod polkit;

@@ -52,11 +52,11 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     let files = report.files.len() + settings.len();
     for rule in report.rules.rules() {
         if let Some(note) = crate::manager::protect::broad_rule_note(rule) {
-            println!("{note}");
+            outln!("{note}");
         }
     }
     if problems.is_empty() {
-        println!(
+        outln!(
             "ok: {files} file{}, {} rule{}",
             plural(files),
             report.rules.len(),

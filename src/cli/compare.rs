@@ -290,7 +290,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
     } else {
         effect.human()
     };
-    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+    super::write_stdout(format_args!("{text}"))?;
     Ok(ExitCode::SUCCESS)
 }
 

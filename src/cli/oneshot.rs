@@ -134,7 +134,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let spec = args.place.spec()?;
     let choice = choose(&args, &spec)?;
     if args.print {
-        print!("{}", describe_choice(&choice, &spec, &args.bus.bus));
+        out!("{}", describe_choice(&choice, &spec, &args.bus.bus));
         return Ok(ExitCode::SUCCESS);
     }
     for n in &choice.notes {
@@ -445,13 +445,13 @@ pub fn pin(args: PinArgs) -> anyhow::Result<ExitCode> {
             .await
             .map_err(|e| anyhow::anyhow!(message(&e)))
             .context("PinProcessWith")?;
-        println!(
+        outln!(
             "pid {}: pinned at run time to CPUs {cpus} ({})",
             args.pid,
             describe(&spec)
         );
         if let Ok(text) = p.explain(args.pid).await {
-            println!("{text}");
+            outln!("{text}");
         }
         Ok(ExitCode::SUCCESS)
     })
@@ -465,7 +465,7 @@ pub fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
             .await
             .map_err(|e| anyhow::anyhow!(message(&e)))
             .context("ReleaseProcess")?;
-        println!(
+        outln!(
             "pid {}: released; its threads have the CPUs they had before the pin back",
             args.pid
         );

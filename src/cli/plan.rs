@@ -112,8 +112,8 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     } else {
         plan.human()
     };
-    // A closed pipe (`| head`) is not an error worth a panic.
-    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+    // A closed pipe (`| head`) or a full disk is an error, not a panic.
+    super::write_stdout(format_args!("{text}"))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -64,15 +64,15 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
         }
         // null when no sched_ext scheduler runs, else {"state": …, "ops": NAME}.
         report["sched_ext"] = json!(sched_ext);
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", render_tree(&topology, &fingerprint));
+        out!("{}", render_tree(&topology, &fingerprint));
         if let Some(d) = &domains {
-            print!("{}", d.render());
+            out!("{}", d.render());
         }
         // Only when one runs: the tree of a machine without one stays as it was.
         if let Some(s) = &sched_ext {
-            println!("sched_ext: {}", s.describe());
+            outln!("sched_ext: {}", s.describe());
         }
     }
     Ok(ExitCode::SUCCESS)

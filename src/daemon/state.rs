@@ -35,7 +35,7 @@ use crate::manager::{self, Change, Manager};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::metrics::{self, MetricsSnapshot};
-use crate::placement::{self, Placement, Policy, Request, SmtPolicy};
+use crate::placement::{Policy, Request, SmtPolicy};
 use crate::plan::{Choose, Cpus, Plan};
 use crate::rules::{self, CpuTarget, LoadPolicy, LoadReport, PlacementRequest};
 use crate::settings::Settings;
@@ -475,7 +475,10 @@ impl State {
                             text.push_str(&self.memory_line(pid as i32));
                             text.push_str(&self.follow_line(pid as i32, Instant::now()));
                         }
-                        Ok(Reply::Text(text))
+                        Ok(Reply::Explained {
+                            text,
+                            full: m.shows_all_to(pid as i32, caller_uid),
+                        })
                     }
                     None => Err(CommandError::Starting),
                 }
@@ -499,10 +502,17 @@ impl State {
                     None => Ok(Reply::Json(serde_json::Value::Null)),
                 }
             }
-            Command::Plan { count, policy, smt } => {
-                let req = self.request(count, policy, smt)?;
-                Ok(Reply::Cpus(self.place(&req)?.cpus))
-            }
+            // The CPUs a pin would get: `PlanWith` of the same count, off exclusive rules.
+            Command::Plan { count, policy, smt } => self.runtime_command(Command::PlanWith {
+                place: crate::api::PlaceSpec::Request(PlacementRequest {
+                    target: CpuTarget::Count(count),
+                    within: None,
+                    policy,
+                    smt,
+                    exclusive: false,
+                    shape: Default::default(),
+                }),
+            }),
             Command::Pin {
                 pid,
                 count,
@@ -642,12 +652,6 @@ impl State {
         let plan = self.new_plan();
         self.manager_event(manager::Input::PlanChanged(plan));
         self.status();
-    }
-
-    fn place(&mut self, req: &Request) -> Result<Placement, CommandError> {
-        let usable = self.usable();
-        let d = self.domains()?;
-        Ok(placement::place(d, req, &usable)?)
     }
 
     fn matrix_reply(&self) -> Reply {
@@ -1810,6 +1814,49 @@ mod tests {
             Some(1_700_000_000_000_000),
             "the earlier time"
         );
+    }
+
+    #[test]
+    fn plan_keeps_off_an_exclusive_rule_s_cpus_as_plan_with_and_pins_do() {
+        use crate::api::PlaceSpec;
+        let (mut s, d) = state(no_interval());
+        s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+        std::fs::write(
+            d.path().join("rules/hold.toml"),
+            "[[rule]]\nname = \"hold\"\n[rule.match]\ncomm = \"no-such\"\n[rule.place]\ncpus = \"0\"\nexclusive = true\n",
+        )
+        .unwrap();
+        s.start().unwrap();
+        let job = jobs(&s.take_actions())[0].clone();
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        let plan = s
+            .command(Command::Plan {
+                count: 1,
+                policy: Policy::Compact,
+                smt: SmtPolicy::Allow,
+            })
+            .unwrap();
+        let plan_with = s
+            .command(Command::PlanWith {
+                place: PlaceSpec::Request(PlacementRequest {
+                    target: CpuTarget::Count(1),
+                    within: None,
+                    policy: Policy::Compact,
+                    smt: SmtPolicy::Allow,
+                    exclusive: false,
+                    shape: Default::default(),
+                }),
+            })
+            .unwrap();
+        let Reply::Cpus(cpus) = &plan else {
+            panic!("{plan:?}")
+        };
+        assert!(
+            !cpus.contains(0),
+            "Plan chose the exclusive rule's CPU: {cpus}"
+        );
+        assert_eq!(plan, plan_with);
     }
 
     #[test]

@@ -161,7 +161,8 @@ pub fn placement_dict_with(
                     d.insert("within", zbus::Variant::from(w.to_string()));
                 }
                 if let Some(k) = r.shape.core_type {
-                    d.insert("core-type", zbus::Variant::from(k.to_string()));
+                    // The key's word, not the display form (`P`, `E`).
+                    d.insert("core-type", zbus::Variant::from(crate::shape::kind_word(k)));
                 }
                 if let Some(p) = r.shape.prefer {
                     d.insert("prefer", zbus::Variant::from(p.to_string()));
@@ -199,7 +200,30 @@ mod tests {
             exclusive: false,
             shape: Default::default(),
         });
-        // What a client sends reads back as what it meant.
+        // What a client sends reads back as what it meant, with every key set.
+        for shape in [
+            crate::shape::Shape {
+                core_type: Some(crate::topology::CoreType::Performance),
+                prefer: Some(crate::shape::Prefer::Cache),
+                near: Some("ens1f0".into()),
+            },
+            crate::shape::Shape {
+                core_type: Some(crate::topology::CoreType::Efficiency),
+                prefer: Some(crate::shape::Prefer::Frequency),
+                near: None,
+            },
+        ] {
+            let PlaceSpec::Request(mut r) = spec.clone() else {
+                unreachable!()
+            };
+            r.shape = shape;
+            let full = PlaceSpec::Request(r);
+            let sent: HashMap<String, zbus::OwnedVariant> = placement_dict(&full)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), zbus::OwnedVariant::try_from(&v).unwrap()))
+                .collect();
+            assert_eq!(place_spec(&sent).unwrap(), full);
+        }
         let sent: HashMap<String, zbus::OwnedVariant> = placement_dict(&spec)
             .into_iter()
             .map(|(k, v)| (k.to_string(), zbus::OwnedVariant::try_from(&v).unwrap()))

@@ -171,6 +171,8 @@ pub enum ManagerError {
     KernelThread { pid: i32 },
     #[error("pid {pid}: was not pinned at run time")]
     NotPinned { pid: i32 },
+    #[error("pid {pid}: {}; not pinned at run time", why.describe())]
+    Protected { pid: i32, why: protect::Protected },
     #[error(transparent)]
     Journal(#[from] RestoreError),
 }

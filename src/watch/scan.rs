@@ -91,7 +91,14 @@ impl ProcFs {
     /// procfs does not have — two more system calls per file, thousands per rescan).
     fn read_small(&self, rel: &str, buf: &mut String) -> bool {
         buf.clear();
-        let Ok(mut f) = fs::File::open(self.root.proc_path(rel)) else {
+        // Non-blocking (a FIFO in a captured tree does not hang the open) and bounded
+        // (nor does `/dev/zero` fill memory), without a stat per file.
+        use std::os::unix::fs::OpenOptionsExt;
+        let Ok(mut f) = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(self.root.proc_path(rel))
+        else {
             return false;
         };
         let mut chunk = [0u8; 1024];
@@ -99,6 +106,7 @@ impl ProcFs {
         loop {
             match f.read(&mut chunk) {
                 Ok(0) => break,
+                Ok(_) if bytes.len() as u64 >= crate::sysroot::MAX_PSEUDO_FILE => return false,
                 Ok(n) => bytes.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => return false,
@@ -134,7 +142,8 @@ impl ProcFs {
     /// The cgroup path a rule matches: the v2 (`0::`) entry when it says more than
     /// `/`, else the v1 `name=systemd` hierarchy (hybrid systems).
     fn cgroup(&self, pid: i32) -> Option<String> {
-        let text = fs::read_to_string(self.root.proc_path(format!("{pid}/cgroup"))).ok()?;
+        let text =
+            crate::sysroot::read_bounded(self.root.proc_path(format!("{pid}/cgroup"))).ok()?;
         let mut v2 = None;
         let mut systemd = None;
         for line in text.lines() {
@@ -157,7 +166,8 @@ impl ProcFs {
     }
 
     fn real_uid(&self, pid: i32) -> Option<u32> {
-        let text = fs::read_to_string(self.root.proc_path(format!("{pid}/status"))).ok()?;
+        let text =
+            crate::sysroot::read_bounded(self.root.proc_path(format!("{pid}/status"))).ok()?;
         text.lines()
             .find_map(|l| l.strip_prefix("Uid:"))?
             .split_whitespace()

@@ -5,6 +5,7 @@ mod bad_input;
 mod bus_api;
 mod cgroups;
 mod cli_smoke;
+mod closed_stdout;
 mod commands;
 mod crash_writes;
 mod daemon;

@@ -411,6 +411,69 @@ fn run_with_the_daemon_avoids_exclusive_cpus_and_registers_the_process() {
     );
 }
 
+/// Every placement flag reaches the daemon as a key it reads (`PlanWith` for `run
+/// --print`, `PinProcessWith` for `run` and `pin`): what the daemon answers is what the
+/// library plans for the same flags without it.
+#[test]
+fn every_placement_flag_works_through_the_daemon() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    dirs.write_rule("10-hold.toml", &hold_cpu_1());
+    let h = Helper::spawn(dirs.root.path(), "rp-keys");
+    let pid_s = h.pid.to_string();
+    let d = Daemon::start(&bus, &dirs);
+    let addr = bus.address.as_str();
+    let cases: [&[&str]; 10] = [
+        &["--count", "1"],
+        &["--count", "1", "--policy", "spread"],
+        &["--count", "1", "--smt", "avoid"],
+        &["--count", "1", "--within", "0"],
+        &["--count", "1", "--core-type", "performance"],
+        &["--count", "1", "--core-type", "efficiency"],
+        &["--count", "1", "--prefer", "cache"],
+        &["--count", "1", "--near", "lo"],
+        &["--cpus", "0"],
+        &["--rule", "hold1"],
+    ];
+    for flags in cases {
+        let mut args = vec!["run", "--bus", addr];
+        args.extend_from_slice(flags);
+        args.push("--print");
+        let out = pinnerd(&args);
+        // Without the daemon: the same flags planned here, with the same rules.
+        let mut alone = vec!["run", "--bus", NO_BUS, "--rules"];
+        let rules = dirs.rules();
+        let rules_s = rules.to_str().unwrap();
+        alone.push(rules_s);
+        alone.extend_from_slice(flags);
+        alone.push("--print");
+        let here = pinnerd(&alone);
+        assert!(!out.stderr.contains("unknown"), "{flags:?}: {out:?}");
+        if flags.contains(&"efficiency") {
+            // No efficiency cores on this machine: refused the same way by both.
+            assert!(!out.ok && !here.ok, "{flags:?}: {out:?} {here:?}");
+            assert!(
+                out.stderr.contains("efficiency"),
+                "{flags:?}: {}",
+                out.stderr
+            );
+            continue;
+        }
+        assert!(out.ok, "{flags:?}: {out:?}\nlog:\n{}", d.log());
+        let cpus = |s: &str| s.split_whitespace().nth(1).unwrap_or_default().to_string();
+        assert!(out.stdout.starts_with("CPUs "), "{flags:?}: {}", out.stdout);
+        assert!(here.ok, "{flags:?} without the daemon: {here:?}");
+        assert_eq!(cpus(&out.stdout), cpus(&here.stdout), "{flags:?}");
+        let mut args = vec!["pin", "--bus", addr, &pid_s];
+        args.extend_from_slice(flags);
+        let out = pinnerd(&args);
+        assert!(out.ok, "pin {flags:?}: {out:?}\nlog:\n{}", d.log());
+        let out = pinnerd(&["release", "--bus", addr, &pid_s]);
+        assert!(out.ok, "release after {flags:?}: {out:?}");
+    }
+}
+
 #[test]
 fn pin_and_release_from_the_command_line() {
     let _cpus = super::cpus_stay_online();
