@@ -1302,6 +1302,8 @@ start_memworker() {
     }
     cat "$dir/pid"
 }
+# The checks run in `bash -c` (run_check): the helpers they call must be exported.
+export -f anon_on anon_mib start_memworker
 
 # `pinnerd run --count 2 --within 4-7 --memory bind -- WORKER`: every mapping of the
 # worker has the policy bind:1 and its anonymous memory is on node 1 only.
