@@ -1124,8 +1124,14 @@ mod tests {
                                "cpus": [3], "state": null,
                                "text": "shown: its rule and CPUs only\n", "memory": null})
         );
-        let v = explain_json(7, None, "not managed\n".into(), serde_json::Value::Null, false)
-            .unwrap();
+        let v = explain_json(
+            7,
+            None,
+            "not managed\n".into(),
+            serde_json::Value::Null,
+            false,
+        )
+        .unwrap();
         assert!(v["memory"].is_null());
         assert_eq!(v["managed"], false);
         assert_eq!(v["cpus"], serde_json::json!([]));

@@ -422,7 +422,9 @@ fn bad_input_is_named() {
             .args(["report", "--compare", "--out"])
             .arg(dir.path().join("r"))
             .arg("--matrix")
-            .arg(fixture("c2c-data/nviennot/Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv"))
+            .arg(fixture(
+                "c2c-data/nviennot/Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv",
+            ))
             .output()
             .unwrap(),
     );
@@ -449,7 +451,9 @@ fn the_dual_epyc_page_shows_its_sockets_ccxs_and_numa_home_artefact() {
         .args(["report", "--out"])
         .arg(&out)
         .arg("--matrix")
-        .arg(fixture("c2c-data/nviennot/AMD_EPYC_7R13_48-Core_Processor.csv"))
+        .arg(fixture(
+            "c2c-data/nviennot/AMD_EPYC_7R13_48-Core_Processor.csv",
+        ))
         .output()
         .unwrap());
     let json: Value =
