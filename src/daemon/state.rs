@@ -1943,7 +1943,9 @@ mod tests {
             .unwrap();
         let pid = child.id();
         let one_node = s.topology.as_ref().unwrap().nodes.len() <= 1;
-        let Reply::Text(why) = s.command(Command::Explain { pid, caller_uid: 0 }).unwrap() else {
+        let Reply::Explained { text: why, .. } =
+            s.command(Command::Explain { pid, caller_uid: 0 }).unwrap()
+        else {
             panic!()
         };
         let Reply::Json(mem) = s.command(Command::Memory { pid, caller_uid: 0 }).unwrap() else {
@@ -1957,7 +1959,7 @@ mod tests {
             assert!(mem["total_bytes"].as_u64().unwrap() > 0, "{mem}");
         }
         // Another user sees its rule and CPUs only: no memory.
-        let Reply::Text(why) = s
+        let Reply::Explained { text: why, .. } = s
             .command(Command::Explain {
                 pid,
                 caller_uid: 1000,
@@ -2031,7 +2033,7 @@ mod tests {
         s.sync_memory(Instant::now());
         assert!(s.take_actions().is_empty());
         let explain = |s: &mut State| match s.command(Command::Explain { pid, caller_uid: 0 }) {
-            Ok(Reply::Text(t)) => t,
+            Ok(Reply::Explained { text, .. }) => text,
             other => panic!("{other:?}"),
         };
         assert!(explain(&mut s).contains("memory follow: moving its memory to node 1 now"));
