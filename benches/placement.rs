@@ -26,7 +26,7 @@ use pinnerd::CpuSet;
 fn epyc_7742() -> LatencyMatrix {
     let path = Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/c2c-data/nviennot/Dual_AMD_EPYC_7742_64-Core_Processor.csv"
+        "/tests/fixtures/c2c-data/nviennot/Dual_AMD_EPYC_7742_64-Core_Processor.csv"
     ));
     LatencyMatrix::load(path).unwrap_or_else(|e| panic!("{e}"))
 }

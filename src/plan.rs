@@ -44,6 +44,9 @@ use crate::domains::Domains;
 use crate::placement::{self, PlacementError};
 use crate::rules::{CpuTarget, PlacementRequest, Rule, RuleSet};
 
+pub mod memory;
+pub use memory::MemoryPlanning;
+
 /// Chooses CPUs for a count request among `available`: the placement engine over
 /// latency domains, or a stand-in in tests.
 pub trait Choose {
@@ -75,6 +78,13 @@ pub trait Choose {
         }
         Ok(slots)
     }
+
+    /// What `cpus` cost together (mean pair latency, ns), for weighing memory against
+    /// latency; `None` when unknown (then memory decides between equal choices).
+    fn cost(&self, cpus: &CpuSet) -> Option<f64> {
+        let _ = cpus;
+        None
+    }
 }
 
 /// The placement engine's request for a count `req` (`None` for explicit CPUs).
@@ -101,6 +111,8 @@ pub type SharedChoose = Arc<dyn Choose + Send + Sync>;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Cpusets {
     by_rule: BTreeMap<String, BTreeSet<Option<String>>>,
+    /// (rule, cpuset) → the resident memory per node of the processes it places there.
+    memory: BTreeMap<(String, Option<String>), crate::memory::NodeBytes>,
 }
 
 impl Cpusets {
@@ -110,6 +122,33 @@ impl Cpusets {
             .entry(rule.to_string())
             .or_default()
             .insert(cpuset.map(|c| c.to_string()));
+    }
+
+    /// Notes that a process of `rule` in `cpuset` has `bytes` per node.
+    pub fn add_memory(
+        &mut self,
+        rule: &str,
+        cpuset: Option<&CpuSet>,
+        bytes: &crate::memory::NodeBytes,
+    ) {
+        let sum = self
+            .memory
+            .entry((rule.to_string(), cpuset.map(|c| c.to_string())))
+            .or_default();
+        for (n, b) in bytes {
+            let e = sum.entry(*n).or_insert(0);
+            *e = e.saturating_add(*b);
+        }
+    }
+
+    /// The memory per node of `rule`'s processes in `cpuset`, if any was noted.
+    pub fn memory_of(
+        &self,
+        rule: &str,
+        cpuset: Option<&CpuSet>,
+    ) -> Option<&crate::memory::NodeBytes> {
+        self.memory
+            .get(&(rule.to_string(), cpuset.map(|c| c.to_string())))
     }
 
     /// The cpusets `rule` is planned in: all CPUs when none is known.
@@ -233,6 +272,11 @@ impl Choose for Domains {
             })
             .collect())
     }
+
+    fn cost(&self, cpus: &CpuSet) -> Option<f64> {
+        let idx: Option<Vec<usize>> = cpus.iter().map(|c| self.index_of(c)).collect();
+        placement::set_cost(self, &idx?).mean_ns
+    }
 }
 
 /// The CPUs a plan is made for.
@@ -329,6 +373,10 @@ pub struct UnitPlan {
     pub slots_from: Option<SlotsFrom>,
     #[serde(flatten)]
     pub state: PlanState,
+    /// How the memory of its processes weighed in the choice, in words
+    /// ("node 1 chosen: holds 93% of its 3.1 GiB"); `None` when it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
 }
 
 impl UnitPlan {
@@ -381,6 +429,8 @@ pub struct Plan {
     /// Groups every placed mask is rounded up to (a sched_ext scheduler runs and the
     /// settings say `widen`); empty: masks as chosen.
     widen: Vec<CpuSet>,
+    /// The nodes and settings to weigh the memory in `cpusets` with.
+    memory: MemoryPlanning,
     /// In precedence order.
     units: Vec<UnitPlan>,
     /// (rule, thread entry, cpuset) → index in `units`.
@@ -437,6 +487,7 @@ impl Plan {
             &Cpusets::default(),
             &Demand::default(),
             &[],
+            &MemoryPlanning::default(),
             choose,
         )
     }
@@ -450,10 +501,42 @@ impl Plan {
             &Cpusets::default(),
             &Demand::default(),
             &[],
+            &MemoryPlanning::default(),
             choose.as_deref().map(|c| c as &dyn Choose),
         );
         plan.chooser = choose;
         plan
+    }
+
+    /// The same plan, weighing the memory of the processes each count unit places
+    /// (noted in its [`Cpusets`]) with `memory`'s nodes and settings. Kept through
+    /// [`Plan::in_cpusets`] and [`Plan::widened`].
+    pub fn with_memory(self, memory: MemoryPlanning) -> Plan {
+        if memory == self.memory {
+            return self;
+        }
+        if self.cpusets.memory.is_empty() {
+            // Nothing to weigh yet: the same units.
+            let mut plan = self;
+            plan.memory = memory;
+            return plan;
+        }
+        let mut plan = Plan::build(
+            &self.rules,
+            &self.cpus,
+            &self.cpusets,
+            &self.demand,
+            &self.widen,
+            &memory,
+            self.chooser.as_deref().map(|c| c as &dyn Choose),
+        );
+        plan.chooser = self.chooser.clone();
+        plan
+    }
+
+    /// The nodes and settings memory is weighed with.
+    pub fn memory_planning(&self) -> &MemoryPlanning {
+        &self.memory
     }
 
     /// The same plan with every placed mask rounded up to the whole `groups` it
@@ -468,6 +551,7 @@ impl Plan {
             &self.cpusets,
             &self.demand,
             &groups,
+            &self.memory,
             self.chooser.as_deref().map(|c| c as &dyn Choose),
         );
         plan.chooser = self.chooser.clone();
@@ -507,6 +591,7 @@ impl Plan {
             cpusets,
             demand,
             &self.widen,
+            &self.memory,
             self.chooser.as_deref().map(|c| c as &dyn Choose),
         );
         plan.chooser = self.chooser.clone();
@@ -547,6 +632,7 @@ impl Plan {
         cpusets: &Cpusets,
         demand: &Demand,
         widen: &[CpuSet],
+        memory: &MemoryPlanning,
         choose: Option<&dyn Choose>,
     ) -> Plan {
         let mut units: Vec<(&Arc<Rule>, Option<usize>, &PlacementRequest)> = Vec::new();
@@ -572,6 +658,7 @@ impl Plan {
         plan.cpusets = cpusets.clone();
         plan.demand = demand.clone();
         plan.widen = widen.to_vec();
+        plan.memory = memory.clone();
         let instances = units.into_iter().flat_map(|(rule, entry, req)| {
             let scopes = if is_count(req) {
                 cpusets.of(&rule.name)
@@ -606,6 +693,7 @@ impl Plan {
             let shared_entry = entry.is_some_and(|i| rule.threads[i].shared);
             let mut extra_held = CpuSet::new();
             let mut slots_from = None;
+            let mut memory_note = None;
             let state = match &req.target {
                 CpuTarget::Cpus(want) => {
                     let clash = want.intersection(&blocked);
@@ -668,6 +756,16 @@ impl Plan {
                         }
                         Some(place) => match place.choose(req, &pool) {
                             Ok(c) => {
+                                let c = match cpusets.memory_of(&rule.name, scope.as_ref()) {
+                                    Some(bytes) if entry.is_none() => {
+                                        let (c, why) = memory::prefer_memory(
+                                            place, req, &pool, c, bytes, memory,
+                                        );
+                                        memory_note = why;
+                                        c
+                                    }
+                                    _ => c,
+                                };
                                 extra_held = c.held;
                                 PlanState::Placed { cpus: c.cpus }
                             }
@@ -733,6 +831,7 @@ impl Plan {
                 cpuset: scope,
                 slots_from,
                 state,
+                memory: memory_note,
             });
         }
         plan

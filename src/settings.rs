@@ -1,6 +1,6 @@
 //! The daemon settings file (default `/etc/pinnerd/pinnerd.toml`): strict TOML, every
-//! key optional, every default written down here, in `config/pinnerd.toml` and in the
-//! README.
+//! key optional, every default written down here, in `config/pinnerd.toml` and in
+//! `pinnerd.toml(5)`.
 //!
 //! Owns: the settings format and its validation. Must not touch: what the daemon does
 //! with them. The file goes through the same safety checks as rule files
@@ -32,6 +32,45 @@ pub struct Settings {
     pub limits: LimitSettings,
     pub metrics: MetricsSettings,
     pub sched_ext: SchedExtSettings,
+    pub memory: MemorySettings,
+}
+
+/// `[memory]`: where a process's memory weighs in placement, and moving it
+/// (`memory = "follow"`, see `memory::follow`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MemorySettings {
+    /// A `count` rule placing a running process prefers the node holding most of its
+    /// memory when CPUs there cost at most this much more (mean pair latency) than the
+    /// best CPUs elsewhere. Default 0.10 (10%): measured pair costs differ by a few
+    /// percent from run to run, while every cache miss to a remote node's memory costs
+    /// some 50-100% more than to the local one; 0.0 lets memory only break ties.
+    pub tolerance: Fraction,
+    /// Memory smaller than this (MiB, all nodes together) is ignored when planning:
+    /// not worth a worse CPU choice. Default 64; 0 to 1048576.
+    #[serde(deserialize_with = "u32_within::<_, 0, 1_048_576>")]
+    pub min_size_mib: u32,
+    /// `memory = "follow"`: a process's pages are moved again no sooner than this after
+    /// its last move (numad waits minutes too: moving costs the process its memory
+    /// bandwidth while it runs). Default `"5m"`; `"1s"` to `"1d"`.
+    #[serde(deserialize_with = "duration_within::<_, SECOND, DAY>")]
+    pub follow_interval: HumanDuration,
+    /// `memory = "follow"` refuses to move a process larger than this (MiB): one
+    /// migration cannot be interrupted, and moves at a few GiB/s. Default 262144
+    /// (256 GiB); 1 to 1073741824.
+    #[serde(deserialize_with = "u32_within::<_, 1, 1_073_741_823>")]
+    pub follow_max_size_mib: u32,
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        MemorySettings {
+            tolerance: Fraction(0.10),
+            min_size_mib: 64,
+            follow_interval: HumanDuration(Duration::from_secs(300)),
+            follow_max_size_mib: 262_144,
+        }
+    }
 }
 
 /// `[sched-ext]`: what to do while a sched_ext scheduler runs (see `sched_ext`).
@@ -151,6 +190,7 @@ impl Default for Settings {
             limits: LimitSettings::default(),
             metrics: MetricsSettings::default(),
             sched_ext: SchedExtSettings::default(),
+            memory: MemorySettings::default(),
         }
     }
 }
@@ -502,6 +542,21 @@ mod tests {
         assert!(!s.watch.release_on_foreign_change);
         assert_eq!(s.measure.budget.to_string(), "1500ms");
         assert_eq!(HumanDuration(Duration::from_secs(7200)).to_string(), "2h");
+    }
+
+    #[test]
+    fn memory_settings_parse_and_refuse_out_of_range() {
+        let s = parse(
+            "[memory]\ntolerance = 0.25\nmin-size-mib = 0\nfollow-interval = \"30s\"\nfollow-max-size-mib = 1024\n",
+        )
+        .unwrap();
+        assert_eq!(s.memory.tolerance, Fraction(0.25));
+        assert_eq!(s.memory.min_size_mib, 0);
+        assert_eq!(s.memory.follow_interval.0, Duration::from_secs(30));
+        assert_eq!(s.memory.follow_max_size_mib, 1024);
+        assert!(parse("[memory]\ntolerance = 1.5\n").is_err());
+        assert!(parse("[memory]\nfollow-interval = \"10ms\"\n").is_err());
+        assert!(parse("[memory]\nfollow-max-size-mib = 0\n").is_err());
     }
 
     #[test]

@@ -345,7 +345,8 @@ impl AffinityOps for SystemOps {
 /// Start time (clock ticks after boot) of task `tid` of process `pid`, from
 /// `/proc/PID/task/TID/stat`; `None` when it is gone or unreadable.
 pub fn read_start_time(root: &SysRoot, pid: i32, tid: Tid) -> Option<u64> {
-    let text = fs::read_to_string(root.proc_path(format!("{pid}/task/{tid}/stat"))).ok()?;
+    let text =
+        crate::sysroot::read_bounded(root.proc_path(format!("{pid}/task/{tid}/stat"))).ok()?;
     parse_stat(&text).map(|s| s.start_time)
 }
 

@@ -59,14 +59,14 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     }
     for rule in report.rules.rules() {
         if let Some(note) = crate::manager::protect::broad_rule_note(rule) {
-            println!("{note}");
+            outln!("{note}");
         }
     }
     for doubt in doubts_here(&report.rules) {
         println!("{doubt}");
     }
     if problems.is_empty() {
-        println!(
+        outln!(
             "ok: {files} file{}, {} rule{}",
             plural(files),
             report.rules.len(),

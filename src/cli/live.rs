@@ -2,7 +2,6 @@
 //! nothing. It runs the daemon's own manager, built from the daemon's settings, over a
 //! full /proc rescan with affinity calls that only record what they would set.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -207,7 +206,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    super::write_stdout(format_args!("{out}"))?;
     if !report.errors.is_empty() {
         for e in &report.errors {
             eprintln!("{e}");

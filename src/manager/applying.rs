@@ -408,14 +408,37 @@ impl Manager {
         if snap.kernel_thread {
             return Err(ManagerError::KernelThread { pid });
         }
-        let mut out = Vec::new();
-        let original = self.managed.get(&pid).map(|m| m.original.clone());
-        if self.managed.contains_key(&pid) {
-            // Keep the original from first contact; drop the rule's claim.
-            self.managed.remove(&pid);
+        if let Some(why) = super::protect::protected_at_runtime(pid, &snap.info.comm, self.own_pid)
+        {
+            return Err(ManagerError::Protected { pid, why });
         }
+        let mut out = Vec::new();
+        // An earlier pin or rule of this same process: its claim goes, but every mask it
+        // remembered from first contact stays (the masks now on the threads are ours).
+        let earlier = self
+            .managed
+            .remove(&pid)
+            .filter(|m| m.handle.start_time == snap.start_time);
+        let original = earlier.as_ref().map(|m| m.original.clone());
         if !self.start_managing(&snap, Source::Runtime(cpus.clone()), original) {
             return Err(ManagerError::NoProcess { pid });
+        }
+        if let (Some(earlier), Some(m)) = (earlier, self.managed.get_mut(&pid)) {
+            for (tid, t) in earlier.threads {
+                if t.released {
+                    // Someone else's mask now: first contact again, like a new thread.
+                    continue;
+                }
+                m.threads.insert(
+                    tid,
+                    ManagedThread {
+                        placement: ThreadPlacement::Process,
+                        slot: 0,
+                        stale: true,
+                        ..t
+                    },
+                );
+            }
         }
         self.reconcile(snap, &mut out);
         Ok(out)

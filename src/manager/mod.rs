@@ -171,6 +171,8 @@ pub enum ManagerError {
     KernelThread { pid: i32 },
     #[error("pid {pid}: was not pinned at run time")]
     NotPinned { pid: i32 },
+    #[error("pid {pid}: {}; not pinned at run time", why.describe())]
+    Protected { pid: i32, why: protect::Protected },
     #[error(transparent)]
     Journal(#[from] RestoreError),
 }
@@ -215,6 +217,9 @@ struct Managed {
     threads: BTreeMap<Tid, ManagedThread>,
     /// The slots of each thread entry, held by its live threads.
     slots: HashMap<usize, SlotPool>,
+    /// Its resident memory per node at first contact, when its rule weighs memory and
+    /// it is large enough to (see `plan::memory`).
+    memory: Option<crate::memory::NodeBytes>,
 }
 
 impl Managed {

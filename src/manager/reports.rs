@@ -84,6 +84,26 @@ impl Manager {
         self.procs.snapshot(pid).map(|s| s.info.uid)
     }
 
+    /// Whether `caller_uid` sees where process `pid`'s memory is: root and the owner of
+    /// a user process (the same callers who see its whole explanation); never for a
+    /// kernel thread, which has no memory of its own.
+    pub fn shows_memory(&self, pid: i32, caller_uid: u32) -> bool {
+        self.procs
+            .snapshot(pid)
+            .is_some_and(|s| !s.kernel_thread && (caller_uid == 0 || s.info.uid == caller_uid))
+    }
+
+    /// Whether user `caller_uid` sees all of process `pid` (its `comm`, state, command
+    /// line): root and the process's owner do; [`Manager::explain_for`] and
+    /// `ExplainJson` show anyone else its rule and CPUs only.
+    pub fn shows_all_to(&self, pid: i32, caller_uid: u32) -> bool {
+        caller_uid == 0
+            || self
+                .procs
+                .snapshot(pid)
+                .is_some_and(|s| s.info.uid == caller_uid && !s.kernel_thread)
+    }
+
     /// [`Manager::explain`] as user `caller_uid` may see it: root and the process's owner
     /// get all of it; anyone else only the rule that manages it and its CPUs — never the
     /// command line, the executable or the verdicts that would reveal them, which the
@@ -182,6 +202,9 @@ impl Manager {
                             if let Some(line) = p.slots_line(mine) {
                                 let _ = writeln!(s, "    {line}");
                             }
+                        }
+                        if let Some(why) = &p.memory {
+                            let _ = writeln!(s, "  plan {unit}: {why}");
                         }
                     }
                 }

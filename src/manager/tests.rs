@@ -699,6 +699,65 @@ fn runtime_pins_override_rules_and_release_restores() {
     ));
 }
 
+/// Each thread's mask before pinnerd first touched it, as the journal records it.
+fn journal_originals(t: &T, pid: i32) -> Vec<(Tid, CpuSet)> {
+    let e = t
+        .mgr
+        .journal_entries()
+        .into_iter()
+        .find(|e| e.pid == pid)
+        .expect("in the journal");
+    [pid, 201, 202]
+        .into_iter()
+        .map(|tid| {
+            let o = e.threads.get(&tid).map_or(&e.original, |t| &t.original);
+            (tid, o.clone())
+        })
+        .collect()
+}
+
+#[test]
+fn a_second_pin_keeps_the_masks_from_first_contact() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(200, "app", 1, &[(201, "a"), (202, "b")]);
+    t.ops.external_set(202, &set("5"));
+    let want = vec![(200, set("0-7")), (201, set("0-7")), (202, set("5"))];
+    t.mgr.pin(200, &set("1")).unwrap();
+    t.mgr.pin(200, &set("0")).unwrap();
+    for tid in [200, 201, 202] {
+        assert_eq!(t.ops.mask(tid), Some(set("0")), "tid {tid}");
+    }
+    assert_eq!(journal_originals(&t, 200), want);
+    let c = t.mgr.unpin(200).unwrap();
+    assert!(
+        c.iter()
+            .any(|c| matches!(c, Change::Released { restored: 3, .. })),
+        "{c:?}"
+    );
+    for (tid, m) in &want {
+        assert_eq!(t.ops.mask(*tid), Some(m.clone()), "tid {tid}");
+    }
+    assert_eq!(t.mgr.managed_processes(), 0);
+}
+
+#[test]
+fn a_rule_then_a_runtime_pin_then_no_rule_gives_back_the_first_masks() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(200, "feed", 1, &[(201, "a"), (202, "b")]);
+    t.ops.external_set(202, &set("5"));
+    let want = vec![(200, set("0-7")), (201, set("0-7")), (202, set("5"))];
+    t.ev(new_rules(rules(FEED)));
+    assert_eq!(t.ops.mask(201), Some(set("2-3")));
+    t.mgr.pin(200, &set("6")).unwrap();
+    t.ev(new_rules(RuleSet::default()));
+    assert_eq!(t.ops.mask(201), Some(set("6")), "the pin holds");
+    assert_eq!(journal_originals(&t, 200), want);
+    t.mgr.unpin(200).unwrap();
+    for (tid, m) in &want {
+        assert_eq!(t.ops.mask(*tid), Some(m.clone()), "tid {tid}");
+    }
+}
+
 /// A thread `tid` born in process 100 (with its creator's name and mask, as a clone
 /// is) that then names itself `name`.
 fn born_and_named(t: &mut T, tid: Tid, name: &str) {
@@ -801,6 +860,30 @@ comm = "*"
 [rule.place]
 cpus = "2"
 "#;
+
+#[test]
+fn a_runtime_pin_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
+    let mut t = rig(ManagerConfig::default());
+    let own = std::process::id() as i32;
+    t.process(1, "systemd", 1, &[]);
+    t.process(own, "pinnerd", 1, &[]);
+    t.process(300, "dbus-broker", 1, &[]);
+    for (pid, said) in [
+        (own, "pinnerd's own process"),
+        (1, "PID 1"),
+        (300, "the bus daemon"),
+    ] {
+        let e = t.mgr.pin(pid, &set("1")).unwrap_err();
+        assert!(
+            matches!(e, ManagerError::Protected { pid: p, .. } if p == pid),
+            "{e}"
+        );
+        assert!(e.to_string().contains(said), "{e}");
+        assert_eq!(t.ops.mask(pid), Some(set("0-7")), "pid {pid} was moved");
+    }
+    assert!(t.ops.sets().is_empty());
+    assert_eq!(t.mgr.managed_processes(), 0);
+}
 
 #[test]
 fn a_broad_rule_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {

@@ -235,6 +235,7 @@ impl Manager {
                 .has_cpuset(&r.name, self.plan.cpuset_key(&allowed.cpus).as_ref()),
             Source::Runtime(_) => false,
         };
+        let memory = self.first_memory(pid, &source);
         tracing::info!(pid, comm = %snap.info.comm, rule = %source.name(), cpuset = %allowed.describe(), "managing process");
         self.managed.insert(
             pid,
@@ -246,9 +247,10 @@ impl Manager {
                 allowed,
                 threads: BTreeMap::new(),
                 slots: HashMap::new(),
+                memory: memory.clone(),
             },
         );
-        if new_cpuset {
+        if new_cpuset || memory.is_some() {
             self.replan_for_cpusets();
         }
         self.journal_dirty = true;

@@ -76,7 +76,7 @@ pub fn parse_stat(text: &str, path: &Path) -> Result<StatSnapshot, MeasureError>
 /// Reads and parses `/proc/stat` under `root`.
 pub fn read_stat(root: &SysRoot) -> Result<StatSnapshot, MeasureError> {
     let path = root.proc_path("stat");
-    let text = std::fs::read_to_string(&path).map_err(|source| MeasureError::ReadProc {
+    let text = crate::sysroot::read_bounded(&path).map_err(|source| MeasureError::ReadProc {
         path: path.clone(),
         source,
     })?;

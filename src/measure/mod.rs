@@ -28,6 +28,7 @@ pub mod around;
 pub mod drift_check;
 pub mod estimator;
 pub mod guard;
+pub mod plain;
 mod rng;
 pub mod schedule;
 pub mod simulate;

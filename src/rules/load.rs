@@ -22,7 +22,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::compile::{compile_file, system_user_lookup, Rule, UserLookup};
+use super::compile::{compile_file, system_user_lookup, RegexBudget, Rule, UserLookup};
 use super::error::{RuleError, RuleErrorKind};
 use super::format;
 use super::matcher::RuleSet;
@@ -424,14 +424,25 @@ fn read_limited(file: File, limit: u64) -> Result<String, ReadError> {
     String::from_utf8(buf).map_err(|e| ReadError::NotUtf8(e.utf8_error().valid_up_to()))
 }
 
-/// Parses and compiles one file's text.
+/// Parses and compiles one file's text, as a rule set of its own.
 pub fn compile_text(
     path: &Path,
     text: &str,
     policy: &LoadPolicy,
 ) -> Result<Vec<Rule>, Vec<RuleError>> {
+    compile_text_within(path, text, policy, &mut RegexBudget::default())
+}
+
+/// [`compile_text`] for one file of a rule set: its `cmdline` regexes take from
+/// `budget`, which the set's files share.
+pub fn compile_text_within(
+    path: &Path,
+    text: &str,
+    policy: &LoadPolicy,
+    budget: &mut RegexBudget,
+) -> Result<Vec<Rule>, Vec<RuleError>> {
     let parsed = format::parse(text).map_err(|e| vec![RuleError::from_toml(path, text, &e)])?;
-    compile_file(path, text, &parsed, policy.users)
+    compile_file(path, text, &parsed, policy.users, budget)
 }
 
 /// `keep`: files not to read (their directory is untrusted) whose rules in `previous`
@@ -448,9 +459,11 @@ fn load_files_inner(
     // Rule name → origin, across every file loaded so far.
     let mut names: HashMap<String, String> = HashMap::new();
     let mut rejected: Vec<usize> = Vec::new();
+    // Every file's `cmdline` regexes, kept ones included, share one budget.
+    let mut budget = RegexBudget::default();
     for (dir, path) in files {
         let result = read_checked_all(dir, path, policy).and_then(|text| {
-            let rules = compile_text(path, &text, policy)?;
+            let rules = compile_text_within(path, &text, policy, &mut budget)?;
             let dups: Vec<RuleError> = rules
                 .iter()
                 .filter_map(|r| {
@@ -501,6 +514,23 @@ fn load_files_inner(
                 RuleErrorKind::PreviousDropped(format!(
                     "rule {:?} is now defined at {}",
                     clash.name, names[&clash.name]
+                )),
+            ));
+            continue;
+        }
+        let before = budget;
+        let over = old
+            .iter()
+            .filter_map(|r| r.matcher.cmdline.as_ref())
+            .find_map(|re| budget.charge(re.as_str()).err().map(|e| (re.as_str(), e)));
+        if let Some((pattern, _)) = over {
+            budget = before;
+            errors.push(RuleError::whole(
+                &path,
+                RuleErrorKind::PreviousDropped(format!(
+                    "its cmdline regex {pattern:?} does not fit in what is left ({} bytes) of the {} bytes the rule set's cmdline regexes may take together",
+                    before.left,
+                    super::compile::REGEX_SET_BUDGET
                 )),
             ));
             continue;

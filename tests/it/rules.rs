@@ -761,6 +761,13 @@ mod props {
                             pinnerd::rules::format::Irqs::Leave
                         })
                     }),
+                    memory: exclusive.map(|e| {
+                        sp(if e {
+                            pinnerd::rules::format::Memory::Leave
+                        } else {
+                            pinnerd::rules::format::Memory::Follow
+                        })
+                    }),
                 }
             },
         )
