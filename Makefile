@@ -1,10 +1,11 @@
-# Build and install pinnerd without a Debian package (README "Install").
+# Build, test and install pinnerd without a Debian package (docs/install.md).
 #
 #   make                          # cargo build --release
 #   sudo make install             # into /usr/local (PREFIX) under / (DESTDIR)
 #   make install DESTDIR=/tmp/stage PREFIX=/usr   # staged, for a distribution package
 #   sudo make uninstall
 #   make deb                      # the Debian package (cargo-deb)
+#   make check                    # the tests: installs what they drive, then fmt, clippy, tests
 #   sudo make vm-test             # the end-to-end test in a VM (tests/vm/run.sh)
 #
 # The unit's ExecStart= is rewritten to $(BINDIR)/pinnerd. systemd reads units from
@@ -25,7 +26,7 @@ else
 DBUSPOLICYDIR ?= $(SYSCONFDIR)/dbus-1/system.d
 endif
 RULESDIR ?= $(SYSCONFDIR)/pinnerd.d
-# Man pages, completions and the bus interface XML (README "Man pages and completions").
+# Man pages, completions and the bus interface XML (docs/install.md, CONTRIBUTING.md "Generated files").
 MANDIR ?= $(DATADIR)/man
 DBUSIFACEDIR ?= $(DATADIR)/dbus-1/interfaces
 BASHCOMPDIR ?= $(DATADIR)/bash-completion/completions
@@ -42,12 +43,28 @@ CARGO ?= cargo
 INSTALL ?= install
 BIN ?= target/release/pinnerd
 
-.PHONY: all build install uninstall deb vm-test
+.PHONY: all build check test-deps install uninstall deb vm-test
 
 all: build
 
 build:
 	$(CARGO) build --release --locked
+
+# The test command (CONTRIBUTING.md). On a fresh Debian or Ubuntu machine with a Rust
+# toolchain it first installs the packages the tests drive (as root; otherwise it prints
+# the apt-get line and stops), and rustfmt and clippy when rustup lacks them.
+check: test-deps
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets --locked -- -D warnings
+	$(CARGO) test --all-targets --locked
+
+test-deps:
+	tests/test-deps.sh
+	@if command -v rustup >/dev/null; then \
+		for c in rustfmt clippy; do \
+			rustup component list --installed 2>/dev/null | grep -q "^$$c" || rustup component add $$c; \
+		done; \
+	fi
 
 $(BIN):
 	$(CARGO) build --release --locked

@@ -5,7 +5,6 @@
 //! Run: `cargo bench --bench measure`. Under `cargo test` (no `--bench`) each
 //! benchmark runs once and the report is skipped.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,46 +43,10 @@ fn bench_matrix(c: &mut Criterion) {
 }
 
 /// An independent ping-pong, written the plain way (as core-to-core-latency and c2clat
-/// do): two threads pinned with `sched_setaffinity`, CAS on one 128-byte-aligned flag,
-/// `samples` timings of `round_trips` round trips, one-way = minimum / round trips / 2.
+/// do): `pinnerd::measure::plain`, one-way = minimum / round trips / 2.
 fn independent_ping_pong(a: u32, b: u32, samples: usize, round_trips: u64) -> f64 {
-    #[repr(align(128))]
-    struct Flag(AtomicU64);
-    fn pin(cpu: u32) {
-        let mut set = nix::sched::CpuSet::new();
-        set.set(cpu as usize).expect("cpu in range");
-        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set).expect("pin");
-    }
-    let flag = Arc::new(Flag(AtomicU64::new(0)));
-    let total = samples as u64 * round_trips;
-    let f = flag.clone();
-    let responder = std::thread::spawn(move || {
-        pin(b);
-        for _ in 0..total {
-            while f
-                .0
-                .compare_exchange(1, 0, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {}
-        }
-    });
-    pin(a);
-    let mut best = f64::INFINITY;
-    for _ in 0..samples {
-        let t0 = Instant::now();
-        for _ in 0..round_trips {
-            while flag
-                .0
-                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {}
-        }
-        while flag.0.load(Ordering::Acquire) != 0 {}
-        let ns = t0.elapsed().as_nanos() as f64 / round_trips as f64 / 2.0;
-        best = best.min(ns);
-    }
-    responder.join().expect("responder");
-    best
+    measure::plain::min_one_way_ns(a, b, samples, round_trips, Duration::from_secs(60))
+        .expect("plain ping-pong")
 }
 
 fn report() {

@@ -9,6 +9,7 @@
 //! topology made from them: the SMT groups as cores, the CCX groups as L3 groups (96 MiB
 //! and 32 MiB alternating, rankings varying), every fourth CCX of efficiency cores, the
 //! four 128-CPU groups as NUMA nodes, and a device on node 2.
+//! A thread entry's slots (`placement::slots`) are planned on the tiled domains.
 //! Run: `cargo bench --bench placement`.
 
 use std::hint::black_box;
@@ -25,7 +26,7 @@ use pinnerd::CpuSet;
 fn epyc_7742() -> LatencyMatrix {
     let path = Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/c2c-data/nviennot/Dual_AMD_EPYC_7742_64-Core_Processor.csv"
+        "/tests/fixtures/c2c-data/nviennot/Dual_AMD_EPYC_7742_64-Core_Processor.csv"
     ));
     LatencyMatrix::load(path).unwrap_or_else(|e| panic!("{e}"))
 }
@@ -179,6 +180,17 @@ fn bench(c: &mut Criterion) {
     let all: CpuSet = d.cpus().iter().copied().collect();
     let busy: CpuSet = "0-7,130-150,300-301".parse().unwrap();
     let some = all.difference(&busy);
+    // A thread entry's slots, all of them (the planner makes them again whenever a
+    // thread takes or frees one).
+    let rx = Request {
+        count: 1,
+        smt: SmtPolicy::Avoid,
+        ..Default::default()
+    };
+    c.bench_function(
+        "slots 512 CPUs: count 1, compact, smt=avoid (256 slots)",
+        |b| b.iter(|| pinnerd::placement::slots(black_box(&d), black_box(&rx), &all).unwrap()),
+    );
     for (name, req, avail) in [
         (
             "plan 512 CPUs: compact K=2",

@@ -1,5 +1,6 @@
 //! Promise harness (not criterion): the hotplug, crash and D-Bus flood promises of the
-//! README, measured on the real daemon with `benches/support/promise_rig.rs` — the same
+//! reliability page (docs/reliability.md), measured on the real daemon with
+//! `benches/support/promise_rig.rs` — the same
 //! rig `tests/it/promises.rs` asserts outcomes with.
 //!
 //! Run as root (it offlines a CPU and kills daemons):

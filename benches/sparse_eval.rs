@@ -14,11 +14,11 @@ use pinnerd::measure::sparse::{run_sparse, SparseConfig, SparseOutcome};
 use pinnerd::placement::{place, Policy, Request};
 use pinnerd::CpuSet;
 
-/// `../shared/c2c-data/nviennot`.
+/// `tests/fixtures/c2c-data/nviennot`.
 pub fn data_dir() -> PathBuf {
     Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/c2c-data/nviennot"
+        "/tests/fixtures/c2c-data/nviennot"
     ))
     .to_owned()
 }
@@ -29,7 +29,7 @@ pub const EXCLUDED: &[&str] = &["m1.ultra.16pp4e.csv", "IBM_PPC970_2.2_at_1.8GHz
 /// Every usable published matrix of at least `min` CPUs, by file name.
 pub fn usable(min: usize) -> Vec<(String, LatencyMatrix)> {
     let mut names: Vec<String> = std::fs::read_dir(data_dir())
-        .expect("../shared/c2c-data/nviennot must exist beside the repository")
+        .expect("tests/fixtures/c2c-data/nviennot is part of the repository")
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .filter(|n| !EXCLUDED.contains(&n.as_str()))
         .collect();

@@ -64,6 +64,9 @@ _pinnerd() {
             pinnerd,remeasure)
                 cmd="pinnerd__subcmd__remeasure"
                 ;;
+            pinnerd,report)
+                cmd="pinnerd__subcmd__report"
+                ;;
             pinnerd,run)
                 cmd="pinnerd__subcmd__run"
                 ;;
@@ -139,6 +142,9 @@ _pinnerd() {
             pinnerd__subcmd__help,remeasure)
                 cmd="pinnerd__subcmd__help__subcmd__remeasure"
                 ;;
+            pinnerd__subcmd__help,report)
+                cmd="pinnerd__subcmd__help__subcmd__report"
+                ;;
             pinnerd__subcmd__help,run)
                 cmd="pinnerd__subcmd__help__subcmd__run"
                 ;;
@@ -161,7 +167,7 @@ _pinnerd() {
 
     case "${cmd}" in
         pinnerd)
-            opts="-v -h -V --verbose --help --version topology measure plan compare check daemon status remeasure reload managed explain diff fleet metrics export run pin release help"
+            opts="-v -h -V --verbose --help --version topology measure plan compare report check daemon status remeasure reload managed explain diff fleet metrics export run pin release help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -453,7 +459,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__help)
-            opts="topology measure plan compare check daemon status remeasure reload managed explain diff fleet metrics export run pin release help"
+            opts="topology measure plan compare report check daemon status remeasure reload managed explain diff fleet metrics export run pin release help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -718,6 +724,20 @@ _pinnerd() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        pinnerd__subcmd__help__subcmd__report)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         pinnerd__subcmd__help__subcmd__run)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -867,7 +887,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__pin)
-            opts="-k -v -h --bus --count --policy --smt --cpus --within --rule --core-type --prefer --near --verbose --help"
+            opts="-k -v -h --bus --count --policy --smt --cpus --within --rule --core-type --prefer --near --memory --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -917,6 +937,10 @@ _pinnerd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --memory)
+                    COMPREPLY=($(compgen -W "follow leave" -- "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -925,7 +949,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__plan)
-            opts="-k -v -h --count --policy --smt --exclude --core-type --prefer --near --matrix --sysfs --json --live --rules --config --state-dir --measure-budget --no-measure --verbose --help"
+            opts="-k -v -h --count --policy --smt --exclude --core-type --prefer --near --matrix --sysfs --json --live --pid --rules --config --state-dir --measure-budget --no-measure --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -968,6 +992,10 @@ _pinnerd() {
                     return 0
                     ;;
                 --sysfs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pid)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1052,8 +1080,38 @@ _pinnerd() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        pinnerd__subcmd__report)
+            opts="-v -h --out --matrix --sysfs --compare --budget --verbose --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --out)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --matrix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sysfs)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --budget)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         pinnerd__subcmd__run)
-            opts="-k -v -h --count --policy --smt --cpus --within --rule --core-type --prefer --near --bus --print --local --rules --config --state-dir --verbose --help"
+            opts="-k -v -h --count --policy --smt --cpus --within --rule --core-type --prefer --near --bus --memory --print --local --rules --config --state-dir --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1103,6 +1161,10 @@ _pinnerd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --memory)
+                    COMPREPLY=($(compgen -W "bind preferred leave" -- "${cur}"))
+                    return 0
+                    ;;
                 --rules)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1141,7 +1203,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__topology)
-            opts="-v -h --sysfs --procfs --json --matrix --verbose --help"
+            opts="-v -h --sysfs --procfs --json --matrix --svg --heatmap --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1156,6 +1218,14 @@ _pinnerd() {
                     return 0
                     ;;
                 --matrix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --svg)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --heatmap)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -33,6 +33,12 @@ pub enum Command {
         /// else only the rule and the CPUs.
         caller_uid: u32,
     },
+    /// Where process `pid`'s memory is per NUMA node, for `ExplainJson` (`null` where
+    /// the caller may not see its whole explanation).
+    Memory {
+        pid: u32,
+        caller_uid: u32,
+    },
     Plan {
         count: u32,
         policy: Policy,
@@ -54,6 +60,9 @@ pub enum Command {
     PinWith {
         pid: u32,
         place: PlaceSpec,
+        /// `memory = "follow"`: its memory is moved to the nodes of its CPUs
+        /// (`memory::follow`).
+        follow: bool,
     },
     /// `PlanWith`: the CPUs [`Command::PinWith`] would choose now; changes nothing.
     PlanWith {
@@ -184,10 +193,18 @@ pub enum Reply {
     },
     Managed(Vec<ManagedEntry>),
     Text(String),
+    /// `Explain`'s text; `full` when the caller may see all of it (root or the
+    /// process's owner), else it shows the rule and the CPUs only.
+    Explained {
+        text: String,
+        full: bool,
+    },
     Cpus(CpuSet),
     Done,
     /// A process's real uid.
     Owner(u32),
+    /// A JSON value (`Command::Memory`).
+    Json(serde_json::Value),
 }
 
 /// A command on its way to the loop, with where its answer goes.
@@ -259,7 +276,8 @@ impl CommandError {
             | CommandError::Pin { .. }
             | CommandError::NoRule(_)
             | CommandError::Manager(ManagerError::KernelThread { .. }) => ErrorKind::InvalidArgs,
-            CommandError::NotOwner { .. } => ErrorKind::NotPermitted,
+            CommandError::NotOwner { .. }
+            | CommandError::Manager(ManagerError::Protected { .. }) => ErrorKind::NotPermitted,
             CommandError::NoSuchProcess(_)
             | CommandError::Manager(ManagerError::NoProcess { .. }) => ErrorKind::NoSuchProcess,
             CommandError::NotManaged(_) | CommandError::Manager(ManagerError::NotPinned { .. }) => {

@@ -33,7 +33,7 @@ use crate::polkit::{self, Action, Verdict};
 
 mod placement;
 mod properties;
-pub use placement::{place_spec, placement_dict, PLACEMENT_KEYS};
+pub use placement::{place_spec, placement_dict, placement_dict_with, PLACEMENT_KEYS};
 use properties::sched_ext_pair;
 pub use properties::{changed_properties, properties_changed, publish_properties};
 
@@ -190,6 +190,8 @@ pub struct Pinnerd1<E> {
     snapshot: watch::Receiver<Snapshot>,
     limiter: RateLimiter,
     callers: std::sync::Arc<Callers>,
+    /// How many properties the interface has: the reads one `GetAll` makes.
+    properties: usize,
 }
 
 /// Callers by unique bus name: the uid the bus vouched for (asked once per connection)
@@ -203,9 +205,11 @@ pub struct Callers {
 #[derive(Debug, Clone, Copy)]
 struct Caller {
     uid: u32,
-    /// The serial of the last message charged, and whether it was admitted: `GetAll`
-    /// reads every property with one message and pays once.
-    charged: Option<(std::num::NonZeroU32, bool)>,
+    /// The last `GetAll` charged: its serial, how many more property reads it may make
+    /// without paying, and whether it was admitted. `GetAll` reads every property with
+    /// one message and pays once; a client chooses its serials, so a reused serial buys
+    /// no more than one `GetAll`'s reads, and any other message always pays.
+    charged: Option<(std::num::NonZeroU32, usize, bool)>,
 }
 
 /// Most connections whose uids are remembered at once.
@@ -238,23 +242,33 @@ impl Callers {
         self.len() == 0
     }
 
-    /// Charges message `serial` of `name` once: `charge` runs for its first read only,
-    /// later reads of the same message get the same answer.
+    /// Charges a message of `name`: `charge` runs for every message, except for the
+    /// property reads of one `GetAll` (`get_all`, with serial `serial`), which read
+    /// `properties` properties and pay once.
     fn charge_once(
         &self,
         name: &str,
         serial: std::num::NonZeroU32,
+        get_all: bool,
+        properties: usize,
         charge: impl FnOnce() -> bool,
     ) -> bool {
         let mut map = self.lock();
         let Some(c) = map.get_mut(name) else {
             return charge();
         };
-        match c.charged {
-            Some((s, admitted)) if s == serial => admitted,
+        if !get_all {
+            c.charged = None;
+            return charge();
+        }
+        match &mut c.charged {
+            Some((s, left, admitted)) if *s == serial && *left > 0 => {
+                *left -= 1;
+                *admitted
+            }
             _ => {
                 let admitted = charge();
-                c.charged = Some((serial, admitted));
+                c.charged = Some((serial, properties.saturating_sub(1), admitted));
                 admitted
             }
         }
@@ -272,12 +286,22 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         snapshot: watch::Receiver<Snapshot>,
         limiter: RateLimiter,
     ) -> Self {
-        Pinnerd1 {
+        let mut object = Pinnerd1 {
             events,
             snapshot,
             limiter,
             callers: std::sync::Arc::new(Callers::default()),
-        }
+            properties: 0,
+        };
+        object.properties = object.property_count();
+        object
+    }
+
+    /// The properties the interface declares, from its own introspection.
+    fn property_count(&self) -> usize {
+        let mut xml = String::new();
+        zbus::object_server::Interface::introspect_to_writer(self, &mut xml, 0);
+        xml.matches("<property ").count()
     }
 
     /// The callers this object remembers (shared with the `NameOwnerChanged` watcher).
@@ -317,9 +341,15 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         }
         let sender = header.sender().map(|s| s.as_str()).unwrap_or_default();
         let serial = header.primary().serial_num();
+        let get_all = header.member().is_some_and(|m| m.as_str() == "GetAll")
+            && header
+                .interface()
+                .is_some_and(|i| i.as_str() == "org.freedesktop.DBus.Properties");
         let admitted = self
             .callers
-            .charge_once(sender, serial, || self.limiter.allow(uid, Instant::now()));
+            .charge_once(sender, serial, get_all, self.properties, || {
+                self.limiter.allow(uid, Instant::now())
+            });
         if !admitted {
             tracing::warn!(uid, method, "caller over its rate limit");
             return Err(MethodError::RateLimited(format!(
@@ -489,11 +519,25 @@ fn managed_with_cpu_ids(e: ManagedEntry) -> Result<(u32, String, String, Vec<u32
     Ok((e.pid, e.comm, e.rule, cpus.iter().collect(), e.state))
 }
 
-/// The object `ExplainJson` returns: the managed row of `pid`, if any, and the text.
-fn explain_json(pid: u32, entry: Option<ManagedEntry>, text: String) -> Result<serde_json::Value> {
+/// The object `ExplainJson` returns: the managed row of `pid`, if any, the text and
+/// where its memory is (`memory`, see `crate::memory::MemoryView::to_json`). Unless the
+/// caller sees all of the process (`full`), the row is its rule and CPUs only, as the
+/// text is: `comm` and `state` are null.
+fn explain_json(
+    pid: u32,
+    entry: Option<ManagedEntry>,
+    text: String,
+    memory: serde_json::Value,
+    full: bool,
+) -> Result<serde_json::Value> {
     let value = match entry {
         Some(e) => {
             let (pid, comm, rule, cpus, state) = managed_with_cpu_ids(e)?;
+            let (comm, state) = if full {
+                (Some(comm), Some(state))
+            } else {
+                (None, None)
+            };
             serde_json::json!({
                 "pid": pid,
                 "managed": true,
@@ -502,6 +546,7 @@ fn explain_json(pid: u32, entry: Option<ManagedEntry>, text: String) -> Result<s
                 "cpus": cpus,
                 "state": state,
                 "text": text,
+                "memory": memory,
             })
         }
         None => serde_json::json!({
@@ -512,6 +557,7 @@ fn explain_json(pid: u32, entry: Option<ManagedEntry>, text: String) -> Result<s
             "cpus": [],
             "state": null,
             "text": text,
+            "memory": memory,
         }),
     };
     Ok(value)
@@ -745,7 +791,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     ) -> Result<String> {
         let caller_uid = self.admit(conn, &header, "Explain").await?;
         match self.forward(Command::Explain { pid, caller_uid }).await? {
-            Reply::Text(s) => Ok(s),
+            Reply::Explained { text, .. } => Ok(text),
             other => Err(unexpected(other)),
         }
     }
@@ -847,7 +893,8 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
 
     /// `PinProcess` in the whole vocabulary of a rule's `[rule.place]`: `placement` holds
     /// `count` (u), `policy`, `smt`, `within`, `cpus` (s, CPU lists in the kernel's
-    /// format) or `rule` (s, a loaded rule whose `[rule.place]` to use). Pins every
+    /// format) or `rule` (s, a loaded rule whose `[rule.place]` to use), and `memory`
+    /// (s, `follow` or `leave`: move its memory to the nodes of its CPUs). Pins every
     /// thread of `pid` among the CPUs no exclusive rule holds; returns the CPUs.
     #[zbus(out_args("cpus"))]
     async fn pin_process_with(
@@ -859,7 +906,8 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     ) -> Result<String> {
         check_body(&header, "PinProcessWith")?;
         let place = place_spec(&placement)?;
-        let cmd = Command::PinWith { pid, place };
+        let follow = placement::memory_follow(&placement)?;
+        let cmd = Command::PinWith { pid, place, follow };
         let cmd = self.admit_pin(conn, &header, "PinProcessWith", cmd).await?;
         match self.forward(cmd).await? {
             Reply::Cpus(set) => Ok(set.to_string()),
@@ -869,8 +917,11 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
 
     /// `Explain` for programs: a JSON object with `pid`, `managed`, `rule`, `comm`,
     /// `cpus` (CPU ids), `state` (as `ListManaged` has them; `rule`, `comm` and `state`
-    /// are null when not managed) and `text` (what `Explain` returns, with the same
-    /// privacy: another user's process is shown by rule and CPUs only).
+    /// are null when not managed), `text` (what `Explain` returns, with the same
+    /// privacy: another user's process is shown by rule and CPUs only, its `comm` and
+    /// `state` null) and `memory`:
+    /// its resident bytes per NUMA node (`one_node`, `source`, `total_bytes`, `nodes`:
+    /// `node`, `bytes`, `share`), null for a caller shown rule and CPUs only.
     #[zbus(out_args("json"))]
     async fn explain_json(
         &self,
@@ -879,15 +930,19 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(header)] header: Header<'_>,
     ) -> Result<String> {
         let caller_uid = self.admit(conn, &header, "ExplainJson").await?;
-        let text = match self.forward(Command::Explain { pid, caller_uid }).await? {
-            Reply::Text(s) => s,
+        let (text, full) = match self.forward(Command::Explain { pid, caller_uid }).await? {
+            Reply::Explained { text, full } => (text, full),
             other => return Err(unexpected(other)),
         };
         let entry = match self.forward(Command::ListManaged).await? {
             Reply::Managed(list) => list.into_iter().find(|e| e.pid == pid),
             other => return Err(unexpected(other)),
         };
-        Ok(explain_json(pid, entry, text)?.to_string())
+        let memory = match self.forward(Command::Memory { pid, caller_uid }).await? {
+            Reply::Json(v) => v,
+            other => return Err(unexpected(other)),
+        };
+        Ok(explain_json(pid, entry, text, memory, full)?.to_string())
     }
 
     /// The CPUs `PinProcessWith` would choose now for `placement`; changes nothing.
@@ -1070,13 +1125,38 @@ mod tests {
 
     #[test]
     fn explain_json_has_the_row_or_nulls() {
-        let v = explain_json(42, Some(entry("3")), "why\n".into()).unwrap();
+        let memory = serde_json::json!({"one_node": true, "nodes": []});
+        let v = explain_json(42, Some(entry("3")), "why\n".into(), memory.clone(), true).unwrap();
         assert_eq!(
             v,
             serde_json::json!({"pid": 42, "managed": true, "rule": "md", "comm": "feed",
-                               "cpus": [3], "state": "applied", "text": "why\n"})
+                               "cpus": [3], "state": "applied", "text": "why\n",
+                               "memory": memory})
         );
-        let v = explain_json(7, None, "not managed\n".into()).unwrap();
+        // Another user's process: its rule and CPUs only, as the text says.
+        let v = explain_json(
+            42,
+            Some(entry("3")),
+            "shown: its rule and CPUs only\n".into(),
+            serde_json::Value::Null,
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"pid": 42, "managed": true, "rule": "md", "comm": null,
+                               "cpus": [3], "state": null,
+                               "text": "shown: its rule and CPUs only\n", "memory": null})
+        );
+        let v = explain_json(
+            7,
+            None,
+            "not managed\n".into(),
+            serde_json::Value::Null,
+            false,
+        )
+        .unwrap();
+        assert!(v["memory"].is_null());
         assert_eq!(v["managed"], false);
         assert_eq!(v["cpus"], serde_json::json!([]));
         assert!(v["rule"].is_null() && v["comm"].is_null() && v["state"].is_null());

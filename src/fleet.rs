@@ -64,12 +64,10 @@ pub enum FleetError {
         b_cpus: CpuSet,
     },
     /// The reference matrix has no usable domain structure.
-    #[error("{name}: {source}")]
-    Domains {
-        name: String,
-        #[source]
-        source: DomainError,
-    },
+    /// The cause is in the message, not also a source: a chain printed whole (`{:#}`)
+    /// says it once.
+    #[error("{name}: {cause}")]
+    Domains { name: String, cause: DomainError },
     /// Fewer matrices than the operation needs.
     #[error("{0}")]
     TooFew(String),
@@ -181,7 +179,7 @@ fn median(v: &mut [f64]) -> Option<f64> {
     Some(if n % 2 == 1 {
         v[n / 2]
     } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
+        crate::stats::midpoint(v[n / 2 - 1], v[n / 2])
     })
 }
 
@@ -235,9 +233,9 @@ pub fn diff(
     tol: Tolerance,
 ) -> Result<Diff, FleetError> {
     check_layout(a, a_name, b, b_name)?;
-    let domains = Domains::from_matrix(a).map_err(|source| FleetError::Domains {
+    let domains = Domains::from_matrix(a).map_err(|cause| FleetError::Domains {
         name: a_name.to_string(),
-        source,
+        cause,
     })?;
     Ok(diff_with(&domains, a, b, tol))
 }
@@ -553,9 +551,9 @@ pub fn fleet(hosts: &[(String, LatencyMatrix)], tol: Tolerance) -> Result<Fleet,
         check_layout(first, first_name, m, name)?;
     }
     let reference = cellwise_median(first, hosts);
-    let domains = Domains::from_matrix(&reference).map_err(|source| FleetError::Domains {
+    let domains = Domains::from_matrix(&reference).map_err(|cause| FleetError::Domains {
         name: "the fleet's median matrix".into(),
-        source,
+        cause,
     })?;
     let labels = level_labels(domains.levels());
     let mut out_hosts = Vec::with_capacity(hosts.len());
@@ -666,6 +664,24 @@ mod tests {
                 80.0 + ((i * j) % 5) as f64
             }
         })
+    }
+
+    #[test]
+    fn huge_finite_cells_do_not_overflow_the_medians() {
+        let m = LatencyMatrix::from_fn((0..8).collect(), |_, _| 1e308);
+        let d = diff(&m, "a", &m, "b", Tolerance::default()).unwrap();
+        assert_eq!(d.verdict, Verdict::Same, "{d:#?}");
+        assert!(
+            d.levels
+                .iter()
+                .all(|l| l.a_ns == Some(1e308) && l.ratio == Some(1.0)),
+            "{d:#?}"
+        );
+        let hosts: Vec<(String, LatencyMatrix)> =
+            (0..3).map(|i| (format!("h{i}"), m.clone())).collect();
+        let f = fleet(&hosts, Tolerance::default()).unwrap();
+        assert_eq!(f.outliers, 0, "{f:#?}");
+        assert_eq!(crate::stats::median(&[f64::MAX, f64::MAX]), Some(f64::MAX));
     }
 
     #[test]

@@ -77,7 +77,7 @@ fn irq_dir(root: &SysRoot) -> PathBuf {
 }
 
 fn read_list(path: &Path) -> Result<CpuSet, IrqError> {
-    let text = std::fs::read_to_string(path).map_err(|source| IrqError::Read {
+    let text = crate::sysroot::read_bounded(path).map_err(|source| IrqError::Read {
         path: path.to_path_buf(),
         source,
     })?;
@@ -295,7 +295,7 @@ pub fn irqbalance_pid(root: &SysRoot) -> Option<i32> {
     let dir = std::fs::read_dir(root.proc_path("")).ok()?;
     dir.flatten().find_map(|e| {
         let pid: i32 = e.file_name().to_str()?.parse().ok()?;
-        let comm = std::fs::read_to_string(e.path().join("comm")).ok()?;
+        let comm = crate::sysroot::read_bounded(e.path().join("comm")).ok()?;
         (comm.trim() == "irqbalance").then_some(pid)
     })
 }

@@ -39,6 +39,8 @@
 //!   journal, and irqbalance's banned CPUs
 //! - `manager`: which processes are managed; applies the plan to their threads
 //! - `matrix`: the latency matrix and its files
+//! - `memory`: where a process's memory is per NUMA node (`numa_maps`, `memory.numa_stat`),
+//!   `run --memory`'s policy, and moving it to the nodes of its CPUs (`memory = "follow"`)
 //! - `measure`: spin pairs → latencies; sparse measurement (the hierarchy from a few
 //!   pairs, spot checks per block, the rest inferred, or a mesh's model from random
 //!   pairs; then the cells of the compact plans that `domains` and `placement` make
@@ -46,11 +48,16 @@
 //!   `measure::simulate`, which answers from a published matrix with noise;
 //!   `measure::around`: the CPUs a measurement stays off (exclusive and
 //!   latency-critical rules' CPUs, `measure.never-cpus`, `nohz_full`), the cells it
-//!   keeps for them, and the latency-critical threads whose waking stops it
+//!   keeps for them, and the latency-critical threads whose waking stops it;
+//!   `measure::plain`: an independent c2clat-style ping-pong to check the engine by
 //! - `metrics`: the daemon's numbers in the Prometheus text format, and the textfile
-//! - `placement`: one request → CPUs
-//! - `plan`: every rule's CPUs, as a value
+//! - `outfile`: an output file replaced whole, no link followed (textfile, `export --out`)
+//! - `placement`: one request → CPUs (`slots`: a thread entry's CPUs, one set per thread,
+//!   planned together)
+//! - `plan`: every rule's CPUs, as a value (`doubts`: rules that cannot mean what they
+//!   say on the machine, for `check`)
 //! - `polkit`: who may change what: root, else polkit's answer for the caller's bus name
+//! - `report`: `pinnerd report`'s facts and its self-contained HTML page (pure)
 //! - `rules`: TOML → validated rules → matcher
 //! - `sched_ext`: whether a sched_ext scheduler runs, the `[sched-ext]` policy, widening
 //! - `settings`: the daemon's settings file
@@ -86,10 +93,13 @@ pub mod irq;
 pub mod manager;
 pub mod matrix;
 pub mod measure;
+pub mod memory;
 pub mod metrics;
+pub mod outfile;
 pub mod placement;
 pub mod plan;
 pub mod polkit;
+pub mod report;
 pub mod rules;
 pub mod sched_ext;
 pub mod settings;

@@ -550,7 +550,7 @@ impl LatencyMatrix {
             } else if v.len() % 2 == 1 {
                 v[v.len() / 2]
             } else {
-                (v[v.len() / 2 - 1] + v[v.len() / 2]) / 2.0
+                crate::stats::midpoint(v[v.len() / 2 - 1], v[v.len() / 2])
             }
         };
         let mut levels = Vec::new();

@@ -14,6 +14,9 @@
 //! - SMT: `avoid` never takes two CPUs of one core; `prefer-siblings` fills whole cores.
 //!   `exclusive` takes only fully free cores and reserves their idle siblings.
 //!
+//! - slots (`slots`): one set of CPUs per thread of a `[[rule.threads]]` entry,
+//!   planned together so that `policy` and `smt` hold across the slots.
+//!
 //! Deterministic: every tie is broken by CPU or group order, never by a hash.
 //! Must not touch: the OS (no files, no syscalls, no clocks).
 
@@ -24,6 +27,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
 use crate::domains::{Domains, Trust};
+
+mod slots;
+pub use slots::{slots, Slot, SlotPlanner, MAX_SLOTS};
 
 /// How to choose CPUs for a request of `count` CPUs.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -20,9 +20,13 @@
 //! earlier unit holds; no unit may take CPUs an earlier exclusive unit holds. A unit
 //! that would need such CPUs loses: it is not applied, and its plan says to whom it
 //! lost ([`PlanState::Lost`]). A thread entry places within its `within` CPUs, else
-//! within its rule's own CPUs when the rule has a placed `[rule.place]`; a non-shared
-//! entry gives each matching thread its own `count` CPUs (slots), wrapping around when
-//! the CPUs run out.
+//! within its rule's own CPUs when the rule has a placed `[rule.place]` ("carved from
+//! [rule.place]", [`SlotsFrom`]), else among all usable CPUs; a non-shared entry gives
+//! each matching thread its own `count` CPUs (slots), planned together
+//! (`placement::slots`), wrapping around when the CPUs run out. A slots unit holds
+//! (for exclusivity, measurements and interrupts) only the slots its live threads take
+//! ([`Demand`], handed in by the manager; none until a thread appears), never every
+//! slot it could fill.
 //!
 //! Cgroup cpusets: a count unit is planned once per distinct cpuset its rule's processes
 //! live in ([`Cpusets`], a value the manager hands in through [`Plan::in_cpusets`]),
@@ -40,12 +44,62 @@ use crate::domains::Domains;
 use crate::placement::{self, PlacementError};
 use crate::rules::{CpuTarget, PlacementRequest, Rule, RuleSet};
 
+pub mod memory;
+pub use memory::MemoryPlanning;
+
 /// Chooses CPUs for a count request among `available`: the placement engine over
 /// latency domains, or a stand-in in tests.
 pub trait Choose {
     /// The CPUs chosen, and those they hold (a superset: an exclusive request also
     /// keeps the idle SMT siblings of its CPUs free).
     fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError>;
+
+    /// One set of `count` CPUs per thread of a non-shared thread entry, in the order
+    /// threads take them, planned together (see `placement::slots`). The error is the
+    /// first slot's. By default each slot is chosen alone among what the earlier ones
+    /// left (a stand-in's way).
+    fn slots(
+        &self,
+        req: &PlacementRequest,
+        available: &CpuSet,
+    ) -> Result<Vec<Chosen>, PlacementError> {
+        let mut slots = Vec::new();
+        let mut left = available.clone();
+        while slots.len() < placement::MAX_SLOTS {
+            match self.choose(req, &left) {
+                Ok(c) if !c.cpus.is_empty() => {
+                    left = left.difference(&c.held);
+                    slots.push(c);
+                }
+                Ok(_) => break,
+                Err(e) if slots.is_empty() => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(slots)
+    }
+
+    /// What `cpus` cost together (mean pair latency, ns), for weighing memory against
+    /// latency; `None` when unknown (then memory decides between equal choices).
+    fn cost(&self, cpus: &CpuSet) -> Option<f64> {
+        let _ = cpus;
+        None
+    }
+}
+
+/// The placement engine's request for a count `req` (`None` for explicit CPUs).
+pub fn engine_request(req: &PlacementRequest) -> Option<placement::Request> {
+    match &req.target {
+        CpuTarget::Count(n) => Some(placement::Request {
+            count: *n as usize,
+            policy: req.policy,
+            smt: req.smt,
+            exclude: CpuSet::new(),
+            exclusive: req.exclusive,
+            cpus: None,
+        }),
+        CpuTarget::Cpus(_) => None,
+    }
 }
 
 /// A chooser a plan keeps, to plan again in other cpusets ([`Plan::in_cpusets`]).
@@ -57,6 +111,8 @@ pub type SharedChoose = Arc<dyn Choose + Send + Sync>;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Cpusets {
     by_rule: BTreeMap<String, BTreeSet<Option<String>>>,
+    /// (rule, cpuset) → the resident memory per node of the processes it places there.
+    memory: BTreeMap<(String, Option<String>), crate::memory::NodeBytes>,
 }
 
 impl Cpusets {
@@ -68,6 +124,33 @@ impl Cpusets {
             .insert(cpuset.map(|c| c.to_string()));
     }
 
+    /// Notes that a process of `rule` in `cpuset` has `bytes` per node.
+    pub fn add_memory(
+        &mut self,
+        rule: &str,
+        cpuset: Option<&CpuSet>,
+        bytes: &crate::memory::NodeBytes,
+    ) {
+        let sum = self
+            .memory
+            .entry((rule.to_string(), cpuset.map(|c| c.to_string())))
+            .or_default();
+        for (n, b) in bytes {
+            let e = sum.entry(*n).or_insert(0);
+            *e = e.saturating_add(*b);
+        }
+    }
+
+    /// The memory per node of `rule`'s processes in `cpuset`, if any was noted.
+    pub fn memory_of(
+        &self,
+        rule: &str,
+        cpuset: Option<&CpuSet>,
+    ) -> Option<&crate::memory::NodeBytes> {
+        self.memory
+            .get(&(rule.to_string(), cpuset.map(|c| c.to_string())))
+    }
+
     /// The cpusets `rule` is planned in: all CPUs when none is known.
     pub fn of(&self, rule: &str) -> Vec<Option<CpuSet>> {
         match self.by_rule.get(rule) {
@@ -76,6 +159,53 @@ impl Cpusets {
                 .map(|c| c.as_ref().map(|c| c.parse().expect("printed by CpuSet")))
                 .collect(),
             _ => vec![None],
+        }
+    }
+}
+
+/// How many slots of each non-shared thread entry live threads take: the highest slot
+/// taken plus one, over the rule's processes. The manager hands it in
+/// ([`Plan::with_demand`]); a plan without it holds no slot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Demand {
+    by_entry: BTreeMap<(String, usize), usize>,
+}
+
+impl Demand {
+    /// Notes that a thread of `rule`'s entry `entry` takes slot `slot`.
+    pub fn take(&mut self, rule: &str, entry: usize, slot: usize) {
+        let n = self.by_entry.entry((rule.to_string(), entry)).or_default();
+        *n = (*n).max(slot + 1);
+    }
+
+    /// Slots taken of `rule`'s entry `entry`.
+    pub fn of(&self, rule: &str, entry: usize) -> usize {
+        self.by_entry
+            .get(&(rule.to_string(), entry))
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+/// Where a count thread entry's CPUs come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "from", content = "cpus")]
+pub enum SlotsFrom {
+    /// Its own `within`.
+    Within(CpuSet),
+    /// Carved out of the CPUs its rule's `[rule.place]` got.
+    Place(CpuSet),
+    /// Every usable CPU (no `within`, no placed `[rule.place]`).
+    All(CpuSet),
+}
+
+impl SlotsFrom {
+    /// In words: `carved from [rule.place] cpus 0`.
+    pub fn describe(&self) -> String {
+        match self {
+            SlotsFrom::Within(c) => format!("within {c}"),
+            SlotsFrom::Place(c) => format!("carved from [rule.place] cpus {c}"),
+            SlotsFrom::All(c) => format!("from all usable CPUs {c}"),
         }
     }
 }
@@ -119,6 +249,34 @@ impl Choose for Domains {
             cpus: p.cpus,
         })
     }
+
+    fn slots(
+        &self,
+        req: &PlacementRequest,
+        available: &CpuSet,
+    ) -> Result<Vec<Chosen>, PlacementError> {
+        let Some(r) = engine_request(req) else {
+            return Ok(vec![self.choose(req, available)?]);
+        };
+        if !req.shape.is_empty() {
+            return Err(crate::placement::ShapeError::NoFacts {
+                keys: req.shape.describe(),
+            }
+            .into());
+        }
+        Ok(placement::slots(self, &r, available)?
+            .into_iter()
+            .map(|s| Chosen {
+                held: s.reserved.union(&s.cpus),
+                cpus: s.cpus,
+            })
+            .collect())
+    }
+
+    fn cost(&self, cpus: &CpuSet) -> Option<f64> {
+        let idx: Option<Vec<usize>> = cpus.iter().map(|c| self.index_of(c)).collect();
+        placement::set_cost(self, &idx?).mean_ns
+    }
 }
 
 /// The CPUs a plan is made for.
@@ -146,8 +304,12 @@ impl Cpus {
 pub enum PlanState {
     /// These CPUs.
     Placed { cpus: CpuSet },
-    /// One set of `count` CPUs per matching thread, in order.
-    Slots { slots: Vec<CpuSet> },
+    /// One set of `count` CPUs per matching thread, in order; the first `held_slots`
+    /// are taken by live threads, and only they are held.
+    Slots {
+        slots: Vec<CpuSet>,
+        held_slots: usize,
+    },
     /// Lost a conflict over `cpus` to a higher-precedence rule.
     Lost { to: String, cpus: CpuSet },
     /// Could not be placed.
@@ -159,16 +321,19 @@ impl PlanState {
     pub fn cpus_for_slot(&self, slot: usize) -> Option<&CpuSet> {
         match self {
             PlanState::Placed { cpus } => Some(cpus),
-            PlanState::Slots { slots } if !slots.is_empty() => Some(&slots[slot % slots.len()]),
+            PlanState::Slots { slots, .. } if !slots.is_empty() => Some(&slots[slot % slots.len()]),
             _ => None,
         }
     }
 
-    /// Every CPU this unit holds.
+    /// Every CPU this unit holds: a slots unit, those of the slots live threads take.
     pub fn held(&self) -> CpuSet {
         match self {
             PlanState::Placed { cpus } => cpus.clone(),
-            PlanState::Slots { slots } => slots.iter().fold(CpuSet::new(), |a, s| a.union(s)),
+            PlanState::Slots { slots, held_slots } => slots
+                .iter()
+                .take(*held_slots)
+                .fold(CpuSet::new(), |a, s| a.union(s)),
             _ => CpuSet::new(),
         }
     }
@@ -177,13 +342,14 @@ impl PlanState {
     pub fn describe(&self) -> String {
         match self {
             PlanState::Placed { cpus } => format!("cpus {cpus}"),
-            PlanState::Slots { slots } => format!(
-                "one slot per thread: {}",
+            PlanState::Slots { slots, held_slots } => format!(
+                "one slot per thread, slot 0 first: {} ({} held by live threads)",
                 slots
                     .iter()
                     .map(|s| s.to_string())
                     .collect::<Vec<_>>()
-                    .join(" | ")
+                    .join(" | "),
+                held_slots
             ),
             PlanState::Lost { to, cpus } => format!("lost CPUs {cpus} to rule {to:?}"),
             PlanState::Unplaceable { reason } => format!("not placed: {reason}"),
@@ -202,11 +368,44 @@ pub struct UnitPlan {
     /// The cgroup cpuset this instance is planned in; `None`: all CPUs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cpuset: Option<CpuSet>,
+    /// A count thread entry's: where its CPUs come from.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slots_from: Option<SlotsFrom>,
     #[serde(flatten)]
     pub state: PlanState,
+    /// How the memory of its processes weighed in the choice, in words
+    /// ("node 1 chosen: holds 93% of its 3.1 GiB"); `None` when it did not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
 }
 
 impl UnitPlan {
+    /// Where a slots unit's slots come from and whom they are for, e.g.
+    /// `threads[0]: 1 slot carved from [rule.place] cpus 0 for 4 threads; threads past
+    /// slot 0 share the CPUs of slot 0`; `None` for other units.
+    pub fn slots_line(&self, threads: usize) -> Option<String> {
+        let (PlanState::Slots { slots, .. }, Some(from), Some(i)) =
+            (&self.state, &self.slots_from, self.thread_entry)
+        else {
+            return None;
+        };
+        let n = slots.len();
+        let plural = |k: usize, w: &str| format!("{k} {w}{}", if k == 1 { "" } else { "s" });
+        let mut line = format!(
+            "threads[{i}]: {} {} for {}",
+            plural(n, "slot"),
+            from.describe(),
+            plural(threads, "thread")
+        );
+        if threads > n {
+            line.push_str(&format!(
+                "; threads past slot {} share CPUs (slot k takes the CPUs of slot k mod {n})",
+                n - 1
+            ));
+        }
+        Some(line)
+    }
+
     /// `rule` or `rule.threads[i]`.
     pub fn name(&self) -> String {
         match self.thread_entry {
@@ -223,11 +422,15 @@ pub struct Plan {
     cpus: Cpus,
     /// The cpusets it was planned in.
     cpusets: Cpusets,
+    /// The slots live threads take.
+    demand: Demand,
     /// Kept to plan again in other cpusets; `None` for a plan made with a borrowed one.
     chooser: Option<SharedChoose>,
     /// Groups every placed mask is rounded up to (a sched_ext scheduler runs and the
     /// settings say `widen`); empty: masks as chosen.
     widen: Vec<CpuSet>,
+    /// The nodes and settings to weigh the memory in `cpusets` with.
+    memory: MemoryPlanning,
     /// In precedence order.
     units: Vec<UnitPlan>,
     /// (rule, thread entry, cpuset) → index in `units`.
@@ -278,7 +481,15 @@ impl Plan {
     /// Plans every placement unit of `rules` in precedence order. Without `choose`
     /// (no latency domains), only explicit `cpus` units are placed.
     pub fn new(rules: &RuleSet, cpus: &Cpus, choose: Option<&dyn Choose>) -> Plan {
-        Plan::build(rules, cpus, &Cpusets::default(), &[], choose)
+        Plan::build(
+            rules,
+            cpus,
+            &Cpusets::default(),
+            &Demand::default(),
+            &[],
+            &MemoryPlanning::default(),
+            choose,
+        )
     }
 
     /// [`Plan::new`], keeping `choose` so that the plan can be made again in the
@@ -288,11 +499,44 @@ impl Plan {
             rules,
             cpus,
             &Cpusets::default(),
+            &Demand::default(),
             &[],
+            &MemoryPlanning::default(),
             choose.as_deref().map(|c| c as &dyn Choose),
         );
         plan.chooser = choose;
         plan
+    }
+
+    /// The same plan, weighing the memory of the processes each count unit places
+    /// (noted in its [`Cpusets`]) with `memory`'s nodes and settings. Kept through
+    /// [`Plan::in_cpusets`] and [`Plan::widened`].
+    pub fn with_memory(self, memory: MemoryPlanning) -> Plan {
+        if memory == self.memory {
+            return self;
+        }
+        if self.cpusets.memory.is_empty() {
+            // Nothing to weigh yet: the same units.
+            let mut plan = self;
+            plan.memory = memory;
+            return plan;
+        }
+        let mut plan = Plan::build(
+            &self.rules,
+            &self.cpus,
+            &self.cpusets,
+            &self.demand,
+            &self.widen,
+            &memory,
+            self.chooser.as_deref().map(|c| c as &dyn Choose),
+        );
+        plan.chooser = self.chooser.clone();
+        plan
+    }
+
+    /// The nodes and settings memory is weighed with.
+    pub fn memory_planning(&self) -> &MemoryPlanning {
+        &self.memory
     }
 
     /// The same plan with every placed mask rounded up to the whole `groups` it
@@ -305,7 +549,9 @@ impl Plan {
             &self.rules,
             &self.cpus,
             &self.cpusets,
+            &self.demand,
             &groups,
+            &self.memory,
             self.chooser.as_deref().map(|c| c as &dyn Choose),
         );
         plan.chooser = self.chooser.clone();
@@ -320,15 +566,46 @@ impl Plan {
     /// The same rules on the same CPUs, planned in `cpusets`. A plan made with
     /// [`Plan::new`] keeps no chooser: its count units come out unplaced.
     pub fn in_cpusets(&self, cpusets: &Cpusets) -> Plan {
+        self.seen(cpusets, &self.demand)
+    }
+
+    /// The same rules on the same CPUs, planned in `cpusets` with the slots live
+    /// threads take (`demand`): what the manager sees of its processes.
+    pub fn seen(&self, cpusets: &Cpusets, demand: &Demand) -> Plan {
+        if self.chooser.is_none() && *cpusets == self.cpusets {
+            // Nothing to plan again with: the same slots, holding what is taken now.
+            let mut plan = self.clone();
+            plan.demand = demand.clone();
+            for u in &mut plan.units {
+                if let (PlanState::Slots { slots, held_slots }, Some(i)) =
+                    (&mut u.state, u.thread_entry)
+                {
+                    *held_slots = demand.of(&u.rule, i).min(slots.len());
+                }
+            }
+            return plan;
+        }
         let mut plan = Plan::build(
             &self.rules,
             &self.cpus,
             cpusets,
+            demand,
             &self.widen,
+            &self.memory,
             self.chooser.as_deref().map(|c| c as &dyn Choose),
         );
         plan.chooser = self.chooser.clone();
         plan
+    }
+
+    /// The same plan with `demand`: its slots units hold the slots live threads take.
+    pub fn with_demand(&self, demand: &Demand) -> Plan {
+        self.seen(&self.cpusets, demand)
+    }
+
+    /// The slots live threads take, as this plan was made with.
+    pub fn demand(&self) -> &Demand {
+        &self.demand
     }
 
     /// The cpusets this plan was made in.
@@ -353,7 +630,9 @@ impl Plan {
         rules: &RuleSet,
         cpus: &Cpus,
         cpusets: &Cpusets,
+        demand: &Demand,
         widen: &[CpuSet],
+        memory: &MemoryPlanning,
         choose: Option<&dyn Choose>,
     ) -> Plan {
         let mut units: Vec<(&Arc<Rule>, Option<usize>, &PlacementRequest)> = Vec::new();
@@ -377,7 +656,9 @@ impl Plan {
         let mut plan = Plan::empty(cpus.clone());
         plan.rules = rules.clone();
         plan.cpusets = cpusets.clone();
+        plan.demand = demand.clone();
         plan.widen = widen.to_vec();
+        plan.memory = memory.clone();
         let instances = units.into_iter().flat_map(|(rule, entry, req)| {
             let scopes = if is_count(req) {
                 cpusets.of(&rule.name)
@@ -411,6 +692,8 @@ impl Plan {
             }
             let shared_entry = entry.is_some_and(|i| rule.threads[i].shared);
             let mut extra_held = CpuSet::new();
+            let mut slots_from = None;
+            let mut memory_note = None;
             let state = match &req.target {
                 CpuTarget::Cpus(want) => {
                     let clash = want.intersection(&blocked);
@@ -433,41 +716,56 @@ impl Plan {
                     if let Some(s) = &scope {
                         general = general.intersection(s);
                     }
-                    let pool = match (&req.within, entry) {
-                        (Some(w), _) => general.intersection(w),
+                    let from = match (&req.within, entry) {
+                        (Some(w), _) => SlotsFrom::Within(general.intersection(w)),
                         (None, Some(_)) => match plan.get_in(&rule.name, None, scope.as_ref()) {
-                            Some(PlanState::Placed { cpus }) => cpus.clone(),
-                            _ => general,
+                            Some(PlanState::Placed { cpus }) => SlotsFrom::Place(cpus.clone()),
+                            _ => SlotsFrom::All(general),
                         },
-                        (None, None) => general,
+                        (None, None) => SlotsFrom::All(general),
+                    };
+                    let pool = match &from {
+                        SlotsFrom::Within(c) | SlotsFrom::Place(c) | SlotsFrom::All(c) => {
+                            c.difference(&blocked)
+                        }
+                    };
+                    if entry.is_some() {
+                        slots_from = Some(from);
                     }
-                    .difference(&blocked);
                     match choose {
                         None => PlanState::Unplaceable {
                             reason: "no placement engine (only explicit cpus can be placed)".into(),
                         },
                         Some(place) if entry.is_some() && !shared_entry => {
-                            let mut slots = Vec::new();
-                            let mut left = pool.clone();
-                            while left.len() >= *n as usize && slots.len() < 4096 {
-                                match place.choose(req, &left) {
-                                    Ok(c) if !c.cpus.is_empty() => {
-                                        left = left.difference(&c.held);
-                                        slots.push(c.cpus);
-                                    }
-                                    _ => break,
-                                }
-                            }
-                            if slots.is_empty() {
-                                PlanState::Unplaceable {
+                            match place.slots(req, &pool) {
+                                Ok(s) if !s.is_empty() => PlanState::Slots {
+                                    held_slots: demand
+                                        .of(&rule.name, entry.unwrap_or(0))
+                                        .min(s.len()),
+                                    slots: s.into_iter().map(|c| c.cpus).collect(),
+                                },
+                                Ok(_) => PlanState::Unplaceable {
                                     reason: format!("{n} CPUs per thread do not fit in {pool}"),
-                                }
-                            } else {
-                                PlanState::Slots { slots }
+                                },
+                                Err(e) => PlanState::Unplaceable {
+                                    reason: format!(
+                                        "{n} CPUs per thread do not fit in {pool}: {e}"
+                                    ),
+                                },
                             }
                         }
                         Some(place) => match place.choose(req, &pool) {
                             Ok(c) => {
+                                let c = match cpusets.memory_of(&rule.name, scope.as_ref()) {
+                                    Some(bytes) if entry.is_none() => {
+                                        let (c, why) = memory::prefer_memory(
+                                            place, req, &pool, c, bytes, memory,
+                                        );
+                                        memory_note = why;
+                                        c
+                                    }
+                                    _ => c,
+                                };
                                 extra_held = c.held;
                                 PlanState::Placed { cpus: c.cpus }
                             }
@@ -506,8 +804,9 @@ impl Plan {
                 let w = |c: &CpuSet| crate::sched_ext::widen(c, widen, &limit);
                 match state {
                     PlanState::Placed { cpus } => PlanState::Placed { cpus: w(&cpus) },
-                    PlanState::Slots { slots } => PlanState::Slots {
+                    PlanState::Slots { slots, held_slots } => PlanState::Slots {
                         slots: slots.iter().map(w).collect(),
+                        held_slots,
                     },
                     other => other,
                 }
@@ -530,7 +829,9 @@ impl Plan {
                 priority: rule.priority,
                 exclusive: req.exclusive,
                 cpuset: scope,
+                slots_from,
                 state,
+                memory: memory_note,
             });
         }
         plan
@@ -701,5 +1002,6 @@ pub fn describe_request(r: &PlacementRequest) -> String {
     }
 }
 
+pub mod doubts;
 #[cfg(test)]
 pub(crate) mod tests;

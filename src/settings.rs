@@ -1,6 +1,6 @@
 //! The daemon settings file (default `/etc/pinnerd/pinnerd.toml`): strict TOML, every
-//! key optional, every default written down here, in `config/pinnerd.toml` and in the
-//! README.
+//! key optional, every default written down here, in `config/pinnerd.toml` and in
+//! `pinnerd.toml(5)`.
 //!
 //! Owns: the settings format and its validation. Must not touch: what the daemon does
 //! with them. The file goes through the same safety checks as rule files
@@ -32,6 +32,45 @@ pub struct Settings {
     pub limits: LimitSettings,
     pub metrics: MetricsSettings,
     pub sched_ext: SchedExtSettings,
+    pub memory: MemorySettings,
+}
+
+/// `[memory]`: where a process's memory weighs in placement, and moving it
+/// (`memory = "follow"`, see `memory::follow`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct MemorySettings {
+    /// A `count` rule placing a running process prefers the node holding most of its
+    /// memory when CPUs there cost at most this much more (mean pair latency) than the
+    /// best CPUs elsewhere. Default 0.10 (10%): measured pair costs differ by a few
+    /// percent from run to run, while every cache miss to a remote node's memory costs
+    /// some 50-100% more than to the local one; 0.0 lets memory only break ties.
+    pub tolerance: Fraction,
+    /// Memory smaller than this (MiB, all nodes together) is ignored when planning:
+    /// not worth a worse CPU choice. Default 64; 0 to 1048576.
+    #[serde(deserialize_with = "u32_within::<_, 0, 1_048_576>")]
+    pub min_size_mib: u32,
+    /// `memory = "follow"`: a process's pages are moved again no sooner than this after
+    /// its last move (numad waits minutes too: moving costs the process its memory
+    /// bandwidth while it runs). Default `"5m"`; `"1s"` to `"1d"`.
+    #[serde(deserialize_with = "duration_within::<_, SECOND, DAY>")]
+    pub follow_interval: HumanDuration,
+    /// `memory = "follow"` refuses to move a process larger than this (MiB): one
+    /// migration cannot be interrupted, and moves at a few GiB/s. Default 262144
+    /// (256 GiB); 1 to 1073741824.
+    #[serde(deserialize_with = "u32_within::<_, 1, 1_073_741_823>")]
+    pub follow_max_size_mib: u32,
+}
+
+impl Default for MemorySettings {
+    fn default() -> Self {
+        MemorySettings {
+            tolerance: Fraction(0.10),
+            min_size_mib: 64,
+            follow_interval: HumanDuration(Duration::from_secs(300)),
+            follow_max_size_mib: 262_144,
+        }
+    }
 }
 
 /// `[sched-ext]`: what to do while a sched_ext scheduler runs (see `sched_ext`).
@@ -68,9 +107,10 @@ pub struct MeasureSettings {
     /// fit. Default `"60s"`; `"1s"` to `"1d"`.
     #[serde(deserialize_with = "duration_within::<_, SECOND, DAY>")]
     pub budget: HumanDuration,
-    /// Measure only while the machine is idle: the busy fraction of all CPUs (from
-    /// /proc/stat over the last second) must be below this. Default 0.10.
-    pub idle_threshold: Fraction,
+    /// Measure only while the CPUs are idle: the minimum percent idle (from
+    /// /proc/stat) every measured CPU must show, the unit of `pinnerd measure
+    /// --idle-threshold`; 0 measures whatever the load. Default 90.
+    pub idle_threshold: IdlePercent,
     /// CPUs never to measure: no spinner runs there, the idle check ignores them and
     /// their cells are kept from the last measurement that had them. Kernel list
     /// format. Default `""` (none).
@@ -163,6 +203,7 @@ impl Default for Settings {
             limits: LimitSettings::default(),
             metrics: MetricsSettings::default(),
             sched_ext: SchedExtSettings::default(),
+            memory: MemorySettings::default(),
         }
     }
 }
@@ -175,7 +216,7 @@ impl Default for MeasureSettings {
             drift_pairs: 8,
             drift_threshold: Fraction(0.25),
             budget: HumanDuration(Duration::from_secs(60)),
-            idle_threshold: Fraction(0.10),
+            idle_threshold: IdlePercent(90.0),
             never_cpus: CpuSet::new(),
             spin_priority: crate::measure::around::SpinPriority::Nice19,
             sparse_from_cpus: crate::measure::SPARSE_FROM_CPUS as u32,
@@ -286,6 +327,17 @@ impl Every {
 /// A number in `0.0..=1.0`.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct Fraction(pub f64);
+
+/// A minimum percent idle, 0 to 100 (`measure.idle-threshold`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct IdlePercent(pub f64);
+
+impl IdlePercent {
+    /// As a share, 0 to 1.
+    pub fn share(self) -> f64 {
+        self.0 / 100.0
+    }
+}
 
 const DURATION_HINT: &str = "a duration like \"500ms\", \"30s\", \"10m\", \"2h\" or \"7d\"";
 
@@ -426,6 +478,33 @@ impl Serialize for Fraction {
     }
 }
 
+impl Serialize for IdlePercent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for IdlePercent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = f64::deserialize(d)?;
+        if v > 0.0 && v < 1.0 {
+            // The busy fraction this key once took: refused, never misread.
+            return Err(serde::de::Error::custom(format!(
+                "{v} looks like a busy fraction: idle-threshold is the minimum percent idle, \
+                 0 to 100, as `pinnerd measure --idle-threshold` (for {v} write {})",
+                ((1.0 - v) * 100.0).round()
+            )));
+        }
+        if (0.0..=100.0).contains(&v) {
+            Ok(IdlePercent(v))
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "{v} is out of range: expected the minimum percent idle, 0 to 100"
+            )))
+        }
+    }
+}
+
 impl<'de> Deserialize<'de> for Fraction {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let v = f64::deserialize(d)?;
@@ -462,14 +541,14 @@ mod tests {
     fn values_parse() {
         let s = parse(
             "rule-dirs = [\"/a\", \"/b\"]\n[measure]\ninterval = \"off\"\nbudget = \"1500ms\"\n\
-             idle-threshold = 0.5\nnever-cpus = \"1,3\"\nspin-priority = \"idle\"\n[placement]\nhousekeeping-cpus = \"0,2\"\n\
+             idle-threshold = 50\nnever-cpus = \"1,3\"\nspin-priority = \"idle\"\n[placement]\nhousekeeping-cpus = \"0,2\"\n\
              [watch]\nrelease-on-foreign-change = false\n",
         )
         .unwrap();
         assert_eq!(s.rule_dirs, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
         assert_eq!(s.measure.interval, Every::Off);
         assert_eq!(s.measure.budget.0, Duration::from_millis(1500));
-        assert_eq!(s.measure.idle_threshold, Fraction(0.5));
+        assert_eq!(s.measure.idle_threshold, IdlePercent(50.0));
         assert_eq!(s.measure.never_cpus.to_string(), "1,3");
         assert_eq!(
             s.measure.spin_priority,
@@ -497,6 +576,21 @@ mod tests {
             assert!(e.starts_with("s.toml:2:"), "{bad}: {e}");
         }
         assert_eq!(HumanDuration(Duration::from_secs(7200)).to_string(), "2h");
+    }
+
+    #[test]
+    fn memory_settings_parse_and_refuse_out_of_range() {
+        let s = parse(
+            "[memory]\ntolerance = 0.25\nmin-size-mib = 0\nfollow-interval = \"30s\"\nfollow-max-size-mib = 1024\n",
+        )
+        .unwrap();
+        assert_eq!(s.memory.tolerance, Fraction(0.25));
+        assert_eq!(s.memory.min_size_mib, 0);
+        assert_eq!(s.memory.follow_interval.0, Duration::from_secs(30));
+        assert_eq!(s.memory.follow_max_size_mib, 1024);
+        assert!(parse("[memory]\ntolerance = 1.5\n").is_err());
+        assert!(parse("[memory]\nfollow-interval = \"10ms\"\n").is_err());
+        assert!(parse("[memory]\nfollow-max-size-mib = 0\n").is_err());
     }
 
     #[test]
@@ -547,8 +641,12 @@ mod tests {
             "s.toml:2:10: invalid duration \"10 minutes\": expected a duration like \"500ms\", \"30s\", \"10m\", \"2h\" or \"7d\""
         );
         assert_eq!(
-            parse("[measure]\nidle-threshold = 1.5\n").unwrap_err(),
-            "s.toml:2:18: 1.5 is out of range: expected a fraction from 0.0 to 1.0"
+            parse("[measure]\nidle-threshold = 150\n").unwrap_err(),
+            "s.toml:2:18: 150 is out of range: expected the minimum percent idle, 0 to 100"
+        );
+        assert_eq!(
+            parse("[measure]\nidle-threshold = 0.1\n").unwrap_err(),
+            "s.toml:2:18: 0.1 looks like a busy fraction: idle-threshold is the minimum percent idle, 0 to 100, as `pinnerd measure --idle-threshold` (for 0.1 write 90)"
         );
         assert_eq!(
             parse("[watch]\nrescan = \"1s\"\n").unwrap_err(),

@@ -607,6 +607,67 @@ impl Choose for Shaper<'_> {
             cpus: p.cpus,
         })
     }
+
+    /// Slots planned together (`placement::slots`), each next one among the CPUs the
+    /// shape keys leave of those the earlier slots did not spend: a `near` device's or
+    /// a `prefer`red cache group's CPUs fill first, then the shape widens as it would
+    /// for one request; `core-type` never widens.
+    fn slots(
+        &self,
+        req: &PlacementRequest,
+        available: &CpuSet,
+    ) -> Result<Vec<Chosen>, PlacementError> {
+        let Some(r) = crate::plan::engine_request(req) else {
+            return Ok(vec![self.choose(req, available)?]);
+        };
+        if req.shape.is_empty() {
+            return self.domains.slots(req, available);
+        }
+        let per_core = r.smt == SmtPolicy::Avoid || r.exclusive;
+        let mut left = available.clone();
+        let mut planner = placement::SlotPlanner::new(self.domains, &r);
+        while planner.slots().len() < placement::MAX_SLOTS {
+            let next = if planner.slots().is_empty() {
+                let (p, _) = place_shaped(
+                    self.domains,
+                    self.facts,
+                    self.devices,
+                    &r,
+                    &req.shape,
+                    &left,
+                )?;
+                placement::Slot {
+                    cpus: p.cpus,
+                    reserved: p.reserved,
+                }
+            } else {
+                let Ok(shaped) = narrow(
+                    self.facts,
+                    self.devices,
+                    &req.shape,
+                    &left,
+                    r.count,
+                    per_core,
+                ) else {
+                    break;
+                };
+                match planner.next(&shaped.candidates) {
+                    Some(s) => s,
+                    None => break,
+                }
+            };
+            left = left.difference(&planner.spent(&next));
+            planner.push(next);
+        }
+        let out = planner.into_slots();
+        Ok(out
+            .into_iter()
+            .map(|s| Chosen {
+                held: s.reserved.union(&s.cpus),
+                cpus: s.cpus,
+            })
+            .collect())
+    }
 }
 
 /// A [`Shaper`] that owns what it reads, for the plans that keep their chooser to plan
@@ -625,6 +686,19 @@ impl Choose for OwnedShaper {
             devices: &self.devices,
         }
         .choose(req, available)
+    }
+
+    fn slots(
+        &self,
+        req: &PlacementRequest,
+        available: &CpuSet,
+    ) -> Result<Vec<Chosen>, PlacementError> {
+        Shaper {
+            domains: &self.domains,
+            facts: &self.facts,
+            devices: &self.devices,
+        }
+        .slots(req, available)
     }
 }
 

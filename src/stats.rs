@@ -25,6 +25,12 @@ pub fn percentile(v: &[f64], q: f64) -> Option<f64> {
     Some(*x)
 }
 
+/// The mean of `a` and `b` without overflow: `(a + b) / 2` is infinite for two finite
+/// values near `f64::MAX`.
+pub fn midpoint(a: f64, b: f64) -> f64 {
+    a / 2.0 + b / 2.0
+}
+
 /// The median of `v` in any order: the middle value, or the mean of the two middle
 /// values of an even count; `None` when empty.
 pub fn median(v: &[f64]) -> Option<f64> {
@@ -34,7 +40,7 @@ pub fn median(v: &[f64]) -> Option<f64> {
     match n {
         0 => None,
         _ if n % 2 == 1 => Some(s[n / 2]),
-        _ => Some((s[n / 2 - 1] + s[n / 2]) / 2.0),
+        _ => Some(midpoint(s[n / 2 - 1], s[n / 2])),
     }
 }
 

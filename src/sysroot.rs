@@ -64,11 +64,49 @@ impl SysRoot {
     }
 }
 
-/// Reads a pseudo-file whole. `Ok(None)` when it does not exist or may not be read:
-/// containers, old kernels and VMs hide parts of sysfs, and callers degrade instead of
-/// failing. Any other I/O error is returned.
+/// Largest pseudo-file read. A sysfs attribute holds a page; `/proc/cpuinfo` of a
+/// 1,024-CPU machine about 1.5 MB. A captured tree (`--sysfs`, `--procfs`) is untrusted
+/// input: a larger file is an error, not a reason to fill memory.
+pub const MAX_PSEUDO_FILE: u64 = 4 << 20;
+
+/// Reads a file of a sysfs or procfs tree whole, as text: a regular file only (a FIFO
+/// would block, `/dev/zero` never ends; both are refused without reading, a symlink to
+/// them too) of at most [`MAX_PSEUDO_FILE`] bytes. Errors say which rule was broken;
+/// callers add the path.
+pub fn read_bounded(path: impl AsRef<Path>) -> io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // Non-blocking, so that opening a FIFO does not wait for a writer.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path.as_ref())?;
+    let ft = file.metadata()?.file_type();
+    if !ft.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "not a regular file but a {}",
+                crate::rules::file_type_name(&ft)
+            ),
+        ));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_PSEUDO_FILE + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_PSEUDO_FILE {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("over the {MAX_PSEUDO_FILE}-byte limit for a sysfs or procfs file"),
+        ));
+    }
+    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+/// Reads a pseudo-file whole (see [`read_bounded`]). `Ok(None)` when it does not exist
+/// or may not be read: containers, old kernels and VMs hide parts of sysfs, and callers
+/// degrade instead of failing. Any other I/O error is returned.
 pub fn read_optional(path: &Path) -> io::Result<Option<String>> {
-    match std::fs::read_to_string(path) {
+    match read_bounded(path) {
         Ok(text) => Ok(Some(text)),
         Err(e) if is_absent(&e) => Ok(None),
         Err(e) => Err(e),
@@ -131,5 +169,30 @@ mod tests {
             Some(vec!["f".to_string()])
         );
         assert_eq!(list_dir(&root.sys_path("nope")).unwrap(), None);
+    }
+
+    #[test]
+    fn a_fifo_a_device_or_a_huge_file_is_refused_without_hanging_or_filling_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR).unwrap();
+        let e = read_optional(&fifo).unwrap_err().to_string();
+        assert!(e.contains("not a regular file but a FIFO"), "{e}");
+        let zero = dir.path().join("online");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let e = read_optional(&zero).unwrap_err().to_string();
+        assert!(
+            e.contains("not a regular file but a character device"),
+            "{e}"
+        );
+        let big = dir.path().join("big");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_PSEUDO_FILE + 1)
+            .unwrap();
+        let e = read_bounded(&big).unwrap_err().to_string();
+        assert!(e.contains("-byte limit"), "{e}");
+        std::fs::write(&big, "0-3\n").unwrap();
+        assert_eq!(read_bounded(&big).unwrap(), "0-3\n");
     }
 }

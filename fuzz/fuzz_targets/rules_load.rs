@@ -1,7 +1,7 @@
 //! Any bytes as a rule file: load (safety checks, UTF-8), parse, validate, compile to
 //! a matcher, match and explain (see `rules_load` in `tests/it/fuzz_checks.rs`).
 //!
-//! Run: see "Fuzzing" in the README.
+//! Run: see "Fuzzing" in CONTRIBUTING.md.
 
 #![no_main]
 

@@ -74,6 +74,9 @@ pub enum Outcome {
     Permission,
     /// Anything else, with the message.
     Failed { message: String },
+    /// Not pinned, on purpose, and why: no thread entry takes the thread and its rule
+    /// has no `[rule.place]`, or its placement unit is not applied. No call was made.
+    LeftAlone { why: String },
 }
 
 impl Outcome {
@@ -87,6 +90,7 @@ impl Outcome {
             Outcome::KernelThread => "kernel-thread",
             Outcome::Permission => "permission",
             Outcome::Failed { .. } => "failed",
+            Outcome::LeftAlone { .. } => "left-alone",
         }
     }
 
@@ -341,7 +345,8 @@ impl AffinityOps for SystemOps {
 /// Start time (clock ticks after boot) of task `tid` of process `pid`, from
 /// `/proc/PID/task/TID/stat`; `None` when it is gone or unreadable.
 pub fn read_start_time(root: &SysRoot, pid: i32, tid: Tid) -> Option<u64> {
-    let text = fs::read_to_string(root.proc_path(format!("{pid}/task/{tid}/stat"))).ok()?;
+    let text =
+        crate::sysroot::read_bounded(root.proc_path(format!("{pid}/task/{tid}/stat"))).ok()?;
     parse_stat(&text).map(|s| s.start_time)
 }
 

@@ -303,7 +303,7 @@ pub fn restore_entries(
 ) -> RestoreReport {
     let mut report = RestoreReport::default();
     for e in entries {
-        let same = fs::read_to_string(root.proc_path(format!("{}/stat", e.pid)))
+        let same = crate::sysroot::read_bounded(root.proc_path(format!("{}/stat", e.pid)))
             .ok()
             .and_then(|t| parse_stat(&t))
             .is_some_and(|s| s.start_time == e.start_time && s.comm == e.comm);

@@ -1,5 +1,6 @@
-//! `pinnerd check [PATH…]`: validates rule files and directories (recursively) the way
-//! the daemon would load them, prints every problem, exits 0 only when all is valid.
+//! `pinnerd check [PATH…]`: validates rule files and directories the way the daemon
+//! loads them (the `*.toml` files directly inside a directory; a subdirectory holding
+//! some is named as not read), prints every problem, exits 0 only when all is valid.
 //! A file named `pinnerd.toml` is checked as the daemon settings file.
 
 use std::path::PathBuf;
@@ -14,7 +15,7 @@ pub const SETTINGS_FILE_NAME: &str = "pinnerd.toml";
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
-    /// Rule files or directories (searched recursively for `*.toml`).
+    /// Rule files or directories (their `*.toml` files directly inside, as the daemon reads them).
     #[arg(default_value = rules::DEFAULT_RULE_DIR)]
     pub paths: Vec<PathBuf>,
     /// Skip the ownership and permission checks the daemon makes when running as root.
@@ -50,13 +51,22 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{p}");
     }
     let files = report.files.len() + settings.len();
+    for d in rules::nested_dirs(&args.paths) {
+        println!(
+            "note: {}: not read: the daemon loads only the *.toml files directly inside a rule directory",
+            d.display()
+        );
+    }
     for rule in report.rules.rules() {
         if let Some(note) = crate::manager::protect::broad_rule_note(rule) {
-            println!("{note}");
+            outln!("{note}");
         }
     }
+    for doubt in doubts_here(&report.rules) {
+        println!("{doubt}");
+    }
     if problems.is_empty() {
-        println!(
+        outln!(
             "ok: {files} file{}, {} rule{}",
             plural(files),
             report.rules.len(),
@@ -72,6 +82,24 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         ))
         .into())
     }
+}
+
+/// Rules that cannot mean what they say on this machine, planned on its topology (no
+/// matrix, no processes); nothing when its topology cannot be read.
+fn doubts_here(rules: &crate::rules::RuleSet) -> Vec<crate::plan::doubts::Doubt> {
+    let root = crate::sysroot::SysRoot::default();
+    let Ok(topology) = crate::topology::Topology::discover(&root) else {
+        return Vec::new();
+    };
+    let Ok(domains) = crate::domains::Domains::from_topology(&topology) else {
+        return Vec::new();
+    };
+    let cpus = crate::plan::Cpus {
+        online: topology.usable(),
+        reserved: crate::cpuset::CpuSet::new(),
+    };
+    let plan = crate::plan::Plan::new(rules, &cpus, Some(&domains));
+    crate::plan::doubts::doubts(&plan)
 }
 
 fn plural(n: usize) -> &'static str {

@@ -146,37 +146,37 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             us => format_epoch_us(us),
         };
         let errors = p.rule_errors().await?;
-        println!("state:        {}", p.state().await?);
-        println!("version:      {}", p.version().await?);
-        println!("cpus:         {}", p.cpu_count().await?);
-        println!("fingerprint:  {}", p.fingerprint().await?);
-        println!("measured at:  {measured}");
+        outln!("state:        {}", p.state().await?);
+        outln!("version:      {}", p.version().await?);
+        outln!("cpus:         {}", p.cpu_count().await?);
+        outln!("fingerprint:  {}", p.fingerprint().await?);
+        outln!("measured at:  {measured}");
         match (p.pairs_measured().await?, p.pairs_total().await?) {
             (_, 0) => {}
-            (m, t) if m < t => println!(
+            (m, t) if m < t => outln!(
                 "pairs:        {m} of {t} measured ({:.1}%), completing (the rest inferred)",
                 100.0 * f64::from(m) / f64::from(t)
             ),
-            (_, t) => println!("pairs:        all {t} measured"),
+            (_, t) => outln!("pairs:        all {t} measured"),
         }
-        println!(
+        outln!(
             "rules:        {} ({} errors)",
             p.rule_count().await?,
             errors.len()
         );
-        println!(
+        outln!(
             "managed:      {} processes, {} threads",
             p.managed_processes().await?,
             p.managed_threads().await?
         );
         for e in &errors {
-            println!("  {e}");
+            outln!("  {e}");
         }
         let sched_ext = match p.sched_ext().await? {
             (state, _) if state.is_empty() => "off".to_string(),
             (state, ops) => format!("{ops} ({state})"),
         };
-        println!("sched_ext:    {sched_ext}");
+        outln!("sched_ext:    {sched_ext}");
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -192,7 +192,7 @@ pub fn remeasure(args: RemeasureArgs) -> anyhow::Result<ExitCode> {
         };
         let job = p.remeasure().await.context("Remeasure")?;
         let Some(stream) = finished.as_mut() else {
-            println!("measurement job {job} started");
+            outln!("measurement job {job} started");
             return Ok(ExitCode::SUCCESS);
         };
         let wait = async {
@@ -206,7 +206,7 @@ pub fn remeasure(args: RemeasureArgs) -> anyhow::Result<ExitCode> {
         };
         match tokio::time::timeout(Duration::from_secs(args.timeout), wait).await {
             Ok(Ok(Some((true, summary)))) => {
-                println!("measurement job {job} finished: {summary}");
+                outln!("measurement job {job} finished: {summary}");
                 Ok(ExitCode::SUCCESS)
             }
             Ok(Ok(Some((false, summary)))) => {
@@ -223,9 +223,9 @@ pub fn reload(args: BusArgs) -> anyhow::Result<ExitCode> {
     block_on(async {
         let p = proxy(&args.bus).await?;
         let (n, errors) = p.reload().await.context("Reload")?;
-        println!("{n} rules loaded, {} errors", errors.len());
+        outln!("{n} rules loaded, {} errors", errors.len());
         for e in &errors {
-            println!("  {e}");
+            outln!("  {e}");
         }
         Ok(if errors.is_empty() {
             ExitCode::SUCCESS
@@ -239,12 +239,15 @@ pub fn managed(args: BusArgs) -> anyhow::Result<ExitCode> {
     block_on(async {
         let p = proxy(&args.bus).await?;
         let list = p.list_managed().await.context("ListManaged")?;
-        println!(
+        outln!(
             "{:>8}  {:<16} {:<20} {:<12} STATE",
-            "PID", "COMM", "RULE", "CPUS"
+            "PID",
+            "COMM",
+            "RULE",
+            "CPUS"
         );
         for (pid, comm, rule, cpus, state) in list {
-            println!("{pid:>8}  {comm:<16} {rule:<20} {cpus:<12} {state}");
+            outln!("{pid:>8}  {comm:<16} {rule:<20} {cpus:<12} {state}");
         }
         Ok(ExitCode::SUCCESS)
     })
@@ -254,7 +257,7 @@ pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     block_on(async {
         let p = proxy(&args.bus.bus).await?;
         let text = p.explain(args.pid).await.context("Explain")?;
-        println!("{text}");
+        outln!("{text}");
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -264,7 +267,7 @@ pub fn metrics(args: BusArgs) -> anyhow::Result<ExitCode> {
     block_on(async {
         let p = proxy(&args.bus).await?;
         let text = p.metrics().await.context("Metrics")?;
-        print!("{text}");
+        out!("{text}");
         Ok(ExitCode::SUCCESS)
     })
 }

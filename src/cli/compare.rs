@@ -22,7 +22,7 @@ use crate::measure::validity::pin_current;
 use crate::placement::{Policy, SmtPolicy};
 use crate::stats;
 
-use super::plan::{plan, PlanArgs};
+use super::plan::{plan, Advice, PlanArgs};
 
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
@@ -139,6 +139,125 @@ fn worst_set(d: &Domains, k: usize) -> Vec<u32> {
     ids
 }
 
+/// One contestant's runs.
+#[derive(Debug, Clone)]
+pub struct VariantResult {
+    /// `planned`, `autopilot`, `worst` or `unpinned`.
+    pub name: &'static str,
+    /// `None`: unpinned.
+    pub cpus: Option<Vec<u32>>,
+    /// The worst pair latency of the CPUs by the plan's domains.
+    pub worst_latency_ns: Option<f64>,
+    /// Operations per second of each run, in run order.
+    pub ops: Vec<f64>,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+impl VariantResult {
+    /// (max − min) / median.
+    pub fn spread(&self) -> f64 {
+        (self.max - self.min) / self.median
+    }
+}
+
+/// The measured effect of placement: every variant's runs and the notes.
+#[derive(Debug, Clone)]
+pub struct Effect {
+    pub count: usize,
+    pub runs: u32,
+    pub duration_ms: u64,
+    /// planned, autopilot, worst, unpinned (in that order).
+    pub variants: Vec<VariantResult>,
+    pub notes: Vec<String>,
+}
+
+impl Effect {
+    /// Median op/s of the planned variant over that of variant `i`.
+    pub fn ratio(&self, i: usize) -> f64 {
+        self.variants[0].median / self.variants[i].median
+    }
+
+    /// The `--json` object.
+    pub fn json(&self) -> serde_json::Value {
+        let vs: Vec<serde_json::Value> = self
+            .variants
+            .iter()
+            .map(|v| {
+                json!({
+                    "name": v.name,
+                    "cpus": v.cpus,
+                    "worst_latency_ns": v.worst_latency_ns,
+                    "ops_per_s": v.ops,
+                    "median": v.median,
+                    "min": v.min,
+                    "max": v.max,
+                    "spread": v.spread(),
+                })
+            })
+            .collect();
+        json!({
+            "count": self.count,
+            "runs": self.runs,
+            "duration_ms": self.duration_ms,
+            "variants": vs,
+            "ratios": {
+                "planned_vs_autopilot": self.ratio(1),
+                "planned_vs_worst": self.ratio(2),
+                "planned_vs_unpinned": self.ratio(3),
+            },
+            "notes": self.notes,
+        })
+    }
+
+    /// The table for people.
+    pub fn human(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{}-thread ring through one cache line, {} interleaved runs x {} ms each",
+            self.count, self.runs, self.duration_ms
+        );
+        let _ = writeln!(
+            s,
+            "{:<10} {:<14} {:>11} {:>12} {:>12} {:>12} {:>8}",
+            "variant", "cpus", "worst ns", "median op/s", "min op/s", "max op/s", "spread"
+        );
+        for v in &self.variants {
+            let cpus = v
+                .cpus
+                .as_ref()
+                .map(|c| c.iter().copied().collect::<CpuSet>().to_string())
+                .unwrap_or_else(|| "(any)".into());
+            let _ = writeln!(
+                s,
+                "{:<10} {:<14} {:>11} {:>12.3e} {:>12.3e} {:>12.3e} {:>7.0}%",
+                v.name,
+                cpus,
+                v.worst_latency_ns
+                    .map(|c| format!("{c:.1}"))
+                    .unwrap_or_else(|| "?".into()),
+                v.median,
+                v.min,
+                v.max,
+                100.0 * v.spread()
+            );
+        }
+        let _ = writeln!(
+            s,
+            "ratios of medians: planned/autopilot {:.2}x, planned/worst {:.2}x, planned/unpinned {:.2}x",
+            self.ratio(1),
+            self.ratio(2),
+            self.ratio(3)
+        );
+        for n in &self.notes {
+            let _ = writeln!(s, "note: {n}");
+        }
+        s
+    }
+}
+
 pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
     let k = args.count as usize;
     if k < 2 {
@@ -157,13 +276,37 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
         sysfs: PathBuf::from("/sys"),
         json: false,
         live: false,
+        pid: None,
         rules: Vec::new(),
         config: PathBuf::from(crate::settings::DEFAULT_SETTINGS_PATH),
         state_dir: args.state_dir.clone(),
         measure_budget: 20.0,
         no_measure: args.no_measure,
+        measure_off_by: None,
     };
     let p = plan(&plan_args, k).context("planning the CPUs to compare")?;
+    let effect = measure_effect(&p, k, args.runs, Duration::from_millis(args.duration_ms))?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&effect.json())? + "\n"
+    } else {
+        effect.human()
+    };
+    super::write_stdout(format_args!("{text}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the K-thread ring on the planned CPUs of `p`, on the autopilot CPUs 0..K−1, on
+/// the worst set and unpinned, `runs` times each, interleaved (the order rotates every
+/// round). The CPUs must all be usable by this process.
+pub fn measure_effect(
+    p: &Advice,
+    k: usize,
+    runs: u32,
+    duration: Duration,
+) -> anyhow::Result<Effect> {
+    if k < 2 || runs == 0 || duration.is_zero() {
+        anyhow::bail!("a ring needs at least 2 threads, 1 run and a duration above 0");
+    }
     let allowed = crate::measure::allowed_cpus();
     let planned: Vec<u32> = p.placement.cpus.iter().collect();
     let autopilot: Vec<u32> = (0..k as u32).collect();
@@ -202,9 +345,8 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
             ops: vec![],
         },
     ];
-    let duration = Duration::from_millis(args.duration_ms);
     let nv = variants.len();
-    for r in 0..args.runs as usize {
+    for r in 0..runs as usize {
         for j in 0..nv {
             let v = &mut variants[(r + j) % nv];
             let ops = ring_run(v.cpus.as_deref(), k, duration)
@@ -238,86 +380,24 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
             allowed.len()
         ));
     }
-    if args.json {
-        let vs: Vec<serde_json::Value> = variants
-            .iter()
-            .zip(&med)
-            .map(|(v, m)| {
-                let lo = v.ops.iter().copied().fold(f64::INFINITY, f64::min);
-                let hi = v.ops.iter().copied().fold(0.0, f64::max);
-                json!({
-                    "name": v.name,
-                    "cpus": v.cpus,
-                    "worst_latency_ns": cost_of(&v.cpus),
-                    "ops_per_s": v.ops,
-                    "median": m,
-                    "min": lo,
-                    "max": hi,
-                    "spread": (hi - lo) / m,
-                })
-            })
-            .collect();
-        let out = json!({
-            "count": k,
-            "runs": args.runs,
-            "duration_ms": args.duration_ms,
-            "variants": vs,
-            "ratios": {
-                "planned_vs_autopilot": med[0] / med[1],
-                "planned_vs_worst": med[0] / med[2],
-                "planned_vs_unpinned": med[0] / med[3],
-            },
-            "notes": notes,
-        });
-        let _ = std::io::Write::write_all(
-            &mut std::io::stdout().lock(),
-            (serde_json::to_string_pretty(&out)? + "\n").as_bytes(),
-        );
-        return Ok(ExitCode::SUCCESS);
-    }
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{k}-thread ring through one cache line, {} interleaved runs x {} ms each",
-        args.runs, args.duration_ms
-    );
-    let _ = writeln!(
-        s,
-        "{:<10} {:<14} {:>11} {:>12} {:>12} {:>12} {:>8}",
-        "variant", "cpus", "worst ns", "median op/s", "min op/s", "max op/s", "spread"
-    );
-    for (v, m) in variants.iter().zip(&med) {
-        let lo = v.ops.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.ops.iter().copied().fold(0.0, f64::max);
-        let cpus = v
-            .cpus
-            .as_ref()
-            .map(|c| c.iter().copied().collect::<CpuSet>().to_string())
-            .unwrap_or_else(|| "(any)".into());
-        let _ = writeln!(
-            s,
-            "{:<10} {:<14} {:>11} {:>12.3e} {:>12.3e} {:>12.3e} {:>7.0}%",
-            v.name,
-            cpus,
-            cost_of(&v.cpus)
-                .map(|c| format!("{c:.1}"))
-                .unwrap_or_else(|| "?".into()),
-            m,
-            lo,
-            hi,
-            100.0 * (hi - lo) / m
-        );
-    }
-    let _ = writeln!(
-        s,
-        "ratios of medians: planned/autopilot {:.2}x, planned/worst {:.2}x, planned/unpinned {:.2}x",
-        med[0] / med[1],
-        med[0] / med[2],
-        med[0] / med[3]
-    );
-    for n in notes {
-        let _ = writeln!(s, "note: {n}");
-    }
-    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), s.as_bytes());
-    Ok(ExitCode::SUCCESS)
+    let results = variants
+        .into_iter()
+        .zip(med)
+        .map(|(v, median)| VariantResult {
+            worst_latency_ns: cost_of(&v.cpus),
+            min: v.ops.iter().copied().fold(f64::INFINITY, f64::min),
+            max: v.ops.iter().copied().fold(0.0, f64::max),
+            median,
+            name: v.name,
+            cpus: v.cpus,
+            ops: v.ops,
+        })
+        .collect();
+    Ok(Effect {
+        count: k,
+        runs,
+        duration_ms: duration.as_millis() as u64,
+        variants: results,
+        notes,
+    })
 }

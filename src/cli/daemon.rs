@@ -81,7 +81,7 @@ fn init_logging(verbose: u8) {
     }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(super::colour(std::io::stderr().is_terminal()))
         .with_writer(std::io::stderr)
         .try_init();
 }

@@ -5,7 +5,6 @@
 //! Must not touch: the formats themselves (in `crate::export`); the matrix store is only
 //! read, never changed (a foreign or corrupt stored matrix is reported, not moved).
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -138,37 +137,17 @@ fn run_nfd(args: NfdArgs) -> anyhow::Result<ExitCode> {
     let text = nfd::render(&t, Some(&domains));
     match &args.out {
         Some(out) => write_atomically(out, text.as_bytes())?,
-        None => std::io::stdout().lock().write_all(text.as_bytes())?,
+        None => super::write_stdout(format_args!("{text}"))?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
 /// Writes `bytes` to a temporary file beside `path` and renames it over `path`, so a
-/// reader sees the old file or the new one, never half of one.
+/// reader sees the old file or the new one, never half of one; no link is followed and
+/// a directory writable by others is refused (see [`crate::outfile`]).
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .with_context(|| format!("{}: not a file name", path.display()))?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        name.to_string_lossy(),
-        std::process::id()
-    ));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e).with_context(|| format!("writing {}", path.display()));
-    }
-    Ok(())
+    crate::outfile::replace(path, bytes, true)
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn run_hwloc(args: HwlocArgs) -> anyhow::Result<ExitCode> {
@@ -184,7 +163,7 @@ fn run_hwloc(args: HwlocArgs) -> anyhow::Result<ExitCode> {
     };
     let pus = hwloc::pu_os_indexes(&xml, &topo_name)?;
     let text = hwloc::distances(&m, &pus, &topo_name, args.unit)?;
-    std::io::stdout().lock().write_all(text.as_bytes())?;
+    super::write_stdout(format_args!("{text}"))?;
     Ok(ExitCode::SUCCESS)
 }
 

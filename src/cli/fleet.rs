@@ -89,9 +89,9 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<ExitCode> {
         v["a"] = name(&args.a).into();
         v["b"] = name(&args.b).into();
         v["warnings"] = serde_json::json!(warnings);
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print!("{}", render_diff(&d, &args.a, &args.b, &warnings));
+        out!("{}", render_diff(&d, &args.a, &args.b, &warnings));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -150,12 +150,34 @@ pub fn render_diff(d: &Diff, a: &Path, b: &Path, warnings: &[String]) -> String 
     s
 }
 
+/// Most matrices `fleet` compares at once.
+pub const MAX_FLEET_FILES: usize = 256;
+/// Most cells (CPUs squared, summed over the files) `fleet` holds at once: three
+/// matrices of 1,024 CPUs (the fewest a fleet compares), or 48 of 256 (16 bytes a cell:
+/// 48 MiB).
+pub const MAX_FLEET_CELLS: usize = 3 << 20;
+
 pub fn run_fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     let tol = args.tolerance.get()?;
+    if args.files.len() > MAX_FLEET_FILES {
+        anyhow::bail!(
+            "{} matrices: fleet compares at most {MAX_FLEET_FILES} at once; compare a sample",
+            args.files.len()
+        );
+    }
     let mut hosts = Vec::with_capacity(args.files.len());
     let mut warnings = Vec::new();
+    let mut cells = 0usize;
     for p in &args.files {
         let m = load(p)?;
+        cells = cells.saturating_add(m.len().saturating_mul(m.len()));
+        if cells > MAX_FLEET_CELLS {
+            anyhow::bail!(
+                "{}: with it the matrices hold {cells} cells, over the {MAX_FLEET_CELLS} fleet holds at once \
+                 (3 matrices of 1024 CPUs, 48 of 256); compare fewer",
+                p.display()
+            );
+        }
         warnings.extend(m.warnings.iter().map(|w| format!("{}: {w}", p.display())));
         hosts.push((name(p), m));
     }
@@ -163,9 +185,9 @@ pub fn run_fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         let mut v = serde_json::to_value(&f)?;
         v["warnings"] = serde_json::json!(warnings);
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print!("{}", render_fleet(&f, &warnings));
+        out!("{}", render_fleet(&f, &warnings));
     }
     Ok(ExitCode::SUCCESS)
 }

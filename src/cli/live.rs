@@ -2,7 +2,6 @@
 //! nothing. It runs the daemon's own manager, built from the daemon's settings, over a
 //! full /proc rescan with affinity calls that only record what they would set.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -30,7 +29,8 @@ pub struct LiveArgs {
     pub rules: Vec<PathBuf>,
     /// The daemon's settings file.
     pub config: PathBuf,
-    /// Root of the sysfs tree.
+    /// Root of the sysfs tree, or a captured machine directory holding `sys/` and
+    /// `proc/` (as `plan --sysfs` takes it); processes are always this machine's.
     pub sysfs: PathBuf,
     /// A latency matrix measured on this machine's CPUs.
     pub matrix: Option<PathBuf>,
@@ -38,7 +38,10 @@ pub struct LiveArgs {
 }
 
 pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
-    let root = SysRoot::with_sys(&args.sysfs);
+    // The topology from the tree given (a captured machine's `proc/` included); the
+    // processes from this machine's /proc.
+    let machine = super::topology::resolve_roots(Some(&args.sysfs), None);
+    let root = SysRoot::with_sys(&machine.sys);
     let policy = LoadPolicy::for_current_process();
     let settings = Settings::load_or_default(&args.config, &policy)
         .map_err(|e| ConfigInvalid(e.to_string()))?;
@@ -57,7 +60,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let report = load_dirs(&dirs, &policy);
-    let topology = Topology::discover(&root)
+    let topology = Topology::discover(&machine)
         .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
     let (matrix, source) = match &args.matrix {
         Some(path) => (
@@ -133,13 +136,14 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
             };
             let state = match &p.state {
                 PlanState::Placed { cpus } => format!("cpus {cpus}"),
-                PlanState::Slots { slots } => format!(
-                    "per thread: {}",
+                PlanState::Slots { slots, held_slots } => format!(
+                    "per thread, slot 0 first: {} ({} held by live threads)",
                     slots
                         .iter()
                         .map(|s| s.to_string())
                         .collect::<Vec<_>>()
-                        .join(" | ")
+                        .join(" | "),
+                    held_slots
                 ),
                 PlanState::Lost { to, cpus } => format!("CONFLICT: lost CPUs {cpus} to {to}"),
                 PlanState::Unplaceable { reason } => format!("NOT PLACED: {reason}"),
@@ -154,6 +158,15 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                 "  {}{unit}{within} (priority {}{excl}): {state}",
                 p.rule, p.priority
             );
+            if let Some(line) = p
+                .thread_entry
+                .and_then(|i| p.slots_line(mgr.entry_threads(&p.rule, i)))
+            {
+                let _ = writeln!(out, "    {line}");
+            }
+        }
+        if let Some(line) = no_cpu_to_measure(mgr.plan()) {
+            let _ = writeln!(out, "\n{line}");
         }
         let _ = writeln!(out, "\nmatching processes ({}):", rows.len());
         if !rows.is_empty() {
@@ -193,7 +206,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    let _ = std::io::stdout().lock().write_all(out.as_bytes());
+    super::write_stdout(format_args!("{out}"))?;
     if !report.errors.is_empty() {
         for e in &report.errors {
             eprintln!("{e}");
@@ -205,4 +218,18 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         .into());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A warning when the exclusive units leave no CPU a measurement may spin on.
+pub fn no_cpu_to_measure(plan: &Plan) -> Option<String> {
+    let cpus = plan.cpus();
+    let exclusive = plan.exclusive_cpus();
+    let left = cpus.online.difference(&exclusive);
+    (left.len() < 2).then(|| {
+        format!(
+            "warning: exclusive rules hold CPUs {exclusive} of {}: {} left to measure latencies on (a measurement needs 2)",
+            cpus.online,
+            if left.is_empty() { "none".to_string() } else { format!("only {left}") }
+        )
+    })
 }

@@ -373,7 +373,9 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
         };
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
-    let mut stdout = std::io::stdout().lock();
+    // Written whole at the end (a closed or full output is one error, named).
+    let tty = std::io::stdout().is_terminal();
+    let mut stdout: Vec<u8> = Vec::new();
     if args.json {
         writeln!(stdout, "{}", serde_json::to_string_pretty(&m)?)?;
     } else if args.csv {
@@ -385,7 +387,7 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
         }
     } else {
         write!(stdout, "{preface}")?;
-        let color = stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        let color = super::colour(tty);
         write!(stdout, "{}", render::terminal_heatmap(&m, color))?;
         writeln!(stdout)?;
         write!(stdout, "{}", summary_text(&m))?;
@@ -404,5 +406,6 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
             measured.report.elapsed.as_secs_f64()
         )?;
     }
+    super::write_stdout(format_args!("{}", String::from_utf8_lossy(&stdout)))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -7,6 +7,47 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// `print!` for commands: a closed pipe (`pinnerd status | head -1`) or a full disk
+/// (`> /dev/full`) is an error the command returns ([`StdoutError`]), never a panic.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(format_args!($($arg)*))?
+    };
+}
+
+/// `println!` for commands, as [`out!`].
+macro_rules! outln {
+    () => {
+        $crate::cli::write_stdout(format_args!("\n"))?
+    };
+    ($($arg:tt)*) => {{
+        $crate::cli::write_stdout(format_args!($($arg)*))?;
+        $crate::cli::write_stdout(format_args!("\n"))?
+    }};
+}
+
+/// Standard output could not be written: closed (a pipe whose reader left) or full.
+#[derive(Debug, thiserror::Error)]
+/// (The I/O error is in the message, not also a source: said once.)
+#[error("writing to standard output: {0}")]
+pub struct StdoutError(pub std::io::Error);
+
+/// Writes `args` to standard output and flushes it, so that a closed or full output is
+/// found here, as an error, and not at exit.
+pub fn write_stdout(args: std::fmt::Arguments<'_>) -> Result<(), StdoutError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    out.write_fmt(args)
+        .and_then(|()| out.flush())
+        .map_err(StdoutError)
+}
+
+/// Whether to colour what goes to a stream: only a terminal, and never with `NO_COLOR`
+/// set (<https://no-color.org>).
+pub fn colour(stream_is_terminal: bool) -> bool {
+    stream_is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 pub mod check;
 pub mod client;
 pub mod compare;
@@ -19,6 +60,8 @@ pub mod measure;
 pub mod oneshot;
 pub mod place_flags;
 pub mod plan;
+pub mod plan_pid;
+pub mod report;
 pub mod topology;
 
 /// Longest `--budget` / `--measure-budget` accepted: one day.
@@ -70,6 +113,8 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Ping-pong throughput on the planned pair vs the autopilot pair, worst pair, unpinned.
     Compare(compare::CompareArgs),
+    /// Write the machine's map on one page (report.html) and its facts (report.json).
+    Report(report::ReportArgs),
     /// Validate rule files or directories.
     Check(check::CheckArgs),
     /// Run the daemon.
@@ -114,8 +159,10 @@ pub fn init_logging(cli: &Cli) {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colour(std::io::stderr().is_terminal()))
         .with_writer(std::io::stderr)
         .try_init();
 }
@@ -127,6 +174,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Measure(args) => measure::run(args),
         Command::Plan(args) => plan::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Report(args) => report::run(args),
         Command::Check(args) => check::run(args),
         Command::Daemon(args) => daemon::run(args, cli.verbose),
         Command::Status(args) => client::status(args),

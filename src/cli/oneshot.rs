@@ -25,6 +25,7 @@ use crate::affinity::{AffinityOps, SystemOps};
 use crate::api::PlaceSpec;
 use crate::cpuset::CpuSet;
 use crate::dbus::{placement_dict, BusTarget};
+use crate::memory::policy::{self, RunMemory};
 use crate::rules::{load_dirs, CpuTarget, LoadPolicy, PlacementRequest};
 use crate::settings::Settings;
 use crate::sysroot::SysRoot;
@@ -41,6 +42,11 @@ pub struct RunArgs {
     pub place: PlaceFlags,
     #[command(flatten)]
     pub bus: BusArgs,
+    /// The command's memory: bind (only the NUMA nodes of the chosen CPUs), preferred
+    /// (those nodes first) or leave (the kernel's default: where the allocating CPU
+    /// is). Set before exec, as numactl --membind/--preferred do.
+    #[arg(long, value_name = "POLICY", default_value = "leave")]
+    pub memory: crate::memory::policy::RunMemory,
     /// Show the CPUs that would be chosen, and who chose them; run nothing.
     #[arg(long)]
     pub print: bool,
@@ -73,6 +79,20 @@ pub struct PinArgs {
     pub pid: u32,
     #[command(flatten)]
     pub place: PlaceFlags,
+    /// follow: move its memory to the NUMA nodes of its CPUs (off the daemon's loop,
+    /// no more often than memory.follow-interval); leave: do not move it.
+    #[arg(long, value_name = "WHAT", default_value = "leave")]
+    pub memory: PinMemory,
+}
+
+/// `pin --memory`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum PinMemory {
+    /// Move its memory to the nodes of its CPUs.
+    Follow,
+    /// Do not move its memory.
+    #[default]
+    Leave,
 }
 
 #[derive(Debug, clap::Args)]
@@ -114,13 +134,14 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let spec = args.place.spec()?;
     let choice = choose(&args, &spec)?;
     if args.print {
-        print!("{}", describe_choice(&choice, &spec, &args.bus.bus));
+        out!("{}", describe_choice(&choice, &spec, &args.bus.bus));
         return Ok(ExitCode::SUCCESS);
     }
     for n in &choice.notes {
         eprintln!("pinnerd: {n}");
     }
     set_own_cpus(&choice.cpus)?;
+    set_own_memory(args.memory, &choice.cpus)?;
     let (program, rest) = args
         .command
         .split_first()
@@ -132,6 +153,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
         _ => EXIT_CANNOT_RUN,
     }))
+}
+
+/// `run --memory`: this process's memory policy on the nodes of `cpus`, inherited by
+/// the command it execs.
+fn set_own_memory(what: RunMemory, cpus: &CpuSet) -> anyhow::Result<()> {
+    if what == RunMemory::Leave {
+        return Ok(());
+    }
+    let topology = Topology::discover(&SysRoot::default()).context("reading the NUMA nodes")?;
+    let nodes = policy::nodes_of(&topology, cpus);
+    if let Some(note) = policy::set_own(what, &nodes).context("--memory")? {
+        eprintln!("pinnerd: {note}");
+    }
+    tracing::info!(nodes = %policy::node_list(&nodes), ?what, "memory policy set");
+    Ok(())
 }
 
 /// The CPUs for `run`: the daemon's when it runs (pinning this process with them unless
@@ -294,11 +330,15 @@ fn local_choice(args: &RunArgs, spec: &PlaceSpec, why: String) -> anyhow::Result
         sysfs: PathBuf::from("/sys"),
         json: false,
         live: false,
+        pid: None,
         rules: Vec::new(),
         config: args.config.clone(),
         state_dir: args.state_dir.clone(),
         measure_budget: 0.0,
         no_measure: true,
+        measure_off_by: Some(
+            "`run` never measures (run the daemon, or `pinnerd measure`, to store one)".into(),
+        ),
         place: super::place_flags::ShapeFlags {
             core_type: request.shape.core_type,
             prefer: request.shape.prefer,
@@ -401,17 +441,20 @@ pub fn pin(args: PinArgs) -> anyhow::Result<ExitCode> {
     block_on(async {
         let p = proxy(&args.bus.bus).await?;
         let cpus = p
-            .pin_process_with(args.pid, placement_dict(&spec))
+            .pin_process_with(
+                args.pid,
+                crate::dbus::placement_dict_with(&spec, args.memory == PinMemory::Follow),
+            )
             .await
             .map_err(|e| anyhow::anyhow!(message(&e)))
             .context("PinProcessWith")?;
-        println!(
+        outln!(
             "pid {}: pinned at run time to CPUs {cpus} ({})",
             args.pid,
             describe(&spec)
         );
         if let Ok(text) = p.explain(args.pid).await {
-            println!("{text}");
+            outln!("{text}");
         }
         Ok(ExitCode::SUCCESS)
     })
@@ -425,7 +468,7 @@ pub fn release(args: ReleaseArgs) -> anyhow::Result<ExitCode> {
             .await
             .map_err(|e| anyhow::anyhow!(message(&e)))
             .context("ReleaseProcess")?;
-        println!(
+        outln!(
             "pid {}: released; its threads have the CPUs they had before the pin back",
             args.pid
         );

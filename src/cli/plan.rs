@@ -31,7 +31,7 @@ use crate::topology::Topology;
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
     /// Number of CPUs wanted.
-    #[arg(long, short = 'k', required_unless_present = "live")]
+    #[arg(long, short = 'k', required_unless_present_any = ["live", "pid"])]
     pub count: Option<u32>,
     /// compact (threads that talk) or spread (independent workers).
     #[arg(long, default_value = "compact")]
@@ -57,6 +57,11 @@ pub struct PlanArgs {
     /// they would get. Changes nothing.
     #[arg(long)]
     pub live: bool,
+    /// Plan for this running process as the daemon would: in its cgroup cpuset,
+    /// weighing where its memory is; without --count, the request of the rule that
+    /// matches it. Changes nothing.
+    #[arg(long, value_name = "PID", conflicts_with = "live")]
+    pub pid: Option<u32>,
     /// Rule directories for --live (default: the settings' `rule-dirs`, /etc/pinnerd.d).
     #[arg(long = "rules")]
     pub rules: Vec<PathBuf>,
@@ -74,6 +79,10 @@ pub struct PlanArgs {
     /// Never measure: without --matrix or a stored matrix, use the topology alone.
     #[arg(long)]
     pub no_measure: bool,
+    /// Why measuring is off, when a command that plans through `plan` turned it off
+    /// (`None`: the user's --no-measure).
+    #[arg(skip)]
+    pub measure_off_by: Option<String>,
 }
 
 /// The state directory the daemon uses.
@@ -97,6 +106,9 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
             json: args.json,
         });
     }
+    if let Some(pid) = args.pid {
+        return super::plan_pid::run(&args, pid);
+    }
     let count = args.count.context("--count is required")? as usize;
     let plan = plan(&args, count)?;
     let text = if args.json {
@@ -104,8 +116,8 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     } else {
         plan.human()
     };
-    // A closed pipe (`| head`) is not an error worth a panic.
-    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+    // A closed pipe (`| head`) or a full disk is an error, not a panic.
+    super::write_stdout(format_args!("{text}"))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -142,8 +154,32 @@ pub struct Advice {
     pub shaped: Option<Shaped>,
 }
 
+/// What a plan stands on: the topology, the matrix and where it came from, and the
+/// domains built from them. Built once by [`ground`]; [`place_on`] places any number of
+/// requests on it (`pinnerd report` plans several).
+#[derive(Debug)]
+pub struct Ground {
+    pub root: SysRoot,
+    pub source: Source,
+    pub topology: Option<Topology>,
+    pub matrix: Option<LatencyMatrix>,
+    /// How a matrix measured now was obtained (passes, disagreement); `None` otherwise.
+    pub run: Option<measure::RunReport>,
+    pub domains: Domains,
+    pub findings: Vec<Finding>,
+    pub warnings: Vec<String>,
+    /// The CPUs a plan may use: the domains' CPUs less the isolated ones.
+    pub available: CpuSet,
+}
+
 /// Builds the domains from the arguments' matrix and topology and places the request.
 pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Advice> {
+    place_on(&ground(args)?, args, count)
+}
+
+/// The topology, the matrix (`--matrix`, else stored, else measured now) and the
+/// domains for the arguments.
+pub fn ground(args: &PlanArgs) -> anyhow::Result<Ground> {
     let measure_budget = super::seconds(
         "--measure-budget",
         args.measure_budget,
@@ -167,10 +203,10 @@ pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Advice> {
             })
         }
     };
-    let (source, matrix) = match &args.matrix {
+    let (source, matrix, run) = match &args.matrix {
         Some(path) => {
             let m = LatencyMatrix::load(path)?;
-            (Source::File(path.clone()), Some(m))
+            (Source::File(path.clone()), Some(m), None)
         }
         None => this_machine_matrix(
             args,
@@ -204,6 +240,22 @@ pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Advice> {
             .collect(),
         _ => domains.cpus().iter().copied().collect(),
     };
+    Ok(Ground {
+        root,
+        source,
+        topology,
+        matrix,
+        run,
+        domains,
+        findings,
+        warnings,
+        available,
+    })
+}
+
+/// Places `count` CPUs by the arguments' policy, SMT and shape flags on `ground`.
+pub fn place_on(ground: &Ground, args: &PlanArgs, count: usize) -> anyhow::Result<Advice> {
+    let mut warnings = ground.warnings.clone();
     let req = Request {
         count,
         policy: args.policy,
@@ -214,34 +266,35 @@ pub fn plan(args: &PlanArgs, count: usize) -> anyhow::Result<Advice> {
     };
     let shape = args.place.shape();
     let (placement, shaped) = if shape.is_empty() {
-        (place(&domains, &req, &available)?, None)
+        (place(&ground.domains, &req, &ground.available)?, None)
     } else {
-        let t = topology.as_ref().context(
+        let t = ground.topology.as_ref().context(
             "--core-type, --prefer and --near need the CPU topology, which could not be read",
         )?;
-        let devices = devices::resolve_all(&root, shape.near.as_deref());
+        let devices = devices::resolve_all(&ground.root, shape.near.as_deref());
         let (p, s) = shape::place_shaped(
-            &domains,
+            &ground.domains,
             &Facts::from_topology(t),
             &devices,
             &req,
             &shape,
-            &available,
+            &ground.available,
         )?;
         warnings.extend(s.warnings.iter().cloned());
         (p, Some(s))
     };
     Ok(Advice {
-        source,
-        domains,
-        findings,
+        source: ground.source.clone(),
+        domains: ground.domains.clone(),
+        findings: ground.findings.clone(),
         warnings,
         placement,
         shaped,
     })
 }
 
-/// This machine's matrix: stored (fingerprint matching), else measured now, else none.
+/// This machine's matrix: stored (fingerprint matching), else measured now (sparse
+/// where the daemon would measure sparsely), else none.
 fn this_machine_matrix(
     args: &PlanArgs,
     root: &SysRoot,
@@ -249,13 +302,14 @@ fn this_machine_matrix(
     real_sysfs: bool,
     measure_budget: Duration,
     warnings: &mut Vec<String>,
-) -> anyhow::Result<(Source, Option<LatencyMatrix>)> {
+) -> anyhow::Result<(Source, Option<LatencyMatrix>, Option<measure::RunReport>)> {
     if !real_sysfs {
         return Ok((
             Source::TopologyOnly(format!(
                 "no --matrix given for the tree {}, and only the running machine can be measured",
                 args.sysfs.display()
             )),
+            None,
             None,
         ));
     }
@@ -280,7 +334,7 @@ fn this_machine_matrix(
                     match cover {
                         Some(keep::Coverage {
                             matrix: Some(m), ..
-                        }) => return Ok((Source::Stored(dir.join("matrix.json")), Some(m))),
+                        }) => return Ok((Source::Stored(dir.join("matrix.json")), Some(m), None)),
                         Some(c) => warnings.push(format!(
                             "the stored matrix lacks {} pair(s) of the usable CPUs (never measured here); not used",
                             c.missing.len()
@@ -293,7 +347,11 @@ fn this_machine_matrix(
         }
     }
     let why_not = if args.no_measure {
-        Some("no stored matrix and --no-measure".to_string())
+        Some(format!(
+            "no stored matrix in {} and {}",
+            dir.display(),
+            args.measure_off_by.as_deref().unwrap_or("--no-measure")
+        ))
     } else {
         None
     };
@@ -302,9 +360,17 @@ fn this_machine_matrix(
         cfg.budget = measure_budget;
         cfg.fingerprint = fingerprint.as_ref().map(|f| f.hex.clone());
         cfg.root = root.clone();
+        // Sparse from the size where the daemon measures sparsely by default.
+        cfg.mode = measure::Mode::default_for(cfg.cpus.len(), measure::SPARSE_FROM_CPUS);
         let started = std::time::Instant::now();
-        match measure::run(&cfg, |_| {}) {
-            Ok(m) => return Ok((Source::Measured(started.elapsed()), Some(m))),
+        match measure::run_detailed(&cfg, |_| {}) {
+            Ok(m) => {
+                return Ok((
+                    Source::Measured(started.elapsed()),
+                    Some(m.matrix),
+                    Some(m.report),
+                ))
+            }
             Err(e) => {
                 return Ok((
                     Source::TopologyOnly(format!(
@@ -312,12 +378,14 @@ fn this_machine_matrix(
                         dir.display()
                     )),
                     None,
+                    None,
                 ))
             }
         }
     }
     Ok((
         Source::TopologyOnly(why_not.unwrap_or_else(|| "no matrix".into())),
+        None,
         None,
     ))
 }

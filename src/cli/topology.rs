@@ -37,6 +37,13 @@ pub struct TopologyArgs {
     /// core-to-core-latency's CSV), reconciled with the topology when it fits.
     #[arg(long, value_name = "FILE")]
     pub matrix: Option<PathBuf>,
+    /// Also draw the latency domains as SVG into FILE: one row per level, coarsest on
+    /// top, each group a box over its CPUs. From --matrix when given, else from sysfs.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+    /// Also draw the heatmap of the --matrix file as SVG into FILE.
+    #[arg(long, value_name = "FILE", requires = "matrix")]
+    pub heatmap: Option<PathBuf>,
 }
 
 pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
@@ -49,6 +56,7 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let sched_ext = crate::sched_ext::read(&root).context("reading the sched_ext state")?;
+    draw(&args, &topology, domains.as_ref())?;
     if args.json {
         let mut report = json_report(&topology, &fingerprint);
         if let Some(d) = &domains {
@@ -56,18 +64,63 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
         }
         // null when no sched_ext scheduler runs, else {"state": …, "ops": NAME}.
         report["sched_ext"] = json!(sched_ext);
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        outln!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        print!("{}", render_tree(&topology, &fingerprint));
+        out!("{}", render_tree(&topology, &fingerprint));
         if let Some(d) = &domains {
-            print!("{}", d.render());
+            out!("{}", d.render());
         }
         // Only when one runs: the tree of a machine without one stays as it was.
         if let Some(s) = &sched_ext {
-            println!("sched_ext: {}", s.describe());
+            outln!("sched_ext: {}", s.describe());
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the pictures `--svg` and `--heatmap` ask for.
+fn draw(
+    args: &TopologyArgs,
+    topology: &Topology,
+    view: Option<&DomainsView>,
+) -> anyhow::Result<()> {
+    let name = |p: &Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    if let Some(out) = &args.svg {
+        let (domains, title) = match view {
+            Some(v) => (
+                v.domains.clone(),
+                format!(
+                    "latency domains of {}, {} CPUs",
+                    name(&v.path),
+                    v.domains.cpus().len()
+                ),
+            ),
+            None => (
+                Domains::from_topology(topology).context("latency domains from sysfs")?,
+                format!(
+                    "domains of this machine's sysfs topology, {} CPUs",
+                    topology.cpus.len()
+                ),
+            ),
+        };
+        let svg = crate::domains::picture::svg_domains(&domains, &title)?;
+        std::fs::write(out, svg).with_context(|| format!("writing {}", out.display()))?;
+    }
+    if let (Some(out), Some(path)) = (&args.heatmap, &args.matrix) {
+        let m = LatencyMatrix::load(path)?;
+        let title = format!(
+            "one-way core-to-core latency (ns), {}, {} CPUs",
+            name(path),
+            m.len()
+        );
+        let svg = crate::matrix::render::svg_heatmap(&m, &title)?;
+        std::fs::write(out, svg).with_context(|| format!("writing {}", out.display()))?;
+    }
+    Ok(())
 }
 
 /// `--sysfs DIR` may name a sysfs root or a machine directory holding `sys/` and

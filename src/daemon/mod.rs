@@ -58,6 +58,8 @@ pub enum Event {
     Tick(std::time::Instant),
     /// A measurement job ended.
     Measured(Box<worker::Finished>),
+    /// A `memory = "follow"` job ended.
+    Followed(Box<crate::memory::follow::Finished>),
     /// Messages from the proc connector, in order.
     Proc(Vec<crate::watch::ProcMsg>),
     /// A CPU went online or offline (the online set is re-read from sysfs).

@@ -48,7 +48,7 @@ impl Timing {
                 .clamp(Duration::from_millis(100), Duration::from_secs(5)),
             probe_pairs: m.drift_pairs as usize,
             drift_tolerance: m.drift_threshold.0,
-            min_idle: (1.0 - m.idle_threshold.0).clamp(0.0, 1.0),
+            min_idle: m.idle_threshold.share().clamp(0.0, 1.0),
             remeasure_min_interval: s.limits.remeasure_min_interval.0,
         }
     }

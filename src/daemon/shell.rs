@@ -101,6 +101,35 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
     tracing::info!(bus = %opts.bus, name = dbus::BUS_NAME, "bus name acquired");
     tokio::spawn(dbus::publish_properties(conn.clone(), snap_rx));
 
+    // Every other signal whose default action would end the daemon without giving the
+    // masks back ends it the way SIGTERM does.
+    for (raw, name) in [
+        (libc::SIGUSR1, "SIGUSR1"),
+        (libc::SIGUSR2, "SIGUSR2"),
+        (libc::SIGQUIT, "SIGQUIT"),
+        (libc::SIGALRM, "SIGALRM"),
+        (libc::SIGVTALRM, "SIGVTALRM"),
+        (libc::SIGPROF, "SIGPROF"),
+        (libc::SIGIO, "SIGIO"),
+        (libc::SIGPWR, "SIGPWR"),
+        (libc::SIGSTKFLT, "SIGSTKFLT"),
+        (libc::SIGXCPU, "SIGXCPU"),
+        (libc::SIGXFSZ, "SIGXFSZ"),
+    ] {
+        let mut stream = signal(SignalKind::from_raw(raw)).map_err(signal_err)?;
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                tracing::warn!(
+                    signal = name,
+                    "stopping, as on SIGTERM: masks are given back"
+                );
+                if tx.send(Event::Terminate).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
     let sig_tx = tx.clone();
     tokio::spawn(async move {
         loop {
@@ -330,6 +359,26 @@ impl Shell {
                                 id,
                                 result: Err(worker::JobError::Spawn(e)),
                             })));
+                        }
+                    }
+                    Action::Follow(job) => {
+                        let (pid, target) = (job.pid, job.target.clone());
+                        let tx = self.events.clone();
+                        let spawned = crate::memory::follow::spawn(*job, move |done| {
+                            let _ = tx.blocking_send(Event::Followed(Box::new(done)));
+                        });
+                        if let Err(e) = spawned {
+                            tracing::error!(pid, error = %e, "cannot start the memory thread");
+                            state.handle(Event::Followed(Box::new(
+                                crate::memory::follow::Finished {
+                                    pid,
+                                    target,
+                                    outcome: crate::memory::follow::Outcome::Failed(format!(
+                                        "cannot start its thread: {e}"
+                                    )),
+                                    at: std::time::Instant::now(),
+                                },
+                            )));
                         }
                     }
                     Action::Status(line) => notify(&[sd_notify::NotifyState::Status(&line)]),

@@ -35,7 +35,7 @@ use crate::manager::{self, Change, Manager};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::metrics::{self, MetricsSnapshot};
-use crate::placement::{self, Placement, Policy, Request, SmtPolicy};
+use crate::placement::{Policy, Request, SmtPolicy};
 use crate::plan::{Choose, Cpus, Plan};
 use crate::rules::{self, CpuTarget, LoadPolicy, LoadReport, PlacementRequest};
 use crate::settings::Settings;
@@ -48,8 +48,10 @@ use super::worker::Job;
 use super::{DaemonError, Event, ReloadCause};
 
 mod completing;
+mod following;
 mod irqs;
 mod measuring;
+mod memory;
 mod pinning;
 mod sched_ext;
 mod shaping;
@@ -71,6 +73,8 @@ pub struct Config {
 pub enum Action {
     Emit(Signal),
     Measure(Box<Job>),
+    /// Start a `memory = "follow"` job on a thread of its own.
+    Follow(Box<crate::memory::follow::FollowJob>),
     /// A `STATUS=` line for systemd.
     Status(String),
     /// `WATCHDOG=1`: the loop is alive.
@@ -87,6 +91,7 @@ impl PartialEq for Action {
         match (self, other) {
             (Action::Emit(a), Action::Emit(b)) => a == b,
             (Action::Measure(a), Action::Measure(b)) => a.id == b.id,
+            (Action::Follow(a), Action::Follow(b)) => a.pid == b.pid && a.target == b.target,
             (Action::Status(a), Action::Status(b)) => a == b,
             (Action::Watchdog, Action::Watchdog)
             | (Action::Reloading, Action::Reloading)
@@ -129,6 +134,8 @@ pub struct State {
     next_rescan: Option<Instant>,
     /// The event-to-pin histogram and the textfile's schedule.
     metrics: metrics::Kept,
+    /// `memory = "follow"`: the processes whose memory follows their CPUs.
+    follow: following::Following,
     /// A journal write deferred after process events (see [`JOURNAL_DELAY`]).
     journal_due: Option<Instant>,
     schedule: Schedule,
@@ -169,6 +176,7 @@ impl State {
             watch_down: None,
             next_rescan: None,
             metrics: metrics::Kept::default(),
+            follow: following::Following::default(),
             journal_due: None,
             measuring_around: None,
             irqs: irqs::IrqsAway::default(),
@@ -245,6 +253,7 @@ impl State {
         }
         self.flush_journal();
         self.sync_irqs();
+        self.sync_memory(Instant::now());
     }
 
     fn flush_journal(&mut self) {
@@ -274,7 +283,10 @@ impl State {
         if let Err(e) = self.domains() {
             tracing::debug!(error = %e, "planning without latency domains");
         }
-        let plan = self.shaped_plan(&cpus);
+        let mut plan = self.shaped_plan(&cpus);
+        if let Some(t) = &self.topology {
+            plan = plan.with_memory(crate::plan::MemoryPlanning::new(t, &self.settings));
+        }
         self.under_sched_ext(plan)
     }
 
@@ -397,6 +409,7 @@ impl State {
             }
             Event::Tick(now) => self.tick(now),
             Event::Measured(outcome) => self.measured(*outcome),
+            Event::Followed(f) => self.followed(*f),
             Event::Proc(msgs) => {
                 let Some(m) = &mut self.manager else { return };
                 let read_at = Instant::now();
@@ -470,14 +483,50 @@ impl State {
                     return Err(CommandError::NoSuchProcess(pid));
                 }
                 match &self.manager {
-                    Some(m) => Ok(Reply::Text(m.explain_for(pid as i32, caller_uid))),
+                    Some(m) => {
+                        let mut text = m.explain_for(pid as i32, caller_uid);
+                        if m.shows_memory(pid as i32, caller_uid) {
+                            text.push_str(&self.memory_line(pid as i32));
+                            text.push_str(&self.follow_line(pid as i32, Instant::now()));
+                        }
+                        Ok(Reply::Explained {
+                            text,
+                            full: m.shows_all_to(pid as i32, caller_uid),
+                        })
+                    }
                     None => Err(CommandError::Starting),
                 }
             }
-            Command::Plan { count, policy, smt } => {
-                let req = self.request(count, policy, smt)?;
-                Ok(Reply::Cpus(self.place(&req)?.cpus))
+            Command::Memory { pid, caller_uid } => {
+                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
+                    return Err(CommandError::NoSuchProcess(pid));
+                }
+                let Some(m) = &self.manager else {
+                    return Err(CommandError::Starting);
+                };
+                if !m.shows_memory(pid as i32, caller_uid) {
+                    return Ok(Reply::Json(serde_json::Value::Null));
+                }
+                match self.memory_of(pid as i32) {
+                    Some(Ok(v)) => Ok(Reply::Json(v.to_json())),
+                    Some(Err(crate::memory::ReadError::Gone { .. })) => {
+                        Err(CommandError::NoSuchProcess(pid))
+                    }
+                    Some(Err(e)) => Ok(Reply::Json(serde_json::json!({ "error": e.to_string() }))),
+                    None => Ok(Reply::Json(serde_json::Value::Null)),
+                }
             }
+            // The CPUs a pin would get: `PlanWith` of the same count, off exclusive rules.
+            Command::Plan { count, policy, smt } => self.runtime_command(Command::PlanWith {
+                place: crate::api::PlaceSpec::Request(PlacementRequest {
+                    target: CpuTarget::Count(count),
+                    within: None,
+                    policy,
+                    smt,
+                    exclusive: false,
+                    shape: Default::default(),
+                }),
+            }),
             Command::Pin {
                 pid,
                 count,
@@ -619,12 +668,6 @@ impl State {
         self.status();
     }
 
-    fn place(&mut self, req: &Request) -> Result<Placement, CommandError> {
-        let usable = self.usable();
-        let d = self.domains()?;
-        Ok(placement::place(d, req, &usable)?)
-    }
-
     fn matrix_reply(&self) -> Reply {
         match &self.current {
             Some(m) => Reply::Matrix {
@@ -749,6 +792,7 @@ impl State {
         if self.journal_due.is_some_and(|due| now >= due) {
             self.flush_journal();
         }
+        self.sync_memory(now);
         if let (Some(every), Some(due)) = (self.timing.watchdog_every, self.next_watchdog) {
             if now >= due {
                 self.actions.push(Action::Watchdog);
@@ -1792,6 +1836,49 @@ mod tests {
     }
 
     #[test]
+    fn plan_keeps_off_an_exclusive_rule_s_cpus_as_plan_with_and_pins_do() {
+        use crate::api::PlaceSpec;
+        let (mut s, d) = state(no_interval());
+        s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+        std::fs::write(
+            d.path().join("rules/hold.toml"),
+            "[[rule]]\nname = \"hold\"\n[rule.match]\ncomm = \"no-such\"\n[rule.place]\ncpus = \"0\"\nexclusive = true\n",
+        )
+        .unwrap();
+        s.start().unwrap();
+        let job = jobs(&s.take_actions())[0].clone();
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        let plan = s
+            .command(Command::Plan {
+                count: 1,
+                policy: Policy::Compact,
+                smt: SmtPolicy::Allow,
+            })
+            .unwrap();
+        let plan_with = s
+            .command(Command::PlanWith {
+                place: PlaceSpec::Request(PlacementRequest {
+                    target: CpuTarget::Count(1),
+                    within: None,
+                    policy: Policy::Compact,
+                    smt: SmtPolicy::Allow,
+                    exclusive: false,
+                    shape: Default::default(),
+                }),
+            })
+            .unwrap();
+        let Reply::Cpus(cpus) = &plan else {
+            panic!("{plan:?}")
+        };
+        assert!(
+            !cpus.contains(0),
+            "Plan chose the exclusive rule's CPU: {cpus}"
+        );
+        assert_eq!(plan, plan_with);
+    }
+
+    #[test]
     fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
         use crate::api::PlaceSpec;
         let (mut s, _d, _job) = started(Timing::default());
@@ -1812,6 +1899,7 @@ mod tests {
         let pin = Command::PinWith {
             pid,
             place: place.clone(),
+            follow: false,
         };
         // Authorized for uid 1000's process, but it is root's now: nothing is pinned.
         match s.command(Command::AsOwner {
@@ -1861,6 +1949,158 @@ mod tests {
             s.command(Command::Owner { pid: 0 }),
             Err(CommandError::NoSuchProcess(0))
         ));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
+        let (mut s, _d, _job) = started(Timing::default());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let one_node = s.topology.as_ref().unwrap().nodes.len() <= 1;
+        let Reply::Explained { text: why, .. } =
+            s.command(Command::Explain { pid, caller_uid: 0 }).unwrap()
+        else {
+            panic!()
+        };
+        let Reply::Json(mem) = s.command(Command::Memory { pid, caller_uid: 0 }).unwrap() else {
+            panic!()
+        };
+        if one_node {
+            assert!(why.contains("memory: one node"), "{why}");
+            assert_eq!(mem, serde_json::json!({"one_node": true, "nodes": []}));
+        } else {
+            assert!(why.contains(" resident — node "), "{why}");
+            assert!(mem["total_bytes"].as_u64().unwrap() > 0, "{mem}");
+        }
+        // Another user sees its rule and CPUs only: no memory.
+        let Reply::Explained { text: why, .. } = s
+            .command(Command::Explain {
+                pid,
+                caller_uid: 1000,
+            })
+            .unwrap()
+        else {
+            panic!()
+        };
+        assert!(!why.contains("memory"), "{why}");
+        assert_eq!(
+            s.command(Command::Memory {
+                pid,
+                caller_uid: 1000
+            })
+            .unwrap(),
+            Reply::Json(serde_json::Value::Null)
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(matches!(
+            s.command(Command::Memory { pid, caller_uid: 0 }),
+            Err(CommandError::NoSuchProcess(p)) if p == pid
+        ));
+    }
+
+    #[test]
+    fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
+        use crate::api::PlaceSpec;
+        use crate::memory::follow::{Finished, Outcome};
+        use std::collections::BTreeSet;
+        let (mut s, _d, _job) = started(Timing::default());
+        // Two nodes: even CPUs on node 0, odd on node 1.
+        let fixture = SysRoot::machine(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/sysfs/xeon-e5620"),
+        );
+        s.topology = Some(Topology::discover(&fixture).unwrap());
+        s.settings.memory.follow_interval =
+            crate::settings::HumanDuration(Duration::from_secs(300));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let pin = |s: &mut State, cpu: &str| {
+            let place = PlaceSpec::Request(PlacementRequest {
+                target: CpuTarget::Cpus(cpu.parse().unwrap()),
+                within: None,
+                policy: Policy::Compact,
+                smt: SmtPolicy::Allow,
+                exclusive: false,
+                shape: Default::default(),
+            });
+            s.command(Command::PinWith {
+                pid,
+                place,
+                follow: true,
+            })
+            .unwrap();
+            s.take_actions()
+                .into_iter()
+                .filter_map(|a| match a {
+                    Action::Follow(j) => Some((j.pid, j.target.clone())),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        // Pinned to CPU 1 (node 1): one job, towards node 1.
+        assert_eq!(pin(&mut s, "1"), vec![(pid as i32, BTreeSet::from([1]))]);
+        // While it runs, no second one.
+        s.sync_memory(Instant::now());
+        assert!(s.take_actions().is_empty());
+        let explain = |s: &mut State| match s.command(Command::Explain { pid, caller_uid: 0 }) {
+            Ok(Reply::Explained { text, .. }) => text,
+            other => panic!("{other:?}"),
+        };
+        assert!(explain(&mut s).contains("memory follow: moving its memory to node 1 now"));
+        let done = Instant::now();
+        s.handle(Event::Followed(Box::new(Finished {
+            pid: pid as i32,
+            target: BTreeSet::from([1]),
+            outcome: Outcome::Moved {
+                from: BTreeSet::from([0]),
+                to: BTreeSet::from([1]),
+                moved: 1 << 30,
+                left: 0,
+                pages_left: 0,
+                took: Duration::from_millis(500),
+            },
+            at: done,
+        })));
+        let why = explain(&mut s);
+        assert!(
+            why.contains("memory follow: moved 1.0 GiB from node 0 to node 1 in 0.5 s"),
+            "{why}"
+        );
+        let Reply::Text(metrics) = s.command(Command::Metrics).unwrap() else {
+            panic!()
+        };
+        assert!(
+            metrics.contains("pinnerd_memory_migrations_total{outcome=\"moved\"} 1\n"),
+            "{metrics}"
+        );
+        assert!(metrics.contains("pinnerd_memory_moved_bytes_total 1073741824\n"));
+        // Its CPUs move to node 0 within the interval: it waits, and says so.
+        assert!(pin(&mut s, "0").is_empty());
+        let why = explain(&mut s);
+        assert!(
+            why.contains("memory follow: its CPUs are on node 0 now; moving there in "),
+            "{why}"
+        );
+        // Once the interval has passed, the next job starts.
+        s.sync_memory(done + Duration::from_secs(301));
+        let next: Vec<_> = s
+            .take_actions()
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Follow(j) => Some(j.target.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(next, vec![BTreeSet::from([0])]);
         child.kill().unwrap();
         child.wait().unwrap();
     }

@@ -8,7 +8,7 @@ use super::{check_len, MethodError, Result, MAX_STRING};
 use crate::api::{PlaceParts, PlaceSpec};
 
 /// The keys of a `placement` dict (`PinProcessWith`, `PlanWith`).
-pub const PLACEMENT_KEYS: [&str; 9] = [
+pub const PLACEMENT_KEYS: [&str; 10] = [
     "count",
     "policy",
     "smt",
@@ -18,7 +18,29 @@ pub const PLACEMENT_KEYS: [&str; 9] = [
     "core-type",
     "prefer",
     "near",
+    "memory",
 ];
+
+/// The `memory` key of a placement dict: `"follow"` (true) or `"leave"` (false, also
+/// when absent).
+pub fn memory_follow(dict: &HashMap<String, zbus::OwnedVariant>) -> Result<bool> {
+    let Some(v) = dict.get("memory") else {
+        return Ok(false);
+    };
+    match String::try_from(&**v).as_deref() {
+        Ok("follow") => Ok(true),
+        Ok("leave") => Ok(false),
+        Ok(other) => {
+            let other: String = other.chars().take(MAX_STRING).collect();
+            Err(MethodError::InvalidArgs(format!(
+                "placement: memory: {other:?}; expected follow or leave"
+            )))
+        }
+        Err(_) => Err(MethodError::InvalidArgs(
+            "placement: memory: a string (s) is expected".into(),
+        )),
+    }
+}
 
 /// A `placement` dict as the loop's [`PlaceSpec`], checked as a rule's `[rule.place]`
 /// is: known keys of the right types, strings of at most [`MAX_STRING`] bytes, `rule`
@@ -49,7 +71,7 @@ pub fn place_spec(dict: &HashMap<String, zbus::OwnedVariant>) -> Result<PlaceSpe
             .transpose()
     };
     if let Some(rule) = text("rule")? {
-        if keys.len() > 1 {
+        if keys.iter().any(|k| *k != "rule" && *k != "memory") {
             return Err(invalid("`rule` cannot be given with other keys".into()));
         }
         if rule.is_empty() {
@@ -110,8 +132,19 @@ where
 
 /// A [`PlaceSpec`] as the `placement` dict of `PinProcessWith` and `PlanWith`.
 pub fn placement_dict(spec: &PlaceSpec) -> HashMap<&'static str, zbus::Variant<'static>> {
+    placement_dict_with(spec, false)
+}
+
+/// [`placement_dict`], with `memory = "follow"` when `follow`.
+pub fn placement_dict_with(
+    spec: &PlaceSpec,
+    follow: bool,
+) -> HashMap<&'static str, zbus::Variant<'static>> {
     use crate::rules::CpuTarget;
     let mut d = HashMap::new();
+    if follow {
+        d.insert("memory", zbus::Variant::from("follow".to_string()));
+    }
     match spec {
         PlaceSpec::Rule(name) => {
             d.insert("rule", zbus::Variant::from(name.clone()));
@@ -128,7 +161,8 @@ pub fn placement_dict(spec: &PlaceSpec) -> HashMap<&'static str, zbus::Variant<'
                     d.insert("within", zbus::Variant::from(w.to_string()));
                 }
                 if let Some(k) = r.shape.core_type {
-                    d.insert("core-type", zbus::Variant::from(k.to_string()));
+                    // The key's word, not the display form (`P`, `E`).
+                    d.insert("core-type", zbus::Variant::from(crate::shape::kind_word(k)));
                 }
                 if let Some(p) = r.shape.prefer {
                     d.insert("prefer", zbus::Variant::from(p.to_string()));
@@ -166,7 +200,30 @@ mod tests {
             exclusive: false,
             shape: Default::default(),
         });
-        // What a client sends reads back as what it meant.
+        // What a client sends reads back as what it meant, with every key set.
+        for shape in [
+            crate::shape::Shape {
+                core_type: Some(crate::topology::CoreType::Performance),
+                prefer: Some(crate::shape::Prefer::Cache),
+                near: Some("ens1f0".into()),
+            },
+            crate::shape::Shape {
+                core_type: Some(crate::topology::CoreType::Efficiency),
+                prefer: Some(crate::shape::Prefer::Frequency),
+                near: None,
+            },
+        ] {
+            let PlaceSpec::Request(mut r) = spec.clone() else {
+                unreachable!()
+            };
+            r.shape = shape;
+            let full = PlaceSpec::Request(r);
+            let sent: HashMap<String, zbus::OwnedVariant> = placement_dict(&full)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), zbus::OwnedVariant::try_from(&v).unwrap()))
+                .collect();
+            assert_eq!(place_spec(&sent).unwrap(), full);
+        }
         let sent: HashMap<String, zbus::OwnedVariant> = placement_dict(&spec)
             .into_iter()
             .map(|(k, v)| (k.to_string(), zbus::OwnedVariant::try_from(&v).unwrap()))

@@ -15,7 +15,7 @@
 //!
 //! Files: `analyse` (the matrix alone → levels), `cluster` (the dense matrix, merges,
 //! cuts, partition checks), `reconcile` (matrix and sysfs → one chain of levels),
-//! `select` (which source to place on).
+//! `select` (which source to place on), `picture` (the domains as an SVG picture).
 //!
 //! Owns: clustering, reconciliation, the per-CPU cost used by `placement`.
 //! Must not touch: the OS (no files, no syscalls, no clocks).
@@ -23,6 +23,7 @@
 mod analyse;
 mod cluster;
 mod local;
+pub mod picture;
 mod reconcile;
 mod select;
 

@@ -50,73 +50,112 @@ impl Unit {
 }
 
 /// The OS index of every PU, in hwloc's logical order (document order of the XML's
-/// `<object type="PU" os_index="N">` elements).
+/// `<object type="PU" os_index="N">` elements). Read by an XML parser in one pass:
+/// comments, CDATA and processing instructions are not objects, and a malformed document
+/// is an error at its line.
 pub fn pu_os_indexes(xml: &str, path: &Path) -> Result<Vec<u32>, ExportError> {
+    use quick_xml::events::Event;
     let err = |line: usize, message: String| ExportError::Topology {
         path: path.to_owned(),
         line,
         message,
     };
-    if !xml.contains("<topology") {
+    let mut lines = Lines::new(xml);
+    let mut reader = quick_xml::Reader::from_str(xml);
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut root_seen = false;
+    loop {
+        let at = reader.buffer_position() as usize;
+        let event = reader.read_event().map_err(|e| {
+            let line = lines.at(reader.error_position() as usize);
+            err(line, format!("malformed XML: {e}"))
+        })?;
+        let tag = match event {
+            Event::Eof => break,
+            Event::Start(t) | Event::Empty(t) => t,
+            _ => continue,
+        };
+        if !root_seen {
+            root_seen = true;
+            if tag.name().as_ref() != "topology" {
+                return Err(err(
+                    lines.at(at),
+                    "not an hwloc topology XML (no <topology> element); make one with `lstopo --of xml`"
+                        .into(),
+                ));
+            }
+            continue;
+        }
+        if tag.name().as_ref() != "object" {
+            continue;
+        }
+        let line = lines.at(at);
+        let value = |name: &str| -> Result<Option<String>, ExportError> {
+            match tag.try_get_attribute(name) {
+                Ok(v) => Ok(v.map(|a| a.value.into_owned())),
+                Err(e) => Err(err(line, format!("malformed XML: {e}"))),
+            }
+        };
+        if value("type")?.as_deref() != Some("PU") {
+            continue;
+        }
+        let os =
+            value("os_index")?.ok_or_else(|| err(line, "a PU object without os_index".into()))?;
+        let os: u32 = os
+            .parse()
+            .map_err(|_| err(line, format!("PU os_index {os:?} is not a CPU number")))?;
+        if !seen.insert(os) {
+            return Err(err(line, format!("PU os_index {os} appears twice")));
+        }
+        out.push(os);
+    }
+    if !root_seen {
         return Err(err(
             1,
             "not an hwloc topology XML (no <topology> element); make one with `lstopo --of xml`"
                 .into(),
         ));
     }
-    let mut out = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    let mut rest = xml;
-    let mut offset = 0;
-    while let Some(at) = rest.find("<object") {
-        let start = offset + at;
-        let tag_end = xml[start..]
-            .find('>')
-            .map(|e| start + e)
-            .ok_or_else(|| err(line_of(xml, start), "unterminated <object> tag".into()))?;
-        let tag = &xml[start..tag_end];
-        if attr(tag, "type") == Some("PU") {
-            let line = line_of(xml, start);
-            let os = attr(tag, "os_index")
-                .ok_or_else(|| err(line, "a PU object without os_index".into()))?;
-            let os: u32 = os
-                .parse()
-                .map_err(|_| err(line, format!("PU os_index {os:?} is not a CPU number")))?;
-            if !seen.insert(os) {
-                return Err(err(line, format!("PU os_index {os} appears twice")));
-            }
-            out.push(os);
-        }
-        offset = tag_end;
-        rest = &xml[tag_end..];
-    }
     if out.is_empty() {
         return Err(err(
-            line_of(xml, xml.len()),
+            lines.at(xml.len()),
             "the topology has no PU objects".into(),
         ));
     }
     Ok(out)
 }
 
-fn line_of(text: &str, byte: usize) -> usize {
-    text[..byte].bytes().filter(|&b| b == b'\n').count() + 1
+/// Line numbers of byte offsets that only move forward: each byte is counted once, so
+/// naming the line of every PU stays linear in the document.
+struct Lines<'a> {
+    text: &'a [u8],
+    pos: usize,
+    line: usize,
 }
 
-/// The value of `name="…"` in one tag, if present.
-fn attr<'a>(tag: &'a str, name: &str) -> Option<&'a str> {
-    let mut rest = tag;
-    while let Some(at) = rest.find(name) {
-        let before_ok = at > 0 && rest.as_bytes()[at - 1].is_ascii_whitespace();
-        let after = &rest[at + name.len()..];
-        if before_ok {
-            if let Some(v) = after.strip_prefix("=\"") {
-                return v.find('"').map(|e| &v[..e]);
-            }
+impl<'a> Lines<'a> {
+    fn new(text: &'a str) -> Self {
+        Lines {
+            text: text.as_bytes(),
+            pos: 0,
+            line: 1,
         }
-        rest = after;
     }
-    None
+
+    fn at(&mut self, byte: usize) -> usize {
+        let byte = byte.min(self.text.len());
+        if byte < self.pos {
+            // Backwards (an error position): count from the start.
+            return self.text[..byte].iter().filter(|&&b| b == b'\n').count() + 1;
+        }
+        self.line += self.text[self.pos..byte]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        self.pos = byte;
+        self.line
+    }
 }
 
 /// The distances file for the matrix's CPUs, objects in logical order. `topology`
@@ -197,6 +236,26 @@ mod tests {
     fn pus_in_logical_order() {
         let pus = pu_os_indexes(XML, Path::new("t.xml")).unwrap();
         assert_eq!(pus, vec![0, 2, 1, 3]);
+    }
+
+    #[test]
+    fn a_commented_out_pu_is_not_a_pu() {
+        let commented = XML.replacen(
+            "<object type=\"PU\"",
+            "<!-- <object type=\"PU\" os_index=\"9\"/> --><![CDATA[<object type=\"PU\" os_index=\"8\"/>]]><object type=\"PU\"",
+            1,
+        );
+        assert_ne!(commented, XML);
+        let pus = pu_os_indexes(&commented, Path::new("t.xml")).unwrap();
+        assert_eq!(pus, vec![0, 2, 1, 3]);
+        // Malformed XML is an error at its line, not a guess.
+        let e = pu_os_indexes(
+            &XML.replacen("</object>", "</objet>", 1),
+            Path::new("t.xml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("malformed XML"), "{e}");
     }
 
     #[test]

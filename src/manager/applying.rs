@@ -130,28 +130,62 @@ impl Manager {
                 return;
             }
         };
-        let existing = m.threads.get_mut(&tid);
         let Some(target) = target else {
-            // Its unit lost a conflict or could not be placed: leave it alone.
-            if existing.is_none() {
-                m.hold_slot(placement, slot);
-                m.threads.insert(
-                    tid,
-                    ManagedThread {
-                        comm,
-                        placement,
-                        slot,
-                        original: current.clone(),
-                        outcome: Outcome::Failed {
-                            message: "its placement unit is not placed".into(),
+            // No entry takes it and the rule places nothing else, or its unit lost a
+            // conflict or could not be placed: leave it alone, and say why.
+            let why = left_alone_why(&self.plan, &m.source, &comm, placement, &m.allowed);
+            match m.threads.get_mut(&tid) {
+                None => {
+                    if why.is_some() {
+                        m.hold_slot(placement, slot);
+                    }
+                    m.threads.insert(
+                        tid,
+                        ManagedThread {
+                            comm,
+                            placement,
+                            slot,
+                            original: current.clone(),
+                            outcome: Outcome::LeftAlone {
+                                why: why.unwrap_or_else(|| NO_PLACEMENT.to_string()),
+                            },
+                            released: false,
+                            stale: false,
                         },
-                        released: false,
-                        stale: false,
-                    },
-                );
+                    );
+                }
+                Some(t) => {
+                    t.comm = comm;
+                    if t.outcome.effective().is_some() && !t.released {
+                        // Renamed away from what placed it: it gets its own mask back.
+                        let back =
+                            crate::affinity::apply(self.ops.as_ref(), tid, &t.original, &online);
+                        tracing::debug!(
+                            pid,
+                            tid,
+                            outcome = back.label(),
+                            "thread no unit takes any more: mask given back"
+                        );
+                        self.journal_dirty = true;
+                    }
+                    t.outcome = Outcome::LeftAlone {
+                        why: why.clone().unwrap_or_else(|| NO_PLACEMENT.to_string()),
+                    };
+                    // Renamed out of its entry: its slot is free for the next thread.
+                    let was = (t.placement, t.slot);
+                    if was != (placement, slot) {
+                        t.placement = placement;
+                        t.slot = slot;
+                        m.release_slot(was.0, was.1);
+                        if why.is_some() {
+                            m.hold_slot(placement, slot);
+                        }
+                    }
+                }
             }
             return;
         };
+        let existing = m.threads.get_mut(&tid);
         let want_now = target.intersection(&online);
         if let Some(t) = existing {
             let same_target = t.placement == placement && t.slot == slot;
@@ -300,6 +334,9 @@ impl Manager {
                 c.failed += 1;
                 tracing::warn!(pid, tid, rule, %message, "setting affinity failed");
             }
+            Outcome::LeftAlone { why } => {
+                tracing::debug!(pid, tid, rule, %why, "thread left alone");
+            }
         }
     }
 
@@ -371,14 +408,37 @@ impl Manager {
         if snap.kernel_thread {
             return Err(ManagerError::KernelThread { pid });
         }
-        let mut out = Vec::new();
-        let original = self.managed.get(&pid).map(|m| m.original.clone());
-        if self.managed.contains_key(&pid) {
-            // Keep the original from first contact; drop the rule's claim.
-            self.managed.remove(&pid);
+        if let Some(why) = super::protect::protected_at_runtime(pid, &snap.info.comm, self.own_pid)
+        {
+            return Err(ManagerError::Protected { pid, why });
         }
+        let mut out = Vec::new();
+        // An earlier pin or rule of this same process: its claim goes, but every mask it
+        // remembered from first contact stays (the masks now on the threads are ours).
+        let earlier = self
+            .managed
+            .remove(&pid)
+            .filter(|m| m.handle.start_time == snap.start_time);
+        let original = earlier.as_ref().map(|m| m.original.clone());
         if !self.start_managing(&snap, Source::Runtime(cpus.clone()), original) {
             return Err(ManagerError::NoProcess { pid });
+        }
+        if let (Some(earlier), Some(m)) = (earlier, self.managed.get_mut(&pid)) {
+            for (tid, t) in earlier.threads {
+                if t.released {
+                    // Someone else's mask now: first contact again, like a new thread.
+                    continue;
+                }
+                m.threads.insert(
+                    tid,
+                    ManagedThread {
+                        placement: ThreadPlacement::Process,
+                        slot: 0,
+                        stale: true,
+                        ..t
+                    },
+                );
+            }
         }
         self.reconcile(snap, &mut out);
         Ok(out)
@@ -426,10 +486,38 @@ impl Manager {
             return None;
         };
         match self.plan.get(rule, Some(i))? {
-            crate::plan::PlanState::Slots { slots } if slot >= slots.len() => Some(slots.len()),
+            crate::plan::PlanState::Slots { slots, .. } if slot >= slots.len() => Some(slots.len()),
             _ => None,
         }
     }
+}
+
+/// Why a thread its rule places nowhere is left alone.
+const NO_PLACEMENT: &str =
+    "no [[rule.threads]] entry takes its name and the rule has no [rule.place]";
+
+/// Why a thread with no target is left alone: `None` when no unit takes it at all
+/// ([`NO_PLACEMENT`]), else its unit's plan in words.
+fn left_alone_why(
+    plan: &crate::plan::Plan,
+    source: &Source,
+    comm: &str,
+    placement: ThreadPlacement,
+    allowed: &super::cpusets::Allowed,
+) -> Option<String> {
+    let Source::Rule(rule) = source else {
+        return None;
+    };
+    rule.thread_placement(comm)?;
+    let unit = match placement {
+        ThreadPlacement::Process => "[rule.place]".to_string(),
+        ThreadPlacement::Thread(i) => format!("threads[{i}]"),
+    };
+    let key = plan.cpuset_key(&allowed.cpus);
+    let state = plan
+        .get_in(&rule.name, unit_index(placement), key.as_ref())
+        .map_or_else(|| "not planned".to_string(), |s| s.describe());
+    Some(format!("its unit {unit} is not applied: {state}"))
 }
 
 pub(super) fn unit_index(p: ThreadPlacement) -> Option<usize> {

@@ -8,7 +8,21 @@
 
 use super::{Manager, Source};
 use crate::cpuset::CpuSet;
-use crate::plan::{Cpusets, Plan};
+use crate::plan::{Cpusets, Demand, Plan, PlanState, UnitPlan};
+
+/// What a plan gives threads, without what its slots units hold.
+fn targets(plan: &Plan) -> Vec<UnitPlan> {
+    plan.units()
+        .iter()
+        .map(|u| {
+            let mut u = u.clone();
+            if let PlanState::Slots { held_slots, .. } = &mut u.state {
+                *held_slots = 0;
+            }
+            u
+        })
+        .collect()
+}
 
 /// Where a managed process's cpuset came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,18 +58,38 @@ impl Manager {
         }
     }
 
-    /// The distinct cpusets of the processes each rule manages. A rule whose processes
-    /// all allow every CPU is left out (planned on all CPUs anyway).
+    /// The memory of process `pid` at first contact, for a rule whose placement
+    /// weighs memory (`plan::memory::weighs`) on a machine of several nodes; `None`
+    /// below the settings' minimum size (it would not weigh).
+    pub(super) fn first_memory(
+        &self,
+        pid: i32,
+        source: &Source,
+    ) -> Option<crate::memory::NodeBytes> {
+        let Source::Rule(r) = source else { return None };
+        let mp = self.plan.memory_planning();
+        if !mp.active() || !r.place.as_ref().is_some_and(crate::plan::memory::weighs) {
+            return None;
+        }
+        let bytes = self.procs.memory(pid, &mp.node_ids())?;
+        (bytes.values().sum::<u64>() >= mp.min_bytes.max(1)).then_some(bytes)
+    }
+
+    /// The distinct cpusets of the processes each rule manages, and their memory. A
+    /// rule whose processes all allow every CPU is left out (planned on all CPUs
+    /// anyway).
     pub(super) fn current_cpusets(&self) -> Cpusets {
         let mut keys: std::collections::BTreeMap<&str, Vec<Option<CpuSet>>> = Default::default();
+        let mut out = Cpusets::default();
         for m in self.managed.values() {
             if let Source::Rule(r) = &m.source {
-                keys.entry(&r.name)
-                    .or_default()
-                    .push(self.plan.cpuset_key(&m.allowed.cpus));
+                let key = self.plan.cpuset_key(&m.allowed.cpus);
+                if let Some(bytes) = &m.memory {
+                    out.add_memory(&r.name, key.as_ref(), bytes);
+                }
+                keys.entry(&r.name).or_default().push(key);
             }
         }
-        let mut out = Cpusets::default();
         for (rule, ks) in keys {
             if ks.iter().any(Option::is_some) {
                 for k in ks {
@@ -66,28 +100,48 @@ impl Manager {
         out
     }
 
-    /// Plans again when the managed processes' cpusets are not those the plan was made
-    /// in; the managed threads are then re-applied at the end of the event.
+    /// The slots the managed threads of each non-shared thread entry take.
+    pub(super) fn current_demand(&self) -> Demand {
+        let mut out = Demand::default();
+        for m in self.managed.values() {
+            if let Source::Rule(r) = &m.source {
+                for (entry, pool) in &m.slots {
+                    if let Some(top) = pool.highest() {
+                        out.take(&r.name, *entry, top);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Plans again when the managed processes' cpusets, or the slots their threads
+    /// take, are not those the plan was made with; when that moves any unit's CPUs,
+    /// the managed threads are re-applied at the end of the event.
     pub(super) fn replan_for_cpusets(&mut self) {
         let want = self.current_cpusets();
-        if want != *self.plan.cpusets() {
-            let new = self.plan.in_cpusets(&want);
-            // Rules of explicit CPUs only come out the same: nothing to re-apply.
-            if new.units() != self.plan.units() {
-                tracing::info!(cpusets = ?want, "planning in the processes' cgroup cpusets");
+        let demand = self.current_demand();
+        if want != *self.plan.cpusets() || demand != *self.plan.demand() {
+            let new = self.plan.seen(&want, &demand);
+            // Rules of explicit CPUs only come out the same, and so do slots whose
+            // holding alone changed: nothing to re-apply.
+            if targets(&new) != targets(&self.plan) {
+                tracing::info!(cpusets = ?want, "planning again for the processes' cgroup cpusets and threads");
                 self.replanned = true;
             }
             self.plan = new;
         }
     }
 
-    /// A new plan from the daemon, made again in the managed processes' cpusets.
+    /// A new plan from the daemon, made again in the managed processes' cpusets and
+    /// with the slots their threads take.
     pub(super) fn scoped(&self, plan: Plan) -> Plan {
         let want = self.current_cpusets();
-        if want == *plan.cpusets() {
+        let demand = self.current_demand();
+        if want == *plan.cpusets() && demand == *plan.demand() {
             plan
         } else {
-            plan.in_cpusets(&want)
+            plan.seen(&want, &demand)
         }
     }
 
@@ -335,5 +389,39 @@ cpus = "0-1"
         assert_eq!(T::refused(&changes), 1, "{changes:?}");
         assert_eq!(t.mgr.plan().units().len(), 1);
         assert_eq!(t.mgr.plan().units()[0].cpuset, None);
+    }
+
+    #[test]
+    fn a_running_process_is_placed_on_the_node_holding_its_memory() {
+        use crate::plan::MemoryPlanning;
+        const DB: &str =
+            "[[rule]]\nname = \"db\"\n[rule.match]\ncomm = \"db*\"\n[rule.place]\ncount = 2\n";
+        let (mut t, plan) = rig(DB);
+        let plan = plan.with_memory(MemoryPlanning {
+            nodes: vec![(0, set("0-3")), (1, set("4-7"))],
+            tolerance: 0.1,
+            min_bytes: 64 << 20,
+        });
+        t.process(100, "db-big", "0-7", None);
+        t.procs.set_memory(100, &[(0, 1 << 28), (1, 15 << 28)]);
+        t.mgr.handle(Input::RulesChanged(plan.clone()));
+        assert_eq!(t.ops.mask(100), Some(set("4-5")));
+        let why = t.mgr.explain(100);
+        assert!(
+            why.contains("plan place: node 1 chosen: holds 94% of its 4.0 GiB"),
+            "{why}"
+        );
+        // A process too small to weigh changes nothing: the best-fit choice.
+        let (mut t, plan) = rig(DB);
+        let plan = plan.with_memory(MemoryPlanning {
+            nodes: vec![(0, set("0-3")), (1, set("4-7"))],
+            tolerance: 0.1,
+            min_bytes: 64 << 20,
+        });
+        t.process(200, "db-small", "0-7", None);
+        t.procs.set_memory(200, &[(1, 1 << 20)]);
+        t.mgr.handle(Input::RulesChanged(plan));
+        assert_eq!(t.ops.mask(200), Some(set("0-1")));
+        assert!(!t.mgr.explain(200).contains("chosen:"));
     }
 }

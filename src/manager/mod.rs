@@ -171,6 +171,8 @@ pub enum ManagerError {
     KernelThread { pid: i32 },
     #[error("pid {pid}: was not pinned at run time")]
     NotPinned { pid: i32 },
+    #[error("pid {pid}: {}; not pinned at run time", why.describe())]
+    Protected { pid: i32, why: protect::Protected },
     #[error(transparent)]
     Journal(#[from] RestoreError),
 }
@@ -215,6 +217,9 @@ struct Managed {
     threads: BTreeMap<Tid, ManagedThread>,
     /// The slots of each thread entry, held by its live threads.
     slots: HashMap<usize, SlotPool>,
+    /// Its resident memory per node at first contact, when its rule weighs memory and
+    /// it is large enough to (see `plan::memory`).
+    memory: Option<crate::memory::NodeBytes>,
 }
 
 impl Managed {
@@ -270,6 +275,11 @@ struct SlotPool {
 }
 
 impl SlotPool {
+    /// The highest slot held, if any.
+    fn highest(&self) -> Option<usize> {
+        self.next.checked_sub(1)
+    }
+
     fn lowest_free(&self) -> usize {
         self.free.first().copied().unwrap_or(self.next)
     }
@@ -446,15 +456,22 @@ impl Manager {
                 self.reevaluate_managed(&mut out);
             }
         }
-        // New cpusets gave a new plan: apply it to every managed process (a second
-        // round only if that itself found a new cpuset).
+        self.settle(&mut out);
+        out
+    }
+
+    /// The end of every event or batch: threads that took slots or gave them back make
+    /// their units hold what they take, and a plan made again (new cpusets, or slots
+    /// held that moved another unit) is applied to every managed process (a second
+    /// round only if that itself found a new cpuset).
+    fn settle(&mut self, out: &mut Vec<Change>) {
+        self.replan_for_cpusets();
         for _ in 0..2 {
             if !std::mem::take(&mut self.replanned) {
                 break;
             }
-            self.reevaluate_managed(&mut out);
+            self.reevaluate_managed(out);
         }
-        out
     }
 
     /// Takes a new plan, saying which units are not applied and why.

@@ -5,6 +5,7 @@
 //! does the pinning. PID 1 and the system bus daemon keep the machine running; a broad
 //! rule (`comm = "*"`, `cgroup = "/*"`) must not move them. They are managed only by a
 //! rule that names them on purpose: a `comm` written exactly as their name (no glob).
+//! A run-time pin (`PinProcess`, `pinnerd pin`) takes none of the three.
 //!
 //! Must not touch: anything but the process's pid and comm and the rule's `comm` key.
 
@@ -66,6 +67,20 @@ pub fn protected(pid: i32, comm: &str, own_pid: i32, rule: &Rule) -> Option<Prot
         .as_ref()
         .is_some_and(|g| g.patterns.iter().any(|p| p == comm));
     (!named).then_some(why)
+}
+
+/// Whether process `pid` named `comm` is refused a run-time pin: a pin names no rule,
+/// so it cannot name PID 1 or the bus daemon on purpose; a rule can.
+pub fn protected_at_runtime(pid: i32, comm: &str, own_pid: i32) -> Option<Protected> {
+    if pid == own_pid {
+        Some(Protected::Own)
+    } else if pid == 1 {
+        Some(Protected::Init)
+    } else if BUS_DAEMONS.contains(&comm) {
+        Some(Protected::BusDaemon)
+    } else {
+        None
+    }
 }
 
 /// Names PID 1 usually has, for [`broad_rule_note`].

@@ -62,6 +62,16 @@ impl Manager {
             .collect()
     }
 
+    /// How many live threads of `rule`'s processes its thread entry `entry` takes.
+    pub fn entry_threads(&self, rule: &str, entry: usize) -> usize {
+        self.managed
+            .values()
+            .filter(|m| matches!(&m.source, Source::Rule(r) if r.name == rule))
+            .flat_map(|m| m.threads.values())
+            .filter(|t| !t.released && t.placement == crate::rules::ThreadPlacement::Thread(entry))
+            .count()
+    }
+
     /// Processes a rule matched that are not managed because they are pinnerd itself,
     /// PID 1 or the bus daemon (see `protect`).
     pub fn protected(&self) -> Vec<super::protect::ProtectedMatch> {
@@ -72,6 +82,26 @@ impl Manager {
     /// against); `None` when there is no such process.
     pub fn owner(&self, pid: i32) -> Option<u32> {
         self.procs.snapshot(pid).map(|s| s.info.uid)
+    }
+
+    /// Whether `caller_uid` sees where process `pid`'s memory is: root and the owner of
+    /// a user process (the same callers who see its whole explanation); never for a
+    /// kernel thread, which has no memory of its own.
+    pub fn shows_memory(&self, pid: i32, caller_uid: u32) -> bool {
+        self.procs
+            .snapshot(pid)
+            .is_some_and(|s| !s.kernel_thread && (caller_uid == 0 || s.info.uid == caller_uid))
+    }
+
+    /// Whether user `caller_uid` sees all of process `pid` (its `comm`, state, command
+    /// line): root and the process's owner do; [`Manager::explain_for`] and
+    /// `ExplainJson` show anyone else its rule and CPUs only.
+    pub fn shows_all_to(&self, pid: i32, caller_uid: u32) -> bool {
+        caller_uid == 0
+            || self
+                .procs
+                .snapshot(pid)
+                .is_some_and(|s| s.info.uid == caller_uid && !s.kernel_thread)
     }
 
     /// [`Manager::explain`] as user `caller_uid` may see it: root and the process's owner
@@ -160,6 +190,22 @@ impl Manager {
                             Some(i) => format!("threads[{i}]"),
                         };
                         let _ = writeln!(s, "  plan {unit}: {}", p.state.describe());
+                        if let Some(i) = p.thread_entry {
+                            let mine = m
+                                .threads
+                                .values()
+                                .filter(|t| {
+                                    !t.released
+                                        && t.placement == crate::rules::ThreadPlacement::Thread(i)
+                                })
+                                .count();
+                            if let Some(line) = p.slots_line(mine) {
+                                let _ = writeln!(s, "    {line}");
+                            }
+                        }
+                        if let Some(why) = &p.memory {
+                            let _ = writeln!(s, "  plan {unit}: {why}");
+                        }
                     }
                 }
                 for (tid, t) in &m.threads {
@@ -177,6 +223,8 @@ impl Manager {
                             Outcome::Refused { requested } => {
                                 format!("refused: its cpuset excludes all of {requested}")
                             }
+                            Outcome::Failed { message } => format!("failed: {message}"),
+                            Outcome::LeftAlone { why } => format!("left alone: {why}"),
                             other => other.label().to_string(),
                         }
                     };
@@ -186,9 +234,9 @@ impl Manager {
                     };
                     let what = match shared {
                         Some(n) => format!(
-                            "{what} (slot {} of {n}: more threads than slots, shares the CPUs of slot {})",
-                            t.slot + 1,
-                            t.slot % n + 1
+                            "{what} (slot {}, past the last of {n} slots: shares the CPUs of slot {})",
+                            t.slot,
+                            t.slot % n
                         ),
                         None => what,
                     };

@@ -699,6 +699,65 @@ fn runtime_pins_override_rules_and_release_restores() {
     ));
 }
 
+/// Each thread's mask before pinnerd first touched it, as the journal records it.
+fn journal_originals(t: &T, pid: i32) -> Vec<(Tid, CpuSet)> {
+    let e = t
+        .mgr
+        .journal_entries()
+        .into_iter()
+        .find(|e| e.pid == pid)
+        .expect("in the journal");
+    [pid, 201, 202]
+        .into_iter()
+        .map(|tid| {
+            let o = e.threads.get(&tid).map_or(&e.original, |t| &t.original);
+            (tid, o.clone())
+        })
+        .collect()
+}
+
+#[test]
+fn a_second_pin_keeps_the_masks_from_first_contact() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(200, "app", 1, &[(201, "a"), (202, "b")]);
+    t.ops.external_set(202, &set("5"));
+    let want = vec![(200, set("0-7")), (201, set("0-7")), (202, set("5"))];
+    t.mgr.pin(200, &set("1")).unwrap();
+    t.mgr.pin(200, &set("0")).unwrap();
+    for tid in [200, 201, 202] {
+        assert_eq!(t.ops.mask(tid), Some(set("0")), "tid {tid}");
+    }
+    assert_eq!(journal_originals(&t, 200), want);
+    let c = t.mgr.unpin(200).unwrap();
+    assert!(
+        c.iter()
+            .any(|c| matches!(c, Change::Released { restored: 3, .. })),
+        "{c:?}"
+    );
+    for (tid, m) in &want {
+        assert_eq!(t.ops.mask(*tid), Some(m.clone()), "tid {tid}");
+    }
+    assert_eq!(t.mgr.managed_processes(), 0);
+}
+
+#[test]
+fn a_rule_then_a_runtime_pin_then_no_rule_gives_back_the_first_masks() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(200, "feed", 1, &[(201, "a"), (202, "b")]);
+    t.ops.external_set(202, &set("5"));
+    let want = vec![(200, set("0-7")), (201, set("0-7")), (202, set("5"))];
+    t.ev(new_rules(rules(FEED)));
+    assert_eq!(t.ops.mask(201), Some(set("2-3")));
+    t.mgr.pin(200, &set("6")).unwrap();
+    t.ev(new_rules(RuleSet::default()));
+    assert_eq!(t.ops.mask(201), Some(set("6")), "the pin holds");
+    assert_eq!(journal_originals(&t, 200), want);
+    t.mgr.unpin(200).unwrap();
+    for (tid, m) in &want {
+        assert_eq!(t.ops.mask(*tid), Some(m.clone()), "tid {tid}");
+    }
+}
+
 /// A thread `tid` born in process 100 (with its creator's name and mask, as a clone
 /// is) that then names itself `name`.
 fn born_and_named(t: &mut T, tid: Tid, name: &str) {
@@ -786,7 +845,7 @@ fn threads_that_outnumber_their_slots_are_said_to_share() {
     let why = t.mgr.explain(100);
     assert!(
         why.contains(
-            "tid 104 (rx-d): applied 4 (slot 4 of 3: more threads than slots, shares the CPUs of slot 1)"
+            "tid 104 (rx-d): applied 4 (slot 3, past the last of 3 slots: shares the CPUs of slot 0)"
         ),
         "{why}"
     );
@@ -801,6 +860,30 @@ comm = "*"
 [rule.place]
 cpus = "2"
 "#;
+
+#[test]
+fn a_runtime_pin_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
+    let mut t = rig(ManagerConfig::default());
+    let own = std::process::id() as i32;
+    t.process(1, "systemd", 1, &[]);
+    t.process(own, "pinnerd", 1, &[]);
+    t.process(300, "dbus-broker", 1, &[]);
+    for (pid, said) in [
+        (own, "pinnerd's own process"),
+        (1, "PID 1"),
+        (300, "the bus daemon"),
+    ] {
+        let e = t.mgr.pin(pid, &set("1")).unwrap_err();
+        assert!(
+            matches!(e, ManagerError::Protected { pid: p, .. } if p == pid),
+            "{e}"
+        );
+        assert!(e.to_string().contains(said), "{e}");
+        assert_eq!(t.ops.mask(pid), Some(set("0-7")), "pid {pid} was moved");
+    }
+    assert!(t.ops.sets().is_empty());
+    assert_eq!(t.mgr.managed_processes(), 0);
+}
 
 #[test]
 fn a_broad_rule_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
@@ -893,5 +976,163 @@ fn explain_shows_another_users_process_only_by_rule_and_cpus() {
     assert_eq!(
         t.mgr.explain_for(200, 65534),
         "pid 200: a process of another user; shown: its rule and CPUs only\nnot managed\n"
+    );
+}
+
+const FEED_THREADS_ONLY: &str = r#"
+[[rule]]
+name = "feed"
+[rule.match]
+comm = "feed"
+[[rule.threads]]
+comm = "tx-*"
+cpus = "3"
+"#;
+
+#[test]
+fn a_thread_no_unit_takes_is_left_alone_not_failed_and_says_why() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[(101, "rx-0"), (102, "tx-0")]);
+    t.ev(new_rules(rules(FEED_THREADS_ONLY)));
+    assert_eq!(t.ops.mask(102), Some(set("3")));
+    let why = t.mgr.explain(100);
+    assert!(
+        why.contains("tid 101 (rx-0): left alone: no [[rule.threads]] entry takes its name and the rule has no [rule.place]"),
+        "{why}"
+    );
+    assert!(!why.contains("failed"), "{why}");
+    let rows = t.mgr.list_managed();
+    assert_eq!(rows[0].state, "1 applied, 2 left-alone", "{rows:?}");
+}
+
+#[test]
+fn a_reload_that_changes_a_rule_places_threads_already_seen_at_once() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[(101, "rx-0"), (102, "tx-0")]);
+    t.ev(new_rules(rules(FEED_THREADS_ONLY)));
+    assert_eq!(t.ops.mask(101), Some(set("0-7")));
+    // The same rule, edited to take the rx thread too.
+    t.ev(new_rules(rules(
+        &FEED_THREADS_ONLY.replace("tx-*", "[rt]x-*"),
+    )));
+    assert_eq!(t.ops.mask(101), Some(set("3")));
+    let why = t.mgr.explain(100);
+    assert!(why.contains("tid 101 (rx-0): applied 3"), "{why}");
+}
+
+#[test]
+fn a_renamed_thread_shows_its_current_name() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[(101, "rx-0"), (102, "tx-0")]);
+    t.ev(new_rules(rules(FEED_THREADS_ONLY)));
+    t.procs.rename(100, 101, "ctl");
+    t.msg(ProcMsg::Comm {
+        pid: 100,
+        tid: 101,
+        comm: "ctl".into(),
+    });
+    let why = t.mgr.explain(100);
+    assert!(why.contains("tid 101 (ctl): left alone"), "{why}");
+    // And one a rescan finds renamed, without an event.
+    t.procs.rename(100, 102, "tx-renamed");
+    t.ev(Input::Rescan);
+    let why = t.mgr.explain(100);
+    assert!(why.contains("tid 102 (tx-renamed): applied 3"), "{why}");
+}
+
+/// A shared plan (as the daemon's), with the stand-in chooser.
+fn shared_plan(rules: RuleSet) -> Input {
+    Input::RulesChanged(Plan::shared(
+        &rules,
+        &Cpus {
+            online: set("0-7"),
+            reserved: CpuSet::new(),
+        },
+        Some(Arc::new(crate::plan::tests::LowestFirst)),
+    ))
+}
+
+#[test]
+fn an_exclusive_entry_holds_the_slots_its_threads_take_as_they_come_and_go() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "md", 1, &[(101, "rx-a"), (102, "rx-b")]);
+    t.ev(shared_plan(rules(
+        r#"
+[[rule]]
+name = "md"
+priority = 10
+[rule.match]
+comm = "md"
+[[rule.threads]]
+comm = "rx-*"
+count = 1
+within = "4-7"
+exclusive = true
+
+[[rule]]
+name = "other"
+[rule.match]
+comm = "other"
+[rule.place]
+count = 1
+exclusive = true
+within = "4-7"
+"#,
+    )));
+    let held = |t: &T| t.mgr.plan_of("md", Some(0)).unwrap().held().to_string();
+    assert_eq!(held(&t), "4-5");
+    assert_eq!(
+        t.mgr.plan_of("other", None),
+        Some(&PlanState::Placed { cpus: set("6") })
+    );
+    // A third rx thread, seen in a batch: its slot is held at the end of the batch, and
+    // the lower rule moves off it.
+    t.procs.add_thread(100, 103, "rx-c");
+    t.ops.add_task(103, &set("0-7"));
+    t.mgr.handle_batch(vec![
+        ProcMsg::NewThread {
+            pid: 100,
+            tid: 103,
+            parent: 100,
+        },
+        ProcMsg::Comm {
+            pid: 100,
+            tid: 103,
+            comm: "rx-c".into(),
+        },
+    ]);
+    assert_eq!(t.ops.mask(103), Some(set("6")));
+    assert_eq!(held(&t), "4-6");
+    assert_eq!(
+        t.mgr.plan_of("other", None),
+        Some(&PlanState::Placed { cpus: set("7") })
+    );
+    // It exits: the slot is free for others again.
+    exits(&mut t, 103);
+    assert_eq!(held(&t), "4-5");
+}
+
+#[test]
+fn a_thread_renamed_out_of_its_entry_frees_its_slot() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "md", 1, &[(101, "rx-a"), (102, "rx-b")]);
+    t.ev(new_rules(rules(
+        "[[rule]]\nname = \"md\"\n[rule.match]\ncomm = \"md\"\n[[rule.threads]]\ncomm = \"rx-*\"\ncount = 1\nwithin = \"4-6\"\n",
+    )));
+    assert_eq!(t.ops.mask(101), Some(set("4")));
+    t.procs.rename(100, 101, "ctl");
+    t.msg(ProcMsg::Comm {
+        pid: 100,
+        tid: 101,
+        comm: "ctl".into(),
+    });
+    // It has its own mask back, and the next rx thread takes the slot it left.
+    assert_eq!(t.ops.mask(101), Some(set("0-7")));
+    born_and_named(&mut t, 104, "rx-c");
+    assert_eq!(t.ops.mask(104), Some(set("4")));
+    let why = t.mgr.explain(100);
+    assert!(
+        why.contains("tid 101 (ctl): left alone: no [[rule.threads]] entry"),
+        "{why}"
     );
 }

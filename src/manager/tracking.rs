@@ -51,6 +51,7 @@ impl Manager {
                 other => self.on_proc(other, &mut out),
             }
         }
+        self.settle(&mut out);
         out
     }
 
@@ -182,6 +183,12 @@ impl Manager {
                 if existing.is_some() && !same {
                     self.release(pid, &format!("rule {:?} matches now", m.rule.name), out);
                 }
+                if same {
+                    // The same rule, perhaps edited: its threads follow the new text.
+                    if let Some(e) = self.managed.get_mut(&pid) {
+                        e.source = Source::Rule(m.rule.clone());
+                    }
+                }
                 if !same {
                     let original = parent
                         .and_then(|p| self.managed.get(&p))
@@ -228,6 +235,7 @@ impl Manager {
                 .has_cpuset(&r.name, self.plan.cpuset_key(&allowed.cpus).as_ref()),
             Source::Runtime(_) => false,
         };
+        let memory = self.first_memory(pid, &source);
         tracing::info!(pid, comm = %snap.info.comm, rule = %source.name(), cpuset = %allowed.describe(), "managing process");
         self.managed.insert(
             pid,
@@ -239,9 +247,10 @@ impl Manager {
                 allowed,
                 threads: BTreeMap::new(),
                 slots: HashMap::new(),
+                memory: memory.clone(),
             },
         );
-        if new_cpuset {
+        if new_cpuset || memory.is_some() {
             self.replan_for_cpusets();
         }
         self.journal_dirty = true;

@@ -1,4 +1,5 @@
-//! Pictures of a latency matrix: a coloured terminal heatmap and an SVG heatmap.
+//! Pictures of a latency matrix: a coloured terminal heatmap and an SVG heatmap (the
+//! domains' picture, `domains::picture`, shares its error).
 //!
 //! Both put CPU ids on both axes and colour each cell on one scale from the matrix's
 //! minimum to its maximum; a pair without a figure is drawn blank (terminal) or grey
@@ -127,26 +128,52 @@ fn shade(t: f64) -> &'static str {
     }
 }
 
-/// Failure to draw the SVG (plotters' error rendered as text).
+/// Failure to draw an SVG picture (plotters' error rendered as text).
 #[derive(Debug, thiserror::Error)]
-#[error("drawing the SVG heatmap: {0}")]
-pub struct SvgError(String);
+#[error("drawing an SVG picture: {0}")]
+pub struct SvgError(pub(crate) String);
+
+/// Where [`svg_heatmap`] draws: the cell of row `i`, column `j` has its top left
+/// corner at (`left + j * cell`, `top + i * cell`); the picture is `width` × `height`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeatmapGeometry {
+    pub left: i32,
+    pub top: i32,
+    pub cell: i32,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// The geometry of the heatmap of an `n`-CPU matrix.
+pub fn heatmap_geometry(n: usize) -> HeatmapGeometry {
+    let n = n.max(1);
+    let cell = if n <= SVG_NUMBERS_MAX {
+        36
+    } else {
+        (900 / n).max(2)
+    } as i32;
+    let (left, top, bar_w) = (60i32, 70i32, 110i32);
+    HeatmapGeometry {
+        left,
+        top,
+        cell,
+        width: (left + cell * n as i32 + bar_w + 20) as u32,
+        height: (top + cell * n as i32 + 40) as u32,
+    }
+}
 
 /// An SVG heatmap: CPU ids on both axes, cells coloured on the viridis scale (dark is
 /// near), values printed inside the cells of small matrices, missing pairs grey, a
 /// colour bar with the range, and a title naming the primitive and the CPU count.
 pub fn svg_heatmap(m: &LatencyMatrix, title: &str) -> Result<String, SvgError> {
     let n = m.len().max(1);
-    let cell = if n <= SVG_NUMBERS_MAX {
-        36
-    } else {
-        (900 / n).max(2)
-    } as i32;
-    let left = 60i32;
-    let top = 70i32;
-    let bar_w = 110i32;
-    let width = (left + cell * n as i32 + bar_w + 20) as u32;
-    let height = (top + cell * n as i32 + 40) as u32;
+    let HeatmapGeometry {
+        left,
+        top,
+        cell,
+        width,
+        height,
+    } = heatmap_geometry(m.len());
     let (lo, hi) = range(m);
     let mut svg = String::new();
     {

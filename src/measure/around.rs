@@ -93,7 +93,7 @@ pub fn cpu_words(cpus: &CpuSet) -> String {
 /// beside it so the caller can say so.
 pub fn nohz_full(root: &SysRoot) -> (CpuSet, Option<String>) {
     let path = root.sys_path("devices/system/cpu/nohz_full");
-    match std::fs::read_to_string(&path) {
+    match crate::sysroot::read_bounded(&path) {
         Ok(text) => match text.trim().parse::<CpuSet>() {
             Ok(c) => (c, None),
             // The kernel writes "(null)" when the option was not given.
@@ -291,9 +291,9 @@ impl WakeWatch {
 /// or its files do not parse.
 fn run_time_and_cpu(root: &SysRoot, pid: i32, tid: i32) -> Option<(u64, u32)> {
     let dir = root.proc_path(format!("{pid}/task/{tid}"));
-    let schedstat = std::fs::read_to_string(dir.join("schedstat")).ok()?;
+    let schedstat = crate::sysroot::read_bounded(dir.join("schedstat")).ok()?;
     let ran_ns = schedstat.split_whitespace().next()?.parse().ok()?;
-    let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+    let stat = crate::sysroot::read_bounded(dir.join("stat")).ok()?;
     // Fields after the comm's closing parenthesis start at field 3; field 39 is the CPU.
     let cpu = stat
         .get(stat.rfind(')')? + 1..)?

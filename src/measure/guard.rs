@@ -76,7 +76,7 @@ pub fn parse_stat(text: &str, path: &Path) -> Result<StatSnapshot, MeasureError>
 /// Reads and parses `/proc/stat` under `root`.
 pub fn read_stat(root: &SysRoot) -> Result<StatSnapshot, MeasureError> {
     let path = root.proc_path("stat");
-    let text = std::fs::read_to_string(&path).map_err(|source| MeasureError::ReadProc {
+    let text = crate::sysroot::read_bounded(&path).map_err(|source| MeasureError::ReadProc {
         path: path.clone(),
         source,
     })?;
@@ -129,6 +129,9 @@ pub struct LoadGuard {
     pub sample: Duration,
     /// How long to keep trying before giving up.
     pub wait: Duration,
+    /// What sets `min_idle`, for the error that tells how to lower it: the command
+    /// line's `--idle-threshold` or the daemon's `measure.idle-threshold`.
+    pub set_by: &'static str,
 }
 
 impl Default for LoadGuard {
@@ -137,6 +140,7 @@ impl Default for LoadGuard {
             min_idle: 0.75,
             sample: Duration::from_millis(200),
             wait: Duration::from_secs(10),
+            set_by: "--idle-threshold",
         }
     }
 }
@@ -184,6 +188,7 @@ impl LoadGuard {
                             idle_pct: share * 100.0,
                             threshold_pct: self.min_idle * 100.0,
                             waited: started.elapsed(),
+                            set_by: self.set_by,
                         });
                     }
                     tracing::info!(
@@ -251,6 +256,7 @@ intr 12345 0 0\n";
             min_idle: 0.9,
             sample: Duration::from_millis(1),
             wait: Duration::ZERO,
+            ..LoadGuard::default()
         };
         let pass = guard.wait_idle(&root, &"0-1".parse().unwrap()).unwrap();
         assert_eq!(pass.least_idle, Some((0, 1.0)));
@@ -276,14 +282,23 @@ intr 12345 0 0\n";
             min_idle: 0.99,
             sample: Duration::from_millis(100),
             wait: Duration::ZERO,
+            set_by: "measure.idle-threshold",
         };
         let r = guard.wait_idle(&SysRoot::default(), &"0".parse().unwrap());
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         spinner.join().unwrap();
         match r {
-            Err(MeasureError::Busy {
-                cpu: 0, idle_pct, ..
-            }) => assert!(idle_pct < 99.0),
+            Err(
+                e @ MeasureError::Busy {
+                    cpu: 0, idle_pct, ..
+                },
+            ) => {
+                assert!(idle_pct < 99.0);
+                // The daemon's error names its setting, not a flag it lacks.
+                let text = e.to_string();
+                assert!(text.contains("lower measure.idle-threshold"), "{text}");
+                assert!(!text.contains("--idle-threshold"), "{text}");
+            }
             other => panic!("expected Busy on CPU 0, got {other:?}"),
         }
     }

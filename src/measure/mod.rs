@@ -30,6 +30,7 @@ pub mod complete;
 pub mod drift_check;
 pub mod estimator;
 pub mod guard;
+pub mod plain;
 mod rng;
 pub mod schedule;
 pub mod simulate;
@@ -136,12 +137,14 @@ pub enum MeasureError {
     #[error("{} outside the CPUs this process may use ({allowed}): a cpuset or an affinity mask excludes them", are(cpus))]
     NotAllowed { cpus: CpuSet, allowed: CpuSet },
     /// The load guard found a CPU too busy to measure.
-    #[error("CPU {cpu} is busy: {idle_pct:.0}% idle, below the {threshold_pct:.0}% threshold, still after {waited:.1?} (lower --idle-threshold, or 0 to measure anyway)")]
+    #[error("CPU {cpu} is busy: {idle_pct:.0}% idle, below the {threshold_pct:.0}% threshold, still after {waited:.1?} (lower {set_by}, or 0 to measure anyway)")]
     Busy {
         cpu: u32,
         idle_pct: f64,
         threshold_pct: f64,
         waited: Duration,
+        /// The flag or setting that sets the threshold.
+        set_by: &'static str,
     },
     /// A kernel file could not be read.
     #[error("{path}: {source}")]

@@ -89,13 +89,13 @@ pub fn pin_current(cpu: u32) -> Result<(), PinFailure> {
 /// Whether the CPU flags in `/proc/cpuinfo` carry `hypervisor` (x86 guests), or
 /// `/sys/hypervisor/type` names one (Xen and others).
 pub fn hypervisor(root: &SysRoot) -> Option<String> {
-    if let Ok(t) = std::fs::read_to_string(root.sys_path("hypervisor/type")) {
+    if let Ok(t) = crate::sysroot::read_bounded(root.sys_path("hypervisor/type")) {
         let t = t.trim();
         if !t.is_empty() {
             return Some(t.to_string());
         }
     }
-    let cpuinfo = std::fs::read_to_string(root.proc_path("cpuinfo")).ok()?;
+    let cpuinfo = crate::sysroot::read_bounded(root.proc_path("cpuinfo")).ok()?;
     cpuinfo_has_hypervisor(&cpuinfo).then(|| "hypervisor flag".to_string())
 }
 

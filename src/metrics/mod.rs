@@ -88,6 +88,48 @@ pub struct Counters {
     pub connector_overruns: u64,
     /// Full /proc rescans.
     pub rescans: u64,
+    /// `memory = "follow"` jobs.
+    #[serde(default)]
+    pub memory: MemoryCounters,
+}
+
+/// The outcomes of `memory = "follow"` jobs, in the order the
+/// `pinnerd_memory_migrations_total` family lists them.
+pub const MEMORY_OUTCOMES: [&str; 4] = ["moved", "nothing", "refused", "failed"];
+
+/// What `memory = "follow"` did since start (no per-process labels).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryCounters {
+    /// Jobs by outcome, in the order of [`MEMORY_OUTCOMES`].
+    pub migrations: [u64; MEMORY_OUTCOMES.len()],
+    /// Bytes moved onto the nodes of the processes' CPUs.
+    pub moved_bytes: u64,
+    /// Pages `migrate_pages` could not move.
+    pub pages_left: u64,
+    /// Time spent moving.
+    pub seconds: f64,
+}
+
+impl MemoryCounters {
+    /// Counts one job's outcome.
+    pub fn count(&mut self, o: &crate::memory::follow::Outcome) {
+        let k = MEMORY_OUTCOMES
+            .iter()
+            .position(|l| *l == o.label())
+            .unwrap_or(MEMORY_OUTCOMES.len() - 1);
+        self.migrations[k] += 1;
+        if let crate::memory::follow::Outcome::Moved {
+            moved,
+            pages_left,
+            took,
+            ..
+        } = o
+        {
+            self.moved_bytes += moved;
+            self.pages_left += pages_left;
+            self.seconds += took.as_secs_f64();
+        }
+    }
 }
 
 impl Default for Counters {
@@ -97,6 +139,7 @@ impl Default for Counters {
             event_to_pin_seconds: Histogram::new(&DELAY_BUCKETS),
             connector_overruns: 0,
             rescans: 0,
+            memory: MemoryCounters::default(),
         }
     }
 }
@@ -146,6 +189,8 @@ pub struct MetricsSnapshot {
 #[derive(Debug, Clone)]
 pub struct Kept {
     pub event_to_pin: Histogram,
+    /// What `memory = "follow"` did.
+    pub memory: MemoryCounters,
     next_textfile: Option<std::time::Instant>,
 }
 
@@ -153,6 +198,7 @@ impl Default for Kept {
     fn default() -> Self {
         Kept {
             event_to_pin: Histogram::new(&DELAY_BUCKETS),
+            memory: MemoryCounters::default(),
             next_textfile: None,
         }
     }
@@ -202,6 +248,7 @@ impl MetricsSnapshot {
     ) -> MetricsSnapshot {
         let mut counters = Counters {
             event_to_pin_seconds: kept.event_to_pin.clone(),
+            memory: kept.memory.clone(),
             ..Counters::default()
         };
         if let Some(c) = manager {
@@ -446,6 +493,45 @@ pub fn render(s: &MetricsSnapshot) -> String {
         "Full /proc rescans.",
     );
     let _ = writeln!(o, "pinnerd_rescans_total {}", s.counters.rescans);
+    let mem = &s.counters.memory;
+    family(
+        &mut o,
+        "pinnerd_memory_migrations_total",
+        "counter",
+        "memory = \"follow\" jobs by outcome: moved, nothing (already in place, one node), refused (no room, too large), failed.",
+    );
+    for (k, outcome) in MEMORY_OUTCOMES.iter().enumerate() {
+        let _ = writeln!(
+            o,
+            "pinnerd_memory_migrations_total{{outcome=\"{outcome}\"}} {}",
+            mem.migrations[k]
+        );
+    }
+    family(
+        &mut o,
+        "pinnerd_memory_moved_bytes_total",
+        "counter",
+        "Bytes memory = \"follow\" moved onto the nodes of the processes' CPUs.",
+    );
+    let _ = writeln!(o, "pinnerd_memory_moved_bytes_total {}", mem.moved_bytes);
+    family(
+        &mut o,
+        "pinnerd_memory_pages_left_total",
+        "counter",
+        "Pages memory = \"follow\" could not move (shared without CAP_SYS_NICE, in use).",
+    );
+    let _ = writeln!(o, "pinnerd_memory_pages_left_total {}", mem.pages_left);
+    family(
+        &mut o,
+        "pinnerd_memory_migration_seconds_total",
+        "counter",
+        "Time memory = \"follow\" spent moving pages.",
+    );
+    let _ = writeln!(
+        o,
+        "pinnerd_memory_migration_seconds_total {}",
+        num(mem.seconds)
+    );
     o
 }
 

@@ -1,12 +1,12 @@
 //! The textfile for node_exporter's textfile collector: `DIR/pinnerd.prom`, written to a
-//! temporary file in the same directory and renamed over the old one, so the collector
+//! temporary file in the same directory (unpredictable name, created exclusively, no
+//! link followed) and renamed over the old one, so the collector
 //! reads the old file or the new one, never half of one. Its temporary name does not end
 //! in `.prom`, so the collector never reads it either.
 //!
 //! Owns: that one file. No fsync: after a crash the collector reads the previous
 //! complete file or none, and the next period rewrites it.
 
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 /// The file name inside the textfile directory.
@@ -21,21 +21,13 @@ pub struct TextfileError {
     pub source: std::io::Error,
 }
 
-/// Writes `text` to `dir/pinnerd.prom` atomically; returns the path.
+/// Writes `text` to `dir/pinnerd.prom` atomically; returns the path. No link is
+/// followed, and a directory writable by others is refused (see [`crate::outfile`]).
 pub fn write(dir: &Path, text: &str) -> Result<PathBuf, TextfileError> {
     let path = dir.join(FILE_NAME);
-    let tmp = dir.join(format!(".{FILE_NAME}.tmp-{}", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        std::fs::rename(&tmp, &path)
-    })();
-    result.map_err(|source| {
-        let _ = std::fs::remove_file(&tmp);
-        TextfileError {
-            path: path.clone(),
-            source,
-        }
+    crate::outfile::replace(&path, text.as_bytes(), false).map_err(|source| TextfileError {
+        path: path.clone(),
+        source,
     })?;
     Ok(path)
 }

@@ -268,7 +268,8 @@ count = 1
     assert_eq!(
         q.get_in("app", Some(0), Some(&set("4-7"))),
         Some(&PlanState::Slots {
-            slots: vec![set("4"), set("5")]
+            slots: vec![set("4"), set("5")],
+            held_slots: 0,
         })
     );
     // A cpuset the plan was not made in falls back to the plan on all CPUs.
@@ -333,5 +334,61 @@ count = 1
     assert_eq!(
         q.get_in("second", None, Some(&set("5-6"))),
         Some(&PlanState::Placed { cpus: set("5-6") })
+    );
+}
+
+#[test]
+fn an_exclusive_thread_entry_holds_only_the_slots_live_threads_take() {
+    let r = rules(
+        r#"
+[[rule]]
+name = "feed"
+priority = 10
+[rule.match]
+comm = "feed"
+[[rule.threads]]
+comm = "rx-*"
+count = 1
+exclusive = true
+
+[[rule]]
+name = "batch"
+[rule.match]
+comm = "batch"
+[rule.place]
+count = 2
+exclusive = true
+"#,
+    );
+    let p = Plan::shared(&r, &cpus("0-3", ""), Some(Arc::new(LowestFirst)));
+    // No rx thread yet: every CPU is a slot, none held; the batch rule is placed.
+    assert_eq!(
+        p.get("feed", Some(0)),
+        Some(&PlanState::Slots {
+            slots: vec![set("0"), set("1"), set("2"), set("3")],
+            held_slots: 0,
+        })
+    );
+    assert_eq!(
+        p.get("batch", None),
+        Some(&PlanState::Placed { cpus: set("0-1") })
+    );
+    // Two rx threads hold slots 0 and 1: the batch rule moves to what is left.
+    let mut d = Demand::default();
+    d.take("feed", 0, 0);
+    d.take("feed", 0, 1);
+    let q = p.with_demand(&d);
+    assert_eq!(q.get("feed", Some(0)).unwrap().held(), set("0-1"));
+    assert_eq!(
+        q.get("batch", None),
+        Some(&PlanState::Placed { cpus: set("2-3") })
+    );
+    assert_eq!(q.exclusive_cpus(), set("0-3"));
+    // A third takes every CPU that is left for the batch rule: it loses.
+    d.take("feed", 0, 2);
+    let q = p.with_demand(&d);
+    assert!(
+        matches!(q.get("batch", None), Some(PlanState::Lost { .. })),
+        "{q:?}"
     );
 }

@@ -26,6 +26,73 @@ pub const COMM_MAX: usize = 15;
 pub const NAME_MAX: usize = 64;
 /// Compiled size cap for one `cmdline` regex, so a hostile file cannot eat memory.
 const REGEX_SIZE_LIMIT: usize = 1 << 20;
+/// What the `cmdline` regexes of the whole rule set may take compiled, together (see
+/// [`RegexBudget`]).
+pub const REGEX_SET_BUDGET: usize = 16 << 20;
+/// The lazy DFA cache each `cmdline` regex may fill while matching (the regex crate's
+/// default is 2 MiB; a command line is short, and a pattern whose DFA needs more is
+/// matched without it).
+const REGEX_DFA_CACHE: usize = 16 << 10;
+
+/// The bytes left for the `cmdline` regexes of one rule set. A regex costs its
+/// compiled automaton twice (the regex keeps a forward and a reverse one) plus the
+/// DFA cache it may fill: so a thousand rules of `\w{20}` (350 KB each) are refused
+/// at the 23rd instead of taking gigabytes, while 900 simple patterns fit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegexBudget {
+    pub left: usize,
+}
+
+impl Default for RegexBudget {
+    fn default() -> Self {
+        RegexBudget {
+            left: REGEX_SET_BUDGET,
+        }
+    }
+}
+
+/// Why a `cmdline` regex was not charged to a [`RegexBudget`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Uncharged {
+    /// It does not compile (or is over [`REGEX_SIZE_LIMIT`] on its own).
+    Bad(String),
+    /// It would take more than the `left` bytes still free (`at_least` bytes or more).
+    Over { at_least: usize, left: usize },
+}
+
+impl RegexBudget {
+    /// Measures `pattern` compiled and takes its cost from what is left. The
+    /// automaton is built only up to what is left, so an exhausted budget refuses a
+    /// big pattern at once instead of building it first.
+    pub fn charge(&mut self, pattern: &str) -> Result<usize, Uncharged> {
+        use regex_automata::nfa::thompson::NFA;
+        let room = (self.left.saturating_sub(REGEX_DFA_CACHE) / 2).min(REGEX_SIZE_LIMIT);
+        let built = NFA::compiler()
+            .configure(NFA::config().nfa_size_limit(Some(room)))
+            .build(pattern);
+        let nfa = match built {
+            Ok(nfa) => nfa,
+            Err(e) if e.size_limit().is_some() && room < REGEX_SIZE_LIMIT => {
+                return Err(Uncharged::Over {
+                    at_least: 2 * room + REGEX_DFA_CACHE,
+                    left: self.left,
+                })
+            }
+            Err(e) => return Err(Uncharged::Bad(one_line(&e.to_string()))),
+        };
+        let cost = 2 * nfa.memory_usage() + REGEX_DFA_CACHE;
+        match self.left.checked_sub(cost) {
+            Some(left) => {
+                self.left = left;
+                Ok(cost)
+            }
+            None => Err(Uncharged::Over {
+                at_least: cost,
+                left: self.left,
+            }),
+        }
+    }
+}
 
 /// Where a rule should run, resolved from `[rule.place]` or `[[rule.threads]]`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -136,6 +203,8 @@ pub struct ThreadRule {
     /// With a count: all matching threads share one set of CPUs (`true`), or each gets
     /// its own (`false`).
     pub shared: bool,
+    /// Where its `comm` is written in the file.
+    pub at: Location,
 }
 
 /// A validated, compiled rule.
@@ -156,6 +225,9 @@ pub struct Rule {
     pub latency_critical: bool,
     /// `irqs = "away"` in `[rule.place]`: interrupts leave its CPUs while it holds them.
     pub irqs_away: bool,
+    /// `memory = "follow"` in `[rule.place]`: its processes' memory is moved to the
+    /// nodes of their CPUs.
+    pub memory_follow: bool,
 }
 
 impl Rule {
@@ -180,6 +252,7 @@ struct Ctx<'a> {
     path: &'a Path,
     lines: LineIndex<'a>,
     errors: Vec<RuleError>,
+    regex_budget: &'a mut RegexBudget,
 }
 
 impl Ctx<'_> {
@@ -199,11 +272,14 @@ pub fn compile_file(
     text: &str,
     file: &RuleFile,
     users: UserLookup,
+    regex_budget: &mut RegexBudget,
 ) -> Result<Vec<Rule>, Vec<RuleError>> {
+    let start_budget = *regex_budget;
     let mut cx = Ctx {
         path,
         lines: LineIndex::new(text),
         errors: Vec::new(),
+        regex_budget,
     };
     let mut rules: Vec<Rule> = Vec::new();
     // Every name seen in this file (valid rule or not) → where it was first written.
@@ -276,12 +352,19 @@ pub fn compile_file(
                     .as_ref()
                     .and_then(|p| p.get_ref().irqs.as_ref())
                     .is_some_and(|i| *i.get_ref() == super::format::Irqs::Away),
+                memory_follow: spec
+                    .place
+                    .as_ref()
+                    .and_then(|p| p.get_ref().memory.as_ref())
+                    .is_some_and(|m| *m.get_ref() == super::format::Memory::Follow),
             });
         }
     }
     if cx.errors.is_empty() {
         Ok(rules)
     } else {
+        // A rejected file's regexes are not kept: what they took is left for others.
+        *cx.regex_budget = start_budget;
         Err(cx.errors)
     }
 }
@@ -307,8 +390,26 @@ fn compile_match(cx: &mut Ctx<'_>, m: &MatchSpec, users: UserLookup) -> ProcessM
         comm: m.comm.as_ref().and_then(|g| globs(cx, "comm", g, true)),
         exe: m.exe.as_ref().and_then(|g| globs(cx, "exe", g, false)),
         cmdline: m.cmdline.as_ref().and_then(|r| {
+            // Measured and charged before the regex itself is built. One that does not
+            // compile is left to the regex crate, whose message is the clearer.
+            match cx.regex_budget.charge(r.get_ref()) {
+                Ok(_) | Err(Uncharged::Bad(_)) => {}
+                Err(Uncharged::Over { at_least, left }) => {
+                    cx.err(
+                        &r.span(),
+                        RuleErrorKind::RegexBudget {
+                            pattern: echo(r.get_ref()),
+                            cost: at_least,
+                            left,
+                            budget: REGEX_SET_BUDGET,
+                        },
+                    );
+                    return None;
+                }
+            }
             RegexBuilder::new(r.get_ref())
                 .size_limit(REGEX_SIZE_LIMIT)
+                .dfa_size_limit(REGEX_DFA_CACHE)
                 .build()
                 .map_err(|e| {
                     cx.err(
@@ -575,5 +676,6 @@ fn compile_thread(cx: &mut Ctx<'_>, t: &ThreadSpec) -> Option<ThreadRule> {
         comm: comm?,
         request,
         shared: t.shared.as_ref().is_some_and(|s| *s.get_ref()),
+        at: cx.lines.locate(t.comm.span().start),
     })
 }

@@ -124,6 +124,13 @@ pub enum RuleErrorKind {
     },
     #[error("cmdline: bad regex {pattern:?}: {reason}")]
     BadRegex { pattern: String, reason: String },
+    #[error("cmdline: regex {pattern:?} would take {cost} bytes or more compiled, and only {left} are left of the {budget} bytes the rule set's cmdline regexes may take together")]
+    RegexBudget {
+        pattern: String,
+        cost: usize,
+        left: usize,
+        budget: usize,
+    },
     #[error("{key}: {pattern:?} is longer than 15 bytes and can never match a comm (the kernel truncates names to 15 bytes)")]
     CommTooLong { key: &'static str, pattern: String },
     #[error("empty rule name")]

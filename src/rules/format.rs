@@ -144,6 +144,20 @@ pub struct PlaceSpec {
     /// `irq`); `"leave"` (default): interrupts are not touched.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub irqs: Option<Spanned<Irqs>>,
+    /// `"follow"`: once the process's threads run inside fewer NUMA nodes than the
+    /// machine has, its memory outside them is moved in (see `memory::follow`);
+    /// `"leave"` (default): memory is not moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Spanned<Memory>>,
+}
+
+/// `memory` in `[rule.place]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Memory {
+    #[default]
+    Leave,
+    Follow,
 }
 
 /// `irqs` in `[rule.place]`.

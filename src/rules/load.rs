@@ -22,7 +22,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::compile::{compile_file, system_user_lookup, Rule, UserLookup};
+use super::compile::{compile_file, system_user_lookup, RegexBudget, Rule, UserLookup};
 use super::error::{RuleError, RuleErrorKind};
 use super::format;
 use super::matcher::RuleSet;
@@ -150,8 +150,9 @@ pub fn reload(dirs: &[PathBuf], policy: &LoadPolicy, previous: &LoadReport) -> L
     load_files_inner(&files, &keep, policy, previous, errors)
 }
 
-/// Loads the given files (and directories, recursively), as `pinnerd check` does: a
-/// path that does not exist is an error here.
+/// Loads the given files (and the `*.toml` files directly inside the directories given,
+/// as the daemon reads a rule directory), as `pinnerd check` does: a path that does
+/// not exist is an error here.
 pub fn load_paths(paths: &[PathBuf], policy: &LoadPolicy) -> LoadReport {
     let mut errors = Vec::new();
     let files = collect_paths(paths, policy, &mut errors);
@@ -168,9 +169,10 @@ pub fn load_collected(
     load_files_inner(files, &[], policy, &LoadReport::default(), errors)
 }
 
-/// The files `pinnerd check` would look at: each file given, and every `*.toml` below
-/// each directory given (recursively, sorted, dot-names skipped). Directory problems
-/// (permissions, unreadable) go to `errors`.
+/// The files `pinnerd check` would look at: each file given, and every `*.toml`
+/// directly inside each directory given (sorted, dot-names skipped) — exactly what the
+/// daemon loads from a rule directory; subdirectories are not read (see
+/// [`nested_dirs`]). Directory problems (permissions, unreadable) go to `errors`.
 pub fn collect_paths(
     paths: &[PathBuf],
     policy: &LoadPolicy,
@@ -182,7 +184,7 @@ pub fn collect_paths(
         let is_dir = std::fs::metadata(p).is_ok_and(|md| md.is_dir());
         match std::fs::symlink_metadata(p) {
             Err(e) => errors.push(RuleError::whole(p, RuleErrorKind::Io(e.to_string()))),
-            Ok(_) if is_dir => walk(p, policy, errors, &mut out),
+            Ok(_) if is_dir => out.extend(read_dir_sorted(p, policy, errors, false).0),
             Ok(_) => {
                 let parent = p
                     .parent()
@@ -195,17 +197,23 @@ pub fn collect_paths(
     out
 }
 
-fn walk(
-    dir: &Path,
-    policy: &LoadPolicy,
-    errors: &mut Vec<RuleError>,
-    out: &mut Vec<(PathBuf, PathBuf)>,
-) {
-    let (files, subdirs) = read_dir_sorted(dir, policy, errors, true);
-    out.extend(files);
-    for d in subdirs {
-        walk(&d, policy, errors, out);
+/// The subdirectories (not dot-named) of the directories in `paths` that hold
+/// `*.toml` files: neither the daemon nor `check` reads them, and `check` says so.
+pub fn nested_dirs(paths: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for p in paths.iter().filter(|p| p.is_dir()) {
+        let mut ignored = Vec::new();
+        let (_, subdirs) = read_dir_sorted(p, &LoadPolicy::unchecked(), &mut ignored, true);
+        for d in subdirs {
+            let holds_rules = std::fs::read_dir(&d).is_ok_and(|mut e| {
+                e.any(|e| e.is_ok_and(|e| e.file_name().as_encoded_bytes().ends_with(b".toml")))
+            });
+            if holds_rules {
+                out.push(d);
+            }
+        }
     }
+    out
 }
 
 /// `(dir, file)` pairs of the `*.toml` files directly in `dir`.
@@ -416,14 +424,25 @@ fn read_limited(file: File, limit: u64) -> Result<String, ReadError> {
     String::from_utf8(buf).map_err(|e| ReadError::NotUtf8(e.utf8_error().valid_up_to()))
 }
 
-/// Parses and compiles one file's text.
+/// Parses and compiles one file's text, as a rule set of its own.
 pub fn compile_text(
     path: &Path,
     text: &str,
     policy: &LoadPolicy,
 ) -> Result<Vec<Rule>, Vec<RuleError>> {
+    compile_text_within(path, text, policy, &mut RegexBudget::default())
+}
+
+/// [`compile_text`] for one file of a rule set: its `cmdline` regexes take from
+/// `budget`, which the set's files share.
+pub fn compile_text_within(
+    path: &Path,
+    text: &str,
+    policy: &LoadPolicy,
+    budget: &mut RegexBudget,
+) -> Result<Vec<Rule>, Vec<RuleError>> {
     let parsed = format::parse(text).map_err(|e| vec![RuleError::from_toml(path, text, &e)])?;
-    compile_file(path, text, &parsed, policy.users)
+    compile_file(path, text, &parsed, policy.users, budget)
 }
 
 /// `keep`: files not to read (their directory is untrusted) whose rules in `previous`
@@ -440,9 +459,11 @@ fn load_files_inner(
     // Rule name → origin, across every file loaded so far.
     let mut names: HashMap<String, String> = HashMap::new();
     let mut rejected: Vec<usize> = Vec::new();
+    // Every file's `cmdline` regexes, kept ones included, share one budget.
+    let mut budget = RegexBudget::default();
     for (dir, path) in files {
         let result = read_checked_all(dir, path, policy).and_then(|text| {
-            let rules = compile_text(path, &text, policy)?;
+            let rules = compile_text_within(path, &text, policy, &mut budget)?;
             let dups: Vec<RuleError> = rules
                 .iter()
                 .filter_map(|r| {
@@ -493,6 +514,23 @@ fn load_files_inner(
                 RuleErrorKind::PreviousDropped(format!(
                     "rule {:?} is now defined at {}",
                     clash.name, names[&clash.name]
+                )),
+            ));
+            continue;
+        }
+        let before = budget;
+        let over = old
+            .iter()
+            .filter_map(|r| r.matcher.cmdline.as_ref())
+            .find_map(|re| budget.charge(re.as_str()).err().map(|e| (re.as_str(), e)));
+        if let Some((pattern, _)) = over {
+            budget = before;
+            errors.push(RuleError::whole(
+                &path,
+                RuleErrorKind::PreviousDropped(format!(
+                    "its cmdline regex {pattern:?} does not fit in what is left ({} bytes) of the {} bytes the rule set's cmdline regexes may take together",
+                    before.left,
+                    super::compile::REGEX_SET_BUDGET
                 )),
             ));
             continue;

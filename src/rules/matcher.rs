@@ -496,7 +496,7 @@ impl fmt::Display for Explanation {
                 for t in &m.threads {
                     let what = match t.placement {
                         ThreadPlacement::Process => "[rule.place]".to_string(),
-                        ThreadPlacement::Thread(i) => format!("[[rule.threads]] #{}", i + 1),
+                        ThreadPlacement::Thread(i) => format!("threads[{i}]"),
                     };
                     writeln!(f, "  thread {} -> {what}", t.tid)?;
                 }

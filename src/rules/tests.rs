@@ -302,3 +302,17 @@ fn irqs_away_is_a_key_of_rule_place() {
     let e = err(&rule("irqs = \"off\"\n"));
     assert!(e.starts_with("t.toml:7:8:") && e.contains("away"), "{e}");
 }
+
+#[test]
+fn memory_follow_is_a_key_of_rule_place() {
+    let rule = |extra: &str| {
+        format!(
+            "[[rule]]\nname = \"m\"\n[rule.match]\ncomm = \"m\"\n[rule.place]\ncount = 2\n{extra}"
+        )
+    };
+    assert!(!compile(&rule("")).unwrap()[0].memory_follow);
+    assert!(!compile(&rule("memory = \"leave\"\n")).unwrap()[0].memory_follow);
+    assert!(compile(&rule("memory = \"follow\"\n")).unwrap()[0].memory_follow);
+    let e = err(&rule("memory = \"bind\"\n"));
+    assert!(e.starts_with("t.toml:7:10:") && e.contains("follow"), "{e}");
+}

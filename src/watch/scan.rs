@@ -62,6 +62,13 @@ pub trait ProcSource {
         let _ = pid;
         None
     }
+    /// Resident bytes per NUMA node of one process, on a machine with `nodes`
+    /// (`memory::read`: a page-table walk, so only on demand); `None` when it is gone,
+    /// the machine has one node or it cannot be read.
+    fn memory(&self, pid: i32, nodes: &[u32]) -> Option<crate::memory::NodeBytes> {
+        let _ = (pid, nodes);
+        None
+    }
 }
 
 /// The real procfs under a [`SysRoot`].
@@ -84,7 +91,14 @@ impl ProcFs {
     /// procfs does not have — two more system calls per file, thousands per rescan).
     fn read_small(&self, rel: &str, buf: &mut String) -> bool {
         buf.clear();
-        let Ok(mut f) = fs::File::open(self.root.proc_path(rel)) else {
+        // Non-blocking (a FIFO in a captured tree does not hang the open) and bounded
+        // (nor does `/dev/zero` fill memory), without a stat per file.
+        use std::os::unix::fs::OpenOptionsExt;
+        let Ok(mut f) = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(self.root.proc_path(rel))
+        else {
             return false;
         };
         let mut chunk = [0u8; 1024];
@@ -92,6 +106,7 @@ impl ProcFs {
         loop {
             match f.read(&mut chunk) {
                 Ok(0) => break,
+                Ok(_) if bytes.len() as u64 >= crate::sysroot::MAX_PSEUDO_FILE => return false,
                 Ok(n) => bytes.extend_from_slice(&chunk[..n]),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(_) => return false,
@@ -127,7 +142,8 @@ impl ProcFs {
     /// The cgroup path a rule matches: the v2 (`0::`) entry when it says more than
     /// `/`, else the v1 `name=systemd` hierarchy (hybrid systems).
     fn cgroup(&self, pid: i32) -> Option<String> {
-        let text = fs::read_to_string(self.root.proc_path(format!("{pid}/cgroup"))).ok()?;
+        let text =
+            crate::sysroot::read_bounded(self.root.proc_path(format!("{pid}/cgroup"))).ok()?;
         let mut v2 = None;
         let mut systemd = None;
         for line in text.lines() {
@@ -150,7 +166,8 @@ impl ProcFs {
     }
 
     fn real_uid(&self, pid: i32) -> Option<u32> {
-        let text = fs::read_to_string(self.root.proc_path(format!("{pid}/status"))).ok()?;
+        let text =
+            crate::sysroot::read_bounded(self.root.proc_path(format!("{pid}/status"))).ok()?;
         text.lines()
             .find_map(|l| l.strip_prefix("Uid:"))?
             .split_whitespace()
@@ -161,6 +178,18 @@ impl ProcFs {
 }
 
 impl ProcSource for ProcFs {
+    fn memory(&self, pid: i32, nodes: &[u32]) -> Option<crate::memory::NodeBytes> {
+        use crate::memory::{MemoryView, ReadError};
+        match crate::memory::read(&self.root, pid, nodes) {
+            Ok(MemoryView::Nodes { nodes, .. }) => Some(nodes),
+            Ok(MemoryView::OneNode) | Err(ReadError::Gone { .. }) => None,
+            Err(e) => {
+                tracing::warn!(pid, error = %e, "cannot read where the process's memory is");
+                None
+            }
+        }
+    }
+
     fn cpuset(&self, pid: i32) -> Option<crate::cgroup::Cpuset> {
         match crate::cgroup::process_cpuset(&self.root, pid) {
             Ok(c) => c,
@@ -267,6 +296,8 @@ pub struct FakeProcs {
     snapshots: std::sync::atomic::AtomicUsize,
     /// pid → its cgroup cpuset, for the processes given one.
     cpusets: std::sync::Mutex<std::collections::BTreeMap<i32, CpuSet>>,
+    /// pid → its resident bytes per node, for the processes given some.
+    memory: std::sync::Mutex<std::collections::BTreeMap<i32, crate::memory::NodeBytes>>,
 }
 
 impl FakeProcs {
@@ -323,6 +354,12 @@ impl FakeProcs {
         );
     }
 
+    /// Gives process `pid` resident memory: bytes per node.
+    pub fn set_memory(&self, pid: i32, bytes: &[(u32, u64)]) {
+        let mut map = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        map.insert(pid, bytes.iter().copied().collect());
+    }
+
     /// Puts process `pid` in a cgroup cpuset of `cpus` (`None`: in none).
     pub fn set_cpuset(&self, pid: i32, cpus: Option<CpuSet>) {
         let mut map = self.cpusets.lock().unwrap_or_else(|p| p.into_inner());
@@ -377,6 +414,14 @@ impl FakeProcs {
 }
 
 impl ProcSource for FakeProcs {
+    fn memory(&self, pid: i32, nodes: &[u32]) -> Option<crate::memory::NodeBytes> {
+        if nodes.len() <= 1 {
+            return None;
+        }
+        let map = self.memory.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&pid).cloned()
+    }
+
     fn cpuset(&self, pid: i32) -> Option<crate::cgroup::Cpuset> {
         let map = self.cpusets.lock().unwrap_or_else(|p| p.into_inner());
         map.get(&pid).map(|c| crate::cgroup::Cpuset {

@@ -251,6 +251,32 @@ fn a_crash_leaves_a_journal_that_the_next_start_restores() {
 }
 
 #[test]
+fn after_two_pins_and_a_crash_the_next_start_restores_the_masks_from_before_the_first() {
+    let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Helper::spawn(dir.path(), "pt-aff-r1");
+    h.spawn_threads(2, None);
+    let pid = h.pid;
+    assert!(all_threads_on(&h, &online()));
+    {
+        let mut rig = Rig::new(8 << 20).with_journal(dir.path());
+        rig.mgr.pin(pid, &cpus("0")).unwrap();
+        rig.mgr.pin(pid, &cpus("1")).unwrap();
+        rig.mgr.flush().unwrap();
+        assert!(all_threads_on(&h, &cpus("1")));
+        // Dropped without shutdown: a crash.
+    }
+    let rig = Rig::new(8 << 20).with_journal(dir.path());
+    let mut mgr = rig.mgr;
+    let report = mgr.recover(&SysRoot::default()).unwrap();
+    assert_eq!(report.restored, h.tids().len(), "{report:?}");
+    for t in h.tids() {
+        assert_eq!(mask(t), online(), "tid {t}");
+    }
+    h.exit();
+}
+
+#[test]
 fn a_corrupt_journal_at_start_survives_the_next_write() {
     let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();

@@ -209,7 +209,44 @@ fn matrix_of_ten_thousand_cpus_is_refused_within_the_memory_limit() {
 fn largest_accepted_matrix_plans_within_the_memory_limit() {
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("max.csv");
-    let mut w = BufWriter::new(File::create(&csv).unwrap());
+    write_largest_csv(&csv);
+    let o = run(
+        dir.path(),
+        &["plan", "--count", "2", "--matrix", csv.to_str().unwrap()],
+    );
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.max_rss_kib < RSS_LIMIT_KIB,
+        "peak RSS {} KiB is over {RSS_LIMIT_KIB} KiB",
+        o.max_rss_kib
+    );
+}
+
+/// `fleet` holds at most 3 Mi cells: a fourth 1024-CPU matrix is refused, naming it,
+/// within the memory limit; 257 files are refused before any is read.
+#[test]
+fn fleet_is_bounded_in_files_and_cells() {
+    let dir = tempfile::tempdir().unwrap();
+    let csv = dir.path().join("max.csv");
+    write_largest_csv(&csv);
+    let path = csv.to_str().unwrap();
+    let mut args = vec!["fleet"];
+    args.extend([path; 6]);
+    let o = run(dir.path(), &args);
+    assert_clear_error(
+        &o,
+        1,
+        &format!("{path}: with it the matrices hold 4194304 cells, over the 3145728"),
+    );
+    let mut args = vec!["fleet"];
+    args.extend(["/nonexistent/m.csv"; 257]);
+    let o = run(dir.path(), &args);
+    assert_clear_error(&o, 1, "257 matrices: fleet compares at most 256 at once");
+}
+
+/// The largest matrix accepted: 1024 CPUs, every pair, as core-to-core-latency's CSV.
+fn write_largest_csv(csv: &Path) {
+    let mut w = BufWriter::new(File::create(csv).unwrap());
     let n = 1024;
     for i in 0..n {
         let cells: Vec<String> = (0..n)
@@ -223,17 +260,6 @@ fn largest_accepted_matrix_plans_within_the_memory_limit() {
             .collect();
         writeln!(w, "{}", cells.join(",")).unwrap();
     }
-    drop(w);
-    let o = run(
-        dir.path(),
-        &["plan", "--count", "2", "--matrix", csv.to_str().unwrap()],
-    );
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(
-        o.max_rss_kib < RSS_LIMIT_KIB,
-        "peak RSS {} KiB is over {RSS_LIMIT_KIB} KiB",
-        o.max_rss_kib
-    );
 }
 
 #[test]
@@ -315,6 +341,85 @@ fn footgun_settings_stop_the_daemon_with_a_config_error() {
 /// A rule file at the size limit full of rules naming the highest CPU id: every set is
 /// a bitmap up to that id, so the id limit is what keeps this small (with ids up to
 /// 1048575 this file took 3.6 GB).
+/// `cmdline` regexes are bounded for the whole rule set, not only one by one: three
+/// files of 15 rules of `\w{20}` (350 KB compiled each), each of which fits alone, are
+/// refused from the second on, with the position of the first regex that does not
+/// fit, within the memory limit; the first file stays loaded.
+#[test]
+fn cmdline_regexes_are_bounded_for_the_whole_rule_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    for f in 0..3 {
+        let text: String = (0..15)
+            .map(|n| {
+                format!(
+                    "[[rule]]\nname=\"r{f}-{n}\"\n[rule.match]\ncmdline=\"\\\\w{{20}}\"\n[rule.place]\ncpus=\"0\"\n"
+                )
+            })
+            .collect();
+        std::fs::write(rules.join(format!("many-{f}.toml")), text).unwrap();
+    }
+    let o = run(dir.path(), &["check", rules.to_str().unwrap()]);
+    assert_clear_error(&o, 3, "cmdline: regex \"\\\\w{20}\" would take");
+    assert!(!o.stderr.contains("many-0.toml:"), "{}", o.stderr);
+    for f in ["many-1.toml:", "many-2.toml:"] {
+        assert!(o.stderr.contains(f), "{f} {}", o.stderr);
+    }
+    assert!(o
+        .stderr
+        .contains("bytes the rule set's cmdline regexes may take together"));
+}
+
+/// A captured machine's tree is untrusted input: `devices/system/cpu/online` as a
+/// symlink to `/dev/zero`, as a FIFO or as a 5 MiB file is refused by `topology` and
+/// `export nfd` with the file named, without hanging or filling memory.
+#[test]
+fn a_sysfs_tree_with_a_device_a_fifo_or_a_huge_file_is_refused() {
+    let fixture = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/sysfs/xeon-e5620"
+    );
+    type Plant = fn(&Path);
+    let cases: [(&str, Plant, &str); 3] = [
+        (
+            "/dev/zero",
+            |p| std::os::unix::fs::symlink("/dev/zero", p).unwrap(),
+            "not a regular file but a character device",
+        ),
+        (
+            "FIFO",
+            |p| nix::unistd::mkfifo(p, nix::sys::stat::Mode::S_IRUSR).unwrap(),
+            "not a regular file but a FIFO",
+        ),
+        (
+            "5 MiB",
+            |p| std::fs::write(p, "0,".repeat(5 << 19)).unwrap(),
+            "-byte limit",
+        ),
+    ];
+    for (what, plant, said) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("tree");
+        super::topology::copy_tree(Path::new(fixture), &tree);
+        let online = tree.join("sys/devices/system/cpu/online");
+        std::fs::remove_file(&online).unwrap();
+        plant(&online);
+        for cmd in [&["topology"][..], &["export", "nfd"]] {
+            let mut args = cmd.to_vec();
+            args.extend(["--sysfs", tree.to_str().unwrap()]);
+            let o = run(dir.path(), &args);
+            assert_ne!(o.code, 0, "{what} {cmd:?}: {}", o.stderr);
+            assert_clear_error(&o, o.code, said);
+            assert!(
+                o.stderr.contains("devices/system/cpu/online"),
+                "{what} {cmd:?}: {}",
+                o.stderr
+            );
+        }
+    }
+}
+
 #[test]
 fn a_rule_file_of_high_cpu_ids_stays_within_the_memory_limit() {
     let dir = tempfile::tempdir().unwrap();

@@ -68,6 +68,24 @@ fn list_managed_cpus_and_explain_json_agree_with_their_text_twins() {
     let explain = call_json(&bus, false, "Explain", &["u", &pid]);
     assert_eq!(j["text"], explain["data"][0], "{j}");
     assert!(j["text"].as_str().unwrap().contains("tid "), "{j}");
+    // Where its memory is: "one node" here, else bytes per node; the text agrees.
+    let nodes = std::fs::read_dir("/sys/devices/system/node")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("node"))
+                .count()
+        })
+        .unwrap_or(1);
+    if nodes <= 1 {
+        assert_eq!(j["memory"]["one_node"], true, "{j}");
+        assert!(
+            j["text"].as_str().unwrap().contains("memory: one node"),
+            "{j}"
+        );
+    } else {
+        assert!(j["memory"]["total_bytes"].as_u64().unwrap() > 0, "{j}");
+        assert_eq!(j["memory"]["nodes"].as_array().unwrap().len(), nodes, "{j}");
+    }
 
     // As nobody, for root's process: rule and CPUs, and the text Explain gives nobody.
     let v = call_json(&bus, true, "ExplainJson", &["u", &pid]);
@@ -76,6 +94,7 @@ fn list_managed_cpus_and_explain_json_agree_with_their_text_twins() {
     let shown = j["text"].as_str().unwrap();
     assert!(shown.contains("a process of another user"), "{shown}");
     assert!(!shown.contains("tid "), "{shown}");
+    assert!(j["memory"].is_null(), "{j}");
 
     // A process the daemon does not manage, and one that does not exist.
     let own = std::process::id().to_string();

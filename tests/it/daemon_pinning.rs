@@ -89,6 +89,38 @@ fn a_rule_pins_every_thread_and_sigterm_restores_the_masks() {
     assert!(all_on(&h, &original), "{:?}", masks(&h));
 }
 
+/// A signal the daemon has no other use for (SIGUSR1 here) would end it by default
+/// without giving the masks back: it stops as on SIGTERM.
+#[test]
+fn sigusr1_stops_the_daemon_and_restores_the_masks() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let h = Helper::spawn(dirs.root.path(), "pd-usr1");
+    let original = online();
+    let target: CpuSet = std::iter::once(original.last().unwrap()).collect();
+    dirs.write_rule("10-usr1.toml", &explicit_rule("usr1", "pd-usr1", &target));
+    let mut d = Daemon::start(&bus, &dirs);
+    bus.wait_for("the helper pinned", Duration::from_secs(30), || {
+        all_on(&h, &target)
+    });
+    d.signal(libc::SIGUSR1);
+    let end = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(st) = d.child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "did not stop:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "{status:?}\nlog:\n{}", d.log());
+    assert!(all_on(&h, &original), "{:?}", masks(&h));
+}
+
 #[test]
 fn a_process_started_after_the_daemon_is_pinned_from_its_events_alone() {
     let _cpus = super::cpus_stay_online();

@@ -18,6 +18,23 @@ fn explain_as_nobody(bus: &Bus, pid: u32) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
+/// `ExplainJson` as uid 65534, parsed.
+fn explain_json_as_nobody(bus: &Bus, pid: u32) -> serde_json::Value {
+    let out = bus.busctl_as_nobody(&[
+        "--json=short",
+        "call",
+        NAME,
+        PATH,
+        IFACE,
+        "ExplainJson",
+        "u",
+        &pid.to_string(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_str(reply["data"][0].as_str().unwrap()).unwrap()
+}
+
 #[test]
 fn explain_tells_an_unprivileged_caller_only_what_they_could_read_themselves() {
     let _cpus = super::cpus_stay_online();
@@ -61,6 +78,27 @@ fn explain_tells_an_unprivileged_caller_only_what_they_could_read_themselves() {
     let own = explain_as_nobody(&bus, nobody_proc.id());
     assert!(own.contains("original mask"), "{own}");
     assert!(own.contains("pd-nobody-own"), "{own}");
+    // ExplainJson keeps to the same policy: rule and CPUs of root's process only.
+    let theirs = explain_json_as_nobody(&bus, root_proc.pid as u32);
+    assert_eq!(
+        (
+            &theirs["rule"],
+            &theirs["cpus"],
+            &theirs["comm"],
+            &theirs["state"]
+        ),
+        (
+            &serde_json::json!("owned"),
+            &serde_json::json!([0]),
+            &serde_json::Value::Null,
+            &serde_json::Value::Null
+        ),
+        "{theirs}"
+    );
+    assert!(!theirs.to_string().contains("pd-root-own"), "{theirs}");
+    let own = explain_json_as_nobody(&bus, nobody_proc.id());
+    assert_eq!(own["comm"], "pd-nobody-own", "{own}");
+    assert_eq!(own["state"], "applied", "{own}");
     let _ = nobody_proc.kill();
     let _ = nobody_proc.wait();
 }

@@ -66,7 +66,7 @@ fn hwloc_reads_the_exported_matrix_value_for_value() {
     // A real matrix with Linux numbering (siblings i and i+8).
     let matrix = PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/c2c-data/nviennot/AMD_Ryzen_7_5700X.csv"
+        "/tests/fixtures/c2c-data/nviennot/AMD_Ryzen_7_5700X.csv"
     ));
     let m = LatencyMatrix::load(&matrix).unwrap();
     for (unit, scale) in [("ns", 1.0), ("ps", 1000.0)] {
@@ -160,6 +160,31 @@ fn hwloc_export_defaults_to_this_machine() {
     assert!(err.contains("/dev/zero: not a regular file"), "{err}");
 }
 
+/// `export nfd --out` into a directory another user owns: refused, and a link planted
+/// there is not written through.
+#[test]
+fn nfd_out_refuses_a_directory_another_user_owns() {
+    let (_top, dir, victim) = super::metrics::nobodys_dir();
+    let out_file = dir.join("pinnerd");
+    super::metrics::as_nobody(
+        "ln",
+        &["-s".as_ref(), victim.as_os_str(), out_file.as_os_str()],
+    );
+    let sysfs = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/sysfs/xeon-e5620"
+    );
+    let out = pinnerd()
+        .args(["export", "nfd", "--sysfs", sysfs, "--out"])
+        .arg(&out_file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("owned by uid 65534"), "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
+}
+
 /// The E5620 fixture (siblings i and i+8, two sockets) with a matrix in its numbering:
 /// every label, and the file written atomically with --out.
 #[test]
@@ -212,7 +237,7 @@ fn nfd_labels_for_a_fixture_machine() {
     // A matrix of another machine: no latencies, not trusted, and a warning.
     let other = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/c2c-data/nviennot/AMD_Ryzen_7_5700X.csv"
+        "/tests/fixtures/c2c-data/nviennot/AMD_Ryzen_7_5700X.csv"
     );
     let sysfs_2cpu = concat!(
         env!("CARGO_MANIFEST_DIR"),

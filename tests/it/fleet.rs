@@ -1,4 +1,4 @@
-//! `pinnerd diff` and `pinnerd fleet` on real published matrices (`../shared/c2c-data/`),
+//! `pinnerd diff` and `pinnerd fleet` on real published matrices (`tests/fixtures/c2c-data/`),
 //! changed the way a noisy re-measurement or a firmware setting would change them.
 
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use serde_json::Value;
 
 fn c2c(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/c2c-data/nviennot")
+        .join("tests/fixtures/c2c-data/nviennot")
         .join(name)
 }
 
@@ -194,6 +194,19 @@ fn one_slowed_host_among_five_noisy_copies_is_the_only_outlier() {
 #[test]
 fn bad_inputs_are_errors_naming_the_file() {
     let dir = tempfile::tempdir().unwrap();
+    // A cause is said once, not once more for each error that wraps it.
+    let one = write(
+        dir.path(),
+        "one.json",
+        &LatencyMatrix::from_fn(vec![0], |_, _| 0.0),
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(["diff".as_ref(), one.as_os_str(), one.as_os_str()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.matches("at least 2 are needed").count(), 1, "{err}");
     let small = write(
         dir.path(),
         "small.json",

@@ -176,3 +176,101 @@ pub fn restore_journal(dir: &Path, data: &[u8]) {
         }
     }
 }
+
+/// Any bytes as an hwloc topology XML: an error names the file and its line; accepted
+/// PUs are distinct, and the same PUs written back as a plain topology read back the
+/// same, in the same (logical) order.
+pub fn hwloc_xml(data: &[u8]) {
+    use pinnerd::export::hwloc::pu_os_indexes;
+    let path = Path::new("fuzz.xml");
+    let text = String::from_utf8_lossy(data);
+    match pu_os_indexes(&text, path) {
+        Err(e) => assert!(e.to_string().starts_with("fuzz.xml:"), "{e}"),
+        Ok(pus) => {
+            let mut seen = std::collections::HashSet::new();
+            assert!(pus.iter().all(|p| seen.insert(*p)), "{pus:?}");
+            let mut plain = String::from("<topology>\n");
+            for p in &pus {
+                plain.push_str(&format!("<object type=\"PU\" os_index=\"{p}\"/>\n"));
+            }
+            plain.push_str("</topology>\n");
+            assert_eq!(pu_os_indexes(&plain, path).expect("its own PUs"), pus);
+        }
+    }
+}
+
+/// The captured machine every `sysfs_tree` input edits: two CPUs, caches, one node.
+pub const SYSFS_BASE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/fixtures/sysfs/epyc-vm-2cpu"
+);
+
+/// The edits of a `sysfs_tree` input: `PATH\0CONTENT\0` pairs, PATH relative to the
+/// captured machine (`sys/…` or `proc/…`), at most 64 of them; a PATH that would leave
+/// the tree is skipped.
+pub fn sysfs_edits(data: &[u8]) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let mut parts = data.split(|&b| b == 0);
+    let mut out = Vec::new();
+    while let (Some(p), Some(c)) = (parts.next(), parts.next()) {
+        if out.len() == 64 {
+            break;
+        }
+        let p = String::from_utf8_lossy(p);
+        let rel = Path::new(p.as_ref());
+        let normal = rel
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        let inside = normal
+            && rel.components().count() <= 12
+            && (rel.starts_with("sys") || rel.starts_with("proc"));
+        if inside {
+            out.push((rel.to_path_buf(), c.to_vec()));
+        }
+    }
+    out
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let dest = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &dest);
+        } else {
+            std::fs::copy(entry.path(), dest).unwrap();
+        }
+    }
+}
+
+/// Any bytes as edits of a captured machine's sysfs and procfs files (see
+/// [`sysfs_edits`]): reading its topology, its fingerprint and the latency domains of
+/// the topology never panics or hangs; an accepted topology has every usable CPU
+/// described.
+pub fn sysfs_tree(dir: &Path, data: &[u8]) {
+    use pinnerd::sysroot::SysRoot;
+    let tree = dir.join("machine");
+    let _ = std::fs::remove_dir_all(&tree);
+    copy_tree(Path::new(SYSFS_BASE), &tree);
+    for (rel, content) in sysfs_edits(data) {
+        let path = tree.join(rel);
+        // An edit under a path that is a file, or of a directory, is not applied.
+        if let Some(parent) = path.parent() {
+            if std::fs::create_dir_all(parent).is_err() {
+                continue;
+            }
+        }
+        let _ = std::fs::write(&path, content);
+    }
+    let root = SysRoot::machine(&tree);
+    let _ = pinnerd::fingerprint::Fingerprint::read(&root);
+    match pinnerd::topology::Topology::from_sysroot(&root) {
+        Err(e) => assert!(!e.to_string().is_empty()),
+        Ok(t) => {
+            for cpu in t.usable().iter() {
+                assert!(t.cpu(cpu).is_some(), "usable CPU {cpu} undescribed");
+            }
+            let _ = pinnerd::domains::Domains::from_topology(&t);
+        }
+    }
+}

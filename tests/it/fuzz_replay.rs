@@ -278,3 +278,16 @@ proptest! {
         prop_assert_eq!(r.is_ok(), v.is_finite() && (0.0..=pinnerd::cli::MAX_BUDGET_SECS).contains(&v));
     }
 }
+
+#[test]
+fn hwloc_xml_corpus_replays() {
+    replay(&inputs(&[corpus("hwloc_xml")], 4), fuzz_checks::hwloc_xml);
+}
+
+#[test]
+fn sysfs_tree_corpus_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    replay(&inputs(&[corpus("sysfs_tree")], 4), |d| {
+        fuzz_checks::sysfs_tree(dir.path(), d)
+    });
+}

@@ -1,7 +1,8 @@
 //! Files generated from the code and checked in, so the package ships them and a
 //! reviewer reads them: the bus interface's introspection XML (from the real daemon on a
 //! private bus), the `pinnerd(8)` man page and the shell completions (from the clap
-//! command tree). Each test fails when its file differs from what the code generates now;
+//! command tree), and the pictures in `docs/images/` (drawn by `pinnerd topology` from a
+//! published matrix). Each test fails when its file differs from what the code generates now;
 //! one command writes them all again:
 //!
 //! ```text
@@ -105,6 +106,44 @@ fn interface_xml_is_the_live_introspection() {
 fn man_page_pinnerd_8_is_generated_from_the_command_tree() {
     let page = pinnerd::cli::docs::man_page().expect("render pinnerd(8)");
     check_or_write("man/pinnerd.8", page.as_bytes());
+}
+
+/// The published matrix the documentation's pictures are drawn from, and the machine
+/// (2 CPUs, so the domains come from the matrix alone wherever the tests run).
+pub const PICTURE_MATRIX: &str =
+    "tests/fixtures/c2c-data/nviennot/AMD_Ryzen_9_5950X_at_3.40_GHz.csv";
+const PICTURE_SYSFS: &str = "tests/fixtures/sysfs/epyc-vm-2cpu";
+
+#[test]
+fn docs_pictures_are_drawn_by_pinnerd_from_a_published_matrix() {
+    let dir = tempfile::tempdir().unwrap();
+    let (domains, heatmap) = (dir.path().join("d.svg"), dir.path().join("h.svg"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        .current_dir(repo())
+        .args([
+            "topology",
+            "--sysfs",
+            PICTURE_SYSFS,
+            "--matrix",
+            PICTURE_MATRIX,
+        ])
+        .arg("--svg")
+        .arg(&domains)
+        .arg("--heatmap")
+        .arg(&heatmap)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let domains = std::fs::read(&domains).unwrap();
+    let heatmap = std::fs::read(&heatmap).unwrap();
+    // The picture shows the 5950X's two CCDs and its SMT pairs, from the matrix alone.
+    let d = String::from_utf8_lossy(&domains);
+    for want in ["0-7,16-23", "8-15,24-31", "llc", "smt", "machine"] {
+        assert!(d.contains(want), "{want} not in the domains picture");
+    }
+    assert!(String::from_utf8_lossy(&heatmap).contains("32 CPUs"));
+    check_or_write("docs/images/domains-5950x.svg", &domains);
+    check_or_write("docs/images/heatmap-5950x.svg", &heatmap);
 }
 
 #[test]

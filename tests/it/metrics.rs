@@ -310,3 +310,71 @@ fn the_daemon_serves_metrics_and_writes_the_textfile() {
         assert_eq!(got.map(|g| g.1), Some(value(series)), "{series}:\n{body}");
     }
 }
+
+/// Runs `cmd ARGS` as uid/gid 65534 with no groups; panics if it fails.
+pub fn as_nobody(cmd: &str, args: &[&std::ffi::OsStr]) {
+    let out = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", cmd])
+        .args(args)
+        .output()
+        .expect("run setpriv");
+    assert!(
+        out.status.success(),
+        "{cmd} {args:?} as uid 65534: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A directory (under a traversable parent) owned by uid 65534, and a root-owned file
+/// outside it that uid 65534 must never get written.
+pub fn nobodys_dir() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let top = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let victim = top.path().join("victim");
+    std::fs::write(&victim, "root's\n").unwrap();
+    let dir = top.path().join("textfiles");
+    std::fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
+    (top, dir, victim)
+}
+
+#[test]
+fn a_link_planted_by_another_user_never_gets_the_textfile_written_through_it() {
+    let (_top, dir, victim) = nobodys_dir();
+    // The temporary name the textfile once had, and the file itself, as links.
+    for name in [
+        format!(".{}.tmp-{}", textfile::FILE_NAME, std::process::id()),
+        textfile::FILE_NAME.to_string(),
+    ] {
+        as_nobody(
+            "ln",
+            &[
+                "-s".as_ref(),
+                victim.as_os_str(),
+                dir.join(name).as_os_str(),
+            ],
+        );
+    }
+    let e = textfile::write(&dir, "pinnerd_rescans_total 1\n").unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("owned by uid 65534") && msg.contains("textfiles"),
+        "{msg}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
+
+    // A sticky directory anyone may write (like /tmp) is refused too.
+    use std::os::unix::fs::PermissionsExt;
+    std::os::unix::fs::chown(&dir, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let msg = textfile::write(&dir, "x\n").unwrap_err().to_string();
+    assert!(msg.contains("writable by others"), "{msg}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
+
+    // Once the directory is root's alone, a link at the file's name is replaced.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = textfile::write(&dir, "pinnerd_rescans_total 1\n").unwrap();
+    assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
+}

@@ -1,4 +1,4 @@
-//! Domains and placement on every usable published matrix in `../shared/c2c-data`,
+//! Domains and placement on every usable published matrix in `tests/fixtures/c2c-data`,
 //! against the counts in its INDEX.md and against an exact search.
 
 use std::path::{Path, PathBuf};
@@ -11,7 +11,7 @@ use pinnerd::CpuSet;
 pub(super) fn data_dir() -> PathBuf {
     Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/c2c-data/nviennot"
+        "/tests/fixtures/c2c-data/nviennot"
     ))
     .to_owned()
 }
@@ -312,7 +312,7 @@ fn all(d: &Domains) -> CpuSet {
 #[test]
 fn every_file_is_either_used_or_excluded_by_name() {
     let mut names: Vec<String> = std::fs::read_dir(data_dir())
-        .expect("../shared/c2c-data/nviennot must exist beside the repository")
+        .expect("tests/fixtures/c2c-data/nviennot is part of the repository")
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();

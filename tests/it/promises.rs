@@ -1,4 +1,5 @@
-//! The README's reliability promises, asserted on the real daemon, the real kernel and a
+//! The reliability promises (docs/reliability.md), asserted on the real daemon, the real
+//! kernel and a
 //! real bus with the rig the promise harness measures with (`benches/promises.rs`).
 //! The bounds here are generous (a shared CI machine); the figures against the promised
 //! times are in benches/README.md.

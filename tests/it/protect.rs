@@ -88,3 +88,43 @@ fn check_notes_rules_broad_enough_to_match_pid_1_or_the_bus_daemon() {
     assert!(!stdout.contains("rule \"svc\""), "{stdout}");
     assert!(stdout.contains("ok: 1 file, 4 rules"), "{stdout}");
 }
+
+/// A run-time pin over the bus cannot take pinnerd itself or the bus daemon either.
+#[test]
+fn pin_process_refuses_pinnerd_itself_and_the_bus_daemon() {
+    use super::daemon::{text, Daemon, Dirs};
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let d = Daemon::start(&bus, &dirs);
+    let own = d.child.id().to_string();
+    let bus_pid = bus.pid().to_string();
+    for (pid, said) in [
+        (&own, "pinnerd's own process"),
+        (&bus_pid, "the bus daemon"),
+    ] {
+        let out = bus.busctl(&[
+            "call",
+            "org.pinnerd.Pinnerd1",
+            "/org/pinnerd/Pinnerd1",
+            "org.pinnerd.Pinnerd1",
+            "PinProcess",
+            "uuss",
+            pid,
+            "1",
+            "compact",
+            "allow",
+        ]);
+        let said_back = text(&out);
+        assert!(!out.status.success(), "pid {pid} was pinned: {said_back}");
+        assert!(
+            said_back.contains(&format!("pid {pid}: {said}")),
+            "{said_back}"
+        );
+    }
+    let listed = bus.call("ListManaged", &[]);
+    assert!(
+        !listed.contains(&own) && !listed.contains(&bus_pid),
+        "{listed}"
+    );
+}

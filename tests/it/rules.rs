@@ -53,10 +53,41 @@ fn check_passes_on_the_shipped_config() {
     } = pinnerd(&[
         "check",
         "--no-permissions",
-        repo("config").to_str().unwrap(),
+        repo("config/pinnerd.toml").to_str().unwrap(),
+        repo("config/pinnerd.d").to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
-    assert_eq!(out, "ok: 7 files, 10 rules\n");
+    // Doubts depend on the machine's CPUs: warnings only, before the verdict.
+    let mut lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.pop(), Some("ok: 7 files, 10 rules"), "{out}");
+    assert!(lines.iter().all(|l| l.contains(": warning: ")), "{out}");
+}
+
+/// `check DIR` reads what the daemon reads from DIR: the files directly inside. A
+/// subdirectory holding rule files is named as not read, never counted.
+#[test]
+fn check_loads_the_files_the_daemon_loads_and_names_a_subdirectory_it_skips() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir(dir.path().join("old")).unwrap();
+    fs::write(dir.path().join("a.toml"), rule("a", "a")).unwrap();
+    fs::write(dir.path().join("old/b.toml"), rule("b", "b")).unwrap();
+    let Run {
+        code,
+        stdout: out,
+        stderr: err,
+        ..
+    } = pinnerd(&["check", "--no-permissions", dir.path().to_str().unwrap()]);
+    assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
+    let d = dir.path().display();
+    assert_eq!(
+        out,
+        format!(
+            "note: {d}/old: not read: the daemon loads only the *.toml files directly inside a rule directory\n\
+             ok: 1 file, 1 rule\n"
+        )
+    );
+    let report = pinnerd::rules::load_dirs(&[dir.path().to_path_buf()], &LoadPolicy::unchecked());
+    assert_eq!(report.files.len(), 1);
 }
 
 #[test]
@@ -72,7 +103,11 @@ fn check_prints_every_problem_and_exits_with_the_config_code() {
         stdout: out,
         stderr: err,
         ..
-    } = pinnerd(&["check", dir.path().to_str().unwrap()]);
+    } = pinnerd(&[
+        "check",
+        dir.path().to_str().unwrap(),
+        dir.path().join("sub").to_str().unwrap(),
+    ]);
     assert_eq!(code, 3, "stdout: {out}\nstderr: {err}");
     let d = dir.path().display();
     assert_eq!(
@@ -724,6 +759,13 @@ mod props {
                             pinnerd::rules::format::Irqs::Away
                         } else {
                             pinnerd::rules::format::Irqs::Leave
+                        })
+                    }),
+                    memory: exclusive.map(|e| {
+                        sp(if e {
+                            pinnerd::rules::format::Memory::Leave
+                        } else {
+                            pinnerd::rules::format::Memory::Follow
                         })
                     }),
                 }

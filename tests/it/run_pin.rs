@@ -197,6 +197,85 @@ fn run_without_a_daemon_sets_the_cpus_and_passes_the_exit_status_through() {
     assert!(out.ok && out.stderr.contains("no daemon to ask"), "{out:?}");
 }
 
+/// The NUMA node of `cpu`, from sysfs.
+fn node_of(cpu: u32) -> u32 {
+    for e in std::fs::read_dir("/sys/devices/system/node")
+        .unwrap()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(id) = name.strip_prefix("node").and_then(|n| n.parse().ok()) else {
+            continue;
+        };
+        let list = std::fs::read_to_string(e.path().join("cpulist")).unwrap();
+        if list.trim().parse::<CpuSet>().unwrap().contains(cpu) {
+            return id;
+        }
+    }
+    panic!("CPU {cpu} is in no node")
+}
+
+#[test]
+fn run_memory_sets_the_commands_policy_to_the_nodes_of_its_cpus() {
+    let _cpus = super::cpus_stay_online();
+    let cpu = online().last().unwrap();
+    let node = node_of(cpu);
+    let cpu_s = cpu.to_string();
+    for (memory, policy) in [("bind", "bind"), ("preferred", "prefer")] {
+        let out = pinnerd(&[
+            "run",
+            "--bus",
+            NO_BUS,
+            "--cpus",
+            &cpu_s,
+            "--memory",
+            memory,
+            "--",
+            "cat",
+            "/proc/self/numa_maps",
+        ]);
+        assert!(out.ok, "{out:?}");
+        let want = format!("{policy}:{node}");
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        assert!(!lines.is_empty(), "{out:?}");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.split(' ').nth(1) == Some(want.as_str())),
+            "every mapping of the command has {want:?}: {}",
+            out.stdout
+        );
+    }
+    // Without --memory (leave): the default policy.
+    let out = pinnerd(&[
+        "run",
+        "--bus",
+        NO_BUS,
+        "--cpus",
+        &cpu_s,
+        "--",
+        "cat",
+        "/proc/self/numa_maps",
+    ]);
+    assert!(out.ok, "{out:?}");
+    assert!(
+        out.stdout
+            .lines()
+            .all(|l| l.split(' ').nth(1) == Some("default")),
+        "{out:?}"
+    );
+    let out = pinnerd(&[
+        "run",
+        "--bus",
+        NO_BUS,
+        "--memory",
+        "everywhere",
+        "--",
+        "true",
+    ]);
+    assert!(!out.ok && out.stderr.contains("bind"), "{out:?}");
+}
+
 #[test]
 fn run_rule_without_a_daemon_uses_the_rule_files() {
     let _cpus = super::cpus_stay_online();
@@ -261,7 +340,7 @@ fn run_with_the_daemon_avoids_exclusive_cpus_and_registers_the_process() {
     assert!(out.ok, "{out:?}\nlog:\n{}", d.log());
     assert_eq!(allowed_in(&out.stdout).to_string(), "0", "{}", out.stdout);
 
-    // The same through busctl, as README shows it.
+    // The same through busctl, as docs/dbus.md shows it.
     let out = bus.busctl_as_nobody(&[
         "call", NAME, PATH, IFACE, "PlanWith", "a{sv}", "1", "count", "u", "1",
     ]);
@@ -332,6 +411,69 @@ fn run_with_the_daemon_avoids_exclusive_cpus_and_registers_the_process() {
     );
 }
 
+/// Every placement flag reaches the daemon as a key it reads (`PlanWith` for `run
+/// --print`, `PinProcessWith` for `run` and `pin`): what the daemon answers is what the
+/// library plans for the same flags without it.
+#[test]
+fn every_placement_flag_works_through_the_daemon() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    dirs.write_rule("10-hold.toml", &hold_cpu_1());
+    let h = Helper::spawn(dirs.root.path(), "rp-keys");
+    let pid_s = h.pid.to_string();
+    let d = Daemon::start(&bus, &dirs);
+    let addr = bus.address.as_str();
+    let cases: [&[&str]; 10] = [
+        &["--count", "1"],
+        &["--count", "1", "--policy", "spread"],
+        &["--count", "1", "--smt", "avoid"],
+        &["--count", "1", "--within", "0"],
+        &["--count", "1", "--core-type", "performance"],
+        &["--count", "1", "--core-type", "efficiency"],
+        &["--count", "1", "--prefer", "cache"],
+        &["--count", "1", "--near", "lo"],
+        &["--cpus", "0"],
+        &["--rule", "hold1"],
+    ];
+    for flags in cases {
+        let mut args = vec!["run", "--bus", addr];
+        args.extend_from_slice(flags);
+        args.push("--print");
+        let out = pinnerd(&args);
+        // Without the daemon: the same flags planned here, with the same rules.
+        let mut alone = vec!["run", "--bus", NO_BUS, "--rules"];
+        let rules = dirs.rules();
+        let rules_s = rules.to_str().unwrap();
+        alone.push(rules_s);
+        alone.extend_from_slice(flags);
+        alone.push("--print");
+        let here = pinnerd(&alone);
+        assert!(!out.stderr.contains("unknown"), "{flags:?}: {out:?}");
+        if flags.contains(&"efficiency") {
+            // No efficiency cores on this machine: refused the same way by both.
+            assert!(!out.ok && !here.ok, "{flags:?}: {out:?} {here:?}");
+            assert!(
+                out.stderr.contains("efficiency"),
+                "{flags:?}: {}",
+                out.stderr
+            );
+            continue;
+        }
+        assert!(out.ok, "{flags:?}: {out:?}\nlog:\n{}", d.log());
+        let cpus = |s: &str| s.split_whitespace().nth(1).unwrap_or_default().to_string();
+        assert!(out.stdout.starts_with("CPUs "), "{flags:?}: {}", out.stdout);
+        assert!(here.ok, "{flags:?} without the daemon: {here:?}");
+        assert_eq!(cpus(&out.stdout), cpus(&here.stdout), "{flags:?}");
+        let mut args = vec!["pin", "--bus", addr, &pid_s];
+        args.extend_from_slice(flags);
+        let out = pinnerd(&args);
+        assert!(out.ok, "pin {flags:?}: {out:?}\nlog:\n{}", d.log());
+        let out = pinnerd(&["release", "--bus", addr, &pid_s]);
+        assert!(out.ok, "release after {flags:?}: {out:?}");
+    }
+}
+
 #[test]
 fn pin_and_release_from_the_command_line() {
     let _cpus = super::cpus_stay_online();
@@ -365,7 +507,7 @@ fn pin_and_release_from_the_command_line() {
     assert!(out.ok, "{out:?}");
     assert!(out.stdout.starts_with(&format!("pid {pid}: released")));
     assert!(all_on(pid, &original), "{:?}", masks(pid));
-    // PinProcessWith through busctl, as README shows it.
+    // PinProcessWith through busctl, as docs/dbus.md shows it.
     let got = bus.call(
         "PinProcessWith",
         &[

@@ -257,7 +257,7 @@ core-type = "efficiency"
 }
 
 /// The same requests on the fixtures planned with the real published matrices of those
-/// parts (`../shared/c2c-data`): the kinds and caches still decide, latency within them.
+/// parts (`tests/fixtures/c2c-data`): the kinds and caches still decide, latency within them.
 #[test]
 fn published_matrices_plan_within_the_kind_and_the_cache_group() {
     let matrix = |file: &str| {

@@ -455,7 +455,7 @@ fn the_captured_vm_matches_what_it_showed() {
 
 // ---- fingerprint on edited copies ------------------------------------------------------
 
-fn copy_tree(from: &Path, to: &Path) {
+pub fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end test: the Debian package under real systemd in a 2-socket, SMT, 2-node VM.
 #
-#   tests/vm/run.sh            (as root; README "End-to-end VM test")
+#   tests/vm/run.sh            (as root; CONTRIBUTING.md "The end-to-end VM test")
 #
 # 1. builds the package (cargo deb), unless PINNERD_DEB names a .deb, and runs lintian
 #    on it (tests/lintian.sh: no errors or warnings);
@@ -133,6 +133,7 @@ rm -f "$root/tmp/pinnerd.deb"
 install -d "$root/usr/local/lib/pinnerd-vm"
 install -m 0755 "$here/guest/checks.sh" "$root/usr/local/lib/pinnerd-vm/checks.sh"
 install -m 0644 "$here/guest/workload.py" "$root/usr/local/lib/pinnerd-vm/workload.py"
+install -m 0644 "$here/guest/memworker.py" "$root/usr/local/lib/pinnerd-vm/memworker.py"
 install -m 0644 "$here/guest/pinnerd-vm-checks.service" "$root/etc/systemd/system/"
 ln -s ../pinnerd-vm-checks.service "$root/etc/systemd/system/multi-user.target.wants/"
 if [ -f "$here/guest/pinnerd.toml" ]; then

@@ -164,6 +164,7 @@ impl State {
         cfg.budget = budget;
         cfg.guard = LoadGuard {
             min_idle: self.timing.min_idle,
+            set_by: "measure.idle-threshold",
             ..LoadGuard::default()
         };
         cfg.fingerprint = self.fingerprint.as_ref().map(|f| f.hex.clone());

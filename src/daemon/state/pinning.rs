@@ -15,8 +15,11 @@ impl State {
     /// [`Command::AsOwner`].
     pub(super) fn runtime_command(&mut self, cmd: Command) -> Result<Reply, CommandError> {
         match cmd {
-            Command::PinWith { pid, place } => {
+            Command::PinWith { pid, place, follow } => {
                 let request = self.resolve_place(&place)?;
+                let follow = follow
+                    || matches!(&place, crate::api::PlaceSpec::Rule(name)
+                        if self.rules.rules.get(name).is_some_and(|r| r.memory_follow));
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
                 let cpus = self
                     .runtime_cpus(&request)?
@@ -24,7 +27,8 @@ impl State {
                 let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
                 match m.pin(pid_i, &cpus) {
                     Ok(changes) => {
-                        tracing::info!(pid, %cpus, "pinned at run time");
+                        tracing::info!(pid, %cpus, follow, "pinned at run time");
+                        self.follow.set_runtime(pid_i, follow);
                         self.after_manager(changes);
                         Ok(Reply::Cpus(cpus))
                     }

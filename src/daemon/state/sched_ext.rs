@@ -81,7 +81,7 @@ impl State {
                         PlanState::Placed { cpus } => {
                             sched_ext::is_partial(cpus, &nodes, &online).then(|| cpus.clone())
                         }
-                        PlanState::Slots { slots } => slots
+                        PlanState::Slots { slots, .. } => slots
                             .iter()
                             .find(|c| sched_ext::is_partial(c, &nodes, &online))
                             .cloned(),

@@ -36,7 +36,7 @@ fn median(v: &mut [f64]) -> f64 {
     if v.len() % 2 == 1 {
         v[m]
     } else {
-        (v[m - 1] + v[m]) / 2.0
+        crate::stats::midpoint(v[m - 1], v[m])
     }
 }
 

@@ -656,6 +656,65 @@ EOF
     echo "all threads on $m (package $(package_of "${m%%[,-]*}"), not siblings)"
 }
 
+# The feed-handler rule a user writes: rx-* threads, one CPU each, compact, smt = avoid,
+# and nothing else. Four threads that name themselves rx-1..rx-4 after they start get
+# four CPUs of four distinct cores (the VM has four cores); the process's other threads
+# are left alone.
+rx_on_distinct_cores() {
+    local pid=$1 tid m cores="" n=0
+    for tid in $(cat "$WORK/vmwork-rx/tids"); do
+        m=$(task_mask "$pid" "$tid")
+        case $m in *[,-]* | "") return 1 ;; esac
+        cores+="$(siblings "$m")"$'\n'
+        n=$((n + 1))
+    done
+    [ "$n" -eq 4 ] && [ "$(printf '%s' "$cores" | sort -u | wc -l)" -eq 4 ]
+}
+export -f rx_on_distinct_cores
+check_threads_rule_smt_avoid() {
+    local pid i tid out=""
+    pid=$(start_workload vmwork-rx 1 rx-) || {
+        echo "$pid"
+        return 1
+    }
+    put_rule 52-vm-rx.toml <<'EOF'
+[[rule]]
+name = "vm-rx"
+[rule.match]
+comm = "vmwork-rx"
+[[rule.threads]]
+comm = "rx-*"
+count = 1
+policy = "compact"
+smt = "avoid"
+EOF
+    wait_for 20 managed_by "$pid" vm-rx || {
+        echo "vmwork-rx is not managed by vm-rx"
+        return 1
+    }
+    open_tick
+    for i in 1 2 3 4; do
+        new_thread vmwork-rx || return 1
+    done
+    if ! wait_for 20 rx_on_distinct_cores "$pid"; then
+        for tid in $(cat "$WORK/vmwork-rx/tids"); do
+            out+="$tid($(cat "/proc/$pid/task/$tid/comm" 2>/dev/null))=$(task_mask "$pid" "$tid") "
+        done
+        echo "rx threads: $out; want one CPU each on 4 distinct cores"
+        return 1
+    fi
+    [ "$(task_mask "$pid" "$pid")" = "$ALL_CPUS" ] || {
+        echo "the main thread, which no entry takes, was moved: $(masks "$pid")"
+        return 1
+    }
+    for tid in $(cat "$WORK/vmwork-rx/tids"); do
+        out+="$(cat "/proc/$pid/task/$tid/comm")=$(task_mask "$pid" "$tid") "
+    done
+    rm -f "$RULES/52-vm-rx.toml"
+    systemctl stop vmwork-rx.service 2>/dev/null
+    echo "${out% }: 4 distinct cores; the main thread left alone on $ALL_CPUS"
+}
+
 # A unit confined by systemd to CPUs 4-7 (cgroup v2 cpuset.cpus.effective) is planned
 # inside them: its count rule picks two non-sibling CPUs of 4-7, applied, not refused.
 # Runs before the other workloads (see the runner).
@@ -1293,6 +1352,167 @@ check_irqs_away_with_irqbalance() {
     echo "IRQs moved: ${moved:-none}; none effective on 6-7 after 30 s with irqbalance running (it banned mask $banned), all back after"
 }
 
+# ---------------------------------------------------------------- memory (NUMA)
+
+# anon_on PID NODE: the percentage (integer) of PID's anonymous memory on NODE, from
+# /proc/PID/numa_maps (mappings with anon= and no file=; pages times their size).
+anon_on() {
+    awk -v node="N$2" '
+        / anon=/ && !/ file=/ {
+            kb = 4
+            for (i = 3; i <= NF; i++) if ($i ~ /^kernelpagesize_kB=/) { split($i, p, "="); kb = p[2] }
+            for (i = 3; i <= NF; i++) if ($i ~ /^N[0-9]+=/) {
+                split($i, p, "="); all += p[2] * kb; if (p[1] == node) on += p[2] * kb
+            }
+        }
+        END { if (all == 0) print 0; else printf "%d\n", 100 * on / all }' "/proc/$1/numa_maps"
+}
+# anon_mib PID: PID's anonymous memory in MiB.
+anon_mib() {
+    awk '/ anon=/ && !/ file=/ { kb = 4
+            for (i = 3; i <= NF; i++) if ($i ~ /^kernelpagesize_kB=/) { split($i, p, "="); kb = p[2] }
+            for (i = 3; i <= NF; i++) if ($i ~ /^N[0-9]+=/) { split($i, p, "="); all += p[2] * kb } }
+        END { printf "%d\n", all / 1024 }' "/proc/$1/numa_maps"
+}
+# start_memworker NAME MIB [CMD PREFIX…]: memworker.py as its own service under comm
+# NAME, after the prefix (e.g. taskset, pinnerd run); prints its pid.
+start_memworker() {
+    local name=$1 mib=$2 dir=$WORK/$1
+    shift 2
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    ln -sf /usr/bin/python3 "/usr/local/bin/$name"
+    systemd-run --quiet --unit="$name" --service-type=simple \
+        "$@" "/usr/local/bin/$name" "$LIB/memworker.py" "$dir" "$mib" || return 1
+    wait_for 120 test -s "$dir/pid" || {
+        echo "memory worker $name did not start: $(systemctl status --no-pager "$name" 2>&1 | tail -5)"
+        return 1
+    }
+    cat "$dir/pid"
+}
+# The checks run in `bash -c` (run_check): the helpers they call must be exported.
+export -f anon_on anon_mib start_memworker
+
+# `pinnerd run --count 2 --within 4-7 --memory bind -- WORKER`: every mapping of the
+# worker has the policy bind:1 and its anonymous memory is on node 1 only.
+check_run_memory_bind() {
+    local pid pol on m
+    pid=$(start_memworker vmmem-bind 64 pinnerd run --count 2 --within 4-7 --memory bind --) || {
+        echo "$pid"
+        return 1
+    }
+    pol=$(awk '{ print $2 }' "/proc/$pid/numa_maps" | sort -u | tr '\n' ' ')
+    on=$(anon_on "$pid" 1)
+    m=$(uniform_mask "$pid")
+    systemctl stop vmmem-bind 2>/dev/null
+    [ "$pol" = "bind:1 " ] || {
+        echo "policies in numa_maps: $pol (want bind:1 only)"
+        return 1
+    }
+    [ "$on" -ge 99 ] || {
+        echo "only $on% of its anonymous memory is on node 1"
+        return 1
+    }
+    echo "every mapping bind:1; $on% of its anonymous memory on node 1 (CPUs $m)"
+}
+
+# A worker whose 256 MiB sit on node 1 (allocated on CPUs 4-7), then allowed on every
+# CPU, is matched by a count = 2, smt = "avoid" rule without `within`: it lands on node 1
+# (best-fit alone takes node 0) and Explain gives the memory reason.
+check_plan_where_memory_is() {
+    local pid on why m
+    pid=$(start_memworker vmmem-plan 256 taskset -c 4-7) || {
+        echo "$pid"
+        return 1
+    }
+    taskset -a -p -c "$ALL_CPUS" "$pid" >/dev/null || return 1
+    on=$(anon_on "$pid" 1)
+    [ "$on" -ge 90 ] || {
+        echo "precondition: only $on% of its anonymous memory is on node 1"
+        return 1
+    }
+    put_rule 70-vm-plan-memory.toml <<'EOF'
+[[rule]]
+name = "vm-plan-memory"
+[rule.match]
+comm = "vmmem-plan"
+[rule.place]
+count = 2
+smt = "avoid"
+EOF
+    on_node1_apart() {
+        local m cpus
+        m=$(uniform_mask "$1") || return 1
+        mapfile -t cpus < <(expand "$m")
+        [ "${#cpus[@]}" -eq 2 ] && [ "${cpus[0]}" -ge 4 ] && [ "${cpus[1]}" -le 7 ] &&
+            ! expand "$(siblings "${cpus[0]}")" | grep -qx "${cpus[1]}"
+    }
+    export -f on_node1_apart
+    if ! wait_for 20 on_node1_apart "$pid"; then
+        echo "threads on $(masks "$pid"), want two non-sibling CPUs of node 1 (4-7); Explain: $(bus call "$BUS" "$OBJ" "$IFACE" Explain u "$pid")"
+        return 1
+    fi
+    m=$(uniform_mask "$pid")
+    why=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$pid" | jq -r '.data[0]')
+    rm -f "$RULES/70-vm-plan-memory.toml"
+    systemctl stop vmmem-plan 2>/dev/null
+    grep -q "node 1 chosen: holds [0-9]*% of its " <<<"$why" || {
+        echo "Explain gives no memory reason: $why"
+        return 1
+    }
+    echo "$on% of its memory on node 1; placed on $m; Explain: $(grep -o 'node 1 chosen: .*' <<<"$why" | head -1)"
+}
+
+# A worker allocates and touches 256 MiB while confined to CPUs 0-3 (node 0); a rule
+# with memory = "follow" then places it on node 1: within 10 s at least 90% of its
+# anonymous memory is on node 1 per numa_maps, and Explain says what moved.
+check_memory_follows() {
+    local pid on t0 why m
+    pid=$(start_memworker vmmem-follow 256 taskset -c 0-3) || {
+        echo "$pid"
+        return 1
+    }
+    on=$(anon_on "$pid" 0)
+    [ "$on" -ge 90 ] || {
+        echo "precondition: only $on% of its anonymous memory is on node 0"
+        return 1
+    }
+    t0=$(now)
+    put_rule 71-vm-memory-follow.toml <<'EOF'
+[[rule]]
+name = "vm-memory-follow"
+[rule.match]
+comm = "vmmem-follow"
+[rule.place]
+count = 2
+within = "4-7"
+memory = "follow"
+EOF
+    mostly_on_node1() { [ "$(anon_on "$1" 1)" -ge 90 ]; }
+    export -f mostly_on_node1 anon_on
+    if ! wait_for 10 mostly_on_node1 "$pid"; then
+        echo "after $(elapsed "$t0") s only $(anon_on "$pid" 1)% of its $(anon_mib "$pid") MiB is on node 1 (threads on $(masks "$pid")); Explain: $(bus call "$BUS" "$OBJ" "$IFACE" Explain u "$pid")"
+        rm -f "$RULES/71-vm-memory-follow.toml"
+        systemctl stop vmmem-follow 2>/dev/null
+        return 1
+    fi
+    t1=$(elapsed "$t0")
+    on=$(anon_on "$pid" 1)
+    m=$(uniform_mask "$pid")
+    # The job's outcome reaches Explain when it ends.
+    has_moved() { bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$1" | jq -r '.data[0]' | grep -q 'memory follow: moved '; }
+    export -f has_moved
+    wait_for 10 has_moved "$pid"
+    why=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$pid" | jq -r '.data[0]')
+    rm -f "$RULES/71-vm-memory-follow.toml"
+    systemctl stop vmmem-follow 2>/dev/null
+    grep -q 'memory follow: moved [0-9.]* [KMG]iB from node 0 to node 1' <<<"$why" || {
+        echo "$on% on node 1 after $t1 s, but Explain does not say what moved: $why"
+        return 1
+    }
+    echo "$on% of its anonymous memory on node 1 after $t1 s (CPUs $m); Explain: $(grep -o 'memory follow: .*' <<<"$why" | head -1)"
+}
+
 passed=0
 failed=0
 failed_names=()
@@ -1330,6 +1550,7 @@ run_check cgroup-allowed-cpus check_cgroup_allowed_cpus 120
 run_check rule-explicit-pins check_rule_explicit 120
 run_check rule-explicit-new-thread check_rule_explicit_new_thread 60
 run_check rule-compact-smt-avoid check_rule_compact 120
+run_check threads-rule-smt-avoid check_threads_rule_smt_avoid 120
 run_check rule-removal-reload check_rule_removal_reload 60
 run_check bad-rule-keeps-old check_bad_rule 90
 run_check irqs-away-with-irqbalance check_irqs_away_with_irqbalance 180
@@ -1343,6 +1564,9 @@ run_check polkit-own-process check_polkit_own_process 90
 run_check restart-keeps-pinned check_restart 120
 run_check kill9-keeps-pinned check_kill9 120
 run_check restore-after-crash check_restore_after_crash 60
+run_check run-memory-bind check_run_memory_bind 180
+run_check plan-where-memory-is check_plan_where_memory_is 180
+run_check memory-follows check_memory_follows 180
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
 run_check package-purge-restores check_package_purge 60

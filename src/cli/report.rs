@@ -1,0 +1,457 @@
+//! `pinnerd report`: the machine's map on one page. Gathers the facts (the topology,
+//! the matrix as `plan` finds it, plans for K = 2, 4, 8, with `--compare` the measured
+//! effect) into a [`Report`] and writes `report.json` and `report.html` (drawn by
+//! `crate::report`) into `--out`.
+//!
+//! Must not touch: placement or measurement logic (it asks `plan` and `compare`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::plan::{ground, place_on, Ground, PlanArgs, Source};
+use crate::cpuset::CpuSet;
+use crate::domains::{Layout, LevelKind};
+use crate::fingerprint::Fingerprint;
+use crate::measure::{self, guard, plain, MeasureConfig};
+use crate::placement::{Policy, SmtPolicy};
+use crate::report::{
+    self, Agreement, DomainLevel, Machine, NodeFacts, PlanRow, Quality, Report, Spread,
+};
+use crate::topology::{CoreType, Topology};
+
+#[derive(Debug, clap::Args)]
+pub struct ReportArgs {
+    /// Directory to write report.html and report.json into (created when missing).
+    #[arg(long, value_name = "DIR", default_value = "pinnerd-report")]
+    pub out: PathBuf,
+    /// Latency matrix (our JSON or core-to-core-latency's CSV) instead of this machine's
+    /// stored or measured one. Another machine's matrix is drawn from its own domains.
+    #[arg(long, value_name = "FILE")]
+    pub matrix: Option<PathBuf>,
+    /// Root of the sysfs tree to read the topology from (e.g. a captured machine).
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sysfs: PathBuf,
+    /// Also measure the effect (a ping-pong ring on the planned, autopilot, worst and
+    /// unpinned CPUs, as `pinnerd compare`) and the engine against a plain ping-pong on
+    /// the first two CPUs. Spins this machine's CPUs for about 15 s.
+    #[arg(long)]
+    pub compare: bool,
+    /// Seconds a measurement made by the report may take (none stored, no --matrix).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    pub budget: f64,
+}
+
+/// Ks of "where CPU numbers lie".
+const KS: [usize; 3] = [2, 4, 8];
+/// Rounds of the engine against the plain ping-pong.
+const AGREEMENT_ROUNDS: usize = 5;
+
+pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
+    super::seconds("--budget", args.budget, super::MAX_BUDGET_SECS)?;
+    let plan_args = |count: usize, policy: Policy| PlanArgs {
+        count: Some(count as u32),
+        policy,
+        smt: SmtPolicy::Allow,
+        exclude: None,
+        place: Default::default(),
+        matrix: args.matrix.clone(),
+        sysfs: args.sysfs.clone(),
+        json: true,
+        live: false,
+        rules: Vec::new(),
+        config: PathBuf::from(crate::settings::DEFAULT_SETTINGS_PATH),
+        state_dir: None,
+        measure_budget: args.budget,
+        no_measure: false,
+        pid: None,
+        measure_off_by: None,
+    };
+    let g = ground(&plan_args(2, Policy::Compact))?;
+    let real_sysfs = args.sysfs == Path::new("/sys");
+    let dcpus: CpuSet = g.domains.cpus().iter().copied().collect();
+    // The page describes the machine of the sysfs tree when the matrix fits it.
+    let known = g
+        .topology
+        .as_ref()
+        .filter(|t| dcpus == t.online || dcpus == t.usable());
+    if args.compare && !(real_sysfs && known.is_some()) {
+        anyhow::bail!(
+            "--compare spins this machine's CPUs: it needs this machine's matrix (no --sysfs, no --matrix of another machine)"
+        );
+    }
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating the report directory {}", args.out.display()))?;
+
+    let machine = match known {
+        Some(t) => machine_facts(&g, t, real_sysfs)?,
+        None => matrix_facts(&g, args.matrix.as_deref()),
+    };
+    let levels = match known {
+        Some(t) => Layout::from_topology(t)
+            .restricted(&dcpus)
+            .levels
+            .into_iter()
+            .map(|(k, groups)| (level_word(k), groups))
+            .collect(),
+        None => report::domain_levels(&g.domains)
+            .into_iter()
+            .map(|(n, groups)| (if n == "smt" { "core".into() } else { n }, groups))
+            .collect(),
+    };
+    let topology = report::topo_boxes(
+        "machine".into(),
+        &dcpus,
+        &report::tidy_levels(levels),
+        g.matrix.as_ref(),
+    );
+    let (colour_level, cpu_group) = report::colour_groups(&g.domains);
+
+    let mut plans = Vec::new();
+    let mut pair_advice = None;
+    for k in KS.into_iter().filter(|&k| k <= g.available.len()) {
+        for policy in [Policy::Compact, Policy::Spread] {
+            plans.push(match place_on(&g, &plan_args(k, policy), k) {
+                Ok(a) => {
+                    let row = plan_row(k, policy, &a.json());
+                    if k == 2 && policy == Policy::Compact {
+                        pair_advice = Some(a);
+                    }
+                    row
+                }
+                Err(e) => PlanRow {
+                    k,
+                    policy: policy.to_string(),
+                    cpus: Vec::new(),
+                    worst_latency_ns: None,
+                    mean_latency_ns: None,
+                    autopilot_cpus: None,
+                    autopilot_worst_ns: None,
+                    autopilot_mean_ns: None,
+                    ratio: None,
+                    error: Some(format!("{e:#}")),
+                },
+            });
+        }
+    }
+
+    let mut quality = quality(&g, known);
+    let effect = if args.compare {
+        let advice = pair_advice.context("no plan of two CPUs to compare")?;
+        let e = super::compare::measure_effect(&advice, 2, 7, Duration::from_millis(300))
+            .context("measuring the effect")?;
+        let avail: Vec<u32> = g.available.iter().collect();
+        match avail.as_slice() {
+            [a, b, ..] => match agreement(*a, *b) {
+                Ok(a) => quality.agreement = Some(a),
+                Err(e) => quality.agreement_error = Some(format!("{e:#}")),
+            },
+            _ => quality.agreement_error = Some("fewer than two usable CPUs".into()),
+        }
+        Some(e.json())
+    } else {
+        None
+    };
+
+    let r = Report {
+        generated_by: format!("pinnerd {}", env!("CARGO_PKG_VERSION")),
+        source: g.source_description(),
+        this_machine: known.is_some(),
+        machine,
+        topology,
+        topology_from: if known.is_some() { "sysfs" } else { "matrix" }.into(),
+        domains: g
+            .domains
+            .levels()
+            .iter()
+            .map(|l| DomainLevel {
+                name: l.name(),
+                latency_ns: l.latency_ns,
+                groups: l.groups.clone(),
+            })
+            .collect(),
+        colour_level,
+        cpu_group,
+        cpu_order: g.domains.cpus().to_vec(),
+        domain_order: report::domain_order(&g.domains),
+        plans,
+        effect,
+        quality,
+    };
+    let write = |name: &str, text: &str| -> anyhow::Result<PathBuf> {
+        let path = args.out.join(name);
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        Ok(path)
+    };
+    if let (Source::Measured(_), Some(m)) = (&g.source, &g.matrix) {
+        write("matrix.json", &(serde_json::to_string_pretty(m)? + "\n"))?;
+    }
+    let json = write("report.json", &(serde_json::to_string_pretty(&r)? + "\n"))?;
+    let html = write("report.html", &report::html(&r, g.matrix.as_ref()))?;
+    println!(
+        "{}\n{}\nfrom the {}",
+        html.display(),
+        json.display(),
+        r.source
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+impl Ground {
+    fn source_description(&self) -> String {
+        match &self.source {
+            Source::File(p) => format!("matrix {}", p.display()),
+            Source::Stored(p) => format!("stored matrix {}", p.display()),
+            Source::Measured(d) => format!(
+                "matrix measured now ({:.1} s, {})",
+                d.as_secs_f64(),
+                if self.matrix.as_ref().is_some_and(|m| m.sparse.is_some()) {
+                    "sparse"
+                } else {
+                    "every pair"
+                }
+            ),
+            Source::TopologyOnly(why) => format!("sysfs topology alone: {why}"),
+        }
+    }
+}
+
+fn level_word(k: LevelKind) -> String {
+    match k {
+        LevelKind::Smt => "core".into(),
+        other => other.as_str().into(),
+    }
+}
+
+/// A row from `pinnerd plan --json`'s object.
+fn plan_row(k: usize, policy: Policy, j: &serde_json::Value) -> PlanRow {
+    let cpus = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.as_u64())
+            .map(|c| c as u32)
+            .collect()
+    };
+    let auto = &j["autopilot"];
+    let worst = j["worst_latency_ns"].as_f64();
+    let auto_worst = auto["worst_latency_ns"].as_f64();
+    PlanRow {
+        k,
+        policy: policy.to_string(),
+        cpus: cpus(&j["cpus"]),
+        worst_latency_ns: worst,
+        mean_latency_ns: j["mean_latency_ns"].as_f64(),
+        autopilot_cpus: (!auto.is_null()).then(|| cpus(&auto["cpus"])),
+        autopilot_worst_ns: auto_worst,
+        autopilot_mean_ns: auto["mean_latency_ns"].as_f64(),
+        ratio: match (auto_worst, worst) {
+            (Some(a), Some(p)) if p > 0.0 => Some(a / p),
+            _ => None,
+        },
+        error: None,
+    }
+}
+
+/// The machine section from sysfs and procfs.
+fn machine_facts(g: &Ground, t: &Topology, real_sysfs: bool) -> anyhow::Result<Machine> {
+    let fp = Fingerprint::read(&g.root).context("computing the hardware fingerprint")?;
+    let i = &fp.inputs;
+    let smt = match (&i.smt_control, t.has_smt()) {
+        (Some(c), true) => format!("on (control: {c})"),
+        (Some(c), false) => format!("no SMT threads (control: {c})"),
+        (None, true) => "on".into(),
+        (None, false) => "no SMT threads".into(),
+    };
+    let core_kinds = t.core_types_from.as_ref().map(|from| {
+        format!(
+            "performance {} · efficiency {} (from {from})",
+            t.cpus_of_kind(CoreType::Performance),
+            t.cpus_of_kind(CoreType::Efficiency)
+        )
+    });
+    let virtualisation =
+        (i.hypervisor_flag || i.hypervisor_type.is_some()).then(|| match &i.hypervisor_type {
+            Some(h) => format!("guest of {h}"),
+            None => "guest (hypervisor flag set)".into(),
+        });
+    let mut steal = Vec::new();
+    if real_sysfs {
+        // Steal over a quarter second now: a host taking time from these CPUs.
+        if let Ok(before) = guard::read_stat(&g.root) {
+            std::thread::sleep(Duration::from_millis(250));
+            if let Ok(after) = guard::read_stat(&g.root) {
+                let ticks = guard::steal_ticks(&before, &after, &t.online);
+                if !ticks.is_empty() {
+                    let per: Vec<String> =
+                        ticks.iter().map(|(c, n)| format!("CPU {c}: {n}")).collect();
+                    steal.push(format!(
+                        "steal ticks in 0.25 s while reporting: {}",
+                        per.join(", ")
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(m) = &g.matrix {
+        steal.extend(
+            m.warnings
+                .iter()
+                .filter(|w| w.contains("steal"))
+                .map(|w| format!("while measuring: {w}")),
+        );
+    }
+    Ok(Machine {
+        model: i.cpu_model_name.clone().or_else(|| i.cpu_model.clone()),
+        fingerprint: Some(fp.hex.clone()),
+        kernel: i.kernel_release.clone(),
+        smt,
+        cpus: t.cpus.len(),
+        online: Some(t.online.to_string()),
+        nodes: t
+            .nodes
+            .iter()
+            .filter(|n| !n.cpus.is_empty())
+            .map(|n| NodeFacts {
+                id: n.id,
+                cpus: n.cpus.clone(),
+                distances: n.distances.values().copied().collect(),
+            })
+            .collect(),
+        core_kinds,
+        x3d_mode: t.x3d_mode.clone(),
+        sched_ext: crate::sched_ext::read(&g.root)
+            .context("reading the sched_ext state")?
+            .map(|s| s.describe()),
+        virtualisation,
+        steal,
+    })
+}
+
+/// The machine section of a matrix from elsewhere: what the matrix itself says.
+fn matrix_facts(g: &Ground, path: Option<&Path>) -> Machine {
+    let name = path
+        .and_then(|p| p.file_stem())
+        .map(|s| s.to_string_lossy().replace('_', " "));
+    let smt = match g.domains.smt_level() {
+        Some(l) => format!(
+            "{} SMT pairs seen in the matrix",
+            g.domains.levels()[l].groups.len()
+        ),
+        None => "no SMT pairs seen in the matrix".into(),
+    };
+    Machine {
+        model: name.map(|n| format!("{n} (published matrix)")),
+        fingerprint: g.matrix.as_ref().and_then(|m| m.fingerprint.clone()),
+        smt,
+        cpus: g.domains.cpus().len(),
+        ..Machine::default()
+    }
+}
+
+/// The measurement-quality section.
+fn quality(g: &Ground, known: Option<&Topology>) -> Quality {
+    let mut q = Quality {
+        findings: g
+            .findings
+            .iter()
+            .map(|f| {
+                format!(
+                    "{}: {}",
+                    serde_json::to_value(f.kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(String::from))
+                        .unwrap_or_default(),
+                    f.message
+                )
+            })
+            .collect(),
+        warnings: g.warnings.clone(),
+        ..Quality::default()
+    };
+    let Some(m) = &g.matrix else {
+        return q;
+    };
+    let summary = m.summary();
+    q.pairs_total = summary.pairs + summary.missing;
+    q.pairs_with_figure = summary.pairs;
+    let measured: Vec<_> = m.stats.iter().filter(|s| !s.inferred).collect();
+    q.samples_per_pair = Spread::of(
+        &measured
+            .iter()
+            .map(|s| s.samples as f64)
+            .collect::<Vec<_>>(),
+    );
+    q.batch_spread = Spread::of(
+        &measured
+            .iter()
+            .filter(|s| s.median_ns > 0.0)
+            .map(|s| (s.p90_ns - s.p10_ns) / s.median_ns)
+            .collect::<Vec<_>>(),
+    );
+    if let Some(run) = &g.run {
+        let d: Vec<f64> = run
+            .pass_estimates
+            .values()
+            .filter(|v| v.len() >= 2)
+            .map(|v| {
+                let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = v.iter().copied().fold(0.0, f64::max);
+                if lo > 0.0 {
+                    hi / lo - 1.0
+                } else {
+                    f64::NAN
+                }
+            })
+            .collect();
+        q.pass_disagreement = Spread::of(&d);
+        q.unstable_pairs = Some(run.unstable.len());
+    }
+    q.kept = m.kept.clone();
+    q.imported = m.measured_at_us.is_none() && m.primitive.is_none();
+    q.sparse_measured = m.sparse.as_ref().map(|s| {
+        (
+            s.pairs_measured,
+            s.pairs_total,
+            s.pairs_measured as f64 / s.pairs_total.max(1) as f64,
+        )
+    });
+    if let Some(t) = known {
+        // Mismatches with sysfs: CPUs the matrix names that are not online, or lacks.
+        for w in m.check_against(&t.online) {
+            if !q.warnings.contains(&w) {
+                q.warnings.push(w);
+            }
+        }
+    }
+    q
+}
+
+/// The engine's figure for `a`↔`b` against the plain ping-pong's minimum, interleaved
+/// [`AGREEMENT_ROUNDS`] times.
+fn agreement(a: u32, b: u32) -> anyhow::Result<Agreement> {
+    let mut cfg = MeasureConfig::new([a, b].into_iter().collect());
+    // A two-CPU check right after the effect runs: measured whatever the load.
+    cfg.guard.min_idle = 0.0;
+    let mut rounds = Vec::new();
+    for _ in 0..AGREEMENT_ROUNDS {
+        let m = measure::run(&cfg, |_| {}).context("the engine on the pair")?;
+        let e = m
+            .between(a, b)
+            .with_context(|| format!("the engine gave no figure for CPUs {a} and {b}"))?;
+        let p = plain::min_one_way_ns(a, b, 1000, 100, Duration::from_secs(30))?;
+        rounds.push((e, p));
+    }
+    let engine_min_ns = rounds.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
+    let plain_min_ns = rounds.iter().map(|r| r.1).fold(f64::INFINITY, f64::min);
+    Ok(Agreement {
+        a,
+        b,
+        rounds,
+        engine_min_ns,
+        plain_min_ns,
+        ratio: engine_min_ns / plain_min_ns,
+    })
+}

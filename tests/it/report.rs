@@ -1,0 +1,489 @@
+//! `pinnerd report`: the page of a published dual-socket matrix rendered in a real
+//! browser (headless Chromium: no console messages, a screenshot that is not blank,
+//! every CPU in the topology and both heatmaps, the plan rows equal to `pinnerd plan
+//! --json`), the page of a captured machine, `--compare` on this machine, bad input.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn pinnerd() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+}
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn fails(out: Output) -> String {
+    assert!(!out.status.success(), "should fail: {out:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Chromium's output for `page` with `args`: (stdout, stderr). CI installs the Debian
+/// package `chromium` (.ci/run).
+fn chromium(page: &Path, args: &[&str]) -> (String, String) {
+    let profile = tempfile::tempdir().unwrap();
+    let out = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--no-first-run",
+            "--enable-logging=stderr",
+            "--v=0",
+        ])
+        .arg(format!("--user-data-dir={}", profile.path().display()))
+        .args(args)
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect(
+            "headless Chromium (Debian package chromium) must be installed: .ci/run installs it",
+        );
+    assert!(out.status.success(), "chromium failed: {out:?}");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Console messages (errors, CSP violations, failed loads) in Chromium's log.
+fn console_lines(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| l.contains(":CONSOLE") || l.contains("Uncaught"))
+        .collect()
+}
+
+/// Width, height and 8-bit RGB(A) rows of a PNG as Chromium writes it.
+fn decode_png(bytes: &[u8]) -> (usize, usize, usize, Vec<Vec<u8>>) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
+    let (mut pos, mut w, mut h, mut bpp) = (8, 0, 0, 0);
+    let mut idat = Vec::new();
+    while pos + 8 <= bytes.len() {
+        let len = u32::from_be_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
+        let kind = &bytes[pos + 4..pos + 8];
+        let data = &bytes[pos + 8..pos + 8 + len];
+        match kind {
+            b"IHDR" => {
+                w = u32::from_be_bytes(data[0..4].try_into().unwrap()) as usize;
+                h = u32::from_be_bytes(data[4..8].try_into().unwrap()) as usize;
+                assert_eq!(data[8], 8, "8-bit samples");
+                assert_eq!(data[12], 0, "not interlaced");
+                bpp = match data[9] {
+                    2 => 3,
+                    6 => 4,
+                    t => panic!("colour type {t}"),
+                };
+            }
+            b"IDAT" => idat.extend_from_slice(data),
+            _ => {}
+        }
+        pos += 12 + len;
+    }
+    let mut raw = Vec::new();
+    flate2::read::ZlibDecoder::new(&idat[..])
+        .read_to_end(&mut raw)
+        .unwrap();
+    let stride = w * bpp;
+    let mut rows: Vec<Vec<u8>> = Vec::with_capacity(h);
+    let mut prev = vec![0u8; stride];
+    for y in 0..h {
+        let start = y * (stride + 1);
+        let filter = raw[start];
+        let mut line = raw[start + 1..start + 1 + stride].to_vec();
+        for x in 0..stride {
+            let a = if x >= bpp { line[x - bpp] as i32 } else { 0 };
+            let b = prev[x] as i32;
+            let c = if x >= bpp { prev[x - bpp] as i32 } else { 0 };
+            let add = match filter {
+                0 => 0,
+                1 => a,
+                2 => b,
+                3 => (a + b) / 2,
+                4 => {
+                    let p = a + b - c;
+                    let (pa, pb, pc) = ((p - a).abs(), (p - b).abs(), (p - c).abs());
+                    if pa <= pb && pa <= pc {
+                        a
+                    } else if pb <= pc {
+                        b
+                    } else {
+                        c
+                    }
+                }
+                f => panic!("filter {f}"),
+            };
+            line[x] = (line[x] as i32 + add) as u8;
+        }
+        prev = line.clone();
+        rows.push(line);
+    }
+    (w, h, bpp, rows)
+}
+
+/// Distinct colours and the share of pixels that are not white.
+fn pixel_variety(png: &[u8]) -> (usize, f64) {
+    let (w, h, bpp, rows) = decode_png(png);
+    let mut colours = std::collections::HashSet::new();
+    let mut inked = 0usize;
+    for row in &rows {
+        for px in row.chunks(bpp) {
+            let rgb = (px[0], px[1], px[2]);
+            colours.insert(rgb);
+            inked += (rgb != (255, 255, 255)) as usize;
+        }
+    }
+    (colours.len(), inked as f64 / (w * h) as f64)
+}
+
+/// The `data-cpu` values inside the element that starts at `marker`, up to `end`.
+fn cpus_between(dom: &str, marker: &str, end: &str) -> Vec<u32> {
+    let start = dom
+        .find(marker)
+        .unwrap_or_else(|| panic!("{marker} not in the page"));
+    let rest = &dom[start..];
+    let stop = rest.find(end).unwrap_or(rest.len());
+    let mut cpus: Vec<u32> = rest[..stop]
+        .split("data-cpu=\"")
+        .skip(1)
+        .map(|s| s[..s.find('"').unwrap()].parse().unwrap())
+        .collect();
+    cpus.sort_unstable();
+    cpus
+}
+
+#[test]
+fn chromium_sees_console_messages_and_blank_pages() {
+    // The checks below are only worth something if they can fail: a page that loads
+    // from the network and runs a script is caught; a white page has no variety.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.html");
+    std::fs::write(
+        &bad,
+        "<!DOCTYPE html><html><head><meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'\"></head>\
+<body><img src=\"http://192.0.2.1/x.png\"><script>console.error('boom')</script></body></html>",
+    )
+    .unwrap();
+    let shot = dir.path().join("bad.png");
+    let (_, log) = chromium(
+        &bad,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=400,300",
+        ],
+    );
+    assert!(!console_lines(&log).is_empty(), "{log}");
+    let (colours, inked) = pixel_variety(&std::fs::read(&shot).unwrap());
+    assert!(inked < 0.01, "{colours} colours, {inked} inked");
+}
+
+#[test]
+fn published_dual_socket_report_renders_in_chromium() {
+    let matrix = fixture("c2c-data/nviennot/Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv");
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let said = ok(pinnerd()
+        .args(["report", "--out"])
+        .arg(&out)
+        .arg("--matrix")
+        .arg(&matrix)
+        .output()
+        .unwrap());
+    assert!(said.contains("report.html"), "{said}");
+    let page = out.join("report.html");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["this_machine"], false);
+    assert_eq!(json["topology_from"], "matrix");
+    let all: Vec<u32> = (0..64).collect();
+
+    // No console message of any kind; a screenshot with a picture on it.
+    let shot = dir.path().join("shot.png");
+    let (_, log) = chromium(
+        &page,
+        &[
+            &format!("--screenshot={}", shot.display()),
+            "--window-size=1200,4000",
+        ],
+    );
+    assert!(console_lines(&log).is_empty(), "{:?}", console_lines(&log));
+    let (colours, inked) = pixel_variety(&std::fs::read(&shot).unwrap());
+    assert!(colours >= 100, "only {colours} colours in the screenshot");
+    assert!(
+        inked > 0.05,
+        "only {:.1}% of the screenshot is not white",
+        inked * 100.0
+    );
+
+    // The page as the browser parsed it.
+    let (dom, _) = chromium(&page, &["--dump-dom"]);
+    let order = [
+        "id=\"machine\"",
+        "id=\"topology\"",
+        "id=\"heatmaps\"",
+        "id=\"plans\"",
+        "id=\"quality\"",
+    ];
+    let at: Vec<usize> = order
+        .iter()
+        .map(|m| dom.find(m).unwrap_or_else(|| panic!("{m} missing")))
+        .collect();
+    assert!(
+        at.windows(2).all(|w| w[0] < w[1]),
+        "sections out of order: {at:?}"
+    );
+    assert!(!dom.contains("<script"), "no script needed");
+    for link in ["src=", "href=", "url(", "@import"] {
+        assert!(!dom.contains(link), "nothing fetched: {link}");
+    }
+    assert_eq!(
+        cpus_between(&dom, "id=\"topology\"", "id=\"heatmaps\""),
+        all
+    );
+    assert_eq!(
+        cpus_between(&dom, "id=\"heatmap-cpu-order-rows\"", "</g>"),
+        all
+    );
+    assert_eq!(
+        cpus_between(&dom, "id=\"heatmap-domain-order-rows\"", "</g>"),
+        all
+    );
+    assert!(dom.contains("stroke=\"#e8175d\""), "level boundaries drawn");
+
+    // Every plan row is what `pinnerd plan --json` says for the same input.
+    let rows: Vec<&str> = dom.split("<tr class=\"plan\" ").skip(1).collect();
+    assert_eq!(rows.len(), 6, "K = 2, 4, 8, compact and spread");
+    for row in rows {
+        let attr = |name: &str| -> String {
+            let key = format!("{name}=\"");
+            let s = &row[row.find(&key).unwrap() + key.len()..];
+            s[..s.find('"').unwrap()].to_string()
+        };
+        let (k, policy) = (attr("data-k"), attr("data-policy"));
+        let plan: Value = serde_json::from_str(&ok(pinnerd()
+            .args(["plan", "--json", "-k", &k, "--policy", &policy, "--matrix"])
+            .arg(&matrix)
+            .output()
+            .unwrap()))
+        .unwrap();
+        let cpus: Vec<String> = plan["cpus"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+        assert_eq!(attr("data-cpus"), cpus.join(","), "K={k} {policy}");
+        assert_eq!(
+            attr("data-worst-ns"),
+            plan["worst_latency_ns"].to_string(),
+            "K={k} {policy}"
+        );
+        assert_eq!(
+            attr("data-mean-ns"),
+            plan["mean_latency_ns"].to_string(),
+            "K={k} {policy}"
+        );
+    }
+    // The same facts in report.json.
+    let plans = json["plans"].as_array().unwrap();
+    assert_eq!(plans.len(), 6);
+    assert_eq!(plans[0]["autopilot_cpus"], serde_json::json!([0, 1]));
+    assert_eq!(json["cpu_order"].as_array().unwrap().len(), 64);
+    assert_eq!(json["domain_order"].as_array().unwrap().len(), 64);
+}
+
+#[test]
+fn a_captured_machine_is_drawn_from_sysfs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    ok(pinnerd()
+        .args(["report", "--out"])
+        .arg(&out)
+        .arg("--sysfs")
+        .arg(fixture("sysfs/xeon-2s-nic-nvme"))
+        .output()
+        .unwrap());
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["this_machine"], true);
+    assert_eq!(json["topology_from"], "sysfs");
+    assert!(
+        json["source"].as_str().unwrap().contains("topology alone"),
+        "{}",
+        json["source"]
+    );
+    let top = &json["topology"];
+    assert!(
+        top["children"].as_array().unwrap().len() >= 2,
+        "two packages: {top}"
+    );
+    let first = top["children"][0]["label"].as_str().unwrap();
+    assert_eq!(
+        first, "package = llc = die = node 0",
+        "equal levels are one box"
+    );
+    assert_eq!(top["children"][0]["children"][0]["label"], "core 0");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("No latency matrix: nothing to draw."));
+    assert!(
+        json["machine"]["model"].as_str().is_some(),
+        "{}",
+        json["machine"]
+    );
+}
+
+#[test]
+fn compare_on_this_machine_measures_the_effect_and_the_plain_ping_pong() {
+    let _online = crate::cpus_stay_online();
+    let _turn = crate::one_spinner_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m.json");
+    ok(pinnerd()
+        .args(["measure", "--idle-threshold", "0", "--out"])
+        .arg(&m)
+        .output()
+        .unwrap());
+    let out = dir.path().join("r");
+    ok(pinnerd()
+        .args(["report", "--compare", "--out"])
+        .arg(&out)
+        .arg("--matrix")
+        .arg(&m)
+        .output()
+        .unwrap());
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["this_machine"], true);
+    let names: Vec<&str> = json["effect"]["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["planned", "autopilot", "worst", "unpinned"]);
+    for v in json["effect"]["variants"].as_array().unwrap() {
+        assert_eq!(v["ops_per_s"].as_array().unwrap().len(), 7);
+        assert!(v["median"].as_f64().unwrap() > 0.0, "{v}");
+    }
+    let q = &json["quality"];
+    let a = &q["agreement"];
+    assert!(a.is_object(), "{q}");
+    assert_eq!(a["rounds"].as_array().unwrap().len(), 5);
+    assert!(a["plain_min_ns"].as_f64().unwrap() > 0.0, "{a}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let (e, quality) = (
+        html.find("id=\"effect\"").unwrap(),
+        html.find("id=\"quality\"").unwrap(),
+    );
+    assert!(html.find("id=\"plans\"").unwrap() < e && e < quality);
+}
+
+#[test]
+fn bad_input_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = fails(
+        pinnerd()
+            .args(["report", "--budget", "nan", "--out"])
+            .arg(dir.path())
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("--budget"), "{err}");
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let err = fails(
+        pinnerd()
+            .args(["report", "--matrix"])
+            .arg(fixture("c2c/Intel_Core_i5-4590_CPU_at_3.30GHz.csv"))
+            .arg("--out")
+            .arg(file.join("sub"))
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("a-file"), "{err}");
+    let err = fails(
+        pinnerd()
+            .args(["report", "--compare", "--out"])
+            .arg(dir.path().join("r"))
+            .arg("--matrix")
+            .arg(fixture(
+                "c2c-data/nviennot/Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv",
+            ))
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("--compare"), "{err}");
+    let bad = dir.path().join("bad.csv");
+    std::fs::write(&bad, "1,2\nx,y\n").unwrap();
+    let err = fails(
+        pinnerd()
+            .args(["report", "--out"])
+            .arg(dir.path().join("r2"))
+            .arg("--matrix")
+            .arg(&bad)
+            .output()
+            .unwrap(),
+    );
+    assert!(err.contains("bad.csv"), "{err}");
+}
+
+#[test]
+fn the_dual_epyc_page_shows_its_sockets_ccxs_and_numa_home_artefact() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    ok(pinnerd()
+        .args(["report", "--out"])
+        .arg(&out)
+        .arg("--matrix")
+        .arg(fixture(
+            "c2c-data/nviennot/AMD_EPYC_7R13_48-Core_Processor.csv",
+        ))
+        .output()
+        .unwrap());
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    // Two sockets of six CCXs of eight cores of two SMT siblings.
+    let top = &json["topology"];
+    let sockets = top["children"].as_array().unwrap();
+    assert_eq!(sockets.len(), 2, "{}", top["label"]);
+    for s in sockets {
+        let ccxs = s["children"].as_array().unwrap();
+        assert_eq!(ccxs.len(), 6, "{}", s["label"]);
+        for c in ccxs {
+            assert_eq!(c["children"].as_array().unwrap().len(), 8, "{}", c["label"]);
+            let ns = c["latency_ns"].as_f64().unwrap();
+            assert!((20.0..26.0).contains(&ns), "inside a CCX: {ns}");
+        }
+    }
+    let groups: std::collections::BTreeSet<u64> = json["cpu_group"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|g| g.as_u64().unwrap())
+        .collect();
+    assert_eq!(groups.len(), 12, "CPUs coloured by CCX");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("numa-home: "), "the artefact is named");
+    assert!(html.contains("not known (a matrix alone)"));
+    // The autopilot pair 0-1 is two cores of one CCX; the plan is an SMT pair.
+    let k2 = &json["plans"][0];
+    assert_eq!(k2["autopilot_cpus"], serde_json::json!([0, 1]));
+    assert!(k2["worst_latency_ns"].as_f64().unwrap() < 11.0, "{k2}");
+    assert!(k2["ratio"].as_f64().unwrap() > 2.0, "{k2}");
+}
