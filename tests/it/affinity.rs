@@ -254,7 +254,7 @@ fn a_crash_leaves_a_journal_that_the_next_start_restores() {
 fn after_two_pins_and_a_crash_the_next_start_restores_the_masks_from_before_the_first() {
     let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
-    let mut h = Helper::spawn(dir.path(), "pt-aff-r1");
+    let mut h = Helper::spawn(dir.path(), "pt-aff-t1");
     h.spawn_threads(2, None);
     let pid = h.pid;
     assert!(all_threads_on(&h, &online()));
