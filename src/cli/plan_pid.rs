@@ -44,7 +44,7 @@ pub fn run(args: &PlanArgs, pid: u32) -> anyhow::Result<ExitCode> {
     } else {
         p.human()
     };
-    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+    super::write_stdout(format_args!("{text}"))?;
     Ok(ExitCode::SUCCESS)
 }
 

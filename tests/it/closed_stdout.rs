@@ -98,13 +98,15 @@ fn every_printing_command_fails_cleanly_on_a_closed_or_full_output() {
         rules.to_str().unwrap(),
     );
     let no_bus = "unix:path=/nonexistent/pinnerd-test-bus";
-    let alone: [&[&str]; 14] = [
+    let me = std::process::id().to_string();
+    let alone: [&[&str]; 15] = [
         &["--help"],
         &["topology", "--sysfs", FIXTURE],
         &["topology", "--sysfs", FIXTURE, "--json"],
         &["measure", "--simulate", CSV],
         &["measure", "--simulate", CSV, "--json"],
         &["plan", "--count", "1", "--no-measure", "--sysfs", FIXTURE],
+        &["plan", "--pid", &me, "--count", "1", "--no-measure"],
         &[
             "plan",
             "--count",
