@@ -52,7 +52,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     }
     let files = report.files.len() + settings.len();
     for d in rules::nested_dirs(&args.paths) {
-        println!(
+        outln!(
             "note: {}: not read: the daemon loads only the *.toml files directly inside a rule directory",
             d.display()
         );
@@ -63,7 +63,7 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
     }
     for doubt in doubts_here(&report.rules) {
-        println!("{doubt}");
+        outln!("{doubt}");
     }
     if problems.is_empty() {
         outln!(

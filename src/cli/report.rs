@@ -190,7 +190,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     }
     let json = write("report.json", &(serde_json::to_string_pretty(&r)? + "\n"))?;
     let html = write("report.html", &report::html(&r, g.matrix.as_ref()))?;
-    println!(
+    outln!(
         "{}\n{}\nfrom the {}",
         html.display(),
         json.display(),

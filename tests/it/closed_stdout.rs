@@ -97,9 +97,14 @@ fn every_printing_command_fails_cleanly_on_a_closed_or_full_output() {
         xml.to_str().unwrap(),
         rules.to_str().unwrap(),
     );
+    // A rule directory with a subdirectory: `check` prints a note about it.
+    let nested = d.join("nested");
+    std::fs::create_dir_all(nested.join("sub")).unwrap();
+    let (nested, page) = (nested.to_str().unwrap(), d.join("page"));
+    let page = page.to_str().unwrap();
     let no_bus = "unix:path=/nonexistent/pinnerd-test-bus";
     let me = std::process::id().to_string();
-    let alone: [&[&str]; 15] = [
+    let alone: [&[&str]; 17] = [
         &["--help"],
         &["topology", "--sysfs", FIXTURE],
         &["topology", "--sysfs", FIXTURE, "--json"],
@@ -117,6 +122,8 @@ fn every_printing_command_fails_cleanly_on_a_closed_or_full_output() {
             "--json",
         ],
         &["check", "--no-permissions", rules],
+        &["check", "--no-permissions", nested],
+        &["report", "--matrix", CSV, "--out", page],
         &["diff", CSV, CSV],
         &["fleet", CSV, CSV, CSV],
         &["export", "nfd", "--sysfs", FIXTURE],
