@@ -22,7 +22,11 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             // Not `eprintln!`: a closed standard error is no reason to panic either.
-            let _ = writeln!(std::io::stderr(), "pinnerd: {err:#}");
+            let _ = writeln!(
+                std::io::stderr(),
+                "pinnerd: {}",
+                pinnerd::cli::describe_error(&err)
+            );
             ExitCode::from(pinnerd::cli::exit_code_for(&err))
         }
     }

@@ -113,9 +113,18 @@ pub fn read_optional(path: &Path) -> io::Result<Option<String>> {
     }
 }
 
+/// Most entries [`list_dir`] reads from one directory. The largest sysfs directory read
+/// (`devices/system/cpu`) holds one entry a possible CPU plus a few dozen; a captured
+/// tree with more is not a machine's, and reading it whole would only cost memory.
+pub const MAX_DIR_ENTRIES: usize = 1 << 16;
+
 /// Names of the entries of a directory, sorted; `Ok(None)` when it does not exist or
-/// may not be listed.
+/// may not be listed; an error past [`MAX_DIR_ENTRIES`].
 pub fn list_dir(path: &Path) -> io::Result<Option<Vec<String>>> {
+    list_at_most(path, MAX_DIR_ENTRIES)
+}
+
+fn list_at_most(path: &Path, max: usize) -> io::Result<Option<Vec<String>>> {
     let entries = match std::fs::read_dir(path) {
         Ok(entries) => entries,
         Err(e) if is_absent(&e) => return Ok(None),
@@ -123,6 +132,12 @@ pub fn list_dir(path: &Path) -> io::Result<Option<Vec<String>>> {
     };
     let mut names = Vec::new();
     for entry in entries {
+        if names.len() == max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("more than {max} entries, which no kernel directory read here holds"),
+            ));
+        }
         names.push(entry?.file_name().to_string_lossy().into_owned());
     }
     names.sort();
@@ -169,6 +184,16 @@ mod tests {
             Some(vec!["f".to_string()])
         );
         assert_eq!(list_dir(&root.sys_path("nope")).unwrap(), None);
+
+        let crowded = dir.path().join("crowded");
+        std::fs::create_dir(&crowded).unwrap();
+        for i in 0..=16 {
+            std::fs::File::create(crowded.join(i.to_string())).unwrap();
+        }
+        assert_eq!(list_at_most(&crowded, 17).unwrap().unwrap().len(), 17);
+        let err = list_at_most(&crowded, 16).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(err.to_string().contains("more than 16 entries"), "{err}");
     }
 
     #[test]

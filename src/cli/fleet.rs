@@ -53,7 +53,8 @@ pub struct DiffArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct FleetArgs {
-    /// Matrices of one CPU model and layout, one per host (at least 3).
+    /// Matrices of one CPU model and layout, one per host: at least 3, at most 256, and at
+    /// most 3,145,728 cells (CPUs squared) in all, e.g. 48 matrices of 256 CPUs.
     #[arg(required = true, num_args = 1..)]
     pub files: Vec<PathBuf>,
     #[command(flatten)]
@@ -156,6 +157,11 @@ pub const MAX_FLEET_FILES: usize = 256;
 /// matrices of 1,024 CPUs (the fewest a fleet compares), or 48 of 256 (16 bytes a cell:
 /// 48 MiB).
 pub const MAX_FLEET_CELLS: usize = 3 << 20;
+
+const _: () = assert!(
+    MAX_FLEET_FILES == 256 && MAX_FLEET_CELLS == 3_145_728,
+    "the help of `files` states these"
+);
 
 pub fn run_fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     let tol = args.tolerance.get()?;

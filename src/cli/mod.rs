@@ -192,11 +192,58 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `err` and its causes as one line, `outer: cause: root`, each cause said once.
+///
+/// Many errors put their source in their own message as well as exposing it as
+/// `source()` (`"{path}: {source}"`), so the plain `{:#}` chain would print such a cause
+/// twice; a cause whose text already ends the line so far is left out.
+pub fn describe_error(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.is_empty() {
+            line = text;
+        } else if !text.is_empty() && !line.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
 /// The process exit code for an error that ended a command.
 pub fn exit_code_for(err: &anyhow::Error) -> u8 {
     if err.chain().any(|e| e.is::<ConfigInvalid>()) {
         EXIT_CONFIG
     } else {
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::describe_error;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{path}: {source}")]
+    struct Read {
+        path: &'static str,
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_in_the_message_is_said_once_and_others_are_kept() {
+        let io = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let err = anyhow::Error::new(Read {
+            path: "m.json",
+            source: io,
+        })
+        .context("loading");
+        assert_eq!(
+            describe_error(&err),
+            "loading: m.json: No such file or directory (os error 2)"
+        );
+        let plain = anyhow::anyhow!("root").context("middle").context("outer");
+        assert_eq!(describe_error(&plain), "outer: middle: root");
     }
 }

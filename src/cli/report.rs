@@ -131,7 +131,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
                     autopilot_worst_ns: None,
                     autopilot_mean_ns: None,
                     ratio: None,
-                    error: Some(format!("{e:#}")),
+                    error: Some(super::describe_error(&e)),
                 },
             });
         }
@@ -146,7 +146,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         match avail.as_slice() {
             [a, b, ..] => match agreement(*a, *b) {
                 Ok(a) => quality.agreement = Some(a),
-                Err(e) => quality.agreement_error = Some(format!("{e:#}")),
+                Err(e) => quality.agreement_error = Some(super::describe_error(&e)),
             },
             _ => quality.agreement_error = Some("fewer than two usable CPUs".into()),
         }

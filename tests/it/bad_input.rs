@@ -457,3 +457,23 @@ fn a_rule_file_of_high_cpu_ids_stays_within_the_memory_limit() {
         "many.toml:6:6: invalid CPU list token \"8192\": CPU id too large",
     );
 }
+
+#[test]
+fn an_error_says_each_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.json");
+    let missing = missing.to_str().unwrap();
+    for args in [
+        vec!["plan", "--matrix", missing, "--count", "2"],
+        vec!["fleet", missing, missing, missing],
+    ] {
+        let o = run(dir.path(), &args);
+        assert_clear_error(&o, 1, missing);
+        assert_eq!(
+            o.stderr.matches("No such file or directory").count(),
+            1,
+            "pinnerd {args:?} says its cause more than once: {}",
+            o.stderr
+        );
+    }
+}
