@@ -102,6 +102,10 @@ pub struct LoadReport {
     pub files: Vec<(PathBuf, FileOutcome)>,
     /// The rules now in force from each file (fresh or kept from before), by path.
     good: BTreeMap<PathBuf, Arc<[Arc<Rule>]>>,
+    /// Files whose last good version could not be kept, and why: said again at each
+    /// reload until the file loads, so that a later reload does not make the loss look
+    /// like a mere error in the file.
+    dropped: BTreeMap<PathBuf, String>,
 }
 
 impl LoadReport {
@@ -503,19 +507,29 @@ fn load_files_inner(
         outcomes.push((path.clone(), FileOutcome::Rejected));
     }
     // Second pass: keep the last good version of files that went bad.
+    let mut dropped = BTreeMap::new();
     for i in rejected {
         let path = outcomes[i].0.clone();
         let Some(old) = previous.good.get(&path) else {
+            if let Some(why) = previous.dropped.get(&path) {
+                errors.push(RuleError::whole(
+                    &path,
+                    RuleErrorKind::PreviousDropped(format!("{why} (at an earlier reload)")),
+                ));
+                dropped.insert(path, why.clone());
+            }
             continue;
         };
         if let Some(clash) = old.iter().find(|r| names.contains_key(&r.name)) {
+            let why = format!(
+                "rule {:?} is now defined at {}",
+                clash.name, names[&clash.name]
+            );
             errors.push(RuleError::whole(
                 &path,
-                RuleErrorKind::PreviousDropped(format!(
-                    "rule {:?} is now defined at {}",
-                    clash.name, names[&clash.name]
-                )),
+                RuleErrorKind::PreviousDropped(why.clone()),
             ));
+            dropped.insert(path, why);
             continue;
         }
         let before = budget;
@@ -525,14 +539,16 @@ fn load_files_inner(
             .find_map(|re| budget.charge(re.as_str()).err().map(|e| (re.as_str(), e)));
         if let Some((pattern, _)) = over {
             budget = before;
+            let why = format!(
+                "its cmdline regex {pattern:?} does not fit in what is left ({} bytes) of the {} bytes the rule set's cmdline regexes may take together",
+                before.left,
+                super::compile::REGEX_SET_BUDGET
+            );
             errors.push(RuleError::whole(
                 &path,
-                RuleErrorKind::PreviousDropped(format!(
-                    "its cmdline regex {pattern:?} does not fit in what is left ({} bytes) of the {} bytes the rule set's cmdline regexes may take together",
-                    before.left,
-                    super::compile::REGEX_SET_BUDGET
-                )),
+                RuleErrorKind::PreviousDropped(why.clone()),
             ));
+            dropped.insert(path, why);
             continue;
         }
         for r in old.iter() {
@@ -547,5 +563,6 @@ fn load_files_inner(
         errors,
         files: outcomes,
         good,
+        dropped,
     }
 }

@@ -212,6 +212,7 @@ fn reload_keeps_the_last_good_version_of_a_file_that_went_bad() {
 
     // The rule moves to a new file while a.toml stays broken: the fresh file wins and
     // the stale version is dropped, saying why.
+    let d = dir.path().display();
     fs::write(dir.path().join("d.toml"), rule("feed", "md-feed2")).unwrap();
     let fourth = rules::reload(&dirs, &policy, &third);
     assert_eq!(
@@ -220,12 +221,27 @@ fn reload_keeps_the_last_good_version_of_a_file_that_went_bad() {
     );
     assert!(fourth.error_strings().contains(&format!(
         "{d}/a.toml: the last good version of this file cannot be kept: rule \"feed\" is now defined at {d}/d.toml:2:8",
-        d = dir.path().display()
     )));
+
+    // A later reload, a.toml still broken: the loss is still said, not only the error
+    // in the file.
+    let later = rules::reload(&dirs, &policy, &fourth);
+    assert_eq!(later.rules.len(), 2);
+    assert_eq!(
+        later.error_strings(),
+        [
+            format!("{d}/a.toml:1:8: unclosed array table, expected `]`"),
+            format!(
+                "{d}/a.toml: the last good version of this file cannot be kept: rule \"feed\" is now defined at {d}/d.toml:2:8 (at an earlier reload)"
+            ),
+        ],
+        "{:?}",
+        later.error_strings()
+    );
 
     // Fixed: loaded fresh.
     fs::write(dir.path().join("a.toml"), rule("feed-a", "md-feed")).unwrap();
-    let fifth = rules::reload(&dirs, &policy, &fourth);
+    let fifth = rules::reload(&dirs, &policy, &later);
     assert!(fifth.is_clean(), "{:?}", fifth.error_strings());
     assert_eq!(fifth.rules.len(), 3);
 }
