@@ -354,12 +354,23 @@ pub fn read_start_time(root: &SysRoot, pid: i32, tid: Tid) -> Option<u64> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatFields {
     pub comm: String,
+    /// Field 3: `R`, `S`, `D`, `Z` (exited, not yet reaped), `X` (dead), …
+    pub state: char,
     pub ppid: i32,
     /// `PF_*` flags (field 9).
     pub flags: u64,
     /// Field 20.
     pub num_threads: u32,
     pub start_time: u64,
+}
+
+impl StatFields {
+    /// The whole process has exited: a zombie waiting for its parent, or dead. A leader
+    /// that is a zombie while other threads of the process still run (it called
+    /// `pthread_exit`) counts itself in `num_threads` with them, so it is not.
+    pub fn has_exited(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x') && self.num_threads <= 1
+    }
 }
 
 /// `PF_KTHREAD` from include/linux/sched.h.
@@ -373,7 +384,7 @@ pub fn parse_stat(text: &str) -> Option<StatFields> {
     let comm = text.get(open + 1..close)?.to_string();
     let mut rest = text.get(close + 1..)?.split_ascii_whitespace();
     // rest[0] is field 3 (state).
-    let _state = rest.next()?;
+    let state = rest.next()?.chars().next()?;
     let ppid = rest.next()?.parse().ok()?;
     // fields 5..=8: pgrp, session, tty_nr, tpgid
     let mut rest = rest.skip(4);
@@ -383,6 +394,7 @@ pub fn parse_stat(text: &str) -> Option<StatFields> {
     let start_time = rest.nth(1)?.parse().ok()?;
     Some(StatFields {
         comm,
+        state,
         ppid,
         flags,
         num_threads,
@@ -701,7 +713,19 @@ mod tests {
         assert_eq!(s.flags, 4194560);
         assert_eq!(s.num_threads, 3);
         assert_eq!(s.start_time, 98765);
+        assert_eq!(s.state, 'S');
+        assert!(!s.has_exited());
         assert!(parse_stat("garbage").is_none());
+
+        let zombie = line
+            .replacen(" S ", " Z ", 1)
+            .replacen(" 3 0 98765", " 1 0 98765", 1);
+        assert!(parse_stat(&zombie).unwrap().has_exited());
+        // Its leader exited, two threads (the leader counted) still run.
+        let leader_gone = line
+            .replacen(" S ", " Z ", 1)
+            .replacen(" 3 0 98765", " 2 0 98765", 1);
+        assert!(!parse_stat(&leader_gone).unwrap().has_exited());
     }
 
     #[test]

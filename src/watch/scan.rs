@@ -126,6 +126,11 @@ impl ProcFs {
             return None;
         }
         let s = parse_stat(buf)?;
+        // A zombie has no threads left to place: to the manager it is gone, so pinning
+        // it is refused and a managed one is dropped at its exit, not at a rescan.
+        if s.has_exited() {
+            return None;
+        }
         // kthreadd is pid 2; its children are kernel threads. The flag is the
         // authority, the parent a fallback for trees that lack it.
         let kernel_thread = s.flags & PF_KTHREAD != 0 || pid == 2 || s.ppid == 2;
@@ -591,5 +596,31 @@ mod tests {
         tids.sort_unstable();
         assert_eq!(tids, vec![4242, 4243]);
         assert!(fs.tasks(999).is_none());
+    }
+
+    #[test]
+    fn a_real_zombie_is_gone_and_a_running_child_is_not() {
+        let procfs = ProcFs::new(SysRoot::default());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        assert!(procfs.entry(pid).is_some(), "a running child is there");
+        child.kill().unwrap();
+        // Not reaped: it stays a zombie until `wait`.
+        let stat = format!("/proc/{pid}/stat");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !fs::read_to_string(&stat).unwrap().contains(") Z ") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never became a zombie"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(procfs.entry(pid), None);
+        assert_eq!(procfs.snapshot(pid), None);
+        assert!(procfs.list().iter().all(|e| e.pid != pid));
+        child.wait().unwrap();
     }
 }
