@@ -23,6 +23,7 @@
 //! Must not touch: the bus (see `dbus`), spin pairs (see `measure`), per-thread syscalls
 //! (see `affinity`), rule syntax (see `rules`).
 
+pub mod replan;
 pub mod schedule;
 pub mod shell;
 pub mod sources;

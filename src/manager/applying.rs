@@ -75,6 +75,10 @@ impl Manager {
         verify: bool,
         out: &mut Vec<Change>,
     ) {
+        if self.awaiting.contains(&pid) {
+            // Pinned when the plan made for its cpuset comes (`Input::Replanned`).
+            return;
+        }
         let comm = match comm {
             Some(c) => c,
             None => {
@@ -343,6 +347,7 @@ impl Manager {
     /// Stops managing `pid` and gives each of its tasks that still has our mask the
     /// mask it had at first contact.
     pub(super) fn release(&mut self, pid: i32, reason: &str, out: &mut Vec<Change>) {
+        self.awaiting.remove(&pid);
         let Some(m) = self.managed.remove(&pid) else {
             return;
         };

@@ -37,6 +37,9 @@ struct T {
     ops: Arc<FakeOps>,
     procs: Arc<FakeProcs>,
     mgr: Manager,
+    /// The chooser the daemon would keep with the plan (`None`: plans made with a
+    /// borrowed one, never chosen again).
+    choose: Option<&'static dyn crate::plan::Choose>,
 }
 
 fn rig(config: ManagerConfig) -> T {
@@ -51,7 +54,12 @@ fn rig(config: ManagerConfig) -> T {
         },
         config,
     );
-    T { ops, procs, mgr }
+    T {
+        ops,
+        procs,
+        mgr,
+        choose: None,
+    }
 }
 
 impl T {
@@ -60,11 +68,19 @@ impl T {
         let tids: Vec<Tid> = threads.iter().map(|t| t.0).collect();
         self.ops.add_process(pid, start, &tids, &set("0-7"));
     }
+    /// One input, as the daemon's loop hands it down: with the plans made again for
+    /// what the manager then reports, with the chooser of a shared plan (a plan made
+    /// with a borrowed one is only made again to hold the slots taken).
     fn ev(&mut self, e: Input) -> Vec<Change> {
-        self.mgr.handle(e)
+        crate::daemon::replan::hand_down(&mut self.mgr, e, self.choose)
     }
     fn msg(&mut self, m: ProcMsg) -> Vec<Change> {
-        self.mgr.handle(Input::Proc(m))
+        self.ev(Input::Proc(m))
+    }
+    fn batch(&mut self, msgs: Vec<ProcMsg>) -> Vec<Change> {
+        let mut out = self.mgr.handle_batch(msgs);
+        out.extend(crate::daemon::replan::settle(&mut self.mgr, self.choose));
+        out
     }
 }
 
@@ -199,7 +215,7 @@ cpus = "6"
     t.ops.add_task(103, &set("4-6"));
     t.ops.clear_calls();
     let reads = t.procs.reads();
-    let c = t.mgr.handle_batch(vec![
+    let c = t.batch(vec![
         ProcMsg::NewThread {
             pid: 100,
             tid: 101,
@@ -229,7 +245,7 @@ cpus = "6"
     );
     assert!(matches!(&c[..], [Change::Pinned { tid: 101, .. }]));
     assert_eq!(t.mgr.counters().gone, 1);
-    t.mgr.handle_batch(vec![ProcMsg::NewThread {
+    t.batch(vec![ProcMsg::NewThread {
         pid: 100,
         tid: 103,
         parent: 1,
@@ -1040,23 +1056,20 @@ fn a_renamed_thread_shows_its_current_name() {
     assert!(why.contains("tid 102 (tx-renamed): applied 3"), "{why}");
 }
 
-/// A shared plan (as the daemon's), with the stand-in chooser.
-fn shared_plan(rules: RuleSet) -> Input {
-    Input::RulesChanged(Plan::shared(
-        &rules,
-        &Cpus {
-            online: set("0-7"),
-            reserved: CpuSet::new(),
-        },
-        Some(Arc::new(crate::plan::tests::LowestFirst)),
-    ))
+impl T {
+    /// New rules planned on CPUs 0-7 as the daemon plans them: its chooser kept to
+    /// plan again for what the manager reports.
+    fn shared_rules(&mut self, rules: RuleSet) -> Vec<Change> {
+        self.choose = Some(&LowestFirst);
+        self.ev(new_rules(rules))
+    }
 }
 
 #[test]
 fn an_exclusive_entry_holds_the_slots_its_threads_take_as_they_come_and_go() {
     let mut t = rig(ManagerConfig::default());
     t.process(100, "md", 1, &[(101, "rx-a"), (102, "rx-b")]);
-    t.ev(shared_plan(rules(
+    t.shared_rules(rules(
         r#"
 [[rule]]
 name = "md"
@@ -1078,7 +1091,7 @@ count = 1
 exclusive = true
 within = "4-7"
 "#,
-    )));
+    ));
     let held = |t: &T| t.mgr.plan_of("md", Some(0)).unwrap().held().to_string();
     assert_eq!(held(&t), "4-5");
     assert_eq!(
@@ -1089,7 +1102,7 @@ within = "4-7"
     // the lower rule moves off it.
     t.procs.add_thread(100, 103, "rx-c");
     t.ops.add_task(103, &set("0-7"));
-    t.mgr.handle_batch(vec![
+    t.batch(vec![
         ProcMsg::NewThread {
             pid: 100,
             tid: 103,

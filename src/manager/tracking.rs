@@ -51,7 +51,6 @@ impl Manager {
                 other => self.on_proc(other, &mut out),
             }
         }
-        self.settle(&mut out);
         out
     }
 
@@ -250,8 +249,10 @@ impl Manager {
                 memory: memory.clone(),
             },
         );
+        self.awaiting.remove(&pid);
         if new_cpuset || memory.is_some() {
-            self.replan_for_cpusets();
+            // Its threads wait for a plan made in its cpuset, or with its memory.
+            self.awaiting.insert(pid);
         }
         self.journal_dirty = true;
         true
@@ -342,6 +343,7 @@ impl Manager {
 
     /// Drops a process that exited (nothing to restore).
     pub(super) fn forget(&mut self, pid: i32, out: &mut Vec<Change>) {
+        self.awaiting.remove(&pid);
         if self.managed.remove(&pid).is_some() {
             tracing::debug!(pid, "managed process exited");
             self.journal_dirty = true;
@@ -415,8 +417,6 @@ impl Manager {
                 None => {}
             }
         }
-        // Processes that exited may have left a cpuset no process lives in now.
-        self.replan_for_cpusets();
         let took = started.elapsed();
         self.counters.rescans += 1;
         self.counters.last_rescan_us = took.as_micros() as u64;

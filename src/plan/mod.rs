@@ -11,7 +11,8 @@
 //! ```text
 //!   RuleSet ─┐
 //!   Cpus ────┼─► Plan::new ─► Plan (units in precedence order) ─► manager
-//!   Choose ──┘   (Domains, or a stand-in in tests)
+//!   Choose ──┘   (Domains, or a stand-in in tests)                  │
+//!   Plan + Seen (reported by the manager) + Choose ─► Plan::again ◄─┘ (by the daemon)
 //!   old Plan + new Plan + Domains ─► Plan::improvements ─► move or not
 //! ```
 //!
@@ -29,7 +30,8 @@
 //! slot it could fill.
 //!
 //! Cgroup cpusets: a count unit is planned once per distinct cpuset its rule's processes
-//! live in ([`Cpusets`], a value the manager hands in through [`Plan::in_cpusets`]),
+//! live in ([`Cpusets`]: what the manager reports it saw, [`Seen`]; the daemon's loop
+//! plans again with it through [`Plan::again`] and hands the plan down),
 //! each instance choosing only inside its cpuset, like a template; exclusivity is checked
 //! per CPU across all instances. A rule the cpusets do not name is planned on all CPUs.
 //! Explicit `cpus` are planned once, whatever the cpusets (the kernel classifies them).
@@ -102,8 +104,18 @@ pub fn engine_request(req: &PlacementRequest) -> Option<placement::Request> {
     }
 }
 
-/// A chooser a plan keeps, to plan again in other cpusets ([`Plan::in_cpusets`]).
+/// A chooser the daemon keeps with the plan it applies, to make that plan again for
+/// what the manager reports ([`Plan::again`]).
 pub type SharedChoose = Arc<dyn Choose + Send + Sync>;
+
+/// What the manager saw of the processes it manages, for the plan to be made in: their
+/// cgroup cpusets (with their memory) and the slots their threads take. The manager
+/// reports it; the daemon's loop makes the plan ([`Plan::again`]) and hands it down.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Seen {
+    pub cpusets: Cpusets,
+    pub demand: Demand,
+}
 
 /// The distinct cgroup cpusets each rule's processes live in, as the manager sees
 /// them. `None` stands for all CPUs (a process whose cpuset holds every CPU a plan
@@ -164,8 +176,8 @@ impl Cpusets {
 }
 
 /// How many slots of each non-shared thread entry live threads take: the highest slot
-/// taken plus one, over the rule's processes. The manager hands it in
-/// ([`Plan::with_demand`]); a plan without it holds no slot.
+/// taken plus one, over the rule's processes. Part of what the manager reports
+/// ([`Seen`]); a plan made without it holds no slot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Demand {
     by_entry: BTreeMap<(String, usize), usize>,
@@ -424,8 +436,6 @@ pub struct Plan {
     cpusets: Cpusets,
     /// The slots live threads take.
     demand: Demand,
-    /// Kept to plan again in other cpusets; `None` for a plan made with a borrowed one.
-    chooser: Option<SharedChoose>,
     /// Groups every placed mask is rounded up to (a sched_ext scheduler runs and the
     /// settings say `widen`); empty: masks as chosen.
     widen: Vec<CpuSet>,
@@ -492,26 +502,10 @@ impl Plan {
         )
     }
 
-    /// [`Plan::new`], keeping `choose` so that the plan can be made again in the
-    /// cpusets of the processes found ([`Plan::in_cpusets`]): the daemon's plans.
-    pub fn shared(rules: &RuleSet, cpus: &Cpus, choose: Option<SharedChoose>) -> Plan {
-        let mut plan = Plan::build(
-            rules,
-            cpus,
-            &Cpusets::default(),
-            &Demand::default(),
-            &[],
-            &MemoryPlanning::default(),
-            choose.as_deref().map(|c| c as &dyn Choose),
-        );
-        plan.chooser = choose;
-        plan
-    }
-
     /// The same plan, weighing the memory of the processes each count unit places
-    /// (noted in its [`Cpusets`]) with `memory`'s nodes and settings. Kept through
-    /// [`Plan::in_cpusets`] and [`Plan::widened`].
-    pub fn with_memory(self, memory: MemoryPlanning) -> Plan {
+    /// (noted in its [`Cpusets`]) with `memory`'s nodes and settings, chosen again with
+    /// `choose`. Kept through [`Plan::again`] and [`Plan::widened`].
+    pub fn with_memory(self, memory: MemoryPlanning, choose: Option<&dyn Choose>) -> Plan {
         if memory == self.memory {
             return self;
         }
@@ -521,17 +515,15 @@ impl Plan {
             plan.memory = memory;
             return plan;
         }
-        let mut plan = Plan::build(
+        Plan::build(
             &self.rules,
             &self.cpus,
             &self.cpusets,
             &self.demand,
             &self.widen,
             &memory,
-            self.chooser.as_deref().map(|c| c as &dyn Choose),
-        );
-        plan.chooser = self.chooser.clone();
-        plan
+            choose,
+        )
     }
 
     /// The nodes and settings memory is weighed with.
@@ -543,19 +535,17 @@ impl Plan {
     /// touches (LLC groups or nodes, for a sched_ext scheduler that treats partial masks
     /// as second-class), within the CPUs the unit may use: never into housekeeping CPUs,
     /// outside its cpuset, or onto CPUs an exclusive unit holds. Empty `groups`: as
-    /// chosen. Kept through [`Plan::in_cpusets`].
-    pub fn widened(&self, groups: Vec<CpuSet>) -> Plan {
-        let mut plan = Plan::build(
+    /// chosen. Kept through [`Plan::again`].
+    pub fn widened(&self, groups: Vec<CpuSet>, choose: Option<&dyn Choose>) -> Plan {
+        Plan::build(
             &self.rules,
             &self.cpus,
             &self.cpusets,
             &self.demand,
             &groups,
             &self.memory,
-            self.chooser.as_deref().map(|c| c as &dyn Choose),
-        );
-        plan.chooser = self.chooser.clone();
-        plan
+            choose,
+        )
     }
 
     /// The groups masks are rounded up to; empty when they are not.
@@ -563,44 +553,52 @@ impl Plan {
         &self.widen
     }
 
-    /// The same rules on the same CPUs, planned in `cpusets`. A plan made with
-    /// [`Plan::new`] keeps no chooser: its count units come out unplaced.
-    pub fn in_cpusets(&self, cpusets: &Cpusets) -> Plan {
-        self.seen(cpusets, &self.demand)
+    /// The same rules on the same CPUs, planned in `cpusets` with this plan's demand.
+    pub fn in_cpusets(&self, cpusets: &Cpusets, choose: Option<&dyn Choose>) -> Plan {
+        self.again(
+            &Seen {
+                cpusets: cpusets.clone(),
+                demand: self.demand.clone(),
+            },
+            choose,
+        )
     }
 
-    /// The same rules on the same CPUs, planned in `cpusets` with the slots live
-    /// threads take (`demand`): what the manager sees of its processes.
-    pub fn seen(&self, cpusets: &Cpusets, demand: &Demand) -> Plan {
-        if self.chooser.is_none() && *cpusets == self.cpusets {
-            // Nothing to plan again with: the same slots, holding what is taken now.
+    /// The same rules on the same CPUs (and with the same memory and widening), planned
+    /// for what the manager `seen`: in its processes' cpusets, holding the slots their
+    /// threads take. `choose` should be the chooser this plan was made with. Without
+    /// one, in the same cpusets, nothing is chosen again: the same slots, holding what
+    /// is taken now.
+    pub fn again(&self, seen: &Seen, choose: Option<&dyn Choose>) -> Plan {
+        if choose.is_none() && seen.cpusets == self.cpusets {
             let mut plan = self.clone();
-            plan.demand = demand.clone();
+            plan.demand = seen.demand.clone();
             for u in &mut plan.units {
                 if let (PlanState::Slots { slots, held_slots }, Some(i)) =
                     (&mut u.state, u.thread_entry)
                 {
-                    *held_slots = demand.of(&u.rule, i).min(slots.len());
+                    *held_slots = seen.demand.of(&u.rule, i).min(slots.len());
                 }
             }
             return plan;
         }
-        let mut plan = Plan::build(
+        Plan::build(
             &self.rules,
             &self.cpus,
-            cpusets,
-            demand,
+            &seen.cpusets,
+            &seen.demand,
             &self.widen,
             &self.memory,
-            self.chooser.as_deref().map(|c| c as &dyn Choose),
-        );
-        plan.chooser = self.chooser.clone();
-        plan
+            choose,
+        )
     }
 
-    /// The same plan with `demand`: its slots units hold the slots live threads take.
-    pub fn with_demand(&self, demand: &Demand) -> Plan {
-        self.seen(&self.cpusets, demand)
+    /// What this plan was made for: the cpusets and the slots taken.
+    pub fn made_for(&self) -> Seen {
+        Seen {
+            cpusets: self.cpusets.clone(),
+            demand: self.demand.clone(),
+        }
     }
 
     /// The slots live threads take, as this plan was made with.

@@ -36,13 +36,14 @@ use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::metrics::{self, MetricsSnapshot};
 use crate::placement::{Policy, Request, SmtPolicy};
-use crate::plan::{Choose, Cpus, Plan};
+use crate::plan::{Choose, Cpus, Plan, SharedChoose};
 use crate::rules::{self, CpuTarget, LoadPolicy, LoadReport, PlacementRequest};
 use crate::settings::Settings;
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 use crate::watch::ProcFs;
 
+use super::replan;
 use super::schedule::{Due, Schedule, Timing};
 use super::worker::Job;
 use super::{DaemonError, Event, ReloadCause};
@@ -55,6 +56,8 @@ mod memory;
 mod pinning;
 mod sched_ext;
 mod shaping;
+
+use shaping::Planned;
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -129,6 +132,10 @@ pub struct State {
     /// plan improves theirs materially.
     domains: Option<Domains>,
     manager: Option<Manager>,
+    /// The chooser the manager's plan was made with: what the manager reports it saw
+    /// is planned with it (see `daemon::replan`), so a new matrix moves nothing unless
+    /// its own plan is handed down.
+    chooser: Option<SharedChoose>,
     /// Why the proc connector is not available (rescans only), if it is not.
     watch_down: Option<String>,
     next_rescan: Option<Instant>,
@@ -173,6 +180,7 @@ impl State {
             current: None,
             domains: None,
             manager: None,
+            chooser: None,
             watch_down: None,
             next_rescan: None,
             metrics: metrics::Kept::default(),
@@ -240,8 +248,12 @@ impl State {
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "restore journal not used"),
         }
-        let mut changes = m.handle(manager::Input::RulesChanged(self.new_plan()));
-        changes.extend(m.handle(manager::Input::Rescan));
+        let planned = self.new_plan();
+        self.chooser = planned.choose;
+        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
+        let mut changes =
+            replan::hand_down(&mut m, manager::Input::RulesChanged(planned.plan), choose);
+        changes.extend(replan::hand_down(&mut m, manager::Input::Rescan, choose));
         self.manager = Some(m);
         self.after_manager(changes);
     }
@@ -278,21 +290,35 @@ impl State {
     }
 
     /// The plan of the rules in force on the current CPUs and latency domains.
-    fn new_plan(&mut self) -> Plan {
+    fn new_plan(&mut self) -> Planned {
         let cpus = self.plan_cpus();
         if let Err(e) = self.domains() {
             tracing::debug!(error = %e, "planning without latency domains");
         }
-        let mut plan = self.shaped_plan(&cpus);
+        let Planned { mut plan, choose } = self.shaped_plan(&cpus);
+        let c = choose.as_deref().map(|c| c as &dyn Choose);
         if let Some(t) = &self.topology {
-            plan = plan.with_memory(crate::plan::MemoryPlanning::new(t, &self.settings));
+            plan = plan.with_memory(crate::plan::MemoryPlanning::new(t, &self.settings), c);
         }
-        self.under_sched_ext(plan)
+        let plan = self.under_sched_ext(plan, c);
+        Planned { plan, choose }
     }
 
+    /// Hands a new plan down (`make`: rules or CPUs changed); its chooser is kept for
+    /// what the manager reports next.
+    fn hand_down(&mut self, planned: Planned, make: fn(Plan) -> manager::Input) {
+        if self.manager.is_none() {
+            return;
+        }
+        self.chooser = planned.choose;
+        self.manager_event(make(planned.plan));
+    }
+
+    /// One input to the manager, and the plans made again for what it then reports.
     fn manager_event(&mut self, ev: manager::Input) {
         let Some(m) = &mut self.manager else { return };
-        let changes = m.handle(ev);
+        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
+        let changes = replan::hand_down(m, ev, choose);
         self.after_manager(changes);
     }
 
@@ -413,7 +439,9 @@ impl State {
             Event::Proc(msgs) => {
                 let Some(m) = &mut self.manager else { return };
                 let read_at = Instant::now();
-                let changes = m.handle_batch(msgs);
+                let mut changes = m.handle_batch(msgs);
+                let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
+                changes.extend(replan::settle(m, choose));
                 self.metrics.pins_after(read_at, &changes);
                 for c in &changes {
                     log_change(c);
@@ -567,7 +595,9 @@ impl State {
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
                 let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
                 match m.unpin(pid_i) {
-                    Ok(changes) => {
+                    Ok(mut changes) => {
+                        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
+                        changes.extend(replan::settle(m, choose));
                         tracing::info!(pid, "released at run time");
                         self.after_manager(changes);
                         Ok(Reply::Done)
@@ -638,9 +668,13 @@ impl State {
         let (Some(m), Some(d)) = (&self.manager, &self.domains) else {
             return;
         };
-        let better = m
-            .plan()
-            .improvements(&new.in_cpusets(m.plan().cpusets()), d, 0.10, 5.0);
+        let choose = new.choose.as_deref().map(|c| c as &dyn Choose);
+        let better = m.plan().improvements(
+            &new.plan.in_cpusets(m.plan().cpusets(), choose),
+            d,
+            0.10,
+            5.0,
+        );
         if better.is_empty() {
             tracing::info!("new matrix: current placements are as good; nothing moves");
             return;
@@ -648,7 +682,7 @@ impl State {
         for b in &better {
             tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves a placement");
         }
-        self.manager_event(manager::Input::PlanChanged(new));
+        self.hand_down(new, manager::Input::PlanChanged);
     }
 
     /// CPUs went online or offline: re-read the machine, re-plan, re-apply. The matrix
@@ -663,8 +697,8 @@ impl State {
             self.refresh_domains();
         }
         tracing::info!(online = %self.online(), "CPU hotplug");
-        let plan = self.new_plan();
-        self.manager_event(manager::Input::PlanChanged(plan));
+        let planned = self.new_plan();
+        self.hand_down(planned, manager::Input::PlanChanged);
         self.status();
     }
 
@@ -779,8 +813,8 @@ impl State {
         }
         self.check_sched_ext();
         self.load_rules();
-        let plan = self.new_plan();
-        self.manager_event(manager::Input::RulesChanged(plan));
+        let planned = self.new_plan();
+        self.hand_down(planned, manager::Input::RulesChanged);
         self.actions.push(Action::Emit(Signal::RulesReloaded {
             rules: self.rules.rules.len() as u32,
             errors: self.rule_errors(),
@@ -808,8 +842,8 @@ impl State {
             }
             if self.online() != online {
                 // A hotplug the uevent socket did not report.
-                let plan = self.new_plan();
-                self.manager_event(manager::Input::PlanChanged(plan));
+                let planned = self.new_plan();
+                self.hand_down(planned, manager::Input::PlanChanged);
             }
         }
         if let Some(dir) = self.metrics.textfile_due(now, &self.settings.metrics) {

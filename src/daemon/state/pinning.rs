@@ -9,6 +9,7 @@ use crate::rules::{CpuTarget, PlacementRequest};
 use crate::shape::Shaper;
 
 use super::State;
+use crate::daemon::replan;
 
 impl State {
     /// Answers [`Command::PinWith`], [`Command::PlanWith`], [`Command::Owner`] and
@@ -26,7 +27,9 @@ impl State {
                     .map_err(|source| CommandError::Pin { pid, source })?;
                 let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
                 match m.pin(pid_i, &cpus) {
-                    Ok(changes) => {
+                    Ok(mut changes) => {
+                        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
+                        changes.extend(replan::settle(m, choose));
                         tracing::info!(pid, %cpus, follow, "pinned at run time");
                         self.follow.set_runtime(pid_i, follow);
                         self.after_manager(changes);
