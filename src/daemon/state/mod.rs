@@ -115,6 +115,17 @@ pub const JOURNAL_DELAY: Duration = Duration::from_millis(50);
 /// one succeeds), not only at the next change.
 pub const JOURNAL_RETRY: Duration = Duration::from_secs(1);
 
+/// A new matrix moves a running unit only when its new CPUs' worst pairwise latency is
+/// lower by more than this fraction of the current one. Measurement takes two passes of
+/// a pair within 10% of each other as agreeing (`docs/measurement.md`), so a smaller
+/// gain may be noise, and a move costs the threads their warm caches. Documented in
+/// `docs/pinning.md`; not a setting.
+pub const MOVE_GAIN: f64 = 0.10;
+
+/// … and lower by more than this many nanoseconds, so that sets only a few ns apart
+/// (SMT siblings, one L2) do not move on a difference no measurement resolves.
+pub const MOVE_FLOOR_NS: f64 = 5.0;
+
 /// All daemon state. Owned by one thread.
 pub struct State {
     cfg: Config,
@@ -672,8 +683,8 @@ impl State {
         let better = m.plan().improvements(
             &new.plan.in_cpusets(m.plan().cpusets(), choose),
             d,
-            0.10,
-            5.0,
+            MOVE_GAIN,
+            MOVE_FLOOR_NS,
         );
         if better.is_empty() {
             tracing::info!("new matrix: current placements are as good; nothing moves");
