@@ -232,6 +232,9 @@ struct Managed {
     /// Its resident memory per node at first contact, when its rule weighs memory and
     /// it is large enough to (see `plan::memory`).
     memory: Option<crate::memory::NodeBytes>,
+    /// A thread's affinity could not be read for lack of permission, and that was
+    /// warned about: once per process.
+    warned_permission: bool,
 }
 
 impl Managed {
@@ -333,6 +336,10 @@ pub struct Manager {
     /// Processes a rule matched that `protect` kept out (a handful at most: pinnerd,
     /// PID 1, the bus daemon).
     protected: BTreeMap<i32, protect::ProtectedMatch>,
+    /// Processes a rule matched whose affinity pinnerd may not read (EPERM: another
+    /// user's task without CAP_SYS_NICE, or a security module), by pid, with their start
+    /// time: not managed, counted and warned about once each (see `tracking`).
+    denied: BTreeMap<i32, u64>,
     /// Managed processes whose threads wait for a plan made for what was seen (a new
     /// cpuset, memory to weigh, a cpuset that changed): none of their threads is pinned
     /// before [`Input::Replanned`].
@@ -371,6 +378,7 @@ impl Manager {
             counters: Counters::default(),
             own_pid: std::process::id() as i32,
             protected: BTreeMap::new(),
+            denied: BTreeMap::new(),
             awaiting: BTreeSet::new(),
             reapply: false,
         }

@@ -1149,3 +1149,105 @@ fn a_thread_renamed_out_of_its_entry_frees_its_slot() {
         "{why}"
     );
 }
+
+/// The recording fake, with reads of some tasks' masks refused with EPERM (another
+/// user's task without CAP_SYS_NICE, or a security module's verdict).
+struct Unreadable {
+    inner: Arc<FakeOps>,
+    tids: std::sync::Mutex<BTreeSet<Tid>>,
+}
+
+impl AffinityOps for Unreadable {
+    fn set_affinity(&self, tid: Tid, cpus: &CpuSet) -> Result<(), crate::affinity::AffinityError> {
+        self.inner.set_affinity(tid, cpus)
+    }
+    fn get_affinity(&self, tid: Tid) -> Result<CpuSet, crate::affinity::AffinityError> {
+        if self.tids.lock().unwrap().contains(&tid) {
+            return Err(crate::affinity::AffinityError::Permission { tid });
+        }
+        self.inner.get_affinity(tid)
+    }
+    fn hold(
+        &self,
+        pid: i32,
+        start_time: u64,
+    ) -> Result<ProcessHandle, crate::affinity::AffinityError> {
+        self.inner.hold(pid, start_time)
+    }
+    fn alive(&self, handle: &ProcessHandle) -> bool {
+        self.inner.alive(handle)
+    }
+}
+
+/// A manager over [`Unreadable`], refusing reads of `tids`.
+fn unreadable_rig(tids: &[Tid]) -> (T, Arc<Unreadable>) {
+    let mut t = rig(ManagerConfig::default());
+    let ops = Arc::new(Unreadable {
+        inner: t.ops.clone(),
+        tids: std::sync::Mutex::new(tids.iter().copied().collect()),
+    });
+    t.mgr = Manager::new(
+        ops.clone(),
+        t.procs.clone(),
+        Cpus {
+            online: set("0-7"),
+            reserved: CpuSet::new(),
+        },
+        ManagerConfig::default(),
+    );
+    (t, ops)
+}
+
+#[test]
+fn a_thread_whose_mask_may_not_be_read_is_not_gone_and_explain_says_so() {
+    let (mut t, _ops) = unreadable_rig(&[102]);
+    t.process(100, "feed", 1, &[(101, "rx"), (102, "tx")]);
+    let c = t.ev(new_rules(rules(FEED)));
+    assert!(
+        c.contains(&Change::Pinned {
+            pid: 100,
+            tid: 102,
+            rule: "feed".into(),
+            outcome: Outcome::Permission,
+        }),
+        "{c:?}"
+    );
+    assert_eq!(t.ops.mask(101), Some(set("2-3")));
+    assert_eq!(t.ops.mask(102), Some(set("0-7")), "not touched");
+    assert_eq!(t.mgr.counters().gone, 0);
+    assert_eq!(t.mgr.counters().permission, 1);
+    let why = t.mgr.explain(100);
+    assert!(
+        why.contains("tid 102 (tx): permission: not permitted to read or set its affinity"),
+        "{why}"
+    );
+    let rows = t.mgr.list_managed();
+    assert!(rows[0].state.contains("1 permission"), "{rows:?}");
+    // Rescans do not count it again.
+    t.ev(Input::Rescan);
+    t.ev(Input::Rescan);
+    assert_eq!(t.mgr.counters().permission, 1);
+    assert_eq!(t.mgr.counters().gone, 0);
+}
+
+#[test]
+fn a_process_whose_mask_may_not_be_read_is_not_managed_counted_once_and_explained() {
+    let (mut t, ops) = unreadable_rig(&[100]);
+    t.process(100, "feed", 1, &[]);
+    t.ev(new_rules(rules(FEED)));
+    assert!(!t.mgr.is_managed(100));
+    assert_eq!(t.mgr.counters().gone, 0);
+    assert_eq!(t.mgr.counters().permission, 1);
+    let why = t.mgr.explain(100);
+    assert!(
+        why.contains("not managed: permission: not permitted to read or set its affinity"),
+        "{why}"
+    );
+    t.ev(Input::Rescan);
+    assert_eq!(t.mgr.counters().permission, 1, "once per process");
+    // Allowed again (the policy changed): managed at the next look.
+    ops.tids.lock().unwrap().clear();
+    t.ev(Input::Rescan);
+    assert!(t.mgr.is_managed(100));
+    assert_eq!(t.ops.mask(100), Some(set("2-3")));
+}
