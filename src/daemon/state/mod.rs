@@ -38,7 +38,7 @@ use crate::metrics::{self, MetricsSnapshot};
 use crate::placement::{Policy, Request, SmtPolicy};
 use crate::plan::{Choose, Cpus, Plan, SharedChoose};
 use crate::rules::{self, CpuTarget, LoadPolicy, LoadReport, PlacementRequest};
-use crate::settings::Settings;
+use crate::settings::{Settings, SettingsError};
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 use crate::watch::ProcFs;
@@ -131,7 +131,7 @@ pub struct State {
     cfg: Config,
     settings: Settings,
     /// An error in the settings file at the last reload (the previous settings stay).
-    settings_error: Option<String>,
+    settings_error: Option<SettingsError>,
     timing: Timing,
     policy: LoadPolicy,
     store: Option<MatrixStore>,
@@ -211,11 +211,7 @@ impl State {
     /// Reads the machine, the stored matrix and the rules; starts a measurement when no
     /// stored matrix fits.
     pub fn start(&mut self) -> Result<(), DaemonError> {
-        let store = MatrixStore::open(&self.cfg.state_dir).map_err(|e| DaemonError::Dir {
-            path: self.cfg.state_dir.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        self.store = Some(store);
+        self.store = Some(MatrixStore::open(&self.cfg.state_dir)?);
         self.read_machine();
         self.check_sched_ext();
         let missing = self.load_stored_matrix();
@@ -381,7 +377,7 @@ impl State {
     fn rule_errors(&self) -> Vec<String> {
         self.settings_error
             .iter()
-            .cloned()
+            .map(SettingsError::to_string)
             .chain(self.rules.error_strings())
             .collect()
     }
@@ -819,7 +815,7 @@ impl State {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "settings not reloaded; keeping the previous ones");
-                self.settings_error = Some(e.to_string());
+                self.settings_error = Some(e);
             }
         }
         self.check_sched_ext();
@@ -1429,6 +1425,20 @@ mod tests {
     }
 
     #[test]
+    fn a_state_directory_that_cannot_hold_the_store_is_a_typed_error_naming_its_path() {
+        let (mut s, d) = state(Timing::default());
+        let state_dir = d.path().join("state");
+        std::fs::remove_dir(&state_dir).unwrap();
+        std::fs::write(&state_dir, "a file, not a directory").unwrap();
+        match s.start() {
+            Err(DaemonError::Store(crate::matrix::store::StoreError::Dir { path, .. })) => {
+                assert_eq!(path, state_dir.join("history"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn a_bad_settings_file_on_reload_keeps_the_old_settings() {
         let (mut s, d, _job) = started(Timing::default());
         let path = d.path().join("absent.toml");
@@ -1436,7 +1446,18 @@ mod tests {
         s.handle(Event::Reload(ReloadCause::Signal));
         let errs = s.snapshot().rule_errors;
         assert_eq!(errs.len(), 1);
-        assert!(errs[0].contains("absent.toml:2:"), "{errs:?}");
+        assert!(
+            errs[0].contains("absent.toml:2:10: invalid duration"),
+            "{errs:?}"
+        );
+        // Kept typed, with its file, line and column.
+        match &s.settings_error {
+            Some(SettingsError::Invalid { path: p, at, .. }) => {
+                assert_eq!(p, &path);
+                assert_eq!((at.line, at.col), (2, 10));
+            }
+            other => panic!("{other:?}"),
+        }
         assert_eq!(s.settings, Settings::default());
         let a = s.take_actions();
         assert_eq!(a.first(), Some(&Action::Reloading));
