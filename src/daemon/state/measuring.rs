@@ -1,6 +1,6 @@
 //! The measurement lifecycle of [`State`]: the stored matrix and the pairs it lacks,
 //! `Remeasure`, fingerprint changes, full measurements and drift probes, and what their
-//! results do. Split from `state.rs` to keep each file readable; same state, same loop.
+//! results do. Split from `state/mod.rs` to keep each file readable; same state, same loop.
 
 use std::time::{Duration, Instant};
 

@@ -27,17 +27,15 @@ use std::time::{Duration, Instant};
 
 use crate::affinity::restore::Journal;
 use crate::affinity::SystemOps;
-use crate::api::{Command, CommandError, ManagedEntry, Phase, Reply, Signal, Snapshot};
-use crate::cpuset::CpuSet;
-use crate::domains::{self, Domains, Misfit};
+use crate::api::{Phase, Signal, Snapshot};
+use crate::domains::Domains;
 use crate::fingerprint::Fingerprint;
 use crate::manager::{self, Change, Manager};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::metrics::{self, MetricsSnapshot};
-use crate::placement::{Policy, Request, SmtPolicy};
 use crate::plan::{Choose, Cpus, Plan, SharedChoose};
-use crate::rules::{self, CpuTarget, LoadPolicy, LoadReport, PlacementRequest};
+use crate::rules::{self, LoadPolicy, LoadReport};
 use crate::settings::{Settings, SettingsError};
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
@@ -48,9 +46,11 @@ use super::schedule::{Due, Schedule, Timing};
 use super::worker::Job;
 use super::{DaemonError, Event, ReloadCause};
 
+mod commands;
 mod completing;
 mod following;
 mod irqs;
+mod machine;
 mod measuring;
 mod memory;
 mod pinning;
@@ -115,16 +115,7 @@ pub const JOURNAL_DELAY: Duration = Duration::from_millis(50);
 /// one succeeds), not only at the next change.
 pub const JOURNAL_RETRY: Duration = Duration::from_secs(1);
 
-/// A new matrix moves a running unit only when its new CPUs' worst pairwise latency is
-/// lower by more than this fraction of the current one. Measurement takes two passes of
-/// a pair within 10% of each other as agreeing (`docs/measurement.md`), so a smaller
-/// gain may be noise, and a move costs the threads their warm caches. Documented in
-/// `docs/pinning.md`; not a setting.
-pub const MOVE_GAIN: f64 = 0.10;
-
-/// … and lower by more than this many nanoseconds, so that sets only a few ns apart
-/// (SMT siblings, one L2) do not move on a difference no measurement resolves.
-pub const MOVE_FLOOR_NS: f64 = 5.0;
+pub use machine::{MOVE_FLOOR_NS, MOVE_GAIN};
 
 /// All daemon state. Owned by one thread.
 pub struct State {
@@ -483,304 +474,6 @@ impl State {
         }
     }
 
-    /// Answers one command.
-    pub fn command(&mut self, cmd: Command) -> Result<Reply, CommandError> {
-        match cmd {
-            Command::Remeasure => Ok(Reply::Job(self.remeasure(Instant::now()))),
-            Command::Reload => {
-                self.reload(ReloadCause::Bus);
-                Ok(Reply::Reloaded {
-                    rules: self.rules.rules.len() as u32,
-                    errors: self.rule_errors(),
-                })
-            }
-            Command::GetMatrix => Ok(self.matrix_reply()),
-            Command::Metrics => Ok(Reply::Text(self.metrics_text())),
-            Command::ListManaged => Ok(Reply::Managed(
-                self.manager
-                    .as_ref()
-                    .map(|m| {
-                        m.list_managed()
-                            .into_iter()
-                            .map(|r| ManagedEntry {
-                                pid: r.pid,
-                                comm: r.comm,
-                                rule: r.rule,
-                                cpus: r.cpus,
-                                state: r.state,
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            )),
-            Command::Explain { pid, caller_uid } => {
-                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
-                    return Err(CommandError::NoSuchProcess(pid));
-                }
-                match &self.manager {
-                    Some(m) => {
-                        let mut text = m.explain_for(pid as i32, caller_uid);
-                        if m.shows_memory(pid as i32, caller_uid) {
-                            text.push_str(&self.memory_line(pid as i32));
-                            text.push_str(&self.follow_line(pid as i32, Instant::now()));
-                        }
-                        Ok(Reply::Explained {
-                            text,
-                            full: m.shows_all_to(pid as i32, caller_uid),
-                        })
-                    }
-                    None => Err(CommandError::Starting),
-                }
-            }
-            Command::Memory { pid, caller_uid } => {
-                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
-                    return Err(CommandError::NoSuchProcess(pid));
-                }
-                let Some(m) = &self.manager else {
-                    return Err(CommandError::Starting);
-                };
-                if !m.shows_memory(pid as i32, caller_uid) {
-                    return Ok(Reply::Json(serde_json::Value::Null));
-                }
-                match self.memory_of(pid as i32) {
-                    Some(Ok(v)) => Ok(Reply::Json(v.to_json())),
-                    Some(Err(crate::memory::ReadError::Gone { .. })) => {
-                        Err(CommandError::NoSuchProcess(pid))
-                    }
-                    Some(Err(e)) => Ok(Reply::Json(serde_json::json!({ "error": e.to_string() }))),
-                    None => Ok(Reply::Json(serde_json::Value::Null)),
-                }
-            }
-            // The CPUs a pin would get: `PlanWith` of the same count, off exclusive rules.
-            Command::Plan { count, policy, smt } => self.runtime_command(Command::PlanWith {
-                place: crate::api::PlaceSpec::Request(PlacementRequest {
-                    target: CpuTarget::Count(count),
-                    within: None,
-                    policy,
-                    smt,
-                    exclusive: false,
-                    shape: Default::default(),
-                }),
-            }),
-            Command::Pin {
-                pid,
-                count,
-                policy,
-                smt,
-            } => {
-                let req = self.request(count, policy, smt)?;
-                let request = PlacementRequest {
-                    target: CpuTarget::Count(count),
-                    within: None,
-                    policy: req.policy,
-                    smt: req.smt,
-                    exclusive: false,
-                    shape: Default::default(),
-                };
-                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
-                self.domains()?;
-                let d = self.domains.as_ref().map(|d| d as &dyn Choose);
-                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
-                let cpus = m
-                    .plan()
-                    .pin(&request, d)
-                    .map_err(|source| CommandError::Pin { pid, source })?;
-                match m.pin(pid_i, &cpus) {
-                    Ok(changes) => {
-                        tracing::info!(pid, %cpus, "pinned at run time");
-                        self.after_manager(changes);
-                        Ok(Reply::Cpus(cpus))
-                    }
-                    Err(e) => Err(CommandError::from_manager(pid, e)),
-                }
-            }
-            cmd @ (Command::PinWith { .. }
-            | Command::PlanWith { .. }
-            | Command::Owner { .. }
-            | Command::AsOwner { .. }) => self.runtime_command(cmd),
-            Command::Release { pid } => {
-                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
-                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
-                match m.unpin(pid_i) {
-                    Ok(mut changes) => {
-                        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
-                        changes.extend(replan::settle(m, choose));
-                        tracing::info!(pid, "released at run time");
-                        self.after_manager(changes);
-                        Ok(Reply::Done)
-                    }
-                    Err(e) => Err(CommandError::from_manager(pid, e)),
-                }
-            }
-        }
-    }
-
-    /// A request from a command's arguments, checked: 1 ≤ count ≤ usable CPUs.
-    fn request(&self, count: u32, policy: Policy, smt: SmtPolicy) -> Result<Request, CommandError> {
-        let usable = self.usable().len();
-        if count == 0 || count as usize > usable {
-            return Err(CommandError::InvalidArgs(format!(
-                "count {count}: must be between 1 and the {usable} usable CPUs"
-            )));
-        }
-        Ok(Request {
-            count: count as usize,
-            policy,
-            smt,
-            exclude: self.settings.placement.housekeeping_cpus.clone(),
-            exclusive: false,
-            cpus: None,
-        })
-    }
-
-    /// The latency domains: from the matrix reconciled with sysfs, or from sysfs alone
-    /// until a matrix exists (or when the matrix cannot be used).
-    fn domains(&mut self) -> Result<&Domains, CommandError> {
-        if self.domains.is_none() {
-            let s = domains::select(
-                self.current.as_ref(),
-                self.topology.as_ref(),
-                Misfit::Topology,
-            )
-            .map_err(CommandError::NoDomains)?;
-            for f in &s.findings {
-                tracing::info!(finding = %f, "matrix and topology");
-            }
-            for w in &s.warnings {
-                tracing::warn!(warning = %w, "placing from the sysfs topology");
-            }
-            self.domains = Some(s.domains);
-        }
-        Ok(self.domains.as_ref().expect("set above"))
-    }
-
-    /// Recomputes the domains after the topology changed (or at start); plans made
-    /// from now on use them.
-    fn refresh_domains(&mut self) {
-        self.domains = None;
-        if let Err(e) = self.domains() {
-            tracing::warn!(error = %e, "no latency domains");
-        }
-    }
-
-    /// A new matrix: new domains for future plans, and the running processes moved only
-    /// where the new plan improves on the one applied materially (no churn).
-    fn matrix_changed(&mut self) {
-        self.domains = None;
-        if let Err(e) = self.domains() {
-            tracing::warn!(error = %e, "no latency domains");
-            return;
-        }
-        let new = self.new_plan();
-        let (Some(m), Some(d)) = (&self.manager, &self.domains) else {
-            return;
-        };
-        let choose = new.choose.as_deref().map(|c| c as &dyn Choose);
-        let better = m.plan().improvements(
-            &new.plan.in_cpusets(m.plan().cpusets(), choose),
-            d,
-            MOVE_GAIN,
-            MOVE_FLOOR_NS,
-        );
-        if better.is_empty() {
-            tracing::info!("new matrix: current placements are as good; nothing moves");
-            return;
-        }
-        for b in &better {
-            tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves a placement");
-        }
-        self.hand_down(new, manager::Input::PlanChanged);
-    }
-
-    /// CPUs went online or offline: re-read the machine, re-plan, re-apply. The matrix
-    /// follows the usable CPUs from the store's cells (see `matrix::keep`).
-    fn hotplug(&mut self, now: Instant) {
-        let usable = self.usable();
-        let fp_changed = self.read_machine();
-        // The matrix (and so the domains) for the new CPUs first, then the re-plan.
-        if fp_changed || self.usable() != usable {
-            self.fingerprint_changed(now);
-        } else {
-            self.refresh_domains();
-        }
-        tracing::info!(online = %self.online(), "CPU hotplug");
-        let planned = self.new_plan();
-        self.hand_down(planned, manager::Input::PlanChanged);
-        self.status();
-    }
-
-    fn matrix_reply(&self) -> Reply {
-        match &self.current {
-            Some(m) => Reply::Matrix {
-                cpus: m.cpus.clone(),
-                latency_ns: m
-                    .latency_ns
-                    .iter()
-                    .map(|row| row.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
-                    .collect(),
-            },
-            None => Reply::Matrix {
-                cpus: Vec::new(),
-                latency_ns: Vec::new(),
-            },
-        }
-    }
-
-    /// Online CPUs as last read; empty before the first read.
-    fn online(&self) -> CpuSet {
-        self.topology
-            .as_ref()
-            .map(|t| t.online.clone())
-            .unwrap_or_default()
-    }
-
-    /// CPUs a measurement may use: online and not isolated.
-    fn usable(&self) -> CpuSet {
-        self.topology
-            .as_ref()
-            .map(Topology::usable)
-            .unwrap_or_default()
-    }
-
-    /// Re-reads the topology and the fingerprint; true when the fingerprint changed
-    /// (or was read for the first time).
-    fn read_machine(&mut self) -> bool {
-        match Topology::discover(&self.cfg.sysroot) {
-            Ok(t) => {
-                for w in &t.warnings {
-                    tracing::debug!(warning = %w, "topology");
-                }
-                if self.topology.as_ref() != Some(&t) {
-                    self.domains = None;
-                }
-                self.topology = Some(t);
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the CPU topology; keeping the last one")
-            }
-        }
-        match Fingerprint::read(&self.cfg.sysroot) {
-            Ok(fp) => {
-                let changed = match &self.fingerprint {
-                    Some(old) if old.matches(&fp) => false,
-                    Some(old) => {
-                        for d in old.differences(&fp) {
-                            tracing::info!(change = %d, "hardware fingerprint changed");
-                        }
-                        true
-                    }
-                    None => true,
-                };
-                self.fingerprint = Some(fp);
-                changed
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the hardware fingerprint");
-                false
-            }
-        }
-    }
-
     fn rule_dirs(&self) -> Vec<PathBuf> {
         self.cfg
             .rule_dirs
@@ -953,6 +646,10 @@ fn log_change(c: &Change) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{Command, CommandError, Reply};
+    use crate::cpuset::CpuSet;
+    use crate::placement::{Policy, SmtPolicy};
+    use crate::rules::{CpuTarget, PlacementRequest};
     use crate::daemon::worker::JobError;
     use crate::daemon::worker::{Finished, JobKind, Product};
     use crate::measure;

@@ -1,6 +1,6 @@
 //! Run-time pins in the rule vocabulary (`PinProcessWith`, `PlanWith`, what `pinnerd run`
 //! and `pinnerd pin` ask for) and the owner checks polkit decisions rest on. Split from
-//! `state.rs` to keep each file readable; same state, same loop.
+//! `state/mod.rs` to keep each file readable; same state, same loop.
 
 use crate::api::{Command, CommandError, PlaceSpec, Reply};
 use crate::cpuset::CpuSet;

@@ -1,6 +1,6 @@
 //! sched_ext awareness of [`State`]: whether a sched_ext scheduler runs (read at start
 //! and on every rescan tick), and the `[sched-ext] policy` applied to every plan the
-//! daemon makes while one does. Split from `state.rs`; same state, same loop.
+//! daemon makes while one does. Split from `state/mod.rs`; same state, same loop.
 
 use std::collections::BTreeSet;
 

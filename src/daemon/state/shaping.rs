@@ -1,6 +1,6 @@
 //! `core-type`, `prefer` and `near` in the daemon: each plan gets the topology's facts
 //! and the rules' devices, resolved through the sysfs root when it is made, and hands
-//! them as values to the pure `shape` module. Split from `state.rs`; same state, same
+//! them as values to the pure `shape` module. Split from `state/mod.rs`; same state, same
 //! loop.
 
 use std::sync::Arc;
