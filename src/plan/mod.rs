@@ -35,8 +35,11 @@
 //! each instance choosing only inside its cpuset, like a template; exclusivity is checked
 //! per CPU across all instances. A rule the cpusets do not name is planned on all CPUs.
 //! Explicit `cpus` are planned once, whatever the cpusets (the kernel classifies them).
+//!
+//! Inside: `choose` (the [`Choose`] seam and the placement engine behind it), `seen`
+//! (what a plan is made in: [`Cpusets`], [`Demand`]), `memory`, `doubts`, `tests`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -46,158 +49,13 @@ use crate::domains::Domains;
 use crate::placement::{self, PlacementError};
 use crate::rules::{CpuTarget, PlacementRequest, Rule, RuleSet};
 
+mod choose;
 pub mod memory;
+mod seen;
+
+pub use choose::{engine_request, Choose, Chosen, SharedChoose};
 pub use memory::MemoryPlanning;
-
-/// Chooses CPUs for a count request among `available`: the placement engine over
-/// latency domains, or a stand-in in tests.
-pub trait Choose {
-    /// The CPUs chosen, and those they hold (a superset: an exclusive request also
-    /// keeps the idle SMT siblings of its CPUs free).
-    fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError>;
-
-    /// One set of `count` CPUs per thread of a non-shared thread entry, in the order
-    /// threads take them, planned together (see `placement::slots`). The error is the
-    /// first slot's. By default each slot is chosen alone among what the earlier ones
-    /// left (a stand-in's way).
-    fn slots(
-        &self,
-        req: &PlacementRequest,
-        available: &CpuSet,
-    ) -> Result<Vec<Chosen>, PlacementError> {
-        let mut slots = Vec::new();
-        let mut left = available.clone();
-        while slots.len() < placement::MAX_SLOTS {
-            match self.choose(req, &left) {
-                Ok(c) if !c.cpus.is_empty() => {
-                    left = left.difference(&c.held);
-                    slots.push(c);
-                }
-                Ok(_) => break,
-                Err(e) if slots.is_empty() => return Err(e),
-                Err(_) => break,
-            }
-        }
-        Ok(slots)
-    }
-
-    /// What `cpus` cost together (mean pair latency, ns), for weighing memory against
-    /// latency; `None` when unknown (then memory decides between equal choices).
-    fn cost(&self, cpus: &CpuSet) -> Option<f64> {
-        let _ = cpus;
-        None
-    }
-}
-
-/// The placement engine's request for a count `req` (`None` for explicit CPUs).
-pub fn engine_request(req: &PlacementRequest) -> Option<placement::Request> {
-    match &req.target {
-        CpuTarget::Count(n) => Some(placement::Request {
-            count: *n as usize,
-            policy: req.policy,
-            smt: req.smt,
-            exclude: CpuSet::new(),
-            exclusive: req.exclusive,
-            cpus: None,
-        }),
-        CpuTarget::Cpus(_) => None,
-    }
-}
-
-/// A chooser the daemon keeps with the plan it applies, to make that plan again for
-/// what the manager reports ([`Plan::again`]).
-pub type SharedChoose = Arc<dyn Choose + Send + Sync>;
-
-/// What the manager saw of the processes it manages, for the plan to be made in: their
-/// cgroup cpusets (with their memory) and the slots their threads take. The manager
-/// reports it; the daemon's loop makes the plan ([`Plan::again`]) and hands it down.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Seen {
-    pub cpusets: Cpusets,
-    pub demand: Demand,
-}
-
-/// The distinct cgroup cpusets each rule's processes live in, as the manager sees
-/// them. `None` stands for all CPUs (a process whose cpuset holds every CPU a plan
-/// may choose from).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Cpusets {
-    by_rule: BTreeMap<String, BTreeSet<Option<String>>>,
-    /// (rule, cpuset) → the resident memory per node of the processes it places there.
-    memory: BTreeMap<(String, Option<String>), crate::memory::NodeBytes>,
-}
-
-impl Cpusets {
-    /// Notes that a process of `rule` lives in `cpuset` (`None`: all CPUs).
-    pub fn add(&mut self, rule: &str, cpuset: Option<&CpuSet>) {
-        self.by_rule
-            .entry(rule.to_string())
-            .or_default()
-            .insert(cpuset.map(|c| c.to_string()));
-    }
-
-    /// Notes that a process of `rule` in `cpuset` has `bytes` per node.
-    pub fn add_memory(
-        &mut self,
-        rule: &str,
-        cpuset: Option<&CpuSet>,
-        bytes: &crate::memory::NodeBytes,
-    ) {
-        let sum = self
-            .memory
-            .entry((rule.to_string(), cpuset.map(|c| c.to_string())))
-            .or_default();
-        for (n, b) in bytes {
-            let e = sum.entry(*n).or_insert(0);
-            *e = e.saturating_add(*b);
-        }
-    }
-
-    /// The memory per node of `rule`'s processes in `cpuset`, if any was noted.
-    pub fn memory_of(
-        &self,
-        rule: &str,
-        cpuset: Option<&CpuSet>,
-    ) -> Option<&crate::memory::NodeBytes> {
-        self.memory
-            .get(&(rule.to_string(), cpuset.map(|c| c.to_string())))
-    }
-
-    /// The cpusets `rule` is planned in: all CPUs when none is known.
-    pub fn of(&self, rule: &str) -> Vec<Option<CpuSet>> {
-        match self.by_rule.get(rule) {
-            Some(set) if !set.is_empty() => set
-                .iter()
-                .map(|c| c.as_ref().map(|c| c.parse().expect("printed by CpuSet")))
-                .collect(),
-            _ => vec![None],
-        }
-    }
-}
-
-/// How many slots of each non-shared thread entry live threads take: the highest slot
-/// taken plus one, over the rule's processes. Part of what the manager reports
-/// ([`Seen`]); a plan made without it holds no slot.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Demand {
-    by_entry: BTreeMap<(String, usize), usize>,
-}
-
-impl Demand {
-    /// Notes that a thread of `rule`'s entry `entry` takes slot `slot`.
-    pub fn take(&mut self, rule: &str, entry: usize, slot: usize) {
-        let n = self.by_entry.entry((rule.to_string(), entry)).or_default();
-        *n = (*n).max(slot + 1);
-    }
-
-    /// Slots taken of `rule`'s entry `entry`.
-    pub fn of(&self, rule: &str, entry: usize) -> usize {
-        self.by_entry
-            .get(&(rule.to_string(), entry))
-            .copied()
-            .unwrap_or(0)
-    }
-}
+pub use seen::{Cpusets, Demand, Seen};
 
 /// Where a count thread entry's CPUs come from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -219,75 +77,6 @@ impl SlotsFrom {
             SlotsFrom::Place(c) => format!("carved from [rule.place] cpus {c}"),
             SlotsFrom::All(c) => format!("from all usable CPUs {c}"),
         }
-    }
-}
-
-/// What [`Choose::choose`] picked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chosen {
-    pub cpus: CpuSet,
-    /// `cpus` and the idle siblings an exclusive request keeps free.
-    pub held: CpuSet,
-}
-
-impl Choose for Domains {
-    fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
-        let count = match &req.target {
-            CpuTarget::Count(_) if !req.shape.is_empty() => {
-                return Err(crate::placement::ShapeError::NoFacts {
-                    keys: req.shape.describe(),
-                }
-                .into())
-            }
-            CpuTarget::Count(n) => *n as usize,
-            CpuTarget::Cpus(c) => {
-                return Ok(Chosen {
-                    cpus: c.clone(),
-                    held: c.clone(),
-                })
-            }
-        };
-        let r = placement::Request {
-            count,
-            policy: req.policy,
-            smt: req.smt,
-            exclude: CpuSet::new(),
-            exclusive: req.exclusive,
-            cpus: None,
-        };
-        let p = placement::place(self, &r, available)?;
-        Ok(Chosen {
-            held: p.reserved.union(&p.cpus),
-            cpus: p.cpus,
-        })
-    }
-
-    fn slots(
-        &self,
-        req: &PlacementRequest,
-        available: &CpuSet,
-    ) -> Result<Vec<Chosen>, PlacementError> {
-        let Some(r) = engine_request(req) else {
-            return Ok(vec![self.choose(req, available)?]);
-        };
-        if !req.shape.is_empty() {
-            return Err(crate::placement::ShapeError::NoFacts {
-                keys: req.shape.describe(),
-            }
-            .into());
-        }
-        Ok(placement::slots(self, &r, available)?
-            .into_iter()
-            .map(|s| Chosen {
-                held: s.reserved.union(&s.cpus),
-                cpus: s.cpus,
-            })
-            .collect())
-    }
-
-    fn cost(&self, cpus: &CpuSet) -> Option<f64> {
-        let idx: Option<Vec<usize>> = cpus.iter().map(|c| self.index_of(c)).collect();
-        placement::set_cost(self, &idx?).mean_ns
     }
 }
 

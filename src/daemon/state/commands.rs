@@ -146,7 +146,12 @@ impl State {
     }
 
     /// A request from a command's arguments, checked: 1 ≤ count ≤ usable CPUs.
-    pub(super) fn request(&self, count: u32, policy: Policy, smt: SmtPolicy) -> Result<Request, CommandError> {
+    pub(super) fn request(
+        &self,
+        count: u32,
+        policy: Policy,
+        smt: SmtPolicy,
+    ) -> Result<Request, CommandError> {
         let usable = self.usable().len();
         if count == 0 || count as usize > usable {
             return Err(CommandError::InvalidArgs(format!(

@@ -648,12 +648,12 @@ mod tests {
     use super::*;
     use crate::api::{Command, CommandError, Reply};
     use crate::cpuset::CpuSet;
-    use crate::placement::{Policy, SmtPolicy};
-    use crate::rules::{CpuTarget, PlacementRequest};
     use crate::daemon::worker::JobError;
     use crate::daemon::worker::{Finished, JobKind, Product};
     use crate::measure;
     use crate::measure::Probe;
+    use crate::placement::{Policy, SmtPolicy};
+    use crate::rules::{CpuTarget, PlacementRequest};
 
     fn state(timing: Timing) -> (State, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
