@@ -105,9 +105,6 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
             json: args.json,
         });
     }
-    if let Some(pid) = args.pid {
-        return super::plan_pid::run(&args, pid);
-    }
     let count = args.count.context("--count is required")? as usize;
     let plan = plan(&args, count)?;
     let text = if args.json {
