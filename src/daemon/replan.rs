@@ -28,7 +28,7 @@ pub const ROUNDS: usize = 4;
 pub fn hand_down(m: &mut Manager, input: Input, choose: Option<&dyn Choose>) -> Vec<Change> {
     let for_seen = |plan: crate::plan::Plan| {
         let seen = m.seen();
-        if seen == plan.made_for() {
+        if seen.cpusets == *plan.cpusets() && seen.demand == *plan.demand() {
             plan
         } else {
             plan.again(&seen, choose)

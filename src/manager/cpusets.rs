@@ -132,7 +132,10 @@ impl Manager {
     /// `None`: the plan in force fits.
     pub fn wants_plan(&self) -> Option<Seen> {
         let seen = self.seen();
-        let fits = self.awaiting.is_empty() && !self.reapply && seen == self.plan.made_for();
+        let fits = self.awaiting.is_empty()
+            && !self.reapply
+            && seen.cpusets == *self.plan.cpusets()
+            && seen.demand == *self.plan.demand();
         (!fits).then_some(seen)
     }
 

@@ -382,14 +382,6 @@ impl Plan {
         )
     }
 
-    /// What this plan was made for: the cpusets and the slots taken.
-    pub fn made_for(&self) -> Seen {
-        Seen {
-            cpusets: self.cpusets.clone(),
-            demand: self.demand.clone(),
-        }
-    }
-
     /// The slots live threads take, as this plan was made with.
     pub fn demand(&self) -> &Demand {
         &self.demand
