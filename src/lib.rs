@@ -15,7 +15,8 @@
 //!                                                                    │
 //!                                                                    ▼
 //!                                                  affinity (apply, read back, restore)
-//!          daemon (one event loop owns the state; plans on rule, domain and CPU changes)
+//!          daemon (one event loop owns the state; plans on rule, domain and CPU changes,
+//!                  and again for the cpusets and threads the manager reports it saw)
 //!                          ▲ api (Command → Reply | CommandError, Snapshot, Signal)
 //!                 dbus (forwards; polkit decides for non-root callers) · cli (commands)
 //! ```

@@ -670,8 +670,8 @@ impl Choose for Shaper<'_> {
     }
 }
 
-/// A [`Shaper`] that owns what it reads, for the plans that keep their chooser to plan
-/// again in the processes' cgroup cpusets ([`crate::plan::Plan::shared`]).
+/// A [`Shaper`] that owns what it reads, for the chooser the daemon keeps to plan again
+/// in the processes' cgroup cpusets ([`crate::plan::Plan::again`]).
 pub struct OwnedShaper {
     pub domains: Domains,
     pub facts: Facts,

@@ -112,7 +112,7 @@ pub fn run(args: DaemonArgs, verbose: u8) -> anyhow::Result<ExitCode> {
     };
     match crate::daemon::run(opts) {
         Ok(()) => Ok(ExitCode::SUCCESS),
-        Err(DaemonError::Config(msg)) => Err(ConfigInvalid(msg).into()),
+        Err(DaemonError::Config(e)) => Err(ConfigInvalid(e.to_string()).into()),
         Err(e) => Err(e).context("pinnerd daemon"),
     }
 }

@@ -14,6 +14,7 @@ use crate::cpuset::CpuSet;
 use crate::domains::Domains;
 use crate::export::{hwloc, nfd};
 use crate::fingerprint::Fingerprint;
+use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::topology::Topology;
 
@@ -73,12 +74,14 @@ pub fn run(args: ExportArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// The matrix named, or this machine's stored one when its fingerprint matches (else
-/// `None`, with a warning on stderr saying why).
+/// The matrix named, or this machine's stored one when it fits ([`MatrixStore::fitting`]:
+/// this hardware's, narrowed to the `usable` CPUs when given); else `None`, with a
+/// warning on stderr saying why.
 fn matrix_for(
     given: Option<&Path>,
     state_dir: Option<&Path>,
     root: &crate::sysroot::SysRoot,
+    usable: Option<&CpuSet>,
 ) -> anyhow::Result<Option<(PathBuf, LatencyMatrix)>> {
     if let Some(p) = given {
         return Ok(Some((p.to_owned(), load_matrix(p)?)));
@@ -94,25 +97,40 @@ fn matrix_for(
         );
         return Ok(None);
     }
-    let m = LatencyMatrix::load(&path)?;
     let fp = Fingerprint::read(root).context("computing this machine's fingerprint")?;
-    if m.fingerprint.as_deref() != Some(fp.hex.as_str()) {
+    let fit = match MatrixStore::open(&dir).and_then(|s| s.fitting(&fp.hex, usable)) {
+        Ok(fit) => fit,
+        Err(e) => {
+            eprintln!("pinnerd: warning: stored matrix unusable: {e}");
+            return Ok(None);
+        }
+    };
+    if let Some(aside) = &fit.set_aside {
         eprintln!(
-            "pinnerd: warning: {} was measured on other hardware (fingerprint {}, this machine {}): not used",
-            path.display(),
-            m.fingerprint.as_deref().unwrap_or("none"),
+            "pinnerd: warning: {aside} (this machine's fingerprint {})",
             fp.hex
         );
-        return Ok(None);
     }
-    Ok(Some((path, m)))
+    if fit.matrix.is_none() && !fit.missing.is_empty() {
+        eprintln!(
+            "pinnerd: warning: {} lacks {} pair(s) of the usable CPUs (never measured here): not used",
+            path.display(),
+            fit.missing.len()
+        );
+    }
+    Ok(fit.matrix.map(|m| (path, m)))
 }
 
 fn run_nfd(args: NfdArgs) -> anyhow::Result<ExitCode> {
     let root = super::topology::resolve_roots(args.sysfs.as_deref(), None);
     let t = Topology::discover(&root)
         .with_context(|| format!("reading the CPU topology under {}", root.sys.display()))?;
-    let matrix = matrix_for(args.matrix.as_deref(), args.state_dir.as_deref(), &root)?;
+    let matrix = matrix_for(
+        args.matrix.as_deref(),
+        args.state_dir.as_deref(),
+        &root,
+        Some(&t.usable()),
+    )?;
     let domains = match &matrix {
         Some((path, m)) => {
             let mset: CpuSet = m.cpus.iter().copied().collect();
@@ -152,7 +170,13 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
 
 fn run_hwloc(args: HwlocArgs) -> anyhow::Result<ExitCode> {
     let root = crate::sysroot::SysRoot::default();
-    let Some((_, m)) = matrix_for(args.matrix.as_deref(), args.state_dir.as_deref(), &root)? else {
+    let Some((_, m)) = matrix_for(
+        args.matrix.as_deref(),
+        args.state_dir.as_deref(),
+        &root,
+        None,
+    )?
+    else {
         anyhow::bail!(
             "no matrix to export: give --matrix FILE, or let the daemon measure this machine first"
         );
@@ -226,4 +250,40 @@ fn lstopo_xml() -> anyhow::Result<String> {
         );
     }
     String::from_utf8(out.stdout).context("lstopo-no-graphics printed invalid UTF-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sysroot::SysRoot;
+
+    #[test]
+    fn a_corrupt_stored_matrix_is_moved_aside_by_the_store_not_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("matrix.json"), "{not json").unwrap();
+        let got = matrix_for(None, Some(dir.path()), &SysRoot::default(), None).unwrap();
+        assert!(got.is_none());
+        assert!(!dir.path().join("matrix.json").exists());
+        let aside = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with("matrix.json.corrupt-"))
+            .count();
+        assert_eq!(aside, 1);
+    }
+
+    #[test]
+    fn the_stored_matrix_is_narrowed_to_the_usable_cpus_as_the_daemon_uses_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::default();
+        let mut m = LatencyMatrix::from_fn(vec![0, 1, 2], |a, b| (10 * (a + b)) as f64);
+        m.fingerprint = Some(Fingerprint::read(&root).unwrap().hex);
+        MatrixStore::open(dir.path()).unwrap().save(&m).unwrap();
+        let usable: CpuSet = "0-1".parse().unwrap();
+        let (path, got) = matrix_for(None, Some(dir.path()), &root, Some(&usable))
+            .unwrap()
+            .unwrap();
+        assert_eq!(path, dir.path().join("matrix.json"));
+        assert_eq!(got.cpus, vec![0, 1]);
+    }
 }

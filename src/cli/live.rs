@@ -89,12 +89,8 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         facts,
         devices,
     };
-    let plan = Plan::shared(
-        &report.rules,
-        mgr.plan().cpus(),
-        Some(Arc::new(shaper) as crate::plan::SharedChoose),
-    );
-    mgr.handle(Input::RulesChanged(plan));
+    let plan = Plan::new(&report.rules, mgr.plan().cpus(), Some(&shaper));
+    crate::daemon::replan::hand_down(&mut mgr, Input::RulesChanged(plan), Some(&shaper));
     let rows = mgr.list_managed();
     let protected = mgr.protected();
 

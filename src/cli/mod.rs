@@ -172,7 +172,12 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Topology(args) => topology::run(args),
         Command::Measure(args) => measure::run(args),
-        Command::Plan(args) => plan::run(args),
+        // `--pid` plans on top of `plan` (its request, its cpuset): it uses `plan`, and
+        // `plan` does not know it.
+        Command::Plan(args) => match args.pid {
+            Some(pid) if !args.live => plan_pid::run(&args, pid),
+            _ => plan::run(args),
+        },
         Command::Compare(args) => compare::run(args),
         Command::Report(args) => report::run(args),
         Command::Check(args) => check::run(args),

@@ -19,7 +19,6 @@ use crate::cpuset::CpuSet;
 use crate::devices;
 use crate::domains::{self, Domains, Finding, Misfit};
 use crate::fingerprint::Fingerprint;
-use crate::matrix::keep;
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::measure::{self, MeasureConfig};
@@ -105,9 +104,6 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
             matrix: args.matrix,
             json: args.json,
         });
-    }
-    if let Some(pid) = args.pid {
-        return super::plan_pid::run(&args, pid);
     }
     let count = args.count.context("--count is required")? as usize;
     let plan = plan(&args, count)?;
@@ -317,29 +313,20 @@ fn this_machine_matrix(
     let dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
     if dir.join("matrix.json").exists() {
         if let Some(fp) = &fingerprint {
-            match MatrixStore::open(&dir).and_then(|s| s.load_current(&fp.hex)) {
-                Ok(loaded) => {
-                    if let Some(aside) = loaded.set_aside {
+            let usable = topology.map(Topology::usable);
+            match MatrixStore::open(&dir).and_then(|s| s.fitting(&fp.hex, usable.as_ref())) {
+                Ok(fit) => {
+                    if let Some(aside) = fit.set_aside {
                         warnings.push(aside.to_string());
                     }
-                    // The store keeps cells of CPUs offline now: plan on the usable ones.
-                    let cover = match (loaded.matrix, topology) {
-                        (Some(m), Some(t)) => Some(keep::cover(&m, &t.usable())),
-                        (Some(m), None) => Some(keep::Coverage {
-                            matrix: Some(m),
-                            missing: Vec::new(),
-                        }),
-                        (None, _) => None,
-                    };
-                    match cover {
-                        Some(keep::Coverage {
-                            matrix: Some(m), ..
-                        }) => return Ok((Source::Stored(dir.join("matrix.json")), Some(m), None)),
-                        Some(c) => warnings.push(format!(
+                    if let Some(m) = fit.matrix {
+                        return Ok((Source::Stored(dir.join("matrix.json")), Some(m), None));
+                    }
+                    if !fit.missing.is_empty() {
+                        warnings.push(format!(
                             "the stored matrix lacks {} pair(s) of the usable CPUs (never measured here); not used",
-                            c.missing.len()
-                        )),
-                        None => {}
+                            fit.missing.len()
+                        ));
                     }
                 }
                 Err(e) => warnings.push(format!("stored matrix unusable: {e}")),

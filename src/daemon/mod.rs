@@ -23,6 +23,7 @@
 //! Must not touch: the bus (see `dbus`), spin pairs (see `measure`), per-thread syscalls
 //! (see `affinity`), rule syntax (see `rules`).
 
+pub mod replan;
 pub mod schedule;
 pub mod shell;
 pub mod sources;
@@ -77,9 +78,13 @@ impl From<Call> for Event {
 /// Errors that stop the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
-    /// The settings file is invalid (maps to the config-error exit code).
-    #[error("{0}")]
-    Config(String),
+    /// The settings file is invalid (maps to the config-error exit code); it names the
+    /// file, line and column.
+    #[error(transparent)]
+    Config(#[from] crate::settings::SettingsError),
+    /// The matrix store in the state directory could not be opened; it names the path.
+    #[error(transparent)]
+    Store(#[from] crate::matrix::store::StoreError),
     #[error(transparent)]
     Bus(#[from] crate::dbus::DbusError),
     /// A directory the daemon needs could not be created or used.

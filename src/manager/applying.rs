@@ -5,7 +5,7 @@
 
 use super::{Change, ForeignChange, ManagedThread, Manager, ManagerError, Source};
 use crate::affinity::restore::RestoreError;
-use crate::affinity::{Outcome, Tid};
+use crate::affinity::{outcome_of_error, Outcome, Tid};
 use crate::cpuset::CpuSet;
 use crate::rules::ThreadPlacement;
 use crate::watch::ProcessSnapshot;
@@ -27,8 +27,19 @@ impl Manager {
             let tid = t.tid as Tid;
             if let Ok(cur) = self.ops.get_affinity(tid) {
                 if pinned.contains(&cur) {
-                    let _ =
+                    let back =
                         crate::affinity::apply(self.ops.as_ref(), tid, &original, self.online());
+                    match back {
+                        Outcome::Applied { .. } | Outcome::Narrowed { .. } | Outcome::Gone => {
+                            tracing::debug!(
+                                pid = snap.pid(),
+                                tid,
+                                outcome = back.label(),
+                                "inherited mask given back"
+                            )
+                        }
+                        other => self.count(&other, snap.pid(), tid, "(inherited)"),
+                    }
                 }
             }
         }
@@ -75,6 +86,10 @@ impl Manager {
         verify: bool,
         out: &mut Vec<Change>,
     ) {
+        if self.awaiting.contains(&pid) {
+            // Pinned when the plan made for its cpuset comes (`Input::Replanned`).
+            return;
+        }
         let comm = match comm {
             Some(c) => c,
             None => {
@@ -117,18 +132,25 @@ impl Manager {
         };
         let online = self.online().clone();
         let on_foreign = self.config.on_foreign_change;
+        let read = self.ops.get_affinity(tid);
         let Some(m) = self.managed.get_mut(&pid) else {
             return;
         };
         let rule = m.source.name();
-        let current = match self.ops.get_affinity(tid) {
+        let current = match read {
             Ok(c) => c,
-            Err(_) => {
-                m.remove_thread(tid);
-                self.counters.gone += 1;
-                tracing::debug!(pid, tid, "thread gone before it could be pinned");
-                return;
-            }
+            Err(e) => match outcome_of_error(e, target.as_ref().unwrap_or(&CpuSet::new())) {
+                Outcome::Gone => {
+                    m.remove_thread(tid);
+                    self.counters.gone += 1;
+                    tracing::debug!(pid, tid, "thread gone before it could be pinned");
+                    return;
+                }
+                other => {
+                    self.not_readable(pid, tid, comm, (placement, slot), other, out);
+                    return;
+                }
+            },
         };
         let Some(target) = target else {
             // No entry takes it and the rule places nothing else, or its unit lost a
@@ -299,6 +321,82 @@ impl Manager {
         });
     }
 
+    /// A thread whose mask cannot be read, for another reason than having exited: not
+    /// permitted (EPERM) or failed. It is not gone: it is kept with that outcome (so
+    /// `explain` and `ListManaged` show it), counted once until its target changes, and
+    /// a permission problem is warned about once per process.
+    fn not_readable(
+        &mut self,
+        pid: i32,
+        tid: Tid,
+        comm: String,
+        (placement, slot): (ThreadPlacement, usize),
+        outcome: Outcome,
+        out: &mut Vec<Change>,
+    ) {
+        let Some(m) = self.managed.get_mut(&pid) else {
+            return;
+        };
+        let rule = m.source.name();
+        match m.threads.get_mut(&tid) {
+            Some(t) if t.outcome == outcome && (t.placement, t.slot) == (placement, slot) => {
+                if !t.stale {
+                    return;
+                }
+                t.stale = false;
+            }
+            Some(t) => {
+                let was = (t.placement, t.slot);
+                t.comm = comm;
+                t.outcome = outcome.clone();
+                t.stale = false;
+                t.placement = placement;
+                t.slot = slot;
+                if was != (placement, slot) {
+                    m.release_slot(was.0, was.1);
+                    m.hold_slot(placement, slot);
+                }
+            }
+            None => {
+                m.hold_slot(placement, slot);
+                let original = m.original.clone();
+                m.threads.insert(
+                    tid,
+                    ManagedThread {
+                        comm,
+                        placement,
+                        slot,
+                        original,
+                        outcome: outcome.clone(),
+                        released: false,
+                        stale: false,
+                    },
+                );
+            }
+        }
+        if outcome == Outcome::Permission {
+            self.counters.permission += 1;
+            if !std::mem::replace(&mut m.warned_permission, true) {
+                tracing::warn!(
+                    pid,
+                    tid,
+                    rule,
+                    "not permitted to read the affinity of a thread of a managed process (CAP_SYS_NICE, or a security module?); its threads are left as they are"
+                );
+            } else {
+                tracing::debug!(pid, tid, rule, "not permitted to read its affinity");
+            }
+        } else {
+            self.count(&outcome, pid, tid, &rule);
+        }
+        out.push(Change::Pinned {
+            pid,
+            tid,
+            rule,
+            outcome,
+        });
+    }
+
     pub(super) fn count(&mut self, outcome: &Outcome, pid: i32, tid: Tid, rule: &str) {
         let c = &mut self.counters;
         match outcome {
@@ -343,6 +441,7 @@ impl Manager {
     /// Stops managing `pid` and gives each of its tasks that still has our mask the
     /// mask it had at first contact.
     pub(super) fn release(&mut self, pid: i32, reason: &str, out: &mut Vec<Change>) {
+        self.awaiting.remove(&pid);
         let Some(m) = self.managed.remove(&pid) else {
             return;
         };

@@ -1,14 +1,16 @@
-//! The cgroup cpuset of each managed process, and keeping the plan made in them.
+//! The cgroup cpuset of each managed process, and reporting what a plan must be made in.
 //!
 //! Owns: what each managed process's cpuset is (its cgroup's effective CPUs, else its
 //! allowed mask at first contact — never a mask pinnerd set since), noticing that it
-//! changed (a rescan reads it again), and asking the plan for one instance of each count
-//! unit per distinct cpuset ([`Plan::in_cpusets`]).
-//! Must not touch: the choice of CPUs (the plan's), affinity calls (see `applying`).
+//! changed (a rescan reads it again), reporting the distinct cpusets, memory and slots
+//! taken ([`Seen`], [`Manager::wants_plan`]), and taking the plan the daemon makes for
+//! them ([`Input::Replanned`](super::Input::Replanned)).
+//! Must not touch: the choice of CPUs or the making of plans (the daemon's, through
+//! `plan`), affinity calls (see `applying`).
 
-use super::{Manager, Source};
+use super::{Change, Manager, Source};
 use crate::cpuset::CpuSet;
-use crate::plan::{Cpusets, Demand, Plan, PlanState, UnitPlan};
+use crate::plan::{Cpusets, Demand, Plan, PlanState, Seen, UnitPlan};
 
 /// What a plan gives threads, without what its slots units hold.
 fn targets(plan: &Plan) -> Vec<UnitPlan> {
@@ -115,33 +117,49 @@ impl Manager {
         out
     }
 
-    /// Plans again when the managed processes' cpusets, or the slots their threads
-    /// take, are not those the plan was made with; when that moves any unit's CPUs,
-    /// the managed threads are re-applied at the end of the event.
-    pub(super) fn replan_for_cpusets(&mut self) {
-        let want = self.current_cpusets();
-        let demand = self.current_demand();
-        if want != *self.plan.cpusets() || demand != *self.plan.demand() {
-            let new = self.plan.seen(&want, &demand);
-            // Rules of explicit CPUs only come out the same, and so do slots whose
-            // holding alone changed: nothing to re-apply.
-            if targets(&new) != targets(&self.plan) {
-                tracing::info!(cpusets = ?want, "planning again for the processes' cgroup cpusets and threads");
-                self.replanned = true;
-            }
-            self.plan = new;
+    /// What the manager sees of its processes now: the plan for them must be made in
+    /// these cpusets, holding these slots.
+    pub fn seen(&self) -> Seen {
+        Seen {
+            cpusets: self.current_cpusets(),
+            demand: self.current_demand(),
         }
     }
 
-    /// A new plan from the daemon, made again in the managed processes' cpusets and
-    /// with the slots their threads take.
-    pub(super) fn scoped(&self, plan: Plan) -> Plan {
-        let want = self.current_cpusets();
-        let demand = self.current_demand();
-        if want == *plan.cpusets() && demand == *plan.demand() {
-            plan
-        } else {
-            plan.seen(&want, &demand)
+    /// What the manager saw, when the plan in force was not made for it (or processes
+    /// wait for a plan, or a cpuset changed): the loop makes the plan again for it
+    /// ([`Plan::again`]) and hands it down ([`Input::Replanned`](super::Input::Replanned)).
+    /// `None`: the plan in force fits.
+    pub fn wants_plan(&self) -> Option<Seen> {
+        let seen = self.seen();
+        let fits = self.awaiting.is_empty()
+            && !self.reapply
+            && seen.cpusets == *self.plan.cpusets()
+            && seen.demand == *self.plan.demand();
+        (!fits).then_some(seen)
+    }
+
+    /// Takes the plan made again for what was seen: the processes that waited for it
+    /// are pinned; when it moves any unit's CPUs (or a cpuset changed), every managed
+    /// thread is applied again.
+    pub(super) fn replanned(&mut self, plan: Plan, out: &mut Vec<Change>) {
+        // Rules of explicit CPUs only come out the same, and so do slots whose holding
+        // alone changed: nothing to re-apply.
+        let moved = targets(&plan) != targets(&self.plan);
+        if moved {
+            tracing::info!(cpusets = ?plan.cpusets(), "planning again for the processes' cgroup cpusets and threads");
+        }
+        self.plan = plan;
+        let awaiting = std::mem::take(&mut self.awaiting);
+        if moved || std::mem::take(&mut self.reapply) {
+            self.reevaluate_managed(out);
+            return;
+        }
+        for pid in awaiting {
+            match self.procs.snapshot(pid) {
+                Some(snap) => self.consider_snapshot(snap, None, out),
+                None => self.forget(pid, out),
+            }
         }
     }
 
@@ -169,8 +187,9 @@ impl Manager {
         for t in m.threads.values_mut() {
             t.stale = true;
         }
-        self.replan_for_cpusets();
-        self.replanned = true;
+        // Its threads wait for the plan made in the new cpuset.
+        self.awaiting.insert(pid);
+        self.reapply = true;
     }
 
     /// The cpuset managed process `pid` is planned in: `None` when it allows every CPU
@@ -195,7 +214,7 @@ mod tests {
     use crate::cpuset::CpuSet;
     use crate::manager::{Change, Input, Manager, ManagerConfig};
     use crate::plan::tests::LowestFirst;
-    use crate::plan::{Cpus, Plan, PlanState, SharedChoose};
+    use crate::plan::{Cpus, Plan, PlanState};
     use crate::rules::{compile_text, LoadPolicy, RuleSet};
     use crate::watch::scan::FakeProcs;
 
@@ -250,12 +269,17 @@ exclusive = true
             &LoadPolicy::unchecked(),
         )
         .unwrap_or_else(|e| panic!("{e:?}"));
-        let chooser: SharedChoose = Arc::new(LowestFirst);
-        let plan = Plan::shared(&RuleSet::new(r), &cpus, Some(chooser));
+        let plan = Plan::new(&RuleSet::new(r), &cpus, Some(&LowestFirst));
         (T { ops, procs, mgr }, plan)
     }
 
     impl T {
+        /// One input, as the daemon's loop hands it down (with the plans made again for
+        /// what the manager then reports).
+        fn ev(&mut self, input: Input) -> Vec<Change> {
+            crate::daemon::replan::hand_down(&mut self.mgr, input, Some(&LowestFirst))
+        }
+
         /// Process `pid` allowed on `mask` at first contact, in cgroup cpuset `cg`.
         fn process(&self, pid: i32, comm: &str, mask: &str, cg: Option<&str>) {
             self.procs.put(pid, comm, 1, &[]);
@@ -286,7 +310,7 @@ exclusive = true
         t.process(200, "feed-b", "0-7", Some("4-7"));
         t.process(300, "feed-c", "0-7", Some("5-6"));
         t.process(400, "feed-d", "0-7", None);
-        let changes = t.mgr.handle(Input::RulesChanged(plan));
+        let changes = t.ev(Input::RulesChanged(plan));
         assert_eq!(T::refused(&changes), 0, "{changes:?}");
         // One plan per distinct cpuset, each inside it; CPUs 4-5 went to the first
         // cpuset, so 5-6 has too few left and says who holds them.
@@ -311,10 +335,31 @@ exclusive = true
     }
 
     #[test]
+    fn a_process_in_a_new_cpuset_is_reported_and_waits_for_the_plan_made_for_it() {
+        let (mut t, plan) = rig(FEED);
+        t.process(100, "feed", "0-7", Some("4-7"));
+        // Without the loop: the manager reports the cpuset and pins nothing meanwhile.
+        t.mgr.handle(Input::RulesChanged(plan));
+        assert_eq!(t.ops.mask(100), Some(set("0-7")));
+        let seen = t
+            .mgr
+            .wants_plan()
+            .expect("a cpuset the plan was not made in");
+        assert_eq!(seen.cpusets.of("feed"), vec![Some(set("4-7"))]);
+        assert_eq!(unit_cpusets(&t), vec![None], "the manager planned nothing");
+        // The loop makes the plan for what it saw and hands it down.
+        let again = t.mgr.plan().again(&seen, Some(&LowestFirst));
+        t.mgr.handle(Input::Replanned(again));
+        assert_eq!(t.ops.mask(100), Some(set("4-5")));
+        assert_eq!(t.mgr.wants_plan(), None);
+        assert_eq!(t.mgr.counters().refused, 0);
+    }
+
+    #[test]
     fn the_mask_at_first_contact_stands_in_for_a_missing_cgroup_and_never_shrinks() {
         let (mut t, plan) = rig(FEED);
         t.process(100, "feed", "2-3,6", None);
-        t.mgr.handle(Input::RulesChanged(plan));
+        t.ev(Input::RulesChanged(plan));
         assert_eq!(t.ops.mask(100), Some(set("2-3")));
         assert!(
             t.mgr
@@ -324,7 +369,7 @@ exclusive = true
             t.mgr.explain(100)
         );
         // Our own pin narrowed the mask; the cpuset stays what it was.
-        t.mgr.handle(Input::Rescan);
+        t.ev(Input::Rescan);
         assert_eq!(
             t.mgr.cpuset_of(100).as_deref(),
             Some("2-3,6 (its allowed mask at first contact)")
@@ -336,12 +381,12 @@ exclusive = true
     fn a_cpuset_change_is_seen_on_rescan_and_the_process_replanned() {
         let (mut t, plan) = rig(FEED);
         t.process(100, "feed", "0-7", Some("4-5"));
-        t.mgr.handle(Input::RulesChanged(plan));
+        t.ev(Input::RulesChanged(plan));
         assert_eq!(t.ops.mask(100), Some(set("4-5")));
         // The cgroup's CPUs are edited (the kernel narrows the task as it does).
         t.procs.set_cpuset(100, Some(set("6-7")));
         t.ops.set_cpuset(100, &set("6-7"));
-        t.mgr.handle(Input::Rescan);
+        t.ev(Input::Rescan);
         assert_eq!(t.ops.mask(100), Some(set("6-7")));
         assert!(t
             .mgr
@@ -353,7 +398,7 @@ exclusive = true
         // It leaves: the rule is planned on all CPUs again.
         t.procs.remove(100, 100);
         t.ops.remove_task(100);
-        t.mgr.handle(Input::Rescan);
+        t.ev(Input::Rescan);
         let units = unit_cpusets(&t);
         assert_eq!(units, vec![None]);
     }
@@ -362,13 +407,12 @@ exclusive = true
     fn a_process_on_all_cpus_after_only_cpuset_ones_gets_the_plan_on_all_cpus() {
         let (mut t, plan) = rig(FEED);
         t.process(100, "feed-a", "0-7", Some("4-7"));
-        t.mgr.handle(Input::RulesChanged(plan));
+        t.ev(Input::RulesChanged(plan));
         assert_eq!(t.ops.mask(100), Some(set("4-5")));
         let units = unit_cpusets(&t);
         assert_eq!(units, vec![Some(set("4-7"))], "no instance on all CPUs yet");
         t.process(200, "feed-b", "0-7", None);
-        t.mgr
-            .handle(Input::Proc(crate::watch::ProcMsg::Exec { pid: 200 }));
+        t.ev(Input::Proc(crate::watch::ProcMsg::Exec { pid: 200 }));
         assert_eq!(t.ops.mask(200), Some(set("0-1")));
         assert_eq!(t.ops.mask(100), Some(set("4-5")), "the first one stays");
     }
@@ -385,7 +429,7 @@ cpus = "0-1"
 "#);
         t.process(100, "fixed", "0-7", Some("4-7"));
         t.ops.set_cpuset(100, &set("4-7"));
-        let changes = t.mgr.handle(Input::RulesChanged(plan));
+        let changes = t.ev(Input::RulesChanged(plan));
         assert_eq!(T::refused(&changes), 1, "{changes:?}");
         assert_eq!(t.mgr.plan().units().len(), 1);
         assert_eq!(t.mgr.plan().units()[0].cpuset, None);
@@ -397,14 +441,17 @@ cpus = "0-1"
         const DB: &str =
             "[[rule]]\nname = \"db\"\n[rule.match]\ncomm = \"db*\"\n[rule.place]\ncount = 2\n";
         let (mut t, plan) = rig(DB);
-        let plan = plan.with_memory(MemoryPlanning {
-            nodes: vec![(0, set("0-3")), (1, set("4-7"))],
-            tolerance: 0.1,
-            min_bytes: 64 << 20,
-        });
+        let plan = plan.with_memory(
+            MemoryPlanning {
+                nodes: vec![(0, set("0-3")), (1, set("4-7"))],
+                tolerance: 0.1,
+                min_bytes: 64 << 20,
+            },
+            Some(&LowestFirst),
+        );
         t.process(100, "db-big", "0-7", None);
         t.procs.set_memory(100, &[(0, 1 << 28), (1, 15 << 28)]);
-        t.mgr.handle(Input::RulesChanged(plan.clone()));
+        t.ev(Input::RulesChanged(plan.clone()));
         assert_eq!(t.ops.mask(100), Some(set("4-5")));
         let why = t.mgr.explain(100);
         assert!(
@@ -413,14 +460,17 @@ cpus = "0-1"
         );
         // A process too small to weigh changes nothing: the best-fit choice.
         let (mut t, plan) = rig(DB);
-        let plan = plan.with_memory(MemoryPlanning {
-            nodes: vec![(0, set("0-3")), (1, set("4-7"))],
-            tolerance: 0.1,
-            min_bytes: 64 << 20,
-        });
+        let plan = plan.with_memory(
+            MemoryPlanning {
+                nodes: vec![(0, set("0-3")), (1, set("4-7"))],
+                tolerance: 0.1,
+                min_bytes: 64 << 20,
+            },
+            Some(&LowestFirst),
+        );
         t.process(200, "db-small", "0-7", None);
         t.procs.set_memory(200, &[(1, 1 << 20)]);
-        t.mgr.handle(Input::RulesChanged(plan));
+        t.ev(Input::RulesChanged(plan));
         assert_eq!(t.ops.mask(200), Some(set("0-1")));
         assert!(!t.mgr.explain(200).contains("chosen:"));
     }

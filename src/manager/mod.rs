@@ -13,8 +13,9 @@
 //!   ProcMsg (connector) ─┐
 //!   Rescan (timer/overrun)├─► Manager::handle(Input) ─► AffinityOps (affinity::apply, read back)
 //!   RulesChanged(Plan),   │        │   ▲                    │
-//!   PlanChanged(Plan) ────┘        │   └── ProcSource ◄─────┘ (snapshots on demand)
-//!                                  └─► Vec<Change>, counters(), list_managed(), explain()
+//!   PlanChanged(Plan),    │        │   └── ProcSource ◄─────┘ (snapshots on demand)
+//!   Replanned(Plan) ──────┘        ├─► Vec<Change>, counters(), list_managed(), explain()
+//!                                  └─► wants_plan(): Seen (cpusets, memory, slots taken)
 //! ```
 //!
 //! How the loop drives it:
@@ -26,11 +27,17 @@
 //! - new rules: `handle(Input::RulesChanged(plan))` with the [`Plan`] of the new rules
 //!   (every process is matched again); new CPUs or latency domains:
 //!   `handle(Input::PlanChanged(plan))` (managed threads are re-applied);
+//! - after every event, batch, pin or release: while [`Manager::wants_plan`] reports
+//!   what it saw (processes in cgroup cpusets the plan was not made in, or whose memory
+//!   weighs, cpusets that changed, slots their threads took), the loop makes the plan
+//!   again for it and hands it down with `handle(Input::Replanned(plan))`; a process
+//!   that waits for such a plan has no thread pinned until it comes;
 //! - after each batch of events: [`Manager::flush`] (writes the journal if it changed);
 //! - on stop: [`Manager::shutdown`] (gives every managed task its mask back).
 //!
 //! It plans nothing: which CPUs each placement unit gets is the [`Plan`]'s (see
-//! `plan`); the manager finds the threads each unit covers and applies the plan to them.
+//! `plan`), made by the daemon's loop; the manager finds the threads each unit covers,
+//! applies the plan to them, and reports what it saw for the next plan to be made in.
 //!
 //! Inside: `tracking` (events and rescans → who is managed, with which threads),
 //! `applying` (the plan → masks, through `affinity::apply`; release and restore),
@@ -100,6 +107,11 @@ pub enum Input {
     /// The same rules planned anew (CPUs went online or offline, new latency domains):
     /// every managed thread is applied again.
     PlanChanged(Plan),
+    /// The plan in force made again for what [`Manager::wants_plan`] reported: the
+    /// processes waiting for it are pinned, and every managed thread is applied again
+    /// when it moved a unit's CPUs (or a process's cpuset changed). Not counted as an
+    /// event.
+    Replanned(Plan),
 }
 
 /// One thing that happened, for logs, D-Bus signals and tests.
@@ -220,6 +232,9 @@ struct Managed {
     /// Its resident memory per node at first contact, when its rule weighs memory and
     /// it is large enough to (see `plan::memory`).
     memory: Option<crate::memory::NodeBytes>,
+    /// A thread's affinity could not be read for lack of permission, and that was
+    /// warned about: once per process.
+    warned_permission: bool,
 }
 
 impl Managed {
@@ -321,9 +336,17 @@ pub struct Manager {
     /// Processes a rule matched that `protect` kept out (a handful at most: pinnerd,
     /// PID 1, the bus daemon).
     protected: BTreeMap<i32, protect::ProtectedMatch>,
-    /// The plan was made again in new cpusets during this event: managed threads are
-    /// re-applied before it returns.
-    replanned: bool,
+    /// Processes a rule matched whose affinity pinnerd may not read (EPERM: another
+    /// user's task without CAP_SYS_NICE, or a security module), by pid, with their start
+    /// time: not managed, counted and warned about once each (see `tracking`).
+    denied: BTreeMap<i32, u64>,
+    /// Managed processes whose threads wait for a plan made for what was seen (a new
+    /// cpuset, memory to weigh, a cpuset that changed): none of their threads is pinned
+    /// before [`Input::Replanned`].
+    awaiting: BTreeSet<i32>,
+    /// A managed process's cpuset changed: the next [`Input::Replanned`] applies every
+    /// managed thread again, whether or not the plan moved.
+    reapply: bool,
 }
 
 impl std::fmt::Debug for Manager {
@@ -355,7 +378,9 @@ impl Manager {
             counters: Counters::default(),
             own_pid: std::process::id() as i32,
             protected: BTreeMap::new(),
-            replanned: false,
+            denied: BTreeMap::new(),
+            awaiting: BTreeSet::new(),
+            reapply: false,
         }
     }
 
@@ -437,7 +462,9 @@ impl Manager {
 
     /// Handles one event.
     pub fn handle(&mut self, event: Input) -> Vec<Change> {
-        self.counters.events += 1;
+        if !matches!(event, Input::Replanned(_)) {
+            self.counters.events += 1;
+        }
         let mut out = Vec::new();
         match event {
             Input::Proc(msg) => self.on_proc(msg, &mut out),
@@ -455,28 +482,13 @@ impl Manager {
                 self.set_plan(plan);
                 self.reevaluate_managed(&mut out);
             }
+            Input::Replanned(plan) => self.replanned(plan, &mut out),
         }
-        self.settle(&mut out);
         out
-    }
-
-    /// The end of every event or batch: threads that took slots or gave them back make
-    /// their units hold what they take, and a plan made again (new cpusets, or slots
-    /// held that moved another unit) is applied to every managed process (a second
-    /// round only if that itself found a new cpuset).
-    fn settle(&mut self, out: &mut Vec<Change>) {
-        self.replan_for_cpusets();
-        for _ in 0..2 {
-            if !std::mem::take(&mut self.replanned) {
-                break;
-            }
-            self.reevaluate_managed(out);
-        }
     }
 
     /// Takes a new plan, saying which units are not applied and why.
     fn set_plan(&mut self, plan: Plan) {
-        let plan = self.scoped(plan);
         for u in plan.units() {
             match &u.state {
                 PlanState::Lost { to, cpus } => tracing::info!(

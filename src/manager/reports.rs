@@ -11,6 +11,10 @@ use crate::affinity::Outcome;
 use crate::cpuset::CpuSet;
 use crate::plan::PlanState;
 
+/// Why a task's affinity is not ours to read or set, in `explain`.
+const PERMISSION: &str =
+    "permission: not permitted to read or set its affinity (CAP_SYS_NICE, or a security module)";
+
 impl Manager {
     /// Rows for `ListManaged`, by pid.
     pub fn list_managed(&self) -> Vec<ManagedRow> {
@@ -157,6 +161,9 @@ impl Manager {
                     Some(p) => {
                         let _ = writeln!(s, "not managed: {}", p.describe());
                     }
+                    None if self.denied.get(&pid) == Some(&snap.start_time) => {
+                        let _ = writeln!(s, "not managed: {PERMISSION}");
+                    }
                     None => {
                         let _ = writeln!(s, "not managed");
                     }
@@ -224,6 +231,7 @@ impl Manager {
                                 format!("refused: its cpuset excludes all of {requested}")
                             }
                             Outcome::Failed { message } => format!("failed: {message}"),
+                            Outcome::Permission => PERMISSION.to_string(),
                             Outcome::LeftAlone { why } => format!("left alone: {why}"),
                             other => other.label().to_string(),
                         }

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Instant;
 
 use super::{Change, Managed, Manager, Source};
-use crate::affinity::Tid;
+use crate::affinity::{outcome_of_error, AffinityError, Outcome, Tid};
 use crate::cpuset::CpuSet;
 use crate::rules::ThreadPlacement;
 use crate::watch::{ProcMsg, ProcessSnapshot};
@@ -51,7 +51,6 @@ impl Manager {
                 other => self.on_proc(other, &mut out),
             }
         }
-        self.settle(&mut out);
         out
     }
 
@@ -221,12 +220,13 @@ impl Manager {
             Some(o) => o,
             None => match self.ops.get_affinity(pid) {
                 Ok(m) => m,
-                Err(_) => {
-                    self.counters.gone += 1;
+                Err(e) => {
+                    self.not_read(snap, &source, e);
                     return false;
                 }
             },
         };
+        self.denied.remove(&pid);
         let allowed = self.read_allowed(pid, &original);
         // A cpuset the plan has no instance for (of this rule) needs a new plan.
         let new_cpuset = match &source {
@@ -248,13 +248,38 @@ impl Manager {
                 threads: BTreeMap::new(),
                 slots: HashMap::new(),
                 memory: memory.clone(),
+                warned_permission: false,
             },
         );
+        self.awaiting.remove(&pid);
         if new_cpuset || memory.is_some() {
-            self.replan_for_cpusets();
+            // Its threads wait for a plan made in its cpuset, or with its memory.
+            self.awaiting.insert(pid);
         }
         self.journal_dirty = true;
         true
+    }
+
+    /// A process whose mask at first contact could not be read is not managed: without
+    /// it there is nothing to give back. Gone (ESRCH) is a race, counted and logged at
+    /// debug; not permitted (EPERM) is not gone: counted as `permission` and warned
+    /// about once per process (`explain` says why); anything else counts as failed.
+    fn not_read(&mut self, snap: &ProcessSnapshot, source: &Source, e: AffinityError) {
+        let pid = snap.pid();
+        match outcome_of_error(e, &CpuSet::new()) {
+            Outcome::Gone => {
+                self.counters.gone += 1;
+                tracing::debug!(pid, "process gone before its mask could be read");
+            }
+            Outcome::Permission => {
+                if self.denied.insert(pid, snap.start_time) != Some(snap.start_time) {
+                    self.counters.permission += 1;
+                    tracing::warn!(pid, comm = %snap.info.comm, rule = %source.name(),
+                        "not managed: not permitted to read its affinity (CAP_SYS_NICE, or a security module?)");
+                }
+            }
+            other => self.count(&other, pid, pid, &source.name()),
+        }
     }
 
     /// Brings a managed process's threads in line with its snapshot and plan: new
@@ -328,6 +353,7 @@ impl Manager {
     pub(super) fn on_exit(&mut self, pid: i32, tid: Tid, out: &mut Vec<Change>) {
         if tid == pid {
             self.protected.remove(&pid);
+            self.denied.remove(&pid);
             if self.managed.contains_key(&pid) {
                 self.forget(pid, out);
             }
@@ -342,6 +368,8 @@ impl Manager {
 
     /// Drops a process that exited (nothing to restore).
     pub(super) fn forget(&mut self, pid: i32, out: &mut Vec<Change>) {
+        self.awaiting.remove(&pid);
+        self.denied.remove(&pid);
         if self.managed.remove(&pid).is_some() {
             tracing::debug!(pid, "managed process exited");
             self.journal_dirty = true;
@@ -386,6 +414,8 @@ impl Manager {
         for pid in gone {
             self.forget(pid, out);
         }
+        self.denied
+            .retain(|pid, start| seen.get(pid) == Some(start));
         for e in &list {
             if e.kernel_thread {
                 if !self.plan.rules().is_empty() && self.may_match(&e.comm) {
@@ -415,8 +445,6 @@ impl Manager {
                 None => {}
             }
         }
-        // Processes that exited may have left a cpuset no process lives in now.
-        self.replan_for_cpusets();
         let took = started.elapsed();
         self.counters.rescans += 1;
         self.counters.last_rescan_us = took.as_micros() as u64;

@@ -105,6 +105,18 @@ pub struct Loaded {
     pub set_aside: Option<SetAside>,
 }
 
+/// What [`MatrixStore::fitting`] found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fitting {
+    /// The stored matrix over the usable CPUs, when it fits this machine.
+    pub matrix: Option<LatencyMatrix>,
+    /// Pairs `(a, b)` of the usable CPUs the stored matrix (of this hardware) has no
+    /// cell for; then `matrix` is `None`.
+    pub missing: Vec<(u32, u32)>,
+    /// The current file when it was unusable and has been moved aside.
+    pub set_aside: Option<SetAside>,
+}
+
 /// The current matrix and its history in one directory.
 #[derive(Debug, Clone)]
 pub struct MatrixStore {
@@ -248,6 +260,33 @@ impl MatrixStore {
         Ok(Loaded {
             matrix: None,
             set_aside: Some(aside),
+        })
+    }
+
+    /// The stored matrix that fits this machine, the one decision the daemon, `plan`
+    /// and `export` share: it parses and validates and was measured on hardware with
+    /// `fingerprint` (else it is moved aside, see [`MatrixStore::load_current`]), and it
+    /// has a cell for every pair of the `usable` CPUs, to which it is narrowed (it keeps
+    /// the cells of CPUs offline now, see [`super::keep::cover`]). `usable` `None`:
+    /// every CPU it has.
+    pub fn fitting(
+        &self,
+        fingerprint: &str,
+        usable: Option<&crate::cpuset::CpuSet>,
+    ) -> Result<Fitting, StoreError> {
+        let loaded = self.load_current(fingerprint)?;
+        let (matrix, missing) = match (loaded.matrix, usable) {
+            (Some(m), Some(cpus)) => {
+                let c = super::keep::cover(&m, cpus);
+                (c.matrix, c.missing)
+            }
+            (m, None) => (m, Vec::new()),
+            (None, _) => (None, Vec::new()),
+        };
+        Ok(Fitting {
+            matrix,
+            missing,
+            set_aside: loaded.set_aside,
         })
     }
 
@@ -427,6 +466,39 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert!(names.iter().all(|n| !n.contains(".tmp-")), "{names:?}");
+    }
+
+    #[test]
+    fn the_fitting_matrix_is_this_hardware_s_narrowed_to_the_usable_cpus() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MatrixStore::open(dir.path()).unwrap();
+        let mut m = LatencyMatrix::from_fn(vec![0, 1, 2], |a, b| (10 * (a + b)) as f64);
+        m.fingerprint = Some("fp1".into());
+        store.save(&m).unwrap();
+        // Narrowed to the usable CPUs (CPU 2 offline now: its cells stay stored).
+        let fit = store.fitting("fp1", Some(&"0-1".parse().unwrap())).unwrap();
+        assert_eq!(
+            fit.matrix.as_ref().map(|m| m.cpus.clone()),
+            Some(vec![0, 1])
+        );
+        assert!(fit.missing.is_empty());
+        // All of it without usable CPUs given.
+        let fit = store.fitting("fp1", None).unwrap();
+        assert_eq!(fit.matrix.map(|m| m.cpus), Some(vec![0, 1, 2]));
+        // A CPU never measured: the pairs it lacks, and no matrix.
+        let fit = store
+            .fitting("fp1", Some(&"0-1,3".parse().unwrap()))
+            .unwrap();
+        assert_eq!(fit.matrix, None);
+        assert_eq!(fit.missing, vec![(0, 3), (1, 3)]);
+        // Other hardware: moved aside, as `load_current` does.
+        let fit = store.fitting("fp2", Some(&"0-1".parse().unwrap())).unwrap();
+        assert_eq!(fit.matrix, None);
+        assert!(matches!(
+            fit.set_aside.map(|a| a.reason),
+            Some(AsideReason::Foreign { .. })
+        ));
+        assert!(!store.current_path().exists());
     }
 
     #[test]

@@ -443,7 +443,7 @@ pub fn render(s: &MetricsSnapshot) -> String {
         &mut o,
         "pinnerd_pin_outcomes_total",
         "counter",
-        "Affinity sets by outcome: applied, narrowed (a cpuset allowed part), refused (a cpuset allowed none), gone (the thread exited), kernel-thread, permission, failed.",
+        "Affinity sets by outcome: applied, narrowed (a cpuset allowed part), refused (a cpuset allowed none), gone (the thread exited), kernel-thread, permission (not permitted to read or set a task's mask: not gone), failed.",
     );
     for (k, name) in OUTCOMES.iter().enumerate() {
         let _ = writeln!(

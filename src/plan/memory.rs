@@ -231,9 +231,10 @@ mod tests {
         };
         let mut cs = Cpusets::default();
         cs.add_memory("db", None, &bytes.iter().copied().collect());
-        Plan::shared(rules, &cpus, Some(std::sync::Arc::new(d)))
-            .with_memory(m)
-            .in_cpusets(&cs)
+        let d: &dyn Choose = &d;
+        Plan::new(rules, &cpus, Some(d))
+            .with_memory(m, Some(d))
+            .in_cpusets(&cs, Some(d))
     }
 
     fn placed(p: &Plan) -> (CpuSet, Option<String>) {

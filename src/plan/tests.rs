@@ -242,8 +242,7 @@ comm = "w*"
 count = 1
 "#,
     );
-    let chooser: SharedChoose = Arc::new(LowestFirst);
-    let p = Plan::shared(&r, &cpus("0-7", "0"), Some(chooser));
+    let p = Plan::new(&r, &cpus("0-7", "0"), Some(&LowestFirst));
     assert_eq!(
         p.get("app", None),
         Some(&PlanState::Placed { cpus: set("1-2") })
@@ -254,7 +253,7 @@ count = 1
     let mut cs = Cpusets::default();
     cs.add("app", Some(&set("4-7")));
     cs.add("app", None);
-    let q = p.in_cpusets(&cs);
+    let q = p.in_cpusets(&cs, Some(&LowestFirst));
     assert_eq!(q.cpusets(), &cs);
     assert_eq!(
         q.get_in("app", None, None),
@@ -282,10 +281,12 @@ count = 1
     assert!(q.has_cpuset("app", None));
     let mut only = Cpusets::default();
     only.add("app", Some(&set("4-7")));
-    assert!(!p.in_cpusets(&only).has_cpuset("app", None));
+    assert!(!p
+        .in_cpusets(&only, Some(&LowestFirst))
+        .has_cpuset("app", None));
     // Exclusive across instances: an overlapping cpuset cannot reuse 4-5.
     cs.add("app", Some(&set("5-7")));
-    let q = p.in_cpusets(&cs);
+    let q = p.in_cpusets(&cs, Some(&LowestFirst));
     assert_eq!(
         q.get_in("app", None, Some(&set("5-7"))),
         Some(&PlanState::Placed { cpus: set("6-7") })
@@ -313,9 +314,8 @@ comm = "b"
 count = 1
 "#,
     );
-    let chooser: SharedChoose = Arc::new(LowestFirst);
-    let p =
-        Plan::shared(&r, &cpus("0-7", "0"), Some(chooser)).widened(vec![set("0-3"), set("4-7")]);
+    let p = Plan::new(&r, &cpus("0-7", "0"), Some(&LowestFirst))
+        .widened(vec![set("0-3"), set("4-7")], Some(&LowestFirst));
     assert_eq!(p.widen_groups(), &[set("0-3"), set("4-7")]);
     // CPU 1 widened to its group, less the reserved CPU 0.
     assert_eq!(
@@ -330,7 +330,7 @@ count = 1
     // Kept when planned again in a cpuset, and never past it.
     let mut cs = Cpusets::default();
     cs.add("second", Some(&set("5-6")));
-    let q = p.in_cpusets(&cs);
+    let q = p.in_cpusets(&cs, Some(&LowestFirst));
     assert_eq!(
         q.get_in("second", None, Some(&set("5-6"))),
         Some(&PlanState::Placed { cpus: set("5-6") })
@@ -360,7 +360,7 @@ count = 2
 exclusive = true
 "#,
     );
-    let p = Plan::shared(&r, &cpus("0-3", ""), Some(Arc::new(LowestFirst)));
+    let p = Plan::new(&r, &cpus("0-3", ""), Some(&LowestFirst));
     // No rx thread yet: every CPU is a slot, none held; the batch rule is placed.
     assert_eq!(
         p.get("feed", Some(0)),
@@ -377,7 +377,13 @@ exclusive = true
     let mut d = Demand::default();
     d.take("feed", 0, 0);
     d.take("feed", 0, 1);
-    let q = p.with_demand(&d);
+    let q = p.again(
+        &Seen {
+            cpusets: Cpusets::default(),
+            demand: d.clone(),
+        },
+        Some(&LowestFirst),
+    );
     assert_eq!(q.get("feed", Some(0)).unwrap().held(), set("0-1"));
     assert_eq!(
         q.get("batch", None),
@@ -386,7 +392,13 @@ exclusive = true
     assert_eq!(q.exclusive_cpus(), set("0-3"));
     // A third takes every CPU that is left for the batch rule: it loses.
     d.take("feed", 0, 2);
-    let q = p.with_demand(&d);
+    let q = p.again(
+        &Seen {
+            cpusets: Cpusets::default(),
+            demand: d.clone(),
+        },
+        Some(&LowestFirst),
+    );
     assert!(
         matches!(q.get("batch", None), Some(PlanState::Lost { .. })),
         "{q:?}"

@@ -355,7 +355,7 @@ fn entry_plan(out: &str, rule: &str) -> serde_json::Value {
 /// threads take slots 0-3.
 #[test]
 fn four_live_rx_threads_get_four_cores_of_one_socket_on_the_e5620() {
-    use pinnerd::plan::{Cpus, Demand, Plan, PlanState, SharedChoose, SlotsFrom};
+    use pinnerd::plan::{Cpus, Demand, Plan, PlanState, Seen, SlotsFrom};
     use pinnerd::rules::{compile_text, LoadPolicy, RuleSet};
     let d = fixture("xeon-e5620");
     for exclusive in ["", "exclusive = true\n"] {
@@ -369,11 +369,7 @@ fn four_live_rx_threads_get_four_cores_of_one_socket_on_the_e5620() {
             online: all(&d),
             reserved: CpuSet::new(),
         };
-        let plan = Plan::shared(
-            &RuleSet::new(rules),
-            &cpus,
-            Some(std::sync::Arc::new(d.clone()) as SharedChoose),
-        );
+        let plan = Plan::new(&RuleSet::new(rules), &cpus, Some(&d));
         // No thread yet: the slots are planned, none is held.
         let u = &plan.units()[0];
         assert_eq!(u.slots_from, Some(SlotsFrom::All(all(&d))));
@@ -382,7 +378,13 @@ fn four_live_rx_threads_get_four_cores_of_one_socket_on_the_e5620() {
         for slot in 0..4 {
             demand.take("feed", 0, slot);
         }
-        let plan = plan.with_demand(&demand);
+        let plan = plan.again(
+            &Seen {
+                cpusets: Default::default(),
+                demand,
+            },
+            Some(&d),
+        );
         let u = &plan.units()[0];
         let PlanState::Slots { slots, held_slots } = &u.state else {
             panic!("{u:?}")

@@ -4,7 +4,7 @@
 //! and the store. The stored matrix says which cells are measured, so a restart resumes
 //! where completion stopped. When the figures change the domains, the plan is made
 //! again and compared with the one applied (`matrix_changed`), and the change is
-//! reported as a finding. Split from `state.rs`; same state, same loop.
+//! reported as a finding. Split from `state/mod.rs`; same state, same loop.
 
 use std::collections::BTreeMap;
 use std::time::Instant;

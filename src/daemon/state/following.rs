@@ -2,7 +2,7 @@
 //! CPUs, the nodes it last followed, one job per process at a time on a thread of its
 //! own (never on the loop: one `migrate_pages` call cannot be bounded), no more often
 //! than `memory.follow-interval`, and what each job did (explain, log, metrics).
-//! Split from `state.rs` to keep each file readable; same state, same loop.
+//! Split from `state/mod.rs` to keep each file readable; same state, same loop.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};

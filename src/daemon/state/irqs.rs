@@ -1,7 +1,7 @@
 //! Interrupts away from the CPUs of `irqs = "away"` rules, for [`State`]: which CPUs
 //! they hold now, moving IRQs off them and back as that changes, the IRQ journal
 //! (restored at start after a crash, and at stop), and irqbalance's banned CPUs.
-//! Split from `state.rs` to keep each file readable; same state, same loop.
+//! Split from `state/mod.rs` to keep each file readable; same state, same loop.
 
 use std::collections::BTreeSet;
 

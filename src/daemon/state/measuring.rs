@@ -1,6 +1,6 @@
 //! The measurement lifecycle of [`State`]: the stored matrix and the pairs it lacks,
 //! `Remeasure`, fingerprint changes, full measurements and drift probes, and what their
-//! results do. Split from `state.rs` to keep each file readable; same state, same loop.
+//! results do. Split from `state/mod.rs` to keep each file readable; same state, same loop.
 
 use std::time::{Duration, Instant};
 
@@ -25,24 +25,21 @@ impl State {
         let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) else {
             return Vec::new();
         };
-        match store.load_current(&fp.hex) {
-            Ok(loaded) => {
-                if let Some(aside) = loaded.set_aside {
+        match store.fitting(&fp.hex, Some(&self.usable())) {
+            Ok(fit) => {
+                if let Some(aside) = fit.set_aside {
                     tracing::warn!(%aside, "stored matrix not used");
                 }
-                if let Some(m) = loaded.matrix {
-                    let cover = keep::cover(&m, &self.usable());
-                    if let Some(m) = cover.matrix {
-                        tracing::info!(cpus = m.len(), path = %store.current_path().display(), "using the stored matrix");
-                        self.current = Some(m);
-                        self.domains = None;
-                    } else {
-                        tracing::info!(
-                            missing = cover.missing.len(),
-                            "the stored matrix lacks pairs of the usable CPUs"
-                        );
-                        return cover.missing;
-                    }
+                if let Some(m) = fit.matrix {
+                    tracing::info!(cpus = m.len(), path = %store.current_path().display(), "using the stored matrix");
+                    self.current = Some(m);
+                    self.domains = None;
+                } else if !fit.missing.is_empty() {
+                    tracing::info!(
+                        missing = fit.missing.len(),
+                        "the stored matrix lacks pairs of the usable CPUs"
+                    );
+                    return fit.missing;
                 }
             }
             Err(e) => tracing::warn!(error = %e, "cannot read the stored matrix"),

@@ -1,6 +1,6 @@
 //! Run-time pins in the rule vocabulary (`PinProcessWith`, `PlanWith`, what `pinnerd run`
 //! and `pinnerd pin` ask for) and the owner checks polkit decisions rest on. Split from
-//! `state.rs` to keep each file readable; same state, same loop.
+//! `state/mod.rs` to keep each file readable; same state, same loop.
 
 use crate::api::{Command, CommandError, PlaceSpec, Reply};
 use crate::cpuset::CpuSet;
@@ -9,6 +9,7 @@ use crate::rules::{CpuTarget, PlacementRequest};
 use crate::shape::Shaper;
 
 use super::State;
+use crate::daemon::replan;
 
 impl State {
     /// Answers [`Command::PinWith`], [`Command::PlanWith`], [`Command::Owner`] and
@@ -26,7 +27,9 @@ impl State {
                     .map_err(|source| CommandError::Pin { pid, source })?;
                 let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
                 match m.pin(pid_i, &cpus) {
-                    Ok(changes) => {
+                    Ok(mut changes) => {
+                        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
+                        changes.extend(replan::settle(m, choose));
                         tracing::info!(pid, %cpus, follow, "pinned at run time");
                         self.follow.set_runtime(pid_i, follow);
                         self.after_manager(changes);

@@ -1,6 +1,6 @@
 //! sched_ext awareness of [`State`]: whether a sched_ext scheduler runs (read at start
 //! and on every rescan tick), and the `[sched-ext] policy` applied to every plan the
-//! daemon makes while one does. Split from `state.rs`; same state, same loop.
+//! daemon makes while one does. Split from `state/mod.rs`; same state, same loop.
 
 use std::collections::BTreeSet;
 
@@ -47,8 +47,8 @@ impl State {
             warned: BTreeSet::new(),
         };
         if self.manager.is_some() {
-            let plan = self.new_plan();
-            self.manager_event(manager::Input::RulesChanged(plan));
+            let planned = self.new_plan();
+            self.hand_down(planned, manager::Input::RulesChanged);
             self.status();
         }
     }
@@ -57,7 +57,11 @@ impl State {
     /// (`warn`, warning once per rule that pins a partial mask), every mask rounded up
     /// to whole groups (`widen`), or without rules, so every rule's tasks get their
     /// masks back until the scheduler stops (`pause`; run-time pins stay).
-    pub(super) fn under_sched_ext(&mut self, plan: Plan) -> Plan {
+    pub(super) fn under_sched_ext(
+        &mut self,
+        plan: Plan,
+        choose: Option<&dyn crate::plan::Choose>,
+    ) -> Plan {
         let Some(s) = self.sched_ext.now.clone() else {
             return plan;
         };
@@ -71,7 +75,7 @@ impl State {
             }
             Policy::Widen => {
                 let to = self.settings.sched_ext.widen_to;
-                plan.widened(sched_ext::groups(t, to))
+                plan.widened(sched_ext::groups(t, to), choose)
             }
             Policy::Warn => {
                 let nodes = sched_ext::groups(t, WidenTo::Node);

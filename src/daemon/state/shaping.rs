@@ -1,12 +1,19 @@
 //! `core-type`, `prefer` and `near` in the daemon: each plan gets the topology's facts
 //! and the rules' devices, resolved through the sysfs root when it is made, and hands
-//! them as values to the pure `shape` module. Split from `state.rs`; same state, same
+//! them as values to the pure `shape` module. Split from `state/mod.rs`; same state, same
 //! loop.
 
 use std::sync::Arc;
 
 use crate::devices;
 use crate::plan::{Cpus, Plan, SharedChoose};
+
+/// A plan and the chooser it was made with: the daemon keeps the chooser of the plan in
+/// force to make it again for what the manager reports (see `daemon::replan`).
+pub(super) struct Planned {
+    pub plan: Plan,
+    pub choose: Option<SharedChoose>,
+}
 use crate::shape::{self, Devices, Facts, OwnedShaper};
 
 use super::State;
@@ -33,10 +40,9 @@ impl State {
         (facts, devices)
     }
 
-    /// The plan of the rules in force, with the machine's facts when it has them. The
-    /// plan keeps its chooser so that the manager can plan again in the processes'
-    /// cgroup cpusets.
-    pub(super) fn shaped_plan(&mut self, cpus: &Cpus) -> Plan {
+    /// The plan of the rules in force, with the machine's facts when it has them, and
+    /// the chooser it was made with.
+    pub(super) fn shaped_plan(&mut self, cpus: &Cpus) -> Planned {
         let (facts, devices) = self.shaping_inputs(None);
         let choose: Option<SharedChoose> = match (&self.domains, facts) {
             (Some(domains), Some(facts)) => Some(Arc::new(OwnedShaper {
@@ -46,6 +52,9 @@ impl State {
             })),
             (domains, _) => domains.clone().map(|d| Arc::new(d) as SharedChoose),
         };
-        Plan::shared(&self.rules.rules, cpus, choose)
+        Planned {
+            plan: Plan::new(&self.rules.rules, cpus, choose.as_deref().map(|c| c as _)),
+            choose,
+        }
     }
 }

@@ -11,7 +11,8 @@
 //! ```text
 //!   RuleSet ─┐
 //!   Cpus ────┼─► Plan::new ─► Plan (units in precedence order) ─► manager
-//!   Choose ──┘   (Domains, or a stand-in in tests)
+//!   Choose ──┘   (Domains, or a stand-in in tests)                  │
+//!   Plan + Seen (reported by the manager) + Choose ─► Plan::again ◄─┘ (by the daemon)
 //!   old Plan + new Plan + Domains ─► Plan::improvements ─► move or not
 //! ```
 //!
@@ -29,12 +30,16 @@
 //! slot it could fill.
 //!
 //! Cgroup cpusets: a count unit is planned once per distinct cpuset its rule's processes
-//! live in ([`Cpusets`], a value the manager hands in through [`Plan::in_cpusets`]),
+//! live in ([`Cpusets`]: what the manager reports it saw, [`Seen`]; the daemon's loop
+//! plans again with it through [`Plan::again`] and hands the plan down),
 //! each instance choosing only inside its cpuset, like a template; exclusivity is checked
 //! per CPU across all instances. A rule the cpusets do not name is planned on all CPUs.
 //! Explicit `cpus` are planned once, whatever the cpusets (the kernel classifies them).
+//!
+//! Inside: `choose` (the [`Choose`] seam and the placement engine behind it), `seen`
+//! (what a plan is made in: [`Cpusets`], [`Demand`]), `memory`, `doubts`, `tests`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -44,148 +49,13 @@ use crate::domains::Domains;
 use crate::placement::{self, PlacementError};
 use crate::rules::{CpuTarget, PlacementRequest, Rule, RuleSet};
 
+mod choose;
 pub mod memory;
+mod seen;
+
+pub use choose::{engine_request, Choose, Chosen, SharedChoose};
 pub use memory::MemoryPlanning;
-
-/// Chooses CPUs for a count request among `available`: the placement engine over
-/// latency domains, or a stand-in in tests.
-pub trait Choose {
-    /// The CPUs chosen, and those they hold (a superset: an exclusive request also
-    /// keeps the idle SMT siblings of its CPUs free).
-    fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError>;
-
-    /// One set of `count` CPUs per thread of a non-shared thread entry, in the order
-    /// threads take them, planned together (see `placement::slots`). The error is the
-    /// first slot's. By default each slot is chosen alone among what the earlier ones
-    /// left (a stand-in's way).
-    fn slots(
-        &self,
-        req: &PlacementRequest,
-        available: &CpuSet,
-    ) -> Result<Vec<Chosen>, PlacementError> {
-        let mut slots = Vec::new();
-        let mut left = available.clone();
-        while slots.len() < placement::MAX_SLOTS {
-            match self.choose(req, &left) {
-                Ok(c) if !c.cpus.is_empty() => {
-                    left = left.difference(&c.held);
-                    slots.push(c);
-                }
-                Ok(_) => break,
-                Err(e) if slots.is_empty() => return Err(e),
-                Err(_) => break,
-            }
-        }
-        Ok(slots)
-    }
-
-    /// What `cpus` cost together (mean pair latency, ns), for weighing memory against
-    /// latency; `None` when unknown (then memory decides between equal choices).
-    fn cost(&self, cpus: &CpuSet) -> Option<f64> {
-        let _ = cpus;
-        None
-    }
-}
-
-/// The placement engine's request for a count `req` (`None` for explicit CPUs).
-pub fn engine_request(req: &PlacementRequest) -> Option<placement::Request> {
-    match &req.target {
-        CpuTarget::Count(n) => Some(placement::Request {
-            count: *n as usize,
-            policy: req.policy,
-            smt: req.smt,
-            exclude: CpuSet::new(),
-            exclusive: req.exclusive,
-            cpus: None,
-        }),
-        CpuTarget::Cpus(_) => None,
-    }
-}
-
-/// A chooser a plan keeps, to plan again in other cpusets ([`Plan::in_cpusets`]).
-pub type SharedChoose = Arc<dyn Choose + Send + Sync>;
-
-/// The distinct cgroup cpusets each rule's processes live in, as the manager sees
-/// them. `None` stands for all CPUs (a process whose cpuset holds every CPU a plan
-/// may choose from).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Cpusets {
-    by_rule: BTreeMap<String, BTreeSet<Option<String>>>,
-    /// (rule, cpuset) → the resident memory per node of the processes it places there.
-    memory: BTreeMap<(String, Option<String>), crate::memory::NodeBytes>,
-}
-
-impl Cpusets {
-    /// Notes that a process of `rule` lives in `cpuset` (`None`: all CPUs).
-    pub fn add(&mut self, rule: &str, cpuset: Option<&CpuSet>) {
-        self.by_rule
-            .entry(rule.to_string())
-            .or_default()
-            .insert(cpuset.map(|c| c.to_string()));
-    }
-
-    /// Notes that a process of `rule` in `cpuset` has `bytes` per node.
-    pub fn add_memory(
-        &mut self,
-        rule: &str,
-        cpuset: Option<&CpuSet>,
-        bytes: &crate::memory::NodeBytes,
-    ) {
-        let sum = self
-            .memory
-            .entry((rule.to_string(), cpuset.map(|c| c.to_string())))
-            .or_default();
-        for (n, b) in bytes {
-            let e = sum.entry(*n).or_insert(0);
-            *e = e.saturating_add(*b);
-        }
-    }
-
-    /// The memory per node of `rule`'s processes in `cpuset`, if any was noted.
-    pub fn memory_of(
-        &self,
-        rule: &str,
-        cpuset: Option<&CpuSet>,
-    ) -> Option<&crate::memory::NodeBytes> {
-        self.memory
-            .get(&(rule.to_string(), cpuset.map(|c| c.to_string())))
-    }
-
-    /// The cpusets `rule` is planned in: all CPUs when none is known.
-    pub fn of(&self, rule: &str) -> Vec<Option<CpuSet>> {
-        match self.by_rule.get(rule) {
-            Some(set) if !set.is_empty() => set
-                .iter()
-                .map(|c| c.as_ref().map(|c| c.parse().expect("printed by CpuSet")))
-                .collect(),
-            _ => vec![None],
-        }
-    }
-}
-
-/// How many slots of each non-shared thread entry live threads take: the highest slot
-/// taken plus one, over the rule's processes. The manager hands it in
-/// ([`Plan::with_demand`]); a plan without it holds no slot.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Demand {
-    by_entry: BTreeMap<(String, usize), usize>,
-}
-
-impl Demand {
-    /// Notes that a thread of `rule`'s entry `entry` takes slot `slot`.
-    pub fn take(&mut self, rule: &str, entry: usize, slot: usize) {
-        let n = self.by_entry.entry((rule.to_string(), entry)).or_default();
-        *n = (*n).max(slot + 1);
-    }
-
-    /// Slots taken of `rule`'s entry `entry`.
-    pub fn of(&self, rule: &str, entry: usize) -> usize {
-        self.by_entry
-            .get(&(rule.to_string(), entry))
-            .copied()
-            .unwrap_or(0)
-    }
-}
+pub use seen::{Cpusets, Demand, Seen};
 
 /// Where a count thread entry's CPUs come from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -207,75 +77,6 @@ impl SlotsFrom {
             SlotsFrom::Place(c) => format!("carved from [rule.place] cpus {c}"),
             SlotsFrom::All(c) => format!("from all usable CPUs {c}"),
         }
-    }
-}
-
-/// What [`Choose::choose`] picked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chosen {
-    pub cpus: CpuSet,
-    /// `cpus` and the idle siblings an exclusive request keeps free.
-    pub held: CpuSet,
-}
-
-impl Choose for Domains {
-    fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
-        let count = match &req.target {
-            CpuTarget::Count(_) if !req.shape.is_empty() => {
-                return Err(crate::placement::ShapeError::NoFacts {
-                    keys: req.shape.describe(),
-                }
-                .into())
-            }
-            CpuTarget::Count(n) => *n as usize,
-            CpuTarget::Cpus(c) => {
-                return Ok(Chosen {
-                    cpus: c.clone(),
-                    held: c.clone(),
-                })
-            }
-        };
-        let r = placement::Request {
-            count,
-            policy: req.policy,
-            smt: req.smt,
-            exclude: CpuSet::new(),
-            exclusive: req.exclusive,
-            cpus: None,
-        };
-        let p = placement::place(self, &r, available)?;
-        Ok(Chosen {
-            held: p.reserved.union(&p.cpus),
-            cpus: p.cpus,
-        })
-    }
-
-    fn slots(
-        &self,
-        req: &PlacementRequest,
-        available: &CpuSet,
-    ) -> Result<Vec<Chosen>, PlacementError> {
-        let Some(r) = engine_request(req) else {
-            return Ok(vec![self.choose(req, available)?]);
-        };
-        if !req.shape.is_empty() {
-            return Err(crate::placement::ShapeError::NoFacts {
-                keys: req.shape.describe(),
-            }
-            .into());
-        }
-        Ok(placement::slots(self, &r, available)?
-            .into_iter()
-            .map(|s| Chosen {
-                held: s.reserved.union(&s.cpus),
-                cpus: s.cpus,
-            })
-            .collect())
-    }
-
-    fn cost(&self, cpus: &CpuSet) -> Option<f64> {
-        let idx: Option<Vec<usize>> = cpus.iter().map(|c| self.index_of(c)).collect();
-        placement::set_cost(self, &idx?).mean_ns
     }
 }
 
@@ -424,8 +225,6 @@ pub struct Plan {
     cpusets: Cpusets,
     /// The slots live threads take.
     demand: Demand,
-    /// Kept to plan again in other cpusets; `None` for a plan made with a borrowed one.
-    chooser: Option<SharedChoose>,
     /// Groups every placed mask is rounded up to (a sched_ext scheduler runs and the
     /// settings say `widen`); empty: masks as chosen.
     widen: Vec<CpuSet>,
@@ -492,26 +291,10 @@ impl Plan {
         )
     }
 
-    /// [`Plan::new`], keeping `choose` so that the plan can be made again in the
-    /// cpusets of the processes found ([`Plan::in_cpusets`]): the daemon's plans.
-    pub fn shared(rules: &RuleSet, cpus: &Cpus, choose: Option<SharedChoose>) -> Plan {
-        let mut plan = Plan::build(
-            rules,
-            cpus,
-            &Cpusets::default(),
-            &Demand::default(),
-            &[],
-            &MemoryPlanning::default(),
-            choose.as_deref().map(|c| c as &dyn Choose),
-        );
-        plan.chooser = choose;
-        plan
-    }
-
     /// The same plan, weighing the memory of the processes each count unit places
-    /// (noted in its [`Cpusets`]) with `memory`'s nodes and settings. Kept through
-    /// [`Plan::in_cpusets`] and [`Plan::widened`].
-    pub fn with_memory(self, memory: MemoryPlanning) -> Plan {
+    /// (noted in its [`Cpusets`]) with `memory`'s nodes and settings, chosen again with
+    /// `choose`. Kept through [`Plan::again`] and [`Plan::widened`].
+    pub fn with_memory(self, memory: MemoryPlanning, choose: Option<&dyn Choose>) -> Plan {
         if memory == self.memory {
             return self;
         }
@@ -521,17 +304,15 @@ impl Plan {
             plan.memory = memory;
             return plan;
         }
-        let mut plan = Plan::build(
+        Plan::build(
             &self.rules,
             &self.cpus,
             &self.cpusets,
             &self.demand,
             &self.widen,
             &memory,
-            self.chooser.as_deref().map(|c| c as &dyn Choose),
-        );
-        plan.chooser = self.chooser.clone();
-        plan
+            choose,
+        )
     }
 
     /// The nodes and settings memory is weighed with.
@@ -543,19 +324,17 @@ impl Plan {
     /// touches (LLC groups or nodes, for a sched_ext scheduler that treats partial masks
     /// as second-class), within the CPUs the unit may use: never into housekeeping CPUs,
     /// outside its cpuset, or onto CPUs an exclusive unit holds. Empty `groups`: as
-    /// chosen. Kept through [`Plan::in_cpusets`].
-    pub fn widened(&self, groups: Vec<CpuSet>) -> Plan {
-        let mut plan = Plan::build(
+    /// chosen. Kept through [`Plan::again`].
+    pub fn widened(&self, groups: Vec<CpuSet>, choose: Option<&dyn Choose>) -> Plan {
+        Plan::build(
             &self.rules,
             &self.cpus,
             &self.cpusets,
             &self.demand,
             &groups,
             &self.memory,
-            self.chooser.as_deref().map(|c| c as &dyn Choose),
-        );
-        plan.chooser = self.chooser.clone();
-        plan
+            choose,
+        )
     }
 
     /// The groups masks are rounded up to; empty when they are not.
@@ -563,44 +342,44 @@ impl Plan {
         &self.widen
     }
 
-    /// The same rules on the same CPUs, planned in `cpusets`. A plan made with
-    /// [`Plan::new`] keeps no chooser: its count units come out unplaced.
-    pub fn in_cpusets(&self, cpusets: &Cpusets) -> Plan {
-        self.seen(cpusets, &self.demand)
+    /// The same rules on the same CPUs, planned in `cpusets` with this plan's demand.
+    pub fn in_cpusets(&self, cpusets: &Cpusets, choose: Option<&dyn Choose>) -> Plan {
+        self.again(
+            &Seen {
+                cpusets: cpusets.clone(),
+                demand: self.demand.clone(),
+            },
+            choose,
+        )
     }
 
-    /// The same rules on the same CPUs, planned in `cpusets` with the slots live
-    /// threads take (`demand`): what the manager sees of its processes.
-    pub fn seen(&self, cpusets: &Cpusets, demand: &Demand) -> Plan {
-        if self.chooser.is_none() && *cpusets == self.cpusets {
-            // Nothing to plan again with: the same slots, holding what is taken now.
+    /// The same rules on the same CPUs (and with the same memory and widening), planned
+    /// for what the manager `seen`: in its processes' cpusets, holding the slots their
+    /// threads take. `choose` should be the chooser this plan was made with. Without
+    /// one, in the same cpusets, nothing is chosen again: the same slots, holding what
+    /// is taken now.
+    pub fn again(&self, seen: &Seen, choose: Option<&dyn Choose>) -> Plan {
+        if choose.is_none() && seen.cpusets == self.cpusets {
             let mut plan = self.clone();
-            plan.demand = demand.clone();
+            plan.demand = seen.demand.clone();
             for u in &mut plan.units {
                 if let (PlanState::Slots { slots, held_slots }, Some(i)) =
                     (&mut u.state, u.thread_entry)
                 {
-                    *held_slots = demand.of(&u.rule, i).min(slots.len());
+                    *held_slots = seen.demand.of(&u.rule, i).min(slots.len());
                 }
             }
             return plan;
         }
-        let mut plan = Plan::build(
+        Plan::build(
             &self.rules,
             &self.cpus,
-            cpusets,
-            demand,
+            &seen.cpusets,
+            &seen.demand,
             &self.widen,
             &self.memory,
-            self.chooser.as_deref().map(|c| c as &dyn Choose),
-        );
-        plan.chooser = self.chooser.clone();
-        plan
-    }
-
-    /// The same plan with `demand`: its slots units hold the slots live threads take.
-    pub fn with_demand(&self, demand: &Demand) -> Plan {
-        self.seen(&self.cpusets, demand)
+            choose,
+        )
     }
 
     /// The slots live threads take, as this plan was made with.

@@ -27,34 +27,37 @@ use std::time::{Duration, Instant};
 
 use crate::affinity::restore::Journal;
 use crate::affinity::SystemOps;
-use crate::api::{Command, CommandError, ManagedEntry, Phase, Reply, Signal, Snapshot};
-use crate::cpuset::CpuSet;
-use crate::domains::{self, Domains, Misfit};
+use crate::api::{Phase, Signal, Snapshot};
+use crate::domains::Domains;
 use crate::fingerprint::Fingerprint;
 use crate::manager::{self, Change, Manager};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::metrics::{self, MetricsSnapshot};
-use crate::placement::{Policy, Request, SmtPolicy};
-use crate::plan::{Choose, Cpus, Plan};
-use crate::rules::{self, CpuTarget, LoadPolicy, LoadReport, PlacementRequest};
-use crate::settings::Settings;
+use crate::plan::{Choose, Cpus, Plan, SharedChoose};
+use crate::rules::{self, LoadPolicy, LoadReport};
+use crate::settings::{Settings, SettingsError};
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 use crate::watch::ProcFs;
 
+use super::replan;
 use super::schedule::{Due, Schedule, Timing};
 use super::worker::Job;
 use super::{DaemonError, Event, ReloadCause};
 
+mod commands;
 mod completing;
 mod following;
 mod irqs;
+mod machine;
 mod measuring;
 mod memory;
 mod pinning;
 mod sched_ext;
 mod shaping;
+
+use shaping::Planned;
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -112,12 +115,14 @@ pub const JOURNAL_DELAY: Duration = Duration::from_millis(50);
 /// one succeeds), not only at the next change.
 pub const JOURNAL_RETRY: Duration = Duration::from_secs(1);
 
+pub use machine::{MOVE_FLOOR_NS, MOVE_GAIN};
+
 /// All daemon state. Owned by one thread.
 pub struct State {
     cfg: Config,
     settings: Settings,
     /// An error in the settings file at the last reload (the previous settings stay).
-    settings_error: Option<String>,
+    settings_error: Option<SettingsError>,
     timing: Timing,
     policy: LoadPolicy,
     store: Option<MatrixStore>,
@@ -129,6 +134,10 @@ pub struct State {
     /// plan improves theirs materially.
     domains: Option<Domains>,
     manager: Option<Manager>,
+    /// The chooser the manager's plan was made with: what the manager reports it saw
+    /// is planned with it (see `daemon::replan`), so a new matrix moves nothing unless
+    /// its own plan is handed down.
+    chooser: Option<SharedChoose>,
     /// Why the proc connector is not available (rescans only), if it is not.
     watch_down: Option<String>,
     next_rescan: Option<Instant>,
@@ -173,6 +182,7 @@ impl State {
             current: None,
             domains: None,
             manager: None,
+            chooser: None,
             watch_down: None,
             next_rescan: None,
             metrics: metrics::Kept::default(),
@@ -192,11 +202,7 @@ impl State {
     /// Reads the machine, the stored matrix and the rules; starts a measurement when no
     /// stored matrix fits.
     pub fn start(&mut self) -> Result<(), DaemonError> {
-        let store = MatrixStore::open(&self.cfg.state_dir).map_err(|e| DaemonError::Dir {
-            path: self.cfg.state_dir.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
-        self.store = Some(store);
+        self.store = Some(MatrixStore::open(&self.cfg.state_dir)?);
         self.read_machine();
         self.check_sched_ext();
         let missing = self.load_stored_matrix();
@@ -240,8 +246,12 @@ impl State {
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "restore journal not used"),
         }
-        let mut changes = m.handle(manager::Input::RulesChanged(self.new_plan()));
-        changes.extend(m.handle(manager::Input::Rescan));
+        let planned = self.new_plan();
+        self.chooser = planned.choose;
+        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
+        let mut changes =
+            replan::hand_down(&mut m, manager::Input::RulesChanged(planned.plan), choose);
+        changes.extend(replan::hand_down(&mut m, manager::Input::Rescan, choose));
         self.manager = Some(m);
         self.after_manager(changes);
     }
@@ -278,21 +288,35 @@ impl State {
     }
 
     /// The plan of the rules in force on the current CPUs and latency domains.
-    fn new_plan(&mut self) -> Plan {
+    fn new_plan(&mut self) -> Planned {
         let cpus = self.plan_cpus();
         if let Err(e) = self.domains() {
             tracing::debug!(error = %e, "planning without latency domains");
         }
-        let mut plan = self.shaped_plan(&cpus);
+        let Planned { mut plan, choose } = self.shaped_plan(&cpus);
+        let c = choose.as_deref().map(|c| c as &dyn Choose);
         if let Some(t) = &self.topology {
-            plan = plan.with_memory(crate::plan::MemoryPlanning::new(t, &self.settings));
+            plan = plan.with_memory(crate::plan::MemoryPlanning::new(t, &self.settings), c);
         }
-        self.under_sched_ext(plan)
+        let plan = self.under_sched_ext(plan, c);
+        Planned { plan, choose }
     }
 
+    /// Hands a new plan down (`make`: rules or CPUs changed); its chooser is kept for
+    /// what the manager reports next.
+    fn hand_down(&mut self, planned: Planned, make: fn(Plan) -> manager::Input) {
+        if self.manager.is_none() {
+            return;
+        }
+        self.chooser = planned.choose;
+        self.manager_event(make(planned.plan));
+    }
+
+    /// One input to the manager, and the plans made again for what it then reports.
     fn manager_event(&mut self, ev: manager::Input) {
         let Some(m) = &mut self.manager else { return };
-        let changes = m.handle(ev);
+        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
+        let changes = replan::hand_down(m, ev, choose);
         self.after_manager(changes);
     }
 
@@ -344,7 +368,7 @@ impl State {
     fn rule_errors(&self) -> Vec<String> {
         self.settings_error
             .iter()
-            .cloned()
+            .map(SettingsError::to_string)
             .chain(self.rules.error_strings())
             .collect()
     }
@@ -413,7 +437,9 @@ impl State {
             Event::Proc(msgs) => {
                 let Some(m) = &mut self.manager else { return };
                 let read_at = Instant::now();
-                let changes = m.handle_batch(msgs);
+                let mut changes = m.handle_batch(msgs);
+                let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
+                changes.extend(replan::settle(m, choose));
                 self.metrics.pins_after(read_at, &changes);
                 for c in &changes {
                     log_change(c);
@@ -444,298 +470,6 @@ impl State {
                     self.next_rescan = Some(Instant::now() + Duration::from_secs(60));
                 }
                 self.status();
-            }
-        }
-    }
-
-    /// Answers one command.
-    pub fn command(&mut self, cmd: Command) -> Result<Reply, CommandError> {
-        match cmd {
-            Command::Remeasure => Ok(Reply::Job(self.remeasure(Instant::now()))),
-            Command::Reload => {
-                self.reload(ReloadCause::Bus);
-                Ok(Reply::Reloaded {
-                    rules: self.rules.rules.len() as u32,
-                    errors: self.rule_errors(),
-                })
-            }
-            Command::GetMatrix => Ok(self.matrix_reply()),
-            Command::Metrics => Ok(Reply::Text(self.metrics_text())),
-            Command::ListManaged => Ok(Reply::Managed(
-                self.manager
-                    .as_ref()
-                    .map(|m| {
-                        m.list_managed()
-                            .into_iter()
-                            .map(|r| ManagedEntry {
-                                pid: r.pid,
-                                comm: r.comm,
-                                rule: r.rule,
-                                cpus: r.cpus,
-                                state: r.state,
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            )),
-            Command::Explain { pid, caller_uid } => {
-                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
-                    return Err(CommandError::NoSuchProcess(pid));
-                }
-                match &self.manager {
-                    Some(m) => {
-                        let mut text = m.explain_for(pid as i32, caller_uid);
-                        if m.shows_memory(pid as i32, caller_uid) {
-                            text.push_str(&self.memory_line(pid as i32));
-                            text.push_str(&self.follow_line(pid as i32, Instant::now()));
-                        }
-                        Ok(Reply::Explained {
-                            text,
-                            full: m.shows_all_to(pid as i32, caller_uid),
-                        })
-                    }
-                    None => Err(CommandError::Starting),
-                }
-            }
-            Command::Memory { pid, caller_uid } => {
-                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
-                    return Err(CommandError::NoSuchProcess(pid));
-                }
-                let Some(m) = &self.manager else {
-                    return Err(CommandError::Starting);
-                };
-                if !m.shows_memory(pid as i32, caller_uid) {
-                    return Ok(Reply::Json(serde_json::Value::Null));
-                }
-                match self.memory_of(pid as i32) {
-                    Some(Ok(v)) => Ok(Reply::Json(v.to_json())),
-                    Some(Err(crate::memory::ReadError::Gone { .. })) => {
-                        Err(CommandError::NoSuchProcess(pid))
-                    }
-                    Some(Err(e)) => Ok(Reply::Json(serde_json::json!({ "error": e.to_string() }))),
-                    None => Ok(Reply::Json(serde_json::Value::Null)),
-                }
-            }
-            // The CPUs a pin would get: `PlanWith` of the same count, off exclusive rules.
-            Command::Plan { count, policy, smt } => self.runtime_command(Command::PlanWith {
-                place: crate::api::PlaceSpec::Request(PlacementRequest {
-                    target: CpuTarget::Count(count),
-                    within: None,
-                    policy,
-                    smt,
-                    exclusive: false,
-                    shape: Default::default(),
-                }),
-            }),
-            Command::Pin {
-                pid,
-                count,
-                policy,
-                smt,
-            } => {
-                let req = self.request(count, policy, smt)?;
-                let request = PlacementRequest {
-                    target: CpuTarget::Count(count),
-                    within: None,
-                    policy: req.policy,
-                    smt: req.smt,
-                    exclusive: false,
-                    shape: Default::default(),
-                };
-                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
-                self.domains()?;
-                let d = self.domains.as_ref().map(|d| d as &dyn Choose);
-                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
-                let cpus = m
-                    .plan()
-                    .pin(&request, d)
-                    .map_err(|source| CommandError::Pin { pid, source })?;
-                match m.pin(pid_i, &cpus) {
-                    Ok(changes) => {
-                        tracing::info!(pid, %cpus, "pinned at run time");
-                        self.after_manager(changes);
-                        Ok(Reply::Cpus(cpus))
-                    }
-                    Err(e) => Err(CommandError::from_manager(pid, e)),
-                }
-            }
-            cmd @ (Command::PinWith { .. }
-            | Command::PlanWith { .. }
-            | Command::Owner { .. }
-            | Command::AsOwner { .. }) => self.runtime_command(cmd),
-            Command::Release { pid } => {
-                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
-                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
-                match m.unpin(pid_i) {
-                    Ok(changes) => {
-                        tracing::info!(pid, "released at run time");
-                        self.after_manager(changes);
-                        Ok(Reply::Done)
-                    }
-                    Err(e) => Err(CommandError::from_manager(pid, e)),
-                }
-            }
-        }
-    }
-
-    /// A request from a command's arguments, checked: 1 ≤ count ≤ usable CPUs.
-    fn request(&self, count: u32, policy: Policy, smt: SmtPolicy) -> Result<Request, CommandError> {
-        let usable = self.usable().len();
-        if count == 0 || count as usize > usable {
-            return Err(CommandError::InvalidArgs(format!(
-                "count {count}: must be between 1 and the {usable} usable CPUs"
-            )));
-        }
-        Ok(Request {
-            count: count as usize,
-            policy,
-            smt,
-            exclude: self.settings.placement.housekeeping_cpus.clone(),
-            exclusive: false,
-            cpus: None,
-        })
-    }
-
-    /// The latency domains: from the matrix reconciled with sysfs, or from sysfs alone
-    /// until a matrix exists (or when the matrix cannot be used).
-    fn domains(&mut self) -> Result<&Domains, CommandError> {
-        if self.domains.is_none() {
-            let s = domains::select(
-                self.current.as_ref(),
-                self.topology.as_ref(),
-                Misfit::Topology,
-            )
-            .map_err(CommandError::NoDomains)?;
-            for f in &s.findings {
-                tracing::info!(finding = %f, "matrix and topology");
-            }
-            for w in &s.warnings {
-                tracing::warn!(warning = %w, "placing from the sysfs topology");
-            }
-            self.domains = Some(s.domains);
-        }
-        Ok(self.domains.as_ref().expect("set above"))
-    }
-
-    /// Recomputes the domains after the topology changed (or at start); plans made
-    /// from now on use them.
-    fn refresh_domains(&mut self) {
-        self.domains = None;
-        if let Err(e) = self.domains() {
-            tracing::warn!(error = %e, "no latency domains");
-        }
-    }
-
-    /// A new matrix: new domains for future plans, and the running processes moved only
-    /// where the new plan improves on the one applied materially (no churn).
-    fn matrix_changed(&mut self) {
-        self.domains = None;
-        if let Err(e) = self.domains() {
-            tracing::warn!(error = %e, "no latency domains");
-            return;
-        }
-        let new = self.new_plan();
-        let (Some(m), Some(d)) = (&self.manager, &self.domains) else {
-            return;
-        };
-        let better = m
-            .plan()
-            .improvements(&new.in_cpusets(m.plan().cpusets()), d, 0.10, 5.0);
-        if better.is_empty() {
-            tracing::info!("new matrix: current placements are as good; nothing moves");
-            return;
-        }
-        for b in &better {
-            tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves a placement");
-        }
-        self.manager_event(manager::Input::PlanChanged(new));
-    }
-
-    /// CPUs went online or offline: re-read the machine, re-plan, re-apply. The matrix
-    /// follows the usable CPUs from the store's cells (see `matrix::keep`).
-    fn hotplug(&mut self, now: Instant) {
-        let usable = self.usable();
-        let fp_changed = self.read_machine();
-        // The matrix (and so the domains) for the new CPUs first, then the re-plan.
-        if fp_changed || self.usable() != usable {
-            self.fingerprint_changed(now);
-        } else {
-            self.refresh_domains();
-        }
-        tracing::info!(online = %self.online(), "CPU hotplug");
-        let plan = self.new_plan();
-        self.manager_event(manager::Input::PlanChanged(plan));
-        self.status();
-    }
-
-    fn matrix_reply(&self) -> Reply {
-        match &self.current {
-            Some(m) => Reply::Matrix {
-                cpus: m.cpus.clone(),
-                latency_ns: m
-                    .latency_ns
-                    .iter()
-                    .map(|row| row.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
-                    .collect(),
-            },
-            None => Reply::Matrix {
-                cpus: Vec::new(),
-                latency_ns: Vec::new(),
-            },
-        }
-    }
-
-    /// Online CPUs as last read; empty before the first read.
-    fn online(&self) -> CpuSet {
-        self.topology
-            .as_ref()
-            .map(|t| t.online.clone())
-            .unwrap_or_default()
-    }
-
-    /// CPUs a measurement may use: online and not isolated.
-    fn usable(&self) -> CpuSet {
-        self.topology
-            .as_ref()
-            .map(Topology::usable)
-            .unwrap_or_default()
-    }
-
-    /// Re-reads the topology and the fingerprint; true when the fingerprint changed
-    /// (or was read for the first time).
-    fn read_machine(&mut self) -> bool {
-        match Topology::discover(&self.cfg.sysroot) {
-            Ok(t) => {
-                for w in &t.warnings {
-                    tracing::debug!(warning = %w, "topology");
-                }
-                if self.topology.as_ref() != Some(&t) {
-                    self.domains = None;
-                }
-                self.topology = Some(t);
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the CPU topology; keeping the last one")
-            }
-        }
-        match Fingerprint::read(&self.cfg.sysroot) {
-            Ok(fp) => {
-                let changed = match &self.fingerprint {
-                    Some(old) if old.matches(&fp) => false,
-                    Some(old) => {
-                        for d in old.differences(&fp) {
-                            tracing::info!(change = %d, "hardware fingerprint changed");
-                        }
-                        true
-                    }
-                    None => true,
-                };
-                self.fingerprint = Some(fp);
-                changed
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read the hardware fingerprint");
-                false
             }
         }
     }
@@ -774,13 +508,13 @@ impl State {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "settings not reloaded; keeping the previous ones");
-                self.settings_error = Some(e.to_string());
+                self.settings_error = Some(e);
             }
         }
         self.check_sched_ext();
         self.load_rules();
-        let plan = self.new_plan();
-        self.manager_event(manager::Input::RulesChanged(plan));
+        let planned = self.new_plan();
+        self.hand_down(planned, manager::Input::RulesChanged);
         self.actions.push(Action::Emit(Signal::RulesReloaded {
             rules: self.rules.rules.len() as u32,
             errors: self.rule_errors(),
@@ -808,8 +542,8 @@ impl State {
             }
             if self.online() != online {
                 // A hotplug the uevent socket did not report.
-                let plan = self.new_plan();
-                self.manager_event(manager::Input::PlanChanged(plan));
+                let planned = self.new_plan();
+                self.hand_down(planned, manager::Input::PlanChanged);
             }
         }
         if let Some(dir) = self.metrics.textfile_due(now, &self.settings.metrics) {
@@ -912,10 +646,14 @@ fn log_change(c: &Change) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{Command, CommandError, Reply};
+    use crate::cpuset::CpuSet;
     use crate::daemon::worker::JobError;
     use crate::daemon::worker::{Finished, JobKind, Product};
     use crate::measure;
     use crate::measure::Probe;
+    use crate::placement::{Policy, SmtPolicy};
+    use crate::rules::{CpuTarget, PlacementRequest};
 
     fn state(timing: Timing) -> (State, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
@@ -1384,6 +1122,20 @@ mod tests {
     }
 
     #[test]
+    fn a_state_directory_that_cannot_hold_the_store_is_a_typed_error_naming_its_path() {
+        let (mut s, d) = state(Timing::default());
+        let state_dir = d.path().join("state");
+        std::fs::remove_dir(&state_dir).unwrap();
+        std::fs::write(&state_dir, "a file, not a directory").unwrap();
+        match s.start() {
+            Err(DaemonError::Store(crate::matrix::store::StoreError::Dir { path, .. })) => {
+                assert_eq!(path, state_dir.join("history"))
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
     fn a_bad_settings_file_on_reload_keeps_the_old_settings() {
         let (mut s, d, _job) = started(Timing::default());
         let path = d.path().join("absent.toml");
@@ -1391,7 +1143,18 @@ mod tests {
         s.handle(Event::Reload(ReloadCause::Signal));
         let errs = s.snapshot().rule_errors;
         assert_eq!(errs.len(), 1);
-        assert!(errs[0].contains("absent.toml:2:"), "{errs:?}");
+        assert!(
+            errs[0].contains("absent.toml:2:10: invalid duration"),
+            "{errs:?}"
+        );
+        // Kept typed, with its file, line and column.
+        match &s.settings_error {
+            Some(SettingsError::Invalid { path: p, at, .. }) => {
+                assert_eq!(p, &path);
+                assert_eq!((at.line, at.col), (2, 10));
+            }
+            other => panic!("{other:?}"),
+        }
         assert_eq!(s.settings, Settings::default());
         let a = s.take_actions();
         assert_eq!(a.first(), Some(&Action::Reloading));

@@ -1,0 +1,187 @@
+//! The answers to D-Bus commands ([`State::command`]): a plain synchronous function,
+//! called by the loop for each command and by unit tests directly. Run-time pins are
+//! in `state/pinning.rs`. Same state, same loop as `state/mod.rs`.
+
+use std::time::Instant;
+
+use crate::api::{Command, CommandError, ManagedEntry, Reply};
+use crate::daemon::replan;
+use crate::placement::{Policy, Request, SmtPolicy};
+use crate::plan::Choose;
+use crate::rules::{CpuTarget, PlacementRequest};
+
+use super::{ReloadCause, State};
+
+impl State {
+    /// Answers one command.
+    pub fn command(&mut self, cmd: Command) -> Result<Reply, CommandError> {
+        match cmd {
+            Command::Remeasure => Ok(Reply::Job(self.remeasure(Instant::now()))),
+            Command::Reload => {
+                self.reload(ReloadCause::Bus);
+                Ok(Reply::Reloaded {
+                    rules: self.rules.rules.len() as u32,
+                    errors: self.rule_errors(),
+                })
+            }
+            Command::GetMatrix => Ok(self.matrix_reply()),
+            Command::Metrics => Ok(Reply::Text(self.metrics_text())),
+            Command::ListManaged => Ok(Reply::Managed(
+                self.manager
+                    .as_ref()
+                    .map(|m| {
+                        m.list_managed()
+                            .into_iter()
+                            .map(|r| ManagedEntry {
+                                pid: r.pid,
+                                comm: r.comm,
+                                rule: r.rule,
+                                cpus: r.cpus,
+                                state: r.state,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            )),
+            Command::Explain { pid, caller_uid } => {
+                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
+                    return Err(CommandError::NoSuchProcess(pid));
+                }
+                match &self.manager {
+                    Some(m) => {
+                        let mut text = m.explain_for(pid as i32, caller_uid);
+                        if m.shows_memory(pid as i32, caller_uid) {
+                            text.push_str(&self.memory_line(pid as i32));
+                            text.push_str(&self.follow_line(pid as i32, Instant::now()));
+                        }
+                        Ok(Reply::Explained {
+                            text,
+                            full: m.shows_all_to(pid as i32, caller_uid),
+                        })
+                    }
+                    None => Err(CommandError::Starting),
+                }
+            }
+            Command::Memory { pid, caller_uid } => {
+                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
+                    return Err(CommandError::NoSuchProcess(pid));
+                }
+                let Some(m) = &self.manager else {
+                    return Err(CommandError::Starting);
+                };
+                if !m.shows_memory(pid as i32, caller_uid) {
+                    return Ok(Reply::Json(serde_json::Value::Null));
+                }
+                match self.memory_of(pid as i32) {
+                    Some(Ok(v)) => Ok(Reply::Json(v.to_json())),
+                    Some(Err(crate::memory::ReadError::Gone { .. })) => {
+                        Err(CommandError::NoSuchProcess(pid))
+                    }
+                    Some(Err(e)) => Ok(Reply::Json(serde_json::json!({ "error": e.to_string() }))),
+                    None => Ok(Reply::Json(serde_json::Value::Null)),
+                }
+            }
+            // The CPUs a pin would get: `PlanWith` of the same count, off exclusive rules.
+            Command::Plan { count, policy, smt } => self.runtime_command(Command::PlanWith {
+                place: crate::api::PlaceSpec::Request(PlacementRequest {
+                    target: CpuTarget::Count(count),
+                    within: None,
+                    policy,
+                    smt,
+                    exclusive: false,
+                    shape: Default::default(),
+                }),
+            }),
+            Command::Pin {
+                pid,
+                count,
+                policy,
+                smt,
+            } => {
+                let req = self.request(count, policy, smt)?;
+                let request = PlacementRequest {
+                    target: CpuTarget::Count(count),
+                    within: None,
+                    policy: req.policy,
+                    smt: req.smt,
+                    exclusive: false,
+                    shape: Default::default(),
+                };
+                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
+                self.domains()?;
+                let d = self.domains.as_ref().map(|d| d as &dyn Choose);
+                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
+                let cpus = m
+                    .plan()
+                    .pin(&request, d)
+                    .map_err(|source| CommandError::Pin { pid, source })?;
+                match m.pin(pid_i, &cpus) {
+                    Ok(changes) => {
+                        tracing::info!(pid, %cpus, "pinned at run time");
+                        self.after_manager(changes);
+                        Ok(Reply::Cpus(cpus))
+                    }
+                    Err(e) => Err(CommandError::from_manager(pid, e)),
+                }
+            }
+            cmd @ (Command::PinWith { .. }
+            | Command::PlanWith { .. }
+            | Command::Owner { .. }
+            | Command::AsOwner { .. }) => self.runtime_command(cmd),
+            Command::Release { pid } => {
+                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
+                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
+                match m.unpin(pid_i) {
+                    Ok(mut changes) => {
+                        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
+                        changes.extend(replan::settle(m, choose));
+                        tracing::info!(pid, "released at run time");
+                        self.after_manager(changes);
+                        Ok(Reply::Done)
+                    }
+                    Err(e) => Err(CommandError::from_manager(pid, e)),
+                }
+            }
+        }
+    }
+
+    /// A request from a command's arguments, checked: 1 ≤ count ≤ usable CPUs.
+    pub(super) fn request(
+        &self,
+        count: u32,
+        policy: Policy,
+        smt: SmtPolicy,
+    ) -> Result<Request, CommandError> {
+        let usable = self.usable().len();
+        if count == 0 || count as usize > usable {
+            return Err(CommandError::InvalidArgs(format!(
+                "count {count}: must be between 1 and the {usable} usable CPUs"
+            )));
+        }
+        Ok(Request {
+            count: count as usize,
+            policy,
+            smt,
+            exclude: self.settings.placement.housekeeping_cpus.clone(),
+            exclusive: false,
+            cpus: None,
+        })
+    }
+
+    pub(super) fn matrix_reply(&self) -> Reply {
+        match &self.current {
+            Some(m) => Reply::Matrix {
+                cpus: m.cpus.clone(),
+                latency_ns: m
+                    .latency_ns
+                    .iter()
+                    .map(|row| row.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
+                    .collect(),
+            },
+            None => Reply::Matrix {
+                cpus: Vec::new(),
+                latency_ns: Vec::new(),
+            },
+        }
+    }
+}

@@ -1,0 +1,160 @@
+//! The machine as the daemon last read it — online and usable CPUs, the topology, the
+//! hardware fingerprint, the latency domains — and what a change of them does: a CPU
+//! hotplug plans again and re-applies; a new matrix moves running threads only where
+//! its plan is materially better. Same state, same loop as `state/mod.rs`.
+
+use std::time::Instant;
+
+use crate::api::CommandError;
+use crate::cpuset::CpuSet;
+use crate::domains::{self, Domains, Misfit};
+use crate::fingerprint::Fingerprint;
+use crate::manager;
+use crate::plan::Choose;
+use crate::topology::Topology;
+
+use super::State;
+
+/// A new matrix moves a running unit only when its new CPUs' worst pairwise latency is
+/// lower by more than this fraction of the current one. Measurement takes two passes of
+/// a pair within 10% of each other as agreeing (`docs/measurement.md`), so a smaller
+/// gain may be noise, and a move costs the threads their warm caches. Documented in
+/// `docs/pinning.md`; not a setting.
+pub const MOVE_GAIN: f64 = 0.10;
+
+/// … and lower by more than this many nanoseconds, so that sets only a few ns apart
+/// (SMT siblings, one L2) do not move on a difference no measurement resolves.
+pub const MOVE_FLOOR_NS: f64 = 5.0;
+
+impl State {
+    /// Online CPUs as last read; empty before the first read.
+    pub(super) fn online(&self) -> CpuSet {
+        self.topology
+            .as_ref()
+            .map(|t| t.online.clone())
+            .unwrap_or_default()
+    }
+
+    /// CPUs a measurement may use: online and not isolated.
+    pub(super) fn usable(&self) -> CpuSet {
+        self.topology
+            .as_ref()
+            .map(Topology::usable)
+            .unwrap_or_default()
+    }
+
+    /// Re-reads the topology and the fingerprint; true when the fingerprint changed
+    /// (or was read for the first time).
+    pub(super) fn read_machine(&mut self) -> bool {
+        match Topology::discover(&self.cfg.sysroot) {
+            Ok(t) => {
+                for w in &t.warnings {
+                    tracing::debug!(warning = %w, "topology");
+                }
+                if self.topology.as_ref() != Some(&t) {
+                    self.domains = None;
+                }
+                self.topology = Some(t);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the CPU topology; keeping the last one")
+            }
+        }
+        match Fingerprint::read(&self.cfg.sysroot) {
+            Ok(fp) => {
+                let changed = match &self.fingerprint {
+                    Some(old) if old.matches(&fp) => false,
+                    Some(old) => {
+                        for d in old.differences(&fp) {
+                            tracing::info!(change = %d, "hardware fingerprint changed");
+                        }
+                        true
+                    }
+                    None => true,
+                };
+                self.fingerprint = Some(fp);
+                changed
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the hardware fingerprint");
+                false
+            }
+        }
+    }
+
+    /// The latency domains: from the matrix reconciled with sysfs, or from sysfs alone
+    /// until a matrix exists (or when the matrix cannot be used).
+    pub(super) fn domains(&mut self) -> Result<&Domains, CommandError> {
+        if self.domains.is_none() {
+            let s = domains::select(
+                self.current.as_ref(),
+                self.topology.as_ref(),
+                Misfit::Topology,
+            )
+            .map_err(CommandError::NoDomains)?;
+            for f in &s.findings {
+                tracing::info!(finding = %f, "matrix and topology");
+            }
+            for w in &s.warnings {
+                tracing::warn!(warning = %w, "placing from the sysfs topology");
+            }
+            self.domains = Some(s.domains);
+        }
+        Ok(self.domains.as_ref().expect("set above"))
+    }
+
+    /// Recomputes the domains after the topology changed (or at start); plans made
+    /// from now on use them.
+    pub(super) fn refresh_domains(&mut self) {
+        self.domains = None;
+        if let Err(e) = self.domains() {
+            tracing::warn!(error = %e, "no latency domains");
+        }
+    }
+
+    /// A new matrix: new domains for future plans, and the running processes moved only
+    /// where the new plan improves on the one applied materially (no churn).
+    pub(super) fn matrix_changed(&mut self) {
+        self.domains = None;
+        if let Err(e) = self.domains() {
+            tracing::warn!(error = %e, "no latency domains");
+            return;
+        }
+        let new = self.new_plan();
+        let (Some(m), Some(d)) = (&self.manager, &self.domains) else {
+            return;
+        };
+        let choose = new.choose.as_deref().map(|c| c as &dyn Choose);
+        let better = m.plan().improvements(
+            &new.plan.in_cpusets(m.plan().cpusets(), choose),
+            d,
+            MOVE_GAIN,
+            MOVE_FLOOR_NS,
+        );
+        if better.is_empty() {
+            tracing::info!("new matrix: current placements are as good; nothing moves");
+            return;
+        }
+        for b in &better {
+            tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves a placement");
+        }
+        self.hand_down(new, manager::Input::PlanChanged);
+    }
+
+    /// CPUs went online or offline: re-read the machine, re-plan, re-apply. The matrix
+    /// follows the usable CPUs from the store's cells (see `matrix::keep`).
+    pub(super) fn hotplug(&mut self, now: Instant) {
+        let usable = self.usable();
+        let fp_changed = self.read_machine();
+        // The matrix (and so the domains) for the new CPUs first, then the re-plan.
+        if fp_changed || self.usable() != usable {
+            self.fingerprint_changed(now);
+        } else {
+            self.refresh_domains();
+        }
+        tracing::info!(online = %self.online(), "CPU hotplug");
+        let planned = self.new_plan();
+        self.hand_down(planned, manager::Input::PlanChanged);
+        self.status();
+    }
+}
