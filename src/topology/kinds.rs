@@ -16,7 +16,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{CoreType, Cpu, Reader, Topology, TopologyError, CPU_DIR};
+use super::parse::parse_error;
+use super::read::Reader;
+use super::{CoreType, Cpu, Topology, TopologyError, CPU_DIR};
 use crate::cpuset::CpuSet;
 use crate::sysroot;
 
@@ -187,7 +189,7 @@ impl Reader<'_> {
                 let mode = text.trim();
                 return match mode {
                     "cache" | "frequency" => Ok(Some(mode.to_string())),
-                    other => Err(super::parse_error(
+                    other => Err(parse_error(
                         &path,
                         &text,
                         other,
