@@ -16,9 +16,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use super::model::{CoreType, Cpu, Topology, TopologyError, CPU_DIR};
 use super::parse::parse_error;
 use super::read::Reader;
-use super::{CoreType, Cpu, Topology, TopologyError, CPU_DIR};
 use crate::cpuset::CpuSet;
 use crate::sysroot;
 

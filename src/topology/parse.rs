@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use crate::cpuset::CpuSet;
 
-use super::TopologyError;
+use super::model::TopologyError;
 
 /// A parse error pointing at `token` inside `text` (1-based line and column).
 pub(super) fn parse_error(path: &Path, text: &str, token: &str, message: &str) -> TopologyError {

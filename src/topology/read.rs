@@ -2,16 +2,33 @@
 //! missing files into warnings (once per cause, not once per CPU) and assumed values
 //! into what the other CPUs say about the same CPU.
 //!
-//! Must not touch: the model's meaning (see the parent module); placement decisions.
+//! Must not touch: the model's meaning (see `model`); placement decisions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
+use super::model::{
+    Cache, CacheKind, CoreType, Cpu, Node, Topology, TopologyError, CPU_DIR, NODE_DIR,
+};
 use super::parse::{parse_error, parse_list, parse_numbers, parse_one, parse_size};
-use super::{Cache, CacheKind, CoreType, Cpu, Node, Topology, TopologyError, CPU_DIR, NODE_DIR};
 use crate::cpuset::CpuSet;
 use crate::sysroot::{self, SysRoot};
+
+impl Topology {
+    /// Reads the topology from the sysfs root of `root`.
+    pub fn discover(root: &SysRoot) -> Result<Topology, TopologyError> {
+        Reader::new(root).read()
+    }
+
+    /// Reads the topology of a fixture or captured tree; the same as [`discover`],
+    /// named for call sites that read a tree other than the running machine's.
+    ///
+    /// [`discover`]: Topology::discover
+    pub fn from_sysroot(root: &SysRoot) -> Result<Topology, TopologyError> {
+        Topology::discover(root)
+    }
+}
 
 /// Collects the per-CPU degradations so that one missing file across 256 CPUs makes
 /// one warning line, not 256.
