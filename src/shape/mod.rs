@@ -21,7 +21,6 @@
 //! latency choice itself (`placement`).
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
@@ -30,7 +29,7 @@ use crate::cpuset::CpuSet;
 use crate::domains::Domains;
 use crate::placement::{self, Placement, PlacementError, Request, SmtPolicy, UnknownWord};
 use crate::plan::{Choose, Chosen};
-use crate::rules::{CpuTarget, PlacementRequest, RuleSet};
+use crate::rules::{PlacementRequest, RuleSet};
 use crate::topology::{CoreType, LlcGroup, Node, Topology};
 
 /// Which last-level-cache group to favour.
@@ -43,35 +42,7 @@ pub enum Prefer {
     Frequency,
 }
 
-impl Prefer {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Prefer::Cache => "cache",
-            Prefer::Frequency => "frequency",
-        }
-    }
-}
-
-impl FromStr for Prefer {
-    type Err = UnknownWord;
-    fn from_str(s: &str) -> Result<Self, UnknownWord> {
-        match s {
-            "cache" => Ok(Prefer::Cache),
-            "frequency" => Ok(Prefer::Frequency),
-            _ => Err(UnknownWord {
-                what: "prefer",
-                given: s.to_string(),
-                expected: "cache, frequency",
-            }),
-        }
-    }
-}
-
-impl fmt::Display for Prefer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+placement::words!(Prefer, "prefer", { Cache => "cache", Frequency => "frequency" });
 
 /// Parses the `core-type` word: `performance` or `efficiency`.
 pub fn core_type_word(s: &str) -> Result<CoreType, UnknownWord> {
@@ -583,16 +554,8 @@ pub struct Shaper<'a> {
 
 impl Choose for Shaper<'_> {
     fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
-        let CpuTarget::Count(n) = &req.target else {
+        let Some(r) = crate::plan::engine_request(req) else {
             return self.domains.choose(req, available);
-        };
-        let r = Request {
-            count: *n as usize,
-            policy: req.policy,
-            smt: req.smt,
-            exclude: CpuSet::new(),
-            exclusive: req.exclusive,
-            cpus: None,
         };
         let (p, _) = place_shaped(
             self.domains,
@@ -678,14 +641,19 @@ pub struct OwnedShaper {
     pub devices: Devices,
 }
 
-impl Choose for OwnedShaper {
-    fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
+impl OwnedShaper {
+    fn shaper(&self) -> Shaper<'_> {
         Shaper {
             domains: &self.domains,
             facts: &self.facts,
             devices: &self.devices,
         }
-        .choose(req, available)
+    }
+}
+
+impl Choose for OwnedShaper {
+    fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
+        self.shaper().choose(req, available)
     }
 
     fn slots(
@@ -693,12 +661,7 @@ impl Choose for OwnedShaper {
         req: &PlacementRequest,
         available: &CpuSet,
     ) -> Result<Vec<Chosen>, PlacementError> {
-        Shaper {
-            domains: &self.domains,
-            facts: &self.facts,
-            devices: &self.devices,
-        }
-        .slots(req, available)
+        self.shaper().slots(req, available)
     }
 }
 

@@ -1,0 +1,188 @@
+//! What a placement is asked and what it answers: the `policy` and `smt` words, the
+//! [`Request`], the [`Placement`] with its [`Explanation`] and [`Cost`], and the errors.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cpuset::CpuSet;
+use crate::domains::Trust;
+
+/// How to choose CPUs for a request of `count` CPUs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Policy {
+    /// Minimise the worst latency among the chosen CPUs: threads that talk.
+    #[default]
+    Compact,
+    /// One CPU per domain at the coarsest level with enough domains: independent workers.
+    Spread,
+}
+
+/// What to do with SMT siblings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SmtPolicy {
+    /// Siblings are ordinary candidates.
+    #[default]
+    Allow,
+    /// Never choose two siblings of one core.
+    Avoid,
+    /// Fill whole cores, siblings first.
+    PreferSiblings,
+}
+
+/// An unknown policy or SMT word.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {given:?}: expected one of {expected}")]
+pub struct UnknownWord {
+    pub what: &'static str,
+    pub given: String,
+    pub expected: &'static str,
+}
+
+/// `as_str`, `FromStr` (an [`UnknownWord`] naming `what` and every word) and `Display`
+/// for an enum whose variants are words of a rule file or a command line.
+macro_rules! words {
+    ($ty:ident, $what:literal, { $first:ident => $word:literal $(, $variant:ident => $more:literal)* $(,)? }) => {
+        impl $ty {
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $ty::$first => $word,
+                    $($ty::$variant => $more,)*
+                }
+            }
+        }
+
+        impl std::str::FromStr for $ty {
+            type Err = $crate::placement::UnknownWord;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $word => Ok($ty::$first),
+                    $($more => Ok($ty::$variant),)*
+                    _ => Err($crate::placement::UnknownWord {
+                        what: $what,
+                        given: s.to_string(),
+                        expected: concat!($word $(, ", ", $more)*),
+                    }),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+pub(crate) use words;
+
+words!(Policy, "policy", { Compact => "compact", Spread => "spread" });
+words!(SmtPolicy, "smt policy", {
+    Allow => "allow",
+    Avoid => "avoid",
+    PreferSiblings => "prefer-siblings",
+});
+
+/// What to place.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    /// CPUs wanted (ignored when `cpus` is given).
+    pub count: usize,
+    pub policy: Policy,
+    pub smt: SmtPolicy,
+    /// CPUs never to choose (housekeeping, isolated, another rule's).
+    pub exclude: CpuSet,
+    /// Take whole free cores only, and reserve the idle siblings of the chosen CPUs.
+    pub exclusive: bool,
+    /// An explicit list: validated and passed through.
+    pub cpus: Option<CpuSet>,
+}
+
+/// Pairwise cost of a CPU set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cost {
+    /// Worst one-way latency between two chosen CPUs (ns); `None` without a trusted
+    /// matrix, or for a single CPU.
+    pub worst_ns: Option<f64>,
+    /// Mean over all pairs (ns).
+    pub mean_ns: Option<f64>,
+    /// The coarsest level any two chosen CPUs only share (e.g. `llc`, `machine`).
+    pub worst_level: String,
+}
+
+/// Why these CPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    pub policy: Policy,
+    pub smt: SmtPolicy,
+    /// Where the costs come from.
+    pub trust: Trust,
+    /// The level the choice was made at.
+    pub level: String,
+    /// The level's typical latency.
+    pub level_latency_ns: Option<f64>,
+    /// The group(s) of that level the CPUs came from.
+    pub domains: Vec<CpuSet>,
+    /// The cost of the chosen set.
+    pub cost: Cost,
+    /// The autopilot choice, the K lowest-numbered CPUs, and its cost.
+    pub autopilot: Option<(CpuSet, Cost)>,
+    /// Further reasons, in words.
+    pub notes: Vec<String>,
+}
+
+/// The answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Placement {
+    /// The CPUs to pin to.
+    pub cpus: CpuSet,
+    /// `cpus` plus idle siblings held back for an exclusive request.
+    pub reserved: CpuSet,
+    pub explanation: Explanation,
+}
+
+/// A request that cannot be satisfied; each says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlacementError {
+    #[error("count must be at least 1")]
+    ZeroCount,
+    #[error("the explicit CPU list is empty")]
+    EmptyList,
+    #[error("asked for {wanted} CPUs but only {usable} are usable ({why})")]
+    NotEnough {
+        wanted: usize,
+        usable: usize,
+        why: String,
+    },
+    #[error("CPUs {cpus} are not online CPUs of this machine ({online})")]
+    UnknownCpus { cpus: CpuSet, online: CpuSet },
+    #[error("CPUs {cpus} are excluded or already taken")]
+    Unavailable { cpus: CpuSet },
+    #[error("CPUs {a} and {b} are SMT siblings but the request says smt = avoid")]
+    SiblingsGiven { a: u32, b: u32 },
+    #[error("CPU {cpu} shares its core with CPUs that are not free ({busy}), but the request is exclusive")]
+    CoreNotFree { cpu: u32, busy: CpuSet },
+    /// `core-type`, `prefer` or `near` (see `shape`) refused the request.
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
+}
+
+/// A request shaped by `core-type`, `prefer` or `near` (see `shape`) that cannot be met;
+/// each says why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    /// The kind asked for cannot hold the request; it is not widened.
+    #[error("asked for {wanted} {kind} CPUs but only {usable} are usable ({why}); core-type is never widened")]
+    KindTooSmall {
+        kind: &'static str,
+        wanted: usize,
+        usable: usize,
+        why: String,
+    },
+    /// The device could not be resolved.
+    #[error("near {device:?}: {why}")]
+    Device { device: String, why: String },
+    /// Shaping keys reached a chooser without the machine's facts.
+    #[error("{keys}: this planner has no topology facts to honour them")]
+    NoFacts { keys: String },
+}
