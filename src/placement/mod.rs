@@ -29,9 +29,8 @@ mod request;
 mod slots;
 
 pub use place::{place, set_cost};
-pub(crate) use request::words;
 pub use request::{
-    Cost, Explanation, Placement, PlacementError, Policy, Request, ShapeError, SmtPolicy,
-    UnknownWord,
+    core_type_word, kind_word, Cost, Explanation, Placement, PlacementError, Policy, Prefer,
+    Request, Shape, ShapeError, SmtPolicy, UnknownWord,
 };
 pub use slots::{slots, Slot, SlotPlanner, MAX_SLOTS};
