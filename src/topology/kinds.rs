@@ -20,7 +20,6 @@ use super::model::{CoreType, Cpu, Topology, TopologyError, CPU_DIR};
 use super::parse::parse_error;
 use super::read::Reader;
 use crate::cpuset::CpuSet;
-use crate::sysroot;
 
 /// The files whose values may split the CPUs into capacity classes, in the order tried
 /// (relative to `cpuN/`).
@@ -179,11 +178,7 @@ impl Reader<'_> {
     /// The X3D mode of the first device bound to the `amd_x3d_vcache` driver.
     pub(super) fn x3d_mode(&self) -> Result<Option<String>, TopologyError> {
         let dir = self.root.sys_path(X3D_DRIVER);
-        let names = sysroot::list_dir(&dir).map_err(|source| TopologyError::Read {
-            path: dir.clone(),
-            source,
-        })?;
-        for name in names.unwrap_or_default() {
+        for name in self.names(&dir)? {
             let path = dir.join(&name).join("amd_x3d_mode");
             if let Some(text) = self.text(&path)? {
                 let mode = text.trim();

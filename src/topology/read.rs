@@ -190,12 +190,7 @@ impl<'a> Reader<'a> {
     /// (CPU 0 often cannot be offlined and has none) or reads 1.
     fn online_from_dirs(&mut self) -> Result<CpuSet, TopologyError> {
         let dir = self.cpu_path("");
-        let names = sysroot::list_dir(&dir)
-            .map_err(|source| TopologyError::Read {
-                path: dir.clone(),
-                source,
-            })?
-            .unwrap_or_default();
+        let names = self.names(&dir)?;
         let mut online = CpuSet::new();
         for name in names {
             let Some(cpu) = name.strip_prefix("cpu").and_then(|n| n.parse::<u32>().ok()) else {
@@ -235,12 +230,7 @@ impl<'a> Reader<'a> {
         let ids = match self.list(&base.join("online"))? {
             Some(ids) => ids,
             None => {
-                let listed = sysroot::list_dir(&base)
-                    .map_err(|source| TopologyError::Read {
-                        path: base.clone(),
-                        source,
-                    })?
-                    .unwrap_or_default();
+                let listed = self.names(&base)?;
                 let ids: CpuSet = listed
                     .iter()
                     .filter_map(|n| n.strip_prefix("node")?.parse().ok())
@@ -391,12 +381,8 @@ impl<'a> Reader<'a> {
 
     fn caches(&mut self, cpu: u32) -> Result<Vec<Cache>, TopologyError> {
         let dir = self.cpu_path(&format!("cpu{cpu}/cache"));
-        let names = sysroot::list_dir(&dir).map_err(|source| TopologyError::Read {
-            path: dir.clone(),
-            source,
-        })?;
+        let names = self.names(&dir)?;
         let mut indices: Vec<u32> = names
-            .unwrap_or_default()
             .iter()
             .filter_map(|n| n.strip_prefix("index")?.parse().ok())
             .collect();
@@ -540,6 +526,16 @@ impl<'a> Reader<'a> {
             }
         }
         Ok(None)
+    }
+
+    /// The names in a directory; none when it is absent.
+    pub(super) fn names(&self, dir: &Path) -> Result<Vec<String>, TopologyError> {
+        sysroot::list_dir(dir)
+            .map(Option::unwrap_or_default)
+            .map_err(|source| TopologyError::Read {
+                path: dir.to_path_buf(),
+                source,
+            })
     }
 
     pub(super) fn text(&self, path: &Path) -> Result<Option<String>, TopologyError> {
