@@ -4,7 +4,8 @@
 
 use std::collections::HashMap;
 
-use super::{check_len, MethodError, Result, MAX_STRING};
+use super::admission::{check_len, MAX_STRING};
+use super::error::{MethodError, Result};
 use crate::api::{PlaceParts, PlaceSpec};
 
 /// The keys of a `placement` dict (`PinProcessWith`, `PlanWith`).

@@ -1,6 +1,6 @@
 //! `PropertiesChanged`: which properties differ between two snapshots, and the task
-//! that signals every change of the loop's snapshot. Split from `dbus.rs`; the property
-//! getters themselves stay on the object there.
+//! that signals every change of the loop's snapshot. The property getters themselves
+//! are on the object (`interface`).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -10,15 +10,9 @@ use zbus::fdo;
 use zbus::object_server::SignalEmitter;
 use zbus::Connection;
 
-use super::{INTERFACE, OBJECT_PATH};
+use super::interface::sched_ext_pair;
+use super::serving::{INTERFACE, OBJECT_PATH};
 use crate::api::Snapshot;
-
-/// The `SchedExt` property's value: (state, scheduler), empty when none runs.
-pub(super) fn sched_ext_pair(s: &Option<crate::sched_ext::SchedExt>) -> (String, String) {
-    s.as_ref()
-        .map(|s| (s.state.clone(), s.ops.clone()))
-        .unwrap_or_default()
-}
 
 /// Emits `PropertiesChanged` for whatever differs between `old` and `new`, in one signal.
 pub async fn properties_changed(

@@ -18,7 +18,8 @@
 //! as slots are added ([`SlotPlanner`]), so planning every slot of an n-CPU machine is
 //! O(n²). Pure, like the rest of `placement`.
 
-use super::{place, PlacementError, Policy, Request, SmtPolicy};
+use super::place::place;
+use super::request::{PlacementError, Policy, Request, SmtPolicy};
 use crate::cpuset::CpuSet;
 use crate::domains::Domains;
 

@@ -15,8 +15,7 @@ use toml::Spanned;
 use super::error::{echo, LineIndex, Location, RuleError, RuleErrorKind};
 use super::format::{MatchSpec, OneOrMany, PlaceSpec, RuleFile, ThreadSpec, UserSpec};
 use crate::cpuset::CpuSet;
-use crate::placement::{Policy, SmtPolicy};
-use crate::shape::{Prefer, Shape};
+use crate::placement::{Policy, Prefer, Shape, SmtPolicy};
 use crate::topology::CoreType;
 
 /// The longest name the kernel keeps in `comm` (TASK_COMM_LEN - 1).
@@ -107,7 +106,7 @@ pub struct PlacementRequest {
     /// No other rule may be given these CPUs while this rule holds them.
     pub exclusive: bool,
     /// With [`CpuTarget::Count`]: `core-type`, `prefer` and `near` (empty by default).
-    pub shape: crate::shape::Shape,
+    pub shape: Shape,
 }
 
 /// Explicit CPUs, or a number of CPUs for placement to choose.

@@ -13,8 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use toml::Spanned;
 
 use crate::cpuset::CpuSet;
-use crate::placement::{Policy, SmtPolicy};
-use crate::shape::Prefer;
+use crate::placement::{Policy, Prefer, SmtPolicy};
 use crate::topology::CoreType;
 
 /// One rule file: any number of `[[rule]]` tables and nothing else.

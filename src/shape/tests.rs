@@ -3,6 +3,7 @@ use std::path::Path;
 use super::*;
 use crate::devices;
 use crate::placement::Policy;
+use crate::rules::CpuTarget;
 use crate::sysroot::SysRoot;
 
 fn machine(name: &str) -> (SysRoot, Topology, Domains, Facts) {

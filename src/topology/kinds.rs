@@ -16,9 +16,10 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{CoreType, Cpu, Reader, Topology, TopologyError, CPU_DIR};
+use super::model::{CoreType, Cpu, Topology, TopologyError, CPU_DIR};
+use super::parse::parse_error;
+use super::read::Reader;
 use crate::cpuset::CpuSet;
-use crate::sysroot;
 
 /// The files whose values may split the CPUs into capacity classes, in the order tried
 /// (relative to `cpuN/`).
@@ -177,17 +178,13 @@ impl Reader<'_> {
     /// The X3D mode of the first device bound to the `amd_x3d_vcache` driver.
     pub(super) fn x3d_mode(&self) -> Result<Option<String>, TopologyError> {
         let dir = self.root.sys_path(X3D_DRIVER);
-        let names = sysroot::list_dir(&dir).map_err(|source| TopologyError::Read {
-            path: dir.clone(),
-            source,
-        })?;
-        for name in names.unwrap_or_default() {
+        for name in self.names(&dir)? {
             let path = dir.join(&name).join("amd_x3d_mode");
             if let Some(text) = self.text(&path)? {
                 let mode = text.trim();
                 return match mode {
                     "cache" | "frequency" => Ok(Some(mode.to_string())),
-                    other => Err(super::parse_error(
+                    other => Err(parse_error(
                         &path,
                         &text,
                         other,

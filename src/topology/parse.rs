@@ -6,7 +6,7 @@ use std::str::FromStr;
 
 use crate::cpuset::CpuSet;
 
-use super::TopologyError;
+use super::model::TopologyError;
 
 /// A parse error pointing at `token` inside `text` (1-based line and column).
 pub(super) fn parse_error(path: &Path, text: &str, token: &str, message: &str) -> TopologyError {
@@ -119,5 +119,59 @@ pub(super) fn parse_size(path: &Path, text: &str) -> Result<u64, TopologyError> 
             token,
             "expected a cache size such as 32K or 8M",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fmt;
+
+    fn err_at(result: Result<impl fmt::Debug, TopologyError>) -> (usize, usize, String) {
+        match result.unwrap_err() {
+            TopologyError::Parse {
+                line,
+                column,
+                message,
+                ..
+            } => (line, column, message),
+            other => panic!("not a parse error: {other}"),
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        let p = Path::new("size");
+        assert_eq!(parse_size(p, "32K\n").unwrap(), 32 * 1024);
+        assert_eq!(parse_size(p, "8M").unwrap(), 8 << 20);
+        assert_eq!(parse_size(p, "512").unwrap(), 512);
+        let (line, col, msg) = err_at(parse_size(p, "  12Q\n"));
+        assert_eq!((line, col), (1, 3));
+        assert!(msg.contains("12Q"), "{msg}");
+    }
+
+    #[test]
+    fn list_errors_name_line_and_column() {
+        let p = Path::new("online");
+        assert_eq!(parse_list(p, "0-3,8\n").unwrap().to_string(), "0-3,8");
+        let (line, col, msg) = err_at(parse_list(p, "0-3,x\n"));
+        assert_eq!((line, col), (1, 5));
+        assert!(msg.contains("\"x\""), "{msg}");
+        let (_, col, _) = err_at(parse_list(p, "0,,2"));
+        assert_eq!(col, 3);
+        let (_, col, msg) = err_at(parse_list(p, "0,7-3"));
+        assert_eq!(col, 3);
+        assert!(msg.contains("reversed"), "{msg}");
+    }
+
+    #[test]
+    fn numbers_errors_point_at_the_token() {
+        let p = Path::new("distance");
+        assert_eq!(parse_numbers::<u32>(p, "10 21\n").unwrap(), vec![10, 21]);
+        let (line, col, _) = err_at(parse_numbers::<u32>(p, "10 1 1x\n"));
+        assert_eq!((line, col), (1, 6));
+        let (line, col, msg) = err_at(parse_one::<u32>(p, "\n"));
+        assert_eq!((line, col), (1, 1));
+        assert!(msg.contains("empty"), "{msg}");
     }
 }

@@ -17,125 +17,24 @@
 //! (`cache`) or the highest preferred-core ranking, else maximum frequency
 //! (`frequency`). Latency then decides within what is left.
 //!
+//! The keys themselves ([`Shape`], [`Prefer`], the `core-type` words) are defined in
+//! `placement` beside the request they shape, so that `rules` reads them without
+//! depending on this module; they are handed on from here.
+//!
 //! Must not touch: files and syscalls (facts and devices come in as values), the
 //! latency choice itself (`placement`).
 
 use std::collections::BTreeMap;
-use std::fmt;
-use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::cpuset::CpuSet;
 use crate::domains::Domains;
-use crate::placement::{self, Placement, PlacementError, Request, SmtPolicy, UnknownWord};
+use crate::placement::{self, Placement, PlacementError, Request, SmtPolicy};
+pub use crate::placement::{core_type_word, kind_word, Prefer, Shape};
 use crate::plan::{Choose, Chosen};
-use crate::rules::{CpuTarget, PlacementRequest, RuleSet};
+use crate::rules::{PlacementRequest, RuleSet};
 use crate::topology::{CoreType, LlcGroup, Node, Topology};
-
-/// Which last-level-cache group to favour.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Prefer {
-    /// The most L3 per core (the V-cache CCD of an X3D part).
-    Cache,
-    /// The highest preferred-core ranking, else the highest maximum frequency.
-    Frequency,
-}
-
-impl Prefer {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Prefer::Cache => "cache",
-            Prefer::Frequency => "frequency",
-        }
-    }
-}
-
-impl FromStr for Prefer {
-    type Err = UnknownWord;
-    fn from_str(s: &str) -> Result<Self, UnknownWord> {
-        match s {
-            "cache" => Ok(Prefer::Cache),
-            "frequency" => Ok(Prefer::Frequency),
-            _ => Err(UnknownWord {
-                what: "prefer",
-                given: s.to_string(),
-                expected: "cache, frequency",
-            }),
-        }
-    }
-}
-
-impl fmt::Display for Prefer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Parses the `core-type` word: `performance` or `efficiency`.
-pub fn core_type_word(s: &str) -> Result<CoreType, UnknownWord> {
-    match s {
-        "performance" => Ok(CoreType::Performance),
-        "efficiency" => Ok(CoreType::Efficiency),
-        _ => Err(UnknownWord {
-            what: "core type",
-            given: s.to_string(),
-            expected: "performance, efficiency",
-        }),
-    }
-}
-
-impl FromStr for CoreType {
-    type Err = UnknownWord;
-    fn from_str(s: &str) -> Result<Self, UnknownWord> {
-        core_type_word(s)
-    }
-}
-
-/// The `core-type` word of a kind.
-pub const fn kind_word(kind: CoreType) -> &'static str {
-    match kind {
-        CoreType::Performance => "performance",
-        CoreType::Efficiency => "efficiency",
-    }
-}
-
-/// What, besides latency, a request asks of its CPUs. Empty by default.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Shape {
-    /// Only CPUs of this kind.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub core_type: Option<CoreType>,
-    /// Favour this last-level-cache group.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prefer: Option<Prefer>,
-    /// Near this device: an interface, a PCI address, a block device or a /dev path.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub near: Option<String>,
-}
-
-impl Shape {
-    /// No key given: latency alone decides.
-    pub fn is_empty(&self) -> bool {
-        self.core_type.is_none() && self.prefer.is_none() && self.near.is_none()
-    }
-
-    /// The keys in words, e.g. `core-type performance, near ens1f0`.
-    pub fn describe(&self) -> String {
-        let mut out = Vec::new();
-        if let Some(k) = self.core_type {
-            out.push(format!("core-type {}", kind_word(k)));
-        }
-        if let Some(p) = self.prefer {
-            out.push(format!("prefer {p}"));
-        }
-        if let Some(n) = &self.near {
-            out.push(format!("near {n}"));
-        }
-        out.join(", ")
-    }
-}
 
 /// Where a device sits, as sysfs says.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -583,16 +482,8 @@ pub struct Shaper<'a> {
 
 impl Choose for Shaper<'_> {
     fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
-        let CpuTarget::Count(n) = &req.target else {
+        let Some(r) = crate::plan::engine_request(req) else {
             return self.domains.choose(req, available);
-        };
-        let r = Request {
-            count: *n as usize,
-            policy: req.policy,
-            smt: req.smt,
-            exclude: CpuSet::new(),
-            exclusive: req.exclusive,
-            cpus: None,
         };
         let (p, _) = place_shaped(
             self.domains,
@@ -678,14 +569,19 @@ pub struct OwnedShaper {
     pub devices: Devices,
 }
 
-impl Choose for OwnedShaper {
-    fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
+impl OwnedShaper {
+    fn shaper(&self) -> Shaper<'_> {
         Shaper {
             domains: &self.domains,
             facts: &self.facts,
             devices: &self.devices,
         }
-        .choose(req, available)
+    }
+}
+
+impl Choose for OwnedShaper {
+    fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
+        self.shaper().choose(req, available)
     }
 
     fn slots(
@@ -693,12 +589,7 @@ impl Choose for OwnedShaper {
         req: &PlacementRequest,
         available: &CpuSet,
     ) -> Result<Vec<Chosen>, PlacementError> {
-        Shaper {
-            domains: &self.domains,
-            facts: &self.facts,
-            devices: &self.devices,
-        }
-        .slots(req, available)
+        self.shaper().slots(req, available)
     }
 }
 

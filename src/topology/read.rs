@@ -1,209 +1,19 @@
-//! CPU topology discovered from sysfs: which CPUs exist and are online, and for each
-//! online CPU its package, die, cluster, core, SMT siblings, caches (with the CPUs that
-//! share each one), NUMA node, core type (hybrid parts, or clear capacity classes),
-//! preferred-core ranking and maximum frequency; plus NUMA node distances and the AMD
-//! X3D mode (`kinds`).
+//! The sysfs reader: walks the files of a [`SysRoot`] into a [`Topology`], turning
+//! missing files into warnings (once per cause, not once per CPU) and assumed values
+//! into what the other CPUs say about the same CPU.
 //!
-//! ```text
-//! SysRoot ─► devices/system/cpu/{online,possible,present,offline,isolated}
-//!          ─► devices/system/cpu/cpuN/{topology,cache/indexM,cpufreq,cpu_capacity}
-//!          ─► devices/system/node/{online,nodeN/cpulist,nodeN/distance}
-//!          ─► devices/cpu_core/cpus, devices/cpu_atom/cpus
-//!          ─► cpuN/{acpi_cppc/highest_perf,cpufreq/amd_pstate_*}
-//!          ─► bus/platform/drivers/amd_x3d_vcache/*/amd_x3d_mode    ─► Topology
-//! ```
-//!
-//! Rules: a missing file degrades to what is known and adds a warning (containers, old
-//! kernels and VMs hide parts of sysfs); a file that exists but does not parse is an
-//! error naming the file, line and column. Offline CPUs are listed as offline and never
-//! appear in [`Topology::cpus`] or [`Topology::usable`].
-//!
-//! Must not touch: measuring, placement decisions, the real `/sys` path (see `sysroot`).
-
-mod kinds;
-mod parse;
+//! Must not touch: the model's meaning (see `model`); placement decisions.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
-
-pub use kinds::{classes, LlcGroup};
-pub(crate) use parse::parse_list;
-use parse::{parse_error, parse_numbers, parse_one, parse_size};
-
+use super::model::{
+    Cache, CacheKind, CoreType, Cpu, Node, Topology, TopologyError, CPU_DIR, NODE_DIR,
+};
+use super::parse::{parse_error, parse_list, parse_numbers, parse_one, parse_size};
 use crate::cpuset::CpuSet;
 use crate::sysroot::{self, SysRoot};
-
-/// Where the CPU directories live, relative to the sysfs root.
-const CPU_DIR: &str = "devices/system/cpu";
-/// Where the NUMA node directories live, relative to the sysfs root.
-const NODE_DIR: &str = "devices/system/node";
-
-/// Why the topology could not be read.
-#[derive(Debug, thiserror::Error)]
-pub enum TopologyError {
-    /// A file exists but could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// A file's content does not parse.
-    #[error("{path}:{line}:{column}: {message}")]
-    Parse {
-        path: PathBuf,
-        line: usize,
-        column: usize,
-        message: String,
-    },
-    /// Neither the online list nor any `cpuN` directory exists: not a sysfs tree.
-    #[error("no CPUs found under {path}: not a sysfs tree (expected {CPU_DIR}/online or cpuN directories)")]
-    NoCpus { path: PathBuf },
-}
-
-/// The machine's CPUs as sysfs describes them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Topology {
-    /// CPUs the kernel runs tasks on now.
-    pub online: CpuSet,
-    /// CPUs that could ever be brought online (sized at boot).
-    pub possible: CpuSet,
-    /// CPUs physically present.
-    pub present: CpuSet,
-    /// Possible CPUs that are not online.
-    pub offline: CpuSet,
-    /// CPUs isolated from the scheduler at boot (`isolcpus=`).
-    pub isolated: CpuSet,
-    /// One entry per online CPU, ascending by id.
-    pub cpus: Vec<Cpu>,
-    /// NUMA nodes, ascending by id.
-    pub nodes: Vec<Node>,
-    /// What could not be read and what was assumed instead.
-    pub warnings: Vec<String>,
-    /// Where the core types came from (`devices/cpu_core/cpus`, or the file whose
-    /// values fall into two clear capacity classes); `None`: one kind of core.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub core_types_from: Option<String>,
-    /// `amd_x3d_mode` of the `amd_x3d_vcache` device (`cache` or `frequency`), where
-    /// the driver is bound.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub x3d_mode: Option<String>,
-}
-
-/// One online logical CPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cpu {
-    pub cpu: u32,
-    /// `physical_package_id`: the socket.
-    pub package: u32,
-    /// `die_id` within the package (0 where the kernel does not report dies).
-    pub die: u32,
-    /// `cluster_id`: CPUs sharing an L2 or a cluster interconnect; `None` where the
-    /// kernel reports none (missing file, -1, or x86's invalid id 65535).
-    pub cluster: Option<u32>,
-    /// `core_id`, unique within a package (and die), not across them.
-    pub core: u32,
-    /// NUMA node.
-    pub node: u32,
-    /// CPUs sharing this core (SMT threads), itself included.
-    pub siblings: CpuSet,
-    /// CPUs in the same cluster, itself included; the core's CPUs where the kernel
-    /// reports no clusters.
-    pub cluster_cpus: CpuSet,
-    /// CPUs in the same die, itself included.
-    pub die_cpus: CpuSet,
-    /// CPUs in the same package, itself included.
-    pub package_cpus: CpuSet,
-    /// Caches, ordered by level then type (L1d, L1i, L2, L3...). Empty when the
-    /// kernel exposes no cache information.
-    pub caches: Vec<Cache>,
-    /// Performance or efficiency core on hybrid parts; `None` on uniform parts.
-    pub core_type: Option<CoreType>,
-    /// `cpu_capacity` (1024 = the fastest CPU) where the kernel reports it.
-    pub capacity: Option<u32>,
-    /// `cpufreq/cpuinfo_max_freq` in kHz where cpufreq is present.
-    pub max_freq_khz: Option<u64>,
-    /// `cpufreq/amd_pstate_prefcore_ranking`: higher is preferred by the scheduler.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prefcore_ranking: Option<u32>,
-    /// `acpi_cppc/highest_perf`, else `cpufreq/amd_pstate_highest_perf`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub highest_perf: Option<u32>,
-}
-
-/// One cache as seen from one CPU.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cache {
-    pub level: u8,
-    /// sysfs `type`.
-    #[serde(rename = "type")]
-    pub kind: CacheKind,
-    /// Size in bytes, where reported.
-    pub size_bytes: Option<u64>,
-    /// The cache's `id`, unique among caches of the same level and type.
-    pub id: Option<u32>,
-    /// CPUs sharing this cache, the observing CPU included.
-    pub shared: CpuSet,
-}
-
-/// What a cache holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CacheKind {
-    Data,
-    Instruction,
-    Unified,
-}
-
-/// Core type of a hybrid part, from the `cpu_core` and `cpu_atom` PMU CPU lists or
-/// from clear capacity classes (see [`classes`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CoreType {
-    /// Listed in `devices/cpu_core/cpus` (Intel P-core).
-    Performance,
-    /// Listed in `devices/cpu_atom/cpus` (Intel E-core).
-    Efficiency,
-}
-
-/// One NUMA node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Node {
-    pub id: u32,
-    /// Online CPUs of this node (may be empty: memory-only nodes).
-    pub cpus: CpuSet,
-    /// SLIT distance to each node by id (10 = local).
-    pub distances: BTreeMap<u32, u32>,
-}
-
-impl fmt::Display for CacheKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CacheKind::Data => "d",
-            CacheKind::Instruction => "i",
-            CacheKind::Unified => "",
-        })
-    }
-}
-
-impl fmt::Display for CoreType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CoreType::Performance => "P",
-            CoreType::Efficiency => "E",
-        })
-    }
-}
-
-impl Cache {
-    /// `L1d`, `L1i`, `L2`, `L3`.
-    pub fn name(&self) -> String {
-        format!("L{}{}", self.level, self.kind)
-    }
-}
 
 impl Topology {
     /// Reads the topology from the sysfs root of `root`.
@@ -218,122 +28,6 @@ impl Topology {
     pub fn from_sysroot(root: &SysRoot) -> Result<Topology, TopologyError> {
         Topology::discover(root)
     }
-
-    /// Online CPUs that are not isolated: the CPUs pinnerd may offer.
-    pub fn usable(&self) -> CpuSet {
-        self.online.difference(&self.isolated)
-    }
-
-    /// The entry of an online CPU.
-    pub fn cpu(&self, cpu: u32) -> Option<&Cpu> {
-        self.cpus
-            .binary_search_by_key(&cpu, |c| c.cpu)
-            .ok()
-            .map(|i| &self.cpus[i])
-    }
-
-    /// SMT siblings of an online CPU, itself included.
-    pub fn siblings(&self, cpu: u32) -> Option<&CpuSet> {
-        self.cpu(cpu).map(|c| &c.siblings)
-    }
-
-    /// The last-level cache of an online CPU, if cache information is present.
-    pub fn llc_cache(&self, cpu: u32) -> Option<&Cache> {
-        self.cpu(cpu).and_then(Cpu::llc)
-    }
-
-    /// CPUs sharing the last-level cache with an online CPU, itself included; `None`
-    /// when the kernel exposes no cache information.
-    pub fn llc(&self, cpu: u32) -> Option<&CpuSet> {
-        self.llc_cache(cpu).map(|c| &c.shared)
-    }
-
-    pub fn package_of(&self, cpu: u32) -> Option<u32> {
-        self.cpu(cpu).map(|c| c.package)
-    }
-
-    pub fn node_of(&self, cpu: u32) -> Option<u32> {
-        self.cpu(cpu).map(|c| c.node)
-    }
-
-    pub fn node(&self, id: u32) -> Option<&Node> {
-        self.nodes.iter().find(|n| n.id == id)
-    }
-
-    /// SLIT distance from node `a` to node `b`.
-    pub fn node_distance(&self, a: u32, b: u32) -> Option<u32> {
-        self.node(a)?.distances.get(&b).copied()
-    }
-
-    /// Package ids, ascending.
-    pub fn packages(&self) -> Vec<u32> {
-        let set: BTreeSet<u32> = self.cpus.iter().map(|c| c.package).collect();
-        set.into_iter().collect()
-    }
-
-    /// Online CPUs of a package.
-    pub fn package_cpus(&self, package: u32) -> CpuSet {
-        self.cpus
-            .iter()
-            .filter(|c| c.package == package)
-            .map(|c| c.cpu)
-            .collect()
-    }
-
-    /// The distinct SMT sibling sets (one per physical core), ordered by first CPU.
-    pub fn cores(&self) -> Vec<CpuSet> {
-        distinct(self.cpus.iter().map(|c| c.siblings.clone()))
-    }
-
-    /// The distinct last-level-cache sharing sets, ordered by first CPU; CPUs without
-    /// cache information are left out.
-    pub fn llc_groups(&self) -> Vec<CpuSet> {
-        distinct(
-            self.cpus
-                .iter()
-                .filter_map(|c| c.llc().map(|l| l.shared.clone())),
-        )
-    }
-
-    /// Whether the kernel reports hybrid core types (P- and E-cores).
-    pub fn is_hybrid(&self) -> bool {
-        self.cpus.iter().any(|c| c.core_type.is_some())
-    }
-
-    /// Whether any core runs more than one hardware thread.
-    pub fn has_smt(&self) -> bool {
-        self.cpus.iter().any(|c| c.siblings.len() > 1)
-    }
-}
-
-impl Cpu {
-    /// The last-level cache: the highest level holding data (unified or data cache),
-    /// ties broken by the widest sharing set.
-    pub fn llc(&self) -> Option<&Cache> {
-        self.caches
-            .iter()
-            .filter(|c| c.kind != CacheKind::Instruction)
-            .max_by_key(|c| (c.level, c.shared.len()))
-    }
-
-    /// The cache of a given level holding data (unified or data).
-    pub fn data_cache(&self, level: u8) -> Option<&Cache> {
-        self.caches
-            .iter()
-            .find(|c| c.level == level && c.kind != CacheKind::Instruction)
-    }
-}
-
-/// Sets in order of first appearance, duplicates removed, ordered by first CPU.
-fn distinct(sets: impl Iterator<Item = CpuSet>) -> Vec<CpuSet> {
-    let mut out: Vec<CpuSet> = Vec::new();
-    for set in sets {
-        if !out.contains(&set) {
-            out.push(set);
-        }
-    }
-    out.sort_by_key(|s| s.first());
-    out
 }
 
 /// Collects the per-CPU degradations so that one missing file across 256 CPUs makes
@@ -362,8 +56,8 @@ impl Degraded {
 /// CPU id → NUMA node id.
 type CpuNodes = BTreeMap<u32, u32>;
 
-struct Reader<'a> {
-    root: &'a SysRoot,
+pub(super) struct Reader<'a> {
+    pub(super) root: &'a SysRoot,
     warnings: Vec<String>,
     degraded: Degraded,
     /// (CPU, field) pairs whose value was assumed, not read: [`reconcile`] replaces
@@ -372,7 +66,7 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn new(root: &'a SysRoot) -> Self {
+    pub(super) fn new(root: &'a SysRoot) -> Self {
         Reader {
             root,
             warnings: Vec::new(),
@@ -381,11 +75,11 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn cpu_path(&self, rel: &str) -> PathBuf {
+    pub(super) fn cpu_path(&self, rel: &str) -> PathBuf {
         self.root.sys_path(Path::new(CPU_DIR).join(rel))
     }
 
-    fn read(mut self) -> Result<Topology, TopologyError> {
+    pub(super) fn read(mut self) -> Result<Topology, TopologyError> {
         let online = match self.list(&self.cpu_path("online"))? {
             Some(set) => set,
             None => self.online_from_dirs()?,
@@ -496,12 +190,7 @@ impl<'a> Reader<'a> {
     /// (CPU 0 often cannot be offlined and has none) or reads 1.
     fn online_from_dirs(&mut self) -> Result<CpuSet, TopologyError> {
         let dir = self.cpu_path("");
-        let names = sysroot::list_dir(&dir)
-            .map_err(|source| TopologyError::Read {
-                path: dir.clone(),
-                source,
-            })?
-            .unwrap_or_default();
+        let names = self.names(&dir)?;
         let mut online = CpuSet::new();
         for name in names {
             let Some(cpu) = name.strip_prefix("cpu").and_then(|n| n.parse::<u32>().ok()) else {
@@ -541,12 +230,7 @@ impl<'a> Reader<'a> {
         let ids = match self.list(&base.join("online"))? {
             Some(ids) => ids,
             None => {
-                let listed = sysroot::list_dir(&base)
-                    .map_err(|source| TopologyError::Read {
-                        path: base.clone(),
-                        source,
-                    })?
-                    .unwrap_or_default();
+                let listed = self.names(&base)?;
                 let ids: CpuSet = listed
                     .iter()
                     .filter_map(|n| n.strip_prefix("node")?.parse().ok())
@@ -697,12 +381,8 @@ impl<'a> Reader<'a> {
 
     fn caches(&mut self, cpu: u32) -> Result<Vec<Cache>, TopologyError> {
         let dir = self.cpu_path(&format!("cpu{cpu}/cache"));
-        let names = sysroot::list_dir(&dir).map_err(|source| TopologyError::Read {
-            path: dir.clone(),
-            source,
-        })?;
+        let names = self.names(&dir)?;
         let mut indices: Vec<u32> = names
-            .unwrap_or_default()
             .iter()
             .filter_map(|n| n.strip_prefix("index")?.parse().ok())
             .collect();
@@ -848,7 +528,17 @@ impl<'a> Reader<'a> {
         Ok(None)
     }
 
-    fn text(&self, path: &Path) -> Result<Option<String>, TopologyError> {
+    /// The names in a directory; none when it is absent.
+    pub(super) fn names(&self, dir: &Path) -> Result<Vec<String>, TopologyError> {
+        sysroot::list_dir(dir)
+            .map(Option::unwrap_or_default)
+            .map_err(|source| TopologyError::Read {
+                path: dir.to_path_buf(),
+                source,
+            })
+    }
+
+    pub(super) fn text(&self, path: &Path) -> Result<Option<String>, TopologyError> {
         sysroot::read_optional(path).map_err(|source| TopologyError::Read {
             path: path.to_path_buf(),
             source,
@@ -862,7 +552,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn num<T: FromStr>(&self, path: &Path) -> Result<Option<T>, TopologyError> {
+    pub(super) fn num<T: FromStr>(&self, path: &Path) -> Result<Option<T>, TopologyError> {
         match self.text(path)? {
             Some(text) => parse_one(path, &text).map(Some),
             None => Ok(None),
@@ -952,58 +642,5 @@ fn reconcile(cpus: &mut [Cpu], guessed: &BTreeSet<(u32, String)>) {
                 cpus[i].caches[k].shared = shared;
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn err_at(result: Result<impl fmt::Debug, TopologyError>) -> (usize, usize, String) {
-        match result.unwrap_err() {
-            TopologyError::Parse {
-                line,
-                column,
-                message,
-                ..
-            } => (line, column, message),
-            other => panic!("not a parse error: {other}"),
-        }
-    }
-
-    #[test]
-    fn sizes() {
-        let p = Path::new("size");
-        assert_eq!(parse_size(p, "32K\n").unwrap(), 32 * 1024);
-        assert_eq!(parse_size(p, "8M").unwrap(), 8 << 20);
-        assert_eq!(parse_size(p, "512").unwrap(), 512);
-        let (line, col, msg) = err_at(parse_size(p, "  12Q\n"));
-        assert_eq!((line, col), (1, 3));
-        assert!(msg.contains("12Q"), "{msg}");
-    }
-
-    #[test]
-    fn list_errors_name_line_and_column() {
-        let p = Path::new("online");
-        assert_eq!(parse_list(p, "0-3,8\n").unwrap().to_string(), "0-3,8");
-        let (line, col, msg) = err_at(parse_list(p, "0-3,x\n"));
-        assert_eq!((line, col), (1, 5));
-        assert!(msg.contains("\"x\""), "{msg}");
-        let (_, col, _) = err_at(parse_list(p, "0,,2"));
-        assert_eq!(col, 3);
-        let (_, col, msg) = err_at(parse_list(p, "0,7-3"));
-        assert_eq!(col, 3);
-        assert!(msg.contains("reversed"), "{msg}");
-    }
-
-    #[test]
-    fn numbers_errors_point_at_the_token() {
-        let p = Path::new("distance");
-        assert_eq!(parse_numbers::<u32>(p, "10 21\n").unwrap(), vec![10, 21]);
-        let (line, col, _) = err_at(parse_numbers::<u32>(p, "10 1 1x\n"));
-        assert_eq!((line, col), (1, 6));
-        let (line, col, msg) = err_at(parse_one::<u32>(p, "\n"));
-        assert_eq!((line, col), (1, 1));
-        assert!(msg.contains("empty"), "{msg}");
     }
 }

@@ -1,0 +1,664 @@
+//! The object `org.pinnerd.Pinnerd1`: properties read from the [`Snapshot`] the loop
+//! publishes, methods checked (see `admission`) and forwarded to the loop as a
+//! [`Command`] with a oneshot for the reply, and the signals.
+//!
+//! Must not touch: daemon state. It sends a [`Call`] into whatever channel it is given,
+//! never blocks the loop, and the loop never waits on it.
+
+use std::collections::HashMap;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use zbus::fdo;
+use zbus::message::Header;
+use zbus::object_server::SignalEmitter;
+use zbus::{interface, Connection};
+
+use super::admission::{check_body, check_len, Admission, Callers, RateLimiter};
+use super::error::{command_error, unexpected, MethodError, Result};
+use super::placement::{memory_follow, place_spec};
+use crate::api::{Call, Command, ManagedEntry, Reply, Snapshot};
+use crate::cpuset::CpuSet;
+use crate::placement::{Policy, SmtPolicy};
+
+/// The exported object. It forwards every method to the daemon loop, whose channel
+/// carries events of type `E`.
+pub struct Pinnerd1<E> {
+    events: mpsc::Sender<E>,
+    snapshot: watch::Receiver<Snapshot>,
+    admission: Admission,
+}
+
+impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
+    /// `events` is the loop's channel; `snapshot` what the loop publishes.
+    pub fn new(
+        events: mpsc::Sender<E>,
+        snapshot: watch::Receiver<Snapshot>,
+        limiter: RateLimiter,
+    ) -> Self {
+        let mut object = Pinnerd1 {
+            events,
+            snapshot,
+            admission: Admission::new(limiter, 0),
+        };
+        object.admission.properties = object.property_count();
+        object
+    }
+
+    /// The properties the interface declares, from its own introspection.
+    fn property_count(&self) -> usize {
+        let mut xml = String::new();
+        zbus::object_server::Interface::introspect_to_writer(self, &mut xml, 0);
+        xml.matches("<property ").count()
+    }
+
+    /// The callers this object remembers (shared with the `NameOwnerChanged` watcher).
+    pub fn callers(&self) -> std::sync::Arc<Callers> {
+        self.admission.callers()
+    }
+
+    /// A property's value: the read is admitted as a method call is (reads the daemon
+    /// makes itself, without a header, pass), then `value` takes it from the snapshot.
+    async fn read<T>(
+        &self,
+        conn: &Connection,
+        header: Option<Header<'_>>,
+        property: &str,
+        value: impl FnOnce(&Snapshot) -> T,
+    ) -> fdo::Result<T> {
+        self.admission.admit_read(conn, header, property).await?;
+        let v = value(&self.snapshot.borrow());
+        Ok(v)
+    }
+
+    /// As `Admission::admit` for a pin or release of one process (`cmd`): root passes;
+    /// anyone else needs polkit's `org.pinnerd.pin-own-process` for a process of their
+    /// own, `org.pinnerd.manage` for anyone else's (`Admission::authorize_pin`).
+    async fn admit_pin(
+        &self,
+        conn: &Connection,
+        header: &Header<'_>,
+        method: &str,
+        cmd: Command,
+    ) -> Result<Command> {
+        let uid = self.admission.admit(conn, header, method).await?;
+        if uid == 0 {
+            return Ok(cmd);
+        }
+        let pid = cmd.target_pid().unwrap_or_default();
+        let owner = match self.forward(Command::Owner { pid }).await? {
+            Reply::Owner(owner) => owner,
+            other => return Err(unexpected(other)),
+        };
+        self.admission
+            .authorize_pin(conn, header, method, uid, owner, cmd)
+            .await
+    }
+
+    async fn forward(&self, cmd: Command) -> Result<Reply> {
+        let (tx, rx) = oneshot::channel();
+        self.events
+            .send(E::from(Call {
+                command: cmd,
+                reply: tx,
+            }))
+            .await
+            .map_err(|_| MethodError::Failed("the daemon is shutting down".into()))?;
+        match rx.await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(e)) => Err(command_error(e)),
+            Err(_) => Err(MethodError::Failed("the daemon is shutting down".into())),
+        }
+    }
+}
+
+/// The `policy` and `smt` words of `Plan` and `PinProcess`.
+fn words(policy: &str, smt: &str) -> Result<(Policy, SmtPolicy)> {
+    let invalid = |e: crate::placement::UnknownWord| MethodError::InvalidArgs(e.to_string());
+    Ok((
+        policy.parse().map_err(invalid)?,
+        smt.parse().map_err(invalid)?,
+    ))
+}
+
+/// A `ListManaged` row with its CPU list as CPU ids.
+fn managed_with_cpu_ids(e: ManagedEntry) -> Result<(u32, String, String, Vec<u32>, String)> {
+    let cpus: CpuSet = e.cpus.parse().map_err(|err| {
+        MethodError::Failed(format!("internal error: pid {}: CPU list: {err}", e.pid))
+    })?;
+    Ok((e.pid, e.comm, e.rule, cpus.iter().collect(), e.state))
+}
+
+/// The object `ExplainJson` returns: the managed row of `pid`, if any, the text and
+/// where its memory is (`memory`, see `crate::memory::MemoryView::to_json`). Unless the
+/// caller sees all of the process (`full`), the row is its rule and CPUs only, as the
+/// text is: `comm` and `state` are null.
+fn explain_json(
+    pid: u32,
+    entry: Option<ManagedEntry>,
+    text: String,
+    memory: serde_json::Value,
+    full: bool,
+) -> Result<serde_json::Value> {
+    let value = match entry {
+        Some(e) => {
+            let (pid, comm, rule, cpus, state) = managed_with_cpu_ids(e)?;
+            let (comm, state) = if full {
+                (Some(comm), Some(state))
+            } else {
+                (None, None)
+            };
+            serde_json::json!({
+                "pid": pid,
+                "managed": true,
+                "rule": rule,
+                "comm": comm,
+                "cpus": cpus,
+                "state": state,
+                "text": text,
+                "memory": memory,
+            })
+        }
+        None => serde_json::json!({
+            "pid": pid,
+            "managed": false,
+            "rule": null,
+            "comm": null,
+            "cpus": [],
+            "state": null,
+            "text": text,
+            "memory": memory,
+        }),
+    };
+    Ok(value)
+}
+/// The `SchedExt` property's value: (state, scheduler), empty when none runs.
+pub(super) fn sched_ext_pair(s: &Option<crate::sched_ext::SchedExt>) -> (String, String) {
+    s.as_ref()
+        .map(|s| (s.state.clone(), s.ops.clone()))
+        .unwrap_or_default()
+}
+
+#[interface(name = "org.pinnerd.Pinnerd1")]
+impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
+    /// The daemon's version.
+    #[zbus(property(emits_changed_signal = "const"))]
+    async fn version(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<String> {
+        self.read(conn, header, "Version", |s| s.version.clone())
+            .await
+    }
+
+    /// starting | measuring | ready | degraded.
+    #[zbus(property)]
+    async fn state(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<String> {
+        self.read(conn, header, "State", |s| s.state.as_str().to_string())
+            .await
+    }
+
+    /// When the current matrix was measured, in µs since the epoch; 0 = never.
+    #[zbus(property)]
+    async fn measured_at(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<u64> {
+        self.read(conn, header, "MeasuredAt", |s| s.measured_at_us)
+            .await
+    }
+
+    /// The hardware fingerprint the matrix belongs to.
+    #[zbus(property)]
+    async fn fingerprint(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<String> {
+        self.read(conn, header, "Fingerprint", |s| s.fingerprint.clone())
+            .await
+    }
+
+    /// Online CPUs.
+    #[zbus(property)]
+    async fn cpu_count(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<u32> {
+        self.read(conn, header, "CpuCount", |s| s.cpu_count).await
+    }
+
+    /// Rules loaded.
+    #[zbus(property)]
+    async fn rule_count(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<u32> {
+        self.read(conn, header, "RuleCount", |s| s.rule_count).await
+    }
+
+    /// Processes currently managed.
+    #[zbus(property)]
+    async fn managed_processes(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<u32> {
+        self.read(conn, header, "ManagedProcesses", |s| s.managed_processes)
+            .await
+    }
+
+    /// Threads currently managed.
+    #[zbus(property)]
+    async fn managed_threads(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<u32> {
+        self.read(conn, header, "ManagedThreads", |s| s.managed_threads)
+            .await
+    }
+
+    /// Problems in the rule files, as `FILE:LINE:COL: message`.
+    #[zbus(property)]
+    async fn rule_errors(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<Vec<String>> {
+        self.read(conn, header, "RuleErrors", |s| s.rule_errors.clone())
+            .await
+    }
+
+    /// The sched_ext scheduler running: its state (`enabled`, …) and name; two empty
+    /// strings when none runs.
+    #[zbus(property)]
+    async fn sched_ext(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<(String, String)> {
+        self.read(conn, header, "SchedExt", |s| sched_ext_pair(&s.sched_ext))
+            .await
+    }
+
+    /// Pairs of the matrix in use that are measured (0 without a matrix). Fewer than
+    /// `PairsTotal`: the rest are inferred from a sparse measurement and background
+    /// completion is measuring them.
+    #[zbus(property)]
+    async fn pairs_measured(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<u32> {
+        self.read(conn, header, "PairsMeasured", |s| s.matrix_measured.0)
+            .await
+    }
+
+    /// All pairs of the matrix in use (0 without a matrix).
+    #[zbus(property)]
+    async fn pairs_total(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<u32> {
+        self.read(conn, header, "PairsTotal", |s| s.matrix_measured.1)
+            .await
+    }
+
+    /// Starts a measurement in the background and returns its job id at once. Calls made
+    /// while a measurement runs join it and get its id.
+    #[zbus(out_args("job"))]
+    async fn remeasure(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<u64> {
+        self.admission
+            .admit_root(conn, &header, "Remeasure")
+            .await?;
+        match self.forward(Command::Remeasure).await? {
+            Reply::Job(id) => Ok(id),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Reloads settings and rules; returns the number of rules and the errors.
+    #[zbus(out_args("rules_loaded", "errors"))]
+    async fn reload(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<(u32, Vec<String>)> {
+        self.admission.admit_root(conn, &header, "Reload").await?;
+        match self.forward(Command::Reload).await? {
+            Reply::Reloaded { rules, errors } => Ok((rules, errors)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The current latency matrix: CPU ids and one-way latency in ns (NaN = unknown).
+    #[zbus(out_args("cpus", "latency_ns"))]
+    async fn get_matrix(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<(Vec<u32>, Vec<Vec<f64>>)> {
+        self.admission.admit(conn, &header, "GetMatrix").await?;
+        match self.forward(Command::GetMatrix).await? {
+            Reply::Matrix { cpus, latency_ns } => Ok((cpus, latency_ns)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// pid, comm, rule, cpus, state of every managed process.
+    #[zbus(out_args("processes"))]
+    async fn list_managed(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<(u32, String, String, String, String)>> {
+        self.admission.admit(conn, &header, "ListManaged").await?;
+        match self.forward(Command::ListManaged).await? {
+            Reply::Managed(list) => Ok(list.into_iter().map(ManagedEntry::into_tuple).collect()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Which rule placed a process, and why.
+    #[zbus(out_args("explanation"))]
+    async fn explain(
+        &self,
+        pid: u32,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        let caller_uid = self.admission.admit(conn, &header, "Explain").await?;
+        match self.forward(Command::Explain { pid, caller_uid }).await? {
+            Reply::Explained { text, .. } => Ok(text),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The daemon's numbers in the Prometheus text format (what `pinnerd metrics`
+    /// prints and the textfile for node_exporter holds).
+    #[zbus(out_args("text"))]
+    async fn metrics(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        self.admission.admit(conn, &header, "Metrics").await?;
+        match self.forward(Command::Metrics).await? {
+            Reply::Text(s) => Ok(s),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Placement advice for applications that pin themselves; changes nothing.
+    #[zbus(out_args("cpus"))]
+    async fn plan(
+        &self,
+        count: u32,
+        policy: &str,
+        smt: &str,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<u32>> {
+        check_body(&header, "Plan")?;
+        check_len("policy", policy)?;
+        check_len("smt", smt)?;
+        self.admission.admit(conn, &header, "Plan").await?;
+        let (policy, smt) = words(policy, smt)?;
+        let cmd = Command::Plan { count, policy, smt };
+        match self.forward(cmd).await? {
+            Reply::Cpus(set) => Ok(set.iter().collect()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Pins every thread of a process without a rule file; returns the CPUs chosen.
+    #[zbus(out_args("cpus"))]
+    async fn pin_process(
+        &self,
+        pid: u32,
+        count: u32,
+        policy: &str,
+        smt: &str,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        check_body(&header, "PinProcess")?;
+        check_len("policy", policy)?;
+        check_len("smt", smt)?;
+        let (policy, smt) = words(policy, smt)?;
+        let cmd = Command::Pin {
+            pid,
+            count,
+            policy,
+            smt,
+        };
+        let cmd = self.admit_pin(conn, &header, "PinProcess", cmd).await?;
+        match self.forward(cmd).await? {
+            Reply::Cpus(set) => Ok(set.to_string()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Gives a process pinned by `PinProcess` its original masks back.
+    async fn release_process(
+        &self,
+        pid: u32,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<()> {
+        let cmd = Command::Release { pid };
+        let cmd = self.admit_pin(conn, &header, "ReleaseProcess", cmd).await?;
+        match self.forward(cmd).await? {
+            Reply::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `ListManaged` with each process's CPUs as a list of CPU ids instead of kernel
+    /// list text: pid, comm, rule, cpus, state.
+    #[zbus(out_args("processes"))]
+    async fn list_managed_cpus(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<Vec<(u32, String, String, Vec<u32>, String)>> {
+        self.admission
+            .admit(conn, &header, "ListManagedCpus")
+            .await?;
+        match self.forward(Command::ListManaged).await? {
+            Reply::Managed(list) => list.into_iter().map(managed_with_cpu_ids).collect(),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `PinProcess` in the whole vocabulary of a rule's `[rule.place]`: `placement` holds
+    /// `count` (u), `policy`, `smt`, `within`, `cpus` (s, CPU lists in the kernel's
+    /// format) or `rule` (s, a loaded rule whose `[rule.place]` to use), and `memory`
+    /// (s, `follow` or `leave`: move its memory to the nodes of its CPUs). Pins every
+    /// thread of `pid` among the CPUs no exclusive rule holds; returns the CPUs.
+    #[zbus(out_args("cpus"))]
+    async fn pin_process_with(
+        &self,
+        pid: u32,
+        placement: HashMap<String, zbus::OwnedVariant>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        check_body(&header, "PinProcessWith")?;
+        let place = place_spec(&placement)?;
+        let follow = memory_follow(&placement)?;
+        let cmd = Command::PinWith { pid, place, follow };
+        let cmd = self.admit_pin(conn, &header, "PinProcessWith", cmd).await?;
+        match self.forward(cmd).await? {
+            Reply::Cpus(set) => Ok(set.to_string()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// `Explain` for programs: a JSON object with `pid`, `managed`, `rule`, `comm`,
+    /// `cpus` (CPU ids), `state` (as `ListManaged` has them; `rule`, `comm` and `state`
+    /// are null when not managed), `text` (what `Explain` returns, with the same
+    /// privacy: another user's process is shown by rule and CPUs only, its `comm` and
+    /// `state` null) and `memory`:
+    /// its resident bytes per NUMA node (`one_node`, `source`, `total_bytes`, `nodes`:
+    /// `node`, `bytes`, `share`), null for a caller shown rule and CPUs only.
+    #[zbus(out_args("json"))]
+    async fn explain_json(
+        &self,
+        pid: u32,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        let caller_uid = self.admission.admit(conn, &header, "ExplainJson").await?;
+        let (text, full) = match self.forward(Command::Explain { pid, caller_uid }).await? {
+            Reply::Explained { text, full } => (text, full),
+            other => return Err(unexpected(other)),
+        };
+        let entry = match self.forward(Command::ListManaged).await? {
+            Reply::Managed(list) => list.into_iter().find(|e| e.pid == pid),
+            other => return Err(unexpected(other)),
+        };
+        let memory = match self.forward(Command::Memory { pid, caller_uid }).await? {
+            Reply::Json(v) => v,
+            other => return Err(unexpected(other)),
+        };
+        Ok(explain_json(pid, entry, text, memory, full)?.to_string())
+    }
+
+    /// The CPUs `PinProcessWith` would choose now for `placement`; changes nothing.
+    #[zbus(out_args("cpus"))]
+    async fn plan_with(
+        &self,
+        placement: HashMap<String, zbus::OwnedVariant>,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+    ) -> Result<String> {
+        check_body(&header, "PlanWith")?;
+        let place = place_spec(&placement)?;
+        self.admission.admit(conn, &header, "PlanWith").await?;
+        match self.forward(Command::PlanWith { place }).await? {
+            Reply::Cpus(set) => Ok(set.to_string()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// A measurement ended.
+    #[zbus(signal)]
+    pub async fn measurement_finished(
+        emitter: &SignalEmitter<'_>,
+        job: u64,
+        ok: bool,
+        summary: &str,
+    ) -> zbus::Result<()>;
+
+    /// Rules were reloaded: how many loaded, and the errors.
+    #[zbus(signal)]
+    pub async fn rules_reloaded(
+        emitter: &SignalEmitter<'_>,
+        rules: u32,
+        errors: Vec<String>,
+    ) -> zbus::Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_and_smt_words_are_checked_before_the_loop_sees_them() {
+        assert_eq!(
+            words("spread", "avoid").unwrap(),
+            (Policy::Spread, SmtPolicy::Avoid)
+        );
+        for (policy, smt, want) in [
+            ("tight", "allow", "unknown policy \"tight\""),
+            ("compact", "sometimes", "unknown smt policy \"sometimes\""),
+        ] {
+            match words(policy, smt) {
+                Err(MethodError::InvalidArgs(m)) => assert!(m.contains(want), "{m}"),
+                other => panic!("{policy} {smt}: {other:?}"),
+            }
+        }
+    }
+
+    fn entry(cpus: &str) -> ManagedEntry {
+        ManagedEntry {
+            pid: 42,
+            comm: "feed".into(),
+            rule: "md".into(),
+            cpus: cpus.into(),
+            state: "applied".into(),
+        }
+    }
+
+    #[test]
+    fn managed_rows_carry_cpu_ids() {
+        let row = managed_with_cpu_ids(entry("0-2,8")).unwrap();
+        assert_eq!(row.3, vec![0, 1, 2, 8]);
+        assert_eq!(
+            (row.0, row.1.as_str(), row.4.as_str()),
+            (42, "feed", "applied")
+        );
+        assert_eq!(
+            managed_with_cpu_ids(entry("")).unwrap().3,
+            Vec::<u32>::new()
+        );
+        match managed_with_cpu_ids(entry("0-x")) {
+            Err(MethodError::Failed(m)) => assert!(m.contains("pid 42: CPU list"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn explain_json_has_the_row_or_nulls() {
+        let memory = serde_json::json!({"one_node": true, "nodes": []});
+        let v = explain_json(42, Some(entry("3")), "why\n".into(), memory.clone(), true).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"pid": 42, "managed": true, "rule": "md", "comm": "feed",
+                               "cpus": [3], "state": "applied", "text": "why\n",
+                               "memory": memory})
+        );
+        // Another user's process: its rule and CPUs only, as the text says.
+        let v = explain_json(
+            42,
+            Some(entry("3")),
+            "shown: its rule and CPUs only\n".into(),
+            serde_json::Value::Null,
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"pid": 42, "managed": true, "rule": "md", "comm": null,
+                               "cpus": [3], "state": null,
+                               "text": "shown: its rule and CPUs only\n", "memory": null})
+        );
+        let v = explain_json(
+            7,
+            None,
+            "not managed\n".into(),
+            serde_json::Value::Null,
+            false,
+        )
+        .unwrap();
+        assert!(v["memory"].is_null());
+        assert_eq!(v["managed"], false);
+        assert_eq!(v["cpus"], serde_json::json!([]));
+        assert!(v["rule"].is_null() && v["comm"].is_null() && v["state"].is_null());
+        assert_eq!(v["text"], "not managed\n");
+    }
+}
