@@ -24,9 +24,9 @@ use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
 
 use super::{LatencyMatrix, MatrixError, PairStats};
 
-/// Most CPUs a matrix may have: 1024² cells take 16 MiB. A larger file is refused
+/// The one bound on a matrix's CPUs (see the parent module). A larger file is refused
 /// while parsing, before its cells are allocated.
-pub const MAX_MATRIX_CPUS: usize = 1024;
+pub use super::MAX_MATRIX_CPUS;
 /// Largest matrix file opened at all (a pretty-printed 1024-CPU matrix with per-pair
 /// statistics is about 130 MB).
 pub const MAX_MATRIX_FILE_SIZE: u64 = 256 << 20;

@@ -402,6 +402,22 @@ mod tests {
     }
 
     #[test]
+    fn a_matrix_the_reader_would_refuse_is_not_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MatrixStore::open(dir.path().join("state")).unwrap();
+        let n = crate::matrix::MAX_MATRIX_CPUS as u32 + 1;
+        let e = store
+            .save(&LatencyMatrix::from_fn((0..n).collect(), |_, _| 50.0))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("1025 CPUs: more than the 1024 a matrix may have"),
+            "{e}"
+        );
+        assert!(!store.current_path().exists());
+    }
+
+    #[test]
     fn save_then_load_round_trips_and_keeps_history() {
         let dir = tempfile::tempdir().unwrap();
         let store = MatrixStore::open(dir.path().join("state"))

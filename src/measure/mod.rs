@@ -127,6 +127,9 @@ pub enum MeasureError {
     /// `--cpus` named no CPU.
     #[error("no CPUs to measure: the CPU list is empty")]
     EmptyCpuList,
+    /// More CPUs than a matrix may have.
+    #[error(transparent)]
+    TooManyCpus(#[from] crate::matrix::TooManyCpus),
     /// Fewer than two CPUs: there is no pair.
     #[error("measuring needs at least two CPUs, got only {}", cpu_words(cpus))]
     TooFewCpus { cpus: CpuSet },
@@ -549,6 +552,7 @@ pub fn run_detailed(
             cpus: cfg.cpus.clone(),
         });
     }
+    crate::matrix::check_cpu_count(cfg.cpus.len())?;
     if cfg.mode == Mode::Sparse {
         return sparse_real::run_with_sysfs_prior(cfg, progress);
     }
