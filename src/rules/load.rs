@@ -13,7 +13,9 @@
 //! directory. FIFOs, sockets and devices are refused by type before opening, and the
 //! open itself uses `O_NONBLOCK | O_NOFOLLOW`, re-checking the type on the open
 //! descriptor, so nothing can make the loader hang. Files over the size limit and
-//! invalid UTF-8 are refused.
+//! invalid UTF-8 are refused. The whole set is bounded too ([`MAX_SET_SIZE`]): the
+//! file whose bytes do not fit in what is left is refused, naming the bound, and the
+//! files read before it stay loaded.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fs::{File, Metadata};
@@ -31,6 +33,10 @@ use super::matcher::RuleSet;
 pub const DEFAULT_RULE_DIR: &str = "/etc/pinnerd.d";
 /// Largest rule file accepted.
 pub const MAX_FILE_SIZE: u64 = 1 << 20;
+/// Most bytes of rule files in force at once, fresh and kept together. A rule costs
+/// memory in proportion to its text (a 1 MiB file of one-line rules takes most of the
+/// 100 MiB any input may), so the set is bounded as one file is, not file by file.
+pub const MAX_SET_SIZE: u64 = 1 << 20;
 
 /// How strict loading is about who owns the files, and how user names resolve.
 #[derive(Debug, Clone)]
@@ -40,6 +46,9 @@ pub struct LoadPolicy {
     pub owner: Option<u32>,
     /// Files larger than this are refused.
     pub max_file_size: u64,
+    /// The bytes of every file in force together: the file that does not fit in what
+    /// is left is refused.
+    pub max_set_size: u64,
     /// Resolves `user = "name"` to a uid.
     pub users: UserLookup,
 }
@@ -61,6 +70,7 @@ impl LoadPolicy {
         LoadPolicy {
             owner: None,
             max_file_size: MAX_FILE_SIZE,
+            max_set_size: MAX_SET_SIZE,
             users: system_user_lookup,
         }
     }
@@ -101,7 +111,14 @@ pub struct LoadReport {
     /// Every file considered, in load order.
     pub files: Vec<(PathBuf, FileOutcome)>,
     /// The rules now in force from each file (fresh or kept from before), by path.
-    good: BTreeMap<PathBuf, Arc<[Arc<Rule>]>>,
+    good: BTreeMap<PathBuf, Good>,
+}
+
+/// One file's rules in force and the bytes of text they came from.
+#[derive(Debug, Clone)]
+struct Good {
+    rules: Arc<[Arc<Rule>]>,
+    bytes: u64,
 }
 
 impl LoadReport {
@@ -337,14 +354,17 @@ pub(crate) fn type_name(ft: &std::fs::FileType) -> &'static str {
 /// Reads `path` (found in `dir`) after every safety check, as text; the first problem
 /// found otherwise.
 pub fn read_checked(dir: &Path, path: &Path, policy: &LoadPolicy) -> Result<String, RuleError> {
-    read_checked_all(dir, path, policy).map_err(|mut errors| errors.swap_remove(0))
+    read_checked_all(dir, path, policy, policy.max_set_size)
+        .map_err(|mut errors| errors.swap_remove(0))
 }
 
-/// Like [`read_checked`], with every ownership problem (owner and mode) reported.
+/// Like [`read_checked`], with every ownership problem (owner and mode) reported;
+/// `set_left`: the bytes the rule set has left (see [`MAX_SET_SIZE`]).
 fn read_checked_all(
     dir: &Path,
     path: &Path,
     policy: &LoadPolicy,
+    set_left: u64,
 ) -> Result<String, Vec<RuleError>> {
     let whole = |kind| vec![RuleError::whole(path, kind)];
     let io = |e: std::io::Error| vec![RuleError::whole(path, RuleErrorKind::Io(e.to_string()))];
@@ -391,18 +411,27 @@ fn read_checked_all(
     if !errors.is_empty() {
         return Err(errors);
     }
-    if md.len() > policy.max_file_size {
-        return Err(whole(RuleErrorKind::TooLarge {
-            size: md.len(),
-            limit: policy.max_file_size,
-        }));
+    let too_large = |size: u64| {
+        if size > policy.max_file_size {
+            whole(RuleErrorKind::TooLarge {
+                size,
+                limit: policy.max_file_size,
+            })
+        } else {
+            whole(RuleErrorKind::SetTooLarge {
+                size,
+                left: set_left,
+                limit: policy.max_set_size,
+            })
+        }
+    };
+    let limit = policy.max_file_size.min(set_left);
+    if md.len() > limit {
+        return Err(too_large(md.len()));
     }
-    read_limited(file, policy.max_file_size).map_err(|e| match e {
+    read_limited(file, limit).map_err(|e| match e {
         ReadError::Io(e) => io(e),
-        ReadError::TooLarge(size) => whole(RuleErrorKind::TooLarge {
-            size,
-            limit: policy.max_file_size,
-        }),
+        ReadError::TooLarge(size) => too_large(size),
         ReadError::NotUtf8(offset) => whole(RuleErrorKind::NotUtf8 { offset }),
     })
 }
@@ -455,14 +484,28 @@ fn load_files_inner(
     mut errors: Vec<RuleError>,
 ) -> LoadReport {
     let mut outcomes: Vec<(PathBuf, FileOutcome)> = Vec::new();
-    let mut good: BTreeMap<PathBuf, Arc<[Arc<Rule>]>> = BTreeMap::new();
+    let mut good: BTreeMap<PathBuf, Good> = BTreeMap::new();
     // Rule name → origin, across every file loaded so far.
     let mut names: HashMap<String, String> = HashMap::new();
     let mut rejected: Vec<usize> = Vec::new();
     // Every file's `cmdline` regexes, kept ones included, share one budget.
     let mut budget = RegexBudget::default();
+    // The set's bytes not yet taken by files in force. Room is held for every file in
+    // force before, so that a new file or one that grew cannot push out rules that were
+    // working: a file's own share is released while it is read, held again when it is
+    // rejected (its last good version may be kept), and given up when it is kept.
+    let mut set_left = policy.max_set_size;
+    let before = |p: &Path| previous.good.get(p).map_or(0, |g| g.bytes);
+    let mut held: u64 = files
+        .iter()
+        .map(|(_, p)| p)
+        .chain(keep)
+        .map(|p| before(p))
+        .sum();
     for (dir, path) in files {
-        let result = read_checked_all(dir, path, policy).and_then(|text| {
+        held = held.saturating_sub(before(path));
+        let room = set_left.saturating_sub(held);
+        let result = read_checked_all(dir, path, policy, room).and_then(|text| {
             let rules = compile_text_within(path, &text, policy, &mut budget)?;
             let dups: Vec<RuleError> = rules
                 .iter()
@@ -478,20 +521,23 @@ fn load_files_inner(
                 })
                 .collect();
             if dups.is_empty() {
-                Ok(rules)
+                Ok((rules, text.len() as u64))
             } else {
                 Err(dups)
             }
         });
         match result {
-            Ok(rules) => {
+            Ok((rules, bytes)) => {
                 for r in &rules {
                     names.insert(r.name.clone(), r.origin());
                 }
+                set_left -= bytes;
                 outcomes.push((path.clone(), FileOutcome::Loaded(rules.len())));
-                good.insert(path.clone(), rules.into_iter().map(Arc::new).collect());
+                let rules = rules.into_iter().map(Arc::new).collect();
+                good.insert(path.clone(), Good { rules, bytes });
             }
             Err(errs) => {
+                held += before(path);
                 errors.extend(errs);
                 rejected.push(outcomes.len());
                 outcomes.push((path.clone(), FileOutcome::Rejected));
@@ -508,7 +554,9 @@ fn load_files_inner(
         let Some(old) = previous.good.get(&path) else {
             continue;
         };
-        if let Some(clash) = old.iter().find(|r| names.contains_key(&r.name)) {
+        held = held.saturating_sub(old.bytes);
+        let room = set_left.saturating_sub(held);
+        if let Some(clash) = old.rules.iter().find(|r| names.contains_key(&r.name)) {
             errors.push(RuleError::whole(
                 &path,
                 RuleErrorKind::PreviousDropped(format!(
@@ -518,8 +566,19 @@ fn load_files_inner(
             ));
             continue;
         }
+        if old.bytes > room {
+            errors.push(RuleError::whole(
+                &path,
+                RuleErrorKind::PreviousDropped(format!(
+                    "its {} bytes do not fit in what is left ({room} bytes) of the {} bytes the rule set's files may take together",
+                    old.bytes, policy.max_set_size
+                )),
+            ));
+            continue;
+        }
         let before = budget;
         let over = old
+            .rules
             .iter()
             .filter_map(|r| r.matcher.cmdline.as_ref())
             .find_map(|re| budget.charge(re.as_str()).err().map(|e| (re.as_str(), e)));
@@ -535,13 +594,17 @@ fn load_files_inner(
             ));
             continue;
         }
-        for r in old.iter() {
+        for r in old.rules.iter() {
             names.insert(r.name.clone(), r.origin());
         }
-        outcomes[i].1 = FileOutcome::KeptPrevious(old.len());
-        good.insert(path, Arc::clone(old));
+        set_left -= old.bytes;
+        outcomes[i].1 = FileOutcome::KeptPrevious(old.rules.len());
+        good.insert(path, old.clone());
     }
-    let all: Vec<Arc<Rule>> = good.values().flat_map(|rs| rs.iter().cloned()).collect();
+    let all: Vec<Arc<Rule>> = good
+        .values()
+        .flat_map(|g| g.rules.iter().cloned())
+        .collect();
     LoadReport {
         rules: RuleSet::from_arcs(all),
         errors,
