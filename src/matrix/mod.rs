@@ -329,7 +329,7 @@ impl LatencyMatrix {
     /// limit before reading, matrices over [`MAX_MATRIX_CPUS`] CPUs before their
     /// cells are allocated.
     pub fn load(path: &Path) -> Result<LatencyMatrix, MatrixError> {
-        let (mut file, _) = read::open_regular(path)?;
+        let (mut file, size) = read::open_regular(path)?;
         if read::is_json(&mut file, path)? {
             let m = read::json_from_reader(file, path)?;
             m.validate().map_err(|message| MatrixError::Invalid {
@@ -338,7 +338,7 @@ impl LatencyMatrix {
             })?;
             Ok(m)
         } else {
-            Self::from_csv(&read::read_csv_text(file, path)?, path)
+            Self::from_csv(&read::read_csv_text(file, size, path)?, path)
         }
     }
 

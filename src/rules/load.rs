@@ -18,9 +18,8 @@
 //! files read before it stay loaded.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, Metadata};
-use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::fs::Metadata;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -28,6 +27,7 @@ use super::compile::{compile_file, system_user_lookup, RegexBudget, Rule, UserLo
 use super::error::{RuleError, RuleErrorKind};
 use super::format;
 use super::matcher::RuleSet;
+use crate::infile::{self, InError, Links};
 
 /// Default rule directory.
 pub const DEFAULT_RULE_DIR: &str = "/etc/pinnerd.d";
@@ -333,24 +333,6 @@ fn check_owner(
     }
 }
 
-pub(crate) fn type_name(ft: &std::fs::FileType) -> &'static str {
-    if ft.is_fifo() {
-        "FIFO"
-    } else if ft.is_socket() {
-        "socket"
-    } else if ft.is_char_device() {
-        "character device"
-    } else if ft.is_block_device() {
-        "block device"
-    } else if ft.is_dir() {
-        "directory"
-    } else if ft.is_symlink() {
-        "symlink"
-    } else {
-        "special file"
-    }
-}
-
 /// Reads `path` (found in `dir`) after every safety check, as text; the first problem
 /// found otherwise.
 pub fn read_checked(dir: &Path, path: &Path, policy: &LoadPolicy) -> Result<String, RuleError> {
@@ -391,66 +373,30 @@ fn read_checked_all(
     } else {
         path.to_path_buf()
     };
-    // Type check before opening: opening a FIFO for reading would block.
-    let md = std::fs::metadata(&target).map_err(io)?;
-    if !md.file_type().is_file() {
-        return Err(whole(RuleErrorKind::NotRegular(type_name(&md.file_type()))));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(&target)
-        .map_err(io)?;
-    // Re-check on the descriptor: the path may have been swapped since.
-    let md = file.metadata().map_err(io)?;
-    if !md.file_type().is_file() {
-        return Err(whole(RuleErrorKind::NotRegular(type_name(&md.file_type()))));
-    }
+    let refused = |e: InError| match e {
+        InError::Io(e) => io(e),
+        InError::NotRegular(what) => whole(RuleErrorKind::NotRegular(what)),
+        InError::TooLarge { size, .. } if size > policy.max_file_size => {
+            whole(RuleErrorKind::TooLarge {
+                size,
+                limit: policy.max_file_size,
+            })
+        }
+        InError::TooLarge { size, .. } => whole(RuleErrorKind::SetTooLarge {
+            size,
+            left: set_left,
+            limit: policy.max_set_size,
+        }),
+        InError::NotUtf8 { offset } => whole(RuleErrorKind::NotUtf8 { offset }),
+    };
+    // The target is resolved: a symlink now is one swapped in since.
+    let (file, md) = infile::open_regular(&target, Links::Refuse).map_err(refused)?;
     let mut errors = Vec::new();
     check_owner(path, &md, "file", policy, &mut errors);
     if !errors.is_empty() {
         return Err(errors);
     }
-    let too_large = |size: u64| {
-        if size > policy.max_file_size {
-            whole(RuleErrorKind::TooLarge {
-                size,
-                limit: policy.max_file_size,
-            })
-        } else {
-            whole(RuleErrorKind::SetTooLarge {
-                size,
-                left: set_left,
-                limit: policy.max_set_size,
-            })
-        }
-    };
-    let limit = policy.max_file_size.min(set_left);
-    if md.len() > limit {
-        return Err(too_large(md.len()));
-    }
-    read_limited(file, limit).map_err(|e| match e {
-        ReadError::Io(e) => io(e),
-        ReadError::TooLarge(size) => too_large(size),
-        ReadError::NotUtf8(offset) => whole(RuleErrorKind::NotUtf8 { offset }),
-    })
-}
-
-enum ReadError {
-    Io(std::io::Error),
-    TooLarge(u64),
-    NotUtf8(usize),
-}
-
-fn read_limited(file: File, limit: u64) -> Result<String, ReadError> {
-    let mut buf = Vec::new();
-    file.take(limit + 1)
-        .read_to_end(&mut buf)
-        .map_err(ReadError::Io)?;
-    if buf.len() as u64 > limit {
-        return Err(ReadError::TooLarge(buf.len() as u64));
-    }
-    String::from_utf8(buf).map_err(|e| ReadError::NotUtf8(e.utf8_error().valid_up_to()))
+    infile::read_text(file, md.len(), policy.max_file_size.min(set_left)).map_err(refused)
 }
 
 /// Parses and compiles one file's text, as a rule set of its own.
