@@ -131,7 +131,7 @@ pub enum MeasureError {
     #[error(transparent)]
     TooManyCpus(#[from] crate::matrix::TooManyCpus),
     /// Fewer than two CPUs: there is no pair.
-    #[error("measuring needs at least two CPUs, got only {}", cpu_words(cpus))]
+    #[error("measuring needs at least two CPUs, got only {}", around::cpu_words(cpus))]
     TooFewCpus { cpus: CpuSet },
     /// CPUs that are not online here (offline, or not present at all).
     #[error("{} not online on this machine (online: {online})", are(cpus))]
@@ -181,15 +181,6 @@ pub enum MeasureError {
     /// keeping nothing of what it measured.
     #[error("measurement stopped: {reason}")]
     Woken { reason: String },
-}
-
-/// `CPU 3` or `CPUs 2-5`.
-fn cpu_words(cpus: &CpuSet) -> String {
-    if cpus.len() == 1 {
-        format!("CPU {cpus}")
-    } else {
-        format!("CPUs {cpus}")
-    }
 }
 
 /// `CPU 3 is` or `CPUs 2-5 are`.
