@@ -33,7 +33,7 @@ fn run(dir: &Path, args: &[&str]) -> Outcome {
         .arg("-o")
         .arg(&rss)
         .args(["-f", "%M"])
-        .arg(env!("CARGO_BIN_EXE_pinnerd"))
+        .arg(super::helper::PINNERD)
         .args(args)
         .env("RUST_BACKTRACE", "0")
         .process_group(0)

@@ -295,7 +295,7 @@ impl Daemon {
             .append(true)
             .open(&log)
             .unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinnerd"));
+        let mut cmd = super::helper::pinnerd_command();
         cmd.arg("daemon")
             .arg(format!("--bus={}", bus.address))
             .arg("--rules")
@@ -746,7 +746,7 @@ fn the_unit_verifies_keeps_kernel_tunables_read_only_and_its_exposure_is_at_most
     )
     .unwrap();
     // Verify checks that ExecStart exists: point it at the binary under test.
-    let unit = unit.replace("/usr/bin/pinnerd", env!("CARGO_BIN_EXE_pinnerd"));
+    let unit = unit.replace("/usr/bin/pinnerd", super::helper::PINNERD);
     let path = dir.path().join("pinnerd.service");
     std::fs::write(&path, &unit).unwrap();
     let out = Command::new("systemd-analyze")
@@ -852,7 +852,7 @@ fn remeasure_wait_reports_the_end_and_measured_at_changes() {
     let d = Daemon::start(&bus, &dirs);
     // The first measurement starts at once (nothing stored yet).
     let before = d.wait_measured(&bus, "");
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .args([
             "remeasure",
             "--wait",
