@@ -47,6 +47,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::cpuset::CpuSet;
 use crate::matrix::{LatencyMatrix, PairStats};
 use crate::sysroot::SysRoot;
+use around::cpu_words;
 
 pub use drift_check::{drift, probe_sample, Drift};
 pub use estimator::StopRule;
@@ -131,7 +132,7 @@ pub enum MeasureError {
     #[error(transparent)]
     TooManyCpus(#[from] crate::matrix::TooManyCpus),
     /// Fewer than two CPUs: there is no pair.
-    #[error("measuring needs at least two CPUs, got only {}", around::cpu_words(cpus))]
+    #[error("measuring needs at least two CPUs, got only {}", cpu_words(cpus))]
     TooFewCpus { cpus: CpuSet },
     /// CPUs that are not online here (offline, or not present at all).
     #[error("{} not online on this machine (online: {online})", are(cpus))]
