@@ -367,19 +367,15 @@ impl MatrixStore {
     }
 
     fn prune_set_aside(&self) -> Result<(), StoreError> {
-        let files = self.set_aside_files()?;
-        let excess = files.len().saturating_sub(self.keep);
-        for old in &files[..excess] {
-            fs::remove_file(old).map_err(|source| StoreError::Write {
-                path: old.clone(),
-                source,
-            })?;
-        }
-        Ok(())
+        self.keep_newest(self.set_aside_files()?)
     }
 
     fn prune(&self) -> Result<(), StoreError> {
-        let files = self.history()?;
+        self.keep_newest(self.history()?)
+    }
+
+    /// Removes all but the newest `keep` of `files` (oldest first).
+    fn keep_newest(&self, files: Vec<PathBuf>) -> Result<(), StoreError> {
         let excess = files.len().saturating_sub(self.keep);
         for old in &files[..excess] {
             fs::remove_file(old).map_err(|source| StoreError::Write {
