@@ -111,7 +111,11 @@ fn main() {
     d.wait_ready(READY_WITHIN);
     let end = Instant::now() + Duration::from_secs(120);
     while !dir.path().join("state/matrix.json").exists() {
-        assert!(Instant::now() < end, "the first measurement did not finish");
+        assert!(
+            Instant::now() < end,
+            "the first measurement did not finish; log:\n{}",
+            d.log()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     d.stop();
