@@ -11,123 +11,24 @@
 //! Run as root: `cargo bench --bench daemon` (`-- --reads 4000 --starts 20` to change the
 //! sample sizes). Prints percentiles; the figures go in benches/README.md.
 
+#[allow(dead_code)] // the harness uses part of the daemon rig
+#[path = "support/daemon_rig.rs"]
+mod daemon_rig;
+
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixDatagram;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use daemon_rig::{system_like, Bus, Daemon};
+
 const NAME: &str = "org.pinnerd.Pinnerd1";
 const PATH: &str = "/org/pinnerd/Pinnerd1";
-
-struct Bus {
-    address: String,
-    pid: i32,
-}
-
-impl Bus {
-    fn start(dir: &Path) -> Bus {
-        let policy =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/org.pinnerd.Pinnerd1.conf");
-        let conf = dir.join("bus.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                r#"<busconfig><type>system</type><listen>unix:path={}/bus</listen><auth>EXTERNAL</auth>
-<policy context="default"><allow user="*"/><deny own="*"/><deny send_type="method_call"/>
-<allow send_type="signal"/><allow send_requested_reply="true" send_type="method_return"/>
-<allow send_requested_reply="true" send_type="error"/><allow receive_type="method_call"/>
-<allow receive_type="method_return"/><allow receive_type="error"/><allow receive_type="signal"/>
-<allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/></policy>
-<include>{}</include></busconfig>"#,
-                dir.display(),
-                policy.display()
-            ),
-        )
-        .unwrap();
-        let out = Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", conf.display()))
-            .args(["--print-address=1", "--print-pid=1", "--fork"])
-            .output()
-            .expect("dbus-daemon");
-        assert!(out.status.success(), "{out:?}");
-        let text = String::from_utf8(out.stdout).unwrap();
-        let mut l = text.lines();
-        Bus {
-            address: l.next().unwrap().to_string(),
-            pid: l.next().unwrap().trim().parse().unwrap(),
-        }
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        unsafe { libc::kill(self.pid, libc::SIGTERM) };
-    }
-}
-
-struct Daemon {
-    child: Child,
-    notify: UnixDatagram,
-}
-
-impl Daemon {
-    fn spawn(bus: &Bus, dir: &Path, n: u32) -> Daemon {
-        let sock = dir.join(format!("notify-{n}"));
-        let _ = std::fs::remove_file(&sock);
-        let notify = UnixDatagram::bind(&sock).unwrap();
-        notify
-            .set_read_timeout(Some(Duration::from_secs(60)))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
-            .arg("daemon")
-            .arg(format!("--bus={}", bus.address))
-            .arg("--rules")
-            .arg(dir.join("rules"))
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .arg("--runtime-dir")
-            .arg(dir.join("runtime"))
-            .arg("--config")
-            .arg(dir.join("settings.toml"))
-            .env("NOTIFY_SOCKET", &sock)
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        Daemon { child, notify }
-    }
-
-    fn wait_ready(&self) {
-        let mut buf = [0u8; 4096];
-        loop {
-            let n = self.notify.recv(&mut buf).expect("no READY=1 within 60 s");
-            if String::from_utf8_lossy(&buf[..n])
-                .lines()
-                .any(|l| l == "READY=1")
-            {
-                return;
-            }
-        }
-    }
-
-    fn stop(mut self) {
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // After `stop` this finds the child reaped; after a panic it ends the daemon.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// The daemon's log level: warnings only, as in production.
+const LOG: &str = "warn";
+/// Longest wait for `READY=1`.
+const READY_WITHIN: Duration = Duration::from_secs(60);
 
 fn percentiles(name: &str, v: Vec<Duration>) {
     let mut ms: Vec<f64> = v.iter().map(|d| d.as_secs_f64() * 1e3).collect();
@@ -203,32 +104,35 @@ fn main() {
         "[[rule]]\nname = \"bench\"\n[rule.match]\ncomm = \"pb-exec\"\n[rule.place]\ncpus = \"0\"\n",
     )
     .unwrap();
-    let bus = Bus::start(dir.path());
+    let bus = Bus::start(&system_like());
 
     // A stored matrix: let a first daemon measure and store it.
-    let d = Daemon::spawn(&bus, dir.path(), 0);
-    d.wait_ready();
+    let mut d = Daemon::spawn(&bus, dir.path(), LOG);
+    d.wait_ready(READY_WITHIN);
     let end = Instant::now() + Duration::from_secs(120);
     while !dir.path().join("state/matrix.json").exists() {
-        assert!(Instant::now() < end, "the first measurement did not finish");
+        assert!(
+            Instant::now() < end,
+            "the first measurement did not finish; log:\n{}",
+            d.log()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     d.stop();
 
     // 1. Startup to READY with a stored matrix.
     let mut times = Vec::new();
-    for n in 1..=starts as u32 {
+    for _ in 0..starts {
         let t0 = Instant::now();
-        let d = Daemon::spawn(&bus, dir.path(), n);
-        d.wait_ready();
-        times.push(t0.elapsed());
+        let mut d = Daemon::spawn(&bus, dir.path(), LOG);
+        times.push(d.wait_ready(READY_WITHIN) - t0);
         d.stop();
     }
     percentiles("startup to READY=1 (stored matrix)", times);
 
     // 2. Property reads: first without, then under 100 execs/s of a matching process.
-    let d = Daemon::spawn(&bus, dir.path(), 1000);
-    d.wait_ready();
+    let mut d = Daemon::spawn(&bus, dir.path(), LOG);
+    d.wait_ready(READY_WITHIN);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -7,6 +7,9 @@
 //! `cargo bench --bench promises -- [--hotplug N] [--crash N] [--flood SECS] [--threads T]`
 //! (defaults 20 rounds, 20 rounds, 20 s, 8 threads). Figures go in benches/README.md.
 
+#[allow(dead_code)] // the promise harness uses part of the daemon rig
+#[path = "support/daemon_rig.rs"]
+mod daemon_rig;
 #[path = "support/promise_rig.rs"]
 mod rig;
 

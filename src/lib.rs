@@ -36,6 +36,8 @@
 //! - `export`: Node Feature Discovery feature files and hwloc distances
 //! - `fingerprint`: the hardware identity a matrix belongs to
 //! - `fleet`: the matrices of several machines compared (`diff`, `fleet`)
+//! - `infile`: an untrusted input file opened and read bounded, regular files only (rule
+//!   files, matrix files, the restore journal)
 //! - `irq`: interrupts moved off the CPUs of `irqs = "away"` rules (`/proc/irq`), their
 //!   journal, and irqbalance's banned CPUs
 //! - `manager`: which processes are managed; applies the plan to their threads
@@ -90,6 +92,7 @@ pub mod domains;
 pub mod export;
 pub mod fingerprint;
 pub mod fleet;
+pub mod infile;
 pub mod irq;
 pub mod manager;
 pub mod matrix;

@@ -85,10 +85,7 @@ pub fn read_bounded(path: impl AsRef<Path>) -> io::Result<String> {
     if !ft.is_file() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!(
-                "not a regular file but a {}",
-                crate::rules::file_type_name(&ft)
-            ),
+            format!("not a regular file but a {}", crate::infile::type_name(&ft)),
         ));
     }
     let mut bytes = Vec::new();

@@ -22,10 +22,11 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::daemon_rig::{system_like, Bus, Daemon};
 
 const NAME: &str = "org.pinnerd.Pinnerd1";
 const PATH: &str = "/org/pinnerd/Pinnerd1";
@@ -64,63 +65,6 @@ pub fn serve_role_if_asked() {
         Ok("workload") => workload_main(),
         Ok("flood") => flood_main(),
         _ => {}
-    }
-}
-
-/// A private dbus-daemon configured like Debian's system bus plus the project's policy.
-pub struct Bus {
-    _dir: tempfile::TempDir,
-    pub address: String,
-    pid: i32,
-}
-
-impl Bus {
-    pub fn start() -> Bus {
-        let dir = tempfile::tempdir().expect("tempdir");
-        // The unprivileged flood client must reach the socket.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let policy =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/org.pinnerd.Pinnerd1.conf");
-        let conf = dir.path().join("bus.conf");
-        std::fs::write(
-            &conf,
-            format!(
-                r#"<busconfig><type>system</type><listen>unix:path={}/bus</listen><auth>EXTERNAL</auth>
-<policy context="default"><allow user="*"/><deny own="*"/><deny send_type="method_call"/>
-<allow send_type="signal"/><allow send_requested_reply="true" send_type="method_return"/>
-<allow send_requested_reply="true" send_type="error"/><allow receive_type="method_call"/>
-<allow receive_type="method_return"/><allow receive_type="error"/><allow receive_type="signal"/>
-<allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus"/>
-<allow send_destination="org.freedesktop.DBus" send_interface="org.freedesktop.DBus.Properties"/></policy>
-<include>{}</include></busconfig>"#,
-                dir.path().display(),
-                policy.display()
-            ),
-        )
-        .unwrap();
-        let out = Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", conf.display()))
-            .args(["--print-address=1", "--print-pid=1", "--fork"])
-            .stdin(Stdio::null())
-            .output()
-            .expect("run dbus-daemon");
-        assert!(out.status.success(), "dbus-daemon failed: {out:?}");
-        let text = String::from_utf8(out.stdout).unwrap();
-        let mut lines = text.lines();
-        let address = lines.next().expect("address").trim().to_string();
-        let pid = lines.next().expect("pid").trim().parse().unwrap();
-        Bus {
-            _dir: dir,
-            address,
-            pid,
-        }
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        // SAFETY: kill has no memory-safety preconditions; the pid is our dbus-daemon.
-        unsafe { libc::kill(self.pid, libc::SIGTERM) };
     }
 }
 
@@ -163,132 +107,6 @@ impl Dirs {
         )
         .unwrap();
         std::fs::rename(&tmp, self.path("rules/rig.toml")).unwrap();
-    }
-}
-
-/// A running `pinnerd daemon`, with systemd's notify protocol spoken on a socket of ours.
-pub struct Daemon {
-    pub child: Child,
-    /// When each `READY=1` arrived, from the thread that drains the notify socket.
-    ready: std::sync::mpsc::Receiver<Instant>,
-    stop_drain: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    log: PathBuf,
-}
-
-impl Daemon {
-    pub fn spawn(bus: &Bus, dirs: &Dirs) -> Daemon {
-        let stamp = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let sock = dirs.path(&format!("notify-{stamp}"));
-        let notify = UnixDatagram::bind(&sock).expect("bind notify socket");
-        notify
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
-        let log = dirs.path("daemon.log");
-        let logf = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
-            .arg("daemon")
-            .arg(format!("--bus={}", bus.address))
-            .arg("--rules")
-            .arg(dirs.path("rules"))
-            .arg("--state-dir")
-            .arg(dirs.path("state"))
-            .arg("--runtime-dir")
-            .arg(dirs.path("runtime"))
-            .arg("--config")
-            .arg(dirs.path("settings.toml"))
-            .env("NOTIFY_SOCKET", &sock)
-            .env("RUST_LOG", "pinnerd=info")
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("INVOCATION_ID")
-            .env_remove("WATCHDOG_USEC")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(logf)
-            .spawn()
-            .expect("spawn pinnerd daemon");
-        // Drained all the time, as systemd does: a daemon whose notify socket is full
-        // waits in its next STATUS= line.
-        let (tx, ready) = std::sync::mpsc::channel();
-        let stop_drain = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stop = stop_drain.clone();
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                if let Ok(n) = notify.recv(&mut buf) {
-                    if String::from_utf8_lossy(&buf[..n])
-                        .lines()
-                        .any(|l| l == "READY=1")
-                    {
-                        let _ = tx.send(Instant::now());
-                    }
-                }
-            }
-        });
-        Daemon {
-            child,
-            ready,
-            stop_drain,
-            log,
-        }
-    }
-
-    /// Waits for `READY=1` and returns when it was received.
-    pub fn wait_ready(&mut self, timeout: Duration) -> Instant {
-        let end = Instant::now() + timeout;
-        loop {
-            if let Ok(at) = self.ready.recv_timeout(Duration::from_millis(100)) {
-                return at;
-            }
-            if let Ok(Some(st)) = self.child.try_wait() {
-                panic!("daemon exited ({st}) before READY=1; log:\n{}", self.log());
-            }
-            assert!(
-                Instant::now() < end,
-                "no READY=1 from the daemon; log:\n{}",
-                self.log()
-            );
-        }
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// SIGKILL, and reap.
-    pub fn kill9(mut self) {
-        self.child.kill().expect("kill -9 the daemon");
-        self.child.wait().unwrap();
-    }
-
-    /// SIGTERM, and wait for the exit (masks restored).
-    pub fn stop(mut self) {
-        // SAFETY: kill has no memory-safety preconditions; the pid is our child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let end = Instant::now() + Duration::from_secs(20);
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(
-                Instant::now() < end,
-                "daemon did not stop; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.stop_drain
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -499,11 +317,11 @@ pub fn hotplug(
     self_args: &[&str],
 ) -> Vec<HotplugRound> {
     let cpu = hotplug_cpu();
-    let bus = Bus::start();
+    let bus = Bus::start(&system_like());
     let dirs = Dirs::new();
     dirs.write_rule("rig-hot", &cpu.to_string());
     let w = Workload::spawn(dirs.root.path(), "rig-hot", threads, self_args);
-    let mut d = Daemon::spawn(&bus, &dirs);
+    let mut d = Daemon::spawn(&bus, dirs.root.path(), "pinnerd=info");
     d.wait_ready(Duration::from_secs(60));
     let want = vec![cpu];
     assert!(
@@ -558,11 +376,11 @@ pub fn crash(rounds: usize, threads: usize, self_args: &[&str]) -> Vec<CrashRoun
     let cpus = online();
     let (a, b) = (cpus[0], *cpus.last().unwrap());
     assert_ne!(a, b, "needs two CPUs");
-    let bus = Bus::start();
+    let bus = Bus::start(&system_like());
     let dirs = Dirs::new();
     dirs.write_rule("rig-crash", &a.to_string());
     let old = Workload::spawn(dirs.root.path(), "rig-crash", threads, self_args);
-    let mut d = Daemon::spawn(&bus, &dirs);
+    let mut d = Daemon::spawn(&bus, dirs.root.path(), "pinnerd=info");
     d.wait_ready(Duration::from_secs(60));
     assert!(
         time_until(Instant::now(), Duration::from_secs(30), || old.all_on(&[a])).is_some(),
@@ -579,7 +397,7 @@ pub fn crash(rounds: usize, threads: usize, self_args: &[&str]) -> Vec<CrashRoun
         dirs.write_rule("rig-crash", &target.to_string());
         let new = Workload::spawn(dirs.root.path(), "rig-crash", threads, self_args);
         let t0 = Instant::now();
-        d = Daemon::spawn(&bus, &dirs);
+        d = Daemon::spawn(&bus, dirs.root.path(), "pinnerd=info");
         let ready = d.wait_ready(Duration::from_secs(60));
         let start_to_ready = ready - t0;
         let want = [target];
@@ -614,12 +432,12 @@ pub struct Flood {
 /// An unprivileged flood (uid 65534 via `setpriv`) of `secs` seconds against a daemon
 /// that manages one workload, while root reads `State` every 5 ms.
 pub fn flood(secs: u64, self_args: &[&str]) -> Flood {
-    let bus = Bus::start();
+    let bus = Bus::start(&system_like());
     let dirs = Dirs::new();
     let cpu = *online().last().unwrap();
     dirs.write_rule("rig-flood", &cpu.to_string());
     let w = Workload::spawn(dirs.root.path(), "rig-flood", 2, self_args);
-    let mut d = Daemon::spawn(&bus, &dirs);
+    let mut d = Daemon::spawn(&bus, dirs.root.path(), "pinnerd=info");
     d.wait_ready(Duration::from_secs(60));
     assert!(
         time_until(Instant::now(), Duration::from_secs(30), || w.all_on(&[cpu])).is_some(),

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{apply, list_tids, parse_stat, AffinityOps, Outcome, Tid};
 use crate::cpuset::CpuSet;
+use crate::infile::{self, InError, Links};
 use crate::sysroot::SysRoot;
 
 /// File name under the runtime directory.
@@ -168,56 +169,22 @@ impl Journal {
     /// or is over [`MAX_JOURNAL_SIZE`] is [`RestoreError::Corrupt`] (so it is set aside),
     /// found out before reading it.
     fn read_bounded(&self) -> Result<Option<String>, RestoreError> {
-        use std::io::Read;
-        use std::os::unix::fs::OpenOptionsExt;
-        let read_err = |source| RestoreError::Read {
-            path: self.path.clone(),
-            source,
-        };
-        let corrupt = |message: String| RestoreError::Corrupt {
-            path: self.path.clone(),
-            line: 0,
-            column: 0,
-            message,
-        };
-        let md = match fs::symlink_metadata(&self.path) {
-            Ok(md) => md,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(read_err(e)),
-        };
-        if !md.file_type().is_file() {
-            return Err(corrupt(format!(
-                "not a regular file but a {}",
-                crate::rules::file_type_name(&md.file_type())
-            )));
+        let opened = infile::open_regular(&self.path, Links::Refuse)
+            .and_then(|(file, md)| infile::read_text(file, md.len(), MAX_JOURNAL_SIZE));
+        match opened {
+            Ok(text) => Ok(Some(text)),
+            Err(InError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(InError::Io(source)) => Err(RestoreError::Read {
+                path: self.path.clone(),
+                source,
+            }),
+            Err(e) => Err(RestoreError::Corrupt {
+                path: self.path.clone(),
+                line: 0,
+                column: 0,
+                message: e.to_string(),
+            }),
         }
-        if md.len() > MAX_JOURNAL_SIZE {
-            return Err(corrupt(format!(
-                "{} bytes is over the {MAX_JOURNAL_SIZE}-byte limit",
-                md.len()
-            )));
-        }
-        let file = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&self.path);
-        let file = match file {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(read_err(e)),
-        };
-        let mut bytes = Vec::new();
-        file.take(MAX_JOURNAL_SIZE + 1)
-            .read_to_end(&mut bytes)
-            .map_err(read_err)?;
-        if bytes.len() as u64 > MAX_JOURNAL_SIZE {
-            return Err(corrupt(format!(
-                "grew over the {MAX_JOURNAL_SIZE}-byte limit while read"
-            )));
-        }
-        String::from_utf8(bytes)
-            .map(Some)
-            .map_err(|e| corrupt(format!("not UTF-8: {e}")))
     }
 
     pub fn load_or_set_aside(&self) -> Result<Vec<RestoreEntry>, RestoreError> {

@@ -17,16 +17,16 @@ use std::fmt;
 use std::fs::File;
 use std::io::{BufReader, Read, Seek};
 use std::marker::PhantomData;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
 
 use super::{LatencyMatrix, MatrixError, PairStats};
+use crate::infile::{self, InError, Links};
 
-/// Most CPUs a matrix may have: 1024² cells take 16 MiB. A larger file is refused
+/// The one bound on a matrix's CPUs (see the parent module). A larger file is refused
 /// while parsing, before its cells are allocated.
-pub const MAX_MATRIX_CPUS: usize = 1024;
+pub use super::MAX_MATRIX_CPUS;
 /// Largest matrix file opened at all (a pretty-printed 1024-CPU matrix with per-pair
 /// statistics is about 130 MB).
 pub const MAX_MATRIX_FILE_SIZE: u64 = 256 << 20;
@@ -40,43 +40,35 @@ pub const MAX_WARNINGS: usize = 256;
 pub const MAX_STATS: usize = MAX_MATRIX_CPUS * (MAX_MATRIX_CPUS - 1) / 2;
 
 /// Opens `path` for reading if it is a regular file of at most
-/// [`MAX_MATRIX_FILE_SIZE`] bytes. The type is checked before opening (opening a FIFO
-/// blocks until a writer comes) and again on the open descriptor.
+/// [`MAX_MATRIX_FILE_SIZE`] bytes (see [`crate::infile`]; a symlink is followed).
 pub(super) fn open_regular(path: &Path) -> Result<(File, u64), MatrixError> {
-    let read_err = |source| MatrixError::Read {
-        path: path.to_owned(),
-        source,
-    };
-    let refused = |reason: String| MatrixError::Refused {
-        path: path.to_owned(),
-        reason,
-    };
-    let md = std::fs::metadata(path).map_err(read_err)?;
-    if !md.file_type().is_file() {
-        return Err(refused(format!(
-            "not a regular file but a {}",
-            crate::rules::file_type_name(&md.file_type())
-        )));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(path)
-        .map_err(read_err)?;
-    let md = file.metadata().map_err(read_err)?;
-    if !md.file_type().is_file() {
-        return Err(refused(format!(
-            "not a regular file but a {}",
-            crate::rules::file_type_name(&md.file_type())
-        )));
-    }
+    let (file, md) = infile::open_regular(path, Links::Follow).map_err(|e| refused(e, path))?;
     if md.len() > MAX_MATRIX_FILE_SIZE {
-        return Err(refused(format!(
-            "{} bytes is over the {MAX_MATRIX_FILE_SIZE}-byte limit for a matrix file",
-            md.len()
-        )));
+        return Err(MatrixError::Refused {
+            path: path.to_owned(),
+            reason: format!(
+                "{} bytes is over the {MAX_MATRIX_FILE_SIZE}-byte limit for a matrix file",
+                md.len()
+            ),
+        });
     }
     Ok((file, md.len()))
+}
+
+/// An [`InError`] as a [`MatrixError`] naming `path`.
+fn refused(e: InError, path: &Path) -> MatrixError {
+    let path = path.to_owned();
+    match e {
+        InError::Io(source) => MatrixError::Read { path, source },
+        InError::TooLarge { .. } => MatrixError::Refused {
+            path,
+            reason: format!("over the {MAX_CSV_SIZE}-byte limit for a CSV matrix"),
+        },
+        e => MatrixError::Refused {
+            path,
+            reason: e.to_string(),
+        },
+    }
 }
 
 /// Whether the file's first non-blank byte is `{` (JSON). Leaves the file at offset 0.
@@ -102,27 +94,8 @@ pub(super) fn is_json(file: &mut File, path: &Path) -> Result<bool, MatrixError>
 }
 
 /// Reads the whole (CSV) file as UTF-8 text, refusing more than [`MAX_CSV_SIZE`] bytes.
-pub(super) fn read_csv_text(file: File, path: &Path) -> Result<String, MatrixError> {
-    let mut buf = Vec::new();
-    file.take(MAX_CSV_SIZE + 1)
-        .read_to_end(&mut buf)
-        .map_err(|source| MatrixError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-    if buf.len() as u64 > MAX_CSV_SIZE {
-        return Err(MatrixError::Refused {
-            path: path.to_owned(),
-            reason: format!("over the {MAX_CSV_SIZE}-byte limit for a CSV matrix"),
-        });
-    }
-    String::from_utf8(buf).map_err(|e| MatrixError::Refused {
-        path: path.to_owned(),
-        reason: format!(
-            "not valid UTF-8 (first bad byte at offset {})",
-            e.utf8_error().valid_up_to()
-        ),
-    })
+pub(super) fn read_csv_text(file: File, size: u64, path: &Path) -> Result<String, MatrixError> {
+    infile::read_text(file, size, MAX_CSV_SIZE).map_err(|e| refused(e, path))
 }
 
 /// Parses JSON from `reader` with every string capped at [`MAX_JSON_STRING`] bytes.

@@ -406,19 +406,15 @@ impl MatrixStore {
     }
 
     fn prune_set_aside(&self) -> Result<(), StoreError> {
-        let files = self.set_aside_files()?;
-        let excess = files.len().saturating_sub(self.keep);
-        for old in &files[..excess] {
-            fs::remove_file(old).map_err(|source| StoreError::Write {
-                path: old.clone(),
-                source,
-            })?;
-        }
-        Ok(())
+        self.keep_newest(self.set_aside_files()?)
     }
 
     fn prune(&self) -> Result<(), StoreError> {
-        let files = self.history()?;
+        self.keep_newest(self.history()?)
+    }
+
+    /// Removes all but the newest `keep` of `files` (oldest first).
+    fn keep_newest(&self, files: Vec<PathBuf>) -> Result<(), StoreError> {
         let excess = files.len().saturating_sub(self.keep);
         for old in &files[..excess] {
             fs::remove_file(old).map_err(|source| StoreError::Write {
@@ -438,6 +434,22 @@ mod tests {
         let mut m = LatencyMatrix::from_fn(vec![0, 1], |_, _| v);
         m.fingerprint = Some(fp.into());
         m
+    }
+
+    #[test]
+    fn a_matrix_the_reader_would_refuse_is_not_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = MatrixStore::open(dir.path().join("state")).unwrap();
+        let n = crate::matrix::MAX_MATRIX_CPUS as u32 + 1;
+        let e = store
+            .save(&LatencyMatrix::from_fn((0..n).collect(), |_, _| 50.0))
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("1025 CPUs: more than the 1024 a matrix may have"),
+            "{e}"
+        );
+        assert!(!store.current_path().exists());
     }
 
     #[test]

@@ -47,6 +47,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::cpuset::CpuSet;
 use crate::matrix::{LatencyMatrix, PairStats};
 use crate::sysroot::SysRoot;
+use around::cpu_words;
 
 pub use drift_check::{drift, probe_sample, Drift};
 pub use estimator::StopRule;
@@ -127,6 +128,9 @@ pub enum MeasureError {
     /// `--cpus` named no CPU.
     #[error("no CPUs to measure: the CPU list is empty")]
     EmptyCpuList,
+    /// More CPUs than a matrix may have.
+    #[error(transparent)]
+    TooManyCpus(#[from] crate::matrix::TooManyCpus),
     /// Fewer than two CPUs: there is no pair.
     #[error("measuring needs at least two CPUs, got only {}", cpu_words(cpus))]
     TooFewCpus { cpus: CpuSet },
@@ -178,15 +182,6 @@ pub enum MeasureError {
     /// keeping nothing of what it measured.
     #[error("measurement stopped: {reason}")]
     Woken { reason: String },
-}
-
-/// `CPU 3` or `CPUs 2-5`.
-fn cpu_words(cpus: &CpuSet) -> String {
-    if cpus.len() == 1 {
-        format!("CPU {cpus}")
-    } else {
-        format!("CPUs {cpus}")
-    }
 }
 
 /// `CPU 3 is` or `CPUs 2-5 are`.
@@ -549,6 +544,7 @@ pub fn run_detailed(
             cpus: cfg.cpus.clone(),
         });
     }
+    crate::matrix::check_cpu_count(cfg.cpus.len())?;
     if cfg.mode == Mode::Sparse {
         return sparse_real::run_with_sysfs_prior(cfg, progress);
     }

@@ -196,6 +196,8 @@ pub enum RuleErrorKind {
     NotRegular(&'static str),
     #[error("refused: {size} bytes is over the {limit}-byte limit for a rule file")]
     TooLarge { size: u64, limit: u64 },
+    #[error("refused: its {size} bytes do not fit in what is left ({left} bytes) of the {limit} bytes the rule set's files may take together")]
+    SetTooLarge { size: u64, left: u64, limit: u64 },
     #[error("refused: not valid UTF-8 (first bad byte at offset {offset})")]
     NotUtf8 { offset: usize },
     #[error("the last good version of this file cannot be kept: {0}")]

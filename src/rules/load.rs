@@ -13,12 +13,13 @@
 //! directory. FIFOs, sockets and devices are refused by type before opening, and the
 //! open itself uses `O_NONBLOCK | O_NOFOLLOW`, re-checking the type on the open
 //! descriptor, so nothing can make the loader hang. Files over the size limit and
-//! invalid UTF-8 are refused.
+//! invalid UTF-8 are refused. The whole set is bounded too ([`MAX_SET_SIZE`]): the
+//! file whose bytes do not fit in what is left is refused, naming the bound, and the
+//! files read before it stay loaded.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, Metadata};
-use std::io::Read;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::fs::Metadata;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -26,11 +27,16 @@ use super::compile::{compile_file, system_user_lookup, RegexBudget, Rule, UserLo
 use super::error::{RuleError, RuleErrorKind};
 use super::format;
 use super::matcher::RuleSet;
+use crate::infile::{self, InError, Links};
 
 /// Default rule directory.
 pub const DEFAULT_RULE_DIR: &str = "/etc/pinnerd.d";
 /// Largest rule file accepted.
 pub const MAX_FILE_SIZE: u64 = 1 << 20;
+/// Most bytes of rule files in force at once, fresh and kept together. A rule costs
+/// memory in proportion to its text (a 1 MiB file of one-line rules takes most of the
+/// 100 MiB any input may), so the set is bounded as one file is, not file by file.
+pub const MAX_SET_SIZE: u64 = 1 << 20;
 
 /// How strict loading is about who owns the files, and how user names resolve.
 #[derive(Debug, Clone)]
@@ -40,6 +46,9 @@ pub struct LoadPolicy {
     pub owner: Option<u32>,
     /// Files larger than this are refused.
     pub max_file_size: u64,
+    /// The bytes of every file in force together: the file that does not fit in what
+    /// is left is refused.
+    pub max_set_size: u64,
     /// Resolves `user = "name"` to a uid.
     pub users: UserLookup,
 }
@@ -61,6 +70,7 @@ impl LoadPolicy {
         LoadPolicy {
             owner: None,
             max_file_size: MAX_FILE_SIZE,
+            max_set_size: MAX_SET_SIZE,
             users: system_user_lookup,
         }
     }
@@ -101,11 +111,18 @@ pub struct LoadReport {
     /// Every file considered, in load order.
     pub files: Vec<(PathBuf, FileOutcome)>,
     /// The rules now in force from each file (fresh or kept from before), by path.
-    good: BTreeMap<PathBuf, Arc<[Arc<Rule>]>>,
+    good: BTreeMap<PathBuf, Good>,
     /// Files whose last good version could not be kept, and why: said again at each
     /// reload until the file loads, so that a later reload does not make the loss look
     /// like a mere error in the file.
     dropped: BTreeMap<PathBuf, String>,
+}
+
+/// One file's rules in force and the bytes of text they came from.
+#[derive(Debug, Clone)]
+struct Good {
+    rules: Arc<[Arc<Rule>]>,
+    bytes: u64,
 }
 
 impl LoadReport {
@@ -320,35 +337,20 @@ fn check_owner(
     }
 }
 
-pub(crate) fn type_name(ft: &std::fs::FileType) -> &'static str {
-    if ft.is_fifo() {
-        "FIFO"
-    } else if ft.is_socket() {
-        "socket"
-    } else if ft.is_char_device() {
-        "character device"
-    } else if ft.is_block_device() {
-        "block device"
-    } else if ft.is_dir() {
-        "directory"
-    } else if ft.is_symlink() {
-        "symlink"
-    } else {
-        "special file"
-    }
-}
-
 /// Reads `path` (found in `dir`) after every safety check, as text; the first problem
 /// found otherwise.
 pub fn read_checked(dir: &Path, path: &Path, policy: &LoadPolicy) -> Result<String, RuleError> {
-    read_checked_all(dir, path, policy).map_err(|mut errors| errors.swap_remove(0))
+    read_checked_all(dir, path, policy, policy.max_set_size)
+        .map_err(|mut errors| errors.swap_remove(0))
 }
 
-/// Like [`read_checked`], with every ownership problem (owner and mode) reported.
+/// Like [`read_checked`], with every ownership problem (owner and mode) reported;
+/// `set_left`: the bytes the rule set has left (see [`MAX_SET_SIZE`]).
 fn read_checked_all(
     dir: &Path,
     path: &Path,
     policy: &LoadPolicy,
+    set_left: u64,
 ) -> Result<String, Vec<RuleError>> {
     let whole = |kind| vec![RuleError::whole(path, kind)];
     let io = |e: std::io::Error| vec![RuleError::whole(path, RuleErrorKind::Io(e.to_string()))];
@@ -375,57 +377,30 @@ fn read_checked_all(
     } else {
         path.to_path_buf()
     };
-    // Type check before opening: opening a FIFO for reading would block.
-    let md = std::fs::metadata(&target).map_err(io)?;
-    if !md.file_type().is_file() {
-        return Err(whole(RuleErrorKind::NotRegular(type_name(&md.file_type()))));
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY)
-        .open(&target)
-        .map_err(io)?;
-    // Re-check on the descriptor: the path may have been swapped since.
-    let md = file.metadata().map_err(io)?;
-    if !md.file_type().is_file() {
-        return Err(whole(RuleErrorKind::NotRegular(type_name(&md.file_type()))));
-    }
+    let refused = |e: InError| match e {
+        InError::Io(e) => io(e),
+        InError::NotRegular(what) => whole(RuleErrorKind::NotRegular(what)),
+        InError::TooLarge { size, .. } if size > policy.max_file_size => {
+            whole(RuleErrorKind::TooLarge {
+                size,
+                limit: policy.max_file_size,
+            })
+        }
+        InError::TooLarge { size, .. } => whole(RuleErrorKind::SetTooLarge {
+            size,
+            left: set_left,
+            limit: policy.max_set_size,
+        }),
+        InError::NotUtf8 { offset } => whole(RuleErrorKind::NotUtf8 { offset }),
+    };
+    // The target is resolved: a symlink now is one swapped in since.
+    let (file, md) = infile::open_regular(&target, Links::Refuse).map_err(refused)?;
     let mut errors = Vec::new();
     check_owner(path, &md, "file", policy, &mut errors);
     if !errors.is_empty() {
         return Err(errors);
     }
-    if md.len() > policy.max_file_size {
-        return Err(whole(RuleErrorKind::TooLarge {
-            size: md.len(),
-            limit: policy.max_file_size,
-        }));
-    }
-    read_limited(file, policy.max_file_size).map_err(|e| match e {
-        ReadError::Io(e) => io(e),
-        ReadError::TooLarge(size) => whole(RuleErrorKind::TooLarge {
-            size,
-            limit: policy.max_file_size,
-        }),
-        ReadError::NotUtf8(offset) => whole(RuleErrorKind::NotUtf8 { offset }),
-    })
-}
-
-enum ReadError {
-    Io(std::io::Error),
-    TooLarge(u64),
-    NotUtf8(usize),
-}
-
-fn read_limited(file: File, limit: u64) -> Result<String, ReadError> {
-    let mut buf = Vec::new();
-    file.take(limit + 1)
-        .read_to_end(&mut buf)
-        .map_err(ReadError::Io)?;
-    if buf.len() as u64 > limit {
-        return Err(ReadError::TooLarge(buf.len() as u64));
-    }
-    String::from_utf8(buf).map_err(|e| ReadError::NotUtf8(e.utf8_error().valid_up_to()))
+    infile::read_text(file, md.len(), policy.max_file_size.min(set_left)).map_err(refused)
 }
 
 /// Parses and compiles one file's text, as a rule set of its own.
@@ -459,14 +434,28 @@ fn load_files_inner(
     mut errors: Vec<RuleError>,
 ) -> LoadReport {
     let mut outcomes: Vec<(PathBuf, FileOutcome)> = Vec::new();
-    let mut good: BTreeMap<PathBuf, Arc<[Arc<Rule>]>> = BTreeMap::new();
+    let mut good: BTreeMap<PathBuf, Good> = BTreeMap::new();
     // Rule name → origin, across every file loaded so far.
     let mut names: HashMap<String, String> = HashMap::new();
     let mut rejected: Vec<usize> = Vec::new();
     // Every file's `cmdline` regexes, kept ones included, share one budget.
     let mut budget = RegexBudget::default();
+    // The set's bytes not yet taken by files in force. Room is held for every file in
+    // force before, so that a new file or one that grew cannot push out rules that were
+    // working: a file's own share is released while it is read, held again when it is
+    // rejected (its last good version may be kept), and given up when it is kept.
+    let mut set_left = policy.max_set_size;
+    let before = |p: &Path| previous.good.get(p).map_or(0, |g| g.bytes);
+    let mut held: u64 = files
+        .iter()
+        .map(|(_, p)| p)
+        .chain(keep)
+        .map(|p| before(p))
+        .sum();
     for (dir, path) in files {
-        let result = read_checked_all(dir, path, policy).and_then(|text| {
+        held = held.saturating_sub(before(path));
+        let room = set_left.saturating_sub(held);
+        let result = read_checked_all(dir, path, policy, room).and_then(|text| {
             let rules = compile_text_within(path, &text, policy, &mut budget)?;
             let dups: Vec<RuleError> = rules
                 .iter()
@@ -482,20 +471,23 @@ fn load_files_inner(
                 })
                 .collect();
             if dups.is_empty() {
-                Ok(rules)
+                Ok((rules, text.len() as u64))
             } else {
                 Err(dups)
             }
         });
         match result {
-            Ok(rules) => {
+            Ok((rules, bytes)) => {
                 for r in &rules {
                     names.insert(r.name.clone(), r.origin());
                 }
+                set_left -= bytes;
                 outcomes.push((path.clone(), FileOutcome::Loaded(rules.len())));
-                good.insert(path.clone(), rules.into_iter().map(Arc::new).collect());
+                let rules = rules.into_iter().map(Arc::new).collect();
+                good.insert(path.clone(), Good { rules, bytes });
             }
             Err(errs) => {
+                held += before(path);
                 errors.extend(errs);
                 rejected.push(outcomes.len());
                 outcomes.push((path.clone(), FileOutcome::Rejected));
@@ -520,7 +512,9 @@ fn load_files_inner(
             }
             continue;
         };
-        if let Some(clash) = old.iter().find(|r| names.contains_key(&r.name)) {
+        held = held.saturating_sub(old.bytes);
+        let room = set_left.saturating_sub(held);
+        if let Some(clash) = old.rules.iter().find(|r| names.contains_key(&r.name)) {
             let why = format!(
                 "rule {:?} is now defined at {}",
                 clash.name, names[&clash.name]
@@ -532,8 +526,21 @@ fn load_files_inner(
             dropped.insert(path, why);
             continue;
         }
+        if old.bytes > room {
+            let why = format!(
+                "its {} bytes do not fit in what is left ({room} bytes) of the {} bytes the rule set's files may take together",
+                old.bytes, policy.max_set_size
+            );
+            errors.push(RuleError::whole(
+                &path,
+                RuleErrorKind::PreviousDropped(why.clone()),
+            ));
+            dropped.insert(path, why);
+            continue;
+        }
         let before = budget;
         let over = old
+            .rules
             .iter()
             .filter_map(|r| r.matcher.cmdline.as_ref())
             .find_map(|re| budget.charge(re.as_str()).err().map(|e| (re.as_str(), e)));
@@ -551,13 +558,17 @@ fn load_files_inner(
             dropped.insert(path, why);
             continue;
         }
-        for r in old.iter() {
+        for r in old.rules.iter() {
             names.insert(r.name.clone(), r.origin());
         }
-        outcomes[i].1 = FileOutcome::KeptPrevious(old.len());
-        good.insert(path, Arc::clone(old));
+        set_left -= old.bytes;
+        outcomes[i].1 = FileOutcome::KeptPrevious(old.rules.len());
+        good.insert(path, old.clone());
     }
-    let all: Vec<Arc<Rule>> = good.values().flat_map(|rs| rs.iter().cloned()).collect();
+    let all: Vec<Arc<Rule>> = good
+        .values()
+        .flat_map(|g| g.rules.iter().cloned())
+        .collect();
     LoadReport {
         rules: RuleSet::from_arcs(all),
         errors,

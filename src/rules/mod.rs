@@ -24,10 +24,9 @@ pub use compile::{
     UserLookup, COMM_MAX, NAME_MAX,
 };
 pub use error::{echo, echo_message, LineIndex, Location, RuleError, RuleErrorKind, ECHO_MAX};
-pub(crate) use load::type_name as file_type_name;
 pub use load::{
     collect_paths, compile_text, load_collected, load_dirs, load_paths, nested_dirs, read_checked,
-    reload, FileOutcome, LoadPolicy, LoadReport, DEFAULT_RULE_DIR, MAX_FILE_SIZE,
+    reload, FileOutcome, LoadPolicy, LoadReport, DEFAULT_RULE_DIR, MAX_FILE_SIZE, MAX_SET_SIZE,
 };
 pub use matcher::{
     slices_of_cgroup, unit_of_cgroup, Explanation, Match, ProcessInfo, RuleSet, Standing,

@@ -33,7 +33,7 @@ fn run(dir: &Path, args: &[&str]) -> Outcome {
         .arg("-o")
         .arg(&rss)
         .args(["-f", "%M"])
-        .arg(env!("CARGO_BIN_EXE_pinnerd"))
+        .arg(super::helper::PINNERD)
         .args(args)
         .env("RUST_BACKTRACE", "0")
         .process_group(0)
@@ -417,6 +417,36 @@ fn a_sysfs_tree_with_a_device_a_fifo_or_a_huge_file_is_refused() {
                 o.stderr
             );
         }
+    }
+}
+
+/// Four rule files of high CPU ids, each of which alone fits the per-file limit and
+/// the memory limit: together they would not, so the second is refused (before it is
+/// read) naming the set's bound, and so are the others; the first stays loaded.
+#[test]
+fn rule_files_of_high_cpu_ids_are_bounded_for_the_whole_rule_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    for f in 0..4 {
+        let mut text = String::new();
+        for n in 0.. {
+            let rule = format!(
+                "[[rule]]\nname=\"r{f}-{n}\"\n[rule.match]\ncomm=\"x\"\n[rule.place]\ncpus=\"8191\"\n"
+            );
+            if text.len() + rule.len() > pinnerd::rules::MAX_FILE_SIZE as usize * 3 / 4 {
+                break;
+            }
+            text.push_str(&rule);
+        }
+        std::fs::write(rules.join(format!("many-{f}.toml")), text).unwrap();
+    }
+    let o = run(dir.path(), &["check", rules.to_str().unwrap()]);
+    assert_clear_error(&o, 3, "bytes the rule set's files may take together");
+    assert!(!o.stderr.contains("many-0.toml:"), "{}", o.stderr);
+    for f in 1..4 {
+        let refused = format!("many-{f}.toml: refused: its ");
+        assert!(o.stderr.contains(&refused), "{refused} {}", o.stderr);
     }
 }
 

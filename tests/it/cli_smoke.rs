@@ -1,10 +1,8 @@
 //! The binary starts, and its help lists every command.
 
-use std::process::Command;
-
 #[test]
 fn help_lists_every_command() {
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .arg("--help")
         .output()
         .expect("run pinnerd --help");

@@ -46,7 +46,7 @@ fn full_disk() -> Stdio {
 
 /// Runs `pinnerd ARGS` with standard output `out`; asserts an error said and exit 1.
 fn fails_cleanly(args: &[&str], out: Stdio, what: &str, said: &str) {
-    let o = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let o = super::helper::pinnerd_command()
         .args(args)
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
@@ -149,7 +149,7 @@ fn every_printing_command_fails_cleanly_on_a_closed_or_full_output() {
         if args[0] == "--help" {
             // clap prints the help itself; it must not panic either.
             for out in [closed_pipe(), full_disk()] {
-                let o = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+                let o = super::helper::pinnerd_command()
                     .args(args)
                     .stdout(out)
                     .stderr(Stdio::piped())
@@ -186,7 +186,7 @@ fn every_printing_command_fails_cleanly_on_a_closed_or_full_output() {
     // Each pin took effect before its report failed; each release reports too.
     let release = ["release", "--bus", addr, pid];
     fails_cleanly(&release, closed_pipe(), "a closed pipe", "Broken pipe");
-    let _ = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let _ = super::helper::pinnerd_command()
         .args(["pin", "--bus", addr, pid, "--cpus", "0"])
         .output()
         .unwrap();
@@ -203,7 +203,7 @@ fn every_printing_command_fails_cleanly_on_a_closed_or_full_output() {
 /// Log lines are coloured on a terminal only, and never with `NO_COLOR` set.
 #[test]
 fn colour_only_on_a_terminal_and_never_with_no_color() {
-    let bin = env!("CARGO_BIN_EXE_pinnerd");
+    let bin = super::helper::PINNERD;
     let run = format!("{bin} -v run --bus unix:path=/nonexistent/bus --cpus 0 --print");
     let cmd = format!("{run} >/dev/null");
     // On a terminal (`script` gives the command one): coloured.

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::Command;
 
 use pinnerd::domains::Domains;
 use pinnerd::matrix::LatencyMatrix;
@@ -92,7 +91,7 @@ fn complete_flag_prints_the_sparse_summary_and_writes_the_completed_matrix() {
     let file = sparse_eval::data_dir().join("Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv");
     let dir = tempfile::tempdir().unwrap();
     let saved = dir.path().join("m.json");
-    let o = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let o = super::helper::pinnerd_command()
         .args(["measure", "--mode", "sparse", "--complete", "--simulate"])
         .arg(&file)
         .args(["--seed", "2", "--json", "--out"])
@@ -119,7 +118,7 @@ fn complete_flag_prints_the_sparse_summary_and_writes_the_completed_matrix() {
     assert_eq!(m.cells().len(), 2016);
     assert_eq!(std::fs::read_to_string(&saved).unwrap(), text);
     // Human output: the sparse map's summary, what completion did, the full matrix.
-    let o = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let o = super::helper::pinnerd_command()
         .args(["measure", "--complete", "--simulate"])
         .arg(&file)
         .output()
@@ -135,7 +134,7 @@ fn complete_flag_prints_the_sparse_summary_and_writes_the_completed_matrix() {
         "{out}"
     );
     // Without a sparse map there is nothing to complete.
-    let bad = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let bad = super::helper::pinnerd_command()
         .args(["measure", "--complete", "--mode", "rounds"])
         .output()
         .unwrap();

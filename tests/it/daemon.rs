@@ -73,21 +73,15 @@ const POLKIT_POLICY: &str = r#"
   </policy>
 "#;
 
-/// A private dbus-daemon, killed on drop.
+/// A private dbus-daemon (see `daemon_rig`), with `busctl` to drive it.
 pub struct Bus {
-    _dir: tempfile::TempDir,
+    rig: crate::daemon_rig::Bus,
     pub address: String,
-    pid: i32,
 }
 
 impl Bus {
     pub fn start(policy: Policy) -> Bus {
-        let dir = tempfile::tempdir().expect("tempdir");
-        // The unprivileged caller must reach the socket.
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let sock = dir.path().join("bus");
-        let project_policy =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd/org.pinnerd.Pinnerd1.conf");
+        let project_policy = crate::daemon_rig::project_policy();
         let policies = match policy {
             Policy::Project => format!(
                 "{SYSTEM_POLICY}\n  <include>{}</include>",
@@ -99,42 +93,16 @@ impl Bus {
                 project_policy.display()
             ),
         };
-        let config = format!(
-            r#"<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={}</listen>
-  <auth>EXTERNAL</auth>
-{policies}
-</busconfig>
-"#,
-            sock.display()
-        );
-        let conf = dir.path().join("bus.conf");
-        std::fs::write(&conf, config).unwrap();
-        let out = Command::new("dbus-daemon")
-            .arg(format!("--config-file={}", conf.display()))
-            .args(["--print-address=1", "--print-pid=1", "--fork"])
-            .stdin(Stdio::null())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run dbus-daemon");
-        assert!(out.status.success(), "dbus-daemon failed: {out:?}");
-        let text = String::from_utf8(out.stdout).unwrap();
-        let mut lines = text.lines();
-        let address = lines.next().expect("address line").trim().to_string();
-        let pid: i32 = lines.next().expect("pid line").trim().parse().unwrap();
+        let rig = crate::daemon_rig::Bus::start(&policies);
         Bus {
-            _dir: dir,
-            address,
-            pid,
+            address: rig.address.clone(),
+            rig,
         }
     }
 
     /// The dbus-daemon's pid.
     pub fn pid(&self) -> i32 {
-        self.pid
+        self.rig.pid
     }
 
     fn busctl_cmd(&self, args: &[&str]) -> Command {
@@ -188,14 +156,6 @@ impl Bus {
             std::thread::sleep(Duration::from_millis(50));
         }
         panic!("timed out waiting for {what}");
-    }
-}
-
-impl Drop for Bus {
-    fn drop(&mut self) {
-        unsafe {
-            libc::kill(self.pid, libc::SIGTERM);
-        }
     }
 }
 
@@ -275,17 +235,7 @@ pub struct Daemon {
 impl Daemon {
     /// Starts the daemon; returns at once (see [`Daemon::wait_ready`]).
     pub fn spawn(bus: &Bus, dirs: &Dirs, extra: &[&str]) -> Daemon {
-        let sock = dirs.root.path().join(format!(
-            "notify-{}",
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos()
-        ));
-        let notify = UnixDatagram::bind(&sock).expect("bind notify socket");
-        notify
-            .set_read_timeout(Some(Duration::from_millis(100)))
-            .unwrap();
+        let (notify, sock) = crate::daemon_rig::notify_socket(dirs.root.path());
         let log = dirs
             .root
             .path()
@@ -295,24 +245,9 @@ impl Daemon {
             .append(true)
             .open(&log)
             .unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_pinnerd"));
-        cmd.arg("daemon")
-            .arg(format!("--bus={}", bus.address))
-            .arg("--rules")
-            .arg(dirs.rules())
-            .arg("--state-dir")
-            .arg(dirs.state())
-            .arg("--runtime-dir")
-            .arg(dirs.runtime());
-        cmd.arg("--config").arg(dirs.settings());
+        let mut cmd = crate::daemon_rig::daemon_command(&bus.address, dirs.root.path(), &sock);
         cmd.args(extra)
-            .env("NOTIFY_SOCKET", &sock)
             .env("RUST_LOG", "pinnerd=debug")
-            .env_remove("JOURNAL_STREAM")
-            .env_remove("INVOCATION_ID")
-            .env_remove("WATCHDOG_USEC")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
             .stderr(logf);
         let child = cmd.spawn().expect("spawn pinnerd daemon");
         Daemon {
@@ -746,7 +681,7 @@ fn the_unit_verifies_keeps_kernel_tunables_read_only_and_its_exposure_is_at_most
     )
     .unwrap();
     // Verify checks that ExecStart exists: point it at the binary under test.
-    let unit = unit.replace("/usr/bin/pinnerd", env!("CARGO_BIN_EXE_pinnerd"));
+    let unit = unit.replace("/usr/bin/pinnerd", super::helper::PINNERD);
     let path = dir.path().join("pinnerd.service");
     std::fs::write(&path, &unit).unwrap();
     let out = Command::new("systemd-analyze")
@@ -852,7 +787,7 @@ fn remeasure_wait_reports_the_end_and_measured_at_changes() {
     let d = Daemon::start(&bus, &dirs);
     // The first measurement starts at once (nothing stored yet).
     let before = d.wait_measured(&bus, "");
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .args([
             "remeasure",
             "--wait",

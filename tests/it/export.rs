@@ -21,7 +21,7 @@ fn run(cmd: &mut Command) -> Output {
 }
 
 fn pinnerd() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    super::helper::pinnerd_command()
 }
 
 /// The matrix `lstopo --distances` prints: rows of logical-index values.

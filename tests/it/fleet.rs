@@ -57,7 +57,7 @@ fn write(dir: &Path, name: &str, m: &LatencyMatrix) -> PathBuf {
 }
 
 fn pinnerd_json(args: &[&Path], cmd: &str) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .arg(cmd)
         .args(args)
         .arg("--json")
@@ -200,7 +200,7 @@ fn bad_inputs_are_errors_naming_the_file() {
         "one.json",
         &LatencyMatrix::from_fn(vec![0], |_, _| 0.0),
     );
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .args(["diff".as_ref(), one.as_os_str(), one.as_os_str()])
         .output()
         .unwrap();
@@ -213,7 +213,7 @@ fn bad_inputs_are_errors_naming_the_file() {
         &LatencyMatrix::from_fn(vec![0, 1, 2, 3], |_, _| 20.0),
     );
     let big = c2c("AMD_Ryzen_9_5950X_at_3.40_GHz.csv");
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .args(["diff".as_ref(), big.as_os_str(), small.as_os_str()])
         .output()
         .unwrap();
@@ -229,7 +229,7 @@ fn bad_inputs_are_errors_naming_the_file() {
         .status()
         .unwrap()
         .success());
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .args(["diff".as_ref(), big.as_os_str(), fifo.as_os_str()])
         .output()
         .unwrap();
@@ -238,7 +238,7 @@ fn bad_inputs_are_errors_naming_the_file() {
     assert!(err.contains("fifo: not a regular file"), "{err}");
     let broken = dir.path().join("broken.csv");
     std::fs::write(&broken, ",,\n1,,\n2,x,\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .args([
             "fleet".as_ref(),
             big.as_os_str(),

@@ -118,7 +118,7 @@ const PICTURE_SYSFS: &str = "tests/fixtures/sysfs/epyc-vm-2cpu";
 fn docs_pictures_are_drawn_by_pinnerd_from_a_published_matrix() {
     let dir = tempfile::tempdir().unwrap();
     let (domains, heatmap) = (dir.path().join("d.svg"), dir.path().join("h.svg"));
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .current_dir(repo())
         .args([
             "topology",

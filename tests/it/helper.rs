@@ -336,12 +336,18 @@ pub struct Run {
     pub stderr: String,
 }
 
-/// Runs the pinnerd binary with `args` and waits for it: the one way tests run it.
+/// The pinnerd binary under test: the one place tests name it.
+pub const PINNERD: &str = env!("CARGO_BIN_EXE_pinnerd");
+
+/// The pinnerd binary as a `Command`, for a test that sets its environment, stdin or
+/// arguments that are not text; [`pinnerd`] runs one and waits.
+pub fn pinnerd_command() -> Command {
+    Command::new(PINNERD)
+}
+
+/// Runs the pinnerd binary with `args` and waits for it.
 pub fn pinnerd(args: &[&str]) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
-        .args(args)
-        .output()
-        .expect("run pinnerd");
+    let out = pinnerd_command().args(args).output().expect("run pinnerd");
     Run {
         status: out.status,
         code: out.status.code().unwrap_or(-1),

@@ -11,6 +11,8 @@ mod completion;
 mod crash_writes;
 mod daemon;
 mod daemon_pinning;
+#[path = "../../benches/support/daemon_rig.rs"]
+mod daemon_rig;
 mod dbus_limits;
 mod docs;
 mod explain_privacy;

@@ -211,6 +211,28 @@ fn library_rounds_mode_with_cross_check_and_progress() {
 }
 
 #[test]
+fn more_cpus_than_a_matrix_may_have_are_refused_before_measuring() {
+    // A 1025-CPU machine: refused up front, in full and in sparse mode, with the one
+    // bound the store and the reader keep too.
+    let cpus: CpuSet = (0..=pinnerd::matrix::MAX_MATRIX_CPUS as u32).collect();
+    for mode in [Mode::Serial, Mode::Sparse] {
+        let mut cfg = MeasureConfig::new(cpus.clone());
+        cfg.mode = mode;
+        cfg.guard.min_idle = 0.0;
+        cfg.budget = Duration::from_secs(1);
+        let e = measure::run(&cfg, |_| {}).unwrap_err();
+        assert!(
+            matches!(e, measure::MeasureError::TooManyCpus(_)),
+            "{mode:?}: {e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "1025 CPUs to measure: pinnerd measures, stores and reads matrices of at most 1024 CPUs"
+        );
+    }
+}
+
+#[test]
 fn probe_pairs_for_drift() {
     let _cpus = super::cpus_stay_online();
     let _spin = super::one_spinner_at_a_time();

@@ -19,7 +19,7 @@ fn make(verb: &str, destdir: &Path, prefix: &str) {
         .arg(verb)
         .arg(format!("DESTDIR={}", destdir.display()))
         .arg(format!("PREFIX={prefix}"))
-        .arg(format!("BIN={}", env!("CARGO_BIN_EXE_pinnerd")))
+        .arg(format!("BIN={}", super::helper::PINNERD))
         .output()
         .expect("run make (is it installed?)");
     assert!(

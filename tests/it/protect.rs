@@ -1,8 +1,6 @@
 //! A rule that matches everything, on the real system through `plan --live` (a dry run):
 //! PID 1, the bus daemon and pinnerd itself are listed as protected, never as managed.
 
-use std::process::Command;
-
 use super::daemon::{Bus, Policy};
 
 #[test]
@@ -17,7 +15,7 @@ fn plan_live_shows_pid_1_the_bus_daemon_and_itself_protected_from_a_broad_rule()
         "[[rule]]\nname = \"all\"\n[rule.match]\ncomm = \"*\"\n[rule.place]\ncpus = \"0\"\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .args(["plan", "--live", "--json", "--rules"])
         .arg(&rules)
         .output()
@@ -65,7 +63,7 @@ fn check_notes_rules_broad_enough_to_match_pid_1_or_the_bus_daemon() {
          [[rule]]\nname = \"svc\"\n[rule.match]\ncgroup = \"/system.slice/app.service\"\n[rule.place]\ncpus = \"0\"\n",
     )
     .unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .args(["check", "--no-permissions"])
         .arg(dir.path())
         .output()

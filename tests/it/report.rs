@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 fn pinnerd() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    super::helper::pinnerd_command()
 }
 
 fn fixture(name: &str) -> PathBuf {

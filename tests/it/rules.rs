@@ -247,6 +247,61 @@ fn reload_keeps_the_last_good_version_of_a_file_that_went_bad() {
 }
 
 #[test]
+fn the_rule_set_is_bounded_as_a_whole_and_the_files_before_keep_their_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let dirs = [dir.path().to_path_buf()];
+    let one = rule("a", "a").len() as u64;
+    let policy = LoadPolicy {
+        max_set_size: 3 * one,
+        ..LoadPolicy::unchecked()
+    };
+    for name in ["a", "b", "c", "d"] {
+        fs::write(dir.path().join(format!("{name}.toml")), rule(name, name)).unwrap();
+    }
+    let first = rules::load_dirs(&dirs, &policy);
+    let names = |r: &rules::LoadReport| -> Vec<String> {
+        r.rules.rules().iter().map(|r| r.name.clone()).collect()
+    };
+    assert_eq!(names(&first), ["a", "b", "c"]);
+    assert_eq!(
+        first.error_strings(),
+        [format!(
+            "{}/d.toml: refused: its {one} bytes do not fit in what is left (0 bytes) of the {} bytes the rule set's files may take together",
+            dir.path().display(),
+            3 * one
+        )]
+    );
+    assert_eq!(first.files[3].1, FileOutcome::Rejected);
+
+    // b.toml goes bad: its last good version is kept, within the bound.
+    fs::write(dir.path().join("b.toml"), "[[rule]\n").unwrap();
+    let second = rules::reload(&dirs, &policy, &first);
+    assert_eq!(names(&second), ["a", "b", "c"]);
+    assert_eq!(second.files[1].1, FileOutcome::KeptPrevious(1));
+
+    // d.toml is removed and a.toml grows into b's share: the grown file is refused
+    // and its last good version kept, so every rule that worked still does.
+    fs::remove_file(dir.path().join("d.toml")).unwrap();
+    let two = format!("{}{}", rule("a", "a"), rule("e", "e"));
+    fs::write(dir.path().join("a.toml"), &two).unwrap();
+    let third = rules::reload(&dirs, &policy, &second);
+    assert_eq!(names(&third), ["a", "b", "c"]);
+    assert_eq!(third.files[0].1, FileOutcome::KeptPrevious(1));
+    assert!(third.error_strings().contains(&format!(
+        "{}/a.toml: refused: its {} bytes do not fit in what is left ({one} bytes) of the {} bytes the rule set's files may take together",
+        dir.path().display(),
+        2 * one,
+        3 * one
+    )), "{:?}", third.error_strings());
+
+    // b.toml is removed: a.toml's new version fits.
+    fs::remove_file(dir.path().join("b.toml")).unwrap();
+    let fourth = rules::reload(&dirs, &policy, &third);
+    assert!(fourth.is_clean(), "{:?}", fourth.error_strings());
+    assert_eq!(names(&fourth), ["a", "c", "e"]);
+}
+
+#[test]
 fn duplicate_names_across_files_reject_the_later_file() {
     let dir = tempfile::tempdir().unwrap();
     fs::write(dir.path().join("a.toml"), rule("same", "a")).unwrap();

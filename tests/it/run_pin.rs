@@ -46,7 +46,7 @@ fn all_on(pid: u32, want: &CpuSet) -> bool {
 fn pinnerd_as_nobody(args: &[&str]) -> Run {
     let out = Command::new("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-        .arg(env!("CARGO_BIN_EXE_pinnerd"))
+        .arg(super::helper::PINNERD)
         .args(args)
         .output()
         .expect("run setpriv pinnerd");
@@ -382,7 +382,7 @@ fn run_with_the_daemon_avoids_exclusive_cpus_and_registers_the_process() {
 
     // The running command is a run-time pin of the daemon's: listed, and released when
     // it exits.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let mut child = super::helper::pinnerd_command()
         .args(["run", "--bus", addr, "--count", "1", "--", "sleep", "60"])
         .stdin(Stdio::null())
         .spawn()

@@ -3,7 +3,6 @@
 //! this machine's real pairs through `pinnerd measure --mode sparse`.
 
 use std::path::Path;
-use std::process::Command;
 
 use pinnerd::domains::Domains;
 use pinnerd::matrix::LatencyMatrix;
@@ -295,7 +294,7 @@ fn numbering_that_lies_never_costs_correctness() {
 #[test]
 fn simulate_flag_prints_the_reconstruction_and_its_counts() {
     let file = data_dir().join("Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv");
-    let o = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let o = super::helper::pinnerd_command()
         .args(["measure", "--simulate"])
         .arg(&file)
         .args(["--noise", "0.01", "--seed", "4", "--json"])
@@ -320,7 +319,7 @@ fn simulate_flag_prints_the_reconstruction_and_its_counts() {
         .all(|s| s.samples == 0));
     assert!(m.cells().len() == 2016);
     // The same seed gives the same run.
-    let again = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let again = super::helper::pinnerd_command()
         .args(["measure", "--simulate"])
         .arg(&file)
         .args(["--noise", "0.01", "--seed", "4", "--json"])
@@ -328,13 +327,13 @@ fn simulate_flag_prints_the_reconstruction_and_its_counts() {
         .unwrap();
     assert_eq!(String::from_utf8(again.stdout).unwrap(), text);
     // Bad input names the problem.
-    let bad = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let bad = super::helper::pinnerd_command()
         .args(["measure", "--simulate", "/nonexistent.csv"])
         .output()
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("/nonexistent.csv"));
-    let bad = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let bad = super::helper::pinnerd_command()
         .args(["measure", "--simulate"])
         .arg(&file)
         .args(["--mode", "rounds"])
@@ -350,7 +349,7 @@ fn sparse_mode_measures_this_machines_real_pairs() {
     let ids: Vec<u32> = pinnerd::measure::allowed_cpus().iter().collect();
     assert!(ids.len() >= 2, "this test needs two usable CPUs");
     let list = format!("{},{}", ids[0], ids[1]);
-    let o = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let o = super::helper::pinnerd_command()
         .args([
             "measure",
             "--mode",

@@ -1,8 +1,6 @@
 //! Topology discovery and the fingerprint on the real sysfs of the machine running the
 //! tests, and `pinnerd topology` end to end.
 
-use std::process::Command;
-
 use pinnerd::fingerprint::Fingerprint;
 use pinnerd::sysroot::SysRoot;
 use pinnerd::topology::Topology;
@@ -108,7 +106,7 @@ fn the_real_fingerprint_is_stable() {
 /// Runs `pinnerd topology --json [extra]` and checks it against the library's view of
 /// `root`.
 fn check_cli_json(extra: &[&std::ffi::OsStr], root: &SysRoot) {
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .args(["topology", "--json"])
         .args(extra)
         .output()
@@ -199,7 +197,7 @@ fn cli_json_has_the_documented_fields_for_every_online_cpu() {
 
 #[test]
 fn cli_tree_shows_every_online_cpu() {
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .arg("topology")
         .output()
         .unwrap();
@@ -299,7 +297,7 @@ fn every_fixture_parses_to_its_reviewed_result() {
 #[test]
 fn every_fixture_prints_its_reviewed_tree() {
     for name in FIXTURES {
-        let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        let out = super::helper::pinnerd_command()
             .args(["topology", "--sysfs"])
             .arg(fixture(name))
             .output()
@@ -542,7 +540,7 @@ fn a_malformed_file_is_an_error_naming_file_line_and_column() {
         }
         other => panic!("unexpected {other}"),
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .args(["topology", "--sysfs"])
         .arg(dir.path())
         .output()
@@ -749,7 +747,7 @@ fn capacity_classes_give_kinds_without_pmu_lists() {
 #[test]
 fn topology_json_carries_kinds_caches_rankings_and_the_x3d_mode() {
     let run = |name: &str| -> serde_json::Value {
-        let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+        let out = super::helper::pinnerd_command()
             .args(["topology", "--json", "--sysfs"])
             .arg(fixture(name))
             .output()

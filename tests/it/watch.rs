@@ -169,7 +169,7 @@ fn plan_live_shows_what_would_happen_and_changes_nothing() {
     let mut h = Helper::spawn(dir.path(), "pt-live1");
     h.spawn_threads(2, None);
     let before: Vec<_> = h.tids().iter().map(|&t| super::affinity::mask(t)).collect();
-    let out = Command::new(env!("CARGO_BIN_EXE_pinnerd"))
+    let out = super::helper::pinnerd_command()
         .args(["plan", "--live", "--json", "--rules"])
         .arg(&rules_dir)
         .output()

@@ -220,6 +220,26 @@ pub struct Summary {
     pub levels: Vec<Level>,
 }
 
+/// Most CPUs a matrix may have, the one bound for measuring, storing and reading: 1024²
+/// cells take 16 MiB. A machine (or a `--cpus` list) of more CPUs is refused before
+/// measuring starts, so the daemon never stores a matrix it could not read back.
+pub const MAX_MATRIX_CPUS: usize = 1024;
+
+/// More CPUs than a matrix may have ([`MAX_MATRIX_CPUS`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{cpus} CPUs to measure: pinnerd measures, stores and reads matrices of at most {MAX_MATRIX_CPUS} CPUs")]
+pub struct TooManyCpus {
+    pub cpus: usize,
+}
+
+/// Whether a matrix of `cpus` CPUs is within [`MAX_MATRIX_CPUS`].
+pub fn check_cpu_count(cpus: usize) -> Result<(), TooManyCpus> {
+    if cpus > MAX_MATRIX_CPUS {
+        return Err(TooManyCpus { cpus });
+    }
+    Ok(())
+}
+
 /// A matrix file that cannot be used. Every variant names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum MatrixError {
@@ -306,10 +326,10 @@ impl LatencyMatrix {
     /// Reads our JSON or core-to-core-latency's CSV, chosen by content: a file whose
     /// first non-blank character is `{` is JSON. Bounded (see [`read`]): FIFOs, devices
     /// and other non-regular files are refused before opening, files over the size
-    /// limit before reading, matrices over [`read::MAX_MATRIX_CPUS`] CPUs before their
+    /// limit before reading, matrices over [`MAX_MATRIX_CPUS`] CPUs before their
     /// cells are allocated.
     pub fn load(path: &Path) -> Result<LatencyMatrix, MatrixError> {
-        let (mut file, _) = read::open_regular(path)?;
+        let (mut file, size) = read::open_regular(path)?;
         if read::is_json(&mut file, path)? {
             let m = read::json_from_reader(file, path)?;
             m.validate().map_err(|message| MatrixError::Invalid {
@@ -318,7 +338,7 @@ impl LatencyMatrix {
             })?;
             Ok(m)
         } else {
-            Self::from_csv(&read::read_csv_text(file, path)?, path)
+            Self::from_csv(&read::read_csv_text(file, size, path)?, path)
         }
     }
 
@@ -357,12 +377,12 @@ impl LatencyMatrix {
         // The first row's cell count is the number of CPUs; a file with fewer rows was
         // cut short, one with more is not a square matrix.
         let n = rows[0].1.split(',').count();
-        if n > read::MAX_MATRIX_CPUS {
+        if n > MAX_MATRIX_CPUS {
             return Err(err(
                 rows[0].0,
                 format!(
                     "the first row has {n} cells: more than the {} CPUs a matrix may have",
-                    read::MAX_MATRIX_CPUS
+                    MAX_MATRIX_CPUS
                 ),
             ));
         }
@@ -437,6 +457,11 @@ impl LatencyMatrix {
     /// distinct CPU ids.
     pub fn validate(&self) -> Result<(), String> {
         let n = self.cpus.len();
+        if n > MAX_MATRIX_CPUS {
+            return Err(format!(
+                "{n} CPUs: more than the {MAX_MATRIX_CPUS} a matrix may have"
+            ));
+        }
         let mut seen = CpuSet::new();
         for &c in &self.cpus {
             if !seen.insert(c) {
