@@ -29,16 +29,7 @@ const PAIR_SHRINK: f64 = 2.0;
 use super::block::Block;
 use super::run::Run;
 use super::PairMeasurer;
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        crate::stats::midpoint(v[m - 1], v[m])
-    }
-}
+use crate::stats::median_in_place;
 
 /// A block's figures as a typical level times a factor per child group (a core far
 /// from the others on a mesh is slower to everyone): `ln v = mu + e[a] + e[b]`, fitted
@@ -75,7 +66,8 @@ impl Fit {
         }
         let mut logs: Vec<f64> = obs.iter().map(|o| o.2).collect();
         let mut fit = Fit {
-            mu: median(&mut logs),
+            // Sorts `logs`, so its ends are the range below.
+            mu: median_in_place(&mut logs)?,
             eff: vec![0.0; b.kids.len()],
             unit: BTreeMap::new(),
             cpu: BTreeMap::new(),
@@ -99,7 +91,7 @@ impl Fit {
                 .iter()
                 .map(|&(x, y, v)| v - fit.eff[x] - fit.eff[y])
                 .collect();
-            fit.mu = median(&mut rest);
+            fit.mu = median_in_place(&mut rest)?;
         }
         let obs: Vec<(usize, usize, f64)> = b
             .pairs()

@@ -112,9 +112,7 @@ impl MeshModel {
             return None;
         }
         let y: Vec<f64> = obs.iter().map(|o| o.2.ln()).collect();
-        let mut sorted = y.clone();
-        sorted.sort_by(f64::total_cmp);
-        let median = sorted[sorted.len() / 2];
+        let median = crate::stats::upper_median(&y)?;
         let starts: Vec<Vec<f64>> = match from {
             Some(m) if m.n == n => vec![m.x.clone()],
             _ => (0..STARTS)

@@ -596,12 +596,11 @@ fn fill_tree<M: PairMeasurer>(
 /// The median of `obs`' figures when at least three quarters of them (and at least 8)
 /// lie within `tol` (a ratio) of it: one level with a few exceptions.
 fn mostly_level(obs: &[(usize, usize, f64)], tol: f64) -> Option<f64> {
-    let mut v: Vec<f64> = obs.iter().map(|o| o.2).collect();
+    let v: Vec<f64> = obs.iter().map(|o| o.2).collect();
     if v.len() < 8 {
         return None;
     }
-    v.sort_by(f64::total_cmp);
-    let m = v[v.len() / 2];
+    let m = crate::stats::upper_median(&v)?;
     let near = v
         .iter()
         .filter(|&&x| (x / m).ln().abs() <= tol.ln())
