@@ -33,19 +33,19 @@
 //!
 //! Must not touch: the OS (the measurer does), files, the daemon.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::rng::Rng;
 use super::schedule::Costs;
 use super::{MeasureError, Mode};
-use block::{blocks, Block, SubPair};
-use fit::{misfits, Fit};
-use rowcol::RowCol;
+use fill::{fill_tree, Filled};
+use mesh::MeshModel;
 use run::Run;
 use tree::{first_pairs, insert_all, prior_tree, Tree};
 
 mod block;
+mod fill;
 mod fit;
 mod held_out;
 mod mesh;
@@ -177,9 +177,10 @@ pub const MODEL_COSTS: Costs = Costs {
     serial_check: 0,
 };
 
-/// Sparse measurement of `cpus`: the tree from `prior` (nested groups of CPU ids, e.g.
-/// the sysfs levels) or, without one, by insertion; then spot checks per block, full
-/// measurement where they disagree, and the fill.
+/// Sparse measurement of `cpus` (docs/measurement.md, "Sparse mode"): the tree from
+/// `prior` (nested groups of CPU ids, e.g. the sysfs levels) or, without one, a mesh
+/// model or the tree by insertion; the fill of its blocks; from
+/// [`SparseConfig::pair_terms_from`] CPUs the region pairs; then plan verification.
 pub fn run_sparse<M: PairMeasurer>(
     cpus: &[u32],
     prior: Option<&[Vec<CpuSet>]>,
@@ -193,74 +194,28 @@ pub fn run_sparse<M: PairMeasurer>(
         });
     }
     let mut run = Run::new(cpus, meas);
-    // A prior with no group of two or more CPUs below the machine (an Arm mesh's
-    // sysfs: every core alone in one package) says nothing: insertion finds more, and
-    // the first pairs show a mesh.
-    let prior = prior.map(|p| prior_tree(cpus, p)).filter(Tree::has_groups);
-    let used_prior = prior.is_some();
-    let mut mesh_model = None;
-    let tree = match prior {
-        Some(t) => t,
-        None => {
-            let first = first_pairs(n);
-            run.measure(&first, false)?;
-            // Twice, keeping the lower: a preempted figure here would misplace a CPU
-            // (one SMT sibling looking like a cache neighbour), and these rounds are
-            // cheap.
-            run.measure(&first, true)?;
-            let figures: Vec<f64> = first.iter().filter_map(|&(i, j)| run.get(i, j)).collect();
-            let share = mesh::smooth_share(&figures, 1.0 + cfg.tolerance);
-            tracing::debug!(share, "sparse: first pairs' smooth share");
-            if (mesh::MESH_FROM..=mesh::MESH_UP_TO).contains(&n) && share >= cfg.mesh_share {
-                // Drawn apart, so a refused model leaves the other steps' draws as
-                // they would be without it.
-                let mut rng = Rng::new(cfg.seed ^ 0x6d65_7368);
-                mesh_model = mesh::map_mesh(&mut run, cfg, &mut rng)?;
-            }
-            if mesh_model.is_some() {
-                Tree {
-                    lat: vec![Vec::new()],
-                    group: vec![vec![0; n]],
-                    next: 0,
-                }
-            } else {
-                insert_all(&mut run, cfg)?
-            }
-        }
-    };
+    let Built {
+        tree,
+        mesh_model,
+        used_prior,
+    } = build_tree(&mut run, cpus, prior, cfg)?;
     tracing::debug!(
         pairs = run.distinct(),
         levels = ?tree.shape(),
         mesh = mesh_model.is_some(),
         "sparse: tree built"
     );
-    let (mut cells, filled, full_blocks) = match &mesh_model {
-        Some(model) => {
-            let mut cells = run.cells.clone();
-            for i in 0..n {
-                for j in 0..n {
-                    if i != j && cells[i * n + j].is_nan() {
-                        cells[i * n + j] = model.predict(i, j);
-                    }
-                }
-            }
-            (cells, 1, 0)
-        }
+    let Filled {
+        mut cells,
+        filled,
+        full_blocks,
+    } = match &mesh_model {
+        Some(model) => fill_from_mesh(&run, model),
         None => fill_tree(&mut run, &tree, cfg)?,
     };
-    // 5b. Where the pair targets apply, every pair of large groups (the CCDs) checked
-    // on figures of its own, `cfg.region_figures` of them (`sparse/regions.rs`).
     if mesh_model.is_none() && n >= cfg.pair_terms_from {
-        let mut rng = Rng::new(cfg.seed ^ 0x7265_6769);
-        let r = regions::correct_regions(&mut run, &tree, &mut cells, cfg, &mut rng)?;
-        tracing::debug!(
-            regions = r.regions,
-            pairs = r.pairs,
-            moved = r.moved,
-            "sparse: region pairs checked"
-        );
+        check_region_pairs(&mut run, &tree, &mut cells, cfg)?;
     }
-    // 6. Plan verification: the compact plans from the filled cells, measured through.
     let v = verify::verify_plans(&mut run, &mut cells, cfg)?;
     tracing::debug!(
         pairs = v.pairs,
@@ -268,8 +223,124 @@ pub fn run_sparse<M: PairMeasurer>(
         settled = v.settled,
         "compact plans verified"
     );
-    let levels = tree
-        .group
+    let pairs_measured = run.distinct();
+    Ok(SparseOutcome {
+        cpus: cpus.to_vec(),
+        cells,
+        measured: run.measured,
+        pairs_measured,
+        measurements: run.measurements,
+        rounds: run.rounds,
+        levels: levels(&tree, cpus),
+        blocks_filled: filled,
+        blocks_measured: full_blocks,
+        used_prior,
+        mesh: mesh_model.is_some(),
+    })
+}
+
+/// The tree a sparse run fills, and how it was found.
+struct Built {
+    tree: Tree,
+    /// The mesh model that fills every cell; the tree is then the machine alone.
+    mesh_model: Option<MeshModel>,
+    used_prior: bool,
+}
+
+/// The tree of nested groups: `prior`'s, where it has a group below the machine; else,
+/// from the first pairs (measured twice, the lower kept), a mesh model where they look
+/// smooth on a machine of the mesh model's size and the model holds; else the tree by
+/// insertion.
+fn build_tree<M: PairMeasurer>(
+    run: &mut Run<'_, M>,
+    cpus: &[u32],
+    prior: Option<&[Vec<CpuSet>]>,
+    cfg: &SparseConfig,
+) -> Result<Built, MeasureError> {
+    // A prior with no group of two or more CPUs below the machine (an Arm mesh's
+    // sysfs: every core alone in one package) says nothing: insertion finds more, and
+    // the first pairs show a mesh.
+    if let Some(tree) = prior.map(|p| prior_tree(cpus, p)).filter(Tree::has_groups) {
+        return Ok(Built {
+            tree,
+            mesh_model: None,
+            used_prior: true,
+        });
+    }
+    let n = cpus.len();
+    let first = first_pairs(n);
+    run.measure(&first, false)?;
+    // Twice, keeping the lower: a preempted figure here would misplace a CPU (one SMT
+    // sibling looking like a cache neighbour), and these rounds are cheap.
+    run.measure(&first, true)?;
+    let figures: Vec<f64> = first.iter().filter_map(|&(i, j)| run.get(i, j)).collect();
+    let share = mesh::smooth_share(&figures, 1.0 + cfg.tolerance);
+    tracing::debug!(share, "sparse: first pairs' smooth share");
+    let mut mesh_model = None;
+    if (mesh::MESH_FROM..=mesh::MESH_UP_TO).contains(&n) && share >= cfg.mesh_share {
+        // Drawn apart, so a refused model leaves the other steps' draws as they would
+        // be without it.
+        let mut rng = Rng::new(cfg.seed ^ 0x6d65_7368);
+        mesh_model = mesh::map_mesh(run, cfg, &mut rng)?;
+    }
+    let tree = if mesh_model.is_some() {
+        Tree {
+            lat: vec![Vec::new()],
+            group: vec![vec![0; n]],
+            next: 0,
+        }
+    } else {
+        insert_all(run, cfg)?
+    };
+    Ok(Built {
+        tree,
+        mesh_model,
+        used_prior: false,
+    })
+}
+
+/// Every cell not measured taken from the mesh model: the machine is one block, filled.
+fn fill_from_mesh<M: PairMeasurer>(run: &Run<'_, M>, model: &MeshModel) -> Filled {
+    let n = run.n();
+    let mut cells = run.cells.clone();
+    for i in 0..n {
+        for j in 0..n {
+            if i != j && cells[i * n + j].is_nan() {
+                cells[i * n + j] = model.predict(i, j);
+            }
+        }
+    }
+    Filled {
+        cells,
+        filled: 1,
+        full_blocks: 0,
+    }
+}
+
+/// Every pair of large groups (the CCDs) checked on `cfg.region_figures` figures of
+/// its own, its fill moved where they agree on another level (`regions.rs`). Drawn
+/// apart from the other steps.
+fn check_region_pairs<M: PairMeasurer>(
+    run: &mut Run<'_, M>,
+    tree: &Tree,
+    cells: &mut [f64],
+    cfg: &SparseConfig,
+) -> Result<(), MeasureError> {
+    let mut rng = Rng::new(cfg.seed ^ 0x7265_6769);
+    let r = regions::correct_regions(run, tree, cells, cfg, &mut rng)?;
+    tracing::debug!(
+        regions = r.regions,
+        pairs = r.pairs,
+        moved = r.moved,
+        "sparse: region pairs checked"
+    );
+    Ok(())
+}
+
+/// The tree's levels as sets of CPU ids, each level's groups in order of their first
+/// CPU.
+fn levels(tree: &Tree, cpus: &[u32]) -> Vec<Vec<CpuSet>> {
+    tree.group
         .iter()
         .map(|part| {
             let mut groups: BTreeMap<usize, CpuSet> = BTreeMap::new();
@@ -280,332 +351,7 @@ pub fn run_sparse<M: PairMeasurer>(
             v.sort_by_key(|s| s.iter().next());
             v
         })
-        .collect();
-    let pairs_measured = run.distinct();
-    Ok(SparseOutcome {
-        cpus: cpus.to_vec(),
-        cells,
-        measured: run.measured,
-        pairs_measured,
-        measurements: run.measurements,
-        rounds: run.rounds,
-        levels,
-        blocks_filled: filled,
-        blocks_measured: full_blocks,
-        used_prior,
-        mesh: mesh_model.is_some(),
-    })
-}
-
-/// Steps 1–5 on the tree: spot checks, fits, full measurement where they disagree and
-/// the fill. The cells, the blocks filled and the blocks measured fully.
-fn fill_tree<M: PairMeasurer>(
-    run: &mut Run<'_, M>,
-    tree: &Tree,
-    cfg: &SparseConfig,
-) -> Result<(Vec<f64>, usize, usize), MeasureError> {
-    let n = run.n();
-    let mut rng = Rng::new(cfg.seed);
-    let blocks = blocks(tree, n >= cfg.pair_terms_from);
-    let tol = 1.0 + cfg.tolerance;
-    // A figure this far from its block's fit is not variation inside a level but a
-    // pair the tree placed wrongly (levels are at least 1.3 apart).
-    let broken = cfg.level_ratio;
-
-    // 1. Spot checks of every block at once: twice as many as it has child groups,
-    // more for big blocks, all of a small one.
-    let mut want = Vec::new();
-    let mut drawn: Vec<Vec<(usize, usize)>> = Vec::new();
-    for b in &blocks {
-        let cells = b.cells();
-        if cells <= cfg.small_block {
-            want.extend(b.pairs());
-            drawn.push(b.pairs());
-            continue;
-        }
-        let k = (2 * b.kids.len())
-            .max(2 * b.unit_pairs().len())
-            .max((cells as f64).sqrt() as usize / 4)
-            .clamp(cfg.samples, 8 * cfg.samples)
-            .min(cells);
-        let sample = b.sample(k, &mut rng);
-        want.extend(sample.iter().copied());
-        drawn.push(sample);
-    }
-    run.measure(&want, false)?;
-    // 2. Figures off their block's fit are measured once more (the lower is kept:
-    // preemption only inflates).
-    let again: Vec<(usize, usize)> = blocks
-        .iter()
-        .filter_map(|b| Some(misfits(run, b, &Fit::new(run, b)?, tol)))
-        .flatten()
-        .collect();
-    run.measure(&again, true)?;
-    tracing::debug!(
-        pairs = run.distinct(),
-        blocks = blocks.len(),
-        "sparse: spot checks"
-    );
-    // 3. A block whose figures mostly fit is filled from the fit, except the child
-    // pairs holding a figure that breaks it: those are measured fully. A block where
-    // more than a quarter miss the fit is measured fully.
-    let mut full = Vec::new();
-    let mut fill: Vec<(&Block, Fit)> = Vec::new();
-    let mut filled = 0usize;
-    let mut full_blocks = 0usize;
-    let mut irregular: Vec<&Block> = Vec::new();
-    let mut suspect: Vec<(&Block, Vec<(usize, usize)>)> = Vec::new();
-    for (b, sample) in blocks.iter().zip(&drawn) {
-        let Some(fit) = Fit::new(run, b) else {
-            full.extend(b.pairs());
-            full_blocks += 1;
-            continue;
-        };
-        // Judged on the random sample only: the pairs measured while inserting follow
-        // the numbering, and would fit better than the block does.
-        let seen = sample
-            .iter()
-            .filter(|&&(i, j)| run.get(i, j).is_some())
-            .count();
-        let off = sample
-            .iter()
-            .filter(|&&(i, j)| {
-                run.get(i, j)
-                    .is_some_and(|v| (v / fit.predict(b, i, j)).ln().abs() > tol.ln())
-            })
-            .count();
-        // A random spot check a level below its fit: a closer group the tree does
-        // not know hides in this block (a prior or a numbering that lies). Every pair
-        // of child groups gets checked.
-        let hidden = sample.iter().any(|&(i, j)| {
-            run.get(i, j)
-                .is_some_and(|v| fit.predict(b, i, j) / v > broken)
-        });
-        if off * 4 > seen || hidden {
-            irregular.push(b);
-            continue;
-        }
-        let mut split = BTreeSet::new();
-        for (i, j) in misfits(run, b, &fit, broken) {
-            let (x, y) = (b.kid_of[&i], b.kid_of[&j]);
-            split.insert((x.max(y), x.min(y)));
-        }
-        for &(x, y) in &split {
-            let pairs = b.between(x, y);
-            if pairs.len() <= 4 * cfg.samples {
-                full.extend(pairs);
-                full_blocks += 1;
-            } else {
-                // A large child pair is checked again before it is measured fully:
-                // one broken figure there may be the only one.
-                suspect.push((b, pairs));
-            }
-        }
-        filled += 1;
-        fill.push((b, fit));
-    }
-    let mut want = Vec::new();
-    for (_, pairs) in &suspect {
-        for _ in 0..2 * cfg.samples {
-            want.push(pairs[rng.below(pairs.len())]);
-        }
-    }
-    run.measure(&want, false)?;
-    for (b, pairs) in suspect {
-        let Some(fit) = fill
-            .iter()
-            .find(|(fb, _)| std::ptr::eq(*fb, b))
-            .map(|(_, f)| f)
-        else {
-            continue;
-        };
-        let seen: Vec<f64> = pairs
-            .iter()
-            .filter_map(|&(i, j)| Some((run.get(i, j)? / fit.predict(b, i, j)).ln().abs()))
-            .collect();
-        let off = seen.iter().filter(|&&d| d > broken.ln()).count();
-        if off * 4 > seen.len() {
-            full.extend(pairs);
-            full_blocks += 1;
-        }
-    }
-    // 3b. On a small machine, fresh pairs of every filled block against its fill
-    // (drawn apart, so the other steps draw as they would without them).
-    let mut fresh = Rng::new(cfg.seed.rotate_left(32));
-    for k in held_out::held_out(run, &fill, cfg, &mut fresh)? {
-        full.extend(fill[k].0.pairs());
-        full_blocks += 1;
-        filled -= 1;
-    }
-    tracing::debug!(
-        pairs = run.distinct(),
-        irregular = irregular.len(),
-        full = full.len(),
-        "sparse: fits and held-out checks"
-    );
-    // 4. A block where more than a quarter miss the fit is split into its child pairs,
-    // each spot-checked twice: filled from their mean when the two agree, else
-    // measured fully.
-    let mut subs: Vec<SubPair<'_>> = Vec::new();
-    let mut want = Vec::new();
-    for b in &irregular {
-        for x in 0..b.kids.len() {
-            for y in 0..x {
-                let pairs = b.between(x, y);
-                if pairs.len() <= 2 {
-                    want.extend(pairs.iter().copied());
-                } else {
-                    let have = pairs
-                        .iter()
-                        .filter(|&&(i, j)| run.get(i, j).is_some())
-                        .count();
-                    for _ in have..2 {
-                        want.push(pairs[rng.below(pairs.len())]);
-                    }
-                }
-                subs.push((&b.kids[x], &b.kids[y], pairs));
-            }
-        }
-    }
-    run.measure(&want, false)?;
-    let spread = |run: &Run<'_, M>, pairs: &[(usize, usize)]| {
-        let v: Vec<f64> = pairs.iter().filter_map(|&(i, j)| run.get(i, j)).collect();
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(0.0, f64::max);
-        (v.len(), lo, hi)
-    };
-    let again: Vec<(usize, usize)> = subs
-        .iter()
-        .map(|(_, _, p)| p)
-        .filter(|p| {
-            let (_, lo, hi) = spread(run, p);
-            hi > lo * tol
-        })
-        .flat_map(|p| p.iter().copied().filter(|&(i, j)| run.get(i, j).is_some()))
-        .collect();
-    run.measure(&again, true)?;
-    tracing::debug!(
-        pairs = run.distinct(),
-        "sparse: irregular blocks' child pairs"
-    );
-    let mut sub_fill: Vec<(Vec<(usize, usize)>, f64)> = Vec::new();
-    let mut modelled = Vec::new();
-    for (rows, cols, pairs) in subs {
-        let (count, lo, hi) = spread(run, &pairs);
-        if count == pairs.len() {
-            continue;
-        }
-        if count == 0 || hi > lo * tol {
-            // Two figures that disagree: a factor per CPU may still explain them.
-            if rowcol::worth(rows, cols) {
-                modelled.push((rows, cols, pairs));
-                continue;
-            }
-            full.extend(pairs);
-            full_blocks += 1;
-        } else {
-            let v: f64 = pairs
-                .iter()
-                .filter_map(|&(i, j)| run.get(i, j))
-                .sum::<f64>();
-            sub_fill.push((pairs, v / count as f64));
-            filled += 1;
-        }
-    }
-    // A child pair whose figures disagree: a factor per CPU on each side, from a few
-    // pairs per CPU; misfits measured once more; filled from it when every figure fits
-    // within half the tolerance, else measured fully.
-    let want: Vec<(usize, usize)> = modelled
-        .iter()
-        .flat_map(|(rows, cols, _)| rowcol::design(rows, cols))
-        .collect();
-    run.measure(&want, false)?;
-    let obs = |run: &Run<'_, M>, rows: &[usize], cols: &[usize]| -> Vec<(usize, usize, f64)> {
-        rows.iter()
-            .flat_map(|&i| cols.iter().map(move |&j| (i, j)))
-            .filter_map(|(i, j)| Some((i, j, run.get(i, j)?)))
-            .collect()
-    };
-    let half = 1.0 + cfg.tolerance / 2.0;
-    let again: Vec<(usize, usize)> = modelled
-        .iter()
-        .flat_map(|(rows, cols, _)| {
-            let o = obs(run, rows, cols);
-            RowCol::new(rows, cols, &o).map_or_else(Vec::new, |f| f.misfits(&o, half))
-        })
-        .collect();
-    run.measure(&again, true)?;
-    let mut rc_fill = Vec::new();
-    for (rows, cols, pairs) in modelled {
-        let o = obs(run, rows, cols);
-        match RowCol::new(rows, cols, &o) {
-            Some(f) if f.misfits(&o, half).is_empty() => {
-                rc_fill.push((rows, cols, f));
-                filled += 1;
-            }
-            // One level with a few exceptions (a dual EPYC 7742's CCX pairs: 122 ns
-            // with one cell in ten at 100). From the pair target's size on, filled from
-            // the median, the exceptions seen staying measured; below it, measured fully.
-            _ => match mostly_level(&o, tol).filter(|_| n >= cfg.held_out_below) {
-                Some(level) => {
-                    sub_fill.push((pairs, level));
-                    filled += 1;
-                }
-                None => {
-                    full.extend(pairs);
-                    full_blocks += 1;
-                }
-            },
-        }
-    }
-    run.measure(&full, false)?;
-    tracing::debug!(pairs = run.distinct(), "sparse: blocks measured fully");
-    // 5. The fill: every cell still unknown takes its block's fit.
-    let mut cells = run.cells.clone();
-    for (pairs, v) in &sub_fill {
-        for &(i, j) in pairs {
-            if cells[i * n + j].is_nan() {
-                cells[i * n + j] = *v;
-                cells[j * n + i] = *v;
-            }
-        }
-    }
-    for (rows, cols, f) in &rc_fill {
-        for &i in rows.iter() {
-            for &j in cols.iter() {
-                if cells[i * n + j].is_nan() {
-                    let v = f.predict(i, j);
-                    cells[i * n + j] = v;
-                    cells[j * n + i] = v;
-                }
-            }
-        }
-    }
-    for (b, fit) in &fill {
-        for (i, j) in b.pairs() {
-            if cells[i * n + j].is_nan() {
-                let v = fit.fill(b, i, j);
-                cells[i * n + j] = v;
-                cells[j * n + i] = v;
-            }
-        }
-    }
-    Ok((cells, filled, full_blocks))
-}
-
-/// The median of `obs`' figures when at least three quarters of them (and at least 8)
-/// lie within `tol` (a ratio) of it: one level with a few exceptions.
-fn mostly_level(obs: &[(usize, usize, f64)], tol: f64) -> Option<f64> {
-    let v: Vec<f64> = obs.iter().map(|o| o.2).collect();
-    if v.len() < 8 {
-        return None;
-    }
-    let m = crate::stats::upper_median(&v)?;
-    let near = v
-        .iter()
-        .filter(|&&x| (x / m).ln().abs() <= tol.ln())
-        .count();
-    (4 * near >= 3 * v.len()).then_some(m)
+        .collect()
 }
 
 #[cfg(test)]
@@ -632,22 +378,6 @@ mod tests {
 
     fn set(s: &str) -> CpuSet {
         s.parse().unwrap()
-    }
-
-    #[test]
-    fn one_level_with_a_few_exceptions_is_its_median_and_two_levels_are_none() {
-        let obs = |v: &[f64]| -> Vec<(usize, usize, f64)> {
-            v.iter().enumerate().map(|(k, &x)| (k, k + 1, x)).collect()
-        };
-        let mut v = vec![122.0, 121.0, 124.0, 123.0, 120.0, 125.0, 122.0, 121.0];
-        v.extend([100.0, 99.0]);
-        // 8 of 10 near 122: one level, its median.
-        assert_eq!(mostly_level(&obs(&v), 1.10), Some(122.0));
-        // Half at 100: two levels, not one with exceptions.
-        v.extend([100.0, 101.0, 98.0, 100.0, 99.0, 100.0]);
-        assert_eq!(mostly_level(&obs(&v), 1.10), None);
-        // Too few figures to say.
-        assert_eq!(mostly_level(&obs(&[122.0; 7]), 1.10), None);
     }
 
     #[test]
