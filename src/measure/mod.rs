@@ -23,7 +23,11 @@
 //! The threads are plain named `std::thread`s; callers on an async runtime run these
 //! functions on a blocking thread.
 //!
-//! Must not touch: placement, the daemon's state, files (the caller stores the matrix).
+//! Must not touch: the daemon's state, files (the caller stores the matrix). Placement
+//! only as its caller: sparse plan verification (`sparse/verify.rs`) asks the real
+//! planner which CPUs a compact plan takes on the filled cells, so that the cells
+//! those plans stand on are measured, not inferred; a planner of its own could choose
+//! otherwise. Placement never calls back into measurement.
 
 pub mod around;
 pub mod complete;
@@ -62,7 +66,8 @@ pub enum Primitive {
     #[default]
     Cas,
     /// A store on one line answered by a store on another (c2clat's default). Its
-    /// figures are not comparable with CAS figures (2.3× them on the build VM).
+    /// figures are not comparable with CAS figures (about twice them:
+    /// `benches/README.md`, "Primitives").
     LoadStore,
 }
 

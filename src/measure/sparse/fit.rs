@@ -16,9 +16,8 @@ const CPU_CLIP: f64 = 0.15;
 const CPU_SEEN: usize = 2;
 /// Blocks of up to this many CPUs (a die's mesh or ring) always get factors per CPU,
 /// however few figures they hold. Larger ones only with [`CPU_SEEN`] figures per CPU:
-/// at 128 CPUs and more most CPUs of a block are seen once, and on the dual EPYC 7742
-/// their factors fit the noise (95.6% of the cells within 10% without them, 94.9% with;
-/// `benches/README.md`, "Sparse measurement").
+/// at 128 CPUs and more most CPUs of a block are seen once, and a factor from one
+/// figure fits that figure's noise, not the CPU.
 const MESH_CPUS: usize = 64;
 /// Figures from which a unit ([`Block::unit_of`]) gets a factor of its own.
 const UNIT_SEEN: usize = 6;

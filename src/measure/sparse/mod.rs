@@ -67,13 +67,11 @@ pub trait PairMeasurer {
 }
 
 /// From this many CPUs on, the daemon measures sparsely by default (the default of the
-/// `measure.sparse-from-cpus` setting, which the daemon reads). At 128 CPUs a full
-/// matrix in parallel rounds models at 5.7 s and sparse runs in 1.5 s (EPYC 7773X) and
-/// 2.3 s (8375C) at most, with ≥ 95% of the cells within 10% and compact plans within
-/// 5% on every published 128+ CPU matrix (seeds 1–3). At 64 sparse meets the targets
-/// too (the meshes and the Kunpeng 920 through the mesh model), but at 0.8–1.4 s
-/// against 2.2 s for a full matrix, whose cells are all measured. Figures:
-/// `benches/README.md`, "Sparse measurement".
+/// `measure.sparse-from-cpus` setting, which the daemon reads): the smallest size where
+/// sparse mode is several times faster than a full matrix in rounds while meeting its
+/// targets (cells within 10%, compact plans within 5%) on every published matrix.
+/// Below it a full matrix takes little longer and leaves no cell inferred. Figures:
+/// `benches/README.md`, "Where the daemon switches to sparse".
 pub const SPARSE_FROM_CPUS: usize = 128;
 
 impl Mode {
@@ -113,8 +111,7 @@ pub struct SparseConfig {
     /// (`sparse/block.rs`, `sparse/fit.rs`). 64: where the pair targets apply.
     pub pair_terms_from: usize,
     /// The first pairs' smooth share from which the mesh model is tried
-    /// (`sparse/mesh.rs`; 0.35: the meshes and the Kunpeng 920 reach 0.38–1.00, every
-    /// other published matrix of 32 CPUs and more at most 0.34). Above 1: never.
+    /// (`sparse/mesh.rs`, `mesh::MESH_SHARE` by default). Above 1: never.
     pub mesh_share: f64,
     /// Seed of the spot-check sample.
     pub seed: u64,
@@ -131,18 +128,19 @@ pub struct SparseConfig {
     pub verify_share: f64,
     /// Once every verified choice is measured throughout, its runners-up: unmeasured
     /// cells are taken this much (relative) lower and planned on, and a choice that
-    /// wins there is measured too, where all it lacks fits in the bound (0: none).
-    /// 0.03: over the published matrices it cut the mean excess of the K = 4 and 8
-    /// plans over those from the full matrix by 22% and 17% on seeds 1–23, and by 20%
-    /// and 10% on seeds 24–43, for 3% more pairs (`benches/README.md`).
+    /// wins there is measured too, where all it lacks fits in the bound (0: none). A
+    /// choice whose fill sits a little above the measured choice's figures would never
+    /// win on the fill alone; the figures decide. 0.03: the K = 4 and 8 plans come
+    /// closer to the full matrix's for about 3% more pairs (`benches/README.md`,
+    /// "Runners-up in plan verification").
     pub verify_runner_up: f64,
     /// From [`SparseConfig::pair_terms_from`] CPUs on, every pair of regions (the
     /// finest level of 3–12 groups of 4 CPUs and more: the CCDs of an EPYC) is
     /// measured up to this many times, and its filled cells scaled where the figures
     /// agree on a level more than 4% off the fill (`sparse/regions.rs`; 0: never).
-    /// 10: the cells of a pair of the EPYC 7773X's CCDs spread ±12% about their level
-    /// CPU by CPU; on seeds 1–23 its cells stay under 95% on 3 seeds with 3 figures (as
-    /// without the step), on 1 with 6 and on none with 10 (`benches/README.md`).
+    /// The cells of a pair of CCDs spread about their level CPU by CPU, so a few
+    /// figures' median can move the fill the wrong way; 10 is the fewest that kept
+    /// every seed's cells within target (`benches/README.md`, "Region pairs").
     pub region_figures: usize,
 }
 

@@ -11,11 +11,10 @@
 //!
 //! The fill of a block takes a factor per child group, per unit and per CPU, and a
 //! term per pair of units where their figures allow; but where insertion nests groups
-//! that are in truth all about one level apart (the EPYC 7773X's eight CCDs, 96–130 ns
-//! from each other with no hierarchy, grouped as three and five), a pair of CCDs may
-//! get one figure or none, and its cells follow the factors of CCDs elsewhere. A
-//! constant per pair of CCDs puts 98.7% of the 7773X's cross-CCD cells within 10%, so
-//! a pair's own figures can set its level.
+//! that are in truth all about one level apart (an EPYC's CCDs, with no hierarchy among
+//! them, grouped as three and five), a pair of CCDs may get one figure or none, and its
+//! cells follow the factors of CCDs elsewhere. Such a pair's cells do sit about one
+//! level of their own, so its own figures can set it.
 //!
 //! Must not touch: the OS (the measurer does), files, the daemon.
 
