@@ -459,6 +459,15 @@ mod tests {
         assert!(w.contains("steps of 1000 ns, 5.0% of a 20 µs batch"), "{w}");
     }
 
+    #[test]
+    fn a_pair_is_disturbed_past_one_discarded_batch_in_five() {
+        assert!(!mostly_disturbed(0, 0));
+        assert!(!mostly_disturbed(4, 20), "exactly one in five is not more");
+        assert!(mostly_disturbed(5, 20));
+        assert!(mostly_disturbed(1, 4));
+        assert!(!mostly_disturbed(1, 5));
+    }
+
     fn acc_with(batches: Vec<f64>, passes: Vec<f64>) -> PairAcc {
         PairAcc {
             batches,

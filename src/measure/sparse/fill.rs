@@ -45,6 +45,10 @@ impl FillPlan<'_> {
     }
 }
 
+/// A large pair of child groups of a block to be filled, holding a figure a level
+/// above the block's fit: its pairs, checked again before they are measured fully.
+type Suspect<'b> = (&'b Block, Vec<(usize, usize)>);
+
 /// The filled cells (row-major n×n), the blocks filled and the blocks measured fully.
 pub(super) struct Filled {
     pub(super) cells: Vec<f64>,
@@ -151,14 +155,13 @@ fn measure_misfits_again<M: PairMeasurer>(
 /// first, to be split into its child pairs. Any other block is filled from its fit,
 /// except the pairs of child groups holding a figure a level above it: measured fully
 /// when small, returned second (suspect) when large.
-#[allow(clippy::type_complexity)]
 fn judge_blocks<'b, M: PairMeasurer>(
     run: &Run<'_, M>,
     blocks: &'b [Block],
     drawn: &[Vec<(usize, usize)>],
     cfg: &SparseConfig,
     plan: &mut FillPlan<'b>,
-) -> (Vec<&'b Block>, Vec<(&'b Block, Vec<(usize, usize)>)>) {
+) -> (Vec<&'b Block>, Vec<Suspect<'b>>) {
     let tol = 1.0 + cfg.tolerance;
     // A figure this far from its block's fit is not variation inside a level but a
     // pair the tree placed wrongly (levels are at least `level_ratio` apart).
@@ -216,7 +219,7 @@ fn judge_blocks<'b, M: PairMeasurer>(
 /// block's fit, and otherwise stays filled.
 fn check_suspects_again<'b, M: PairMeasurer>(
     run: &mut Run<'_, M>,
-    suspect: Vec<(&'b Block, Vec<(usize, usize)>)>,
+    suspect: Vec<Suspect<'b>>,
     cfg: &SparseConfig,
     rng: &mut Rng,
     plan: &mut FillPlan<'b>,
