@@ -26,6 +26,7 @@ use serde::Serialize;
 use crate::cpuset::CpuSet;
 use crate::domains::{DomainError, Domains, Level, LevelKind};
 use crate::matrix::LatencyMatrix;
+use crate::stats::median_in_place;
 
 /// (level, group, group) of the finer level: one block.
 type BlockKey = (usize, usize, usize);
@@ -170,19 +171,6 @@ pub fn level_labels(levels: &[Level]) -> Vec<String> {
     out
 }
 
-fn median(v: &mut [f64]) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        crate::stats::midpoint(v[n / 2 - 1], v[n / 2])
-    })
-}
-
 /// Ratio `b / a`, with a zero A only equal to a zero B.
 fn ratio(a: f64, b: f64) -> f64 {
     if a > 0.0 {
@@ -302,8 +290,8 @@ pub fn diff_with(domains: &Domains, a: &LatencyMatrix, b: &LatencyMatrix, tol: T
     let mut level_diffs = Vec::with_capacity(nl);
     for l in 0..nl {
         let pairs = a_cells[l].len();
-        let a_ns = median(&mut a_cells[l]);
-        let b_ns = median(&mut b_cells[l]);
+        let a_ns = median_in_place(&mut a_cells[l]);
+        let b_ns = median_in_place(&mut b_cells[l]);
         let r = match (a_ns, b_ns) {
             (Some(x), Some(y)) => Some(ratio(x, y)),
             _ => None,
@@ -325,7 +313,7 @@ pub fn diff_with(domains: &Domains, a: &LatencyMatrix, b: &LatencyMatrix, tol: T
     let mut groups = Vec::new();
     for ((l, gi, gj), (mut va, mut vb)) in blocks {
         let pairs = va.len();
-        let (Some(ma), Some(mb)) = (median(&mut va), median(&mut vb)) else {
+        let (Some(ma), Some(mb)) = (median_in_place(&mut va), median_in_place(&mut vb)) else {
             continue;
         };
         let r = ratio(ma, mb);
@@ -639,7 +627,7 @@ fn cellwise_median(first: &LatencyMatrix, hosts: &[(String, LatencyMatrix)]) -> 
                     }
                 }
             }
-            let v = median(&mut vals);
+            let v = median_in_place(&mut vals);
             latency_ns[i][j] = v;
             latency_ns[j][i] = v;
         }

@@ -5,6 +5,8 @@
 //! (p10) of the batches — the minimum while there are fewer than ten — and the spread
 //! (p10/median/p90) says how noisy the pair was.
 
+use crate::matrix::PairStats;
+
 /// Percentile `q` (0..=1) of `sorted` by nearest rank; `NaN` when empty.
 pub fn percentile(sorted: &[f64], q: f64) -> f64 {
     crate::stats::percentile_sorted(sorted, q)
@@ -41,6 +43,29 @@ pub fn spread(batches: &[f64]) -> Option<(f64, f64, f64)> {
         percentile(&s, 0.5),
         percentile(&s, 0.90),
     ))
+}
+
+/// The stats of a measured pair `a`–`b` from its batches (p10, median, p90, counts);
+/// `None` without batches.
+pub fn measured_stats(
+    a: u32,
+    b: u32,
+    batches: &[f64],
+    discarded: u32,
+    round_trips: u32,
+) -> Option<PairStats> {
+    let (p10, med, p90) = spread(batches)?;
+    Some(PairStats {
+        a,
+        b,
+        p10_ns: p10,
+        median_ns: med,
+        p90_ns: p90,
+        samples: batches.len() as u32,
+        discarded,
+        round_trips,
+        inferred: false,
+    })
 }
 
 /// Relative disagreement of two estimates: |a − b| / min(a, b).
@@ -113,6 +138,16 @@ mod tests {
         assert_eq!(estimate(&[]), None);
         let (p10, med, p90) = spread(&(1..=11).map(f64::from).collect::<Vec<_>>()).unwrap();
         assert_eq!((p10, med, p90), (2.0, 6.0, 10.0));
+        let s = measured_stats(4, 9, &[12.0, 10.0, 11.0], 2, 50).unwrap();
+        assert_eq!(
+            (s.a, s.b, s.samples, s.discarded, s.round_trips),
+            (4, 9, 3, 2, 50)
+        );
+        assert_eq!(
+            (s.p10_ns, s.median_ns, s.p90_ns, s.inferred),
+            (10.0, 11.0, 12.0, false)
+        );
+        assert!(measured_stats(4, 9, &[], 0, 0).is_none());
     }
 
     #[test]

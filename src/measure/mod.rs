@@ -23,7 +23,11 @@
 //! The threads are plain named `std::thread`s; callers on an async runtime run these
 //! functions on a blocking thread.
 //!
-//! Must not touch: placement, the daemon's state, files (the caller stores the matrix).
+//! Must not touch: the daemon's state, files (the caller stores the matrix). Placement
+//! only as its caller: sparse plan verification (`sparse/verify.rs`) asks the real
+//! planner which CPUs a compact plan takes on the filled cells, so that the cells
+//! those plans stand on are measured, not inferred; a planner of its own could choose
+//! otherwise. Placement never calls back into measurement.
 
 pub mod around;
 pub mod complete;
@@ -45,14 +49,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cpuset::CpuSet;
-use crate::matrix::{LatencyMatrix, PairStats};
+use crate::matrix::LatencyMatrix;
 use crate::sysroot::SysRoot;
 use around::cpu_words;
 
-pub use drift_check::{drift, probe_sample, Drift};
+pub use drift_check::{drift, probe_pairs, probe_sample, Drift, Probe};
 pub use estimator::StopRule;
 pub use guard::LoadGuard;
 pub use sparse::SPARSE_FROM_CPUS;
+use validity::{assess, Assessed, Circumstances, PairAcc};
 
 /// The cache-line primitive bounced between the two threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -424,52 +429,6 @@ fn warm_up(cpus: &CpuSet, d: Duration, priority: around::SpinPriority) -> Result
     Ok(())
 }
 
-/// Accumulated results of one pair over all its passes.
-#[derive(Debug, Clone, Default)]
-struct PairAcc {
-    batches: Vec<f64>,
-    pass_estimates: Vec<f64>,
-    switched: u32,
-    migrated: u32,
-    round_trips: u32,
-    pin_failure: Option<String>,
-    stalled: u32,
-}
-
-impl PairAcc {
-    fn add(&mut self, run: spin::PairRun) {
-        if let Some(est) = estimator::estimate(&run.batches) {
-            self.pass_estimates.push(est);
-        }
-        self.batches.extend(run.batches);
-        self.switched += run.switched;
-        self.migrated += run.migrated;
-        self.round_trips = self.round_trips.max(run.round_trips);
-        self.stalled += u32::from(run.stalled);
-        if let Some(f) = run.pin_failure {
-            self.pin_failure = Some(f.to_string());
-        }
-    }
-
-    fn pass_disagreement(&self) -> f64 {
-        let lo = self
-            .pass_estimates
-            .iter()
-            .copied()
-            .fold(f64::INFINITY, f64::min);
-        let hi = self
-            .pass_estimates
-            .iter()
-            .copied()
-            .fold(f64::NEG_INFINITY, f64::max);
-        if self.pass_estimates.len() < 2 {
-            0.0
-        } else {
-            estimator::disagreement(lo, hi)
-        }
-    }
-}
-
 /// The engine shared by [`run_detailed`] and [`probe_pairs`]: runs groups of disjoint
 /// pairs (one group = one round; serial = groups of one).
 struct Engine<'a> {
@@ -745,234 +704,6 @@ pub fn run_detailed(
     })
 }
 
-/// What a run saw around the pairs, for [`assess`].
-struct Circumstances<'a> {
-    hypervisor: Option<&'a str>,
-    steal: &'a BTreeMap<u32, u64>,
-    budget_ran_out: bool,
-    budget: Duration,
-    repeat_tolerance: f64,
-    granularity: Duration,
-}
-
-/// The cells, stats and warnings made from the pairs' results.
-struct Assessed {
-    latency: Vec<Vec<Option<f64>>>,
-    stats: Vec<PairStats>,
-    warnings: Vec<String>,
-    pass_estimates: BTreeMap<(u32, u32), Vec<f64>>,
-    unstable: Vec<(u32, u32, f64)>,
-}
-
-/// Turns accumulated pair results into cells and per-pair stats, and says what is wrong
-/// with them: a hypervisor, steal, pairs whose passes disagree, discarded batches, wide
-/// spreads, failed pins, stalls, the budget, a coarse clock. Pure.
-fn assess(ids: &[u32], acc: &BTreeMap<(usize, usize), PairAcc>, c: &Circumstances) -> Assessed {
-    let n = ids.len();
-    let mut latency = vec![vec![None; n]; n];
-    let mut stats = Vec::new();
-    let mut warnings = Vec::new();
-    let mut pass_estimates = BTreeMap::new();
-    let mut unstable = Vec::new();
-    let mut pin_failures = Vec::new();
-    let mut stalled = Vec::new();
-    let mut noisy = Vec::new();
-    let mut wide = Vec::new();
-    let mut unmeasured = 0usize;
-    for (&(i, j), a) in acc {
-        let (ci, cj) = (ids[i], ids[j]);
-        if let Some(f) = &a.pin_failure {
-            pin_failures.push(format!("{ci}–{cj}: {f}"));
-        }
-        if a.stalled > 0 {
-            stalled.push(format!("{ci}–{cj}"));
-        }
-        let Some(est) = estimator::estimate(&a.batches) else {
-            unmeasured += 1;
-            continue;
-        };
-        latency[i][j] = Some(est);
-        latency[j][i] = Some(est);
-        let (p10, med, p90) = estimator::spread(&a.batches).expect("batches exist");
-        stats.push(PairStats {
-            a: ci,
-            b: cj,
-            p10_ns: p10,
-            median_ns: med,
-            p90_ns: p90,
-            samples: a.batches.len() as u32,
-            discarded: a.switched + a.migrated,
-            round_trips: a.round_trips,
-            inferred: false,
-        });
-        pass_estimates.insert((ci, cj), a.pass_estimates.clone());
-        let dis = a.pass_disagreement();
-        if dis > c.repeat_tolerance {
-            unstable.push((ci, cj, dis));
-        }
-        let taken = a.batches.len() as u32 + a.switched + a.migrated;
-        if (a.switched + a.migrated) * 5 > taken {
-            noisy.push(format!(
-                "{ci}–{cj} ({} of {taken}: {} switched out, {} off their CPU)",
-                a.switched + a.migrated,
-                a.switched,
-                a.migrated
-            ));
-        }
-        if p90 > p10 * 1.5 {
-            wide.push(format!("{ci}–{cj} (p10 {p10:.1}, p90 {p90:.1} ns)"));
-        }
-    }
-    if let Some(hv) = c.hypervisor {
-        warnings.push(format!(
-            "running in a virtual machine ({hv}): the host may move vCPUs between physical cores at any time, so these figures describe where the vCPUs sat during this measurement, not a fixed property of the machine"
-        ));
-    }
-    if !c.steal.is_empty() {
-        let list: Vec<String> = c
-            .steal
-            .iter()
-            .map(|(c, t)| format!("CPU {c}: {t} ticks"))
-            .collect();
-        warnings.push(format!(
-            "steal time during the measurement ({}): the hypervisor ran other work on these vCPUs",
-            list.join(", ")
-        ));
-    }
-    if !unstable.is_empty() {
-        let shown: Vec<String> = unstable
-            .iter()
-            .take(8)
-            .map(|&(a, b, d)| {
-                let est = &pass_estimates[&(a, b)];
-                let list: Vec<String> = est.iter().map(|v| format!("{v:.1}")).collect();
-                format!("{a}–{b} ({} ns, {:.0}% apart)", list.join(" / "), d * 100.0)
-            })
-            .collect();
-        warnings.push(format!(
-            "{} pair(s) disagree between passes by more than {:.0}%: {}{}{}",
-            unstable.len(),
-            c.repeat_tolerance * 100.0,
-            shown.join(", "),
-            if unstable.len() > 8 { ", …" } else { "" },
-            if c.hypervisor.is_some() {
-                "; the host probably moved a vCPU during the measurement"
-            } else {
-                "; something changed while measuring (load, frequency, migration)"
-            }
-        ));
-    }
-    if !noisy.is_empty() {
-        warnings.push(format!(
-            "over 20% of the batches were discarded for {} pair(s) — other work ran on these CPUs: {}",
-            noisy.len(),
-            noisy.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
-        ));
-    }
-    if !wide.is_empty() {
-        warnings.push(format!(
-            "{} pair(s) have a wide spread (p90 > 1.5 × p10): {}",
-            wide.len(),
-            wide.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
-        ));
-    }
-    if !pin_failures.is_empty() {
-        warnings.push(format!(
-            "pins did not hold, those samples were dropped: {}",
-            pin_failures.join("; ")
-        ));
-    }
-    if !stalled.is_empty() {
-        warnings.push(format!(
-            "{} pair(s) stalled — a thread did not run for over {:?} (a real-time task or a frozen vCPU) and the pair was given up: {}",
-            stalled.len(),
-            spin::STALL,
-            stalled.iter().take(8).cloned().collect::<Vec<_>>().join(", ")
-        ));
-    }
-    if c.budget_ran_out && unmeasured > 0 {
-        warnings.push(format!(
-            "the budget of {:.0?} ran out: {unmeasured} pair(s) have no figure and others got fewer passes",
-            c.budget
-        ));
-    } else if c.budget_ran_out {
-        warnings.push(format!(
-            "the budget of {:.0?} ran out before every pair had all its passes: some figures rest on one pass",
-            c.budget
-        ));
-    } else if unmeasured > 0 {
-        warnings.push(format!("{unmeasured} pair(s) have no figure"));
-    }
-    let median_batch = {
-        let med: Vec<f64> = stats.iter().map(|s| s.median_ns).collect();
-        let r: Vec<u32> = stats.iter().map(|s| s.round_trips).collect();
-        let k = r.iter().copied().max().unwrap_or(0);
-        let m = estimator::percentile(
-            &{
-                let mut m = med;
-                m.sort_by(f64::total_cmp);
-                m
-            },
-            0.5,
-        );
-        Duration::from_nanos((m * 2.0 * f64::from(k)).max(0.0) as u64)
-    };
-    if let Some(w) = validity::granularity_warning(c.granularity, median_batch) {
-        warnings.push(w);
-    }
-    Assessed {
-        latency,
-        stats,
-        warnings,
-        pass_estimates,
-        unstable,
-    }
-}
-
-/// One pair re-measured by [`probe_pairs`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct Probe {
-    pub a: u32,
-    pub b: u32,
-    /// `None` when every batch was discarded or the pin did not hold.
-    pub estimate_ns: Option<f64>,
-    pub samples: usize,
-    pub discarded: u32,
-}
-
-/// A cheap re-measurement of a few pairs (one pass each, serially) for the daemon's
-/// drift check. Uses `cfg`'s primitive, batch, stop rule and guard; `budget` bounds the
-/// whole probe. CPUs must be online and distinct within each pair.
-pub fn probe_pairs(
-    cfg: &MeasureConfig,
-    pairs: &[(u32, u32)],
-    budget: Duration,
-) -> Result<Vec<Probe>, MeasureError> {
-    let t0 = Instant::now();
-    let cpus: CpuSet = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
-    if let Some(&(a, _)) = pairs.iter().find(|(a, b)| a == b) {
-        return Err(MeasureError::TooFewCpus {
-            cpus: std::iter::once(a).collect(),
-        });
-    }
-    cfg.guard.wait_idle(&cfg.root, &cpus)?;
-    let engine = Engine { cfg };
-    let mut out = Vec::with_capacity(pairs.len());
-    for (k, &(a, b)) in pairs.iter().enumerate() {
-        let left = budget.saturating_sub(t0.elapsed()) / (pairs.len() - k) as u32;
-        let runs = engine.group(&[(a, b)], Instant::now() + left)?;
-        let run = runs.into_iter().next().unwrap_or_default();
-        out.push(Probe {
-            a,
-            b,
-            estimate_ns: estimator::estimate(&run.batches),
-            samples: run.batches.len(),
-            discarded: run.switched + run.migrated,
-        });
-    }
-    Ok(out)
-}
-
 /// Busy-spin pairs need both CPUs of a small machine to themselves: unit tests that spin
 /// take turns, or two of them would preempt each other and starve.
 #[cfg(test)]
@@ -1023,136 +754,6 @@ mod tests {
         // Everything isolated but one: too few.
         let e = select_cpus(None, &set("0-1"), &set("1"), &allowed).unwrap_err();
         assert!(matches!(e, MeasureError::TooFewCpus { .. }), "{e}");
-    }
-
-    #[test]
-    fn probe_sample_covers_the_range_and_drift_flags_moves() {
-        let m = LatencyMatrix::from_fn(vec![0, 1, 2, 3], |i, j| {
-            if i / 2 == j / 2 {
-                10.0
-            } else {
-                100.0 + (i + j) as f64
-            }
-        });
-        let sample = probe_sample(&m, 3);
-        assert_eq!(sample.len(), 3);
-        assert_eq!(m.between(sample[0].0, sample[0].1), Some(10.0));
-        assert!(m.between(sample[2].0, sample[2].1).unwrap() > 100.0);
-        let probes = vec![
-            Probe {
-                a: 0,
-                b: 1,
-                estimate_ns: Some(10.5),
-                samples: 20,
-                discarded: 0,
-            },
-            Probe {
-                a: 3,
-                b: 0,
-                estimate_ns: Some(30.0),
-                samples: 20,
-                discarded: 0,
-            },
-            Probe {
-                a: 2,
-                b: 3,
-                estimate_ns: None,
-                samples: 0,
-                discarded: 50,
-            },
-        ];
-        let d = drift(&m, &probes, 0.10);
-        assert_eq!(d.len(), 1, "{d:?}");
-        assert_eq!((d[0].a, d[0].b, d[0].stored_ns), (3, 0, 103.0));
-    }
-
-    fn acc_with(batches: Vec<f64>, passes: Vec<f64>) -> PairAcc {
-        PairAcc {
-            batches,
-            pass_estimates: passes,
-            round_trips: 100,
-            ..PairAcc::default()
-        }
-    }
-
-    #[test]
-    fn assess_reports_what_cannot_be_trusted() {
-        let ids = [0, 1, 2, 3];
-        let steady: Vec<f64> = (0..40).map(|k| 20.0 + (k % 4) as f64 * 0.1).collect();
-        let mut acc = BTreeMap::new();
-        acc.insert((0, 1), acc_with(steady.clone(), vec![20.0, 20.1]));
-        // Passes 9 ns and 100 ns apart: the host moved a vCPU.
-        let mut moved = steady.iter().map(|v| v - 11.0).collect::<Vec<_>>();
-        moved.extend(steady.iter().map(|v| v + 80.0));
-        acc.insert((0, 2), acc_with(moved, vec![9.0, 100.0]));
-        // Half the batches thrown away, and a wide spread.
-        let mut noisy = acc_with(
-            (0..20).map(|k| 30.0 + k as f64 * 2.0).collect(),
-            vec![30.0, 31.0],
-        );
-        noisy.switched = 15;
-        noisy.migrated = 5;
-        acc.insert((0, 3), noisy);
-        // A pin that did not hold: no figure.
-        acc.insert(
-            (1, 2),
-            PairAcc {
-                pin_failure: Some("thread 7 is pinned to CPU 2 but runs on CPU 0".into()),
-                ..PairAcc::default()
-            },
-        );
-        acc.insert(
-            (1, 3),
-            PairAcc {
-                stalled: 1,
-                ..PairAcc::default()
-            },
-        );
-        acc.insert((2, 3), acc_with(steady.clone(), vec![20.0]));
-        let steal = BTreeMap::from([(1, 4)]);
-        let c = Circumstances {
-            hypervisor: Some("hypervisor flag"),
-            steal: &steal,
-            budget_ran_out: true,
-            budget: Duration::from_secs(2),
-            repeat_tolerance: 0.10,
-            granularity: Duration::from_micros(1),
-        };
-        let a = assess(&ids, &acc, &c);
-        assert_eq!(a.latency[1][0], Some(20.0));
-        assert_eq!(a.latency[0][1], Some(20.0));
-        assert_eq!(a.latency[2][1], None, "failed pin publishes nothing");
-        assert_eq!(a.stats.len(), 4);
-        assert_eq!(a.unstable.len(), 1);
-        assert_eq!((a.unstable[0].0, a.unstable[0].1), (0, 2));
-        let all = a.warnings.join("\n");
-        for want in [
-            "running in a virtual machine (hypervisor flag)",
-            "steal time during the measurement (CPU 1: 4 ticks)",
-            "1 pair(s) disagree between passes by more than 10%: 0–2 (9.0 / 100.0 ns, 1011% apart); the host probably moved a vCPU",
-            "over 20% of the batches were discarded for 1 pair(s)",
-            "0–3 (20 of 40: 15 switched out, 5 off their CPU)",
-            "wide spread",
-            "pins did not hold, those samples were dropped: 1–2: thread 7",
-            "1 pair(s) stalled",
-            "the budget of 2s ran out: 2 pair(s) have no figure",
-            "the clock advances in steps of 1000 ns",
-        ] {
-            assert!(all.contains(want), "missing {want:?} in:\n{all}");
-        }
-        // A clean run says only that it is clean.
-        let mut clean = BTreeMap::new();
-        clean.insert((0, 1), acc_with(steady, vec![20.0, 20.1]));
-        let quiet = Circumstances {
-            hypervisor: None,
-            steal: &BTreeMap::new(),
-            budget_ran_out: false,
-            budget: Duration::from_secs(2),
-            repeat_tolerance: 0.10,
-            granularity: Duration::from_nanos(20),
-        };
-        let a = assess(&[0, 1], &clean, &quiet);
-        assert!(a.warnings.is_empty(), "{:?}", a.warnings);
     }
 
     #[test]

@@ -51,25 +51,14 @@ impl PairMeasurer for EngineMeasurer<'_> {
             if let Some(f) = &run.pin_failure {
                 self.warnings.push(format!("{a}–{b}: {f}"));
             }
-            let est = estimator::estimate(&run.batches);
-            if let (Some(_), Some((p10, med, p90))) = (est, estimator::spread(&run.batches)) {
-                let (lo, hi) = (a.min(b), a.max(b));
-                self.stats.insert(
-                    (lo, hi),
-                    PairStats {
-                        a: lo,
-                        b: hi,
-                        p10_ns: p10,
-                        median_ns: med,
-                        p90_ns: p90,
-                        samples: run.batches.len() as u32,
-                        discarded: run.switched + run.migrated,
-                        round_trips: run.round_trips,
-                        inferred: false,
-                    },
-                );
+            let (lo, hi) = (a.min(b), a.max(b));
+            let discarded = run.switched + run.migrated;
+            if let Some(s) =
+                estimator::measured_stats(lo, hi, &run.batches, discarded, run.round_trips)
+            {
+                self.stats.insert((lo, hi), s);
             }
-            out.push(est);
+            out.push(estimator::estimate(&run.batches));
         }
         Ok(out)
     }

@@ -1,16 +1,21 @@
 //! Checks that say whether a figure can be trusted: did the pin hold, did the thread
-//! get switched out, is this a virtual machine, is the clock fine enough.
+//! get switched out, is this a virtual machine, is the clock fine enough; and the
+//! assessment of a whole run ([`assess`]): its pairs' results made into cells, stats
+//! and the warnings that say what cannot be trusted.
 //!
 //! The per-thread probes (`pin_current`, `current_cpu`, `context_switches`) are the
 //! thin syscall layer the spin engine calls at batch boundaries; the rest is pure or
 //! reads through `SysRoot`.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use nix::sched::sched_getaffinity;
 use nix::unistd::Pid;
 
+use super::{estimator, spin};
 use crate::cpuset::CpuSet;
+use crate::matrix::PairStats;
 use crate::sysroot::SysRoot;
 
 /// Why a thread is not where it was put.
@@ -135,6 +140,257 @@ pub fn granularity_warning(granularity: Duration, batch: Duration) -> Option<Str
     ))
 }
 
+/// Accumulated results of one pair over all its passes.
+#[derive(Debug, Clone, Default)]
+pub(super) struct PairAcc {
+    pub(super) batches: Vec<f64>,
+    pub(super) pass_estimates: Vec<f64>,
+    pub(super) switched: u32,
+    pub(super) migrated: u32,
+    pub(super) round_trips: u32,
+    pub(super) pin_failure: Option<String>,
+    pub(super) stalled: u32,
+}
+
+impl PairAcc {
+    pub(super) fn add(&mut self, run: spin::PairRun) {
+        if let Some(est) = estimator::estimate(&run.batches) {
+            self.pass_estimates.push(est);
+        }
+        self.batches.extend(run.batches);
+        self.switched += run.switched;
+        self.migrated += run.migrated;
+        self.round_trips = self.round_trips.max(run.round_trips);
+        self.stalled += u32::from(run.stalled);
+        if let Some(f) = run.pin_failure {
+            self.pin_failure = Some(f.to_string());
+        }
+    }
+
+    pub(super) fn pass_disagreement(&self) -> f64 {
+        let lo = self
+            .pass_estimates
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let hi = self
+            .pass_estimates
+            .iter()
+            .copied()
+            .fold(f64::NEG_INFINITY, f64::max);
+        if self.pass_estimates.len() < 2 {
+            0.0
+        } else {
+            estimator::disagreement(lo, hi)
+        }
+    }
+}
+
+/// A warning names at most this many pairs (the rest are counted): enough to find
+/// the CPUs involved, short enough for one log line.
+const NAMED: usize = 8;
+
+/// A pair is reported as disturbed when more than one batch in this many was
+/// discarded (its thread switched out or moved). Discarded batches never enter a
+/// figure, so the figure stays valid; the warning says the CPUs were not the pair's
+/// own. A tick or a kernel worker discards a batch now and then on any machine; one
+/// in five is other work running there for a fifth of the pair's time.
+const DISTURBED_ONE_IN: u32 = 5;
+
+/// Whether `discarded` of the `taken` batches are more than one in
+/// [`DISTURBED_ONE_IN`] (integers: no rounding at the boundary).
+fn mostly_disturbed(discarded: u32, taken: u32) -> bool {
+    discarded * DISTURBED_ONE_IN > taken
+}
+
+/// A pair is reported as widely spread when its valid batches' p90 is more than this
+/// times their p10. Preempted batches are already discarded and each batch averages K
+/// round trips, so a quiet pair's batches lie within a few per cent of each other; a
+/// p90 half again above the p10 says the pair's latency itself changed during the run
+/// (clock frequency, a sibling's work, a vCPU moved), so the p10 it reports is the best
+/// of several states rather than the one state.
+const WIDE_SPREAD: f64 = 1.5;
+
+/// What a run saw around the pairs, for [`assess`].
+pub(super) struct Circumstances<'a> {
+    pub(super) hypervisor: Option<&'a str>,
+    pub(super) steal: &'a BTreeMap<u32, u64>,
+    pub(super) budget_ran_out: bool,
+    pub(super) budget: Duration,
+    pub(super) repeat_tolerance: f64,
+    pub(super) granularity: Duration,
+}
+
+/// The cells, stats and warnings made from the pairs' results.
+pub(super) struct Assessed {
+    pub(super) latency: Vec<Vec<Option<f64>>>,
+    pub(super) stats: Vec<PairStats>,
+    pub(super) warnings: Vec<String>,
+    pub(super) pass_estimates: BTreeMap<(u32, u32), Vec<f64>>,
+    pub(super) unstable: Vec<(u32, u32, f64)>,
+}
+
+/// Turns accumulated pair results into cells and per-pair stats, and says what is wrong
+/// with them: a hypervisor, steal, pairs whose passes disagree, discarded batches, wide
+/// spreads, failed pins, stalls, the budget, a coarse clock. Pure.
+pub(super) fn assess(
+    ids: &[u32],
+    acc: &BTreeMap<(usize, usize), PairAcc>,
+    c: &Circumstances,
+) -> Assessed {
+    let n = ids.len();
+    let mut latency = vec![vec![None; n]; n];
+    let mut stats = Vec::new();
+    let mut warnings = Vec::new();
+    let mut pass_estimates = BTreeMap::new();
+    let mut unstable = Vec::new();
+    let mut pin_failures = Vec::new();
+    let mut stalled = Vec::new();
+    let mut noisy = Vec::new();
+    let mut wide = Vec::new();
+    let mut unmeasured = 0usize;
+    for (&(i, j), a) in acc {
+        let (ci, cj) = (ids[i], ids[j]);
+        if let Some(f) = &a.pin_failure {
+            pin_failures.push(format!("{ci}–{cj}: {f}"));
+        }
+        if a.stalled > 0 {
+            stalled.push(format!("{ci}–{cj}"));
+        }
+        let Some(est) = estimator::estimate(&a.batches) else {
+            unmeasured += 1;
+            continue;
+        };
+        latency[i][j] = Some(est);
+        latency[j][i] = Some(est);
+        let s =
+            estimator::measured_stats(ci, cj, &a.batches, a.switched + a.migrated, a.round_trips)
+                .expect("batches exist");
+        let (p10, p90) = (s.p10_ns, s.p90_ns);
+        stats.push(s);
+        pass_estimates.insert((ci, cj), a.pass_estimates.clone());
+        let dis = a.pass_disagreement();
+        if dis > c.repeat_tolerance {
+            unstable.push((ci, cj, dis));
+        }
+        let taken = a.batches.len() as u32 + a.switched + a.migrated;
+        if mostly_disturbed(a.switched + a.migrated, taken) {
+            noisy.push(format!(
+                "{ci}–{cj} ({} of {taken}: {} switched out, {} off their CPU)",
+                a.switched + a.migrated,
+                a.switched,
+                a.migrated
+            ));
+        }
+        if p90 > p10 * WIDE_SPREAD {
+            wide.push(format!("{ci}–{cj} (p10 {p10:.1}, p90 {p90:.1} ns)"));
+        }
+    }
+    if let Some(hv) = c.hypervisor {
+        warnings.push(format!(
+            "running in a virtual machine ({hv}): the host may move vCPUs between physical cores at any time, so these figures describe where the vCPUs sat during this measurement, not a fixed property of the machine"
+        ));
+    }
+    if !c.steal.is_empty() {
+        let list: Vec<String> = c
+            .steal
+            .iter()
+            .map(|(c, t)| format!("CPU {c}: {t} ticks"))
+            .collect();
+        warnings.push(format!(
+            "steal time during the measurement ({}): the hypervisor ran other work on these vCPUs",
+            list.join(", ")
+        ));
+    }
+    if !unstable.is_empty() {
+        let shown: Vec<String> = unstable
+            .iter()
+            .take(NAMED)
+            .map(|&(a, b, d)| {
+                let est = &pass_estimates[&(a, b)];
+                let list: Vec<String> = est.iter().map(|v| format!("{v:.1}")).collect();
+                format!("{a}–{b} ({} ns, {:.0}% apart)", list.join(" / "), d * 100.0)
+            })
+            .collect();
+        warnings.push(format!(
+            "{} pair(s) disagree between passes by more than {:.0}%: {}{}{}",
+            unstable.len(),
+            c.repeat_tolerance * 100.0,
+            shown.join(", "),
+            if unstable.len() > NAMED { ", …" } else { "" },
+            if c.hypervisor.is_some() {
+                "; the host probably moved a vCPU during the measurement"
+            } else {
+                "; something changed while measuring (load, frequency, migration)"
+            }
+        ));
+    }
+    if !noisy.is_empty() {
+        warnings.push(format!(
+            "over {}% of the batches were discarded for {} pair(s) — other work ran on these CPUs: {}",
+            100 / DISTURBED_ONE_IN,
+            noisy.len(),
+            noisy.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if !wide.is_empty() {
+        warnings.push(format!(
+            "{} pair(s) have a wide spread (p90 > {WIDE_SPREAD} × p10): {}",
+            wide.len(),
+            wide.iter()
+                .take(NAMED)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if !pin_failures.is_empty() {
+        warnings.push(format!(
+            "pins did not hold, those samples were dropped: {}",
+            pin_failures.join("; ")
+        ));
+    }
+    if !stalled.is_empty() {
+        warnings.push(format!(
+            "{} pair(s) stalled — a thread did not run for over {:?} (a real-time task or a frozen vCPU) and the pair was given up: {}",
+            stalled.len(),
+            spin::STALL,
+            stalled.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if c.budget_ran_out && unmeasured > 0 {
+        warnings.push(format!(
+            "the budget of {:.0?} ran out: {unmeasured} pair(s) have no figure and others got fewer passes",
+            c.budget
+        ));
+    } else if c.budget_ran_out {
+        warnings.push(format!(
+            "the budget of {:.0?} ran out before every pair had all its passes: some figures rest on one pass",
+            c.budget
+        ));
+    } else if unmeasured > 0 {
+        warnings.push(format!("{unmeasured} pair(s) have no figure"));
+    }
+    // A batch is K round trips of two one-way hops: the typical pair's median figure
+    // times 2K.
+    let median_batch = {
+        let med: Vec<f64> = stats.iter().map(|s| s.median_ns).collect();
+        let k = stats.iter().map(|s| s.round_trips).max().unwrap_or(0);
+        let m = crate::stats::upper_median(&med).unwrap_or(0.0);
+        Duration::from_nanos((m * 2.0 * f64::from(k)).max(0.0) as u64)
+    };
+    if let Some(w) = granularity_warning(c.granularity, median_batch) {
+        warnings.push(w);
+    }
+    Assessed {
+        latency,
+        stats,
+        warnings,
+        pass_estimates,
+        unstable,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +457,103 @@ mod tests {
         );
         let w = granularity_warning(Duration::from_nanos(1000), Duration::from_micros(20)).unwrap();
         assert!(w.contains("steps of 1000 ns, 5.0% of a 20 µs batch"), "{w}");
+    }
+
+    #[test]
+    fn a_pair_is_disturbed_past_one_discarded_batch_in_five() {
+        assert!(!mostly_disturbed(0, 0));
+        assert!(!mostly_disturbed(4, 20), "exactly one in five is not more");
+        assert!(mostly_disturbed(5, 20));
+        assert!(mostly_disturbed(1, 4));
+        assert!(!mostly_disturbed(1, 5));
+    }
+
+    fn acc_with(batches: Vec<f64>, passes: Vec<f64>) -> PairAcc {
+        PairAcc {
+            batches,
+            pass_estimates: passes,
+            round_trips: 100,
+            ..PairAcc::default()
+        }
+    }
+
+    #[test]
+    fn assess_reports_what_cannot_be_trusted() {
+        let ids = [0, 1, 2, 3];
+        let steady: Vec<f64> = (0..40).map(|k| 20.0 + (k % 4) as f64 * 0.1).collect();
+        let mut acc = BTreeMap::new();
+        acc.insert((0, 1), acc_with(steady.clone(), vec![20.0, 20.1]));
+        // Passes 9 ns and 100 ns apart: the host moved a vCPU.
+        let mut moved = steady.iter().map(|v| v - 11.0).collect::<Vec<_>>();
+        moved.extend(steady.iter().map(|v| v + 80.0));
+        acc.insert((0, 2), acc_with(moved, vec![9.0, 100.0]));
+        // Half the batches thrown away, and a wide spread.
+        let mut noisy = acc_with(
+            (0..20).map(|k| 30.0 + k as f64 * 2.0).collect(),
+            vec![30.0, 31.0],
+        );
+        noisy.switched = 15;
+        noisy.migrated = 5;
+        acc.insert((0, 3), noisy);
+        // A pin that did not hold: no figure.
+        acc.insert(
+            (1, 2),
+            PairAcc {
+                pin_failure: Some("thread 7 is pinned to CPU 2 but runs on CPU 0".into()),
+                ..PairAcc::default()
+            },
+        );
+        acc.insert(
+            (1, 3),
+            PairAcc {
+                stalled: 1,
+                ..PairAcc::default()
+            },
+        );
+        acc.insert((2, 3), acc_with(steady.clone(), vec![20.0]));
+        let steal = BTreeMap::from([(1, 4)]);
+        let c = Circumstances {
+            hypervisor: Some("hypervisor flag"),
+            steal: &steal,
+            budget_ran_out: true,
+            budget: Duration::from_secs(2),
+            repeat_tolerance: 0.10,
+            granularity: Duration::from_micros(1),
+        };
+        let a = assess(&ids, &acc, &c);
+        assert_eq!(a.latency[1][0], Some(20.0));
+        assert_eq!(a.latency[0][1], Some(20.0));
+        assert_eq!(a.latency[2][1], None, "failed pin publishes nothing");
+        assert_eq!(a.stats.len(), 4);
+        assert_eq!(a.unstable.len(), 1);
+        assert_eq!((a.unstable[0].0, a.unstable[0].1), (0, 2));
+        let all = a.warnings.join("\n");
+        for want in [
+            "running in a virtual machine (hypervisor flag)",
+            "steal time during the measurement (CPU 1: 4 ticks)",
+            "1 pair(s) disagree between passes by more than 10%: 0–2 (9.0 / 100.0 ns, 1011% apart); the host probably moved a vCPU",
+            "over 20% of the batches were discarded for 1 pair(s)",
+            "0–3 (20 of 40: 15 switched out, 5 off their CPU)",
+            "wide spread",
+            "pins did not hold, those samples were dropped: 1–2: thread 7",
+            "1 pair(s) stalled",
+            "the budget of 2s ran out: 2 pair(s) have no figure",
+            "the clock advances in steps of 1000 ns",
+        ] {
+            assert!(all.contains(want), "missing {want:?} in:\n{all}");
+        }
+        // A clean run says only that it is clean.
+        let mut clean = BTreeMap::new();
+        clean.insert((0, 1), acc_with(steady, vec![20.0, 20.1]));
+        let quiet = Circumstances {
+            hypervisor: None,
+            steal: &BTreeMap::new(),
+            budget_ran_out: false,
+            budget: Duration::from_secs(2),
+            repeat_tolerance: 0.10,
+            granularity: Duration::from_nanos(20),
+        };
+        let a = assess(&[0, 1], &clean, &quiet);
+        assert!(a.warnings.is_empty(), "{:?}", a.warnings);
     }
 }

@@ -16,9 +16,8 @@ const CPU_CLIP: f64 = 0.15;
 const CPU_SEEN: usize = 2;
 /// Blocks of up to this many CPUs (a die's mesh or ring) always get factors per CPU,
 /// however few figures they hold. Larger ones only with [`CPU_SEEN`] figures per CPU:
-/// at 128 CPUs and more most CPUs of a block are seen once, and on the dual EPYC 7742
-/// their factors fit the noise (95.6% of the cells within 10% without them, 94.9% with;
-/// `benches/README.md`, "Sparse measurement").
+/// at 128 CPUs and more most CPUs of a block are seen once, and a factor from one
+/// figure fits that figure's noise, not the CPU.
 const MESH_CPUS: usize = 64;
 /// Figures from which a unit ([`Block::unit_of`]) gets a factor of its own.
 const UNIT_SEEN: usize = 6;
@@ -29,16 +28,7 @@ const PAIR_SHRINK: f64 = 2.0;
 use super::block::Block;
 use super::run::Run;
 use super::PairMeasurer;
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        crate::stats::midpoint(v[m - 1], v[m])
-    }
-}
+use crate::stats::median_in_place;
 
 /// A block's figures as a typical level times a factor per child group (a core far
 /// from the others on a mesh is slower to everyone): `ln v = mu + e[a] + e[b]`, fitted
@@ -75,7 +65,8 @@ impl Fit {
         }
         let mut logs: Vec<f64> = obs.iter().map(|o| o.2).collect();
         let mut fit = Fit {
-            mu: median(&mut logs),
+            // Sorts `logs`, so its ends are the range below.
+            mu: median_in_place(&mut logs)?,
             eff: vec![0.0; b.kids.len()],
             unit: BTreeMap::new(),
             cpu: BTreeMap::new(),
@@ -99,7 +90,7 @@ impl Fit {
                 .iter()
                 .map(|&(x, y, v)| v - fit.eff[x] - fit.eff[y])
                 .collect();
-            fit.mu = median(&mut rest);
+            fit.mu = median_in_place(&mut rest)?;
         }
         let obs: Vec<(usize, usize, f64)> = b
             .pairs()

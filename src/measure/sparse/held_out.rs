@@ -1,16 +1,15 @@
 //! Held-out checks of the filled blocks on small machines: a few pairs of each block
 //! that nothing has measured yet, compared with the figure the fill would give them. A
 //! block's spot checks helped make its fit, so they agree with it more than its other
-//! cells do (on the dual E5-2680 v4, seed 2, a block of eight cores whose spot checks
-//! missed once in sixteen filled 44% of its cells more than 10% off); fresh pairs do
-//! not. A block two fresh pairs miss is measured fully; one miss in the first 8 draws
-//! 8 more (on the E5-2630 v4 that saves 39–151 pairs a seed against measuring the block
-//! at the first miss, 95.9% of the cells within 10% instead of 96.3%).
+//! cells do; fresh pairs do not, so a block whose fill is off where nothing measured
+//! is caught. A block two fresh pairs miss is measured fully; one miss in the first 8
+//! draws 8 more, so a single noisy figure does not cost a whole block.
 //!
 //! Only below [`super::SparseConfig::held_out_below`] CPUs, where sparse mode has no
-//! pair budget to keep and a full matrix is cheap: on a mesh (Graviton) 16–20% of the
-//! fill of its largest block (1,100–1,400 filled cells) is off, so a fresh pair would
-//! nearly always miss it and measure it fully, several times the pair budget.
+//! pair budget to keep and a full matrix is cheap: on a mesh a fair share of a large
+//! block's fill is off, so a fresh pair would nearly always miss it and measure it
+//! fully, several times the pair budget. Figures: `benches/README.md`, "Held-out
+//! checks below 64 CPUs".
 //!
 //! Must not touch: the measurer's choice of rounds (the run measures what it names).
 

@@ -23,16 +23,15 @@ use crate::measure::rng::Rng;
 pub(super) const MESH_FROM: usize = 32;
 
 /// Nor machines of more: the fit solves for `3n + 1` unknowns densely, which grows as
-/// n³ (release build on the build VM: 0.6 s at 64 CPUs, 4.6 s at 128, 17.9 s at 192,
-/// 43 s at 256).
+/// n³; past 128 CPUs it takes longer than the measurement it saves (timed in
+/// `benches/README.md`).
 pub(super) const MESH_UP_TO: usize = 128;
 
 /// The first pairs' smooth share ([`smooth_share`]) from which the model is tried by
-/// default (`SparseConfig::mesh_share`):
-/// 0.74–1.00 on the Graviton2 and Graviton3 files, 0.38–0.40 on the Kunpeng 920 (its
-/// clusters on a ring, which the model holds too), at most 0.34 on every other
-/// published matrix of 32 CPUs and more (`benches/README.md`). A machine tried wrongly
-/// costs the model's pairs, not its cells: the fit check refuses it.
+/// default (`SparseConfig::mesh_share`): between the meshes (and rings of clusters,
+/// which the model holds too) and every hierarchy among the published matrices of 32
+/// CPUs and more, whose shares `benches/README.md` lists. A machine tried wrongly costs
+/// the model's pairs, not its cells: the fit check refuses it.
 pub(super) const MESH_SHARE: f64 = 0.35;
 
 /// Random pairs per CPU beside the first pairs, the held-out ones included.
@@ -112,9 +111,7 @@ impl MeshModel {
             return None;
         }
         let y: Vec<f64> = obs.iter().map(|o| o.2.ln()).collect();
-        let mut sorted = y.clone();
-        sorted.sort_by(f64::total_cmp);
-        let median = sorted[sorted.len() / 2];
+        let median = crate::stats::upper_median(&y)?;
         let starts: Vec<Vec<f64>> = match from {
             Some(m) if m.n == n => vec![m.x.clone()],
             _ => (0..STARTS)

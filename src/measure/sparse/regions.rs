@@ -11,11 +11,10 @@
 //!
 //! The fill of a block takes a factor per child group, per unit and per CPU, and a
 //! term per pair of units where their figures allow; but where insertion nests groups
-//! that are in truth all about one level apart (the EPYC 7773X's eight CCDs, 96–130 ns
-//! from each other with no hierarchy, grouped as three and five), a pair of CCDs may
-//! get one figure or none, and its cells follow the factors of CCDs elsewhere. A
-//! constant per pair of CCDs puts 98.7% of the 7773X's cross-CCD cells within 10%, so
-//! a pair's own figures can set its level.
+//! that are in truth all about one level apart (an EPYC's CCDs, with no hierarchy among
+//! them, grouped as three and five), a pair of CCDs may get one figure or none, and its
+//! cells follow the factors of CCDs elsewhere. Such a pair's cells do sit about one
+//! level of their own, so its own figures can set it.
 //!
 //! Must not touch: the OS (the measurer does), files, the daemon.
 
@@ -25,6 +24,7 @@ use super::run::Run;
 use super::tree::{Tree, NONE};
 use super::{MeasureError, PairMeasurer, SparseConfig};
 use crate::measure::rng::Rng;
+use crate::stats::upper_median;
 
 /// Groups a level must have to be the regions: from three, two regions being one
 /// block, filled from its own figures already; at most twelve, 66 pairs.
@@ -106,13 +106,15 @@ pub(super) fn correct_regions<M: PairMeasurer>(
     };
     // 2. Move the fill of a pair whose figures agree and sit apart from it.
     for &(a, b) in &pairs {
-        let Some(mut ratios) = ratios(run, cells, &members, &region, a, b) else {
+        let Some(ratios) = ratios(run, cells, &members, &region, a, b) else {
             continue;
         };
         if ratios.len() < figures.min(members[a].len() * members[b].len()) {
             continue;
         }
-        let ratio = median(&mut ratios);
+        let Some(ratio) = upper_median(&ratios) else {
+            continue;
+        };
         // Two thirds of them at least: a preempted figure does not count.
         let agree = ratios
             .iter()
@@ -181,27 +183,20 @@ fn ratios<M: PairMeasurer>(
 ) -> Option<Vec<f64>> {
     let n = run.n();
     let open = |i: usize, j: usize| !run.measured[i * n + j];
-    let mut fill: Vec<f64> = members[a]
+    let fill: Vec<f64> = members[a]
         .iter()
         .flat_map(|&i| members[b].iter().map(move |&j| (i, j)))
         .filter(|&(i, j)| open(i, j))
         .map(|(i, j)| cells[i * n + j])
         .collect();
-    if fill.is_empty() {
-        return None;
-    }
-    let level = median(&mut fill);
+    let level = upper_median(&fill)?;
     let line = |i: usize, other: usize| {
-        let mut v: Vec<f64> = members[other]
+        let v: Vec<f64> = members[other]
             .iter()
             .filter(|&&j| open(i, j))
             .map(|&j| cells[i * n + j])
             .collect();
-        if v.is_empty() {
-            level
-        } else {
-            median(&mut v)
-        }
+        upper_median(&v).unwrap_or(level)
     };
     Some(
         members[a]
@@ -213,12 +208,6 @@ fn ratios<M: PairMeasurer>(
             })
             .collect(),
     )
-}
-
-/// The median of `v` (the upper one of an even count), sorting it.
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 #[cfg(test)]

@@ -50,10 +50,9 @@ impl Tree {
         })
     }
 
+    /// Level `k`'s figure: the upper median of the figures it holds (one of them).
     pub(super) fn typical(&self, k: usize) -> f64 {
-        let mut v = self.lat[k].clone();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        crate::stats::upper_median(&self.lat[k]).expect("every level holds a figure")
     }
 
     /// The level a figure belongs to, adding a level when it is near none.
