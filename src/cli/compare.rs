@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::cpuset::CpuSet;
 use crate::domains::Domains;
-use crate::measure::validity::pin_current;
+use crate::measure::pinned::pin_current;
 use crate::placement::{Policy, SmtPolicy};
 use crate::stats;
 

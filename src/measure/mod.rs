@@ -34,6 +34,7 @@ pub mod complete;
 pub mod drift_check;
 pub mod estimator;
 pub mod guard;
+pub mod pinned;
 pub mod plain;
 mod rng;
 pub mod schedule;
@@ -414,7 +415,7 @@ fn warm_up(cpus: &CpuSet, d: Duration, priority: around::SpinPriority) -> Result
                 // A pin that fails only makes the warm-up less useful: the pairs
                 // verify their own pins.
                 spin::lower_priority(priority);
-                let _ = validity::pin_current(cpu);
+                let _ = pinned::pin_current(cpu);
                 while Instant::now() < until {
                     std::hint::spin_loop();
                 }

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use super::around::SpinPriority;
 use super::estimator::StopRule;
-use super::validity::{context_switches, current_cpu, pin_current, PinFailure};
+use super::pinned::{context_switches, current_cpu, pin_current, PinFailure};
 use super::{FirstTouch, MeasureError, Primitive};
 
 // CAS protocol states of the one shared line.
