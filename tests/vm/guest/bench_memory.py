@@ -292,6 +292,30 @@ def sample(seconds, rate, link):
     return samples, missed
 
 
+def delay_buckets():
+    """The daemon's own event-to-pin histogram (`Metrics`: from reading a batch of proc
+    connector events to each pin it made): {upper bound in s: cumulative count}."""
+    r = subprocess.run(BUS + ["Metrics"], capture_output=True, text=True)
+    return {float(le): int(n) for le, n in re.findall(
+        r'pinnerd_event_to_pin_delay_seconds_bucket\{le=\\?"([0-9.e+-]+)\\?"\} ([0-9]+)',
+        r.stdout)}
+
+
+def delay_summary(before, after):
+    """p50, p99 and the largest bucket of the pins between two delay_buckets()."""
+    bounds = sorted(after)
+    n = after[bounds[-1]] - before.get(bounds[-1], 0) if bounds else 0
+    if n <= 0:
+        return "n=0"
+
+    def upto(q):
+        for b in bounds:
+            if after[b] - before.get(b, 0) >= q * n:
+                return f"<={b * 1000:g} ms"
+        return f">{bounds[-1] * 1000:g} ms"
+    return f"n={n} p50{upto(0.5)} p99{upto(0.99)} max{upto(1.0)}"
+
+
 def drive(pid, log):
     """Moves pid's memory to node 1, then 0, then 1 … through pinnerd (PinProcessWith
     with the memory key: the move alone, no Explain) until log.stop exists; one line
@@ -328,8 +352,11 @@ def event_to_pin(seconds, mib):
         os.waitpid(probe, 0)
         if pinned:
             break
+    h0 = delay_buckets()
     base, base_missed = sample(seconds, RATE, link)
+    h1 = delay_buckets()
     out(f"e2p-quiet {summary([s[1] for s in base], ' ms')} missed={base_missed}")
+    out(f"daemon-delay-quiet {delay_summary(h0, h1)}")
 
     pid = start_worker("vmbench-e2pmem", mib, "0-3")
     log = os.path.join(WORK, "drive.log")
@@ -339,7 +366,9 @@ def event_to_pin(seconds, mib):
     driver = subprocess.Popen(["taskset", "-c", "2", sys.executable, __file__, "drive",
                                str(pid), log])
     time.sleep(0.5)
+    h2 = delay_buckets()
     busy, busy_missed = sample(seconds * 2, RATE, link)
+    h3 = delay_buckets()
     open(log + ".stop", "w").close()
     driver.wait()
     stop_worker("vmbench-e2pmem")
@@ -355,6 +384,7 @@ def event_to_pin(seconds, mib):
         f"of {seconds * 2} s")
     out(f"e2p-during-migration {summary(during, ' ms')} missed={busy_missed}")
     out(f"e2p-between-migrations {summary(between, ' ms')}")
+    out(f"daemon-delay-with-migrations {delay_summary(h2, h3)}")
     os.unlink("/etc/pinnerd.d/80-vmbench-e2p.toml")
 
 
