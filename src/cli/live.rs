@@ -1,6 +1,8 @@
 //! `pinnerd plan --live`: what the rules would do to the running system, changing
 //! nothing. It runs the daemon's own manager, built from the daemon's settings, over a
 //! full /proc rescan with affinity calls that only record what they would set.
+//! Memory weighs in as in the daemon (`plan::memory`, from the settings' `[memory]`),
+//! and each matching process's memory per node is shown (`memory::read`, on demand).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +16,8 @@ use crate::devices;
 use crate::domains::{self, Misfit};
 use crate::manager::{Input, Manager};
 use crate::matrix::LatencyMatrix;
-use crate::plan::{Plan, PlanState};
+use crate::memory::{self, MemoryView, ReadError};
+use crate::plan::{MemoryPlanning, Plan, PlanState};
 use crate::rules::{load_dirs, LoadPolicy};
 use crate::settings::Settings;
 use crate::shape::{self, Facts, OwnedShaper};
@@ -80,7 +83,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let ops = Arc::new(DryRunOps::new(root.clone()));
     let mut mgr = Manager::from_settings(
         ops.clone(),
-        Arc::new(ProcFs::new(root)),
+        Arc::new(ProcFs::new(root.clone())),
         topology.usable(),
         &settings,
     );
@@ -89,16 +92,24 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         facts,
         devices,
     };
-    let plan = Plan::new(&report.rules, mgr.plan().cpus(), Some(&shaper));
+    let memory_planning = MemoryPlanning::new(&topology, &settings);
+    let node_ids = memory_planning.node_ids();
+    let plan = Plan::new(&report.rules, mgr.plan().cpus(), Some(&shaper))
+        .with_memory(memory_planning, Some(&shaper));
     crate::daemon::replan::hand_down(&mut mgr, Input::RulesChanged(plan), Some(&shaper));
     let rows = mgr.list_managed();
+    let memory: Vec<Result<MemoryView, ReadError>> = rows
+        .iter()
+        .map(|r| memory::read(&root, r.pid as i32, &node_ids))
+        .collect();
     let protected = mgr.protected();
 
     let mut out = String::new();
     if args.json {
         let procs: Vec<serde_json::Value> = rows
             .iter()
-            .map(|r| {
+            .zip(&memory)
+            .map(|(r, mem)| {
                 let now = ops
                     .real_mask(r.pid as i32)
                     .map(|m| m.to_string())
@@ -107,6 +118,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                     "pid": r.pid, "comm": r.comm, "rule": r.rule,
                     "would_get": r.cpus, "now": now, "state": r.state,
                     "cpuset": mgr.cpuset_of(r.pid as i32),
+                    "memory_nodes": memory_nodes(mem),
                 })
             })
             .collect();
@@ -124,6 +136,9 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     } else {
         use std::fmt::Write as _;
         let _ = writeln!(out, "dry run: nothing was changed; placement from {source}");
+        if node_ids.len() <= 1 {
+            let _ = writeln!(out, "memory: one node (all of it is local; not weighed)");
+        }
         let _ = writeln!(out, "\nrules ({}):", report.rules.len());
         for p in mgr.plan().units() {
             let unit = match p.thread_entry {
@@ -154,6 +169,9 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                 "  {}{unit}{within} (priority {}{excl}): {state}",
                 p.rule, p.priority
             );
+            if let Some(why) = &p.memory {
+                let _ = writeln!(out, "    {why}");
+            }
             if let Some(line) = p
                 .thread_entry
                 .and_then(|i| p.slots_line(mgr.entry_threads(&p.rule, i)))
@@ -172,7 +190,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                 "PID", "COMM", "RULE", "WOULD GET", "NOW"
             );
         }
-        for r in &rows {
+        for (r, mem) in rows.iter().zip(&memory) {
             let now = ops
                 .real_mask(r.pid as i32)
                 .map(|m| m.to_string())
@@ -185,6 +203,15 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
             if mgr.cpuset_key_of(r.pid as i32).is_some() {
                 if let Some(c) = mgr.cpuset_of(r.pid as i32) {
                     let _ = writeln!(out, "  {:>8}  in cpuset {c}", "");
+                }
+            }
+            match mem {
+                Ok(MemoryView::OneNode) | Err(ReadError::Gone { .. }) => {}
+                Ok(v) => {
+                    let _ = writeln!(out, "  {:>8}  {v}", "");
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "  {:>8}  memory: cannot be read: {e}", "");
                 }
             }
         }
@@ -214,6 +241,20 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         .into());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `{"0": bytes, "1": bytes}` as `plan --pid` gives it; `{}` on one node, `null` when
+/// it could not be read.
+fn memory_nodes(m: &Result<MemoryView, ReadError>) -> serde_json::Value {
+    match m {
+        Ok(MemoryView::Nodes { nodes, .. }) => nodes
+            .iter()
+            .map(|(n, b)| (n.to_string(), serde_json::json!(b)))
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+        Ok(MemoryView::OneNode) => serde_json::json!({}),
+        Err(_) => serde_json::Value::Null,
+    }
 }
 
 /// A warning when the exclusive units leave no CPU a measurement may spin on.

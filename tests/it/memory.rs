@@ -186,3 +186,83 @@ fn memory_follow_on_one_node_is_a_clear_no_op() {
         text(&out)
     );
 }
+
+/// `plan --live` weighs memory as the daemon does (the settings' `[memory]`) and shows
+/// where each matching process's memory is, on a captured two-node machine (the
+/// processes are this machine's).
+#[test]
+fn plan_live_weighs_and_shows_where_each_process_memory_is() {
+    use super::daemon::Dirs;
+    let dirs = Dirs::new();
+    dirs.write_rule(
+        "10-live-mem.toml",
+        "[[rule]]\nname = \"live-mem\"\n[rule.match]\ncomm = \"pd-live-mem\"\n[rule.place]\ncount = 2\n",
+    );
+    // Any size weighs (the helper is far below the default 64 MiB).
+    std::fs::write(dirs.settings(), "[memory]\nmin-size-mib = 0\n").unwrap();
+    let h = Helper::spawn(dirs.root.path(), "pd-live-mem");
+    let sys = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/sysfs/xeon-2s-nic-nvme/sys");
+    let (rules, settings) = (dirs.rules(), dirs.settings());
+    let args = |json: bool| {
+        let mut a = vec![
+            "plan".to_string(),
+            "--live".into(),
+            "--rules".into(),
+            rules.display().to_string(),
+            "--config".into(),
+            settings.display().to_string(),
+            "--sysfs".into(),
+            sys.display().to_string(),
+        ];
+        if json {
+            a.push("--json".into());
+        }
+        a
+    };
+    let a = args(true);
+    let out = pinnerd(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.ok, "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let me = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["pid"] == h.pid)
+        .unwrap_or_else(|| panic!("not listed: {v}"));
+    let nodes = me["memory_nodes"]
+        .as_object()
+        .unwrap_or_else(|| panic!("{me}"));
+    assert_eq!(
+        nodes.keys().collect::<Vec<_>>(),
+        ["0", "1"],
+        "every node of the machine planned on: {me}"
+    );
+    assert!(
+        nodes.values().map(|b| b.as_u64().unwrap()).sum::<u64>() > 0,
+        "{me}"
+    );
+    let unit = v["plans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["rule"] == "live-mem")
+        .unwrap_or_else(|| panic!("no unit: {v}"));
+    let why = unit["memory"]
+        .as_str()
+        .unwrap_or_else(|| panic!("memory did not weigh: {unit}"));
+    assert!(
+        why.starts_with("node ") && why.contains(" chosen: holds "),
+        "{why}"
+    );
+    let a = args(false);
+    let out = pinnerd(&a.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(out.ok, "{out:?}");
+    assert!(
+        out.stdout.contains(&format!("    {why}\n")),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains(" resident — node 0 "), "{}", out.stdout);
+    h.exit();
+}

@@ -21,6 +21,10 @@
 #   PINNERD_VM_CACHE=DIR      cache and work directory (default tests/vm/cache)
 #   PINNERD_VM_JOURNAL=always attach the daemon's journal even when every check passed
 #   PINNERD_VM_MIRROR=URL     Debian mirror for mmdebstrap (default: its own default)
+#   PINNERD_VM_BENCH=memory   run the memory benchmark (tests/vm/guest/bench_memory.py)
+#                             instead of the checks: numactl is added to this run's image
+#                             (not to the cached rootfs), each node gets 2 GiB, and the
+#                             figures are printed and kept in $PINNERD_VM_CACHE/run/bench.txt
 # Outputs, kept after the run: $PINNERD_VM_CACHE/run/{console.log,results.log,journal.log}.
 set -euo pipefail
 
@@ -29,6 +33,11 @@ repo=$(cd "$here/../.." && pwd)
 cache=${PINNERD_VM_CACHE:-$here/cache}
 vm_timeout=${PINNERD_VM_TIMEOUT:-780}
 accel=${PINNERD_VM_ACCEL:-auto}
+bench=${PINNERD_VM_BENCH:-}
+case $bench in '' | memory) ;; *) echo "PINNERD_VM_BENCH must be memory or unset" >&2; exit 2 ;; esac
+# Memory per NUMA node: the benchmark moves 512 MiB workers between the nodes.
+node_mib=1024
+[ "$bench" = memory ] && node_mib=2048
 suite=bookworm
 # What the checks need besides the package: systemd as PID 1, the system bus, busctl
 # (systemd), setpriv and taskset (util-linux), jq for JSON, python3 for the workload,
@@ -134,7 +143,28 @@ install -d "$root/usr/local/lib/pinnerd-vm"
 install -m 0755 "$here/guest/checks.sh" "$root/usr/local/lib/pinnerd-vm/checks.sh"
 install -m 0644 "$here/guest/workload.py" "$root/usr/local/lib/pinnerd-vm/workload.py"
 install -m 0644 "$here/guest/memworker.py" "$root/usr/local/lib/pinnerd-vm/memworker.py"
-install -m 0644 "$here/guest/pinnerd-vm-checks.service" "$root/etc/systemd/system/"
+if [ "$bench" = memory ]; then
+    # numactl (migratepages, for comparison) only in this run's image: the cached rootfs,
+    # and so CI's image, stays as it is. Its packages are cached beside the rootfs.
+    debs=$cache/bench-debs
+    if ! ls "$debs"/numactl_*.deb "$debs"/libnuma1_*.deb >/dev/null 2>&1; then
+        mkdir -p "$debs"
+        (cd "$debs" && apt-get download numactl libnuma1 >/dev/null 2>&1) ||
+            (apt-get update -qq && cd "$debs" && apt-get download numactl libnuma1 >/dev/null) ||
+            die "cannot download numactl"
+    fi
+    cp "$debs"/numactl_*.deb "$debs"/libnuma1_*.deb "$root/tmp/"
+    chroot "$root" sh -c 'dpkg -i /tmp/libnuma1_*.deb /tmp/numactl_*.deb' >>"$run/dpkg.log" 2>&1 ||
+        { cat "$run/dpkg.log" >&2; die "dpkg -i numactl failed in the rootfs"; }
+    rm -f "$root"/tmp/*.deb
+    install -m 0755 "$here/guest/bench-memory.sh" "$root/usr/local/lib/pinnerd-vm/bench-memory.sh"
+    install -m 0644 "$here/guest/bench_memory.py" "$root/usr/local/lib/pinnerd-vm/bench_memory.py"
+    sed -e 's|^ExecStart=.*|ExecStart=/usr/local/lib/pinnerd-vm/bench-memory.sh|' \
+        -e 's|^TimeoutStartSec=.*|TimeoutStartSec=infinity|' \
+        "$here/guest/pinnerd-vm-checks.service" >"$root/etc/systemd/system/pinnerd-vm-checks.service"
+else
+    install -m 0644 "$here/guest/pinnerd-vm-checks.service" "$root/etc/systemd/system/"
+fi
 ln -s ../pinnerd-vm-checks.service "$root/etc/systemd/system/multi-user.target.wants/"
 if [ -f "$here/guest/pinnerd.toml" ]; then
     install -d "$root/etc/pinnerd"
@@ -173,13 +203,13 @@ esac
 
 cmdline="console=ttyS0,115200 panic=-1 loglevel=4 mitigations=off systemd.show_status=auto systemd.log_color=0"
 [ "${PINNERD_VM_JOURNAL:-}" = always ] && cmdline+=" pinnerd_vm.journal=always"
-log "booting ($accel, 8 vCPUs: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes; limit ${vm_timeout}s)"
+log "booting ($accel, 8 vCPUs: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes of $node_mib MiB; limit ${vm_timeout}s)"
 t_boot=$SECONDS
 set +e
 nice -n 10 timeout "$vm_timeout" qemu-system-x86_64 \
     -name pinnerd-vm -machine pc -accel "$accel_opt" \
-    -cpu Skylake-Server -smp 8,sockets=2,cores=2,threads=2 -m 2G \
-    -object memory-backend-ram,id=mem0,size=1G -object memory-backend-ram,id=mem1,size=1G \
+    -cpu Skylake-Server -smp 8,sockets=2,cores=2,threads=2 -m $((2 * node_mib))M \
+    -object memory-backend-ram,id=mem0,size=${node_mib}M -object memory-backend-ram,id=mem1,size=${node_mib}M \
     -numa node,nodeid=0,cpus=0-3,memdev=mem0 -numa node,nodeid=1,cpus=4-7,memdev=mem1 \
     -kernel "$kernel" -initrd "$run/initramfs.zst" -append "$cmdline" \
     -nodefaults -display none -no-reboot \
@@ -194,6 +224,9 @@ tr -d '\r' <"$run/results.log" >"$run/results.txt"
 sed -n '/^PINNERD-VM JOURNAL BEGIN$/,/^PINNERD-VM JOURNAL END$/p' "$run/results.txt" |
     sed '1d;$d' >"$run/journal.log"
 grep '^PINNERD-VM START ' "$run/results.txt" | sed 's/^PINNERD-VM START /guest: /' || true
+if [ "$bench" = memory ]; then
+    grep '^PINNERD-VM BENCH' "$run/results.txt" | sed 's/^PINNERD-VM //' | tee "$run/bench.txt"
+fi
 pass=0 fail=0 failed=()
 while read -r _ _ name verdict detail; do
     printf '%-28s %s  %s\n' "$name" "$verdict" "$detail"
