@@ -181,7 +181,11 @@ mod tests {
             Some(vec!["f".to_string()])
         );
         assert_eq!(list_dir(&root.sys_path("nope")).unwrap(), None);
+    }
 
+    #[test]
+    fn a_directory_of_more_entries_than_the_bound_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
         let crowded = dir.path().join("crowded");
         std::fs::create_dir(&crowded).unwrap();
         for i in 0..=16 {
