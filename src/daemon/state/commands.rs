@@ -116,7 +116,9 @@ impl State {
                     .pin(&request, d)
                     .map_err(|source| CommandError::Pin { pid, source })?;
                 match m.pin(pid_i, &cpus) {
-                    Ok(changes) => {
+                    Ok(mut changes) => {
+                        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
+                        changes.extend(replan::settle(m, choose));
                         tracing::info!(pid, %cpus, "pinned at run time");
                         self.after_manager(changes);
                         Ok(Reply::Cpus(cpus))
