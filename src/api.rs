@@ -130,7 +130,7 @@ impl PlaceParts {
             ));
         }
         if let Some(near) = &shape.near {
-            if let Err(why) = crate::devices::check_name(near) {
+            if let Err(why) = crate::placement::check_device_name(near) {
                 return Err(format!("{key}near {near:?}: {why}"));
             }
         }

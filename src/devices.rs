@@ -17,47 +17,13 @@
 //!
 //! Must not touch: placement (see `shape`), the real `/sys` path (see `sysroot`).
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
+
+pub use crate::placement::check_device_name as check_name;
 
 use crate::shape::{Devices, Locality};
 use crate::sysroot::{self, SysRoot};
 use crate::topology::parse_list;
-
-/// Longest device name accepted.
-const NAME_MAX: usize = 255;
-
-/// Checks the form of a device name without looking it up: an interface, PCI address
-/// or block device name (no `/`), or an absolute path under `/dev/`.
-pub fn check_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("empty device name".into());
-    }
-    if name.len() > NAME_MAX {
-        return Err(format!("longer than {NAME_MAX} bytes"));
-    }
-    if name.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err("contains whitespace or control characters".into());
-    }
-    if let Some(rest) = name.strip_prefix("/dev/") {
-        let clean = Path::new(rest)
-            .components()
-            .all(|c| matches!(c, Component::Normal(_)));
-        if rest.is_empty() || !clean {
-            return Err("a /dev path must name a device below /dev without . or ..".into());
-        }
-        return Ok(());
-    }
-    if name.starts_with('/') {
-        return Err("a path must start with /dev/".into());
-    }
-    if name.contains('/') || name == "." || name == ".." {
-        return Err(
-            "expected an interface name, a PCI address (0000:81:00.0), a block device name or a /dev path"
-                .into(),
-        );
-    }
-    Ok(())
-}
 
 /// Resolves every name; each result says where the device sits or why it could not.
 pub fn resolve_all<'a>(root: &SysRoot, names: impl IntoIterator<Item = &'a str>) -> Devices {

@@ -30,7 +30,7 @@ mod slots;
 
 pub use place::{place, set_cost};
 pub use request::{
-    core_type_word, kind_word, Cost, Explanation, Placement, PlacementError, Policy, Prefer,
-    Request, Shape, ShapeError, SmtPolicy, UnknownWord,
+    check_device_name, core_type_word, kind_word, Cost, Explanation, Placement, PlacementError,
+    Policy, Prefer, Request, Shape, ShapeError, SmtPolicy, UnknownWord,
 };
 pub use slots::{slots, Slot, SlotPlanner, MAX_SLOTS};

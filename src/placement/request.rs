@@ -265,3 +265,40 @@ pub enum ShapeError {
     #[error("{keys}: this planner has no topology facts to honour them")]
     NoFacts { keys: String },
 }
+
+/// Longest device name accepted.
+const DEVICE_NAME_MAX: usize = 255;
+
+/// Checks the form of a device name (`near = "…"`) without looking it up (see
+/// `devices` for that): an interface, PCI address
+/// or block device name (no `/`), or an absolute path under `/dev/`.
+pub fn check_device_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("empty device name".into());
+    }
+    if name.len() > DEVICE_NAME_MAX {
+        return Err(format!("longer than {DEVICE_NAME_MAX} bytes"));
+    }
+    if name.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err("contains whitespace or control characters".into());
+    }
+    if let Some(rest) = name.strip_prefix("/dev/") {
+        let clean = std::path::Path::new(rest)
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if rest.is_empty() || !clean {
+            return Err("a /dev path must name a device below /dev without . or ..".into());
+        }
+        return Ok(());
+    }
+    if name.starts_with('/') {
+        return Err("a path must start with /dev/".into());
+    }
+    if name.contains('/') || name == "." || name == ".." {
+        return Err(
+            "expected an interface name, a PCI address (0000:81:00.0), a block device name or a /dev path"
+                .into(),
+        );
+    }
+    Ok(())
+}

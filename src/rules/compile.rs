@@ -597,7 +597,7 @@ fn place_request(
                 }
             }
             if let Some(near) = f.near {
-                if let Err(reason) = crate::devices::check_name(near.get_ref()) {
+                if let Err(reason) = crate::placement::check_device_name(near.get_ref()) {
                     cx.err(
                         &near.span(),
                         RuleErrorKind::BadDevice {
