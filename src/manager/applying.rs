@@ -163,17 +163,15 @@ impl Manager {
                     }
                     m.threads.insert(
                         tid,
-                        ManagedThread {
+                        ManagedThread::new(
                             comm,
                             placement,
                             slot,
-                            original: current.clone(),
-                            outcome: Outcome::LeftAlone {
+                            current.clone(),
+                            Outcome::LeftAlone {
                                 why: why.unwrap_or_else(|| NO_PLACEMENT.to_string()),
                             },
-                            released: false,
-                            stale: false,
-                        },
+                        ),
                     );
                 }
                 Some(t) => {
@@ -282,15 +280,7 @@ impl Manager {
             }
             m.threads.insert(
                 tid,
-                ManagedThread {
-                    comm,
-                    placement,
-                    slot,
-                    original,
-                    outcome: Outcome::Gone,
-                    released: false,
-                    stale: false,
-                },
+                ManagedThread::new(comm, placement, slot, original, Outcome::Gone),
             );
         }
         // Every requested CPU offline is refused (the CPU's return re-applies); a mask
@@ -362,15 +352,7 @@ impl Manager {
                 let original = m.original.clone();
                 m.threads.insert(
                     tid,
-                    ManagedThread {
-                        comm,
-                        placement,
-                        slot,
-                        original,
-                        outcome: outcome.clone(),
-                        released: false,
-                        stale: false,
-                    },
+                    ManagedThread::new(comm, placement, slot, original, outcome.clone()),
                 );
             }
         }

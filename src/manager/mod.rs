@@ -217,6 +217,27 @@ struct ManagedThread {
     stale: bool,
 }
 
+impl ManagedThread {
+    /// A thread at first contact: neither released nor stale.
+    fn new(
+        comm: String,
+        placement: ThreadPlacement,
+        slot: usize,
+        original: CpuSet,
+        outcome: Outcome,
+    ) -> ManagedThread {
+        ManagedThread {
+            comm,
+            placement,
+            slot,
+            original,
+            outcome,
+            released: false,
+            stale: false,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Managed {
     handle: ProcessHandle,

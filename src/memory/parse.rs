@@ -59,12 +59,7 @@ pub struct NumaMaps {
 pub fn numa_maps(path: &Path, reader: impl BufRead) -> Result<NumaMaps, ParseError> {
     let mut out = NumaMaps::default();
     each_line(path, reader, |no, line| {
-        let bad = |column: usize, what: String| ParseError::Bad {
-            path: path.to_path_buf(),
-            line: no,
-            column,
-            what,
-        };
+        let bad = bad_at(path, no);
         let mut fields = fields(line);
         let Some((_, addr)) = fields.next() else {
             return Ok(()); // an empty line
@@ -148,12 +143,7 @@ pub fn numa_stat(path: &Path, reader: impl BufRead) -> Result<NodeBytes, ParseEr
     let mut out = NodeBytes::new();
     let mut seen_anon = false;
     each_line(path, reader, |no, line| {
-        let bad = |column: usize, what: String| ParseError::Bad {
-            path: path.to_path_buf(),
-            line: no,
-            column,
-            what,
-        };
+        let bad = bad_at(path, no);
         let mut fields = fields(line);
         let Some((_, key)) = fields.next() else {
             return Ok(());
@@ -209,6 +199,16 @@ fn fields(line: &str) -> impl Iterator<Item = (usize, &str)> {
             Some((at, f))
         })
         .filter(|(_, f)| !f.is_empty())
+}
+
+/// The error at `column` of line `line` of `path`, saying `what` is wrong there.
+fn bad_at(path: &Path, line: usize) -> impl Fn(usize, String) -> ParseError + '_ {
+    move |column, what| ParseError::Bad {
+        path: path.to_path_buf(),
+        line,
+        column,
+        what,
+    }
 }
 
 /// Calls `each(line_number, line)` for every line, holding at most one line of

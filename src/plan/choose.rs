@@ -76,6 +76,24 @@ pub struct Chosen {
     pub held: CpuSet,
 }
 
+impl From<placement::Placement> for Chosen {
+    fn from(p: placement::Placement) -> Chosen {
+        Chosen {
+            held: p.reserved.union(&p.cpus),
+            cpus: p.cpus,
+        }
+    }
+}
+
+impl From<placement::Slot> for Chosen {
+    fn from(s: placement::Slot) -> Chosen {
+        Chosen {
+            held: s.reserved.union(&s.cpus),
+            cpus: s.cpus,
+        }
+    }
+}
+
 impl Choose for Domains {
     fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
         let count = match &req.target {
@@ -101,11 +119,7 @@ impl Choose for Domains {
             exclusive: req.exclusive,
             cpus: None,
         };
-        let p = placement::place(self, &r, available)?;
-        Ok(Chosen {
-            held: p.reserved.union(&p.cpus),
-            cpus: p.cpus,
-        })
+        Ok(placement::place(self, &r, available)?.into())
     }
 
     fn slots(
@@ -124,10 +138,7 @@ impl Choose for Domains {
         }
         Ok(placement::slots(self, &r, available)?
             .into_iter()
-            .map(|s| Chosen {
-                held: s.reserved.union(&s.cpus),
-                cpus: s.cpus,
-            })
+            .map(Chosen::from)
             .collect())
     }
 

@@ -493,10 +493,7 @@ impl Choose for Shaper<'_> {
             &req.shape,
             available,
         )?;
-        Ok(Chosen {
-            held: p.reserved.union(&p.cpus),
-            cpus: p.cpus,
-        })
+        Ok(p.into())
     }
 
     /// Slots planned together (`placement::slots`), each next one among the CPUs the
@@ -551,13 +548,7 @@ impl Choose for Shaper<'_> {
             planner.push(next);
         }
         let out = planner.into_slots();
-        Ok(out
-            .into_iter()
-            .map(|s| Chosen {
-                held: s.reserved.union(&s.cpus),
-                cpus: s.cpus,
-            })
-            .collect())
+        Ok(out.into_iter().map(Chosen::from).collect())
     }
 }
 

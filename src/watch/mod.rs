@@ -56,3 +56,15 @@ pub enum WatchError {
     #[error("{path}: cannot parse: {reason}")]
     Parse { path: PathBuf, reason: String },
 }
+
+/// Whether `fd` has something to read within `timeout` (`poll` for `POLLIN`).
+fn readable_within(fd: std::os::fd::RawFd, timeout: std::time::Duration) -> bool {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: one valid pollfd, for the length of the call.
+    unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+}

@@ -44,14 +44,7 @@ impl UeventSocket {
 
     /// Waits up to `timeout` for a message to be readable.
     pub fn wait(&self, timeout: Duration) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as libc::c_int;
-        // SAFETY: one valid pollfd.
-        unsafe { libc::poll(&mut pfd, 1, ms) > 0 }
+        super::readable_within(self.fd.as_raw_fd(), timeout)
     }
 
     /// Reads every queued message without blocking and returns the CPU changes among
