@@ -13,7 +13,7 @@ use crate::manager;
 use crate::plan::Choose;
 use crate::topology::Topology;
 
-use super::State;
+use super::{State, HOTPLUG_RECHECK};
 
 /// A new matrix moves a running unit only when its new CPUs' worst pairwise latency is
 /// lower by more than this fraction of the current one. Measurement takes two passes of
@@ -141,7 +141,8 @@ impl State {
         self.hand_down(new, manager::Input::PlanChanged);
     }
 
-    /// CPUs went online or offline: re-read the machine, re-plan, re-apply. The matrix
+    /// CPUs went online or offline: re-read the machine, re-plan, re-apply, and read the
+    /// processes' cgroup cpusets again [`HOTPLUG_RECHECK`] later. The matrix
     /// follows the usable CPUs from the store's cells (see `matrix::keep`).
     pub(super) fn hotplug(&mut self, now: Instant) {
         let usable = self.usable();
@@ -155,6 +156,7 @@ impl State {
         tracing::info!(online = %self.online(), "CPU hotplug");
         let planned = self.new_plan();
         self.hand_down(planned, manager::Input::PlanChanged);
+        self.hotplug_recheck = Some(now + HOTPLUG_RECHECK);
         self.status();
     }
 }

@@ -115,6 +115,12 @@ pub const JOURNAL_DELAY: Duration = Duration::from_millis(50);
 /// one succeeds), not only at the next change.
 pub const JOURNAL_RETRY: Duration = Duration::from_secs(1);
 
+/// How long after a hotplug the processes' cgroup cpusets are read again. The kernel
+/// updates a cgroup's effective CPUs from a workqueue after the CPU event, so a CPU
+/// that came back may be missing from what was read at the event, and its pinned
+/// threads would wait for the periodic rescan.
+pub const HOTPLUG_RECHECK: Duration = Duration::from_secs(1);
+
 pub use machine::{MOVE_FLOOR_NS, MOVE_GAIN};
 
 /// All daemon state. Owned by one thread.
@@ -147,6 +153,8 @@ pub struct State {
     follow: following::Following,
     /// A journal write deferred after process events (see [`JOURNAL_DELAY`]).
     journal_due: Option<Instant>,
+    /// A rescan after a hotplug, for the cgroup cpusets (see [`HOTPLUG_RECHECK`]).
+    hotplug_recheck: Option<Instant>,
     schedule: Schedule,
     /// The CPUs the running full measurement stays off (see `measure::around`).
     measuring_around: Option<crate::measure::around::Around>,
@@ -188,6 +196,7 @@ impl State {
             metrics: metrics::Kept::default(),
             follow: following::Following::default(),
             journal_due: None,
+            hotplug_recheck: None,
             measuring_around: None,
             irqs: irqs::IrqsAway::default(),
             last_failure: None,
@@ -279,7 +288,10 @@ impl State {
     /// When the loop must handle a `Tick` next at the latest, besides its once-a-second
     /// clock: a deferred journal write.
     pub fn deadline(&self) -> Option<Instant> {
-        self.journal_due
+        match (self.journal_due, self.hotplug_recheck) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// The CPUs plans are made for: online, and the housekeeping CPUs kept free.
@@ -526,6 +538,10 @@ impl State {
         if self.journal_due.is_some_and(|due| now >= due) {
             self.flush_journal();
         }
+        if self.hotplug_recheck.is_some_and(|due| now >= due) {
+            self.hotplug_recheck = None;
+            self.manager_event(manager::Input::Rescan);
+        }
         self.sync_memory(now);
         if let (Some(every), Some(due)) = (self.timing.watchdog_every, self.next_watchdog) {
             if now >= due {
@@ -544,6 +560,7 @@ impl State {
                 // A hotplug the uevent socket did not report.
                 let planned = self.new_plan();
                 self.hand_down(planned, manager::Input::PlanChanged);
+                self.hotplug_recheck = Some(now + HOTPLUG_RECHECK);
             }
         }
         if let Some(dir) = self.metrics.textfile_due(now, &self.settings.metrics) {
@@ -1296,6 +1313,33 @@ mod tests {
         let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
         let m = stored.load_current(&fingerprint).unwrap().matrix.unwrap();
         assert_eq!(m.len(), 16);
+    }
+
+    #[test]
+    fn the_cgroup_cpusets_are_read_again_a_moment_after_a_hotplug() {
+        let (mut s, d) = state(Timing::default());
+        s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+        s.start().unwrap();
+        let job = jobs(&s.take_actions())[0].clone();
+        s.handle(ok_matrix(&job));
+        s.take_actions();
+        let events = |s: &State| s.manager.as_ref().unwrap().counters().events;
+        set_online(&s.cfg.sysroot, "0-14");
+        let t0 = Instant::now();
+        s.handle(Event::Hotplug);
+        let after_event = events(&s);
+        let due = s.deadline().expect("a recheck is due");
+        assert!(
+            due > t0 && due <= Instant::now() + HOTPLUG_RECHECK,
+            "{due:?}"
+        );
+        s.handle(Event::Tick(due - Duration::from_millis(1)));
+        assert_eq!(events(&s), after_event, "not before it is due");
+        s.handle(Event::Tick(due));
+        assert_eq!(events(&s), after_event + 1, "one rescan when due");
+        assert_eq!(s.deadline(), None);
+        s.handle(Event::Tick(due + HOTPLUG_RECHECK));
+        assert_eq!(events(&s), after_event + 1, "and only one");
     }
 
     #[test]
