@@ -1,0 +1,1240 @@
+use super::*;
+use crate::api::{Command, CommandError, Reply};
+use crate::cpuset::CpuSet;
+use crate::daemon::worker::JobError;
+use crate::daemon::worker::{Finished, JobKind, Product};
+use crate::measure;
+use crate::measure::Probe;
+use crate::placement::{Policy, SmtPolicy};
+use crate::rules::{CpuTarget, PlacementRequest};
+
+fn state(timing: Timing) -> (State, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = Config {
+        settings: dir.path().join("absent.toml"),
+        rule_dirs: Some(vec![dir.path().join("rules")]),
+        state_dir: dir.path().join("state"),
+        runtime_dir: dir.path().join("runtime"),
+        sysroot: SysRoot::default(),
+    };
+    for d in [
+        dir.path().join("rules"),
+        cfg.state_dir.clone(),
+        cfg.runtime_dir.clone(),
+    ] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let mut s = State::new(cfg, Settings::default(), timing, Instant::now());
+    s.policy = LoadPolicy::unchecked();
+    (s, dir)
+}
+
+fn jobs(actions: &[Action]) -> Vec<Job> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Measure(j) => Some((**j).clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn finished(actions: &[Action]) -> Vec<(u64, bool)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Emit(Signal::MeasurementFinished { job, ok, .. }) => Some((*job, *ok)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A matrix over the CPUs the job asked for, every pair 40 ns.
+fn matrix_for(job: &Job) -> LatencyMatrix {
+    let mut m = LatencyMatrix::from_fn(job.cfg.cpus.iter().collect(), |_, _| 40.0);
+    m.measured_at_us = Some(1_700_000_000_000_000);
+    m.fingerprint = job.cfg.fingerprint.clone();
+    m
+}
+
+fn ok_matrix(job: &Job) -> Event {
+    Event::Measured(Box::new(Finished {
+        id: job.id,
+        result: Ok(Product::Matrix(Box::new(matrix_for(job)))),
+    }))
+}
+
+fn probes(job: &Job, ns: f64) -> Event {
+    let JobKind::Drift { pairs, .. } = &job.kind else {
+        panic!("not a probe: {job:?}")
+    };
+    Event::Measured(Box::new(Finished {
+        id: job.id,
+        result: Ok(Product::Probes(
+            pairs
+                .iter()
+                .map(|&(a, b)| Probe {
+                    a,
+                    b,
+                    estimate_ns: Some(ns),
+                    samples: 10,
+                    discarded: 0,
+                })
+                .collect(),
+        )),
+    }))
+}
+
+/// Writes rule `j`: processes named `comm` on every online CPU of this machine.
+fn rule_on_every_online_cpu(dir: &std::path::Path, comm: &str) {
+    let online: CpuSet = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    std::fs::write(
+        dir.join("rules/j.toml"),
+        format!(
+            "[[rule]]\nname = \"j\"\n[rule.match]\ncomm = \"{comm}\"\n[rule.place]\ncpus = \"{online}\"\n"
+        ),
+    )
+    .unwrap();
+}
+
+#[test]
+fn the_journal_lags_process_events_by_at_most_the_delay() {
+    let (mut s, d) = state(Timing::default());
+    rule_on_every_online_cpu(d.path(), "pd-journal");
+    s.start().unwrap();
+    let journal = d
+        .path()
+        .join("runtime")
+        .join(crate::affinity::restore::JOURNAL_FILE);
+    assert!(!journal.exists());
+    let link = d.path().join("pd-journal");
+    std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
+    let mut child = std::process::Command::new(&link).arg("30").spawn().unwrap();
+    let pid = child.id() as i32;
+    let t0 = Instant::now();
+    s.handle(Event::Proc(vec![crate::watch::ProcMsg::Exec { pid }]));
+    let due = s.deadline().expect("a deferred journal write");
+    assert!(due > t0 && due <= Instant::now() + JOURNAL_DELAY, "{due:?}");
+    assert!(!journal.exists(), "written at once");
+    s.handle(Event::Tick(due - Duration::from_millis(1)));
+    assert!(!journal.exists(), "written before it was due");
+    s.handle(Event::Tick(due));
+    let text = std::fs::read_to_string(&journal).expect("written when due");
+    assert!(text.contains(&format!("\"pid\": {pid}")), "{text}");
+    assert_eq!(s.deadline(), None);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn a_failed_journal_write_is_tried_again_until_it_succeeds() {
+    let (mut s, d) = state(Timing::default());
+    rule_on_every_online_cpu(d.path(), "pd-jretry");
+    s.start().unwrap();
+    let runtime = d.path().join("runtime");
+    let journal = runtime.join(crate::affinity::restore::JOURNAL_FILE);
+    // A directory where the temp file goes makes every write fail.
+    let blocker = runtime.join("restore.json.tmp");
+    std::fs::create_dir(&blocker).unwrap();
+    let link = d.path().join("pd-jretry");
+    std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
+    let mut child = std::process::Command::new(&link).arg("30").spawn().unwrap();
+    let pid = child.id() as i32;
+    s.handle(Event::Proc(vec![crate::watch::ProcMsg::Exec { pid }]));
+    let due = s.deadline().expect("a deferred journal write");
+    s.handle(Event::Tick(due));
+    assert!(!journal.exists());
+    let retry = s.deadline().expect("a failed write is tried again");
+    std::fs::remove_dir(&blocker).unwrap();
+    s.handle(Event::Tick(retry));
+    let text = std::fs::read_to_string(&journal).expect("written on the retry");
+    assert!(text.contains(&format!("\"pid\": {pid}")), "{text}");
+    assert_eq!(s.deadline(), None);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+fn started(timing: Timing) -> (State, tempfile::TempDir, Job) {
+    let (mut s, d) = state(timing);
+    s.start().unwrap();
+    let j = jobs(&s.take_actions());
+    assert_eq!(j.len(), 1, "no stored matrix: one full measurement");
+    assert!(matches!(j[0].kind, JobKind::Full));
+    (s, d, j[0].clone())
+}
+
+#[test]
+fn metrics_answer_and_the_textfile_is_written_each_period() {
+    let (mut s, d, job) = started(Timing::default());
+    let Reply::Text(text) = s.command(Command::Metrics).unwrap() else {
+        panic!()
+    };
+    assert!(
+        text.contains("pinnerd_state{state=\"measuring\"} 1\n"),
+        "{text}"
+    );
+    assert!(text.contains("pinnerd_matrix_trusted 0\n"), "{text}");
+    assert!(!text.contains("pinnerd_matrix_age_seconds"), "{text}");
+    s.handle(ok_matrix(&job));
+    let dir = d.path().join("textfile");
+    std::fs::create_dir(&dir).unwrap();
+    s.settings.metrics.textfile_dir = dir.clone();
+    s.settings.metrics.textfile_period = crate::settings::HumanDuration(Duration::from_secs(15));
+    let t0 = Instant::now();
+    s.handle(Event::Tick(t0));
+    let file = dir.join("pinnerd.prom");
+    let first = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        first.contains("pinnerd_state{state=\"ready\"} 1\n"),
+        "{first}"
+    );
+    assert!(first.contains("pinnerd_matrix_age_seconds "), "{first}");
+    assert!(first.contains("pinnerd_rescans_total "), "{first}");
+    std::fs::remove_file(&file).unwrap();
+    s.handle(Event::Tick(t0 + Duration::from_secs(14)));
+    assert!(!file.exists(), "written before its period");
+    s.handle(Event::Tick(t0 + Duration::from_secs(15)));
+    assert!(file.exists());
+}
+
+#[test]
+fn without_a_stored_matrix_start_measures_and_remeasure_joins_it() {
+    let (mut s, _d, job) = started(Timing::default());
+    assert_eq!(s.snapshot().state, Phase::Measuring);
+    assert_eq!(s.snapshot().measured_at_us, 0);
+    assert_eq!(job.cfg.cpus, s.usable());
+    // A machine this small gets every pair; from 128 CPUs on, the sparse mode.
+    assert!(job.cfg.cpus.len() < measure::SPARSE_FROM_CPUS);
+    assert_eq!(job.cfg.mode, measure::Mode::Serial);
+    assert_eq!(
+        job.cfg.mode,
+        measure::Mode::default_for(job.cfg.cpus.len(), measure::SPARSE_FROM_CPUS)
+    );
+    // Concurrent Remeasure calls coalesce into the running job.
+    assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
+    assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
+    assert!(jobs(&s.take_actions()).is_empty());
+
+    s.handle(ok_matrix(&job));
+    let a = s.take_actions();
+    assert_eq!(finished(&a), vec![(job.id, true)]);
+    let snap = s.snapshot();
+    assert_eq!(snap.state, Phase::Ready);
+    assert_eq!(snap.measured_at_us, 1_700_000_000_000_000);
+    match s.command(Command::GetMatrix).unwrap() {
+        Reply::Matrix { cpus, latency_ns } => {
+            assert_eq!(cpus, job.cfg.cpus.iter().collect::<Vec<_>>());
+            assert!(latency_ns[0][0].is_nan());
+            if cpus.len() > 1 {
+                assert_eq!(latency_ns[0][1], 40.0);
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn remeasure_calls_close_together_join_the_previous_job() {
+    let (mut s, _d, job) = started(Timing::default());
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+    let Ok(Reply::Job(first)) = s.command(Command::Remeasure) else {
+        panic!()
+    };
+    assert!(first > job.id);
+    let j = jobs(&s.take_actions());
+    assert_eq!(j.len(), 1);
+    s.handle(ok_matrix(&j[0]));
+    s.take_actions();
+    // Within remeasure-min-interval: the same job, whose end is told again.
+    assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(first));
+    let a = s.take_actions();
+    assert!(jobs(&a).is_empty());
+    assert_eq!(finished(&a), vec![(first, true)]);
+}
+
+#[test]
+fn with_no_minimum_interval_each_remeasure_after_the_last_ended_is_new() {
+    let timing = Timing {
+        remeasure_min_interval: Duration::ZERO,
+        ..Timing::default()
+    };
+    let (mut s, _d, job) = started(timing);
+    s.handle(ok_matrix(&job));
+    let Ok(Reply::Job(a)) = s.command(Command::Remeasure) else {
+        panic!()
+    };
+    let j = jobs(&s.take_actions());
+    s.handle(ok_matrix(&j[0]));
+    let Ok(Reply::Job(b)) = s.command(Command::Remeasure) else {
+        panic!()
+    };
+    assert!(b > a);
+}
+
+#[test]
+fn the_matrix_is_stored_and_used_at_the_next_start() {
+    let (mut s, d, job) = started(Timing::default());
+    s.handle(ok_matrix(&job));
+    let cfg = s.cfg.clone();
+    let mut again = State::new(cfg, Settings::default(), Timing::default(), Instant::now());
+    again.policy = LoadPolicy::unchecked();
+    again.start().unwrap();
+    assert!(
+        jobs(&again.take_actions()).is_empty(),
+        "stored matrix reused"
+    );
+    assert_eq!(again.snapshot().measured_at_us, 1_700_000_000_000_000);
+    assert_eq!(again.snapshot().state, Phase::Ready);
+    drop(d);
+}
+
+#[test]
+fn a_corrupt_stored_matrix_is_set_aside_and_measured_again() {
+    let (s, d) = state(Timing::default());
+    std::fs::write(s.cfg.state_dir.join("matrix.json"), "{ not json").unwrap();
+    let mut s = s;
+    s.start().unwrap();
+    assert_eq!(jobs(&s.take_actions()).len(), 1);
+    let aside = std::fs::read_dir(&s.cfg.state_dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| e.file_name().to_string_lossy().contains("corrupt"));
+    assert!(aside, "corrupt file moved aside");
+    drop(d);
+}
+
+#[test]
+fn a_failed_first_measurement_degrades() {
+    let (mut s, _d, job) = started(Timing::default());
+    s.handle(Event::Measured(Box::new(Finished {
+        id: job.id,
+        result: Err(JobError::Spawn(std::io::Error::other("CPUs busy"))),
+    })));
+    assert_eq!(finished(&s.take_actions()), vec![(job.id, false)]);
+    assert_eq!(s.snapshot().state, Phase::Degraded);
+}
+
+#[test]
+fn a_stale_result_is_ignored() {
+    let (mut s, _d, job) = started(Timing::default());
+    let mut stale = job.clone();
+    stale.id += 100;
+    s.handle(ok_matrix(&stale));
+    assert!(finished(&s.take_actions()).is_empty());
+    assert_eq!(s.snapshot().state, Phase::Measuring);
+}
+
+fn probe_timing() -> Timing {
+    Timing {
+        drift_every: Some(Duration::from_secs(10)),
+        full_every: None,
+        ..Timing::default()
+    }
+}
+
+#[test]
+fn drift_probe_runs_when_due_and_only_drift_triggers_a_full_measurement() {
+    let t0 = Instant::now();
+    let (mut s, _d, job) = started(probe_timing());
+    if job.cfg.cpus.len() < 2 {
+        return; // a one-CPU machine has no pair to probe
+    }
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+
+    // Not due yet.
+    s.handle(Event::Tick(t0 + Duration::from_secs(5)));
+    assert!(jobs(&s.take_actions()).is_empty());
+    // Due: a probe, not a full measurement; the phase stays ready.
+    s.handle(Event::Tick(t0 + Duration::from_secs(11)));
+    let probe = jobs(&s.take_actions());
+    assert_eq!(probe.len(), 1);
+    assert!(matches!(probe[0].kind, JobKind::Drift { .. }));
+    assert_eq!(s.snapshot().state, Phase::Ready);
+    // Same latency: no full measurement.
+    s.handle(probes(&probe[0], 42.0));
+    assert!(jobs(&s.take_actions()).is_empty());
+
+    // The next probe finds drift: a full measurement follows.
+    s.handle(Event::Tick(t0 + Duration::from_secs(22)));
+    let probe = jobs(&s.take_actions());
+    assert_eq!(probe.len(), 1);
+    s.handle(probes(&probe[0], 120.0));
+    let full = jobs(&s.take_actions());
+    assert_eq!(full.len(), 1);
+    assert!(matches!(full[0].kind, JobKind::Full));
+    assert_eq!(
+        full[0].cfg.mode,
+        measure::Mode::default_for(full[0].cfg.cpus.len(), measure::SPARSE_FROM_CPUS)
+    );
+    assert_eq!(s.snapshot().state, Phase::Measuring);
+}
+
+#[test]
+fn remeasure_during_a_probe_is_promised_and_runs_after_it() {
+    let t0 = Instant::now();
+    let (mut s, _d, job) = started(probe_timing());
+    if job.cfg.cpus.len() < 2 {
+        return;
+    }
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+    s.handle(Event::Tick(t0 + Duration::from_secs(11)));
+    let probe = jobs(&s.take_actions())[0].clone();
+    let Ok(Reply::Job(promised)) = s.command(Command::Remeasure) else {
+        panic!()
+    };
+    assert_eq!(
+        s.command(Command::Remeasure).unwrap(),
+        Reply::Job(promised),
+        "coalesced"
+    );
+    assert!(jobs(&s.take_actions()).is_empty(), "waits for the probe");
+    s.handle(Event::Measured(Box::new(Finished {
+        id: probe.id,
+        result: Err(JobError::Spawn(std::io::Error::other("busy"))),
+    })));
+    let full = jobs(&s.take_actions());
+    assert_eq!(full.len(), 1);
+    assert_eq!(full[0].id, promised);
+}
+
+#[test]
+fn periodic_full_measurement() {
+    let t0 = Instant::now();
+    let timing = Timing {
+        full_every: Some(Duration::from_secs(100)),
+        drift_every: None,
+        ..Timing::default()
+    };
+    let (mut s, _d, job) = started(timing);
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+    s.handle(Event::Tick(t0 + Duration::from_secs(50)));
+    assert!(jobs(&s.take_actions()).is_empty());
+    s.handle(Event::Tick(t0 + Duration::from_secs(101)));
+    let j = jobs(&s.take_actions());
+    assert_eq!(j.len(), 1);
+    assert!(matches!(j[0].kind, JobKind::Full));
+}
+
+#[test]
+fn watchdog_pings_come_from_ticks() {
+    let t0 = Instant::now();
+    let timing = Timing {
+        watchdog_every: Some(Duration::from_secs(5)),
+        ..Timing::default()
+    };
+    let (mut s, _d, _job) = started(timing);
+    s.handle(Event::Tick(t0 + Duration::from_secs(1)));
+    assert!(!s.take_actions().contains(&Action::Watchdog));
+    s.handle(Event::Tick(t0 + Duration::from_secs(6)));
+    assert!(s.take_actions().contains(&Action::Watchdog));
+}
+
+#[test]
+fn reload_keeps_good_rules_of_a_file_gone_bad_and_reports_it() {
+    let (mut s, d, _job) = started(Timing::default());
+    let rules = d.path().join("rules");
+    std::fs::write(
+        rules.join("a.toml"),
+        "[[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"x\"\n[rule.place]\ncpus = \"0\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        s.command(Command::Reload).unwrap(),
+        Reply::Reloaded {
+            rules: 1,
+            errors: vec![]
+        }
+    );
+    std::fs::write(rules.join("a.toml"), "[[rule]]\nname = \"a\"\nbogus = 1\n").unwrap();
+    let Ok(Reply::Reloaded { rules: n, errors }) = s.command(Command::Reload) else {
+        panic!()
+    };
+    assert_eq!(n, 1, "previous rules kept");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("a.toml:3:1"), "{errors:?}");
+    assert_eq!(s.snapshot().rule_errors, errors);
+    let a = s.take_actions();
+    assert!(a
+        .iter()
+        .any(|a| matches!(a, Action::Emit(Signal::RulesReloaded { rules: 1, .. }))));
+}
+
+#[test]
+fn a_state_directory_that_cannot_hold_the_store_is_a_typed_error_naming_its_path() {
+    let (mut s, d) = state(Timing::default());
+    let state_dir = d.path().join("state");
+    std::fs::remove_dir(&state_dir).unwrap();
+    std::fs::write(&state_dir, "a file, not a directory").unwrap();
+    match s.start() {
+        Err(DaemonError::Store(crate::matrix::store::StoreError::Dir { path, .. })) => {
+            assert_eq!(path, state_dir.join("history"))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_bad_settings_file_on_reload_keeps_the_old_settings() {
+    let (mut s, d, _job) = started(Timing::default());
+    let path = d.path().join("absent.toml");
+    std::fs::write(&path, "[measure]\nbudget = \"fast\"\n").unwrap();
+    s.handle(Event::Reload(ReloadCause::Signal));
+    let errs = s.snapshot().rule_errors;
+    assert_eq!(errs.len(), 1);
+    assert!(
+        errs[0].contains("absent.toml:2:10: invalid duration"),
+        "{errs:?}"
+    );
+    // Kept typed, with its file, line and column.
+    match &s.settings_error {
+        Some(SettingsError::Invalid { path: p, at, .. }) => {
+            assert_eq!(p, &path);
+            assert_eq!((at.line, at.col), (2, 10));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(s.settings, Settings::default());
+    let a = s.take_actions();
+    assert_eq!(a.first(), Some(&Action::Reloading));
+    assert_eq!(a.last(), Some(&Action::Ready));
+}
+
+#[test]
+fn plan_uses_sysfs_until_a_matrix_exists_and_checks_its_arguments() {
+    let (mut s, _d, job) = started(Timing::default());
+    let usable = s.usable();
+    let n = usable.len() as u32;
+    let plan = |s: &mut State, count, policy| {
+        s.command(Command::Plan {
+            count,
+            policy,
+            smt: SmtPolicy::Allow,
+        })
+    };
+    // No matrix yet: the topology alone places.
+    assert_eq!(
+        plan(&mut s, n, Policy::Compact).unwrap(),
+        Reply::Cpus(usable.clone())
+    );
+    s.handle(ok_matrix(&job));
+    assert_eq!(
+        plan(&mut s, n, Policy::Spread).unwrap(),
+        Reply::Cpus(usable.clone())
+    );
+    let Ok(Reply::Cpus(one)) = plan(&mut s, 1, Policy::Compact) else {
+        panic!()
+    };
+    assert_eq!(one.len(), 1);
+    assert!(one.is_subset(&usable));
+    // Unknown words never reach the loop: `dbus` refuses them.
+    for (count, want) in [
+        (0, "count 0: must be between 1"),
+        (n + 1, "must be between 1 and the"),
+    ] {
+        match plan(&mut s, count, Policy::Compact) {
+            Err(CommandError::InvalidArgs(m)) => assert!(m.contains(want), "{m}"),
+            other => panic!("{count}: {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn without_proc_events_the_daemon_is_degraded_and_rescans() {
+    let (mut s, _d, job) = started(Timing::default());
+    s.handle(ok_matrix(&job));
+    assert_eq!(s.snapshot().state, Phase::Ready);
+    s.handle(Event::Watch(Err("not in the initial namespace".into())));
+    assert_eq!(s.snapshot().state, Phase::Degraded);
+    assert!(
+        s.next_rescan.is_some(),
+        "rescans cannot be off without events"
+    );
+    s.handle(Event::Watch(Ok(())));
+    assert_eq!(s.snapshot().state, Phase::Ready);
+}
+
+fn fixture(name: &str) -> SysRoot {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/sysfs")
+        .join(name);
+    SysRoot {
+        sys: dir.join("sys"),
+        proc: dir.join("proc"),
+    }
+}
+
+/// A writable copy of a fixture tree, so a test can take CPUs offline in it.
+fn fixture_copy(name: &str, into: &std::path::Path) -> SysRoot {
+    let from = fixture(name);
+    let st = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(from.sys.parent().unwrap())
+        .arg(into.join("machine"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    SysRoot {
+        sys: into.join("machine/sys"),
+        proc: into.join("machine/proc"),
+    }
+}
+
+fn set_online(root: &SysRoot, list: &str) {
+    std::fs::write(root.sys.join("devices/system/cpu/online"), list).unwrap();
+}
+
+fn set_asides(s: &State) -> Vec<String> {
+    std::fs::read_dir(&s.cfg.state_dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.contains("foreign") || n.contains("corrupt"))
+        .collect()
+}
+
+#[test]
+fn a_cpu_going_offline_and_back_keeps_the_matrix_and_measures_nothing() {
+    let (mut s, d) = state(Timing::default());
+    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    s.start().unwrap();
+    let job = jobs(&s.take_actions())[0].clone();
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+    let measured = s.snapshot().measured_at_us;
+    assert!(measured > 0);
+    let fingerprint = s.snapshot().fingerprint;
+    for online in ["0-14", "0-15", "0-7", "0-15"] {
+        set_online(&s.cfg.sysroot, online);
+        s.handle(Event::Hotplug);
+        let snap = s.snapshot();
+        assert!(
+            jobs(&s.take_actions()).is_empty(),
+            "{online}: nothing to measure"
+        );
+        assert_eq!(set_asides(&s), Vec::<String>::new(), "{online}");
+        assert_eq!(snap.fingerprint, fingerprint, "{online}");
+        assert_eq!(
+            snap.measured_at_us, measured,
+            "{online}: the matrix is kept"
+        );
+        assert_eq!(snap.state, Phase::Ready, "{online}");
+        let cpus: CpuSet = s.current.as_ref().unwrap().cpus.iter().copied().collect();
+        assert_eq!(
+            cpus.to_string(),
+            online,
+            "the matrix follows the usable CPUs"
+        );
+    }
+    // A hotplug the uevent socket missed is found by the periodic re-read.
+    set_online(&s.cfg.sysroot, "0-14");
+    s.handle(Event::Tick(Instant::now() + Duration::from_secs(61)));
+    assert!(jobs(&s.take_actions()).is_empty());
+    let cpus: CpuSet = s.current.as_ref().unwrap().cpus.iter().copied().collect();
+    assert_eq!(cpus.to_string(), "0-14", "found without a uevent");
+    // The store still has every CPU's cells.
+    let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
+    let m = stored.load_current(&fingerprint).unwrap().matrix.unwrap();
+    assert_eq!(m.len(), 16);
+}
+
+#[test]
+fn the_cgroup_cpusets_are_read_again_a_moment_after_a_hotplug() {
+    let (mut s, d) = state(Timing::default());
+    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    s.start().unwrap();
+    let job = jobs(&s.take_actions())[0].clone();
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+    let events = |s: &State| s.manager.as_ref().unwrap().counters().events;
+    set_online(&s.cfg.sysroot, "0-14");
+    let t0 = Instant::now();
+    s.handle(Event::Hotplug);
+    let after_event = events(&s);
+    let due = s.deadline().expect("a recheck is due");
+    assert!(
+        due > t0 && due <= Instant::now() + HOTPLUG_RECHECK,
+        "{due:?}"
+    );
+    s.handle(Event::Tick(due - Duration::from_millis(1)));
+    assert_eq!(events(&s), after_event, "not before it is due");
+    s.handle(Event::Tick(due));
+    assert_eq!(events(&s), after_event + 1, "one rescan when due");
+    assert_eq!(s.deadline(), None);
+    s.handle(Event::Tick(due + HOTPLUG_RECHECK));
+    assert_eq!(events(&s), after_event + 1, "and only one");
+}
+
+#[test]
+fn a_cpu_never_measured_gets_only_its_pairs_measured() {
+    let (mut s, d) = state(Timing::default());
+    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    set_online(&s.cfg.sysroot, "0-14");
+    s.start().unwrap();
+    let job = jobs(&s.take_actions())[0].clone();
+    assert_eq!(job.cfg.cpus.to_string(), "0-14");
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+    // CPU 15 comes online for the first time: only its 15 pairs are measured.
+    set_online(&s.cfg.sysroot, "0-15");
+    s.handle(Event::Hotplug);
+    let j = jobs(&s.take_actions());
+    assert_eq!(j.len(), 1, "{j:?}");
+    let JobKind::Drift { pairs, budget } = &j[0].kind else {
+        panic!("a full measurement: {:?}", j[0].kind)
+    };
+    assert_eq!(*pairs, (0..15).map(|c| (c, 15)).collect::<Vec<_>>());
+    assert!(*budget < Timing::default().full_budget, "{budget:?}");
+    assert_eq!(s.snapshot().state, Phase::Measuring);
+    s.handle(probes(&j[0], 55.0));
+    assert!(
+        jobs(&s.take_actions()).is_empty(),
+        "no full measurement after"
+    );
+    let m = s.current.clone().expect("the completed matrix is used");
+    assert_eq!(m.len(), 16);
+    assert_eq!(m.between(3, 15), Some(55.0));
+    assert_eq!(m.between(3, 4), Some(40.0), "the stored cells are kept");
+    assert_eq!(s.snapshot().state, Phase::Ready);
+    let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
+    let fp = s.snapshot().fingerprint;
+    assert_eq!(stored.load_current(&fp).unwrap().matrix, Some(m));
+    // Going offline again measures nothing.
+    set_online(&s.cfg.sysroot, "0-14");
+    s.handle(Event::Hotplug);
+    assert!(jobs(&s.take_actions()).is_empty());
+}
+
+#[test]
+fn a_new_pair_that_cannot_be_measured_leads_to_a_full_measurement() {
+    let (mut s, d) = state(Timing::default());
+    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    set_online(&s.cfg.sysroot, "0-14");
+    s.start().unwrap();
+    let job = jobs(&s.take_actions())[0].clone();
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+    set_online(&s.cfg.sysroot, "0-15");
+    s.handle(Event::Hotplug);
+    let fill = jobs(&s.take_actions())[0].clone();
+    let Event::Measured(finished) = probes(&fill, 55.0) else {
+        unreachable!()
+    };
+    let Finished {
+        id,
+        result: Ok(Product::Probes(mut p)),
+    } = *finished
+    else {
+        unreachable!()
+    };
+    p[3].estimate_ns = None;
+    s.handle(Event::Measured(Box::new(Finished {
+        id,
+        result: Ok(Product::Probes(p)),
+    })));
+    let j = jobs(&s.take_actions());
+    assert_eq!(j.len(), 1, "{j:?}");
+    assert!(matches!(j[0].kind, JobKind::Full));
+    assert_eq!(j[0].cfg.cpus.to_string(), "0-15");
+    // The pairs that were measured are kept meanwhile.
+    let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
+    let fp = s.snapshot().fingerprint;
+    let m = stored.load_current(&fp).unwrap().matrix.unwrap();
+    assert_eq!(m.between(0, 15), Some(55.0));
+    assert_eq!(m.between(3, 15), None);
+}
+
+#[test]
+fn a_changed_fingerprint_sets_the_matrix_aside_and_measures_the_new_cpus() {
+    let t0 = Instant::now();
+    let (mut s, _d) = state(Timing::default());
+    s.cfg.sysroot = fixture("xeon-e5620");
+    s.start().unwrap();
+    let job = jobs(&s.take_actions())[0].clone();
+    assert_eq!(job.cfg.cpus.to_string(), "0-15");
+    s.handle(ok_matrix(&job));
+    let before = s.snapshot();
+    assert_eq!(before.cpu_count, 16);
+    assert!(before.measured_at_us > 0);
+
+    // The same machine after a change (here: another machine's tree).
+    s.cfg.sysroot = fixture("ryzen-2700x");
+    s.handle(Event::Tick(t0 + Duration::from_secs(61)));
+    let after = s.snapshot();
+    assert_ne!(after.fingerprint, before.fingerprint);
+    assert_eq!(after.measured_at_us, 0, "the old matrix no longer applies");
+    let aside = std::fs::read_dir(&s.cfg.state_dir)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .any(|e| e.file_name().to_string_lossy().contains("foreign"));
+    assert!(
+        aside,
+        "the stored matrix of the old fingerprint is moved aside"
+    );
+    let j = jobs(&s.take_actions());
+    assert_eq!(j.len(), 1, "a full measurement of the new CPUs");
+    assert_eq!(j[0].cfg.cpus, s.usable());
+    assert_eq!(
+        j[0].cfg.fingerprint.as_deref(),
+        Some(after.fingerprint.as_str())
+    );
+    assert_eq!(after.state, Phase::Measuring);
+    // Until it ends, placement works from sysfs.
+    assert!(matches!(
+        s.command(Command::Plan {
+            count: 2,
+            policy: Policy::Compact,
+            smt: SmtPolicy::Allow
+        }),
+        Ok(Reply::Cpus(_))
+    ));
+}
+
+#[test]
+fn terminate_exits() {
+    let (mut s, _d, _job) = started(Timing::default());
+    s.handle(Event::Terminate);
+    assert_eq!(s.take_actions().last(), Some(&Action::Exit));
+}
+
+fn summaries(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::Emit(Signal::MeasurementFinished { summary, .. }) => Some(summary.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn no_interval() -> Timing {
+    Timing {
+        remeasure_min_interval: Duration::ZERO,
+        ..Timing::default()
+    }
+}
+
+fn remeasure_job(s: &mut State) -> Job {
+    let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
+        panic!("no job")
+    };
+    let j = jobs(&s.take_actions());
+    assert_eq!(j.len(), 1, "{j:?}");
+    assert_eq!(j[0].id, id);
+    j[0].clone()
+}
+
+#[test]
+fn never_cpus_are_measured_around_and_keep_their_earlier_cells() {
+    let (mut s, d) = state(no_interval());
+    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    s.start().unwrap();
+    // Every CPU the first time.
+    let job = jobs(&s.take_actions())[0].clone();
+    assert_eq!(job.cfg.cpus.to_string(), "0-15");
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+    // CPU 3 is never to be measured now: the job stays off it.
+    s.settings.measure.never_cpus = "3".parse().unwrap();
+    let job = remeasure_job(&mut s);
+    assert_eq!(job.cfg.cpus.to_string(), "0-2,4-15");
+    let mut m = LatencyMatrix::from_fn(job.cfg.cpus.iter().collect(), |_, _| 50.0);
+    m.measured_at_us = Some(1_800_000_000_000_000);
+    m.fingerprint = job.cfg.fingerprint.clone();
+    s.handle(Event::Measured(Box::new(Finished {
+        id: job.id,
+        result: Ok(Product::Matrix(Box::new(m))),
+    })));
+    let a = s.take_actions();
+    assert_eq!(finished(&a), vec![(job.id, true)]);
+    let summary = &summaries(&a)[0];
+    assert!(
+        summary.ends_with("; kept 15 earlier cells of CPU 3 (CPU 3: measure.never-cpus)"),
+        "{summary}"
+    );
+    let cur = s.current.clone().unwrap();
+    assert_eq!(cur.len(), 16);
+    assert_eq!(
+        cur.between(3, 4),
+        Some(40.0),
+        "CPU 3's cells are the earlier ones"
+    );
+    assert_eq!(cur.between(2, 4), Some(50.0), "the rest are new");
+    assert_eq!(cur.measured_at_us, Some(1_800_000_000_000_000));
+    // The stored matrix says which cells are old; so does the status line.
+    let fp = s.snapshot().fingerprint;
+    let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
+    let st = stored.load_current(&fp).unwrap().matrix.unwrap();
+    assert_eq!(st.kept, cur.kept);
+    assert_eq!(st.kept.as_ref().unwrap().cpus.to_string(), "3");
+    let status: Vec<_> = a
+        .iter()
+        .filter_map(|a| match a {
+            Action::Status(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        status
+            .last()
+            .unwrap()
+            .ends_with("matrix of 16 CPUs, earlier cells kept for CPU 3"),
+        "{status:?}"
+    );
+    // Drift probes stay off CPU 3 too.
+    for _ in 0..20 {
+        s.start_drift_probe();
+        for j in jobs(&s.take_actions()) {
+            let JobKind::Drift { pairs, .. } = &j.kind else {
+                panic!()
+            };
+            assert!(pairs.iter().all(|&(a, b)| a != 3 && b != 3), "{pairs:?}");
+            assert!(!j.cfg.cpus.contains(3));
+            s.handle(probes(&j, 45.0));
+            s.take_actions();
+        }
+    }
+}
+
+#[test]
+fn an_exclusive_rule_s_cpus_are_not_measured_and_two_cpus_minus_one_measure_nothing() {
+    let (mut s, d) = state(no_interval());
+    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    std::fs::write(
+        d.path().join("rules/feed.toml"),
+        "[[rule]]\nname = \"feed\"\n[rule.match]\ncomm = \"feed\"\n[rule.place]\ncpus = \"5\"\nexclusive = true\n",
+    )
+    .unwrap();
+    s.start().unwrap();
+    let job = jobs(&s.take_actions())[0].clone();
+    assert_eq!(job.cfg.cpus.to_string(), "0-4,6-15");
+    s.handle(ok_matrix(&job));
+    let a = s.take_actions();
+    let summary = &summaries(&a)[0];
+    assert!(
+        summary.ends_with("; kept 0 earlier cells of CPU 5 (CPU 5: exclusive rule \"feed\"), 15 pairs never measured"),
+        "{summary}"
+    );
+    // Two CPUs online, one held: no pair to measure. The job ends at once, keeps
+    // the earlier cells and says so; nothing failed and nothing asks again.
+    set_online(&s.cfg.sysroot, "4-5");
+    s.handle(Event::Hotplug);
+    s.take_actions();
+    let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
+        panic!()
+    };
+    let a = s.take_actions();
+    assert!(jobs(&a).is_empty(), "no spinner at all");
+    assert_eq!(finished(&a), vec![(id, true)]);
+    assert_eq!(
+        summaries(&a)[0],
+        "nothing measured: only CPU 4 may be measured (CPU 5: exclusive rule \"feed\"); no earlier cells to keep"
+    );
+    assert_eq!(s.snapshot().state, Phase::Ready);
+    assert!(s.schedule.running().is_none());
+    s.handle(Event::Tick(Instant::now() + Duration::from_secs(5)));
+    assert!(jobs(&s.take_actions()).is_empty(), "no retry loop");
+}
+
+#[test]
+fn with_an_earlier_pair_a_single_measurable_cpu_keeps_it() {
+    let (mut s, d) = state(no_interval());
+    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    set_online(&s.cfg.sysroot, "0-1");
+    s.start().unwrap();
+    let job = jobs(&s.take_actions())[0].clone();
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+    s.settings.measure.never_cpus = "1".parse().unwrap();
+    let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
+        panic!()
+    };
+    let a = s.take_actions();
+    assert!(jobs(&a).is_empty());
+    assert_eq!(finished(&a), vec![(id, true)]);
+    assert_eq!(
+        summaries(&a)[0],
+        "nothing measured: only CPU 0 may be measured (CPU 1: measure.never-cpus); kept 1 earlier cell of CPU 1 (CPU 1: measure.never-cpus)"
+    );
+    let cur = s.current.clone().unwrap();
+    assert_eq!(cur.between(0, 1), Some(40.0));
+    assert_eq!(
+        cur.measured_at_us,
+        Some(1_700_000_000_000_000),
+        "the earlier time"
+    );
+}
+
+#[test]
+fn plan_keeps_off_an_exclusive_rule_s_cpus_as_plan_with_and_pins_do() {
+    use crate::api::PlaceSpec;
+    let (mut s, d) = state(no_interval());
+    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    std::fs::write(
+        d.path().join("rules/hold.toml"),
+        "[[rule]]\nname = \"hold\"\n[rule.match]\ncomm = \"no-such\"\n[rule.place]\ncpus = \"0\"\nexclusive = true\n",
+    )
+    .unwrap();
+    s.start().unwrap();
+    let job = jobs(&s.take_actions())[0].clone();
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+    let plan = s
+        .command(Command::Plan {
+            count: 1,
+            policy: Policy::Compact,
+            smt: SmtPolicy::Allow,
+        })
+        .unwrap();
+    let plan_with = s
+        .command(Command::PlanWith {
+            place: PlaceSpec::Request(PlacementRequest {
+                target: CpuTarget::Count(1),
+                within: None,
+                policy: Policy::Compact,
+                smt: SmtPolicy::Allow,
+                exclusive: false,
+                shape: Default::default(),
+            }),
+        })
+        .unwrap();
+    let Reply::Cpus(cpus) = &plan else {
+        panic!("{plan:?}")
+    };
+    assert!(
+        !cpus.contains(0),
+        "Plan chose the exclusive rule's CPU: {cpus}"
+    );
+    assert_eq!(plan, plan_with);
+}
+
+#[test]
+fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
+    use crate::api::PlaceSpec;
+    let (mut s, _d, _job) = started(Timing::default());
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    assert_eq!(s.command(Command::Owner { pid }).unwrap(), Reply::Owner(0));
+    let place = PlaceSpec::Request(PlacementRequest {
+        target: CpuTarget::Count(1),
+        within: None,
+        policy: Policy::Compact,
+        smt: SmtPolicy::Allow,
+        exclusive: false,
+        shape: Default::default(),
+    });
+    let pin = Command::PinWith {
+        pid,
+        place: place.clone(),
+        follow: false,
+    };
+    // Authorized for uid 1000's process, but it is root's now: nothing is pinned.
+    match s.command(Command::AsOwner {
+        uid: 1000,
+        command: Box::new(pin.clone()),
+    }) {
+        Err(e @ CommandError::NotOwner { uid: 1000, .. }) => {
+            assert_eq!(
+                e.to_string(),
+                format!("pid {pid}: not a process of uid 1000")
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        s.command(Command::ListManaged).unwrap(),
+        Reply::Managed(vec![])
+    );
+    let Ok(Reply::Cpus(cpus)) = s.command(Command::AsOwner {
+        uid: 0,
+        command: Box::new(pin),
+    }) else {
+        panic!("the owner's pin")
+    };
+    assert_eq!(cpus.len(), 1);
+    let Reply::Managed(list) = s.command(Command::ListManaged).unwrap() else {
+        panic!()
+    };
+    assert!(
+        list.iter().any(|e| e.pid == pid && e.rule == "(runtime)"),
+        "{list:?}"
+    );
+    match s.command(Command::PlanWith {
+        place: PlaceSpec::Rule("nope".into()),
+    }) {
+        Err(CommandError::NoRule(m)) => assert_eq!(m, "no loaded rule is named \"nope\""),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        s.command(Command::AsOwner {
+            uid: 0,
+            command: Box::new(Command::Metrics)
+        }),
+        Err(CommandError::InvalidArgs(_))
+    ));
+    assert!(matches!(
+        s.command(Command::Owner { pid: 0 }),
+        Err(CommandError::NoSuchProcess(0))
+    ));
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+#[test]
+fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
+    let (mut s, _d, _job) = started(Timing::default());
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let one_node = s.topology.as_ref().unwrap().nodes.len() <= 1;
+    let Reply::Explained { text: why, .. } =
+        s.command(Command::Explain { pid, caller_uid: 0 }).unwrap()
+    else {
+        panic!()
+    };
+    let Reply::Json(mem) = s.command(Command::Memory { pid, caller_uid: 0 }).unwrap() else {
+        panic!()
+    };
+    if one_node {
+        assert!(why.contains("memory: one node"), "{why}");
+        assert_eq!(mem, serde_json::json!({"one_node": true, "nodes": []}));
+    } else {
+        assert!(why.contains(" resident — node "), "{why}");
+        assert!(mem["total_bytes"].as_u64().unwrap() > 0, "{mem}");
+    }
+    // Another user sees its rule and CPUs only: no memory.
+    let Reply::Explained { text: why, .. } = s
+        .command(Command::Explain {
+            pid,
+            caller_uid: 1000,
+        })
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert!(!why.contains("memory"), "{why}");
+    assert_eq!(
+        s.command(Command::Memory {
+            pid,
+            caller_uid: 1000
+        })
+        .unwrap(),
+        Reply::Json(serde_json::Value::Null)
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(matches!(
+        s.command(Command::Memory { pid, caller_uid: 0 }),
+        Err(CommandError::NoSuchProcess(p)) if p == pid
+    ));
+}
+
+#[test]
+fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
+    use crate::api::PlaceSpec;
+    use crate::memory::follow::{Finished, Outcome};
+    use std::collections::BTreeSet;
+    let (mut s, _d, _job) = started(Timing::default());
+    // Two nodes: even CPUs on node 0, odd on node 1.
+    let fixture = SysRoot::machine(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-e5620"),
+    );
+    s.topology = Some(Topology::discover(&fixture).unwrap());
+    s.settings.memory.follow_interval = crate::settings::HumanDuration(Duration::from_secs(300));
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let pin = |s: &mut State, cpu: &str| {
+        let place = PlaceSpec::Request(PlacementRequest {
+            target: CpuTarget::Cpus(cpu.parse().unwrap()),
+            within: None,
+            policy: Policy::Compact,
+            smt: SmtPolicy::Allow,
+            exclusive: false,
+            shape: Default::default(),
+        });
+        s.command(Command::PinWith {
+            pid,
+            place,
+            follow: true,
+        })
+        .unwrap();
+        s.take_actions()
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Follow(j) => Some((j.pid, j.target.clone())),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    // Pinned to CPU 1 (node 1): one job, towards node 1.
+    assert_eq!(pin(&mut s, "1"), vec![(pid as i32, BTreeSet::from([1]))]);
+    // While it runs, no second one.
+    s.sync_memory(Instant::now());
+    assert!(s.take_actions().is_empty());
+    let explain = |s: &mut State| match s.command(Command::Explain { pid, caller_uid: 0 }) {
+        Ok(Reply::Explained { text, .. }) => text,
+        other => panic!("{other:?}"),
+    };
+    assert!(explain(&mut s).contains("memory follow: moving its memory to node 1 now"));
+    let done = Instant::now();
+    s.handle(Event::Followed(Box::new(Finished {
+        pid: pid as i32,
+        target: BTreeSet::from([1]),
+        outcome: Outcome::Moved {
+            from: BTreeSet::from([0]),
+            to: BTreeSet::from([1]),
+            moved: 1 << 30,
+            left: 0,
+            pages_left: 0,
+            took: Duration::from_millis(500),
+        },
+        at: done,
+    })));
+    let why = explain(&mut s);
+    assert!(
+        why.contains("memory follow: moved 1.0 GiB from node 0 to node 1 in 0.5 s"),
+        "{why}"
+    );
+    let Reply::Text(metrics) = s.command(Command::Metrics).unwrap() else {
+        panic!()
+    };
+    assert!(
+        metrics.contains("pinnerd_memory_migrations_total{outcome=\"moved\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("pinnerd_memory_moved_bytes_total 1073741824\n"));
+    // Its CPUs move to node 0 within the interval: it waits, and says so.
+    assert!(pin(&mut s, "0").is_empty());
+    let why = explain(&mut s);
+    assert!(
+        why.contains("memory follow: its CPUs are on node 0 now; moving there in "),
+        "{why}"
+    );
+    // Once the interval has passed, the next job starts.
+    s.sync_memory(done + Duration::from_secs(301));
+    let next: Vec<_> = s
+        .take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Follow(j) => Some(j.target.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(next, vec![BTreeSet::from([0])]);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
