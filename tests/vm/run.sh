@@ -25,6 +25,8 @@
 #                             instead of the checks: numactl is added to this run's image
 #                             (not to the cached rootfs), each node gets 2 GiB, and the
 #                             figures are printed and kept in $PINNERD_VM_CACHE/run/bench.txt
+#   PINNERD_VM_BENCH_REPS=N   the benchmark's throughput repetitions per tool (default 5;
+#                             0 runs the event-to-pin part alone)
 # Outputs, kept after the run: $PINNERD_VM_CACHE/run/{console.log,results.log,journal.log}.
 set -euo pipefail
 
@@ -35,6 +37,8 @@ vm_timeout=${PINNERD_VM_TIMEOUT:-780}
 accel=${PINNERD_VM_ACCEL:-auto}
 bench=${PINNERD_VM_BENCH:-}
 case $bench in '' | memory) ;; *) echo "PINNERD_VM_BENCH must be memory or unset" >&2; exit 2 ;; esac
+bench_reps=${PINNERD_VM_BENCH_REPS:-5}
+case $bench_reps in '' | *[!0-9]*) echo "PINNERD_VM_BENCH_REPS must be a whole number" >&2; exit 2 ;; esac
 # Memory per NUMA node: the benchmark moves 512 MiB workers between the nodes.
 node_mib=1024
 [ "$bench" = memory ] && node_mib=2048
@@ -159,6 +163,7 @@ if [ "$bench" = memory ]; then
     rm -f "$root"/tmp/*.deb
     install -m 0755 "$here/guest/bench-memory.sh" "$root/usr/local/lib/pinnerd-vm/bench-memory.sh"
     install -m 0644 "$here/guest/bench_memory.py" "$root/usr/local/lib/pinnerd-vm/bench_memory.py"
+    echo "$bench_reps" >"$root/usr/local/lib/pinnerd-vm/bench-reps"
     sed -e 's|^ExecStart=.*|ExecStart=/usr/local/lib/pinnerd-vm/bench-memory.sh|' \
         -e 's|^TimeoutStartSec=.*|TimeoutStartSec=infinity|' \
         "$here/guest/pinnerd-vm-checks.service" >"$root/etc/systemd/system/pinnerd-vm-checks.service"

@@ -23,6 +23,6 @@ if [ "$(state)" != 's "ready"' ]; then
     echo "PINNERD-VM DONE passed=0 failed=1"
     exit 0
 fi
-python3 "$LIB/bench_memory.py" 5 2>&1 | sed '/^PINNERD-VM /!s/^/PINNERD-VM BENCH-LOG /'
+python3 "$LIB/bench_memory.py" "$(cat "$LIB/bench-reps" 2>/dev/null || echo 5)" 2>&1 | sed '/^PINNERD-VM /!s/^/PINNERD-VM BENCH-LOG /'
 echo "PINNERD-VM DONE passed=0 failed=0"
 exit 0

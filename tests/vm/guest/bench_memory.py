@@ -1,8 +1,11 @@
 """The memory benchmark inside the test VM (PINNERD_VM_BENCH=memory tests/vm/run.sh).
 
-    bench_memory.py [REPS]          both parts; results as "PINNERD-VM BENCH ..." lines
+    bench_memory.py [REPS]          both parts (REPS 0: event-to-pin alone); results as
+                                    "PINNERD-VM BENCH ..." lines
     bench_memory.py drive PID LOG   (internal) moves PID's memory between the nodes
                                     with `pinnerd pin --memory follow` until LOG.stop exists
+    bench_memory.py watch TID OUT   (internal) samples thread TID every 10 ms until
+                                    OUT.stop exists; writes what it saw to OUT
 
 1. Migration throughput: a 512 MiB worker (memworker.py) touched on node 0 (CPUs 0-3)
    is moved to node 1 by numactl's `migratepages PID 0 1`, by pinnerd through the bus
@@ -20,7 +23,10 @@
    CPU 6 (sched_getaffinity polled every millisecond), first with nothing else running,
    then while a second process moves a 512 MiB worker back and forth between the nodes
    through pinnerd (PinProcessWith, memory follow); spawns made while a move ran (request to 99%
-   on the target) are "during".
+   on the target) are "during". In each phase the daemon's loop thread (its main thread)
+   is watched: its scheduler statistics (time on a CPU, time waiting for one) per pin,
+   and every 10 ms its state and, when it sleeps, where (wchan): whether a slower pin is
+   the loop working longer, waiting for a CPU, or blocked in the kernel.
 
 python3-minimal only: no json, no statistics module.
 """
@@ -151,10 +157,10 @@ def summary(values, unit=""):
             f"p99={pct(v, 99):.2f}{unit} max={v[-1]:.2f}{unit}")
 
 
-def median_range(values):
+def median_range(values, digits=1):
     v = sorted(values)
     m = v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
-    return f"median {m:.1f} (range {v[0]:.1f}-{v[-1]:.1f})"
+    return f"median {m:.{digits}f} (range {v[0]:.{digits}f}-{v[-1]:.{digits}f})"
 
 
 BUS = ["busctl", "--system", "call", "org.pinnerd.Pinnerd1", "/org/pinnerd/Pinnerd1",
@@ -189,6 +195,7 @@ def daemon_took(pid):
 def throughput(reps, mib):
     tools = ["migratepages", "pinnerd-bus", "pinnerd-pin", "taskset+migratepages"]
     rates = {t: [] for t in tools}
+    by_rep = {t: {} for t in tools}
     secs = {t: [] for t in tools}
     took = {t: [] for t in tools}
     for rep in range(reps):
@@ -226,6 +233,7 @@ def throughput(reps, mib):
             t = done - t0
             rate = moved / MIB / t
             rates[tool].append(rate)
+            by_rep[tool][rep] = rate
             secs[tool].append(t)
             if own is not None:
                 took[tool].append(own)
@@ -243,6 +251,13 @@ def throughput(reps, mib):
         if rates["migratepages"] and rates[tool]:
             out(f"migrate-ratio {tool}/migratepages median MiB/s "
                 f"{med(rates[tool]) / med(rates['migratepages']):.2f}")
+        # The same ratio within each repetition (the two moves minutes apart at most),
+        # which the machine's slow drifts in speed touch less than the medians above.
+        paired = [by_rep[tool][r] / by_rep["migratepages"][r]
+                  for r in by_rep[tool] if r in by_rep["migratepages"]]
+        if paired:
+            out(f"migrate-ratio-paired {tool}/migratepages n={len(paired)} "
+                f"{median_range(paired, 2)}")
 
 
 # ------------------------------------------------------------------ 2. event-to-pin
@@ -335,6 +350,76 @@ def drive(pid, log):
             time.sleep(1.5)
 
 
+def schedstat(tid):
+    """(ns on a CPU, ns runnable but waiting for one) of thread tid."""
+    with open(f"/proc/{tid}/task/{tid}/schedstat") as f:
+        run, wait, _ = f.read().split()
+    return int(run), int(wait)
+
+
+def watch(tid, out_path):
+    """Samples thread tid every 10 ms until out_path.stop exists. Writes one line: the
+    sample count, its states, and where it slept (wchan) other than the loop's poll,
+    with the first kernel frames of any blocked (D) sample."""
+    states, chans, stacks, n = {}, {}, {}, 0
+    base = f"/proc/{tid}/task/{tid}"
+    while not os.path.exists(out_path + ".stop"):
+        try:
+            with open(base + "/stat") as f:
+                st = f.read().rsplit(")", 1)[1].split()[0]
+            with open(base + "/wchan") as f:
+                wchan = f.read().strip() or "-"
+        except (OSError, IndexError):
+            break
+        if st == "D":
+            try:
+                with open(base + "/stack") as f:
+                    top = ",".join(l.split()[1].split("+")[0] for l in f.readlines()[:4])
+            except (OSError, IndexError):
+                top = "unreadable"
+            stacks[top] = stacks.get(top, 0) + 1
+        n += 1
+        states[st] = states.get(st, 0) + 1
+        if st != "R":
+            chans[wchan] = chans.get(wchan, 0) + 1
+        time.sleep(0.01)
+    top = lambda d: ",".join(f"{k}:{v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:6])
+    with open(out_path, "w") as f:
+        f.write(f"samples={n} states={top(states)} wchan={top(chans) or '-'} "
+                f"blocked_stacks={top(stacks) or '-'}\n")
+
+
+class LoopWatch:
+    """The daemon's loop thread over one phase: schedstat deltas and a watch sampler."""
+
+    def __init__(self, tag):
+        self.tag = tag
+        self.pid = int(subprocess.run(["systemctl", "show", "-P", "MainPID", "pinnerd"],
+                                      capture_output=True, text=True).stdout.strip() or 0)
+        self.out = os.path.join(WORK, f"watch-{tag}")
+        for f in (self.out, self.out + ".stop"):
+            if os.path.exists(f):
+                os.unlink(f)
+        self.t0 = schedstat(self.pid)
+        self.proc = subprocess.Popen(["taskset", "-c", "3", sys.executable, __file__,
+                                      "watch", str(self.pid), self.out])
+
+    def end(self, pins):
+        t1 = schedstat(self.pid)
+        open(self.out + ".stop", "w").close()
+        self.proc.wait()
+        with open(self.out) as f:
+            seen = f.read().strip()
+        per = lambda ns: f"{ns / 1e6 / pins:.2f}" if pins else "-"
+        out(f"loop-{self.tag} pins={pins} on_cpu_ms_per_pin={per(t1[0] - self.t0[0])} "
+            f"wait_for_cpu_ms_per_pin={per(t1[1] - self.t0[1])} {seen}")
+
+
+def pins_between(before, after):
+    bounds = sorted(after)
+    return after[bounds[-1]] - before.get(bounds[-1], 0) if bounds else 0
+
+
 def event_to_pin(seconds, mib):
     link = "/usr/local/bin/vmbench-e2p"
     if not os.path.lexists(link):
@@ -353,8 +438,10 @@ def event_to_pin(seconds, mib):
         if pinned:
             break
     h0 = delay_buckets()
+    w = LoopWatch("quiet")
     base, base_missed = sample(seconds, RATE, link)
     h1 = delay_buckets()
+    w.end(pins_between(h0, h1))
     out(f"e2p-quiet {summary([s[1] for s in base], ' ms')} missed={base_missed}")
     out(f"daemon-delay-quiet {delay_summary(h0, h1)}")
 
@@ -367,8 +454,10 @@ def event_to_pin(seconds, mib):
                                str(pid), log])
     time.sleep(0.5)
     h2 = delay_buckets()
+    w = LoopWatch("with-migrations")
     busy, busy_missed = sample(seconds * 2, RATE, link)
     h3 = delay_buckets()
+    w.end(pins_between(h2, h3))
     open(log + ".stop", "w").close()
     driver.wait()
     stop_worker("vmbench-e2pmem")
@@ -392,13 +481,17 @@ def main():
     if len(sys.argv) > 1 and sys.argv[1] == "drive":
         drive(int(sys.argv[2]), sys.argv[3])
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "watch":
+        watch(int(sys.argv[2]), sys.argv[3])
+        return
     reps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
     os.makedirs(WORK, exist_ok=True)
     out(f"machine kernel={os.uname().release} cpus={os.cpu_count()} "
         f"nodes={len([d for d in os.listdir('/sys/devices/system/node') if d.startswith('node')])}")
     with open("/proc/sys/kernel/numa_balancing") as f:
         out(f"numa_balancing={f.read().strip()}")
-    throughput(reps, 512)
+    if reps > 0:
+        throughput(reps, 512)
     event_to_pin(30, 512)
 
 
