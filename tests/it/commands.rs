@@ -7,7 +7,8 @@ use pinnerd::domains::{Domains, Trust};
 use pinnerd::matrix::LatencyMatrix;
 
 use super::helper::{pinnerd, Run};
-use super::placement::{data_dir, load, Rng};
+use super::domains::Rng;
+use super::placement::{data_dir, load};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/sysfs")).join(name)
