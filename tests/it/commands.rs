@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use pinnerd::domains::{Domains, Trust};
 use pinnerd::matrix::LatencyMatrix;
 
-use super::helper::{pinnerd, Run};
 use super::domains::Rng;
+use super::helper::{pinnerd, Run};
 use super::placement::{data_dir, load};
 
 fn fixture(name: &str) -> PathBuf {

@@ -110,33 +110,31 @@ fn shape_parts() -> impl Strategy<Value = ShapeParts> {
 
 fn place_spec() -> impl Strategy<Value = PlaceSpec> {
     (place_parts(), shape_parts()).prop_map(
-        |((cpus, count, within, policy, smt, exclusive), (core_type, prefer, near))| {
-            PlaceSpec {
-                cpus: cpus.map(sp),
-                count: count.map(sp),
-                within: within.map(sp),
-                policy: policy.map(sp),
-                smt: smt.map(sp),
-                exclusive: exclusive.map(sp),
-                core_type: core_type.map(sp),
-                prefer: prefer.map(sp),
-                near: near.map(sp),
-                latency_critical: exclusive.map(|e| sp(!e)),
-                irqs: exclusive.map(|e| {
-                    sp(if e {
-                        pinnerd::rules::format::Irqs::Away
-                    } else {
-                        pinnerd::rules::format::Irqs::Leave
-                    })
-                }),
-                memory: exclusive.map(|e| {
-                    sp(if e {
-                        pinnerd::rules::format::Memory::Leave
-                    } else {
-                        pinnerd::rules::format::Memory::Follow
-                    })
-                }),
-            }
+        |((cpus, count, within, policy, smt, exclusive), (core_type, prefer, near))| PlaceSpec {
+            cpus: cpus.map(sp),
+            count: count.map(sp),
+            within: within.map(sp),
+            policy: policy.map(sp),
+            smt: smt.map(sp),
+            exclusive: exclusive.map(sp),
+            core_type: core_type.map(sp),
+            prefer: prefer.map(sp),
+            near: near.map(sp),
+            latency_critical: exclusive.map(|e| sp(!e)),
+            irqs: exclusive.map(|e| {
+                sp(if e {
+                    pinnerd::rules::format::Irqs::Away
+                } else {
+                    pinnerd::rules::format::Irqs::Leave
+                })
+            }),
+            memory: exclusive.map(|e| {
+                sp(if e {
+                    pinnerd::rules::format::Memory::Leave
+                } else {
+                    pinnerd::rules::format::Memory::Follow
+                })
+            }),
         },
     )
 }
