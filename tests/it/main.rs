@@ -48,6 +48,7 @@ mod slots;
 mod soak;
 mod sparse;
 mod topology;
+mod topology_degraded;
 mod watch;
 
 /// Tests that take a CPU offline hold [`affinity::CPU_LAYOUT`] for writing; tests that
