@@ -24,5 +24,10 @@ if [ "$(state)" != 's "ready"' ]; then
     exit 0
 fi
 python3 "$LIB/bench_memory.py" "$(cat "$LIB/bench-reps" 2>/dev/null || echo 5)" 2>&1 | sed '/^PINNERD-VM /!s/^/PINNERD-VM BENCH-LOG /'
+# The daemon's journal of the run (restarts, warnings), kept by run.sh as journal.log.
+echo "PINNERD-VM JOURNAL BEGIN"
+systemctl status --no-pager --full --lines=0 pinnerd.service 2>&1
+journalctl -b --no-pager -o short-monotonic -u pinnerd.service 2>&1 | tail -n 400
+echo "PINNERD-VM JOURNAL END"
 echo "PINNERD-VM DONE passed=0 failed=0"
 exit 0

@@ -340,8 +340,13 @@ def drive(pid, log):
     with open(log, "w") as f:
         while not os.path.exists(log + ".stop"):
             t0 = time.monotonic()
-            subprocess.run(pin_bus_cmd(pid, "4-7" if node == 1 else "0-3"),
-                           stdout=subprocess.DEVNULL, check=True)
+            r = subprocess.run(pin_bus_cmd(pid, "4-7" if node == 1 else "0-3"),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            if r.returncode != 0:
+                out(f"e2p-move-request-failed after {time.monotonic() - t0:.1f} s: "
+                    f"{r.stderr.strip()}")
+                time.sleep(1.5)
+                continue
             done = wait_on(pid, stat, node, 120)
             f.write(f"{t0} {done if done else time.monotonic()} {node}\n")
             f.flush()
@@ -357,12 +362,25 @@ def schedstat(tid):
     return int(run), int(wait)
 
 
+def kernel_stack(base, frames):
+    """The first frames of a thread's kernel stack, comma-separated."""
+    try:
+        with open(base + "/stack") as f:
+            return ",".join(l.split()[1].split("+")[0] for l in f.readlines()[:frames])
+    except (OSError, IndexError):
+        return "unreadable"
+
+
 def watch(tid, out_path):
     """Samples thread tid every 10 ms until out_path.stop exists. Writes one line: the
-    sample count, its states, and where it slept (wchan) other than the loop's poll,
-    with the first kernel frames of any blocked (D) sample."""
+    sample count, its states, where it slept (wchan), the first kernel frames of blocked
+    (D) samples, and its longest stall: the longest run of samples in which it was not
+    waiting in its poll, with the stacks seen then."""
     states, chans, stacks, n = {}, {}, {}, 0
     base = f"/proc/{tid}/task/{tid}"
+    stall, stall_stacks, longest = None, {}, (0.0, {})
+    ended = ""
+    t_start = time.monotonic()
     while not os.path.exists(out_path + ".stop"):
         try:
             with open(base + "/stat") as f:
@@ -370,23 +388,32 @@ def watch(tid, out_path):
             with open(base + "/wchan") as f:
                 wchan = f.read().strip() or "-"
         except (OSError, IndexError):
+            ended = f" ended_after_s={time.monotonic() - t_start:.1f}"
             break
-        if st == "D":
-            try:
-                with open(base + "/stack") as f:
-                    top = ",".join(l.split()[1].split("+")[0] for l in f.readlines()[:4])
-            except (OSError, IndexError):
-                top = "unreadable"
-            stacks[top] = stacks.get(top, 0) + 1
+        now = time.monotonic()
         n += 1
         states[st] = states.get(st, 0) + 1
         if st != "R":
             chans[wchan] = chans.get(wchan, 0) + 1
+        if st == "D":
+            top = kernel_stack(base, 4)
+            stacks[top] = stacks.get(top, 0) + 1
+        if st == "S" and wchan == "do_sys_poll":
+            stall = None
+        else:
+            if stall is None:
+                stall, stall_stacks = now, {}
+            if st != "R":
+                top = kernel_stack(base, 6)
+                stall_stacks[top] = stall_stacks.get(top, 0) + 1
+            if now - stall > longest[0]:
+                longest = (now - stall, dict(stall_stacks))
         time.sleep(0.01)
     top = lambda d: ",".join(f"{k}:{v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1])[:6])
     with open(out_path, "w") as f:
-        f.write(f"samples={n} states={top(states)} wchan={top(chans) or '-'} "
-                f"blocked_stacks={top(stacks) or '-'}\n")
+        f.write(f"samples={n}{ended} states={top(states)} wchan={top(chans) or '-'} "
+                f"blocked_stacks={top(stacks) or '-'} longest_stall_ms={longest[0] * 1000:.0f} "
+                f"stall_stacks={top(longest[1]) or '-'}\n")
 
 
 class LoopWatch:
@@ -405,12 +432,18 @@ class LoopWatch:
                                       "watch", str(self.pid), self.out])
 
     def end(self, pins):
-        t1 = schedstat(self.pid)
+        try:
+            t1 = schedstat(self.pid)
+        except OSError:
+            t1 = None
         open(self.out + ".stop", "w").close()
         self.proc.wait()
         with open(self.out) as f:
             seen = f.read().strip()
-        per = lambda ns: f"{ns / 1e6 / pins:.2f}" if pins else "-"
+        if t1 is None:
+            out(f"loop-{self.tag} the daemon (pid {self.pid}) ended during the phase: {seen}")
+            return
+        per = lambda ns: f"{ns / 1e6 / pins:.2f}" if pins > 0 else "-"
         out(f"loop-{self.tag} pins={pins} on_cpu_ms_per_pin={per(t1[0] - self.t0[0])} "
             f"wait_for_cpu_ms_per_pin={per(t1[1] - self.t0[1])} {seen}")
 
