@@ -10,15 +10,11 @@ fn runtime_pins_override_rules_and_release_restores() {
     t.process(100, "feed", 1, &[]);
     t.process(200, "app", 1, &[]);
     t.ev(new_rules(rules(FEED)));
-    let req = PlacementRequest {
-        target: CpuTarget::Count(2),
-        within: None,
-        policy: crate::placement::Policy::Compact,
-        smt: crate::placement::SmtPolicy::Allow,
-        exclusive: false,
-        shape: Default::default(),
-    };
-    let cpus = t.mgr.plan().pin(&req, Some(&LowestFirst)).unwrap();
+    let cpus = t
+        .mgr
+        .plan()
+        .pin(&count_request(2), Some(&LowestFirst))
+        .unwrap();
     assert_eq!(cpus, set("0-1"));
     t.mgr.pin(200, &cpus).unwrap();
     assert_eq!(t.ops.mask(200), Some(set("0-1")));
@@ -259,10 +255,7 @@ fn unreadable_rig(tids: &[Tid]) -> (T, Arc<Unreadable>) {
     t.mgr = Manager::new(
         ops.clone(),
         t.procs.clone(),
-        Cpus {
-            online: set("0-7"),
-            reserved: CpuSet::new(),
-        },
+        cpus("0-7", ""),
         ManagerConfig::default(),
     );
     (t, ops)
