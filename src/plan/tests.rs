@@ -414,3 +414,15 @@ exclusive = true
         "{q:?}"
     );
 }
+
+#[test]
+fn slots_read_in_order_with_how_many_live_threads_hold() {
+    let s = PlanState::Slots {
+        slots: vec![set("4"), set("5-6"), set("7")],
+        held_slots: 1,
+    };
+    assert_eq!(
+        s.describe(),
+        "one slot per thread, slot 0 first: 4 | 5-6 | 7 (1 held by live threads)"
+    );
+}
