@@ -18,6 +18,17 @@ fn machine(name: &str) -> (SysRoot, Topology, Domains, Facts) {
     (root, t, d, f)
 }
 
+/// [`place_shaped`] on every usable CPU of the machine, with no devices named.
+fn on_every_usable_cpu(
+    t: &Topology,
+    d: &Domains,
+    f: &Facts,
+    r: &Request,
+    s: &Shape,
+) -> Result<(Placement, Shaped), PlacementError> {
+    place_shaped(d, f, &Devices::new(), r, s, &t.usable())
+}
+
 fn set(s: &str) -> CpuSet {
     s.parse().unwrap()
 }
@@ -51,13 +62,12 @@ fn performance_cores_without_siblings_on_both_hybrid_numberings() {
             "{name}: {}",
             plain.cpus
         );
-        let (p, shaped) = place_shaped(
+        let (p, shaped) = on_every_usable_cpu(
+            &t,
             &d,
             &f,
-            &Devices::new(),
             &req(4, Policy::Compact, SmtPolicy::Avoid),
             &shape(Some(CoreType::Performance), None, None),
-            &t.usable(),
         )
         .unwrap();
         assert!(p.cpus.is_subset(&set(p_cores)), "{name}: {}", p.cpus);
@@ -83,13 +93,12 @@ fn efficiency_compact_takes_one_e_cluster() {
         ("hybrid-e-first", ["0-3", "4-7"]),
     ] {
         let (_, t, d, f) = machine(name);
-        let (p, _) = place_shaped(
+        let (p, _) = on_every_usable_cpu(
+            &t,
             &d,
             &f,
-            &Devices::new(),
             &req(4, Policy::Compact, SmtPolicy::Allow),
             &shape(Some(CoreType::Efficiency), None, None),
-            &t.usable(),
         )
         .unwrap();
         assert!(
@@ -103,13 +112,12 @@ fn efficiency_compact_takes_one_e_cluster() {
 #[test]
 fn a_kind_too_small_is_refused_not_widened() {
     let (_, t, d, f) = machine("hybrid-e-first");
-    let e = place_shaped(
+    let e = on_every_usable_cpu(
+        &t,
         &d,
         &f,
-        &Devices::new(),
         &req(9, Policy::Compact, SmtPolicy::Allow),
         &shape(Some(CoreType::Efficiency), None, None),
-        &t.usable(),
     )
     .unwrap_err();
     assert_eq!(
@@ -117,35 +125,32 @@ fn a_kind_too_small_is_refused_not_widened() {
         "asked for 9 efficiency CPUs but only 8 are usable (efficiency cores: CPUs 0-7; 8 of them free, 8 CPUs); core-type is never widened"
     );
     // Seven P-cores with smt = avoid: there are six.
-    let e = place_shaped(
+    let e = on_every_usable_cpu(
+        &t,
         &d,
         &f,
-        &Devices::new(),
         &req(7, Policy::Compact, SmtPolicy::Avoid),
         &shape(Some(CoreType::Performance), None, None),
-        &t.usable(),
     )
     .unwrap_err();
     assert!(e.to_string().contains("only 6 are usable"), "{e}");
     // One kind of core: every core is performance, none is efficiency.
     let (_, t, d, f) = machine("r9-7950x3d");
-    let (p, _) = place_shaped(
+    let (p, _) = on_every_usable_cpu(
+        &t,
         &d,
         &f,
-        &Devices::new(),
         &req(2, Policy::Compact, SmtPolicy::Allow),
         &shape(Some(CoreType::Performance), None, None),
-        &t.usable(),
     )
     .unwrap();
     assert_eq!(p.cpus.len(), 2);
-    let e = place_shaped(
+    let e = on_every_usable_cpu(
+        &t,
         &d,
         &f,
-        &Devices::new(),
         &req(1, Policy::Compact, SmtPolicy::Allow),
         &shape(Some(CoreType::Efficiency), None, None),
-        &t.usable(),
     )
     .unwrap_err();
     assert!(e.to_string().contains("one kind of core"), "{e}");
@@ -158,13 +163,12 @@ fn prefer_picks_the_vcache_or_the_frequency_ccd() {
         (Prefer::Cache, "0-7,16-23", "12 MiB per core"),
         (Prefer::Frequency, "8-15,24-31", "ranking up to 236"),
     ] {
-        let (p, shaped) = place_shaped(
+        let (p, shaped) = on_every_usable_cpu(
+            &t,
             &d,
             &f,
-            &Devices::new(),
             &req(4, Policy::Compact, SmtPolicy::Avoid),
             &shape(None, Some(prefer), None),
-            &t.usable(),
         )
         .unwrap();
         assert!(p.cpus.is_subset(&set(ccd)), "{prefer}: {}", p.cpus);
@@ -172,13 +176,12 @@ fn prefer_picks_the_vcache_or_the_frequency_ccd() {
         assert!(shaped.by[0].note.contains(word), "{}", shaped.by[0].note);
     }
     // Twelve cores do not fit in one CCD: prefer steps aside, and says so.
-    let (p, shaped) = place_shaped(
+    let (p, shaped) = on_every_usable_cpu(
+        &t,
         &d,
         &f,
-        &Devices::new(),
         &req(12, Policy::Compact, SmtPolicy::Avoid),
         &shape(None, Some(Prefer::Cache), None),
-        &t.usable(),
     )
     .unwrap();
     assert_eq!(p.cpus.len(), 12);
