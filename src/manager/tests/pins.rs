@@ -98,13 +98,20 @@ comm = "*"
 cpus = "2"
 "#;
 
-#[test]
-fn a_runtime_pin_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
-    let mut t = rig(ManagerConfig::default());
+/// A manager that sees PID 1, pinnerd's own process and the bus daemon (pid 300,
+/// named `bus`); with pinnerd's pid.
+fn protected_three(bus: &str) -> (T, i32) {
+    let t = rig(ManagerConfig::default());
     let own = std::process::id() as i32;
     t.process(1, "systemd", 1, &[]);
     t.process(own, "pinnerd", 1, &[]);
-    t.process(300, "dbus-broker", 1, &[]);
+    t.process(300, bus, 1, &[]);
+    (t, own)
+}
+
+#[test]
+fn a_runtime_pin_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
+    let (mut t, own) = protected_three("dbus-broker");
     for (pid, said) in [
         (own, "pinnerd's own process"),
         (1, "PID 1"),
@@ -124,11 +131,7 @@ fn a_runtime_pin_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
 
 #[test]
 fn a_broad_rule_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
-    let mut t = rig(ManagerConfig::default());
-    let own = std::process::id() as i32;
-    t.process(1, "systemd", 1, &[]);
-    t.process(own, "pinnerd", 1, &[]);
-    t.process(300, "dbus-daemon", 1, &[]);
+    let (mut t, own) = protected_three("dbus-daemon");
     t.process(400, "app", 1, &[]);
     t.ev(new_rules(rules(EVERYTHING)));
     assert_eq!(t.ops.mask(400), Some(set("2")));
@@ -175,11 +178,7 @@ fn a_broad_rule_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
 
 #[test]
 fn pid_1_and_the_bus_daemon_are_managed_by_a_rule_that_names_them_exactly_but_pinnerd_never() {
-    let mut t = rig(ManagerConfig::default());
-    let own = std::process::id() as i32;
-    t.process(1, "systemd", 1, &[]);
-    t.process(own, "pinnerd", 1, &[]);
-    t.process(300, "dbus-daemon", 1, &[]);
+    let (mut t, own) = protected_three("dbus-daemon");
     t.ev(new_rules(rules(
         r#"
 [[rule]]
