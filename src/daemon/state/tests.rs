@@ -92,13 +92,18 @@ fn rule_on_every_online_cpu(dir: &std::path::Path, comm: &str) {
         .trim()
         .parse()
         .unwrap();
-    std::fs::write(
-        dir.join("rules/j.toml"),
-        format!(
+    write_rule(
+        dir,
+        "j",
+        &format!(
             "[[rule]]\nname = \"j\"\n[rule.match]\ncomm = \"{comm}\"\n[rule.place]\ncpus = \"{online}\"\n"
         ),
-    )
-    .unwrap();
+    );
+}
+
+/// Writes `text` as the rule file `name`.toml in the state's rule directory.
+fn write_rule(dir: &std::path::Path, name: &str, text: &str) {
+    std::fs::write(dir.join("rules").join(format!("{name}.toml")), text).unwrap();
 }
 
 #[test]
@@ -587,6 +592,22 @@ fn fixture_copy(name: &str, into: &std::path::Path) -> SysRoot {
     }
 }
 
+/// A state on a writable copy of the Xeon E5620 tree (16 CPUs, two sockets).
+fn on_e5620_copy(timing: Timing) -> (State, tempfile::TempDir) {
+    let (mut s, d) = state(timing);
+    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    (s, d)
+}
+
+/// Starts `s` without a stored matrix and ends its first full measurement well: the job.
+fn measured_first(s: &mut State) -> Job {
+    s.start().unwrap();
+    let job = jobs(&s.take_actions())[0].clone();
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+    job
+}
+
 fn set_online(root: &SysRoot, list: &str) {
     std::fs::write(root.sys.join("devices/system/cpu/online"), list).unwrap();
 }
@@ -601,12 +622,8 @@ fn set_asides(s: &State) -> Vec<String> {
 
 #[test]
 fn a_cpu_going_offline_and_back_keeps_the_matrix_and_measures_nothing() {
-    let (mut s, d) = state(Timing::default());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
-    s.start().unwrap();
-    let job = jobs(&s.take_actions())[0].clone();
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    let (mut s, _d) = on_e5620_copy(Timing::default());
+    measured_first(&mut s);
     let measured = s.snapshot().measured_at_us;
     assert!(measured > 0);
     let fingerprint = s.snapshot().fingerprint;
@@ -646,12 +663,8 @@ fn a_cpu_going_offline_and_back_keeps_the_matrix_and_measures_nothing() {
 
 #[test]
 fn the_cgroup_cpusets_are_read_again_a_moment_after_a_hotplug() {
-    let (mut s, d) = state(Timing::default());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
-    s.start().unwrap();
-    let job = jobs(&s.take_actions())[0].clone();
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    let (mut s, _d) = on_e5620_copy(Timing::default());
+    measured_first(&mut s);
     let events = |s: &State| s.manager.as_ref().unwrap().counters().events;
     set_online(&s.cfg.sysroot, "0-14");
     let t0 = Instant::now();
@@ -673,14 +686,10 @@ fn the_cgroup_cpusets_are_read_again_a_moment_after_a_hotplug() {
 
 #[test]
 fn a_cpu_never_measured_gets_only_its_pairs_measured() {
-    let (mut s, d) = state(Timing::default());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    let (mut s, _d) = on_e5620_copy(Timing::default());
     set_online(&s.cfg.sysroot, "0-14");
-    s.start().unwrap();
-    let job = jobs(&s.take_actions())[0].clone();
+    let job = measured_first(&mut s);
     assert_eq!(job.cfg.cpus.to_string(), "0-14");
-    s.handle(ok_matrix(&job));
-    s.take_actions();
     // CPU 15 comes online for the first time: only its 15 pairs are measured.
     set_online(&s.cfg.sysroot, "0-15");
     s.handle(Event::Hotplug);
@@ -713,13 +722,9 @@ fn a_cpu_never_measured_gets_only_its_pairs_measured() {
 
 #[test]
 fn a_new_pair_that_cannot_be_measured_leads_to_a_full_measurement() {
-    let (mut s, d) = state(Timing::default());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    let (mut s, _d) = on_e5620_copy(Timing::default());
     set_online(&s.cfg.sysroot, "0-14");
-    s.start().unwrap();
-    let job = jobs(&s.take_actions())[0].clone();
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    measured_first(&mut s);
     set_online(&s.cfg.sysroot, "0-15");
     s.handle(Event::Hotplug);
     let fill = jobs(&s.take_actions())[0].clone();
@@ -832,14 +837,10 @@ fn remeasure_job(s: &mut State) -> Job {
 
 #[test]
 fn never_cpus_are_measured_around_and_keep_their_earlier_cells() {
-    let (mut s, d) = state(no_interval());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
-    s.start().unwrap();
+    let (mut s, _d) = on_e5620_copy(no_interval());
     // Every CPU the first time.
-    let job = jobs(&s.take_actions())[0].clone();
+    let job = measured_first(&mut s);
     assert_eq!(job.cfg.cpus.to_string(), "0-15");
-    s.handle(ok_matrix(&job));
-    s.take_actions();
     // CPU 3 is never to be measured now: the job stays off it.
     s.settings.measure.never_cpus = "3".parse().unwrap();
     let job = remeasure_job(&mut s);
@@ -904,13 +905,8 @@ fn never_cpus_are_measured_around_and_keep_their_earlier_cells() {
 
 #[test]
 fn an_exclusive_rule_s_cpus_are_not_measured_and_two_cpus_minus_one_measure_nothing() {
-    let (mut s, d) = state(no_interval());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
-    std::fs::write(
-        d.path().join("rules/feed.toml"),
-        "[[rule]]\nname = \"feed\"\n[rule.match]\ncomm = \"feed\"\n[rule.place]\ncpus = \"5\"\nexclusive = true\n",
-    )
-    .unwrap();
+    let (mut s, d) = on_e5620_copy(no_interval());
+    write_rule(d.path(), "feed", "[[rule]]\nname = \"feed\"\n[rule.match]\ncomm = \"feed\"\n[rule.place]\ncpus = \"5\"\nexclusive = true\n");
     s.start().unwrap();
     let job = jobs(&s.take_actions())[0].clone();
     assert_eq!(job.cfg.cpus.to_string(), "0-4,6-15");
@@ -944,13 +940,9 @@ fn an_exclusive_rule_s_cpus_are_not_measured_and_two_cpus_minus_one_measure_noth
 
 #[test]
 fn with_an_earlier_pair_a_single_measurable_cpu_keeps_it() {
-    let (mut s, d) = state(no_interval());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    let (mut s, _d) = on_e5620_copy(no_interval());
     set_online(&s.cfg.sysroot, "0-1");
-    s.start().unwrap();
-    let job = jobs(&s.take_actions())[0].clone();
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    measured_first(&mut s);
     s.settings.measure.never_cpus = "1".parse().unwrap();
     let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
         panic!()
@@ -974,17 +966,9 @@ fn with_an_earlier_pair_a_single_measurable_cpu_keeps_it() {
 #[test]
 fn plan_keeps_off_an_exclusive_rule_s_cpus_as_plan_with_and_pins_do() {
     use crate::api::PlaceSpec;
-    let (mut s, d) = state(no_interval());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
-    std::fs::write(
-        d.path().join("rules/hold.toml"),
-        "[[rule]]\nname = \"hold\"\n[rule.match]\ncomm = \"no-such\"\n[rule.place]\ncpus = \"0\"\nexclusive = true\n",
-    )
-    .unwrap();
-    s.start().unwrap();
-    let job = jobs(&s.take_actions())[0].clone();
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    let (mut s, d) = on_e5620_copy(no_interval());
+    write_rule(d.path(), "hold", "[[rule]]\nname = \"hold\"\n[rule.match]\ncomm = \"no-such\"\n[rule.place]\ncpus = \"0\"\nexclusive = true\n");
+    measured_first(&mut s);
     let plan = s
         .command(Command::Plan {
             count: 1,
