@@ -163,13 +163,27 @@ fn a_failed_journal_write_is_tried_again_until_it_succeeds() {
     child.wait().unwrap();
 }
 
-fn started(timing: Timing) -> (State, tempfile::TempDir, Job) {
-    let (mut s, d) = state(timing);
+/// Starts `s` without a stored matrix: its one job, a full measurement.
+fn first_job(s: &mut State) -> Job {
     s.start().unwrap();
     let j = jobs(&s.take_actions());
     assert_eq!(j.len(), 1, "no stored matrix: one full measurement");
     assert!(matches!(j[0].kind, JobKind::Full));
-    (s, d, j[0].clone())
+    j[0].clone()
+}
+
+fn started(timing: Timing) -> (State, tempfile::TempDir, Job) {
+    let (mut s, d) = state(timing);
+    let job = first_job(&mut s);
+    (s, d, job)
+}
+
+/// Starts `s` without a stored matrix and ends its first full measurement well: the job.
+fn measured_first(s: &mut State) -> Job {
+    let job = first_job(s);
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+    job
 }
 
 #[test]
@@ -244,9 +258,8 @@ fn without_a_stored_matrix_start_measures_and_remeasure_joins_it() {
 
 #[test]
 fn remeasure_calls_close_together_join_the_previous_job() {
-    let (mut s, _d, job) = started(Timing::default());
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    let (mut s, _d) = state(Timing::default());
+    let job = measured_first(&mut s);
     let Ok(Reply::Job(first)) = s.command(Command::Remeasure) else {
         panic!()
     };
@@ -417,9 +430,8 @@ fn periodic_full_measurement() {
         drift_every: None,
         ..Timing::default()
     };
-    let (mut s, _d, job) = started(timing);
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    let (mut s, _d) = state(timing);
+    measured_first(&mut s);
     s.handle(Event::Tick(t0 + Duration::from_secs(50)));
     assert!(jobs(&s.take_actions()).is_empty());
     s.handle(Event::Tick(t0 + Duration::from_secs(101)));
@@ -597,15 +609,6 @@ fn on_e5620_copy(timing: Timing) -> (State, tempfile::TempDir) {
     let (mut s, d) = state(timing);
     s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
     (s, d)
-}
-
-/// Starts `s` without a stored matrix and ends its first full measurement well: the job.
-fn measured_first(s: &mut State) -> Job {
-    s.start().unwrap();
-    let job = jobs(&s.take_actions())[0].clone();
-    s.handle(ok_matrix(&job));
-    s.take_actions();
-    job
 }
 
 fn set_online(root: &SysRoot, list: &str) {

@@ -164,10 +164,7 @@ fn a_new_thread_is_pinned_from_the_fork_event_without_reading_proc() {
 
 #[test]
 fn a_batch_names_new_threads_from_its_comm_events_and_skips_tasks_that_exit() {
-    let mut t = rig(ManagerConfig::default());
-    t.process(100, "dpdk", 1, &[]);
-    t.ev(new_rules(rules(
-        r#"
+    const DP: &str = r#"
 [[rule]]
 name = "dp"
 [rule.match]
@@ -177,8 +174,10 @@ cpus = "4-6"
 [[rule.threads]]
 comm = "lcore-*"
 cpus = "6"
-"#,
-    )));
+"#;
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "dpdk", 1, &[]);
+    t.ev(new_rules(rules(DP)));
     // Thread 101 is born with its creator's name and renames itself; 102 is born
     // and gone within the batch; 103 keeps its inherited name (read from /proc).
     t.procs.add_thread(100, 101, "lcore-0");
@@ -228,9 +227,7 @@ cpus = "6"
     // The same messages one at a time end in the same masks.
     let mut u = rig(ManagerConfig::default());
     u.process(100, "dpdk", 1, &[(101, "lcore-0")]);
-    u.ev(new_rules(rules(
-        "[[rule]]\nname = \"dp\"\n[rule.match]\ncomm = \"dpdk\"\n[rule.place]\ncpus = \"4-6\"\n[[rule.threads]]\ncomm = \"lcore-*\"\ncpus = \"6\"\n",
-    )));
+    u.ev(new_rules(rules(DP)));
     assert_eq!(u.ops.mask(101), t.ops.mask(101));
 }
 

@@ -47,12 +47,28 @@ fn journal_originals(t: &T, pid: i32) -> Vec<(Tid, CpuSet)> {
         .collect()
 }
 
+/// A manager seeing process 200 (`comm`) with threads 201 and 202, 202 moved to CPU 5
+/// by someone else; with each task's mask before pinnerd touches it.
+fn moved_thread_rig(comm: &str) -> (T, Vec<(Tid, CpuSet)>) {
+    let t = rig(ManagerConfig::default());
+    t.process(200, comm, 1, &[(201, "a"), (202, "b")]);
+    t.ops.external_set(202, &set("5"));
+    (
+        t,
+        vec![(200, set("0-7")), (201, set("0-7")), (202, set("5"))],
+    )
+}
+
+/// Each task in `want` has the mask beside it.
+fn assert_masks(t: &T, want: &[(Tid, CpuSet)]) {
+    for (tid, m) in want {
+        assert_eq!(t.ops.mask(*tid), Some(m.clone()), "tid {tid}");
+    }
+}
+
 #[test]
 fn a_second_pin_keeps_the_masks_from_first_contact() {
-    let mut t = rig(ManagerConfig::default());
-    t.process(200, "app", 1, &[(201, "a"), (202, "b")]);
-    t.ops.external_set(202, &set("5"));
-    let want = vec![(200, set("0-7")), (201, set("0-7")), (202, set("5"))];
+    let (mut t, want) = moved_thread_rig("app");
     t.mgr.pin(200, &set("1")).unwrap();
     t.mgr.pin(200, &set("0")).unwrap();
     for tid in [200, 201, 202] {
@@ -65,18 +81,13 @@ fn a_second_pin_keeps_the_masks_from_first_contact() {
             .any(|c| matches!(c, Change::Released { restored: 3, .. })),
         "{c:?}"
     );
-    for (tid, m) in &want {
-        assert_eq!(t.ops.mask(*tid), Some(m.clone()), "tid {tid}");
-    }
+    assert_masks(&t, &want);
     assert_eq!(t.mgr.managed_processes(), 0);
 }
 
 #[test]
 fn a_rule_then_a_runtime_pin_then_no_rule_gives_back_the_first_masks() {
-    let mut t = rig(ManagerConfig::default());
-    t.process(200, "feed", 1, &[(201, "a"), (202, "b")]);
-    t.ops.external_set(202, &set("5"));
-    let want = vec![(200, set("0-7")), (201, set("0-7")), (202, set("5"))];
+    let (mut t, want) = moved_thread_rig("feed");
     t.ev(new_rules(rules(FEED)));
     assert_eq!(t.ops.mask(201), Some(set("2-3")));
     t.mgr.pin(200, &set("6")).unwrap();
@@ -84,9 +95,7 @@ fn a_rule_then_a_runtime_pin_then_no_rule_gives_back_the_first_masks() {
     assert_eq!(t.ops.mask(201), Some(set("6")), "the pin holds");
     assert_eq!(journal_originals(&t, 200), want);
     t.mgr.unpin(200).unwrap();
-    for (tid, m) in &want {
-        assert_eq!(t.ops.mask(*tid), Some(m.clone()), "tid {tid}");
-    }
+    assert_masks(&t, &want);
 }
 
 const EVERYTHING: &str = r#"
