@@ -6,6 +6,7 @@ use crate::daemon::worker::{Finished, JobKind, Product};
 use crate::measure;
 use crate::measure::Probe;
 use crate::placement::{Policy, SmtPolicy};
+use crate::plan::tests::count_request;
 use crate::rules::{CpuTarget, PlacementRequest};
 
 fn state(timing: Timing) -> (State, tempfile::TempDir) {
@@ -27,6 +28,32 @@ fn state(timing: Timing) -> (State, tempfile::TempDir) {
     let mut s = State::new(cfg, Settings::default(), timing, Instant::now());
     s.policy = LoadPolicy::unchecked();
     (s, dir)
+}
+
+/// A `sleep 30` started as `program`, killed and reaped when dropped, so that a test
+/// that fails leaves no process behind.
+struct Sleeper(std::process::Child);
+
+impl Sleeper {
+    fn spawn(program: impl AsRef<std::ffi::OsStr>) -> Sleeper {
+        Sleeper(
+            std::process::Command::new(program)
+                .arg("30")
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn jobs(actions: &[Action]) -> Vec<Job> {
@@ -118,8 +145,8 @@ fn the_journal_lags_process_events_by_at_most_the_delay() {
     assert!(!journal.exists());
     let link = d.path().join("pd-journal");
     std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
-    let mut child = std::process::Command::new(&link).arg("30").spawn().unwrap();
-    let pid = child.id() as i32;
+    let child = Sleeper::spawn(&link);
+    let pid = child.pid() as i32;
     let t0 = Instant::now();
     s.handle(Event::Proc(vec![crate::watch::ProcMsg::Exec { pid }]));
     let due = s.deadline().expect("a deferred journal write");
@@ -131,8 +158,6 @@ fn the_journal_lags_process_events_by_at_most_the_delay() {
     let text = std::fs::read_to_string(&journal).expect("written when due");
     assert!(text.contains(&format!("\"pid\": {pid}")), "{text}");
     assert_eq!(s.deadline(), None);
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 #[test]
@@ -147,8 +172,8 @@ fn a_failed_journal_write_is_tried_again_until_it_succeeds() {
     std::fs::create_dir(&blocker).unwrap();
     let link = d.path().join("pd-jretry");
     std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
-    let mut child = std::process::Command::new(&link).arg("30").spawn().unwrap();
-    let pid = child.id() as i32;
+    let child = Sleeper::spawn(&link);
+    let pid = child.pid() as i32;
     s.handle(Event::Proc(vec![crate::watch::ProcMsg::Exec { pid }]));
     let due = s.deadline().expect("a deferred journal write");
     s.handle(Event::Tick(due));
@@ -159,8 +184,6 @@ fn a_failed_journal_write_is_tried_again_until_it_succeeds() {
     let text = std::fs::read_to_string(&journal).expect("written on the retry");
     assert!(text.contains(&format!("\"pid\": {pid}")), "{text}");
     assert_eq!(s.deadline(), None);
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 /// Starts `s` without a stored matrix: its one job, a full measurement.
@@ -981,14 +1004,7 @@ fn plan_keeps_off_an_exclusive_rule_s_cpus_as_plan_with_and_pins_do() {
         .unwrap();
     let plan_with = s
         .command(Command::PlanWith {
-            place: PlaceSpec::Request(PlacementRequest {
-                target: CpuTarget::Count(1),
-                within: None,
-                policy: Policy::Compact,
-                smt: SmtPolicy::Allow,
-                exclusive: false,
-                shape: Default::default(),
-            }),
+            place: PlaceSpec::Request(count_request(1)),
         })
         .unwrap();
     let Reply::Cpus(cpus) = &plan else {
@@ -1005,20 +1021,10 @@ fn plan_keeps_off_an_exclusive_rule_s_cpus_as_plan_with_and_pins_do() {
 fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
     use crate::api::PlaceSpec;
     let (mut s, _d, _job) = started(Timing::default());
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    let child = Sleeper::spawn("sleep");
+    let pid = child.pid();
     assert_eq!(s.command(Command::Owner { pid }).unwrap(), Reply::Owner(0));
-    let place = PlaceSpec::Request(PlacementRequest {
-        target: CpuTarget::Count(1),
-        within: None,
-        policy: Policy::Compact,
-        smt: SmtPolicy::Allow,
-        exclusive: false,
-        shape: Default::default(),
-    });
+    let place = PlaceSpec::Request(count_request(1));
     let pin = Command::PinWith {
         pid,
         place: place.clone(),
@@ -1072,18 +1078,13 @@ fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
         s.command(Command::Owner { pid: 0 }),
         Err(CommandError::NoSuchProcess(0))
     ));
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 #[test]
 fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
     let (mut s, _d, _job) = started(Timing::default());
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    let child = Sleeper::spawn("sleep");
+    let pid = child.pid();
     let one_node = s.topology.as_ref().unwrap().nodes.len() <= 1;
     let Reply::Explained { text: why, .. } =
         s.command(Command::Explain { pid, caller_uid: 0 }).unwrap()
@@ -1119,8 +1120,8 @@ fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
         .unwrap(),
         Reply::Json(serde_json::Value::Null)
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
+    // Once it has exited and been reaped, it is no such process.
+    drop(child);
     assert!(matches!(
         s.command(Command::Memory { pid, caller_uid: 0 }),
         Err(CommandError::NoSuchProcess(p)) if p == pid
@@ -1139,11 +1140,8 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
     );
     s.topology = Some(Topology::discover(&fixture).unwrap());
     s.settings.memory.follow_interval = crate::settings::HumanDuration(Duration::from_secs(300));
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    let child = Sleeper::spawn("sleep");
+    let pid = child.pid();
     let pin = |s: &mut State, cpu: &str| {
         let place = PlaceSpec::Request(PlacementRequest {
             target: CpuTarget::Cpus(cpu.parse().unwrap()),
@@ -1222,6 +1220,4 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
         })
         .collect();
     assert_eq!(next, vec![BTreeSet::from([0])]);
-    child.kill().unwrap();
-    child.wait().unwrap();
 }

@@ -162,27 +162,14 @@ fn a_broad_rule_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
         .into_iter()
         .collect::<Vec<_>>()
     );
-    assert!(
-        t.mgr
-            .explain(1)
-            .contains("not managed: PID 1: protected; managed only by a rule whose `comm` is exactly its name"),
-        "{}",
-        t.mgr.explain(1)
-    );
-    assert!(
-        t.mgr
-            .explain(own)
-            .contains("not managed: pinnerd's own process: never managed"),
-        "{}",
-        t.mgr.explain(own)
-    );
-    assert!(
-        t.mgr
-            .explain(300)
-            .contains("not managed: the bus daemon: protected"),
-        "{}",
-        t.mgr.explain(300)
-    );
+    for (pid, said) in [
+        (1, "not managed: PID 1: protected; managed only by a rule whose `comm` is exactly its name"),
+        (own, "not managed: pinnerd's own process: never managed"),
+        (300, "not managed: the bus daemon: protected"),
+    ] {
+        let why = t.mgr.explain(pid);
+        assert!(why.contains(said), "{why}");
+    }
 }
 
 #[test]
