@@ -18,15 +18,24 @@ fn machine(name: &str) -> (SysRoot, Topology, Domains, Facts) {
     (root, t, d, f)
 }
 
-/// [`place_shaped`] on every usable CPU of the machine, with no devices named.
-fn on_every_usable_cpu(
+/// `n` CPUs, compact, among every usable CPU of the machine, shaped by `s` with no
+/// devices named.
+fn compact(
     t: &Topology,
     d: &Domains,
     f: &Facts,
-    r: &Request,
-    s: &Shape,
+    n: usize,
+    smt: SmtPolicy,
+    s: Shape,
 ) -> Result<(Placement, Shaped), PlacementError> {
-    place_shaped(d, f, &Devices::new(), r, s, &t.usable())
+    place_shaped(
+        d,
+        f,
+        &Devices::new(),
+        &req(n, Policy::Compact, smt),
+        &s,
+        &t.usable(),
+    )
 }
 
 fn set(s: &str) -> CpuSet {
@@ -50,6 +59,16 @@ fn shape(core_type: Option<CoreType>, prefer: Option<Prefer>, near: Option<&str>
     }
 }
 
+/// Only cores of `c`.
+fn kind(c: CoreType) -> Shape {
+    shape(Some(c), None, None)
+}
+
+/// The cache group `p` prefers first.
+fn preferring(p: Prefer) -> Shape {
+    shape(None, Some(p), None)
+}
+
 #[test]
 fn performance_cores_without_siblings_on_both_hybrid_numberings() {
     for (name, p_cores) in [("i9-12900k", "0-15"), ("hybrid-e-first", "8-19")] {
@@ -62,14 +81,8 @@ fn performance_cores_without_siblings_on_both_hybrid_numberings() {
             "{name}: {}",
             plain.cpus
         );
-        let (p, shaped) = on_every_usable_cpu(
-            &t,
-            &d,
-            &f,
-            &req(4, Policy::Compact, SmtPolicy::Avoid),
-            &shape(Some(CoreType::Performance), None, None),
-        )
-        .unwrap();
+        let (p, shaped) =
+            compact(&t, &d, &f, 4, SmtPolicy::Avoid, kind(CoreType::Performance)).unwrap();
         assert!(p.cpus.is_subset(&set(p_cores)), "{name}: {}", p.cpus);
         let cores: std::collections::BTreeSet<_> = p
             .cpus
@@ -93,14 +106,7 @@ fn efficiency_compact_takes_one_e_cluster() {
         ("hybrid-e-first", ["0-3", "4-7"]),
     ] {
         let (_, t, d, f) = machine(name);
-        let (p, _) = on_every_usable_cpu(
-            &t,
-            &d,
-            &f,
-            &req(4, Policy::Compact, SmtPolicy::Allow),
-            &shape(Some(CoreType::Efficiency), None, None),
-        )
-        .unwrap();
+        let (p, _) = compact(&t, &d, &f, 4, SmtPolicy::Allow, kind(CoreType::Efficiency)).unwrap();
         assert!(
             clusters.iter().any(|c| p.cpus == set(c)),
             "{name}: {}",
@@ -112,47 +118,19 @@ fn efficiency_compact_takes_one_e_cluster() {
 #[test]
 fn a_kind_too_small_is_refused_not_widened() {
     let (_, t, d, f) = machine("hybrid-e-first");
-    let e = on_every_usable_cpu(
-        &t,
-        &d,
-        &f,
-        &req(9, Policy::Compact, SmtPolicy::Allow),
-        &shape(Some(CoreType::Efficiency), None, None),
-    )
-    .unwrap_err();
+    let e = compact(&t, &d, &f, 9, SmtPolicy::Allow, kind(CoreType::Efficiency)).unwrap_err();
     assert_eq!(
         e.to_string(),
         "asked for 9 efficiency CPUs but only 8 are usable (efficiency cores: CPUs 0-7; 8 of them free, 8 CPUs); core-type is never widened"
     );
     // Seven P-cores with smt = avoid: there are six.
-    let e = on_every_usable_cpu(
-        &t,
-        &d,
-        &f,
-        &req(7, Policy::Compact, SmtPolicy::Avoid),
-        &shape(Some(CoreType::Performance), None, None),
-    )
-    .unwrap_err();
+    let e = compact(&t, &d, &f, 7, SmtPolicy::Avoid, kind(CoreType::Performance)).unwrap_err();
     assert!(e.to_string().contains("only 6 are usable"), "{e}");
     // One kind of core: every core is performance, none is efficiency.
     let (_, t, d, f) = machine("r9-7950x3d");
-    let (p, _) = on_every_usable_cpu(
-        &t,
-        &d,
-        &f,
-        &req(2, Policy::Compact, SmtPolicy::Allow),
-        &shape(Some(CoreType::Performance), None, None),
-    )
-    .unwrap();
+    let (p, _) = compact(&t, &d, &f, 2, SmtPolicy::Allow, kind(CoreType::Performance)).unwrap();
     assert_eq!(p.cpus.len(), 2);
-    let e = on_every_usable_cpu(
-        &t,
-        &d,
-        &f,
-        &req(1, Policy::Compact, SmtPolicy::Allow),
-        &shape(Some(CoreType::Efficiency), None, None),
-    )
-    .unwrap_err();
+    let e = compact(&t, &d, &f, 1, SmtPolicy::Allow, kind(CoreType::Efficiency)).unwrap_err();
     assert!(e.to_string().contains("one kind of core"), "{e}");
 }
 
@@ -163,27 +141,13 @@ fn prefer_picks_the_vcache_or_the_frequency_ccd() {
         (Prefer::Cache, "0-7,16-23", "12 MiB per core"),
         (Prefer::Frequency, "8-15,24-31", "ranking up to 236"),
     ] {
-        let (p, shaped) = on_every_usable_cpu(
-            &t,
-            &d,
-            &f,
-            &req(4, Policy::Compact, SmtPolicy::Avoid),
-            &shape(None, Some(prefer), None),
-        )
-        .unwrap();
+        let (p, shaped) = compact(&t, &d, &f, 4, SmtPolicy::Avoid, preferring(prefer)).unwrap();
         assert!(p.cpus.is_subset(&set(ccd)), "{prefer}: {}", p.cpus);
         assert_eq!(shaped.candidates, set(ccd));
         assert!(shaped.by[0].note.contains(word), "{}", shaped.by[0].note);
     }
     // Twelve cores do not fit in one CCD: prefer steps aside, and says so.
-    let (p, shaped) = on_every_usable_cpu(
-        &t,
-        &d,
-        &f,
-        &req(12, Policy::Compact, SmtPolicy::Avoid),
-        &shape(None, Some(Prefer::Cache), None),
-    )
-    .unwrap();
+    let (p, shaped) = compact(&t, &d, &f, 12, SmtPolicy::Avoid, preferring(Prefer::Cache)).unwrap();
     assert_eq!(p.cpus.len(), 12);
     assert!(shaped.by[0].note.contains("not applied"));
     // Frequency without rankings falls back to the maximum frequency.
