@@ -176,6 +176,17 @@ fn prefer_picks_the_vcache_or_the_frequency_ccd() {
 fn near_keeps_the_devices_node_and_widens_by_distance() {
     let (root, t, d, f) = machine("xeon-2s-nic-nvme");
     let devs = devices::resolve_all(&root, ["ens1f0", "/dev/nvme0n1", "eno1", "eth9"]);
+    // The candidates `near = dev` leaves for `n` CPUs, siblings allowed.
+    let near = |dev, n| {
+        narrow(
+            &f,
+            &devs,
+            &shape(None, None, Some(dev)),
+            &t.usable(),
+            n,
+            false,
+        )
+    };
     for dev in ["ens1f0", "/dev/nvme0n1"] {
         let (p, shaped) = place_shaped(
             &d,
@@ -194,15 +205,7 @@ fn near_keeps_the_devices_node_and_widens_by_distance() {
         );
     }
     // 20 CPUs: node 1 holds 16, node 0 is added with a note.
-    let s = narrow(
-        &f,
-        &devs,
-        &shape(None, None, Some("ens1f0")),
-        &t.usable(),
-        20,
-        false,
-    )
-    .unwrap();
+    let s = near("ens1f0", 20).unwrap();
     assert_eq!(s.candidates, set("0-31"));
     assert!(
         s.by[0]
@@ -225,28 +228,12 @@ fn near_keeps_the_devices_node_and_widens_by_distance() {
     assert_eq!(p.cpus.len(), 10);
     assert_eq!(p.explanation.autopilot.as_ref().unwrap().0, set("0-9"));
     // No node: a warning and no restriction.
-    let s = narrow(
-        &f,
-        &devs,
-        &shape(None, None, Some("eno1")),
-        &t.usable(),
-        4,
-        false,
-    )
-    .unwrap();
+    let s = near("eno1", 4).unwrap();
     assert_eq!(s.candidates, t.usable());
     assert!(s.by.is_empty());
     assert!(s.warnings[0].contains("numa_node -1"), "{:?}", s.warnings);
     // Unknown: an error naming it.
-    let e = narrow(
-        &f,
-        &devs,
-        &shape(None, None, Some("eth9")),
-        &t.usable(),
-        4,
-        false,
-    )
-    .unwrap_err();
+    let e = near("eth9", 4).unwrap_err();
     assert!(
         e.to_string().starts_with("near \"eth9\": unknown device"),
         "{e}"
