@@ -115,13 +115,7 @@ fn the_mask_at_first_contact_stands_in_for_a_missing_cgroup_and_never_shrinks() 
     t.in_cpuset(100, "feed", "2-3,6", None);
     t.ev(Input::RulesChanged(plan));
     assert_eq!(t.ops.mask(100), Some(set("2-3")));
-    assert!(
-        t.mgr
-            .explain(100)
-            .contains("cpuset 2-3,6 (its allowed mask at first contact)"),
-        "{}",
-        t.mgr.explain(100)
-    );
+    t.assert_explains(100, "cpuset 2-3,6 (its allowed mask at first contact)");
     // Our own pin narrowed the mask; the cpuset stays what it was.
     t.ev(Input::Rescan);
     assert_eq!(
@@ -142,10 +136,7 @@ fn a_cpuset_change_is_seen_on_rescan_and_the_process_replanned() {
     t.ops.set_cpuset(100, &set("6-7"));
     t.ev(Input::Rescan);
     assert_eq!(t.ops.mask(100), Some(set("6-7")));
-    assert!(t
-        .mgr
-        .explain(100)
-        .contains("cpuset 6-7 (from /sys/fs/cgroup/fake-100/"));
+    t.assert_explains(100, "cpuset 6-7 (from /sys/fs/cgroup/fake-100/");
     // The old cpuset's plan is gone with its last process.
     let units = unit_cpusets(&t);
     assert_eq!(units, vec![Some(set("6-7"))]);
@@ -211,11 +202,7 @@ fn a_running_process_is_placed_on_the_node_holding_its_memory() {
     t.procs.set_memory(100, &[(0, 1 << 28), (1, 15 << 28)]);
     t.ev(Input::RulesChanged(plan));
     assert_eq!(t.ops.mask(100), Some(set("4-5")));
-    let why = t.mgr.explain(100);
-    assert!(
-        why.contains("plan place: node 1 chosen: holds 94% of its 4.0 GiB"),
-        "{why}"
-    );
+    t.assert_explains(100, "plan place: node 1 chosen: holds 94% of its 4.0 GiB");
     // A process too small to weigh changes nothing: the best-fit choice.
     let (mut t, plan) = rig();
     t.in_cpuset(200, "db-small", "0-7", None);

@@ -53,6 +53,12 @@ impl T {
     fn msg(&mut self, m: ProcMsg) -> Vec<Change> {
         self.ev(Input::Proc(m))
     }
+    /// `explain` of `pid` says `said` (the whole text is shown where it does not).
+    #[track_caller]
+    fn assert_explains(&self, pid: i32, said: &str) {
+        let why = self.mgr.explain(pid);
+        assert!(why.contains(said), "{why}");
+    }
     /// The connector reports thread `tid` of process `pid`, created by task `parent`.
     fn new_thread(&mut self, pid: i32, tid: Tid, parent: Tid) -> Vec<Change> {
         self.msg(ProcMsg::NewThread { pid, tid, parent })
@@ -407,7 +413,7 @@ count = 2
     );
     let rows = t.mgr.list_managed();
     assert_eq!(rows[0].state, "conflict: lost to hi");
-    assert!(t.mgr.explain(100).contains("lost CPUs 3 to rule \"hi\""));
+    t.assert_explains(100, "lost CPUs 3 to rule \"hi\"");
 }
 
 #[test]

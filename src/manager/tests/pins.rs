@@ -167,8 +167,7 @@ fn a_broad_rule_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
         (own, "not managed: pinnerd's own process: never managed"),
         (300, "not managed: the bus daemon: protected"),
     ] {
-        let why = t.mgr.explain(pid);
-        assert!(why.contains(said), "{why}");
+        t.assert_explains(pid, said);
     }
 }
 
@@ -274,10 +273,9 @@ fn a_thread_whose_mask_may_not_be_read_is_not_gone_and_explain_says_so() {
     assert_eq!(t.ops.mask(102), Some(set("0-7")), "not touched");
     assert_eq!(t.mgr.counters().gone, 0);
     assert_eq!(t.mgr.counters().permission, 1);
-    let why = t.mgr.explain(100);
-    assert!(
-        why.contains("tid 102 (tx): permission: not permitted to read or set its affinity"),
-        "{why}"
+    t.assert_explains(
+        100,
+        "tid 102 (tx): permission: not permitted to read or set its affinity",
     );
     let rows = t.mgr.list_managed();
     assert!(rows[0].state.contains("1 permission"), "{rows:?}");
@@ -296,10 +294,9 @@ fn a_process_whose_mask_may_not_be_read_is_not_managed_counted_once_and_explaine
     assert!(!t.mgr.is_managed(100));
     assert_eq!(t.mgr.counters().gone, 0);
     assert_eq!(t.mgr.counters().permission, 1);
-    let why = t.mgr.explain(100);
-    assert!(
-        why.contains("not managed: permission: not permitted to read or set its affinity"),
-        "{why}"
+    t.assert_explains(
+        100,
+        "not managed: permission: not permitted to read or set its affinity",
     );
     t.ev(Input::Rescan);
     assert_eq!(t.mgr.counters().permission, 1, "once per process");

@@ -201,8 +201,7 @@ fn a_reload_that_changes_a_rule_places_threads_already_seen_at_once() {
         &FEED_THREADS_ONLY.replace("tx-*", "[rt]x-*"),
     )));
     assert_eq!(t.ops.mask(101), Some(set("3")));
-    let why = t.mgr.explain(100);
-    assert!(why.contains("tid 101 (rx-0): applied 3"), "{why}");
+    t.assert_explains(100, "tid 101 (rx-0): applied 3");
 }
 
 #[test]
@@ -211,13 +210,11 @@ fn a_renamed_thread_shows_its_current_name() {
     t.process(100, "feed", 1, &[(101, "rx-0"), (102, "tx-0")]);
     t.ev(new_rules(rules(FEED_THREADS_ONLY)));
     t.renames(100, 101, "ctl");
-    let why = t.mgr.explain(100);
-    assert!(why.contains("tid 101 (ctl): left alone"), "{why}");
+    t.assert_explains(100, "tid 101 (ctl): left alone");
     // And one a rescan finds renamed, without an event.
     t.procs.rename(100, 102, "tx-renamed");
     t.ev(Input::Rescan);
-    let why = t.mgr.explain(100);
-    assert!(why.contains("tid 102 (tx-renamed): applied 3"), "{why}");
+    t.assert_explains(100, "tid 102 (tx-renamed): applied 3");
 }
 
 #[test]
@@ -293,9 +290,5 @@ fn a_thread_renamed_out_of_its_entry_frees_its_slot() {
     assert_eq!(t.ops.mask(101), Some(set("0-7")));
     born_and_named(&mut t, 104, "rx-c");
     assert_eq!(t.ops.mask(104), Some(set("4")));
-    let why = t.mgr.explain(100);
-    assert!(
-        why.contains("tid 101 (ctl): left alone: no [[rule.threads]] entry"),
-        "{why}"
-    );
+    t.assert_explains(100, "tid 101 (ctl): left alone: no [[rule.threads]] entry");
 }
