@@ -148,13 +148,8 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
             let state = match &p.state {
                 PlanState::Placed { cpus } => format!("cpus {cpus}"),
                 PlanState::Slots { slots, held_slots } => format!(
-                    "per thread, slot 0 first: {} ({} held by live threads)",
-                    slots
-                        .iter()
-                        .map(|s| s.to_string())
-                        .collect::<Vec<_>>()
-                        .join(" | "),
-                    held_slots
+                    "per thread, slot 0 first: {}",
+                    crate::plan::slots_in_words(slots, *held_slots)
                 ),
                 PlanState::Lost { to, cpus } => format!("CONFLICT: lost CPUs {cpus} to {to}"),
                 PlanState::Unplaceable { reason } => format!("NOT PLACED: {reason}"),

@@ -144,18 +144,20 @@ impl PlanState {
         match self {
             PlanState::Placed { cpus } => format!("cpus {cpus}"),
             PlanState::Slots { slots, held_slots } => format!(
-                "one slot per thread, slot 0 first: {} ({} held by live threads)",
-                slots
-                    .iter()
-                    .map(|s| s.to_string())
-                    .collect::<Vec<_>>()
-                    .join(" | "),
-                held_slots
+                "one slot per thread, slot 0 first: {}",
+                slots_in_words(slots, *held_slots)
             ),
             PlanState::Lost { to, cpus } => format!("lost CPUs {cpus} to rule {to:?}"),
             PlanState::Unplaceable { reason } => format!("not placed: {reason}"),
         }
     }
+}
+
+/// A slots unit's CPUs in order and how many are taken:
+/// `4 | 5 | 6 (2 held by live threads)`.
+pub fn slots_in_words(slots: &[CpuSet], held_slots: usize) -> String {
+    let list: Vec<String> = slots.iter().map(CpuSet::to_string).collect();
+    format!("{} ({held_slots} held by live threads)", list.join(" | "))
 }
 
 /// The plan of one placement unit.

@@ -1,12 +1,16 @@
+//! The planner's tests, and the fixtures the manager's and the daemon's tests share
+//! with them: CPU lists, rule sets from text, count requests and a stand-in engine.
+
 use super::*;
 use crate::matrix::LatencyMatrix;
 use crate::rules::{compile_text, LoadPolicy};
 
-fn set(s: &str) -> CpuSet {
+pub(crate) fn set(s: &str) -> CpuSet {
     s.parse().unwrap()
 }
 
-fn rules(text: &str) -> RuleSet {
+/// The rules of `text`, compiled without checking users or files.
+pub(crate) fn rules(text: &str) -> RuleSet {
     let r = compile_text(
         std::path::Path::new("t.toml"),
         text,
@@ -16,7 +20,8 @@ fn rules(text: &str) -> RuleSet {
     RuleSet::new(r)
 }
 
-fn cpus(online: &str, reserved: &str) -> Cpus {
+/// `online` CPUs with `reserved` ones (`""`: none) kept from placement.
+pub(crate) fn cpus(online: &str, reserved: &str) -> Cpus {
     Cpus {
         online: set(online),
         reserved: if reserved.is_empty() {
@@ -24,6 +29,18 @@ fn cpus(online: &str, reserved: &str) -> Cpus {
         } else {
             set(reserved)
         },
+    }
+}
+
+/// `n` CPUs, compact, siblings allowed, shared: a run-time pin's plain request.
+pub(crate) fn count_request(n: u32) -> PlacementRequest {
+    PlacementRequest {
+        target: CpuTarget::Count(n),
+        within: None,
+        policy: crate::placement::Policy::Compact,
+        smt: crate::placement::SmtPolicy::Allow,
+        exclusive: false,
+        shape: Default::default(),
     }
 }
 
@@ -204,14 +221,7 @@ count = 2
         Some(&PlanState::Placed { cpus: set("3-4") })
     );
     assert_eq!(p.exclusive_cpus(), set("1-2"));
-    let req = PlacementRequest {
-        target: CpuTarget::Count(2),
-        within: None,
-        policy: crate::placement::Policy::Compact,
-        smt: crate::placement::SmtPolicy::Allow,
-        exclusive: false,
-        shape: Default::default(),
-    };
+    let req = count_request(2);
     assert_eq!(p.pin(&req, Some(&LowestFirst)).unwrap(), set("3-4"));
     assert!(matches!(p.pin(&req, None), Err(PinError::NoEngine { .. })));
     let too_many = PlacementRequest {
@@ -402,5 +412,17 @@ exclusive = true
     assert!(
         matches!(q.get("batch", None), Some(PlanState::Lost { .. })),
         "{q:?}"
+    );
+}
+
+#[test]
+fn slots_read_in_order_with_how_many_live_threads_hold() {
+    let s = PlanState::Slots {
+        slots: vec![set("4"), set("5-6"), set("7")],
+        held_slots: 1,
+    };
+    assert_eq!(
+        s.describe(),
+        "one slot per thread, slot 0 first: 4 | 5-6 | 7 (1 held by live threads)"
     );
 }

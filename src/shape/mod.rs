@@ -480,20 +480,25 @@ pub struct Shaper<'a> {
     pub devices: &'a Devices,
 }
 
+impl Shaper<'_> {
+    /// [`place_shaped`] with this machine's facts and devices.
+    fn place(
+        &self,
+        r: &Request,
+        shape: &Shape,
+        available: &CpuSet,
+    ) -> Result<Placement, PlacementError> {
+        let (p, _) = place_shaped(self.domains, self.facts, self.devices, r, shape, available)?;
+        Ok(p)
+    }
+}
+
 impl Choose for Shaper<'_> {
     fn choose(&self, req: &PlacementRequest, available: &CpuSet) -> Result<Chosen, PlacementError> {
         let Some(r) = crate::plan::engine_request(req) else {
             return self.domains.choose(req, available);
         };
-        let (p, _) = place_shaped(
-            self.domains,
-            self.facts,
-            self.devices,
-            &r,
-            &req.shape,
-            available,
-        )?;
-        Ok(p.into())
+        Ok(self.place(&r, &req.shape, available)?.into())
     }
 
     /// Slots planned together (`placement::slots`), each next one among the CPUs the
@@ -516,14 +521,7 @@ impl Choose for Shaper<'_> {
         let mut planner = placement::SlotPlanner::new(self.domains, &r);
         while planner.slots().len() < placement::MAX_SLOTS {
             let next = if planner.slots().is_empty() {
-                let (p, _) = place_shaped(
-                    self.domains,
-                    self.facts,
-                    self.devices,
-                    &r,
-                    &req.shape,
-                    &left,
-                )?;
+                let p = self.place(&r, &req.shape, &left)?;
                 placement::Slot {
                     cpus: p.cpus,
                     reserved: p.reserved,

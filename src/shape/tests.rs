@@ -18,6 +18,26 @@ fn machine(name: &str) -> (SysRoot, Topology, Domains, Facts) {
     (root, t, d, f)
 }
 
+/// `n` CPUs, compact, among every usable CPU of the machine, shaped by `s` with no
+/// devices named.
+fn compact(
+    t: &Topology,
+    d: &Domains,
+    f: &Facts,
+    n: usize,
+    smt: SmtPolicy,
+    s: Shape,
+) -> Result<(Placement, Shaped), PlacementError> {
+    place_shaped(
+        d,
+        f,
+        &Devices::new(),
+        &req(n, Policy::Compact, smt),
+        &s,
+        &t.usable(),
+    )
+}
+
 fn set(s: &str) -> CpuSet {
     s.parse().unwrap()
 }
@@ -39,6 +59,16 @@ fn shape(core_type: Option<CoreType>, prefer: Option<Prefer>, near: Option<&str>
     }
 }
 
+/// Only cores of `c`.
+fn kind(c: CoreType) -> Shape {
+    shape(Some(c), None, None)
+}
+
+/// The cache group `p` prefers first.
+fn preferring(p: Prefer) -> Shape {
+    shape(None, Some(p), None)
+}
+
 #[test]
 fn performance_cores_without_siblings_on_both_hybrid_numberings() {
     for (name, p_cores) in [("i9-12900k", "0-15"), ("hybrid-e-first", "8-19")] {
@@ -51,15 +81,8 @@ fn performance_cores_without_siblings_on_both_hybrid_numberings() {
             "{name}: {}",
             plain.cpus
         );
-        let (p, shaped) = place_shaped(
-            &d,
-            &f,
-            &Devices::new(),
-            &req(4, Policy::Compact, SmtPolicy::Avoid),
-            &shape(Some(CoreType::Performance), None, None),
-            &t.usable(),
-        )
-        .unwrap();
+        let (p, shaped) =
+            compact(&t, &d, &f, 4, SmtPolicy::Avoid, kind(CoreType::Performance)).unwrap();
         assert!(p.cpus.is_subset(&set(p_cores)), "{name}: {}", p.cpus);
         let cores: std::collections::BTreeSet<_> = p
             .cpus
@@ -83,15 +106,7 @@ fn efficiency_compact_takes_one_e_cluster() {
         ("hybrid-e-first", ["0-3", "4-7"]),
     ] {
         let (_, t, d, f) = machine(name);
-        let (p, _) = place_shaped(
-            &d,
-            &f,
-            &Devices::new(),
-            &req(4, Policy::Compact, SmtPolicy::Allow),
-            &shape(Some(CoreType::Efficiency), None, None),
-            &t.usable(),
-        )
-        .unwrap();
+        let (p, _) = compact(&t, &d, &f, 4, SmtPolicy::Allow, kind(CoreType::Efficiency)).unwrap();
         assert!(
             clusters.iter().any(|c| p.cpus == set(c)),
             "{name}: {}",
@@ -103,51 +118,19 @@ fn efficiency_compact_takes_one_e_cluster() {
 #[test]
 fn a_kind_too_small_is_refused_not_widened() {
     let (_, t, d, f) = machine("hybrid-e-first");
-    let e = place_shaped(
-        &d,
-        &f,
-        &Devices::new(),
-        &req(9, Policy::Compact, SmtPolicy::Allow),
-        &shape(Some(CoreType::Efficiency), None, None),
-        &t.usable(),
-    )
-    .unwrap_err();
+    let e = compact(&t, &d, &f, 9, SmtPolicy::Allow, kind(CoreType::Efficiency)).unwrap_err();
     assert_eq!(
         e.to_string(),
         "asked for 9 efficiency CPUs but only 8 are usable (efficiency cores: CPUs 0-7; 8 of them free, 8 CPUs); core-type is never widened"
     );
     // Seven P-cores with smt = avoid: there are six.
-    let e = place_shaped(
-        &d,
-        &f,
-        &Devices::new(),
-        &req(7, Policy::Compact, SmtPolicy::Avoid),
-        &shape(Some(CoreType::Performance), None, None),
-        &t.usable(),
-    )
-    .unwrap_err();
+    let e = compact(&t, &d, &f, 7, SmtPolicy::Avoid, kind(CoreType::Performance)).unwrap_err();
     assert!(e.to_string().contains("only 6 are usable"), "{e}");
     // One kind of core: every core is performance, none is efficiency.
     let (_, t, d, f) = machine("r9-7950x3d");
-    let (p, _) = place_shaped(
-        &d,
-        &f,
-        &Devices::new(),
-        &req(2, Policy::Compact, SmtPolicy::Allow),
-        &shape(Some(CoreType::Performance), None, None),
-        &t.usable(),
-    )
-    .unwrap();
+    let (p, _) = compact(&t, &d, &f, 2, SmtPolicy::Allow, kind(CoreType::Performance)).unwrap();
     assert_eq!(p.cpus.len(), 2);
-    let e = place_shaped(
-        &d,
-        &f,
-        &Devices::new(),
-        &req(1, Policy::Compact, SmtPolicy::Allow),
-        &shape(Some(CoreType::Efficiency), None, None),
-        &t.usable(),
-    )
-    .unwrap_err();
+    let e = compact(&t, &d, &f, 1, SmtPolicy::Allow, kind(CoreType::Efficiency)).unwrap_err();
     assert!(e.to_string().contains("one kind of core"), "{e}");
 }
 
@@ -158,29 +141,13 @@ fn prefer_picks_the_vcache_or_the_frequency_ccd() {
         (Prefer::Cache, "0-7,16-23", "12 MiB per core"),
         (Prefer::Frequency, "8-15,24-31", "ranking up to 236"),
     ] {
-        let (p, shaped) = place_shaped(
-            &d,
-            &f,
-            &Devices::new(),
-            &req(4, Policy::Compact, SmtPolicy::Avoid),
-            &shape(None, Some(prefer), None),
-            &t.usable(),
-        )
-        .unwrap();
+        let (p, shaped) = compact(&t, &d, &f, 4, SmtPolicy::Avoid, preferring(prefer)).unwrap();
         assert!(p.cpus.is_subset(&set(ccd)), "{prefer}: {}", p.cpus);
         assert_eq!(shaped.candidates, set(ccd));
         assert!(shaped.by[0].note.contains(word), "{}", shaped.by[0].note);
     }
     // Twelve cores do not fit in one CCD: prefer steps aside, and says so.
-    let (p, shaped) = place_shaped(
-        &d,
-        &f,
-        &Devices::new(),
-        &req(12, Policy::Compact, SmtPolicy::Avoid),
-        &shape(None, Some(Prefer::Cache), None),
-        &t.usable(),
-    )
-    .unwrap();
+    let (p, shaped) = compact(&t, &d, &f, 12, SmtPolicy::Avoid, preferring(Prefer::Cache)).unwrap();
     assert_eq!(p.cpus.len(), 12);
     assert!(shaped.by[0].note.contains("not applied"));
     // Frequency without rankings falls back to the maximum frequency.
@@ -209,6 +176,17 @@ fn prefer_picks_the_vcache_or_the_frequency_ccd() {
 fn near_keeps_the_devices_node_and_widens_by_distance() {
     let (root, t, d, f) = machine("xeon-2s-nic-nvme");
     let devs = devices::resolve_all(&root, ["ens1f0", "/dev/nvme0n1", "eno1", "eth9"]);
+    // The candidates `near = dev` leaves for `n` CPUs, siblings allowed.
+    let near = |dev, n| {
+        narrow(
+            &f,
+            &devs,
+            &shape(None, None, Some(dev)),
+            &t.usable(),
+            n,
+            false,
+        )
+    };
     for dev in ["ens1f0", "/dev/nvme0n1"] {
         let (p, shaped) = place_shaped(
             &d,
@@ -227,15 +205,7 @@ fn near_keeps_the_devices_node_and_widens_by_distance() {
         );
     }
     // 20 CPUs: node 1 holds 16, node 0 is added with a note.
-    let s = narrow(
-        &f,
-        &devs,
-        &shape(None, None, Some("ens1f0")),
-        &t.usable(),
-        20,
-        false,
-    )
-    .unwrap();
+    let s = near("ens1f0", 20).unwrap();
     assert_eq!(s.candidates, set("0-31"));
     assert!(
         s.by[0]
@@ -258,28 +228,12 @@ fn near_keeps_the_devices_node_and_widens_by_distance() {
     assert_eq!(p.cpus.len(), 10);
     assert_eq!(p.explanation.autopilot.as_ref().unwrap().0, set("0-9"));
     // No node: a warning and no restriction.
-    let s = narrow(
-        &f,
-        &devs,
-        &shape(None, None, Some("eno1")),
-        &t.usable(),
-        4,
-        false,
-    )
-    .unwrap();
+    let s = near("eno1", 4).unwrap();
     assert_eq!(s.candidates, t.usable());
     assert!(s.by.is_empty());
     assert!(s.warnings[0].contains("numa_node -1"), "{:?}", s.warnings);
     // Unknown: an error naming it.
-    let e = narrow(
-        &f,
-        &devs,
-        &shape(None, None, Some("eth9")),
-        &t.usable(),
-        4,
-        false,
-    )
-    .unwrap_err();
+    let e = near("eth9", 4).unwrap_err();
     assert!(
         e.to_string().starts_with("near \"eth9\": unknown device"),
         "{e}"

@@ -6,6 +6,7 @@ use crate::daemon::worker::{Finished, JobKind, Product};
 use crate::measure;
 use crate::measure::Probe;
 use crate::placement::{Policy, SmtPolicy};
+use crate::plan::tests::count_request;
 use crate::rules::{CpuTarget, PlacementRequest};
 
 fn state(timing: Timing) -> (State, tempfile::TempDir) {
@@ -27,6 +28,32 @@ fn state(timing: Timing) -> (State, tempfile::TempDir) {
     let mut s = State::new(cfg, Settings::default(), timing, Instant::now());
     s.policy = LoadPolicy::unchecked();
     (s, dir)
+}
+
+/// A `sleep 30` started as `program`, killed and reaped when dropped, so that a test
+/// that fails leaves no process behind.
+struct Sleeper(std::process::Child);
+
+impl Sleeper {
+    fn spawn(program: impl AsRef<std::ffi::OsStr>) -> Sleeper {
+        Sleeper(
+            std::process::Command::new(program)
+                .arg("30")
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn jobs(actions: &[Action]) -> Vec<Job> {
@@ -92,13 +119,18 @@ fn rule_on_every_online_cpu(dir: &std::path::Path, comm: &str) {
         .trim()
         .parse()
         .unwrap();
-    std::fs::write(
-        dir.join("rules/j.toml"),
-        format!(
+    write_rule(
+        dir,
+        "j",
+        &format!(
             "[[rule]]\nname = \"j\"\n[rule.match]\ncomm = \"{comm}\"\n[rule.place]\ncpus = \"{online}\"\n"
         ),
-    )
-    .unwrap();
+    );
+}
+
+/// Writes `text` as the rule file `name`.toml in the state's rule directory.
+fn write_rule(dir: &std::path::Path, name: &str, text: &str) {
+    std::fs::write(dir.join("rules").join(format!("{name}.toml")), text).unwrap();
 }
 
 #[test]
@@ -113,8 +145,8 @@ fn the_journal_lags_process_events_by_at_most_the_delay() {
     assert!(!journal.exists());
     let link = d.path().join("pd-journal");
     std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
-    let mut child = std::process::Command::new(&link).arg("30").spawn().unwrap();
-    let pid = child.id() as i32;
+    let child = Sleeper::spawn(&link);
+    let pid = child.pid() as i32;
     let t0 = Instant::now();
     s.handle(Event::Proc(vec![crate::watch::ProcMsg::Exec { pid }]));
     let due = s.deadline().expect("a deferred journal write");
@@ -126,8 +158,6 @@ fn the_journal_lags_process_events_by_at_most_the_delay() {
     let text = std::fs::read_to_string(&journal).expect("written when due");
     assert!(text.contains(&format!("\"pid\": {pid}")), "{text}");
     assert_eq!(s.deadline(), None);
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 #[test]
@@ -142,8 +172,8 @@ fn a_failed_journal_write_is_tried_again_until_it_succeeds() {
     std::fs::create_dir(&blocker).unwrap();
     let link = d.path().join("pd-jretry");
     std::os::unix::fs::symlink("/bin/sleep", &link).unwrap();
-    let mut child = std::process::Command::new(&link).arg("30").spawn().unwrap();
-    let pid = child.id() as i32;
+    let child = Sleeper::spawn(&link);
+    let pid = child.pid() as i32;
     s.handle(Event::Proc(vec![crate::watch::ProcMsg::Exec { pid }]));
     let due = s.deadline().expect("a deferred journal write");
     s.handle(Event::Tick(due));
@@ -154,17 +184,29 @@ fn a_failed_journal_write_is_tried_again_until_it_succeeds() {
     let text = std::fs::read_to_string(&journal).expect("written on the retry");
     assert!(text.contains(&format!("\"pid\": {pid}")), "{text}");
     assert_eq!(s.deadline(), None);
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
-fn started(timing: Timing) -> (State, tempfile::TempDir, Job) {
-    let (mut s, d) = state(timing);
+/// Starts `s` without a stored matrix: its one job, a full measurement.
+fn first_job(s: &mut State) -> Job {
     s.start().unwrap();
     let j = jobs(&s.take_actions());
     assert_eq!(j.len(), 1, "no stored matrix: one full measurement");
     assert!(matches!(j[0].kind, JobKind::Full));
-    (s, d, j[0].clone())
+    j[0].clone()
+}
+
+fn started(timing: Timing) -> (State, tempfile::TempDir, Job) {
+    let (mut s, d) = state(timing);
+    let job = first_job(&mut s);
+    (s, d, job)
+}
+
+/// Starts `s` without a stored matrix and ends its first full measurement well: the job.
+fn measured_first(s: &mut State) -> Job {
+    let job = first_job(s);
+    s.handle(ok_matrix(&job));
+    s.take_actions();
+    job
 }
 
 #[test]
@@ -239,9 +281,8 @@ fn without_a_stored_matrix_start_measures_and_remeasure_joins_it() {
 
 #[test]
 fn remeasure_calls_close_together_join_the_previous_job() {
-    let (mut s, _d, job) = started(Timing::default());
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    let (mut s, _d) = state(Timing::default());
+    let job = measured_first(&mut s);
     let Ok(Reply::Job(first)) = s.command(Command::Remeasure) else {
         panic!()
     };
@@ -412,9 +453,8 @@ fn periodic_full_measurement() {
         drift_every: None,
         ..Timing::default()
     };
-    let (mut s, _d, job) = started(timing);
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    let (mut s, _d) = state(timing);
+    measured_first(&mut s);
     s.handle(Event::Tick(t0 + Duration::from_secs(50)));
     assert!(jobs(&s.take_actions()).is_empty());
     s.handle(Event::Tick(t0 + Duration::from_secs(101)));
@@ -587,6 +627,13 @@ fn fixture_copy(name: &str, into: &std::path::Path) -> SysRoot {
     }
 }
 
+/// A state on a writable copy of the Xeon E5620 tree (16 CPUs, two sockets).
+fn on_e5620_copy(timing: Timing) -> (State, tempfile::TempDir) {
+    let (mut s, d) = state(timing);
+    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    (s, d)
+}
+
 fn set_online(root: &SysRoot, list: &str) {
     std::fs::write(root.sys.join("devices/system/cpu/online"), list).unwrap();
 }
@@ -601,12 +648,8 @@ fn set_asides(s: &State) -> Vec<String> {
 
 #[test]
 fn a_cpu_going_offline_and_back_keeps_the_matrix_and_measures_nothing() {
-    let (mut s, d) = state(Timing::default());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
-    s.start().unwrap();
-    let job = jobs(&s.take_actions())[0].clone();
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    let (mut s, _d) = on_e5620_copy(Timing::default());
+    measured_first(&mut s);
     let measured = s.snapshot().measured_at_us;
     assert!(measured > 0);
     let fingerprint = s.snapshot().fingerprint;
@@ -646,12 +689,8 @@ fn a_cpu_going_offline_and_back_keeps_the_matrix_and_measures_nothing() {
 
 #[test]
 fn the_cgroup_cpusets_are_read_again_a_moment_after_a_hotplug() {
-    let (mut s, d) = state(Timing::default());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
-    s.start().unwrap();
-    let job = jobs(&s.take_actions())[0].clone();
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    let (mut s, _d) = on_e5620_copy(Timing::default());
+    measured_first(&mut s);
     let events = |s: &State| s.manager.as_ref().unwrap().counters().events;
     set_online(&s.cfg.sysroot, "0-14");
     let t0 = Instant::now();
@@ -673,14 +712,10 @@ fn the_cgroup_cpusets_are_read_again_a_moment_after_a_hotplug() {
 
 #[test]
 fn a_cpu_never_measured_gets_only_its_pairs_measured() {
-    let (mut s, d) = state(Timing::default());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    let (mut s, _d) = on_e5620_copy(Timing::default());
     set_online(&s.cfg.sysroot, "0-14");
-    s.start().unwrap();
-    let job = jobs(&s.take_actions())[0].clone();
+    let job = measured_first(&mut s);
     assert_eq!(job.cfg.cpus.to_string(), "0-14");
-    s.handle(ok_matrix(&job));
-    s.take_actions();
     // CPU 15 comes online for the first time: only its 15 pairs are measured.
     set_online(&s.cfg.sysroot, "0-15");
     s.handle(Event::Hotplug);
@@ -713,13 +748,9 @@ fn a_cpu_never_measured_gets_only_its_pairs_measured() {
 
 #[test]
 fn a_new_pair_that_cannot_be_measured_leads_to_a_full_measurement() {
-    let (mut s, d) = state(Timing::default());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    let (mut s, _d) = on_e5620_copy(Timing::default());
     set_online(&s.cfg.sysroot, "0-14");
-    s.start().unwrap();
-    let job = jobs(&s.take_actions())[0].clone();
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    measured_first(&mut s);
     set_online(&s.cfg.sysroot, "0-15");
     s.handle(Event::Hotplug);
     let fill = jobs(&s.take_actions())[0].clone();
@@ -832,14 +863,10 @@ fn remeasure_job(s: &mut State) -> Job {
 
 #[test]
 fn never_cpus_are_measured_around_and_keep_their_earlier_cells() {
-    let (mut s, d) = state(no_interval());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
-    s.start().unwrap();
+    let (mut s, _d) = on_e5620_copy(no_interval());
     // Every CPU the first time.
-    let job = jobs(&s.take_actions())[0].clone();
+    let job = measured_first(&mut s);
     assert_eq!(job.cfg.cpus.to_string(), "0-15");
-    s.handle(ok_matrix(&job));
-    s.take_actions();
     // CPU 3 is never to be measured now: the job stays off it.
     s.settings.measure.never_cpus = "3".parse().unwrap();
     let job = remeasure_job(&mut s);
@@ -904,13 +931,8 @@ fn never_cpus_are_measured_around_and_keep_their_earlier_cells() {
 
 #[test]
 fn an_exclusive_rule_s_cpus_are_not_measured_and_two_cpus_minus_one_measure_nothing() {
-    let (mut s, d) = state(no_interval());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
-    std::fs::write(
-        d.path().join("rules/feed.toml"),
-        "[[rule]]\nname = \"feed\"\n[rule.match]\ncomm = \"feed\"\n[rule.place]\ncpus = \"5\"\nexclusive = true\n",
-    )
-    .unwrap();
+    let (mut s, d) = on_e5620_copy(no_interval());
+    write_rule(d.path(), "feed", "[[rule]]\nname = \"feed\"\n[rule.match]\ncomm = \"feed\"\n[rule.place]\ncpus = \"5\"\nexclusive = true\n");
     s.start().unwrap();
     let job = jobs(&s.take_actions())[0].clone();
     assert_eq!(job.cfg.cpus.to_string(), "0-4,6-15");
@@ -944,13 +966,9 @@ fn an_exclusive_rule_s_cpus_are_not_measured_and_two_cpus_minus_one_measure_noth
 
 #[test]
 fn with_an_earlier_pair_a_single_measurable_cpu_keeps_it() {
-    let (mut s, d) = state(no_interval());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
+    let (mut s, _d) = on_e5620_copy(no_interval());
     set_online(&s.cfg.sysroot, "0-1");
-    s.start().unwrap();
-    let job = jobs(&s.take_actions())[0].clone();
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    measured_first(&mut s);
     s.settings.measure.never_cpus = "1".parse().unwrap();
     let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
         panic!()
@@ -974,17 +992,9 @@ fn with_an_earlier_pair_a_single_measurable_cpu_keeps_it() {
 #[test]
 fn plan_keeps_off_an_exclusive_rule_s_cpus_as_plan_with_and_pins_do() {
     use crate::api::PlaceSpec;
-    let (mut s, d) = state(no_interval());
-    s.cfg.sysroot = fixture_copy("xeon-e5620", d.path());
-    std::fs::write(
-        d.path().join("rules/hold.toml"),
-        "[[rule]]\nname = \"hold\"\n[rule.match]\ncomm = \"no-such\"\n[rule.place]\ncpus = \"0\"\nexclusive = true\n",
-    )
-    .unwrap();
-    s.start().unwrap();
-    let job = jobs(&s.take_actions())[0].clone();
-    s.handle(ok_matrix(&job));
-    s.take_actions();
+    let (mut s, d) = on_e5620_copy(no_interval());
+    write_rule(d.path(), "hold", "[[rule]]\nname = \"hold\"\n[rule.match]\ncomm = \"no-such\"\n[rule.place]\ncpus = \"0\"\nexclusive = true\n");
+    measured_first(&mut s);
     let plan = s
         .command(Command::Plan {
             count: 1,
@@ -994,14 +1004,7 @@ fn plan_keeps_off_an_exclusive_rule_s_cpus_as_plan_with_and_pins_do() {
         .unwrap();
     let plan_with = s
         .command(Command::PlanWith {
-            place: PlaceSpec::Request(PlacementRequest {
-                target: CpuTarget::Count(1),
-                within: None,
-                policy: Policy::Compact,
-                smt: SmtPolicy::Allow,
-                exclusive: false,
-                shape: Default::default(),
-            }),
+            place: PlaceSpec::Request(count_request(1)),
         })
         .unwrap();
     let Reply::Cpus(cpus) = &plan else {
@@ -1018,20 +1021,10 @@ fn plan_keeps_off_an_exclusive_rule_s_cpus_as_plan_with_and_pins_do() {
 fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
     use crate::api::PlaceSpec;
     let (mut s, _d, _job) = started(Timing::default());
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    let child = Sleeper::spawn("sleep");
+    let pid = child.pid();
     assert_eq!(s.command(Command::Owner { pid }).unwrap(), Reply::Owner(0));
-    let place = PlaceSpec::Request(PlacementRequest {
-        target: CpuTarget::Count(1),
-        within: None,
-        policy: Policy::Compact,
-        smt: SmtPolicy::Allow,
-        exclusive: false,
-        shape: Default::default(),
-    });
+    let place = PlaceSpec::Request(count_request(1));
     let pin = Command::PinWith {
         pid,
         place: place.clone(),
@@ -1085,18 +1078,13 @@ fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
         s.command(Command::Owner { pid: 0 }),
         Err(CommandError::NoSuchProcess(0))
     ));
-    child.kill().unwrap();
-    child.wait().unwrap();
 }
 
 #[test]
 fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
     let (mut s, _d, _job) = started(Timing::default());
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    let child = Sleeper::spawn("sleep");
+    let pid = child.pid();
     let one_node = s.topology.as_ref().unwrap().nodes.len() <= 1;
     let Reply::Explained { text: why, .. } =
         s.command(Command::Explain { pid, caller_uid: 0 }).unwrap()
@@ -1132,8 +1120,8 @@ fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
         .unwrap(),
         Reply::Json(serde_json::Value::Null)
     );
-    child.kill().unwrap();
-    child.wait().unwrap();
+    // Once it has exited and been reaped, it is no such process.
+    drop(child);
     assert!(matches!(
         s.command(Command::Memory { pid, caller_uid: 0 }),
         Err(CommandError::NoSuchProcess(p)) if p == pid
@@ -1152,11 +1140,8 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
     );
     s.topology = Some(Topology::discover(&fixture).unwrap());
     s.settings.memory.follow_interval = crate::settings::HumanDuration(Duration::from_secs(300));
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .unwrap();
-    let pid = child.id();
+    let child = Sleeper::spawn("sleep");
+    let pid = child.pid();
     let pin = |s: &mut State, cpu: &str| {
         let place = PlaceSpec::Request(PlacementRequest {
             target: CpuTarget::Cpus(cpu.parse().unwrap()),
@@ -1235,6 +1220,4 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
         })
         .collect();
     assert_eq!(next, vec![BTreeSet::from([0])]);
-    child.kill().unwrap();
-    child.wait().unwrap();
 }

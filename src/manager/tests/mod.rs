@@ -1,34 +1,15 @@
 use super::*;
 use crate::affinity::{Call, FakeOps};
-use crate::plan::tests::LowestFirst;
-use crate::rules::{compile_text, LoadPolicy};
-use crate::rules::{CpuTarget, PlacementRequest};
+use crate::plan::tests::{count_request, cpus, rules, set, LowestFirst};
 use crate::watch::scan::FakeProcs;
 
+mod cpusets;
 mod pins;
 mod threads;
 
-fn set(s: &str) -> CpuSet {
-    s.parse().unwrap()
-}
-
-fn rules(text: &str) -> RuleSet {
-    let r = compile_text(
-        std::path::Path::new("t.toml"),
-        text,
-        &LoadPolicy::unchecked(),
-    )
-    .unwrap_or_else(|e| panic!("{e:?}"));
-    RuleSet::new(r)
-}
-
 /// The plan of `rules` on `online` CPUs.
 fn plan_on(rules: RuleSet, online: &str) -> Plan {
-    let cpus = Cpus {
-        online: set(online),
-        reserved: CpuSet::new(),
-    };
-    Plan::new(&rules, &cpus, Some(&LowestFirst))
+    Plan::new(&rules, &cpus(online, ""), Some(&LowestFirst))
 }
 
 /// New rules, planned on CPUs 0-7.
@@ -48,15 +29,7 @@ struct T {
 fn rig(config: ManagerConfig) -> T {
     let ops = Arc::new(FakeOps::new());
     let procs = Arc::new(FakeProcs::new());
-    let mgr = Manager::new(
-        ops.clone(),
-        procs.clone(),
-        Cpus {
-            online: set("0-7"),
-            reserved: CpuSet::new(),
-        },
-        config,
-    );
+    let mgr = Manager::new(ops.clone(), procs.clone(), cpus("0-7", ""), config);
     T {
         ops,
         procs,
@@ -79,6 +52,25 @@ impl T {
     }
     fn msg(&mut self, m: ProcMsg) -> Vec<Change> {
         self.ev(Input::Proc(m))
+    }
+    /// `explain` of `pid` says `said` (the whole text is shown where it does not).
+    #[track_caller]
+    fn assert_explains(&self, pid: i32, said: &str) {
+        let why = self.mgr.explain(pid);
+        assert!(why.contains(said), "{why}");
+    }
+    /// The connector reports thread `tid` of process `pid`, created by task `parent`.
+    fn new_thread(&mut self, pid: i32, tid: Tid, parent: Tid) -> Vec<Change> {
+        self.msg(ProcMsg::NewThread { pid, tid, parent })
+    }
+    /// Task `tid` of process `pid` names itself `comm`, and the connector says so.
+    fn renames(&mut self, pid: i32, tid: Tid, comm: &str) -> Vec<Change> {
+        self.procs.rename(pid, tid, comm);
+        self.msg(ProcMsg::Comm {
+            pid,
+            tid,
+            comm: comm.into(),
+        })
     }
     fn batch(&mut self, msgs: Vec<ProcMsg>) -> Vec<Change> {
         let mut out = self.mgr.handle_batch(msgs);
@@ -117,11 +109,7 @@ fn a_matched_process_has_every_thread_pinned_and_new_threads_follow() {
     t.procs.add_thread(100, 103, "rx");
     t.ops.add_task(103, &set("2-3"));
     t.ops.clear_calls();
-    let c = t.msg(ProcMsg::NewThread {
-        pid: 100,
-        tid: 103,
-        parent: 100,
-    });
+    let c = t.new_thread(100, 103, 100);
     assert!(matches!(
         &c[..],
         [Change::Pinned {
@@ -134,11 +122,7 @@ fn a_matched_process_has_every_thread_pinned_and_new_threads_follow() {
     // One created by a thread someone else had moved is written.
     t.procs.add_thread(100, 104, "rx");
     t.ops.add_task(104, &set("0-7"));
-    t.msg(ProcMsg::NewThread {
-        pid: 100,
-        tid: 104,
-        parent: 100,
-    });
+    t.new_thread(100, 104, 100);
     assert_eq!(t.ops.mask(104), Some(set("2-3")));
     assert_eq!(t.mgr.managed_threads(), 5);
 
@@ -166,21 +150,13 @@ fn a_new_thread_is_pinned_from_the_fork_event_without_reading_proc() {
     t.ops.add_task(102, &set("2-3"));
     t.ops.clear_calls();
     let reads = t.procs.reads();
-    t.msg(ProcMsg::NewThread {
-        pid: 100,
-        tid: 102,
-        parent: 101,
-    });
+    t.new_thread(100, 102, 101);
     assert_eq!(t.ops.calls(), vec![Call::Get(102)]);
     // Created by a task someone else had moved: written and read back.
     t.procs.add_thread(100, 103, "rx");
     t.ops.add_task(103, &set("0-7"));
     t.ops.clear_calls();
-    t.msg(ProcMsg::NewThread {
-        pid: 100,
-        tid: 103,
-        parent: 100,
-    });
+    t.new_thread(100, 103, 100);
     assert_eq!(
         t.ops.calls(),
         vec![Call::Get(103), Call::Set(103, set("2-3")), Call::Get(103)]
@@ -194,10 +170,7 @@ fn a_new_thread_is_pinned_from_the_fork_event_without_reading_proc() {
 
 #[test]
 fn a_batch_names_new_threads_from_its_comm_events_and_skips_tasks_that_exit() {
-    let mut t = rig(ManagerConfig::default());
-    t.process(100, "dpdk", 1, &[]);
-    t.ev(new_rules(rules(
-        r#"
+    const DP: &str = r#"
 [[rule]]
 name = "dp"
 [rule.match]
@@ -207,8 +180,10 @@ cpus = "4-6"
 [[rule.threads]]
 comm = "lcore-*"
 cpus = "6"
-"#,
-    )));
+"#;
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "dpdk", 1, &[]);
+    t.ev(new_rules(rules(DP)));
     // Thread 101 is born with its creator's name and renames itself; 102 is born
     // and gone within the batch; 103 keeps its inherited name (read from /proc).
     t.procs.add_thread(100, 101, "lcore-0");
@@ -258,9 +233,7 @@ cpus = "6"
     // The same messages one at a time end in the same masks.
     let mut u = rig(ManagerConfig::default());
     u.process(100, "dpdk", 1, &[(101, "lcore-0")]);
-    u.ev(new_rules(rules(
-        "[[rule]]\nname = \"dp\"\n[rule.match]\ncomm = \"dpdk\"\n[rule.place]\ncpus = \"4-6\"\n[[rule.threads]]\ncomm = \"lcore-*\"\ncpus = \"6\"\n",
-    )));
+    u.ev(new_rules(rules(DP)));
     assert_eq!(u.ops.mask(101), t.ops.mask(101));
 }
 
@@ -329,12 +302,7 @@ fn a_process_that_stops_matching_is_released_and_a_renamed_one_is_matched() {
     t.process(100, "bash", 1, &[]);
     t.ev(new_rules(rules(FEED)));
     assert!(!t.mgr.is_managed(100));
-    t.procs.rename(100, 100, "feed-a");
-    t.msg(ProcMsg::Comm {
-        pid: 100,
-        tid: 100,
-        comm: "feed-a".into(),
-    });
+    t.renames(100, 100, "feed-a");
     assert_eq!(t.ops.mask(100), Some(set("2-3")));
     t.procs.rename(100, 100, "bash");
     t.msg(ProcMsg::Exec { pid: 100 });
@@ -445,7 +413,7 @@ count = 2
     );
     let rows = t.mgr.list_managed();
     assert_eq!(rows[0].state, "conflict: lost to hi");
-    assert!(t.mgr.explain(100).contains("lost CPUs 3 to rule \"hi\""));
+    t.assert_explains(100, "lost CPUs 3 to rule \"hi\"");
 }
 
 #[test]
@@ -601,11 +569,7 @@ fn exits_and_vanishing_threads_are_outcomes_not_errors() {
     t.process(100, "feed", 1, &[(101, "rx")]);
     t.ev(new_rules(rules(FEED)));
     // A thread reported by the connector that is already gone.
-    let c = t.msg(ProcMsg::NewThread {
-        pid: 100,
-        tid: 555,
-        parent: 100,
-    });
+    let c = t.new_thread(100, 555, 100);
     assert!(c.is_empty());
     assert!(t.mgr.counters().gone >= 1);
     t.ops.remove_task(100);

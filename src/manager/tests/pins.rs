@@ -10,15 +10,11 @@ fn runtime_pins_override_rules_and_release_restores() {
     t.process(100, "feed", 1, &[]);
     t.process(200, "app", 1, &[]);
     t.ev(new_rules(rules(FEED)));
-    let req = PlacementRequest {
-        target: CpuTarget::Count(2),
-        within: None,
-        policy: crate::placement::Policy::Compact,
-        smt: crate::placement::SmtPolicy::Allow,
-        exclusive: false,
-        shape: Default::default(),
-    };
-    let cpus = t.mgr.plan().pin(&req, Some(&LowestFirst)).unwrap();
+    let cpus = t
+        .mgr
+        .plan()
+        .pin(&count_request(2), Some(&LowestFirst))
+        .unwrap();
     assert_eq!(cpus, set("0-1"));
     t.mgr.pin(200, &cpus).unwrap();
     assert_eq!(t.ops.mask(200), Some(set("0-1")));
@@ -51,12 +47,28 @@ fn journal_originals(t: &T, pid: i32) -> Vec<(Tid, CpuSet)> {
         .collect()
 }
 
+/// A manager seeing process 200 (`comm`) with threads 201 and 202, 202 moved to CPU 5
+/// by someone else; with each task's mask before pinnerd touches it.
+fn moved_thread_rig(comm: &str) -> (T, Vec<(Tid, CpuSet)>) {
+    let t = rig(ManagerConfig::default());
+    t.process(200, comm, 1, &[(201, "a"), (202, "b")]);
+    t.ops.external_set(202, &set("5"));
+    (
+        t,
+        vec![(200, set("0-7")), (201, set("0-7")), (202, set("5"))],
+    )
+}
+
+/// Each task in `want` has the mask beside it.
+fn assert_masks(t: &T, want: &[(Tid, CpuSet)]) {
+    for (tid, m) in want {
+        assert_eq!(t.ops.mask(*tid), Some(m.clone()), "tid {tid}");
+    }
+}
+
 #[test]
 fn a_second_pin_keeps_the_masks_from_first_contact() {
-    let mut t = rig(ManagerConfig::default());
-    t.process(200, "app", 1, &[(201, "a"), (202, "b")]);
-    t.ops.external_set(202, &set("5"));
-    let want = vec![(200, set("0-7")), (201, set("0-7")), (202, set("5"))];
+    let (mut t, want) = moved_thread_rig("app");
     t.mgr.pin(200, &set("1")).unwrap();
     t.mgr.pin(200, &set("0")).unwrap();
     for tid in [200, 201, 202] {
@@ -69,18 +81,13 @@ fn a_second_pin_keeps_the_masks_from_first_contact() {
             .any(|c| matches!(c, Change::Released { restored: 3, .. })),
         "{c:?}"
     );
-    for (tid, m) in &want {
-        assert_eq!(t.ops.mask(*tid), Some(m.clone()), "tid {tid}");
-    }
+    assert_masks(&t, &want);
     assert_eq!(t.mgr.managed_processes(), 0);
 }
 
 #[test]
 fn a_rule_then_a_runtime_pin_then_no_rule_gives_back_the_first_masks() {
-    let mut t = rig(ManagerConfig::default());
-    t.process(200, "feed", 1, &[(201, "a"), (202, "b")]);
-    t.ops.external_set(202, &set("5"));
-    let want = vec![(200, set("0-7")), (201, set("0-7")), (202, set("5"))];
+    let (mut t, want) = moved_thread_rig("feed");
     t.ev(new_rules(rules(FEED)));
     assert_eq!(t.ops.mask(201), Some(set("2-3")));
     t.mgr.pin(200, &set("6")).unwrap();
@@ -88,9 +95,7 @@ fn a_rule_then_a_runtime_pin_then_no_rule_gives_back_the_first_masks() {
     assert_eq!(t.ops.mask(201), Some(set("6")), "the pin holds");
     assert_eq!(journal_originals(&t, 200), want);
     t.mgr.unpin(200).unwrap();
-    for (tid, m) in &want {
-        assert_eq!(t.ops.mask(*tid), Some(m.clone()), "tid {tid}");
-    }
+    assert_masks(&t, &want);
 }
 
 const EVERYTHING: &str = r#"
@@ -102,13 +107,20 @@ comm = "*"
 cpus = "2"
 "#;
 
-#[test]
-fn a_runtime_pin_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
-    let mut t = rig(ManagerConfig::default());
+/// A manager that sees PID 1, pinnerd's own process and the bus daemon (pid 300,
+/// named `bus`); with pinnerd's pid.
+fn protected_three(bus: &str) -> (T, i32) {
+    let t = rig(ManagerConfig::default());
     let own = std::process::id() as i32;
     t.process(1, "systemd", 1, &[]);
     t.process(own, "pinnerd", 1, &[]);
-    t.process(300, "dbus-broker", 1, &[]);
+    t.process(300, bus, 1, &[]);
+    (t, own)
+}
+
+#[test]
+fn a_runtime_pin_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
+    let (mut t, own) = protected_three("dbus-broker");
     for (pid, said) in [
         (own, "pinnerd's own process"),
         (1, "PID 1"),
@@ -128,11 +140,7 @@ fn a_runtime_pin_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
 
 #[test]
 fn a_broad_rule_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
-    let mut t = rig(ManagerConfig::default());
-    let own = std::process::id() as i32;
-    t.process(1, "systemd", 1, &[]);
-    t.process(own, "pinnerd", 1, &[]);
-    t.process(300, "dbus-daemon", 1, &[]);
+    let (mut t, own) = protected_three("dbus-daemon");
     t.process(400, "app", 1, &[]);
     t.ev(new_rules(rules(EVERYTHING)));
     assert_eq!(t.ops.mask(400), Some(set("2")));
@@ -154,36 +162,18 @@ fn a_broad_rule_never_takes_pinnerd_itself_pid_1_or_the_bus_daemon() {
         .into_iter()
         .collect::<Vec<_>>()
     );
-    assert!(
-        t.mgr
-            .explain(1)
-            .contains("not managed: PID 1: protected; managed only by a rule whose `comm` is exactly its name"),
-        "{}",
-        t.mgr.explain(1)
-    );
-    assert!(
-        t.mgr
-            .explain(own)
-            .contains("not managed: pinnerd's own process: never managed"),
-        "{}",
-        t.mgr.explain(own)
-    );
-    assert!(
-        t.mgr
-            .explain(300)
-            .contains("not managed: the bus daemon: protected"),
-        "{}",
-        t.mgr.explain(300)
-    );
+    for (pid, said) in [
+        (1, "not managed: PID 1: protected; managed only by a rule whose `comm` is exactly its name"),
+        (own, "not managed: pinnerd's own process: never managed"),
+        (300, "not managed: the bus daemon: protected"),
+    ] {
+        t.assert_explains(pid, said);
+    }
 }
 
 #[test]
 fn pid_1_and_the_bus_daemon_are_managed_by_a_rule_that_names_them_exactly_but_pinnerd_never() {
-    let mut t = rig(ManagerConfig::default());
-    let own = std::process::id() as i32;
-    t.process(1, "systemd", 1, &[]);
-    t.process(own, "pinnerd", 1, &[]);
-    t.process(300, "dbus-daemon", 1, &[]);
+    let (mut t, own) = protected_three("dbus-daemon");
     t.ev(new_rules(rules(
         r#"
 [[rule]]
@@ -259,10 +249,7 @@ fn unreadable_rig(tids: &[Tid]) -> (T, Arc<Unreadable>) {
     t.mgr = Manager::new(
         ops.clone(),
         t.procs.clone(),
-        Cpus {
-            online: set("0-7"),
-            reserved: CpuSet::new(),
-        },
+        cpus("0-7", ""),
         ManagerConfig::default(),
     );
     (t, ops)
@@ -286,10 +273,9 @@ fn a_thread_whose_mask_may_not_be_read_is_not_gone_and_explain_says_so() {
     assert_eq!(t.ops.mask(102), Some(set("0-7")), "not touched");
     assert_eq!(t.mgr.counters().gone, 0);
     assert_eq!(t.mgr.counters().permission, 1);
-    let why = t.mgr.explain(100);
-    assert!(
-        why.contains("tid 102 (tx): permission: not permitted to read or set its affinity"),
-        "{why}"
+    t.assert_explains(
+        100,
+        "tid 102 (tx): permission: not permitted to read or set its affinity",
     );
     let rows = t.mgr.list_managed();
     assert!(rows[0].state.contains("1 permission"), "{rows:?}");
@@ -308,10 +294,9 @@ fn a_process_whose_mask_may_not_be_read_is_not_managed_counted_once_and_explaine
     assert!(!t.mgr.is_managed(100));
     assert_eq!(t.mgr.counters().gone, 0);
     assert_eq!(t.mgr.counters().permission, 1);
-    let why = t.mgr.explain(100);
-    assert!(
-        why.contains("not managed: permission: not permitted to read or set its affinity"),
-        "{why}"
+    t.assert_explains(
+        100,
+        "not managed: permission: not permitted to read or set its affinity",
     );
     t.ev(Input::Rescan);
     assert_eq!(t.mgr.counters().permission, 1, "once per process");

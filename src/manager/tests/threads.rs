@@ -39,12 +39,7 @@ count = 1
     assert_eq!(t.ops.mask(101), Some(set("4")));
     assert_eq!(t.ops.mask(102), Some(set("5")));
     // A thread renamed into an entry moves to the next slot.
-    t.procs.rename(100, 103, "lcore-2");
-    t.msg(ProcMsg::Comm {
-        pid: 100,
-        tid: 103,
-        comm: "lcore-2".into(),
-    });
+    t.renames(100, 103, "lcore-2");
     assert_eq!(t.ops.mask(103), Some(set("6")));
     // The journal records threads whose masks differ from the process's.
     let j = t.mgr.journal_entries();
@@ -89,17 +84,8 @@ exclusive = true
 fn born_and_named(t: &mut T, tid: Tid, name: &str) {
     t.procs.add_thread(100, tid, "md");
     t.ops.add_task(tid, &set("0"));
-    t.msg(ProcMsg::NewThread {
-        pid: 100,
-        tid,
-        parent: 100,
-    });
-    t.procs.rename(100, tid, name);
-    t.msg(ProcMsg::Comm {
-        pid: 100,
-        tid,
-        comm: name.into(),
-    });
+    t.new_thread(100, tid, 100);
+    t.renames(100, tid, name);
 }
 
 /// Thread `tid` of process 100 exits.
@@ -215,8 +201,7 @@ fn a_reload_that_changes_a_rule_places_threads_already_seen_at_once() {
         &FEED_THREADS_ONLY.replace("tx-*", "[rt]x-*"),
     )));
     assert_eq!(t.ops.mask(101), Some(set("3")));
-    let why = t.mgr.explain(100);
-    assert!(why.contains("tid 101 (rx-0): applied 3"), "{why}");
+    t.assert_explains(100, "tid 101 (rx-0): applied 3");
 }
 
 #[test]
@@ -224,19 +209,12 @@ fn a_renamed_thread_shows_its_current_name() {
     let mut t = rig(ManagerConfig::default());
     t.process(100, "feed", 1, &[(101, "rx-0"), (102, "tx-0")]);
     t.ev(new_rules(rules(FEED_THREADS_ONLY)));
-    t.procs.rename(100, 101, "ctl");
-    t.msg(ProcMsg::Comm {
-        pid: 100,
-        tid: 101,
-        comm: "ctl".into(),
-    });
-    let why = t.mgr.explain(100);
-    assert!(why.contains("tid 101 (ctl): left alone"), "{why}");
+    t.renames(100, 101, "ctl");
+    t.assert_explains(100, "tid 101 (ctl): left alone");
     // And one a rescan finds renamed, without an event.
     t.procs.rename(100, 102, "tx-renamed");
     t.ev(Input::Rescan);
-    let why = t.mgr.explain(100);
-    assert!(why.contains("tid 102 (tx-renamed): applied 3"), "{why}");
+    t.assert_explains(100, "tid 102 (tx-renamed): applied 3");
 }
 
 #[test]
@@ -307,19 +285,10 @@ fn a_thread_renamed_out_of_its_entry_frees_its_slot() {
         "[[rule]]\nname = \"md\"\n[rule.match]\ncomm = \"md\"\n[[rule.threads]]\ncomm = \"rx-*\"\ncount = 1\nwithin = \"4-6\"\n",
     )));
     assert_eq!(t.ops.mask(101), Some(set("4")));
-    t.procs.rename(100, 101, "ctl");
-    t.msg(ProcMsg::Comm {
-        pid: 100,
-        tid: 101,
-        comm: "ctl".into(),
-    });
+    t.renames(100, 101, "ctl");
     // It has its own mask back, and the next rx thread takes the slot it left.
     assert_eq!(t.ops.mask(101), Some(set("0-7")));
     born_and_named(&mut t, 104, "rx-c");
     assert_eq!(t.ops.mask(104), Some(set("4")));
-    let why = t.mgr.explain(100);
-    assert!(
-        why.contains("tid 101 (ctl): left alone: no [[rule.threads]] entry"),
-        "{why}"
-    );
+    t.assert_explains(100, "tid 101 (ctl): left alone: no [[rule.threads]] entry");
 }
