@@ -592,27 +592,25 @@ mod tests {
                 "{line} has no family"
             );
         }
-        assert!(text.contains("pinnerd_state{state=\"ready\"} 1\n"));
-        assert!(text.contains("pinnerd_state{state=\"degraded\"} 0\n"));
-        assert!(
-            text.contains("pinnerd_domain_latency_seconds{level=\"llc\"} 0.0000000181\n"),
-            "{text}"
-        );
-        assert!(text.contains("pinnerd_matrix_age_seconds 600\n"));
-        assert!(text.contains("pinnerd_matrix_measured_ratio 0.25\n"));
-        assert!(text.contains("pinnerd_matrix_completing 1\n"));
-        assert!(text.contains("pinnerd_pin_outcomes_total{outcome=\"applied\"} 2\n"));
-        assert!(text.contains("pinnerd_pin_outcomes_total{outcome=\"failed\"} 1\n"));
-        assert!(text.contains("pinnerd_pin_outcomes_total{outcome=\"refused\"} 0\n"));
-        assert!(
-            text.contains("pinnerd_event_to_pin_delay_seconds_bucket{le=\"0.00005\"} 1\n"),
-            "{text}"
-        );
-        assert!(text.contains("pinnerd_event_to_pin_delay_seconds_bucket{le=\"0.25\"} 2\n"));
-        assert!(text.contains("pinnerd_event_to_pin_delay_seconds_bucket{le=\"60\"} 2\n"));
-        assert!(text.contains("pinnerd_event_to_pin_delay_seconds_bucket{le=\"+Inf\"} 3\n"));
-        assert!(text.contains("pinnerd_event_to_pin_delay_seconds_count 3\n"));
-        assert!(text.contains("pinnerd_rescans_total 3\n"));
+        for sample in [
+            "pinnerd_state{state=\"ready\"} 1",
+            "pinnerd_state{state=\"degraded\"} 0",
+            "pinnerd_domain_latency_seconds{level=\"llc\"} 0.0000000181",
+            "pinnerd_matrix_age_seconds 600",
+            "pinnerd_matrix_measured_ratio 0.25",
+            "pinnerd_matrix_completing 1",
+            "pinnerd_pin_outcomes_total{outcome=\"applied\"} 2",
+            "pinnerd_pin_outcomes_total{outcome=\"failed\"} 1",
+            "pinnerd_pin_outcomes_total{outcome=\"refused\"} 0",
+            "pinnerd_event_to_pin_delay_seconds_bucket{le=\"0.00005\"} 1",
+            "pinnerd_event_to_pin_delay_seconds_bucket{le=\"0.25\"} 2",
+            "pinnerd_event_to_pin_delay_seconds_bucket{le=\"60\"} 2",
+            "pinnerd_event_to_pin_delay_seconds_bucket{le=\"+Inf\"} 3",
+            "pinnerd_event_to_pin_delay_seconds_count 3",
+            "pinnerd_rescans_total 3",
+        ] {
+            assert!(text.contains(&format!("{sample}\n")), "{sample} in {text}");
+        }
     }
 
     #[test]
