@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::{reordered, Report, Spread, TopoBox};
+use super::{groups_line, reordered, Report, Spread, TopoBox};
 use crate::cpuset::CpuSet;
 use crate::matrix::{render, LatencyMatrix};
 
@@ -317,19 +317,12 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
     if !r.domains.is_empty() {
         s.push_str("<table><tr><th>measured level</th><th>latency</th><th>groups</th></tr>");
         for l in &r.domains {
-            let groups: Vec<String> = l.groups.iter().take(16).map(|g| g.to_string()).collect();
-            let more = if l.groups.len() > 16 {
-                format!(" … ({} groups)", l.groups.len())
-            } else {
-                String::new()
-            };
             let _ = write!(
                 s,
-                "<tr><td>{}</td><td class=\"n\">{}</td><td>{}{}</td></tr>",
+                "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
                 esc(&l.name),
                 ns(l.latency_ns),
-                esc(&groups.join(" | ")),
-                more
+                esc(&groups_line(&l.groups, 16)),
             );
         }
         s.push_str("</table>");
