@@ -230,17 +230,13 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
             "not known (a matrix alone)"
         }
     };
+    // An optional fact, or what its absence means.
+    let fact = |v: &Option<String>, absent: &'static str| {
+        v.clone().unwrap_or_else(|| unknown(absent).to_string())
+    };
     row(&mut s, "model", m.model.as_deref().unwrap_or("unknown"));
-    row(
-        &mut s,
-        "fingerprint",
-        m.fingerprint.as_deref().unwrap_or(unknown("–")),
-    );
-    row(
-        &mut s,
-        "kernel",
-        m.kernel.as_deref().unwrap_or(unknown("–")),
-    );
+    row(&mut s, "fingerprint", &fact(&m.fingerprint, "–"));
+    row(&mut s, "kernel", &fact(&m.kernel, "–"));
     row(
         &mut s,
         "CPUs",
@@ -267,27 +263,13 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
             .join("; ")
     };
     row(&mut s, "NUMA nodes", &nodes);
-    row(
-        &mut s,
-        "core kinds",
-        m.core_kinds.as_deref().unwrap_or(unknown("one kind")),
-    );
-    row(
-        &mut s,
-        "X3D mode",
-        m.x3d_mode.as_deref().unwrap_or(unknown("–")),
-    );
-    row(
-        &mut s,
-        "sched_ext",
-        m.sched_ext.as_deref().unwrap_or(unknown("none running")),
-    );
+    row(&mut s, "core kinds", &fact(&m.core_kinds, "one kind"));
+    row(&mut s, "X3D mode", &fact(&m.x3d_mode, "–"));
+    row(&mut s, "sched_ext", &fact(&m.sched_ext, "none running"));
     row(
         &mut s,
         "virtualisation",
-        m.virtualisation
-            .as_deref()
-            .unwrap_or(unknown("none seen (bare metal)")),
+        &fact(&m.virtualisation, "none seen (bare metal)"),
     );
     row(
         &mut s,
