@@ -772,15 +772,7 @@ mod tests {
 
     #[test]
     fn labels_repeat_with_a_number() {
-        let m = LatencyMatrix::from_fn((0..8).collect(), |i, j| {
-            if i / 2 == j / 2 {
-                10.0
-            } else if i / 4 == j / 4 {
-                40.0
-            } else {
-                160.0
-            }
-        });
+        let m = LatencyMatrix::nested(8, &[10.0, 40.0, 160.0]);
         let d = Domains::from_matrix(&m).unwrap();
         let labels = level_labels(d.levels());
         assert_eq!(labels.len(), d.levels().len());

@@ -286,13 +286,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
     };
     let p = plan(&plan_args, k).context("planning the CPUs to compare")?;
     let effect = measure_effect(&p, k, args.runs, Duration::from_millis(args.duration_ms))?;
-    let text = if args.json {
-        serde_json::to_string_pretty(&effect.json())? + "\n"
-    } else {
-        effect.human()
-    };
-    super::write_stdout(format_args!("{text}"))?;
-    Ok(ExitCode::SUCCESS)
+    super::print_answer(args.json, || effect.json(), || effect.human())
 }
 
 /// Runs the K-thread ring on the planned CPUs of `p`, on the autopilot CPUs 0..K−1, on

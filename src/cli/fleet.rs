@@ -101,28 +101,44 @@ fn ns(v: Option<f64>) -> String {
     v.map(|v| format!("{v:.1}")).unwrap_or_else(|| "-".into())
 }
 
+/// A line of `diff`'s levels table, its heading included: level, A ns, B ns, B/A, pairs,
+/// cells differing.
+fn diff_line(s: &mut String, [level, a, b, ratio, pairs, differing]: [&str; 6]) {
+    let _ = writeln!(
+        s,
+        "{level:<12} {a:>10} {b:>10} {ratio:>7} {pairs:>7} {differing:>9}"
+    );
+}
+
+/// A line of `fleet`'s levels table, its heading included: level, reference, min, max.
+fn fleet_line(s: &mut String, [level, reference, min, max]: [&str; 4]) {
+    let _ = writeln!(s, "{level:<12} {reference:>12} {min:>10} {max:>10}");
+}
+
 /// The human report: a table of levels, the verdict and its reasons, the largest cells.
 pub fn render_diff(d: &Diff, a: &Path, b: &Path, warnings: &[String]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "A: {}", a.display());
     let _ = writeln!(s, "B: {}", b.display());
-    let _ = writeln!(
-        s,
-        "{:<12} {:>10} {:>10} {:>7} {:>7} {:>9}",
-        "level", "A ns", "B ns", "B/A", "pairs", "differing"
+    diff_line(
+        &mut s,
+        ["level", "A ns", "B ns", "B/A", "pairs", "differing"],
     );
     for l in &d.levels {
-        let _ = writeln!(
-            s,
-            "{:<12} {:>10} {:>10} {:>7} {:>7} {:>9}",
-            l.level,
-            ns(l.a_ns),
-            ns(l.b_ns),
-            l.ratio
-                .map(|r| format!("{r:.2}x"))
-                .unwrap_or_else(|| "-".into()),
-            l.pairs,
-            l.cells_differing
+        let ratio = l
+            .ratio
+            .map(|r| format!("{r:.2}x"))
+            .unwrap_or_else(|| "-".into());
+        diff_line(
+            &mut s,
+            [
+                &l.level,
+                &ns(l.a_ns),
+                &ns(l.b_ns),
+                &ratio,
+                &l.pairs.to_string(),
+                &l.cells_differing.to_string(),
+            ],
         );
     }
     let _ = writeln!(s, "verdict: {}", d.verdict.as_str());
@@ -207,19 +223,11 @@ pub fn render_fleet(f: &Fleet, warnings: &[String]) -> String {
         f.hosts.len(),
         f.outliers
     );
-    let _ = writeln!(
-        s,
-        "{:<12} {:>12} {:>10} {:>10}",
-        "level", "reference ns", "min ns", "max ns"
-    );
+    fleet_line(&mut s, ["level", "reference ns", "min ns", "max ns"]);
     for l in &f.levels {
-        let _ = writeln!(
-            s,
-            "{:<12} {:>12} {:>10} {:>10}",
-            l.level,
-            ns(l.reference_ns),
-            ns(l.min_ns),
-            ns(l.max_ns)
+        fleet_line(
+            &mut s,
+            [&l.level, &ns(l.reference_ns), &ns(l.min_ns), &ns(l.max_ns)],
         );
     }
     for h in &f.hosts {

@@ -42,6 +42,22 @@ pub fn write_stdout(args: std::fmt::Arguments<'_>) -> Result<(), StdoutError> {
         .map_err(StdoutError)
 }
 
+/// Prints a command's answer whole: `as_json()` pretty-printed with `--json`, else
+/// `human()`. A closed pipe (`| head`) or a full disk is an error, not a panic.
+pub fn print_answer(
+    json: bool,
+    as_json: impl FnOnce() -> serde_json::Value,
+    human: impl FnOnce() -> String,
+) -> anyhow::Result<ExitCode> {
+    let text = if json {
+        serde_json::to_string_pretty(&as_json())? + "\n"
+    } else {
+        human()
+    };
+    write_stdout(format_args!("{text}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Whether to colour what goes to a stream: only a terminal, and never with `NO_COLOR`
 /// set (<https://no-color.org>).
 pub fn colour(stream_is_terminal: bool) -> bool {

@@ -107,14 +107,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     }
     let count = args.count.context("--count is required")? as usize;
     let plan = plan(&args, count)?;
-    let text = if args.json {
-        serde_json::to_string_pretty(&plan.json())? + "\n"
-    } else {
-        plan.human()
-    };
-    // A closed pipe (`| head`) or a full disk is an error, not a panic.
-    super::write_stdout(format_args!("{text}"))?;
-    Ok(ExitCode::SUCCESS)
+    super::print_answer(args.json, || plan.json(), || plan.human())
 }
 
 /// Where the matrix came from.

@@ -39,13 +39,7 @@ struct PidPlan {
 
 pub fn run(args: &PlanArgs, pid: u32) -> anyhow::Result<ExitCode> {
     let p = plan_pid(args, pid)?;
-    let text = if args.json {
-        serde_json::to_string_pretty(&p.json())? + "\n"
-    } else {
-        p.human()
-    };
-    super::write_stdout(format_args!("{text}"))?;
-    Ok(ExitCode::SUCCESS)
+    super::print_answer(args.json, || p.json(), || p.human())
 }
 
 fn plan_pid(args: &PlanArgs, pid: u32) -> anyhow::Result<PidPlan> {

@@ -17,6 +17,7 @@ use crate::cpuset::CpuSet;
 use crate::domains::{self, Domains, Finding, Misfit};
 use crate::fingerprint::Fingerprint;
 use crate::matrix::LatencyMatrix;
+use crate::report::groups_line;
 use crate::sysroot::SysRoot;
 use crate::topology::{Cache, CoreType, Cpu, Topology};
 
@@ -379,16 +380,12 @@ fn package_tree(topology: &Topology, package: u32) -> Tree {
     let set: CpuSet = cpus.iter().map(|c| c.cpu).collect();
     let dies: BTreeSet<u32> = cpus.iter().map(|c| c.die).collect();
     let children = if dies.len() > 1 {
-        dies.iter()
-            .map(|&die| {
-                let in_die: Vec<&Cpu> = cpus.iter().copied().filter(|c| c.die == die).collect();
-                let die_set: CpuSet = in_die.iter().map(|c| c.cpu).collect();
-                Tree {
-                    label: format!("die {die}: {}", cpus_word(&die_set)),
-                    children: node_trees(topology, &in_die),
-                }
-            })
-            .collect()
+        boxes_by(
+            &cpus,
+            "die",
+            |c| c.die,
+            |in_die| node_trees(topology, in_die),
+        )
     } else {
         node_trees(topology, &cpus)
     };
@@ -399,15 +396,31 @@ fn package_tree(topology: &Topology, package: u32) -> Tree {
 }
 
 fn node_trees(topology: &Topology, cpus: &[&Cpu]) -> Vec<Tree> {
-    let nodes: BTreeSet<u32> = cpus.iter().map(|c| c.node).collect();
-    nodes
+    boxes_by(
+        cpus,
+        "node",
+        |c| c.node,
+        |in_node| llc_trees(topology, in_node),
+    )
+}
+
+/// One box per value of `key` among `cpus`, in number order, labelled
+/// `{kind} {value}: {its CPUs}` and holding the `children` drawn from its CPUs.
+fn boxes_by(
+    cpus: &[&Cpu],
+    kind: &str,
+    key: fn(&Cpu) -> u32,
+    children: impl Fn(&[&Cpu]) -> Vec<Tree>,
+) -> Vec<Tree> {
+    let values: BTreeSet<u32> = cpus.iter().map(|c| key(c)).collect();
+    values
         .into_iter()
-        .map(|node| {
-            let in_node: Vec<&Cpu> = cpus.iter().copied().filter(|c| c.node == node).collect();
-            let set: CpuSet = in_node.iter().map(|c| c.cpu).collect();
+        .map(|v| {
+            let members: Vec<&Cpu> = cpus.iter().copied().filter(|c| key(c) == v).collect();
+            let set: CpuSet = members.iter().map(|c| c.cpu).collect();
             Tree {
-                label: format!("node {node}: {}", cpus_word(&set)),
-                children: llc_trees(topology, &in_node),
+                label: format!("{kind} {v}: {}", cpus_word(&set)),
+                children: children(&members),
             }
         })
         .collect()
@@ -581,18 +594,12 @@ impl DomainsView {
             self.domains.trust()
         );
         for l in self.domains.levels() {
-            let groups: Vec<String> = l.groups.iter().take(8).map(|g| g.to_string()).collect();
-            let more = if l.groups.len() > 8 {
-                format!(" … ({} groups)", l.groups.len())
-            } else {
-                String::new()
-            };
             let _ = writeln!(
                 s,
-                "  {:<24} {:>10}  {}{more}",
+                "  {:<24} {:>10}  {}",
                 l.name(),
                 ns(l.latency_ns),
-                groups.join(" | ")
+                groups_line(&l.groups, 8)
             );
         }
         match self.measured {

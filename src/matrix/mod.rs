@@ -281,6 +281,18 @@ impl LatencyMatrix {
         LatencyMatrix::new(cpus, latency_ns)
     }
 
+    /// A test machine of CPUs `0..n` in nested groups of 2, 4, 8…: `ns[0]` between the
+    /// two CPUs of a pair, `ns[1]` inside a four but across pairs, and so on; the last
+    /// figure for every pair of CPUs further apart.
+    #[cfg(test)]
+    pub(crate) fn nested(n: u32, ns: &[f64]) -> LatencyMatrix {
+        LatencyMatrix::from_fn((0..n).collect(), |i, j| {
+            // The highest bit in which i and j differ: 0 in a pair, 1 in a four…
+            let level = (i ^ j).ilog2() as usize;
+            ns[level.min(ns.len() - 1)]
+        })
+    }
+
     /// A matrix with the given cells and no metadata.
     pub fn new(cpus: Vec<u32>, latency_ns: Vec<Vec<Option<f64>>>) -> LatencyMatrix {
         LatencyMatrix {

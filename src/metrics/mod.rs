@@ -336,6 +336,26 @@ fn gauge(out: &mut String, name: &str, help: &str, v: f64) {
     let _ = writeln!(out, "{name} {}", num(v));
 }
 
+/// A counter family with its one sample.
+fn counter(out: &mut String, name: &str, help: &str, v: impl std::fmt::Display) {
+    family(out, name, "counter", help);
+    let _ = writeln!(out, "{name} {v}");
+}
+
+/// A counter family with one sample per outcome: `counts[k]` for `outcomes[k]`.
+fn counters_by_outcome(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    outcomes: &[&str],
+    counts: &[u64],
+) {
+    family(out, name, "counter", help);
+    for (outcome, n) in outcomes.iter().zip(counts) {
+        let _ = writeln!(out, "{name}{{outcome=\"{outcome}\"}} {n}");
+    }
+}
+
 /// The snapshot in the Prometheus text exposition format.
 pub fn render(s: &MetricsSnapshot) -> String {
     let mut o = String::with_capacity(4096);
@@ -439,19 +459,13 @@ pub fn render(s: &MetricsSnapshot) -> String {
         "Threads pinnerd manages.",
         f64::from(s.managed_threads),
     );
-    family(
+    counters_by_outcome(
         &mut o,
         "pinnerd_pin_outcomes_total",
-        "counter",
         "Affinity sets by outcome: applied, narrowed (a cpuset allowed part), refused (a cpuset allowed none), gone (the thread exited), kernel-thread, permission (not permitted to read or set a task's mask: not gone), failed.",
+        &OUTCOMES,
+        &s.counters.pin_outcomes,
     );
-    for (k, name) in OUTCOMES.iter().enumerate() {
-        let _ = writeln!(
-            o,
-            "pinnerd_pin_outcomes_total{{outcome=\"{name}\"}} {}",
-            s.counters.pin_outcomes[k]
-        );
-    }
     let h = &s.counters.event_to_pin_seconds;
     family(
         &mut o,
@@ -475,62 +489,43 @@ pub fn render(s: &MetricsSnapshot) -> String {
     );
     let _ = writeln!(o, "pinnerd_event_to_pin_delay_seconds_sum {}", num(h.sum));
     let _ = writeln!(o, "pinnerd_event_to_pin_delay_seconds_count {}", h.count);
-    family(
+    counter(
         &mut o,
         "pinnerd_connector_overruns_total",
-        "counter",
         "Times the kernel dropped proc connector events (ENOBUFS); each is followed by a rescan.",
+        s.counters.connector_overruns,
     );
-    let _ = writeln!(
-        o,
-        "pinnerd_connector_overruns_total {}",
-        s.counters.connector_overruns
-    );
-    family(
+    counter(
         &mut o,
         "pinnerd_rescans_total",
-        "counter",
         "Full /proc rescans.",
+        s.counters.rescans,
     );
-    let _ = writeln!(o, "pinnerd_rescans_total {}", s.counters.rescans);
     let mem = &s.counters.memory;
-    family(
+    counters_by_outcome(
         &mut o,
         "pinnerd_memory_migrations_total",
-        "counter",
         "memory = \"follow\" jobs by outcome: moved, nothing (already in place, one node), refused (no room, too large), failed.",
+        &MEMORY_OUTCOMES,
+        &mem.migrations,
     );
-    for (k, outcome) in MEMORY_OUTCOMES.iter().enumerate() {
-        let _ = writeln!(
-            o,
-            "pinnerd_memory_migrations_total{{outcome=\"{outcome}\"}} {}",
-            mem.migrations[k]
-        );
-    }
-    family(
+    counter(
         &mut o,
         "pinnerd_memory_moved_bytes_total",
-        "counter",
         "Bytes memory = \"follow\" moved onto the nodes of the processes' CPUs.",
+        mem.moved_bytes,
     );
-    let _ = writeln!(o, "pinnerd_memory_moved_bytes_total {}", mem.moved_bytes);
-    family(
+    counter(
         &mut o,
         "pinnerd_memory_pages_left_total",
-        "counter",
         "Pages memory = \"follow\" could not move (shared without CAP_SYS_NICE, in use).",
+        mem.pages_left,
     );
-    let _ = writeln!(o, "pinnerd_memory_pages_left_total {}", mem.pages_left);
-    family(
+    counter(
         &mut o,
         "pinnerd_memory_migration_seconds_total",
-        "counter",
         "Time memory = \"follow\" spent moving pages.",
-    );
-    let _ = writeln!(
-        o,
-        "pinnerd_memory_migration_seconds_total {}",
-        num(mem.seconds)
+        num(mem.seconds),
     );
     o
 }
@@ -592,27 +587,25 @@ mod tests {
                 "{line} has no family"
             );
         }
-        assert!(text.contains("pinnerd_state{state=\"ready\"} 1\n"));
-        assert!(text.contains("pinnerd_state{state=\"degraded\"} 0\n"));
-        assert!(
-            text.contains("pinnerd_domain_latency_seconds{level=\"llc\"} 0.0000000181\n"),
-            "{text}"
-        );
-        assert!(text.contains("pinnerd_matrix_age_seconds 600\n"));
-        assert!(text.contains("pinnerd_matrix_measured_ratio 0.25\n"));
-        assert!(text.contains("pinnerd_matrix_completing 1\n"));
-        assert!(text.contains("pinnerd_pin_outcomes_total{outcome=\"applied\"} 2\n"));
-        assert!(text.contains("pinnerd_pin_outcomes_total{outcome=\"failed\"} 1\n"));
-        assert!(text.contains("pinnerd_pin_outcomes_total{outcome=\"refused\"} 0\n"));
-        assert!(
-            text.contains("pinnerd_event_to_pin_delay_seconds_bucket{le=\"0.00005\"} 1\n"),
-            "{text}"
-        );
-        assert!(text.contains("pinnerd_event_to_pin_delay_seconds_bucket{le=\"0.25\"} 2\n"));
-        assert!(text.contains("pinnerd_event_to_pin_delay_seconds_bucket{le=\"60\"} 2\n"));
-        assert!(text.contains("pinnerd_event_to_pin_delay_seconds_bucket{le=\"+Inf\"} 3\n"));
-        assert!(text.contains("pinnerd_event_to_pin_delay_seconds_count 3\n"));
-        assert!(text.contains("pinnerd_rescans_total 3\n"));
+        for sample in [
+            "pinnerd_state{state=\"ready\"} 1",
+            "pinnerd_state{state=\"degraded\"} 0",
+            "pinnerd_domain_latency_seconds{level=\"llc\"} 0.0000000181",
+            "pinnerd_matrix_age_seconds 600",
+            "pinnerd_matrix_measured_ratio 0.25",
+            "pinnerd_matrix_completing 1",
+            "pinnerd_pin_outcomes_total{outcome=\"applied\"} 2",
+            "pinnerd_pin_outcomes_total{outcome=\"failed\"} 1",
+            "pinnerd_pin_outcomes_total{outcome=\"refused\"} 0",
+            "pinnerd_event_to_pin_delay_seconds_bucket{le=\"0.00005\"} 1",
+            "pinnerd_event_to_pin_delay_seconds_bucket{le=\"0.25\"} 2",
+            "pinnerd_event_to_pin_delay_seconds_bucket{le=\"60\"} 2",
+            "pinnerd_event_to_pin_delay_seconds_bucket{le=\"+Inf\"} 3",
+            "pinnerd_event_to_pin_delay_seconds_count 3",
+            "pinnerd_rescans_total 3",
+        ] {
+            assert!(text.contains(&format!("{sample}\n")), "{sample} in {text}");
+        }
     }
 
     #[test]

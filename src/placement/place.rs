@@ -138,6 +138,14 @@ fn explain(
     }
 }
 
+/// The CPUs of the indices `idx` (into `d.cpus()`) that are not free.
+fn not_free(d: &Domains, free: &[bool], idx: &[usize]) -> CpuSet {
+    idx.iter()
+        .filter(|&&i| !free[i])
+        .map(|&i| d.cpus()[i])
+        .collect()
+}
+
 fn explicit(
     d: &Domains,
     req: &Request,
@@ -157,11 +165,7 @@ fn explicit(
         });
     }
     let idx: Vec<usize> = list.iter().filter_map(|c| d.index_of(c)).collect();
-    let busy: CpuSet = idx
-        .iter()
-        .filter(|&&i| !free[i])
-        .map(|&i| d.cpus()[i])
-        .collect();
+    let busy = not_free(d, free, &idx);
     if !busy.is_empty() {
         return Err(PlacementError::Unavailable { cpus: busy });
     }
@@ -177,15 +181,11 @@ fn explicit(
             }
         }
         if req.exclusive {
-            let not_free: CpuSet = sib
-                .iter()
-                .filter(|&&s| !free[s])
-                .map(|&s| d.cpus()[s])
-                .collect();
-            if !not_free.is_empty() {
+            let busy = not_free(d, free, &sib);
+            if !busy.is_empty() {
                 return Err(PlacementError::CoreNotFree {
                     cpu: d.cpus()[i],
-                    busy: not_free,
+                    busy,
                 });
             }
             reserved.extend(sib.iter().map(|&s| d.cpus()[s]));

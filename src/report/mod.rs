@@ -116,6 +116,17 @@ pub struct PlanRow {
     pub error: Option<String>,
 }
 
+/// A level's groups in words: the first `most` of them joined by ` | `, followed by
+/// ` … (N groups)` when there are more.
+pub fn groups_line(groups: &[CpuSet], most: usize) -> String {
+    let shown: Vec<String> = groups.iter().take(most).map(|g| g.to_string()).collect();
+    let mut line = shown.join(" | ");
+    if groups.len() > most {
+        let _ = write!(line, " … ({} groups)", groups.len());
+    }
+    line
+}
+
 /// Minimum, median and maximum of some per-pair figure.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Spread {
@@ -376,17 +387,17 @@ mod tests {
     }
 
     #[test]
+    fn a_groups_line_names_the_first_groups_and_counts_them_all() {
+        let groups = vec![cs("0-1"), cs("2-3"), cs("4-5")];
+        assert_eq!(groups_line(&groups, 3), "0-1 | 2-3 | 4-5");
+        assert_eq!(groups_line(&groups, 2), "0-1 | 2-3 … (3 groups)");
+        assert_eq!(groups_line(&[], 2), "");
+    }
+
+    #[test]
     fn boxes_nest_and_carry_the_latency_first_paid_inside() {
         // Two LLCs of two cores; 10 ns inside a core, 30 inside an LLC, 100 across.
-        let m = LatencyMatrix::from_fn((0..8).collect(), |i, j| {
-            if i / 2 == j / 2 {
-                10.0
-            } else if i / 4 == j / 4 {
-                30.0
-            } else {
-                100.0
-            }
-        });
+        let m = LatencyMatrix::nested(8, &[10.0, 30.0, 100.0]);
         let levels = tidy_levels(vec![
             ("llc".into(), vec![cs("0-3"), cs("4-7")]),
             (

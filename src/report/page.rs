@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::{reordered, Report, Spread, TopoBox};
+use super::{groups_line, reordered, Report, Spread, TopoBox};
 use crate::cpuset::CpuSet;
 use crate::matrix::{render, LatencyMatrix};
 
@@ -230,17 +230,13 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
             "not known (a matrix alone)"
         }
     };
+    // An optional fact, or what its absence means.
+    let fact = |v: &Option<String>, absent: &'static str| {
+        v.clone().unwrap_or_else(|| unknown(absent).to_string())
+    };
     row(&mut s, "model", m.model.as_deref().unwrap_or("unknown"));
-    row(
-        &mut s,
-        "fingerprint",
-        m.fingerprint.as_deref().unwrap_or(unknown("–")),
-    );
-    row(
-        &mut s,
-        "kernel",
-        m.kernel.as_deref().unwrap_or(unknown("–")),
-    );
+    row(&mut s, "fingerprint", &fact(&m.fingerprint, "–"));
+    row(&mut s, "kernel", &fact(&m.kernel, "–"));
     row(
         &mut s,
         "CPUs",
@@ -267,27 +263,13 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
             .join("; ")
     };
     row(&mut s, "NUMA nodes", &nodes);
-    row(
-        &mut s,
-        "core kinds",
-        m.core_kinds.as_deref().unwrap_or(unknown("one kind")),
-    );
-    row(
-        &mut s,
-        "X3D mode",
-        m.x3d_mode.as_deref().unwrap_or(unknown("–")),
-    );
-    row(
-        &mut s,
-        "sched_ext",
-        m.sched_ext.as_deref().unwrap_or(unknown("none running")),
-    );
+    row(&mut s, "core kinds", &fact(&m.core_kinds, "one kind"));
+    row(&mut s, "X3D mode", &fact(&m.x3d_mode, "–"));
+    row(&mut s, "sched_ext", &fact(&m.sched_ext, "none running"));
     row(
         &mut s,
         "virtualisation",
-        m.virtualisation
-            .as_deref()
-            .unwrap_or(unknown("none seen (bare metal)")),
+        &fact(&m.virtualisation, "none seen (bare metal)"),
     );
     row(
         &mut s,
@@ -317,19 +299,12 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
     if !r.domains.is_empty() {
         s.push_str("<table><tr><th>measured level</th><th>latency</th><th>groups</th></tr>");
         for l in &r.domains {
-            let groups: Vec<String> = l.groups.iter().take(16).map(|g| g.to_string()).collect();
-            let more = if l.groups.len() > 16 {
-                format!(" … ({} groups)", l.groups.len())
-            } else {
-                String::new()
-            };
             let _ = write!(
                 s,
-                "<tr><td>{}</td><td class=\"n\">{}</td><td>{}{}</td></tr>",
+                "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
                 esc(&l.name),
                 ns(l.latency_ns),
-                esc(&groups.join(" | ")),
-                more
+                esc(&groups_line(&l.groups, 16)),
             );
         }
         s.push_str("</table>");
