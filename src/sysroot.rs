@@ -110,6 +110,30 @@ pub fn read_optional(path: &Path) -> io::Result<Option<String>> {
     }
 }
 
+/// Why a file of a sysfs or procfs tree gave no value, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// A file exists but could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    /// A file's content does not parse (1-based line and column).
+    #[error("{path}:{line}:{column}: {message}")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+}
+
+/// [`read_optional`], its error naming the file.
+pub fn read_optional_file(path: &Path) -> Result<Option<String>, FileError> {
+    read_optional(path).map_err(|source| FileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// Most entries [`list_dir`] reads from one directory. The largest sysfs directory read
 /// (`devices/system/cpu`) holds one entry a possible CPU plus a few dozen; a captured
 /// tree with more is not a machine's, and reading it whole would only cost memory.

@@ -220,6 +220,7 @@ fn cli_tree_shows_every_online_cpu() {
 
 use std::path::{Path, PathBuf};
 
+use pinnerd::sysroot::FileError;
 use pinnerd::topology::{CacheKind, CoreType, TopologyError};
 
 fn fixture(name: &str) -> PathBuf {
@@ -532,9 +533,9 @@ fn a_malformed_file_is_an_error_naming_file_line_and_column() {
         .join("sys/devices/system/cpu/cpu5/topology/core_cpus_list");
     std::fs::write(&bad, "5,1x3\n").unwrap();
     match Topology::discover(&SysRoot::machine(dir.path())).unwrap_err() {
-        TopologyError::Parse {
+        TopologyError::File(FileError::Parse {
             path, line, column, ..
-        } => {
+        }) => {
             assert_eq!(path, bad);
             assert_eq!((line, column), (1, 3));
         }
