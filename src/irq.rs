@@ -327,10 +327,7 @@ pub fn irqbalance_ban(pid: i32, banned: &CpuSet) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn set(s: &str) -> CpuSet {
-        s.parse().unwrap()
-    }
+    use crate::cpuset::set;
 
     /// A fixture /proc/irq: (irq, affinity, effective).
     fn tree(irqs: &[(u32, &str, Option<&str>)]) -> (tempfile::TempDir, SysRoot) {

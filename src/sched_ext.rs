@@ -156,10 +156,7 @@ pub fn is_partial(mask: &CpuSet, groups: &[CpuSet], all: &CpuSet) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn set(s: &str) -> CpuSet {
-        s.parse().unwrap()
-    }
+    use crate::cpuset::set;
 
     fn tree(files: &[(&str, &str)]) -> (tempfile::TempDir, SysRoot) {
         let d = tempfile::tempdir().unwrap();

@@ -721,10 +721,7 @@ pub(crate) fn one_spinner_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn set(s: &str) -> CpuSet {
-        s.parse().unwrap()
-    }
+    use crate::cpuset::set;
 
     #[test]
     fn select_cpus_defaults_and_errors() {

@@ -355,6 +355,7 @@ fn levels(tree: &Tree, cpus: &[u32]) -> Vec<Vec<CpuSet>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpuset::set;
     use crate::matrix::LatencyMatrix;
     use crate::measure::simulate::Simulated;
 
@@ -372,10 +373,6 @@ mod tests {
                 250.0
             }
         })
-    }
-
-    fn set(s: &str) -> CpuSet {
-        s.parse().unwrap()
     }
 
     #[test]
