@@ -160,11 +160,7 @@ mod tests {
 
     fn tree(files: &[(&str, &str)]) -> (tempfile::TempDir, SysRoot) {
         let d = tempfile::tempdir().unwrap();
-        for (rel, text) in files {
-            let p = d.path().join("sys").join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
+        crate::sysroot::write_tree(&d.path().join("sys"), files);
         let root = SysRoot::machine(d.path());
         (d, root)
     }

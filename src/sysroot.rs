@@ -175,6 +175,16 @@ fn is_absent(e: &io::Error) -> bool {
     ) || matches!(e.raw_os_error(), Some(libc::ENODEV) | Some(libc::EINVAL))
 }
 
+/// Writes a fixture tree for a test: each `(path, text)` under `dir`, parents created.
+#[cfg(test)]
+pub(crate) fn write_tree(dir: &Path, files: &[(&str, &str)]) {
+    for (rel, text) in files {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
