@@ -160,11 +160,7 @@ fn walk_up(base: &Path, cg: &str, files: &[&str]) -> Result<Option<Cpuset>, Cgro
 mod tests {
     use super::*;
 
-    fn put(dir: &Path, rel: &str, text: &str) {
-        let p = dir.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
+    use crate::sysroot::write_tree;
 
     #[test]
     fn parses_hybrid_and_pure_v2() {
@@ -193,22 +189,18 @@ mod tests {
     fn v1_cpuset_is_read_from_the_cpuset_hierarchy() {
         let d = tempfile::tempdir().unwrap();
         let root = SysRoot::machine(d.path());
-        put(
+        write_tree(
             d.path(),
-            "proc/42/cgroup",
-            "5:cpuset:/box\n0::/system.slice/x.service\n",
+            &[
+                (
+                    "proc/42/cgroup",
+                    "5:cpuset:/box\n0::/system.slice/x.service\n",
+                ),
+                ("sys/fs/cgroup/cpuset/cpuset.effective_cpus", "0-7\n"),
+                ("sys/fs/cgroup/cpuset/box/cpuset.effective_cpus", "1,3\n"),
+                ("sys/fs/cgroup/cpuset/box/cpuset.cpus", "1-3\n"),
+            ],
         );
-        put(
-            d.path(),
-            "sys/fs/cgroup/cpuset/cpuset.effective_cpus",
-            "0-7\n",
-        );
-        put(
-            d.path(),
-            "sys/fs/cgroup/cpuset/box/cpuset.effective_cpus",
-            "1,3\n",
-        );
-        put(d.path(), "sys/fs/cgroup/cpuset/box/cpuset.cpus", "1-3\n");
         let c = process_cpuset(&root, 42).unwrap().unwrap();
         assert_eq!(c.cpus.to_string(), "1,3");
         assert!(c.file.ends_with("cpuset/box/cpuset.effective_cpus"));
@@ -226,24 +218,23 @@ mod tests {
     fn v2_walks_up_to_the_nearest_cpuset() {
         let d = tempfile::tempdir().unwrap();
         let root = SysRoot::machine(d.path());
-        put(
+        write_tree(
             d.path(),
-            "proc/9/cgroup",
-            "0::/system.slice/run-u3.service\n",
-        );
-        put(d.path(), "sys/fs/cgroup/cpuset.cpus.effective", "0-7\n");
-        put(
-            d.path(),
-            "sys/fs/cgroup/system.slice/run-u3.service/cpuset.cpus.effective",
-            "4-7\n",
+            &[
+                ("proc/9/cgroup", "0::/system.slice/run-u3.service\n"),
+                ("sys/fs/cgroup/cpuset.cpus.effective", "0-7\n"),
+                (
+                    "sys/fs/cgroup/system.slice/run-u3.service/cpuset.cpus.effective",
+                    "4-7\n",
+                ),
+            ],
         );
         let c = process_cpuset(&root, 9).unwrap().unwrap();
         assert_eq!(c.cpus.to_string(), "4-7");
         // A cgroup without the controller is bound by its ancestors'.
-        put(
+        write_tree(
             d.path(),
-            "proc/10/cgroup",
-            "0::/user.slice/session-1.scope\n",
+            &[("proc/10/cgroup", "0::/user.slice/session-1.scope\n")],
         );
         let c = process_cpuset(&root, 10).unwrap().unwrap();
         assert_eq!(c.cpus.to_string(), "0-7");
@@ -254,13 +245,23 @@ mod tests {
     fn hybrid_unified_without_cpuset_and_gone_processes_give_none() {
         let d = tempfile::tempdir().unwrap();
         let root = SysRoot::machine(d.path());
-        put(d.path(), "proc/5/cgroup", "1:name=systemd:/a\n0::/a\n");
-        put(d.path(), "sys/fs/cgroup/unified/a/cgroup.procs", "5\n");
+        write_tree(
+            d.path(),
+            &[
+                ("proc/5/cgroup", "1:name=systemd:/a\n0::/a\n"),
+                ("sys/fs/cgroup/unified/a/cgroup.procs", "5\n"),
+            ],
+        );
         assert_eq!(process_cpuset(&root, 5).unwrap(), None);
         assert_eq!(process_cpuset(&root, 6).unwrap(), None);
         // A path from another cgroup namespace is not followed out of the hierarchy.
-        put(d.path(), "proc/8/cgroup", "0::/../../etc\n");
-        put(d.path(), "sys/fs/cgroup/cpuset.cpus.effective", "0-3\n");
+        write_tree(
+            d.path(),
+            &[
+                ("proc/8/cgroup", "0::/../../etc\n"),
+                ("sys/fs/cgroup/cpuset.cpus.effective", "0-3\n"),
+            ],
+        );
         assert_eq!(process_cpuset(&root, 8).unwrap(), None);
     }
 
@@ -268,8 +269,13 @@ mod tests {
     fn a_bad_cpuset_file_is_named() {
         let d = tempfile::tempdir().unwrap();
         let root = SysRoot::machine(d.path());
-        put(d.path(), "proc/5/cgroup", "0::/a\n");
-        put(d.path(), "sys/fs/cgroup/a/cpuset.cpus.effective", "1-x\n");
+        write_tree(
+            d.path(),
+            &[
+                ("proc/5/cgroup", "0::/a\n"),
+                ("sys/fs/cgroup/a/cpuset.cpus.effective", "1-x\n"),
+            ],
+        );
         let e = process_cpuset(&root, 5).unwrap_err();
         assert!(
             e.to_string()

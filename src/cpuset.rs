@@ -324,6 +324,12 @@ impl<'de> serde::Deserialize<'de> for CpuSet {
     }
 }
 
+/// A CPU list written in a test (`"0-3,8"`), which must parse.
+#[cfg(test)]
+pub(crate) fn set(list: &str) -> CpuSet {
+    list.parse().unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

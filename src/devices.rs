@@ -90,14 +90,9 @@ fn entry(root: &SysRoot, name: &str) -> Result<PathBuf, String> {
         for kind in ["block", "char"] {
             if let Some(majmin) = rest.strip_prefix(kind).and_then(|r| r.strip_prefix('/')) {
                 let p = root.sys_path(format!("dev/{kind}/{majmin}"));
-                return if exists(&p) {
-                    Ok(p)
-                } else {
-                    Err(format!(
-                        "no {kind} device {majmin} ({} missing)",
-                        p.display()
-                    ))
-                };
+                return listed(p, |p| {
+                    format!("no {kind} device {majmin} ({} missing)", p.display())
+                });
             }
         }
         if root.is_live_sys() {
@@ -108,22 +103,18 @@ fn entry(root: &SysRoot, name: &str) -> Result<PathBuf, String> {
             .map(|b| b.to_string_lossy().into_owned())
             .unwrap_or_default();
         let p = root.sys_path(format!("class/block/{base}"));
-        return if exists(&p) {
-            Ok(p)
-        } else {
-            Err(format!(
+        return listed(p, |_| {
+            format!(
                 "under the sysfs tree {} a /dev path is resolved by its name in class/block (or give /dev/block/MAJ:MIN or /dev/char/MAJ:MIN), and there is no block device {base:?}",
                 root.sys.display()
-            ))
-        };
+            )
+        });
     }
     if is_pci_address(name) {
         let p = root.sys_path(format!("bus/pci/devices/{name}"));
-        return if exists(&p) {
-            Ok(p)
-        } else {
-            Err(format!("no PCI device {name} ({} missing)", p.display()))
-        };
+        return listed(p, |p| {
+            format!("no PCI device {name} ({} missing)", p.display())
+        });
     }
     let net = root.sys_path(format!("class/net/{name}"));
     if exists(&net) {
@@ -155,12 +146,18 @@ fn dev_node(root: &SysRoot, name: &str) -> Result<PathBuf, String> {
     let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
     let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
     let p = root.sys_path(format!("dev/{kind}/{major}:{minor}"));
+    listed(p, |_| {
+        format!("{name} is {kind} device {major}:{minor}, which sysfs does not list")
+    })
+}
+
+/// `p` when sysfs lists it (a link counts, whatever it points to), else the error
+/// `missing` words.
+fn listed(p: PathBuf, missing: impl FnOnce(&Path) -> String) -> Result<PathBuf, String> {
     if p.symlink_metadata().is_ok() {
         Ok(p)
     } else {
-        Err(format!(
-            "{name} is {kind} device {major}:{minor}, which sysfs does not list"
-        ))
+        Err(missing(&p))
     }
 }
 

@@ -18,34 +18,18 @@
 //! Must not touch: topology parsing (it reads the online list itself), matrix storage.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
-use crate::sysroot::{self, SysRoot};
+use crate::sysroot::{read_optional_file, FileError, SysRoot};
 
 /// Bumped whenever the inputs or their encoding change, so old keys stop matching.
 const VERSION: u32 = 2;
 
-/// Why the fingerprint could not be computed.
-#[derive(Debug, thiserror::Error)]
-pub enum FingerprintError {
-    /// A file exists but could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// A file's content does not parse.
-    #[error("{path}:{line}:{column}: {message}")]
-    Parse {
-        path: PathBuf,
-        line: usize,
-        column: usize,
-        message: String,
-    },
-}
+/// Why the fingerprint could not be computed: a file unreadable or malformed.
+pub type FingerprintError = FileError;
 
 /// A stable identifier of the hardware and its configuration, with what it was
 /// computed from (for display and for explaining a mismatch).
@@ -145,7 +129,7 @@ impl FingerprintInputs {
         let mut inputs = FingerprintInputs::default();
 
         let cpuinfo_path = root.proc_path("cpuinfo");
-        if let Some(text) = read(&cpuinfo_path)? {
+        if let Some(text) = read_optional_file(&cpuinfo_path)? {
             inputs.apply_cpuinfo(&text);
         }
         inputs.kernel_release = read_line(&root.proc_path("sys/kernel/osrelease"))?;
@@ -268,16 +252,9 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
     hash
 }
 
-fn read(path: &Path) -> Result<Option<String>, FingerprintError> {
-    sysroot::read_optional(path).map_err(|source| FingerprintError::Read {
-        path: path.to_path_buf(),
-        source,
-    })
-}
-
 /// A CPU list file; a missing one is the empty set.
 fn read_cpus(path: &Path) -> Result<CpuSet, FingerprintError> {
-    let Some(text) = read(path)? else {
+    let Some(text) = read_optional_file(path)? else {
         return Ok(CpuSet::new());
     };
     text.parse().map_err(|e: crate::cpuset::CpuListError| {
@@ -293,7 +270,7 @@ fn read_cpus(path: &Path) -> Result<CpuSet, FingerprintError> {
 
 /// A one-value file, trimmed; empty counts as absent.
 fn read_line(path: &Path) -> Result<Option<String>, FingerprintError> {
-    Ok(read(path)?
+    Ok(read_optional_file(path)?
         .map(|t| t.trim().to_string())
         .filter(|t| !t.is_empty()))
 }

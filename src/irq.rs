@@ -244,18 +244,14 @@ impl Journal {
             path: self.path.clone(),
             source,
         };
-        if moved.is_empty() {
-            return match std::fs::remove_file(&self.path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(werr(e)),
-                _ => Ok(()),
-            };
-        }
-        let tmp = self.path.with_extension("json.tmp");
-        let text = serde_json::to_string_pretty(moved).map_err(|e| werr(e.into()))?;
-        let mut f = std::fs::File::create(&tmp).map_err(werr)?;
-        f.write_all(text.as_bytes()).map_err(werr)?;
-        f.sync_all().map_err(werr)?;
-        std::fs::rename(&tmp, &self.path).map_err(werr)
+        let text = if moved.is_empty() {
+            None
+        } else {
+            Some(serde_json::to_string_pretty(moved).map_err(|e| werr(e.into()))?)
+        };
+        // Every error names the journal, the temporary file's included.
+        crate::outfile::replace_own(&self.path, text.as_ref().map(|t| t.as_bytes()), true)
+            .map_err(|(_, source)| werr(source))
     }
 
     /// What a previous run left: empty when there is no journal.
@@ -327,10 +323,7 @@ pub fn irqbalance_ban(pid: i32, banned: &CpuSet) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn set(s: &str) -> CpuSet {
-        s.parse().unwrap()
-    }
+    use crate::cpuset::set;
 
     /// A fixture /proc/irq: (irq, affinity, effective).
     fn tree(irqs: &[(u32, &str, Option<&str>)]) -> (tempfile::TempDir, SysRoot) {

@@ -13,7 +13,7 @@
 
 use std::io::{Error, ErrorKind, Write as _};
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
 
@@ -116,6 +116,34 @@ pub fn replace(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Replaces `path`, a file in a directory of this process's own (the daemon's runtime
+/// directory: no one else writes there, so none of the checks above), with `bytes`
+/// through `PATH.tmp` beside it, then a rename; `sync` flushes the data first. `None`
+/// removes the file (a missing one is fine). The error comes with the file it concerns:
+/// the temporary file while it is written, else `path`.
+pub fn replace_own(path: &Path, bytes: Option<&[u8]>, sync: bool) -> Result<(), (PathBuf, Error)> {
+    let at = |p: &Path| {
+        let p = p.to_path_buf();
+        move |e: Error| (p, e)
+    };
+    let Some(bytes) = bytes else {
+        return match std::fs::remove_file(path) {
+            Err(e) if e.kind() != ErrorKind::NotFound => Err(at(path)(e)),
+            _ => Ok(()),
+        };
+    };
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let mut f = std::fs::File::create(&tmp).map_err(at(&tmp))?;
+    f.write_all(bytes).map_err(at(&tmp))?;
+    if sync {
+        f.sync_all().map_err(at(&tmp))?;
+    }
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(at(path))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +172,23 @@ mod tests {
         let mode = std::fs::metadata(&out).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o644);
         assert_eq!(names(dir.path()), vec!["out.prom", "victim"]);
+    }
+
+    #[test]
+    fn an_own_file_is_replaced_through_its_tmp_file_and_removed_by_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.json");
+        replace_own(&path, None, false).unwrap();
+        replace_own(&path, Some(b"[1]"), true).unwrap();
+        replace_own(&path, Some(b"[2]"), false).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "[2]");
+        assert_eq!(names(dir.path()), vec!["j.json"]);
+        replace_own(&path, None, false).unwrap();
+        assert!(names(dir.path()).is_empty());
+        // A directory in the way of the temporary file: the error names that file.
+        std::fs::create_dir(dir.path().join("j.json.tmp")).unwrap();
+        let (at, _) = replace_own(&path, Some(b"[3]"), false).unwrap_err();
+        assert_eq!(at, dir.path().join("j.json.tmp"));
     }
 
     #[test]

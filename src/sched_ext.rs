@@ -156,18 +156,11 @@ pub fn is_partial(mask: &CpuSet, groups: &[CpuSet], all: &CpuSet) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn set(s: &str) -> CpuSet {
-        s.parse().unwrap()
-    }
+    use crate::cpuset::set;
 
     fn tree(files: &[(&str, &str)]) -> (tempfile::TempDir, SysRoot) {
         let d = tempfile::tempdir().unwrap();
-        for (rel, text) in files {
-            let p = d.path().join("sys").join(rel);
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, text).unwrap();
-        }
+        crate::sysroot::write_tree(&d.path().join("sys"), files);
         let root = SysRoot::machine(d.path());
         (d, root)
     }

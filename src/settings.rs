@@ -595,35 +595,44 @@ mod tests {
 
     #[test]
     fn footgun_values_are_refused_with_their_range() {
-        assert_eq!(
-            parse("[measure]\ninterval = \"1ms\"\n").unwrap_err(),
-            "s.toml:2:12: 1ms is out of range: expected \"1h\" to \"365d\", or \"off\""
-        );
-        assert_eq!(
-            parse("[limits]\ndbus-burst = 0\n").unwrap_err(),
-            "s.toml:2:14: 0 is out of range: expected 1 to 100000"
-        );
-        assert_eq!(
-            parse("[limits]\ndbus-calls-per-second = 0\n").unwrap_err(),
-            "s.toml:2:25: 0 is out of range: expected 1 to 100000"
-        );
-        assert_eq!(
-            parse("[watch]\nrescan-interval = \"10ms\"\n").unwrap_err(),
-            "s.toml:2:19: 10ms is out of range: expected \"1s\" to \"1d\", or \"off\""
-        );
-        assert_eq!(
-            parse("[measure]\nbudget = \"999999999d\"\n").unwrap_err(),
-            "s.toml:2:10: 999999999d is out of range: expected \"1s\" to \"1d\""
-        );
-        assert!(parse("[measure]\ndrift-probe = \"1s\"\n")
-            .unwrap_err()
-            .contains("expected \"1m\" to \"365d\""));
-        assert!(parse("[measure]\ndrift-pairs = 0\n")
-            .unwrap_err()
-            .contains("expected 1 to 4096"));
-        assert!(parse("[limits]\nremeasure-min-interval = \"999ms\"\n")
-            .unwrap_err()
-            .contains("expected \"1s\" to \"365d\""));
+        for (text, message) in [
+            (
+                "[measure]\ninterval = \"1ms\"\n",
+                "s.toml:2:12: 1ms is out of range: expected \"1h\" to \"365d\", or \"off\"",
+            ),
+            (
+                "[limits]\ndbus-burst = 0\n",
+                "s.toml:2:14: 0 is out of range: expected 1 to 100000",
+            ),
+            (
+                "[limits]\ndbus-calls-per-second = 0\n",
+                "s.toml:2:25: 0 is out of range: expected 1 to 100000",
+            ),
+            (
+                "[watch]\nrescan-interval = \"10ms\"\n",
+                "s.toml:2:19: 10ms is out of range: expected \"1s\" to \"1d\", or \"off\"",
+            ),
+            (
+                "[measure]\nbudget = \"999999999d\"\n",
+                "s.toml:2:10: 999999999d is out of range: expected \"1s\" to \"1d\"",
+            ),
+        ] {
+            assert_eq!(parse(text).unwrap_err(), message, "{text}");
+        }
+        for (text, range) in [
+            (
+                "[measure]\ndrift-probe = \"1s\"\n",
+                "expected \"1m\" to \"365d\"",
+            ),
+            ("[measure]\ndrift-pairs = 0\n", "expected 1 to 4096"),
+            (
+                "[limits]\nremeasure-min-interval = \"999ms\"\n",
+                "expected \"1s\" to \"365d\"",
+            ),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(range), "{text}: {e}");
+        }
         // The bounds themselves are accepted.
         let s = parse(
             "[measure]\ninterval = \"1h\"\ndrift-probe = \"365d\"\nbudget = \"1s\"\n\
@@ -636,33 +645,37 @@ mod tests {
 
     #[test]
     fn bad_values_name_line_and_column() {
-        assert_eq!(
-            parse("[measure]\nbudget = \"10 minutes\"\n").unwrap_err(),
-            "s.toml:2:10: invalid duration \"10 minutes\": expected a duration like \"500ms\", \"30s\", \"10m\", \"2h\" or \"7d\""
-        );
-        assert_eq!(
-            parse("[measure]\nidle-threshold = 150\n").unwrap_err(),
-            "s.toml:2:18: 150 is out of range: expected the minimum percent idle, 0 to 100"
-        );
-        assert_eq!(
-            parse("[measure]\nidle-threshold = 0.1\n").unwrap_err(),
-            "s.toml:2:18: 0.1 looks like a busy fraction: idle-threshold is the minimum percent idle, 0 to 100, as `pinnerd measure --idle-threshold` (for 0.1 write 90)"
-        );
-        assert_eq!(
-            parse("[watch]\nrescan = \"1s\"\n").unwrap_err(),
-            "s.toml:2:1: unknown field `rescan`, expected `rescan-interval` or `release-on-foreign-change`"
-        );
-        assert_eq!(
-            parse("[limits]\ndbus-burst = -1\n").unwrap_err(),
-            "s.toml:2:14: invalid value: integer `-1`, expected u32"
-        );
-        assert_eq!(
-            parse("[placement]\nhousekeeping-cpus = \"0-\"\n").unwrap_err(),
-            "s.toml:2:21: invalid CPU list token \"0-\": expected a CPU number or a range like 0-3"
-        );
-        assert_eq!(
-            parse("[watch]\nrescan-interval = \"0s\"\n").unwrap_err(),
-            "s.toml:2:19: invalid duration \"0s\": must be more than zero, or \"off\""
-        );
+        for (text, message) in [
+            (
+                "[measure]\nbudget = \"10 minutes\"\n",
+                "s.toml:2:10: invalid duration \"10 minutes\": expected a duration like \"500ms\", \"30s\", \"10m\", \"2h\" or \"7d\"",
+            ),
+            (
+                "[measure]\nidle-threshold = 150\n",
+                "s.toml:2:18: 150 is out of range: expected the minimum percent idle, 0 to 100",
+            ),
+            (
+                "[measure]\nidle-threshold = 0.1\n",
+                "s.toml:2:18: 0.1 looks like a busy fraction: idle-threshold is the minimum percent idle, 0 to 100, as `pinnerd measure --idle-threshold` (for 0.1 write 90)",
+            ),
+            (
+                "[watch]\nrescan = \"1s\"\n",
+                "s.toml:2:1: unknown field `rescan`, expected `rescan-interval` or `release-on-foreign-change`",
+            ),
+            (
+                "[limits]\ndbus-burst = -1\n",
+                "s.toml:2:14: invalid value: integer `-1`, expected u32",
+            ),
+            (
+                "[placement]\nhousekeeping-cpus = \"0-\"\n",
+                "s.toml:2:21: invalid CPU list token \"0-\": expected a CPU number or a range like 0-3",
+            ),
+            (
+                "[watch]\nrescan-interval = \"0s\"\n",
+                "s.toml:2:19: invalid duration \"0s\": must be more than zero, or \"off\"",
+            ),
+        ] {
+            assert_eq!(parse(text).unwrap_err(), message, "{text}");
+        }
     }
 }

@@ -110,6 +110,30 @@ pub fn read_optional(path: &Path) -> io::Result<Option<String>> {
     }
 }
 
+/// Why a file of a sysfs or procfs tree gave no value, naming the file.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// A file exists but could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: io::Error },
+    /// A file's content does not parse (1-based line and column).
+    #[error("{path}:{line}:{column}: {message}")]
+    Parse {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+}
+
+/// [`read_optional`], its error naming the file.
+pub fn read_optional_file(path: &Path) -> Result<Option<String>, FileError> {
+    read_optional(path).map_err(|source| FileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// Most entries [`list_dir`] reads from one directory. The largest sysfs directory read
 /// (`devices/system/cpu`) holds one entry a possible CPU plus a few dozen; a captured
 /// tree with more is not a machine's, and reading it whole would only cost memory.
@@ -149,6 +173,16 @@ fn is_absent(e: &io::Error) -> bool {
         e.kind(),
         io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied | io::ErrorKind::NotADirectory
     ) || matches!(e.raw_os_error(), Some(libc::ENODEV) | Some(libc::EINVAL))
+}
+
+/// Writes a fixture tree for a test: each `(path, text)` under `dir`, parents created.
+#[cfg(test)]
+pub(crate) fn write_tree(dir: &Path, files: &[(&str, &str)]) {
+    for (rel, text) in files {
+        let p = dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
 }
 
 #[cfg(test)]

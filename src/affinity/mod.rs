@@ -639,10 +639,7 @@ impl AffinityOps for FakeOps {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn set(s: &str) -> CpuSet {
-        s.parse().unwrap()
-    }
+    use crate::cpuset::set;
 
     #[test]
     fn outcomes_are_classified() {

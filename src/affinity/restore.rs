@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -18,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use super::{apply, list_tids, parse_stat, AffinityOps, Outcome, Tid};
 use crate::cpuset::CpuSet;
 use crate::infile::{self, InError, Links};
+use crate::outfile;
 use crate::sysroot::SysRoot;
 
 /// File name under the runtime directory.
@@ -113,25 +113,19 @@ impl Journal {
 
     /// Replaces the journal with `entries` atomically. An empty list removes the file.
     pub fn save(&self, entries: &[RestoreEntry]) -> Result<(), RestoreError> {
-        let werr = |source| RestoreError::Write {
-            path: self.path.clone(),
-            source,
-        };
-        if entries.is_empty() {
-            return match fs::remove_file(&self.path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(werr(e)),
-                _ => Ok(()),
+        let body = if entries.is_empty() {
+            None
+        } else {
+            let file = JournalFile {
+                version: 1,
+                processes: entries.to_vec(),
             };
-        }
-        let body = serde_json::to_vec_pretty(&JournalFile {
-            version: 1,
-            processes: entries.to_vec(),
-        })
-        .map_err(|e| werr(std::io::Error::other(e)))?;
-        let tmp = self.path.with_extension("json.tmp");
-        let tmp_err = |source| RestoreError::Write {
-            path: tmp.clone(),
-            source,
+            Some(
+                serde_json::to_vec_pretty(&file).map_err(|e| RestoreError::Write {
+                    path: self.path.clone(),
+                    source: std::io::Error::other(e),
+                })?,
+            )
         };
         // No fsync: the journal guards against the daemon dying, not the machine. After
         // a crash of the daemon the page cache holds the last complete file (the rename
@@ -139,11 +133,8 @@ impl Journal {
         // unit's runtime directory (/run) does not survive the reboot. An fsync per
         // change would stall the loop on a disk-backed runtime directory (see
         // benches/README.md).
-        let mut f = fs::File::create(&tmp).map_err(tmp_err)?;
-        f.write_all(&body).map_err(tmp_err)?;
-        drop(f);
-        fs::rename(&tmp, &self.path).map_err(werr)?;
-        Ok(())
+        outfile::replace_own(&self.path, body.as_deref(), false)
+            .map_err(|(path, source)| RestoreError::Write { path, source })
     }
 
     /// Reads the journal; a missing file is an empty journal.

@@ -307,10 +307,7 @@ fn run_time_and_cpu(root: &SysRoot, pid: i32, tid: i32) -> Option<(u64, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn set(s: &str) -> CpuSet {
-        s.parse().unwrap()
-    }
+    use crate::cpuset::set;
 
     /// A full matrix over `list` with cell (a, b) = 10a + b + `plus`.
     fn full(list: &str, plus: f64, at: u64) -> LatencyMatrix {

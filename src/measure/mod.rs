@@ -559,12 +559,11 @@ pub fn run_detailed(
         };
         for (k, group) in order.into_iter().enumerate() {
             let now = Instant::now();
-            if now >= deadline {
+            let left = (total_units - units_done).max(1) as u32;
+            let Some(unit_deadline) = share_of(now, deadline, left) else {
                 budget_ran_out = true;
                 break;
-            }
-            let left = (total_units - units_done).max(1) as u32;
-            let unit_deadline = now + (deadline - now) / left;
+            };
             let runs = engine.group(&to_ids(group), unit_deadline)?;
             unit_time += now.elapsed();
             units_done += 1;
@@ -590,13 +589,12 @@ pub fn run_detailed(
             break;
         }
         for (k, &p) in ambiguous.iter().enumerate() {
-            let now = Instant::now();
-            if now >= deadline {
+            let left = (ambiguous.len() - k) as u32;
+            let Some(until) = share_of(Instant::now(), deadline, left) else {
                 budget_ran_out = true;
                 break;
-            }
-            let left = (ambiguous.len() - k) as u32;
-            let runs = engine.group(&to_ids(&[p]), now + (deadline - now) / left)?;
+            };
+            let runs = engine.group(&to_ids(&[p]), until)?;
             for run in runs {
                 acc.get_mut(&p).expect("every pair has an entry").add(run);
             }
@@ -609,13 +607,12 @@ pub fn run_detailed(
     if cfg.mode == Mode::Rounds && cfg.serial_check > 0 {
         let sample = schedule::sample(&pairs, cfg.serial_check);
         for (k, &p) in sample.iter().enumerate() {
-            let now = Instant::now();
-            if now >= deadline {
+            let left = (sample.len() - k) as u32;
+            let Some(until) = share_of(Instant::now(), deadline, left) else {
                 budget_ran_out = true;
                 break;
-            }
-            let left = (sample.len() - k) as u32;
-            let runs = engine.group(&to_ids(&[p]), now + (deadline - now) / left)?;
+            };
+            let runs = engine.group(&to_ids(&[p]), until)?;
             let rounds_ns = estimator::estimate(&acc[&p].batches);
             let serial_ns = runs.first().and_then(|r| estimator::estimate(&r.batches));
             if let (Some(rounds_ns), Some(serial_ns)) = (rounds_ns, serial_ns) {
@@ -705,6 +702,12 @@ pub fn run_detailed(
     })
 }
 
+/// The end of the first of `left` equal shares of the time from `now` to `deadline`;
+/// `None` once the deadline has passed (the budget ran out).
+fn share_of(now: Instant, deadline: Instant, left: u32) -> Option<Instant> {
+    (now < deadline).then(|| now + (deadline - now) / left)
+}
+
 /// Busy-spin pairs need both CPUs of a small machine to themselves: unit tests that spin
 /// take turns, or two of them would preempt each other and starve.
 #[cfg(test)]
@@ -718,10 +721,7 @@ pub(crate) fn one_spinner_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn set(s: &str) -> CpuSet {
-        s.parse().unwrap()
-    }
+    use crate::cpuset::set;
 
     #[test]
     fn select_cpus_defaults_and_errors() {

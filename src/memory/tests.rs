@@ -3,6 +3,7 @@ use std::path::Path;
 
 use super::parse::{self, ParseError, MAX_LINE, MAX_LINES};
 use super::*;
+use crate::sysroot::write_tree;
 
 const MAPS: &str = include_str!("../../tests/fixtures/memory/numa_maps.two-nodes");
 const STAT: &str = include_str!("../../tests/fixtures/memory/numa_stat.two-nodes");
@@ -141,20 +142,23 @@ fn bytes_read_as_people_say_them() {
 /// A fake machine: `proc/PID/{cgroup,numa_maps}` and a v2 cgroup tree.
 fn machine(cgroup: &str, procs_in_cgroup: &str, child: bool) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let put = |rel: &str, text: &str| {
-        let p = dir.path().join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    };
-    put("proc/42/cgroup", &format!("0::{cgroup}\n"));
-    put("proc/42/numa_maps", MAPS);
-    put("sys/fs/cgroup/app.slice/w.service/memory.numa_stat", STAT);
-    put(
-        "sys/fs/cgroup/app.slice/w.service/cgroup.procs",
-        procs_in_cgroup,
+    write_tree(
+        dir.path(),
+        &[
+            ("proc/42/cgroup", &format!("0::{cgroup}\n")),
+            ("proc/42/numa_maps", MAPS),
+            ("sys/fs/cgroup/app.slice/w.service/memory.numa_stat", STAT),
+            (
+                "sys/fs/cgroup/app.slice/w.service/cgroup.procs",
+                procs_in_cgroup,
+            ),
+        ],
     );
     if child {
-        put("sys/fs/cgroup/app.slice/w.service/sub/cgroup.procs", "");
+        write_tree(
+            dir.path(),
+            &[("sys/fs/cgroup/app.slice/w.service/sub/cgroup.procs", "")],
+        );
     }
     dir
 }

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
+use crate::sysroot::FileError;
 
 /// Where the CPU directories live, relative to the sysfs root.
 pub(super) const CPU_DIR: &str = "devices/system/cpu";
@@ -17,20 +18,9 @@ pub(super) const NODE_DIR: &str = "devices/system/node";
 /// Why the topology could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyError {
-    /// A file exists but could not be read.
-    #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// A file's content does not parse.
-    #[error("{path}:{line}:{column}: {message}")]
-    Parse {
-        path: PathBuf,
-        line: usize,
-        column: usize,
-        message: String,
-    },
+    /// A file could not be read or does not parse.
+    #[error(transparent)]
+    File(#[from] FileError),
     /// Neither the online list nor any `cpuN` directory exists: not a sysfs tree.
     #[error("no CPUs found under {path}: not a sysfs tree (expected {CPU_DIR}/online or cpuN directories)")]
     NoCpus { path: PathBuf },

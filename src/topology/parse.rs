@@ -5,6 +5,7 @@ use std::path::Path;
 use std::str::FromStr;
 
 use crate::cpuset::CpuSet;
+use crate::sysroot::FileError;
 
 use super::model::TopologyError;
 
@@ -22,7 +23,7 @@ pub(super) fn parse_error(path: &Path, text: &str, token: &str, message: &str) -
     let before = &text[..offset];
     let line = before.matches('\n').count() + 1;
     let column = offset - before.rfind('\n').map_or(0, |i| i + 1) + 1;
-    TopologyError::Parse {
+    TopologyError::File(FileError::Parse {
         path: path.to_path_buf(),
         line,
         column,
@@ -31,7 +32,7 @@ pub(super) fn parse_error(path: &Path, text: &str, token: &str, message: &str) -
         } else {
             format!("{token:?}: {message}")
         },
-    }
+    })
 }
 
 /// A kernel CPU list file (`0-3,8`), errors located at the offending token.
@@ -42,9 +43,9 @@ pub(crate) fn parse_list(path: &Path, text: &str) -> Result<CpuSet, TopologyErro
         // An empty token (`1,,2`) is located at its comma.
         if token.is_empty() && text.contains(",,") {
             let mut err = parse_error(path, text, ",,", e.reason);
-            if let TopologyError::Parse {
+            if let TopologyError::File(FileError::Parse {
                 column, message, ..
-            } = &mut err
+            }) = &mut err
             {
                 *column += 1;
                 *message = e.reason.to_string();
@@ -83,7 +84,7 @@ pub(super) fn parse_numbers<T: FromStr>(path: &Path, text: &str) -> Result<Vec<T
             Ok(v) => out.push(v),
             Err(_) => {
                 let mut err = parse_error(path, text, token, "expected a number");
-                if let TopologyError::Parse { line, column, .. } = &mut err {
+                if let TopologyError::File(FileError::Parse { line, column, .. }) = &mut err {
                     let before = &text[..at];
                     *line = before.matches('\n').count() + 1;
                     *column = at - before.rfind('\n').map_or(0, |i| i + 1) + 1;
@@ -129,12 +130,12 @@ mod tests {
 
     fn err_at(result: Result<impl fmt::Debug, TopologyError>) -> (usize, usize, String) {
         match result.unwrap_err() {
-            TopologyError::Parse {
+            TopologyError::File(FileError::Parse {
                 line,
                 column,
                 message,
                 ..
-            } => (line, column, message),
+            }) => (line, column, message),
             other => panic!("not a parse error: {other}"),
         }
     }

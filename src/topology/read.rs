@@ -13,7 +13,7 @@ use super::model::{
 };
 use super::parse::{parse_error, parse_list, parse_numbers, parse_one, parse_size};
 use crate::cpuset::CpuSet;
-use crate::sysroot::{self, SysRoot};
+use crate::sysroot::{self, FileError, SysRoot};
 
 impl Topology {
     /// Reads the topology from the sysfs root of `root`.
@@ -532,17 +532,16 @@ impl<'a> Reader<'a> {
     pub(super) fn names(&self, dir: &Path) -> Result<Vec<String>, TopologyError> {
         sysroot::list_dir(dir)
             .map(Option::unwrap_or_default)
-            .map_err(|source| TopologyError::Read {
-                path: dir.to_path_buf(),
-                source,
+            .map_err(|source| {
+                TopologyError::File(FileError::Read {
+                    path: dir.to_path_buf(),
+                    source,
+                })
             })
     }
 
     pub(super) fn text(&self, path: &Path) -> Result<Option<String>, TopologyError> {
-        sysroot::read_optional(path).map_err(|source| TopologyError::Read {
-            path: path.to_path_buf(),
-            source,
-        })
+        Ok(sysroot::read_optional_file(path)?)
     }
 
     fn list(&self, path: &Path) -> Result<Option<CpuSet>, TopologyError> {

@@ -203,18 +203,9 @@ impl Connector {
             if std::time::Instant::now() >= deadline {
                 return Err(WatchError::ConnectorSilent { timeout });
             }
-            // SAFETY: receiving into our own buffer.
-            let n = unsafe {
-                libc::recv(
-                    conn.fd.as_raw_fd(),
-                    conn.buf.as_mut_ptr() as *mut libc::c_void,
-                    conn.buf.len(),
-                    0,
-                )
-            };
-            if n < 0 {
-                let e = std::io::Error::last_os_error();
-                match e.raw_os_error() {
+            let n = match conn.recv_datagram() {
+                Ok(n) => n,
+                Err(e) => match e.raw_os_error() {
                     Some(libc::EAGAIN) => return Err(WatchError::ConnectorSilent { timeout }),
                     Some(libc::EINTR) | Some(libc::ENOBUFS) => continue,
                     _ => {
@@ -223,10 +214,10 @@ impl Connector {
                             source: e,
                         })
                     }
-                }
-            }
+                },
+            };
             let mut acked = None;
-            for item in NetlinkMessageIter::new(&conn.buf, n as usize) {
+            for item in NetlinkMessageIter::new(&conn.buf, n) {
                 match item {
                     Ok(Some(ProcEvent::Unknown { what: 0, raw_data })) if raw_data.len() >= 4 => {
                         let err = i32::from_ne_bytes(raw_data[..4].try_into().unwrap_or([0; 4]));
@@ -294,30 +285,23 @@ impl Connector {
         for m in self.early.drain(..) {
             push(m, 0);
         }
-        // SAFETY: receiving into our own buffer.
-        let n = unsafe {
-            libc::recv(
-                self.fd.as_raw_fd(),
-                self.buf.as_mut_ptr() as *mut libc::c_void,
-                self.buf.len(),
-                0,
-            )
-        };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            return match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(count),
-                Some(libc::ENOBUFS) => {
-                    push(ProcMsg::Overrun, 0);
-                    Ok(count)
+        let n = match self.recv_datagram() {
+            Ok(n) => n,
+            Err(e) => {
+                return match e.raw_os_error() {
+                    Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(count),
+                    Some(libc::ENOBUFS) => {
+                        push(ProcMsg::Overrun, 0);
+                        Ok(count)
+                    }
+                    _ => Err(WatchError::Connector {
+                        what: "recv",
+                        source: e,
+                    }),
                 }
-                _ => Err(WatchError::Connector {
-                    what: "recv",
-                    source: e,
-                }),
-            };
-        }
-        for item in NetlinkMessageIter::new(&self.buf, n as usize) {
+            }
+        };
+        for item in NetlinkMessageIter::new(&self.buf, n) {
             match item {
                 Ok(Some(ev)) => {
                     let ts = timestamp(&ev);
@@ -331,6 +315,20 @@ impl Connector {
             }
         }
         Ok(count)
+    }
+
+    /// Receives one datagram into the buffer; its length, or the errno as an error.
+    fn recv_datagram(&mut self) -> std::io::Result<usize> {
+        // SAFETY: receiving into our own buffer, whose pointer and length are passed.
+        let n = unsafe {
+            libc::recv(
+                self.fd.as_raw_fd(),
+                self.buf.as_mut_ptr() as *mut libc::c_void,
+                self.buf.len(),
+                0,
+            )
+        };
+        usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
     }
 }
 

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use pinnerd::fingerprint::Fingerprint;
-use pinnerd::sysroot::SysRoot;
+use pinnerd::sysroot::{FileError, SysRoot};
 use pinnerd::topology::{Topology, TopologyError};
 
 use super::topology::{assert_consistent, copy_tree, fixture, read_fixture, set};
@@ -18,9 +18,9 @@ fn a_malformed_file_is_an_error_naming_file_line_and_column() {
         .join("sys/devices/system/cpu/cpu5/topology/core_cpus_list");
     std::fs::write(&bad, "5,1x3\n").unwrap();
     match Topology::discover(&SysRoot::machine(dir.path())).unwrap_err() {
-        TopologyError::Parse {
+        TopologyError::File(FileError::Parse {
             path, line, column, ..
-        } => {
+        }) => {
             assert_eq!(path, bad);
             assert_eq!((line, column), (1, 3));
         }

@@ -355,6 +355,7 @@ fn levels(tree: &Tree, cpus: &[u32]) -> Vec<Vec<CpuSet>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpuset::set;
     use crate::matrix::LatencyMatrix;
     use crate::measure::simulate::Simulated;
 
@@ -372,10 +373,6 @@ mod tests {
                 250.0
             }
         })
-    }
-
-    fn set(s: &str) -> CpuSet {
-        s.parse().unwrap()
     }
 
     #[test]
@@ -453,20 +450,16 @@ mod tests {
                 seed,
                 ..cfg.clone()
             };
-            let ok = run_sparse(
-                &m.cpus,
-                Some(&right),
-                &mut Simulated::new(&m, 0.0, seed),
-                &cfg,
-            )
-            .unwrap();
-            let bad = run_sparse(
-                &m.cpus,
-                Some(&wrong),
-                &mut Simulated::new(&m, 0.0, seed),
-                &cfg,
-            )
-            .unwrap();
+            let with_prior = |prior: &[Vec<CpuSet>]| {
+                run_sparse(
+                    &m.cpus,
+                    Some(prior),
+                    &mut Simulated::new(&m, 0.0, seed),
+                    &cfg,
+                )
+                .unwrap()
+            };
+            let (ok, bad) = (with_prior(&right), with_prior(&wrong));
             assert!(ok.used_prior && bad.used_prior);
             assert_eq!(within_10(&m, &ok), 1.0, "seed {seed}");
             assert!(

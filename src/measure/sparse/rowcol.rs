@@ -52,32 +52,12 @@ impl RowCol {
             .map(|&(i, j, v)| (i, j, v.max(1e-3).ln()))
             .collect();
         for _ in 0..12 {
-            let mut sum: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
-            for &(i, j, v) in &logs {
-                let e = sum.entry(i).or_default();
-                e.0 += v - fit.col[&j];
-                e.1 += 1;
-            }
-            if sum.len() != rows.len() {
-                return None;
-            }
-            fit.row = sum
-                .into_iter()
-                .map(|(i, (s, c))| (i, s / c as f64))
-                .collect();
-            let mut sum: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
-            for &(i, j, v) in &logs {
-                let e = sum.entry(j).or_default();
-                e.0 += v - fit.row[&i];
-                e.1 += 1;
-            }
-            if sum.len() != cols.len() {
-                return None;
-            }
-            fit.col = sum
-                .into_iter()
-                .map(|(j, (s, c))| (j, s / c as f64))
-                .collect();
+            fit.row = side_means(logs.iter().copied(), &fit.col, rows.len())?;
+            fit.col = side_means(
+                logs.iter().map(|&(i, j, v)| (j, i, v)),
+                &fit.row,
+                cols.len(),
+            )?;
         }
         Some(fit)
     }
@@ -94,6 +74,27 @@ impl RowCol {
             .map(|&(i, j, _)| (i.min(j), i.max(j)))
             .collect()
     }
+}
+
+/// One half-step of the alternating fit: per CPU of one side, the mean of its figures
+/// (`(this side, other side, ln figure)`) less the other side's factors; `None` unless
+/// all `want` CPUs of this side have a figure.
+fn side_means(
+    logs: impl Iterator<Item = (usize, usize, f64)>,
+    other: &BTreeMap<usize, f64>,
+    want: usize,
+) -> Option<BTreeMap<usize, f64>> {
+    let mut sum: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
+    for (k, o, v) in logs {
+        let e = sum.entry(k).or_default();
+        e.0 += v - other[&o];
+        e.1 += 1;
+    }
+    (sum.len() == want).then(|| {
+        sum.into_iter()
+            .map(|(k, (s, c))| (k, s / c as f64))
+            .collect()
+    })
 }
 
 #[cfg(test)]
