@@ -49,7 +49,7 @@ fn plan_pid(args: &PlanArgs, pid: u32) -> anyhow::Result<PidPlan> {
         ..SysRoot::default()
     });
     let snap = procs
-        .snapshot(pid as i32)
+        .snapshot(pid as i32, true)
         .with_context(|| format!("pid {pid}: no such process"))?;
     if snap.kernel_thread {
         bail!(

@@ -482,10 +482,7 @@ impl Manager {
     /// Pins process `pid` at run time, without a rule, to `cpus` (see
     /// [`Plan::pin`](crate::plan::Plan::pin) for choosing them).
     pub fn pin(&mut self, pid: i32, cpus: &CpuSet) -> Result<Vec<Change>, ManagerError> {
-        let snap = self
-            .procs
-            .snapshot(pid)
-            .ok_or(ManagerError::NoProcess { pid })?;
+        let snap = self.process(pid).ok_or(ManagerError::NoProcess { pid })?;
         if snap.kernel_thread {
             return Err(ManagerError::KernelThread { pid });
         }

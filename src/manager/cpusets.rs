@@ -156,7 +156,7 @@ impl Manager {
             return;
         }
         for pid in awaiting {
-            match self.procs.snapshot(pid) {
+            match self.process(pid) {
                 Some(snap) => self.consider_snapshot(snap, None, out),
                 None => self.forget(pid, out),
             }

@@ -62,7 +62,7 @@ use crate::cpuset::CpuSet;
 use crate::plan::{Cpus, Plan, PlanState};
 use crate::rules::{Rule, RuleSet, ThreadPlacement};
 use crate::sysroot::SysRoot;
-use crate::watch::{ProcMsg, ProcSource};
+use crate::watch::{ProcMsg, ProcSource, ProcessSnapshot};
 
 /// What to do when someone else changes the mask of a task we manage.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -464,6 +464,13 @@ impl Manager {
     /// The plan being applied.
     pub fn plan(&self) -> &Plan {
         &self.plan
+    }
+
+    /// A full snapshot of process `pid`, with its command line only when a rule matches
+    /// on command lines: reading one takes the process's memory-map lock, and the loop
+    /// must not wait on a process whose map is busy (its pages being moved, say).
+    fn process(&self, pid: i32) -> Option<ProcessSnapshot> {
+        self.procs.snapshot(pid, self.plan.rules().reads_cmdline())
     }
 
     pub fn managed_processes(&self) -> usize {

@@ -85,15 +85,14 @@ impl Manager {
     /// The real uid of process `pid` (the owner the kernel checks affinity calls
     /// against); `None` when there is no such process.
     pub fn owner(&self, pid: i32) -> Option<u32> {
-        self.procs.snapshot(pid).map(|s| s.info.uid)
+        self.process(pid).map(|s| s.info.uid)
     }
 
     /// Whether `caller_uid` sees where process `pid`'s memory is: root and the owner of
     /// a user process (the same callers who see its whole explanation); never for a
     /// kernel thread, which has no memory of its own.
     pub fn shows_memory(&self, pid: i32, caller_uid: u32) -> bool {
-        self.procs
-            .snapshot(pid)
+        self.process(pid)
             .is_some_and(|s| !s.kernel_thread && (caller_uid == 0 || s.info.uid == caller_uid))
     }
 
@@ -103,8 +102,7 @@ impl Manager {
     pub fn shows_all_to(&self, pid: i32, caller_uid: u32) -> bool {
         caller_uid == 0
             || self
-                .procs
-                .snapshot(pid)
+                .process(pid)
                 .is_some_and(|s| s.info.uid == caller_uid && !s.kernel_thread)
     }
 
@@ -116,7 +114,7 @@ impl Manager {
         if caller_uid == 0 {
             return self.explain(pid);
         }
-        let Some(snap) = self.procs.snapshot(pid) else {
+        let Some(snap) = self.process(pid) else {
             return format!("pid {pid}: no such process\n");
         };
         if snap.info.uid == caller_uid && !snap.kernel_thread {
@@ -139,7 +137,7 @@ impl Manager {
     /// the plan of the winning rule and each thread's outcome.
     pub fn explain(&self, pid: i32) -> String {
         use std::fmt::Write;
-        let Some(snap) = self.procs.snapshot(pid) else {
+        let Some(snap) = self.process(pid) else {
             return format!("pid {pid}: no such process\n");
         };
         let mut s = String::new();

@@ -115,7 +115,7 @@ impl Manager {
                 return;
             }
         }
-        let Some(snap) = self.procs.snapshot(pid) else {
+        let Some(snap) = self.process(pid) else {
             if managed {
                 self.forget(pid, out);
             }
@@ -381,7 +381,7 @@ impl Manager {
     pub(super) fn reevaluate_managed(&mut self, out: &mut Vec<Change>) {
         let pids: Vec<i32> = self.managed.keys().copied().collect();
         for pid in pids {
-            match self.procs.snapshot(pid) {
+            match self.process(pid) {
                 Some(snap) => {
                     if let Some(m) = self.managed.get_mut(&pid) {
                         // New CPUs: every thread is re-applied (the kernel widened
@@ -433,12 +433,12 @@ impl Manager {
                 // have changed without an exec (which renames it).
                 Some(true) => self.refresh_managed(e.pid, e.num_threads, out),
                 Some(false) => {
-                    if let Some(snap) = self.procs.snapshot(e.pid) {
+                    if let Some(snap) = self.process(e.pid) {
                         self.consider_snapshot(snap, None, out);
                     }
                 }
                 None if self.may_match(&e.comm) => {
-                    if let Some(snap) = self.procs.snapshot(e.pid) {
+                    if let Some(snap) = self.process(e.pid) {
                         self.consider_snapshot(snap, None, out);
                     }
                 }

@@ -251,6 +251,8 @@ pub struct RuleSet {
     /// Sorted: priority descending, then name ascending.
     rules: Vec<Arc<Rule>>,
     index: CommIndex,
+    /// Whether a rule matches on the command line (see [`RuleSet::reads_cmdline`]).
+    reads_cmdline: bool,
 }
 
 /// The first pass: which rules can match a process, from its `comm` alone. Literal
@@ -324,7 +326,18 @@ impl RuleSet {
                 index.no_comm.dedup();
             }
         }
-        RuleSet { rules, index }
+        let reads_cmdline = rules.iter().any(|r| r.matcher.cmdline.is_some());
+        RuleSet {
+            rules,
+            index,
+            reads_cmdline,
+        }
+    }
+
+    /// Whether matching needs processes' command lines: some rule has a `cmdline` key.
+    /// Without one nothing reads them (see [`crate::watch::ProcSource::snapshot`]).
+    pub fn reads_cmdline(&self) -> bool {
+        self.reads_cmdline
     }
 
     /// Rules in precedence order.

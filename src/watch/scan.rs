@@ -46,8 +46,11 @@ pub trait ProcSource {
     fn list(&self) -> Vec<ProcEntry>;
     /// The cheap entry of one process; `None` when it is gone.
     fn entry(&self, pid: i32) -> Option<ProcEntry>;
-    /// A full snapshot of one process; `None` when it is gone.
-    fn snapshot(&self, pid: i32) -> Option<ProcessSnapshot>;
+    /// A full snapshot of one process; `None` when it is gone. Its command line is read
+    /// only with `cmdline` (else left empty): reading it takes the process's memory-map
+    /// lock, which a process whose map is busy (a page migration, a large unmap) holds
+    /// for as long as that lasts, so the daemon reads it only when a rule matches on it.
+    fn snapshot(&self, pid: i32, cmdline: bool) -> Option<ProcessSnapshot>;
     /// The comm of one thread; `None` when it is gone.
     fn thread_comm(&self, pid: i32, tid: Tid) -> Option<String>;
     /// The thread ids of one process (a directory listing, no per-thread reads);
@@ -239,12 +242,16 @@ impl ProcSource for ProcFs {
         self.entry_with(pid, &mut String::with_capacity(512))
     }
 
-    fn snapshot(&self, pid: i32) -> Option<ProcessSnapshot> {
+    fn snapshot(&self, pid: i32, cmdline: bool) -> Option<ProcessSnapshot> {
         let entry = self.entry(pid)?;
         let process =
             procfs::process::Process::new_with_root(self.root.proc_path(pid.to_string())).ok()?;
         let exe = process.exe().ok();
-        let cmdline = process.cmdline().unwrap_or_default();
+        let cmdline = if cmdline {
+            process.cmdline().unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         let uid = self.real_uid(pid)?;
         let cgroup = self.cgroup(pid);
         let mut threads = Vec::new();
@@ -299,6 +306,8 @@ pub struct FakeProcs {
     procs: std::sync::Mutex<std::collections::BTreeMap<i32, ProcessSnapshot>>,
     reads: std::sync::atomic::AtomicUsize,
     snapshots: std::sync::atomic::AtomicUsize,
+    /// Snapshots taken with the command line.
+    cmdlines: std::sync::atomic::AtomicUsize,
     /// pid → its cgroup cpuset, for the processes given one.
     cpusets: std::sync::Mutex<std::collections::BTreeMap<i32, CpuSet>>,
     /// pid → its resident bytes per node, for the processes given some.
@@ -328,6 +337,18 @@ impl FakeProcs {
     /// How many full snapshots were taken.
     pub fn snapshots(&self) -> usize {
         self.snapshots.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many of them read the command line.
+    pub fn cmdlines(&self) -> usize {
+        self.cmdlines.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Gives process `pid` the command line `args`.
+    pub fn set_cmdline(&self, pid: i32, args: &[&str]) {
+        if let Some(s) = self.lock().get_mut(&pid) {
+            s.info.cmdline = args.iter().map(|a| a.to_string()).collect();
+        }
     }
 
     /// Adds or replaces process `pid` with `comm`, threads `(tid, comm)` (the main
@@ -450,10 +471,17 @@ impl ProcSource for FakeProcs {
         self.read().get(&pid).map(entry_of)
     }
 
-    fn snapshot(&self, pid: i32) -> Option<ProcessSnapshot> {
+    fn snapshot(&self, pid: i32, cmdline: bool) -> Option<ProcessSnapshot> {
         self.snapshots
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.read().get(&pid).cloned()
+        let mut s = self.read().get(&pid).cloned()?;
+        if cmdline {
+            self.cmdlines
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            s.info.cmdline.clear();
+        }
+        Some(s)
     }
 
     fn tasks(&self, pid: i32) -> Option<Vec<Tid>> {
@@ -575,10 +603,30 @@ mod tests {
         assert_eq!(list[3].num_threads, 1);
     }
 
+    /// Without `cmdline` the command line is not opened at all: here it is a FIFO, which
+    /// would block a reader as a process whose memory map is held blocks one.
+    #[test]
+    fn a_snapshot_without_the_command_line_never_opens_it() {
+        let (d, fs) = fixture();
+        let cmdline = d.path().join("4242/cmdline");
+        std::fs::remove_file(&cmdline).unwrap();
+        nix::unistd::mkfifo(&cmdline, nix::sys::stat::Mode::S_IRUSR).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = fs.clone();
+        std::thread::spawn(move || tx.send(reader.snapshot(4242, false)).unwrap());
+        let s = rx
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .expect("the snapshot opened the command line")
+            .unwrap();
+        assert!(s.info.cmdline.is_empty(), "{:?}", s.info.cmdline);
+        assert_eq!((s.info.uid, s.start_time), (1000, 900));
+        assert_eq!(s.info.threads.len(), 2);
+    }
+
     #[test]
     fn a_snapshot_has_threads_uid_cmdline_and_cgroup() {
         let (_d, fs) = fixture();
-        let s = fs.snapshot(4242).unwrap();
+        let s = fs.snapshot(4242, true).unwrap();
         assert_eq!(s.start_time, 900);
         assert_eq!(s.info.uid, 1000);
         assert_eq!(s.info.cmdline, vec!["md feed (x)", "--venue=X"]);
@@ -590,7 +638,7 @@ mod tests {
             .map(|t| (t.tid, t.comm.as_str()))
             .collect();
         assert_eq!(t, vec![(4242, "md feed (x)"), (4243, "rx-0")]);
-        assert!(fs.snapshot(999).is_none());
+        assert!(fs.snapshot(999, true).is_none());
         assert_eq!(fs.thread_comm(4242, 4243).as_deref(), Some("rx-0"));
         let mut tids = fs.tasks(4242).unwrap();
         tids.sort_unstable();
@@ -619,7 +667,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert_eq!(procfs.entry(pid), None);
-        assert_eq!(procfs.snapshot(pid), None);
+        assert_eq!(procfs.snapshot(pid, true), None);
         assert!(procfs.list().iter().all(|e| e.pid != pid));
         child.wait().unwrap();
     }

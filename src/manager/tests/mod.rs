@@ -89,6 +89,42 @@ comm = "feed*"
 cpus = "2-3"
 "#;
 
+/// Command lines are read only while a rule matches on one: reading one takes the
+/// process's memory-map lock, which a process whose pages are being moved holds.
+#[test]
+fn command_lines_are_read_only_while_a_rule_matches_on_one() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[]);
+    t.process(200, "feed", 1, &[]);
+    t.procs.set_cmdline(100, &["feed", "--venue=X"]);
+    t.ev(new_rules(rules(FEED)));
+    assert_eq!(t.ops.mask(100), Some(set("2-3")));
+    assert_eq!(t.ops.mask(200), Some(set("2-3")));
+    assert!(t.procs.snapshots() >= 2);
+    assert_eq!(t.procs.cmdlines(), 0);
+    t.assert_explains(100, "feed");
+    assert_eq!(t.procs.cmdlines(), 0);
+
+    let venue = FEED.replace(
+        "comm = \"feed*\"",
+        "comm = \"feed*\"\ncmdline = \"--venue=X\"",
+    );
+    t.ev(new_rules(rules(&venue)));
+    assert!(t.procs.cmdlines() >= 2);
+    assert_eq!(t.ops.mask(100), Some(set("2-3")));
+    assert_eq!(
+        t.ops.mask(200),
+        Some(set("0-7")),
+        "no --venue=X: given back"
+    );
+
+    t.ev(new_rules(rules(FEED)));
+    let read = t.procs.cmdlines();
+    t.ev(Input::Rescan);
+    t.assert_explains(200, "feed");
+    assert_eq!(t.procs.cmdlines(), read);
+}
+
 #[test]
 fn a_matched_process_has_every_thread_pinned_and_new_threads_follow() {
     let mut t = rig(ManagerConfig::default());
