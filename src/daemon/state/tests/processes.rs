@@ -1,0 +1,209 @@
+//! Processes as their owners see them: run-time pins by an owner, where memory is shown,
+//! and memory that follows its CPUs one job at a time.
+
+use super::*;
+
+#[test]
+fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
+    use crate::api::PlaceSpec;
+    let (mut s, _d, _job) = started(Timing::default());
+    let child = Sleeper::spawn("sleep");
+    let pid = child.pid();
+    assert_eq!(s.command(Command::Owner { pid }).unwrap(), Reply::Owner(0));
+    let place = PlaceSpec::Request(count_request(1));
+    let pin = Command::PinWith {
+        pid,
+        place: place.clone(),
+        follow: false,
+    };
+    // Authorized for uid 1000's process, but it is root's now: nothing is pinned.
+    match s.command(Command::AsOwner {
+        uid: 1000,
+        command: Box::new(pin.clone()),
+    }) {
+        Err(e @ CommandError::NotOwner { uid: 1000, .. }) => {
+            assert_eq!(
+                e.to_string(),
+                format!("pid {pid}: not a process of uid 1000")
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        s.command(Command::ListManaged).unwrap(),
+        Reply::Managed(vec![])
+    );
+    let Ok(Reply::Cpus(cpus)) = s.command(Command::AsOwner {
+        uid: 0,
+        command: Box::new(pin),
+    }) else {
+        panic!("the owner's pin")
+    };
+    assert_eq!(cpus.len(), 1);
+    let Reply::Managed(list) = s.command(Command::ListManaged).unwrap() else {
+        panic!()
+    };
+    assert!(
+        list.iter().any(|e| e.pid == pid && e.rule == "(runtime)"),
+        "{list:?}"
+    );
+    match s.command(Command::PlanWith {
+        place: PlaceSpec::Rule("nope".into()),
+    }) {
+        Err(CommandError::NoRule(m)) => assert_eq!(m, "no loaded rule is named \"nope\""),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        s.command(Command::AsOwner {
+            uid: 0,
+            command: Box::new(Command::Metrics)
+        }),
+        Err(CommandError::InvalidArgs(_))
+    ));
+    assert!(matches!(
+        s.command(Command::Owner { pid: 0 }),
+        Err(CommandError::NoSuchProcess(0))
+    ));
+}
+
+#[test]
+fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
+    let (mut s, _d, _job) = started(Timing::default());
+    let child = Sleeper::spawn("sleep");
+    let pid = child.pid();
+    let one_node = s.topology.as_ref().unwrap().nodes.len() <= 1;
+    let Reply::Explained { text: why, .. } =
+        s.command(Command::Explain { pid, caller_uid: 0 }).unwrap()
+    else {
+        panic!()
+    };
+    let Reply::Json(mem) = s.command(Command::Memory { pid, caller_uid: 0 }).unwrap() else {
+        panic!()
+    };
+    if one_node {
+        assert!(why.contains("memory: one node"), "{why}");
+        assert_eq!(mem, serde_json::json!({"one_node": true, "nodes": []}));
+    } else {
+        assert!(why.contains(" resident — node "), "{why}");
+        assert!(mem["total_bytes"].as_u64().unwrap() > 0, "{mem}");
+    }
+    // Another user sees its rule and CPUs only: no memory.
+    let Reply::Explained { text: why, .. } = s
+        .command(Command::Explain {
+            pid,
+            caller_uid: 1000,
+        })
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert!(!why.contains("memory"), "{why}");
+    assert_eq!(
+        s.command(Command::Memory {
+            pid,
+            caller_uid: 1000
+        })
+        .unwrap(),
+        Reply::Json(serde_json::Value::Null)
+    );
+    // Once it has exited and been reaped, it is no such process.
+    drop(child);
+    assert!(matches!(
+        s.command(Command::Memory { pid, caller_uid: 0 }),
+        Err(CommandError::NoSuchProcess(p)) if p == pid
+    ));
+}
+
+#[test]
+fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
+    use crate::api::PlaceSpec;
+    use crate::memory::follow::{Finished, Outcome};
+    use std::collections::BTreeSet;
+    let (mut s, _d, _job) = started(Timing::default());
+    // Two nodes: even CPUs on node 0, odd on node 1.
+    let fixture = SysRoot::machine(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-e5620"),
+    );
+    s.topology = Some(Topology::discover(&fixture).unwrap());
+    s.settings.memory.follow_interval = crate::settings::HumanDuration(Duration::from_secs(300));
+    let child = Sleeper::spawn("sleep");
+    let pid = child.pid();
+    let pin = |s: &mut State, cpu: &str| {
+        let place = PlaceSpec::Request(PlacementRequest {
+            target: CpuTarget::Cpus(cpu.parse().unwrap()),
+            within: None,
+            policy: Policy::Compact,
+            smt: SmtPolicy::Allow,
+            exclusive: false,
+            shape: Default::default(),
+        });
+        s.command(Command::PinWith {
+            pid,
+            place,
+            follow: true,
+        })
+        .unwrap();
+        s.take_actions()
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Follow(j) => Some((j.pid, j.target.clone())),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+    };
+    // Pinned to CPU 1 (node 1): one job, towards node 1.
+    assert_eq!(pin(&mut s, "1"), vec![(pid as i32, BTreeSet::from([1]))]);
+    // While it runs, no second one.
+    s.sync_memory(Instant::now());
+    assert!(s.take_actions().is_empty());
+    let explain = |s: &mut State| match s.command(Command::Explain { pid, caller_uid: 0 }) {
+        Ok(Reply::Explained { text, .. }) => text,
+        other => panic!("{other:?}"),
+    };
+    assert!(explain(&mut s).contains("memory follow: moving its memory to node 1 now"));
+    let done = Instant::now();
+    s.handle(Event::Followed(Box::new(Finished {
+        pid: pid as i32,
+        target: BTreeSet::from([1]),
+        outcome: Outcome::Moved {
+            from: BTreeSet::from([0]),
+            to: BTreeSet::from([1]),
+            moved: 1 << 30,
+            left: 0,
+            pages_left: 0,
+            took: Duration::from_millis(500),
+        },
+        at: done,
+    })));
+    let why = explain(&mut s);
+    assert!(
+        why.contains("memory follow: moved 1.0 GiB from node 0 to node 1 in 0.5 s"),
+        "{why}"
+    );
+    let Reply::Text(metrics) = s.command(Command::Metrics).unwrap() else {
+        panic!()
+    };
+    assert!(
+        metrics.contains("pinnerd_memory_migrations_total{outcome=\"moved\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("pinnerd_memory_moved_bytes_total 1073741824\n"));
+    // Its CPUs move to node 0 within the interval: it waits, and says so.
+    assert!(pin(&mut s, "0").is_empty());
+    let why = explain(&mut s);
+    assert!(
+        why.contains("memory follow: its CPUs are on node 0 now; moving there in "),
+        "{why}"
+    );
+    // Once the interval has passed, the next job starts.
+    s.sync_memory(done + Duration::from_secs(301));
+    let next: Vec<_> = s
+        .take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Follow(j) => Some(j.target.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(next, vec![BTreeSet::from([0])]);
+}
