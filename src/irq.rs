@@ -14,12 +14,13 @@
 //! IRQ's old mask back only while it still has the mask pinnerd set (someone else's
 //! later change is left alone).
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
+use crate::infile::{self, InError, Links};
 use crate::sysroot::SysRoot;
 
 /// File name of the IRQ journal under the runtime directory.
@@ -256,29 +257,28 @@ impl Journal {
 
     /// What a previous run left: empty when there is no journal.
     pub fn load(&self) -> Result<Vec<Moved>, IrqError> {
-        let f = match std::fs::File::open(&self.path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(source) => {
+        // As the restore journal is read: a regular file only (a FIFO put here would
+        // block the open), never through a symlink, and bounded.
+        let opened = infile::open_regular(&self.path, Links::Refuse)
+            .and_then(|(file, md)| infile::read_text(file, md.len(), MAX_JOURNAL_SIZE));
+        let text = match opened {
+            Ok(text) => text,
+            Err(InError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Vec::new())
+            }
+            Err(InError::Io(source)) => {
                 return Err(IrqError::Read {
                     path: self.path.clone(),
                     source,
                 })
             }
+            Err(e) => {
+                return Err(IrqError::Corrupt {
+                    path: self.path.clone(),
+                    message: e.to_string(),
+                })
+            }
         };
-        let mut text = String::new();
-        f.take(MAX_JOURNAL_SIZE + 1)
-            .read_to_string(&mut text)
-            .map_err(|source| IrqError::Read {
-                path: self.path.clone(),
-                source,
-            })?;
-        if text.len() as u64 > MAX_JOURNAL_SIZE {
-            return Err(IrqError::Corrupt {
-                path: self.path.clone(),
-                message: format!("larger than {MAX_JOURNAL_SIZE} bytes"),
-            });
-        }
         serde_json::from_str(&text).map_err(|e| IrqError::Corrupt {
             path: self.path.clone(),
             message: e.to_string(),
@@ -436,6 +436,39 @@ mod tests {
             e.starts_with(&format!("{}: corrupt IRQ journal", j.path().display())),
             "{e}"
         );
+    }
+
+    /// A FIFO, a symlink or an oversized file where the journal should be is a corrupt
+    /// journal, found out without blocking on the open or reading past the bound.
+    #[test]
+    fn a_journal_that_is_not_a_small_regular_file_is_corrupt_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::new(dir.path());
+        let load = |j: &Journal| {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let j = Journal::new(j.path().parent().unwrap());
+            std::thread::spawn(move || tx.send(j.load().map_err(|e| e.to_string())).unwrap());
+            rx.recv_timeout(std::time::Duration::from_secs(20))
+                .expect("loading the journal blocked")
+        };
+        nix::unistd::mkfifo(j.path(), nix::sys::stat::Mode::S_IRUSR).unwrap();
+        let e = load(&j).unwrap_err();
+        assert!(
+            e.contains("corrupt IRQ journal: not a regular file but a FIFO"),
+            "{e}"
+        );
+        std::fs::remove_file(j.path()).unwrap();
+
+        let real = dir.path().join("elsewhere.json");
+        std::fs::write(&real, "[]").unwrap();
+        std::os::unix::fs::symlink(&real, j.path()).unwrap();
+        let e = load(&j).unwrap_err();
+        assert!(e.contains("corrupt IRQ journal"), "{e}");
+        std::fs::remove_file(j.path()).unwrap();
+
+        std::fs::write(j.path(), vec![b' '; MAX_JOURNAL_SIZE as usize + 1]).unwrap();
+        let e = load(&j).unwrap_err();
+        assert!(e.contains("over the"), "{e}");
     }
 
     /// The real kernel (root): every IRQ touching the last online CPU is moved off it,

@@ -127,9 +127,7 @@ pub fn fill(stored: &LatencyMatrix, cells: &[(u32, u32, Option<f64>)]) -> Latenc
 mod tests {
     use super::*;
 
-    fn cpus(s: &str) -> CpuSet {
-        s.parse().unwrap()
-    }
+    use crate::cpuset::set;
 
     /// Cell value from the CPU ids, so any cell can be checked.
     fn value(a: u32, b: u32) -> f64 {
@@ -137,7 +135,7 @@ mod tests {
     }
 
     fn over(list: &str) -> LatencyMatrix {
-        let ids: Vec<u32> = cpus(list).iter().collect();
+        let ids: Vec<u32> = set(list).iter().collect();
         let mut m = LatencyMatrix::from_fn(ids.clone(), |i, j| value(ids[i], ids[j]));
         m.fingerprint = Some("fp".into());
         m
@@ -146,34 +144,34 @@ mod tests {
     #[test]
     fn a_cpu_that_went_offline_and_came_back_needs_nothing_measured() {
         let stored = over("0-7");
-        let c = cover(&stored, &cpus("0-2,4-7"));
+        let c = cover(&stored, &set("0-2,4-7"));
         assert!(c.missing.is_empty());
         let m = c.matrix.unwrap();
         assert_eq!(m.cpus, vec![0, 1, 2, 4, 5, 6, 7]);
         assert_eq!(m.between(2, 4), Some(value(2, 4)));
         assert_eq!(m.fingerprint.as_deref(), Some("fp"));
         m.validate().unwrap();
-        let back = cover(&stored, &cpus("0-7")).matrix.unwrap();
+        let back = cover(&stored, &set("0-7")).matrix.unwrap();
         assert_eq!(back, stored);
     }
 
     #[test]
     fn only_pairs_with_a_new_cpu_are_missing() {
         let stored = over("0-3");
-        let c = cover(&stored, &cpus("0-3,6"));
+        let c = cover(&stored, &set("0-3,6"));
         assert_eq!(c.matrix, None);
         assert_eq!(c.missing, vec![(0, 6), (1, 6), (2, 6), (3, 6)]);
         // A hole inside the matrix counts too.
         let mut holed = stored.clone();
         holed.latency_ns[1][2] = None;
         holed.latency_ns[2][1] = None;
-        assert_eq!(cover(&holed, &cpus("0-3")).missing, vec![(1, 2)]);
+        assert_eq!(cover(&holed, &set("0-3")).missing, vec![(1, 2)]);
     }
 
     #[test]
     fn filling_the_missing_pairs_completes_the_matrix_and_keeps_the_old_cells() {
         let stored = over("0-3");
-        let missing = cover(&stored, &cpus("0-3,6")).missing;
+        let missing = cover(&stored, &set("0-3,6")).missing;
         let cells: Vec<_> = missing
             .iter()
             .map(|&(a, b)| (a, b, Some(value(a, b))))
@@ -185,7 +183,7 @@ mod tests {
         let mut partial = cells.clone();
         partial[0].2 = None;
         let filled = fill(&stored, &partial);
-        assert_eq!(cover(&filled, &cpus("0-3,6")).missing, vec![(0, 6)]);
+        assert_eq!(cover(&filled, &set("0-3,6")).missing, vec![(0, 6)]);
     }
 
     #[test]

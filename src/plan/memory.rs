@@ -187,9 +187,7 @@ mod tests {
     use crate::plan::{Cpus, Cpusets, Plan, PlanState};
     use crate::rules::{compile_text, LoadPolicy, RuleSet};
 
-    fn set(s: &str) -> CpuSet {
-        s.parse().unwrap()
-    }
+    use crate::cpuset::set;
 
     /// Two nodes, 0-3 and 4-7: `inner0` ns between CPUs of node 0, `inner1` of node 1,
     /// 120 ns across.

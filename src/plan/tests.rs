@@ -5,9 +5,7 @@ use super::*;
 use crate::matrix::LatencyMatrix;
 use crate::rules::{compile_text, LoadPolicy};
 
-pub(crate) fn set(s: &str) -> CpuSet {
-    s.parse().unwrap()
-}
+pub(crate) use crate::cpuset::set;
 
 /// The rules of `text`, compiled without checking users or files.
 pub(crate) fn rules(text: &str) -> RuleSet {

@@ -361,9 +361,7 @@ mod tests {
     use super::*;
     use page::boundaries;
 
-    fn cs(s: &str) -> CpuSet {
-        s.parse().unwrap()
-    }
+    use crate::cpuset::set;
 
     #[test]
     fn escaping_covers_markup_and_quotes() {
@@ -376,19 +374,19 @@ mod tests {
     #[test]
     fn levels_are_ordered_merged_and_single_groups_dropped() {
         let levels = tidy_levels(vec![
-            ("smt".into(), vec![cs("0,2"), cs("1,3")]),
-            ("package".into(), vec![cs("0-3")]),
-            ("llc".into(), vec![cs("1,3"), cs("0,2")]),
+            ("smt".into(), vec![set("0,2"), set("1,3")]),
+            ("package".into(), vec![set("0-3")]),
+            ("llc".into(), vec![set("1,3"), set("0,2")]),
         ]);
         assert_eq!(
             levels,
-            vec![("smt = llc".to_string(), vec![cs("0,2"), cs("1,3")])]
+            vec![("smt = llc".to_string(), vec![set("0,2"), set("1,3")])]
         );
     }
 
     #[test]
     fn a_groups_line_names_the_first_groups_and_counts_them_all() {
-        let groups = vec![cs("0-1"), cs("2-3"), cs("4-5")];
+        let groups = vec![set("0-1"), set("2-3"), set("4-5")];
         assert_eq!(groups_line(&groups, 3), "0-1 | 2-3 | 4-5");
         assert_eq!(groups_line(&groups, 2), "0-1 | 2-3 … (3 groups)");
         assert_eq!(groups_line(&[], 2), "");
@@ -399,13 +397,13 @@ mod tests {
         // Two LLCs of two cores; 10 ns inside a core, 30 inside an LLC, 100 across.
         let m = LatencyMatrix::nested(8, &[10.0, 30.0, 100.0]);
         let levels = tidy_levels(vec![
-            ("llc".into(), vec![cs("0-3"), cs("4-7")]),
+            ("llc".into(), vec![set("0-3"), set("4-7")]),
             (
                 "core".into(),
-                vec![cs("0-1"), cs("2-3"), cs("4-5"), cs("6-7")],
+                vec![set("0-1"), set("2-3"), set("4-5"), set("6-7")],
             ),
         ]);
-        let b = topo_boxes("machine".into(), &cs("0-7"), &levels, Some(&m));
+        let b = topo_boxes("machine".into(), &set("0-7"), &levels, Some(&m));
         assert_eq!(b.latency_ns, Some(100.0));
         assert_eq!(b.children.len(), 2);
         assert_eq!(b.children[1].label, "llc 1");
@@ -414,7 +412,7 @@ mod tests {
         assert_eq!(b.children[1].children[0].latency_ns, Some(10.0));
         assert_eq!(b.children[1].children[0].children[1].label, "CPU 5");
         // A level that does not split a box names it instead of nesting.
-        let one = topo_boxes("machine".into(), &cs("0-1"), &levels, Some(&m));
+        let one = topo_boxes("machine".into(), &set("0-1"), &levels, Some(&m));
         assert_eq!(one.label, "machine · llc 0 · core 0");
         assert_eq!(one.children.len(), 2);
     }
@@ -439,7 +437,7 @@ mod tests {
         assert_eq!(groups[&0], groups[&6]);
         assert_ne!(groups[&0], groups[&1]);
         let levels: Vec<(String, Vec<CpuSet>)> =
-            vec![("llc".into(), vec![cs("0,2,4,6"), cs("1,3,5,7")])];
+            vec![("llc".into(), vec![set("0,2,4,6"), set("1,3,5,7")])];
         assert_eq!(boundaries(&domain_order(&d), &levels), vec![(4, 1)]);
         let r = reordered(&m, &domain_order(&d));
         assert_eq!(r.cpus, vec![0, 2, 4, 6, 1, 3, 5, 7]);

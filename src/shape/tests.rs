@@ -38,9 +38,7 @@ fn compact(
     )
 }
 
-fn set(s: &str) -> CpuSet {
-    s.parse().unwrap()
-}
+use crate::cpuset::set;
 
 fn req(count: usize, policy: Policy, smt: SmtPolicy) -> Request {
     Request {

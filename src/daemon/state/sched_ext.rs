@@ -194,9 +194,7 @@ mod tests {
         }
     }
 
-    fn set(s: &str) -> CpuSet {
-        s.parse().unwrap()
-    }
+    use crate::cpuset::set;
 
     #[test]
     fn the_scheduler_is_seen_at_start_and_when_it_stops() {
