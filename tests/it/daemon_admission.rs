@@ -6,23 +6,33 @@ use std::process::{Command, Output};
 
 use super::daemon::*;
 
+/// Each mutating method called as uid 65534, which must fail: the method and its error.
+fn mutations_as_nobody(bus: &Bus) -> Vec<(&'static str, String)> {
+    let calls: [(&str, &[&str]); 4] = [
+        ("Remeasure", &[]),
+        ("Reload", &[]),
+        ("PinProcess", &["uuss", "1", "1", "compact", "allow"]),
+        ("ReleaseProcess", &["u", "1"]),
+    ];
+    calls
+        .into_iter()
+        .map(|(method, args)| {
+            let mut a = vec!["call", NAME, PATH, IFACE, method];
+            a.extend_from_slice(args);
+            let out = bus.busctl_as_nobody(&a);
+            assert!(!out.status.success(), "{method} allowed for nobody");
+            (method, stderr_of(&out))
+        })
+        .collect()
+}
+
 #[test]
 fn unprivileged_mutations_pass_the_policy_and_the_daemon_refuses_them_without_polkit() {
     let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
-    for (method, args) in [
-        ("Remeasure", vec![]),
-        ("Reload", vec![]),
-        ("PinProcess", vec!["uuss", "1", "1", "compact", "allow"]),
-        ("ReleaseProcess", vec!["u", "1"]),
-    ] {
-        let mut a = vec!["call", NAME, PATH, IFACE, method];
-        a.extend(args.iter().copied());
-        let out = bus.busctl_as_nobody(&a);
-        assert!(!out.status.success(), "{method} allowed for nobody");
-        let err = stderr_of(&out);
+    for (method, err) in mutations_as_nobody(&bus) {
         // The bus lets the call through; the daemon, finding no polkit to ask, allows
         // root only.
         assert!(
@@ -62,17 +72,7 @@ fn with_an_open_bus_the_daemon_still_refuses_unprivileged_mutations() {
     let bus = Bus::start(Policy::AllowAll);
     let dirs = Dirs::new();
     let _d = Daemon::start(&bus, &dirs);
-    for (method, args) in [
-        ("Remeasure", vec![]),
-        ("Reload", vec![]),
-        ("PinProcess", vec!["uuss", "1", "1", "compact", "allow"]),
-        ("ReleaseProcess", vec!["u", "1"]),
-    ] {
-        let mut a = vec!["call", NAME, PATH, IFACE, method];
-        a.extend(args.iter().copied());
-        let out = bus.busctl_as_nobody(&a);
-        assert!(!out.status.success(), "{method} allowed for nobody");
-        let err = stderr_of(&out);
+    for (method, err) in mutations_as_nobody(&bus) {
         assert!(
             err.contains(&format!("{method} requires root (caller uid 65534)")),
             "{method}: {err}"
