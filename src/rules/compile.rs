@@ -13,10 +13,9 @@ use regex::{Regex, RegexBuilder};
 use toml::Spanned;
 
 use super::error::{echo, LineIndex, Location, RuleError, RuleErrorKind};
-use super::format::{MatchSpec, OneOrMany, PlaceSpec, RuleFile, ThreadSpec, UserSpec};
+use super::format::{MatchSpec, OneOrMany, PlaceKeys, RuleFile, ThreadSpec, UserSpec};
 use crate::cpuset::CpuSet;
-use crate::placement::{Policy, Prefer, Shape, SmtPolicy};
-use crate::topology::CoreType;
+use crate::placement::{Policy, Shape, SmtPolicy};
 
 /// The longest name the kernel keeps in `comm` (TASK_COMM_LEN - 1).
 pub const COMM_MAX: usize = 15;
@@ -318,14 +317,10 @@ pub fn compile_file(
         if spec.place.is_none() && spec.threads.is_empty() {
             cx.err(&rule_span, RuleErrorKind::NoPlacement { name: echo(name) });
         }
-        let place = spec.place.as_ref().and_then(|p| {
-            place_request(
-                &mut cx,
-                "[rule.place]",
-                &p.get_ref().as_fields(),
-                Some(&p.span()),
-            )
-        });
+        let place = spec
+            .place
+            .as_ref()
+            .and_then(|p| place_request(&mut cx, "[rule.place]", p.get_ref().keys(), p.span()));
         let mut threads = Vec::new();
         for t in &spec.threads {
             if let Some(tr) = compile_thread(&mut cx, t.get_ref()) {
@@ -507,42 +502,13 @@ fn globs(
     })
 }
 
-/// The placement keys shared by `[rule.place]` and `[[rule.threads]]`.
-struct PlaceFields<'a> {
-    span: Option<Range<usize>>,
-    cpus: &'a Option<Spanned<CpuSet>>,
-    count: &'a Option<Spanned<u32>>,
-    within: &'a Option<Spanned<CpuSet>>,
-    policy: &'a Option<Spanned<Policy>>,
-    smt: &'a Option<Spanned<SmtPolicy>>,
-    exclusive: &'a Option<Spanned<bool>>,
-    core_type: &'a Option<Spanned<CoreType>>,
-    prefer: &'a Option<Spanned<Prefer>>,
-    near: &'a Option<Spanned<String>>,
-}
-
-impl PlaceSpec {
-    fn as_fields(&self) -> PlaceFields<'_> {
-        PlaceFields {
-            span: None,
-            cpus: &self.cpus,
-            count: &self.count,
-            within: &self.within,
-            policy: &self.policy,
-            smt: &self.smt,
-            exclusive: &self.exclusive,
-            core_type: &self.core_type,
-            prefer: &self.prefer,
-            near: &self.near,
-        }
-    }
-}
-
+/// The request a table's placement keys make, or `None` with the errors said;
+/// `table_span` is where a table with neither `cpus` nor `count` is pointed at.
 fn place_request(
     cx: &mut Ctx<'_>,
     section: &'static str,
-    f: &PlaceFields<'_>,
-    fallback_span: Option<&Range<usize>>,
+    f: PlaceKeys<'_>,
+    table_span: Range<usize>,
 ) -> Option<PlacementRequest> {
     let target = match (f.cpus, f.count) {
         (Some(cpus), Some(_)) => {
@@ -612,12 +578,7 @@ fn place_request(
             CpuTarget::Count(*count.get_ref())
         }
         (None, None) => {
-            let span = f
-                .span
-                .clone()
-                .or_else(|| fallback_span.cloned())
-                .unwrap_or(0..0);
-            cx.err(&span, RuleErrorKind::NoCpusNorCount { section });
+            cx.err(&table_span, RuleErrorKind::NoCpusNorCount { section });
             return None;
         }
     };
@@ -647,19 +608,7 @@ fn place_request(
 fn compile_thread(cx: &mut Ctx<'_>, t: &ThreadSpec) -> Option<ThreadRule> {
     let section = "[[rule.threads]]";
     let comm = globs(cx, "threads.comm", &t.comm, true);
-    let fields = PlaceFields {
-        span: Some(t.comm.span()),
-        cpus: &t.cpus,
-        count: &t.count,
-        within: &t.within,
-        policy: &t.policy,
-        smt: &t.smt,
-        exclusive: &t.exclusive,
-        core_type: &t.core_type,
-        prefer: &t.prefer,
-        near: &t.near,
-    };
-    let request = place_request(cx, section, &fields, None);
+    let request = place_request(cx, section, t.keys(), t.comm.span());
     if let (Some(shared), Some(_)) = (&t.shared, &t.cpus) {
         cx.err(
             &shared.span(),

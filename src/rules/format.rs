@@ -86,68 +86,124 @@ pub struct MatchSpec {
     pub unit: Option<Spanned<OneOrMany<String>>>,
 }
 
-/// `[rule.place]`: explicit `cpus`, or `count` CPUs chosen by `policy` and `smt`,
-/// shaped by `core-type`, `prefer` and `near`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PlaceSpec {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<Spanned<CpuSet>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub count: Option<Spanned<u32>>,
-    /// With `count`: choose only among these CPUs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub within: Option<Spanned<CpuSet>>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "opt_word"
-    )]
-    pub policy: Option<Spanned<Policy>>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "opt_word"
-    )]
-    pub smt: Option<Spanned<SmtPolicy>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exclusive: Option<Spanned<bool>>,
-    /// With `count`: only CPUs of this kind (`performance` or `efficiency`).
-    #[serde(
-        rename = "core-type",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "opt_word"
-    )]
-    pub core_type: Option<Spanned<CoreType>>,
-    /// With `count`: favour the cache group with the most L3 per core, or the highest
-    /// preferred-core ranking.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "opt_word"
-    )]
-    pub prefer: Option<Spanned<Prefer>>,
-    /// With `count`: near this device (interface, PCI address, block device, /dev path).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub near: Option<Spanned<String>>,
-    /// The whole rule is latency-critical: measurements never spin on the CPUs its
-    /// managed threads hold (see `measure::around`). Default `false`.
-    #[serde(
-        default,
-        rename = "latency-critical",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub latency_critical: Option<Spanned<bool>>,
-    /// `"away"`: while the rule holds its CPUs, every movable IRQ is moved off them (see
-    /// `irq`); `"leave"` (default): interrupts are not touched.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub irqs: Option<Spanned<Irqs>>,
-    /// `"follow"`: once the process's threads run inside fewer NUMA nodes than the
-    /// machine has, its memory outside them is moved in (see `memory::follow`);
-    /// `"leave"` (default): memory is not moved.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub memory: Option<Spanned<Memory>>,
+/// Declares a table that takes the placement keys `[rule.place]` and `[[rule.threads]]`
+/// share (`cpus`, `count`, `within`, `policy`, `smt`, `exclusive`, `core-type`, `prefer`,
+/// `near`) between its own keys before and after the `..`, and its `keys()`: a view of
+/// those shared keys. One list, so that the two tables cannot drift apart; not
+/// `#[serde(flatten)]`, which would drop `deny_unknown_fields` and the spans.
+macro_rules! placement_table {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$head_meta:meta])* pub $head:ident: $head_type:ty, )*
+            ..
+            $( $(#[$tail_meta:meta])* pub $tail:ident: $tail_type:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        pub struct $name {
+            $( $(#[$head_meta])* pub $head: $head_type, )*
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub cpus: Option<Spanned<CpuSet>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub count: Option<Spanned<u32>>,
+            /// With `count`: choose only among these CPUs.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub within: Option<Spanned<CpuSet>>,
+            #[serde(
+                default,
+                skip_serializing_if = "Option::is_none",
+                deserialize_with = "opt_word"
+            )]
+            pub policy: Option<Spanned<Policy>>,
+            #[serde(
+                default,
+                skip_serializing_if = "Option::is_none",
+                deserialize_with = "opt_word"
+            )]
+            pub smt: Option<Spanned<SmtPolicy>>,
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub exclusive: Option<Spanned<bool>>,
+            /// With `count`: only CPUs of this kind (`performance` or `efficiency`).
+            #[serde(
+                rename = "core-type",
+                default,
+                skip_serializing_if = "Option::is_none",
+                deserialize_with = "opt_word"
+            )]
+            pub core_type: Option<Spanned<CoreType>>,
+            /// With `count`: favour the cache group with the most L3 per core, or the highest
+            /// preferred-core ranking.
+            #[serde(
+                default,
+                skip_serializing_if = "Option::is_none",
+                deserialize_with = "opt_word"
+            )]
+            pub prefer: Option<Spanned<Prefer>>,
+            /// With `count`: near this device (interface, PCI address, block device, /dev path).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub near: Option<Spanned<String>>,
+            $( $(#[$tail_meta])* pub $tail: $tail_type, )*
+        }
+
+        impl $name {
+            /// The placement keys this table shares with the other.
+            pub fn keys(&self) -> PlaceKeys<'_> {
+                PlaceKeys {
+                    cpus: &self.cpus,
+                    count: &self.count,
+                    within: &self.within,
+                    policy: &self.policy,
+                    smt: &self.smt,
+                    exclusive: &self.exclusive,
+                    core_type: &self.core_type,
+                    prefer: &self.prefer,
+                    near: &self.near,
+                }
+            }
+        }
+    };
+}
+
+/// The placement keys of a `[rule.place]` or `[[rule.threads]]` table, borrowed.
+#[derive(Debug, Clone, Copy)]
+pub struct PlaceKeys<'a> {
+    pub cpus: &'a Option<Spanned<CpuSet>>,
+    pub count: &'a Option<Spanned<u32>>,
+    pub within: &'a Option<Spanned<CpuSet>>,
+    pub policy: &'a Option<Spanned<Policy>>,
+    pub smt: &'a Option<Spanned<SmtPolicy>>,
+    pub exclusive: &'a Option<Spanned<bool>>,
+    pub core_type: &'a Option<Spanned<CoreType>>,
+    pub prefer: &'a Option<Spanned<Prefer>>,
+    pub near: &'a Option<Spanned<String>>,
+}
+
+placement_table! {
+    /// `[rule.place]`: explicit `cpus`, or `count` CPUs chosen by `policy` and `smt`,
+    /// shaped by `core-type`, `prefer` and `near`.
+    #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct PlaceSpec {
+        ..
+        /// The whole rule is latency-critical: measurements never spin on the CPUs its
+        /// managed threads hold (see `measure::around`). Default `false`.
+        #[serde(
+            default,
+            rename = "latency-critical",
+            skip_serializing_if = "Option::is_none"
+        )]
+        pub latency_critical: Option<Spanned<bool>>,
+        /// `"away"`: while the rule holds its CPUs, every movable IRQ is moved off them (see
+        /// `irq`); `"leave"` (default): interrupts are not touched.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub irqs: Option<Spanned<Irqs>>,
+        /// `"follow"`: once the process's threads run inside fewer NUMA nodes than the
+        /// machine has, its memory outside them is moved in (see `memory::follow`);
+        /// `"leave"` (default): memory is not moved.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub memory: Option<Spanned<Memory>>,
+    }
 }
 
 /// `memory` in `[rule.place]`.
@@ -168,56 +224,19 @@ pub enum Irqs {
     Away,
 }
 
-/// `[[rule.threads]]`: a placement for the threads whose name matches `comm`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ThreadSpec {
-    /// Glob(s) on `/proc/PID/task/TID/comm`.
-    pub comm: Spanned<OneOrMany<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cpus: Option<Spanned<CpuSet>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub count: Option<Spanned<u32>>,
-    /// With `count`: choose only among these CPUs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub within: Option<Spanned<CpuSet>>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "opt_word"
-    )]
-    pub policy: Option<Spanned<Policy>>,
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "opt_word"
-    )]
-    pub smt: Option<Spanned<SmtPolicy>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub exclusive: Option<Spanned<bool>>,
-    /// With `count`: only CPUs of this kind (`performance` or `efficiency`).
-    #[serde(
-        rename = "core-type",
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "opt_word"
-    )]
-    pub core_type: Option<Spanned<CoreType>>,
-    /// With `count`: favour the cache group with the most L3 per core, or the highest
-    /// preferred-core ranking.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        deserialize_with = "opt_word"
-    )]
-    pub prefer: Option<Spanned<Prefer>>,
-    /// With `count`: near this device (interface, PCI address, block device, /dev path).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub near: Option<Spanned<String>>,
-    /// With `count`: `false` (default) gives each matching thread its own `count` CPUs;
-    /// `true` puts all matching threads together on one set of `count` CPUs.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub shared: Option<Spanned<bool>>,
+placement_table! {
+    /// `[[rule.threads]]`: a placement for the threads whose name matches `comm`.
+    #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub struct ThreadSpec {
+        /// Glob(s) on `/proc/PID/task/TID/comm`.
+        pub comm: Spanned<OneOrMany<String>>,
+        ..
+        /// With `count`: `false` (default) gives each matching thread its own `count` CPUs;
+        /// `true` puts all matching threads together on one set of `count` CPUs.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        pub shared: Option<Spanned<bool>>,
+    }
 }
 
 /// A user given by name (resolved to a uid at load time) or by uid.
