@@ -477,6 +477,26 @@ impl Engine<'_> {
         spin::open(&gate, 2 * started.len());
         started.into_iter().map(|t| t.join()).collect()
     }
+
+    /// Measures `pairs` (indices into `ids`) one at a time, each in an equal share of
+    /// the time left before `deadline`, and hands each pair's runs to `take` with its
+    /// place in the list. `Ok(false)`: the budget ran out before the last pair.
+    fn one_by_one(
+        &self,
+        pairs: &[(usize, usize)],
+        ids: &[u32],
+        deadline: Instant,
+        mut take: impl FnMut(usize, (usize, usize), Vec<spin::PairRun>),
+    ) -> Result<bool, MeasureError> {
+        for (k, &(i, j)) in pairs.iter().enumerate() {
+            let left = (pairs.len() - k) as u32;
+            let Some(until) = share_of(Instant::now(), deadline, left) else {
+                return Ok(false);
+            };
+            take(k, (i, j), self.group(&[(ids[i], ids[j])], until)?);
+        }
+        Ok(true)
+    }
 }
 
 /// Measures the matrix of `cfg.cpus`. See [`run_detailed`] for the report.
@@ -588,31 +608,20 @@ pub fn run_detailed(
         if ambiguous.is_empty() {
             break;
         }
-        for (k, &p) in ambiguous.iter().enumerate() {
-            let left = (ambiguous.len() - k) as u32;
-            let Some(until) = share_of(Instant::now(), deadline, left) else {
-                budget_ran_out = true;
-                break;
-            };
-            let runs = engine.group(&to_ids(&[p]), until)?;
+        let finished = engine.one_by_one(&ambiguous, &ids, deadline, |k, p, runs| {
             for run in runs {
                 acc.get_mut(&p).expect("every pair has an entry").add(run);
             }
             report(Phase::Pass(pass), k + 1, ambiguous.len());
-        }
+        })?;
+        budget_ran_out |= !finished;
     }
 
     // The serial cross-check of a parallel run.
     let mut cross_check = Vec::new();
     if cfg.mode == Mode::Rounds && cfg.serial_check > 0 {
         let sample = schedule::sample(&pairs, cfg.serial_check);
-        for (k, &p) in sample.iter().enumerate() {
-            let left = (sample.len() - k) as u32;
-            let Some(until) = share_of(Instant::now(), deadline, left) else {
-                budget_ran_out = true;
-                break;
-            };
-            let runs = engine.group(&to_ids(&[p]), until)?;
+        let finished = engine.one_by_one(&sample, &ids, deadline, |k, p, runs| {
             let rounds_ns = estimator::estimate(&acc[&p].batches);
             let serial_ns = runs.first().and_then(|r| estimator::estimate(&r.batches));
             if let (Some(rounds_ns), Some(serial_ns)) = (rounds_ns, serial_ns) {
@@ -624,7 +633,8 @@ pub fn run_detailed(
                 });
             }
             report(Phase::SerialCheck, k + 1, sample.len());
-        }
+        })?;
+        budget_ran_out |= !finished;
     }
     let stat_after = guard::read_stat(&cfg.root)?;
 
