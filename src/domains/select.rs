@@ -110,11 +110,6 @@ mod tests {
         Topology::discover(&root).expect("fixture topology")
     }
 
-    /// Two clusters by parity, 20 ns inside and 100 ns across.
-    fn parity(cpus: Vec<u32>) -> LatencyMatrix {
-        LatencyMatrix::from_fn(cpus, |i, j| if i % 2 == j % 2 { 20.0 } else { 100.0 })
-    }
-
     /// The Xeon E5620 fixture as measured: siblings i and i+8, sockets by parity.
     fn e5620() -> LatencyMatrix {
         LatencyMatrix::from_fn((0..16).collect(), |i, j| {
@@ -143,7 +138,7 @@ mod tests {
     #[test]
     fn a_misfit_is_refused_used_alone_or_replaced_by_the_topology() {
         let t = fixture("xeon-e5620");
-        let m = parity((0..8).collect());
+        let m = LatencyMatrix::interleaved(8, 20.0, 100.0);
         let e = select(Some(&m), Some(&t), Misfit::Refuse).unwrap_err();
         assert!(
             e.to_string()
@@ -181,7 +176,7 @@ mod tests {
             select(None, None, Misfit::Topology).unwrap_err(),
             SelectError::Nothing
         );
-        let m = parity((0..4).collect());
+        let m = LatencyMatrix::interleaved(4, 20.0, 100.0);
         assert_eq!(
             select(Some(&m), None, Misfit::Refuse).unwrap().trusted,
             Trust::Matrix

@@ -293,6 +293,22 @@ impl LatencyMatrix {
         })
     }
 
+    /// A test machine of CPUs `0..n` in two groups the numbering interleaves, the even
+    /// CPUs and the odd ones: `near` inside a group, `far` across.
+    #[cfg(test)]
+    pub(crate) fn interleaved(n: u32, near: f64, far: f64) -> LatencyMatrix {
+        LatencyMatrix::from_fn(
+            (0..n).collect(),
+            |i, j| {
+                if i % 2 == j % 2 {
+                    near
+                } else {
+                    far
+                }
+            },
+        )
+    }
+
     /// A matrix with the given cells and no metadata.
     pub fn new(cpus: Vec<u32>, latency_ns: Vec<Vec<Option<f64>>>) -> LatencyMatrix {
         LatencyMatrix {

@@ -84,17 +84,7 @@ impl Choose for LowestFirst {
 /// 8 CPUs: {0,2,4,6} and {1,3,5,7} are two clusters (20 ns inside, 100 ns across),
 /// the layout where "CPUs 0,1" is the autopilot mistake.
 fn interleaved() -> Domains {
-    let m = LatencyMatrix::from_fn(
-        (0..8).collect(),
-        |i, j| {
-            if i % 2 == j % 2 {
-                20.0
-            } else {
-                100.0
-            }
-        },
-    );
-    Domains::from_matrix(&m).expect("domains")
+    Domains::from_matrix(&LatencyMatrix::interleaved(8, 20.0, 100.0)).expect("domains")
 }
 
 const PAIR: &str = r#"

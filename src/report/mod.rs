@@ -420,16 +420,7 @@ mod tests {
     #[test]
     fn domain_order_groups_what_the_numbering_interleaves() {
         // CPUs 0,2,4,6 share one LLC and 1,3,5,7 the other (numbering alternates).
-        let m = LatencyMatrix::from_fn(
-            (0..8).collect(),
-            |i, j| {
-                if i % 2 == j % 2 {
-                    20.0
-                } else {
-                    90.0
-                }
-            },
-        );
+        let m = LatencyMatrix::interleaved(8, 20.0, 90.0);
         let d = Domains::from_matrix(&m).unwrap();
         assert_eq!(domain_order(&d), vec![0, 2, 4, 6, 1, 3, 5, 7]);
         let (level, groups) = colour_groups(&d);
