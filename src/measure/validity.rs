@@ -170,6 +170,7 @@ pub(super) fn assess(
     let mut stalled = Vec::new();
     let mut noisy = Vec::new();
     let mut wide = Vec::new();
+    let mut two_speeds = Vec::new();
     let mut unmeasured = 0usize;
     for (&(i, j), a) in acc {
         let (ci, cj) = (ids[i], ids[j]);
@@ -188,8 +189,11 @@ pub(super) fn assess(
         let s =
             estimator::measured_stats(ci, cj, &a.batches, a.switched + a.migrated, a.round_trips)
                 .expect("batches exist");
-        let (p10, p90) = (s.p10_ns, s.p90_ns);
+        let (p10, median, p90) = (s.p10_ns, s.median_ns, s.p90_ns);
         stats.push(s);
+        if est > p10 {
+            two_speeds.push(format!("{ci}–{cj} (p10 {p10:.1}, median {median:.1} ns)"));
+        }
         pass_estimates.insert((ci, cj), a.pass_estimates.clone());
         let dis = a.pass_disagreement();
         if dis > c.repeat_tolerance {
@@ -264,6 +268,24 @@ pub(super) fn assess(
                 .cloned()
                 .collect::<Vec<_>>()
                 .join(", ")
+        ));
+    }
+    if !two_speeds.is_empty() {
+        warnings.push(format!(
+            "{} pair(s) ran at two speeds (median over {} × p10), so their figure is the median, not the fast moments: {}{}",
+            two_speeds.len(),
+            estimator::TWO_SPEEDS,
+            two_speeds
+                .iter()
+                .take(NAMED)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+            if c.hypervisor.is_some() {
+                "; the host probably put both vCPUs of these pairs on one core for a while"
+            } else {
+                "; something changed how these CPUs reach each other while measuring"
+            }
         ));
     }
     if !pin_failures.is_empty() {
@@ -370,6 +392,60 @@ mod tests {
             round_trips: 100,
             ..PairAcc::default()
         }
+    }
+
+    /// As on a 16-vCPU KVM guest whose host moved vCPUs while measuring: some pairs
+    /// answered at L1 speed for a fifth of their batches (both vCPUs on one host core)
+    /// and at 80 ns otherwise. Their fast moments must not become a level of groups.
+    #[test]
+    fn pairs_fast_for_moments_are_figured_at_their_median_and_make_no_level() {
+        let ids: Vec<u32> = (0..8).collect();
+        let two_places = [(1, 2), (1, 6), (2, 6), (3, 7)];
+        let mut acc = BTreeMap::new();
+        for i in 0..8 {
+            for j in i + 1..8 {
+                let base = 80.0 + ((i * 3 + j) % 5) as f64;
+                let batches: Vec<f64> = (0..60)
+                    .map(|k| {
+                        if two_places.contains(&(i, j)) && k % 5 == 0 {
+                            9.7
+                        } else {
+                            base + (k % 4) as f64 * 0.2
+                        }
+                    })
+                    .collect();
+                acc.insert((i, j), acc_with(batches, vec![base, base]));
+            }
+        }
+        let c = Circumstances {
+            hypervisor: Some("hypervisor flag"),
+            steal: &BTreeMap::new(),
+            budget_ran_out: false,
+            budget: Duration::from_secs(2),
+            repeat_tolerance: 0.10,
+            granularity: Duration::from_nanos(20),
+        };
+        let a = assess(&ids, &acc, &c);
+        assert!(
+            a.latency[1][2].is_some_and(|v| v > 80.0),
+            "{:?}",
+            a.latency[1][2]
+        );
+        let all = a.warnings.join("\n");
+        assert!(
+            all.contains("4 pair(s) ran at two speeds (median over 2 × p10), so their figure is the median, not the fast moments: 1–2 (p10 9.7, median 8")
+                && all.contains("the host probably put both vCPUs of these pairs on one core"),
+            "{all}"
+        );
+        let m = crate::matrix::LatencyMatrix::new(ids.clone(), a.latency);
+        let d = crate::domains::Domains::from_matrix(&m).unwrap();
+        assert!(
+            d.levels()
+                .iter()
+                .all(|l| l.groups.len() == 1 || l.groups.iter().all(|g| g.len() == 1)),
+            "{:?}",
+            d.levels()
+        );
     }
 
     #[test]
