@@ -20,12 +20,12 @@ fn sorted(v: &[f64]) -> Vec<f64> {
 }
 
 /// A pair whose median batch costs over this many times its p10 ran at two speeds, and
-/// its p10 is not its cost. Noise on hardware only adds, a few batches at a time, and
-/// lifts the median by a fraction (1.1–1.3x on the noisiest pairs seen). A host that
-/// moves vCPUs can put both of a pair for a while on the two threads of one core, where
-/// they answer at L1 speed: siblings cost under 0.4x the next pairs on every published
-/// matrix, so those batches sit at least 2.5x below the rest, and a p10 taken from them
-/// would make two vCPUs look like siblings that are not.
+/// its p10 is not its cost. Noise only adds, a few batches at a time, and lifts the
+/// median by a fraction. A host that moves vCPUs can put both of a pair for a while on
+/// the two threads of one core, where they answer at L1 speed: siblings cost under 0.4x
+/// the next pairs on every published matrix, so those batches sit at least 2.5x below
+/// the rest, and a p10 taken from them would make two vCPUs look like siblings that are
+/// not. The two kinds of pair, as measured on a guest: `benches/README.md`.
 pub const TWO_SPEEDS: f64 = 2.0;
 
 /// Whether batches with this p10 and median ran at two speeds ([`TWO_SPEEDS`]).
