@@ -385,6 +385,19 @@ mod tests {
         assert!(!mostly_disturbed(1, 5));
     }
 
+    /// A run on hardware that went well: no steal, the budget kept, a fine clock.
+    fn quiet() -> Circumstances<'static> {
+        static NO_STEAL: BTreeMap<u32, u64> = BTreeMap::new();
+        Circumstances {
+            hypervisor: None,
+            steal: &NO_STEAL,
+            budget_ran_out: false,
+            budget: Duration::from_secs(2),
+            repeat_tolerance: 0.10,
+            granularity: Duration::from_nanos(20),
+        }
+    }
+
     fn acc_with(batches: Vec<f64>, passes: Vec<f64>) -> PairAcc {
         PairAcc {
             batches,
@@ -419,11 +432,7 @@ mod tests {
         }
         let c = Circumstances {
             hypervisor: Some("hypervisor flag"),
-            steal: &BTreeMap::new(),
-            budget_ran_out: false,
-            budget: Duration::from_secs(2),
-            repeat_tolerance: 0.10,
-            granularity: Duration::from_nanos(20),
+            ..quiet()
         };
         let a = assess(&ids, &acc, &c);
         assert!(
@@ -487,9 +496,8 @@ mod tests {
             hypervisor: Some("hypervisor flag"),
             steal: &steal,
             budget_ran_out: true,
-            budget: Duration::from_secs(2),
-            repeat_tolerance: 0.10,
             granularity: Duration::from_micros(1),
+            ..quiet()
         };
         let a = assess(&ids, &acc, &c);
         assert_eq!(a.latency[1][0], Some(20.0));
@@ -516,15 +524,7 @@ mod tests {
         // A clean run says only that it is clean.
         let mut clean = BTreeMap::new();
         clean.insert((0, 1), acc_with(steady, vec![20.0, 20.1]));
-        let quiet = Circumstances {
-            hypervisor: None,
-            steal: &BTreeMap::new(),
-            budget_ran_out: false,
-            budget: Duration::from_secs(2),
-            repeat_tolerance: 0.10,
-            granularity: Duration::from_nanos(20),
-        };
-        let a = assess(&[0, 1], &clean, &quiet);
+        let a = assess(&[0, 1], &clean, &quiet());
         assert!(a.warnings.is_empty(), "{:?}", a.warnings);
     }
 }
