@@ -152,6 +152,15 @@ pub(super) struct Assessed {
     pub(super) unstable: Vec<(u32, u32, f64)>,
 }
 
+/// The first [`NAMED`] of `items`, comma-separated, and `…` when there are more.
+fn named(items: &[String]) -> String {
+    let mut list = items[..items.len().min(NAMED)].join(", ");
+    if items.len() > NAMED {
+        list.push_str(", …");
+    }
+    list
+}
+
 /// Turns accumulated pair results into cells and per-pair stats, and says what is wrong
 /// with them: a hypervisor, steal, pairs whose passes disagree, discarded batches, wide
 /// spreads, failed pins, stalls, the budget, a coarse clock. Pure.
@@ -256,18 +265,14 @@ pub(super) fn assess(
             "over {}% of the batches were discarded for {} pair(s) — other work ran on these CPUs: {}",
             100 / DISTURBED_ONE_IN,
             noisy.len(),
-            noisy.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ")
+            named(&noisy)
         ));
     }
     if !wide.is_empty() {
         warnings.push(format!(
             "{} pair(s) have a wide spread (p90 > {WIDE_SPREAD} × p10): {}",
             wide.len(),
-            wide.iter()
-                .take(NAMED)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
+            named(&wide)
         ));
     }
     if !two_speeds.is_empty() {
@@ -275,12 +280,7 @@ pub(super) fn assess(
             "{} pair(s) ran at two speeds (median over {} × p10), so their figure is the median, not the fast moments: {}{}",
             two_speeds.len(),
             estimator::TWO_SPEEDS,
-            two_speeds
-                .iter()
-                .take(NAMED)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", "),
+            named(&two_speeds),
             if c.hypervisor.is_some() {
                 "; the host probably put both vCPUs of these pairs on one core for a while"
             } else {
@@ -299,7 +299,7 @@ pub(super) fn assess(
             "{} pair(s) stalled — a thread did not run for over {:?} (a real-time task or a frozen vCPU) and the pair was given up: {}",
             stalled.len(),
             spin::STALL,
-            stalled.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ")
+            named(&stalled)
         ));
     }
     if c.budget_ran_out && unmeasured > 0 {
@@ -374,6 +374,14 @@ mod tests {
         );
         let w = granularity_warning(Duration::from_nanos(1000), Duration::from_micros(20)).unwrap();
         assert!(w.contains("steps of 1000 ns, 5.0% of a 20 µs batch"), "{w}");
+    }
+
+    #[test]
+    fn a_warning_names_eight_pairs_and_says_there_are_more() {
+        let pairs: Vec<String> = (1..=9).map(|k| format!("0–{k}")).collect();
+        assert_eq!(named(&pairs[..2]), "0–1, 0–2");
+        assert_eq!(named(&pairs[..8]), "0–1, 0–2, 0–3, 0–4, 0–5, 0–6, 0–7, 0–8");
+        assert_eq!(named(&pairs), "0–1, 0–2, 0–3, 0–4, 0–5, 0–6, 0–7, 0–8, …");
     }
 
     #[test]
