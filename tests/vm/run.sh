@@ -1,33 +1,44 @@
 #!/usr/bin/env bash
 # End-to-end test: the Debian package under real systemd in a 2-socket, SMT, 2-node VM.
 #
-#   tests/vm/run.sh            (as root; CONTRIBUTING.md "The end-to-end VM test")
+#   tests/vm/run.sh                              (as root; CONTRIBUTING.md "The end-to-end VM test")
+#   PINNERD_VM_SUITE=bookworm tests/vm/run.sh    (Debian 12 instead of Debian 13)
 #
 # 1. builds the package (cargo deb), unless PINNERD_DEB names a .deb, and runs lintian
 #    on it (tests/lintian.sh: no errors or warnings);
-# 2. builds a Debian rootfs with systemd and dbus (mmdebstrap), cached under
-#    tests/vm/cache/ keyed by its package list;
+# 2. builds a rootfs of the chosen Debian release with systemd and dbus (mmdebstrap),
+#    cached under tests/vm/cache/ keyed by its release and package list;
 # 3. installs the package into a copy of it with dpkg, adds the checks
 #    (tests/vm/guest/), packs it as an initramfs whose /init is systemd;
 # 4. boots it with qemu: 8 vCPUs as 2 sockets x 2 cores x 2 threads, one NUMA node per
-#    socket, a Skylake-Server CPU model (so SMT siblings appear), Debian's kernel;
+#    socket, a Skylake-Server CPU model (so SMT siblings appear), and that release's own
+#    cloud kernel, fetched from Debian's archive whatever release the host runs;
 # 5. reads the checks' results from the VM's second serial port, prints them and exits
 #    non-zero naming every failed check, with the daemon's journal attached.
 #
 # Environment:
+#   PINNERD_VM_SUITE=trixie|bookworm  the Debian release booted: its rootfs and its kernel
+#                             (default trixie, Debian 13, the current stable release)
 #   PINNERD_DEB=FILE          install this .deb instead of building one
+#   PINNERD_VM_PREPARE_ONLY=1 fetch the kernel and build the rootfs into the cache, then
+#                             stop (no package, no boot): .ci/run prepares both releases so
+#                             while the tests build
 #   PINNERD_VM_ACCEL=auto|tcg|kvm   (auto: KVM when a probe boot works, else TCG)
 #   PINNERD_VM_TIMEOUT=SECS   limit for the VM run (default 780)
 #   PINNERD_VM_CACHE=DIR      cache and work directory (default tests/vm/cache)
 #   PINNERD_VM_JOURNAL=always attach the daemon's journal even when every check passed
-#   PINNERD_VM_MIRROR=URL     Debian mirror for mmdebstrap (default: its own default)
+#   PINNERD_VM_CHECKS=a,b,c   run only these checks (while working on them): the others
+#                             are reported SKIP "not selected" and the run still fails
+#                             unless PINNERD_VM_ALLOW_SKIP=1
+#   PINNERD_VM_MIRROR=URL     Debian mirror for the rootfs and the kernel
+#                             (default http://deb.debian.org/debian)
 #   PINNERD_VM_BENCH=memory   run the memory benchmark (tests/vm/guest/bench_memory.py)
 #                             instead of the checks: numactl is added to this run's image
 #                             (not to the cached rootfs), each node gets 2 GiB, and the
 #                             figures are printed and kept in $PINNERD_VM_CACHE/run/bench.txt
 #   PINNERD_VM_BENCH_REPS=N   the benchmark's throughput repetitions per tool (default 5;
 #                             0 runs the event-to-pin part alone)
-# Outputs, kept after the run: $PINNERD_VM_CACHE/run/{console.log,results.log,journal.log}.
+# Outputs, kept after the run: $PINNERD_VM_CACHE/run-SUITE/{console.log,results.log,journal.log}.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -42,7 +53,13 @@ case $bench_reps in '' | *[!0-9]*) echo "PINNERD_VM_BENCH_REPS must be a whole n
 # Memory per NUMA node: the benchmark moves 512 MiB workers between the nodes.
 node_mib=1024
 [ "$bench" = memory ] && node_mib=2048
-suite=bookworm
+suite=${PINNERD_VM_SUITE:-trixie}
+case $suite in
+bookworm) release="Debian 12" other_suite=trixie ;;
+trixie) release="Debian 13" other_suite=bookworm ;;
+*) echo "PINNERD_VM_SUITE must be trixie or bookworm" >&2; exit 2 ;;
+esac
+mirror=${PINNERD_VM_MIRROR:-http://deb.debian.org/debian}
 # What the checks need besides the package: systemd as PID 1, the system bus, busctl
 # (systemd), setpriv and taskset (util-linux), jq for JSON, python3 for the workload,
 # irqbalance for irqs-away-with-irqbalance, polkitd for polkit-own-process.
@@ -67,10 +84,76 @@ missing=()
 for tool in qemu-system-x86_64 mmdebstrap cpio zstd apt-get dpkg-deb lintian; do
     command -v "$tool" >/dev/null || missing+=("$tool")
 done
-[ -n "${PINNERD_DEB:-}" ] || cargo deb --version >/dev/null 2>&1 || missing+=(cargo-deb)
+[ -n "${PINNERD_DEB:-}" ] || [ "${PINNERD_VM_PREPARE_ONLY:-}" = 1 ] || cargo deb --version >/dev/null 2>&1 || missing+=(cargo-deb)
 [ ${#missing[@]} -eq 0 ] || die "missing: ${missing[*]} (apt-get install qemu-system-x86 mmdebstrap cpio zstd lintian; cargo install --locked cargo-deb)"
 
 mkdir -p "$cache"
+
+# ------------------------------------------------------------------ the kernel
+# The release's own cloud kernel: everything the VM needs is built in (serial console,
+# NUMA, CPU hotplug, proc connector, initramfs), so no modules are needed. It is resolved
+# and downloaded through an apt configuration of its own (the release's archive, lists
+# cached beside the rootfs), never the host's sources, which may be another release.
+aptdir=$cache/apt-$suite
+mkdir -p "$aptdir/lists/partial" "$aptdir/archives/partial"
+printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s %s main\n' "$mirror" "$suite" \
+    >"$aptdir/sources.list"
+: >"$aptdir/status"
+apt_private=(
+    -o "Dir::Etc::SourceList=$aptdir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o Dir::Etc::Preferences=/dev/null -o Dir::Etc::PreferencesParts=/dev/null
+    -o "Dir::State::Lists=$aptdir/lists" -o "Dir::State::status=$aptdir/status"
+    -o "Dir::Cache=$aptdir" -o "Dir::Cache::archives=$aptdir/archives"
+    -o Dir::Cache::pkgcache= -o Dir::Cache::srcpkgcache= -o APT::Architecture=amd64
+    -o APT::Architectures::=amd64 -o Debug::NoLocking=1
+)
+resolve_kernel() {
+    apt-cache "${apt_private[@]}" depends linux-image-cloud-amd64 2>/dev/null |
+        awk '/Depends: linux-image-[0-9]/ { print $2; exit }'
+}
+kernel_pkg=$(resolve_kernel) || true
+if [ -z "$kernel_pkg" ]; then
+    apt-get "${apt_private[@]}" update -qq >"$aptdir/update.log" 2>&1 ||
+        { tail -n 20 "$aptdir/update.log" >&2; die "apt-get update for $suite failed (log: $aptdir/update.log)"; }
+    kernel_pkg=$(resolve_kernel) || true
+fi
+[ -n "$kernel_pkg" ] || die "cannot resolve linux-image-cloud-amd64 in $suite"
+kernel=$cache/kernel/$kernel_pkg/vmlinuz
+if [ ! -f "$kernel" ]; then
+    log "downloading $kernel_pkg ($suite)"
+    kdir=$(mktemp -d "$cache/kernel.XXXXXX")
+    (cd "$kdir" && apt-get "${apt_private[@]}" download "$kernel_pkg" >/dev/null 2>&1) ||
+        { apt-get "${apt_private[@]}" update -qq && cd "$kdir" && apt-get "${apt_private[@]}" download "$kernel_pkg" >/dev/null; } ||
+        die "cannot download $kernel_pkg"
+    dpkg-deb --fsys-tarfile "$kdir"/*.deb | tar -x -C "$kdir" ./boot
+    mkdir -p "$(dirname "$kernel")"
+    mv "$kdir"/boot/vmlinuz-* "$kernel"
+    rm -rf "$kdir"
+fi
+log "kernel: $kernel_pkg ($release)"
+
+# ------------------------------------------------------------------ the rootfs (cached)
+key=$(printf '%s\n' "$suite" "$packages" "${dpkgopts[@]}" "${PINNERD_VM_MIRROR:-}" | sha256sum | cut -c1-16)
+rootfs_tar=$cache/rootfs-$suite-$key.tar
+if [ ! -f "$rootfs_tar" ]; then
+    log "building the $suite ($release) rootfs with mmdebstrap ($packages)"
+    mm_args=(--variant=minbase --include="$packages")
+    for o in "${dpkgopts[@]}"; do mm_args+=(--dpkgopt="$o"); done
+    nice -n 10 mmdebstrap "${mm_args[@]}" "$suite" "$cache/rootfs-$suite-$key.tmp.tar" "$mirror" \
+        >"$cache/mmdebstrap.log" 2>&1 ||
+        { tail -n 30 "$cache/mmdebstrap.log" >&2; die "mmdebstrap failed (log: $cache/mmdebstrap.log)"; }
+    mv "$cache/rootfs-$suite-$key.tmp.tar" "$rootfs_tar"
+    # Older images of this release (another package list, or the naming before releases
+    # were told apart) are of no further use; the other release's stays.
+    find "$cache" -maxdepth 1 -name 'rootfs-*.tar' ! -name "rootfs-$suite-$key.tar" \
+        ! -name "rootfs-$other_suite-*.tar" -delete
+fi
+log "rootfs: $rootfs_tar ($release, cached, key $key)"
+
+if [ "${PINNERD_VM_PREPARE_ONLY:-}" = 1 ]; then
+    log "kernel and rootfs of $suite ready; PINNERD_VM_PREPARE_ONLY=1: no package, no boot"
+    exit 0
+fi
 
 # ------------------------------------------------------------------ the package
 if [ -n "${PINNERD_DEB:-}" ]; then
@@ -85,48 +168,8 @@ log "package: $deb"
 log "lintian on the package (tests/lintian.sh)"
 "$repo/tests/lintian.sh" "$deb" >&2 || die "lintian reports errors or warnings on $deb"
 
-# ------------------------------------------------------------------ the kernel
-# Debian's cloud kernel: everything the VM needs is built in (serial console, NUMA, CPU
-# hotplug, proc connector, initramfs), so no modules are needed.
-kernel_pkg=$(apt-cache depends linux-image-cloud-amd64 2>/dev/null |
-    awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
-if [ -z "$kernel_pkg" ]; then
-    apt-get update -qq
-    kernel_pkg=$(apt-cache depends linux-image-cloud-amd64 | awk '/Depends: linux-image-[0-9]/ { print $2; exit }')
-fi
-[ -n "$kernel_pkg" ] || die "cannot resolve linux-image-cloud-amd64"
-kernel=$cache/kernel/$kernel_pkg/vmlinuz
-if [ ! -f "$kernel" ]; then
-    log "downloading $kernel_pkg"
-    kdir=$(mktemp -d "$cache/kernel.XXXXXX")
-    (cd "$kdir" && apt-get download "$kernel_pkg" >/dev/null 2>&1) ||
-        (apt-get update -qq && cd "$kdir" && apt-get download "$kernel_pkg" >/dev/null) ||
-        die "cannot download $kernel_pkg"
-    dpkg-deb --fsys-tarfile "$kdir"/*.deb | tar -x -C "$kdir" ./boot
-    mkdir -p "$(dirname "$kernel")"
-    mv "$kdir"/boot/vmlinuz-* "$kernel"
-    rm -rf "$kdir"
-fi
-log "kernel: $kernel_pkg"
-
-# ------------------------------------------------------------------ the rootfs (cached)
-key=$(printf '%s\n' "$suite" "$packages" "${dpkgopts[@]}" "${PINNERD_VM_MIRROR:-}" | sha256sum | cut -c1-16)
-rootfs_tar=$cache/rootfs-$key.tar
-if [ ! -f "$rootfs_tar" ]; then
-    log "building the $suite rootfs with mmdebstrap ($packages)"
-    mm_args=(--variant=minbase --include="$packages")
-    for o in "${dpkgopts[@]}"; do mm_args+=(--dpkgopt="$o"); done
-    nice -n 10 mmdebstrap "${mm_args[@]}" "$suite" "$cache/rootfs-$key.tmp.tar" ${PINNERD_VM_MIRROR:+"$PINNERD_VM_MIRROR"} \
-        >"$cache/mmdebstrap.log" 2>&1 ||
-        { tail -n 30 "$cache/mmdebstrap.log" >&2; die "mmdebstrap failed (log: $cache/mmdebstrap.log)"; }
-    mv "$cache/rootfs-$key.tmp.tar" "$rootfs_tar"
-    # Older images (another package list) are of no further use.
-    find "$cache" -maxdepth 1 -name 'rootfs-*.tar' ! -name "rootfs-$key.tar" -delete
-fi
-log "rootfs: $rootfs_tar (cached, key $key)"
-
 # ------------------------------------------------------------------ this run's image
-run=$cache/run
+run=$cache/run-$suite
 rm -rf "$run"
 mkdir -p "$run/root"
 root=$run/root
@@ -208,7 +251,11 @@ esac
 
 cmdline="console=ttyS0,115200 panic=-1 loglevel=4 mitigations=off systemd.show_status=auto systemd.log_color=0"
 [ "${PINNERD_VM_JOURNAL:-}" = always ] && cmdline+=" pinnerd_vm.journal=always"
-log "booting ($accel, 8 vCPUs: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes of $node_mib MiB; limit ${vm_timeout}s)"
+if [ -n "${PINNERD_VM_CHECKS:-}" ]; then
+    [[ "$PINNERD_VM_CHECKS" =~ ^[a-z0-9,-]+$ ]] || die "PINNERD_VM_CHECKS is a comma-separated list of check names"
+    cmdline+=" pinnerd_vm.checks=$PINNERD_VM_CHECKS"
+fi
+log "booting $release ($accel, 8 vCPUs: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes of $node_mib MiB; limit ${vm_timeout}s)"
 t_boot=$SECONDS
 set +e
 nice -n 10 timeout "$vm_timeout" qemu-system-x86_64 \
@@ -232,15 +279,20 @@ grep '^PINNERD-VM START ' "$run/results.txt" | sed 's/^PINNERD-VM START /guest: 
 if [ "$bench" = memory ]; then
     grep '^PINNERD-VM BENCH' "$run/results.txt" | sed 's/^PINNERD-VM //' | tee "$run/bench.txt"
 fi
-pass=0 fail=0 failed=()
+pass=0 fail=0 skip=0 failed=() skipped=()
 while read -r _ _ name verdict detail; do
     printf '%-28s %s  %s\n' "$name" "$verdict" "$detail"
-    if [ "$verdict" = PASS ]; then
-        pass=$((pass + 1))
-    else
+    case $verdict in
+    PASS) pass=$((pass + 1)) ;;
+    SKIP)
+        skip=$((skip + 1))
+        skipped+=("$name")
+        ;;
+    *)
         fail=$((fail + 1))
         failed+=("$name")
-    fi
+        ;;
+    esac
 done < <(grep '^PINNERD-VM CHECK ' "$run/results.txt")
 
 status=0
@@ -259,11 +311,20 @@ if [ "$fail" -gt 0 ]; then
     status=1
     echo "FAILED: ${failed[*]}"
 fi
+if [ "$skip" -gt 0 ]; then
+    # A check skipped for a feature this release lacks says so in its line above. Checks
+    # left out by PINNERD_VM_CHECKS fail the run unless that was asked for.
+    echo "skipped on $release: ${skipped[*]}"
+    if [ -n "${PINNERD_VM_CHECKS:-}" ] && [ "${PINNERD_VM_ALLOW_SKIP:-}" != 1 ]; then
+        status=1
+        echo "PINNERD_VM_CHECKS left checks out (PINNERD_VM_ALLOW_SKIP=1 accepts that)"
+    fi
+fi
 if [ -s "$run/journal.log" ] && { [ "$status" != 0 ] || [ "${PINNERD_VM_JOURNAL:-}" = always ]; }; then
     echo "---- pinnerd's status and journal in the VM (last 200 lines; all of it: $run/journal.log)"
     tail -n 200 "$run/journal.log"
     echo "---- end of journal"
 fi
-log "total ${SECONDS}s"
-echo "vm: $pass passed, $fail failed"
+log "total ${SECONDS}s ($release)"
+echo "vm: $pass passed, $fail failed, $skip skipped"
 exit "$status"
