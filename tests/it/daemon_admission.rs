@@ -187,7 +187,14 @@ fn the_unit_verifies_keeps_kernel_tunables_read_only_and_its_exposure_is_at_most
             .map(|p| p.trim_start_matches('-').to_string())
             .collect()
     };
-    let read_only = listed("ReadOnlyPaths=");
+    // A read-only bind mount of a path onto itself is read-only as well (the unit makes
+    // /sys read-only so; see its comment).
+    let mut read_only = listed("ReadOnlyPaths=");
+    read_only.extend(
+        listed("BindReadOnlyPaths=")
+            .into_iter()
+            .filter(|p| !p.contains(':')),
+    );
     let inaccessible = listed("InaccessiblePaths=");
     // What ProtectKernelTunables=yes protects (systemd 252's namespace.c), less /proc/irq.
     for p in [
