@@ -13,6 +13,7 @@ use clap::{Arg, ArgAction, Command, CommandFactory};
 use clap_complete::Shell;
 use clap_mangen::roff::{bold, italic, roman, Inline, Roff};
 
+use super::oneshot::{EXIT_CANNOT_RUN, EXIT_NOT_FOUND};
 use super::{Cli, EXIT_CONFIG};
 
 /// The shells completions are generated for, and where each file is checked in.
@@ -140,10 +141,39 @@ pub fn man_page() -> std::io::Result<String> {
         roff.text([roman(what)]);
     }
     roff.control("SH", ["EXIT STATUS"]);
-    roff.text([roman(format!(
-        "0 on success; {EXIT_CONFIG} when the rules or settings are invalid (for \
-         reload: when the daemon reports rule errors); 1 on any other error."
-    ))]);
+    for (code, what) in [
+        ("0".to_string(), "Success.".to_string()),
+        (
+            "1".to_string(),
+            "Any other error; the message on standard error says which.".to_string(),
+        ),
+        (
+            "2".to_string(),
+            "The command line is wrong: an unknown subcommand or flag, or a missing or \
+             malformed value."
+                .to_string(),
+        ),
+        (
+            EXIT_CONFIG.to_string(),
+            "The rules or settings are invalid (check, the daemon at start; for reload: \
+             the daemon reports rule errors)."
+                .to_string(),
+        ),
+        (
+            EXIT_CANNOT_RUN.to_string(),
+            "run: the command was found but cannot be run.".to_string(),
+        ),
+        (
+            EXIT_NOT_FOUND.to_string(),
+            "run: the command was not found. Otherwise run replaces itself with the \
+             command, whose exit status is then the command's own."
+                .to_string(),
+        ),
+    ] {
+        roff.control("TP", []);
+        roff.text([bold(code)]);
+        roff.text([roman(what)]);
+    }
     roff.control("SH", ["SEE ALSO"]);
     roff.text([
         bold("pinnerd.d"),
@@ -158,7 +188,15 @@ pub fn man_page() -> std::io::Result<String> {
         roman("(5)"),
     ]);
     page.push_str(&roff.to_roff());
-    Ok(page)
+    Ok(ascii_safe(&page))
+}
+
+/// The page with the few non-ASCII characters of the help texts written as groff
+/// understands them in every locale: `man` under `LC_ALL=C` renders with `-Tascii`,
+/// which has no glyph for U+2026 and warns. `\&` keeps a leading "..." from reading as
+/// a request.
+fn ascii_safe(page: &str) -> String {
+    page.replace('…', "\\&...").replace('≈', "\\(~~")
 }
 
 /// `pinnerd sub [OPTIONS] <ARG>…` in bold and italics.

@@ -23,7 +23,12 @@ fn roff(s: &str) -> String {
 
 #[test]
 fn every_page_renders_without_warnings() {
-    for name in ["pinnerd.8", "pinnerd.d.5", "pinnerd.toml.5"] {
+    // In a UTF-8 locale and in the C locale, where man renders with -Tascii and warns
+    // on every character that has no ASCII form.
+    for (name, locale) in ["pinnerd.8", "pinnerd.d.5", "pinnerd.toml.5"]
+        .into_iter()
+        .flat_map(|n| [(n, "C.UTF-8"), (n, "C")])
+    {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("man")
             .join(name);
@@ -32,11 +37,15 @@ fn every_page_renders_without_warnings() {
             .arg(&path)
             .env("MANWIDTH", "80")
             .env("MAN_KEEP_FORMATTING", "0")
+            .env("LC_ALL", locale)
             .output()
             .expect("run man (is man-db installed?)");
         assert!(out.status.success(), "man -l {name}: {out:?}");
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.is_empty(), "man --warnings -l {name}:\n{stderr}");
+        assert!(
+            stderr.is_empty(),
+            "LC_ALL={locale} man --warnings -l {name}:\n{stderr}"
+        );
         // The title line, e.g. `PINNERD.D(5)`, is never bold.
         let (stem, section) = name.rsplit_once('.').unwrap();
         let title = format!("{}({section})", stem.to_uppercase());
@@ -205,4 +214,64 @@ fn pinnerd_toml_5_names_every_settings_key() {
     };
     let n = page_names_every_key("pinnerd.toml.5", &parse);
     assert!(n >= 15, "only {n} settings keys found");
+}
+
+/// The EXIT STATUS section names every status the binary exits with: 2 for a wrong
+/// command line (seen from the binary itself), 3 for invalid rules, and `run`'s 126 and
+/// 127 (seen from the binary too).
+#[test]
+fn pinnerd_8_exit_status_names_every_status_the_binary_gives() {
+    let page = page("pinnerd.8");
+    let start = page
+        .find(".SH \"EXIT STATUS\"")
+        .or_else(|| page.find(".SH EXIT STATUS"))
+        .expect("man/pinnerd.8 has an EXIT STATUS section");
+    let body = &page[start..];
+    let section = &body[..body[4..].find("\n.SH").map_or(body.len(), |i| i + 4)];
+    let documented = |code: i32| section.contains(&format!("\\fB{code}\\fR"));
+    let dir = tempfile::tempdir().unwrap();
+    let not_runnable = dir.path().join("not-runnable");
+    std::fs::write(&not_runnable, "").unwrap();
+    let seen = [
+        super::helper::pinnerd_command()
+            .arg("--no-such-flag")
+            .output()
+            .unwrap(),
+        super::helper::pinnerd_command()
+            .args(["check", "--no-such-flag"])
+            .output()
+            .unwrap(),
+        super::helper::pinnerd_command()
+            .args(["run", "--print-nothing-such"])
+            .output()
+            .unwrap(),
+        super::helper::pinnerd_command()
+            .args(["run", "--", "/nonexistent/pinnerd-test-command"])
+            .output()
+            .unwrap(),
+        super::helper::pinnerd_command()
+            .args(["run", "--"])
+            .arg(&not_runnable)
+            .output()
+            .unwrap(),
+    ];
+    let codes: Vec<i32> = seen.iter().filter_map(|o| o.status.code()).collect();
+    assert!(
+        codes.contains(&2),
+        "no wrong command line gave 2: {codes:?}"
+    );
+    assert!(
+        codes.contains(&127),
+        "a missing command gave no 127: {codes:?}"
+    );
+    assert!(
+        codes.contains(&126),
+        "a file that is not runnable gave no 126: {codes:?}"
+    );
+    for code in codes.iter().copied().chain([0, 1, 3]) {
+        assert!(
+            documented(code),
+            "exit status {code} is not in man/pinnerd.8's EXIT STATUS; regenerate it with:\n    {REGENERATE}\n{section}"
+        );
+    }
 }
