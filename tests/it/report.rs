@@ -487,3 +487,66 @@ fn the_dual_epyc_page_shows_its_sockets_ccxs_and_numa_home_artefact() {
     assert!(k2["worst_latency_ns"].as_f64().unwrap() < 11.0, "{k2}");
     assert!(k2["ratio"].as_f64().unwrap() > 2.0, "{k2}");
 }
+
+#[test]
+fn a_report_directory_another_user_prepared_is_refused_and_no_link_is_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    // As in /tmp: a sticky directory anyone may write in, where root runs
+    // `pinnerd report` with the default `--out` (./pinnerd-report). Another user made
+    // that directory first, with links to a file of root's at the report's names.
+    let top = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = top.path().join("victim");
+    std::fs::write(&victim, "root's\n").unwrap();
+    let out = top.path().join("pinnerd-report");
+    super::metrics::as_nobody("mkdir", &[out.as_os_str()]);
+    for name in ["report.html", "report.json", "matrix.json"] {
+        super::metrics::as_nobody(
+            "ln",
+            &[
+                "-s".as_ref(),
+                victim.as_os_str(),
+                out.join(name).as_os_str(),
+            ],
+        );
+    }
+    let matrix = fixture("c2c-data/nviennot/Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv");
+    let report = || {
+        pinnerd()
+            .current_dir(top.path())
+            .arg("report")
+            .arg("--matrix")
+            .arg(&matrix)
+            .output()
+            .unwrap()
+    };
+    let err = fails(report());
+    assert!(
+        err.contains("pinnerd-report") && err.contains("owned by uid 65534"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
+
+    // Root's directory, but one anyone may write in, is refused as well.
+    std::os::unix::fs::chown(&out, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = fails(report());
+    assert!(
+        err.contains("pinnerd-report") && err.contains("writable by others"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
+
+    // Once it is root's alone, the links left at the names are replaced, not followed.
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755)).unwrap();
+    ok(report());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
+    for name in ["report.html", "report.json"] {
+        let meta = std::fs::symlink_metadata(out.join(name)).unwrap();
+        assert!(meta.is_file(), "{name} is a file of its own");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o644, "{name}");
+    }
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["cpu_order"].as_array().unwrap().len(), 64);
+}
