@@ -54,8 +54,8 @@
 //!   keeps for them, and the latency-critical threads whose waking stops it;
 //!   `measure::plain`: an independent c2clat-style ping-pong to check the engine by
 //! - `metrics`: the daemon's numbers in the Prometheus text format, and the textfile
-//! - `outfile`: an output file replaced whole, no link followed (textfile, `export --out`);
-//!   the journals in the daemon's own runtime directory replaced plainly
+//! - `outfile`: an output file replaced whole, no link followed (textfile, `export --out`,
+//!   `report`); the journals in the daemon's own runtime directory replaced plainly
 //! - `placement`: one request → CPUs (`slots`: a thread entry's CPUs, one set per thread,
 //!   planned together)
 //! - `plan`: every rule's CPUs, as a value (`doubts`: rules that cannot mean what they

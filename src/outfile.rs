@@ -1,11 +1,12 @@
 //! Replacing an output file whole, in a directory someone else may reach.
 //!
-//! The metrics textfile and `export nfd --out` are written by root into directories an
-//! administrator names. The new content goes to a temporary file with an unpredictable
-//! name, created exclusively and never through a link (`O_CREAT|O_EXCL|O_NOFOLLOW`,
-//! relative to the directory's descriptor), and is then renamed over the target: a
-//! reader sees the old file or the new one, and a link planted at either name is
-//! replaced, never followed. A directory writable by others, or owned by a user other
+//! The metrics textfile, `export nfd --out` and `pinnerd report`'s files are written by
+//! root into directories an administrator names (the report's by default into
+//! `./pinnerd-report`, wherever root happens to be, `/tmp` included). The new content
+//! goes to a temporary file with an unpredictable name, created exclusively and never
+//! through a link (`O_CREAT|O_EXCL|O_NOFOLLOW`, relative to the directory's
+//! descriptor), and is then renamed over the target: a reader sees the old file or the
+//! new one, and a link planted at either name is replaced, never followed. A directory writable by others, or owned by a user other
 //! than root and the writer, is refused before anything is written in it.
 //!
 //! Owns: the temporary file and the rename. Must not touch: anything else in the
@@ -13,7 +14,7 @@
 
 use std::io::{Error, ErrorKind, Write as _};
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{Mode, OFlags};
 
@@ -78,42 +79,84 @@ pub fn replace(path: &Path, bytes: &[u8], sync: bool) -> std::io::Result<()> {
             format!("{}: not a file name", path.display()),
         )
     })?;
-    let dirfd = open_dir(dir)?;
-    if let Some(why) = refusal(dir, &dirfd)? {
-        return Err(Error::new(ErrorKind::PermissionDenied, why));
-    }
-    // Hidden and not ending in the target's name, so a collector that reads `*.prom`
-    // never reads a half-written one.
-    let tmp = format!(".{}.tmp-{}", name.to_string_lossy(), random_suffix());
-    let file = rustix::fs::openat(
-        &dirfd,
-        tmp.as_str(),
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o644),
-    )
-    .map_err(|e| {
-        Error::new(
-            Error::from(e).kind(),
-            format!("{}/{tmp}: {e}", dir.display()),
-        )
-    })?;
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::from(file);
-        // The umask may have narrowed the mode; the collector must be able to read it.
-        rustix::fs::fchmod(&f, Mode::from_raw_mode(0o644))?;
-        f.write_all(bytes)?;
-        if sync {
-            f.sync_all()?;
+    OutDir::open(dir)?.replace(name, bytes, sync).map(drop)
+}
+
+/// A directory checked once for several output files (`pinnerd report`'s): opened,
+/// refused when writable by others or owned by another user, then written into
+/// through its descriptor, so the files land in the directory that was checked.
+#[derive(Debug)]
+pub struct OutDir {
+    path: PathBuf,
+    fd: OwnedFd,
+}
+
+impl OutDir {
+    /// Opens `dir` and checks who may write in it. The error names the directory.
+    pub fn open(dir: &Path) -> std::io::Result<OutDir> {
+        let fd = open_dir(dir)?;
+        if let Some(why) = refusal(dir, &fd)? {
+            return Err(Error::new(ErrorKind::PermissionDenied, why));
         }
-        drop(f);
-        rustix::fs::renameat(&dirfd, tmp.as_str(), &dirfd, name)?;
-        Ok(())
-    })();
-    if let Err(e) = result {
-        let _ = rustix::fs::unlinkat(&dirfd, tmp.as_str(), rustix::fs::AtFlags::empty());
-        return Err(Error::new(e.kind(), format!("{}: {e}", path.display())));
+        Ok(OutDir {
+            path: dir.to_path_buf(),
+            fd,
+        })
     }
-    Ok(())
+
+    /// Replaces the file `name` in the directory with `bytes` (mode 0644), as
+    /// [`replace`] does; returns its path. Errors name the file.
+    pub fn replace(
+        &self,
+        name: &std::ffi::OsStr,
+        bytes: &[u8],
+        sync: bool,
+    ) -> std::io::Result<PathBuf> {
+        let (dir, dirfd) = (&self.path, &self.fd);
+        let path = dir.join(name);
+        let mut parts = Path::new(name).components();
+        if !matches!(
+            (parts.next(), parts.next()),
+            (Some(Component::Normal(_)), None)
+        ) {
+            return Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("{}: not a file name", path.display()),
+            ));
+        }
+        // Hidden and not ending in the target's name, so a collector that reads `*.prom`
+        // never reads a half-written one.
+        let tmp = format!(".{}.tmp-{}", name.to_string_lossy(), random_suffix());
+        let file = rustix::fs::openat(
+            dirfd,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(|e| {
+            Error::new(
+                Error::from(e).kind(),
+                format!("{}/{tmp}: {e}", dir.display()),
+            )
+        })?;
+        let result = (|| -> std::io::Result<()> {
+            let mut f = std::fs::File::from(file);
+            // The umask may have narrowed the mode; the collector must be able to read it.
+            rustix::fs::fchmod(&f, Mode::from_raw_mode(0o644))?;
+            f.write_all(bytes)?;
+            if sync {
+                f.sync_all()?;
+            }
+            drop(f);
+            rustix::fs::renameat(dirfd, tmp.as_str(), dirfd, name)?;
+            Ok(())
+        })();
+        if let Err(e) = result {
+            let _ = rustix::fs::unlinkat(dirfd, tmp.as_str(), rustix::fs::AtFlags::empty());
+            return Err(Error::new(e.kind(), format!("{}: {e}", path.display())));
+        }
+        Ok(path)
+    }
 }
 
 /// Replaces `path`, a file in a directory of this process's own (the daemon's runtime

@@ -1,7 +1,8 @@
 //! `pinnerd report`: the machine's map on one page. Gathers the facts (the topology,
 //! the matrix as `plan` finds it, plans for K = 2, 4, 8, with `--compare` the measured
 //! effect) into a [`Report`] and writes `report.json` and `report.html` (drawn by
-//! `crate::report`) into `--out`.
+//! `crate::report`) into `--out`, each replaced whole and never through a link, in a
+//! directory no other user owns or may write in (`crate::outfile`).
 //!
 //! Must not touch: placement or measurement logic (it asks `plan` and `compare`).
 
@@ -84,6 +85,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     }
     std::fs::create_dir_all(&args.out)
         .with_context(|| format!("creating the report directory {}", args.out.display()))?;
+    // Root may run this anywhere (`/tmp`): a directory another user owns or may write
+    // in is refused, and the files never go through a link planted in it.
+    let out_dir = crate::outfile::OutDir::open(&args.out)?;
 
     let machine = match known {
         Some(t) => machine_facts(&g, t, real_sysfs)?,
@@ -181,9 +185,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         quality,
     };
     let write = |name: &str, text: &str| -> anyhow::Result<PathBuf> {
-        let path = args.out.join(name);
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-        Ok(path)
+        Ok(out_dir.replace(name.as_ref(), text.as_bytes(), false)?)
     };
     if let (Source::Measured(_), Some(m)) = (&g.source, &g.matrix) {
         write("matrix.json", &(serde_json::to_string_pretty(m)? + "\n"))?;

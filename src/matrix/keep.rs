@@ -71,6 +71,8 @@ pub fn restrict(m: &LatencyMatrix, cpus: &CpuSet) -> LatencyMatrix {
         .collect();
     out.stats
         .retain(|s| cpus.contains(s.a) && cpus.contains(s.b));
+    // Fewer CPUs, fewer pairs: the sparse counts are those of what is left.
+    out.recount();
     out
 }
 
@@ -92,12 +94,15 @@ pub fn merge(newer: &LatencyMatrix, older: &LatencyMatrix) -> LatencyMatrix {
     let mut stats: Vec<PairStats> = newer.stats.clone();
     stats.extend(older.stats.iter().filter(|s| !has(s)).cloned());
     stats.sort_by_key(|s| (s.a, s.b));
-    LatencyMatrix {
+    let mut out = LatencyMatrix {
         cpus,
         latency_ns,
         stats,
         ..newer.clone()
-    }
+    };
+    // More CPUs, more pairs: sparse counts are those of the union.
+    out.recount();
+    out
 }
 
 /// `stored` with the given cells `(a, b, ns)` added (over the union of CPUs); cells

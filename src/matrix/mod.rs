@@ -139,6 +139,9 @@ struct MatrixFile {
 }
 
 impl From<MatrixFile> for LatencyMatrix {
+    /// The stored counts say only that the matrix is a sparse one: how many pairs are
+    /// measured is read off its cells and statistics ([`LatencyMatrix::recount`]), so
+    /// a damaged file cannot claim more pairs than it has, or fewer than it measured.
     fn from(f: MatrixFile) -> LatencyMatrix {
         let sparse = match (f.pairs_measured, f.pairs_total, f.modelled_seconds) {
             (Some(pairs_measured), Some(pairs_total), Some(modelled_seconds)) => {
@@ -150,7 +153,7 @@ impl From<MatrixFile> for LatencyMatrix {
             }
             _ => None,
         };
-        LatencyMatrix {
+        let mut m = LatencyMatrix {
             cpus: f.cpus,
             latency_ns: f.latency_ns,
             primitive: f.primitive,
@@ -163,7 +166,9 @@ impl From<MatrixFile> for LatencyMatrix {
             sparse,
             warnings: f.warnings,
             kept: f.kept,
-        }
+        };
+        m.recount();
+        m
     }
 }
 
@@ -344,6 +349,47 @@ impl LatencyMatrix {
     /// Latency between two row indices.
     pub fn at(&self, i: usize, j: usize) -> Option<f64> {
         self.latency_ns.get(i)?.get(j).copied().flatten()
+    }
+
+    /// Pairs with a measured figure (a cell whose statistics entry does not say
+    /// `inferred`) and all pairs, `n(n-1)/2`: what the sparse counts must say. Safe on
+    /// a matrix not validated yet (a short row has no figure there).
+    pub fn measured_pairs(&self) -> (usize, usize) {
+        let n = self.cpus.len();
+        let total = n * n.saturating_sub(1) / 2;
+        let row: std::collections::HashMap<u32, usize> =
+            self.cpus.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+        let inferred: std::collections::HashSet<(usize, usize)> = self
+            .stats
+            .iter()
+            .filter(|s| s.inferred)
+            .filter_map(|s| {
+                let (i, j) = (*row.get(&s.a)?, *row.get(&s.b)?);
+                Some((i.min(j), i.max(j)))
+            })
+            .collect();
+        let mut measured = 0;
+        for i in 0..n {
+            for j in i + 1..n {
+                if self.at(i, j).is_some() && !inferred.contains(&(i, j)) {
+                    measured += 1;
+                }
+            }
+        }
+        (measured, total)
+    }
+
+    /// Sets the sparse counts (when there are any) to what the cells and statistics
+    /// say ([`Self::measured_pairs`]), instead of what a file or an earlier matrix said.
+    pub fn recount(&mut self) {
+        if self.sparse.is_none() {
+            return;
+        }
+        let (measured, total) = self.measured_pairs();
+        if let Some(sp) = self.sparse.as_mut() {
+            sp.pairs_measured = measured;
+            sp.pairs_total = total;
+        }
     }
 
     /// Latency between two CPU ids.
@@ -902,5 +948,56 @@ mod tests {
         let partial = old.replacen('{', "{\"pairs_measured\": 2, \"unknown\": [1, 2], ", 1);
         let back = LatencyMatrix::from_json(&partial, p()).unwrap();
         assert_eq!(back.sparse, None);
+    }
+
+    #[test]
+    fn sparse_counts_are_read_off_the_cells_not_taken_from_the_file() {
+        // Three pairs: (0, 1) measured, (1, 2) inferred, (0, 2) without a figure.
+        let mut m = LatencyMatrix::from_fn(vec![0, 1, 2], |_, _| 20.0);
+        m.latency_ns[0][2] = None;
+        m.latency_ns[2][0] = None;
+        m.stats.push(PairStats {
+            a: 2,
+            b: 1,
+            p10_ns: 20.0,
+            median_ns: 20.0,
+            p90_ns: 20.0,
+            samples: 0,
+            discarded: 0,
+            round_trips: 0,
+            inferred: true,
+        });
+        m.sparse = Some(Box::new(SparseCounts {
+            pairs_measured: 1,
+            pairs_total: 3,
+            modelled_seconds: 0.5,
+        }));
+        let text = serde_json::to_string(&m).unwrap();
+        for (measured, total) in [(5, 1), (0, 1), (3, 3), (0, 0)] {
+            let damaged = text
+                .replace(
+                    "\"pairs_measured\":1",
+                    &format!("\"pairs_measured\":{measured}"),
+                )
+                .replace("\"pairs_total\":3", &format!("\"pairs_total\":{total}"));
+            assert!(
+                damaged.contains(&format!("\"pairs_total\":{total}")),
+                "{damaged}"
+            );
+            let back = LatencyMatrix::from_json(&damaged, p()).unwrap();
+            let sp = back.sparse.as_ref().unwrap();
+            assert_eq!(
+                (sp.pairs_measured, sp.pairs_total),
+                (1, 3),
+                "{measured}/{total}"
+            );
+            assert_eq!(back, m);
+            // The same count completion's pending pairs give.
+            assert_eq!(crate::measure::complete::pending(&back).len(), 3 - 1);
+        }
+        // Narrowed to CPUs 0 and 1, the one pair left is measured.
+        let narrowed = keep::restrict(&m, &CpuSet::from_iter([0, 1]));
+        let sp = narrowed.sparse.as_ref().unwrap();
+        assert_eq!((sp.pairs_measured, sp.pairs_total), (1, 1));
     }
 }

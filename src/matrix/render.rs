@@ -1,5 +1,6 @@
 //! Pictures of a latency matrix: a coloured terminal heatmap and an SVG heatmap (the
-//! domains' picture, `domains::picture`, shares its error).
+//! domains' picture, `domains::picture`, shares its error), its cells as rectangles or,
+//! for the report's page, as one embedded image of a pixel per cell.
 //!
 //! Both put CPU ids on both axes and colour each cell on one scale from the matrix's
 //! minimum to its maximum; a pair without a figure is drawn blank (terminal) or grey
@@ -164,8 +165,28 @@ pub fn heatmap_geometry(n: usize) -> HeatmapGeometry {
 
 /// An SVG heatmap: CPU ids on both axes, cells coloured on the viridis scale (dark is
 /// near), values printed inside the cells of small matrices, missing pairs grey, a
-/// colour bar with the range, and a title naming the primitive and the CPU count.
+/// colour bar with the range, and a title naming the primitive and the CPU count. One
+/// rectangle per cell: for the files `measure --svg` and `topology --svg` write.
 pub fn svg_heatmap(m: &LatencyMatrix, title: &str) -> Result<String, SvgError> {
+    draw_heatmap(m, title, Cells::Rects)
+}
+
+/// [`svg_heatmap`] with the cells as one embedded image of a pixel per cell (a PNG in
+/// a `data:` URI, drawn unsmoothed) and the colour bar as another: the size grows with
+/// the cells, not their markup (at most about 1.4 bytes a cell), so a 1,024-CPU
+/// heatmap is at most 1.5 MB and a browser draws it at once. Nothing is fetched.
+pub fn svg_heatmap_embedded(m: &LatencyMatrix, title: &str) -> Result<String, SvgError> {
+    draw_heatmap(m, title, Cells::Image)
+}
+
+/// How [`draw_heatmap`] draws the cells and the colour bar.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cells {
+    Rects,
+    Image,
+}
+
+fn draw_heatmap(m: &LatencyMatrix, title: &str, cells: Cells) -> Result<String, SvgError> {
     let n = m.len().max(1);
     let HeatmapGeometry {
         left,
@@ -175,6 +196,8 @@ pub fn svg_heatmap(m: &LatencyMatrix, title: &str) -> Result<String, SvgError> {
         height,
     } = heatmap_geometry(m.len());
     let (lo, hi) = range(m);
+    let bx = left + cell * n as i32 + 20;
+    let bh = (cell * n as i32).max(60);
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
@@ -202,6 +225,9 @@ pub fn svg_heatmap(m: &LatencyMatrix, title: &str) -> Result<String, SvgError> {
                 ))
                 .map_err(e)?;
             }
+            if cells == Cells::Image && n > SVG_NUMBERS_MAX {
+                continue;
+            }
             for j in 0..m.len() {
                 let x = left + j as i32 * cell;
                 let (fill, value) = match m.at(i, j) {
@@ -212,11 +238,13 @@ pub fn svg_heatmap(m: &LatencyMatrix, title: &str) -> Result<String, SvgError> {
                     None if i == j => (RGBColor(255, 255, 255), None),
                     None => (RGBColor(190, 190, 190), None),
                 };
-                root.draw(&Rectangle::new(
-                    [(x, y), (x + cell, y + cell)],
-                    fill.filled(),
-                ))
-                .map_err(e)?;
+                if cells == Cells::Rects {
+                    root.draw(&Rectangle::new(
+                        [(x, y), (x + cell, y + cell)],
+                        fill.filled(),
+                    ))
+                    .map_err(e)?;
+                }
                 if let (Some(v), true) = (value, n <= SVG_NUMBERS_MAX) {
                     let dark = norm(v, lo, hi) < 0.6;
                     let color = if dark { WHITE } else { BLACK };
@@ -230,15 +258,15 @@ pub fn svg_heatmap(m: &LatencyMatrix, title: &str) -> Result<String, SvgError> {
             }
         }
         // Colour bar: 0 (near) at the top to 1 (far) at the bottom.
-        let bx = left + cell * n as i32 + 20;
-        let bh = (cell * n as i32).max(60);
-        for k in 0..bh {
-            let c = ViridisRGB::get_color(k as f64 / (bh - 1).max(1) as f64);
-            root.draw(&Rectangle::new(
-                [(bx, top + k), (bx + 16, top + k + 1)],
-                c.filled(),
-            ))
-            .map_err(e)?;
+        if cells == Cells::Rects {
+            for k in 0..bh {
+                let c = ViridisRGB::get_color(k as f64 / (bh - 1).max(1) as f64);
+                root.draw(&Rectangle::new(
+                    [(bx, top + k), (bx + 16, top + k + 1)],
+                    c.filled(),
+                ))
+                .map_err(e)?;
+            }
         }
         root.draw(&Text::new(
             format!("{lo:.1} ns"),
@@ -260,7 +288,128 @@ pub fn svg_heatmap(m: &LatencyMatrix, title: &str) -> Result<String, SvgError> {
         .map_err(e)?;
         root.present().map_err(e)?;
     }
+    if cells == Cells::Image {
+        let side = cell * m.len() as i32;
+        let bar: Vec<Vec<u8>> = (0..VIRIDIS_LEVELS).map(|k| vec![FIRST_LEVEL + k]).collect();
+        let images = format!(
+            "{}{}",
+            svg_image(
+                left,
+                top,
+                side,
+                side,
+                "pixelated",
+                &png(&cell_indices(m, lo, hi))
+            ),
+            svg_image(bx, top, 16, bh, "auto", &png(&bar)),
+        );
+        // Over the background and under every text (the values of small matrices):
+        // the title is the first text drawn.
+        match svg.find("<text") {
+            Some(at) => svg.insert_str(at, &images),
+            None => match svg.rfind("</svg>") {
+                Some(at) => svg.insert_str(at, &images),
+                None => svg.push_str(&images),
+            },
+        }
+    }
     Ok(svg)
+}
+
+/// Palette entries of the embedded image: white (the diagonal), grey (a missing pair),
+/// then the viridis scale in [`VIRIDIS_LEVELS`] steps.
+const FIRST_LEVEL: u8 = 2;
+const VIRIDIS_LEVELS: u8 = 254;
+
+/// The palette index of every cell of `m`, a row per CPU.
+fn cell_indices(m: &LatencyMatrix, lo: f64, hi: f64) -> Vec<Vec<u8>> {
+    (0..m.len())
+        .map(|i| {
+            (0..m.len())
+                .map(|j| match m.at(i, j) {
+                    Some(v) => {
+                        let k = (norm(v, lo, hi) * f64::from(VIRIDIS_LEVELS - 1)).round();
+                        FIRST_LEVEL + k as u8
+                    }
+                    None if i == j => 0,
+                    None => 1,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// An 8-bit palette PNG of `rows` (palette indices, equal lengths) in the palette
+/// above: filter 0 on every row, zlib-compressed.
+fn png(rows: &[Vec<u8>]) -> Vec<u8> {
+    use std::io::Write as _;
+    let (w, h) = (rows.first().map_or(0, Vec::len), rows.len());
+    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut chunk = |kind: &[u8; 4], data: &[u8]| {
+        out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        let mut crc = flate2::Crc::new();
+        crc.update(kind);
+        crc.update(data);
+        out.extend_from_slice(kind);
+        out.extend_from_slice(data);
+        out.extend_from_slice(&crc.sum().to_be_bytes());
+    };
+    let mut ihdr = Vec::with_capacity(13);
+    ihdr.extend_from_slice(&(w as u32).to_be_bytes());
+    ihdr.extend_from_slice(&(h as u32).to_be_bytes());
+    // 8 bits, palette, deflate, adaptive filtering, no interlace.
+    ihdr.extend_from_slice(&[8, 3, 0, 0, 0]);
+    chunk(b"IHDR", &ihdr);
+    let mut plte = vec![255, 255, 255, 190, 190, 190];
+    for k in 0..VIRIDIS_LEVELS {
+        let RGBColor(r, g, b) = ViridisRGB::get_color(f64::from(k) / f64::from(VIRIDIS_LEVELS - 1));
+        plte.extend_from_slice(&[r, g, b]);
+    }
+    chunk(b"PLTE", &plte);
+    let mut z = flate2::write::ZlibEncoder::new(
+        Vec::with_capacity(h * (w + 1) / 4),
+        flate2::Compression::best(),
+    );
+    for row in rows {
+        // Writing into a Vec cannot fail.
+        let _ = z.write_all(&[0]);
+        let _ = z.write_all(row);
+    }
+    let idat = z.finish().unwrap_or_default();
+    chunk(b"IDAT", &idat);
+    chunk(b"IEND", &[]);
+    out
+}
+
+/// An SVG `<image>` of `png` at (`x`, `y`), `w` × `h`, stretched to fill it;
+/// `rendering` `pixelated` keeps each cell a sharp square when scaled up.
+fn svg_image(x: i32, y: i32, w: i32, h: i32, rendering: &str, png: &[u8]) -> String {
+    format!(
+        "<image x=\"{x}\" y=\"{y}\" width=\"{w}\" height=\"{h}\" preserveAspectRatio=\"none\" style=\"image-rendering:{rendering}\" href=\"data:image/png;base64,{}\"/>",
+        base64(png)
+    )
+}
+
+/// Standard base64 with padding (RFC 4648).
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let v = u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]);
+        for k in 0..4 {
+            if k <= chunk.len() {
+                out.push(ABC[(v >> (18 - 6 * k) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -307,5 +456,82 @@ mod tests {
         assert!(svg.matches("<rect").count() > 9 + 60);
         // The missing pair is grey.
         assert!(svg.contains("#BEBEBE"), "missing pair drawn grey");
+    }
+
+    fn unbase64(text: &str) -> Vec<u8> {
+        const ABC: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = Vec::new();
+        let digits: Vec<u32> = text
+            .bytes()
+            .filter(|&b| b != b'=')
+            .map(|b| ABC.find(b as char).unwrap() as u32)
+            .collect();
+        for q in digits.chunks(4) {
+            let v = q
+                .iter()
+                .enumerate()
+                .fold(0, |v, (k, d)| v | d << (18 - 6 * k));
+            out.extend(v.to_be_bytes()[1..q.len()].iter());
+        }
+        out
+    }
+
+    #[test]
+    fn base64_pads_as_the_rfc_says() {
+        assert_eq!(base64(b"Man"), "TWFu");
+        assert_eq!(base64(b"Ma"), "TWE=");
+        assert_eq!(base64(b"M"), "TQ==");
+        assert_eq!(base64(b""), "");
+        let bytes: Vec<u8> = (0..=255).collect();
+        assert_eq!(unbase64(&base64(&bytes)), bytes);
+    }
+
+    #[test]
+    fn the_embedded_heatmap_is_a_pixel_per_cell_under_the_labels_and_values() {
+        use std::io::Read as _;
+        let svg = svg_heatmap_embedded(&m3(), "cas, 3 CPUs").unwrap();
+        // The background alone is a rectangle; cells and bar are two images, under
+        // the title, the labels and the values.
+        assert_eq!(svg.matches("<rect").count(), 1, "{svg}");
+        assert_eq!(svg.matches("<image").count(), 2, "{svg}");
+        assert!(svg.find("<image").unwrap() < svg.find("<text").unwrap());
+        assert!(svg.contains(">\n4\n</text>"), "CPU id 4 labelled: {svg}");
+        assert!(svg.contains(">\n25\n</text>"), "value printed: {svg}");
+        let key = "href=\"data:image/png;base64,";
+        let at = svg.find(key).unwrap() + key.len();
+        let png = unbase64(&svg[at..at + svg[at..].find('"').unwrap()]);
+        // The chunks: IHDR 3 × 3, palette, the compressed rows, end.
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        let mut chunks = Vec::new();
+        let mut pos = 8;
+        while pos < png.len() {
+            let len = u32::from_be_bytes(png[pos..pos + 4].try_into().unwrap()) as usize;
+            let kind = String::from_utf8(png[pos + 4..pos + 8].to_vec()).unwrap();
+            let data = png[pos + 8..pos + 8 + len].to_vec();
+            let mut crc = flate2::Crc::new();
+            crc.update(&png[pos + 4..pos + 8 + len]);
+            let stored = u32::from_be_bytes(png[pos + 8 + len..pos + 12 + len].try_into().unwrap());
+            assert_eq!(crc.sum(), stored, "{kind} CRC");
+            chunks.push((kind, data));
+            pos += 12 + len;
+        }
+        let kinds: Vec<&str> = chunks.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(kinds, ["IHDR", "PLTE", "IDAT", "IEND"]);
+        assert_eq!(chunks[0].1, [0, 0, 0, 3, 0, 0, 0, 3, 8, 3, 0, 0, 0]);
+        let plte = &chunks[1].1;
+        let colour = |k: u8| plte[3 * k as usize..3 * k as usize + 3].to_vec();
+        let mut rows = Vec::new();
+        flate2::read::ZlibDecoder::new(&chunks[2].1[..])
+            .read_to_end(&mut rows)
+            .unwrap();
+        // Filter byte 0, then the three cells of each row: 15 ns is the scale's
+        // start, 25 its end, the diagonal white, the missing pair grey.
+        assert_eq!(rows, [0, 0, 2, 255, 0, 2, 0, 1, 0, 255, 1, 0]);
+        assert_eq!(colour(0), [255, 255, 255]);
+        assert_eq!(colour(1), [190, 190, 190]);
+        let RGBColor(r, g, b) = ViridisRGB::get_color(0.0);
+        assert_eq!(colour(2), [r, g, b]);
+        let RGBColor(r, g, b) = ViridisRGB::get_color(1.0);
+        assert_eq!(colour(255), [r, g, b]);
     }
 }

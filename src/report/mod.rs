@@ -3,8 +3,8 @@
 //! autopilot against planned CPUs, the measured effect and the measurement's quality.
 //!
 //! [`Report`] holds the facts (it is `report.json`); [`html`] (`page`) draws them as one
-//! self-contained page: inline SVG (the heatmaps of `matrix::render`) and CSS, no
-//! script, nothing fetched, readable printed and on a phone.
+//! self-contained page: inline SVG (the heatmaps of `matrix::render`, their cells an
+//! embedded image) and CSS, no script, nothing fetched, readable printed and on a phone.
 //!
 //! Must not touch: the OS, measurement or placement (the caller gathers the facts).
 

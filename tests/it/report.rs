@@ -1,7 +1,8 @@
 //! `pinnerd report`: the page of a published dual-socket matrix rendered in a real
 //! browser (headless Chromium: no console messages, a screenshot that is not blank,
 //! every CPU in the topology and both heatmaps, the plan rows equal to `pinnerd plan
-//! --json`), the page of a captured machine, `--compare` on this machine, bad input.
+//! --json`), the page of a captured machine, `--compare` on this machine, bad input,
+//! an output directory another user prepared, and the page size of 1,024 CPUs.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -249,8 +250,19 @@ fn published_dual_socket_report_renders_in_chromium() {
         "sections out of order: {at:?}"
     );
     assert!(!dom.contains("<script"), "no script needed");
-    for link in ["src=", "href=", "url(", "@import"] {
+    // Nothing fetched: the only references are the heatmaps' images, carried in the
+    // page itself (two each: the cells and the colour bar).
+    for link in ["src=", "url(", "@import"] {
         assert!(!dom.contains(link), "nothing fetched: {link}");
+    }
+    let hrefs: Vec<&str> = dom.split("href=\"").skip(1).collect();
+    assert_eq!(hrefs.len(), 4, "the heatmaps' images");
+    for h in hrefs {
+        assert!(
+            h.starts_with("data:image/png;base64,"),
+            "nothing fetched: {}",
+            &h[..40.min(h.len())]
+        );
     }
     assert_eq!(
         cpus_between(&dom, "id=\"topology\"", "id=\"heatmaps\""),
@@ -486,4 +498,122 @@ fn the_dual_epyc_page_shows_its_sockets_ccxs_and_numa_home_artefact() {
     assert_eq!(k2["autopilot_cpus"], serde_json::json!([0, 1]));
     assert!(k2["worst_latency_ns"].as_f64().unwrap() < 11.0, "{k2}");
     assert!(k2["ratio"].as_f64().unwrap() > 2.0, "{k2}");
+}
+
+#[test]
+fn a_report_directory_another_user_prepared_is_refused_and_no_link_is_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    // As in /tmp: a sticky directory anyone may write in, where root runs
+    // `pinnerd report` with the default `--out` (./pinnerd-report). Another user made
+    // that directory first, with links to a file of root's at the report's names.
+    let top = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(top.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = top.path().join("victim");
+    std::fs::write(&victim, "root's\n").unwrap();
+    let out = top.path().join("pinnerd-report");
+    super::metrics::as_nobody("mkdir", &[out.as_os_str()]);
+    for name in ["report.html", "report.json", "matrix.json"] {
+        super::metrics::as_nobody(
+            "ln",
+            &[
+                "-s".as_ref(),
+                victim.as_os_str(),
+                out.join(name).as_os_str(),
+            ],
+        );
+    }
+    let matrix = fixture("c2c-data/nviennot/Dual_Intel_Xeon_Gold_6242_at_2.8GHz.csv");
+    let report = || {
+        pinnerd()
+            .current_dir(top.path())
+            .arg("report")
+            .arg("--matrix")
+            .arg(&matrix)
+            .output()
+            .unwrap()
+    };
+    let err = fails(report());
+    assert!(
+        err.contains("pinnerd-report") && err.contains("owned by uid 65534"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
+
+    // Root's directory, but one anyone may write in, is refused as well.
+    std::os::unix::fs::chown(&out, Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = fails(report());
+    assert!(
+        err.contains("pinnerd-report") && err.contains("writable by others"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
+
+    // Once it is root's alone, the links left at the names are replaced, not followed.
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755)).unwrap();
+    ok(report());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "root's\n");
+    for name in ["report.html", "report.json"] {
+        let meta = std::fs::symlink_metadata(out.join(name)).unwrap();
+        assert!(meta.is_file(), "{name} is a file of its own");
+        assert_eq!(meta.permissions().mode() & 0o777, 0o644, "{name}");
+    }
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["cpu_order"].as_array().unwrap().len(), 64);
+}
+
+/// The largest page: 1,024 CPUs (the most a matrix may have), as two sockets of LLCs of
+/// eight cores with SMT siblings i and i+512, every cell with ±3% of noise as measured
+/// cells have (equal neighbours would flatter any drawing that merges them).
+#[test]
+fn the_page_of_a_1024_cpu_machine_stays_within_its_size_bound() {
+    let n = 1024usize;
+    let half = n / 2;
+    let core = |c: usize| c % half;
+    let m = pinnerd::LatencyMatrix::from_fn((0..n as u32).collect(), |a, b| {
+        let base = if core(a) == core(b) {
+            8.0
+        } else if core(a) / 8 == core(b) / 8 {
+            30.0
+        } else if core(a) * 2 / half == core(b) * 2 / half {
+            90.0
+        } else {
+            160.0
+        };
+        let (lo, hi) = (a.min(b) as u64, a.max(b) as u64);
+        let h = (lo * 2_654_435_761 + hi * 40_503) % 1000;
+        base * (0.97 + 0.06 * h as f64 / 1000.0)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = dir.path().join("m1024.json");
+    std::fs::write(&matrix, serde_json::to_string(&m).unwrap()).unwrap();
+    let out = dir.path().join("r");
+    ok(pinnerd()
+        .args(["report", "--out"])
+        .arg(&out)
+        .arg("--matrix")
+        .arg(&matrix)
+        .output()
+        .unwrap());
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    // The bound of benches/README.md ("`pinnerd report`'s page").
+    assert!(
+        html.len() <= 4 << 20,
+        "report.html of 1,024 CPUs is {} bytes, over 4 MiB",
+        html.len()
+    );
+    // Still every CPU in the topology and in each heatmap's rows.
+    let all: Vec<u32> = (0..n as u32).collect();
+    assert_eq!(
+        cpus_between(&html, "id=\"topology\"", "id=\"heatmaps\""),
+        all
+    );
+    for rows in ["heatmap-cpu-order-rows", "heatmap-domain-order-rows"] {
+        assert_eq!(
+            cpus_between(&html, &format!("id=\"{rows}\""), "</g>"),
+            all,
+            "{rows}"
+        );
+    }
 }

@@ -541,4 +541,61 @@ mod tests {
         }
         assert!(s.schedule.running().is_none());
     }
+
+    /// Rewrites the stored matrix's sparse counts, as a damaged state file has them.
+    fn damage_counts(s: &State, measured: usize, total: usize) {
+        let path = MatrixStore::open(&s.cfg.state_dir).unwrap().current_path();
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        v["pairs_measured"] = measured.into();
+        v["pairs_total"] = total.into();
+        std::fs::write(&path, serde_json::to_string(&v).unwrap()).unwrap();
+    }
+
+    #[test]
+    fn stored_counts_that_disagree_with_the_matrix_give_way_to_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = daemon(dir.path());
+        s.start().unwrap();
+        let full = jobs(&mut s).remove(0);
+        s.handle(Event::Measured(Box::new(Finished {
+            id: full.id,
+            result: Ok(Product::Matrix(Box::new(sparse_map(&full)))),
+        })));
+        s.take_actions();
+        assert_eq!(s.snapshot().matrix_measured, (43, 120));
+        // More measured than there are pairs: the counts are the matrix's, and its
+        // pending pairs are still completed.
+        damage_counts(&s, 500, 1);
+        drop(s);
+        let mut s = daemon(dir.path());
+        s.start().unwrap();
+        assert!(jobs(&mut s).is_empty(), "the stored matrix is used");
+        assert_eq!(s.snapshot().matrix_measured, (43, 120));
+        let sp = s.current.as_ref().unwrap().sparse.clone().unwrap();
+        assert_eq!((sp.pairs_measured, sp.pairs_total), (43, 120));
+        let job = next_slice(&mut s).expect("a completion slice after the damaged counts");
+        let JobKind::Complete { rounds, .. } = &job.kind else {
+            panic!("{job:?}")
+        };
+        let pending = complete::pending(s.current.as_ref().unwrap());
+        for pair in rounds.iter().flatten() {
+            assert!(pending.contains(pair), "{pair:?} was pending");
+        }
+        s.handle(answer(&job));
+        while let Some(job) = next_slice(&mut s) {
+            s.handle(answer(&job));
+        }
+        assert_eq!(s.snapshot().matrix_measured, (120, 120));
+        // Nothing left but counts that say nothing was measured: they do not stay so.
+        damage_counts(&s, 0, 1);
+        drop(s);
+        let mut s = daemon(dir.path());
+        s.start().unwrap();
+        assert!(jobs(&mut s).is_empty(), "the stored matrix is used");
+        assert_eq!(s.snapshot().matrix_measured, (120, 120));
+        assert!(next_slice(&mut s).is_none(), "nothing is left to complete");
+        let st = status(&mut s);
+        assert!(st.contains(", every pair measured"), "{st}");
+    }
 }
