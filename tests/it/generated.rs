@@ -277,3 +277,82 @@ fn docs_dbus_md_shows_every_method_with_busctl_and_gdbus() {
         );
     }
 }
+
+/// docs/dbus.md's `busctl introspect` sample is what the real daemon introspects: the
+/// same members in the same order with the same types, signatures and flags (the values
+/// are the machine's and are not compared), and its `get-property` sample names every
+/// property with one line of output each, of the property's type.
+#[test]
+fn docs_dbus_md_introspection_sample_is_the_live_one() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    let out = bus.busctl(&["introspect", NAME, PATH, NAME]);
+    assert!(out.status.success(), "{}", text(&out));
+    let live = String::from_utf8(out.stdout).unwrap();
+    // NAME TYPE SIGNATURE … FLAGS of each member line; the value may hold spaces.
+    let members = |listing: &str| -> Vec<String> {
+        listing
+            .lines()
+            .filter(|l| l.starts_with('.'))
+            .map(|l| {
+                let words: Vec<&str> = l.split_whitespace().collect();
+                format!(
+                    "{} {} {} {}",
+                    words[0],
+                    words[1],
+                    words[2],
+                    words[words.len() - 1]
+                )
+            })
+            .collect()
+    };
+    let doc = std::fs::read_to_string(repo().join("docs/dbus.md")).unwrap();
+    let intro = "On a 2-vCPU VM the first two print";
+    let start = doc
+        .find(intro)
+        .expect("docs/dbus.md: the introspection sample");
+    let block = &doc[start..];
+    let block = &block[block.find("```text\n").unwrap() + 8..];
+    let block = &block[..block.find("```").unwrap()];
+    assert_eq!(
+        members(block),
+        members(&live),
+        "docs/dbus.md's introspection sample differs from the daemon's; it prints:\n{live}"
+    );
+    // The get-property sample: every property named, one output line of its type each.
+    let properties: Vec<(String, String)> = live
+        .lines()
+        .filter(|l| l.starts_with('.'))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w[1] == "property")
+        .map(|w| (w[0].trim_start_matches('.').to_string(), w[2].to_string()))
+        .collect();
+    let get = doc
+        .lines()
+        .find(|l| l.contains(" get-property org.pinnerd.Pinnerd1 "))
+        .expect("docs/dbus.md: a get-property sample");
+    let named: Vec<&str> = get.split_whitespace().skip(6).collect();
+    let values: Vec<&str> = block
+        .lines()
+        .filter(|l| !l.starts_with('.') && !l.starts_with("NAME") && !l.trim().is_empty())
+        .collect();
+    assert_eq!(
+        named.len(),
+        values.len(),
+        "docs/dbus.md: {} properties read, {} values shown",
+        named.len(),
+        values.len()
+    );
+    for (name, sig) in &properties {
+        let Some(i) = named.iter().position(|n| n == name) else {
+            panic!("docs/dbus.md's get-property sample does not read {name}: {get}");
+        };
+        assert!(
+            values[i].starts_with(&format!("{sig} ")),
+            "docs/dbus.md: {name} is {sig} but its sample value is {:?}",
+            values[i]
+        );
+    }
+}
