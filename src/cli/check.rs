@@ -3,7 +3,7 @@
 //! some is named as not read), prints every problem, exits 0 only when all is valid.
 //! A file named `pinnerd.toml` is checked as the daemon settings file.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::cli::ConfigInvalid;
@@ -29,6 +29,26 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     } else {
         LoadPolicy::for_current_process()
     };
+    // The daemon's own rule directory not existing yet is how the daemon sees it: no
+    // rules, read once it appears. Any other path that does not exist is a problem.
+    let missing: Vec<&PathBuf> = args
+        .paths
+        .iter()
+        .filter(|p| {
+            matches!(std::fs::symlink_metadata(p),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+        })
+        .collect();
+    if args.paths.len() == 1
+        && missing.len() == 1
+        && *missing[0] == Path::new(rules::DEFAULT_RULE_DIR)
+    {
+        outln!(
+            "ok: {} does not exist: no rules; the daemon runs with none and reads the directory once it appears",
+            missing[0].display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut errors = Vec::new();
     let collected = rules::collect_paths(&args.paths, &policy, &mut errors);
     let (settings, rule_files): (Vec<_>, Vec<_>) = collected
@@ -74,11 +94,25 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         );
         Ok(ExitCode::SUCCESS)
     } else {
+        let mut what = Vec::new();
+        if !missing.is_empty() {
+            what.push(format!(
+                "{} path{} not found",
+                missing.len(),
+                plural(missing.len())
+            ));
+        }
+        if files > 0 || missing.is_empty() {
+            what.push(format!(
+                "{rejected} of {files} file{} rejected",
+                plural(files)
+            ));
+        }
         Err(ConfigInvalid(format!(
-            "{} problem{} ({rejected} of {files} file{} rejected)",
+            "{} problem{} ({})",
             problems.len(),
             plural(problems.len()),
-            plural(files)
+            what.join(", ")
         ))
         .into())
     }

@@ -81,11 +81,26 @@ fn plan_pid(args: &PlanArgs, pid: u32) -> anyhow::Result<PidPlan> {
             let report = load_dirs(&dirs, &policy);
             let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
             let m = report.rules.match_process(&snap.info).with_context(|| {
-                format!(
-                    "pid {pid} ({}): no rule in {} matches it; give --count",
-                    snap.info.comm,
-                    shown.join(", ")
-                )
+                let absent: Vec<&str> = dirs
+                    .iter()
+                    .zip(&shown)
+                    .filter(|(d, _)| !d.exists())
+                    .map(|(_, s)| s.as_str())
+                    .collect();
+                if absent.len() == dirs.len() {
+                    format!(
+                        "pid {pid} ({}): no rules: {} {} not exist; give --count",
+                        snap.info.comm,
+                        shown.join(", "),
+                        if shown.len() == 1 { "does" } else { "do" }
+                    )
+                } else {
+                    format!(
+                        "pid {pid} ({}): no rule in {} matches it; give --count",
+                        snap.info.comm,
+                        shown.join(", ")
+                    )
+                }
             })?;
             let req = m.rule.place.clone().with_context(|| {
                 format!(

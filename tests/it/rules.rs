@@ -130,6 +130,42 @@ fn check_of_a_missing_path_fails() {
         err.starts_with("/nonexistent/pinnerd.d: cannot read: No such file or directory"),
         "{err}"
     );
+    // The summary says what was wrong, not that no file was rejected.
+    assert!(err.contains("1 problem (1 path not found)"), "{err}");
+    assert!(!err.contains("0 of 0 files"), "{err}");
+}
+
+/// The daemon's rule directory not existing yet is what the daemon treats as no rules
+/// (it reads the directory once it appears): `check` with no path says the same and
+/// passes, and `plan --pid` says there are no rules rather than that none matches. Run
+/// in a mount namespace whose /etc is an empty tmpfs, so /etc/pinnerd.d surely does not
+/// exist whatever this machine has.
+#[test]
+fn a_missing_default_rule_directory_is_no_rules_for_check_and_plan_as_for_the_daemon() {
+    let script = format!(
+        "mount -t tmpfs none /etc && {bin} check; echo \"check=$?\"; \
+         {bin} plan --pid $$ --config /nonexistent/pinnerd.toml; echo \"plan=$?\"",
+        bin = super::helper::PINNERD
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .output()
+        .expect("unshare (util-linux)");
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(all.contains("check=0"), "{all}");
+    assert!(
+        all.contains("ok: /etc/pinnerd.d does not exist: no rules; the daemon runs with none"),
+        "{all}"
+    );
+    assert!(
+        all.contains("no rules: /etc/pinnerd.d does not exist; give --count"),
+        "{all}"
+    );
+    assert!(!all.contains("no rule in /etc/pinnerd.d matches"), "{all}");
 }
 
 #[test]
