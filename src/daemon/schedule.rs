@@ -75,8 +75,14 @@ pub struct Running {
 pub enum Remeasure {
     /// The full measurement running or promised: its id.
     Joined(u64),
-    /// The previous call's job, which ended a moment ago: tell this caller again how.
-    Ended { job: u64, ok: bool, summary: String },
+    /// The previous call's job, which ended a moment ago: tell this caller again how,
+    /// and that it is that earlier job (asked for `asked_ago` before this call).
+    Ended {
+        job: u64,
+        ok: bool,
+        summary: String,
+        asked_ago: Duration,
+    },
     /// A full measurement promised after the running drift probe.
     Queued(u64),
     /// Start a full measurement with this id now.
@@ -109,6 +115,8 @@ pub struct Schedule {
     last_finished: Option<(u64, bool, String)>,
     /// The last `Remeasure` call: when, and the job it got.
     last_remeasure: Option<(Instant, u64)>,
+    /// The job the last `Remeasure` got, and when a call first got it.
+    first_asked: Option<(u64, Instant)>,
     next_job: u64,
     next_full: Option<Instant>,
     next_drift: Option<Instant>,
@@ -121,6 +129,7 @@ impl Schedule {
             queued_full: None,
             last_finished: None,
             last_remeasure: None,
+            first_asked: None,
             next_job: 1,
             next_full: timing.full_every.map(|d| now + d),
             next_drift: timing.drift_every.map(|d| now + d),
@@ -161,6 +170,9 @@ impl Schedule {
     pub fn remeasure(&mut self, now: Instant, min_interval: Duration) -> Remeasure {
         let r = self.full_needed(now, min_interval);
         self.last_remeasure = Some((now, r.job()));
+        if self.first_asked.is_none_or(|(j, _)| j != r.job()) {
+            self.first_asked = Some((r.job(), now));
+        }
         r
     }
 
@@ -180,7 +192,16 @@ impl Schedule {
         if let Some((at, id)) = self.last_remeasure {
             if now.duration_since(at) < min_interval {
                 if let Some((job, ok, summary)) = self.last_finished.clone().filter(|f| f.0 == id) {
-                    return Remeasure::Ended { job, ok, summary };
+                    let asked_ago = self
+                        .first_asked
+                        .filter(|(j, _)| *j == job)
+                        .map_or(Duration::ZERO, |(_, t)| now.duration_since(t));
+                    return Remeasure::Ended {
+                        job,
+                        ok,
+                        summary,
+                        asked_ago,
+                    };
                 }
             }
         }
@@ -291,7 +312,8 @@ mod tests {
             Remeasure::Ended {
                 job: a,
                 ok: true,
-                summary: "done".into()
+                summary: "done".into(),
+                asked_ago: Duration::from_secs(1),
             }
         );
         // Behind a drift probe, one full measurement is promised, once.

@@ -119,8 +119,20 @@ impl State {
     pub(super) fn follow(&mut self, r: Remeasure) -> u64 {
         match r {
             Remeasure::Joined(id) | Remeasure::Queued(id) => id,
-            Remeasure::Ended { job, ok, summary } => {
-                // That job has ended (nothing runs): tell this caller how, again.
+            Remeasure::Ended {
+                job,
+                ok,
+                summary,
+                asked_ago,
+            } => {
+                // That job has ended (nothing runs): tell this caller how, again, and
+                // that it is an earlier call's job, not one started for it.
+                let summary = format!(
+                    "{summary} (job {job}, asked for {} s ago by an earlier call: a new \
+                     measurement starts at most every {} s, limits.remeasure-min-interval)",
+                    asked_ago.as_secs(),
+                    self.timing.remeasure_min_interval.as_secs()
+                );
                 self.actions.push(Action::Emit(Signal::MeasurementFinished {
                     job,
                     ok,

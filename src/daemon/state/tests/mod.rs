@@ -294,12 +294,22 @@ fn remeasure_calls_close_together_join_the_previous_job() {
     let j = jobs(&s.take_actions());
     assert_eq!(j.len(), 1);
     s.handle(ok_matrix(&j[0]));
-    s.take_actions();
-    // Within remeasure-min-interval: the same job, whose end is told again.
+    let fresh = summaries(&s.take_actions());
+    assert_eq!(fresh.len(), 1);
+    assert!(!fresh[0].contains("earlier call"), "{fresh:?}");
+    // Within remeasure-min-interval: the same job, whose end is told again, saying it
+    // is an earlier call's job and why no new one started.
     assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(first));
     let a = s.take_actions();
     assert!(jobs(&a).is_empty());
     assert_eq!(finished(&a), vec![(first, true)]);
+    let again = summaries(&a);
+    assert!(again[0].starts_with(&fresh[0]), "{again:?}");
+    assert!(
+        again[0].contains(&format!("(job {first}, asked for 0 s ago by an earlier call: a new measurement starts at most every {} s, limits.remeasure-min-interval)",
+            Timing::default().remeasure_min_interval.as_secs())),
+        "{again:?}"
+    );
 }
 
 #[test]
