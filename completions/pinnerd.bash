@@ -195,7 +195,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__compare)
-            opts="-k -v -h --count --runs --duration-ms --matrix --state-dir --no-measure --json --verbose --help"
+            opts="-k -v -h --count --runs --duration-ms --matrix --state-dir --no-measure --idle-threshold --json --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -222,6 +222,10 @@ _pinnerd() {
                     return 0
                     ;;
                 --state-dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --idle-threshold)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -949,7 +953,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__plan)
-            opts="-k -v -h --count --policy --smt --exclude --core-type --prefer --near --matrix --sysfs --json --live --pid --rules --config --state-dir --measure-budget --no-measure --verbose --help"
+            opts="-k -v -h --count --policy --smt --exclude --core-type --prefer --near --matrix --sysfs --json --live --pid --rules --config --state-dir --measure-budget --no-measure --idle-threshold --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1012,6 +1016,10 @@ _pinnerd() {
                     return 0
                     ;;
                 --measure-budget)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --idle-threshold)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1081,7 +1089,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__report)
-            opts="-v -h --out --matrix --sysfs --compare --budget --verbose --help"
+            opts="-v -h --out --matrix --sysfs --compare --budget --idle-threshold --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1100,6 +1108,10 @@ _pinnerd() {
                     return 0
                     ;;
                 --budget)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --idle-threshold)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -94,6 +94,7 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l rules -d 'Rule 
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l config -d 'The daemon\'s settings file, for --live (housekeeping CPUs, rule directories); a missing file means the defaults' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l state-dir -d 'Where the daemon stores this machine\'s matrix (default: $STATE_DIRECTORY, else /var/lib/pinnerd)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l measure-budget -d 'Seconds a measurement made by `plan` (no --matrix, none stored) may take' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l idle-threshold -d 'Minimum idle share (percent) every CPU must show before `plan` measures; 0 measures whatever the load' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l json -d 'Print JSON'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l live -d 'Dry run over the running system: which processes match which rules and what they would get. Changes nothing'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l no-measure -d 'Never measure: without --matrix or a stored matrix, use the topology alone'
@@ -104,6 +105,7 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand compare" -l runs -d 'Run
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand compare" -l duration-ms -d 'Length of one run, in milliseconds' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand compare" -l matrix -d 'Latency matrix to plan with (default: this machine\'s stored or measured one)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand compare" -l state-dir -d 'Where the daemon stores this machine\'s matrix' -r -F
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand compare" -l idle-threshold -d 'Minimum idle share (percent) every CPU must show before a matrix is measured; 0 measures whatever the load' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand compare" -l no-measure -d 'Never measure a matrix; plan on the topology alone when none is stored'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand compare" -l json -d 'Print JSON'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand compare" -s v -l verbose -d 'More log output (repeat for more)'
@@ -112,6 +114,7 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l out -d 'Direc
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l matrix -d 'Latency matrix (our JSON or core-to-core-latency\'s CSV) instead of this machine\'s stored or measured one. Another machine\'s matrix is drawn from its own domains' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l sysfs -d 'Root of the sysfs tree to read the topology from (e.g. a captured machine)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l budget -d 'Seconds a measurement made by the report may take (none stored, no --matrix)' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l idle-threshold -d 'Minimum idle share (percent) every CPU must show before the report measures; 0 measures whatever the load' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l compare -d 'Also measure the effect (a ping-pong ring on the planned, autopilot, worst and unpinned CPUs, as `pinnerd compare`) and the engine against a plain ping-pong on the first two CPUs. Spins this machine\'s CPUs for about 15 s'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -s v -l verbose -d 'More log output (repeat for more)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -s h -l help -d 'Print help'

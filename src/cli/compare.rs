@@ -44,6 +44,10 @@ pub struct CompareArgs {
     /// Never measure a matrix; plan on the topology alone when none is stored.
     #[arg(long)]
     pub no_measure: bool,
+    /// Minimum idle share (percent) every CPU must show before a matrix is measured; 0
+    /// measures whatever the load.
+    #[arg(long, value_name = "PCT", default_value_t = 75.0)]
+    pub idle_threshold: f64,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
@@ -282,6 +286,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
         state_dir: args.state_dir.clone(),
         measure_budget: 20.0,
         no_measure: args.no_measure,
+        idle_threshold: args.idle_threshold,
         measure_off_by: None,
     };
     let p = plan(&plan_args, k).context("planning the CPUs to compare")?;

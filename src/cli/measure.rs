@@ -95,12 +95,7 @@ pub fn config(args: &MeasureArgs) -> anyhow::Result<(MeasureConfig, Vec<String>)
     if budget.is_zero() {
         anyhow::bail!("--budget must be more than 0 seconds");
     }
-    if !(0.0..=100.0).contains(&args.idle_threshold) {
-        anyhow::bail!(
-            "--idle-threshold is a percentage from 0 to 100, got {}",
-            args.idle_threshold
-        );
-    }
+    let min_idle = super::idle_share(args.idle_threshold)?;
     let topo = Topology::discover(&root).context("reading the CPU topology")?;
     let (cpus, notes) = measure::select_cpus(
         args.cpus.as_ref(),
@@ -114,7 +109,7 @@ pub fn config(args: &MeasureArgs) -> anyhow::Result<(MeasureConfig, Vec<String>)
     cfg.primitive = args.primitive;
     cfg.mode = args.mode;
     cfg.first_touch = args.first_touch;
-    cfg.guard.min_idle = args.idle_threshold / 100.0;
+    cfg.guard.min_idle = min_idle;
     cfg.guard.wait = idle_wait;
     cfg.priority = args.spin_priority;
     cfg.fingerprint = match Fingerprint::read(&root) {

@@ -336,6 +336,7 @@ fn local_choice(args: &RunArgs, spec: &PlaceSpec, why: String) -> anyhow::Result
         state_dir: args.state_dir.clone(),
         measure_budget: 0.0,
         no_measure: true,
+        idle_threshold: 0.0,
         measure_off_by: Some(
             "`run` never measures (run the daemon, or `pinnerd measure`, to store one)".into(),
         ),

@@ -78,6 +78,10 @@ pub struct PlanArgs {
     /// Never measure: without --matrix or a stored matrix, use the topology alone.
     #[arg(long)]
     pub no_measure: bool,
+    /// Minimum idle share (percent) every CPU must show before `plan` measures; 0
+    /// measures whatever the load.
+    #[arg(long, value_name = "PCT", default_value_t = 75.0)]
+    pub idle_threshold: f64,
     /// Why measuring is off, when a command that plans through `plan` turned it off
     /// (`None`: the user's --no-measure).
     #[arg(skip)]
@@ -338,6 +342,7 @@ fn this_machine_matrix(
     if let (None, Some(t)) = (&why_not, topology) {
         let mut cfg = MeasureConfig::new(t.usable());
         cfg.budget = measure_budget;
+        cfg.guard.min_idle = super::idle_share(args.idle_threshold)?;
         cfg.fingerprint = fingerprint.as_ref().map(|f| f.hex.clone());
         cfg.root = root.clone();
         // Sparse from the size where the daemon measures sparsely by default.

@@ -157,6 +157,7 @@ fn plan_pid(args: &PlanArgs, pid: u32) -> anyhow::Result<PidPlan> {
         state_dir: args.state_dir.clone(),
         measure_budget: args.measure_budget,
         no_measure: args.no_measure,
+        idle_threshold: args.idle_threshold,
     };
     let mut advice = plan(&sub_args(&pool), count as usize)?;
     let mp = MemoryPlanning::new(&topology, &settings);

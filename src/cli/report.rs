@@ -43,6 +43,10 @@ pub struct ReportArgs {
     /// Seconds a measurement made by the report may take (none stored, no --matrix).
     #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
     pub budget: f64,
+    /// Minimum idle share (percent) every CPU must show before the report measures; 0
+    /// measures whatever the load.
+    #[arg(long, value_name = "PCT", default_value_t = 75.0)]
+    pub idle_threshold: f64,
 }
 
 /// Ks of "where CPU numbers lie".
@@ -67,6 +71,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         state_dir: None,
         measure_budget: args.budget,
         no_measure: false,
+        idle_threshold: args.idle_threshold,
         pid: None,
         measure_off_by: None,
     };

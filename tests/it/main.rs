@@ -25,6 +25,7 @@ mod fuzz_checks;
 mod fuzz_replay;
 mod generated;
 mod helper;
+mod hints;
 mod manpages;
 mod measure;
 mod memory;
