@@ -26,18 +26,23 @@ impl State {
             }
             Command::GetMatrix => Ok(self.matrix_reply()),
             Command::Metrics => Ok(Reply::Text(self.metrics_text())),
-            Command::ListManaged => Ok(Reply::Managed(
+            Command::ListManaged { caller_uid } => Ok(Reply::Managed(
                 self.manager
                     .as_ref()
                     .map(|m| {
                         m.list_managed()
                             .into_iter()
-                            .map(|r| ManagedEntry {
-                                pid: r.pid,
-                                comm: r.comm,
-                                rule: r.rule,
-                                cpus: r.cpus,
-                                state: r.state,
+                            .map(|r| {
+                                // Another user's process: its rule and CPUs only, as
+                                // `Explain` shows it.
+                                let full = m.shows_all_to(r.pid as i32, caller_uid);
+                                ManagedEntry {
+                                    pid: r.pid,
+                                    comm: if full { r.comm } else { String::new() },
+                                    rule: r.rule,
+                                    cpus: r.cpus,
+                                    state: if full { r.state } else { String::new() },
+                                }
                             })
                             .collect()
                     })

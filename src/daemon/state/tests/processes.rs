@@ -30,7 +30,7 @@ fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        s.command(Command::ListManaged).unwrap(),
+        s.command(Command::ListManaged { caller_uid: 0 }).unwrap(),
         Reply::Managed(vec![])
     );
     let Ok(Reply::Cpus(cpus)) = s.command(Command::AsOwner {
@@ -40,13 +40,27 @@ fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
         panic!("the owner's pin")
     };
     assert_eq!(cpus.len(), 1);
-    let Reply::Managed(list) = s.command(Command::ListManaged).unwrap() else {
+    let Reply::Managed(list) = s.command(Command::ListManaged { caller_uid: 0 }).unwrap() else {
         panic!()
     };
     assert!(
         list.iter().any(|e| e.pid == pid && e.rule == "(runtime)"),
         "{list:?}"
     );
+    // Another user sees root's process by pid, rule and CPUs only, as Explain shows it.
+    let Reply::Managed(theirs) = s
+        .command(Command::ListManaged { caller_uid: 1000 })
+        .unwrap()
+    else {
+        panic!()
+    };
+    let row = theirs.iter().find(|e| e.pid == pid).expect("listed");
+    assert_eq!(
+        (row.comm.as_str(), row.rule.as_str(), row.state.as_str()),
+        ("", "(runtime)", ""),
+        "{row:?}"
+    );
+    assert_eq!(row.cpus, cpus.to_string());
     match s.command(Command::PlanWith {
         place: PlaceSpec::Rule("nope".into()),
     }) {
