@@ -88,15 +88,21 @@ pub fn resolve(root: &SysRoot, name: &str) -> Result<Locality, String> {
 fn entry(root: &SysRoot, name: &str) -> Result<PathBuf, String> {
     let exists = |p: &PathBuf| p.symlink_metadata().is_ok();
     if let Some(rest) = name.strip_prefix("/dev/") {
+        let live = root.is_live_sys();
         for kind in ["block", "char"] {
             if let Some(majmin) = rest.strip_prefix(kind).and_then(|r| r.strip_prefix('/')) {
                 let p = root.sys_path(format!("dev/{kind}/{majmin}"));
                 return listed(p, |p| {
-                    format!("no {kind} device {majmin} ({} missing)", p.display())
+                    if live {
+                        // The running machine's /dev paths all answer alike.
+                        NOT_A_DEVICE.to_string()
+                    } else {
+                        format!("no {kind} device {majmin} ({} missing)", p.display())
+                    }
                 });
             }
         }
-        if root.is_live_sys() {
+        if live {
             return dev_node(root, name);
         }
         let base = Path::new(rest)
@@ -304,6 +310,8 @@ mod tests {
             "/dev/shm",
             "/dev/fd/0",
             "/dev/stdin",
+            "/dev/block/4095:1048575",
+            "/dev/char/4095:1048575",
         ] {
             let e = resolve(&SysRoot::default(), path).unwrap_err();
             assert_eq!(e, NOT_A_DEVICE, "{path}");

@@ -602,7 +602,13 @@ mod tests {
         let mut ended = Vec::new();
         for _ in pids {
             release_tx.send(()).unwrap();
-            ended.push(done_rx.recv().unwrap());
+            // A bound on the wait, so that a queue that never runs a job fails here
+            // instead of hanging the test run.
+            ended.push(
+                done_rx
+                    .recv_timeout(Duration::from_secs(60))
+                    .expect("a released move ends"),
+            );
         }
         assert_eq!(
             most.load(std::sync::atomic::Ordering::SeqCst),

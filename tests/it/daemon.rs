@@ -742,11 +742,11 @@ fn near_tells_an_unprivileged_caller_nothing_about_paths_they_cannot_see() {
     let out = plan_near("/dev/null");
     assert!(out.status.success(), "{}", text(&out));
     let mut answers = Vec::new();
-    for near in links
-        .iter()
-        .map(|(l, _)| format!("/dev/shm/{l}"))
-        .chain(["/dev/shm".to_string(), format!("/dev/shm/{tag}-never-made")])
-    {
+    for near in links.iter().map(|(l, _)| format!("/dev/shm/{l}")).chain([
+        "/dev/shm".to_string(),
+        format!("/dev/shm/{tag}-never-made"),
+        "/dev/block/4095:1048575".to_string(),
+    ]) {
         let out = plan_near(&near);
         assert!(!out.status.success(), "{near}: {}", text(&out));
         answers.push((near.clone(), stderr_of(&out).replace(&near, "NAME")));
