@@ -26,7 +26,12 @@ pub enum Command {
     Remeasure,
     Reload,
     GetMatrix,
-    ListManaged,
+    ListManaged {
+        /// Who asks: root sees every row whole; anyone else their own processes whole
+        /// and other users' by pid, rule and CPUs only (`comm` and `state` empty), as
+        /// `Explain` shows them.
+        caller_uid: u32,
+    },
     Explain {
         pid: u32,
         /// Who asks: root, or the process's owner, gets the whole explanation; anyone
@@ -347,7 +352,8 @@ impl Snapshot {
     }
 }
 
-/// One managed process, as `ListManaged` returns it.
+/// One managed process, as `ListManaged` returns it (`comm` and `state` empty in a row
+/// the caller may see only by rule and CPUs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ManagedEntry {
     pub pid: u32,

@@ -7,7 +7,8 @@
 //! nvme0n1       ─► class/block/nvme0n1 ─────┼─► up the devices/ tree to the first
 //! /dev/block/259:0, /dev/char/241:0        │   directory with numa_node ─► Locality
 //!               ─► dev/{block,char}/MAJ:MIN ┤   (numa_node -1 or none: no node)
-//! /dev/nvme0n1  ─► stat → MAJ:MIN ──────────┘   (only on the running machine's /sys)
+//! /dev/nvme0n1  ─► MAJ:MIN ────────────────┘   (only on the running machine's /sys;
+//!                  resolved beneath /dev, no link out of it followed)
 //! ```
 //!
 //! Under a sysfs tree other than the running machine's (a fixture or a captured machine), a `/dev/X`
@@ -87,15 +88,21 @@ pub fn resolve(root: &SysRoot, name: &str) -> Result<Locality, String> {
 fn entry(root: &SysRoot, name: &str) -> Result<PathBuf, String> {
     let exists = |p: &PathBuf| p.symlink_metadata().is_ok();
     if let Some(rest) = name.strip_prefix("/dev/") {
+        let live = root.is_live_sys();
         for kind in ["block", "char"] {
             if let Some(majmin) = rest.strip_prefix(kind).and_then(|r| r.strip_prefix('/')) {
                 let p = root.sys_path(format!("dev/{kind}/{majmin}"));
                 return listed(p, |p| {
-                    format!("no {kind} device {majmin} ({} missing)", p.display())
+                    if live {
+                        // The running machine's /dev paths all answer alike.
+                        NOT_A_DEVICE.to_string()
+                    } else {
+                        format!("no {kind} device {majmin} ({} missing)", p.display())
+                    }
                 });
             }
         }
-        if root.is_live_sys() {
+        if live {
             return dev_node(root, name);
         }
         let base = Path::new(rest)
@@ -131,24 +138,46 @@ fn entry(root: &SysRoot, name: &str) -> Result<PathBuf, String> {
     ))
 }
 
-/// A `/dev` node of the running machine, by its device number.
+/// What every `/dev` path that is not a usable device node answers, whatever the reason
+/// (missing, not a device, a link leading out of `/dev`, a device sysfs does not list):
+/// the daemon resolves paths for any caller as root, so the answer must not tell whether
+/// some other path exists.
+pub const NOT_A_DEVICE: &str = "not a device node below /dev that sysfs lists (a link is followed only where it stays below /dev)";
+
+/// A `/dev` node of the running machine, by its device number. The path is resolved
+/// beneath `/dev` only (`openat2` with `RESOLVE_BENEATH`): a link leading out of it, or
+/// an absolute link, is refused by the kernel, so a link another user plants (in
+/// `/dev/shm`, say) never makes the daemon look at a path the caller could not.
 fn dev_node(root: &SysRoot, name: &str) -> Result<PathBuf, String> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let meta = std::fs::metadata(name).map_err(|e| format!("cannot stat {name}: {e}"))?;
-    let kind = if meta.file_type().is_block_device() {
-        "block"
-    } else if meta.file_type().is_char_device() {
-        "char"
-    } else {
-        return Err(format!("{name} is not a device node"));
+    use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+    let not_a_device = || NOT_A_DEVICE.to_string();
+    let rest = name.strip_prefix("/dev/").ok_or_else(not_a_device)?;
+    let dev = rustix::fs::open(
+        "/dev",
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("cannot open /dev: {e}"))?;
+    let node = rustix::fs::openat2(
+        &dev,
+        rest,
+        OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+    )
+    .map_err(|_| not_a_device())?;
+    let meta = rustix::fs::fstat(&node).map_err(|_| not_a_device())?;
+    let kind = match FileType::from_raw_mode(meta.st_mode) {
+        FileType::BlockDevice => "block",
+        FileType::CharacterDevice => "char",
+        _ => return Err(not_a_device()),
     };
-    let dev = meta.rdev();
-    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
-    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let (major, minor) = (
+        rustix::fs::major(meta.st_rdev),
+        rustix::fs::minor(meta.st_rdev),
+    );
     let p = root.sys_path(format!("dev/{kind}/{major}:{minor}"));
-    listed(p, |_| {
-        format!("{name} is {kind} device {major}:{minor}, which sysfs does not list")
-    })
+    listed(p, |_| not_a_device())
 }
 
 /// `p` when sysfs lists it (a link counts, whatever it points to), else the error
@@ -274,7 +303,18 @@ mod tests {
             "{}",
             loc.path
         );
-        let e = resolve(&SysRoot::default(), "/dev/pinnerd-no-such-node").unwrap_err();
-        assert!(e.contains("cannot stat"), "{e}");
+        // Whatever keeps a /dev path from being a usable device, the answer is the
+        // same: missing, not a device, a link out of /dev.
+        for path in [
+            "/dev/pinnerd-no-such-node",
+            "/dev/shm",
+            "/dev/fd/0",
+            "/dev/stdin",
+            "/dev/block/4095:1048575",
+            "/dev/char/4095:1048575",
+        ] {
+            let e = resolve(&SysRoot::default(), path).unwrap_err();
+            assert_eq!(e, NOT_A_DEVICE, "{path}");
+        }
     }
 }

@@ -21,6 +21,7 @@ use zbus::Connection;
 
 use crate::api::{Signal, Snapshot};
 use crate::dbus::{self, BusTarget};
+use crate::memory::follow::{self, FollowJob, MoveQueue};
 
 use crate::settings::Settings;
 
@@ -185,6 +186,7 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         events: tx,
         snapshot: snap_tx,
         emit: emit_tx,
+        moves: std::cell::OnceCell::new(),
     };
     Ok(Started {
         conn,
@@ -205,9 +207,27 @@ struct Shell {
     events: mpsc::Sender<Event>,
     snapshot: watch::Sender<Snapshot>,
     emit: mpsc::UnboundedSender<Signal>,
+    /// Memory moves, one at a time on one thread, started at the first move.
+    moves: std::cell::OnceCell<MoveQueue>,
 }
 
 impl Shell {
+    /// Queues `job` for the mover thread, started the first time; why not, if not.
+    fn queue_move(&self, job: FollowJob) -> Result<(), String> {
+        let queue = match self.moves.get() {
+            Some(q) => q,
+            None => {
+                let tx = self.events.clone();
+                let q = MoveQueue::start(follow::Kernel, move |done| {
+                    let _ = tx.blocking_send(Event::Followed(Box::new(done)));
+                })
+                .map_err(|e| format!("cannot start the memory mover thread: {e}"))?;
+                self.moves.get_or_init(|| q)
+            }
+        };
+        queue.push(job).map_err(|e| e.to_string())
+    }
+
     fn run_loop(&self, mut state: State, mut rx: mpsc::Receiver<Event>) -> Result<(), DaemonError> {
         state.start()?;
         self.perform(&mut state);
@@ -363,19 +383,13 @@ impl Shell {
                     }
                     Action::Follow(job) => {
                         let (pid, target) = (job.pid, job.target.clone());
-                        let tx = self.events.clone();
-                        let spawned = crate::memory::follow::spawn(*job, move |done| {
-                            let _ = tx.blocking_send(Event::Followed(Box::new(done)));
-                        });
-                        if let Err(e) = spawned {
-                            tracing::error!(pid, error = %e, "cannot start the memory thread");
+                        if let Err(why) = self.queue_move(*job) {
+                            tracing::error!(pid, error = %why, "cannot queue the memory move");
                             state.handle(Event::Followed(Box::new(
                                 crate::memory::follow::Finished {
                                     pid,
                                     target,
-                                    outcome: crate::memory::follow::Outcome::Failed(format!(
-                                        "cannot start its thread: {e}"
-                                    )),
+                                    outcome: crate::memory::follow::Outcome::Failed(why),
                                     at: std::time::Instant::now(),
                                 },
                             )));

@@ -358,15 +358,17 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         }
     }
 
-    /// pid, comm, rule, cpus, state of every managed process.
+    /// pid, comm, rule, cpus, state of every managed process; another user's process,
+    /// for a caller other than root, by pid, rule and cpus only (comm and state empty),
+    /// as `Explain` shows it.
     #[zbus(out_args("processes"))]
     async fn list_managed(
         &self,
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<Vec<(u32, String, String, String, String)>> {
-        self.admission.admit(conn, &header, "ListManaged").await?;
-        match self.forward(Command::ListManaged).await? {
+        let caller_uid = self.admission.admit(conn, &header, "ListManaged").await?;
+        match self.forward(Command::ListManaged { caller_uid }).await? {
             Reply::Managed(list) => Ok(list.into_iter().map(ManagedEntry::into_tuple).collect()),
             other => Err(unexpected(other)),
         }
@@ -468,17 +470,18 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     }
 
     /// `ListManaged` with each process's CPUs as a list of CPU ids instead of kernel
-    /// list text: pid, comm, rule, cpus, state.
+    /// list text: pid, comm, rule, cpus, state (comm and state empty as there).
     #[zbus(out_args("processes"))]
     async fn list_managed_cpus(
         &self,
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<Vec<(u32, String, String, Vec<u32>, String)>> {
-        self.admission
+        let caller_uid = self
+            .admission
             .admit(conn, &header, "ListManagedCpus")
             .await?;
-        match self.forward(Command::ListManaged).await? {
+        match self.forward(Command::ListManaged { caller_uid }).await? {
             Reply::Managed(list) => list.into_iter().map(managed_with_cpu_ids).collect(),
             other => Err(unexpected(other)),
         }
@@ -527,7 +530,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
             Reply::Explained { text, full } => (text, full),
             other => return Err(unexpected(other)),
         };
-        let entry = match self.forward(Command::ListManaged).await? {
+        let entry = match self.forward(Command::ListManaged { caller_uid }).await? {
             Reply::Managed(list) => list.into_iter().find(|e| e.pid == pid),
             other => return Err(unexpected(other)),
         };

@@ -3,13 +3,13 @@
 //!
 //! Owns: the decision ([`decide`], pure: memory per node, target nodes, free memory,
 //! bounds → what to do), the interval between moves ([`wait_left`]), free memory per
-//! node (`nodeN/meminfo`), the `migrate_pages(2)` call, and [`run`]: one job, read →
-//! decide → move → read again, on a thread of its own.
-//! Must not touch: which CPUs a process gets, the event loop (the daemon starts one job
+//! node (`nodeN/meminfo`), the `migrate_pages(2)` call, [`run`]: one job, read →
+//! decide → move → read again, and [`MoveQueue`]: the jobs, one at a time, on one thread.
+//! Must not touch: which CPUs a process gets, the event loop (the daemon queues one job
 //! per process at a time and takes its [`Finished`] back as an event).
 //!
 //! ```text
-//!   daemon: pinned CPUs ─► nodes ─► FollowJob ─► thread "pinnerd-mem-PID"
+//!   daemon: pinned CPUs ─► nodes ─► FollowJob ─► MoveQueue ─► thread "pinnerd-mem"
 //!        memory::read ─► decide ─► migrate_pages(pid, {node s}, target) per source node
 //!        memory::read again ─► Finished { outcome } ─► daemon: explain, log, metrics
 //! ```
@@ -346,30 +346,65 @@ pub fn run(job: &FollowJob) -> Outcome {
     }
 }
 
-/// Where a job's thread is named: `pinnerd-mem-PID` (15 bytes at most, as the kernel
-/// keeps them).
-pub fn thread_name(pid: i32) -> String {
-    let mut n = format!("pinnerd-mem-{pid}");
-    n.truncate(15);
-    n
+/// What moves one process's memory: [`Kernel`] on the running machine; the queue's tests
+/// give it moves of their own.
+pub trait Mover: Send + 'static {
+    fn run(&self, job: &FollowJob) -> Outcome;
 }
 
-/// Starts `job` on a thread of its own; `done` gets its result.
-pub fn spawn(
-    job: FollowJob,
-    done: impl FnOnce(Finished) + Send + 'static,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name(thread_name(job.pid))
-        .spawn(move || {
-            let outcome = run(&job);
-            done(Finished {
-                pid: job.pid,
-                target: job.target,
-                outcome,
-                at: Instant::now(),
-            })
-        })
+/// The real mover: [`run`], `migrate_pages` on the running kernel.
+pub struct Kernel;
+
+impl Mover for Kernel {
+    fn run(&self, job: &FollowJob) -> Outcome {
+        run(job)
+    }
+}
+
+/// The name of the thread that moves memory (15 bytes at most, as the kernel keeps them).
+pub const MOVER_THREAD: &str = "pinnerd-mem";
+
+/// Memory moves, one process at a time: jobs wait in the order they came for the one
+/// thread ([`MOVER_THREAD`]) that serves them, so however many processes follow, one
+/// `migrate_pages` runs at once. The daemon queues at most one job per process, so the
+/// queue holds at most one job per following process. Dropping the queue lets the
+/// thread end after the job it is on; the jobs still waiting are dropped unrun.
+pub struct MoveQueue {
+    jobs: std::sync::mpsc::Sender<FollowJob>,
+}
+
+/// The queue's thread has ended; the job was not queued.
+#[derive(Debug, thiserror::Error)]
+#[error("the memory mover thread has ended")]
+pub struct QueueClosed(pub FollowJob);
+
+impl MoveQueue {
+    /// Starts the mover thread; `done` gets each job's result, in the order of the jobs.
+    pub fn start(
+        mover: impl Mover,
+        done: impl Fn(Finished) + Send + 'static,
+    ) -> std::io::Result<MoveQueue> {
+        let (jobs, queued) = std::sync::mpsc::channel::<FollowJob>();
+        std::thread::Builder::new()
+            .name(MOVER_THREAD.into())
+            .spawn(move || {
+                for job in queued {
+                    let outcome = mover.run(&job);
+                    done(Finished {
+                        pid: job.pid,
+                        target: job.target,
+                        outcome,
+                        at: Instant::now(),
+                    });
+                }
+            })?;
+        Ok(MoveQueue { jobs })
+    }
+
+    /// Queues `job` behind those already waiting.
+    pub fn push(&self, job: FollowJob) -> Result<(), QueueClosed> {
+        self.jobs.send(job).map_err(|e| QueueClosed(e.0))
+    }
 }
 
 #[cfg(test)]
@@ -503,6 +538,102 @@ mod tests {
             "moved 2.9 GiB from node 0 to node 1 in 1.4 s; 102 MiB left"
         );
         assert_eq!(o.label(), "moved");
+    }
+
+    /// A mover whose moves block until the test releases them, one release per move,
+    /// counting the moves in flight at once and logging each start.
+    struct Gated {
+        in_flight: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+        release: std::sync::Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>,
+    }
+
+    impl Mover for Gated {
+        fn run(&self, job: &FollowJob) -> Outcome {
+            use std::sync::atomic::Ordering::SeqCst;
+            let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+            self.most.fetch_max(now, SeqCst);
+            let thread = std::thread::current().name().unwrap_or("").to_string();
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("start {} on {thread}", job.pid));
+            let released = self.release.lock().unwrap().recv().is_ok();
+            self.in_flight.fetch_sub(1, SeqCst);
+            Outcome::Nothing(format!("released: {released}"))
+        }
+    }
+
+    #[test]
+    fn the_queue_moves_one_process_at_a_time_in_the_order_they_came() {
+        use std::sync::{atomic::AtomicUsize, mpsc, Arc, Mutex};
+        let (release_tx, release_rx) = mpsc::channel();
+        let mover = Gated {
+            in_flight: Arc::new(AtomicUsize::new(0)),
+            most: Arc::new(AtomicUsize::new(0)),
+            log: Arc::default(),
+            release: Arc::new(Mutex::new(release_rx)),
+        };
+        let (most, log) = (mover.most.clone(), mover.log.clone());
+        let (done_tx, done_rx) = mpsc::channel();
+        let log_done = log.clone();
+        let queue = MoveQueue::start(mover, move |f: Finished| {
+            log_done
+                .lock()
+                .unwrap()
+                .push(format!("end {} {}", f.pid, f.outcome));
+            done_tx.send(f.pid).unwrap();
+        })
+        .unwrap();
+        let pids = [11, 12, 13, 14, 15];
+        for pid in pids {
+            queue
+                .push(FollowJob {
+                    pid,
+                    target: BTreeSet::from([1]),
+                    all_nodes: vec![0, 1],
+                    root: SysRoot::default(),
+                    max_bytes: u64::MAX,
+                })
+                .unwrap();
+        }
+        // Released one by one: each move ends before the next one starts.
+        let mut ended = Vec::new();
+        for _ in pids {
+            release_tx.send(()).unwrap();
+            // A bound on the wait, so that a queue that never runs a job fails here
+            // instead of hanging the test run.
+            ended.push(
+                done_rx
+                    .recv_timeout(Duration::from_secs(60))
+                    .expect("a released move ends"),
+            );
+        }
+        assert_eq!(
+            most.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "moves in flight at once; {:#?}",
+            log.lock().unwrap()
+        );
+        assert_eq!(ended, pids);
+        let want: Vec<String> = pids
+            .iter()
+            .flat_map(|p| {
+                [
+                    format!("start {p} on {MOVER_THREAD}"),
+                    format!("end {p} nothing moved: released: true"),
+                ]
+            })
+            .collect();
+        assert_eq!(*log.lock().unwrap(), want);
+        // Dropping the queue ends its thread; nothing is left running.
+        drop(queue);
+        assert_eq!(
+            done_rx.recv_timeout(Duration::from_secs(60)),
+            Err(mpsc::RecvTimeoutError::Disconnected),
+            "the mover thread ended"
+        );
     }
 
     #[test]

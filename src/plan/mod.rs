@@ -268,6 +268,14 @@ pub enum PinError {
         request: String,
         source: PlacementError,
     },
+    /// Explicit CPUs of which an exclusive rule holds some: a run-time pin takes only
+    /// CPUs no exclusive rule holds.
+    #[error("cpus {cpus}: CPUs {held} are held exclusively by rule {rule:?}; a run-time pin takes only CPUs no exclusive rule holds")]
+    Exclusive {
+        cpus: CpuSet,
+        rule: String,
+        held: CpuSet,
+    },
 }
 
 impl Plan {
@@ -678,6 +686,15 @@ impl Plan {
                 .any(|u| u.rule == rule && u.cpuset.as_ref() == cpuset)
     }
 
+    /// The first exclusive unit (in precedence order) holding any of `cpus`: its rule and
+    /// the CPUs of `cpus` it holds.
+    fn exclusive_holder(&self, cpus: &CpuSet) -> Option<(String, CpuSet)> {
+        self.units.iter().filter(|u| u.exclusive).find_map(|u| {
+            let held = u.state.held().intersection(cpus);
+            (!held.is_empty()).then(|| (u.rule.clone(), held))
+        })
+    }
+
     /// CPUs held by exclusive units.
     pub fn exclusive_cpus(&self) -> CpuSet {
         self.units
@@ -687,14 +704,22 @@ impl Plan {
     }
 
     /// The CPUs of a run-time pin (`PinProcess`): `request` placed among the CPUs that
-    /// are online, not reserved and held by no exclusive unit.
+    /// are online, not reserved and held by no exclusive unit; explicit CPUs are refused,
+    /// naming the rule, when an exclusive unit holds any of them.
     pub fn pin(
         &self,
         request: &PlacementRequest,
         choose: Option<&dyn Choose>,
     ) -> Result<CpuSet, PinError> {
         if let CpuTarget::Cpus(c) = &request.target {
-            return Ok(c.clone());
+            return match self.exclusive_holder(c) {
+                Some((rule, held)) => Err(PinError::Exclusive {
+                    cpus: c.clone(),
+                    rule,
+                    held,
+                }),
+                None => Ok(c.clone()),
+            };
         }
         let mut pool = self
             .cpus

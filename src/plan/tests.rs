@@ -225,6 +225,47 @@ count = 2
 }
 
 #[test]
+fn a_pin_to_explicit_cpus_an_exclusive_rule_holds_is_refused_naming_the_rule() {
+    let r = rules(
+        r#"
+[[rule]]
+name = "excl"
+[rule.match]
+comm = "a"
+[rule.place]
+cpus = "1-2"
+exclusive = true
+
+[[rule]]
+name = "shared"
+[rule.match]
+comm = "b"
+[rule.place]
+cpus = "2-3"
+"#,
+    );
+    let p = Plan::new(&r, &cpus("0-7", ""), Some(&LowestFirst));
+    let on = |c: &str| PlacementRequest {
+        target: CpuTarget::Cpus(set(c)),
+        ..count_request(1)
+    };
+    for (asked, held) in [("1", "1"), ("0-3", "1-2"), ("2,5", "2")] {
+        match p.pin(&on(asked), Some(&LowestFirst)) {
+            Err(e @ PinError::Exclusive { .. }) => {
+                assert_eq!(
+                    e.to_string(),
+                    format!("cpus {asked}: CPUs {held} are held exclusively by rule \"excl\"; a run-time pin takes only CPUs no exclusive rule holds")
+                );
+            }
+            other => panic!("{asked}: {other:?}"),
+        }
+    }
+    // CPUs a shared rule holds, or no rule, stay open to a pin.
+    assert_eq!(p.pin(&on("3-4"), None).unwrap(), set("3-4"));
+    assert_eq!(p.pin(&on("0"), None).unwrap(), set("0"));
+}
+
+#[test]
 fn a_rule_is_planned_once_per_cpuset_and_thread_entries_follow_their_instance() {
     let r = rules(
         r#"

@@ -34,7 +34,8 @@ fn list_managed_cpus_and_explain_json_agree_with_their_text_twins() {
         .unwrap();
     let ids: Vec<u64> = pinned.iter().map(u64::from).collect();
 
-    // ListManagedCpus: the same rows as ListManaged, CPUs as numbers; open to everyone.
+    // ListManagedCpus: the same rows as ListManaged, CPUs as numbers; open to everyone,
+    // root's process shown to another user by pid, rule and CPUs only.
     for nobody in [false, true] {
         let v = call_json(&bus, nobody, "ListManagedCpus", &[]);
         assert_eq!(v["type"], "a(ussaus)", "{v}");
@@ -42,7 +43,12 @@ fn list_managed_cpus_and_explain_json_agree_with_their_text_twins() {
         assert_eq!(rows.len(), 1, "{v}");
         let row = rows[0].as_array().unwrap();
         assert_eq!(row[0], h.pid as u64);
-        assert_eq!(row[1], "pd-json");
+        let (comm, state) = if nobody {
+            ("", "")
+        } else {
+            ("pd-json", "applied")
+        };
+        assert_eq!((&row[1], &row[4]), (&comm.into(), &state.into()), "{v}");
         let got: Vec<u64> = row[3]
             .as_array()
             .unwrap()

@@ -669,3 +669,94 @@ fn plan_with_options_answers_and_refuses_with_reasons() {
     ]);
     assert!(!out.status.success(), "{}", text(&out));
 }
+
+/// `near` over the bus is resolved by the daemon as root, for any caller: a link that
+/// uid 65534 plants in `/dev/shm` must not tell them whether a path they cannot read
+/// exists. Every path that is not a usable device gets one answer, word for word.
+#[test]
+fn near_tells_an_unprivileged_caller_nothing_about_paths_they_cannot_see() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    // A directory only root may enter, holding one file.
+    let secret = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(secret.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(secret.path().join("present"), "x").unwrap();
+    let _d = Daemon::start(&bus, &dirs);
+    // nobody's links: to the file that exists, to one that does not, and the same two
+    // spelled relative to /dev/shm.
+    let tag = format!("pinnerd-near-{}", std::process::id());
+    let rel = |leaf: &str| format!("../..{}", secret.path().join(leaf).to_string_lossy());
+    let links = [
+        (
+            format!("{tag}-present"),
+            secret.path().join("present").to_string_lossy().into_owned(),
+        ),
+        (
+            format!("{tag}-absent"),
+            secret.path().join("absent").to_string_lossy().into_owned(),
+        ),
+        (format!("{tag}-rel-present"), rel("present")),
+        (format!("{tag}-rel-absent"), rel("absent")),
+    ];
+    struct Unlink(Vec<PathBuf>);
+    impl Drop for Unlink {
+        fn drop(&mut self) {
+            for p in &self.0 {
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+    let _unlink = Unlink(
+        links
+            .iter()
+            .map(|(l, _)| Path::new("/dev/shm").join(l))
+            .collect(),
+    );
+    for (link, target) in &links {
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "ln",
+                "-s",
+            ])
+            .arg(target)
+            .arg(Path::new("/dev/shm").join(link))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "ln -s {target} {link}: {}",
+            text(&out)
+        );
+    }
+    let plan_near = |near: &str| {
+        bus.busctl_as_nobody(&[
+            "call", NAME, PATH, IFACE, "PlanWith", "a{sv}", "2", "count", "u", "1", "near", "s",
+            near,
+        ])
+    };
+    // A real device still works for nobody.
+    let out = plan_near("/dev/null");
+    assert!(out.status.success(), "{}", text(&out));
+    let mut answers = Vec::new();
+    for near in links.iter().map(|(l, _)| format!("/dev/shm/{l}")).chain([
+        "/dev/shm".to_string(),
+        format!("/dev/shm/{tag}-never-made"),
+        "/dev/block/4095:1048575".to_string(),
+    ]) {
+        let out = plan_near(&near);
+        assert!(!out.status.success(), "{near}: {}", text(&out));
+        answers.push((near.clone(), stderr_of(&out).replace(&near, "NAME")));
+    }
+    let first = &answers[0].1;
+    for (near, answer) in &answers {
+        assert_eq!(answer, first, "{near} answers differently: {answers:#?}");
+    }
+    assert!(
+        first.contains("not a device node below /dev"),
+        "{answers:#?}"
+    );
+}

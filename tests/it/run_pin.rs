@@ -366,10 +366,14 @@ fn run_with_the_daemon_avoids_exclusive_cpus_and_registers_the_process() {
         "{}",
         out.stdout
     );
-    // --rule takes a loaded rule's placement (this one's explicit CPU 1).
+    // --rule takes a loaded rule's placement; this one's explicit CPU 1 is held
+    // exclusively (by itself), so no run-time pin may take it.
     let out = pinnerd(&["run", "--bus", addr, "--rule", "hold1", "--print"]);
     assert!(
-        out.ok && out.stdout.starts_with("CPUs 1  for rule \"hold1\""),
+        !out.ok
+            && out
+                .stderr
+                .contains("CPUs 1 are held exclusively by rule \"hold1\""),
         "{out:?}"
     );
     let out = pinnerd(&["run", "--bus", addr, "--rule", "nope", "--", "true"]);
@@ -458,6 +462,22 @@ fn every_placement_flag_works_through_the_daemon() {
                 "{flags:?}: {}",
                 out.stderr
             );
+            continue;
+        }
+        if flags.contains(&"hold1") {
+            // The rule's explicit CPU 1 is held exclusively (by the rule itself): the
+            // daemon, which enforces exclusivity, refuses the pin and its plan, naming
+            // the rule; alone, `run` has no exclusive holders to keep off.
+            assert!(here.ok, "{flags:?} without the daemon: {here:?}");
+            for out in [
+                &out,
+                &pinnerd(&["pin", "--bus", addr, &pid_s, "--rule", "hold1"]),
+            ] {
+                assert!(
+                    !out.ok && out.stderr.contains("held exclusively by rule \"hold1\""),
+                    "{flags:?}: {out:?}"
+                );
+            }
             continue;
         }
         assert!(out.ok, "{flags:?}: {out:?}\nlog:\n{}", d.log());
@@ -764,4 +784,105 @@ fn polkit_lets_a_user_pin_their_own_process_and_not_roots() {
     let out = pinnerd(&["release", "--bus", addr, &roots_pid]);
     assert!(out.ok, "{out:?}");
     assert_eq!(polkit.asked().len(), before);
+}
+
+/// A run-time pin takes only CPUs no exclusive rule holds, also when it names them
+/// (`cpus`) or names a rule that does (`rule`): refused with the rule named, over the
+/// bus and from `pinnerd pin`, for root and for a user pinning their own process, and
+/// the process keeps its mask.
+#[test]
+fn a_runtime_pin_never_takes_a_cpu_an_exclusive_rule_holds() {
+    let _cpus = super::cpus_stay_online();
+    let original = online();
+    assert!(
+        original.contains(0) && original.contains(1),
+        "needs CPUs 0 and 1 online: {original}"
+    );
+    let bus = Bus::start(Policy::ProjectWithPolkit);
+    let _polkit = Polkit::start(&bus, &["org.pinnerd.pin-own-process"]);
+    let dirs = Dirs::new();
+    dirs.write_rule("10-hold.toml", &hold_cpu_1());
+    let roots = Helper::spawn(dirs.root.path(), "rp-excl");
+    let d = Daemon::start(&bus, &dirs);
+    assert_eq!(bus.get("RuleCount"), "u 1", "log:\n{}", d.log());
+    let addr = bus.address.as_str();
+    let own = NobodysSleep::start();
+    let roots_pid = (roots.pid as u32).to_string();
+    let own_pid = own.pid().to_string();
+    let refusal = "CPUs 1 are held exclusively by rule \"hold1\"; a run-time pin takes only CPUs no exclusive rule holds";
+
+    // Over the bus, as root: explicit CPUs, and a rule whose CPUs are explicit.
+    for placement in [
+        vec!["1", "cpus", "s", "1"],
+        vec!["1", "cpus", "s", "0-1"],
+        vec!["1", "rule", "s", "hold1"],
+    ] {
+        let mut args = vec![
+            "call",
+            NAME,
+            PATH,
+            IFACE,
+            "PinProcessWith",
+            "ua{sv}",
+            &roots_pid,
+        ];
+        args.extend(placement.iter().copied());
+        let out = bus.busctl(&args);
+        assert!(!out.status.success(), "{placement:?}: {}", text(&out));
+        assert!(
+            stderr_of(&out).contains(refusal),
+            "{placement:?}: {}",
+            text(&out)
+        );
+        assert!(
+            all_on(roots.pid as u32, &original),
+            "{placement:?}: {:?}",
+            masks(roots.pid as u32)
+        );
+        // PlanWith says what the pin would get: the same refusal.
+        let mut args = vec!["call", NAME, PATH, IFACE, "PlanWith", "a{sv}"];
+        args.extend(placement.iter().copied());
+        let out = bus.busctl(&args);
+        assert!(
+            stderr_of(&out).contains(refusal),
+            "PlanWith {placement:?}: {}",
+            text(&out)
+        );
+    }
+    // From the command line, as root.
+    for flags in [["--cpus", "1"], ["--rule", "hold1"]] {
+        let mut args = vec!["pin", "--bus", addr, &roots_pid];
+        args.extend(flags);
+        let out = pinnerd(&args);
+        assert_eq!(out.code, 1, "{flags:?}: {out:?}");
+        assert!(out.stderr.contains(refusal), "{flags:?}: {}", out.stderr);
+        assert!(
+            all_on(roots.pid as u32, &original),
+            "{:?}",
+            masks(roots.pid as u32)
+        );
+    }
+    // uid 65534 pinning their own process, which polkit allows.
+    let out = pinnerd_as_nobody(&["pin", "--bus", addr, &own_pid, "--cpus", "1"]);
+    assert_eq!(out.code, 1, "{out:?}\nlog:\n{}", d.log());
+    assert!(out.stderr.contains(refusal), "{}", out.stderr);
+    assert!(all_on(own.pid(), &original), "{:?}", masks(own.pid()));
+    // CPUs no exclusive rule holds stay open to the same pins.
+    let out = pinnerd_as_nobody(&["pin", "--bus", addr, &own_pid, "--cpus", "0"]);
+    assert!(out.ok, "{out:?}");
+    assert!(
+        all_on(own.pid(), &"0".parse().unwrap()),
+        "{:?}",
+        masks(own.pid())
+    );
+    let got = bus.call(
+        "PinProcessWith",
+        &["ua{sv}", &roots_pid, "1", "cpus", "s", "0"],
+    );
+    assert_eq!(got, "s \"0\"");
+    assert!(
+        all_on(roots.pid as u32, &"0".parse().unwrap()),
+        "{:?}",
+        masks(roots.pid as u32)
+    );
 }

@@ -26,23 +26,9 @@ impl State {
             }
             Command::GetMatrix => Ok(self.matrix_reply()),
             Command::Metrics => Ok(Reply::Text(self.metrics_text())),
-            Command::ListManaged => Ok(Reply::Managed(
-                self.manager
-                    .as_ref()
-                    .map(|m| {
-                        m.list_managed()
-                            .into_iter()
-                            .map(|r| ManagedEntry {
-                                pid: r.pid,
-                                comm: r.comm,
-                                rule: r.rule,
-                                cpus: r.cpus,
-                                state: r.state,
-                            })
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            )),
+            Command::ListManaged { caller_uid } => {
+                Ok(Reply::Managed(self.managed_rows(caller_uid)))
+            }
             Command::Explain { pid, caller_uid } => {
                 if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
                     return Err(CommandError::NoSuchProcess(pid));
@@ -185,5 +171,27 @@ impl State {
                 latency_ns: Vec::new(),
             },
         }
+    }
+
+    /// Every managed process as `caller_uid` may see it: root and a process's owner get
+    /// its row whole; anyone else its pid, rule and CPUs only (`comm` and `state`
+    /// empty), as `Explain` shows it.
+    fn managed_rows(&self, caller_uid: u32) -> Vec<ManagedEntry> {
+        let Some(m) = &self.manager else {
+            return Vec::new();
+        };
+        m.list_managed()
+            .into_iter()
+            .map(|r| {
+                let full = m.shows_all_to(r.pid as i32, caller_uid);
+                ManagedEntry {
+                    pid: r.pid,
+                    comm: if full { r.comm } else { String::new() },
+                    rule: r.rule,
+                    cpus: r.cpus,
+                    state: if full { r.state } else { String::new() },
+                }
+            })
+            .collect()
     }
 }

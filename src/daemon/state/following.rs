@@ -1,7 +1,8 @@
 //! `memory = "follow"` for [`State`]: which managed processes' memory follows their
-//! CPUs, the nodes it last followed, one job per process at a time on a thread of its
-//! own (never on the loop: one `migrate_pages` call cannot be bounded), no more often
-//! than `memory.follow-interval`, and what each job did (explain, log, metrics).
+//! CPUs, the nodes it last followed, one job per process at a time, queued for the
+//! shell's one mover thread (never on the loop: one `migrate_pages` call cannot be
+//! bounded; one move at a time over all processes), no more often than
+//! `memory.follow-interval`, and what each job did (explain, log, metrics).
 //! Split from `state/mod.rs` to keep each file readable; same state, same loop.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,6 +34,10 @@ pub(super) struct Following {
     entries: BTreeMap<i32, Entry>,
     /// Processes pinned at run time with `memory = "follow"`.
     runtime: BTreeSet<i32>,
+    /// The processes whose jobs are queued, in the order they were queued: the shell's
+    /// [`follow::MoveQueue`] runs them one at a time in this order, so the first is
+    /// moving and the others wait.
+    queued: std::collections::VecDeque<i32>,
 }
 
 impl Following {
@@ -131,6 +136,7 @@ impl State {
             }
             e.waiting = None;
             e.running = Some(nodes.clone());
+            self.follow.queued.push_back(pid);
             tracing::info!(pid, nodes = %follow::words(&nodes), "memory follow: moving its memory to the nodes of its CPUs");
             self.actions.push(Action::Follow(Box::new(FollowJob {
                 pid,
@@ -154,6 +160,7 @@ impl State {
             }
             _ => tracing::debug!(pid = f.pid, outcome = %f.outcome, "memory follow"),
         }
+        self.follow.queued.retain(|p| *p != f.pid);
         if let Some(e) = self.follow.entries.get_mut(&f.pid) {
             e.running = None;
             e.last_at = Some(f.at);
@@ -180,9 +187,14 @@ impl State {
                 )
             })
         };
+        let ahead = self.follow.queued.iter().take_while(|p| **p != pid).count();
         let mut s = match (&e.running, &e.last) {
-            (Some(n), _) => format!(
+            (Some(n), _) if ahead == 0 => format!(
                 "memory follow: moving its memory to {} now\n",
+                follow::words(n)
+            ),
+            (Some(n), _) => format!(
+                "memory follow: waiting to move its memory to {}: one process moves at a time, {ahead} ahead of it\n",
                 follow::words(n)
             ),
             (None, Some(o)) => format!("memory follow: {o}{}\n", ago(e.last_at)),

@@ -30,7 +30,7 @@ fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        s.command(Command::ListManaged).unwrap(),
+        s.command(Command::ListManaged { caller_uid: 0 }).unwrap(),
         Reply::Managed(vec![])
     );
     let Ok(Reply::Cpus(cpus)) = s.command(Command::AsOwner {
@@ -40,13 +40,27 @@ fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
         panic!("the owner's pin")
     };
     assert_eq!(cpus.len(), 1);
-    let Reply::Managed(list) = s.command(Command::ListManaged).unwrap() else {
+    let Reply::Managed(list) = s.command(Command::ListManaged { caller_uid: 0 }).unwrap() else {
         panic!()
     };
     assert!(
         list.iter().any(|e| e.pid == pid && e.rule == "(runtime)"),
         "{list:?}"
     );
+    // Another user sees root's process by pid, rule and CPUs only, as Explain shows it.
+    let Reply::Managed(theirs) = s
+        .command(Command::ListManaged { caller_uid: 1000 })
+        .unwrap()
+    else {
+        panic!()
+    };
+    let row = theirs.iter().find(|e| e.pid == pid).expect("listed");
+    assert_eq!(
+        (row.comm.as_str(), row.rule.as_str(), row.state.as_str()),
+        ("", "(runtime)", ""),
+        "{row:?}"
+    );
+    assert_eq!(row.cpus, cpus.to_string());
     match s.command(Command::PlanWith {
         place: PlaceSpec::Rule("nope".into()),
     }) {
@@ -206,4 +220,68 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
         })
         .collect();
     assert_eq!(next, vec![BTreeSet::from([0])]);
+}
+
+#[test]
+fn queued_memory_moves_say_they_wait_for_the_one_before_them() {
+    use crate::api::PlaceSpec;
+    use crate::memory::follow::{Finished, Outcome};
+    use std::collections::BTreeSet;
+    let (mut s, _d, _job) = started(Timing::default());
+    // Two nodes: even CPUs on node 0, odd on node 1.
+    let fixture = SysRoot::machine(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-e5620"),
+    );
+    s.topology = Some(Topology::discover(&fixture).unwrap());
+    let (a, b) = (Sleeper::spawn("sleep"), Sleeper::spawn("sleep"));
+    let mut queued = Vec::new();
+    for pid in [a.pid(), b.pid()] {
+        let place = PlaceSpec::Request(PlacementRequest {
+            target: CpuTarget::Cpus("1".parse().unwrap()),
+            within: None,
+            policy: Policy::Compact,
+            smt: SmtPolicy::Allow,
+            exclusive: false,
+            shape: Default::default(),
+        });
+        s.command(Command::PinWith {
+            pid,
+            place,
+            follow: true,
+        })
+        .unwrap();
+        queued.extend(s.take_actions().into_iter().filter_map(|x| match x {
+            Action::Follow(j) => Some(j.pid),
+            _ => None,
+        }));
+    }
+    // One job each, queued in order: the first moves, the second waits for it.
+    assert_eq!(queued, vec![a.pid() as i32, b.pid() as i32]);
+    let explain = |s: &mut State, pid| match s.command(Command::Explain { pid, caller_uid: 0 }) {
+        Ok(Reply::Explained { text, .. }) => text,
+        other => panic!("{other:?}"),
+    };
+    let first = explain(&mut s, a.pid());
+    assert!(
+        first.contains("memory follow: moving its memory to node 1 now"),
+        "{first}"
+    );
+    let second = explain(&mut s, b.pid());
+    assert!(
+        second.contains(
+            "memory follow: waiting to move its memory to node 1: one process moves at a time, 1 ahead of it"
+        ),
+        "{second}"
+    );
+    s.handle(Event::Followed(Box::new(Finished {
+        pid: a.pid() as i32,
+        target: BTreeSet::from([1]),
+        outcome: Outcome::Nothing("all of its 1.0 MiB is on node 1 already".into()),
+        at: Instant::now(),
+    })));
+    let second = explain(&mut s, b.pid());
+    assert!(
+        second.contains("memory follow: moving its memory to node 1 now"),
+        "{second}"
+    );
 }
