@@ -147,6 +147,13 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     }
 
     let mut quality = quality(&g, known);
+    let numa_home = g
+        .findings
+        .iter()
+        .any(|f| f.kind == crate::domains::FindingKind::NumaHome);
+    quality
+        .findings
+        .extend(report::inverted_boxes(&topology, numa_home));
     let effect = if args.compare {
         let advice = pair_advice.context("no plan of two CPUs to compare")?;
         let e = super::compare::measure_effect(&advice, 2, 7, Duration::from_millis(300))
@@ -171,10 +178,13 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         machine,
         topology,
         topology_from: if known.is_some() { "sysfs" } else { "matrix" }.into(),
+        // A level whose every group is one CPU (an `smt` level without SMT) groups
+        // nothing: it is not in the data, so not on the page.
         domains: g
             .domains
             .levels()
             .iter()
+            .filter(|l| l.kind == LevelKind::Machine || l.groups.iter().any(|g| g.len() > 1))
             .map(|l| DomainLevel {
                 name: l.name(),
                 latency_ns: l.latency_ns,
@@ -254,8 +264,10 @@ fn plan_row(k: usize, policy: Policy, j: &serde_json::Value) -> PlanRow {
         autopilot_cpus: (!auto.is_null()).then(|| cpus(&auto["cpus"])),
         autopilot_worst_ns: auto_worst,
         autopilot_mean_ns: auto["mean_latency_ns"].as_f64(),
+        // How much nearer the plan's farthest pair is than autopilot's: a compact
+        // plan's gain. A spread plan seeks distance, where the ratio means nothing.
         ratio: match (auto_worst, worst) {
-            (Some(a), Some(p)) if p > 0.0 => Some(a / p),
+            (Some(a), Some(p)) if p > 0.0 && policy == Policy::Compact => Some(a / p),
             _ => None,
         },
         error: None,
@@ -379,11 +391,15 @@ fn quality(g: &Ground, known: Option<&Topology>) -> Quality {
         ..Quality::default()
     };
     let Some(m) = &g.matrix else {
+        q.not_measured = Some(match &g.source {
+            Source::TopologyOnly(why) => why.clone(),
+            _ => "no matrix".into(),
+        });
         return q;
     };
     let summary = m.summary();
-    q.pairs_total = summary.pairs + summary.missing;
-    q.pairs_with_figure = summary.pairs;
+    q.pairs_total = Some(summary.pairs + summary.missing);
+    q.pairs_with_figure = Some(summary.pairs);
     let measured: Vec<_> = m.stats.iter().filter(|s| !s.inferred).collect();
     q.samples_per_pair = Spread::of(
         &measured

@@ -206,25 +206,38 @@ fn draw_heatmap(m: &LatencyMatrix, title: &str, cells: Cells) -> Result<String, 
         let title_style = ("sans-serif", 18).into_font().color(&BLACK);
         root.draw(&Text::new(title.to_string(), (left, 20), title_style))
             .map_err(e)?;
-        let label_every = n.div_ceil(32).max(1);
+        // Every CPU is labelled on both axes: the labels are as tall as a cell (11 px at
+        // most), and those over the columns stand upright once a cell is too narrow for
+        // a number written across it. Small on a large matrix, but there to zoom into.
+        let label_px = (cell - 1).clamp(2, 11);
         let label_font = ("sans-serif", 11).into_font().color(&BLACK);
+        let row_font = ("sans-serif", label_px).into_font().color(&BLACK);
+        let upright = n > SVG_NUMBERS_MAX;
+        let column_font = if upright {
+            row_font.clone().transform(FontTransform::Rotate270)
+        } else {
+            row_font.clone()
+        };
         let value_font = ("sans-serif", 10).into_font();
         for i in 0..m.len() {
             let y = top + i as i32 * cell;
-            if i % label_every == 0 {
-                root.draw(&Text::new(
-                    m.cpus[i].to_string(),
-                    (8, y + cell / 2 - 6),
-                    label_font.clone(),
-                ))
-                .map_err(e)?;
-                root.draw(&Text::new(
-                    m.cpus[i].to_string(),
-                    (left + i as i32 * cell + 2, top - 16),
-                    label_font.clone(),
-                ))
-                .map_err(e)?;
-            }
+            root.draw(&Text::new(
+                m.cpus[i].to_string(),
+                (8, y + (cell - label_px) / 2),
+                row_font.clone(),
+            ))
+            .map_err(e)?;
+            let column = if upright {
+                (left + i as i32 * cell + (cell - label_px) / 2, top - 4)
+            } else {
+                (left + i as i32 * cell + 2, top - 16)
+            };
+            root.draw(&Text::new(
+                m.cpus[i].to_string(),
+                column,
+                column_font.clone(),
+            ))
+            .map_err(e)?;
             if cells == Cells::Image && n > SVG_NUMBERS_MAX {
                 continue;
             }
@@ -268,18 +281,28 @@ fn draw_heatmap(m: &LatencyMatrix, title: &str, cells: Cells) -> Result<String, 
                 .map_err(e)?;
             }
         }
-        root.draw(&Text::new(
-            format!("{lo:.1} ns"),
-            (bx + 20, top),
-            label_font.clone(),
-        ))
-        .map_err(e)?;
-        root.draw(&Text::new(
-            format!("{hi:.1} ns"),
-            (bx + 20, top + bh - 12),
-            label_font.clone(),
-        ))
-        .map_err(e)?;
+        if hi > lo {
+            root.draw(&Text::new(
+                format!("{lo:.1} ns"),
+                (bx + 20, top),
+                label_font.clone(),
+            ))
+            .map_err(e)?;
+            root.draw(&Text::new(
+                format!("{hi:.1} ns"),
+                (bx + 20, top + bh - 12),
+                label_font.clone(),
+            ))
+            .map_err(e)?;
+        } else {
+            // One figure for every pair: no range to read off the bar.
+            root.draw(&Text::new(
+                format!("all {lo:.1} ns"),
+                (bx + 20, top),
+                label_font.clone(),
+            ))
+            .map_err(e)?;
+        }
         root.draw(&Text::new(
             "CPU".to_string(),
             (8, top - 16),
@@ -443,6 +466,20 @@ mod tests {
         assert_eq!(text.lines().count(), 41);
         assert!(text.contains("██"), "{text}");
         assert!(text.lines().nth(1).unwrap().starts_with(" 0 ··"), "{text}");
+    }
+
+    #[test]
+    fn a_matrix_of_one_figure_has_one_legend_not_a_range_from_it_to_itself() {
+        let m = LatencyMatrix::from_fn(vec![0, 1], |_, _| 26.4);
+        for svg in [
+            svg_heatmap(&m, "flat").unwrap(),
+            svg_heatmap_embedded(&m, "flat").unwrap(),
+        ] {
+            assert!(svg.contains("all 26.4 ns"), "{svg}");
+            assert_eq!(svg.matches("26.4 ns").count(), 1, "{svg}");
+        }
+        let spread = svg_heatmap(&m3(), "cas, 3 CPUs").unwrap();
+        assert!(!spread.contains("all "), "{spread}");
     }
 
     #[test]

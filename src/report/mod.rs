@@ -166,8 +166,12 @@ pub struct Agreement {
 /// How far the matrix can be trusted.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Quality {
-    pub pairs_total: usize,
-    pub pairs_with_figure: usize,
+    /// Why no matrix was measured or read (the page then gives no matrix figure);
+    /// `None` when there is a matrix.
+    pub not_measured: Option<String>,
+    /// Pairs of the matrix and those with a figure; `None` when there is no matrix.
+    pub pairs_total: Option<usize>,
+    pub pairs_with_figure: Option<usize>,
     /// Batches kept per measured pair.
     pub samples_per_pair: Option<Spread>,
     /// (p90 − p10) / median of each measured pair's batches.
@@ -223,6 +227,41 @@ pub fn tidy_levels(mut levels: Vec<(String, Vec<CpuSet>)>) -> Vec<(String, Vec<C
             None => out.push((name, groups)),
         }
     }
+    out
+}
+
+/// Findings for boxes whose CPUs talk no faster inside than the box that holds them:
+/// the inner boundary is then no latency boundary, which the page would otherwise show
+/// without a word (a group at 200.5 ns inside a machine at 197.2 ns). `numa_home`:
+/// whether the domains already found the NUMA-home artefact, its likeliest cause.
+pub fn inverted_boxes(root: &TopoBox, numa_home: bool) -> Vec<String> {
+    fn walk(b: &TopoBox, numa_home: bool, out: &mut Vec<String>) {
+        for c in &b.children {
+            if let (Some(inner), Some(outer)) = (c.latency_ns, b.latency_ns) {
+                if inner >= outer {
+                    out.push(format!(
+                        "inner level slower: {} (CPUs {}) is {inner:.1} ns inside, no nearer \
+                         than the {outer:.1} ns of the {} box that holds it. Its boundary is no latency \
+                         boundary here: its CPUs reach each other through the same fabric \
+                         as the rest ({}), so keeping threads inside it gains nothing",
+                        c.label,
+                        c.cpus,
+                        b.label,
+                        if numa_home {
+                            "probably the NUMA-home artefact found above: the measured \
+                             cache line lived in the other socket's memory"
+                        } else {
+                            "on a multi-die part, crossing dies inside it costs what \
+                             crossing the outer level does"
+                        }
+                    ));
+                }
+            }
+            walk(c, numa_home, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, numa_home, &mut out);
     out
 }
 

@@ -354,7 +354,7 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
     // 4. Where CPU numbers lie.
     s.push_str(
         "<section id=\"plans\"><h2>Where CPU numbers lie</h2>\
-<p class=\"note\">Plans (as <code>pinnerd plan -k K --policy P</code> gives them) against autopilot CPUs 0..K−1. Ratio: autopilot's worst pair over the plan's.</p>\
+<p class=\"note\">Plans (as <code>pinnerd plan -k K --policy P</code> gives them) against autopilot CPUs 0..K−1. Ratio: autopilot's worst pair over the plan's, for compact plans only (a spread plan seeks distance: no ratio).</p>\
 <div class=\"wide\"><table id=\"plan-rows\"><tr><th>K</th><th>policy</th><th>CPUs</th><th>worst</th><th>mean</th><th>autopilot CPUs</th><th>worst</th><th>mean</th><th>ratio</th></tr>",
     );
     for p in &r.plans {
@@ -458,56 +458,65 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
         Some(x) => format!("median {}, min {}, max {}", x.median, x.min, x.max),
         None => "not recorded".into(),
     };
-    row(
-        &mut s,
-        "pairs with a figure",
-        &format!("{} of {}", q.pairs_with_figure, q.pairs_total),
-    );
-    row(
-        &mut s,
-        "samples (batches) per pair",
-        &sp(&q.samples_per_pair, false),
-    );
-    row(
-        &mut s,
-        "batch spread (p90−p10)/median",
-        &sp(&q.batch_spread, true),
-    );
-    row(
-        &mut s,
-        "disagreement between passes",
-        &match (&q.pass_disagreement, q.unstable_pairs) {
-            (Some(_), Some(u)) => format!(
-                "{}; {u} pair(s) still apart beyond the tolerance",
-                sp(&q.pass_disagreement, true)
+    if let Some(why) = &q.not_measured {
+        // Nothing was measured or read: no figure, only why.
+        row(&mut s, "latency matrix", &format!("not measured: {why}"));
+    } else {
+        row(
+            &mut s,
+            "pairs with a figure",
+            &format!(
+                "{} of {}",
+                q.pairs_with_figure.unwrap_or(0),
+                q.pairs_total.unwrap_or(0)
             ),
-            _ => "not measured now (stored or imported matrix)".into(),
-        },
-    );
-    row(
-        &mut s,
-        "kept cells",
-        &match &q.kept {
-            Some(k) => format!(
-                "{} pair(s) kept from an earlier run (CPUs {}: {}), {} missing",
-                k.pairs, k.cpus, k.reason, k.missing
-            ),
-            None if q.imported => "not recorded (imported matrix)".into(),
-            None => "none: every CPU measured in one run".into(),
-        },
-    );
-    row(
-        &mut s,
-        "share of pairs measured",
-        &match q.sparse_measured {
-            Some((m, t, share)) => format!(
-                "{m} of {t} ({:.1}%), the rest inferred (sparse)",
-                100.0 * share
-            ),
-            None if q.imported => "not recorded (imported matrix)".into(),
-            None => "all (full matrix)".into(),
-        },
-    );
+        );
+        row(
+            &mut s,
+            "samples (batches) per pair",
+            &sp(&q.samples_per_pair, false),
+        );
+        row(
+            &mut s,
+            "batch spread (p90−p10)/median",
+            &sp(&q.batch_spread, true),
+        );
+        row(
+            &mut s,
+            "disagreement between passes",
+            &match (&q.pass_disagreement, q.unstable_pairs) {
+                (Some(_), Some(u)) => format!(
+                    "{}; {u} pair(s) still apart beyond the tolerance",
+                    sp(&q.pass_disagreement, true)
+                ),
+                _ => "not measured now (stored or imported matrix)".into(),
+            },
+        );
+        row(
+            &mut s,
+            "kept cells",
+            &match &q.kept {
+                Some(k) => format!(
+                    "{} pair(s) kept from an earlier run (CPUs {}: {}), {} missing",
+                    k.pairs, k.cpus, k.reason, k.missing
+                ),
+                None if q.imported => "not recorded (imported matrix)".into(),
+                None => "none: every CPU measured in one run".into(),
+            },
+        );
+        row(
+            &mut s,
+            "share of pairs measured",
+            &match q.sparse_measured {
+                Some((m, t, share)) => format!(
+                    "{m} of {t} ({:.1}%), the rest inferred (sparse)",
+                    100.0 * share
+                ),
+                None if q.imported => "not recorded (imported matrix)".into(),
+                None => "all (full matrix)".into(),
+            },
+        );
+    }
     match (&q.agreement, &q.agreement_error) {
         (Some(a), _) => {
             let rounds: Vec<String> = a

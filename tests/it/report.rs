@@ -617,3 +617,114 @@ fn the_page_of_a_1024_cpu_machine_stays_within_its_size_bound() {
         );
     }
 }
+
+/// A report with no matrix (a captured machine: only the running one can be measured)
+/// gives no matrix figure, only "not measured" and why, and no level the data does not
+/// have (the `smt` level of a machine without SMT).
+#[test]
+fn a_report_without_a_matrix_gives_no_figure_and_no_level_it_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    ok(pinnerd()
+        .args(["report", "--out"])
+        .arg(&out)
+        .arg("--sysfs")
+        .arg(fixture("sysfs/epyc-vm-2cpu"))
+        .output()
+        .unwrap());
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let q = &json["quality"];
+    assert!(
+        q["not_measured"]
+            .as_str()
+            .is_some_and(|w| w.contains("only the running machine can be measured")),
+        "{q}"
+    );
+    assert!(
+        q["pairs_total"].is_null() && q["pairs_with_figure"].is_null(),
+        "{q}"
+    );
+    let levels: Vec<&str> = json["domains"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l["name"].as_str())
+        .collect();
+    assert!(
+        !levels.iter().any(|l| l.contains("smt")),
+        "no SMT here: {levels:?}"
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("not measured: no --matrix given for the tree"),
+        "{html}"
+    );
+    for claim in [
+        "pairs with a figure",
+        "every CPU measured in one run",
+        "all (full matrix)",
+        "not measured now (stored or imported matrix)",
+        "<td>smt</td>",
+    ] {
+        assert!(!html.contains(claim), "the page claims {claim:?}");
+    }
+}
+
+/// The page of the published 2× EPYC 7R13: every CPU labelled on both axes of both
+/// heatmaps, no ratio for a spread plan, and a finding for the group that is slower
+/// inside (200.5 ns) than the machine that holds it (197.2 ns).
+#[test]
+fn the_dual_7r13_page_labels_every_cpu_gives_spread_no_ratio_and_explains_a_slower_inner_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("r");
+    let matrix = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/c2c-data/nviennot/AMD_EPYC_7R13_48-Core_Processor.csv");
+    ok(pinnerd()
+        .args(["report", "--out"])
+        .arg(&out)
+        .arg("--matrix")
+        .arg(&matrix)
+        .output()
+        .unwrap());
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    for p in json["plans"].as_array().unwrap() {
+        match p["policy"].as_str().unwrap() {
+            "spread" => assert!(p["ratio"].is_null(), "{p}"),
+            _ => assert!(p["ratio"].as_f64().is_some(), "{p}"),
+        }
+    }
+    let findings: Vec<&str> = json["quality"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|f| f.as_str())
+        .collect();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f.starts_with("inner level slower: group 1")
+                && f.contains("200.5 ns inside")
+                && f.contains("197.2 ns of the machine box")
+                && f.contains("NUMA-home")),
+        "{findings:?}"
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    let heatmaps: Vec<&str> = html
+        .split("<svg id=\"heatmap-")
+        .skip(1)
+        .map(|s| &s[..s.find("</svg>").unwrap()])
+        .collect();
+    assert_eq!(heatmaps.len(), 2, "two heatmaps");
+    for (h, svg) in heatmaps.iter().enumerate() {
+        for cpu in 0..192 {
+            let label = format!(">\n{cpu}\n</text>");
+            assert_eq!(
+                svg.matches(&label).count(),
+                2,
+                "heatmap {h}: CPU {cpu} is not labelled once on each axis"
+            );
+        }
+    }
+}
