@@ -13,7 +13,7 @@ use pinnerd::measure::{self, schedule, MeasureConfig, Mode, Primitive};
 use pinnerd::CpuSet;
 
 fn two_cpus() -> (u32, u32) {
-    let ids: Vec<u32> = measure::allowed_cpus().iter().collect();
+    let ids: Vec<u32> = measure::allowed_cpus().unwrap().iter().collect();
     assert!(ids.len() >= 2, "the measurement benchmarks need two CPUs");
     (ids[0], ids[1])
 }

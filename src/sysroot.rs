@@ -7,6 +7,11 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+/// Where the running machine's sysfs is: the default of every `--sysfs` flag.
+pub const LIVE_SYS: &str = "/sys";
+/// Where the running machine's procfs is.
+pub const LIVE_PROC: &str = "/proc";
+
 /// Roots of sysfs and procfs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SysRoot {
@@ -17,8 +22,8 @@ pub struct SysRoot {
 impl Default for SysRoot {
     fn default() -> Self {
         SysRoot {
-            sys: PathBuf::from("/sys"),
-            proc: PathBuf::from("/proc"),
+            sys: PathBuf::from(LIVE_SYS),
+            proc: PathBuf::from(LIVE_PROC),
         }
     }
 }

@@ -1,9 +1,13 @@
 //! Applying, reading back and restoring thread affinity.
 //!
-//! Owns: the [`AffinityOps`] seam (the only place `sched_setaffinity`,
-//! `sched_getaffinity` and `pidfd_open` are called), the classification of every
-//! outcome ([`Outcome`]), and the restore journal kept under the runtime directory
-//! ([`restore`]).
+//! Owns: the [`AffinityOps`] seam (the only place the affinity of other tasks is set
+//! or read, and `pidfd_open` called), the classification of every outcome
+//! ([`Outcome`]), the restore journal kept under the runtime directory ([`restore`]),
+//! and [`own_tid`], the one way the crate asks the calling thread's id. Measurement
+//! pins only its own spinning threads, through `core_affinity` (`measure::pinned`) and,
+//! for the independent ping-pong it is checked by, through `nix` (`measure::plain`);
+//! the CPUs this process may use are read here ([`SystemOps`], through
+//! `measure::allowed_cpus`), at any mask size.
 //!
 //! Must not touch: which CPUs a task should get (see `manager`, `placement`) or how
 //! processes are discovered (see `watch`).
@@ -28,6 +32,11 @@ use crate::sysroot::SysRoot;
 
 /// A kernel task id (a thread id; for the main thread it equals the process id).
 pub type Tid = i32;
+
+/// The calling thread's id (`gettid`): the one way the crate asks it.
+pub fn own_tid() -> Tid {
+    nix::unistd::gettid().as_raw()
+}
 
 /// Why an affinity call failed. The message of each variant names the task.
 #[derive(Debug, thiserror::Error)]
@@ -728,7 +737,7 @@ mod tests {
     #[test]
     fn system_ops_read_and_write_our_own_thread() {
         let ops = SystemOps::default();
-        let me = rustix::thread::gettid().as_raw_nonzero().get();
+        let me = own_tid();
         let before = ops.get_affinity(me).unwrap();
         assert!(!before.is_empty());
         let one: CpuSet = std::iter::once(before.first().unwrap()).collect();

@@ -277,7 +277,7 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
         exclude: None,
         place: Default::default(),
         matrix: args.matrix.clone(),
-        sysfs: PathBuf::from("/sys"),
+        sysfs: PathBuf::from(crate::sysroot::LIVE_SYS),
         json: false,
         live: false,
         pid: None,
@@ -306,7 +306,7 @@ pub fn measure_effect(
     if k < 2 || runs == 0 || duration.is_zero() {
         anyhow::bail!("a ring needs at least 2 threads, 1 run and a duration above 0");
     }
-    let allowed = crate::measure::allowed_cpus();
+    let allowed = crate::measure::allowed_cpus().context("reading this process's CPUs")?;
     let planned: Vec<u32> = p.placement.cpus.iter().collect();
     let autopilot: Vec<u32> = (0..k as u32).collect();
     let worst = worst_set(&p.domains, k);

@@ -101,7 +101,7 @@ pub fn config(args: &MeasureArgs) -> anyhow::Result<(MeasureConfig, Vec<String>)
         args.cpus.as_ref(),
         &topo.online,
         &topo.isolated,
-        &measure::allowed_cpus(),
+        &measure::allowed_cpus().context("reading this process's CPUs")?,
     )?;
     let mut cfg = MeasureConfig::new(cpus);
     cfg.root = root.clone();

@@ -21,7 +21,7 @@ use anyhow::{bail, Context};
 use super::client::{block_on, proxy, BusArgs, Pinnerd1Proxy};
 use super::place_flags::{describe, PlaceFlags};
 use super::ConfigInvalid;
-use crate::affinity::{AffinityOps, SystemOps};
+use crate::affinity::{own_tid, AffinityOps, SystemOps};
 use crate::api::PlaceSpec;
 use crate::cpuset::CpuSet;
 use crate::dbus::{placement_dict, BusTarget};
@@ -327,7 +327,7 @@ fn local_choice(args: &RunArgs, spec: &PlaceSpec, why: String) -> anyhow::Result
         smt: request.smt,
         exclude: Some(exclude),
         matrix: None,
-        sysfs: PathBuf::from("/sys"),
+        sysfs: PathBuf::from(crate::sysroot::LIVE_SYS),
         json: false,
         live: false,
         pid: None,
@@ -385,10 +385,6 @@ fn local_rule(
     })?;
     request.exclusive = false;
     Ok(request)
-}
-
-fn own_tid() -> i32 {
-    rustix::thread::gettid().as_raw_nonzero().get()
 }
 
 /// Sets this (single-threaded) process's CPUs before exec; says so when a cpuset

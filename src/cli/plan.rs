@@ -47,7 +47,7 @@ pub struct PlanArgs {
     #[arg(long)]
     pub matrix: Option<PathBuf>,
     /// Root of the sysfs tree to read the topology from.
-    #[arg(long, default_value = "/sys")]
+    #[arg(long, default_value = crate::sysroot::LIVE_SYS)]
     pub sysfs: PathBuf,
     /// Print JSON.
     #[arg(long)]
@@ -180,7 +180,7 @@ pub fn ground(args: &PlanArgs) -> anyhow::Result<Ground> {
     )?
     .max(Duration::from_millis(100));
     let root = super::topology::resolve_roots(Some(&args.sysfs), None);
-    let real_sysfs = args.sysfs == Path::new("/sys");
+    let real_sysfs = args.sysfs == Path::new(crate::sysroot::LIVE_SYS);
     let mut warnings = Vec::new();
     let topology = match Topology::discover(&root) {
         Ok(t) => Some(t),

@@ -33,7 +33,7 @@ pub struct ReportArgs {
     #[arg(long, value_name = "FILE")]
     pub matrix: Option<PathBuf>,
     /// Root of the sysfs tree to read the topology from (e.g. a captured machine).
-    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    #[arg(long, value_name = "DIR", default_value = crate::sysroot::LIVE_SYS)]
     pub sysfs: PathBuf,
     /// Also measure the effect (a ping-pong ring on the planned, autopilot, worst and
     /// unpinned CPUs, as `pinnerd compare`) and the engine against a plain ping-pong on
@@ -76,7 +76,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         measure_off_by: None,
     };
     let g = ground(&plan_args(2, Policy::Compact))?;
-    let real_sysfs = args.sysfs == Path::new("/sys");
+    let real_sysfs = args.sysfs == Path::new(crate::sysroot::LIVE_SYS);
     let dcpus: CpuSet = g.domains.cpus().iter().copied().collect();
     // The page describes the machine of the sysfs tree when the matrix fits it.
     let known = g

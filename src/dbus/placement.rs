@@ -1,6 +1,6 @@
 //! The `placement` dict of `PinProcessWith` and `PlanWith` (`a{sv}`): the vocabulary of a
 //! rule's `[rule.place]` on the bus, read into the loop's [`PlaceSpec`] and written from
-//! it for clients. Split from `dbus.rs`; checked before anything reaches the loop.
+//! it for clients; checked before anything reaches the loop.
 
 use std::collections::HashMap;
 

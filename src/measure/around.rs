@@ -222,8 +222,8 @@ impl SpinPriority {
         if unsafe { libc::sched_setscheduler(0, policy, &param) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
+        let tid = crate::affinity::own_tid() as libc::id_t;
         // SAFETY: PRIO_PROCESS with a tid sets that thread's nice value.
-        let tid = unsafe { libc::gettid() } as libc::id_t;
         if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } != 0 {
             return Err(std::io::Error::last_os_error());
         }
@@ -490,7 +490,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let (g, s) = (go.clone(), stop.clone());
         let t = std::thread::spawn(move || {
-            tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            tx.send(crate::affinity::own_tid()).unwrap();
             while !g.load(Ordering::Relaxed) {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
@@ -533,7 +533,7 @@ mod tests {
     fn a_spin_priority_is_what_the_kernel_reports_for_the_thread() {
         // stat fields 19 (nice) and 41 (policy: 0 SCHED_OTHER, 5 SCHED_IDLE).
         fn nice_and_policy() -> (i64, u32) {
-            let tid = nix::unistd::gettid().as_raw();
+            let tid = crate::affinity::own_tid();
             let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
             let f: Vec<&str> = stat[stat.rfind(')').unwrap() + 1..]
                 .split_whitespace()
@@ -569,7 +569,7 @@ mod tests {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::Arc;
         let _one = crate::measure::one_spinner_at_a_time();
-        let allowed = crate::measure::allowed_cpus();
+        let allowed = crate::measure::allowed_cpus().unwrap();
         let cpus: CpuSet = allowed.iter().take(2).collect();
         let first = cpus.first().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
@@ -579,7 +579,7 @@ mod tests {
             let mut only = nix::sched::CpuSet::new();
             only.set(first as usize).unwrap();
             nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &only).unwrap();
-            tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            tx.send(crate::affinity::own_tid()).unwrap();
             while !s.load(Ordering::Relaxed) {
                 std::hint::spin_loop();
             }

@@ -384,13 +384,11 @@ pub fn select_cpus(
     Ok((cpus, notes))
 }
 
-/// The CPUs the calling thread may run on (its affinity mask).
-pub fn allowed_cpus() -> CpuSet {
-    core_affinity::get_core_ids()
-        .unwrap_or_default()
-        .into_iter()
-        .map(|c| c.id as u32)
-        .collect()
+/// The CPUs the calling thread may run on (its affinity mask), read as the affinity
+/// module reads any task's: a mask of any size, and an error said, not an empty set.
+pub fn allowed_cpus() -> Result<CpuSet, crate::affinity::AffinityError> {
+    use crate::affinity::AffinityOps as _;
+    crate::affinity::SystemOps::default().get_affinity(crate::affinity::own_tid())
 }
 
 fn now_us() -> u64 {
@@ -731,6 +729,22 @@ pub(crate) fn one_spinner_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The CPUs this thread may use are the kernel's own word for it, errors said.
+    #[test]
+    fn allowed_cpus_are_the_threads_own_mask() {
+        let status = std::fs::read_to_string(format!(
+            "/proc/self/task/{}/status",
+            crate::affinity::own_tid()
+        ))
+        .unwrap();
+        let listed = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .unwrap()
+            .trim();
+        assert_eq!(allowed_cpus().unwrap(), listed.parse::<CpuSet>().unwrap());
+    }
     use crate::cpuset::set;
 
     #[test]

@@ -25,9 +25,7 @@ pub enum PinFailure {
     ReadBack { tid: i32, errno: String },
 }
 
-fn gettid() -> i32 {
-    nix::unistd::gettid().as_raw()
-}
+use crate::affinity::own_tid as gettid;
 
 /// The CPU the calling thread runs on now (`sched_getcpu`), or -1 when unknown.
 pub fn current_cpu() -> i64 {

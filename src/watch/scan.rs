@@ -569,8 +569,7 @@ mod tests {
         // The live system: the kernel's answer.
         let live = ProcFs::default();
         let me = std::process::id() as i32;
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() };
+        let tid = crate::affinity::own_tid();
         assert!(live.is_task_of(me, tid));
         assert!(live.is_task_of(me, me));
         let mut child = std::process::Command::new("sleep")

@@ -15,7 +15,7 @@ use super::helper::pinnerd;
 
 /// Two CPUs this process may use, as a kernel list.
 fn two_cpus() -> (u32, u32, String) {
-    let ids: Vec<u32> = measure::allowed_cpus().iter().collect();
+    let ids: Vec<u32> = measure::allowed_cpus().unwrap().iter().collect();
     assert!(ids.len() >= 2, "these tests need two usable CPUs");
     (ids[0], ids[1], format!("{},{}", ids[0], ids[1]))
 }

@@ -346,7 +346,7 @@ fn simulate_flag_prints_the_reconstruction_and_its_counts() {
 fn sparse_mode_measures_this_machines_real_pairs() {
     let _cpus = super::cpus_stay_online();
     let _spin = super::one_spinner_at_a_time();
-    let ids: Vec<u32> = pinnerd::measure::allowed_cpus().iter().collect();
+    let ids: Vec<u32> = pinnerd::measure::allowed_cpus().unwrap().iter().collect();
     assert!(ids.len() >= 2, "this test needs two usable CPUs");
     let list = format!("{},{}", ids[0], ids[1]);
     let o = super::helper::pinnerd_command()
