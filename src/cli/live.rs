@@ -37,6 +37,9 @@ pub struct LiveArgs {
     pub sysfs: PathBuf,
     /// A latency matrix measured on this machine's CPUs.
     pub matrix: Option<PathBuf>,
+    /// Where the daemon stores this machine's matrix (`None`: the daemon's own state
+    /// directory): without `--matrix`, the plan is made on it, as the daemon's is.
+    pub state_dir: Option<PathBuf>,
     pub json: bool,
 }
 
@@ -65,16 +68,39 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let report = load_dirs(&dirs, &policy);
     let topology = Topology::discover(&machine)
         .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
+    // The matrix the daemon plans on: the stored one that fits this machine (a captured
+    // tree is another machine: no stored matrix is its).
+    let mut warnings = Vec::new();
+    let dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(super::plan::default_state_dir);
     let (matrix, source) = match &args.matrix {
         Some(path) => (
             Some(LatencyMatrix::load(path)?),
             format!("matrix {}", path.display()),
         ),
-        None => (
-            None,
-            "sysfs topology (give --matrix to plan on latencies)".to_string(),
-        ),
+        None => match root
+            .is_live_sys()
+            .then(|| super::plan::stored_matrix(&dir, &root, Some(&topology), &mut warnings))
+            .flatten()
+        {
+            Some((path, m)) => (
+                Some(m),
+                format!("the stored matrix {}, as the daemon plans", path.display()),
+            ),
+            None => (
+                None,
+                format!(
+                    "sysfs topology: no stored matrix for this machine in {} (give --matrix to plan on latencies)",
+                    dir.display()
+                ),
+            ),
+        },
     };
+    for w in &warnings {
+        eprintln!("pinnerd: {w}");
+    }
     let domains = domains::select(matrix.as_ref(), Some(&topology), Misfit::Refuse)
         .with_context(|| format!("the {source} does not fit this machine"))?
         .domains;

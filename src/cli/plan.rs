@@ -88,6 +88,42 @@ pub struct PlanArgs {
     pub measure_off_by: Option<String>,
 }
 
+/// The matrix stored in `dir` that fits this machine, as the daemon takes it
+/// ([`MatrixStore::fitting`]: this machine's fingerprint, narrowed to its usable CPUs,
+/// not used when it lacks one of their pairs), with its path; what stood in the way
+/// goes to `warnings`. Nothing is created: a directory without a matrix gives `None`.
+pub fn stored_matrix(
+    dir: &Path,
+    root: &SysRoot,
+    topology: Option<&Topology>,
+    warnings: &mut Vec<String>,
+) -> Option<(PathBuf, LatencyMatrix)> {
+    let path = MatrixStore::current_in(dir);
+    if !path.exists() {
+        return None;
+    }
+    let fp = Fingerprint::read(root).ok()?;
+    let usable = topology.map(Topology::usable);
+    match MatrixStore::open(dir).and_then(|s| s.fitting(&fp.hex, usable.as_ref())) {
+        Ok(fit) => {
+            if let Some(aside) = fit.set_aside {
+                warnings.push(aside.to_string());
+            }
+            if let Some(m) = fit.matrix {
+                return Some((path, m));
+            }
+            if !fit.missing.is_empty() {
+                warnings.push(format!(
+                    "the stored matrix lacks {} pair(s) of the usable CPUs (never measured here); not used",
+                    fit.missing.len()
+                ));
+            }
+        }
+        Err(e) => warnings.push(format!("stored matrix unusable: {e}")),
+    }
+    None
+}
+
 /// The state directory the daemon uses.
 pub fn default_state_dir() -> PathBuf {
     std::env::var_os("STATE_DIRECTORY")
@@ -106,6 +142,7 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
             config: args.config,
             sysfs: args.sysfs,
             matrix: args.matrix,
+            state_dir: args.state_dir,
             json: args.json,
         });
     }
@@ -308,27 +345,8 @@ fn this_machine_matrix(
     }
     let fingerprint = Fingerprint::read(root).ok();
     let dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
-    if dir.join("matrix.json").exists() {
-        if let Some(fp) = &fingerprint {
-            let usable = topology.map(Topology::usable);
-            match MatrixStore::open(&dir).and_then(|s| s.fitting(&fp.hex, usable.as_ref())) {
-                Ok(fit) => {
-                    if let Some(aside) = fit.set_aside {
-                        warnings.push(aside.to_string());
-                    }
-                    if let Some(m) = fit.matrix {
-                        return Ok((Source::Stored(dir.join("matrix.json")), Some(m), None));
-                    }
-                    if !fit.missing.is_empty() {
-                        warnings.push(format!(
-                            "the stored matrix lacks {} pair(s) of the usable CPUs (never measured here); not used",
-                            fit.missing.len()
-                        ));
-                    }
-                }
-                Err(e) => warnings.push(format!("stored matrix unusable: {e}")),
-            }
-        }
+    if let Some((path, m)) = stored_matrix(&dir, root, topology, warnings) {
+        return Ok((Source::Stored(path), Some(m), None));
     }
     let why_not = if args.no_measure {
         Some(format!(

@@ -153,6 +153,12 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 }
 
 impl MatrixStore {
+    /// Where the current matrix of a store in `dir` is, without opening the store
+    /// (which creates the directory): for a dry run that must change nothing.
+    pub fn current_in(dir: &Path) -> PathBuf {
+        dir.join(CURRENT)
+    }
+
     /// Opens (creating when needed) the store in `dir`, keeping
     /// [`DEFAULT_HISTORY`] previous matrices.
     pub fn open(dir: impl Into<PathBuf>) -> Result<MatrixStore, StoreError> {

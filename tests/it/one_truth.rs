@@ -106,3 +106,61 @@ fn the_idle_threshold_setting_is_percent_idle_like_the_flag() {
         help.stdout
     );
 }
+
+/// The dry run plans on what the daemon plans on: the matrix stored for this machine in
+/// the state directory (`--state-dir`, else the daemon's), not the sysfs topology, and
+/// it says which. Nothing is created in a state directory that has no matrix.
+#[test]
+fn plan_live_plans_on_the_stored_matrix_as_the_daemon_does() {
+    use pinnerd::fingerprint::Fingerprint;
+    use pinnerd::matrix::store::MatrixStore;
+    use pinnerd::matrix::LatencyMatrix;
+    use pinnerd::sysroot::SysRoot;
+    let _cpus = super::cpus_stay_online();
+    let dirs = super::daemon::Dirs::new();
+    dirs.write_rule(
+        "10-a.toml",
+        "[[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"ot-no-such-app\"\n[rule.place]\ncount = 2\n",
+    );
+    let config = dirs.root.path().join("none.toml");
+    let state = tempfile::tempdir().unwrap();
+    let live = |state: &Path| {
+        pinnerd(&[
+            "plan",
+            "--live",
+            "--rules",
+            dirs.rules().to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--state-dir",
+            state.to_str().unwrap(),
+        ])
+    };
+    // No matrix yet: the topology, said so, and the directory left as it was.
+    let empty = state.path().join("none-yet");
+    let r = live(&empty);
+    assert!(r.ok, "{}", r.stderr);
+    assert!(
+        r.stdout
+            .contains("placement from sysfs topology: no stored matrix for this machine in"),
+        "{}",
+        r.stdout
+    );
+    assert!(!empty.exists(), "a dry run created {}", empty.display());
+    // A matrix stored for this machine, as the daemon stores it: planned on.
+    let fp = Fingerprint::read(&SysRoot::default()).unwrap();
+    let online: Vec<u32> = fp.inputs.online.iter().collect();
+    let mut m = LatencyMatrix::from_fn(online, |i, j| if i + j == 1 { 9.0 } else { 50.0 });
+    m.fingerprint = Some(fp.hex.clone());
+    MatrixStore::open(state.path()).unwrap().save(&m).unwrap();
+    let r = live(state.path());
+    assert!(r.ok, "{}", r.stderr);
+    assert!(
+        r.stdout.contains(&format!(
+            "placement from the stored matrix {}, as the daemon plans",
+            state.path().join("matrix.json").display()
+        )),
+        "{}",
+        r.stdout
+    );
+}
