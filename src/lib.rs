@@ -73,6 +73,7 @@
 //! - `topology`: sysfs → CPUs, caches, nodes, core kinds, preferred-core rankings, the
 //!   X3D mode
 //! - `watch`: proc connector, uevents, /proc scans
+//! - `words`: counted nouns in messages ("1 pair", "2 processes")
 //!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
 //! paths `/sys` and `/proc` are spelled, so tests point it at fixture trees.
@@ -113,6 +114,7 @@ pub mod stats;
 pub mod sysroot;
 pub mod topology;
 pub mod watch;
+pub mod words;
 
 pub use cpuset::CpuSet;
 pub use matrix::LatencyMatrix;

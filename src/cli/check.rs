@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use crate::cli::ConfigInvalid;
 use crate::rules::{self, FileOutcome, LoadPolicy};
 use crate::settings::Settings;
+use crate::words::count;
 
 /// The settings file's name; `check` validates files with this name as settings.
 pub const SETTINGS_FILE_NAME: &str = "pinnerd.toml";
@@ -87,31 +88,22 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
     }
     if problems.is_empty() {
         outln!(
-            "ok: {files} file{}, {} rule{}",
-            plural(files),
-            report.rules.len(),
-            plural(report.rules.len())
+            "ok: {}, {}",
+            count(files, "file"),
+            count(report.rules.len(), "rule")
         );
         Ok(ExitCode::SUCCESS)
     } else {
         let mut what = Vec::new();
         if !missing.is_empty() {
-            what.push(format!(
-                "{} path{} not found",
-                missing.len(),
-                plural(missing.len())
-            ));
+            what.push(format!("{} not found", count(missing.len(), "path")));
         }
         if files > 0 || missing.is_empty() {
-            what.push(format!(
-                "{rejected} of {files} file{} rejected",
-                plural(files)
-            ));
+            what.push(format!("{rejected} of {} rejected", count(files, "file")));
         }
         Err(ConfigInvalid(format!(
-            "{} problem{} ({})",
-            problems.len(),
-            plural(problems.len()),
+            "{} ({})",
+            count(problems.len(), "problem"),
             what.join(", ")
         ))
         .into())
@@ -134,12 +126,4 @@ fn doubts_here(rules: &crate::rules::RuleSet) -> Vec<crate::plan::doubts::Doubt>
     };
     let plan = crate::plan::Plan::new(rules, &cpus, Some(&domains));
     crate::plan::doubts::doubts(&plan)
-}
-
-fn plural(n: usize) -> &'static str {
-    if n == 1 {
-        ""
-    } else {
-        "s"
-    }
 }

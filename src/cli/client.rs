@@ -160,14 +160,14 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             (_, t) => outln!("pairs:        all {t} measured"),
         }
         outln!(
-            "rules:        {} ({} errors)",
+            "rules:        {} ({})",
             p.rule_count().await?,
-            errors.len()
+            crate::words::count(errors.len(), "error")
         );
         outln!(
-            "managed:      {} processes, {} threads",
-            p.managed_processes().await?,
-            p.managed_threads().await?
+            "managed:      {}, {}",
+            crate::words::count(p.managed_processes().await? as usize, "process"),
+            crate::words::count(p.managed_threads().await? as usize, "thread")
         );
         for e in &errors {
             outln!("  {e}");

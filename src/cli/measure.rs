@@ -161,9 +161,9 @@ pub fn summary_text(m: &LatencyMatrix) -> String {
     let s = m.summary();
     let mut out = String::new();
     out.push_str(&format!(
-        "{} CPUs, {} pairs, primitive {}, mode {}\n",
-        m.len(),
-        s.pairs,
+        "{}, {}, primitive {}, mode {}\n",
+        crate::words::count(m.len(), "CPU"),
+        crate::words::count(s.pairs, "pair"),
         m.primitive.as_deref().unwrap_or("unknown"),
         m.mode.as_deref().unwrap_or("unknown"),
     ));
@@ -403,4 +403,16 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
     }
     super::write_stdout(format_args!("{}", String::from_utf8_lossy(&stdout)))?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_counts_one_pair_as_one_pair() {
+        let m = LatencyMatrix::from_fn(vec![0, 1], |_, _| 40.0);
+        let text = summary_text(&m);
+        assert!(text.starts_with("2 CPUs, 1 pair, primitive "), "{text}");
+    }
 }

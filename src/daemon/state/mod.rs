@@ -620,11 +620,11 @@ impl State {
         };
         let matrix = format!("{matrix}{}", self.completion_words());
         self.actions.push(Action::Status(format!(
-            "{}: {} rules, {} errors, {} processes managed, {matrix}",
+            "{}: {}, {}, {} managed, {matrix}",
             s.state.as_str(),
-            s.rule_count,
-            s.rule_errors.len(),
-            s.managed_processes
+            crate::words::count(s.rule_count as usize, "rule"),
+            crate::words::count(s.rule_errors.len(), "error"),
+            crate::words::count(s.managed_processes as usize, "process")
         )));
     }
 }

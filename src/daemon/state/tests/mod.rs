@@ -693,3 +693,29 @@ fn remeasure_job(s: &mut State) -> Job {
     assert_eq!(j[0].id, id);
     j[0].clone()
 }
+
+/// The status line counts in words: one rule is "1 rule", none managed "0 processes".
+#[test]
+fn the_status_line_says_one_of_a_thing_in_the_singular() {
+    let (mut s, d) = state(Timing::default());
+    write_rule(
+        d.path(),
+        "one",
+        "[[rule]]\nname = \"one\"\n[rule.match]\ncomm = \"pd-status-none\"\n[rule.place]\ncount = 1\n",
+    );
+    measured_first(&mut s);
+    s.command(Command::Reload).unwrap();
+    let status: Vec<String> = s
+        .take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Status(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let last = status.last().expect("a status line after the reload");
+    assert!(
+        last.contains(": 1 rule, 0 errors, 0 processes managed, "),
+        "{status:?}"
+    );
+}
