@@ -310,3 +310,127 @@ fn the_checker_finds_what_it_looks_for() {
     assert_eq!(resolve(Path::new("docs"), "../../shared/x.csv"), None);
     assert_eq!(resolve(Path::new(""), "../shared/c2c-data"), None);
 }
+
+/// A `$ pinnerd …` sample of the documents with the output printed under it, in a
+/// `text` block: the command's words, its output, where it is.
+struct Sample {
+    at: String,
+    args: Vec<String>,
+    output: String,
+    /// The lines of the document (0-based, end excluded) that hold the output.
+    lines: std::ops::Range<usize>,
+}
+
+fn samples(doc: &Path) -> Vec<Sample> {
+    let text = std::fs::read_to_string(repo().join(doc)).unwrap();
+    let mut out = Vec::new();
+    let mut in_text = false;
+    let mut current: Option<Sample> = None;
+    for (i, line) in text.lines().enumerate() {
+        if line.starts_with("```") {
+            if let Some(s) = current.take() {
+                out.push(s);
+            }
+            in_text = !in_text && line == "```text";
+            continue;
+        }
+        if !in_text {
+            continue;
+        }
+        if let Some(cmd) = line.strip_prefix("$ pinnerd ") {
+            if let Some(s) = current.take() {
+                out.push(s);
+            }
+            let cmd = cmd.split(" #").next().unwrap();
+            current = Some(Sample {
+                at: format!("{}:{}", doc.display(), i + 1),
+                args: cmd.split_whitespace().map(String::from).collect(),
+                output: String::new(),
+                lines: i + 1..i + 1,
+            });
+        } else if line.starts_with("$ ") {
+            if let Some(s) = current.take() {
+                out.push(s);
+            }
+        } else if let Some(s) = &mut current {
+            s.output.push_str(line);
+            s.output.push('\n');
+            s.lines.end = i + 1;
+        }
+    }
+    out
+}
+
+/// Where a sample runs from: the repository root when every path it names is there,
+/// else the directory of the published matrices when every file it names is there
+/// (the fleet samples name them bare); `None` for a sample of a live system (a
+/// process, `/etc/pinnerd.d`, a file of the reader's), which only a real machine shows.
+fn runs_in(s: &Sample) -> Option<PathBuf> {
+    let paths: Vec<&String> = s
+        .args
+        .iter()
+        .filter(|a| !a.starts_with('-') && (a.contains('/') || a.contains('.')))
+        .collect();
+    if paths.is_empty() {
+        return None;
+    }
+    [repo(), repo().join("tests/fixtures/c2c-data/nviennot")]
+        .into_iter()
+        .find(|dir| {
+            paths
+                .iter()
+                .all(|p| !p.starts_with('/') && dir.join(p).exists())
+        })
+}
+
+/// Every sample of the documents that runs on files of the repository (fixtures,
+/// published matrices) prints what the document shows, exactly: a changed output fails
+/// here until the document is updated (`PINNERD_BLESS=1` writes the outputs into the
+/// documents; review the diff).
+#[test]
+fn every_sample_on_the_repositorys_files_prints_what_the_document_shows() {
+    let bless = std::env::var_os("PINNERD_BLESS").is_some();
+    let mut checked = Vec::new();
+    let mut differ = Vec::new();
+    for doc in linked_documents() {
+        let mut blessed: Vec<(std::ops::Range<usize>, String)> = Vec::new();
+        for s in samples(&doc) {
+            let Some(dir) = runs_in(&s) else { continue };
+            let out = super::helper::pinnerd_command()
+                .args(&s.args)
+                .current_dir(&dir)
+                .env("NO_COLOR", "1")
+                .output()
+                .unwrap();
+            let got = String::from_utf8_lossy(&out.stdout);
+            let trim = |t: &str| t.lines().map(str::trim_end).collect::<Vec<_>>().join("\n");
+            if trim(&got).trim_end() != trim(&s.output).trim_end() {
+                if bless {
+                    blessed.push((s.lines.clone(), trim(&got).trim_end().to_string()));
+                    continue;
+                }
+                differ.push(format!(
+                    "{}: `pinnerd {}` prints:\n{got}\nthe document shows:\n{}",
+                    s.at,
+                    s.args.join(" "),
+                    s.output
+                ));
+            }
+            checked.push(s.at);
+        }
+        if !blessed.is_empty() {
+            let text = std::fs::read_to_string(repo().join(&doc)).unwrap();
+            let mut lines: Vec<String> = text.lines().map(String::from).collect();
+            for (range, got) in blessed.into_iter().rev() {
+                lines.splice(range, got.lines().map(String::from));
+            }
+            std::fs::write(repo().join(&doc), lines.join("\n") + "\n").unwrap();
+        }
+    }
+    assert!(
+        checked.len() >= 3,
+        "only {} samples found: {checked:?}",
+        checked.len()
+    );
+    assert!(differ.is_empty(), "{}", differ.join("\n---\n"));
+}
