@@ -24,10 +24,13 @@ use crate::dbus::{self, BusTarget};
 
 use crate::settings::Settings;
 
+use super::readers::{Readers, READERS};
 use super::schedule::Timing;
 use super::state::{Action, Config, State};
 use super::watchers::{Doorbell, KernelSources};
 use super::{worker, DaemonError, Event, ReloadCause};
+use crate::manager::cmdlines::CmdlineRead;
+use crate::watch::{ProcFs, ProcSource};
 
 /// How many events may wait for the loop (commands, signals, reloads, measurement
 /// results). Senders wait when it is full.
@@ -181,10 +184,24 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         timing,
         Instant::now(),
     );
+    let procs = ProcFs::new(opts.config.sysroot.clone());
+    let read_tx = tx.clone();
+    let readers = Readers::start(
+        READERS,
+        move |wanted| CmdlineRead {
+            wanted,
+            args: procs.cmdline(wanted.pid, wanted.start_time),
+        },
+        move |read| {
+            let _ = read_tx.blocking_send(Event::Cmdline(read));
+        },
+    )
+    .map_err(DaemonError::Runtime)?;
     let shell = Shell {
         events: tx,
         snapshot: snap_tx,
         emit: emit_tx,
+        readers,
     };
     Ok(Started {
         conn,
@@ -205,6 +222,8 @@ struct Shell {
     events: mpsc::Sender<Event>,
     snapshot: watch::Sender<Snapshot>,
     emit: mpsc::UnboundedSender<Signal>,
+    /// Reads that can wait on a process's locks, off the loop.
+    readers: Readers,
 }
 
 impl Shell {
@@ -381,6 +400,7 @@ impl Shell {
                             )));
                         }
                     }
+                    Action::ReadCmdlines(wanted) => self.readers.ask(wanted),
                     Action::Status(line) => notify(&[sd_notify::NotifyState::Status(&line)]),
                     Action::Watchdog => notify(&[sd_notify::NotifyState::Watchdog]),
                     Action::Reloading => match sd_notify::NotifyState::monotonic_usec_now() {

@@ -7,7 +7,7 @@
 //!
 //! Must not touch: sockets, timers or files directly. It reaches the system only
 //! through its two seams — [`AffinityOps`] (set/get affinity, pidfds) and
-//! [`ProcSource`] (procfs snapshots) — and the restore [`Journal`].
+//! [`ProcSource`] (procfs snapshots, never a command line) — and the restore [`Journal`].
 //!
 //! ```text
 //!   ProcMsg (connector) ─┐
@@ -32,6 +32,9 @@
 //!   weighs, cpusets that changed, slots their threads took), the loop makes the plan
 //!   again for it and hands it down with `handle(Input::Replanned(plan))`; a process
 //!   that waits for such a plan has no thread pinned until it comes;
+//! - after every input: [`Manager::take_cmdline_reads`] (the command lines it waits
+//!   for, read off the loop and handed back as `handle(Input::Cmdline(read))`; see
+//!   `cmdlines`);
 //! - after each batch of events: [`Manager::flush`] (writes the journal if it changed);
 //! - on stop: [`Manager::shutdown`] (gives every managed task its mask back).
 //!
@@ -42,9 +45,11 @@
 //! Inside: `tracking` (events and rescans → who is managed, with which threads),
 //! `applying` (the plan → masks, through `affinity::apply`; release and restore),
 //! `reports` (`ListManaged` rows, `explain`, the journal's contents), `protect` (its own
-//! process, PID 1 and the bus daemon), `tests`.
+//! process, PID 1 and the bus daemon), `cmdlines` (command lines known and asked for;
+//! never read here), `tests`.
 
 mod applying;
+pub mod cmdlines;
 mod cpusets;
 pub mod protect;
 mod reports;
@@ -112,6 +117,9 @@ pub enum Input {
     /// when it moved a unit's CPUs (or a process's cpuset changed). Not counted as an
     /// event.
     Replanned(Plan),
+    /// A command line asked for with [`Manager::take_cmdline_reads`], read off the loop:
+    /// its process is considered again. Not counted as an event.
+    Cmdline(cmdlines::CmdlineRead),
 }
 
 /// One thing that happened, for logs, D-Bus signals and tests.
@@ -368,6 +376,8 @@ pub struct Manager {
     /// A managed process's cpuset changed: the next [`Input::Replanned`] applies every
     /// managed thread again, whether or not the plan moved.
     reapply: bool,
+    /// Command lines known and asked for (see `cmdlines`): never read here.
+    cmdlines: cmdlines::Cmdlines,
 }
 
 impl std::fmt::Debug for Manager {
@@ -402,6 +412,7 @@ impl Manager {
             denied: BTreeMap::new(),
             awaiting: BTreeSet::new(),
             reapply: false,
+            cmdlines: cmdlines::Cmdlines::default(),
         }
     }
 
@@ -466,11 +477,35 @@ impl Manager {
         &self.plan
     }
 
-    /// A full snapshot of process `pid`, with its command line only when a rule matches
-    /// on command lines: reading one takes the process's memory-map lock, and the loop
-    /// must not wait on a process whose map is busy (its pages being moved, say).
+    /// A full snapshot of process `pid`, with its command line when one is known (see
+    /// `cmdlines`): reading one takes the process's memory-map lock, and the loop must
+    /// not wait on a process whose map is busy (its pages being moved, say).
     fn process(&self, pid: i32) -> Option<ProcessSnapshot> {
-        self.procs.snapshot(pid, self.plan.rules().reads_cmdline())
+        let mut snap = self.procs.snapshot(pid)?;
+        if let Some(args) = self.cmdlines.known(pid, snap.start_time) {
+            snap.info.cmdline = args.to_vec();
+        }
+        Some(snap)
+    }
+
+    /// Whether `snap` waits for its command line: a rule's `cmdline` key can decide it
+    /// and it is not known. The read is asked for (once per process at a time; see
+    /// [`Manager::take_cmdline_reads`]).
+    fn awaits_cmdline(&mut self, snap: &ProcessSnapshot, parent: Option<i32>) -> bool {
+        let pid = snap.pid();
+        if !self.plan.rules().cmdline_matters(&snap.info.comm)
+            || self.cmdlines.known(pid, snap.start_time).is_some()
+        {
+            return false;
+        }
+        self.cmdlines.ask(pid, snap.start_time, parent);
+        true
+    }
+
+    /// The command lines the manager waits for, asked since the last call: the daemon
+    /// reads them off its loop and hands each back as [`Input::Cmdline`].
+    pub fn take_cmdline_reads(&mut self) -> Vec<cmdlines::CmdlineWanted> {
+        self.cmdlines.take_asked()
     }
 
     pub fn managed_processes(&self) -> usize {
@@ -490,7 +525,7 @@ impl Manager {
 
     /// Handles one event.
     pub fn handle(&mut self, event: Input) -> Vec<Change> {
-        if !matches!(event, Input::Replanned(_)) {
+        if !matches!(event, Input::Replanned(_) | Input::Cmdline(_)) {
             self.counters.events += 1;
         }
         let mut out = Vec::new();
@@ -500,6 +535,7 @@ impl Manager {
             Input::RulesChanged(plan) => {
                 self.set_plan(plan);
                 self.candidate_cache.clear();
+                self.cmdlines.forget_known();
                 self.reevaluate_managed(&mut out);
                 self.rescan(&mut out);
             }
@@ -511,6 +547,7 @@ impl Manager {
                 self.reevaluate_managed(&mut out);
             }
             Input::Replanned(plan) => self.replanned(plan, &mut out),
+            Input::Cmdline(read) => self.cmdline_read(read, &mut out),
         }
         out
     }

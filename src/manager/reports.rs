@@ -149,6 +149,12 @@ impl Manager {
             );
             return s;
         }
+        if self.plan.rules().cmdline_matters(&snap.info.comm)
+            && self.cmdlines.known(pid, snap.start_time).is_none()
+        {
+            // Read off the loop; the verdicts below see an empty one until it comes.
+            let _ = writeln!(s, "command line: not read yet; decided once it is");
+        }
         let _ = write!(s, "{}", self.plan.rules().explain(&snap.info));
         match self.managed.get(&pid) {
             None => {

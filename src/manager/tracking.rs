@@ -58,7 +58,11 @@ impl Manager {
         match msg {
             ProcMsg::NewThread { pid, tid, parent } => self.on_new_thread(pid, tid, parent, out),
             ProcMsg::Exit { pid, tid } => self.on_exit(pid, tid, out),
-            ProcMsg::Exec { pid } => self.consider(pid, None, out),
+            ProcMsg::Exec { pid } => {
+                // A new image, new arguments.
+                self.cmdlines.forget(pid);
+                self.consider(pid, None, out)
+            }
             ProcMsg::NewProcess { pid, parent } => {
                 // A child inherits its parent's mask and image; only a managed parent's
                 // child needs a look now (rescans catch the rest).
@@ -147,6 +151,10 @@ impl Manager {
                 self.reconcile(snap, out);
                 return;
             }
+        }
+        if self.awaits_cmdline(&snap, parent) {
+            // Decided when its command line comes; until then it stays as it is.
+            return;
         }
         let mut matched = self.plan.rules().match_process(&snap.info);
         self.protected.remove(&pid);
@@ -350,8 +358,27 @@ impl Manager {
         }
     }
 
+    /// A command line read off the loop: its process is considered with it, when it was
+    /// the read pending for that process and says something new.
+    pub(super) fn cmdline_read(
+        &mut self,
+        read: super::cmdlines::CmdlineRead,
+        out: &mut Vec<Change>,
+    ) {
+        let pid = read.wanted.pid;
+        let found = read.args.is_some();
+        match self.cmdlines.arrived(read) {
+            Some(parent) => self.consider(pid, parent, out),
+            // Gone (or another process) by the time it was read: a managed one is
+            // looked at again, which forgets it or finds the new process.
+            None if !found && self.managed.contains_key(&pid) => self.consider(pid, None, out),
+            None => {}
+        }
+    }
+
     pub(super) fn on_exit(&mut self, pid: i32, tid: Tid, out: &mut Vec<Change>) {
         if tid == pid {
+            self.cmdlines.forget(pid);
             self.protected.remove(&pid);
             self.denied.remove(&pid);
             if self.managed.contains_key(&pid) {
@@ -416,6 +443,8 @@ impl Manager {
         }
         self.denied
             .retain(|pid, start| seen.get(pid) == Some(start));
+        self.cmdlines
+            .retain(|pid, start| seen.get(&pid) == Some(&start));
         for e in &list {
             if e.kernel_thread {
                 if !self.plan.rules().is_empty() && self.may_match(&e.comm) {
@@ -439,6 +468,13 @@ impl Manager {
                 }
                 None if self.may_match(&e.comm) => {
                     if let Some(snap) = self.process(e.pid) {
+                        // Arguments rewritten in place give no event: a rescan reads
+                        // them again, deciding meanwhile with the ones known.
+                        if self.plan.rules().cmdline_matters(&e.comm)
+                            && self.cmdlines.known(e.pid, e.start_time).is_some()
+                        {
+                            self.cmdlines.ask(e.pid, e.start_time, None);
+                        }
                         self.consider_snapshot(snap, None, out);
                     }
                 }

@@ -78,6 +78,9 @@ pub enum Action {
     Measure(Box<Job>),
     /// Start a `memory = "follow"` job on a thread of its own.
     Follow(Box<crate::memory::follow::FollowJob>),
+    /// Read these command lines off the loop (`daemon::readers`); each comes back as
+    /// [`Event::Cmdline`].
+    ReadCmdlines(Vec<crate::manager::cmdlines::CmdlineWanted>),
     /// A `STATUS=` line for systemd.
     Status(String),
     /// `WATCHDOG=1`: the loop is alive.
@@ -95,6 +98,7 @@ impl PartialEq for Action {
             (Action::Emit(a), Action::Emit(b)) => a == b,
             (Action::Measure(a), Action::Measure(b)) => a.id == b.id,
             (Action::Follow(a), Action::Follow(b)) => a.pid == b.pid && a.target == b.target,
+            (Action::ReadCmdlines(a), Action::ReadCmdlines(b)) => a == b,
             (Action::Status(a), Action::Status(b)) => a == b,
             (Action::Watchdog, Action::Watchdog)
             | (Action::Reloading, Action::Reloading)
@@ -332,8 +336,15 @@ impl State {
         self.after_manager(changes);
     }
 
-    /// The actions left for the shell, oldest first.
+    /// The actions left for the shell, oldest first; the command lines the manager
+    /// waits for last.
     pub fn take_actions(&mut self) -> Vec<Action> {
+        if let Some(m) = &mut self.manager {
+            let wanted = m.take_cmdline_reads();
+            if !wanted.is_empty() {
+                self.actions.push(Action::ReadCmdlines(wanted));
+            }
+        }
         std::mem::take(&mut self.actions)
     }
 
@@ -446,6 +457,9 @@ impl State {
             Event::Tick(now) => self.tick(now),
             Event::Measured(outcome) => self.measured(*outcome),
             Event::Followed(f) => self.followed(*f),
+            Event::Cmdline(read) => {
+                self.manager_event(manager::Input::Cmdline(read));
+            }
             Event::Proc(msgs) => {
                 let Some(m) = &mut self.manager else { return };
                 let read_at = Instant::now();

@@ -1,0 +1,162 @@
+//! The daemon's loop against what an unprivileged process can do to it: a command line
+//! whose read blocks, bursts of renames, floods of refused calls. A real daemon on a
+//! private bus, real processes, real `busctl`.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use pinnerd::sysroot::SysRoot;
+use pinnerd::CpuSet;
+
+use super::daemon::*;
+use super::helper::Helper;
+
+fn online() -> CpuSet {
+    std::fs::read_to_string(SysRoot::default().sys_path("devices/system/cpu/online"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// The affinity of every thread of `h`, as the kernel reports it.
+fn masks(h: &Helper) -> Vec<CpuSet> {
+    h.tids()
+        .into_iter()
+        .filter_map(|tid| {
+            let status =
+                std::fs::read_to_string(format!("/proc/{}/task/{tid}/status", h.pid)).ok()?;
+            let line = status
+                .lines()
+                .find(|l| l.starts_with("Cpus_allowed_list:"))?;
+            line.split_once(':')?.1.trim().parse().ok()
+        })
+        .collect()
+}
+
+fn all_on(h: &Helper, want: &CpuSet) -> bool {
+    let m = masks(h);
+    !m.is_empty() && m.iter().all(|x| x == want)
+}
+
+/// `daemon` run in a mount namespace of its own in which `fifo` is bind-mounted over
+/// `target`: opening `target` there waits for a writer, as reading a command line waits
+/// for a memory-map lock its process keeps busy, but for as long as the test says.
+fn over_fifo(daemon: &Command, fifo: &Path, target: &str) -> Command {
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg(r#"mount --bind "$0" "$1" && shift && exec "$@""#)
+        .arg(fifo)
+        .arg(target)
+        .arg(daemon.get_program())
+        .args(daemon.get_args());
+    for (k, v) in daemon.get_envs() {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c
+}
+
+/// Opens `fifo` for writing once a reader has it open (`ENXIO` until then); `None` if
+/// none does within `timeout`.
+fn writer_once_read(fifo: &Path, timeout: Duration) -> Option<std::fs::File> {
+    let end = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < end {
+        if let Ok(f) = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(fifo)
+        {
+            return Some(f);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
+}
+
+/// A process whose command line cannot be read (the read blocks until the test lets
+/// it go) does not hold the loop: another rule's new process is pinned and root's
+/// `ListManaged` answered while that read still waits; once it returns, the process it
+/// was for is decided by it.
+#[test]
+fn a_command_line_read_that_blocks_holds_neither_pinning_nor_calls() {
+    let _cpus = super::cpus_stay_online();
+    let cpus = online();
+    let (first, last) = (cpus.first().unwrap(), cpus.last().unwrap());
+    let (held_cpus, other_cpus): (CpuSet, CpuSet) = (
+        std::iter::once(last).collect(),
+        std::iter::once(first).collect(),
+    );
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    dirs.write_rule(
+        "10-held.toml",
+        &format!(
+            "[[rule]]\nname = \"held\"\n[rule.match]\ncomm = \"pd-held\"\ncmdline = \"--held\"\n\
+             [rule.place]\ncpus = \"{held_cpus}\"\n"
+        ),
+    );
+    dirs.write_rule(
+        "20-other.toml",
+        &format!(
+            "[[rule]]\nname = \"other\"\n[rule.match]\ncomm = \"pd-other\"\n\
+             [rule.place]\ncpus = \"{other_cpus}\"\n"
+        ),
+    );
+    let mut held = Helper::spawn(dirs.root.path(), "pd-idle-a");
+    let mut other = Helper::spawn(dirs.root.path(), "pd-idle-b");
+    let fifo = dirs.root.path().join("cmdline.fifo");
+    nix::unistd::mkfifo(
+        &fifo,
+        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+    )
+    .unwrap();
+    let target = format!("/proc/{}/cmdline", held.pid);
+    let mut d = Daemon::spawn_wrapped(&bus, &dirs, |cmd| over_fifo(cmd, &fifo, &target));
+    d.wait_note("READY=1", Duration::from_secs(60));
+    bus.wait_for("the daemon on the bus", Duration::from_secs(30), || {
+        bus.get("State") == "s \"ready\"" || bus.get("State") == "s \"measuring\""
+    });
+
+    // The rename makes its command line matter: the daemon opens it and waits.
+    held.rename(held.pid, 1, &["pd-held"]);
+    let mut writer = writer_once_read(&fifo, Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("the daemon never read the command line; log:\n{}", d.log()));
+    // Nothing is written yet: the read waits in read(2) from here on.
+    other.rename(other.pid, 1, &["pd-other"]);
+    bus.wait_for(
+        "the other rule's process pinned while the read waits",
+        Duration::from_secs(30),
+        || all_on(&other, &other_cpus),
+    );
+    let list = bus.call("ListManaged", &[]);
+    assert!(
+        list.contains(&format!("{} \"pd-other\" \"other\"", other.pid)),
+        "{list}"
+    );
+    assert!(
+        !list.contains("pd-held"),
+        "undecided while its read waits: {list}"
+    );
+    assert!(all_on(&held, &cpus), "{:?}", masks(&held));
+
+    // The read returns: the process is decided by what it said.
+    writer.write_all(b"pd-held\0--held\0").unwrap();
+    drop(writer);
+    bus.wait_for(
+        "the held process pinned once its command line was read",
+        Duration::from_secs(30),
+        || all_on(&held, &held_cpus),
+    );
+    let list = bus.call("ListManaged", &[]);
+    assert!(
+        list.contains(&format!("{} \"pd-held\" \"held\"", held.pid)),
+        "{list}"
+    );
+    d.stop();
+}
