@@ -63,6 +63,7 @@
 //!   say on the machine, for `check`)
 //! - `polkit`: who may change what: root, else polkit's answer for the caller's bus name
 //! - `report`: `pinnerd report`'s facts and its self-contained HTML page (pure)
+//! - `repeats`: repeated warnings summed up (the first logged, then a count per interval)
 //! - `rules`: TOML → validated rules → matcher
 //! - `sched_ext`: whether a sched_ext scheduler runs, the `[sched-ext]` policy, widening
 //! - `settings`: the daemon's settings file
@@ -105,6 +106,7 @@ pub mod outfile;
 pub mod placement;
 pub mod plan;
 pub mod polkit;
+pub mod repeats;
 pub mod report;
 pub mod rules;
 pub mod sched_ext;

@@ -18,6 +18,7 @@ use zbus::Connection;
 use super::error::{MethodError, Result};
 use crate::api::Command;
 use crate::polkit::{self, Action, Verdict};
+use crate::repeats::{Repeats, REPEATS_EVERY};
 
 /// The longest string a method accepts, in bytes. Longer strings are refused before any
 /// other work, so a caller cannot make the daemon parse or log unbounded input.
@@ -31,12 +32,14 @@ pub const MAX_STRING: usize = 64;
 /// read: no uid lookup, no parsing, no log of its content.
 pub const MAX_BODY: u32 = 512;
 
-/// A token bucket per caller uid: `burst` calls at once, then `per_second`.
+/// A token bucket per caller uid: `burst` calls at once, then `per_second`. Its
+/// refusals are logged summed up per caller (see `repeats`).
 #[derive(Debug)]
 pub struct RateLimiter {
     burst: f64,
     per_second: f64,
     buckets: Mutex<HashMap<u32, (f64, Instant)>>,
+    refused: Mutex<Repeats<u32>>,
 }
 
 impl RateLimiter {
@@ -45,6 +48,42 @@ impl RateLimiter {
             burst: f64::from(burst),
             per_second: f64::from(per_second),
             buckets: Mutex::new(HashMap::new()),
+            refused: Mutex::new(Repeats::default()),
+        }
+    }
+
+    /// Logs that a call of `uid` to `method` was refused: the first refusal of a caller
+    /// in a while is a warning of its own, the others are counted for
+    /// [`RateLimiter::summarise`].
+    pub fn log_refusal(&self, uid: u32, method: &str, now: Instant) {
+        let first = self
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .note(uid, now);
+        if first {
+            tracing::warn!(
+                uid,
+                method,
+                "caller over its rate limit; its further refusals are counted, one line each {} s",
+                REPEATS_EVERY.as_secs()
+            );
+        }
+    }
+
+    /// Logs one line per caller whose refusals were counted and are due at `now`.
+    pub fn summarise(&self, now: Instant) {
+        let due = self
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .due(now);
+        for (uid, more) in due {
+            tracing::warn!(
+                uid,
+                more,
+                "{more} more calls refused for uid {uid} (over its rate limit)"
+            );
         }
     }
 
@@ -157,7 +196,7 @@ impl Callers {
 /// The admission state of one object: the rate limiter, the callers it remembers, and
 /// how many properties one `GetAll` reads.
 pub(super) struct Admission {
-    limiter: RateLimiter,
+    limiter: Arc<RateLimiter>,
     callers: Arc<Callers>,
     /// How many properties the interface has: the reads one `GetAll` makes.
     pub(super) properties: usize,
@@ -167,7 +206,7 @@ impl Admission {
     /// Admission with `limiter`, for an interface of `properties` properties.
     pub(super) fn new(limiter: RateLimiter, properties: usize) -> Self {
         Admission {
-            limiter,
+            limiter: Arc::new(limiter),
             callers: Arc::new(Callers::default()),
             properties,
         }
@@ -176,6 +215,11 @@ impl Admission {
     /// The callers remembered (shared with the `NameOwnerChanged` watcher).
     pub(super) fn callers(&self) -> Arc<Callers> {
         self.callers.clone()
+    }
+
+    /// The rate limiter (shared with the task that logs its refusals' counts).
+    pub(super) fn limiter(&self) -> Arc<RateLimiter> {
+        self.limiter.clone()
     }
 
     /// Who called, from the bus (never from a pid, which can be reused): asked once per
@@ -221,7 +265,7 @@ impl Admission {
                 self.limiter.allow(uid, Instant::now())
             });
         if !admitted {
-            tracing::warn!(uid, method, "caller over its rate limit");
+            self.limiter.log_refusal(uid, method, Instant::now());
             return Err(MethodError::RateLimited(format!(
                 "{method}: too many calls from uid {uid}; slow down"
             )));

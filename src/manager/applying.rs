@@ -205,6 +205,27 @@ impl Manager {
             }
             return;
         };
+        // A thread taking a slot beyond its entry's (first contact, or renamed into the
+        // entry): one line for the first of the process, the others counted
+        // (`Manager::log_repeats`), so 10,000 threads make a few lines.
+        let newly_held = m
+            .threads
+            .get(&tid)
+            .is_none_or(|t| (t.placement, t.slot) != (placement, slot));
+        if let (true, Some(n)) = (newly_held, overflow) {
+            if self
+                .overflows
+                .note((pid, rule.clone()), std::time::Instant::now())
+            {
+                tracing::warn!(
+                    pid, tid, rule = %rule, comm = %comm, slot, slots = n,
+                    "more threads than slots ({n}): this thread shares the CPUs of slot {}; \
+                     further such threads of this process are counted, one line each {} s",
+                    slot % n,
+                    crate::repeats::REPEATS_EVERY.as_secs()
+                );
+            }
+        }
         let existing = m.threads.get_mut(&tid);
         let want_now = target.intersection(&online);
         if let Some(t) = existing {
@@ -271,13 +292,6 @@ impl Manager {
                 current.clone()
             };
             m.hold_slot(placement, slot);
-            if let Some(n) = overflow {
-                tracing::warn!(
-                    pid, tid, rule = %rule, comm = %comm, slot, slots = n,
-                    "more threads than slots: this thread shares the CPUs of slot {}",
-                    slot % n
-                );
-            }
             m.threads.insert(
                 tid,
                 ManagedThread::new(comm, placement, slot, original, Outcome::Gone),

@@ -378,6 +378,8 @@ pub struct Manager {
     reapply: bool,
     /// Command lines known and asked for (see `cmdlines`): never read here.
     cmdlines: cmdlines::Cmdlines,
+    /// Threads beyond their entry's slots, counted per process and rule for the log.
+    overflows: crate::repeats::Repeats<(i32, String)>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -413,6 +415,7 @@ impl Manager {
             awaiting: BTreeSet::new(),
             reapply: false,
             cmdlines: cmdlines::Cmdlines::default(),
+            overflows: crate::repeats::Repeats::default(),
         }
     }
 
@@ -458,6 +461,17 @@ impl Manager {
         }
         journal.save(&[])?;
         Ok(report)
+    }
+
+    /// Logs the counts of repeated warnings due at `now` (threads beyond their slots):
+    /// one line per process and rule each `repeats::REPEATS_EVERY`.
+    pub fn log_repeats(&mut self, now: std::time::Instant) {
+        for ((pid, rule), more) in self.overflows.due(now) {
+            tracing::warn!(
+                pid, rule = %rule, more,
+                "{more} more threads of pid {pid} than slots of rule {rule:?}: each shares the CPUs of a slot"
+            );
+        }
     }
 
     pub fn counters(&self) -> &Counters {

@@ -160,3 +160,134 @@ fn a_command_line_read_that_blocks_holds_neither_pinning_nor_calls() {
     );
     d.stop();
 }
+
+/// Waits until the daemon's log satisfies `f`; panics naming `what`, with the log's
+/// warnings.
+fn wait_log(d: &Daemon, what: &str, timeout: Duration, f: impl Fn(&str) -> bool) {
+    let end = std::time::Instant::now() + timeout;
+    loop {
+        let log = d.log();
+        if f(&log) {
+            return;
+        }
+        if std::time::Instant::now() > end {
+            let warns: Vec<&str> = log.lines().filter(|l| l.contains("WARN")).collect();
+            panic!(
+                "timed out waiting for {what}; the log's {} warnings, from the first:\n{}",
+                warns.len(),
+                warns[..warns.len().min(20)].join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The number just before `words` on each line of the log that holds them.
+fn counts_before(log: &str, words: &str) -> Vec<u64> {
+    log.lines()
+        .filter_map(|l| l[..l.find(words)?].split_whitespace().last()?.parse().ok())
+        .collect()
+}
+
+/// A caller flooding the daemon past its rate limit makes one warning, then one line
+/// per interval with the count of the calls refused since: every refusal is counted,
+/// and there are far fewer lines than refusals.
+#[test]
+fn refused_calls_are_one_warning_then_counts() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    dirs.write_settings("[limits]\ndbus-burst = 1\ndbus-calls-per-second = 1\n");
+    let d = Daemon::start(&bus, &dirs);
+    let mut refused = 0u64;
+    for _ in 0..300 {
+        let out = bus.busctl_as_nobody(&["get-property", NAME, PATH, IFACE, "State"]);
+        if !out.status.success() && text(&out).contains("too many calls") {
+            refused += 1;
+        }
+    }
+    assert!(refused >= 200, "{refused} of 300 refused");
+    let first = "caller over its rate limit";
+    wait_log(
+        &d,
+        "every refusal in the log, the first or counted",
+        Duration::from_secs(60),
+        |log| {
+            let counted: u64 = counts_before(log, "more calls refused for uid 65534")
+                .iter()
+                .sum();
+            log.lines().filter(|l| l.contains(first)).count() as u64 + counted >= refused
+        },
+    );
+    let log = d.log();
+    let firsts = log.lines().filter(|l| l.contains(first)).count() as u64;
+    let counts = counts_before(&log, "more calls refused for uid 65534");
+    assert_eq!(
+        firsts + counts.iter().sum::<u64>(),
+        refused,
+        "each refusal logged or counted once: {firsts} warnings, counts {counts:?}"
+    );
+    let lines = firsts + counts.len() as u64;
+    assert!(
+        lines * 10 < refused,
+        "{lines} lines for {refused} refused calls"
+    );
+}
+
+/// A process with far more threads than its entry has slots makes one warning, then
+/// one line per interval with how many more threads share a slot.
+#[test]
+fn threads_beyond_the_slots_are_one_warning_then_counts() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    dirs.write_rule(
+        "10-slots.toml",
+        "[[rule]]\nname = \"slots\"\n[rule.match]\ncomm = \"pd-slots\"\n\
+         [[rule.threads]]\ncomm = \"pd-w\"\ncount = 1\n",
+    );
+    let d = Daemon::start(&bus, &dirs);
+    let mut h = Helper::spawn(dirs.root.path(), "pd-slots");
+    bus.wait_for("the process managed", Duration::from_secs(30), || {
+        bus.get("ManagedProcesses") == "u 1"
+    });
+    const THREADS: u64 = 2000;
+    for _ in 0..(THREADS / 200) {
+        h.spawn_threads(200, Some("pd-w"));
+    }
+    let first = "more threads than slots";
+    let slots = |log: &str| {
+        log.lines().filter(|l| l.contains(first)).find_map(|l| {
+            let rest = &l[l.find(" slots=")? + 7..];
+            rest.split_whitespace().next()?.parse::<u64>().ok()
+        })
+    };
+    let firsts = |log: &str| log.lines().filter(|l| l.contains(first)).count() as u64;
+    wait_log(
+        &d,
+        "every thread beyond the slots in the log, the first or counted",
+        Duration::from_secs(120),
+        |log| {
+            let Some(slots) = slots(log) else {
+                return false;
+            };
+            let counted: u64 = counts_before(log, "more threads of pid").iter().sum();
+            // Every one accounted for, or a line each.
+            firsts(log) + counted >= THREADS - slots || firsts(log) > 1
+        },
+    );
+    let log = d.log();
+    let slots = slots(&log).unwrap();
+    let firsts = firsts(&log);
+    let counts = counts_before(&log, "more threads of pid");
+    assert_eq!(firsts, 1, "{counts:?}");
+    assert_eq!(
+        1 + counts.iter().sum::<u64>(),
+        THREADS - slots,
+        "{counts:?}"
+    );
+    assert!(
+        (firsts + counts.len() as u64) * 10 < THREADS - slots,
+        "{counts:?}"
+    );
+}

@@ -552,6 +552,9 @@ impl State {
         if self.journal_due.is_some_and(|due| now >= due) {
             self.flush_journal();
         }
+        if let Some(m) = &mut self.manager {
+            m.log_repeats(now);
+        }
         if self.hotplug_recheck.is_some_and(|due| now >= due) {
             self.hotplug_recheck = None;
             self.manager_event(manager::Input::Rescan);
