@@ -13,6 +13,23 @@ use crate::cpuset::CpuSet;
 use crate::plan::{Cpusets, Demand, Plan, PlanState, Seen, UnitPlan};
 
 /// What a plan gives threads, without what its slots units hold.
+/// The rules whose units' CPUs differ between two plans (holding aside).
+fn moved_rules(old: &Plan, new: &Plan) -> std::collections::BTreeSet<String> {
+    let by_rule = |plan: &Plan| {
+        let mut m: std::collections::BTreeMap<String, Vec<UnitPlan>> = Default::default();
+        for u in targets(plan) {
+            m.entry(u.rule.clone()).or_default().push(u);
+        }
+        m
+    };
+    let (a, b) = (by_rule(old), by_rule(new));
+    a.keys()
+        .chain(b.keys())
+        .filter(|r| a.get(*r) != b.get(*r))
+        .cloned()
+        .collect()
+}
+
 fn targets(plan: &Plan) -> Vec<UnitPlan> {
     plan.units()
         .iter()
@@ -122,8 +139,23 @@ impl Manager {
     pub fn seen(&self) -> Seen {
         Seen {
             cpusets: self.current_cpusets(),
-            demand: self.current_demand(),
+            // Slots the plan holds stay held until released (see `release_slots`).
+            demand: self.current_demand().with_floor(&self.kept),
         }
+    }
+
+    /// Lets the plan give up the slots no live thread holds: the next
+    /// [`Manager::wants_plan`] reports the slots taken now. True when there are such
+    /// slots (a plan is then wanted). The loop calls it at most once per
+    /// `daemon::state::SLOTS_KEPT`, which bounds the plans a thread renamed in and out
+    /// of an entry (or made and ended) can cause.
+    pub fn release_slots(&mut self) -> bool {
+        let live = self.current_demand();
+        if live.with_floor(&self.kept) == live {
+            return false;
+        }
+        self.kept = crate::plan::Demand::default();
+        true
     }
 
     /// What the manager saw, when the plan in force was not made for it (or processes
@@ -144,16 +176,30 @@ impl Manager {
     /// thread is applied again.
     pub(super) fn replanned(&mut self, plan: Plan, out: &mut Vec<Change>) {
         // Rules of explicit CPUs only come out the same, and so do slots whose holding
-        // alone changed: nothing to re-apply.
-        let moved = targets(&plan) != targets(&self.plan);
-        if moved {
-            tracing::info!(cpusets = ?plan.cpusets(), "planning again for the processes' cgroup cpusets and threads");
+        // alone changed: nothing to re-apply. Only the processes of rules whose units
+        // moved are applied again.
+        let moved = moved_rules(&self.plan, &plan);
+        if !moved.is_empty() {
+            tracing::info!(cpusets = ?plan.cpusets(), rules = ?moved, "planning again for the processes' cgroup cpusets and threads");
         }
+        self.kept = plan.demand().clone();
         self.plan = plan;
-        let awaiting = std::mem::take(&mut self.awaiting);
-        if moved || std::mem::take(&mut self.reapply) {
+        let mut awaiting = std::mem::take(&mut self.awaiting);
+        if std::mem::take(&mut self.reapply) {
             self.reevaluate_managed(out);
             return;
+        }
+        if !moved.is_empty() {
+            let of_moved: Vec<i32> = self
+                .managed
+                .iter()
+                .filter(|(_, m)| matches!(&m.source, Source::Rule(r) if moved.contains(&r.name)))
+                .map(|(pid, _)| *pid)
+                .collect();
+            for pid in &of_moved {
+                awaiting.remove(pid);
+            }
+            self.reevaluate(of_moved, out);
         }
         for pid in awaiting {
             match self.process(pid) {

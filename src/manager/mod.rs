@@ -378,6 +378,10 @@ pub struct Manager {
     reapply: bool,
     /// Command lines known and asked for (see `cmdlines`): never read here.
     cmdlines: cmdlines::Cmdlines,
+    /// The slots the plan in force holds: what the manager reports never falls below
+    /// them until [`Manager::release_slots`], so a thread that leaves its slot (renamed
+    /// away, exited) and one that takes it again make no new plan each.
+    kept: crate::plan::Demand,
     /// Threads beyond their entry's slots, counted per process and rule for the log.
     overflows: crate::repeats::Repeats<(i32, String)>,
 }
@@ -416,6 +420,7 @@ impl Manager {
             reapply: false,
             cmdlines: cmdlines::Cmdlines::default(),
             overflows: crate::repeats::Repeats::default(),
+            kept: crate::plan::Demand::default(),
         }
     }
 
@@ -580,6 +585,7 @@ impl Manager {
                 _ => {}
             }
         }
+        self.kept = plan.demand().clone();
         self.plan = plan;
     }
 

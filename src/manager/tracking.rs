@@ -407,6 +407,11 @@ impl Manager {
     /// Re-matches and re-applies every managed process (after new rules or CPUs).
     pub(super) fn reevaluate_managed(&mut self, out: &mut Vec<Change>) {
         let pids: Vec<i32> = self.managed.keys().copied().collect();
+        self.reevaluate(pids, out);
+    }
+
+    /// Re-matches and re-applies the managed processes `pids`.
+    pub(super) fn reevaluate(&mut self, pids: Vec<i32>, out: &mut Vec<Change>) {
         for pid in pids {
             match self.process(pid) {
                 Some(snap) => {

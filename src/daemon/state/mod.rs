@@ -127,6 +127,13 @@ pub const HOTPLUG_RECHECK: Duration = Duration::from_secs(1);
 
 pub use machine::{MOVE_FLOOR_NS, MOVE_GAIN};
 
+/// How long slots of thread entries that no live thread holds any more stay held, at
+/// least: the loop lets them go ([`Manager::release_slots`]) once per this at most. A
+/// thread renamed in and out of an entry (or made and ended) as fast as its owner likes
+/// then causes two plans per this at most, not one per rename: its slot is kept, and
+/// taken again.
+pub const SLOTS_KEPT: Duration = Duration::from_secs(5);
+
 /// All daemon state. Owned by one thread.
 pub struct State {
     cfg: Config,
@@ -174,6 +181,8 @@ pub struct State {
     sched_ext: sched_ext::Kept,
     /// Background completion of a sparse matrix (see `state/completing.rs`).
     completing: completing::Kept,
+    /// When slots no thread holds may be let go next (see [`SLOTS_KEPT`]).
+    next_slot_release: Instant,
 }
 
 impl State {
@@ -209,6 +218,7 @@ impl State {
             actions: Vec::new(),
             sched_ext: sched_ext::Kept::default(),
             completing: completing::Kept::default(),
+            next_slot_release: now,
         }
     }
 
@@ -555,6 +565,7 @@ impl State {
         if let Some(m) = &mut self.manager {
             m.log_repeats(now);
         }
+        self.release_slots(now);
         if self.hotplug_recheck.is_some_and(|due| now >= due) {
             self.hotplug_recheck = None;
             self.manager_event(manager::Input::Rescan);
@@ -606,6 +617,22 @@ impl State {
             None => {}
         }
         self.complete_due(now);
+    }
+
+    /// Lets the plan give up the slots no live thread holds, once per [`SLOTS_KEPT`] at
+    /// most.
+    fn release_slots(&mut self, now: Instant) {
+        if now < self.next_slot_release {
+            return;
+        }
+        let Some(m) = &mut self.manager else { return };
+        if !m.release_slots() {
+            return;
+        }
+        self.next_slot_release = now + SLOTS_KEPT;
+        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
+        let changes = replan::settle(m, choose);
+        self.after_manager(changes);
     }
 
     /// What `pinnerd metrics` prints and the textfile holds.
