@@ -93,7 +93,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let plan = Plan::new(&report.rules, mgr.plan().cpus(), Some(&shaper))
         .with_memory(memory_planning, Some(&shaper));
     crate::daemon::replan::hand_down(&mut mgr, Input::RulesChanged(plan), Some(&shaper));
-    crate::daemon::replan::read_cmdlines_here(&mut mgr, procs.as_ref(), Some(&shaper));
+    crate::daemon::replan::read_here(&mut mgr, procs.as_ref(), Some(&shaper));
     let rows = mgr.list_managed();
     let memory: Vec<Result<MemoryView, ReadError>> = rows
         .iter()

@@ -26,10 +26,11 @@ use crate::settings::Settings;
 
 use super::readers::{Readers, READERS};
 use super::schedule::Timing;
+use super::state::memory::MemoryRead;
 use super::state::{Action, Config, State};
 use super::watchers::{Doorbell, KernelSources};
 use super::{worker, DaemonError, Event, ReloadCause};
-use crate::manager::cmdlines::CmdlineRead;
+use crate::manager::cmdlines::{CmdlineRead, CmdlineWanted};
 use crate::watch::{ProcFs, ProcSource};
 
 /// How many events may wait for the loop (commands, signals, reloads, measurement
@@ -186,22 +187,27 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
     );
     let procs = ProcFs::new(opts.config.sysroot.clone());
     let read_tx = tx.clone();
-    let readers = Readers::start(
-        READERS,
-        move |wanted| CmdlineRead {
+    let readers = Readers::start("cmdline", READERS, move |wanted: CmdlineWanted| {
+        let read = CmdlineRead {
             wanted,
             args: procs.cmdline(wanted.pid, wanted.start_time),
-        },
-        move |read| {
-            let _ = read_tx.blocking_send(Event::Cmdline(read));
-        },
-    )
+        };
+        let _ = read_tx.blocking_send(Event::Cmdline(read));
+    })
+    .map_err(DaemonError::Runtime)?;
+    let memory_tx = tx.clone();
+    let memory = Readers::start("memory", READERS, move |read: MemoryRead| {
+        read.run(|found| {
+            let _ = memory_tx.blocking_send(Event::Memory(found));
+        })
+    })
     .map_err(DaemonError::Runtime)?;
     let shell = Shell {
         events: tx,
         snapshot: snap_tx,
         emit: emit_tx,
         readers,
+        memory,
     };
     Ok(Started {
         conn,
@@ -222,8 +228,10 @@ struct Shell {
     events: mpsc::Sender<Event>,
     snapshot: watch::Sender<Snapshot>,
     emit: mpsc::UnboundedSender<Signal>,
-    /// Reads that can wait on a process's locks, off the loop.
-    readers: Readers,
+    /// Reads that can wait on a process's locks, off the loop: command lines…
+    readers: Readers<CmdlineWanted>,
+    /// …and where a process's memory is (`Explain`), answered by the reader.
+    memory: Readers<MemoryRead>,
 }
 
 impl Shell {
@@ -401,6 +409,7 @@ impl Shell {
                         }
                     }
                     Action::ReadCmdlines(wanted) => self.readers.ask(wanted),
+                    Action::ReadMemory(read) => self.memory.ask([*read]),
                     Action::Status(line) => notify(&[sd_notify::NotifyState::Status(&line)]),
                     Action::Watchdog => notify(&[sd_notify::NotifyState::Watchdog]),
                     Action::Reloading => match sd_notify::NotifyState::monotonic_usec_now() {

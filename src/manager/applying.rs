@@ -438,6 +438,7 @@ impl Manager {
     /// mask it had at first contact.
     pub(super) fn release(&mut self, pid: i32, reason: &str, out: &mut Vec<Change>) {
         self.awaiting.remove(&pid);
+        self.memory_pending.remove(&pid);
         let Some(m) = self.managed.remove(&pid) else {
             return;
         };

@@ -13,6 +13,15 @@ use crate::cpuset::CpuSet;
 use crate::plan::{Cpusets, Demand, Plan, PlanState, Seen, UnitPlan};
 
 /// What a plan gives threads, without what its slots units hold.
+/// A memory read the manager waits for: process `pid` (started at `start_time`), per
+/// node of `nodes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryWanted {
+    pub pid: i32,
+    pub start_time: u64,
+    pub nodes: Vec<u32>,
+}
+
 /// The rules whose units' CPUs differ between two plans (holding aside).
 fn moved_rules(old: &Plan, new: &Plan) -> std::collections::BTreeSet<String> {
     let by_rule = |plan: &Plan| {
@@ -77,21 +86,63 @@ impl Manager {
         }
     }
 
-    /// The memory of process `pid` at first contact, for a rule whose placement
-    /// weighs memory (`plan::memory::weighs`) on a machine of several nodes; `None`
-    /// below the settings' minimum size (it would not weigh).
-    pub(super) fn first_memory(
-        &self,
-        pid: i32,
-        source: &Source,
-    ) -> Option<crate::memory::NodeBytes> {
+    /// The nodes to weigh a process's memory on at first contact, for a rule whose
+    /// placement weighs memory (`plan::memory::weighs`) on a machine of several nodes;
+    /// `None` when it is not weighed.
+    pub(super) fn weighs_memory(&self, source: &Source) -> Option<Vec<u32>> {
         let Source::Rule(r) = source else { return None };
         let mp = self.plan.memory_planning();
         if !mp.active() || !r.place.as_ref().is_some_and(crate::plan::memory::weighs) {
             return None;
         }
-        let bytes = self.procs.memory(pid, &mp.node_ids())?;
-        (bytes.values().sum::<u64>() >= mp.min_bytes.max(1)).then_some(bytes)
+        Some(mp.node_ids())
+    }
+
+    /// Asks for where process `pid`'s memory is (read off the loop: `numa_maps` walks
+    /// its page tables under its memory-map lock); its threads wait for it, and then for
+    /// the plan made with it.
+    pub(super) fn ask_memory(&mut self, pid: i32, start_time: u64, nodes: Vec<u32>) {
+        self.memory_pending.insert(pid, start_time);
+        self.memory_asked.push(MemoryWanted {
+            pid,
+            start_time,
+            nodes,
+        });
+        self.awaiting.insert(pid);
+    }
+
+    /// The memory reads asked for since the last call: the daemon reads them off its
+    /// loop and hands each back as [`Input::Memory`](super::Input::Memory).
+    pub fn take_memory_reads(&mut self) -> Vec<MemoryWanted> {
+        std::mem::take(&mut self.memory_asked)
+    }
+
+    /// A memory read's result: kept when it is the one pending for that process and it
+    /// is large enough to weigh (the settings' minimum); its threads then wait only for
+    /// the plan made with it.
+    pub(super) fn memory_read(
+        &mut self,
+        pid: i32,
+        start_time: u64,
+        bytes: Option<crate::memory::NodeBytes>,
+    ) {
+        if self.memory_pending.get(&pid) != Some(&start_time) {
+            return;
+        }
+        self.memory_pending.remove(&pid);
+        let min = self.plan.memory_planning().min_bytes.max(1);
+        if let Some(m) = self
+            .managed
+            .get_mut(&pid)
+            .filter(|m| m.handle.start_time == start_time)
+        {
+            m.memory = bytes.filter(|b| b.values().sum::<u64>() >= min);
+        }
+    }
+
+    /// Whether process `pid` waits for its memory to be read.
+    pub(super) fn awaits_memory(&self, pid: i32) -> bool {
+        self.memory_pending.contains_key(&pid)
     }
 
     /// The distinct cpusets of the processes each rule manages, and their memory. A
@@ -164,7 +215,8 @@ impl Manager {
     /// `None`: the plan in force fits.
     pub fn wants_plan(&self) -> Option<Seen> {
         let seen = self.seen();
-        let fits = self.awaiting.is_empty()
+        // Processes waiting for their memory to be read want no plan yet.
+        let fits = self.awaiting.iter().all(|p| self.awaits_memory(*p))
             && !self.reapply
             && seen.cpusets == *self.plan.cpusets()
             && seen.demand == *self.plan.demand();
@@ -184,7 +236,11 @@ impl Manager {
         }
         self.kept = plan.demand().clone();
         self.plan = plan;
-        let mut awaiting = std::mem::take(&mut self.awaiting);
+        let (still, mut awaiting): (std::collections::BTreeSet<i32>, _) =
+            std::mem::take(&mut self.awaiting)
+                .into_iter()
+                .partition(|p| self.awaits_memory(*p));
+        self.awaiting = still;
         if std::mem::take(&mut self.reapply) {
             self.reevaluate_managed(out);
             return;

@@ -52,6 +52,7 @@ mod applying;
 pub mod cmdlines;
 mod cpusets;
 pub mod protect;
+pub use cpusets::MemoryWanted;
 mod reports;
 mod tracking;
 
@@ -120,6 +121,14 @@ pub enum Input {
     /// A command line asked for with [`Manager::take_cmdline_reads`], read off the loop:
     /// its process is considered again. Not counted as an event.
     Cmdline(cmdlines::CmdlineRead),
+    /// Where a process's memory is, asked for with [`Manager::take_memory_reads`] at
+    /// first contact and read off the loop (`None`: gone, one node, unreadable): its
+    /// threads wait for the plan made with it. Not counted as an event.
+    Memory {
+        pid: i32,
+        start_time: u64,
+        bytes: Option<crate::memory::NodeBytes>,
+    },
 }
 
 /// One thing that happened, for logs, D-Bus signals and tests.
@@ -378,6 +387,10 @@ pub struct Manager {
     reapply: bool,
     /// Command lines known and asked for (see `cmdlines`): never read here.
     cmdlines: cmdlines::Cmdlines,
+    /// Processes whose memory is being read (pid → start time): their threads wait.
+    memory_pending: BTreeMap<i32, u64>,
+    /// Memory reads asked for and not yet taken by the loop.
+    memory_asked: Vec<MemoryWanted>,
     /// The slots the plan in force holds: what the manager reports never falls below
     /// them until [`Manager::release_slots`], so a thread that leaves its slot (renamed
     /// away, exited) and one that takes it again make no new plan each.
@@ -421,6 +434,8 @@ impl Manager {
             cmdlines: cmdlines::Cmdlines::default(),
             overflows: crate::repeats::Repeats::default(),
             kept: crate::plan::Demand::default(),
+            memory_pending: BTreeMap::new(),
+            memory_asked: Vec::new(),
         }
     }
 
@@ -544,7 +559,10 @@ impl Manager {
 
     /// Handles one event.
     pub fn handle(&mut self, event: Input) -> Vec<Change> {
-        if !matches!(event, Input::Replanned(_) | Input::Cmdline(_)) {
+        if !matches!(
+            event,
+            Input::Replanned(_) | Input::Cmdline(_) | Input::Memory { .. }
+        ) {
             self.counters.events += 1;
         }
         let mut out = Vec::new();
@@ -567,6 +585,11 @@ impl Manager {
             }
             Input::Replanned(plan) => self.replanned(plan, &mut out),
             Input::Cmdline(read) => self.cmdline_read(read, &mut out),
+            Input::Memory {
+                pid,
+                start_time,
+                bytes,
+            } => self.memory_read(pid, start_time, bytes),
         }
         out
     }

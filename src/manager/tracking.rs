@@ -243,7 +243,7 @@ impl Manager {
                 .has_cpuset(&r.name, self.plan.cpuset_key(&allowed.cpus).as_ref()),
             Source::Runtime(_) => false,
         };
-        let memory = self.first_memory(pid, &source);
+        let weigh = self.weighs_memory(&source);
         tracing::info!(pid, comm = %snap.info.comm, rule = %source.name(), cpuset = %allowed.describe(), "managing process");
         self.managed.insert(
             pid,
@@ -255,14 +255,19 @@ impl Manager {
                 allowed,
                 threads: BTreeMap::new(),
                 slots: HashMap::new(),
-                memory: memory.clone(),
+                memory: None,
                 warned_permission: false,
             },
         );
         self.awaiting.remove(&pid);
-        if new_cpuset || memory.is_some() {
-            // Its threads wait for a plan made in its cpuset, or with its memory.
+        self.memory_pending.remove(&pid);
+        if new_cpuset {
+            // Its threads wait for a plan made in its cpuset…
             self.awaiting.insert(pid);
+        }
+        if let Some(nodes) = weigh {
+            // …or for its memory, then the plan made with it.
+            self.ask_memory(pid, snap.start_time, nodes);
         }
         self.journal_dirty = true;
         true
@@ -396,6 +401,7 @@ impl Manager {
     /// Drops a process that exited (nothing to restore).
     pub(super) fn forget(&mut self, pid: i32, out: &mut Vec<Change>) {
         self.awaiting.remove(&pid);
+        self.memory_pending.remove(&pid);
         self.denied.remove(&pid);
         if self.managed.remove(&pid).is_some() {
             tracing::debug!(pid, "managed process exited");
@@ -450,6 +456,8 @@ impl Manager {
             .retain(|pid, start| seen.get(pid) == Some(start));
         self.cmdlines
             .retain(|pid, start| seen.get(&pid) == Some(&start));
+        self.memory_pending
+            .retain(|pid, start| seen.get(pid) == Some(start));
         for e in &list {
             if e.kernel_thread {
                 if !self.plan.rules().is_empty() && self.may_match(&e.comm) {

@@ -52,7 +52,7 @@ mod following;
 mod irqs;
 mod machine;
 mod measuring;
-mod memory;
+pub mod memory;
 mod pinning;
 mod sched_ext;
 mod shaping;
@@ -72,7 +72,7 @@ pub struct Config {
 }
 
 /// Something the shell must do for the loop.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum Action {
     Emit(Signal),
     Measure(Box<Job>),
@@ -81,6 +81,10 @@ pub enum Action {
     /// Read these command lines off the loop (`daemon::readers`); each comes back as
     /// [`Event::Cmdline`].
     ReadCmdlines(Vec<crate::manager::cmdlines::CmdlineWanted>),
+    /// Read where a process's memory is off the loop (`daemon::readers`); the read
+    /// answers its callers itself, and comes back as [`Event::Memory`] when the manager
+    /// asked for it.
+    ReadMemory(Box<memory::MemoryRead>),
     /// A `STATUS=` line for systemd.
     Status(String),
     /// `WATCHDOG=1`: the loop is alive.
@@ -99,6 +103,10 @@ impl PartialEq for Action {
             (Action::Measure(a), Action::Measure(b)) => a.id == b.id,
             (Action::Follow(a), Action::Follow(b)) => a.pid == b.pid && a.target == b.target,
             (Action::ReadCmdlines(a), Action::ReadCmdlines(b)) => a == b,
+            (Action::ReadMemory(a), Action::ReadMemory(b)) => {
+                use crate::daemon::readers::Read;
+                a.pid() == b.pid()
+            }
             (Action::Status(a), Action::Status(b)) => a == b,
             (Action::Watchdog, Action::Watchdog)
             | (Action::Reloading, Action::Reloading)
@@ -346,13 +354,17 @@ impl State {
         self.after_manager(changes);
     }
 
-    /// The actions left for the shell, oldest first; the command lines the manager
-    /// waits for last.
+    /// The actions left for the shell, oldest first; the command lines and memory the
+    /// manager waits for last.
     pub fn take_actions(&mut self) -> Vec<Action> {
         if let Some(m) = &mut self.manager {
             let wanted = m.take_cmdline_reads();
             if !wanted.is_empty() {
                 self.actions.push(Action::ReadCmdlines(wanted));
+            }
+            for w in m.take_memory_reads() {
+                let read = memory::MemoryRead::first_contact(&self.cfg.sysroot, w);
+                self.actions.push(Action::ReadMemory(Box::new(read)));
             }
         }
         std::mem::take(&mut self.actions)
@@ -433,11 +445,16 @@ impl State {
     /// Handles one event.
     pub fn handle(&mut self, event: Event) {
         match event {
-            Event::Command(call) => {
-                let answer = self.command(call.command);
+            Event::Command(call) => match self.answer(call.command) {
                 // The caller may have given up (timeout); nothing to do then.
-                let _ = call.reply.send(answer);
-            }
+                memory::Answer::Now(reply) => {
+                    let _ = call.reply.send(reply);
+                }
+                // The read, and the reply, off the loop.
+                memory::Answer::AfterRead(pending) => self
+                    .actions
+                    .push(Action::ReadMemory(Box::new(pending.with_reply(call.reply)))),
+            },
             Event::Reload(cause) => {
                 self.actions.push(Action::Reloading);
                 self.reload(cause);
@@ -469,6 +486,13 @@ impl State {
             Event::Followed(f) => self.followed(*f),
             Event::Cmdline(read) => {
                 self.manager_event(manager::Input::Cmdline(read));
+            }
+            Event::Memory((pid, start_time, bytes)) => {
+                self.manager_event(manager::Input::Memory {
+                    pid,
+                    start_time,
+                    bytes,
+                });
             }
             Event::Proc(msgs) => {
                 let Some(m) = &mut self.manager else { return };

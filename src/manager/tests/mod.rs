@@ -72,10 +72,10 @@ impl T {
             comm: comm.into(),
         })
     }
-    /// The command lines the manager asked for, read and handed back as the daemon's
-    /// readers do.
-    fn read_cmdlines(&mut self) -> Vec<Change> {
-        crate::daemon::replan::read_cmdlines_here(&mut self.mgr, self.procs.as_ref(), self.choose)
+    /// The command lines and memory the manager asked for, read and handed back as the
+    /// daemon's readers do.
+    fn read_asked(&mut self) -> Vec<Change> {
+        crate::daemon::replan::read_here(&mut self.mgr, self.procs.as_ref(), self.choose)
     }
     fn batch(&mut self, msgs: Vec<ProcMsg>) -> Vec<Change> {
         let mut out = self.mgr.handle_batch(msgs);
@@ -116,7 +116,7 @@ fn command_lines_are_read_only_while_a_rule_matches_on_one() {
     );
     t.ev(new_rules(rules(&venue)));
     assert_eq!(t.procs.cmdlines(), 0, "the manager itself never reads one");
-    t.read_cmdlines();
+    t.read_asked();
     assert_eq!(t.procs.cmdlines(), 2);
     assert_eq!(t.ops.mask(100), Some(set("2-3")));
     assert_eq!(
