@@ -16,8 +16,9 @@ impl Manager {
     /// Handles a batch of proc connector messages in order, as [`Manager::handle`] would
     /// one by one, but with what the rest of the batch says about each task: a new
     /// thread that renames itself later in the batch is pinned once for its final name
-    /// (no /proc read for its name), and a task that exits later in the batch is not
-    /// pinned at all (counted as gone).
+    /// (no /proc read for its name), a task that exits later in the batch is not
+    /// pinned at all (counted as gone), and a process whose main thread renames itself
+    /// again later in the batch is looked at once, at the last rename.
     pub fn handle_batch(&mut self, msgs: Vec<ProcMsg>) -> Vec<Change> {
         let ahead = lookahead(&msgs);
         let mut out = Vec::new();
@@ -39,6 +40,8 @@ impl Manager {
                     }
                 }
                 ProcMsg::Comm { tid, .. } if named.contains(&tid) => {}
+                // Looked at once, at its last rename (or not at all: it exits).
+                ProcMsg::Comm { .. } if ahead.renamed_again => {}
                 ProcMsg::Exec { pid } | ProcMsg::NewProcess { pid, .. }
                     if ahead.exits && !self.managed.contains_key(&pid) =>
                 {
@@ -559,6 +562,9 @@ pub(super) struct Ahead {
     comm: Option<String>,
     /// The task exits later in the batch.
     exits: bool,
+    /// A main thread's rename that a later one in the batch makes moot: the process is
+    /// looked at once, for its last name.
+    renamed_again: bool,
 }
 
 /// For each message of a batch, what the messages after it say about its task: one
@@ -573,13 +579,14 @@ pub(super) fn lookahead(msgs: &[ProcMsg]) -> Vec<Ahead> {
                 later.insert(
                     *tid,
                     Ahead {
-                        comm: None,
                         exits: true,
+                        ..Ahead::default()
                     },
                 );
             }
-            ProcMsg::Comm { tid, comm, .. } => {
+            ProcMsg::Comm { pid, tid, comm } => {
                 let a = later.entry(*tid).or_default();
+                out[i].renamed_again = tid == pid && (a.comm.is_some() || a.exits);
                 if a.comm.is_none() {
                     a.comm = Some(comm.clone());
                 }

@@ -72,8 +72,9 @@ pub trait ProcSource {
         None
     }
     /// Resident bytes per NUMA node of one process, on a machine with `nodes`
-    /// (`memory::read`: a page-table walk, so only on demand); `None` when it is gone,
-    /// the machine has one node or it cannot be read.
+    /// (`memory::read`: a page-table walk under the process's memory-map lock, so only
+    /// on demand, and never on the daemon's loop); `None` when it is gone, the machine
+    /// has one node or it cannot be read.
     fn memory(&self, pid: i32, nodes: &[u32]) -> Option<crate::memory::NodeBytes> {
         let _ = (pid, nodes);
         None

@@ -708,3 +708,31 @@ fn exits_and_vanishing_threads_are_outcomes_not_errors() {
     assert_eq!(c, vec![Change::Exited { pid: 100 }]);
     assert_eq!(t.mgr.managed_processes(), 0);
 }
+
+/// A process renaming its main thread in a burst is looked at once per batch of events,
+/// with its last name, not once per rename.
+#[test]
+fn a_burst_of_renames_in_one_batch_is_one_look() {
+    let mut t = rig(ManagerConfig::default());
+    t.ev(new_rules(rules(FEED)));
+    t.process(100, "idle", 1, &[(101, "w")]);
+    let msgs: Vec<ProcMsg> = (0..1000)
+        .map(|i| ProcMsg::Comm {
+            pid: 100,
+            tid: 100,
+            comm: if i % 2 == 0 { "feedx" } else { "idle" }.into(),
+        })
+        .chain(std::iter::once(ProcMsg::Comm {
+            pid: 100,
+            tid: 100,
+            comm: "feed".into(),
+        }))
+        .collect();
+    t.procs.rename(100, 100, "feed");
+    let snapshots = t.procs.snapshots();
+    t.batch(msgs);
+    assert_eq!(t.procs.snapshots() - snapshots, 1);
+    assert_eq!(t.ops.mask(100), Some(set("2-3")));
+    assert_eq!(t.ops.mask(101), Some(set("2-3")));
+    assert_eq!(t.mgr.counters().events, 1 + 1001, "every message counted");
+}
