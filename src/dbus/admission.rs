@@ -39,7 +39,8 @@ pub struct RateLimiter {
     burst: f64,
     per_second: f64,
     buckets: Mutex<HashMap<u32, (f64, Instant)>>,
-    refused: Mutex<Repeats<u32>>,
+    /// Refusals counted for the log, per caller and reason.
+    refused: Mutex<Repeats<(u32, &'static str)>>,
 }
 
 impl RateLimiter {
@@ -52,38 +53,35 @@ impl RateLimiter {
         }
     }
 
-    /// Logs that a call of `uid` to `method` was refused: the first refusal of a caller
-    /// in a while is a warning of its own, the others are counted for
-    /// [`RateLimiter::summarise`].
-    pub fn log_refusal(&self, uid: u32, method: &str, now: Instant) {
+    /// Logs that a call of `uid` to `method` was refused (`why`: over its rate limit,
+    /// refused by polkit, …): the first such refusal of a caller in a while is a warning
+    /// of its own, the others are counted for [`RateLimiter::summarise`].
+    pub fn log_refusal(&self, uid: u32, method: &str, why: &'static str, now: Instant) {
         let first = self
             .refused
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .note(uid, now);
+            .note((uid, why), now);
         if first {
             tracing::warn!(
                 uid,
                 method,
-                "caller over its rate limit; its further refusals are counted, one line each {} s",
+                "{why}; further such refusals of this caller are counted, one line each {} s",
                 REPEATS_EVERY.as_secs()
             );
         }
     }
 
-    /// Logs one line per caller whose refusals were counted and are due at `now`.
+    /// Logs one line per caller and reason whose refusals were counted and are due at
+    /// `now`.
     pub fn summarise(&self, now: Instant) {
         let due = self
             .refused
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .due(now);
-        for (uid, more) in due {
-            tracing::warn!(
-                uid,
-                more,
-                "{more} more calls refused for uid {uid} (over its rate limit)"
-            );
+        for ((uid, why), more) in due {
+            tracing::warn!(uid, more, "{more} more calls refused for uid {uid} ({why})");
         }
     }
 
@@ -265,7 +263,8 @@ impl Admission {
                 self.limiter.allow(uid, Instant::now())
             });
         if !admitted {
-            self.limiter.log_refusal(uid, method, Instant::now());
+            self.limiter
+                .log_refusal(uid, method, "caller over its rate limit", Instant::now());
             return Err(MethodError::RateLimited(format!(
                 "{method}: too many calls from uid {uid}; slow down"
             )));
@@ -366,7 +365,9 @@ impl Admission {
                 Ok(())
             }
             Verdict::Refused { challenge } => {
-                tracing::warn!(uid, method, pid, action = action.id(), "refused by polkit");
+                // Once, then counted: a caller may ask 20 times a second.
+                self.limiter
+                    .log_refusal(uid, &what, "refused by polkit", Instant::now());
                 let how = if challenge {
                     "; it needs authentication (run it with an authentication agent, e.g. pkttyagent, and allow interactive authorization)"
                 } else {
@@ -378,7 +379,9 @@ impl Admission {
                 )))
             }
             Verdict::Unavailable(why) => {
-                tracing::warn!(uid, method, pid, why, "refused a privileged method");
+                tracing::debug!(uid, method, pid, why, "polkit unavailable");
+                self.limiter
+                    .log_refusal(uid, &what, "refused a privileged method", Instant::now());
                 Err(MethodError::NotPermitted(format!(
                     "{method} requires root (caller uid {uid}): polkit cannot authorize {}: {why}",
                     action.id()

@@ -189,48 +189,77 @@ fn counts_before(log: &str, words: &str) -> Vec<u64> {
         .collect()
 }
 
-/// A caller flooding the daemon past its rate limit makes one warning, then one line
-/// per interval with the count of the calls refused since: every refusal is counted,
-/// and there are far fewer lines than refusals.
-#[test]
-fn refused_calls_are_one_warning_then_counts() {
+/// 300 calls of uid 65534 (`busctl ARGS` as nobody) on a daemon with `settings`, each
+/// refused with a warning that says `why`: far fewer lines than refusals say so, and
+/// each refusal is logged once, in the first warning or a count.
+fn refusals_are_one_warning_then_counts(settings: &str, args: &[&str], why: &str) {
     let _cpus = super::cpus_stay_online();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
-    dirs.write_settings("[limits]\ndbus-burst = 1\ndbus-calls-per-second = 1\n");
+    dirs.write_settings(settings);
     let d = Daemon::start(&bus, &dirs);
     let mut refused = 0u64;
     for _ in 0..300 {
-        let out = bus.busctl_as_nobody(&["get-property", NAME, PATH, IFACE, "State"]);
-        if !out.status.success() && text(&out).contains("too many calls") {
+        let out = bus.busctl_as_nobody(args);
+        if !out.status.success() {
             refused += 1;
         }
     }
     assert!(refused >= 200, "{refused} of 300 refused");
-    let first = "caller over its rate limit";
+    let saying = |log: &str| log.lines().filter(|l| l.contains(why)).count() as u64;
+    let firsts = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains(&format!("{why}; further")))
+            .count() as u64
+    };
+    let counted = |log: &str| -> Vec<u64> {
+        log.lines()
+            .filter(|l| l.contains(why))
+            .filter_map(|l| {
+                let at = l.find("more calls refused for uid 65534")?;
+                l[..at].split_whitespace().last()?.parse().ok()
+            })
+            .collect()
+    };
     wait_log(
         &d,
         "every refusal in the log, the first or counted",
         Duration::from_secs(60),
-        |log| {
-            let counted: u64 = counts_before(log, "more calls refused for uid 65534")
-                .iter()
-                .sum();
-            log.lines().filter(|l| l.contains(first)).count() as u64 + counted >= refused
-        },
+        |log| firsts(log) + counted(log).iter().sum::<u64>() >= refused || saying(log) >= refused,
     );
     let log = d.log();
-    let firsts = log.lines().filter(|l| l.contains(first)).count() as u64;
-    let counts = counts_before(&log, "more calls refused for uid 65534");
+    let lines = saying(&log);
+    assert!(
+        lines * 10 < refused,
+        "{lines} lines for {refused} refused calls"
+    );
+    let (firsts, counts) = (firsts(&log), counted(&log));
     assert_eq!(
         firsts + counts.iter().sum::<u64>(),
         refused,
         "each refusal logged or counted once: {firsts} warnings, counts {counts:?}"
     );
-    let lines = firsts + counts.len() as u64;
-    assert!(
-        lines * 10 < refused,
-        "{lines} lines for {refused} refused calls"
+}
+
+/// A caller flooding the daemon past its rate limit makes one warning, then one line
+/// per interval with the count of the calls refused since.
+#[test]
+fn refused_calls_are_one_warning_then_counts() {
+    refusals_are_one_warning_then_counts(
+        "[limits]\ndbus-burst = 1\ndbus-calls-per-second = 1\n",
+        &["get-property", NAME, PATH, IFACE, "State"],
+        "caller over its rate limit",
+    );
+}
+
+/// The same for a privileged method refused to a caller within its rate limit (no
+/// polkit on this bus: root only).
+#[test]
+fn refused_privileged_calls_are_one_warning_then_counts() {
+    refusals_are_one_warning_then_counts(
+        "[limits]\ndbus-burst = 1000\ndbus-calls-per-second = 1000\n",
+        &["call", NAME, PATH, IFACE, "Remeasure"],
+        "refused a privileged method",
     );
 }
 
