@@ -7,8 +7,10 @@
 //!
 //! Threads: the loop runs on the process's main thread, which is the one a realtime
 //! class from the unit (`CPUSchedulingPolicy=`, with `CPUSchedulingResetOnFork=yes`)
-//! applies to; the runtime's workers (D-Bus, signals, inotify) and measurement threads
-//! are created by it and so start in the normal class, whatever the unit gives the loop.
+//! applies to; the runtime's workers (D-Bus, signals, inotify), measurement threads and
+//! the reader threads (`readers`: command lines and `numa_maps`, which can wait on a
+//! process's locks) are created by it and so start in the normal class, whatever the
+//! unit gives the loop.
 
 use std::path::PathBuf;
 use std::sync::Arc;
