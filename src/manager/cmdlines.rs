@@ -15,9 +15,10 @@
 //! ```
 //!
 //! A command line is known for one process (pid and start time) and one image: an exec
-//! forgets it, so does the process's exit. A rescan asks again for the ones it uses
-//! (a process may rewrite its arguments in place), deciding meanwhile with the one
-//! known; a read that brings the same line changes nothing.
+//! forgets it, so does the process's exit. A rescan asks again for those of the
+//! processes it looks at afresh (one no rule manages may have rewritten its arguments
+//! in place), deciding meanwhile with the one known; a read that brings the same line
+//! changes nothing.
 //!
 //! Must not touch: procfs (the daemon reads), matching (see `rules`).
 //!
