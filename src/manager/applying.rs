@@ -249,11 +249,17 @@ impl Manager {
                     if !current.is_subset(&target) && !kernel_widened {
                         self.counters.foreign_changes += 1;
                         let released = on_foreign == ForeignChange::Release;
-                        tracing::warn!(
-                            pid, tid, rule = %rule, expected = %eff, found = %current,
-                            "someone else changed the affinity of a managed thread; {}",
-                            if released { "no longer managing it" } else { "re-asserting" }
-                        );
+                        // One line for the first thread of the process; the others are
+                        // counted (`Manager::log_repeats`): its owner may move 10,000.
+                        if self.foreign.note(pid, std::time::Instant::now()) {
+                            tracing::warn!(
+                                pid, tid, rule = %rule, expected = %eff, found = %current,
+                                "someone else changed the affinity of a managed thread; {}; \
+                                 further such threads of this process are counted, one line each {} s",
+                                if released { "no longer managing it" } else { "re-asserting" },
+                                crate::repeats::REPEATS_EVERY.as_secs()
+                            );
+                        }
                         out.push(Change::Foreign {
                             pid,
                             tid,

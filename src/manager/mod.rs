@@ -397,6 +397,8 @@ pub struct Manager {
     kept: crate::plan::Demand,
     /// Threads beyond their entry's slots, counted per process and rule for the log.
     overflows: crate::repeats::Repeats<(i32, String)>,
+    /// Threads whose masks someone else changed, counted per process for the log.
+    foreign: crate::repeats::Repeats<i32>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -433,6 +435,7 @@ impl Manager {
             reapply: false,
             cmdlines: cmdlines::Cmdlines::default(),
             overflows: crate::repeats::Repeats::default(),
+            foreign: crate::repeats::Repeats::default(),
             kept: crate::plan::Demand::default(),
             memory_pending: BTreeMap::new(),
             memory_asked: Vec::new(),
@@ -483,13 +486,21 @@ impl Manager {
         Ok(report)
     }
 
-    /// Logs the counts of repeated warnings due at `now` (threads beyond their slots):
-    /// one line per process and rule each `repeats::REPEATS_EVERY`.
+    /// Logs the counts of repeated warnings due at `now` (threads beyond their slots,
+    /// masks changed by someone else): one line per process (and rule) each
+    /// `repeats::REPEATS_EVERY`.
     pub fn log_repeats(&mut self, now: std::time::Instant) {
         for ((pid, rule), more) in self.overflows.due(now) {
             tracing::warn!(
                 pid, rule = %rule, more,
                 "{more} more threads of pid {pid} than slots of rule {rule:?}: each shares the CPUs of a slot"
+            );
+        }
+        for (pid, more) in self.foreign.due(now) {
+            tracing::warn!(
+                pid,
+                more,
+                "{more} more threads of pid {pid} had their managed affinity changed by someone else"
             );
         }
     }

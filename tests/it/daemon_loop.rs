@@ -320,3 +320,72 @@ fn threads_beyond_the_slots_are_one_warning_then_counts() {
         "{counts:?}"
     );
 }
+
+/// An owner moving every thread of a managed process makes one warning, then one line
+/// per interval with how many more threads someone else moved.
+#[test]
+fn threads_moved_by_someone_else_are_one_warning_then_counts() {
+    let _cpus = super::cpus_stay_online();
+    let cpus = online();
+    let (first, last) = (cpus.first().unwrap(), cpus.last().unwrap());
+    let target: CpuSet = std::iter::once(last).collect();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    dirs.write_settings("[watch]\nrescan-interval = \"1s\"\n");
+    dirs.write_rule(
+        "10-moved.toml",
+        &format!(
+            "[[rule]]\nname = \"moved\"\n[rule.match]\ncomm = \"pd-moved\"\n\
+             [rule.place]\ncpus = \"{target}\"\n"
+        ),
+    );
+    let d = Daemon::start(&bus, &dirs);
+    let mut h = Helper::spawn(dirs.root.path(), "pd-moved");
+    h.spawn_threads(300, Some("pd-mw"));
+    bus.wait_for("every thread pinned", Duration::from_secs(60), || {
+        all_on(&h, &target)
+    });
+    // The owner moves them all (a mask the rule's CPUs do not hold).
+    let mut elsewhere = nix::sched::CpuSet::new();
+    elsewhere.set(first as usize).unwrap();
+    let tids = h.tids();
+    for tid in &tids {
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(*tid), &elsewhere).unwrap();
+    }
+    let moved = tids.len() as u64;
+    let pid = h.pid;
+    let warns = |log: &str| -> Vec<String> {
+        log.lines()
+            .filter(|l| l.contains(" WARN "))
+            .filter(|l| l.contains("someone else changed") || l.contains("changed by someone else"))
+            .map(str::to_string)
+            .collect()
+    };
+    let firsts = |log: &str| {
+        warns(log)
+            .iter()
+            .filter(|l| l.contains("managed thread") && l.contains("further"))
+            .count() as u64
+    };
+    let counted = |log: &str| -> u64 {
+        counts_before(
+            log,
+            &format!("more threads of pid {pid} had their managed affinity"),
+        )
+        .iter()
+        .sum()
+    };
+    wait_log(
+        &d,
+        "every moved thread in the log, the first or counted",
+        Duration::from_secs(60),
+        |log| firsts(log) + counted(log) >= moved || warns(log).len() as u64 >= moved,
+    );
+    let log = d.log();
+    let lines = warns(&log).len() as u64;
+    assert!(
+        lines * 10 < moved,
+        "{lines} lines for {moved} threads moved"
+    );
+    assert_eq!(firsts(&log) + counted(&log), moved);
+}

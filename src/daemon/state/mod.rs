@@ -719,7 +719,8 @@ fn log_change(c: &Change) {
             found,
             released,
         } => {
-            tracing::warn!(pid, tid, %expected, %found, released, "someone else changed a managed mask")
+            // The manager warns (once per process, then counts): debug here.
+            tracing::debug!(pid, tid, %expected, %found, released, "someone else changed a managed mask")
         }
         Change::Exited { pid } => tracing::debug!(pid, "managed process exited"),
         Change::Rescanned { processes, took } => {
