@@ -484,8 +484,9 @@ impl Manager {
                     }
                 }
                 Ok(cur) => {
+                    // Counted in the one line below (its owner may have moved 10,000).
                     left += 1;
-                    tracing::info!(pid, tid, found = %cur, "not restoring: someone else changed the mask")
+                    tracing::debug!(pid, tid, found = %cur, "not restoring: someone else changed the mask")
                 }
                 Err(_) => {}
             }

@@ -389,3 +389,52 @@ fn threads_moved_by_someone_else_are_one_warning_then_counts() {
     );
     assert_eq!(firsts(&log) + counted(&log), moved);
 }
+
+/// A process released after its owner moved every thread of it says so in one line
+/// with the count of threads left alone, not one line per thread.
+#[test]
+fn a_release_of_threads_moved_by_someone_else_is_one_line() {
+    let _cpus = super::cpus_stay_online();
+    let cpus = online();
+    let (first, last) = (cpus.first().unwrap(), cpus.last().unwrap());
+    let target: CpuSet = std::iter::once(last).collect();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    dirs.write_rule(
+        "10-left.toml",
+        &format!(
+            "[[rule]]\nname = \"left\"\n[rule.match]\ncomm = \"pd-left\"\n\
+             [rule.place]\ncpus = \"{target}\"\n"
+        ),
+    );
+    let d = Daemon::start(&bus, &dirs);
+    let mut h = Helper::spawn(dirs.root.path(), "pd-left");
+    h.spawn_threads(300, Some("pd-lw"));
+    bus.wait_for("every thread pinned", Duration::from_secs(60), || {
+        all_on(&h, &target)
+    });
+    let mut elsewhere = nix::sched::CpuSet::new();
+    elsewhere.set(first as usize).unwrap();
+    let tids = h.tids();
+    for tid in &tids {
+        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(*tid), &elsewhere).unwrap();
+    }
+    // Renamed before any rescan looks: released, every thread left as its owner set it.
+    h.rename(h.pid, 1, &["pd-renamed"]);
+    let pid = h.pid;
+    let released = format!("released process pid={pid}");
+    wait_log(&d, "the release", Duration::from_secs(60), |log| {
+        log.contains(&released)
+    });
+    let log = d.log();
+    let line = log.lines().find(|l| l.contains(&released)).unwrap();
+    assert!(
+        line.contains(&format!("left_alone={}", tids.len())),
+        "{line}"
+    );
+    let per_thread = log
+        .lines()
+        .filter(|l| !l.contains(" DEBUG ") && l.contains("not restoring"))
+        .count();
+    assert_eq!(per_thread, 0, "one line per thread left alone");
+}
