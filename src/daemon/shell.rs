@@ -187,23 +187,8 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         timing,
         Instant::now(),
     );
-    let procs = ProcFs::new(opts.config.sysroot.clone());
-    let read_tx = tx.clone();
-    let readers = Readers::start("cmdline", READERS, move |wanted: CmdlineWanted| {
-        let read = CmdlineRead {
-            wanted,
-            args: procs.cmdline(wanted.pid, wanted.start_time),
-        };
-        let _ = read_tx.blocking_send(Event::Cmdline(read));
-    })
-    .map_err(DaemonError::Runtime)?;
-    let memory_tx = tx.clone();
-    let memory = Readers::start("memory", READERS, move |read: MemoryRead| {
-        read.run(|found| {
-            let _ = memory_tx.blocking_send(Event::Memory(found));
-        })
-    })
-    .map_err(DaemonError::Runtime)?;
+    let (readers, memory) =
+        start_readers(&opts.config.sysroot, &tx).map_err(DaemonError::Runtime)?;
     let shell = Shell {
         events: tx,
         snapshot: snap_tx,
@@ -217,6 +202,30 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         state,
         events: rx,
     })
+}
+
+/// The reader threads: command lines, and memory; each sends what it read to the loop
+/// (a memory read also answers its callers).
+fn start_readers(
+    root: &crate::sysroot::SysRoot,
+    tx: &mpsc::Sender<Event>,
+) -> std::io::Result<(Readers<CmdlineWanted>, Readers<MemoryRead>)> {
+    let procs = ProcFs::new(root.clone());
+    let read_tx = tx.clone();
+    let cmdlines = Readers::start("cmdline", READERS, move |wanted: CmdlineWanted| {
+        let read = CmdlineRead {
+            wanted,
+            args: procs.cmdline(wanted.pid, wanted.start_time),
+        };
+        let _ = read_tx.blocking_send(Event::Cmdline(read));
+    })?;
+    let memory_tx = tx.clone();
+    let memory = Readers::start("memory", READERS, move |read: MemoryRead| {
+        read.run(|found| {
+            let _ = memory_tx.blocking_send(Event::Memory(found));
+        })
+    })?;
+    Ok((cmdlines, memory))
 }
 
 async fn release(conn: Connection) {

@@ -205,26 +205,13 @@ impl Manager {
             }
             return;
         };
-        // A thread taking a slot beyond its entry's (first contact, or renamed into the
-        // entry): one line for the first of the process, the others counted
-        // (`Manager::log_repeats`), so 10,000 threads make a few lines.
+        // A thread taking a slot beyond its entry's (first contact, or renamed into it).
         let newly_held = m
             .threads
             .get(&tid)
             .is_none_or(|t| (t.placement, t.slot) != (placement, slot));
         if let (true, Some(n)) = (newly_held, overflow) {
-            if self
-                .overflows
-                .note((pid, rule.clone()), std::time::Instant::now())
-            {
-                tracing::warn!(
-                    pid, tid, rule = %rule, comm = %comm, slot, slots = n,
-                    "more threads than slots ({n}): this thread shares the CPUs of slot {}; \
-                     further such threads of this process are counted, one line each {} s",
-                    slot % n,
-                    crate::repeats::REPEATS_EVERY.as_secs()
-                );
-            }
+            warn_overflow(&mut self.overflows, (pid, tid), &rule, &comm, (slot, n));
         }
         let existing = m.threads.get_mut(&tid);
         let want_now = target.intersection(&online);
@@ -249,17 +236,8 @@ impl Manager {
                     if !current.is_subset(&target) && !kernel_widened {
                         self.counters.foreign_changes += 1;
                         let released = on_foreign == ForeignChange::Release;
-                        // One line for the first thread of the process; the others are
-                        // counted (`Manager::log_repeats`): its owner may move 10,000.
-                        if self.foreign.note(pid, std::time::Instant::now()) {
-                            tracing::warn!(
-                                pid, tid, rule = %rule, expected = %eff, found = %current,
-                                "someone else changed the affinity of a managed thread; {}; \
-                                 further such threads of this process are counted, one line each {} s",
-                                if released { "no longer managing it" } else { "re-asserting" },
-                                crate::repeats::REPEATS_EVERY.as_secs()
-                            );
-                        }
+                        let change = (&eff, &current, released);
+                        warn_foreign(&mut self.foreign, (pid, tid), &rule, change);
                         out.push(Change::Foreign {
                             pid,
                             tid,
@@ -624,5 +602,46 @@ pub(super) fn unit_index(p: ThreadPlacement) -> Option<usize> {
     match p {
         ThreadPlacement::Process => None,
         ThreadPlacement::Thread(i) => Some(i),
+    }
+}
+
+/// Warns that thread `tid` of `pid` takes a slot past the last of `slots` (`(slot,
+/// slots)`): for the first such thread of the process, the others are counted in
+/// `overflows` (`Manager::log_repeats`), so 10,000 threads make a few lines.
+fn warn_overflow(
+    overflows: &mut crate::repeats::Repeats<(i32, String)>,
+    (pid, tid): (i32, Tid),
+    rule: &str,
+    comm: &str,
+    (slot, slots): (usize, usize),
+) {
+    if overflows.note((pid, rule.to_string()), std::time::Instant::now()) {
+        tracing::warn!(
+            pid, tid, rule = %rule, comm = %comm, slot, slots,
+            "more threads than slots ({slots}): this thread shares the CPUs of slot {}; \
+             further such threads of this process are counted, one line each {} s",
+            slot % slots,
+            crate::repeats::REPEATS_EVERY.as_secs()
+        );
+    }
+}
+
+/// Warns that someone else changed a managed thread's mask (`(expected, found,
+/// released)`): for the first such thread of the process, the others are counted in
+/// `foreign` (`Manager::log_repeats`), since its owner may move 10,000.
+fn warn_foreign(
+    foreign: &mut crate::repeats::Repeats<i32>,
+    (pid, tid): (i32, Tid),
+    rule: &str,
+    (expected, found, released): (&CpuSet, &CpuSet, bool),
+) {
+    if foreign.note(pid, std::time::Instant::now()) {
+        tracing::warn!(
+            pid, tid, rule = %rule, %expected, %found,
+            "someone else changed the affinity of a managed thread; {}; \
+             further such threads of this process are counted, one line each {} s",
+            if released { "no longer managing it" } else { "re-asserting" },
+            crate::repeats::REPEATS_EVERY.as_secs()
+        );
     }
 }
