@@ -32,9 +32,12 @@
 //!   weighs, cpusets that changed, slots their threads took), the loop makes the plan
 //!   again for it and hands it down with `handle(Input::Replanned(plan))`; a process
 //!   that waits for such a plan has no thread pinned until it comes;
-//! - after every input: [`Manager::take_cmdline_reads`] (the command lines it waits
-//!   for, read off the loop and handed back as `handle(Input::Cmdline(read))`; see
-//!   `cmdlines`);
+//! - after every input: [`Manager::take_cmdline_reads`] and
+//!   [`Manager::take_memory_reads`] (the command lines, and the memory of processes
+//!   weighed at first contact, it waits for: read off the loop and handed back as
+//!   `handle(Input::Cmdline(read))` and `handle(Input::Memory { .. })`; see `cmdlines`);
+//! - once a second: [`Manager::release_slots`] (at most once per
+//!   `daemon::state::SLOTS_KEPT`) and [`Manager::log_repeats`];
 //! - after each batch of events: [`Manager::flush`] (writes the journal if it changed);
 //! - on stop: [`Manager::shutdown`] (gives every managed task its mask back).
 //!
