@@ -28,7 +28,8 @@
 //! - `cli`: the subcommands; `cli::docs` generates the man page `pinnerd(8)` and the shell
 //!   completions from them
 //! - `cpuset`: the one CPU-set type
-//! - `daemon`: the event loop, its state and its measurement schedule
+//! - `daemon`: the event loop, its state and its measurement schedule; `daemon::readers`:
+//!   the threads that read what can wait on a process's locks (command lines) off the loop
 //! - `dbus`: the bus object, which only forwards
 //! - `devices`: a device name (interface, PCI address, block device, /dev path) → its
 //!   NUMA node and local CPUs, through the sysfs root
@@ -62,6 +63,7 @@
 //!   say on the machine, for `check`)
 //! - `polkit`: who may change what: root, else polkit's answer for the caller's bus name
 //! - `report`: `pinnerd report`'s facts and its self-contained HTML page (pure)
+//! - `repeats`: repeated warnings summed up (the first logged, then a count per interval)
 //! - `rules`: TOML → validated rules → matcher
 //! - `sched_ext`: whether a sched_ext scheduler runs, the `[sched-ext]` policy, widening
 //! - `settings`: the daemon's settings file
@@ -105,6 +107,7 @@ pub mod outfile;
 pub mod placement;
 pub mod plan;
 pub mod polkit;
+pub mod repeats;
 pub mod report;
 pub mod rules;
 pub mod sched_ext;

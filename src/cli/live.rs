@@ -107,12 +107,8 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let facts = Facts::from_topology(&topology);
     let devices = devices::resolve_all(&root, shape::near_names(&report.rules));
     let ops = Arc::new(DryRunOps::new(root.clone()));
-    let mut mgr = Manager::from_settings(
-        ops.clone(),
-        Arc::new(ProcFs::new(root.clone())),
-        topology.usable(),
-        &settings,
-    );
+    let procs = Arc::new(ProcFs::new(root.clone()));
+    let mut mgr = Manager::from_settings(ops.clone(), procs.clone(), topology.usable(), &settings);
     let shaper = OwnedShaper {
         domains,
         facts,
@@ -123,6 +119,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let plan = Plan::new(&report.rules, mgr.plan().cpus(), Some(&shaper))
         .with_memory(memory_planning, Some(&shaper));
     crate::daemon::replan::hand_down(&mut mgr, Input::RulesChanged(plan), Some(&shaper));
+    crate::daemon::replan::read_here(&mut mgr, procs.as_ref(), Some(&shaper));
     let rows = mgr.list_managed();
     let memory: Vec<Result<MemoryView, ReadError>> = rows
         .iter()

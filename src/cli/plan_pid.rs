@@ -48,8 +48,11 @@ fn plan_pid(args: &PlanArgs, pid: u32) -> anyhow::Result<PidPlan> {
         sys: root.sys.clone(),
         ..SysRoot::default()
     });
-    let snap = procs
-        .snapshot(pid as i32, true)
+    let mut snap = procs
+        .snapshot(pid as i32)
+        .with_context(|| format!("pid {pid}: no such process"))?;
+    snap.info.cmdline = procs
+        .cmdline(pid as i32, snap.start_time)
         .with_context(|| format!("pid {pid}: no such process"))?;
     if snap.kernel_thread {
         bail!(

@@ -18,11 +18,14 @@
 //! the real sources to it: the kernel sockets are read on the loop thread itself (see
 //! [`watchers`]), so a process event reaches the manager without a thread hop; a tokio
 //! runtime on worker threads serves D-Bus, signals and inotify; measurements run on
-//! named OS threads.
+//! named OS threads; reads that can wait on a process's locks (command lines,
+//! `numa_maps`) run on [`readers`], so nothing a process does to itself can hold the
+//! loop.
 //!
 //! Must not touch: the bus (see `dbus`), spin pairs (see `measure`), per-thread syscalls
 //! (see `affinity`), rule syntax (see `rules`).
 
+pub mod readers;
 pub mod replan;
 pub mod schedule;
 pub mod shell;
@@ -61,6 +64,10 @@ pub enum Event {
     Measured(Box<worker::Finished>),
     /// A `memory = "follow"` job ended.
     Followed(Box<crate::memory::follow::Finished>),
+    /// A command line read off the loop (see [`readers`]).
+    Cmdline(crate::manager::cmdlines::CmdlineRead),
+    /// Where a process's memory is, read off the loop for the manager (see [`readers`]).
+    Memory(state::memory::FirstContact),
     /// Messages from the proc connector, in order.
     Proc(Vec<crate::watch::ProcMsg>),
     /// A CPU went online or offline (the online set is re-read from sysfs).

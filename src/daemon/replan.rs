@@ -55,3 +55,42 @@ pub fn settle(m: &mut Manager, choose: Option<&dyn Choose>) -> Vec<Change> {
     }
     out
 }
+
+/// Reads the command lines and memory the manager asked for on the calling thread and
+/// hands each back, as [`hand_down`] does an input, until none is asked. For one-shot
+/// callers (`plan --live`) and tests; the daemon's loop reads them off the loop instead
+/// (`daemon::readers`), since a read can wait on the process's memory-map lock.
+pub fn read_here(
+    m: &mut Manager,
+    procs: &dyn crate::watch::ProcSource,
+    choose: Option<&dyn Choose>,
+) -> Vec<Change> {
+    let mut out = Vec::new();
+    for _ in 0..ROUNDS {
+        let cmdlines = m.take_cmdline_reads();
+        let memory = m.take_memory_reads();
+        if cmdlines.is_empty() && memory.is_empty() {
+            break;
+        }
+        for w in cmdlines {
+            let read = crate::manager::cmdlines::CmdlineRead {
+                wanted: w,
+                args: procs.cmdline(w.pid, w.start_time),
+            };
+            out.extend(hand_down(m, Input::Cmdline(read), choose));
+        }
+        for w in memory {
+            let bytes = procs.memory(w.pid, &w.nodes);
+            out.extend(hand_down(
+                m,
+                Input::Memory {
+                    pid: w.pid,
+                    start_time: w.start_time,
+                    bytes,
+                },
+                choose,
+            ));
+        }
+    }
+    out
+}

@@ -7,8 +7,10 @@
 //!
 //! Threads: the loop runs on the process's main thread, which is the one a realtime
 //! class from the unit (`CPUSchedulingPolicy=`, with `CPUSchedulingResetOnFork=yes`)
-//! applies to; the runtime's workers (D-Bus, signals, inotify) and measurement threads
-//! are created by it and so start in the normal class, whatever the unit gives the loop.
+//! applies to; the runtime's workers (D-Bus, signals, inotify), measurement threads and
+//! the reader threads (`readers`: command lines and `numa_maps`, which can wait on a
+//! process's locks) are created by it and so start in the normal class, whatever the
+//! unit gives the loop.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,10 +27,14 @@ use crate::memory::follow::{self, FollowJob, MoveQueue};
 
 use crate::settings::Settings;
 
+use super::readers::{Readers, READERS};
 use super::schedule::Timing;
+use super::state::memory::MemoryRead;
 use super::state::{Action, Config, State};
 use super::watchers::{Doorbell, KernelSources};
 use super::{worker, DaemonError, Event, ReloadCause};
+use crate::manager::cmdlines::{CmdlineRead, CmdlineWanted};
+use crate::watch::{ProcFs, ProcSource};
 
 /// How many events may wait for the loop (commands, signals, reloads, measurement
 /// results). Senders wait when it is full.
@@ -182,11 +188,15 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         timing,
         Instant::now(),
     );
+    let (readers, memory) =
+        start_readers(&opts.config.sysroot, &tx).map_err(DaemonError::Runtime)?;
     let shell = Shell {
         events: tx,
         snapshot: snap_tx,
         emit: emit_tx,
         moves: std::cell::OnceCell::new(),
+        readers,
+        memory,
     };
     Ok(Started {
         conn,
@@ -194,6 +204,30 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         state,
         events: rx,
     })
+}
+
+/// The reader threads: command lines, and memory; each sends what it read to the loop
+/// (a memory read also answers its callers).
+fn start_readers(
+    root: &crate::sysroot::SysRoot,
+    tx: &mpsc::Sender<Event>,
+) -> std::io::Result<(Readers<CmdlineWanted>, Readers<MemoryRead>)> {
+    let procs = ProcFs::new(root.clone());
+    let read_tx = tx.clone();
+    let cmdlines = Readers::start("cmdline", READERS, move |wanted: CmdlineWanted| {
+        let read = CmdlineRead {
+            wanted,
+            args: procs.cmdline(wanted.pid, wanted.start_time),
+        };
+        let _ = read_tx.blocking_send(Event::Cmdline(read));
+    })?;
+    let memory_tx = tx.clone();
+    let memory = Readers::start("memory", READERS, move |read: MemoryRead| {
+        read.run(|found| {
+            let _ = memory_tx.blocking_send(Event::Memory(found));
+        })
+    })?;
+    Ok((cmdlines, memory))
 }
 
 async fn release(conn: Connection) {
@@ -209,6 +243,10 @@ struct Shell {
     emit: mpsc::UnboundedSender<Signal>,
     /// Memory moves, one at a time on one thread, started at the first move.
     moves: std::cell::OnceCell<MoveQueue>,
+    /// Reads that can wait on a process's locks, off the loop: command lines…
+    readers: Readers<CmdlineWanted>,
+    /// …and where a process's memory is (`Explain`), answered by the reader.
+    memory: Readers<MemoryRead>,
 }
 
 impl Shell {
@@ -395,6 +433,8 @@ impl Shell {
                             )));
                         }
                     }
+                    Action::ReadCmdlines(wanted) => self.readers.ask(wanted),
+                    Action::ReadMemory(read) => self.memory.ask([*read]),
                     Action::Status(line) => notify(&[sd_notify::NotifyState::Status(&line)]),
                     Action::Watchdog => notify(&[sd_notify::NotifyState::Watchdog]),
                     Action::Reloading => match sd_notify::NotifyState::monotonic_usec_now() {

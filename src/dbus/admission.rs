@@ -18,6 +18,7 @@ use zbus::Connection;
 use super::error::{MethodError, Result};
 use crate::api::Command;
 use crate::polkit::{self, Action, Verdict};
+use crate::repeats::{Repeats, REPEATS_EVERY};
 
 /// The longest string a method accepts, in bytes. Longer strings are refused before any
 /// other work, so a caller cannot make the daemon parse or log unbounded input.
@@ -31,12 +32,15 @@ pub const MAX_STRING: usize = 64;
 /// read: no uid lookup, no parsing, no log of its content.
 pub const MAX_BODY: u32 = 512;
 
-/// A token bucket per caller uid: `burst` calls at once, then `per_second`.
+/// A token bucket per caller uid: `burst` calls at once, then `per_second`. Its
+/// refusals are logged summed up per caller (see `repeats`).
 #[derive(Debug)]
 pub struct RateLimiter {
     burst: f64,
     per_second: f64,
     buckets: Mutex<HashMap<u32, (f64, Instant)>>,
+    /// Refusals counted for the log, per caller and reason.
+    refused: Mutex<Repeats<(u32, &'static str)>>,
 }
 
 impl RateLimiter {
@@ -45,6 +49,39 @@ impl RateLimiter {
             burst: f64::from(burst),
             per_second: f64::from(per_second),
             buckets: Mutex::new(HashMap::new()),
+            refused: Mutex::new(Repeats::default()),
+        }
+    }
+
+    /// Logs that a call of `uid` to `method` was refused (`why`: over its rate limit,
+    /// refused by polkit, …): the first such refusal of a caller in a while is a warning
+    /// of its own, the others are counted for [`RateLimiter::summarise`].
+    pub fn log_refusal(&self, uid: u32, method: &str, why: &'static str, now: Instant) {
+        let first = self
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .note((uid, why), now);
+        if first {
+            tracing::warn!(
+                uid,
+                method,
+                "{why}; further such refusals of this caller are counted, one line each {} s",
+                REPEATS_EVERY.as_secs()
+            );
+        }
+    }
+
+    /// Logs one line per caller and reason whose refusals were counted and are due at
+    /// `now`.
+    pub fn summarise(&self, now: Instant) {
+        let due = self
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .due(now);
+        for ((uid, why), more) in due {
+            tracing::warn!(uid, more, "{more} more calls refused for uid {uid} ({why})");
         }
     }
 
@@ -157,7 +194,7 @@ impl Callers {
 /// The admission state of one object: the rate limiter, the callers it remembers, and
 /// how many properties one `GetAll` reads.
 pub(super) struct Admission {
-    limiter: RateLimiter,
+    limiter: Arc<RateLimiter>,
     callers: Arc<Callers>,
     /// How many properties the interface has: the reads one `GetAll` makes.
     pub(super) properties: usize,
@@ -167,7 +204,7 @@ impl Admission {
     /// Admission with `limiter`, for an interface of `properties` properties.
     pub(super) fn new(limiter: RateLimiter, properties: usize) -> Self {
         Admission {
-            limiter,
+            limiter: Arc::new(limiter),
             callers: Arc::new(Callers::default()),
             properties,
         }
@@ -176,6 +213,11 @@ impl Admission {
     /// The callers remembered (shared with the `NameOwnerChanged` watcher).
     pub(super) fn callers(&self) -> Arc<Callers> {
         self.callers.clone()
+    }
+
+    /// The rate limiter (shared with the task that logs its refusals' counts).
+    pub(super) fn limiter(&self) -> Arc<RateLimiter> {
+        self.limiter.clone()
     }
 
     /// Who called, from the bus (never from a pid, which can be reused): asked once per
@@ -221,7 +263,8 @@ impl Admission {
                 self.limiter.allow(uid, Instant::now())
             });
         if !admitted {
-            tracing::warn!(uid, method, "caller over its rate limit");
+            self.limiter
+                .log_refusal(uid, method, "caller over its rate limit", Instant::now());
             return Err(MethodError::RateLimited(format!(
                 "{method}: too many calls from uid {uid}; slow down"
             )));
@@ -322,7 +365,9 @@ impl Admission {
                 Ok(())
             }
             Verdict::Refused { challenge } => {
-                tracing::warn!(uid, method, pid, action = action.id(), "refused by polkit");
+                // Once, then counted: a caller may ask 20 times a second.
+                self.limiter
+                    .log_refusal(uid, &what, "refused by polkit", Instant::now());
                 let how = if challenge {
                     "; it needs authentication (run it with an authentication agent, e.g. pkttyagent, and allow interactive authorization)"
                 } else {
@@ -334,7 +379,9 @@ impl Admission {
                 )))
             }
             Verdict::Unavailable(why) => {
-                tracing::warn!(uid, method, pid, why, "refused a privileged method");
+                tracing::debug!(uid, method, pid, why, "polkit unavailable");
+                self.limiter
+                    .log_refusal(uid, &what, "refused a privileged method", Instant::now());
                 Err(MethodError::NotPermitted(format!(
                     "{method} requires root (caller uid {uid}): polkit cannot authorize {}: {why}",
                     action.id()

@@ -56,6 +56,11 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         self.admission.callers()
     }
 
+    /// The object's rate limiter (its refusals' counts are logged by a task of their own).
+    pub fn limiter(&self) -> std::sync::Arc<RateLimiter> {
+        self.admission.limiter()
+    }
+
     /// A property's value: the read is admitted as a method call is (reads the daemon
     /// makes itself, without a header, pass), then `value` takes it from the snapshot.
     async fn read<T>(

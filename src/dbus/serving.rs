@@ -96,6 +96,7 @@ pub async fn serve<E: From<Call> + Send + Sync + 'static>(
 ) -> Result<Connection, DbusError> {
     let object = Pinnerd1::new(events, snapshot, limiter);
     let callers = object.callers();
+    let limiter = object.limiter();
     let conn = bus
         .builder()
         .serve_at(OBJECT_PATH, object)
@@ -119,7 +120,19 @@ pub async fn serve<E: From<Call> + Send + Sync + 'static>(
             bus: bus.to_string(),
             source,
         })?;
+    tokio::spawn(summarise_refusals(limiter));
     Ok(conn)
+}
+
+/// Logs the counts of refused calls, once a second at most (each caller's once per
+/// `repeats::REPEATS_EVERY`).
+async fn summarise_refusals(limiter: Arc<RateLimiter>) {
+    let mut every = tokio::time::interval(std::time::Duration::from_secs(1));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        limiter.summarise(std::time::Instant::now());
+    }
 }
 
 /// Drops a caller's remembered uid when its connection leaves the bus.

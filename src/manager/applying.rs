@@ -205,6 +205,14 @@ impl Manager {
             }
             return;
         };
+        // A thread taking a slot beyond its entry's (first contact, or renamed into it).
+        let newly_held = m
+            .threads
+            .get(&tid)
+            .is_none_or(|t| (t.placement, t.slot) != (placement, slot));
+        if let (true, Some(n)) = (newly_held, overflow) {
+            warn_overflow(&mut self.overflows, (pid, tid), &rule, &comm, (slot, n));
+        }
         let existing = m.threads.get_mut(&tid);
         let want_now = target.intersection(&online);
         if let Some(t) = existing {
@@ -228,11 +236,8 @@ impl Manager {
                     if !current.is_subset(&target) && !kernel_widened {
                         self.counters.foreign_changes += 1;
                         let released = on_foreign == ForeignChange::Release;
-                        tracing::warn!(
-                            pid, tid, rule = %rule, expected = %eff, found = %current,
-                            "someone else changed the affinity of a managed thread; {}",
-                            if released { "no longer managing it" } else { "re-asserting" }
-                        );
+                        let change = (&eff, &current, released);
+                        warn_foreign(&mut self.foreign, (pid, tid), &rule, change);
                         out.push(Change::Foreign {
                             pid,
                             tid,
@@ -271,13 +276,6 @@ impl Manager {
                 current.clone()
             };
             m.hold_slot(placement, slot);
-            if let Some(n) = overflow {
-                tracing::warn!(
-                    pid, tid, rule = %rule, comm = %comm, slot, slots = n,
-                    "more threads than slots: this thread shares the CPUs of slot {}",
-                    slot % n
-                );
-            }
             m.threads.insert(
                 tid,
                 ManagedThread::new(comm, placement, slot, original, Outcome::Gone),
@@ -424,6 +422,7 @@ impl Manager {
     /// mask it had at first contact.
     pub(super) fn release(&mut self, pid: i32, reason: &str, out: &mut Vec<Change>) {
         self.awaiting.remove(&pid);
+        self.memory_pending.remove(&pid);
         let Some(m) = self.managed.remove(&pid) else {
             return;
         };
@@ -463,8 +462,9 @@ impl Manager {
                     }
                 }
                 Ok(cur) => {
+                    // Counted in the one line below (its owner may have moved 10,000).
                     left += 1;
-                    tracing::info!(pid, tid, found = %cur, "not restoring: someone else changed the mask")
+                    tracing::debug!(pid, tid, found = %cur, "not restoring: someone else changed the mask")
                 }
                 Err(_) => {}
             }
@@ -602,5 +602,46 @@ pub(super) fn unit_index(p: ThreadPlacement) -> Option<usize> {
     match p {
         ThreadPlacement::Process => None,
         ThreadPlacement::Thread(i) => Some(i),
+    }
+}
+
+/// Warns that thread `tid` of `pid` takes a slot past the last of `slots` (`(slot,
+/// slots)`): for the first such thread of the process, the others are counted in
+/// `overflows` (`Manager::log_repeats`), so 10,000 threads make a few lines.
+fn warn_overflow(
+    overflows: &mut crate::repeats::Repeats<(i32, String)>,
+    (pid, tid): (i32, Tid),
+    rule: &str,
+    comm: &str,
+    (slot, slots): (usize, usize),
+) {
+    if overflows.note((pid, rule.to_string()), std::time::Instant::now()) {
+        tracing::warn!(
+            pid, tid, rule = %rule, comm = %comm, slot, slots,
+            "more threads than slots ({slots}): this thread shares the CPUs of slot {}; \
+             further such threads of this process are counted, one line each {} s",
+            slot % slots,
+            crate::repeats::REPEATS_EVERY.as_secs()
+        );
+    }
+}
+
+/// Warns that someone else changed a managed thread's mask (`(expected, found,
+/// released)`): for the first such thread of the process, the others are counted in
+/// `foreign` (`Manager::log_repeats`), since its owner may move 10,000.
+fn warn_foreign(
+    foreign: &mut crate::repeats::Repeats<i32>,
+    (pid, tid): (i32, Tid),
+    rule: &str,
+    (expected, found, released): (&CpuSet, &CpuSet, bool),
+) {
+    if foreign.note(pid, std::time::Instant::now()) {
+        tracing::warn!(
+            pid, tid, rule = %rule, %expected, %found,
+            "someone else changed the affinity of a managed thread; {}; \
+             further such threads of this process are counted, one line each {} s",
+            if released { "no longer managing it" } else { "re-asserting" },
+            crate::repeats::REPEATS_EVERY.as_secs()
+        );
     }
 }

@@ -13,6 +13,32 @@ use crate::cpuset::CpuSet;
 use crate::plan::{Cpusets, Demand, Plan, PlanState, Seen, UnitPlan};
 
 /// What a plan gives threads, without what its slots units hold.
+/// A memory read the manager waits for: process `pid` (started at `start_time`), per
+/// node of `nodes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryWanted {
+    pub pid: i32,
+    pub start_time: u64,
+    pub nodes: Vec<u32>,
+}
+
+/// The rules whose units' CPUs differ between two plans (holding aside).
+fn moved_rules(old: &Plan, new: &Plan) -> std::collections::BTreeSet<String> {
+    let by_rule = |plan: &Plan| {
+        let mut m: std::collections::BTreeMap<String, Vec<UnitPlan>> = Default::default();
+        for u in targets(plan) {
+            m.entry(u.rule.clone()).or_default().push(u);
+        }
+        m
+    };
+    let (a, b) = (by_rule(old), by_rule(new));
+    a.keys()
+        .chain(b.keys())
+        .filter(|r| a.get(*r) != b.get(*r))
+        .cloned()
+        .collect()
+}
+
 fn targets(plan: &Plan) -> Vec<UnitPlan> {
     plan.units()
         .iter()
@@ -60,21 +86,63 @@ impl Manager {
         }
     }
 
-    /// The memory of process `pid` at first contact, for a rule whose placement
-    /// weighs memory (`plan::memory::weighs`) on a machine of several nodes; `None`
-    /// below the settings' minimum size (it would not weigh).
-    pub(super) fn first_memory(
-        &self,
-        pid: i32,
-        source: &Source,
-    ) -> Option<crate::memory::NodeBytes> {
+    /// The nodes to weigh a process's memory on at first contact, for a rule whose
+    /// placement weighs memory (`plan::memory::weighs`) on a machine of several nodes;
+    /// `None` when it is not weighed.
+    pub(super) fn weighs_memory(&self, source: &Source) -> Option<Vec<u32>> {
         let Source::Rule(r) = source else { return None };
         let mp = self.plan.memory_planning();
         if !mp.active() || !r.place.as_ref().is_some_and(crate::plan::memory::weighs) {
             return None;
         }
-        let bytes = self.procs.memory(pid, &mp.node_ids())?;
-        (bytes.values().sum::<u64>() >= mp.min_bytes.max(1)).then_some(bytes)
+        Some(mp.node_ids())
+    }
+
+    /// Asks for where process `pid`'s memory is (read off the loop: `numa_maps` walks
+    /// its page tables under its memory-map lock); its threads wait for it, and then for
+    /// the plan made with it.
+    pub(super) fn ask_memory(&mut self, pid: i32, start_time: u64, nodes: Vec<u32>) {
+        self.memory_pending.insert(pid, start_time);
+        self.memory_asked.push(MemoryWanted {
+            pid,
+            start_time,
+            nodes,
+        });
+        self.awaiting.insert(pid);
+    }
+
+    /// The memory reads asked for since the last call: the daemon reads them off its
+    /// loop and hands each back as [`Input::Memory`](super::Input::Memory).
+    pub fn take_memory_reads(&mut self) -> Vec<MemoryWanted> {
+        std::mem::take(&mut self.memory_asked)
+    }
+
+    /// A memory read's result: kept when it is the one pending for that process and it
+    /// is large enough to weigh (the settings' minimum); its threads then wait only for
+    /// the plan made with it.
+    pub(super) fn memory_read(
+        &mut self,
+        pid: i32,
+        start_time: u64,
+        bytes: Option<crate::memory::NodeBytes>,
+    ) {
+        if self.memory_pending.get(&pid) != Some(&start_time) {
+            return;
+        }
+        self.memory_pending.remove(&pid);
+        let min = self.plan.memory_planning().min_bytes.max(1);
+        if let Some(m) = self
+            .managed
+            .get_mut(&pid)
+            .filter(|m| m.handle.start_time == start_time)
+        {
+            m.memory = bytes.filter(|b| b.values().sum::<u64>() >= min);
+        }
+    }
+
+    /// Whether process `pid` waits for its memory to be read.
+    pub(super) fn awaits_memory(&self, pid: i32) -> bool {
+        self.memory_pending.contains_key(&pid)
     }
 
     /// The distinct cpusets of the processes each rule manages, and their memory. A
@@ -122,8 +190,23 @@ impl Manager {
     pub fn seen(&self) -> Seen {
         Seen {
             cpusets: self.current_cpusets(),
-            demand: self.current_demand(),
+            // Slots the plan holds stay held until released (see `release_slots`).
+            demand: self.current_demand().with_floor(&self.kept),
         }
+    }
+
+    /// Lets the plan give up the slots no live thread holds: the next
+    /// [`Manager::wants_plan`] reports the slots taken now. True when there are such
+    /// slots (a plan is then wanted). The loop calls it at most once per
+    /// `daemon::state::SLOTS_KEPT`, which bounds the plans a thread renamed in and out
+    /// of an entry (or made and ended) can cause.
+    pub fn release_slots(&mut self) -> bool {
+        let live = self.current_demand();
+        if live.with_floor(&self.kept) == live {
+            return false;
+        }
+        self.kept = crate::plan::Demand::default();
+        true
     }
 
     /// What the manager saw, when the plan in force was not made for it (or processes
@@ -132,7 +215,8 @@ impl Manager {
     /// `None`: the plan in force fits.
     pub fn wants_plan(&self) -> Option<Seen> {
         let seen = self.seen();
-        let fits = self.awaiting.is_empty()
+        // Processes waiting for their memory to be read want no plan yet.
+        let fits = self.awaiting.iter().all(|p| self.awaits_memory(*p))
             && !self.reapply
             && seen.cpusets == *self.plan.cpusets()
             && seen.demand == *self.plan.demand();
@@ -144,16 +228,34 @@ impl Manager {
     /// thread is applied again.
     pub(super) fn replanned(&mut self, plan: Plan, out: &mut Vec<Change>) {
         // Rules of explicit CPUs only come out the same, and so do slots whose holding
-        // alone changed: nothing to re-apply.
-        let moved = targets(&plan) != targets(&self.plan);
-        if moved {
-            tracing::info!(cpusets = ?plan.cpusets(), "planning again for the processes' cgroup cpusets and threads");
+        // alone changed: nothing to re-apply. Only the processes of rules whose units
+        // moved are applied again.
+        let moved = moved_rules(&self.plan, &plan);
+        if !moved.is_empty() {
+            tracing::info!(cpusets = ?plan.cpusets(), rules = ?moved, "planning again for the processes' cgroup cpusets and threads");
         }
+        self.kept = plan.demand().clone();
         self.plan = plan;
-        let awaiting = std::mem::take(&mut self.awaiting);
-        if moved || std::mem::take(&mut self.reapply) {
+        let (still, mut awaiting): (std::collections::BTreeSet<i32>, _) =
+            std::mem::take(&mut self.awaiting)
+                .into_iter()
+                .partition(|p| self.awaits_memory(*p));
+        self.awaiting = still;
+        if std::mem::take(&mut self.reapply) {
             self.reevaluate_managed(out);
             return;
+        }
+        if !moved.is_empty() {
+            let of_moved: Vec<i32> = self
+                .managed
+                .iter()
+                .filter(|(_, m)| matches!(&m.source, Source::Rule(r) if moved.contains(&r.name)))
+                .map(|(pid, _)| *pid)
+                .collect();
+            for pid in &of_moved {
+                awaiting.remove(pid);
+            }
+            self.reevaluate(of_moved, out);
         }
         for pid in awaiting {
             match self.process(pid) {

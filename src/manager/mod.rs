@@ -7,7 +7,7 @@
 //!
 //! Must not touch: sockets, timers or files directly. It reaches the system only
 //! through its two seams — [`AffinityOps`] (set/get affinity, pidfds) and
-//! [`ProcSource`] (procfs snapshots) — and the restore [`Journal`].
+//! [`ProcSource`] (procfs snapshots, never a command line) — and the restore [`Journal`].
 //!
 //! ```text
 //!   ProcMsg (connector) ─┐
@@ -32,6 +32,12 @@
 //!   weighs, cpusets that changed, slots their threads took), the loop makes the plan
 //!   again for it and hands it down with `handle(Input::Replanned(plan))`; a process
 //!   that waits for such a plan has no thread pinned until it comes;
+//! - after every input: [`Manager::take_cmdline_reads`] and
+//!   [`Manager::take_memory_reads`] (the command lines, and the memory of processes
+//!   weighed at first contact, it waits for: read off the loop and handed back as
+//!   `handle(Input::Cmdline(read))` and `handle(Input::Memory { .. })`; see `cmdlines`);
+//! - once a second: [`Manager::release_slots`] (at most once per
+//!   `daemon::state::SLOTS_KEPT`) and [`Manager::log_repeats`];
 //! - after each batch of events: [`Manager::flush`] (writes the journal if it changed);
 //! - on stop: [`Manager::shutdown`] (gives every managed task its mask back).
 //!
@@ -42,11 +48,14 @@
 //! Inside: `tracking` (events and rescans → who is managed, with which threads),
 //! `applying` (the plan → masks, through `affinity::apply`; release and restore),
 //! `reports` (`ListManaged` rows, `explain`, the journal's contents), `protect` (its own
-//! process, PID 1 and the bus daemon), `tests`.
+//! process, PID 1 and the bus daemon), `cmdlines` (command lines known and asked for;
+//! never read here), `tests`.
 
 mod applying;
+pub mod cmdlines;
 mod cpusets;
 pub mod protect;
+pub use cpusets::MemoryWanted;
 mod reports;
 mod tracking;
 
@@ -112,6 +121,17 @@ pub enum Input {
     /// when it moved a unit's CPUs (or a process's cpuset changed). Not counted as an
     /// event.
     Replanned(Plan),
+    /// A command line asked for with [`Manager::take_cmdline_reads`], read off the loop:
+    /// its process is considered again. Not counted as an event.
+    Cmdline(cmdlines::CmdlineRead),
+    /// Where a process's memory is, asked for with [`Manager::take_memory_reads`] at
+    /// first contact and read off the loop (`None`: gone, one node, unreadable): its
+    /// threads wait for the plan made with it. Not counted as an event.
+    Memory {
+        pid: i32,
+        start_time: u64,
+        bytes: Option<crate::memory::NodeBytes>,
+    },
 }
 
 /// One thing that happened, for logs, D-Bus signals and tests.
@@ -368,6 +388,20 @@ pub struct Manager {
     /// A managed process's cpuset changed: the next [`Input::Replanned`] applies every
     /// managed thread again, whether or not the plan moved.
     reapply: bool,
+    /// Command lines known and asked for (see `cmdlines`): never read here.
+    cmdlines: cmdlines::Cmdlines,
+    /// Processes whose memory is being read (pid → start time): their threads wait.
+    memory_pending: BTreeMap<i32, u64>,
+    /// Memory reads asked for and not yet taken by the loop.
+    memory_asked: Vec<MemoryWanted>,
+    /// The slots the plan in force holds: what the manager reports never falls below
+    /// them until [`Manager::release_slots`], so a thread that leaves its slot (renamed
+    /// away, exited) and one that takes it again make no new plan each.
+    kept: crate::plan::Demand,
+    /// Threads beyond their entry's slots, counted per process and rule for the log.
+    overflows: crate::repeats::Repeats<(i32, String)>,
+    /// Threads whose masks someone else changed, counted per process for the log.
+    foreign: crate::repeats::Repeats<i32>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -402,6 +436,12 @@ impl Manager {
             denied: BTreeMap::new(),
             awaiting: BTreeSet::new(),
             reapply: false,
+            cmdlines: cmdlines::Cmdlines::default(),
+            overflows: crate::repeats::Repeats::default(),
+            foreign: crate::repeats::Repeats::default(),
+            kept: crate::plan::Demand::default(),
+            memory_pending: BTreeMap::new(),
+            memory_asked: Vec::new(),
         }
     }
 
@@ -449,6 +489,25 @@ impl Manager {
         Ok(report)
     }
 
+    /// Logs the counts of repeated warnings due at `now` (threads beyond their slots,
+    /// masks changed by someone else): one line per process (and rule) each
+    /// `repeats::REPEATS_EVERY`.
+    pub fn log_repeats(&mut self, now: std::time::Instant) {
+        for ((pid, rule), more) in self.overflows.due(now) {
+            tracing::warn!(
+                pid, rule = %rule, more,
+                "{more} more threads of pid {pid} than slots of rule {rule:?}: each shares the CPUs of a slot"
+            );
+        }
+        for (pid, more) in self.foreign.due(now) {
+            tracing::warn!(
+                pid,
+                more,
+                "{more} more threads of pid {pid} had their managed affinity changed by someone else"
+            );
+        }
+    }
+
     pub fn counters(&self) -> &Counters {
         &self.counters
     }
@@ -466,11 +525,35 @@ impl Manager {
         &self.plan
     }
 
-    /// A full snapshot of process `pid`, with its command line only when a rule matches
-    /// on command lines: reading one takes the process's memory-map lock, and the loop
-    /// must not wait on a process whose map is busy (its pages being moved, say).
+    /// A full snapshot of process `pid`, with its command line when one is known (see
+    /// `cmdlines`): reading one takes the process's memory-map lock, and the loop must
+    /// not wait on a process whose map is busy (its pages being moved, say).
     fn process(&self, pid: i32) -> Option<ProcessSnapshot> {
-        self.procs.snapshot(pid, self.plan.rules().reads_cmdline())
+        let mut snap = self.procs.snapshot(pid)?;
+        if let Some(args) = self.cmdlines.known(pid, snap.start_time) {
+            snap.info.cmdline = args.to_vec();
+        }
+        Some(snap)
+    }
+
+    /// Whether `snap` waits for its command line: a rule's `cmdline` key can decide it
+    /// and it is not known. The read is asked for (once per process at a time; see
+    /// [`Manager::take_cmdline_reads`]).
+    fn awaits_cmdline(&mut self, snap: &ProcessSnapshot, parent: Option<i32>) -> bool {
+        let pid = snap.pid();
+        if !self.plan.rules().cmdline_matters(&snap.info.comm)
+            || self.cmdlines.known(pid, snap.start_time).is_some()
+        {
+            return false;
+        }
+        self.cmdlines.ask(pid, snap.start_time, parent);
+        true
+    }
+
+    /// The command lines the manager waits for, asked since the last call: the daemon
+    /// reads them off its loop and hands each back as [`Input::Cmdline`].
+    pub fn take_cmdline_reads(&mut self) -> Vec<cmdlines::CmdlineWanted> {
+        self.cmdlines.take_asked()
     }
 
     pub fn managed_processes(&self) -> usize {
@@ -490,7 +573,10 @@ impl Manager {
 
     /// Handles one event.
     pub fn handle(&mut self, event: Input) -> Vec<Change> {
-        if !matches!(event, Input::Replanned(_)) {
+        if !matches!(
+            event,
+            Input::Replanned(_) | Input::Cmdline(_) | Input::Memory { .. }
+        ) {
             self.counters.events += 1;
         }
         let mut out = Vec::new();
@@ -500,6 +586,7 @@ impl Manager {
             Input::RulesChanged(plan) => {
                 self.set_plan(plan);
                 self.candidate_cache.clear();
+                self.cmdlines.forget_known();
                 self.reevaluate_managed(&mut out);
                 self.rescan(&mut out);
             }
@@ -511,6 +598,12 @@ impl Manager {
                 self.reevaluate_managed(&mut out);
             }
             Input::Replanned(plan) => self.replanned(plan, &mut out),
+            Input::Cmdline(read) => self.cmdline_read(read, &mut out),
+            Input::Memory {
+                pid,
+                start_time,
+                bytes,
+            } => self.memory_read(pid, start_time, bytes),
         }
         out
     }
@@ -529,6 +622,7 @@ impl Manager {
                 _ => {}
             }
         }
+        self.kept = plan.demand().clone();
         self.plan = plan;
     }
 

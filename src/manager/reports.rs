@@ -133,6 +133,18 @@ impl Manager {
         s
     }
 
+    /// `explain`'s line for a process whose command line can decide it and is not read
+    /// yet (read off the loop; the verdicts see an empty one until it comes).
+    fn cmdline_note(&self, snap: &crate::watch::ProcessSnapshot) -> &'static str {
+        let waits = self.plan.rules().cmdline_matters(&snap.info.comm)
+            && self.cmdlines.known(snap.pid(), snap.start_time).is_none();
+        if waits {
+            "command line: not read yet; decided once it is\n"
+        } else {
+            ""
+        }
+    }
+
     /// Why process `pid` got (or did not get) what it has: the matcher's verdicts,
     /// the plan of the winning rule and each thread's outcome.
     pub fn explain(&self, pid: i32) -> String {
@@ -149,6 +161,7 @@ impl Manager {
             );
             return s;
         }
+        s.push_str(self.cmdline_note(&snap));
         let _ = write!(s, "{}", self.plan.rules().explain(&snap.info));
         match self.managed.get(&pid) {
             None => {

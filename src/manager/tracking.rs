@@ -16,8 +16,9 @@ impl Manager {
     /// Handles a batch of proc connector messages in order, as [`Manager::handle`] would
     /// one by one, but with what the rest of the batch says about each task: a new
     /// thread that renames itself later in the batch is pinned once for its final name
-    /// (no /proc read for its name), and a task that exits later in the batch is not
-    /// pinned at all (counted as gone).
+    /// (no /proc read for its name), a task that exits later in the batch is not
+    /// pinned at all (counted as gone), and a process whose main thread renames itself
+    /// again later in the batch is looked at once, at the last rename.
     pub fn handle_batch(&mut self, msgs: Vec<ProcMsg>) -> Vec<Change> {
         let ahead = lookahead(&msgs);
         let mut out = Vec::new();
@@ -39,6 +40,8 @@ impl Manager {
                     }
                 }
                 ProcMsg::Comm { tid, .. } if named.contains(&tid) => {}
+                // Looked at once, at its last rename (or not at all: it exits).
+                ProcMsg::Comm { .. } if ahead.renamed_again => {}
                 ProcMsg::Exec { pid } | ProcMsg::NewProcess { pid, .. }
                     if ahead.exits && !self.managed.contains_key(&pid) =>
                 {
@@ -58,7 +61,11 @@ impl Manager {
         match msg {
             ProcMsg::NewThread { pid, tid, parent } => self.on_new_thread(pid, tid, parent, out),
             ProcMsg::Exit { pid, tid } => self.on_exit(pid, tid, out),
-            ProcMsg::Exec { pid } => self.consider(pid, None, out),
+            ProcMsg::Exec { pid } => {
+                // A new image, new arguments.
+                self.cmdlines.forget(pid);
+                self.consider(pid, None, out)
+            }
             ProcMsg::NewProcess { pid, parent } => {
                 // A child inherits its parent's mask and image; only a managed parent's
                 // child needs a look now (rescans catch the rest).
@@ -148,6 +155,10 @@ impl Manager {
                 return;
             }
         }
+        if self.awaits_cmdline(&snap, parent) {
+            // Decided when its command line comes; until then it stays as it is.
+            return;
+        }
         let mut matched = self.plan.rules().match_process(&snap.info);
         self.protected.remove(&pid);
         if let Some(m) = &matched {
@@ -235,7 +246,7 @@ impl Manager {
                 .has_cpuset(&r.name, self.plan.cpuset_key(&allowed.cpus).as_ref()),
             Source::Runtime(_) => false,
         };
-        let memory = self.first_memory(pid, &source);
+        let weigh = self.weighs_memory(&source);
         tracing::info!(pid, comm = %snap.info.comm, rule = %source.name(), cpuset = %allowed.describe(), "managing process");
         self.managed.insert(
             pid,
@@ -247,14 +258,19 @@ impl Manager {
                 allowed,
                 threads: BTreeMap::new(),
                 slots: HashMap::new(),
-                memory: memory.clone(),
+                memory: None,
                 warned_permission: false,
             },
         );
         self.awaiting.remove(&pid);
-        if new_cpuset || memory.is_some() {
-            // Its threads wait for a plan made in its cpuset, or with its memory.
+        self.memory_pending.remove(&pid);
+        if new_cpuset {
+            // Its threads wait for a plan made in its cpuset…
             self.awaiting.insert(pid);
+        }
+        if let Some(nodes) = weigh {
+            // …or for its memory, then the plan made with it.
+            self.ask_memory(pid, snap.start_time, nodes);
         }
         self.journal_dirty = true;
         true
@@ -350,8 +366,27 @@ impl Manager {
         }
     }
 
+    /// A command line read off the loop: its process is considered with it, when it was
+    /// the read pending for that process and says something new.
+    pub(super) fn cmdline_read(
+        &mut self,
+        read: super::cmdlines::CmdlineRead,
+        out: &mut Vec<Change>,
+    ) {
+        let pid = read.wanted.pid;
+        let found = read.args.is_some();
+        match self.cmdlines.arrived(read) {
+            Some(parent) => self.consider(pid, parent, out),
+            // Gone (or another process) by the time it was read: a managed one is
+            // looked at again, which forgets it or finds the new process.
+            None if !found && self.managed.contains_key(&pid) => self.consider(pid, None, out),
+            None => {}
+        }
+    }
+
     pub(super) fn on_exit(&mut self, pid: i32, tid: Tid, out: &mut Vec<Change>) {
         if tid == pid {
+            self.cmdlines.forget(pid);
             self.protected.remove(&pid);
             self.denied.remove(&pid);
             if self.managed.contains_key(&pid) {
@@ -369,6 +404,7 @@ impl Manager {
     /// Drops a process that exited (nothing to restore).
     pub(super) fn forget(&mut self, pid: i32, out: &mut Vec<Change>) {
         self.awaiting.remove(&pid);
+        self.memory_pending.remove(&pid);
         self.denied.remove(&pid);
         if self.managed.remove(&pid).is_some() {
             tracing::debug!(pid, "managed process exited");
@@ -380,6 +416,11 @@ impl Manager {
     /// Re-matches and re-applies every managed process (after new rules or CPUs).
     pub(super) fn reevaluate_managed(&mut self, out: &mut Vec<Change>) {
         let pids: Vec<i32> = self.managed.keys().copied().collect();
+        self.reevaluate(pids, out);
+    }
+
+    /// Re-matches and re-applies the managed processes `pids`.
+    pub(super) fn reevaluate(&mut self, pids: Vec<i32>, out: &mut Vec<Change>) {
         for pid in pids {
             match self.process(pid) {
                 Some(snap) => {
@@ -416,6 +457,10 @@ impl Manager {
         }
         self.denied
             .retain(|pid, start| seen.get(pid) == Some(start));
+        self.cmdlines
+            .retain(|pid, start| seen.get(&pid) == Some(&start));
+        self.memory_pending
+            .retain(|pid, start| seen.get(pid) == Some(start));
         for e in &list {
             if e.kernel_thread {
                 if !self.plan.rules().is_empty() && self.may_match(&e.comm) {
@@ -439,6 +484,13 @@ impl Manager {
                 }
                 None if self.may_match(&e.comm) => {
                     if let Some(snap) = self.process(e.pid) {
+                        // Arguments rewritten in place give no event: a rescan reads
+                        // them again, deciding meanwhile with the ones known.
+                        if self.plan.rules().cmdline_matters(&e.comm)
+                            && self.cmdlines.known(e.pid, e.start_time).is_some()
+                        {
+                            self.cmdlines.ask(e.pid, e.start_time, None);
+                        }
                         self.consider_snapshot(snap, None, out);
                     }
                 }
@@ -510,6 +562,9 @@ pub(super) struct Ahead {
     comm: Option<String>,
     /// The task exits later in the batch.
     exits: bool,
+    /// A main thread's rename that a later one in the batch makes moot: the process is
+    /// looked at once, for its last name.
+    renamed_again: bool,
 }
 
 /// For each message of a batch, what the messages after it say about its task: one
@@ -524,13 +579,14 @@ pub(super) fn lookahead(msgs: &[ProcMsg]) -> Vec<Ahead> {
                 later.insert(
                     *tid,
                     Ahead {
-                        comm: None,
                         exits: true,
+                        ..Ahead::default()
                     },
                 );
             }
-            ProcMsg::Comm { tid, comm, .. } => {
+            ProcMsg::Comm { pid, tid, comm } => {
                 let a = later.entry(*tid).or_default();
+                out[i].renamed_again = tid == pid && (a.comm.is_some() || a.exits);
                 if a.comm.is_none() {
                     a.comm = Some(comm.clone());
                 }

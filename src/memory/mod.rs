@@ -11,8 +11,9 @@
 //!                         └─ else ─► /proc/PID/numa_maps (walks page tables; on demand)
 //! ```
 //!
-//! Read on demand (`explain`, planning a process), never per event: `numa_maps` walks
-//! the process's page tables under its mm lock, which costs milliseconds per GiB.
+//! Read on demand (`explain`, planning a process), never per event and never on the
+//! daemon's loop (`daemon::readers`): `numa_maps` walks the process's page tables under
+//! its mm lock, which costs milliseconds per GiB, and which the process can keep busy.
 
 pub mod follow;
 pub mod parse;

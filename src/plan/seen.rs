@@ -88,6 +88,16 @@ impl Demand {
         *n = (*n).max(slot + 1);
     }
 
+    /// This demand with every entry raised to at least `floor`'s.
+    pub fn with_floor(&self, floor: &Demand) -> Demand {
+        let mut out = self.clone();
+        for (k, n) in &floor.by_entry {
+            let m = out.by_entry.entry(k.clone()).or_default();
+            *m = (*m).max(*n);
+        }
+        out
+    }
+
     /// Slots taken of `rule`'s entry `entry`.
     pub fn of(&self, rule: &str, entry: usize) -> usize {
         self.by_entry

@@ -340,6 +340,16 @@ impl RuleSet {
         self.reads_cmdline
     }
 
+    /// Whether the command line of a process named `comm` can decide which rule matches
+    /// it: a rule with a `cmdline` key can match that name.
+    pub fn cmdline_matters(&self, comm: &str) -> bool {
+        self.reads_cmdline
+            && self
+                .candidates(comm)
+                .into_iter()
+                .any(|(i, _)| self.rules[i as usize].matcher.cmdline.is_some())
+    }
+
     /// Rules in precedence order.
     pub fn rules(&self) -> &[Arc<Rule>] {
         &self.rules

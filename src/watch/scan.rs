@@ -1,6 +1,8 @@
 //! Reading processes from procfs: a cheap pass over every `/proc/PID/stat`, and full
-//! snapshots (exe, cmdline, uid, cgroup, threads) only for the processes that can
-//! match a rule or that are managed already.
+//! snapshots (exe, uid, cgroup, threads) only for the processes that can match a rule
+//! or that are managed already. A command line is read on its own
+//! ([`ProcSource::cmdline`]), never in a snapshot: reading one can wait on the
+//! process's memory-map lock, so the daemon reads it off its loop (`daemon::readers`).
 //!
 //! Everything takes its root from a [`SysRoot`], so tests read fixture trees.
 
@@ -46,11 +48,15 @@ pub trait ProcSource {
     fn list(&self) -> Vec<ProcEntry>;
     /// The cheap entry of one process; `None` when it is gone.
     fn entry(&self, pid: i32) -> Option<ProcEntry>;
-    /// A full snapshot of one process; `None` when it is gone. Its command line is read
-    /// only with `cmdline` (else left empty): reading it takes the process's memory-map
-    /// lock, which a process whose map is busy (a page migration, a large unmap) holds
-    /// for as long as that lasts, so the daemon reads it only when a rule matches on it.
-    fn snapshot(&self, pid: i32, cmdline: bool) -> Option<ProcessSnapshot>;
+    /// A full snapshot of one process, its command line left empty; `None` when it is
+    /// gone. Nothing it reads waits on the process's memory-map lock.
+    fn snapshot(&self, pid: i32) -> Option<ProcessSnapshot>;
+    /// The command line of process `pid`, split at NULs, if it is still the process
+    /// that started at `start_time`; `None` when it is gone or another process. Reading
+    /// it takes the process's memory-map lock, which a process whose map is busy (a
+    /// page migration, a large unmap, an `mprotect` loop) holds for as long as that
+    /// lasts: the daemon reads it on a thread of its own, never on its loop.
+    fn cmdline(&self, pid: i32, start_time: u64) -> Option<Vec<String>>;
     /// The comm of one thread; `None` when it is gone.
     fn thread_comm(&self, pid: i32, tid: Tid) -> Option<String>;
     /// The thread ids of one process (a directory listing, no per-thread reads);
@@ -66,8 +72,9 @@ pub trait ProcSource {
         None
     }
     /// Resident bytes per NUMA node of one process, on a machine with `nodes`
-    /// (`memory::read`: a page-table walk, so only on demand); `None` when it is gone,
-    /// the machine has one node or it cannot be read.
+    /// (`memory::read`: a page-table walk under the process's memory-map lock, so only
+    /// on demand, and never on the daemon's loop); `None` when it is gone, the machine
+    /// has one node or it cannot be read.
     fn memory(&self, pid: i32, nodes: &[u32]) -> Option<crate::memory::NodeBytes> {
         let _ = (pid, nodes);
         None
@@ -242,16 +249,22 @@ impl ProcSource for ProcFs {
         self.entry_with(pid, &mut String::with_capacity(512))
     }
 
-    fn snapshot(&self, pid: i32, cmdline: bool) -> Option<ProcessSnapshot> {
+    fn cmdline(&self, pid: i32, start_time: u64) -> Option<Vec<String>> {
+        if self.entry(pid)?.start_time != start_time {
+            return None;
+        }
+        let process =
+            procfs::process::Process::new_with_root(self.root.proc_path(pid.to_string())).ok()?;
+        let args = process.cmdline().unwrap_or_default();
+        // The pid may have been reused while we waited: the start time says.
+        (self.entry(pid)?.start_time == start_time).then_some(args)
+    }
+
+    fn snapshot(&self, pid: i32) -> Option<ProcessSnapshot> {
         let entry = self.entry(pid)?;
         let process =
             procfs::process::Process::new_with_root(self.root.proc_path(pid.to_string())).ok()?;
         let exe = process.exe().ok();
-        let cmdline = if cmdline {
-            process.cmdline().unwrap_or_default()
-        } else {
-            Vec::new()
-        };
         let uid = self.real_uid(pid)?;
         let cgroup = self.cgroup(pid);
         let mut threads = Vec::new();
@@ -275,7 +288,7 @@ impl ProcSource for ProcFs {
                 pid: pid as u32,
                 comm: again.comm,
                 exe,
-                cmdline,
+                cmdline: Vec::new(),
                 uid,
                 cgroup,
                 threads,
@@ -306,7 +319,7 @@ pub struct FakeProcs {
     procs: std::sync::Mutex<std::collections::BTreeMap<i32, ProcessSnapshot>>,
     reads: std::sync::atomic::AtomicUsize,
     snapshots: std::sync::atomic::AtomicUsize,
-    /// Snapshots taken with the command line.
+    /// Command lines read.
     cmdlines: std::sync::atomic::AtomicUsize,
     /// pid → its cgroup cpuset, for the processes given one.
     cpusets: std::sync::Mutex<std::collections::BTreeMap<i32, CpuSet>>,
@@ -339,7 +352,7 @@ impl FakeProcs {
         self.snapshots.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// How many of them read the command line.
+    /// How many command lines were read.
     pub fn cmdlines(&self) -> usize {
         self.cmdlines.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -471,17 +484,20 @@ impl ProcSource for FakeProcs {
         self.read().get(&pid).map(entry_of)
     }
 
-    fn snapshot(&self, pid: i32, cmdline: bool) -> Option<ProcessSnapshot> {
+    fn snapshot(&self, pid: i32) -> Option<ProcessSnapshot> {
         self.snapshots
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut s = self.read().get(&pid).cloned()?;
-        if cmdline {
-            self.cmdlines
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        } else {
-            s.info.cmdline.clear();
-        }
+        s.info.cmdline.clear();
         Some(s)
+    }
+
+    fn cmdline(&self, pid: i32, start_time: u64) -> Option<Vec<String>> {
+        self.cmdlines
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let procs = self.read();
+        let s = procs.get(&pid).filter(|s| s.start_time == start_time)?;
+        Some(s.info.cmdline.clone())
     }
 
     fn tasks(&self, pid: i32) -> Option<Vec<Tid>> {
@@ -602,8 +618,8 @@ mod tests {
         assert_eq!(list[3].num_threads, 1);
     }
 
-    /// Without `cmdline` the command line is not opened at all: here it is a FIFO, which
-    /// would block a reader as a process whose memory map is held blocks one.
+    /// A snapshot never opens the command line: here it is a FIFO, which would block a
+    /// reader as a process whose memory map is held blocks one.
     #[test]
     fn a_snapshot_without_the_command_line_never_opens_it() {
         let (d, fs) = fixture();
@@ -612,7 +628,7 @@ mod tests {
         nix::unistd::mkfifo(&cmdline, nix::sys::stat::Mode::S_IRUSR).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         let reader = fs.clone();
-        std::thread::spawn(move || tx.send(reader.snapshot(4242, false)).unwrap());
+        std::thread::spawn(move || tx.send(reader.snapshot(4242)).unwrap());
         let s = rx
             .recv_timeout(std::time::Duration::from_secs(20))
             .expect("the snapshot opened the command line")
@@ -623,12 +639,17 @@ mod tests {
     }
 
     #[test]
-    fn a_snapshot_has_threads_uid_cmdline_and_cgroup() {
+    fn a_snapshot_has_threads_uid_and_cgroup_and_the_command_line_is_read_alone() {
         let (_d, fs) = fixture();
-        let s = fs.snapshot(4242, true).unwrap();
+        let s = fs.snapshot(4242).unwrap();
         assert_eq!(s.start_time, 900);
         assert_eq!(s.info.uid, 1000);
-        assert_eq!(s.info.cmdline, vec!["md feed (x)", "--venue=X"]);
+        assert!(s.info.cmdline.is_empty(), "{:?}", s.info.cmdline);
+        assert_eq!(
+            fs.cmdline(4242, 900),
+            Some(vec!["md feed (x)".to_string(), "--venue=X".to_string()])
+        );
+        assert_eq!(fs.cmdline(4242, 901), None, "another process by that pid");
         assert_eq!(s.info.cgroup.as_deref(), Some("/system.slice/md.service"));
         let t: Vec<(u32, &str)> = s
             .info
@@ -637,7 +658,7 @@ mod tests {
             .map(|t| (t.tid, t.comm.as_str()))
             .collect();
         assert_eq!(t, vec![(4242, "md feed (x)"), (4243, "rx-0")]);
-        assert!(fs.snapshot(999, true).is_none());
+        assert!(fs.snapshot(999).is_none());
         assert_eq!(fs.thread_comm(4242, 4243).as_deref(), Some("rx-0"));
         let mut tids = fs.tasks(4242).unwrap();
         tids.sort_unstable();
@@ -666,7 +687,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         assert_eq!(procfs.entry(pid), None);
-        assert_eq!(procfs.snapshot(pid, true), None);
+        assert_eq!(procfs.snapshot(pid), None);
         assert!(procfs.list().iter().all(|e| e.pid != pid));
         child.wait().unwrap();
     }

@@ -257,6 +257,34 @@ impl Daemon {
         }
     }
 
+    /// [`Daemon::spawn`] through `wrap`, which gets the daemon's command and returns the
+    /// one to run (the same daemon under another program, say).
+    pub fn spawn_wrapped(bus: &Bus, dirs: &Dirs, wrap: impl FnOnce(&Command) -> Command) -> Daemon {
+        let (notify, sock) = crate::daemon_rig::notify_socket(dirs.root.path());
+        let log = dirs
+            .root
+            .path()
+            .join(format!("daemon-{}.log", std::process::id()));
+        let logf = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .unwrap();
+        let mut cmd = crate::daemon_rig::daemon_command(&bus.address, dirs.root.path(), &sock);
+        cmd.env("RUST_LOG", "pinnerd=debug");
+        let mut cmd = wrap(&cmd);
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(logf);
+        let child = cmd.spawn().expect("spawn pinnerd daemon");
+        Daemon {
+            child,
+            notify,
+            log,
+            notes: Vec::new(),
+        }
+    }
+
     /// Starts the daemon and waits for `READY=1`.
     pub fn start(bus: &Bus, dirs: &Dirs) -> Daemon {
         let mut d = Daemon::spawn(bus, dirs, &[]);

@@ -5,7 +5,8 @@
 //! [`serve`] instead of tests. Commands on stdin, one per line:
 //! `spawn N [NAME]` → `tids T1 T2 …` (N new parked threads, named NAME);
 //! `brief` → `tids T` (a thread that has already ended); `end T` → `tids T` (parked
-//! thread T has ended); `exit` → the process exits. At start it prints `ready PID`.
+//! thread T has ended); `rename T N NAME…` → `renamed` (task T took the names in turn,
+//! N renames in all); `exit` → the process exits. At start it prints `ready PID`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -112,6 +113,15 @@ fn serve() -> ! {
                 });
                 let tid = t.join().unwrap();
                 writeln!(out, "tids {tid}").unwrap();
+                out.flush().unwrap();
+            }
+            ["rename", tid, n, names @ ..] if !names.is_empty() => {
+                // Task TID (of this process) takes the names in turn, N renames in all.
+                let path = format!("/proc/self/task/{tid}/comm");
+                for i in 0..n.parse::<usize>().unwrap() {
+                    std::fs::write(&path, names[i % names.len()]).unwrap();
+                }
+                writeln!(out, "renamed").unwrap();
                 out.flush().unwrap();
             }
             ["exit"] => std::process::exit(0),
@@ -290,6 +300,20 @@ impl Helper {
             assert!(self.stdout.read_line(&mut line).unwrap() > 0, "helper died");
             if let Some(i) = line.find("tids") {
                 return line[i + 4..].trim().parse().unwrap();
+            }
+        }
+    }
+
+    /// Renames task `tid` of the helper `n` times, taking `names` in turn; returns once
+    /// it has.
+    pub fn rename(&mut self, tid: i32, n: usize, names: &[&str]) {
+        writeln!(self.stdin, "rename {tid} {n} {}", names.join(" ")).unwrap();
+        self.stdin.flush().unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(self.stdout.read_line(&mut line).unwrap() > 0, "helper died");
+            if line.contains("renamed") {
+                return;
             }
         }
     }

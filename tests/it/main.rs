@@ -12,6 +12,7 @@ mod crash_writes;
 mod daemon;
 mod daemon_admission;
 mod daemon_lifecycle;
+mod daemon_loop;
 mod daemon_pinning;
 #[path = "../../benches/support/daemon_rig.rs"]
 mod daemon_rig;

@@ -1,5 +1,6 @@
-//! The answers to D-Bus commands ([`State::command`]): a plain synchronous function,
-//! called by the loop for each command and by unit tests directly. Run-time pins are
+//! The answers to D-Bus commands ([`State::answer`], [`State::command`]): plain
+//! synchronous functions, called by the loop for each command and by unit tests
+//! directly; an answer that waits for a memory read says so (`state/memory.rs`). Run-time pins are
 //! in `state/pinning.rs`. Same state, same loop as `state/mod.rs`.
 
 use std::time::Instant;
@@ -10,11 +11,59 @@ use crate::placement::{Policy, Request, SmtPolicy};
 use crate::plan::Choose;
 use crate::rules::{CpuTarget, PlacementRequest};
 
+use super::memory::Answer;
 use super::{ReloadCause, State};
 
 impl State {
-    /// Answers one command.
+    /// Answers one command; a memory read it needs is made on the calling thread (tests,
+    /// callers off the loop). The loop uses [`State::answer`], which leaves that read
+    /// to a reader thread.
     pub fn command(&mut self, cmd: Command) -> Result<Reply, CommandError> {
+        match self.answer(cmd) {
+            Answer::Now(reply) => reply,
+            Answer::AfterRead(pending) => pending.here(),
+        }
+    }
+
+    /// Answers one command now, or says which memory read its answer waits for
+    /// (`Explain` and `ExplainJson` of a process on a machine of several nodes).
+    pub fn answer(&mut self, cmd: Command) -> Answer {
+        match cmd {
+            Command::Explain { pid, caller_uid } => self.explain(pid, caller_uid),
+            Command::Memory { pid, caller_uid } => {
+                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
+                    return Answer::Now(Err(CommandError::NoSuchProcess(pid)));
+                }
+                let Some(m) = &self.manager else {
+                    return Answer::Now(Err(CommandError::Starting));
+                };
+                if !m.shows_memory(pid as i32, caller_uid) {
+                    return Answer::Now(Ok(Reply::Json(serde_json::Value::Null)));
+                }
+                self.json_memory(pid as i32)
+            }
+            other => Answer::Now(self.reply(other)),
+        }
+    }
+
+    /// `Explain`: the text now; the memory line, for those who see it, after a read.
+    fn explain(&self, pid: u32, caller_uid: u32) -> Answer {
+        if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
+            return Answer::Now(Err(CommandError::NoSuchProcess(pid)));
+        }
+        let Some(m) = &self.manager else {
+            return Answer::Now(Err(CommandError::Starting));
+        };
+        let text = m.explain_for(pid as i32, caller_uid);
+        let full = m.shows_all_to(pid as i32, caller_uid);
+        if !m.shows_memory(pid as i32, caller_uid) {
+            return Answer::Now(Ok(Reply::Explained { text, full }));
+        }
+        self.explain_memory(pid as i32, text, full)
+    }
+
+    /// Answers every command but `Explain` and `Memory`.
+    fn reply(&mut self, cmd: Command) -> Result<Reply, CommandError> {
         match cmd {
             Command::Remeasure => Ok(Reply::Job(self.remeasure(Instant::now()))),
             Command::Reload => {
@@ -29,44 +78,8 @@ impl State {
             Command::ListManaged { caller_uid } => {
                 Ok(Reply::Managed(self.managed_rows(caller_uid)))
             }
-            Command::Explain { pid, caller_uid } => {
-                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
-                    return Err(CommandError::NoSuchProcess(pid));
-                }
-                match &self.manager {
-                    Some(m) => {
-                        let mut text = m.explain_for(pid as i32, caller_uid);
-                        if m.shows_memory(pid as i32, caller_uid) {
-                            text.push_str(&self.memory_line(pid as i32));
-                            text.push_str(&self.follow_line(pid as i32, Instant::now()));
-                        }
-                        Ok(Reply::Explained {
-                            text,
-                            full: m.shows_all_to(pid as i32, caller_uid),
-                        })
-                    }
-                    None => Err(CommandError::Starting),
-                }
-            }
-            Command::Memory { pid, caller_uid } => {
-                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
-                    return Err(CommandError::NoSuchProcess(pid));
-                }
-                let Some(m) = &self.manager else {
-                    return Err(CommandError::Starting);
-                };
-                if !m.shows_memory(pid as i32, caller_uid) {
-                    return Ok(Reply::Json(serde_json::Value::Null));
-                }
-                match self.memory_of(pid as i32) {
-                    Some(Ok(v)) => Ok(Reply::Json(v.to_json())),
-                    Some(Err(crate::memory::ReadError::Gone { .. })) => {
-                        Err(CommandError::NoSuchProcess(pid))
-                    }
-                    Some(Err(e)) => Ok(Reply::Json(serde_json::json!({ "error": e.to_string() }))),
-                    None => Ok(Reply::Json(serde_json::Value::Null)),
-                }
-            }
+            // Answered by `answer` (they may wait for a memory read).
+            cmd @ (Command::Explain { .. } | Command::Memory { .. }) => self.command(cmd),
             // The CPUs a pin would get: `PlanWith` of the same count, off exclusive rules.
             Command::Plan { count, policy, smt } => self.runtime_command(Command::PlanWith {
                 place: crate::api::PlaceSpec::Request(PlacementRequest {

@@ -52,7 +52,7 @@ mod following;
 mod irqs;
 mod machine;
 mod measuring;
-mod memory;
+pub mod memory;
 mod pinning;
 mod sched_ext;
 mod shaping;
@@ -72,12 +72,19 @@ pub struct Config {
 }
 
 /// Something the shell must do for the loop.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub enum Action {
     Emit(Signal),
     Measure(Box<Job>),
     /// Start a `memory = "follow"` job on a thread of its own.
     Follow(Box<crate::memory::follow::FollowJob>),
+    /// Read these command lines off the loop (`daemon::readers`); each comes back as
+    /// [`Event::Cmdline`].
+    ReadCmdlines(Vec<crate::manager::cmdlines::CmdlineWanted>),
+    /// Read where a process's memory is off the loop (`daemon::readers`); the read
+    /// answers its callers itself, and comes back as [`Event::Memory`] when the manager
+    /// asked for it.
+    ReadMemory(Box<memory::MemoryRead>),
     /// A `STATUS=` line for systemd.
     Status(String),
     /// `WATCHDOG=1`: the loop is alive.
@@ -95,6 +102,11 @@ impl PartialEq for Action {
             (Action::Emit(a), Action::Emit(b)) => a == b,
             (Action::Measure(a), Action::Measure(b)) => a.id == b.id,
             (Action::Follow(a), Action::Follow(b)) => a.pid == b.pid && a.target == b.target,
+            (Action::ReadCmdlines(a), Action::ReadCmdlines(b)) => a == b,
+            (Action::ReadMemory(a), Action::ReadMemory(b)) => {
+                use crate::daemon::readers::Read;
+                a.pid() == b.pid()
+            }
             (Action::Status(a), Action::Status(b)) => a == b,
             (Action::Watchdog, Action::Watchdog)
             | (Action::Reloading, Action::Reloading)
@@ -122,6 +134,13 @@ pub const JOURNAL_RETRY: Duration = Duration::from_secs(1);
 pub const HOTPLUG_RECHECK: Duration = Duration::from_secs(1);
 
 pub use machine::{MOVE_FLOOR_NS, MOVE_GAIN};
+
+/// How long slots of thread entries that no live thread holds any more stay held, at
+/// least: the loop lets them go ([`Manager::release_slots`]) once per this at most. A
+/// thread renamed in and out of an entry (or made and ended) as fast as its owner likes
+/// then causes two plans per this at most, not one per rename: its slot is kept, and
+/// taken again.
+pub const SLOTS_KEPT: Duration = Duration::from_secs(5);
 
 /// All daemon state. Owned by one thread.
 pub struct State {
@@ -170,6 +189,8 @@ pub struct State {
     sched_ext: sched_ext::Kept,
     /// Background completion of a sparse matrix (see `state/completing.rs`).
     completing: completing::Kept,
+    /// When slots no thread holds may be let go next (see [`SLOTS_KEPT`]).
+    next_slot_release: Instant,
 }
 
 impl State {
@@ -205,6 +226,7 @@ impl State {
             actions: Vec::new(),
             sched_ext: sched_ext::Kept::default(),
             completing: completing::Kept::default(),
+            next_slot_release: now,
         }
     }
 
@@ -332,8 +354,19 @@ impl State {
         self.after_manager(changes);
     }
 
-    /// The actions left for the shell, oldest first.
+    /// The actions left for the shell, oldest first; the command lines and memory the
+    /// manager waits for last.
     pub fn take_actions(&mut self) -> Vec<Action> {
+        if let Some(m) = &mut self.manager {
+            let wanted = m.take_cmdline_reads();
+            if !wanted.is_empty() {
+                self.actions.push(Action::ReadCmdlines(wanted));
+            }
+            for w in m.take_memory_reads() {
+                let read = memory::MemoryRead::first_contact(&self.cfg.sysroot, w);
+                self.actions.push(Action::ReadMemory(Box::new(read)));
+            }
+        }
         std::mem::take(&mut self.actions)
     }
 
@@ -412,11 +445,16 @@ impl State {
     /// Handles one event.
     pub fn handle(&mut self, event: Event) {
         match event {
-            Event::Command(call) => {
-                let answer = self.command(call.command);
+            Event::Command(call) => match self.answer(call.command) {
                 // The caller may have given up (timeout); nothing to do then.
-                let _ = call.reply.send(answer);
-            }
+                memory::Answer::Now(reply) => {
+                    let _ = call.reply.send(reply);
+                }
+                // The read, and the reply, off the loop.
+                memory::Answer::AfterRead(pending) => self
+                    .actions
+                    .push(Action::ReadMemory(Box::new(pending.with_reply(call.reply)))),
+            },
             Event::Reload(cause) => {
                 self.actions.push(Action::Reloading);
                 self.reload(cause);
@@ -446,6 +484,16 @@ impl State {
             Event::Tick(now) => self.tick(now),
             Event::Measured(outcome) => self.measured(*outcome),
             Event::Followed(f) => self.followed(*f),
+            Event::Cmdline(read) => {
+                self.manager_event(manager::Input::Cmdline(read));
+            }
+            Event::Memory((pid, start_time, bytes)) => {
+                self.manager_event(manager::Input::Memory {
+                    pid,
+                    start_time,
+                    bytes,
+                });
+            }
             Event::Proc(msgs) => {
                 let Some(m) = &mut self.manager else { return };
                 let read_at = Instant::now();
@@ -538,6 +586,10 @@ impl State {
         if self.journal_due.is_some_and(|due| now >= due) {
             self.flush_journal();
         }
+        if let Some(m) = &mut self.manager {
+            m.log_repeats(now);
+        }
+        self.release_slots(now);
         if self.hotplug_recheck.is_some_and(|due| now >= due) {
             self.hotplug_recheck = None;
             self.manager_event(manager::Input::Rescan);
@@ -589,6 +641,22 @@ impl State {
             None => {}
         }
         self.complete_due(now);
+    }
+
+    /// Lets the plan give up the slots no live thread holds, once per [`SLOTS_KEPT`] at
+    /// most.
+    fn release_slots(&mut self, now: Instant) {
+        if now < self.next_slot_release {
+            return;
+        }
+        let Some(m) = &mut self.manager else { return };
+        if !m.release_slots() {
+            return;
+        }
+        self.next_slot_release = now + SLOTS_KEPT;
+        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
+        let changes = replan::settle(m, choose);
+        self.after_manager(changes);
     }
 
     /// What `pinnerd metrics` prints and the textfile holds.
@@ -651,7 +719,8 @@ fn log_change(c: &Change) {
             found,
             released,
         } => {
-            tracing::warn!(pid, tid, %expected, %found, released, "someone else changed a managed mask")
+            // The manager warns (once per process, then counts): debug here.
+            tracing::debug!(pid, tid, %expected, %found, released, "someone else changed a managed mask")
         }
         Change::Exited { pid } => tracing::debug!(pid, "managed process exited"),
         Change::Rescanned { processes, took } => {

@@ -201,6 +201,22 @@ fn a_running_process_is_placed_on_the_node_holding_its_memory() {
     t.in_cpuset(100, "db-big", "0-7", None);
     t.procs.set_memory(100, &[(0, 1 << 28), (1, 15 << 28)]);
     t.ev(Input::RulesChanged(plan));
+    // Its memory is read off the loop; its threads wait for it.
+    assert_eq!(t.ops.mask(100), Some(set("0-7")));
+    let asked = t.mgr.take_memory_reads();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    // A read for an earlier process by that pid changes nothing.
+    t.ev(Input::Memory {
+        pid: 100,
+        start_time: asked[0].start_time + 1,
+        bytes: Some([(0, 16 << 28)].into_iter().collect()),
+    });
+    assert_eq!(t.ops.mask(100), Some(set("0-7")));
+    t.ev(Input::Memory {
+        pid: 100,
+        start_time: asked[0].start_time,
+        bytes: Some([(0, 1 << 28), (1, 15 << 28)].into_iter().collect()),
+    });
     assert_eq!(t.ops.mask(100), Some(set("4-5")));
     t.assert_explains(100, "plan place: node 1 chosen: holds 94% of its 4.0 GiB");
     // A process too small to weigh changes nothing: the best-fit choice.
@@ -208,6 +224,7 @@ fn a_running_process_is_placed_on_the_node_holding_its_memory() {
     t.in_cpuset(200, "db-small", "0-7", None);
     t.procs.set_memory(200, &[(1, 1 << 20)]);
     t.ev(Input::RulesChanged(plan));
+    t.read_asked();
     assert_eq!(t.ops.mask(200), Some(set("0-1")));
     assert!(!t.mgr.explain(200).contains("chosen:"));
 }

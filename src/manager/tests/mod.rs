@@ -72,6 +72,11 @@ impl T {
             comm: comm.into(),
         })
     }
+    /// The command lines and memory the manager asked for, read and handed back as the
+    /// daemon's readers do.
+    fn read_asked(&mut self) -> Vec<Change> {
+        crate::daemon::replan::read_here(&mut self.mgr, self.procs.as_ref(), self.choose)
+    }
     fn batch(&mut self, msgs: Vec<ProcMsg>) -> Vec<Change> {
         let mut out = self.mgr.handle_batch(msgs);
         out.extend(crate::daemon::replan::settle(&mut self.mgr, self.choose));
@@ -110,7 +115,9 @@ fn command_lines_are_read_only_while_a_rule_matches_on_one() {
         "comm = \"feed*\"\ncmdline = \"--venue=X\"",
     );
     t.ev(new_rules(rules(&venue)));
-    assert!(t.procs.cmdlines() >= 2);
+    assert_eq!(t.procs.cmdlines(), 0, "the manager itself never reads one");
+    t.read_asked();
+    assert_eq!(t.procs.cmdlines(), 2);
     assert_eq!(t.ops.mask(100), Some(set("2-3")));
     assert_eq!(
         t.ops.mask(200),
@@ -123,6 +130,92 @@ fn command_lines_are_read_only_while_a_rule_matches_on_one() {
     t.ev(Input::Rescan);
     t.assert_explains(200, "feed");
     assert_eq!(t.procs.cmdlines(), read);
+}
+
+const VENUE: &str = r#"
+[[rule]]
+name = "venue"
+priority = 10
+[rule.match]
+comm = "feed*"
+cmdline = "--venue=X"
+[rule.place]
+cpus = "2-3"
+
+[[rule]]
+name = "other"
+[rule.match]
+comm = "other"
+[rule.place]
+cpus = "6"
+"#;
+
+/// A command line is never read by the manager (its loop): a process a `cmdline` key
+/// can decide waits, undecided, for the one read asked for it, however many events name
+/// it; processes no `cmdline` key can decide are placed meanwhile.
+#[test]
+fn a_burst_of_renames_asks_for_one_command_line_and_others_are_placed_meanwhile() {
+    let mut t = rig(ManagerConfig::default());
+    t.ev(new_rules(rules(VENUE)));
+    t.process(100, "idle", 1, &[]);
+    t.procs.set_cmdline(100, &["feed", "--venue=X"]);
+    for i in 0..1500 {
+        t.renames(100, 100, if i % 2 == 0 { "feed" } else { "feedx" });
+    }
+    t.process(200, "other", 1, &[]);
+    t.renames(200, 200, "other");
+    assert_eq!(t.ops.mask(200), Some(set("6")), "placed while 100 waits");
+    assert_eq!(t.procs.cmdlines(), 0);
+    let asked = t.mgr.take_cmdline_reads();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!((asked[0].pid, asked[0].start_time), (100, 1));
+    assert_eq!(
+        t.ops.mask(100),
+        Some(set("0-7")),
+        "undecided until it comes"
+    );
+    t.assert_explains(100, "command line: not read yet");
+
+    // A read asked for an earlier process by that pid changes nothing.
+    let mut stale = asked[0];
+    stale.start_time = 0;
+    t.ev(Input::Cmdline(cmdlines::CmdlineRead {
+        wanted: stale,
+        args: Some(vec!["feed".into(), "--venue=X".into()]),
+    }));
+    assert_eq!(t.ops.mask(100), Some(set("0-7")));
+
+    t.ev(Input::Cmdline(cmdlines::CmdlineRead {
+        wanted: asked[0],
+        args: Some(vec!["feed".into(), "--venue=X".into()]),
+    }));
+    assert_eq!(t.ops.mask(100), Some(set("2-3")));
+    // Known now: more renames read nothing and ask nothing.
+    for i in 0..100 {
+        t.renames(100, 100, if i % 2 == 0 { "feedx" } else { "feed" });
+    }
+    assert!(t.mgr.take_cmdline_reads().is_empty());
+    assert_eq!(t.ops.mask(100), Some(set("2-3")));
+    t.assert_explains(100, "managed by venue");
+
+    // An exec forgets it: the new image's is asked for, and decides.
+    t.procs.set_cmdline(100, &["feed", "--venue=Y"]);
+    t.msg(ProcMsg::Exec { pid: 100 });
+    assert_eq!(t.mgr.take_cmdline_reads().len(), 1);
+    t.procs.set_cmdline(100, &["feed", "--venue=Y"]);
+    t.msg(ProcMsg::Exec { pid: 100 });
+    let asked = t.mgr.take_cmdline_reads();
+    assert_eq!(asked.len(), 1, "asked again after the second exec");
+    t.ev(Input::Cmdline(cmdlines::CmdlineRead {
+        wanted: asked[0],
+        args: Some(vec!["feed".into(), "--venue=Y".into()]),
+    }));
+    assert_eq!(t.ops.mask(100), Some(set("0-7")), "released: no --venue=X");
+    assert_eq!(t.procs.cmdlines(), 0);
+    // Exited: nothing is kept for it.
+    t.procs.remove(100, 100);
+    t.msg(ProcMsg::Exit { pid: 100, tid: 100 });
+    assert_eq!(t.mgr.cmdlines.sizes(), (0, 0));
 }
 
 #[test]
@@ -614,4 +707,32 @@ fn exits_and_vanishing_threads_are_outcomes_not_errors() {
     let c = t.msg(ProcMsg::Exit { pid: 100, tid: 100 });
     assert_eq!(c, vec![Change::Exited { pid: 100 }]);
     assert_eq!(t.mgr.managed_processes(), 0);
+}
+
+/// A process renaming its main thread in a burst is looked at once per batch of events,
+/// with its last name, not once per rename.
+#[test]
+fn a_burst_of_renames_in_one_batch_is_one_look() {
+    let mut t = rig(ManagerConfig::default());
+    t.ev(new_rules(rules(FEED)));
+    t.process(100, "idle", 1, &[(101, "w")]);
+    let msgs: Vec<ProcMsg> = (0..1000)
+        .map(|i| ProcMsg::Comm {
+            pid: 100,
+            tid: 100,
+            comm: if i % 2 == 0 { "feedx" } else { "idle" }.into(),
+        })
+        .chain(std::iter::once(ProcMsg::Comm {
+            pid: 100,
+            tid: 100,
+            comm: "feed".into(),
+        }))
+        .collect();
+    t.procs.rename(100, 100, "feed");
+    let snapshots = t.procs.snapshots();
+    t.batch(msgs);
+    assert_eq!(t.procs.snapshots() - snapshots, 1);
+    assert_eq!(t.ops.mask(100), Some(set("2-3")));
+    assert_eq!(t.ops.mask(101), Some(set("2-3")));
+    assert_eq!(t.mgr.counters().events, 1 + 1001, "every message counted");
 }

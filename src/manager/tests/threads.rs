@@ -10,6 +10,12 @@ impl T {
         self.choose = Some(&LowestFirst);
         self.ev(new_rules(rules))
     }
+    /// The loop's release of slots no thread holds; true when there were some.
+    fn release_slots(&mut self) -> bool {
+        let released = self.mgr.release_slots();
+        crate::daemon::replan::settle(&mut self.mgr, self.choose);
+        released
+    }
 }
 
 #[test]
@@ -272,9 +278,16 @@ within = "4-7"
         t.mgr.plan_of("other", None),
         Some(&PlanState::Placed { cpus: set("7") })
     );
-    // It exits: the slot is free for others again.
+    // It exits: the slot stays held until the loop releases slots, then is free for
+    // others again.
     exits(&mut t, 103);
+    assert_eq!(held(&t), "4-6");
+    assert!(t.release_slots());
     assert_eq!(held(&t), "4-5");
+    assert_eq!(
+        t.mgr.plan_of("other", None),
+        Some(&PlanState::Placed { cpus: set("6") })
+    );
 }
 
 #[test]
@@ -291,4 +304,90 @@ fn a_thread_renamed_out_of_its_entry_frees_its_slot() {
     born_and_named(&mut t, 104, "rx-c");
     assert_eq!(t.ops.mask(104), Some(set("4")));
     t.assert_explains(100, "tid 101 (ctl): left alone: no [[rule.threads]] entry");
+}
+
+/// A thread renamed in and out of an exclusive entry 200 times (a user's own process can
+/// do that 1,000 times a second) plans again once, not 200 times: the slot it leaves is
+/// kept, and taken again by the next rename, until the loop releases the slots no
+/// thread holds. Another rule's managed threads, whose CPUs an exclusive slot moves, are
+/// re-checked once per plan, not once per rename.
+#[test]
+fn renames_in_and_out_of_an_exclusive_entry_plan_again_once_per_release() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "md", 1, &[(101, "ctl")]);
+    let names: Vec<(Tid, &str)> = (0..500).map(|i| (1000 + i, "w")).collect();
+    t.process(200, "big", 1, &names);
+    t.shared_rules(rules(
+        r#"
+[[rule]]
+name = "md"
+priority = 10
+[rule.match]
+comm = "md"
+[[rule.threads]]
+comm = "rx-*"
+count = 1
+within = "4-7"
+exclusive = true
+
+[[rule]]
+name = "big"
+[rule.match]
+comm = "big"
+[rule.place]
+count = 2
+within = "4-7"
+"#,
+    ));
+    let big_on = |t: &T| t.ops.mask(1000).unwrap().to_string();
+    assert_eq!(big_on(&t), "4-5");
+    let big_tids = |t: &T| {
+        t.ops
+            .calls()
+            .iter()
+            .filter(|c| match c {
+                Call::Set(tid, _) | Call::Get(tid) => (1000..1500).contains(tid) || *tid == 200,
+            })
+            .count()
+    };
+    t.ops.clear_calls();
+    let reads = t.procs.reads();
+    for i in 0..200 {
+        t.renames(100, 101, if i % 2 == 0 { "rx-a" } else { "ctl" });
+    }
+    // The first rename took the slot (CPU 4): one plan, the big rule's threads moved once.
+    let first = big_tids(&t);
+    // One round: each of its 501 threads read, set and read back.
+    assert!(
+        first <= 3 * 501,
+        "{first} affinity calls on the big rule's threads"
+    );
+    assert!(
+        t.procs.reads() - reads <= 2 * 200 + 10,
+        "{} reads",
+        t.procs.reads() - reads
+    );
+    assert_eq!(big_on(&t), "5-6");
+    assert_eq!(
+        t.mgr.plan_of("md", Some(0)).unwrap().held().to_string(),
+        "4"
+    );
+    t.assert_explains(100, "tid 101 (ctl): left alone");
+
+    // Released (the loop's doing, once per SLOTS_KEPT at most): one more plan, the big
+    // rule's threads moved back once; nothing more to release after.
+    t.ops.clear_calls();
+    assert!(t.release_slots());
+    assert_eq!(big_on(&t), "4-5");
+    let back = big_tids(&t);
+    assert!(
+        back <= 3 * 501,
+        "{back} affinity calls on the big rule's threads"
+    );
+    assert!(t.mgr.plan_of("md", Some(0)).unwrap().held().is_empty());
+    assert!(!t.release_slots());
+    // A thread that takes the slot again plans again, as the first did.
+    t.renames(100, 101, "rx-a");
+    assert_eq!(big_on(&t), "5-6");
+    assert_eq!(t.ops.mask(101), Some(set("4")));
 }

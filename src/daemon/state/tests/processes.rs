@@ -128,6 +128,76 @@ fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
     ));
 }
 
+/// `Explain` of one's own process on a machine of several nodes reads its `numa_maps`
+/// off the loop: here a FIFO, which blocks a reader as a process whose memory map is
+/// held blocks one. The loop's handler returns with the read left to a reader and the
+/// call unanswered; the reader answers it once the read returns.
+#[test]
+fn explain_leaves_the_memory_read_to_a_reader_and_it_answers() {
+    use std::io::Write;
+    use std::sync::mpsc;
+    let (mut s, d, _job) = started(Timing::default());
+    let fixture = SysRoot::machine(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-e5620"),
+    );
+    s.topology = Some(Topology::discover(&fixture).unwrap());
+    let child = Sleeper::spawn("sleep");
+    let pid = child.pid();
+    // Where memory is read from: a tree whose numa_maps for `pid` is a FIFO.
+    let proc_dir = d.path().join("proc");
+    let own = proc_dir.join(pid.to_string());
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::write(own.join("cgroup"), "0::/\n").unwrap();
+    let fifo = own.join("numa_maps");
+    nix::unistd::mkfifo(
+        &fifo,
+        nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+    )
+    .unwrap();
+    s.cfg.sysroot.proc = proc_dir;
+
+    let (reply, mut answer) = tokio::sync::oneshot::channel();
+    let (done_tx, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        s.handle(Event::Command(crate::api::Call {
+            command: Command::Explain { pid, caller_uid: 0 },
+            reply,
+        }));
+        let _ = done_tx.send(s);
+    });
+    let mut s = done
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the loop's handler read numa_maps itself");
+    assert!(answer.try_recv().is_err(), "answered before the read");
+    let reads: Vec<_> = s
+        .take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::ReadMemory(r) => Some(r),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reads.len(), 1);
+    // The loop goes on answering while the read waits.
+    assert!(matches!(
+        s.command(Command::ListManaged { caller_uid: 0 }),
+        Ok(Reply::Managed(_))
+    ));
+    let read = reads.into_iter().next().unwrap();
+    let reader = std::thread::spawn(move || read.run(|_| {}));
+    let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    w.write_all(b"7f0000000000 default anon=768 dirty=768 N0=256 N1=512 kernelpagesize_kB=4\n")
+        .unwrap();
+    drop(w);
+    reader.join().unwrap();
+    let Ok(Ok(Reply::Explained { text, full })) = answer.try_recv() else {
+        panic!("no answer after the read")
+    };
+    assert!(full);
+    assert!(text.contains("node 1"), "{text}");
+    assert!(text.contains("numa_maps"), "{text}");
+}
+
 #[test]
 fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
     use crate::api::PlaceSpec;
