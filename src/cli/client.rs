@@ -223,7 +223,11 @@ pub fn reload(args: BusArgs) -> anyhow::Result<ExitCode> {
     block_on(async {
         let p = proxy(&args.bus).await?;
         let (n, errors) = p.reload().await.context("Reload")?;
-        outln!("{n} rules loaded, {} errors", errors.len());
+        outln!(
+            "{} loaded, {}",
+            crate::words::count(n as usize, "rule"),
+            crate::words::count(errors.len(), "error")
+        );
         for e in &errors {
             outln!("  {e}");
         }

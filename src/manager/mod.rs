@@ -381,6 +381,9 @@ pub struct Manager {
     /// user's task without CAP_SYS_NICE, or a security module), by pid, with their start
     /// time: not managed, counted and warned about once each (see `tracking`).
     denied: BTreeMap<i32, u64>,
+    /// Kernel threads a rule's name fits, by pid, with their start time: counted once
+    /// each (see `tracking`).
+    kernel_seen: BTreeMap<i32, u64>,
     /// Managed processes whose threads wait for a plan made for what was seen (a new
     /// cpuset, memory to weigh, a cpuset that changed): none of their threads is pinned
     /// before [`Input::Replanned`].
@@ -434,6 +437,7 @@ impl Manager {
             own_pid: std::process::id() as i32,
             protected: BTreeMap::new(),
             denied: BTreeMap::new(),
+            kernel_seen: BTreeMap::new(),
             awaiting: BTreeSet::new(),
             reapply: false,
             cmdlines: cmdlines::Cmdlines::default(),

@@ -106,6 +106,18 @@ impl Manager {
         hit
     }
 
+    /// A kernel thread looked at: never pinned. Counted (`kernel-thread` outcome) once
+    /// per thread whose name a rule's `comm` glob fits, not at every look at it, which
+    /// would grow the count by every kernel thread at each rescan.
+    fn kernel_thread_seen(&mut self, pid: i32, start_time: u64, comm: &str) {
+        if self.plan.rules().is_empty() || !self.may_match(comm) {
+            return;
+        }
+        if self.kernel_seen.insert(pid, start_time) != Some(start_time) {
+            self.counters.kernel_threads += 1;
+        }
+    }
+
     /// Looks at process `pid` afresh (exec, rename, fork of a managed parent, rescan)
     /// and manages, re-applies, switches or releases it.
     pub(super) fn consider(&mut self, pid: i32, parent: Option<i32>, out: &mut Vec<Change>) {
@@ -115,7 +127,7 @@ impl Manager {
                 return;
             };
             if entry.kernel_thread {
-                self.counters.kernel_threads += 1;
+                self.kernel_thread_seen(pid, entry.start_time, &entry.comm);
                 return;
             }
             if !self.may_match(&entry.comm) {
@@ -139,7 +151,7 @@ impl Manager {
     ) {
         let pid = snap.pid();
         if snap.kernel_thread {
-            self.counters.kernel_threads += 1;
+            self.kernel_thread_seen(pid, snap.start_time, &snap.info.comm);
             return;
         }
         // A managed pid whose start time changed is another process now.
@@ -457,16 +469,15 @@ impl Manager {
         }
         self.denied
             .retain(|pid, start| seen.get(pid) == Some(start));
+        self.kernel_seen
+            .retain(|pid, start| seen.get(pid) == Some(start));
         self.cmdlines
             .retain(|pid, start| seen.get(&pid) == Some(&start));
         self.memory_pending
             .retain(|pid, start| seen.get(pid) == Some(start));
         for e in &list {
             if e.kernel_thread {
-                if !self.plan.rules().is_empty() && self.may_match(&e.comm) {
-                    // A rule's comm glob also fits a kernel thread: never pinned.
-                    self.counters.kernel_threads += 1;
-                }
+                self.kernel_thread_seen(e.pid, e.start_time, &e.comm);
                 continue;
             }
             let unchanged = self

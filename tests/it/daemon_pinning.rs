@@ -290,7 +290,7 @@ fn client_commands_talk_to_the_daemon() {
     assert!(out.status.success(), "{out:?}");
     let s = out.stdout.as_str();
     assert!(s.contains("rules:        1 (0 errors)"), "{s}");
-    assert!(s.contains("managed:      1 processes"), "{s}");
+    assert!(s.contains("managed:      1 process, "), "{s}");
 
     let out = pinnerd(&["managed", "--bus", addr]);
     assert!(out.status.success(), "{out:?}");
@@ -315,7 +315,7 @@ fn client_commands_talk_to_the_daemon() {
     let out = pinnerd(&["reload", "--bus", addr]);
     assert!(out.status.success(), "{out:?}");
     assert!(
-        out.stdout.as_str().contains("1 rules loaded, 0 errors"),
+        out.stdout.as_str().contains("1 rule loaded, 0 errors"),
         "{}",
         format!("{out:?}")
     );

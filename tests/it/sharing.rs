@@ -174,7 +174,7 @@ fn remeasure_never_spins_on_an_exclusive_rule_s_cpu_and_says_which_cells_it_kept
     // ...and in the status line; the daemon is ready, not degraded.
     assert_eq!(bus.get("State"), "s \"ready\"");
     d.wait_note(
-        &format!("STATUS=ready: 1 rules, 0 errors, 1 processes managed, matrix of {} CPUs, earlier cells kept for CPU {held}", cpus.len()),
+        &format!("STATUS=ready: 1 rule, 0 errors, 1 process managed, matrix of {} CPUs, earlier cells kept for CPU {held}", cpus.len()),
         Duration::from_secs(10),
     );
     assert!(d.stop().success());

@@ -471,6 +471,25 @@ fn kernel_threads_are_skipped_quietly() {
     assert!(t.mgr.counters().kernel_threads >= 1);
 }
 
+/// The `kernel-thread` outcome counts kernel threads a rule's name fits, once each:
+/// not again at every rescan, and not those no rule could take.
+#[test]
+fn kernel_threads_are_counted_once_each_and_only_when_a_rule_fits_them() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(3, "feedworker", 1, &[]);
+    t.procs.set_kernel_thread(3);
+    t.process(4, "kworker/0:1", 1, &[]);
+    t.procs.set_kernel_thread(4);
+    t.process(5, "ksoftirqd/0", 1, &[]);
+    t.procs.set_kernel_thread(5);
+    t.ev(new_rules(rules(FEED)));
+    for _ in 0..5 {
+        t.ev(Input::Rescan);
+    }
+    assert_eq!(t.mgr.counters().kernel_threads, 1, "feedworker, once");
+    assert!(t.ops.sets().is_empty());
+}
+
 #[test]
 fn exclusive_rules_never_share_cpus_and_the_loser_is_visible() {
     let mut t = rig(ManagerConfig::default());
