@@ -1616,6 +1616,13 @@ run_check package-purge-restores check_package_purge 60
 if [ "$failed" -gt 0 ] || grep -qw 'pinnerd_vm.journal=always' /proc/cmdline; then
     [ "$failed" -gt 0 ] && echo "PINNERD-VM FAILED ${failed_names[*]}"
     echo "PINNERD-VM JOURNAL BEGIN"
+    # What placement had to go on: the stored matrix's rows and the domains made of it.
+    echo "---- stored matrix (/var/lib/pinnerd/matrix.json: cpus, rows in ns)"
+    jq -c '{cpus, rows: [.latency_ns[] | map(if . == null then null else (. * 10 | round / 10) end)]}' \
+        /var/lib/pinnerd/matrix.json 2>&1 | head -c 4000
+    echo
+    echo "---- pinnerd topology (the domains placement uses)"
+    pinnerd topology --matrix /var/lib/pinnerd/matrix.json 2>&1 | tail -n 40
     systemctl status --no-pager --full --lines=0 pinnerd.service 2>&1
     # One line per entry: uptime, pid, priority, message and the structured fields.
     journalctl -b --no-pager -o json -u pinnerd.service 2>&1 | jq -r '
