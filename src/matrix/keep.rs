@@ -76,12 +76,23 @@ pub fn restrict(m: &LatencyMatrix, cpus: &CpuSet) -> LatencyMatrix {
     out
 }
 
-/// `newer` with the cells of `older` for every pair `newer` lacks, over the union of
-/// their CPUs. Metadata (time, primitive, fingerprint, warnings) is `newer`'s.
+/// `newer` with the cells of `older` for the pairs of a CPU `newer` does not cover (one
+/// offline, or kept out of the measurement, while it was measured), over the union of
+/// their CPUs. A pair of two CPUs `newer` covers is `newer`'s, also when it has no
+/// figure there: that pair is left for completion to measure, as the daemon's matrix in
+/// memory leaves it, so the stored file and the matrix in use say the same. Metadata
+/// (time, primitive, fingerprint, warnings) is `newer`'s.
 pub fn merge(newer: &LatencyMatrix, older: &LatencyMatrix) -> LatencyMatrix {
     let union: CpuSet = newer.cpus.iter().chain(&older.cpus).copied().collect();
     let cpus: Vec<u32> = union.iter().collect();
-    let cell = |a: u32, b: u32| newer.between(a, b).or_else(|| older.between(a, b));
+    let covered = |a: u32, b: u32| newer.index_of(a).is_some() && newer.index_of(b).is_some();
+    let cell = |a: u32, b: u32| {
+        if covered(a, b) {
+            newer.between(a, b)
+        } else {
+            older.between(a, b)
+        }
+    };
     let latency_ns = cpus
         .iter()
         .map(|&a| {
@@ -90,7 +101,7 @@ pub fn merge(newer: &LatencyMatrix, older: &LatencyMatrix) -> LatencyMatrix {
                 .collect()
         })
         .collect();
-    let has = |s: &PairStats| newer.between(s.a, s.b).is_some();
+    let has = |s: &PairStats| covered(s.a, s.b);
     let mut stats: Vec<PairStats> = newer.stats.clone();
     stats.extend(older.stats.iter().filter(|s| !has(s)).cloned());
     stats.sort_by_key(|s| (s.a, s.b));
@@ -201,6 +212,27 @@ mod tests {
         let s = std::time::Duration::from_secs;
         assert_eq!(fill_budget(s(120), 15, 16, s(1)), s(15));
         assert_eq!(fill_budget(s(120), 1, 16, s(5)), s(5));
+    }
+
+    /// A pair the new matrix covers but has no figure for (its measurement failed) is
+    /// not filled from the old one: it stays for completion, and the counts say so.
+    #[test]
+    fn a_pair_the_new_matrix_covers_without_a_figure_is_not_filled_from_the_old() {
+        let stored = over("0-4");
+        let mut newer = LatencyMatrix::from_fn(vec![0, 1, 2, 3], |_, _| 1.0);
+        newer.latency_ns[1][2] = None;
+        newer.latency_ns[2][1] = None;
+        newer.sparse = Some(Box::new(crate::matrix::SparseCounts {
+            pairs_measured: 5,
+            pairs_total: 6,
+            modelled_seconds: 0.0,
+        }));
+        let m = merge(&newer, &stored);
+        assert_eq!(m.between(1, 2), None, "left for completion");
+        assert_eq!(m.between(0, 4), Some(value(0, 4)), "CPU 4's cells kept");
+        let sp = m.sparse.as_ref().unwrap();
+        assert_eq!((sp.pairs_measured, sp.pairs_total), (9, 10));
+        assert_eq!(crate::measure::complete::pending(&m), vec![(1, 2)]);
     }
 
     #[test]
