@@ -204,6 +204,14 @@ impl Domains {
                         c.0.push(k);
                     }
                 }
+                // Siblings are a fact of the hardware, whatever the matrix's figure made
+                // of them (a pair level slower than real SMT, as under an emulator, is
+                // named a cluster): sysfs's SMT names the level, so that `smt = "avoid"`
+                // and exclusive cores see the cores.
+                if tl.kind == LevelKind::Smt {
+                    c.0.retain(|&k| k != LevelKind::Smt);
+                    c.0.insert(0, LevelKind::Smt);
+                }
                 continue;
             }
             // Not in the matrix: keep it if it nests with every matrix level.
