@@ -101,7 +101,14 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     for w in &warnings {
         eprintln!("pinnerd: {w}");
     }
-    let domains = domains::select(matrix.as_ref(), Some(&topology), Misfit::Refuse)
+    // A --matrix that does not fit is the user's error; the stored one is taken as the
+    // daemon takes it (the topology where it does not fit).
+    let misfit = if args.matrix.is_some() {
+        Misfit::Refuse
+    } else {
+        Misfit::Topology
+    };
+    let domains = domains::select(matrix.as_ref(), Some(&topology), misfit)
         .with_context(|| format!("the {source} does not fit this machine"))?
         .domains;
     let facts = Facts::from_topology(&topology);
