@@ -140,6 +140,27 @@ pub fn man_page() -> std::io::Result<String> {
         roff.text([italic(file)]);
         roff.text([roman(what)]);
     }
+    exit_status(&mut roff);
+    roff.control("SH", ["SEE ALSO"]);
+    roff.text([
+        bold("pinnerd.d"),
+        roman("(5), "),
+        bold("pinnerd.toml"),
+        roman("(5), "),
+        bold("taskset"),
+        roman("(1), "),
+        bold("busctl"),
+        roman("(1), "),
+        bold("systemd.exec"),
+        roman("(5)"),
+    ]);
+    page.push_str(&roff.to_roff());
+    Ok(ascii_safe(&page))
+}
+
+/// The EXIT STATUS section: every status the binary exits with
+/// (`tests/it/manpages.rs` checks them against the binary).
+fn exit_status(roff: &mut Roff) {
     roff.control("SH", ["EXIT STATUS"]);
     for (code, what) in [
         ("0".to_string(), "Success.".to_string()),
@@ -174,21 +195,6 @@ pub fn man_page() -> std::io::Result<String> {
         roff.text([bold(code)]);
         roff.text([roman(what)]);
     }
-    roff.control("SH", ["SEE ALSO"]);
-    roff.text([
-        bold("pinnerd.d"),
-        roman("(5), "),
-        bold("pinnerd.toml"),
-        roman("(5), "),
-        bold("taskset"),
-        roman("(1), "),
-        bold("busctl"),
-        roman("(1), "),
-        bold("systemd.exec"),
-        roman("(5)"),
-    ]);
-    page.push_str(&roff.to_roff());
-    Ok(ascii_safe(&page))
 }
 
 /// The page with the few non-ASCII characters of the help texts written as groff

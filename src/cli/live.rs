@@ -68,46 +68,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let report = load_dirs(&dirs, &policy);
     let topology = Topology::discover(&machine)
         .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
-    // The matrix the daemon plans on: the stored one that fits this machine (a captured
-    // tree is another machine: no stored matrix is its).
-    let mut warnings = Vec::new();
-    let dir = args
-        .state_dir
-        .clone()
-        .unwrap_or_else(super::plan::default_state_dir);
-    let (matrix, source) = match &args.matrix {
-        Some(path) => (
-            Some(LatencyMatrix::load(path)?),
-            format!("matrix {}", path.display()),
-        ),
-        None => match root
-            .is_live_sys()
-            .then(|| super::plan::stored_matrix(&dir, &root, Some(&topology), &mut warnings))
-            .flatten()
-        {
-            Some((path, m)) => (
-                Some(m),
-                format!("the stored matrix {}, as the daemon plans", path.display()),
-            ),
-            None => (
-                None,
-                format!(
-                    "sysfs topology: no stored matrix for this machine in {} (give --matrix to plan on latencies)",
-                    dir.display()
-                ),
-            ),
-        },
-    };
-    for w in &warnings {
-        eprintln!("pinnerd: {w}");
-    }
-    // A --matrix that does not fit is the user's error; the stored one is taken as the
-    // daemon takes it (the topology where it does not fit).
-    let misfit = if args.matrix.is_some() {
-        Misfit::Refuse
-    } else {
-        Misfit::Topology
-    };
+    let (matrix, source, misfit) = matrix_to_plan_on(args, &root, &topology)?;
     let domains = domains::select(matrix.as_ref(), Some(&topology), misfit)
         .with_context(|| format!("the {source} does not fit this machine"))?
         .domains;
@@ -266,6 +227,51 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         .into());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The matrix the dry run plans on, what to call it, and what to do when it does not
+/// fit: `--matrix` (not fitting is the user's error), else the one the daemon stored for
+/// this machine in the state directory, taken as the daemon takes it (the topology where
+/// it does not fit); a captured tree is another machine, which no stored matrix is.
+fn matrix_to_plan_on(
+    args: &LiveArgs,
+    root: &SysRoot,
+    topology: &Topology,
+) -> anyhow::Result<(Option<LatencyMatrix>, String, Misfit)> {
+    if let Some(path) = &args.matrix {
+        let m = LatencyMatrix::load(path)?;
+        return Ok((
+            Some(m),
+            format!("matrix {}", path.display()),
+            Misfit::Refuse,
+        ));
+    }
+    let dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(super::plan::default_state_dir);
+    let mut warnings = Vec::new();
+    let stored = root
+        .is_live_sys()
+        .then(|| super::plan::stored_matrix(&dir, root, Some(topology), &mut warnings))
+        .flatten();
+    for w in &warnings {
+        eprintln!("pinnerd: {w}");
+    }
+    let (matrix, source) = match stored {
+        Some((path, m)) => (
+            Some(m),
+            format!("the stored matrix {}, as the daemon plans", path.display()),
+        ),
+        None => (
+            None,
+            format!(
+                "sysfs topology: no stored matrix for this machine in {} (give --matrix to plan on latencies)",
+                dir.display()
+            ),
+        ),
+    };
+    Ok((matrix, source, Misfit::Topology))
 }
 
 /// `{"0": bytes, "1": bytes}` as `plan --pid` gives it; `{}` on one node, `null` when
