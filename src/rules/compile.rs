@@ -203,6 +203,8 @@ pub struct ThreadRule {
     pub shared: bool,
     /// Where its `comm` is written in the file.
     pub at: Location,
+    /// `isolate = true`: its CPUs are an isolated cpuset partition while held.
+    pub isolate: bool,
 }
 
 /// A validated, compiled rule.
@@ -226,6 +228,12 @@ pub struct Rule {
     /// `memory = "follow"` in `[rule.place]`: its processes' memory is moved to the
     /// nodes of their CPUs.
     pub memory_follow: bool,
+    /// `isolate = true` in `[rule.place]`: its CPUs are an isolated cpuset partition
+    /// while held (see `hold`).
+    pub isolate: bool,
+    /// `unit-cpuset = true` in `[rule.place]`: its processes' systemd unit is confined
+    /// to its CPUs (see `hold`).
+    pub unit_cpuset: bool,
 }
 
 impl Rule {
@@ -351,6 +359,16 @@ pub fn compile_file(
                     .as_ref()
                     .and_then(|p| p.get_ref().memory.as_ref())
                     .is_some_and(|m| *m.get_ref() == super::format::Memory::Follow),
+                isolate: spec
+                    .place
+                    .as_ref()
+                    .and_then(|p| p.get_ref().isolate.as_ref())
+                    .is_some_and(|i| *i.get_ref()),
+                unit_cpuset: spec
+                    .place
+                    .as_ref()
+                    .and_then(|p| p.get_ref().unit_cpuset.as_ref())
+                    .is_some_and(|u| *u.get_ref()),
             });
         }
     }
@@ -510,6 +528,12 @@ fn place_request(
     f: PlaceKeys<'_>,
     table_span: Range<usize>,
 ) -> Option<PlacementRequest> {
+    if let Some(isolate) = f.isolate.as_ref().filter(|i| *i.get_ref()) {
+        if !f.exclusive.as_ref().is_some_and(|e| *e.get_ref()) {
+            cx.err(&isolate.span(), RuleErrorKind::IsolateNeedsExclusive { section });
+            return None;
+        }
+    }
     let target = match (f.cpus, f.count) {
         (Some(cpus), Some(_)) => {
             cx.err(&cpus.span(), RuleErrorKind::CpusAndCount { section });
@@ -625,5 +649,6 @@ fn compile_thread(cx: &mut Ctx<'_>, t: &ThreadSpec) -> Option<ThreadRule> {
         request,
         shared: t.shared.as_ref().is_some_and(|s| *s.get_ref()),
         at: cx.lines.locate(t.comm.span().start),
+        isolate: t.isolate.as_ref().is_some_and(|i| *i.get_ref()),
     })
 }

@@ -149,6 +149,8 @@ pub enum RuleErrorKind {
     NoPlacement { name: String },
     #[error("{section}: `cpus` and `count` cannot both be given")]
     CpusAndCount { section: &'static str },
+    #[error("{section}: `isolate = true` needs `exclusive = true`: CPUs no other task may use cannot be shared with other rules")]
+    IsolateNeedsExclusive { section: &'static str },
     #[error("{section}: give either `cpus` or `count`")]
     NoCpusNorCount { section: &'static str },
     #[error("{section}: `{key}` applies only to `count`; explicit `cpus` are used as given")]

@@ -88,7 +88,7 @@ pub struct MatchSpec {
 
 /// Declares a table that takes the placement keys `[rule.place]` and `[[rule.threads]]`
 /// share (`cpus`, `count`, `within`, `policy`, `smt`, `exclusive`, `core-type`, `prefer`,
-/// `near`) between its own keys before and after the `..`, and its `keys()`: a view of
+/// `near`, `isolate`) between its own keys before and after the `..`, and its `keys()`: a view of
 /// those shared keys. One list, so that the two tables cannot drift apart; not
 /// `#[serde(flatten)]`, which would drop `deny_unknown_fields` and the spans.
 macro_rules! placement_table {
@@ -143,6 +143,10 @@ macro_rules! placement_table {
             /// With `count`: near this device (interface, PCI address, block device, /dev path).
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub near: Option<Spanned<String>>,
+            /// With `exclusive`: while held, the CPUs are a cgroup v2 isolated cpuset
+            /// partition: no task outside the rule's processes runs there (see `hold`).
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub isolate: Option<Spanned<bool>>,
             $( $(#[$tail_meta])* pub $tail: $tail_type, )*
         }
 
@@ -159,6 +163,7 @@ macro_rules! placement_table {
                     core_type: &self.core_type,
                     prefer: &self.prefer,
                     near: &self.near,
+                    isolate: &self.isolate,
                 }
             }
         }
@@ -177,6 +182,7 @@ pub struct PlaceKeys<'a> {
     pub core_type: &'a Option<Spanned<CoreType>>,
     pub prefer: &'a Option<Spanned<Prefer>>,
     pub near: &'a Option<Spanned<String>>,
+    pub isolate: &'a Option<Spanned<bool>>,
 }
 
 placement_table! {
@@ -203,6 +209,16 @@ placement_table! {
         /// `"leave"` (default): memory is not moved.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pub memory: Option<Spanned<Memory>>,
+        /// `true`: the systemd unit the rule's process runs in is confined to the rule's
+        /// CPUs (and, with `memory = "follow"`, their nodes) through its `AllowedCPUs=`
+        /// and `AllowedMemoryNodes=`, so what it starts later is born there (see `hold`).
+        /// Default `false`.
+        #[serde(
+            default,
+            rename = "unit-cpuset",
+            skip_serializing_if = "Option::is_none"
+        )]
+        pub unit_cpuset: Option<Spanned<bool>>,
     }
 }
 

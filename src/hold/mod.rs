@@ -1,0 +1,742 @@
+//! Holding CPUs for a rule's units: systemd's `AllowedCPUs=`/`AllowedMemoryNodes=` on
+//! the unit its process runs in (`unit-cpuset = true`: what the unit starts later is
+//! born on the rule's CPUs and memory), and an isolated cpuset partition of them
+//! (`isolate = true`: no other task runs there).
+//!
+//! ```text
+//!   Want { rule, pid, cpus, mems, isolate }     (the daemon, after every change)
+//!     │  systemd: GetUnitByPID ─► the unit, or a scope of its own for a process in a
+//!     │           login session (StartTransientUnit PIDs=, same slice)
+//!     ▼
+//!   Target per unit ─► diff with what is held ─► release / apply
+//!     apply:   journal first ─► AllowedCPUs=/AllowedMemoryNodes= (runtime) ─►
+//!              partition (see `partition`) ─► read back ─► HoldReport
+//!     release: partition undone ─► the unit's own values back ─► masks systemd left
+//!              on the CPUs given back (systemd #43846) ─► journal
+//!   holds.json (runtime directory): a crash or kill -9 leaves it; the next start
+//!   keeps what still has its processes until the daemon wants it again, and undoes
+//!   the rest
+//! ```
+//!
+//! Which cgroup becomes the partition: the unit's. A service is held whole (all its
+//! processes, the main one never moved out of its cgroup); a process of a login session
+//! (`session-N.scope`, the user's slice) is moved into a scope of its own
+//! (`pinnerd-RULE-PID.scope`, in the same slice) so that the shell beside it is not
+//! confined; any other scope (a container's, `systemd-run --scope`) is held whole, and
+//! so is a container: its processes are confined together. `init.scope` never.
+//!
+//! Owns: the decisions above, the journal, the order of steps. Must not touch: the
+//! plan (it is given CPUs), task placement inside the unit (the manager's), the bus
+//! connection's details (see `systemd`), cgroup files' details (see `partition`).
+
+pub mod partition;
+pub mod systemd;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cpuset::CpuSet;
+use crate::infile::{self, InError, Links};
+use partition::{Cgroup2, Partition, Unable};
+use systemd::{Allowed, UnitError, UnitInfo, Units};
+
+/// File name of the hold journal under the runtime directory.
+pub const JOURNAL_FILE: &str = "holds.json";
+/// Largest journal read.
+const MAX_JOURNAL_SIZE: u64 = 4 << 20;
+/// How long holds a previous run left (their processes still running) wait for the
+/// daemon to want them again before they are undone.
+pub const RECOVERY_GRACE: Duration = Duration::from_secs(5);
+
+/// What the daemon wants held for one managed process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Want {
+    pub rule: String,
+    pub pid: u32,
+    /// The CPUs the rule holds for it.
+    pub cpus: CpuSet,
+    /// With `memory = "follow"`: the nodes of those CPUs.
+    pub mems: Option<CpuSet>,
+    /// `isolate = true`: the CPUs become an isolated partition.
+    pub isolate: bool,
+}
+
+/// What holding one process came to, for `explain`, `status`, `plan --live` and the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HoldReport {
+    pub rule: String,
+    pub pid: u32,
+    /// The unit confined (`md-feed.service`, or the scope pinnerd made).
+    pub unit: Option<String>,
+    pub cpus: CpuSet,
+    pub mems: Option<CpuSet>,
+    /// `AllowedCPUs=` (and `AllowedMemoryNodes=`) are set on the unit.
+    pub confined: bool,
+    /// The rule asked for isolation.
+    pub isolate: bool,
+    /// The CPUs are an isolated partition now.
+    pub isolated: bool,
+    /// What could not be done, in one line.
+    pub problem: Option<String>,
+}
+
+impl HoldReport {
+    /// One line: what is held and how, or why not.
+    pub fn line(&self) -> String {
+        let mut s = String::new();
+        if let (true, Some(unit)) = (self.confined, &self.unit) {
+            s.push_str(&format!("unit {unit}: AllowedCPUs={}", self.cpus));
+            if let Some(m) = &self.mems {
+                s.push_str(&format!(", AllowedMemoryNodes={m}"));
+            }
+            s.push_str(" (set by pinnerd)");
+        }
+        if self.isolated {
+            if !s.is_empty() {
+                s.push_str("; ");
+            }
+            s.push_str(&format!("CPUs {} isolated (cpuset partition)", self.cpus));
+        }
+        if let Some(p) = &self.problem {
+            if !s.is_empty() {
+                s.push_str("; ");
+            }
+            if self.isolate && !self.isolated {
+                s.push_str(&format!("not isolated: {p}; the rule stays merely exclusive"));
+            } else {
+                s.push_str(&format!("unit not confined: {p}"));
+            }
+        }
+        s
+    }
+}
+
+/// Where a process's hold lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Place {
+    /// The unit itself (a service, a container's or pinnerd's own scope).
+    Unit(UnitInfo),
+    /// A scope pinnerd makes for the process, in this slice.
+    Adopt { scope: String, slice: String },
+}
+
+/// The cgroup a process's hold uses, or why there is none.
+fn place_for(info: &UnitInfo, rule: &str, pid: u32) -> Result<Place, String> {
+    let name = info.name.as_str();
+    if name == "init.scope" || info.cgroup == "/" || info.cgroup.is_empty() {
+        return Err(format!(
+            "pid {pid} runs in {name} (cgroup {:?}), which pinnerd does not confine",
+            info.cgroup
+        ));
+    }
+    let session = name.ends_with(".scope")
+        && !name.starts_with("pinnerd-")
+        && (name.starts_with("session-")
+            || info.slice.starts_with("user-")
+            || info.slice == "user.slice");
+    if session {
+        return Ok(Place::Adopt {
+            scope: systemd::scope_name(rule, pid),
+            slice: info.slice.clone(),
+        });
+    }
+    if name.ends_with(".service") || name.ends_with(".scope") {
+        return Ok(Place::Unit(info.clone()));
+    }
+    Err(format!("pid {pid} runs in {name}, not in a service or a scope"))
+}
+
+/// One unit held: enough to undo it after a crash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub rule: String,
+    pub unit: String,
+    pub cgroup: String,
+    pub pids: Vec<u32>,
+    /// The unit is a scope pinnerd made (its values before are "not set").
+    pub adopted: bool,
+    pub cpus: CpuSet,
+    pub mems: Option<CpuSet>,
+    /// The unit's own `AllowedCPUs=`/`AllowedMemoryNodes=` before (empty: not set).
+    pub before_cpus: CpuSet,
+    pub before_mems: CpuSet,
+    /// `AllowedCPUs=` was set (journalled before the call).
+    pub confined: bool,
+    pub isolate: bool,
+    pub partition: Option<Partition>,
+    /// The partition was made through systemd's `CPUSetPartition=`.
+    #[serde(default)]
+    pub by_systemd: bool,
+}
+
+impl Hold {
+    fn same_target(&self, t: &Target) -> bool {
+        self.rule == t.rule
+            && self.unit == t.unit_name()
+            && self.cpus == t.cpus
+            && self.mems == t.mems
+            && self.isolate == t.isolate
+    }
+}
+
+/// What one unit should hold.
+#[derive(Debug, Clone)]
+struct Target {
+    rule: String,
+    place: Place,
+    pids: Vec<u32>,
+    cpus: CpuSet,
+    mems: Option<CpuSet>,
+    isolate: bool,
+}
+
+impl Target {
+    fn unit_name(&self) -> &str {
+        match &self.place {
+            Place::Unit(u) => &u.name,
+            Place::Adopt { scope, .. } => scope,
+        }
+    }
+}
+
+/// The journal of holds: what to undo if the daemon dies.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    path: PathBuf,
+}
+
+impl Journal {
+    pub fn new(runtime_dir: &Path) -> Journal {
+        Journal {
+            path: runtime_dir.join(JOURNAL_FILE),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Replaces the journal atomically; empty removes it.
+    pub fn save(&self, holds: &[Hold]) -> Result<(), String> {
+        let text = if holds.is_empty() {
+            None
+        } else {
+            Some(serde_json::to_string_pretty(holds).map_err(|e| format!("{}: {e}", self.path.display()))?)
+        };
+        crate::outfile::replace_own(&self.path, text.as_ref().map(|t| t.as_bytes()), true)
+            .map_err(|(p, e)| format!("{}: {e}", p.display()))
+    }
+
+    /// What a previous run left: empty when there is no journal.
+    pub fn load(&self) -> Result<Vec<Hold>, String> {
+        let opened = infile::open_regular(&self.path, Links::Refuse)
+            .and_then(|(file, md)| infile::read_text(file, md.len(), MAX_JOURNAL_SIZE));
+        let text = match opened {
+            Ok(text) => text,
+            Err(InError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(format!("{}: {e}", self.path.display())),
+        };
+        serde_json::from_str(&text).map_err(|e| format!("{}: corrupt hold journal: {e}", self.path.display()))
+    }
+}
+
+/// Gives back the masks systemd leaves on a unit's tasks when its `AllowedCPUs=` is
+/// reset (systemd #43846): every task of `cgroup` whose mask is exactly `held` gets the
+/// cgroup's effective CPUs. Returns how many were given back.
+pub type GiveBack = dyn Fn(&Cgroup2, &str, &CpuSet) -> usize + Send;
+
+/// The real [`GiveBack`]: `cgroup.threads` and `sched_setaffinity`.
+pub fn give_back_masks(cg2: &Cgroup2, cgroup: &str, held: &CpuSet) -> usize {
+    use crate::affinity::AffinityOps;
+    let dir = cg2.dir(cgroup);
+    let Ok(effective) = crate::sysroot::read_bounded(dir.join("cpuset.cpus.effective"))
+        .map_err(|_| ())
+        .and_then(|t| t.trim().parse::<CpuSet>().map_err(|_| ()))
+    else {
+        return 0;
+    };
+    if effective.is_empty() || &effective == held {
+        return 0;
+    }
+    let Ok(threads) = crate::sysroot::read_bounded(dir.join("cgroup.threads")) else {
+        return 0;
+    };
+    let ops = crate::affinity::SystemOps::new(crate::sysroot::SysRoot::default());
+    let mut n = 0;
+    for tid in threads.split_whitespace().filter_map(|t| t.parse::<i32>().ok()) {
+        if ops.get_affinity(tid).is_ok_and(|m| &m == held) && ops.set_affinity(tid, &effective).is_ok() {
+            n += 1;
+        }
+    }
+    n
+}
+
+/// The holder: owns every hold and the journal. Runs on a thread of its own (its calls
+/// to systemd may wait); the daemon sends it wants and gets reports.
+pub struct Holder {
+    units: Result<Box<dyn Units>, String>,
+    cg2: Result<Cgroup2, Unable>,
+    journal: Journal,
+    give_back: Box<GiveBack>,
+    held: Vec<Hold>,
+    /// Holds a previous run left whose processes still run, kept until `grace_until`.
+    recovered: Vec<Hold>,
+    grace_until: Option<Instant>,
+    /// Each wanted pid's unit, asked once.
+    units_of: HashMap<u32, Result<UnitInfo, String>>,
+}
+
+impl Holder {
+    pub fn new(
+        units: Result<Box<dyn Units>, String>,
+        cg2: Result<Cgroup2, Unable>,
+        journal: Journal,
+        give_back: Box<GiveBack>,
+    ) -> Holder {
+        Holder {
+            units,
+            cg2,
+            journal,
+            give_back,
+            held: Vec::new(),
+            recovered: Vec::new(),
+            grace_until: None,
+            units_of: HashMap::new(),
+        }
+    }
+
+    /// Why nothing can be isolated on this machine, if so (for `check` and `status`).
+    pub fn cannot_isolate(&self) -> Option<String> {
+        match &self.cg2 {
+            Err(e) => Some(e.to_string()),
+            Ok(c) => c.probe().err().map(|e| e.to_string()),
+        }
+    }
+
+    /// At start: reads what a previous run left. Holds whose unit still has processes
+    /// are kept (isolation is never left for nobody, nor dropped under a running
+    /// process) until the daemon wants them again or `RECOVERY_GRACE` passes; the rest
+    /// are undone now. Returns lines for the log.
+    pub fn recover(&mut self, now: Instant) -> Vec<String> {
+        let mut lines = Vec::new();
+        let left = match self.journal.load() {
+            Ok(left) => left,
+            Err(e) => return vec![format!("hold journal not used: {e}")],
+        };
+        for h in left {
+            let alive = self.cg2.as_ref().is_ok_and(|c| c.populated(&h.cgroup));
+            if alive {
+                lines.push(format!("kept what a previous run held for rule {} in {} until it is wanted again", h.rule, h.unit));
+                self.recovered.push(h);
+            } else {
+                let problems = self.undo(&h);
+                lines.push(format!(
+                    "undid what a previous run held for rule {} in {}{}",
+                    h.rule,
+                    h.unit,
+                    if problems.is_empty() { String::new() } else { format!(" ({})", problems.join("; ")) }
+                ));
+            }
+        }
+        if !self.recovered.is_empty() {
+            self.grace_until = Some(now + RECOVERY_GRACE);
+        }
+        self.save();
+        lines
+    }
+
+    /// When the holder next needs to run without a new want (recovered holds expire).
+    pub fn deadline(&self) -> Option<Instant> {
+        self.grace_until
+    }
+
+    /// Recovered holds nobody wanted within the grace: undone.
+    pub fn expire(&mut self, now: Instant) -> Vec<String> {
+        let Some(until) = self.grace_until else {
+            return Vec::new();
+        };
+        if now < until {
+            return Vec::new();
+        }
+        self.grace_until = None;
+        let mut lines = Vec::new();
+        for h in std::mem::take(&mut self.recovered) {
+            let problems = self.undo(&h);
+            lines.push(format!(
+                "undid what a previous run held for rule {} in {}: not wanted again{}",
+                h.rule,
+                h.unit,
+                if problems.is_empty() { String::new() } else { format!(" ({})", problems.join("; ")) }
+            ));
+        }
+        self.save();
+        lines
+    }
+
+    fn unit_of(&mut self, pid: u32) -> Result<UnitInfo, String> {
+        if let Some(known) = self.units_of.get(&pid) {
+            return known.clone();
+        }
+        let units = self.units.as_ref().map_err(|e| e.clone())?;
+        let got = units.unit_of_pid(pid).map_err(|e| e.to_string());
+        self.units_of.insert(pid, got.clone());
+        got
+    }
+
+    /// Makes what is held match `wants`: releases what is no longer wanted (or wanted
+    /// otherwise), applies what is new. Returns a report per want, in order.
+    pub fn reconcile(&mut self, wants: &[Want]) -> Vec<HoldReport> {
+        self.units_of.retain(|pid, _| wants.iter().any(|w| w.pid == *pid));
+        let mut reports: Vec<HoldReport> = wants
+            .iter()
+            .map(|w| HoldReport {
+                rule: w.rule.clone(),
+                pid: w.pid,
+                unit: None,
+                cpus: w.cpus.clone(),
+                mems: w.mems.clone(),
+                confined: false,
+                isolate: w.isolate,
+                isolated: false,
+                problem: None,
+            })
+            .collect();
+        // Group the wants by the unit that holds them.
+        let mut targets: BTreeMap<String, Target> = BTreeMap::new();
+        let mut target_of: Vec<Option<String>> = vec![None; wants.len()];
+        for (i, w) in wants.iter().enumerate() {
+            let place = match self.unit_of(w.pid).and_then(|info| place_for(&info, &w.rule, w.pid)) {
+                Ok(p) => p,
+                Err(why) => {
+                    reports[i].problem = Some(why);
+                    continue;
+                }
+            };
+            let key = match &place {
+                Place::Unit(u) => u.name.clone(),
+                Place::Adopt { scope, .. } => scope.clone(),
+            };
+            match targets.get_mut(&key) {
+                Some(t) if t.rule != w.rule => {
+                    reports[i].problem = Some(format!("unit {key} is already held for rule {}", t.rule));
+                    continue;
+                }
+                Some(t) => {
+                    t.pids.push(w.pid);
+                    t.cpus = t.cpus.union(&w.cpus);
+                    t.mems = match (&t.mems, &w.mems) {
+                        (Some(a), Some(b)) => Some(a.union(b)),
+                        (a, b) => a.clone().or_else(|| b.clone()),
+                    };
+                    t.isolate |= w.isolate;
+                }
+                None => {
+                    targets.insert(
+                        key.clone(),
+                        Target {
+                            rule: w.rule.clone(),
+                            place,
+                            pids: vec![w.pid],
+                            cpus: w.cpus.clone(),
+                            mems: w.mems.clone(),
+                            isolate: w.isolate,
+                        },
+                    );
+                }
+            }
+            target_of[i] = Some(key);
+        }
+        // Release what is no longer wanted as it is.
+        let mut kept = Vec::new();
+        for h in std::mem::take(&mut self.held) {
+            match targets.get(&h.unit) {
+                Some(t) if h.same_target(t) => kept.push(h),
+                _ => {
+                    for p in self.undo(&h) {
+                        tracing::warn!(rule = %h.rule, unit = %h.unit, problem = %p, "hold not fully undone");
+                    }
+                    tracing::info!(rule = %h.rule, unit = %h.unit, cpus = %h.cpus, "unit let go");
+                }
+            }
+        }
+        self.held = kept;
+        // Recovered holds that are wanted as they are: taken over, untouched.
+        let mut still = Vec::new();
+        for h in std::mem::take(&mut self.recovered) {
+            match targets.get(&h.unit) {
+                Some(t) if h.same_target(t) && !self.held.iter().any(|k| k.unit == h.unit) => {
+                    tracing::info!(rule = %h.rule, unit = %h.unit, "hold left by a previous run taken over");
+                    self.held.push(h);
+                }
+                Some(_) => {
+                    self.undo(&h);
+                }
+                None => still.push(h),
+            }
+        }
+        self.recovered = still;
+        if self.recovered.is_empty() {
+            self.grace_until = None;
+        }
+        self.save();
+        // Apply what is new.
+        let mut outcome: HashMap<String, (Option<String>, bool, bool, Option<String>)> = HashMap::new();
+        for (key, t) in &targets {
+            if let Some(h) = self.held.iter().find(|h| &h.unit == key) {
+                let isolated = h.partition.is_some();
+                let problem = (t.isolate && !isolated).then(|| "the partition was refused earlier".to_string());
+                outcome.insert(key.clone(), (Some(h.unit.clone()), h.confined, isolated, problem));
+                continue;
+            }
+            let (hold, problem) = self.apply(t);
+            let entry = match &hold {
+                Some(h) => (Some(h.unit.clone()), h.confined, h.partition.is_some(), problem),
+                None => (None, false, false, problem),
+            };
+            if let Some(h) = hold {
+                self.held.push(h);
+            }
+            self.save();
+            outcome.insert(key.clone(), entry);
+        }
+        for (i, key) in target_of.iter().enumerate() {
+            let Some(key) = key else { continue };
+            if let Some((unit, confined, isolated, problem)) = outcome.get(key) {
+                let r = &mut reports[i];
+                r.unit = unit.clone();
+                r.confined = *confined;
+                r.isolated = *isolated;
+                // The unit's CPUs are the union of its processes': report them.
+                if let Some(h) = self.held.iter().find(|h| &h.unit == key) {
+                    r.cpus = h.cpus.clone();
+                    r.mems = h.mems.clone();
+                }
+                if r.problem.is_none() {
+                    r.problem = problem.clone();
+                }
+            }
+        }
+        reports
+    }
+
+    /// Applies one target; the hold made (if anything was done) and what could not be.
+    fn apply(&mut self, t: &Target) -> (Option<Hold>, Option<String>) {
+        let units = match &self.units {
+            Ok(u) => u,
+            Err(e) => return (None, Some(e.clone())),
+        };
+        // Isolation that cannot work is said before anything is changed.
+        let cannot = if t.isolate {
+            match &self.cg2 {
+                Err(e) => Some(e.to_string()),
+                Ok(c) => c.probe().err().map(|e| e.to_string()),
+            }
+        } else {
+            None
+        };
+        if let (true, Some(why)) = (t.isolate, &cannot) {
+            return (None, Some(why.clone()));
+        }
+        let (unit, cgroup, adopted, before) = match &t.place {
+            Place::Unit(u) => match units.allowed(&u.name) {
+                Ok(b) => (u.name.clone(), u.cgroup.clone(), false, b),
+                Err(e) => return (None, Some(e.to_string())),
+            },
+            Place::Adopt { scope, slice } => {
+                let cgroup = format!("/{}/{scope}", slice_path(slice));
+                (scope.clone(), cgroup, true, Allowed::default())
+            }
+        };
+        let mut hold = Hold {
+            rule: t.rule.clone(),
+            unit: unit.clone(),
+            cgroup,
+            pids: t.pids.clone(),
+            adopted,
+            cpus: t.cpus.clone(),
+            mems: t.mems.clone(),
+            before_cpus: before.cpus,
+            before_mems: before.mems,
+            confined: true,
+            isolate: t.isolate,
+            partition: None,
+            by_systemd: false,
+        };
+        // On record before the first change: a crash halfway leaves nothing unknown.
+        self.held.push(hold.clone());
+        self.save();
+        self.held.pop();
+        let confined = match &t.place {
+            Place::Unit(_) => units.set_allowed(&unit, Some(&t.cpus), t.mems.as_ref()),
+            Place::Adopt { scope, slice } => units.adopt(
+                scope,
+                slice,
+                t.pids[0],
+                &Allowed {
+                    cpus: t.cpus.clone(),
+                    mems: t.mems.clone().unwrap_or_default(),
+                },
+                &format!("pinnerd: rule {} holds pid {}", t.rule, t.pids[0]),
+            ),
+        };
+        if let Err(e) = confined {
+            let why = e.to_string();
+            hold.confined = false;
+            self.undo(&hold);
+            return (None, Some(why));
+        }
+        if adopted {
+            // The process now runs in the new scope: its cgroup as systemd made it.
+            self.units_of.remove(&t.pids[0]);
+            match units.unit_of_pid(t.pids[0]) {
+                Ok(info) if info.name == unit => hold.cgroup = info.cgroup,
+                Ok(info) => {
+                    tracing::warn!(pid = t.pids[0], unit = %info.name, scope = %unit, "process not in the scope made for it");
+                }
+                Err(e) => tracing::warn!(pid = t.pids[0], error = %e, "cannot read the scope made for a process"),
+            }
+        }
+        let mut problem = None;
+        match units.effective(&unit) {
+            Ok(eff) if eff.cpus != t.cpus => {
+                problem = Some(format!(
+                    "systemd gives unit {unit} CPUs {} instead of {}",
+                    eff.cpus, t.cpus
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => problem = Some(e.to_string()),
+        }
+        if t.isolate && problem.is_none() {
+            match self.partition(&hold) {
+                Ok((p, by_systemd)) => {
+                    hold.partition = Some(p);
+                    hold.by_systemd = by_systemd;
+                }
+                Err(e) => problem = Some(e.to_string()),
+            }
+        }
+        if t.isolate && hold.partition.is_none() {
+            // Merely exclusive, as before: the unit is not left confined for nothing.
+            self.undo(&hold);
+            return (None, problem);
+        }
+        (Some(hold), problem)
+    }
+
+    /// Makes the hold's cgroup an isolated partition: through systemd's own
+    /// `CPUSetPartition=` where it has it and that is read back as isolated, else by
+    /// the cgroup files.
+    fn partition(&self, h: &Hold) -> Result<(Partition, bool), Unable> {
+        let cg2 = self.cg2.as_ref().map_err(Clone::clone)?;
+        if let Ok(units) = &self.units {
+            if let Ok(Some(_)) = units.partition_property(&h.unit) {
+                if units.set_partition(&h.unit, "isolated").is_ok() {
+                    let p = Partition {
+                        cgroup: h.cgroup.clone(),
+                        cpus: h.cpus.clone(),
+                        before: "member".into(),
+                        granted: Vec::new(),
+                    };
+                    if cg2.holds(&p) {
+                        return Ok((p, true));
+                    }
+                    let _ = units.set_partition(&h.unit, "member");
+                }
+            }
+        }
+        cg2.isolate(&h.cgroup, &h.cpus).map(|p| (p, false))
+    }
+
+    /// Undoes a hold: partition, then the unit's own values, then masks systemd left.
+    /// Returns what could not be undone.
+    fn undo(&self, h: &Hold) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let (Some(p), Ok(cg2)) = (&h.partition, &self.cg2) {
+            if h.by_systemd {
+                if let Ok(u) = &self.units {
+                    if let Err(e) = u.set_partition(&h.unit, "member") {
+                        problems.push(e.to_string());
+                    }
+                }
+            }
+            problems.extend(cg2.undo(p).into_iter().map(|e| e.to_string()));
+        }
+        if h.confined {
+            if let Ok(u) = &self.units {
+                let mems = h.mems.as_ref().map(|_| &h.before_mems);
+                match u.set_allowed(&h.unit, Some(&h.before_cpus), mems) {
+                    Ok(()) => {}
+                    // A unit that is gone holds nothing any more.
+                    Err(e) if !self.cg2.as_ref().is_ok_and(|c| c.dir(&h.cgroup).is_dir()) => {
+                        tracing::debug!(unit = %h.unit, error = %e, "unit gone before it was let go");
+                    }
+                    Err(e) => problems.push(e.to_string()),
+                }
+            }
+            if let Ok(cg2) = &self.cg2 {
+                if cg2.dir(&h.cgroup).is_dir() {
+                    let n = (self.give_back)(cg2, &h.cgroup, &h.cpus);
+                    if n > 0 {
+                        tracing::info!(unit = %h.unit, tasks = n, "masks systemd left on the unit's CPUs given back");
+                    }
+                }
+            }
+        }
+        problems
+    }
+
+    /// At stop: everything held is undone, the journal removed.
+    pub fn release_all(&mut self) {
+        for h in std::mem::take(&mut self.held).into_iter().chain(std::mem::take(&mut self.recovered)) {
+            for p in self.undo(&h) {
+                tracing::warn!(rule = %h.rule, unit = %h.unit, problem = %p, "hold not fully undone");
+            }
+        }
+        self.grace_until = None;
+        self.save();
+    }
+
+    /// What is held now.
+    pub fn held(&self) -> &[Hold] {
+        &self.held
+    }
+
+    fn save(&self) {
+        let all: Vec<Hold> = self.held.iter().chain(self.recovered.iter()).cloned().collect();
+        if let Err(e) = self.journal.save(&all) {
+            tracing::warn!(error = %e, "cannot write the hold journal");
+        }
+    }
+}
+
+/// `user-1000.slice` → `user.slice/user-1000.slice`: a slice's cgroup path, each dash
+/// a level, as systemd lays slices out.
+pub fn slice_path(slice: &str) -> String {
+    if slice == "-.slice" || slice.is_empty() {
+        return String::new();
+    }
+    let stem = slice.trim_end_matches(".slice");
+    let mut parts = Vec::new();
+    let mut acc = String::new();
+    for piece in stem.split('-') {
+        if !acc.is_empty() {
+            acc.push('-');
+        }
+        acc.push_str(piece);
+        parts.push(format!("{acc}.slice"));
+    }
+    parts.join("/")
+}
+
+impl From<UnitError> for Unable {
+    fn from(e: UnitError) -> Unable {
+        Unable::Other(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests;

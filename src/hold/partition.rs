@@ -1,0 +1,425 @@
+//! Isolated cpuset partitions on cgroup v2: what the kernel offers, making one of a
+//! cgroup, and undoing it.
+//!
+//! ```text
+//!   root cgroup ── cgroup.controllers has cpuset? cpuset.cpus.isolated exists (6.7+)?
+//!        │                                         └─► probe: Ok, or the reason not
+//!        ▼  for each ancestor below the root, top down (the kernel wants a child's
+//!   system.slice/cpuset.cpus.exclusive        exclusive CPUs inside its parent's)
+//!   system.slice/X.service/cpuset.cpus.exclusive   += CPUs (only those not there yet)
+//!   system.slice/X.service/cpuset.cpus.partition   = isolated, read back
+//!        │                                         └─► "isolated invalid (why)": undone
+//!        ▼
+//!   Partition { cgroup, cpus, writes } ──► journal ──► undo (bottom up, CPUs taken
+//!                                                     back out, never whole files)
+//! ```
+//!
+//! A remote partition (kernel 6.7+) lets a cgroup deep in systemd's tree be the
+//! partition while its ancestors stay ordinary members: they only grant the CPUs down
+//! through `cpuset.cpus.exclusive`. The partition's CPUs then leave every other cgroup's
+//! effective set, the scheduler stops load-balancing onto them and, on kernels that can,
+//! unbound workqueues leave them; the root's `cpuset.cpus.isolated` lists them.
+//!
+//! Owns: the cgroup v2 files of partitions (through a mount directory, so tests run on
+//! fixture trees). Must not touch: systemd (see `systemd`; the cgroup's `cpuset.cpus`
+//! is systemd's `AllowedCPUs=`, set there so that systemd does not undo it), tasks.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cpuset::CpuSet;
+use crate::sysroot::{self, SysRoot};
+
+/// Why CPUs cannot be isolated here; said in one line wherever a rule asks for it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Unable {
+    /// No cgroup v2 hierarchy is mounted where systemd mounts it.
+    NoCgroup2,
+    /// The cpuset controller is bound to cgroup v1 (or compiled out).
+    CpusetNotOnV2 { mount: PathBuf },
+    /// The kernel predates remote partitions (6.7): no `cpuset.cpus.isolated`.
+    NoRemotePartitions { mount: PathBuf },
+    /// A cgroup on the way has no cpuset files: its parent does not enable the cpuset
+    /// controller for it.
+    NoCpuset { cgroup: String },
+    /// A cgroup file could not be read or written.
+    File { path: PathBuf, error: String },
+    /// The kernel refused the partition: what it reported.
+    Invalid { cgroup: String, state: String },
+    /// Anything else, in words (systemd's refusals, the unit a process is in).
+    Other(String),
+}
+
+impl fmt::Display for Unable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unable::NoCgroup2 => write!(f, "no cgroup v2 hierarchy (cgroup v1 only)"),
+            Unable::CpusetNotOnV2 { mount } => write!(
+                f,
+                "the cpuset controller is not available on cgroup v2 ({} has none; it is bound to cgroup v1)",
+                mount.display()
+            ),
+            Unable::NoRemotePartitions { mount } => write!(
+                f,
+                "the kernel has no remote cpuset partitions (no {}/cpuset.cpus.isolated; Linux 6.7 or later needed)",
+                mount.display()
+            ),
+            Unable::NoCpuset { cgroup } => {
+                write!(f, "cgroup {cgroup} has no cpuset controller enabled")
+            }
+            Unable::File { path, error } => write!(f, "{}: {error}", path.display()),
+            Unable::Invalid { cgroup, state } => {
+                write!(f, "the kernel made cgroup {cgroup} an invalid partition: {state}")
+            }
+            Unable::Other(why) => f.write_str(why),
+        }
+    }
+}
+
+/// The cgroup v2 hierarchy, by its mount directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cgroup2 {
+    mount: PathBuf,
+}
+
+/// One cgroup file pinnerd added CPUs to: `added` are taken back out on undo.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Granted {
+    /// The cgroup, as systemd names it (`/system.slice`).
+    pub cgroup: String,
+    pub added: CpuSet,
+}
+
+/// An isolated partition pinnerd made: enough to undo it after a crash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Partition {
+    /// The partition's cgroup (`/system.slice/md-feed.service`).
+    pub cgroup: String,
+    pub cpus: CpuSet,
+    /// `cpuset.cpus.partition` before (normally `member`).
+    pub before: String,
+    /// `cpuset.cpus.exclusive` grants, top down.
+    pub granted: Vec<Granted>,
+}
+
+/// `/a/b/c` → `["/a", "/a/b", "/a/b/c"]`; the root itself is not listed.
+pub fn ancestors(cgroup: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut path = String::new();
+    for part in cgroup.split('/').filter(|p| !p.is_empty()) {
+        path.push('/');
+        path.push_str(part);
+        out.push(path.clone());
+    }
+    out
+}
+
+/// Whether a cgroup path is one pinnerd may write under: absolute, no `.` or `..`
+/// components, not the root.
+fn valid_cgroup(cgroup: &str) -> bool {
+    cgroup.starts_with('/')
+        && cgroup.len() < 4096
+        && cgroup
+            .split('/')
+            .skip(1)
+            .all(|p| !p.is_empty() && p != "." && p != "..")
+}
+
+impl Cgroup2 {
+    /// The hierarchy under `root`'s sysfs: `fs/cgroup` when it is cgroup v2 (it has
+    /// `cgroup.controllers`), else `fs/cgroup/unified` (a hybrid system).
+    pub fn find(root: &SysRoot) -> Result<Cgroup2, Unable> {
+        for rel in ["fs/cgroup", "fs/cgroup/unified"] {
+            let mount = root.sys_path(rel);
+            if mount.join("cgroup.controllers").is_file() {
+                return Ok(Cgroup2 { mount });
+            }
+        }
+        Err(Unable::NoCgroup2)
+    }
+
+    /// A hierarchy mounted at `mount` (tests, and hosts that mount it elsewhere).
+    pub fn at(mount: impl Into<PathBuf>) -> Cgroup2 {
+        Cgroup2 {
+            mount: mount.into(),
+        }
+    }
+
+    pub fn mount(&self) -> &Path {
+        &self.mount
+    }
+
+    /// Whether this kernel can make isolated partitions below systemd's slices.
+    pub fn probe(&self) -> Result<(), Unable> {
+        let controllers = self.read("", "cgroup.controllers")?;
+        if !controllers.split_whitespace().any(|c| c == "cpuset") {
+            return Err(Unable::CpusetNotOnV2 {
+                mount: self.mount.clone(),
+            });
+        }
+        if !self.mount.join("cpuset.cpus.isolated").is_file() {
+            return Err(Unable::NoRemotePartitions {
+                mount: self.mount.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The CPUs isolated by partitions now (the root's `cpuset.cpus.isolated`).
+    pub fn isolated(&self) -> Result<CpuSet, Unable> {
+        self.read_cpus("", "cpuset.cpus.isolated")
+    }
+
+    /// The directory of `cgroup` (`/system.slice/x.service`).
+    pub fn dir(&self, cgroup: &str) -> PathBuf {
+        self.mount.join(cgroup.trim_start_matches('/'))
+    }
+
+    /// Whether the cgroup exists and holds at least one process.
+    pub fn populated(&self, cgroup: &str) -> bool {
+        self.read(cgroup, "cgroup.procs")
+            .is_ok_and(|t| t.split_whitespace().next().is_some())
+    }
+
+    fn file(&self, cgroup: &str, name: &str) -> PathBuf {
+        self.dir(cgroup).join(name)
+    }
+
+    fn read(&self, cgroup: &str, name: &str) -> Result<String, Unable> {
+        let path = self.file(cgroup, name);
+        sysroot::read_bounded(&path)
+            .map(|t| t.trim().to_string())
+            .map_err(|e| file_error(path, &e))
+    }
+
+    fn read_cpus(&self, cgroup: &str, name: &str) -> Result<CpuSet, Unable> {
+        let text = self.read(cgroup, name)?;
+        text.parse().map_err(|e: crate::cpuset::CpuListError| Unable::File {
+            path: self.file(cgroup, name),
+            error: e.to_string(),
+        })
+    }
+
+    fn write(&self, cgroup: &str, name: &str, value: &str) -> Result<(), Unable> {
+        let path = self.file(cgroup, name);
+        // One write(2) per value, as `echo` does: the newline makes an empty list a
+        // write at all (the kernel strips it); never created.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| file_error(path.clone(), &e))?;
+        io::Write::write_all(&mut f, format!("{value}\n").as_bytes()).map_err(|e| file_error(path, &e))
+    }
+
+    /// Makes `cgroup` an isolated partition of `cpus`: grants them down from the root
+    /// through every ancestor's `cpuset.cpus.exclusive`, then writes `isolated` and
+    /// reads it back. On any failure what was done is undone and the reason returned.
+    /// `cpuset.cpus` of the cgroup must already be `cpus` (systemd's `AllowedCPUs=`).
+    pub fn isolate(&self, cgroup: &str, cpus: &CpuSet) -> Result<Partition, Unable> {
+        if !valid_cgroup(cgroup) {
+            return Err(Unable::Other(format!("{cgroup:?} is not a cgroup pinnerd may make a partition of")));
+        }
+        if cpus.is_empty() {
+            return Err(Unable::Other("no CPUs to isolate".into()));
+        }
+        self.probe()?;
+        let mut done = Partition {
+            cgroup: cgroup.to_string(),
+            cpus: cpus.clone(),
+            before: String::new(),
+            granted: Vec::new(),
+        };
+        let result = self.isolate_steps(cgroup, cpus, &mut done);
+        match result {
+            Ok(()) => Ok(done),
+            Err(e) => {
+                let _ = self.undo(&done);
+                Err(e)
+            }
+        }
+    }
+
+    fn isolate_steps(&self, cgroup: &str, cpus: &CpuSet, done: &mut Partition) -> Result<(), Unable> {
+        for cg in ancestors(cgroup) {
+            if !self.file(&cg, "cpuset.cpus.exclusive").is_file() {
+                return Err(Unable::NoCpuset { cgroup: cg });
+            }
+            let now = self.read_cpus(&cg, "cpuset.cpus.exclusive")?;
+            let added = cpus.difference(&now);
+            if added.is_empty() {
+                continue;
+            }
+            self.write(&cg, "cpuset.cpus.exclusive", &now.union(cpus).to_string())?;
+            done.granted.push(Granted { cgroup: cg, added });
+        }
+        done.before = self.read(cgroup, "cpuset.cpus.partition")?;
+        self.write(cgroup, "cpuset.cpus.partition", "isolated")?;
+        let state = self.read(cgroup, "cpuset.cpus.partition")?;
+        if state != "isolated" {
+            return Err(Unable::Invalid {
+                cgroup: cgroup.to_string(),
+                state,
+            });
+        }
+        Ok(())
+    }
+
+    /// Undoes a partition: the cgroup back to what it was (when it still exists), then
+    /// the granted CPUs taken back out of each ancestor, bottom up. Another partition's
+    /// grants in the same files stay. Returns what could not be undone; a cgroup that is
+    /// gone is nothing to undo.
+    pub fn undo(&self, p: &Partition) -> Vec<Unable> {
+        let mut failed = Vec::new();
+        if !p.before.is_empty() && self.dir(&p.cgroup).is_dir() {
+            let before = p.before.split_whitespace().next().unwrap_or("member");
+            if let Err(e) = self.write(&p.cgroup, "cpuset.cpus.partition", before) {
+                if self.dir(&p.cgroup).is_dir() {
+                    failed.push(e);
+                }
+            }
+        }
+        for g in p.granted.iter().rev() {
+            if !self.dir(&g.cgroup).is_dir() {
+                continue;
+            }
+            let now = match self.read_cpus(&g.cgroup, "cpuset.cpus.exclusive") {
+                Ok(now) => now,
+                Err(e) => {
+                    failed.push(e);
+                    continue;
+                }
+            };
+            let left = now.difference(&g.added);
+            if left != now {
+                if let Err(e) = self.write(&g.cgroup, "cpuset.cpus.exclusive", &left.to_string()) {
+                    if self.dir(&g.cgroup).is_dir() {
+                        failed.push(e);
+                    }
+                }
+            }
+        }
+        failed
+    }
+
+    /// Whether `p` still holds: the cgroup exists and reads back `isolated`.
+    pub fn holds(&self, p: &Partition) -> bool {
+        self.read(&p.cgroup, "cpuset.cpus.partition")
+            .is_ok_and(|s| s == "isolated")
+    }
+}
+
+fn file_error(path: PathBuf, e: &io::Error) -> Unable {
+    Unable::File {
+        path,
+        error: match e.raw_os_error() {
+            Some(libc::EROFS) => "read-only file system (the unit's ReadWritePaths= lacks it)".into(),
+            _ => e.to_string(),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake hierarchy: the root with cpuset, `system.slice` and one service.
+    fn tree(isolated_file: bool) -> (tempfile::TempDir, Cgroup2) {
+        let dir = tempfile::tempdir().unwrap();
+        let m = dir.path().to_path_buf();
+        let m = m.as_path();
+        std::fs::write(m.join("cgroup.controllers"), "cpuset cpu io memory pids\n").unwrap();
+        if isolated_file {
+            std::fs::write(m.join("cpuset.cpus.isolated"), "\n").unwrap();
+        }
+        for cg in ["system.slice", "system.slice/md.service"] {
+            let d = m.join(cg);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("cpuset.cpus.exclusive"), "\n").unwrap();
+            std::fs::write(d.join("cpuset.cpus.partition"), "member\n").unwrap();
+            std::fs::write(d.join("cgroup.procs"), "").unwrap();
+        }
+        (dir, Cgroup2::at(m))
+    }
+
+    fn read(c: &Cgroup2, cg: &str, f: &str) -> String {
+        std::fs::read_to_string(c.dir(cg).join(f)).unwrap().trim().to_string()
+    }
+
+    #[test]
+    fn ancestors_are_listed_top_down_without_the_root() {
+        assert_eq!(ancestors("/a.slice/b.service"), vec!["/a.slice", "/a.slice/b.service"]);
+        assert!(ancestors("/").is_empty());
+        assert!(!valid_cgroup("/a/../b"));
+        assert!(!valid_cgroup("/"));
+        assert!(!valid_cgroup("a/b"));
+        assert!(valid_cgroup("/a/b"));
+    }
+
+    #[test]
+    fn a_partition_grants_down_writes_isolated_and_undoes_only_its_own_cpus() {
+        let (_d, c) = tree(true);
+        // Another partition's CPU is already granted to the slice.
+        std::fs::write(c.dir("/system.slice").join("cpuset.cpus.exclusive"), "2\n").unwrap();
+        let cpus: CpuSet = "6-7".parse().unwrap();
+        let p = c.isolate("/system.slice/md.service", &cpus).unwrap();
+        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "2,6-7");
+        assert_eq!(read(&c, "/system.slice/md.service", "cpuset.cpus.exclusive"), "6-7");
+        assert_eq!(read(&c, "/system.slice/md.service", "cpuset.cpus.partition"), "isolated");
+        assert_eq!(p.before, "member");
+        assert_eq!(p.granted.len(), 2);
+        assert!(c.holds(&p));
+        assert!(c.undo(&p).is_empty());
+        assert_eq!(read(&c, "/system.slice/md.service", "cpuset.cpus.partition"), "member");
+        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "2");
+        assert_eq!(read(&c, "/system.slice/md.service", "cpuset.cpus.exclusive"), "");
+    }
+
+    #[test]
+    fn what_the_kernel_cannot_do_is_said_and_nothing_is_left_written() {
+        let (_d, c) = tree(false);
+        let cpus: CpuSet = "6-7".parse().unwrap();
+        let e = c.isolate("/system.slice/md.service", &cpus).unwrap_err();
+        assert!(matches!(e, Unable::NoRemotePartitions { .. }), "{e}");
+        assert!(e.to_string().contains("6.7"), "{e}");
+        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "");
+
+        let (_d, c) = tree(true);
+        std::fs::write(c.mount().join("cgroup.controllers"), "cpu io memory pids\n").unwrap();
+        let e = c.isolate("/system.slice/md.service", &cpus).unwrap_err();
+        assert!(matches!(e, Unable::CpusetNotOnV2 { .. }), "{e}");
+
+        let (_d, c) = tree(true);
+        std::fs::remove_file(c.dir("/system.slice/md.service").join("cpuset.cpus.exclusive")).unwrap();
+        let e = c.isolate("/system.slice/md.service", &cpus).unwrap_err();
+        assert_eq!(e, Unable::NoCpuset { cgroup: "/system.slice/md.service".into() });
+        // The slice's grant, made before the failure, was taken back.
+        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "");
+    }
+
+    #[test]
+    fn an_undo_of_a_cgroup_that_is_gone_is_nothing_to_undo() {
+        let (_d, c) = tree(true);
+        let cpus: CpuSet = "6".parse().unwrap();
+        let p = c.isolate("/system.slice/md.service", &cpus).unwrap();
+        std::fs::remove_dir_all(c.dir("/system.slice/md.service")).unwrap();
+        assert!(!c.holds(&p));
+        assert!(c.undo(&p).is_empty());
+        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "");
+    }
+
+    #[test]
+    fn the_hierarchy_is_found_where_systemd_mounts_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = SysRoot::with_sys(dir.path());
+        assert_eq!(Cgroup2::find(&root), Err(Unable::NoCgroup2));
+        std::fs::create_dir_all(dir.path().join("fs/cgroup/unified")).unwrap();
+        std::fs::write(dir.path().join("fs/cgroup/unified/cgroup.controllers"), "").unwrap();
+        assert_eq!(Cgroup2::find(&root).unwrap().mount(), dir.path().join("fs/cgroup/unified"));
+        std::fs::write(dir.path().join("fs/cgroup/cgroup.controllers"), "cpuset").unwrap();
+        assert_eq!(Cgroup2::find(&root).unwrap().mount(), dir.path().join("fs/cgroup"));
+    }
+}

@@ -1,0 +1,322 @@
+use std::sync::{Arc, Mutex};
+
+use super::*;
+
+/// systemd as the holder sees it, in memory: units by pid, their allowed sets, calls.
+#[derive(Default)]
+struct World {
+    by_pid: HashMap<u32, UnitInfo>,
+    allowed: HashMap<String, Allowed>,
+    calls: Vec<String>,
+    refuse_set: bool,
+}
+
+#[derive(Clone, Default)]
+struct FakeUnits(Arc<Mutex<World>>);
+
+impl FakeUnits {
+    fn add(&self, pid: u32, name: &str, cgroup: &str, slice: &str) {
+        self.0.lock().unwrap().by_pid.insert(
+            pid,
+            UnitInfo {
+                name: name.into(),
+                cgroup: cgroup.into(),
+                slice: slice.into(),
+                delegate: false,
+            },
+        );
+    }
+    fn calls(&self) -> Vec<String> {
+        self.0.lock().unwrap().calls.clone()
+    }
+    fn allowed_of(&self, unit: &str) -> Allowed {
+        self.0.lock().unwrap().allowed.get(unit).cloned().unwrap_or_default()
+    }
+}
+
+impl Units for FakeUnits {
+    fn unit_of_pid(&self, pid: u32) -> Result<UnitInfo, UnitError> {
+        let w = self.0.lock().unwrap();
+        w.by_pid.get(&pid).cloned().ok_or(UnitError::Call {
+            what: format!("GetUnitByPID({pid})"),
+            message: "no unit".into(),
+        })
+    }
+    fn allowed(&self, unit: &str) -> Result<Allowed, UnitError> {
+        Ok(self.allowed_of(unit))
+    }
+    fn effective(&self, unit: &str) -> Result<Allowed, UnitError> {
+        Ok(self.allowed_of(unit))
+    }
+    fn set_allowed(&self, unit: &str, cpus: Option<&CpuSet>, mems: Option<&CpuSet>) -> Result<(), UnitError> {
+        let mut w = self.0.lock().unwrap();
+        w.calls.push(format!(
+            "set {unit} cpus={} mems={}",
+            cpus.map_or("-".into(), |c| c.to_string()),
+            mems.map_or("-".into(), |c| c.to_string())
+        ));
+        if w.refuse_set {
+            return Err(UnitError::Call {
+                what: format!("SetUnitProperties({unit})"),
+                message: "Access denied".into(),
+            });
+        }
+        let a = w.allowed.entry(unit.to_string()).or_default();
+        if let Some(c) = cpus {
+            a.cpus = c.clone();
+        }
+        if let Some(m) = mems {
+            a.mems = m.clone();
+        }
+        Ok(())
+    }
+    fn adopt(&self, scope: &str, slice: &str, pid: u32, allowed: &Allowed, _d: &str) -> Result<(), UnitError> {
+        let mut w = self.0.lock().unwrap();
+        w.calls.push(format!("adopt {scope} in {slice} pid {pid} cpus={}", allowed.cpus));
+        w.allowed.insert(scope.to_string(), allowed.clone());
+        w.by_pid.insert(
+            pid,
+            UnitInfo {
+                name: scope.into(),
+                cgroup: format!("/{}/{scope}", slice_path(slice)),
+                slice: slice.into(),
+                delegate: false,
+            },
+        );
+        Ok(())
+    }
+    fn partition_property(&self, _unit: &str) -> Result<Option<String>, UnitError> {
+        Ok(None)
+    }
+    fn set_partition(&self, unit: &str, value: &str) -> Result<(), UnitError> {
+        self.0.lock().unwrap().calls.push(format!("partition {unit} {value}"));
+        Ok(())
+    }
+}
+
+/// A cgroup v2 tree with remote partitions, `system.slice/md.service` (pid 10) and a
+/// login session (pid 20).
+fn tree() -> (tempfile::TempDir, Cgroup2) {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().to_path_buf();
+    let m = m.as_path();
+    std::fs::write(m.join("cgroup.controllers"), "cpuset memory\n").unwrap();
+    std::fs::write(m.join("cpuset.cpus.isolated"), "\n").unwrap();
+    for cg in [
+        "system.slice",
+        "system.slice/md.service",
+        "user.slice",
+        "user.slice/user-1000.slice",
+        "user.slice/user-1000.slice/session-3.scope",
+        "user.slice/user-1000.slice/pinnerd-feed-20.scope",
+    ] {
+        let d = m.join(cg);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("cpuset.cpus.exclusive"), "\n").unwrap();
+        std::fs::write(d.join("cpuset.cpus.partition"), "member\n").unwrap();
+        std::fs::write(d.join("cgroup.procs"), "10\n").unwrap();
+    }
+    (dir, Cgroup2::at(m))
+}
+
+fn holder(units: &FakeUnits, cg2: &Cgroup2, runtime: &Path) -> Holder {
+    Holder::new(
+        Ok(Box::new(units.clone())),
+        Ok(cg2.clone()),
+        Journal::new(runtime),
+        Box::new(|_, _, _| 0),
+    )
+}
+
+fn want(rule: &str, pid: u32, cpus: &str, isolate: bool) -> Want {
+    Want {
+        rule: rule.into(),
+        pid,
+        cpus: cpus.parse().unwrap(),
+        mems: None,
+        isolate,
+    }
+}
+
+fn file(cg2: &Cgroup2, cg: &str, f: &str) -> String {
+    std::fs::read_to_string(cg2.dir(cg).join(f)).unwrap().trim().to_string()
+}
+
+#[test]
+fn a_service_is_confined_isolated_and_given_back_its_own_values() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    // The unit had values of its own.
+    units.set_allowed("md.service", Some(&"0-7".parse().unwrap()), None).unwrap();
+    let mut h = holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert_eq!(r.len(), 1);
+    assert!(r[0].confined && r[0].isolated, "{r:?}");
+    assert_eq!(r[0].unit.as_deref(), Some("md.service"));
+    assert_eq!(
+        r[0].line(),
+        "unit md.service: AllowedCPUs=6-7 (set by pinnerd); CPUs 6-7 isolated (cpuset partition)"
+    );
+    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "isolated");
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "6-7");
+    assert!(run.path().join(JOURNAL_FILE).exists());
+    // The same want again changes nothing.
+    let before = units.calls().len();
+    h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert_eq!(units.calls().len(), before);
+    // Let go: partition undone, the unit's own 0-7 back, the journal gone.
+    let r = h.reconcile(&[]);
+    assert!(r.is_empty());
+    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "member");
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+    assert_eq!(units.allowed_of("md.service").cpus, "0-7".parse().unwrap());
+    assert!(!run.path().join(JOURNAL_FILE).exists());
+}
+
+#[test]
+fn a_process_of_a_login_session_gets_a_scope_of_its_own_in_the_same_slice() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(20, "session-3.scope", "/user.slice/user-1000.slice/session-3.scope", "user-1000.slice");
+    let mut h = holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[want("feed", 20, "3", true)]);
+    assert!(r[0].isolated, "{r:?}");
+    assert_eq!(r[0].unit.as_deref(), Some("pinnerd-feed-20.scope"));
+    assert!(units.calls()[0].starts_with("adopt pinnerd-feed-20.scope in user-1000.slice pid 20"), "{:?}", units.calls());
+    assert_eq!(
+        file(&cg2, "/user.slice/user-1000.slice/pinnerd-feed-20.scope", "cpuset.cpus.partition"),
+        "isolated"
+    );
+    // The session scope itself was never confined.
+    assert!(!units.calls().iter().any(|c| c.contains("session-3.scope")));
+    // Wanted again, the process is found in its scope: nothing is redone.
+    let n = units.calls().len();
+    let r = h.reconcile(&[want("feed", 20, "3", true)]);
+    assert!(r[0].isolated);
+    assert_eq!(units.calls().len(), n);
+}
+
+#[test]
+fn init_scope_is_never_confined_and_two_rules_do_not_share_a_unit() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(1, "init.scope", "/init.scope", "-.slice");
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    units.add(11, "md.service", "/system.slice/md.service", "system.slice");
+    let mut h = holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[
+        want("a", 1, "1", false),
+        want("b", 10, "2", false),
+        want("c", 11, "3", false),
+    ]);
+    assert!(r[0].problem.as_deref().unwrap().contains("init.scope"), "{r:?}");
+    assert!(!r[0].confined);
+    assert!(r[1].confined);
+    assert_eq!(r[2].problem.as_deref(), Some("unit md.service is already held for rule b"));
+}
+
+#[test]
+fn two_processes_of_one_rule_in_one_service_hold_it_together() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    units.add(11, "md.service", "/system.slice/md.service", "system.slice");
+    let mut h = holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[want("a", 10, "2", false), want("a", 11, "3", false)]);
+    assert_eq!(r[0].cpus, "2-3".parse().unwrap());
+    assert_eq!(r[1].cpus, "2-3".parse().unwrap());
+    assert_eq!(units.allowed_of("md.service").cpus, "2-3".parse().unwrap());
+}
+
+#[test]
+fn isolation_the_kernel_cannot_give_leaves_the_unit_as_it_was_and_says_why() {
+    let (_d, cg2) = tree();
+    std::fs::remove_file(cg2.mount().join("cpuset.cpus.isolated")).unwrap();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    let mut h = holder(&units, &cg2, run.path());
+    assert!(h.cannot_isolate().unwrap().contains("remote cpuset partitions"));
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(!r[0].confined && !r[0].isolated);
+    let line = r[0].line();
+    assert!(line.starts_with("not isolated: the kernel has no remote cpuset partitions"), "{line}");
+    assert!(line.ends_with("the rule stays merely exclusive"), "{line}");
+    assert!(units.calls().is_empty(), "{:?}", units.calls());
+    // Without isolation, unit-cpuset alone still confines.
+    let r = h.reconcile(&[want("feed", 10, "6-7", false)]);
+    assert!(r[0].confined && r[0].problem.is_none(), "{r:?}");
+}
+
+#[test]
+fn a_refused_property_is_said_and_nothing_is_held() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    units.0.lock().unwrap().refuse_set = true;
+    let mut h = holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(r[0].problem.as_deref().unwrap().contains("Access denied"), "{r:?}");
+    assert!(h.held().is_empty());
+    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "member");
+    assert!(!run.path().join(JOURNAL_FILE).exists());
+}
+
+#[test]
+fn a_crash_leaves_a_journal_the_next_start_keeps_while_wanted_and_undoes_otherwise() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    let mut first = holder(&units, &cg2, run.path());
+    first.reconcile(&[want("feed", 10, "6-7", true)]);
+    drop(first); // killed: nothing undone
+    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "isolated");
+
+    // The next start keeps it (the service still runs) and takes it over untouched.
+    let mut second = holder(&units, &cg2, run.path());
+    let t0 = Instant::now();
+    let lines = second.recover(t0);
+    assert!(lines[0].starts_with("kept what a previous run held for rule feed"), "{lines:?}");
+    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "isolated");
+    let calls = units.calls().len();
+    let r = second.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(r[0].isolated);
+    assert_eq!(units.calls().len(), calls, "taken over without a change");
+    drop(second);
+
+    // A start that never wants it again undoes it once the grace has passed.
+    let mut third = holder(&units, &cg2, run.path());
+    third.recover(t0);
+    assert!(third.expire(t0 + RECOVERY_GRACE / 2).is_empty());
+    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "isolated");
+    let lines = third.expire(t0 + RECOVERY_GRACE);
+    assert!(lines[0].contains("not wanted again"), "{lines:?}");
+    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "member");
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+    assert!(!run.path().join(JOURNAL_FILE).exists());
+
+    // A journal whose unit has no process left is undone at once.
+    let mut fourth = holder(&units, &cg2, run.path());
+    fourth.reconcile(&[want("feed", 10, "6-7", true)]);
+    drop(fourth);
+    std::fs::write(cg2.dir("/system.slice/md.service").join("cgroup.procs"), "").unwrap();
+    let mut fifth = holder(&units, &cg2, run.path());
+    let lines = fifth.recover(t0);
+    assert!(lines[0].starts_with("undid what a previous run held"), "{lines:?}");
+    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "member");
+}
+
+#[test]
+fn slices_are_laid_out_as_systemd_does() {
+    assert_eq!(slice_path("user-1000.slice"), "user.slice/user-1000.slice");
+    assert_eq!(slice_path("system.slice"), "system.slice");
+    assert_eq!(slice_path("a-b-c.slice"), "a.slice/a-b.slice/a-b-c.slice");
+    assert_eq!(slice_path("-.slice"), "");
+}
