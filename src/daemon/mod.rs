@@ -25,6 +25,7 @@
 //! Must not touch: the bus (see `dbus`), spin pairs (see `measure`), per-thread syscalls
 //! (see `affinity`), rule syntax (see `rules`).
 
+pub mod holding;
 pub mod readers;
 pub mod replan;
 pub mod schedule;
@@ -64,6 +65,8 @@ pub enum Event {
     Measured(Box<worker::Finished>),
     /// A `memory = "follow"` job ended.
     Followed(Box<crate::memory::follow::Finished>),
+    /// What the holder thread did with the last [`Action::Hold`](state::Action::Hold).
+    Held(Vec<crate::hold::HoldReport>),
     /// A command line read off the loop (see [`readers`]).
     Cmdline(crate::manager::cmdlines::CmdlineRead),
     /// Where a process's memory is, read off the loop for the manager (see [`readers`]).

@@ -36,6 +36,10 @@ use super::{worker, DaemonError, Event, ReloadCause};
 use crate::manager::cmdlines::{CmdlineRead, CmdlineWanted};
 use crate::watch::{ProcFs, ProcSource};
 
+/// How long the holder may take to undo everything at exit (each systemd call is
+/// bounded on its own; what is not undone stays in the journal for the next start).
+const HOLDER_STOP: Duration = Duration::from_secs(20);
+
 /// How many events may wait for the loop (commands, signals, reloads, measurement
 /// results). Senders wait when it is full.
 pub const EVENT_QUEUE: usize = 4096;
@@ -197,6 +201,8 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         moves: std::cell::OnceCell::new(),
         readers,
         memory,
+        holder: std::cell::RefCell::new(None),
+        hold_at: (opts.config.sysroot.clone(), opts.config.runtime_dir.clone()),
     };
     Ok(Started {
         conn,
@@ -247,6 +253,11 @@ struct Shell {
     readers: Readers<CmdlineWanted>,
     /// …and where a process's memory is (`Explain`), answered by the reader.
     memory: Readers<MemoryRead>,
+    /// Units held for `isolate` and `unit-cpuset` rules, on a thread of its own,
+    /// started at the first want or at start when a previous run left holds.
+    holder: std::cell::RefCell<Option<super::holding::HolderThread>>,
+    /// Where the holder works: the sysfs root (cgroups) and the runtime directory.
+    hold_at: (crate::sysroot::SysRoot, std::path::PathBuf),
 }
 
 impl Shell {
@@ -266,7 +277,31 @@ impl Shell {
         queue.push(job).map_err(|e| e.to_string())
     }
 
+    /// Starts the holder thread if it is not running; why not, if it cannot start.
+    fn holder(&self) -> Result<std::cell::RefMut<'_, super::holding::HolderThread>, String> {
+        let mut slot = self.holder.borrow_mut();
+        if slot.is_none() {
+            let (root, runtime) = self.hold_at.clone();
+            let tx = self.events.clone();
+            let t = super::holding::HolderThread::start(
+                move || super::holding::system_holder(&root, &runtime),
+                move |reports| {
+                    let _ = tx.blocking_send(Event::Held(reports));
+                },
+            )
+            .map_err(|e| format!("cannot start the holder thread: {e}"))?;
+            *slot = Some(t);
+        }
+        Ok(std::cell::RefMut::map(slot, |s| s.as_mut().expect("started above")))
+    }
+
     fn run_loop(&self, mut state: State, mut rx: mpsc::Receiver<Event>) -> Result<(), DaemonError> {
+        // What a previous run held and did not undo (killed) is recovered at once.
+        if self.hold_at.1.join(crate::hold::JOURNAL_FILE).exists() {
+            if let Err(e) = self.holder() {
+                tracing::error!(error = %e, "holds left by a previous run not recovered");
+            }
+        }
         state.start()?;
         self.perform(&mut state);
         self.publish(&state);
@@ -442,7 +477,16 @@ impl Shell {
                         Err(_) => notify(&[sd_notify::NotifyState::Reloading]),
                     },
                     Action::Ready => notify(&[sd_notify::NotifyState::Ready]),
-                    Action::Exit => exit = true,
+                    Action::Hold(wants) => match self.holder() {
+                        Ok(h) => h.want(wants),
+                        Err(e) => tracing::error!(error = %e, "units not held"),
+                    },
+                    Action::Exit => {
+                        if let Some(h) = self.holder.borrow_mut().as_mut() {
+                            h.stop(HOLDER_STOP);
+                        }
+                        exit = true;
+                    }
                 }
             }
         }

@@ -38,3 +38,12 @@ impl SystemdUnits {
 pub fn scope_name(rule: &str, pid: u32) -> String {
     format!("pinnerd-{rule}-{pid}.scope")
 }
+impl Units for SystemdUnits {
+    fn unit_of_pid(&self, _: u32) -> Result<UnitInfo, UnitError> { unimplemented!() }
+    fn allowed(&self, _: &str) -> Result<Allowed, UnitError> { unimplemented!() }
+    fn effective(&self, _: &str) -> Result<Allowed, UnitError> { unimplemented!() }
+    fn set_allowed(&self, _: &str, _: Option<&CpuSet>, _: Option<&CpuSet>) -> Result<(), UnitError> { unimplemented!() }
+    fn adopt(&self, _: &str, _: &str, _: u32, _: &Allowed, _: &str) -> Result<(), UnitError> { unimplemented!() }
+    fn partition_property(&self, _: &str) -> Result<Option<String>, UnitError> { unimplemented!() }
+    fn set_partition(&self, _: &str, _: &str) -> Result<(), UnitError> { unimplemented!() }
+}

@@ -54,8 +54,11 @@ impl State {
         let Some(m) = &self.manager else {
             return Answer::Now(Err(CommandError::Starting));
         };
-        let text = m.explain_for(pid as i32, caller_uid);
+        let mut text = m.explain_for(pid as i32, caller_uid);
         let full = m.shows_all_to(pid as i32, caller_uid);
+        if let (true, Some(line)) = (full, self.hold_line(pid)) {
+            text.push_str(&format!("held: {line}\n"));
+        }
         if !m.shows_memory(pid as i32, caller_uid) {
             return Answer::Now(Ok(Reply::Explained { text, full }));
         }

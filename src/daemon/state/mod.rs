@@ -49,6 +49,7 @@ use super::{DaemonError, Event, ReloadCause};
 mod commands;
 mod completing;
 mod following;
+mod holds;
 mod irqs;
 mod machine;
 mod measuring;
@@ -92,6 +93,9 @@ pub enum Action {
     /// `RELOADING=1` … then `READY=1` once reloaded.
     Reloading,
     Ready,
+    /// Hold these units (see `hold`): sent to the holder thread, which answers with
+    /// [`Event::Held`](crate::daemon::Event::Held).
+    Hold(Vec<crate::hold::Want>),
     /// Masks are restored; stop.
     Exit,
 }
@@ -108,6 +112,7 @@ impl PartialEq for Action {
                 a.pid() == b.pid()
             }
             (Action::Status(a), Action::Status(b)) => a == b,
+            (Action::Hold(a), Action::Hold(b)) => a == b,
             (Action::Watchdog, Action::Watchdog)
             | (Action::Reloading, Action::Reloading)
             | (Action::Ready, Action::Ready)
@@ -179,6 +184,8 @@ pub struct State {
     measuring_around: Option<crate::measure::around::Around>,
     /// IRQs moved off the CPUs of `irqs = "away"` rules.
     irqs: irqs::IrqsAway,
+    /// Units held for `isolate` and `unit-cpuset` rules (see `hold`).
+    holds: holds::Holds,
     last_failure: Option<String>,
     next_fingerprint: Instant,
     next_watchdog: Option<Instant>,
@@ -220,6 +227,7 @@ impl State {
             hotplug_recheck: None,
             measuring_around: None,
             irqs: irqs::IrqsAway::default(),
+            holds: holds::Holds::default(),
             last_failure: None,
             rules: LoadReport::default(),
             started: false,
@@ -294,6 +302,7 @@ impl State {
         }
         self.flush_journal();
         self.sync_irqs();
+        self.sync_holds();
         self.sync_memory(Instant::now());
     }
 
@@ -484,6 +493,7 @@ impl State {
             Event::Tick(now) => self.tick(now),
             Event::Measured(outcome) => self.measured(*outcome),
             Event::Followed(f) => self.followed(*f),
+            Event::Held(reports) => self.held(reports),
             Event::Cmdline(read) => {
                 self.manager_event(manager::Input::Cmdline(read));
             }
@@ -506,6 +516,7 @@ impl State {
                 }
                 if !changes.is_empty() {
                     self.sync_irqs();
+                    self.sync_holds();
                 }
                 // Under a storm every batch changes the journal: it is written once per
                 // JOURNAL_DELAY at most (by `tick`), not once per batch.
@@ -686,7 +697,10 @@ impl State {
             ),
             None => matrix,
         };
-        let matrix = format!("{matrix}{}", self.completion_words());
+        let mut matrix = format!("{matrix}{}", self.completion_words());
+        if let Some(h) = self.holds_summary() {
+            matrix.push_str(&format!(", {h}"));
+        }
         self.actions.push(Action::Status(format!(
             "{}: {}, {}, {} managed, {matrix}",
             s.state.as_str(),

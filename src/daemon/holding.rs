@@ -1,0 +1,126 @@
+//! The holder's thread: systemd calls can wait (up to their timeout), so units are
+//! held off the loop, one reconcile at a time, the newest wants first.
+//!
+//! ```text
+//!   loop ─Action::Hold(wants)─► HolderThread::want ─► (newest replaces waiting) ─►
+//!        pinnerd-hold thread: Holder::reconcile ─► Event::Held(reports) ─► loop
+//!   exit ─► HolderThread::stop: everything held is undone, then the thread ends
+//! ```
+//!
+//! Must not touch: daemon state. The thread holds and reports, nothing else.
+
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::hold::{HoldReport, Holder, Want};
+
+enum Msg {
+    Wants(Vec<Want>),
+    Stop,
+}
+
+/// The holder of a daemon: systemd on the system bus, the cgroup v2 hierarchy under
+/// `root`, the journal in `runtime_dir`.
+pub fn system_holder(root: &crate::sysroot::SysRoot, runtime_dir: &std::path::Path) -> Holder {
+    let units = crate::hold::systemd::SystemdUnits::system()
+        .map(|u| Box::new(u) as Box<dyn crate::hold::systemd::Units>)
+        .map_err(|e| e.to_string());
+    Holder::new(
+        units,
+        crate::hold::partition::Cgroup2::find(root),
+        crate::hold::Journal::new(runtime_dir),
+        Box::new(crate::hold::give_back_masks),
+    )
+}
+
+/// The running holder thread.
+pub struct HolderThread {
+    tx: mpsc::Sender<Msg>,
+    join: Option<JoinHandle<()>>,
+}
+
+impl HolderThread {
+    /// Starts the thread: it first recovers what a previous run left (see
+    /// [`Holder::recover`]), then reconciles every want it is sent and hands the
+    /// reports to `report`.
+    pub fn start(
+        make: impl FnOnce() -> Holder + Send + 'static,
+        report: impl Fn(Vec<HoldReport>) + Send + 'static,
+    ) -> std::io::Result<HolderThread> {
+        let (tx, rx) = mpsc::channel::<Msg>();
+        let join = std::thread::Builder::new()
+            .name("pinnerd-hold".into())
+            .spawn(move || {
+                // Connecting to systemd can wait too: on this thread, not the loop.
+                let mut holder = make();
+                for line in holder.recover(Instant::now()) {
+                    tracing::info!("{line}");
+                }
+                if let Some(why) = holder.cannot_isolate() {
+                    tracing::info!(reason = %why, "isolate = true cannot isolate on this machine");
+                }
+                loop {
+                    let msg = match holder.deadline() {
+                        Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                            Ok(m) => Some(m),
+                            Err(mpsc::RecvTimeoutError::Timeout) => None,
+                            Err(mpsc::RecvTimeoutError::Disconnected) => Some(Msg::Stop),
+                        },
+                        None => Some(rx.recv().unwrap_or(Msg::Stop)),
+                    };
+                    match msg {
+                        None => {
+                            for line in holder.expire(Instant::now()) {
+                                tracing::info!("{line}");
+                            }
+                        }
+                        Some(Msg::Stop) => break,
+                        Some(Msg::Wants(mut wants)) => {
+                            // Only the newest wants matter: skip those already replaced.
+                            let mut stop = false;
+                            while let Ok(m) = rx.try_recv() {
+                                match m {
+                                    Msg::Wants(w) => wants = w,
+                                    Msg::Stop => stop = true,
+                                }
+                            }
+                            if stop {
+                                break;
+                            }
+                            let reports = holder.reconcile(&wants);
+                            for line in holder.expire(Instant::now()) {
+                                tracing::info!("{line}");
+                            }
+                            report(reports);
+                        }
+                    }
+                }
+                holder.release_all();
+            })?;
+        Ok(HolderThread {
+            tx,
+            join: Some(join),
+        })
+    }
+
+    /// Asks for these units held (the newest ask wins).
+    pub fn want(&self, wants: Vec<Want>) {
+        let _ = self.tx.send(Msg::Wants(wants));
+    }
+
+    /// Undoes everything held and waits for the thread, at most `limit`.
+    pub fn stop(&mut self, limit: Duration) {
+        let _ = self.tx.send(Msg::Stop);
+        let Some(join) = self.join.take() else { return };
+        let until = Instant::now() + limit;
+        while !join.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        if join.is_finished() {
+            let _ = join.join();
+        } else {
+            tracing::warn!("the holder did not finish undoing in time; its journal is left for the next start");
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Units held for `isolate` and `unit-cpuset` rules, for [`State`]: what the daemon
+//! wants held after every manager change (sent to the holder thread, see `hold`), and
+//! what the holder reports back (for `explain`, `status` and the log).
+//! Split from `state/mod.rs` to keep each file readable; same state, same loop.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::cpuset::CpuSet;
+use crate::hold::{HoldReport, Want};
+
+use super::{Action, State};
+
+/// What the daemon asked the holder for and what it said.
+#[derive(Debug, Default)]
+pub(super) struct Holds {
+    /// The wants last sent; `None` before the first.
+    sent: Option<Vec<Want>>,
+    /// The holder's last report per managed pid.
+    reports: BTreeMap<u32, HoldReport>,
+    /// Problems already logged (rule, pid, line): said once, not at every report.
+    logged: BTreeSet<(String, u32, String)>,
+}
+
+impl State {
+    /// What should be held now: for each managed process of a rule with `isolate` (on
+    /// `[rule.place]` or a `[[rule.threads]]` entry) or `unit-cpuset`, the CPUs its plan
+    /// holds for it, and their nodes with `memory = "follow"`.
+    pub(super) fn holds_wanted(&self) -> Vec<Want> {
+        let Some(m) = &self.manager else {
+            return Vec::new();
+        };
+        let rules = m.rules().rules();
+        if !rules.iter().any(|r| r.isolate || r.unit_cpuset || r.threads.iter().any(|t| t.isolate)) {
+            return Vec::new();
+        }
+        let mut wants = Vec::new();
+        for row in m.list_managed() {
+            let Some(rule) = rules.iter().find(|r| r.name == row.rule) else {
+                continue;
+            };
+            let isolate = rule.isolate || rule.threads.iter().any(|t| t.isolate);
+            if !(isolate || rule.unit_cpuset) {
+                continue;
+            }
+            let pid = row.pid as i32;
+            let mut cpus = m.plan_for(pid, &rule.name, None).map(|s| s.held()).unwrap_or_default();
+            for (i, t) in rule.threads.iter().enumerate() {
+                if t.isolate {
+                    if let Some(s) = m.plan_for(pid, &rule.name, Some(i)) {
+                        cpus = cpus.union(&s.held());
+                    }
+                }
+            }
+            if cpus.is_empty() {
+                continue;
+            }
+            let mems = rule.memory_follow.then(|| self.nodes_of(&cpus)).flatten();
+            wants.push(Want {
+                rule: rule.name.clone(),
+                pid: row.pid,
+                cpus,
+                mems,
+                isolate,
+            });
+        }
+        wants.sort_by_key(|w| w.pid);
+        wants
+    }
+
+    /// The NUMA nodes of `cpus`; `None` before the topology is known.
+    fn nodes_of(&self, cpus: &CpuSet) -> Option<CpuSet> {
+        let t = self.topology.as_ref()?;
+        Some(cpus.iter().filter_map(|c| t.node_of(c)).collect())
+    }
+
+    /// Sends the holder what should be held, when it changed. Called after every
+    /// manager change.
+    pub(super) fn sync_holds(&mut self) {
+        let wants = self.holds_wanted();
+        if self.holds.sent.as_ref() == Some(&wants) {
+            return;
+        }
+        // Nothing was ever held and nothing is wanted: the holder has nothing to do.
+        if self.holds.sent.is_none() && wants.is_empty() {
+            return;
+        }
+        self.holds.sent = Some(wants.clone());
+        self.actions.push(Action::Hold(wants));
+    }
+
+    /// What the holder did: kept for `explain`, logged once per problem. When a unit's
+    /// CPUs changed, the manager looks at every process again (its cpuset changed, and
+    /// the kernel may have rewritten masks).
+    pub(super) fn held(&mut self, reports: Vec<HoldReport>) {
+        let mut changed = false;
+        let mut now = BTreeMap::new();
+        for r in reports {
+            let before = self.holds.reports.get(&r.pid);
+            if before.is_none_or(|b| b.confined != r.confined || b.isolated != r.isolated || b.cpus != r.cpus) {
+                changed = true;
+            }
+            match &r.problem {
+                Some(p) if self.holds.logged.insert((r.rule.clone(), r.pid, p.clone())) => {
+                    tracing::warn!(rule = %r.rule, pid = r.pid, "{}", r.line());
+                }
+                Some(_) => {}
+                None => tracing::info!(rule = %r.rule, pid = r.pid, "{}", r.line()),
+            }
+            now.insert(r.pid, r);
+        }
+        if self.holds.reports.keys().any(|p| !now.contains_key(p)) {
+            changed = true;
+        }
+        self.holds.logged.retain(|(_, pid, _)| now.contains_key(pid));
+        self.holds.reports = now;
+        if changed {
+            self.manager_event(crate::manager::Input::Rescan);
+        }
+    }
+
+    /// The hold line for `explain`: what is held for `pid` and how, or why not.
+    pub(super) fn hold_line(&self, pid: u32) -> Option<String> {
+        self.holds.reports.get(&pid).map(HoldReport::line)
+    }
+
+    /// For `status`: units confined, CPUs isolated, holds refused.
+    pub(super) fn holds_summary(&self) -> Option<String> {
+        if self.holds.reports.is_empty() {
+            return None;
+        }
+        let confined = self.holds.reports.values().filter(|r| r.confined).count();
+        let isolated = self
+            .holds
+            .reports
+            .values()
+            .filter(|r| r.isolated)
+            .fold(CpuSet::new(), |a, r| a.union(&r.cpus));
+        let refused = self.holds.reports.values().filter(|r| r.problem.is_some()).count();
+        let mut s = format!("{} confined", crate::words::count(confined, "unit"));
+        if !isolated.is_empty() {
+            s.push_str(&format!(", CPUs {isolated} isolated"));
+        }
+        if refused > 0 {
+            s.push_str(&format!(", {} with a problem (see explain)", crate::words::count(refused, "hold")));
+        }
+        Some(s)
+    }
+}
