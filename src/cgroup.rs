@@ -92,6 +92,14 @@ pub fn parse_proc_cgroup(path: &Path, text: &str) -> Result<ProcCgroups, CgroupE
 /// The cpuset of process `pid`: `Ok(None)` when it is gone or no cpuset file is found
 /// for it (no cpuset controller mounted where systemd mounts it).
 pub fn process_cpuset(root: &SysRoot, pid: i32) -> Result<Option<Cpuset>, CgroupError> {
+    match proc_cgroups(root, pid)? {
+        Some(cg) => cpuset_of(root, &cg),
+        None => Ok(None),
+    }
+}
+
+/// The cgroups of process `pid` (`/proc/PID/cgroup`); `Ok(None)` when it is gone.
+pub fn proc_cgroups(root: &SysRoot, pid: i32) -> Result<Option<ProcCgroups>, CgroupError> {
     let path = root.proc_path(format!("{pid}/cgroup"));
     let text = match sysroot::read_optional(&path) {
         Ok(Some(t)) => t,
@@ -100,8 +108,7 @@ pub fn process_cpuset(root: &SysRoot, pid: i32) -> Result<Option<Cpuset>, Cgroup
         Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
         Err(source) => return Err(CgroupError::Read { path, source }),
     };
-    let cg = parse_proc_cgroup(&path, &text)?;
-    cpuset_of(root, &cg)
+    parse_proc_cgroup(&path, &text).map(Some)
 }
 
 /// The cpuset of a process in the cgroups `cg`: v1's cpuset hierarchy first (on a

@@ -83,6 +83,19 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             outln!("{note}");
         }
     }
+    // Isolation depends on the running kernel: said for this machine, not an error
+    // (the rule still works, merely exclusive).
+    let cannot = crate::hold::cannot_isolate_here(&crate::sysroot::SysRoot::default());
+    for rule in report.rules.rules() {
+        let isolates = rule.isolate || rule.threads.iter().any(|t| t.isolate);
+        if let (true, Some(why)) = (isolates, &cannot) {
+            outln!(
+                "{}: warning: rule {}: isolate = true cannot isolate on this machine: {why}; the rule stays merely exclusive",
+                rule.origin(),
+                rule.name
+            );
+        }
+    }
     for doubt in doubts_here(&report.rules) {
         outln!("{doubt}");
     }

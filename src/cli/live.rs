@@ -89,6 +89,8 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     crate::daemon::replan::hand_down(&mut mgr, Input::RulesChanged(plan), Some(&shaper));
     crate::daemon::replan::read_here(&mut mgr, procs.as_ref(), Some(&shaper));
     let rows = mgr.list_managed();
+    let cannot = crate::hold::cannot_isolate_here(&root);
+    let node_of = |cpu: u32| topology.node_of(cpu);
     let memory: Vec<Result<MemoryView, ReadError>> = rows
         .iter()
         .map(|r| memory::read(&root, r.pid as i32, &node_ids))
@@ -158,6 +160,9 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
             if let Some(why) = &p.memory {
                 let _ = writeln!(out, "    {why}");
             }
+            if let Some(line) = hold_rule_line(&report.rules, p, cannot.as_deref()) {
+                let _ = writeln!(out, "    {line}");
+            }
             if let Some(line) = p
                 .thread_entry
                 .and_then(|i| p.slots_line(mgr.entry_threads(&p.rule, i)))
@@ -190,6 +195,15 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                 if let Some(c) = mgr.cpuset_of(r.pid as i32) {
                     let _ = writeln!(out, "  {:>8}  in cpuset {c}", "");
                 }
+            }
+            if let Some(w) = mgr.hold_want(r, &node_of) {
+                let unit = crate::cgroup::proc_cgroups(&root, r.pid as i32)
+                    .ok()
+                    .flatten()
+                    .and_then(|c| c.v2)
+                    .and_then(|p| crate::hold::unit_of_cgroup(&p))
+                    .ok_or_else(|| format!("pid {} is in no systemd unit", r.pid));
+                let _ = writeln!(out, "  {:>8}  {}", "", crate::hold::dry_line(&w, unit, cannot.as_deref()));
             }
             match mem {
                 Ok(MemoryView::OneNode) | Err(ReadError::Gone { .. }) => {}
@@ -285,6 +299,28 @@ fn memory_nodes(m: &Result<MemoryView, ReadError>) -> serde_json::Value {
             .into(),
         Ok(MemoryView::OneNode) => serde_json::json!({}),
         Err(_) => serde_json::Value::Null,
+    }
+}
+
+/// What the daemon would hold for a rule's unit plan, in one line: `isolate` and
+/// `unit-cpuset` (see `hold`); `None` for rules with neither.
+fn hold_rule_line(
+    rules: &crate::rules::RuleSet,
+    p: &crate::plan::UnitPlan,
+    cannot: Option<&str>,
+) -> Option<String> {
+    let rule = rules.get(&p.rule)?;
+    let isolate = match p.thread_entry {
+        None => rule.isolate,
+        Some(i) => rule.threads.get(i).is_some_and(|t| t.isolate),
+    };
+    match (isolate, cannot) {
+        (true, None) => Some("isolate: its CPUs become an isolated cpuset partition of the unit while held".into()),
+        (true, Some(why)) => Some(format!("isolate: cannot isolate here: {why}; the rule stays merely exclusive")),
+        (false, _) if rule.unit_cpuset && p.thread_entry.is_none() => {
+            Some("unit-cpuset: the unit of each process is confined to these CPUs".into())
+        }
+        _ => None,
     }
 }
 

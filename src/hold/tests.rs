@@ -320,3 +320,31 @@ fn slices_are_laid_out_as_systemd_does() {
     assert_eq!(slice_path("a-b-c.slice"), "a.slice/a-b.slice/a-b-c.slice");
     assert_eq!(slice_path("-.slice"), "");
 }
+
+#[test]
+fn a_dry_run_names_the_unit_from_the_cgroup_path_and_what_would_be_set() {
+    let u = unit_of_cgroup("/system.slice/md-feed.service").unwrap();
+    assert_eq!((u.name.as_str(), u.slice.as_str()), ("md-feed.service", "system.slice"));
+    let u = unit_of_cgroup("/user.slice/user-1000.slice/session-3.scope").unwrap();
+    assert_eq!((u.name.as_str(), u.slice.as_str()), ("session-3.scope", "user-1000.slice"));
+    // A container's cgroups below its scope are the scope's.
+    let u = unit_of_cgroup("/system.slice/docker-ab.scope/init.scope").unwrap();
+    assert_eq!((u.name.as_str(), u.cgroup.as_str()), ("docker-ab.scope", "/system.slice/docker-ab.scope"));
+    assert!(unit_of_cgroup("/").is_none());
+
+    let mut w = want("feed", 42, "4-7", false);
+    w.mems = Some("1".parse().unwrap());
+    let info = unit_of_cgroup("/system.slice/md-feed.service").ok_or_else(String::new);
+    assert_eq!(
+        dry_line(&w, info.clone(), None),
+        "unit md-feed.service: AllowedCPUs=4-7, AllowedMemoryNodes=1 (would be set by pinnerd)"
+    );
+    w.isolate = true;
+    assert_eq!(
+        dry_line(&w, info.clone(), Some("no cgroup v2 hierarchy (cgroup v1 only)")),
+        "unit md-feed.service: not isolated: no cgroup v2 hierarchy (cgroup v1 only); the rule stays merely exclusive"
+    );
+    assert!(dry_line(&w, info, None).ends_with("; CPUs 4-7 would be isolated (cpuset partition)"));
+    let session = unit_of_cgroup("/user.slice/user-1000.slice/session-3.scope").ok_or_else(String::new);
+    assert!(dry_line(&w, session, None).starts_with("unit pinnerd-feed-42.scope (a scope of its own in user-1000.slice): AllowedCPUs=4-7"));
+}

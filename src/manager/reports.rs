@@ -344,4 +344,41 @@ impl Manager {
         }
         out
     }
+
+    /// What the daemon asks its holder for one managed process (see `hold`): for a
+    /// rule with `isolate` (on `[rule.place]` or a `[[rule.threads]]` entry) or
+    /// `unit-cpuset`, the CPUs its plan holds for the process, and their nodes
+    /// (`node_of`) with `memory = "follow"`; `None` for other rules, or before the
+    /// plan holds CPUs for it. The daemon and `plan --live` both ask this.
+    pub fn hold_want(
+        &self,
+        row: &ManagedRow,
+        node_of: &dyn Fn(u32) -> Option<u32>,
+    ) -> Option<crate::hold::Want> {
+        let rule = self.rules().get(&row.rule)?;
+        let isolate = rule.isolate || rule.threads.iter().any(|t| t.isolate);
+        if !(isolate || rule.unit_cpuset) {
+            return None;
+        }
+        let pid = row.pid as i32;
+        let mut cpus = self.plan_for(pid, &rule.name, None).map(|s| s.held()).unwrap_or_default();
+        for (i, t) in rule.threads.iter().enumerate() {
+            if t.isolate {
+                if let Some(s) = self.plan_for(pid, &rule.name, Some(i)) {
+                    cpus = cpus.union(&s.held());
+                }
+            }
+        }
+        if cpus.is_empty() {
+            return None;
+        }
+        let mems = rule.memory_follow.then(|| cpus.iter().filter_map(node_of).collect());
+        Some(crate::hold::Want {
+            rule: rule.name.clone(),
+            pid: row.pid,
+            cpus,
+            mems,
+            isolate,
+        })
+    }
 }

@@ -22,9 +22,8 @@ pub(super) struct Holds {
 }
 
 impl State {
-    /// What should be held now: for each managed process of a rule with `isolate` (on
-    /// `[rule.place]` or a `[[rule.threads]]` entry) or `unit-cpuset`, the CPUs its plan
-    /// holds for it, and their nodes with `memory = "follow"`.
+    /// What should be held now: [`Manager::hold_want`](crate::manager::Manager::hold_want)
+    /// of every managed process.
     pub(super) fn holds_wanted(&self) -> Vec<Want> {
         let Some(m) = &self.manager else {
             return Vec::new();
@@ -33,44 +32,15 @@ impl State {
         if !rules.iter().any(|r| r.isolate || r.unit_cpuset || r.threads.iter().any(|t| t.isolate)) {
             return Vec::new();
         }
-        let mut wants = Vec::new();
-        for row in m.list_managed() {
-            let Some(rule) = rules.iter().find(|r| r.name == row.rule) else {
-                continue;
-            };
-            let isolate = rule.isolate || rule.threads.iter().any(|t| t.isolate);
-            if !(isolate || rule.unit_cpuset) {
-                continue;
-            }
-            let pid = row.pid as i32;
-            let mut cpus = m.plan_for(pid, &rule.name, None).map(|s| s.held()).unwrap_or_default();
-            for (i, t) in rule.threads.iter().enumerate() {
-                if t.isolate {
-                    if let Some(s) = m.plan_for(pid, &rule.name, Some(i)) {
-                        cpus = cpus.union(&s.held());
-                    }
-                }
-            }
-            if cpus.is_empty() {
-                continue;
-            }
-            let mems = rule.memory_follow.then(|| self.nodes_of(&cpus)).flatten();
-            wants.push(Want {
-                rule: rule.name.clone(),
-                pid: row.pid,
-                cpus,
-                mems,
-                isolate,
-            });
-        }
+        let topology = self.topology.as_ref();
+        let node_of = |cpu: u32| topology.and_then(|t| t.node_of(cpu));
+        let mut wants: Vec<Want> = m
+            .list_managed()
+            .iter()
+            .filter_map(|row| m.hold_want(row, &node_of))
+            .collect();
         wants.sort_by_key(|w| w.pid);
         wants
-    }
-
-    /// The NUMA nodes of `cpus`; `None` before the topology is known.
-    fn nodes_of(&self, cpus: &CpuSet) -> Option<CpuSet> {
-        let t = self.topology.as_ref()?;
-        Some(cpus.iter().filter_map(|c| t.node_of(c)).collect())
     }
 
     /// Sends the holder what should be held, when it changed. Called after every

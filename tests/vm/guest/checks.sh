@@ -1233,10 +1233,27 @@ check_package_purge() {
         echo "precondition: vmwork-hot is not on 6 but $(masks "$pid")"
         return 1
     }
+    # An isolate rule holds CPUs 2-3 as the package goes (where the kernel can).
+    local isolating=
+    if ! no_partitions >/dev/null && workload_pid vmwork-iso >/dev/null; then
+        iso_rule 2-3
+        wait_for 30 isolated_is 2-3 || {
+            echo "precondition: not isolated 30 s after an isolate rule on 2-3: '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)'"
+            return 1
+        }
+        isolating=yes
+    fi
     out=$(dpkg --purge pinnerd 2>&1) || {
         echo "dpkg --purge failed: $out"
         return 1
     }
+    if [ -n "$isolating" ]; then
+        isolated_is "" && [ -z "$(systemctl show -p AllowedCPUs --value vmwork-iso.service)" ] &&
+            [ -z "$(cat /sys/fs/cgroup/system.slice/cpuset.cpus.exclusive)" ] || {
+            echo "after purge: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', vmwork-iso AllowedCPUs '$(systemctl show -p AllowedCPUs --value vmwork-iso.service)', system.slice exclusive '$(cat /sys/fs/cgroup/system.slice/cpuset.cpus.exclusive)'"
+            return 1
+        }
+    fi
     systemctl is-active --quiet pinnerd.service && {
         echo "pinnerd.service still active after purge"
         return 1
@@ -1258,7 +1275,290 @@ check_package_purge() {
         echo "after purge vmwork-hot is on $(masks "$pid"), want $ALL_CPUS (stopping must restore)"
         return 1
     }
-    echo "purged: service stopped, files and /var/lib/pinnerd gone, rule files kept, vmwork-hot back on $ALL_CPUS"
+    echo "purged: service stopped, files and /var/lib/pinnerd gone, rule files kept, vmwork-hot back on $ALL_CPUS${isolating:+; the isolate rule's CPUs 2-3 no longer isolated, its unit's AllowedCPUs reset}"
+}
+
+# ---- isolation (isolate = true) and units born in place (unit-cpuset = true)
+
+# isolated_is LIST: the root cgroup's cpuset.cpus.isolated reads LIST ("" for none).
+isolated_is() { [ "$(cat /sys/fs/cgroup/cpuset.cpus.isolated 2>/dev/null)" = "$1" ]; }
+# noise_units NAME…: a busy loop per name, as a unit of its own (vmnoise-NAME.service).
+noise_units() {
+    local n
+    for n in "$@"; do
+        systemd-run --quiet --unit="vmnoise-$n" sh -c 'while :; do :; done' || return 1
+    done
+}
+# noise_scopes NAME…: a busy loop per name in a scope of a user's slice, as a login
+# session's processes are (systemd-run --scope runs in the foreground: backgrounded).
+noise_scopes() {
+    local n
+    for n in "$@"; do
+        systemd-run --quiet --scope --unit="vmnoise-$n" --slice=user-4242.slice \
+            sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 &
+    done
+    wait_for 20 sh -c 'for n in "$@"; do systemctl is-active --quiet "vmnoise-$n.scope" || exit 1; done' _ "$@"
+}
+stop_noise() { systemctl stop 'vmnoise-*' 2>/dev/null; }
+# sample SECONDS CPUS CGROUP: cpu_sampler.py's JSON (see there), every 10 ms.
+sample() { python3 "$LIB/cpu_sampler.py" "$1" 10 "$2" "$3"; }
+# iso_rule [CPUS]: the isolate rule: vmwork-iso on CPUS (6-7: node 1), exclusive and
+# isolated.
+iso_rule() {
+    put_rule 80-vm-isolate.toml <<EOF
+[[rule]]
+name = "vm-isolate"
+[rule.match]
+comm = "vmwork-iso"
+[rule.place]
+cpus = "${1:-6-7}"
+exclusive = true
+isolate = true
+EOF
+}
+# no_partitions: exit 77 (SKIP) with the reason where the kernel lacks remote partitions.
+no_partitions() {
+    [ -f /sys/fs/cgroup/cpuset.cpus.isolated ] && return 1
+    echo "kernel $(uname -r) has no remote cpuset partitions (no /sys/fs/cgroup/cpuset.cpus.isolated; Linux 6.7 or later)"
+}
+# longest_gap SECONDS WANT OUT: polls cpuset.cpus.isolated every 20 ms for SECONDS and
+# writes to OUT the longest stretch, in seconds, during which it was not WANT.
+longest_gap() {
+    python3 - "$1" "$2" >"$3" <<'PY'
+import sys, time
+end, want = time.monotonic() + float(sys.argv[1]), sys.argv[2]
+worst, since = 0.0, None
+while time.monotonic() < end:
+    with open("/sys/fs/cgroup/cpuset.cpus.isolated") as f:
+        ok = f.read().strip() == want
+    t = time.monotonic()
+    if ok and since is not None:
+        worst, since = max(worst, t - since), None
+    elif not ok and since is None:
+        since = t
+    time.sleep(0.02)
+if since is not None:
+    worst = max(worst, time.monotonic() - since)
+print(f"{worst:.2f}")
+PY
+}
+export -f isolated_is noise_units noise_scopes stop_noise sample iso_rule no_partitions longest_gap
+
+check_isolate_keeps_others_off() {
+    local pid cg s1 s2 why others managed rounds
+    no_partitions && return 77
+    isolated_is "" || {
+        echo "precondition: CPUs $(cat /sys/fs/cgroup/cpuset.cpus.isolated) already isolated"
+        return 1
+    }
+    pid=$(start_workload vmwork-iso 2) || {
+        echo "$pid"
+        return 1
+    }
+    cg=$(awk -F: '$1 == 0 { print $3 }' "/proc/$pid/cgroup")
+    # Half the noise before the rule, half after: units and login-like scopes.
+    noise_units a b && noise_scopes c d || {
+        echo "noise did not start"
+        stop_noise
+        return 1
+    }
+    iso_rule
+    if ! wait_for 30 isolated_is 6-7; then
+        why=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$pid" | jq -r '.data[0]')
+        echo "cpuset.cpus.isolated is '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)' 30 s after the rule, want 6-7; $cg partition: $(cat "/sys/fs/cgroup$cg/cpuset.cpus.partition" 2>&1); Explain: $why"
+        stop_noise
+        rm -f "$RULES/80-vm-isolate.toml"
+        return 1
+    fi
+    noise_units e f && noise_scopes g h || {
+        echo "noise did not start after the rule"
+        stop_noise
+        rm -f "$RULES/80-vm-isolate.toml"
+        return 1
+    }
+    s1=$(sample 10 6-7 "$cg")
+    others=$(jq .others_on <<<"$s1")
+    managed=$(jq .managed_on <<<"$s1")
+    rounds=$(jq .rounds <<<"$s1")
+    why=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$pid" | jq -r '.data[0]')
+    [ "$others" -eq 0 ] && [ "$managed" -gt 0 ] || {
+        echo "isolated 6-7: in $rounds rounds, $others samples of other user-space tasks on 6-7 ($(jq -c .others <<<"$s1")), $managed of the rule's; Explain: $why"
+        stop_noise
+        rm -f "$RULES/80-vm-isolate.toml"
+        return 1
+    }
+    grep -q 'held: unit vmwork-iso.service: AllowedCPUs=6-7 (set by pinnerd); CPUs 6-7 isolated' <<<"$why" || {
+        echo "Explain does not say the unit is held and isolated: $why"
+        stop_noise
+        rm -f "$RULES/80-vm-isolate.toml"
+        return 1
+    }
+    rm -f "$RULES/80-vm-isolate.toml"
+    if ! wait_for 20 isolated_is ""; then
+        echo "cpuset.cpus.isolated still '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)' 20 s after the rule was removed"
+        stop_noise
+        return 1
+    fi
+    sleep 1
+    s2=$(sample 3 6-7 /none)
+    stop_noise
+    [ "$(jq .others_on <<<"$s2")" -gt 0 ] || {
+        echo "after the rule went, no other task ran on 6-7 in 3 s: $s2"
+        return 1
+    }
+    [ -z "$(cat /sys/fs/cgroup/system.slice/cpuset.cpus.exclusive 2>/dev/null)" ] || {
+        echo "system.slice/cpuset.cpus.exclusive left '$(cat /sys/fs/cgroup/system.slice/cpuset.cpus.exclusive)'"
+        return 1
+    }
+    echo "8 busy loops (4 units, 4 scopes, half started after the rule): 0 samples of them on isolated 6-7 in $rounds rounds over 10 s, $managed of the rule's threads, $(jq .kernel_on <<<"$s1") of kernel threads; rule removed: isolated '' again and $(jq .others_on <<<"$s2") samples of others on 6-7 in 3 s; Explain: $(grep -o 'held: .*' <<<"$why" | head -1)"
+}
+
+check_isolate_survives_restart() {
+    local pid old out gap restart_gap
+    no_partitions && return 77
+    pid=$(workload_pid vmwork-iso) || {
+        echo "$pid"
+        return 1
+    }
+    iso_rule
+    wait_for 30 isolated_is 6-7 || {
+        echo "precondition: not isolated 30 s after the rule: '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)'"
+        return 1
+    }
+    longest_gap 15 6-7 "$WORK/iso-gap-restart" &
+    out=$(systemctl restart pinnerd.service 2>&1) || {
+        echo "systemctl restart failed: $out"
+        return 1
+    }
+    wait
+    restart_gap=$(cat "$WORK/iso-gap-restart")
+    le "$restart_gap" 2 && isolated_is 6-7 || {
+        echo "systemctl restart: isolation lost for $restart_gap s (limit 2 s), now '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)'"
+        return 1
+    }
+    old=$(daemon_pid)
+    longest_gap 15 6-7 "$WORK/iso-gap-kill" &
+    kill -9 "$old"
+    wait
+    gap=$(cat "$WORK/iso-gap-kill")
+    systemctl is-active --quiet pinnerd.service && [ "$(daemon_pid)" != "$old" ] || {
+        echo "not restarted after kill -9: $(systemctl show -p ActiveState,SubState,NRestarts pinnerd.service | tr '\n' ' ')"
+        return 1
+    }
+    le "$gap" 2 && isolated_is 6-7 || {
+        echo "kill -9: isolation lost for $gap s (limit 2 s), now '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)'"
+        return 1
+    }
+    wait_for 10 sh -c 'journalctl -b -u pinnerd.service --no-pager -o cat | grep -q "taken over"' || {
+        echo "the restarted daemon did not take over the hold the killed one left"
+        return 1
+    }
+    rm -f "$RULES/80-vm-isolate.toml"
+    wait_for 20 isolated_is "" || {
+        echo "cpuset.cpus.isolated still '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)' 20 s after the rule went"
+        return 1
+    }
+    echo "systemctl restart: isolation lost for at most $restart_gap s; kill -9: $gap s (the next daemon took the hold over from its journal); rule removed: nothing isolated"
+}
+
+check_unit_born_in_place() {
+    local dir=$WORK/vmborn pid r cpus mems pct why before_cpus before_pct
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    ln -sf /usr/bin/python3 /usr/local/bin/vmborn
+    # ExecReload= is a process the unit starts later, forked by systemd: it does not
+    # inherit the mask pinnerd gave the main process.
+    systemd-run --quiet --unit=vmborn --service-type=simple \
+        -p "ExecReload=/usr/local/bin/vmborn $LIB/born.py $dir child reload" \
+        /usr/local/bin/vmborn "$LIB/born.py" "$dir" || {
+        echo "systemd-run vmborn failed"
+        return 1
+    }
+    wait_for 60 test -s "$dir/pid" || {
+        echo "vmborn did not start"
+        return 1
+    }
+    pid=$(cat "$dir/pid")
+    # born: reloads the unit (systemd starts a child) and prints what the child saw.
+    born() {
+        rm -f "$dir/reload.json"
+        systemctl reload vmborn.service || return 1
+        wait_for 60 test -s "$dir/reload.json" || return 1
+        cat "$dir/reload.json"
+    }
+    # What happens today first: the same rule without unit-cpuset.
+    put_rule 81-vm-born.toml <<'EOF'
+[[rule]]
+name = "vm-born"
+[rule.match]
+unit = "vmborn.service"
+[rule.place]
+cpus = "4-5"
+memory = "follow"
+EOF
+    wait_for 20 mask_is "$pid" 4-5 || {
+        echo "precondition: vmborn not pinned to 4-5 but $(masks "$pid")"
+        rm -f "$RULES/81-vm-born.toml"
+        systemctl stop vmborn.service
+        return 1
+    }
+    r=$(born) || {
+        echo "the unit's reload child did not report"
+        rm -f "$RULES/81-vm-born.toml"
+        systemctl stop vmborn.service
+        return 1
+    }
+    before_cpus=$(jq -r '.first.Cpus_allowed_list' <<<"$r")
+    before_pct=$(jq '(.pages["1"] // 0) * 100 / ([.pages[]] | add) | floor' <<<"$r")
+    put_rule 81-vm-born.toml <<'EOF'
+[[rule]]
+name = "vm-born"
+[rule.match]
+unit = "vmborn.service"
+[rule.place]
+cpus = "4-5"
+memory = "follow"
+unit-cpuset = true
+EOF
+    wait_for 20 sh -c '[ "$(systemctl show -p AllowedCPUs --value vmborn.service)" = 4-5 ]' || {
+        echo "AllowedCPUs of vmborn.service is '$(systemctl show -p AllowedCPUs --value vmborn.service)' 20 s after unit-cpuset, want 4-5; Explain: $(bus call "$BUS" "$OBJ" "$IFACE" Explain u "$pid")"
+        rm -f "$RULES/81-vm-born.toml"
+        systemctl stop vmborn.service
+        return 1
+    }
+    mems=$(systemctl show -p AllowedMemoryNodes --value vmborn.service)
+    r=$(born) || {
+        echo "the unit's reload child did not report"
+        rm -f "$RULES/81-vm-born.toml"
+        systemctl stop vmborn.service
+        return 1
+    }
+    cpus=$(jq -r '.first.Cpus_allowed_list' <<<"$r")
+    pct=$(jq '(.pages["1"] // 0) * 100 / ([.pages[]] | add) | floor' <<<"$r")
+    why=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$pid" | jq -r '.data[0]')
+    rm -f "$RULES/81-vm-born.toml"
+    [ "$cpus" = 4-5 ] && [ "$pct" -ge 95 ] && [ "$mems" = 1 ] || {
+        echo "with unit-cpuset (AllowedCPUs=4-5, AllowedMemoryNodes=$mems): the child's first Cpus_allowed_list $cpus, $pct% of its pages on node 1; Explain: $why"
+        systemctl stop vmborn.service
+        return 1
+    }
+    grep -qF 'held: unit vmborn.service: AllowedCPUs=4-5, AllowedMemoryNodes=1 (set by pinnerd)' <<<"$why" || {
+        echo "Explain does not say the unit is held: $why"
+        systemctl stop vmborn.service
+        return 1
+    }
+    wait_for 20 sh -c '[ -z "$(systemctl show -p AllowedCPUs --value vmborn.service)" ]' || {
+        echo "AllowedCPUs of vmborn.service still '$(systemctl show -p AllowedCPUs --value vmborn.service)' 20 s after the rule went"
+        systemctl stop vmborn.service
+        return 1
+    }
+    wait_for 20 mask_is "$pid" "$ALL_CPUS" || {
+        echo "after the rule went vmborn is on $(masks "$pid"), want $ALL_CPUS"
+        systemctl stop vmborn.service
+        return 1
+    }
+    systemctl stop vmborn.service
+    echo "unit-cpuset: a child the unit started read Cpus_allowed_list $cpus first and has $pct% of its pages on node 1 (AllowedCPUs=4-5, AllowedMemoryNodes=$mems); without unit-cpuset (pinned after the fact): $before_cpus first, $before_pct% on node 1; let go: AllowedCPUs reset, the main process back on $ALL_CPUS"
 }
 
 # ---------------------------------------------------------------- runner
@@ -1611,6 +1911,9 @@ run_check plan-where-memory-is check_plan_where_memory_is 180
 run_check memory-follows check_memory_follows 180
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
+run_check isolate-keeps-others-off check_isolate_keeps_others_off 180
+run_check isolate-survives-restart check_isolate_survives_restart 120
+run_check unit-born-in-place check_unit_born_in_place 240
 run_check package-purge-restores check_package_purge 60
 
 if [ "$failed" -gt 0 ] || grep -qw 'pinnerd_vm.journal=always' /proc/cmdline; then

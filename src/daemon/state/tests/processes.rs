@@ -355,3 +355,75 @@ fn queued_memory_moves_say_they_wait_for_the_one_before_them() {
         "{second}"
     );
 }
+
+/// A managed process of an `isolate` rule is wanted held on its rule's CPUs; what the
+/// holder reports is in `explain`, the problem logged once; when the process is gone
+/// nothing is wanted any more.
+#[test]
+fn an_isolate_rule_s_process_is_wanted_held_and_explain_says_what_came_of_it() {
+    let (mut s, d, _job) = started(Timing::default());
+    let online = s.online();
+    let last = online.iter().last().unwrap();
+    let prog = d.path().join("pinnerd-isohold");
+    std::fs::copy("/bin/sleep", &prog).unwrap();
+    write_rule(
+        d.path(),
+        "iso",
+        &format!(
+            "[[rule]]\nname = \"iso\"\n[rule.match]\ncomm = \"pinnerd-isohol*\"\n[rule.place]\ncpus = \"{last}\"\nexclusive = true\nisolate = true\n"
+        ),
+    );
+    s.handle(Event::Reload(ReloadCause::Bus));
+    s.take_actions();
+    let child = Sleeper::spawn(&prog);
+    let pid = child.pid();
+    s.manager_event(crate::manager::Input::Rescan);
+    let wants: Vec<_> = s
+        .take_actions()
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Hold(w) => Some(w),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(wants.len(), 1, "one Hold action");
+    assert_eq!(wants[0].len(), 1);
+    let w = &wants[0][0];
+    assert_eq!((w.rule.as_str(), w.pid, w.isolate), ("iso", pid, true));
+    assert_eq!(w.cpus, CpuSet::from_iter([last]));
+    // The same state again sends nothing.
+    s.manager_event(crate::manager::Input::Rescan);
+    assert!(!s.take_actions().iter().any(|a| matches!(a, Action::Hold(_))));
+
+    s.handle(Event::Held(vec![crate::hold::HoldReport {
+        rule: "iso".into(),
+        pid,
+        unit: None,
+        cpus: w.cpus.clone(),
+        mems: None,
+        confined: false,
+        isolate: true,
+        isolated: false,
+        problem: Some("the kernel has no remote cpuset partitions".into()),
+    }]));
+    let Reply::Explained { text, .. } = s.command(Command::Explain { pid, caller_uid: 0 }).unwrap() else {
+        panic!()
+    };
+    assert!(
+        text.contains("held: not isolated: the kernel has no remote cpuset partitions; the rule stays merely exclusive"),
+        "{text}"
+    );
+    // Another user does not see how it is held.
+    let Reply::Explained { text, .. } = s.command(Command::Explain { pid, caller_uid: 1000 }).unwrap() else {
+        panic!()
+    };
+    assert!(!text.contains("held:"), "{text}");
+
+    drop(child);
+    s.manager_event(crate::manager::Input::Rescan);
+    let last_wants = s.take_actions().into_iter().rev().find_map(|a| match a {
+        Action::Hold(w) => Some(w),
+        _ => None,
+    });
+    assert_eq!(last_wants, Some(vec![]), "let go once the process is gone");
+}

@@ -1,0 +1,88 @@
+"""Samples which CPU every task is on, for the isolation checks.
+
+    cpu_sampler.py SECONDS INTERVAL_MS CPUS MANAGED_CGROUP
+
+Every INTERVAL_MS for SECONDS, reads /proc/*/task/*/stat and counts, for tasks that
+are running or runnable (state R: field 39, the CPU last run on, is where a sleeping
+task ran long ago, not where it is), the samples on CPUS (a kernel list): of the rule's
+tasks (those in MANAGED_CGROUP, a cgroup v2 path), of kernel threads (PF_KTHREAD), and
+of every other user-space task, by comm. Prints one JSON object.
+"""
+
+import json
+import os
+import sys
+import time
+
+PF_KTHREAD = 0x00200000
+
+
+def expand(text):
+    cpus = set()
+    for part in text.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            cpus.update(range(int(a), int(b) + 1))
+        elif part:
+            cpus.add(int(part))
+    return cpus
+
+
+def cgroup_of(pid):
+    try:
+        with open(f"/proc/{pid}/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    return line[3:].strip()
+    except OSError:
+        pass
+    return None
+
+
+def main():
+    seconds, interval = float(sys.argv[1]), float(sys.argv[2]) / 1000
+    cpus, managed = expand(sys.argv[3]), sys.argv[4]
+    me = os.getpid()
+    rounds = managed_on = kernel_on = others_on = 0
+    others = {}
+    cgroups = {}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        rounds += 1
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == me:
+                continue
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                        stat = f.read()
+                except OSError:
+                    continue
+                comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+                fields = stat[stat.rindex(")") + 2 :].split()
+                # fields[0] is field 3 (state); field N is fields[N - 3].
+                if fields[0] != "R" or int(fields[39 - 3]) not in cpus:
+                    continue
+                if int(fields[9 - 3]) & PF_KTHREAD:
+                    kernel_on += 1
+                    continue
+                if pid not in cgroups:
+                    cgroups[pid] = cgroup_of(pid)
+                if cgroups[pid] == managed:
+                    managed_on += 1
+                else:
+                    others_on += 1
+                    others[comm] = others.get(comm, 0) + 1
+        time.sleep(interval)
+    print(json.dumps({
+        "rounds": rounds, "managed_on": managed_on, "kernel_on": kernel_on,
+        "others_on": others_on, "others": others,
+    }))
+
+
+if __name__ == "__main__":
+    main()
