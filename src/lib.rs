@@ -96,6 +96,7 @@ pub mod domains;
 pub mod export;
 pub mod fingerprint;
 pub mod fleet;
+pub mod hold;
 pub mod infile;
 pub mod irq;
 pub mod manager;
