@@ -49,6 +49,7 @@ mod sharing;
 mod slots;
 mod soak;
 mod sparse;
+mod systemd_units;
 mod topology;
 mod topology_degraded;
 mod watch;
