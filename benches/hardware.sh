@@ -5,7 +5,8 @@
 #
 # Needs only bash, coreutils and python3 (no Rust toolchain, no network): PINNERD is a
 # prebuilt binary (default: pinnerd on PATH). Run it as root on an otherwise idle
-# machine; about 1–3 minutes on 16 CPUs (at most 8: the budgets below add up to less).
+# machine; about 3–5 minutes on 16 CPUs: steps 1–3 at most 8 (the budgets below add up
+# to less), step 4 about 3 x (SECS + 5) s.
 #
 # 1. `pinnerd measure`, every pair (serial) → full.json
 # 2. `pinnerd measure --mode sparse` on the same machine → sparse.json; the cells of
@@ -14,11 +15,18 @@
 # 3. `pinnerd report --compare --matrix full.json` → report.html, report.json: the page,
 #    the measured effect of placement (ping-pong ring, interleaved runs) and the
 #    engine's 0↔1 figure against a plain c2clat-style minimum, interleaved five times
-# 4. one summary table → summary.txt (and summary.json), also printed
+# 4. `benches/isolation.sh OUTDIR/isolation`: a busy-polling thread's gaps over SECS
+#    (default 30) seconds per mode while noisy neighbours run, unpinned, with an
+#    `exclusive` rule and with an `isolate` rule of a private `pinnerd daemon` (its
+#    bus from `dbus-daemon` where there is one; without, those two rows say skipped)
+# 5. one summary table → summary.txt (and summary.json), also printed; the isolation
+#    table follows it in summary.txt
 #
-# Everything lands in OUTDIR, flat: the files above, *-domains.json, *.log, timings.
+# Everything lands in OUTDIR, flat: the files above, *-domains.json, *.log, timings;
+# the isolation step's own files in OUTDIR/isolation/.
 # IDLE_THRESHOLD (default 75) is passed to both measurements: the load guard refuses to
 # measure CPUs busier than that; 0 measures whatever the load (a shared machine).
+# SECS (default 30), NOISE and CPU go to the isolation step (see benches/isolation.sh).
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
@@ -78,14 +86,17 @@ else
     # No matrix of this machine: the report measures (or says why it could not).
     step report "$pinnerd" report --compare --budget 120 --out "$out"
 fi
+steps_done=$(date +%s.%N)
+step isolation env SECS="${SECS:-30}" PINNERD="$pinnerd" \
+    "$(dirname "$0")/isolation.sh" "$out/isolation"
 finished=$(date +%s.%N)
 
-python3 - "$out" "$started" "$finished" <<'PY'
+python3 - "$out" "$started" "$steps_done" "$finished" <<'PY'
 import json
 import os
 import sys
 
-out, started, finished = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+out, started, steps_done, finished = sys.argv[1], *map(float, sys.argv[2:5])
 
 
 def load(name):
@@ -223,8 +234,30 @@ else:
     elif q.get("agreement_error"):
         add("engine vs c2clat-style minimum", q["agreement_error"], "within 15%", "FAIL")
 
-total = finished - started
-add("total wall time", f"{total:.0f} s", "<= 480 s on 16 CPUs", "ok" if total <= 480 else "over")
+iso = load("isolation/isolation.json")
+if iso is None:
+    add("isolation", f"none (exit {text('isolation.rc')}, see isolation.log)", "", "FAIL")
+else:
+    for r in iso["table"]:
+        if r["longest gap µs"] == "-":
+            figure = r["note"]
+        else:
+            figure = (
+                f"longest gap {r['longest gap µs']} µs, {r['gaps>1ms']} gaps > 1 ms "
+                f"({r['ms lost in gaps>1ms']} ms), {r['gaps>100µs']} > 100 µs; others running "
+                f"on CPU {iso['cpu']}: {r['others running on its CPU (samples)']} samples"
+                + (f"; {r['note']}" if r["note"] else "")
+            )
+        cannot = r["note"].startswith(("cannot isolate", "NOT isolated"))
+        add(f"isolation: {r['mode']}", figure, "", "not isolated" if cannot else "")
+
+steps = steps_done - started
+add("wall time, steps 1-3", f"{steps:.0f} s", "<= 480 s on 16 CPUs", "ok" if steps <= 480 else "over")
+add(
+    "wall time, isolation",
+    f"{finished - steps_done:.0f} s ({iso['secs'] if iso else '?'} s per mode)",
+)
+add("total wall time", f"{finished - started:.0f} s")
 
 w = [max(len(r[i]) for r in rows + [("item", "figure", "target", "verdict")]) for i in range(4)]
 w[1] = min(w[1], 110)
@@ -232,6 +265,9 @@ lines = []
 for r in [("item", "figure", "target", "verdict"), tuple("-" * x for x in w)] + rows:
     lines.append("  ".join(r[i].ljust(w[i]) for i in range(4)).rstrip())
 table = "\n".join(lines) + "\n"
+iso_table = text("isolation/isolation.txt")
+if iso_table != "?":
+    table += "\n" + iso_table + "\n"
 with open(os.path.join(out, "summary.txt"), "w") as f:
     f.write(table)
 with open(os.path.join(out, "summary.json"), "w") as f:
