@@ -37,6 +37,9 @@
 //! - `export`: Node Feature Discovery feature files and hwloc distances
 //! - `fingerprint`: the hardware identity a matrix belongs to
 //! - `fleet`: the matrices of several machines compared (`diff`, `fleet`)
+//! - `hold`: units held for `isolate` and `unit-cpuset` rules: their systemd unit
+//!   confined (`hold::systemd`, the manager's client), isolated cpuset partitions
+//!   (`hold::partition`), the hold journal
 //! - `infile`: an untrusted input file opened and read bounded, regular files only (rule
 //!   files, matrix files, the restore journal)
 //! - `irq`: interrupts moved off the CPUs of `irqs = "away"` rules (`/proc/irq`), their

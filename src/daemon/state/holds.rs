@@ -59,8 +59,10 @@ impl State {
     }
 
     /// What the holder did: kept for `explain`, logged once per problem. When a unit's
-    /// CPUs changed, the manager looks at every process again (its cpuset changed, and
-    /// the kernel may have rewritten masks).
+    /// CPUs changed, every managed thread is applied again at once (systemd turning the
+    /// cpuset controller on or off for a slice resets the masks of every task in the
+    /// slice's other units, which a later look would take for someone else's change),
+    /// then every process is looked at again (the held one's cpuset changed).
     pub(super) fn held(&mut self, reports: Vec<HoldReport>) {
         let mut changed = false;
         let mut now = BTreeMap::new();
@@ -84,6 +86,9 @@ impl State {
         self.holds.logged.retain(|(_, pid, _)| now.contains_key(pid));
         self.holds.reports = now;
         if changed {
+            if let Some(plan) = self.manager.as_ref().map(|m| m.plan().clone()) {
+                self.manager_event(crate::manager::Input::PlanChanged(plan));
+            }
             self.manager_event(crate::manager::Input::Rescan);
         }
     }
