@@ -316,3 +316,29 @@ fn memory_follow_is_a_key_of_rule_place() {
     let e = err(&rule("memory = \"bind\"\n"));
     assert!(e.starts_with("t.toml:7:10:") && e.contains("follow"), "{e}");
 }
+
+#[test]
+fn isolate_needs_exclusive_in_both_tables_and_unit_cpuset_is_a_key_of_rule_place() {
+    let place = |extra: &str| {
+        format!("[[rule]]\nname = \"i\"\n[rule.match]\ncomm = \"i\"\n[rule.place]\ncpus = \"1\"\n{extra}")
+    };
+    let r = &compile(&place("exclusive = true\nisolate = true\n")).unwrap()[0];
+    assert!(r.isolate && !r.unit_cpuset);
+    assert!(!compile(&place("")).unwrap()[0].isolate);
+    let e = err(&place("isolate = true\n"));
+    assert!(
+        e.starts_with("t.toml:7:11:") && e.contains("`isolate = true` needs `exclusive = true`"),
+        "{e}"
+    );
+    assert!(compile(&place("unit-cpuset = true\n")).unwrap()[0].unit_cpuset);
+    let thread = |extra: &str| {
+        format!("[[rule]]\nname = \"t\"\n[rule.match]\ncomm = \"t\"\n[[rule.threads]]\ncomm = \"w\"\ncpus = \"1\"\n{extra}")
+    };
+    let r = &compile(&thread("exclusive = true\nisolate = true\n")).unwrap()[0];
+    assert!(r.threads[0].isolate && !r.isolate);
+    let e = err(&thread("isolate = true\n"));
+    assert!(e.starts_with("t.toml:8:11:") && e.contains("[[rule.threads]]"), "{e}");
+    // Not a thread entry's key: a unit is the process's.
+    let e = err(&thread("unit-cpuset = true\n"));
+    assert!(e.contains("t.toml:8:1") && e.contains("unit-cpuset"), "{e}");
+}

@@ -120,6 +120,9 @@ fn place_spec() -> impl Strategy<Value = PlaceSpec> {
             core_type: core_type.map(sp),
             prefer: prefer.map(sp),
             near: near.map(sp),
+            // Only ever with exclusive (the compiler refuses it alone).
+            isolate: exclusive.map(sp),
+            unit_cpuset: exclusive.map(|e| sp(!e)),
             latency_critical: exclusive.map(|e| sp(!e)),
             irqs: exclusive.map(|e| {
                 sp(if e {
@@ -164,6 +167,7 @@ fn thread_spec() -> impl Strategy<Value = ThreadSpec> {
                 core_type: core_type.map(sp),
                 prefer: prefer.map(sp),
                 near: near.map(sp),
+                isolate: exclusive.map(sp),
             },
         )
 }

@@ -341,3 +341,47 @@ fn remeasure_never_spins_where_a_latency_critical_rule_s_threads_run() {
     assert!(d.stop().success());
     drop(h);
 }
+
+/// `check` of an `isolate` rule says, for this machine, whether it can isolate: the
+/// reason in one line where it cannot (this machine's kernel, cgroup v1 or a kernel
+/// without remote partitions), and nothing where it can; the file is valid either way.
+#[test]
+fn check_says_in_one_line_why_an_isolate_rule_cannot_isolate_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("iso.toml");
+    std::fs::write(
+        &file,
+        "[[rule]]\nname = \"iso\"\n[rule.match]\ncomm = \"iso\"\n[rule.place]\ncpus = \"0\"\nexclusive = true\nisolate = true\n",
+    )
+    .unwrap();
+    let r = super::helper::pinnerd(&["check", "--no-permissions", file.to_str().unwrap()]);
+    assert!(r.ok, "{}{}", r.stdout, r.stderr);
+    let lines: Vec<&str> = r.stdout.lines().filter(|l| l.contains("isolate")).collect();
+    match pinnerd::hold::cannot_isolate_here(&SysRoot::default()) {
+        Some(why) => {
+            assert_eq!(
+                lines,
+                vec![format!(
+                    "{}:2:8: warning: rule iso: isolate = true cannot isolate on this machine: {why}; the rule stays merely exclusive",
+                    file.display()
+                )],
+                "{}",
+                r.stdout
+            );
+        }
+        None => assert!(lines.is_empty(), "{}", r.stdout),
+    }
+    // Without exclusive it is an error naming the line and column.
+    std::fs::write(
+        &file,
+        "[[rule]]\nname = \"iso\"\n[rule.match]\ncomm = \"iso\"\n[rule.place]\ncpus = \"0\"\nisolate = true\n",
+    )
+    .unwrap();
+    let r = super::helper::pinnerd(&["check", "--no-permissions", file.to_str().unwrap()]);
+    assert!(!r.ok);
+    assert!(
+        r.stderr.contains(&format!("{}:7:11:", file.display())) && r.stderr.contains("needs `exclusive = true`"),
+        "{}",
+        r.stderr
+    );
+}
