@@ -74,6 +74,7 @@ pub mod fleet;
 pub mod live;
 pub mod measure;
 pub mod oneshot;
+pub mod partition;
 pub mod place_flags;
 pub mod plan;
 pub mod plan_pid;
@@ -167,6 +168,9 @@ pub enum Command {
     Pin(oneshot::PinArgs),
     /// Give a process pinned by `pin` or `run` its CPUs from before back.
     Release(oneshot::ReleaseArgs),
+    /// Write a cgroup's cpuset partition for the daemon (the pinnerd-partition@ unit).
+    #[command(hide = true)]
+    CpusetPartition(partition::PartitionArgs),
 }
 
 /// Logging to stderr; `RUST_LOG` overrides the level chosen by `-v`.
@@ -218,6 +222,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => oneshot::run(args),
         Command::Pin(args) => oneshot::pin(args),
         Command::Release(args) => oneshot::release(args),
+        Command::CpusetPartition(args) => partition::run(args),
     }
 }
 

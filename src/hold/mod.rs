@@ -629,7 +629,10 @@ impl Holder {
 
     /// Makes the hold's cgroup an isolated partition: through systemd's own
     /// `CPUSetPartition=` where it has it and that is read back as isolated, else by
-    /// the cgroup files.
+    /// the cgroup files: the CPUs granted down, then `isolated` written by the daemon,
+    /// or, where the kernel refuses it that (a remote partition takes `CAP_SYS_ADMIN`,
+    /// which the daemon's unit does not have), by the helper unit
+    /// `pinnerd-partition@isolated:PATH.service`; read back either way.
     fn partition(&self, h: &Hold) -> Result<(Partition, bool), Unable> {
         let cg2 = self.cg2.as_ref().map_err(Clone::clone)?;
         if let Ok(units) = &self.units {
@@ -648,7 +651,62 @@ impl Holder {
                 }
             }
         }
-        cg2.isolate(&h.cgroup, &h.cpus).map(|p| (p, false))
+        let p = cg2.grant(&h.cgroup, &h.cpus)?;
+        let state = match self.write_partition(cg2, &h.cgroup, "isolated") {
+            Ok(state) => state,
+            Err(e) => {
+                cg2.ungrant(&p);
+                return Err(e);
+            }
+        };
+        if state == "isolated" {
+            return Ok((p, false));
+        }
+        self.undo_partition(cg2, &p);
+        Err(Unable::Invalid {
+            cgroup: h.cgroup.clone(),
+            state,
+        })
+    }
+
+    /// Writes `mode` into a cgroup's `cpuset.cpus.partition` and returns what it reads
+    /// back: by the daemon, then by the helper unit when the kernel refused the daemon
+    /// for want of a privilege.
+    fn write_partition(&self, cg2: &Cgroup2, cgroup: &str, mode: &str) -> Result<String, Unable> {
+        let state = cg2.write_partition(cgroup, mode)?;
+        if state.split_whitespace().next() == Some(mode) && !state.contains("invalid") {
+            return Ok(state);
+        }
+        if !state.contains("not permitted") {
+            return Ok(state);
+        }
+        let Ok(units) = &self.units else {
+            return Ok(state);
+        };
+        let Some(helper) = systemd::partition_helper_unit(mode, cgroup) else {
+            return Ok(state);
+        };
+        units
+            .run_oneshot(&helper)
+            .map_err(|e| Unable::Other(format!("{state}; the helper failed: {e}")))?;
+        cg2.partition_state(cgroup)
+    }
+
+    /// Takes a partition back: `member` again (by the helper where the daemon may
+    /// not), then the granted CPUs out of the ancestors. Returns what was not undone.
+    fn undo_partition(&self, cg2: &Cgroup2, p: &Partition) -> Vec<String> {
+        let mut problems = Vec::new();
+        if cg2.dir(&p.cgroup).is_dir() && !p.before.is_empty() {
+            let before = p.before.split_whitespace().next().unwrap_or("member");
+            match self.write_partition(cg2, &p.cgroup, before) {
+                Ok(state) if state.split_whitespace().next() == Some(before) => {}
+                Ok(state) => problems.push(format!("cgroup {} stays {state}", p.cgroup)),
+                Err(_) if !cg2.dir(&p.cgroup).is_dir() => {}
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        problems.extend(cg2.ungrant(p).into_iter().map(|e| e.to_string()));
+        problems
     }
 
     /// Undoes a hold: partition, then the unit's own values, then masks systemd left.
@@ -663,7 +721,7 @@ impl Holder {
                     }
                 }
             }
-            problems.extend(cg2.undo(p).into_iter().map(|e| e.to_string()));
+            problems.extend(self.undo_partition(cg2, p));
         }
         if h.confined {
             if let Ok(u) = &self.units {

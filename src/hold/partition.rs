@@ -83,6 +83,10 @@ impl fmt::Display for Unable {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cgroup2 {
     mount: PathBuf,
+    /// Tests: a partition write reads back as the kernel's refusal without
+    /// `CAP_SYS_ADMIN` (as the daemon's own unit gets it).
+    #[cfg(test)]
+    pub(crate) deny_partition: bool,
 }
 
 /// One cgroup file pinnerd added CPUs to: `added` are taken back out on undo.
@@ -119,7 +123,7 @@ pub fn ancestors(cgroup: &str) -> Vec<String> {
 
 /// Whether a cgroup path is one pinnerd may write under: absolute, no `.` or `..`
 /// components, not the root.
-fn valid_cgroup(cgroup: &str) -> bool {
+pub fn valid_cgroup(cgroup: &str) -> bool {
     cgroup.starts_with('/')
         && cgroup.len() < 4096
         && cgroup
@@ -135,7 +139,7 @@ impl Cgroup2 {
         for rel in ["fs/cgroup", "fs/cgroup/unified"] {
             let mount = root.sys_path(rel);
             if mount.join("cgroup.controllers").is_file() {
-                return Ok(Cgroup2 { mount });
+                return Ok(Cgroup2::at(mount));
             }
         }
         Err(Unable::NoCgroup2)
@@ -145,6 +149,8 @@ impl Cgroup2 {
     pub fn at(mount: impl Into<PathBuf>) -> Cgroup2 {
         Cgroup2 {
             mount: mount.into(),
+            #[cfg(test)]
+            deny_partition: false,
         }
     }
 
@@ -215,13 +221,36 @@ impl Cgroup2 {
         io::Write::write_all(&mut f, format!("{value}\n").as_bytes()).map_err(|e| file_error(path, &e))
     }
 
-    /// Makes `cgroup` an isolated partition of `cpus`: grants them down from the root
-    /// through every ancestor's `cpuset.cpus.exclusive`, then writes `isolated` and
-    /// reads it back. On any failure what was done is undone and the reason returned.
-    /// `cpuset.cpus` of the cgroup must already be `cpus` (systemd's `AllowedCPUs=`).
+    /// Makes `cgroup` an isolated partition of `cpus`: [`grant`](Self::grant), then
+    /// `isolated` written and read back. On any failure what was done is undone and
+    /// the reason returned. `cpuset.cpus` of the cgroup must already be `cpus`
+    /// (systemd's `AllowedCPUs=`).
     pub fn isolate(&self, cgroup: &str, cpus: &CpuSet) -> Result<Partition, Unable> {
+        let p = self.grant(cgroup, cpus)?;
+        match self.write_partition(cgroup, "isolated") {
+            Ok(state) if state == "isolated" => Ok(p),
+            Ok(state) => {
+                let _ = self.undo(&p);
+                Err(Unable::Invalid {
+                    cgroup: cgroup.to_string(),
+                    state,
+                })
+            }
+            Err(e) => {
+                let _ = self.undo(&p);
+                Err(e)
+            }
+        }
+    }
+
+    /// The first half of a partition: the CPUs granted down from the root through every
+    /// ancestor's `cpuset.cpus.exclusive` (only those not there yet), and the
+    /// partition's state before. Undone on failure.
+    pub fn grant(&self, cgroup: &str, cpus: &CpuSet) -> Result<Partition, Unable> {
         if !valid_cgroup(cgroup) {
-            return Err(Unable::Other(format!("{cgroup:?} is not a cgroup pinnerd may make a partition of")));
+            return Err(Unable::Other(format!(
+                "{cgroup:?} is not a cgroup pinnerd may make a partition of"
+            )));
         }
         if cpus.is_empty() {
             return Err(Unable::Other("no CPUs to isolate".into()));
@@ -233,17 +262,16 @@ impl Cgroup2 {
             before: String::new(),
             granted: Vec::new(),
         };
-        let result = self.isolate_steps(cgroup, cpus, &mut done);
-        match result {
+        match self.grant_steps(cgroup, cpus, &mut done) {
             Ok(()) => Ok(done),
             Err(e) => {
-                let _ = self.undo(&done);
+                let _ = self.ungrant(&done);
                 Err(e)
             }
         }
     }
 
-    fn isolate_steps(&self, cgroup: &str, cpus: &CpuSet, done: &mut Partition) -> Result<(), Unable> {
+    fn grant_steps(&self, cgroup: &str, cpus: &CpuSet, done: &mut Partition) -> Result<(), Unable> {
         for cg in ancestors(cgroup) {
             if !self.file(&cg, "cpuset.cpus.exclusive").is_file() {
                 return Err(Unable::NoCpuset { cgroup: cg });
@@ -257,31 +285,62 @@ impl Cgroup2 {
             done.granted.push(Granted { cgroup: cg, added });
         }
         done.before = self.read(cgroup, "cpuset.cpus.partition")?;
-        self.write(cgroup, "cpuset.cpus.partition", "isolated")?;
-        let state = self.read(cgroup, "cpuset.cpus.partition")?;
-        if state != "isolated" {
-            return Err(Unable::Invalid {
-                cgroup: cgroup.to_string(),
-                state,
-            });
-        }
         Ok(())
     }
 
+    /// Writes `mode` into the cgroup's `cpuset.cpus.partition` and returns what it reads
+    /// back (`isolated`, `member`, or `isolated invalid (why)`).
+    pub fn write_partition(&self, cgroup: &str, mode: &str) -> Result<String, Unable> {
+        #[cfg(test)]
+        if self.deny_partition && mode != "member" {
+            let refused = format!("{mode} invalid (Enable partition not permitted)");
+            std::fs::write(self.file(cgroup, "cpuset.cpus.partition"), refused)
+                .map_err(|e| file_error(self.file(cgroup, "cpuset.cpus.partition"), &e))?;
+            return self.partition_state(cgroup);
+        }
+        self.write(cgroup, "cpuset.cpus.partition", mode)?;
+        self.partition_state(cgroup)
+    }
+
+    /// The cgroup's `cpuset.cpus.partition` as it reads now.
+    pub fn partition_state(&self, cgroup: &str) -> Result<String, Unable> {
+        self.read(cgroup, "cpuset.cpus.partition")
+    }
+
     /// Undoes a partition: the cgroup back to what it was (when it still exists), then
-    /// the granted CPUs taken back out of each ancestor, bottom up. Another partition's
-    /// grants in the same files stay. Returns what could not be undone; a cgroup that is
+    /// [`ungrant`](Self::ungrant). Returns what could not be undone; a cgroup that is
     /// gone is nothing to undo.
     pub fn undo(&self, p: &Partition) -> Vec<Unable> {
         let mut failed = Vec::new();
-        if !p.before.is_empty() && self.dir(&p.cgroup).is_dir() {
-            let before = p.before.split_whitespace().next().unwrap_or("member");
-            if let Err(e) = self.write(&p.cgroup, "cpuset.cpus.partition", before) {
-                if self.dir(&p.cgroup).is_dir() {
-                    failed.push(e);
-                }
-            }
+        if let Err(e) = self.unpartition(p) {
+            failed.push(e);
         }
+        failed.extend(self.ungrant(p));
+        failed
+    }
+
+    /// The partition's cgroup back to its state before (normally `member`), when it
+    /// still exists.
+    pub fn unpartition(&self, p: &Partition) -> Result<(), Unable> {
+        if p.before.is_empty() || !self.dir(&p.cgroup).is_dir() {
+            return Ok(());
+        }
+        let before = p.before.split_whitespace().next().unwrap_or("member");
+        match self.write_partition(&p.cgroup, before) {
+            Ok(state) if state.split_whitespace().next() == Some(before) => Ok(()),
+            Ok(state) => Err(Unable::Invalid {
+                cgroup: p.cgroup.clone(),
+                state,
+            }),
+            Err(_) if !self.dir(&p.cgroup).is_dir() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The granted CPUs taken back out of each ancestor, bottom up; another partition's
+    /// grants in the same files stay.
+    pub fn ungrant(&self, p: &Partition) -> Vec<Unable> {
+        let mut failed = Vec::new();
         for g in p.granted.iter().rev() {
             if !self.dir(&g.cgroup).is_dir() {
                 continue;

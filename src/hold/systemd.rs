@@ -136,6 +136,9 @@ pub trait Units: Send {
     fn partition_property(&self, unit: &str) -> Result<Option<String>, UnitError>;
     /// `SetUnitProperties(unit, runtime = true, CPUSetPartition = value)`.
     fn set_partition(&self, unit: &str, value: &str) -> Result<(), UnitError>;
+    /// `StartUnit(unit, "replace")` of a oneshot service, waiting (bounded) for its job:
+    /// `done` is success, any other result an error.
+    fn run_oneshot(&self, unit: &str) -> Result<(), UnitError>;
 }
 
 /// The `ay` bitmask systemd uses for CPU and node sets: byte `i` bit `b` is CPU `8i + b`.
@@ -221,6 +224,55 @@ fn escape_byte(byte: u8, first: bool) -> String {
         _ if plain => char::from(byte).to_string(),
         _ => format!("\\x{byte:02x}"),
     }
+}
+
+/// The template that writes a cpuset partition file for the daemon (see
+/// `systemd/pinnerd-partition@.service`): enabling a remote partition takes
+/// `CAP_SYS_ADMIN`, which the daemon's own unit does not have.
+pub const PARTITION_HELPER: &str = "pinnerd-partition@";
+
+/// `/system.slice/x.service` as `systemd-escape --path` writes it:
+/// `system.slice-x.service`.
+pub fn escape_path(path: &str) -> String {
+    path.trim_matches('/')
+        .bytes()
+        .enumerate()
+        .map(|(i, b)| escape_byte(b, i == 0))
+        .collect()
+}
+
+/// The inverse of [`escape_path`], with the leading `/`; `None` for text that is not
+/// an escaped path (a bad escape, not UTF-8).
+pub fn unescape_path(escaped: &str) -> Option<String> {
+    let bytes = escaped.as_bytes();
+    let mut out = vec![b'/'];
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'-' => {
+                out.push(b'/');
+                i += 1;
+            }
+            b'\\' => {
+                let hex = escaped.get(i + 2..i + 4).filter(|_| bytes.get(i + 1) == Some(&b'x'))?;
+                out.push(u8::from_str_radix(hex, 16).ok()?);
+                i += 4;
+            }
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The helper unit that writes `mode` (`isolated`, `member`) into `cgroup`'s
+/// `cpuset.cpus.partition`: `pinnerd-partition@MODE:ESCAPED-PATH.service`; `None`
+/// when the name would be longer than a unit name may be.
+pub fn partition_helper_unit(mode: &str, cgroup: &str) -> Option<String> {
+    let name = format!("{PARTITION_HELPER}{mode}:{}.service", escape_path(cgroup));
+    (name.len() <= UNIT_NAME_MAX).then_some(name)
 }
 
 /// A slice name for [`Units::adopt`]: a valid unit name ending in `.slice`.
@@ -479,10 +531,22 @@ impl SystemdUnits {
         }
     }
 
-    /// Starts the scope and waits for its job. The `JobRemoved` match is in place before
-    /// the start, so a job that ends before the start's reply arrives is still seen.
+    /// Starts the scope and waits for its job.
     async fn start_scope(&self, request: ScopeRequest<'_>) -> Result<(), UnitError> {
         let what = format!("StartTransientUnit({})", request.scope);
+        let aux: Vec<(&str, Vec<(&str, Variant<'_>)>)> = Vec::new();
+        let args = (request.scope, "fail", request.properties(), aux);
+        self.run_job(&what, "StartTransientUnit", &args).await
+    }
+
+    /// Calls the manager's `method`, which answers with a job, and waits for the job to
+    /// end. The `JobRemoved` match is in place before the call, so a job that ends
+    /// before the call's reply arrives is still seen.
+    async fn run_job<B>(&self, what: &str, method: &str, args: &B) -> Result<(), UnitError>
+    where
+        B: serde::Serialize + zbus::DynamicType,
+    {
+        let what = what.to_string();
         let rule = MatchRule::builder()
             .msg_type(MessageType::Signal)
             .sender(SYSTEMD)
@@ -494,11 +558,7 @@ impl SystemdUnits {
         let mut signals = MessageStream::for_match_rule(rule, &self.conn, None)
             .await
             .map_err(|e| self.call_error(&format!("{what}: AddMatch(JobRemoved)"), e))?;
-        let aux: Vec<(&str, Vec<(&str, Variant<'_>)>)> = Vec::new();
-        let args = (request.scope, "fail", request.properties(), aux);
-        let reply = self
-            .call(&what, MANAGER_PATH, MANAGER, "StartTransientUnit", &args)
-            .await?;
+        let reply = self.call(&what, MANAGER_PATH, MANAGER, method, args).await?;
         let job: OwnedObjectPath = body(&what, &reply)?;
         let result = tokio::time::timeout(self.timeout, job_result(&mut signals, &job)).await;
         match result {
@@ -704,6 +764,17 @@ impl Units for SystemdUnits {
             return Ok(());
         }
         self.block(self.set_properties(unit, properties))
+    }
+
+    fn run_oneshot(&self, unit: &str) -> Result<(), UnitError> {
+        if unit_interface(unit)? != "org.freedesktop.systemd1.Service" {
+            return Err(UnitError::Refused {
+                what: format!("unit {unit:?}"),
+                reason: "not a .service unit",
+            });
+        }
+        let what = format!("StartUnit({unit})");
+        self.block(self.run_job(&what, "StartUnit", &(unit, "replace")))
     }
 
     fn adopt(
@@ -913,5 +984,23 @@ mod tests {
         assert_eq!(props.len(), 1);
         assert_eq!(props[0].1.value_signature().to_string(), "ay");
         assert_eq!(props[0].1, Variant::from(Vec::<u8>::new()));
+    }
+
+    #[test]
+    fn paths_escape_as_systemd_escape_path_does_and_come_back() {
+        for (path, escaped) in [
+            ("/system.slice/vmwork-iso.service", "system.slice-vmwork\\x2diso.service"),
+            ("/user.slice/user-1000.slice/pinnerd-feed-20.scope", "user.slice-user\\x2d1000.slice-pinnerd\\x2dfeed\\x2d20.scope"),
+        ] {
+            assert_eq!(escape_path(path), escaped);
+            assert_eq!(unescape_path(escaped).as_deref(), Some(path));
+        }
+        assert_eq!(unescape_path("a\\xZZ"), None);
+        assert_eq!(unescape_path("a\\x4"), None);
+        assert_eq!(
+            partition_helper_unit("isolated", "/system.slice/md.service").as_deref(),
+            Some("pinnerd-partition@isolated:system.slice-md.service.service")
+        );
+        assert_eq!(partition_helper_unit("member", &format!("/{}", "a".repeat(300))), None);
     }
 }

@@ -9,6 +9,8 @@ struct World {
     allowed: HashMap<String, Allowed>,
     calls: Vec<String>,
     refuse_set: bool,
+    /// What the helper unit writes: where the cgroup tree is.
+    tree: Option<Cgroup2>,
 }
 
 #[derive(Clone, Default)]
@@ -90,6 +92,20 @@ impl Units for FakeUnits {
     }
     fn set_partition(&self, unit: &str, value: &str) -> Result<(), UnitError> {
         self.0.lock().unwrap().calls.push(format!("partition {unit} {value}"));
+        Ok(())
+    }
+    /// The helper unit, as `pinnerd cpuset-partition` does it with its privilege.
+    fn run_oneshot(&self, unit: &str) -> Result<(), UnitError> {
+        let mut w = self.0.lock().unwrap();
+        w.calls.push(format!("start {unit}"));
+        let instance = unit
+            .strip_prefix(systemd::PARTITION_HELPER)
+            .and_then(|u| u.strip_suffix(".service"))
+            .unwrap();
+        let (mode, path) = instance.split_once(':').unwrap();
+        let cgroup = systemd::unescape_path(path).unwrap();
+        let tree = w.tree.clone().unwrap();
+        std::fs::write(tree.dir(&cgroup).join("cpuset.cpus.partition"), mode).unwrap();
         Ok(())
     }
 }
@@ -347,4 +363,36 @@ fn a_dry_run_names_the_unit_from_the_cgroup_path_and_what_would_be_set() {
     assert!(dry_line(&w, info, None).ends_with("; CPUs 4-7 would be isolated (cpuset partition)"));
     let session = unit_of_cgroup("/user.slice/user-1000.slice/session-3.scope").ok_or_else(String::new);
     assert!(dry_line(&w, session, None).starts_with("unit pinnerd-feed-42.scope (a scope of its own in user-1000.slice): AllowedCPUs=4-7"));
+}
+
+#[test]
+fn a_partition_the_kernel_refuses_the_daemon_is_made_by_the_helper_unit_and_undone_by_it() {
+    let (_d, mut cg2) = tree();
+    cg2.deny_partition = true;
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.0.lock().unwrap().tree = Some(cg2.clone());
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    let mut h = holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(r[0].isolated, "{r:?}");
+    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "isolated");
+    assert!(units
+        .calls()
+        .contains(&"start pinnerd-partition@isolated:system.slice-md.service.service".to_string()));
+    h.reconcile(&[]);
+    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "member");
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+
+    // Without systemd to start the helper, the refusal is said as the kernel put it.
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    let mut h = Holder::new(
+        Err("systemd is not on the system bus: no bus".into()),
+        Ok(cg2.clone()),
+        Journal::new(run.path()),
+        Box::new(|_, _, _| 0),
+    );
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert_eq!(r[0].problem.as_deref(), Some("systemd is not on the system bus: no bus"));
 }

@@ -1,0 +1,113 @@
+//! `pinnerd cpuset-partition MODE:PATH`: what the helper unit `pinnerd-partition@.service`
+//! runs for the daemon. Enabling a remote cpuset partition takes `CAP_SYS_ADMIN`, which
+//! the daemon's own unit does not have; the helper has that one capability and writes one
+//! word into one file: `isolated` or `member` into `PATH/cpuset.cpus.partition`, `PATH`
+//! a cgroup below `system.slice`, `user.slice` or `machine.slice` (escaped as
+//! `systemd-escape --path` does: the unit's instance name), which for `isolated` must
+//! already have the exclusive CPUs the daemon granted it. Everything else — which CPUs,
+//! which cgroup, undoing — is the daemon's (see `hold`). Not for people: hidden from
+//! `--help`.
+
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+
+use crate::hold::partition::{self, Cgroup2};
+use crate::hold::systemd::unescape_path;
+use crate::sysroot::SysRoot;
+
+/// The slices whose cgroups the helper may make partitions of.
+pub const SLICES: [&str; 3] = ["/system.slice/", "/user.slice/", "/machine.slice/"];
+
+#[derive(Debug, clap::Args)]
+pub struct PartitionArgs {
+    /// MODE:PATH: `isolated` or `member`, then the cgroup escaped as
+    /// `systemd-escape --path` writes it (the helper unit's instance name).
+    pub instance: String,
+}
+
+/// The mode and cgroup an instance names, or why it names none.
+pub fn parse_instance(instance: &str) -> anyhow::Result<(&str, String)> {
+    let Some((mode, escaped)) = instance.split_once(':') else {
+        bail!("{instance:?}: not MODE:PATH");
+    };
+    if !matches!(mode, "isolated" | "member") {
+        bail!("{instance:?}: mode {mode:?} is neither isolated nor member");
+    }
+    // %i gives the path escaped; a path given as is (with its slashes) is taken too.
+    let cgroup = if escaped.contains('/') {
+        format!("/{}", escaped.trim_start_matches('/'))
+    } else {
+        match unescape_path(escaped) {
+            Some(c) => c,
+            None => bail!("{instance:?}: {escaped:?} is not an escaped path"),
+        }
+    };
+    if !partition::valid_cgroup(&cgroup) || !SLICES.iter().any(|s| cgroup.starts_with(s)) {
+        bail!(
+            "{instance:?}: cgroup {cgroup:?} is not below {}",
+            SLICES.map(|s| s.trim_end_matches('/')).join(", ")
+        );
+    }
+    Ok((mode, cgroup))
+}
+
+pub fn run(args: PartitionArgs) -> anyhow::Result<ExitCode> {
+    let (mode, cgroup) = parse_instance(&args.instance)?;
+    let cg2 = Cgroup2::find(&SysRoot::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let dir = cg2.dir(&cgroup);
+    if !dir.is_dir() {
+        bail!("{}: no such cgroup", dir.display());
+    }
+    if mode == "isolated" {
+        let exclusive = std::fs::read_to_string(dir.join("cpuset.cpus.exclusive"))
+            .with_context(|| format!("{}/cpuset.cpus.exclusive", dir.display()))?;
+        if exclusive.trim().is_empty() {
+            bail!(
+                "{}/cpuset.cpus.exclusive is empty: the daemon grants the CPUs before it asks",
+                dir.display()
+            );
+        }
+    }
+    let state = cg2
+        .write_partition(&cgroup, mode)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    outln!("{cgroup}: {state}");
+    if state == mode {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        bail!("{cgroup}: the kernel made it {state:?}, not {mode}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_two_modes_of_cgroups_below_the_slices_are_written() {
+        assert_eq!(
+            parse_instance("isolated:system.slice-md\\x2dfeed.service").unwrap(),
+            ("isolated", "/system.slice/md-feed.service".to_string())
+        );
+        assert_eq!(
+            parse_instance("isolated:/system.slice/md-feed.service").unwrap().1,
+            "/system.slice/md-feed.service"
+        );
+        assert_eq!(
+            parse_instance("member:user.slice-user\\x2d1000.slice-pinnerd\\x2dx\\x2d1.scope").unwrap().1,
+            "/user.slice/user-1000.slice/pinnerd-x-1.scope"
+        );
+        for bad in [
+            "root:system.slice-md.service",
+            "isolated",
+            "isolated:init.scope",
+            "isolated:system.slice",
+            "isolated:system.slice-..-init.scope",
+            "isolated:system.slice-\\xZZ",
+            "member:",
+        ] {
+            assert!(parse_instance(bad).is_err(), "{bad}");
+        }
+    }
+}
