@@ -245,17 +245,25 @@ impl Journal {
 
 /// Gives back the masks systemd leaves on a unit's tasks when its `AllowedCPUs=` is
 /// reset (systemd #43846): every task of `cgroup` whose mask is exactly `held` gets the
-/// cgroup's effective CPUs. Returns how many were given back.
+/// effective CPUs of the cgroup, or of its nearest ancestor that has a cpuset. Returns
+/// how many were given back.
 pub type GiveBack = dyn Fn(&Cgroup2, &str, &CpuSet) -> usize + Send;
 
 /// The real [`GiveBack`]: `cgroup.threads` and `sched_setaffinity`.
 pub fn give_back_masks(cg2: &Cgroup2, cgroup: &str, held: &CpuSet) -> usize {
     use crate::affinity::AffinityOps;
     let dir = cg2.dir(cgroup);
-    let Ok(effective) = crate::sysroot::read_bounded(dir.join("cpuset.cpus.effective"))
-        .map_err(|_| ())
-        .and_then(|t| t.trim().parse::<CpuSet>().map_err(|_| ()))
-    else {
+    // The unit's own cpuset files may be gone with its AllowedCPUs= (systemd turns the
+    // controller off for it): what binds it then is its nearest ancestor's.
+    let effective = dir
+        .ancestors()
+        .take_while(|d| d.starts_with(cg2.mount()))
+        .find_map(|d| {
+            crate::sysroot::read_bounded(d.join("cpuset.cpus.effective"))
+                .ok()
+                .and_then(|t| t.trim().parse::<CpuSet>().ok())
+        });
+    let Some(effective) = effective else {
         return 0;
     };
     if effective.is_empty() || &effective == held {

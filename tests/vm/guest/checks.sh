@@ -360,7 +360,10 @@ check_hardening() {
     probe=$(nsenter -t "$pid" -m python3 -c '
 import errno, os, sys
 want = {"/etc/hostname": "EROFS", "/proc/sys/kernel/hostname": "EROFS",
-        "/sys/devices/system/cpu/cpu1/online": "EROFS", "/proc/irq/default_smp_affinity": "ok"}
+        "/sys/devices/system/cpu/cpu1/online": "EROFS", "/proc/irq/default_smp_affinity": "ok",
+        # isolate: cgroups below the slices are writable, the root cgroup's files not.
+        "/sys/fs/cgroup/cgroup.subtree_control": "EROFS",
+        "/sys/fs/cgroup/system.slice/cgroup.subtree_control": "ok"}
 bad = []
 for path, expect in want.items():
     try:
@@ -388,7 +391,21 @@ sys.exit(1 if bad else 0)
         echo "systemd-analyze security rates pinnerd.service $exposure, over 2.2"
         return 1
     }
-    echo "CapEff=$capeff CapBnd=$capbnd NoNewPrivs=$nnp Seccomp=$seccomp; /, /proc/sys and /sys read-only (top mount ro, EROFS), /proc/irq writable; exposure $exposure (systemd $(systemctl --version | awk 'NR == 1 { print $2 }'))"
+    # The partition helper: CAP_SYS_ADMIN and nothing else; only root may start it
+    # (systemd's manage-units, which polkit refuses a user without a session's consent).
+    local helper='pinnerd-partition@isolated:system.slice-none.service' hexp hcap out
+    hcap=$(systemctl show -p CapabilityBoundingSet --value "$helper")
+    [ "$hcap" = cap_sys_admin ] || {
+        echo "$helper has CapabilityBoundingSet '$hcap', want cap_sys_admin alone"
+        return 1
+    }
+    if out=$(runuser -u nobody -- systemctl start --no-ask-password "$helper" 2>&1); then
+        echo "user nobody started $helper"
+        return 1
+    fi
+    hexp=$(systemd-analyze security --no-pager "$helper" 2>/dev/null |
+        awk '/Overall exposure level/ { for (i = 1; i <= NF; i++) if ($i ~ /^[0-9]+\.[0-9]+$/) { print $i; exit } }')
+    echo "CapEff=$capeff CapBnd=$capbnd NoNewPrivs=$nnp Seccomp=$seccomp; /, /proc/sys, /sys and the root cgroup read-only (top mount ro, EROFS), /proc/irq and system.slice's cgroups writable; exposure $exposure (systemd $(systemctl --version | awk 'NR == 1 { print $2 }')); partition helper: cap_sys_admin only, exposure ${hexp:-?}, refused to nobody ($(head -c 120 <<<"$out"))"
 }
 
 # The unit's realtime class reaches the loop (the main thread) and nothing else:

@@ -2,11 +2,12 @@
 
     cpu_sampler.py SECONDS INTERVAL_MS CPUS MANAGED_CGROUP
 
-Every INTERVAL_MS for SECONDS, reads /proc/*/task/*/stat and counts, for tasks that
-are running or runnable (state R: field 39, the CPU last run on, is where a sleeping
-task ran long ago, not where it is), the samples on CPUS (a kernel list): of the rule's
-tasks (those in MANAGED_CGROUP, a cgroup v2 path), of kernel threads (PF_KTHREAD), and
-of every other user-space task, by comm. Prints one JSON object.
+Every INTERVAL_MS for SECONDS, reads /proc/*/task/*/stat and counts the samples on
+CPUS (a kernel list): of the rule's tasks (those in MANAGED_CGROUP, a cgroup v2 path)
+whose last CPU (field 39) is there, in any state; and, of tasks running or runnable
+(state R: a sleeping task's field 39 is where it ran long ago, not where it is), those
+of kernel threads (PF_KTHREAD) and of every other user-space task, by comm. Prints one
+JSON object.
 """
 
 import json
@@ -65,18 +66,21 @@ def main():
                 comm = stat[stat.index("(") + 1 : stat.rindex(")")]
                 fields = stat[stat.rindex(")") + 2 :].split()
                 # fields[0] is field 3 (state); field N is fields[N - 3].
-                if fields[0] != "R" or int(fields[39 - 3]) not in cpus:
-                    continue
-                if int(fields[9 - 3]) & PF_KTHREAD:
-                    kernel_on += 1
+                if int(fields[39 - 3]) not in cpus:
                     continue
                 if pid not in cgroups:
                     cgroups[pid] = cgroup_of(pid)
                 if cgroups[pid] == managed:
+                    # The rule's own tasks count wherever they last ran, asleep or not.
                     managed_on += 1
-                else:
-                    others_on += 1
-                    others[comm] = others.get(comm, 0) + 1
+                    continue
+                if fields[0] != "R":
+                    continue
+                if int(fields[9 - 3]) & PF_KTHREAD:
+                    kernel_on += 1
+                    continue
+                others_on += 1
+                others[comm] = others.get(comm, 0) + 1
         time.sleep(interval)
     print(json.dumps({
         "rounds": rounds, "managed_on": managed_on, "kernel_on": kernel_on,
