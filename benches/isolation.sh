@@ -133,7 +133,6 @@ trap 'exit 130' INT TERM
 
 # The poller, the noise, the sampler and the table, one python3 file.
 cat >"$work/bench.py" <<'PY'
-import ctypes
 import gc
 import json
 import math
@@ -149,10 +148,14 @@ LOG_BINS = 200
 
 
 def set_name(name):
+    # The comm is already the name from exec (a link named so); this makes sure of it
+    # where ctypes exists (python3-minimal has none).
     try:
+        import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(15, ctypes.c_char_p(name.encode()), 0, 0, 0)  # PR_SET_NAME
-    except OSError:
+    except (ImportError, OSError):
         pass
 
 
@@ -577,7 +580,15 @@ run_mode() { # MODE
         "$work/bin/pinnerd-noise" "$work/bench.py" noise &
         noise_pids+=($!)
     done
-    "$work/bin/pinnerd-poller" "$work/bench.py" poller "$secs" "$work/go" "$out/$mode.poller.json" &
+    # Under systemd the poller gets a scope of its own: an isolate rule holds the unit
+    # its process runs in, which must not be this script's with the noise in it.
+    # (systemd-run --scope execs the command: $! is the poller.)
+    if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null 2>&1; then
+        systemd-run --quiet --scope --slice=system.slice --unit="pinnerd-bench-poller-$$-$mode" \
+            "$work/bin/pinnerd-poller" "$work/bench.py" poller "$secs" "$work/go" "$out/$mode.poller.json" &
+    else
+        "$work/bin/pinnerd-poller" "$work/bench.py" poller "$secs" "$work/go" "$out/$mode.poller.json" &
+    fi
     poller_pid=$!
     if [ "$mode" = unpinned ]; then
         placed=n/a

@@ -33,6 +33,8 @@
 #   PINNERD_VM_MIRROR=URL     Debian mirror for the rootfs and the kernel
 #                             (default http://deb.debian.org/debian)
 #   PINNERD_VM_BENCH=memory   run the memory benchmark (tests/vm/guest/bench_memory.py)
+#   PINNERD_VM_BENCH=isolation  run benches/isolation.sh against the running daemon
+#                             (PINNERD_VM_BENCH_SECS seconds per mode, default 30)
 #                             instead of the checks: numactl is added to this run's image
 #                             (not to the cached rootfs), each node gets 2 GiB, and the
 #                             figures are printed and kept in $PINNERD_VM_CACHE/run/bench.txt
@@ -47,7 +49,7 @@ cache=${PINNERD_VM_CACHE:-$here/cache}
 vm_timeout=${PINNERD_VM_TIMEOUT:-780}
 accel=${PINNERD_VM_ACCEL:-auto}
 bench=${PINNERD_VM_BENCH:-}
-case $bench in '' | memory) ;; *) echo "PINNERD_VM_BENCH must be memory or unset" >&2; exit 2 ;; esac
+case $bench in '' | memory | isolation) ;; *) echo "PINNERD_VM_BENCH must be memory, isolation or unset" >&2; exit 2 ;; esac
 bench_reps=${PINNERD_VM_BENCH_REPS:-5}
 case $bench_reps in '' | *[!0-9]*) echo "PINNERD_VM_BENCH_REPS must be a whole number" >&2; exit 2 ;; esac
 # Memory per NUMA node: the benchmark moves 512 MiB workers between the nodes.
@@ -212,6 +214,13 @@ if [ "$bench" = memory ]; then
     sed -e 's|^ExecStart=.*|ExecStart=/usr/local/lib/pinnerd-vm/bench-memory.sh|' \
         -e 's|^TimeoutStartSec=.*|TimeoutStartSec=infinity|' \
         "$here/guest/pinnerd-vm-checks.service" >"$root/etc/systemd/system/pinnerd-vm-checks.service"
+elif [ "$bench" = isolation ]; then
+    install -m 0755 "$here/guest/bench-isolation.sh" "$root/usr/local/lib/pinnerd-vm/bench-isolation.sh"
+    install -m 0755 "$repo/benches/isolation.sh" "$root/usr/local/lib/pinnerd-vm/isolation.sh"
+    echo "${PINNERD_VM_BENCH_SECS:-30}" >"$root/usr/local/lib/pinnerd-vm/bench-secs"
+    sed -e 's|^ExecStart=.*|ExecStart=/usr/local/lib/pinnerd-vm/bench-isolation.sh|' \
+        -e 's|^TimeoutStartSec=.*|TimeoutStartSec=infinity|' \
+        "$here/guest/pinnerd-vm-checks.service" >"$root/etc/systemd/system/pinnerd-vm-checks.service"
 else
     install -m 0644 "$here/guest/pinnerd-vm-checks.service" "$root/etc/systemd/system/"
 fi
@@ -295,7 +304,7 @@ tr -d '\r' <"$run/results.log" >"$run/results.txt"
 sed -n '/^PINNERD-VM JOURNAL BEGIN$/,/^PINNERD-VM JOURNAL END$/p' "$run/results.txt" |
     sed '1d;$d' >"$run/journal.log"
 grep '^PINNERD-VM START ' "$run/results.txt" | sed 's/^PINNERD-VM START /guest: /' || true
-if [ "$bench" = memory ]; then
+if [ -n "$bench" ]; then
     grep '^PINNERD-VM BENCH' "$run/results.txt" | sed 's/^PINNERD-VM //' | tee "$run/bench.txt"
 fi
 pass=0 fail=0 skip=0 failed=() skipped=()
