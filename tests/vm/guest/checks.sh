@@ -361,7 +361,7 @@ check_hardening() {
 import errno, os, sys
 want = {"/etc/hostname": "EROFS", "/proc/sys/kernel/hostname": "EROFS",
         "/sys/devices/system/cpu/cpu1/online": "EROFS", "/proc/irq/default_smp_affinity": "ok",
-        # isolate: cgroups below the slices are writable, the root cgroup's files not.
+        # isolate: cgroups below the slices are writable, the root cgroup files are not.
         "/sys/fs/cgroup/cgroup.subtree_control": "EROFS",
         "/sys/fs/cgroup/system.slice/cgroup.subtree_control": "ok"}
 bad = []
