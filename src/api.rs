@@ -340,6 +340,11 @@ pub struct Snapshot {
     /// Pairs of the matrix in use that are measured, and all its pairs (0, 0 without a
     /// matrix); fewer measured: the rest are inferred and background completion runs.
     pub matrix_measured: (u32, u32),
+    /// Units held for `isolate` and `unit-cpuset` rules, in one line: how many are
+    /// confined, which CPUs are isolated, and why a hold could not be made ("" when
+    /// nothing is held). Counts and reasons by rule, no list of processes: every caller
+    /// may read it.
+    pub holds: String,
 }
 
 impl Snapshot {

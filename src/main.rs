@@ -8,11 +8,22 @@ use clap::Parser;
 use std::io::Write as _;
 
 fn main() -> ExitCode {
-    let cli = pinnerd::cli::Cli::parse();
-    pinnerd::cli::init_logging(&cli);
+    // The partition helper unit runs the binary under another name (`ExecStart=@`): one
+    // argument, no command line of its own, nothing a user is offered.
+    let mut args = std::env::args_os();
+    let helper = args.next().is_some_and(|a| {
+        std::path::Path::new(&a).file_name() == Some(pinnerd::cli::partition::HELPER_NAME.as_ref())
+    });
+    let result = if helper {
+        pinnerd::cli::partition::run_helper(args.collect())
+    } else {
+        let cli = pinnerd::cli::Cli::parse();
+        pinnerd::cli::init_logging(&cli);
+        pinnerd::cli::run(cli)
+    };
     // What is still buffered is written here, so that a closed or full standard output
     // is said, not lost at exit.
-    let result = pinnerd::cli::run(cli).and_then(|code| {
+    let result = result.and_then(|code| {
         std::io::stdout()
             .flush()
             .map_err(pinnerd::cli::StdoutError)?;

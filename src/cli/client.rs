@@ -71,6 +71,8 @@ pub trait Pinnerd1 {
     #[zbus(property)]
     fn sched_ext(&self) -> zbus::Result<(String, String)>;
     #[zbus(property)]
+    fn holds(&self) -> zbus::Result<String>;
+    #[zbus(property)]
     fn pairs_measured(&self) -> zbus::Result<u32>;
     #[zbus(property)]
     fn pairs_total(&self) -> zbus::Result<u32>;
@@ -177,6 +179,10 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             (state, ops) => format!("{ops} ({state})"),
         };
         outln!("sched_ext:    {sched_ext}");
+        let holds = p.holds().await?;
+        if !holds.is_empty() {
+            outln!("held:         {holds}");
+        }
         Ok(ExitCode::SUCCESS)
     })
 }

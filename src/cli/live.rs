@@ -203,7 +203,12 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                     .and_then(|c| c.v2)
                     .and_then(|p| crate::hold::unit_of_cgroup(&p))
                     .ok_or_else(|| format!("pid {} is in no systemd unit", r.pid));
-                let _ = writeln!(out, "  {:>8}  {}", "", crate::hold::dry_line(&w, unit, cannot.as_deref()));
+                let _ = writeln!(
+                    out,
+                    "  {:>8}  {}",
+                    "",
+                    crate::hold::dry_line(&w, unit, cannot.as_deref())
+                );
             }
             match mem {
                 Ok(MemoryView::OneNode) | Err(ReadError::Gone { .. }) => {}
@@ -315,8 +320,12 @@ fn hold_rule_line(
         Some(i) => rule.threads.get(i).is_some_and(|t| t.isolate),
     };
     match (isolate, cannot) {
-        (true, None) => Some("isolate: its CPUs become an isolated cpuset partition of the unit while held".into()),
-        (true, Some(why)) => Some(format!("isolate: cannot isolate here: {why}; the rule stays merely exclusive")),
+        (true, None) => Some(
+            "isolate: its CPUs become an isolated cpuset partition of the unit while held".into(),
+        ),
+        (true, Some(why)) => Some(format!(
+            "isolate: cannot isolate here: {why}; the rule stays merely exclusive"
+        )),
         (false, _) if rule.unit_cpuset && p.thread_entry.is_none() => {
             Some("unit-cpuset: the unit of each process is confined to these CPUs".into())
         }

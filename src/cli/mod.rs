@@ -168,9 +168,6 @@ pub enum Command {
     Pin(oneshot::PinArgs),
     /// Give a process pinned by `pin` or `run` its CPUs from before back.
     Release(oneshot::ReleaseArgs),
-    /// Write a cgroup's cpuset partition for the daemon (the pinnerd-partition@ unit).
-    #[command(hide = true)]
-    CpusetPartition(partition::PartitionArgs),
 }
 
 /// Logging to stderr; `RUST_LOG` overrides the level chosen by `-v`.
@@ -222,7 +219,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => oneshot::run(args),
         Command::Pin(args) => oneshot::pin(args),
         Command::Release(args) => oneshot::release(args),
-        Command::CpusetPartition(args) => partition::run(args),
     }
 }
 

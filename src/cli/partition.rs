@@ -1,12 +1,12 @@
-//! `pinnerd cpuset-partition MODE:PATH`: what the helper unit `pinnerd-partition@.service`
-//! runs for the daemon. Enabling a remote cpuset partition takes `CAP_SYS_ADMIN`, which
+//! `pinnerd-cpuset-partition MODE:PATH` (the binary run under that name): what the
+//! helper unit `pinnerd-partition@.service` runs for the daemon. Enabling a remote cpuset partition takes `CAP_SYS_ADMIN`, which
 //! the daemon's own unit does not have; the helper has that one capability and writes one
 //! word into one file: `isolated` or `member` into `PATH/cpuset.cpus.partition`, `PATH`
 //! a cgroup below `system.slice`, `user.slice` or `machine.slice` (escaped as
 //! `systemd-escape --path` does: the unit's instance name), which for `isolated` must
 //! already have the exclusive CPUs the daemon granted it. Everything else — which CPUs,
-//! which cgroup, undoing — is the daemon's (see `hold`). Not for people: hidden from
-//! `--help`.
+//! which cgroup, undoing — is the daemon's (see `hold`). Not a subcommand: nothing a
+//! user is offered in `--help` or the completions.
 
 use std::process::ExitCode;
 
@@ -19,12 +19,9 @@ use crate::sysroot::SysRoot;
 /// The slices whose cgroups the helper may make partitions of.
 pub const SLICES: [&str; 3] = ["/system.slice/", "/user.slice/", "/machine.slice/"];
 
-#[derive(Debug, clap::Args)]
-pub struct PartitionArgs {
-    /// MODE:PATH: `isolated` or `member`, then the cgroup escaped as
-    /// `systemd-escape --path` writes it (the helper unit's instance name).
-    pub instance: String,
-}
+/// The name the helper unit runs the binary under (`ExecStart=@/usr/bin/pinnerd
+/// pinnerd-cpuset-partition %i`).
+pub const HELPER_NAME: &str = "pinnerd-cpuset-partition";
 
 /// The mode and cgroup an instance names, or why it names none.
 pub fn parse_instance(instance: &str) -> anyhow::Result<(&str, String)> {
@@ -52,8 +49,15 @@ pub fn parse_instance(instance: &str) -> anyhow::Result<(&str, String)> {
     Ok((mode, cgroup))
 }
 
-pub fn run(args: PartitionArgs) -> anyhow::Result<ExitCode> {
-    let (mode, cgroup) = parse_instance(&args.instance)?;
+/// The helper's arguments after its name: one, `MODE:PATH` (the unit's instance).
+pub fn run_helper(args: Vec<std::ffi::OsString>) -> anyhow::Result<ExitCode> {
+    let [instance] = args.as_slice() else {
+        bail!("usage: {HELPER_NAME} MODE:PATH (isolated or member, the cgroup escaped as systemd-escape --path writes it)");
+    };
+    let Some(instance) = instance.to_str() else {
+        bail!("{instance:?}: not UTF-8");
+    };
+    let (mode, cgroup) = parse_instance(instance)?;
     let cg2 = Cgroup2::find(&SysRoot::default()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let dir = cg2.dir(&cgroup);
     if !dir.is_dir() {
@@ -91,11 +95,15 @@ mod tests {
             ("isolated", "/system.slice/md-feed.service".to_string())
         );
         assert_eq!(
-            parse_instance("isolated:/system.slice/md-feed.service").unwrap().1,
+            parse_instance("isolated:/system.slice/md-feed.service")
+                .unwrap()
+                .1,
             "/system.slice/md-feed.service"
         );
         assert_eq!(
-            parse_instance("member:user.slice-user\\x2d1000.slice-pinnerd\\x2dx\\x2d1.scope").unwrap().1,
+            parse_instance("member:user.slice-user\\x2d1000.slice-pinnerd\\x2dx\\x2d1.scope")
+                .unwrap()
+                .1,
             "/user.slice/user-1000.slice/pinnerd-x-1.scope"
         );
         for bad in [

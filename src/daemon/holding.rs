@@ -62,11 +62,13 @@ impl HolderThread {
                 }
                 loop {
                     let msg = match holder.deadline() {
-                        Some(at) => match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
-                            Ok(m) => Some(m),
-                            Err(mpsc::RecvTimeoutError::Timeout) => None,
-                            Err(mpsc::RecvTimeoutError::Disconnected) => Some(Msg::Stop),
-                        },
+                        Some(at) => {
+                            match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                                Ok(m) => Some(m),
+                                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                                Err(mpsc::RecvTimeoutError::Disconnected) => Some(Msg::Stop),
+                            }
+                        }
                         None => Some(rx.recv().unwrap_or(Msg::Stop)),
                     };
                     match msg {
@@ -120,7 +122,9 @@ impl HolderThread {
         if join.is_finished() {
             let _ = join.join();
         } else {
-            tracing::warn!("the holder did not finish undoing in time; its journal is left for the next start");
+            tracing::warn!(
+                "the holder did not finish undoing in time; its journal is left for the next start"
+            );
         }
     }
 }

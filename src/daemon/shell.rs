@@ -292,7 +292,9 @@ impl Shell {
             .map_err(|e| format!("cannot start the holder thread: {e}"))?;
             *slot = Some(t);
         }
-        Ok(std::cell::RefMut::map(slot, |s| s.as_mut().expect("started above")))
+        Ok(std::cell::RefMut::map(slot, |s| {
+            s.as_mut().expect("started above")
+        }))
     }
 
     fn run_loop(&self, mut state: State, mut rx: mpsc::Receiver<Event>) -> Result<(), DaemonError> {

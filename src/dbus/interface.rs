@@ -294,6 +294,17 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
             .await
     }
 
+    /// Units held for `isolate` and `unit-cpuset` rules, in one line (units confined,
+    /// CPUs isolated, why a hold could not be made); empty when none is.
+    #[zbus(property)]
+    async fn holds(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<String> {
+        self.read(conn, header, "Holds", |s| s.holds.clone()).await
+    }
+
     /// Pairs of the matrix in use that are measured (0 without a matrix). Fewer than
     /// `PairsTotal`: the rest are inferred from a sparse measurement and background
     /// completion is measuring them.

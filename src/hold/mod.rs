@@ -105,7 +105,9 @@ impl HoldReport {
                 s.push_str("; ");
             }
             if self.isolate && !self.isolated {
-                s.push_str(&format!("not isolated: {p}; the rule stays merely exclusive"));
+                s.push_str(&format!(
+                    "not isolated: {p}; the rule stays merely exclusive"
+                ));
             } else {
                 s.push_str(&format!("unit not confined: {p}"));
             }
@@ -146,7 +148,9 @@ fn place_for(info: &UnitInfo, rule: &str, pid: u32) -> Result<Place, String> {
     if name.ends_with(".service") || name.ends_with(".scope") {
         return Ok(Place::Unit(info.clone()));
     }
-    Err(format!("pid {pid} runs in {name}, not in a service or a scope"))
+    Err(format!(
+        "pid {pid} runs in {name}, not in a service or a scope"
+    ))
 }
 
 /// One unit held: enough to undo it after a crash.
@@ -224,7 +228,10 @@ impl Journal {
         let text = if holds.is_empty() {
             None
         } else {
-            Some(serde_json::to_string_pretty(holds).map_err(|e| format!("{}: {e}", self.path.display()))?)
+            Some(
+                serde_json::to_string_pretty(holds)
+                    .map_err(|e| format!("{}: {e}", self.path.display()))?,
+            )
         };
         crate::outfile::replace_own(&self.path, text.as_ref().map(|t| t.as_bytes()), true)
             .map_err(|(p, e)| format!("{}: {e}", p.display()))
@@ -236,10 +243,13 @@ impl Journal {
             .and_then(|(file, md)| infile::read_text(file, md.len(), MAX_JOURNAL_SIZE));
         let text = match opened {
             Ok(text) => text,
-            Err(InError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(InError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Vec::new())
+            }
             Err(e) => return Err(format!("{}: {e}", self.path.display())),
         };
-        serde_json::from_str(&text).map_err(|e| format!("{}: corrupt hold journal: {e}", self.path.display()))
+        serde_json::from_str(&text)
+            .map_err(|e| format!("{}: corrupt hold journal: {e}", self.path.display()))
     }
 }
 
@@ -274,8 +284,13 @@ pub fn give_back_masks(cg2: &Cgroup2, cgroup: &str, held: &CpuSet) -> usize {
     };
     let ops = crate::affinity::SystemOps::new(crate::sysroot::SysRoot::default());
     let mut n = 0;
-    for tid in threads.split_whitespace().filter_map(|t| t.parse::<i32>().ok()) {
-        if ops.get_affinity(tid).is_ok_and(|m| &m == held) && ops.set_affinity(tid, &effective).is_ok() {
+    for tid in threads
+        .split_whitespace()
+        .filter_map(|t| t.parse::<i32>().ok())
+    {
+        if ops.get_affinity(tid).is_ok_and(|m| &m == held)
+            && ops.set_affinity(tid, &effective).is_ok()
+        {
             n += 1;
         }
     }
@@ -337,7 +352,10 @@ impl Holder {
         for h in left {
             let alive = self.cg2.as_ref().is_ok_and(|c| c.populated(&h.cgroup));
             if alive {
-                lines.push(format!("kept what a previous run held for rule {} in {} until it is wanted again", h.rule, h.unit));
+                lines.push(format!(
+                    "kept what a previous run held for rule {} in {} until it is wanted again",
+                    h.rule, h.unit
+                ));
                 self.recovered.push(h);
             } else {
                 let problems = self.undo(&h);
@@ -345,7 +363,11 @@ impl Holder {
                     "undid what a previous run held for rule {} in {}{}",
                     h.rule,
                     h.unit,
-                    if problems.is_empty() { String::new() } else { format!(" ({})", problems.join("; ")) }
+                    if problems.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", problems.join("; "))
+                    }
                 ));
             }
         }
@@ -377,7 +399,11 @@ impl Holder {
                 "undid what a previous run held for rule {} in {}: not wanted again{}",
                 h.rule,
                 h.unit,
-                if problems.is_empty() { String::new() } else { format!(" ({})", problems.join("; ")) }
+                if problems.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", problems.join("; "))
+                }
             ));
         }
         self.save();
@@ -397,7 +423,8 @@ impl Holder {
     /// Makes what is held match `wants`: releases what is no longer wanted (or wanted
     /// otherwise), applies what is new. Returns a report per want, in order.
     pub fn reconcile(&mut self, wants: &[Want]) -> Vec<HoldReport> {
-        self.units_of.retain(|pid, _| wants.iter().any(|w| w.pid == *pid));
+        self.units_of
+            .retain(|pid, _| wants.iter().any(|w| w.pid == *pid));
         let mut reports: Vec<HoldReport> = wants
             .iter()
             .map(|w| HoldReport {
@@ -416,7 +443,10 @@ impl Holder {
         let mut targets: BTreeMap<String, Target> = BTreeMap::new();
         let mut target_of: Vec<Option<String>> = vec![None; wants.len()];
         for (i, w) in wants.iter().enumerate() {
-            let place = match self.unit_of(w.pid).and_then(|info| place_for(&info, &w.rule, w.pid)) {
+            let place = match self
+                .unit_of(w.pid)
+                .and_then(|info| place_for(&info, &w.rule, w.pid))
+            {
                 Ok(p) => p,
                 Err(why) => {
                     reports[i].problem = Some(why);
@@ -429,7 +459,8 @@ impl Holder {
             };
             match targets.get_mut(&key) {
                 Some(t) if t.rule != w.rule => {
-                    reports[i].problem = Some(format!("unit {key} is already held for rule {}", t.rule));
+                    reports[i].problem =
+                        Some(format!("unit {key} is already held for rule {}", t.rule));
                     continue;
                 }
                 Some(t) => {
@@ -491,17 +522,27 @@ impl Holder {
         }
         self.save();
         // Apply what is new.
-        let mut outcome: HashMap<String, (Option<String>, bool, bool, Option<String>)> = HashMap::new();
+        let mut outcome: HashMap<String, (Option<String>, bool, bool, Option<String>)> =
+            HashMap::new();
         for (key, t) in &targets {
             if let Some(h) = self.held.iter().find(|h| &h.unit == key) {
                 let isolated = h.partition.is_some();
-                let problem = (t.isolate && !isolated).then(|| "the partition was refused earlier".to_string());
-                outcome.insert(key.clone(), (Some(h.unit.clone()), h.confined, isolated, problem));
+                let problem = (t.isolate && !isolated)
+                    .then(|| "the partition was refused earlier".to_string());
+                outcome.insert(
+                    key.clone(),
+                    (Some(h.unit.clone()), h.confined, isolated, problem),
+                );
                 continue;
             }
             let (hold, problem) = self.apply(t);
             let entry = match &hold {
-                Some(h) => (Some(h.unit.clone()), h.confined, h.partition.is_some(), problem),
+                Some(h) => (
+                    Some(h.unit.clone()),
+                    h.confined,
+                    h.partition.is_some(),
+                    problem,
+                ),
                 None => (None, false, false, problem),
             };
             if let Some(h) = hold {
@@ -604,7 +645,9 @@ impl Holder {
                 Ok(info) => {
                     tracing::warn!(pid = t.pids[0], unit = %info.name, scope = %unit, "process not in the scope made for it");
                 }
-                Err(e) => tracing::warn!(pid = t.pids[0], error = %e, "cannot read the scope made for a process"),
+                Err(e) => {
+                    tracing::warn!(pid = t.pids[0], error = %e, "cannot read the scope made for a process")
+                }
             }
         }
         let mut problem = None;
@@ -757,7 +800,10 @@ impl Holder {
 
     /// At stop: everything held is undone, the journal removed.
     pub fn release_all(&mut self) {
-        for h in std::mem::take(&mut self.held).into_iter().chain(std::mem::take(&mut self.recovered)) {
+        for h in std::mem::take(&mut self.held)
+            .into_iter()
+            .chain(std::mem::take(&mut self.recovered))
+        {
             for p in self.undo(&h) {
                 tracing::warn!(rule = %h.rule, unit = %h.unit, problem = %p, "hold not fully undone");
             }
@@ -772,7 +818,12 @@ impl Holder {
     }
 
     fn save(&self) {
-        let all: Vec<Hold> = self.held.iter().chain(self.recovered.iter()).cloned().collect();
+        let all: Vec<Hold> = self
+            .held
+            .iter()
+            .chain(self.recovered.iter())
+            .cloned()
+            .collect();
         if let Err(e) = self.journal.save(&all) {
             tracing::warn!(error = %e, "cannot write the hold journal");
         }
@@ -853,8 +904,13 @@ pub fn dry_line(w: &Want, unit: Result<UnitInfo, String>, cannot: Option<&str>) 
         s.push_str(" (would be set by pinnerd)");
     }
     match (w.isolate, cannot) {
-        (true, None) => s.push_str(&format!("; CPUs {} would be isolated (cpuset partition)", w.cpus)),
-        (true, Some(why)) => s.push_str(&format!(": not isolated: {why}; the rule stays merely exclusive")),
+        (true, None) => s.push_str(&format!(
+            "; CPUs {} would be isolated (cpuset partition)",
+            w.cpus
+        )),
+        (true, Some(why)) => s.push_str(&format!(
+            ": not isolated: {why}; the rule stays merely exclusive"
+        )),
         (false, _) => {}
     }
     s

@@ -203,10 +203,11 @@ impl Cgroup2 {
 
     fn read_cpus(&self, cgroup: &str, name: &str) -> Result<CpuSet, Unable> {
         let text = self.read(cgroup, name)?;
-        text.parse().map_err(|e: crate::cpuset::CpuListError| Unable::File {
-            path: self.file(cgroup, name),
-            error: e.to_string(),
-        })
+        text.parse()
+            .map_err(|e: crate::cpuset::CpuListError| Unable::File {
+                path: self.file(cgroup, name),
+                error: e.to_string(),
+            })
     }
 
     fn write(&self, cgroup: &str, name: &str, value: &str) -> Result<(), Unable> {
@@ -218,7 +219,8 @@ impl Cgroup2 {
             .truncate(true)
             .open(&path)
             .map_err(|e| file_error(path.clone(), &e))?;
-        io::Write::write_all(&mut f, format!("{value}\n").as_bytes()).map_err(|e| file_error(path, &e))
+        io::Write::write_all(&mut f, format!("{value}\n").as_bytes())
+            .map_err(|e| file_error(path, &e))
     }
 
     /// Makes `cgroup` an isolated partition of `cpus`: [`grant`](Self::grant), then
@@ -375,7 +377,9 @@ fn file_error(path: PathBuf, e: &io::Error) -> Unable {
     Unable::File {
         path,
         error: match e.raw_os_error() {
-            Some(libc::EROFS) => "read-only file system (the unit's ReadWritePaths= lacks it)".into(),
+            Some(libc::EROFS) => {
+                "read-only file system (the unit's ReadWritePaths= lacks it)".into()
+            }
             _ => e.to_string(),
         },
     }
@@ -405,12 +409,18 @@ mod tests {
     }
 
     fn read(c: &Cgroup2, cg: &str, f: &str) -> String {
-        std::fs::read_to_string(c.dir(cg).join(f)).unwrap().trim().to_string()
+        std::fs::read_to_string(c.dir(cg).join(f))
+            .unwrap()
+            .trim()
+            .to_string()
     }
 
     #[test]
     fn ancestors_are_listed_top_down_without_the_root() {
-        assert_eq!(ancestors("/a.slice/b.service"), vec!["/a.slice", "/a.slice/b.service"]);
+        assert_eq!(
+            ancestors("/a.slice/b.service"),
+            vec!["/a.slice", "/a.slice/b.service"]
+        );
         assert!(ancestors("/").is_empty());
         assert!(!valid_cgroup("/a/../b"));
         assert!(!valid_cgroup("/"));
@@ -426,15 +436,27 @@ mod tests {
         let cpus: CpuSet = "6-7".parse().unwrap();
         let p = c.isolate("/system.slice/md.service", &cpus).unwrap();
         assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "2,6-7");
-        assert_eq!(read(&c, "/system.slice/md.service", "cpuset.cpus.exclusive"), "6-7");
-        assert_eq!(read(&c, "/system.slice/md.service", "cpuset.cpus.partition"), "isolated");
+        assert_eq!(
+            read(&c, "/system.slice/md.service", "cpuset.cpus.exclusive"),
+            "6-7"
+        );
+        assert_eq!(
+            read(&c, "/system.slice/md.service", "cpuset.cpus.partition"),
+            "isolated"
+        );
         assert_eq!(p.before, "member");
         assert_eq!(p.granted.len(), 2);
         assert!(c.holds(&p));
         assert!(c.undo(&p).is_empty());
-        assert_eq!(read(&c, "/system.slice/md.service", "cpuset.cpus.partition"), "member");
+        assert_eq!(
+            read(&c, "/system.slice/md.service", "cpuset.cpus.partition"),
+            "member"
+        );
         assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "2");
-        assert_eq!(read(&c, "/system.slice/md.service", "cpuset.cpus.exclusive"), "");
+        assert_eq!(
+            read(&c, "/system.slice/md.service", "cpuset.cpus.exclusive"),
+            ""
+        );
     }
 
     #[test]
@@ -452,9 +474,18 @@ mod tests {
         assert!(matches!(e, Unable::CpusetNotOnV2 { .. }), "{e}");
 
         let (_d, c) = tree(true);
-        std::fs::remove_file(c.dir("/system.slice/md.service").join("cpuset.cpus.exclusive")).unwrap();
+        std::fs::remove_file(
+            c.dir("/system.slice/md.service")
+                .join("cpuset.cpus.exclusive"),
+        )
+        .unwrap();
         let e = c.isolate("/system.slice/md.service", &cpus).unwrap_err();
-        assert_eq!(e, Unable::NoCpuset { cgroup: "/system.slice/md.service".into() });
+        assert_eq!(
+            e,
+            Unable::NoCpuset {
+                cgroup: "/system.slice/md.service".into()
+            }
+        );
         // The slice's grant, made before the failure, was taken back.
         assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "");
     }
@@ -477,8 +508,14 @@ mod tests {
         assert_eq!(Cgroup2::find(&root), Err(Unable::NoCgroup2));
         std::fs::create_dir_all(dir.path().join("fs/cgroup/unified")).unwrap();
         std::fs::write(dir.path().join("fs/cgroup/unified/cgroup.controllers"), "").unwrap();
-        assert_eq!(Cgroup2::find(&root).unwrap().mount(), dir.path().join("fs/cgroup/unified"));
+        assert_eq!(
+            Cgroup2::find(&root).unwrap().mount(),
+            dir.path().join("fs/cgroup/unified")
+        );
         std::fs::write(dir.path().join("fs/cgroup/cgroup.controllers"), "cpuset").unwrap();
-        assert_eq!(Cgroup2::find(&root).unwrap().mount(), dir.path().join("fs/cgroup"));
+        assert_eq!(
+            Cgroup2::find(&root).unwrap().mount(),
+            dir.path().join("fs/cgroup")
+        );
     }
 }

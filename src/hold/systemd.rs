@@ -254,7 +254,9 @@ pub fn unescape_path(escaped: &str) -> Option<String> {
                 i += 1;
             }
             b'\\' => {
-                let hex = escaped.get(i + 2..i + 4).filter(|_| bytes.get(i + 1) == Some(&b'x'))?;
+                let hex = escaped
+                    .get(i + 2..i + 4)
+                    .filter(|_| bytes.get(i + 1) == Some(&b'x'))?;
                 out.push(u8::from_str_radix(hex, 16).ok()?);
                 i += 4;
             }
@@ -558,7 +560,9 @@ impl SystemdUnits {
         let mut signals = MessageStream::for_match_rule(rule, &self.conn, None)
             .await
             .map_err(|e| self.call_error(&format!("{what}: AddMatch(JobRemoved)"), e))?;
-        let reply = self.call(&what, MANAGER_PATH, MANAGER, method, args).await?;
+        let reply = self
+            .call(&what, MANAGER_PATH, MANAGER, method, args)
+            .await?;
         let job: OwnedObjectPath = body(&what, &reply)?;
         let result = tokio::time::timeout(self.timeout, job_result(&mut signals, &job)).await;
         match result {
@@ -989,8 +993,14 @@ mod tests {
     #[test]
     fn paths_escape_as_systemd_escape_path_does_and_come_back() {
         for (path, escaped) in [
-            ("/system.slice/vmwork-iso.service", "system.slice-vmwork\\x2diso.service"),
-            ("/user.slice/user-1000.slice/pinnerd-feed-20.scope", "user.slice-user\\x2d1000.slice-pinnerd\\x2dfeed\\x2d20.scope"),
+            (
+                "/system.slice/vmwork-iso.service",
+                "system.slice-vmwork\\x2diso.service",
+            ),
+            (
+                "/user.slice/user-1000.slice/pinnerd-feed-20.scope",
+                "user.slice-user\\x2d1000.slice-pinnerd\\x2dfeed\\x2d20.scope",
+            ),
         ] {
             assert_eq!(escape_path(path), escaped);
             assert_eq!(unescape_path(escaped).as_deref(), Some(path));
@@ -1001,6 +1011,9 @@ mod tests {
             partition_helper_unit("isolated", "/system.slice/md.service").as_deref(),
             Some("pinnerd-partition@isolated:system.slice-md.service.service")
         );
-        assert_eq!(partition_helper_unit("member", &format!("/{}", "a".repeat(300))), None);
+        assert_eq!(
+            partition_helper_unit("member", &format!("/{}", "a".repeat(300))),
+            None
+        );
     }
 }

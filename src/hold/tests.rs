@@ -32,7 +32,13 @@ impl FakeUnits {
         self.0.lock().unwrap().calls.clone()
     }
     fn allowed_of(&self, unit: &str) -> Allowed {
-        self.0.lock().unwrap().allowed.get(unit).cloned().unwrap_or_default()
+        self.0
+            .lock()
+            .unwrap()
+            .allowed
+            .get(unit)
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
@@ -50,7 +56,12 @@ impl Units for FakeUnits {
     fn effective(&self, unit: &str) -> Result<Allowed, UnitError> {
         Ok(self.allowed_of(unit))
     }
-    fn set_allowed(&self, unit: &str, cpus: Option<&CpuSet>, mems: Option<&CpuSet>) -> Result<(), UnitError> {
+    fn set_allowed(
+        &self,
+        unit: &str,
+        cpus: Option<&CpuSet>,
+        mems: Option<&CpuSet>,
+    ) -> Result<(), UnitError> {
         let mut w = self.0.lock().unwrap();
         w.calls.push(format!(
             "set {unit} cpus={} mems={}",
@@ -72,9 +83,19 @@ impl Units for FakeUnits {
         }
         Ok(())
     }
-    fn adopt(&self, scope: &str, slice: &str, pid: u32, allowed: &Allowed, _d: &str) -> Result<(), UnitError> {
+    fn adopt(
+        &self,
+        scope: &str,
+        slice: &str,
+        pid: u32,
+        allowed: &Allowed,
+        _d: &str,
+    ) -> Result<(), UnitError> {
         let mut w = self.0.lock().unwrap();
-        w.calls.push(format!("adopt {scope} in {slice} pid {pid} cpus={}", allowed.cpus));
+        w.calls.push(format!(
+            "adopt {scope} in {slice} pid {pid} cpus={}",
+            allowed.cpus
+        ));
         w.allowed.insert(scope.to_string(), allowed.clone());
         w.by_pid.insert(
             pid,
@@ -91,7 +112,11 @@ impl Units for FakeUnits {
         Ok(None)
     }
     fn set_partition(&self, unit: &str, value: &str) -> Result<(), UnitError> {
-        self.0.lock().unwrap().calls.push(format!("partition {unit} {value}"));
+        self.0
+            .lock()
+            .unwrap()
+            .calls
+            .push(format!("partition {unit} {value}"));
         Ok(())
     }
     /// The helper unit, as `pinnerd cpuset-partition` does it with its privilege.
@@ -155,7 +180,10 @@ fn want(rule: &str, pid: u32, cpus: &str, isolate: bool) -> Want {
 }
 
 fn file(cg2: &Cgroup2, cg: &str, f: &str) -> String {
-    std::fs::read_to_string(cg2.dir(cg).join(f)).unwrap().trim().to_string()
+    std::fs::read_to_string(cg2.dir(cg).join(f))
+        .unwrap()
+        .trim()
+        .to_string()
 }
 
 #[test]
@@ -165,7 +193,9 @@ fn a_service_is_confined_isolated_and_given_back_its_own_values() {
     let units = FakeUnits::default();
     units.add(10, "md.service", "/system.slice/md.service", "system.slice");
     // The unit had values of its own.
-    units.set_allowed("md.service", Some(&"0-7".parse().unwrap()), None).unwrap();
+    units
+        .set_allowed("md.service", Some(&"0-7".parse().unwrap()), None)
+        .unwrap();
     let mut h = holder(&units, &cg2, run.path());
     let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
     assert_eq!(r.len(), 1);
@@ -175,7 +205,10 @@ fn a_service_is_confined_isolated_and_given_back_its_own_values() {
         r[0].line(),
         "unit md.service: AllowedCPUs=6-7 (set by pinnerd); CPUs 6-7 isolated (cpuset partition)"
     );
-    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "isolated");
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "isolated"
+    );
     assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "6-7");
     assert!(run.path().join(JOURNAL_FILE).exists());
     // The same want again changes nothing.
@@ -185,7 +218,10 @@ fn a_service_is_confined_isolated_and_given_back_its_own_values() {
     // Let go: partition undone, the unit's own 0-7 back, the journal gone.
     let r = h.reconcile(&[]);
     assert!(r.is_empty());
-    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "member");
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "member"
+    );
     assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
     assert_eq!(units.allowed_of("md.service").cpus, "0-7".parse().unwrap());
     assert!(!run.path().join(JOURNAL_FILE).exists());
@@ -196,14 +232,27 @@ fn a_process_of_a_login_session_gets_a_scope_of_its_own_in_the_same_slice() {
     let (_d, cg2) = tree();
     let run = tempfile::tempdir().unwrap();
     let units = FakeUnits::default();
-    units.add(20, "session-3.scope", "/user.slice/user-1000.slice/session-3.scope", "user-1000.slice");
+    units.add(
+        20,
+        "session-3.scope",
+        "/user.slice/user-1000.slice/session-3.scope",
+        "user-1000.slice",
+    );
     let mut h = holder(&units, &cg2, run.path());
     let r = h.reconcile(&[want("feed", 20, "3", true)]);
     assert!(r[0].isolated, "{r:?}");
     assert_eq!(r[0].unit.as_deref(), Some("pinnerd-feed-20.scope"));
-    assert!(units.calls()[0].starts_with("adopt pinnerd-feed-20.scope in user-1000.slice pid 20"), "{:?}", units.calls());
+    assert!(
+        units.calls()[0].starts_with("adopt pinnerd-feed-20.scope in user-1000.slice pid 20"),
+        "{:?}",
+        units.calls()
+    );
     assert_eq!(
-        file(&cg2, "/user.slice/user-1000.slice/pinnerd-feed-20.scope", "cpuset.cpus.partition"),
+        file(
+            &cg2,
+            "/user.slice/user-1000.slice/pinnerd-feed-20.scope",
+            "cpuset.cpus.partition"
+        ),
         "isolated"
     );
     // The session scope itself was never confined.
@@ -229,10 +278,16 @@ fn init_scope_is_never_confined_and_two_rules_do_not_share_a_unit() {
         want("b", 10, "2", false),
         want("c", 11, "3", false),
     ]);
-    assert!(r[0].problem.as_deref().unwrap().contains("init.scope"), "{r:?}");
+    assert!(
+        r[0].problem.as_deref().unwrap().contains("init.scope"),
+        "{r:?}"
+    );
     assert!(!r[0].confined);
     assert!(r[1].confined);
-    assert_eq!(r[2].problem.as_deref(), Some("unit md.service is already held for rule b"));
+    assert_eq!(
+        r[2].problem.as_deref(),
+        Some("unit md.service is already held for rule b")
+    );
 }
 
 #[test]
@@ -257,11 +312,17 @@ fn isolation_the_kernel_cannot_give_leaves_the_unit_as_it_was_and_says_why() {
     let units = FakeUnits::default();
     units.add(10, "md.service", "/system.slice/md.service", "system.slice");
     let mut h = holder(&units, &cg2, run.path());
-    assert!(h.cannot_isolate().unwrap().contains("remote cpuset partitions"));
+    assert!(h
+        .cannot_isolate()
+        .unwrap()
+        .contains("remote cpuset partitions"));
     let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
     assert!(!r[0].confined && !r[0].isolated);
     let line = r[0].line();
-    assert!(line.starts_with("not isolated: the kernel has no remote cpuset partitions"), "{line}");
+    assert!(
+        line.starts_with("not isolated: the kernel has no remote cpuset partitions"),
+        "{line}"
+    );
     assert!(line.ends_with("the rule stays merely exclusive"), "{line}");
     assert!(units.calls().is_empty(), "{:?}", units.calls());
     // Without isolation, unit-cpuset alone still confines.
@@ -278,9 +339,15 @@ fn a_refused_property_is_said_and_nothing_is_held() {
     units.0.lock().unwrap().refuse_set = true;
     let mut h = holder(&units, &cg2, run.path());
     let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
-    assert!(r[0].problem.as_deref().unwrap().contains("Access denied"), "{r:?}");
+    assert!(
+        r[0].problem.as_deref().unwrap().contains("Access denied"),
+        "{r:?}"
+    );
     assert!(h.held().is_empty());
-    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "member");
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "member"
+    );
     assert!(!run.path().join(JOURNAL_FILE).exists());
 }
 
@@ -293,14 +360,23 @@ fn a_crash_leaves_a_journal_the_next_start_keeps_while_wanted_and_undoes_otherwi
     let mut first = holder(&units, &cg2, run.path());
     first.reconcile(&[want("feed", 10, "6-7", true)]);
     drop(first); // killed: nothing undone
-    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "isolated");
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "isolated"
+    );
 
     // The next start keeps it (the service still runs) and takes it over untouched.
     let mut second = holder(&units, &cg2, run.path());
     let t0 = Instant::now();
     let lines = second.recover(t0);
-    assert!(lines[0].starts_with("kept what a previous run held for rule feed"), "{lines:?}");
-    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "isolated");
+    assert!(
+        lines[0].starts_with("kept what a previous run held for rule feed"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "isolated"
+    );
     let calls = units.calls().len();
     let r = second.reconcile(&[want("feed", 10, "6-7", true)]);
     assert!(r[0].isolated);
@@ -311,10 +387,16 @@ fn a_crash_leaves_a_journal_the_next_start_keeps_while_wanted_and_undoes_otherwi
     let mut third = holder(&units, &cg2, run.path());
     third.recover(t0);
     assert!(third.expire(t0 + RECOVERY_GRACE / 2).is_empty());
-    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "isolated");
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "isolated"
+    );
     let lines = third.expire(t0 + RECOVERY_GRACE);
     assert!(lines[0].contains("not wanted again"), "{lines:?}");
-    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "member");
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "member"
+    );
     assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
     assert!(!run.path().join(JOURNAL_FILE).exists());
 
@@ -325,8 +407,14 @@ fn a_crash_leaves_a_journal_the_next_start_keeps_while_wanted_and_undoes_otherwi
     std::fs::write(cg2.dir("/system.slice/md.service").join("cgroup.procs"), "").unwrap();
     let mut fifth = holder(&units, &cg2, run.path());
     let lines = fifth.recover(t0);
-    assert!(lines[0].starts_with("undid what a previous run held"), "{lines:?}");
-    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "member");
+    assert!(
+        lines[0].starts_with("undid what a previous run held"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "member"
+    );
 }
 
 #[test]
@@ -340,12 +428,21 @@ fn slices_are_laid_out_as_systemd_does() {
 #[test]
 fn a_dry_run_names_the_unit_from_the_cgroup_path_and_what_would_be_set() {
     let u = unit_of_cgroup("/system.slice/md-feed.service").unwrap();
-    assert_eq!((u.name.as_str(), u.slice.as_str()), ("md-feed.service", "system.slice"));
+    assert_eq!(
+        (u.name.as_str(), u.slice.as_str()),
+        ("md-feed.service", "system.slice")
+    );
     let u = unit_of_cgroup("/user.slice/user-1000.slice/session-3.scope").unwrap();
-    assert_eq!((u.name.as_str(), u.slice.as_str()), ("session-3.scope", "user-1000.slice"));
+    assert_eq!(
+        (u.name.as_str(), u.slice.as_str()),
+        ("session-3.scope", "user-1000.slice")
+    );
     // A container's cgroups below its scope are the scope's.
     let u = unit_of_cgroup("/system.slice/docker-ab.scope/init.scope").unwrap();
-    assert_eq!((u.name.as_str(), u.cgroup.as_str()), ("docker-ab.scope", "/system.slice/docker-ab.scope"));
+    assert_eq!(
+        (u.name.as_str(), u.cgroup.as_str()),
+        ("docker-ab.scope", "/system.slice/docker-ab.scope")
+    );
     assert!(unit_of_cgroup("/").is_none());
 
     let mut w = want("feed", 42, "4-7", false);
@@ -361,8 +458,11 @@ fn a_dry_run_names_the_unit_from_the_cgroup_path_and_what_would_be_set() {
         "unit md-feed.service: not isolated: no cgroup v2 hierarchy (cgroup v1 only); the rule stays merely exclusive"
     );
     assert!(dry_line(&w, info, None).ends_with("; CPUs 4-7 would be isolated (cpuset partition)"));
-    let session = unit_of_cgroup("/user.slice/user-1000.slice/session-3.scope").ok_or_else(String::new);
-    assert!(dry_line(&w, session, None).starts_with("unit pinnerd-feed-42.scope (a scope of its own in user-1000.slice): AllowedCPUs=4-7"));
+    let session =
+        unit_of_cgroup("/user.slice/user-1000.slice/session-3.scope").ok_or_else(String::new);
+    assert!(dry_line(&w, session, None).starts_with(
+        "unit pinnerd-feed-42.scope (a scope of its own in user-1000.slice): AllowedCPUs=4-7"
+    ));
 }
 
 #[test]
@@ -376,12 +476,18 @@ fn a_partition_the_kernel_refuses_the_daemon_is_made_by_the_helper_unit_and_undo
     let mut h = holder(&units, &cg2, run.path());
     let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
     assert!(r[0].isolated, "{r:?}");
-    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "isolated");
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "isolated"
+    );
     assert!(units
         .calls()
         .contains(&"start pinnerd-partition@isolated:system.slice-md.service.service".to_string()));
     h.reconcile(&[]);
-    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"), "member");
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "member"
+    );
     assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
 
     // Without systemd to start the helper, the refusal is said as the kernel put it.
@@ -394,5 +500,8 @@ fn a_partition_the_kernel_refuses_the_daemon_is_made_by_the_helper_unit_and_undo
         Box::new(|_, _, _| 0),
     );
     let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
-    assert_eq!(r[0].problem.as_deref(), Some("systemd is not on the system bus: no bus"));
+    assert_eq!(
+        r[0].problem.as_deref(),
+        Some("systemd is not on the system bus: no bus")
+    );
 }

@@ -361,7 +361,10 @@ impl Manager {
             return None;
         }
         let pid = row.pid as i32;
-        let mut cpus = self.plan_for(pid, &rule.name, None).map(|s| s.held()).unwrap_or_default();
+        let mut cpus = self
+            .plan_for(pid, &rule.name, None)
+            .map(|s| s.held())
+            .unwrap_or_default();
         for (i, t) in rule.threads.iter().enumerate() {
             if t.isolate {
                 if let Some(s) = self.plan_for(pid, &rule.name, Some(i)) {
@@ -372,7 +375,9 @@ impl Manager {
         if cpus.is_empty() {
             return None;
         }
-        let mems = rule.memory_follow.then(|| cpus.iter().filter_map(node_of).collect());
+        let mems = rule
+            .memory_follow
+            .then(|| cpus.iter().filter_map(node_of).collect());
         Some(crate::hold::Want {
             rule: rule.name.clone(),
             pid: row.pid,

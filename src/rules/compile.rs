@@ -530,7 +530,10 @@ fn place_request(
 ) -> Option<PlacementRequest> {
     if let Some(isolate) = f.isolate.as_ref().filter(|i| *i.get_ref()) {
         if !f.exclusive.as_ref().is_some_and(|e| *e.get_ref()) {
-            cx.err(&isolate.span(), RuleErrorKind::IsolateNeedsExclusive { section });
+            cx.err(
+                &isolate.span(),
+                RuleErrorKind::IsolateNeedsExclusive { section },
+            );
             return None;
         }
     }

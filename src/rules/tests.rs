@@ -337,7 +337,10 @@ fn isolate_needs_exclusive_in_both_tables_and_unit_cpuset_is_a_key_of_rule_place
     let r = &compile(&thread("exclusive = true\nisolate = true\n")).unwrap()[0];
     assert!(r.threads[0].isolate && !r.isolate);
     let e = err(&thread("isolate = true\n"));
-    assert!(e.starts_with("t.toml:8:11:") && e.contains("[[rule.threads]]"), "{e}");
+    assert!(
+        e.starts_with("t.toml:8:11:") && e.contains("[[rule.threads]]"),
+        "{e}"
+    );
     // Not a thread entry's key: a unit is the process's.
     let e = err(&thread("unit-cpuset = true\n"));
     assert!(e.contains("t.toml:8:1") && e.contains("unit-cpuset"), "{e}");

@@ -397,6 +397,7 @@ fn introspection_lists_every_member() {
         (".ManagedThreads", "u"),
         (".RuleErrors", "as"),
         (".SchedExt", "(ss)"),
+        (".Holds", "s"),
         (".Remeasure", "-"),
         (".Reload", "-"),
         (".GetMatrix", "-"),

@@ -199,6 +199,7 @@ fn every_property_but_the_constant_ones_is_signalled() {
             ops: "layered".into(),
         }),
         matrix_measured: (1, 2),
+        holds: "1 unit confined".into(),
         ..Snapshot::default()
     };
     let changed = pinnerd::dbus::changed_properties(&old, &new);

@@ -380,8 +380,50 @@ fn check_says_in_one_line_why_an_isolate_rule_cannot_isolate_here() {
     let r = super::helper::pinnerd(&["check", "--no-permissions", file.to_str().unwrap()]);
     assert!(!r.ok);
     assert!(
-        r.stderr.contains(&format!("{}:7:11:", file.display())) && r.stderr.contains("needs `exclusive = true`"),
+        r.stderr.contains(&format!("{}:7:11:", file.display()))
+            && r.stderr.contains("needs `exclusive = true`"),
         "{}",
         r.stderr
     );
+}
+
+/// The partition helper (the binary run as `pinnerd-cpuset-partition` by
+/// `pinnerd-partition@.service`) takes one `MODE:PATH`, only `isolated` or `member`, only a
+/// cgroup below the slices, and writes nothing else: each refusal says why.
+#[test]
+fn the_partition_helper_writes_only_the_two_modes_below_the_slices() {
+    let dir = tempfile::tempdir().unwrap();
+    let helper = dir.path().join("pinnerd-cpuset-partition");
+    std::os::unix::fs::symlink(super::helper::PINNERD, &helper).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(&helper).args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = run(&[]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("usage: pinnerd-cpuset-partition MODE:PATH"),
+        "{err}"
+    );
+    let (_, err) = run(&["root:system.slice-x.service"]);
+    assert!(
+        err.contains("mode \"root\" is neither isolated nor member"),
+        "{err}"
+    );
+    let (_, err) = run(&["isolated:init.scope"]);
+    assert!(
+        err.contains("is not below /system.slice, /user.slice, /machine.slice"),
+        "{err}"
+    );
+    let (_, err) = run(&["isolated:system.slice-..-init.scope"]);
+    assert!(err.contains("is not below"), "{err}");
+    let (code, err) = run(&["isolated:system.slice-pinnerd\\x2dno\\x2dsuch.service"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("pinnerd-no-such.service"), "{err}");
+    // Under its own name the binary is the whole command line again.
+    let r = super::helper::pinnerd(&["--version"]);
+    assert!(r.ok && r.stdout.starts_with("pinnerd "), "{}", r.stdout);
 }

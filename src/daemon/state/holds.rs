@@ -29,7 +29,10 @@ impl State {
             return Vec::new();
         };
         let rules = m.rules().rules();
-        if !rules.iter().any(|r| r.isolate || r.unit_cpuset || r.threads.iter().any(|t| t.isolate)) {
+        if !rules
+            .iter()
+            .any(|r| r.isolate || r.unit_cpuset || r.threads.iter().any(|t| t.isolate))
+        {
             return Vec::new();
         }
         let topology = self.topology.as_ref();
@@ -68,7 +71,9 @@ impl State {
         let mut now = BTreeMap::new();
         for r in reports {
             let before = self.holds.reports.get(&r.pid);
-            if before.is_none_or(|b| b.confined != r.confined || b.isolated != r.isolated || b.cpus != r.cpus) {
+            if before.is_none_or(|b| {
+                b.confined != r.confined || b.isolated != r.isolated || b.cpus != r.cpus
+            }) {
                 changed = true;
             }
             match &r.problem {
@@ -83,7 +88,9 @@ impl State {
         if self.holds.reports.keys().any(|p| !now.contains_key(p)) {
             changed = true;
         }
-        self.holds.logged.retain(|(_, pid, _)| now.contains_key(pid));
+        self.holds
+            .logged
+            .retain(|(_, pid, _)| now.contains_key(pid));
         self.holds.reports = now;
         if changed {
             if let Some(plan) = self.manager.as_ref().map(|m| m.plan().clone()) {
@@ -110,13 +117,23 @@ impl State {
             .values()
             .filter(|r| r.isolated)
             .fold(CpuSet::new(), |a, r| a.union(&r.cpus));
-        let refused = self.holds.reports.values().filter(|r| r.problem.is_some()).count();
         let mut s = format!("{} confined", crate::words::count(confined, "unit"));
         if !isolated.is_empty() {
             s.push_str(&format!(", CPUs {isolated} isolated"));
         }
-        if refused > 0 {
-            s.push_str(&format!(", {} with a problem (see explain)", crate::words::count(refused, "hold")));
+        // Each distinct reason once, by rule: what `check` and the log say, no pids.
+        let problems: std::collections::BTreeSet<String> = self
+            .holds
+            .reports
+            .values()
+            .filter(|r| r.problem.is_some())
+            .map(|r| {
+                let line = r.line();
+                format!("rule {}: {line}", r.rule)
+            })
+            .collect();
+        for p in problems {
+            s.push_str(&format!("; {p}"));
         }
         Some(s)
     }

@@ -406,6 +406,7 @@ impl State {
                 .map_or(0, |m| m.managed_threads() as u32),
             rule_errors: self.rule_errors(),
             sched_ext: self.sched_ext.now.clone(),
+            holds: self.holds_summary().unwrap_or_default(),
             // From the sparse counts, which completion keeps: no walk over the cells
             // on every snapshot.
             matrix_measured: self.current.as_ref().map_or((0, 0), |m| {

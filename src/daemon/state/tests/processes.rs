@@ -393,7 +393,10 @@ fn an_isolate_rule_s_process_is_wanted_held_and_explain_says_what_came_of_it() {
     assert_eq!(w.cpus, CpuSet::from_iter([last]));
     // The same state again sends nothing.
     s.manager_event(crate::manager::Input::Rescan);
-    assert!(!s.take_actions().iter().any(|a| matches!(a, Action::Hold(_))));
+    assert!(!s
+        .take_actions()
+        .iter()
+        .any(|a| matches!(a, Action::Hold(_))));
 
     s.handle(Event::Held(vec![crate::hold::HoldReport {
         rule: "iso".into(),
@@ -406,7 +409,8 @@ fn an_isolate_rule_s_process_is_wanted_held_and_explain_says_what_came_of_it() {
         isolated: false,
         problem: Some("the kernel has no remote cpuset partitions".into()),
     }]));
-    let Reply::Explained { text, .. } = s.command(Command::Explain { pid, caller_uid: 0 }).unwrap() else {
+    let Reply::Explained { text, .. } = s.command(Command::Explain { pid, caller_uid: 0 }).unwrap()
+    else {
         panic!()
     };
     assert!(
@@ -414,7 +418,13 @@ fn an_isolate_rule_s_process_is_wanted_held_and_explain_says_what_came_of_it() {
         "{text}"
     );
     // Another user does not see how it is held.
-    let Reply::Explained { text, .. } = s.command(Command::Explain { pid, caller_uid: 1000 }).unwrap() else {
+    let Reply::Explained { text, .. } = s
+        .command(Command::Explain {
+            pid,
+            caller_uid: 1000,
+        })
+        .unwrap()
+    else {
         panic!()
     };
     assert!(!text.contains("held:"), "{text}");
