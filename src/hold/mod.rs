@@ -50,6 +50,8 @@ const MAX_JOURNAL_SIZE: u64 = 4 << 20;
 /// How long holds a previous run left (their processes still running) wait for the
 /// daemon to want them again before they are undone.
 pub const RECOVERY_GRACE: Duration = Duration::from_secs(5);
+/// How long a unit let go may take to widen its cpuset before masks are given back.
+const GIVE_BACK_WAIT: Duration = Duration::from_secs(2);
 
 /// What the daemon wants held for one managed process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -265,20 +267,28 @@ pub fn give_back_masks(cg2: &Cgroup2, cgroup: &str, held: &CpuSet) -> usize {
     let dir = cg2.dir(cgroup);
     // The unit's own cpuset files may be gone with its AllowedCPUs= (systemd turns the
     // controller off for it): what binds it then is its nearest ancestor's.
-    let effective = dir
-        .ancestors()
-        .take_while(|d| d.starts_with(cg2.mount()))
-        .find_map(|d| {
-            crate::sysroot::read_bounded(d.join("cpuset.cpus.effective"))
-                .ok()
-                .and_then(|t| t.trim().parse::<CpuSet>().ok())
-        });
-    let Some(effective) = effective else {
-        return 0;
+    let effective = || {
+        dir.ancestors()
+            .take_while(|d| d.starts_with(cg2.mount()))
+            .find_map(|d| {
+                crate::sysroot::read_bounded(d.join("cpuset.cpus.effective"))
+                    .ok()
+                    .and_then(|t| t.trim().parse::<CpuSet>().ok())
+            })
     };
-    if effective.is_empty() || &effective == held {
-        return 0;
-    }
+    // systemd answers before it has realised the unit's cgroup anew: wait (bounded) for
+    // the cpuset to let go of the held CPUs.
+    let mut waited = Duration::ZERO;
+    let effective = loop {
+        match effective() {
+            Some(e) if !e.is_empty() && &e != held => break e,
+            _ if waited >= GIVE_BACK_WAIT => return 0,
+            _ => {
+                std::thread::sleep(Duration::from_millis(20));
+                waited += Duration::from_millis(20);
+            }
+        }
+    };
     let Ok(threads) = crate::sysroot::read_bounded(dir.join("cgroup.threads")) else {
         return 0;
     };

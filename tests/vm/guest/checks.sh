@@ -1368,7 +1368,9 @@ check_isolate_keeps_others_off() {
         echo "precondition: CPUs $(cat /sys/fs/cgroup/cpuset.cpus.isolated) already isolated"
         return 1
     }
-    pid=$(start_workload vmwork-iso 2) || {
+    # Its threads wake every 20 ms: a thread's last CPU (what is sampled) is where it
+    # ran, and one asleep since before the rule never shows it on 6-7.
+    pid=$(start_workload vmwork-iso 2 "" 20) || {
         echo "$pid"
         return 1
     }
