@@ -174,10 +174,12 @@ def stat_fields(path):
 
 def cpu_reader():
     try:
+        import ctypes
+
         getcpu = ctypes.CDLL(None).sched_getcpu
         if getcpu() >= 0:
             return getcpu
-    except (OSError, AttributeError):
+    except (ImportError, OSError, AttributeError):
         pass
     return lambda: int(stat_fields("/proc/thread-self/stat")[1][36])
 

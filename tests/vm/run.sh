@@ -194,6 +194,7 @@ install -m 0644 "$here/guest/workload.py" "$root/usr/local/lib/pinnerd-vm/worklo
 install -m 0644 "$here/guest/memworker.py" "$root/usr/local/lib/pinnerd-vm/memworker.py"
 install -m 0644 "$here/guest/cpu_sampler.py" "$root/usr/local/lib/pinnerd-vm/cpu_sampler.py"
 install -m 0644 "$here/guest/born.py" "$root/usr/local/lib/pinnerd-vm/born.py"
+install -m 0755 "$here/guest/born-first.sh" "$root/usr/local/lib/pinnerd-vm/born-first.sh"
 if [ "$bench" = memory ]; then
     # numactl (migratepages, for comparison) only in this run's image: the cached rootfs,
     # and so CI's image, stays as it is. Its packages are cached beside the rootfs.

@@ -3,8 +3,9 @@
     born.py OUT          the unit's main process: writes OUT/pid, then sleeps
     born.py OUT child NAME
                          a process the unit starts later (its ExecReload=, started by
-                         systemd, not forked from the main process pinnerd pinned): its
-                         very first act reads /proc/self/status (Cpus_allowed_list,
+                         systemd, not forked from the main process pinnerd pinned, and
+                         exec'd by born-first.sh, which noted its CPUs at start in
+                         OUT/first): reads /proc/self/status (Cpus_allowed_list,
                          Mems_allowed_list), then it touches 64 MiB and writes
                          OUT/NAME.json with those and where the pages are (numa_maps,
                          pages per node)
@@ -44,6 +45,12 @@ def pages_by_node():
 
 def child(out, name):
     first = status()
+    # What born-first.sh read before this interpreter even started, if it ran first.
+    try:
+        with open(os.path.join(out, "first")) as f:
+            first["Cpus_allowed_list_at_start"] = f.read().strip()
+    except OSError:
+        pass
     size = 64 << 20
     buf = bytearray(size)
     for off in range(0, size, os.sysconf("SC_PAGE_SIZE")):

@@ -1486,9 +1486,11 @@ check_unit_born_in_place() {
     mkdir -p "$dir"
     ln -sf /usr/bin/python3 /usr/local/bin/vmborn
     # ExecReload= is a process the unit starts later, forked by systemd: it does not
-    # inherit the mask pinnerd gave the main process.
+    # inherit the mask pinnerd gave the main process. born-first.sh notes its CPUs in
+    # shell builtins before anything else (a Python start takes long enough for pinnerd
+    # to have pinned it first).
     systemd-run --quiet --unit=vmborn --service-type=simple \
-        -p "ExecReload=/usr/local/bin/vmborn $LIB/born.py $dir child reload" \
+        -p "ExecReload=/bin/sh $LIB/born-first.sh $dir" \
         /usr/local/bin/vmborn "$LIB/born.py" "$dir" || {
         echo "systemd-run vmborn failed"
         return 1
@@ -1500,7 +1502,7 @@ check_unit_born_in_place() {
     pid=$(cat "$dir/pid")
     # born: reloads the unit (systemd starts a child) and prints what the child saw.
     born() {
-        rm -f "$dir/reload.json"
+        rm -f "$dir/reload.json" "$dir/first"
         systemctl reload vmborn.service || return 1
         wait_for 60 test -s "$dir/reload.json" || return 1
         cat "$dir/reload.json"
@@ -1527,7 +1529,7 @@ EOF
         systemctl stop vmborn.service
         return 1
     }
-    before_cpus=$(jq -r '.first.Cpus_allowed_list' <<<"$r")
+    before_cpus=$(jq -r '.first.Cpus_allowed_list_at_start' <<<"$r")
     before_pct=$(jq '(.pages["1"] // 0) * 100 / ([.pages[]] | add) | floor' <<<"$r")
     put_rule 81-vm-born.toml <<'EOF'
 [[rule]]
@@ -1552,7 +1554,7 @@ EOF
         systemctl stop vmborn.service
         return 1
     }
-    cpus=$(jq -r '.first.Cpus_allowed_list' <<<"$r")
+    cpus=$(jq -r '.first.Cpus_allowed_list_at_start' <<<"$r")
     pct=$(jq '(.pages["1"] // 0) * 100 / ([.pages[]] | add) | floor' <<<"$r")
     why=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$pid" | jq -r '.data[0]')
     rm -f "$RULES/81-vm-born.toml"
@@ -1577,7 +1579,7 @@ EOF
         return 1
     }
     systemctl stop vmborn.service
-    echo "unit-cpuset: a child the unit started read Cpus_allowed_list $cpus first and has $pct% of its pages on node 1 (AllowedCPUs=4-5, AllowedMemoryNodes=$mems); without unit-cpuset (pinned after the fact): $before_cpus first, $before_pct% on node 1; let go: AllowedCPUs reset, the main process back on $ALL_CPUS"
+    echo "unit-cpuset: a process the unit started read Cpus_allowed_list $cpus first thing and has $pct% of its pages on node 1 (AllowedCPUs=4-5, AllowedMemoryNodes=$mems); without unit-cpuset (pinned after the fact): $before_cpus first, $before_pct% on node 1; let go: AllowedCPUs reset, the main process back on $ALL_CPUS"
 }
 
 # ---------------------------------------------------------------- runner
