@@ -334,6 +334,14 @@ pub fn compile_file(
             if let Some(tr) = compile_thread(&mut cx, t.get_ref()) {
                 threads.push(tr);
             }
+            // The partition is the process's unit, so every CPU the process is placed
+            // on becomes part of it: [rule.place]'s must be the rule's alone too.
+            let isolate = t.get_ref().isolate.as_ref().filter(|i| *i.get_ref());
+            if let (Some(isolate), Some(p)) = (isolate, &place) {
+                if !p.exclusive {
+                    cx.err(&isolate.span(), RuleErrorKind::IsolateNeedsExclusivePlace);
+                }
+            }
         }
         if cx.errors.len() == before {
             rules.push(Rule {

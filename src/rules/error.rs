@@ -151,6 +151,8 @@ pub enum RuleErrorKind {
     CpusAndCount { section: &'static str },
     #[error("{section}: `isolate = true` needs `exclusive = true`: CPUs no other task may use cannot be shared with other rules")]
     IsolateNeedsExclusive { section: &'static str },
+    #[error("[[rule.threads]]: `isolate = true` makes the process's unit the partition, [rule.place]'s CPUs with it: [rule.place] needs `exclusive = true` too")]
+    IsolateNeedsExclusivePlace,
     #[error("{section}: give either `cpus` or `count`")]
     NoCpusNorCount { section: &'static str },
     #[error("{section}: `{key}` applies only to `count`; explicit `cpus` are used as given")]
