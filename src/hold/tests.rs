@@ -505,3 +505,55 @@ fn a_partition_the_kernel_refuses_the_daemon_is_made_by_the_helper_unit_and_undo
         Some("systemd is not on the system bus: no bus")
     );
 }
+
+#[test]
+fn a_container_is_held_whole_by_its_scope_and_nothing_is_adopted() {
+    let (_d, cg2) = tree();
+    let d = cg2.dir("/system.slice/docker-ab.scope");
+    std::fs::create_dir_all(&d).unwrap();
+    for f in [
+        "cpuset.cpus.exclusive",
+        "cpuset.cpus.partition",
+        "cgroup.procs",
+    ] {
+        std::fs::write(
+            d.join(f),
+            if f.ends_with("partition") {
+                "member\n"
+            } else {
+                "\n"
+            },
+        )
+        .unwrap();
+    }
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    // What systemd answers for a process of a container: the container's scope, with
+    // Delegate= (its runtime's cgroups below it are not units).
+    units.0.lock().unwrap().by_pid.insert(
+        30,
+        UnitInfo {
+            name: "docker-ab.scope".into(),
+            cgroup: "/system.slice/docker-ab.scope".into(),
+            slice: "system.slice".into(),
+            delegate: true,
+        },
+    );
+    let mut h = holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[want("db", 30, "4", true)]);
+    assert!(r[0].isolated, "{r:?}");
+    assert_eq!(r[0].unit.as_deref(), Some("docker-ab.scope"));
+    assert!(
+        !units.calls().iter().any(|c| c.starts_with("adopt")),
+        "{:?}",
+        units.calls()
+    );
+    assert_eq!(
+        file(
+            &cg2,
+            "/system.slice/docker-ab.scope",
+            "cpuset.cpus.partition"
+        ),
+        "isolated"
+    );
+}

@@ -346,7 +346,10 @@ fn isolate_needs_exclusive_in_both_tables_and_unit_cpuset_is_a_key_of_rule_place
         format!("[[rule]]\nname = \"t\"\n[rule.match]\ncomm = \"t\"\n[rule.place]\ncpus = \"0-1\"\n{place_extra}[[rule.threads]]\ncomm = \"w\"\ncpus = \"1\"\nexclusive = true\nisolate = true\n")
     };
     let e = err(&both(""));
-    assert!(e.starts_with("t.toml:11:11:") && e.contains("[rule.place] needs `exclusive = true` too"), "{e}");
+    assert!(
+        e.starts_with("t.toml:11:11:") && e.contains("[rule.place] needs `exclusive = true` too"),
+        "{e}"
+    );
     assert!(compile(&both("exclusive = true\n")).unwrap()[0].threads[0].isolate);
     // Not a thread entry's key: a unit is the process's.
     let e = err(&thread("unit-cpuset = true\n"));
