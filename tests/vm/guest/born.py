@@ -14,10 +14,19 @@ python3-minimal has no mmap module: a bytearray this large is its own anonymous
 mapping, and touching one byte per page allocates it where the policy says.
 """
 
-import json
 import os
 import sys
 import time
+
+def to_json(value):
+    """JSON of nested dicts of str and int (Debian 12's python3-minimal lacks the json
+    module)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{to_json(str(k))}: {to_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(int(value))
+
 
 
 def status():
@@ -58,7 +67,7 @@ def child(out, name):
     result = {"first": first, "pages": pages_by_node()}
     tmp = os.path.join(out, name + ".tmp")
     with open(tmp, "w") as f:
-        json.dump(result, f)
+        f.write(to_json(result))
     os.rename(tmp, os.path.join(out, name + ".json"))
 
 

@@ -1496,7 +1496,8 @@ check_unit_born_in_place() {
         return 1
     }
     wait_for 60 test -s "$dir/pid" || {
-        echo "vmborn did not start"
+        echo "vmborn did not start: $(systemctl status --no-pager --full vmborn.service 2>&1 | head -n 20)"
+        systemctl stop vmborn.service 2>/dev/null
         return 1
     }
     pid=$(cat "$dir/pid")

@@ -10,10 +10,19 @@ of kernel threads (PF_KTHREAD) and of every other user-space task, by comm. Prin
 JSON object.
 """
 
-import json
 import os
 import sys
 import time
+
+def to_json(value):
+    """JSON of nested dicts of str and int (Debian 12's python3-minimal lacks the json
+    module)."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{to_json(str(k))}: {to_json(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return str(int(value))
+
 
 PF_KTHREAD = 0x00200000
 
@@ -82,7 +91,7 @@ def main():
                 others_on += 1
                 others[comm] = others.get(comm, 0) + 1
         time.sleep(interval)
-    print(json.dumps({
+    print(to_json({
         "rounds": rounds, "managed_on": managed_on, "kernel_on": kernel_on,
         "others_on": others_on, "others": others,
     }))
