@@ -78,6 +78,15 @@ impl Manager {
         }
     }
 
+    /// Pins thread `tid` of managed process `pid` to the CPUs the plan gives its unit
+    /// and slot, or records why it is left alone. `comm` is its name when the caller
+    /// knows it; `verify` checks a mask we set for changes made by someone else.
+    ///
+    /// ```text
+    ///   name_of → is_released / still_its_task → target_for → read_mask
+    ///     ├─ no target: leave_alone
+    ///     └─ take_seat (first contact, or recheck) → apply_target
+    /// ```
     pub(super) fn pin_thread(
         &mut self,
         pid: i32,
@@ -90,201 +99,253 @@ impl Manager {
             // Pinned when the plan made for its cpuset comes (`Input::Replanned`).
             return;
         }
-        let comm = match comm {
-            Some(c) => c,
-            None => {
-                let needs_comm = self.managed.get(&pid).is_some_and(|m| match &m.source {
-                    Source::Rule(r) => !r.threads.is_empty(),
-                    Source::Runtime(_) => false,
-                });
-                if needs_comm {
-                    match self.procs.thread_comm(pid, tid) {
-                        Some(c) => c,
-                        None => {
-                            self.counters.gone += 1;
-                            return;
-                        }
-                    }
-                } else {
-                    String::new()
-                }
-            }
+        let Some(comm) = self.name_of(pid, tid, comm) else {
+            return;
         };
-        if let Some(t) = self.managed.get(&pid).and_then(|m| m.threads.get(&tid)) {
-            if t.released {
-                return;
-            }
-        }
-        // The process is held by its pidfd; a thread by being listed under it: a tid
-        // whose thread exited may belong to another process now (never pin an impostor).
-        if tid != pid && !self.procs.is_task_of(pid, tid) {
-            if let Some(m) = self.managed.get_mut(&pid) {
-                m.remove_thread(tid);
-            }
-            self.counters.gone += 1;
-            tracing::debug!(pid, tid, "thread gone before it could be pinned");
+        if self.is_released(pid, tid) || !self.still_its_task(pid, tid) {
             return;
         }
         let (placement, slot, target) = self.target_for(pid, tid, &comm);
-        let overflow = match self.managed.get(&pid).map(|m| &m.source) {
-            Some(Source::Rule(r)) => self.slots_outnumbered(&r.name, placement, slot),
-            _ => None,
+        let seat = (placement, slot);
+        let Some(current) = self.read_mask(pid, tid, &comm, seat, target.as_ref(), out) else {
+            return;
         };
-        let online = self.online().clone();
-        let on_foreign = self.config.on_foreign_change;
+        let found = Found {
+            pid,
+            tid,
+            placement,
+            slot,
+            current,
+        };
+        let Some(target) = target else {
+            self.leave_alone(&found, comm);
+            return;
+        };
+        if self.take_seat(&found, comm, &target, verify, out) {
+            self.apply_target(&found, &target, out);
+        }
+    }
+
+    /// The name thread `tid` is placed by: the one given, else read when its rule places
+    /// threads by name, else empty (nothing looks at it). `None` when it exited before
+    /// its name could be read (counted as gone).
+    pub(super) fn name_of(&mut self, pid: i32, tid: Tid, comm: Option<String>) -> Option<String> {
+        if let Some(c) = comm {
+            return Some(c);
+        }
+        if !self
+            .managed
+            .get(&pid)
+            .is_some_and(|m| m.source.places_by_name())
+        {
+            return Some(String::new());
+        }
+        let read = self.procs.thread_comm(pid, tid);
+        if read.is_none() {
+            self.counters.gone += 1;
+        }
+        read
+    }
+
+    /// Whether thread `tid` of `pid` was handed over to whoever changed its mask: it is
+    /// never touched again.
+    pub(super) fn is_released(&self, pid: i32, tid: Tid) -> bool {
+        self.managed
+            .get(&pid)
+            .and_then(|m| m.threads.get(&tid))
+            .is_some_and(|t| t.released)
+    }
+
+    /// Whether `tid` is still a task of `pid`. The process is held by its pidfd; a
+    /// thread by being listed under it: a tid whose thread exited may belong to another
+    /// process now (never pin an impostor). One that is not is forgotten, counted gone.
+    pub(super) fn still_its_task(&mut self, pid: i32, tid: Tid) -> bool {
+        if tid == pid || self.procs.is_task_of(pid, tid) {
+            return true;
+        }
+        if let Some(m) = self.managed.get_mut(&pid) {
+            m.remove_thread(tid);
+        }
+        self.counters.gone += 1;
+        tracing::debug!(pid, tid, "thread gone before it could be pinned");
+        false
+    }
+
+    /// The mask thread `tid` runs with now, if it can be read and `pid` is managed. A
+    /// thread that exited is forgotten and counted gone; one whose mask may not be read
+    /// or fails is kept with that outcome (see `not_readable`).
+    pub(super) fn read_mask(
+        &mut self,
+        pid: i32,
+        tid: Tid,
+        comm: &str,
+        seat: (ThreadPlacement, usize),
+        target: Option<&CpuSet>,
+        out: &mut Vec<Change>,
+    ) -> Option<CpuSet> {
         let read = self.ops.get_affinity(tid);
+        let m = self.managed.get_mut(&pid)?;
+        let error = match read {
+            Ok(current) => return Some(current),
+            Err(e) => e,
+        };
+        match outcome_of_error(error, target.unwrap_or(&CpuSet::new())) {
+            Outcome::Gone => {
+                m.remove_thread(tid);
+                self.counters.gone += 1;
+                tracing::debug!(pid, tid, "thread gone before it could be pinned");
+            }
+            other => self.not_readable(pid, tid, comm.to_string(), seat, other, out),
+        }
+        None
+    }
+
+    /// Records a thread no applied unit takes as left alone, with why: no entry takes
+    /// its name and the rule places nothing else, or its unit lost a conflict or could
+    /// not be placed. Its slot is held only while a unit takes it. A thread renamed away
+    /// from what placed it gets its own mask back, and its old slot is freed.
+    pub(super) fn leave_alone(&mut self, found: &Found, comm: String) {
+        let Found {
+            pid,
+            tid,
+            placement,
+            slot,
+            ref current,
+        } = *found;
         let Some(m) = self.managed.get_mut(&pid) else {
             return;
         };
-        let rule = m.source.name();
-        let current = match read {
-            Ok(c) => c,
-            Err(e) => match outcome_of_error(e, target.as_ref().unwrap_or(&CpuSet::new())) {
-                Outcome::Gone => {
-                    m.remove_thread(tid);
-                    self.counters.gone += 1;
-                    tracing::debug!(pid, tid, "thread gone before it could be pinned");
-                    return;
-                }
-                other => {
-                    self.not_readable(pid, tid, comm, (placement, slot), other, out);
-                    return;
-                }
-            },
+        let why = left_alone_why(&self.plan, &m.source, &comm, placement, &m.allowed);
+        let unit_takes_it = why.is_some();
+        let outcome = Outcome::LeftAlone {
+            why: why.unwrap_or_else(|| NO_PLACEMENT.to_string()),
         };
-        let Some(target) = target else {
-            // No entry takes it and the rule places nothing else, or its unit lost a
-            // conflict or could not be placed: leave it alone, and say why.
-            let why = left_alone_why(&self.plan, &m.source, &comm, placement, &m.allowed);
-            match m.threads.get_mut(&tid) {
-                None => {
-                    if why.is_some() {
-                        m.hold_slot(placement, slot);
-                    }
-                    m.threads.insert(
-                        tid,
-                        ManagedThread::new(
-                            comm,
-                            placement,
-                            slot,
-                            current.clone(),
-                            Outcome::LeftAlone {
-                                why: why.unwrap_or_else(|| NO_PLACEMENT.to_string()),
-                            },
-                        ),
-                    );
-                }
-                Some(t) => {
-                    t.comm = comm;
-                    if t.outcome.effective().is_some() && !t.released {
-                        // Renamed away from what placed it: it gets its own mask back.
-                        let back =
-                            crate::affinity::apply(self.ops.as_ref(), tid, &t.original, &online);
-                        tracing::debug!(
-                            pid,
-                            tid,
-                            outcome = back.label(),
-                            "thread no unit takes any more: mask given back"
-                        );
-                        self.journal_dirty = true;
-                    }
-                    t.outcome = Outcome::LeftAlone {
-                        why: why.clone().unwrap_or_else(|| NO_PLACEMENT.to_string()),
-                    };
-                    // Renamed out of its entry: its slot is free for the next thread.
-                    let was = (t.placement, t.slot);
-                    if was != (placement, slot) {
-                        t.placement = placement;
-                        t.slot = slot;
-                        m.release_slot(was.0, was.1);
-                        if why.is_some() {
-                            m.hold_slot(placement, slot);
-                        }
-                    }
-                }
-            }
-            return;
-        };
-        // A thread taking a slot beyond its entry's (first contact, or renamed into it).
-        let newly_held = m
-            .threads
-            .get(&tid)
-            .is_none_or(|t| (t.placement, t.slot) != (placement, slot));
-        if let (true, Some(n)) = (newly_held, overflow) {
-            warn_overflow(&mut self.overflows, (pid, tid), &rule, &comm, (slot, n));
-        }
-        let existing = m.threads.get_mut(&tid);
-        let want_now = target.intersection(&online);
-        if let Some(t) = existing {
-            let same_target = t.placement == placement && t.slot == slot;
-            t.comm = comm;
-            // Refused and not permitted are final for a target: no retry loop.
-            if same_target
-                && !t.stale
-                && matches!(t.outcome, Outcome::Refused { .. } | Outcome::Permission)
-            {
-                return;
-            }
-            if let (true, Some(eff)) = (same_target, t.outcome.effective().cloned()) {
-                if current == eff && !t.stale {
-                    return;
-                }
-                if verify && current != eff && !t.stale {
-                    // Narrower than ours, within what we asked for: a cpuset or an
-                    // offline CPU, not a person. Anything else is someone else's doing.
-                    let kernel_widened = want_now.is_empty();
-                    if !current.is_subset(&target) && !kernel_widened {
-                        self.counters.foreign_changes += 1;
-                        let released = on_foreign == ForeignChange::Release;
-                        let change = (&eff, &current, released);
-                        warn_foreign(&mut self.foreign, (pid, tid), &rule, change);
-                        out.push(Change::Foreign {
-                            pid,
-                            tid,
-                            expected: eff,
-                            found: current.clone(),
-                            released,
-                        });
-                        if released {
-                            t.released = true;
-                            return;
-                        }
-                    }
-                }
-            }
-            let (was, was_slot) = (t.placement, t.slot);
-            t.placement = placement;
-            t.slot = slot;
-            if (was, was_slot) != (placement, slot) {
-                m.release_slot(was, was_slot);
+        let Some(t) = m.threads.get_mut(&tid) else {
+            if unit_takes_it {
                 m.hold_slot(placement, slot);
             }
-        } else {
-            // First contact: remember what it had. A thread that inherited our mask
-            // from its creator gets the process's original back later.
-            // (Cheapest checks first: the main thread, whose mask most threads are
-            // created with, before the scan of every thread of the process.)
-            let original = if tid == pid
-                || current == want_now
-                || m.threads.get(&pid).and_then(|t| t.outcome.effective()) == Some(&current)
-                || m.threads
-                    .values()
-                    .any(|t| t.outcome.effective() == Some(&current))
-            {
-                m.original.clone()
-            } else {
-                current.clone()
-            };
-            m.hold_slot(placement, slot);
-            m.threads.insert(
+            let t = ManagedThread::new(comm, placement, slot, current.clone(), outcome);
+            m.threads.insert(tid, t);
+            return;
+        };
+        t.comm = comm;
+        if t.outcome.effective().is_some() && !t.released {
+            // Renamed away from what placed it: it gets its own mask back.
+            let online = &self.plan.cpus().online;
+            let back = crate::affinity::apply(self.ops.as_ref(), tid, &t.original, online);
+            tracing::debug!(
+                pid,
                 tid,
-                ManagedThread::new(comm, placement, slot, original, Outcome::Gone),
+                outcome = back.label(),
+                "thread no unit takes any more: mask given back"
             );
+            self.journal_dirty = true;
         }
-        // Every requested CPU offline is refused (the CPU's return re-applies); a mask
-        // already right is not written again.
-        let outcome =
-            crate::affinity::apply_over(self.ops.as_ref(), tid, &target, &online, Some(&current));
+        t.outcome = outcome;
+        // Renamed out of its entry: its slot is free for the next thread.
+        m.move_thread(tid, (placement, slot), unit_takes_it);
+    }
+
+    /// Takes the thread into its unit and slot: `true` when its target is to be applied,
+    /// `false` when it is left as it is (see [`recheck`]), or is someone else's now. A
+    /// thread met for the first time is recorded with the mask to give it back later
+    /// ([`Managed::original_for`]).
+    pub(super) fn take_seat(
+        &mut self,
+        found: &Found,
+        comm: String,
+        target: &CpuSet,
+        verify: bool,
+        out: &mut Vec<Change>,
+    ) -> bool {
+        let Found {
+            pid,
+            tid,
+            placement,
+            slot,
+            ref current,
+        } = *found;
+        self.warn_past_slots(found, &comm);
+        let want_now = target.intersection(self.online());
+        let on_foreign = self.config.on_foreign_change;
+        let Some(m) = self.managed.get_mut(&pid) else {
+            return false;
+        };
+        let Some(t) = m.threads.get_mut(&tid) else {
+            let original = m.original_for(pid, tid, current, &want_now);
+            m.hold_slot(placement, slot);
+            let t = ManagedThread::new(comm, placement, slot, original, Outcome::Gone);
+            m.threads.insert(tid, t);
+            return true;
+        };
+        t.comm = comm;
+        match recheck(t, (placement, slot), current, target, &want_now, verify) {
+            Recheck::Settled => return false,
+            Recheck::Apply => {}
+            Recheck::Foreign { expected } => {
+                self.counters.foreign_changes += 1;
+                let released = on_foreign == ForeignChange::Release;
+                let rule = m.source.name();
+                let change = (&expected, current, released);
+                warn_foreign(&mut self.foreign, (pid, tid), &rule, change);
+                out.push(Change::Foreign {
+                    pid,
+                    tid,
+                    expected,
+                    found: current.clone(),
+                    released,
+                });
+                if released {
+                    t.released = true;
+                    return false;
+                }
+            }
+        }
+        m.move_thread(tid, (placement, slot), true);
+        true
+    }
+
+    /// Warns when the thread takes a slot past its entry's slots, at first contact or
+    /// renamed into it (see [`warn_overflow`]).
+    fn warn_past_slots(&mut self, found: &Found, comm: &str) {
+        let Some(m) = self.managed.get(&found.pid) else {
+            return;
+        };
+        let Source::Rule(rule) = &m.source else {
+            return;
+        };
+        let seat = (found.placement, found.slot);
+        let Some(slots) = self.slots_outnumbered(&rule.name, seat.0, seat.1) else {
+            return;
+        };
+        if takes_new_seat(m.threads.get(&found.tid), seat) {
+            let who = (found.pid, found.tid);
+            warn_overflow(&mut self.overflows, who, &rule.name, comm, (seat.1, slots));
+        }
+    }
+
+    /// Applies `target` to the thread taken into its seat, counts and records the
+    /// outcome (a thread that exited meanwhile is forgotten). Every requested CPU
+    /// offline is refused (the CPU's return re-applies); a mask already right is not
+    /// written again.
+    pub(super) fn apply_target(&mut self, found: &Found, target: &CpuSet, out: &mut Vec<Change>) {
+        let Found {
+            pid,
+            tid,
+            placement,
+            ref current,
+            ..
+        } = *found;
+        let Some(rule) = self.managed.get(&pid).map(|m| m.source.name()) else {
+            return;
+        };
+        let outcome = crate::affinity::apply_over(
+            self.ops.as_ref(),
+            tid,
+            target,
+            self.online(),
+            Some(current),
+        );
         self.count(&outcome, pid, tid, &rule);
         let Some(m) = self.managed.get_mut(&pid) else {
             return;
@@ -294,8 +355,7 @@ impl Manager {
             return;
         }
         if let Some(t) = m.threads.get_mut(&tid) {
-            // The journal lists the main thread's masks and the threads with their own.
-            if tid == pid || placement != ThreadPlacement::Process || t.original != m.original {
+            if journal_lists(pid, tid, placement, &t.original, &m.original) {
                 self.journal_dirty = true;
             }
             t.outcome = outcome.clone();
@@ -334,16 +394,10 @@ impl Manager {
                 t.stale = false;
             }
             Some(t) => {
-                let was = (t.placement, t.slot);
                 t.comm = comm;
                 t.outcome = outcome.clone();
                 t.stale = false;
-                t.placement = placement;
-                t.slot = slot;
-                if was != (placement, slot) {
-                    m.release_slot(was.0, was.1);
-                    m.hold_slot(placement, slot);
-                }
+                m.move_thread(tid, (placement, slot), true);
             }
             None => {
                 m.hold_slot(placement, slot);
@@ -568,6 +622,112 @@ impl Manager {
             _ => None,
         }
     }
+}
+
+/// A thread `pin_thread` met: who it is, the unit and slot the plan puts it in, and
+/// the mask it was found with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Found {
+    pub(super) pid: i32,
+    pub(super) tid: Tid,
+    pub(super) placement: ThreadPlacement,
+    pub(super) slot: usize,
+    pub(super) current: CpuSet,
+}
+
+impl super::Managed {
+    /// The mask to give back to thread `tid`, met for the first time with `current`:
+    /// its own, unless it inherited ours from its creator (the main thread's, or another
+    /// managed thread's, or already `want_now`); then the process's original. The main
+    /// thread's original is the process's.
+    pub(super) fn original_for(
+        &self,
+        pid: i32,
+        tid: Tid,
+        current: &CpuSet,
+        want_now: &CpuSet,
+    ) -> CpuSet {
+        // Cheapest checks first: the main thread, whose mask most threads are created
+        // with, before the scan of every thread of the process.
+        let inherited = tid == pid
+            || current == want_now
+            || self.threads.get(&pid).and_then(|t| t.outcome.effective()) == Some(current)
+            || self
+                .threads
+                .values()
+                .any(|t| t.outcome.effective() == Some(current));
+        if inherited {
+            self.original.clone()
+        } else {
+            current.clone()
+        }
+    }
+}
+
+/// What a managed thread met again needs, from [`recheck`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Recheck {
+    /// Nothing: its outcome is final for this target (refused, not permitted: no retry
+    /// loop), or it still has the mask we set.
+    Settled,
+    /// Someone else changed the mask we set (`expected`).
+    Foreign { expected: CpuSet },
+    /// Its target is applied (again): a new unit or slot, stale (CPUs or rules
+    /// changed), not applied yet, or narrowed by the kernel.
+    Apply,
+}
+
+/// What managed thread `t`, now in `seat` and found with mask `current`, needs for
+/// `target` (`want_now`: its online CPUs). A change by someone else is only looked for
+/// when `verify`.
+pub(super) fn recheck(
+    t: &ManagedThread,
+    seat: (ThreadPlacement, usize),
+    current: &CpuSet,
+    target: &CpuSet,
+    want_now: &CpuSet,
+    verify: bool,
+) -> Recheck {
+    if (t.placement, t.slot) != seat || t.stale {
+        return Recheck::Apply;
+    }
+    if matches!(t.outcome, Outcome::Refused { .. } | Outcome::Permission) {
+        return Recheck::Settled;
+    }
+    let Some(ours) = t.outcome.effective() else {
+        return Recheck::Apply;
+    };
+    if current == ours {
+        return Recheck::Settled;
+    }
+    // Narrower than ours, within what we asked for: a cpuset or an offline CPU, not a
+    // person. Anything else is someone else's doing.
+    let kernel_widened = want_now.is_empty();
+    if verify && !current.is_subset(target) && !kernel_widened {
+        return Recheck::Foreign {
+            expected: ours.clone(),
+        };
+    }
+    Recheck::Apply
+}
+
+/// Whether a thread in `seat` takes it anew: met for the first time (`t` is `None`), or
+/// renamed into another unit or slot.
+pub(super) fn takes_new_seat(t: Option<&ManagedThread>, seat: (ThreadPlacement, usize)) -> bool {
+    t.is_none_or(|t| (t.placement, t.slot) != seat)
+}
+
+/// Whether the journal lists pinned thread `tid` of `pid`: it lists the main thread's
+/// masks and the threads with their own (a thread entry, or an `original` that is not
+/// the process's).
+pub(super) fn journal_lists(
+    pid: i32,
+    tid: Tid,
+    placement: ThreadPlacement,
+    original: &CpuSet,
+    process_original: &CpuSet,
+) -> bool {
+    tid == pid || placement != ThreadPlacement::Process || original != process_original
 }
 
 /// Why a thread its rule places nowhere is left alone.

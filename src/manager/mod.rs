@@ -222,6 +222,14 @@ impl Source {
             Source::Runtime(_) => "(runtime)".to_string(),
         }
     }
+
+    /// Whether its threads are placed by their names: a rule with thread entries.
+    fn places_by_name(&self) -> bool {
+        match self {
+            Source::Rule(r) => !r.threads.is_empty(),
+            Source::Runtime(_) => false,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -300,6 +308,24 @@ impl Managed {
         match placement {
             ThreadPlacement::Thread(i) => self.slots.get(&i).map_or(0, SlotPool::lowest_free),
             ThreadPlacement::Process => 0,
+        }
+    }
+
+    /// Moves thread `tid` to `seat`, giving its old slot back and holding the new one
+    /// when `hold`. Nothing when it is not tracked or already there.
+    fn move_thread(&mut self, tid: Tid, (placement, slot): (ThreadPlacement, usize), hold: bool) {
+        let Some(t) = self.threads.get_mut(&tid) else {
+            return;
+        };
+        let was = (t.placement, t.slot);
+        if was == (placement, slot) {
+            return;
+        }
+        t.placement = placement;
+        t.slot = slot;
+        self.release_slot(was.0, was.1);
+        if hold {
+            self.hold_slot(placement, slot);
         }
     }
 

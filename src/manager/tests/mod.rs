@@ -5,6 +5,7 @@ use crate::watch::scan::FakeProcs;
 
 mod cpusets;
 mod pins;
+mod steps;
 mod threads;
 
 /// The plan of `rules` on `online` CPUs.
