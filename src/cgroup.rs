@@ -34,6 +34,21 @@ pub struct ProcCgroups {
     pub v1_cpuset: Option<String>,
     /// The path in the v2 (unified) hierarchy: the `0::PATH` line.
     pub v2: Option<String>,
+    /// The path in the v1 `name=systemd` hierarchy (hybrid systems).
+    pub v1_systemd: Option<String>,
+}
+
+impl ProcCgroups {
+    /// The cgroup path a rule's `cgroup` and `unit` keys match: the v2 path when it says
+    /// more than `/`, else the v1 `name=systemd` one (a hybrid system keeps its units
+    /// there), else the v2 `/`.
+    pub fn rule_path(&self) -> Option<&str> {
+        match (&self.v2, &self.v1_systemd) {
+            (Some(v), _) if v != "/" => Some(v),
+            (_, Some(s)) => Some(s),
+            (v, None) => v.as_deref(),
+        }
+    }
 }
 
 /// The CPUs a cgroup cpuset allows, and the file they were read from.
@@ -82,6 +97,8 @@ pub fn parse_proc_cgroup(path: &Path, text: &str) -> Result<ProcCgroups, CgroupE
         }
         if id == "0" && ctrl.is_empty() {
             out.v2 = Some(cg.to_string());
+        } else if ctrl == "name=systemd" {
+            out.v1_systemd = Some(cg.to_string());
         } else if ctrl.split(',').any(|c| c == "cpuset") {
             out.v1_cpuset = Some(cg.to_string());
         }

@@ -154,30 +154,13 @@ impl ProcFs {
         })
     }
 
-    /// The cgroup path a rule matches: the v2 (`0::`) entry when it says more than
-    /// `/`, else the v1 `name=systemd` hierarchy (hybrid systems).
+    /// The cgroup path a rule matches (see [`ProcCgroups::rule_path`](crate::cgroup::ProcCgroups::rule_path)).
     fn cgroup(&self, pid: i32) -> Option<String> {
-        let text =
-            crate::sysroot::read_bounded(self.root.proc_path(format!("{pid}/cgroup"))).ok()?;
-        let mut v2 = None;
-        let mut systemd = None;
-        for line in text.lines() {
-            let mut parts = line.splitn(3, ':');
-            let (Some(id), Some(ctrl), Some(path)) = (parts.next(), parts.next(), parts.next())
-            else {
-                continue;
-            };
-            if id == "0" && ctrl.is_empty() {
-                v2 = Some(path.to_string());
-            } else if ctrl == "name=systemd" {
-                systemd = Some(path.to_string());
-            }
-        }
-        match (v2, systemd) {
-            (Some(v), _) if v != "/" => Some(v),
-            (_, Some(s)) => Some(s),
-            (v, None) => v,
-        }
+        crate::cgroup::proc_cgroups(&self.root, pid)
+            .ok()
+            .flatten()?
+            .rule_path()
+            .map(str::to_string)
     }
 
     fn real_uid(&self, pid: i32) -> Option<u32> {
