@@ -62,8 +62,9 @@
 //!   `report`); the journals in the daemon's own runtime directory replaced plainly
 //! - `placement`: one request → CPUs (`slots`: a thread entry's CPUs, one set per thread,
 //!   planned together)
-//! - `plan`: every rule's CPUs, as a value (`doubts`: rules that cannot mean what they
-//!   say on the machine, for `check`)
+//! - `plan`: every rule's CPUs, as a value (`making`: the rules' plan made one way for
+//!   the daemon and `plan --live`, memory weighed and the `[sched-ext]` policy applied;
+//!   `doubts`: rules that cannot mean what they say on the machine, for `check`)
 //! - `polkit`: who may change what: root, else polkit's answer for the caller's bus name
 //! - `report`: `pinnerd report`'s facts and its self-contained HTML page (pure)
 //! - `repeats`: repeated warnings summed up (the first logged, then a count per interval)

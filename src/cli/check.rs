@@ -124,7 +124,9 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Rules that cannot mean what they say on this machine, planned on its topology (no
-/// matrix, no processes); nothing when its topology cannot be read.
+/// matrix, no processes); nothing when its topology cannot be read. Not the daemon's
+/// plan (`plan::making`): `check` reads no settings or state, so the rules are planned
+/// alone on the usable CPUs.
 fn doubts_here(rules: &crate::rules::RuleSet) -> Vec<crate::plan::doubts::Doubt> {
     let root = crate::sysroot::SysRoot::default();
     let Ok(topology) = crate::topology::Topology::discover(&root) else {

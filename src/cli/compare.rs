@@ -4,7 +4,8 @@
 //! of each, interleaved (the order rotates every round), with their spread; then the
 //! ratios of medians.
 //!
-//! Must not touch: placement logic (it asks `plan` for the planned set).
+//! Must not touch: placement logic (it asks `plan` for the planned set: a one-off
+//! request for K CPUs, not the rules' plan, which `plan::making` makes).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;

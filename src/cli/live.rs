@@ -1,8 +1,11 @@
 //! `pinnerd plan --live`: what the rules would do to the running system, changing
 //! nothing. It runs the daemon's own manager, built from the daemon's settings, over a
-//! full /proc rescan with affinity calls that only record what they would set.
-//! Memory weighs in as in the daemon (`plan::memory`, from the settings' `[memory]`),
-//! and each matching process's memory per node is shown (`memory::read`, on demand).
+//! full /proc rescan with affinity calls that only record what they would set. The plan
+//! is the daemon's, made by the same function (`plan::making`) from the same inputs:
+//! the CPUs it plans for, the stored matrix (or the topology), memory weighed from the
+//! settings' `[memory]`, and the `[sched-ext]` policy while the sysfs root says a
+//! sched_ext scheduler runs. Each matching process's memory per node is shown
+//! (`memory::read`, on demand).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,13 +17,17 @@ use super::ConfigInvalid;
 use crate::affinity::DryRunOps;
 use crate::devices;
 use crate::domains::{self, Misfit};
-use crate::manager::{Input, Manager};
+use crate::manager::{Input, ManagedRow, Manager};
 use crate::matrix::LatencyMatrix;
 use crate::memory::{self, MemoryView, ReadError};
-use crate::plan::{MemoryPlanning, Plan, PlanState};
-use crate::rules::{load_dirs, LoadPolicy};
+use crate::plan::UnderSchedExt;
+use crate::plan::{
+    making, Choose, Cpus, MemoryPlanning, Plan, PlanInputs, PlanState, SchedExtStep,
+};
+use crate::rules::{load_dirs, LoadPolicy, LoadReport};
+use crate::sched_ext::SchedExt;
 use crate::settings::Settings;
-use crate::shape::{self, Facts, OwnedShaper};
+use crate::shape::{self, Facts};
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 use crate::watch::ProcFs;
@@ -74,66 +81,121 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         .domains;
     let facts = Facts::from_topology(&topology);
     let devices = devices::resolve_all(&root, shape::near_names(&report.rules));
+    let sched_ext = crate::sched_ext::read(&root).context("reading the sched_ext state")?;
     let ops = Arc::new(DryRunOps::new(root.clone()));
     let procs = Arc::new(ProcFs::new(root.clone()));
-    let mut mgr = Manager::from_settings(ops.clone(), procs.clone(), topology.usable(), &settings);
-    let shaper = OwnedShaper {
-        domains,
-        facts,
-        devices,
-    };
+    // The daemon's manager and plan, on the CPUs it plans for (`state::plan_cpus`).
+    let mut mgr = Manager::from_settings(
+        ops.clone(),
+        procs.clone(),
+        topology.online.clone(),
+        &settings,
+    );
     let memory_planning = MemoryPlanning::new(&topology, &settings);
     let node_ids = memory_planning.node_ids();
-    let plan = Plan::new(&report.rules, mgr.plan().cpus(), Some(&shaper))
-        .with_memory(memory_planning, Some(&shaper));
-    crate::daemon::replan::hand_down(&mut mgr, Input::RulesChanged(plan), Some(&shaper));
-    crate::daemon::replan::read_here(&mut mgr, procs.as_ref(), Some(&shaper));
+    let planned = making::make(PlanInputs {
+        rules: &report.rules,
+        cpus: Cpus::from_settings(topology.online.clone(), &settings),
+        choose: shape::chooser(Some(domains), Some(facts), devices),
+        memory: Some(memory_planning),
+        sched_ext: UnderSchedExt::new(sched_ext.clone(), &settings.sched_ext, Some(&topology)),
+    });
+    let choose = planned.choose.as_deref().map(|c| c as &dyn Choose);
+    let input = Input::RulesChanged(planned.plan);
+    crate::daemon::replan::hand_down(&mut mgr, input, choose);
+    crate::daemon::replan::read_here(&mut mgr, procs.as_ref(), choose);
     let rows = mgr.list_managed();
-    let cannot = crate::hold::cannot_isolate_here(&root);
-    let node_of = |cpu: u32| topology.node_of(cpu);
-    let memory: Vec<Result<MemoryView, ReadError>> = rows
+    let memory = rows
         .iter()
         .map(|r| memory::read(&root, r.pid as i32, &node_ids))
         .collect();
-    let protected = mgr.protected();
+    let found = DryRun {
+        source,
+        report: &report,
+        sched_ext: sched_ext_line(sched_ext.as_ref(), &planned.sched_ext),
+        mgr,
+        ops,
+        root: &root,
+        topology: &topology,
+        rows,
+        memory,
+        node_ids,
+    };
+    let out = if args.json {
+        found.json()?
+    } else {
+        found.human()
+    };
+    super::write_stdout(format_args!("{out}"))?;
+    if !report.errors.is_empty() {
+        for e in &report.errors {
+            eprintln!("{e}");
+        }
+        return Err(ConfigInvalid(format!(
+            "{} problem(s) in the rule files; the dry run used the rules that loaded",
+            report.errors.len()
+        ))
+        .into());
+    }
+    Ok(ExitCode::SUCCESS)
+}
 
-    let mut out = String::new();
-    if args.json {
-        let procs: Vec<serde_json::Value> = rows
+/// What the dry run found, to print.
+struct DryRun<'a> {
+    /// Where placement came from, in words.
+    source: String,
+    report: &'a LoadReport,
+    /// What a running sched_ext scheduler did to the plan (`sched_ext_line`).
+    sched_ext: Option<String>,
+    mgr: Manager,
+    ops: Arc<DryRunOps>,
+    root: &'a SysRoot,
+    topology: &'a Topology,
+    rows: Vec<ManagedRow>,
+    /// Each row's memory per node.
+    memory: Vec<Result<MemoryView, ReadError>>,
+    node_ids: Vec<u32>,
+}
+
+impl DryRun<'_> {
+    /// `--json`: the plan units, the processes and what they would get.
+    fn json(&self) -> anyhow::Result<String> {
+        let procs: Vec<serde_json::Value> = self
+            .rows
             .iter()
-            .zip(&memory)
+            .zip(&self.memory)
             .map(|(r, mem)| {
-                let now = ops
+                let now = self
+                    .ops
                     .real_mask(r.pid as i32)
                     .map(|m| m.to_string())
                     .unwrap_or_default();
                 serde_json::json!({
                     "pid": r.pid, "comm": r.comm, "rule": r.rule,
                     "would_get": r.cpus, "now": now, "state": r.state,
-                    "cpuset": mgr.cpuset_of(r.pid as i32),
+                    "cpuset": self.mgr.cpuset_of(r.pid as i32),
                     "memory_nodes": memory_nodes(mem),
                 })
             })
             .collect();
         let v = serde_json::json!({
-            "placement_from": source,
-            "rule_errors": report.error_strings(),
-            "plans": mgr.plan().units(),
+            "placement_from": self.source,
+            "rule_errors": self.report.error_strings(),
+            "plans": self.mgr.plan().units(),
             "processes": procs,
-            "protected": protected.iter().map(|p| serde_json::json!({
+            "protected": self.mgr.protected().iter().map(|p| serde_json::json!({
                 "pid": p.pid, "comm": p.comm, "rule": p.rule, "why": p.why.describe(),
             })).collect::<Vec<_>>(),
             "changed_nothing": true,
         });
-        out = serde_json::to_string_pretty(&v)? + "\n";
-    } else {
+        Ok(serde_json::to_string_pretty(&v)? + "\n")
+    }
+
+    /// Each rule's plan units, with what the daemon would hold for them.
+    fn write_rules(&self, out: &mut String, cannot: Option<&str>) {
         use std::fmt::Write as _;
-        let _ = writeln!(out, "dry run: nothing was changed; placement from {source}");
-        if node_ids.len() <= 1 {
-            let _ = writeln!(out, "memory: one node (all of it is local; not weighed)");
-        }
-        let _ = writeln!(out, "\nrules ({}):", report.rules.len());
-        for p in mgr.plan().units() {
+        let _ = writeln!(out, "\nrules ({}):", self.report.rules.len());
+        for p in self.mgr.plan().units() {
             let unit = match p.thread_entry {
                 None => String::new(),
                 Some(i) => format!(" threads[{i}]"),
@@ -160,29 +222,51 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
             if let Some(why) = &p.memory {
                 let _ = writeln!(out, "    {why}");
             }
-            if let Some(line) = hold_rule_line(&report.rules, p, cannot.as_deref()) {
+            if let Some(line) = hold_rule_line(&self.report.rules, p, cannot) {
                 let _ = writeln!(out, "    {line}");
             }
             if let Some(line) = p
                 .thread_entry
-                .and_then(|i| p.slots_line(mgr.entry_threads(&p.rule, i)))
+                .and_then(|i| p.slots_line(self.mgr.entry_threads(&p.rule, i)))
             {
                 let _ = writeln!(out, "    {line}");
             }
         }
-        if let Some(line) = no_cpu_to_measure(mgr.plan()) {
+        if let Some(line) = no_cpu_to_measure(self.mgr.plan()) {
             let _ = writeln!(out, "\n{line}");
         }
-        let _ = writeln!(out, "\nmatching processes ({}):", rows.len());
-        if !rows.is_empty() {
+    }
+
+    /// The plan per rule, then the matching processes, for a human.
+    fn human(&self) -> String {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let cannot = crate::hold::cannot_isolate_here(self.root);
+        let node_of = |cpu: u32| self.topology.node_of(cpu);
+        let protected = self.mgr.protected();
+        let _ = writeln!(
+            out,
+            "dry run: nothing was changed; placement from {}",
+            self.source
+        );
+        if let Some(line) = &self.sched_ext {
+            let _ = writeln!(out, "{line}");
+        }
+        if self.node_ids.len() <= 1 {
+            let _ = writeln!(out, "memory: one node (all of it is local; not weighed)");
+        }
+        self.write_rules(&mut out, cannot.as_deref());
+        let _ = writeln!(out, "\nmatching processes ({}):", self.rows.len());
+        if !self.rows.is_empty() {
             let _ = writeln!(
                 out,
                 "  {:>8}  {:<16} {:<20} {:<12} {:<12} STATE",
                 "PID", "COMM", "RULE", "WOULD GET", "NOW"
             );
         }
-        for (r, mem) in rows.iter().zip(&memory) {
-            let now = ops
+        for (r, mem) in self.rows.iter().zip(&self.memory) {
+            let now = self
+                .ops
                 .real_mask(r.pid as i32)
                 .map(|m| m.to_string())
                 .unwrap_or_else(|_| "gone".into());
@@ -191,13 +275,13 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                 "  {:>8}  {:<16} {:<20} {:<12} {:<12} {}",
                 r.pid, r.comm, r.rule, r.cpus, now, r.state
             );
-            if mgr.cpuset_key_of(r.pid as i32).is_some() {
-                if let Some(c) = mgr.cpuset_of(r.pid as i32) {
+            if self.mgr.cpuset_key_of(r.pid as i32).is_some() {
+                if let Some(c) = self.mgr.cpuset_of(r.pid as i32) {
                     let _ = writeln!(out, "  {:>8}  in cpuset {c}", "");
                 }
             }
-            if let Some(w) = mgr.hold_want(r, &node_of) {
-                let unit = crate::cgroup::proc_cgroups(&root, r.pid as i32)
+            if let Some(w) = self.mgr.hold_want(r, &node_of) {
+                let unit = crate::cgroup::proc_cgroups(self.root, r.pid as i32)
                     .ok()
                     .flatten()
                     .and_then(|c| c.v2)
@@ -233,19 +317,8 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
                 );
             }
         }
+        out
     }
-    super::write_stdout(format_args!("{out}"))?;
-    if !report.errors.is_empty() {
-        for e in &report.errors {
-            eprintln!("{e}");
-        }
-        return Err(ConfigInvalid(format!(
-            "{} problem(s) in the rule files; the dry run used the rules that loaded",
-            report.errors.len()
-        ))
-        .into());
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// The matrix the dry run plans on, what to call it, and what to do when it does not
@@ -331,6 +404,31 @@ fn hold_rule_line(
         }
         _ => None,
     }
+}
+
+/// What a running sched_ext scheduler did to the plan, in one line, as the daemon logs
+/// it; `None` when none runs.
+fn sched_ext_line(running: Option<&SchedExt>, step: &SchedExtStep) -> Option<String> {
+    let s = running?.describe();
+    Some(match step {
+        SchedExtStep::NoScheduler => return None,
+        SchedExtStep::Paused => {
+            format!("sched_ext: {s} runs; policy pause: rules released until it stops")
+        }
+        SchedExtStep::Widened => {
+            format!("sched_ext: {s} runs; policy widen: masks rounded up to whole groups")
+        }
+        SchedExtStep::Warned(partial) if partial.is_empty() => {
+            format!("sched_ext: {s} runs; policy warn: no rule pins a partial mask")
+        }
+        SchedExtStep::Warned(partial) => {
+            let rules: Vec<String> = partial.iter().map(|(r, c)| format!("{r} ({c})")).collect();
+            format!(
+                "sched_ext: {s} runs; policy warn: partial masks pinned as usual: {}",
+                rules.join(", ")
+            )
+        }
+    })
 }
 
 /// A warning when the exclusive units leave no CPU a measurement may spin on.

@@ -283,7 +283,9 @@ pub fn ground(args: &PlanArgs) -> anyhow::Result<Ground> {
     })
 }
 
-/// Places `count` CPUs by the arguments' policy, SMT and shape flags on `ground`.
+/// Places `count` CPUs by the arguments' policy, SMT and shape flags on `ground`. A
+/// one-off request, not the rules: no `Plan` is made (`plan --live` makes the daemon's,
+/// through `plan::making`).
 pub fn place_on(ground: &Ground, args: &PlanArgs, count: usize) -> anyhow::Result<Advice> {
     let mut warnings = ground.warnings.clone();
     let req = Request {

@@ -4,7 +4,9 @@
 //! `crate::report`) into `--out`, each replaced whole and never through a link, in a
 //! directory no other user owns or may write in (`crate::outfile`).
 //!
-//! Must not touch: placement or measurement logic (it asks `plan` and `compare`).
+//! Must not touch: placement or measurement logic (it asks `plan` and `compare`). Its
+//! plans are one-off requests for K CPUs on `plan`'s ground, not the rules' plan
+//! (`plan::making`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

@@ -37,7 +37,9 @@
 //! Explicit `cpus` are planned once, whatever the cpusets (the kernel classifies them).
 //!
 //! Inside: `choose` (the [`Choose`] seam and the placement engine behind it), `seen`
-//! (what a plan is made in: [`Cpusets`], [`Demand`]), `memory`, `doubts`, `tests`.
+//! (what a plan is made in: [`Cpusets`], [`Demand`]), `memory`, `making` (the plan of
+//! the rules in force, made one way for the daemon and `plan --live`: chosen, memory
+//! weighed, the `[sched-ext]` policy applied), `doubts`, `tests`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -50,10 +52,12 @@ use crate::placement::{self, PlacementError};
 use crate::rules::{CpuTarget, PlacementRequest, Rule, RuleSet};
 
 mod choose;
+pub mod making;
 pub mod memory;
 mod seen;
 
 pub use choose::{engine_request, Choose, Chosen, SharedChoose};
+pub use making::{PlanInputs, Planned, SchedExtStep, UnderSchedExt};
 pub use memory::MemoryPlanning;
 pub use seen::{Cpusets, Demand, Seen};
 

@@ -558,6 +558,23 @@ pub struct OwnedShaper {
     pub devices: Devices,
 }
 
+/// The chooser plans are made with: the shaper on `domains` when the topology's
+/// `facts` are known, the bare domains when they are not, none without domains.
+pub fn chooser(
+    domains: Option<Domains>,
+    facts: Option<Facts>,
+    devices: Devices,
+) -> Option<crate::plan::SharedChoose> {
+    match (domains, facts) {
+        (Some(domains), Some(facts)) => Some(std::sync::Arc::new(OwnedShaper {
+            domains,
+            facts,
+            devices,
+        })),
+        (domains, _) => domains.map(|d| std::sync::Arc::new(d) as crate::plan::SharedChoose),
+    }
+}
+
 impl OwnedShaper {
     fn shaper(&self) -> Shaper<'_> {
         Shaper {

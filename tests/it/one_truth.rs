@@ -164,3 +164,144 @@ fn plan_live_plans_on_the_stored_matrix_as_the_daemon_does() {
         r.stdout
     );
 }
+
+/// The daemon and its dry run make the same plan on the same machine state: the same
+/// rules, settings and stored matrix, the same running processes. Each unit's CPUs
+/// (what `Explain` says of the plan, what `plan --live --json` lists in `plans`) and
+/// each process's CPUs (what the daemon applied, what the dry run says it would get)
+/// are compared.
+#[test]
+fn the_daemon_and_plan_live_make_the_same_plan() {
+    use super::daemon::{Bus, Daemon, Dirs, Policy, IFACE, NAME, PATH};
+    use super::helper::Helper;
+    use pinnerd::fingerprint::Fingerprint;
+    use pinnerd::matrix::store::MatrixStore;
+    use pinnerd::matrix::LatencyMatrix;
+    use pinnerd::sysroot::SysRoot;
+    use std::collections::BTreeMap;
+    let _cpus = super::cpus_stay_online();
+    let dirs = Dirs::new();
+    // An exclusive CPU for `a`; `b` gets what is left.
+    dirs.write_rule(
+        "10-same.toml",
+        "[[rule]]\nname = \"a\"\npriority = 10\n[rule.match]\ncomm = \"ot-same-a\"\n[rule.place]\ncount = 1\nexclusive = true\n\n\
+         [[rule]]\nname = \"b\"\n[rule.match]\ncomm = \"ot-same-b\"\n[rule.place]\ncount = 1\n",
+    );
+    // A matrix stored for this machine: both plan on it, nothing is measured.
+    let fp = Fingerprint::read(&SysRoot::default()).unwrap();
+    let online: Vec<u32> = fp.inputs.online.iter().collect();
+    let mut m = LatencyMatrix::from_fn(online, |i, j| if i + j == 1 { 9.0 } else { 50.0 });
+    m.fingerprint = Some(fp.hex.clone());
+    MatrixStore::open(dirs.state()).unwrap().save(&m).unwrap();
+    let a = Helper::spawn(dirs.root.path(), "ot-same-a");
+    let b = Helper::spawn(dirs.root.path(), "ot-same-b");
+    let bus = Bus::start(Policy::AllowAll);
+    let d = Daemon::start(&bus, &dirs);
+    let json = |method: &str, args: &[&str]| -> serde_json::Value {
+        let mut argv = vec!["--json=short", "call", NAME, PATH, IFACE, method];
+        argv.extend_from_slice(args);
+        let out = bus.busctl(&argv);
+        assert!(
+            out.status.success(),
+            "{method}: {}",
+            super::daemon::text(&out)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // The daemon: pid → (rule, CPUs applied), once both are managed.
+    let applied = || -> BTreeMap<u64, (String, String)> {
+        let v = json("ListManaged", &[]);
+        v["data"][0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| [a.pid, b.pid].contains(&(r[0].as_u64().unwrap() as i32)))
+            .map(|r| {
+                let rule = r[2].as_str().unwrap().to_string();
+                (
+                    r[0].as_u64().unwrap(),
+                    (rule, r[3].as_str().unwrap().to_string()),
+                )
+            })
+            .collect()
+    };
+    bus.wait_for("both managed", std::time::Duration::from_secs(20), || {
+        applied().len() == 2
+    });
+    let daemon_procs = applied();
+    // The daemon's plan of each unit, as `Explain` of a process of its rule says it.
+    let daemon_plans: BTreeMap<String, Vec<String>> = [(&a, "a"), (&b, "b")]
+        .into_iter()
+        .map(|(h, rule)| {
+            let v = json("Explain", &["u", &h.pid.to_string()]);
+            let text = v["data"][0].as_str().unwrap().to_string();
+            let lines = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("  plan "))
+                .map(str::to_string)
+                .collect();
+            (rule.to_string(), lines)
+        })
+        .collect();
+
+    let live = pinnerd(&[
+        "plan",
+        "--live",
+        "--json",
+        "--rules",
+        dirs.rules().to_str().unwrap(),
+        "--config",
+        dirs.settings().to_str().unwrap(),
+        "--state-dir",
+        dirs.state().to_str().unwrap(),
+    ]);
+    assert!(live.ok, "{live:?}");
+    let v: serde_json::Value = serde_json::from_str(&live.stdout).unwrap();
+    assert!(
+        v["placement_from"]
+            .as_str()
+            .unwrap()
+            .starts_with("the stored matrix"),
+        "{v}"
+    );
+    let live_procs: BTreeMap<u64, (String, String)> = v["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let rule = p["rule"].as_str().unwrap().to_string();
+            (
+                p["pid"].as_u64().unwrap(),
+                (rule, p["would_get"].as_str().unwrap().to_string()),
+            )
+        })
+        .collect();
+    let mut live_plans: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for u in v["plans"].as_array().unwrap() {
+        assert_eq!(u["state"], "placed", "{u}");
+        assert!(u["thread_entry"].is_null(), "{u}");
+        live_plans
+            .entry(u["rule"].as_str().unwrap().to_string())
+            .or_default()
+            .push(format!("place: cpus {}", u["cpus"].as_str().unwrap()));
+    }
+
+    assert_eq!(live_procs, daemon_procs, "{v}\n{}", d.log());
+    assert_eq!(live_plans, daemon_plans, "{v}\n{}", d.log());
+    // A plan worth comparing: each rule got one CPU, not the same one.
+    let (ca, cb) = (
+        &daemon_procs[&(a.pid as u64)].1,
+        &daemon_procs[&(b.pid as u64)].1,
+    );
+    assert_ne!(ca, cb, "{daemon_procs:?}");
+    assert_eq!(
+        (
+            ca.parse::<pinnerd::CpuSet>().unwrap().len(),
+            cb.parse::<pinnerd::CpuSet>().unwrap().len()
+        ),
+        (1, 1)
+    );
+    assert!(d.stop().success());
+    a.exit();
+    b.exit();
+}

@@ -92,3 +92,62 @@ fn the_daemon_and_status_say_whether_a_scheduler_runs() {
     }
     assert!(d.stop().success());
 }
+
+/// `plan --live` applies the `[sched-ext]` policy as the daemon does, reading whether a
+/// scheduler runs from the sysfs root it is given.
+#[test]
+fn plan_live_applies_the_sched_ext_policy_as_the_daemon_does() {
+    let d = tempfile::tempdir().unwrap();
+    let machine = fixture_with(d.path(), "enabled", "layered");
+    let rules = d.path().join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    std::fs::write(
+        rules.join("scx.toml"),
+        "[[rule]]\nname = \"scx\"\n[rule.match]\ncomm = \"pd-no-such\"\n[rule.place]\ncount = 2\nsmt = \"avoid\"\n",
+    )
+    .unwrap();
+    let config = d.path().join("pinnerd.toml");
+    let live = |policy: &str| {
+        std::fs::write(&config, format!("[sched-ext]\npolicy = \"{policy}\"\n")).unwrap();
+        let r = pinnerd(&[
+            "plan",
+            "--live",
+            "--rules",
+            rules.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--sysfs",
+            machine.to_str().unwrap(),
+        ]);
+        assert!(r.ok, "{r:?}");
+        r.stdout
+    };
+    let widened = live("widen");
+    assert!(
+        widened.contains("  scx (priority 0): cpus 0-3,8-11\n")
+            || widened.contains("  scx (priority 0): cpus 4-7,12-15\n"),
+        "{widened}"
+    );
+    assert!(
+        widened.contains("sched_ext: layered (enabled) runs; policy widen"),
+        "{widened}"
+    );
+    let paused = live("pause");
+    assert!(paused.contains("policy pause: rules released"), "{paused}");
+    assert!(!paused.contains("  scx (priority"), "{paused}");
+    let warned = live("warn");
+    assert!(
+        warned.contains("policy warn: partial masks pinned as usual: scx ("),
+        "{warned}"
+    );
+    // No scheduler: the plan as chosen, and not a word about sched_ext.
+    std::fs::write(machine.join("sys/kernel/sched_ext/state"), "disabled\n").unwrap();
+    let off = live("widen");
+    assert!(!off.contains("sched_ext"), "{off}");
+    let line = off
+        .lines()
+        .find(|l| l.starts_with("  scx (priority 0): cpus "))
+        .unwrap_or_else(|| panic!("{off}"));
+    let cpus: pinnerd::CpuSet = line.rsplit(' ').next().unwrap().parse().unwrap();
+    assert_eq!(cpus.len(), 2, "{off}");
+}

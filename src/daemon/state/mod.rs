@@ -34,7 +34,9 @@ use crate::manager::{self, Change, Manager};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::metrics::{self, MetricsSnapshot};
-use crate::plan::{Choose, Cpus, Plan, SharedChoose};
+use crate::plan::{
+    Choose, Cpus, MemoryPlanning, Plan, PlanInputs, Planned, SharedChoose, UnderSchedExt,
+};
 use crate::rules::{self, LoadPolicy, LoadReport};
 use crate::settings::{Settings, SettingsError};
 use crate::sysroot::SysRoot;
@@ -57,8 +59,6 @@ pub mod memory;
 mod pinning;
 mod sched_ext;
 mod shaping;
-
-use shaping::Planned;
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -330,19 +330,28 @@ impl State {
         Cpus::from_settings(self.online(), &self.settings)
     }
 
-    /// The plan of the rules in force on the current CPUs and latency domains.
+    /// The plan of the rules in force on the current CPUs, latency domains and machine
+    /// facts, memory weighed and the `[sched-ext]` policy applied: made by
+    /// [`crate::plan::making::make`], as `plan --live` makes it.
     fn new_plan(&mut self) -> Planned {
-        let cpus = self.plan_cpus();
         if let Err(e) = self.domains() {
             tracing::debug!(error = %e, "planning without latency domains");
         }
-        let Planned { mut plan, choose } = self.shaped_plan(&cpus);
-        let c = choose.as_deref().map(|c| c as &dyn Choose);
-        if let Some(t) = &self.topology {
-            plan = plan.with_memory(crate::plan::MemoryPlanning::new(t, &self.settings), c);
-        }
-        let plan = self.under_sched_ext(plan, c);
-        Planned { plan, choose }
+        let (facts, devices) = self.shaping_inputs(None);
+        let topology = self.topology.as_ref();
+        let planned = crate::plan::making::make(PlanInputs {
+            rules: &self.rules.rules,
+            cpus: self.plan_cpus(),
+            choose: crate::shape::chooser(self.domains.clone(), facts, devices),
+            memory: topology.map(|t| MemoryPlanning::new(t, &self.settings)),
+            sched_ext: UnderSchedExt::new(
+                self.sched_ext.now.clone(),
+                &self.settings.sched_ext,
+                topology,
+            ),
+        });
+        self.say_sched_ext_step(&planned.sched_ext);
+        planned
     }
 
     /// Hands a new plan down (`make`: rules or CPUs changed); its chooser is kept for

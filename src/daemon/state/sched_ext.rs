@@ -1,12 +1,12 @@
 //! sched_ext awareness of [`State`]: whether a sched_ext scheduler runs (read at start
-//! and on every rescan tick), and the `[sched-ext] policy` applied to every plan the
-//! daemon makes while one does. Split from `state/mod.rs`; same state, same loop.
+//! and on every rescan tick), handed to every plan the daemon makes (`plan::making`
+//! applies the `[sched-ext] policy` while one runs), and what that did, logged. Split from `state/mod.rs`; same state, same loop.
 
 use std::collections::BTreeSet;
 
 use crate::manager;
-use crate::plan::{Plan, PlanState};
-use crate::sched_ext::{self, Policy, SchedExt, WidenTo};
+use crate::plan::SchedExtStep;
+use crate::sched_ext::{self, SchedExt};
 
 use super::State;
 
@@ -53,56 +53,27 @@ impl State {
         }
     }
 
-    /// `plan` as the `[sched-ext]` policy wants it while a scheduler runs: as it is
-    /// (`warn`, warning once per rule that pins a partial mask), every mask rounded up
-    /// to whole groups (`widen`), or without rules, so every rule's tasks get their
-    /// masks back until the scheduler stops (`pause`; run-time pins stay).
-    pub(super) fn under_sched_ext(
-        &mut self,
-        plan: Plan,
-        choose: Option<&dyn crate::plan::Choose>,
-    ) -> Plan {
-        let Some(s) = self.sched_ext.now.clone() else {
-            return plan;
-        };
-        let Some(t) = self.topology.as_ref() else {
-            return plan;
-        };
-        match self.settings.sched_ext.policy {
-            Policy::Pause => {
-                tracing::info!(scheduler = %s.ops, "sched-ext policy pause: rules released until it stops");
-                Plan::empty(plan.cpus().clone())
+    /// Says what the `[sched-ext]` step of a plan did (`plan::making`): `pause`
+    /// releasing the rules, and under `warn` each rule that pins a partial mask, once
+    /// per rule while this scheduler runs.
+    pub(super) fn say_sched_ext_step(&mut self, step: &SchedExtStep) {
+        let Some(s) = &self.sched_ext.now else { return };
+        match step {
+            SchedExtStep::Paused => {
+                tracing::info!(scheduler = %s.ops, "sched-ext policy pause: rules released until it stops")
             }
-            Policy::Widen => {
-                let to = self.settings.sched_ext.widen_to;
-                plan.widened(sched_ext::groups(t, to), choose)
-            }
-            Policy::Warn => {
-                let nodes = sched_ext::groups(t, WidenTo::Node);
-                let online = plan.cpus().online.clone();
-                for u in plan.units() {
-                    let partial = match &u.state {
-                        PlanState::Placed { cpus } => {
-                            sched_ext::is_partial(cpus, &nodes, &online).then(|| cpus.clone())
-                        }
-                        PlanState::Slots { slots, .. } => slots
-                            .iter()
-                            .find(|c| sched_ext::is_partial(c, &nodes, &online))
-                            .cloned(),
-                        _ => None,
-                    };
-                    if let Some(cpus) = partial {
-                        if self.sched_ext.warned.insert(u.rule.clone()) {
-                            tracing::warn!(
-                                rule = %u.rule, cpus = %cpus, scheduler = %s.ops,
-                                "rule pins a partial mask while a sched_ext scheduler runs \
-                                 (set [sched-ext] policy = \"widen\" or \"pause\" to adapt)"
-                            );
-                        }
+            SchedExtStep::Warned(partial) => {
+                for (rule, cpus) in partial {
+                    if self.sched_ext.warned.insert(rule.clone()) {
+                        tracing::warn!(
+                            rule = %rule, cpus = %cpus, scheduler = %s.ops,
+                            "rule pins a partial mask while a sched_ext scheduler runs \
+                             (set [sched-ext] policy = \"widen\" or \"pause\" to adapt)"
+                        );
                     }
                 }
-                plan
             }
+            SchedExtStep::Widened | SchedExtStep::NoScheduler => {}
         }
     }
 

@@ -1,20 +1,10 @@
 //! `core-type`, `prefer` and `near` in the daemon: each plan gets the topology's facts
 //! and the rules' devices, resolved through the sysfs root when it is made, and hands
-//! them as values to the pure `shape` module. Split from `state/mod.rs`; same state, same
-//! loop.
-
-use std::sync::Arc;
+//! them as values to the pure `shape` module (through `plan::making` for the rules).
+//! Split from `state/mod.rs`; same state, same loop.
 
 use crate::devices;
-use crate::plan::{Cpus, Plan, SharedChoose};
-
-/// A plan and the chooser it was made with: the daemon keeps the chooser of the plan in
-/// force to make it again for what the manager reports (see `daemon::replan`).
-pub(super) struct Planned {
-    pub plan: Plan,
-    pub choose: Option<SharedChoose>,
-}
-use crate::shape::{self, Devices, Facts, OwnedShaper};
+use crate::shape::{self, Devices, Facts};
 
 use super::State;
 
@@ -38,23 +28,5 @@ impl State {
             }
         }
         (facts, devices)
-    }
-
-    /// The plan of the rules in force, with the machine's facts when it has them, and
-    /// the chooser it was made with.
-    pub(super) fn shaped_plan(&mut self, cpus: &Cpus) -> Planned {
-        let (facts, devices) = self.shaping_inputs(None);
-        let choose: Option<SharedChoose> = match (&self.domains, facts) {
-            (Some(domains), Some(facts)) => Some(Arc::new(OwnedShaper {
-                domains: domains.clone(),
-                facts,
-                devices,
-            })),
-            (domains, _) => domains.clone().map(|d| Arc::new(d) as SharedChoose),
-        };
-        Planned {
-            plan: Plan::new(&self.rules.rules, cpus, choose.as_deref().map(|c| c as _)),
-            choose,
-        }
     }
 }
