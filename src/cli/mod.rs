@@ -197,11 +197,19 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Topology(args) => topology::run(args),
         Command::Measure(args) => measure::run(args),
-        // `--pid` plans on top of `plan` (its request, its cpuset): it uses `plan`, and
-        // `plan` does not know it.
+        // `--live` and `--pid` plan on top of `plan` (its stored matrix, its request):
+        // they use `plan`, and `plan` knows neither.
         Command::Plan(args) => match args.pid {
-            Some(pid) if !args.live => plan_pid::run(&args, pid),
-            _ => plan::run(args),
+            _ if args.live => live::run(&live::LiveArgs {
+                rules: args.rules,
+                config: args.config,
+                sysfs: args.sysfs,
+                matrix: args.matrix,
+                state_dir: args.state_dir,
+                json: args.json,
+            }),
+            Some(pid) => plan_pid::run(&args, pid),
+            None => plan::run(args),
         },
         Command::Compare(args) => compare::run(args),
         Command::Report(args) => report::run(args),

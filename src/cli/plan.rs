@@ -135,17 +135,9 @@ pub fn default_state_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/var/lib/pinnerd"))
 }
 
+/// `plan --count`; `plan --live` is dispatched beside it (see `cli::run`), which this
+/// module does not know.
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
-    if args.live {
-        return super::live::run(&super::live::LiveArgs {
-            rules: args.rules,
-            config: args.config,
-            sysfs: args.sysfs,
-            matrix: args.matrix,
-            state_dir: args.state_dir,
-            json: args.json,
-        });
-    }
     let count = args.count.context("--count is required")? as usize;
     let plan = plan(&args, count)?;
     super::print_answer(args.json, || plan.json(), || plan.human())
