@@ -89,7 +89,7 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l prefer -d 'Amon
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l near -d 'Near a device: a network interface, a PCI address (0000:81:00.0), a block device or a /dev path. Its NUMA node\'s CPUs first, the nearest nodes added when needed' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l matrix -d 'Latency matrix (our JSON or core-to-core-latency CSV); default: this machine\'s' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l sysfs -d 'Root of the sysfs tree to read the topology from' -r -F
-complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l pid -d 'Plan for this running process as the daemon would: in its cgroup cpuset, weighing where its memory is; without --count, the request of the rule that matches it. Changes nothing' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l pid -d 'Plan one request for this running process: in its cgroup cpuset, weighing where its memory is; without --count, the request of the rule that matches it. Other rules\' exclusive CPUs and the [sched-ext] policy are not applied (--live applies both, as the daemon does). Changes nothing' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l rules -d 'Rule directories for --live (default: the settings\' `rule-dirs`, /etc/pinnerd.d)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l config -d 'The daemon\'s settings file, for --live (housekeeping CPUs, rule directories); a missing file means the defaults' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l state-dir -d 'Where the daemon stores this machine\'s matrix (default: $STATE_DIRECTORY, else /var/lib/pinnerd)' -r -F

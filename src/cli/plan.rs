@@ -56,9 +56,10 @@ pub struct PlanArgs {
     /// they would get. Changes nothing.
     #[arg(long)]
     pub live: bool,
-    /// Plan for this running process as the daemon would: in its cgroup cpuset,
-    /// weighing where its memory is; without --count, the request of the rule that
-    /// matches it. Changes nothing.
+    /// Plan one request for this running process: in its cgroup cpuset, weighing where
+    /// its memory is; without --count, the request of the rule that matches it. Other
+    /// rules' exclusive CPUs and the [sched-ext] policy are not applied (--live applies
+    /// both, as the daemon does). Changes nothing.
     #[arg(long, value_name = "PID", conflicts_with = "live")]
     pub pid: Option<u32>,
     /// Rule directories for --live (default: the settings' `rule-dirs`, /etc/pinnerd.d).

@@ -1,5 +1,5 @@
-//! `pinnerd plan --pid PID`: what the daemon would choose for a running process — its
-//! rule's request (or the flags'), inside its cgroup cpuset, with its memory weighed
+//! `pinnerd plan --pid PID`: one request planned for a running process — its rule's
+//! request (or the flags'), inside its cgroup cpuset, with its memory weighed
 //! (`plan::memory`). Changes nothing. One request for one process, not the rules' plan
 //! (`plan::making`): no other rule's exclusive CPUs, no `[sched-ext]` policy.
 //!
