@@ -23,15 +23,18 @@ enum Msg {
 /// The holder of a daemon: systemd on the system bus, the cgroup v2 hierarchy under
 /// `root`, the journal in `runtime_dir`.
 pub fn system_holder(root: &crate::sysroot::SysRoot, runtime_dir: &std::path::Path) -> Holder {
-    let units = crate::hold::systemd::SystemdUnits::system()
-        .map(|u| Box::new(u) as Box<dyn crate::hold::systemd::Units>)
-        .map_err(|e| e.to_string());
+    let connect = || {
+        crate::hold::systemd::SystemdUnits::system()
+            .map(|u| Box::new(u) as Box<dyn crate::hold::systemd::Units>)
+            .map_err(|e| e.to_string())
+    };
     Holder::new(
-        units,
+        connect(),
         crate::hold::partition::Cgroup2::find(root),
         crate::hold::Journal::new(runtime_dir),
         Box::new(crate::hold::give_back_masks),
     )
+    .reconnecting(Box::new(connect))
 }
 
 /// The running holder thread.

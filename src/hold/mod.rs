@@ -320,7 +320,12 @@ pub struct Holder {
     grace_until: Option<Instant>,
     /// Each wanted pid's unit, asked once.
     units_of: HashMap<u32, Result<UnitInfo, String>>,
+    /// Connects to systemd again while it is not there (see [`Holder::reconnecting`]).
+    connect: Option<Box<Connect>>,
 }
+
+/// A connection to systemd's manager, or why there is none.
+pub type Connect = dyn Fn() -> Result<Box<dyn Units>, String> + Send;
 
 impl Holder {
     pub fn new(
@@ -338,7 +343,15 @@ impl Holder {
             recovered: Vec::new(),
             grace_until: None,
             units_of: HashMap::new(),
+            connect: None,
         }
+    }
+
+    /// While systemd is not reachable, each reconcile tries `connect` again (a daemon
+    /// started before the bus, a systemd re-executing).
+    pub fn reconnecting(mut self, connect: Box<Connect>) -> Holder {
+        self.connect = Some(connect);
+        self
     }
 
     /// Why nothing can be isolated on this machine, if so (for `check` and `status`).
@@ -433,8 +446,15 @@ impl Holder {
     /// Makes what is held match `wants`: releases what is no longer wanted (or wanted
     /// otherwise), applies what is new. Returns a report per want, in order.
     pub fn reconcile(&mut self, wants: &[Want]) -> Vec<HoldReport> {
+        // A unit not found is asked for again at the next reconcile (a race with the
+        // process's start, a systemd that was restarting); a found one is kept.
         self.units_of
-            .retain(|pid, _| wants.iter().any(|w| w.pid == *pid));
+            .retain(|pid, u| u.is_ok() && wants.iter().any(|w| w.pid == *pid));
+        if self.units.is_err() {
+            if let Some(connect) = &self.connect {
+                self.units = connect();
+            }
+        }
         let mut reports: Vec<HoldReport> = wants
             .iter()
             .map(|w| HoldReport {

@@ -557,3 +557,38 @@ fn a_container_is_held_whole_by_its_scope_and_nothing_is_adopted() {
         "isolated"
     );
 }
+
+#[test]
+fn a_unit_not_found_and_a_systemd_not_there_are_asked_again_at_the_next_reconcile() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    let later = units.clone();
+    let tries = Arc::new(Mutex::new(0));
+    let counted = tries.clone();
+    let mut h = Holder::new(
+        Err("systemd is not on the system bus: not yet".into()),
+        Ok(cg2.clone()),
+        Journal::new(run.path()),
+        Box::new(|_, _, _| 0),
+    )
+    .reconnecting(Box::new(move || {
+        *counted.lock().unwrap() += 1;
+        Ok(Box::new(later.clone()) as Box<dyn Units>)
+    }));
+    // Connected at this reconcile; the process's unit is not known to systemd yet.
+    let r = h.reconcile(&[want("feed", 10, "6-7", false)]);
+    assert_eq!(*tries.lock().unwrap(), 1);
+    assert!(
+        r[0].problem
+            .as_deref()
+            .unwrap()
+            .contains("GetUnitByPID(10)"),
+        "{r:?}"
+    );
+    // Now it is: asked again, held; the connection is not made again.
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    let r = h.reconcile(&[want("feed", 10, "6-7", false)]);
+    assert!(r[0].confined && r[0].problem.is_none(), "{r:?}");
+    assert_eq!(*tries.lock().unwrap(), 1);
+}

@@ -4,6 +4,7 @@
 //! Split from `state/mod.rs` to keep each file readable; same state, same loop.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
 
 use crate::cpuset::CpuSet;
 use crate::hold::{HoldReport, Want};
@@ -19,7 +20,13 @@ pub(super) struct Holds {
     reports: BTreeMap<u32, HoldReport>,
     /// Problems already logged (rule, pid, line): said once, not at every report.
     logged: BTreeSet<(String, u32, String)>,
+    /// While a hold has a problem, the same wants are sent again from then on (a unit
+    /// not found yet, systemd not reachable yet).
+    pub(super) retry_at: Option<Instant>,
 }
+
+/// How often holds that could not be made are tried again.
+pub(super) const HOLD_RETRY: Duration = Duration::from_secs(30);
 
 impl State {
     /// What should be held now: [`Manager::hold_want`](crate::manager::Manager::hold_want)
@@ -46,13 +53,18 @@ impl State {
         wants
     }
 
-    /// Sends the holder what should be held, when it changed. Called after every
-    /// manager change.
+    /// Sends the holder what should be held, when it changed, and again every
+    /// [`HOLD_RETRY`] while a hold has a problem. Called after every manager change (a
+    /// rescan is one).
     pub(super) fn sync_holds(&mut self) {
         let wants = self.holds_wanted();
-        if self.holds.sent.as_ref() == Some(&wants) {
+        let now = Instant::now();
+        let retry = self.holds.retry_at.is_some_and(|t| now >= t)
+            && self.holds.reports.values().any(|r| r.problem.is_some());
+        if self.holds.sent.as_ref() == Some(&wants) && !retry {
             return;
         }
+        self.holds.retry_at = Some(now + HOLD_RETRY);
         // Nothing was ever held and nothing is wanted: the holder has nothing to do.
         if self.holds.sent.is_none() && wants.is_empty() {
             return;

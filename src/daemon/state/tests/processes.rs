@@ -437,3 +437,60 @@ fn an_isolate_rule_s_process_is_wanted_held_and_explain_says_what_came_of_it() {
     });
     assert_eq!(last_wants, Some(vec![]), "let go once the process is gone");
 }
+
+/// A hold with a problem is asked for again once `HOLD_RETRY` has passed, the same wants
+/// included; without a problem the same wants are not sent twice.
+#[test]
+fn a_hold_with_a_problem_is_asked_for_again_after_the_retry_interval() {
+    let (mut s, d, _job) = started(Timing::default());
+    let last = s.online().iter().last().unwrap();
+    let prog = d.path().join("pinnerd-isoretr");
+    std::fs::copy("/bin/sleep", &prog).unwrap();
+    write_rule(
+        d.path(),
+        "iso",
+        &format!(
+            "[[rule]]\nname = \"iso\"\n[rule.match]\ncomm = \"pinnerd-isoret*\"\n[rule.place]\ncpus = \"{last}\"\nexclusive = true\nisolate = true\n"
+        ),
+    );
+    s.handle(Event::Reload(ReloadCause::Bus));
+    let child = Sleeper::spawn(&prog);
+    let pid = child.pid();
+    s.manager_event(crate::manager::Input::Rescan);
+    let holds = |s: &mut State| -> usize {
+        s.take_actions()
+            .iter()
+            .filter(|a| matches!(a, Action::Hold(_)))
+            .count()
+    };
+    assert_eq!(holds(&mut s), 1);
+    let report = |problem: Option<&str>| crate::hold::HoldReport {
+        rule: "iso".into(),
+        pid,
+        unit: Some("x.service".into()),
+        cpus: CpuSet::from_iter([last]),
+        mems: None,
+        confined: problem.is_none(),
+        isolate: true,
+        isolated: problem.is_none(),
+        problem: problem.map(str::to_string),
+    };
+    s.handle(Event::Held(vec![report(Some(
+        "systemd is not on the system bus: not yet",
+    ))]));
+    s.take_actions();
+    // Not yet due: nothing is sent again.
+    s.sync_holds();
+    assert_eq!(holds(&mut s), 0);
+    // Due: the same wants again.
+    s.holds.retry_at = Some(Instant::now() - Duration::from_secs(1));
+    s.sync_holds();
+    assert_eq!(holds(&mut s), 1);
+    // Held without a problem: never sent again for nothing.
+    s.handle(Event::Held(vec![report(None)]));
+    s.take_actions();
+    s.holds.retry_at = Some(Instant::now() - Duration::from_secs(1));
+    s.sync_holds();
+    assert_eq!(holds(&mut s), 0);
+    drop(child);
+}
