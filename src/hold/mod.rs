@@ -200,6 +200,15 @@ struct Target {
 }
 
 impl Target {
+    fn signature(&self) -> Signature {
+        (
+            self.rule.clone(),
+            self.cpus.clone(),
+            self.mems.clone(),
+            self.isolate,
+        )
+    }
+
     fn unit_name(&self) -> &str {
         match &self.place {
             Place::Unit(u) => &u.name,
@@ -322,7 +331,15 @@ pub struct Holder {
     units_of: HashMap<u32, Result<UnitInfo, String>>,
     /// Connects to systemd again while it is not there (see [`Holder::reconnecting`]).
     connect: Option<Box<Connect>>,
+    /// Targets refused after something was changed for them (the unit confined, then
+    /// the partition refused), by unit, with why: not tried again while wanted the same
+    /// way, since every try confines the unit and takes it back (which can reset the
+    /// masks of other units' tasks in its slice).
+    refused: HashMap<String, (Signature, String)>,
 }
+
+/// What a unit is wanted for: a refusal stands until this changes.
+type Signature = (String, CpuSet, Option<CpuSet>, bool);
 
 /// A connection to systemd's manager, or why there is none.
 pub type Connect = dyn Fn() -> Result<Box<dyn Units>, String> + Send;
@@ -344,6 +361,7 @@ impl Holder {
             grace_until: None,
             units_of: HashMap::new(),
             connect: None,
+            refused: HashMap::new(),
         }
     }
 
@@ -550,6 +568,7 @@ impl Holder {
         if self.recovered.is_empty() {
             self.grace_until = None;
         }
+        self.refused.retain(|unit, _| targets.contains_key(unit));
         self.save();
         // Apply what is new.
         let mut outcome: HashMap<String, (Option<String>, bool, bool, Option<String>)> =
@@ -565,7 +584,22 @@ impl Holder {
                 );
                 continue;
             }
-            let (hold, problem) = self.apply(t);
+            if let Some((sig, why)) = self.refused.get(key) {
+                if *sig == t.signature() {
+                    outcome.insert(key.clone(), (None, false, false, Some(why.clone())));
+                    continue;
+                }
+            }
+            let (hold, problem, touched) = self.apply(t);
+            match (&hold, &problem, touched) {
+                (None, Some(why), true) => {
+                    self.refused
+                        .insert(key.clone(), (t.signature(), why.clone()));
+                }
+                _ => {
+                    self.refused.remove(key);
+                }
+            }
             let entry = match &hold {
                 Some(h) => (
                     Some(h.unit.clone()),
@@ -601,11 +635,12 @@ impl Holder {
         reports
     }
 
-    /// Applies one target; the hold made (if anything was done) and what could not be.
-    fn apply(&mut self, t: &Target) -> (Option<Hold>, Option<String>) {
+    /// Applies one target: the hold made (if anything was done), what could not be, and
+    /// whether anything was changed on the way (and taken back) before it failed.
+    fn apply(&mut self, t: &Target) -> (Option<Hold>, Option<String>, bool) {
         let units = match &self.units {
             Ok(u) => u,
-            Err(e) => return (None, Some(e.clone())),
+            Err(e) => return (None, Some(e.clone()), false),
         };
         // Isolation that cannot work is said before anything is changed.
         let cannot = if t.isolate {
@@ -617,12 +652,12 @@ impl Holder {
             None
         };
         if let (true, Some(why)) = (t.isolate, &cannot) {
-            return (None, Some(why.clone()));
+            return (None, Some(why.clone()), false);
         }
         let (unit, cgroup, adopted, before) = match &t.place {
             Place::Unit(u) => match units.allowed(&u.name) {
                 Ok(b) => (u.name.clone(), u.cgroup.clone(), false, b),
-                Err(e) => return (None, Some(e.to_string())),
+                Err(e) => return (None, Some(e.to_string()), false),
             },
             Place::Adopt { scope, slice } => {
                 let cgroup = format!("/{}/{scope}", slice_path(slice));
@@ -663,9 +698,10 @@ impl Holder {
         };
         if let Err(e) = confined {
             let why = e.to_string();
+            // Nothing was changed (the call failed): tried again at the next retry.
             hold.confined = false;
             self.undo(&hold);
-            return (None, Some(why));
+            return (None, Some(why), false);
         }
         if adopted {
             // The process now runs in the new scope: its cgroup as systemd made it.
@@ -703,9 +739,9 @@ impl Holder {
         if t.isolate && hold.partition.is_none() {
             // Merely exclusive, as before: the unit is not left confined for nothing.
             self.undo(&hold);
-            return (None, problem);
+            return (None, problem, true);
         }
-        (Some(hold), problem)
+        (Some(hold), problem, true)
     }
 
     /// Makes the hold's cgroup an isolated partition: through systemd's own

@@ -129,7 +129,12 @@ impl Units for FakeUnits {
             .unwrap();
         let (mode, path) = instance.split_once(':').unwrap();
         let cgroup = systemd::unescape_path(path).unwrap();
-        let tree = w.tree.clone().unwrap();
+        let Some(tree) = w.tree.clone() else {
+            return Err(UnitError::Call {
+                what: format!("StartUnit({unit})"),
+                message: "Unit pinnerd-partition@.service not found.".into(),
+            });
+        };
         std::fs::write(tree.dir(&cgroup).join("cpuset.cpus.partition"), mode).unwrap();
         Ok(())
     }
@@ -591,4 +596,47 @@ fn a_unit_not_found_and_a_systemd_not_there_are_asked_again_at_the_next_reconcil
     let r = h.reconcile(&[want("feed", 10, "6-7", false)]);
     assert!(r[0].confined && r[0].problem.is_none(), "{r:?}");
     assert_eq!(*tries.lock().unwrap(), 1);
+}
+
+#[test]
+fn a_partition_refused_after_the_unit_was_confined_is_not_tried_again_until_wanted_otherwise() {
+    let (_d, mut cg2) = tree();
+    // The kernel refuses the daemon, and no helper unit is installed.
+    cg2.deny_partition = true;
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    let mut h = holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    let why = r[0].problem.clone().unwrap();
+    assert!(
+        why.contains("not permitted") && why.contains("not found"),
+        "{why}"
+    );
+    assert_eq!(
+        units.allowed_of("md.service").cpus,
+        CpuSet::new(),
+        "confinement taken back"
+    );
+    let calls = units.calls().len();
+    // The same want again (a retry): said again, the unit not confined again.
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert_eq!(r[0].problem.as_deref(), Some(why.as_str()));
+    assert_eq!(units.calls().len(), calls, "{:?}", units.calls());
+    // Wanted otherwise (other CPUs): tried again.
+    h.reconcile(&[want("feed", 10, "5-7", true)]);
+    assert!(units.calls().len() > calls);
+    // A property systemd refused changed nothing: tried again at once.
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    units.0.lock().unwrap().refuse_set = true;
+    let mut h = holder(&units, &cg2, run.path());
+    h.reconcile(&[want("feed", 10, "6-7", false)]);
+    h.reconcile(&[want("feed", 10, "6-7", false)]);
+    let sets = units
+        .calls()
+        .iter()
+        .filter(|c| c.starts_with("set md.service cpus=6-7"))
+        .count();
+    assert_eq!(sets, 2, "{:?}", units.calls());
 }
