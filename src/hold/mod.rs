@@ -118,6 +118,42 @@ impl HoldReport {
     }
 }
 
+/// What came of one unit's target in a reconcile.
+struct Outcome {
+    unit: Option<String>,
+    confined: bool,
+    isolated: bool,
+    problem: Option<String>,
+}
+
+impl Outcome {
+    fn not_held(problem: Option<String>) -> Outcome {
+        Outcome {
+            unit: None,
+            confined: false,
+            isolated: false,
+            problem,
+        }
+    }
+}
+
+impl HoldReport {
+    /// The report of a want before anything is known of it.
+    fn wanted(w: &Want) -> HoldReport {
+        HoldReport {
+            rule: w.rule.clone(),
+            pid: w.pid,
+            unit: None,
+            cpus: w.cpus.clone(),
+            mems: w.mems.clone(),
+            confined: false,
+            isolate: w.isolate,
+            isolated: false,
+            problem: None,
+        }
+    }
+}
+
 /// Where a process's hold lives.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Place {
@@ -473,21 +509,40 @@ impl Holder {
                 self.units = connect();
             }
         }
-        let mut reports: Vec<HoldReport> = wants
-            .iter()
-            .map(|w| HoldReport {
-                rule: w.rule.clone(),
-                pid: w.pid,
-                unit: None,
-                cpus: w.cpus.clone(),
-                mems: w.mems.clone(),
-                confined: false,
-                isolate: w.isolate,
-                isolated: false,
-                problem: None,
-            })
-            .collect();
-        // Group the wants by the unit that holds them.
+        let mut reports: Vec<HoldReport> = wants.iter().map(HoldReport::wanted).collect();
+        let (targets, target_of) = self.group(wants, &mut reports);
+        self.release_unwanted(&targets);
+        self.take_over_recovered(&targets);
+        self.refused.retain(|unit, _| targets.contains_key(unit));
+        self.save();
+        let outcome = self.apply_new(&targets);
+        for (i, key) in target_of.iter().enumerate() {
+            let (Some(key), r) = (key, &mut reports[i]) else {
+                continue;
+            };
+            let Some(o) = outcome.get(key) else { continue };
+            r.unit = o.unit.clone();
+            r.confined = o.confined;
+            r.isolated = o.isolated;
+            // The unit's CPUs are the union of its processes': report them.
+            if let Some(h) = self.held.iter().find(|h| &h.unit == key) {
+                r.cpus = h.cpus.clone();
+                r.mems = h.mems.clone();
+            }
+            if r.problem.is_none() {
+                r.problem = o.problem.clone();
+            }
+        }
+        reports
+    }
+
+    /// The wants grouped by the unit that holds them, and each want's unit (`None`:
+    /// its report says why it has none).
+    fn group(
+        &mut self,
+        wants: &[Want],
+        reports: &mut [HoldReport],
+    ) -> (BTreeMap<String, Target>, Vec<Option<String>>) {
         let mut targets: BTreeMap<String, Target> = BTreeMap::new();
         let mut target_of: Vec<Option<String>> = vec![None; wants.len()];
         for (i, w) in wants.iter().enumerate() {
@@ -536,7 +591,11 @@ impl Holder {
             }
             target_of[i] = Some(key);
         }
-        // Release what is no longer wanted as it is.
+        (targets, target_of)
+    }
+
+    /// Lets go of what is no longer wanted as it is held.
+    fn release_unwanted(&mut self, targets: &BTreeMap<String, Target>) {
         let mut kept = Vec::new();
         for h in std::mem::take(&mut self.held) {
             match targets.get(&h.unit) {
@@ -550,7 +609,11 @@ impl Holder {
             }
         }
         self.held = kept;
-        // Recovered holds that are wanted as they are: taken over, untouched.
+    }
+
+    /// Holds a previous run left that are wanted as they are: taken over, untouched;
+    /// wanted otherwise: undone; not wanted (yet): kept until the grace ends.
+    fn take_over_recovered(&mut self, targets: &BTreeMap<String, Target>) {
         let mut still = Vec::new();
         for h in std::mem::take(&mut self.recovered) {
             match targets.get(&h.unit) {
@@ -568,25 +631,31 @@ impl Holder {
         if self.recovered.is_empty() {
             self.grace_until = None;
         }
-        self.refused.retain(|unit, _| targets.contains_key(unit));
-        self.save();
-        // Apply what is new.
-        let mut outcome: HashMap<String, (Option<String>, bool, bool, Option<String>)> =
-            HashMap::new();
-        for (key, t) in &targets {
+    }
+
+    /// Applies every target not held yet (a refusal stands while wanted the same way);
+    /// what came of each, by unit.
+    fn apply_new(&mut self, targets: &BTreeMap<String, Target>) -> HashMap<String, Outcome> {
+        let mut outcome = HashMap::new();
+        for (key, t) in targets {
             if let Some(h) = self.held.iter().find(|h| &h.unit == key) {
                 let isolated = h.partition.is_some();
                 let problem = (t.isolate && !isolated)
                     .then(|| "the partition was refused earlier".to_string());
                 outcome.insert(
                     key.clone(),
-                    (Some(h.unit.clone()), h.confined, isolated, problem),
+                    Outcome {
+                        unit: Some(h.unit.clone()),
+                        confined: h.confined,
+                        isolated,
+                        problem,
+                    },
                 );
                 continue;
             }
             if let Some((sig, why)) = self.refused.get(key) {
                 if *sig == t.signature() {
-                    outcome.insert(key.clone(), (None, false, false, Some(why.clone())));
+                    outcome.insert(key.clone(), Outcome::not_held(Some(why.clone())));
                     continue;
                 }
             }
@@ -601,13 +670,13 @@ impl Holder {
                 }
             }
             let entry = match &hold {
-                Some(h) => (
-                    Some(h.unit.clone()),
-                    h.confined,
-                    h.partition.is_some(),
+                Some(h) => Outcome {
+                    unit: Some(h.unit.clone()),
+                    confined: h.confined,
+                    isolated: h.partition.is_some(),
                     problem,
-                ),
-                None => (None, false, false, problem),
+                },
+                None => Outcome::not_held(problem),
             };
             if let Some(h) = hold {
                 self.held.push(h);
@@ -615,24 +684,7 @@ impl Holder {
             self.save();
             outcome.insert(key.clone(), entry);
         }
-        for (i, key) in target_of.iter().enumerate() {
-            let Some(key) = key else { continue };
-            if let Some((unit, confined, isolated, problem)) = outcome.get(key) {
-                let r = &mut reports[i];
-                r.unit = unit.clone();
-                r.confined = *confined;
-                r.isolated = *isolated;
-                // The unit's CPUs are the union of its processes': report them.
-                if let Some(h) = self.held.iter().find(|h| &h.unit == key) {
-                    r.cpus = h.cpus.clone();
-                    r.mems = h.mems.clone();
-                }
-                if r.problem.is_none() {
-                    r.problem = problem.clone();
-                }
-            }
-        }
-        reports
+        outcome
     }
 
     /// Applies one target: the hold made (if anything was done), what could not be, and
