@@ -29,24 +29,24 @@
 //! plan (it is given CPUs), task placement inside the unit (the manager's), the bus
 //! connection's details (see `systemd`), cgroup files' details (see `partition`).
 
+mod dry;
+mod journal;
+mod names;
 pub mod partition;
 pub mod systemd;
 
+pub use dry::{cannot_isolate_here, dry_line, unit_of_cgroup};
+pub use journal::{Journal, JOURNAL_FILE};
+
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
-use crate::infile::{self, InError, Links};
 use partition::{Cgroup2, Partition, Unable};
 use systemd::{Allowed, UnitError, UnitInfo, Units};
 
-/// File name of the hold journal under the runtime directory.
-pub const JOURNAL_FILE: &str = "holds.json";
-/// Largest journal read.
-const MAX_JOURNAL_SIZE: u64 = 4 << 20;
 /// How long holds a previous run left (their processes still running) wait for the
 /// daemon to want them again before they are undone.
 pub const RECOVERY_GRACE: Duration = Duration::from_secs(5);
@@ -250,53 +250,6 @@ impl Target {
             Place::Unit(u) => &u.name,
             Place::Adopt { scope, .. } => scope,
         }
-    }
-}
-
-/// The journal of holds: what to undo if the daemon dies.
-#[derive(Debug, Clone)]
-pub struct Journal {
-    path: PathBuf,
-}
-
-impl Journal {
-    pub fn new(runtime_dir: &Path) -> Journal {
-        Journal {
-            path: runtime_dir.join(JOURNAL_FILE),
-        }
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Replaces the journal atomically; empty removes it.
-    pub fn save(&self, holds: &[Hold]) -> Result<(), String> {
-        let text = if holds.is_empty() {
-            None
-        } else {
-            Some(
-                serde_json::to_string_pretty(holds)
-                    .map_err(|e| format!("{}: {e}", self.path.display()))?,
-            )
-        };
-        crate::outfile::replace_own(&self.path, text.as_ref().map(|t| t.as_bytes()), true)
-            .map_err(|(p, e)| format!("{}: {e}", p.display()))
-    }
-
-    /// What a previous run left: empty when there is no journal.
-    pub fn load(&self) -> Result<Vec<Hold>, String> {
-        let opened = infile::open_regular(&self.path, Links::Refuse)
-            .and_then(|(file, md)| infile::read_text(file, md.len(), MAX_JOURNAL_SIZE));
-        let text = match opened {
-            Ok(text) => text,
-            Err(InError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Vec::new())
-            }
-            Err(e) => return Err(format!("{}: {e}", self.path.display())),
-        };
-        serde_json::from_str(&text)
-            .map_err(|e| format!("{}: corrupt hold journal: {e}", self.path.display()))
     }
 }
 
@@ -965,73 +918,6 @@ pub fn slice_path(slice: &str) -> String {
         parts.push(format!("{acc}.slice"));
     }
     parts.join("/")
-}
-
-/// Why nothing can be isolated on the machine under `root`, if so: the cgroup v2
-/// hierarchy, its cpuset controller and remote partitions (for `check`, `plan --live`).
-pub fn cannot_isolate_here(root: &crate::sysroot::SysRoot) -> Option<String> {
-    match Cgroup2::find(root) {
-        Err(e) => Some(e.to_string()),
-        Ok(c) => c.probe().err().map(|e| e.to_string()),
-    }
-}
-
-/// The unit a cgroup path is in, as systemd lays units out: its innermost `.service`
-/// or `.scope` component, in the slice above it (for dry runs, without asking systemd).
-pub fn unit_of_cgroup(path: &str) -> Option<UnitInfo> {
-    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
-    let i = parts
-        .iter()
-        .rposition(|p| p.ends_with(".service") || p.ends_with(".scope"))?;
-    // The unit systemd knows is the outermost unit component: a container's own
-    // cgroups below its scope are not units.
-    let i = parts[..=i]
-        .iter()
-        .position(|p| p.ends_with(".service") || p.ends_with(".scope"))
-        .unwrap_or(i);
-    let slice = parts[..i]
-        .iter()
-        .rev()
-        .find(|p| p.ends_with(".slice"))
-        .map_or("-.slice".to_string(), |s| s.to_string());
-    Some(UnitInfo {
-        name: parts[i].to_string(),
-        cgroup: format!("/{}", parts[..=i].join("/")),
-        slice,
-        delegate: false,
-    })
-}
-
-/// What the daemon would hold for `w`, in one line, for `plan --live`: `unit` is the
-/// process's unit (or why it has none), `cannot` why nothing can be isolated here.
-pub fn dry_line(w: &Want, unit: Result<UnitInfo, String>, cannot: Option<&str>) -> String {
-    let place = match unit.and_then(|u| place_for(&u, &w.rule, w.pid)) {
-        Ok(p) => p,
-        Err(why) => return format!("not held: {why}"),
-    };
-    let mut s = match &place {
-        Place::Unit(u) => format!("unit {}", u.name),
-        Place::Adopt { scope, slice } => format!("unit {scope} (a scope of its own in {slice})"),
-    };
-    let confined = !w.isolate || cannot.is_none();
-    if confined {
-        s.push_str(&format!(": AllowedCPUs={}", w.cpus));
-        if let Some(m) = &w.mems {
-            s.push_str(&format!(", AllowedMemoryNodes={m}"));
-        }
-        s.push_str(" (would be set by pinnerd)");
-    }
-    match (w.isolate, cannot) {
-        (true, None) => s.push_str(&format!(
-            "; CPUs {} would be isolated (cpuset partition)",
-            w.cpus
-        )),
-        (true, Some(why)) => s.push_str(&format!(
-            ": not isolated: {why}; the rule stays merely exclusive"
-        )),
-        (false, _) => {}
-    }
-    s
 }
 
 impl From<UnitError> for Unable {
