@@ -77,6 +77,68 @@ pub struct LatencyMatrix {
     /// them is an earlier measurement's. `None` when every CPU was measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept: Option<KeptCells>,
+    /// What the repeat check at the end of the measurement found (`measure::repeat`);
+    /// `None`: not checked (imports, files written before the check existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stability: Option<Stability>,
+}
+
+/// The line `plan`, `compare`, `report` and the daemon's status print when the host
+/// moved the vCPUs during or after the measurement: a contract, printed exactly.
+pub const HOST_MOVES_VCPUS: &str = "the host moves vCPUs: latency placement off";
+
+/// The same finding where pinnerd cannot tell it runs in a virtual machine (no
+/// `hypervisor` flag): the cause is not known to be a host, only that repeats disagree.
+pub const REPEATS_DISAGREE: &str = "repeated measurements disagree: latency placement off";
+
+/// Whether a matrix's figures held when measured again ([`Stability::verdict`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Verdict {
+    /// The repeats agree with the matrix within the bound.
+    Stable,
+    /// Too many repeats disagree, or a CPU's nearest pair moved: the figures describe
+    /// where the vCPUs sat for a moment, not the machine. Placement ignores them.
+    Unstable,
+}
+
+/// The evidence of the repeat check: a sample of pairs measured again after the
+/// matrix, each compared with its cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stability {
+    /// Pairs measured again that gave a figure.
+    pub repeated: usize,
+    /// Of those, pairs whose repeat is further than `tolerance` (relative) from the cell.
+    pub disagreeing: usize,
+    /// CPUs whose nearest pair, measured again, disagrees and is now further than the
+    /// CPU's next pair in the matrix: the nearest-pair structure changed.
+    #[serde(default)]
+    pub nearest_moved: usize,
+    /// Relative difference beyond which a repeat disagrees with its cell.
+    pub tolerance: f64,
+    /// Largest share of disagreeing repeats a stable matrix may have.
+    pub bound: f64,
+    pub verdict: Verdict,
+    /// Whether the machine said it runs under a hypervisor (`/sys/hypervisor/type` or
+    /// the `hypervisor` CPU flag); it words the cause of an unstable verdict.
+    #[serde(default)]
+    pub vm: bool,
+    /// What made the verdict unstable, set by whoever found it (the repeat check or the
+    /// daemon's drift probe), in words; `None` when stable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub why: Option<String>,
+}
+
+impl Stability {
+    /// The line to print when latency placement is off for this evidence; `None` when
+    /// the matrix held.
+    pub fn latency_off(&self) -> Option<&'static str> {
+        match (self.verdict, self.vm) {
+            (Verdict::Stable, _) => None,
+            (Verdict::Unstable, true) => Some(HOST_MOVES_VCPUS),
+            (Verdict::Unstable, false) => Some(REPEATS_DISAGREE),
+        }
+    }
 }
 
 /// The cells a measurement kept from an earlier one, because it stayed off their CPUs.
@@ -136,6 +198,8 @@ struct MatrixFile {
     warnings: Vec<String>,
     #[serde(default)]
     kept: Option<KeptCells>,
+    #[serde(default)]
+    stability: Option<Stability>,
 }
 
 impl From<MatrixFile> for LatencyMatrix {
@@ -166,6 +230,7 @@ impl From<MatrixFile> for LatencyMatrix {
             sparse,
             warnings: f.warnings,
             kept: f.kept,
+            stability: f.stability,
         };
         m.recount();
         m
@@ -329,6 +394,7 @@ impl LatencyMatrix {
             sparse: None,
             warnings: Vec::new(),
             kept: None,
+            stability: None,
         }
     }
 
@@ -390,6 +456,12 @@ impl LatencyMatrix {
             sp.pairs_measured = measured;
             sp.pairs_total = total;
         }
+    }
+
+    /// The line saying latency placement is off, when the repeat check (or a drift
+    /// probe) found this matrix unstable; `None` for a stable or unchecked matrix.
+    pub fn latency_off(&self) -> Option<&'static str> {
+        self.stability.as_ref().and_then(Stability::latency_off)
     }
 
     /// Latency between two CPU ids.

@@ -36,6 +36,7 @@ pub mod estimator;
 pub mod guard;
 pub mod pinned;
 pub mod plain;
+pub mod repeat;
 mod rng;
 pub mod schedule;
 pub mod simulate;

@@ -3,6 +3,10 @@
 //! of spinning. How sparse measurement is developed, tested and benchmarked on every
 //! public matrix; [`super::sparse`] runs the same code on real pairs.
 //!
+//! [`Simulated::moving`] makes it a host that moves its vCPUs, as a cloud hypervisor
+//! does: the measured CPU ids are vCPUs, placed on the matrix's CPUs by a permutation
+//! drawn anew every N answers, so a pair's figure changes with where the host put it.
+//!
 //! Must not touch: the OS (no threads, no clocks).
 
 use super::rng::Rng;
@@ -22,6 +26,13 @@ pub struct Simulated<'a> {
     rng: Rng,
     /// Pairs answered so far (every answer counts, repeats included).
     pub answered: usize,
+    /// A moving host: a new vCPU placement every this many answers.
+    moves_every: Option<usize>,
+    /// Where each vCPU (row of `truth`) sits now: a row of `truth`. The identity for a
+    /// host that does not move.
+    placed: Vec<usize>,
+    /// Placements drawn so far (the first one included).
+    pub moves: usize,
 }
 
 impl<'a> Simulated<'a> {
@@ -36,12 +47,43 @@ impl<'a> Simulated<'a> {
             },
             rng: Rng::new(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 0xa5a5),
             answered: 0,
+            moves_every: None,
+            placed: (0..truth.len()).collect(),
+            moves: 0,
         }
+    }
+
+    /// The same host moving its vCPUs: a random placement of the vCPUs on the matrix's
+    /// CPUs now, and a new one every `every` answers (at least 1).
+    pub fn moving(mut self, every: usize) -> Simulated<'a> {
+        self.moves_every = Some(every.max(1));
+        self.move_vcpus();
+        self
+    }
+
+    /// Draws a new placement (Fisher–Yates over the matrix's rows).
+    fn move_vcpus(&mut self) {
+        for i in (1..self.placed.len()).rev() {
+            let j = self.rng.below(i + 1);
+            self.placed.swap(i, j);
+        }
+        self.moves += 1;
+    }
+
+    /// The matrix's figure for vCPUs `a` and `b` where they sit now.
+    fn truth_between(&self, a: u32, b: u32) -> Option<f64> {
+        let (i, j) = (self.truth.index_of(a)?, self.truth.index_of(b)?);
+        self.truth.at(self.placed[i], self.placed[j])
     }
 
     /// One noisy answer for two CPU ids; `None` for a pair the matrix lacks.
     pub fn answer(&mut self, a: u32, b: u32) -> Option<f64> {
-        let v = self.truth.between(a, b)?;
+        if let Some(every) = self.moves_every {
+            if self.answered > 0 && self.answered % every == 0 {
+                self.move_vcpus();
+            }
+        }
+        let v = self.truth_between(a, b)?;
         self.answered += 1;
         let mut x = v * (self.noise * self.rng.normal()).exp();
         if self.rng.unit() < OUTLIER_RATE {
