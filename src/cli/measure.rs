@@ -52,6 +52,11 @@ pub struct MeasureArgs {
     /// With --simulate: seed of the noise and of the spot-check sample.
     #[arg(long, value_name = "S", default_value_t = 1, requires = "simulate")]
     pub seed: u64,
+    /// With --simulate: a host that moves its vCPUs, as a cloud hypervisor does: the
+    /// CPUs are placed on the file's CPUs at random, placed anew every N answers. The
+    /// simulated machine is a virtual machine.
+    #[arg(long, value_name = "N", requires = "simulate", value_parser = clap::value_parser!(u64).range(1..))]
+    pub moves_every: Option<u64>,
     /// Which CPU of each pair touches the shared line first (where its memory lives).
     #[arg(long, value_enum, default_value_t = FirstTouch::Initiator)]
     pub first_touch: FirstTouch,
@@ -201,6 +206,15 @@ pub fn summary_text(m: &LatencyMatrix) -> String {
             sp.modelled_seconds
         ));
     }
+    if let Some(st) = &m.stability {
+        out.push_str(&format!(
+            "repeat check: {} pair(s) measured again, {} off by more than {:.0}%: {}\n",
+            st.repeated,
+            st.disagreeing,
+            st.tolerance * 100.0,
+            st.latency_off().unwrap_or("stable")
+        ));
+    }
     if let Some(fp) = &m.fingerprint {
         out.push_str(&format!("fingerprint: {fp}\n"));
     }
@@ -247,14 +261,21 @@ fn simulate(
     };
     let t0 = std::time::Instant::now();
     let mut sim = Simulated::new(&truth, args.noise, args.seed);
+    if let Some(every) = args.moves_every {
+        sim = sim.moving(usize::try_from(every).unwrap_or(usize::MAX));
+    }
     let cfg = SparseConfig {
         seed: args.seed,
         ..SparseConfig::default()
     };
     let out = sparse::run_sparse(&cpus, None, &mut sim, &cfg)?;
     let mut m = out.to_matrix(&Default::default(), &cfg.costs);
+    let moving = args
+        .moves_every
+        .map(|n| format!(", vCPUs moved every {n} answers"))
+        .unwrap_or_default();
     m.warnings.push(format!(
-        "simulated from {} (noise {}, seed {}): no pair was measured on this machine",
+        "simulated from {} (noise {}, seed {}{moving}): no pair was measured on this machine",
         path.display(),
         args.noise,
         args.seed
@@ -262,6 +283,9 @@ fn simulate(
     if args.complete {
         complete_and_say(args, preface, &mut m, &mut sim, |_| Default::default())?;
     }
+    // The simulated host is a virtual machine when it moves its vCPUs; otherwise
+    // nothing says what it is.
+    measure::repeat::record(&mut m, &mut sim, args.moves_every.is_some())?;
     Ok(measure::Measurement {
         matrix: m,
         report: measure::RunReport {

@@ -10,6 +10,8 @@
 //!                                         estimator (p10, spread, stop rule)
 //!                                              │
 //!                        validity (steal, hypervisor, clock, discards) ─► LatencyMatrix
+//!                                              │
+//!                        repeat (a sample measured again: stable or unstable) ─► stability
 //! ```
 //!
 //! Entry points: [`run`] / [`run_detailed`] for a full matrix (or a sparse one with
@@ -548,7 +550,8 @@ pub fn run_detailed(
     // The budget is for measuring: it starts once the guard let us in, and the warm-up
     // takes at most a quarter of it.
     let measuring_since = Instant::now();
-    let deadline = measuring_since + cfg.budget;
+    // A tenth of the budget is kept for the repeat check at the end.
+    let deadline = measuring_since + cfg.budget - cfg.budget / repeat::BUDGET_SHARE;
     report(Phase::Warmup, 0, 1);
     warm_up(&cfg.cpus, cfg.warmup.min(cfg.budget / 4), cfg.priority)?;
 
@@ -705,6 +708,9 @@ pub fn run_detailed(
     matrix.mode = Some(cfg.mode.as_str().to_string());
     matrix.stats = stats;
     matrix.warnings = warnings;
+    let mut again = sparse_real::EngineMeasurer::new(cfg, measuring_since + cfg.budget)
+        .even_over(repeat::sample(&matrix).len() * repeat::ANSWERS);
+    repeat::record(&mut matrix, &mut again, report_out.hypervisor.is_some())?;
     Ok(Measurement {
         matrix,
         report: report_out,

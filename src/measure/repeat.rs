@@ -40,6 +40,12 @@ pub const SPREAD_PAIRS: usize = 8;
 /// figure higher (two preempted answers in a row are rare enough for [`BOUND`]).
 pub const ANSWERS: usize = 2;
 
+/// The share of a measurement's budget kept for the repeat check: a tenth. The check
+/// measures at most `2 × (CPUs + 8)` pairs, a few percent of a full matrix's
+/// `CPUs × (CPUs − 1)` pair-passes from 8 CPUs on, and stops by the stop rule well
+/// before its share on a quiet machine.
+pub const BUDGET_SHARE: u32 = 10;
+
 /// The pairs to measure again: each CPU's nearest pair (the cell placement trusts
 /// most), then [`SPREAD_PAIRS`] pairs spread over the latency range, each pair once,
 /// `(low, high)` CPU ids.
@@ -162,6 +168,23 @@ pub fn check<M: PairMeasurer>(
         .map(|(&(a, b), ns)| (a, b, ns))
         .collect();
     Ok((judge(m, &repeats, vm), repeats))
+}
+
+/// Runs [`check`] and records its verdict in `m` (its `stability`, and a warning saying
+/// why when it is unstable).
+pub fn record<M: PairMeasurer>(
+    m: &mut LatencyMatrix,
+    meas: &mut M,
+    vm: bool,
+) -> Result<(), MeasureError> {
+    let (stability, _) = check(m, meas, vm)?;
+    if let Some(s) = &stability {
+        if let (Some(line), Some(why)) = (s.latency_off(), &s.why) {
+            m.warnings.push(format!("{line} ({why})"));
+        }
+    }
+    m.stability = stability;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -302,7 +325,11 @@ mod tests {
                 let m = out.to_matrix(&Default::default(), &cfg.costs);
                 let (s, _) = check(&m, &mut sim, true).unwrap();
                 let s = s.unwrap();
-                assert!(sim.moves > 1, "seed {seed} every {every}: the host moved ({} answers)", sim.answered);
+                assert!(
+                    sim.moves > 1,
+                    "seed {seed} every {every}: the host moved ({} answers)",
+                    sim.answered
+                );
                 assert_eq!(
                     s.verdict,
                     Verdict::Unstable,

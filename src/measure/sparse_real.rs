@@ -23,6 +23,9 @@ pub struct EngineMeasurer<'a> {
     pub stats: BTreeMap<(u32, u32), PairStats>,
     pub warnings: Vec<String>,
     pub rounds: usize,
+    /// Rounds still to come when the caller knows (the repeat check): each gets an even
+    /// share of what is left instead of a tenth.
+    rounds_left: Option<usize>,
 }
 
 impl<'a> EngineMeasurer<'a> {
@@ -33,7 +36,14 @@ impl<'a> EngineMeasurer<'a> {
             stats: BTreeMap::new(),
             warnings: Vec::new(),
             rounds: 0,
+            rounds_left: None,
         }
+    }
+
+    /// Shares the time left evenly over `rounds` rounds (a known count of them).
+    pub fn even_over(mut self, rounds: usize) -> EngineMeasurer<'a> {
+        self.rounds_left = Some(rounds.max(1));
+        self
     }
 }
 
@@ -41,7 +51,15 @@ impl PairMeasurer for EngineMeasurer<'_> {
     fn measure_round(&mut self, round: &[(u32, u32)]) -> Result<Vec<Option<f64>>, MeasureError> {
         let now = Instant::now();
         // Sparse runs are short: a round may take a tenth of what is left.
-        let share = self.deadline.saturating_duration_since(now) / 10;
+        let left = self.deadline.saturating_duration_since(now);
+        let share = match self.rounds_left.as_mut() {
+            Some(n) => {
+                let share = left / (*n).max(1) as u32;
+                *n = n.saturating_sub(1);
+                share
+            }
+            None => left / 10,
+        };
         let runs = self
             .engine
             .group(round, now + share.max(Duration::from_millis(5)))?;
@@ -118,7 +136,9 @@ pub fn run_sparse_real(
     cfg.guard.wait_idle(&cfg.root, &cfg.cpus)?;
     let stat_before = guard::read_stat(&cfg.root)?;
     let hypervisor = validity::hypervisor(&cfg.root);
-    let deadline = Instant::now() + cfg.budget;
+    let started = Instant::now();
+    // A tenth of the budget is kept for the repeat check.
+    let deadline = started + cfg.budget - cfg.budget / super::repeat::BUDGET_SHARE;
     report(Phase::Warmup);
     warm_up(&cfg.cpus, cfg.warmup.min(cfg.budget / 4), cfg.priority)?;
     report(Phase::Pass(1));
@@ -158,6 +178,9 @@ pub fn run_sparse_real(
     if missing > 0 {
         m.warnings.push(format!("{missing} pair(s) have no figure"));
     }
+    let mut again = EngineMeasurer::new(cfg, started + cfg.budget)
+        .even_over(super::repeat::sample(&m).len() * super::repeat::ANSWERS);
+    super::repeat::record(&mut m, &mut again, hypervisor.is_some())?;
     m.primitive = Some(cfg.primitive.as_str().to_string());
     m.measured_at_us = Some(super::now_us());
     m.fingerprint = cfg.fingerprint.clone();
