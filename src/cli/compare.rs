@@ -176,6 +176,9 @@ pub struct Effect {
     /// planned, autopilot, worst, unpinned (in that order).
     pub variants: Vec<VariantResult>,
     pub notes: Vec<String>,
+    /// The plan's matrix is unstable: the planned CPUs come from the topology, and the
+    /// runs are shown as measured with no gain concluded from them.
+    pub latency_off: Option<&'static str>,
 }
 
 impl Effect {
@@ -207,11 +210,13 @@ impl Effect {
             "runs": self.runs,
             "duration_ms": self.duration_ms,
             "variants": vs,
-            "ratios": {
+            // No gain is claimed from a plan made without a usable matrix.
+            "ratios": self.latency_off.is_none().then(|| json!({
                 "planned_vs_autopilot": self.ratio(1),
                 "planned_vs_worst": self.ratio(2),
                 "planned_vs_unpinned": self.ratio(3),
-            },
+            })),
+            "latency_off": self.latency_off,
             "notes": self.notes,
         })
     }
@@ -219,6 +224,9 @@ impl Effect {
     /// The table for people.
     pub fn human(&self) -> String {
         let mut s = String::new();
+        if let Some(line) = self.latency_off {
+            let _ = writeln!(s, "{line}");
+        }
         let _ = writeln!(
             s,
             "{}-thread ring through one cache line, {} interleaved runs x {} ms each",
@@ -249,13 +257,20 @@ impl Effect {
                 100.0 * v.spread()
             );
         }
-        let _ = writeln!(
-            s,
-            "ratios of medians: planned/autopilot {:.2}x, planned/worst {:.2}x, planned/unpinned {:.2}x",
-            self.ratio(1),
-            self.ratio(2),
-            self.ratio(3)
-        );
+        if self.latency_off.is_some() {
+            let _ = writeln!(
+                s,
+                "no gain claimed: the planned CPUs come from the sysfs topology, since the matrix's figures did not hold when measured again; the runs above are as measured"
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "ratios of medians: planned/autopilot {:.2}x, planned/worst {:.2}x, planned/unpinned {:.2}x",
+                self.ratio(1),
+                self.ratio(2),
+                self.ratio(3)
+            );
+        }
         for n in &self.notes {
             let _ = writeln!(s, "note: {n}");
         }
@@ -399,5 +414,6 @@ pub fn measure_effect(
         duration_ms: duration.as_millis() as u64,
         variants: results,
         notes,
+        latency_off: p.latency_off,
     })
 }

@@ -76,9 +76,9 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let topology = Topology::discover(&machine)
         .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
     let (matrix, source, misfit) = matrix_to_plan_on(args, &root, &topology)?;
-    let domains = domains::select(matrix.as_ref(), Some(&topology), misfit)
-        .with_context(|| format!("the {source} does not fit this machine"))?
-        .domains;
+    let selected = domains::select(matrix.as_ref(), Some(&topology), misfit)
+        .with_context(|| format!("the {source} does not fit this machine"))?;
+    let (domains, latency_off) = (selected.domains, selected.latency_off);
     let facts = Facts::from_topology(&topology);
     let devices = devices::resolve_all(&root, shape::near_names(&report.rules));
     let sched_ext = crate::sched_ext::read(&root).context("reading the sched_ext state")?;
@@ -111,6 +111,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         .collect();
     let found = DryRun {
         source,
+        latency_off,
         report: &report,
         sched_ext: sched_ext_line(sched_ext.as_ref(), &planned.sched_ext),
         mgr,
@@ -144,6 +145,8 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
 struct DryRun<'a> {
     /// Where placement came from, in words.
     source: String,
+    /// The matrix is unstable: placement from the topology, said first.
+    latency_off: Option<&'static str>,
     report: &'a LoadReport,
     /// What a running sched_ext scheduler did to the plan (`sched_ext_line`).
     sched_ext: Option<String>,
@@ -180,6 +183,7 @@ impl DryRun<'_> {
             .collect();
         let v = serde_json::json!({
             "placement_from": self.source,
+            "latency_off": self.latency_off,
             "rule_errors": self.report.error_strings(),
             "plans": self.mgr.plan().units(),
             "processes": procs,
@@ -244,6 +248,9 @@ impl DryRun<'_> {
         let cannot = crate::hold::cannot_isolate_here(self.root);
         let node_of = |cpu: u32| self.topology.node_of(cpu);
         let protected = self.mgr.protected();
+        if let Some(line) = self.latency_off {
+            let _ = writeln!(out, "{line}");
+        }
         let _ = writeln!(
             out,
             "dry run: nothing was changed; placement from {}",

@@ -175,6 +175,8 @@ pub struct Advice {
     pub placement: Placement,
     /// What `--core-type`, `--prefer` and `--near` did; `None` when none was given.
     pub shaped: Option<Shaped>,
+    /// The matrix is unstable: placed on the topology, no latency gain claimed.
+    pub latency_off: Option<&'static str>,
 }
 
 /// What a plan stands on: the topology, the matrix and where it came from, and the
@@ -193,6 +195,9 @@ pub struct Ground {
     pub warnings: Vec<String>,
     /// The CPUs a plan may use: the domains' CPUs less the isolated ones.
     pub available: CpuSet,
+    /// The matrix is unstable (`domains::select`): the domains are the topology's and
+    /// this line says so first.
+    pub latency_off: Option<&'static str>,
 }
 
 /// Builds the domains from the arguments' matrix and topology and places the request.
@@ -250,6 +255,7 @@ pub fn ground(args: &PlanArgs) -> anyhow::Result<Ground> {
     let selected = domains::select(matrix.as_ref(), topology.as_ref(), misfit)
         .with_context(|| format!("latency domains from the {}", source.describe()))?;
     warnings.extend(selected.warnings);
+    let latency_off = selected.latency_off;
     let (domains, findings) = (selected.domains, selected.findings);
     if let Some(m) = &matrix {
         warnings.extend(m.warnings.iter().cloned());
@@ -273,6 +279,7 @@ pub fn ground(args: &PlanArgs) -> anyhow::Result<Ground> {
         findings,
         warnings,
         available,
+        latency_off,
     })
 }
 
@@ -315,6 +322,7 @@ pub fn place_on(ground: &Ground, args: &PlanArgs, count: usize) -> anyhow::Resul
         warnings,
         placement,
         shaped,
+        latency_off: ground.latency_off,
     })
 }
 
@@ -427,6 +435,7 @@ impl Advice {
             "trust": x.trust,
             "findings": self.findings,
             "warnings": self.warnings,
+            "latency_off": self.latency_off,
         })
     }
 
@@ -434,6 +443,9 @@ impl Advice {
     pub fn human(&self) -> String {
         let x = &self.placement.explanation;
         let mut s = String::new();
+        if let Some(line) = self.latency_off {
+            let _ = writeln!(s, "{line}");
+        }
         let _ = writeln!(
             s,
             "CPUs {}  ({} CPU(s), policy {}, smt {})",
@@ -473,6 +485,8 @@ impl Advice {
         }
         if let Some((cpus, c)) = &x.autopilot {
             let ratio = match (c.worst_ns, x.cost.worst_ns) {
+                // Figures of an unstable matrix are not the machine's: no gain from them.
+                _ if self.latency_off.is_some() => String::new(),
                 (Some(a), Some(p)) if p > 0.0 => format!(" — {:.1}x the plan's worst", a / p),
                 _ => String::new(),
             };

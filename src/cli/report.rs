@@ -126,7 +126,11 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         for policy in [Policy::Compact, Policy::Spread] {
             plans.push(match place_on(&g, &plan_args(k, policy), k) {
                 Ok(a) => {
-                    let row = plan_row(k, policy, &a.json());
+                    let mut row = plan_row(k, policy, &a.json());
+                    if g.latency_off.is_some() {
+                        // No gain from an unstable matrix's figures.
+                        row.ratio = None;
+                    }
                     if k == 2 && policy == Policy::Compact {
                         pair_advice = Some(a);
                     }
@@ -200,6 +204,7 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         plans,
         effect,
         quality,
+        latency_off: g.latency_off.map(String::from),
     };
     let write = |name: &str, text: &str| -> anyhow::Result<PathBuf> {
         Ok(out_dir.replace(name.as_ref(), text.as_bytes(), false)?)
@@ -209,6 +214,9 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     }
     let json = write("report.json", &(serde_json::to_string_pretty(&r)? + "\n"))?;
     let html = write("report.html", &report::html(&r, g.matrix.as_ref()))?;
+    if let Some(line) = g.latency_off {
+        outln!("{line}");
+    }
     outln!(
         "{}\n{}\nfrom the {}",
         html.display(),

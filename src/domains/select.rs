@@ -35,6 +35,10 @@ pub struct Selected {
     pub trusted: Trust,
     /// Why the matrix was used alone, or not at all.
     pub warnings: Vec<String>,
+    /// The matrix was found unstable (`measure::repeat`): these domains are the
+    /// topology's, and this line says so, exactly
+    /// ([`crate::matrix::HOST_MOVES_VCPUS`] on a virtual machine).
+    pub latency_off: Option<&'static str>,
 }
 
 /// Latency domains that cannot be had.
@@ -44,11 +48,16 @@ pub enum SelectError {
     Nothing,
     #[error(transparent)]
     Domains(#[from] DomainError),
+    /// An unstable matrix and no topology to place on instead.
+    #[error("{line}, and the CPU topology is not available to place on instead")]
+    Unstable { line: &'static str },
 }
 
 /// The domains to place on: `matrix` reconciled with `topology` when it was measured
 /// on the topology's online or usable CPUs; otherwise as `misfit` says; the topology
-/// alone without a matrix.
+/// alone without a matrix, or when the matrix is unstable (its repeats disagreed: the
+/// figures are where the vCPUs sat for a moment, so no latency placement, whatever
+/// `misfit` says).
 pub fn select(
     matrix: Option<&LatencyMatrix>,
     topology: Option<&Topology>,
@@ -59,7 +68,15 @@ pub fn select(
         domains,
         findings,
         warnings,
+        latency_off: None,
     };
+    if let Some(line) = matrix.and_then(LatencyMatrix::latency_off) {
+        let t = topology.ok_or(SelectError::Unstable { line })?;
+        return Ok(Selected {
+            latency_off: Some(line),
+            ..selected((Domains::from_topology(t)?, Vec::new()), vec![])
+        });
+    }
     match (matrix, topology) {
         (None, None) => Err(SelectError::Nothing),
         (None, Some(t)) => Ok(selected((Domains::from_topology(t)?, Vec::new()), vec![])),
@@ -133,6 +150,48 @@ mod tests {
             assert!(s.warnings.is_empty(), "{misfit:?}: {:?}", s.warnings);
             assert_eq!(s.domains.cpus().len(), 16);
         }
+    }
+
+    /// An unstable matrix is never placed on: the topology's domains whatever the
+    /// misfit policy, the contract line with them, an error without a topology.
+    #[test]
+    fn an_unstable_matrix_gives_the_topology_s_domains_and_says_so() {
+        use crate::matrix::{Stability, Verdict, HOST_MOVES_VCPUS, REPEATS_DISAGREE};
+        let t = fixture("xeon-e5620");
+        let mut m = e5620();
+        let stable = Stability {
+            repeated: 20,
+            disagreeing: 1,
+            nearest_moved: 0,
+            tolerance: 0.25,
+            bound: 0.25,
+            verdict: Verdict::Stable,
+            vm: true,
+            why: None,
+        };
+        m.stability = Some(stable.clone());
+        let s = select(Some(&m), Some(&t), Misfit::Refuse).unwrap();
+        assert_eq!((s.trusted, s.latency_off), (Trust::Matrix, None));
+        m.stability = Some(Stability {
+            disagreeing: 12,
+            verdict: Verdict::Unstable,
+            ..stable
+        });
+        let from_topology = Domains::from_topology(&t).unwrap();
+        for misfit in [Misfit::Refuse, Misfit::MatrixAlone, Misfit::Topology] {
+            let s = select(Some(&m), Some(&t), misfit).unwrap();
+            assert_eq!(s.latency_off, Some(HOST_MOVES_VCPUS), "{misfit:?}");
+            assert_eq!(s.trusted, from_topology.trust(), "{misfit:?}");
+            assert_eq!(s.domains.cpus(), from_topology.cpus());
+        }
+        m.stability.as_mut().unwrap().vm = false;
+        let s = select(Some(&m), Some(&t), Misfit::Topology).unwrap();
+        assert_eq!(s.latency_off, Some(REPEATS_DISAGREE));
+        let e = select(Some(&m), None, Misfit::MatrixAlone).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "repeated measurements disagree: latency placement off, and the CPU topology is not available to place on instead"
+        );
     }
 
     #[test]

@@ -46,6 +46,10 @@ pub struct Report {
     /// `pinnerd compare`'s JSON object, with `--compare`.
     pub effect: Option<serde_json::Value>,
     pub quality: Quality,
+    /// The matrix is unstable (its repeats disagreed): this line, exactly, and the
+    /// plans are the topology's, with no gain shown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latency_off: Option<String>,
 }
 
 /// The machine section.

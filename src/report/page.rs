@@ -221,6 +221,13 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
         },
         esc(&r.generated_by)
     );
+    if let Some(line) = &r.latency_off {
+        let _ = write!(
+            s,
+            "<p><b>{}</b>: the matrix's figures did not hold when measured again, so the plans below come from the sysfs topology and no gain is shown.</p>",
+            esc(line)
+        );
+    }
 
     // 1. The machine.
     s.push_str("<section id=\"machine\"><h2>The machine</h2><table>");
