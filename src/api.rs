@@ -345,6 +345,10 @@ pub struct Snapshot {
     /// nothing is held). Counts and reasons by rule, no list of processes: every caller
     /// may read it.
     pub holds: String,
+    /// `the host moves vCPUs: latency placement off` (or, without the `hypervisor`
+    /// flag, `repeated measurements disagree: latency placement off`) while the matrix
+    /// in use is unstable and placement uses the sysfs topology; "" otherwise.
+    pub latency_off: String,
 }
 
 impl Snapshot {

@@ -73,6 +73,8 @@ pub trait Pinnerd1 {
     #[zbus(property)]
     fn holds(&self) -> zbus::Result<String>;
     #[zbus(property)]
+    fn latency_off(&self) -> zbus::Result<String>;
+    #[zbus(property)]
     fn pairs_measured(&self) -> zbus::Result<u32>;
     #[zbus(property)]
     fn pairs_total(&self) -> zbus::Result<u32>;
@@ -148,6 +150,10 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             us => format_epoch_us(us),
         };
         let errors = p.rule_errors().await?;
+        let off = p.latency_off().await?;
+        if !off.is_empty() {
+            outln!("{off}");
+        }
         outln!("state:        {}", p.state().await?);
         outln!("version:      {}", p.version().await?);
         outln!("cpus:         {}", p.cpu_count().await?);

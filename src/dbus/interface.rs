@@ -305,6 +305,20 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         self.read(conn, header, "Holds", |s| s.holds.clone()).await
     }
 
+    /// `the host moves vCPUs: latency placement off` while the matrix in use did not
+    /// hold when measured again and placement uses the sysfs topology (without the
+    /// `hypervisor` CPU flag: `repeated measurements disagree: latency placement off`);
+    /// empty otherwise.
+    #[zbus(property)]
+    async fn latency_off(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<String> {
+        self.read(conn, header, "LatencyOff", |s| s.latency_off.clone())
+            .await
+    }
+
     /// Pairs of the matrix in use that are measured (0 without a matrix). Fewer than
     /// `PairsTotal`: the rest are inferred from a sparse measurement and background
     /// completion is measuring them.

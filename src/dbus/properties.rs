@@ -71,6 +71,9 @@ pub fn changed_properties<'a>(
     if old.sched_ext != new.sched_ext {
         changed.insert("SchedExt", Value::from(sched_ext_pair(&new.sched_ext)));
     }
+    if old.latency_off != new.latency_off {
+        changed.insert("LatencyOff", Value::from(new.latency_off.clone()));
+    }
     if old.holds != new.holds {
         changed.insert("Holds", Value::from(new.holds.clone()));
     }

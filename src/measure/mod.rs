@@ -394,7 +394,7 @@ pub fn allowed_cpus() -> Result<CpuSet, crate::affinity::AffinityError> {
     crate::affinity::SystemOps::default().get_affinity(crate::affinity::own_tid())
 }
 
-fn now_us() -> u64 {
+pub(crate) fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as u64)

@@ -31,6 +31,7 @@ mod manpages;
 mod measure;
 mod memory;
 mod metrics;
+mod moving_host;
 mod one_truth;
 mod packaging;
 mod pid_reuse;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use crate::api::Signal;
 use crate::cpuset::CpuSet;
 use crate::matrix::keep;
-use crate::matrix::LatencyMatrix;
+use crate::matrix::{LatencyMatrix, Stability, Verdict};
 use crate::measure::around::{self, Around, WakeWatch};
 use crate::measure::{self, LoadGuard, MeasureConfig};
 
@@ -389,6 +389,7 @@ impl State {
                         })
                         .collect();
                     tracing::info!(moved = %moved.join(", "), "drift found; measuring the full matrix");
+                    self.unstable_after_drift(running.id, &probes, &drift);
                     self.schedule.queue_full();
                 }
             }
@@ -401,6 +402,55 @@ impl State {
             self.launch_full(id);
         }
         self.status();
+    }
+
+    /// Drift found soon after the matrix was measured (within two probe periods, an
+    /// hour without periodic probes): the host moved the vCPUs since the repeat check
+    /// passed. The matrix in use and the stored one are marked unstable, so placement
+    /// uses the sysfs topology until a measurement replaces them.
+    fn unstable_after_drift(
+        &mut self,
+        id: u64,
+        probes: &[measure::Probe],
+        drift: &[measure::Drift],
+    ) {
+        let soon = self.timing.drift_every.unwrap_or(Duration::from_secs(1800)) * 2;
+        let now_us = measure::now_us();
+        let Some(m) = self.current.as_mut() else {
+            return;
+        };
+        let Some(age) = m.measured_at_us.map(|at| now_us.saturating_sub(at)) else {
+            return;
+        };
+        if age > soon.as_micros() as u64 {
+            return;
+        }
+        let vm = match &m.stability {
+            Some(s) => s.vm,
+            None => measure::validity::hypervisor(&self.cfg.sysroot).is_some(),
+        };
+        m.stability = Some(Stability {
+            repeated: probes.iter().filter(|p| p.estimate_ns.is_some()).count(),
+            disagreeing: drift.len(),
+            nearest_moved: 0,
+            tolerance: self.timing.drift_tolerance,
+            bound: 0.0,
+            verdict: Verdict::Unstable,
+            vm,
+            why: Some(format!(
+                "the drift probe found {} pair(s) moved {} s after the measurement",
+                drift.len(),
+                age / 1_000_000
+            )),
+        });
+        let m = m.clone();
+        tracing::warn!(
+            job = id,
+            line = m.latency_off().unwrap_or_default(),
+            "the matrix in use did not hold"
+        );
+        self.store_matrix(id, &m);
+        self.matrix_changed();
     }
 
     pub(super) fn full_done(&mut self, id: u64, matrix: LatencyMatrix) {

@@ -418,6 +418,12 @@ impl State {
             holds: self.holds_summary().unwrap_or_default(),
             // From the sparse counts, which completion keeps: no walk over the cells
             // on every snapshot.
+            latency_off: self
+                .current
+                .as_ref()
+                .and_then(LatencyMatrix::latency_off)
+                .unwrap_or_default()
+                .to_string(),
             matrix_measured: self.current.as_ref().map_or((0, 0), |m| {
                 let total = m.len() * m.len().saturating_sub(1) / 2;
                 let measured = m.sparse.as_ref().map_or(total, |sp| sp.pairs_measured);
@@ -711,8 +717,12 @@ impl State {
         if let Some(h) = self.holds_summary() {
             matrix.push_str(&format!(", {h}"));
         }
+        let off = match s.latency_off.as_str() {
+            "" => String::new(),
+            line => format!("{line}, "),
+        };
         self.actions.push(Action::Status(format!(
-            "{}: {}, {}, {} managed, {matrix}",
+            "{}: {off}{}, {}, {} managed, {matrix}",
             s.state.as_str(),
             crate::words::count(s.rule_count as usize, "rule"),
             crate::words::count(s.rule_errors.len(), "error"),

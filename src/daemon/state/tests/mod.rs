@@ -430,6 +430,74 @@ fn drift_probe_runs_when_due_and_only_drift_triggers_a_full_measurement() {
     assert_eq!(s.snapshot().state, Phase::Measuring);
 }
 
+/// Drift found by the probe that follows a fresh measurement whose repeat check
+/// passed: the host moved the vCPUs since. The matrix in use and the stored one are
+/// marked unstable, and the snapshot and the status line say so, exactly.
+#[test]
+fn drift_soon_after_a_measurement_marks_the_matrix_unstable() {
+    use crate::matrix::{Stability, Verdict, HOST_MOVES_VCPUS};
+    let t0 = Instant::now();
+    let (mut s, _d, job) = started(probe_timing());
+    if job.cfg.cpus.len() < 2 {
+        return; // a one-CPU machine has no pair to probe
+    }
+    let mut m = matrix_for(&job);
+    m.measured_at_us = Some(crate::measure::now_us());
+    m.stability = Some(Stability {
+        repeated: 1,
+        disagreeing: 0,
+        nearest_moved: 0,
+        tolerance: 0.25,
+        bound: 0.25,
+        verdict: Verdict::Stable,
+        vm: true,
+        why: None,
+    });
+    s.handle(Event::Measured(Box::new(Finished {
+        id: job.id,
+        result: Ok(Product::Matrix(Box::new(m))),
+    })));
+    s.take_actions();
+    assert_eq!(s.snapshot().latency_off, "");
+
+    s.handle(Event::Tick(t0 + Duration::from_secs(11)));
+    let probe = jobs(&s.take_actions());
+    assert_eq!(probe.len(), 1);
+    s.handle(probes(&probe[0], 120.0));
+    let actions = s.take_actions();
+    assert_eq!(s.snapshot().latency_off, HOST_MOVES_VCPUS);
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Status(t) if t.contains(HOST_MOVES_VCPUS))),
+        "{actions:?}"
+    );
+    let fp = s.snapshot().fingerprint;
+    let stored = MatrixStore::open(&s.cfg.state_dir)
+        .unwrap()
+        .load_current(&fp)
+        .unwrap()
+        .matrix
+        .unwrap();
+    assert_eq!(stored.latency_off(), Some(HOST_MOVES_VCPUS));
+    let st = stored.stability.unwrap();
+    assert_eq!(
+        (st.verdict, st.disagreeing),
+        (Verdict::Unstable, probe_pairs(&probe[0]))
+    );
+    // A full measurement still follows, to replace the matrix.
+    assert!(jobs(&actions)
+        .iter()
+        .any(|j| matches!(j.kind, JobKind::Full)));
+}
+
+fn probe_pairs(job: &Job) -> usize {
+    match &job.kind {
+        JobKind::Drift { pairs, .. } => pairs.len(),
+        _ => 0,
+    }
+}
+
 #[test]
 fn remeasure_during_a_probe_is_promised_and_runs_after_it() {
     let t0 = Instant::now();
