@@ -803,7 +803,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__measure)
-            opts="-v -h --cpus --budget --primitive --mode --simulate --complete --noise --seed --first-touch --idle-threshold --spin-priority --idle-wait --json --csv --svg --out --sysfs --verbose --help"
+            opts="-v -h --cpus --budget --primitive --mode --simulate --complete --noise --seed --moves-every --first-touch --idle-threshold --spin-priority --idle-wait --json --csv --svg --out --sysfs --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -834,6 +834,10 @@ _pinnerd() {
                     return 0
                     ;;
                 --seed)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --moves-every)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -65,6 +65,7 @@ sparse\t'The hierarchy from a few pairs, spot checks per block, full measurement
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l simulate -d 'Do not spin: answer each pair sparse measurement asks for from this matrix (our JSON or core-to-core-latency\'s CSV), with noise. Implies `--mode sparse`' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l noise -d 'With --simulate: sigma of the lognormal noise on each answer (0.02 ≈ 2%)' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l seed -d 'With --simulate: seed of the noise and of the spot-check sample' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l moves-every -d 'With --simulate: a host that moves its vCPUs, as a cloud hypervisor does: the CPUs are placed on the file\'s CPUs at random, placed anew every N answers. The simulated machine is a virtual machine' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l first-touch -d 'Which CPU of each pair touches the shared line first (where its memory lives)' -r -f -a "initiator\t'The lower-numbered CPU of the pair'
 responder\t'The higher-numbered CPU of the pair'"
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l idle-threshold -d 'Minimum idle share (percent) every measured CPU must show before measuring; 0 measures whatever the load' -r
