@@ -52,7 +52,9 @@
 //!   pairs, spot checks per block, the rest inferred, or a mesh's model from random
 //!   pairs; then the cells of the compact plans that `domains` and `placement` make
 //!   from it measured) over a `PairMeasurer`: the real spinner, or
-//!   `measure::simulate`, which answers from a published matrix with noise;
+//!   `measure::simulate`, which answers from a published matrix with noise (or as a
+//!   host that moves its vCPUs); `measure::repeat`: the repeat check that ends every
+//!   measurement and marks a matrix unstable (then `domains::select` places on sysfs);
 //!   `measure::around`: the CPUs a measurement stays off (exclusive and
 //!   latency-critical rules' CPUs, `measure.never-cpus`, `nohz_full`), the cells it
 //!   keeps for them, and the latency-critical threads whose waking stops it;
