@@ -151,7 +151,7 @@ pub fn check<M: PairMeasurer>(
     m: &LatencyMatrix,
     meas: &mut M,
     vm: bool,
-) -> Result<(Option<Stability>, Vec<(u32, u32, Option<f64>)>), MeasureError> {
+) -> Result<(Option<Stability>, Repeats), MeasureError> {
     let pairs = sample(m);
     let mut best: Vec<Option<f64>> = vec![None; pairs.len()];
     for _ in 0..ANSWERS {
@@ -162,13 +162,17 @@ pub fn check<M: PairMeasurer>(
             }
         }
     }
-    let repeats: Vec<(u32, u32, Option<f64>)> = pairs
+    let repeats: Repeats = pairs
         .iter()
         .zip(best)
         .map(|(&(a, b), ns)| (a, b, ns))
         .collect();
     Ok((judge(m, &repeats, vm), repeats))
 }
+
+/// Pairs measured again, `(a, b, figure)`: the lowest of the pair's answers, `None`
+/// when none gave a figure.
+pub type Repeats = Vec<(u32, u32, Option<f64>)>;
 
 /// Runs [`check`] and records its verdict in `m` (its `stability`, and a warning saying
 /// why when it is unstable).
