@@ -257,3 +257,40 @@ fn report_on_an_unstable_matrix_says_so_first_and_shows_no_gain() {
     assert!(ratios(&v).iter().all(|x| x.is_null()), "{:?}", ratios(&v));
     assert!(html.contains(LINE));
 }
+
+/// The real daemon on a stored matrix that its repeat check found unstable: it uses it
+/// without measuring again, places on the topology, and `pinnerd status` and the
+/// `LatencyOff` property say so first.
+#[test]
+fn the_daemon_on_a_stored_unstable_matrix_says_so_in_its_status() {
+    use super::daemon::{Bus, Daemon, Dirs, Policy};
+    let _cpus = super::cpus_stay_online();
+    let _spin = crate::one_spinner_at_a_time();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let d = Daemon::start(&bus, &dirs);
+    let measured = d.wait_measured(&bus, "");
+    assert!(d.stop().success());
+
+    // The stored matrix, as if its repeat check had found the vCPUs moving.
+    let path = dirs.state().join("matrix.json");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    v["stability"] = serde_json::json!({
+        "repeated": 1, "disagreeing": 1, "nearest_moved": 1, "tolerance": 0.25,
+        "bound": 0.25, "verdict": "unstable", "vm": true,
+    });
+    std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+
+    let d = Daemon::start(&bus, &dirs);
+    assert_eq!(bus.get("MeasuredAt"), measured, "the stored matrix is used");
+    assert_eq!(
+        bus.get("LatencyOff"),
+        format!("s \"{LINE}\""),
+        "log:\n{}",
+        d.log()
+    );
+    let r = ok(pinnerd(&["status", &format!("--bus={}", bus.address)]));
+    assert_eq!(r.stdout.lines().next(), Some(LINE), "{}", r.stdout);
+    assert!(d.stop().success());
+}
