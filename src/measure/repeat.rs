@@ -181,8 +181,17 @@ pub fn record<M: PairMeasurer>(
     meas: &mut M,
     vm: bool,
 ) -> Result<(), MeasureError> {
+    let t0 = std::time::Instant::now();
     let (stability, _) = check(m, meas, vm)?;
     if let Some(s) = &stability {
+        tracing::info!(
+            repeated = s.repeated,
+            disagreeing = s.disagreeing,
+            nearest_moved = s.nearest_moved,
+            verdict = ?s.verdict,
+            took = ?t0.elapsed(),
+            "repeat check"
+        );
         if let (Some(line), Some(why)) = (s.latency_off(), &s.why) {
             m.warnings.push(format!("{line} ({why})"));
         }
