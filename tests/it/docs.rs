@@ -1,9 +1,9 @@
 //! The documents themselves: every relative link and anchor in `README.md`,
 //! `CONTRIBUTING.md` and `docs/` resolves, the README stays short enough to read in five
 //! minutes, no document of the repository names a path outside it (a clone has
-//! nothing beside it), and every command sample is either run by trycmd and compared
-//! with what the document shows (a ```` ```console ```` block) or says, where the reader
-//! sees it, that it is not machine-checked.
+//! nothing beside it), and every command sample is run by trycmd and compared with what
+//! the document shows (a ```` ```console ```` block), or run by the VM test (the README's
+//! walk-through), or says, where the reader sees it, that it is not machine-checked.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
@@ -317,6 +317,15 @@ fn the_checker_finds_what_it_looks_for() {
 /// above it, where a reader sees them.
 const NOT_CHECKED: &str = "not machine-checked";
 
+/// The words that mark a sample of the README's walk-through as run by the VM test
+/// (`tests/vm/guest/checks.sh`, check `readme-walkthrough`), which needs the package
+/// installed, the daemon running and root.
+const VM_CHECKED: &str = "checked in the vm test";
+
+/// The one document whose samples the VM test runs, and how many it expects.
+const VM_CHECKED_IN: &str = "README.md";
+const VM_CHECKED_SAMPLES: usize = 3;
+
 /// A fenced code block of a document.
 struct Block {
     /// Where its opening fence is: `FILE:LINE`.
@@ -335,6 +344,8 @@ enum SampleKind {
     Checked,
     /// Any other block, with [`NOT_CHECKED`] in the paragraph above it.
     Marked,
+    /// A ```` ```console,ignore ```` block with [`VM_CHECKED`] in the paragraph above it.
+    VmChecked,
     /// Neither: a sample nobody checks and nothing says so.
     Unchecked,
     /// Both run and marked as not run: the mark is wrong.
@@ -348,12 +359,15 @@ impl Block {
             return None;
         }
         let checked = self.info == "console" || self.info == "trycmd";
-        let marked = self.before.to_lowercase().contains(NOT_CHECKED);
-        Some(match (checked, marked) {
-            (true, false) => SampleKind::Checked,
-            (true, true) => SampleKind::CheckedButMarked,
-            (false, true) => SampleKind::Marked,
-            (false, false) => SampleKind::Unchecked,
+        let before = self.before.to_lowercase();
+        let marked = before.contains(NOT_CHECKED);
+        let in_vm = self.info == "console,ignore" && before.contains(VM_CHECKED);
+        Some(match (checked, marked, in_vm) {
+            (true, false, _) => SampleKind::Checked,
+            (true, true, _) => SampleKind::CheckedButMarked,
+            (false, true, _) => SampleKind::Marked,
+            (false, false, true) => SampleKind::VmChecked,
+            (false, false, false) => SampleKind::Unchecked,
         })
     }
 }
@@ -433,8 +447,9 @@ fn every_console_sample_prints_what_the_document_shows() {
     cases.run();
 }
 
-/// A command sample is either run by the test above or says, where the reader sees it,
-/// that nothing checks it: there is no third kind.
+/// A command sample is run by the test above, or (the README's walk-through) by the VM
+/// test, or says, where the reader sees it, that nothing checks it: there is no fourth
+/// kind.
 #[test]
 fn every_command_sample_is_checked_or_marked_as_not_machine_checked() {
     let mut wrong = Vec::new();
@@ -443,6 +458,13 @@ fn every_command_sample_is_checked_or_marked_as_not_machine_checked() {
         let text = std::fs::read_to_string(repo().join(&doc)).unwrap();
         for b in blocks(&doc, &text) {
             match b.sample_kind() {
+                Some(SampleKind::VmChecked) if doc != Path::new(VM_CHECKED_IN) => {
+                    wrong.push(format!(
+                        "{}: says \"{VM_CHECKED}\", but the VM test runs the samples of \
+                         {VM_CHECKED_IN} alone",
+                        b.at
+                    ))
+                }
                 Some(SampleKind::Unchecked) => wrong.push(format!(
                     "{}: a ```{} block of commands that nothing runs: make it ```console \
                      (run by docs::every_console_sample) or say \"{NOT_CHECKED}\" and why in \
@@ -461,6 +483,18 @@ fn every_command_sample_is_checked_or_marked_as_not_machine_checked() {
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     assert!(kinds.contains(&SampleKind::Checked), "{kinds:?}");
     assert!(kinds.contains(&SampleKind::Marked), "{kinds:?}");
+    // The VM check exists and expects as many samples as the README marks.
+    let in_vm = kinds
+        .iter()
+        .filter(|k| **k == SampleKind::VmChecked)
+        .count();
+    assert_eq!(in_vm, VM_CHECKED_SAMPLES, "{kinds:?}");
+    let checks = std::fs::read_to_string(repo().join("tests/vm/guest/checks.sh")).unwrap();
+    assert!(
+        checks.contains("run_check readme-walkthrough check_readme_walkthrough")
+            && checks.contains(&format!("\"$n\" -eq {VM_CHECKED_SAMPLES} ]")),
+        "tests/vm/guest/checks.sh runs no readme-walkthrough check of {VM_CHECKED_SAMPLES} samples"
+    );
 }
 
 #[test]
@@ -474,7 +508,11 @@ fn the_sample_finder_tells_the_kinds_apart() {
         ```text\n$ pinnerd status\n```\n\
         ```sh\npinnerd status\n```\n\
         Not machine-checked, they say.\n\
-        ```console\n$ pinnerd status\n```\n";
+        ```console\n$ pinnerd status\n```\n\
+        Checked in the VM test:\n\
+        ```console,ignore\n$ pinnerd status\n```\n\
+        Checked in the VM test, but run by nobody:\n\
+        ```text\n$ pinnerd status\n```\n";
     let found: Vec<(String, Option<SampleKind>)> = blocks(Path::new("d.md"), doc)
         .into_iter()
         .map(|b| (b.at.clone(), b.sample_kind()))
@@ -487,6 +525,8 @@ fn the_sample_finder_tells_the_kinds_apart() {
             ("d.md:15".to_string(), Some(SampleKind::Unchecked)),
             ("d.md:18".to_string(), None),
             ("d.md:22".to_string(), Some(SampleKind::CheckedButMarked)),
+            ("d.md:26".to_string(), Some(SampleKind::VmChecked)),
+            ("d.md:30".to_string(), Some(SampleKind::Unchecked)),
         ]
     );
 }
