@@ -1,7 +1,9 @@
 //! The documents themselves: every relative link and anchor in `README.md`,
 //! `CONTRIBUTING.md` and `docs/` resolves, the README stays short enough to read in five
-//! minutes, and no document of the repository names a path outside it (a clone has
-//! nothing beside it).
+//! minutes, no document of the repository names a path outside it (a clone has
+//! nothing beside it), and every command sample is run by trycmd and compared with what
+//! the document shows (a ```` ```console ```` block), or run by the VM test (the README's
+//! walk-through), or says, where the reader sees it, that it is not machine-checked.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Component, Path, PathBuf};
@@ -311,126 +313,220 @@ fn the_checker_finds_what_it_looks_for() {
     assert_eq!(resolve(Path::new(""), "../shared/c2c-data"), None);
 }
 
-/// A `$ pinnerd …` sample of the documents with the output printed under it, in a
-/// `text` block: the command's words, its output, where it is.
-struct Sample {
+/// The words that mark a command sample as not run by the tests, in the paragraph right
+/// above it, where a reader sees them.
+const NOT_CHECKED: &str = "not machine-checked";
+
+/// The words that mark a sample of the README's walk-through as run by the VM test
+/// (`tests/vm/guest/checks.sh`, check `readme-walkthrough`), which needs the package
+/// installed, the daemon running and root.
+const VM_CHECKED: &str = "checked in the vm test";
+
+/// The one document whose samples the VM test runs, and how many it expects.
+const VM_CHECKED_IN: &str = "README.md";
+const VM_CHECKED_SAMPLES: usize = 3;
+
+/// A fenced code block of a document.
+struct Block {
+    /// Where its opening fence is: `FILE:LINE`.
     at: String,
-    args: Vec<String>,
-    output: String,
-    /// The lines of the document (0-based, end excluded) that hold the output.
-    lines: std::ops::Range<usize>,
+    /// The info string after the opening fence (`console`, `text`, `console,ignore`…).
+    info: String,
+    body: Vec<String>,
+    /// The prose paragraph right above the fence, joined into one line.
+    before: String,
 }
 
-fn samples(doc: &Path) -> Vec<Sample> {
-    let text = std::fs::read_to_string(repo().join(doc)).unwrap();
+/// What the tests make of a block that shows commands.
+#[derive(Debug, PartialEq)]
+enum SampleKind {
+    /// A ```` ```console ```` block: trycmd runs every command in it and compares.
+    Checked,
+    /// Any other block, with [`NOT_CHECKED`] in the paragraph above it.
+    Marked,
+    /// A ```` ```console,ignore ```` block with [`VM_CHECKED`] in the paragraph above it.
+    VmChecked,
+    /// Neither: a sample nobody checks and nothing says so.
+    Unchecked,
+    /// Both run and marked as not run: the mark is wrong.
+    CheckedButMarked,
+}
+
+impl Block {
+    /// `None` for a block without a `$ ` command line (a file, a diagram, bare output).
+    fn sample_kind(&self) -> Option<SampleKind> {
+        if !self.body.iter().any(|l| l.starts_with("$ ")) {
+            return None;
+        }
+        let checked = self.info == "console" || self.info == "trycmd";
+        let before = self.before.to_lowercase();
+        let marked = before.contains(NOT_CHECKED);
+        let in_vm = self.info == "console,ignore" && before.contains(VM_CHECKED);
+        Some(match (checked, marked, in_vm) {
+            (true, false, _) => SampleKind::Checked,
+            (true, true, _) => SampleKind::CheckedButMarked,
+            (false, true, _) => SampleKind::Marked,
+            (false, false, true) => SampleKind::VmChecked,
+            (false, false, false) => SampleKind::Unchecked,
+        })
+    }
+}
+
+/// Every fenced block of `text` (the document `doc`), in order.
+fn blocks(doc: &Path, text: &str) -> Vec<Block> {
     let mut out = Vec::new();
-    let mut in_text = false;
-    let mut current: Option<Sample> = None;
+    // The paragraph being read, and the last one ended by a blank line.
+    let mut paragraph: Vec<&str> = Vec::new();
+    let mut last: Vec<&str> = Vec::new();
+    let mut open: Option<Block> = None;
     for (i, line) in text.lines().enumerate() {
-        if line.starts_with("```") {
-            if let Some(s) = current.take() {
-                out.push(s);
+        let fence = line.trim_start().starts_with("```");
+        match (&mut open, fence) {
+            (Some(_), true) => out.push(open.take().unwrap()),
+            (Some(b), false) => b.body.push(line.to_string()),
+            (None, true) => {
+                let before = if paragraph.is_empty() {
+                    &last
+                } else {
+                    &paragraph
+                };
+                open = Some(Block {
+                    at: format!("{}:{}", doc.display(), i + 1),
+                    info: line.trim_start().trim_start_matches('`').trim().to_string(),
+                    body: Vec::new(),
+                    before: before.join(" "),
+                });
+                paragraph.clear();
+                last.clear();
             }
-            in_text = !in_text && line == "```text";
-            continue;
-        }
-        if !in_text {
-            continue;
-        }
-        if let Some(cmd) = line.strip_prefix("$ pinnerd ") {
-            if let Some(s) = current.take() {
-                out.push(s);
+            (None, false) if line.trim().is_empty() => {
+                if !paragraph.is_empty() {
+                    last = std::mem::take(&mut paragraph);
+                }
             }
-            let cmd = cmd.split(" #").next().unwrap();
-            current = Some(Sample {
-                at: format!("{}:{}", doc.display(), i + 1),
-                args: cmd.split_whitespace().map(String::from).collect(),
-                output: String::new(),
-                lines: i + 1..i + 1,
-            });
-        } else if line.starts_with("$ ") {
-            if let Some(s) = current.take() {
-                out.push(s);
-            }
-        } else if let Some(s) = &mut current {
-            s.output.push_str(line);
-            s.output.push('\n');
-            s.lines.end = i + 1;
+            (None, false) => paragraph.push(line.trim()),
         }
     }
     out
 }
 
-/// Where a sample runs from: the repository root when every path it names is there,
-/// else the directory of the published matrices when every file it names is there
-/// (the fleet samples name them bare); `None` for a sample of a live system (a
-/// process, `/etc/pinnerd.d`, a file of the reader's), which only a real machine shows.
-fn runs_in(s: &Sample) -> Option<PathBuf> {
-    let paths: Vec<&String> = s
-        .args
-        .iter()
-        .filter(|a| !a.starts_with('-') && (a.contains('/') || a.contains('.')))
-        .collect();
-    if paths.is_empty() {
-        return None;
-    }
-    [repo(), repo().join("tests/fixtures/c2c-data/nviennot")]
+/// The documents with at least one sample trycmd runs, relative to the repository.
+fn documents_with_checked_samples() -> Vec<(PathBuf, usize)> {
+    every_document()
         .into_iter()
-        .find(|dir| {
-            paths
+        .filter_map(|doc| {
+            let text = std::fs::read_to_string(repo().join(&doc)).unwrap();
+            let n = blocks(&doc, &text)
                 .iter()
-                .all(|p| !p.starts_with('/') && dir.join(p).exists())
+                .filter(|b| b.sample_kind() == Some(SampleKind::Checked))
+                .count();
+            (n > 0).then_some((doc, n))
         })
+        .collect()
 }
 
-/// Every sample of the documents that runs on files of the repository (fixtures,
-/// published matrices) prints what the document shows, exactly: a changed output fails
-/// here until the document is updated (`PINNERD_BLESS=1` writes the outputs into the
-/// documents; review the diff).
+/// Every ```` ```console ```` sample of the documents prints what the document shows:
+/// trycmd runs each `$ pinnerd …` line with the built binary, from the repository's root
+/// (or from `DOC.in/` beside a document that has one), and compares standard output and
+/// error together with the lines under it (`[..]` and `...` elide, `? N` is the exit
+/// status). A changed output fails here until the document is updated:
+/// `TRYCMD=overwrite cargo test --test it docs::every_console` writes the outputs into the
+/// documents (review the diff).
 #[test]
-fn every_sample_on_the_repositorys_files_prints_what_the_document_shows() {
-    let bless = std::env::var_os("PINNERD_BLESS").is_some();
-    let mut checked = Vec::new();
-    let mut differ = Vec::new();
-    for doc in linked_documents() {
-        let mut blessed: Vec<(std::ops::Range<usize>, String)> = Vec::new();
-        for s in samples(&doc) {
-            let Some(dir) = runs_in(&s) else { continue };
-            let out = super::helper::pinnerd_command()
-                .args(&s.args)
-                .current_dir(&dir)
-                .env("NO_COLOR", "1")
-                .output()
-                .unwrap();
-            let got = String::from_utf8_lossy(&out.stdout);
-            let trim = |t: &str| t.lines().map(str::trim_end).collect::<Vec<_>>().join("\n");
-            if trim(&got).trim_end() != trim(&s.output).trim_end() {
-                if bless {
-                    blessed.push((s.lines.clone(), trim(&got).trim_end().to_string()));
-                    continue;
+fn every_console_sample_prints_what_the_document_shows() {
+    let docs = documents_with_checked_samples();
+    let samples: usize = docs.iter().map(|(_, n)| n).sum();
+    assert!(samples >= 5, "only {samples} checked samples: {docs:?}");
+    let cases = trycmd::TestCases::new();
+    cases
+        .register_bin("pinnerd", trycmd::cargo::cargo_bin("pinnerd"))
+        .env("NO_COLOR", "1");
+    for (doc, _) in &docs {
+        cases.case(repo().join(doc));
+    }
+    cases.run();
+}
+
+/// A command sample is run by the test above, or (the README's walk-through) by the VM
+/// test, or says, where the reader sees it, that nothing checks it: there is no fourth
+/// kind.
+#[test]
+fn every_command_sample_is_checked_or_marked_as_not_machine_checked() {
+    let mut wrong = Vec::new();
+    let mut kinds = Vec::new();
+    for doc in every_document() {
+        let text = std::fs::read_to_string(repo().join(&doc)).unwrap();
+        for b in blocks(&doc, &text) {
+            match b.sample_kind() {
+                Some(SampleKind::VmChecked) if doc != Path::new(VM_CHECKED_IN) => {
+                    wrong.push(format!(
+                        "{}: says \"{VM_CHECKED}\", but the VM test runs the samples of \
+                         {VM_CHECKED_IN} alone",
+                        b.at
+                    ))
                 }
-                differ.push(format!(
-                    "{}: `pinnerd {}` prints:\n{got}\nthe document shows:\n{}",
-                    s.at,
-                    s.args.join(" "),
-                    s.output
-                ));
+                Some(SampleKind::Unchecked) => wrong.push(format!(
+                    "{}: a ```{} block of commands that nothing runs: make it ```console \
+                     (run by docs::every_console_sample) or say \"{NOT_CHECKED}\" and why in \
+                     the paragraph above it",
+                    b.at, b.info
+                )),
+                Some(SampleKind::CheckedButMarked) => wrong.push(format!(
+                    "{}: run by docs::every_console_sample but marked \"{NOT_CHECKED}\"",
+                    b.at
+                )),
+                Some(kind) => kinds.push(kind),
+                None => {}
             }
-            checked.push(s.at);
-        }
-        if !blessed.is_empty() {
-            let text = std::fs::read_to_string(repo().join(&doc)).unwrap();
-            let mut lines: Vec<String> = text.lines().map(String::from).collect();
-            for (range, got) in blessed.into_iter().rev() {
-                lines.splice(range, got.lines().map(String::from));
-            }
-            std::fs::write(repo().join(&doc), lines.join("\n") + "\n").unwrap();
         }
     }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert!(kinds.contains(&SampleKind::Checked), "{kinds:?}");
+    assert!(kinds.contains(&SampleKind::Marked), "{kinds:?}");
+    // The VM check exists and expects as many samples as the README marks.
+    let in_vm = kinds
+        .iter()
+        .filter(|k| **k == SampleKind::VmChecked)
+        .count();
+    assert_eq!(in_vm, VM_CHECKED_SAMPLES, "{kinds:?}");
+    let checks = std::fs::read_to_string(repo().join("tests/vm/guest/checks.sh")).unwrap();
     assert!(
-        checked.len() >= 3,
-        "only {} samples found: {checked:?}",
-        checked.len()
+        checks.contains("run_check readme-walkthrough check_readme_walkthrough")
+            && checks.contains(&format!("\"$n\" -eq {VM_CHECKED_SAMPLES} ]")),
+        "tests/vm/guest/checks.sh runs no readme-walkthrough check of {VM_CHECKED_SAMPLES} samples"
     );
-    assert!(differ.is_empty(), "{}", differ.join("\n---\n"));
+}
+
+#[test]
+fn the_sample_finder_tells_the_kinds_apart() {
+    let doc = "x\n\
+        ```console\n$ pinnerd topology\nout\n```\n\
+        Not machine-checked: needs a daemon.\n\n\
+        ```console,ignore\n$ pinnerd status\n```\n\
+        Not machine-checked, but a paragraph further up.\n\n\
+        A paragraph.\n\n\
+        ```text\n$ pinnerd status\n```\n\
+        ```sh\npinnerd status\n```\n\
+        Not machine-checked, they say.\n\
+        ```console\n$ pinnerd status\n```\n\
+        Checked in the VM test:\n\
+        ```console,ignore\n$ pinnerd status\n```\n\
+        Checked in the VM test, but run by nobody:\n\
+        ```text\n$ pinnerd status\n```\n";
+    let found: Vec<(String, Option<SampleKind>)> = blocks(Path::new("d.md"), doc)
+        .into_iter()
+        .map(|b| (b.at.clone(), b.sample_kind()))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            ("d.md:2".to_string(), Some(SampleKind::Checked)),
+            ("d.md:8".to_string(), Some(SampleKind::Marked)),
+            ("d.md:15".to_string(), Some(SampleKind::Unchecked)),
+            ("d.md:18".to_string(), None),
+            ("d.md:22".to_string(), Some(SampleKind::CheckedButMarked)),
+            ("d.md:26".to_string(), Some(SampleKind::VmChecked)),
+            ("d.md:30".to_string(), Some(SampleKind::Unchecked)),
+        ]
+    );
 }

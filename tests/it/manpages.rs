@@ -1,8 +1,8 @@
 //! The man pages under `man/`: `pinnerd(8)` documents every subcommand and every flag of
 //! the clap command tree, `pinnerd.d(5)` every key the rule parser accepts and
 //! `pinnerd.toml(5)` every key the settings parser accepts (both key lists found by
-//! asking the parsers, never written down here), and `man` renders each page without a
-//! warning.
+//! asking the parsers, never written down here), `man` renders each page without a
+//! warning, and the EXAMPLE of each file-format page is a file `pinnerd check` accepts.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -274,4 +274,88 @@ fn pinnerd_8_exit_status_names_every_status_the_binary_gives() {
             "exit status {code} is not in man/pinnerd.8's EXIT STATUS; regenerate it with:\n    {REGENERATE}\n{section}"
         );
     }
+}
+
+/// A line of a page's source as `man` shows it: `\-` is `-`, `\(dq` is `"`, `\e` is `\`.
+fn unroff(line: &str) -> String {
+    line.replace("\\-", "-")
+        .replace("\\(dq", "\"")
+        .replace("\\e", "\\")
+}
+
+/// The `.EX` … `.EE` blocks of a page's EXAMPLE section, as the reader sees them.
+fn examples(page_name: &str) -> Vec<String> {
+    let page = page(page_name);
+    let section = page
+        .split("\n.SH ")
+        .find(|s| s.starts_with("EXAMPLE"))
+        .unwrap_or_else(|| panic!("{page_name}: no EXAMPLE section"));
+    let mut out = Vec::new();
+    let mut open: Option<String> = None;
+    for line in section.lines() {
+        match (line, &mut open) {
+            (".EX", None) => open = Some(String::new()),
+            (".EE", Some(_)) => out.extend(open.take()),
+            (line, Some(text)) => {
+                text.push_str(&unroff(line));
+                text.push('\n');
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// The examples of `pinnerd.d(5)` and `pinnerd.toml(5)`, saved as a reader would (a rule
+/// file in a rule directory, the settings as `pinnerd.toml`), pass `pinnerd check`: an
+/// example that names a user, a key or a value this machine lacks fails here.
+#[test]
+fn every_file_format_example_passes_pinnerd_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let rules = dir.path().join("pinnerd.d");
+    std::fs::create_dir(&rules).unwrap();
+    let settings = dir.path().join("pinnerd.toml");
+    // The rule file is checked through its directory, as the daemon reads it.
+    for (page_name, file, arg, says) in [
+        (
+            "pinnerd.d.5",
+            rules.join("10-example.toml"),
+            &rules,
+            "ok: 1 file, 1 rule\n",
+        ),
+        (
+            "pinnerd.toml.5",
+            settings.clone(),
+            &settings,
+            "ok: 1 file, 0 rules\n",
+        ),
+    ] {
+        let found = examples(page_name);
+        assert_eq!(found.len(), 1, "{page_name}: {found:?}");
+        std::fs::write(&file, &found[0]).unwrap();
+        let arg = arg.to_str().unwrap();
+        let run = super::helper::pinnerd(&["check", arg]);
+        assert!(
+            run.ok && run.stdout == says && run.stderr.is_empty(),
+            "{page_name}'s EXAMPLE, as {}:\n{}\n`pinnerd check {arg}` exited {}:\n{}{}",
+            file.display(),
+            found[0],
+            run.code,
+            run.stdout,
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn examples_are_read_as_the_reader_sees_them() {
+    assert_eq!(
+        unroff(r#"comm = "rx\-*" \(dqa\(dq \e"#),
+        r#"comm = "rx-*" "a" \"#
+    );
+    let page = examples("pinnerd.d.5");
+    assert!(
+        page[0].starts_with("[[rule]]\nname = \"md-feed\"\n"),
+        "{page:?}"
+    );
 }

@@ -87,6 +87,7 @@ for tool in qemu-system-x86_64 mmdebstrap cpio zstd apt-get dpkg-deb lintian; do
     command -v "$tool" >/dev/null || missing+=("$tool")
 done
 [ -n "${PINNERD_DEB:-}" ] || [ "${PINNERD_VM_PREPARE_ONLY:-}" = 1 ] || cargo deb --version >/dev/null 2>&1 || missing+=(cargo-deb)
+[ "${PINNERD_VM_PREPARE_ONLY:-}" = 1 ] || command -v cargo >/dev/null || missing+=(cargo)
 [ ${#missing[@]} -eq 0 ] || die "missing: ${missing[*]} (apt-get install qemu-system-x86 mmdebstrap cpio zstd lintian; cargo install --locked cargo-deb)"
 
 mkdir -p "$cache"
@@ -167,6 +168,13 @@ else
 fi
 [ -f "$deb" ] || die "no package at '$deb'"
 log "package: $deb"
+# The README walk-through's check (readme-walkthrough) matches outputs with the README's
+# samples as the documents' trycmd tests do: examples/doc_sample.rs, built here, run there.
+log "building the sample matcher (cargo build --example doc_sample)"
+matcher=$(cd "$repo" && nice -n 10 cargo build --locked --example doc_sample --message-format=json 2>"$cache/doc-sample.log" |
+    sed -n 's/.*"executable":"\([^"]*\/doc_sample\)".*/\1/p' | tail -n 1) || true
+[ -n "$matcher" ] && [ -x "$matcher" ] ||
+    { tail -n 30 "$cache/doc-sample.log" >&2; die "cargo build --example doc_sample failed (log: $cache/doc-sample.log)"; }
 log "lintian on the package (tests/lintian.sh)"
 "$repo/tests/lintian.sh" "$deb" >&2 || die "lintian reports errors or warnings on $deb"
 
@@ -195,6 +203,7 @@ install -m 0644 "$here/guest/memworker.py" "$root/usr/local/lib/pinnerd-vm/memwo
 install -m 0644 "$here/guest/cpu_sampler.py" "$root/usr/local/lib/pinnerd-vm/cpu_sampler.py"
 install -m 0644 "$here/guest/born.py" "$root/usr/local/lib/pinnerd-vm/born.py"
 install -m 0755 "$here/guest/born-first.sh" "$root/usr/local/lib/pinnerd-vm/born-first.sh"
+install -m 0755 "$matcher" "$root/usr/local/lib/pinnerd-vm/doc_sample"
 if [ "$bench" = memory ]; then
     # numactl (migratepages, for comparison) only in this run's image: the cached rootfs,
     # and so CI's image, stays as it is. Its packages are cached beside the rootfs.

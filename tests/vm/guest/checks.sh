@@ -621,6 +621,120 @@ check_sparse_then_complete() {
     echo "stored matrix complete after $(elapsed "$t0") s: $counts, no inferred cell; $metrics"
 }
 
+# readme_blocks README DIR: the blocks of the README's "A first rule" section, as a reader
+# takes them: its toml block as DIR/10-feed.toml, its sh block (the md-feed stand-in) as
+# DIR/standin.sh, and each `$ ` command of its ```console,ignore samples as
+# DIR/sample-N.cmd with the lines under it as DIR/sample-N.expected.
+readme_blocks() {
+    awk -v dir="$2" '
+        /^## / { section = ($0 ~ /^## A first rule/) }
+        !section { next }
+        !block && /^```/ {
+            block = substr($0, 4)
+            file = block == "toml" && !toml++ ? dir "/10-feed.toml" : block == "sh" && !sh++ ? dir "/standin.sh" : ""
+            if (file != "") printf "" >file
+            next
+        }
+        block && /^```/ { block = ""; next }
+        block == "console,ignore" && /^\$ / {
+            n++
+            print substr($0, 3) >(dir "/sample-" n ".cmd")
+            file = dir "/sample-" n ".expected"
+            printf "" >file
+            next
+        }
+        block && file != "" { print >>file }
+    ' "$1"
+}
+# ids PID DOC...: stdin with the real ids (PID TID TID) written as the README's (DOC DOC
+# DOC); a right-aligned column keeps its width.
+ids() {
+    python3 -c '
+import re, sys
+args = sys.argv[1:]
+half = len(args) // 2
+doc = dict(zip(args[:half], args[half:]))
+def put(m):
+    pad, new = m.group(1), doc[m.group(2)]
+    return new.rjust(len(m.group(0))) if len(pad) > 1 else pad + new
+sys.stdout.write(re.sub(r"( *)\b(%s)\b" % "|".join(map(re.escape, doc)), put, sys.stdin.read()))
+' "$@"
+}
+# sample_matches N PID A B DOCPID DOCA DOCB: runs sample N's command as written (`sudo `
+# left out: the checks run as root) and matches its output, ids as in the README, with
+# the sample (doc_sample: snapbox's [..] and ... as in the documents' trycmd samples).
+sample_matches() {
+    local d=$WORK/readme cmd
+    cmd=$(cat "$d/sample-$1.cmd")
+    bash -c "${cmd#sudo }" </dev/null 2>&1 | ids "$2" "$3" "$4" "$5" "$6" "$7" >"$d/sample-$1.actual"
+    "$LIB/doc_sample" "$d/sample-$1.expected" "$d/sample-$1.actual" 2>"$d/sample-$1.diff"
+}
+export -f readme_blocks ids sample_matches
+
+# The README's first-rule walk-through, typed as written on the installed package: its
+# rule saved as /etc/pinnerd.d/10-feed.toml and its md-feed stand-in started, both read
+# from the README the package installs; then each command of its samples (check, plan
+# --live, explain), whose output must match the README's sample, with md-feed's PID and
+# its rx-a and rx-b TIDs written as the README's. The daemon has stored a matrix first,
+# as on a machine that has run a while. Outputs kept in /run/pinnerd-vm/readme.
+check_readme_walkthrough() {
+    local readme=/usr/share/doc/pinnerd/README.md dir=$WORK/readme pid="" rxa="" rxb="" t n i
+    local docpid doca docb
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    [ -z "$(ls -A "$RULES")" ] || {
+        echo "$RULES is not empty: $(ls -A "$RULES" | tr '\n' ' ')"
+        return 1
+    }
+    wait_for 300 test -s /var/lib/pinnerd/matrix.json || {
+        echo "no stored matrix after 300 s"
+        return 1
+    }
+    readme_blocks "$readme" "$dir"
+    n=$(find "$dir" -name 'sample-*.cmd' | wc -l)
+    [ -s "$dir/10-feed.toml" ] && [ -s "$dir/standin.sh" ] && [ "$n" -eq 3 ] || {
+        echo "in $readme's \"A first rule\": want a toml block, an sh block and 3 commands in console,ignore samples; found $(ls "$dir" | tr '\n' ' ')"
+        return 1
+    }
+    docpid=$(sed -n 's/^pid \([0-9]*\) (md-feed).*/\1/p' "$dir"/sample-*.expected | head -1)
+    doca=$(sed -n 's/^  tid \([0-9]*\) (rx-a).*/\1/p' "$dir"/sample-*.expected | head -1)
+    docb=$(sed -n 's/^  tid \([0-9]*\) (rx-b).*/\1/p' "$dir"/sample-*.expected | head -1)
+    [ -n "$docpid" ] && [ -n "$doca" ] && [ -n "$docb" ] || {
+        echo "the README's samples name no PID for md-feed, rx-a and rx-b"
+        return 1
+    }
+    put_rule 10-feed.toml <"$dir/10-feed.toml"
+    bash "$dir/standin.sh" </dev/null >"$dir/standin.log" 2>&1
+    for _ in $(seq 100); do
+        pid=$(pgrep -x md-feed | head -1)
+        rxa="" rxb=""
+        for t in /proc/"$pid"/task/*; do
+            case $(cat "$t/comm" 2>/dev/null) in rx-a) rxa=${t##*/} ;; rx-b) rxb=${t##*/} ;; esac
+        done
+        [ -n "$pid" ] && [ -n "$rxa" ] && [ -n "$rxb" ] && break
+        sleep 0.1
+    done
+    [ -n "$pid" ] && [ -n "$rxa" ] && [ -n "$rxb" ] || {
+        echo "the stand-in gave no md-feed with threads rx-a and rx-b: $(cat "$dir/standin.log")"
+        return 1
+    }
+    wait_for 30 managed_by "$pid" feed || {
+        echo "md-feed ($pid) is not managed by feed"
+        return 1
+    }
+    for i in $(seq "$n"); do
+        wait_for 20 sample_matches "$i" "$pid" "$rxa" "$rxb" "$docpid" "$doca" "$docb" || {
+            echo "\$ $(cat "$dir/sample-$i.cmd") differs from the README: $(head -c 1200 "$dir/sample-$i.diff")"
+            kill "$pid"
+            rm -f "$RULES/10-feed.toml"
+            return 1
+        }
+    done
+    kill "$pid"
+    rm -f "$RULES/10-feed.toml"
+    echo "md-feed $pid (rx-a $rxa, rx-b $rxb) as $docpid ($doca, $docb): $(tr '\n' ';' <"$dir/sample-1.cmd") $(tr '\n' ';' <"$dir/sample-2.cmd") $(tr '\n' ';' <"$dir/sample-3.cmd") print the README's samples"
+}
+
 check_rule_explicit() {
     local pid orig tmp t0 took
     pid=$(start_workload vmwork-exp 2 vm-late) || {
@@ -1912,6 +2026,8 @@ run_check dbus-get-property-call check_dbus_properties 60
 run_check state-ready check_state_ready 330
 run_check remeasure check_remeasure 330
 run_check sparse-then-complete check_sparse_then_complete 150
+# With no rule yet and a stored matrix, as the README's reader has them.
+run_check readme-walkthrough check_readme_walkthrough 420
 # Before any other workload is pinned: systemd enabling (and later disabling) the cpuset
 # controller in system.slice for AllowedCPUs= resets the masks of every task in it.
 run_check cgroup-allowed-cpus check_cgroup_allowed_cpus 120
