@@ -491,6 +491,72 @@ fn the_daemon_gives_rx_threads_distinct_cores() {
     h.exit();
 }
 
+/// The README's rule with one `rx-*` thread more than its two slots, on the real kernel:
+/// the threads take slots 0, 1 and 2 in the order they started, so the *last* one is
+/// past the last slot (shares slot 0's CPUs) and the first keeps slot 0; the log has one
+/// "more threads than slots" warning, naming the last thread.
+#[test]
+fn one_thread_more_than_the_slots_is_the_last_one_and_one_warning() {
+    use super::daemon::{Bus, Daemon, Policy};
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = super::daemon::Dirs::new();
+    dirs.write_rule(
+        "10-feed.toml",
+        "[[rule]]\nname = \"feed\"\n[rule.match]\ncomm = \"sl-more\"\n[rule.place]\ncount = 2\n\
+         [[rule.threads]]\ncomm = \"rx-*\"\ncount = 1\n",
+    );
+    let d = Daemon::start(&bus, &dirs);
+    let mut h = super::helper::Helper::spawn(dirs.root.path(), "sl-more");
+    let tids: Vec<i32> = ["rx-a", "rx-b", "rx-c"]
+        .iter()
+        .flat_map(|name| h.spawn_threads(1, Some(name)))
+        .collect();
+    let line = |why: &str, tid: i32| -> Option<String> {
+        // busctl prints the reply's newlines as `\n`.
+        let at = why.find(&format!("tid {tid} ("))?;
+        let rest = &why[at..];
+        Some(rest[..rest.find("\\n").unwrap_or(rest.len())].to_string())
+    };
+    let explain = || bus.call("Explain", &["u", &h.pid.to_string()]);
+    bus.wait_for(
+        "the three rx threads applied",
+        std::time::Duration::from_secs(30),
+        || {
+            let why = explain();
+            tids.iter()
+                .all(|&t| line(&why, t).is_some_and(|l| l.contains(": applied")))
+        },
+    );
+    let why = explain();
+    let [a, b, c] = [tids[0], tids[1], tids[2]].map(|t| line(&why, t).unwrap());
+    assert!(!a.contains("past the last"), "{a}\n{why}");
+    assert!(!b.contains("past the last"), "{b}\n{why}");
+    assert!(
+        c.contains("(slot 2, past the last of 2 slots: shares the CPUs of slot 0)"),
+        "{c}\n{why}"
+    );
+    // Slot 2 shares slot 0's CPUs: the first and the last thread have the same mask.
+    let mask = |l: &str| {
+        l.split(": applied ")
+            .nth(1)
+            .map(|m| m.split(' ').next().unwrap().to_string())
+    };
+    assert_eq!(mask(&a), mask(&c), "{why}");
+    let log = d.log();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("more threads than slots"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains(&format!("tid={}", tids[2])) && warnings[0].contains("comm=rx-c"),
+        "{}",
+        warnings[0]
+    );
+    h.exit();
+}
+
 /// `check`'s doubts, on the E5620: slots that run out and exclusive entries that could
 /// take the machine, each at the line and column of the entry's `comm`.
 #[test]
