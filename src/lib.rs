@@ -28,8 +28,11 @@
 //! - `cli`: the subcommands; `cli::docs` generates the man page `pinnerd(8)` and the shell
 //!   completions from them
 //! - `cpuset`: the one CPU-set type
-//! - `daemon`: the event loop, its state and its measurement schedule; `daemon::readers`:
-//!   the threads that read what can wait on a process's locks (command lines) off the loop
+//! - `daemon`: the event loop, its state and its measurement schedule; `daemon::state`:
+//!   the state the loop owns, in parts (the settings and rules loaded, the machine, the
+//!   managed processes with the operations they are pinned through, measurement jobs,
+//!   timers, what is shared with the system); `daemon::readers`: the threads that read
+//!   what can wait on a process's locks (command lines) off the loop
 //! - `dbus`: the bus object, which only forwards
 //! - `devices`: a device name (interface, PCI address, block device, /dev path) → its
 //!   NUMA node and local CPUs, through the sysfs root

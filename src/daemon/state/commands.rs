@@ -6,7 +6,6 @@
 use std::time::Instant;
 
 use crate::api::{Command, CommandError, ManagedEntry, Reply};
-use crate::daemon::replan;
 use crate::placement::{Policy, Request, SmtPolicy};
 use crate::plan::Choose;
 use crate::rules::{CpuTarget, PlacementRequest};
@@ -34,7 +33,7 @@ impl State {
                 if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
                     return Answer::Now(Err(CommandError::NoSuchProcess(pid)));
                 }
-                let Some(m) = &self.manager else {
+                let Some(m) = &self.managed.manager else {
                     return Answer::Now(Err(CommandError::Starting));
                 };
                 if !m.shows_memory(pid as i32, caller_uid) {
@@ -51,7 +50,7 @@ impl State {
         if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
             return Answer::Now(Err(CommandError::NoSuchProcess(pid)));
         }
-        let Some(m) = &self.manager else {
+        let Some(m) = &self.managed.manager else {
             return Answer::Now(Err(CommandError::Starting));
         };
         let mut text = m.explain_for(pid as i32, caller_uid);
@@ -72,7 +71,7 @@ impl State {
             Command::Reload => {
                 self.reload(ReloadCause::Bus);
                 Ok(Reply::Reloaded {
-                    rules: self.rules.rules.len() as u32,
+                    rules: self.loaded.rules.rules.len() as u32,
                     errors: self.rule_errors(),
                 })
             }
@@ -110,17 +109,20 @@ impl State {
                     shape: Default::default(),
                 };
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
-                self.domains()?;
-                let d = self.domains.as_ref().map(|d| d as &dyn Choose);
-                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
+                self.machine.domains()?;
+                let d = self.machine.domains.as_ref().map(|d| d as &dyn Choose);
+                let m = self
+                    .managed
+                    .manager
+                    .as_mut()
+                    .ok_or(CommandError::Starting)?;
                 let cpus = m
                     .plan()
                     .pin(&request, d)
                     .map_err(|source| CommandError::Pin { pid, source })?;
                 match m.pin(pid_i, &cpus) {
                     Ok(mut changes) => {
-                        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
-                        changes.extend(replan::settle(m, choose));
+                        changes.extend(self.managed.settle());
                         tracing::info!(pid, %cpus, "pinned at run time");
                         self.after_manager(changes);
                         Ok(Reply::Cpus(cpus))
@@ -134,11 +136,14 @@ impl State {
             | Command::AsOwner { .. }) => self.runtime_command(cmd),
             Command::Release { pid } => {
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
-                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
+                let m = self
+                    .managed
+                    .manager
+                    .as_mut()
+                    .ok_or(CommandError::Starting)?;
                 match m.unpin(pid_i) {
                     Ok(mut changes) => {
-                        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
-                        changes.extend(replan::settle(m, choose));
+                        changes.extend(self.managed.settle());
                         tracing::info!(pid, "released at run time");
                         self.after_manager(changes);
                         Ok(Reply::Done)
@@ -156,7 +161,7 @@ impl State {
         policy: Policy,
         smt: SmtPolicy,
     ) -> Result<Request, CommandError> {
-        let usable = self.usable().len();
+        let usable = self.machine.usable().len();
         if count == 0 || count as usize > usable {
             return Err(CommandError::InvalidArgs(format!(
                 "count {count}: must be between 1 and the {usable} usable CPUs"
@@ -166,14 +171,14 @@ impl State {
             count: count as usize,
             policy,
             smt,
-            exclude: self.settings.placement.housekeeping_cpus.clone(),
+            exclude: self.loaded.settings.placement.housekeeping_cpus.clone(),
             exclusive: false,
             cpus: None,
         })
     }
 
     pub(super) fn matrix_reply(&self) -> Reply {
-        match &self.current {
+        match &self.machine.current {
             Some(m) => Reply::Matrix {
                 cpus: m.cpus.clone(),
                 latency_ns: m
@@ -193,7 +198,7 @@ impl State {
     /// its row whole; anyone else its pid, rule and CPUs only (`comm` and `state`
     /// empty), as `Explain` shows it.
     fn managed_rows(&self, caller_uid: u32) -> Vec<ManagedEntry> {
-        let Some(m) = &self.manager else {
+        let Some(m) = &self.managed.manager else {
             return Vec::new();
         };
         m.list_managed()

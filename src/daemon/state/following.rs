@@ -54,7 +54,7 @@ impl Following {
 impl State {
     /// The managed processes whose memory follows, with the nodes of their CPUs now.
     fn follow_targets(&self) -> BTreeMap<i32, BTreeSet<u32>> {
-        let (Some(m), Some(t)) = (&self.manager, &self.topology) else {
+        let (Some(m), Some(t)) = (&self.managed.manager, &self.machine.topology) else {
             return BTreeMap::new();
         };
         let rules: BTreeSet<&str> = m
@@ -64,14 +64,15 @@ impl State {
             .filter(|r| r.memory_follow)
             .map(|r| r.name.as_str())
             .collect();
-        if rules.is_empty() && self.follow.runtime.is_empty() {
+        if rules.is_empty() && self.sharing.follow.runtime.is_empty() {
             return BTreeMap::new();
         }
         m.list_managed()
             .into_iter()
             .filter(|r| {
                 rules.contains(r.rule.as_str())
-                    || (r.rule == "(runtime)" && self.follow.runtime.contains(&(r.pid as i32)))
+                    || (r.rule == "(runtime)"
+                        && self.sharing.follow.runtime.contains(&(r.pid as i32)))
             })
             .filter_map(|r| {
                 let cpus: CpuSet = r.cpus.parse().ok()?;
@@ -87,28 +88,36 @@ impl State {
     pub(super) fn sync_memory(&mut self, now: Instant) {
         let targets = self.follow_targets();
         let runtime: BTreeSet<i32> = self
+            .sharing
             .follow
             .runtime
             .iter()
             .copied()
-            .filter(|p| self.manager.as_ref().is_some_and(|m| m.is_managed(*p)))
+            .filter(|p| {
+                self.managed
+                    .manager
+                    .as_ref()
+                    .is_some_and(|m| m.is_managed(*p))
+            })
             .collect();
-        self.follow.runtime = runtime;
-        self.follow
+        self.sharing.follow.runtime = runtime;
+        self.sharing
+            .follow
             .entries
             .retain(|pid, e| targets.contains_key(pid) || e.running.is_some());
         if targets.is_empty() {
             return;
         }
         let all_nodes: Vec<u32> = self
+            .machine
             .topology
             .as_ref()
             .map(|t| t.nodes.iter().map(|n| n.id).collect())
             .unwrap_or_default();
-        let interval = self.settings.memory.follow_interval.0;
-        let max_bytes = u64::from(self.settings.memory.follow_max_size_mib) << 20;
+        let interval = self.loaded.settings.memory.follow_interval.0;
+        let max_bytes = u64::from(self.loaded.settings.memory.follow_max_size_mib) << 20;
         for (pid, nodes) in targets {
-            let e = self.follow.entries.entry(pid).or_default();
+            let e = self.sharing.follow.entries.entry(pid).or_default();
             if e.running.is_some() || e.done_for == nodes {
                 continue;
             }
@@ -136,7 +145,7 @@ impl State {
             }
             e.waiting = None;
             e.running = Some(nodes.clone());
-            self.follow.queued.push_back(pid);
+            self.sharing.follow.queued.push_back(pid);
             tracing::info!(pid, nodes = %follow::words(&nodes), "memory follow: moving its memory to the nodes of its CPUs");
             self.actions.push(Action::Follow(Box::new(FollowJob {
                 pid,
@@ -160,8 +169,8 @@ impl State {
             }
             _ => tracing::debug!(pid = f.pid, outcome = %f.outcome, "memory follow"),
         }
-        self.follow.queued.retain(|p| *p != f.pid);
-        if let Some(e) = self.follow.entries.get_mut(&f.pid) {
+        self.sharing.follow.queued.retain(|p| *p != f.pid);
+        if let Some(e) = self.sharing.follow.entries.get_mut(&f.pid) {
             e.running = None;
             e.last_at = Some(f.at);
             // A refusal or failure is retried after the interval, a success is not.
@@ -176,7 +185,7 @@ impl State {
     /// The `memory follow:` line of `Explain` for `pid`; empty when its memory does not
     /// follow.
     pub(super) fn follow_line(&self, pid: i32, now: Instant) -> String {
-        let Some(e) = self.follow.entries.get(&pid) else {
+        let Some(e) = self.sharing.follow.entries.get(&pid) else {
             return String::new();
         };
         let ago = |t: Option<Instant>| {
@@ -187,7 +196,13 @@ impl State {
                 )
             })
         };
-        let ahead = self.follow.queued.iter().take_while(|p| **p != pid).count();
+        let ahead = self
+            .sharing
+            .follow
+            .queued
+            .iter()
+            .take_while(|p| **p != pid)
+            .count();
         let mut s = match (&e.running, &e.last) {
             (Some(n), _) if ahead == 0 => format!(
                 "memory follow: moving its memory to {} now\n",
@@ -203,7 +218,7 @@ impl State {
         if let Some(n) = &e.waiting {
             let wait = follow::wait_left(
                 e.last_at.map(|t| now.saturating_duration_since(t)),
-                self.settings.memory.follow_interval.0,
+                self.loaded.settings.memory.follow_interval.0,
             )
             .unwrap_or(Duration::ZERO);
             s.push_str(&format!(

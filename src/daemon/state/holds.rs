@@ -32,7 +32,7 @@ impl State {
     /// What should be held now: [`Manager::hold_want`](crate::manager::Manager::hold_want)
     /// of every managed process.
     pub(super) fn holds_wanted(&self) -> Vec<Want> {
-        let Some(m) = &self.manager else {
+        let Some(m) = &self.managed.manager else {
             return Vec::new();
         };
         let rules = m.rules().rules();
@@ -42,7 +42,7 @@ impl State {
         {
             return Vec::new();
         }
-        let topology = self.topology.as_ref();
+        let topology = self.machine.topology.as_ref();
         let node_of = |cpu: u32| topology.and_then(|t| t.node_of(cpu));
         let mut wants: Vec<Want> = m
             .list_managed()
@@ -59,17 +59,22 @@ impl State {
     pub(super) fn sync_holds(&mut self) {
         let wants = self.holds_wanted();
         let now = Instant::now();
-        let retry = self.holds.retry_at.is_some_and(|t| now >= t)
-            && self.holds.reports.values().any(|r| r.problem.is_some());
-        if self.holds.sent.as_ref() == Some(&wants) && !retry {
+        let retry = self.sharing.holds.retry_at.is_some_and(|t| now >= t)
+            && self
+                .sharing
+                .holds
+                .reports
+                .values()
+                .any(|r| r.problem.is_some());
+        if self.sharing.holds.sent.as_ref() == Some(&wants) && !retry {
             return;
         }
-        self.holds.retry_at = Some(now + HOLD_RETRY);
+        self.sharing.holds.retry_at = Some(now + HOLD_RETRY);
         // Nothing was ever held and nothing is wanted: the holder has nothing to do.
-        if self.holds.sent.is_none() && wants.is_empty() {
+        if self.sharing.holds.sent.is_none() && wants.is_empty() {
             return;
         }
-        self.holds.sent = Some(wants.clone());
+        self.sharing.holds.sent = Some(wants.clone());
         self.actions.push(Action::Hold(wants));
     }
 
@@ -82,14 +87,20 @@ impl State {
         let mut changed = false;
         let mut now = BTreeMap::new();
         for r in reports {
-            let before = self.holds.reports.get(&r.pid);
+            let before = self.sharing.holds.reports.get(&r.pid);
             if before.is_none_or(|b| {
                 b.confined != r.confined || b.isolated != r.isolated || b.cpus != r.cpus
             }) {
                 changed = true;
             }
             match &r.problem {
-                Some(p) if self.holds.logged.insert((r.rule.clone(), r.pid, p.clone())) => {
+                Some(p)
+                    if self
+                        .sharing
+                        .holds
+                        .logged
+                        .insert((r.rule.clone(), r.pid, p.clone())) =>
+                {
                     tracing::warn!(rule = %r.rule, pid = r.pid, "{}", r.line());
                 }
                 Some(_) => {}
@@ -97,15 +108,22 @@ impl State {
             }
             now.insert(r.pid, r);
         }
-        if self.holds.reports.keys().any(|p| !now.contains_key(p)) {
+        if self
+            .sharing
+            .holds
+            .reports
+            .keys()
+            .any(|p| !now.contains_key(p))
+        {
             changed = true;
         }
-        self.holds
+        self.sharing
+            .holds
             .logged
             .retain(|(_, pid, _)| now.contains_key(pid));
-        self.holds.reports = now;
+        self.sharing.holds.reports = now;
         if changed {
-            if let Some(plan) = self.manager.as_ref().map(|m| m.plan().clone()) {
+            if let Some(plan) = self.managed.manager.as_ref().map(|m| m.plan().clone()) {
                 self.manager_event(crate::manager::Input::PlanChanged(plan));
             }
             self.manager_event(crate::manager::Input::Rescan);
@@ -114,16 +132,23 @@ impl State {
 
     /// The hold line for `explain`: what is held for `pid` and how, or why not.
     pub(super) fn hold_line(&self, pid: u32) -> Option<String> {
-        self.holds.reports.get(&pid).map(HoldReport::line)
+        self.sharing.holds.reports.get(&pid).map(HoldReport::line)
     }
 
     /// For `status`: units confined, CPUs isolated, holds refused.
     pub(super) fn holds_summary(&self) -> Option<String> {
-        if self.holds.reports.is_empty() {
+        if self.sharing.holds.reports.is_empty() {
             return None;
         }
-        let confined = self.holds.reports.values().filter(|r| r.confined).count();
+        let confined = self
+            .sharing
+            .holds
+            .reports
+            .values()
+            .filter(|r| r.confined)
+            .count();
         let isolated = self
+            .sharing
             .holds
             .reports
             .values()
@@ -135,6 +160,7 @@ impl State {
         }
         // Each distinct reason once, by rule: what `check` and the log say, no pids.
         let problems: std::collections::BTreeSet<String> = self
+            .sharing
             .holds
             .reports
             .values()

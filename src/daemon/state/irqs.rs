@@ -24,7 +24,7 @@ pub(super) struct IrqsAway {
 impl State {
     /// The CPUs of `irqs = "away"` rules that hold CPUs with a managed process now.
     fn irqs_wanted_away(&self) -> CpuSet {
-        let Some(m) = &self.manager else {
+        let Some(m) = &self.managed.manager else {
             return CpuSet::new();
         };
         if !m.rules().rules().iter().any(|r| r.irqs_away) {
@@ -72,38 +72,38 @@ impl State {
     /// let go. Called after every manager change; does nothing while those CPUs stay.
     pub(super) fn sync_irqs(&mut self) {
         let wanted = self.irqs_wanted_away();
-        if wanted == self.irqs.away {
+        if wanted == self.sharing.irqs.away {
             return;
         }
         let root = self.cfg.sysroot.clone();
         let journal = irq::Journal::new(&self.cfg.runtime_dir);
-        for (n, why) in irq::restore(&root, &self.irqs.moved) {
+        for (n, why) in irq::restore(&root, &self.sharing.irqs.moved) {
             tracing::warn!(irq = n, %why, "IRQ mask not restored");
         }
-        self.irqs.moved.clear();
+        self.sharing.irqs.moved.clear();
         if !wanted.is_empty() {
             // On record before the first write: a crash halfway leaves nothing unknown.
-            if let Ok(plan) = irq::plan_away(&root, &wanted, &self.online()) {
+            if let Ok(plan) = irq::plan_away(&root, &wanted, &self.machine.online()) {
                 if let Err(e) = journal.save(&plan.moved) {
                     tracing::warn!(error = %e, "cannot write the IRQ journal");
                 }
             }
-            match irq::move_away(&root, &wanted, &self.online()) {
+            match irq::move_away(&root, &wanted, &self.machine.online()) {
                 Ok(away) => {
                     for (n, why) in &away.unmovable {
-                        if self.irqs.reported.insert(*n) {
+                        if self.sharing.irqs.reported.insert(*n) {
                             tracing::warn!(irq = n, %why, cpus = %wanted, "IRQ cannot leave the CPUs of an irqs = \"away\" rule");
                         }
                     }
                     tracing::info!(cpus = %wanted, moved = away.moved.len(), unmovable = away.unmovable.len(), "IRQs moved away");
-                    self.irqs.moved = away.moved;
+                    self.sharing.irqs.moved = away.moved;
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot move IRQs"),
             }
         } else {
-            tracing::info!(cpus = %self.irqs.away, "IRQs given back");
+            tracing::info!(cpus = %self.sharing.irqs.away, "IRQs given back");
         }
-        if let Err(e) = journal.save(&self.irqs.moved) {
+        if let Err(e) = journal.save(&self.sharing.irqs.moved) {
             tracing::warn!(error = %e, "cannot write the IRQ journal");
         }
         if let Some(pid) = irq::irqbalance_pid(&root) {
@@ -114,18 +114,18 @@ impl State {
                 }
             }
         }
-        self.irqs.away = wanted;
+        self.sharing.irqs.away = wanted;
     }
 
     /// At stop: every IRQ moved goes back.
     pub(super) fn release_irqs(&mut self) {
-        if self.irqs.away.is_empty() {
+        if self.sharing.irqs.away.is_empty() {
             return;
         }
-        for (n, why) in irq::restore(&self.cfg.sysroot, &self.irqs.moved) {
+        for (n, why) in irq::restore(&self.cfg.sysroot, &self.sharing.irqs.moved) {
             tracing::warn!(irq = n, %why, "IRQ mask not restored");
         }
-        self.irqs.moved.clear();
+        self.sharing.irqs.moved.clear();
         if let Err(e) = irq::Journal::new(&self.cfg.runtime_dir).save(&[]) {
             tracing::warn!(error = %e, "cannot clear the IRQ journal");
         }
@@ -134,6 +134,6 @@ impl State {
                 tracing::warn!(pid, error = %e, "cannot lift irqbalance's ban");
             }
         }
-        self.irqs.away = CpuSet::new();
+        self.sharing.irqs.away = CpuSet::new();
     }
 }

@@ -10,7 +10,10 @@ use crate::cpuset::CpuSet;
 use crate::domains::{self, Domains, Misfit};
 use crate::fingerprint::Fingerprint;
 use crate::manager;
+use crate::matrix::store::MatrixStore;
+use crate::matrix::LatencyMatrix;
 use crate::plan::Choose;
+use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 
 use super::{State, HOTPLUG_RECHECK};
@@ -26,7 +29,24 @@ pub const MOVE_GAIN: f64 = 0.10;
 /// (SMT siblings, one L2) do not move on a difference no measurement resolves.
 pub const MOVE_FLOOR_NS: f64 = 5.0;
 
-impl State {
+/// The machine as the daemon last read it, and the matrix in use on it.
+///
+/// Owns: the matrix store, the fingerprint, the topology, the matrix in use and the
+/// latency domains made of them. Must not touch: processes (see `managed.rs`), when
+/// measurements run (see `measuring.rs`).
+#[derive(Debug, Default)]
+pub(super) struct Machine {
+    pub(super) store: Option<MatrixStore>,
+    pub(super) fingerprint: Option<Fingerprint>,
+    pub(super) topology: Option<Topology>,
+    pub(super) current: Option<LatencyMatrix>,
+    /// Latency domains of the current matrix and topology; `None` = to be computed.
+    /// Plans are made on them; a new matrix reaches running processes only when its
+    /// plan improves theirs materially.
+    pub(super) domains: Option<Domains>,
+}
+
+impl Machine {
     /// Online CPUs as last read; empty before the first read.
     pub(super) fn online(&self) -> CpuSet {
         self.topology
@@ -45,8 +65,8 @@ impl State {
 
     /// Re-reads the topology and the fingerprint; true when the fingerprint changed
     /// (or was read for the first time).
-    pub(super) fn read_machine(&mut self) -> bool {
-        match Topology::discover(&self.cfg.sysroot) {
+    pub(super) fn read(&mut self, root: &SysRoot) -> bool {
+        match Topology::discover(root) {
             Ok(t) => {
                 for w in &t.warnings {
                     tracing::debug!(warning = %w, "topology");
@@ -60,7 +80,7 @@ impl State {
                 tracing::warn!(error = %e, "cannot read the CPU topology; keeping the last one")
             }
         }
-        match Fingerprint::read(&self.cfg.sysroot) {
+        match Fingerprint::read(root) {
             Ok(fp) => {
                 let changed = match &self.fingerprint {
                     Some(old) if old.matches(&fp) => false,
@@ -111,17 +131,19 @@ impl State {
             tracing::warn!(error = %e, "no latency domains");
         }
     }
+}
 
+impl State {
     /// A new matrix: new domains for future plans, and the running processes moved only
     /// where the new plan improves on the one applied materially (no churn).
     pub(super) fn matrix_changed(&mut self) {
-        self.domains = None;
-        if let Err(e) = self.domains() {
+        self.machine.domains = None;
+        if let Err(e) = self.machine.domains() {
             tracing::warn!(error = %e, "no latency domains");
             return;
         }
         let new = self.new_plan();
-        let (Some(m), Some(d)) = (&self.manager, &self.domains) else {
+        let (Some(m), Some(d)) = (&self.managed.manager, &self.machine.domains) else {
             return;
         };
         let choose = new.choose.as_deref().map(|c| c as &dyn Choose);
@@ -145,18 +167,18 @@ impl State {
     /// processes' cgroup cpusets again [`HOTPLUG_RECHECK`] later. The matrix
     /// follows the usable CPUs from the store's cells (see `matrix::keep`).
     pub(super) fn hotplug(&mut self, now: Instant) {
-        let usable = self.usable();
-        let fp_changed = self.read_machine();
+        let usable = self.machine.usable();
+        let fp_changed = self.machine.read(&self.cfg.sysroot);
         // The matrix (and so the domains) for the new CPUs first, then the re-plan.
-        if fp_changed || self.usable() != usable {
+        if fp_changed || self.machine.usable() != usable {
             self.fingerprint_changed(now);
         } else {
-            self.refresh_domains();
+            self.machine.refresh_domains();
         }
-        tracing::info!(online = %self.online(), "CPU hotplug");
+        tracing::info!(online = %self.machine.online(), "CPU hotplug");
         let planned = self.new_plan();
         self.hand_down(planned, manager::Input::PlanChanged);
-        self.hotplug_recheck = Some(now + HOTPLUG_RECHECK);
+        self.timers.hotplug_recheck = Some(now + HOTPLUG_RECHECK);
         self.status();
     }
 }

@@ -169,7 +169,15 @@ fn memory_line(pid: i32, view: &Result<MemoryView, ReadError>) -> String {
 impl State {
     /// The machine's node ids; `None` before the topology is known.
     fn node_ids(&self) -> Option<Vec<u32>> {
-        Some(self.topology.as_ref()?.nodes.iter().map(|n| n.id).collect())
+        Some(
+            self.machine
+                .topology
+                .as_ref()?
+                .nodes
+                .iter()
+                .map(|n| n.id)
+                .collect(),
+        )
     }
 
     /// What `Explain` answers when its text shows memory: the text (`before`) and the

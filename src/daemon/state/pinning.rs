@@ -9,7 +9,6 @@ use crate::rules::{CpuTarget, PlacementRequest};
 use crate::shape::Shaper;
 
 use super::State;
-use crate::daemon::replan;
 
 impl State {
     /// Answers [`Command::PinWith`], [`Command::PlanWith`], [`Command::Owner`] and
@@ -20,18 +19,21 @@ impl State {
                 let request = self.resolve_place(&place)?;
                 let follow = follow
                     || matches!(&place, crate::api::PlaceSpec::Rule(name)
-                        if self.rules.rules.get(name).is_some_and(|r| r.memory_follow));
+                        if self.loaded.rules.rules.get(name).is_some_and(|r| r.memory_follow));
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
                 let cpus = self
                     .runtime_cpus(&request)?
                     .map_err(|source| CommandError::Pin { pid, source })?;
-                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
+                let m = self
+                    .managed
+                    .manager
+                    .as_mut()
+                    .ok_or(CommandError::Starting)?;
                 match m.pin(pid_i, &cpus) {
                     Ok(mut changes) => {
-                        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
-                        changes.extend(replan::settle(m, choose));
+                        changes.extend(self.managed.settle());
                         tracing::info!(pid, %cpus, follow, "pinned at run time");
-                        self.follow.set_runtime(pid_i, follow);
+                        self.sharing.follow.set_runtime(pid_i, follow);
                         self.after_manager(changes);
                         Ok(Reply::Cpus(cpus))
                     }
@@ -65,7 +67,11 @@ impl State {
 
     /// The real uid of process `pid`.
     fn owner(&self, pid: u32) -> Result<u32, CommandError> {
-        let m = self.manager.as_ref().ok_or(CommandError::Starting)?;
+        let m = self
+            .managed
+            .manager
+            .as_ref()
+            .ok_or(CommandError::Starting)?;
         i32::try_from(pid)
             .ok()
             .filter(|&p| p > 0)
@@ -79,7 +85,7 @@ impl State {
     fn resolve_place(&self, place: &PlaceSpec) -> Result<PlacementRequest, CommandError> {
         let mut request = match place {
             PlaceSpec::Rule(name) => {
-                let rule = self.rules.rules.get(name).ok_or_else(|| {
+                let rule = self.loaded.rules.rules.get(name).ok_or_else(|| {
                     CommandError::NoRule(format!("no loaded rule is named {name:?}"))
                 })?;
                 rule.place.clone().ok_or_else(|| {
@@ -93,7 +99,7 @@ impl State {
         request.exclusive = false;
         match &request.target {
             CpuTarget::Count(n) => {
-                let usable = self.usable().len();
+                let usable = self.machine.usable().len();
                 if *n == 0 || *n as usize > usable {
                     return Err(CommandError::InvalidArgs(format!(
                         "count {n}: must be between 1 and the {usable} usable CPUs"
@@ -101,7 +107,7 @@ impl State {
                 }
             }
             CpuTarget::Cpus(c) => {
-                let online = self.online();
+                let online = self.machine.online();
                 if c.is_empty() || !c.is_subset(&online) {
                     return Err(CommandError::InvalidArgs(format!(
                         "cpus {c}: not all online (online: {online})"
@@ -118,16 +124,24 @@ impl State {
         &mut self,
         request: &PlacementRequest,
     ) -> Result<Result<CpuSet, crate::plan::PinError>, CommandError> {
-        self.domains()?;
-        let m = self.manager.as_ref().ok_or(CommandError::Starting)?;
+        self.machine.domains()?;
+        let m = self
+            .managed
+            .manager
+            .as_ref()
+            .ok_or(CommandError::Starting)?;
         if request.shape.is_empty() {
-            let d = self.domains.as_ref().map(|d| d as &dyn Choose);
+            let d = self.machine.domains.as_ref().map(|d| d as &dyn Choose);
             return Ok(m.plan().pin(request, d));
         }
         // `core-type`, `prefer`, `near`: the machine's facts and the device, now.
         let (facts, devices) = self.shaping_inputs(request.shape.near.as_deref());
         let facts = facts.ok_or(CommandError::Starting)?;
-        let domains = self.domains.as_ref().ok_or(CommandError::Starting)?;
+        let domains = self
+            .machine
+            .domains
+            .as_ref()
+            .ok_or(CommandError::Starting)?;
         let shaper = Shaper {
             domains,
             facts: &facts,

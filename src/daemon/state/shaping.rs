@@ -12,8 +12,8 @@ impl State {
     /// The topology's facts (none before the first read) and every device a rule, or
     /// `extra`, is near.
     pub(super) fn shaping_inputs(&self, extra: Option<&str>) -> (Option<Facts>, Devices) {
-        let facts = self.topology.as_ref().map(Facts::from_topology);
-        let mut names = shape::near_names(&self.rules.rules);
+        let facts = self.machine.topology.as_ref().map(Facts::from_topology);
+        let mut names = shape::near_names(&self.loaded.rules.rules);
         names.extend(extra);
         names.sort_unstable();
         names.dedup();

@@ -10,7 +10,7 @@ fn never_cpus_are_measured_around_and_keep_their_earlier_cells() {
     let job = measured_first(&mut s);
     assert_eq!(job.cfg.cpus.to_string(), "0-15");
     // CPU 3 is never to be measured now: the job stays off it.
-    s.settings.measure.never_cpus = "3".parse().unwrap();
+    s.loaded.settings.measure.never_cpus = "3".parse().unwrap();
     let job = remeasure_job(&mut s);
     assert_eq!(job.cfg.cpus.to_string(), "0-2,4-15");
     let mut m = LatencyMatrix::from_fn(job.cfg.cpus.iter().collect(), |_, _| 50.0);
@@ -27,7 +27,7 @@ fn never_cpus_are_measured_around_and_keep_their_earlier_cells() {
         summary.ends_with("; kept 15 earlier cells of CPU 3 (CPU 3: measure.never-cpus)"),
         "{summary}"
     );
-    let cur = s.current.clone().unwrap();
+    let cur = s.machine.current.clone().unwrap();
     assert_eq!(cur.len(), 16);
     assert_eq!(
         cur.between(3, 4),
@@ -101,7 +101,7 @@ fn an_exclusive_rule_s_cpus_are_not_measured_and_two_cpus_minus_one_measure_noth
         "nothing measured: only CPU 4 may be measured (CPU 5: exclusive rule \"feed\"); no earlier cells to keep"
     );
     assert_eq!(s.snapshot().state, Phase::Ready);
-    assert!(s.schedule.running().is_none());
+    assert!(s.measurement.schedule.running().is_none());
     s.handle(Event::Tick(Instant::now() + Duration::from_secs(5)));
     assert!(jobs(&s.take_actions()).is_empty(), "no retry loop");
 }
@@ -111,7 +111,7 @@ fn with_an_earlier_pair_a_single_measurable_cpu_keeps_it() {
     let (mut s, _d) = on_e5620_copy(no_interval());
     set_online(&s.cfg.sysroot, "0-1");
     measured_first(&mut s);
-    s.settings.measure.never_cpus = "1".parse().unwrap();
+    s.loaded.settings.measure.never_cpus = "1".parse().unwrap();
     let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
         panic!()
     };
@@ -122,7 +122,7 @@ fn with_an_earlier_pair_a_single_measurable_cpu_keeps_it() {
         summaries(&a)[0],
         "nothing measured: only CPU 0 may be measured (CPU 1: measure.never-cpus); kept 1 earlier cell of CPU 1 (CPU 1: measure.never-cpus)"
     );
-    let cur = s.current.clone().unwrap();
+    let cur = s.machine.current.clone().unwrap();
     assert_eq!(cur.between(0, 1), Some(40.0));
     assert_eq!(
         cur.measured_at_us,

@@ -30,7 +30,7 @@ fn state(timing: Timing) -> (State, tempfile::TempDir) {
         std::fs::create_dir_all(d).unwrap();
     }
     let mut s = State::new(cfg, Settings::default(), timing, Instant::now());
-    s.policy = LoadPolicy::unchecked();
+    s.loaded.policy = LoadPolicy::unchecked();
     (s, dir)
 }
 
@@ -228,8 +228,9 @@ fn metrics_answer_and_the_textfile_is_written_each_period() {
     s.handle(ok_matrix(&job));
     let dir = d.path().join("textfile");
     std::fs::create_dir(&dir).unwrap();
-    s.settings.metrics.textfile_dir = dir.clone();
-    s.settings.metrics.textfile_period = crate::settings::HumanDuration(Duration::from_secs(15));
+    s.loaded.settings.metrics.textfile_dir = dir.clone();
+    s.loaded.settings.metrics.textfile_period =
+        crate::settings::HumanDuration(Duration::from_secs(15));
     let t0 = Instant::now();
     s.handle(Event::Tick(t0));
     let file = dir.join("pinnerd.prom");
@@ -252,7 +253,7 @@ fn without_a_stored_matrix_start_measures_and_remeasure_joins_it() {
     let (mut s, _d, job) = started(Timing::default());
     assert_eq!(s.snapshot().state, Phase::Measuring);
     assert_eq!(s.snapshot().measured_at_us, 0);
-    assert_eq!(job.cfg.cpus, s.usable());
+    assert_eq!(job.cfg.cpus, s.machine.usable());
     // A machine this small gets every pair; from 128 CPUs on, the sparse mode.
     assert!(job.cfg.cpus.len() < measure::SPARSE_FROM_CPUS);
     assert_eq!(job.cfg.mode, measure::Mode::Serial);
@@ -337,7 +338,7 @@ fn the_matrix_is_stored_and_used_at_the_next_start() {
     s.handle(ok_matrix(&job));
     let cfg = s.cfg.clone();
     let mut again = State::new(cfg, Settings::default(), Timing::default(), Instant::now());
-    again.policy = LoadPolicy::unchecked();
+    again.loaded.policy = LoadPolicy::unchecked();
     again.start().unwrap();
     assert!(
         jobs(&again.take_actions()).is_empty(),
@@ -548,14 +549,14 @@ fn a_bad_settings_file_on_reload_keeps_the_old_settings() {
         "{errs:?}"
     );
     // Kept typed, with its file, line and column.
-    match &s.settings_error {
+    match &s.loaded.settings_error {
         Some(SettingsError::Invalid { path: p, at, .. }) => {
             assert_eq!(p, &path);
             assert_eq!((at.line, at.col), (2, 10));
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(s.settings, Settings::default());
+    assert_eq!(s.loaded.settings, Settings::default());
     let a = s.take_actions();
     assert_eq!(a.first(), Some(&Action::Reloading));
     assert_eq!(a.last(), Some(&Action::Ready));
@@ -564,7 +565,7 @@ fn a_bad_settings_file_on_reload_keeps_the_old_settings() {
 #[test]
 fn plan_uses_sysfs_until_a_matrix_exists_and_checks_its_arguments() {
     let (mut s, _d, job) = started(Timing::default());
-    let usable = s.usable();
+    let usable = s.machine.usable();
     let n = usable.len() as u32;
     let plan = |s: &mut State, count, policy| {
         s.command(Command::Plan {
@@ -608,7 +609,7 @@ fn without_proc_events_the_daemon_is_degraded_and_rescans() {
     s.handle(Event::Watch(Err("not in the initial namespace".into())));
     assert_eq!(s.snapshot().state, Phase::Degraded);
     assert!(
-        s.next_rescan.is_some(),
+        s.timers.next_rescan.is_some(),
         "rescans cannot be off without events"
     );
     s.handle(Event::Watch(Ok(())));

@@ -2,6 +2,7 @@
 //! and memory that follows its CPUs one job at a time.
 
 use super::*;
+use crate::topology::Topology;
 
 #[test]
 fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
@@ -85,7 +86,7 @@ fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
     let (mut s, _d, _job) = started(Timing::default());
     let child = Sleeper::spawn("sleep");
     let pid = child.pid();
-    let one_node = s.topology.as_ref().unwrap().nodes.len() <= 1;
+    let one_node = s.machine.topology.as_ref().unwrap().nodes.len() <= 1;
     let Reply::Explained { text: why, .. } =
         s.command(Command::Explain { pid, caller_uid: 0 }).unwrap()
     else {
@@ -140,7 +141,7 @@ fn explain_leaves_the_memory_read_to_a_reader_and_it_answers() {
     let fixture = SysRoot::machine(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-e5620"),
     );
-    s.topology = Some(Topology::discover(&fixture).unwrap());
+    s.machine.topology = Some(Topology::discover(&fixture).unwrap());
     let child = Sleeper::spawn("sleep");
     let pid = child.pid();
     // Where memory is read from: a tree whose numa_maps for `pid` is a FIFO.
@@ -208,8 +209,9 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
     let fixture = SysRoot::machine(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-e5620"),
     );
-    s.topology = Some(Topology::discover(&fixture).unwrap());
-    s.settings.memory.follow_interval = crate::settings::HumanDuration(Duration::from_secs(300));
+    s.machine.topology = Some(Topology::discover(&fixture).unwrap());
+    s.loaded.settings.memory.follow_interval =
+        crate::settings::HumanDuration(Duration::from_secs(300));
     let child = Sleeper::spawn("sleep");
     let pid = child.pid();
     let pin = |s: &mut State, cpu: &str| {
@@ -302,7 +304,7 @@ fn queued_memory_moves_say_they_wait_for_the_one_before_them() {
     let fixture = SysRoot::machine(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-e5620"),
     );
-    s.topology = Some(Topology::discover(&fixture).unwrap());
+    s.machine.topology = Some(Topology::discover(&fixture).unwrap());
     let (a, b) = (Sleeper::spawn("sleep"), Sleeper::spawn("sleep"));
     let mut queued = Vec::new();
     for pid in [a.pid(), b.pid()] {
@@ -362,7 +364,7 @@ fn queued_memory_moves_say_they_wait_for_the_one_before_them() {
 #[test]
 fn an_isolate_rule_s_process_is_wanted_held_and_explain_says_what_came_of_it() {
     let (mut s, d, _job) = started(Timing::default());
-    let online = s.online();
+    let online = s.machine.online();
     let last = online.iter().last().unwrap();
     let prog = d.path().join("pinnerd-isohold");
     std::fs::copy("/bin/sleep", &prog).unwrap();
@@ -443,7 +445,7 @@ fn an_isolate_rule_s_process_is_wanted_held_and_explain_says_what_came_of_it() {
 #[test]
 fn a_hold_with_a_problem_is_asked_for_again_after_the_retry_interval() {
     let (mut s, d, _job) = started(Timing::default());
-    let last = s.online().iter().last().unwrap();
+    let last = s.machine.online().iter().last().unwrap();
     let prog = d.path().join("pinnerd-isoretr");
     std::fs::copy("/bin/sleep", &prog).unwrap();
     write_rule(
@@ -483,13 +485,13 @@ fn a_hold_with_a_problem_is_asked_for_again_after_the_retry_interval() {
     s.sync_holds();
     assert_eq!(holds(&mut s), 0);
     // Due: the same wants again.
-    s.holds.retry_at = Some(Instant::now() - Duration::from_secs(1));
+    s.sharing.holds.retry_at = Some(Instant::now() - Duration::from_secs(1));
     s.sync_holds();
     assert_eq!(holds(&mut s), 1);
     // Held without a problem: never sent again for nothing.
     s.handle(Event::Held(vec![report(None)]));
     s.take_actions();
-    s.holds.retry_at = Some(Instant::now() - Duration::from_secs(1));
+    s.sharing.holds.retry_at = Some(Instant::now() - Duration::from_secs(1));
     s.sync_holds();
     assert_eq!(holds(&mut s), 0);
     drop(child);
