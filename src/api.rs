@@ -44,24 +44,13 @@ pub enum Command {
         pid: u32,
         caller_uid: u32,
     },
-    Plan {
-        count: u32,
-        policy: Policy,
-        smt: SmtPolicy,
-    },
-    Pin {
-        pid: u32,
-        count: u32,
-        policy: Policy,
-        smt: SmtPolicy,
-    },
     Release {
         pid: u32,
     },
     /// The daemon's numbers in the Prometheus text format (`crate::metrics`).
     Metrics,
-    /// `PinProcessWith`: pins every thread of `pid` with a placement in the rule
-    /// vocabulary, among the CPUs no exclusive rule holds.
+    /// `PinProcess` and `PinProcessWith`: pins every thread of `pid` with a placement in
+    /// the rule vocabulary, among the CPUs no exclusive rule holds.
     PinWith {
         pid: u32,
         place: PlaceSpec,
@@ -69,7 +58,8 @@ pub enum Command {
         /// (`memory::follow`).
         follow: bool,
     },
-    /// `PlanWith`: the CPUs [`Command::PinWith`] would choose now; changes nothing.
+    /// `Plan` and `PlanWith`: the CPUs [`Command::PinWith`] would choose now; changes
+    /// nothing.
     PlanWith {
         place: PlaceSpec,
     },
@@ -90,10 +80,9 @@ impl Command {
     /// The process a pin or release acts on.
     pub fn target_pid(&self) -> Option<u32> {
         match self {
-            Command::Pin { pid, .. }
-            | Command::PinWith { pid, .. }
-            | Command::Release { pid }
-            | Command::Owner { pid } => Some(*pid),
+            Command::PinWith { pid, .. } | Command::Release { pid } | Command::Owner { pid } => {
+                Some(*pid)
+            }
             Command::AsOwner { command, .. } => command.target_pid(),
             _ => None,
         }
@@ -106,6 +95,20 @@ impl Command {
 pub enum PlaceSpec {
     Request(PlacementRequest),
     Rule(String),
+}
+
+impl PlaceSpec {
+    /// `count` CPUs placed by `policy` and `smt`: what `Plan` and `PinProcess` ask for.
+    pub fn count(count: u32, policy: Policy, smt: SmtPolicy) -> PlaceSpec {
+        PlaceSpec::Request(PlacementRequest {
+            target: crate::rules::CpuTarget::Count(count),
+            within: None,
+            policy,
+            smt,
+            exclusive: false,
+            shape: crate::shape::Shape::default(),
+        })
+    }
 }
 
 /// The parts of a placement as a client gives them (`pinnerd run`/`pin` flags, the

@@ -16,7 +16,7 @@ use zbus::{interface, Connection};
 use super::admission::{check_body, check_len, Admission, Callers, RateLimiter};
 use super::error::{command_error, unexpected, MethodError, Result};
 use super::placement::{memory_follow, place_spec};
-use crate::api::{Call, Command, ManagedEntry, Reply, Snapshot};
+use crate::api::{Call, Command, ManagedEntry, PlaceSpec, Reply, Snapshot};
 use crate::cpuset::CpuSet;
 use crate::placement::{Policy, SmtPolicy};
 
@@ -435,7 +435,9 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         check_len("smt", smt)?;
         self.admission.admit(conn, &header, "Plan").await?;
         let (policy, smt) = words(policy, smt)?;
-        let cmd = Command::Plan { count, policy, smt };
+        let cmd = Command::PlanWith {
+            place: PlaceSpec::count(count, policy, smt),
+        };
         match self.forward(cmd).await? {
             Reply::Cpus(set) => Ok(set.iter().collect()),
             other => Err(unexpected(other)),
@@ -457,11 +459,10 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         check_len("policy", policy)?;
         check_len("smt", smt)?;
         let (policy, smt) = words(policy, smt)?;
-        let cmd = Command::Pin {
+        let cmd = Command::PinWith {
             pid,
-            count,
-            policy,
-            smt,
+            place: PlaceSpec::count(count, policy, smt),
+            follow: false,
         };
         let cmd = self.admit_pin(conn, &header, "PinProcess", cmd).await?;
         match self.forward(cmd).await? {

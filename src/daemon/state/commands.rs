@@ -6,9 +6,6 @@
 use std::time::Instant;
 
 use crate::api::{Command, CommandError, ManagedEntry, Reply};
-use crate::placement::{Policy, Request, SmtPolicy};
-use crate::plan::Choose;
-use crate::rules::{CpuTarget, PlacementRequest};
 
 use super::memory::Answer;
 use super::{ReloadCause, State};
@@ -82,54 +79,6 @@ impl State {
             }
             // Answered by `answer` (they may wait for a memory read).
             cmd @ (Command::Explain { .. } | Command::Memory { .. }) => self.command(cmd),
-            // The CPUs a pin would get: `PlanWith` of the same count, off exclusive rules.
-            Command::Plan { count, policy, smt } => self.runtime_command(Command::PlanWith {
-                place: crate::api::PlaceSpec::Request(PlacementRequest {
-                    target: CpuTarget::Count(count),
-                    within: None,
-                    policy,
-                    smt,
-                    exclusive: false,
-                    shape: Default::default(),
-                }),
-            }),
-            Command::Pin {
-                pid,
-                count,
-                policy,
-                smt,
-            } => {
-                let req = self.request(count, policy, smt)?;
-                let request = PlacementRequest {
-                    target: CpuTarget::Count(count),
-                    within: None,
-                    policy: req.policy,
-                    smt: req.smt,
-                    exclusive: false,
-                    shape: Default::default(),
-                };
-                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
-                self.machine.domains()?;
-                let d = self.machine.domains.as_ref().map(|d| d as &dyn Choose);
-                let m = self
-                    .managed
-                    .manager
-                    .as_mut()
-                    .ok_or(CommandError::Starting)?;
-                let cpus = m
-                    .plan()
-                    .pin(&request, d)
-                    .map_err(|source| CommandError::Pin { pid, source })?;
-                match m.pin(pid_i, &cpus) {
-                    Ok(mut changes) => {
-                        changes.extend(self.managed.settle());
-                        tracing::info!(pid, %cpus, "pinned at run time");
-                        self.after_manager(changes);
-                        Ok(Reply::Cpus(cpus))
-                    }
-                    Err(e) => Err(CommandError::from_manager(pid, e)),
-                }
-            }
             cmd @ (Command::PinWith { .. }
             | Command::PlanWith { .. }
             | Command::Owner { .. }
@@ -152,29 +101,6 @@ impl State {
                 }
             }
         }
-    }
-
-    /// A request from a command's arguments, checked: 1 ≤ count ≤ usable CPUs.
-    pub(super) fn request(
-        &self,
-        count: u32,
-        policy: Policy,
-        smt: SmtPolicy,
-    ) -> Result<Request, CommandError> {
-        let usable = self.machine.usable().len();
-        if count == 0 || count as usize > usable {
-            return Err(CommandError::InvalidArgs(format!(
-                "count {count}: must be between 1 and the {usable} usable CPUs"
-            )));
-        }
-        Ok(Request {
-            count: count as usize,
-            policy,
-            smt,
-            exclude: self.loaded.settings.placement.housekeeping_cpus.clone(),
-            exclusive: false,
-            cpus: None,
-        })
     }
 
     pub(super) fn matrix_reply(&self) -> Reply {

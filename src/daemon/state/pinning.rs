@@ -21,9 +21,8 @@ impl State {
                     || matches!(&place, crate::api::PlaceSpec::Rule(name)
                         if self.loaded.rules.rules.get(name).is_some_and(|r| r.memory_follow));
                 let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
-                let cpus = self
-                    .runtime_cpus(&request)?
-                    .map_err(|source| CommandError::Pin { pid, source })?;
+                let cpus =
+                    self.runtime_cpus(&request, |source| CommandError::Pin { pid, source })?;
                 let m = self
                     .managed
                     .manager
@@ -42,9 +41,8 @@ impl State {
             }
             Command::PlanWith { place } => {
                 let request = self.resolve_place(&place)?;
-                let cpus = self
-                    .runtime_cpus(&request)?
-                    .map_err(|e| CommandError::InvalidArgs(e.to_string()))?;
+                let cpus =
+                    self.runtime_cpus(&request, |e| CommandError::InvalidArgs(e.to_string()))?;
                 Ok(Reply::Cpus(cpus))
             }
             Command::Owner { pid } => self.owner(pid).map(Reply::Owner),
@@ -120,10 +118,12 @@ impl State {
 
     /// The CPUs a run-time pin of `request` gets now: among those online, not reserved
     /// for housekeeping and held by no exclusive rule (see [`crate::plan::Plan::pin`]).
+    /// `refused` says why none could be chosen.
     fn runtime_cpus(
         &mut self,
         request: &PlacementRequest,
-    ) -> Result<Result<CpuSet, crate::plan::PinError>, CommandError> {
+        refused: impl FnOnce(crate::plan::PinError) -> CommandError,
+    ) -> Result<CpuSet, CommandError> {
         self.machine.domains()?;
         let m = self
             .managed
@@ -132,7 +132,7 @@ impl State {
             .ok_or(CommandError::Starting)?;
         if request.shape.is_empty() {
             let d = self.machine.domains.as_ref().map(|d| d as &dyn Choose);
-            return Ok(m.plan().pin(request, d));
+            return m.plan().pin(request, d).map_err(refused);
         }
         // `core-type`, `prefer`, `near`: the machine's facts and the device, now.
         let (facts, devices) = self.shaping_inputs(request.shape.near.as_deref());
@@ -147,6 +147,6 @@ impl State {
             facts: &facts,
             devices: &devices,
         };
-        Ok(m.plan().pin(request, Some(&shaper)))
+        m.plan().pin(request, Some(&shaper)).map_err(refused)
     }
 }

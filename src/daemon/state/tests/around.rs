@@ -138,10 +138,8 @@ fn plan_keeps_off_an_exclusive_rule_s_cpus_as_plan_with_and_pins_do() {
     write_rule(d.path(), "hold", "[[rule]]\nname = \"hold\"\n[rule.match]\ncomm = \"no-such\"\n[rule.place]\ncpus = \"0\"\nexclusive = true\n");
     measured_first(&mut s);
     let plan = s
-        .command(Command::Plan {
-            count: 1,
-            policy: Policy::Compact,
-            smt: SmtPolicy::Allow,
+        .command(Command::PlanWith {
+            place: crate::api::PlaceSpec::count(1, Policy::Compact, SmtPolicy::Allow),
         })
         .unwrap();
     let plan_with = s

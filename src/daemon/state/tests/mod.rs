@@ -568,10 +568,8 @@ fn plan_uses_sysfs_until_a_matrix_exists_and_checks_its_arguments() {
     let usable = s.machine.usable();
     let n = usable.len() as u32;
     let plan = |s: &mut State, count, policy| {
-        s.command(Command::Plan {
-            count,
-            policy,
-            smt: SmtPolicy::Allow,
+        s.command(Command::PlanWith {
+            place: crate::api::PlaceSpec::count(count, policy, SmtPolicy::Allow),
         })
     };
     // No matrix yet: the topology alone places.
