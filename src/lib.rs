@@ -17,13 +17,14 @@
 //!                                                  affinity (apply, read back, restore)
 //!          daemon (one event loop owns the state; plans on rule, domain and CPU changes,
 //!                  and again for the cpusets and threads the manager reports it saw)
-//!                          ▲ api (Command → Reply | CommandError, Snapshot, Signal)
+//!                ▲ api (Call → its own answer | CommandError, Snapshot, Signal)
 //!                 dbus (forwards; polkit decides for non-root callers) · cli (commands)
 //! ```
 //!
 //! Modules, one concern each:
 //! - `affinity`: the affinity syscalls, read back, the restore journal
-//! - `api`: the typed commands, replies, snapshot and signals between daemon and clients
+//! - `api`: the typed calls (each with its own answer type), snapshot and signals between
+//!   daemon and clients
 //! - `cgroup`: which CPUs a process's cgroup cpuset (v1 or v2) allows
 //! - `cli`: the subcommands; `cli::docs` generates the man page `pinnerd(8)` and the shell
 //!   completions from them

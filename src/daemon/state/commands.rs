@@ -1,54 +1,114 @@
-//! The answers to D-Bus commands ([`State::answer`], [`State::command`]): plain
-//! synchronous functions, called by the loop for each command and by unit tests
-//! directly; an answer that waits for a memory read says so (`state/memory.rs`). Run-time pins are
-//! in `state/pinning.rs`. Same state, same loop as `state/mod.rs`.
+//! The answers to D-Bus calls ([`State::call`]): one plain synchronous function per
+//! call, each returning its own answer type, called by the loop for each call and by
+//! unit tests directly; an answer that waits for a memory read leaves the read to a
+//! reader thread (`state/memory.rs`). Run-time pins are in `state/pinning.rs`. Same
+//! state, same loop as `state/mod.rs`.
 
 use std::time::Instant;
 
-use crate::api::{Command, CommandError, ManagedEntry, Reply};
+use crate::api::{Call, CommandError, ManagedEntry, MatrixReply, Reloaded, ReplyTo};
 
-use super::memory::Answer;
-use super::{ReloadCause, State};
+use super::memory::MemoryRead;
+use super::{Action, ReloadCause, State};
+
+/// Sends an answer; the caller may have given up (timeout): nothing to do then.
+pub(super) fn send<T>(to: ReplyTo<T>, answer: Result<T, CommandError>) {
+    let _ = to.send(answer);
+}
 
 impl State {
-    /// Answers one command; a memory read it needs is made on the calling thread (tests,
-    /// callers off the loop). The loop uses [`State::answer`], which leaves that read
-    /// to a reader thread.
-    pub fn command(&mut self, cmd: Command) -> Result<Reply, CommandError> {
-        match self.answer(cmd) {
-            Answer::Now(reply) => reply,
-            Answer::AfterRead(pending) => pending.here(),
+    /// Answers one call on its reply; a memory read it waits for (`Explain` and
+    /// `ExplainJson` of a process on a machine of several nodes) is left to a reader
+    /// thread ([`Action::ReadMemory`]), which answers it.
+    pub fn call(&mut self, call: Call) {
+        if let Some(read) = self.answer(call) {
+            self.actions.push(Action::ReadMemory(Box::new(read)));
         }
     }
 
-    /// Answers one command now, or says which memory read its answer waits for
-    /// (`Explain` and `ExplainJson` of a process on a machine of several nodes).
-    pub fn answer(&mut self, cmd: Command) -> Answer {
-        match cmd {
-            Command::Explain { pid, caller_uid } => self.explain(pid, caller_uid),
-            Command::Memory { pid, caller_uid } => {
-                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
-                    return Answer::Now(Err(CommandError::NoSuchProcess(pid)));
-                }
-                let Some(m) = &self.managed.manager else {
-                    return Answer::Now(Err(CommandError::Starting));
-                };
-                if !m.shows_memory(pid as i32, caller_uid) {
-                    return Answer::Now(Ok(Reply::Json(serde_json::Value::Null)));
-                }
-                self.json_memory(pid as i32)
-            }
-            other => Answer::Now(self.reply(other)),
+    /// [`State::call`], with the memory read made on the calling thread: for tests and
+    /// callers off the loop.
+    pub fn call_here(&mut self, call: Call) {
+        if let Some(read) = self.answer(call) {
+            read.run(|_| {});
         }
+    }
+
+    /// Answers `call` now, or returns the memory read its answer waits for.
+    fn answer(&mut self, call: Call) -> Option<MemoryRead> {
+        match call {
+            Call::Remeasure(reply) => send(reply, Ok(self.remeasure(Instant::now()))),
+            Call::Reload(reply) => send(reply, Ok(self.reload_by_bus())),
+            Call::GetMatrix(reply) => send(reply, Ok(self.matrix_reply())),
+            Call::Metrics(reply) => send(reply, Ok(self.metrics_text())),
+            Call::ListManaged { caller_uid, reply } => {
+                send(reply, Ok(self.managed_rows(caller_uid)))
+            }
+            Call::Explain {
+                pid,
+                caller_uid,
+                reply,
+            } => return self.explain(pid, caller_uid, reply),
+            Call::Memory {
+                pid,
+                caller_uid,
+                reply,
+            } => return self.memory(pid, caller_uid, reply),
+            Call::PlanWith { place, reply } => send(reply, self.plan_with(&place)),
+            Call::Pin { pin, reply } => send(reply, self.pin(pin)),
+            Call::Release { release, reply } => send(reply, self.release(release)),
+            Call::Owner { pid, reply } => send(reply, self.owner(pid)),
+        }
+        None
+    }
+
+    /// `Reload`: settings and rules read again.
+    fn reload_by_bus(&mut self) -> Reloaded {
+        self.reload(ReloadCause::Bus);
+        Reloaded {
+            rules: self.loaded.rules.rules.len() as u32,
+            errors: self.rule_errors(),
+        }
+    }
+
+    /// The manager, for a call about process `pid` that exists.
+    fn manager_for(&self, pid: u32) -> Result<&crate::manager::Manager, CommandError> {
+        if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
+            return Err(CommandError::NoSuchProcess(pid));
+        }
+        self.managed.manager.as_ref().ok_or(CommandError::Starting)
+    }
+
+    /// `ExplainJson`'s memory: `null` for a caller who may not see it.
+    fn memory(
+        &self,
+        pid: u32,
+        caller_uid: u32,
+        reply: ReplyTo<serde_json::Value>,
+    ) -> Option<MemoryRead> {
+        match self.manager_for(pid) {
+            Err(e) => send(reply, Err(e)),
+            Ok(m) if !m.shows_memory(pid as i32, caller_uid) => {
+                send(reply, Ok(serde_json::Value::Null))
+            }
+            Ok(_) => return self.json_memory(pid as i32, reply),
+        }
+        None
     }
 
     /// `Explain`: the text now; the memory line, for those who see it, after a read.
-    fn explain(&self, pid: u32, caller_uid: u32) -> Answer {
-        if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
-            return Answer::Now(Err(CommandError::NoSuchProcess(pid)));
-        }
-        let Some(m) = &self.managed.manager else {
-            return Answer::Now(Err(CommandError::Starting));
+    fn explain(
+        &self,
+        pid: u32,
+        caller_uid: u32,
+        reply: ReplyTo<crate::api::Explained>,
+    ) -> Option<MemoryRead> {
+        let m = match self.manager_for(pid) {
+            Ok(m) => m,
+            Err(e) => {
+                send(reply, Err(e));
+                return None;
+            }
         };
         let mut text = m.explain_for(pid as i32, caller_uid);
         let full = m.shows_all_to(pid as i32, caller_uid);
@@ -56,56 +116,16 @@ impl State {
             text.push_str(&format!("held: {line}\n"));
         }
         if !m.shows_memory(pid as i32, caller_uid) {
-            return Answer::Now(Ok(Reply::Explained { text, full }));
+            send(reply, Ok(crate::api::Explained { text, full }));
+            return None;
         }
-        self.explain_memory(pid as i32, text, full)
+        self.explain_memory(pid as i32, text, full, reply)
     }
 
-    /// Answers every command but `Explain` and `Memory`.
-    fn reply(&mut self, cmd: Command) -> Result<Reply, CommandError> {
-        match cmd {
-            Command::Remeasure => Ok(Reply::Job(self.remeasure(Instant::now()))),
-            Command::Reload => {
-                self.reload(ReloadCause::Bus);
-                Ok(Reply::Reloaded {
-                    rules: self.loaded.rules.rules.len() as u32,
-                    errors: self.rule_errors(),
-                })
-            }
-            Command::GetMatrix => Ok(self.matrix_reply()),
-            Command::Metrics => Ok(Reply::Text(self.metrics_text())),
-            Command::ListManaged { caller_uid } => {
-                Ok(Reply::Managed(self.managed_rows(caller_uid)))
-            }
-            // Answered by `answer` (they may wait for a memory read).
-            cmd @ (Command::Explain { .. } | Command::Memory { .. }) => self.command(cmd),
-            cmd @ (Command::PinWith { .. }
-            | Command::PlanWith { .. }
-            | Command::Owner { .. }
-            | Command::AsOwner { .. }) => self.runtime_command(cmd),
-            Command::Release { pid } => {
-                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
-                let m = self
-                    .managed
-                    .manager
-                    .as_mut()
-                    .ok_or(CommandError::Starting)?;
-                match m.unpin(pid_i) {
-                    Ok(mut changes) => {
-                        changes.extend(self.managed.settle());
-                        tracing::info!(pid, "released at run time");
-                        self.after_manager(changes);
-                        Ok(Reply::Done)
-                    }
-                    Err(e) => Err(CommandError::from_manager(pid, e)),
-                }
-            }
-        }
-    }
-
-    pub(super) fn matrix_reply(&self) -> Reply {
+    /// `GetMatrix`: the matrix in use; empty without one.
+    pub(super) fn matrix_reply(&self) -> MatrixReply {
         match &self.machine.current {
-            Some(m) => Reply::Matrix {
+            Some(m) => MatrixReply {
                 cpus: m.cpus.clone(),
                 latency_ns: m
                     .latency_ns
@@ -113,7 +133,7 @@ impl State {
                     .map(|row| row.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
                     .collect(),
             },
-            None => Reply::Matrix {
+            None => MatrixReply {
                 cpus: Vec::new(),
                 latency_ns: Vec::new(),
             },

@@ -2,7 +2,8 @@
 //!
 //! [`State::handle`] takes one [`Event`] and leaves [`Action`]s for the shell to carry
 //! out (emit a signal, start a measurement job, tell systemd something, exit). Commands
-//! are answered by [`State::command`], which unit tests call directly.
+//! are answered by [`State::call`], one typed answer per call, which unit tests call
+//! directly.
 //!
 //! The state is a handful of parts, each owning what its name says; the loop owns the
 //! state, the state owns the parts and hands values between them:
@@ -507,16 +508,7 @@ impl State {
     /// Handles one event.
     pub fn handle(&mut self, event: Event) {
         match event {
-            Event::Command(call) => match self.answer(call.command) {
-                // The caller may have given up (timeout); nothing to do then.
-                memory::Answer::Now(reply) => {
-                    let _ = call.reply.send(reply);
-                }
-                // The read, and the reply, off the loop.
-                memory::Answer::AfterRead(pending) => self
-                    .actions
-                    .push(Action::ReadMemory(Box::new(pending.with_reply(call.reply)))),
-            },
+            Event::Command(call) => self.call(call),
             Event::Reload(cause) => {
                 self.actions.push(Action::Reloading);
                 self.reload(cause);

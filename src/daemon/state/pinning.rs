@@ -1,8 +1,9 @@
-//! Run-time pins in the rule vocabulary (`PinProcessWith`, `PlanWith`, what `pinnerd run`
-//! and `pinnerd pin` ask for) and the owner checks polkit decisions rest on. Split from
+//! Run-time pins in the rule vocabulary (`PinProcess`, `PinProcessWith`, `Plan`,
+//! `PlanWith`, what `pinnerd run` and `pinnerd pin` ask for: one path for all), their
+//! release, and the owner checks polkit decisions rest on. Split from
 //! `state/mod.rs` to keep each file readable; same state, same loop.
 
-use crate::api::{Command, CommandError, PlaceSpec, Reply};
+use crate::api::{CommandError, PinRequest, PlaceSpec, ReleaseRequest};
 use crate::cpuset::CpuSet;
 use crate::plan::Choose;
 use crate::rules::{CpuTarget, PlacementRequest};
@@ -11,60 +12,78 @@ use crate::shape::Shaper;
 use super::State;
 
 impl State {
-    /// Answers [`Command::PinWith`], [`Command::PlanWith`], [`Command::Owner`] and
-    /// [`Command::AsOwner`].
-    pub(super) fn runtime_command(&mut self, cmd: Command) -> Result<Reply, CommandError> {
-        match cmd {
-            Command::PinWith { pid, place, follow } => {
-                let request = self.resolve_place(&place)?;
-                let follow = follow
-                    || matches!(&place, crate::api::PlaceSpec::Rule(name)
-                        if self.loaded.rules.rules.get(name).is_some_and(|r| r.memory_follow));
-                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
-                let cpus =
-                    self.runtime_cpus(&request, |source| CommandError::Pin { pid, source })?;
-                let m = self
-                    .managed
-                    .manager
-                    .as_mut()
-                    .ok_or(CommandError::Starting)?;
-                match m.pin(pid_i, &cpus) {
-                    Ok(mut changes) => {
-                        changes.extend(self.managed.settle());
-                        tracing::info!(pid, %cpus, follow, "pinned at run time");
-                        self.sharing.follow.set_runtime(pid_i, follow);
-                        self.after_manager(changes);
-                        Ok(Reply::Cpus(cpus))
-                    }
-                    Err(e) => Err(CommandError::from_manager(pid, e)),
-                }
-            }
-            Command::PlanWith { place } => {
-                let request = self.resolve_place(&place)?;
-                let cpus =
-                    self.runtime_cpus(&request, |e| CommandError::InvalidArgs(e.to_string()))?;
-                Ok(Reply::Cpus(cpus))
-            }
-            Command::Owner { pid } => self.owner(pid).map(Reply::Owner),
-            Command::AsOwner { uid, command } => {
-                let pid = command.target_pid().ok_or_else(|| {
-                    CommandError::InvalidArgs("only a pin or a release acts for an owner".into())
-                })?;
-                let owner = self.owner(pid)?;
-                if owner != uid {
-                    tracing::warn!(pid, uid, owner, "refused: the process changed hands");
-                    return Err(CommandError::NotOwner { pid, uid });
-                }
-                self.command(*command)
-            }
-            other => Err(CommandError::InvalidArgs(format!(
-                "not a run-time pin command: {other:?}"
-            ))),
+    /// `PinProcess` and `PinProcessWith`: every thread of the process pinned to the CPUs
+    /// its placement gets now, which are returned.
+    pub(super) fn pin(&mut self, pin: PinRequest) -> Result<CpuSet, CommandError> {
+        let PinRequest {
+            pid,
+            place,
+            follow,
+            for_owner,
+        } = pin;
+        self.check_owner(pid, for_owner)?;
+        let request = self.resolve_place(&place)?;
+        let follow = follow
+            || matches!(&place, PlaceSpec::Rule(name)
+                if self.loaded.rules.rules.get(name).is_some_and(|r| r.memory_follow));
+        let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
+        let cpus = self.runtime_cpus(&request, |source| CommandError::Pin { pid, source })?;
+        let m = self
+            .managed
+            .manager
+            .as_mut()
+            .ok_or(CommandError::Starting)?;
+        let mut changes = m
+            .pin(pid_i, &cpus)
+            .map_err(|e| CommandError::from_manager(pid, e))?;
+        changes.extend(self.managed.settle());
+        tracing::info!(pid, %cpus, follow, "pinned at run time");
+        self.sharing.follow.set_runtime(pid_i, follow);
+        self.after_manager(changes);
+        Ok(cpus)
+    }
+
+    /// `ReleaseProcess`: a process pinned at run time gets its original masks back.
+    pub(super) fn release(&mut self, release: ReleaseRequest) -> Result<(), CommandError> {
+        let ReleaseRequest { pid, for_owner } = release;
+        self.check_owner(pid, for_owner)?;
+        let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
+        let m = self
+            .managed
+            .manager
+            .as_mut()
+            .ok_or(CommandError::Starting)?;
+        let mut changes = m
+            .unpin(pid_i)
+            .map_err(|e| CommandError::from_manager(pid, e))?;
+        changes.extend(self.managed.settle());
+        tracing::info!(pid, "released at run time");
+        self.after_manager(changes);
+        Ok(())
+    }
+
+    /// `Plan` and `PlanWith`: the CPUs [`State::pin`] would choose now.
+    pub(super) fn plan_with(&mut self, place: &PlaceSpec) -> Result<CpuSet, CommandError> {
+        let request = self.resolve_place(place)?;
+        self.runtime_cpus(&request, |e| CommandError::InvalidArgs(e.to_string()))
+    }
+
+    /// For a pin or release authorized as the owner's (`for_owner`): the process still
+    /// belongs to them, checked in the step that acts.
+    fn check_owner(&self, pid: u32, for_owner: Option<u32>) -> Result<(), CommandError> {
+        let Some(uid) = for_owner else {
+            return Ok(());
+        };
+        let owner = self.owner(pid)?;
+        if owner != uid {
+            tracing::warn!(pid, uid, owner, "refused: the process changed hands");
+            return Err(CommandError::NotOwner { pid, uid });
         }
+        Ok(())
     }
 
     /// The real uid of process `pid`.
-    fn owner(&self, pid: u32) -> Result<u32, CommandError> {
+    pub(super) fn owner(&self, pid: u32) -> Result<u32, CommandError> {
         let m = self
             .managed
             .manager

@@ -90,7 +90,7 @@ fn an_exclusive_rule_s_cpus_are_not_measured_and_two_cpus_minus_one_measure_noth
     set_online(&s.cfg.sysroot, "4-5");
     s.handle(Event::Hotplug);
     s.take_actions();
-    let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
+    let Ok(id) = ask(&mut s, Call::Remeasure) else {
         panic!()
     };
     let a = s.take_actions();
@@ -112,7 +112,7 @@ fn with_an_earlier_pair_a_single_measurable_cpu_keeps_it() {
     set_online(&s.cfg.sysroot, "0-1");
     measured_first(&mut s);
     s.loaded.settings.measure.never_cpus = "1".parse().unwrap();
-    let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
+    let Ok(id) = ask(&mut s, Call::Remeasure) else {
         panic!()
     };
     let a = s.take_actions();
@@ -137,19 +137,13 @@ fn plan_keeps_off_an_exclusive_rule_s_cpus_as_plan_with_and_pins_do() {
     let (mut s, d) = on_e5620_copy(no_interval());
     write_rule(d.path(), "hold", "[[rule]]\nname = \"hold\"\n[rule.match]\ncomm = \"no-such\"\n[rule.place]\ncpus = \"0\"\nexclusive = true\n");
     measured_first(&mut s);
-    let plan = s
-        .command(Command::PlanWith {
-            place: crate::api::PlaceSpec::count(1, Policy::Compact, SmtPolicy::Allow),
-        })
-        .unwrap();
-    let plan_with = s
-        .command(Command::PlanWith {
-            place: PlaceSpec::Request(count_request(1)),
-        })
-        .unwrap();
-    let Reply::Cpus(cpus) = &plan else {
-        panic!("{plan:?}")
-    };
+    let plan = plan_with(
+        &mut s,
+        crate::api::PlaceSpec::count(1, Policy::Compact, SmtPolicy::Allow),
+    )
+    .unwrap();
+    let plan_with = plan_with(&mut s, PlaceSpec::Request(count_request(1))).unwrap();
+    let cpus = &plan;
     assert!(
         !cpus.contains(0),
         "Plan chose the exclusive rule's CPU: {cpus}"

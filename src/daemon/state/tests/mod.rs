@@ -1,5 +1,7 @@
 use super::*;
-use crate::api::{Command, CommandError, Reply};
+use crate::api::{
+    Call, CommandError, Explained, MatrixReply, PinRequest, PlaceSpec, Reloaded, ReplyTo,
+};
 use crate::cpuset::CpuSet;
 use crate::daemon::worker::JobError;
 use crate::daemon::worker::{Finished, JobKind, Product};
@@ -32,6 +34,36 @@ fn state(timing: Timing) -> (State, tempfile::TempDir) {
     let mut s = State::new(cfg, Settings::default(), timing, Instant::now());
     s.loaded.policy = LoadPolicy::unchecked();
     (s, dir)
+}
+
+/// Makes one call of `s` as a bus caller would (a memory read made on this thread) and
+/// takes its answer.
+fn ask<T>(s: &mut State, call: impl FnOnce(ReplyTo<T>) -> Call) -> Result<T, CommandError> {
+    let (reply, mut answer) = tokio::sync::oneshot::channel();
+    s.call_here(call(reply));
+    answer.try_recv().expect("answered at once")
+}
+
+/// `PlanWith` of `place`.
+fn plan_with(s: &mut State, place: PlaceSpec) -> Result<CpuSet, CommandError> {
+    ask(s, |reply| Call::PlanWith { place, reply })
+}
+
+/// `PinProcessWith` of `pid` to `place`, for its owner `for_owner` if given.
+fn pin(
+    s: &mut State,
+    pid: u32,
+    place: PlaceSpec,
+    follow: bool,
+    for_owner: Option<u32>,
+) -> Result<CpuSet, CommandError> {
+    let pin = PinRequest {
+        pid,
+        place,
+        follow,
+        for_owner,
+    };
+    ask(s, |reply| Call::Pin { pin, reply })
 }
 
 /// A `sleep 30` started as `program`, killed and reaped when dropped, so that a test
@@ -216,9 +248,7 @@ fn measured_first(s: &mut State) -> Job {
 #[test]
 fn metrics_answer_and_the_textfile_is_written_each_period() {
     let (mut s, d, job) = started(Timing::default());
-    let Reply::Text(text) = s.command(Command::Metrics).unwrap() else {
-        panic!()
-    };
+    let text = ask(&mut s, Call::Metrics).unwrap();
     assert!(
         text.contains("pinnerd_state{state=\"measuring\"} 1\n"),
         "{text}"
@@ -262,8 +292,8 @@ fn without_a_stored_matrix_start_measures_and_remeasure_joins_it() {
         measure::Mode::default_for(job.cfg.cpus.len(), measure::SPARSE_FROM_CPUS)
     );
     // Concurrent Remeasure calls coalesce into the running job.
-    assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
-    assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
+    assert_eq!(ask(&mut s, Call::Remeasure).unwrap(), job.id);
+    assert_eq!(ask(&mut s, Call::Remeasure).unwrap(), job.id);
     assert!(jobs(&s.take_actions()).is_empty());
 
     s.handle(ok_matrix(&job));
@@ -272,15 +302,11 @@ fn without_a_stored_matrix_start_measures_and_remeasure_joins_it() {
     let snap = s.snapshot();
     assert_eq!(snap.state, Phase::Ready);
     assert_eq!(snap.measured_at_us, 1_700_000_000_000_000);
-    match s.command(Command::GetMatrix).unwrap() {
-        Reply::Matrix { cpus, latency_ns } => {
-            assert_eq!(cpus, job.cfg.cpus.iter().collect::<Vec<_>>());
-            assert!(latency_ns[0][0].is_nan());
-            if cpus.len() > 1 {
-                assert_eq!(latency_ns[0][1], 40.0);
-            }
-        }
-        other => panic!("{other:?}"),
+    let MatrixReply { cpus, latency_ns } = ask(&mut s, Call::GetMatrix).unwrap();
+    assert_eq!(cpus, job.cfg.cpus.iter().collect::<Vec<_>>());
+    assert!(latency_ns[0][0].is_nan());
+    if cpus.len() > 1 {
+        assert_eq!(latency_ns[0][1], 40.0);
     }
 }
 
@@ -288,7 +314,7 @@ fn without_a_stored_matrix_start_measures_and_remeasure_joins_it() {
 fn remeasure_calls_close_together_join_the_previous_job() {
     let (mut s, _d) = state(Timing::default());
     let job = measured_first(&mut s);
-    let Ok(Reply::Job(first)) = s.command(Command::Remeasure) else {
+    let Ok(first) = ask(&mut s, Call::Remeasure) else {
         panic!()
     };
     assert!(first > job.id);
@@ -300,7 +326,7 @@ fn remeasure_calls_close_together_join_the_previous_job() {
     assert!(!fresh[0].contains("earlier call"), "{fresh:?}");
     // Within remeasure-min-interval: the same job, whose end is told again, saying it
     // is an earlier call's job and why no new one started.
-    assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(first));
+    assert_eq!(ask(&mut s, Call::Remeasure).unwrap(), first);
     let a = s.take_actions();
     assert!(jobs(&a).is_empty());
     assert_eq!(finished(&a), vec![(first, true)]);
@@ -321,12 +347,12 @@ fn with_no_minimum_interval_each_remeasure_after_the_last_ended_is_new() {
     };
     let (mut s, _d, job) = started(timing);
     s.handle(ok_matrix(&job));
-    let Ok(Reply::Job(a)) = s.command(Command::Remeasure) else {
+    let Ok(a) = ask(&mut s, Call::Remeasure) else {
         panic!()
     };
     let j = jobs(&s.take_actions());
     s.handle(ok_matrix(&j[0]));
-    let Ok(Reply::Job(b)) = s.command(Command::Remeasure) else {
+    let Ok(b) = ask(&mut s, Call::Remeasure) else {
         panic!()
     };
     assert!(b > a);
@@ -442,14 +468,10 @@ fn remeasure_during_a_probe_is_promised_and_runs_after_it() {
     s.take_actions();
     s.handle(Event::Tick(t0 + Duration::from_secs(11)));
     let probe = jobs(&s.take_actions())[0].clone();
-    let Ok(Reply::Job(promised)) = s.command(Command::Remeasure) else {
+    let Ok(promised) = ask(&mut s, Call::Remeasure) else {
         panic!()
     };
-    assert_eq!(
-        s.command(Command::Remeasure).unwrap(),
-        Reply::Job(promised),
-        "coalesced"
-    );
+    assert_eq!(ask(&mut s, Call::Remeasure).unwrap(), promised, "coalesced");
     assert!(jobs(&s.take_actions()).is_empty(), "waits for the probe");
     s.handle(Event::Measured(Box::new(Finished {
         id: probe.id,
@@ -502,14 +524,14 @@ fn reload_keeps_good_rules_of_a_file_gone_bad_and_reports_it() {
     )
     .unwrap();
     assert_eq!(
-        s.command(Command::Reload).unwrap(),
-        Reply::Reloaded {
+        ask(&mut s, Call::Reload).unwrap(),
+        Reloaded {
             rules: 1,
             errors: vec![]
         }
     );
     std::fs::write(rules.join("a.toml"), "[[rule]]\nname = \"a\"\nbogus = 1\n").unwrap();
-    let Ok(Reply::Reloaded { rules: n, errors }) = s.command(Command::Reload) else {
+    let Ok(Reloaded { rules: n, errors }) = ask(&mut s, Call::Reload) else {
         panic!()
     };
     assert_eq!(n, 1, "previous rules kept");
@@ -568,21 +590,16 @@ fn plan_uses_sysfs_until_a_matrix_exists_and_checks_its_arguments() {
     let usable = s.machine.usable();
     let n = usable.len() as u32;
     let plan = |s: &mut State, count, policy| {
-        s.command(Command::PlanWith {
-            place: crate::api::PlaceSpec::count(count, policy, SmtPolicy::Allow),
-        })
+        plan_with(
+            s,
+            crate::api::PlaceSpec::count(count, policy, SmtPolicy::Allow),
+        )
     };
     // No matrix yet: the topology alone places.
-    assert_eq!(
-        plan(&mut s, n, Policy::Compact).unwrap(),
-        Reply::Cpus(usable.clone())
-    );
+    assert_eq!(plan(&mut s, n, Policy::Compact).unwrap(), usable.clone());
     s.handle(ok_matrix(&job));
-    assert_eq!(
-        plan(&mut s, n, Policy::Spread).unwrap(),
-        Reply::Cpus(usable.clone())
-    );
-    let Ok(Reply::Cpus(one)) = plan(&mut s, 1, Policy::Compact) else {
+    assert_eq!(plan(&mut s, n, Policy::Spread).unwrap(), usable.clone());
+    let Ok(one) = plan(&mut s, 1, Policy::Compact) else {
         panic!()
     };
     assert_eq!(one.len(), 1);
@@ -684,7 +701,7 @@ fn no_interval() -> Timing {
 }
 
 fn remeasure_job(s: &mut State) -> Job {
-    let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
+    let Ok(id) = ask(s, Call::Remeasure) else {
         panic!("no job")
     };
     let j = jobs(&s.take_actions());
@@ -703,7 +720,7 @@ fn the_status_line_says_one_of_a_thing_in_the_singular() {
         "[[rule]]\nname = \"one\"\n[rule.match]\ncomm = \"pd-status-none\"\n[rule.place]\ncount = 1\n",
     );
     measured_first(&mut s);
-    s.command(Command::Reload).unwrap();
+    ask(&mut s, Call::Reload).unwrap();
     let status: Vec<String> = s
         .take_actions()
         .into_iter()
