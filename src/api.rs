@@ -23,6 +23,12 @@ use crate::rules::PlacementRequest;
 /// Where the answer to a call goes: its own type, or why it failed.
 pub type ReplyTo<T> = oneshot::Sender<Result<T, CommandError>>;
 
+/// Sends `answer` to `to`; a caller who gave up (a timeout) is not waiting any more:
+/// nothing to do then.
+pub fn send<T>(to: ReplyTo<T>, answer: Result<T, CommandError>) {
+    let _ = to.send(answer);
+}
+
 /// A request from a client, already checked for size, privilege and known words by the
 /// transport, with where its answer goes: each request has its own answer type.
 #[derive(Debug)]

@@ -37,53 +37,9 @@ pub mod worker;
 
 use std::path::PathBuf;
 
-use crate::api::Call;
-
 pub use shell::{run, Options};
+pub use state::event::{Event, ReloadCause};
 pub use state::State;
-
-/// Why rules are being reloaded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReloadCause {
-    Signal,
-    Inotify,
-    Bus,
-}
-
-/// Everything the loop reacts to.
-#[derive(Debug)]
-pub enum Event {
-    /// A D-Bus command; the reply goes back on its oneshot.
-    Command(Call),
-    /// SIGHUP or a change in a rule directory.
-    Reload(ReloadCause),
-    /// SIGTERM or SIGINT: restore masks and exit.
-    Terminate,
-    /// The loop's once-a-second clock; periodic work is due-checked against it.
-    Tick(std::time::Instant),
-    /// A measurement job ended.
-    Measured(Box<worker::Finished>),
-    /// A `memory = "follow"` job ended.
-    Followed(Box<crate::memory::follow::Finished>),
-    /// What the holder thread did with the last [`Action::Hold`](state::Action::Hold).
-    Held(Vec<crate::hold::HoldReport>),
-    /// A command line read off the loop (see [`readers`]).
-    Cmdline(crate::manager::cmdlines::CmdlineRead),
-    /// Where a process's memory is, read off the loop for the manager (see [`readers`]).
-    Memory(state::memory::FirstContact),
-    /// Messages from the proc connector, in order.
-    Proc(Vec<crate::watch::ProcMsg>),
-    /// A CPU went online or offline (the online set is re-read from sysfs).
-    Hotplug,
-    /// The proc connector is subscribed (`Ok`), or cannot be (`Err`: rescans only).
-    Watch(Result<(), String>),
-}
-
-impl From<Call> for Event {
-    fn from(call: Call) -> Event {
-        Event::Command(call)
-    }
-}
 
 /// Errors that stop the daemon.
 #[derive(Debug, thiserror::Error)]

@@ -29,10 +29,11 @@ use crate::settings::Settings;
 
 use super::readers::{Readers, READERS};
 use super::schedule::Timing;
+use super::state::event::{Event, ReloadCause};
 use super::state::memory::MemoryRead;
 use super::state::{Action, Config, State};
 use super::watchers::{Doorbell, KernelSources};
-use super::{worker, DaemonError, Event, ReloadCause};
+use super::{worker, DaemonError};
 use crate::manager::cmdlines::{CmdlineRead, CmdlineWanted};
 use crate::watch::{ProcFs, ProcSource};
 

@@ -6,15 +6,13 @@
 
 use std::time::Instant;
 
-use crate::api::{Call, CommandError, ManagedEntry, MatrixReply, Reloaded, ReplyTo};
+use crate::api::{
+    send, Call, CommandError, Explained, ManagedEntry, MatrixReply, Reloaded, ReplyTo,
+};
 
-use super::memory::MemoryRead;
-use super::{Action, ReloadCause, State};
-
-/// Sends an answer; the caller may have given up (timeout): nothing to do then.
-pub(super) fn send<T>(to: ReplyTo<T>, answer: Result<T, CommandError>) {
-    let _ = to.send(answer);
-}
+use super::event::ReloadCause;
+use super::memory::{self, MemoryRead};
+use super::{Action, State};
 
 impl State {
     /// Answers one call on its reply; a memory read it waits for (`Explain` and
@@ -160,5 +158,56 @@ impl State {
                 }
             })
             .collect()
+    }
+
+    /// The machine's node ids; `None` before the topology is known.
+    fn node_ids(&self) -> Option<Vec<u32>> {
+        Some(
+            self.machine
+                .topology
+                .as_ref()?
+                .nodes
+                .iter()
+                .map(|n| n.id)
+                .collect(),
+        )
+    }
+
+    /// What `Explain` answers when its text shows memory: the text (`before`) and the
+    /// follow lines now, the memory line after a read when the machine has several
+    /// nodes.
+    fn explain_memory(
+        &self,
+        pid: i32,
+        before: String,
+        full: bool,
+        reply: ReplyTo<Explained>,
+    ) -> Option<MemoryRead> {
+        let after = self.follow_line(pid, Instant::now());
+        let Some(nodes) = self.node_ids() else {
+            let text = format!("{before}memory: not seen yet (the topology is not read)\n{after}");
+            send(reply, Ok(Explained { text, full }));
+            return None;
+        };
+        let finish = memory::Finish::Explain {
+            before,
+            after,
+            full,
+            reply,
+        };
+        memory::answer(&self.cfg.sysroot, pid, nodes, finish)
+    }
+
+    /// What `ExplainJson`'s memory (`Call::Memory`) answers, for a caller who sees it.
+    fn json_memory(&self, pid: i32, reply: ReplyTo<serde_json::Value>) -> Option<MemoryRead> {
+        match self.node_ids() {
+            Some(nodes) => {
+                memory::answer(&self.cfg.sysroot, pid, nodes, memory::Finish::Json(reply))
+            }
+            None => {
+                send(reply, Ok(serde_json::Value::Null));
+                None
+            }
+        }
     }
 }

@@ -10,17 +10,14 @@
 //!                                                                  └─ numa_maps ─► reply
 //! ```
 
-use crate::api::{CommandError, Explained, ReplyTo};
+use crate::api::{send, CommandError, Explained, ReplyTo};
 use crate::daemon::readers::Read;
 use crate::memory::{self, MemoryView, ReadError};
 use crate::sysroot::SysRoot;
 
-use super::commands::send;
-use super::State;
-
 /// A caller waiting for a read, and how the read completes its answer.
 #[derive(Debug)]
-enum Finish {
+pub(super) enum Finish {
     /// `Explain`: its text, with the memory line between `before` and `after`.
     Explain {
         before: String,
@@ -136,72 +133,23 @@ fn memory_line(pid: i32, view: &Result<MemoryView, ReadError>) -> String {
     }
 }
 
-impl State {
-    /// The machine's node ids; `None` before the topology is known.
-    fn node_ids(&self) -> Option<Vec<u32>> {
-        Some(
-            self.machine
-                .topology
-                .as_ref()?
-                .nodes
-                .iter()
-                .map(|n| n.id)
-                .collect(),
-        )
+/// On one node nothing is read: `finish` is answered now. Else the answer waits for
+/// the read returned.
+pub(super) fn answer(
+    root: &SysRoot,
+    pid: i32,
+    nodes: Vec<u32>,
+    finish: Finish,
+) -> Option<MemoryRead> {
+    if nodes.len() <= 1 {
+        finish.answer(pid, &memory::read(root, pid, &nodes));
+        return None;
     }
-
-    /// What `Explain` answers when its text shows memory: the text (`before`) and the
-    /// follow lines (`after`) now, the memory line after a read when the machine has
-    /// several nodes.
-    pub(super) fn explain_memory(
-        &self,
-        pid: i32,
-        before: String,
-        full: bool,
-        reply: ReplyTo<Explained>,
-    ) -> Option<MemoryRead> {
-        let after = self.follow_line(pid, std::time::Instant::now());
-        let Some(nodes) = self.node_ids() else {
-            let text = format!("{before}memory: not seen yet (the topology is not read)\n{after}");
-            send(reply, Ok(Explained { text, full }));
-            return None;
-        };
-        let finish = Finish::Explain {
-            before,
-            after,
-            full,
-            reply,
-        };
-        self.memory_answer(pid, nodes, finish)
-    }
-
-    /// What `ExplainJson`'s memory (`Call::Memory`) answers, for a caller who sees it.
-    pub(super) fn json_memory(
-        &self,
-        pid: i32,
-        reply: ReplyTo<serde_json::Value>,
-    ) -> Option<MemoryRead> {
-        match self.node_ids() {
-            Some(nodes) => self.memory_answer(pid, nodes, Finish::Json(reply)),
-            None => {
-                send(reply, Ok(serde_json::Value::Null));
-                None
-            }
-        }
-    }
-
-    /// On one node nothing is read: the answer is now. Else it waits for the read.
-    fn memory_answer(&self, pid: i32, nodes: Vec<u32>, finish: Finish) -> Option<MemoryRead> {
-        if nodes.len() <= 1 {
-            finish.answer(pid, &memory::read(&self.cfg.sysroot, pid, &nodes));
-            return None;
-        }
-        Some(MemoryRead {
-            pid,
-            root: self.cfg.sysroot.clone(),
-            nodes,
-            answers: vec![finish],
-            first_contact: None,
-        })
-    }
+    Some(MemoryRead {
+        pid,
+        root: root.clone(),
+        nodes,
+        answers: vec![finish],
+        first_contact: None,
+    })
 }

@@ -52,10 +52,11 @@ use crate::sysroot::SysRoot;
 
 use super::schedule::{Due, Timing};
 use super::worker::Job;
-use super::{DaemonError, Event, ReloadCause};
+use event::{Event, ReloadCause};
 
 mod commands;
 mod completing;
+pub mod event;
 mod following;
 mod holds;
 mod irqs;
@@ -101,7 +102,7 @@ pub enum Action {
     Reloading,
     Ready,
     /// Hold these units (see `hold`): sent to the holder thread, which answers with
-    /// [`Event::Held`](crate::daemon::Event::Held).
+    /// [`Event::Held`].
     Hold(Vec<crate::hold::Want>),
     /// Masks are restored; stop.
     Exit,
@@ -297,7 +298,7 @@ impl State {
 
     /// Reads the machine, the stored matrix and the rules; starts a measurement when no
     /// stored matrix fits.
-    pub fn start(&mut self) -> Result<(), DaemonError> {
+    pub fn start(&mut self) -> Result<(), crate::matrix::store::StoreError> {
         self.machine.store = Some(MatrixStore::open(&self.cfg.state_dir)?);
         self.machine.read(&self.cfg.sysroot);
         self.check_sched_ext();

@@ -551,7 +551,7 @@ fn a_state_directory_that_cannot_hold_the_store_is_a_typed_error_naming_its_path
     std::fs::remove_dir(&state_dir).unwrap();
     std::fs::write(&state_dir, "a file, not a directory").unwrap();
     match s.start() {
-        Err(DaemonError::Store(crate::matrix::store::StoreError::Dir { path, .. })) => {
+        Err(crate::matrix::store::StoreError::Dir { path, .. }) => {
             assert_eq!(path, state_dir.join("history"))
         }
         other => panic!("{other:?}"),
