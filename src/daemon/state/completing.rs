@@ -17,26 +17,6 @@ use crate::measure::complete;
 use super::super::worker::{Job, JobError, JobKind, Product};
 use super::{Action, State};
 
-/// What completion keeps between slices.
-#[derive(Debug, Default)]
-pub(super) struct Kept {
-    /// The slice in flight: its job id.
-    job: Option<u64>,
-    /// The next slice starts no earlier (the pause after the last one).
-    next: Option<Instant>,
-    /// What the last slice that corrected cells corrected.
-    corrected: Option<String>,
-    /// The last change of the hierarchy completion made (the sparse map's was wrong).
-    contradicted: Option<String>,
-}
-
-impl Kept {
-    /// Whether job `id` is the slice in flight.
-    pub(super) fn is_slice(&self, id: u64) -> bool {
-        self.job == Some(id)
-    }
-}
-
 /// Whether the domains come from the matrix, and the groups of every level, finest
 /// first.
 fn groups(d: &Domains) -> (Trust, Vec<Vec<CpuSet>>) {

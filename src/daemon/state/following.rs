@@ -13,44 +13,6 @@ use crate::memory::follow::{self, FollowJob, Outcome};
 
 use super::{Action, State};
 
-/// One process whose memory follows its CPUs.
-#[derive(Debug, Default)]
-pub(super) struct Entry {
-    /// The nodes its memory was last moved to (or found on); empty: not yet.
-    done_for: BTreeSet<u32>,
-    /// A job runs for it now, towards these nodes.
-    running: Option<BTreeSet<u32>>,
-    /// When its last job ended.
-    last_at: Option<Instant>,
-    /// What its last job did.
-    last: Option<Outcome>,
-    /// Its CPUs moved to these nodes, and the interval holds the next job back.
-    waiting: Option<BTreeSet<u32>>,
-}
-
-/// Every following process.
-#[derive(Debug, Default)]
-pub(super) struct Following {
-    entries: BTreeMap<i32, Entry>,
-    /// Processes pinned at run time with `memory = "follow"`.
-    runtime: BTreeSet<i32>,
-    /// The processes whose jobs are queued, in the order they were queued: the shell's
-    /// [`follow::MoveQueue`] runs them one at a time in this order, so the first is
-    /// moving and the others wait.
-    queued: std::collections::VecDeque<i32>,
-}
-
-impl Following {
-    /// Whether the memory of `pid`, pinned at run time, follows its CPUs.
-    pub(super) fn set_runtime(&mut self, pid: i32, follow: bool) {
-        if follow {
-            self.runtime.insert(pid);
-        } else {
-            self.runtime.remove(&pid);
-        }
-    }
-}
-
 impl State {
     /// The managed processes whose memory follows, with the nodes of their CPUs now.
     fn follow_targets(&self) -> BTreeMap<i32, BTreeSet<u32>> {

@@ -3,27 +3,13 @@
 //! what the holder reports back (for `explain`, `status` and the log).
 //! Split from `state/mod.rs` to keep each file readable; same state, same loop.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::cpuset::CpuSet;
 use crate::hold::{HoldReport, Want};
 
 use super::{Action, State};
-
-/// What the daemon asked the holder for and what it said.
-#[derive(Debug, Default)]
-pub(super) struct Holds {
-    /// The wants last sent; `None` before the first.
-    sent: Option<Vec<Want>>,
-    /// The holder's last report per managed pid.
-    reports: BTreeMap<u32, HoldReport>,
-    /// Problems already logged (rule, pid, line): said once, not at every report.
-    logged: BTreeSet<(String, u32, String)>,
-    /// While a hold has a problem, the same wants are sent again from then on (a unit
-    /// not found yet, systemd not reachable yet).
-    pub(super) retry_at: Option<Instant>,
-}
 
 /// How often holds that could not be made are tried again.
 pub(super) const HOLD_RETRY: Duration = Duration::from_secs(30);

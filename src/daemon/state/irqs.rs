@@ -6,20 +6,9 @@
 use std::collections::BTreeSet;
 
 use crate::cpuset::CpuSet;
-use crate::irq::{self, Moved};
+use crate::irq;
 
 use super::State;
-
-/// What the daemon has done to interrupts.
-#[derive(Debug, Default)]
-pub(super) struct IrqsAway {
-    /// The CPUs IRQs were moved off.
-    away: CpuSet,
-    /// The IRQs moved, with their masks before (restored when the CPUs are let go).
-    moved: Vec<Moved>,
-    /// IRQs already reported as unmovable: said once, not retried in a loop.
-    reported: BTreeSet<u32>,
-}
 
 impl State {
     /// The CPUs of `irqs = "away"` rules that hold CPUs with a managed process now.

@@ -1,22 +1,17 @@
 //! The machine as the daemon last read it — online and usable CPUs, the topology, the
-//! hardware fingerprint, the latency domains — and what a change of them does: a CPU
-//! hotplug plans again and re-applies; a new matrix moves running threads only where
-//! its plan is materially better. Same state, same loop as `state/mod.rs`.
-
-use std::time::Instant;
+//! hardware fingerprint, the matrix in use and its latency domains — and the bounds a
+//! new matrix's plan must beat to move running threads ([`MOVE_GAIN`],
+//! [`MOVE_FLOOR_NS`]; applied by `State::matrix_changed`, `state/measuring.rs`). A CPU
+//! hotplug is handled by `State::hotplug` (`state/mod.rs`).
 
 use crate::api::CommandError;
 use crate::cpuset::CpuSet;
 use crate::domains::{self, Domains, Misfit};
 use crate::fingerprint::Fingerprint;
-use crate::manager;
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
-use crate::plan::Choose;
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
-
-use super::{State, HOTPLUG_RECHECK};
 
 /// A new matrix moves a running unit only when its new CPUs' worst pairwise latency is
 /// lower by more than this fraction of the current one. Measurement takes two passes of
@@ -130,55 +125,5 @@ impl Machine {
         if let Err(e) = self.domains() {
             tracing::warn!(error = %e, "no latency domains");
         }
-    }
-}
-
-impl State {
-    /// A new matrix: new domains for future plans, and the running processes moved only
-    /// where the new plan improves on the one applied materially (no churn).
-    pub(super) fn matrix_changed(&mut self) {
-        self.machine.domains = None;
-        if let Err(e) = self.machine.domains() {
-            tracing::warn!(error = %e, "no latency domains");
-            return;
-        }
-        let new = self.new_plan();
-        let (Some(m), Some(d)) = (&self.managed.manager, &self.machine.domains) else {
-            return;
-        };
-        let choose = new.choose.as_deref().map(|c| c as &dyn Choose);
-        let better = m.plan().improvements(
-            &new.plan.in_cpusets(m.plan().cpusets(), choose),
-            d,
-            MOVE_GAIN,
-            MOVE_FLOOR_NS,
-        );
-        if better.is_empty() {
-            tracing::info!("new matrix: current placements are as good; nothing moves");
-            return;
-        }
-        for b in &better {
-            tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves a placement");
-        }
-        self.hand_down(new, manager::Input::PlanChanged);
-    }
-
-    /// CPUs went online or offline: re-read the machine, re-plan, re-apply, and read the
-    /// processes' cgroup cpusets again [`HOTPLUG_RECHECK`] later. The matrix
-    /// follows the usable CPUs from the store's cells (see `matrix::keep`).
-    pub(super) fn hotplug(&mut self, now: Instant) {
-        let usable = self.machine.usable();
-        let fp_changed = self.machine.read(&self.cfg.sysroot);
-        // The matrix (and so the domains) for the new CPUs first, then the re-plan.
-        if fp_changed || self.machine.usable() != usable {
-            self.fingerprint_changed(now);
-        } else {
-            self.machine.refresh_domains();
-        }
-        tracing::info!(online = %self.machine.online(), "CPU hotplug");
-        let planned = self.new_plan();
-        self.hand_down(planned, manager::Input::PlanChanged);
-        self.timers.hotplug_recheck = Some(now + HOTPLUG_RECHECK);
-        self.status();
     }
 }

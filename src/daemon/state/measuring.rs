@@ -14,44 +14,42 @@ use crate::measure::around::{self, Around, WakeWatch};
 use crate::measure::{self, LoadGuard, MeasureConfig};
 
 use super::super::schedule::Remeasure;
-use super::super::schedule::{Schedule, Timing};
 use super::super::worker::{Finished, Job, JobKind, Product};
-use super::{completing, Action, State};
-
-/// Measurement jobs: when they run, what the running one stays off, why the last one
-/// failed, and the background completion of a sparse matrix.
-///
-/// Owns: the timetable and the jobs' bookkeeping. Must not touch: the matrix in use
-/// (kept by `Machine`; a finished job's matrix is handed to it by the state).
-#[derive(Debug)]
-pub(super) struct Measurement {
-    pub(super) timing: Timing,
-    pub(super) schedule: Schedule,
-    /// The CPUs the running full measurement stays off (see `measure::around`).
-    pub(super) measuring_around: Option<Around>,
-    pub(super) last_failure: Option<String>,
-    /// Background completion of a sparse matrix (see `state/completing.rs`).
-    pub(super) completing: completing::Kept,
-}
-
-impl Measurement {
-    pub(super) fn new(timing: Timing, now: Instant) -> Measurement {
-        Measurement {
-            schedule: Schedule::new(&timing, now),
-            timing,
-            measuring_around: None,
-            last_failure: None,
-            completing: completing::Kept::default(),
-        }
-    }
-
-    /// Whether a full measurement (or the fill of a stored one) runs now.
-    pub(super) fn measuring(&self) -> bool {
-        self.schedule.running().is_some_and(|r| r.full || r.fill)
-    }
-}
+use super::machine::{MOVE_FLOOR_NS, MOVE_GAIN};
+use super::{Action, State};
+use crate::manager;
+use crate::plan::Choose;
 
 impl State {
+    /// A new matrix: new domains for future plans, and the running processes moved only
+    /// where the new plan improves on the one applied materially (no churn).
+    pub(super) fn matrix_changed(&mut self) {
+        self.machine.domains = None;
+        if let Err(e) = self.machine.domains() {
+            tracing::warn!(error = %e, "no latency domains");
+            return;
+        }
+        let new = self.new_plan();
+        let (Some(m), Some(d)) = (&self.managed.manager, &self.machine.domains) else {
+            return;
+        };
+        let choose = new.choose.as_deref().map(|c| c as &dyn Choose);
+        let better = m.plan().improvements(
+            &new.plan.in_cpusets(m.plan().cpusets(), choose),
+            d,
+            MOVE_GAIN,
+            MOVE_FLOOR_NS,
+        );
+        if better.is_empty() {
+            tracing::info!("new matrix: current placements are as good; nothing moves");
+            return;
+        }
+        for b in &better {
+            tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves a placement");
+        }
+        self.hand_down(new, manager::Input::PlanChanged);
+    }
+
     /// Uses the stored matrix's cells for the usable CPUs when it belongs to this
     /// fingerprint and has them all; else returns the pairs it lacks (empty when there is
     /// no stored matrix). A corrupt or foreign file is moved aside by the store.

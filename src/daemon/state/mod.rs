@@ -6,17 +6,21 @@
 //! directly.
 //!
 //! The state is a handful of parts, each owning what its name says; the loop owns the
-//! state, the state owns the parts and hands values between them:
+//! state, the state owns the parts and hands values between them. A part's file imports
+//! nothing of the state; what the state does with its parts is in the `impl State`
+//! files named for the job (`commands.rs`, `pinning.rs`, `measuring.rs`, …).
 //!
 //! ```text
 //!   State ─┬─ loaded       settings and rules in force (reloads)
 //!          ├─ machine      store, fingerprint, topology, matrix in use, domains  (machine.rs)
 //!          ├─ managed      the manager, its plan's chooser, the affinity and
 //!          │               process operations it acts through                    (managed.rs)
-//!          ├─ measurement  timetable, what a job stays off, completion           (measuring.rs)
+//!          ├─ measurement  timetable, what a job stays off, completion           (measurement.rs)
 //!          ├─ timers       rescan, journal, hotplug recheck, fingerprint, watchdog
-//!          ├─ sharing      IRQs, held units, sched_ext, memory following
+//!          ├─ sharing      IRQs moved, units held, sched_ext, memory following   (sharing.rs)
 //!          └─ metrics, health, actions
+//!   Event (event.rs) ─► State::handle ─► Action ─► the shell
+//!   Call  (crate::api) ─► State::call ─► its own answer, now or after a read  (memory.rs)
 //! ```
 //!
 //! Measurement lifecycle:
@@ -62,11 +66,13 @@ mod holds;
 mod irqs;
 mod machine;
 pub mod managed;
+mod measurement;
 mod measuring;
 pub mod memory;
 mod pinning;
 mod sched_ext;
 mod shaping;
+mod sharing;
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -168,11 +174,11 @@ pub struct State {
     managed: managed::Managed,
     /// Measurement jobs: their timetable, what they stay off, completion
     /// (`state/measuring.rs`).
-    measurement: measuring::Measurement,
+    measurement: measurement::Measurement,
     /// When periodic work is due next.
     timers: Timers,
     /// What the daemon changes beside thread masks: IRQs, held units, sched_ext, memory.
-    sharing: Sharing,
+    sharing: sharing::Sharing,
     /// The event-to-pin histogram and the textfile's schedule.
     metrics: metrics::Kept,
     /// Whether the daemon has started, and why proc events are down.
@@ -240,19 +246,6 @@ impl Timers {
     }
 }
 
-/// What the daemon changes beside thread masks, each kept by its own file.
-#[derive(Debug, Default)]
-struct Sharing {
-    /// IRQs moved off the CPUs of `irqs = "away"` rules (`state/irqs.rs`).
-    irqs: irqs::IrqsAway,
-    /// Units held for `isolate` and `unit-cpuset` rules (`state/holds.rs`).
-    holds: holds::Holds,
-    /// Whether a sched_ext scheduler runs (`state/sched_ext.rs`).
-    sched_ext: sched_ext::Kept,
-    /// `memory = "follow"`: the processes whose memory follows their CPUs.
-    follow: following::Following,
-}
-
 /// Whether the daemon has started, and why the proc connector is not available
 /// (rescans only), if it is not.
 #[derive(Debug, Default)]
@@ -288,8 +281,8 @@ impl State {
             machine: machine::Machine::default(),
             managed: managed::Managed::new(ops),
             timers: Timers::new(&timing, now),
-            measurement: measuring::Measurement::new(timing, now),
-            sharing: Sharing::default(),
+            measurement: measurement::Measurement::new(timing, now),
+            sharing: sharing::Sharing::default(),
             metrics: metrics::Kept::default(),
             health: Health::default(),
             actions: Vec::new(),
@@ -712,6 +705,25 @@ impl State {
             None => {}
         }
         self.complete_due(now);
+    }
+
+    /// CPUs went online or offline: re-read the machine, re-plan, re-apply, and read the
+    /// processes' cgroup cpusets again [`HOTPLUG_RECHECK`] later. The matrix
+    /// follows the usable CPUs from the store's cells (see `matrix::keep`).
+    pub(super) fn hotplug(&mut self, now: Instant) {
+        let usable = self.machine.usable();
+        let fp_changed = self.machine.read(&self.cfg.sysroot);
+        // The matrix (and so the domains) for the new CPUs first, then the re-plan.
+        if fp_changed || self.machine.usable() != usable {
+            self.fingerprint_changed(now);
+        } else {
+            self.machine.refresh_domains();
+        }
+        tracing::info!(online = %self.machine.online(), "CPU hotplug");
+        let planned = self.new_plan();
+        self.hand_down(planned, manager::Input::PlanChanged);
+        self.timers.hotplug_recheck = Some(now + HOTPLUG_RECHECK);
+        self.status();
     }
 
     /// Lets the plan give up the slots no live thread holds, once per [`SLOTS_KEPT`] at

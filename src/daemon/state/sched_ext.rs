@@ -10,15 +10,6 @@ use crate::sched_ext::{self, SchedExt};
 
 use super::State;
 
-/// What the daemon knows about sched_ext.
-#[derive(Debug, Default)]
-pub(super) struct Kept {
-    /// The scheduler running now; `None` when none does.
-    pub now: Option<SchedExt>,
-    /// Rules already warned about while this scheduler runs (`warn`).
-    pub warned: BTreeSet<String>,
-}
-
 impl State {
     /// Reads the sched_ext state. When it changed since the last read, says so and makes
     /// the plan again (so `widen` and `pause` take effect, or end). Before the manager
@@ -42,7 +33,7 @@ impl State {
             ),
             None => tracing::info!("no sched_ext scheduler runs any more"),
         }
-        self.sharing.sched_ext = Kept {
+        self.sharing.sched_ext = super::sharing::SchedExtKept {
             now,
             warned: BTreeSet::new(),
         };
