@@ -6,9 +6,7 @@
 
 use std::time::Instant;
 
-use crate::api::{
-    send, Call, CommandError, Explained, ManagedEntry, MatrixReply, Reloaded, ReplyTo,
-};
+use crate::api::{send, Call, CommandError, Explained, Reloaded, ReplyTo};
 
 use super::event::ReloadCause;
 use super::memory::{self, MemoryRead};
@@ -37,10 +35,10 @@ impl State {
         match call {
             Call::Remeasure(reply) => send(reply, Ok(self.remeasure(Instant::now()))),
             Call::Reload(reply) => send(reply, Ok(self.reload_by_bus())),
-            Call::GetMatrix(reply) => send(reply, Ok(self.matrix_reply())),
+            Call::GetMatrix(reply) => send(reply, Ok(self.machine.matrix_reply())),
             Call::Metrics(reply) => send(reply, Ok(self.metrics_text())),
             Call::ListManaged { caller_uid, reply } => {
-                send(reply, Ok(self.managed_rows(caller_uid)))
+                send(reply, Ok(self.managed.rows(caller_uid)))
             }
             Call::Explain {
                 pid,
@@ -110,7 +108,7 @@ impl State {
         };
         let mut text = m.explain_for(pid as i32, caller_uid);
         let full = m.shows_all_to(pid as i32, caller_uid);
-        if let (true, Some(line)) = (full, self.hold_line(pid)) {
+        if let (true, Some(line)) = (full, self.sharing.holds.line(pid)) {
             text.push_str(&format!("held: {line}\n"));
         }
         if !m.shows_memory(pid as i32, caller_uid) {
@@ -118,59 +116,6 @@ impl State {
             return None;
         }
         self.explain_memory(pid as i32, text, full, reply)
-    }
-
-    /// `GetMatrix`: the matrix in use; empty without one.
-    pub(super) fn matrix_reply(&self) -> MatrixReply {
-        match &self.machine.current {
-            Some(m) => MatrixReply {
-                cpus: m.cpus.clone(),
-                latency_ns: m
-                    .latency_ns
-                    .iter()
-                    .map(|row| row.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
-                    .collect(),
-            },
-            None => MatrixReply {
-                cpus: Vec::new(),
-                latency_ns: Vec::new(),
-            },
-        }
-    }
-
-    /// Every managed process as `caller_uid` may see it: root and a process's owner get
-    /// its row whole; anyone else its pid, rule and CPUs only (`comm` and `state`
-    /// empty), as `Explain` shows it.
-    fn managed_rows(&self, caller_uid: u32) -> Vec<ManagedEntry> {
-        let Some(m) = &self.managed.manager else {
-            return Vec::new();
-        };
-        m.list_managed()
-            .into_iter()
-            .map(|r| {
-                let full = m.shows_all_to(r.pid as i32, caller_uid);
-                ManagedEntry {
-                    pid: r.pid,
-                    comm: if full { r.comm } else { String::new() },
-                    rule: r.rule,
-                    cpus: r.cpus,
-                    state: if full { r.state } else { String::new() },
-                }
-            })
-            .collect()
-    }
-
-    /// The machine's node ids; `None` before the topology is known.
-    fn node_ids(&self) -> Option<Vec<u32>> {
-        Some(
-            self.machine
-                .topology
-                .as_ref()?
-                .nodes
-                .iter()
-                .map(|n| n.id)
-                .collect(),
-        )
     }
 
     /// What `Explain` answers when its text shows memory: the text (`before`) and the
@@ -184,7 +129,7 @@ impl State {
         reply: ReplyTo<Explained>,
     ) -> Option<MemoryRead> {
         let after = self.follow_line(pid, Instant::now());
-        let Some(nodes) = self.node_ids() else {
+        let Some(nodes) = self.machine.node_ids() else {
             let text = format!("{before}memory: not seen yet (the topology is not read)\n{after}");
             send(reply, Ok(Explained { text, full }));
             return None;
@@ -200,7 +145,7 @@ impl State {
 
     /// What `ExplainJson`'s memory (`Call::Memory`) answers, for a caller who sees it.
     fn json_memory(&self, pid: i32, reply: ReplyTo<serde_json::Value>) -> Option<MemoryRead> {
-        match self.node_ids() {
+        match self.machine.node_ids() {
             Some(nodes) => {
                 memory::answer(&self.cfg.sysroot, pid, nodes, memory::Finish::Json(reply))
             }

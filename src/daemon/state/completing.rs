@@ -185,7 +185,7 @@ impl State {
         let before = self.machine.domains.as_ref().map(groups);
         let corrections = complete::apply(&mut m, &slice.figures, &stats);
         let left = complete::pending(&m).len();
-        self.store_matrix(id, &m);
+        self.machine.store_matrix(id, &m);
         self.machine.current = Some(m);
         self.machine.domains = None;
         let after = self.machine.domains().ok().map(groups);

@@ -6,7 +6,6 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::cpuset::CpuSet;
 use crate::hold::{HoldReport, Want};
 
 use super::{Action, State};
@@ -114,51 +113,5 @@ impl State {
             }
             self.manager_event(crate::manager::Input::Rescan);
         }
-    }
-
-    /// The hold line for `explain`: what is held for `pid` and how, or why not.
-    pub(super) fn hold_line(&self, pid: u32) -> Option<String> {
-        self.sharing.holds.reports.get(&pid).map(HoldReport::line)
-    }
-
-    /// For `status`: units confined, CPUs isolated, holds refused.
-    pub(super) fn holds_summary(&self) -> Option<String> {
-        if self.sharing.holds.reports.is_empty() {
-            return None;
-        }
-        let confined = self
-            .sharing
-            .holds
-            .reports
-            .values()
-            .filter(|r| r.confined)
-            .count();
-        let isolated = self
-            .sharing
-            .holds
-            .reports
-            .values()
-            .filter(|r| r.isolated)
-            .fold(CpuSet::new(), |a, r| a.union(&r.cpus));
-        let mut s = format!("{} confined", crate::words::count(confined, "unit"));
-        if !isolated.is_empty() {
-            s.push_str(&format!(", CPUs {isolated} isolated"));
-        }
-        // Each distinct reason once, by rule: what `check` and the log say, no pids.
-        let problems: std::collections::BTreeSet<String> = self
-            .sharing
-            .holds
-            .reports
-            .values()
-            .filter(|r| r.problem.is_some())
-            .map(|r| {
-                let line = r.line();
-                format!("rule {}: {line}", r.rule)
-            })
-            .collect();
-        for p in problems {
-            s.push_str(&format!("; {p}"));
-        }
-        Some(s)
     }
 }

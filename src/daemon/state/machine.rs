@@ -4,7 +4,7 @@
 //! [`MOVE_FLOOR_NS`]; applied by `State::matrix_changed`, `state/measuring.rs`). A CPU
 //! hotplug is handled by `State::hotplug` (`state/mod.rs`).
 
-use crate::api::CommandError;
+use crate::api::{CommandError, MatrixReply};
 use crate::cpuset::CpuSet;
 use crate::domains::{self, Domains, Misfit};
 use crate::fingerprint::Fingerprint;
@@ -42,6 +42,84 @@ pub(super) struct Machine {
 }
 
 impl Machine {
+    /// Saves job `id`'s matrix in the store, keeping its earlier files; a failure is
+    /// logged, and the matrix stays in use.
+    pub(super) fn store_matrix(&self, id: u64, matrix: &LatencyMatrix) {
+        if let Some(store) = &self.store {
+            match store.save_keeping(matrix) {
+                Ok(kept) => {
+                    tracing::info!(job = id, path = %store.current_path().display(), cpus = kept.len(), "matrix stored")
+                }
+                Err(e) => tracing::warn!(job = id, error = %e, "cannot store the matrix"),
+            }
+        }
+    }
+
+    /// The cells measurements keep for CPUs they stay off: the stored matrix of this
+    /// fingerprint, else the one in use.
+    pub(super) fn earlier_matrix(&self) -> Option<LatencyMatrix> {
+        if let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) {
+            if let Ok(loaded) = store.load_current(&fp.hex) {
+                if loaded.matrix.is_some() {
+                    return loaded.matrix;
+                }
+            }
+        }
+        self.current.clone()
+    }
+
+    /// Uses the stored matrix's cells for the usable CPUs when it belongs to this
+    /// fingerprint and has them all; else returns the pairs it lacks (empty when there is
+    /// no stored matrix). A corrupt or foreign file is moved aside by the store.
+    pub(super) fn load_stored_matrix(&mut self) -> Vec<(u32, u32)> {
+        let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) else {
+            return Vec::new();
+        };
+        match store.fitting(&fp.hex, Some(&self.usable())) {
+            Ok(fit) => {
+                if let Some(aside) = fit.set_aside {
+                    tracing::warn!(%aside, "stored matrix not used");
+                }
+                if let Some(m) = fit.matrix {
+                    tracing::info!(cpus = m.len(), path = %store.current_path().display(), "using the stored matrix");
+                    self.current = Some(m);
+                    self.domains = None;
+                } else if !fit.missing.is_empty() {
+                    tracing::info!(
+                        missing = fit.missing.len(),
+                        "the stored matrix lacks pairs of the usable CPUs"
+                    );
+                    return fit.missing;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the stored matrix"),
+        }
+        Vec::new()
+    }
+
+    /// The machine's node ids; `None` before the topology is known.
+    pub(super) fn node_ids(&self) -> Option<Vec<u32>> {
+        Some(self.topology.as_ref()?.nodes.iter().map(|n| n.id).collect())
+    }
+
+    /// `GetMatrix`: the matrix in use; empty without one.
+    pub(super) fn matrix_reply(&self) -> MatrixReply {
+        match &self.current {
+            Some(m) => MatrixReply {
+                cpus: m.cpus.clone(),
+                latency_ns: m
+                    .latency_ns
+                    .iter()
+                    .map(|row| row.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
+                    .collect(),
+            },
+            None => MatrixReply {
+                cpus: Vec::new(),
+                latency_ns: Vec::new(),
+            },
+        }
+    }
+
     /// Online CPUs as last read; empty before the first read.
     pub(super) fn online(&self) -> CpuSet {
         self.topology
@@ -125,5 +203,54 @@ impl Machine {
         if let Err(e) = self.domains() {
             tracing::warn!(error = %e, "no latency domains");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpuset::set;
+    use crate::domains::Trust;
+
+    fn fixture(name: &str) -> SysRoot {
+        SysRoot::machine(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/sysfs")
+                .join(name),
+        )
+    }
+
+    #[test]
+    fn a_machine_read_from_a_fixture_places_from_its_topology_until_a_matrix_exists() {
+        let mut m = Machine::default();
+        assert!(m.online().is_empty() && m.usable().is_empty());
+        assert_eq!(m.node_ids(), None);
+        assert!(m.read(&fixture("xeon-e5620")), "a first read is a change");
+        assert_eq!(m.online(), set("0-15"));
+        assert_eq!(m.usable(), set("0-15"));
+        assert_eq!(m.node_ids(), Some(vec![0, 1]));
+        assert!(
+            !m.read(&fixture("xeon-e5620")),
+            "the same machine read again"
+        );
+        assert_eq!(m.domains().unwrap().trust(), Trust::Topology);
+        let empty = m.matrix_reply();
+        assert!(empty.cpus.is_empty() && empty.latency_ns.is_empty());
+        // No store: nothing is loaded, nothing is missing.
+        assert!(m.load_stored_matrix().is_empty());
+        assert!(m.current.is_none() && m.earlier_matrix().is_none());
+    }
+
+    #[test]
+    fn a_cpu_offline_in_the_tree_is_neither_online_nor_usable() {
+        let mut m = Machine::default();
+        m.read(&fixture("i7-7700-cpu3-offline"));
+        assert!(!m.online().contains(3), "{}", m.online());
+        assert!(
+            !m.usable().contains(3) && !m.usable().contains(6),
+            "{}",
+            m.usable()
+        );
+        assert!(m.usable().is_subset(&m.online()));
     }
 }

@@ -14,6 +14,7 @@
 use std::sync::Arc;
 
 use crate::affinity::{AffinityOps, SystemOps};
+use crate::api::ManagedEntry;
 use crate::cpuset::CpuSet;
 use crate::daemon::replan;
 use crate::manager::{self, Change, Manager};
@@ -56,6 +57,28 @@ pub(super) struct Managed {
 }
 
 impl Managed {
+    /// Every managed process as `caller_uid` may see it: root and a process's owner get
+    /// its row whole; anyone else its pid, rule and CPUs only (`comm` and `state`
+    /// empty), as `Explain` shows it.
+    pub(super) fn rows(&self, caller_uid: u32) -> Vec<ManagedEntry> {
+        let Some(m) = &self.manager else {
+            return Vec::new();
+        };
+        m.list_managed()
+            .into_iter()
+            .map(|r| {
+                let full = m.shows_all_to(r.pid as i32, caller_uid);
+                ManagedEntry {
+                    pid: r.pid,
+                    comm: if full { r.comm } else { String::new() },
+                    rule: r.rule,
+                    cpus: r.cpus,
+                    state: if full { r.state } else { String::new() },
+                }
+            })
+            .collect()
+    }
+
     pub(super) fn new(ops: Ops) -> Managed {
         Managed {
             ops,

@@ -50,35 +50,6 @@ impl State {
         self.hand_down(new, manager::Input::PlanChanged);
     }
 
-    /// Uses the stored matrix's cells for the usable CPUs when it belongs to this
-    /// fingerprint and has them all; else returns the pairs it lacks (empty when there is
-    /// no stored matrix). A corrupt or foreign file is moved aside by the store.
-    pub(super) fn load_stored_matrix(&mut self) -> Vec<(u32, u32)> {
-        let (Some(store), Some(fp)) = (&self.machine.store, &self.machine.fingerprint) else {
-            return Vec::new();
-        };
-        match store.fitting(&fp.hex, Some(&self.machine.usable())) {
-            Ok(fit) => {
-                if let Some(aside) = fit.set_aside {
-                    tracing::warn!(%aside, "stored matrix not used");
-                }
-                if let Some(m) = fit.matrix {
-                    tracing::info!(cpus = m.len(), path = %store.current_path().display(), "using the stored matrix");
-                    self.machine.current = Some(m);
-                    self.machine.domains = None;
-                } else if !fit.missing.is_empty() {
-                    tracing::info!(
-                        missing = fit.missing.len(),
-                        "the stored matrix lacks pairs of the usable CPUs"
-                    );
-                    return fit.missing;
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot read the stored matrix"),
-        }
-        Vec::new()
-    }
-
     /// Measures only the pairs the stored matrix lacks, when that pays
     /// ([`keep::worth_filling`]) and nothing else runs; true when it started.
     pub(super) fn start_fill(&mut self, missing: Vec<(u32, u32)>) -> bool {
@@ -184,7 +155,7 @@ impl State {
     /// fingerprint, or measure.
     pub(super) fn fingerprint_changed(&mut self, now: Instant) {
         self.machine.current = None;
-        let missing = self.load_stored_matrix();
+        let missing = self.machine.load_stored_matrix();
         self.machine.refresh_domains();
         if self.machine.current.is_none() && !self.start_fill(missing) {
             if let Some(r) = self.measurement.schedule.running().filter(|r| r.full) {
@@ -257,19 +228,6 @@ impl State {
         a
     }
 
-    /// The cells measurements keep for CPUs they stay off: the stored matrix of this
-    /// fingerprint, else the one in use.
-    fn earlier_matrix(&self) -> Option<LatencyMatrix> {
-        if let (Some(store), Some(fp)) = (&self.machine.store, &self.machine.fingerprint) {
-            if let Ok(loaded) = store.load_current(&fp.hex) {
-                if loaded.matrix.is_some() {
-                    return loaded.matrix;
-                }
-            }
-        }
-        self.machine.current.clone()
-    }
-
     /// A full measurement with fewer than two CPUs left to measure: it ends at once,
     /// keeping the earlier cells (if any) and saying so. Not a failure: nothing is
     /// wrong, there is only nothing to measure, and nothing asks again by itself.
@@ -290,12 +248,12 @@ impl State {
                 a.reason(&off)
             )
         };
-        match around::keep(None, self.earlier_matrix().as_ref(), &usable, a) {
+        match around::keep(None, self.machine.earlier_matrix().as_ref(), &usable, a) {
             Some(m) => {
                 if let Some(k) = &m.kept {
                     summary.push_str(&format!("; {}", around::describe(k)));
                 }
-                self.store_matrix(id, &m);
+                self.machine.store_matrix(id, &m);
                 self.machine.current = Some(m);
                 self.matrix_changed();
             }
@@ -313,17 +271,6 @@ impl State {
         }));
         if let Some(next) = self.measurement.schedule.take_queued() {
             self.launch_full(next);
-        }
-    }
-
-    pub(super) fn store_matrix(&self, id: u64, matrix: &LatencyMatrix) {
-        if let Some(store) = &self.machine.store {
-            match store.save_keeping(matrix) {
-                Ok(kept) => {
-                    tracing::info!(job = id, path = %store.current_path().display(), cpus = kept.len(), "matrix stored")
-                }
-                Err(e) => tracing::warn!(job = id, error = %e, "cannot store the matrix"),
-            }
         }
     }
 
@@ -450,7 +397,7 @@ impl State {
         let matrix = match self.measurement.measuring_around.take() {
             Some(a) if !a.is_empty() => around::keep(
                 Some(&matrix),
-                self.earlier_matrix().as_ref(),
+                self.machine.earlier_matrix().as_ref(),
                 &self.machine.usable(),
                 &a,
             )
@@ -476,7 +423,7 @@ impl State {
             tracing::warn!(job = id, warning = %w, "measurement");
         }
         tracing::info!(job = id, %summary, "measurement finished");
-        self.store_matrix(id, &matrix);
+        self.machine.store_matrix(id, &matrix);
         self.measurement.last_failure = None;
         self.machine.current = Some(matrix);
         self.matrix_changed();

@@ -295,7 +295,7 @@ impl State {
         self.machine.store = Some(MatrixStore::open(&self.cfg.state_dir)?);
         self.machine.read(&self.cfg.sysroot);
         self.check_sched_ext();
-        let missing = self.load_stored_matrix();
+        let missing = self.machine.load_stored_matrix();
         self.load_rules();
         self.machine.refresh_domains();
         self.start_manager();
@@ -391,7 +391,7 @@ impl State {
                 topology,
             ),
         });
-        self.say_sched_ext_step(&planned.sched_ext);
+        self.sharing.sched_ext.say_step(&planned.sched_ext);
         planned
     }
 
@@ -457,7 +457,7 @@ impl State {
                 .map_or(0, |m| m.managed_threads() as u32),
             rule_errors: self.rule_errors(),
             sched_ext: self.sharing.sched_ext.now.clone(),
-            holds: self.holds_summary().unwrap_or_default(),
+            holds: self.sharing.holds.summary().unwrap_or_default(),
             // From the sparse counts, which completion keeps: no walk over the cells
             // on every snapshot.
             matrix_measured: self.machine.current.as_ref().map_or((0, 0), |m| {
@@ -771,7 +771,7 @@ impl State {
             None => matrix,
         };
         let mut matrix = format!("{matrix}{}", self.completion_words());
-        if let Some(h) = self.holds_summary() {
+        if let Some(h) = self.sharing.holds.summary() {
             matrix.push_str(&format!(", {h}"));
         }
         self.actions.push(Action::Status(format!(

@@ -5,7 +5,6 @@
 use std::collections::BTreeSet;
 
 use crate::manager;
-use crate::plan::SchedExtStep;
 use crate::sched_ext::{self, SchedExt};
 
 use super::State;
@@ -41,32 +40,6 @@ impl State {
             let planned = self.new_plan();
             self.hand_down(planned, manager::Input::RulesChanged);
             self.status();
-        }
-    }
-
-    /// Says what the `[sched-ext]` step of a plan did (`plan::making`): `pause`
-    /// releasing the rules, and under `warn` each rule that pins a partial mask, once
-    /// per rule while this scheduler runs.
-    pub(super) fn say_sched_ext_step(&mut self, step: &SchedExtStep) {
-        let Some(s) = &self.sharing.sched_ext.now else {
-            return;
-        };
-        match step {
-            SchedExtStep::Paused => {
-                tracing::info!(scheduler = %s.ops, "sched-ext policy pause: rules released until it stops")
-            }
-            SchedExtStep::Warned(partial) => {
-                for (rule, cpus) in partial {
-                    if self.sharing.sched_ext.warned.insert(rule.clone()) {
-                        tracing::warn!(
-                            rule = %rule, cpus = %cpus, scheduler = %s.ops,
-                            "rule pins a partial mask while a sched_ext scheduler runs \
-                             (set [sched-ext] policy = \"widen\" or \"pause\" to adapt)"
-                        );
-                    }
-                }
-            }
-            SchedExtStep::Widened | SchedExtStep::NoScheduler => {}
         }
     }
 

@@ -10,6 +10,7 @@ use crate::cpuset::CpuSet;
 use crate::hold::{HoldReport, Want};
 use crate::irq::Moved;
 use crate::memory::follow::Outcome;
+use crate::plan::SchedExtStep;
 use crate::sched_ext::SchedExt;
 
 /// What the daemon changes beside thread masks.
@@ -94,6 +95,72 @@ impl Following {
             self.runtime.insert(pid);
         } else {
             self.runtime.remove(&pid);
+        }
+    }
+}
+
+impl Holds {
+    /// For `status`: units confined, CPUs isolated, holds refused.
+    pub(super) fn summary(&self) -> Option<String> {
+        if self.reports.is_empty() {
+            return None;
+        }
+        let confined = self.reports.values().filter(|r| r.confined).count();
+        let isolated = self
+            .reports
+            .values()
+            .filter(|r| r.isolated)
+            .fold(CpuSet::new(), |a, r| a.union(&r.cpus));
+        let mut s = format!("{} confined", crate::words::count(confined, "unit"));
+        if !isolated.is_empty() {
+            s.push_str(&format!(", CPUs {isolated} isolated"));
+        }
+        // Each distinct reason once, by rule: what `check` and the log say, no pids.
+        let problems: std::collections::BTreeSet<String> = self
+            .reports
+            .values()
+            .filter(|r| r.problem.is_some())
+            .map(|r| {
+                let line = r.line();
+                format!("rule {}: {line}", r.rule)
+            })
+            .collect();
+        for p in problems {
+            s.push_str(&format!("; {p}"));
+        }
+        Some(s)
+    }
+
+    /// The hold line for `explain`: what is held for `pid` and how, or why not.
+    pub(super) fn line(&self, pid: u32) -> Option<String> {
+        self.reports.get(&pid).map(HoldReport::line)
+    }
+}
+
+impl SchedExtKept {
+    /// Says what the `[sched-ext]` step of a plan did (`plan::making`): `pause`
+    /// releasing the rules, and under `warn` each rule that pins a partial mask, once
+    /// per rule while this scheduler runs.
+    pub(super) fn say_step(&mut self, step: &SchedExtStep) {
+        let Some(s) = &self.now else {
+            return;
+        };
+        match step {
+            SchedExtStep::Paused => {
+                tracing::info!(scheduler = %s.ops, "sched-ext policy pause: rules released until it stops")
+            }
+            SchedExtStep::Warned(partial) => {
+                for (rule, cpus) in partial {
+                    if self.warned.insert(rule.clone()) {
+                        tracing::warn!(
+                            rule = %rule, cpus = %cpus, scheduler = %s.ops,
+                            "rule pins a partial mask while a sched_ext scheduler runs \
+                             (set [sched-ext] policy = \"widen\" or \"pause\" to adapt)"
+                        );
+                    }
+                }
+            }
+            SchedExtStep::Widened | SchedExtStep::NoScheduler => {}
         }
     }
 }
