@@ -35,30 +35,6 @@ pub mod state;
 pub mod watchers;
 pub mod worker;
 
-use std::path::PathBuf;
-
-pub use shell::{run, Options};
+pub use shell::{run, DaemonError, Options};
 pub use state::event::{Event, ReloadCause};
 pub use state::State;
-
-/// Errors that stop the daemon.
-#[derive(Debug, thiserror::Error)]
-pub enum DaemonError {
-    /// The settings file is invalid (maps to the config-error exit code); it names the
-    /// file, line and column.
-    #[error(transparent)]
-    Config(#[from] crate::settings::SettingsError),
-    /// The matrix store in the state directory could not be opened; it names the path.
-    #[error(transparent)]
-    Store(#[from] crate::matrix::store::StoreError),
-    #[error(transparent)]
-    Bus(#[from] crate::dbus::DbusError),
-    /// A directory the daemon needs could not be created or used.
-    #[error("{path}: {source}")]
-    Dir {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot start the runtime: {0}")]
-    Runtime(std::io::Error),
-}
