@@ -16,6 +16,42 @@ mod machine;
 mod processes;
 
 fn state(timing: Timing) -> (State, tempfile::TempDir) {
+    let (cfg, dir) = config();
+    let ops = managed::Ops::system(&cfg.sysroot);
+    (
+        unchecked(State::with_ops(
+            cfg,
+            Settings::default(),
+            timing,
+            Instant::now(),
+            ops,
+        )),
+        dir,
+    )
+}
+
+/// [`state`], its manager acting through fakes handed in: no real process is pinned.
+fn state_with_fakes(
+    timing: Timing,
+) -> (
+    State,
+    tempfile::TempDir,
+    std::sync::Arc<crate::affinity::FakeOps>,
+    std::sync::Arc<crate::watch::scan::FakeProcs>,
+) {
+    let (cfg, dir) = config();
+    let ops = std::sync::Arc::new(crate::affinity::FakeOps::new());
+    let procs = std::sync::Arc::new(crate::watch::scan::FakeProcs::new());
+    let fakes = managed::Ops {
+        affinity: ops.clone(),
+        procs: procs.clone(),
+    };
+    let s = State::with_ops(cfg, Settings::default(), timing, Instant::now(), fakes);
+    (unchecked(s), dir, ops, procs)
+}
+
+/// Directories of a daemon in a new temporary directory, on this machine's /sys.
+fn config() -> (Config, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = Config {
         settings: dir.path().join("absent.toml"),
@@ -31,9 +67,13 @@ fn state(timing: Timing) -> (State, tempfile::TempDir) {
     ] {
         std::fs::create_dir_all(d).unwrap();
     }
-    let mut s = State::new(cfg, Settings::default(), timing, Instant::now());
+    (cfg, dir)
+}
+
+/// `s` loading rule files whoever owns them (the test's temporary directory).
+fn unchecked(mut s: State) -> State {
     s.loaded.policy = LoadPolicy::unchecked();
-    (s, dir)
+    s
 }
 
 /// Makes one call of `s` as a bus caller would (a memory read made on this thread) and

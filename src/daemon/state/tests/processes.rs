@@ -67,6 +67,44 @@ fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
 }
 
 #[test]
+fn a_run_time_pin_and_its_release_act_through_the_operations_handed_in() {
+    let (mut s, _d, ops, procs) = state_with_fakes(Timing::default());
+    s.start().unwrap();
+    let online = s.machine.online();
+    procs.put(4242, "fake-feed", 7, &[(4243, "fake-worker")]);
+    ops.add_process(4242, 7, &[4242, 4243], &online);
+    let place = PlaceSpec::count(1, Policy::Compact, SmtPolicy::Allow);
+    let cpus = pin(&mut s, 4242, place, false, None).unwrap();
+    assert_eq!(cpus.len(), 1, "{cpus}");
+    assert_eq!(ops.mask(4242), Some(cpus.clone()));
+    assert_eq!(ops.mask(4243), Some(cpus.clone()));
+    let rows = ask(&mut s, |reply| Call::ListManaged {
+        caller_uid: 0,
+        reply,
+    })
+    .unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r.pid == 4242 && r.rule == "(runtime)" && r.cpus == cpus.to_string()),
+        "{rows:?}"
+    );
+    let release = |s: &mut State| {
+        let release = crate::api::ReleaseRequest {
+            pid: 4242,
+            for_owner: None,
+        };
+        ask(s, |reply| Call::Release { release, reply })
+    };
+    release(&mut s).unwrap();
+    assert_eq!(ops.mask(4242), Some(online.clone()), "its mask given back");
+    assert_eq!(ops.mask(4243), Some(online));
+    assert!(matches!(
+        release(&mut s),
+        Err(CommandError::NotManaged(4242))
+    ));
+}
+
+#[test]
 fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
     let (mut s, _d, _job) = started(Timing::default());
     let child = Sleeper::spawn("sleep");
