@@ -173,11 +173,12 @@ pub struct State {
     /// (`state/managed.rs`).
     managed: managed::Managed,
     /// Measurement jobs: their timetable, what they stay off, completion
-    /// (`state/measuring.rs`).
+    /// (`state/measurement.rs`; started and finished by `state/measuring.rs`).
     measurement: measurement::Measurement,
     /// When periodic work is due next.
     timers: Timers,
-    /// What the daemon changes beside thread masks: IRQs, held units, sched_ext, memory.
+    /// What the daemon changes beside thread masks: IRQs, held units, sched_ext, memory
+    /// (`state/sharing.rs`).
     sharing: sharing::Sharing,
     /// The event-to-pin histogram and the textfile's schedule.
     metrics: metrics::Kept,
