@@ -372,6 +372,19 @@ impl State {
         self.loaded.plan_cpus(self.machine.online())
     }
 
+    /// The machine's facts and the rules' devices (and `extra`), for shaping requests.
+    fn shaping_inputs(
+        &self,
+        extra: Option<&str>,
+    ) -> (Option<crate::shape::Facts>, crate::shape::Devices) {
+        shaping::inputs(
+            self.machine.topology.as_ref(),
+            &self.loaded.rules.rules,
+            &self.cfg.sysroot,
+            extra,
+        )
+    }
+
     /// The plan of the rules in force on the current CPUs, latency domains and machine
     /// facts, memory weighed and the `[sched-ext]` policy applied: made by
     /// [`crate::plan::making::make`], as `plan --live` makes it.
