@@ -11,6 +11,7 @@
 //!                               Ops { affinity, procs } ─────────┘ (real, or fakes in tests)
 //! ```
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::affinity::{AffinityOps, SystemOps};
@@ -107,6 +108,29 @@ impl Managed {
         changes.extend(replan::hand_down(&mut m, manager::Input::Rescan, choose));
         self.manager = Some(m);
         changes
+    }
+
+    /// The CPUs of `irqs = "away"` rules that hold CPUs with a managed process now.
+    pub(super) fn irqs_wanted_away(&self) -> CpuSet {
+        let Some(m) = &self.manager else {
+            return CpuSet::new();
+        };
+        if !m.rules().rules().iter().any(|r| r.irqs_away) {
+            return CpuSet::new();
+        }
+        let holding: BTreeSet<String> = m.list_managed().into_iter().map(|r| r.rule).collect();
+        let rules: BTreeSet<&str> = m
+            .rules()
+            .rules()
+            .iter()
+            .filter(|r| r.irqs_away && holding.contains(&r.name))
+            .map(|r| r.name.as_str())
+            .collect();
+        m.plan()
+            .units()
+            .iter()
+            .filter(|u| rules.contains(u.rule.as_str()))
+            .fold(CpuSet::new(), |acc, u| acc.union(&u.state.held()))
     }
 
     /// Hands a new plan down (`make`: rules or CPUs changed); its chooser is kept for

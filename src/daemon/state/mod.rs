@@ -323,7 +323,7 @@ impl State {
             .managed
             .new_manager(self.machine.online(), &self.loaded.settings)
             .with_journal(Journal::new(&self.cfg.runtime_dir));
-        self.recover_irqs();
+        sharing::IrqsAway::recover(&self.cfg.sysroot, &self.cfg.runtime_dir);
         match m.recover(&root) {
             Ok(r) if r.restored + r.left_alone + r.gone + r.failed.len() > 0 => tracing::info!(
                 restored = r.restored,
@@ -349,6 +349,15 @@ impl State {
         self.sync_irqs();
         self.sync_holds();
         self.sync_memory(Instant::now());
+    }
+
+    /// Moves IRQs off the CPUs `irqs = "away"` rules hold now (`state/irqs.rs`).
+    fn sync_irqs(&mut self) {
+        let wanted = self.managed.irqs_wanted_away();
+        let (root, dir) = (&self.cfg.sysroot, &self.cfg.runtime_dir);
+        self.sharing
+            .irqs
+            .sync(root, dir, wanted, &self.machine.online());
     }
 
     fn flush_journal(&mut self) {
@@ -540,7 +549,9 @@ impl State {
                         Err(e) => tracing::warn!(error = %e, "restoring masks"),
                     }
                 }
-                self.release_irqs();
+                self.sharing
+                    .irqs
+                    .release(&self.cfg.sysroot, &self.cfg.runtime_dir);
                 self.actions.push(Action::Exit);
             }
             Event::Tick(now) => self.tick(now),
