@@ -18,10 +18,12 @@ use crate::affinity::{AffinityOps, SystemOps};
 use crate::api::ManagedEntry;
 use crate::cpuset::CpuSet;
 use crate::daemon::replan;
+use crate::hold::Want;
 use crate::manager::{self, Change, Manager};
 use crate::plan::{Choose, Plan, Planned, SharedChoose};
 use crate::settings::Settings;
 use crate::sysroot::SysRoot;
+use crate::topology::Topology;
 use crate::watch::{ProcFs, ProcSource};
 
 /// The operations the manager acts through: per-thread affinity and process reads.
@@ -131,6 +133,29 @@ impl Managed {
             .iter()
             .filter(|u| rules.contains(u.rule.as_str()))
             .fold(CpuSet::new(), |acc, u| acc.union(&u.state.held()))
+    }
+
+    /// What should be held now: [`Manager::hold_want`] of every managed process, on
+    /// `topology`'s nodes.
+    pub(super) fn holds_wanted(&self, topology: Option<&Topology>) -> Vec<Want> {
+        let Some(m) = &self.manager else {
+            return Vec::new();
+        };
+        let rules = m.rules().rules();
+        if !rules
+            .iter()
+            .any(|r| r.isolate || r.unit_cpuset || r.threads.iter().any(|t| t.isolate))
+        {
+            return Vec::new();
+        }
+        let node_of = |cpu: u32| topology.and_then(|t| t.node_of(cpu));
+        let mut wants: Vec<Want> = m
+            .list_managed()
+            .iter()
+            .filter_map(|row| m.hold_want(row, &node_of))
+            .collect();
+        wants.sort_by_key(|w| w.pid);
+        wants
     }
 
     /// Hands a new plan down (`make`: rules or CPUs changed); its chooser is kept for

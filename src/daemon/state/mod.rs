@@ -351,6 +351,30 @@ impl State {
         self.sync_memory(Instant::now());
     }
 
+    /// Sends the holder what should be held, when that changed or a hold with a problem
+    /// is due to be tried again (`state/holds.rs`).
+    fn sync_holds(&mut self) {
+        let wants = self.managed.holds_wanted(self.machine.topology.as_ref());
+        if let Some(wants) = self.sharing.holds.sending(wants, Instant::now()) {
+            self.actions.push(Action::Hold(wants));
+        }
+    }
+
+    /// What the holder did. When a unit's CPUs changed, every managed thread is applied
+    /// again at once (systemd turning the cpuset controller on or off for a slice resets
+    /// the masks of every task in the slice's other units, which a later look would take
+    /// for someone else's change), then every process is looked at again (the held
+    /// one's cpuset changed).
+    fn held(&mut self, reports: Vec<crate::hold::HoldReport>) {
+        if !self.sharing.holds.reported(reports) {
+            return;
+        }
+        if let Some(plan) = self.managed.manager.as_ref().map(|m| m.plan().clone()) {
+            self.manager_event(manager::Input::PlanChanged(plan));
+        }
+        self.manager_event(manager::Input::Rescan);
+    }
+
     /// Moves IRQs off the CPUs `irqs = "away"` rules hold now (`state/irqs.rs`).
     fn sync_irqs(&mut self) {
         let wanted = self.managed.irqs_wanted_away();
