@@ -375,6 +375,36 @@ impl State {
         self.manager_event(manager::Input::Rescan);
     }
 
+    /// Starts a memory-follow job for every following process whose CPUs moved to other
+    /// nodes, as its interval allows (`state/following.rs`). Called after every manager
+    /// change and every tick.
+    fn sync_memory(&mut self, at: Instant) {
+        let now = following::Now {
+            at,
+            manager: self.managed.manager.as_ref(),
+            topology: self.machine.topology.as_ref(),
+            settings: &self.loaded.settings,
+            root: &self.cfg.sysroot,
+        };
+        let jobs = self.sharing.follow.sync(now, &mut self.metrics.memory);
+        for job in jobs {
+            self.actions.push(Action::Follow(Box::new(job)));
+        }
+    }
+
+    /// A memory-follow job ended; the next may start.
+    fn followed(&mut self, f: crate::memory::follow::Finished) {
+        let at = f.at;
+        self.sharing.follow.ended(f, &mut self.metrics.memory);
+        self.sync_memory(at);
+    }
+
+    /// The `memory follow:` line of `Explain` for `pid`.
+    fn follow_line(&self, pid: i32, now: Instant) -> String {
+        let interval = self.loaded.settings.memory.follow_interval.0;
+        self.sharing.follow.line(pid, now, interval)
+    }
+
     /// Moves IRQs off the CPUs `irqs = "away"` rules hold now (`state/irqs.rs`).
     fn sync_irqs(&mut self) {
         let wanted = self.managed.irqs_wanted_away();
