@@ -7,8 +7,11 @@
 //!
 //! The state is a handful of parts, each owning what its name says; the loop owns the
 //! state, the state owns the parts and hands values between them. A part's file imports
-//! nothing of the state; what the state does with its parts is in the `impl State`
-//! files named for the job (`commands.rs`, `pinning.rs`, `measuring.rs`, …).
+//! nothing of the state; what the state does with its parts is here and in the
+//! `impl State` files named for the job: `commands.rs` (bus calls), `pinning.rs`
+//! (run-time pins), `measuring.rs` and `completing.rs` (measurement jobs),
+//! `sched_ext.rs` (a scheduler starting or stopping), `syncing.rs` (what follows a
+//! manager change).
 //!
 //! ```text
 //!   State ─┬─ loaded       settings and rules in force (reloads)
@@ -17,7 +20,8 @@
 //!          │               process operations it acts through                    (managed.rs)
 //!          ├─ measurement  timetable, what a job stays off, completion           (measurement.rs)
 //!          ├─ timers       rescan, journal, hotplug recheck, fingerprint, watchdog
-//!          ├─ sharing      IRQs moved, units held, sched_ext, memory following   (sharing.rs)
+//!          ├─ sharing      IRQs moved, units held, sched_ext, memory following   (sharing.rs;
+//!          │               irqs.rs, holds.rs, following.rs)
 //!          └─ metrics, health, actions
 //!   Event (event.rs) ─► State::handle ─► Action ─► the shell
 //!   Call  (crate::api) ─► State::call ─► its own answer, now or after a read  (memory.rs)
@@ -73,6 +77,7 @@ mod pinning;
 mod sched_ext;
 mod shaping;
 mod sharing;
+mod syncing;
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -338,90 +343,6 @@ impl State {
         let planned = self.new_plan();
         let changes = self.managed.install(m, planned);
         self.after_manager(changes);
-    }
-
-    /// Logs what the manager did and writes its journal when it changed.
-    fn after_manager(&mut self, changes: Vec<Change>) {
-        for c in &changes {
-            log_change(c);
-        }
-        self.flush_journal();
-        self.sync_irqs();
-        self.sync_holds();
-        self.sync_memory(Instant::now());
-    }
-
-    /// Sends the holder what should be held, when that changed or a hold with a problem
-    /// is due to be tried again (`state/holds.rs`).
-    fn sync_holds(&mut self) {
-        let wants = self.managed.holds_wanted(self.machine.topology.as_ref());
-        if let Some(wants) = self.sharing.holds.sending(wants, Instant::now()) {
-            self.actions.push(Action::Hold(wants));
-        }
-    }
-
-    /// What the holder did. When a unit's CPUs changed, every managed thread is applied
-    /// again at once (systemd turning the cpuset controller on or off for a slice resets
-    /// the masks of every task in the slice's other units, which a later look would take
-    /// for someone else's change), then every process is looked at again (the held
-    /// one's cpuset changed).
-    fn held(&mut self, reports: Vec<crate::hold::HoldReport>) {
-        if !self.sharing.holds.reported(reports) {
-            return;
-        }
-        if let Some(plan) = self.managed.manager.as_ref().map(|m| m.plan().clone()) {
-            self.manager_event(manager::Input::PlanChanged(plan));
-        }
-        self.manager_event(manager::Input::Rescan);
-    }
-
-    /// Starts a memory-follow job for every following process whose CPUs moved to other
-    /// nodes, as its interval allows (`state/following.rs`). Called after every manager
-    /// change and every tick.
-    fn sync_memory(&mut self, at: Instant) {
-        let now = following::Now {
-            at,
-            manager: self.managed.manager.as_ref(),
-            topology: self.machine.topology.as_ref(),
-            settings: &self.loaded.settings,
-            root: &self.cfg.sysroot,
-        };
-        let jobs = self.sharing.follow.sync(now, &mut self.metrics.memory);
-        for job in jobs {
-            self.actions.push(Action::Follow(Box::new(job)));
-        }
-    }
-
-    /// A memory-follow job ended; the next may start.
-    fn followed(&mut self, f: crate::memory::follow::Finished) {
-        let at = f.at;
-        self.sharing.follow.ended(f, &mut self.metrics.memory);
-        self.sync_memory(at);
-    }
-
-    /// The `memory follow:` line of `Explain` for `pid`.
-    fn follow_line(&self, pid: i32, now: Instant) -> String {
-        let interval = self.loaded.settings.memory.follow_interval.0;
-        self.sharing.follow.line(pid, now, interval)
-    }
-
-    /// Moves IRQs off the CPUs `irqs = "away"` rules hold now (`state/irqs.rs`).
-    fn sync_irqs(&mut self) {
-        let wanted = self.managed.irqs_wanted_away();
-        let (root, dir) = (&self.cfg.sysroot, &self.cfg.runtime_dir);
-        self.sharing
-            .irqs
-            .sync(root, dir, wanted, &self.machine.online());
-    }
-
-    fn flush_journal(&mut self) {
-        self.timers.journal_due = None;
-        if let Some(m) = &mut self.managed.manager {
-            if let Err(e) = m.flush() {
-                tracing::warn!(error = %e, retry_ms = JOURNAL_RETRY.as_millis() as u64, "cannot write the restore journal");
-                self.timers.journal_due = Some(Instant::now() + JOURNAL_RETRY);
-            }
-        }
     }
 
     /// When the loop must handle a `Tick` next at the latest, besides its once-a-second
