@@ -1,12 +1,13 @@
-//! What the daemon and its clients say to each other, as types: [`Command`]s with typed
-//! arguments, their [`Reply`] or [`CommandError`], the [`Snapshot`] the loop publishes
-//! for property reads, the rows of `ListManaged` and the [`Signal`]s it emits.
+//! What the daemon and its clients say to each other, as types: [`Call`]s with typed
+//! arguments, each with its own answer type or a [`CommandError`], the [`Snapshot`] the
+//! loop publishes for property reads, the rows of `ListManaged` and the [`Signal`]s it
+//! emits.
 //!
 //! Owns: these values. Must not touch: the bus, the loop or any state. `dbus` (the
 //! transport) and `daemon` (the loop) both depend on this module and on neither other:
 //!
 //! ```text
-//!   dbus ──Call{Command, reply}──► daemon loop ──Result<Reply, CommandError>──► dbus
+//!   dbus ──Call::X { args, reply }──► daemon loop ──Result<X's answer, CommandError>──► dbus
 //!   daemon loop ──Snapshot (watch), Signal──► dbus
 //! ```
 
@@ -19,85 +20,112 @@ use crate::placement::{PlacementError, Policy, SmtPolicy};
 use crate::plan::PinError;
 use crate::rules::PlacementRequest;
 
-/// A request from a client, already checked for size, privilege and known words by
-/// the transport.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command {
-    Remeasure,
-    Reload,
-    GetMatrix,
+/// Where the answer to a call goes: its own type, or why it failed.
+pub type ReplyTo<T> = oneshot::Sender<Result<T, CommandError>>;
+
+/// Sends `answer` to `to`; a caller who gave up (a timeout) is not waiting any more:
+/// nothing to do then.
+pub fn send<T>(to: ReplyTo<T>, answer: Result<T, CommandError>) {
+    let _ = to.send(answer);
+}
+
+/// A request from a client, already checked for size, privilege and known words by the
+/// transport, with where its answer goes: each request has its own answer type.
+#[derive(Debug)]
+pub enum Call {
+    /// Starts a measurement, or joins the one running: its job id.
+    Remeasure(ReplyTo<u64>),
+    Reload(ReplyTo<Reloaded>),
+    GetMatrix(ReplyTo<MatrixReply>),
+    /// The daemon's numbers in the Prometheus text format (`crate::metrics`).
+    Metrics(ReplyTo<String>),
     ListManaged {
         /// Who asks: root sees every row whole; anyone else their own processes whole
         /// and other users' by pid, rule and CPUs only (`comm` and `state` empty), as
         /// `Explain` shows them.
         caller_uid: u32,
+        reply: ReplyTo<Vec<ManagedEntry>>,
     },
     Explain {
         pid: u32,
         /// Who asks: root, or the process's owner, gets the whole explanation; anyone
         /// else only the rule and the CPUs.
         caller_uid: u32,
+        reply: ReplyTo<Explained>,
     },
     /// Where process `pid`'s memory is per NUMA node, for `ExplainJson` (`null` where
     /// the caller may not see its whole explanation).
     Memory {
         pid: u32,
         caller_uid: u32,
+        reply: ReplyTo<serde_json::Value>,
     },
-    Plan {
-        count: u32,
-        policy: Policy,
-        smt: SmtPolicy,
-    },
-    Pin {
-        pid: u32,
-        count: u32,
-        policy: Policy,
-        smt: SmtPolicy,
-    },
-    Release {
-        pid: u32,
-    },
-    /// The daemon's numbers in the Prometheus text format (`crate::metrics`).
-    Metrics,
-    /// `PinProcessWith`: pins every thread of `pid` with a placement in the rule
-    /// vocabulary, among the CPUs no exclusive rule holds.
-    PinWith {
-        pid: u32,
-        place: PlaceSpec,
-        /// `memory = "follow"`: its memory is moved to the nodes of its CPUs
-        /// (`memory::follow`).
-        follow: bool,
-    },
-    /// `PlanWith`: the CPUs [`Command::PinWith`] would choose now; changes nothing.
+    /// `Plan` and `PlanWith`: the CPUs [`Call::Pin`] would choose now; changes nothing.
     PlanWith {
         place: PlaceSpec,
+        reply: ReplyTo<CpuSet>,
+    },
+    /// `PinProcess` and `PinProcessWith`: the CPUs chosen.
+    Pin {
+        pin: PinRequest,
+        reply: ReplyTo<CpuSet>,
+    },
+    /// `ReleaseProcess`.
+    Release {
+        release: ReleaseRequest,
+        reply: ReplyTo<()>,
     },
     /// Who owns process `pid` (its real uid): which polkit action a pin needs.
     Owner {
         pid: u32,
-    },
-    /// `command` (a pin or a release of one process) only while that process still
-    /// belongs to `uid`: checked in the same step as the pin, so a pid reused between
-    /// the authorization and the pin cannot be another user's process.
-    AsOwner {
-        uid: u32,
-        command: Box<Command>,
+        reply: ReplyTo<u32>,
     },
 }
 
-impl Command {
-    /// The process a pin or release acts on.
-    pub fn target_pid(&self) -> Option<u32> {
-        match self {
-            Command::Pin { pid, .. }
-            | Command::PinWith { pid, .. }
-            | Command::Release { pid }
-            | Command::Owner { pid } => Some(*pid),
-            Command::AsOwner { command, .. } => command.target_pid(),
-            _ => None,
-        }
-    }
+/// A run-time pin of every thread of `pid` with a placement in the rule vocabulary,
+/// among the CPUs no exclusive rule holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinRequest {
+    pub pid: u32,
+    pub place: PlaceSpec,
+    /// `memory = "follow"`: its memory is moved to the nodes of its CPUs
+    /// (`memory::follow`).
+    pub follow: bool,
+    /// Pin only while the process still belongs to this uid: checked in the same step
+    /// as the pin, so a pid reused between the authorization and the pin cannot be
+    /// another user's process. `None`: whoever owns it (root, `org.pinnerd.manage`).
+    pub for_owner: Option<u32>,
+}
+
+/// Gives process `pid`, pinned at run time, its original masks back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReleaseRequest {
+    pub pid: u32,
+    /// As [`PinRequest::for_owner`].
+    pub for_owner: Option<u32>,
+}
+
+/// What `Reload` answers: the rules loaded and the errors.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    pub rules: u32,
+    pub errors: Vec<String>,
+}
+
+/// What `GetMatrix` answers: CPU ids and one-way latency in ns (NaN = unknown); both
+/// empty without a matrix.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MatrixReply {
+    pub cpus: Vec<u32>,
+    pub latency_ns: Vec<Vec<f64>>,
+}
+
+/// What `Explain` answers: its text; `full` when the caller may see all of it (root or
+/// the process's owner), else it shows the rule and the CPUs only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Explained {
+    pub text: String,
+    pub full: bool,
 }
 
 /// A placement as `pinnerd run`, `pinnerd pin` and `PinProcessWith` give it: the keys
@@ -106,6 +134,20 @@ impl Command {
 pub enum PlaceSpec {
     Request(PlacementRequest),
     Rule(String),
+}
+
+impl PlaceSpec {
+    /// `count` CPUs placed by `policy` and `smt`: what `Plan` and `PinProcess` ask for.
+    pub fn count(count: u32, policy: Policy, smt: SmtPolicy) -> PlaceSpec {
+        PlaceSpec::Request(PlacementRequest {
+            target: crate::rules::CpuTarget::Count(count),
+            within: None,
+            policy,
+            smt,
+            exclusive: false,
+            shape: crate::shape::Shape::default(),
+        })
+    }
 }
 
 /// The parts of a placement as a client gives them (`pinnerd run`/`pin` flags, the
@@ -184,41 +226,6 @@ impl PlaceParts {
     }
 }
 
-/// The answer to a [`Command`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum Reply {
-    Job(u64),
-    Reloaded {
-        rules: u32,
-        errors: Vec<String>,
-    },
-    Matrix {
-        cpus: Vec<u32>,
-        latency_ns: Vec<Vec<f64>>,
-    },
-    Managed(Vec<ManagedEntry>),
-    Text(String),
-    /// `Explain`'s text; `full` when the caller may see all of it (root or the
-    /// process's owner), else it shows the rule and the CPUs only.
-    Explained {
-        text: String,
-        full: bool,
-    },
-    Cpus(CpuSet),
-    Done,
-    /// A process's real uid.
-    Owner(u32),
-    /// A JSON value (`Command::Memory`).
-    Json(serde_json::Value),
-}
-
-/// A command on its way to the loop, with where its answer goes.
-#[derive(Debug)]
-pub struct Call {
-    pub command: Command,
-    pub reply: oneshot::Sender<Result<Reply, CommandError>>,
-}
-
 /// Why a command failed. The message is what the caller reads.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
@@ -246,7 +253,7 @@ pub enum CommandError {
     },
     #[error(transparent)]
     Manager(ManagerError),
-    /// `AsOwner`: the process no longer belongs to the authorized user.
+    /// A pin or release for an owner: the process no longer belongs to them.
     #[error("pid {pid}: not a process of uid {uid}")]
     NotOwner { pid: u32, uid: u32 },
     /// `--rule NAME`: no loaded rule has that name, or it has no `[rule.place]`.

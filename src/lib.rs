@@ -17,19 +17,23 @@
 //!                                                  affinity (apply, read back, restore)
 //!          daemon (one event loop owns the state; plans on rule, domain and CPU changes,
 //!                  and again for the cpusets and threads the manager reports it saw)
-//!                          ▲ api (Command → Reply | CommandError, Snapshot, Signal)
+//!                ▲ api (Call → its own answer | CommandError, Snapshot, Signal)
 //!                 dbus (forwards; polkit decides for non-root callers) · cli (commands)
 //! ```
 //!
 //! Modules, one concern each:
 //! - `affinity`: the affinity syscalls, read back, the restore journal
-//! - `api`: the typed commands, replies, snapshot and signals between daemon and clients
+//! - `api`: the typed calls (each with its own answer type), snapshot and signals between
+//!   daemon and clients
 //! - `cgroup`: which CPUs a process's cgroup cpuset (v1 or v2) allows
 //! - `cli`: the subcommands; `cli::docs` generates the man page `pinnerd(8)` and the shell
 //!   completions from them
 //! - `cpuset`: the one CPU-set type
-//! - `daemon`: the event loop, its state and its measurement schedule; `daemon::readers`:
-//!   the threads that read what can wait on a process's locks (command lines) off the loop
+//! - `daemon`: the event loop, its state and its measurement schedule; `daemon::state`:
+//!   the state the loop owns, in parts (the settings and rules loaded, the machine, the
+//!   managed processes with the operations they are pinned through, measurement jobs,
+//!   timers, what is shared with the system); `daemon::readers`: the threads that read
+//!   what can wait on a process's locks (command lines) off the loop
 //! - `dbus`: the bus object, which only forwards
 //! - `devices`: a device name (interface, PCI address, block device, /dev path) → its
 //!   NUMA node and local CPUs, through the sysfs root

@@ -29,10 +29,11 @@ use crate::settings::Settings;
 
 use super::readers::{Readers, READERS};
 use super::schedule::Timing;
+use super::state::event::{Event, ReloadCause};
 use super::state::memory::MemoryRead;
 use super::state::{Action, Config, State};
 use super::watchers::{Doorbell, KernelSources};
-use super::{worker, DaemonError, Event, ReloadCause};
+use super::worker;
 use crate::manager::cmdlines::{CmdlineRead, CmdlineWanted};
 use crate::watch::{ProcFs, ProcSource};
 
@@ -62,6 +63,28 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(100);
 /// Channel events handled in a row before the kernel sources are looked at again, so
 /// that neither starves the other.
 const CHANNEL_BURST: usize = 64;
+
+/// Errors that stop the daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The settings file is invalid (maps to the config-error exit code); it names the
+    /// file, line and column.
+    #[error(transparent)]
+    Config(#[from] crate::settings::SettingsError),
+    /// The matrix store in the state directory could not be opened; it names the path.
+    #[error(transparent)]
+    Store(#[from] crate::matrix::store::StoreError),
+    #[error(transparent)]
+    Bus(#[from] crate::dbus::DbusError),
+    /// A directory the daemon needs could not be created or used.
+    #[error("{path}: {source}")]
+    Dir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+}
 
 /// Runs the daemon until SIGTERM; returns after masks are restored.
 pub fn run(opts: Options) -> Result<(), DaemonError> {

@@ -11,7 +11,7 @@ use futures_util::StreamExt;
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 use tokio::sync::mpsc;
 
-use super::{Event, ReloadCause};
+use super::state::event::{Event, ReloadCause};
 use crate::watch::rule_dirs::{leads_elsewhere, DirId};
 
 /// How long the rule directories must be quiet before a reload: editors write a temp

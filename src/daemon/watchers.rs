@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::watch::{Connector, ProcMsg, UeventSocket};
 
-use super::Event;
+use super::state::event::Event;
 
 /// How long the kernel may take to acknowledge the connector subscription.
 pub const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(2);

@@ -16,7 +16,6 @@ use zbus::message::Header;
 use zbus::Connection;
 
 use super::error::{MethodError, Result};
-use crate::api::Command;
 use crate::polkit::{self, Action, Verdict};
 use crate::repeats::{Repeats, REPEATS_EVERY};
 
@@ -303,11 +302,11 @@ impl Admission {
             .await
     }
 
-    /// After [`Self::admit`] for a pin or release of one process (`cmd`) owned by
-    /// `owner`, by a caller `uid` other than root: polkit's `org.pinnerd.pin-own-process`
-    /// for a process of their own, `org.pinnerd.manage` for anyone else's. Returns the
-    /// command to forward: for one's own process, wrapped so that the loop checks the
-    /// owner again in the step that pins.
+    /// After [`Self::admit`] for a pin or release of process `pid` owned by `owner`, by
+    /// a caller `uid` other than root: polkit's `org.pinnerd.pin-own-process` for a
+    /// process of their own, `org.pinnerd.manage` for anyone else's. Returns, for one's
+    /// own process, the uid the loop checks the owner against again in the step that
+    /// pins (`PinRequest::for_owner`).
     pub(super) async fn authorize_pin(
         &self,
         conn: &Connection,
@@ -315,18 +314,14 @@ impl Admission {
         method: &str,
         uid: u32,
         owner: u32,
-        cmd: Command,
-    ) -> Result<Command> {
-        let pid = cmd.target_pid().unwrap_or_default();
+        pid: u32,
+    ) -> Result<Option<u32>> {
         let action = Action::for_target(uid, owner);
         self.authorize(conn, header, method, uid, action, Some(pid))
             .await?;
         Ok(match action {
-            Action::PinOwnProcess => Command::AsOwner {
-                uid,
-                command: Box::new(cmd),
-            },
-            Action::Manage => cmd,
+            Action::PinOwnProcess => Some(uid),
+            Action::Manage => None,
         })
     }
 

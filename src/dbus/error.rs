@@ -1,7 +1,6 @@
-//! The errors a method replies with, and how the loop's errors and unexpected replies
-//! become them.
+//! The errors a method replies with, and how the loop's errors become them.
 
-use crate::api::{CommandError, ErrorKind, Reply};
+use crate::api::{CommandError, ErrorKind};
 
 /// Errors a method replies with, named `org.pinnerd.Pinnerd1.Error.*`. Their messages
 /// reach the caller (busctl prints them), unlike the bus's own `AccessDenied`.
@@ -35,8 +34,4 @@ pub(super) fn command_error(e: CommandError) -> MethodError {
         ErrorKind::Failed => MethodError::Failed(msg),
         ErrorKind::NotPermitted => MethodError::NotPermitted(msg),
     }
-}
-
-pub(super) fn unexpected(reply: Reply) -> MethodError {
-    MethodError::Failed(format!("internal error: unexpected reply {reply:?}"))
 }

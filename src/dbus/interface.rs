@@ -1,6 +1,6 @@
 //! The object `org.pinnerd.Pinnerd1`: properties read from the [`Snapshot`] the loop
 //! publishes, methods checked (see `admission`) and forwarded to the loop as a
-//! [`Command`] with a oneshot for the reply, and the signals.
+//! [`Call`] with a oneshot for its own answer type, and the signals.
 //!
 //! Must not touch: daemon state. It sends a [`Call`] into whatever channel it is given,
 //! never blocks the loop, and the loop never waits on it.
@@ -14,9 +14,12 @@ use zbus::object_server::SignalEmitter;
 use zbus::{interface, Connection};
 
 use super::admission::{check_body, check_len, Admission, Callers, RateLimiter};
-use super::error::{command_error, unexpected, MethodError, Result};
+use super::error::{command_error, MethodError, Result};
 use super::placement::{memory_follow, place_spec};
-use crate::api::{Call, Command, ManagedEntry, Reply, Snapshot};
+use crate::api::{
+    Call, Explained, ManagedEntry, MatrixReply, PinRequest, PlaceSpec, ReleaseRequest, Reloaded,
+    ReplyTo, Snapshot,
+};
 use crate::cpuset::CpuSet;
 use crate::placement::{Policy, SmtPolicy};
 
@@ -75,41 +78,59 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         Ok(v)
     }
 
-    /// As `Admission::admit` for a pin or release of one process (`cmd`): root passes;
-    /// anyone else needs polkit's `org.pinnerd.pin-own-process` for a process of their
-    /// own, `org.pinnerd.manage` for anyone else's (`Admission::authorize_pin`).
+    /// As `Admission::admit` for a pin or release of process `pid`: root passes; anyone
+    /// else needs polkit's `org.pinnerd.pin-own-process` for a process of their own,
+    /// `org.pinnerd.manage` for anyone else's (`Admission::authorize_pin`). Returns the
+    /// uid the loop checks the owner against again as it acts (`for_owner`).
     async fn admit_pin(
         &self,
         conn: &Connection,
         header: &Header<'_>,
         method: &str,
-        cmd: Command,
-    ) -> Result<Command> {
+        pid: u32,
+    ) -> Result<Option<u32>> {
         let uid = self.admission.admit(conn, header, method).await?;
         if uid == 0 {
-            return Ok(cmd);
+            return Ok(None);
         }
-        let pid = cmd.target_pid().unwrap_or_default();
-        let owner = match self.forward(Command::Owner { pid }).await? {
-            Reply::Owner(owner) => owner,
-            other => return Err(unexpected(other)),
-        };
+        let owner = self.forward(|reply| Call::Owner { pid, reply }).await?;
         self.admission
-            .authorize_pin(conn, header, method, uid, owner, cmd)
+            .authorize_pin(conn, header, method, uid, owner, pid)
             .await
     }
 
-    async fn forward(&self, cmd: Command) -> Result<Reply> {
+    /// `PinProcess` and `PinProcessWith`, one path: admitted, then pinned by the loop;
+    /// the CPUs chosen.
+    async fn pin(
+        &self,
+        conn: &Connection,
+        header: &Header<'_>,
+        method: &str,
+        pid: u32,
+        place: PlaceSpec,
+        follow: bool,
+    ) -> Result<String> {
+        let for_owner = self.admit_pin(conn, header, method, pid).await?;
+        let pin = PinRequest {
+            pid,
+            place,
+            follow,
+            for_owner,
+        };
+        let cpus = self.forward(|reply| Call::Pin { pin, reply }).await?;
+        Ok(cpus.to_string())
+    }
+
+    /// Sends the call `call` makes of a reply channel to the loop, and waits for its
+    /// answer.
+    async fn forward<T>(&self, call: impl FnOnce(ReplyTo<T>) -> Call) -> Result<T> {
         let (tx, rx) = oneshot::channel();
         self.events
-            .send(E::from(Call {
-                command: cmd,
-                reply: tx,
-            }))
+            .send(E::from(call(tx)))
             .await
             .map_err(|_| MethodError::Failed("the daemon is shutting down".into()))?;
         match rx.await {
-            Ok(Ok(reply)) => Ok(reply),
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) => Err(command_error(e)),
             Err(_) => Err(MethodError::Failed("the daemon is shutting down".into())),
         }
@@ -354,10 +375,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         self.admission
             .admit_root(conn, &header, "Remeasure")
             .await?;
-        match self.forward(Command::Remeasure).await? {
-            Reply::Job(id) => Ok(id),
-            other => Err(unexpected(other)),
-        }
+        self.forward(Call::Remeasure).await
     }
 
     /// Reloads settings and rules; returns the number of rules and the errors.
@@ -368,10 +386,8 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(header)] header: Header<'_>,
     ) -> Result<(u32, Vec<String>)> {
         self.admission.admit_root(conn, &header, "Reload").await?;
-        match self.forward(Command::Reload).await? {
-            Reply::Reloaded { rules, errors } => Ok((rules, errors)),
-            other => Err(unexpected(other)),
-        }
+        let Reloaded { rules, errors } = self.forward(Call::Reload).await?;
+        Ok((rules, errors))
     }
 
     /// The current latency matrix: CPU ids and one-way latency in ns (NaN = unknown).
@@ -382,10 +398,8 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(header)] header: Header<'_>,
     ) -> Result<(Vec<u32>, Vec<Vec<f64>>)> {
         self.admission.admit(conn, &header, "GetMatrix").await?;
-        match self.forward(Command::GetMatrix).await? {
-            Reply::Matrix { cpus, latency_ns } => Ok((cpus, latency_ns)),
-            other => Err(unexpected(other)),
-        }
+        let MatrixReply { cpus, latency_ns } = self.forward(Call::GetMatrix).await?;
+        Ok((cpus, latency_ns))
     }
 
     /// pid, comm, rule, cpus, state of every managed process; another user's process,
@@ -398,10 +412,10 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(header)] header: Header<'_>,
     ) -> Result<Vec<(u32, String, String, String, String)>> {
         let caller_uid = self.admission.admit(conn, &header, "ListManaged").await?;
-        match self.forward(Command::ListManaged { caller_uid }).await? {
-            Reply::Managed(list) => Ok(list.into_iter().map(ManagedEntry::into_tuple).collect()),
-            other => Err(unexpected(other)),
-        }
+        let list = self
+            .forward(|reply| Call::ListManaged { caller_uid, reply })
+            .await?;
+        Ok(list.into_iter().map(ManagedEntry::into_tuple).collect())
     }
 
     /// Which rule placed a process, and why.
@@ -413,10 +427,14 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(header)] header: Header<'_>,
     ) -> Result<String> {
         let caller_uid = self.admission.admit(conn, &header, "Explain").await?;
-        match self.forward(Command::Explain { pid, caller_uid }).await? {
-            Reply::Explained { text, .. } => Ok(text),
-            other => Err(unexpected(other)),
-        }
+        let explained = self
+            .forward(|reply| Call::Explain {
+                pid,
+                caller_uid,
+                reply,
+            })
+            .await?;
+        Ok(explained.text)
     }
 
     /// The daemon's numbers in the Prometheus text format (what `pinnerd metrics`
@@ -428,10 +446,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(header)] header: Header<'_>,
     ) -> Result<String> {
         self.admission.admit(conn, &header, "Metrics").await?;
-        match self.forward(Command::Metrics).await? {
-            Reply::Text(s) => Ok(s),
-            other => Err(unexpected(other)),
-        }
+        self.forward(Call::Metrics).await
     }
 
     /// Placement advice for applications that pin themselves; changes nothing.
@@ -449,11 +464,11 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         check_len("smt", smt)?;
         self.admission.admit(conn, &header, "Plan").await?;
         let (policy, smt) = words(policy, smt)?;
-        let cmd = Command::Plan { count, policy, smt };
-        match self.forward(cmd).await? {
-            Reply::Cpus(set) => Ok(set.iter().collect()),
-            other => Err(unexpected(other)),
-        }
+        let place = PlaceSpec::count(count, policy, smt);
+        let set = self
+            .forward(|reply| Call::PlanWith { place, reply })
+            .await?;
+        Ok(set.iter().collect())
     }
 
     /// Pins every thread of a process without a rule file; returns the CPUs chosen.
@@ -471,17 +486,9 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         check_len("policy", policy)?;
         check_len("smt", smt)?;
         let (policy, smt) = words(policy, smt)?;
-        let cmd = Command::Pin {
-            pid,
-            count,
-            policy,
-            smt,
-        };
-        let cmd = self.admit_pin(conn, &header, "PinProcess", cmd).await?;
-        match self.forward(cmd).await? {
-            Reply::Cpus(set) => Ok(set.to_string()),
-            other => Err(unexpected(other)),
-        }
+        let place = PlaceSpec::count(count, policy, smt);
+        self.pin(conn, &header, "PinProcess", pid, place, false)
+            .await
     }
 
     /// Gives a process pinned by `PinProcess` its original masks back.
@@ -491,12 +498,9 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Header<'_>,
     ) -> Result<()> {
-        let cmd = Command::Release { pid };
-        let cmd = self.admit_pin(conn, &header, "ReleaseProcess", cmd).await?;
-        match self.forward(cmd).await? {
-            Reply::Done => Ok(()),
-            other => Err(unexpected(other)),
-        }
+        let for_owner = self.admit_pin(conn, &header, "ReleaseProcess", pid).await?;
+        let release = ReleaseRequest { pid, for_owner };
+        self.forward(|reply| Call::Release { release, reply }).await
     }
 
     /// `ListManaged` with each process's CPUs as a list of CPU ids instead of kernel
@@ -511,10 +515,10 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
             .admission
             .admit(conn, &header, "ListManagedCpus")
             .await?;
-        match self.forward(Command::ListManaged { caller_uid }).await? {
-            Reply::Managed(list) => list.into_iter().map(managed_with_cpu_ids).collect(),
-            other => Err(unexpected(other)),
-        }
+        let list = self
+            .forward(|reply| Call::ListManaged { caller_uid, reply })
+            .await?;
+        list.into_iter().map(managed_with_cpu_ids).collect()
     }
 
     /// `PinProcess` in the whole vocabulary of a rule's `[rule.place]`: `placement` holds
@@ -533,12 +537,8 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         check_body(&header, "PinProcessWith")?;
         let place = place_spec(&placement)?;
         let follow = memory_follow(&placement)?;
-        let cmd = Command::PinWith { pid, place, follow };
-        let cmd = self.admit_pin(conn, &header, "PinProcessWith", cmd).await?;
-        match self.forward(cmd).await? {
-            Reply::Cpus(set) => Ok(set.to_string()),
-            other => Err(unexpected(other)),
-        }
+        self.pin(conn, &header, "PinProcessWith", pid, place, follow)
+            .await
     }
 
     /// `Explain` for programs: a JSON object with `pid`, `managed`, `rule`, `comm`,
@@ -556,18 +556,24 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(header)] header: Header<'_>,
     ) -> Result<String> {
         let caller_uid = self.admission.admit(conn, &header, "ExplainJson").await?;
-        let (text, full) = match self.forward(Command::Explain { pid, caller_uid }).await? {
-            Reply::Explained { text, full } => (text, full),
-            other => return Err(unexpected(other)),
-        };
-        let entry = match self.forward(Command::ListManaged { caller_uid }).await? {
-            Reply::Managed(list) => list.into_iter().find(|e| e.pid == pid),
-            other => return Err(unexpected(other)),
-        };
-        let memory = match self.forward(Command::Memory { pid, caller_uid }).await? {
-            Reply::Json(v) => v,
-            other => return Err(unexpected(other)),
-        };
+        let Explained { text, full } = self
+            .forward(|reply| Call::Explain {
+                pid,
+                caller_uid,
+                reply,
+            })
+            .await?;
+        let list = self
+            .forward(|reply| Call::ListManaged { caller_uid, reply })
+            .await?;
+        let entry = list.into_iter().find(|e| e.pid == pid);
+        let memory = self
+            .forward(|reply| Call::Memory {
+                pid,
+                caller_uid,
+                reply,
+            })
+            .await?;
         Ok(explain_json(pid, entry, text, memory, full)?.to_string())
     }
 
@@ -582,10 +588,10 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         check_body(&header, "PlanWith")?;
         let place = place_spec(&placement)?;
         self.admission.admit(conn, &header, "PlanWith").await?;
-        match self.forward(Command::PlanWith { place }).await? {
-            Reply::Cpus(set) => Ok(set.to_string()),
-            other => Err(unexpected(other)),
-        }
+        let set = self
+            .forward(|reply| Call::PlanWith { place, reply })
+            .await?;
+        Ok(set.to_string())
     }
 
     /// A measurement ended.

@@ -1,213 +1,158 @@
-//! The answers to D-Bus commands ([`State::answer`], [`State::command`]): plain
-//! synchronous functions, called by the loop for each command and by unit tests
-//! directly; an answer that waits for a memory read says so (`state/memory.rs`). Run-time pins are
-//! in `state/pinning.rs`. Same state, same loop as `state/mod.rs`.
+//! The answers to D-Bus calls ([`State::call`]): one plain synchronous function per
+//! call, each returning its own answer type, called by the loop for each call and by
+//! unit tests directly; an answer that waits for a memory read leaves the read to a
+//! reader thread (`state/memory.rs`). Run-time pins are in `state/pinning.rs`. Same
+//! state, same loop as `state/mod.rs`.
 
 use std::time::Instant;
 
-use crate::api::{Command, CommandError, ManagedEntry, Reply};
-use crate::daemon::replan;
-use crate::placement::{Policy, Request, SmtPolicy};
-use crate::plan::Choose;
-use crate::rules::{CpuTarget, PlacementRequest};
+use crate::api::{send, Call, CommandError, Explained, Reloaded, ReplyTo};
 
-use super::memory::Answer;
-use super::{ReloadCause, State};
+use super::event::ReloadCause;
+use super::memory::{self, MemoryRead};
+use super::{Action, State};
 
 impl State {
-    /// Answers one command; a memory read it needs is made on the calling thread (tests,
-    /// callers off the loop). The loop uses [`State::answer`], which leaves that read
-    /// to a reader thread.
-    pub fn command(&mut self, cmd: Command) -> Result<Reply, CommandError> {
-        match self.answer(cmd) {
-            Answer::Now(reply) => reply,
-            Answer::AfterRead(pending) => pending.here(),
+    /// Answers one call on its reply; a memory read it waits for (`Explain` and
+    /// `ExplainJson` of a process on a machine of several nodes) is left to a reader
+    /// thread ([`Action::ReadMemory`]), which answers it.
+    pub fn call(&mut self, call: Call) {
+        if let Some(read) = self.answer(call) {
+            self.actions.push(Action::ReadMemory(Box::new(read)));
         }
     }
 
-    /// Answers one command now, or says which memory read its answer waits for
-    /// (`Explain` and `ExplainJson` of a process on a machine of several nodes).
-    pub fn answer(&mut self, cmd: Command) -> Answer {
-        match cmd {
-            Command::Explain { pid, caller_uid } => self.explain(pid, caller_uid),
-            Command::Memory { pid, caller_uid } => {
-                if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
-                    return Answer::Now(Err(CommandError::NoSuchProcess(pid)));
-                }
-                let Some(m) = &self.manager else {
-                    return Answer::Now(Err(CommandError::Starting));
-                };
-                if !m.shows_memory(pid as i32, caller_uid) {
-                    return Answer::Now(Ok(Reply::Json(serde_json::Value::Null)));
-                }
-                self.json_memory(pid as i32)
-            }
-            other => Answer::Now(self.reply(other)),
+    /// [`State::call`], with the memory read made on the calling thread: for tests and
+    /// callers off the loop.
+    pub fn call_here(&mut self, call: Call) {
+        if let Some(read) = self.answer(call) {
+            read.run(|_| {});
         }
+    }
+
+    /// Answers `call` now, or returns the memory read its answer waits for.
+    fn answer(&mut self, call: Call) -> Option<MemoryRead> {
+        match call {
+            Call::Remeasure(reply) => send(reply, Ok(self.remeasure(Instant::now()))),
+            Call::Reload(reply) => send(reply, Ok(self.reload_by_bus())),
+            Call::GetMatrix(reply) => send(reply, Ok(self.machine.matrix_reply())),
+            Call::Metrics(reply) => send(reply, Ok(self.metrics_text())),
+            Call::ListManaged { caller_uid, reply } => {
+                send(reply, Ok(self.managed.rows(caller_uid)))
+            }
+            Call::Explain {
+                pid,
+                caller_uid,
+                reply,
+            } => return self.explain(pid, caller_uid, reply),
+            Call::Memory {
+                pid,
+                caller_uid,
+                reply,
+            } => return self.memory(pid, caller_uid, reply),
+            Call::PlanWith { place, reply } => send(reply, self.plan_with(&place)),
+            Call::Pin { pin, reply } => send(reply, self.pin(pin)),
+            Call::Release { release, reply } => send(reply, self.release(release)),
+            Call::Owner { pid, reply } => send(reply, self.owner(pid)),
+        }
+        None
+    }
+
+    /// `Reload`: settings and rules read again.
+    fn reload_by_bus(&mut self) -> Reloaded {
+        self.reload(ReloadCause::Bus);
+        Reloaded {
+            rules: self.loaded.rules.rules.len() as u32,
+            errors: self.rule_errors(),
+        }
+    }
+
+    /// The manager, for a call about process `pid` that exists.
+    fn manager_for(&self, pid: u32) -> Result<&crate::manager::Manager, CommandError> {
+        if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
+            return Err(CommandError::NoSuchProcess(pid));
+        }
+        self.managed.manager.as_ref().ok_or(CommandError::Starting)
+    }
+
+    /// `ExplainJson`'s memory: `null` for a caller who may not see it.
+    fn memory(
+        &self,
+        pid: u32,
+        caller_uid: u32,
+        reply: ReplyTo<serde_json::Value>,
+    ) -> Option<MemoryRead> {
+        match self.manager_for(pid) {
+            Err(e) => send(reply, Err(e)),
+            Ok(m) if !m.shows_memory(pid as i32, caller_uid) => {
+                send(reply, Ok(serde_json::Value::Null))
+            }
+            Ok(_) => return self.json_memory(pid as i32, reply),
+        }
+        None
     }
 
     /// `Explain`: the text now; the memory line, for those who see it, after a read.
-    fn explain(&self, pid: u32, caller_uid: u32) -> Answer {
-        if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
-            return Answer::Now(Err(CommandError::NoSuchProcess(pid)));
-        }
-        let Some(m) = &self.manager else {
-            return Answer::Now(Err(CommandError::Starting));
+    fn explain(
+        &self,
+        pid: u32,
+        caller_uid: u32,
+        reply: ReplyTo<crate::api::Explained>,
+    ) -> Option<MemoryRead> {
+        let m = match self.manager_for(pid) {
+            Ok(m) => m,
+            Err(e) => {
+                send(reply, Err(e));
+                return None;
+            }
         };
         let mut text = m.explain_for(pid as i32, caller_uid);
         let full = m.shows_all_to(pid as i32, caller_uid);
-        if let (true, Some(line)) = (full, self.hold_line(pid)) {
+        if let (true, Some(line)) = (full, self.sharing.holds.line(pid)) {
             text.push_str(&format!("held: {line}\n"));
         }
         if !m.shows_memory(pid as i32, caller_uid) {
-            return Answer::Now(Ok(Reply::Explained { text, full }));
+            send(reply, Ok(crate::api::Explained { text, full }));
+            return None;
         }
-        self.explain_memory(pid as i32, text, full)
+        self.explain_memory(pid as i32, text, full, reply)
     }
 
-    /// Answers every command but `Explain` and `Memory`.
-    fn reply(&mut self, cmd: Command) -> Result<Reply, CommandError> {
-        match cmd {
-            Command::Remeasure => Ok(Reply::Job(self.remeasure(Instant::now()))),
-            Command::Reload => {
-                self.reload(ReloadCause::Bus);
-                Ok(Reply::Reloaded {
-                    rules: self.rules.rules.len() as u32,
-                    errors: self.rule_errors(),
-                })
-            }
-            Command::GetMatrix => Ok(self.matrix_reply()),
-            Command::Metrics => Ok(Reply::Text(self.metrics_text())),
-            Command::ListManaged { caller_uid } => {
-                Ok(Reply::Managed(self.managed_rows(caller_uid)))
-            }
-            // Answered by `answer` (they may wait for a memory read).
-            cmd @ (Command::Explain { .. } | Command::Memory { .. }) => self.command(cmd),
-            // The CPUs a pin would get: `PlanWith` of the same count, off exclusive rules.
-            Command::Plan { count, policy, smt } => self.runtime_command(Command::PlanWith {
-                place: crate::api::PlaceSpec::Request(PlacementRequest {
-                    target: CpuTarget::Count(count),
-                    within: None,
-                    policy,
-                    smt,
-                    exclusive: false,
-                    shape: Default::default(),
-                }),
-            }),
-            Command::Pin {
-                pid,
-                count,
-                policy,
-                smt,
-            } => {
-                let req = self.request(count, policy, smt)?;
-                let request = PlacementRequest {
-                    target: CpuTarget::Count(count),
-                    within: None,
-                    policy: req.policy,
-                    smt: req.smt,
-                    exclusive: false,
-                    shape: Default::default(),
-                };
-                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
-                self.domains()?;
-                let d = self.domains.as_ref().map(|d| d as &dyn Choose);
-                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
-                let cpus = m
-                    .plan()
-                    .pin(&request, d)
-                    .map_err(|source| CommandError::Pin { pid, source })?;
-                match m.pin(pid_i, &cpus) {
-                    Ok(mut changes) => {
-                        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
-                        changes.extend(replan::settle(m, choose));
-                        tracing::info!(pid, %cpus, "pinned at run time");
-                        self.after_manager(changes);
-                        Ok(Reply::Cpus(cpus))
-                    }
-                    Err(e) => Err(CommandError::from_manager(pid, e)),
-                }
-            }
-            cmd @ (Command::PinWith { .. }
-            | Command::PlanWith { .. }
-            | Command::Owner { .. }
-            | Command::AsOwner { .. }) => self.runtime_command(cmd),
-            Command::Release { pid } => {
-                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
-                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
-                match m.unpin(pid_i) {
-                    Ok(mut changes) => {
-                        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
-                        changes.extend(replan::settle(m, choose));
-                        tracing::info!(pid, "released at run time");
-                        self.after_manager(changes);
-                        Ok(Reply::Done)
-                    }
-                    Err(e) => Err(CommandError::from_manager(pid, e)),
-                }
-            }
-        }
-    }
-
-    /// A request from a command's arguments, checked: 1 ≤ count ≤ usable CPUs.
-    pub(super) fn request(
+    /// What `Explain` answers when its text shows memory: the text (`before`) and the
+    /// follow lines now, the memory line after a read when the machine has several
+    /// nodes.
+    fn explain_memory(
         &self,
-        count: u32,
-        policy: Policy,
-        smt: SmtPolicy,
-    ) -> Result<Request, CommandError> {
-        let usable = self.usable().len();
-        if count == 0 || count as usize > usable {
-            return Err(CommandError::InvalidArgs(format!(
-                "count {count}: must be between 1 and the {usable} usable CPUs"
-            )));
-        }
-        Ok(Request {
-            count: count as usize,
-            policy,
-            smt,
-            exclude: self.settings.placement.housekeeping_cpus.clone(),
-            exclusive: false,
-            cpus: None,
-        })
-    }
-
-    pub(super) fn matrix_reply(&self) -> Reply {
-        match &self.current {
-            Some(m) => Reply::Matrix {
-                cpus: m.cpus.clone(),
-                latency_ns: m
-                    .latency_ns
-                    .iter()
-                    .map(|row| row.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
-                    .collect(),
-            },
-            None => Reply::Matrix {
-                cpus: Vec::new(),
-                latency_ns: Vec::new(),
-            },
-        }
-    }
-
-    /// Every managed process as `caller_uid` may see it: root and a process's owner get
-    /// its row whole; anyone else its pid, rule and CPUs only (`comm` and `state`
-    /// empty), as `Explain` shows it.
-    fn managed_rows(&self, caller_uid: u32) -> Vec<ManagedEntry> {
-        let Some(m) = &self.manager else {
-            return Vec::new();
+        pid: i32,
+        before: String,
+        full: bool,
+        reply: ReplyTo<Explained>,
+    ) -> Option<MemoryRead> {
+        let after = self.follow_line(pid, Instant::now());
+        let Some(nodes) = self.machine.node_ids() else {
+            let text = format!("{before}memory: not seen yet (the topology is not read)\n{after}");
+            send(reply, Ok(Explained { text, full }));
+            return None;
         };
-        m.list_managed()
-            .into_iter()
-            .map(|r| {
-                let full = m.shows_all_to(r.pid as i32, caller_uid);
-                ManagedEntry {
-                    pid: r.pid,
-                    comm: if full { r.comm } else { String::new() },
-                    rule: r.rule,
-                    cpus: r.cpus,
-                    state: if full { r.state } else { String::new() },
-                }
-            })
-            .collect()
+        let finish = memory::Finish::Explain {
+            before,
+            after,
+            full,
+            reply,
+        };
+        memory::answer(&self.cfg.sysroot, pid, nodes, finish)
+    }
+
+    /// What `ExplainJson`'s memory (`Call::Memory`) answers, for a caller who sees it.
+    fn json_memory(&self, pid: i32, reply: ReplyTo<serde_json::Value>) -> Option<MemoryRead> {
+        match self.machine.node_ids() {
+            Some(nodes) => {
+                memory::answer(&self.cfg.sysroot, pid, nodes, memory::Finish::Json(reply))
+            }
+            None => {
+                send(reply, Ok(serde_json::Value::Null));
+                None
+            }
+        }
     }
 }

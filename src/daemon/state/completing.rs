@@ -17,26 +17,6 @@ use crate::measure::complete;
 use super::super::worker::{Job, JobError, JobKind, Product};
 use super::{Action, State};
 
-/// What completion keeps between slices.
-#[derive(Debug, Default)]
-pub(super) struct Kept {
-    /// The slice in flight: its job id.
-    job: Option<u64>,
-    /// The next slice starts no earlier (the pause after the last one).
-    next: Option<Instant>,
-    /// What the last slice that corrected cells corrected.
-    corrected: Option<String>,
-    /// The last change of the hierarchy completion made (the sparse map's was wrong).
-    contradicted: Option<String>,
-}
-
-impl Kept {
-    /// Whether job `id` is the slice in flight.
-    pub(super) fn is_slice(&self, id: u64) -> bool {
-        self.job == Some(id)
-    }
-}
-
 /// Whether the domains come from the matrix, and the groups of every level, finest
 /// first.
 fn groups(d: &Domains) -> (Trust, Vec<Vec<CpuSet>>) {
@@ -74,7 +54,7 @@ fn hierarchy_change(before: &[Vec<CpuSet>], after: &[Vec<CpuSet>]) -> String {
 impl State {
     /// The status words for completion: `""` for a fully measured matrix.
     pub(super) fn completion_words(&self) -> String {
-        let Some(m) = self.current.as_ref().filter(|m| m.sparse.is_some()) else {
+        let Some(m) = self.machine.current.as_ref().filter(|m| m.sparse.is_some()) else {
             return String::new();
         };
         let (measured, total) = complete::measured_share(m);
@@ -86,11 +66,11 @@ impl State {
                 100.0 * measured as f64 / total.max(1) as f64
             )
         };
-        let finding = self
+        let finding = self.measurement.completing.contradicted.as_ref().or(self
+            .measurement
             .completing
-            .contradicted
-            .as_ref()
-            .or(self.completing.corrected.as_ref());
+            .corrected
+            .as_ref());
         if let Some(f) = finding {
             // The whole finding is in the log; the status line stays short.
             let short: String = f.chars().take(160).collect();
@@ -107,13 +87,15 @@ impl State {
     /// with a CPU measurements stay off (exclusive, latency-critical, never-cpus,
     /// nohz_full) are left for later; isolated CPUs are not in the matrix's usable set.
     pub(super) fn complete_due(&mut self, now: Instant) {
-        if self.completing.job.is_some()
-            || self.schedule.running().is_some()
-            || self.completing.next.is_some_and(|t| now < t)
+        if self.measurement.completing.job.is_some()
+            || self.measurement.schedule.running().is_some()
+            || self.measurement.completing.next.is_some_and(|t| now < t)
         {
             return;
         }
-        let Some(m) = &self.current else { return };
+        let Some(m) = &self.machine.current else {
+            return;
+        };
         // The counts completion keeps say when there is nothing left: no walk over
         // the cells every second once the matrix is complete.
         if m.sparse
@@ -126,7 +108,7 @@ impl State {
         if pending.is_empty() {
             return;
         }
-        let usable = self.usable();
+        let usable = self.machine.usable();
         let unusable: CpuSet = m
             .cpus
             .iter()
@@ -136,16 +118,16 @@ impl State {
         let off = self.around().cpus().union(&unusable);
         let rounds = complete::pick(
             &pending,
-            self.settings.measure.complete_slice as usize,
+            self.loaded.settings.measure.complete_slice as usize,
             &off,
         );
-        let pause = self.settings.measure.complete_pause.0;
+        let pause = self.loaded.settings.measure.complete_pause.0;
         if rounds.is_empty() {
             tracing::debug!(
                 pending = pending.len(),
                 "every pending pair has a CPU measurements stay off; completion waits"
             );
-            self.completing.next = Some(now + pause);
+            self.measurement.completing.next = Some(now + pause);
             return;
         }
         let pairs: Vec<(u32, u32)> = rounds.iter().flatten().copied().collect();
@@ -155,14 +137,14 @@ impl State {
             .collect();
         let cpus: CpuSet = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
         let budget = keep::fill_budget(
-            self.timing.full_budget,
+            self.measurement.timing.full_budget,
             pairs.len(),
             m.len(),
-            self.timing.probe_budget,
+            self.measurement.timing.probe_budget,
         );
-        let id = self.schedule.alloc();
-        self.schedule.started(id, false);
-        self.completing.job = Some(id);
+        let id = self.measurement.schedule.alloc();
+        self.measurement.schedule.started(id, false);
+        self.measurement.completing.job = Some(id);
         tracing::debug!(
             job = id,
             pairs = pairs.len(),
@@ -183,8 +165,9 @@ impl State {
     /// that could not run (busy CPUs, a latency-critical thread woke) is tried again
     /// after the pause.
     pub(super) fn slice_ended(&mut self, id: u64, result: Result<Product, JobError>) {
-        self.completing.job = None;
-        self.completing.next = Some(Instant::now() + self.settings.measure.complete_pause.0);
+        self.measurement.completing.job = None;
+        self.measurement.completing.next =
+            Some(Instant::now() + self.loaded.settings.measure.complete_pause.0);
         let (slice, stats) = match result {
             Ok(Product::Completed { slice, stats }) => (slice, stats),
             Ok(other) => {
@@ -196,20 +179,20 @@ impl State {
                 return;
             }
         };
-        let Some(mut m) = self.current.clone() else {
+        let Some(mut m) = self.machine.current.clone() else {
             return;
         };
-        let before = self.domains.as_ref().map(groups);
+        let before = self.machine.domains.as_ref().map(groups);
         let corrections = complete::apply(&mut m, &slice.figures, &stats);
         let left = complete::pending(&m).len();
-        self.store_matrix(id, &m);
-        self.current = Some(m);
-        self.domains = None;
-        let after = self.domains().ok().map(groups);
+        self.machine.store_matrix(id, &m);
+        self.machine.current = Some(m);
+        self.machine.domains = None;
+        let after = self.machine.domains().ok().map(groups);
         if let Some(c) = complete::describe(&corrections, complete::AGREE) {
             let f = format!("completion corrected the sparse map: {c}");
             tracing::info!(job = id, finding = %f, "completion");
-            self.completing.corrected = Some(f);
+            self.measurement.completing.corrected = Some(f);
         }
         if let (Some(b), Some(a)) = (&before, &after) {
             if b != a {
@@ -223,7 +206,7 @@ impl State {
                 };
                 let f = format!("completion contradicts the sparse map: {change}");
                 tracing::warn!(job = id, finding = %f, "completion; planning again");
-                self.completing.contradicted = Some(f);
+                self.measurement.completing.contradicted = Some(f);
                 self.matrix_changed();
             }
         }
@@ -294,7 +277,7 @@ mod tests {
             ..Timing::default()
         };
         let mut s = State::new(cfg, settings, timing, Instant::now());
-        s.policy = LoadPolicy::unchecked();
+        s.loaded.policy = LoadPolicy::unchecked();
         s
     }
 
@@ -429,7 +412,7 @@ mod tests {
         s.take_actions();
         // Ready from the sparse map; completion is state: in the status line.
         assert_eq!(s.snapshot().state, Phase::Ready);
-        let pending = complete::pending(s.current.as_ref().unwrap()).len();
+        let pending = complete::pending(s.machine.current.as_ref().unwrap()).len();
         assert_eq!(pending, 77);
         assert!(status(&mut s).contains(", 43 of 120 pairs measured (35.8%), completing"));
         assert_eq!(s.snapshot().matrix_measured, (43, 120));
@@ -442,7 +425,7 @@ mod tests {
         let pairs: Vec<(u32, u32)> = rounds.iter().flatten().copied().collect();
         assert_eq!(pairs.len(), 8);
         assert_eq!(reference.len(), 8);
-        assert_eq!(job.cfg.priority, s.settings.measure.spin_priority);
+        assert_eq!(job.cfg.priority, s.loaded.settings.measure.spin_priority);
         assert_eq!(
             job.cfg.cpus,
             pairs.iter().flat_map(|&(a, b)| [a, b]).collect::<CpuSet>()
@@ -451,7 +434,7 @@ mod tests {
         assert!(next_slice(&mut s).is_none());
         s.handle(answer(&job));
         s.take_actions();
-        let cur = s.current.clone().unwrap();
+        let cur = s.machine.current.clone().unwrap();
         for &(a, b) in &pairs {
             assert_eq!(cur.between(a, b), Some(truth(a, b)));
         }
@@ -466,7 +449,7 @@ mod tests {
             "no new measurement after a restart"
         );
         assert_eq!(
-            complete::pending(s.current.as_ref().unwrap()).len(),
+            complete::pending(s.machine.current.as_ref().unwrap()).len(),
             pending - 8
         );
         let mut slices = 0;
@@ -483,7 +466,7 @@ mod tests {
         }
         assert_eq!(slices, (pending - 8).div_ceil(8));
         // Every pair measured, none inferred, in use and stored.
-        for m in [s.current.clone().unwrap(), stored(&s)] {
+        for m in [s.machine.current.clone().unwrap(), stored(&s)] {
             assert!(complete::pending(&m).is_empty());
             assert!(m.stats.iter().all(|st| !st.inferred));
             let sp = m.sparse.as_ref().unwrap();
@@ -491,13 +474,23 @@ mod tests {
         }
         // The sparse map contradicted the topology (placement used sysfs); the
         // completed one agrees, placement uses it, and the finding says what changed.
-        assert_eq!(s.domains().unwrap().trust(), Trust::Matrix);
-        let contradicted = s.completing.contradicted.clone().unwrap_or_default();
+        assert_eq!(s.machine.domains().unwrap().trust(), Trust::Matrix);
+        let contradicted = s
+            .measurement
+            .completing
+            .contradicted
+            .clone()
+            .unwrap_or_default();
         assert_eq!(
             contradicted,
             "completion contradicts the sparse map: placement now uses the matrix, which agrees with the topology"
         );
-        let corrected = s.completing.corrected.clone().unwrap_or_default();
+        let corrected = s
+            .measurement
+            .completing
+            .corrected
+            .clone()
+            .unwrap_or_default();
         assert!(
             corrected.contains("were inferred 200% high (median)"),
             "{corrected}"
@@ -532,14 +525,14 @@ mod tests {
             slices += 1;
             assert!(slices < 20, "completion does not end");
         }
-        let cur = s.current.clone().unwrap();
+        let cur = s.machine.current.clone().unwrap();
         // Only the pairs of CPU 5 are left, and no slice is started for them.
         let left = complete::pending(&cur);
         assert!(left.iter().all(|&(a, b)| a == 5 || b == 5), "{left:?}");
         for _ in 0..3 {
             assert!(next_slice(&mut s).is_none());
         }
-        assert!(s.schedule.running().is_none());
+        assert!(s.measurement.schedule.running().is_none());
     }
 
     /// Rewrites the stored matrix's sparse counts, as a damaged state file has them.
@@ -572,13 +565,13 @@ mod tests {
         s.start().unwrap();
         assert!(jobs(&mut s).is_empty(), "the stored matrix is used");
         assert_eq!(s.snapshot().matrix_measured, (43, 120));
-        let sp = s.current.as_ref().unwrap().sparse.clone().unwrap();
+        let sp = s.machine.current.as_ref().unwrap().sparse.clone().unwrap();
         assert_eq!((sp.pairs_measured, sp.pairs_total), (43, 120));
         let job = next_slice(&mut s).expect("a completion slice after the damaged counts");
         let JobKind::Complete { rounds, .. } = &job.kind else {
             panic!("{job:?}")
         };
-        let pending = complete::pending(s.current.as_ref().unwrap());
+        let pending = complete::pending(s.machine.current.as_ref().unwrap());
         for pair in rounds.iter().flatten() {
             assert!(pending.contains(pair), "{pair:?} was pending");
         }

@@ -1,62 +1,35 @@
-//! `memory = "follow"` for [`State`]: which managed processes' memory follows their
-//! CPUs, the nodes it last followed, one job per process at a time, queued for the
+//! `memory = "follow"`, kept in [`Following`]: which managed processes' memory follows
+//! their CPUs, the nodes it last followed, one job per process at a time, queued for the
 //! shell's one mover thread (never on the loop: one `migrate_pages` call cannot be
 //! bounded; one move at a time over all processes), no more often than
-//! `memory.follow-interval`, and what each job did (explain, log, metrics).
-//! Split from `state/mod.rs` to keep each file readable; same state, same loop.
+//! `memory.follow-interval`, and what each job did (explain, log, metrics). Handed the
+//! manager, the topology and the settings; imports nothing of the state.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crate::cpuset::CpuSet;
+use crate::manager::Manager;
 use crate::memory::follow::{self, FollowJob, Outcome};
+use crate::metrics::MemoryCounters;
+use crate::settings::Settings;
+use crate::sysroot::SysRoot;
+use crate::topology::Topology;
 
-use super::{Action, State};
+use super::sharing::Following;
 
-/// One process whose memory follows its CPUs.
-#[derive(Debug, Default)]
-pub(super) struct Entry {
-    /// The nodes its memory was last moved to (or found on); empty: not yet.
-    done_for: BTreeSet<u32>,
-    /// A job runs for it now, towards these nodes.
-    running: Option<BTreeSet<u32>>,
-    /// When its last job ended.
-    last_at: Option<Instant>,
-    /// What its last job did.
-    last: Option<Outcome>,
-    /// Its CPUs moved to these nodes, and the interval holds the next job back.
-    waiting: Option<BTreeSet<u32>>,
-}
-
-/// Every following process.
-#[derive(Debug, Default)]
-pub(super) struct Following {
-    entries: BTreeMap<i32, Entry>,
-    /// Processes pinned at run time with `memory = "follow"`.
-    runtime: BTreeSet<i32>,
-    /// The processes whose jobs are queued, in the order they were queued: the shell's
-    /// [`follow::MoveQueue`] runs them one at a time in this order, so the first is
-    /// moving and the others wait.
-    queued: std::collections::VecDeque<i32>,
+/// What [`Following::sync`] reads: the manager, the machine and the settings now.
+pub(super) struct Now<'a> {
+    pub(super) at: Instant,
+    pub(super) manager: Option<&'a Manager>,
+    pub(super) topology: Option<&'a Topology>,
+    pub(super) settings: &'a Settings,
+    pub(super) root: &'a SysRoot,
 }
 
 impl Following {
-    /// Whether the memory of `pid`, pinned at run time, follows its CPUs.
-    pub(super) fn set_runtime(&mut self, pid: i32, follow: bool) {
-        if follow {
-            self.runtime.insert(pid);
-        } else {
-            self.runtime.remove(&pid);
-        }
-    }
-}
-
-impl State {
     /// The managed processes whose memory follows, with the nodes of their CPUs now.
-    fn follow_targets(&self) -> BTreeMap<i32, BTreeSet<u32>> {
-        let (Some(m), Some(t)) = (&self.manager, &self.topology) else {
-            return BTreeMap::new();
-        };
+    fn targets(&self, m: &Manager, t: &Topology) -> BTreeMap<i32, BTreeSet<u32>> {
         let rules: BTreeSet<&str> = m
             .rules()
             .rules()
@@ -64,14 +37,14 @@ impl State {
             .filter(|r| r.memory_follow)
             .map(|r| r.name.as_str())
             .collect();
-        if rules.is_empty() && self.follow.runtime.is_empty() {
+        if rules.is_empty() && self.runtime.is_empty() {
             return BTreeMap::new();
         }
         m.list_managed()
             .into_iter()
             .filter(|r| {
                 rules.contains(r.rule.as_str())
-                    || (r.rule == "(runtime)" && self.follow.runtime.contains(&(r.pid as i32)))
+                    || (r.rule == "(runtime)" && self.runtime.contains(&(r.pid as i32)))
             })
             .filter_map(|r| {
                 let cpus: CpuSet = r.cpus.parse().ok()?;
@@ -81,52 +54,47 @@ impl State {
             .collect()
     }
 
-    /// Starts a job for every following process whose CPUs are on other nodes than its
-    /// memory last followed, unless one runs for it or its interval has not passed (a
-    /// later tick starts it). Called after every manager change and every tick.
-    pub(super) fn sync_memory(&mut self, now: Instant) {
-        let targets = self.follow_targets();
-        let runtime: BTreeSet<i32> = self
-            .follow
-            .runtime
-            .iter()
-            .copied()
-            .filter(|p| self.manager.as_ref().is_some_and(|m| m.is_managed(*p)))
-            .collect();
-        self.follow.runtime = runtime;
-        self.follow
-            .entries
+    /// The jobs to start: one for every following process whose CPUs are on other nodes
+    /// than its memory last followed, unless one runs for it or its interval has not
+    /// passed (a later tick starts it). Asked after every manager change and every tick;
+    /// what is settled without a job is counted in `counts`.
+    pub(super) fn sync(&mut self, now: Now<'_>, counts: &mut MemoryCounters) -> Vec<FollowJob> {
+        let targets = match (now.manager, now.topology) {
+            (Some(m), Some(t)) => self.targets(m, t),
+            _ => BTreeMap::new(),
+        };
+        let managed = |p: &i32| now.manager.is_some_and(|m| m.is_managed(*p));
+        self.runtime.retain(managed);
+        self.entries
             .retain(|pid, e| targets.contains_key(pid) || e.running.is_some());
         if targets.is_empty() {
-            return;
+            return Vec::new();
         }
-        let all_nodes: Vec<u32> = self
+        let all_nodes: Vec<u32> = now
             .topology
-            .as_ref()
             .map(|t| t.nodes.iter().map(|n| n.id).collect())
             .unwrap_or_default();
-        let interval = self.settings.memory.follow_interval.0;
-        let max_bytes = u64::from(self.settings.memory.follow_max_size_mib) << 20;
+        let interval = now.settings.memory.follow_interval.0;
+        let max_bytes = u64::from(now.settings.memory.follow_max_size_mib) << 20;
+        let mut jobs = Vec::new();
         for (pid, nodes) in targets {
-            let e = self.follow.entries.entry(pid).or_default();
+            let e = self.entries.entry(pid).or_default();
             if e.running.is_some() || e.done_for == nodes {
                 continue;
             }
             if all_nodes.len() <= 1 {
                 // Nothing to read or move: said once, without a thread.
                 e.done_for = nodes;
-                e.last_at = Some(now);
+                e.last_at = Some(now.at);
                 e.last = Some(Outcome::Nothing(
                     "one node: all of its memory is local".into(),
                 ));
-                self.metrics
-                    .memory
-                    .count(e.last.as_ref().expect("just set"));
+                counts.count(e.last.as_ref().expect("just set"));
                 tracing::info!(pid, "memory follow: one node, nothing to move");
                 continue;
             }
             if follow::wait_left(
-                e.last_at.map(|t| now.saturating_duration_since(t)),
+                e.last_at.map(|t| now.at.saturating_duration_since(t)),
                 interval,
             )
             .is_some()
@@ -136,21 +104,22 @@ impl State {
             }
             e.waiting = None;
             e.running = Some(nodes.clone());
-            self.follow.queued.push_back(pid);
+            self.queued.push_back(pid);
             tracing::info!(pid, nodes = %follow::words(&nodes), "memory follow: moving its memory to the nodes of its CPUs");
-            self.actions.push(Action::Follow(Box::new(FollowJob {
+            jobs.push(FollowJob {
                 pid,
                 target: nodes,
                 all_nodes: all_nodes.clone(),
-                root: self.cfg.sysroot.clone(),
+                root: now.root.clone(),
                 max_bytes,
-            })));
+            });
         }
+        jobs
     }
 
-    /// A job ended: its outcome is kept for `explain`, logged and counted.
-    pub(super) fn followed(&mut self, f: follow::Finished) {
-        self.metrics.memory.count(&f.outcome);
+    /// A job ended: its outcome is kept for `explain`, logged and counted in `counts`.
+    pub(super) fn ended(&mut self, f: follow::Finished, counts: &mut MemoryCounters) {
+        counts.count(&f.outcome);
         match &f.outcome {
             Outcome::Moved { .. } => {
                 tracing::info!(pid = f.pid, outcome = %f.outcome, "memory follow")
@@ -160,8 +129,8 @@ impl State {
             }
             _ => tracing::debug!(pid = f.pid, outcome = %f.outcome, "memory follow"),
         }
-        self.follow.queued.retain(|p| *p != f.pid);
-        if let Some(e) = self.follow.entries.get_mut(&f.pid) {
+        self.queued.retain(|p| *p != f.pid);
+        if let Some(e) = self.entries.get_mut(&f.pid) {
             e.running = None;
             e.last_at = Some(f.at);
             // A refusal or failure is retried after the interval, a success is not.
@@ -170,13 +139,13 @@ impl State {
             }
             e.last = Some(f.outcome);
         }
-        self.sync_memory(f.at);
     }
 
     /// The `memory follow:` line of `Explain` for `pid`; empty when its memory does not
     /// follow.
-    pub(super) fn follow_line(&self, pid: i32, now: Instant) -> String {
-        let Some(e) = self.follow.entries.get(&pid) else {
+    /// `interval` is `memory.follow-interval`.
+    pub(super) fn line(&self, pid: i32, now: Instant, interval: Duration) -> String {
+        let Some(e) = self.entries.get(&pid) else {
             return String::new();
         };
         let ago = |t: Option<Instant>| {
@@ -187,7 +156,7 @@ impl State {
                 )
             })
         };
-        let ahead = self.follow.queued.iter().take_while(|p| **p != pid).count();
+        let ahead = self.queued.iter().take_while(|p| **p != pid).count();
         let mut s = match (&e.running, &e.last) {
             (Some(n), _) if ahead == 0 => format!(
                 "memory follow: moving its memory to {} now\n",
@@ -203,7 +172,7 @@ impl State {
         if let Some(n) = &e.waiting {
             let wait = follow::wait_left(
                 e.last_at.map(|t| now.saturating_duration_since(t)),
-                self.settings.memory.follow_interval.0,
+                interval,
             )
             .unwrap_or(Duration::ZERO);
             s.push_str(&format!(
@@ -213,5 +182,92 @@ impl State {
             ));
         }
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::affinity::FakeOps;
+    use crate::cpuset::set;
+    use crate::watch::scan::FakeProcs;
+
+    /// A manager acting through fakes on CPUs 0-15 with process 100 pinned at run time
+    /// to CPU 1, on the two-node Xeon fixture.
+    fn rig() -> (Manager, Topology, SysRoot) {
+        let root = SysRoot::machine(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/sysfs/xeon-e5620"),
+        );
+        let topology = Topology::discover(&root).unwrap();
+        let (ops, procs) = (Arc::new(FakeOps::new()), Arc::new(FakeProcs::new()));
+        procs.put(100, "feed", 1, &[]);
+        ops.add_process(100, 1, &[100], &set("0-15"));
+        let mut m = Manager::from_settings(ops, procs, set("0-15"), &Settings::default());
+        m.pin(100, &set("1")).unwrap();
+        (m, topology, root)
+    }
+
+    fn now<'a>(
+        at: Instant,
+        m: &'a Manager,
+        t: &'a Topology,
+        s: &'a Settings,
+        root: &'a SysRoot,
+    ) -> Now<'a> {
+        Now {
+            at,
+            manager: Some(m),
+            topology: Some(t),
+            settings: s,
+            root,
+        }
+    }
+
+    #[test]
+    fn a_run_time_pin_that_follows_gets_one_job_at_a_time_then_waits_its_interval() {
+        let (m, t, root) = rig();
+        let settings = Settings::default();
+        let mut counts = MemoryCounters::default();
+        let mut f = Following::default();
+        let t0 = Instant::now();
+        // Not following: nothing to do.
+        assert!(f
+            .sync(now(t0, &m, &t, &settings, &root), &mut counts)
+            .is_empty());
+        f.set_runtime(100, true);
+        let jobs = f.sync(now(t0, &m, &t, &settings, &root), &mut counts);
+        let node = crate::memory::policy::nodes_of(&t, &set("1"));
+        assert_eq!(jobs.len(), 1);
+        assert_eq!((jobs[0].pid, &jobs[0].target), (100, &node));
+        assert!(f
+            .line(100, t0, Duration::from_secs(60))
+            .starts_with("memory follow: moving its memory to "));
+        // While it runs, no second job.
+        assert!(f
+            .sync(now(t0, &m, &t, &settings, &root), &mut counts)
+            .is_empty());
+        f.ended(
+            follow::Finished {
+                pid: 100,
+                target: node.clone(),
+                outcome: Outcome::Refused("too big".into()),
+                at: t0,
+            },
+            &mut counts,
+        );
+        // A refusal is tried again, after the interval only.
+        assert!(f
+            .sync(now(t0, &m, &t, &settings, &root), &mut counts)
+            .is_empty());
+        let interval = settings.memory.follow_interval.0;
+        let later = t0 + interval + Duration::from_secs(1);
+        assert_eq!(
+            f.sync(now(later, &m, &t, &settings, &root), &mut counts)
+                .len(),
+            1
+        );
     }
 }

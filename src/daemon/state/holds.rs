@@ -1,95 +1,51 @@
-//! Units held for `isolate` and `unit-cpuset` rules, for [`State`]: what the daemon
-//! wants held after every manager change (sent to the holder thread, see `hold`), and
-//! what the holder reports back (for `explain`, `status` and the log).
-//! Split from `state/mod.rs` to keep each file readable; same state, same loop.
+//! Units held for `isolate` and `unit-cpuset` rules, kept in [`Holds`]: what to send
+//! the holder thread (see `hold`) of what the manager wants held, and what the holder
+//! reports back (for `explain`, `status` and the log). Imports nothing of the state.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::cpuset::CpuSet;
 use crate::hold::{HoldReport, Want};
 
-use super::{Action, State};
-
-/// What the daemon asked the holder for and what it said.
-#[derive(Debug, Default)]
-pub(super) struct Holds {
-    /// The wants last sent; `None` before the first.
-    sent: Option<Vec<Want>>,
-    /// The holder's last report per managed pid.
-    reports: BTreeMap<u32, HoldReport>,
-    /// Problems already logged (rule, pid, line): said once, not at every report.
-    logged: BTreeSet<(String, u32, String)>,
-    /// While a hold has a problem, the same wants are sent again from then on (a unit
-    /// not found yet, systemd not reachable yet).
-    pub(super) retry_at: Option<Instant>,
-}
+use super::sharing::Holds;
 
 /// How often holds that could not be made are tried again.
 pub(super) const HOLD_RETRY: Duration = Duration::from_secs(30);
 
-impl State {
-    /// What should be held now: [`Manager::hold_want`](crate::manager::Manager::hold_want)
-    /// of every managed process.
-    pub(super) fn holds_wanted(&self) -> Vec<Want> {
-        let Some(m) = &self.manager else {
-            return Vec::new();
-        };
-        let rules = m.rules().rules();
-        if !rules
-            .iter()
-            .any(|r| r.isolate || r.unit_cpuset || r.threads.iter().any(|t| t.isolate))
-        {
-            return Vec::new();
+impl Holds {
+    /// What to send the holder, of `wants` (what should be held now): when it changed,
+    /// and again every [`HOLD_RETRY`] while a hold has a problem; `None`: nothing to
+    /// send. Asked after every manager change (a rescan is one).
+    pub(super) fn sending(&mut self, wants: Vec<Want>, now: Instant) -> Option<Vec<Want>> {
+        let retry = self.retry_at.is_some_and(|t| now >= t)
+            && self.reports.values().any(|r| r.problem.is_some());
+        if self.sent.as_ref() == Some(&wants) && !retry {
+            return None;
         }
-        let topology = self.topology.as_ref();
-        let node_of = |cpu: u32| topology.and_then(|t| t.node_of(cpu));
-        let mut wants: Vec<Want> = m
-            .list_managed()
-            .iter()
-            .filter_map(|row| m.hold_want(row, &node_of))
-            .collect();
-        wants.sort_by_key(|w| w.pid);
-        wants
-    }
-
-    /// Sends the holder what should be held, when it changed, and again every
-    /// [`HOLD_RETRY`] while a hold has a problem. Called after every manager change (a
-    /// rescan is one).
-    pub(super) fn sync_holds(&mut self) {
-        let wants = self.holds_wanted();
-        let now = Instant::now();
-        let retry = self.holds.retry_at.is_some_and(|t| now >= t)
-            && self.holds.reports.values().any(|r| r.problem.is_some());
-        if self.holds.sent.as_ref() == Some(&wants) && !retry {
-            return;
-        }
-        self.holds.retry_at = Some(now + HOLD_RETRY);
+        self.retry_at = Some(now + HOLD_RETRY);
         // Nothing was ever held and nothing is wanted: the holder has nothing to do.
-        if self.holds.sent.is_none() && wants.is_empty() {
-            return;
+        if self.sent.is_none() && wants.is_empty() {
+            return None;
         }
-        self.holds.sent = Some(wants.clone());
-        self.actions.push(Action::Hold(wants));
+        self.sent = Some(wants.clone());
+        Some(wants)
     }
 
-    /// What the holder did: kept for `explain`, logged once per problem. When a unit's
-    /// CPUs changed, every managed thread is applied again at once (systemd turning the
-    /// cpuset controller on or off for a slice resets the masks of every task in the
-    /// slice's other units, which a later look would take for someone else's change),
-    /// then every process is looked at again (the held one's cpuset changed).
-    pub(super) fn held(&mut self, reports: Vec<HoldReport>) {
+    /// What the holder did: kept for `explain`, logged once per problem. True when a
+    /// unit's CPUs changed (or a hold ended): then every managed thread must be applied
+    /// again at once, see `State::held`.
+    pub(super) fn reported(&mut self, reports: Vec<HoldReport>) -> bool {
         let mut changed = false;
         let mut now = BTreeMap::new();
         for r in reports {
-            let before = self.holds.reports.get(&r.pid);
+            let before = self.reports.get(&r.pid);
             if before.is_none_or(|b| {
                 b.confined != r.confined || b.isolated != r.isolated || b.cpus != r.cpus
             }) {
                 changed = true;
             }
             match &r.problem {
-                Some(p) if self.holds.logged.insert((r.rule.clone(), r.pid, p.clone())) => {
+                Some(p) if self.logged.insert((r.rule.clone(), r.pid, p.clone())) => {
                     tracing::warn!(rule = %r.rule, pid = r.pid, "{}", r.line());
                 }
                 Some(_) => {}
@@ -97,56 +53,61 @@ impl State {
             }
             now.insert(r.pid, r);
         }
-        if self.holds.reports.keys().any(|p| !now.contains_key(p)) {
+        if self.reports.keys().any(|p| !now.contains_key(p)) {
             changed = true;
         }
-        self.holds
-            .logged
-            .retain(|(_, pid, _)| now.contains_key(pid));
-        self.holds.reports = now;
-        if changed {
-            if let Some(plan) = self.manager.as_ref().map(|m| m.plan().clone()) {
-                self.manager_event(crate::manager::Input::PlanChanged(plan));
-            }
-            self.manager_event(crate::manager::Input::Rescan);
+        self.logged.retain(|(_, pid, _)| now.contains_key(pid));
+        self.reports = now;
+        changed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpuset::set;
+
+    fn want(pid: u32) -> Want {
+        Want {
+            rule: "md".into(),
+            pid,
+            cpus: set("2-3"),
+            mems: None,
+            isolate: false,
         }
     }
 
-    /// The hold line for `explain`: what is held for `pid` and how, or why not.
-    pub(super) fn hold_line(&self, pid: u32) -> Option<String> {
-        self.holds.reports.get(&pid).map(HoldReport::line)
+    fn report(pid: u32, problem: Option<&str>) -> HoldReport {
+        HoldReport {
+            rule: "md".into(),
+            pid,
+            unit: Some("md-feed.service".into()),
+            cpus: set("2-3"),
+            mems: None,
+            confined: problem.is_none(),
+            isolate: false,
+            isolated: false,
+            problem: problem.map(String::from),
+        }
     }
 
-    /// For `status`: units confined, CPUs isolated, holds refused.
-    pub(super) fn holds_summary(&self) -> Option<String> {
-        if self.holds.reports.is_empty() {
-            return None;
-        }
-        let confined = self.holds.reports.values().filter(|r| r.confined).count();
-        let isolated = self
-            .holds
-            .reports
-            .values()
-            .filter(|r| r.isolated)
-            .fold(CpuSet::new(), |a, r| a.union(&r.cpus));
-        let mut s = format!("{} confined", crate::words::count(confined, "unit"));
-        if !isolated.is_empty() {
-            s.push_str(&format!(", CPUs {isolated} isolated"));
-        }
-        // Each distinct reason once, by rule: what `check` and the log say, no pids.
-        let problems: std::collections::BTreeSet<String> = self
-            .holds
-            .reports
-            .values()
-            .filter(|r| r.problem.is_some())
-            .map(|r| {
-                let line = r.line();
-                format!("rule {}: {line}", r.rule)
-            })
-            .collect();
-        for p in problems {
-            s.push_str(&format!("; {p}"));
-        }
-        Some(s)
+    #[test]
+    fn wants_are_sent_when_they_change_and_again_while_a_hold_has_a_problem() {
+        let mut h = Holds::default();
+        let t0 = Instant::now();
+        assert_eq!(h.sending(vec![], t0), None, "nothing held, nothing wanted");
+        assert_eq!(h.sending(vec![want(7)], t0), Some(vec![want(7)]));
+        assert_eq!(h.sending(vec![want(7)], t0), None, "the same wants");
+        // A hold that could not be made is asked for again once HOLD_RETRY has passed.
+        assert!(h.reported(vec![report(7, Some("unit not found"))]));
+        assert_eq!(h.sending(vec![want(7)], t0 + HOLD_RETRY / 2), None);
+        let later = t0 + HOLD_RETRY + Duration::from_secs(1);
+        assert_eq!(h.sending(vec![want(7)], later), Some(vec![want(7)]));
+        // Made: not again; let go: an empty list goes to the holder.
+        assert!(h.reported(vec![report(7, None)]));
+        assert_eq!(h.sending(vec![want(7)], later + HOLD_RETRY * 2), None);
+        assert_eq!(h.sending(vec![], later), Some(vec![]));
+        assert!(h.reported(vec![]), "the hold ended");
+        assert!(h.line(7).is_none() && h.summary().is_none());
     }
 }

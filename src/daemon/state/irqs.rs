@@ -1,56 +1,23 @@
-//! Interrupts away from the CPUs of `irqs = "away"` rules, for [`State`]: which CPUs
-//! they hold now, moving IRQs off them and back as that changes, the IRQ journal
-//! (restored at start after a crash, and at stop), and irqbalance's banned CPUs.
-//! Split from `state/mod.rs` to keep each file readable; same state, same loop.
+//! Interrupts away from the CPUs of `irqs = "away"` rules, kept in [`IrqsAway`]: moving
+//! IRQs off the CPUs those rules hold now and back as that changes, the IRQ journal
+//! (restored at start after a crash, and at stop), and irqbalance's banned CPUs. Handed
+//! the root, the runtime directory and the CPUs; imports nothing of the state.
 
-use std::collections::BTreeSet;
+use std::path::Path;
 
 use crate::cpuset::CpuSet;
-use crate::irq::{self, Moved};
+use crate::irq;
+use crate::sysroot::SysRoot;
 
-use super::State;
+use super::sharing::IrqsAway;
 
-/// What the daemon has done to interrupts.
-#[derive(Debug, Default)]
-pub(super) struct IrqsAway {
-    /// The CPUs IRQs were moved off.
-    away: CpuSet,
-    /// The IRQs moved, with their masks before (restored when the CPUs are let go).
-    moved: Vec<Moved>,
-    /// IRQs already reported as unmovable: said once, not retried in a loop.
-    reported: BTreeSet<u32>,
-}
-
-impl State {
-    /// The CPUs of `irqs = "away"` rules that hold CPUs with a managed process now.
-    fn irqs_wanted_away(&self) -> CpuSet {
-        let Some(m) = &self.manager else {
-            return CpuSet::new();
-        };
-        if !m.rules().rules().iter().any(|r| r.irqs_away) {
-            return CpuSet::new();
-        }
-        let holding: BTreeSet<String> = m.list_managed().into_iter().map(|r| r.rule).collect();
-        let rules: BTreeSet<&str> = m
-            .rules()
-            .rules()
-            .iter()
-            .filter(|r| r.irqs_away && holding.contains(&r.name))
-            .map(|r| r.name.as_str())
-            .collect();
-        m.plan()
-            .units()
-            .iter()
-            .filter(|u| rules.contains(u.rule.as_str()))
-            .fold(CpuSet::new(), |acc, u| acc.union(&u.state.held()))
-    }
-
+impl IrqsAway {
     /// At start: gives back what a previous run that died left moved.
-    pub(super) fn recover_irqs(&mut self) {
-        let journal = irq::Journal::new(&self.cfg.runtime_dir);
+    pub(super) fn recover(root: &SysRoot, runtime_dir: &Path) {
+        let journal = irq::Journal::new(runtime_dir);
         match journal.load() {
             Ok(moved) if !moved.is_empty() => {
-                let failed = irq::restore(&self.cfg.sysroot, &moved);
+                let failed = irq::restore(root, &moved);
                 for (n, why) in &failed {
                     tracing::warn!(irq = n, %why, "IRQ mask left by a previous run not restored");
                 }
@@ -68,45 +35,50 @@ impl State {
         }
     }
 
-    /// Moves IRQs off the CPUs `irqs = "away"` rules hold now, and back from CPUs they
-    /// let go. Called after every manager change; does nothing while those CPUs stay.
-    pub(super) fn sync_irqs(&mut self) {
-        let wanted = self.irqs_wanted_away();
-        if wanted == self.irqs.away {
+    /// Moves IRQs off `wanted`, the CPUs `irqs = "away"` rules hold now, and back from
+    /// CPUs they let go; `online` are the CPUs they may go to. Called after every
+    /// manager change; does nothing while those CPUs stay.
+    pub(super) fn sync(
+        &mut self,
+        root: &SysRoot,
+        runtime_dir: &Path,
+        wanted: CpuSet,
+        online: &CpuSet,
+    ) {
+        if wanted == self.away {
             return;
         }
-        let root = self.cfg.sysroot.clone();
-        let journal = irq::Journal::new(&self.cfg.runtime_dir);
-        for (n, why) in irq::restore(&root, &self.irqs.moved) {
+        let journal = irq::Journal::new(runtime_dir);
+        for (n, why) in irq::restore(root, &self.moved) {
             tracing::warn!(irq = n, %why, "IRQ mask not restored");
         }
-        self.irqs.moved.clear();
+        self.moved.clear();
         if !wanted.is_empty() {
             // On record before the first write: a crash halfway leaves nothing unknown.
-            if let Ok(plan) = irq::plan_away(&root, &wanted, &self.online()) {
+            if let Ok(plan) = irq::plan_away(root, &wanted, online) {
                 if let Err(e) = journal.save(&plan.moved) {
                     tracing::warn!(error = %e, "cannot write the IRQ journal");
                 }
             }
-            match irq::move_away(&root, &wanted, &self.online()) {
+            match irq::move_away(root, &wanted, online) {
                 Ok(away) => {
                     for (n, why) in &away.unmovable {
-                        if self.irqs.reported.insert(*n) {
+                        if self.reported.insert(*n) {
                             tracing::warn!(irq = n, %why, cpus = %wanted, "IRQ cannot leave the CPUs of an irqs = \"away\" rule");
                         }
                     }
                     tracing::info!(cpus = %wanted, moved = away.moved.len(), unmovable = away.unmovable.len(), "IRQs moved away");
-                    self.irqs.moved = away.moved;
+                    self.moved = away.moved;
                 }
                 Err(e) => tracing::warn!(error = %e, "cannot move IRQs"),
             }
         } else {
-            tracing::info!(cpus = %self.irqs.away, "IRQs given back");
+            tracing::info!(cpus = %self.away, "IRQs given back");
         }
-        if let Err(e) = journal.save(&self.irqs.moved) {
+        if let Err(e) = journal.save(&self.moved) {
             tracing::warn!(error = %e, "cannot write the IRQ journal");
         }
-        if let Some(pid) = irq::irqbalance_pid(&root) {
+        if let Some(pid) = irq::irqbalance_pid(root) {
             match irq::irqbalance_ban(pid, &wanted) {
                 Ok(()) => tracing::info!(pid, banned = %wanted, "irqbalance told the banned CPUs"),
                 Err(e) => {
@@ -114,26 +86,26 @@ impl State {
                 }
             }
         }
-        self.irqs.away = wanted;
+        self.away = wanted;
     }
 
     /// At stop: every IRQ moved goes back.
-    pub(super) fn release_irqs(&mut self) {
-        if self.irqs.away.is_empty() {
+    pub(super) fn release(&mut self, root: &SysRoot, runtime_dir: &Path) {
+        if self.away.is_empty() {
             return;
         }
-        for (n, why) in irq::restore(&self.cfg.sysroot, &self.irqs.moved) {
+        for (n, why) in irq::restore(root, &self.moved) {
             tracing::warn!(irq = n, %why, "IRQ mask not restored");
         }
-        self.irqs.moved.clear();
-        if let Err(e) = irq::Journal::new(&self.cfg.runtime_dir).save(&[]) {
+        self.moved.clear();
+        if let Err(e) = irq::Journal::new(runtime_dir).save(&[]) {
             tracing::warn!(error = %e, "cannot clear the IRQ journal");
         }
-        if let Some(pid) = irq::irqbalance_pid(&self.cfg.sysroot) {
+        if let Some(pid) = irq::irqbalance_pid(root) {
             if let Err(e) = irq::irqbalance_ban(pid, &CpuSet::new()) {
                 tracing::warn!(pid, error = %e, "cannot lift irqbalance's ban");
             }
         }
-        self.irqs.away = CpuSet::new();
+        self.away = CpuSet::new();
     }
 }

@@ -1,19 +1,17 @@
 //! The machine as the daemon last read it — online and usable CPUs, the topology, the
-//! hardware fingerprint, the latency domains — and what a change of them does: a CPU
-//! hotplug plans again and re-applies; a new matrix moves running threads only where
-//! its plan is materially better. Same state, same loop as `state/mod.rs`.
+//! hardware fingerprint, the matrix in use and its latency domains — and the bounds a
+//! new matrix's plan must beat to move running threads ([`MOVE_GAIN`],
+//! [`MOVE_FLOOR_NS`]; applied by `State::matrix_changed`, `state/measuring.rs`). A CPU
+//! hotplug is handled by `State::hotplug` (`state/mod.rs`).
 
-use std::time::Instant;
-
-use crate::api::CommandError;
+use crate::api::{CommandError, MatrixReply};
 use crate::cpuset::CpuSet;
 use crate::domains::{self, Domains, Misfit};
 use crate::fingerprint::Fingerprint;
-use crate::manager;
-use crate::plan::Choose;
+use crate::matrix::store::MatrixStore;
+use crate::matrix::LatencyMatrix;
+use crate::sysroot::SysRoot;
 use crate::topology::Topology;
-
-use super::{State, HOTPLUG_RECHECK};
 
 /// A new matrix moves a running unit only when its new CPUs' worst pairwise latency is
 /// lower by more than this fraction of the current one. Measurement takes two passes of
@@ -26,7 +24,102 @@ pub const MOVE_GAIN: f64 = 0.10;
 /// (SMT siblings, one L2) do not move on a difference no measurement resolves.
 pub const MOVE_FLOOR_NS: f64 = 5.0;
 
-impl State {
+/// The machine as the daemon last read it, and the matrix in use on it.
+///
+/// Owns: the matrix store, the fingerprint, the topology, the matrix in use and the
+/// latency domains made of them. Must not touch: processes (see `managed.rs`), when
+/// measurements run (see `measuring.rs`).
+#[derive(Debug, Default)]
+pub(super) struct Machine {
+    pub(super) store: Option<MatrixStore>,
+    pub(super) fingerprint: Option<Fingerprint>,
+    pub(super) topology: Option<Topology>,
+    pub(super) current: Option<LatencyMatrix>,
+    /// Latency domains of the current matrix and topology; `None` = to be computed.
+    /// Plans are made on them; a new matrix reaches running processes only when its
+    /// plan improves theirs materially.
+    pub(super) domains: Option<Domains>,
+}
+
+impl Machine {
+    /// Saves job `id`'s matrix in the store, keeping its earlier files; a failure is
+    /// logged, and the matrix stays in use.
+    pub(super) fn store_matrix(&self, id: u64, matrix: &LatencyMatrix) {
+        if let Some(store) = &self.store {
+            match store.save_keeping(matrix) {
+                Ok(kept) => {
+                    tracing::info!(job = id, path = %store.current_path().display(), cpus = kept.len(), "matrix stored")
+                }
+                Err(e) => tracing::warn!(job = id, error = %e, "cannot store the matrix"),
+            }
+        }
+    }
+
+    /// The cells measurements keep for CPUs they stay off: the stored matrix of this
+    /// fingerprint, else the one in use.
+    pub(super) fn earlier_matrix(&self) -> Option<LatencyMatrix> {
+        if let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) {
+            if let Ok(loaded) = store.load_current(&fp.hex) {
+                if loaded.matrix.is_some() {
+                    return loaded.matrix;
+                }
+            }
+        }
+        self.current.clone()
+    }
+
+    /// Uses the stored matrix's cells for the usable CPUs when it belongs to this
+    /// fingerprint and has them all; else returns the pairs it lacks (empty when there is
+    /// no stored matrix). A corrupt or foreign file is moved aside by the store.
+    pub(super) fn load_stored_matrix(&mut self) -> Vec<(u32, u32)> {
+        let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) else {
+            return Vec::new();
+        };
+        match store.fitting(&fp.hex, Some(&self.usable())) {
+            Ok(fit) => {
+                if let Some(aside) = fit.set_aside {
+                    tracing::warn!(%aside, "stored matrix not used");
+                }
+                if let Some(m) = fit.matrix {
+                    tracing::info!(cpus = m.len(), path = %store.current_path().display(), "using the stored matrix");
+                    self.current = Some(m);
+                    self.domains = None;
+                } else if !fit.missing.is_empty() {
+                    tracing::info!(
+                        missing = fit.missing.len(),
+                        "the stored matrix lacks pairs of the usable CPUs"
+                    );
+                    return fit.missing;
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the stored matrix"),
+        }
+        Vec::new()
+    }
+
+    /// The machine's node ids; `None` before the topology is known.
+    pub(super) fn node_ids(&self) -> Option<Vec<u32>> {
+        Some(self.topology.as_ref()?.nodes.iter().map(|n| n.id).collect())
+    }
+
+    /// `GetMatrix`: the matrix in use; empty without one.
+    pub(super) fn matrix_reply(&self) -> MatrixReply {
+        match &self.current {
+            Some(m) => MatrixReply {
+                cpus: m.cpus.clone(),
+                latency_ns: m
+                    .latency_ns
+                    .iter()
+                    .map(|row| row.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
+                    .collect(),
+            },
+            None => MatrixReply {
+                cpus: Vec::new(),
+                latency_ns: Vec::new(),
+            },
+        }
+    }
+
     /// Online CPUs as last read; empty before the first read.
     pub(super) fn online(&self) -> CpuSet {
         self.topology
@@ -45,8 +138,8 @@ impl State {
 
     /// Re-reads the topology and the fingerprint; true when the fingerprint changed
     /// (or was read for the first time).
-    pub(super) fn read_machine(&mut self) -> bool {
-        match Topology::discover(&self.cfg.sysroot) {
+    pub(super) fn read(&mut self, root: &SysRoot) -> bool {
+        match Topology::discover(root) {
             Ok(t) => {
                 for w in &t.warnings {
                     tracing::debug!(warning = %w, "topology");
@@ -60,7 +153,7 @@ impl State {
                 tracing::warn!(error = %e, "cannot read the CPU topology; keeping the last one")
             }
         }
-        match Fingerprint::read(&self.cfg.sysroot) {
+        match Fingerprint::read(root) {
             Ok(fp) => {
                 let changed = match &self.fingerprint {
                     Some(old) if old.matches(&fp) => false,
@@ -111,52 +204,53 @@ impl State {
             tracing::warn!(error = %e, "no latency domains");
         }
     }
+}
 
-    /// A new matrix: new domains for future plans, and the running processes moved only
-    /// where the new plan improves on the one applied materially (no churn).
-    pub(super) fn matrix_changed(&mut self) {
-        self.domains = None;
-        if let Err(e) = self.domains() {
-            tracing::warn!(error = %e, "no latency domains");
-            return;
-        }
-        let new = self.new_plan();
-        let (Some(m), Some(d)) = (&self.manager, &self.domains) else {
-            return;
-        };
-        let choose = new.choose.as_deref().map(|c| c as &dyn Choose);
-        let better = m.plan().improvements(
-            &new.plan.in_cpusets(m.plan().cpusets(), choose),
-            d,
-            MOVE_GAIN,
-            MOVE_FLOOR_NS,
-        );
-        if better.is_empty() {
-            tracing::info!("new matrix: current placements are as good; nothing moves");
-            return;
-        }
-        for b in &better {
-            tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves a placement");
-        }
-        self.hand_down(new, manager::Input::PlanChanged);
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpuset::set;
+    use crate::domains::Trust;
+
+    fn fixture(name: &str) -> SysRoot {
+        SysRoot::machine(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/sysfs")
+                .join(name),
+        )
     }
 
-    /// CPUs went online or offline: re-read the machine, re-plan, re-apply, and read the
-    /// processes' cgroup cpusets again [`HOTPLUG_RECHECK`] later. The matrix
-    /// follows the usable CPUs from the store's cells (see `matrix::keep`).
-    pub(super) fn hotplug(&mut self, now: Instant) {
-        let usable = self.usable();
-        let fp_changed = self.read_machine();
-        // The matrix (and so the domains) for the new CPUs first, then the re-plan.
-        if fp_changed || self.usable() != usable {
-            self.fingerprint_changed(now);
-        } else {
-            self.refresh_domains();
-        }
-        tracing::info!(online = %self.online(), "CPU hotplug");
-        let planned = self.new_plan();
-        self.hand_down(planned, manager::Input::PlanChanged);
-        self.hotplug_recheck = Some(now + HOTPLUG_RECHECK);
-        self.status();
+    #[test]
+    fn a_machine_read_from_a_fixture_places_from_its_topology_until_a_matrix_exists() {
+        let mut m = Machine::default();
+        assert!(m.online().is_empty() && m.usable().is_empty());
+        assert_eq!(m.node_ids(), None);
+        assert!(m.read(&fixture("xeon-e5620")), "a first read is a change");
+        assert_eq!(m.online(), set("0-15"));
+        assert_eq!(m.usable(), set("0-15"));
+        assert_eq!(m.node_ids(), Some(vec![0, 1]));
+        assert!(
+            !m.read(&fixture("xeon-e5620")),
+            "the same machine read again"
+        );
+        assert_eq!(m.domains().unwrap().trust(), Trust::Topology);
+        let empty = m.matrix_reply();
+        assert!(empty.cpus.is_empty() && empty.latency_ns.is_empty());
+        // No store: nothing is loaded, nothing is missing.
+        assert!(m.load_stored_matrix().is_empty());
+        assert!(m.current.is_none() && m.earlier_matrix().is_none());
+    }
+
+    #[test]
+    fn a_cpu_offline_in_the_tree_is_neither_online_nor_usable() {
+        let mut m = Machine::default();
+        m.read(&fixture("i7-7700-cpu3-offline"));
+        assert!(!m.online().contains(3), "{}", m.online());
+        assert!(
+            !m.usable().contains(3) && !m.usable().contains(6),
+            "{}",
+            m.usable()
+        );
+        assert!(m.usable().is_subset(&m.online()));
     }
 }

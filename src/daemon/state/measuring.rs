@@ -15,36 +15,39 @@ use crate::measure::{self, LoadGuard, MeasureConfig};
 
 use super::super::schedule::Remeasure;
 use super::super::worker::{Finished, Job, JobKind, Product};
+use super::machine::{MOVE_FLOOR_NS, MOVE_GAIN};
 use super::{Action, State};
+use crate::manager;
+use crate::plan::Choose;
 
 impl State {
-    /// Uses the stored matrix's cells for the usable CPUs when it belongs to this
-    /// fingerprint and has them all; else returns the pairs it lacks (empty when there is
-    /// no stored matrix). A corrupt or foreign file is moved aside by the store.
-    pub(super) fn load_stored_matrix(&mut self) -> Vec<(u32, u32)> {
-        let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) else {
-            return Vec::new();
-        };
-        match store.fitting(&fp.hex, Some(&self.usable())) {
-            Ok(fit) => {
-                if let Some(aside) = fit.set_aside {
-                    tracing::warn!(%aside, "stored matrix not used");
-                }
-                if let Some(m) = fit.matrix {
-                    tracing::info!(cpus = m.len(), path = %store.current_path().display(), "using the stored matrix");
-                    self.current = Some(m);
-                    self.domains = None;
-                } else if !fit.missing.is_empty() {
-                    tracing::info!(
-                        missing = fit.missing.len(),
-                        "the stored matrix lacks pairs of the usable CPUs"
-                    );
-                    return fit.missing;
-                }
-            }
-            Err(e) => tracing::warn!(error = %e, "cannot read the stored matrix"),
+    /// A new matrix: new domains for future plans, and the running processes moved only
+    /// where the new plan improves on the one applied materially (no churn).
+    pub(super) fn matrix_changed(&mut self) {
+        self.machine.domains = None;
+        if let Err(e) = self.machine.domains() {
+            tracing::warn!(error = %e, "no latency domains");
+            return;
         }
-        Vec::new()
+        let new = self.new_plan();
+        let (Some(m), Some(d)) = (&self.managed.manager, &self.machine.domains) else {
+            return;
+        };
+        let choose = new.choose.as_deref().map(|c| c as &dyn Choose);
+        let better = m.plan().improvements(
+            &new.plan.in_cpusets(m.plan().cpusets(), choose),
+            d,
+            MOVE_GAIN,
+            MOVE_FLOOR_NS,
+        );
+        if better.is_empty() {
+            tracing::info!("new matrix: current placements are as good; nothing moves");
+            return;
+        }
+        for b in &better {
+            tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves a placement");
+        }
+        self.hand_down(new, manager::Input::PlanChanged);
     }
 
     /// Measures only the pairs the stored matrix lacks, when that pays
@@ -52,19 +55,19 @@ impl State {
     pub(super) fn start_fill(&mut self, missing: Vec<(u32, u32)>) -> bool {
         let off = self.around().pairs_off(&missing);
         let missing: Vec<(u32, u32)> = missing.into_iter().filter(|p| !off.contains(p)).collect();
-        let n = self.usable().len();
-        if self.schedule.running().is_some() || !keep::worth_filling(missing.len(), n) {
+        let n = self.machine.usable().len();
+        if self.measurement.schedule.running().is_some() || !keep::worth_filling(missing.len(), n) {
             return false;
         }
         let budget = keep::fill_budget(
-            self.timing.full_budget,
+            self.measurement.timing.full_budget,
             missing.len(),
             n,
-            self.timing.probe_budget,
+            self.measurement.timing.probe_budget,
         );
         let cpus: CpuSet = missing.iter().flat_map(|&(a, b)| [a, b]).collect();
-        let id = self.schedule.alloc();
-        self.schedule.started_fill(id);
+        let id = self.measurement.schedule.alloc();
+        self.measurement.schedule.started_fill(id);
         tracing::info!(
             job = id,
             pairs = missing.len(),
@@ -88,12 +91,12 @@ impl State {
     /// measure everything when some could not be measured.
     pub(super) fn filled(&mut self, probes: &[measure::Probe]) {
         let cells: Vec<_> = probes.iter().map(|p| (p.a, p.b, p.estimate_ns)).collect();
-        if let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) {
+        if let (Some(store), Some(fp)) = (&self.machine.store, &self.machine.fingerprint) {
             match store.fill(&fp.hex, &cells) {
                 Ok(Some(m)) => {
-                    if let Some(m) = keep::cover(&m, &self.usable()).matrix {
+                    if let Some(m) = keep::cover(&m, &self.machine.usable()).matrix {
                         tracing::info!(pairs = cells.len(), "stored matrix completed");
-                        self.current = Some(m);
+                        self.machine.current = Some(m);
                         self.matrix_changed();
                         return;
                     }
@@ -103,15 +106,16 @@ impl State {
             }
         }
         tracing::info!("pairs still missing; measuring the full matrix");
-        self.schedule.queue_full();
+        self.measurement.schedule.queue_full();
     }
 
     /// `Remeasure`: joins a running or promised full measurement, or the previous call's
     /// job when it came less than `remeasure_min_interval` ago; else starts one.
     pub(super) fn remeasure(&mut self, now: Instant) -> u64 {
         let r = self
+            .measurement
             .schedule
-            .remeasure(now, self.timing.remeasure_min_interval);
+            .remeasure(now, self.measurement.timing.remeasure_min_interval);
         self.follow(r)
     }
 
@@ -131,7 +135,7 @@ impl State {
                     "{summary} (job {job}, asked for {} s ago by an earlier call: a new \
                      measurement starts at most every {} s, limits.remeasure-min-interval)",
                     asked_ago.as_secs(),
-                    self.timing.remeasure_min_interval.as_secs()
+                    self.measurement.timing.remeasure_min_interval.as_secs()
                 );
                 self.actions.push(Action::Emit(Signal::MeasurementFinished {
                     job,
@@ -150,18 +154,19 @@ impl State {
     /// The matrix no longer describes this machine: use a stored one for the new
     /// fingerprint, or measure.
     pub(super) fn fingerprint_changed(&mut self, now: Instant) {
-        self.current = None;
-        let missing = self.load_stored_matrix();
-        self.refresh_domains();
-        if self.current.is_none() && !self.start_fill(missing) {
-            if let Some(r) = self.schedule.running().filter(|r| r.full) {
+        self.machine.current = None;
+        let missing = self.machine.load_stored_matrix();
+        self.machine.refresh_domains();
+        if self.machine.current.is_none() && !self.start_fill(missing) {
+            if let Some(r) = self.measurement.schedule.running().filter(|r| r.full) {
                 // It measures the old CPUs; measure again once it ends.
-                self.schedule.queue_full();
+                self.measurement.schedule.queue_full();
                 tracing::info!(job = r.id, "measurement in flight predates the change");
             } else {
                 let r = self
+                    .measurement
                     .schedule
-                    .full_wanted(now, self.timing.remeasure_min_interval);
+                    .full_wanted(now, self.measurement.timing.remeasure_min_interval);
                 self.follow(r);
             }
         }
@@ -172,14 +177,15 @@ impl State {
         let mut cfg = MeasureConfig::new(cpus);
         cfg.budget = budget;
         cfg.guard = LoadGuard {
-            min_idle: self.timing.min_idle,
+            min_idle: self.measurement.timing.min_idle,
             set_by: "measure.idle-threshold",
             ..LoadGuard::default()
         };
-        cfg.fingerprint = self.fingerprint.as_ref().map(|f| f.hex.clone());
+        cfg.fingerprint = self.machine.fingerprint.as_ref().map(|f| f.hex.clone());
         cfg.root = self.cfg.sysroot.clone();
-        cfg.priority = self.settings.measure.spin_priority;
+        cfg.priority = self.loaded.settings.measure.spin_priority;
         let threads = self
+            .managed
             .manager
             .as_ref()
             .map(|m| m.latency_critical_threads())
@@ -197,7 +203,7 @@ impl State {
     /// all.
     pub(super) fn around(&self) -> Around {
         let mut a = Around::new();
-        if let Some(m) = &self.manager {
+        if let Some(m) = &self.managed.manager {
             for u in m.plan().units().iter().filter(|u| u.exclusive) {
                 a.add(&u.state.held(), format!("exclusive rule {:?}", u.name()));
             }
@@ -210,7 +216,10 @@ impl State {
                 a.add(&cpus, format!("latency-critical rule {rule:?}"));
             }
         }
-        a.add(&self.settings.measure.never_cpus, "measure.never-cpus");
+        a.add(
+            &self.loaded.settings.measure.never_cpus,
+            "measure.never-cpus",
+        );
         let (nohz, err) = around::nohz_full(&self.cfg.sysroot);
         if let Some(e) = err {
             tracing::warn!(error = %e, "cannot read the CPUs excluded from housekeeping");
@@ -219,25 +228,12 @@ impl State {
         a
     }
 
-    /// The cells measurements keep for CPUs they stay off: the stored matrix of this
-    /// fingerprint, else the one in use.
-    fn earlier_matrix(&self) -> Option<LatencyMatrix> {
-        if let (Some(store), Some(fp)) = (&self.store, &self.fingerprint) {
-            if let Ok(loaded) = store.load_current(&fp.hex) {
-                if loaded.matrix.is_some() {
-                    return loaded.matrix;
-                }
-            }
-        }
-        self.current.clone()
-    }
-
     /// A full measurement with fewer than two CPUs left to measure: it ends at once,
     /// keeping the earlier cells (if any) and saying so. Not a failure: nothing is
     /// wrong, there is only nothing to measure, and nothing asks again by itself.
     fn nothing_to_measure(&mut self, id: u64, measurable: &CpuSet, a: &Around) {
-        self.schedule.finished(id);
-        let usable = self.usable();
+        self.measurement.schedule.finished(id);
+        let usable = self.machine.usable();
         let off = usable.intersection(&a.cpus());
         let left = if measurable.is_empty() {
             "no CPU".to_string()
@@ -252,67 +248,58 @@ impl State {
                 a.reason(&off)
             )
         };
-        match around::keep(None, self.earlier_matrix().as_ref(), &usable, a) {
+        match around::keep(None, self.machine.earlier_matrix().as_ref(), &usable, a) {
             Some(m) => {
                 if let Some(k) = &m.kept {
                     summary.push_str(&format!("; {}", around::describe(k)));
                 }
-                self.store_matrix(id, &m);
-                self.current = Some(m);
+                self.machine.store_matrix(id, &m);
+                self.machine.current = Some(m);
                 self.matrix_changed();
             }
             None => summary.push_str("; no earlier cells to keep"),
         }
         tracing::info!(job = id, %summary, "measurement finished");
-        self.last_failure = None;
-        self.schedule.full_ended(id, true, summary.clone());
+        self.measurement.last_failure = None;
+        self.measurement
+            .schedule
+            .full_ended(id, true, summary.clone());
         self.actions.push(Action::Emit(Signal::MeasurementFinished {
             job: id,
             ok: true,
             summary,
         }));
-        if let Some(next) = self.schedule.take_queued() {
+        if let Some(next) = self.measurement.schedule.take_queued() {
             self.launch_full(next);
         }
     }
 
-    pub(super) fn store_matrix(&self, id: u64, matrix: &LatencyMatrix) {
-        if let Some(store) = &self.store {
-            match store.save_keeping(matrix) {
-                Ok(kept) => {
-                    tracing::info!(job = id, path = %store.current_path().display(), cpus = kept.len(), "matrix stored")
-                }
-                Err(e) => tracing::warn!(job = id, error = %e, "cannot store the matrix"),
-            }
-        }
-    }
-
     pub(super) fn start_full(&mut self) -> u64 {
-        let id = self.schedule.alloc();
+        let id = self.measurement.schedule.alloc();
         self.launch_full(id);
         id
     }
 
     pub(super) fn launch_full(&mut self, id: u64) {
-        self.schedule.started(id, true);
+        self.measurement.schedule.started(id, true);
         let a = self.around();
-        let cpus = a.measurable(&self.usable());
+        let cpus = a.measurable(&self.machine.usable());
         if cpus.len() < 2 {
             self.nothing_to_measure(id, &cpus, &a);
             self.status();
             return;
         }
         if !a.is_empty() {
-            tracing::info!(job = id, around = %a.reason(&self.usable()), "measuring around CPUs others hold");
+            tracing::info!(job = id, around = %a.reason(&self.machine.usable()), "measuring around CPUs others hold");
         }
-        self.measuring_around = Some(a);
-        tracing::info!(job = id, %cpus, budget = ?self.timing.full_budget, "starting a full measurement");
-        let mut cfg = self.measure_config(cpus, self.timing.full_budget);
+        self.measurement.measuring_around = Some(a);
+        tracing::info!(job = id, %cpus, budget = ?self.measurement.timing.full_budget, "starting a full measurement");
+        let mut cfg = self.measure_config(cpus, self.measurement.timing.full_budget);
         // Sparse from `measure.sparse-from-cpus` CPUs on, also after drift; completed
         // in the background afterwards (see `completing.rs`).
         cfg.mode = measure::Mode::default_for(
             cfg.cpus.len(),
-            self.settings.measure.sparse_from_cpus as usize,
+            self.loaded.settings.measure.sparse_from_cpus as usize,
         );
         self.actions.push(Action::Measure(Box::new(Job {
             id,
@@ -323,44 +310,46 @@ impl State {
     }
 
     pub(super) fn start_drift_probe(&mut self) {
-        let Some(cur) = &self.current else { return };
+        let Some(cur) = &self.machine.current else {
+            return;
+        };
         if !measure::complete::pending(cur).is_empty() {
             // Completion measures the inferred cells anyway; probing them would see
             // inference error as drift.
             return;
         }
-        let mut pairs = measure::probe_sample(cur, self.timing.probe_pairs);
+        let mut pairs = measure::probe_sample(cur, self.measurement.timing.probe_pairs);
         let off = self.around().pairs_off(&pairs);
         pairs.retain(|p| !off.contains(p));
         if pairs.is_empty() {
             return;
         }
         let cpus: CpuSet = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
-        let id = self.schedule.alloc();
-        self.schedule.started(id, false);
+        let id = self.measurement.schedule.alloc();
+        self.measurement.schedule.started(id, false);
         tracing::debug!(job = id, pairs = pairs.len(), "drift probe");
-        let cfg = self.measure_config(cpus, self.timing.probe_budget);
+        let cfg = self.measure_config(cpus, self.measurement.timing.probe_budget);
         self.actions.push(Action::Measure(Box::new(Job {
             id,
             kind: JobKind::Drift {
                 pairs,
-                budget: self.timing.probe_budget,
+                budget: self.measurement.timing.probe_budget,
             },
             cfg,
         })));
     }
 
     pub(super) fn measured(&mut self, outcome: Finished) {
-        let Some(running) = self.schedule.finished(outcome.id) else {
+        let Some(running) = self.measurement.schedule.finished(outcome.id) else {
             tracing::warn!(
                 job = outcome.id,
                 "result of a job that is not running; ignored"
             );
             return;
         };
-        if self.completing.is_slice(running.id) {
+        if self.measurement.completing.is_slice(running.id) {
             self.slice_ended(running.id, outcome.result);
-            if let Some(id) = self.schedule.take_queued() {
+            if let Some(id) = self.measurement.schedule.take_queued() {
                 self.launch_full(id);
             }
             self.status();
@@ -375,9 +364,10 @@ impl State {
             (false, Ok(Product::Probes(probes))) if running.fill => self.filled(&probes),
             (false, Ok(Product::Probes(probes))) => {
                 let drift = self
+                    .machine
                     .current
                     .as_ref()
-                    .map(|m| measure::drift(m, &probes, self.timing.drift_tolerance))
+                    .map(|m| measure::drift(m, &probes, self.measurement.timing.drift_tolerance))
                     .unwrap_or_default();
                 if drift.is_empty() {
                     tracing::debug!(pairs = probes.len(), "drift probe: no drift");
@@ -390,7 +380,7 @@ impl State {
                         .collect();
                     tracing::info!(moved = %moved.join(", "), "drift found; measuring the full matrix");
                     self.unstable_after_drift(running.id, &probes, &drift);
-                    self.schedule.queue_full();
+                    self.measurement.schedule.queue_full();
                 }
             }
             (false, Ok(other)) => {
@@ -398,7 +388,7 @@ impl State {
             }
             (false, Err(e)) => tracing::warn!(job = running.id, error = %e, "drift probe failed"),
         }
-        if let Some(id) = self.schedule.take_queued() {
+        if let Some(id) = self.measurement.schedule.take_queued() {
             self.launch_full(id);
         }
         self.status();
@@ -414,9 +404,9 @@ impl State {
         probes: &[measure::Probe],
         drift: &[measure::Drift],
     ) {
-        let soon = self.timing.drift_every.unwrap_or(Duration::from_secs(1800)) * 2;
+        let soon = self.measurement.timing.drift_every.unwrap_or(Duration::from_secs(1800)) * 2;
         let now_us = measure::now_us();
-        let Some(m) = self.current.as_mut() else {
+        let Some(m) = self.machine.current.as_mut() else {
             return;
         };
         let Some(age) = m.measured_at_us.map(|at| now_us.saturating_sub(at)) else {
@@ -433,7 +423,7 @@ impl State {
             repeated: probes.iter().filter(|p| p.estimate_ns.is_some()).count(),
             disagreeing: drift.len(),
             nearest_moved: 0,
-            tolerance: self.timing.drift_tolerance,
+            tolerance: self.measurement.timing.drift_tolerance,
             bound: 0.0,
             verdict: Verdict::Unstable,
             vm,
@@ -449,16 +439,16 @@ impl State {
             line = m.latency_off().unwrap_or_default(),
             "the matrix in use did not hold"
         );
-        self.store_matrix(id, &m);
+        self.machine.store_matrix(id, &m);
         self.matrix_changed();
     }
 
     pub(super) fn full_done(&mut self, id: u64, matrix: LatencyMatrix) {
-        let matrix = match self.measuring_around.take() {
+        let matrix = match self.measurement.measuring_around.take() {
             Some(a) if !a.is_empty() => around::keep(
                 Some(&matrix),
-                self.earlier_matrix().as_ref(),
-                &self.usable(),
+                self.machine.earlier_matrix().as_ref(),
+                &self.machine.usable(),
                 &a,
             )
             .unwrap_or(matrix),
@@ -483,11 +473,13 @@ impl State {
             tracing::warn!(job = id, warning = %w, "measurement");
         }
         tracing::info!(job = id, %summary, "measurement finished");
-        self.store_matrix(id, &matrix);
-        self.last_failure = None;
-        self.current = Some(matrix);
+        self.machine.store_matrix(id, &matrix);
+        self.measurement.last_failure = None;
+        self.machine.current = Some(matrix);
         self.matrix_changed();
-        self.schedule.full_ended(id, true, summary.clone());
+        self.measurement
+            .schedule
+            .full_ended(id, true, summary.clone());
         self.actions.push(Action::Emit(Signal::MeasurementFinished {
             job: id,
             ok: true,
@@ -496,14 +488,14 @@ impl State {
     }
 
     pub(super) fn full_failed(&mut self, id: u64, why: String) {
-        self.measuring_around = None;
+        self.measurement.measuring_around = None;
         tracing::warn!(job = id, error = %why, "measurement failed");
-        self.schedule.full_ended(id, false, why.clone());
+        self.measurement.schedule.full_ended(id, false, why.clone());
         self.actions.push(Action::Emit(Signal::MeasurementFinished {
             job: id,
             ok: false,
             summary: why.clone(),
         }));
-        self.last_failure = Some(why);
+        self.measurement.last_failure = Some(why);
     }
 }

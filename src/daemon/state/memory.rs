@@ -5,86 +5,53 @@
 //! ([`MemoryRead`], run by `daemon::readers`), which sends the reply itself.
 //!
 //! ```text
-//!   Explain ─► State::answer ─► Answer::Now(reply)          (one node, not shown, errors)
-//!                    └────────► Answer::AfterRead(Pending) ─► Action::ReadMemory ─► reader
+//!   Explain ─► State::call ─► answered now                (one node, not shown, errors)
+//!                  └────────► MemoryRead ─► Action::ReadMemory ─► reader
 //!                                                                  └─ numa_maps ─► reply
 //! ```
 
-use tokio::sync::oneshot;
-
-use crate::api::{CommandError, Reply};
+use crate::api::{send, CommandError, Explained, ReplyTo};
 use crate::daemon::readers::Read;
 use crate::memory::{self, MemoryView, ReadError};
 use crate::sysroot::SysRoot;
 
-use super::State;
-
-/// What a command gets: its reply now, or after a memory read.
+/// A caller waiting for a read, and how the read completes its answer.
 #[derive(Debug)]
-pub enum Answer {
-    Now(Result<Reply, CommandError>),
-    AfterRead(Pending),
-}
-
-/// The reply that waits for where process `pid`'s memory is.
-#[derive(Debug)]
-pub struct Pending {
-    pid: i32,
-    root: SysRoot,
-    nodes: Vec<u32>,
-    finish: Finish,
-}
-
-/// How the read completes the reply.
-#[derive(Debug)]
-enum Finish {
+pub(super) enum Finish {
     /// `Explain`: its text, with the memory line between `before` and `after`.
     Explain {
         before: String,
         after: String,
         full: bool,
+        reply: ReplyTo<Explained>,
     },
-    /// `ExplainJson`'s memory (`Command::Memory`).
-    Json,
-}
-
-type Reply1 = oneshot::Sender<Result<Reply, CommandError>>;
-
-impl Pending {
-    /// Reads on the calling thread and answers: for tests and callers off the loop.
-    pub fn here(self) -> Result<Reply, CommandError> {
-        let view = memory::read(&self.root, self.pid, &self.nodes);
-        self.finish.answer(self.pid, &view)
-    }
-
-    /// The read for a reader thread, answering on `reply`.
-    pub fn with_reply(self, reply: Reply1) -> MemoryRead {
-        MemoryRead {
-            pid: self.pid,
-            root: self.root,
-            nodes: self.nodes,
-            answers: vec![(self.finish, reply)],
-            first_contact: None,
-        }
-    }
+    /// `ExplainJson`'s memory (`Call::Memory`).
+    Json(ReplyTo<serde_json::Value>),
 }
 
 impl Finish {
-    fn answer(self, pid: i32, view: &Result<MemoryView, ReadError>) -> Result<Reply, CommandError> {
+    fn answer(self, pid: i32, view: &Result<MemoryView, ReadError>) {
         match self {
             Finish::Explain {
                 before,
                 after,
                 full,
-            } => Ok(Reply::Explained {
-                text: format!("{before}{}{after}", memory_line(pid, view)),
-                full,
-            }),
-            Finish::Json => match view {
-                Ok(v) => Ok(Reply::Json(v.to_json())),
-                Err(ReadError::Gone { .. }) => Err(CommandError::NoSuchProcess(pid as u32)),
-                Err(e) => Ok(Reply::Json(serde_json::json!({ "error": e.to_string() }))),
-            },
+                reply,
+            } => send(
+                reply,
+                Ok(Explained {
+                    text: format!("{before}{}{after}", memory_line(pid, view)),
+                    full,
+                }),
+            ),
+            Finish::Json(reply) => send(
+                reply,
+                match view {
+                    Ok(v) => Ok(v.to_json()),
+                    Err(ReadError::Gone { .. }) => Err(CommandError::NoSuchProcess(pid as u32)),
+                    Err(e) => Ok(serde_json::json!({ "error": e.to_string() })),
+                },
+            ),
         }
     }
 }
@@ -97,7 +64,7 @@ pub struct MemoryRead {
     pid: i32,
     root: SysRoot,
     nodes: Vec<u32>,
-    answers: Vec<(Finish, Reply1)>,
+    answers: Vec<Finish>,
     /// The manager waits for it: the process that started then.
     first_contact: Option<u64>,
 }
@@ -124,8 +91,8 @@ impl MemoryRead {
         let started = || crate::affinity::read_start_time(&self.root, self.pid, self.pid);
         let before = started();
         let view = memory::read(&self.root, self.pid, &self.nodes);
-        for (finish, reply) in self.answers {
-            let _ = reply.send(finish.answer(self.pid, &view));
+        for finish in self.answers {
+            finish.answer(self.pid, &view);
         }
         let Some(start_time) = self.first_contact else {
             return;
@@ -166,53 +133,23 @@ fn memory_line(pid: i32, view: &Result<MemoryView, ReadError>) -> String {
     }
 }
 
-impl State {
-    /// The machine's node ids; `None` before the topology is known.
-    fn node_ids(&self) -> Option<Vec<u32>> {
-        Some(self.topology.as_ref()?.nodes.iter().map(|n| n.id).collect())
+/// On one node nothing is read: `finish` is answered now. Else the answer waits for
+/// the read returned.
+pub(super) fn answer(
+    root: &SysRoot,
+    pid: i32,
+    nodes: Vec<u32>,
+    finish: Finish,
+) -> Option<MemoryRead> {
+    if nodes.len() <= 1 {
+        finish.answer(pid, &memory::read(root, pid, &nodes));
+        return None;
     }
-
-    /// What `Explain` answers when its text shows memory: the text (`before`) and the
-    /// follow lines (`after`) now, the memory line after a read when the machine has
-    /// several nodes.
-    pub(super) fn explain_memory(&self, pid: i32, before: String, full: bool) -> Answer {
-        let after = self.follow_line(pid, std::time::Instant::now());
-        let Some(nodes) = self.node_ids() else {
-            return Answer::Now(Ok(Reply::Explained {
-                text: format!("{before}memory: not seen yet (the topology is not read)\n{after}"),
-                full,
-            }));
-        };
-        self.memory_answer(
-            pid,
-            nodes,
-            Finish::Explain {
-                before,
-                after,
-                full,
-            },
-        )
-    }
-
-    /// What `ExplainJson`'s memory (`Command::Memory`) answers, for a caller who sees it.
-    pub(super) fn json_memory(&self, pid: i32) -> Answer {
-        match self.node_ids() {
-            Some(nodes) => self.memory_answer(pid, nodes, Finish::Json),
-            None => Answer::Now(Ok(Reply::Json(serde_json::Value::Null))),
-        }
-    }
-
-    /// On one node nothing is read: the answer is now. Else it waits for the read.
-    fn memory_answer(&self, pid: i32, nodes: Vec<u32>, finish: Finish) -> Answer {
-        let pending = Pending {
-            pid,
-            root: self.cfg.sysroot.clone(),
-            nodes,
-            finish,
-        };
-        if pending.nodes.len() <= 1 {
-            return Answer::Now(pending.here());
-        }
-        Answer::AfterRead(pending)
-    }
+    Some(MemoryRead {
+        pid,
+        root: root.clone(),
+        nodes,
+        answers: vec![finish],
+        first_contact: None,
+    })
 }

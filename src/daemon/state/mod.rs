@@ -2,7 +2,30 @@
 //!
 //! [`State::handle`] takes one [`Event`] and leaves [`Action`]s for the shell to carry
 //! out (emit a signal, start a measurement job, tell systemd something, exit). Commands
-//! are answered by [`State::command`], which unit tests call directly.
+//! are answered by [`State::call`], one typed answer per call, which unit tests call
+//! directly.
+//!
+//! The state is a handful of parts, each owning what its name says; the loop owns the
+//! state, the state owns the parts and hands values between them. A part's file imports
+//! nothing of the state; what the state does with its parts is here and in the
+//! `impl State` files named for the job: `commands.rs` (bus calls), `pinning.rs`
+//! (run-time pins), `measuring.rs` and `completing.rs` (measurement jobs),
+//! `sched_ext.rs` (a scheduler starting or stopping), `syncing.rs` (what follows a
+//! manager change).
+//!
+//! ```text
+//!   State ─┬─ loaded       settings and rules in force (reloads)
+//!          ├─ machine      store, fingerprint, topology, matrix in use, domains  (machine.rs)
+//!          ├─ managed      the manager, its plan's chooser, the affinity and
+//!          │               process operations it acts through                    (managed.rs)
+//!          ├─ measurement  timetable, what a job stays off, completion           (measurement.rs)
+//!          ├─ timers       rescan, journal, hotplug recheck, fingerprint, watchdog
+//!          ├─ sharing      IRQs moved, units held, sched_ext, memory following   (sharing.rs;
+//!          │               irqs.rs, holds.rs, following.rs)
+//!          └─ metrics, health, actions
+//!   Event (event.rs) ─► State::handle ─► Action ─► the shell
+//!   Call  (crate::api) ─► State::call ─► its own answer, now or after a read  (memory.rs)
+//! ```
 //!
 //! Measurement lifecycle:
 //! - at start, the stored matrix is used if its fingerprint matches; otherwise (none,
@@ -22,43 +45,39 @@
 //! them, journalled in `irqs.json` (`irq`; `state/irqs.rs`).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::affinity::restore::Journal;
-use crate::affinity::SystemOps;
 use crate::api::{Phase, Signal, Snapshot};
-use crate::domains::Domains;
-use crate::fingerprint::Fingerprint;
 use crate::manager::{self, Change, Manager};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::metrics::{self, MetricsSnapshot};
-use crate::plan::{
-    Choose, Cpus, MemoryPlanning, Plan, PlanInputs, Planned, SharedChoose, UnderSchedExt,
-};
+use crate::plan::{Cpus, MemoryPlanning, Plan, PlanInputs, Planned, UnderSchedExt};
 use crate::rules::{self, LoadPolicy, LoadReport};
 use crate::settings::{Settings, SettingsError};
 use crate::sysroot::SysRoot;
-use crate::topology::Topology;
-use crate::watch::ProcFs;
 
-use super::replan;
-use super::schedule::{Due, Schedule, Timing};
+use super::schedule::{Due, Timing};
 use super::worker::Job;
-use super::{DaemonError, Event, ReloadCause};
+use event::{Event, ReloadCause};
 
 mod commands;
 mod completing;
+pub mod event;
 mod following;
 mod holds;
 mod irqs;
 mod machine;
+pub mod managed;
+mod measurement;
 mod measuring;
 pub mod memory;
 mod pinning;
 mod sched_ext;
 mod shaping;
+mod sharing;
+mod syncing;
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -94,7 +113,7 @@ pub enum Action {
     Reloading,
     Ready,
     /// Hold these units (see `hold`): sent to the holder thread, which answers with
-    /// [`Event::Held`](crate::daemon::Event::Held).
+    /// [`Event::Held`].
     Hold(Vec<crate::hold::Want>),
     /// Masks are restored; stop.
     Exit,
@@ -147,117 +166,156 @@ pub use machine::{MOVE_FLOOR_NS, MOVE_GAIN};
 /// taken again.
 pub const SLOTS_KEPT: Duration = Duration::from_secs(5);
 
-/// All daemon state. Owned by one thread.
+/// All daemon state. Owned by one thread; each field is one part, owning what its name
+/// says.
 pub struct State {
     cfg: Config,
+    /// The settings and rules in force.
+    loaded: Loaded,
+    /// The machine as last read, and the matrix in use (`state/machine.rs`).
+    machine: machine::Machine,
+    /// The manager, the chooser of its plan and the operations it acts through
+    /// (`state/managed.rs`).
+    managed: managed::Managed,
+    /// Measurement jobs: their timetable, what they stay off, completion
+    /// (`state/measurement.rs`; started and finished by `state/measuring.rs`).
+    measurement: measurement::Measurement,
+    /// When periodic work is due next.
+    timers: Timers,
+    /// What the daemon changes beside thread masks: IRQs, held units, sched_ext, memory
+    /// (`state/sharing.rs`).
+    sharing: sharing::Sharing,
+    /// The event-to-pin histogram and the textfile's schedule.
+    metrics: metrics::Kept,
+    /// Whether the daemon has started, and why proc events are down.
+    health: Health,
+    actions: Vec<Action>,
+}
+
+/// The settings and rules in force, as last loaded.
+#[derive(Debug)]
+struct Loaded {
     settings: Settings,
     /// An error in the settings file at the last reload (the previous settings stay).
     settings_error: Option<SettingsError>,
-    timing: Timing,
     policy: LoadPolicy,
-    store: Option<MatrixStore>,
-    fingerprint: Option<Fingerprint>,
-    topology: Option<Topology>,
-    current: Option<LatencyMatrix>,
-    /// Latency domains of the current matrix and topology; `None` = to be computed.
-    /// Plans are made on them; a new matrix reaches running processes only when its
-    /// plan improves theirs materially.
-    domains: Option<Domains>,
-    manager: Option<Manager>,
-    /// The chooser the manager's plan was made with: what the manager reports it saw
-    /// is planned with it (see `daemon::replan`), so a new matrix moves nothing unless
-    /// its own plan is handed down.
-    chooser: Option<SharedChoose>,
-    /// Why the proc connector is not available (rescans only), if it is not.
-    watch_down: Option<String>,
+    rules: LoadReport,
+}
+
+impl Loaded {
+    fn rule_errors(&self) -> Vec<String> {
+        self.settings_error
+            .iter()
+            .map(SettingsError::to_string)
+            .chain(self.rules.error_strings())
+            .collect()
+    }
+
+    /// The CPUs plans are made for: `online`, and the housekeeping CPUs kept free.
+    fn plan_cpus(&self, online: crate::cpuset::CpuSet) -> Cpus {
+        Cpus::from_settings(online, &self.settings)
+    }
+}
+
+/// When periodic work is due next; `None` = not due.
+#[derive(Debug)]
+struct Timers {
     next_rescan: Option<Instant>,
-    /// The event-to-pin histogram and the textfile's schedule.
-    metrics: metrics::Kept,
-    /// `memory = "follow"`: the processes whose memory follows their CPUs.
-    follow: following::Following,
     /// A journal write deferred after process events (see [`JOURNAL_DELAY`]).
     journal_due: Option<Instant>,
     /// A rescan after a hotplug, for the cgroup cpusets (see [`HOTPLUG_RECHECK`]).
     hotplug_recheck: Option<Instant>,
-    schedule: Schedule,
-    /// The CPUs the running full measurement stays off (see `measure::around`).
-    measuring_around: Option<crate::measure::around::Around>,
-    /// IRQs moved off the CPUs of `irqs = "away"` rules.
-    irqs: irqs::IrqsAway,
-    /// Units held for `isolate` and `unit-cpuset` rules (see `hold`).
-    holds: holds::Holds,
-    last_failure: Option<String>,
     next_fingerprint: Instant,
     next_watchdog: Option<Instant>,
-    rules: LoadReport,
-    started: bool,
-    actions: Vec<Action>,
-    /// Whether a sched_ext scheduler runs (see `state/sched_ext.rs`).
-    sched_ext: sched_ext::Kept,
-    /// Background completion of a sparse matrix (see `state/completing.rs`).
-    completing: completing::Kept,
     /// When slots no thread holds may be let go next (see [`SLOTS_KEPT`]).
     next_slot_release: Instant,
 }
 
-impl State {
-    /// A state that has read nothing yet; [`State::start`] reads the machine.
-    pub fn new(cfg: Config, settings: Settings, timing: Timing, now: Instant) -> State {
-        State {
-            cfg,
-            settings,
-            settings_error: None,
-            next_watchdog: timing.watchdog_every.map(|d| now + d),
-            schedule: Schedule::new(&timing, now),
-            next_fingerprint: now + timing.fingerprint_every,
-            timing,
-            policy: LoadPolicy::for_current_process(),
-            store: None,
-            fingerprint: None,
-            topology: None,
-            current: None,
-            domains: None,
-            manager: None,
-            chooser: None,
-            watch_down: None,
+impl Timers {
+    fn new(timing: &Timing, now: Instant) -> Timers {
+        Timers {
             next_rescan: None,
-            metrics: metrics::Kept::default(),
-            follow: following::Following::default(),
             journal_due: None,
             hotplug_recheck: None,
-            measuring_around: None,
-            irqs: irqs::IrqsAway::default(),
-            holds: holds::Holds::default(),
-            last_failure: None,
-            rules: LoadReport::default(),
-            started: false,
-            actions: Vec::new(),
-            sched_ext: sched_ext::Kept::default(),
-            completing: completing::Kept::default(),
+            next_fingerprint: now + timing.fingerprint_every,
+            next_watchdog: timing.watchdog_every.map(|d| now + d),
             next_slot_release: now,
+        }
+    }
+
+    /// The earliest of the deferred journal write and the hotplug recheck.
+    fn deadline(&self) -> Option<Instant> {
+        match (self.journal_due, self.hotplug_recheck) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Whether the daemon has started, and why the proc connector is not available
+/// (rescans only), if it is not.
+#[derive(Debug, Default)]
+struct Health {
+    started: bool,
+    watch_down: Option<String>,
+}
+
+impl State {
+    /// A state that has read nothing yet; [`State::start`] reads the machine. Threads
+    /// are pinned through the real kernel, processes read from the configured sysroot.
+    pub fn new(cfg: Config, settings: Settings, timing: Timing, now: Instant) -> State {
+        let ops = managed::Ops::system(&cfg.sysroot);
+        State::with_ops(cfg, settings, timing, now, ops)
+    }
+
+    /// [`State::new`] acting through `ops` (fakes in tests).
+    pub fn with_ops(
+        cfg: Config,
+        settings: Settings,
+        timing: Timing,
+        now: Instant,
+        ops: managed::Ops,
+    ) -> State {
+        State {
+            cfg,
+            loaded: Loaded {
+                settings,
+                settings_error: None,
+                policy: LoadPolicy::for_current_process(),
+                rules: LoadReport::default(),
+            },
+            machine: machine::Machine::default(),
+            managed: managed::Managed::new(ops),
+            timers: Timers::new(&timing, now),
+            measurement: measurement::Measurement::new(timing, now),
+            sharing: sharing::Sharing::default(),
+            metrics: metrics::Kept::default(),
+            health: Health::default(),
+            actions: Vec::new(),
         }
     }
 
     /// Reads the machine, the stored matrix and the rules; starts a measurement when no
     /// stored matrix fits.
-    pub fn start(&mut self) -> Result<(), DaemonError> {
-        self.store = Some(MatrixStore::open(&self.cfg.state_dir)?);
-        self.read_machine();
+    pub fn start(&mut self) -> Result<(), crate::matrix::store::StoreError> {
+        self.machine.store = Some(MatrixStore::open(&self.cfg.state_dir)?);
+        self.machine.read(&self.cfg.sysroot);
         self.check_sched_ext();
-        let missing = self.load_stored_matrix();
+        let missing = self.machine.load_stored_matrix();
         self.load_rules();
-        self.refresh_domains();
+        self.machine.refresh_domains();
         self.start_manager();
-        if self.current.is_none() && !self.start_fill(missing) {
+        if self.machine.current.is_none() && !self.start_fill(missing) {
             self.start_full();
         }
-        self.next_rescan = self
+        self.timers.next_rescan = self
+            .loaded
             .settings
             .watch
             .rescan_interval
             .period()
             .map(|d| Instant::now() + d);
-        self.started = true;
+        self.health.started = true;
         self.status();
         Ok(())
     }
@@ -266,14 +324,11 @@ impl State {
     /// in the runtime directory), then applies the rules to every running process.
     fn start_manager(&mut self) {
         let root = self.cfg.sysroot.clone();
-        let mut m = Manager::from_settings(
-            Arc::new(SystemOps::new(root.clone())),
-            Arc::new(ProcFs::new(root.clone())),
-            self.online(),
-            &self.settings,
-        )
-        .with_journal(Journal::new(&self.cfg.runtime_dir));
-        self.recover_irqs();
+        let mut m = self
+            .managed
+            .new_manager(self.machine.online(), &self.loaded.settings)
+            .with_journal(Journal::new(&self.cfg.runtime_dir));
+        sharing::IrqsAway::recover(&self.cfg.sysroot, &self.cfg.runtime_dir);
         match m.recover(&root) {
             Ok(r) if r.restored + r.left_alone + r.gone + r.failed.len() > 0 => tracing::info!(
                 restored = r.restored,
@@ -286,96 +341,77 @@ impl State {
             Err(e) => tracing::error!(error = %e, "restore journal not used"),
         }
         let planned = self.new_plan();
-        self.chooser = planned.choose;
-        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
-        let mut changes =
-            replan::hand_down(&mut m, manager::Input::RulesChanged(planned.plan), choose);
-        changes.extend(replan::hand_down(&mut m, manager::Input::Rescan, choose));
-        self.manager = Some(m);
+        let changes = self.managed.install(m, planned);
         self.after_manager(changes);
-    }
-
-    /// Logs what the manager did and writes its journal when it changed.
-    fn after_manager(&mut self, changes: Vec<Change>) {
-        for c in &changes {
-            log_change(c);
-        }
-        self.flush_journal();
-        self.sync_irqs();
-        self.sync_holds();
-        self.sync_memory(Instant::now());
-    }
-
-    fn flush_journal(&mut self) {
-        self.journal_due = None;
-        if let Some(m) = &mut self.manager {
-            if let Err(e) = m.flush() {
-                tracing::warn!(error = %e, retry_ms = JOURNAL_RETRY.as_millis() as u64, "cannot write the restore journal");
-                self.journal_due = Some(Instant::now() + JOURNAL_RETRY);
-            }
-        }
     }
 
     /// When the loop must handle a `Tick` next at the latest, besides its once-a-second
     /// clock: a deferred journal write.
     pub fn deadline(&self) -> Option<Instant> {
-        match (self.journal_due, self.hotplug_recheck) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        self.timers.deadline()
     }
 
     /// The CPUs plans are made for: online, and the housekeeping CPUs kept free.
     fn plan_cpus(&self) -> Cpus {
-        Cpus::from_settings(self.online(), &self.settings)
+        self.loaded.plan_cpus(self.machine.online())
+    }
+
+    /// The machine's facts and the rules' devices (and `extra`), for shaping requests.
+    fn shaping_inputs(
+        &self,
+        extra: Option<&str>,
+    ) -> (Option<crate::shape::Facts>, crate::shape::Devices) {
+        shaping::inputs(
+            self.machine.topology.as_ref(),
+            &self.loaded.rules.rules,
+            &self.cfg.sysroot,
+            extra,
+        )
     }
 
     /// The plan of the rules in force on the current CPUs, latency domains and machine
     /// facts, memory weighed and the `[sched-ext]` policy applied: made by
     /// [`crate::plan::making::make`], as `plan --live` makes it.
     fn new_plan(&mut self) -> Planned {
-        if let Err(e) = self.domains() {
+        if let Err(e) = self.machine.domains() {
             tracing::debug!(error = %e, "planning without latency domains");
         }
         let (facts, devices) = self.shaping_inputs(None);
-        let topology = self.topology.as_ref();
+        let topology = self.machine.topology.as_ref();
         let planned = crate::plan::making::make(PlanInputs {
-            rules: &self.rules.rules,
+            rules: &self.loaded.rules.rules,
             cpus: self.plan_cpus(),
-            choose: crate::shape::chooser(self.domains.clone(), facts, devices),
-            memory: topology.map(|t| MemoryPlanning::new(t, &self.settings)),
+            choose: crate::shape::chooser(self.machine.domains.clone(), facts, devices),
+            memory: topology.map(|t| MemoryPlanning::new(t, &self.loaded.settings)),
             sched_ext: UnderSchedExt::new(
-                self.sched_ext.now.clone(),
-                &self.settings.sched_ext,
+                self.sharing.sched_ext.now.clone(),
+                &self.loaded.settings.sched_ext,
                 topology,
             ),
         });
-        self.say_sched_ext_step(&planned.sched_ext);
+        self.sharing.sched_ext.say_step(&planned.sched_ext);
         planned
     }
 
     /// Hands a new plan down (`make`: rules or CPUs changed); its chooser is kept for
     /// what the manager reports next.
     fn hand_down(&mut self, planned: Planned, make: fn(Plan) -> manager::Input) {
-        if self.manager.is_none() {
-            return;
+        if let Some(changes) = self.managed.hand_down(planned, make) {
+            self.after_manager(changes);
         }
-        self.chooser = planned.choose;
-        self.manager_event(make(planned.plan));
     }
 
     /// One input to the manager, and the plans made again for what it then reports.
     fn manager_event(&mut self, ev: manager::Input) {
-        let Some(m) = &mut self.manager else { return };
-        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
-        let changes = replan::hand_down(m, ev, choose);
-        self.after_manager(changes);
+        if let Some(changes) = self.managed.input(ev) {
+            self.after_manager(changes);
+        }
     }
 
     /// The actions left for the shell, oldest first; the command lines and memory the
     /// manager waits for last.
     pub fn take_actions(&mut self) -> Vec<Action> {
-        if let Some(m) = &mut self.manager {
+        if let Some(m) = &mut self.managed.manager {
             let wanted = m.take_cmdline_reads();
             if !wanted.is_empty() {
                 self.actions.push(Action::ReadCmdlines(wanted));
@@ -394,37 +430,42 @@ impl State {
             version: env!("CARGO_PKG_VERSION").to_string(),
             state: self.phase(),
             measured_at_us: self
+                .machine
                 .current
                 .as_ref()
                 .and_then(|m| m.measured_at_us)
                 .unwrap_or(0),
             fingerprint: self
+                .machine
                 .fingerprint
                 .as_ref()
                 .map(|f| f.hex.clone())
                 .unwrap_or_default(),
-            cpu_count: self.online().len() as u32,
-            rule_count: self.rules.rules.len() as u32,
+            cpu_count: self.machine.online().len() as u32,
+            rule_count: self.loaded.rules.rules.len() as u32,
             managed_processes: self
+                .managed
                 .manager
                 .as_ref()
                 .map_or(0, |m| m.managed_processes() as u32),
             managed_threads: self
+                .managed
                 .manager
                 .as_ref()
                 .map_or(0, |m| m.managed_threads() as u32),
             rule_errors: self.rule_errors(),
-            sched_ext: self.sched_ext.now.clone(),
-            holds: self.holds_summary().unwrap_or_default(),
+            sched_ext: self.sharing.sched_ext.now.clone(),
+            holds: self.sharing.holds.summary().unwrap_or_default(),
             // From the sparse counts, which completion keeps: no walk over the cells
             // on every snapshot.
             latency_off: self
+                .machine
                 .current
                 .as_ref()
                 .and_then(LatencyMatrix::latency_off)
                 .unwrap_or_default()
                 .to_string(),
-            matrix_measured: self.current.as_ref().map_or((0, 0), |m| {
+            matrix_measured: self.machine.current.as_ref().map_or((0, 0), |m| {
                 let total = m.len() * m.len().saturating_sub(1) / 2;
                 let measured = m.sparse.as_ref().map_or(total, |sp| sp.pairs_measured);
                 (
@@ -436,20 +477,16 @@ impl State {
     }
 
     fn rule_errors(&self) -> Vec<String> {
-        self.settings_error
-            .iter()
-            .map(SettingsError::to_string)
-            .chain(self.rules.error_strings())
-            .collect()
+        self.loaded.rule_errors()
     }
 
     fn phase(&self) -> Phase {
-        if !self.started {
+        if !self.health.started {
             Phase::Starting
-        } else if self.schedule.running().is_some_and(|r| r.full || r.fill) {
+        } else if self.measurement.measuring() {
             Phase::Measuring
-        } else if (self.current.is_none() && self.last_failure.is_some())
-            || self.watch_down.is_some()
+        } else if (self.machine.current.is_none() && self.measurement.last_failure.is_some())
+            || self.health.watch_down.is_some()
         {
             Phase::Degraded
         } else {
@@ -459,27 +496,18 @@ impl State {
 
     /// The matrix in use, if any (placement falls back to sysfs without one).
     pub fn matrix(&self) -> Option<&LatencyMatrix> {
-        self.current.as_ref()
+        self.machine.current.as_ref()
     }
 
     /// The rules in force.
     pub fn rules(&self) -> &rules::RuleSet {
-        &self.rules.rules
+        &self.loaded.rules.rules
     }
 
     /// Handles one event.
     pub fn handle(&mut self, event: Event) {
         match event {
-            Event::Command(call) => match self.answer(call.command) {
-                // The caller may have given up (timeout); nothing to do then.
-                memory::Answer::Now(reply) => {
-                    let _ = call.reply.send(reply);
-                }
-                // The read, and the reply, off the loop.
-                memory::Answer::AfterRead(pending) => self
-                    .actions
-                    .push(Action::ReadMemory(Box::new(pending.with_reply(call.reply)))),
-            },
+            Event::Command(call) => self.call(call),
             Event::Reload(cause) => {
                 self.actions.push(Action::Reloading);
                 self.reload(cause);
@@ -492,7 +520,7 @@ impl State {
                 // Threads made since the last event we read inherited a pinned mask from
                 // their creator: a last look finds them, so that they are given back too.
                 self.manager_event(manager::Input::Rescan);
-                if let Some(m) = &mut self.manager {
+                if let Some(m) = &mut self.managed.manager {
                     match m.shutdown() {
                         Ok(changes) => {
                             for c in &changes {
@@ -503,7 +531,9 @@ impl State {
                         Err(e) => tracing::warn!(error = %e, "restoring masks"),
                     }
                 }
-                self.release_irqs();
+                self.sharing
+                    .irqs
+                    .release(&self.cfg.sysroot, &self.cfg.runtime_dir);
                 self.actions.push(Action::Exit);
             }
             Event::Tick(now) => self.tick(now),
@@ -521,11 +551,10 @@ impl State {
                 });
             }
             Event::Proc(msgs) => {
-                let Some(m) = &mut self.manager else { return };
                 let read_at = Instant::now();
-                let mut changes = m.handle_batch(msgs);
-                let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
-                changes.extend(replan::settle(m, choose));
+                let Some(changes) = self.managed.proc_batch(msgs) else {
+                    return;
+                };
                 self.metrics.pins_after(read_at, &changes);
                 for c in &changes {
                     log_change(c);
@@ -536,14 +565,20 @@ impl State {
                 }
                 // Under a storm every batch changes the journal: it is written once per
                 // JOURNAL_DELAY at most (by `tick`), not once per batch.
-                if self.manager.as_ref().is_some_and(|m| m.journal_dirty()) {
-                    self.journal_due
+                if self
+                    .managed
+                    .manager
+                    .as_ref()
+                    .is_some_and(|m| m.journal_dirty())
+                {
+                    self.timers
+                        .journal_due
                         .get_or_insert_with(|| Instant::now() + JOURNAL_DELAY);
                 }
             }
             Event::Hotplug => self.hotplug(Instant::now()),
             Event::Watch(Ok(())) => {
-                self.watch_down = None;
+                self.health.watch_down = None;
                 // Events between the first rescan and the subscription are lost: look again.
                 self.manager_event(manager::Input::Rescan);
                 tracing::info!("proc connector subscribed");
@@ -551,10 +586,10 @@ impl State {
             }
             Event::Watch(Err(why)) => {
                 tracing::warn!(error = %why, "no proc events: new processes are found by rescans only");
-                self.watch_down = Some(why);
-                if self.next_rescan.is_none() {
+                self.health.watch_down = Some(why);
+                if self.timers.next_rescan.is_none() {
                     // Without events, rescans are the only way; never let them be off.
-                    self.next_rescan = Some(Instant::now() + Duration::from_secs(60));
+                    self.timers.next_rescan = Some(Instant::now() + Duration::from_secs(60));
                 }
                 self.status();
             }
@@ -565,17 +600,18 @@ impl State {
         self.cfg
             .rule_dirs
             .clone()
-            .unwrap_or_else(|| self.settings.rule_dirs.clone())
+            .unwrap_or_else(|| self.loaded.settings.rule_dirs.clone())
     }
 
     fn load_rules(&mut self) {
-        self.rules = rules::reload(&self.rule_dirs(), &self.policy, &self.rules);
-        for e in &self.rules.errors {
+        self.loaded.rules =
+            rules::reload(&self.rule_dirs(), &self.loaded.policy, &self.loaded.rules);
+        for e in &self.loaded.rules.errors {
             tracing::warn!(error = %e, "rule file problem");
         }
         tracing::info!(
-            rules = self.rules.rules.len(),
-            errors = self.rules.errors.len(),
+            rules = self.loaded.rules.rules.len(),
+            errors = self.loaded.rules.errors.len(),
             "rules loaded"
         );
     }
@@ -584,18 +620,19 @@ impl State {
     /// (keeping each bad file's last good rules).
     fn reload(&mut self, cause: ReloadCause) {
         tracing::info!(?cause, "reloading");
-        match Settings::load_or_default(&self.cfg.settings, &self.policy) {
+        match Settings::load_or_default(&self.cfg.settings, &self.loaded.policy) {
             Ok(s) => {
-                if s != self.settings {
+                if s != self.loaded.settings {
                     tracing::info!(path = %self.cfg.settings.display(), "settings changed");
-                    self.timing = Timing::from_settings(&s, self.timing.watchdog_every);
-                    self.settings = s;
+                    self.measurement.timing =
+                        Timing::from_settings(&s, self.measurement.timing.watchdog_every);
+                    self.loaded.settings = s;
                 }
-                self.settings_error = None;
+                self.loaded.settings_error = None;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "settings not reloaded; keeping the previous ones");
-                self.settings_error = Some(e);
+                self.loaded.settings_error = Some(e);
             }
         }
         self.check_sched_ext();
@@ -603,63 +640,70 @@ impl State {
         let planned = self.new_plan();
         self.hand_down(planned, manager::Input::RulesChanged);
         self.actions.push(Action::Emit(Signal::RulesReloaded {
-            rules: self.rules.rules.len() as u32,
+            rules: self.loaded.rules.rules.len() as u32,
             errors: self.rule_errors(),
         }));
         self.status();
     }
 
     fn tick(&mut self, now: Instant) {
-        if self.journal_due.is_some_and(|due| now >= due) {
+        if self.timers.journal_due.is_some_and(|due| now >= due) {
             self.flush_journal();
         }
-        if let Some(m) = &mut self.manager {
+        if let Some(m) = &mut self.managed.manager {
             m.log_repeats(now);
         }
         self.release_slots(now);
-        if self.hotplug_recheck.is_some_and(|due| now >= due) {
-            self.hotplug_recheck = None;
+        if self.timers.hotplug_recheck.is_some_and(|due| now >= due) {
+            self.timers.hotplug_recheck = None;
             self.manager_event(manager::Input::Rescan);
         }
         self.sync_memory(now);
-        if let (Some(every), Some(due)) = (self.timing.watchdog_every, self.next_watchdog) {
+        if let (Some(every), Some(due)) = (
+            self.measurement.timing.watchdog_every,
+            self.timers.next_watchdog,
+        ) {
             if now >= due {
                 self.actions.push(Action::Watchdog);
-                self.next_watchdog = Some(now + every);
+                self.timers.next_watchdog = Some(now + every);
             }
         }
-        if now >= self.next_fingerprint {
-            self.next_fingerprint = now + self.timing.fingerprint_every;
-            let (online, usable) = (self.online(), self.usable());
-            let fp_changed = self.read_machine();
-            if fp_changed || self.usable() != usable {
+        if now >= self.timers.next_fingerprint {
+            self.timers.next_fingerprint = now + self.measurement.timing.fingerprint_every;
+            let (online, usable) = (self.machine.online(), self.machine.usable());
+            let fp_changed = self.machine.read(&self.cfg.sysroot);
+            if fp_changed || self.machine.usable() != usable {
                 self.fingerprint_changed(now);
             }
-            if self.online() != online {
+            if self.machine.online() != online {
                 // A hotplug the uevent socket did not report.
                 let planned = self.new_plan();
                 self.hand_down(planned, manager::Input::PlanChanged);
-                self.hotplug_recheck = Some(now + HOTPLUG_RECHECK);
+                self.timers.hotplug_recheck = Some(now + HOTPLUG_RECHECK);
             }
         }
-        if let Some(dir) = self.metrics.textfile_due(now, &self.settings.metrics) {
+        if let Some(dir) = self
+            .metrics
+            .textfile_due(now, &self.loaded.settings.metrics)
+        {
             metrics::textfile::write_logged(&dir, &self.metrics_text());
         }
-        if let Some(due) = self.next_rescan {
+        if let Some(due) = self.timers.next_rescan {
             if now >= due {
                 let every = self
+                    .loaded
                     .settings
                     .watch
                     .rescan_interval
                     .period()
                     .unwrap_or(Duration::from_secs(60));
-                self.next_rescan = Some(now + every);
+                self.timers.next_rescan = Some(now + every);
                 // sched_ext is polled on the rescan cadence (no event says it changed).
                 self.check_sched_ext();
                 self.manager_event(manager::Input::Rescan);
             }
         }
-        match self.schedule.due(now, &self.timing) {
+        match self.measurement.schedule.due(now, &self.measurement.timing) {
             Some(Due::Full) => {
                 tracing::info!("periodic full measurement");
                 self.start_full();
@@ -670,27 +714,47 @@ impl State {
         self.complete_due(now);
     }
 
+    /// CPUs went online or offline: re-read the machine, re-plan, re-apply, and read the
+    /// processes' cgroup cpusets again [`HOTPLUG_RECHECK`] later. The matrix
+    /// follows the usable CPUs from the store's cells (see `matrix::keep`).
+    pub(super) fn hotplug(&mut self, now: Instant) {
+        let usable = self.machine.usable();
+        let fp_changed = self.machine.read(&self.cfg.sysroot);
+        // The matrix (and so the domains) for the new CPUs first, then the re-plan.
+        if fp_changed || self.machine.usable() != usable {
+            self.fingerprint_changed(now);
+        } else {
+            self.machine.refresh_domains();
+        }
+        tracing::info!(online = %self.machine.online(), "CPU hotplug");
+        let planned = self.new_plan();
+        self.hand_down(planned, manager::Input::PlanChanged);
+        self.timers.hotplug_recheck = Some(now + HOTPLUG_RECHECK);
+        self.status();
+    }
+
     /// Lets the plan give up the slots no live thread holds, once per [`SLOTS_KEPT`] at
     /// most.
     fn release_slots(&mut self, now: Instant) {
-        if now < self.next_slot_release {
+        if now < self.timers.next_slot_release {
             return;
         }
-        let Some(m) = &mut self.manager else { return };
+        let Some(m) = &mut self.managed.manager else {
+            return;
+        };
         if !m.release_slots() {
             return;
         }
-        self.next_slot_release = now + SLOTS_KEPT;
-        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
-        let changes = replan::settle(m, choose);
+        self.timers.next_slot_release = now + SLOTS_KEPT;
+        let changes = self.managed.settle();
         self.after_manager(changes);
     }
 
     /// What `pinnerd metrics` prints and the textfile holds.
     fn metrics_text(&mut self) -> String {
-        let _ = self.domains(); // the levels; without domains the rest still shows
-        let (d, m) = (self.domains.as_ref(), self.current.as_ref());
-        let c = self.manager.as_ref().map(Manager::counters);
+        let _ = self.machine.domains(); // the levels; without domains the rest still shows
+        let (d, m) = (self.machine.domains.as_ref(), self.machine.current.as_ref());
+        let c = self.managed.manager.as_ref().map(Manager::counters);
         metrics::render(&MetricsSnapshot::of_daemon(
             self.snapshot(),
             d,
@@ -702,11 +766,11 @@ impl State {
 
     fn status(&mut self) {
         let s = self.snapshot();
-        let matrix = match &self.current {
+        let matrix = match &self.machine.current {
             Some(m) => format!("matrix of {} CPUs", m.len()),
             None => "no matrix (sysfs topology)".to_string(),
         };
-        let matrix = match self.current.as_ref().and_then(|m| m.kept.as_ref()) {
+        let matrix = match self.machine.current.as_ref().and_then(|m| m.kept.as_ref()) {
             Some(k) => format!(
                 "{matrix}, earlier cells kept for {}",
                 crate::measure::around::cpu_words(&k.cpus)
@@ -714,7 +778,7 @@ impl State {
             None => matrix,
         };
         let mut matrix = format!("{matrix}{}", self.completion_words());
-        if let Some(h) = self.holds_summary() {
+        if let Some(h) = self.sharing.holds.summary() {
             matrix.push_str(&format!(", {h}"));
         }
         let off = match s.latency_off.as_str() {

@@ -1,71 +1,94 @@
-//! Run-time pins in the rule vocabulary (`PinProcessWith`, `PlanWith`, what `pinnerd run`
-//! and `pinnerd pin` ask for) and the owner checks polkit decisions rest on. Split from
+//! Run-time pins in the rule vocabulary (`PinProcess`, `PinProcessWith`, `Plan`,
+//! `PlanWith`, what `pinnerd run` and `pinnerd pin` ask for: one path for all), their
+//! release, and the owner checks polkit decisions rest on. Split from
 //! `state/mod.rs` to keep each file readable; same state, same loop.
 
-use crate::api::{Command, CommandError, PlaceSpec, Reply};
+use crate::api::{CommandError, PinRequest, PlaceSpec, ReleaseRequest};
 use crate::cpuset::CpuSet;
 use crate::plan::Choose;
 use crate::rules::{CpuTarget, PlacementRequest};
 use crate::shape::Shaper;
 
 use super::State;
-use crate::daemon::replan;
 
 impl State {
-    /// Answers [`Command::PinWith`], [`Command::PlanWith`], [`Command::Owner`] and
-    /// [`Command::AsOwner`].
-    pub(super) fn runtime_command(&mut self, cmd: Command) -> Result<Reply, CommandError> {
-        match cmd {
-            Command::PinWith { pid, place, follow } => {
-                let request = self.resolve_place(&place)?;
-                let follow = follow
-                    || matches!(&place, crate::api::PlaceSpec::Rule(name)
-                        if self.rules.rules.get(name).is_some_and(|r| r.memory_follow));
-                let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
-                let cpus = self
-                    .runtime_cpus(&request)?
-                    .map_err(|source| CommandError::Pin { pid, source })?;
-                let m = self.manager.as_mut().ok_or(CommandError::Starting)?;
-                match m.pin(pid_i, &cpus) {
-                    Ok(mut changes) => {
-                        let choose = self.chooser.as_deref().map(|c| c as &dyn Choose);
-                        changes.extend(replan::settle(m, choose));
-                        tracing::info!(pid, %cpus, follow, "pinned at run time");
-                        self.follow.set_runtime(pid_i, follow);
-                        self.after_manager(changes);
-                        Ok(Reply::Cpus(cpus))
-                    }
-                    Err(e) => Err(CommandError::from_manager(pid, e)),
-                }
-            }
-            Command::PlanWith { place } => {
-                let request = self.resolve_place(&place)?;
-                let cpus = self
-                    .runtime_cpus(&request)?
-                    .map_err(|e| CommandError::InvalidArgs(e.to_string()))?;
-                Ok(Reply::Cpus(cpus))
-            }
-            Command::Owner { pid } => self.owner(pid).map(Reply::Owner),
-            Command::AsOwner { uid, command } => {
-                let pid = command.target_pid().ok_or_else(|| {
-                    CommandError::InvalidArgs("only a pin or a release acts for an owner".into())
-                })?;
-                let owner = self.owner(pid)?;
-                if owner != uid {
-                    tracing::warn!(pid, uid, owner, "refused: the process changed hands");
-                    return Err(CommandError::NotOwner { pid, uid });
-                }
-                self.command(*command)
-            }
-            other => Err(CommandError::InvalidArgs(format!(
-                "not a run-time pin command: {other:?}"
-            ))),
+    /// `PinProcess` and `PinProcessWith`: every thread of the process pinned to the CPUs
+    /// its placement gets now, which are returned.
+    pub(super) fn pin(&mut self, pin: PinRequest) -> Result<CpuSet, CommandError> {
+        let PinRequest {
+            pid,
+            place,
+            follow,
+            for_owner,
+        } = pin;
+        self.check_owner(pid, for_owner)?;
+        let request = self.resolve_place(&place)?;
+        let follow = follow
+            || matches!(&place, PlaceSpec::Rule(name)
+                if self.loaded.rules.rules.get(name).is_some_and(|r| r.memory_follow));
+        let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
+        let cpus = self.runtime_cpus(&request, |source| CommandError::Pin { pid, source })?;
+        let m = self
+            .managed
+            .manager
+            .as_mut()
+            .ok_or(CommandError::Starting)?;
+        let mut changes = m
+            .pin(pid_i, &cpus)
+            .map_err(|e| CommandError::from_manager(pid, e))?;
+        changes.extend(self.managed.settle());
+        tracing::info!(pid, %cpus, follow, "pinned at run time");
+        self.sharing.follow.set_runtime(pid_i, follow);
+        self.after_manager(changes);
+        Ok(cpus)
+    }
+
+    /// `ReleaseProcess`: a process pinned at run time gets its original masks back.
+    pub(super) fn release(&mut self, release: ReleaseRequest) -> Result<(), CommandError> {
+        let ReleaseRequest { pid, for_owner } = release;
+        self.check_owner(pid, for_owner)?;
+        let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
+        let m = self
+            .managed
+            .manager
+            .as_mut()
+            .ok_or(CommandError::Starting)?;
+        let mut changes = m
+            .unpin(pid_i)
+            .map_err(|e| CommandError::from_manager(pid, e))?;
+        changes.extend(self.managed.settle());
+        tracing::info!(pid, "released at run time");
+        self.after_manager(changes);
+        Ok(())
+    }
+
+    /// `Plan` and `PlanWith`: the CPUs [`State::pin`] would choose now.
+    pub(super) fn plan_with(&mut self, place: &PlaceSpec) -> Result<CpuSet, CommandError> {
+        let request = self.resolve_place(place)?;
+        self.runtime_cpus(&request, |e| CommandError::InvalidArgs(e.to_string()))
+    }
+
+    /// For a pin or release authorized as the owner's (`for_owner`): the process still
+    /// belongs to them, checked in the step that acts.
+    fn check_owner(&self, pid: u32, for_owner: Option<u32>) -> Result<(), CommandError> {
+        let Some(uid) = for_owner else {
+            return Ok(());
+        };
+        let owner = self.owner(pid)?;
+        if owner != uid {
+            tracing::warn!(pid, uid, owner, "refused: the process changed hands");
+            return Err(CommandError::NotOwner { pid, uid });
         }
+        Ok(())
     }
 
     /// The real uid of process `pid`.
-    fn owner(&self, pid: u32) -> Result<u32, CommandError> {
-        let m = self.manager.as_ref().ok_or(CommandError::Starting)?;
+    pub(super) fn owner(&self, pid: u32) -> Result<u32, CommandError> {
+        let m = self
+            .managed
+            .manager
+            .as_ref()
+            .ok_or(CommandError::Starting)?;
         i32::try_from(pid)
             .ok()
             .filter(|&p| p > 0)
@@ -79,7 +102,7 @@ impl State {
     fn resolve_place(&self, place: &PlaceSpec) -> Result<PlacementRequest, CommandError> {
         let mut request = match place {
             PlaceSpec::Rule(name) => {
-                let rule = self.rules.rules.get(name).ok_or_else(|| {
+                let rule = self.loaded.rules.rules.get(name).ok_or_else(|| {
                     CommandError::NoRule(format!("no loaded rule is named {name:?}"))
                 })?;
                 rule.place.clone().ok_or_else(|| {
@@ -93,7 +116,7 @@ impl State {
         request.exclusive = false;
         match &request.target {
             CpuTarget::Count(n) => {
-                let usable = self.usable().len();
+                let usable = self.machine.usable().len();
                 if *n == 0 || *n as usize > usable {
                     return Err(CommandError::InvalidArgs(format!(
                         "count {n}: must be between 1 and the {usable} usable CPUs"
@@ -101,7 +124,7 @@ impl State {
                 }
             }
             CpuTarget::Cpus(c) => {
-                let online = self.online();
+                let online = self.machine.online();
                 if c.is_empty() || !c.is_subset(&online) {
                     return Err(CommandError::InvalidArgs(format!(
                         "cpus {c}: not all online (online: {online})"
@@ -114,25 +137,35 @@ impl State {
 
     /// The CPUs a run-time pin of `request` gets now: among those online, not reserved
     /// for housekeeping and held by no exclusive rule (see [`crate::plan::Plan::pin`]).
+    /// `refused` says why none could be chosen.
     fn runtime_cpus(
         &mut self,
         request: &PlacementRequest,
-    ) -> Result<Result<CpuSet, crate::plan::PinError>, CommandError> {
-        self.domains()?;
-        let m = self.manager.as_ref().ok_or(CommandError::Starting)?;
+        refused: impl FnOnce(crate::plan::PinError) -> CommandError,
+    ) -> Result<CpuSet, CommandError> {
+        self.machine.domains()?;
+        let m = self
+            .managed
+            .manager
+            .as_ref()
+            .ok_or(CommandError::Starting)?;
         if request.shape.is_empty() {
-            let d = self.domains.as_ref().map(|d| d as &dyn Choose);
-            return Ok(m.plan().pin(request, d));
+            let d = self.machine.domains.as_ref().map(|d| d as &dyn Choose);
+            return m.plan().pin(request, d).map_err(refused);
         }
         // `core-type`, `prefer`, `near`: the machine's facts and the device, now.
         let (facts, devices) = self.shaping_inputs(request.shape.near.as_deref());
         let facts = facts.ok_or(CommandError::Starting)?;
-        let domains = self.domains.as_ref().ok_or(CommandError::Starting)?;
+        let domains = self
+            .machine
+            .domains
+            .as_ref()
+            .ok_or(CommandError::Starting)?;
         let shaper = Shaper {
             domains,
             facts: &facts,
             devices: &devices,
         };
-        Ok(m.plan().pin(request, Some(&shaper)))
+        m.plan().pin(request, Some(&shaper)).map_err(refused)
     }
 }

@@ -5,19 +5,9 @@
 use std::collections::BTreeSet;
 
 use crate::manager;
-use crate::plan::SchedExtStep;
 use crate::sched_ext::{self, SchedExt};
 
 use super::State;
-
-/// What the daemon knows about sched_ext.
-#[derive(Debug, Default)]
-pub(super) struct Kept {
-    /// The scheduler running now; `None` when none does.
-    pub now: Option<SchedExt>,
-    /// Rules already warned about while this scheduler runs (`warn`).
-    pub warned: BTreeSet<String>,
-}
 
 impl State {
     /// Reads the sched_ext state. When it changed since the last read, says so and makes
@@ -31,10 +21,10 @@ impl State {
                 return;
             }
         };
-        if now == self.sched_ext.now {
+        if now == self.sharing.sched_ext.now {
             return;
         }
-        let policy = self.settings.sched_ext.policy;
+        let policy = self.loaded.settings.sched_ext.policy;
         match &now {
             Some(s) => tracing::warn!(
                 scheduler = %s.ops, state = %s.state, ?policy,
@@ -42,44 +32,20 @@ impl State {
             ),
             None => tracing::info!("no sched_ext scheduler runs any more"),
         }
-        self.sched_ext = Kept {
+        self.sharing.sched_ext = super::sharing::SchedExtKept {
             now,
             warned: BTreeSet::new(),
         };
-        if self.manager.is_some() {
+        if self.managed.manager.is_some() {
             let planned = self.new_plan();
             self.hand_down(planned, manager::Input::RulesChanged);
             self.status();
         }
     }
 
-    /// Says what the `[sched-ext]` step of a plan did (`plan::making`): `pause`
-    /// releasing the rules, and under `warn` each rule that pins a partial mask, once
-    /// per rule while this scheduler runs.
-    pub(super) fn say_sched_ext_step(&mut self, step: &SchedExtStep) {
-        let Some(s) = &self.sched_ext.now else { return };
-        match step {
-            SchedExtStep::Paused => {
-                tracing::info!(scheduler = %s.ops, "sched-ext policy pause: rules released until it stops")
-            }
-            SchedExtStep::Warned(partial) => {
-                for (rule, cpus) in partial {
-                    if self.sched_ext.warned.insert(rule.clone()) {
-                        tracing::warn!(
-                            rule = %rule, cpus = %cpus, scheduler = %s.ops,
-                            "rule pins a partial mask while a sched_ext scheduler runs \
-                             (set [sched-ext] policy = \"widen\" or \"pause\" to adapt)"
-                        );
-                    }
-                }
-            }
-            SchedExtStep::Widened | SchedExtStep::NoScheduler => {}
-        }
-    }
-
     /// The running sched_ext scheduler, for `status`, the snapshot and `topology`.
     pub fn sched_ext(&self) -> Option<&SchedExt> {
-        self.sched_ext.now.as_ref()
+        self.sharing.sched_ext.now.as_ref()
     }
 }
 
@@ -144,7 +110,7 @@ mod tests {
         }
         std::fs::write(dir.join("rules/scx.toml"), rule).unwrap();
         let mut s = State::new(cfg, settings, Timing::default(), Instant::now());
-        s.policy = LoadPolicy::unchecked();
+        s.loaded.policy = LoadPolicy::unchecked();
         s.start().unwrap();
         s
     }
@@ -159,7 +125,7 @@ mod tests {
     const TWO: &str = "[[rule]]\nname = \"scx\"\n[rule.match]\ncomm = \"pd-no-such\"\n[rule.place]\ncount = 2\nsmt = \"avoid\"\n";
 
     fn placed(s: &State) -> CpuSet {
-        match s.manager.as_ref().unwrap().plan_of("scx", None) {
+        match s.managed.manager.as_ref().unwrap().plan_of("scx", None) {
             Some(PlanState::Placed { cpus }) => cpus.clone(),
             other => panic!("{other:?}"),
         }
@@ -191,13 +157,13 @@ mod tests {
         let mut s = started(d.path(), Some("enabled"), Settings::default(), TWO);
         let cpus = placed(&s);
         assert_eq!(cpus.len(), 2, "{cpus}");
-        assert!(s.sched_ext.warned.contains("scx"));
+        assert!(s.sharing.sched_ext.warned.contains("scx"));
         // The same rule planned again is not warned about again; a new scheduler is.
         let _ = s.new_plan();
-        assert_eq!(s.sched_ext.warned.len(), 1);
+        assert_eq!(s.sharing.sched_ext.warned.len(), 1);
         set_state(&d.path().join("sys"), Some("disabled"));
         s.check_sched_ext();
-        assert!(s.sched_ext.warned.is_empty());
+        assert!(s.sharing.sched_ext.warned.is_empty());
         assert_eq!(placed(&s), cpus, "pinned as usual whether or not it runs");
     }
 

@@ -10,7 +10,7 @@ fn never_cpus_are_measured_around_and_keep_their_earlier_cells() {
     let job = measured_first(&mut s);
     assert_eq!(job.cfg.cpus.to_string(), "0-15");
     // CPU 3 is never to be measured now: the job stays off it.
-    s.settings.measure.never_cpus = "3".parse().unwrap();
+    s.loaded.settings.measure.never_cpus = "3".parse().unwrap();
     let job = remeasure_job(&mut s);
     assert_eq!(job.cfg.cpus.to_string(), "0-2,4-15");
     let mut m = LatencyMatrix::from_fn(job.cfg.cpus.iter().collect(), |_, _| 50.0);
@@ -27,7 +27,7 @@ fn never_cpus_are_measured_around_and_keep_their_earlier_cells() {
         summary.ends_with("; kept 15 earlier cells of CPU 3 (CPU 3: measure.never-cpus)"),
         "{summary}"
     );
-    let cur = s.current.clone().unwrap();
+    let cur = s.machine.current.clone().unwrap();
     assert_eq!(cur.len(), 16);
     assert_eq!(
         cur.between(3, 4),
@@ -90,7 +90,7 @@ fn an_exclusive_rule_s_cpus_are_not_measured_and_two_cpus_minus_one_measure_noth
     set_online(&s.cfg.sysroot, "4-5");
     s.handle(Event::Hotplug);
     s.take_actions();
-    let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
+    let Ok(id) = ask(&mut s, Call::Remeasure) else {
         panic!()
     };
     let a = s.take_actions();
@@ -101,7 +101,7 @@ fn an_exclusive_rule_s_cpus_are_not_measured_and_two_cpus_minus_one_measure_noth
         "nothing measured: only CPU 4 may be measured (CPU 5: exclusive rule \"feed\"); no earlier cells to keep"
     );
     assert_eq!(s.snapshot().state, Phase::Ready);
-    assert!(s.schedule.running().is_none());
+    assert!(s.measurement.schedule.running().is_none());
     s.handle(Event::Tick(Instant::now() + Duration::from_secs(5)));
     assert!(jobs(&s.take_actions()).is_empty(), "no retry loop");
 }
@@ -111,8 +111,8 @@ fn with_an_earlier_pair_a_single_measurable_cpu_keeps_it() {
     let (mut s, _d) = on_e5620_copy(no_interval());
     set_online(&s.cfg.sysroot, "0-1");
     measured_first(&mut s);
-    s.settings.measure.never_cpus = "1".parse().unwrap();
-    let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
+    s.loaded.settings.measure.never_cpus = "1".parse().unwrap();
+    let Ok(id) = ask(&mut s, Call::Remeasure) else {
         panic!()
     };
     let a = s.take_actions();
@@ -122,7 +122,7 @@ fn with_an_earlier_pair_a_single_measurable_cpu_keeps_it() {
         summaries(&a)[0],
         "nothing measured: only CPU 0 may be measured (CPU 1: measure.never-cpus); kept 1 earlier cell of CPU 1 (CPU 1: measure.never-cpus)"
     );
-    let cur = s.current.clone().unwrap();
+    let cur = s.machine.current.clone().unwrap();
     assert_eq!(cur.between(0, 1), Some(40.0));
     assert_eq!(
         cur.measured_at_us,
@@ -137,21 +137,13 @@ fn plan_keeps_off_an_exclusive_rule_s_cpus_as_plan_with_and_pins_do() {
     let (mut s, d) = on_e5620_copy(no_interval());
     write_rule(d.path(), "hold", "[[rule]]\nname = \"hold\"\n[rule.match]\ncomm = \"no-such\"\n[rule.place]\ncpus = \"0\"\nexclusive = true\n");
     measured_first(&mut s);
-    let plan = s
-        .command(Command::Plan {
-            count: 1,
-            policy: Policy::Compact,
-            smt: SmtPolicy::Allow,
-        })
-        .unwrap();
-    let plan_with = s
-        .command(Command::PlanWith {
-            place: PlaceSpec::Request(count_request(1)),
-        })
-        .unwrap();
-    let Reply::Cpus(cpus) = &plan else {
-        panic!("{plan:?}")
-    };
+    let plan = plan_with(
+        &mut s,
+        crate::api::PlaceSpec::count(1, Policy::Compact, SmtPolicy::Allow),
+    )
+    .unwrap();
+    let plan_with = plan_with(&mut s, PlaceSpec::Request(count_request(1))).unwrap();
+    let cpus = &plan;
     assert!(
         !cpus.contains(0),
         "Plan chose the exclusive rule's CPU: {cpus}"

@@ -25,7 +25,15 @@ fn a_cpu_going_offline_and_back_keeps_the_matrix_and_measures_nothing() {
             "{online}: the matrix is kept"
         );
         assert_eq!(snap.state, Phase::Ready, "{online}");
-        let cpus: CpuSet = s.current.as_ref().unwrap().cpus.iter().copied().collect();
+        let cpus: CpuSet = s
+            .machine
+            .current
+            .as_ref()
+            .unwrap()
+            .cpus
+            .iter()
+            .copied()
+            .collect();
         assert_eq!(
             cpus.to_string(),
             online,
@@ -36,7 +44,15 @@ fn a_cpu_going_offline_and_back_keeps_the_matrix_and_measures_nothing() {
     set_online(&s.cfg.sysroot, "0-14");
     s.handle(Event::Tick(Instant::now() + Duration::from_secs(61)));
     assert!(jobs(&s.take_actions()).is_empty());
-    let cpus: CpuSet = s.current.as_ref().unwrap().cpus.iter().copied().collect();
+    let cpus: CpuSet = s
+        .machine
+        .current
+        .as_ref()
+        .unwrap()
+        .cpus
+        .iter()
+        .copied()
+        .collect();
     assert_eq!(cpus.to_string(), "0-14", "found without a uevent");
     // The store still has every CPU's cells.
     let stored = MatrixStore::open(&s.cfg.state_dir).unwrap();
@@ -48,7 +64,7 @@ fn a_cpu_going_offline_and_back_keeps_the_matrix_and_measures_nothing() {
 fn the_cgroup_cpusets_are_read_again_a_moment_after_a_hotplug() {
     let (mut s, _d) = on_e5620_copy(Timing::default());
     measured_first(&mut s);
-    let events = |s: &State| s.manager.as_ref().unwrap().counters().events;
+    let events = |s: &State| s.managed.manager.as_ref().unwrap().counters().events;
     set_online(&s.cfg.sysroot, "0-14");
     let t0 = Instant::now();
     s.handle(Event::Hotplug);
@@ -89,7 +105,11 @@ fn a_cpu_never_measured_gets_only_its_pairs_measured() {
         jobs(&s.take_actions()).is_empty(),
         "no full measurement after"
     );
-    let m = s.current.clone().expect("the completed matrix is used");
+    let m = s
+        .machine
+        .current
+        .clone()
+        .expect("the completed matrix is used");
     assert_eq!(m.len(), 16);
     assert_eq!(m.between(3, 15), Some(55.0));
     assert_eq!(m.between(3, 4), Some(40.0), "the stored cells are kept");
@@ -167,19 +187,17 @@ fn a_changed_fingerprint_sets_the_matrix_aside_and_measures_the_new_cpus() {
     );
     let j = jobs(&s.take_actions());
     assert_eq!(j.len(), 1, "a full measurement of the new CPUs");
-    assert_eq!(j[0].cfg.cpus, s.usable());
+    assert_eq!(j[0].cfg.cpus, s.machine.usable());
     assert_eq!(
         j[0].cfg.fingerprint.as_deref(),
         Some(after.fingerprint.as_str())
     );
     assert_eq!(after.state, Phase::Measuring);
     // Until it ends, placement works from sysfs.
-    assert!(matches!(
-        s.command(Command::Plan {
-            count: 2,
-            policy: Policy::Compact,
-            smt: SmtPolicy::Allow
-        }),
-        Ok(Reply::Cpus(_))
-    ));
+    let cpus = plan_with(
+        &mut s,
+        crate::api::PlaceSpec::count(2, Policy::Compact, SmtPolicy::Allow),
+    )
+    .unwrap();
+    assert_eq!(cpus.len(), 2, "{cpus}");
 }

@@ -1,5 +1,7 @@
 use super::*;
-use crate::api::{Command, CommandError, Reply};
+use crate::api::{
+    Call, CommandError, Explained, MatrixReply, PinRequest, PlaceSpec, Reloaded, ReplyTo,
+};
 use crate::cpuset::CpuSet;
 use crate::daemon::worker::JobError;
 use crate::daemon::worker::{Finished, JobKind, Product};
@@ -14,6 +16,42 @@ mod machine;
 mod processes;
 
 fn state(timing: Timing) -> (State, tempfile::TempDir) {
+    let (cfg, dir) = config();
+    let ops = managed::Ops::system(&cfg.sysroot);
+    (
+        unchecked(State::with_ops(
+            cfg,
+            Settings::default(),
+            timing,
+            Instant::now(),
+            ops,
+        )),
+        dir,
+    )
+}
+
+/// [`state`], its manager acting through fakes handed in: no real process is pinned.
+fn state_with_fakes(
+    timing: Timing,
+) -> (
+    State,
+    tempfile::TempDir,
+    std::sync::Arc<crate::affinity::FakeOps>,
+    std::sync::Arc<crate::watch::scan::FakeProcs>,
+) {
+    let (cfg, dir) = config();
+    let ops = std::sync::Arc::new(crate::affinity::FakeOps::new());
+    let procs = std::sync::Arc::new(crate::watch::scan::FakeProcs::new());
+    let fakes = managed::Ops {
+        affinity: ops.clone(),
+        procs: procs.clone(),
+    };
+    let s = State::with_ops(cfg, Settings::default(), timing, Instant::now(), fakes);
+    (unchecked(s), dir, ops, procs)
+}
+
+/// Directories of a daemon in a new temporary directory, on this machine's /sys.
+fn config() -> (Config, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let cfg = Config {
         settings: dir.path().join("absent.toml"),
@@ -29,9 +67,43 @@ fn state(timing: Timing) -> (State, tempfile::TempDir) {
     ] {
         std::fs::create_dir_all(d).unwrap();
     }
-    let mut s = State::new(cfg, Settings::default(), timing, Instant::now());
-    s.policy = LoadPolicy::unchecked();
-    (s, dir)
+    (cfg, dir)
+}
+
+/// `s` loading rule files whoever owns them (the test's temporary directory).
+fn unchecked(mut s: State) -> State {
+    s.loaded.policy = LoadPolicy::unchecked();
+    s
+}
+
+/// Makes one call of `s` as a bus caller would (a memory read made on this thread) and
+/// takes its answer.
+fn ask<T>(s: &mut State, call: impl FnOnce(ReplyTo<T>) -> Call) -> Result<T, CommandError> {
+    let (reply, mut answer) = tokio::sync::oneshot::channel();
+    s.call_here(call(reply));
+    answer.try_recv().expect("answered at once")
+}
+
+/// `PlanWith` of `place`.
+fn plan_with(s: &mut State, place: PlaceSpec) -> Result<CpuSet, CommandError> {
+    ask(s, |reply| Call::PlanWith { place, reply })
+}
+
+/// `PinProcessWith` of `pid` to `place`, for its owner `for_owner` if given.
+fn pin(
+    s: &mut State,
+    pid: u32,
+    place: PlaceSpec,
+    follow: bool,
+    for_owner: Option<u32>,
+) -> Result<CpuSet, CommandError> {
+    let pin = PinRequest {
+        pid,
+        place,
+        follow,
+        for_owner,
+    };
+    ask(s, |reply| Call::Pin { pin, reply })
 }
 
 /// A `sleep 30` started as `program`, killed and reaped when dropped, so that a test
@@ -216,9 +288,7 @@ fn measured_first(s: &mut State) -> Job {
 #[test]
 fn metrics_answer_and_the_textfile_is_written_each_period() {
     let (mut s, d, job) = started(Timing::default());
-    let Reply::Text(text) = s.command(Command::Metrics).unwrap() else {
-        panic!()
-    };
+    let text = ask(&mut s, Call::Metrics).unwrap();
     assert!(
         text.contains("pinnerd_state{state=\"measuring\"} 1\n"),
         "{text}"
@@ -228,8 +298,9 @@ fn metrics_answer_and_the_textfile_is_written_each_period() {
     s.handle(ok_matrix(&job));
     let dir = d.path().join("textfile");
     std::fs::create_dir(&dir).unwrap();
-    s.settings.metrics.textfile_dir = dir.clone();
-    s.settings.metrics.textfile_period = crate::settings::HumanDuration(Duration::from_secs(15));
+    s.loaded.settings.metrics.textfile_dir = dir.clone();
+    s.loaded.settings.metrics.textfile_period =
+        crate::settings::HumanDuration(Duration::from_secs(15));
     let t0 = Instant::now();
     s.handle(Event::Tick(t0));
     let file = dir.join("pinnerd.prom");
@@ -252,7 +323,7 @@ fn without_a_stored_matrix_start_measures_and_remeasure_joins_it() {
     let (mut s, _d, job) = started(Timing::default());
     assert_eq!(s.snapshot().state, Phase::Measuring);
     assert_eq!(s.snapshot().measured_at_us, 0);
-    assert_eq!(job.cfg.cpus, s.usable());
+    assert_eq!(job.cfg.cpus, s.machine.usable());
     // A machine this small gets every pair; from 128 CPUs on, the sparse mode.
     assert!(job.cfg.cpus.len() < measure::SPARSE_FROM_CPUS);
     assert_eq!(job.cfg.mode, measure::Mode::Serial);
@@ -261,8 +332,8 @@ fn without_a_stored_matrix_start_measures_and_remeasure_joins_it() {
         measure::Mode::default_for(job.cfg.cpus.len(), measure::SPARSE_FROM_CPUS)
     );
     // Concurrent Remeasure calls coalesce into the running job.
-    assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
-    assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(job.id));
+    assert_eq!(ask(&mut s, Call::Remeasure).unwrap(), job.id);
+    assert_eq!(ask(&mut s, Call::Remeasure).unwrap(), job.id);
     assert!(jobs(&s.take_actions()).is_empty());
 
     s.handle(ok_matrix(&job));
@@ -271,15 +342,11 @@ fn without_a_stored_matrix_start_measures_and_remeasure_joins_it() {
     let snap = s.snapshot();
     assert_eq!(snap.state, Phase::Ready);
     assert_eq!(snap.measured_at_us, 1_700_000_000_000_000);
-    match s.command(Command::GetMatrix).unwrap() {
-        Reply::Matrix { cpus, latency_ns } => {
-            assert_eq!(cpus, job.cfg.cpus.iter().collect::<Vec<_>>());
-            assert!(latency_ns[0][0].is_nan());
-            if cpus.len() > 1 {
-                assert_eq!(latency_ns[0][1], 40.0);
-            }
-        }
-        other => panic!("{other:?}"),
+    let MatrixReply { cpus, latency_ns } = ask(&mut s, Call::GetMatrix).unwrap();
+    assert_eq!(cpus, job.cfg.cpus.iter().collect::<Vec<_>>());
+    assert!(latency_ns[0][0].is_nan());
+    if cpus.len() > 1 {
+        assert_eq!(latency_ns[0][1], 40.0);
     }
 }
 
@@ -287,7 +354,7 @@ fn without_a_stored_matrix_start_measures_and_remeasure_joins_it() {
 fn remeasure_calls_close_together_join_the_previous_job() {
     let (mut s, _d) = state(Timing::default());
     let job = measured_first(&mut s);
-    let Ok(Reply::Job(first)) = s.command(Command::Remeasure) else {
+    let Ok(first) = ask(&mut s, Call::Remeasure) else {
         panic!()
     };
     assert!(first > job.id);
@@ -299,7 +366,7 @@ fn remeasure_calls_close_together_join_the_previous_job() {
     assert!(!fresh[0].contains("earlier call"), "{fresh:?}");
     // Within remeasure-min-interval: the same job, whose end is told again, saying it
     // is an earlier call's job and why no new one started.
-    assert_eq!(s.command(Command::Remeasure).unwrap(), Reply::Job(first));
+    assert_eq!(ask(&mut s, Call::Remeasure).unwrap(), first);
     let a = s.take_actions();
     assert!(jobs(&a).is_empty());
     assert_eq!(finished(&a), vec![(first, true)]);
@@ -320,12 +387,12 @@ fn with_no_minimum_interval_each_remeasure_after_the_last_ended_is_new() {
     };
     let (mut s, _d, job) = started(timing);
     s.handle(ok_matrix(&job));
-    let Ok(Reply::Job(a)) = s.command(Command::Remeasure) else {
+    let Ok(a) = ask(&mut s, Call::Remeasure) else {
         panic!()
     };
     let j = jobs(&s.take_actions());
     s.handle(ok_matrix(&j[0]));
-    let Ok(Reply::Job(b)) = s.command(Command::Remeasure) else {
+    let Ok(b) = ask(&mut s, Call::Remeasure) else {
         panic!()
     };
     assert!(b > a);
@@ -337,7 +404,7 @@ fn the_matrix_is_stored_and_used_at_the_next_start() {
     s.handle(ok_matrix(&job));
     let cfg = s.cfg.clone();
     let mut again = State::new(cfg, Settings::default(), Timing::default(), Instant::now());
-    again.policy = LoadPolicy::unchecked();
+    again.loaded.policy = LoadPolicy::unchecked();
     again.start().unwrap();
     assert!(
         jobs(&again.take_actions()).is_empty(),
@@ -509,14 +576,10 @@ fn remeasure_during_a_probe_is_promised_and_runs_after_it() {
     s.take_actions();
     s.handle(Event::Tick(t0 + Duration::from_secs(11)));
     let probe = jobs(&s.take_actions())[0].clone();
-    let Ok(Reply::Job(promised)) = s.command(Command::Remeasure) else {
+    let Ok(promised) = ask(&mut s, Call::Remeasure) else {
         panic!()
     };
-    assert_eq!(
-        s.command(Command::Remeasure).unwrap(),
-        Reply::Job(promised),
-        "coalesced"
-    );
+    assert_eq!(ask(&mut s, Call::Remeasure).unwrap(), promised, "coalesced");
     assert!(jobs(&s.take_actions()).is_empty(), "waits for the probe");
     s.handle(Event::Measured(Box::new(Finished {
         id: probe.id,
@@ -569,14 +632,14 @@ fn reload_keeps_good_rules_of_a_file_gone_bad_and_reports_it() {
     )
     .unwrap();
     assert_eq!(
-        s.command(Command::Reload).unwrap(),
-        Reply::Reloaded {
+        ask(&mut s, Call::Reload).unwrap(),
+        Reloaded {
             rules: 1,
             errors: vec![]
         }
     );
     std::fs::write(rules.join("a.toml"), "[[rule]]\nname = \"a\"\nbogus = 1\n").unwrap();
-    let Ok(Reply::Reloaded { rules: n, errors }) = s.command(Command::Reload) else {
+    let Ok(Reloaded { rules: n, errors }) = ask(&mut s, Call::Reload) else {
         panic!()
     };
     assert_eq!(n, 1, "previous rules kept");
@@ -596,7 +659,7 @@ fn a_state_directory_that_cannot_hold_the_store_is_a_typed_error_naming_its_path
     std::fs::remove_dir(&state_dir).unwrap();
     std::fs::write(&state_dir, "a file, not a directory").unwrap();
     match s.start() {
-        Err(DaemonError::Store(crate::matrix::store::StoreError::Dir { path, .. })) => {
+        Err(crate::matrix::store::StoreError::Dir { path, .. }) => {
             assert_eq!(path, state_dir.join("history"))
         }
         other => panic!("{other:?}"),
@@ -616,14 +679,14 @@ fn a_bad_settings_file_on_reload_keeps_the_old_settings() {
         "{errs:?}"
     );
     // Kept typed, with its file, line and column.
-    match &s.settings_error {
+    match &s.loaded.settings_error {
         Some(SettingsError::Invalid { path: p, at, .. }) => {
             assert_eq!(p, &path);
             assert_eq!((at.line, at.col), (2, 10));
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(s.settings, Settings::default());
+    assert_eq!(s.loaded.settings, Settings::default());
     let a = s.take_actions();
     assert_eq!(a.first(), Some(&Action::Reloading));
     assert_eq!(a.last(), Some(&Action::Ready));
@@ -632,26 +695,19 @@ fn a_bad_settings_file_on_reload_keeps_the_old_settings() {
 #[test]
 fn plan_uses_sysfs_until_a_matrix_exists_and_checks_its_arguments() {
     let (mut s, _d, job) = started(Timing::default());
-    let usable = s.usable();
+    let usable = s.machine.usable();
     let n = usable.len() as u32;
     let plan = |s: &mut State, count, policy| {
-        s.command(Command::Plan {
-            count,
-            policy,
-            smt: SmtPolicy::Allow,
-        })
+        plan_with(
+            s,
+            crate::api::PlaceSpec::count(count, policy, SmtPolicy::Allow),
+        )
     };
     // No matrix yet: the topology alone places.
-    assert_eq!(
-        plan(&mut s, n, Policy::Compact).unwrap(),
-        Reply::Cpus(usable.clone())
-    );
+    assert_eq!(plan(&mut s, n, Policy::Compact).unwrap(), usable.clone());
     s.handle(ok_matrix(&job));
-    assert_eq!(
-        plan(&mut s, n, Policy::Spread).unwrap(),
-        Reply::Cpus(usable.clone())
-    );
-    let Ok(Reply::Cpus(one)) = plan(&mut s, 1, Policy::Compact) else {
+    assert_eq!(plan(&mut s, n, Policy::Spread).unwrap(), usable.clone());
+    let Ok(one) = plan(&mut s, 1, Policy::Compact) else {
         panic!()
     };
     assert_eq!(one.len(), 1);
@@ -676,7 +732,7 @@ fn without_proc_events_the_daemon_is_degraded_and_rescans() {
     s.handle(Event::Watch(Err("not in the initial namespace".into())));
     assert_eq!(s.snapshot().state, Phase::Degraded);
     assert!(
-        s.next_rescan.is_some(),
+        s.timers.next_rescan.is_some(),
         "rescans cannot be off without events"
     );
     s.handle(Event::Watch(Ok(())));
@@ -753,7 +809,7 @@ fn no_interval() -> Timing {
 }
 
 fn remeasure_job(s: &mut State) -> Job {
-    let Ok(Reply::Job(id)) = s.command(Command::Remeasure) else {
+    let Ok(id) = ask(s, Call::Remeasure) else {
         panic!("no job")
     };
     let j = jobs(&s.take_actions());
@@ -772,7 +828,7 @@ fn the_status_line_says_one_of_a_thing_in_the_singular() {
         "[[rule]]\nname = \"one\"\n[rule.match]\ncomm = \"pd-status-none\"\n[rule.place]\ncount = 1\n",
     );
     measured_first(&mut s);
-    s.command(Command::Reload).unwrap();
+    ask(&mut s, Call::Reload).unwrap();
     let status: Vec<String> = s
         .take_actions()
         .into_iter()

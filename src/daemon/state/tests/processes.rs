@@ -2,6 +2,7 @@
 //! and memory that follows its CPUs one job at a time.
 
 use super::*;
+use crate::topology::Topology;
 
 #[test]
 fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
@@ -9,18 +10,10 @@ fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
     let (mut s, _d, _job) = started(Timing::default());
     let child = Sleeper::spawn("sleep");
     let pid = child.pid();
-    assert_eq!(s.command(Command::Owner { pid }).unwrap(), Reply::Owner(0));
+    assert_eq!(ask(&mut s, |reply| Call::Owner { pid, reply }).unwrap(), 0);
     let place = PlaceSpec::Request(count_request(1));
-    let pin = Command::PinWith {
-        pid,
-        place: place.clone(),
-        follow: false,
-    };
     // Authorized for uid 1000's process, but it is root's now: nothing is pinned.
-    match s.command(Command::AsOwner {
-        uid: 1000,
-        command: Box::new(pin.clone()),
-    }) {
+    match pin(&mut s, pid, place.clone(), false, Some(1000)) {
         Err(e @ CommandError::NotOwner { uid: 1000, .. }) => {
             assert_eq!(
                 e.to_string(),
@@ -30,30 +23,32 @@ fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        s.command(Command::ListManaged { caller_uid: 0 }).unwrap(),
-        Reply::Managed(vec![])
+        ask(&mut s, |reply| Call::ListManaged {
+            caller_uid: 0,
+            reply
+        })
+        .unwrap(),
+        vec![]
     );
-    let Ok(Reply::Cpus(cpus)) = s.command(Command::AsOwner {
-        uid: 0,
-        command: Box::new(pin),
-    }) else {
+    let Ok(cpus) = pin(&mut s, pid, place, false, Some(0)) else {
         panic!("the owner's pin")
     };
     assert_eq!(cpus.len(), 1);
-    let Reply::Managed(list) = s.command(Command::ListManaged { caller_uid: 0 }).unwrap() else {
-        panic!()
-    };
+    let list = ask(&mut s, |reply| Call::ListManaged {
+        caller_uid: 0,
+        reply,
+    })
+    .unwrap();
     assert!(
         list.iter().any(|e| e.pid == pid && e.rule == "(runtime)"),
         "{list:?}"
     );
     // Another user sees root's process by pid, rule and CPUs only, as Explain shows it.
-    let Reply::Managed(theirs) = s
-        .command(Command::ListManaged { caller_uid: 1000 })
-        .unwrap()
-    else {
-        panic!()
-    };
+    let theirs = ask(&mut s, |reply| Call::ListManaged {
+        caller_uid: 1000,
+        reply,
+    })
+    .unwrap();
     let row = theirs.iter().find(|e| e.pid == pid).expect("listed");
     assert_eq!(
         (row.comm.as_str(), row.rule.as_str(), row.state.as_str()),
@@ -61,22 +56,51 @@ fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
         "{row:?}"
     );
     assert_eq!(row.cpus, cpus.to_string());
-    match s.command(Command::PlanWith {
-        place: PlaceSpec::Rule("nope".into()),
-    }) {
+    match plan_with(&mut s, PlaceSpec::Rule("nope".into())) {
         Err(CommandError::NoRule(m)) => assert_eq!(m, "no loaded rule is named \"nope\""),
         other => panic!("{other:?}"),
     }
     assert!(matches!(
-        s.command(Command::AsOwner {
-            uid: 0,
-            command: Box::new(Command::Metrics)
-        }),
-        Err(CommandError::InvalidArgs(_))
-    ));
-    assert!(matches!(
-        s.command(Command::Owner { pid: 0 }),
+        ask(&mut s, |reply| Call::Owner { pid: 0, reply }),
         Err(CommandError::NoSuchProcess(0))
+    ));
+}
+
+#[test]
+fn a_run_time_pin_and_its_release_act_through_the_operations_handed_in() {
+    let (mut s, _d, ops, procs) = state_with_fakes(Timing::default());
+    s.start().unwrap();
+    let online = s.machine.online();
+    procs.put(4242, "fake-feed", 7, &[(4243, "fake-worker")]);
+    ops.add_process(4242, 7, &[4242, 4243], &online);
+    let place = PlaceSpec::count(1, Policy::Compact, SmtPolicy::Allow);
+    let cpus = pin(&mut s, 4242, place, false, None).unwrap();
+    assert_eq!(cpus.len(), 1, "{cpus}");
+    assert_eq!(ops.mask(4242), Some(cpus.clone()));
+    assert_eq!(ops.mask(4243), Some(cpus.clone()));
+    let rows = ask(&mut s, |reply| Call::ListManaged {
+        caller_uid: 0,
+        reply,
+    })
+    .unwrap();
+    assert!(
+        rows.iter()
+            .any(|r| r.pid == 4242 && r.rule == "(runtime)" && r.cpus == cpus.to_string()),
+        "{rows:?}"
+    );
+    let release = |s: &mut State| {
+        let release = crate::api::ReleaseRequest {
+            pid: 4242,
+            for_owner: None,
+        };
+        ask(s, |reply| Call::Release { release, reply })
+    };
+    release(&mut s).unwrap();
+    assert_eq!(ops.mask(4242), Some(online.clone()), "its mask given back");
+    assert_eq!(ops.mask(4243), Some(online));
+    assert!(matches!(
+        release(&mut s),
+        Err(CommandError::NotManaged(4242))
     ));
 }
 
@@ -85,15 +109,19 @@ fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
     let (mut s, _d, _job) = started(Timing::default());
     let child = Sleeper::spawn("sleep");
     let pid = child.pid();
-    let one_node = s.topology.as_ref().unwrap().nodes.len() <= 1;
-    let Reply::Explained { text: why, .. } =
-        s.command(Command::Explain { pid, caller_uid: 0 }).unwrap()
-    else {
-        panic!()
-    };
-    let Reply::Json(mem) = s.command(Command::Memory { pid, caller_uid: 0 }).unwrap() else {
-        panic!()
-    };
+    let one_node = s.machine.topology.as_ref().unwrap().nodes.len() <= 1;
+    let Explained { text: why, .. } = ask(&mut s, |reply| Call::Explain {
+        pid,
+        caller_uid: 0,
+        reply,
+    })
+    .unwrap();
+    let mem = ask(&mut s, |reply| Call::Memory {
+        pid,
+        caller_uid: 0,
+        reply,
+    })
+    .unwrap();
     if one_node {
         assert!(why.contains("memory: one node"), "{why}");
         assert_eq!(mem, serde_json::json!({"one_node": true, "nodes": []}));
@@ -102,28 +130,26 @@ fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
         assert!(mem["total_bytes"].as_u64().unwrap() > 0, "{mem}");
     }
     // Another user sees its rule and CPUs only: no memory.
-    let Reply::Explained { text: why, .. } = s
-        .command(Command::Explain {
-            pid,
-            caller_uid: 1000,
-        })
-        .unwrap()
-    else {
-        panic!()
-    };
+    let Explained { text: why, .. } = ask(&mut s, |reply| Call::Explain {
+        pid,
+        caller_uid: 1000,
+        reply,
+    })
+    .unwrap();
     assert!(!why.contains("memory"), "{why}");
     assert_eq!(
-        s.command(Command::Memory {
+        ask(&mut s, |reply| Call::Memory {
             pid,
-            caller_uid: 1000
+            caller_uid: 1000,
+            reply
         })
         .unwrap(),
-        Reply::Json(serde_json::Value::Null)
+        serde_json::Value::Null
     );
     // Once it has exited and been reaped, it is no such process.
     drop(child);
     assert!(matches!(
-        s.command(Command::Memory { pid, caller_uid: 0 }),
+        ask(&mut s, |reply| Call::Memory { pid, caller_uid: 0, reply }),
         Err(CommandError::NoSuchProcess(p)) if p == pid
     ));
 }
@@ -140,7 +166,7 @@ fn explain_leaves_the_memory_read_to_a_reader_and_it_answers() {
     let fixture = SysRoot::machine(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-e5620"),
     );
-    s.topology = Some(Topology::discover(&fixture).unwrap());
+    s.machine.topology = Some(Topology::discover(&fixture).unwrap());
     let child = Sleeper::spawn("sleep");
     let pid = child.pid();
     // Where memory is read from: a tree whose numa_maps for `pid` is a FIFO.
@@ -159,8 +185,9 @@ fn explain_leaves_the_memory_read_to_a_reader_and_it_answers() {
     let (reply, mut answer) = tokio::sync::oneshot::channel();
     let (done_tx, done) = mpsc::channel();
     std::thread::spawn(move || {
-        s.handle(Event::Command(crate::api::Call {
-            command: Command::Explain { pid, caller_uid: 0 },
+        s.handle(Event::Command(Call::Explain {
+            pid,
+            caller_uid: 0,
             reply,
         }));
         let _ = done_tx.send(s);
@@ -179,10 +206,11 @@ fn explain_leaves_the_memory_read_to_a_reader_and_it_answers() {
         .collect();
     assert_eq!(reads.len(), 1);
     // The loop goes on answering while the read waits.
-    assert!(matches!(
-        s.command(Command::ListManaged { caller_uid: 0 }),
-        Ok(Reply::Managed(_))
-    ));
+    let listed = ask(&mut s, |reply| Call::ListManaged {
+        caller_uid: 0,
+        reply,
+    });
+    assert!(listed.is_ok(), "{listed:?}");
     let read = reads.into_iter().next().unwrap();
     let reader = std::thread::spawn(move || read.run(|_| {}));
     let mut w = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
@@ -190,7 +218,7 @@ fn explain_leaves_the_memory_read_to_a_reader_and_it_answers() {
         .unwrap();
     drop(w);
     reader.join().unwrap();
-    let Ok(Ok(Reply::Explained { text, full })) = answer.try_recv() else {
+    let Ok(Ok(Explained { text, full })) = answer.try_recv() else {
         panic!("no answer after the read")
     };
     assert!(full);
@@ -208,8 +236,9 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
     let fixture = SysRoot::machine(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-e5620"),
     );
-    s.topology = Some(Topology::discover(&fixture).unwrap());
-    s.settings.memory.follow_interval = crate::settings::HumanDuration(Duration::from_secs(300));
+    s.machine.topology = Some(Topology::discover(&fixture).unwrap());
+    s.loaded.settings.memory.follow_interval =
+        crate::settings::HumanDuration(Duration::from_secs(300));
     let child = Sleeper::spawn("sleep");
     let pid = child.pid();
     let pin = |s: &mut State, cpu: &str| {
@@ -221,12 +250,7 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
             exclusive: false,
             shape: Default::default(),
         });
-        s.command(Command::PinWith {
-            pid,
-            place,
-            follow: true,
-        })
-        .unwrap();
+        pin(s, pid, place, true, None).unwrap();
         s.take_actions()
             .into_iter()
             .filter_map(|a| match a {
@@ -240,8 +264,12 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
     // While it runs, no second one.
     s.sync_memory(Instant::now());
     assert!(s.take_actions().is_empty());
-    let explain = |s: &mut State| match s.command(Command::Explain { pid, caller_uid: 0 }) {
-        Ok(Reply::Explained { text, .. }) => text,
+    let explain = |s: &mut State| match ask(s, |reply| Call::Explain {
+        pid,
+        caller_uid: 0,
+        reply,
+    }) {
+        Ok(Explained { text, .. }) => text,
         other => panic!("{other:?}"),
     };
     assert!(explain(&mut s).contains("memory follow: moving its memory to node 1 now"));
@@ -264,9 +292,7 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
         why.contains("memory follow: moved 1.0 GiB from node 0 to node 1 in 0.5 s"),
         "{why}"
     );
-    let Reply::Text(metrics) = s.command(Command::Metrics).unwrap() else {
-        panic!()
-    };
+    let metrics = ask(&mut s, Call::Metrics).unwrap();
     assert!(
         metrics.contains("pinnerd_memory_migrations_total{outcome=\"moved\"} 1\n"),
         "{metrics}"
@@ -302,7 +328,7 @@ fn queued_memory_moves_say_they_wait_for_the_one_before_them() {
     let fixture = SysRoot::machine(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-e5620"),
     );
-    s.topology = Some(Topology::discover(&fixture).unwrap());
+    s.machine.topology = Some(Topology::discover(&fixture).unwrap());
     let (a, b) = (Sleeper::spawn("sleep"), Sleeper::spawn("sleep"));
     let mut queued = Vec::new();
     for pid in [a.pid(), b.pid()] {
@@ -314,12 +340,7 @@ fn queued_memory_moves_say_they_wait_for_the_one_before_them() {
             exclusive: false,
             shape: Default::default(),
         });
-        s.command(Command::PinWith {
-            pid,
-            place,
-            follow: true,
-        })
-        .unwrap();
+        pin(&mut s, pid, place, true, None).unwrap();
         queued.extend(s.take_actions().into_iter().filter_map(|x| match x {
             Action::Follow(j) => Some(j.pid),
             _ => None,
@@ -327,8 +348,12 @@ fn queued_memory_moves_say_they_wait_for_the_one_before_them() {
     }
     // One job each, queued in order: the first moves, the second waits for it.
     assert_eq!(queued, vec![a.pid() as i32, b.pid() as i32]);
-    let explain = |s: &mut State, pid| match s.command(Command::Explain { pid, caller_uid: 0 }) {
-        Ok(Reply::Explained { text, .. }) => text,
+    let explain = |s: &mut State, pid| match ask(s, |reply| Call::Explain {
+        pid,
+        caller_uid: 0,
+        reply,
+    }) {
+        Ok(Explained { text, .. }) => text,
         other => panic!("{other:?}"),
     };
     let first = explain(&mut s, a.pid());
@@ -362,7 +387,7 @@ fn queued_memory_moves_say_they_wait_for_the_one_before_them() {
 #[test]
 fn an_isolate_rule_s_process_is_wanted_held_and_explain_says_what_came_of_it() {
     let (mut s, d, _job) = started(Timing::default());
-    let online = s.online();
+    let online = s.machine.online();
     let last = online.iter().last().unwrap();
     let prog = d.path().join("pinnerd-isohold");
     std::fs::copy("/bin/sleep", &prog).unwrap();
@@ -409,24 +434,23 @@ fn an_isolate_rule_s_process_is_wanted_held_and_explain_says_what_came_of_it() {
         isolated: false,
         problem: Some("the kernel has no remote cpuset partitions".into()),
     }]));
-    let Reply::Explained { text, .. } = s.command(Command::Explain { pid, caller_uid: 0 }).unwrap()
-    else {
-        panic!()
-    };
+    let Explained { text, .. } = ask(&mut s, |reply| Call::Explain {
+        pid,
+        caller_uid: 0,
+        reply,
+    })
+    .unwrap();
     assert!(
         text.contains("held: not isolated: the kernel has no remote cpuset partitions; the rule stays merely exclusive"),
         "{text}"
     );
     // Another user does not see how it is held.
-    let Reply::Explained { text, .. } = s
-        .command(Command::Explain {
-            pid,
-            caller_uid: 1000,
-        })
-        .unwrap()
-    else {
-        panic!()
-    };
+    let Explained { text, .. } = ask(&mut s, |reply| Call::Explain {
+        pid,
+        caller_uid: 1000,
+        reply,
+    })
+    .unwrap();
     assert!(!text.contains("held:"), "{text}");
 
     drop(child);
@@ -443,7 +467,7 @@ fn an_isolate_rule_s_process_is_wanted_held_and_explain_says_what_came_of_it() {
 #[test]
 fn a_hold_with_a_problem_is_asked_for_again_after_the_retry_interval() {
     let (mut s, d, _job) = started(Timing::default());
-    let last = s.online().iter().last().unwrap();
+    let last = s.machine.online().iter().last().unwrap();
     let prog = d.path().join("pinnerd-isoretr");
     std::fs::copy("/bin/sleep", &prog).unwrap();
     write_rule(
@@ -483,13 +507,13 @@ fn a_hold_with_a_problem_is_asked_for_again_after_the_retry_interval() {
     s.sync_holds();
     assert_eq!(holds(&mut s), 0);
     // Due: the same wants again.
-    s.holds.retry_at = Some(Instant::now() - Duration::from_secs(1));
+    s.sharing.holds.retry_at = Some(Instant::now() - Duration::from_secs(1));
     s.sync_holds();
     assert_eq!(holds(&mut s), 1);
     // Held without a problem: never sent again for nothing.
     s.handle(Event::Held(vec![report(None)]));
     s.take_actions();
-    s.holds.retry_at = Some(Instant::now() - Duration::from_secs(1));
+    s.sharing.holds.retry_at = Some(Instant::now() - Duration::from_secs(1));
     s.sync_holds();
     assert_eq!(holds(&mut s), 0);
     drop(child);

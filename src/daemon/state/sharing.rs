@@ -1,0 +1,166 @@
+//! What the daemon changes beside thread masks, kept between events: interrupts moved
+//! away, units held, the sched_ext scheduler seen, memory that follows its CPUs. The
+//! state acts on them (`irqs.rs`, `holds.rs`, `sched_ext.rs`, `following.rs`); this
+//! file only holds them.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::time::Instant;
+
+use crate::cpuset::CpuSet;
+use crate::hold::{HoldReport, Want};
+use crate::irq::Moved;
+use crate::memory::follow::Outcome;
+use crate::plan::SchedExtStep;
+use crate::sched_ext::SchedExt;
+
+/// What the daemon changes beside thread masks.
+#[derive(Debug, Default)]
+pub(super) struct Sharing {
+    /// IRQs moved off the CPUs of `irqs = "away"` rules (`state/irqs.rs`).
+    pub(super) irqs: IrqsAway,
+    /// Units held for `isolate` and `unit-cpuset` rules (`state/holds.rs`).
+    pub(super) holds: Holds,
+    /// Whether a sched_ext scheduler runs (`state/sched_ext.rs`).
+    pub(super) sched_ext: SchedExtKept,
+    /// `memory = "follow"`: the processes whose memory follows their CPUs
+    /// (`state/following.rs`).
+    pub(super) follow: Following,
+}
+
+/// What the daemon has done to interrupts.
+#[derive(Debug, Default)]
+pub(super) struct IrqsAway {
+    /// The CPUs IRQs were moved off.
+    pub(super) away: CpuSet,
+    /// The IRQs moved, with their masks before (restored when the CPUs are let go).
+    pub(super) moved: Vec<Moved>,
+    /// IRQs already reported as unmovable: said once, not retried in a loop.
+    pub(super) reported: BTreeSet<u32>,
+}
+
+/// What the daemon asked the holder for and what it said.
+#[derive(Debug, Default)]
+pub(super) struct Holds {
+    /// The wants last sent; `None` before the first.
+    pub(super) sent: Option<Vec<Want>>,
+    /// The holder's last report per managed pid.
+    pub(super) reports: BTreeMap<u32, HoldReport>,
+    /// Problems already logged (rule, pid, line): said once, not at every report.
+    pub(super) logged: BTreeSet<(String, u32, String)>,
+    /// While a hold has a problem, the same wants are sent again from then on (a unit
+    /// not found yet, systemd not reachable yet).
+    pub(super) retry_at: Option<Instant>,
+}
+
+/// What the daemon knows about sched_ext.
+#[derive(Debug, Default)]
+pub(super) struct SchedExtKept {
+    /// The scheduler running now; `None` when none does.
+    pub now: Option<SchedExt>,
+    /// Rules already warned about while this scheduler runs (`warn`).
+    pub warned: BTreeSet<String>,
+}
+
+/// One process whose memory follows its CPUs.
+#[derive(Debug, Default)]
+pub(super) struct Entry {
+    /// The nodes its memory was last moved to (or found on); empty: not yet.
+    pub(super) done_for: BTreeSet<u32>,
+    /// A job runs for it now, towards these nodes.
+    pub(super) running: Option<BTreeSet<u32>>,
+    /// When its last job ended.
+    pub(super) last_at: Option<Instant>,
+    /// What its last job did.
+    pub(super) last: Option<Outcome>,
+    /// Its CPUs moved to these nodes, and the interval holds the next job back.
+    pub(super) waiting: Option<BTreeSet<u32>>,
+}
+
+/// Every following process.
+#[derive(Debug, Default)]
+pub(super) struct Following {
+    pub(super) entries: BTreeMap<i32, Entry>,
+    /// Processes pinned at run time with `memory = "follow"`.
+    pub(super) runtime: BTreeSet<i32>,
+    /// The processes whose jobs are queued, in the order they were queued: the shell's
+    /// [`follow::MoveQueue`] runs them one at a time in this order, so the first is
+    /// moving and the others wait.
+    pub(super) queued: VecDeque<i32>,
+}
+
+impl Following {
+    /// Whether the memory of `pid`, pinned at run time, follows its CPUs.
+    pub(super) fn set_runtime(&mut self, pid: i32, follow: bool) {
+        if follow {
+            self.runtime.insert(pid);
+        } else {
+            self.runtime.remove(&pid);
+        }
+    }
+}
+
+impl Holds {
+    /// For `status`: units confined, CPUs isolated, holds refused.
+    pub(super) fn summary(&self) -> Option<String> {
+        if self.reports.is_empty() {
+            return None;
+        }
+        let confined = self.reports.values().filter(|r| r.confined).count();
+        let isolated = self
+            .reports
+            .values()
+            .filter(|r| r.isolated)
+            .fold(CpuSet::new(), |a, r| a.union(&r.cpus));
+        let mut s = format!("{} confined", crate::words::count(confined, "unit"));
+        if !isolated.is_empty() {
+            s.push_str(&format!(", CPUs {isolated} isolated"));
+        }
+        // Each distinct reason once, by rule: what `check` and the log say, no pids.
+        let problems: std::collections::BTreeSet<String> = self
+            .reports
+            .values()
+            .filter(|r| r.problem.is_some())
+            .map(|r| {
+                let line = r.line();
+                format!("rule {}: {line}", r.rule)
+            })
+            .collect();
+        for p in problems {
+            s.push_str(&format!("; {p}"));
+        }
+        Some(s)
+    }
+
+    /// The hold line for `explain`: what is held for `pid` and how, or why not.
+    pub(super) fn line(&self, pid: u32) -> Option<String> {
+        self.reports.get(&pid).map(HoldReport::line)
+    }
+}
+
+impl SchedExtKept {
+    /// Says what the `[sched-ext]` step of a plan did (`plan::making`): `pause`
+    /// releasing the rules, and under `warn` each rule that pins a partial mask, once
+    /// per rule while this scheduler runs.
+    pub(super) fn say_step(&mut self, step: &SchedExtStep) {
+        let Some(s) = &self.now else {
+            return;
+        };
+        match step {
+            SchedExtStep::Paused => {
+                tracing::info!(scheduler = %s.ops, "sched-ext policy pause: rules released until it stops")
+            }
+            SchedExtStep::Warned(partial) => {
+                for (rule, cpus) in partial {
+                    if self.warned.insert(rule.clone()) {
+                        tracing::warn!(
+                            rule = %rule, cpus = %cpus, scheduler = %s.ops,
+                            "rule pins a partial mask while a sched_ext scheduler runs \
+                             (set [sched-ext] policy = \"widen\" or \"pause\" to adapt)"
+                        );
+                    }
+                }
+            }
+            SchedExtStep::Widened | SchedExtStep::NoScheduler => {}
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! What follows every manager change, and the reports of the threads that act on it:
+//! the restore journal written, IRQs moved away and back, units held, memory that
+//! follows its CPUs. The state hands each part what it needs from the others; the parts
+//! (`sharing.rs`, `irqs.rs`, `holds.rs`, `following.rs`) import nothing of the state.
+
+use std::time::Instant;
+
+use crate::manager::{self, Change};
+
+use super::{following, log_change, Action, State, JOURNAL_RETRY};
+
+impl State {
+    /// Logs what the manager did and writes its journal when it changed.
+    pub(super) fn after_manager(&mut self, changes: Vec<Change>) {
+        for c in &changes {
+            log_change(c);
+        }
+        self.flush_journal();
+        self.sync_irqs();
+        self.sync_holds();
+        self.sync_memory(Instant::now());
+    }
+
+    /// Sends the holder what should be held, when that changed or a hold with a problem
+    /// is due to be tried again (`state/holds.rs`).
+    pub(super) fn sync_holds(&mut self) {
+        let wants = self.managed.holds_wanted(self.machine.topology.as_ref());
+        if let Some(wants) = self.sharing.holds.sending(wants, Instant::now()) {
+            self.actions.push(Action::Hold(wants));
+        }
+    }
+
+    /// What the holder did. When a unit's CPUs changed, every managed thread is applied
+    /// again at once (systemd turning the cpuset controller on or off for a slice resets
+    /// the masks of every task in the slice's other units, which a later look would take
+    /// for someone else's change), then every process is looked at again (the held
+    /// one's cpuset changed).
+    pub(super) fn held(&mut self, reports: Vec<crate::hold::HoldReport>) {
+        if !self.sharing.holds.reported(reports) {
+            return;
+        }
+        if let Some(plan) = self.managed.manager.as_ref().map(|m| m.plan().clone()) {
+            self.manager_event(manager::Input::PlanChanged(plan));
+        }
+        self.manager_event(manager::Input::Rescan);
+    }
+
+    /// Starts a memory-follow job for every following process whose CPUs moved to other
+    /// nodes, as its interval allows (`state/following.rs`). Called after every manager
+    /// change and every tick.
+    pub(super) fn sync_memory(&mut self, at: Instant) {
+        let now = following::Now {
+            at,
+            manager: self.managed.manager.as_ref(),
+            topology: self.machine.topology.as_ref(),
+            settings: &self.loaded.settings,
+            root: &self.cfg.sysroot,
+        };
+        let jobs = self.sharing.follow.sync(now, &mut self.metrics.memory);
+        for job in jobs {
+            self.actions.push(Action::Follow(Box::new(job)));
+        }
+    }
+
+    /// A memory-follow job ended; the next may start.
+    pub(super) fn followed(&mut self, f: crate::memory::follow::Finished) {
+        let at = f.at;
+        self.sharing.follow.ended(f, &mut self.metrics.memory);
+        self.sync_memory(at);
+    }
+
+    /// The `memory follow:` line of `Explain` for `pid`.
+    pub(super) fn follow_line(&self, pid: i32, now: Instant) -> String {
+        let interval = self.loaded.settings.memory.follow_interval.0;
+        self.sharing.follow.line(pid, now, interval)
+    }
+
+    /// Moves IRQs off the CPUs `irqs = "away"` rules hold now (`state/irqs.rs`).
+    pub(super) fn sync_irqs(&mut self) {
+        let wanted = self.managed.irqs_wanted_away();
+        let (root, dir) = (&self.cfg.sysroot, &self.cfg.runtime_dir);
+        self.sharing
+            .irqs
+            .sync(root, dir, wanted, &self.machine.online());
+    }
+
+    pub(super) fn flush_journal(&mut self) {
+        self.timers.journal_due = None;
+        if let Some(m) = &mut self.managed.manager {
+            if let Err(e) = m.flush() {
+                tracing::warn!(error = %e, retry_ms = JOURNAL_RETRY.as_millis() as u64, "cannot write the restore journal");
+                self.timers.journal_due = Some(Instant::now() + JOURNAL_RETRY);
+            }
+        }
+    }
+}
