@@ -22,6 +22,9 @@
 //! ```
 //!
 //! Modules, one concern each:
+//! - `advice`: one-off requests for K CPUs (`plan`, `plan --pid`, `report`, `compare`,
+//!   `run` without the daemon): the ground they stand on (the topology, the matrix given,
+//!   stored or measured now, the domains) made once, and requests placed on it
 //! - `affinity`: the affinity syscalls, read back, the restore journal
 //! - `api`: the typed commands, replies, snapshot and signals between daemon and clients
 //! - `cgroup`: which CPUs a process's cgroup cpuset (v1 or v2) allows
@@ -88,6 +91,7 @@
 //! a stored matrix lacks; `watch::rule_dirs` tells the rule watcher when a rule
 //! directory's path leads to another directory.
 
+pub mod advice;
 pub mod affinity;
 pub mod api;
 pub mod cgroup;

@@ -4,7 +4,7 @@
 //! of each, interleaved (the order rotates every round), with their spread; then the
 //! ratios of medians.
 //!
-//! Must not touch: placement logic (it asks `plan` for the planned set: a one-off
+//! Must not touch: placement logic (it asks `advice` for the planned set: a one-off
 //! request for K CPUs, not the rules' plan, which `plan::making` makes).
 
 use std::fmt::Write as _;
@@ -17,13 +17,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use serde_json::json;
 
+use crate::advice::{self, Advice, GroundSpec, Measuring};
 use crate::cpuset::CpuSet;
 use crate::domains::Domains;
 use crate::measure::pinned::pin_current;
 use crate::placement::{Policy, SmtPolicy};
 use crate::stats;
-
-use super::plan::{plan, Advice, PlanArgs};
 
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
@@ -271,26 +270,22 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
     if args.runs == 0 || args.duration_ms == 0 {
         anyhow::bail!("--runs and --duration-ms must be at least 1");
     }
-    let plan_args = PlanArgs {
-        count: Some(args.count),
-        policy: Policy::Compact,
-        smt: SmtPolicy::Allow,
-        exclude: None,
-        place: Default::default(),
-        matrix: args.matrix.clone(),
+    let spec = GroundSpec {
         sysfs: PathBuf::from(crate::sysroot::LIVE_SYS),
-        json: false,
-        live: false,
-        pid: None,
-        rules: Vec::new(),
-        config: PathBuf::from(crate::settings::DEFAULT_SETTINGS_PATH),
+        matrix: args.matrix.clone(),
         state_dir: args.state_dir.clone(),
-        measure_budget: 20.0,
-        no_measure: args.no_measure,
-        idle_threshold: args.idle_threshold,
-        measure_off_by: None,
+        measuring: if args.no_measure {
+            Measuring::Off("--no-measure".into())
+        } else {
+            Measuring::Allowed {
+                budget: Duration::from_secs(20),
+                min_idle_pct: args.idle_threshold,
+            }
+        },
     };
-    let p = plan(&plan_args, k).context("planning the CPUs to compare")?;
+    let req = advice::count_request(k, Policy::Compact, SmtPolicy::Allow, CpuSet::new());
+    let p =
+        advice::advise(&spec, &req, &Default::default()).context("planning the CPUs to compare")?;
     let effect = measure_effect(&p, k, args.runs, Duration::from_millis(args.duration_ms))?;
     super::print_answer(args.json, || effect.json(), || effect.human())
 }

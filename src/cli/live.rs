@@ -53,7 +53,7 @@ pub struct LiveArgs {
 pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     // The topology from the tree given (a captured machine's `proc/` included); the
     // processes from this machine's /proc.
-    let machine = super::topology::resolve_roots(Some(&args.sysfs), None);
+    let machine = crate::sysroot::SysRoot::resolve(Some(&args.sysfs), None);
     let root = SysRoot::with_sys(&machine.sys);
     let policy = LoadPolicy::for_current_process();
     let settings = Settings::load_or_default(&args.config, &policy)
@@ -341,11 +341,11 @@ fn matrix_to_plan_on(
     let dir = args
         .state_dir
         .clone()
-        .unwrap_or_else(super::plan::default_state_dir);
+        .unwrap_or_else(crate::advice::default_state_dir);
     let mut warnings = Vec::new();
     let stored = root
         .is_live_sys()
-        .then(|| super::plan::stored_matrix(&dir, root, Some(topology), &mut warnings))
+        .then(|| crate::advice::stored_matrix(&dir, root, Some(topology), &mut warnings))
         .flatten();
     for w in &warnings {
         eprintln!("pinnerd: {w}");

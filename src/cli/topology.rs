@@ -48,7 +48,7 @@ pub struct TopologyArgs {
 }
 
 pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
-    let root = resolve_roots(args.sysfs.as_deref(), args.procfs.as_deref());
+    let root = SysRoot::resolve(args.sysfs.as_deref(), args.procfs.as_deref());
     let topology = Topology::discover(&root)
         .with_context(|| format!("reading the CPU topology under {}", root.sys.display()))?;
     let fingerprint = Fingerprint::read(&root).context("computing the hardware fingerprint")?;
@@ -122,34 +122,6 @@ fn draw(
         std::fs::write(out, svg).with_context(|| format!("writing {}", out.display()))?;
     }
     Ok(())
-}
-
-/// `--sysfs DIR` may name a sysfs root or a machine directory holding `sys/` and
-/// `proc/`; procfs defaults to the `proc` beside the sysfs root (a chroot's or a
-/// capture's), falling back to the running machine's.
-pub fn resolve_roots(sysfs: Option<&Path>, procfs: Option<&Path>) -> SysRoot {
-    let mut root = SysRoot::default();
-    if let Some(dir) = sysfs {
-        let machine = SysRoot::machine(dir);
-        let is_machine_dir = !SysRoot::with_sys(dir)
-            .sys_path("devices/system/cpu")
-            .exists()
-            && machine.sys_path("devices/system/cpu").exists();
-        if is_machine_dir {
-            root = machine;
-        } else {
-            root.sys = dir.to_path_buf();
-            if let Some(beside) = dir.parent().map(|p| p.join("proc")) {
-                if beside.is_dir() {
-                    root.proc = beside;
-                }
-            }
-        }
-    }
-    if let Some(dir) = procfs {
-        root.proc = dir.to_path_buf();
-    }
-    root
 }
 
 fn ids(set: &CpuSet) -> Vec<u32> {
@@ -636,21 +608,21 @@ mod tests {
         std::fs::create_dir_all(machine.join("sys/devices/system/cpu")).unwrap();
         std::fs::create_dir_all(machine.join("proc")).unwrap();
         let expect = SysRoot::machine(&machine);
-        assert_eq!(resolve_roots(Some(&machine), None), expect);
-        assert_eq!(resolve_roots(Some(&machine.join("sys")), None), expect);
+        assert_eq!(SysRoot::resolve(Some(&machine), None), expect);
+        assert_eq!(SysRoot::resolve(Some(&machine.join("sys")), None), expect);
         let lone = dir.path().join("lone");
         std::fs::create_dir_all(lone.join("devices/system/cpu")).unwrap();
         assert_eq!(
-            resolve_roots(Some(&lone), None),
+            SysRoot::resolve(Some(&lone), None),
             SysRoot::with_sys(&lone),
             "no proc beside it: the running machine's"
         );
         let proc = dir.path().join("p");
         assert_eq!(
-            resolve_roots(Some(&machine), Some(&proc)),
+            SysRoot::resolve(Some(&machine), Some(&proc)),
             SysRoot::new(machine.join("sys"), &proc)
         );
-        assert_eq!(resolve_roots(None, None), SysRoot::default());
+        assert_eq!(SysRoot::resolve(None, None), SysRoot::default());
     }
 
     #[test]
