@@ -37,6 +37,8 @@
 //! - `devices`: a device name (interface, PCI address, block device, /dev path) → its
 //!   NUMA node and local CPUs, through the sysfs root
 //! - `domains`: the latency hierarchy from a matrix and the topology, and which to use
+//! - `effect`: the measured effect of placement, a K-thread ring on the planned, autopilot,
+//!   worst and unpinned CPUs (`compare`, `report --compare`)
 //! - `export`: Node Feature Discovery feature files and hwloc distances
 //! - `fingerprint`: the hardware identity a matrix belongs to
 //! - `fleet`: the matrices of several machines compared (`diff`, `fleet`)
@@ -101,6 +103,7 @@ pub mod daemon;
 pub mod dbus;
 pub mod devices;
 pub mod domains;
+pub mod effect;
 pub mod export;
 pub mod fingerprint;
 pub mod fleet;

@@ -4,9 +4,9 @@
 //! `crate::report`) into `--out`, each replaced whole and never through a link, in a
 //! directory no other user owns or may write in (`crate::outfile`).
 //!
-//! Must not touch: placement or measurement logic (it asks `advice` and `compare`'s
-//! ring). Its plans are one-off requests for K CPUs on one `advice::Ground`, not the
-//! rules' plan (`plan::making`).
+//! Must not touch: placement or measurement logic (it asks `advice` and `effect`). Its
+//! plans are one-off requests for K CPUs on one `advice::Ground`, not the rules' plan
+//! (`plan::making`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -190,8 +190,15 @@ fn effect(
     quality: &mut Quality,
 ) -> anyhow::Result<serde_json::Value> {
     let advice = pair_advice.context("no plan of two CPUs to compare")?;
-    let e = super::compare::measure_effect(&advice, 2, 7, Duration::from_millis(300))
-        .context("measuring the effect")?;
+    let e = crate::effect::measure(
+        &advice.placement.cpus,
+        &advice.domains,
+        &advice.source_description(),
+        2,
+        7,
+        Duration::from_millis(300),
+    )
+    .context("measuring the effect")?;
     let avail: Vec<u32> = g.available.iter().collect();
     match avail.as_slice() {
         [a, b, ..] => match agreement(*a, *b) {
