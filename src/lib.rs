@@ -28,8 +28,9 @@
 //! - `affinity`: the affinity syscalls, read back, the restore journal
 //! - `api`: the typed commands, replies, snapshot and signals between daemon and clients
 //! - `cgroup`: which CPUs a process's cgroup cpuset (v1 or v2) allows
-//! - `cli`: the subcommands; `cli::docs` generates the man page `pinnerd(8)` and the shell
-//!   completions from them
+//! - `cli`: the subcommands, thin shells: each parses its flags, calls the engine
+//!   (`advice`, `effect`, `report`, …) and prints; none calls another's argument
+//!   struct. `cli::docs` generates the man page `pinnerd(8)` and the shell completions
 //! - `cpuset`: the one CPU-set type
 //! - `daemon`: the event loop, its state and its measurement schedule; `daemon::readers`:
 //!   the threads that read what can wait on a process's locks (command lines) off the loop
@@ -71,7 +72,8 @@
 //!   the daemon and `plan --live`, memory weighed and the `[sched-ext]` policy applied;
 //!   `doubts`: rules that cannot mean what they say on the machine, for `check`)
 //! - `polkit`: who may change what: root, else polkit's answer for the caller's bus name
-//! - `report`: `pinnerd report`'s facts and its self-contained HTML page (pure)
+//! - `report`: `pinnerd report`'s facts and its self-contained HTML page (pure; the
+//!   markup is the askama template `report/page.html`)
 //! - `repeats`: repeated warnings summed up (the first logged, then a count per interval)
 //! - `rules`: TOML → validated rules → matcher
 //! - `sched_ext`: whether a sched_ext scheduler runs, the `[sched-ext]` policy, widening

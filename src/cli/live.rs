@@ -140,6 +140,45 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `plan --live --json`: where placement came from, the rule errors, the plan's units,
+/// each matching process and what it would get, the protected processes.
+#[derive(serde::Serialize)]
+struct LiveJson<'a> {
+    placement_from: &'a str,
+    rule_errors: Vec<String>,
+    plans: &'a [crate::plan::UnitPlan],
+    processes: Vec<LiveProcessJson<'a>>,
+    protected: Vec<ProtectedJson<'a>>,
+    /// Always `true`: a dry run.
+    changed_nothing: bool,
+}
+
+/// A process in `plan --live --json`.
+#[derive(serde::Serialize)]
+struct LiveProcessJson<'a> {
+    pid: u32,
+    comm: &'a str,
+    rule: &'a str,
+    /// The CPUs it would get, and those it has now.
+    would_get: &'a str,
+    now: String,
+    state: &'a str,
+    /// Its cgroup cpuset, as the daemon would confine the choice.
+    cpuset: Option<String>,
+    /// Bytes of its memory per NUMA node, as `plan --pid` gives them; `{}` on one
+    /// node, `null` when it could not be read.
+    memory_nodes: Option<crate::memory::NodeBytes>,
+}
+
+/// A process a rule matches but pinnerd never pins, and why.
+#[derive(serde::Serialize)]
+struct ProtectedJson<'a> {
+    pid: i32,
+    comm: &'a str,
+    rule: &'a str,
+    why: &'a str,
+}
+
 /// What the dry run found, to print.
 struct DryRun<'a> {
     /// Where placement came from, in words.
@@ -160,35 +199,48 @@ struct DryRun<'a> {
 impl DryRun<'_> {
     /// `--json`: the plan units, the processes and what they would get.
     fn json(&self) -> anyhow::Result<String> {
-        let procs: Vec<serde_json::Value> = self
+        let processes = self
             .rows
             .iter()
             .zip(&self.memory)
-            .map(|(r, mem)| {
-                let now = self
+            .map(|(r, mem)| LiveProcessJson {
+                pid: r.pid,
+                comm: &r.comm,
+                rule: &r.rule,
+                would_get: &r.cpus,
+                now: self
                     .ops
                     .real_mask(r.pid as i32)
                     .map(|m| m.to_string())
-                    .unwrap_or_default();
-                serde_json::json!({
-                    "pid": r.pid, "comm": r.comm, "rule": r.rule,
-                    "would_get": r.cpus, "now": now, "state": r.state,
-                    "cpuset": self.mgr.cpuset_of(r.pid as i32),
-                    "memory_nodes": memory_nodes(mem),
-                })
+                    .unwrap_or_default(),
+                state: &r.state,
+                cpuset: self.mgr.cpuset_of(r.pid as i32),
+                memory_nodes: match mem {
+                    Ok(MemoryView::Nodes { nodes, .. }) => Some(nodes.clone()),
+                    Ok(MemoryView::OneNode) => Some(Default::default()),
+                    Err(_) => None,
+                },
             })
             .collect();
-        let v = serde_json::json!({
-            "placement_from": self.source,
-            "rule_errors": self.report.error_strings(),
-            "plans": self.mgr.plan().units(),
-            "processes": procs,
-            "protected": self.mgr.protected().iter().map(|p| serde_json::json!({
-                "pid": p.pid, "comm": p.comm, "rule": p.rule, "why": p.why.describe(),
-            })).collect::<Vec<_>>(),
-            "changed_nothing": true,
-        });
-        Ok(serde_json::to_string_pretty(&v)? + "\n")
+        let protected = self.mgr.protected();
+        let j = LiveJson {
+            placement_from: &self.source,
+            rule_errors: self.report.error_strings(),
+            plans: self.mgr.plan().units(),
+            processes,
+            protected: protected
+                .iter()
+                .map(|p| ProtectedJson {
+                    pid: p.pid,
+                    comm: &p.comm,
+                    rule: &p.rule,
+                    why: p.why.describe(),
+                })
+                .collect(),
+            changed_nothing: true,
+        };
+        // Through a `Value`: the keys in alphabetical order, as they have always been.
+        Ok(serde_json::to_string_pretty(&serde_json::to_value(&j)?)? + "\n")
     }
 
     /// Each rule's plan units, with what the daemon would hold for them.
@@ -364,20 +416,6 @@ fn matrix_to_plan_on(
         ),
     };
     Ok((matrix, source, Misfit::Topology))
-}
-
-/// `{"0": bytes, "1": bytes}` as `plan --pid` gives it; `{}` on one node, `null` when
-/// it could not be read.
-fn memory_nodes(m: &Result<MemoryView, ReadError>) -> serde_json::Value {
-    match m {
-        Ok(MemoryView::Nodes { nodes, .. }) => nodes
-            .iter()
-            .map(|(n, b)| (n.to_string(), serde_json::json!(b)))
-            .collect::<serde_json::Map<_, _>>()
-            .into(),
-        Ok(MemoryView::OneNode) => serde_json::json!({}),
-        Err(_) => serde_json::Value::Null,
-    }
 }
 
 /// What the daemon would hold for a rule's unit plan, in one line: `isolate` and

@@ -12,11 +12,11 @@
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use serde_json::json;
+use serde::Serialize;
 
 use super::plan::PlanArgs;
 use super::ConfigInvalid;
-use crate::advice::{self, Advice};
+use crate::advice::{self, Advice, AdviceJson};
 use crate::cpuset::CpuSet;
 use crate::memory::{self, MemoryView};
 use crate::plan::memory::prefer_memory;
@@ -205,26 +205,41 @@ fn procs_root(root: &SysRoot) -> SysRoot {
     }
 }
 
+/// `plan --pid --json`: `plan --json`'s fields, and the process's.
+#[derive(Serialize)]
+struct PidPlanJson<'a> {
+    #[serde(flatten)]
+    advice: AdviceJson<'a>,
+    pid: u32,
+    comm: &'a str,
+    /// The rule whose request was planned; `null`: the flags'.
+    rule: Option<&'a str>,
+    /// Its cgroup cpuset; `null`: none (all CPUs).
+    cpuset: Option<String>,
+    /// Bytes of its memory per NUMA node; `{}` on one node.
+    memory_nodes: crate::memory::NodeBytes,
+    /// Why memory moved the choice or not; `one node` on one node.
+    memory_reason: Option<String>,
+}
+
 impl PidPlan {
     fn json(&self) -> serde_json::Value {
-        let mut v = self.advice.json();
-        let nodes: serde_json::Map<String, serde_json::Value> = match &self.memory {
-            MemoryView::OneNode => Default::default(),
-            MemoryView::Nodes { nodes, .. } => nodes
-                .iter()
-                .map(|(n, b)| (n.to_string(), json!(b)))
-                .collect(),
+        let j = PidPlanJson {
+            advice: self.advice.as_json(),
+            pid: self.pid,
+            comm: &self.comm,
+            rule: self.rule.as_deref(),
+            cpuset: self.cpuset.as_ref().map(|c| c.to_string()),
+            memory_nodes: match &self.memory {
+                MemoryView::OneNode => Default::default(),
+                MemoryView::Nodes { nodes, .. } => nodes.clone(),
+            },
+            memory_reason: match (&self.memory, &self.reason) {
+                (MemoryView::OneNode, _) => Some("one node".to_string()),
+                (_, r) => r.clone(),
+            },
         };
-        v["pid"] = json!(self.pid);
-        v["comm"] = json!(self.comm);
-        v["rule"] = json!(self.rule);
-        v["cpuset"] = json!(self.cpuset.as_ref().map(|c| c.to_string()));
-        v["memory_nodes"] = serde_json::Value::Object(nodes);
-        v["memory_reason"] = json!(match (&self.memory, &self.reason) {
-            (MemoryView::OneNode, _) => Some("one node".to_string()),
-            (_, r) => r.clone(),
-        });
-        v
+        serde_json::to_value(j).expect("plain data serializes")
     }
 
     fn human(&self) -> String {
