@@ -305,7 +305,7 @@ fn child_threads(rate: u64, secs: u64) {
     let ops = SystemOps::default();
     // Wait until the manager has the process on CPU 0.
     let zero: CpuSet = "0".parse().unwrap();
-    let me = rustix::thread::gettid().as_raw_nonzero().get();
+    let me = pinnerd::affinity::own_tid();
     let t0 = Instant::now();
     while ops.get_affinity(me).ok() != Some(zero.clone()) && t0.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(1));
@@ -333,7 +333,7 @@ fn child_threads(rate: u64, secs: u64) {
                         std::thread::sleep(
                             Duration::from_millis(30).saturating_sub(born.elapsed()),
                         );
-                        let me = rustix::thread::gettid().as_raw_nonzero().get();
+                        let me = pinnerd::affinity::own_tid();
                         let one: CpuSet = "1".parse().unwrap();
                         let ops = SystemOps::default();
                         if ops.get_affinity(me).ok() != Some(one.clone()) {

@@ -15,7 +15,6 @@ use tokio::sync::oneshot;
 
 use crate::cpuset::CpuSet;
 use crate::domains::SelectError;
-use crate::manager::ManagerError;
 use crate::placement::{PlacementError, Policy, SmtPolicy};
 use crate::plan::PinError;
 use crate::rules::PlacementRequest;
@@ -251,8 +250,13 @@ pub enum CommandError {
         #[source]
         source: PinError,
     },
-    #[error(transparent)]
-    Manager(ManagerError),
+    /// The manager refused or failed (see `CommandError::from_manager`, beside the
+    /// manager's error type, which this module does not name); sent as `kind`.
+    #[error("{error}")]
+    Manager {
+        kind: ErrorKind,
+        error: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A pin or release for an owner: the process no longer belongs to them.
     #[error("pid {pid}: not a process of uid {uid}")]
     NotOwner { pid: u32, uid: u32 },
@@ -272,32 +276,17 @@ pub enum ErrorKind {
 }
 
 impl CommandError {
-    /// A manager error about process `pid`, as the caller reads it.
-    pub fn from_manager(pid: u32, e: ManagerError) -> CommandError {
-        match e {
-            ManagerError::NoProcess { .. } => CommandError::NoSuchProcess(pid),
-            ManagerError::NotPinned { .. } => CommandError::NotManaged(pid),
-            other => CommandError::Manager(other),
-        }
-    }
-
     pub fn kind(&self) -> ErrorKind {
         match self {
             CommandError::InvalidArgs(_)
             | CommandError::Placement(_)
             | CommandError::Pin { .. }
-            | CommandError::NoRule(_)
-            | CommandError::Manager(ManagerError::KernelThread { .. }) => ErrorKind::InvalidArgs,
-            CommandError::NotOwner { .. }
-            | CommandError::Manager(ManagerError::Protected { .. }) => ErrorKind::NotPermitted,
-            CommandError::NoSuchProcess(_)
-            | CommandError::Manager(ManagerError::NoProcess { .. }) => ErrorKind::NoSuchProcess,
-            CommandError::NotManaged(_) | CommandError::Manager(ManagerError::NotPinned { .. }) => {
-                ErrorKind::NotManaged
-            }
-            CommandError::Starting
-            | CommandError::NoDomains(_)
-            | CommandError::Manager(ManagerError::Journal(_)) => ErrorKind::Failed,
+            | CommandError::NoRule(_) => ErrorKind::InvalidArgs,
+            CommandError::NotOwner { .. } => ErrorKind::NotPermitted,
+            CommandError::NoSuchProcess(_) => ErrorKind::NoSuchProcess,
+            CommandError::NotManaged(_) => ErrorKind::NotManaged,
+            CommandError::Starting | CommandError::NoDomains(_) => ErrorKind::Failed,
+            CommandError::Manager { kind, .. } => *kind,
         }
     }
 }

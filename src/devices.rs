@@ -149,32 +149,29 @@ pub const NOT_A_DEVICE: &str = "not a device node below /dev that sysfs lists (a
 /// an absolute link, is refused by the kernel, so a link another user plants (in
 /// `/dev/shm`, say) never makes the daemon look at a path the caller could not.
 fn dev_node(root: &SysRoot, name: &str) -> Result<PathBuf, String> {
-    use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+    use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+    use nix::sys::stat::{Mode, SFlag};
     let not_a_device = || NOT_A_DEVICE.to_string();
     let rest = name.strip_prefix("/dev/").ok_or_else(not_a_device)?;
-    let dev = rustix::fs::open(
+    let dev = nix::fcntl::open(
         "/dev",
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|e| format!("cannot open /dev: {e}"))?;
-    let node = rustix::fs::openat2(
-        &dev,
-        rest,
-        OFlags::PATH | OFlags::CLOEXEC,
-        Mode::empty(),
-        ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
-    )
-    .map_err(|_| not_a_device())?;
-    let meta = rustix::fs::fstat(&node).map_err(|_| not_a_device())?;
-    let kind = match FileType::from_raw_mode(meta.st_mode) {
-        FileType::BlockDevice => "block",
-        FileType::CharacterDevice => "char",
+    .map_err(|e| format!("cannot open /dev: {}", std::io::Error::from(e)))?;
+    let how = OpenHow::new()
+        .flags(OFlag::O_PATH | OFlag::O_CLOEXEC)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let node = nix::fcntl::openat2(&dev, rest, how).map_err(|_| not_a_device())?;
+    let meta = nix::sys::stat::fstat(&node).map_err(|_| not_a_device())?;
+    let kind = match SFlag::from_bits_truncate(meta.st_mode) & SFlag::S_IFMT {
+        SFlag::S_IFBLK => "block",
+        SFlag::S_IFCHR => "char",
         _ => return Err(not_a_device()),
     };
     let (major, minor) = (
-        rustix::fs::major(meta.st_rdev),
-        rustix::fs::minor(meta.st_rdev),
+        nix::sys::stat::major(meta.st_rdev),
+        nix::sys::stat::minor(meta.st_rdev),
     );
     let p = root.sys_path(format!("dev/{kind}/{major}:{minor}"));
     listed(p, |_| not_a_device())

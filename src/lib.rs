@@ -22,12 +22,16 @@
 //! ```
 //!
 //! Modules, one concern each:
+//! - `advice`: one-off requests for K CPUs (`plan`, `plan --pid`, `report`, `compare`,
+//!   `run` without the daemon): the ground they stand on (the topology, the matrix given,
+//!   stored or measured now, the domains) made once, and requests placed on it
 //! - `affinity`: the affinity syscalls, read back, the restore journal
 //! - `api`: the typed calls (each with its own answer type), snapshot and signals between
 //!   daemon and clients
 //! - `cgroup`: which CPUs a process's cgroup cpuset (v1 or v2) allows
-//! - `cli`: the subcommands; `cli::docs` generates the man page `pinnerd(8)` and the shell
-//!   completions from them
+//! - `cli`: the subcommands, thin shells: each parses its flags, calls the engine
+//!   (`advice`, `effect`, `report`, …) and prints; none calls another's argument
+//!   struct. `cli::docs` generates the man page `pinnerd(8)` and the shell completions
 //! - `cpuset`: the one CPU-set type
 //! - `daemon`: the event loop, its state and its measurement schedule; `daemon::state`:
 //!   the state the loop owns, in parts (the settings and rules loaded, the machine, the
@@ -38,6 +42,8 @@
 //! - `devices`: a device name (interface, PCI address, block device, /dev path) → its
 //!   NUMA node and local CPUs, through the sysfs root
 //! - `domains`: the latency hierarchy from a matrix and the topology, and which to use
+//! - `effect`: the measured effect of placement, a K-thread ring on the planned, autopilot,
+//!   worst and unpinned CPUs (`compare`, `report --compare`)
 //! - `export`: Node Feature Discovery feature files and hwloc distances
 //! - `fingerprint`: the hardware identity a matrix belongs to
 //! - `fleet`: the matrices of several machines compared (`diff`, `fleet`)
@@ -72,7 +78,8 @@
 //!   the daemon and `plan --live`, memory weighed and the `[sched-ext]` policy applied;
 //!   `doubts`: rules that cannot mean what they say on the machine, for `check`)
 //! - `polkit`: who may change what: root, else polkit's answer for the caller's bus name
-//! - `report`: `pinnerd report`'s facts and its self-contained HTML page (pure)
+//! - `report`: `pinnerd report`'s facts and its self-contained HTML page (pure; the
+//!   markup is the askama template `report/page.html`)
 //! - `repeats`: repeated warnings summed up (the first logged, then a count per interval)
 //! - `rules`: TOML → validated rules → matcher
 //! - `sched_ext`: whether a sched_ext scheduler runs, the `[sched-ext]` policy, widening
@@ -94,6 +101,7 @@
 //! a stored matrix lacks; `watch::rule_dirs` tells the rule watcher when a rule
 //! directory's path leads to another directory.
 
+pub mod advice;
 pub mod affinity;
 pub mod api;
 pub mod cgroup;
@@ -103,6 +111,7 @@ pub mod daemon;
 pub mod dbus;
 pub mod devices;
 pub mod domains;
+pub mod effect;
 pub mod export;
 pub mod fingerprint;
 pub mod fleet;

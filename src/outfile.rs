@@ -16,21 +16,25 @@ use std::io::{Error, ErrorKind, Write as _};
 use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 
-use rustix::fs::{Mode, OFlags};
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
 
 fn open_dir(dir: &Path) -> std::io::Result<OwnedFd> {
-    rustix::fs::open(
+    nix::fcntl::open(
         dir,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|e| Error::new(Error::from(e).kind(), format!("{}: {e}", dir.display())))
+    .map_err(|e| {
+        let e = Error::from(e);
+        Error::new(e.kind(), format!("{}: {e}", dir.display()))
+    })
 }
 
 /// Why a directory is refused as a place to write; `None` when it is fine.
 fn refusal(dir: &Path, fd: &OwnedFd) -> std::io::Result<Option<String>> {
-    let st = rustix::fs::fstat(fd).map_err(Error::from)?;
-    let me = rustix::process::geteuid().as_raw();
+    let st = nix::sys::stat::fstat(fd).map_err(Error::from)?;
+    let me = nix::unistd::geteuid().as_raw();
     if st.st_uid != 0 && st.st_uid != me {
         return Ok(Some(format!(
             "{}: directory owned by uid {}, not by root or by this user (uid {me}): \
@@ -127,32 +131,31 @@ impl OutDir {
         // Hidden and not ending in the target's name, so a collector that reads `*.prom`
         // never reads a half-written one.
         let tmp = format!(".{}.tmp-{}", name.to_string_lossy(), random_suffix());
-        let file = rustix::fs::openat(
+        let file = nix::fcntl::openat(
             dirfd,
             tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o644),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
         )
         .map_err(|e| {
-            Error::new(
-                Error::from(e).kind(),
-                format!("{}/{tmp}: {e}", dir.display()),
-            )
+            let e = Error::from(e);
+            Error::new(e.kind(), format!("{}/{tmp}: {e}", dir.display()))
         })?;
         let result = (|| -> std::io::Result<()> {
             let mut f = std::fs::File::from(file);
             // The umask may have narrowed the mode; the collector must be able to read it.
-            rustix::fs::fchmod(&f, Mode::from_raw_mode(0o644))?;
+            nix::sys::stat::fchmod(&f, Mode::from_bits_truncate(0o644)).map_err(Error::from)?;
             f.write_all(bytes)?;
             if sync {
                 f.sync_all()?;
             }
             drop(f);
-            rustix::fs::renameat(dirfd, tmp.as_str(), dirfd, name)?;
+            nix::fcntl::renameat(dirfd, tmp.as_str(), dirfd, name).map_err(Error::from)?;
             Ok(())
         })();
         if let Err(e) = result {
-            let _ = rustix::fs::unlinkat(dirfd, tmp.as_str(), rustix::fs::AtFlags::empty());
+            let _ =
+                nix::unistd::unlinkat(dirfd, tmp.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
             return Err(Error::new(e.kind(), format!("{}: {e}", path.display())));
         }
         Ok(path)

@@ -269,6 +269,16 @@ pub enum SettingsError {
 }
 
 impl Settings {
+    /// The rule directories to load: `given` (the command line's) when any, else the
+    /// settings' `rule-dirs`.
+    pub fn rule_dirs_or(&self, given: &[PathBuf]) -> Vec<PathBuf> {
+        if given.is_empty() {
+            self.rule_dirs.clone()
+        } else {
+            given.to_vec()
+        }
+    }
+
     /// Parses settings text; `path` only names the file in errors.
     pub fn parse(path: &Path, text: &str) -> Result<Settings, SettingsError> {
         toml::from_str(text).map_err(|e: toml::de::Error| SettingsError::Invalid {

@@ -29,6 +29,34 @@ impl Default for SysRoot {
 }
 
 impl SysRoot {
+    /// `--sysfs DIR` may name a sysfs root or a machine directory holding `sys/` and
+    /// `proc/`; procfs defaults to the `proc` beside the sysfs root (a chroot's or a
+    /// capture's), falling back to the running machine's.
+    pub fn resolve(sysfs: Option<&Path>, procfs: Option<&Path>) -> SysRoot {
+        let mut root = SysRoot::default();
+        if let Some(dir) = sysfs {
+            let machine = SysRoot::machine(dir);
+            let is_machine_dir = !SysRoot::with_sys(dir)
+                .sys_path("devices/system/cpu")
+                .exists()
+                && machine.sys_path("devices/system/cpu").exists();
+            if is_machine_dir {
+                root = machine;
+            } else {
+                root.sys = dir.to_path_buf();
+                if let Some(beside) = dir.parent().map(|p| p.join("proc")) {
+                    if beside.is_dir() {
+                        root.proc = beside;
+                    }
+                }
+            }
+        }
+        if let Some(dir) = procfs {
+            root.proc = dir.to_path_buf();
+        }
+        root
+    }
+
     /// Explicit roots for sysfs and procfs.
     pub fn new(sys: impl Into<PathBuf>, proc: impl Into<PathBuf>) -> Self {
         SysRoot {

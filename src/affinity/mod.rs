@@ -320,9 +320,19 @@ impl AffinityOps for SystemOps {
     }
 
     fn hold(&self, pid: i32, start_time: u64) -> Result<ProcessHandle, AffinityError> {
-        let raw = rustix::process::Pid::from_raw(pid).ok_or(AffinityError::Gone { tid: pid })?;
-        let fd = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty())
-            .map_err(|e| Self::errno_error(pid, "pidfd_open", e.into(), &CpuSet::new()))?;
+        if pid <= 0 {
+            return Err(AffinityError::Gone { tid: pid });
+        }
+        // nix has no pidfd API: the raw call.
+        // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+        let rc =
+            unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0 as libc::c_uint) };
+        if rc < 0 {
+            let err = std::io::Error::last_os_error();
+            return Err(Self::errno_error(pid, "pidfd_open", err, &CpuSet::new()));
+        }
+        // SAFETY: a descriptor pidfd_open just returned, owned by nothing else.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(rc as i32) };
         // The pidfd now pins whichever process has this pid; make sure it is the one
         // we saw, not a successor that reused the pid.
         match read_start_time(&self.root, pid, pid) {

@@ -1,29 +1,19 @@
-//! `pinnerd compare`: the seed experiment as a command. K threads pass a token round a
-//! ring through one shared cache line (K = 2: ping-pong), in op/s, on the CPUs pinnerd
-//! plans, on the autopilot CPUs (0..K−1), on the worst set, and unpinned. Several runs
-//! of each, interleaved (the order rotates every round), with their spread; then the
-//! ratios of medians.
+//! `pinnerd compare`: the seed experiment as a command: the planned CPUs (a one-off
+//! request for K CPUs from `advice`, not the rules' plan) against autopilot, the worst
+//! set and unpinned, measured by `effect`.
 //!
-//! Must not touch: placement logic (it asks `plan` for the planned set: a one-off
-//! request for K CPUs, not the rules' plan, which `plan::making` makes).
+//! Must not touch: placement or the ring itself (`advice` and `effect` own them).
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
-use serde_json::json;
 
+use crate::advice::{self, GroundSpec, Measuring};
 use crate::cpuset::CpuSet;
-use crate::domains::Domains;
-use crate::measure::pinned::pin_current;
+use crate::effect;
 use crate::placement::{Policy, SmtPolicy};
-use crate::stats;
-
-use super::plan::{plan, Advice, PlanArgs};
 
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
@@ -54,230 +44,6 @@ pub struct CompareArgs {
     pub json: bool,
 }
 
-/// One contestant.
-#[derive(Debug, Clone)]
-struct Variant {
-    name: &'static str,
-    /// `None`: unpinned.
-    cpus: Option<Vec<u32>>,
-    ops: Vec<f64>,
-}
-
-/// Result of one ring run: operations per second and whether every pin held.
-fn ring_run(cpus: Option<&[u32]>, k: usize, duration: Duration) -> anyhow::Result<f64> {
-    #[repr(align(128))]
-    struct Line(AtomicU64);
-    let line = Arc::new(Line(AtomicU64::new(0)));
-    let stop = Arc::new(AtomicBool::new(false));
-    let barrier = Arc::new(Barrier::new(k + 1));
-    let mut handles = Vec::with_capacity(k);
-    for i in 0..k {
-        let (line, stop, barrier) = (line.clone(), stop.clone(), barrier.clone());
-        let cpu = cpus.map(|c| c[i]);
-        let name = match cpu {
-            Some(c) => format!("pinnerd-cmp-{c}"),
-            None => format!("pinnerd-cmp-u{i}"),
-        };
-        handles.push(
-            std::thread::Builder::new()
-                .name(name)
-                .spawn(move || -> anyhow::Result<()> {
-                    let pinned = cpu.map(pin_current).transpose();
-                    barrier.wait();
-                    pinned.map_err(|e| anyhow::anyhow!("{e}"))?;
-                    let k = k as u64;
-                    let me = i as u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        let v = line.0.load(Ordering::Acquire);
-                        if v % k == me {
-                            line.0.store(v + 1, Ordering::Release);
-                        } else {
-                            std::hint::spin_loop();
-                        }
-                    }
-                    Ok(())
-                })
-                .context("starting a ring thread")?,
-        );
-    }
-    barrier.wait();
-    let start_ops = line.0.load(Ordering::Acquire);
-    let t0 = Instant::now();
-    std::thread::sleep(duration);
-    let ops = line.0.load(Ordering::Acquire) - start_ops;
-    let elapsed = t0.elapsed();
-    stop.store(true, Ordering::Relaxed);
-    for h in handles {
-        h.join()
-            .map_err(|_| anyhow::anyhow!("a ring thread panicked"))??;
-    }
-    Ok(ops as f64 / elapsed.as_secs_f64())
-}
-
-/// The K CPUs whose worst pair is the costliest: the farthest pair, grown greedily by
-/// the CPU farthest from the set.
-fn worst_set(d: &Domains, k: usize) -> Vec<u32> {
-    let n = d.cpus().len();
-    let (mut a, mut b, mut best) = (0, 1.min(n - 1), f64::MIN);
-    for i in 0..n {
-        for j in 0..i {
-            if d.cost(i, j) > best {
-                best = d.cost(i, j);
-                (a, b) = (j, i);
-            }
-        }
-    }
-    let mut set = vec![a, b];
-    while set.len() < k {
-        let next = (0..n).filter(|i| !set.contains(i)).max_by(|&x, &y| {
-            let fx = set.iter().map(|&s| d.cost(x, s)).fold(0.0, f64::max);
-            let fy = set.iter().map(|&s| d.cost(y, s)).fold(0.0, f64::max);
-            fx.total_cmp(&fy).then(y.cmp(&x))
-        });
-        match next {
-            Some(i) => set.push(i),
-            None => break,
-        }
-    }
-    let mut ids: Vec<u32> = set.into_iter().map(|i| d.cpus()[i]).collect();
-    ids.sort_unstable();
-    ids
-}
-
-/// One contestant's runs.
-#[derive(Debug, Clone)]
-pub struct VariantResult {
-    /// `planned`, `autopilot`, `worst` or `unpinned`.
-    pub name: &'static str,
-    /// `None`: unpinned.
-    pub cpus: Option<Vec<u32>>,
-    /// The worst pair latency of the CPUs by the plan's domains.
-    pub worst_latency_ns: Option<f64>,
-    /// Operations per second of each run, in run order.
-    pub ops: Vec<f64>,
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-impl VariantResult {
-    /// (max − min) / median.
-    pub fn spread(&self) -> f64 {
-        (self.max - self.min) / self.median
-    }
-}
-
-/// The measured effect of placement: every variant's runs and the notes.
-#[derive(Debug, Clone)]
-pub struct Effect {
-    pub count: usize,
-    pub runs: u32,
-    pub duration_ms: u64,
-    /// planned, autopilot, worst, unpinned (in that order).
-    pub variants: Vec<VariantResult>,
-    pub notes: Vec<String>,
-    /// The plan's matrix is unstable: the planned CPUs come from the topology, and the
-    /// runs are shown as measured with no gain concluded from them.
-    pub latency_off: Option<&'static str>,
-}
-
-impl Effect {
-    /// Median op/s of the planned variant over that of variant `i`.
-    pub fn ratio(&self, i: usize) -> f64 {
-        self.variants[0].median / self.variants[i].median
-    }
-
-    /// The `--json` object.
-    pub fn json(&self) -> serde_json::Value {
-        let vs: Vec<serde_json::Value> = self
-            .variants
-            .iter()
-            .map(|v| {
-                json!({
-                    "name": v.name,
-                    "cpus": v.cpus,
-                    "worst_latency_ns": v.worst_latency_ns,
-                    "ops_per_s": v.ops,
-                    "median": v.median,
-                    "min": v.min,
-                    "max": v.max,
-                    "spread": v.spread(),
-                })
-            })
-            .collect();
-        json!({
-            "count": self.count,
-            "runs": self.runs,
-            "duration_ms": self.duration_ms,
-            "variants": vs,
-            // No gain is claimed from a plan made without a usable matrix.
-            "ratios": self.latency_off.is_none().then(|| json!({
-                "planned_vs_autopilot": self.ratio(1),
-                "planned_vs_worst": self.ratio(2),
-                "planned_vs_unpinned": self.ratio(3),
-            })),
-            "latency_off": self.latency_off,
-            "notes": self.notes,
-        })
-    }
-
-    /// The table for people.
-    pub fn human(&self) -> String {
-        let mut s = String::new();
-        if let Some(line) = self.latency_off {
-            let _ = writeln!(s, "{line}");
-        }
-        let _ = writeln!(
-            s,
-            "{}-thread ring through one cache line, {} interleaved runs x {} ms each",
-            self.count, self.runs, self.duration_ms
-        );
-        let _ = writeln!(
-            s,
-            "{:<10} {:<14} {:>11} {:>12} {:>12} {:>12} {:>8}",
-            "variant", "cpus", "worst ns", "median op/s", "min op/s", "max op/s", "spread"
-        );
-        for v in &self.variants {
-            let cpus = v
-                .cpus
-                .as_ref()
-                .map(|c| c.iter().copied().collect::<CpuSet>().to_string())
-                .unwrap_or_else(|| "(any)".into());
-            let _ = writeln!(
-                s,
-                "{:<10} {:<14} {:>11} {:>12.3e} {:>12.3e} {:>12.3e} {:>7.0}%",
-                v.name,
-                cpus,
-                v.worst_latency_ns
-                    .map(|c| format!("{c:.1}"))
-                    .unwrap_or_else(|| "?".into()),
-                v.median,
-                v.min,
-                v.max,
-                100.0 * v.spread()
-            );
-        }
-        if self.latency_off.is_some() {
-            let _ = writeln!(
-                s,
-                "no gain claimed: the planned CPUs come from the sysfs topology, since the matrix's figures did not hold when measured again; the runs above are as measured"
-            );
-        } else {
-            let _ = writeln!(
-                s,
-                "ratios of medians: planned/autopilot {:.2}x, planned/worst {:.2}x, planned/unpinned {:.2}x",
-                self.ratio(1),
-                self.ratio(2),
-                self.ratio(3)
-            );
-        }
-        for n in &self.notes {
-            let _ = writeln!(s, "note: {n}");
-        }
-        s
-    }
-}
-
 pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
     let k = args.count as usize;
     if k < 2 {
@@ -286,134 +52,30 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
     if args.runs == 0 || args.duration_ms == 0 {
         anyhow::bail!("--runs and --duration-ms must be at least 1");
     }
-    let plan_args = PlanArgs {
-        count: Some(args.count),
-        policy: Policy::Compact,
-        smt: SmtPolicy::Allow,
-        exclude: None,
-        place: Default::default(),
-        matrix: args.matrix.clone(),
+    let spec = GroundSpec {
         sysfs: PathBuf::from(crate::sysroot::LIVE_SYS),
-        json: false,
-        live: false,
-        pid: None,
-        rules: Vec::new(),
-        config: PathBuf::from(crate::settings::DEFAULT_SETTINGS_PATH),
+        matrix: args.matrix.clone(),
         state_dir: args.state_dir.clone(),
-        measure_budget: 20.0,
-        no_measure: args.no_measure,
-        idle_threshold: args.idle_threshold,
-        measure_off_by: None,
-    };
-    let p = plan(&plan_args, k).context("planning the CPUs to compare")?;
-    let effect = measure_effect(&p, k, args.runs, Duration::from_millis(args.duration_ms))?;
-    super::print_answer(args.json, || effect.json(), || effect.human())
-}
-
-/// Runs the K-thread ring on the planned CPUs of `p`, on the autopilot CPUs 0..K−1, on
-/// the worst set and unpinned, `runs` times each, interleaved (the order rotates every
-/// round). The CPUs must all be usable by this process.
-pub fn measure_effect(
-    p: &Advice,
-    k: usize,
-    runs: u32,
-    duration: Duration,
-) -> anyhow::Result<Effect> {
-    if k < 2 || runs == 0 || duration.is_zero() {
-        anyhow::bail!("a ring needs at least 2 threads, 1 run and a duration above 0");
-    }
-    let allowed = crate::measure::allowed_cpus().context("reading this process's CPUs")?;
-    let planned: Vec<u32> = p.placement.cpus.iter().collect();
-    let autopilot: Vec<u32> = (0..k as u32).collect();
-    let worst = worst_set(&p.domains, k);
-    for (name, set) in [
-        ("planned", &planned),
-        ("autopilot", &autopilot),
-        ("worst", &worst),
-    ] {
-        let s: CpuSet = set.iter().copied().collect();
-        if !s.is_subset(&allowed) {
-            anyhow::bail!(
-                "the {name} CPUs {s} are not all usable by this process (allowed: {allowed}); a --matrix from another machine cannot be compared here"
-            );
-        }
-    }
-    let mut variants = vec![
-        Variant {
-            name: "planned",
-            cpus: Some(planned),
-            ops: vec![],
-        },
-        Variant {
-            name: "autopilot",
-            cpus: Some(autopilot),
-            ops: vec![],
-        },
-        Variant {
-            name: "worst",
-            cpus: Some(worst),
-            ops: vec![],
-        },
-        Variant {
-            name: "unpinned",
-            cpus: None,
-            ops: vec![],
-        },
-    ];
-    let nv = variants.len();
-    for r in 0..runs as usize {
-        for j in 0..nv {
-            let v = &mut variants[(r + j) % nv];
-            let ops = ring_run(v.cpus.as_deref(), k, duration)
-                .with_context(|| format!("{} run {}", v.name, r + 1))?;
-            v.ops.push(ops);
-        }
-    }
-    let cost_of = |cpus: &Option<Vec<u32>>| -> Option<f64> {
-        let c = cpus.as_ref()?;
-        let idx: Vec<usize> = c.iter().filter_map(|&x| p.domains.index_of(x)).collect();
-        crate::placement::set_cost(&p.domains, &idx).worst_ns
-    };
-    let med: Vec<f64> = variants
-        .iter()
-        .map(|v| stats::median(&v.ops).unwrap_or(f64::NAN))
-        .collect();
-    let distinct: Vec<&Option<Vec<u32>>> = {
-        let mut seen: Vec<&Option<Vec<u32>>> = Vec::new();
-        for v in &variants {
-            if v.cpus.is_some() && !seen.contains(&&v.cpus) {
-                seen.push(&v.cpus);
+        measuring: if args.no_measure {
+            Measuring::Off("--no-measure".into())
+        } else {
+            Measuring::Allowed {
+                budget: Duration::from_secs(20),
+                min_idle_pct: args.idle_threshold,
             }
-        }
-        seen
+        },
     };
-    let mut notes = vec![format!("plan from {}", p.source_description())];
-    if distinct.len() < 3 {
-        notes.push(format!(
-            "only {} distinct pinned set(s) exist among planned/autopilot/worst on this machine ({} usable CPUs): those variants measure the same CPUs, so their ratios show run-to-run noise, not placement",
-            distinct.len(),
-            allowed.len()
-        ));
-    }
-    let results = variants
-        .into_iter()
-        .zip(med)
-        .map(|(v, median)| VariantResult {
-            worst_latency_ns: cost_of(&v.cpus),
-            min: v.ops.iter().copied().fold(f64::INFINITY, f64::min),
-            max: v.ops.iter().copied().fold(0.0, f64::max),
-            median,
-            name: v.name,
-            cpus: v.cpus,
-            ops: v.ops,
-        })
-        .collect();
-    Ok(Effect {
-        count: k,
-        runs,
-        duration_ms: duration.as_millis() as u64,
-        variants: results,
-        notes,
-        latency_off: p.latency_off,
-    })
+    let req = advice::count_request(k, Policy::Compact, SmtPolicy::Allow, CpuSet::new());
+    let p =
+        advice::advise(&spec, &req, &Default::default()).context("planning the CPUs to compare")?;
+    let mut effect = effect::measure(
+        &p.placement.cpus,
+        &p.domains,
+        &p.source_description(),
+        k,
+        args.runs,
+        Duration::from_millis(args.duration_ms),
+    )?;
+    effect.latency_off = p.latency_off;
+    super::print_answer(args.json, || effect.json(), || effect.human())
 }

@@ -10,10 +10,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 
+use crate::advice;
 use crate::cpuset::CpuSet;
 use crate::domains::Domains;
 use crate::export::{hwloc, nfd};
-use crate::fingerprint::Fingerprint;
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::topology::Topology;
@@ -88,17 +88,17 @@ fn matrix_for(
     }
     let dir = state_dir
         .map(Path::to_path_buf)
-        .unwrap_or_else(super::plan::default_state_dir);
-    let path = dir.join("matrix.json");
-    if !path.exists() {
+        .unwrap_or_else(advice::default_state_dir);
+    let stored =
+        advice::stored_in(&dir, root, usable).context("computing this machine's fingerprint")?;
+    let Some(stored) = stored else {
         eprintln!(
             "pinnerd: warning: no stored matrix at {} and no --matrix",
-            path.display()
+            MatrixStore::current_in(&dir).display()
         );
         return Ok(None);
-    }
-    let fp = Fingerprint::read(root).context("computing this machine's fingerprint")?;
-    let fit = match MatrixStore::open(&dir).and_then(|s| s.fitting(&fp.hex, usable)) {
+    };
+    let fit = match stored.fit {
         Ok(fit) => fit,
         Err(e) => {
             eprintln!("pinnerd: warning: stored matrix unusable: {e}");
@@ -108,21 +108,21 @@ fn matrix_for(
     if let Some(aside) = &fit.set_aside {
         eprintln!(
             "pinnerd: warning: {aside} (this machine's fingerprint {})",
-            fp.hex
+            stored.fingerprint
         );
     }
     if fit.matrix.is_none() && !fit.missing.is_empty() {
         eprintln!(
             "pinnerd: warning: {} lacks {} pair(s) of the usable CPUs (never measured here): not used",
-            path.display(),
+            stored.path.display(),
             fit.missing.len()
         );
     }
-    Ok(fit.matrix.map(|m| (path, m)))
+    Ok(fit.matrix.map(|m| (stored.path, m)))
 }
 
 fn run_nfd(args: NfdArgs) -> anyhow::Result<ExitCode> {
-    let root = super::topology::resolve_roots(args.sysfs.as_deref(), None);
+    let root = crate::sysroot::SysRoot::resolve(args.sysfs.as_deref(), None);
     let t = Topology::discover(&root)
         .with_context(|| format!("reading the CPU topology under {}", root.sys.display()))?;
     let matrix = matrix_for(
@@ -255,6 +255,7 @@ fn lstopo_xml() -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fingerprint::Fingerprint;
     use crate::sysroot::SysRoot;
 
     #[test]

@@ -7,6 +7,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use serde::Serialize;
+
 use crate::fleet::{self, Diff, Fleet, Tolerance};
 use crate::matrix::LatencyMatrix;
 
@@ -68,6 +70,25 @@ fn name(p: &Path) -> String {
     p.display().to_string()
 }
 
+/// `pinnerd diff --json`: the comparison, the two files' names and the matrices'
+/// warnings.
+#[derive(Serialize)]
+struct DiffJson<'a> {
+    #[serde(flatten)]
+    diff: &'a Diff,
+    a: String,
+    b: String,
+    warnings: &'a [String],
+}
+
+/// `pinnerd fleet --json`: the comparison and the matrices' warnings.
+#[derive(Serialize)]
+struct FleetJson<'a> {
+    #[serde(flatten)]
+    fleet: &'a Fleet,
+    warnings: &'a [String],
+}
+
 fn load(p: &Path) -> anyhow::Result<LatencyMatrix> {
     super::export::load_matrix(p)
 }
@@ -86,11 +107,17 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<ExitCode> {
         })
         .collect();
     if args.json {
-        let mut v = serde_json::to_value(&d)?;
-        v["a"] = name(&args.a).into();
-        v["b"] = name(&args.b).into();
-        v["warnings"] = serde_json::json!(warnings);
-        outln!("{}", serde_json::to_string_pretty(&v)?);
+        let j = DiffJson {
+            diff: &d,
+            a: name(&args.a),
+            b: name(&args.b),
+            warnings: &warnings,
+        };
+        // Through a `Value`: the keys in alphabetical order, as they have always been.
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::to_value(&j)?)?
+        );
     } else {
         out!("{}", render_diff(&d, &args.a, &args.b, &warnings));
     }
@@ -205,9 +232,14 @@ pub fn run_fleet(args: FleetArgs) -> anyhow::Result<ExitCode> {
     }
     let f = fleet::fleet(&hosts, tol)?;
     if args.json {
-        let mut v = serde_json::to_value(&f)?;
-        v["warnings"] = serde_json::json!(warnings);
-        outln!("{}", serde_json::to_string_pretty(&v)?);
+        let j = FleetJson {
+            fleet: &f,
+            warnings: &warnings,
+        };
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::to_value(&j)?)?
+        );
     } else {
         out!("{}", render_fleet(&f, &warnings));
     }

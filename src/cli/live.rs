@@ -53,7 +53,7 @@ pub struct LiveArgs {
 pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     // The topology from the tree given (a captured machine's `proc/` included); the
     // processes from this machine's /proc.
-    let machine = super::topology::resolve_roots(Some(&args.sysfs), None);
+    let machine = crate::sysroot::SysRoot::resolve(Some(&args.sysfs), None);
     let root = SysRoot::with_sys(&machine.sys);
     let policy = LoadPolicy::for_current_process();
     let settings = Settings::load_or_default(&args.config, &policy)
@@ -141,6 +141,47 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `plan --live --json`: where placement came from, the rule errors, the plan's units,
+/// each matching process and what it would get, the protected processes.
+#[derive(serde::Serialize)]
+struct LiveJson<'a> {
+    placement_from: &'a str,
+    /// The line saying latency placement is off (an unstable matrix), or null.
+    latency_off: Option<&'static str>,
+    rule_errors: Vec<String>,
+    plans: &'a [crate::plan::UnitPlan],
+    processes: Vec<LiveProcessJson<'a>>,
+    protected: Vec<ProtectedJson<'a>>,
+    /// Always `true`: a dry run.
+    changed_nothing: bool,
+}
+
+/// A process in `plan --live --json`.
+#[derive(serde::Serialize)]
+struct LiveProcessJson<'a> {
+    pid: u32,
+    comm: &'a str,
+    rule: &'a str,
+    /// The CPUs it would get, and those it has now.
+    would_get: &'a str,
+    now: String,
+    state: &'a str,
+    /// Its cgroup cpuset, as the daemon would confine the choice.
+    cpuset: Option<String>,
+    /// Bytes of its memory per NUMA node, as `plan --pid` gives them; `{}` on one
+    /// node, `null` when it could not be read.
+    memory_nodes: Option<crate::memory::NodeBytes>,
+}
+
+/// A process a rule matches but pinnerd never pins, and why.
+#[derive(serde::Serialize)]
+struct ProtectedJson<'a> {
+    pid: i32,
+    comm: &'a str,
+    rule: &'a str,
+    why: &'a str,
+}
+
 /// What the dry run found, to print.
 struct DryRun<'a> {
     /// Where placement came from, in words.
@@ -163,36 +204,49 @@ struct DryRun<'a> {
 impl DryRun<'_> {
     /// `--json`: the plan units, the processes and what they would get.
     fn json(&self) -> anyhow::Result<String> {
-        let procs: Vec<serde_json::Value> = self
+        let processes = self
             .rows
             .iter()
             .zip(&self.memory)
-            .map(|(r, mem)| {
-                let now = self
+            .map(|(r, mem)| LiveProcessJson {
+                pid: r.pid,
+                comm: &r.comm,
+                rule: &r.rule,
+                would_get: &r.cpus,
+                now: self
                     .ops
                     .real_mask(r.pid as i32)
                     .map(|m| m.to_string())
-                    .unwrap_or_default();
-                serde_json::json!({
-                    "pid": r.pid, "comm": r.comm, "rule": r.rule,
-                    "would_get": r.cpus, "now": now, "state": r.state,
-                    "cpuset": self.mgr.cpuset_of(r.pid as i32),
-                    "memory_nodes": memory_nodes(mem),
-                })
+                    .unwrap_or_default(),
+                state: &r.state,
+                cpuset: self.mgr.cpuset_of(r.pid as i32),
+                memory_nodes: match mem {
+                    Ok(MemoryView::Nodes { nodes, .. }) => Some(nodes.clone()),
+                    Ok(MemoryView::OneNode) => Some(Default::default()),
+                    Err(_) => None,
+                },
             })
             .collect();
-        let v = serde_json::json!({
-            "placement_from": self.source,
-            "latency_off": self.latency_off,
-            "rule_errors": self.report.error_strings(),
-            "plans": self.mgr.plan().units(),
-            "processes": procs,
-            "protected": self.mgr.protected().iter().map(|p| serde_json::json!({
-                "pid": p.pid, "comm": p.comm, "rule": p.rule, "why": p.why.describe(),
-            })).collect::<Vec<_>>(),
-            "changed_nothing": true,
-        });
-        Ok(serde_json::to_string_pretty(&v)? + "\n")
+        let protected = self.mgr.protected();
+        let j = LiveJson {
+            placement_from: &self.source,
+            latency_off: self.latency_off,
+            rule_errors: self.report.error_strings(),
+            plans: self.mgr.plan().units(),
+            processes,
+            protected: protected
+                .iter()
+                .map(|p| ProtectedJson {
+                    pid: p.pid,
+                    comm: &p.comm,
+                    rule: &p.rule,
+                    why: p.why.describe(),
+                })
+                .collect(),
+            changed_nothing: true,
+        };
+        // Through a `Value`: the keys in alphabetical order, as they have always been.
+        Ok(serde_json::to_string_pretty(&serde_json::to_value(&j)?)? + "\n")
     }
 
     /// Each rule's plan units, with what the daemon would hold for them.
@@ -348,11 +402,11 @@ fn matrix_to_plan_on(
     let dir = args
         .state_dir
         .clone()
-        .unwrap_or_else(super::plan::default_state_dir);
+        .unwrap_or_else(crate::advice::default_state_dir);
     let mut warnings = Vec::new();
     let stored = root
         .is_live_sys()
-        .then(|| super::plan::stored_matrix(&dir, root, Some(topology), &mut warnings))
+        .then(|| crate::advice::stored_matrix(&dir, root, Some(topology), &mut warnings))
         .flatten();
     for w in &warnings {
         eprintln!("pinnerd: {w}");
@@ -371,20 +425,6 @@ fn matrix_to_plan_on(
         ),
     };
     Ok((matrix, source, Misfit::Topology))
-}
-
-/// `{"0": bytes, "1": bytes}` as `plan --pid` gives it; `{}` on one node, `null` when
-/// it could not be read.
-fn memory_nodes(m: &Result<MemoryView, ReadError>) -> serde_json::Value {
-    match m {
-        Ok(MemoryView::Nodes { nodes, .. }) => nodes
-            .iter()
-            .map(|(n, b)| (n.to_string(), serde_json::json!(b)))
-            .collect::<serde_json::Map<_, _>>()
-            .into(),
-        Ok(MemoryView::OneNode) => serde_json::json!({}),
-        Err(_) => serde_json::Value::Null,
-    }
 }
 
 /// What the daemon would hold for a rule's unit plan, in one line: `isolate` and

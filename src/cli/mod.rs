@@ -99,10 +99,7 @@ pub fn seconds(flag: &str, v: f64, max: f64) -> anyhow::Result<std::time::Durati
 
 /// `--idle-threshold`: a percentage from 0 to 100, as the guard's minimum idle share.
 pub fn idle_share(v: f64) -> anyhow::Result<f64> {
-    if !(0.0..=100.0).contains(&v) {
-        anyhow::bail!("--idle-threshold is a percentage from 0 to 100, got {v}");
-    }
-    Ok(v / 100.0)
+    Ok(crate::measure::guard::idle_share(v)?)
 }
 
 /// Exit code for an invalid configuration (rules or settings), distinct from other

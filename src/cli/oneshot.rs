@@ -21,6 +21,7 @@ use anyhow::{bail, Context};
 use super::client::{block_on, proxy, BusArgs, Pinnerd1Proxy};
 use super::place_flags::{describe, PlaceFlags};
 use super::ConfigInvalid;
+use crate::advice::{self, GroundSpec, Measuring};
 use crate::affinity::{own_tid, AffinityOps, SystemOps};
 use crate::api::PlaceSpec;
 use crate::cpuset::CpuSet;
@@ -309,44 +310,28 @@ fn local_choice(args: &RunArgs, spec: &PlaceSpec, why: String) -> anyhow::Result
     let own = SystemOps::new(root)
         .get_affinity(own_tid())
         .context("reading this process's CPUs")?;
-    let mut pool = usable.intersection(&own);
-    if pool != usable {
+    if usable.intersection(&own) != usable {
         notes.push(format!(
-            "chosen among CPUs {pool}: this process may not run on the others"
+            "chosen among CPUs {}: this process may not run on the others",
+            usable.intersection(&own)
         ));
     }
-    if let Some(w) = &request.within {
-        pool = pool.intersection(w);
-    }
-    let exclude = usable
-        .difference(&pool)
-        .union(&settings.placement.housekeeping_cpus);
-    let plan_args = super::plan::PlanArgs {
-        count: Some(count as u32),
-        policy: request.policy,
-        smt: request.smt,
-        exclude: Some(exclude),
-        matrix: None,
+    let pool = advice::request_pool(
+        &usable,
+        &[Some(&own), request.within.as_ref()],
+        &[Some(&settings.placement.housekeeping_cpus)],
+    );
+    let exclude = usable.difference(&pool);
+    let ground = GroundSpec {
         sysfs: PathBuf::from(crate::sysroot::LIVE_SYS),
-        json: false,
-        live: false,
-        pid: None,
-        rules: Vec::new(),
-        config: args.config.clone(),
+        matrix: None,
         state_dir: args.state_dir.clone(),
-        measure_budget: 0.0,
-        no_measure: true,
-        idle_threshold: 0.0,
-        measure_off_by: Some(
+        measuring: Measuring::Off(
             "`run` never measures (run the daemon, or `pinnerd measure`, to store one)".into(),
         ),
-        place: super::place_flags::ShapeFlags {
-            core_type: request.shape.core_type,
-            prefer: request.shape.prefer,
-            near: request.shape.near.clone(),
-        },
     };
-    let advice = super::plan::plan(&plan_args, count)
+    let req = advice::count_request(count, request.policy, request.smt, exclude);
+    let advice = advice::advise(&ground, &req, &request.shape)
         .with_context(|| format!("choosing {}", describe(spec)))?;
     notes.extend(advice.warnings.iter().cloned());
     Ok(Choice {
@@ -363,11 +348,7 @@ fn local_rule(
     policy: &LoadPolicy,
     name: &str,
 ) -> anyhow::Result<PlacementRequest> {
-    let dirs = if args.rules.is_empty() {
-        settings.rule_dirs.clone()
-    } else {
-        args.rules.clone()
-    };
+    let dirs = settings.rule_dirs_or(&args.rules);
     let report = load_dirs(&dirs, policy);
     let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
     let Some(rule) = report.rules.get(name) else {
@@ -380,9 +361,7 @@ fn local_rule(
         }
         bail!(msg);
     };
-    let mut request = rule.place.clone().with_context(|| {
-        format!("rule {name:?} has no [rule.place] (it places threads by name only)")
-    })?;
+    let mut request = rule.place_request()?;
     request.exclusive = false;
     Ok(request)
 }

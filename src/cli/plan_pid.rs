@@ -5,17 +5,18 @@
 //!
 //! ```text
 //!   /proc/PID ─► rule (or --count …) ─► request ─┐
-//!   its cgroup cpuset, housekeeping CPUs ─► exclude ─► plan::plan ─► best CPUs
+//!   its cgroup cpuset, housekeeping CPUs ─► advice::request_pool ─► advice ─► best CPUs
 //!   memory::read (numa_stat / numa_maps) ─► plan::memory::prefer_memory ─► CPUs + reason
 //! ```
 
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use serde_json::json;
+use serde::Serialize;
 
-use super::plan::{plan, Advice, PlanArgs};
+use super::plan::PlanArgs;
 use super::ConfigInvalid;
+use crate::advice::{self, Advice, AdviceJson};
 use crate::cpuset::CpuSet;
 use crate::memory::{self, MemoryView};
 use crate::plan::memory::prefer_memory;
@@ -43,80 +44,23 @@ pub fn run(args: &PlanArgs, pid: u32) -> anyhow::Result<ExitCode> {
     super::print_answer(args.json, || p.json(), || p.human())
 }
 
+/// The process, its request, the CPUs it may take, the best of them, then memory
+/// weighed: each a step below.
 fn plan_pid(args: &PlanArgs, pid: u32) -> anyhow::Result<PidPlan> {
-    let root = super::topology::resolve_roots(Some(&args.sysfs), None);
-    let procs = ProcFs::new(SysRoot {
-        sys: root.sys.clone(),
-        ..SysRoot::default()
-    });
-    let mut snap = procs
-        .snapshot(pid as i32)
-        .with_context(|| format!("pid {pid}: no such process"))?;
-    snap.info.cmdline = procs
-        .cmdline(pid as i32, snap.start_time)
-        .with_context(|| format!("pid {pid}: no such process"))?;
-    if snap.kernel_thread {
-        bail!(
-            "pid {pid} ({}): a kernel thread; never pinned",
-            snap.info.comm
-        );
-    }
+    let root = SysRoot::resolve(Some(&args.sysfs), None);
+    let snap = process(&root, pid)?;
     let policy = LoadPolicy::for_current_process();
     let settings = Settings::load_or_default(&args.config, &policy)
         .map_err(|e| ConfigInvalid(e.to_string()))?;
     let (request, rule) = match args.count {
-        Some(n) => (
-            PlacementRequest {
-                target: CpuTarget::Count(n),
-                within: None,
-                policy: args.policy,
-                smt: args.smt,
-                exclusive: false,
-                shape: args.place.shape(),
-            },
-            None,
-        ),
+        Some(n) => (flags_request(args, n), None),
         None => {
-            let dirs = if args.rules.is_empty() {
-                settings.rule_dirs.clone()
-            } else {
-                args.rules.clone()
-            };
-            let report = load_dirs(&dirs, &policy);
-            let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-            let m = report.rules.match_process(&snap.info).with_context(|| {
-                let absent: Vec<&str> = dirs
-                    .iter()
-                    .zip(&shown)
-                    .filter(|(d, _)| !d.exists())
-                    .map(|(_, s)| s.as_str())
-                    .collect();
-                if absent.len() == dirs.len() {
-                    format!(
-                        "pid {pid} ({}): no rules: {} {} not exist; give --count",
-                        snap.info.comm,
-                        shown.join(", "),
-                        if shown.len() == 1 { "does" } else { "do" }
-                    )
-                } else {
-                    format!(
-                        "pid {pid} ({}): no rule in {} matches it; give --count",
-                        snap.info.comm,
-                        shown.join(", ")
-                    )
-                }
-            })?;
-            let req = m.rule.place.clone().with_context(|| {
-                format!(
-                    "rule {:?} has no [rule.place] (it places threads by name only)",
-                    m.rule.name
-                )
-            })?;
-            (req, Some(m.rule.name.clone()))
+            let (req, name) = rule_request(args, &settings, &policy, pid, &snap.info)?;
+            (req, Some(name))
         }
     };
     let count = match &request.target {
-        CpuTarget::Count(n) => *n,
+        CpuTarget::Count(n) => *n as usize,
         CpuTarget::Cpus(c) => bail!(
             "rule {:?} names its CPUs ({c}): nothing to plan",
             rule.unwrap_or_default()
@@ -129,64 +73,25 @@ fn plan_pid(args: &PlanArgs, pid: u32) -> anyhow::Result<PidPlan> {
         .with_context(|| format!("pid {pid}: its cgroup cpuset"))?
         .map(|c| c.cpus)
         .filter(|c| !c.is_empty());
-    let mut pool = usable.clone();
-    if let Some(c) = &cpuset {
-        pool = pool.intersection(c);
-    }
-    if let Some(w) = &request.within {
-        pool = pool.intersection(w);
-    }
-    pool = pool.difference(&settings.placement.housekeeping_cpus);
-    if let Some(x) = &args.exclude {
-        pool = pool.difference(x);
-    }
-    let sub_args = |pool: &CpuSet| PlanArgs {
-        count: Some(count),
-        policy: request.policy,
-        smt: request.smt,
-        exclude: Some(usable.difference(pool)),
-        place: super::place_flags::ShapeFlags {
-            core_type: request.shape.core_type,
-            prefer: request.shape.prefer,
-            near: request.shape.near.clone(),
-        },
-        matrix: args.matrix.clone(),
-        sysfs: args.sysfs.clone(),
-        json: args.json,
-        live: false,
-        pid: None,
-        measure_off_by: None,
-        rules: Vec::new(),
-        config: args.config.clone(),
-        state_dir: args.state_dir.clone(),
-        measure_budget: args.measure_budget,
-        no_measure: args.no_measure,
-        idle_threshold: args.idle_threshold,
+    let pool = advice::request_pool(
+        &usable,
+        &[cpuset.as_ref(), request.within.as_ref()],
+        &[
+            Some(&settings.placement.housekeeping_cpus),
+            args.exclude.as_ref(),
+        ],
+    );
+    let spec = super::plan::ground_spec(args)?;
+    let advise_in = |pool: &CpuSet| {
+        let req =
+            advice::count_request(count, request.policy, request.smt, usable.difference(pool));
+        advice::advise(&spec, &req, &request.shape)
     };
-    let mut advice = plan(&sub_args(&pool), count as usize)?;
+    let advice = advise_in(&pool)?;
     let mp = MemoryPlanning::new(&topology, &settings);
     let memory = memory::read(&procs_root(&root), pid as i32, &mp.node_ids())
         .with_context(|| format!("pid {pid}: where its memory is"))?;
-    let mut reason = None;
-    if let MemoryView::Nodes { nodes, .. } = &memory {
-        if request.shape.is_empty() {
-            let best = Chosen {
-                cpus: advice.placement.cpus.clone(),
-                held: advice.placement.cpus.clone(),
-            };
-            let (chosen, why) = prefer_memory(&advice.domains, &request, &pool, best, nodes, &mp);
-            reason = why;
-            if chosen.cpus != advice.placement.cpus {
-                // The same engine inside the chosen node, for its whole explanation.
-                let node_cpus = mp
-                    .nodes
-                    .iter()
-                    .filter(|(_, c)| !c.intersection(&chosen.cpus).is_empty())
-                    .fold(CpuSet::new(), |a, (_, c)| a.union(c));
-                advice = plan(&sub_args(&pool.intersection(&node_cpus)), count as usize)?;
-            }
-        }
-    }
+    let (advice, reason) = weigh_memory(advice, &memory, &request, &pool, &mp, advise_in)?;
     Ok(PidPlan {
         pid,
         comm: snap.info.comm.clone(),
@@ -198,6 +103,100 @@ fn plan_pid(args: &PlanArgs, pid: u32) -> anyhow::Result<PidPlan> {
     })
 }
 
+/// The process `pid` with its command line; a kernel thread is refused.
+fn process(root: &SysRoot, pid: u32) -> anyhow::Result<crate::watch::ProcessSnapshot> {
+    let procs = ProcFs::new(procs_root(root));
+    let mut snap = procs
+        .snapshot(pid as i32)
+        .with_context(|| format!("pid {pid}: no such process"))?;
+    snap.info.cmdline = procs
+        .cmdline(pid as i32, snap.start_time)
+        .with_context(|| format!("pid {pid}: no such process"))?;
+    if snap.kernel_thread {
+        bail!(
+            "pid {pid} ({}): a kernel thread; never pinned",
+            snap.info.comm
+        );
+    }
+    Ok(snap)
+}
+
+/// `--count N` with the flags' policy, SMT and shape.
+fn flags_request(args: &PlanArgs, n: u32) -> PlacementRequest {
+    PlacementRequest {
+        target: CpuTarget::Count(n),
+        within: None,
+        policy: args.policy,
+        smt: args.smt,
+        exclusive: false,
+        shape: args.place.shape(),
+    }
+}
+
+/// The `[rule.place]` of the rule that matches the process, and the rule's name.
+fn rule_request(
+    args: &PlanArgs,
+    settings: &Settings,
+    policy: &LoadPolicy,
+    pid: u32,
+    info: &crate::rules::ProcessInfo,
+) -> anyhow::Result<(PlacementRequest, String)> {
+    let dirs = settings.rule_dirs_or(&args.rules);
+    let report = load_dirs(&dirs, policy);
+    let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    let m = report.rules.match_process(info).with_context(|| {
+        let absent = dirs.iter().filter(|d| !d.exists()).count();
+        if absent == dirs.len() {
+            format!(
+                "pid {pid} ({}): no rules: {} {} not exist; give --count",
+                info.comm,
+                shown.join(", "),
+                if shown.len() == 1 { "does" } else { "do" }
+            )
+        } else {
+            format!(
+                "pid {pid} ({}): no rule in {} matches it; give --count",
+                info.comm,
+                shown.join(", ")
+            )
+        }
+    })?;
+    Ok((m.rule.place_request()?, m.rule.name.clone()))
+}
+
+/// Where its memory is weighed (a compact count without a shape, on several nodes):
+/// the CPUs on the node holding most of it when they cost little more, planned again
+/// inside that node for their whole explanation; with the reason in words.
+fn weigh_memory(
+    advice: Advice,
+    memory: &MemoryView,
+    request: &PlacementRequest,
+    pool: &CpuSet,
+    mp: &MemoryPlanning,
+    advise_in: impl Fn(&CpuSet) -> anyhow::Result<Advice>,
+) -> anyhow::Result<(Advice, Option<String>)> {
+    let MemoryView::Nodes { nodes, .. } = memory else {
+        return Ok((advice, None));
+    };
+    if !request.shape.is_empty() {
+        return Ok((advice, None));
+    }
+    let best = Chosen {
+        cpus: advice.placement.cpus.clone(),
+        held: advice.placement.cpus.clone(),
+    };
+    let (chosen, why) = prefer_memory(&advice.domains, request, pool, best, nodes, mp);
+    if chosen.cpus == advice.placement.cpus {
+        return Ok((advice, why));
+    }
+    let node_cpus = mp
+        .nodes
+        .iter()
+        .filter(|(_, c)| !c.intersection(&chosen.cpus).is_empty())
+        .fold(CpuSet::new(), |a, (_, c)| a.union(c));
+    Ok((advise_in(&pool.intersection(&node_cpus))?, why))
+}
+
 /// The real /proc: a process is always the running machine's.
 fn procs_root(root: &SysRoot) -> SysRoot {
     SysRoot {
@@ -206,26 +205,41 @@ fn procs_root(root: &SysRoot) -> SysRoot {
     }
 }
 
+/// `plan --pid --json`: `plan --json`'s fields, and the process's.
+#[derive(Serialize)]
+struct PidPlanJson<'a> {
+    #[serde(flatten)]
+    advice: AdviceJson<'a>,
+    pid: u32,
+    comm: &'a str,
+    /// The rule whose request was planned; `null`: the flags'.
+    rule: Option<&'a str>,
+    /// Its cgroup cpuset; `null`: none (all CPUs).
+    cpuset: Option<String>,
+    /// Bytes of its memory per NUMA node; `{}` on one node.
+    memory_nodes: crate::memory::NodeBytes,
+    /// Why memory moved the choice or not; `one node` on one node.
+    memory_reason: Option<String>,
+}
+
 impl PidPlan {
     fn json(&self) -> serde_json::Value {
-        let mut v = self.advice.json();
-        let nodes: serde_json::Map<String, serde_json::Value> = match &self.memory {
-            MemoryView::OneNode => Default::default(),
-            MemoryView::Nodes { nodes, .. } => nodes
-                .iter()
-                .map(|(n, b)| (n.to_string(), json!(b)))
-                .collect(),
+        let j = PidPlanJson {
+            advice: self.advice.as_json(),
+            pid: self.pid,
+            comm: &self.comm,
+            rule: self.rule.as_deref(),
+            cpuset: self.cpuset.as_ref().map(|c| c.to_string()),
+            memory_nodes: match &self.memory {
+                MemoryView::OneNode => Default::default(),
+                MemoryView::Nodes { nodes, .. } => nodes.clone(),
+            },
+            memory_reason: match (&self.memory, &self.reason) {
+                (MemoryView::OneNode, _) => Some("one node".to_string()),
+                (_, r) => r.clone(),
+            },
         };
-        v["pid"] = json!(self.pid);
-        v["comm"] = json!(self.comm);
-        v["rule"] = json!(self.rule);
-        v["cpuset"] = json!(self.cpuset.as_ref().map(|c| c.to_string()));
-        v["memory_nodes"] = serde_json::Value::Object(nodes);
-        v["memory_reason"] = json!(match (&self.memory, &self.reason) {
-            (MemoryView::OneNode, _) => Some("one node".to_string()),
-            (_, r) => r.clone(),
-        });
-        v
+        serde_json::to_value(j).expect("plain data serializes")
     }
 
     fn human(&self) -> String {

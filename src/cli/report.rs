@@ -1,11 +1,11 @@
 //! `pinnerd report`: the machine's map on one page. Gathers the facts (the topology,
-//! the matrix as `plan` finds it, plans for K = 2, 4, 8, with `--compare` the measured
+//! the matrix as `advice` finds it, plans for K = 2, 4, 8, with `--compare` the measured
 //! effect) into a [`Report`] and writes `report.json` and `report.html` (drawn by
 //! `crate::report`) into `--out`, each replaced whole and never through a link, in a
 //! directory no other user owns or may write in (`crate::outfile`).
 //!
-//! Must not touch: placement or measurement logic (it asks `plan` and `compare`). Its
-//! plans are one-off requests for K CPUs on `plan`'s ground, not the rules' plan
+//! Must not touch: placement or measurement logic (it asks `advice` and `effect`). Its
+//! plans are one-off requests for K CPUs on one `advice::Ground`, not the rules' plan
 //! (`plan::making`).
 
 use std::path::{Path, PathBuf};
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use super::plan::{ground, place_on, Ground, PlanArgs, Source};
+use crate::advice::{self, Advice, Ground, GroundSpec, Measuring, Source};
 use crate::cpuset::CpuSet;
 use crate::domains::{Layout, LevelKind};
 use crate::fingerprint::Fingerprint;
@@ -55,29 +55,20 @@ pub struct ReportArgs {
 const KS: [usize; 3] = [2, 4, 8];
 /// Rounds of the engine against the plain ping-pong.
 const AGREEMENT_ROUNDS: usize = 5;
+/// The matrix measured for the page, written beside it.
+const MATRIX_FILE: &str = "matrix.json";
 
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    super::seconds("--budget", args.budget, super::MAX_BUDGET_SECS)?;
-    let plan_args = |count: usize, policy: Policy| PlanArgs {
-        count: Some(count as u32),
-        policy,
-        smt: SmtPolicy::Allow,
-        exclude: None,
-        place: Default::default(),
-        matrix: args.matrix.clone(),
+    let budget = super::seconds("--budget", args.budget, super::MAX_BUDGET_SECS)?;
+    let g = advice::ground(&GroundSpec {
         sysfs: args.sysfs.clone(),
-        json: true,
-        live: false,
-        rules: Vec::new(),
-        config: PathBuf::from(crate::settings::DEFAULT_SETTINGS_PATH),
+        matrix: args.matrix.clone(),
         state_dir: None,
-        measure_budget: args.budget,
-        no_measure: false,
-        idle_threshold: args.idle_threshold,
-        pid: None,
-        measure_off_by: None,
-    };
-    let g = ground(&plan_args(2, Policy::Compact))?;
+        measuring: Measuring::Allowed {
+            budget,
+            min_idle_pct: args.idle_threshold,
+        },
+    })?;
     let real_sysfs = args.sysfs == Path::new(crate::sysroot::LIVE_SYS);
     let dcpus: CpuSet = g.domains.cpus().iter().copied().collect();
     // The page describes the machine of the sysfs tree when the matrix fits it.
@@ -100,9 +91,47 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         Some(t) => machine_facts(&g, t, real_sysfs)?,
         None => matrix_facts(&g, args.matrix.as_deref()),
     };
+    let topology = topology_boxes(&g, known, &dcpus);
+    let (colour_level, cpu_group) = report::colour_groups(&g.domains);
+    let (plans, pair_advice) = plans(&g);
+    let mut quality = quality(&g, known);
+    let numa_home = g
+        .findings
+        .iter()
+        .any(|f| f.kind == crate::domains::FindingKind::NumaHome);
+    quality
+        .findings
+        .extend(report::inverted_boxes(&topology, numa_home));
+    let effect = match args.compare {
+        true => Some(effect(&g, pair_advice, &mut quality)?),
+        false => None,
+    };
+    let r = Report {
+        generated_by: format!("pinnerd {}", env!("CARGO_PKG_VERSION")),
+        source: source_description(&g),
+        this_machine: known.is_some(),
+        machine,
+        topology,
+        topology_from: if known.is_some() { "sysfs" } else { "matrix" }.into(),
+        domains: domain_levels(&g),
+        colour_level,
+        cpu_group,
+        cpu_order: g.domains.cpus().to_vec(),
+        domain_order: report::domain_order(&g.domains),
+        plans,
+        effect,
+        quality,
+        latency_off: g.latency_off.map(String::from),
+    };
+    write_report(&out_dir, &g, &r)
+}
+
+/// The nested boxes of the page: sysfs's levels when the matrix is this machine's
+/// (`known`), else the matrix's own domains.
+fn topology_boxes(g: &Ground, known: Option<&Topology>, dcpus: &CpuSet) -> report::TopoBox {
     let levels = match known {
         Some(t) => Layout::from_topology(t)
-            .restricted(&dcpus)
+            .restricted(dcpus)
             .levels
             .into_iter()
             .map(|(k, groups)| (level_word(k), groups))
@@ -112,21 +141,25 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             .map(|(n, groups)| (if n == "smt" { "core".into() } else { n }, groups))
             .collect(),
     };
-    let topology = report::topo_boxes(
+    report::topo_boxes(
         "machine".into(),
-        &dcpus,
+        dcpus,
         &report::tidy_levels(levels),
         g.matrix.as_ref(),
-    );
-    let (colour_level, cpu_group) = report::colour_groups(&g.domains);
+    )
+}
 
+/// The plans for K = 2, 4, 8 (as many as there are CPUs for), compact and spread, and
+/// the compact pair's advice for `--compare`.
+fn plans(g: &Ground) -> (Vec<PlanRow>, Option<Advice>) {
     let mut plans = Vec::new();
     let mut pair_advice = None;
     for k in KS.into_iter().filter(|&k| k <= g.available.len()) {
         for policy in [Policy::Compact, Policy::Spread] {
-            plans.push(match place_on(&g, &plan_args(k, policy), k) {
+            let req = advice::count_request(k, policy, SmtPolicy::Allow, CpuSet::new());
+            plans.push(match advice::place_on(g, &req, &Default::default()) {
                 Ok(a) => {
-                    let mut row = plan_row(k, policy, &a.json());
+                    let mut row = plan_row(k, policy, &a);
                     if g.latency_off.is_some() {
                         // No gain from an unstable matrix's figures.
                         row.ratio = None;
@@ -151,69 +184,68 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
             });
         }
     }
+    (plans, pair_advice)
+}
 
-    let mut quality = quality(&g, known);
-    let numa_home = g
-        .findings
+/// `--compare`: the ring on the planned pair and the others, as `pinnerd compare`, and
+/// the engine against the plain ping-pong on the first two CPUs (into `quality`).
+fn effect(
+    g: &Ground,
+    pair_advice: Option<Advice>,
+    quality: &mut Quality,
+) -> anyhow::Result<serde_json::Value> {
+    let advice = pair_advice.context("no plan of two CPUs to compare")?;
+    let mut e = crate::effect::measure(
+        &advice.placement.cpus,
+        &advice.domains,
+        &advice.source_description(),
+        2,
+        7,
+        Duration::from_millis(300),
+    )
+    .context("measuring the effect")?;
+    e.latency_off = advice.latency_off;
+    let avail: Vec<u32> = g.available.iter().collect();
+    match avail.as_slice() {
+        [a, b, ..] => match agreement(*a, *b) {
+            Ok(a) => quality.agreement = Some(a),
+            Err(e) => quality.agreement_error = Some(super::describe_error(&e)),
+        },
+        _ => quality.agreement_error = Some("fewer than two usable CPUs".into()),
+    }
+    Ok(e.json())
+}
+
+/// The measured latency domains. A level whose every group is one CPU (an `smt` level
+/// without SMT) groups nothing: it is not in the data, so not on the page.
+fn domain_levels(g: &Ground) -> Vec<DomainLevel> {
+    g.domains
+        .levels()
         .iter()
-        .any(|f| f.kind == crate::domains::FindingKind::NumaHome);
-    quality
-        .findings
-        .extend(report::inverted_boxes(&topology, numa_home));
-    let effect = if args.compare {
-        let advice = pair_advice.context("no plan of two CPUs to compare")?;
-        let e = super::compare::measure_effect(&advice, 2, 7, Duration::from_millis(300))
-            .context("measuring the effect")?;
-        let avail: Vec<u32> = g.available.iter().collect();
-        match avail.as_slice() {
-            [a, b, ..] => match agreement(*a, *b) {
-                Ok(a) => quality.agreement = Some(a),
-                Err(e) => quality.agreement_error = Some(super::describe_error(&e)),
-            },
-            _ => quality.agreement_error = Some("fewer than two usable CPUs".into()),
-        }
-        Some(e.json())
-    } else {
-        None
-    };
+        .filter(|l| l.kind == LevelKind::Machine || l.groups.iter().any(|g| g.len() > 1))
+        .map(|l| DomainLevel {
+            name: l.name(),
+            latency_ns: l.latency_ns,
+            groups: l.groups.clone(),
+        })
+        .collect()
+}
 
-    let r = Report {
-        generated_by: format!("pinnerd {}", env!("CARGO_PKG_VERSION")),
-        source: g.source_description(),
-        this_machine: known.is_some(),
-        machine,
-        topology,
-        topology_from: if known.is_some() { "sysfs" } else { "matrix" }.into(),
-        // A level whose every group is one CPU (an `smt` level without SMT) groups
-        // nothing: it is not in the data, so not on the page.
-        domains: g
-            .domains
-            .levels()
-            .iter()
-            .filter(|l| l.kind == LevelKind::Machine || l.groups.iter().any(|g| g.len() > 1))
-            .map(|l| DomainLevel {
-                name: l.name(),
-                latency_ns: l.latency_ns,
-                groups: l.groups.clone(),
-            })
-            .collect(),
-        colour_level,
-        cpu_group,
-        cpu_order: g.domains.cpus().to_vec(),
-        domain_order: report::domain_order(&g.domains),
-        plans,
-        effect,
-        quality,
-        latency_off: g.latency_off.map(String::from),
-    };
+/// Writes `report.json`, `report.html` and, when it was measured now, `matrix.json`
+/// into `out_dir`, and says where.
+fn write_report(
+    out_dir: &crate::outfile::OutDir,
+    g: &Ground,
+    r: &Report,
+) -> anyhow::Result<ExitCode> {
     let write = |name: &str, text: &str| -> anyhow::Result<PathBuf> {
         Ok(out_dir.replace(name.as_ref(), text.as_bytes(), false)?)
     };
     if let (Source::Measured(_), Some(m)) = (&g.source, &g.matrix) {
-        write("matrix.json", &(serde_json::to_string_pretty(m)? + "\n"))?;
+        write(MATRIX_FILE, &(serde_json::to_string_pretty(m)? + "\n"))?;
     }
-    let json = write("report.json", &(serde_json::to_string_pretty(&r)? + "\n"))?;
-    let html = write("report.html", &report::html(&r, g.matrix.as_ref()))?;
+    let json = write("report.json", &(serde_json::to_string_pretty(r)? + "\n"))?;
+    let html = write("report.html", &report::html(r, g.matrix.as_ref()))?;
     if let Some(line) = g.latency_off {
         outln!("{line}");
     }
@@ -226,22 +258,19 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-impl Ground {
-    fn source_description(&self) -> String {
-        match &self.source {
-            Source::File(p) => format!("matrix {}", p.display()),
-            Source::Stored(p) => format!("stored matrix {}", p.display()),
-            Source::Measured(d) => format!(
-                "matrix measured now ({:.1} s, {})",
-                d.as_secs_f64(),
-                if self.matrix.as_ref().is_some_and(|m| m.sparse.is_some()) {
-                    "sparse"
-                } else {
-                    "every pair"
-                }
-            ),
-            Source::TopologyOnly(why) => format!("sysfs topology alone: {why}"),
-        }
+/// Where the matrix came from, in words, a measurement's kind included.
+fn source_description(g: &Ground) -> String {
+    match &g.source {
+        Source::Measured(d) => format!(
+            "matrix measured now ({:.1} s, {})",
+            d.as_secs_f64(),
+            if g.matrix.as_ref().is_some_and(|m| m.sparse.is_some()) {
+                "sparse"
+            } else {
+                "every pair"
+            }
+        ),
+        other => other.describe(),
     }
 }
 
@@ -252,28 +281,21 @@ fn level_word(k: LevelKind) -> String {
     }
 }
 
-/// A row from `pinnerd plan --json`'s object.
-fn plan_row(k: usize, policy: Policy, j: &serde_json::Value) -> PlanRow {
-    let cpus = |v: &serde_json::Value| -> Vec<u32> {
-        v.as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|c| c.as_u64())
-            .map(|c| c as u32)
-            .collect()
-    };
-    let auto = &j["autopilot"];
-    let worst = j["worst_latency_ns"].as_f64();
-    let auto_worst = auto["worst_latency_ns"].as_f64();
+/// A row of the plans table: `pinnerd plan --json`'s figures for one request.
+fn plan_row(k: usize, policy: Policy, a: &Advice) -> PlanRow {
+    let x = &a.placement.explanation;
+    let worst = x.cost.worst_ns;
+    let auto = x.autopilot.as_ref();
+    let auto_worst = auto.and_then(|(_, c)| c.worst_ns);
     PlanRow {
         k,
         policy: policy.to_string(),
-        cpus: cpus(&j["cpus"]),
+        cpus: a.placement.cpus.iter().collect(),
         worst_latency_ns: worst,
-        mean_latency_ns: j["mean_latency_ns"].as_f64(),
-        autopilot_cpus: (!auto.is_null()).then(|| cpus(&auto["cpus"])),
+        mean_latency_ns: x.cost.mean_ns,
+        autopilot_cpus: auto.map(|(cpus, _)| cpus.iter().collect()),
         autopilot_worst_ns: auto_worst,
-        autopilot_mean_ns: auto["mean_latency_ns"].as_f64(),
+        autopilot_mean_ns: auto.and_then(|(_, c)| c.mean_ns),
         // How much nearer the plan's farthest pair is than autopilot's: a compact
         // plan's gain. A spread plan seeks distance, where the ratio means nothing.
         ratio: match (auto_worst, worst) {

@@ -1,7 +1,7 @@
 //! `pinnerd topology`: the machine's CPUs as a tree (packages → nodes → LLC groups →
 //! cores → CPUs) or as JSON.
 //!
-//! Rendering lives in [`render_tree`] and [`json_report`], both taking the discovered
+//! Rendering lives in [`render_tree`] and [`TopologyJson`], both taking the discovered
 //! [`Topology`] and [`Fingerprint`], so further sections (latency domains from a
 //! matrix) append to their output without touching discovery.
 
@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use serde_json::{json, Value};
+use serde::Serialize;
 
 use crate::cpuset::CpuSet;
 use crate::domains::{self, Domains, Finding, Misfit};
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, FingerprintInputs};
 use crate::matrix::LatencyMatrix;
 use crate::report::groups_line;
 use crate::sysroot::SysRoot;
@@ -48,7 +48,7 @@ pub struct TopologyArgs {
 }
 
 pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
-    let root = resolve_roots(args.sysfs.as_deref(), args.procfs.as_deref());
+    let root = SysRoot::resolve(args.sysfs.as_deref(), args.procfs.as_deref());
     let topology = Topology::discover(&root)
         .with_context(|| format!("reading the CPU topology under {}", root.sys.display()))?;
     let fingerprint = Fingerprint::read(&root).context("computing the hardware fingerprint")?;
@@ -59,13 +59,12 @@ pub fn run(args: TopologyArgs) -> anyhow::Result<ExitCode> {
     let sched_ext = crate::sched_ext::read(&root).context("reading the sched_ext state")?;
     draw(&args, &topology, domains.as_ref())?;
     if args.json {
-        let mut report = json_report(&topology, &fingerprint);
-        if let Some(d) = &domains {
-            d.extend_json(&mut report);
-        }
-        // null when no sched_ext scheduler runs, else {"state": …, "ops": NAME}.
-        report["sched_ext"] = json!(sched_ext);
-        outln!("{}", serde_json::to_string_pretty(&report)?);
+        let report = TopologyJson::new(&topology, &fingerprint, domains.as_ref(), &sched_ext);
+        // Through a `Value`: the keys in alphabetical order, as they have always been.
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::to_value(&report)?)?
+        );
     } else {
         out!("{}", render_tree(&topology, &fingerprint));
         if let Some(d) = &domains {
@@ -124,107 +123,203 @@ fn draw(
     Ok(())
 }
 
-/// `--sysfs DIR` may name a sysfs root or a machine directory holding `sys/` and
-/// `proc/`; procfs defaults to the `proc` beside the sysfs root (a chroot's or a
-/// capture's), falling back to the running machine's.
-pub fn resolve_roots(sysfs: Option<&Path>, procfs: Option<&Path>) -> SysRoot {
-    let mut root = SysRoot::default();
-    if let Some(dir) = sysfs {
-        let machine = SysRoot::machine(dir);
-        let is_machine_dir = !SysRoot::with_sys(dir)
-            .sys_path("devices/system/cpu")
-            .exists()
-            && machine.sys_path("devices/system/cpu").exists();
-        if is_machine_dir {
-            root = machine;
-        } else {
-            root.sys = dir.to_path_buf();
-            if let Some(beside) = dir.parent().map(|p| p.join("proc")) {
-                if beside.is_dir() {
-                    root.proc = beside;
-                }
-            }
-        }
-    }
-    if let Some(dir) = procfs {
-        root.proc = dir.to_path_buf();
-    }
-    root
-}
-
 fn ids(set: &CpuSet) -> Vec<u32> {
     set.iter().collect()
 }
 
-/// The `--json` object: `fingerprint` and its inputs, the CPU sets (as arrays of
-/// ids), one `cpus` entry per online CPU, `nodes` and `warnings`.
-pub fn json_report(topology: &Topology, fingerprint: &Fingerprint) -> Value {
-    let cpus: Vec<Value> = topology
-        .cpus
-        .iter()
-        .map(|c| {
-            json!({
-                "cpu": c.cpu,
-                "package": c.package,
-                "die": c.die,
-                "cluster": c.cluster,
-                "core": c.core,
-                "node": c.node,
-                "siblings": ids(&c.siblings),
-                "llc": c.llc().map(|l| ids(&l.shared)),
-                "core_type": c.core_type,
-                "capacity": c.capacity,
-                "max_freq_khz": c.max_freq_khz,
-                "prefcore_ranking": c.prefcore_ranking,
-                "highest_perf": c.highest_perf,
-                "isolated": topology.isolated.contains(c.cpu),
-                "caches": c.caches.iter().map(|k| json!({
-                    "level": k.level,
-                    "type": k.kind,
-                    "size_bytes": k.size_bytes,
-                    "id": k.id,
-                    "shared": ids(&k.shared),
-                })).collect::<Vec<_>>(),
+/// `pinnerd topology --json`: `fingerprint` and its inputs, the CPU sets (as arrays of
+/// ids), one `cpus` entry per online CPU, `nodes` and `warnings`; with `--matrix` the
+/// latency domains found in it; `sched_ext`.
+#[derive(Debug, Serialize)]
+pub struct TopologyJson<'a> {
+    pub fingerprint: &'a str,
+    pub fingerprint_inputs: &'a FingerprintInputs,
+    pub online: Vec<u32>,
+    pub possible: Vec<u32>,
+    pub present: Vec<u32>,
+    pub offline: Vec<u32>,
+    pub isolated: Vec<u32>,
+    pub usable: Vec<u32>,
+    pub smt: bool,
+    pub hybrid: bool,
+    /// Where the core kinds come from (`cpu_core`/`cpu_atom`, rankings…); `null` on a
+    /// machine with one kind of core.
+    pub core_types_from: Option<&'a str>,
+    pub x3d_mode: Option<&'a str>,
+    /// The last-level cache groups, with what `--prefer` weighs.
+    pub llc_groups: Vec<LlcGroupJson>,
+    pub cpus: Vec<CpuJson<'a>>,
+    pub nodes: Vec<NodeJson<'a>>,
+    pub warnings: &'a [String],
+    /// With `--matrix`: the latency domains found in it.
+    #[serde(flatten)]
+    pub domains: Option<DomainsJson<'a>>,
+    /// `null` when no sched_ext scheduler runs, else `{"state": …, "ops": NAME}`.
+    pub sched_ext: &'a Option<crate::sched_ext::SchedExt>,
+}
+
+/// One online CPU in `topology --json`.
+#[derive(Debug, Serialize)]
+pub struct CpuJson<'a> {
+    pub cpu: u32,
+    pub package: u32,
+    pub die: u32,
+    pub cluster: Option<u32>,
+    pub core: u32,
+    pub node: u32,
+    pub siblings: Vec<u32>,
+    /// The CPUs sharing its last-level cache.
+    pub llc: Option<Vec<u32>>,
+    pub core_type: Option<CoreType>,
+    pub capacity: Option<u32>,
+    pub max_freq_khz: Option<u64>,
+    pub prefcore_ranking: Option<u32>,
+    pub highest_perf: Option<u32>,
+    pub isolated: bool,
+    pub caches: Vec<CacheJson<'a>>,
+}
+
+/// One cache of a CPU in `topology --json`.
+#[derive(Debug, Serialize)]
+pub struct CacheJson<'a> {
+    pub level: u8,
+    #[serde(rename = "type")]
+    pub kind: &'a crate::topology::CacheKind,
+    pub size_bytes: Option<u64>,
+    pub id: Option<u32>,
+    pub shared: Vec<u32>,
+}
+
+/// One NUMA node in `topology --json`: its CPUs and SLIT distances by node.
+#[derive(Debug, Serialize)]
+pub struct NodeJson<'a> {
+    pub id: u32,
+    pub cpus: Vec<u32>,
+    pub distances: &'a std::collections::BTreeMap<u32, u32>,
+}
+
+/// One last-level cache group in `topology --json`.
+#[derive(Debug, Serialize)]
+pub struct LlcGroupJson {
+    pub cpus: Vec<u32>,
+    pub level: u8,
+    pub size_bytes: Option<u64>,
+    pub cores: usize,
+    pub bytes_per_core: Option<u64>,
+    pub best_ranking: Option<u32>,
+    pub max_freq_khz: Option<u64>,
+}
+
+/// The latency domains of `topology --matrix --json`.
+#[derive(Debug, Serialize)]
+pub struct DomainsJson<'a> {
+    /// Finest level first, each with its latency and its groups as arrays of CPU ids.
+    pub domains: Vec<LevelJson>,
+    pub domains_matrix: String,
+    pub domains_trust: crate::domains::Trust,
+    pub domain_findings: &'a [Finding],
+    pub domain_warnings: &'a [String],
+    /// A sparse matrix: pairs measured and all pairs, and whether background
+    /// completion is still measuring.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matrix_pairs_measured: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matrix_pairs_total: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matrix_completing: Option<bool>,
+}
+
+/// One latency level in `topology --matrix --json`.
+#[derive(Debug, Serialize)]
+pub struct LevelJson {
+    pub level: crate::domains::LevelKind,
+    pub name: String,
+    pub latency_ns: Option<f64>,
+    pub groups: Vec<Vec<u32>>,
+}
+
+impl<'a> TopologyJson<'a> {
+    pub fn new(
+        topology: &'a Topology,
+        fingerprint: &'a Fingerprint,
+        domains: Option<&'a DomainsView>,
+        sched_ext: &'a Option<crate::sched_ext::SchedExt>,
+    ) -> TopologyJson<'a> {
+        TopologyJson {
+            fingerprint: &fingerprint.hex,
+            fingerprint_inputs: &fingerprint.inputs,
+            online: ids(&topology.online),
+            possible: ids(&topology.possible),
+            present: ids(&topology.present),
+            offline: ids(&topology.offline),
+            isolated: ids(&topology.isolated),
+            usable: ids(&topology.usable()),
+            smt: topology.has_smt(),
+            hybrid: topology.is_hybrid(),
+            core_types_from: topology.core_types_from.as_deref(),
+            x3d_mode: topology.x3d_mode.as_deref(),
+            llc_groups: topology
+                .llc_summary()
+                .iter()
+                .map(|g| LlcGroupJson {
+                    cpus: ids(&g.cpus),
+                    level: g.level,
+                    size_bytes: g.size_bytes,
+                    cores: g.cores,
+                    bytes_per_core: g.bytes_per_core,
+                    best_ranking: g.best_ranking,
+                    max_freq_khz: g.max_freq_khz,
+                })
+                .collect(),
+            cpus: topology
+                .cpus
+                .iter()
+                .map(|c| cpu_json(topology, c))
+                .collect(),
+            nodes: topology
+                .nodes
+                .iter()
+                .map(|n| NodeJson {
+                    id: n.id,
+                    cpus: ids(&n.cpus),
+                    distances: &n.distances,
+                })
+                .collect(),
+            warnings: &topology.warnings,
+            domains: domains.map(DomainsView::as_json),
+            sched_ext,
+        }
+    }
+}
+
+fn cpu_json<'a>(topology: &Topology, c: &'a Cpu) -> CpuJson<'a> {
+    CpuJson {
+        cpu: c.cpu,
+        package: c.package,
+        die: c.die,
+        cluster: c.cluster,
+        core: c.core,
+        node: c.node,
+        siblings: ids(&c.siblings),
+        llc: c.llc().map(|l| ids(&l.shared)),
+        core_type: c.core_type,
+        capacity: c.capacity,
+        max_freq_khz: c.max_freq_khz,
+        prefcore_ranking: c.prefcore_ranking,
+        highest_perf: c.highest_perf,
+        isolated: topology.isolated.contains(c.cpu),
+        caches: c
+            .caches
+            .iter()
+            .map(|k| CacheJson {
+                level: k.level,
+                kind: &k.kind,
+                size_bytes: k.size_bytes,
+                id: k.id,
+                shared: ids(&k.shared),
             })
-        })
-        .collect();
-    let nodes: Vec<Value> = topology
-        .nodes
-        .iter()
-        .map(|n| {
-            json!({
-                "id": n.id,
-                "cpus": ids(&n.cpus),
-                "distances": n.distances,
-            })
-        })
-        .collect();
-    json!({
-        "fingerprint": fingerprint.hex,
-        "fingerprint_inputs": fingerprint.inputs,
-        "online": ids(&topology.online),
-        "possible": ids(&topology.possible),
-        "present": ids(&topology.present),
-        "offline": ids(&topology.offline),
-        "isolated": ids(&topology.isolated),
-        "usable": ids(&topology.usable()),
-        "smt": topology.has_smt(),
-        "hybrid": topology.is_hybrid(),
-        "core_types_from": topology.core_types_from,
-        "x3d_mode": topology.x3d_mode,
-        "llc_groups": topology.llc_summary().iter().map(|g| json!({
-            "cpus": ids(&g.cpus),
-            "level": g.level,
-            "size_bytes": g.size_bytes,
-            "cores": g.cores,
-            "bytes_per_core": g.bytes_per_core,
-            "best_ranking": g.best_ranking,
-            "max_freq_khz": g.max_freq_khz,
-        })).collect::<Vec<_>>(),
-        "cpus": cpus,
-        "nodes": nodes,
-        "warnings": topology.warnings,
-    })
+            .collect(),
+    }
 }
 
 /// A labelled tree, drawn with box-drawing characters.
@@ -556,31 +651,27 @@ pub fn domains_for(path: &Path, topology: &Topology) -> anyhow::Result<DomainsVi
 }
 
 impl DomainsView {
-    /// Adds `domains` (finest level first, each with `latency_ns` and `groups` as arrays
-    /// of CPU ids), `domain_findings` and `domain_warnings` to a JSON report.
-    pub fn extend_json(&self, report: &mut serde_json::Value) {
-        let levels: Vec<serde_json::Value> = self
-            .domains
-            .levels()
-            .iter()
-            .map(|l| {
-                json!({
-                    "level": l.kind,
-                    "name": l.name(),
-                    "latency_ns": l.latency_ns,
-                    "groups": l.groups.iter().map(|g| g.iter().collect::<Vec<u32>>()).collect::<Vec<_>>(),
+    /// The domains as `topology --json` gives them.
+    pub fn as_json(&self) -> DomainsJson<'_> {
+        DomainsJson {
+            domains: self
+                .domains
+                .levels()
+                .iter()
+                .map(|l| LevelJson {
+                    level: l.kind,
+                    name: l.name(),
+                    latency_ns: l.latency_ns,
+                    groups: l.groups.iter().map(|g| g.iter().collect()).collect(),
                 })
-            })
-            .collect();
-        report["domains"] = json!(levels);
-        report["domains_matrix"] = json!(self.path.display().to_string());
-        report["domains_trust"] = json!(self.domains.trust());
-        report["domain_findings"] = json!(self.findings);
-        report["domain_warnings"] = json!(self.warnings);
-        if let Some((measured, total)) = self.measured {
-            report["matrix_pairs_measured"] = json!(measured);
-            report["matrix_pairs_total"] = json!(total);
-            report["matrix_completing"] = json!(measured < total);
+                .collect(),
+            domains_matrix: self.path.display().to_string(),
+            domains_trust: self.domains.trust(),
+            domain_findings: &self.findings,
+            domain_warnings: &self.warnings,
+            matrix_pairs_measured: self.measured.map(|(m, _)| m),
+            matrix_pairs_total: self.measured.map(|(_, t)| t),
+            matrix_completing: self.measured.map(|(m, t)| m < t),
         }
     }
 
@@ -636,21 +727,21 @@ mod tests {
         std::fs::create_dir_all(machine.join("sys/devices/system/cpu")).unwrap();
         std::fs::create_dir_all(machine.join("proc")).unwrap();
         let expect = SysRoot::machine(&machine);
-        assert_eq!(resolve_roots(Some(&machine), None), expect);
-        assert_eq!(resolve_roots(Some(&machine.join("sys")), None), expect);
+        assert_eq!(SysRoot::resolve(Some(&machine), None), expect);
+        assert_eq!(SysRoot::resolve(Some(&machine.join("sys")), None), expect);
         let lone = dir.path().join("lone");
         std::fs::create_dir_all(lone.join("devices/system/cpu")).unwrap();
         assert_eq!(
-            resolve_roots(Some(&lone), None),
+            SysRoot::resolve(Some(&lone), None),
             SysRoot::with_sys(&lone),
             "no proc beside it: the running machine's"
         );
         let proc = dir.path().join("p");
         assert_eq!(
-            resolve_roots(Some(&machine), Some(&proc)),
+            SysRoot::resolve(Some(&machine), Some(&proc)),
             SysRoot::new(machine.join("sys"), &proc)
         );
-        assert_eq!(resolve_roots(None, None), SysRoot::default());
+        assert_eq!(SysRoot::resolve(None, None), SysRoot::default());
     }
 
     #[test]

@@ -209,6 +209,25 @@ pub enum ManagerError {
     Journal(#[from] RestoreError),
 }
 
+impl crate::api::CommandError {
+    /// A manager error about process `pid`, as the caller reads it and as which D-Bus
+    /// error it is sent (here, so that `api` need not know the manager's error type).
+    pub fn from_manager(pid: u32, e: ManagerError) -> crate::api::CommandError {
+        use crate::api::{CommandError, ErrorKind};
+        let kind = match &e {
+            ManagerError::NoProcess { .. } => return CommandError::NoSuchProcess(pid),
+            ManagerError::NotPinned { .. } => return CommandError::NotManaged(pid),
+            ManagerError::KernelThread { .. } => ErrorKind::InvalidArgs,
+            ManagerError::Protected { .. } => ErrorKind::NotPermitted,
+            ManagerError::Journal(_) => ErrorKind::Failed,
+        };
+        CommandError::Manager {
+            kind,
+            error: Box::new(e),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 enum Source {
     Rule(Arc<Rule>),

@@ -14,6 +14,19 @@ use crate::sysroot::SysRoot;
 
 use super::MeasureError;
 
+/// `--idle-threshold` (or the settings' `idle-threshold`) was not a percentage.
+#[derive(Debug, thiserror::Error)]
+#[error("--idle-threshold is a percentage from 0 to 100, got {0}")]
+pub struct IdleThresholdError(pub f64);
+
+/// A minimum idle percentage (0 to 100) as the guard's minimum idle share (0 to 1).
+pub fn idle_share(pct: f64) -> Result<f64, IdleThresholdError> {
+    if !(0.0..=100.0).contains(&pct) {
+        return Err(IdleThresholdError(pct));
+    }
+    Ok(pct / 100.0)
+}
+
 /// One CPU's cumulative times from `/proc/stat`, in clock ticks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct CpuTimes {

@@ -359,15 +359,25 @@ fn counters_by_outcome(
 /// The snapshot in the Prometheus text exposition format.
 pub fn render(s: &MetricsSnapshot) -> String {
     let mut o = String::with_capacity(4096);
+    daemon_families(&mut o, s);
+    matrix_families(&mut o, s);
+    rule_families(&mut o, s);
+    pin_families(&mut o, s);
+    memory_families(&mut o, s);
+    o
+}
+
+/// The running version and the daemon's state.
+fn daemon_families(o: &mut String, s: &MetricsSnapshot) {
     family(
-        &mut o,
+        o,
         "pinnerd_info",
         "gauge",
         "The running pinnerd's version; the value is always 1.",
     );
     let _ = writeln!(o, "pinnerd_info{{version=\"{}\"}} 1", label(&s.version));
     family(
-        &mut o,
+        o,
         "pinnerd_state",
         "gauge",
         "The daemon's state: 1 for the current one, 0 for the others.",
@@ -379,9 +389,13 @@ pub fn render(s: &MetricsSnapshot) -> String {
             u8::from(s.state == st)
         );
     }
+}
+
+/// The latency matrix in use: its domain latencies, trust, age and completion.
+fn matrix_families(o: &mut String, s: &MetricsSnapshot) {
     if s.levels.iter().any(|(_, v)| v.is_some()) {
         family(
-            &mut o,
+            o,
             "pinnerd_domain_latency_seconds",
             "gauge",
             "Typical one-way core-to-core latency between CPUs first joined at this domain level (smt, llc, ..., machine), from the matrix in use.",
@@ -398,20 +412,20 @@ pub fn render(s: &MetricsSnapshot) -> String {
         }
     }
     gauge(
-        &mut o,
+        o,
         "pinnerd_matrix_trusted",
         "1 when placement uses a measured latency matrix that agrees with the topology, 0 when it uses the topology alone.",
         f64::from(u8::from(s.matrix_trusted)),
     );
     if let Some(at) = s.matrix_measured_at_us {
         gauge(
-            &mut o,
+            o,
             "pinnerd_matrix_measured_timestamp_seconds",
             "When the latency matrix in use was measured, in seconds since the Unix epoch.",
             at as f64 / 1e6,
         );
         gauge(
-            &mut o,
+            o,
             "pinnerd_matrix_age_seconds",
             "Age of the latency matrix in use.",
             s.now_us.saturating_sub(at) as f64 / 1e6,
@@ -419,7 +433,7 @@ pub fn render(s: &MetricsSnapshot) -> String {
     }
     if let Some(d) = s.matrix_measure_seconds {
         gauge(
-            &mut o,
+            o,
             "pinnerd_matrix_measurement_duration_seconds",
             "How long measuring the latency matrix in use took.",
             d,
@@ -427,40 +441,48 @@ pub fn render(s: &MetricsSnapshot) -> String {
     }
     if let Some(r) = s.matrix_measured_ratio {
         gauge(
-            &mut o,
+            o,
             "pinnerd_matrix_measured_ratio",
             "Share of the latency matrix's pairs that are measured; below 1 the others are inferred from a sparse measurement and background completion is measuring them.",
             r,
         );
         gauge(
-            &mut o,
+            o,
             "pinnerd_matrix_completing",
             "1 while background completion measures the inferred pairs of the latency matrix in use, else 0.",
             f64::from(u8::from(r < 1.0)),
         );
     }
-    gauge(&mut o, "pinnerd_cpus", "Online CPUs.", f64::from(s.cpus));
-    gauge(&mut o, "pinnerd_rules", "Rules loaded.", f64::from(s.rules));
+}
+
+/// CPUs, rules and what the daemon manages.
+fn rule_families(o: &mut String, s: &MetricsSnapshot) {
+    gauge(o, "pinnerd_cpus", "Online CPUs.", f64::from(s.cpus));
+    gauge(o, "pinnerd_rules", "Rules loaded.", f64::from(s.rules));
     gauge(
-        &mut o,
+        o,
         "pinnerd_rule_errors",
         "Errors in the rule files and the settings file (see the RuleErrors property).",
         f64::from(s.rule_errors),
     );
     gauge(
-        &mut o,
+        o,
         "pinnerd_managed_processes",
         "Processes whose threads pinnerd manages.",
         f64::from(s.managed_processes),
     );
     gauge(
-        &mut o,
+        o,
         "pinnerd_managed_threads",
         "Threads pinnerd manages.",
         f64::from(s.managed_threads),
     );
+}
+
+/// Pins by outcome, their delay after an event, proc connector overruns and rescans.
+fn pin_families(o: &mut String, s: &MetricsSnapshot) {
     counters_by_outcome(
-        &mut o,
+        o,
         "pinnerd_pin_outcomes_total",
         "Affinity sets by outcome: applied, narrowed (a cpuset allowed part), refused (a cpuset allowed none), gone (the thread exited), kernel-thread, permission (not permitted to read or set a task's mask: not gone), failed.",
         &OUTCOMES,
@@ -468,7 +490,7 @@ pub fn render(s: &MetricsSnapshot) -> String {
     );
     let h = &s.counters.event_to_pin_seconds;
     family(
-        &mut o,
+        o,
         "pinnerd_event_to_pin_delay_seconds",
         "histogram",
         "Delay from reading a batch of proc connector events to each pin it made (applied or narrowed).",
@@ -490,44 +512,47 @@ pub fn render(s: &MetricsSnapshot) -> String {
     let _ = writeln!(o, "pinnerd_event_to_pin_delay_seconds_sum {}", num(h.sum));
     let _ = writeln!(o, "pinnerd_event_to_pin_delay_seconds_count {}", h.count);
     counter(
-        &mut o,
+        o,
         "pinnerd_connector_overruns_total",
         "Times the kernel dropped proc connector events (ENOBUFS); each is followed by a rescan.",
         s.counters.connector_overruns,
     );
     counter(
-        &mut o,
+        o,
         "pinnerd_rescans_total",
         "Full /proc rescans.",
         s.counters.rescans,
     );
+}
+
+/// `memory = "follow"`: jobs by outcome, bytes moved, pages left, time spent.
+fn memory_families(o: &mut String, s: &MetricsSnapshot) {
     let mem = &s.counters.memory;
     counters_by_outcome(
-        &mut o,
+        o,
         "pinnerd_memory_migrations_total",
         "memory = \"follow\" jobs by outcome: moved, nothing (already in place, one node), refused (no room, too large), failed.",
         &MEMORY_OUTCOMES,
         &mem.migrations,
     );
     counter(
-        &mut o,
+        o,
         "pinnerd_memory_moved_bytes_total",
         "Bytes memory = \"follow\" moved onto the nodes of the processes' CPUs.",
         mem.moved_bytes,
     );
     counter(
-        &mut o,
+        o,
         "pinnerd_memory_pages_left_total",
         "Pages memory = \"follow\" could not move (shared without CAP_SYS_NICE, in use).",
         mem.pages_left,
     );
     counter(
-        &mut o,
+        o,
         "pinnerd_memory_migration_seconds_total",
         "Time memory = \"follow\" spent moving pages.",
         num(mem.seconds),
     );
-    o
 }
 
 #[cfg(test)]

@@ -1,5 +1,9 @@
 //! The page itself: [`html`] draws a [`Report`] as one self-contained HTML page (inline
 //! SVG and CSS, no script, nothing fetched), and [`esc`] makes text safe inside it.
+//! The page's markup is the askama template `page.html` beside this file, compiled in
+//! and escaped by construction ([`PageText`], the escaping of [`esc`]); this file
+//! turns the facts into the words and figures the template shows, and draws the
+//! heatmaps and the nested boxes (SVG and `div`s, escaped with [`esc`]).
 //! The heatmaps' cells are an image each (a pixel per cell, a PNG in a `data:` URI,
 //! the only images the page's policy allows): a page of 1,024 CPUs stays a few MB
 //! and opens at once, where a rectangle per cell made it 122 MB.
@@ -8,6 +12,8 @@
 
 use std::fmt::Write as _;
 
+use askama::Template;
+
 use super::{groups_line, reordered, Report, Spread, TopoBox};
 use crate::cpuset::CpuSet;
 use crate::matrix::{render, LatencyMatrix};
@@ -15,17 +21,37 @@ use crate::matrix::{render, LatencyMatrix};
 /// Text safe inside HTML elements and attribute values.
 pub fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
-    for ch in s.chars() {
-        match ch {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
+    let _ = write_escaped(&mut out, s);
     out
+}
+
+/// Writes `s` with `&`, `<`, `>`, `"` and `'` as entities.
+fn write_escaped(mut out: impl std::fmt::Write, s: &str) -> std::fmt::Result {
+    let mut rest = s;
+    while let Some(at) = rest.find(['&', '<', '>', '"', '\'']) {
+        out.write_str(&rest[..at])?;
+        out.write_str(match rest.as_bytes()[at] {
+            b'&' => "&amp;",
+            b'<' => "&lt;",
+            b'>' => "&gt;",
+            b'"' => "&quot;",
+            _ => "&#39;",
+        })?;
+        rest = &rest[at + 1..];
+    }
+    out.write_str(rest)
+}
+
+/// The template's escaper (`askama.toml`): every value the page template shows goes
+/// through [`esc`]'s escaping unless the template marks it `safe` (the CSS, and the
+/// heatmaps and boxes drawn here).
+#[derive(Debug, Clone, Copy)]
+pub struct PageText;
+
+impl askama::filters::Escaper for PageText {
+    fn write_escaped_str<W: std::fmt::Write>(&self, dest: W, string: &str) -> std::fmt::Result {
+        write_escaped(dest, string)
+    }
 }
 
 fn ns(v: Option<f64>) -> String {
@@ -185,54 +211,111 @@ fn box_html(b: &TopoBox, r: &Report, out: &mut String) {
     out.push_str("</div>");
 }
 
-fn row(out: &mut String, k: &str, v: &str) {
-    let _ = write!(out, "<tr><th>{}</th><td>{}</td></tr>", esc(k), esc(v));
-}
-
 fn f3(v: f64) -> String {
     format!("{v:.3}")
 }
 
+/// The page's template and what it shows, in the page's order.
+#[derive(Template)]
+#[template(path = "page.html")]
+struct Page<'a> {
+    r: &'a Report,
+    title: String,
+    css: &'static str,
+    /// The machine section's rows.
+    machine: Vec<(&'static str, String)>,
+    colour_level: &'a str,
+    /// The nested boxes, drawn by [`box_html`].
+    boxes: String,
+    /// Measured levels: name, latency, groups.
+    domains: Vec<(&'a str, String, String)>,
+    /// The heatmaps in CPU-number and in domain order.
+    heatmaps: Option<(String, String)>,
+    plans: Vec<PlanLine<'a>>,
+    effect: Option<EffectLines>,
+    /// The measurement-quality rows.
+    quality: Vec<(String, String)>,
+    findings: Vec<&'a str>,
+}
+
+/// One row of "where CPU numbers lie", its figures in words.
+struct PlanLine<'a> {
+    k: usize,
+    policy: &'a str,
+    error: Option<&'a str>,
+    /// The figures as `pinnerd plan --json` gives them, for the row's data attributes.
+    data_cpus: String,
+    data_worst: String,
+    data_mean: String,
+    cpus: String,
+    worst: String,
+    mean: String,
+    autopilot_cpus: String,
+    autopilot_worst: String,
+    autopilot_mean: String,
+    ratio: String,
+}
+
+/// The measured effect's rows (variant, CPUs, worst pair, median, range, spread), the
+/// three ratios of medians, runs, run length and notes, in words.
+struct EffectLines {
+    variants: Vec<(String, String, String, String, String, String)>,
+    ratios: (String, String, String),
+    runs: String,
+    duration_ms: String,
+    notes: Vec<String>,
+}
+
 /// The page. `matrix` draws the heatmaps; without one they are said to be missing.
 pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
-    let mut s = String::with_capacity(1 << 16);
     let title = r
         .machine
         .model
         .clone()
         .unwrap_or_else(|| format!("{} CPUs", r.machine.cpus));
-    let _ = write!(
-        s,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
-<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; img-src data:\">\
-<title>pinnerd report: {}</title><style>{CSS}</style></head><body>\n",
-        esc(&title)
-    );
-    let _ = writeln!(
-        s,
-        "<h1>{}</h1><p class=\"note\">From the {}. {} Made by {}.</p>",
-        esc(&title),
-        esc(&r.source),
-        if r.this_machine {
-            "This machine."
-        } else {
-            "Not this machine: the page is drawn from the matrix's own domains."
-        },
-        esc(&r.generated_by)
-    );
-    if let Some(line) = &r.latency_off {
-        let _ = write!(
-            s,
-            "<p><b>{}</b>: the matrix's figures did not hold when measured again, so the plans below come from the sysfs topology and no gain is shown.</p>",
-            esc(line)
-        );
-    }
+    let mut boxes = String::new();
+    box_html(&r.topology, r, &mut boxes);
+    let page = Page {
+        r,
+        title,
+        css: CSS,
+        machine: machine_rows(r),
+        colour_level: r.colour_level.as_deref().unwrap_or("domain"),
+        boxes,
+        domains: r
+            .domains
+            .iter()
+            .map(|l| {
+                (
+                    l.name.as_str(),
+                    ns(l.latency_ns),
+                    groups_line(&l.groups, 16),
+                )
+            })
+            .collect(),
+        heatmaps: matrix.map(|m| heatmaps(r, m)),
+        plans: r.plans.iter().map(plan_line).collect(),
+        effect: r.effect.as_ref().map(effect_lines),
+        quality: quality_rows(r),
+        findings: r
+            .quality
+            .findings
+            .iter()
+            .chain(&r.quality.warnings)
+            .map(String::as_str)
+            .collect(),
+    };
+    let mut s = page
+        .render()
+        .unwrap_or_else(|e| format!("<p>{}</p>", esc(&e.to_string())));
+    s.push('\n');
+    s
+}
 
-    // 1. The machine.
-    s.push_str("<section id=\"machine\"><h2>The machine</h2><table>");
+/// The machine section: one fact a row; a published matrix says nothing of the
+/// machine's kernel, nodes or host.
+fn machine_rows(r: &Report) -> Vec<(&'static str, String)> {
     let m = &r.machine;
-    // A published matrix says nothing of the machine's kernel, nodes or host.
     let unknown = |known: &'static str| {
         if r.this_machine {
             known
@@ -244,22 +327,11 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
     let fact = |v: &Option<String>, absent: &'static str| {
         v.clone().unwrap_or_else(|| unknown(absent).to_string())
     };
-    row(&mut s, "model", m.model.as_deref().unwrap_or("unknown"));
-    row(&mut s, "fingerprint", &fact(&m.fingerprint, "–"));
-    row(&mut s, "kernel", &fact(&m.kernel, "–"));
-    row(
-        &mut s,
-        "CPUs",
-        &format!(
-            "{}{}",
-            m.cpus,
-            m.online
-                .as_ref()
-                .map(|o| format!(" (online {o})"))
-                .unwrap_or_default()
-        ),
-    );
-    row(&mut s, "SMT", &m.smt);
+    let online = m
+        .online
+        .as_ref()
+        .map(|o| format!(" (online {o})"))
+        .unwrap_or_default();
     let nodes = if m.nodes.is_empty() {
         unknown("–").to_string()
     } else {
@@ -272,142 +344,99 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
             .collect::<Vec<_>>()
             .join("; ")
     };
-    row(&mut s, "NUMA nodes", &nodes);
-    row(&mut s, "core kinds", &fact(&m.core_kinds, "one kind"));
-    row(&mut s, "X3D mode", &fact(&m.x3d_mode, "–"));
-    row(&mut s, "sched_ext", &fact(&m.sched_ext, "none running"));
-    row(
-        &mut s,
-        "virtualisation",
-        &fact(&m.virtualisation, "none seen (bare metal)"),
-    );
-    row(
-        &mut s,
-        "steal",
-        &if m.steal.is_empty() {
-            unknown("none seen").to_string()
-        } else {
-            m.steal.join("; ")
-        },
-    );
-    s.push_str("</table></section>\n");
+    let steal = if m.steal.is_empty() {
+        unknown("none seen").to_string()
+    } else {
+        m.steal.join("; ")
+    };
+    vec![
+        ("model", m.model.clone().unwrap_or_else(|| "unknown".into())),
+        ("fingerprint", fact(&m.fingerprint, "–")),
+        ("kernel", fact(&m.kernel, "–")),
+        ("CPUs", format!("{}{online}", m.cpus)),
+        ("SMT", m.smt.clone()),
+        ("NUMA nodes", nodes),
+        ("core kinds", fact(&m.core_kinds, "one kind")),
+        ("X3D mode", fact(&m.x3d_mode, "–")),
+        ("sched_ext", fact(&m.sched_ext, "none running")),
+        (
+            "virtualisation",
+            fact(&m.virtualisation, "none seen (bare metal)"),
+        ),
+        ("steal", steal),
+    ]
+}
 
-    // 2. The topology as nested boxes.
-    let _ = write!(
-        s,
-        "<section id=\"topology\"><h2>Topology, with the latency measured inside each box</h2>\
-<p class=\"note\">Boxes from {}; each box gives the median one-way latency between its CPUs that sit in different inner boxes (a core: between its SMT siblings). CPUs are coloured by their measured {} group (dN), so a CPU numbered into the wrong box stands out.</p><div class=\"wide\">",
-        if r.topology_from == "sysfs" {
-            "sysfs (package → node → LLC → core)"
-        } else {
-            "the matrix's own domains (no sysfs of that machine)"
-        },
-        esc(r.colour_level.as_deref().unwrap_or("domain"))
-    );
-    box_html(&r.topology, r, &mut s);
-    s.push_str("</div>");
-    if !r.domains.is_empty() {
-        s.push_str("<table><tr><th>measured level</th><th>latency</th><th>groups</th></tr>");
-        for l in &r.domains {
-            let _ = write!(
-                s,
-                "<tr><td>{}</td><td class=\"n\">{}</td><td>{}</td></tr>",
-                esc(&l.name),
-                ns(l.latency_ns),
-                esc(&groups_line(&l.groups, 16)),
-            );
-        }
-        s.push_str("</table>");
+/// The heatmap in CPU-number order and in domain order, the level boundaries drawn.
+fn heatmaps(r: &Report, mx: &LatencyMatrix) -> (String, String) {
+    let levels: Vec<(String, Vec<CpuSet>)> = r
+        .domains
+        .iter()
+        .rev()
+        .filter(|l| l.name != "machine")
+        .map(|l| {
+            (
+                l.name.split(" = ").next().unwrap_or("").to_string(),
+                l.groups.clone(),
+            )
+        })
+        .collect();
+    (
+        heatmap(
+            mx,
+            &r.cpu_order,
+            "CPU-number order (ns)",
+            &[],
+            "heatmap-cpu-order",
+        ),
+        heatmap(
+            mx,
+            &r.domain_order,
+            "domain order (ns)",
+            &boundaries(&r.domain_order, &levels),
+            "heatmap-domain-order",
+        ),
+    )
+}
+
+fn plan_line(p: &super::PlanRow) -> PlanLine<'_> {
+    let num = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
+    PlanLine {
+        k: p.k,
+        policy: &p.policy,
+        error: p.error.as_deref(),
+        data_cpus: p
+            .cpus
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        data_worst: num(p.worst_latency_ns),
+        data_mean: num(p.mean_latency_ns),
+        cpus: ids(&p.cpus),
+        worst: ns(p.worst_latency_ns),
+        mean: ns(p.mean_latency_ns),
+        autopilot_cpus: p
+            .autopilot_cpus
+            .as_deref()
+            .map(ids)
+            .unwrap_or_else(|| "–".into()),
+        autopilot_worst: ns(p.autopilot_worst_ns),
+        autopilot_mean: ns(p.autopilot_mean_ns),
+        ratio: p
+            .ratio
+            .map(|x| format!("{x:.2}×"))
+            .unwrap_or_else(|| "–".into()),
     }
-    s.push_str("</section>\n");
+}
 
-    // 3. The heatmaps.
-    s.push_str("<section id=\"heatmaps\"><h2>The latency matrix, twice</h2>");
-    match matrix {
-        Some(mx) => {
-            let levels: Vec<(String, Vec<CpuSet>)> = r
-                .domains
-                .iter()
-                .rev()
-                .filter(|l| l.name != "machine")
-                .map(|l| {
-                    (
-                        l.name.split(" = ").next().unwrap_or("").to_string(),
-                        l.groups.clone(),
-                    )
-                })
-                .collect();
-            let _ = write!(
-                s,
-                "<figure>{}<figcaption>In CPU-number order: how CPUs are picked on autopilot (0, 1, 2 …). Dark is near.</figcaption></figure>",
-                heatmap(mx, &r.cpu_order, "CPU-number order (ns)", &[], "heatmap-cpu-order")
-            );
-            let _ = write!(
-                s,
-                "<figure>{}<figcaption>In domain order, with the level boundaries drawn (thicker: coarser level): how the machine really is.</figcaption></figure>",
-                heatmap(
-                    mx,
-                    &r.domain_order,
-                    "domain order (ns)",
-                    &boundaries(&r.domain_order, &levels),
-                    "heatmap-domain-order"
-                )
-            );
-        }
-        None => s.push_str("<p class=\"note\">No latency matrix: nothing to draw.</p>"),
-    }
-    s.push_str("</section>\n");
-
-    // 4. Where CPU numbers lie.
-    s.push_str(
-        "<section id=\"plans\"><h2>Where CPU numbers lie</h2>\
-<p class=\"note\">Plans (as <code>pinnerd plan -k K --policy P</code> gives them) against autopilot CPUs 0..K−1. Ratio: autopilot's worst pair over the plan's, for compact plans only (a spread plan seeks distance: no ratio).</p>\
-<div class=\"wide\"><table id=\"plan-rows\"><tr><th>K</th><th>policy</th><th>CPUs</th><th>worst</th><th>mean</th><th>autopilot CPUs</th><th>worst</th><th>mean</th><th>ratio</th></tr>",
-    );
-    for p in &r.plans {
-        match &p.error {
-            Some(e) => {
-                let _ = write!(
-                    s,
-                    "<tr class=\"plan-missing\"><td class=\"n\">{}</td><td>{}</td><td colspan=\"7\">{}</td></tr>",
-                    p.k,
-                    esc(&p.policy),
-                    esc(e)
-                );
-            }
-            None => {
-                let num = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
-                let _ = write!(
-                    s,
-                    "<tr class=\"plan\" data-k=\"{}\" data-policy=\"{}\" data-cpus=\"{}\" data-worst-ns=\"{}\" data-mean-ns=\"{}\"><td class=\"n\">{}</td><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td><td class=\"n\">{}</td></tr>",
-                    p.k,
-                    esc(&p.policy),
-                    p.cpus.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","),
-                    num(p.worst_latency_ns),
-                    num(p.mean_latency_ns),
-                    p.k,
-                    esc(&p.policy),
-                    ids(&p.cpus),
-                    ns(p.worst_latency_ns),
-                    ns(p.mean_latency_ns),
-                    p.autopilot_cpus.as_deref().map(ids).unwrap_or_else(|| "–".into()),
-                    ns(p.autopilot_worst_ns),
-                    ns(p.autopilot_mean_ns),
-                    p.ratio.map(|x| format!("{x:.2}×")).unwrap_or_else(|| "–".into()),
-                );
-            }
-        }
-    }
-    s.push_str("</table></div></section>\n");
-
-    // 5. The measured effect.
-    if let Some(e) = &r.effect {
-        s.push_str(
-            "<section id=\"effect\"><h2>The measured effect</h2>\
-<p class=\"note\">A ring of threads passing a token through one cache line (as <code>pinnerd compare</code>), interleaved runs; op/s, higher is better.</p>\
-<div class=\"wide\"><table><tr><th>variant</th><th>CPUs</th><th>worst pair</th><th>median op/s</th><th>min – max</th><th>spread</th></tr>",
-        );
-        for v in e["variants"].as_array().into_iter().flatten() {
+/// The measured effect from `pinnerd compare --json`'s object.
+fn effect_lines(e: &serde_json::Value) -> EffectLines {
+    let variants = e["variants"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| {
             let cpus = v["cpus"]
                 .as_array()
                 .map(|a| {
@@ -419,42 +448,45 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
                     ids(&c)
                 })
                 .unwrap_or_else(|| "(any)".into());
-            let _ = write!(
-                s,
-                "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td class=\"n\">{:.3e}</td><td class=\"n\">{:.3e} – {:.3e}</td><td class=\"n\">{:.0}%</td></tr>",
-                esc(v["name"].as_str().unwrap_or("")),
+            let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+            (
+                v["name"].as_str().unwrap_or("").to_string(),
                 cpus,
                 ns(v["worst_latency_ns"].as_f64()),
-                v["median"].as_f64().unwrap_or(f64::NAN),
-                v["min"].as_f64().unwrap_or(f64::NAN),
-                v["max"].as_f64().unwrap_or(f64::NAN),
-                100.0 * v["spread"].as_f64().unwrap_or(f64::NAN),
-            );
-        }
-        let ratio = |k: &str| {
-            e["ratios"][k]
-                .as_f64()
-                .map(|x| format!("{x:.2}×"))
-                .unwrap_or_else(|| "–".into())
-        };
-        let _ = write!(
-            s,
-            "</table></div><p>Ratios of medians: planned/autopilot <b>{}</b>, planned/worst <b>{}</b>, planned/unpinned <b>{}</b> ({} runs × {} ms each).</p><ul>",
+                format!("{:.3e}", f("median")),
+                format!("{:.3e} – {:.3e}", f("min"), f("max")),
+                format!("{:.0}%", 100.0 * f("spread")),
+            )
+        })
+        .collect();
+    let ratio = |k: &str| {
+        e["ratios"][k]
+            .as_f64()
+            .map(|x| format!("{x:.2}×"))
+            .unwrap_or_else(|| "–".into())
+    };
+    EffectLines {
+        variants,
+        ratios: (
             ratio("planned_vs_autopilot"),
             ratio("planned_vs_worst"),
             ratio("planned_vs_unpinned"),
-            e["runs"],
-            e["duration_ms"]
-        );
-        for n in e["notes"].as_array().into_iter().flatten() {
-            let _ = write!(s, "<li>{}</li>", esc(n.as_str().unwrap_or("")));
-        }
-        s.push_str("</ul></section>\n");
+        ),
+        runs: e["runs"].to_string(),
+        duration_ms: e["duration_ms"].to_string(),
+        notes: e["notes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| n.as_str().unwrap_or("").to_string())
+            .collect(),
     }
+}
 
-    // 6. Measurement quality.
+/// The measurement-quality rows: the matrix's figures, or why there is none, and the
+/// engine against the plain ping-pong.
+fn quality_rows(r: &Report) -> Vec<(String, String)> {
     let q = &r.quality;
-    s.push_str("<section id=\"quality\"><h2>Measurement quality</h2><table>");
     let sp = |x: &Option<Spread>, pct: bool| match x {
         Some(x) if pct => format!(
             "median {:.1}%, min {:.1}%, max {:.1}%",
@@ -465,33 +497,25 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
         Some(x) => format!("median {}, min {}, max {}", x.median, x.min, x.max),
         None => "not recorded".into(),
     };
+    let mut rows: Vec<(String, String)> = Vec::new();
+    let mut row = |k: &str, v: String| rows.push((k.to_string(), v));
     if let Some(why) = &q.not_measured {
         // Nothing was measured or read: no figure, only why.
-        row(&mut s, "latency matrix", &format!("not measured: {why}"));
+        row("latency matrix", format!("not measured: {why}"));
     } else {
         row(
-            &mut s,
             "pairs with a figure",
-            &format!(
+            format!(
                 "{} of {}",
                 q.pairs_with_figure.unwrap_or(0),
                 q.pairs_total.unwrap_or(0)
             ),
         );
+        row("samples (batches) per pair", sp(&q.samples_per_pair, false));
+        row("batch spread (p90−p10)/median", sp(&q.batch_spread, true));
         row(
-            &mut s,
-            "samples (batches) per pair",
-            &sp(&q.samples_per_pair, false),
-        );
-        row(
-            &mut s,
-            "batch spread (p90−p10)/median",
-            &sp(&q.batch_spread, true),
-        );
-        row(
-            &mut s,
             "disagreement between passes",
-            &match (&q.pass_disagreement, q.unstable_pairs) {
+            match (&q.pass_disagreement, q.unstable_pairs) {
                 (Some(_), Some(u)) => format!(
                     "{}; {u} pair(s) still apart beyond the tolerance",
                     sp(&q.pass_disagreement, true)
@@ -500,9 +524,8 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
             },
         );
         row(
-            &mut s,
             "kept cells",
-            &match &q.kept {
+            match &q.kept {
                 Some(k) => format!(
                     "{} pair(s) kept from an earlier run (CPUs {}: {}), {} missing",
                     k.pairs, k.cpus, k.reason, k.missing
@@ -512,9 +535,8 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
             },
         );
         row(
-            &mut s,
             "share of pairs measured",
-            &match q.sparse_measured {
+            match q.sparse_measured {
                 Some((m, t, share)) => format!(
                     "{m} of {t} ({:.1}%), the rest inferred (sparse)",
                     100.0 * share
@@ -532,9 +554,8 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
                 .map(|(e, p)| format!("{e:.1}/{p:.1}"))
                 .collect();
             row(
-                &mut s,
                 &format!("CPUs {}↔{}: engine vs plain ping-pong minimum", a.a, a.b),
-                &format!(
+                format!(
                     "{:.1} ns vs {:.1} ns, ratio {} (rounds engine/plain: {})",
                     a.engine_min_ns,
                     a.plain_min_ns,
@@ -543,17 +564,107 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
                 ),
             );
         }
-        (None, Some(e)) => row(&mut s, "engine vs plain ping-pong", e),
+        (None, Some(e)) => row("engine vs plain ping-pong", e.clone()),
         (None, None) => {}
     }
-    s.push_str("</table>");
-    s.push_str("<h3>Findings</h3><ul id=\"findings\">");
-    if q.findings.is_empty() && q.warnings.is_empty() {
-        s.push_str("<li>none</li>");
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::{Agreement, DomainLevel, Machine, PlanRow, Quality};
+
+    /// A report whose every text field holds markup.
+    fn hostile() -> Report {
+        let evil = "<script>alert('x')</script> & \"q\"";
+        let cpus: CpuSet = "0-1".parse().unwrap();
+        Report {
+            generated_by: evil.into(),
+            source: evil.into(),
+            this_machine: false,
+            machine: Machine {
+                model: Some(evil.into()),
+                smt: evil.into(),
+                cpus: 2,
+                steal: vec![evil.into()],
+                ..Machine::default()
+            },
+            topology: TopoBox {
+                label: evil.into(),
+                cpus: cpus.clone(),
+                latency_ns: Some(5.0),
+                children: Vec::new(),
+            },
+            topology_from: "matrix".into(),
+            domains: vec![DomainLevel {
+                name: evil.into(),
+                latency_ns: Some(5.0),
+                groups: vec![cpus],
+            }],
+            colour_level: Some(evil.into()),
+            cpu_group: Default::default(),
+            cpu_order: vec![0, 1],
+            domain_order: vec![0, 1],
+            plans: vec![PlanRow {
+                k: 2,
+                policy: evil.into(),
+                cpus: Vec::new(),
+                worst_latency_ns: None,
+                mean_latency_ns: None,
+                autopilot_cpus: None,
+                autopilot_worst_ns: None,
+                autopilot_mean_ns: None,
+                ratio: None,
+                error: Some(evil.into()),
+            }],
+            effect: Some(serde_json::json!({
+                "variants": [{"name": evil, "cpus": null, "median": 1.0, "min": 1.0, "max": 1.0, "spread": 0.0}],
+                "notes": [evil],
+                "runs": 1,
+                "duration_ms": 1,
+            })),
+            quality: Quality {
+                not_measured: Some(evil.into()),
+                findings: vec![evil.into()],
+                warnings: vec![evil.into()],
+                agreement: Some(Agreement {
+                    a: 0,
+                    b: 1,
+                    rounds: vec![(5.0, 5.5)],
+                    engine_min_ns: 5.0,
+                    plain_min_ns: 5.5,
+                    ratio: 5.0 / 5.5,
+                }),
+                ..Quality::default()
+            },
+            latency_off: Some(evil.into()),
+        }
     }
-    for f in q.findings.iter().chain(&q.warnings) {
-        let _ = write!(s, "<li>{}</li>", esc(f));
+
+    #[test]
+    fn every_text_from_the_facts_is_escaped_on_the_page() {
+        let page = html(&hostile(), None);
+        assert!(
+            !page.contains("<script"),
+            "markup from the facts got through"
+        );
+        assert!(!page.contains("alert('x')"));
+        let escaped = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;";
+        // Title and heading, source, made by, model, SMT, steal, level, colour level,
+        // plan policy and error, effect variant and note, the reason no matrix was
+        // measured, a finding and a warning (a one-CPU box shows its CPU, no label), and
+        // the line saying latency placement is off.
+        assert_eq!(page.matches(escaped).count(), 17, "{page}");
+        assert!(page.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"));
+        assert!(page.ends_with("</ul></section>\n</body></html>\n"));
     }
-    s.push_str("</ul></section>\n</body></html>\n");
-    s
+
+    #[test]
+    fn the_page_escapes_as_esc_does() {
+        let mut out = String::new();
+        askama::filters::Escaper::write_escaped_str(&PageText, &mut out, "a<b>&\"c'd").unwrap();
+        assert_eq!(out, esc("a<b>&\"c'd"));
+        assert_eq!(out, "a&lt;b&gt;&amp;&quot;c&#39;d");
+    }
 }

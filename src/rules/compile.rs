@@ -241,7 +241,18 @@ impl Rule {
     pub fn origin(&self) -> String {
         format!("{}:{}", self.file.display(), self.at)
     }
+
+    /// Its `[rule.place]`, as `run --rule`, `pin --rule` and `plan --pid` take it for
+    /// one process; a rule that places threads by name only has none.
+    pub fn place_request(&self) -> Result<PlacementRequest, NoPlace> {
+        self.place.clone().ok_or_else(|| NoPlace(self.name.clone()))
+    }
 }
+
+/// A rule asked for its `[rule.place]` has none.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("rule {0:?} has no [rule.place] (it places threads by name only)")]
+pub struct NoPlace(pub String);
 
 /// Resolves user names to uids.
 pub type UserLookup = fn(&str) -> Option<u32>;

@@ -20,8 +20,8 @@ mod load;
 mod matcher;
 
 pub use compile::{
-    system_user_lookup, CpuTarget, GlobList, PlacementRequest, ProcessMatcher, Rule, ThreadRule,
-    UserLookup, COMM_MAX, NAME_MAX,
+    system_user_lookup, CpuTarget, GlobList, NoPlace, PlacementRequest, ProcessMatcher, Rule,
+    ThreadRule, UserLookup, COMM_MAX, NAME_MAX,
 };
 pub use error::{echo, echo_message, LineIndex, Location, RuleError, RuleErrorKind, ECHO_MAX};
 pub use load::{

@@ -404,7 +404,12 @@ impl State {
         probes: &[measure::Probe],
         drift: &[measure::Drift],
     ) {
-        let soon = self.measurement.timing.drift_every.unwrap_or(Duration::from_secs(1800)) * 2;
+        let soon = self
+            .measurement
+            .timing
+            .drift_every
+            .unwrap_or(Duration::from_secs(1800))
+            * 2;
         let now_us = measure::now_us();
         let Some(m) = self.machine.current.as_mut() else {
             return;
