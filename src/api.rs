@@ -88,8 +88,9 @@ pub struct PinRequest {
     pub pid: u32,
     pub place: PlaceSpec,
     /// `memory = "follow"`: its memory is moved to the nodes of its CPUs
-    /// (`memory::follow`).
-    pub follow: bool,
+    /// (`memory::follow`), or not; `None` (`PinProcess`, which has no such argument):
+    /// as it was for this process.
+    pub follow: Option<bool>,
     /// Pin only while the process still belongs to this uid: checked in the same step
     /// as the pin, so a pid reused between the authorization and the pin cannot be
     /// another user's process. `None`: whoever owns it (root, `org.pinnerd.manage`).

@@ -108,7 +108,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         method: &str,
         pid: u32,
         place: PlaceSpec,
-        follow: bool,
+        follow: Option<bool>,
     ) -> Result<String> {
         let for_owner = self.admit_pin(conn, header, method, pid).await?;
         let pin = PinRequest {
@@ -487,7 +487,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         check_len("smt", smt)?;
         let (policy, smt) = words(policy, smt)?;
         let place = PlaceSpec::count(count, policy, smt);
-        self.pin(conn, &header, "PinProcess", pid, place, false)
+        self.pin(conn, &header, "PinProcess", pid, place, None)
             .await
     }
 
@@ -537,7 +537,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         check_body(&header, "PinProcessWith")?;
         let place = place_spec(&placement)?;
         let follow = memory_follow(&placement)?;
-        self.pin(conn, &header, "PinProcessWith", pid, place, follow)
+        self.pin(conn, &header, "PinProcessWith", pid, place, Some(follow))
             .await
     }
 

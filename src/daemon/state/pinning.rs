@@ -23,9 +23,9 @@ impl State {
         } = pin;
         self.check_owner(pid, for_owner)?;
         let request = self.resolve_place(&place)?;
-        let follow = follow
-            || matches!(&place, PlaceSpec::Rule(name)
-                if self.loaded.rules.rules.get(name).is_some_and(|r| r.memory_follow));
+        let rule_follows = matches!(&place, PlaceSpec::Rule(name)
+            if self.loaded.rules.rules.get(name).is_some_and(|r| r.memory_follow));
+        let follow = follow.map(|f| f || rule_follows);
         let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
         let cpus = self.runtime_cpus(&request, |source| CommandError::Pin { pid, source })?;
         let m = self
@@ -37,8 +37,10 @@ impl State {
             .pin(pid_i, &cpus)
             .map_err(|e| CommandError::from_manager(pid, e))?;
         changes.extend(self.managed.settle());
-        tracing::info!(pid, %cpus, follow, "pinned at run time");
-        self.sharing.follow.set_runtime(pid_i, follow);
+        tracing::info!(pid, %cpus, ?follow, "pinned at run time");
+        if let Some(follow) = follow {
+            self.sharing.follow.set_runtime(pid_i, follow);
+        }
         self.after_manager(changes);
         Ok(cpus)
     }

@@ -94,7 +94,7 @@ fn pin(
     s: &mut State,
     pid: u32,
     place: PlaceSpec,
-    follow: bool,
+    follow: Option<bool>,
     for_owner: Option<u32>,
 ) -> Result<CpuSet, CommandError> {
     let pin = PinRequest {

@@ -13,7 +13,7 @@ fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
     assert_eq!(ask(&mut s, |reply| Call::Owner { pid, reply }).unwrap(), 0);
     let place = PlaceSpec::Request(count_request(1));
     // Authorized for uid 1000's process, but it is root's now: nothing is pinned.
-    match pin(&mut s, pid, place.clone(), false, Some(1000)) {
+    match pin(&mut s, pid, place.clone(), Some(false), Some(1000)) {
         Err(e @ CommandError::NotOwner { uid: 1000, .. }) => {
             assert_eq!(
                 e.to_string(),
@@ -30,7 +30,7 @@ fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
         .unwrap(),
         vec![]
     );
-    let Ok(cpus) = pin(&mut s, pid, place, false, Some(0)) else {
+    let Ok(cpus) = pin(&mut s, pid, place, Some(false), Some(0)) else {
         panic!("the owner's pin")
     };
     assert_eq!(cpus.len(), 1);
@@ -74,7 +74,7 @@ fn a_run_time_pin_and_its_release_act_through_the_operations_handed_in() {
     procs.put(4242, "fake-feed", 7, &[(4243, "fake-worker")]);
     ops.add_process(4242, 7, &[4242, 4243], &online);
     let place = PlaceSpec::count(1, Policy::Compact, SmtPolicy::Allow);
-    let cpus = pin(&mut s, 4242, place, false, None).unwrap();
+    let cpus = pin(&mut s, 4242, place, None, None).unwrap();
     assert_eq!(cpus.len(), 1, "{cpus}");
     assert_eq!(ops.mask(4242), Some(cpus.clone()));
     assert_eq!(ops.mask(4243), Some(cpus.clone()));
@@ -241,7 +241,9 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
         crate::settings::HumanDuration(Duration::from_secs(300));
     let child = Sleeper::spawn("sleep");
     let pid = child.pid();
-    let pin = |s: &mut State, cpu: &str| {
+    // `follow`: `Some` as `PinProcessWith` gives it, `None` as `PinProcess` (no such
+    // argument: as it was).
+    let pin = |s: &mut State, cpu: &str, follow: Option<bool>| {
         let place = PlaceSpec::Request(PlacementRequest {
             target: CpuTarget::Cpus(cpu.parse().unwrap()),
             within: None,
@@ -250,7 +252,7 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
             exclusive: false,
             shape: Default::default(),
         });
-        pin(s, pid, place, true, None).unwrap();
+        pin(s, pid, place, follow, None).unwrap();
         s.take_actions()
             .into_iter()
             .filter_map(|a| match a {
@@ -260,7 +262,10 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
             .collect::<Vec<_>>()
     };
     // Pinned to CPU 1 (node 1): one job, towards node 1.
-    assert_eq!(pin(&mut s, "1"), vec![(pid as i32, BTreeSet::from([1]))]);
+    assert_eq!(
+        pin(&mut s, "1", Some(true)),
+        vec![(pid as i32, BTreeSet::from([1]))]
+    );
     // While it runs, no second one.
     s.sync_memory(Instant::now());
     assert!(s.take_actions().is_empty());
@@ -298,8 +303,9 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
         "{metrics}"
     );
     assert!(metrics.contains("pinnerd_memory_moved_bytes_total 1073741824\n"));
-    // Its CPUs move to node 0 within the interval: it waits, and says so.
-    assert!(pin(&mut s, "0").is_empty());
+    // Its CPUs move to node 0 within the interval, by a pin that says nothing of memory
+    // (`PinProcess`): it still follows, waits, and says so.
+    assert!(pin(&mut s, "0", None).is_empty());
     let why = explain(&mut s);
     assert!(
         why.contains("memory follow: its CPUs are on node 0 now; moving there in "),
@@ -316,6 +322,32 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
         })
         .collect();
     assert_eq!(next, vec![BTreeSet::from([0])]);
+    // A pin that says not to follow (`PinProcessWith`, follow false) to node 1 ends
+    // it: once the move under way is done, nothing more is moved.
+    assert!(pin(&mut s, "1", Some(false)).is_empty());
+    let later = done + Duration::from_secs(302);
+    s.handle(Event::Followed(Box::new(Finished {
+        pid: pid as i32,
+        target: BTreeSet::from([0]),
+        outcome: Outcome::Moved {
+            from: BTreeSet::from([1]),
+            to: BTreeSet::from([0]),
+            moved: 1 << 30,
+            left: 0,
+            pages_left: 0,
+            took: Duration::from_millis(500),
+        },
+        at: later,
+    })));
+    s.sync_memory(later + Duration::from_secs(3600));
+    let follows = s
+        .take_actions()
+        .into_iter()
+        .filter(|a| matches!(a, Action::Follow(_)))
+        .count();
+    assert_eq!(follows, 0);
+    let why = explain(&mut s);
+    assert!(!why.contains("its CPUs are on node 1 now"), "{why}");
 }
 
 #[test]
@@ -340,7 +372,7 @@ fn queued_memory_moves_say_they_wait_for_the_one_before_them() {
             exclusive: false,
             shape: Default::default(),
         });
-        pin(&mut s, pid, place, true, None).unwrap();
+        pin(&mut s, pid, place, Some(true), None).unwrap();
         queued.extend(s.take_actions().into_iter().filter_map(|x| match x {
             Action::Follow(j) => Some(j.pid),
             _ => None,
