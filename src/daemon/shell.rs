@@ -463,6 +463,10 @@ impl Shell {
             for action in actions {
                 match action {
                     Action::Emit(sig) => {
+                        // The snapshot first: a client that reads a property when the
+                        // signal arrives (`MeasuredAt` on `MeasurementFinished`) sees
+                        // what the signal announces, not the value before it.
+                        self.publish(state);
                         let _ = self.emit.send(sig);
                     }
                     Action::Measure(job) => {
