@@ -31,7 +31,9 @@
 //! - `cgroup`: which CPUs a process's cgroup cpuset (v1 or v2) allows
 //! - `cli`: the subcommands, thin shells: each parses its flags, calls the engine
 //!   (`advice`, `effect`, `report`, …) and prints; none calls another's argument
-//!   struct. `cli::docs` generates the man page `pinnerd(8)` and the shell completions
+//!   struct. `cli::command` is the grammar, `cli::output`, `cli::limits` and `cli::exit`
+//!   what every command shares (no subcommand imports `cli` itself); `cli::docs`
+//!   generates the man page `pinnerd(8)` and the shell completions
 //! - `cpuset`: the one CPU-set type
 //! - `daemon`: the event loop, its state and its measurement schedule; `daemon::state`:
 //!   the state the loop owns, in parts (the settings and rules loaded, the machine, the

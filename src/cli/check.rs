@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::cli::ConfigInvalid;
+use super::exit::ConfigInvalid;
 use crate::rules::{self, FileOutcome, LoadPolicy};
 use crate::settings::Settings;
 use crate::words::count;

@@ -246,7 +246,7 @@ pub fn reload(args: BusArgs) -> anyhow::Result<ExitCode> {
         Ok(if errors.is_empty() {
             ExitCode::SUCCESS
         } else {
-            ExitCode::from(super::EXIT_CONFIG)
+            ExitCode::from(super::exit::EXIT_CONFIG)
         })
     })
 }

@@ -77,5 +77,5 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
         Duration::from_millis(args.duration_ms),
     )?;
     effect.latency_off = p.latency_off;
-    super::print_answer(args.json, || effect.json(), || effect.human())
+    super::output::print_answer(args.json, || effect.json(), || effect.human())
 }

@@ -17,7 +17,7 @@ use crate::rules::LoadPolicy;
 use crate::settings::{Settings, DEFAULT_SETTINGS_PATH};
 use crate::sysroot::SysRoot;
 
-use super::ConfigInvalid;
+use super::exit::ConfigInvalid;
 
 /// The state directory when neither `--state-dir` nor `$STATE_DIRECTORY` says.
 pub const DEFAULT_STATE: &str = "/var/lib/pinnerd";
@@ -81,7 +81,7 @@ fn init_logging(verbose: u8) {
     }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(super::colour(std::io::stderr().is_terminal()))
+        .with_ansi(super::output::colour(std::io::stderr().is_terminal()))
         .with_writer(std::io::stderr)
         .try_init();
 }

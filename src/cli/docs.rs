@@ -13,8 +13,9 @@ use clap::{Arg, ArgAction, Command, CommandFactory};
 use clap_complete::Shell;
 use clap_mangen::roff::{bold, italic, roman, Inline, Roff};
 
+use super::command::Cli;
+use super::exit::EXIT_CONFIG;
 use super::oneshot::{EXIT_CANNOT_RUN, EXIT_NOT_FOUND};
-use super::{Cli, EXIT_CONFIG};
 
 /// The shells completions are generated for, and where each file is checked in.
 pub const COMPLETIONS: &[(Shell, &str)] = &[

@@ -155,7 +155,7 @@ fn run_nfd(args: NfdArgs) -> anyhow::Result<ExitCode> {
     let text = nfd::render(&t, Some(&domains));
     match &args.out {
         Some(out) => write_atomically(out, text.as_bytes())?,
-        None => super::write_stdout(format_args!("{text}"))?,
+        None => super::output::write_stdout(format_args!("{text}"))?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -187,7 +187,7 @@ fn run_hwloc(args: HwlocArgs) -> anyhow::Result<ExitCode> {
     };
     let pus = hwloc::pu_os_indexes(&xml, &topo_name)?;
     let text = hwloc::distances(&m, &pus, &topo_name, args.unit)?;
-    super::write_stdout(format_args!("{text}"))?;
+    super::output::write_stdout(format_args!("{text}"))?;
     Ok(ExitCode::SUCCESS)
 }
 

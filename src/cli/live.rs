@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use super::ConfigInvalid;
+use super::exit::ConfigInvalid;
 use crate::affinity::DryRunOps;
 use crate::devices;
 use crate::domains::{self, Misfit};
@@ -127,7 +127,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     } else {
         found.human()
     };
-    super::write_stdout(format_args!("{out}"))?;
+    super::output::write_stdout(format_args!("{out}"))?;
     if !report.errors.is_empty() {
         for e in &report.errors {
             eprintln!("{e}");

@@ -95,12 +95,16 @@ pub fn config(args: &MeasureArgs) -> anyhow::Result<(MeasureConfig, Vec<String>)
         None => SysRoot::default(),
     };
     // Every argument is checked before the machine is read.
-    let budget = super::seconds("--budget", args.budget, super::MAX_BUDGET_SECS)?;
-    let idle_wait = super::seconds("--idle-wait", args.idle_wait, super::MAX_IDLE_WAIT_SECS)?;
+    let budget = super::limits::seconds("--budget", args.budget, super::limits::MAX_BUDGET_SECS)?;
+    let idle_wait = super::limits::seconds(
+        "--idle-wait",
+        args.idle_wait,
+        super::limits::MAX_IDLE_WAIT_SECS,
+    )?;
     if budget.is_zero() {
         anyhow::bail!("--budget must be more than 0 seconds");
     }
-    let min_idle = super::idle_share(args.idle_threshold)?;
+    let min_idle = super::limits::idle_share(args.idle_threshold)?;
     let topo = Topology::discover(&root).context("reading the CPU topology")?;
     let (cpus, notes) = measure::select_cpus(
         args.cpus.as_ref(),
@@ -406,7 +410,7 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
         }
     } else {
         write!(stdout, "{preface}")?;
-        let color = super::colour(tty);
+        let color = super::output::colour(tty);
         write!(stdout, "{}", render::terminal_heatmap(&m, color))?;
         writeln!(stdout)?;
         write!(stdout, "{}", summary_text(&m))?;
@@ -425,7 +429,7 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
             measured.report.elapsed.as_secs_f64()
         )?;
     }
-    super::write_stdout(format_args!("{}", String::from_utf8_lossy(&stdout)))?;
+    super::output::write_stdout(format_args!("{}", String::from_utf8_lossy(&stdout)))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -19,8 +19,8 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 
 use super::client::{block_on, proxy, BusArgs, Pinnerd1Proxy};
+use super::exit::ConfigInvalid;
 use super::place_flags::{describe, PlaceFlags};
-use super::ConfigInvalid;
 use crate::advice::{self, GroundSpec, Measuring};
 use crate::affinity::{own_tid, AffinityOps, SystemOps};
 use crate::api::PlaceSpec;

@@ -71,8 +71,8 @@ pub struct PlanArgs {
     pub idle_threshold: f64,
 }
 
-/// `plan --count`; `plan --live` and `plan --pid` are dispatched beside it (see
-/// `cli::run`), which this module does not know.
+/// `plan --count`; `plan --live` and `plan --pid` are dispatched beside it by the
+/// command line's `run`, which this module does not know.
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
     let count = args.count.context("--count is required")? as usize;
     let req = advice::count_request(
@@ -82,16 +82,16 @@ pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
         args.exclude.clone().unwrap_or_default(),
     );
     let plan = advice::advise(&ground_spec(&args)?, &req, &args.place.shape())?;
-    super::print_answer(args.json, || plan.json(), || plan.human())
+    super::output::print_answer(args.json, || plan.json(), || plan.human())
 }
 
 /// Where `plan` (and `plan --pid`) find the topology and the matrix: `--sysfs`,
 /// `--matrix`, `--state-dir`, and whether and how a matrix may be measured now.
 pub fn ground_spec(args: &PlanArgs) -> anyhow::Result<GroundSpec> {
-    let budget = super::seconds(
+    let budget = super::limits::seconds(
         "--measure-budget",
         args.measure_budget,
-        super::MAX_BUDGET_SECS,
+        super::limits::MAX_BUDGET_SECS,
     )?;
     Ok(GroundSpec {
         sysfs: args.sysfs.clone(),

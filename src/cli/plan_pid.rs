@@ -14,8 +14,8 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use serde::Serialize;
 
+use super::exit::ConfigInvalid;
 use super::plan::PlanArgs;
-use super::ConfigInvalid;
 use crate::advice::{self, Advice, AdviceJson};
 use crate::cpuset::CpuSet;
 use crate::memory::{self, MemoryView};
@@ -41,7 +41,7 @@ struct PidPlan {
 
 pub fn run(args: &PlanArgs, pid: u32) -> anyhow::Result<ExitCode> {
     let p = plan_pid(args, pid)?;
-    super::print_answer(args.json, || p.json(), || p.human())
+    super::output::print_answer(args.json, || p.json(), || p.human())
 }
 
 /// The process, its request, the CPUs it may take, the best of them, then memory

@@ -59,7 +59,7 @@ const AGREEMENT_ROUNDS: usize = 5;
 const MATRIX_FILE: &str = "matrix.json";
 
 pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
-    let budget = super::seconds("--budget", args.budget, super::MAX_BUDGET_SECS)?;
+    let budget = super::limits::seconds("--budget", args.budget, super::limits::MAX_BUDGET_SECS)?;
     let g = advice::ground(&GroundSpec {
         sysfs: args.sysfs.clone(),
         matrix: args.matrix.clone(),
@@ -179,7 +179,7 @@ fn plans(g: &Ground) -> (Vec<PlanRow>, Option<Advice>) {
                     autopilot_worst_ns: None,
                     autopilot_mean_ns: None,
                     ratio: None,
-                    error: Some(super::describe_error(&e)),
+                    error: Some(super::output::describe_error(&e)),
                 },
             });
         }
@@ -209,7 +209,7 @@ fn effect(
     match avail.as_slice() {
         [a, b, ..] => match agreement(*a, *b) {
             Ok(a) => quality.agreement = Some(a),
-            Err(e) => quality.agreement_error = Some(super::describe_error(&e)),
+            Err(e) => quality.agreement_error = Some(super::output::describe_error(&e)),
         },
         _ => quality.agreement_error = Some("fewer than two usable CPUs".into()),
     }
