@@ -107,11 +107,8 @@ impl State {
                 let rule = self.loaded.rules.rules.get(name).ok_or_else(|| {
                     CommandError::NoRule(format!("no loaded rule is named {name:?}"))
                 })?;
-                rule.place.clone().ok_or_else(|| {
-                    CommandError::NoRule(format!(
-                        "rule {name:?} has no [rule.place] (it places threads by name only)"
-                    ))
-                })?
+                rule.place_request()
+                    .map_err(|e| CommandError::NoRule(e.to_string()))?
             }
             PlaceSpec::Request(r) => r.clone(),
         };
