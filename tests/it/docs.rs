@@ -530,3 +530,199 @@ fn the_sample_finder_tells_the_kinds_apart() {
         ]
     );
 }
+
+/// Code spans naming a repository file (`src/…`, `tests/…`, `benches/…`, `fuzz/…`,
+/// `examples/…`, `systemd/…`, `config/…`, `debian/…`), each with the identifiers in the
+/// code spans right after it (`path` `test_name`, `other_name`), with its line number.
+fn cited_paths(text: &str) -> Vec<(usize, String, Vec<String>)> {
+    const ROOTS: &[&str] = &[
+        "src/",
+        "tests/",
+        "benches/",
+        "fuzz/",
+        "examples/",
+        "systemd/",
+        "config/",
+        "debian/",
+    ];
+    let mut out = Vec::new();
+    for (number, line) in prose_lines(text) {
+        let ticks: Vec<usize> = line.match_indices('`').map(|(at, _)| at).collect();
+        let mut current: Option<(String, Vec<String>)> = None;
+        // A name counts when only `, ` or ` ` stands between it and the path or the
+        // name before: `path` `a`, `b`.
+        let mut end = 0;
+        for pair in ticks.chunks_exact(2) {
+            let (open, close) = (pair[0], pair[1]);
+            let span = &line[open + 1..close];
+            let between = &line[end..open];
+            end = close + 1;
+            let is_path = ROOTS.iter().any(|r| span.starts_with(r))
+                && !span.contains(' ')
+                && !span.contains('*')
+                && !span.contains('{')
+                && !span.split('/').any(placeholder);
+            let is_name = span
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+                && span.contains('_');
+            match (&mut current, is_path, is_name) {
+                (_, true, _) => {
+                    if let Some(done) = current.take() {
+                        out.push((number, done.0, done.1));
+                    }
+                    current = Some((span.to_string(), Vec::new()));
+                }
+                (Some((_, names)), false, true) if matches!(between.trim(), "" | ",") => {
+                    names.push(span.to_string())
+                }
+                _ => {
+                    if let Some(done) = current.take() {
+                        out.push((number, done.0, done.1));
+                    }
+                }
+            }
+        }
+        if let Some(done) = current.take() {
+            out.push((number, done.0, done.1));
+        }
+    }
+    out
+}
+
+/// A path part that stands for any (`TARGET`, `rootfs-SUITE-KEY.tar`): a word of it in
+/// capitals, not one of the repository's capitalised files.
+fn placeholder(part: &str) -> bool {
+    part.split(['-', '_', '.']).any(|word| {
+        word.len() >= 3
+            && word.chars().all(|c| c.is_ascii_uppercase())
+            && !matches!(
+                word,
+                "README" | "CONTRIBUTING" | "LICENSE" | "MIT" | "APACHE"
+            )
+    })
+}
+
+/// The text of a file, or of every `.rs` file under a folder.
+fn source_text(path: &Path) -> String {
+    if path.is_dir() {
+        let mut s = String::new();
+        for e in std::fs::read_dir(path).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() || p.extension().is_some_and(|x| x == "rs") {
+                s.push_str(&source_text(&p));
+            }
+        }
+        s
+    } else {
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+}
+
+/// A test named by its module path (`promises::after_kill_9_…`,
+/// `dbus::placement::tests::a_placement_dict_…`): the files it may be in (an
+/// integration test module under `tests/it/`, or the source module under `src/`) and
+/// its name. Only a last part with three or more underscores counts: test names are
+/// sentences, functions of the API are not.
+fn test_by_module(span: &str) -> Option<(Vec<PathBuf>, String)> {
+    let parts: Vec<&str> = span.split("::").collect();
+    let (name, modules) = parts.split_last()?;
+    let word = |w: &str| {
+        !w.is_empty()
+            && w.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    if modules.is_empty() || !parts.iter().all(|p| word(p)) || name.matches('_').count() < 3 {
+        return None;
+    }
+    // `x::tests::y` is a `mod tests` inside `x.rs`, or a file `x/tests/y.rs`.
+    let inline: Vec<&str> = modules.iter().copied().filter(|m| *m != "tests").collect();
+    let mut files = Vec::new();
+    for joined in [modules.join("/"), inline.join("/")] {
+        files.push(repo().join(format!("src/{joined}.rs")));
+        files.push(repo().join(format!("src/{joined}")));
+    }
+    if modules.len() == 1 {
+        files.push(repo().join(format!("tests/it/{}.rs", modules[0])));
+    }
+    Some((files, name.to_string()))
+}
+
+/// Every repository file a document cites exists, and every test named right after it
+/// (`src/x.rs` `a_test`) is a function of that file (the reliability table's evidence
+/// column names its tests this way).
+#[test]
+fn every_cited_file_exists_and_holds_the_tests_named_after_it() {
+    let mut wrong = Vec::new();
+    let mut names_checked = 0;
+    for doc in linked_documents() {
+        let text = std::fs::read_to_string(repo().join(&doc)).unwrap();
+        for (line, path, names) in cited_paths(&text) {
+            let full = repo().join(path.trim_end_matches('/'));
+            // A path with a `:LINE` or `::item` tail names the file before it.
+            let file = path.split(':').next().unwrap();
+            let full = if full.exists() {
+                full
+            } else {
+                repo().join(file)
+            };
+            if !full.exists() {
+                wrong.push(format!("{}:{line}: `{path}` does not exist", doc.display()));
+                continue;
+            }
+            let source = source_text(&full);
+            for name in names {
+                names_checked += 1;
+                if !source.contains(&format!("fn {name}("))
+                    && !source.contains(&format!("fn {name}<"))
+                {
+                    wrong.push(format!(
+                        "{}:{line}: `{path}` has no function `{name}`",
+                        doc.display()
+                    ));
+                }
+            }
+        }
+    }
+    for doc in linked_documents() {
+        let text = std::fs::read_to_string(repo().join(&doc)).unwrap();
+        for (line, l) in prose_lines(&text) {
+            for span in l.split('`').skip(1).step_by(2) {
+                let Some((files, name)) = test_by_module(span) else {
+                    continue;
+                };
+                names_checked += 1;
+                let found = files.iter().filter(|f| f.exists()).any(|f| {
+                    let t = source_text(f);
+                    t.contains(&format!("fn {name}(")) || t.contains(&format!("fn {name}<"))
+                });
+                if !found {
+                    wrong.push(format!(
+                        "{}:{line}: no test `{name}` where `{span}` says",
+                        doc.display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(names_checked > 50, "only {names_checked} test names found");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn cited_paths_are_found_with_the_names_after_them() {
+    let found = cited_paths(
+        "| a | `src/a.rs` `one_test`, `two_test`; `tests/it/b.rs` `three_x` and `four_y`; `tests/vm/cache/run-SUITE/` |",
+    );
+    assert_eq!(
+        found,
+        vec![
+            (
+                1,
+                "src/a.rs".to_string(),
+                vec!["one_test".into(), "two_test".into()]
+            ),
+            (1, "tests/it/b.rs".to_string(), vec!["three_x".into()]),
+        ]
+    );
+}
