@@ -20,13 +20,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
-use crate::infile::{self, InError, Links};
+use crate::journal::{JournalError, ListFile};
 use crate::sysroot::SysRoot;
 
 /// File name of the IRQ journal under the runtime directory.
 pub const JOURNAL_FILE: &str = "irqs.json";
-/// Largest journal read: a few dozen bytes per IRQ.
-const MAX_JOURNAL_SIZE: u64 = 4 << 20;
 
 /// Errors reading `/proc/irq` or the journal; each names the path.
 #[derive(Debug, thiserror::Error)]
@@ -224,65 +222,35 @@ pub fn restore(root: &SysRoot, moved: &[Moved]) -> Vec<(u32, String)> {
 
 /// The IRQ journal: the masks to give back if the daemon dies.
 #[derive(Debug, Clone)]
-pub struct Journal {
-    path: PathBuf,
-}
+pub struct Journal(ListFile<Moved>);
 
 impl Journal {
     pub fn new(runtime_dir: &Path) -> Journal {
-        Journal {
-            path: runtime_dir.join(JOURNAL_FILE),
-        }
+        Journal(ListFile::new(runtime_dir, JOURNAL_FILE, "IRQ journal"))
     }
 
     pub fn path(&self) -> &Path {
-        &self.path
+        self.0.path()
     }
 
     /// Replaces the journal atomically (temp file, then rename); empty removes it.
     pub fn save(&self, moved: &[Moved]) -> Result<(), IrqError> {
-        let werr = |source| IrqError::Write {
-            path: self.path.clone(),
-            source,
-        };
-        let text = if moved.is_empty() {
-            None
-        } else {
-            Some(serde_json::to_string_pretty(moved).map_err(|e| werr(e.into()))?)
-        };
-        // Every error names the journal, the temporary file's included.
-        crate::outfile::replace_own(&self.path, text.as_ref().map(|t| t.as_bytes()), true)
-            .map_err(|(_, source)| werr(source))
+        Ok(self.0.save(moved)?)
     }
 
     /// What a previous run left: empty when there is no journal.
     pub fn load(&self) -> Result<Vec<Moved>, IrqError> {
-        // As the restore journal is read: a regular file only (a FIFO put here would
-        // block the open), never through a symlink, and bounded.
-        let opened = infile::open_regular(&self.path, Links::Refuse)
-            .and_then(|(file, md)| infile::read_text(file, md.len(), MAX_JOURNAL_SIZE));
-        let text = match opened {
-            Ok(text) => text,
-            Err(InError::Io(e)) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Vec::new())
-            }
-            Err(InError::Io(source)) => {
-                return Err(IrqError::Read {
-                    path: self.path.clone(),
-                    source,
-                })
-            }
-            Err(e) => {
-                return Err(IrqError::Corrupt {
-                    path: self.path.clone(),
-                    message: e.to_string(),
-                })
-            }
-        };
-        serde_json::from_str(&text).map_err(|e| IrqError::Corrupt {
-            path: self.path.clone(),
-            message: e.to_string(),
-        })
+        Ok(self.0.load()?)
+    }
+}
+
+impl From<JournalError> for IrqError {
+    fn from(e: JournalError) -> IrqError {
+        match e {
+            JournalError::Read { path, source } => IrqError::Read { path, source },
+            JournalError::Write { path, source } => IrqError::Write { path, source },
+            JournalError::Corrupt { path, message, .. } => IrqError::Corrupt { path, message },
+        }
     }
 }
 
@@ -466,7 +434,11 @@ mod tests {
         assert!(e.contains("corrupt IRQ journal"), "{e}");
         std::fs::remove_file(j.path()).unwrap();
 
-        std::fs::write(j.path(), vec![b' '; MAX_JOURNAL_SIZE as usize + 1]).unwrap();
+        std::fs::write(
+            j.path(),
+            vec![b' '; crate::journal::MAX_JOURNAL_SIZE as usize + 1],
+        )
+        .unwrap();
         let e = load(&j).unwrap_err();
         assert!(e.contains("over the"), "{e}");
     }

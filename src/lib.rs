@@ -56,6 +56,8 @@
 //!   files, matrix files, the restore journal)
 //! - `irq`: interrupts moved off the CPUs of `irqs = "away"` rules (`/proc/irq`), their
 //!   journal, and irqbalance's banned CPUs
+//! - `journal`: a list of what to undo if the daemon dies, in one JSON file of the
+//!   runtime directory (the IRQ journal and the hold journal are one kind of file)
 //! - `manager`: which processes are managed; applies the plan to their threads
 //! - `matrix`: the latency matrix and its files
 //! - `memory`: where a process's memory is per NUMA node (`numa_maps`, `memory.numa_stat`),
@@ -120,6 +122,7 @@ pub mod fleet;
 pub mod hold;
 pub mod infile;
 pub mod irq;
+pub mod journal;
 pub mod manager;
 pub mod matrix;
 pub mod measure;
