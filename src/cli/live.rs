@@ -79,6 +79,13 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let selected = domains::select(matrix.as_ref(), Some(&topology), misfit)
         .with_context(|| format!("the {source} does not fit this machine"))?;
     let (domains, latency_off) = (selected.domains, selected.latency_off);
+    // The daemon would place on the topology: the first line says so, and why.
+    let source = match latency_off {
+        Some(line) => {
+            format!("sysfs topology: {line} (the {source} did not hold when measured again)")
+        }
+        None => source,
+    };
     let facts = Facts::from_topology(&topology);
     let devices = devices::resolve_all(&root, shape::near_names(&report.rules));
     let sched_ext = crate::sched_ext::read(&root).context("reading the sched_ext state")?;
@@ -302,9 +309,6 @@ impl DryRun<'_> {
         let cannot = crate::hold::cannot_isolate_here(self.root);
         let node_of = |cpu: u32| self.topology.node_of(cpu);
         let protected = self.mgr.protected();
-        if let Some(line) = self.latency_off {
-            let _ = writeln!(out, "{line}");
-        }
         let _ = writeln!(
             out,
             "dry run: nothing was changed; placement from {}",

@@ -139,7 +139,7 @@ fn plan_on_an_unstable_matrix_says_so_first_and_claims_no_gain() {
 }
 
 #[test]
-fn plan_live_on_an_unstable_matrix_says_so_first() {
+fn plan_live_on_an_unstable_matrix_says_in_its_first_line_that_it_places_on_the_topology() {
     let d = tempfile::tempdir().unwrap();
     let unstable = simulated(d.path(), "moving.json", Some("20"));
     let rules = d.path().join("rules");
@@ -165,7 +165,16 @@ fn plan_live_on_an_unstable_matrix_says_so_first() {
     let r = ok(pinnerd(
         &human.iter().map(String::as_str).collect::<Vec<_>>(),
     ));
-    assert_eq!(r.stdout.lines().next(), Some(LINE), "{}", r.stdout);
+    // The dry run's first line says where placement comes from: the topology, and why.
+    let first = format!("dry run: nothing was changed; placement from sysfs topology: {LINE} (");
+    assert!(
+        r.stdout
+            .lines()
+            .next()
+            .is_some_and(|l| l.starts_with(&first)),
+        "{}",
+        r.stdout
+    );
     let json = args(true);
     let r = ok(pinnerd(
         &json.iter().map(String::as_str).collect::<Vec<_>>(),
