@@ -175,14 +175,24 @@ pub fn check<M: PairMeasurer>(
 pub type Repeats = Vec<(u32, u32, Option<f64>)>;
 
 /// Runs [`check`] and records its verdict in `m` (its `stability`, and a warning saying
-/// why when it is unstable).
+/// why when it is unstable). A check that cannot run (a measuring thread not started)
+/// leaves the matrix measured and not checked, with a warning saying why: the matrix is
+/// never lost to its check.
 pub fn record<M: PairMeasurer>(
     m: &mut LatencyMatrix,
     meas: &mut M,
     vm: bool,
 ) -> Result<(), MeasureError> {
     let t0 = std::time::Instant::now();
-    let (stability, _) = check(m, meas, vm)?;
+    let stability = match check(m, meas, vm) {
+        Ok((stability, _)) => stability,
+        Err(e) => {
+            tracing::warn!(error = %e, "the repeat check could not run");
+            m.warnings
+                .push(format!("the repeat check could not run ({e}): not checked"));
+            None
+        }
+    };
     if let Some(s) = &stability {
         tracing::info!(
             repeated = s.repeated,
@@ -205,6 +215,35 @@ mod tests {
     use super::*;
     use crate::measure::simulate::Simulated;
     use crate::measure::sparse::{run_sparse, SparseConfig};
+
+    /// A measurer whose every round fails, as one whose threads cannot start.
+    struct Failing;
+
+    impl PairMeasurer for Failing {
+        fn measure_round(&mut self, _: &[(u32, u32)]) -> Result<Vec<Option<f64>>, MeasureError> {
+            Err(MeasureError::EmptyCpuList)
+        }
+    }
+
+    #[test]
+    fn a_check_that_cannot_run_leaves_the_matrix_measured_and_not_checked() {
+        let mut m = ryzen();
+        let cells = m.clone();
+        record(&mut m, &mut Failing, false).unwrap();
+        assert_eq!(m.stability, None);
+        assert!(
+            m.warnings
+                .iter()
+                .any(|w| w.starts_with("the repeat check could not run (")),
+            "{:?}",
+            m.warnings
+        );
+        assert_eq!(m.latency_off(), None);
+        assert_eq!(
+            (0..m.len()).map(|i| m.at(i, 0)).collect::<Vec<_>>(),
+            (0..cells.len()).map(|i| cells.at(i, 0)).collect::<Vec<_>>()
+        );
+    }
 
     /// A published 16-CPU matrix (Ryzen 7 2700X: SMT siblings, two CCXs).
     fn ryzen() -> LatencyMatrix {
