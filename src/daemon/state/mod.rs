@@ -36,7 +36,9 @@
 //! - `Remeasure` starts one, or joins the one running (calls coalesce);
 //! - periodically, when idle, a drift probe measures a few pairs, and only drift found
 //!   there starts a full measurement; a full one also runs every `measure.interval`;
-//! - until a matrix exists, placement uses the sysfs topology alone;
+//! - until a matrix exists, placement uses the sysfs topology alone, and so it does on
+//!   an unstable matrix (its repeat check failed, or drift was found within two probe
+//!   periods of its measurement: the host moves vCPUs; `measure::repeat`);
 //! - every measurement stays off the CPUs others hold (exclusive and latency-critical
 //!   rules, `measure.never-cpus`, `nohz_full`) and keeps their earlier cells, saying so
 //!   (`measure::around`; `state/measuring.rs`).
