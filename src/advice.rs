@@ -59,6 +59,19 @@ pub enum Measuring {
     Off(String),
 }
 
+impl Measuring {
+    /// What `--no-measure` and the measurement flags of a command ask for.
+    pub fn unless_no_measure(no_measure: bool, budget: Duration, min_idle_pct: f64) -> Measuring {
+        match no_measure {
+            true => Measuring::Off("--no-measure".into()),
+            false => Measuring::Allowed {
+                budget,
+                min_idle_pct,
+            },
+        }
+    }
+}
+
 /// Where the matrix came from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Source {

@@ -56,14 +56,11 @@ pub fn run(args: CompareArgs) -> anyhow::Result<ExitCode> {
         sysfs: PathBuf::from(crate::sysroot::LIVE_SYS),
         matrix: args.matrix.clone(),
         state_dir: args.state_dir.clone(),
-        measuring: if args.no_measure {
-            Measuring::Off("--no-measure".into())
-        } else {
-            Measuring::Allowed {
-                budget: Duration::from_secs(20),
-                min_idle_pct: args.idle_threshold,
-            }
-        },
+        measuring: Measuring::unless_no_measure(
+            args.no_measure,
+            Duration::from_secs(20),
+            args.idle_threshold,
+        ),
     };
     let req = advice::count_request(k, Policy::Compact, SmtPolicy::Allow, CpuSet::new());
     let p =

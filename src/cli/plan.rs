@@ -97,13 +97,6 @@ pub fn ground_spec(args: &PlanArgs) -> anyhow::Result<GroundSpec> {
         sysfs: args.sysfs.clone(),
         matrix: args.matrix.clone(),
         state_dir: args.state_dir.clone(),
-        measuring: if args.no_measure {
-            Measuring::Off("--no-measure".into())
-        } else {
-            Measuring::Allowed {
-                budget,
-                min_idle_pct: args.idle_threshold,
-            }
-        },
+        measuring: Measuring::unless_no_measure(args.no_measure, budget, args.idle_threshold),
     })
 }

@@ -169,18 +169,7 @@ fn plans(g: &Ground) -> (Vec<PlanRow>, Option<Advice>) {
                     }
                     row
                 }
-                Err(e) => PlanRow {
-                    k,
-                    policy: policy.to_string(),
-                    cpus: Vec::new(),
-                    worst_latency_ns: None,
-                    mean_latency_ns: None,
-                    autopilot_cpus: None,
-                    autopilot_worst_ns: None,
-                    autopilot_mean_ns: None,
-                    ratio: None,
-                    error: Some(super::output::describe_error(&e)),
-                },
+                Err(e) => PlanRow::failed(k, policy.to_string(), super::output::describe_error(&e)),
             });
         }
     }

@@ -317,6 +317,20 @@ pub struct RunReport {
 }
 
 impl RunReport {
+    /// The warning when the serial cross-check disagrees with the parallel rounds by
+    /// more than `tolerance` (median).
+    pub fn cross_check_warning(&self, tolerance: f64) -> Option<String> {
+        let (med, max) = self.cross_check_disagreement()?;
+        (med > tolerance).then(|| {
+            format!(
+                "parallel rounds disagree with serial measurement on {} sampled pairs: median {:.0}%, max {:.0}%",
+                self.cross_check.len(),
+                med * 100.0,
+                max * 100.0
+            )
+        })
+    }
+
     /// Median and maximum disagreement of the serial cross-check.
     pub fn cross_check_disagreement(&self) -> Option<(f64, f64)> {
         let mut d: Vec<f64> = self
@@ -673,16 +687,7 @@ pub fn run_detailed(
         timer_granularity: granularity,
         hypervisor,
     };
-    if let Some((med, max)) = report_out.cross_check_disagreement() {
-        if med > cfg.repeat_tolerance {
-            warnings.push(format!(
-                "parallel rounds disagree with serial measurement on {} sampled pairs: median {:.0}%, max {:.0}%",
-                report_out.cross_check.len(),
-                med * 100.0,
-                max * 100.0
-            ));
-        }
-    }
+    warnings.extend(report_out.cross_check_warning(cfg.repeat_tolerance));
     if stats.is_empty() {
         return Err(MeasureError::NothingMeasured {
             reason: if warnings.is_empty() {
@@ -708,9 +713,8 @@ pub fn run_detailed(
     matrix.mode = Some(cfg.mode.as_str().to_string());
     matrix.stats = stats;
     matrix.warnings = warnings;
-    let mut again = sparse_real::EngineMeasurer::new(cfg, measuring_since + cfg.budget)
-        .even_over(repeat::sample(&matrix).len() * repeat::ANSWERS);
-    repeat::record(&mut matrix, &mut again, report_out.hypervisor.is_some())?;
+    let vm = report_out.hypervisor.is_some();
+    sparse_real::repeat_check(&mut matrix, cfg, measuring_since + cfg.budget, vm)?;
     Ok(Measurement {
         matrix,
         report: report_out,

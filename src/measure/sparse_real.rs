@@ -82,6 +82,19 @@ impl PairMeasurer for EngineMeasurer<'_> {
     }
 }
 
+/// The repeat check (`measure::repeat`) of `m` on the spinner engine, its answers spread
+/// evenly over the time left until `until`.
+pub fn repeat_check(
+    m: &mut crate::matrix::LatencyMatrix,
+    cfg: &MeasureConfig,
+    until: Instant,
+    vm: bool,
+) -> Result<(), MeasureError> {
+    let mut again = EngineMeasurer::new(cfg, until)
+        .even_over(super::repeat::sample(m).len() * super::repeat::ANSWERS);
+    super::repeat::record(m, &mut again, vm)
+}
+
 /// The sysfs grouping of `cfg.cpus` (SMT cores, clusters, LLCs, dies, nodes, packages)
 /// as nested partitions, when the topology reads: the prior of a real sparse run.
 pub fn sysfs_prior(cfg: &MeasureConfig) -> Option<Vec<Vec<CpuSet>>> {
@@ -178,9 +191,7 @@ pub fn run_sparse_real(
     if missing > 0 {
         m.warnings.push(format!("{missing} pair(s) have no figure"));
     }
-    let mut again = EngineMeasurer::new(cfg, started + cfg.budget)
-        .even_over(super::repeat::sample(&m).len() * super::repeat::ANSWERS);
-    super::repeat::record(&mut m, &mut again, hypervisor.is_some())?;
+    repeat_check(&mut m, cfg, started + cfg.budget, hypervisor.is_some())?;
     m.primitive = Some(cfg.primitive.as_str().to_string());
     m.measured_at_us = Some(super::now_us());
     m.fingerprint = cfg.fingerprint.clone();

@@ -120,6 +120,24 @@ pub struct PlanRow {
     pub error: Option<String>,
 }
 
+impl PlanRow {
+    /// No plan for `k` CPUs by `policy`, and why.
+    pub fn failed(k: usize, policy: String, error: String) -> PlanRow {
+        PlanRow {
+            k,
+            policy,
+            cpus: Vec::new(),
+            worst_latency_ns: None,
+            mean_latency_ns: None,
+            autopilot_cpus: None,
+            autopilot_worst_ns: None,
+            autopilot_mean_ns: None,
+            ratio: None,
+            error: Some(error),
+        }
+    }
+}
+
 /// A level's groups in words: the first `most` of them joined by ` | `, followed by
 /// ` … (N groups)` when there are more.
 pub fn groups_line(groups: &[CpuSet], most: usize) -> String {

@@ -226,10 +226,29 @@ fn explain_leaves_the_memory_read_to_a_reader_and_it_answers() {
     assert!(text.contains("numa_maps"), "{text}");
 }
 
+/// A memory move of `pid` that took 1 GiB from node `from` to node `to` in 0.5 s,
+/// whole, finished `at`.
+fn moved_whole(pid: u32, from: u32, to: u32, at: Instant) -> Event {
+    use crate::memory::follow::{Finished, Outcome};
+    use std::collections::BTreeSet;
+    Event::Followed(Box::new(Finished {
+        pid: pid as i32,
+        target: BTreeSet::from([to]),
+        outcome: Outcome::Moved {
+            from: BTreeSet::from([from]),
+            to: BTreeSet::from([to]),
+            moved: 1 << 30,
+            left: 0,
+            pages_left: 0,
+            took: Duration::from_millis(500),
+        },
+        at,
+    }))
+}
+
 #[test]
 fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
     use crate::api::PlaceSpec;
-    use crate::memory::follow::{Finished, Outcome};
     use std::collections::BTreeSet;
     let (mut s, _d, _job) = started(Timing::default());
     // Two nodes: even CPUs on node 0, odd on node 1.
@@ -279,19 +298,7 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
     };
     assert!(explain(&mut s).contains("memory follow: moving its memory to node 1 now"));
     let done = Instant::now();
-    s.handle(Event::Followed(Box::new(Finished {
-        pid: pid as i32,
-        target: BTreeSet::from([1]),
-        outcome: Outcome::Moved {
-            from: BTreeSet::from([0]),
-            to: BTreeSet::from([1]),
-            moved: 1 << 30,
-            left: 0,
-            pages_left: 0,
-            took: Duration::from_millis(500),
-        },
-        at: done,
-    })));
+    s.handle(moved_whole(pid, 0, 1, done));
     let why = explain(&mut s);
     assert!(
         why.contains("memory follow: moved 1.0 GiB from node 0 to node 1 in 0.5 s"),
@@ -326,19 +333,7 @@ fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
     // it: once the move under way is done, nothing more is moved.
     assert!(pin(&mut s, "1", Some(false)).is_empty());
     let later = done + Duration::from_secs(302);
-    s.handle(Event::Followed(Box::new(Finished {
-        pid: pid as i32,
-        target: BTreeSet::from([0]),
-        outcome: Outcome::Moved {
-            from: BTreeSet::from([1]),
-            to: BTreeSet::from([0]),
-            moved: 1 << 30,
-            left: 0,
-            pages_left: 0,
-            took: Duration::from_millis(500),
-        },
-        at: later,
-    })));
+    s.handle(moved_whole(pid, 1, 0, later));
     s.sync_memory(later + Duration::from_secs(3600));
     let follows = s
         .take_actions()
