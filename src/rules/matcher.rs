@@ -209,23 +209,34 @@ fn list(u: &[u32]) -> String {
         .join(" or ")
 }
 
-/// The systemd unit a cgroup path belongs to, as systemd derives it: the first path
-/// component that is a unit name and not a slice. `/system.slice/md.service/x` →
-/// `md.service`; `/user.slice/user-1000.slice/user@1000.service/app.slice/a.scope` →
-/// `user@1000.service`.
+/// The systemd unit a cgroup path belongs to, as the system manager derives it: the
+/// component right after the leading slices, when it is a unit name and not a slice.
+/// `/system.slice/md.service/x` → `md.service`;
+/// `/user.slice/user-1000.slice/user@1000.service/app.slice/a.scope` →
+/// `user@1000.service` (what runs below a user's manager is that user's, whatever its
+/// own units are called); `/docker/abc` → none.
 pub fn unit_of_cgroup(cgroup: &str) -> Option<&str> {
     cgroup
         .split('/')
         .filter(|c| !c.is_empty())
-        .find(|c| is_unit_name(c) && !c.ends_with(".slice"))
+        .find(|c| !is_slice(c))
+        .filter(|c| is_unit_name(c))
 }
 
-/// The slices a cgroup path passes through, outermost first, so `unit = "batch.slice"`
-/// matches every process below that slice.
+/// The system manager's slices a cgroup path passes through, outermost first, so
+/// `unit = "batch.slice"` matches every process below that slice. Only the leading
+/// slices count: a slice below the first other component (`batch.slice` made by a
+/// user's own manager under `user@1000.service`, or by anyone inside a unit's
+/// delegated subtree) is not the system's and matches nothing.
 pub fn slices_of_cgroup(cgroup: &str) -> impl Iterator<Item = &str> {
     cgroup
         .split('/')
-        .filter(|c| c.ends_with(".slice") && is_unit_name(c))
+        .filter(|c| !c.is_empty())
+        .take_while(|c| is_slice(c))
+}
+
+fn is_slice(c: &str) -> bool {
+    c.ends_with(".slice") && is_unit_name(c)
 }
 
 fn is_unit_name(c: &str) -> bool {

@@ -181,6 +181,51 @@ fn units_come_from_cgroup_paths() {
     );
 }
 
+/// A slice a user makes with `systemd-run --user --slice=batch` sits below their
+/// manager's `user@UID.service`; one made inside any unit's subtree sits below that
+/// unit. Neither is the system's `batch.slice`.
+#[test]
+fn a_unit_pattern_matches_only_the_system_managers_slices_and_units() {
+    assert_eq!(
+        slices_of_cgroup(
+            "/user.slice/user-1000.slice/user@1000.service/batch.slice/run-u7.service"
+        )
+        .collect::<Vec<_>>(),
+        vec!["user.slice", "user-1000.slice"]
+    );
+    assert_eq!(
+        slices_of_cgroup("/system.slice/cron.service/batch.slice").collect::<Vec<_>>(),
+        vec!["system.slice"]
+    );
+    assert_eq!(unit_of_cgroup("/docker/abc/md-feed.service"), None);
+    assert_eq!(
+        unit_of_cgroup("/system.slice/md.service/inner.slice/x.service"),
+        Some("md.service")
+    );
+    let rules =
+        compile("[[rule]]\nname = \"batch\"\n[rule.match]\nunit = \"batch.slice\"\n[rule.place]\ncount = 1\n")
+            .unwrap();
+    let set = RuleSet::new(rules);
+    let at = |cgroup: &str| ProcessInfo {
+        comm: "job".into(),
+        cgroup: Some(cgroup.into()),
+        ..ProcessInfo::default()
+    };
+    assert!(set.match_process(&at("/batch.slice/job-1.scope")).is_some());
+    assert!(set
+        .match_process(&at("/system.slice/batch.slice/x.service"))
+        .is_some());
+    let users = at("/user.slice/user-4343.slice/user@4343.service/batch.slice/run-u7.service");
+    assert!(set.match_process(&users).is_none());
+    assert_eq!(
+        set.explain(&users)
+            .to_string()
+            .lines()
+            .find(|l| l.contains("batch:")),
+        Some("  batch: no match: unit \"user@4343.service\" does not match \"batch.slice\"")
+    );
+}
+
 #[test]
 fn precedence_is_priority_then_name() {
     let text = |name: &str, prio: i32| {
