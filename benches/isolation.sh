@@ -471,6 +471,7 @@ write_rule() { # FILE MODE
         echo 'name = "isolation-bench-poller"'
         echo "[rule.match]"
         echo 'comm = "pinnerd-poller"'
+        echo "user = $(id -u)"
         echo "[rule.place]"
         echo "cpus = \"$cpu\""
         echo "exclusive = true"

@@ -13,7 +13,7 @@ use regex::{Regex, RegexBuilder};
 use toml::Spanned;
 
 use super::error::{echo, LineIndex, Location, RuleError, RuleErrorKind};
-use super::format::{MatchSpec, OneOrMany, PlaceKeys, RuleFile, ThreadSpec, UserSpec};
+use super::format::{MatchSpec, OneOrMany, PlaceKeys, RuleFile, RuleSpec, ThreadSpec, UserSpec};
 use crate::cpuset::CpuSet;
 use crate::placement::{Policy, Shape, SmtPolicy};
 
@@ -354,6 +354,9 @@ pub fn compile_file(
                 }
             }
         }
+        if let Some(m) = &spec.matches {
+            hold_needs_owner(&mut cx, name, m.get_ref(), spec);
+        }
         if cx.errors.len() == before {
             rules.push(Rule {
                 name: name.clone(),
@@ -537,6 +540,34 @@ fn globs(
         patterns: patterns.to_vec(),
         compiled,
     })
+}
+
+/// A rule that holds CPUs (`isolate`, `unit-cpuset`) acts for the whole machine: what
+/// triggers it must be something no user can imitate, the owner (`user`) or a system
+/// unit (`unit`). Said at the first such key.
+fn hold_needs_owner(cx: &mut Ctx<'_>, name: &str, m: &MatchSpec, spec: &RuleSpec) {
+    if m.user.is_some() || m.unit.is_some() {
+        return;
+    }
+    let on = |b: &Option<Spanned<bool>>| b.as_ref().filter(|b| *b.get_ref()).map(Spanned::span);
+    let place = spec.place.as_ref().map(Spanned::get_ref);
+    let first = place
+        .and_then(|p| on(&p.isolate).map(|s| (s, "isolate")))
+        .or_else(|| place.and_then(|p| on(&p.unit_cpuset).map(|s| (s, "unit-cpuset"))))
+        .or_else(|| {
+            spec.threads
+                .iter()
+                .find_map(|t| on(&t.get_ref().isolate).map(|s| (s, "isolate")))
+        });
+    if let Some((span, key)) = first {
+        cx.err(
+            &span,
+            RuleErrorKind::HoldNeedsOwner {
+                name: echo(name),
+                key,
+            },
+        );
+    }
 }
 
 /// The request a table's placement keys make, or `None` with the errors said;

@@ -153,6 +153,8 @@ pub enum RuleErrorKind {
     IsolateNeedsExclusive { section: &'static str },
     #[error("[[rule.threads]]: `isolate = true` makes the process's unit the partition, [rule.place]'s CPUs with it: [rule.place] needs `exclusive = true` too")]
     IsolateNeedsExclusivePlace,
+    #[error("rule {name:?}: `{key} = true` changes the machine for every user, so the rule must name whose processes may trigger it: add `user` (the owners, e.g. `user = \"mdfeed\"`) or `unit` (a system service: its main process) to [rule.match]; comm, exe, cmdline and cgroup are chosen by whoever starts the process")]
+    HoldNeedsOwner { name: String, key: &'static str },
     #[error("{section}: give either `cpus` or `count`")]
     NoCpusNorCount { section: &'static str },
     #[error("{section}: `{key}` applies only to `count`; explicit `cpus` are used as given")]

@@ -365,38 +365,74 @@ fn memory_follow_is_a_key_of_rule_place() {
 #[test]
 fn isolate_needs_exclusive_in_both_tables_and_unit_cpuset_is_a_key_of_rule_place() {
     let place = |extra: &str| {
-        format!("[[rule]]\nname = \"i\"\n[rule.match]\ncomm = \"i\"\n[rule.place]\ncpus = \"1\"\n{extra}")
+        format!("[[rule]]\nname = \"i\"\n[rule.match]\ncomm = \"i\"\nuser = 0\n[rule.place]\ncpus = \"1\"\n{extra}")
     };
     let r = &compile(&place("exclusive = true\nisolate = true\n")).unwrap()[0];
     assert!(r.isolate && !r.unit_cpuset);
     assert!(!compile(&place("")).unwrap()[0].isolate);
     let e = err(&place("isolate = true\n"));
     assert!(
-        e.starts_with("t.toml:7:11:") && e.contains("`isolate = true` needs `exclusive = true`"),
+        e.starts_with("t.toml:8:11:") && e.contains("`isolate = true` needs `exclusive = true`"),
         "{e}"
     );
     assert!(compile(&place("unit-cpuset = true\n")).unwrap()[0].unit_cpuset);
     let thread = |extra: &str| {
-        format!("[[rule]]\nname = \"t\"\n[rule.match]\ncomm = \"t\"\n[[rule.threads]]\ncomm = \"w\"\ncpus = \"1\"\n{extra}")
+        format!("[[rule]]\nname = \"t\"\n[rule.match]\ncomm = \"t\"\nuser = 0\n[[rule.threads]]\ncomm = \"w\"\ncpus = \"1\"\n{extra}")
     };
     let r = &compile(&thread("exclusive = true\nisolate = true\n")).unwrap()[0];
     assert!(r.threads[0].isolate && !r.isolate);
     let e = err(&thread("isolate = true\n"));
     assert!(
-        e.starts_with("t.toml:8:11:") && e.contains("[[rule.threads]]"),
+        e.starts_with("t.toml:9:11:") && e.contains("[[rule.threads]]"),
         "{e}"
     );
     // With [rule.place], that too must be exclusive: the partition is the process's.
     let both = |place_extra: &str| {
-        format!("[[rule]]\nname = \"t\"\n[rule.match]\ncomm = \"t\"\n[rule.place]\ncpus = \"0-1\"\n{place_extra}[[rule.threads]]\ncomm = \"w\"\ncpus = \"1\"\nexclusive = true\nisolate = true\n")
+        format!("[[rule]]\nname = \"t\"\n[rule.match]\ncomm = \"t\"\nuser = 0\n[rule.place]\ncpus = \"0-1\"\n{place_extra}[[rule.threads]]\ncomm = \"w\"\ncpus = \"1\"\nexclusive = true\nisolate = true\n")
     };
     let e = err(&both(""));
     assert!(
-        e.starts_with("t.toml:11:11:") && e.contains("[rule.place] needs `exclusive = true` too"),
+        e.starts_with("t.toml:12:11:") && e.contains("[rule.place] needs `exclusive = true` too"),
         "{e}"
     );
     assert!(compile(&both("exclusive = true\n")).unwrap()[0].threads[0].isolate);
     // Not a thread entry's key: a unit is the process's.
     let e = err(&thread("unit-cpuset = true\n"));
-    assert!(e.contains("t.toml:8:1") && e.contains("unit-cpuset"), "{e}");
+    assert!(e.contains("t.toml:9:1") && e.contains("unit-cpuset"), "{e}");
+}
+
+/// Anyone can start a process with any comm, exe path or command line, so a rule that
+/// changes the machine for everyone (an isolated partition, a confined unit) must name
+/// what a user cannot choose: the owner or a system unit.
+#[test]
+fn a_hold_rule_must_name_its_user_or_unit() {
+    let rule = |matches: &str, place: &str, threads: &str| {
+        format!("[[rule]]\nname = \"h\"\n[rule.match]\n{matches}[rule.place]\ncpus = \"2-3\"\nexclusive = true\n{place}{threads}")
+    };
+    let comm_only = "comm = \"md-feed\"\ncmdline = \"--venue\"\n";
+    let e = err(&rule(comm_only, "isolate = true\n", ""));
+    assert_eq!(
+        e,
+        "t.toml:9:11: rule \"h\": `isolate = true` changes the machine for every user, so the rule must name whose processes may trigger it: add `user` (the owners, e.g. `user = \"mdfeed\"`) or `unit` (a system service: its main process) to [rule.match]; comm, exe, cmdline and cgroup are chosen by whoever starts the process"
+    );
+    let e = err(&rule(comm_only, "unit-cpuset = true\n", ""));
+    assert!(
+        e.starts_with("t.toml:9:15: rule \"h\": `unit-cpuset = true`"),
+        "{e}"
+    );
+    let e = err(&rule(
+        "exe = \"/opt/md/*\"\ncgroup = \"/system.slice/*\"\n",
+        "",
+        "[[rule.threads]]\ncomm = \"rx\"\ncpus = \"4\"\nexclusive = true\nisolate = true\n",
+    ));
+    assert!(
+        e.starts_with("t.toml:13:11: rule \"h\": `isolate = true`"),
+        "{e}"
+    );
+    // The owner or a unit: either is enough; a rule that holds nothing needs neither.
+    let user = "comm = \"md-feed\"\nuser = 0\n";
+    assert!(compile(&rule(user, "isolate = true\nunit-cpuset = true\n", "")).unwrap()[0].isolate);
+    let unit = "unit = \"md-feed.service\"\n";
+    assert!(compile(&rule(unit, "isolate = true\n", "")).unwrap()[0].isolate);
+    assert!(compile(&rule(comm_only, "", "")).is_ok());
 }

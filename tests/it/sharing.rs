@@ -358,7 +358,7 @@ fn check_says_in_one_line_why_an_isolate_rule_cannot_isolate_here() {
     let file = dir.path().join("iso.toml");
     std::fs::write(
         &file,
-        "[[rule]]\nname = \"iso\"\n[rule.match]\ncomm = \"iso\"\n[rule.place]\ncpus = \"0\"\nexclusive = true\nisolate = true\n",
+        "[[rule]]\nname = \"iso\"\n[rule.match]\ncomm = \"iso\"\nuser = 0\n[rule.place]\ncpus = \"0\"\nexclusive = true\nisolate = true\n",
     )
     .unwrap();
     let r = super::helper::pinnerd(&["check", "--no-permissions", file.to_str().unwrap()]);
@@ -381,14 +381,30 @@ fn check_says_in_one_line_why_an_isolate_rule_cannot_isolate_here() {
     // Without exclusive it is an error naming the line and column.
     std::fs::write(
         &file,
-        "[[rule]]\nname = \"iso\"\n[rule.match]\ncomm = \"iso\"\n[rule.place]\ncpus = \"0\"\nisolate = true\n",
+        "[[rule]]\nname = \"iso\"\n[rule.match]\ncomm = \"iso\"\nuser = 0\n[rule.place]\ncpus = \"0\"\nisolate = true\n",
     )
     .unwrap();
     let r = super::helper::pinnerd(&["check", "--no-permissions", file.to_str().unwrap()]);
     assert!(!r.ok);
     assert!(
-        r.stderr.contains(&format!("{}:7:11:", file.display()))
+        r.stderr.contains(&format!("{}:8:11:", file.display()))
             && r.stderr.contains("needs `exclusive = true`"),
+        "{}",
+        r.stderr
+    );
+    // A rule any user could trigger (comm and cmdline only) is refused where it holds.
+    std::fs::write(
+        &file,
+        "[[rule]]\nname = \"iso\"\n[rule.match]\ncomm = \"iso\"\ncmdline = \"-x\"\n[rule.place]\ncpus = \"0\"\nexclusive = true\nisolate = true\n",
+    )
+    .unwrap();
+    let r = super::helper::pinnerd(&["check", "--no-permissions", file.to_str().unwrap()]);
+    assert!(!r.ok);
+    assert!(
+        r.stderr.contains(&format!(
+            "{}:9:11: rule \"iso\": `isolate = true` changes the machine for every user",
+            file.display()
+        )) && r.stderr.contains("add `user`"),
         "{}",
         r.stderr
     );

@@ -422,7 +422,7 @@ fn an_isolate_rule_s_process_is_wanted_held_and_explain_says_what_came_of_it() {
         d.path(),
         "iso",
         &format!(
-            "[[rule]]\nname = \"iso\"\n[rule.match]\ncomm = \"pinnerd-isohol*\"\n[rule.place]\ncpus = \"{last}\"\nexclusive = true\nisolate = true\n"
+            "[[rule]]\nname = \"iso\"\n[rule.match]\ncomm = \"pinnerd-isohol*\"\nuser = 0\n[rule.place]\ncpus = \"{last}\"\nexclusive = true\nisolate = true\n"
         ),
     );
     s.handle(Event::Reload(ReloadCause::Bus));
@@ -501,7 +501,7 @@ fn a_hold_with_a_problem_is_asked_for_again_after_the_retry_interval() {
         d.path(),
         "iso",
         &format!(
-            "[[rule]]\nname = \"iso\"\n[rule.match]\ncomm = \"pinnerd-isoret*\"\n[rule.place]\ncpus = \"{last}\"\nexclusive = true\nisolate = true\n"
+            "[[rule]]\nname = \"iso\"\n[rule.match]\ncomm = \"pinnerd-isoret*\"\nuser = 0\n[rule.place]\ncpus = \"{last}\"\nexclusive = true\nisolate = true\n"
         ),
     );
     s.handle(Event::Reload(ReloadCause::Bus));
