@@ -356,7 +356,7 @@ impl DryRun<'_> {
                     out,
                     "  {:>8}  {}",
                     "",
-                    crate::hold::dry_line(&w, unit, cannot.as_deref())
+                    crate::hold::dry_line(&w, unit, cannot.as_deref(), &crate::hold::owner_of)
                 );
             }
             match mem {

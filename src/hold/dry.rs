@@ -3,6 +3,7 @@
 
 use super::partition::Cgroup2;
 use super::systemd::UnitInfo;
+use super::vouch::{vouch, OwnerOf};
 use super::{place_for, Place, Want};
 
 /// Why nothing can be isolated on the machine under `root`, if so: the cgroup v2
@@ -37,16 +38,37 @@ pub fn unit_of_cgroup(path: &str) -> Option<UnitInfo> {
         cgroup: format!("/{}", parts[..=i].join("/")),
         slice,
         delegate: false,
+        main_pid: None,
     })
 }
 
 /// What the daemon would hold for `w`, in one line, for `plan --live`: `unit` is the
-/// process's unit (or why it has none), `cannot` why nothing can be isolated here.
-pub fn dry_line(w: &Want, unit: Result<UnitInfo, String>, cannot: Option<&str>) -> String {
+/// process's unit (or why it has none; its `main_pid` is not known without systemd),
+/// `cannot` why nothing can be isolated here, `owner_of` tells processes' owners.
+pub fn dry_line(
+    w: &Want,
+    unit: Result<UnitInfo, String>,
+    cannot: Option<&str>,
+    owner_of: &OwnerOf,
+) -> String {
     let place = match unit.and_then(|u| place_for(&u, &w.rule, w.pid)) {
         Ok(p) => p,
         Err(why) => return format!("not held: {why}"),
     };
+    // Without systemd the main process is not known: a process the rule's users do not
+    // own is held only if it is its service's main process, which the line says.
+    let mut unless = None;
+    if let Err(why) = vouch(&place, w, owner_of, |_| Ok(Vec::new())) {
+        match &place {
+            Place::Unit(u) if w.vouch.unit && u.name.ends_with(".service") => {
+                unless = Some(format!(
+                    " — only if pid {} is the main process of {}",
+                    w.pid, u.name
+                ));
+            }
+            _ => return format!("not held: {why}"),
+        }
+    }
     let mut s = match &place {
         Place::Unit(u) => format!("unit {}", u.name),
         Place::Adopt { scope, slice } => format!("unit {scope} (a scope of its own in {slice})"),
@@ -69,5 +91,6 @@ pub fn dry_line(w: &Want, unit: Result<UnitInfo, String>, cannot: Option<&str>) 
         )),
         (false, _) => {}
     }
+    s.push_str(unless.as_deref().unwrap_or(""));
     s
 }

@@ -18,6 +18,9 @@
 //!   the rest
 //! ```
 //!
+//! For whom: only a process the rule vouches for with what a user cannot imitate, its
+//! owner (`user`) or its being a system service's main process (`unit`); see `vouch`.
+//!
 //! Which cgroup becomes the partition: the unit's. A service is held whole (all its
 //! processes, the main one never moved out of its cgroup); a process of a login session
 //! (`session-N.scope`, the user's slice) is moved into a scope of its own
@@ -34,9 +37,11 @@ mod journal;
 mod names;
 pub mod partition;
 pub mod systemd;
+mod vouch;
 
 pub use dry::{cannot_isolate_here, dry_line, unit_of_cgroup};
 pub use journal::{Journal, JOURNAL_FILE};
+pub use vouch::{owner_of, Owner, OwnerOf, Vouch};
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
@@ -64,6 +69,9 @@ pub struct Want {
     pub mems: Option<CpuSet>,
     /// `isolate = true`: the CPUs become an isolated partition.
     pub isolate: bool,
+    /// What the rule names that a user cannot imitate: the hold is made only for a
+    /// process it vouches for (see `vouch`).
+    pub vouch: Vouch,
 }
 
 /// What holding one process came to, for `explain`, `status`, `plan --live` and the log.
@@ -325,6 +333,8 @@ pub struct Holder {
     /// way, since every try confines the unit and takes it back (which can reset the
     /// masks of other units' tasks in its slice).
     refused: HashMap<String, (Signature, String)>,
+    /// A process's owner (see `vouch`).
+    owner_of: Box<OwnerOf>,
 }
 
 /// What a unit is wanted for: a refusal stands until this changes.
@@ -351,7 +361,14 @@ impl Holder {
             units_of: HashMap::new(),
             connect: None,
             refused: HashMap::new(),
+            owner_of: Box::new(owner_of),
         }
+    }
+
+    /// Tells processes' owners with `owner_of` instead of `/proc` (tests).
+    pub fn with_owners(mut self, owner_of: Box<OwnerOf>) -> Holder {
+        self.owner_of = owner_of;
+        self
     }
 
     /// While systemd is not reachable, each reconcile tries `connect` again (a daemon
@@ -498,6 +515,7 @@ impl Holder {
     ) -> (BTreeMap<String, Target>, Vec<Option<String>>) {
         let mut targets: BTreeMap<String, Target> = BTreeMap::new();
         let mut target_of: Vec<Option<String>> = vec![None; wants.len()];
+        let mut unvouched = Vec::new();
         for (i, w) in wants.iter().enumerate() {
             let place = match self
                 .unit_of(w.pid)
@@ -513,6 +531,10 @@ impl Holder {
                 Place::Unit(u) => u.name.clone(),
                 Place::Adopt { scope, .. } => scope.clone(),
             };
+            if let Err(why) = self.vouched(&place, w) {
+                unvouched.push((i, key, why));
+                continue;
+            }
             match targets.get_mut(&key) {
                 Some(t) if t.rule != w.rule => {
                     reports[i].problem =
@@ -544,7 +566,27 @@ impl Holder {
             }
             target_of[i] = Some(key);
         }
+        // A process the rule does not vouch for, in a unit held whole for one it does
+        // (a child of the service's main process): in that hold, its CPUs not added.
+        for (i, key, why) in unvouched {
+            match targets.get_mut(&key) {
+                Some(t) if t.rule == wants[i].rule && matches!(t.place, Place::Unit(_)) => {
+                    t.pids.push(wants[i].pid);
+                    target_of[i] = Some(key);
+                }
+                _ => reports[i].problem = Some(why),
+            }
+        }
         (targets, target_of)
+    }
+
+    /// Whether `w`'s rule may hold `place` for `w.pid` (see `vouch`), or why not.
+    fn vouched(&self, place: &Place, w: &Want) -> Result<(), String> {
+        let processes = |unit: &str| match &self.units {
+            Ok(units) => units.processes(unit).map_err(|e| e.to_string()),
+            Err(e) => Err(e.clone()),
+        };
+        vouch::vouch(place, w, &*self.owner_of, processes)
     }
 
     /// Lets go of what is no longer wanted as it is held.

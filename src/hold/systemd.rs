@@ -44,6 +44,7 @@ const SYSTEMD: &str = "org.freedesktop.systemd1";
 const MANAGER_PATH: &str = "/org/freedesktop/systemd1";
 const MANAGER: &str = "org.freedesktop.systemd1.Manager";
 const UNIT: &str = "org.freedesktop.systemd1.Unit";
+const SERVICE: &str = "org.freedesktop.systemd1.Service";
 const PROPERTIES: &str = "org.freedesktop.DBus.Properties";
 
 /// The unit types that have a cgroup, and the interface their cgroup properties are on.
@@ -81,6 +82,8 @@ pub struct UnitInfo {
     pub slice: String,
     /// `Delegate`: the unit's subtree is its own (containers' scopes have it).
     pub delegate: bool,
+    /// A service's `MainPID` (none for other units, or a service without one now).
+    pub main_pid: Option<u32>,
 }
 
 /// `AllowedCPUs`/`AllowedMemoryNodes` (or the `Effective*` ones): empty = not set / none.
@@ -139,6 +142,8 @@ pub trait Units: Send {
     /// `StartUnit(unit, "replace")` of a oneshot service, waiting (bounded) for its job:
     /// `done` is success, any other result an error.
     fn run_oneshot(&self, unit: &str) -> Result<(), UnitError>;
+    /// Every process of the unit (`GetUnitProcesses`), its sub-cgroups' too.
+    fn processes(&self, unit: &str) -> Result<Vec<u32>, UnitError>;
 }
 
 /// The `ay` bitmask systemd uses for CPU and node sets: byte `i` bit `b` is CPU `8i + b`.
@@ -417,14 +422,34 @@ impl SystemdUnits {
             .property(&format!("the unit of pid {pid}"), &path, UNIT, "Id")
             .await?;
         let interface = unit_interface(&name)?;
+        let cgroup = self
+            .property(&name, &path, interface, "ControlGroup")
+            .await?;
+        let slice = self.property(&name, &path, interface, "Slice").await?;
+        let delegate = self.property(&name, &path, interface, "Delegate").await?;
+        let main_pid = if interface == SERVICE {
+            let pid: u32 = self.property(&name, &path, interface, "MainPID").await?;
+            (pid != 0).then_some(pid)
+        } else {
+            None
+        };
         Ok(UnitInfo {
-            cgroup: self
-                .property(&name, &path, interface, "ControlGroup")
-                .await?,
-            slice: self.property(&name, &path, interface, "Slice").await?,
-            delegate: self.property(&name, &path, interface, "Delegate").await?,
             name,
+            cgroup,
+            slice,
+            delegate,
+            main_pid,
         })
+    }
+
+    /// `GetUnitProcesses(unit)`: every process of the unit's cgroup and below.
+    async fn unit_processes(&self, unit: &str) -> Result<Vec<u32>, UnitError> {
+        let what = format!("GetUnitProcesses({unit})");
+        let reply = self
+            .call(&what, MANAGER_PATH, MANAGER, "GetUnitProcesses", &unit)
+            .await?;
+        let rows: Vec<(String, u32, String)> = body(&what, &reply)?;
+        Ok(rows.into_iter().map(|(_, pid, _)| pid).collect())
     }
 
     async fn set_properties(
@@ -738,6 +763,11 @@ impl Units for SystemdUnits {
     fn set_partition(&self, unit: &str, value: &str) -> Result<(), UnitError> {
         unit_interface(unit)?;
         self.block(self.set_properties(unit, vec![("CPUSetPartition", Variant::from(value))]))
+    }
+
+    fn processes(&self, unit: &str) -> Result<Vec<u32>, UnitError> {
+        unit_interface(unit)?;
+        self.block(self.unit_processes(unit))
     }
 }
 

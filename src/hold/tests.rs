@@ -10,6 +10,8 @@ struct World {
     allowed: HashMap<String, Allowed>,
     calls: Vec<String>,
     refuse_set: bool,
+    /// Owners by pid (uid 0, root, for any other pid).
+    owners: HashMap<u32, Owner>,
     /// What the helper unit writes: where the cgroup tree is.
     tree: Option<Cgroup2>,
 }
@@ -19,15 +21,52 @@ struct FakeUnits(Arc<Mutex<World>>);
 
 impl FakeUnits {
     fn add(&self, pid: u32, name: &str, cgroup: &str, slice: &str) {
-        self.0.lock().unwrap().by_pid.insert(
+        let mut w = self.0.lock().unwrap();
+        let main_pid = w
+            .by_pid
+            .values()
+            .find(|i| i.name == name)
+            .and_then(|i| i.main_pid);
+        w.by_pid.insert(
             pid,
             UnitInfo {
                 name: name.into(),
                 cgroup: cgroup.into(),
                 slice: slice.into(),
                 delegate: false,
+                main_pid,
             },
         );
+    }
+    /// `pid`, owned by `uid`, the main process of the service `name`.
+    fn add_main(&self, pid: u32, name: &str, cgroup: &str, slice: &str) {
+        self.add(pid, name, cgroup, slice);
+        let mut w = self.0.lock().unwrap();
+        for info in w.by_pid.values_mut().filter(|i| i.name == name) {
+            info.main_pid = Some(pid);
+        }
+    }
+    fn own(&self, pid: u32, uid: u32) {
+        self.0.lock().unwrap().owners.insert(
+            pid,
+            Owner {
+                real: uid,
+                effective: uid,
+            },
+        );
+    }
+    fn owner(&self, pid: u32) -> Result<Owner, String> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap()
+            .owners
+            .get(&pid)
+            .copied()
+            .unwrap_or(Owner {
+                real: 0,
+                effective: 0,
+            }))
     }
     fn calls(&self) -> Vec<String> {
         self.0.lock().unwrap().calls.clone()
@@ -105,12 +144,24 @@ impl Units for FakeUnits {
                 cgroup: format!("/{}/{scope}", slice_path(slice)),
                 slice: slice.into(),
                 delegate: false,
+                main_pid: None,
             },
         );
         Ok(())
     }
     fn partition_property(&self, _unit: &str) -> Result<Option<String>, UnitError> {
         Ok(None)
+    }
+    fn processes(&self, unit: &str) -> Result<Vec<u32>, UnitError> {
+        let w = self.0.lock().unwrap();
+        let mut pids: Vec<u32> = w
+            .by_pid
+            .iter()
+            .filter(|(_, i)| i.name == unit)
+            .map(|(p, _)| *p)
+            .collect();
+        pids.sort();
+        Ok(pids)
     }
     fn set_partition(&self, unit: &str, value: &str) -> Result<(), UnitError> {
         self.0
@@ -141,8 +192,8 @@ impl Units for FakeUnits {
     }
 }
 
-/// A cgroup v2 tree with remote partitions, `system.slice/md.service` (pid 10) and a
-/// login session (pid 20).
+/// A cgroup v2 tree with remote partitions, `system.slice/md.service` (pid 10),
+/// `system.slice/cron.service` and a login session (pid 20).
 fn tree() -> (tempfile::TempDir, Cgroup2) {
     let dir = tempfile::tempdir().unwrap();
     let m = dir.path().to_path_buf();
@@ -152,6 +203,7 @@ fn tree() -> (tempfile::TempDir, Cgroup2) {
     for cg in [
         "system.slice",
         "system.slice/md.service",
+        "system.slice/cron.service",
         "user.slice",
         "user.slice/user-1000.slice",
         "user.slice/user-1000.slice/session-3.scope",
@@ -167,14 +219,17 @@ fn tree() -> (tempfile::TempDir, Cgroup2) {
 }
 
 fn holder(units: &FakeUnits, cg2: &Cgroup2, runtime: &Path) -> Holder {
+    let owners = units.clone();
     Holder::new(
         Ok(Box::new(units.clone())),
         Ok(cg2.clone()),
         Journal::new(runtime),
         Box::new(|_, _, _| 0),
     )
+    .with_owners(Box::new(move |pid| owners.owner(pid)))
 }
 
+/// What `rule` wants held for `pid`; the rule names `user = "root"`.
 fn want(rule: &str, pid: u32, cpus: &str, isolate: bool) -> Want {
     Want {
         rule: rule.into(),
@@ -182,6 +237,21 @@ fn want(rule: &str, pid: u32, cpus: &str, isolate: bool) -> Want {
         cpus: cpus.parse().unwrap(),
         mems: None,
         isolate,
+        vouch: Vouch {
+            users: vec![0],
+            unit: false,
+        },
+    }
+}
+
+/// The same, for a rule that names `users` (uids) and, with `unit`, a unit.
+fn want_of(rule: &str, pid: u32, cpus: &str, users: &[u32], unit: bool) -> Want {
+    Want {
+        vouch: Vouch {
+            users: users.to_vec(),
+            unit,
+        },
+        ..want(rule, pid, cpus, true)
     }
 }
 
@@ -451,24 +521,53 @@ fn a_dry_run_names_the_unit_from_the_cgroup_path_and_what_would_be_set() {
     );
     assert!(unit_of_cgroup("/").is_none());
 
+    let root = |_: u32| {
+        Ok(Owner {
+            real: 0,
+            effective: 0,
+        })
+    };
     let mut w = want("feed", 42, "4-7", false);
     w.mems = Some("1".parse().unwrap());
     let info = unit_of_cgroup("/system.slice/md-feed.service").ok_or_else(String::new);
     assert_eq!(
-        dry_line(&w, info.clone(), None),
+        dry_line(&w, info.clone(), None, &root),
         "unit md-feed.service: AllowedCPUs=4-7, AllowedMemoryNodes=1 (would be set by pinnerd)"
     );
     w.isolate = true;
     assert_eq!(
-        dry_line(&w, info.clone(), Some("no cgroup v2 hierarchy (cgroup v1 only)")),
+        dry_line(
+            &w,
+            info.clone(),
+            Some("no cgroup v2 hierarchy (cgroup v1 only)"),
+            &root
+        ),
         "unit md-feed.service: not isolated: no cgroup v2 hierarchy (cgroup v1 only); the rule stays merely exclusive"
     );
-    assert!(dry_line(&w, info, None).ends_with("; CPUs 4-7 would be isolated (cpuset partition)"));
+    assert!(dry_line(&w, info.clone(), None, &root)
+        .ends_with("; CPUs 4-7 would be isolated (cpuset partition)"));
     let session =
         unit_of_cgroup("/user.slice/user-1000.slice/session-3.scope").ok_or_else(String::new);
-    assert!(dry_line(&w, session, None).starts_with(
+    assert!(dry_line(&w, session.clone(), None, &root).starts_with(
         "unit pinnerd-feed-42.scope (a scope of its own in user-1000.slice): AllowedCPUs=4-7"
     ));
+    // A process of a user the rule does not name: not held; a unit rule's process is
+    // held only if it is the main process, which the dry run cannot know.
+    let user = |_: u32| {
+        Ok(Owner {
+            real: 4343,
+            effective: 4343,
+        })
+    };
+    assert_eq!(
+        dry_line(&w, session, None, &user),
+        "not held: pid 42 (uid 4343) runs in a login session in user-1000.slice, and the rule's user is uid 0: only a process of the rule's users is held there"
+    );
+    let by_unit = want_of("feed", 42, "4-7", &[], true);
+    assert_eq!(
+        dry_line(&by_unit, info, None, &user),
+        "unit md-feed.service: AllowedCPUs=4-7 (would be set by pinnerd); CPUs 4-7 would be isolated (cpuset partition) — only if pid 42 is the main process of md-feed.service"
+    );
 }
 
 #[test]
@@ -543,6 +642,7 @@ fn a_container_is_held_whole_by_its_scope_and_nothing_is_adopted() {
             cgroup: "/system.slice/docker-ab.scope".into(),
             slice: "system.slice".into(),
             delegate: true,
+            main_pid: None,
         },
     );
     let mut h = holder(&units, &cg2, run.path());
@@ -640,4 +740,133 @@ fn a_partition_refused_after_the_unit_was_confined_is_not_tried_again_until_want
         .filter(|c| c.starts_with("set md.service cpus=6-7"))
         .count();
     assert_eq!(sets, 2, "{:?}", units.calls());
+}
+
+/// Nothing a user can imitate is enough: a process named like an isolate rule's, of a
+/// uid the rule does not name, in a login session or in a service, is never adopted,
+/// confined or isolated, whatever its comm and command line.
+#[test]
+fn a_users_process_that_imitates_a_rule_is_never_held() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(
+        40,
+        "session-9.scope",
+        "/user.slice/user-4343.slice/session-9.scope",
+        "user-4343.slice",
+    );
+    units.own(40, 4343);
+    units.add_main(30, "md.service", "/system.slice/md.service", "system.slice");
+    units.add(41, "md.service", "/system.slice/md.service", "system.slice");
+    units.own(41, 4343);
+    // A set-uid program run by the user: effective root, real 4343.
+    units.add(
+        42,
+        "session-9.scope",
+        "/user.slice/user-4343.slice/session-9.scope",
+        "user-4343.slice",
+    );
+    units.0.lock().unwrap().owners.insert(
+        42,
+        Owner {
+            real: 4343,
+            effective: 0,
+        },
+    );
+    let mut h = holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[
+        want_of("feed", 40, "6-7", &[1001], false),
+        want_of("feed", 41, "4-5", &[], true),
+        want_of("root-feed", 42, "2-3", &[0], false),
+    ]);
+    assert_eq!(
+        r[0].problem.as_deref(),
+        Some("pid 40 (uid 4343) runs in a login session in user-4343.slice, and the rule's user is uid 1001: only a process of the rule's users is held there")
+    );
+    assert_eq!(
+        r[1].problem.as_deref(),
+        Some("pid 41 (uid 4343) is not held: the rule names no `user`, and it is not the main process of md.service (pid 30); a hold is made only for a process of the rule's users or for the main process of a system service the rule's `unit` names")
+    );
+    assert!(
+        r[2].problem
+            .as_deref()
+            .unwrap()
+            .starts_with("pid 42 (uid 4343) runs in a login session"),
+        "{r:?}"
+    );
+    assert!(r.iter().all(|r| !r.confined && !r.isolated), "{r:?}");
+    assert!(units.calls().is_empty(), "{:?}", units.calls());
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+    assert!(!run.path().join(JOURNAL_FILE).exists());
+}
+
+/// A unit is held whole, so only for what may hold all of it: its main process (a
+/// rule naming the unit), or a process of the rule's users while every process of the
+/// unit is theirs. A user's job inside a root service (cron) confines nothing.
+#[test]
+fn a_unit_is_held_only_for_its_main_process_or_when_all_of_it_is_the_rules_users() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add_main(
+        30,
+        "cron.service",
+        "/system.slice/cron.service",
+        "system.slice",
+    );
+    units.add(
+        31,
+        "cron.service",
+        "/system.slice/cron.service",
+        "system.slice",
+    );
+    units.own(31, 4343);
+    let mut h = holder(&units, &cg2, run.path());
+    // The user's job matched a rule naming the unit: it is not the main process.
+    let r = h.reconcile(&[want_of("job", 31, "2-3", &[], true)]);
+    assert!(
+        r[0].problem
+            .as_deref()
+            .unwrap()
+            .contains("not the main process of cron.service (pid 30)"),
+        "{r:?}"
+    );
+    // Root's cron matched a rule naming root: the unit also runs the user's job.
+    let r = h.reconcile(&[want_of("cron", 30, "2-3", &[0], false)]);
+    assert_eq!(
+        r[0].problem.as_deref(),
+        Some("cron.service is held whole and also runs pid 31 of uid 4343, which the rule does not name (the rule's user is uid 0): not held")
+    );
+    assert!(units.calls().is_empty(), "{:?}", units.calls());
+    // The rule's users own all of it: held.
+    let r = h.reconcile(&[want_of("cron", 30, "2-3", &[0, 4343], false)]);
+    assert!(r[0].isolated && r[0].problem.is_none(), "{r:?}");
+    // The main process of a unit the rule names: held, and a child of it the rule
+    // does not vouch for is in that hold without adding its CPUs.
+    h.reconcile(&[]);
+    let r = h.reconcile(&[
+        want_of("cron", 30, "2-3", &[], true),
+        want_of("cron", 31, "4-5", &[], true),
+    ]);
+    assert!(r[0].isolated && r[1].isolated, "{r:?}");
+    assert!(r[1].problem.is_none(), "{r:?}");
+    assert_eq!(r[1].cpus, "2-3".parse().unwrap());
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "2-3");
+    // A user's manager is no system service, whoever its main process is.
+    units.add_main(
+        50,
+        "user@4343.service",
+        "/user.slice/user-4343.slice/user@4343.service",
+        "user-4343.slice",
+    );
+    units.own(50, 4343);
+    let r = h.reconcile(&[want_of("mgr", 50, "6", &[], true)]);
+    assert!(
+        r[0].problem
+            .as_deref()
+            .unwrap()
+            .contains("user@4343.service is a user's unit"),
+        "{r:?}"
+    );
 }

@@ -384,6 +384,10 @@ impl Manager {
             cpus,
             mems,
             isolate,
+            vouch: crate::hold::Vouch {
+                users: rule.matcher.users.clone().unwrap_or_default(),
+                unit: rule.matcher.unit.is_some(),
+            },
         })
     }
 }

@@ -32,6 +32,7 @@ enum Prop {
     Bool(bool),
     Bytes(Vec<u8>),
     U32s(Vec<u32>),
+    U32(u32),
     /// A value of another type, by its signature.
     Other(String),
 }
@@ -48,6 +49,7 @@ impl Prop {
             "b" => bool::try_from(value).ok().map(Prop::Bool),
             "ay" => Vec::<u8>::try_from(value).ok().map(Prop::Bytes),
             "au" => Vec::<u32>::try_from(value).ok().map(Prop::U32s),
+            "u" => u32::try_from(value).ok().map(Prop::U32),
             _ => None,
         };
         prop.unwrap_or(Prop::Other(signature))
@@ -59,6 +61,7 @@ impl Prop {
             Prop::Bool(b) => Variant::from(*b),
             Prop::Bytes(b) => Variant::from(b.clone()),
             Prop::U32s(u) => Variant::from(u.clone()),
+            Prop::U32(u) => Variant::from(*u),
             Prop::Other(s) => Variant::from(s.clone()),
         }
     }
@@ -192,9 +195,10 @@ impl FakeSystemd {
 }
 
 /// A unit's cgroup properties as systemd 257 has them: nothing allowed set, the whole
-/// 2-CPU, 1-node machine effective; no `CPUSetPartition`.
+/// 2-CPU, 1-node machine effective; no `CPUSetPartition`; a service without a main
+/// process (`MainPID` 0).
 fn unit_props(cgroup: &str, slice: &str, delegate: bool) -> Vec<(&'static str, Prop)> {
-    vec![
+    let mut props = vec![
         ("ControlGroup", Prop::str(cgroup)),
         ("Slice", Prop::str(slice)),
         ("Delegate", Prop::Bool(delegate)),
@@ -202,7 +206,11 @@ fn unit_props(cgroup: &str, slice: &str, delegate: bool) -> Vec<(&'static str, P
         ("AllowedMemoryNodes", Prop::Bytes(vec![])),
         ("EffectiveCPUs", Prop::Bytes(vec![0b11])),
         ("EffectiveMemoryNodes", Prop::Bytes(vec![0b1])),
-    ]
+    ];
+    if cgroup.ends_with(".service") {
+        props.push(("MainPID", Prop::U32(0)));
+    }
+    props
 }
 
 async fn serve(conn: Connection, mut calls: MessageStream, state: Arc<Mutex<State>>) {
@@ -248,6 +256,15 @@ async fn answer(conn: &Connection, state: &Mutex<State>, msg: &Message) -> zbus:
     let reply = match (interface.as_str(), member.as_str()) {
         (MANAGER, "GetUnitByPID") => get_unit_by_pid(state, msg),
         (MANAGER, "GetUnit") => get_unit(state, &first_argument(msg)),
+        (MANAGER, "GetUnitProcesses") => {
+            return match unit_processes(state, &first_argument(msg)) {
+                Ok(rows) => conn.reply(&header, &rows).await,
+                Err(e) => {
+                    conn.reply_error(&header, "org.freedesktop.systemd1.NoSuchUnit", &e)
+                        .await
+                }
+            };
+        }
         (MANAGER, "SetUnitProperties") => set_unit_properties(state, msg),
         (MANAGER, "StartTransientUnit") => return start_transient_unit(conn, state, msg).await,
         (PROPERTIES, "Get") => get_property(state, &header, msg),
@@ -284,6 +301,23 @@ fn get_unit_by_pid(state: &Mutex<State>, msg: &Message) -> Answer {
             format!("PID {pid} does not belong to any loaded unit."),
         ),
     }
+}
+
+/// `GetUnitProcesses`' rows (cgroup, pid, command line) for the pids added to `unit`.
+fn unit_processes(state: &Mutex<State>, unit: &str) -> Result<Vec<(String, u32, String)>, String> {
+    let state = state.lock().unwrap();
+    let key = (type_interface(unit).to_string(), "ControlGroup".to_string());
+    let cgroup = match state.units.get(unit).map(|u| u.props.get(&key)) {
+        None => return Err(format!("Unit {unit} not loaded.")),
+        Some(Some(Prop::Str(c))) => c.clone(),
+        Some(_) => String::new(),
+    };
+    Ok(state
+        .pids
+        .iter()
+        .filter(|(_, u)| *u == unit)
+        .map(|(pid, _)| (cgroup.clone(), *pid, format!("pid-{pid}")))
+        .collect())
 }
 
 fn get_unit(state: &Mutex<State>, name: &str) -> Answer {
@@ -440,7 +474,32 @@ fn the_unit_of_a_pid_has_its_id_cgroup_slice_and_delegate() {
             cgroup: "/system.slice/md-feed.service".to_string(),
             slice: "system.slice".to_string(),
             delegate: false,
+            main_pid: None,
         }
+    );
+    // A service's main process and every process of it, as systemd tells them.
+    fake.state()
+        .units
+        .get_mut("md-feed.service")
+        .unwrap()
+        .props
+        .insert(
+            (
+                "org.freedesktop.systemd1.Service".to_string(),
+                "MainPID".to_string(),
+            ),
+            Prop::U32(4242),
+        );
+    fake.state()
+        .pids
+        .insert(4243, "md-feed.service".to_string());
+    assert_eq!(client.unit_of_pid(4243).unwrap().main_pid, Some(4242));
+    let mut all = client.processes("md-feed.service").unwrap();
+    all.sort();
+    assert_eq!(all, vec![4242, 4243]);
+    assert!(
+        client.unit_of_pid(77).unwrap().main_pid.is_none(),
+        "a scope has none"
     );
     let container = client.unit_of_pid(77).unwrap();
     assert_eq!(container.name, "libpod-4f2a.scope");

@@ -74,6 +74,7 @@ mod tests {
             cpus: set("2-3"),
             mems: None,
             isolate: false,
+            vouch: crate::hold::Vouch::default(),
         }
     }
 
