@@ -1434,13 +1434,15 @@ stop_noise() { systemctl stop 'vmnoise-*' 2>/dev/null; }
 # sample SECONDS CPUS CGROUP: cpu_sampler.py's JSON (see there), every 10 ms.
 sample() { python3 "$LIB/cpu_sampler.py" "$1" 10 "$2" "$3"; }
 # iso_rule [CPUS]: the isolate rule: vmwork-iso on CPUS (6-7: node 1), exclusive and
-# isolated.
+# isolated. It names the service (a hold needs what a user cannot imitate): the hold
+# rests on the service's main process.
 iso_rule() {
     put_rule 80-vm-isolate.toml <<EOF
 [[rule]]
 name = "vm-isolate"
 [rule.match]
 comm = "vmwork-iso"
+unit = "vmwork-iso.service"
 [rule.place]
 cpus = "${1:-6-7}"
 exclusive = true
@@ -1596,6 +1598,99 @@ check_isolate_survives_restart() {
         return 1
     }
     echo "systemctl restart: isolation lost for at most $restart_gap s; kill -9: $gap s (the next daemon took the hold over from its journal); rule removed: nothing isolated"
+}
+
+# An unprivileged user (uid 4343) tries every way to make pinnerd isolate or confine
+# for them: `check` refuses a rule naming only comm and cmdline; a job of theirs that a
+# root service starts (as cron does) matches a rule naming that service; a batch.slice
+# of their own manager (`systemd-run --user --slice=batch`) stands beside a rule for the
+# system's batch.slice. Nothing is isolated, no unit confined, and Explain says why.
+check_hold_refuses_imitators() {
+    local user=vmintruder uid out job why mgr=
+    no_partitions && return 77
+    id "$user" >/dev/null 2>&1 || useradd --uid 4343 --create-home --shell /bin/sh "$user" || {
+        echo "cannot create $user"
+        return 1
+    }
+    uid=$(id -u "$user")
+    # 1. A hold rule anyone could trigger is refused with its line and column.
+    printf '%s\n' '[[rule]]' 'name = "vm-imitable"' '[rule.match]' 'comm = "vmjob"' \
+        'cmdline = "--feed"' '[rule.place]' 'cpus = "6-7"' 'exclusive = true' 'isolate = true' \
+        >"$WORK/imitable.toml"
+    out=$(pinnerd check --no-permissions "$WORK/imitable.toml" 2>&1) && {
+        echo "check accepted a comm-only isolate rule: $out"
+        return 1
+    }
+    grep -qF "imitable.toml:9:11: rule \"vm-imitable\": \`isolate = true\` changes the machine for every user" <<<"$out" || {
+        echo "check did not name the line and column: $out"
+        return 1
+    }
+    # 3. A root service that runs a job as the user (as cron.service does).
+    ln -sf /bin/sleep /usr/local/bin/vmjob
+    systemd-run --quiet --unit=vmcron --service-type=simple \
+        sh -c "setpriv --reuid=$uid --regid=$(id -g "$user") --clear-groups /usr/local/bin/vmjob 600 & exec sleep 600" || {
+        echo "systemd-run vmcron failed"
+        return 1
+    }
+    wait_for 20 pgrep -x -u "$uid" vmjob >/dev/null || {
+        echo "the user's job did not start in vmcron.service"
+        systemctl stop vmcron.service
+        return 1
+    }
+    job=$(pgrep -x -u "$uid" vmjob)
+    # 2. The user's own manager, with a slice named like the system's batch.slice.
+    if loginctl enable-linger "$user" && wait_for 60 test -S "/run/user/$uid/systemd/private"; then
+        runuser -u "$user" -- env XDG_RUNTIME_DIR="/run/user/$uid" \
+            systemd-run --user --quiet --slice=batch --unit=vmbatch /bin/sleep 601 &&
+            wait_for 20 sh -c "grep -q 'user@$uid.service/batch.slice' /proc/\$(pgrep -f -u $uid -n 'sleep 601')/cgroup" &&
+            mgr=yes
+    fi
+    put_rule 82-vm-imitators.toml <<'EOF'
+[[rule]]
+name = "vm-cron-job"
+[rule.match]
+comm = "vmjob"
+unit = "vmcron.service"
+[rule.place]
+cpus = "6-7"
+exclusive = true
+isolate = true
+
+[[rule]]
+name = "vm-batch"
+[rule.match]
+unit = "batch.slice"
+[rule.place]
+cpus = "4-5"
+unit-cpuset = true
+EOF
+    # The daemon has seen the rules once the job is managed (pinned to 6-7).
+    wait_for 30 mask_is "$job" 6-7 || {
+        echo "the rule did not take the user's job (mask $(masks "$job"))"
+        rm -f "$RULES/82-vm-imitators.toml"
+        systemctl stop vmcron.service
+        return 1
+    }
+    sleep 5
+    why=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$job" | jq -r '.data[0]')
+    out="isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', vmcron AllowedCPUs '$(systemctl show -p AllowedCPUs --value vmcron.service)', user@$uid AllowedCPUs '$(systemctl show -p AllowedCPUs --value "user@$uid.service")'"
+    rm -f "$RULES/82-vm-imitators.toml"
+    systemctl stop vmcron.service
+    [ -n "$mgr" ] && runuser -u "$user" -- env XDG_RUNTIME_DIR="/run/user/$uid" systemctl --user stop vmbatch.service
+    loginctl disable-linger "$user"
+    [ "$out" = "isolated '', vmcron AllowedCPUs '', user@$uid AllowedCPUs ''" ] || {
+        echo "a user's processes made pinnerd hold: $out; Explain of the job: $why"
+        return 1
+    }
+    grep -qF "is not held: the rule names no \`user\`, and it is not the main process of vmcron.service" <<<"$why" || {
+        echo "Explain of the user's job does not say why it is not held: $why"
+        return 1
+    }
+    [ -n "$mgr" ] || {
+        echo "the user's manager did not start a batch.slice of its own: the batch.slice case was not tried"
+        return 1
+    }
+    echo "check refused the comm-only isolate rule at 9:11; the user's job in vmcron.service (pid $job, pinned to 6-7) held nothing ($(grep -o 'not held: [^;]*' <<<"$why" | head -1)); the user's own batch.slice matched nothing; $out"
 }
 
 check_unit_born_in_place() {
@@ -2054,6 +2149,7 @@ run_check memory-follows check_memory_follows 180
 # Before the hotplug checks, whose rules hold CPU 6 and a compact pair to the end.
 run_check isolate-keeps-others-off check_isolate_keeps_others_off 180
 run_check isolate-survives-restart check_isolate_survives_restart 120
+run_check hold-refuses-imitators check_hold_refuses_imitators 150
 run_check unit-born-in-place check_unit_born_in_place 240
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
