@@ -39,17 +39,20 @@ impl Holds {
         let mut now = BTreeMap::new();
         for r in reports {
             let before = self.reports.get(&r.pid);
-            if before.is_none_or(|b| {
+            let moved = before.is_none_or(|b| {
                 b.confined != r.confined || b.isolated != r.isolated || b.cpus != r.cpus
-            }) {
-                changed = true;
-            }
+            });
+            changed |= moved;
             match &r.problem {
                 Some(p) if self.logged.insert((r.rule.clone(), r.pid, p.clone())) => {
                     tracing::warn!(rule = %r.rule, pid = r.pid, "{}", r.line());
                 }
                 Some(_) => {}
-                None => tracing::info!(rule = %r.rule, pid = r.pid, "{}", r.line()),
+                // Once per change of what is held, not at every reconcile.
+                None if moved || before.is_some_and(|b| b.unit != r.unit) => {
+                    tracing::info!(rule = %r.rule, pid = r.pid, "{}", r.line())
+                }
+                None => {}
             }
             now.insert(r.pid, r);
         }
@@ -90,6 +93,51 @@ mod tests {
             isolated: false,
             problem: problem.map(String::from),
         }
+    }
+
+    /// What `f` logs, one line per event, without time stamps.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Lines {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let lines = Lines::default();
+        let out = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || out.clone())
+            .without_time()
+            .with_ansi(false)
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        let text = lines.0.lock().unwrap().clone();
+        String::from_utf8(text).unwrap()
+    }
+
+    /// A hold is said when it is made or changes, not at every reconcile of the many
+    /// that a busy machine's changes bring.
+    #[test]
+    fn a_hold_is_logged_when_it_changes_not_at_every_report() {
+        let mut h = Holds::default();
+        let log = logged(|| {
+            for _ in 0..5 {
+                h.reported(vec![report(7, None)]);
+            }
+        });
+        assert_eq!(log.matches("AllowedCPUs=2-3").count(), 1, "{log}");
+        let mut wider = report(7, None);
+        wider.cpus = set("2-5");
+        let log = logged(|| {
+            h.reported(vec![wider.clone()]);
+            h.reported(vec![wider.clone()]);
+        });
+        assert_eq!(log.matches("AllowedCPUs=2-5").count(), 1, "{log}");
     }
 
     #[test]
