@@ -265,8 +265,12 @@ impl DryRun<'_> {
                 None => String::new(),
                 Some(i) => format!(" threads[{i}]"),
             };
+            let online = &self.mgr.plan().cpus().online;
             let state = match &p.state {
-                PlanState::Placed { cpus } => format!("cpus {cpus}"),
+                PlanState::Placed { cpus } => match p.state.offline_note(online) {
+                    Some(note) => format!("cpus {cpus}: {note}"),
+                    None => format!("cpus {cpus}"),
+                },
                 PlanState::Slots { slots, held_slots } => format!(
                     "per thread, slot 0 first: {}",
                     crate::plan::slots_in_words(slots, *held_slots)

@@ -1,7 +1,8 @@
 //! Rules that cannot mean what they say on the machine a plan was made for, for
 //! `pinnerd check`: thread entries whose slots run out (one slot for every thread, or
 //! `smt = "avoid"` leaving fewer slots than CPUs), and exclusive units that take, or
-//! could take as threads appear, more than half the usable CPUs.
+//! could take as threads appear, more than half the usable CPUs; explicit `cpus` this
+//! machine does not have online.
 //!
 //! Must not touch: anything but the plan and its rules (pure, like `plan`).
 
@@ -93,6 +94,16 @@ pub fn doubts(plan: &Plan) -> Vec<Doubt> {
                         });
                     }
                 }
+            }
+            PlanState::Placed { .. } if u.state.offline_note(&plan.cpus().online).is_some() => {
+                let note = u
+                    .state
+                    .offline_note(&plan.cpus().online)
+                    .unwrap_or_default();
+                out.push(Doubt {
+                    at,
+                    message: format!("{unit}: `cpus`: {note}"),
+                });
             }
             PlanState::Placed { cpus } if u.exclusive && cpus.len() > half => {
                 let left = usable.difference(cpus).len();

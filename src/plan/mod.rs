@@ -143,6 +143,29 @@ impl PlanState {
         }
     }
 
+    /// Explicit CPUs that are not online here, in words (`None`: all are, or the state
+    /// names no CPUs): what `check` and `plan --live` say of a rule written for another
+    /// machine.
+    pub fn offline_note(&self, online: &CpuSet) -> Option<String> {
+        let PlanState::Placed { cpus } = self else {
+            return None;
+        };
+        let missing = cpus.difference(online);
+        if missing.is_empty() {
+            return None;
+        }
+        let have = cpus.intersection(online);
+        Some(if have.is_empty() {
+            format!("CPUs {missing} are not online on this machine (online: {online}): none of them can be used, its threads stay where they are")
+        } else {
+            let used = match have.len() {
+                1 => format!("only CPU {have} is used"),
+                _ => format!("only CPUs {have} are used"),
+            };
+            format!("CPUs {missing} are not online on this machine (online: {online}): {used}")
+        })
+    }
+
     /// In words, for `explain`.
     pub fn describe(&self) -> String {
         match self {

@@ -586,6 +586,31 @@ fn doubts_name_slots_that_run_out_and_entries_that_could_take_the_machine() {
     );
 }
 
+/// A rule written for a bigger machine: `check` names the CPUs it lacks instead of
+/// counting them as taken, and so does `plan --live`'s rule line.
+#[test]
+fn doubts_name_explicit_cpus_the_machine_does_not_have() {
+    use pinnerd::plan::doubts::doubts;
+    use pinnerd::plan::{Cpus, Plan};
+    use pinnerd::rules::{compile_text, LoadPolicy, RuleSet};
+    let text = "[[rule]]\nname = \"far\"\n[rule.match]\ncomm = \"far\"\n[rule.place]\ncpus = \"6-7\"\nexclusive = true\n\
+                [[rule]]\nname = \"part\"\n[rule.match]\ncomm = \"part\"\n[rule.place]\ncpus = \"1-3\"\n";
+    let rules = compile_text(Path::new("a.toml"), text, &LoadPolicy::unchecked()).unwrap();
+    let cpus = Cpus {
+        online: "0-1".parse().unwrap(),
+        reserved: CpuSet::new(),
+    };
+    let plan = Plan::new(&RuleSet::new(rules), &cpus, None);
+    let got: Vec<String> = doubts(&plan).iter().map(|x| x.to_string()).collect();
+    assert_eq!(
+        got,
+        [
+            "a.toml:2:8: warning: far: `cpus`: CPUs 6-7 are not online on this machine (online: 0-1): none of them can be used, its threads stay where they are",
+            "a.toml:9:8: warning: part: `cpus`: CPUs 2-3 are not online on this machine (online: 0-1): only CPU 1 is used",
+        ]
+    );
+}
+
 #[test]
 fn check_warns_before_the_daemon_acts() {
     let dir = tempfile::tempdir().unwrap();
