@@ -76,14 +76,15 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     let topology = Topology::discover(&machine)
         .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
     let (matrix, source, misfit) = matrix_to_plan_on(args, &root, &topology)?;
+    // The matrix alone, without what the first line says of it.
+    let bare = source.strip_suffix(AS_THE_DAEMON).unwrap_or(&source);
+    let name = format!("the {}", bare.strip_prefix("the ").unwrap_or(bare));
     let selected = domains::select(matrix.as_ref(), Some(&topology), misfit)
-        .with_context(|| format!("the {source} does not fit this machine"))?;
+        .with_context(|| format!("{name} does not fit this machine"))?;
     let (domains, latency_off) = (selected.domains, selected.latency_off);
     // The daemon would place on the topology: the first line says so, and why.
     let source = match latency_off {
-        Some(line) => {
-            format!("sysfs topology: {line} (the {source} did not hold when measured again)")
-        }
+        Some(line) => format!("sysfs topology: {line} ({name} did not hold when measured again)"),
         None => source,
     };
     let facts = Facts::from_topology(&topology);
@@ -390,6 +391,9 @@ impl DryRun<'_> {
     }
 }
 
+/// What the first line adds to the stored matrix's name.
+const AS_THE_DAEMON: &str = ", as the daemon plans";
+
 /// The matrix the dry run plans on, what to call it, and what to do when it does not
 /// fit: `--matrix` (not fitting is the user's error), else the one the daemon stored for
 /// this machine in the state directory, taken as the daemon takes it (the topology where
@@ -422,7 +426,7 @@ fn matrix_to_plan_on(
     let (matrix, source) = match stored {
         Some((path, m)) => (
             Some(m),
-            format!("the stored matrix {}, as the daemon plans", path.display()),
+            format!("the stored matrix {}{AS_THE_DAEMON}", path.display()),
         ),
         None => (
             None,

@@ -163,6 +163,35 @@ fn plan_live_plans_on_the_stored_matrix_as_the_daemon_does() {
         "{}",
         r.stdout
     );
+    // The same matrix found unstable when measured again (its verdict taken from a
+    // simulated moving host): the topology, and which matrix did not hold, in words.
+    let moving = state.path().join("moving.json");
+    let ryzen = super::placement::data_dir().join("AMD_Ryzen_7_2700X_Eight-Core_Processor.csv");
+    let sim = pinnerd(&[
+        "measure",
+        "--simulate",
+        ryzen.to_str().unwrap(),
+        "--moves-every",
+        "20",
+        "--out",
+        moving.to_str().unwrap(),
+    ]);
+    assert!(sim.ok, "{}", sim.stderr);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&moving).unwrap()).unwrap();
+    m.stability = serde_json::from_value(v["stability"].clone()).unwrap();
+    MatrixStore::open(state.path()).unwrap().save(&m).unwrap();
+    let r = live(state.path());
+    assert!(r.ok, "{}", r.stderr);
+    let first = r.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("dry run: nothing was changed; placement from sysfs topology: ")
+            && first.ends_with(&format!(
+                "(the stored matrix {} did not hold when measured again)",
+                state.path().join("matrix.json").display()
+            )),
+        "{first}"
+    );
 }
 
 /// The daemon and its dry run make the same plan on the same machine state: the same
