@@ -75,12 +75,19 @@ install: $(BIN)
 	sed 's|^ExecStart=/usr/bin/pinnerd|ExecStart=$(BINDIR)/pinnerd|' systemd/pinnerd.service \
 		>$(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd.service
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd.service
+	sed 's|^ExecStart=@/usr/bin/pinnerd|ExecStart=@$(BINDIR)/pinnerd|' systemd/pinnerd-partition@.service \
+		>$(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd-partition@.service
+	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd-partition@.service
 	$(INSTALL) -D -m 0644 systemd/org.pinnerd.Pinnerd1.conf \
 		$(DESTDIR)$(DBUSPOLICYDIR)/org.pinnerd.Pinnerd1.conf
 	$(INSTALL) -D -m 0644 polkit/org.pinnerd.policy \
 		$(DESTDIR)$(POLKITACTIONDIR)/org.pinnerd.policy
 	$(INSTALL) -d -m 0755 $(DESTDIR)$(RULESDIR)
 	$(INSTALL) -D -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	$(INSTALL) -d -m 0755 $(DESTDIR)$(DOCDIR)/docs/images $(DESTDIR)$(DOCDIR)/docs/report
+	$(INSTALL) -m 0644 docs/*.md $(DESTDIR)$(DOCDIR)/docs/
+	$(INSTALL) -m 0644 docs/images/*.svg docs/images/README.md $(DESTDIR)$(DOCDIR)/docs/images/
+	$(INSTALL) -m 0644 docs/report/*.png $(DESTDIR)$(DOCDIR)/docs/report/
 	$(INSTALL) -D -m 0644 config/pinnerd.toml $(DESTDIR)$(DOCDIR)/examples/pinnerd.toml
 	$(INSTALL) -d -m 0755 $(DESTDIR)$(DOCDIR)/examples/pinnerd.d
 	$(INSTALL) -m 0644 config/pinnerd.d/*.toml $(DESTDIR)$(DOCDIR)/examples/pinnerd.d/
@@ -98,7 +105,7 @@ install: $(BIN)
 # Leaves $(RULESDIR) and its rules, and the state under /var/lib/pinnerd, in place.
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/pinnerd
-	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd.service
+	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd.service $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd-partition@.service
 	rm -f $(DESTDIR)$(DBUSPOLICYDIR)/org.pinnerd.Pinnerd1.conf
 	rm -f $(DESTDIR)$(POLKITACTIONDIR)/org.pinnerd.policy
 	rm -rf $(DESTDIR)$(DOCDIR)

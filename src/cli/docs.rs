@@ -126,6 +126,7 @@ pub fn man_page() -> std::io::Result<String> {
             paragraphs(&mut roff, &help, "IP");
         }
     }
+    holds(&mut roff);
     roff.control("SH", ["FILES"]);
     for (file, what) in [
         (
@@ -135,6 +136,16 @@ pub fn man_page() -> std::io::Result<String> {
         (
             crate::rules::DEFAULT_RULE_DIR,
             "Rule files, *.toml; see pinnerd.d(5).",
+        ),
+        (
+            "/run/pinnerd/holds.json",
+            "What the daemon changed for isolate and unit-cpuset rules, written before each \
+             change: the next start undoes or takes over what a crash left.",
+        ),
+        (
+            "/usr/share/doc/pinnerd/docs/",
+            "The guides: rules.md, pinning.md, sharing.md (isolation), service.md and the \
+             rest, as the README links them.",
         ),
     ] {
         roff.control("TP", []);
@@ -157,6 +168,38 @@ pub fn man_page() -> std::io::Result<String> {
     ]);
     page.push_str(&roff.to_roff());
     Ok(ascii_safe(&page))
+}
+
+/// The HOLDS section: what `isolate` and `unit-cpuset` change outside the rule's
+/// threads, and how to see it.
+fn holds(roff: &mut Roff) {
+    roff.control("SH", ["HOLDS"]);
+    roff.text([roman(
+        "A rule with isolate = true or unit-cpuset = true (see pinnerd.d(5)) holds CPUs for \
+         the systemd unit its process runs in: the unit's AllowedCPUs= (and \
+         AllowedMemoryNodes=) are set at run time, and with isolate its CPUs become an \
+         isolated cgroup v2 cpuset partition, written by the helper unit \
+         pinnerd-partition@.service, so that no other task runs there. Such a rule must match \
+         on user or unit, and a hold is made only for a process of the rule's users or for \
+         the main process of a system service the rule names. Everything is undone when the \
+         rule lets go.",
+    )]);
+    roff.control("PP", []);
+    roff.text([
+        roman("To see a hold: "),
+        bold("pinnerd explain PID"),
+        roman(" prints a held: line (the unit, its AllowedCPUs=, the CPUs isolated, or why not); "),
+        bold("pinnerd status"),
+        roman(" prints held: with the units confined and the CPUs isolated; the bus property "),
+        bold("Holds"),
+        roman(" says the same ("),
+        bold("busctl get-property org.pinnerd.Pinnerd1 /org/pinnerd/Pinnerd1 org.pinnerd.Pinnerd1 Holds"),
+        roman("); the kernel lists isolated CPUs in "),
+        italic("/sys/fs/cgroup/cpuset.cpus.isolated"),
+        roman(". "),
+        bold("pinnerd plan --live"),
+        roman(" says what would be held, changing nothing."),
+    ]);
 }
 
 /// The EXIT STATUS section: every status the binary exits with

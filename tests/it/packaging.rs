@@ -61,6 +61,18 @@ fn example_rules() -> Vec<String> {
     names
 }
 
+/// The names of the files in the repository's `dir` ending in `ext`, sorted.
+fn files_ending(dir: &str, ext: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(repo().join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(ext))
+        .collect();
+    names.sort();
+    assert!(!names.is_empty(), "{dir} has no {ext} files");
+    names
+}
+
 fn unit_exec_start(path: &Path) -> String {
     let unit = std::fs::read_to_string(path).unwrap();
     unit.lines()
@@ -82,6 +94,7 @@ fn make_install_prefix_usr_is_the_package_layout() {
         "usr/lib/",
         "usr/lib/systemd/",
         "usr/lib/systemd/system/",
+        "usr/lib/systemd/system/pinnerd-partition@.service",
         "usr/lib/systemd/system/pinnerd.service",
         "usr/share/",
         "usr/share/bash-completion/",
@@ -95,6 +108,10 @@ fn make_install_prefix_usr_is_the_package_layout() {
         "usr/share/doc/",
         "usr/share/doc/pinnerd/",
         "usr/share/doc/pinnerd/README.md",
+        "usr/share/doc/pinnerd/docs/",
+        "usr/share/doc/pinnerd/docs/images/",
+        "usr/share/doc/pinnerd/docs/images/README.md",
+        "usr/share/doc/pinnerd/docs/report/",
         "usr/share/doc/pinnerd/examples/",
         "usr/share/doc/pinnerd/examples/pinnerd.d/",
         "usr/share/doc/pinnerd/examples/pinnerd.toml",
@@ -119,8 +136,29 @@ fn make_install_prefix_usr_is_the_package_layout() {
     for r in example_rules() {
         want.push(format!("usr/share/doc/pinnerd/examples/pinnerd.d/{r}"));
     }
+    for (dir, ext) in [
+        ("docs", ".md"),
+        ("docs/images", ".svg"),
+        ("docs/report", ".png"),
+    ] {
+        for f in files_ending(dir, ext) {
+            want.push(format!("usr/share/doc/pinnerd/{dir}/{f}"));
+        }
+    }
     want.sort();
     assert_eq!(tree(dest.path()), want);
+    // Every link of the installed README to a document finds it beside it.
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    for link in readme.split("](docs/").skip(1) {
+        let target = link.split([')', '#']).next().unwrap();
+        assert!(
+            dest.path()
+                .join("usr/share/doc/pinnerd/docs")
+                .join(target)
+                .is_file(),
+            "the installed README links docs/{target}, which is not installed"
+        );
+    }
     assert_eq!(
         unit_exec_start(&dest.path().join("usr/lib/systemd/system/pinnerd.service")),
         "ExecStart=/usr/bin/pinnerd daemon"
@@ -135,6 +173,10 @@ fn make_install_prefix_usr_is_the_package_layout() {
         (
             "usr/lib/systemd/system/pinnerd.service",
             "systemd/pinnerd.service",
+        ),
+        (
+            "usr/lib/systemd/system/pinnerd-partition@.service",
+            "systemd/pinnerd-partition@.service",
         ),
         (
             "usr/share/polkit-1/actions/org.pinnerd.policy",
@@ -183,6 +225,15 @@ fn make_install_prefix_usr_local_rewrites_the_unit_and_uninstalls() {
     assert_eq!(
         unit_exec_start(&unit),
         "ExecStart=/usr/local/bin/pinnerd daemon"
+    );
+    // The partition helper (isolate = true) runs the same binary.
+    assert_eq!(
+        unit_exec_start(
+            &dest
+                .path()
+                .join("usr/local/lib/systemd/system/pinnerd-partition@.service")
+        ),
+        "ExecStart=@/usr/local/bin/pinnerd pinnerd-cpuset-partition %i"
     );
     assert!(dest.path().join("usr/local/bin/pinnerd").is_file());
     // dbus-daemon does not read /usr/local/share/dbus-1: the policy goes under /etc.
@@ -241,13 +292,13 @@ fn deb_metadata_names_existing_files() {
             continue; // built by cargo deb
         }
         let path = repo().join(source);
-        if let Some(dir) = source.strip_suffix("/*.toml") {
+        if let Some((dir, ext)) = source.split_once("/*") {
             assert!(
                 std::fs::read_dir(repo().join(dir)).unwrap().any(|e| e
                     .unwrap()
                     .file_name()
                     .to_string_lossy()
-                    .ends_with(".toml")),
+                    .ends_with(ext)),
                 "deb asset {source} matches nothing"
             );
         } else {
@@ -267,6 +318,10 @@ fn deb_metadata_names_existing_files() {
         "usr/share/doc/pinnerd/examples/",
         "usr/share/doc/pinnerd/examples/pinnerd.d/",
         "usr/share/doc/pinnerd/",
+        "usr/share/doc/pinnerd/docs/",
+        "usr/share/doc/pinnerd/docs/images/",
+        "usr/share/doc/pinnerd/docs/report/",
+        "usr/lib/systemd/system/",
     ] {
         assert!(targets.iter().any(|x| x == t), "no deb asset goes to {t}");
     }

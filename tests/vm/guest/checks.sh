@@ -280,6 +280,7 @@ check_package() {
         ;;
     esac
     for f in /usr/bin/pinnerd /usr/lib/systemd/system/pinnerd.service \
+        /usr/lib/systemd/system/pinnerd-partition@.service /usr/share/doc/pinnerd/docs/sharing.md \
         /usr/share/dbus-1/system.d/org.pinnerd.Pinnerd1.conf /usr/share/doc/pinnerd/README.md \
         /usr/share/doc/pinnerd/examples/pinnerd.toml /usr/share/polkit-1/actions/org.pinnerd.policy; do
         [ -f "$f" ] || missing+=("$f")
