@@ -346,6 +346,8 @@ pub struct Snapshot {
     /// flag, `repeated measurements disagree: latency placement off`) while the matrix
     /// in use is unstable and placement uses the sysfs topology; "" otherwise.
     pub latency_off: String,
+    /// Why the state is `degraded` and what to do about it, in words; "" otherwise.
+    pub state_reason: String,
 }
 
 impl Snapshot {

@@ -55,6 +55,8 @@ pub trait Pinnerd1 {
     #[zbus(property)]
     fn state(&self) -> zbus::Result<String>;
     #[zbus(property)]
+    fn state_reason(&self) -> zbus::Result<String>;
+    #[zbus(property)]
     fn measured_at(&self) -> zbus::Result<u64>;
     #[zbus(property)]
     fn fingerprint(&self) -> zbus::Result<String>;
@@ -155,6 +157,10 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
             outln!("{off}");
         }
         outln!("state:        {}", p.state().await?);
+        let reason = p.state_reason().await?;
+        if !reason.is_empty() {
+            outln!("  why: {reason}");
+        }
         outln!("version:      {}", p.version().await?);
         outln!("cpus:         {}", p.cpu_count().await?);
         outln!("fingerprint:  {}", p.fingerprint().await?);

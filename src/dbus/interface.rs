@@ -326,6 +326,17 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         self.read(conn, header, "Holds", |s| s.holds.clone()).await
     }
 
+    /// Why `State` is `degraded`, and what to do about it, in words; empty otherwise.
+    #[zbus(property)]
+    async fn state_reason(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<String> {
+        self.read(conn, header, "StateReason", |s| s.state_reason.clone())
+            .await
+    }
+
     /// `the host moves vCPUs: latency placement off` while the matrix in use did not
     /// hold when measured again and placement uses the sysfs topology (without the
     /// `hypervisor` CPU flag: `repeated measurements disagree: latency placement off`);

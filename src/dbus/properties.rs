@@ -77,6 +77,9 @@ pub fn changed_properties<'a>(
     if old.holds != new.holds {
         changed.insert("Holds", Value::from(new.holds.clone()));
     }
+    if old.state_reason != new.state_reason {
+        changed.insert("StateReason", Value::from(new.state_reason.clone()));
+    }
     changed
 }
 

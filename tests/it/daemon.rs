@@ -398,6 +398,7 @@ fn introspection_lists_every_member() {
         (".RuleErrors", "as"),
         (".SchedExt", "(ss)"),
         (".Holds", "s"),
+        (".StateReason", "s"),
         (".Remeasure", "-"),
         (".Reload", "-"),
         (".GetMatrix", "-"),

@@ -201,6 +201,7 @@ fn every_property_but_the_constant_ones_is_signalled() {
         matrix_measured: (1, 2),
         holds: "1 unit confined".into(),
         latency_off: "the host moves vCPUs: latency placement off".into(),
+        state_reason: "no process events".into(),
         ..Snapshot::default()
     };
     let changed = pinnerd::dbus::changed_properties(&old, &new);

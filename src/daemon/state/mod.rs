@@ -458,6 +458,7 @@ impl State {
             rule_errors: self.rule_errors(),
             sched_ext: self.sharing.sched_ext.now.clone(),
             holds: self.sharing.holds.summary().unwrap_or_default(),
+            state_reason: self.degraded_reason().unwrap_or_default(),
             // From the sparse counts, which completion keeps: no walk over the cells
             // on every snapshot.
             latency_off: self
@@ -480,6 +481,22 @@ impl State {
 
     fn rule_errors(&self) -> Vec<String> {
         self.loaded.rule_errors()
+    }
+
+    /// Why the daemon is degraded, and what to do, in words (`None` when it is not).
+    fn degraded_reason(&self) -> Option<String> {
+        let mut why = Vec::new();
+        if let (None, Some(failed)) = (&self.machine.current, &self.measurement.last_failure) {
+            why.push(format!(
+                "no latency matrix: the measurement failed ({failed}); placement uses the sysfs topology until one succeeds — `pinnerd remeasure --wait` tries again and says why it fails"
+            ));
+        }
+        if let Some(down) = &self.health.watch_down {
+            why.push(format!(
+                "no process events ({down}): new processes are found only by rescans, late — the proc connector needs the initial network namespace and, on older kernels, CAP_NET_ADMIN (the shipped unit runs so); restart the daemon once it has them"
+            ));
+        }
+        (!why.is_empty() && self.phase() == Phase::Degraded).then(|| why.join("; "))
     }
 
     fn phase(&self) -> Phase {

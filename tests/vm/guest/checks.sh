@@ -488,7 +488,7 @@ check_dbus_introspect() {
     for name in Remeasure Reload GetMatrix ListManaged Explain Plan PinProcess ReleaseProcess Metrics \
         PinProcessWith PlanWith \
         Version State MeasuredAt Fingerprint CpuCount RuleCount ManagedProcesses \
-        ManagedThreads RuleErrors MeasurementFinished RulesReloaded; do
+        ManagedThreads RuleErrors Holds LatencyOff StateReason MeasurementFinished RulesReloaded; do
         grep -q "^\.$name " <<<"$out" || missing+=("$name")
     done
     [ ${#missing[@]} -eq 0 ] || {

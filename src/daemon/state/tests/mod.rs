@@ -439,6 +439,11 @@ fn a_failed_first_measurement_degrades() {
     })));
     assert_eq!(finished(&s.take_actions()), vec![(job.id, false)]);
     assert_eq!(s.snapshot().state, Phase::Degraded);
+    // Said in words, with what to do.
+    assert_eq!(
+        s.snapshot().state_reason,
+        "no latency matrix: the measurement failed (cannot start the measurement thread: CPUs busy); placement uses the sysfs topology until one succeeds — `pinnerd remeasure --wait` tries again and says why it fails"
+    );
 }
 
 #[test]
@@ -729,8 +734,16 @@ fn without_proc_events_the_daemon_is_degraded_and_rescans() {
     let (mut s, _d, job) = started(Timing::default());
     s.handle(ok_matrix(&job));
     assert_eq!(s.snapshot().state, Phase::Ready);
+    assert_eq!(s.snapshot().state_reason, "");
     s.handle(Event::Watch(Err("not in the initial namespace".into())));
     assert_eq!(s.snapshot().state, Phase::Degraded);
+    assert!(
+        s.snapshot().state_reason.starts_with(
+            "no process events (not in the initial namespace): new processes are found only by rescans"
+        ),
+        "{}",
+        s.snapshot().state_reason
+    );
     assert!(
         s.timers.next_rescan.is_some(),
         "rescans cannot be off without events"
