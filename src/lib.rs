@@ -140,6 +140,8 @@ pub mod settings;
 pub mod shape;
 pub mod stats;
 pub mod sysroot;
+#[cfg(test)]
+mod test_log;
 pub mod topology;
 pub mod watch;
 pub mod words;

@@ -184,6 +184,8 @@ impl LoadGuard {
             return Ok(GuardPass { least_idle: None });
         }
         let started = Instant::now();
+        // Said once when the wait begins and once when it ends, not at every sample.
+        let mut waiting = false;
         loop {
             let before = read_stat(root)?;
             std::thread::sleep(self.sample);
@@ -204,14 +206,28 @@ impl LoadGuard {
                             set_by: self.set_by,
                         });
                     }
-                    tracing::info!(
-                        cpu,
-                        idle_pct = share * 100.0,
-                        "waiting for the CPUs to become idle"
-                    );
+                    if !waiting {
+                        tracing::info!(
+                            cpu,
+                            idle_pct = share * 100.0,
+                            "waiting for the CPUs to become idle: CPU {cpu} is {:.0}% idle, {:.0}% wanted, for at most {:.1} s",
+                            share * 100.0,
+                            self.min_idle * 100.0,
+                            self.wait.as_secs_f64()
+                        );
+                        waiting = true;
+                    }
                     on_busy(cpu, share);
                 }
-                _ => return Ok(GuardPass { least_idle: least }),
+                _ => {
+                    if waiting {
+                        tracing::info!(
+                            "the CPUs became idle after {:.1} s: measuring",
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
+                    return Ok(GuardPass { least_idle: least });
+                }
             }
         }
     }
@@ -277,6 +293,42 @@ intr 12345 0 0\n";
         std::fs::remove_file(dir.path().join("proc/stat")).unwrap();
         let e = guard.wait_idle(&root, &"0-1".parse().unwrap()).unwrap_err();
         assert!(e.to_string().contains("proc/stat"), "{e}");
+    }
+
+    /// A wait for idle CPUs is said once, not at every sample of it.
+    #[test]
+    fn a_wait_for_idle_cpus_is_logged_once() {
+        let _spin = crate::measure::one_spinner_at_a_time();
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s = stop.clone();
+        let spinner = std::thread::spawn(move || {
+            let _ = core_affinity::set_for_current(core_affinity::CoreId { id: 0 });
+            while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let guard = LoadGuard {
+            min_idle: 0.99,
+            sample: Duration::from_millis(50),
+            wait: Duration::from_millis(500),
+            set_by: "measure.idle-threshold",
+        };
+        let mut samples = 0;
+        let (r, log) = crate::test_log::logged(|| {
+            guard.wait_idle_reporting(&SysRoot::default(), &"0".parse().unwrap(), |_, _| {
+                samples += 1
+            })
+        });
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spinner.join().unwrap();
+        assert!(matches!(r, Err(MeasureError::Busy { cpu: 0, .. })), "{r:?}");
+        assert!(samples > 2, "{samples} busy samples");
+        assert_eq!(
+            log.matches("waiting for the CPUs to become idle").count(),
+            1,
+            "{log}"
+        );
+        assert!(log.contains("99% wanted, for at most 0.5 s"), "{log}");
     }
 
     #[test]

@@ -69,6 +69,7 @@ impl Holds {
 mod tests {
     use super::*;
     use crate::cpuset::set;
+    use crate::test_log::logged;
 
     fn want(pid: u32) -> Want {
         Want {
@@ -95,37 +96,12 @@ mod tests {
         }
     }
 
-    /// What `f` logs, one line per event, without time stamps.
-    fn logged(f: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Lines(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Lines {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let lines = Lines::default();
-        let out = lines.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || out.clone())
-            .without_time()
-            .with_ansi(false)
-            .finish();
-        tracing::subscriber::with_default(subscriber, f);
-        let text = lines.0.lock().unwrap().clone();
-        String::from_utf8(text).unwrap()
-    }
-
     /// A hold is said when it is made or changes, not at every reconcile of the many
     /// that a busy machine's changes bring.
     #[test]
     fn a_hold_is_logged_when_it_changes_not_at_every_report() {
         let mut h = Holds::default();
-        let log = logged(|| {
+        let ((), log) = logged(|| {
             for _ in 0..5 {
                 h.reported(vec![report(7, None)]);
             }
@@ -133,7 +109,7 @@ mod tests {
         assert_eq!(log.matches("AllowedCPUs=2-3").count(), 1, "{log}");
         let mut wider = report(7, None);
         wider.cpus = set("2-5");
-        let log = logged(|| {
+        let ((), log) = logged(|| {
             h.reported(vec![wider.clone()]);
             h.reported(vec![wider.clone()]);
         });

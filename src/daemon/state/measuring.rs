@@ -468,8 +468,9 @@ impl State {
             s.median_ns,
             s.levels.len()
         );
-        if !matrix.warnings.is_empty() {
-            summary.push_str(&format!("; {} warnings", matrix.warnings.len()));
+        // Each warning in words: a count alone says nothing to do.
+        for w in &matrix.warnings {
+            summary.push_str(&format!("; warning: {w}"));
         }
         if let Some(k) = &matrix.kept {
             summary.push_str(&format!("; {}", around::describe(k)));

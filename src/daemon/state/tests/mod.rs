@@ -856,3 +856,23 @@ fn the_status_line_says_one_of_a_thing_in_the_singular() {
         "{status:?}"
     );
 }
+
+/// `remeasure --wait` prints the job's summary: a warning is said in words there, not
+/// counted.
+#[test]
+fn a_measurement_summary_says_its_warnings_in_words() {
+    let (mut s, _d, job) = started(Timing::default());
+    let mut m = matrix_for(&job);
+    m.warnings = vec!["CPU 1 was busy during 3 of 40 batches".into()];
+    s.handle(Event::Measured(Box::new(Finished {
+        id: job.id,
+        result: Ok(Product::Matrix(Box::new(m))),
+    })));
+    let got = summaries(&s.take_actions());
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert!(
+        got[0].ends_with("; warning: CPU 1 was busy during 3 of 40 batches"),
+        "{got:?}"
+    );
+    assert!(!got[0].contains("1 warnings"), "{got:?}");
+}

@@ -1,0 +1,30 @@
+//! For tests: what a piece of code logs, as text (one line per event, no time stamps).
+
+use std::sync::{Arc, Mutex};
+
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Lines {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `f` with a subscriber of its own (this thread only) and returns what it logged.
+pub fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
+    let lines = Lines::default();
+    let out = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || out.clone())
+        .without_time()
+        .with_ansi(false)
+        .finish();
+    let r = tracing::subscriber::with_default(subscriber, f);
+    let text = lines.0.lock().unwrap().clone();
+    (r, String::from_utf8_lossy(&text).into_owned())
+}
