@@ -541,7 +541,11 @@ mod tests {
         let cg = "/system.slice/md.service";
         assert_eq!(c.found_partition(cg), None);
         // Another partition's CPU 2 in the slice stays out of what is found.
-        std::fs::write(c.dir("/system.slice").join("cpuset.cpus.exclusive"), "2,4-5\n").unwrap();
+        std::fs::write(
+            c.dir("/system.slice").join("cpuset.cpus.exclusive"),
+            "2,4-5\n",
+        )
+        .unwrap();
         std::fs::write(c.dir(cg).join("cpuset.cpus.exclusive"), "4-5\n").unwrap();
         std::fs::write(c.dir(cg).join("cpuset.cpus.partition"), "isolated\n").unwrap();
         let p = c.found_partition(cg).unwrap();
