@@ -526,7 +526,9 @@ impl SystemdUnits {
             }),
             Err(_) => Err(UnitError::Call {
                 what,
-                message: format!("job {} not finished within {bound:?}", job.as_str()),
+                // Without the job's path: a refusal that recurs reads the same, and is
+                // logged once.
+                message: format!("the job was not finished within {bound:?}"),
             }),
         }
     }

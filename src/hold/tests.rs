@@ -625,7 +625,8 @@ fn a_unit_not_found_and_a_systemd_not_there_are_asked_again_at_the_next_reconcil
 }
 
 #[test]
-fn a_partition_refused_after_the_unit_was_confined_is_not_tried_again_until_wanted_otherwise() {
+fn a_partition_refused_after_the_unit_was_confined_is_not_tried_again_before_its_backoff_unless_wanted_otherwise(
+) {
     let (_d, mut cg2) = tree();
     // The kernel refuses the daemon, and no helper unit is installed.
     cg2.deny_partition = true;
@@ -645,7 +646,8 @@ fn a_partition_refused_after_the_unit_was_confined_is_not_tried_again_until_want
         "confinement taken back"
     );
     let calls = units.calls().len();
-    // The same want again (a retry): said again, the unit not confined again.
+    // The same want again (the daemon's retry, before the backoff): said again, the unit
+    // not confined again.
     let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
     assert_eq!(r[0].problem.as_deref(), Some(why.as_str()));
     assert_eq!(units.calls().len(), calls, "{:?}", units.calls());
