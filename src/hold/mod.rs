@@ -770,8 +770,11 @@ impl Holder {
             by_systemd: false,
         };
         // On record before the first change: a crash halfway leaves nothing unknown. The
-        // unit's leftover, if any, is this hold's now (its own values carried over).
-        self.leftover.retain(|l| l.unit != unit);
+        // unit's leftover, if any, is replaced by this hold, which carries its values.
+        let (replaced, rest): (Vec<Hold>, Vec<Hold>) = std::mem::take(&mut self.leftover)
+            .into_iter()
+            .partition(|l| l.unit == unit);
+        self.leftover = rest;
         self.held.push(hold.clone());
         self.save();
         self.held.pop();
@@ -793,6 +796,8 @@ impl Holder {
             // Nothing was changed (the call failed): tried again at the next retry.
             hold.confined = false;
             self.undo_or_keep(hold);
+            // Nothing was changed: the leftover stays on record as it was.
+            self.leftover.extend(replaced);
             return (None, Some(why), false);
         }
         if adopted {
@@ -859,11 +864,13 @@ impl Holder {
         let Some(p) = cg2.found_partition(&u.cgroup) else {
             return own;
         };
-        let by_systemd = matches!(
-            units.partition_property(&u.name),
-            Ok(Some(v)) if !v.is_empty() && v != "member"
-        );
-        if by_systemd {
+        // Only where systemd has no partition of its own on the unit (and says so).
+        let pinnerds = match units.partition_property(&u.name) {
+            Ok(None) => true,
+            Ok(Some(v)) => v.is_empty() || v == "member",
+            Err(_) => false,
+        };
+        if !pinnerds {
             return own;
         }
         tracing::warn!(
@@ -1029,8 +1036,9 @@ impl Holder {
         self.grace_until = None;
         let mut lines = Vec::new();
         let mut todo = std::collections::VecDeque::from(todo);
-        while let Some(h) = todo.front() {
+        while let Some(h) = todo.pop_front() {
             if (self.clock)() >= until {
+                todo.push_front(h);
                 lines.extend(todo.iter().map(|h| {
                     format!(
                         "hold for rule {} in {} not undone before the stop's deadline; left in the journal for the next start",
@@ -1039,8 +1047,8 @@ impl Holder {
                 }));
                 break;
             }
-            let problems = self.undo(h);
-            let h = todo.pop_front().expect("the front was just read");
+            // Still in the journal while it is undone.
+            let problems = self.undo(&h);
             if !problems.is_empty() {
                 lines.push(format!(
                     "hold for rule {} in {} not fully undone at stop ({}); left in the journal for the next start",

@@ -804,12 +804,21 @@ fn a_hold_a_previous_run_left_that_cannot_be_undone_stays_on_record_and_is_not_t
         "{lines:?}"
     );
     assert_eq!(Journal::new(run.path()).load().unwrap().len(), 1);
-    // Wanted again once systemd is there: 6-7 is pinnerd's, not the unit's own.
+    // Wanted again once systemd is there, which refuses the property at first: nothing
+    // changed, so the hold left stays on record as it was.
     std::fs::write(
         cg2.dir("/system.slice/md.service").join("cgroup.procs"),
         "10\n",
     )
     .unwrap();
+    units.0.lock().unwrap().refuse_set = true;
+    let r = second.reconcile(&[want("feed", 10, "5-7", false)]);
+    assert!(!r[0].confined, "{r:?}");
+    let left = Journal::new(run.path()).load().unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].cpus, "6-7".parse().unwrap());
+    // Then accepted: 6-7 is pinnerd's, not the unit's own.
+    units.0.lock().unwrap().refuse_set = false;
     let r = second.reconcile(&[want("feed", 10, "5-7", false)]);
     assert!(r[0].confined, "{r:?}");
     assert_eq!(second.held()[0].before_cpus, "0-7".parse().unwrap());
