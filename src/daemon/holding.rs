@@ -93,7 +93,7 @@ impl HolderThread {
                             for line in holder.expire(Instant::now()) {
                                 tracing::info!("{line}");
                             }
-                            if let (true, Some(wants)) = (holder.retry_due(Instant::now()), &last) {
+                            if let (true, Some(wants)) = (holder.retry_due(), &last) {
                                 report(holder.reconcile(wants));
                             }
                         }

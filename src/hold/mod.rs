@@ -472,9 +472,10 @@ impl Holder {
             .min()
     }
 
-    /// Whether a refused hold is due to be tried again: then the last wants are to be
-    /// reconciled again.
-    pub fn retry_due(&self, now: Instant) -> bool {
+    /// Whether a refused hold is due to be tried again (on the holder's clock): then the
+    /// last wants are to be reconciled again.
+    pub fn retry_due(&self) -> bool {
+        let now = (self.clock)();
         self.refused.values().any(|r| now >= r.retry_at)
     }
 
@@ -657,6 +658,8 @@ impl Holder {
         let mut outcome = HashMap::new();
         for (key, t) in targets {
             if let Some(h) = self.held.iter().find(|h| &h.unit == key) {
+                // Held: nothing of it is refused (nor due to be tried again).
+                self.refused.remove(key);
                 let isolated = h.partition.is_some();
                 let problem = (t.isolate && !isolated)
                     .then(|| "the partition was refused earlier".to_string());
