@@ -4,8 +4,14 @@
 //! ```text
 //!   loop ─Action::Hold(wants)─► HolderThread::want ─► (newest replaces waiting) ─►
 //!        pinnerd-hold thread: Holder::reconcile ─► Event::Held(reports) ─► loop
-//!   exit ─► HolderThread::stop: everything held is undone, then the thread ends
+//!   Holder::deadline ─► recovered holds expire; a refused hold due: the last wants
+//!        reconciled again ─► Event::Held(reports) ─► loop
+//!   exit ─► HolderThread::stop: holds undone until a deadline (the rest stay in the
+//!        journal), then the thread ends; waited for at most a bound
 //! ```
+//!
+//! The loop never waits on this thread but at exit: `want` only sends, the reports
+//! come back as events.
 //!
 //! Must not touch: daemon state. The thread holds and reports, nothing else.
 
@@ -17,7 +23,8 @@ use crate::hold::{HoldReport, Holder, Want};
 
 enum Msg {
     Wants(Vec<Want>),
-    Stop,
+    /// Undo everything held until this deadline, then end.
+    Stop(Instant),
 }
 
 /// The holder of a daemon: systemd on the system bus, the cgroup v2 hierarchy under
@@ -63,45 +70,58 @@ impl HolderThread {
                 if let Some(why) = holder.cannot_isolate() {
                     tracing::info!(reason = %why, "isolate = true cannot isolate on this machine");
                 }
-                loop {
+                // The wants last reconciled: reconciled again when a refused hold is due.
+                let mut last: Option<Vec<Want>> = None;
+                // A channel closed without a stop (the daemon gone): undone without a
+                // deadline of its own, as far as the process lives.
+                let unbounded = || Instant::now() + Duration::from_secs(3600);
+                let until = loop {
                     let msg = match holder.deadline() {
                         Some(at) => {
                             match rx.recv_timeout(at.saturating_duration_since(Instant::now())) {
                                 Ok(m) => Some(m),
                                 Err(mpsc::RecvTimeoutError::Timeout) => None,
-                                Err(mpsc::RecvTimeoutError::Disconnected) => Some(Msg::Stop),
+                                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                                    Some(Msg::Stop(unbounded()))
+                                }
                             }
                         }
-                        None => Some(rx.recv().unwrap_or(Msg::Stop)),
+                        None => Some(rx.recv().unwrap_or_else(|_| Msg::Stop(unbounded()))),
                     };
                     match msg {
                         None => {
                             for line in holder.expire(Instant::now()) {
                                 tracing::info!("{line}");
                             }
+                            if let (true, Some(wants)) = (holder.retry_due(), &last) {
+                                report(holder.reconcile(wants));
+                            }
                         }
-                        Some(Msg::Stop) => break,
+                        Some(Msg::Stop(until)) => break until,
                         Some(Msg::Wants(mut wants)) => {
                             // Only the newest wants matter: skip those already replaced.
-                            let mut stop = false;
+                            let mut stop = None;
                             while let Ok(m) = rx.try_recv() {
                                 match m {
                                     Msg::Wants(w) => wants = w,
-                                    Msg::Stop => stop = true,
+                                    Msg::Stop(until) => stop = Some(until),
                                 }
                             }
-                            if stop {
-                                break;
+                            if let Some(until) = stop {
+                                break until;
                             }
                             let reports = holder.reconcile(&wants);
+                            last = Some(wants);
                             for line in holder.expire(Instant::now()) {
                                 tracing::info!("{line}");
                             }
                             report(reports);
                         }
                     }
+                };
+                for line in holder.release_all(until) {
+                    tracing::warn!("{line}");
                 }
-                holder.release_all();
             })?;
         Ok(HolderThread {
             tx,
@@ -114,9 +134,12 @@ impl HolderThread {
         let _ = self.tx.send(Msg::Wants(wants));
     }
 
-    /// Undoes everything held and waits for the thread, at most `limit`.
-    pub fn stop(&mut self, limit: Duration) {
-        let _ = self.tx.send(Msg::Stop);
+    /// Undoes what is held, one hold after another for at most `release` (what is left
+    /// stays in the journal for the next start), and waits for the thread, at most
+    /// `limit` (a hold being undone at the deadline may take a few seconds more; cut
+    /// off, it is still in the journal).
+    pub fn stop(&mut self, release: Duration, limit: Duration) {
+        let _ = self.tx.send(Msg::Stop(Instant::now() + release));
         let Some(join) = self.join.take() else { return };
         let until = Instant::now() + limit;
         while !join.is_finished() && Instant::now() < until {

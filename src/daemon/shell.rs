@@ -37,9 +37,14 @@ use super::worker;
 use crate::manager::cmdlines::{CmdlineRead, CmdlineWanted};
 use crate::watch::{ProcFs, ProcSource};
 
-/// How long the holder may take to undo everything at exit (each systemd call is
-/// bounded on its own; what is not undone stays in the journal for the next start).
-const HOLDER_STOP: Duration = Duration::from_secs(20);
+/// How long the holder undoes holds at exit, one after another: what is not undone by
+/// then stays in the journal for the next start (and the log says so).
+const HOLDER_RELEASE: Duration = Duration::from_secs(10);
+/// How long the exit waits for the holder at most: the hold being undone at
+/// [`HOLDER_RELEASE`] may take a few seconds more (its systemd calls are bounded on
+/// their own). Both stay well below the unit's `TimeoutStopSec=` (see the test), so that
+/// a stop with many holds ends by itself, never in `Result=timeout`.
+const HOLDER_STOP: Duration = Duration::from_secs(13);
 
 /// How many events may wait for the loop (commands, signals, reloads, measurement
 /// results). Senders wait when it is full.
@@ -512,7 +517,7 @@ impl Shell {
                     },
                     Action::Exit => {
                         if let Some(h) = self.holder.borrow_mut().as_mut() {
-                            h.stop(HOLDER_STOP);
+                            h.stop(HOLDER_RELEASE, HOLDER_STOP);
                         }
                         exit = true;
                     }
@@ -550,5 +555,27 @@ fn scheduling() -> String {
         format!("{class}, reset on fork")
     } else {
         class
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_holder_is_stopped_well_within_the_units_stop_timeout() {
+        let unit = include_str!("../../systemd/pinnerd.service");
+        let timeout: u64 = unit
+            .lines()
+            .find_map(|l| l.strip_prefix("TimeoutStopSec="))
+            .and_then(|v| v.trim().strip_suffix('s'))
+            .and_then(|v| v.parse().ok())
+            .expect("the unit sets TimeoutStopSec= in seconds");
+        assert!(HOLDER_RELEASE < HOLDER_STOP);
+        // Restoring the masks before it and the exit after it keep 5 s of the timeout.
+        assert!(
+            HOLDER_STOP + Duration::from_secs(5) <= Duration::from_secs(timeout),
+            "the holder may take {HOLDER_STOP:?} of TimeoutStopSec={timeout}s"
+        );
     }
 }

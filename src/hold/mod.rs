@@ -13,13 +13,31 @@
 //!              partition (see `partition`) ─► read back ─► HoldReport
 //!     release: partition undone ─► the unit's own values back ─► masks systemd left
 //!              on the CPUs given back (systemd #43846) ─► journal
-//!   holds.json (runtime directory): a crash or kill -9 leaves it; the next start
-//!   keeps what still has its processes until the daemon wants it again, and undoes
-//!   the rest
+//!   holds.json (runtime directory, kept across every stop): a crash, kill -9 or a
+//!   stop cut short leaves it; the next start keeps what still has its processes until
+//!   the daemon wants it again, and undoes the rest
 //! ```
 //!
 //! For whom: only a process the rule vouches for with what a user cannot imitate, its
 //! owner (`user`) or its being a system service's main process (`unit`); see `vouch`.
+//!
+//! A value pinnerd wrote is never taken as a unit's own. What a hold puts back is what
+//! the unit had before it, read when the hold is made, except:
+//! - a partition is always undone to `member` (on a systemd without `CPUSetPartition=`
+//!   only pinnerd makes partitions);
+//! - a unit whose cgroup is already a partition that systemd did not make (its
+//!   `CPUSetPartition=` absent or `member`) carries pinnerd's leftovers from a run whose
+//!   record is gone: that partition is undone first (with the grants of its CPUs in
+//!   the ancestors) and the unit's `AllowedCPUs=`/`AllowedMemoryNodes=` are taken as
+//!   not set;
+//! - a unit that still has what a hold whose undo did not finish set (this run's, or a
+//!   journal entry of a previous run that could not be undone at start: such holds
+//!   stay in the journal, see `leftover`) gets that hold's own values back instead.
+//!
+//! At stop, holds are undone (partitions first) until a deadline the daemon sets below
+//! its unit's stop timeout; what is not undone by then stays in the journal for the
+//! next start, and the log says which. A hold refused after the unit was changed for it
+//! is tried again after [`REFUSAL_RETRY`], doubling up to [`REFUSAL_RETRY_MAX`].
 //!
 //! Which cgroup becomes the partition: the unit's. A service is held whole (all its
 //! processes, the main one never moved out of its cgroup); a process of a login session
@@ -57,6 +75,12 @@ use systemd::{Allowed, UnitError, UnitInfo, Units};
 pub const RECOVERY_GRACE: Duration = Duration::from_secs(5);
 /// How long a unit let go may take to widen its cpuset before masks are given back.
 const GIVE_BACK_WAIT: Duration = Duration::from_secs(2);
+/// A hold refused after something was changed for it is tried again this long after
+/// the refusal, then twice as long after each further refusal, up to
+/// [`REFUSAL_RETRY_MAX`].
+pub const REFUSAL_RETRY: Duration = Duration::from_secs(30);
+/// The longest wait between two tries of a refused hold.
+pub const REFUSAL_RETRY_MAX: Duration = Duration::from_secs(600);
 
 /// What the daemon wants held for one managed process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -329,13 +353,35 @@ pub struct Holder {
     /// Connects to systemd again while it is not there (see [`Holder::reconnecting`]).
     connect: Option<Box<Connect>>,
     /// Targets refused after something was changed for them (the unit confined, then
-    /// the partition refused), by unit, with why: not tried again while wanted the same
-    /// way, since every try confines the unit and takes it back (which can reset the
-    /// masks of other units' tasks in its slice).
-    refused: HashMap<String, (Signature, String)>,
+    /// the partition refused), by unit: tried again only after a backoff while wanted
+    /// the same way, since every try confines the unit and takes it back (which can
+    /// reset the masks of other units' tasks in its slice).
+    refused: HashMap<String, Refusal>,
+    /// Holds whose undo did not finish (systemd not reachable, a call refused, the
+    /// stop's deadline): kept in the journal, undone again at stop and at the next
+    /// start, and what they set is not taken as their unit's own.
+    leftover: Vec<Hold>,
+    /// The time, for the refusals' backoff and the stop's deadline (tests step it).
+    clock: Box<Clock>,
     /// A process's owner (see `vouch`).
     owner_of: Box<OwnerOf>,
 }
+
+/// A hold refused after something was changed for it.
+#[derive(Debug, Clone)]
+struct Refusal {
+    /// What the unit was wanted for: a change is tried at once.
+    signature: Signature,
+    why: String,
+    /// Not tried again before this.
+    retry_at: Instant,
+    /// The wait before `retry_at`; the next one is twice as long, at most
+    /// [`REFUSAL_RETRY_MAX`].
+    wait: Duration,
+}
+
+/// The holder's clock.
+pub type Clock = dyn Fn() -> Instant + Send;
 
 /// What a unit is wanted for: a refusal stands until this changes.
 type Signature = (String, CpuSet, Option<CpuSet>, bool);
@@ -361,8 +407,16 @@ impl Holder {
             units_of: HashMap::new(),
             connect: None,
             refused: HashMap::new(),
+            leftover: Vec::new(),
+            clock: Box::new(Instant::now),
             owner_of: Box::new(owner_of),
         }
+    }
+
+    /// Reads the time from `clock` instead of [`Instant::now`].
+    pub fn with_clock(mut self, clock: Box<Clock>) -> Holder {
+        self.clock = clock;
+        self
     }
 
     /// Tells processes' owners with `owner_of` instead of `/proc` (tests).
@@ -405,17 +459,16 @@ impl Holder {
                 ));
                 self.recovered.push(h);
             } else {
-                let problems = self.undo(&h);
-                lines.push(format!(
-                    "undid what a previous run held for rule {} in {}{}",
-                    h.rule,
-                    h.unit,
-                    if problems.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", problems.join("; "))
-                    }
-                ));
+                let (rule, unit) = (h.rule.clone(), h.unit.clone());
+                let problems = self.undo_or_keep(h);
+                lines.push(if problems.is_empty() {
+                    format!("undid what a previous run held for rule {rule} in {unit}")
+                } else {
+                    format!(
+                        "could not fully undo what a previous run held for rule {rule} in {unit} ({}); kept in the journal",
+                        problems.join("; ")
+                    )
+                });
             }
         }
         if !self.recovered.is_empty() {
@@ -425,9 +478,22 @@ impl Holder {
         lines
     }
 
-    /// When the holder next needs to run without a new want (recovered holds expire).
+    /// When the holder next needs to run without a new want: recovered holds expire
+    /// ([`expire`](Self::expire)), a refused hold is due to be tried again
+    /// ([`retry_due`](Self::retry_due)).
     pub fn deadline(&self) -> Option<Instant> {
-        self.grace_until
+        self.refused
+            .values()
+            .map(|r| r.retry_at)
+            .chain(self.grace_until)
+            .min()
+    }
+
+    /// Whether a refused hold is due to be tried again (on the holder's clock): then the
+    /// last wants are to be reconciled again.
+    pub fn retry_due(&self) -> bool {
+        let now = (self.clock)();
+        self.refused.values().any(|r| now >= r.retry_at)
     }
 
     /// Recovered holds nobody wanted within the grace: undone.
@@ -441,15 +507,14 @@ impl Holder {
         self.grace_until = None;
         let mut lines = Vec::new();
         for h in std::mem::take(&mut self.recovered) {
-            let problems = self.undo(&h);
+            let (rule, unit) = (h.rule.clone(), h.unit.clone());
+            let problems = self.undo_or_keep(h);
             lines.push(format!(
-                "undid what a previous run held for rule {} in {}: not wanted again{}",
-                h.rule,
-                h.unit,
+                "undid what a previous run held for rule {rule} in {unit}: not wanted again{}",
                 if problems.is_empty() {
                     String::new()
                 } else {
-                    format!(" ({})", problems.join("; "))
+                    format!(" ({}; kept in the journal)", problems.join("; "))
                 }
             ));
         }
@@ -591,19 +656,17 @@ impl Holder {
 
     /// Lets go of what is no longer wanted as it is held.
     fn release_unwanted(&mut self, targets: &BTreeMap<String, Target>) {
-        let mut kept = Vec::new();
-        for h in std::mem::take(&mut self.held) {
-            match targets.get(&h.unit) {
-                Some(t) if h.same_target(t) => kept.push(h),
-                _ => {
-                    for p in self.undo(&h) {
-                        tracing::warn!(rule = %h.rule, unit = %h.unit, problem = %p, "hold not fully undone");
-                    }
-                    tracing::info!(rule = %h.rule, unit = %h.unit, cpus = %h.cpus, "unit let go");
-                }
-            }
-        }
+        let (kept, gone): (Vec<Hold>, Vec<Hold>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|h| targets.get(&h.unit).is_some_and(|t| h.same_target(t)));
         self.held = kept;
+        for h in gone {
+            let (rule, unit, cpus) = (h.rule.clone(), h.unit.clone(), h.cpus.clone());
+            for p in self.undo_or_keep(h) {
+                tracing::warn!(rule = %rule, unit = %unit, problem = %p, "hold not fully undone; kept in the journal");
+            }
+            tracing::info!(rule = %rule, unit = %unit, cpus = %cpus, "unit let go");
+        }
     }
 
     /// Holds a previous run left that are wanted as they are: taken over, untouched;
@@ -617,7 +680,10 @@ impl Holder {
                     self.held.push(h);
                 }
                 Some(_) => {
-                    self.undo(&h);
+                    let (rule, unit) = (h.rule.clone(), h.unit.clone());
+                    for p in self.undo_or_keep(h) {
+                        tracing::warn!(rule = %rule, unit = %unit, problem = %p, "hold left by a previous run not fully undone; kept in the journal");
+                    }
                 }
                 None => still.push(h),
             }
@@ -628,12 +694,14 @@ impl Holder {
         }
     }
 
-    /// Applies every target not held yet (a refusal stands while wanted the same way);
-    /// what came of each, by unit.
+    /// Applies every target not held yet (a refusal stands while wanted the same way,
+    /// until its backoff has passed); what came of each, by unit.
     fn apply_new(&mut self, targets: &BTreeMap<String, Target>) -> HashMap<String, Outcome> {
         let mut outcome = HashMap::new();
         for (key, t) in targets {
             if let Some(h) = self.held.iter().find(|h| &h.unit == key) {
+                // Held: nothing of it is refused (nor due to be tried again).
+                self.refused.remove(key);
                 let isolated = h.partition.is_some();
                 let problem = (t.isolate && !isolated)
                     .then(|| "the partition was refused earlier".to_string());
@@ -648,17 +716,34 @@ impl Holder {
                 );
                 continue;
             }
-            if let Some((sig, why)) = self.refused.get(key) {
-                if *sig == t.signature() {
-                    outcome.insert(key.clone(), Outcome::not_held(Some(why.clone())));
+            let before = self
+                .refused
+                .get(key)
+                .filter(|r| r.signature == t.signature())
+                .cloned();
+            if let Some(r) = &before {
+                if (self.clock)() < r.retry_at {
+                    outcome.insert(key.clone(), Outcome::not_held(Some(r.why.clone())));
                     continue;
                 }
+                tracing::debug!(unit = %key, after = ?r.wait, "a refused hold tried again");
             }
             let (hold, problem, touched) = self.apply(t);
             match (&hold, &problem, touched) {
                 (None, Some(why), true) => {
-                    self.refused
-                        .insert(key.clone(), (t.signature(), why.clone()));
+                    let wait = before
+                        .as_ref()
+                        .map_or(REFUSAL_RETRY, |r| (r.wait * 2).min(REFUSAL_RETRY_MAX));
+                    tracing::debug!(unit = %key, problem = %why, retry_in = ?wait, "hold refused");
+                    self.refused.insert(
+                        key.clone(),
+                        Refusal {
+                            signature: t.signature(),
+                            why: why.clone(),
+                            retry_at: (self.clock)() + wait,
+                            wait,
+                        },
+                    );
                 }
                 _ => {
                     self.refused.remove(key);
@@ -703,7 +788,10 @@ impl Holder {
         }
         let (unit, cgroup, adopted, before) = match &t.place {
             Place::Unit(u) => match units.allowed(&u.name) {
-                Ok(b) => (u.name.clone(), u.cgroup.clone(), false, b),
+                Ok(read) => {
+                    let own = self.own_values(units.as_ref(), u, read);
+                    (u.name.clone(), u.cgroup.clone(), false, own)
+                }
                 Err(e) => return (None, Some(e.to_string()), false),
             },
             Place::Adopt { scope, slice } => {
@@ -726,7 +814,12 @@ impl Holder {
             partition: None,
             by_systemd: false,
         };
-        // On record before the first change: a crash halfway leaves nothing unknown.
+        // On record before the first change: a crash halfway leaves nothing unknown. The
+        // unit's leftover, if any, is replaced by this hold, which carries its values.
+        let (replaced, rest): (Vec<Hold>, Vec<Hold>) = std::mem::take(&mut self.leftover)
+            .into_iter()
+            .partition(|l| l.unit == unit);
+        self.leftover = rest;
         self.held.push(hold.clone());
         self.save();
         self.held.pop();
@@ -747,7 +840,9 @@ impl Holder {
             let why = e.to_string();
             // Nothing was changed (the call failed): tried again at the next retry.
             hold.confined = false;
-            self.undo(&hold);
+            self.undo_or_keep(hold);
+            // Nothing was changed: the leftover stays on record as it was.
+            self.leftover.extend(replaced);
             return (None, Some(why), false);
         }
         if adopted {
@@ -785,10 +880,55 @@ impl Holder {
         }
         if t.isolate && hold.partition.is_none() {
             // Merely exclusive, as before: the unit is not left confined for nothing.
-            self.undo(&hold);
+            self.undo_or_keep(hold);
             return (None, problem, true);
         }
         (Some(hold), problem, true)
+    }
+
+    /// The unit's own `AllowedCPUs=`/`AllowedMemoryNodes=`, of what systemd reads now:
+    /// a value a leftover hold set on the unit is that hold's value before; a unit whose
+    /// cgroup is a partition systemd did not make carries pinnerd's leftovers from a run
+    /// whose record is gone: the partition is undone here, and the values read are not
+    /// the unit's own (nothing set).
+    fn own_values(&self, units: &dyn Units, u: &UnitInfo, read: Allowed) -> Allowed {
+        let mut own = read.clone();
+        let left = self
+            .leftover
+            .iter()
+            .find(|l| l.unit == u.name && l.confined);
+        if let Some(l) = left {
+            if read.cpus == l.cpus {
+                own.cpus = l.before_cpus.clone();
+            }
+            if l.mems.as_ref() == Some(&read.mems) {
+                own.mems = l.before_mems.clone();
+            }
+        }
+        let Ok(cg2) = &self.cg2 else { return own };
+        let Some(p) = cg2.found_partition(&u.cgroup) else {
+            return own;
+        };
+        // Only where systemd has no partition of its own on the unit (and says so).
+        let pinnerds = match units.partition_property(&u.name) {
+            Ok(None) => true,
+            Ok(Some(v)) => v.is_empty() || v == "member",
+            Err(_) => false,
+        };
+        if !pinnerds {
+            return own;
+        }
+        tracing::warn!(
+            unit = %u.name, cpus = %p.cpus, state = %p.before, allowed_cpus = %read.cpus,
+            "a partition no record names (pinnerd's, from a run whose record is gone) undone; the unit's AllowedCPUs= and AllowedMemoryNodes= are not taken as its own"
+        );
+        for e in self.undo_partition(cg2, &p) {
+            tracing::warn!(unit = %u.name, problem = %e, "partition left by an earlier run not fully undone");
+        }
+        if left.is_none() {
+            own = Allowed::default();
+        }
+        own
     }
 
     /// Makes the hold's cgroup an isolated partition: through systemd's own
@@ -857,13 +997,13 @@ impl Holder {
     }
 
     /// Takes a partition back: `member` again (by the helper where the daemon may
-    /// not), then the granted CPUs out of the ancestors. Returns what was not undone.
+    /// not; never the state read before, which may be a leftover of pinnerd's), then
+    /// the granted CPUs out of the ancestors. Returns what was not undone.
     fn undo_partition(&self, cg2: &Cgroup2, p: &Partition) -> Vec<String> {
         let mut problems = Vec::new();
-        if cg2.dir(&p.cgroup).is_dir() && !p.before.is_empty() {
-            let before = p.before.split_whitespace().next().unwrap_or("member");
-            match self.write_partition(cg2, &p.cgroup, before) {
-                Ok(state) if state.split_whitespace().next() == Some(before) => {}
+        if cg2.dir(&p.cgroup).is_dir() {
+            match self.write_partition(cg2, &p.cgroup, "member") {
+                Ok(state) if state.split_whitespace().next() == Some("member") => {}
                 Ok(state) => problems.push(format!("cgroup {} stays {state}", p.cgroup)),
                 Err(_) if !cg2.dir(&p.cgroup).is_dir() => {}
                 Err(e) => problems.push(e.to_string()),
@@ -888,16 +1028,21 @@ impl Holder {
             problems.extend(self.undo_partition(cg2, p));
         }
         if h.confined {
-            if let Ok(u) = &self.units {
-                let mems = h.mems.as_ref().map(|_| &h.before_mems);
-                match u.set_allowed(&h.unit, Some(&h.before_cpus), mems) {
-                    Ok(()) => {}
-                    // A unit that is gone holds nothing any more.
-                    Err(e) if !self.cg2.as_ref().is_ok_and(|c| c.dir(&h.cgroup).is_dir()) => {
-                        tracing::debug!(unit = %h.unit, error = %e, "unit gone before it was let go");
+            let gone = || !self.cg2.as_ref().is_ok_and(|c| c.dir(&h.cgroup).is_dir());
+            match &self.units {
+                Ok(u) => {
+                    let mems = h.mems.as_ref().map(|_| &h.before_mems);
+                    match u.set_allowed(&h.unit, Some(&h.before_cpus), mems) {
+                        Ok(()) => {}
+                        // A unit that is gone holds nothing any more.
+                        Err(e) if gone() => {
+                            tracing::debug!(unit = %h.unit, error = %e, "unit gone before it was let go");
+                        }
+                        Err(e) => problems.push(e.to_string()),
                     }
-                    Err(e) => problems.push(e.to_string()),
                 }
+                Err(_) if gone() => {}
+                Err(e) => problems.push(format!("AllowedCPUs= not given back: {e}")),
             }
             if let Ok(cg2) = &self.cg2 {
                 if cg2.dir(&h.cgroup).is_dir() {
@@ -911,18 +1056,61 @@ impl Holder {
         problems
     }
 
-    /// At stop: everything held is undone, the journal removed.
-    pub fn release_all(&mut self) {
-        for h in std::mem::take(&mut self.held)
+    /// Undoes a hold; one not fully undone is kept as a leftover (in the journal).
+    /// Returns what could not be undone.
+    fn undo_or_keep(&mut self, h: Hold) -> Vec<String> {
+        let problems = self.undo(&h);
+        if !problems.is_empty() {
+            self.leftover.push(h);
+        }
+        problems
+    }
+
+    /// At stop: everything held (and every leftover) is undone, partitions first, one
+    /// hold after another until `until`; the journal is rewritten after each, so what is
+    /// not undone by then — or could not be — stays in it for the next start. Returns
+    /// lines for the log (warnings), one per hold left.
+    pub fn release_all(&mut self, until: Instant) -> Vec<String> {
+        let mut todo: Vec<Hold> = std::mem::take(&mut self.held)
             .into_iter()
             .chain(std::mem::take(&mut self.recovered))
-        {
-            for p in self.undo(&h) {
-                tracing::warn!(rule = %h.rule, unit = %h.unit, problem = %p, "hold not fully undone");
+            .chain(std::mem::take(&mut self.leftover))
+            .collect();
+        // CPUs isolated for nobody are the costliest leftover: partitions first.
+        todo.sort_by_key(|h| h.partition.is_none());
+        self.grace_until = None;
+        let mut lines = Vec::new();
+        let mut todo = std::collections::VecDeque::from(todo);
+        while let Some(h) = todo.pop_front() {
+            if (self.clock)() >= until {
+                todo.push_front(h);
+                lines.extend(todo.iter().map(|h| {
+                    format!(
+                        "hold for rule {} in {} not undone before the stop's deadline; left in the journal for the next start",
+                        h.rule, h.unit
+                    )
+                }));
+                break;
+            }
+            // Still in the journal while it is undone.
+            let problems = self.undo(&h);
+            if !problems.is_empty() {
+                lines.push(format!(
+                    "hold for rule {} in {} not fully undone at stop ({}); left in the journal for the next start",
+                    h.rule,
+                    h.unit,
+                    problems.join("; ")
+                ));
+                self.leftover.push(h);
+            }
+            let left: Vec<Hold> = self.leftover.iter().chain(&todo).cloned().collect();
+            if let Err(e) = self.journal.save(&left) {
+                tracing::warn!(error = %e, "cannot write the hold journal");
             }
         }
-        self.grace_until = None;
+        self.leftover.extend(todo);
         self.save();
+        lines
     }
 
     /// What is held now.
@@ -934,7 +1122,8 @@ impl Holder {
         let all: Vec<Hold> = self
             .held
             .iter()
-            .chain(self.recovered.iter())
+            .chain(&self.recovered)
+            .chain(&self.leftover)
             .cloned()
             .collect();
         if let Err(e) = self.journal.save(&all) {

@@ -103,7 +103,9 @@ pub struct Partition {
     /// The partition's cgroup (`/system.slice/md-feed.service`).
     pub cgroup: String,
     pub cpus: CpuSet,
-    /// `cpuset.cpus.partition` before (normally `member`).
+    /// `cpuset.cpus.partition` as it read before (normally `member`): for the record
+    /// only. Undoing always writes `member`: on a systemd without `CPUSetPartition=`
+    /// only pinnerd makes partitions, so anything else read here is its own leftover.
     pub before: String,
     /// `cpuset.cpus.exclusive` grants, top down.
     pub granted: Vec<Granted>,
@@ -321,15 +323,14 @@ impl Cgroup2 {
         failed
     }
 
-    /// The partition's cgroup back to its state before (normally `member`), when it
-    /// still exists.
+    /// The partition's cgroup back to `member` (never to [`Partition::before`], which
+    /// may be a leftover of pinnerd's own), when it still exists.
     pub fn unpartition(&self, p: &Partition) -> Result<(), Unable> {
-        if p.before.is_empty() || !self.dir(&p.cgroup).is_dir() {
+        if !self.dir(&p.cgroup).is_dir() {
             return Ok(());
         }
-        let before = p.before.split_whitespace().next().unwrap_or("member");
-        match self.write_partition(&p.cgroup, before) {
-            Ok(state) if state.split_whitespace().next() == Some(before) => Ok(()),
+        match self.write_partition(&p.cgroup, "member") {
+            Ok(state) if state.split_whitespace().next() == Some("member") => Ok(()),
             Ok(state) => Err(Unable::Invalid {
                 cgroup: p.cgroup.clone(),
                 state,
@@ -364,6 +365,36 @@ impl Cgroup2 {
             }
         }
         failed
+    }
+
+    /// The cgroup's `cpuset.cpus.exclusive`.
+    pub fn exclusive(&self, cgroup: &str) -> Result<CpuSet, Unable> {
+        self.read_cpus(cgroup, "cpuset.cpus.exclusive")
+    }
+
+    /// A partition found on `cgroup` that no record names (the cgroup reads other
+    /// than `member`): as much of it as pinnerd would have made — the cgroup's own
+    /// exclusive CPUs, granted through every ancestor that lists them — so that
+    /// undoing it leaves nothing behind. `None` for a member.
+    pub fn found_partition(&self, cgroup: &str) -> Option<Partition> {
+        let state = self.partition_state(cgroup).ok()?;
+        if state.split_whitespace().next() == Some("member") {
+            return None;
+        }
+        let cpus = self.exclusive(cgroup).unwrap_or_default();
+        let granted = ancestors(cgroup)
+            .into_iter()
+            .filter_map(|cg| {
+                let added = self.exclusive(&cg).ok()?.intersection(&cpus);
+                (!added.is_empty()).then_some(Granted { cgroup: cg, added })
+            })
+            .collect();
+        Some(Partition {
+            cgroup: cgroup.to_string(),
+            cpus,
+            before: state,
+            granted,
+        })
     }
 
     /// Whether `p` still holds: the cgroup exists and reads back `isolated`.
@@ -488,6 +519,54 @@ mod tests {
         );
         // The slice's grant, made before the failure, was taken back.
         assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "");
+    }
+
+    #[test]
+    fn an_undo_writes_member_whatever_the_cgroup_read_before() {
+        // A partition pinnerd left (its record gone): the next grant reads it as the
+        // state before, which must not be what the undo puts back.
+        let (_d, c) = tree(true);
+        let cg = "/system.slice/md.service";
+        std::fs::write(c.dir(cg).join("cpuset.cpus.partition"), "isolated\n").unwrap();
+        let cpus: CpuSet = "6-7".parse().unwrap();
+        let p = c.isolate(cg, &cpus).unwrap();
+        assert_eq!(p.before, "isolated");
+        assert!(c.undo(&p).is_empty());
+        assert_eq!(read(&c, cg, "cpuset.cpus.partition"), "member");
+    }
+
+    #[test]
+    fn a_partition_no_record_names_is_found_with_its_grants() {
+        let (_d, c) = tree(true);
+        let cg = "/system.slice/md.service";
+        assert_eq!(c.found_partition(cg), None);
+        // Another partition's CPU 2 in the slice stays out of what is found.
+        std::fs::write(
+            c.dir("/system.slice").join("cpuset.cpus.exclusive"),
+            "2,4-5\n",
+        )
+        .unwrap();
+        std::fs::write(c.dir(cg).join("cpuset.cpus.exclusive"), "4-5\n").unwrap();
+        std::fs::write(c.dir(cg).join("cpuset.cpus.partition"), "isolated\n").unwrap();
+        let p = c.found_partition(cg).unwrap();
+        assert_eq!(p.cpus, "4-5".parse().unwrap());
+        assert_eq!(
+            p.granted,
+            vec![
+                Granted {
+                    cgroup: "/system.slice".into(),
+                    added: "4-5".parse().unwrap()
+                },
+                Granted {
+                    cgroup: cg.into(),
+                    added: "4-5".parse().unwrap()
+                },
+            ]
+        );
+        assert!(c.undo(&p).is_empty());
+        assert_eq!(read(&c, cg, "cpuset.cpus.partition"), "member");
+        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "2");
+        assert_eq!(read(&c, cg, "cpuset.cpus.exclusive"), "");
     }
 
     #[test]

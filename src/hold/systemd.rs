@@ -16,9 +16,10 @@
 //! tasks run only inside those calls; signals that arrive in between wait in the socket.
 //! Call it from a plain thread: from a tokio task it refuses ([`UnitError::Refused`]).
 //!
-//! Bounded: every D-Bus call gives up after the connection's method timeout (5 s), and a
-//! whole method of [`Units`] after [`OUTER_BOUND_CALLS`] of those, so a hung systemd never
-//! hangs the caller.
+//! Bounded: every D-Bus call gives up after the connection's method timeout (5 s), the
+//! wait for a job systemd runs after [`JOB_WAIT_CALLS`] of those (30 s), and a whole
+//! method of [`Units`] after [`OUTER_BOUND_CALLS`] timeouts (with the job's wait, for a
+//! method that runs one), so a hung systemd never hangs the caller.
 
 use std::future::Future;
 use std::time::Duration;
@@ -34,8 +35,16 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A method of [`Units`] makes at most this many bounded calls or waits in a row
 /// (`adopt`: the match rule, the start, the job); the whole method is cut off after this
-/// many timeouts, whatever zbus does besides.
+/// many timeouts (plus [`JOB_WAIT_CALLS`] for one that waits for a job), whatever zbus
+/// does besides.
 pub const OUTER_BOUND_CALLS: u32 = 4;
+
+/// A job systemd runs for pinnerd (the partition helper unit, an adopted scope's start)
+/// is waited for this many call timeouts: 30 s. The helper execs pinnerd once, which on
+/// a loaded machine (an emulated VM beside other builds) did not finish within one call
+/// timeout (5 s). The wait is on the holder's thread, never on the daemon's loop; a job
+/// that takes longer counts as a refusal, tried again after the holder's backoff.
+pub const JOB_WAIT_CALLS: u32 = 6;
 
 /// systemd's `UNIT_NAME_MAX` less the terminating NUL.
 pub const UNIT_NAME_MAX: usize = 255;
@@ -303,13 +312,28 @@ impl SystemdUnits {
     /// Runs `work` to completion on this connection's runtime, cut off after
     /// [`OUTER_BOUND_CALLS`] timeouts.
     fn block<T>(&self, work: impl Future<Output = Result<T, UnitError>>) -> Result<T, UnitError> {
+        self.block_for(self.timeout * OUTER_BOUND_CALLS, work)
+    }
+
+    /// [`block`](Self::block) for a method that waits for a job: the job's wait added.
+    fn block_job<T>(
+        &self,
+        work: impl Future<Output = Result<T, UnitError>>,
+    ) -> Result<T, UnitError> {
+        self.block_for(self.timeout * (OUTER_BOUND_CALLS + JOB_WAIT_CALLS), work)
+    }
+
+    fn block_for<T>(
+        &self,
+        bound: Duration,
+        work: impl Future<Output = Result<T, UnitError>>,
+    ) -> Result<T, UnitError> {
         refuse_inside_runtime()?;
         let Some(runtime) = &self.runtime else {
             return Err(UnitError::NoSystemd(
                 "the connection is closing".to_string(),
             ));
         };
-        let bound = self.timeout * OUTER_BOUND_CALLS;
         runtime
             .block_on(async { tokio::time::timeout(bound, work).await })
             .unwrap_or_else(|_| {
@@ -513,7 +537,8 @@ impl SystemdUnits {
             .call(&what, MANAGER_PATH, MANAGER, method, args)
             .await?;
         let job: OwnedObjectPath = body(&what, &reply)?;
-        let result = tokio::time::timeout(self.timeout, job_result(&mut signals, &job)).await;
+        let bound = self.timeout * JOB_WAIT_CALLS;
+        let result = tokio::time::timeout(bound, job_result(&mut signals, &job)).await;
         match result {
             Ok(Some(result)) if result == "done" => Ok(()),
             Ok(Some(result)) => Err(UnitError::Call {
@@ -526,11 +551,9 @@ impl SystemdUnits {
             }),
             Err(_) => Err(UnitError::Call {
                 what,
-                message: format!(
-                    "job {} not finished within {:?}",
-                    job.as_str(),
-                    self.timeout
-                ),
+                // Without the job's path: a refusal that recurs reads the same, and is
+                // logged once.
+                message: format!("the job was not finished within {bound:?}"),
             }),
         }
     }
@@ -727,7 +750,7 @@ impl Units for SystemdUnits {
             });
         }
         let what = format!("StartUnit({unit})");
-        self.block(self.run_job(&what, "StartUnit", &(unit, "replace")))
+        self.block_job(self.run_job(&what, "StartUnit", &(unit, "replace")))
     }
 
     fn adopt(
@@ -746,7 +769,7 @@ impl Units for SystemdUnits {
         }
         check_slice(slice)?;
         check_pid(pid)?;
-        self.block(self.start_scope(ScopeRequest {
+        self.block_job(self.start_scope(ScopeRequest {
             scope,
             slice,
             pid,

@@ -14,6 +14,28 @@ struct World {
     owners: HashMap<u32, Owner>,
     /// What the helper unit writes: where the cgroup tree is.
     tree: Option<Cgroup2>,
+    /// Each `set_allowed` takes this long on this clock (a loaded systemd).
+    slow: Option<(FakeClock, Duration)>,
+}
+
+/// A clock that moves only when told.
+#[derive(Clone)]
+struct FakeClock(Arc<Mutex<Instant>>);
+
+impl FakeClock {
+    fn new() -> FakeClock {
+        FakeClock(Arc::new(Mutex::new(Instant::now())))
+    }
+    fn now(&self) -> Instant {
+        *self.0.lock().unwrap()
+    }
+    fn advance(&self, d: Duration) {
+        *self.0.lock().unwrap() += d;
+    }
+    fn boxed(&self) -> Box<Clock> {
+        let c = self.clone();
+        Box::new(move || c.now())
+    }
 }
 
 #[derive(Clone, Default)]
@@ -103,6 +125,9 @@ impl Units for FakeUnits {
         mems: Option<&CpuSet>,
     ) -> Result<(), UnitError> {
         let mut w = self.0.lock().unwrap();
+        if let Some((clock, took)) = &w.slow {
+            clock.advance(*took);
+        }
         w.calls.push(format!(
             "set {unit} cpus={} mems={}",
             cpus.map_or("-".into(), |c| c.to_string()),
@@ -700,7 +725,8 @@ fn a_unit_not_found_and_a_systemd_not_there_are_asked_again_at_the_next_reconcil
 }
 
 #[test]
-fn a_partition_refused_after_the_unit_was_confined_is_not_tried_again_until_wanted_otherwise() {
+fn a_partition_refused_after_the_unit_was_confined_is_not_tried_again_before_its_backoff_unless_wanted_otherwise(
+) {
     let (_d, mut cg2) = tree();
     // The kernel refuses the daemon, and no helper unit is installed.
     cg2.deny_partition = true;
@@ -720,7 +746,8 @@ fn a_partition_refused_after_the_unit_was_confined_is_not_tried_again_until_want
         "confinement taken back"
     );
     let calls = units.calls().len();
-    // The same want again (a retry): said again, the unit not confined again.
+    // The same want again (the daemon's retry, before the backoff): said again, the unit
+    // not confined again.
     let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
     assert_eq!(r[0].problem.as_deref(), Some(why.as_str()));
     assert_eq!(units.calls().len(), calls, "{:?}", units.calls());
@@ -869,4 +896,209 @@ fn a_unit_is_held_only_for_its_main_process_or_when_all_of_it_is_the_rules_users
             .contains("user@4343.service is a user's unit"),
         "{r:?}"
     );
+}
+
+/// A service's cgroup in `tree()`'s hierarchy, with one process.
+fn service_cgroup(cg2: &Cgroup2, name: &str) {
+    let d = cg2.dir(&format!("/system.slice/{name}"));
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("cpuset.cpus.exclusive"), "\n").unwrap();
+    std::fs::write(d.join("cpuset.cpus.partition"), "member\n").unwrap();
+    std::fs::write(d.join("cgroup.procs"), "10\n").unwrap();
+}
+
+#[test]
+fn a_stop_undoes_holds_until_its_deadline_and_leaves_the_rest_in_the_journal() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    for (pid, name) in [(11, "a.service"), (12, "b.service")] {
+        service_cgroup(&cg2, name);
+        units.add(pid, name, &format!("/system.slice/{name}"), "system.slice");
+    }
+    let clock = FakeClock::new();
+    let mut h = holder(&units, &cg2, run.path()).with_clock(clock.boxed());
+    let r = h.reconcile(&[
+        want("a", 11, "2", false),
+        want("b", 12, "3", false),
+        want("feed", 10, "6-7", true),
+    ]);
+    assert!(r.iter().all(|r| r.confined) && r[2].isolated, "{r:?}");
+    // From now on systemd takes 6 s per call; the stop has 10 s.
+    units.0.lock().unwrap().slow = Some((clock.clone(), Duration::from_secs(6)));
+    let lines = h.release_all(clock.now() + Duration::from_secs(10));
+    // The partition went first, then one more unit; the last was not reached.
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "member"
+    );
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+    assert_eq!(units.allowed_of("md.service").cpus, CpuSet::new());
+    assert_eq!(units.allowed_of("a.service").cpus, CpuSet::new());
+    assert_eq!(units.allowed_of("b.service").cpus, "3".parse().unwrap());
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("b.service") && lines[0].contains("left in the journal"),
+        "{lines:?}"
+    );
+    let left = Journal::new(run.path()).load().unwrap();
+    assert_eq!(
+        left.iter().map(|h| h.unit.as_str()).collect::<Vec<_>>(),
+        ["b.service"]
+    );
+
+    // The next start finds it there and, not wanted, undoes it after the grace.
+    units.0.lock().unwrap().slow = None;
+    let mut next = holder(&units, &cg2, run.path());
+    let t0 = Instant::now();
+    next.recover(t0);
+    next.expire(t0 + RECOVERY_GRACE);
+    assert_eq!(units.allowed_of("b.service").cpus, CpuSet::new());
+    assert!(!run.path().join(JOURNAL_FILE).exists());
+}
+
+#[test]
+fn a_partition_no_record_names_is_undone_and_its_values_are_not_taken_as_the_units_own() {
+    // What a run whose journal was removed left: md.service isolated on 6-7, granted
+    // down from the slice, and AllowedCPUs=6-7 set by pinnerd.
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    units
+        .set_allowed("md.service", Some(&"6-7".parse().unwrap()), None)
+        .unwrap();
+    for cg in ["/system.slice", "/system.slice/md.service"] {
+        std::fs::write(cg2.dir(cg).join("cpuset.cpus.exclusive"), "6-7\n").unwrap();
+    }
+    std::fs::write(
+        cg2.dir("/system.slice/md.service")
+            .join("cpuset.cpus.partition"),
+        "isolated\n",
+    )
+    .unwrap();
+    let mut h = holder(&units, &cg2, run.path());
+    assert!(h.recover(Instant::now()).is_empty(), "no journal");
+    let r = h.reconcile(&[want("feed", 10, "4-5", true)]);
+    assert!(r[0].isolated, "{r:?}");
+    assert_eq!(h.held()[0].before_cpus, CpuSet::new());
+    // The old partition's grants went with it: only the new CPUs are granted.
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "4-5");
+    // Let go: nothing of either run is left.
+    h.reconcile(&[]);
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "member"
+    );
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.exclusive"),
+        ""
+    );
+    assert_eq!(units.allowed_of("md.service").cpus, CpuSet::new());
+}
+
+#[test]
+fn a_hold_a_previous_run_left_that_cannot_be_undone_stays_on_record_and_is_not_taken_as_the_units_own(
+) {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    // The unit's own value.
+    units
+        .set_allowed("md.service", Some(&"0-7".parse().unwrap()), None)
+        .unwrap();
+    let mut first = holder(&units, &cg2, run.path());
+    first.reconcile(&[want("feed", 10, "6-7", false)]);
+    drop(first); // killed
+                 // The next start has no systemd yet, and the unit has no process: the undo cannot
+                 // give AllowedCPUs= back, so the hold stays on record.
+    std::fs::write(cg2.dir("/system.slice/md.service").join("cgroup.procs"), "").unwrap();
+    let later = units.clone();
+    let mut second = Holder::new(
+        Err("systemd is not on the system bus: not yet".into()),
+        Ok(cg2.clone()),
+        Journal::new(run.path()),
+        Box::new(|_, _, _| 0),
+    )
+    .reconnecting(Box::new(move || {
+        Ok(Box::new(later.clone()) as Box<dyn Units>)
+    }));
+    let lines = second.recover(Instant::now());
+    assert!(
+        lines[0].starts_with("could not fully undo what a previous run held")
+            && lines[0].ends_with("kept in the journal"),
+        "{lines:?}"
+    );
+    assert_eq!(Journal::new(run.path()).load().unwrap().len(), 1);
+    // Wanted again once systemd is there, which refuses the property at first: nothing
+    // changed, so the hold left stays on record as it was.
+    std::fs::write(
+        cg2.dir("/system.slice/md.service").join("cgroup.procs"),
+        "10\n",
+    )
+    .unwrap();
+    units.0.lock().unwrap().refuse_set = true;
+    let r = second.reconcile(&[want("feed", 10, "5-7", false)]);
+    assert!(!r[0].confined, "{r:?}");
+    let left = Journal::new(run.path()).load().unwrap();
+    assert_eq!(left.len(), 1);
+    assert_eq!(left[0].cpus, "6-7".parse().unwrap());
+    // Then accepted: 6-7 is pinnerd's, not the unit's own.
+    units.0.lock().unwrap().refuse_set = false;
+    let r = second.reconcile(&[want("feed", 10, "5-7", false)]);
+    assert!(r[0].confined, "{r:?}");
+    assert_eq!(second.held()[0].before_cpus, "0-7".parse().unwrap());
+    assert_eq!(Journal::new(run.path()).load().unwrap().len(), 1);
+    second.reconcile(&[]);
+    assert_eq!(units.allowed_of("md.service").cpus, "0-7".parse().unwrap());
+    assert!(!run.path().join(JOURNAL_FILE).exists());
+}
+
+#[test]
+fn a_refused_partition_is_tried_again_after_a_backoff_that_doubles_up_to_its_bound() {
+    let (_d, mut cg2) = tree();
+    // The kernel refuses the daemon, and the helper unit is not there (yet).
+    cg2.deny_partition = true;
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    let clock = FakeClock::new();
+    let mut h = holder(&units, &cg2, run.path()).with_clock(clock.boxed());
+    let wants = [want("feed", 10, "6-7", true)];
+    let tries = |u: &FakeUnits| {
+        u.calls()
+            .iter()
+            .filter(|c| c.starts_with("start pinnerd-partition@isolated"))
+            .count()
+    };
+    let r = h.reconcile(&wants);
+    assert!(
+        r[0].problem.as_deref().unwrap().contains("not found"),
+        "{r:?}"
+    );
+    assert_eq!(tries(&units), 1);
+    let mut expected = 1;
+    for wait in [30, 60, 120, 240, 480, 600, 600] {
+        let wait = Duration::from_secs(wait);
+        assert_eq!(h.deadline(), Some(clock.now() + wait));
+        clock.advance(wait - Duration::from_secs(1));
+        assert!(!h.retry_due());
+        let r = h.reconcile(&wants);
+        assert!(r[0].problem.is_some() && !r[0].confined, "{r:?}");
+        assert_eq!(tries(&units), expected, "not tried before {wait:?}");
+        clock.advance(Duration::from_secs(1));
+        assert!(h.retry_due());
+        h.reconcile(&wants);
+        expected += 1;
+        assert_eq!(tries(&units), expected, "tried again after {wait:?}");
+    }
+    // The helper unit installed: the next try makes the partition.
+    units.0.lock().unwrap().tree = Some(cg2.clone());
+    clock.advance(REFUSAL_RETRY_MAX);
+    let r = h.reconcile(&wants);
+    assert!(r[0].isolated && r[0].problem.is_none(), "{r:?}");
+    assert_eq!(h.deadline(), None);
 }

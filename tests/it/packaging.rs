@@ -343,6 +343,57 @@ fn deb_metadata_names_existing_files() {
 }
 
 #[test]
+fn the_runtime_record_outlives_every_stop_and_only_purge_removes_it() {
+    // systemd removes a runtime directory at every stop unless told to keep it; a stop
+    // after a crash would then lose what the next start must undo.
+    let unit = std::fs::read_to_string(repo().join("systemd/pinnerd.service")).unwrap();
+    let preserve: Vec<&str> = unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("RuntimeDirectoryPreserve="))
+        .collect();
+    assert_eq!(preserve, ["yes"]);
+    // The script as dpkg runs it, with `rm` and `rmdir` recording instead of removing.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("calls");
+    for tool in ["rm", "rmdir"] {
+        let path = dir.path().join(tool);
+        std::fs::write(
+            &path,
+            format!("#!/bin/sh\necho \"{tool} $*\" >>'{}'\n", log.display()),
+        )
+        .unwrap();
+        let mut perm = std::fs::metadata(&path).unwrap().permissions();
+        std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o755);
+        std::fs::set_permissions(&path, perm).unwrap();
+    }
+    let calls = |verb: &str| {
+        let _ = std::fs::remove_file(&log);
+        let out = Command::new("/bin/sh")
+            .arg(repo().join("debian/postrm"))
+            .arg(verb)
+            .env("PATH", dir.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "postrm {verb}: {out:?}");
+        std::fs::read_to_string(&log).unwrap_or_default()
+    };
+    assert_eq!(
+        calls("remove"),
+        "",
+        "remove keeps the record for a reinstall"
+    );
+    let purged = calls("purge");
+    assert!(
+        purged.lines().any(|l| l == "rm -rf /run/pinnerd"),
+        "{purged}"
+    );
+    assert!(
+        purged.lines().any(|l| l == "rm -rf /var/lib/pinnerd"),
+        "{purged}"
+    );
+}
+
+#[test]
 fn maintainer_scripts_are_valid_sh() {
     for s in ["postinst", "postrm"] {
         let out = Command::new("sh")

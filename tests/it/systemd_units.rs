@@ -667,6 +667,17 @@ fn adopting_fails_with_the_result_of_a_failed_job() {
 }
 
 #[test]
+fn a_job_longer_than_a_call_is_waited_for_within_the_job_bound() {
+    // A helper unit on a loaded machine: its job ends well after one call's timeout.
+    let (_bus, fake, client) = setup(TIMEOUT);
+    fake.state().job_runs = TIMEOUT * 2;
+    client
+        .adopt("x-1.scope", "pinnerd.slice", 1, &Allowed::default(), "x")
+        .unwrap();
+    assert_eq!(fake.state().jobs_removed, 1);
+}
+
+#[test]
 fn a_job_that_never_ends_is_an_error_after_the_timeout() {
     let (_bus, fake, client) = setup(SHORT);
     fake.state().job_result = None;

@@ -1399,6 +1399,10 @@ check_package_purge() {
         echo "/var/lib/pinnerd left after purge"
         return 1
     }
+    [ ! -e /run/pinnerd ] || {
+        echo "/run/pinnerd left after purge: $(ls -A /run/pinnerd | tr '\n' ' ')"
+        return 1
+    }
     [ -f "$RULES/52-vm-hotplug.toml" ] || {
         echo "purge deleted the administrator's rule files"
         return 1
@@ -1407,7 +1411,7 @@ check_package_purge() {
         echo "after purge vmwork-hot is on $(masks "$pid"), want $ALL_CPUS (stopping must restore)"
         return 1
     }
-    echo "purged: service stopped, files and /var/lib/pinnerd gone, rule files kept, vmwork-hot back on $ALL_CPUS${isolating:+; the isolate rule's CPUs 2-3 no longer isolated, its unit's AllowedCPUs reset}"
+    echo "purged: service stopped, files, /var/lib/pinnerd and /run/pinnerd gone, rule files kept, vmwork-hot back on $ALL_CPUS${isolating:+; the isolate rule's CPUs 2-3 no longer isolated, its unit's AllowedCPUs reset}"
 }
 
 # ---- isolation (isolate = true) and units born in place (unit-cpuset = true)
@@ -1692,6 +1696,75 @@ EOF
         return 1
     }
     echo "check refused the comm-only isolate rule at 9:11; the user's job in vmcron.service (pid $job, pinned to 6-7) held nothing ($(grep -o 'not held: [^;]*' <<<"$why" | head -1)); the user's own batch.slice matched nothing; $out"
+}
+
+# The record of holds outlives a stop that follows a crash: kill -9, then systemctl stop
+# while systemd waits to restart the daemon (as dpkg or an administrator stopping a
+# crashed daemon does), then start: the next daemon finds holds.json, and removing the
+# rule leaves nothing isolated and the unit's AllowedCPUs reset.
+check_isolate_crash_then_stop() {
+    local pid old inv kept isolated_stopped how dropin=/run/systemd/system/pinnerd.service.d
+    no_partitions && return 77
+    pid=$(workload_pid vmwork-iso) || {
+        echo "$pid"
+        return 1
+    }
+    # Whatever fails, the daemon runs again for the checks after this one, without the
+    # rule or the drop-in.
+    back() {
+        rm -f "$RULES/80-vm-isolate.toml" "$dropin/90-vm-crash-then-stop.conf"
+        systemctl daemon-reload
+        systemctl is-active --quiet pinnerd.service || systemctl start pinnerd.service
+    }
+    iso_rule
+    wait_for 30 isolated_is 6-7 || {
+        echo "precondition: not isolated 30 s after the rule: '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)'"
+        back
+        return 1
+    }
+    # systemd restarts the killed daemon after RestartSec= (2 s): a minute here lets the
+    # stop come first every time, as it does when it comes within the 2 s.
+    mkdir -p "$dropin"
+    printf '[Service]\nRestartSec=1min\n' >"$dropin/90-vm-crash-then-stop.conf"
+    systemctl daemon-reload
+    old=$(daemon_pid)
+    kill -9 "$old"
+    wait_for 20 sh -c '[ "$(systemctl show -p SubState --value pinnerd.service)" = auto-restart ]' || {
+        echo "pinnerd.service not waiting to restart after kill -9: $(systemctl show -p ActiveState,SubState,Result pinnerd.service | tr '\n' ' ')"
+        back
+        return 1
+    }
+    systemctl stop pinnerd.service
+    [ -s /run/pinnerd/holds.json ] && kept=yes
+    isolated_stopped=$(cat /sys/fs/cgroup/cpuset.cpus.isolated)
+    rm -f "$dropin/90-vm-crash-then-stop.conf"
+    systemctl daemon-reload
+    systemctl start pinnerd.service || {
+        echo "systemctl start failed: $(systemctl show -p ActiveState,SubState,Result pinnerd.service | tr '\n' ' ')"
+        back
+        return 1
+    }
+    [ -n "$kept" ] || {
+        echo "/run/pinnerd/holds.json gone after systemctl stop of the killed daemon (isolated then: '$isolated_stopped'; /run/pinnerd: $(ls -A /run/pinnerd 2>&1 | tr '\n' ' '))"
+        back
+        return 1
+    }
+    inv=$(systemctl show -p InvocationID --value pinnerd.service)
+    rm -f "$RULES/80-vm-isolate.toml"
+    wait_for 20 sh -c '[ -z "$(cat /sys/fs/cgroup/cpuset.cpus.isolated)" ] &&
+        [ -z "$(systemctl show -p AllowedCPUs --value vmwork-iso.service)" ]' || {
+        echo "20 s after the rule went: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', vmwork-iso AllowedCPUs '$(systemctl show -p AllowedCPUs --value vmwork-iso.service)'; the restarted daemon said: $(journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="$inv" | grep -E 'previous run|no record' | head -5 | tr '\n' ' ')"
+        back
+        return 1
+    }
+    [ -z "$(cat /sys/fs/cgroup/system.slice/cpuset.cpus.exclusive 2>/dev/null)" ] || {
+        echo "system.slice/cpuset.cpus.exclusive left '$(cat /sys/fs/cgroup/system.slice/cpuset.cpus.exclusive)'"
+        back
+        return 1
+    }
+    how=$(journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="$inv" | grep -E 'previous run' | head -1)
+    back
+    echo "kill -9 then systemctl stop: holds.json kept, '$isolated_stopped' still isolated while stopped; started again: ${how:-no line about the previous run}; rule removed: nothing isolated, vmwork-iso AllowedCPUs reset, system.slice exclusive empty"
 }
 
 check_unit_born_in_place() {
@@ -2150,6 +2223,7 @@ run_check memory-follows check_memory_follows 180
 # Before the hotplug checks, whose rules hold CPU 6 and a compact pair to the end.
 run_check isolate-keeps-others-off check_isolate_keeps_others_off 180
 run_check isolate-survives-restart check_isolate_survives_restart 120
+run_check isolate-crash-then-stop check_isolate_crash_then_stop 180
 run_check hold-refuses-imitators check_hold_refuses_imitators 150
 run_check unit-born-in-place check_unit_born_in_place 240
 run_check hotplug-explicit check_hotplug_explicit 120
