@@ -3,7 +3,10 @@
 //!
 //! ```text
 //!   loop ─Action::Hold(wants)─► HolderThread::want ─► (newest replaces waiting) ─►
-//!        pinnerd-hold thread: Holder::reconcile ─► Event::Held(reports) ─► loop
+//!        pinnerd-hold thread: Holder::reconcile ─► Event::Held(reports, notes) ─► loop
+//!   pinnerd-hold-watch thread: a held partition's cgroup.events changed (inotify) ─►
+//!        the hold thread reconciles the last wants again (a unit left without
+//!        processes has its partition undone before systemd removes its cgroup)
 //!   exit ─► HolderThread::stop: everything held is undone, then the thread ends
 //! ```
 //!
@@ -17,6 +20,8 @@ use crate::hold::{HoldReport, Holder, Want};
 
 enum Msg {
     Wants(Vec<Want>),
+    /// A watched `cgroup.events` changed.
+    Events,
     Stop,
 }
 
@@ -37,6 +42,47 @@ pub fn system_holder(root: &crate::sysroot::SysRoot, runtime_dir: &std::path::Pa
     .reconnecting(Box::new(connect))
 }
 
+/// Starts the thread that reads the holder's inotify events (the `cgroup.events` of
+/// held partitions) and tells the hold thread; the watches it is given are the
+/// holder's. `None` (logged) when inotify cannot be had: units are then let go at the
+/// daemon's next reconcile. The thread ends with the hold thread's channel.
+fn watch_events(tx: mpsc::Sender<Msg>) -> Option<inotify::Watches> {
+    let mut inotify = match inotify::Inotify::init() {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::warn!(error = %e, "no inotify for held partitions' cgroup.events: an emptied unit is let go at the next reconcile");
+            return None;
+        }
+    };
+    let watches = inotify.watches();
+    let spawned = std::thread::Builder::new()
+        .name("pinnerd-hold-watch".into())
+        .spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                match inotify.read_events_blocking(&mut buf) {
+                    Ok(events) => {
+                        if events.count() > 0 && tx.send(Msg::Events).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the held partitions' cgroup.events stopped");
+                        return;
+                    }
+                }
+            }
+        });
+    match spawned {
+        Ok(_) => Some(watches),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the cgroup.events watch thread");
+            None
+        }
+    }
+}
+
 /// The running holder thread.
 pub struct HolderThread {
     tx: mpsc::Sender<Msg>,
@@ -49,14 +95,19 @@ impl HolderThread {
     /// reports to `report`.
     pub fn start(
         make: impl FnOnce() -> Holder + Send + 'static,
-        report: impl Fn(Vec<HoldReport>) + Send + 'static,
+        report: impl Fn(Vec<HoldReport>, Vec<String>) + Send + 'static,
     ) -> std::io::Result<HolderThread> {
         let (tx, rx) = mpsc::channel::<Msg>();
+        let watches = watch_events(tx.clone());
         let join = std::thread::Builder::new()
             .name("pinnerd-hold".into())
             .spawn(move || {
                 // Connecting to systemd can wait too: on this thread, not the loop.
                 let mut holder = make();
+                if let Some(w) = watches {
+                    holder = holder.watching(w);
+                }
+                let mut last: Vec<Want> = Vec::new();
                 for line in holder.recover(Instant::now()) {
                     tracing::info!("{line}");
                 }
@@ -81,12 +132,17 @@ impl HolderThread {
                             }
                         }
                         Some(Msg::Stop) => break,
-                        Some(Msg::Wants(mut wants)) => {
+                        Some(first @ (Msg::Wants(_) | Msg::Events)) => {
                             // Only the newest wants matter: skip those already replaced.
                             let mut stop = false;
+                            let mut wants = match first {
+                                Msg::Wants(w) => w,
+                                _ => last.clone(),
+                            };
                             while let Ok(m) = rx.try_recv() {
                                 match m {
                                     Msg::Wants(w) => wants = w,
+                                    Msg::Events => {}
                                     Msg::Stop => stop = true,
                                 }
                             }
@@ -97,7 +153,8 @@ impl HolderThread {
                             for line in holder.expire(Instant::now()) {
                                 tracing::info!("{line}");
                             }
-                            report(reports);
+                            last = wants;
+                            report(reports, holder.notes());
                         }
                     }
                 }

@@ -33,6 +33,7 @@ mod dry;
 mod journal;
 mod names;
 pub mod partition;
+mod settle;
 pub mod systemd;
 
 pub use dry::{cannot_isolate_here, dry_line, unit_of_cgroup};
@@ -52,6 +53,15 @@ use systemd::{Allowed, UnitError, UnitInfo, Units};
 pub const RECOVERY_GRACE: Duration = Duration::from_secs(5);
 /// How long a unit let go may take to widen its cpuset before masks are given back.
 const GIVE_BACK_WAIT: Duration = Duration::from_secs(2);
+/// How long a partition write waits for the kernel to let go of the CPUs of a partition
+/// being removed (a removed cgroup's, or one just set back to `member`) before it is
+/// refused (a new partition) or put off (an undo). The kernel lets go at once where it
+/// has the fix [`partition::unsafe_kernel`] asks for; after an RCU grace period without.
+pub const SETTLE_WAIT: Duration = Duration::from_secs(3);
+/// How often the wait above looks again.
+const SETTLE_POLL: Duration = Duration::from_millis(50);
+/// How often an undo put off (CPUs the kernel kept isolated) is tried again.
+const UNRELEASED_RETRY: Duration = Duration::from_secs(5);
 
 /// What the daemon wants held for one managed process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -212,6 +222,11 @@ pub struct Hold {
     /// The partition was made through systemd's `CPUSetPartition=`.
     #[serde(default)]
     pub by_systemd: bool,
+    /// The unit's cgroup reported no process left, and its partition was undone then,
+    /// before systemd could remove the cgroup (what else is held stays until the
+    /// daemon lets the unit go).
+    #[serde(default)]
+    pub emptied: bool,
 }
 
 impl Hold {
@@ -325,6 +340,11 @@ pub struct Holder {
     /// way, since every try confines the unit and takes it back (which can reset the
     /// masks of other units' tasks in its slice).
     refused: HashMap<String, (Signature, String)>,
+    /// What the kernel isolates that is not pinnerd's, and the partitions whose undo
+    /// waits for the kernel (see `settle`).
+    settle: std::cell::RefCell<settle::Settle>,
+    /// The `cgroup.events` watches of held partitions, when the holder thread watches.
+    watch: Option<settle::Watch>,
 }
 
 /// What a unit is wanted for: a refusal stands until this changes.
@@ -351,7 +371,16 @@ impl Holder {
             units_of: HashMap::new(),
             connect: None,
             refused: HashMap::new(),
+            settle: std::cell::RefCell::new(settle::Settle::new(SETTLE_WAIT)),
+            watch: None,
         }
+    }
+
+    /// How long partition writes wait for the kernel to let go of a removed
+    /// partition's CPUs (tests: short).
+    pub fn settling(self, wait: Duration) -> Holder {
+        self.settle.borrow_mut().wait = wait;
+        self
     }
 
     /// While systemd is not reachable, each reconcile tries `connect` again (a daemon
@@ -377,29 +406,35 @@ impl Holder {
         let mut lines = Vec::new();
         let left = match self.journal.load() {
             Ok(left) => left,
-            Err(e) => return vec![format!("hold journal not used: {e}")],
-        };
-        for h in left {
-            let alive = self.cg2.as_ref().is_ok_and(|c| c.populated(&h.cgroup));
-            if alive {
-                lines.push(format!(
-                    "kept what a previous run held for rule {} in {} until it is wanted again",
-                    h.rule, h.unit
-                ));
-                self.recovered.push(h);
-            } else {
-                let problems = self.undo(&h);
-                lines.push(format!(
-                    "undid what a previous run held for rule {} in {}{}",
-                    h.rule,
-                    h.unit,
-                    if problems.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" ({})", problems.join("; "))
-                    }
-                ));
+            Err(e) => {
+                self.note_baseline(&[]);
+                return vec![format!("hold journal not used: {e}")];
             }
+        };
+        // What is isolated now and none of the journal's partitions: not pinnerd's.
+        self.note_baseline(&left);
+        let (alive, dead): (Vec<Hold>, Vec<Hold>) = left
+            .into_iter()
+            .partition(|h| self.cg2.as_ref().is_ok_and(|c| c.populated(&h.cgroup)));
+        for h in alive {
+            lines.push(format!(
+                "kept what a previous run held for rule {} in {} until it is wanted again",
+                h.rule, h.unit
+            ));
+            self.recovered.push(h);
+        }
+        for h in dead {
+            let problems = self.undo(&h);
+            lines.push(format!(
+                "undid what a previous run held for rule {} in {}{}",
+                h.rule,
+                h.unit,
+                if problems.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", problems.join("; "))
+                }
+            ));
         }
         if !self.recovered.is_empty() {
             self.grace_until = Some(now + RECOVERY_GRACE);
@@ -408,13 +443,20 @@ impl Holder {
         lines
     }
 
-    /// When the holder next needs to run without a new want (recovered holds expire).
+    /// When the holder next needs to run without a new want (recovered holds expire,
+    /// an undo put off is tried again).
     pub fn deadline(&self) -> Option<Instant> {
-        self.grace_until
+        let retry = self.settle.borrow().retry_at();
+        match (self.grace_until, retry) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
-    /// Recovered holds nobody wanted within the grace: undone.
+    /// Recovered holds nobody wanted within the grace: undone. Undos put off are tried
+    /// again.
     pub fn expire(&mut self, now: Instant) -> Vec<String> {
+        self.retry_unreleased(now);
         let Some(until) = self.grace_until else {
             return Vec::new();
         };
@@ -423,7 +465,7 @@ impl Holder {
         }
         self.grace_until = None;
         let mut lines = Vec::new();
-        for h in std::mem::take(&mut self.recovered) {
+        while let Some(h) = self.recovered.pop() {
             let problems = self.undo(&h);
             lines.push(format!(
                 "undid what a previous run held for rule {} in {}: not wanted again{}",
@@ -462,6 +504,8 @@ impl Holder {
                 self.units = connect();
             }
         }
+        self.retry_unreleased(Instant::now());
+        self.release_emptied();
         let mut reports: Vec<HoldReport> = wants.iter().map(HoldReport::wanted).collect();
         let (targets, target_of) = self.group(wants, &mut reports);
         self.release_unwanted(&targets);
@@ -486,6 +530,7 @@ impl Holder {
                 r.problem = o.problem.clone();
             }
         }
+        self.sync_watches();
         reports
     }
 
@@ -547,40 +592,45 @@ impl Holder {
         (targets, target_of)
     }
 
-    /// Lets go of what is no longer wanted as it is held.
+    /// Lets go of what is no longer wanted as it is held, or whose unit emptied and has
+    /// processes again (a new start of it: held anew). The holds kept stay on record
+    /// while the others are undone: their partitions are live ones.
     fn release_unwanted(&mut self, targets: &BTreeMap<String, Target>) {
-        let mut kept = Vec::new();
-        for h in std::mem::take(&mut self.held) {
-            match targets.get(&h.unit) {
-                Some(t) if h.same_target(t) => kept.push(h),
-                _ => {
-                    for p in self.undo(&h) {
-                        tracing::warn!(rule = %h.rule, unit = %h.unit, problem = %p, "hold not fully undone");
-                    }
-                    tracing::info!(rule = %h.rule, unit = %h.unit, cpus = %h.cpus, "unit let go");
-                }
-            }
-        }
+        let cg2 = self.cg2.as_ref().ok();
+        let (kept, gone): (Vec<Hold>, Vec<Hold>) =
+            std::mem::take(&mut self.held).into_iter().partition(|h| {
+                let refilled =
+                    h.emptied && cg2.and_then(|c| c.populated_events(&h.cgroup)) == Some(true);
+                targets
+                    .get(&h.unit)
+                    .is_some_and(|t| h.same_target(t) && !refilled)
+            });
         self.held = kept;
+        for h in gone {
+            for p in self.undo(&h) {
+                tracing::warn!(rule = %h.rule, unit = %h.unit, problem = %p, "hold not fully undone");
+            }
+            tracing::info!(rule = %h.rule, unit = %h.unit, cpus = %h.cpus, "unit let go");
+        }
     }
 
     /// Holds a previous run left that are wanted as they are: taken over, untouched;
     /// wanted otherwise: undone; not wanted (yet): kept until the grace ends.
     fn take_over_recovered(&mut self, targets: &BTreeMap<String, Target>) {
-        let mut still = Vec::new();
+        let mut undo = Vec::new();
         for h in std::mem::take(&mut self.recovered) {
             match targets.get(&h.unit) {
                 Some(t) if h.same_target(t) && !self.held.iter().any(|k| k.unit == h.unit) => {
                     tracing::info!(rule = %h.rule, unit = %h.unit, "hold left by a previous run taken over");
                     self.held.push(h);
                 }
-                Some(_) => {
-                    self.undo(&h);
-                }
-                None => still.push(h),
+                Some(_) => undo.push(h),
+                None => self.recovered.push(h),
             }
         }
-        self.recovered = still;
+        for h in undo {
+            self.undo(&h);
+        }
         if self.recovered.is_empty() {
             self.grace_until = None;
         }
@@ -593,8 +643,17 @@ impl Holder {
         for (key, t) in targets {
             if let Some(h) = self.held.iter().find(|h| &h.unit == key) {
                 let isolated = h.partition.is_some();
-                let problem = (t.isolate && !isolated)
-                    .then(|| "the partition was refused earlier".to_string());
+                let problem = (t.isolate && !isolated).then(|| {
+                    if h.emptied {
+                        format!(
+                            "unit {} has no process left: its partition was undone before \
+                             its cgroup goes",
+                            h.unit
+                        )
+                    } else {
+                        "the partition was refused earlier".to_string()
+                    }
+                });
                 outcome.insert(
                     key.clone(),
                     Outcome {
@@ -659,6 +718,13 @@ impl Holder {
         if let (true, Some(why)) = (t.isolate, &cannot) {
             return (None, Some(why.clone()), false);
         }
+        // Nor is anything changed for a partition while a removed one is pending: tried
+        // again at the next retry, as a hold not made.
+        if t.isolate {
+            if let Err(e) = self.settled(None) {
+                return (None, Some(e.to_string()), false);
+            }
+        }
         let (unit, cgroup, adopted, before) = match &t.place {
             Place::Unit(u) => match units.allowed(&u.name) {
                 Ok(b) => (u.name.clone(), u.cgroup.clone(), false, b),
@@ -683,6 +749,7 @@ impl Holder {
             isolate: t.isolate,
             partition: None,
             by_systemd: false,
+            emptied: false,
         };
         // On record before the first change: a crash halfway leaves nothing unknown.
         self.held.push(hold.clone());
@@ -757,6 +824,7 @@ impl Holder {
     /// `pinnerd-partition@isolated:PATH.service`; read back either way.
     fn partition(&self, h: &Hold) -> Result<(Partition, bool), Unable> {
         let cg2 = self.cg2.as_ref().map_err(Clone::clone)?;
+        self.settled(None)?;
         if let Ok(units) = &self.units {
             if let Ok(Some(_)) = units.partition_property(&h.unit) {
                 if units.set_partition(&h.unit, "isolated").is_ok() {
@@ -815,8 +883,18 @@ impl Holder {
     }
 
     /// Takes a partition back: `member` again (by the helper where the daemon may
-    /// not), then the granted CPUs out of the ancestors. Returns what was not undone.
+    /// not), then — once the kernel no longer lists its CPUs as isolated — the granted
+    /// CPUs out of the ancestors. Nothing is written while another removed partition is
+    /// pending, and the grants stay while the kernel keeps the CPUs: either way the
+    /// rest is put off and tried again (see `settle`). Returns what was not undone.
     fn undo_partition(&self, cg2: &Cgroup2, p: &Partition) -> Vec<String> {
+        if let Err(e) = self.settled(Some(p)) {
+            self.put_off(p, false);
+            return vec![format!(
+                "undo of the partition of {} put off: {e}",
+                p.cgroup
+            )];
+        }
         let mut problems = Vec::new();
         if cg2.dir(&p.cgroup).is_dir() && !p.before.is_empty() {
             let before = p.before.split_whitespace().next().unwrap_or("member");
@@ -826,6 +904,14 @@ impl Holder {
                 Err(_) if !cg2.dir(&p.cgroup).is_dir() => {}
                 Err(e) => problems.push(e.to_string()),
             }
+        }
+        if !problems.is_empty() {
+            problems.extend(cg2.ungrant(p).into_iter().map(|e| e.to_string()));
+            return problems;
+        }
+        if let Err(kept) = self.released(p) {
+            self.put_off(p, true);
+            return vec![kept];
         }
         problems.extend(cg2.ungrant(p).into_iter().map(|e| e.to_string()));
         problems
@@ -871,14 +957,13 @@ impl Holder {
 
     /// At stop: everything held is undone, the journal removed.
     pub fn release_all(&mut self) {
-        for h in std::mem::take(&mut self.held)
-            .into_iter()
-            .chain(std::mem::take(&mut self.recovered))
-        {
+        // One at a time: those not undone yet stay on record, live partitions.
+        while let Some(h) = self.held.pop().or_else(|| self.recovered.pop()) {
             for p in self.undo(&h) {
                 tracing::warn!(rule = %h.rule, unit = %h.unit, problem = %p, "hold not fully undone");
             }
         }
+        self.retry_unreleased(Instant::now() + UNRELEASED_RETRY);
         self.grace_until = None;
         self.save();
     }

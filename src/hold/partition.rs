@@ -49,6 +49,12 @@ pub enum Unable {
     File { path: PathBuf, error: String },
     /// The kernel refused the partition: what it reported.
     Invalid { cgroup: String, state: String },
+    /// The kernel release is one whose cpusets are known to corrupt themselves when a
+    /// partition's cgroup is removed while another is made (see [`unsafe_kernel`]).
+    UnsafeKernel { release: String, why: String },
+    /// CPUs are still isolated by a partition pinnerd no longer holds (a removed
+    /// cgroup the kernel has not let go of yet): no partition is written meanwhile.
+    Pending { cpus: CpuSet },
     /// Anything else, in words (systemd's refusals, the unit a process is in).
     Other(String),
 }
@@ -74,6 +80,15 @@ impl fmt::Display for Unable {
             Unable::Invalid { cgroup, state } => {
                 write!(f, "the kernel made cgroup {cgroup} an invalid partition: {state}")
             }
+            Unable::UnsafeKernel { release, why } => write!(
+                f,
+                "kernel {release} lacks a cpuset fix isolation needs ({why})"
+            ),
+            Unable::Pending { cpus } => write!(
+                f,
+                "CPUs {cpus} are still isolated by a partition that is being removed; \
+                 no partition is made or undone until the kernel lets go of them"
+            ),
             Unable::Other(why) => f.write_str(why),
         }
     }
@@ -83,6 +98,9 @@ impl fmt::Display for Unable {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cgroup2 {
     mount: PathBuf,
+    /// The running kernel's release (`/proc/sys/kernel/osrelease`), when known: a
+    /// release known unsafe for partitions is refused by [`probe`](Self::probe).
+    release: Option<String>,
     /// Tests: a partition write reads back as the kernel's refusal without
     /// `CAP_SYS_ADMIN` (as the daemon's own unit gets it).
     #[cfg(test)]
@@ -139,7 +157,10 @@ impl Cgroup2 {
         for rel in ["fs/cgroup", "fs/cgroup/unified"] {
             let mount = root.sys_path(rel);
             if mount.join("cgroup.controllers").is_file() {
-                return Ok(Cgroup2::at(mount));
+                let release = sysroot::read_bounded(root.proc_path("sys/kernel/osrelease"))
+                    .ok()
+                    .map(|r| r.trim().to_string());
+                return Ok(Cgroup2::at(mount).on_release(release));
             }
         }
         Err(Unable::NoCgroup2)
@@ -149,9 +170,16 @@ impl Cgroup2 {
     pub fn at(mount: impl Into<PathBuf>) -> Cgroup2 {
         Cgroup2 {
             mount: mount.into(),
+            release: None,
             #[cfg(test)]
             deny_partition: false,
         }
+    }
+
+    /// The same hierarchy on a kernel of this release (`None`: not known, not gated).
+    pub fn on_release(mut self, release: Option<String>) -> Cgroup2 {
+        self.release = release;
+        self
     }
 
     pub fn mount(&self) -> &Path {
@@ -171,7 +199,33 @@ impl Cgroup2 {
                 mount: self.mount.clone(),
             });
         }
+        if let Some(release) = &self.release {
+            if let Some(why) = unsafe_kernel(release) {
+                return Err(Unable::UnsafeKernel {
+                    release: release.clone(),
+                    why: why.to_string(),
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// Whether the cgroup has a process in it or below (`populated` of its
+    /// `cgroup.events`): `Some(false)` also when the cgroup is gone; `None` when it
+    /// exists without that file (not known).
+    pub fn populated_events(&self, cgroup: &str) -> Option<bool> {
+        if !self.dir(cgroup).is_dir() {
+            return Some(false);
+        }
+        let text = self.read(cgroup, "cgroup.events").ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("populated "))
+            .map(|v| v.trim() != "0")
+    }
+
+    /// The `cgroup.events` file of a cgroup (watched for `populated` changes).
+    pub fn events_file(&self, cgroup: &str) -> PathBuf {
+        self.file(cgroup, "cgroup.events")
     }
 
     /// The CPUs isolated by partitions now (the root's `cpuset.cpus.isolated`).
@@ -370,6 +424,41 @@ impl Cgroup2 {
     pub fn holds(&self, p: &Partition) -> bool {
         self.read(&p.cgroup, "cpuset.cpus.partition")
             .is_ok_and(|s| s == "isolated")
+    }
+}
+
+/// The cpuset fix a kernel must have before pinnerd makes partitions on it, by the
+/// stable release that first carries it: upstream a22b3d54de94 "cgroup/cpuset: Fix race
+/// between newly created partition and dying one" (Linux 6.15; 6.14.3, 6.13.12 and
+/// 6.12.24 in stable). Without it a partition whose cgroup is removed keeps its CPUs in
+/// the kernel's partition masks until the cgroup goes offline (after an RCU grace
+/// period), and a partition made over the same CPUs meanwhile leaves those masks wrong
+/// when it does. Partitions came in 6.7; 6.7 to 6.11 never got the fix.
+const DYING_PARTITION_FIX: [(u32, u32); 3] = [(6, 12), (6, 13), (6, 14)];
+const DYING_PARTITION_FIXED_AT: [u32; 3] = [24, 12, 3];
+
+/// Why partitions are not safe on this kernel release (`uname -r`), if they are not.
+/// Only mainline numbering is judged; a release below 6.7 with remote partitions is a
+/// vendor's backport and is not second-guessed.
+pub fn unsafe_kernel(release: &str) -> Option<&'static str> {
+    let mut nums = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().ok());
+    let (Some(Some(major)), Some(Some(minor))) = (nums.next(), nums.next()) else {
+        return None;
+    };
+    let patch = nums.next().flatten().unwrap_or(0);
+    const WHY: &str = "cgroup/cpuset: Fix race between newly created partition and dying one: \
+         Linux 6.12.24, 6.13.12, 6.14.3 or 6.15 and later";
+    if major != 6 || !(7..=14).contains(&minor) {
+        return None;
+    }
+    match DYING_PARTITION_FIX
+        .iter()
+        .position(|&v| v == (major, minor))
+    {
+        Some(i) if patch >= DYING_PARTITION_FIXED_AT[i] => None,
+        _ => Some(WHY),
     }
 }
 

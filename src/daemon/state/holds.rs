@@ -31,6 +31,14 @@ impl Holds {
         Some(wants)
     }
 
+    /// What the kernel kept after a release, as the holder says it: logged when new.
+    pub(super) fn noted(&mut self, notes: Vec<String>) {
+        for n in notes.iter().filter(|n| !self.notes.contains(n)) {
+            tracing::warn!("{n}");
+        }
+        self.notes = notes;
+    }
+
     /// What the holder did: kept for `explain`, logged once per problem. True when a
     /// unit's CPUs changed (or a hold ended): then every managed thread must be applied
     /// again at once, see `State::held`.
