@@ -13,6 +13,9 @@
 //!              partition (see `partition`) ─► read back ─► HoldReport
 //!     release: partition undone ─► the unit's own values back ─► masks systemd left
 //!              on the CPUs given back (systemd #43846) ─► journal
+//!     every partition write waits while a removed partition is pending, every release
+//!     is checked in the root's cpuset.cpus.isolated, a unit whose cgroup.events reads
+//!     `populated 0` has its partition undone at once (see `settle`)
 //!   holds.json (runtime directory): a crash or kill -9 leaves it; the next start
 //!   keeps what still has its processes until the daemon wants it again, and undoes
 //!   the rest

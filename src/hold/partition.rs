@@ -94,6 +94,10 @@ impl fmt::Display for Unable {
     }
 }
 
+/// The most cgroups [`Cgroup2::partitions_live`] reads (a machine with tens of
+/// thousands of cgroups is judged on the first ones).
+pub const WALK_LIMIT: usize = 20_000;
+
 /// The cgroup v2 hierarchy, by its mount directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cgroup2 {
@@ -221,6 +225,52 @@ impl Cgroup2 {
         text.lines()
             .find_map(|l| l.strip_prefix("populated "))
             .map(|v| v.trim() != "0")
+    }
+
+    /// The CPUs of every valid partition in the hierarchy now (a cgroup whose
+    /// `cpuset.cpus.partition` reads `root` or `isolated`: its
+    /// `cpuset.cpus.exclusive.effective`, else its `cpuset.cpus.effective`), whoever
+    /// made it. What the root's `cpuset.cpus.isolated` lists beyond these belongs to no
+    /// live cgroup: a partition being removed. At most [`WALK_LIMIT`] cgroups are read.
+    pub fn partitions_live(&self) -> CpuSet {
+        let mut live = CpuSet::new();
+        let mut stack = vec![self.mount.clone()];
+        let mut seen = 0;
+        while let Some(dir) = stack.pop() {
+            seen += 1;
+            if seen > WALK_LIMIT {
+                break;
+            }
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(e.path());
+                }
+            }
+            if dir == self.mount {
+                continue;
+            }
+            let read = |name: &str| {
+                sysroot::read_bounded(dir.join(name))
+                    .ok()
+                    .map(|t| t.trim().to_string())
+            };
+            let valid =
+                read("cpuset.cpus.partition").is_some_and(|s| s == "root" || s == "isolated");
+            if !valid {
+                continue;
+            }
+            let cpus = ["cpuset.cpus.exclusive.effective", "cpuset.cpus.effective"]
+                .iter()
+                .filter_map(|f| read(f).and_then(|t| t.parse::<CpuSet>().ok()))
+                .find(|c| !c.is_empty());
+            if let Some(c) = cpus {
+                live = live.union(&c);
+            }
+        }
+        live
     }
 
     /// The `cgroup.events` file of a cgroup (watched for `populated` changes).
@@ -606,5 +656,53 @@ mod tests {
             Cgroup2::find(&root).unwrap().mount(),
             dir.path().join("fs/cgroup")
         );
+    }
+
+    #[test]
+    fn kernels_without_the_dying_partition_fix_are_refused_by_release() {
+        for bad in [
+            "6.7.0",
+            "6.8.0-87-generic",
+            "6.11.11-arch1-1",
+            "6.12.22+deb13-cloud-amd64",
+            "6.13.11",
+            "6.14.2-300.fc42.x86_64",
+        ] {
+            assert!(unsafe_kernel(bad).is_some(), "{bad}");
+        }
+        for good in [
+            "6.12.24",
+            "6.12.117+deb13-cloud-amd64",
+            "6.13.12",
+            "6.14.3",
+            "6.15.0",
+            "7.0.1",
+            "6.6.58",
+            "5.14.0-570.el9.x86_64",
+            "not a release",
+        ] {
+            assert!(unsafe_kernel(good).is_none(), "{good}");
+        }
+        let (_d, c) = tree(true);
+        let c = c.on_release(Some("6.12.22+deb13-amd64".into()));
+        let e = c
+            .isolate("/system.slice/md.service", &"6".parse().unwrap())
+            .unwrap_err();
+        assert!(matches!(e, Unable::UnsafeKernel { .. }), "{e}");
+        assert!(e.to_string().contains("6.12.24"), "{e}");
+        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "");
+    }
+
+    #[test]
+    fn populated_is_read_from_cgroup_events_and_a_cgroup_gone_is_empty() {
+        let (_d, c) = tree(true);
+        let cg = "/system.slice/md.service";
+        assert_eq!(c.populated_events(cg), None, "no cgroup.events: not known");
+        std::fs::write(c.events_file(cg), "populated 1\nfrozen 0\n").unwrap();
+        assert_eq!(c.populated_events(cg), Some(true));
+        std::fs::write(c.events_file(cg), "populated 0\nfrozen 0\n").unwrap();
+        assert_eq!(c.populated_events(cg), Some(false));
+        std::fs::remove_dir_all(c.dir(cg)).unwrap();
+        assert_eq!(c.populated_events(cg), Some(false));
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!   root cpuset.cpus.isolated ─┬─ baseline: isolated before pinnerd (isolcpus=, others)
-//!                              ├─ live: partitions held whose cgroup is still there
+//!                              ├─ live: partitions held whose cgroup is still there,
+//!                              │  and any other cgroup that reads root or isolated
 //!                              └─ the rest: pending — a removed partition the kernel
 //!                                 has not let go of yet
 //!   before every partition write (enable, disable, grant, ungrant):
@@ -139,12 +140,19 @@ impl Holder {
     fn pending(&self, cg2: &Cgroup2, own: Option<&Partition>) -> Option<CpuSet> {
         let now = cg2.isolated().ok()?;
         let live = self.live_cpus(cg2, own);
-        let mut settle = self.settle.borrow_mut();
-        let baseline = settle
+        let baseline = self
+            .settle
+            .borrow_mut()
             .baseline
             .get_or_insert_with(|| now.difference(&live))
             .clone();
-        Some(now.difference(&baseline.union(&live)))
+        let pending = now.difference(&baseline.union(&live));
+        if pending.is_empty() {
+            return Some(pending);
+        }
+        // Partitions made since by others (another tool, an administrator) are live too:
+        // only CPUs no cgroup claims are a removed partition's.
+        Some(pending.difference(&cg2.partitions_live()))
     }
 
     /// Waits, at most the settle wait, until no removed partition is pending; the

@@ -754,3 +754,33 @@ fn a_partition_is_undone_as_soon_as_its_cgroup_reports_no_process() {
     h.reconcile(&[]);
     assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
 }
+
+#[test]
+fn a_partition_someone_else_made_after_the_start_is_not_taken_for_a_removed_one() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    let mut h = holder(&units, &cg2, run.path());
+    h.recover(Instant::now());
+    // An administrator's partition of CPU 4, made after pinnerd started.
+    let other = cg2.dir("/system.slice/other.service");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("cpuset.cpus.partition"), "isolated\n").unwrap();
+    std::fs::write(other.join("cpuset.cpus.exclusive.effective"), "4\n").unwrap();
+    isolated_now(&cg2, "4");
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(r[0].isolated, "{r:?}");
+    // Once it is gone (its CPUs still listed), it is a removed partition.
+    h.reconcile(&[]);
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+    std::fs::remove_dir_all(&other).unwrap();
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(
+        r[0].problem
+            .as_deref()
+            .unwrap()
+            .contains("CPUs 4 are still isolated"),
+        "{r:?}"
+    );
+}
