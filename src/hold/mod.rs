@@ -459,7 +459,9 @@ impl Holder {
     /// Recovered holds nobody wanted within the grace: undone. Undos put off are tried
     /// again.
     pub fn expire(&mut self, now: Instant) -> Vec<String> {
-        self.retry_unreleased(now);
+        if self.retry_unreleased(now) {
+            self.save();
+        }
         let Some(until) = self.grace_until else {
             return Vec::new();
         };
@@ -982,6 +984,7 @@ impl Holder {
             .iter()
             .chain(self.recovered.iter())
             .cloned()
+            .chain(self.settle.borrow().journal_holds())
             .collect();
         if let Err(e) = self.journal.save(&all) {
             tracing::warn!(error = %e, "cannot write the hold journal");

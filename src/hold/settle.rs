@@ -73,6 +73,37 @@ impl Settle {
     pub(super) fn retry_at(&self) -> Option<Instant> {
         self.retry_at
     }
+
+    /// The undos put off, as holds for the journal: a crash or a stop that cannot
+    /// finish them leaves them to the next start, which undoes them (nothing else is
+    /// held for them: no `AllowedCPUs=` to give back).
+    pub(super) fn journal_holds(&self) -> Vec<super::Hold> {
+        self.unreleased
+            .iter()
+            .map(|u| super::Hold {
+                rule: "-".into(),
+                unit: u
+                    .p
+                    .cgroup
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_string(),
+                cgroup: u.p.cgroup.clone(),
+                pids: Vec::new(),
+                adopted: false,
+                cpus: u.p.cpus.clone(),
+                mems: None,
+                before_cpus: CpuSet::new(),
+                before_mems: CpuSet::new(),
+                confined: false,
+                isolate: true,
+                partition: Some(u.p.clone()),
+                by_systemd: false,
+                emptied: false,
+            })
+            .collect()
+    }
 }
 
 /// The `cgroup.events` files watched, by cgroup.
@@ -234,12 +265,13 @@ impl Holder {
 
     /// Undos put off, tried again once due: grants taken back from CPUs the kernel let
     /// go of since, the rest of an undo that waited for another partition.
-    pub(super) fn retry_unreleased(&self, now: Instant) {
-        let Ok(cg2) = &self.cg2 else { return };
+    /// Whether any was due.
+    pub(super) fn retry_unreleased(&self, now: Instant) -> bool {
+        let Ok(cg2) = &self.cg2 else { return false };
         let due = {
             let mut settle = self.settle.borrow_mut();
             if settle.retry_at.is_none_or(|t| now < t) {
-                return;
+                return false;
             }
             settle.retry_at = None;
             settle.unreleased.clone()
@@ -269,6 +301,7 @@ impl Holder {
         if !settle.unreleased.is_empty() && settle.retry_at.is_none() {
             settle.retry_at = Some(now + UNRELEASED_RETRY);
         }
+        true
     }
 
     /// Held partitions whose unit has no process left: undone now, before systemd

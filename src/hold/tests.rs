@@ -707,9 +707,15 @@ fn cpus_the_kernel_keeps_isolated_after_a_release_are_said_and_their_grants_wait
                 .to_string()
         ]
     );
-    // The ancestors' grants stay while the kernel keeps the CPUs, and no partition is
-    // made meanwhile.
+    // The ancestors' grants stay while the kernel keeps the CPUs, on record for the
+    // next start, and no partition is made meanwhile.
     assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "6-7");
+    let journal = Journal::new(run.path()).load().unwrap();
+    assert_eq!(journal.len(), 1);
+    assert_eq!(
+        journal[0].partition.as_ref().unwrap().cgroup,
+        "/system.slice/md.service"
+    );
     let r = h.reconcile(&[want("feed", 11, "4", true)]);
     assert!(!r[0].isolated, "{r:?}");
     // The kernel lets go: the grants are taken back at the next try, the note goes.
@@ -719,6 +725,7 @@ fn cpus_the_kernel_keeps_isolated_after_a_release_are_said_and_their_grants_wait
     assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
     assert!(h.notes().is_empty());
     assert!(h.deadline().is_none());
+    assert!(!run.path().join(JOURNAL_FILE).exists());
 }
 
 #[test]
