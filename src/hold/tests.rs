@@ -791,3 +791,37 @@ fn a_partition_someone_else_made_after_the_start_is_not_taken_for_a_removed_one(
         "{r:?}"
     );
 }
+
+#[test]
+fn the_holder_thread_undoes_a_partition_when_its_watched_cgroup_empties() {
+    use crate::daemon::holding::HolderThread;
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    let events = cg2.dir("/system.slice/md.service").join("cgroup.events");
+    std::fs::write(&events, "populated 1\nfrozen 0\n").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (u, c, r) = (units.clone(), cg2.clone(), run.path().to_path_buf());
+    let mut t = HolderThread::start(
+        move || holder(&u, &c, &r),
+        move |reports, _notes| {
+            let _ = tx.send(reports);
+        },
+    )
+    .unwrap();
+    t.want(vec![want("feed", 10, "6-7", true)]);
+    let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(first[0].isolated, "{first:?}");
+    // The unit's last process exits: nothing is sent to the thread, the kernel's
+    // cgroup.events change is what wakes it.
+    std::fs::write(&events, "populated 0\nfrozen 0\n").unwrap();
+    let next = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(!next[0].isolated, "{next:?}");
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "member"
+    );
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+    t.stop(Duration::from_secs(10));
+}
