@@ -45,7 +45,8 @@ pub fn system_holder(root: &crate::sysroot::SysRoot, runtime_dir: &std::path::Pa
 /// Starts the thread that reads the holder's inotify events (the `cgroup.events` of
 /// held partitions) and tells the hold thread; the watches it is given are the
 /// holder's. `None` (logged) when inotify cannot be had: units are then let go at the
-/// daemon's next reconcile. The thread ends with the hold thread's channel.
+/// daemon's next reconcile. The thread ends at the first event after the hold thread
+/// has ended (its channel gone); until then it sleeps in `read`.
 fn watch_events(tx: mpsc::Sender<Msg>) -> Option<inotify::Watches> {
     let mut inotify = match inotify::Inotify::init() {
         Ok(i) => i,
