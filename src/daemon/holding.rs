@@ -3,9 +3,12 @@
 //!
 //! ```text
 //!   loop ─Action::Hold(wants)─► HolderThread::want ─► (newest replaces waiting) ─►
-//!        pinnerd-hold thread: Holder::reconcile ─► Event::Held(reports) ─► loop
-//!   Holder::deadline ─► recovered holds expire; a refused hold due: the last wants
-//!        reconciled again ─► Event::Held(reports) ─► loop
+//!        pinnerd-hold thread: Holder::reconcile ─► Event::Held(reports, notes) ─► loop
+//!   Holder::deadline ─► recovered holds expire, undos put off tried again; a refused
+//!        hold due: the last wants reconciled again ─► Event::Held(reports) ─► loop
+//!   pinnerd-hold-watch thread: a held partition's cgroup.events changed (inotify) ─►
+//!        the hold thread reconciles the last wants again (a unit left without
+//!        processes has its partition undone before systemd removes its cgroup)
 //!   exit ─► HolderThread::stop: holds undone until a deadline (the rest stay in the
 //!        journal), then the thread ends; waited for at most a bound
 //! ```
@@ -23,6 +26,8 @@ use crate::hold::{HoldReport, Holder, Want};
 
 enum Msg {
     Wants(Vec<Want>),
+    /// A watched `cgroup.events` changed.
+    Events,
     /// Undo everything held until this deadline, then end.
     Stop(Instant),
 }
@@ -44,6 +49,48 @@ pub fn system_holder(root: &crate::sysroot::SysRoot, runtime_dir: &std::path::Pa
     .reconnecting(Box::new(connect))
 }
 
+/// Starts the thread that reads the holder's inotify events (the `cgroup.events` of
+/// held partitions) and tells the hold thread; the watches it is given are the
+/// holder's. `None` (logged) when inotify cannot be had: units are then let go at the
+/// daemon's next reconcile. The thread ends at the first event after the hold thread
+/// has ended (its channel gone); until then it sleeps in `read`.
+fn watch_events(tx: mpsc::Sender<Msg>) -> Option<inotify::Watches> {
+    let mut inotify = match inotify::Inotify::init() {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::warn!(error = %e, "no inotify for held partitions' cgroup.events: an emptied unit is let go at the next reconcile");
+            return None;
+        }
+    };
+    let watches = inotify.watches();
+    let spawned = std::thread::Builder::new()
+        .name("pinnerd-hold-watch".into())
+        .spawn(move || {
+            let mut buf = [0u8; 4096];
+            loop {
+                match inotify.read_events_blocking(&mut buf) {
+                    Ok(events) => {
+                        if events.count() > 0 && tx.send(Msg::Events).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reading the held partitions' cgroup.events stopped");
+                        return;
+                    }
+                }
+            }
+        });
+    match spawned {
+        Ok(_) => Some(watches),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the cgroup.events watch thread");
+            None
+        }
+    }
+}
+
 /// The running holder thread.
 pub struct HolderThread {
     tx: mpsc::Sender<Msg>,
@@ -56,14 +103,18 @@ impl HolderThread {
     /// reports to `report`.
     pub fn start(
         make: impl FnOnce() -> Holder + Send + 'static,
-        report: impl Fn(Vec<HoldReport>) + Send + 'static,
+        report: impl Fn(Vec<HoldReport>, Vec<String>) + Send + 'static,
     ) -> std::io::Result<HolderThread> {
         let (tx, rx) = mpsc::channel::<Msg>();
+        let watches = watch_events(tx.clone());
         let join = std::thread::Builder::new()
             .name("pinnerd-hold".into())
             .spawn(move || {
                 // Connecting to systemd can wait too: on this thread, not the loop.
                 let mut holder = make();
+                if let Some(w) = watches {
+                    holder = holder.watching(w);
+                }
                 for line in holder.recover(Instant::now()) {
                     tracing::info!("{line}");
                 }
@@ -94,16 +145,25 @@ impl HolderThread {
                                 tracing::info!("{line}");
                             }
                             if let (true, Some(wants)) = (holder.retry_due(), &last) {
-                                report(holder.reconcile(wants));
+                                let reports = holder.reconcile(wants);
+                                report(reports, holder.notes());
                             }
                         }
                         Some(Msg::Stop(until)) => break until,
-                        Some(Msg::Wants(mut wants)) => {
+                        Some(first @ (Msg::Wants(_) | Msg::Events)) => {
                             // Only the newest wants matter: skip those already replaced.
+                            // A watched cgroup changed: the last wants again (a watch
+                            // exists only for a hold some wants made).
+                            let mut wants = match (first, &last) {
+                                (Msg::Wants(w), _) => w,
+                                (_, Some(l)) => l.clone(),
+                                (_, None) => continue,
+                            };
                             let mut stop = None;
                             while let Ok(m) = rx.try_recv() {
                                 match m {
                                     Msg::Wants(w) => wants = w,
+                                    Msg::Events => {}
                                     Msg::Stop(until) => stop = Some(until),
                                 }
                             }
@@ -115,7 +175,7 @@ impl HolderThread {
                             for line in holder.expire(Instant::now()) {
                                 tracing::info!("{line}");
                             }
-                            report(reports);
+                            report(reports, holder.notes());
                         }
                     }
                 };

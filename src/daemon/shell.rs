@@ -313,8 +313,9 @@ impl Shell {
             let tx = self.events.clone();
             let t = super::holding::HolderThread::start(
                 move || super::holding::system_holder(&root, &runtime),
-                move |reports| {
+                move |reports, notes| {
                     let _ = tx.blocking_send(Event::Held(reports));
+                    let _ = tx.blocking_send(Event::HoldNotes(notes));
                 },
             )
             .map_err(|e| format!("cannot start the holder thread: {e}"))?;

@@ -13,6 +13,9 @@
 //!              partition (see `partition`) ─► read back ─► HoldReport
 //!     release: partition undone ─► the unit's own values back ─► masks systemd left
 //!              on the CPUs given back (systemd #43846) ─► journal
+//!     every partition write waits while a removed partition is pending, every release
+//!     is checked in the root's cpuset.cpus.isolated, a unit whose cgroup.events reads
+//!     `populated 0` has its partition undone at once (see `settle`)
 //!   holds.json (runtime directory, kept across every stop): a crash, kill -9 or a
 //!   stop cut short leaves it; the next start keeps what still has its processes until
 //!   the daemon wants it again, and undoes the rest
@@ -54,6 +57,7 @@ mod dry;
 mod journal;
 mod names;
 pub mod partition;
+mod settle;
 pub mod systemd;
 mod vouch;
 
@@ -81,6 +85,15 @@ const GIVE_BACK_WAIT: Duration = Duration::from_secs(2);
 pub const REFUSAL_RETRY: Duration = Duration::from_secs(30);
 /// The longest wait between two tries of a refused hold.
 pub const REFUSAL_RETRY_MAX: Duration = Duration::from_secs(600);
+/// How long a partition write waits for the kernel to let go of the CPUs of a partition
+/// being removed (a removed cgroup's, or one just set back to `member`) before it is
+/// refused (a new partition) or put off (an undo). The kernel lets go at once where it
+/// has the fix [`partition::unsafe_kernel`] asks for; after an RCU grace period without.
+pub const SETTLE_WAIT: Duration = Duration::from_secs(3);
+/// How often the wait above looks again.
+const SETTLE_POLL: Duration = Duration::from_millis(50);
+/// How often an undo put off (CPUs the kernel kept isolated) is tried again.
+const UNRELEASED_RETRY: Duration = Duration::from_secs(5);
 
 /// What the daemon wants held for one managed process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -244,6 +257,11 @@ pub struct Hold {
     /// The partition was made through systemd's `CPUSetPartition=`.
     #[serde(default)]
     pub by_systemd: bool,
+    /// The unit's cgroup reported no process left, and its partition was undone then,
+    /// before systemd could remove the cgroup (what else is held stays until the
+    /// daemon lets the unit go).
+    #[serde(default)]
+    pub emptied: bool,
 }
 
 impl Hold {
@@ -365,6 +383,11 @@ pub struct Holder {
     clock: Box<Clock>,
     /// A process's owner (see `vouch`).
     owner_of: Box<OwnerOf>,
+    /// What the kernel isolates that is not pinnerd's, and the partitions whose undo
+    /// waits for the kernel (see `settle`).
+    settle: std::cell::RefCell<settle::Settle>,
+    /// The `cgroup.events` watches of held partitions, when the holder thread watches.
+    watch: Option<settle::Watch>,
 }
 
 /// A hold refused after something was changed for it.
@@ -410,6 +433,8 @@ impl Holder {
             leftover: Vec::new(),
             clock: Box::new(Instant::now),
             owner_of: Box::new(owner_of),
+            settle: std::cell::RefCell::new(settle::Settle::new(SETTLE_WAIT)),
+            watch: None,
         }
     }
 
@@ -422,6 +447,13 @@ impl Holder {
     /// Tells processes' owners with `owner_of` instead of `/proc` (tests).
     pub fn with_owners(mut self, owner_of: Box<OwnerOf>) -> Holder {
         self.owner_of = owner_of;
+        self
+    }
+
+    /// How long partition writes wait for the kernel to let go of a removed
+    /// partition's CPUs (tests: short).
+    pub fn settling(self, wait: Duration) -> Holder {
+        self.settle.borrow_mut().wait = wait;
         self
     }
 
@@ -448,28 +480,34 @@ impl Holder {
         let mut lines = Vec::new();
         let left = match self.journal.load() {
             Ok(left) => left,
-            Err(e) => return vec![format!("hold journal not used: {e}")],
-        };
-        for h in left {
-            let alive = self.cg2.as_ref().is_ok_and(|c| c.populated(&h.cgroup));
-            if alive {
-                lines.push(format!(
-                    "kept what a previous run held for rule {} in {} until it is wanted again",
-                    h.rule, h.unit
-                ));
-                self.recovered.push(h);
-            } else {
-                let (rule, unit) = (h.rule.clone(), h.unit.clone());
-                let problems = self.undo_or_keep(h);
-                lines.push(if problems.is_empty() {
-                    format!("undid what a previous run held for rule {rule} in {unit}")
-                } else {
-                    format!(
-                        "could not fully undo what a previous run held for rule {rule} in {unit} ({}); kept in the journal",
-                        problems.join("; ")
-                    )
-                });
+            Err(e) => {
+                self.note_baseline(&[]);
+                return vec![format!("hold journal not used: {e}")];
             }
+        };
+        // What is isolated now and none of the journal's partitions: not pinnerd's.
+        self.note_baseline(&left);
+        let (alive, dead): (Vec<Hold>, Vec<Hold>) = left
+            .into_iter()
+            .partition(|h| self.cg2.as_ref().is_ok_and(|c| c.populated(&h.cgroup)));
+        for h in alive {
+            lines.push(format!(
+                "kept what a previous run held for rule {} in {} until it is wanted again",
+                h.rule, h.unit
+            ));
+            self.recovered.push(h);
+        }
+        for h in dead {
+            let (rule, unit) = (h.rule.clone(), h.unit.clone());
+            let problems = self.undo_or_keep(h);
+            lines.push(if problems.is_empty() {
+                format!("undid what a previous run held for rule {rule} in {unit}")
+            } else {
+                format!(
+                    "could not fully undo what a previous run held for rule {rule} in {unit} ({}); kept in the journal",
+                    problems.join("; ")
+                )
+            });
         }
         if !self.recovered.is_empty() {
             self.grace_until = Some(now + RECOVERY_GRACE);
@@ -480,12 +518,14 @@ impl Holder {
 
     /// When the holder next needs to run without a new want: recovered holds expire
     /// ([`expire`](Self::expire)), a refused hold is due to be tried again
-    /// ([`retry_due`](Self::retry_due)).
+    /// ([`retry_due`](Self::retry_due)), an undo put off is tried again.
     pub fn deadline(&self) -> Option<Instant> {
+        let retry = self.settle.borrow().retry_at();
         self.refused
             .values()
             .map(|r| r.retry_at)
             .chain(self.grace_until)
+            .chain(retry)
             .min()
     }
 
@@ -496,8 +536,12 @@ impl Holder {
         self.refused.values().any(|r| now >= r.retry_at)
     }
 
-    /// Recovered holds nobody wanted within the grace: undone.
+    /// Recovered holds nobody wanted within the grace: undone. Undos put off are tried
+    /// again.
     pub fn expire(&mut self, now: Instant) -> Vec<String> {
+        if self.retry_unreleased(now) {
+            self.save();
+        }
         let Some(until) = self.grace_until else {
             return Vec::new();
         };
@@ -506,7 +550,7 @@ impl Holder {
         }
         self.grace_until = None;
         let mut lines = Vec::new();
-        for h in std::mem::take(&mut self.recovered) {
+        while let Some(h) = self.recovered.pop() {
             let (rule, unit) = (h.rule.clone(), h.unit.clone());
             let problems = self.undo_or_keep(h);
             lines.push(format!(
@@ -544,6 +588,8 @@ impl Holder {
                 self.units = connect();
             }
         }
+        self.retry_unreleased(Instant::now());
+        self.release_emptied();
         let mut reports: Vec<HoldReport> = wants.iter().map(HoldReport::wanted).collect();
         let (targets, target_of) = self.group(wants, &mut reports);
         self.release_unwanted(&targets);
@@ -568,6 +614,7 @@ impl Holder {
                 r.problem = o.problem.clone();
             }
         }
+        self.sync_watches();
         reports
     }
 
@@ -654,11 +701,19 @@ impl Holder {
         vouch::vouch(place, w, &*self.owner_of, processes)
     }
 
-    /// Lets go of what is no longer wanted as it is held.
+    /// Lets go of what is no longer wanted as it is held, or whose unit emptied and has
+    /// processes again (a new start of it: held anew). The holds kept stay on record
+    /// while the others are undone: their partitions are live ones.
     fn release_unwanted(&mut self, targets: &BTreeMap<String, Target>) {
-        let (kept, gone): (Vec<Hold>, Vec<Hold>) = std::mem::take(&mut self.held)
-            .into_iter()
-            .partition(|h| targets.get(&h.unit).is_some_and(|t| h.same_target(t)));
+        let cg2 = self.cg2.as_ref().ok();
+        let (kept, gone): (Vec<Hold>, Vec<Hold>) =
+            std::mem::take(&mut self.held).into_iter().partition(|h| {
+                let refilled =
+                    h.emptied && cg2.and_then(|c| c.populated_events(&h.cgroup)) == Some(true);
+                targets
+                    .get(&h.unit)
+                    .is_some_and(|t| h.same_target(t) && !refilled)
+            });
         self.held = kept;
         for h in gone {
             let (rule, unit, cpus) = (h.rule.clone(), h.unit.clone(), h.cpus.clone());
@@ -672,23 +727,23 @@ impl Holder {
     /// Holds a previous run left that are wanted as they are: taken over, untouched;
     /// wanted otherwise: undone; not wanted (yet): kept until the grace ends.
     fn take_over_recovered(&mut self, targets: &BTreeMap<String, Target>) {
-        let mut still = Vec::new();
+        let mut undo = Vec::new();
         for h in std::mem::take(&mut self.recovered) {
             match targets.get(&h.unit) {
                 Some(t) if h.same_target(t) && !self.held.iter().any(|k| k.unit == h.unit) => {
                     tracing::info!(rule = %h.rule, unit = %h.unit, "hold left by a previous run taken over");
                     self.held.push(h);
                 }
-                Some(_) => {
-                    let (rule, unit) = (h.rule.clone(), h.unit.clone());
-                    for p in self.undo_or_keep(h) {
-                        tracing::warn!(rule = %rule, unit = %unit, problem = %p, "hold left by a previous run not fully undone; kept in the journal");
-                    }
-                }
-                None => still.push(h),
+                Some(_) => undo.push(h),
+                None => self.recovered.push(h),
             }
         }
-        self.recovered = still;
+        for h in undo {
+            let (rule, unit) = (h.rule.clone(), h.unit.clone());
+            for p in self.undo_or_keep(h) {
+                tracing::warn!(rule = %rule, unit = %unit, problem = %p, "hold left by a previous run not fully undone; kept in the journal");
+            }
+        }
         if self.recovered.is_empty() {
             self.grace_until = None;
         }
@@ -703,8 +758,17 @@ impl Holder {
                 // Held: nothing of it is refused (nor due to be tried again).
                 self.refused.remove(key);
                 let isolated = h.partition.is_some();
-                let problem = (t.isolate && !isolated)
-                    .then(|| "the partition was refused earlier".to_string());
+                let problem = (t.isolate && !isolated).then(|| {
+                    if h.emptied {
+                        format!(
+                            "unit {} has no process left: its partition was undone before \
+                             its cgroup goes",
+                            h.unit
+                        )
+                    } else {
+                        "the partition was refused earlier".to_string()
+                    }
+                });
                 outcome.insert(
                     key.clone(),
                     Outcome {
@@ -786,6 +850,13 @@ impl Holder {
         if let (true, Some(why)) = (t.isolate, &cannot) {
             return (None, Some(why.clone()), false);
         }
+        // Nor is anything changed for a partition while a removed one is pending: tried
+        // again at the next retry, as a hold not made.
+        if t.isolate {
+            if let Err(e) = self.settled(None) {
+                return (None, Some(e.to_string()), false);
+            }
+        }
         let (unit, cgroup, adopted, before) = match &t.place {
             Place::Unit(u) => match units.allowed(&u.name) {
                 Ok(read) => {
@@ -813,6 +884,7 @@ impl Holder {
             isolate: t.isolate,
             partition: None,
             by_systemd: false,
+            emptied: false,
         };
         // On record before the first change: a crash halfway leaves nothing unknown. The
         // unit's leftover, if any, is replaced by this hold, which carries its values.
@@ -939,6 +1011,7 @@ impl Holder {
     /// `pinnerd-partition@isolated:PATH.service`; read back either way.
     fn partition(&self, h: &Hold) -> Result<(Partition, bool), Unable> {
         let cg2 = self.cg2.as_ref().map_err(Clone::clone)?;
+        self.settled(None)?;
         if let Ok(units) = &self.units {
             if let Ok(Some(_)) = units.partition_property(&h.unit) {
                 if units.set_partition(&h.unit, "isolated").is_ok() {
@@ -997,9 +1070,19 @@ impl Holder {
     }
 
     /// Takes a partition back: `member` again (by the helper where the daemon may
-    /// not; never the state read before, which may be a leftover of pinnerd's), then
-    /// the granted CPUs out of the ancestors. Returns what was not undone.
+    /// not; never the state read before, which may be a leftover of pinnerd's), then —
+    /// once the kernel no longer lists its CPUs as isolated — the granted CPUs out of
+    /// the ancestors. Nothing is written while another removed partition is pending,
+    /// and the grants stay while the kernel keeps the CPUs: either way the rest is put
+    /// off and tried again (see `settle`). Returns what was not undone.
     fn undo_partition(&self, cg2: &Cgroup2, p: &Partition) -> Vec<String> {
+        if let Err(e) = self.settled(Some(p)) {
+            self.put_off(p, false);
+            return vec![format!(
+                "undo of the partition of {} put off: {e}",
+                p.cgroup
+            )];
+        }
         let mut problems = Vec::new();
         if cg2.dir(&p.cgroup).is_dir() {
             match self.write_partition(cg2, &p.cgroup, "member") {
@@ -1009,6 +1092,14 @@ impl Holder {
                 Err(e) => problems.push(e.to_string()),
             }
         }
+        if !problems.is_empty() {
+            problems.extend(cg2.ungrant(p).into_iter().map(|e| e.to_string()));
+            return problems;
+        }
+        if let Err(kept) = self.released(p) {
+            self.put_off(p, true);
+            return vec![kept];
+        }
         problems.extend(cg2.ungrant(p).into_iter().map(|e| e.to_string()));
         problems
     }
@@ -1016,17 +1107,26 @@ impl Holder {
     /// Undoes a hold: partition, then the unit's own values, then masks systemd left.
     /// Returns what could not be undone.
     fn undo(&self, h: &Hold) -> Vec<String> {
-        let mut problems = Vec::new();
+        let (mut problems, unit) = self.undo_parts(h);
+        problems.extend(unit);
+        problems
+    }
+
+    /// [`undo`](Self::undo), what could not be undone of the partition and of the unit
+    /// apart.
+    fn undo_parts(&self, h: &Hold) -> (Vec<String>, Vec<String>) {
+        let mut partition = Vec::new();
         if let (Some(p), Ok(cg2)) = (&h.partition, &self.cg2) {
             if h.by_systemd {
                 if let Ok(u) = &self.units {
                     if let Err(e) = u.set_partition(&h.unit, "member") {
-                        problems.push(e.to_string());
+                        partition.push(e.to_string());
                     }
                 }
             }
-            problems.extend(self.undo_partition(cg2, p));
+            partition.extend(self.undo_partition(cg2, p));
         }
+        let mut problems = Vec::new();
         if h.confined {
             let gone = || !self.cg2.as_ref().is_ok_and(|c| c.dir(&h.cgroup).is_dir());
             match &self.units {
@@ -1053,16 +1153,25 @@ impl Holder {
                 }
             }
         }
-        problems
+        (partition, problems)
     }
 
-    /// Undoes a hold; one not fully undone is kept as a leftover (in the journal).
-    /// Returns what could not be undone.
-    fn undo_or_keep(&mut self, h: Hold) -> Vec<String> {
-        let problems = self.undo(&h);
-        if !problems.is_empty() {
+    /// Undoes a hold; one not fully undone is kept as a leftover (in the journal),
+    /// less a partition whose undo waits for the kernel: that one is on record with
+    /// `settle`, which tries it again. Returns what could not be undone.
+    fn undo_or_keep(&mut self, mut h: Hold) -> Vec<String> {
+        let (mut problems, unit) = self.undo_parts(&h);
+        let put_off = h
+            .partition
+            .as_ref()
+            .is_some_and(|p| self.settle.borrow().tracks(&p.cgroup));
+        if !unit.is_empty() || (!problems.is_empty() && !put_off) {
+            if put_off {
+                h.partition = None;
+            }
             self.leftover.push(h);
         }
+        problems.extend(unit);
         problems
     }
 
@@ -1093,22 +1202,30 @@ impl Holder {
                 break;
             }
             // Still in the journal while it is undone.
-            let problems = self.undo(&h);
+            let (rule, unit) = (h.rule.clone(), h.unit.clone());
+            let problems = self.undo_or_keep(h);
             if !problems.is_empty() {
                 lines.push(format!(
-                    "hold for rule {} in {} not fully undone at stop ({}); left in the journal for the next start",
-                    h.rule,
-                    h.unit,
+                    "hold for rule {rule} in {unit} not fully undone at stop ({}); left in the journal for the next start",
                     problems.join("; ")
                 ));
-                self.leftover.push(h);
             }
-            let left: Vec<Hold> = self.leftover.iter().chain(&todo).cloned().collect();
+            let left: Vec<Hold> = self
+                .leftover
+                .iter()
+                .chain(&todo)
+                .cloned()
+                .chain(self.settle.borrow().journal_holds())
+                .collect();
             if let Err(e) = self.journal.save(&left) {
                 tracing::warn!(error = %e, "cannot write the hold journal");
             }
         }
         self.leftover.extend(todo);
+        // Undos put off for the kernel: tried once more while the deadline allows.
+        if (self.clock)() < until {
+            self.retry_unreleased(Instant::now() + UNRELEASED_RETRY);
+        }
         self.save();
         lines
     }
@@ -1125,6 +1242,7 @@ impl Holder {
             .chain(&self.recovered)
             .chain(&self.leftover)
             .cloned()
+            .chain(self.settle.borrow().journal_holds())
             .collect();
         if let Err(e) = self.journal.save(&all) {
             tracing::warn!(error = %e, "cannot write the hold journal");

@@ -49,6 +49,12 @@ pub enum Unable {
     File { path: PathBuf, error: String },
     /// The kernel refused the partition: what it reported.
     Invalid { cgroup: String, state: String },
+    /// The kernel release is one whose cpusets are known to corrupt themselves when a
+    /// partition's cgroup is removed while another is made (see [`unsafe_kernel`]).
+    UnsafeKernel { release: String, why: String },
+    /// CPUs are still isolated by a partition pinnerd no longer holds (a removed
+    /// cgroup the kernel has not let go of yet): no partition is written meanwhile.
+    Pending { cpus: CpuSet },
     /// Anything else, in words (systemd's refusals, the unit a process is in).
     Other(String),
 }
@@ -74,15 +80,31 @@ impl fmt::Display for Unable {
             Unable::Invalid { cgroup, state } => {
                 write!(f, "the kernel made cgroup {cgroup} an invalid partition: {state}")
             }
+            Unable::UnsafeKernel { release, why } => write!(
+                f,
+                "kernel {release} lacks a cpuset fix isolation needs ({why})"
+            ),
+            Unable::Pending { cpus } => write!(
+                f,
+                "CPUs {cpus} are still isolated by a partition that is being removed; \
+                 no partition is made or undone until the kernel lets go of them"
+            ),
             Unable::Other(why) => f.write_str(why),
         }
     }
 }
 
+/// The most cgroups [`Cgroup2::partitions_live`] reads (a machine with tens of
+/// thousands of cgroups is judged on the first ones).
+pub const WALK_LIMIT: usize = 20_000;
+
 /// The cgroup v2 hierarchy, by its mount directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cgroup2 {
     mount: PathBuf,
+    /// The running kernel's release (`/proc/sys/kernel/osrelease`), when known: a
+    /// release known unsafe for partitions is refused by [`probe`](Self::probe).
+    release: Option<String>,
     /// Tests: a partition write reads back as the kernel's refusal without
     /// `CAP_SYS_ADMIN` (as the daemon's own unit gets it).
     #[cfg(test)]
@@ -141,7 +163,10 @@ impl Cgroup2 {
         for rel in ["fs/cgroup", "fs/cgroup/unified"] {
             let mount = root.sys_path(rel);
             if mount.join("cgroup.controllers").is_file() {
-                return Ok(Cgroup2::at(mount));
+                let release = sysroot::read_bounded(root.proc_path("sys/kernel/osrelease"))
+                    .ok()
+                    .map(|r| r.trim().to_string());
+                return Ok(Cgroup2::at(mount).on_release(release));
             }
         }
         Err(Unable::NoCgroup2)
@@ -151,9 +176,16 @@ impl Cgroup2 {
     pub fn at(mount: impl Into<PathBuf>) -> Cgroup2 {
         Cgroup2 {
             mount: mount.into(),
+            release: None,
             #[cfg(test)]
             deny_partition: false,
         }
+    }
+
+    /// The same hierarchy on a kernel of this release (`None`: not known, not gated).
+    pub fn on_release(mut self, release: Option<String>) -> Cgroup2 {
+        self.release = release;
+        self
     }
 
     pub fn mount(&self) -> &Path {
@@ -173,7 +205,79 @@ impl Cgroup2 {
                 mount: self.mount.clone(),
             });
         }
+        if let Some(release) = &self.release {
+            if let Some(why) = unsafe_kernel(release) {
+                return Err(Unable::UnsafeKernel {
+                    release: release.clone(),
+                    why: why.to_string(),
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// Whether the cgroup has a process in it or below (`populated` of its
+    /// `cgroup.events`): `Some(false)` also when the cgroup is gone; `None` when it
+    /// exists without that file (not known).
+    pub fn populated_events(&self, cgroup: &str) -> Option<bool> {
+        if !self.dir(cgroup).is_dir() {
+            return Some(false);
+        }
+        let text = self.read(cgroup, "cgroup.events").ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix("populated "))
+            .map(|v| v.trim() != "0")
+    }
+
+    /// The CPUs of every valid partition in the hierarchy now (a cgroup whose
+    /// `cpuset.cpus.partition` reads `root` or `isolated`: its
+    /// `cpuset.cpus.exclusive.effective`, else its `cpuset.cpus.effective`), whoever
+    /// made it. What the root's `cpuset.cpus.isolated` lists beyond these belongs to no
+    /// live cgroup: a partition being removed. At most [`WALK_LIMIT`] cgroups are read.
+    pub fn partitions_live(&self) -> CpuSet {
+        let mut live = CpuSet::new();
+        let mut stack = vec![self.mount.clone()];
+        let mut seen = 0;
+        while let Some(dir) = stack.pop() {
+            seen += 1;
+            if seen > WALK_LIMIT {
+                break;
+            }
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries.flatten() {
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    stack.push(e.path());
+                }
+            }
+            if dir == self.mount {
+                continue;
+            }
+            let read = |name: &str| {
+                sysroot::read_bounded(dir.join(name))
+                    .ok()
+                    .map(|t| t.trim().to_string())
+            };
+            let valid =
+                read("cpuset.cpus.partition").is_some_and(|s| s == "root" || s == "isolated");
+            if !valid {
+                continue;
+            }
+            let cpus = ["cpuset.cpus.exclusive.effective", "cpuset.cpus.effective"]
+                .iter()
+                .filter_map(|f| read(f).and_then(|t| t.parse::<CpuSet>().ok()))
+                .find(|c| !c.is_empty());
+            if let Some(c) = cpus {
+                live = live.union(&c);
+            }
+        }
+        live
+    }
+
+    /// The `cgroup.events` file of a cgroup (watched for `populated` changes).
+    pub fn events_file(&self, cgroup: &str) -> PathBuf {
+        self.file(cgroup, "cgroup.events")
     }
 
     /// The CPUs isolated by partitions now (the root's `cpuset.cpus.isolated`).
@@ -404,6 +508,41 @@ impl Cgroup2 {
     }
 }
 
+/// The cpuset fix a kernel must have before pinnerd makes partitions on it, by the
+/// stable release that first carries it: upstream a22b3d54de94 "cgroup/cpuset: Fix race
+/// between newly created partition and dying one" (Linux 6.15; 6.14.3, 6.13.12 and
+/// 6.12.24 in stable). Without it a partition whose cgroup is removed keeps its CPUs in
+/// the kernel's partition masks until the cgroup goes offline (after an RCU grace
+/// period), and a partition made over the same CPUs meanwhile leaves those masks wrong
+/// when it does. Partitions came in 6.7; 6.7 to 6.11 never got the fix.
+const DYING_PARTITION_FIX: [(u32, u32); 3] = [(6, 12), (6, 13), (6, 14)];
+const DYING_PARTITION_FIXED_AT: [u32; 3] = [24, 12, 3];
+
+/// Why partitions are not safe on this kernel release (`uname -r`), if they are not.
+/// Only mainline numbering is judged; a release below 6.7 with remote partitions is a
+/// vendor's backport and is not second-guessed.
+pub fn unsafe_kernel(release: &str) -> Option<&'static str> {
+    let mut nums = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|n| n.parse::<u32>().ok());
+    let (Some(Some(major)), Some(Some(minor))) = (nums.next(), nums.next()) else {
+        return None;
+    };
+    let patch = nums.next().flatten().unwrap_or(0);
+    const WHY: &str = "cgroup/cpuset: Fix race between newly created partition and dying one: \
+         Linux 6.12.24, 6.13.12, 6.14.3 or 6.15 and later";
+    if major != 6 || !(7..=14).contains(&minor) {
+        return None;
+    }
+    match DYING_PARTITION_FIX
+        .iter()
+        .position(|&v| v == (major, minor))
+    {
+        Some(i) if patch >= DYING_PARTITION_FIXED_AT[i] => None,
+        _ => Some(WHY),
+    }
+}
+
 fn file_error(path: PathBuf, e: &io::Error) -> Unable {
     Unable::File {
         path,
@@ -596,5 +735,53 @@ mod tests {
             Cgroup2::find(&root).unwrap().mount(),
             dir.path().join("fs/cgroup")
         );
+    }
+
+    #[test]
+    fn kernels_without_the_dying_partition_fix_are_refused_by_release() {
+        for bad in [
+            "6.7.0",
+            "6.8.0-87-generic",
+            "6.11.11-arch1-1",
+            "6.12.22+deb13-cloud-amd64",
+            "6.13.11",
+            "6.14.2-300.fc42.x86_64",
+        ] {
+            assert!(unsafe_kernel(bad).is_some(), "{bad}");
+        }
+        for good in [
+            "6.12.24",
+            "6.12.117+deb13-cloud-amd64",
+            "6.13.12",
+            "6.14.3",
+            "6.15.0",
+            "7.0.1",
+            "6.6.58",
+            "5.14.0-570.el9.x86_64",
+            "not a release",
+        ] {
+            assert!(unsafe_kernel(good).is_none(), "{good}");
+        }
+        let (_d, c) = tree(true);
+        let c = c.on_release(Some("6.12.22+deb13-amd64".into()));
+        let e = c
+            .isolate("/system.slice/md.service", &"6".parse().unwrap())
+            .unwrap_err();
+        assert!(matches!(e, Unable::UnsafeKernel { .. }), "{e}");
+        assert!(e.to_string().contains("6.12.24"), "{e}");
+        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "");
+    }
+
+    #[test]
+    fn populated_is_read_from_cgroup_events_and_a_cgroup_gone_is_empty() {
+        let (_d, c) = tree(true);
+        let cg = "/system.slice/md.service";
+        assert_eq!(c.populated_events(cg), None, "no cgroup.events: not known");
+        std::fs::write(c.events_file(cg), "populated 1\nfrozen 0\n").unwrap();
+        assert_eq!(c.populated_events(cg), Some(true));
+        std::fs::write(c.events_file(cg), "populated 0\nfrozen 0\n").unwrap();
+        assert_eq!(c.populated_events(cg), Some(false));
+        std::fs::remove_dir_all(c.dir(cg)).unwrap();
+        assert_eq!(c.populated_events(cg), Some(false));
     }
 }

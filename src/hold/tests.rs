@@ -252,6 +252,7 @@ fn holder(units: &FakeUnits, cg2: &Cgroup2, runtime: &Path) -> Holder {
         Box::new(|_, _, _| 0),
     )
     .with_owners(Box::new(move |pid| owners.owner(pid)))
+    .settling(Duration::from_millis(30))
 }
 
 /// What `rule` wants held for `pid`; the rule names `user = "root"`.
@@ -1101,4 +1102,187 @@ fn a_refused_partition_is_tried_again_after_a_backoff_that_doubles_up_to_its_bou
     let r = h.reconcile(&wants);
     assert!(r[0].isolated && r[0].problem.is_none(), "{r:?}");
     assert_eq!(h.deadline(), None);
+}
+
+/// The root's `cpuset.cpus.isolated` as the kernel would list it.
+fn isolated_now(cg2: &Cgroup2, cpus: &str) {
+    std::fs::write(
+        cg2.mount().join("cpuset.cpus.isolated"),
+        format!("{cpus}\n"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn no_partition_is_written_while_a_removed_one_still_has_cpus_isolated() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    // isolcpus=1 was there before pinnerd: never in the way.
+    isolated_now(&cg2, "1");
+    let mut h = holder(&units, &cg2, run.path());
+    h.recover(Instant::now());
+    // A partition's cgroup was removed and the kernel still lists its CPUs 2-3.
+    isolated_now(&cg2, "1-3");
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(!r[0].isolated && !r[0].confined, "{r:?}");
+    let why = r[0].problem.as_deref().unwrap();
+    assert!(why.contains("CPUs 2-3 are still isolated"), "{why}");
+    // Nothing was written: no grant, no partition, the unit not even confined.
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "member"
+    );
+    assert!(units.calls().is_empty(), "{:?}", units.calls());
+    // The kernel let go: the same want is made at the next try.
+    isolated_now(&cg2, "1");
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(r[0].isolated, "{r:?}");
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "6-7");
+}
+
+#[test]
+fn cpus_the_kernel_keeps_isolated_after_a_release_are_said_and_their_grants_wait() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    units.add(11, "md.service", "/system.slice/md.service", "system.slice");
+    let mut h = holder(&units, &cg2, run.path());
+    h.recover(Instant::now());
+    assert!(h.reconcile(&[want("feed", 10, "6-7", true)])[0].isolated);
+    isolated_now(&cg2, "6-7");
+    // Let go: `member` is written, and the kernel keeps listing 6-7.
+    h.reconcile(&[]);
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "member"
+    );
+    assert_eq!(
+        h.notes(),
+        vec![
+            "CPUs 6-7 still isolated after the partition of /system.slice/md.service \
+             was released: the kernel kept them"
+                .to_string()
+        ]
+    );
+    // The ancestors' grants stay while the kernel keeps the CPUs, on record for the
+    // next start, and no partition is made meanwhile.
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "6-7");
+    let journal = Journal::new(run.path()).load().unwrap();
+    assert_eq!(journal.len(), 1);
+    assert_eq!(
+        journal[0].partition.as_ref().unwrap().cgroup,
+        "/system.slice/md.service"
+    );
+    let r = h.reconcile(&[want("feed", 11, "4", true)]);
+    assert!(!r[0].isolated, "{r:?}");
+    // The kernel lets go: the grants are taken back at the next try, the note goes.
+    isolated_now(&cg2, "");
+    let later = Instant::now() + Duration::from_secs(60);
+    h.expire(later);
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+    assert!(h.notes().is_empty());
+    assert!(h.deadline().is_none());
+    assert!(!run.path().join(JOURNAL_FILE).exists());
+}
+
+#[test]
+fn a_partition_is_undone_as_soon_as_its_cgroup_reports_no_process() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    let events = cg2.dir("/system.slice/md.service").join("cgroup.events");
+    std::fs::write(&events, "populated 1\nfrozen 0\n").unwrap();
+    let mut h = holder(&units, &cg2, run.path());
+    h.recover(Instant::now());
+    assert!(h.reconcile(&[want("feed", 10, "6-7", true)])[0].isolated);
+    // The main process exits: the cgroup says so before systemd removes it, and before
+    // the daemon has seen the exit (the same want comes again).
+    std::fs::write(&events, "populated 0\nfrozen 0\n").unwrap();
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(!r[0].isolated, "{r:?}");
+    assert!(
+        r[0].problem.as_deref().unwrap().contains("no process left"),
+        "{r:?}"
+    );
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "member"
+    );
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+    // The unit starts again (populated anew): held anew, isolated again.
+    std::fs::write(&events, "populated 1\nfrozen 0\n").unwrap();
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(r[0].isolated, "{r:?}");
+    // Let go for good: nothing is left.
+    h.reconcile(&[]);
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+}
+
+#[test]
+fn a_partition_someone_else_made_after_the_start_is_not_taken_for_a_removed_one() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    let mut h = holder(&units, &cg2, run.path());
+    h.recover(Instant::now());
+    // An administrator's partition of CPU 4, made after pinnerd started.
+    let other = cg2.dir("/system.slice/other.service");
+    std::fs::create_dir_all(&other).unwrap();
+    std::fs::write(other.join("cpuset.cpus.partition"), "isolated\n").unwrap();
+    std::fs::write(other.join("cpuset.cpus.exclusive.effective"), "4\n").unwrap();
+    isolated_now(&cg2, "4");
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(r[0].isolated, "{r:?}");
+    // Once it is gone (its CPUs still listed), it is a removed partition.
+    h.reconcile(&[]);
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+    std::fs::remove_dir_all(&other).unwrap();
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(
+        r[0].problem
+            .as_deref()
+            .unwrap()
+            .contains("CPUs 4 are still isolated"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn the_holder_thread_undoes_a_partition_when_its_watched_cgroup_empties() {
+    use crate::daemon::holding::HolderThread;
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    let events = cg2.dir("/system.slice/md.service").join("cgroup.events");
+    std::fs::write(&events, "populated 1\nfrozen 0\n").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (u, c, r) = (units.clone(), cg2.clone(), run.path().to_path_buf());
+    let mut t = HolderThread::start(
+        move || holder(&u, &c, &r),
+        move |reports, _notes| {
+            let _ = tx.send(reports);
+        },
+    )
+    .unwrap();
+    t.want(vec![want("feed", 10, "6-7", true)]);
+    let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(first[0].isolated, "{first:?}");
+    // The unit's last process exits: nothing is sent to the thread, the kernel's
+    // cgroup.events change is what wakes it.
+    std::fs::write(&events, "populated 0\nfrozen 0\n").unwrap();
+    let next = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(!next[0].isolated, "{next:?}");
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "member"
+    );
+    assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
+    t.stop(Duration::from_secs(5), Duration::from_secs(10));
 }

@@ -29,6 +29,9 @@ pub enum Event {
     Followed(Box<crate::memory::follow::Finished>),
     /// What the holder thread did with the last [`Action::Hold`](super::Action::Hold).
     Held(Vec<crate::hold::HoldReport>),
+    /// What the kernel kept isolated after the holder released a partition, one line
+    /// each (empty: nothing), sent after every [`Event::Held`].
+    HoldNotes(Vec<String>),
     /// A command line read off the loop (see `daemon::readers`).
     Cmdline(crate::manager::cmdlines::CmdlineRead),
     /// Where a process's memory is, read off the loop for the manager (see `daemon::readers`).

@@ -31,6 +31,14 @@ impl Holds {
         Some(wants)
     }
 
+    /// What the kernel kept after a release, as the holder says it: logged when new.
+    pub(super) fn noted(&mut self, notes: Vec<String>) {
+        for n in notes.iter().filter(|n| !self.notes.contains(n)) {
+            tracing::warn!("{n}");
+        }
+        self.notes = notes;
+    }
+
     /// What the holder did: kept for `explain`, logged once per problem. True when a
     /// unit's CPUs changed (or a hold ended): then every managed thread must be applied
     /// again at once, see `State::held`.
@@ -134,5 +142,24 @@ mod tests {
         assert_eq!(h.sending(vec![], later), Some(vec![]));
         assert!(h.reported(vec![]), "the hold ended");
         assert!(h.line(7).is_none() && h.summary().is_none());
+    }
+
+    #[test]
+    fn cpus_the_kernel_kept_are_said_in_status_and_explain_until_they_go() {
+        let mut h = Holds::default();
+        let kept = "CPUs 6-7 still isolated after the partition of /system.slice/md.service \
+                    was released: the kernel kept them";
+        h.noted(vec![kept.to_string()]);
+        assert_eq!(
+            h.summary().as_deref(),
+            Some(kept),
+            "nothing held, still said"
+        );
+        assert!(h.reported(vec![report(7, None)]));
+        assert!(h.summary().unwrap().ends_with(kept), "{:?}", h.summary());
+        assert!(h.line(7).unwrap().ends_with(kept), "{:?}", h.line(7));
+        h.noted(Vec::new());
+        assert!(!h.summary().unwrap().contains("kernel kept"));
+        assert!(!h.line(7).unwrap().contains("kernel kept"));
     }
 }

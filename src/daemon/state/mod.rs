@@ -559,6 +559,7 @@ impl State {
             Event::Measured(outcome) => self.measured(*outcome),
             Event::Followed(f) => self.followed(*f),
             Event::Held(reports) => self.held(reports),
+            Event::HoldNotes(notes) => self.sharing.holds.noted(notes),
             Event::Cmdline(read) => {
                 self.manager_event(manager::Input::Cmdline(read));
             }

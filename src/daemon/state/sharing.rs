@@ -50,6 +50,9 @@ pub(super) struct Holds {
     /// While a hold has a problem, the same wants are sent again from then on (a unit
     /// not found yet, systemd not reachable yet).
     pub(super) retry_at: Option<Instant>,
+    /// CPUs the kernel kept isolated after a partition was released (the holder's
+    /// lines), for `status` and `explain`.
+    pub(super) notes: Vec<String>,
 }
 
 /// What the daemon knows about sched_ext.
@@ -103,7 +106,7 @@ impl Holds {
     /// For `status`: units confined, CPUs isolated, holds refused.
     pub(super) fn summary(&self) -> Option<String> {
         if self.reports.is_empty() {
-            return None;
+            return (!self.notes.is_empty()).then(|| self.notes.join("; "));
         }
         let confined = self.reports.values().filter(|r| r.confined).count();
         let isolated = self
@@ -125,15 +128,22 @@ impl Holds {
                 format!("rule {}: {line}", r.rule)
             })
             .collect();
-        for p in problems {
+        for p in problems.iter().chain(self.notes.iter()) {
             s.push_str(&format!("; {p}"));
         }
         Some(s)
     }
 
-    /// The hold line for `explain`: what is held for `pid` and how, or why not.
+    /// The hold line for `explain`: what is held for `pid` and how, or why not, and
+    /// what the kernel kept isolated after a release.
     pub(super) fn line(&self, pid: u32) -> Option<String> {
-        self.reports.get(&pid).map(HoldReport::line)
+        self.reports.get(&pid).map(|r| {
+            let mut line = r.line();
+            for n in &self.notes {
+                line.push_str(&format!("; {n}"));
+            }
+            line
+        })
     }
 }
 

@@ -1767,6 +1767,114 @@ check_isolate_crash_then_stop() {
     echo "kill -9 then systemctl stop: holds.json kept, '$isolated_stopped' still isolated while stopped; started again: ${how:-no line about the previous run}; rule removed: nothing isolated, vmwork-iso AllowedCPUs reset, system.slice exclusive empty"
 }
 
+# exclusive_set: every cgroup whose cpuset.cpus.exclusive is not empty, "PATH=CPUS" a
+# line, sorted.
+exclusive_set() {
+    python3 - <<'PY' | sort
+import os
+for d, _, files in os.walk("/sys/fs/cgroup"):
+    if "cpuset.cpus.exclusive" in files:
+        try:
+            with open(os.path.join(d, "cpuset.cpus.exclusive")) as f:
+                v = f.read().strip()
+        except OSError:
+            continue
+        if v:
+            print(f"{d}={v}")
+PY
+}
+# kernel_trouble SINCE: the lines of dmesg after line SINCE that report a warning, a
+# BUG, list corruption, an oops or a lockup.
+kernel_trouble() {
+    dmesg | tail -n +"$(($1 + 1))" |
+        grep -E 'WARNING:|BUG:|kernel BUG|list_add corruption|list_del corruption|Oops|soft lockup|hard LOCKUP|general protection' || true
+}
+# churn_rule CPUS: every churn-N.service's main process, isolated on CPUS.
+churn_rule() {
+    put_rule 82-vm-churn.toml <<EOF
+[[rule]]
+name = "vm-churn"
+[rule.match]
+unit = "churn-*.service"
+[rule.place]
+cpus = "$1"
+exclusive = true
+isolate = true
+EOF
+}
+# no_exclusive_beyond FILE: no cgroup has exclusive CPUs that FILE (an exclusive_set
+# taken before) did not list.
+no_exclusive_beyond() { [ -z "$(comm -13 "$1" <(exclusive_set))" ]; }
+# churn_units: the churn services systemd still has.
+churn_units() { systemctl list-units --all --no-legend --plain 'churn-*' | grep -c .; }
+export -f exclusive_set kernel_trouble churn_rule no_exclusive_beyond churn_units
+
+# 50 short-lived services held isolated, half of them killed, the rule removed, put back
+# on other CPUs and moved again meanwhile: the kernel says nothing, and nothing stays
+# isolated or granted afterwards (a removed partition once left 2-3 isolated for
+# nobody, and the next partition write crashed the kernel).
+check_isolate_churn_no_leak() {
+    local kmsg excl=$WORK/churn-exclusive-before seen=$WORK/churn-seen i life trouble
+    no_partitions && return 77
+    isolated_is "" || {
+        echo "precondition: CPUs $(cat /sys/fs/cgroup/cpuset.cpus.isolated) already isolated"
+        return 1
+    }
+    exclusive_set >"$excl"
+    kmsg=$(dmesg | wc -l)
+    # What was isolated at any time during the churn: the check exercised partitions.
+    touch "$WORK/churn-on"
+    (
+        while [ -e "$WORK/churn-on" ]; do
+            cat /sys/fs/cgroup/cpuset.cpus.isolated
+            sleep 0.1
+        done | grep . | sort -u >"$seen"
+    ) &
+    churn_rule 2-3
+    for i in $(seq 1 50); do
+        # Lives 1 to 5 s; every other one is killed halfway.
+        life=$((i % 5 + 1))
+        systemd-run --quiet --unit="churn-$i" --collect sleep "$life" || {
+            echo "systemd-run churn-$i failed"
+            break
+        }
+        if [ $((i % 2)) -eq 0 ]; then
+            (sleep "$(awk -v l="$life" 'BEGIN { print l / 2 }')" &&
+                systemctl kill --signal=KILL "churn-$i.service" 2>/dev/null) &
+        fi
+        case $i in
+        20) rm -f "$RULES/82-vm-churn.toml" ;;
+        28) churn_rule 4-5 ;;
+        40) churn_rule 2-3 ;;
+        esac
+        sleep 0.4
+    done
+    rm -f "$RULES/82-vm-churn.toml"
+    wait_for 10 sh -c '[ "$(churn_units)" -eq 0 ]'
+    rm -f "$WORK/churn-on"
+    wait
+    systemctl stop 'churn-*' 2>/dev/null
+    systemctl reset-failed 'churn-*' 2>/dev/null
+    wait_for 20 isolated_is "" || {
+        echo "cpuset.cpus.isolated still '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)' 20 s after the churn ended; the daemon said: $(journalctl -b -u pinnerd.service --no-pager -o cat | grep -E 'still isolated|being removed' | tail -3 | tr '\n' ' ')"
+        return 1
+    }
+    wait_for 20 no_exclusive_beyond "$excl" || {
+        echo "cpuset.cpus.exclusive left after the churn: $(comm -13 "$excl" <(exclusive_set) | tr '\n' ' ')"
+        return 1
+    }
+    trouble=$(kernel_trouble "$kmsg")
+    [ -z "$trouble" ] || {
+        echo "the kernel reported during the churn: $(head -5 <<<"$trouble" | tr '\n' ' ')"
+        return 1
+    }
+    [ -s "$seen" ] || {
+        echo "no churn service was ever isolated, nothing was exercised: $(journalctl -b -u pinnerd.service --no-pager -o cat | grep -i churn | tail -3 | tr '\n' ' ')"
+        return 1
+    }
+    echo "50 services (25 killed), the rule removed, put back on 4-5 and moved to 2-3: isolated at times $(tr '\n' ' ' <"$seen" | sed 's/ $//'); afterwards nothing isolated, no cpuset.cpus.exclusive beyond what was there before, no kernel warning"
+}
+
 check_unit_born_in_place() {
     local dir=$WORK/vmborn pid r cpus mems pct why before_cpus before_pct
     rm -rf "$dir"
@@ -2225,6 +2333,7 @@ run_check isolate-keeps-others-off check_isolate_keeps_others_off 180
 run_check isolate-survives-restart check_isolate_survives_restart 120
 run_check isolate-crash-then-stop check_isolate_crash_then_stop 180
 run_check hold-refuses-imitators check_hold_refuses_imitators 150
+run_check isolate-churn-no-leak check_isolate_churn_no_leak 150
 run_check unit-born-in-place check_unit_born_in_place 240
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
