@@ -1105,15 +1105,7 @@ impl Holder {
     }
 
     /// Undoes a hold: partition, then the unit's own values, then masks systemd left.
-    /// Returns what could not be undone.
-    fn undo(&self, h: &Hold) -> Vec<String> {
-        let (mut problems, unit) = self.undo_parts(h);
-        problems.extend(unit);
-        problems
-    }
-
-    /// [`undo`](Self::undo), what could not be undone of the partition and of the unit
-    /// apart.
+    /// Returns what could not be undone of the partition and of the unit, apart.
     fn undo_parts(&self, h: &Hold) -> (Vec<String>, Vec<String>) {
         let mut partition = Vec::new();
         if let (Some(p), Ok(cg2)) = (&h.partition, &self.cg2) {
