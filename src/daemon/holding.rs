@@ -4,14 +4,20 @@
 //! ```text
 //!   loop ─Action::Hold(wants)─► HolderThread::want ─► (newest replaces waiting) ─►
 //!        pinnerd-hold thread: Holder::reconcile ─► Event::Held(reports) ─► loop
-//!   exit ─► HolderThread::stop: everything held is undone, then the thread ends
+//!   exit ─► HolderThread::stop (returns at once): everything held is undone on the
+//!           thread, which then calls `ended` (the loop's doorbell) and ends; the loop
+//!           goes on answering until `HolderThread::ended` says so, or its bound passes
 //! ```
+//!
+//! Nothing here waits on the caller's thread: the loop that owns a `HolderThread` is
+//! the thread that pings systemd's watchdog and answers the bus.
 //!
 //! Must not touch: daemon state. The thread holds and reports, nothing else.
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::hold::{HoldReport, Holder, Want};
 
@@ -41,17 +47,23 @@ pub fn system_holder(root: &crate::sysroot::SysRoot, runtime_dir: &std::path::Pa
 pub struct HolderThread {
     tx: mpsc::Sender<Msg>,
     join: Option<JoinHandle<()>>,
+    /// Set by the thread once it has undone everything, just before it ends.
+    done: Arc<AtomicBool>,
 }
 
 impl HolderThread {
     /// Starts the thread: it first recovers what a previous run left (see
     /// [`Holder::recover`]), then reconciles every want it is sent and hands the
-    /// reports to `report`.
+    /// reports to `report`. Once stopped and everything is undone it calls `ended`
+    /// (which wakes the loop) and ends.
     pub fn start(
         make: impl FnOnce() -> Holder + Send + 'static,
         report: impl Fn(Vec<HoldReport>) + Send + 'static,
+        ended: impl FnOnce() + Send + 'static,
     ) -> std::io::Result<HolderThread> {
         let (tx, rx) = mpsc::channel::<Msg>();
+        let done = Arc::new(AtomicBool::new(false));
+        let done_here = done.clone();
         let join = std::thread::Builder::new()
             .name("pinnerd-hold".into())
             .spawn(move || {
@@ -102,10 +114,13 @@ impl HolderThread {
                     }
                 }
                 holder.release_all();
+                done_here.store(true, Ordering::Release);
+                ended();
             })?;
         Ok(HolderThread {
             tx,
             join: Some(join),
+            done,
         })
     }
 
@@ -114,20 +129,23 @@ impl HolderThread {
         let _ = self.tx.send(Msg::Wants(wants));
     }
 
-    /// Undoes everything held and waits for the thread, at most `limit`.
-    pub fn stop(&mut self, limit: Duration) {
+    /// Asks the thread to undo everything held and end; returns at once (the undoing
+    /// calls systemd, which can wait). [`HolderThread::ended`] says when it is done.
+    pub fn stop(&self) {
         let _ = self.tx.send(Msg::Stop);
-        let Some(join) = self.join.take() else { return };
-        let until = Instant::now() + limit;
-        while !join.is_finished() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(10));
+    }
+
+    /// Whether the thread has undone everything and ended (it is then joined).
+    pub fn ended(&mut self) -> bool {
+        // A thread that panicked has ended too, without saying so.
+        let finished = self.join.as_ref().is_none_or(JoinHandle::is_finished);
+        if !self.done.load(Ordering::Acquire) && !finished {
+            return false;
         }
-        if join.is_finished() {
+        // It has nothing left to do but return: the join is immediate.
+        if let Some(join) = self.join.take() {
             let _ = join.join();
-        } else {
-            tracing::warn!(
-                "the holder did not finish undoing in time; its journal is left for the next start"
-            );
         }
+        true
     }
 }

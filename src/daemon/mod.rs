@@ -32,6 +32,7 @@ pub mod schedule;
 pub mod shell;
 pub mod sources;
 pub mod state;
+pub mod steps;
 pub mod watchers;
 pub mod worker;
 
