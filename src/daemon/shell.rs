@@ -348,17 +348,15 @@ impl Shell {
     fn run_loop(&self, mut state: State, mut rx: mpsc::Receiver<Event>) -> Result<(), DaemonError> {
         let waker = Waker::from(self.bell.clone());
         let mut cx = Context::from_waker(&waker);
-        let served = self.serve(&mut state, &mut rx, &mut cx);
+        // A daemon that could not start leaves what it recovered to the next start.
+        self.serve(&mut state, &mut rx, &mut cx)?;
         self.wind_down(&mut rx, &mut cx);
-        served
+        Ok(())
     }
 
-    fn serve(
-        &self,
-        state: &mut State,
-        rx: &mut mpsc::Receiver<Event>,
-        cx: &mut Context<'_>,
-    ) -> Result<(), DaemonError> {
+    /// Recovers what a previous run held, reads the machine and the rules, then
+    /// `READY=1`.
+    fn start_up(&self, state: &mut State) -> Result<(), DaemonError> {
         // What a previous run held and did not undo (killed) is recovered at once.
         if self.hold_at.1.join(crate::hold::JOURNAL_FILE).exists() {
             if let Err(e) = self.holder() {
@@ -374,6 +372,17 @@ impl Shell {
             })?;
         notify(&[sd_notify::NotifyState::Ready]);
         tracing::info!(scheduling = %scheduling(), "ready");
+        Ok(())
+    }
+
+    /// The loop proper, until it must stop.
+    fn serve(
+        &self,
+        state: &mut State,
+        rx: &mut mpsc::Receiver<Event>,
+        cx: &mut Context<'_>,
+    ) -> Result<(), DaemonError> {
+        self.start_up(state)?;
         let (mut kernel, first) = KernelSources::open();
         for ev in first {
             if self.step(state, ev) {
