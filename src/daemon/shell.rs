@@ -40,7 +40,7 @@ use super::schedule::Timing;
 use super::state::event::{Event, ReloadCause};
 use super::state::memory::MemoryRead;
 use super::state::{Action, Config, State};
-use super::steps::{StepName, Steps};
+use super::steps::{StepName, Steps, LOOK_EVERY, STILL_RUNNING};
 use super::watchers::{Doorbell, KernelSources};
 use super::worker;
 use crate::manager::cmdlines::{CmdlineRead, CmdlineWanted};
@@ -238,7 +238,7 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         holder: std::cell::RefCell::new(None),
         hold_at: (opts.config.sysroot.clone(), opts.config.runtime_dir.clone()),
         bell,
-        steps: Steps::default(),
+        steps: step_timer(),
         watchdog,
     };
     Ok(Started {
@@ -247,6 +247,16 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         state,
         events: rx,
     })
+}
+
+/// The loop's step timer, with its watch thread (a step that does not end is named
+/// while it runs) when that thread can start.
+fn step_timer() -> Steps {
+    let steps = Steps::default();
+    if let Err(e) = steps.watch(STILL_RUNNING, LOOK_EVERY) {
+        tracing::warn!(error = %e, "cannot start the step watch thread: slow steps are said once they end");
+    }
+    steps
 }
 
 /// The reader threads: command lines, and memory; each sends what it read to the loop

@@ -7,12 +7,16 @@
 //! ```
 //!
 //! The loop is the thread that pings systemd's watchdog and answers the bus: a step
-//! that takes seconds delays both. Naming a step costs a few words per event (a hold
-//! report's unit names, a tick's due work); the text is made only for a slow one.
+//! that takes seconds delays both. A step that never ends is named too: a watch
+//! thread says `loop step '…' still running after 5.0 s` (and every 5 s after), which
+//! the watchdog's kill at 30 s cannot prevent being written. Naming a step costs a few
+//! words per event (a hold report's unit names, a tick's due work) and two uncontended
+//! locks; the text is made only for a slow one.
 //!
 //! Must not touch: daemon state. It is given an event's name and how long it took.
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::api::Call;
@@ -21,6 +25,12 @@ use super::state::event::{Event, ReloadCause};
 
 /// A loop step over this is logged as a warning naming it.
 pub const SLOW_STEP: Duration = Duration::from_secs(1);
+/// A step still running after this is said to be, while it runs (and again after each
+/// as long): well inside half of a 30 s `WatchdogSec=`, so that a step that ends only
+/// with a watchdog kill is named before it.
+pub const STILL_RUNNING: Duration = Duration::from_secs(5);
+/// How often the watch thread looks at the running step.
+pub const LOOK_EVERY: Duration = Duration::from_secs(1);
 
 /// Unit names a hold report's step name lists, at most (then "and N more").
 const UNITS_NAMED: usize = 3;
@@ -136,10 +146,22 @@ impl fmt::Display for StepName {
     }
 }
 
-/// The loop's step timer: times each step and warns about a slow one.
-#[derive(Debug, Clone, Copy)]
+/// The loop's step timer: times each step and warns about a slow one once it ends;
+/// with a watch thread ([`Steps::watch`]), also while it still runs.
+#[derive(Debug)]
 pub struct Steps {
     slow: Duration,
+    running: Arc<Mutex<Running>>,
+}
+
+/// The step the loop is in, as the watch thread sees it.
+#[derive(Debug, Default)]
+struct Running {
+    /// Counts the steps begun: the watch thread tells one long step from two.
+    seq: u64,
+    step: Option<(StepName, Instant)>,
+    /// The loop has dropped its timer: the watch thread ends.
+    closed: bool,
 }
 
 impl Default for Steps {
@@ -148,17 +170,53 @@ impl Default for Steps {
     }
 }
 
+impl Drop for Steps {
+    fn drop(&mut self) {
+        lock(&self.running).closed = true;
+    }
+}
+
+fn lock(m: &Mutex<Running>) -> std::sync::MutexGuard<'_, Running> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Steps {
-    /// Warns about steps over `slow`.
+    /// Warns about steps over `slow`, once they end.
     pub fn new(slow: Duration) -> Steps {
-        Steps { slow }
+        Steps {
+            slow,
+            running: Arc::default(),
+        }
+    }
+
+    /// Also warns while a step runs: a thread (`pinnerd-steps`) looks every `look` and
+    /// says so of a step running for `still` and each `still` after, so that a step
+    /// that never ends (until the watchdog kills the daemon) names itself too. It only
+    /// looks and logs: the watchdog ping stays the loop's own.
+    pub fn watch(&self, still: Duration, look: Duration) -> std::io::Result<()> {
+        let running = self.running.clone();
+        // The thread logs where the caller's logs go (a test's subscriber included).
+        let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+        std::thread::Builder::new()
+            .name("pinnerd-steps".into())
+            .spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || watch(&running, still, look))
+            })?;
+        Ok(())
     }
 
     /// Runs `f` as the step `name`, timed (see [`Steps::finished`]).
     pub fn timed<T>(&self, name: StepName, f: impl FnOnce() -> T) -> T {
-        let started = Instant::now();
+        {
+            let mut r = lock(&self.running);
+            r.seq += 1;
+            r.step = Some((name, Instant::now()));
+        }
         let out = f();
-        self.finished(&name, started.elapsed());
+        let step = lock(&self.running).step.take();
+        if let Some((name, started)) = step {
+            self.finished(&name, started.elapsed());
+        }
         out
     }
 
@@ -178,11 +236,38 @@ impl Steps {
     }
 }
 
+/// The watch thread: every `look`, a step running for `still` (and each `still` after)
+/// is a warning naming it.
+fn watch(running: &Mutex<Running>, still: Duration, look: Duration) {
+    // The step last warned about, and how many times.
+    let mut warned: (u64, u32) = (0, 0);
+    loop {
+        std::thread::sleep(look);
+        let r = lock(running);
+        if r.closed {
+            return;
+        }
+        let Some((name, started)) = &r.step else {
+            continue;
+        };
+        let times = if warned.0 == r.seq { warned.1 } else { 0 };
+        let so_far = started.elapsed();
+        if so_far >= still * (times + 1) {
+            tracing::warn!(
+                step = %name,
+                took_ms = so_far.as_millis() as u64,
+                "loop step '{name}' still running after {:.1} s",
+                so_far.as_secs_f64()
+            );
+            warned = (r.seq, times + 1);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::hold::HoldReport;
-    use std::sync::{Arc, Mutex};
 
     fn report(pid: u32, unit: Option<&str>) -> HoldReport {
         HoldReport {
@@ -198,8 +283,9 @@ mod tests {
         }
     }
 
-    /// What `f` logged at warning level and above, one line each, without colours.
-    fn warnings(f: impl FnOnce()) -> Vec<String> {
+    /// A subscriber that keeps what is logged at warning level and above, without
+    /// colours, in the buffer returned with it.
+    fn capturing() -> (Arc<Mutex<Vec<u8>>>, impl tracing::Subscriber + Send + Sync) {
         let buf = Arc::new(Mutex::new(Vec::<u8>::new()));
         let sink = buf.clone();
         let subscriber = tracing_subscriber::fmt()
@@ -208,9 +294,19 @@ mod tests {
             .without_time()
             .with_writer(move || Sink(sink.clone()))
             .finish();
-        tracing::subscriber::with_default(subscriber, f);
+        (buf, subscriber)
+    }
+
+    fn lines(buf: &Mutex<Vec<u8>>) -> Vec<String> {
         let text = String::from_utf8(buf.lock().unwrap().clone()).unwrap();
         text.lines().map(String::from).collect()
+    }
+
+    /// What `f` logged at warning level and above, one line each.
+    fn warnings(f: impl FnOnce()) -> Vec<String> {
+        let (buf, subscriber) = capturing();
+        tracing::subscriber::with_default(subscriber, f);
+        lines(&buf)
     }
 
     struct Sink(Arc<Mutex<Vec<u8>>>);
@@ -273,6 +369,55 @@ mod tests {
         assert!(
             lines[0].contains("loop step 'bus call ListManaged' took"),
             "{lines:?}"
+        );
+    }
+
+    /// A step that does not end (here: until the watch thread has named it twice) is
+    /// named while it runs, each time after as long again; it never pings anything.
+    #[test]
+    fn a_step_that_does_not_end_is_named_while_it_runs() {
+        let (buf, subscriber) = capturing();
+        let still = |buf: &Mutex<Vec<u8>>| {
+            lines(buf)
+                .into_iter()
+                .filter(|l| l.contains("still running"))
+                .collect::<Vec<_>>()
+        };
+        tracing::subscriber::with_default(subscriber, || {
+            let steps = Steps::new(Duration::from_secs(3600));
+            steps
+                .watch(Duration::from_millis(50), Duration::from_millis(5))
+                .unwrap();
+            let name = StepName::Held(vec!["md-feed.service".into()]);
+            steps.timed(name, || {
+                let until = Instant::now() + Duration::from_secs(60);
+                while still(&buf).len() < 2 {
+                    assert!(Instant::now() < until, "never named while it ran");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            });
+        });
+        let said = still(&buf);
+        assert!(said.len() >= 2, "{said:?}");
+        for l in &said {
+            assert!(
+                l.contains(
+                    "loop step 'replan after the hold report on md-feed.service' still running after"
+                ),
+                "{l}"
+            );
+        }
+        let after = |l: &str| -> f64 {
+            let s = l.split("still running after ").nth(1).unwrap();
+            s.split(' ').next().unwrap().parse().unwrap()
+        };
+        assert!(
+            after(&said[1]) >= 0.1,
+            "the second after twice the time: {said:?}"
+        );
+        assert!(
+            lines(&buf).iter().all(|l| !l.contains("' took ")),
+            "under an hour"
         );
     }
 
