@@ -39,7 +39,8 @@
 //!   the state the loop owns, in parts (the settings and rules loaded, the machine, the
 //!   managed processes with the operations they are pinned through, measurement jobs,
 //!   timers, what is shared with the system); `daemon::readers`: the threads that read
-//!   what can wait on a process's locks (command lines) off the loop
+//!   what can wait on a process's locks (command lines) off the loop; `daemon::steps`:
+//!   each loop step timed, and one over a second logged naming it
 //! - `dbus`: the bus object, which only forwards
 //! - `devices`: a device name (interface, PCI address, block device, /dev path) → its
 //!   NUMA node and local CPUs, through the sysfs root

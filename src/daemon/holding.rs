@@ -9,16 +9,20 @@
 //!   pinnerd-hold-watch thread: a held partition's cgroup.events changed (inotify) ─►
 //!        the hold thread reconciles the last wants again (a unit left without
 //!        processes has its partition undone before systemd removes its cgroup)
-//!   exit ─► HolderThread::stop: holds undone until a deadline (the rest stay in the
-//!        journal), then the thread ends; waited for at most a bound
+//!   exit ─► HolderThread::stop (returns at once): holds undone on the thread until a
+//!           deadline (the rest stay in the journal), which then calls `ended` (the
+//!           loop's doorbell) and ends; the loop goes on answering until
+//!           `HolderThread::ended` says so, or its bound passes
 //! ```
 //!
-//! The loop never waits on this thread but at exit: `want` only sends, the reports
-//! come back as events.
+//! Nothing here waits on the caller's thread: `want` and `stop` only send, the reports
+//! come back as events; the loop that owns a `HolderThread` is the thread that pings
+//! systemd's watchdog and answers the bus.
 //!
 //! Must not touch: daemon state. The thread holds and reports, nothing else.
 
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -95,6 +99,8 @@ fn watch_events(tx: mpsc::Sender<Msg>) -> Option<inotify::Watches> {
 pub struct HolderThread {
     tx: mpsc::Sender<Msg>,
     join: Option<JoinHandle<()>>,
+    /// Set by the thread once it has undone everything, just before it ends.
+    done: Arc<AtomicBool>,
 }
 
 impl HolderThread {
@@ -104,8 +110,11 @@ impl HolderThread {
     pub fn start(
         make: impl FnOnce() -> Holder + Send + 'static,
         report: impl Fn(Vec<HoldReport>, Vec<String>) + Send + 'static,
+        ended: impl FnOnce() + Send + 'static,
     ) -> std::io::Result<HolderThread> {
         let (tx, rx) = mpsc::channel::<Msg>();
+        let done = Arc::new(AtomicBool::new(false));
+        let done_here = done.clone();
         let watches = watch_events(tx.clone());
         let join = std::thread::Builder::new()
             .name("pinnerd-hold".into())
@@ -182,10 +191,13 @@ impl HolderThread {
                 for line in holder.release_all(until) {
                     tracing::warn!("{line}");
                 }
+                done_here.store(true, Ordering::Release);
+                ended();
             })?;
         Ok(HolderThread {
             tx,
             join: Some(join),
+            done,
         })
     }
 
@@ -194,23 +206,25 @@ impl HolderThread {
         let _ = self.tx.send(Msg::Wants(wants));
     }
 
-    /// Undoes what is held, one hold after another for at most `release` (what is left
-    /// stays in the journal for the next start), and waits for the thread, at most
-    /// `limit` (a hold being undone at the deadline may take a few seconds more; cut
-    /// off, it is still in the journal).
-    pub fn stop(&mut self, release: Duration, limit: Duration) {
+    /// Asks the thread to undo what is held, one hold after another for at most
+    /// `release` (what is left stays in the journal for the next start), and end;
+    /// returns at once (the undoing calls systemd, which can wait).
+    /// [`HolderThread::ended`] says when it is done.
+    pub fn stop(&self, release: Duration) {
         let _ = self.tx.send(Msg::Stop(Instant::now() + release));
-        let Some(join) = self.join.take() else { return };
-        let until = Instant::now() + limit;
-        while !join.is_finished() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(10));
+    }
+
+    /// Whether the thread has undone everything and ended (it is then joined).
+    pub fn ended(&mut self) -> bool {
+        // A thread that panicked has ended too, without saying so.
+        let finished = self.join.as_ref().is_none_or(JoinHandle::is_finished);
+        if !self.done.load(Ordering::Acquire) && !finished {
+            return false;
         }
-        if join.is_finished() {
+        // It has nothing left to do but return: the join is immediate.
+        if let Some(join) = self.join.take() {
             let _ = join.join();
-        } else {
-            tracing::warn!(
-                "the holder did not finish undoing in time; its journal is left for the next start"
-            );
         }
+        true
     }
 }

@@ -20,7 +20,9 @@
 //! runtime on worker threads serves D-Bus, signals and inotify; measurements run on
 //! named OS threads; reads that can wait on a process's locks (command lines,
 //! `numa_maps`) run on [`readers`], so nothing a process does to itself can hold the
-//! loop.
+//! loop. Nothing on the loop thread sleeps or waits for another thread (the holder's
+//! undoing at exit included, see [`shell`]); each step is timed, and one over a second
+//! is logged naming it ([`steps`]).
 //!
 //! Must not touch: the bus (see `dbus`), spin pairs (see `measure`), per-thread syscalls
 //! (see `affinity`), rule syntax (see `rules`).
@@ -32,6 +34,7 @@ pub mod schedule;
 pub mod shell;
 pub mod sources;
 pub mod state;
+pub mod steps;
 pub mod watchers;
 pub mod worker;
 

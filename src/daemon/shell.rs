@@ -11,6 +11,14 @@
 //! the reader threads (`readers`: command lines and `numa_maps`, which can wait on a
 //! process's locks) are created by it and so start in the normal class, whatever the
 //! unit gives the loop.
+//!
+//! Nothing on the loop thread sleeps or waits for another thread: it pings systemd's
+//! watchdog (`WATCHDOG=1`, from the state's tick) and answers the bus, so a step that
+//! waited would look like a dead daemon. Work that can wait (systemd calls, command
+//! lines, memory moves, measurements) runs on the threads above; every step is timed,
+//! and one over a second is logged naming it (see `steps`). At exit the holder undoes
+//! its units on its own thread while the loop goes on pinging and answering calls with
+//! "stopping" ([`wind_down`]).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,6 +40,7 @@ use super::schedule::Timing;
 use super::state::event::{Event, ReloadCause};
 use super::state::memory::MemoryRead;
 use super::state::{Action, Config, State};
+use super::steps::{StepName, Steps, LOOK_EVERY, STILL_RUNNING};
 use super::watchers::{Doorbell, KernelSources};
 use super::worker;
 use crate::manager::cmdlines::{CmdlineRead, CmdlineWanted};
@@ -43,7 +52,8 @@ const HOLDER_RELEASE: Duration = Duration::from_secs(10);
 /// How long the exit waits for the holder at most: the hold being undone at
 /// [`HOLDER_RELEASE`] may take a few seconds more (its systemd calls are bounded on
 /// their own). Both stay well below the unit's `TimeoutStopSec=` (see the test), so that
-/// a stop with many holds ends by itself, never in `Result=timeout`.
+/// a stop with many holds ends by itself, never in `Result=timeout`. The loop goes on
+/// pinging the watchdog and answering meanwhile ([`wind_down`]).
 const HOLDER_STOP: Duration = Duration::from_secs(13);
 
 /// How many events may wait for the loop (commands, signals, reloads, measurement
@@ -213,6 +223,7 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
 
     // Ping at half of systemd's WatchdogSec.
     let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
+    let bell = Arc::new(Doorbell::new().map_err(DaemonError::Runtime)?);
     let timing = Timing::from_settings(&opts.settings, watchdog);
     let state = State::new(
         opts.config.clone(),
@@ -231,6 +242,9 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         memory,
         holder: std::cell::RefCell::new(None),
         hold_at: (opts.config.sysroot.clone(), opts.config.runtime_dir.clone()),
+        bell,
+        steps: step_timer(),
+        watchdog,
     };
     Ok(Started {
         conn,
@@ -238,6 +252,16 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         state,
         events: rx,
     })
+}
+
+/// The loop's step timer, with its watch thread (a step that does not end is named
+/// while it runs) when that thread can start.
+fn step_timer() -> Steps {
+    let steps = Steps::default();
+    if let Err(e) = steps.watch(STILL_RUNNING, LOOK_EVERY) {
+        tracing::warn!(error = %e, "cannot start the step watch thread: slow steps are said once they end");
+    }
+    steps
 }
 
 /// The reader threads: command lines, and memory; each sends what it read to the loop
@@ -286,6 +310,13 @@ struct Shell {
     holder: std::cell::RefCell<Option<super::holding::HolderThread>>,
     /// Where the holder works: the sysfs root (cgroups) and the runtime directory.
     hold_at: (crate::sysroot::SysRoot, std::path::PathBuf),
+    /// Wakes the loop's `poll`: rung by the channel's receiver, and by the holder when
+    /// it has ended.
+    bell: Arc<Doorbell>,
+    /// Times every step and warns about a slow one.
+    steps: Steps,
+    /// How often to ping systemd's watchdog, if it watches.
+    watchdog: Option<Duration>,
 }
 
 impl Shell {
@@ -311,12 +342,14 @@ impl Shell {
         if slot.is_none() {
             let (root, runtime) = self.hold_at.clone();
             let tx = self.events.clone();
+            let bell = self.bell.clone();
             let t = super::holding::HolderThread::start(
                 move || super::holding::system_holder(&root, &runtime),
                 move |reports, notes| {
                     let _ = tx.blocking_send(Event::Held(reports));
                     let _ = tx.blocking_send(Event::HoldNotes(notes));
                 },
+                move || bell.ring(),
             )
             .map_err(|e| format!("cannot start the holder thread: {e}"))?;
             *slot = Some(t);
@@ -326,27 +359,53 @@ impl Shell {
         }))
     }
 
+    /// Runs the loop until it must stop, then lets the holder undo its units while
+    /// still answering ([`wind_down`]).
     fn run_loop(&self, mut state: State, mut rx: mpsc::Receiver<Event>) -> Result<(), DaemonError> {
+        let waker = Waker::from(self.bell.clone());
+        let mut cx = Context::from_waker(&waker);
+        // A daemon that could not start leaves what it recovered to the next start.
+        self.serve(&mut state, &mut rx, &mut cx)?;
+        self.wind_down(&mut rx, &mut cx);
+        Ok(())
+    }
+
+    /// Recovers what a previous run held, reads the machine and the rules, then
+    /// `READY=1`.
+    fn start_up(&self, state: &mut State) -> Result<(), DaemonError> {
         // What a previous run held and did not undo (killed) is recovered at once.
         if self.hold_at.1.join(crate::hold::JOURNAL_FILE).exists() {
             if let Err(e) = self.holder() {
                 tracing::error!(error = %e, "holds left by a previous run not recovered");
             }
         }
-        state.start()?;
-        self.perform(&mut state);
-        self.publish(&state);
+        self.steps
+            .timed(StepName::Start, || -> Result<(), DaemonError> {
+                state.start()?;
+                self.perform(state);
+                self.publish(state);
+                Ok(())
+            })?;
         notify(&[sd_notify::NotifyState::Ready]);
         tracing::info!(scheduling = %scheduling(), "ready");
+        Ok(())
+    }
+
+    /// The loop proper, until it must stop.
+    fn serve(
+        &self,
+        state: &mut State,
+        rx: &mut mpsc::Receiver<Event>,
+        cx: &mut Context<'_>,
+    ) -> Result<(), DaemonError> {
+        self.start_up(state)?;
         let (mut kernel, first) = KernelSources::open();
         for ev in first {
-            if self.step(&mut state, ev) {
+            if self.step(state, ev) {
                 return Ok(());
             }
         }
-        let bell = Arc::new(Doorbell::new().map_err(DaemonError::Runtime)?);
-        let waker = Waker::from(bell.clone());
-        let mut cx = Context::from_waker(&waker);
+        let bell = &*self.bell;
         let mut next_tick = Instant::now() + TICK;
         let mut last_publish = Instant::now();
         let mut publish_due: Option<Instant> = None;
@@ -356,9 +415,9 @@ impl Shell {
             // is empty, its receiver has registered the doorbell to ring on the next send.
             let mut drained = false;
             for _ in 0..CHANNEL_BURST {
-                match rx.poll_recv(&mut cx) {
+                match rx.poll_recv(cx) {
                     Poll::Ready(Some(ev)) => {
-                        if self.step(&mut state, ev) {
+                        if self.step(state, ev) {
                             return Ok(());
                         }
                     }
@@ -373,7 +432,7 @@ impl Shell {
             if let Some(at) = publish_due {
                 if Instant::now() >= at {
                     publish_due = None;
-                    self.publish(&state);
+                    self.publish(state);
                     last_publish = Instant::now();
                 }
             }
@@ -387,20 +446,20 @@ impl Shell {
                     .fold(tick, Instant::min)
             };
             let now = Instant::now();
-            if now >= due(&state, next_tick, None) {
+            if now >= due(state, next_tick, None) {
                 if now >= next_tick {
                     next_tick = now + TICK;
                 }
-                if self.step(&mut state, Event::Tick(now)) {
+                if self.step(state, Event::Tick(now)) {
                     return Ok(());
                 }
             }
             let timeout = if drained {
-                due(&state, next_tick, publish_due).saturating_duration_since(Instant::now())
+                due(state, next_tick, publish_due).saturating_duration_since(Instant::now())
             } else {
                 Duration::ZERO
             };
-            let ready = kernel.wait(&bell, timeout);
+            let ready = kernel.wait(bell, timeout);
             if ready.bell {
                 bell.clear();
             }
@@ -409,13 +468,17 @@ impl Shell {
                 if !batch.is_empty() {
                     // Not `step`: the snapshot (counters only, for process events) is
                     // published at most every PUBLISH_EVERY under a storm.
-                    state.handle(Event::Proc(std::mem::take(&mut batch)));
-                    if self.perform(&mut state) {
+                    let name = StepName::Proc(batch.len());
+                    let exit = self.steps.timed(name, || {
+                        state.handle(Event::Proc(std::mem::take(&mut batch)));
+                        self.perform(state)
+                    });
+                    if exit {
                         return Ok(());
                     }
                     if publish_due.is_none() {
                         if last_publish.elapsed() >= PUBLISH_EVERY {
-                            self.publish(&state);
+                            self.publish(state);
                             last_publish = Instant::now();
                         } else {
                             publish_due = Some(last_publish + PUBLISH_EVERY);
@@ -423,14 +486,14 @@ impl Shell {
                     }
                 }
                 if let Some(ev) = failed {
-                    if self.step(&mut state, ev) {
+                    if self.step(state, ev) {
                         return Ok(());
                     }
                 }
             }
             if ready.hotplug {
                 if let Some(ev) = kernel.read_hotplug() {
-                    if self.step(&mut state, ev) {
+                    if self.step(state, ev) {
                         return Ok(());
                     }
                 }
@@ -438,12 +501,41 @@ impl Shell {
         }
     }
 
-    /// Handles one event and what it asked for; true when the loop must stop.
+    /// The holder, if one runs, undoes what it held on its own thread; meanwhile the
+    /// loop pings the watchdog and refuses calls at once ([`wind_down`]).
+    fn wind_down(&self, rx: &mut mpsc::Receiver<Event>, cx: &mut Context<'_>) {
+        let mut slot = self.holder.borrow_mut();
+        let Some(holder) = slot.as_mut() else {
+            return;
+        };
+        // Already asked at `Action::Exit`, but not when every sender went away.
+        holder.stop(HOLDER_RELEASE);
+        let ended = wind_down(
+            rx,
+            cx,
+            &self.bell,
+            || holder.ended(),
+            Instant::now() + HOLDER_STOP,
+            self.watchdog,
+            || notify(&[sd_notify::NotifyState::Watchdog]),
+        );
+        if !ended {
+            tracing::warn!(
+                limit_s = HOLDER_STOP.as_secs(),
+                "the holder did not finish undoing in time; its journal is left for the next start"
+            );
+        }
+    }
+
+    /// Handles one event and what it asked for, timed; true when the loop must stop.
     fn step(&self, state: &mut State, ev: Event) -> bool {
-        state.handle(ev);
-        let exit = self.perform(state);
-        self.publish(state);
-        exit
+        let name = StepName::of(&ev, |now| state.due_at_tick(now));
+        self.steps.timed(name, || {
+            state.handle(ev);
+            let exit = self.perform(state);
+            self.publish(state);
+            exit
+        })
     }
 
     fn publish(&self, state: &State) {
@@ -517,13 +609,58 @@ impl Shell {
                         Err(e) => tracing::error!(error = %e, "units not held"),
                     },
                     Action::Exit => {
-                        if let Some(h) = self.holder.borrow_mut().as_mut() {
-                            h.stop(HOLDER_RELEASE, HOLDER_STOP);
+                        // Asked now, waited for by `wind_down`, never here.
+                        if let Some(h) = self.holder.borrow().as_ref() {
+                            h.stop(HOLDER_RELEASE);
                         }
                         exit = true;
                     }
                 }
             }
+        }
+    }
+}
+
+/// The loop's last phase, after the masks are given back: waits for `ended` (the
+/// holder undoing its units on its own thread, which rings `bell` when done) until
+/// `until`, without ever sleeping past a watchdog ping: `ping` is called every
+/// `watchdog` (and at once). Events that come meanwhile are dropped: a bus call's
+/// dropped reply answers its caller at once that the daemon is shutting down. True when
+/// `ended` said so in time.
+fn wind_down(
+    rx: &mut mpsc::Receiver<Event>,
+    cx: &mut Context<'_>,
+    bell: &Doorbell,
+    mut ended: impl FnMut() -> bool,
+    until: Instant,
+    watchdog: Option<Duration>,
+    mut ping: impl FnMut(),
+) -> bool {
+    // No kernel sources: only the doorbell wakes this wait.
+    let sources = KernelSources::default();
+    let mut next_ping = Instant::now();
+    loop {
+        // Until it is empty (its receiver then registers the doorbell), or closed.
+        while let Poll::Ready(Some(ev)) = rx.poll_recv(cx) {
+            drop(ev);
+        }
+        if ended() {
+            return true;
+        }
+        let now = Instant::now();
+        if now >= until {
+            return false;
+        }
+        let mut wake = until;
+        if let Some(every) = watchdog {
+            if now >= next_ping {
+                ping();
+                next_ping = now + every;
+            }
+            wake = wake.min(next_ping);
+        }
+        if sources.wait(bell, wake.saturating_duration_since(now)).bell {
+            bell.clear();
         }
     }
 }
@@ -562,6 +699,153 @@ fn scheduling() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::Call;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use tokio::sync::oneshot::error::TryRecvError;
+
+    /// Generous bound for what must happen while the other side is stuck: a liveness
+    /// check, not a timing goal.
+    const LIVENESS: Duration = Duration::from_secs(60);
+
+    /// Makes a `ListManaged` call as the bus would and waits for its answer: `Err` is
+    /// the refusal a dropped reply gives the caller ("the daemon is shutting down").
+    fn call_list_managed(tx: &mpsc::Sender<Event>) -> Result<(), &'static str> {
+        let (reply, mut answer) = tokio::sync::oneshot::channel();
+        tx.blocking_send(Event::Command(Call::ListManaged {
+            caller_uid: 0,
+            reply,
+        }))
+        .unwrap();
+        let until = Instant::now() + LIVENESS;
+        loop {
+            match answer.try_recv() {
+                Ok(_) => return Ok(()),
+                Err(TryRecvError::Closed) => return Err("refused: stopping"),
+                Err(TryRecvError::Empty) => {
+                    assert!(Instant::now() < until, "the call was not answered");
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        }
+    }
+
+    /// Waits until `f` holds, at most [`LIVENESS`]; panics naming `what`.
+    fn wait_until(what: &str, f: impl Fn() -> bool) {
+        let until = Instant::now() + LIVENESS;
+        while !f() {
+            assert!(Instant::now() < until, "{what}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// The loop's last phase on its own thread, as `Shell::wind_down` runs it.
+    fn winding_down(
+        mut rx: mpsc::Receiver<Event>,
+        bell: Arc<Doorbell>,
+        ended: impl FnMut() -> bool + Send + 'static,
+        until: Duration,
+        pings: Arc<AtomicUsize>,
+    ) -> std::thread::JoinHandle<bool> {
+        std::thread::spawn(move || {
+            let waker = Waker::from(bell.clone());
+            let mut cx = Context::from_waker(&waker);
+            wind_down(
+                &mut rx,
+                &mut cx,
+                &bell,
+                ended,
+                Instant::now() + until,
+                Some(Duration::from_millis(10)),
+                || {
+                    pings.fetch_add(1, Ordering::Relaxed);
+                },
+            )
+        })
+    }
+
+    /// While the holder undoes its units (here: stuck until the test lets it go), the
+    /// loop answers a call at once and keeps pinging the watchdog; it ends when the
+    /// holder says it ended, woken by the doorbell.
+    #[test]
+    fn while_the_holder_undoes_the_loop_answers_and_pings_the_watchdog() {
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let bell = Arc::new(Doorbell::new().unwrap());
+        let done = Arc::new(AtomicBool::new(false));
+        let pings = Arc::new(AtomicUsize::new(0));
+        let flag = done.clone();
+        let looping = winding_down(
+            rx,
+            bell.clone(),
+            move || flag.load(Ordering::Acquire),
+            Duration::from_secs(3600),
+            pings.clone(),
+        );
+        assert_eq!(call_list_managed(&tx), Err("refused: stopping"));
+        let seen = pings.load(Ordering::Relaxed);
+        wait_until("no watchdog ping while the holder undid", || {
+            pings.load(Ordering::Relaxed) >= seen + 3
+        });
+        assert!(!looping.is_finished(), "the loop waits for the holder");
+        done.store(true, Ordering::Release);
+        bell.ring();
+        assert!(looping.join().unwrap(), "it ended when the holder did");
+    }
+
+    /// The real holder thread, stuck connecting to systemd when the daemon stops:
+    /// `stop` returns at once, the loop answers meanwhile, and the thread's end wakes
+    /// it once it has undone everything.
+    #[test]
+    fn a_holder_stuck_in_a_systemd_call_does_not_hold_the_loop() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = dir.path().to_path_buf();
+        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
+        let bell = Arc::new(Doorbell::new().unwrap());
+        let ring = bell.clone();
+        let holder = super::super::holding::HolderThread::start(
+            move || {
+                // A systemd that does not answer, until the test says.
+                let _ = gate_rx.recv();
+                crate::hold::Holder::new(
+                    Err("systemd is not reachable".into()),
+                    Err(crate::hold::partition::Unable::NoCgroup2),
+                    crate::hold::Journal::new(&runtime),
+                    Box::new(|_, _, _| 0),
+                )
+            },
+            |_, _| {},
+            move || ring.ring(),
+        )
+        .unwrap();
+        holder.stop(Duration::from_secs(5));
+        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let pings = Arc::new(AtomicUsize::new(0));
+        let holder = std::sync::Mutex::new(holder);
+        let looping = winding_down(
+            rx,
+            bell,
+            move || holder.lock().unwrap().ended(),
+            Duration::from_secs(3600),
+            pings.clone(),
+        );
+        assert_eq!(call_list_managed(&tx), Err("refused: stopping"));
+        wait_until("no watchdog ping while the holder was stuck", || {
+            pings.load(Ordering::Relaxed) >= 2
+        });
+        assert!(!looping.is_finished(), "the loop waits for the holder");
+        gate_tx.send(()).unwrap();
+        assert!(looping.join().unwrap(), "the holder's end woke the loop");
+    }
+
+    /// A holder that never ends: the loop gives up at its bound and says so.
+    #[test]
+    fn a_holder_that_never_ends_is_given_up_at_the_bound() {
+        let (_tx, rx) = mpsc::channel(EVENT_QUEUE);
+        let bell = Arc::new(Doorbell::new().unwrap());
+        let pings = Arc::new(AtomicUsize::new(0));
+        let looping = winding_down(rx, bell, || false, Duration::from_millis(50), pings.clone());
+        assert!(!looping.join().unwrap());
+        assert!(pings.load(Ordering::Relaxed) >= 1, "pinged at once");
+    }
 
     #[test]
     fn the_holder_is_stopped_well_within_the_units_stop_timeout() {

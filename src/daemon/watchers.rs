@@ -47,7 +47,8 @@ impl Doorbell {
         unsafe { libc::read(self.0.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
     }
 
-    fn ring(&self) {
+    /// Wakes the `poll` (also from a thread that has no channel to send on).
+    pub fn ring(&self) {
         let v = 1u64;
         // SAFETY: writing 8 bytes from a u64 to our own eventfd. It can only fail when
         // the counter is about to overflow, which means it is rung already.

@@ -1269,6 +1269,7 @@ fn the_holder_thread_undoes_a_partition_when_its_watched_cgroup_empties() {
         move |reports, _notes| {
             let _ = tx.send(reports);
         },
+        || {},
     )
     .unwrap();
     t.want(vec![want("feed", 10, "6-7", true)]);
@@ -1284,5 +1285,10 @@ fn the_holder_thread_undoes_a_partition_when_its_watched_cgroup_empties() {
         "member"
     );
     assert_eq!(file(&cg2, "/system.slice", "cpuset.cpus.exclusive"), "");
-    t.stop(Duration::from_secs(5), Duration::from_secs(10));
+    t.stop(Duration::from_secs(5));
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !t.ended() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(t.ended(), "the holder thread ended after its stop");
 }

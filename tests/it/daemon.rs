@@ -315,6 +315,33 @@ impl Daemon {
         }
     }
 
+    /// Every notify line the daemon sent, in order, until it exits (at most `timeout`)
+    /// and its socket is drained: those already read first.
+    pub fn notes_until_exit(&mut self, timeout: Duration) -> Vec<String> {
+        let end = Instant::now() + timeout;
+        let mut buf = [0u8; 4096];
+        let mut exited = false;
+        loop {
+            match self.notify.recv(&mut buf) {
+                Ok(n) => {
+                    let msg = String::from_utf8_lossy(&buf[..n]).to_string();
+                    self.notes.extend(msg.lines().map(str::to_string));
+                }
+                // Nothing within the read timeout: once it has exited, nothing more comes.
+                Err(_) if exited => return std::mem::take(&mut self.notes),
+                Err(_) => {}
+            }
+            if !exited {
+                exited = self.child.try_wait().unwrap().is_some();
+                assert!(
+                    exited || Instant::now() < end,
+                    "daemon did not exit; log:\n{}",
+                    self.log()
+                );
+            }
+        }
+    }
+
     /// Waits until `MeasuredAt` is set and differs from `not`; returns it. A measurement
     /// that fails (the CI machine may be too busy for the pins to hold) is asked for
     /// again a few times; the daemon log is shown if none succeeds.

@@ -48,6 +48,89 @@ fn sigterm_exits_cleanly() {
     assert!(!out.status.success());
 }
 
+/// A system bus that takes connections and never says a word: a systemd connection
+/// made to it waits for its whole bound. Returns its address and a receiver told of
+/// each connection.
+fn silent_system_bus(dir: &std::path::Path) -> (String, std::sync::mpsc::Receiver<()>) {
+    let path = dir.join("silent-system-bus");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut open = Vec::new();
+        for stream in listener.incoming().flatten() {
+            open.push(stream);
+            let _ = tx.send(());
+        }
+    });
+    (format!("unix:path={}", path.display()), rx)
+}
+
+/// SIGTERM while the holder is stuck in a systemd call (here: connecting to a bus that
+/// never answers, for its 5 s bound): the loop does not wait for it asleep. It goes on
+/// pinging the watchdog between `STATUS=stopping…` and `STOPPING=1`, answers a call at
+/// once (refused: stopping), and exits once the holder has undone what it held.
+#[test]
+fn a_holder_stuck_at_exit_leaves_the_loop_pinging_and_answering() {
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let (system_bus, connected) = silent_system_bus(dirs.root.path());
+    // A hold journal left by a previous run: the holder starts with the daemon.
+    std::fs::write(dirs.runtime().join("holds.json"), "[]").unwrap();
+    let mut d = Daemon::spawn_wrapped(&bus, &dirs, |cmd| {
+        let mut c = Command::new(cmd.get_program());
+        c.args(cmd.get_args());
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c.env("DBUS_SYSTEM_BUS_ADDRESS", &system_bus)
+            .env("WATCHDOG_USEC", "400000");
+        c
+    });
+    d.wait_note("READY=1", Duration::from_secs(60));
+    connected
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the holder never connected to the system bus");
+    d.signal(libc::SIGTERM);
+    let end = Instant::now() + Duration::from_secs(60);
+    while !d.log().contains("terminating: restoring masks") {
+        assert!(
+            Instant::now() < end,
+            "SIGTERM not handled; log:\n{}",
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = bus.busctl(&["call", NAME, PATH, IFACE, "ListManaged"]);
+    assert!(
+        !out.status.success() && text(&out).contains("the daemon is shutting down"),
+        "{}",
+        text(&out)
+    );
+    let notes = d.notes_until_exit(Duration::from_secs(60));
+    let at = |want: &str| {
+        notes
+            .iter()
+            .position(|n| n == want)
+            .unwrap_or_else(|| panic!("no {want} in {notes:?}"))
+    };
+    let (stopping, stopped) = (at("STATUS=stopping: restoring masks"), at("STOPPING=1"));
+    let pings = notes[stopping..stopped]
+        .iter()
+        .filter(|n| *n == "WATCHDOG=1")
+        .count();
+    assert!(
+        pings >= 1,
+        "no watchdog ping while the holder undid: {:?}; log:\n{}",
+        &notes[stopping..=stopped],
+        d.log()
+    );
+    assert!(d.child.wait().unwrap().success());
+}
+
 #[test]
 fn inotify_reloads_and_a_bad_file_keeps_the_previous_rules() {
     let _cpus = super::cpus_stay_online();

@@ -666,6 +666,26 @@ impl State {
         self.status();
     }
 
+    /// The periodic work a tick at `now` does, in words, for the loop's slow-step
+    /// warning (`daemon::steps`): what can take long, not every check.
+    pub fn due_at_tick(&self, now: Instant) -> Vec<&'static str> {
+        let due = |at: Option<Instant>| at.is_some_and(|t| now >= t);
+        let mut work = Vec::new();
+        if due(self.timers.journal_due) {
+            work.push("restore journal write");
+        }
+        if due(self.timers.hotplug_recheck) {
+            work.push("rescan after a hotplug");
+        }
+        if now >= self.timers.next_fingerprint {
+            work.push("fingerprint check");
+        }
+        if due(self.timers.next_rescan) {
+            work.push("rescan");
+        }
+        work
+    }
+
     fn tick(&mut self, now: Instant) {
         if self.timers.journal_due.is_some_and(|due| now >= due) {
             self.flush_journal();

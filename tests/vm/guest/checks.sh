@@ -1978,6 +1978,28 @@ EOF
     echo "unit-cpuset: a process the unit started read Cpus_allowed_list $cpus first thing and has $pct% of its pages on node 1 (AllowedCPUs=4-5, AllowedMemoryNodes=$mems); without unit-cpuset (pinned after the fact): $before_cpus first, $before_pct% on node 1; let go: AllowedCPUs reset, the main process back on $ALL_CPUS"
 }
 
+# Over the whole boot: systemd never killed the daemon for a missed watchdog ping, and no
+# step of its loop took half of WatchdogSec (the loop's warning names each step over a
+# second, with PINNERD_STEP= and PINNERD_TOOK_MS=).
+check_loop_never_stalled() {
+    local kills steps slow longest
+    kills=$(journalctl -b --no-pager -o cat -u pinnerd.service | grep -c 'Watchdog timeout')
+    steps=$(journalctl -b --no-pager -o json -u pinnerd.service 2>/dev/null |
+        jq -r 'select(.PINNERD_TOOK_MS != null and (.MESSAGE | tostring | test("still running") | not))
+            | "\(.PINNERD_TOOK_MS) ms \(.PINNERD_STEP)"' |
+        sort -n)
+    # A step still running at 15 s is said while it runs, whether it ends or not.
+    slow=$(journalctl -b --no-pager -o json -u pinnerd.service 2>/dev/null |
+        jq -r 'select(.PINNERD_TOOK_MS != null and (.PINNERD_TOOK_MS | tonumber) >= 15000)
+            | "\(.PINNERD_TOOK_MS) ms \(.PINNERD_STEP)"' | sort -u)
+    longest=$(tail -n 1 <<<"$steps")
+    [ "$kills" -eq 0 ] && [ -z "$slow" ] || {
+        echo "watchdog kills: $kills; loop steps of 15 s or more: ${slow:-none}"
+        return 1
+    }
+    echo "no watchdog kill; $(grep -c . <<<"$steps") loop steps over 1 s, the longest: ${longest:-none}"
+}
+
 # ---------------------------------------------------------------- runner
 
 # irq_reported N: the daemon logged IRQ N as unable to leave (the kernel refused it).
@@ -2338,6 +2360,8 @@ run_check unit-born-in-place check_unit_born_in_place 240
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
 run_check package-purge-restores check_package_purge 60
+# Last: it reads the journal of the whole run.
+run_check loop-never-stalled check_loop_never_stalled 60
 
 if [ "$failed" -gt 0 ] || grep -qw 'pinnerd_vm.journal=always' /proc/cmdline; then
     [ "$failed" -gt 0 ] && echo "PINNERD-VM FAILED ${failed_names[*]}"
