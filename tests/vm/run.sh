@@ -37,6 +37,9 @@
 #   PINNERD_VM_CHECKS=a,b,c   run only these checks (while working on them): the others
 #                             are reported SKIP "not selected" and the run still fails
 #                             unless PINNERD_VM_ALLOW_SKIP=1
+#   PINNERD_VM_DONE=a,b,c     boot as a resumed boot does, with these checks finished
+#                             (tests/vm/guest/resume.sh: what a later check stands on runs
+#                             again as SETUP); fails the run unless PINNERD_VM_ALLOW_SKIP=1
 #   PINNERD_VM_MIRROR=URL     Debian mirror for the rootfs and the kernel
 #                             (default http://deb.debian.org/debian)
 #   PINNERD_VM_BENCH=memory   run the memory benchmark (tests/vm/guest/bench_memory.py)
@@ -281,14 +284,18 @@ tcg-single) accel_opt=tcg,thread=single ;;
 esac
 
 # oops=panic: any oops ends the boot at once, so that no check runs on a kernel that
-# oopsed (boots.sh tells the emulator's int3 oops from a real failure).
-cmdline="console=ttyS0,115200 panic=-1 oops=panic loglevel=4 mitigations=off systemd.show_status=auto systemd.log_color=0"
+# oopsed; loglevel=5: the kernel's warnings reach the console too (a WARNING is printed
+# at warning level, an oops whatever the level). boots.sh reads the console: the
+# emulator's int3 oops from every real kernel failure.
+cmdline="console=ttyS0,115200 panic=-1 oops=panic loglevel=5 mitigations=off systemd.show_status=auto systemd.log_color=0"
 [ "${PINNERD_VM_JOURNAL:-}" = always ] && cmdline+=" pinnerd_vm.journal=always"
 if [ -n "${PINNERD_VM_CHECKS:-}" ]; then
     [[ "$PINNERD_VM_CHECKS" =~ ^[a-z0-9,-]+$ ]] || die "PINNERD_VM_CHECKS is a comma-separated list of check names"
     cmdline+=" pinnerd_vm.checks=$PINNERD_VM_CHECKS"
 fi
 VM_MAX_REBOOTS=${PINNERD_VM_REBOOTS:-3}
+VM_DONE=${PINNERD_VM_DONE:-}
+[[ "$VM_DONE" =~ ^[a-z0-9,-]*$ ]] || die "PINNERD_VM_DONE is a comma-separated list of check names"
 case $VM_MAX_REBOOTS in '' | *[!0-9]*) die "PINNERD_VM_REBOOTS must be a whole number" ;; esac
 log "booting $release ($accel, 8 vCPUs: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes of $node_mib MiB; limit ${vm_timeout}s a boot)"
 # vm_boot [EXTRA]: one boot of the image, EXTRA added to the kernel's command line
@@ -354,6 +361,10 @@ if [ "$skip" -gt 0 ]; then
         status=1
         echo "PINNERD_VM_CHECKS left checks out (PINNERD_VM_ALLOW_SKIP=1 accepts that)"
     fi
+fi
+if [ -n "$VM_DONE" ] && [ "${PINNERD_VM_ALLOW_SKIP:-}" != 1 ]; then
+    status=1
+    echo "PINNERD_VM_DONE left checks out (PINNERD_VM_ALLOW_SKIP=1 accepts that)"
 fi
 if [ -s "$run/journal.log" ] && { [ "$status" != 0 ] || [ "${PINNERD_VM_JOURNAL:-}" = always ]; }; then
     echo "---- pinnerd's status and journal in the VM (last 200 lines; all of it: $run/journal.log)"

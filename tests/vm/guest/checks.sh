@@ -6,7 +6,7 @@
 # packages are 0-3 and 4-7 and the SMT pairs are 0,1 2,3 4,5 6,7.
 #
 # Output (the VM's second serial port), two lines per check:
-#   PINNERD-VM BEGIN <name>
+#   PINNERD-VM BEGIN <name> <seconds since boot>
 #   PINNERD-VM CHECK <name> PASS|FAIL|SKIP <detail>
 # (SETUP instead of CHECK for a check run again in a resumed boot: resume.sh),
 # then, when a check failed, the daemon's journal between
@@ -2009,8 +2009,9 @@ run_check() {
     done) return ;;
     setup) tag=SETUP ;;
     esac
-    # Names the check in flight, so that a boot the kernel ends says which one it cut off.
-    echo "PINNERD-VM BEGIN $name"
+    # Names the check in flight, so that a boot the kernel ends says which one it cut off,
+    # and when it started (seconds since boot).
+    echo "PINNERD-VM BEGIN $name $(now)"
     export -f "$fn"
     out=$(timeout "$limit" bash -c "$fn" 2>&1)
     rc=$?
