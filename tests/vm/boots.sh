@@ -12,13 +12,15 @@
 # BUG, list corruption, a soft lockup, a WARNING, a panic) fails the run, naming the
 # check in flight, and is never booted past.
 
-# vm_marker LINE: whether LINE (a console line, \r removed) reports a kernel failure;
-# sets MARKER to "int3" for the emulator's oops, "panic-after-oops" for the panic an oops
-# ends in, or "kernel" for anything else. Only kernel lines count: they carry printk's
-# time stamp.
+# vm_marker LINE: whether LINE (a console line) reports a kernel failure; sets MARKER to
+# "int3" for the emulator's oops, "panic-after-oops" for the panic an oops ends in, or
+# "kernel" for anything else, MARKER_AT to its time stamp and MARKER_TEXT to the message.
+# Only kernel lines count: they carry printk's time stamp ([    184.307152]), found
+# anywhere in the line, since systemd's status line (escapes, carriage returns) can
+# come before it.
 vm_marker() {
-    local line=$1 head
-    local ts='^\[ *[0-9]+\.[0-9]+\] '
+    local line=${1//$'\r'/} head
+    local ts='\[ *([0-9]+\.[0-9]{6})\] (.*)$'
     # The oops header (arch/x86/kernel/dumpstack.c __die_header): "Oops: STR: ERR [#N]"
     # since 6.9 (6.12: "Oops: int3: 0000 [#1] PREEMPT SMP NOPTI"), "STR: ERR [#N]"
     # before it (6.1: "int3: 0000 [#1] PREEMPT SMP NOPTI").
@@ -29,15 +31,16 @@ vm_marker() {
     # "watchdog: BUG: soft lockup - CPU#N stuck for Ns!"); list corruption
     # (lib/list_debug.c); WARNING: CPU: N PID: N at FILE:LINE; any other panic.
     local other='^(kernel BUG at |([a-z_]+: )?BUG: |list_(add|del) corruption|WARNING: CPU: [0-9]+ PID: [0-9]+ at |Kernel panic - not syncing)'
-    MARKER=''
+    MARKER='' MARKER_AT='' MARKER_TEXT=''
     [[ $line =~ $ts ]] || return 1
-    line=${line#*] }
-    if [[ $line =~ $die ]]; then
+    MARKER_AT=${BASH_REMATCH[1]}
+    MARKER_TEXT=${BASH_REMATCH[2]}
+    if [[ $MARKER_TEXT =~ $die ]]; then
         head=${BASH_REMATCH[2]#Oops: }
         if [ "$head" = int3 ]; then MARKER=int3; else MARKER=kernel; fi
-    elif [[ $line =~ $oops_panic ]]; then
+    elif [[ $MARKER_TEXT =~ $oops_panic ]]; then
         MARKER=panic-after-oops
-    elif [[ $line =~ $other ]]; then
+    elif [[ $MARKER_TEXT =~ $other ]]; then
         MARKER=kernel
     else
         return 1
@@ -58,7 +61,7 @@ vm_console_verdict() {
     local re_rip='\] RIP: [0-9a-f]{4}:([^ ]+)' re_comm=' PID: ([0-9]+) Comm: ([^ ]+)'
     local re_code='\] Code: .*([0-9a-f]{2}) <[0-9a-f]{2}>'
     while IFS= read -r line || [ -n "$line" ]; do
-        line=${line%$'\r'}
+        line=${line//$'\r'/}
         if [ "$first_kind" = int3 ]; then
             [ -z "$rip" ] && [[ $line =~ $re_rip ]] && rip=${BASH_REMATCH[1]}
             [ -z "$comm" ] && [[ $line =~ $re_comm ]] && comm="${BASH_REMATCH[2]}[${BASH_REMATCH[1]}]"
@@ -68,10 +71,8 @@ vm_console_verdict() {
         kind=$MARKER
         if [ -z "$first_kind" ]; then
             first_kind=$kind
-            first=${line#*] }
-            at=${line%%]*}
-            at=${at#[}
-            at=${at// /}
+            first=$MARKER_TEXT
+            at=$MARKER_AT
             # An int3 oops that is not the kernel's first (#1) follows another failure.
             [ "$kind" = int3 ] && [[ $first != *"[#1]"* ]] && first_kind=kernel
             [ "$kind" = panic-after-oops ] && first_kind=kernel
@@ -79,7 +80,7 @@ vm_console_verdict() {
         elif [ "$kind" != panic-after-oops ]; then
             # Anything after the int3 oops but its panic is a failure of its own.
             first_kind=kernel
-            first=${line#*] }
+            first=$MARKER_TEXT
             break
         fi
     done <"$file"
