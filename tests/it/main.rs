@@ -53,6 +53,7 @@ mod sparse;
 mod systemd_units;
 mod topology;
 mod topology_degraded;
+mod vm_runner;
 mod watch;
 
 /// Tests that take a CPU offline hold [`affinity::CPU_LAYOUT`] for writing; tests that

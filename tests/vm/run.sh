@@ -14,7 +14,10 @@
 #    socket, a Skylake-Server CPU model (so SMT siblings appear), and that release's own
 #    cloud kernel, fetched from Debian's archive whatever release the host runs;
 # 5. reads the checks' results from the VM's second serial port, prints them and exits
-#    non-zero naming every failed check, with the daemon's journal attached.
+#    non-zero naming every failed check, with the daemon's journal attached; a boot the
+#    emulated kernel ends with its int3 oops is followed by one that runs the checks not
+#    finished (at most PINNERD_VM_REBOOTS), any other kernel failure fails the run
+#    (tests/vm/boots.sh).
 #
 # Environment:
 #   PINNERD_VM_SUITE=trixie|bookworm  the Debian release booted: its rootfs and its kernel
@@ -23,13 +26,20 @@
 #   PINNERD_VM_PREPARE_ONLY=1 fetch the kernel and build the rootfs into the cache, then
 #                             stop (no package, no boot): .ci/run prepares both releases so
 #                             while the tests build
-#   PINNERD_VM_ACCEL=auto|tcg|kvm   (auto: KVM when a probe boot works, else TCG)
-#   PINNERD_VM_TIMEOUT=SECS   limit for the VM run (default 780)
+#   PINNERD_VM_ACCEL=auto|tcg|tcg-single|kvm   (auto: KVM when a probe boot works, else
+#                             TCG, one host thread per vCPU; tcg-single: one host thread
+#                             for all eight, slower: CONTRIBUTING.md)
+#   PINNERD_VM_TIMEOUT=SECS   limit for one boot of the VM (default 780)
+#   PINNERD_VM_REBOOTS=N      boots after the emulated kernel's int3 oops, each running the
+#                             checks not finished yet (default 3; tests/vm/boots.sh)
 #   PINNERD_VM_CACHE=DIR      cache and work directory (default tests/vm/cache)
 #   PINNERD_VM_JOURNAL=always attach the daemon's journal even when every check passed
 #   PINNERD_VM_CHECKS=a,b,c   run only these checks (while working on them): the others
 #                             are reported SKIP "not selected" and the run still fails
 #                             unless PINNERD_VM_ALLOW_SKIP=1
+#   PINNERD_VM_DONE=a,b,c     boot as a resumed boot does, with these checks finished
+#                             (tests/vm/guest/resume.sh: what a later check stands on runs
+#                             again as SETUP); fails the run unless PINNERD_VM_ALLOW_SKIP=1
 #   PINNERD_VM_MIRROR=URL     Debian mirror for the rootfs and the kernel
 #                             (default http://deb.debian.org/debian)
 #   PINNERD_VM_BENCH=memory   run the memory benchmark (tests/vm/guest/bench_memory.py)
@@ -40,7 +50,8 @@
 #                             figures are printed and kept in $PINNERD_VM_CACHE/run/bench.txt
 #   PINNERD_VM_BENCH_REPS=N   the benchmark's throughput repetitions per tool (default 5;
 #                             0 runs the event-to-pin part alone)
-# Outputs, kept after the run: $PINNERD_VM_CACHE/run-SUITE/{console.log,results.log,journal.log}.
+# Outputs, kept after the run: $PINNERD_VM_CACHE/run-SUITE/: console-N.log and results-N.txt
+# for each boot N, results.txt (all boots), boots.txt (why a boot ended early), journal.log.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -198,6 +209,7 @@ rm -f "$root/tmp/pinnerd.deb"
 
 install -d "$root/usr/local/lib/pinnerd-vm"
 install -m 0755 "$here/guest/checks.sh" "$root/usr/local/lib/pinnerd-vm/checks.sh"
+install -m 0644 "$here/guest/resume.sh" "$root/usr/local/lib/pinnerd-vm/resume.sh"
 install -m 0644 "$here/guest/workload.py" "$root/usr/local/lib/pinnerd-vm/workload.py"
 install -m 0644 "$here/guest/memworker.py" "$root/usr/local/lib/pinnerd-vm/memworker.py"
 install -m 0644 "$here/guest/cpu_sampler.py" "$root/usr/local/lib/pinnerd-vm/cpu_sampler.py"
@@ -267,92 +279,74 @@ fi
 case $accel in
 kvm) accel_opt=kvm ;;
 tcg) accel_opt=tcg,thread=multi ;;
-*) die "PINNERD_VM_ACCEL must be auto, tcg or kvm" ;;
+tcg-single) accel_opt=tcg,thread=single ;;
+*) die "PINNERD_VM_ACCEL must be auto, tcg, tcg-single or kvm" ;;
 esac
 
-cmdline="console=ttyS0,115200 panic=-1 loglevel=4 mitigations=off systemd.show_status=auto systemd.log_color=0"
+# oops=panic: any oops ends the boot at once, so that no check runs on a kernel that
+# oopsed; loglevel=5: the kernel's warnings reach the console too (a WARNING is printed
+# at warning level, an oops whatever the level). boots.sh reads the console: the
+# emulator's int3 oops from every real kernel failure.
+cmdline="console=ttyS0,115200 panic=-1 oops=panic loglevel=5 mitigations=off systemd.show_status=auto systemd.log_color=0"
 [ "${PINNERD_VM_JOURNAL:-}" = always ] && cmdline+=" pinnerd_vm.journal=always"
 if [ -n "${PINNERD_VM_CHECKS:-}" ]; then
     [[ "$PINNERD_VM_CHECKS" =~ ^[a-z0-9,-]+$ ]] || die "PINNERD_VM_CHECKS is a comma-separated list of check names"
     cmdline+=" pinnerd_vm.checks=$PINNERD_VM_CHECKS"
 fi
-log "booting $release ($accel, 8 vCPUs: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes of $node_mib MiB; limit ${vm_timeout}s)"
-boot() {
+VM_MAX_REBOOTS=${PINNERD_VM_REBOOTS:-3}
+VM_DONE=${PINNERD_VM_DONE:-}
+[[ "$VM_DONE" =~ ^[a-z0-9,-]*$ ]] || die "PINNERD_VM_DONE is a comma-separated list of check names"
+case $VM_MAX_REBOOTS in '' | *[!0-9]*) die "PINNERD_VM_REBOOTS must be a whole number" ;; esac
+log "booting $release ($accel, 8 vCPUs: 2 sockets x 2 cores x 2 threads, 2 NUMA nodes of $node_mib MiB; limit ${vm_timeout}s a boot)"
+# vm_boot [EXTRA]: one boot of the image, EXTRA added to the kernel's command line
+# (a resumed boot's pinnerd_vm.done=…); called by vm_boots (boots.sh).
+vm_boot() {
+    local t0=$SECONDS rc=0
     nice -n 10 timeout "$vm_timeout" qemu-system-x86_64 \
         -name pinnerd-vm -machine pc -accel "$accel_opt" \
         -cpu Skylake-Server -smp 8,sockets=2,cores=2,threads=2 -m $((2 * node_mib))M \
         -object memory-backend-ram,id=mem0,size=${node_mib}M -object memory-backend-ram,id=mem1,size=${node_mib}M \
         -numa node,nodeid=0,cpus=0-3,memdev=mem0 -numa node,nodeid=1,cpus=4-7,memdev=mem1 \
-        -kernel "$kernel" -initrd "$run/initramfs.zst" -append "$cmdline" \
+        -kernel "$kernel" -initrd "$run/initramfs.zst" -append "$cmdline${1:+ $1}" \
         -nodefaults -display none -no-reboot \
         -serial "file:$run/console.log" -serial "file:$run/results.log" \
-        >"$run/qemu.log" 2>&1
+        >"$run/qemu.log" 2>&1 || rc=$?
+    log "VM exited (status $rc) after $((SECONDS - t0))s${1:+ (resumed: $(tr ',' '\n' <<<"${1#*=}" | wc -l) checks finished before)}"
+    return "$rc"
 }
-t_boot=$SECONDS
-set +e
-boot
-qemu_rc=$?
-# The emulated kernel can oops while it patches its own code under multi-threaded TCG:
-# a vCPU runs into the int3 that text_poke_bp puts in a static branch's NOP, after the
-# patch is done (seen on Debian 13's kernel: early in boot in sched_clock_cpu, from
-# sched_init_debug; and once at 184 s in get_page_from_freelist, its cpuset static
-# branch flipped by a cgroup change, in a clone from a check's shell). That is the
-# emulator's cross-modifying code, not the package: on hardware the int3 handler takes
-# it. A panic before any check, or an oops on an int3 at any time, boots once more from
-# the same image (every boot starts clean) and says so; any other panic once the checks
-# started is a failure like any other, and so is a second int3.
-panicked_by_emulator() {
-    grep -q 'Kernel panic' "$run/console.log" 2>/dev/null || return 1
-    ! grep -q '^PINNERD-VM START ' "$run/results.log" 2>/dev/null ||
-        grep -q 'Oops: int3' "$run/console.log"
-}
-if panicked_by_emulator; then
-    oops=$(grep -m1 -o 'Oops: [a-z0-9]*' "$run/console.log" || echo 'no oops')
-    at=$(grep -m1 -o 'RIP: [^ ]*' "$run/console.log" | sed 's/^RIP: //' || true)
-    log "the emulated kernel panicked ($oops at ${at:-?}) $(grep -c '^PINNERD-VM CHECK ' "$run/results.log" 2>/dev/null) checks in (console kept as console-panic.log): booting again, every check from the start"
-    mv "$run/console.log" "$run/console-panic.log"
-    : >"$run/results.log"
-    t_boot=$SECONDS
-    boot
-    qemu_rc=$?
-fi
-set -e
-log "VM exited (status $qemu_rc) after $((SECONDS - t_boot))s"
+# The emulated kernel can oops on an int3 while it patches its own code under
+# multi-threaded TCG: such a boot is followed by one that runs the checks not finished
+# yet, at most PINNERD_VM_REBOOTS times; any other kernel failure fails the run
+# (tests/vm/boots.sh, CONTRIBUTING.md "The end-to-end VM test").
+# shellcheck source=boots.sh
+. "$here/boots.sh"
+vm_boots
+qemu_rc=$VM_RC
 
 # ------------------------------------------------------------------ results
-tr -d '\r' <"$run/results.log" >"$run/results.txt"
-sed -n '/^PINNERD-VM JOURNAL BEGIN$/,/^PINNERD-VM JOURNAL END$/p' "$run/results.txt" |
+sed -n '/^PINNERD-VM JOURNAL BEGIN$/,/^PINNERD-VM JOURNAL END$/p' "$run/results-$VM_BOOTS.txt" |
     sed '1d;$d' >"$run/journal.log"
 grep '^PINNERD-VM START ' "$run/results.txt" | sed 's/^PINNERD-VM START /guest: /' || true
 if [ -n "$bench" ]; then
     grep '^PINNERD-VM BENCH' "$run/results.txt" | sed 's/^PINNERD-VM //' | tee "$run/bench.txt"
 fi
-pass=0 fail=0 skip=0 failed=() skipped=()
-while read -r _ _ name verdict detail; do
-    printf '%-28s %s  %s\n' "$name" "$verdict" "$detail"
-    case $verdict in
-    PASS) pass=$((pass + 1)) ;;
-    SKIP)
-        skip=$((skip + 1))
-        skipped+=("$name")
-        ;;
-    *)
-        fail=$((fail + 1))
-        failed+=("$name")
-        ;;
-    esac
-done < <(grep '^PINNERD-VM CHECK ' "$run/results.txt")
+vm_summary
+pass=$VM_PASS fail=$VM_FAIL skip=$VM_SKIP failed=("${VM_FAILED[@]}") skipped=("${VM_SKIPPED[@]}")
 
 status=0
-if ! grep -q '^PINNERD-VM DONE ' "$run/results.txt"; then
+if [ -n "$VM_KERNEL" ] || [ -n "$VM_EMULATOR" ] || ! grep -q '^PINNERD-VM DONE ' "$run/results-$VM_BOOTS.txt"; then
     status=1
-    if [ "$qemu_rc" = 124 ]; then
+    if [ -n "$VM_KERNEL" ]; then
+        echo "the guest kernel failed in boot $VM_BOOTS${VM_IN_FLIGHT:+, during $VM_IN_FLIGHT}: $VM_KERNEL"
+    elif [ -n "$VM_EMULATOR" ]; then
+        echo "the emulated kernel oopsed on an int3 in each of $VM_BOOTS boots: the checks never finished"
+    elif [ "$qemu_rc" = 124 ]; then
         echo "the VM did not finish within ${vm_timeout}s"
     else
         echo "the VM stopped before the checks finished (qemu status $qemu_rc)"
     fi
-    echo "---- last lines of the serial console ($run/console.log)"
-    tr -d '\r' <"$run/console.log" | tail -n 60
+    echo "---- last lines of the serial console ($run/console-$VM_BOOTS.log)"
+    tr -d '\r' <"$run/console-$VM_BOOTS.log" | tail -n 60
     [ -s "$run/qemu.log" ] && { echo "---- qemu"; grep -v 'support requested feature' "$run/qemu.log" | tail -n 20; }
 fi
 if [ "$fail" -gt 0 ]; then
@@ -367,6 +361,10 @@ if [ "$skip" -gt 0 ]; then
         status=1
         echo "PINNERD_VM_CHECKS left checks out (PINNERD_VM_ALLOW_SKIP=1 accepts that)"
     fi
+fi
+if [ -n "$VM_DONE" ] && [ "${PINNERD_VM_ALLOW_SKIP:-}" != 1 ]; then
+    status=1
+    echo "PINNERD_VM_DONE left checks out (PINNERD_VM_ALLOW_SKIP=1 accepts that)"
 fi
 if [ -s "$run/journal.log" ] && { [ "$status" != 0 ] || [ "${PINNERD_VM_JOURNAL:-}" = always ]; }; then
     echo "---- pinnerd's status and journal in the VM (last 200 lines; all of it: $run/journal.log)"

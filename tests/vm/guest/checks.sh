@@ -5,8 +5,10 @@
 # The VM has 8 CPUs: 2 sockets x 2 cores x 2 threads, one NUMA node per socket, so
 # packages are 0-3 and 4-7 and the SMT pairs are 0,1 2,3 4,5 6,7.
 #
-# Output (the VM's second serial port), one line per check:
+# Output (the VM's second serial port), two lines per check:
+#   PINNERD-VM BEGIN <name> <seconds since boot>
 #   PINNERD-VM CHECK <name> PASS|FAIL|SKIP <detail>
+# (SETUP instead of CHECK for a check run again in a resumed boot: resume.sh),
 # then, when a check failed, the daemon's journal between
 #   PINNERD-VM JOURNAL BEGIN / PINNERD-VM JOURNAL END
 # and last
@@ -2288,33 +2290,46 @@ failed_names=()
 # 77 and says why: it is reported as SKIP with that reason, never passed silently.
 # PINNERD_VM_CHECKS (tests/vm/run.sh) names the only checks to run; the others are SKIP
 # "not selected", and tests/vm/run.sh fails the run for it unless told that is wanted.
+# A boot after the emulator's int3 oops runs only what earlier boots did not finish
+# (pinnerd_vm.done, resume.sh), and again as SETUP what those stand on.
 selected=$(sed -n 's/.*pinnerd_vm\.checks=\([^ ]*\).*/\1/p' /proc/cmdline)
+done_before=$(sed -n 's/.*pinnerd_vm\.done=\([^ ]*\).*/\1/p' /proc/cmdline)
+# shellcheck source=resume.sh
+. "$LIB/resume.sh"
 run_check() {
-    local name=$1 fn=$2 limit=$3 out rc
-    if [ -n "$selected" ] && [[ ",$selected," != *",$name,"* ]]; then
+    local name=$1 fn=$2 limit=$3 out rc role tag=CHECK
+    role=$(check_role "$name" "$done_before" "$selected")
+    case $role in
+    skip)
         skipped=$((skipped + 1))
         echo "PINNERD-VM CHECK $name SKIP not selected (pinnerd_vm.checks=$selected)"
         return
-    fi
+        ;;
+    done) return ;;
+    setup) tag=SETUP ;;
+    esac
+    # Names the check in flight, so that a boot the kernel ends says which one it cut off,
+    # and when it started (seconds since boot).
+    echo "PINNERD-VM BEGIN $name $(now)"
     export -f "$fn"
     out=$(timeout "$limit" bash -c "$fn" 2>&1)
     rc=$?
     [ $rc -eq 124 ] && out="timed out after $limit s; $out"
     out=$(tr '\n' ' ' <<<"$out" | sed 's/  */ /g; s/ $//')
     if [ $rc -eq 0 ]; then
-        passed=$((passed + 1))
-        echo "PINNERD-VM CHECK $name PASS ${out:0:800}"
+        [ $tag = CHECK ] && passed=$((passed + 1))
+        echo "PINNERD-VM $tag $name PASS ${out:0:800}"
     elif [ $rc -eq 77 ] && [ -n "$out" ]; then
-        skipped=$((skipped + 1))
-        echo "PINNERD-VM CHECK $name SKIP ${out:0:800}"
+        [ $tag = CHECK ] && skipped=$((skipped + 1))
+        echo "PINNERD-VM $tag $name SKIP ${out:0:800}"
     else
         failed=$((failed + 1))
         failed_names+=("$name")
-        echo "PINNERD-VM CHECK $name FAIL ${out:0:1500}"
+        echo "PINNERD-VM $tag $name FAIL ${out:0:1500}"
     fi
 }
 
-echo "PINNERD-VM START kernel $(uname -r), $(nproc) CPUs, systemd $(systemctl --version | awk 'NR == 1 { print $2 }'), checks start $(now) s after boot"
+echo "PINNERD-VM START kernel $(uname -r), $(nproc) CPUs, systemd $(systemctl --version | awk 'NR == 1 { print $2 }'), checks start $(now) s after boot${done_before:+, resumed: $(tr ',' '\n' <<<"$done_before" | wc -l) checks finished in earlier boots}"
 run_check package-installed-enabled check_package 30
 run_check service-active check_active 150
 run_check hardening check_hardening 30
