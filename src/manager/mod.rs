@@ -539,7 +539,11 @@ impl Manager {
                 restored = report.restored,
                 left_alone = report.left_alone,
                 gone = report.gone,
-                "restored masks left by a previous run"
+                "restored masks left by a previous run: {} given back, {} left alone (changed \
+                 since), {} of processes gone",
+                report.restored,
+                report.left_alone,
+                report.gone
             );
         }
         journal.save(&[])?;
@@ -553,7 +557,7 @@ impl Manager {
         for ((pid, rule), more) in self.overflows.due(now) {
             tracing::warn!(
                 pid, rule = %rule, more,
-                "{more} more threads of pid {pid} than slots of rule {rule:?}: each shares the CPUs of a slot"
+                "{more} more threads of pid {pid} than slots of rule {rule}: each shares the CPUs of a slot"
             );
         }
         for (pid, more) in self.foreign.due(now) {
@@ -649,7 +653,7 @@ impl Manager {
             }
             Input::PlanChanged(plan) => {
                 if plan.cpus().online != *self.online() {
-                    tracing::info!(online = %plan.cpus().online, "CPUs changed: re-applying");
+                    tracing::info!(online = %plan.cpus().online, "CPUs changed: CPUs {} online; re-applying", plan.cpus().online);
                 }
                 self.set_plan(plan);
                 self.reevaluate_managed(&mut out);
