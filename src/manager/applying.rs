@@ -535,9 +535,12 @@ impl Manager {
         self.counters.restored += restored as u64;
         tracing::info!(
             pid, rule = %rule, restored, left_alone = left, reason,
-            "released pid {pid} ({}), managed {}: {reason}; {restored} threads given their \
-             masks back, {left} left alone (someone else changed their masks)",
-            m.comm, m.source.words()
+            "released pid {pid} ({}), managed {}: {reason}; {} given their masks back, \
+             {} left alone (someone else changed their masks)",
+            m.comm,
+            m.source.words(),
+            crate::words::count(restored, "thread"),
+            crate::words::count(left, "thread")
         );
         out.push(Change::Released {
             pid,

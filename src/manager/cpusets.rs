@@ -245,8 +245,9 @@ impl Manager {
             tracing::info!(
                 %rules, %cpusets,
                 "planned again for the processes' cgroup cpusets ({cpusets}): {}; \
-                 the threads of rule {rules} are applied again",
-                cpus.join("; ")
+                 the threads of {} {rules} are applied again",
+                cpus.join("; "),
+                crate::words::plural(moved.len(), "rule")
             );
         }
         self.kept = plan.demand().clone();

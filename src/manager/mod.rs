@@ -540,7 +540,7 @@ impl Manager {
                 left_alone = report.left_alone,
                 gone = report.gone,
                 "restored masks left by a previous run: {} given back, {} left alone (changed \
-                 since), {} of processes gone",
+                 since), {} processes gone",
                 report.restored,
                 report.left_alone,
                 report.gone

@@ -338,7 +338,7 @@ impl State {
                 gone = r.gone,
                 failed = r.failed.len(),
                 "masks left by a previous run: {} given back, {} left alone (changed since), \
-                 {} of processes gone, {} failed",
+                 {} processes gone, {} failed",
                 r.restored,
                 r.left_alone,
                 r.gone,
@@ -640,9 +640,9 @@ impl State {
         tracing::info!(
             rules = self.loaded.rules.rules.len(),
             errors = self.loaded.rules.errors.len(),
-            "rules loaded: {} rules, {} errors",
-            self.loaded.rules.rules.len(),
-            self.loaded.rules.errors.len()
+            "rules loaded: {}, {}",
+            crate::words::count(self.loaded.rules.rules.len(), "rule"),
+            crate::words::count(self.loaded.rules.errors.len(), "error")
         );
     }
 
