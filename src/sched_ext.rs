@@ -89,6 +89,17 @@ pub enum Policy {
     Pause,
 }
 
+impl std::fmt::Display for Policy {
+    /// As written in the settings: `warn`, `widen`, `pause`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Policy::Warn => "warn",
+            Policy::Widen => "widen",
+            Policy::Pause => "pause",
+        })
+    }
+}
+
 /// `[sched-ext] widen-to`: the groups `widen` rounds up to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

@@ -24,7 +24,43 @@ pub fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
         .without_time()
         .with_ansi(false)
         .finish();
-    let r = tracing::subscriber::with_default(subscriber, f);
+    let r = tracing::subscriber::with_default(subscriber, || {
+        // Tests on other threads come and go with subscribers of their own: a call
+        // site first reached while none of them wanted it must be asked again.
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    });
     let text = lines.0.lock().unwrap().clone();
     (r, String::from_utf8_lossy(&text).into_owned())
+}
+
+/// Runs `f` like [`logged`] and returns each event's level and message alone
+/// (`INFO managing pid 7 …`): what the journal shows as MESSAGE, without the fields
+/// it keeps beside it.
+pub fn messages<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
+    let lines = Lines::default();
+    let out = lines.clone();
+    let message_only = tracing_subscriber::fmt::format::debug_fn(|w, field, value| {
+        if field.name() == "message" {
+            write!(w, "{value:?}")
+        } else {
+            Ok(())
+        }
+    });
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || out.clone())
+        .without_time()
+        .with_ansi(false)
+        .with_target(false)
+        .fmt_fields(message_only)
+        .finish();
+    let r = tracing::subscriber::with_default(subscriber, || {
+        // Tests on other threads come and go with subscribers of their own: a call
+        // site first reached while none of them wanted it must be asked again.
+        tracing::callsite::rebuild_interest_cache();
+        f()
+    });
+    let text = lines.0.lock().unwrap().clone();
+    let text = String::from_utf8_lossy(&text);
+    (r, text.lines().map(|l| l.trim().to_string()).collect())
 }

@@ -103,6 +103,25 @@ impl Outcome {
         }
     }
 
+    /// In words, for a log line: `applied: CPUs 2-3`, `failed: …`.
+    pub fn words(&self) -> String {
+        match self {
+            Outcome::Applied { effective } => format!("applied: CPUs {effective}"),
+            Outcome::Narrowed {
+                requested,
+                effective,
+            } => format!("narrowed by its cpuset from {requested} to {effective}"),
+            Outcome::Refused { requested } => {
+                format!("refused: none of CPUs {requested} is allowed by its cpuset or online")
+            }
+            Outcome::Gone => "the thread exited".into(),
+            Outcome::KernelThread => "a kernel thread: left alone".into(),
+            Outcome::Permission => "not permitted (CAP_SYS_NICE?)".into(),
+            Outcome::Failed { message } => format!("failed: {message}"),
+            Outcome::LeftAlone { why } => format!("left alone: {why}"),
+        }
+    }
+
     /// The mask the task runs with after a successful call.
     pub fn effective(&self) -> Option<&CpuSet> {
         match self {

@@ -230,7 +230,7 @@ impl Journal {
         let files = self.corrupt_files();
         for old in &files[..files.len().saturating_sub(KEEP_CORRUPT)] {
             if let Err(e) = fs::remove_file(old) {
-                tracing::warn!(path = %old.display(), dir = %dir.display(), error = %e, "cannot prune an old corrupt restore journal");
+                tracing::warn!(path = %old.display(), dir = %dir.display(), error = %e, "cannot prune an old corrupt restore journal {} (in {}): {e}", old.display(), dir.display());
             }
         }
     }

@@ -167,7 +167,15 @@ fn set_own_memory(what: RunMemory, cpus: &CpuSet) -> anyhow::Result<()> {
     if let Some(note) = policy::set_own(what, &nodes).context("--memory")? {
         eprintln!("pinnerd: {note}");
     }
-    tracing::info!(nodes = %policy::node_list(&nodes), ?what, "memory policy set");
+    let (list, how) = (
+        policy::node_list(&nodes),
+        match what {
+            RunMemory::Bind => "bound to",
+            RunMemory::Preferred => "preferring",
+            RunMemory::Leave => "left alone, not",
+        },
+    );
+    tracing::info!(nodes = %list, memory = how, "memory policy set: {how} nodes {list}");
     Ok(())
 }
 
@@ -180,7 +188,7 @@ pub fn choose(args: &RunArgs, spec: &PlaceSpec) -> anyhow::Result<Choice> {
         match block_on(ask_daemon(&args.bus.bus, spec, !args.print))? {
             Asked::Choice(c) => return Ok(c),
             Asked::Absent(why) => {
-                tracing::info!(why, "no daemon to ask: choosing here");
+                tracing::info!(why, "no daemon to ask ({why}): choosing here");
                 format!("no daemon on {} ({why})", bus_words(&args.bus.bus))
             }
         }

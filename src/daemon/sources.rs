@@ -60,11 +60,11 @@ pub fn rule_watcher(dirs: &[PathBuf]) -> std::io::Result<RuleWatch> {
                 w.watched.push((wd, dir.clone(), id));
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                tracing::warn!(dir = %dir.display(), "rule directory does not exist; its rules are read once it does");
+                tracing::warn!(dir = %dir.display(), "rule directory {} does not exist; its rules are read once it does", dir.display());
                 w.missing.push(dir.clone());
             }
             Err(e) => {
-                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch rule directory; SIGHUP still reloads it")
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch rule directory {}: {e}; SIGHUP still reloads it", dir.display())
             }
         }
     }
@@ -100,7 +100,7 @@ pub async fn rule_changes(w: RuleWatch, events: mpsc::Sender<Event>) -> std::io:
                     if leads_elsewhere(&watched[i].1, watched[i].2) {
                         let (wd, dir, _) = watched.swap_remove(i);
                         let _ = watches.remove(wd);
-                        tracing::info!(dir = %dir.display(), "rule directory path leads to another directory now");
+                        tracing::info!(dir = %dir.display(), "rule directory path {} leads to another directory now", dir.display());
                         missing.push(dir);
                         moved = true;
                     }
@@ -110,7 +110,7 @@ pub async fn rule_changes(w: RuleWatch, events: mpsc::Sender<Event>) -> std::io:
                     let id = DirId::of(&dir);
                     match watches.add(&dir, mask()) {
                         Ok(wd) => {
-                            tracing::info!(dir = %dir.display(), "rule directory appeared; watching it");
+                            tracing::info!(dir = %dir.display(), "rule directory {} appeared; watching it", dir.display());
                             watched.push((wd, dir, id));
                         }
                         Err(_) => still.push(dir),
@@ -156,7 +156,7 @@ fn note<S>(
             if ev.mask.contains(EventMask::MOVE_SELF) {
                 let _ = watches.remove(wd);
             }
-            tracing::warn!(dir = %dir.display(), "rule directory gone; its rules are read again once it is back");
+            tracing::warn!(dir = %dir.display(), "rule directory {} gone; its rules are read again once it is back", dir.display());
             missing.push(dir);
         }
     }

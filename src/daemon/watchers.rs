@@ -101,7 +101,7 @@ impl KernelSources {
         let hotplug = match UeventSocket::open() {
             Ok(s) => Some(s),
             Err(e) => {
-                tracing::warn!(error = %e, "no CPU hotplug events; the periodic check still sees changes");
+                tracing::warn!(error = %e, "no CPU hotplug events ({e}); the periodic check still sees changes");
                 None
             }
         };
@@ -142,7 +142,7 @@ impl KernelSources {
                 Ok(0) => break,
                 Ok(_) => {}
                 Err(e) => {
-                    tracing::error!(error = %e, "proc connector failed; closing it");
+                    tracing::error!(error = %e, "proc connector failed ({e}); closing it");
                     self.proc = None;
                     // What was missed is found by the rescan that `Watch(Err)` starts.
                     return Some(Event::Watch(Err(format!("proc connector failed: {e}"))));
@@ -160,7 +160,7 @@ impl KernelSources {
             Ok(Some(changes)) if changes.is_empty() => None,
             Ok(Some(_)) | Ok(None) => Some(Event::Hotplug),
             Err(e) => {
-                tracing::warn!(error = %e, "uevent socket failed; hotplug events stop");
+                tracing::warn!(error = %e, "uevent socket failed ({e}); hotplug events stop");
                 self.hotplug = None;
                 None
             }

@@ -65,7 +65,7 @@ impl RateLimiter {
             tracing::warn!(
                 uid,
                 method,
-                "{why}; further such refusals of this caller are counted, one line each {} s",
+                "uid {uid}, {method}: {why}; further such refusals of this caller are counted, one line each {} s",
                 REPEATS_EVERY.as_secs()
             );
         }
@@ -354,7 +354,8 @@ impl Admission {
                         method,
                         pid,
                         action = action.id(),
-                        "authorized by polkit"
+                        "{what} by uid {uid} authorized by polkit ({})",
+                        action.id()
                     );
                 }
                 Ok(())

@@ -90,7 +90,7 @@ pub async fn publish_properties(conn: Connection, mut snapshot: watch::Receiver<
     while snapshot.changed().await.is_ok() {
         let new = snapshot.borrow_and_update().clone();
         if let Err(e) = properties_changed(&conn, &last, &new).await {
-            tracing::warn!(error = %e, "cannot emit PropertiesChanged");
+            tracing::warn!(error = %e, "cannot emit PropertiesChanged: {e}");
         }
         last = new;
     }

@@ -415,7 +415,9 @@ impl Manager {
                     pid,
                     tid,
                     rule,
-                    "not permitted to read the affinity of a thread of a managed process (CAP_SYS_NICE, or a security module?); its threads are left as they are"
+                    "pid {pid}, thread {tid} (rule {rule}): not permitted to read the affinity of \
+                     a thread of a managed process (CAP_SYS_NICE, or a security module?); \
+                     its threads are left as they are"
                 );
             } else {
                 tracing::debug!(pid, tid, rule, "not permitted to read its affinity");
@@ -441,12 +443,14 @@ impl Manager {
             } => {
                 c.narrowed += 1;
                 tracing::info!(pid, tid, rule, requested = %requested, effective = %effective,
-                    "a cpuset narrowed the mask");
+                    "pid {pid}, thread {tid} (rule {rule}): its cpuset narrowed the mask \
+                     from CPUs {requested} to {effective}");
             }
             Outcome::Refused { requested } => {
                 c.refused += 1;
                 tracing::warn!(pid, tid, rule, requested = %requested,
-                    "no requested CPU is allowed by the task's cpuset or online; not retrying");
+                    "pid {pid}, thread {tid} (rule {rule}): none of CPUs {requested} is allowed \
+                     by the task's cpuset or online; not retrying");
             }
             Outcome::Gone => {
                 c.gone += 1;
@@ -459,12 +463,14 @@ impl Manager {
                     pid,
                     tid,
                     rule,
-                    "not permitted to set affinity (CAP_SYS_NICE?)"
+                    "pid {pid}, thread {tid} (rule {rule}): not permitted to set its affinity \
+                     (CAP_SYS_NICE?)"
                 );
             }
             Outcome::Failed { message } => {
                 c.failed += 1;
-                tracing::warn!(pid, tid, rule, %message, "setting affinity failed");
+                tracing::warn!(pid, tid, rule, %message,
+                    "pid {pid}, thread {tid} (rule {rule}): setting its affinity failed: {message}");
             }
             Outcome::LeftAlone { why } => {
                 tracing::debug!(pid, tid, rule, %why, "thread left alone");
@@ -510,7 +516,10 @@ impl Manager {
                                 pid,
                                 tid,
                                 outcome = other.label(),
-                                "restoring the mask failed"
+                                "pid {pid}, thread {tid} (rule {rule}): giving back its mask {} \
+                                 failed: {}",
+                                t.original,
+                                other.words()
                             )
                         }
                     }
@@ -524,7 +533,15 @@ impl Manager {
             }
         }
         self.counters.restored += restored as u64;
-        tracing::info!(pid, rule = %rule, restored, left_alone = left, reason, "released process");
+        tracing::info!(
+            pid, rule = %rule, restored, left_alone = left, reason,
+            "released pid {pid} ({}), managed {}: {reason}; {} given their masks back, \
+             {} left alone (someone else changed their masks)",
+            m.comm,
+            m.source.words(),
+            crate::words::count(restored, "thread"),
+            crate::words::count(left, "thread")
+        );
         out.push(Change::Released {
             pid,
             rule,
@@ -778,7 +795,8 @@ fn warn_overflow(
     if overflows.note((pid, rule.to_string()), std::time::Instant::now()) {
         tracing::warn!(
             pid, tid, rule = %rule, comm = %comm, slot, slots,
-            "more threads than slots ({slots}): this thread shares the CPUs of slot {}; \
+            "pid {pid} ({comm}), thread {tid}: more threads than slots ({slots}) of rule {rule}: \
+             this thread shares the CPUs of slot {}; \
              further such threads of this process are counted, one line each {} s",
             slot % slots,
             crate::repeats::REPEATS_EVERY.as_secs()
@@ -798,7 +816,8 @@ fn warn_foreign(
     if foreign.note(pid, std::time::Instant::now()) {
         tracing::warn!(
             pid, tid, rule = %rule, %expected, %found,
-            "someone else changed the affinity of a managed thread; {}; \
+            "pid {pid}, thread {tid} (rule {rule}): someone else changed the affinity of \
+             a managed thread from CPUs {expected} to {found}; {}; \
              further such threads of this process are counted, one line each {} s",
             if released { "no longer managing it" } else { "re-asserting" },
             crate::repeats::REPEATS_EVERY.as_secs()

@@ -232,7 +232,23 @@ impl Manager {
         // moved are applied again.
         let moved = moved_rules(&self.plan, &plan);
         if !moved.is_empty() {
-            tracing::info!(cpusets = ?plan.cpusets(), rules = ?moved, "planning again for the processes' cgroup cpusets and threads");
+            let rules = moved.iter().cloned().collect::<Vec<_>>().join(", ");
+            let cpusets = plan.cpusets().describe();
+            let cpus: Vec<String> = targets(&plan)
+                .iter()
+                .filter(|u| moved.contains(&u.rule))
+                .map(|u| match &u.cpuset {
+                    Some(c) => format!("{} in cpuset {c}: {}", u.name(), u.state.describe()),
+                    None => format!("{} on all CPUs: {}", u.name(), u.state.describe()),
+                })
+                .collect();
+            tracing::info!(
+                %rules, %cpusets,
+                "planned again for the processes' cgroup cpusets ({cpusets}): {}; \
+                 the threads of {} {rules} are applied again",
+                cpus.join("; "),
+                crate::words::plural(moved.len(), "rule")
+            );
         }
         self.kept = plan.demand().clone();
         self.plan = plan;
@@ -281,7 +297,11 @@ impl Manager {
         if m.allowed.cpus == c.cpus {
             return;
         }
-        tracing::info!(pid, from = %m.allowed.cpus, to = %c.cpus, file = %c.file.display(), "cpuset changed");
+        tracing::info!(
+            pid, comm = %m.comm, from = %m.allowed.cpus, to = %c.cpus, file = %c.file.display(),
+            "pid {pid} ({}): its cpuset changed from {} to {} ({}): planning again",
+            m.comm, m.allowed.cpus, c.cpus, c.file.display()
+        );
         m.allowed = Allowed {
             cpus: c.cpus,
             file: Some(c.file),

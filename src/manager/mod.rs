@@ -242,6 +242,14 @@ impl Source {
         }
     }
 
+    /// In words, after what it manages: `for rule md-feed`, `as pinned at run time`.
+    fn words(&self) -> String {
+        match self {
+            Source::Rule(r) => format!("for rule {}", r.name),
+            Source::Runtime(_) => "as pinned at run time".to_string(),
+        }
+    }
+
     /// Whether its threads are placed by their names: a rule with thread entries.
     fn places_by_name(&self) -> bool {
         match self {
@@ -531,7 +539,11 @@ impl Manager {
                 restored = report.restored,
                 left_alone = report.left_alone,
                 gone = report.gone,
-                "restored masks left by a previous run"
+                "restored masks left by a previous run: {} given back, {} left alone (changed \
+                 since), {} processes gone",
+                report.restored,
+                report.left_alone,
+                report.gone
             );
         }
         journal.save(&[])?;
@@ -545,7 +557,7 @@ impl Manager {
         for ((pid, rule), more) in self.overflows.due(now) {
             tracing::warn!(
                 pid, rule = %rule, more,
-                "{more} more threads of pid {pid} than slots of rule {rule:?}: each shares the CPUs of a slot"
+                "{more} more threads of pid {pid} than slots of rule {rule}: each shares the CPUs of a slot"
             );
         }
         for (pid, more) in self.foreign.due(now) {
@@ -641,7 +653,7 @@ impl Manager {
             }
             Input::PlanChanged(plan) => {
                 if plan.cpus().online != *self.online() {
-                    tracing::info!(online = %plan.cpus().online, "CPUs changed: re-applying");
+                    tracing::info!(online = %plan.cpus().online, "CPUs changed: CPUs {} online; re-applying", plan.cpus().online);
                 }
                 self.set_plan(plan);
                 self.reevaluate_managed(&mut out);
@@ -663,11 +675,15 @@ impl Manager {
             match &u.state {
                 PlanState::Lost { to, cpus } => tracing::info!(
                     rule = %u.rule, lost_to = %to, cpus = %cpus,
-                    "rule lost a CPU conflict to a higher-precedence rule and is not applied"
+                    "rule {}{} lost CPUs {cpus} to rule {to}, which takes precedence: \
+                     not applied",
+                    u.name(), in_cpuset(u)
                 ),
-                PlanState::Unplaceable { reason } => {
-                    tracing::info!(rule = %u.rule, %reason, "rule could not be placed")
-                }
+                PlanState::Unplaceable { reason } => tracing::info!(
+                    rule = %u.rule, %reason,
+                    "rule {}{} could not be placed: {reason}",
+                    u.name(), in_cpuset(u)
+                ),
                 _ => {}
             }
         }
@@ -689,6 +705,14 @@ impl Manager {
     ) -> Option<&PlanState> {
         self.plan
             .get_in(rule, thread_entry, self.cpuset_key_of(pid).as_ref())
+    }
+}
+
+/// ` (in cpuset 4-7)` for a unit planned in a cgroup cpuset; empty on all CPUs.
+fn in_cpuset(u: &crate::plan::UnitPlan) -> String {
+    match &u.cpuset {
+        Some(c) => format!(" (in cpuset {c})"),
+        None => String::new(),
     }
 }
 

@@ -259,7 +259,11 @@ impl Manager {
             Source::Runtime(_) => false,
         };
         let weigh = self.weighs_memory(&source);
-        tracing::info!(pid, comm = %snap.info.comm, rule = %source.name(), cpuset = %allowed.describe(), "managing process");
+        tracing::info!(
+            pid, comm = %snap.info.comm, rule = %source.name(), cpuset = %allowed.describe(),
+            "managing pid {pid} ({}) {}, in cpuset {}",
+            snap.info.comm, source.words(), allowed.describe()
+        );
         self.managed.insert(
             pid,
             Managed {
@@ -303,7 +307,9 @@ impl Manager {
                 if self.denied.insert(pid, snap.start_time) != Some(snap.start_time) {
                     self.counters.permission += 1;
                     tracing::warn!(pid, comm = %snap.info.comm, rule = %source.name(),
-                        "not managed: not permitted to read its affinity (CAP_SYS_NICE, or a security module?)");
+                        "pid {pid} ({}) not managed {}: not permitted to read its affinity \
+                         (CAP_SYS_NICE, or a security module?)",
+                        snap.info.comm, source.words());
                 }
             }
             other => self.count(&other, pid, pid, &source.name()),

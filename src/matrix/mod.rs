@@ -102,6 +102,15 @@ pub enum Verdict {
     Unstable,
 }
 
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verdict::Stable => "stable",
+            Verdict::Unstable => "unstable",
+        })
+    }
+}
+
 /// The evidence of the repeat check: a sample of pairs measured again after the
 /// matrix, each compared with its cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

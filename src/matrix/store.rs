@@ -198,10 +198,10 @@ impl MatrixStore {
             if gone {
                 match fs::remove_file(&path) {
                     Ok(()) => {
-                        tracing::info!(path = %path.display(), "removed a temp file left by a writer that died")
+                        tracing::info!(path = %path.display(), "removed a temp file left by a writer that died: {}", path.display())
                     }
                     Err(e) => {
-                        tracing::warn!(path = %path.display(), error = %e, "cannot remove a stale temp file")
+                        tracing::warn!(path = %path.display(), error = %e, "cannot remove a stale temp file {}: {e}", path.display())
                     }
                 }
             }

@@ -701,7 +701,8 @@ pub fn run_detailed(
         tracing::info!(
             cpu,
             idle_pct = share * 100.0,
-            "load guard passed (least idle CPU)"
+            "load guard passed: the least idle CPU, {cpu}, is {:.0}% idle",
+            share * 100.0
         );
     }
     let mut matrix = LatencyMatrix::new(ids, latency);

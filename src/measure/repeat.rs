@@ -187,7 +187,7 @@ pub fn record<M: PairMeasurer>(
     let stability = match check(m, meas, vm) {
         Ok((stability, _)) => stability,
         Err(e) => {
-            tracing::warn!(error = %e, "the repeat check could not run");
+            tracing::warn!(error = %e, "the repeat check could not run: {e}");
             m.warnings
                 .push(format!("the repeat check could not run ({e}): not checked"));
             None
@@ -198,9 +198,15 @@ pub fn record<M: PairMeasurer>(
             repeated = s.repeated,
             disagreeing = s.disagreeing,
             nearest_moved = s.nearest_moved,
-            verdict = ?s.verdict,
-            took = ?t0.elapsed(),
-            "repeat check"
+            verdict = %s.verdict,
+            took_s = t0.elapsed().as_secs_f64(),
+            "repeat check: {}: {} pairs measured again, {} disagree, {} CPUs' nearest pair moved \
+             ({:.1} s)",
+            s.verdict,
+            s.repeated,
+            s.disagreeing,
+            s.nearest_moved,
+            t0.elapsed().as_secs_f64()
         );
         if let (Some(line), Some(why)) = (s.latency_off(), &s.why) {
             m.warnings.push(format!("{line} ({why})"));

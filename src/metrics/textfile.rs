@@ -35,7 +35,7 @@ pub fn write(dir: &Path, text: &str) -> Result<PathBuf, TextfileError> {
 /// [`write`], a failure logged as a warning: the daemon keeps running without it.
 pub fn write_logged(dir: &Path, text: &str) {
     if let Err(e) = write(dir, text) {
-        tracing::warn!(error = %e, "metrics textfile");
+        tracing::warn!(error = %e, "metrics textfile not written: {e}");
     }
 }
 

@@ -61,6 +61,27 @@ impl Cpusets {
             .get(&(rule.to_string(), cpuset.map(|c| c.to_string())))
     }
 
+    /// Each rule and the cpusets its processes live in, in words:
+    /// `md-feed in 0-3, 4-7; pnl in all CPUs` (`no process` when there is none).
+    pub fn describe(&self) -> String {
+        let rules: Vec<String> = self
+            .by_rule
+            .iter()
+            .map(|(rule, sets)| {
+                let sets: Vec<&str> = sets
+                    .iter()
+                    .map(|c| c.as_deref().unwrap_or("all CPUs"))
+                    .collect();
+                format!("{rule} in {}", sets.join(", "))
+            })
+            .collect();
+        if rules.is_empty() {
+            "no process".into()
+        } else {
+            rules.join("; ")
+        }
+    }
+
     /// The cpusets `rule` is planned in: all CPUs when none is known.
     pub fn of(&self, rule: &str) -> Vec<Option<CpuSet>> {
         match self.by_rule.get(rule) {

@@ -331,7 +331,7 @@ impl RuleSet {
                 // Only a combined regex over the size limit gets here (each glob
                 // parsed alone already). Slower, still right: test those rules one by
                 // one, `comm` included.
-                tracing::warn!(error = %e, "comm globs too many to combine; matching them one by one");
+                tracing::warn!(error = %e, "comm globs too many to combine ({e}); matching them one by one");
                 index.no_comm.append(&mut index.complex_owner);
                 index.no_comm.sort_unstable();
                 index.no_comm.dedup();

@@ -182,7 +182,7 @@ impl ProcSource for ProcFs {
             Ok(MemoryView::Nodes { nodes, .. }) => Some(nodes),
             Ok(MemoryView::OneNode) | Err(ReadError::Gone { .. }) => None,
             Err(e) => {
-                tracing::warn!(pid, error = %e, "cannot read where the process's memory is");
+                tracing::warn!(pid, error = %e, "cannot read where the memory of pid {pid} is: {e}");
                 None
             }
         }
@@ -192,7 +192,7 @@ impl ProcSource for ProcFs {
         match crate::cgroup::process_cpuset(&self.root, pid) {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(pid, error = %e, "cannot read the process's cgroup cpuset");
+                tracing::warn!(pid, error = %e, "cannot read the cgroup cpuset of pid {pid}: {e}");
                 None
             }
         }

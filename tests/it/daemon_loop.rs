@@ -422,7 +422,7 @@ fn a_release_of_threads_moved_by_someone_else_is_one_line() {
     // Renamed before any rescan looks: released, every thread left as its owner set it.
     h.rename(h.pid, 1, &["pd-renamed"]);
     let pid = h.pid;
-    let released = format!("released process pid={pid}");
+    let released = format!("released pid {pid} (");
     wait_log(&d, "the release", Duration::from_secs(60), |log| {
         log.contains(&released)
     });

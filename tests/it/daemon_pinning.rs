@@ -194,7 +194,8 @@ fn a_rule_directory_made_after_start_is_read_and_one_removed_is_looked_for_again
         Duration::from_secs(30),
         || bus.get("RuleCount") == "u 1" && all_on(&h, &target),
     );
-    assert!(d.log().contains("rule directory appeared"), "{}", d.log());
+    let appeared = format!("rule directory {} appeared; watching it", later.display());
+    assert!(d.log().contains(&appeared), "{}", d.log());
     assert!(d.stop().success());
 }
 

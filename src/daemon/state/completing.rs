@@ -170,12 +170,15 @@ impl State {
             Some(Instant::now() + self.loaded.settings.measure.complete_pause.0);
         let (slice, stats) = match result {
             Ok(Product::Completed { slice, stats }) => (slice, stats),
-            Ok(other) => {
-                tracing::warn!(job = id, "unexpected completion result {other:?}");
+            Ok(_) => {
+                tracing::warn!(
+                    job = id,
+                    "job {id}: a completion slice ended with a result of another kind; ignored"
+                );
                 return;
             }
             Err(e) => {
-                tracing::info!(job = id, error = %e, "completion slice not measured; trying again later");
+                tracing::info!(job = id, error = %e, "completion slice not measured (job {id}): {e}; trying again later");
                 return;
             }
         };
@@ -191,7 +194,7 @@ impl State {
         let after = self.machine.domains().ok().map(groups);
         if let Some(c) = complete::describe(&corrections, complete::AGREE) {
             let f = format!("completion corrected the sparse map: {c}");
-            tracing::info!(job = id, finding = %f, "completion");
+            tracing::info!(job = id, finding = %f, "{f}");
             self.measurement.completing.corrected = Some(f);
         }
         if let (Some(b), Some(a)) = (&before, &after) {
@@ -205,7 +208,7 @@ impl State {
                         .to_string()
                 };
                 let f = format!("completion contradicts the sparse map: {change}");
-                tracing::warn!(job = id, finding = %f, "completion; planning again");
+                tracing::warn!(job = id, finding = %f, "{f}; planning again");
                 self.measurement.completing.contradicted = Some(f);
                 self.matrix_changed();
             }
@@ -214,7 +217,8 @@ impl State {
             job = id,
             measured = slice.figures.iter().filter(|f| f.2.is_some()).count(),
             left,
-            "completion slice measured"
+            "completion slice measured (job {id}): {} pairs measured, {left} left",
+            slice.figures.iter().filter(|f| f.2.is_some()).count()
         );
         if left == 0 {
             tracing::info!("every pair of the matrix is measured: completion finished");

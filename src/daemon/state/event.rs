@@ -12,6 +12,16 @@ pub enum ReloadCause {
     Bus,
 }
 
+impl std::fmt::Display for ReloadCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReloadCause::Signal => "SIGHUP",
+            ReloadCause::Inotify => "a rule directory changed",
+            ReloadCause::Bus => "a Reload call",
+        })
+    }
+}
+
 /// Everything the loop reacts to.
 #[derive(Debug)]
 pub enum Event {

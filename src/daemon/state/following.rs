@@ -90,7 +90,10 @@ impl Following {
                     "one node: all of its memory is local".into(),
                 ));
                 counts.count(e.last.as_ref().expect("just set"));
-                tracing::info!(pid, "memory follow: one node, nothing to move");
+                tracing::info!(
+                    pid,
+                    "pid {pid}: memory follow: nothing moved: one node: all of its memory is local"
+                );
                 continue;
             }
             if follow::wait_left(
@@ -105,7 +108,11 @@ impl Following {
             e.waiting = None;
             e.running = Some(nodes.clone());
             self.queued.push_back(pid);
-            tracing::info!(pid, nodes = %follow::words(&nodes), "memory follow: moving its memory to the nodes of its CPUs");
+            let words = follow::words(&nodes);
+            tracing::info!(
+                pid, nodes = %words,
+                "pid {pid}: memory follow: moving its memory to {words}, where its CPUs are"
+            );
             jobs.push(FollowJob {
                 pid,
                 target: nodes,
@@ -122,12 +129,14 @@ impl Following {
         counts.count(&f.outcome);
         match &f.outcome {
             Outcome::Moved { .. } => {
-                tracing::info!(pid = f.pid, outcome = %f.outcome, "memory follow")
+                tracing::info!(pid = f.pid, outcome = %f.outcome, "pid {}: memory follow: {}", f.pid, f.outcome)
             }
             Outcome::Failed(_) | Outcome::Refused(_) => {
-                tracing::warn!(pid = f.pid, outcome = %f.outcome, "memory follow")
+                tracing::warn!(pid = f.pid, outcome = %f.outcome, "pid {}: memory follow: {}", f.pid, f.outcome)
             }
-            _ => tracing::debug!(pid = f.pid, outcome = %f.outcome, "memory follow"),
+            _ => {
+                tracing::debug!(pid = f.pid, outcome = %f.outcome, "pid {}: memory follow: {}", f.pid, f.outcome)
+            }
         }
         self.queued.retain(|p| *p != f.pid);
         if let Some(e) = self.entries.get_mut(&f.pid) {
@@ -268,6 +277,54 @@ mod tests {
             f.sync(now(later, &m, &t, &settings, &root), &mut counts)
                 .len(),
             1
+        );
+    }
+
+    /// What a follow does is said with the process and the nodes in its message.
+    #[test]
+    fn memory_follow_is_logged_in_words() {
+        let (m, t, root) = rig();
+        let settings = Settings::default();
+        let mut counts = MemoryCounters::default();
+        let mut f = Following::default();
+        let t0 = Instant::now();
+        f.set_runtime(100, true);
+        let node = crate::memory::policy::nodes_of(&t, &set("1"));
+        let (_, said) = crate::test_log::messages(|| {
+            f.sync(now(t0, &m, &t, &settings, &root), &mut counts);
+            f.ended(
+                follow::Finished {
+                    pid: 100,
+                    target: node.clone(),
+                    outcome: Outcome::Moved {
+                        from: [0].into(),
+                        to: node.clone(),
+                        moved: 3 << 20,
+                        left: 0,
+                        pages_left: 0,
+                        took: Duration::from_millis(200),
+                    },
+                    at: t0,
+                },
+                &mut counts,
+            );
+            f.ended(
+                follow::Finished {
+                    pid: 100,
+                    target: node.clone(),
+                    outcome: Outcome::Refused("too big".into()),
+                    at: t0,
+                },
+                &mut counts,
+            );
+        });
+        assert_eq!(
+            said,
+            [
+                "INFO pid 100: memory follow: moving its memory to node 1, where its CPUs are",
+                "INFO pid 100: memory follow: moved 3.0 MiB from node 0 to node 1 in 0.2 s",
+                "WARN pid 100: memory follow: refused: too big",
+            ]
         );
     }
 }

@@ -19,19 +19,21 @@ impl IrqsAway {
             Ok(moved) if !moved.is_empty() => {
                 let failed = irq::restore(root, &moved);
                 for (n, why) in &failed {
-                    tracing::warn!(irq = n, %why, "IRQ mask left by a previous run not restored");
+                    tracing::warn!(irq = n, %why, "IRQ {n}: its mask left by a previous run not restored: {why}");
                 }
                 tracing::info!(
                     irqs = moved.len(),
                     failed = failed.len(),
-                    "IRQ masks left by a previous run restored"
+                    "IRQ masks left by a previous run restored: {} IRQs given back, {} not",
+                    moved.len().saturating_sub(failed.len()),
+                    failed.len()
                 );
                 if let Err(e) = journal.save(&[]) {
-                    tracing::warn!(error = %e, "cannot clear the IRQ journal");
+                    tracing::warn!(error = %e, "cannot clear the IRQ journal: {e}");
                 }
             }
             Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "IRQ journal not used"),
+            Err(e) => tracing::error!(error = %e, "IRQ journal not used: {e}"),
         }
     }
 
@@ -50,39 +52,48 @@ impl IrqsAway {
         }
         let journal = irq::Journal::new(runtime_dir);
         for (n, why) in irq::restore(root, &self.moved) {
-            tracing::warn!(irq = n, %why, "IRQ mask not restored");
+            tracing::warn!(irq = n, %why, "IRQ mask not restored: IRQ {n}: {why}");
         }
         self.moved.clear();
         if !wanted.is_empty() {
             // On record before the first write: a crash halfway leaves nothing unknown.
             if let Ok(plan) = irq::plan_away(root, &wanted, online) {
                 if let Err(e) = journal.save(&plan.moved) {
-                    tracing::warn!(error = %e, "cannot write the IRQ journal");
+                    tracing::warn!(error = %e, "cannot write the IRQ journal: {e}");
                 }
             }
             match irq::move_away(root, &wanted, online) {
                 Ok(away) => {
                     for (n, why) in &away.unmovable {
                         if self.reported.insert(*n) {
-                            tracing::warn!(irq = n, %why, cpus = %wanted, "IRQ cannot leave the CPUs of an irqs = \"away\" rule");
+                            tracing::warn!(irq = n, %why, cpus = %wanted,
+                                "IRQ {n} cannot leave CPUs {wanted}, those of an irqs = \"away\" rule: {why}");
                         }
                     }
-                    tracing::info!(cpus = %wanted, moved = away.moved.len(), unmovable = away.unmovable.len(), "IRQs moved away");
+                    tracing::info!(
+                        cpus = %wanted, moved = away.moved.len(), unmovable = away.unmovable.len(),
+                        "IRQs moved away from CPUs {wanted}: {} moved, {} could not move",
+                        away.moved.len(), away.unmovable.len()
+                    );
                     self.moved = away.moved;
                 }
-                Err(e) => tracing::warn!(error = %e, "cannot move IRQs"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot move IRQs away from CPUs {wanted}: {e}")
+                }
             }
         } else {
-            tracing::info!(cpus = %self.away, "IRQs given back");
+            tracing::info!(cpus = %self.away, "IRQs given back to CPUs {}", self.away);
         }
         if let Err(e) = journal.save(&self.moved) {
-            tracing::warn!(error = %e, "cannot write the IRQ journal");
+            tracing::warn!(error = %e, "cannot write the IRQ journal: {e}");
         }
         if let Some(pid) = irq::irqbalance_pid(root) {
             match irq::irqbalance_ban(pid, &wanted) {
-                Ok(()) => tracing::info!(pid, banned = %wanted, "irqbalance told the banned CPUs"),
+                Ok(()) => {
+                    tracing::info!(pid, banned = %wanted, "irqbalance (pid {pid}) told to keep IRQs off CPUs {wanted}")
+                }
                 Err(e) => {
-                    tracing::warn!(pid, error = %e, "cannot tell irqbalance the banned CPUs: it may move IRQs back")
+                    tracing::warn!(pid, error = %e, "cannot tell irqbalance the banned CPUs: it may move IRQs back (pid {pid}: {e})")
                 }
             }
         }
@@ -95,15 +106,15 @@ impl IrqsAway {
             return;
         }
         for (n, why) in irq::restore(root, &self.moved) {
-            tracing::warn!(irq = n, %why, "IRQ mask not restored");
+            tracing::warn!(irq = n, %why, "IRQ mask not restored: IRQ {n}: {why}");
         }
         self.moved.clear();
         if let Err(e) = irq::Journal::new(runtime_dir).save(&[]) {
-            tracing::warn!(error = %e, "cannot clear the IRQ journal");
+            tracing::warn!(error = %e, "cannot clear the IRQ journal: {e}");
         }
         if let Some(pid) = irq::irqbalance_pid(root) {
             if let Err(e) = irq::irqbalance_ban(pid, &CpuSet::new()) {
-                tracing::warn!(pid, error = %e, "cannot lift irqbalance's ban");
+                tracing::warn!(pid, error = %e, "cannot lift irqbalance's ban (pid {pid}): {e}");
             }
         }
         self.away = CpuSet::new();

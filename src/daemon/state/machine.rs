@@ -48,9 +48,11 @@ impl Machine {
         if let Some(store) = &self.store {
             match store.save_keeping(matrix) {
                 Ok(kept) => {
-                    tracing::info!(job = id, path = %store.current_path().display(), cpus = kept.len(), "matrix stored")
+                    tracing::info!(job = id, path = %store.current_path().display(), cpus = kept.len(), "matrix stored in {}: {} CPUs (job {id})", store.current_path().display(), kept.len())
                 }
-                Err(e) => tracing::warn!(job = id, error = %e, "cannot store the matrix"),
+                Err(e) => {
+                    tracing::warn!(job = id, error = %e, "cannot store the matrix of job {id}: {e}")
+                }
             }
         }
     }
@@ -78,21 +80,22 @@ impl Machine {
         match store.fitting(&fp.hex, Some(&self.usable())) {
             Ok(fit) => {
                 if let Some(aside) = fit.set_aside {
-                    tracing::warn!(%aside, "stored matrix not used");
+                    tracing::warn!(%aside, "stored matrix not used: {aside}");
                 }
                 if let Some(m) = fit.matrix {
-                    tracing::info!(cpus = m.len(), path = %store.current_path().display(), "using the stored matrix");
+                    tracing::info!(cpus = m.len(), path = %store.current_path().display(), "using the stored matrix {}: {} CPUs", store.current_path().display(), m.len());
                     self.current = Some(m);
                     self.domains = None;
                 } else if !fit.missing.is_empty() {
                     tracing::info!(
                         missing = fit.missing.len(),
-                        "the stored matrix lacks pairs of the usable CPUs"
+                        "the stored matrix lacks {} pairs of the usable CPUs",
+                        fit.missing.len()
                     );
                     return fit.missing;
                 }
             }
-            Err(e) => tracing::warn!(error = %e, "cannot read the stored matrix"),
+            Err(e) => tracing::warn!(error = %e, "cannot read the stored matrix: {e}"),
         }
         Vec::new()
     }
@@ -150,7 +153,7 @@ impl Machine {
                 self.topology = Some(t);
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the CPU topology; keeping the last one")
+                tracing::warn!(error = %e, "cannot read the CPU topology ({e}); keeping the last one")
             }
         }
         match Fingerprint::read(root) {
@@ -159,7 +162,7 @@ impl Machine {
                     Some(old) if old.matches(&fp) => false,
                     Some(old) => {
                         for d in old.differences(&fp) {
-                            tracing::info!(change = %d, "hardware fingerprint changed");
+                            tracing::info!(change = %d, "hardware fingerprint changed: {d}");
                         }
                         true
                     }
@@ -169,7 +172,7 @@ impl Machine {
                 changed
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the hardware fingerprint");
+                tracing::warn!(error = %e, "cannot read the hardware fingerprint: {e}");
                 false
             }
         }
@@ -186,10 +189,10 @@ impl Machine {
             )
             .map_err(CommandError::NoDomains)?;
             for f in &s.findings {
-                tracing::info!(finding = %f, "matrix and topology");
+                tracing::info!(finding = %f, "matrix and topology: {f}");
             }
             for w in &s.warnings {
-                tracing::warn!(warning = %w, "placing from the sysfs topology");
+                tracing::warn!(warning = %w, "placing from the sysfs topology: {w}");
             }
             self.domains = Some(s.domains);
         }
@@ -201,7 +204,7 @@ impl Machine {
     pub(super) fn refresh_domains(&mut self) {
         self.domains = None;
         if let Err(e) = self.domains() {
-            tracing::warn!(error = %e, "no latency domains");
+            tracing::warn!(error = %e, "no latency domains: {e}");
         }
     }
 }

@@ -26,7 +26,7 @@ impl State {
     pub(super) fn matrix_changed(&mut self) {
         self.machine.domains = None;
         if let Err(e) = self.machine.domains() {
-            tracing::warn!(error = %e, "no latency domains");
+            tracing::warn!(error = %e, "no latency domains: {e}");
             return;
         }
         let new = self.new_plan();
@@ -45,7 +45,7 @@ impl State {
             return;
         }
         for b in &better {
-            tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves a placement");
+            tracing::info!(rule = %b.unit, now_ns = b.now_ns, then_ns = b.then_ns, "new matrix improves the placement of {}: {} ns now, {} ns before", b.unit, b.now_ns, b.then_ns);
         }
         self.hand_down(new, manager::Input::PlanChanged);
     }
@@ -71,8 +71,10 @@ impl State {
         tracing::info!(
             job = id,
             pairs = missing.len(),
-            ?budget,
-            "measuring the pairs the stored matrix lacks"
+            budget_s = budget.as_secs_f64(),
+            "measuring the {} pairs the stored matrix lacks (job {id}, at most {:.1} s)",
+            missing.len(),
+            budget.as_secs_f64()
         );
         let cfg = self.measure_config(cpus, budget);
         self.actions.push(Action::Measure(Box::new(Job {
@@ -95,14 +97,18 @@ impl State {
             match store.fill(&fp.hex, &cells) {
                 Ok(Some(m)) => {
                     if let Some(m) = keep::cover(&m, &self.machine.usable()).matrix {
-                        tracing::info!(pairs = cells.len(), "stored matrix completed");
+                        tracing::info!(
+                            pairs = cells.len(),
+                            "stored matrix completed: {} pairs measured and stored",
+                            cells.len()
+                        );
                         self.machine.current = Some(m);
                         self.matrix_changed();
                         return;
                     }
                 }
                 Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, "cannot store the measured pairs"),
+                Err(e) => tracing::warn!(error = %e, "cannot store the measured pairs: {e}"),
             }
         }
         tracing::info!("pairs still missing; measuring the full matrix");
@@ -161,7 +167,7 @@ impl State {
             if let Some(r) = self.measurement.schedule.running().filter(|r| r.full) {
                 // It measures the old CPUs; measure again once it ends.
                 self.measurement.schedule.queue_full();
-                tracing::info!(job = r.id, "measurement in flight predates the change");
+                tracing::info!(job = r.id, "measurement in flight (job {}) predates the change; measuring again once it ends", r.id);
             } else {
                 let r = self
                     .measurement
@@ -222,7 +228,7 @@ impl State {
         );
         let (nohz, err) = around::nohz_full(&self.cfg.sysroot);
         if let Some(e) = err {
-            tracing::warn!(error = %e, "cannot read the CPUs excluded from housekeeping");
+            tracing::warn!(error = %e, "cannot read the CPUs excluded from housekeeping: {e}");
         }
         a.add(&nohz, "nohz_full (excluded from housekeeping)");
         a
@@ -259,7 +265,7 @@ impl State {
             }
             None => summary.push_str("; no earlier cells to keep"),
         }
-        tracing::info!(job = id, %summary, "measurement finished");
+        tracing::info!(job = id, %summary, "measurement finished (job {id}): {summary}");
         self.measurement.last_failure = None;
         self.measurement
             .schedule
@@ -290,10 +296,14 @@ impl State {
             return;
         }
         if !a.is_empty() {
-            tracing::info!(job = id, around = %a.reason(&self.machine.usable()), "measuring around CPUs others hold");
+            tracing::info!(job = id, around = %a.reason(&self.machine.usable()), "measuring around CPUs others hold (job {id}): {}", a.reason(&self.machine.usable()));
         }
         self.measurement.measuring_around = Some(a);
-        tracing::info!(job = id, %cpus, budget = ?self.measurement.timing.full_budget, "starting a full measurement");
+        let budget = self.measurement.timing.full_budget.as_secs_f64();
+        tracing::info!(
+            job = id, %cpus, budget_s = budget,
+            "starting a full measurement (job {id}) of CPUs {cpus}, at most {budget:.1} s"
+        );
         let mut cfg = self.measure_config(cpus, self.measurement.timing.full_budget);
         // Sparse from `measure.sparse-from-cpus` CPUs on, also after drift; completed
         // in the background afterwards (see `completing.rs`).
@@ -343,7 +353,8 @@ impl State {
         let Some(running) = self.measurement.schedule.finished(outcome.id) else {
             tracing::warn!(
                 job = outcome.id,
-                "result of a job that is not running; ignored"
+                "result of job {}, which is not running; ignored",
+                outcome.id
             );
             return;
         };
@@ -378,15 +389,21 @@ impl State {
                             format!("{}↔{} {:.0}→{:.0} ns", d.a, d.b, d.stored_ns, d.probed_ns)
                         })
                         .collect();
-                    tracing::info!(moved = %moved.join(", "), "drift found; measuring the full matrix");
+                    tracing::info!(moved = %moved.join(", "), "drift found ({}); measuring the full matrix", moved.join(", "));
                     self.unstable_after_drift(running.id, &probes, &drift);
                     self.measurement.schedule.queue_full();
                 }
             }
-            (false, Ok(other)) => {
-                tracing::warn!(job = running.id, "unexpected probe result {other:?}")
+            (false, Ok(_)) => {
+                tracing::warn!(
+                    job = running.id,
+                    "job {}: a drift probe ended with a result of another kind; ignored",
+                    running.id
+                )
             }
-            (false, Err(e)) => tracing::warn!(job = running.id, error = %e, "drift probe failed"),
+            (false, Err(e)) => {
+                tracing::warn!(job = running.id, error = %e, "drift probe failed (job {}): {e}", running.id)
+            }
         }
         if let Some(id) = self.measurement.schedule.take_queued() {
             self.launch_full(id);
@@ -442,7 +459,8 @@ impl State {
         tracing::warn!(
             job = id,
             line = m.latency_off().unwrap_or_default(),
-            "the matrix in use did not hold"
+            "the matrix in use did not hold (job {id}): {}",
+            m.latency_off().unwrap_or_default()
         );
         self.machine.store_matrix(id, &m);
         self.matrix_changed();
@@ -476,9 +494,9 @@ impl State {
             summary.push_str(&format!("; {}", around::describe(k)));
         }
         for w in &matrix.warnings {
-            tracing::warn!(job = id, warning = %w, "measurement");
+            tracing::warn!(job = id, warning = %w, "measurement (job {id}): {w}");
         }
-        tracing::info!(job = id, %summary, "measurement finished");
+        tracing::info!(job = id, %summary, "measurement finished (job {id}): {summary}");
         self.machine.store_matrix(id, &matrix);
         self.measurement.last_failure = None;
         self.machine.current = Some(matrix);
@@ -495,7 +513,7 @@ impl State {
 
     pub(super) fn full_failed(&mut self, id: u64, why: String) {
         self.measurement.measuring_around = None;
-        tracing::warn!(job = id, error = %why, "measurement failed");
+        tracing::warn!(job = id, error = %why, "measurement failed (job {id}): {why}");
         self.measurement.schedule.full_ended(id, false, why.clone());
         self.actions.push(Action::Emit(Signal::MeasurementFinished {
             job: id,

@@ -103,7 +103,7 @@ impl MemoryRead {
             Ok(MemoryView::Nodes { nodes, .. }) if same => Some(nodes),
             Ok(_) | Err(ReadError::Gone { .. }) => None,
             Err(e) => {
-                tracing::warn!(pid = self.pid, error = %e, "cannot read where the process's memory is");
+                tracing::warn!(pid = self.pid, error = %e, "cannot read where the memory of pid {} is: {e}", self.pid);
                 None
             }
         };
@@ -127,7 +127,7 @@ fn memory_line(pid: i32, view: &Result<MemoryView, ReadError>) -> String {
         Ok(v) => format!("{v}\n"),
         Err(ReadError::Gone { .. }) => "memory: the process exited\n".to_string(),
         Err(e) => {
-            tracing::warn!(pid, error = %e, "cannot read where a process's memory is");
+            tracing::warn!(pid, error = %e, "cannot read where the memory of pid {pid} is: {e}");
             format!("memory: cannot be read: {e}\n")
         }
     }

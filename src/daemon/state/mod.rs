@@ -337,10 +337,15 @@ impl State {
                 left_alone = r.left_alone,
                 gone = r.gone,
                 failed = r.failed.len(),
-                "masks left by a previous run"
+                "masks left by a previous run: {} given back, {} left alone (changed since), \
+                 {} processes gone, {} failed",
+                r.restored,
+                r.left_alone,
+                r.gone,
+                r.failed.len()
             ),
             Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "restore journal not used"),
+            Err(e) => tracing::error!(error = %e, "restore journal not used: {e}"),
         }
         let planned = self.new_plan();
         let changes = self.managed.install(m, planned);
@@ -545,9 +550,13 @@ impl State {
                             for c in &changes {
                                 log_change(c);
                             }
-                            tracing::info!(processes = changes.len(), "masks restored");
+                            tracing::info!(
+                                processes = changes.len(),
+                                "masks restored: {} processes released",
+                                changes.len()
+                            );
                         }
-                        Err(e) => tracing::warn!(error = %e, "restoring masks"),
+                        Err(e) => tracing::warn!(error = %e, "restoring masks failed: {e}"),
                     }
                 }
                 self.sharing
@@ -605,7 +614,7 @@ impl State {
                 self.status();
             }
             Event::Watch(Err(why)) => {
-                tracing::warn!(error = %why, "no proc events: new processes are found by rescans only");
+                tracing::warn!(error = %why, "no proc events ({why}): new processes are found by rescans only");
                 self.health.watch_down = Some(why);
                 if self.timers.next_rescan.is_none() {
                     // Without events, rescans are the only way; never let them be off.
@@ -627,23 +636,29 @@ impl State {
         self.loaded.rules =
             rules::reload(&self.rule_dirs(), &self.loaded.policy, &self.loaded.rules);
         for e in &self.loaded.rules.errors {
-            tracing::warn!(error = %e, "rule file problem");
+            tracing::warn!(error = %e, "rule file problem: {e}");
         }
         tracing::info!(
             rules = self.loaded.rules.rules.len(),
             errors = self.loaded.rules.errors.len(),
-            "rules loaded"
+            "rules loaded: {}, {}",
+            crate::words::count(self.loaded.rules.rules.len(), "rule"),
+            crate::words::count(self.loaded.rules.errors.len(), "error")
         );
     }
 
     /// Re-reads the settings (keeping the old ones when the file is bad) and the rules
     /// (keeping each bad file's last good rules).
     fn reload(&mut self, cause: ReloadCause) {
-        tracing::info!(?cause, "reloading");
+        tracing::info!(%cause, "reloading settings and rules: {cause}");
         match Settings::load_or_default(&self.cfg.settings, &self.loaded.policy) {
             Ok(s) => {
                 if s != self.loaded.settings {
-                    tracing::info!(path = %self.cfg.settings.display(), "settings changed");
+                    tracing::info!(
+                        path = %self.cfg.settings.display(),
+                        "settings changed: {}",
+                        self.cfg.settings.display()
+                    );
                     self.measurement.timing =
                         Timing::from_settings(&s, self.measurement.timing.watchdog_every);
                     self.loaded.settings = s;
@@ -651,7 +666,7 @@ impl State {
                 self.loaded.settings_error = None;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "settings not reloaded; keeping the previous ones");
+                tracing::warn!(error = %e, "settings not reloaded ({e}); keeping the previous ones");
                 self.loaded.settings_error = Some(e);
             }
         }
@@ -766,7 +781,11 @@ impl State {
         } else {
             self.machine.refresh_domains();
         }
-        tracing::info!(online = %self.machine.online(), "CPU hotplug");
+        tracing::info!(
+            online = %self.machine.online(),
+            "CPU hotplug: CPUs {} online; planning again",
+            self.machine.online()
+        );
         let planned = self.new_plan();
         self.hand_down(planned, manager::Input::PlanChanged);
         self.timers.hotplug_recheck = Some(now + HOTPLUG_RECHECK);
@@ -843,13 +862,18 @@ fn log_change(c: &Change) {
             tid,
             rule,
             outcome,
-        } => tracing::debug!(pid, tid, rule = %rule, outcome = outcome.label(), "pinned"),
+        } => {
+            tracing::debug!(pid, tid, rule = %rule, outcome = outcome.label(), "pid {pid}, thread {tid} (rule {rule}): {}", outcome.words())
+        }
         Change::Released {
             pid,
             rule,
             restored,
             reason,
-        } => tracing::info!(pid, rule = %rule, restored, reason = %reason, "released"),
+        } => {
+            // The manager says it at info, with the process's name and counts.
+            tracing::debug!(pid, rule = %rule, restored, reason = %reason, "pid {pid} released (rule {rule}): {reason}")
+        }
         Change::Foreign {
             pid,
             tid,

@@ -37,7 +37,12 @@ impl State {
             .pin(pid_i, &cpus)
             .map_err(|e| CommandError::from_manager(pid, e))?;
         changes.extend(self.managed.settle());
-        tracing::info!(pid, %cpus, ?follow, "pinned at run time");
+        let (memory, said) = match follow {
+            Some(true) => ("follow", "; its memory follows its CPUs"),
+            Some(false) => ("stay", "; its memory stays where it is"),
+            None => ("unchanged", ""),
+        };
+        tracing::info!(pid, %cpus, memory, "pid {pid} pinned at run time to CPUs {cpus}{said}");
         if let Some(follow) = follow {
             self.sharing.follow.set_runtime(pid_i, follow);
         }
@@ -59,7 +64,7 @@ impl State {
             .unpin(pid_i)
             .map_err(|e| CommandError::from_manager(pid, e))?;
         changes.extend(self.managed.settle());
-        tracing::info!(pid, "released at run time");
+        tracing::info!(pid, "pid {pid} released at run time: its masks given back");
         self.after_manager(changes);
         Ok(())
     }
@@ -78,7 +83,12 @@ impl State {
         };
         let owner = self.owner(pid)?;
         if owner != uid {
-            tracing::warn!(pid, uid, owner, "refused: the process changed hands");
+            tracing::warn!(
+                pid,
+                uid,
+                owner,
+                "refused for uid {uid}: pid {pid} changed hands (its owner is uid {owner} now)"
+            );
             return Err(CommandError::NotOwner { pid, uid });
         }
         Ok(())

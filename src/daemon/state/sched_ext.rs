@@ -17,7 +17,7 @@ impl State {
         let now = match sched_ext::read(&self.cfg.sysroot) {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the sched_ext state; keeping the last one");
+                tracing::warn!(error = %e, "cannot read the sched_ext state ({e}); keeping the last one");
                 return;
             }
         };
@@ -27,8 +27,10 @@ impl State {
         let policy = self.loaded.settings.sched_ext.policy;
         match &now {
             Some(s) => tracing::warn!(
-                scheduler = %s.ops, state = %s.state, ?policy,
-                "a sched_ext scheduler runs: partial affinity masks may be second-class under it"
+                scheduler = %s.ops, state = %s.state, %policy,
+                "a sched_ext scheduler runs ({}, {}): partial affinity masks may be \
+                 second-class under it; [sched-ext] policy = \"{policy}\"",
+                s.ops, s.state
             ),
             None => tracing::info!("no sched_ext scheduler runs any more"),
         }

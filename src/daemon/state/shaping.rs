@@ -27,10 +27,12 @@ pub(super) fn inputs(
     for (name, loc) in &devices {
         match loc {
             Ok(l) if l.node.is_none() => {
-                tracing::warn!(device = %name, path = %l.path, "near: the device reports no NUMA node; not restricted")
+                tracing::warn!(device = %name, path = %l.path, "near: device {name} ({}) reports no NUMA node; not restricted", l.path)
             }
             Ok(_) => {}
-            Err(why) => tracing::warn!(device = %name, %why, "near: device not found"),
+            Err(why) => {
+                tracing::warn!(device = %name, %why, "near: device {name} not found: {why}")
+            }
         }
     }
     (facts, devices)

@@ -157,15 +157,17 @@ impl SchedExtKept {
         };
         match step {
             SchedExtStep::Paused => {
-                tracing::info!(scheduler = %s.ops, "sched-ext policy pause: rules released until it stops")
+                tracing::info!(scheduler = %s.ops, "sched-ext policy pause: rules released until the sched_ext scheduler {} stops", s.ops)
             }
             SchedExtStep::Warned(partial) => {
                 for (rule, cpus) in partial {
                     if self.warned.insert(rule.clone()) {
                         tracing::warn!(
                             rule = %rule, cpus = %cpus, scheduler = %s.ops,
-                            "rule pins a partial mask while a sched_ext scheduler runs \
-                             (set [sched-ext] policy = \"widen\" or \"pause\" to adapt)"
+                            "rule {rule} pins a partial mask (CPUs {cpus}) while the sched_ext \
+                             scheduler {} runs (set [sched-ext] policy = \"widen\" or \"pause\" \
+                             to adapt)",
+                            s.ops
                         );
                     }
                 }

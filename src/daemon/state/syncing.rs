@@ -88,7 +88,7 @@ impl State {
         self.timers.journal_due = None;
         if let Some(m) = &mut self.managed.manager {
             if let Err(e) = m.flush() {
-                tracing::warn!(error = %e, retry_ms = JOURNAL_RETRY.as_millis() as u64, "cannot write the restore journal");
+                tracing::warn!(error = %e, retry_ms = JOURNAL_RETRY.as_millis() as u64, "cannot write the restore journal ({e}); trying again in {} ms", JOURNAL_RETRY.as_millis());
                 self.timers.journal_due = Some(Instant::now() + JOURNAL_RETRY);
             }
         }

@@ -228,3 +228,79 @@ fn a_running_process_is_placed_on_the_node_holding_its_memory() {
     assert_eq!(t.ops.mask(200), Some(set("0-1")));
     assert!(!t.mgr.explain(200).contains("chosen:"));
 }
+
+/// The lines a cpuset change makes say, in their message alone (what the journal shows
+/// first), which process, which rule, which CPUs and what happens next.
+#[test]
+fn a_cpuset_change_is_logged_in_words() {
+    let (mut t, plan) = cpuset_rig(FEED);
+    t.in_cpuset(100, "feed", "0-7", Some("4-5"));
+    let (_, said) = crate::test_log::messages(|| t.ev(Input::RulesChanged(plan)));
+    let file = "/sys/fs/cgroup/fake-100/cpuset.cpus.effective";
+    assert!(
+        said.contains(&format!(
+            "INFO managing pid 100 (feed) for rule feed, in cpuset 4-5 (from {file})"
+        )),
+        "{said:#?}"
+    );
+    t.procs.set_cpuset(100, Some(set("6-7")));
+    t.ops.set_cpuset(100, &set("6-7"));
+    let (_, said) = crate::test_log::messages(|| t.ev(Input::Rescan));
+    assert_eq!(
+        said,
+        [
+            format!(
+                "INFO pid 100 (feed): its cpuset changed from 4-5 to 6-7 ({file}): planning again"
+            ),
+            "INFO planned again for the processes' cgroup cpusets (feed in 6-7): \
+             feed in cpuset 6-7: cpus 6-7; the threads of rule feed are applied again"
+                .to_string(),
+        ]
+    );
+    assert_eq!(t.ops.mask(100), Some(set("6-7")));
+}
+
+/// A unit not applied says which rule and why, in its message.
+#[test]
+fn a_unit_not_placed_or_lost_is_logged_in_words() {
+    let mut t = rig(ManagerConfig::default());
+    let plan = plan_on(
+        rules(
+            r#"
+[[rule]]
+name = "hi"
+priority = 50
+[rule.match]
+comm = "hi"
+[rule.place]
+cpus = "2-3"
+exclusive = true
+
+[[rule]]
+name = "lo"
+priority = 10
+[rule.match]
+comm = "lo"
+[rule.place]
+cpus = "3-4"
+
+[[rule]]
+name = "big"
+priority = 100
+[rule.match]
+comm = "big"
+[rule.place]
+count = 9
+"#,
+        ),
+        "0-7",
+    );
+    let (_, said) = crate::test_log::messages(|| t.ev(Input::RulesChanged(plan)));
+    assert_eq!(
+        said,
+        [
+            "INFO rule big could not be placed: asked for 9 CPUs but only 8 are usable (0-7 available)",
+            "INFO rule lo lost CPUs 3 to rule hi, which takes precedence: not applied",
+        ]
+    );
+}

@@ -401,6 +401,26 @@ fn a_rescan_checks_an_unchanged_managed_process_without_a_full_snapshot() {
     assert_eq!(t.mgr.managed_processes(), 0);
 }
 
+/// A release says which process, why, and how many threads got their masks back or
+/// were left as someone else set them, in its message.
+#[test]
+fn a_release_is_logged_in_words() {
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[(101, "rx"), (102, "tx")]);
+    t.ev(new_rules(rules(FEED)));
+    t.ops.external_set(102, &set("5"));
+    let (_, said) = crate::test_log::messages(|| t.ev(new_rules(RuleSet::default())));
+    assert!(
+        said.contains(
+            &"INFO released pid 100 (feed), managed for rule feed: no rule matches any more; \
+              2 threads given their masks back, 1 thread left alone (someone else changed \
+              their masks)"
+                .to_string()
+        ),
+        "{said:#?}"
+    );
+}
+
 #[test]
 fn removing_the_rule_gives_back_the_original_masks() {
     let mut t = rig(ManagerConfig::default());

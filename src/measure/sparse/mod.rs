@@ -197,9 +197,14 @@ pub fn run_sparse<M: PairMeasurer>(
         mesh_model,
         used_prior,
     } = build_tree(&mut run, cpus, prior, cfg)?;
+    let shape: Vec<String> = tree
+        .shape()
+        .iter()
+        .map(|l| l.iter().map(usize::to_string).collect::<Vec<_>>().join("+"))
+        .collect();
     tracing::debug!(
         pairs = run.distinct(),
-        levels = ?tree.shape(),
+        levels = %shape.join(" / "),
         mesh = mesh_model.is_some(),
         "sparse: tree built"
     );

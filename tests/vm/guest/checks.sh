@@ -2048,7 +2048,7 @@ irqbalance_bans_none() { [ "$(irqbalance_banned)" = 0 ]; }
 # fails when it has not said it.
 irqs_moved_logged() {
     journalctl -b --no-pager -o json -u pinnerd.service |
-        jq -r 'select(.MESSAGE == "IRQs moved away") | .PINNERD_MOVED' | tail -1 | grep .
+        jq -r 'select(.MESSAGE | tostring | test("^IRQs moved away")) | .PINNERD_MOVED' | tail -1 | grep .
 }
 export -f irq_reported irqs_on irqbalance_banned irqbalance_bans_none irqs_moved_logged
 
