@@ -62,7 +62,7 @@ fn watch_events(tx: mpsc::Sender<Msg>) -> Option<inotify::Watches> {
     let mut inotify = match inotify::Inotify::init() {
         Ok(i) => i,
         Err(e) => {
-            tracing::warn!(error = %e, "no inotify for held partitions' cgroup.events: an emptied unit is let go at the next reconcile");
+            tracing::warn!(error = %e, "no inotify for held partitions' cgroup.events ({e}): an emptied unit is let go at the next reconcile");
             return None;
         }
     };
@@ -80,7 +80,7 @@ fn watch_events(tx: mpsc::Sender<Msg>) -> Option<inotify::Watches> {
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(e) => {
-                        tracing::warn!(error = %e, "reading the held partitions' cgroup.events stopped");
+                        tracing::warn!(error = %e, "reading the held partitions' cgroup.events stopped: {e}");
                         return;
                     }
                 }
@@ -89,7 +89,7 @@ fn watch_events(tx: mpsc::Sender<Msg>) -> Option<inotify::Watches> {
     match spawned {
         Ok(_) => Some(watches),
         Err(e) => {
-            tracing::warn!(error = %e, "cannot start the cgroup.events watch thread");
+            tracing::warn!(error = %e, "cannot start the cgroup.events watch thread: {e}");
             None
         }
     }
@@ -128,7 +128,7 @@ impl HolderThread {
                     tracing::info!("{line}");
                 }
                 if let Some(why) = holder.cannot_isolate() {
-                    tracing::info!(reason = %why, "isolate = true cannot isolate on this machine");
+                    tracing::info!(reason = %why, "isolate = true cannot isolate on this machine: {why}; such rules stay merely exclusive");
                 }
                 // The wants last reconciled: reconciled again when a refused hold is due.
                 let mut last: Option<Vec<Want>> = None;

@@ -147,7 +147,7 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
     let limits = &opts.settings.limits;
     let limiter = dbus::RateLimiter::new(limits.dbus_burst, limits.dbus_calls_per_second);
     let conn = dbus::serve(&opts.bus, tx.clone(), snap_rx.clone(), limiter).await?;
-    tracing::info!(bus = %opts.bus, name = dbus::BUS_NAME, "bus name acquired");
+    tracing::info!(bus = %opts.bus, name = dbus::BUS_NAME, "bus name {} acquired on the {} bus", dbus::BUS_NAME, opts.bus);
     tokio::spawn(dbus::publish_properties(conn.clone(), snap_rx));
 
     // Every other signal whose default action would end the daemon without giving the
@@ -171,7 +171,7 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
             while stream.recv().await.is_some() {
                 tracing::warn!(
                     signal = name,
-                    "stopping, as on SIGTERM: masks are given back"
+                    "{name}: stopping, as on SIGTERM: masks are given back"
                 );
                 if tx.send(Event::Terminate).await.is_err() {
                     return;
@@ -203,11 +203,13 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
             let tx = tx.clone();
             tokio::spawn(async move {
                 if let Err(e) = super::sources::rule_changes(inotify, tx).await {
-                    tracing::warn!(error = %e, "rule directory watch stopped; SIGHUP still reloads");
+                    tracing::warn!(error = %e, "the rule directory watch stopped ({e}); SIGHUP still reloads");
                 }
             });
         }
-        Err(e) => tracing::warn!(error = %e, "cannot watch rule directories; SIGHUP still reloads"),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch the rule directories ({e}); SIGHUP still reloads")
+        }
     }
 
     let (emit_tx, mut emit_rx) = mpsc::unbounded_channel::<Signal>();
@@ -216,7 +218,15 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         // One task, so signals leave in the order the loop produced them.
         while let Some(sig) = emit_rx.recv().await {
             if let Err(e) = dbus::emit(&emit_conn, &sig).await {
-                tracing::warn!(error = %e, ?sig, "cannot emit signal");
+                let name = match &sig {
+                    crate::api::Signal::MeasurementFinished { job, .. } => {
+                        format!("MeasurementFinished of job {job}")
+                    }
+                    crate::api::Signal::RulesReloaded { rules, .. } => {
+                        format!("RulesReloaded ({rules} rules)")
+                    }
+                };
+                tracing::warn!(error = %e, signal = %name, "cannot emit the signal {name}: {e}");
             }
         }
     });
@@ -259,7 +269,7 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
 fn step_timer() -> Steps {
     let steps = Steps::default();
     if let Err(e) = steps.watch(STILL_RUNNING, LOOK_EVERY) {
-        tracing::warn!(error = %e, "cannot start the step watch thread: slow steps are said once they end");
+        tracing::warn!(error = %e, "cannot start the step watch thread ({e}): slow steps are said once they end");
     }
     steps
 }
@@ -376,7 +386,7 @@ impl Shell {
         // What a previous run held and did not undo (killed) is recovered at once.
         if self.hold_at.1.join(crate::hold::JOURNAL_FILE).exists() {
             if let Err(e) = self.holder() {
-                tracing::error!(error = %e, "holds left by a previous run not recovered");
+                tracing::error!(error = %e, "the holds a previous run left not recovered: {e}");
             }
         }
         self.steps
@@ -387,7 +397,7 @@ impl Shell {
                 Ok(())
             })?;
         notify(&[sd_notify::NotifyState::Ready]);
-        tracing::info!(scheduling = %scheduling(), "ready");
+        tracing::info!(scheduling = %scheduling(), "ready: the event loop runs {}", scheduling());
         Ok(())
     }
 
@@ -522,7 +532,8 @@ impl Shell {
         if !ended {
             tracing::warn!(
                 limit_s = HOLDER_STOP.as_secs(),
-                "the holder did not finish undoing in time; its journal is left for the next start"
+                "the holder did not finish undoing within {} s; its journal is left for the next start",
+                HOLDER_STOP.as_secs()
             );
         }
     }
@@ -574,7 +585,7 @@ impl Shell {
                             let _ = tx.blocking_send(Event::Measured(Box::new(outcome)));
                         });
                         if let Err(e) = spawned {
-                            tracing::error!(job = id, error = %e, "cannot start the measurement thread");
+                            tracing::error!(job = id, error = %e, "cannot start the measurement thread of job {id}: {e}");
                             state.handle(Event::Measured(Box::new(worker::Finished {
                                 id,
                                 result: Err(worker::JobError::Spawn(e)),
@@ -584,7 +595,7 @@ impl Shell {
                     Action::Follow(job) => {
                         let (pid, target) = (job.pid, job.target.clone());
                         if let Err(why) = self.queue_move(*job) {
-                            tracing::error!(pid, error = %why, "cannot queue the memory move");
+                            tracing::error!(pid, error = %why, "cannot queue the memory move of pid {pid}: {why}");
                             state.handle(Event::Followed(Box::new(
                                 crate::memory::follow::Finished {
                                     pid,
@@ -606,7 +617,7 @@ impl Shell {
                     Action::Ready => notify(&[sd_notify::NotifyState::Ready]),
                     Action::Hold(wants) => match self.holder() {
                         Ok(h) => h.want(wants),
-                        Err(e) => tracing::error!(error = %e, "units not held"),
+                        Err(e) => tracing::error!(error = %e, "units not held: {e}"),
                     },
                     Action::Exit => {
                         // Asked now, waited for by `wind_down`, never here.

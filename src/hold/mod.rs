@@ -718,9 +718,9 @@ impl Holder {
         for h in gone {
             let (rule, unit, cpus) = (h.rule.clone(), h.unit.clone(), h.cpus.clone());
             for p in self.undo_or_keep(h) {
-                tracing::warn!(rule = %rule, unit = %unit, problem = %p, "hold not fully undone; kept in the journal");
+                tracing::warn!(rule = %rule, unit = %unit, problem = %p, "rule {rule}: the hold of {unit} not fully undone ({p}); kept in the journal");
             }
-            tracing::info!(rule = %rule, unit = %unit, cpus = %cpus, "unit let go");
+            tracing::info!(rule = %rule, unit = %unit, cpus = %cpus, "rule {rule}: unit {unit} let go, CPUs {cpus} given back and its own AllowedCPUs= with them");
         }
     }
 
@@ -731,7 +731,7 @@ impl Holder {
         for h in std::mem::take(&mut self.recovered) {
             match targets.get(&h.unit) {
                 Some(t) if h.same_target(t) && !self.held.iter().any(|k| k.unit == h.unit) => {
-                    tracing::info!(rule = %h.rule, unit = %h.unit, "hold left by a previous run taken over");
+                    tracing::info!(rule = %h.rule, unit = %h.unit, "rule {}: the hold of {} left by a previous run taken over", h.rule, h.unit);
                     self.held.push(h);
                 }
                 Some(_) => undo.push(h),
@@ -741,7 +741,7 @@ impl Holder {
         for h in undo {
             let (rule, unit) = (h.rule.clone(), h.unit.clone());
             for p in self.undo_or_keep(h) {
-                tracing::warn!(rule = %rule, unit = %unit, problem = %p, "hold left by a previous run not fully undone; kept in the journal");
+                tracing::warn!(rule = %rule, unit = %unit, problem = %p, "rule {rule}: the hold of {unit} left by a previous run not fully undone ({p}); kept in the journal");
             }
         }
         if self.recovered.is_empty() {
@@ -923,10 +923,10 @@ impl Holder {
             match units.unit_of_pid(t.pids[0]) {
                 Ok(info) if info.name == unit => hold.cgroup = info.cgroup,
                 Ok(info) => {
-                    tracing::warn!(pid = t.pids[0], unit = %info.name, scope = %unit, "process not in the scope made for it");
+                    tracing::warn!(pid = t.pids[0], unit = %info.name, scope = %unit, "pid {} is not in the scope {unit} made for it (it is in {})", t.pids[0], info.name);
                 }
                 Err(e) => {
-                    tracing::warn!(pid = t.pids[0], error = %e, "cannot read the scope made for a process")
+                    tracing::warn!(pid = t.pids[0], error = %e, "cannot read the scope made for pid {}: {e}", t.pids[0])
                 }
             }
         }
@@ -995,7 +995,7 @@ impl Holder {
             "a partition no record names (pinnerd's, from a run whose record is gone) undone; the unit's AllowedCPUs= and AllowedMemoryNodes= are not taken as its own"
         );
         for e in self.undo_partition(cg2, &p) {
-            tracing::warn!(unit = %u.name, problem = %e, "partition left by an earlier run not fully undone");
+            tracing::warn!(unit = %u.name, problem = %e, "unit {}: the partition an earlier run left not fully undone: {e}", u.name);
         }
         if left.is_none() {
             own = Allowed::default();
@@ -1140,7 +1140,7 @@ impl Holder {
                 if cg2.dir(&h.cgroup).is_dir() {
                     let n = (self.give_back)(cg2, &h.cgroup, &h.cpus);
                     if n > 0 {
-                        tracing::info!(unit = %h.unit, tasks = n, "masks systemd left on the unit's CPUs given back");
+                        tracing::info!(unit = %h.unit, tasks = n, "unit {}: the masks systemd left on CPUs {} given back to {n} tasks", h.unit, h.cpus);
                     }
                 }
             }
@@ -1210,7 +1210,7 @@ impl Holder {
                 .chain(self.settle.borrow().journal_holds())
                 .collect();
             if let Err(e) = self.journal.save(&left) {
-                tracing::warn!(error = %e, "cannot write the hold journal");
+                tracing::warn!(error = %e, "cannot write the hold journal: {e}");
             }
         }
         self.leftover.extend(todo);
@@ -1237,7 +1237,7 @@ impl Holder {
             .chain(self.settle.borrow().journal_holds())
             .collect();
         if let Err(e) = self.journal.save(&all) {
-            tracing::warn!(error = %e, "cannot write the hold journal");
+            tracing::warn!(error = %e, "cannot write the hold journal: {e}");
         }
     }
 }

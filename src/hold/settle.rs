@@ -200,7 +200,7 @@ impl Holder {
             let pending = self.pending(cg2, own).unwrap_or_default();
             if pending.is_empty() {
                 if let Some(was) = self.settle.borrow_mut().said.take() {
-                    tracing::info!(cpus = %was, "the kernel let go of a removed partition's CPUs: partitions are made again");
+                    tracing::info!(cpus = %was, "the kernel let go of CPUs {was} of a removed partition: partitions are made again");
                 }
                 return Ok(());
             }
@@ -293,12 +293,12 @@ impl Holder {
                 .retain(|e| e.p.cgroup != u.p.cgroup);
             if u.member_done {
                 for e in cg2.ungrant(&u.p) {
-                    tracing::warn!(cgroup = %u.p.cgroup, problem = %e, "grant not taken back");
+                    tracing::warn!(cgroup = %u.p.cgroup, problem = %e, "the grant of CPUs {} for {} not taken back: {e}", u.p.cpus, u.p.cgroup);
                 }
-                tracing::info!(cgroup = %u.p.cgroup, cpus = %u.p.cpus, "the kernel let go of a released partition's CPUs: its grants taken back");
+                tracing::info!(cgroup = %u.p.cgroup, cpus = %u.p.cpus, "the kernel let go of CPUs {} of the released partition of {}: its grants taken back", u.p.cpus, u.p.cgroup);
             } else {
                 for e in self.undo_partition(cg2, &u.p) {
-                    tracing::warn!(cgroup = %u.p.cgroup, problem = %e, "partition not fully undone");
+                    tracing::warn!(cgroup = %u.p.cgroup, problem = %e, "the partition of {} not fully undone: {e}", u.p.cgroup);
                 }
             }
         }
@@ -333,9 +333,9 @@ impl Holder {
                 }
             }
             let problems = self.undo_partition(&cg2, &p);
-            tracing::info!(rule = %h.rule, unit = %h.unit, cpus = %p.cpus, "no process left in the unit: its partition undone before its cgroup goes");
+            tracing::info!(rule = %h.rule, unit = %h.unit, cpus = %p.cpus, "rule {}: no process left in {}: its partition of CPUs {} undone before its cgroup goes", h.rule, h.unit, p.cpus);
             for e in problems {
-                tracing::warn!(rule = %h.rule, unit = %h.unit, problem = %e, "partition not fully undone");
+                tracing::warn!(rule = %h.rule, unit = %h.unit, problem = %e, "rule {}: the partition of {} not fully undone: {e}", h.rule, h.unit);
             }
             self.save();
         }
