@@ -692,6 +692,45 @@ impl Holder {
         (targets, target_of)
     }
 
+    /// Why target `t` of unit `key` may not be held while other units are, if so: its
+    /// CPUs overlap those of another unit held with isolation (or it would isolate CPUs
+    /// another unit is confined to), or those of a partition whose undo is put off.
+    /// Confining it would have systemd write the unit's `cpuset.cpus` over another
+    /// partition's exclusive CPUs, which Linux 6.12 answers with a warning in
+    /// `update_parent_effective_cpumask` and, once the partition's cgroup goes, with
+    /// CPUs left isolated for nobody (seen in the VM: one rule's explicit CPUs wanted
+    /// by each of its short-lived services).
+    fn clash(&self, key: &str, t: &Target) -> Option<String> {
+        let others = self
+            .held
+            .iter()
+            .chain(&self.recovered)
+            .chain(&self.leftover)
+            .filter(|h| h.unit != key);
+        for h in others {
+            let isolating = h.partition.is_some() || (h.isolate && !h.emptied);
+            let common = h.cpus.intersection(&t.cpus);
+            if (isolating || t.isolate) && !common.is_empty() {
+                return Some(format!(
+                    "CPUs {common} are held for {} (rule {}){}: a CPU is held for one unit at a time where one of them isolates it",
+                    h.unit,
+                    h.rule,
+                    if isolating { " as an isolated partition" } else { "" }
+                ));
+            }
+        }
+        self.settle
+            .borrow()
+            .put_off_cpus()
+            .into_iter()
+            .find_map(|(cgroup, cpus)| {
+                let common = cpus.intersection(&t.cpus);
+                (!common.is_empty()).then(|| {
+                    format!("CPUs {common} are still a partition of {cgroup} being undone")
+                })
+            })
+    }
+
     /// Whether `w`'s rule may hold `place` for `w.pid` (see `vouch`), or why not.
     fn vouched(&self, place: &Place, w: &Want) -> Result<(), String> {
         let processes = |unit: &str| match &self.units {
@@ -778,6 +817,13 @@ impl Holder {
                         problem,
                     },
                 );
+                continue;
+            }
+            // A CPU is isolated for one unit at a time: nothing is changed for a unit
+            // whose CPUs another held unit isolates, or that would isolate CPUs another
+            // unit is confined to (see `clash`).
+            if let Some(why) = self.clash(key, t) {
+                outcome.insert(key.clone(), Outcome::not_held(Some(why)));
                 continue;
             }
             let before = self

@@ -77,6 +77,14 @@ impl Settle {
     /// The undos put off, as holds for the journal: a crash or a stop that cannot
     /// finish them leaves them to the next start, which undoes them (nothing else is
     /// held for them: no `AllowedCPUs=` to give back).
+    /// The cgroups and CPUs of the partitions whose undo is put off.
+    pub(super) fn put_off_cpus(&self) -> Vec<(String, CpuSet)> {
+        self.unreleased
+            .iter()
+            .map(|u| (u.p.cgroup.clone(), u.p.cpus.clone()))
+            .collect()
+    }
+
     /// Whether the undo of the partition of `cgroup` is put off (on record here).
     pub(super) fn tracks(&self, cgroup: &str) -> bool {
         self.unreleased.iter().any(|u| u.p.cgroup == cgroup)

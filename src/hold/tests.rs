@@ -1292,3 +1292,51 @@ fn the_holder_thread_undoes_a_partition_when_its_watched_cgroup_empties() {
     }
     assert!(t.ended(), "the holder thread ended after its stop");
 }
+
+/// One rule's explicit CPUs wanted by each of its services (short-lived services of a
+/// template, several instances): the first is held and isolated, the others are left
+/// as they are, with a line naming the first, and nothing is confined for them
+/// (confining one over another's partition made Linux 6.12 warn and leave the CPUs
+/// isolated for nobody). When the first lets go, the next is held.
+#[test]
+fn a_cpu_is_isolated_for_one_unit_at_a_time() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    units.add(
+        30,
+        "cron.service",
+        "/system.slice/cron.service",
+        "system.slice",
+    );
+    let mut h = holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[want("feed", 10, "6-7", true), want("feed", 30, "6-7", true)]);
+    assert!(r[1].isolated, "{r:?}");
+    assert_eq!(r[1].unit.as_deref(), Some("cron.service"));
+    assert_eq!(
+        r[0].problem.as_deref(),
+        Some("CPUs 6-7 are held for cron.service (rule feed) as an isolated partition: a CPU is held for one unit at a time where one of them isolates it")
+    );
+    assert!(
+        !units.calls().iter().any(|c| c.contains("md.service")),
+        "{:?}",
+        units.calls()
+    );
+    // A unit-cpuset hold beside it on the same CPUs is refused too, and one on other
+    // CPUs is not.
+    let mut confine = want("other", 10, "7", false);
+    confine.vouch.users = vec![0];
+    let r = h.reconcile(&[want("feed", 30, "6-7", true), confine]);
+    assert!(r[1]
+        .problem
+        .as_deref()
+        .unwrap()
+        .starts_with("CPUs 7 are held for cron.service"));
+    let r = h.reconcile(&[want("feed", 30, "6-7", true), want("other", 10, "5", false)]);
+    assert!(r[1].confined && r[1].problem.is_none(), "{r:?}");
+    // The first lets go: the next is held.
+    h.reconcile(&[]);
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(r[0].isolated, "{r:?}");
+}
