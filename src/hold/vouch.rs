@@ -42,7 +42,10 @@ pub type OwnerOf = dyn Fn(u32) -> Result<Owner, String> + Send;
 /// The real [`OwnerOf`]: the `Uid:` line of `/proc/PID/status`.
 pub fn owner_of(pid: u32) -> Result<Owner, String> {
     let path = format!("/proc/{pid}/status");
-    let text = crate::sysroot::read_bounded(&path).map_err(|e| format!("pid {pid}: {e}"))?;
+    let text = crate::sysroot::read_bounded(&path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("pid {pid} has exited"),
+        _ => format!("pid {pid}: cannot read {path}: {e}"),
+    })?;
     parse_owner(&text).ok_or_else(|| format!("pid {pid}: no Uid line in {path}"))
 }
 
@@ -156,6 +159,10 @@ mod tests {
         );
         assert_eq!(parse_owner("Name:\tx\n"), None);
         assert_eq!(parse_owner("Uid:\tx\t0\n"), None);
+        assert_eq!(
+            owner_of(u32::MAX).unwrap_err(),
+            format!("pid {} has exited", u32::MAX)
+        );
         let me = owner_of(std::process::id()).unwrap();
         assert_eq!(me.real, nix::unistd::getuid().as_raw());
         assert_eq!(me.effective, nix::unistd::geteuid().as_raw());
