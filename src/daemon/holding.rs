@@ -188,8 +188,13 @@ impl HolderThread {
                         }
                     }
                 };
-                for line in holder.release_all(until) {
-                    tracing::warn!("{line}");
+                match holder.keep_for_restart() {
+                    Some(lines) => lines.iter().for_each(|l| tracing::info!("{l}")),
+                    None => {
+                        for line in holder.release_all(until) {
+                            tracing::warn!("{line}");
+                        }
+                    }
                 }
                 done_here.store(true, Ordering::Release);
                 ended();

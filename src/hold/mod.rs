@@ -1268,6 +1268,25 @@ impl Holder {
         lines
     }
 
+    /// At stop, when systemd is restarting the daemon's own unit (`systemctl restart`,
+    /// a package upgrade): everything held stays as it is and on record, for the next
+    /// start to take over untouched as after a crash, so that isolation does not lapse
+    /// across the restart. `None` when it is no restart (or systemd cannot say): then
+    /// the stop undoes what is held ([`release_all`](Self::release_all)). Returns lines
+    /// for the log.
+    pub fn keep_for_restart(&mut self) -> Option<Vec<String>> {
+        let units = self.units.as_ref().ok()?;
+        let held = self.held.len() + self.recovered.len();
+        if held == 0 || !units.restarting(std::process::id()).unwrap_or(false) {
+            return None;
+        }
+        self.save();
+        Some(vec![format!(
+            "the daemon restarts: {} kept for the next start to take over",
+            crate::words::count(held, "hold")
+        )])
+    }
+
     /// What is held now.
     pub fn held(&self) -> &[Hold] {
         &self.held

@@ -153,6 +153,13 @@ pub trait Units: Send {
     fn run_oneshot(&self, unit: &str) -> Result<(), UnitError>;
     /// Every process of the unit (`GetUnitProcesses`), its sub-cgroups' too.
     fn processes(&self, unit: &str) -> Result<Vec<u32>, UnitError>;
+    /// Whether the unit of process `pid` is being restarted: a `restart` (or
+    /// `try-restart`, `reload-or-restart`) job of it is queued or running, as during
+    /// `systemctl restart` or a package upgrade.
+    fn restarting(&self, pid: u32) -> Result<bool, UnitError> {
+        let _ = pid;
+        Ok(false)
+    }
 }
 
 /// The `ay` bitmask systemd uses for CPU and node sets: byte `i` bit `b` is CPU `8i + b`.
@@ -464,6 +471,27 @@ impl SystemdUnits {
             delegate,
             main_pid,
         })
+    }
+
+    /// Whether a restart job of the unit of `pid` is in `ListJobs`.
+    async fn restarting_unit(&self, pid: u32) -> Result<bool, UnitError> {
+        let unit = self.unit_info(pid).await?.name;
+        let what = "ListJobs".to_string();
+        let reply = self
+            .call(&what, MANAGER_PATH, MANAGER, "ListJobs", &())
+            .await?;
+        type Job = (
+            u32,
+            String,
+            String,
+            String,
+            OwnedObjectPath,
+            OwnedObjectPath,
+        );
+        let jobs: Vec<Job> = body(&what, &reply)?;
+        Ok(jobs
+            .iter()
+            .any(|(_, u, kind, _, _, _)| *u == unit && kind.ends_with("restart")))
     }
 
     /// `GetUnitProcesses(unit)`: every process of the unit's cgroup and below.
@@ -791,6 +819,11 @@ impl Units for SystemdUnits {
     fn processes(&self, unit: &str) -> Result<Vec<u32>, UnitError> {
         unit_interface(unit)?;
         self.block(self.unit_processes(unit))
+    }
+
+    fn restarting(&self, pid: u32) -> Result<bool, UnitError> {
+        check_pid(pid)?;
+        self.block(self.restarting_unit(pid))
     }
 }
 

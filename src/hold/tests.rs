@@ -10,6 +10,8 @@ struct World {
     allowed: HashMap<String, Allowed>,
     calls: Vec<String>,
     refuse_set: bool,
+    /// systemd is restarting the daemon's unit.
+    restarting: bool,
     /// Owners by pid (uid 0, root, for any other pid).
     owners: HashMap<u32, Owner>,
     /// What the helper unit writes: where the cgroup tree is.
@@ -176,6 +178,9 @@ impl Units for FakeUnits {
     }
     fn partition_property(&self, _unit: &str) -> Result<Option<String>, UnitError> {
         Ok(None)
+    }
+    fn restarting(&self, _pid: u32) -> Result<bool, UnitError> {
+        Ok(self.0.lock().unwrap().restarting)
     }
     fn processes(&self, unit: &str) -> Result<Vec<u32>, UnitError> {
         let w = self.0.lock().unwrap();
@@ -1339,4 +1344,50 @@ fn a_cpu_is_isolated_for_one_unit_at_a_time() {
     h.reconcile(&[]);
     let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
     assert!(r[0].isolated, "{r:?}");
+}
+
+/// `systemctl restart` of the daemon (or an upgrade): what is held stays, on record,
+/// and the next start takes it over untouched, as after a crash; a plain stop undoes it.
+#[test]
+fn a_restart_of_the_daemon_keeps_what_is_held_for_the_next_start() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(10, "md.service", "/system.slice/md.service", "system.slice");
+    let mut h = holder(&units, &cg2, run.path());
+    assert!(h.reconcile(&[want("feed", 10, "6-7", true)])[0].isolated);
+    // Not restarting: nothing kept, the stop undoes.
+    assert_eq!(h.keep_for_restart(), None);
+    units.0.lock().unwrap().restarting = true;
+    let calls = units.calls().len();
+    assert_eq!(
+        h.keep_for_restart(),
+        Some(vec![
+            "the daemon restarts: 1 hold kept for the next start to take over".to_string()
+        ])
+    );
+    assert_eq!(units.calls().len(), calls, "nothing undone");
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "isolated"
+    );
+    // The next daemon takes it over untouched when it wants it the same way.
+    let mut next = holder(&units, &cg2, run.path());
+    std::fs::write(
+        cg2.dir("/system.slice/md.service").join("cgroup.procs"),
+        "10\n",
+    )
+    .unwrap();
+    next.recover(std::time::Instant::now());
+    let r = next.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(r[0].isolated, "{r:?}");
+    assert_eq!(units.calls().len(), calls, "taken over without a change");
+    // A plain stop of that one undoes.
+    units.0.lock().unwrap().restarting = false;
+    assert_eq!(next.keep_for_restart(), None);
+    next.release_all(std::time::Instant::now() + Duration::from_secs(10));
+    assert_eq!(
+        file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
+        "member"
+    );
 }

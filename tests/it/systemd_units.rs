@@ -129,6 +129,8 @@ struct State {
     jobs_removed: u32,
     /// Members the fake never answers.
     never_answer: BTreeSet<String>,
+    /// `ListJobs`: (unit, job type) of each job queued.
+    jobs: Vec<(String, String)>,
 }
 
 /// A fake systemd manager on `bus`, served from a runtime of its own so that it answers
@@ -256,6 +258,35 @@ async fn answer(conn: &Connection, state: &Mutex<State>, msg: &Message) -> zbus:
     let reply = match (interface.as_str(), member.as_str()) {
         (MANAGER, "GetUnitByPID") => get_unit_by_pid(state, msg),
         (MANAGER, "GetUnit") => get_unit(state, &first_argument(msg)),
+        (MANAGER, "ListJobs") => {
+            type Job = (
+                u32,
+                String,
+                String,
+                String,
+                ObjectPath<'static>,
+                ObjectPath<'static>,
+            );
+            let jobs: Vec<Job> = state
+                .lock()
+                .unwrap()
+                .jobs
+                .iter()
+                .enumerate()
+                .map(|(i, (unit, kind))| {
+                    (
+                        i as u32 + 1,
+                        unit.clone(),
+                        kind.clone(),
+                        "running".to_string(),
+                        ObjectPath::try_from(format!("/org/freedesktop/systemd1/job/{}", i + 1))
+                            .unwrap(),
+                        ObjectPath::try_from("/org/freedesktop/systemd1/unit/x").unwrap(),
+                    )
+                })
+                .collect();
+            return conn.reply(&header, &jobs).await;
+        }
         (MANAGER, "GetUnitProcesses") => {
             return match unit_processes(state, &first_argument(msg)) {
                 Ok(rows) => conn.reply(&header, &rows).await,
@@ -822,4 +853,27 @@ fn bad_names_never_reach_the_bus() {
     assert!(refused(client.adopt("x.scope", "s.slice", 0, &none, "x")));
     assert!(refused(client.unit_of_pid(0).map(drop)));
     assert_eq!(fake.state().calls.len(), before, "{:?}", fake.state().calls);
+}
+
+/// At stop the daemon asks whether its own unit is being restarted: a `restart` job of
+/// it (as `systemctl restart` or an upgrade queue) says yes, a `stop` job or none no.
+#[test]
+fn a_restart_job_of_the_daemons_unit_is_told_from_a_stop() {
+    let (_bus, fake, client) = setup(TIMEOUT);
+    fake.state()
+        .pids
+        .insert(4242, "md-feed.service".to_string());
+    assert!(!client.restarting(4242).unwrap(), "no job");
+    fake.state().jobs = vec![
+        ("other.service".into(), "restart".into()),
+        ("md-feed.service".into(), "stop".into()),
+    ];
+    assert!(
+        !client.restarting(4242).unwrap(),
+        "a stop, and another unit's restart"
+    );
+    fake.state().jobs = vec![("md-feed.service".into(), "restart".into())];
+    assert!(client.restarting(4242).unwrap());
+    fake.state().jobs = vec![("md-feed.service".into(), "try-restart".into())];
+    assert!(client.restarting(4242).unwrap());
 }
