@@ -823,7 +823,9 @@ impl Units for SystemdUnits {
 
     fn restarting(&self, pid: u32) -> Result<bool, UnitError> {
         check_pid(pid)?;
-        self.block(self.restarting_unit(pid))
+        // Asked at stop: one call's bound for all of it, so that a systemd that does
+        // not answer leaves the stop its time to undo (the answer is then "no").
+        self.block_for(self.timeout, self.restarting_unit(pid))
     }
 }
 
