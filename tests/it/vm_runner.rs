@@ -58,6 +58,11 @@ fn the_emulators_int3_oops_is_told_from_every_real_kernel_failure() {
             "int3-sched-clock-cpu-early-6.12.log",
             "int3 at 2.918406 s in sched_clock_cpu+0x9/0x1c0 (task swapper/0[1])",
         ),
+        // Two vCPUs ran into the same stale int3 at once: two oopses, one panic.
+        (
+            "two-int3-6.12.log",
+            "int3 at 223.189738 s in __alloc_pages_noprof+0xe4/0x310 (task sleep[3330])",
+        ),
         // Debian 12's kernel prints the header without "Oops: ".
         (
             "int3-6.1.log",

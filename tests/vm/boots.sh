@@ -52,12 +52,14 @@ vm_marker() {
 #   int3 WHERE             the emulator's oops (WHERE: time, RIP, task)
 #   kernel LINE            the first line of a kernel failure (without its time stamp)
 # An int3 oops is the emulator's only when it is the first failure the kernel reports
-# (#1), nothing but the panic it ends in follows, and the int3 is no longer in the
-# kernel's code: in the oops's "Code:" bytes the one before the trapping address (<..>)
-# is not cc, so the kernel had finished its patch when the vCPU ran the stale int3. A
-# stray int3 really in the code (cc <..>) is a kernel failure.
+# (#1), nothing but the panic it ends in follows — or more int3 oopses of other vCPUs
+# that ran into a stale int3 at the same moment — and the int3 is no longer in the
+# kernel's code: in each oops's first "Code:" bytes the one before the trapping address
+# (<..>) is not cc, so the kernel had finished its patch when the vCPU ran the stale
+# int3. A stray int3 really in the code (cc <..>), in any of them, is a kernel failure.
 vm_console_verdict() {
-    local file=$1 line kind first='' first_kind='' rip='' comm='' at='' code=''
+    local file=$1 line kind first='' first_kind='' rip='' comm='' at='' want_code=0
+    local codes=()
     local re_rip='\] RIP: [0-9a-f]{4}:([^ ]+)' re_comm=' PID: ([0-9]+) Comm: ([^ ]+)'
     local re_code='\] Code: .*([0-9a-f]{2}) <[0-9a-f]{2}>'
     while IFS= read -r line || [ -n "$line" ]; do
@@ -65,7 +67,11 @@ vm_console_verdict() {
         if [ "$first_kind" = int3 ]; then
             [ -z "$rip" ] && [[ $line =~ $re_rip ]] && rip=${BASH_REMATCH[1]}
             [ -z "$comm" ] && [[ $line =~ $re_comm ]] && comm="${BASH_REMATCH[2]}[${BASH_REMATCH[1]}]"
-            [ -z "$code" ] && [[ $line =~ $re_code ]] && code=${BASH_REMATCH[1]}
+            # The first Code: line after each int3 oops is the kernel's, where it trapped.
+            if [ "$want_code" = 1 ] && [[ $line =~ $re_code ]]; then
+                codes+=("${BASH_REMATCH[1]}")
+                want_code=0
+            fi
         fi
         vm_marker "$line" || continue
         kind=$MARKER
@@ -77,6 +83,10 @@ vm_console_verdict() {
             [ "$kind" = int3 ] && [[ $first != *"[#1]"* ]] && first_kind=kernel
             [ "$kind" = panic-after-oops ] && first_kind=kernel
             [ "$first_kind" = kernel ] && break
+            want_code=1
+        elif [ "$kind" = int3 ]; then
+            # Another vCPU ran into a stale int3 before the panic: judged by its code too.
+            want_code=1
         elif [ "$kind" != panic-after-oops ]; then
             # Anything after the int3 oops but its panic is a failure of its own.
             first_kind=kernel
@@ -85,9 +95,9 @@ vm_console_verdict() {
         fi
     done <"$file"
     if [ "$first_kind" = int3 ]; then
-        if [ -z "$code" ]; then
+        if [ ${#codes[@]} -eq 0 ] || [ "$want_code" = 1 ]; then
             first_kind=kernel first="$first (no Code: line to tell a stale int3 from one in the kernel's code)"
-        elif [ "$code" = cc ]; then
+        elif [[ " ${codes[*]} " == *" cc "* ]]; then
             first_kind=kernel first="$first (the int3 is in the kernel's code: Code: … cc <..>)"
         fi
     fi
