@@ -295,18 +295,43 @@ intr 12345 0 0\n";
         assert!(e.to_string().contains("proc/stat"), "{e}");
     }
 
+    /// A thread keeping CPU 0 busy until dropped.
+    struct BusyCpu0 {
+        stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    impl BusyCpu0 {
+        fn start() -> BusyCpu0 {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let s = stop.clone();
+            let thread = std::thread::spawn(move || {
+                let _ = core_affinity::set_for_current(core_affinity::CoreId { id: 0 });
+                while !s.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+            BusyCpu0 {
+                stop,
+                thread: Some(thread),
+            }
+        }
+    }
+
+    impl Drop for BusyCpu0 {
+        fn drop(&mut self) {
+            self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
     /// A wait for idle CPUs is said once, not at every sample of it.
     #[test]
     fn a_wait_for_idle_cpus_is_logged_once() {
         let _spin = crate::measure::one_spinner_at_a_time();
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s = stop.clone();
-        let spinner = std::thread::spawn(move || {
-            let _ = core_affinity::set_for_current(core_affinity::CoreId { id: 0 });
-            while !s.load(std::sync::atomic::Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
-        });
+        let spinner = BusyCpu0::start();
         let guard = LoadGuard {
             min_idle: 0.99,
             sample: Duration::from_millis(50),
@@ -319,8 +344,7 @@ intr 12345 0 0\n";
                 samples += 1
             })
         });
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        spinner.join().unwrap();
+        drop(spinner);
         assert!(matches!(r, Err(MeasureError::Busy { cpu: 0, .. })), "{r:?}");
         assert!(samples > 2, "{samples} busy samples");
         assert_eq!(
@@ -335,14 +359,7 @@ intr 12345 0 0\n";
     fn guard_refuses_a_busy_cpu() {
         let _spin = crate::measure::one_spinner_at_a_time();
         // The real /proc/stat, with a CPU kept busy by a spinning thread.
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let s = stop.clone();
-        let spinner = std::thread::spawn(move || {
-            let _ = core_affinity::set_for_current(core_affinity::CoreId { id: 0 });
-            while !s.load(std::sync::atomic::Ordering::Relaxed) {
-                std::hint::spin_loop();
-            }
-        });
+        let spinner = BusyCpu0::start();
         let guard = LoadGuard {
             min_idle: 0.99,
             sample: Duration::from_millis(100),
@@ -350,8 +367,7 @@ intr 12345 0 0\n";
             set_by: "measure.idle-threshold",
         };
         let r = guard.wait_idle(&SysRoot::default(), &"0".parse().unwrap());
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        spinner.join().unwrap();
+        drop(spinner);
         match r {
             Err(
                 e @ MeasureError::Busy {
