@@ -1,6 +1,7 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use super::systemd::Allowed;
 use super::*;
 
 /// systemd as the holder sees it, in memory: units by pid, their allowed sets, calls.

@@ -1,0 +1,387 @@
+//! Holding: each target not held yet is checked against what is held (one isolated
+//! unit per CPU), then made — journal first, the unit confined, the partition made and
+//! read back — or refused with why, a refusal tried again after its backoff.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::partition::{Cgroup2, Partition, Unable};
+use super::systemd::{self, Allowed, UnitInfo, Units};
+use super::{
+    slice_path, Hold, Holder, Outcome, Place, Refusal, Target, REFUSAL_RETRY, REFUSAL_RETRY_MAX,
+};
+
+impl Holder {
+    /// Why target `t` of unit `key` may not be held while other units are, if so: its
+    /// CPUs overlap those of another unit held with isolation (or it would isolate CPUs
+    /// another unit is confined to), or those of a partition whose undo is put off.
+    /// Confining it would have systemd write the unit's `cpuset.cpus` over another
+    /// partition's exclusive CPUs, which Linux 6.12 answers with a warning in
+    /// `update_parent_effective_cpumask` and, once the partition's cgroup goes, with
+    /// CPUs left isolated for nobody (seen in the VM: one rule's explicit CPUs wanted
+    /// by each of its short-lived services).
+    pub(super) fn clash(&self, key: &str, t: &Target) -> Option<String> {
+        let others = self
+            .held
+            .iter()
+            .chain(&self.recovered)
+            .chain(&self.leftover)
+            .filter(|h| h.unit != key);
+        for h in others {
+            let isolating = h.partition.is_some() || (h.isolate && !h.emptied);
+            let common = h.cpus.intersection(&t.cpus);
+            if (isolating || t.isolate) && !common.is_empty() {
+                return Some(format!(
+                    "CPUs {common} are held for {} (rule {}){}: a CPU is held for one unit at a time where one of them isolates it",
+                    h.unit,
+                    h.rule,
+                    if isolating { " as an isolated partition" } else { "" }
+                ));
+            }
+        }
+        self.settle
+            .borrow()
+            .put_off_cpus()
+            .into_iter()
+            .find_map(|(cgroup, cpus)| {
+                let common = cpus.intersection(&t.cpus);
+                (!common.is_empty()).then(|| {
+                    format!("CPUs {common} are still a partition of {cgroup} being undone")
+                })
+            })
+    }
+
+    /// Applies every target not held yet (a refusal stands while wanted the same way,
+    /// until its backoff has passed); what came of each, by unit.
+    pub(super) fn apply_new(
+        &mut self,
+        targets: &BTreeMap<String, Target>,
+    ) -> HashMap<String, Outcome> {
+        let mut outcome = HashMap::new();
+        for (key, t) in targets {
+            if let Some(h) = self.held.iter().find(|h| &h.unit == key) {
+                // Held: nothing of it is refused (nor due to be tried again).
+                self.refused.remove(key);
+                let isolated = h.partition.is_some();
+                let problem = (t.isolate && !isolated).then(|| {
+                    if h.emptied {
+                        format!(
+                            "unit {} has no process left: its partition was undone before \
+                             its cgroup goes",
+                            h.unit
+                        )
+                    } else {
+                        "the partition was refused earlier".to_string()
+                    }
+                });
+                outcome.insert(
+                    key.clone(),
+                    Outcome {
+                        unit: Some(h.unit.clone()),
+                        confined: h.confined,
+                        isolated,
+                        problem,
+                    },
+                );
+                continue;
+            }
+            // A CPU is isolated for one unit at a time: nothing is changed for a unit
+            // whose CPUs another held unit isolates, or that would isolate CPUs another
+            // unit is confined to (see `clash`).
+            if let Some(why) = self.clash(key, t) {
+                outcome.insert(key.clone(), Outcome::not_held(Some(why)));
+                continue;
+            }
+            let before = self
+                .refused
+                .get(key)
+                .filter(|r| r.signature == t.signature())
+                .cloned();
+            if let Some(r) = &before {
+                if (self.clock)() < r.retry_at {
+                    outcome.insert(key.clone(), Outcome::not_held(Some(r.why.clone())));
+                    continue;
+                }
+                tracing::debug!(unit = %key, after = ?r.wait, "a refused hold tried again");
+            }
+            let (hold, problem, touched) = self.apply(t);
+            match (&hold, &problem, touched) {
+                (None, Some(why), true) => {
+                    let wait = before
+                        .as_ref()
+                        .map_or(REFUSAL_RETRY, |r| (r.wait * 2).min(REFUSAL_RETRY_MAX));
+                    tracing::debug!(unit = %key, problem = %why, retry_in = ?wait, "hold refused");
+                    self.refused.insert(
+                        key.clone(),
+                        Refusal {
+                            signature: t.signature(),
+                            why: why.clone(),
+                            retry_at: (self.clock)() + wait,
+                            wait,
+                        },
+                    );
+                }
+                _ => {
+                    self.refused.remove(key);
+                }
+            }
+            let entry = match &hold {
+                Some(h) => Outcome {
+                    unit: Some(h.unit.clone()),
+                    confined: h.confined,
+                    isolated: h.partition.is_some(),
+                    problem,
+                },
+                None => Outcome::not_held(problem),
+            };
+            if let Some(h) = hold {
+                self.held.push(h);
+            }
+            self.save();
+            outcome.insert(key.clone(), entry);
+        }
+        outcome
+    }
+
+    /// Applies one target: the hold made (if anything was done), what could not be, and
+    /// whether anything was changed on the way (and taken back) before it failed.
+    pub(super) fn apply(&mut self, t: &Target) -> (Option<Hold>, Option<String>, bool) {
+        let units = match &self.units {
+            Ok(u) => u,
+            Err(e) => return (None, Some(e.clone()), false),
+        };
+        // Isolation that cannot work is said before anything is changed.
+        let cannot = if t.isolate {
+            match &self.cg2 {
+                Err(e) => Some(e.to_string()),
+                Ok(c) => c.probe().err().map(|e| e.to_string()),
+            }
+        } else {
+            None
+        };
+        if let (true, Some(why)) = (t.isolate, &cannot) {
+            return (None, Some(why.clone()), false);
+        }
+        // Nor is anything changed for a partition while a removed one is pending: tried
+        // again at the next retry, as a hold not made.
+        if t.isolate {
+            if let Err(e) = self.settled(None) {
+                return (None, Some(e.to_string()), false);
+            }
+        }
+        let (unit, cgroup, adopted, before) = match &t.place {
+            Place::Unit(u) => match units.allowed(&u.name) {
+                Ok(read) => {
+                    let own = self.own_values(units.as_ref(), u, read);
+                    (u.name.clone(), u.cgroup.clone(), false, own)
+                }
+                Err(e) => return (None, Some(e.to_string()), false),
+            },
+            Place::Adopt { scope, slice } => {
+                let cgroup = format!("/{}/{scope}", slice_path(slice));
+                (scope.clone(), cgroup, true, Allowed::default())
+            }
+        };
+        let mut hold = Hold {
+            rule: t.rule.clone(),
+            unit: unit.clone(),
+            cgroup,
+            pids: t.pids.clone(),
+            adopted,
+            cpus: t.cpus.clone(),
+            mems: t.mems.clone(),
+            before_cpus: before.cpus,
+            before_mems: before.mems,
+            confined: true,
+            isolate: t.isolate,
+            partition: None,
+            by_systemd: false,
+            emptied: false,
+        };
+        // On record before the first change: a crash halfway leaves nothing unknown. The
+        // unit's leftover, if any, is replaced by this hold, which carries its values.
+        let (replaced, rest): (Vec<Hold>, Vec<Hold>) = std::mem::take(&mut self.leftover)
+            .into_iter()
+            .partition(|l| l.unit == unit);
+        self.leftover = rest;
+        self.held.push(hold.clone());
+        self.save();
+        self.held.pop();
+        let confined = match &t.place {
+            Place::Unit(_) => units.set_allowed(&unit, Some(&t.cpus), t.mems.as_ref()),
+            Place::Adopt { scope, slice } => units.adopt(
+                scope,
+                slice,
+                t.pids[0],
+                &Allowed {
+                    cpus: t.cpus.clone(),
+                    mems: t.mems.clone().unwrap_or_default(),
+                },
+                &format!("pinnerd: rule {} holds pid {}", t.rule, t.pids[0]),
+            ),
+        };
+        if let Err(e) = confined {
+            let why = e.to_string();
+            // Nothing was changed (the call failed): tried again at the next retry.
+            hold.confined = false;
+            self.undo_or_keep(hold);
+            // Nothing was changed: the leftover stays on record as it was.
+            self.leftover.extend(replaced);
+            return (None, Some(why), false);
+        }
+        if adopted {
+            // The process now runs in the new scope: its cgroup as systemd made it.
+            self.units_of.remove(&t.pids[0]);
+            match units.unit_of_pid(t.pids[0]) {
+                Ok(info) if info.name == unit => hold.cgroup = info.cgroup,
+                Ok(info) => {
+                    tracing::warn!(pid = t.pids[0], unit = %info.name, scope = %unit, "pid {} is not in the scope {unit} made for it (it is in {})", t.pids[0], info.name);
+                }
+                Err(e) => {
+                    tracing::warn!(pid = t.pids[0], error = %e, "cannot read the scope made for pid {}: {e}", t.pids[0])
+                }
+            }
+        }
+        let mut problem = None;
+        match units.effective(&unit) {
+            Ok(eff) if eff.cpus != t.cpus => {
+                problem = Some(format!(
+                    "systemd gives unit {unit} CPUs {} instead of {}",
+                    eff.cpus, t.cpus
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => problem = Some(e.to_string()),
+        }
+        if t.isolate && problem.is_none() {
+            match self.partition(&hold) {
+                Ok((p, by_systemd)) => {
+                    hold.partition = Some(p);
+                    hold.by_systemd = by_systemd;
+                }
+                Err(e) => problem = Some(e.to_string()),
+            }
+        }
+        if t.isolate && hold.partition.is_none() {
+            // Merely exclusive, as before: the unit is not left confined for nothing.
+            self.undo_or_keep(hold);
+            return (None, problem, true);
+        }
+        (Some(hold), problem, true)
+    }
+
+    /// The unit's own `AllowedCPUs=`/`AllowedMemoryNodes=`, of what systemd reads now:
+    /// a value a leftover hold set on the unit is that hold's value before; a unit whose
+    /// cgroup is a partition systemd did not make carries pinnerd's leftovers from a run
+    /// whose record is gone: the partition is undone here, and the values read are not
+    /// the unit's own (nothing set).
+    pub(super) fn own_values(&self, units: &dyn Units, u: &UnitInfo, read: Allowed) -> Allowed {
+        let mut own = read.clone();
+        let left = self
+            .leftover
+            .iter()
+            .find(|l| l.unit == u.name && l.confined);
+        if let Some(l) = left {
+            if read.cpus == l.cpus {
+                own.cpus = l.before_cpus.clone();
+            }
+            if l.mems.as_ref() == Some(&read.mems) {
+                own.mems = l.before_mems.clone();
+            }
+        }
+        let Ok(cg2) = &self.cg2 else { return own };
+        let Some(p) = cg2.found_partition(&u.cgroup) else {
+            return own;
+        };
+        // Only where systemd has no partition of its own on the unit (and says so).
+        let pinnerds = match units.partition_property(&u.name) {
+            Ok(None) => true,
+            Ok(Some(v)) => v.is_empty() || v == "member",
+            Err(_) => false,
+        };
+        if !pinnerds {
+            return own;
+        }
+        tracing::warn!(
+            unit = %u.name, cpus = %p.cpus, state = %p.before, allowed_cpus = %read.cpus,
+            "a partition no record names (pinnerd's, from a run whose record is gone) undone; the unit's AllowedCPUs= and AllowedMemoryNodes= are not taken as its own"
+        );
+        for e in self.undo_partition(cg2, &p) {
+            tracing::warn!(unit = %u.name, problem = %e, "unit {}: the partition an earlier run left not fully undone: {e}", u.name);
+        }
+        if left.is_none() {
+            own = Allowed::default();
+        }
+        own
+    }
+
+    /// Makes the hold's cgroup an isolated partition: through systemd's own
+    /// `CPUSetPartition=` where it has it and that is read back as isolated, else by
+    /// the cgroup files: the CPUs granted down, then `isolated` written by the daemon,
+    /// or, where the kernel refuses it that (a remote partition takes `CAP_SYS_ADMIN`,
+    /// which the daemon's unit does not have), by the helper unit
+    /// `pinnerd-partition@isolated:PATH.service`; read back either way.
+    pub(super) fn partition(&self, h: &Hold) -> Result<(Partition, bool), Unable> {
+        let cg2 = self.cg2.as_ref().map_err(Clone::clone)?;
+        self.settled(None)?;
+        if let Ok(units) = &self.units {
+            if let Ok(Some(_)) = units.partition_property(&h.unit) {
+                if units.set_partition(&h.unit, "isolated").is_ok() {
+                    let p = Partition {
+                        cgroup: h.cgroup.clone(),
+                        cpus: h.cpus.clone(),
+                        before: "member".into(),
+                        granted: Vec::new(),
+                    };
+                    if cg2.holds(&p) {
+                        return Ok((p, true));
+                    }
+                    let _ = units.set_partition(&h.unit, "member");
+                }
+            }
+        }
+        let p = cg2.grant(&h.cgroup, &h.cpus)?;
+        let state = match self.write_partition(cg2, &h.cgroup, "isolated") {
+            Ok(state) => state,
+            Err(e) => {
+                cg2.ungrant(&p);
+                return Err(e);
+            }
+        };
+        if state == "isolated" {
+            return Ok((p, false));
+        }
+        self.undo_partition(cg2, &p);
+        Err(Unable::Invalid {
+            cgroup: h.cgroup.clone(),
+            state,
+        })
+    }
+
+    /// Writes `mode` into a cgroup's `cpuset.cpus.partition` and returns what it reads
+    /// back: by the daemon, then by the helper unit when the kernel refused the daemon
+    /// for want of a privilege.
+    pub(super) fn write_partition(
+        &self,
+        cg2: &Cgroup2,
+        cgroup: &str,
+        mode: &str,
+    ) -> Result<String, Unable> {
+        let state = cg2.write_partition(cgroup, mode)?;
+        if state.split_whitespace().next() == Some(mode) && !state.contains("invalid") {
+            return Ok(state);
+        }
+        if !state.contains("not permitted") {
+            return Ok(state);
+        }
+        let Ok(units) = &self.units else {
+            return Ok(state);
+        };
+        let Some(helper) = systemd::partition_helper_unit(mode, cgroup) else {
+            return Ok(state);
+        };
+        units
+            .run_oneshot(&helper)
+            .map_err(|e| Unable::Other(format!("{state}; the helper failed: {e}")))?;
+        cg2.partition_state(cgroup)
+    }
+}
