@@ -109,6 +109,12 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         sched_ext: UnderSchedExt::new(sched_ext.clone(), &settings.sched_ext, Some(&topology)),
     });
     let choose = planned.choose.as_deref().map(|c| c as &dyn Choose);
+    // The holds the daemon made (its hold journal, where this user may read it): the
+    // cpusets they made are the rules' own, planned as without them, as the daemon does.
+    let journal = crate::hold::Journal::new(std::path::Path::new(super::daemon::DEFAULT_RUNTIME));
+    for h in journal.load().unwrap_or_default() {
+        mgr.note_hold(&h.rule, &h.cpus);
+    }
     let input = Input::RulesChanged(planned.plan);
     crate::daemon::replan::hand_down(&mut mgr, input, choose);
     crate::daemon::replan::read_here(&mut mgr, procs.as_ref(), choose);

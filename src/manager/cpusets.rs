@@ -1,10 +1,22 @@
 //! The cgroup cpuset of each managed process, and reporting what a plan must be made in.
 //!
 //! Owns: what each managed process's cpuset is (its cgroup's effective CPUs, else its
-//! allowed mask at first contact — never a mask pinnerd set since), noticing that it
-//! changed (a rescan reads it again), reporting the distinct cpusets, memory and slots
-//! taken ([`Seen`], [`Manager::wants_plan`]), and taking the plan the daemon makes for
-//! them ([`Input::Replanned`](super::Input::Replanned)).
+//! allowed mask at first contact — never a mask pinnerd set since, nor a cpuset a hold
+//! of its rule made), noticing that it changed (a rescan reads it again), reporting the
+//! distinct cpusets, memory and slots taken ([`Seen`], [`Manager::wants_plan`]), and
+//! taking the plan the daemon makes for them
+//! ([`Input::Replanned`](super::Input::Replanned)).
+//!
+//! A rule's own hold never changes what the rule is planned on: a hold confines its
+//! unit to the rule's CPUs (`AllowedCPUs=`, and an isolated partition takes them from
+//! every other cgroup), so the cpuset read back is the plan's own output. Planned in,
+//! it would shrink the plan (with `smt = "avoid"` and `exclusive`, to nothing: the
+//! siblings are outside), the hold would let go and be made again, forever. So the
+//! CPUs pinnerd asked its holds to set are kept per rule ([`Manager::note_hold`]), and
+//! a cpuset read inside them (the unit confined), or one that differs from the cpuset
+//! before only in them (another unit of the rule isolated), is the hold's doing: the
+//! process stays planned in the cpuset it had before (all CPUs, when it was first seen
+//! already held), and `explain` says so.
 //! Must not touch: the choice of CPUs or the making of plans (the daemon's, through
 //! `plan`), affinity calls (see `applying`).
 
@@ -56,34 +68,77 @@ fn targets(plan: &Plan) -> Vec<UnitPlan> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Allowed {
     pub cpus: CpuSet,
-    /// The cgroup file, or `None`: the allowed mask at first contact.
+    /// The cgroup file, or `None`: the allowed mask at first contact (or all CPUs, for
+    /// a process first seen in a cpuset its rule's hold made).
     pub file: Option<std::path::PathBuf>,
+    /// What the cgroup file reads while a hold of the process's rule confines it
+    /// (not planned in: see the module doc).
+    pub held: Option<CpuSet>,
 }
 
 impl Allowed {
     /// In words, for `explain` and `plan --live`.
     pub fn describe(&self) -> String {
-        match &self.file {
-            Some(f) => format!("{} (from {})", self.cpus, f.display()),
-            None => format!("{} (its allowed mask at first contact)", self.cpus),
+        let mut s = match (&self.file, &self.held) {
+            (Some(f), _) => format!("{} (from {})", self.cpus, f.display()),
+            (None, Some(_)) => format!("{} (all CPUs: first seen already held)", self.cpus),
+            (None, None) => format!("{} (its allowed mask at first contact)", self.cpus),
+        };
+        if let Some(h) = &self.held {
+            s.push_str(&format!(
+                "; it reads {h} while its rule's hold confines the unit: planned as without the hold"
+            ));
         }
+        s
     }
 }
 
 impl Manager {
-    /// The cpuset of process `pid`, whose main thread's mask at first contact was
-    /// `original`.
-    pub(super) fn read_allowed(&self, pid: i32, original: &CpuSet) -> Allowed {
+    /// The cpuset of process `pid` of `source`, whose main thread's mask at first
+    /// contact was `original`. A process first seen in a cpuset its rule's hold made
+    /// (a held service's new process, a hold taken over from a previous run) is
+    /// planned on all CPUs, as the rule's process was before the hold.
+    pub(super) fn read_allowed(&self, pid: i32, original: &CpuSet, source: &Source) -> Allowed {
         match self.procs.cpuset(pid) {
+            Some(c) if !c.cpus.is_empty() && self.own_hold(source, &c.cpus, None) => Allowed {
+                cpus: self.plan.cpus().online.clone(),
+                file: None,
+                held: Some(c.cpus),
+            },
             Some(c) if !c.cpus.is_empty() => Allowed {
                 cpus: c.cpus,
                 file: Some(c.file),
+                held: None,
             },
             _ => Allowed {
                 cpus: original.clone(),
                 file: None,
+                held: None,
             },
         }
+    }
+
+    /// Notes that a hold of `rule` was asked to set `cpus` on the unit of one of its
+    /// processes (the daemon calls it for every hold it wants, before asking, and for
+    /// the holds a previous run left): a cpuset read inside them is the hold's doing.
+    pub fn note_hold(&mut self, rule: &str, cpus: &CpuSet) {
+        let h = self.holding.entry(rule.to_string()).or_default();
+        if !cpus.is_subset(h) {
+            *h = h.union(cpus);
+        }
+    }
+
+    /// Whether cpuset `read` of a process of `source` is what its rule's holds made: it
+    /// lies inside the CPUs they were asked to set (its own unit confined), or it
+    /// differs from `before` only in them (another unit of the rule isolated, or let go).
+    fn own_hold(&self, source: &Source, read: &CpuSet, before: Option<&CpuSet>) -> bool {
+        let Source::Rule(r) = source else {
+            return false;
+        };
+        let Some(held) = self.holding.get(&r.name) else {
+            return false;
+        };
+        read.is_subset(held) || before.is_some_and(|b| read.difference(held) == b.difference(held))
     }
 
     /// The nodes to weigh a process's memory on at first contact, for a rule whose
@@ -291,12 +346,23 @@ impl Manager {
         if c.cpus.is_empty() {
             return;
         }
+        let Some(m) = self.managed.get(&pid) else {
+            return;
+        };
+        if m.allowed.cpus == c.cpus && m.allowed.held.is_none() {
+            return;
+        }
+        if self.own_hold(&m.source, &c.cpus, Some(&m.allowed.cpus)) {
+            // The hold's doing: planned as before it; only what explain says changes.
+            let held = (c.cpus != m.allowed.cpus).then_some(c.cpus);
+            if let Some(m) = self.managed.get_mut(&pid) {
+                m.allowed.held = held;
+            }
+            return;
+        }
         let Some(m) = self.managed.get_mut(&pid) else {
             return;
         };
-        if m.allowed.cpus == c.cpus {
-            return;
-        }
         tracing::info!(
             pid, comm = %m.comm, from = %m.allowed.cpus, to = %c.cpus, file = %c.file.display(),
             "pid {pid} ({}): its cpuset changed from {} to {} ({}): planning again",
@@ -305,6 +371,7 @@ impl Manager {
         m.allowed = Allowed {
             cpus: c.cpus,
             file: Some(c.file),
+            held: None,
         };
         for t in m.threads.values_mut() {
             t.stale = true;

@@ -454,6 +454,9 @@ pub struct Manager {
     /// them until [`Manager::release_slots`], so a thread that leaves its slot (renamed
     /// away, exited) and one that takes it again make no new plan each.
     kept: crate::plan::Demand,
+    /// Per rule, every CPU its holds were asked to set on its units (see `cpusets`): a
+    /// cpuset read inside them is the hold's doing, never planned in.
+    holding: BTreeMap<String, CpuSet>,
     /// Threads beyond their entry's slots, counted per process and rule for the log.
     overflows: crate::repeats::Repeats<(i32, String)>,
     /// Threads whose masks someone else changed, counted per process for the log.
@@ -499,6 +502,7 @@ impl Manager {
             kept: crate::plan::Demand::default(),
             memory_pending: BTreeMap::new(),
             memory_asked: Vec::new(),
+            holding: BTreeMap::new(),
         }
     }
 

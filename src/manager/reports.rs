@@ -349,7 +349,9 @@ impl Manager {
     /// rule with `isolate` (on `[rule.place]` or a `[[rule.threads]]` entry) or
     /// `unit-cpuset`, the CPUs its plan holds for the process, and their nodes
     /// (`node_of`) with `memory = "follow"`; `None` for other rules, or before the
-    /// plan holds CPUs for it. The daemon and `plan --live` both ask this.
+    /// plan holds CPUs for it, or while the process waits for the plan made for it
+    /// (its memory weighed at first contact). The daemon and `plan --live` both ask
+    /// this.
     pub fn hold_want(
         &self,
         row: &ManagedRow,
@@ -361,6 +363,11 @@ impl Manager {
             return None;
         }
         let pid = row.pid as i32;
+        // A process that waits for its plan (its memory being read, a new cpuset) is
+        // held once the plan made for it says where: a hold made before would move.
+        if self.awaiting.contains(&pid) {
+            return None;
+        }
         let mut cpus = self
             .plan_for(pid, &rule.name, None)
             .map(|s| s.held())

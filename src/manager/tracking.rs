@@ -250,7 +250,7 @@ impl Manager {
             },
         };
         self.denied.remove(&pid);
-        let allowed = self.read_allowed(pid, &original);
+        let allowed = self.read_allowed(pid, &original, &source);
         // A cpuset the plan has no instance for (of this rule) needs a new plan.
         let new_cpuset = match &source {
             Source::Rule(r) => !self

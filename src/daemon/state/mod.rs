@@ -347,6 +347,16 @@ impl State {
             Ok(_) => {}
             Err(e) => tracing::error!(error = %e, "restore journal not used: {e}"),
         }
+        // Holds a previous run left (its record is the holder's to recover): the cpusets
+        // they made are theirs, not the processes' own, from the first rescan on.
+        match crate::hold::Journal::new(&self.cfg.runtime_dir).load() {
+            Ok(holds) => {
+                for h in holds {
+                    m.note_hold(&h.rule, &h.cpus);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "hold journal not read for planning: {e}"),
+        }
         let planned = self.new_plan();
         let changes = self.managed.install(m, planned);
         self.after_manager(changes);

@@ -25,6 +25,12 @@ impl State {
     /// is due to be tried again (`state/holds.rs`).
     pub(super) fn sync_holds(&mut self) {
         let wants = self.managed.holds_wanted(self.machine.topology.as_ref());
+        // Noted before it is asked for: the cpuset the hold makes is never planned in.
+        if let Some(m) = &mut self.managed.manager {
+            for w in &wants {
+                m.note_hold(&w.rule, &w.cpus);
+            }
+        }
         if let Some(wants) = self.sharing.holds.sending(wants, Instant::now()) {
             self.actions.push(Action::Hold(wants));
         }
