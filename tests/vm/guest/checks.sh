@@ -1877,6 +1877,181 @@ check_isolate_churn_no_leak() {
     echo "50 services (25 killed), the rule removed, put back on 4-5 and moved to 2-3: isolated at times $(tr '\n' ' ' <"$seen" | sed 's/ $//'); afterwards nothing isolated, no cpuset.cpus.exclusive beyond what was there before, no kernel warning"
 }
 
+# isolated_trace FLAG OUT: while FLAG exists, polls cpuset.cpus.isolated every 20 ms and
+# appends every value it changes to to OUT ("-" for none), one line each.
+isolated_trace() {
+    python3 - "$1" >"$2" <<'PY'
+import os, sys, time
+flag, last = sys.argv[1], None
+while os.path.exists(flag):
+    with open("/sys/fs/cgroup/cpuset.cpus.isolated") as f:
+        now = f.read().strip() or "-"
+    if now != last:
+        print(now, flush=True)
+        last = now
+    time.sleep(0.02)
+PY
+}
+isolated_not_empty() { [ -n "$(cat /sys/fs/cgroup/cpuset.cpus.isolated 2>/dev/null)" ]; }
+# cpu_list CPU...: the CPUs in the kernel's list format ("1-2,4").
+cpu_list() {
+    printf '%s\n' "$@" | sort -nu | awk '
+        NR == 1 { a = b = $1; next }
+        $1 == b + 1 { b = $1; next }
+        { out = out (a == b ? a : a "-" b) ","; a = b = $1 }
+        END { if (NR) print out (a == b ? a : a "-" b) }'
+}
+export -f isolated_trace isolated_not_empty cpu_list
+
+# The market-data example's form (config/pinnerd.d/10-market-data.toml) with
+# `isolate = true` and `memory = "follow"`: a count, smt = "avoid", exclusive. The
+# process's memory is on node 1. Its hold makes the unit's cpuset the rule's own CPUs,
+# whose siblings are outside it: planned in that cpuset the rule had no CPU left, let
+# go and was held again every ~0.7 s, its memory moved to and fro. Wanted: isolated
+# once, where its memory is, and unchanged for 10 s; the memory not moved.
+check_isolate_count_smt_settles() {
+    local pid trace=$WORK/iso-md-trace flag=$WORK/iso-md-on changes held why on moves
+    no_partitions && return 77
+    isolated_is "" || {
+        echo "precondition: CPUs $(cat /sys/fs/cgroup/cpuset.cpus.isolated) already isolated"
+        return 1
+    }
+    pid=$(start_memworker vmiso-md 128 taskset -c 4-7) || {
+        echo "$pid"
+        return 1
+    }
+    on=$(anon_on "$pid" 1)
+    [ "$on" -ge 90 ] || {
+        echo "precondition: only $on% of its anonymous memory is on node 1"
+        systemctl stop vmiso-md 2>/dev/null
+        return 1
+    }
+    touch "$flag"
+    isolated_trace "$flag" "$trace" &
+    put_rule 81-vm-iso-md.toml <<'EOF'
+[[rule]]
+name = "vm-iso-md"
+priority = 50
+[rule.match]
+comm = "vmiso-md"
+unit = "vmiso-md.service"
+[rule.place]
+count = 2
+policy = "compact"
+smt = "avoid"
+exclusive = true
+isolate = true
+memory = "follow"
+EOF
+    wait_for 30 isolated_not_empty
+    held=$(cat /sys/fs/cgroup/cpuset.cpus.isolated)
+    sleep 10
+    rm -f "$flag"
+    wait
+    why=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$pid" | jq -r '.data[0]')
+    on=$(anon_on "$pid" 1)
+    moves=$(journalctl -b --no-pager -o cat -u pinnerd.service | grep -c "pid $pid: memory follow: moving" || true)
+    changes=$(grep -vc '^-$' "$trace" || true)
+    rm -f "$RULES/81-vm-iso-md.toml"
+    wait_for 20 isolated_is ""
+    systemctl stop vmiso-md 2>/dev/null
+    [ -n "$held" ] && [ "$changes" -eq 1 ] && [ "$(tail -1 "$trace")" = "$held" ] || {
+        echo "cpuset.cpus.isolated went through: $(tr '\n' ' ' <"$trace")(want '-' then one list, kept 10 s); Explain: $why"
+        return 1
+    }
+    [ "$held" = "4,6" ] || {
+        echo "isolated $held, want 4,6: one CPU per core of node 1, where its memory is; Explain: $why"
+        return 1
+    }
+    [ "$on" -ge 90 ] && [ "$moves" -le 1 ] || {
+        echo "its memory moved: $on% on node 1 after 10 s, $moves memory-follow jobs; Explain: $why"
+        return 1
+    }
+    grep -q "held: unit vmiso-md.service: AllowedCPUs=4,6, AllowedMemoryNodes=1 (set by pinnerd); CPUs 4,6 isolated" <<<"$why" || {
+        echo "Explain does not say the unit is held and isolated on 4,6: $why"
+        return 1
+    }
+    grep -q "planned as without the hold" <<<"$why" || {
+        echo "Explain does not say the cpuset is the hold's: $why"
+        return 1
+    }
+    echo "isolated $held once ($(tr '\n' ' ' <"$trace")) and unchanged for 10 s; $on% of its memory on node 1, $moves memory-follow jobs; Explain: $(grep -o 'held: .*' <<<"$why" | head -1) | $(grep -o 'cpuset .*' <<<"$why" | head -1)"
+}
+
+# The DPDK example's form (config/pinnerd.d/50-dpdk.toml) with `isolate = true` on its
+# thread entry: the entry's slots join the process's partition with the [rule.place]
+# CPU, once (it isolated 0,2,4, let go, then isolated the [rule.place] CPU alone and left
+# the workers unplaced); CPU 0, the system's, stays out; the workers stay on their slots.
+check_isolate_thread_entry() {
+    local pid trace=$WORK/iso-dpdk-trace flag=$WORK/iso-dpdk-on changes held why w1 w2 m1 m2 main
+    no_partitions && return 77
+    isolated_is "" || {
+        echo "precondition: CPUs $(cat /sys/fs/cgroup/cpuset.cpus.isolated) already isolated"
+        return 1
+    }
+    pid=$(start_workload vmiso-dpdk 1 lcore-worker-) || {
+        echo "$pid"
+        return 1
+    }
+    new_thread vmiso-dpdk && w1=$NEW_TID && new_thread vmiso-dpdk && w2=$NEW_TID || {
+        systemctl stop vmiso-dpdk 2>/dev/null
+        return 1
+    }
+    touch "$flag"
+    isolated_trace "$flag" "$trace" &
+    put_rule 82-vm-iso-dpdk.toml <<'EOF'
+[[rule]]
+name = "vm-iso-dpdk"
+priority = 100
+[rule.match]
+comm = "vmiso-dpdk"
+unit = "vmiso-dpdk.service"
+[rule.place]
+cpus = "1"
+exclusive = true
+[[rule.threads]]
+comm = "lcore-worker-*"
+count = 1
+within = "2-7"
+smt = "avoid"
+exclusive = true
+isolate = true
+EOF
+    wait_for 30 isolated_not_empty
+    held=$(cat /sys/fs/cgroup/cpuset.cpus.isolated)
+    sleep 10
+    rm -f "$flag"
+    wait
+    read_mask "$pid" "$w1" && m1=$MASK
+    read_mask "$pid" "$w2" && m2=$MASK
+    read_mask "$pid" "$pid" && main=$MASK
+    why=$(bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$pid" | jq -r '.data[0]')
+    changes=$(grep -vc '^-$' "$trace" || true)
+    rm -f "$RULES/82-vm-iso-dpdk.toml"
+    wait_for 20 isolated_is ""
+    systemctl stop vmiso-dpdk 2>/dev/null
+    [ -n "$held" ] && [ "$changes" -eq 1 ] && [ "$(tail -1 "$trace")" = "$held" ] || {
+        echo "cpuset.cpus.isolated went through: $(tr '\n' ' ' <"$trace")(want '-' then one list, kept 10 s); Explain: $why"
+        return 1
+    }
+    # One CPU each, of 2-7, on cores of their own; the main thread on 1.
+    case "$m1 $m2" in [2-7]\ [2-7]) ;; *) m1=bad ;; esac
+    [ "$m1" != bad ] && [ "$m1" != "$m2" ] && ! expand "$(siblings "$m1")" | grep -qx "$m2" &&
+        [ "$main" = 1 ] || {
+        echo "workers on '$m1' and '$m2' (want one CPU each of 2-7, not siblings), main thread on '$main' (want 1): $(masks "$pid"); Explain: $why"
+        return 1
+    }
+    [ "$held" = "$(cpu_list 1 "$m1" "$m2")" ] || {
+        echo "isolated $held, want $(cpu_list 1 "$m1" "$m2"): the [rule.place] CPU 1 and the workers' slots $m1 and $m2 (CPU 0 never); Explain: $why"
+        return 1
+    }
+    ! grep -q 'do not fit' <<<"$why" || {
+        echo "Explain says a unit does not fit: $why"
+        return 1
+    }
+    echo "isolated $held once ($(tr '\n' ' ' <"$trace")) and unchanged for 10 s, CPU 0 not; lcore-worker-1 on $m1, lcore-worker-2 on $m2, the main thread on $main; Explain: $(grep -o 'held: .*' <<<"$why" | head -1)"
+}
+
 check_unit_born_in_place() {
     local dir=$WORK/vmborn pid r cpus mems pct why before_cpus before_pct
     rm -rf "$dir"
@@ -2371,6 +2546,8 @@ run_check isolate-survives-restart check_isolate_survives_restart 120
 run_check isolate-crash-then-stop check_isolate_crash_then_stop 180
 run_check hold-refuses-imitators check_hold_refuses_imitators 150
 run_check isolate-churn-no-leak check_isolate_churn_no_leak 150
+run_check isolate-count-smt-settles check_isolate_count_smt_settles 150
+run_check isolate-thread-entry check_isolate_thread_entry 150
 run_check unit-born-in-place check_unit_born_in_place 240
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
