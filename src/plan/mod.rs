@@ -180,6 +180,25 @@ impl PlanState {
     }
 }
 
+/// Where a thread entry's slots were sought, in words: `in 2-7`, or, when no CPU was
+/// left to seek them in, why (never an empty list).
+fn pool_words(pool: &CpuSet, from: Option<&SlotsFrom>, scope: Option<&CpuSet>) -> String {
+    if !pool.is_empty() {
+        return format!("in {pool}");
+    }
+    let cpuset = scope.map_or(String::new(), |s| format!(" (in cpuset {s})"));
+    match from {
+        Some(SlotsFrom::Within(c) | SlotsFrom::Place(c) | SlotsFrom::All(c)) if !c.is_empty() => {
+            let from = from.map(SlotsFrom::describe).unwrap_or_default();
+            format!("anywhere: every CPU {from}{cpuset} is held by another rule")
+        }
+        Some(SlotsFrom::Within(_)) => {
+            format!("anywhere: none of its `within` CPUs is one a count may be given{cpuset}")
+        }
+        _ => format!("anywhere: no CPU is left to choose from{cpuset}"),
+    }
+}
+
 /// A slots unit's CPUs in order and how many are taken:
 /// `4 | 5 | 6 (2 held by live threads)`.
 pub fn slots_in_words(slots: &[CpuSet], held_slots: usize) -> String {
@@ -561,11 +580,15 @@ impl Plan {
                                     slots: s.into_iter().map(|c| c.cpus).collect(),
                                 },
                                 Ok(_) => PlanState::Unplaceable {
-                                    reason: format!("{n} CPUs per thread do not fit in {pool}"),
+                                    reason: format!(
+                                        "{n} CPUs per thread do not fit {}",
+                                        pool_words(&pool, slots_from.as_ref(), scope.as_ref())
+                                    ),
                                 },
                                 Err(e) => PlanState::Unplaceable {
                                     reason: format!(
-                                        "{n} CPUs per thread do not fit in {pool}: {e}"
+                                        "{n} CPUs per thread do not fit {}: {e}",
+                                        pool_words(&pool, slots_from.as_ref(), scope.as_ref())
                                     ),
                                 },
                             }

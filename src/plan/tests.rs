@@ -455,3 +455,59 @@ fn slots_read_in_order_with_how_many_live_threads_hold() {
         "one slot per thread, slot 0 first: 4 | 5-6 | 7 (1 held by live threads)"
     );
 }
+
+/// A thread entry with no CPU left to seek its slots in says why, never "in " and an
+/// empty list.
+#[test]
+fn a_thread_entry_with_no_cpu_left_says_why_in_words() {
+    let r = rules(
+        r#"
+[[rule]]
+name = "big"
+priority = 10
+[rule.match]
+comm = "big"
+[rule.place]
+cpus = "2-3"
+exclusive = true
+
+[[rule]]
+name = "dpdk"
+[rule.match]
+comm = "dpdk"
+[[rule.threads]]
+comm = "lcore-*"
+count = 1
+within = "2-3"
+exclusive = true
+
+[[rule]]
+name = "far"
+[rule.match]
+comm = "far"
+[[rule.threads]]
+comm = "lcore-*"
+count = 1
+within = "8-9"
+"#,
+    );
+    let p = Plan::new(&r, &cpus("0-3", ""), Some(&LowestFirst));
+    let reason = |rule: &str| match p.get(rule, Some(0)) {
+        Some(PlanState::Unplaceable { reason }) => reason.clone(),
+        other => panic!("{rule}: {other:?}"),
+    };
+    let taken = reason("dpdk");
+    assert!(
+        taken.starts_with(
+            "1 CPUs per thread do not fit anywhere: every CPU within 2-3 is held by another rule"
+        ),
+        "{taken}"
+    );
+    let outside = reason("far");
+    assert!(
+        outside.starts_with(
+            "1 CPUs per thread do not fit anywhere: none of its `within` CPUs is one a count may be given"
+        ),
+        "{outside}"
+    );
+}
