@@ -25,6 +25,8 @@ pub(super) struct Now<'a> {
     pub(super) topology: Option<&'a Topology>,
     pub(super) settings: &'a Settings,
     pub(super) root: &'a SysRoot,
+    /// Processes whose hold is asked for and not made yet: their memory waits for it.
+    pub(super) unsettled: &'a BTreeSet<i32>,
 }
 
 impl Following {
@@ -56,8 +58,9 @@ impl Following {
 
     /// The jobs to start: one for every following process whose CPUs are on other nodes
     /// than its memory last followed, unless one runs for it or its interval has not
-    /// passed (a later tick starts it). Asked after every manager change and every tick;
-    /// what is settled without a job is counted in `counts`.
+    /// passed (a later tick starts it), or its hold is not made yet (see `Now`). Asked
+    /// after every manager change and every tick; what is settled without a job is
+    /// counted in `counts`.
     pub(super) fn sync(&mut self, now: Now<'_>, counts: &mut MemoryCounters) -> Vec<FollowJob> {
         let targets = match (now.manager, now.topology) {
             (Some(m), Some(t)) => self.targets(m, t),
@@ -78,6 +81,9 @@ impl Following {
         let max_bytes = u64::from(now.settings.memory.follow_max_size_mib) << 20;
         let mut jobs = Vec::new();
         for (pid, nodes) in targets {
+            if now.unsettled.contains(&pid) {
+                continue; // followed once the hold its placement waits for is made
+            }
             let e = self.entries.entry(pid).or_default();
             if e.running.is_some() || e.done_for == nodes {
                 continue;
@@ -232,8 +238,11 @@ mod tests {
             topology: Some(t),
             settings: s,
             root,
+            unsettled: &NONE_UNSETTLED,
         }
     }
+
+    static NONE_UNSETTLED: BTreeSet<i32> = BTreeSet::new();
 
     #[test]
     fn a_run_time_pin_that_follows_gets_one_job_at_a_time_then_waits_its_interval() {

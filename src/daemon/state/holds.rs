@@ -2,7 +2,7 @@
 //! the holder thread (see `hold`) of what the manager wants held, and what the holder
 //! reports back (for `explain`, `status` and the log). Imports nothing of the state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use crate::hold::{HoldReport, Want};
@@ -29,6 +29,24 @@ impl Holds {
         }
         self.sent = Some(wants.clone());
         Some(wants)
+    }
+
+    /// The processes whose hold was asked for and is not made yet: the holder has not
+    /// reported it on those CPUs, and no problem stops it. Their placement has not
+    /// settled (the hold may still change where they run), so their memory does not
+    /// follow yet (`state/following.rs`).
+    pub(super) fn unsettled(&self) -> BTreeSet<i32> {
+        let Some(sent) = &self.sent else {
+            return BTreeSet::new();
+        };
+        sent.iter()
+            .filter(|w| {
+                self.reports
+                    .get(&w.pid)
+                    .is_none_or(|r| r.problem.is_none() && r.cpus != w.cpus)
+            })
+            .map(|w| w.pid as i32)
+            .collect()
     }
 
     /// What the kernel kept after a release, as the holder says it: logged when new.

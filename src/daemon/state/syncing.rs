@@ -55,8 +55,10 @@ impl State {
     /// nodes, as its interval allows (`state/following.rs`). Called after every manager
     /// change and every tick.
     pub(super) fn sync_memory(&mut self, at: Instant) {
+        let unsettled = self.sharing.holds.unsettled();
         let now = following::Now {
             at,
+            unsettled: &unsettled,
             manager: self.managed.manager.as_ref(),
             topology: self.machine.topology.as_ref(),
             settings: &self.loaded.settings,
