@@ -1993,6 +1993,7 @@ check_isolate_thread_entry() {
         echo "$pid"
         return 1
     }
+    open_tick
     new_thread vmiso-dpdk && w1=$NEW_TID && new_thread vmiso-dpdk && w2=$NEW_TID || {
         systemctl stop vmiso-dpdk 2>/dev/null
         return 1
