@@ -179,7 +179,8 @@ mod tests {
         1, 0, // request, no flags
         0x0a, 1, b'S', // field 1 (service), length 1
         0x12, 1, b'M', // field 2 (method), length 1
-        0x1a, 1, b'x', // field 3 (payload), length 1
+        0x1a, 1,
+        b'x', // field 3 (payload), length 1
               // (timeout and metadata absent)
     ];
 
