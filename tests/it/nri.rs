@@ -490,3 +490,58 @@ async fn no_socket_is_said_and_nothing_is_dialled() {
     }
     let _: &Path = dir.path();
 }
+
+/// The real daemon, registered with the fake runtime: the loop answers from its plan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_gives_a_named_container_its_rules_cpus_at_creation() {
+    use crate::daemon::{Bus, Daemon, Dirs, Policy};
+    use std::time::Duration;
+
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let socket = dirs.root.path().join("nri.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    dirs.write_settings(&format!("[nri]\nsocket = \"{}\"\n", socket.display()));
+    dirs.write_rule(
+        "10-feed.toml",
+        "[[rule]]\nname = \"md-feed\"\n[rule.match]\ncontainer = \"md-feed\"\npod-namespace = \"trading\"\n\
+         [rule.place]\ncpus = \"0\"\n",
+    );
+    let d = Daemon::start(&bus, &dirs);
+    let mut rt = FakeRuntime::accept(&listener).await;
+    let reg = rt.register().await;
+    assert_eq!(
+        (reg.plugin_name.as_str(), reg.plugin_idx.as_str()),
+        ("pinnerd", "10")
+    );
+    rt.configure(2000).await;
+
+    let made = api::CreateContainerResponse::parse_from_bytes(
+        &rt.call("CreateContainer", &create("md-feed"))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cpus_of(&made.adjust.linux.resources).0, "0", "{made:?}");
+    let plain = api::CreateContainerResponse::parse_from_bytes(
+        &rt.call("CreateContainer", &create("sidecar"))
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(plain.adjust.is_none(), "{plain:?}");
+
+    // The snapshot is published after the step that answered.
+    bus.wait_for("the Nri property", Duration::from_secs(30), || {
+        bus.get("Nri") == "s \"registered with containerd 1.7.24\""
+    });
+    let line = "container api-0/md-feed (pod trading/api-0): cpuset 0 set at creation by pinnerd (rule md-feed)";
+    bus.wait_for("the Containers property", Duration::from_secs(30), || {
+        bus.get("Containers").contains(line)
+    });
+    assert!(!bus.get("Containers").contains("sidecar"));
+    assert!(d
+        .log()
+        .contains("registered with the container runtime containerd 1.7.24"));
+    d.stop();
+}
