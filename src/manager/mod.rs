@@ -425,6 +425,8 @@ pub struct Manager {
     /// Containers the runtime told about (id → what container rules match), for the
     /// processes found in their cgroups (see [`Manager::set_containers`]).
     containers: Vec<(String, crate::rules::ContainerInfo)>,
+    /// containerd's task directory, read for a container NRI did not tell about.
+    container_tasks: Option<std::path::PathBuf>,
     journal: Option<Journal>,
     journal_dirty: bool,
     counters: Counters,
@@ -488,6 +490,7 @@ impl Manager {
             managed: BTreeMap::new(),
             candidate_cache: HashMap::new(),
             containers: Vec::new(),
+            container_tasks: None,
             journal: None,
             journal_dirty: false,
             counters: Counters::default(),

@@ -99,16 +99,28 @@ impl Manager {
         self.containers = containers;
     }
 
+    /// Where containerd's task directory is (see `nri::ondisk`): a process in a
+    /// container NRI did not tell about is looked up there.
+    pub fn set_container_tasks(&mut self, tasks: Option<std::path::PathBuf>) {
+        self.container_tasks = tasks;
+        self.candidate_cache.clear();
+    }
+
     pub(super) fn container_of(&self, cgroup: Option<&str>) -> Option<crate::rules::ContainerInfo> {
         let cgroup = cgroup?;
         if cgroup.starts_with("/user.slice") {
             return None;
         }
         let last = cgroup.rsplit('/').next()?;
-        self.containers
+        let told = self
+            .containers
             .iter()
             .find(|(id, _)| id.len() >= 12 && last.contains(id.as_str()))
-            .map(|(_, info)| info.clone())
+            .map(|(_, info)| info.clone());
+        told.or_else(|| {
+            let tasks = self.container_tasks.as_ref()?;
+            crate::nri::ondisk::read(tasks, crate::nri::ondisk::container_id(cgroup)?)
+        })
     }
 
     /// Whether any rule's comm globs (or a rule without comm) can match `comm`.
@@ -117,7 +129,7 @@ impl Manager {
             return hit;
         }
         // A rule of container keys only can match a process only in a known container.
-        let in_containers = !self.containers.is_empty();
+        let in_containers = !self.containers.is_empty() || self.container_tasks.is_some();
         let hit = self.plan.rules().rules().iter().any(|r| {
             (in_containers || !r.matcher.container_only())
                 && r.matcher.comm.as_ref().is_none_or(|g| g.is_match(comm))

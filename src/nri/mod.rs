@@ -15,6 +15,7 @@
 //! - `plugin`: the answer to each method of the `Plugin` service;
 //! - `session`: one connection, registration to end; `connect`: staying registered;
 //! - `link`: the values passed to and from the daemon's loop;
+//! - `ondisk`: what containerd leaves on disk about a container, for a daemon without NRI;
 //! - `proto`: generated from `proto/` (see `proto/README.md` for its origin).
 //!
 //! Owns: the runtime's socket. Must not touch: the plan, the rules, affinity.
@@ -22,6 +23,7 @@
 pub mod connect;
 pub mod link;
 pub mod mux;
+pub mod ondisk;
 pub mod plugin;
 pub mod session;
 pub mod ttrpc;

@@ -348,6 +348,13 @@ impl FakeProcs {
         }
     }
 
+    /// Puts process `pid` in cgroup `path`.
+    pub fn set_cgroup(&self, pid: i32, path: &str) {
+        if let Some(s) = self.lock().get_mut(&pid) {
+            s.info.cgroup = Some(path.to_string());
+        }
+    }
+
     /// Adds or replaces process `pid` with `comm`, threads `(tid, comm)` (the main
     /// thread is added automatically) and start time.
     pub fn put(&self, pid: i32, comm: &str, start_time: u64, threads: &[(Tid, &str)]) {

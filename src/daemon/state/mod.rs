@@ -334,6 +334,10 @@ impl State {
             .managed
             .new_manager(self.machine.online(), &self.loaded.settings)
             .with_journal(Journal::new(&self.cfg.runtime_dir));
+        // What containerd leaves on disk, on the live system only (not a fixture tree).
+        if self.cfg.sysroot.proc == std::path::Path::new(crate::sysroot::LIVE_PROC) {
+            m.set_container_tasks(Some(crate::nri::ondisk::CONTAINERD_TASKS.into()));
+        }
         sharing::IrqsAway::recover(&self.cfg.sysroot, &self.cfg.runtime_dir);
         match m.recover(&root) {
             Ok(r) if r.restored + r.left_alone + r.gone + r.failed.len() > 0 => tracing::info!(
