@@ -318,6 +318,8 @@ impl Manager {
                     threads,
                 })
             })
+            // What a previous run changed of processes not managed again (yet).
+            .chain(self.recovered.values().cloned())
             .collect()
     }
 
