@@ -196,6 +196,7 @@ impl Holder {
             partition: None,
             by_systemd: false,
             emptied: false,
+            originals: t.originals.clone(),
         };
         // On record before the first change: a crash halfway leaves nothing unknown. The
         // unit's leftover, if any, is replaced by this hold, which carries its values.

@@ -471,6 +471,23 @@ impl Cgroup2 {
         failed
     }
 
+    /// A unit's `AllowedCPUs=` reset leaves its cgroup's `cpuset.cpus` as it was while
+    /// its slice keeps the cpuset controller for another unit (systemd #43846: only a
+    /// value set is written): `held` there is emptied, as the reset means, so that the
+    /// cgroup takes its parent's CPUs again and the kernel gives its tasks their own
+    /// masks back. `Ok(true)` when it was emptied; a cgroup without the file (the
+    /// controller turned off for it) or with other CPUs is left alone.
+    pub fn empty_left_cpus(&self, cgroup: &str, held: &CpuSet) -> Result<bool, Unable> {
+        if !self.file(cgroup, "cpuset.cpus").is_file() {
+            return Ok(false);
+        }
+        if &self.read_cpus(cgroup, "cpuset.cpus")? != held {
+            return Ok(false);
+        }
+        self.write(cgroup, "cpuset.cpus", "")?;
+        Ok(true)
+    }
+
     /// The cgroup's `cpuset.cpus.exclusive`.
     pub fn exclusive(&self, cgroup: &str) -> Result<CpuSet, Unable> {
         self.read_cpus(cgroup, "cpuset.cpus.exclusive")

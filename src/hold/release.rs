@@ -89,7 +89,7 @@ impl Holder {
     /// while the others are undone: their partitions are live ones.
     pub(super) fn release_unwanted(&mut self, targets: &BTreeMap<String, Target>) {
         let cg2 = self.cg2.as_ref().ok();
-        let (kept, gone): (Vec<Hold>, Vec<Hold>) =
+        let (mut kept, gone): (Vec<Hold>, Vec<Hold>) =
             std::mem::take(&mut self.held).into_iter().partition(|h| {
                 let refilled =
                     h.emptied && cg2.and_then(|c| c.populated_events(&h.cgroup)) == Some(true);
@@ -97,6 +97,12 @@ impl Holder {
                     .get(&h.unit)
                     .is_some_and(|t| h.same_target(t) && !refilled)
             });
+        // The masks to give back follow the daemon's: tasks come and go.
+        for h in &mut kept {
+            if let Some(t) = targets.get(&h.unit) {
+                h.originals.clone_from(&t.originals);
+            }
+        }
         self.held = kept;
         for h in gone {
             let (rule, unit, cpus) = (h.rule.clone(), h.unit.clone(), h.cpus.clone());
@@ -200,8 +206,20 @@ impl Holder {
                 Err(e) => problems.push(format!("AllowedCPUs= not given back: {e}")),
             }
             if let Ok(cg2) = &self.cg2 {
+                // The unit's own CPUs were none: its cgroup's are its parent's again,
+                // whatever systemd left there.
+                if h.before_cpus.is_empty() && problems.is_empty() {
+                    match cg2.empty_left_cpus(&h.cgroup, &h.cpus) {
+                        Ok(true) => {
+                            tracing::info!(unit = %h.unit, cpus = %h.cpus, "unit {}: cpuset.cpus {} that systemd left with AllowedCPUs= reset emptied", h.unit, h.cpus);
+                        }
+                        Ok(false) => {}
+                        Err(_) if !cg2.dir(&h.cgroup).is_dir() => {}
+                        Err(e) => problems.push(format!("cpuset.cpus {} left: {e}", h.cpus)),
+                    }
+                }
                 if cg2.dir(&h.cgroup).is_dir() {
-                    let n = (self.give_back)(cg2, &h.cgroup, &h.cpus);
+                    let n = (self.give_back)(cg2, &h.cgroup, &h.cpus, &h.originals);
                     if n > 0 {
                         tracing::info!(unit = %h.unit, tasks = n, "unit {}: the masks systemd left on CPUs {} given back to {n} tasks", h.unit, h.cpus);
                     }

@@ -114,6 +114,7 @@ impl Settle {
                 partition: Some(u.p.clone()),
                 by_systemd: false,
                 emptied: false,
+                originals: Default::default(),
             })
             .collect()
     }
