@@ -276,6 +276,11 @@ pub struct Hold {
     /// after a crash (see [`GiveBack`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub originals: BTreeMap<u32, CpuSet>,
+    /// The unit's runtime drop-ins of [`systemd::HELD_PROPERTIES`] before the hold, by
+    /// property (`None`: there was none): put back as they were when it lets go. A
+    /// property whose drop-in could not be read is not listed, and never touched.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dropins: BTreeMap<String, Option<String>>,
 }
 
 impl Hold {

@@ -194,7 +194,17 @@ impl Holder {
                 Ok(u) => {
                     let mems = h.mems.as_ref().map(|_| &h.before_mems);
                     match u.set_allowed(&h.unit, Some(&h.before_cpus), mems) {
-                        Ok(()) => {}
+                        Ok(()) => {
+                            // The unit follows its files again, not what set-property
+                            // wrote for the hold.
+                            for (property, text) in &h.dropins {
+                                if let Err(e) =
+                                    u.restore_runtime_dropin(&h.unit, property, text.as_deref())
+                                {
+                                    tracing::warn!(unit = %h.unit, property = %property, error = %e, "unit {}: the runtime drop-in for {property} not put back as it was before the hold: {e}", h.unit);
+                                }
+                            }
+                        }
                         // A unit that is gone holds nothing any more.
                         Err(e) if gone() => {
                             tracing::debug!(unit = %h.unit, error = %e, "unit gone before it was let go");

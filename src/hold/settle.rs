@@ -115,6 +115,7 @@ impl Settle {
                 by_systemd: false,
                 emptied: false,
                 originals: Default::default(),
+                dropins: Default::default(),
             })
             .collect()
     }

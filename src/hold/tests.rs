@@ -19,6 +19,8 @@ struct World {
     tree: Option<Cgroup2>,
     /// Each `set_allowed` takes this long on this clock (a loaded systemd).
     slow: Option<(FakeClock, Duration)>,
+    /// The runtime drop-ins set-property leaves, by unit and property.
+    dropins: HashMap<(String, String), String>,
 }
 
 /// A clock that moves only when told.
@@ -154,6 +156,14 @@ impl Units for FakeUnits {
                 std::fs::write(tree.dir(&cg).join("cpuset.cpus"), format!("{c}\n")).unwrap();
             }
         }
+        for (property, value) in [("AllowedCPUs", cpus), ("AllowedMemoryNodes", mems)] {
+            if let Some(v) = value {
+                w.dropins.insert(
+                    (unit.to_string(), property.to_string()),
+                    format!("# created via systemctl set-property\n[Service]\n{property}={v}\n"),
+                );
+            }
+        }
         let a = w.allowed.entry(unit.to_string()).or_default();
         if let Some(c) = cpus {
             a.cpus = c.clone();
@@ -191,6 +201,26 @@ impl Units for FakeUnits {
     }
     fn partition_property(&self, _unit: &str) -> Result<Option<String>, UnitError> {
         Ok(None)
+    }
+    fn runtime_dropin(&self, unit: &str, property: &str) -> Result<Option<String>, UnitError> {
+        let w = self.0.lock().unwrap();
+        Ok(w.dropins
+            .get(&(unit.to_string(), property.to_string()))
+            .cloned())
+    }
+    fn restore_runtime_dropin(
+        &self,
+        unit: &str,
+        property: &str,
+        text: Option<&str>,
+    ) -> Result<(), UnitError> {
+        let mut w = self.0.lock().unwrap();
+        let key = (unit.to_string(), property.to_string());
+        match text {
+            Some(t) => w.dropins.insert(key, t.to_string()),
+            None => w.dropins.remove(&key),
+        };
+        Ok(())
     }
     fn restarting(&self, _pid: u32) -> Result<bool, UnitError> {
         Ok(self.0.lock().unwrap().restarting)
@@ -1534,4 +1564,87 @@ fn a_hold_left_by_a_crash_gives_back_the_masks_from_before_pinnerd() {
         )]
     );
     assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus"), "");
+}
+
+/// Letting go leaves the unit as its files say: the runtime drop-ins set-property wrote
+/// for the hold are removed, and one the administrator had set at run time before the
+/// hold is put back as it was.
+#[test]
+fn letting_go_removes_the_runtime_dropins_of_the_hold_and_keeps_the_admins() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add_main(10, "md.service", "/system.slice/md.service", "system.slice");
+    // The administrator's own run-time value, before pinnerd.
+    units
+        .set_allowed("md.service", None, Some(&"0-1".parse().unwrap()))
+        .unwrap();
+    let key = |p: &str| ("md.service".to_string(), p.to_string());
+    let admins = units
+        .0
+        .lock()
+        .unwrap()
+        .dropins
+        .get(&key("AllowedMemoryNodes"))
+        .cloned();
+    assert!(admins.is_some());
+    let mut h = holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[Want {
+        mems: Some("1".parse().unwrap()),
+        ..want("feed", 10, "6-7", true)
+    }]);
+    assert!(r[0].confined, "{r:?}");
+    assert!(units
+        .0
+        .lock()
+        .unwrap()
+        .dropins
+        .contains_key(&key("AllowedCPUs")));
+    h.reconcile(&[]);
+    let w = units.0.lock().unwrap();
+    assert_eq!(
+        w.dropins.get(&key("AllowedCPUs")),
+        None,
+        "pinnerd's drop-in left"
+    );
+    assert_eq!(w.dropins.get(&key("AllowedMemoryNodes")), admins.as_ref());
+}
+
+#[test]
+fn runtime_dropins_are_removed_written_back_and_never_outside_their_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let path = d.join("md.service.d/50-AllowedCPUs.conf");
+    assert_eq!(
+        systemd::runtime_dropin(d, "md.service", "AllowedCPUs").unwrap(),
+        path
+    );
+    assert_eq!(
+        systemd::read_runtime_dropin(d, "md.service", "AllowedCPUs").unwrap(),
+        None
+    );
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, "[Service]\nAllowedCPUs=6-7\n").unwrap();
+    std::fs::write(d.join("md.service.d/50-MemoryMax.conf"), "x").unwrap();
+    systemd::restore_runtime_dropin(d, "md.service", "AllowedCPUs", None).unwrap();
+    assert!(!path.exists());
+    assert!(
+        d.join("md.service.d/50-MemoryMax.conf").exists(),
+        "another's kept"
+    );
+    systemd::restore_runtime_dropin(d, "md.service", "MemoryMax", None).unwrap();
+    assert!(
+        !d.join("md.service.d").exists(),
+        "the emptied directory goes"
+    );
+    systemd::restore_runtime_dropin(d, "md.service", "AllowedCPUs", Some("a")).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "a");
+    systemd::restore_runtime_dropin(d, "md.service", "AllowedCPUs", None).unwrap();
+    systemd::restore_runtime_dropin(d, "md.service", "AllowedCPUs", None).unwrap();
+    for bad in ["../x.service", "", ".service", "a/b.service"] {
+        assert!(
+            systemd::runtime_dropin(d, bad, "AllowedCPUs").is_err(),
+            "{bad}"
+        );
+    }
 }
