@@ -4,8 +4,9 @@
 //! transient scope (as `systemd-run --scope` does) and v261's `CPUSetPartition=`.
 //!
 //! Also the runtime drop-ins those calls leave (`/run/systemd/system.control/UNIT.d/
-//! 50-PROPERTY.conf`, "created via systemctl set-property"): read before a hold and put
-//! back as they were when it lets go, so that the unit follows its files again.
+//! 50-PROPERTY.conf`, "created via systemctl set-property"; a transient unit's under
+//! `/run/systemd/transient`): read before a hold and put back as they were when it lets
+//! go, so that the unit follows its files again.
 //!
 //! Owns: the calls to systemd, the `ay` bitmask encoding and those drop-in files. Must
 //! not touch: cgroupfs (that is `cgroup`), affinity, the daemon's bus object, any other
@@ -188,6 +189,22 @@ pub trait Units: Send {
 /// Where systemd keeps the drop-ins of properties set at run time (`systemctl
 /// set-property --runtime`, `SetUnitProperties(runtime = true)`) for the system manager.
 pub const RUNTIME_CONTROL: &str = "/run/systemd/system.control";
+
+/// Where systemd keeps transient units (`systemd-run`, scopes) with their drop-ins: a
+/// property a transient unit is given at run time goes there, not to
+/// [`RUNTIME_CONTROL`], and goes with the unit.
+pub const RUNTIME_TRANSIENT: &str = "/run/systemd/transient";
+
+/// The directory of `unit`'s runtime drop-ins: [`RUNTIME_TRANSIENT`] for a transient
+/// unit (its unit file is there), else [`RUNTIME_CONTROL`].
+pub fn runtime_dropin_dir(unit: &str) -> std::path::PathBuf {
+    let transient = std::path::Path::new(RUNTIME_TRANSIENT);
+    if !unit.contains('/') && transient.join(unit).is_file() {
+        transient.to_path_buf()
+    } else {
+        std::path::PathBuf::from(RUNTIME_CONTROL)
+    }
+}
 
 /// The properties whose runtime drop-ins a hold can leave.
 pub const HELD_PROPERTIES: [&str; 3] = ["AllowedCPUs", "AllowedMemoryNodes", "CPUSetPartition"];
@@ -924,7 +941,7 @@ impl Units for SystemdUnits {
     }
 
     fn runtime_dropin(&self, unit: &str, property: &str) -> Result<Option<String>, UnitError> {
-        read_runtime_dropin(std::path::Path::new(RUNTIME_CONTROL), unit, property)
+        read_runtime_dropin(&runtime_dropin_dir(unit), unit, property)
     }
 
     fn restore_runtime_dropin(
@@ -933,7 +950,7 @@ impl Units for SystemdUnits {
         property: &str,
         text: Option<&str>,
     ) -> Result<(), UnitError> {
-        restore_runtime_dropin(std::path::Path::new(RUNTIME_CONTROL), unit, property, text)
+        restore_runtime_dropin(&runtime_dropin_dir(unit), unit, property, text)
     }
 
     fn restarting(&self, pid: u32) -> Result<bool, UnitError> {
