@@ -422,6 +422,10 @@ pub struct Holder {
     settle: std::cell::RefCell<settle::Settle>,
     /// The `cgroup.events` watches of held partitions, when the holder thread watches.
     watch: Option<settle::Watch>,
+    /// Units let go whose `cpuset.cpus` systemd left could not have every CPU yet (a
+    /// sibling held some exclusively): by cgroup, the unit and what was written,
+    /// widened again after each later undo.
+    widened: std::cell::RefCell<BTreeMap<String, (String, CpuSet)>>,
 }
 
 /// A hold refused after something was changed for it.
@@ -469,6 +473,7 @@ impl Holder {
             owner_of: Box::new(owner_of),
             settle: std::cell::RefCell::new(settle::Settle::new(SETTLE_WAIT)),
             watch: None,
+            widened: Default::default(),
         }
     }
 

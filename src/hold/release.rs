@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use crate::cpuset::CpuSet;
+
 use super::partition::{Cgroup2, Partition};
 use super::{Hold, Holder, Target, RECOVERY_GRACE, UNRELEASED_RETRY};
 
@@ -219,15 +221,9 @@ impl Holder {
                 // The unit's own CPUs were none: its cgroup's are its parent's again,
                 // whatever systemd left there.
                 if h.before_cpus.is_empty() && problems.is_empty() {
-                    match cg2.empty_left_cpus(&h.cgroup, &h.cpus) {
-                        Ok(true) => {
-                            tracing::info!(unit = %h.unit, cpus = %h.cpus, "unit {}: cpuset.cpus {} that systemd left with AllowedCPUs= reset emptied", h.unit, h.cpus);
-                        }
-                        Ok(false) => {}
-                        Err(_) if !cg2.dir(&h.cgroup).is_dir() => {}
-                        Err(e) => problems.push(format!("cpuset.cpus {} left: {e}", h.cpus)),
-                    }
+                    self.widen(cg2, &h.unit, &h.cgroup, &h.cpus);
                 }
+                self.widen_again(cg2);
                 if cg2.dir(&h.cgroup).is_dir() {
                     let n = (self.give_back)(cg2, &h.cgroup, &h.cpus, &h.originals);
                     if n > 0 {
@@ -237,6 +233,42 @@ impl Holder {
             }
         }
         (partition, problems)
+    }
+
+    /// Widens the `cpuset.cpus` systemd left on `cgroup` (see
+    /// [`Cgroup2::widen_left_cpus`]); one that could not have every CPU yet (a sibling
+    /// still holds some) is widened again after each later undo.
+    fn widen(&self, cg2: &Cgroup2, unit: &str, cgroup: &str, was: &CpuSet) {
+        match cg2.widen_left_cpus(cgroup, was) {
+            Ok(Some((now, every))) => {
+                if &now != was {
+                    tracing::info!(unit = %unit, cpus = %now, "unit {unit}: cpuset.cpus {was} that systemd left with AllowedCPUs= reset widened to {now}");
+                }
+                let mut w = self.widened.borrow_mut();
+                if every {
+                    w.remove(cgroup);
+                } else {
+                    w.insert(cgroup.to_string(), (unit.to_string(), now));
+                }
+            }
+            Ok(None) => {}
+            Err(_) if !cg2.dir(cgroup).is_dir() => {}
+            Err(e) => {
+                tracing::warn!(unit = %unit, cpus = %was, error = %e, "unit {unit}: cpuset.cpus {was} that systemd left with AllowedCPUs= reset not widened: {e}");
+            }
+        }
+    }
+
+    /// The cgroups widened short of every CPU, widened again now that a hold let go.
+    fn widen_again(&self, cg2: &Cgroup2) {
+        let todo: Vec<(String, (String, CpuSet))> = std::mem::take(&mut *self.widened.borrow_mut())
+            .into_iter()
+            .collect();
+        for (cgroup, (unit, was)) in todo {
+            if cg2.dir(&cgroup).is_dir() {
+                self.widen(cg2, &unit, &cgroup, &was);
+            }
+        }
     }
 
     /// Undoes a hold; one not fully undone is kept as a leftover (in the journal),

@@ -273,6 +273,7 @@ fn tree() -> (tempfile::TempDir, Cgroup2) {
     let m = m.as_path();
     std::fs::write(m.join("cgroup.controllers"), "cpuset memory\n").unwrap();
     std::fs::write(m.join("cpuset.cpus.isolated"), "\n").unwrap();
+    std::fs::write(m.join("cpuset.cpus.effective"), "0-7\n").unwrap();
     for cg in [
         "system.slice",
         "system.slice/md.service",
@@ -1482,7 +1483,8 @@ fn want_with(rule: &str, pid: u32, cpus: &str, originals: &[(u32, &str)]) -> Wan
 
 /// Two isolate rules let go in one reconcile: each unit's AllowedCPUs= reset, the
 /// cpuset.cpus systemd leaves behind on the first (its slice keeps the controller for
-/// the second) emptied, and each unit's tasks handed their masks from before pinnerd.
+/// the second) widened — short of the second's partition while it stands, to every CPU
+/// once it goes — and each unit's tasks handed their masks from before pinnerd.
 #[test]
 fn two_holds_let_go_at_once_both_give_back_their_masks_and_cpus() {
     let (_d, cg2) = tree();
@@ -1512,8 +1514,8 @@ fn two_holds_let_go_at_once_both_give_back_their_masks_and_cpus() {
         assert_eq!(file(&cg2, cg, "cpuset.cpus.partition"), "member", "{unit}");
         assert_eq!(
             file(&cg2, cg, "cpuset.cpus"),
-            "",
-            "{unit}: the CPUs left emptied"
+            "0-7",
+            "{unit}: the CPUs left widened"
         );
     }
     let given = given.lock().unwrap().clone();
@@ -1563,7 +1565,7 @@ fn a_hold_left_by_a_crash_gives_back_the_masks_from_before_pinnerd() {
             BTreeMap::from([(10, set("0-7")), (12, set("3"))])
         )]
     );
-    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus"), "");
+    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus"), "0-7");
 }
 
 /// Letting go leaves the unit as its files say: the runtime drop-ins set-property wrote
