@@ -20,6 +20,7 @@ DATADIR ?= $(PREFIX)/share
 DOCDIR ?= $(DATADIR)/doc/pinnerd
 SYSCONFDIR ?= /etc
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+TMPFILESDIR ?= $(PREFIX)/lib/tmpfiles.d
 ifeq ($(PREFIX),/usr)
 DBUSPOLICYDIR ?= $(DATADIR)/dbus-1/system.d
 else
@@ -78,6 +79,7 @@ install: $(BIN)
 	sed 's|^ExecStart=@/usr/bin/pinnerd|ExecStart=@$(BINDIR)/pinnerd|' systemd/pinnerd-partition@.service \
 		>$(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd-partition@.service
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd-partition@.service
+	$(INSTALL) -D -m 0644 systemd/pinnerd.tmpfiles $(DESTDIR)$(TMPFILESDIR)/pinnerd.conf
 	$(INSTALL) -D -m 0644 systemd/org.pinnerd.Pinnerd1.conf \
 		$(DESTDIR)$(DBUSPOLICYDIR)/org.pinnerd.Pinnerd1.conf
 	$(INSTALL) -D -m 0644 polkit/org.pinnerd.policy \
@@ -106,6 +108,7 @@ install: $(BIN)
 uninstall:
 	rm -f $(DESTDIR)$(BINDIR)/pinnerd
 	rm -f $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd.service $(DESTDIR)$(SYSTEMDUNITDIR)/pinnerd-partition@.service
+	rm -f $(DESTDIR)$(TMPFILESDIR)/pinnerd.conf
 	rm -f $(DESTDIR)$(DBUSPOLICYDIR)/org.pinnerd.Pinnerd1.conf
 	rm -f $(DESTDIR)$(POLKITACTIONDIR)/org.pinnerd.policy
 	rm -rf $(DESTDIR)$(DOCDIR)

@@ -247,6 +247,11 @@ pub struct RestoreReport {
     pub gone: usize,
     /// Tasks whose restore failed, with the reason.
     pub failed: Vec<(Tid, String)>,
+    /// The entries whose process still runs, each of its tasks that was ours listed in
+    /// `threads` with the mask it had before pinnerd first touched it: the restore may
+    /// have been narrowed by a cgroup cpuset (a unit still held), so a later run that
+    /// manages the process again takes these as its originals, not the masks it reads.
+    pub alive: Vec<RestoreEntry>,
 }
 
 /// Restores every task recorded in `entries` that still runs on the mask we applied.
@@ -269,6 +274,7 @@ pub fn restore_entries(
             report.gone += 1;
             continue;
         }
+        let mut ours = BTreeMap::new();
         for tid in list_tids(root, e.pid) {
             let Ok(current) = ops.get_affinity(tid) else {
                 continue;
@@ -281,12 +287,23 @@ pub fn restore_entries(
                 report.left_alone += 1;
                 continue;
             }
+            ours.insert(
+                tid,
+                ThreadRestore {
+                    original: original.clone(),
+                    applied: applied.clone(),
+                },
+            );
             match apply(ops, tid, original, online) {
                 Outcome::Applied { .. } | Outcome::Narrowed { .. } => report.restored += 1,
                 Outcome::Gone => {}
                 other => report.failed.push((tid, other.label().to_string())),
             }
         }
+        report.alive.push(RestoreEntry {
+            threads: ours,
+            ..e.clone()
+        });
     }
     report
 }

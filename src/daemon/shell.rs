@@ -843,7 +843,7 @@ mod tests {
                     Err("systemd is not reachable".into()),
                     Err(crate::hold::partition::Unable::NoCgroup2),
                     crate::hold::Journal::new(&runtime),
-                    Box::new(|_, _, _| 0),
+                    Box::new(|_, _, _, _| 0),
                 )
             },
             |_, _| {},

@@ -196,6 +196,8 @@ impl Holder {
             partition: None,
             by_systemd: false,
             emptied: false,
+            originals: t.originals.clone(),
+            dropins: BTreeMap::new(),
         };
         // On record before the first change: a crash halfway leaves nothing unknown. The
         // unit's leftover, if any, is replaced by this hold, which carries its values.
@@ -203,6 +205,25 @@ impl Holder {
             .into_iter()
             .partition(|l| l.unit == unit);
         self.leftover = rest;
+        // The drop-ins a hold not fully undone left are not the unit's own: that hold's
+        // record of them is.
+        hold.dropins = match (replaced.first(), adopted) {
+            (Some(l), _) => l.dropins.clone(),
+            (None, true) => systemd::HELD_PROPERTIES
+                .iter()
+                .map(|p| (p.to_string(), None))
+                .collect(),
+            (None, false) => systemd::HELD_PROPERTIES
+                .iter()
+                .filter_map(|p| match units.runtime_dropin(&unit, p) {
+                    Ok(text) => Some((p.to_string(), text)),
+                    Err(e) => {
+                        tracing::warn!(unit = %unit, property = p, error = %e, "unit {unit}: its runtime drop-in for {p} cannot be read ({e}); it will not be put back when the hold lets go");
+                        None
+                    }
+                })
+                .collect(),
+        };
         self.held.push(hold.clone());
         self.save();
         self.held.pop();

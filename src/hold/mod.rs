@@ -115,6 +115,9 @@ pub struct Want {
     /// What the rule names that a user cannot imitate: the hold is made only for a
     /// process it vouches for (see `vouch`).
     pub vouch: Vouch,
+    /// The mask each of its tasks (by tid) had before pinnerd first touched it: what
+    /// a task the hold narrowed gets back when the hold lets go (see [`GiveBack`]).
+    pub originals: BTreeMap<u32, CpuSet>,
 }
 
 /// What holding one process came to, for `explain`, `status`, `plan --live` and the log.
@@ -268,6 +271,16 @@ pub struct Hold {
     /// daemon lets the unit go).
     #[serde(default)]
     pub emptied: bool,
+    /// The mask each task of its processes (by tid) had before pinnerd first touched
+    /// it, as the daemon last wanted it held: given back when the hold lets go, also
+    /// after a crash (see [`GiveBack`]).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub originals: BTreeMap<u32, CpuSet>,
+    /// The unit's runtime drop-ins of [`systemd::HELD_PROPERTIES`] before the hold, by
+    /// property (`None`: there was none): put back as they were when it lets go. A
+    /// property whose drop-in could not be read is not listed, and never touched.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub dropins: BTreeMap<String, Option<String>>,
 }
 
 impl Hold {
@@ -289,6 +302,8 @@ struct Target {
     cpus: CpuSet,
     mems: Option<CpuSet>,
     isolate: bool,
+    /// Its processes' tasks' masks from before pinnerd (see [`Want::originals`]).
+    originals: BTreeMap<u32, CpuSet>,
 }
 
 impl Target {
@@ -310,13 +325,19 @@ impl Target {
 }
 
 /// Gives back the masks systemd leaves on a unit's tasks when its `AllowedCPUs=` is
-/// reset (systemd #43846): every task of `cgroup` whose mask is exactly `held` gets the
-/// effective CPUs of the cgroup, or of its nearest ancestor that has a cpuset. Returns
-/// how many were given back.
-pub type GiveBack = dyn Fn(&Cgroup2, &str, &CpuSet) -> usize + Send;
+/// reset (systemd #43846): every task of `cgroup` whose mask is exactly `held` (or its
+/// original narrowed to `held`) gets its original from `originals` (by tid: the mask
+/// before pinnerd first touched it), else the effective CPUs of the cgroup, or of its
+/// nearest ancestor that has a cpuset. Returns how many were given back.
+pub type GiveBack = dyn Fn(&Cgroup2, &str, &CpuSet, &BTreeMap<u32, CpuSet>) -> usize + Send;
 
 /// The real [`GiveBack`]: `cgroup.threads` and `sched_setaffinity`.
-pub fn give_back_masks(cg2: &Cgroup2, cgroup: &str, held: &CpuSet) -> usize {
+pub fn give_back_masks(
+    cg2: &Cgroup2,
+    cgroup: &str,
+    held: &CpuSet,
+    originals: &BTreeMap<u32, CpuSet>,
+) -> usize {
     use crate::affinity::AffinityOps;
     let dir = cg2.dir(cgroup);
     // The unit's own cpuset files may be gone with its AllowedCPUs= (systemd turns the
@@ -350,11 +371,18 @@ pub fn give_back_masks(cg2: &Cgroup2, cgroup: &str, held: &CpuSet) -> usize {
     let mut n = 0;
     for tid in threads
         .split_whitespace()
-        .filter_map(|t| t.parse::<i32>().ok())
+        .filter_map(|t| t.parse::<u32>().ok())
     {
-        if ops.get_affinity(tid).is_ok_and(|m| &m == held)
-            && ops.set_affinity(tid, &effective).is_ok()
-        {
+        let Ok(mask) = ops.get_affinity(tid as i32) else {
+            continue;
+        };
+        let original = originals.get(&tid);
+        let narrowed = original.is_some_and(|o| mask == o.intersection(held));
+        if &mask != held && !narrowed {
+            continue;
+        }
+        let back = original.unwrap_or(&effective);
+        if back != &mask && ops.set_affinity(tid as i32, back).is_ok() {
             n += 1;
         }
     }
@@ -394,6 +422,10 @@ pub struct Holder {
     settle: std::cell::RefCell<settle::Settle>,
     /// The `cgroup.events` watches of held partitions, when the holder thread watches.
     watch: Option<settle::Watch>,
+    /// Units let go whose `cpuset.cpus` systemd left could not have every CPU yet (a
+    /// sibling held some exclusively): by cgroup, the unit and what was written,
+    /// widened again after each later undo.
+    widened: std::cell::RefCell<BTreeMap<String, (String, CpuSet)>>,
 }
 
 /// A hold refused after something was changed for it.
@@ -441,6 +473,7 @@ impl Holder {
             owner_of: Box::new(owner_of),
             settle: std::cell::RefCell::new(settle::Settle::new(SETTLE_WAIT)),
             watch: None,
+            widened: Default::default(),
         }
     }
 
@@ -587,6 +620,7 @@ impl Holder {
                 }
                 Some(t) => {
                     t.pids.push(w.pid);
+                    t.originals.extend(w.originals.clone());
                     t.cpus = t.cpus.union(&w.cpus);
                     t.mems = match (&t.mems, &w.mems) {
                         (Some(a), Some(b)) => Some(a.union(b)),
@@ -604,6 +638,7 @@ impl Holder {
                             cpus: w.cpus.clone(),
                             mems: w.mems.clone(),
                             isolate: w.isolate,
+                            originals: w.originals.clone(),
                         },
                     );
                 }
@@ -616,6 +651,7 @@ impl Holder {
             match targets.get_mut(&key) {
                 Some(t) if t.rule == wants[i].rule && matches!(t.place, Place::Unit(_)) => {
                     t.pids.push(wants[i].pid);
+                    t.originals.extend(wants[i].originals.clone());
                     target_of[i] = Some(key);
                 }
                 _ => reports[i].problem = Some(why),

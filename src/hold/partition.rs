@@ -471,6 +471,65 @@ impl Cgroup2 {
         failed
     }
 
+    /// A unit's `AllowedCPUs=` reset leaves its cgroup's `cpuset.cpus` as it was while
+    /// its slice keeps the cpuset controller for another unit (systemd #43846: only a
+    /// value set is written), and the kernel refuses to empty the `cpuset.cpus` of a
+    /// cgroup with tasks (ENOSPC). So where it still reads `was`, every CPU is written
+    /// there but those a sibling holds exclusively (the kernel refuses an overlap:
+    /// EINVAL): the cgroup then has its parent's CPUs, as a reset means, and the kernel
+    /// gives its tasks their own masks back. Returns what it has now, and whether that
+    /// is every CPU (else it is to be widened again once the siblings let go); `None`
+    /// when the cgroup has no such file or reads other CPUs.
+    pub fn widen_left_cpus(
+        &self,
+        cgroup: &str,
+        was: &CpuSet,
+    ) -> Result<Option<(CpuSet, bool)>, Unable> {
+        if !self.file(cgroup, "cpuset.cpus").is_file() {
+            return Ok(None);
+        }
+        let now = self.read_cpus(cgroup, "cpuset.cpus")?;
+        if &now != was {
+            return Ok(None);
+        }
+        let all = self
+            .read_cpus("/", "cpuset.cpus.effective")?
+            .union(&self.isolated().unwrap_or_default());
+        let mut taken = CpuSet::new();
+        let (parent, own) = match cgroup.trim_end_matches('/').rsplit_once('/') {
+            Some((p, o)) => (if p.is_empty() { "/" } else { p }, o),
+            None => ("/", cgroup),
+        };
+        if let Ok(entries) = std::fs::read_dir(self.dir(parent)) {
+            for e in entries.flatten() {
+                let name = e.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if name == own || !e.path().is_dir() {
+                    continue;
+                }
+                let sibling = format!("{}/{name}", parent.trim_end_matches('/'));
+                let exclusive = self.exclusive(&sibling).unwrap_or_default();
+                if !exclusive.is_empty() {
+                    taken = taken.union(&exclusive);
+                } else if self
+                    .partition_state(&sibling)
+                    .is_ok_and(|s| s.split_whitespace().next() != Some("member"))
+                {
+                    taken =
+                        taken.union(&self.read_cpus(&sibling, "cpuset.cpus").unwrap_or_default());
+                }
+            }
+        }
+        let want = all.difference(&taken);
+        if want.is_empty() {
+            return Ok(None);
+        }
+        if want != now {
+            self.write(cgroup, "cpuset.cpus", &want.to_string())?;
+        }
+        Ok(Some((want, taken.intersection(&all).is_empty())))
+    }
+
     /// The cgroup's `cpuset.cpus.exclusive`.
     pub fn exclusive(&self, cgroup: &str) -> Result<CpuSet, Unable> {
         self.read_cpus(cgroup, "cpuset.cpus.exclusive")

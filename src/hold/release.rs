@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use crate::cpuset::CpuSet;
+
 use super::partition::{Cgroup2, Partition};
 use super::{Hold, Holder, Target, RECOVERY_GRACE, UNRELEASED_RETRY};
 
@@ -89,7 +91,7 @@ impl Holder {
     /// while the others are undone: their partitions are live ones.
     pub(super) fn release_unwanted(&mut self, targets: &BTreeMap<String, Target>) {
         let cg2 = self.cg2.as_ref().ok();
-        let (kept, gone): (Vec<Hold>, Vec<Hold>) =
+        let (mut kept, gone): (Vec<Hold>, Vec<Hold>) =
             std::mem::take(&mut self.held).into_iter().partition(|h| {
                 let refilled =
                     h.emptied && cg2.and_then(|c| c.populated_events(&h.cgroup)) == Some(true);
@@ -97,6 +99,12 @@ impl Holder {
                     .get(&h.unit)
                     .is_some_and(|t| h.same_target(t) && !refilled)
             });
+        // The masks to give back follow the daemon's: tasks come and go.
+        for h in &mut kept {
+            if let Some(t) = targets.get(&h.unit) {
+                h.originals.clone_from(&t.originals);
+            }
+        }
         self.held = kept;
         for h in gone {
             let (rule, unit, cpus) = (h.rule.clone(), h.unit.clone(), h.cpus.clone());
@@ -188,7 +196,17 @@ impl Holder {
                 Ok(u) => {
                     let mems = h.mems.as_ref().map(|_| &h.before_mems);
                     match u.set_allowed(&h.unit, Some(&h.before_cpus), mems) {
-                        Ok(()) => {}
+                        Ok(()) => {
+                            // The unit follows its files again, not what set-property
+                            // wrote for the hold.
+                            for (property, text) in &h.dropins {
+                                if let Err(e) =
+                                    u.restore_runtime_dropin(&h.unit, property, text.as_deref())
+                                {
+                                    tracing::warn!(unit = %h.unit, property = %property, error = %e, "unit {}: the runtime drop-in for {property} not put back as it was before the hold: {e}", h.unit);
+                                }
+                            }
+                        }
                         // A unit that is gone holds nothing any more.
                         Err(e) if gone() => {
                             tracing::debug!(unit = %h.unit, error = %e, "unit gone before it was let go");
@@ -200,8 +218,14 @@ impl Holder {
                 Err(e) => problems.push(format!("AllowedCPUs= not given back: {e}")),
             }
             if let Ok(cg2) = &self.cg2 {
+                // The unit's own CPUs were none: its cgroup's are its parent's again,
+                // whatever systemd left there.
+                if h.before_cpus.is_empty() && problems.is_empty() {
+                    self.widen(cg2, &h.unit, &h.cgroup, &h.cpus);
+                }
+                self.widen_again(cg2);
                 if cg2.dir(&h.cgroup).is_dir() {
-                    let n = (self.give_back)(cg2, &h.cgroup, &h.cpus);
+                    let n = (self.give_back)(cg2, &h.cgroup, &h.cpus, &h.originals);
                     if n > 0 {
                         tracing::info!(unit = %h.unit, tasks = n, "unit {}: the masks systemd left on CPUs {} given back to {n} tasks", h.unit, h.cpus);
                     }
@@ -209,6 +233,42 @@ impl Holder {
             }
         }
         (partition, problems)
+    }
+
+    /// Widens the `cpuset.cpus` systemd left on `cgroup` (see
+    /// [`Cgroup2::widen_left_cpus`]); one that could not have every CPU yet (a sibling
+    /// still holds some) is widened again after each later undo.
+    fn widen(&self, cg2: &Cgroup2, unit: &str, cgroup: &str, was: &CpuSet) {
+        match cg2.widen_left_cpus(cgroup, was) {
+            Ok(Some((now, every))) => {
+                if &now != was {
+                    tracing::info!(unit = %unit, cpus = %now, "unit {unit}: cpuset.cpus {was} that systemd left with AllowedCPUs= reset widened to {now}");
+                }
+                let mut w = self.widened.borrow_mut();
+                if every {
+                    w.remove(cgroup);
+                } else {
+                    w.insert(cgroup.to_string(), (unit.to_string(), now));
+                }
+            }
+            Ok(None) => {}
+            Err(_) if !cg2.dir(cgroup).is_dir() => {}
+            Err(e) => {
+                tracing::warn!(unit = %unit, cpus = %was, error = %e, "unit {unit}: cpuset.cpus {was} that systemd left with AllowedCPUs= reset not widened: {e}");
+            }
+        }
+    }
+
+    /// The cgroups widened short of every CPU, widened again now that a hold let go.
+    fn widen_again(&self, cg2: &Cgroup2) {
+        let todo: Vec<(String, (String, CpuSet))> = std::mem::take(&mut *self.widened.borrow_mut())
+            .into_iter()
+            .collect();
+        for (cgroup, (unit, was)) in todo {
+            if cg2.dir(&cgroup).is_dir() {
+                self.widen(cg2, &unit, &cgroup, &was);
+            }
+        }
     }
 
     /// Undoes a hold; one not fully undone is kept as a leftover (in the journal),

@@ -114,6 +114,8 @@ impl Settle {
                 partition: Some(u.p.clone()),
                 by_systemd: false,
                 emptied: false,
+                originals: Default::default(),
+                dropins: Default::default(),
             })
             .collect()
     }

@@ -19,6 +19,8 @@ struct World {
     tree: Option<Cgroup2>,
     /// Each `set_allowed` takes this long on this clock (a loaded systemd).
     slow: Option<(FakeClock, Duration)>,
+    /// The runtime drop-ins set-property leaves, by unit and property.
+    dropins: HashMap<(String, String), String>,
 }
 
 /// A clock that moves only when told.
@@ -142,6 +144,26 @@ impl Units for FakeUnits {
                 message: "Access denied".into(),
             });
         }
+        // systemd writes the unit's cpuset.cpus for a value set, and nothing for a
+        // reset: the old value stays while the slice keeps the controller (#43846).
+        let cgroup = w
+            .by_pid
+            .values()
+            .find(|i| i.name == unit)
+            .map(|i| i.cgroup.clone());
+        if let (Some(tree), Some(cg), Some(c)) = (&w.tree, cgroup, cpus) {
+            if !c.is_empty() {
+                std::fs::write(tree.dir(&cg).join("cpuset.cpus"), format!("{c}\n")).unwrap();
+            }
+        }
+        for (property, value) in [("AllowedCPUs", cpus), ("AllowedMemoryNodes", mems)] {
+            if let Some(v) = value {
+                w.dropins.insert(
+                    (unit.to_string(), property.to_string()),
+                    format!("# created via systemctl set-property\n[Service]\n{property}={v}\n"),
+                );
+            }
+        }
         let a = w.allowed.entry(unit.to_string()).or_default();
         if let Some(c) = cpus {
             a.cpus = c.clone();
@@ -179,6 +201,26 @@ impl Units for FakeUnits {
     }
     fn partition_property(&self, _unit: &str) -> Result<Option<String>, UnitError> {
         Ok(None)
+    }
+    fn runtime_dropin(&self, unit: &str, property: &str) -> Result<Option<String>, UnitError> {
+        let w = self.0.lock().unwrap();
+        Ok(w.dropins
+            .get(&(unit.to_string(), property.to_string()))
+            .cloned())
+    }
+    fn restore_runtime_dropin(
+        &self,
+        unit: &str,
+        property: &str,
+        text: Option<&str>,
+    ) -> Result<(), UnitError> {
+        let mut w = self.0.lock().unwrap();
+        let key = (unit.to_string(), property.to_string());
+        match text {
+            Some(t) => w.dropins.insert(key, t.to_string()),
+            None => w.dropins.remove(&key),
+        };
+        Ok(())
     }
     fn restarting(&self, _pid: u32) -> Result<bool, UnitError> {
         Ok(self.0.lock().unwrap().restarting)
@@ -231,6 +273,7 @@ fn tree() -> (tempfile::TempDir, Cgroup2) {
     let m = m.as_path();
     std::fs::write(m.join("cgroup.controllers"), "cpuset memory\n").unwrap();
     std::fs::write(m.join("cpuset.cpus.isolated"), "\n").unwrap();
+    std::fs::write(m.join("cpuset.cpus.effective"), "0-7\n").unwrap();
     for cg in [
         "system.slice",
         "system.slice/md.service",
@@ -255,7 +298,7 @@ fn holder(units: &FakeUnits, cg2: &Cgroup2, runtime: &Path) -> Holder {
         Ok(Box::new(units.clone())),
         Ok(cg2.clone()),
         Journal::new(runtime),
-        Box::new(|_, _, _| 0),
+        Box::new(|_, _, _, _| 0),
     )
     .with_owners(Box::new(move |pid| owners.owner(pid)))
     .settling(Duration::from_millis(30))
@@ -273,6 +316,7 @@ fn want(rule: &str, pid: u32, cpus: &str, isolate: bool) -> Want {
             users: vec![0],
             unit: false,
         },
+        originals: BTreeMap::new(),
     }
 }
 
@@ -634,7 +678,7 @@ fn a_partition_the_kernel_refuses_the_daemon_is_made_by_the_helper_unit_and_undo
         Err("systemd is not on the system bus: no bus".into()),
         Ok(cg2.clone()),
         Journal::new(run.path()),
-        Box::new(|_, _, _| 0),
+        Box::new(|_, _, _, _| 0),
     );
     let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
     assert_eq!(
@@ -708,7 +752,7 @@ fn a_unit_not_found_and_a_systemd_not_there_are_asked_again_at_the_next_reconcil
         Err("systemd is not on the system bus: not yet".into()),
         Ok(cg2.clone()),
         Journal::new(run.path()),
-        Box::new(|_, _, _| 0),
+        Box::new(|_, _, _, _| 0),
     )
     .reconnecting(Box::new(move || {
         *counted.lock().unwrap() += 1;
@@ -1028,7 +1072,7 @@ fn a_hold_a_previous_run_left_that_cannot_be_undone_stays_on_record_and_is_not_t
         Err("systemd is not on the system bus: not yet".into()),
         Ok(cg2.clone()),
         Journal::new(run.path()),
-        Box::new(|_, _, _| 0),
+        Box::new(|_, _, _, _| 0),
     )
     .reconnecting(Box::new(move || {
         Ok(Box::new(later.clone()) as Box<dyn Units>)
@@ -1400,4 +1444,209 @@ fn a_restart_of_the_daemon_keeps_what_is_held_for_the_next_start() {
         file(&cg2, "/system.slice/md.service", "cpuset.cpus.partition"),
         "member"
     );
+}
+
+/// What a holder gave back: unit cgroup, CPUs held, the originals handed down.
+type GivenBack = Arc<Mutex<Vec<(String, CpuSet, BTreeMap<u32, CpuSet>)>>>;
+
+/// A holder whose masks given back are recorded in the list it returns.
+fn recording_holder(units: &FakeUnits, cg2: &Cgroup2, runtime: &Path) -> (Holder, GivenBack) {
+    let given: GivenBack = Arc::default();
+    let g = given.clone();
+    let owners = units.clone();
+    let h = Holder::new(
+        Ok(Box::new(units.clone())),
+        Ok(cg2.clone()),
+        Journal::new(runtime),
+        Box::new(move |_, cgroup, held, originals| {
+            g.lock()
+                .unwrap()
+                .push((cgroup.to_string(), held.clone(), originals.clone()));
+            originals.len()
+        }),
+    )
+    .with_owners(Box::new(move |pid| owners.owner(pid)))
+    .settling(Duration::from_millis(30));
+    (h, given)
+}
+
+/// `want`, with the masks its tasks had before pinnerd.
+fn want_with(rule: &str, pid: u32, cpus: &str, originals: &[(u32, &str)]) -> Want {
+    Want {
+        originals: originals
+            .iter()
+            .map(|(tid, m)| (*tid, m.parse().unwrap()))
+            .collect(),
+        ..want(rule, pid, cpus, true)
+    }
+}
+
+/// Two isolate rules let go in one reconcile: each unit's AllowedCPUs= reset, the
+/// cpuset.cpus systemd leaves behind on the first (its slice keeps the controller for
+/// the second) widened — short of the second's partition while it stands, to every CPU
+/// once it goes — and each unit's tasks handed their masks from before pinnerd.
+#[test]
+fn two_holds_let_go_at_once_both_give_back_their_masks_and_cpus() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.0.lock().unwrap().tree = Some(cg2.clone());
+    units.add_main(10, "md.service", "/system.slice/md.service", "system.slice");
+    units.add_main(
+        11,
+        "cron.service",
+        "/system.slice/cron.service",
+        "system.slice",
+    );
+    let (mut h, given) = recording_holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[
+        want_with("a", 10, "6-7", &[(10, "0-7"), (12, "1-7")]),
+        want_with("b", 11, "4-5", &[(11, "0-7")]),
+    ]);
+    assert!(r.iter().all(|r| r.isolated), "{r:?}");
+    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus"), "6-7");
+    h.reconcile(&[]);
+    for (unit, cg) in [
+        ("md.service", "/system.slice/md.service"),
+        ("cron.service", "/system.slice/cron.service"),
+    ] {
+        assert!(units.allowed_of(unit).cpus.is_empty(), "{unit}");
+        assert_eq!(file(&cg2, cg, "cpuset.cpus.partition"), "member", "{unit}");
+        assert_eq!(
+            file(&cg2, cg, "cpuset.cpus"),
+            "0-7",
+            "{unit}: the CPUs left widened"
+        );
+    }
+    let given = given.lock().unwrap().clone();
+    let set = |s: &str| s.parse::<CpuSet>().unwrap();
+    assert_eq!(
+        given,
+        vec![
+            (
+                "/system.slice/cron.service".to_string(),
+                set("4-5"),
+                BTreeMap::from([(11, set("0-7"))])
+            ),
+            (
+                "/system.slice/md.service".to_string(),
+                set("6-7"),
+                BTreeMap::from([(10, set("0-7")), (12, set("1-7"))])
+            ),
+        ]
+    );
+    assert!(!run.path().join(JOURNAL_FILE).exists());
+}
+
+/// The masks from before pinnerd are on record with the hold: a hold a killed daemon
+/// left, not wanted again, gives them back when the next start lets it go.
+#[test]
+fn a_hold_left_by_a_crash_gives_back_the_masks_from_before_pinnerd() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.0.lock().unwrap().tree = Some(cg2.clone());
+    units.add_main(10, "md.service", "/system.slice/md.service", "system.slice");
+    let (mut first, _) = recording_holder(&units, &cg2, run.path());
+    first.reconcile(&[want_with("a", 10, "6-7", &[(10, "0-7"), (12, "3")])]);
+    drop(first); // killed: nothing undone
+    let (mut second, given) = recording_holder(&units, &cg2, run.path());
+    let t0 = Instant::now();
+    second.recover(t0);
+    second.reconcile(&[]);
+    assert!(given.lock().unwrap().is_empty(), "kept for the grace");
+    second.expire(t0 + RECOVERY_GRACE);
+    let set = |s: &str| s.parse::<CpuSet>().unwrap();
+    assert_eq!(
+        given.lock().unwrap().clone(),
+        vec![(
+            "/system.slice/md.service".to_string(),
+            set("6-7"),
+            BTreeMap::from([(10, set("0-7")), (12, set("3"))])
+        )]
+    );
+    assert_eq!(file(&cg2, "/system.slice/md.service", "cpuset.cpus"), "0-7");
+}
+
+/// Letting go leaves the unit as its files say: the runtime drop-ins set-property wrote
+/// for the hold are removed, and one the administrator had set at run time before the
+/// hold is put back as it was.
+#[test]
+fn letting_go_removes_the_runtime_dropins_of_the_hold_and_keeps_the_admins() {
+    let (_d, cg2) = tree();
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add_main(10, "md.service", "/system.slice/md.service", "system.slice");
+    // The administrator's own run-time value, before pinnerd.
+    units
+        .set_allowed("md.service", None, Some(&"0-1".parse().unwrap()))
+        .unwrap();
+    let key = |p: &str| ("md.service".to_string(), p.to_string());
+    let admins = units
+        .0
+        .lock()
+        .unwrap()
+        .dropins
+        .get(&key("AllowedMemoryNodes"))
+        .cloned();
+    assert!(admins.is_some());
+    let mut h = holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[Want {
+        mems: Some("1".parse().unwrap()),
+        ..want("feed", 10, "6-7", true)
+    }]);
+    assert!(r[0].confined, "{r:?}");
+    assert!(units
+        .0
+        .lock()
+        .unwrap()
+        .dropins
+        .contains_key(&key("AllowedCPUs")));
+    h.reconcile(&[]);
+    let w = units.0.lock().unwrap();
+    assert_eq!(
+        w.dropins.get(&key("AllowedCPUs")),
+        None,
+        "pinnerd's drop-in left"
+    );
+    assert_eq!(w.dropins.get(&key("AllowedMemoryNodes")), admins.as_ref());
+}
+
+#[test]
+fn runtime_dropins_are_removed_written_back_and_never_outside_their_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let path = d.join("md.service.d/50-AllowedCPUs.conf");
+    assert_eq!(
+        systemd::runtime_dropin(d, "md.service", "AllowedCPUs").unwrap(),
+        path
+    );
+    assert_eq!(
+        systemd::read_runtime_dropin(d, "md.service", "AllowedCPUs").unwrap(),
+        None
+    );
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, "[Service]\nAllowedCPUs=6-7\n").unwrap();
+    std::fs::write(d.join("md.service.d/50-MemoryMax.conf"), "x").unwrap();
+    systemd::restore_runtime_dropin(d, "md.service", "AllowedCPUs", None).unwrap();
+    assert!(!path.exists());
+    assert!(
+        d.join("md.service.d/50-MemoryMax.conf").exists(),
+        "another's kept"
+    );
+    systemd::restore_runtime_dropin(d, "md.service", "MemoryMax", None).unwrap();
+    assert!(
+        !d.join("md.service.d").exists(),
+        "the emptied directory goes"
+    );
+    systemd::restore_runtime_dropin(d, "md.service", "AllowedCPUs", Some("a")).unwrap();
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "a");
+    systemd::restore_runtime_dropin(d, "md.service", "AllowedCPUs", None).unwrap();
+    systemd::restore_runtime_dropin(d, "md.service", "AllowedCPUs", None).unwrap();
+    for bad in ["../x.service", "", ".service", "a/b.service"] {
+        assert!(
+            systemd::runtime_dropin(d, bad, "AllowedCPUs").is_err(),
+            "{bad}"
+        );
+    }
 }

@@ -272,7 +272,10 @@ impl Manager {
             return false;
         };
         let Some(t) = m.threads.get_mut(&tid) else {
-            let original = m.original_for(pid, tid, current, &want_now);
+            let original = match m.recovered.remove(&tid) {
+                Some(o) => o,
+                None => m.original_for(pid, tid, current, &want_now),
+            };
             m.hold_slot(placement, slot);
             let t = ManagedThread::new(comm, placement, slot, original, Outcome::Gone);
             m.threads.insert(tid, t);
@@ -401,7 +404,10 @@ impl Manager {
             }
             None => {
                 m.hold_slot(placement, slot);
-                let original = m.original.clone();
+                let original = m
+                    .recovered
+                    .remove(&tid)
+                    .unwrap_or_else(|| m.original.clone());
                 m.threads.insert(
                     tid,
                     ManagedThread::new(comm, placement, slot, original, outcome.clone()),

@@ -65,7 +65,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::affinity::restore::{self, Journal, RestoreError, RestoreReport};
+use crate::affinity::restore::{self, Journal, RestoreEntry, RestoreError, RestoreReport};
 use crate::affinity::{AffinityOps, Outcome, ProcessHandle, Tid};
 use crate::cpuset::CpuSet;
 use crate::plan::{Cpus, Plan, PlanState};
@@ -311,6 +311,9 @@ struct Managed {
     /// A thread's affinity could not be read for lack of permission, and that was
     /// warned about: once per process.
     warned_permission: bool,
+    /// Tasks a previous run had changed, with the masks they had before it (see
+    /// [`Manager::recover`]): their originals when met, whatever they read now.
+    recovered: BTreeMap<Tid, CpuSet>,
 }
 
 impl Managed {
@@ -429,6 +432,11 @@ pub struct Manager {
     container_tasks: Option<std::path::PathBuf>,
     journal: Option<Journal>,
     journal_dirty: bool,
+    /// What the journal of a previous run (a crash) recorded of processes still
+    /// running, by pid: the masks their tasks had before pinnerd first touched them,
+    /// taken as their originals when they are managed again (see [`Manager::recover`]),
+    /// and kept in the journal meanwhile.
+    recovered: BTreeMap<i32, RestoreEntry>,
     counters: Counters,
     /// pinnerd's own pid: never managed (see `protect`).
     own_pid: i32,
@@ -496,6 +504,7 @@ impl Manager {
             container_tasks: None,
             journal: None,
             journal_dirty: false,
+            recovered: BTreeMap::new(),
             counters: Counters::default(),
             own_pid: std::process::id() as i32,
             protected: BTreeMap::new(),
@@ -536,15 +545,22 @@ impl Manager {
         self
     }
 
-    /// Restores what a previous instance left in the journal (after a crash), then
-    /// empties it. Call once, before the first rescan. A corrupt journal is moved aside
-    /// first ([`RestoreError::SetAside`]), never overwritten.
+    /// Restores what a previous instance left in the journal (after a crash). Call once,
+    /// before the first rescan. A corrupt journal is moved aside first
+    /// ([`RestoreError::SetAside`]), never overwritten. The masks from before pinnerd
+    /// first touched the processes still running are kept (in the journal too): the
+    /// restore may have been narrowed by a unit's cpuset still held, and what a task
+    /// reads then is not what it is to get back when it is let go.
     pub fn recover(&mut self, root: &SysRoot) -> Result<RestoreReport, RestoreError> {
-        let Some(journal) = &self.journal else {
+        let Some(journal) = self.journal.clone() else {
             return Ok(RestoreReport::default());
         };
         let entries = journal.load_or_set_aside()?;
-        let report = restore::restore_entries(self.ops.as_ref(), root, &entries, self.online());
+        let mut report = restore::restore_entries(self.ops.as_ref(), root, &entries, self.online());
+        self.recovered = std::mem::take(&mut report.alive)
+            .into_iter()
+            .map(|e| (e.pid, e))
+            .collect();
         if !entries.is_empty() {
             tracing::info!(
                 restored = report.restored,
@@ -557,7 +573,7 @@ impl Manager {
                 report.gone
             );
         }
-        journal.save(&[])?;
+        journal.save(&self.journal_entries())?;
         Ok(report)
     }
 

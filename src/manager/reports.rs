@@ -328,6 +328,8 @@ impl Manager {
                     threads,
                 })
             })
+            // What a previous run changed of processes not managed again (yet).
+            .chain(self.recovered.values().cloned())
             .collect()
     }
 
@@ -405,6 +407,23 @@ impl Manager {
                 users: rule.matcher.users.clone().unwrap_or_default(),
                 unit: rule.matcher.unit.is_some(),
             },
+            originals: self.originals_of(pid),
         })
+    }
+
+    /// The mask each task of managed process `pid` had before pinnerd first touched
+    /// it, by tid (its main thread's always).
+    fn originals_of(&self, pid: i32) -> std::collections::BTreeMap<u32, CpuSet> {
+        let Some(m) = self.managed.get(&pid) else {
+            return Default::default();
+        };
+        std::iter::once((pid as u32, m.original.clone()))
+            .chain(
+                m.threads
+                    .iter()
+                    .filter(|(_, t)| !t.released)
+                    .map(|(tid, t)| (*tid as u32, t.original.clone())),
+            )
+            .collect()
     }
 }

@@ -277,9 +277,18 @@ impl Manager {
                 return false;
             }
         };
-        let original = match original {
-            Some(o) => o,
-            None => match self.ops.get_affinity(pid) {
+        // A process a previous run had changed: what it had before that run.
+        let recovered = self
+            .recovered
+            .remove(&pid)
+            .filter(|e| e.start_time == snap.start_time);
+        if recovered.is_some() {
+            self.journal_dirty = true;
+        }
+        let original = match (original, &recovered) {
+            (Some(o), _) => o,
+            (None, Some(e)) => e.original.clone(),
+            (None, None) => match self.ops.get_affinity(pid) {
                 Ok(m) => m,
                 Err(e) => {
                     self.not_read(snap, &source, e);
@@ -314,6 +323,14 @@ impl Manager {
                 slots: HashMap::new(),
                 memory: None,
                 warned_permission: false,
+                recovered: recovered
+                    .map(|e| {
+                        e.threads
+                            .into_iter()
+                            .map(|(tid, t)| (tid, t.original))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             },
         );
         self.awaiting.remove(&pid);
@@ -445,6 +462,9 @@ impl Manager {
             self.cmdlines.forget(pid);
             self.protected.remove(&pid);
             self.denied.remove(&pid);
+            if self.recovered.remove(&pid).is_some() {
+                self.journal_dirty = true;
+            }
             if self.managed.contains_key(&pid) {
                 self.forget(pid, out);
             }

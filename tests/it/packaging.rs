@@ -96,6 +96,8 @@ fn make_install_prefix_usr_is_the_package_layout() {
         "usr/lib/systemd/system/",
         "usr/lib/systemd/system/pinnerd-partition@.service",
         "usr/lib/systemd/system/pinnerd.service",
+        "usr/lib/tmpfiles.d/",
+        "usr/lib/tmpfiles.d/pinnerd.conf",
         "usr/share/",
         "usr/share/bash-completion/",
         "usr/share/bash-completion/completions/",

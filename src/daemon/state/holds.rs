@@ -105,6 +105,7 @@ mod tests {
             mems: None,
             isolate: false,
             vouch: crate::hold::Vouch::default(),
+            originals: Default::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 //! whose mask may not be read.
 
 use super::*;
+use std::path::Path;
 
 #[test]
 fn runtime_pins_override_rules_and_release_restores() {
@@ -305,4 +306,70 @@ fn a_process_whose_mask_may_not_be_read_is_not_managed_counted_once_and_explaine
     t.ev(Input::Rescan);
     assert!(t.mgr.is_managed(100));
     assert_eq!(t.ops.mask(100), Some(set("2-3")));
+}
+
+/// `/proc/PID/stat` and `/proc/PID/task/*` of one process under `dir`, as a crash
+/// restore reads them.
+fn proc_fixture(dir: &Path, pid: i32, comm: &str, start: u64, tids: &[Tid]) -> SysRoot {
+    let proc = dir.join("proc");
+    let task = proc.join(format!("{pid}/task"));
+    for tid in std::iter::once(&pid).chain(tids) {
+        std::fs::create_dir_all(task.join(tid.to_string())).unwrap();
+    }
+    let stat =
+        format!("{pid} ({comm}) S 1 {pid} {pid} 0 -1 0 0 0 0 0 0 0 0 0 20 0 3 0 {start} 0 0");
+    std::fs::write(proc.join(format!("{pid}/stat")), stat).unwrap();
+    SysRoot::new(dir.join("sys"), proc)
+}
+
+/// A daemon killed while the unit of a managed process was held: the next start's
+/// restore is narrowed by the unit's cpuset (the hold is kept), yet what the process
+/// gets back when its rule goes is what it had before pinnerd first touched it.
+#[test]
+fn after_a_crash_under_a_held_cpuset_the_masks_from_before_the_first_run_come_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut t = rig(ManagerConfig::default());
+    t.process(200, "feed", 1, &[(201, "a"), (202, "b")]);
+    t.ops.external_set(202, &set("1-7"));
+    let journal = Journal::new(dir.path());
+    t.mgr = Manager::new(
+        t.ops.clone(),
+        t.procs.clone(),
+        cpus("0-7", ""),
+        ManagerConfig::default(),
+    )
+    .with_journal(journal.clone());
+    t.ev(new_rules(rules(FEED)));
+    t.mgr.flush().unwrap();
+    // The hold confines the unit to the rule's CPUs; then the daemon is killed.
+    for tid in [200, 201, 202] {
+        assert_eq!(t.ops.mask(tid), Some(set("2-3")), "tid {tid}");
+        t.ops.set_cpuset(tid, &set("2-3"));
+    }
+    let root = proc_fixture(dir.path(), 200, "feed", 1, &[201, 202]);
+    t.mgr = Manager::new(
+        t.ops.clone(),
+        t.procs.clone(),
+        cpus("0-7", ""),
+        ManagerConfig::default(),
+    )
+    .with_journal(journal.clone());
+    let report = t.mgr.recover(&root).unwrap();
+    assert_eq!(report.restored, 3, "{report:?}");
+    assert_eq!(t.ops.mask(201), Some(set("2-3")), "narrowed by the cpuset");
+    assert!(
+        journal.load().unwrap().iter().any(|e| e.pid == 200),
+        "the masks from before stay on record until the process is managed again"
+    );
+    t.ev(new_rules(rules(FEED)));
+    t.assert_explains(200, "original mask 0-7");
+    // The hold lets go (the unit's cpuset widens), the rule goes.
+    for tid in [200, 201, 202] {
+        t.ops.set_cpuset(tid, &set("0-7"));
+    }
+    t.ev(new_rules(RuleSet::default()));
+    assert_masks(
+        &t,
+        &[(200, set("0-7")), (201, set("0-7")), (202, set("1-7"))],
+    );
 }

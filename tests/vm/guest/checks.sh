@@ -1769,6 +1769,219 @@ check_isolate_crash_then_stop() {
     echo "kill -9 then systemctl stop: holds.json kept, '$isolated_stopped' still isolated while stopped; started again: ${how:-no line about the previous run}; rule removed: nothing isolated, vmwork-iso AllowedCPUs reset, system.slice exclusive empty"
 }
 
+# iso_rule_for FILE NAME COMM CPUS: an isolate rule NAME for the service COMM.service
+# (its comm COMM) on CPUS, in FILE.
+iso_rule_for() {
+    put_rule "$1" <<EOF
+[[rule]]
+name = "$2"
+[rule.match]
+comm = "$3"
+unit = "$3.service"
+[rule.place]
+cpus = "$4"
+exclusive = true
+isolate = true
+EOF
+}
+# explain PID: what the daemon says of PID.
+explain() { bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$1" | jq -r '.data[0]'; }
+# let_go_done UNIT: nothing isolated and UNIT's AllowedCPUs= reset.
+let_go_done() {
+    isolated_is "" && [ -z "$(systemctl show -p AllowedCPUs --value "$1")" ]
+}
+export -f iso_rule_for explain let_go_done
+
+# The restore outlives a crash: a workload (one thread moved to 1-7 before pinnerd
+# saw it) is held and isolated, the daemon is killed with kill -9 and restarted by
+# systemd; the new daemon's explain names the masks from before the first run, and
+# removing the rule gives every thread the mask it had before pinnerd (not the rule's
+# CPUs, which is what the threads read after the crash under the kept hold).
+check_isolate_restore_after_crash() {
+    local pid tid old inv why before after
+    no_partitions && return 77
+    pid=$(start_workload vmwork-rc 2 "" 20) || {
+        echo "$pid"
+        return 1
+    }
+    back() {
+        rm -f "$RULES/81-vm-restore.toml"
+        systemctl stop vmwork-rc.service 2>/dev/null
+    }
+    tid=$(ls "/proc/$pid/task" | grep -vx "$pid" | head -1)
+    taskset -pc 1-7 "$tid" >/dev/null
+    before=$(masks "$pid")
+    iso_rule_for 81-vm-restore.toml vm-restore vmwork-rc 6-7
+    wait_for 30 isolated_is 6-7 && wait_for 10 all_masks_are "$pid" 6-7 || {
+        echo "precondition: not isolated and pinned 30 s after the rule: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', masks $(masks "$pid")"
+        back
+        return 1
+    }
+    old=$(daemon_pid)
+    kill -9 "$old"
+    wait_for 30 bash -c '[ "$(systemctl show -p MainPID --value pinnerd.service)" != "$1" ] &&
+        systemctl is-active --quiet pinnerd.service' _ "$old" || {
+        echo "not restarted after kill -9: $(systemctl show -p ActiveState,SubState pinnerd.service | tr '\n' ' ')"
+        back
+        return 1
+    }
+    inv=$(systemctl show -p InvocationID --value pinnerd.service)
+    wait_for 30 bash -c 'journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="$1" | grep -q "taken over"' _ "$inv" || {
+        echo "the restarted daemon did not take the hold over: $(journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="$inv" | grep -E 'previous run|restored' | head -3 | tr '\n' ' ')"
+        back
+        return 1
+    }
+    wait_for 20 bash -c 'explain "$1" | grep -q "original mask"' _ "$pid"
+    why=$(explain "$pid")
+    grep -q 'original mask 0-7' <<<"$why" || {
+        echo "after kill -9 explain says: $(grep -o 'original mask [^ ]*' <<<"$why"), want 0-7; masks then $(masks "$pid")"
+        back
+        return 1
+    }
+    rm -f "$RULES/81-vm-restore.toml"
+    wait_for 20 let_go_done vmwork-rc.service || {
+        echo "20 s after the rule went: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', AllowedCPUs '$(systemctl show -p AllowedCPUs --value vmwork-rc.service)'"
+        back
+        return 1
+    }
+    wait_for 10 bash -c '[ "$(masks "$1")" = "$2" ]' _ "$pid" "$before"
+    after=$(masks "$pid")
+    [ "$after" = "$before" ] || {
+        echo "masks before pinnerd: $before; after kill -9 and the rule removed: $after; the daemon said: $(journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID="$inv" | grep -E 'given back|let go|restored' | head -4 | tr '\n' ' ')"
+        back
+        return 1
+    }
+    back
+    echo "kill -9 under an isolate hold, restarted, hold taken over; explain: $(grep -o 'original mask [^;]*' <<<"$why"); rule removed: nothing isolated, AllowedCPUs reset, masks as before pinnerd ($after)"
+}
+
+# Two isolate rules removed with one rm: both services' threads get their masks back,
+# both units' AllowedCPUs= are reset, nothing stays isolated (the first unit let go kept
+# the cpuset.cpus systemd left while the slice kept the controller for the second).
+check_isolate_two_rules_let_go() {
+    local pa pb n out
+    no_partitions && return 77
+    pa=$(start_workload vmwork-ta 2 "" 20) && pb=$(start_workload vmwork-tb 2 "" 20) || {
+        echo "workloads did not start: $pa $pb"
+        return 1
+    }
+    back() {
+        rm -f "$RULES/82-vm-two-a.toml" "$RULES/82-vm-two-b.toml"
+        systemctl stop vmwork-ta.service vmwork-tb.service 2>/dev/null
+    }
+    iso_rule_for 82-vm-two-a.toml vm-two-a vmwork-ta 4-5
+    iso_rule_for 82-vm-two-b.toml vm-two-b vmwork-tb 6-7
+    wait_for 40 isolated_is 4-7 && wait_for 10 all_masks_are "$pa" 4-5 && wait_for 10 all_masks_are "$pb" 6-7 || {
+        echo "precondition: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)' 40 s after both rules, want 4-7; masks a: $(masks "$pa"), b: $(masks "$pb")"
+        back
+        return 1
+    }
+    rm -f "$RULES/82-vm-two-a.toml" "$RULES/82-vm-two-b.toml"
+    wait_for 20 bash -c 'let_go_done vmwork-ta.service && let_go_done vmwork-tb.service' || {
+        echo "20 s after one rm: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', AllowedCPUs a '$(systemctl show -p AllowedCPUs --value vmwork-ta.service)', b '$(systemctl show -p AllowedCPUs --value vmwork-tb.service)'"
+        back
+        return 1
+    }
+    wait_for 10 bash -c 'all_masks_are "$1" 0-7 && all_masks_are "$2" 0-7' _ "$pa" "$pb" || {
+        out=$(journalctl -b -u pinnerd.service --no-pager -o cat | grep -E 'vmwork-t[ab].service' | grep -E 'let go|given back|emptied' | tail -6 | tr '\n' ' ')
+        echo "after one rm of both rules: masks a: $(masks "$pa"), b: $(masks "$pb"), want 0-7; cpuset.cpus a '$(cat /sys/fs/cgroup/system.slice/vmwork-ta.service/cpuset.cpus 2>&1)', b '$(cat /sys/fs/cgroup/system.slice/vmwork-tb.service/cpuset.cpus 2>&1)'; the daemon said: $out"
+        back
+        return 1
+    }
+    n=$(journalctl -b -u pinnerd.service --no-pager -o cat | grep -cE 'unit vmwork-t[ab].service let go')
+    out=$(journalctl -b -u pinnerd.service --no-pager -o cat | grep -E 'vmwork-t[ab].service: (cpuset.cpus|the masks)' | tail -4 | tr '\n' ' ')
+    back
+    echo "two isolate rules (4-5, 6-7) removed with one rm: nothing isolated, both AllowedCPUs reset, every thread of both on 0-7 again ($n 'let go' lines); the daemon said: $out"
+}
+
+# A hold leaves no runtime drop-in: the set-property drop-in the hold wrote
+# (/run/systemd/system.control/UNIT.d/50-AllowedCPUs.conf) goes when it lets go, one
+# the administrator set at run time before is put back byte for byte, and then an edit
+# of the unit file's AllowedCPUs= with daemon-reload takes effect.
+check_hold_leaves_no_dropin() {
+    local unit=vmwork-dr.service file=/etc/systemd/system/vmwork-dr.service dir=$WORK/vmwork-dr
+    local ctl=/run/systemd/system.control/vmwork-dr.service.d admins pid
+    no_partitions && return 77
+    back() {
+        rm -f "$RULES/83-vm-dropin.toml"
+        systemctl stop "$unit" 2>/dev/null
+        rm -rf "$file" "$ctl"
+        systemctl daemon-reload
+    }
+    rm -rf "$dir" "$ctl"
+    mkdir -p "$dir"
+    ln -sf /usr/bin/python3 /usr/local/bin/vmwork-dr
+    cat >"$file" <<EOF
+[Service]
+Environment=VMWORK_WAKE_MS=20
+ExecStart=/usr/local/bin/vmwork-dr $LIB/workload.py $dir 2
+EOF
+    systemctl daemon-reload
+    systemctl start "$unit" && wait_for 60 test -s "$dir/pid" || {
+        echo "$unit did not start"
+        back
+        return 1
+    }
+    pid=$(cat "$dir/pid")
+    # The administrator's own run-time value first.
+    systemctl set-property --runtime "$unit" AllowedCPUs=0-7
+    admins=$(cat "$ctl/50-AllowedCPUs.conf")
+    iso_rule_for 83-vm-dropin.toml vm-dropin vmwork-dr 6-7
+    wait_for 30 isolated_is 6-7 || {
+        echo "precondition: not isolated 30 s after the rule: '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)'"
+        back
+        return 1
+    }
+    grep -q 'AllowedCPUs=6-7' "$ctl/50-AllowedCPUs.conf" || {
+        echo "while held, $ctl/50-AllowedCPUs.conf reads: $(cat "$ctl/50-AllowedCPUs.conf" 2>&1 | tr '\n' ' ')"
+        back
+        return 1
+    }
+    rm -f "$RULES/83-vm-dropin.toml"
+    wait_for 20 bash -c 'isolated_is "" && [ "$(systemctl show -p AllowedCPUs --value "$1")" = 0-7 ]' _ "$unit" || {
+        echo "20 s after the rule went: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', AllowedCPUs '$(systemctl show -p AllowedCPUs --value "$unit")', want the administrator's 0-7"
+        back
+        return 1
+    }
+    [ "$(cat "$ctl/50-AllowedCPUs.conf" 2>&1)" = "$admins" ] || {
+        echo "the administrator's runtime drop-in not put back: $(cat "$ctl/50-AllowedCPUs.conf" 2>&1 | tr '\n' ' ') (was: $(tr '\n' ' ' <<<"$admins"))"
+        back
+        return 1
+    }
+    # The administrator takes it back; then a hold of a unit with no runtime value.
+    rm -rf "$ctl"
+    systemctl daemon-reload
+    iso_rule_for 83-vm-dropin.toml vm-dropin vmwork-dr 6-7
+    wait_for 30 isolated_is 6-7 || {
+        echo "not isolated 30 s after the rule came back: '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)'"
+        back
+        return 1
+    }
+    rm -f "$RULES/83-vm-dropin.toml"
+    wait_for 20 let_go_done "$unit" || {
+        echo "20 s after the rule went again: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', AllowedCPUs '$(systemctl show -p AllowedCPUs --value "$unit")'"
+        back
+        return 1
+    }
+    [ ! -e "$ctl/50-AllowedCPUs.conf" ] || {
+        echo "after let-go $ctl/50-AllowedCPUs.conf is left: $(tr '\n' ' ' <"$ctl/50-AllowedCPUs.conf")"
+        back
+        return 1
+    }
+    sed -i 's/^\[Service\]$/[Service]\nAllowedCPUs=2-3/' "$file"
+    systemctl daemon-reload
+    wait_for 10 bash -c '[ "$(systemctl show -p AllowedCPUs --value "$1")" = 2-3 ]' _ "$unit" || {
+        echo "the unit file's AllowedCPUs=2-3 after daemon-reload: AllowedCPUs '$(systemctl show -p AllowedCPUs --value "$unit")', masks $(masks "$pid"); drop-ins: $(systemctl show -p DropInPaths --value "$unit")"
+        back
+        return 1
+    }
+    local eff masks_now
+    eff=$(systemctl show -p EffectiveCPUs --value "$unit")
+    masks_now=$(masks "$pid")
+    back
+    echo "the administrator's runtime AllowedCPUs=0-7 drop-in put back byte for byte after a hold; without one, no 50-AllowedCPUs.conf left after let-go, and the unit file's AllowedCPUs=2-3 took effect at daemon-reload (EffectiveCPUs '$eff', masks $masks_now)"
+}
+
 # exclusive_set: every cgroup whose cpuset.cpus.exclusive is not empty, "PATH=CPUS" a
 # line, sorted.
 exclusive_set() {
@@ -2545,6 +2758,9 @@ run_check memory-follows check_memory_follows 180
 run_check isolate-keeps-others-off check_isolate_keeps_others_off 180
 run_check isolate-survives-restart check_isolate_survives_restart 120
 run_check isolate-crash-then-stop check_isolate_crash_then_stop 180
+run_check isolate-restore-after-crash check_isolate_restore_after_crash 180
+run_check isolate-two-rules-let-go check_isolate_two_rules_let_go 150
+run_check hold-leaves-no-dropin check_hold_leaves_no_dropin 180
 run_check hold-refuses-imitators check_hold_refuses_imitators 150
 run_check isolate-churn-no-leak check_isolate_churn_no_leak 150
 run_check isolate-count-smt-settles check_isolate_count_smt_settles 150
