@@ -117,7 +117,9 @@ mod tests {
         );
         // A slice of its own (Slice=trading.slice), nested slices too.
         assert_eq!(
-            parse_instance("isolated:trading.slice-md.service").unwrap().1,
+            parse_instance("isolated:trading.slice-md.service")
+                .unwrap()
+                .1,
             "/trading.slice/md.service"
         );
         assert_eq!(

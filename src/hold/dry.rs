@@ -32,7 +32,9 @@ fn daemon_view(root: &crate::sysroot::SysRoot, c: &Cgroup2) -> MountView {
     crate::sysroot::read_bounded(procs)
         .ok()
         .and_then(|t| t.split_whitespace().next().map(str::to_string))
-        .and_then(|pid| crate::sysroot::read_bounded(root.proc_path(format!("{pid}/mountinfo"))).ok())
+        .and_then(|pid| {
+            crate::sysroot::read_bounded(root.proc_path(format!("{pid}/mountinfo"))).ok()
+        })
         .map_or_else(
             || MountView::Shipped {
                 mount: c.mount().to_path_buf(),
@@ -145,7 +147,10 @@ mod tests {
             )),
             "{why}"
         );
-        assert_eq!(cannot_write_partition(&root, "/system.slice/md.service"), None);
+        assert_eq!(
+            cannot_write_partition(&root, "/system.slice/md.service"),
+            None
+        );
         // The daemon runs (pid 77) with a drop-in naming trading.slice: its mount table.
         std::fs::write(cg.join("system.slice/pinnerd.service/cgroup.procs"), "77\n").unwrap();
         std::fs::create_dir_all(dir.path().join("proc/77")).unwrap();

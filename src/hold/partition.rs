@@ -235,7 +235,9 @@ fn unescape_mountinfo(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let octal = b.get(i + 1..i + 4).filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
         match (b[i], octal) {
             (b'\\', Some(d)) => {
                 out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
@@ -862,12 +864,16 @@ mod tests {
         let ro = |p: &str| read_only_in(DAEMON_MOUNTINFO, Path::new(p));
         assert!(ro("/sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive"));
         assert!(ro("/sys/fs/cgroup/cgroup.subtree_control"));
-        assert!(!ro("/sys/fs/cgroup/system.slice/md.service/cpuset.cpus.partition"));
+        assert!(!ro(
+            "/sys/fs/cgroup/system.slice/md.service/cpuset.cpus.partition"
+        ));
         assert!(!ro("/sys/fs/cgroup/user.slice/cpuset.cpus.exclusive"));
         // A component is a whole name: system.slicex is not below system.slice.
         assert!(ro("/sys/fs/cgroup/system.slicex/cpuset.cpus.exclusive"));
         // A mount on top of a writable one, and an escaped mount point.
-        assert!(ro("/sys/fs/cgroup/system.slice/x.service/cpuset.cpus.partition"));
+        assert!(ro(
+            "/sys/fs/cgroup/system.slice/x.service/cpuset.cpus.partition"
+        ));
         assert!(ro("/run/a b/c"));
         assert!(!ro("/var/lib/x"));
         assert!(!read_only_in("", Path::new("/sys")));
@@ -876,7 +882,10 @@ mod tests {
         let shipped = MountView::Shipped {
             mount: c.mount().to_path_buf(),
         };
-        assert_eq!(c.writable_on_the_way("/system.slice/md.service", &shipped), Ok(()));
+        assert_eq!(
+            c.writable_on_the_way("/system.slice/md.service", &shipped),
+            Ok(())
+        );
         let e = c
             .writable_on_the_way("/trading.slice/md.service", &shipped)
             .unwrap_err();

@@ -346,7 +346,12 @@ fn a_service_in_a_slice_the_units_do_not_allow_is_refused_before_anything_change
     }
     let run = tempfile::tempdir().unwrap();
     let units = FakeUnits::default();
-    units.add(10, "md.service", "/trading.slice/md.service", "trading.slice");
+    units.add(
+        10,
+        "md.service",
+        "/trading.slice/md.service",
+        "trading.slice",
+    );
     let shipped = partition::MountView::Shipped {
         mount: cg2.mount().to_path_buf(),
     };
