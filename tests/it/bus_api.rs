@@ -126,7 +126,10 @@ fn list_managed_cpus_and_explain_json_agree_with_their_text_twins() {
 #[test]
 fn the_explain_json_reply_in_docs_dbus_md_has_the_lines_the_daemon_returns() {
     let _cpus = super::cpus_stay_online();
-    let doc = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dbus.md")).unwrap();
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dbus.md"),
+    )
+    .unwrap();
     let sample = doc
         .lines()
         .skip_while(|l| !l.starts_with("$ busctl … ExplainJson u "))
@@ -146,7 +149,11 @@ fn the_explain_json_reply_in_docs_dbus_md_has_the_lines_the_daemon_returns() {
     let real: serde_json::Value = serde_json::from_str(v["data"][0].as_str().unwrap()).unwrap();
 
     let keys = |j: &serde_json::Value| j.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
-    assert_eq!(keys(&shown), keys(&real), "docs/dbus.md: {shown}\nthe daemon: {real}");
+    assert_eq!(
+        keys(&shown),
+        keys(&real),
+        "docs/dbus.md: {shown}\nthe daemon: {real}"
+    );
     let one_node = real["memory"]["one_node"] == true;
     let shapes = |j: &serde_json::Value| -> Vec<String> {
         j["text"]
@@ -154,7 +161,12 @@ fn the_explain_json_reply_in_docs_dbus_md_has_the_lines_the_daemon_returns() {
             .unwrap()
             .lines()
             .filter(|l| one_node || !l.starts_with("memory:"))
-            .map(|l| l.split(|c: char| c.is_ascii_digit()).next().unwrap().to_string())
+            .map(|l| {
+                l.split(|c: char| c.is_ascii_digit())
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
             .collect::<Vec<_>>()
     };
     // One `tid` line per thread: the helper has more threads than the sample's sleep.
