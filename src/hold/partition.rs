@@ -193,7 +193,7 @@ impl MountView {
     pub fn read_only(&self, path: &Path) -> bool {
         match self {
             MountView::Here => matches!(
-                nix::unistd::access(path, nix::unistd::AccessFlags::W_OK),
+                nix::unistd::access(existing(path), nix::unistd::AccessFlags::W_OK),
                 Err(nix::errno::Errno::EROFS)
             ),
             MountView::Mountinfo(text) => read_only_in(text, path),
@@ -202,6 +202,13 @@ impl MountView {
                 .any(|s| path.starts_with(mount.join(s))),
         }
     }
+}
+
+/// `path` if it exists, else the nearest directory above it that does: a file not there
+/// yet (a slice's cpuset files appear only once systemd enables the controller for it,
+/// when a unit in it is confined) is on the mount of the directory it will be made in.
+fn existing(path: &Path) -> &Path {
+    path.ancestors().find(|p| p.exists()).unwrap_or(path)
 }
 
 /// Whether `path` is on a read-only mount by the mount table `mountinfo`: the options of
@@ -902,6 +909,13 @@ mod tests {
             c.writable_on_the_way("/trading.slice/md.service", &MountView::Here),
             Ok(())
         );
+        // A file not made yet is judged by the directory it will be made in.
+        let slice = c.dir("trading.slice");
+        std::fs::create_dir_all(&slice).unwrap();
+        let file = slice.join("cpuset.cpus.exclusive");
+        assert_eq!(existing(&file), slice.as_path());
+        std::fs::write(&file, "").unwrap();
+        assert_eq!(existing(&file), file.as_path());
     }
 
     #[test]

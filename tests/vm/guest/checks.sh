@@ -1827,9 +1827,12 @@ check_isolate_own_slice() {
         back
         return 1
     }
-    ex=$(cat /sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive)
-    isolated_is "" && [ -z "$ex" ] && [ -z "$(systemctl show -p AllowedCPUs --value vmwork-slc.service)" ] || {
-        echo "refused, yet changed: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', trading.slice exclusive '$ex', AllowedCPUs '$(systemctl show -p AllowedCPUs --value vmwork-slc.service)'"
+    # Refused before anything changed: the unit never confined (systemd keeps a runtime
+    # drop-in of every property set on it, even once reset), nothing granted.
+    ex=$(cat /sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive 2>/dev/null)
+    isolated_is "" && [ -z "$ex" ] && [ -z "$(systemctl show -p AllowedCPUs --value vmwork-slc.service)" ] &&
+        [ ! -e /run/systemd/system.control/vmwork-slc.service.d ] || {
+        echo "refused, yet changed: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', trading.slice exclusive '$ex', AllowedCPUs '$(systemctl show -p AllowedCPUs --value vmwork-slc.service)', runtime drop-ins: $(ls /run/systemd/system.control/vmwork-slc.service.d 2>&1 | tr '\n' ' ')"
         back
         return 1
     }
@@ -1861,8 +1864,8 @@ check_isolate_own_slice() {
         return 1
     }
     rm -f "$RULES/80-vm-own-slice.toml"
-    wait_for 20 isolated_is "" && [ -z "$(cat /sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive)" ] || {
-        echo "20 s after the rule went: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', trading.slice exclusive '$(cat /sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive)'"
+    wait_for 20 isolated_is "" && [ -z "$(cat /sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive 2>/dev/null)" ] || {
+        echo "20 s after the rule went: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', trading.slice exclusive '$(cat /sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive 2>&1)'"
         back
         return 1
     }
