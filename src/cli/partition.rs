@@ -53,7 +53,9 @@ pub fn parse_instance(instance: &str) -> anyhow::Result<(&str, String)> {
         }
     };
     if !below_a_slice(&cgroup) {
-        bail!("{instance:?}: cgroup {cgroup:?} is not a unit's below the system's slices");
+        bail!(
+            "{instance:?}: cgroup {cgroup:?} is not below the system manager's slices (a unit's cgroup below one or more leading .slice components)"
+        );
     }
     Ok((mode, cgroup))
 }
