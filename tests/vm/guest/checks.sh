@@ -1827,12 +1827,14 @@ check_isolate_own_slice() {
         back
         return 1
     }
-    # Refused before anything changed: the unit never confined (systemd keeps a runtime
-    # drop-in of every property set on it, even once reset), nothing granted.
+    # Refused before anything changed: the unit never confined (systemd keeps a drop-in
+    # of every property set on it at run time, even once reset: a transient unit's in
+    # /run/systemd/transient), nothing granted.
     ex=$(cat /sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive 2>/dev/null)
     isolated_is "" && [ -z "$ex" ] && [ -z "$(systemctl show -p AllowedCPUs --value vmwork-slc.service)" ] &&
-        [ ! -e /run/systemd/system.control/vmwork-slc.service.d ] || {
-        echo "refused, yet changed: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', trading.slice exclusive '$ex', AllowedCPUs '$(systemctl show -p AllowedCPUs --value vmwork-slc.service)', runtime drop-ins: $(ls /run/systemd/system.control/vmwork-slc.service.d 2>&1 | tr '\n' ' ')"
+        [ ! -e /run/systemd/system.control/vmwork-slc.service.d ] &&
+        [ ! -e /run/systemd/transient/vmwork-slc.service.d ] || {
+        echo "refused, yet changed: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', trading.slice exclusive '$ex', AllowedCPUs '$(systemctl show -p AllowedCPUs --value vmwork-slc.service)', drop-ins: $(ls /run/systemd/system.control/vmwork-slc.service.d /run/systemd/transient/vmwork-slc.service.d 2>&1 | tr '\n' ' ')"
         back
         return 1
     }
