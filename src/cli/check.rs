@@ -96,6 +96,28 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             );
         }
     }
+    // A running unit an isolating rule names, in a slice the daemon may not write: said
+    // as the daemon will say it.
+    if cannot.is_none() {
+        for rule in report.rules.rules() {
+            let isolates = rule.isolate || rule.threads.iter().any(|t| t.isolate);
+            let Some(units) = rule.matcher.unit.as_ref().filter(|_| isolates) else {
+                continue;
+            };
+            for (unit, cgroup) in running_units(units) {
+                if let Some(why) = crate::hold::cannot_write_partition(
+                    &crate::sysroot::SysRoot::default(),
+                    &cgroup,
+                ) {
+                    outln!(
+                        "{}: warning: rule {}: unit {unit}: not isolated: {why}; the rule stays merely exclusive",
+                        rule.origin(),
+                        rule.name
+                    );
+                }
+            }
+        }
+    }
     for doubt in doubts_here(&report.rules) {
         outln!("{doubt}");
     }
@@ -121,6 +143,53 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         ))
         .into())
     }
+}
+
+/// The units running now below the system manager's leading slices (never inside a
+/// unit: a user's manager, a container) whose names `units` matches, with the cgroup a
+/// hold of them makes a partition of (for a slice, a unit of it). At most
+/// [`crate::hold::partition::WALK_LIMIT`] cgroups are read.
+fn running_units(units: &crate::rules::GlobList) -> Vec<(String, String)> {
+    let root = crate::sysroot::SysRoot::default();
+    let Ok(c) = crate::hold::partition::Cgroup2::find(&root) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    let mut stack = vec![String::new()];
+    let mut seen = 0;
+    while let Some(cg) = stack.pop() {
+        seen += 1;
+        if seen > crate::hold::partition::WALK_LIMIT {
+            break;
+        }
+        let Ok(entries) = std::fs::read_dir(c.dir(&cg)) else {
+            continue;
+        };
+        let mut names: Vec<String> = entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect();
+        names.sort();
+        for name in names {
+            let path = format!("{cg}/{name}");
+            let slice = name.ends_with(".slice");
+            if units.is_match(&name)
+                && (slice || name.ends_with(".service") || name.ends_with(".scope"))
+            {
+                let held = if slice {
+                    format!("{path}/unit.service")
+                } else {
+                    path.clone()
+                };
+                found.push((name.clone(), held));
+            }
+            if slice {
+                stack.push(path);
+            }
+        }
+    }
+    found
 }
 
 /// Rules that cannot mean what they say on this machine, planned on its topology (no

@@ -182,7 +182,11 @@ fn holds(roff: &mut Roff) {
          pinnerd-partition@.service, so that no other task runs there. Such a rule must match \
          on user or unit, and a hold is made only for a process of the rule's users or for \
          the main process of a system service the rule names. Everything is undone when the \
-         rule lets go.",
+         rule lets go. As shipped, the daemon and the helper may write only below system.slice, \
+         user.slice and machine.slice: a unit in a slice of its own (Slice=trading.slice) \
+         stays merely exclusive, and explain, check and plan --live say so, until both units \
+         get a drop-in with ReadWritePaths=-/sys/fs/cgroup/trading.slice (see sharing.md, \
+         \"A slice of its own\").",
     )]);
     roff.control("PP", []);
     roff.text([

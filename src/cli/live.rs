@@ -366,11 +366,18 @@ impl DryRun<'_> {
                     .and_then(|c| c.v2)
                     .and_then(|p| crate::hold::unit_of_cgroup(&p))
                     .ok_or_else(|| format!("pid {} is in no systemd unit", r.pid));
+                // What the daemon finds where it runs: a slice its unit may not write.
+                let why = match (&cannot, &unit) {
+                    (None, Ok(u)) if w.isolate => {
+                        crate::hold::cannot_write_partition(self.root, &u.cgroup)
+                    }
+                    _ => cannot.clone(),
+                };
                 let _ = writeln!(
                     out,
                     "  {:>8}  {}",
                     "",
-                    crate::hold::dry_line(&w, unit, cannot.as_deref(), &crate::hold::owner_of)
+                    crate::hold::dry_line(&w, unit, why.as_deref(), &crate::hold::owner_of)
                 );
             }
             match mem {

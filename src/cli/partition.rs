@@ -2,8 +2,9 @@
 //! helper unit `pinnerd-partition@.service` runs for the daemon. Enabling a remote cpuset partition takes `CAP_SYS_ADMIN`, which
 //! the daemon's own unit does not have; the helper has that one capability and writes one
 //! word into one file: `isolated` or `member` into `PATH/cpuset.cpus.partition`, `PATH`
-//! a cgroup below `system.slice`, `user.slice` or `machine.slice` (escaped as
-//! `systemd-escape --path` does: the unit's instance name), which for `isolated` must
+//! a unit's cgroup below the system manager's leading slices (escaped as
+//! `systemd-escape --path` does: the unit's instance name; the slices it can write are
+//! its unit's `ReadWritePaths=`), which for `isolated` must
 //! already have the exclusive CPUs the daemon granted it. Everything else — which CPUs,
 //! which cgroup, undoing — is the daemon's (see `hold`). Not a subcommand: nothing a
 //! user is offered in `--help` or the completions.
@@ -16,8 +17,19 @@ use crate::hold::partition::{self, Cgroup2};
 use crate::hold::systemd::unescape_path;
 use crate::sysroot::SysRoot;
 
-/// The slices whose cgroups the helper may make partitions of.
-pub const SLICES: [&str; 3] = ["/system.slice/", "/user.slice/", "/machine.slice/"];
+/// Whether the helper may make a partition of `cgroup`: a unit's cgroup below the
+/// leading slices of the system manager (`/trading.slice/md.service`,
+/// `/system.slice/x.service`): the first component a slice other than the root's, and
+/// something that is not a slice below the slices. Which slices it can write is its
+/// unit's `ReadWritePaths=` (the three of [`partition::WRITABLE_SLICES`] as shipped).
+pub fn below_a_slice(cgroup: &str) -> bool {
+    let leading = crate::rules::slices_of_cgroup(cgroup).count();
+    let parts = cgroup.split('/').filter(|p| !p.is_empty()).count();
+    partition::valid_cgroup(cgroup)
+        && leading > 0
+        && parts > leading
+        && !cgroup.starts_with("/-.slice/")
+}
 
 /// The name the helper unit runs the binary under (`ExecStart=@/usr/bin/pinnerd
 /// pinnerd-cpuset-partition %i`).
@@ -40,10 +52,9 @@ pub fn parse_instance(instance: &str) -> anyhow::Result<(&str, String)> {
             None => bail!("{instance:?}: {escaped:?} is not an escaped path"),
         }
     };
-    if !partition::valid_cgroup(&cgroup) || !SLICES.iter().any(|s| cgroup.starts_with(s)) {
+    if !below_a_slice(&cgroup) {
         bail!(
-            "{instance:?}: cgroup {cgroup:?} is not below {}",
-            SLICES.map(|s| s.trim_end_matches('/')).join(", ")
+            "{instance:?}: cgroup {cgroup:?} is not below the system manager's slices (a unit's cgroup below one or more leading .slice components)"
         );
     }
     Ok((mode, cgroup))
@@ -106,7 +117,24 @@ mod tests {
                 .1,
             "/user.slice/user-1000.slice/pinnerd-x-1.scope"
         );
+        // A slice of its own (Slice=trading.slice), nested slices too.
+        assert_eq!(
+            parse_instance("isolated:trading.slice-md.service")
+                .unwrap()
+                .1,
+            "/trading.slice/md.service"
+        );
+        assert_eq!(
+            parse_instance("member:trading.slice-trading\\x2dmd.slice-feed.service")
+                .unwrap()
+                .1,
+            "/trading.slice/trading-md.slice/feed.service"
+        );
         for bad in [
+            "isolated:trading.slice",
+            "isolated:trading.slice-x.slice",
+            "isolated:\\x2d.slice-x.service",
+            "isolated:init.scope-x.service",
             "root:system.slice-md.service",
             "isolated",
             "isolated:init.scope",

@@ -181,6 +181,15 @@ impl Holder {
                 (scope.clone(), cgroup, true, Allowed::default())
             }
         };
+        // A partition's files on a read-only mount (a slice its unit's ReadWritePaths=
+        // does not name) are said before anything is changed, as `plan --live` says it.
+        if t.isolate {
+            if let Ok(c) = &self.cg2 {
+                if let Err(e) = c.writable_on_the_way(&cgroup, &self.mounts) {
+                    return (None, Some(e.to_string()), false);
+                }
+            }
+        }
         let mut hold = Hold {
             rule: t.rule.clone(),
             unit: unit.clone(),

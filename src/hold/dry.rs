@@ -1,7 +1,7 @@
 //! What the daemon would hold, without asking systemd or changing anything: for
 //! `check` and `plan --live`.
 
-use super::partition::Cgroup2;
+use super::partition::{Cgroup2, MountView};
 use super::systemd::UnitInfo;
 use super::vouch::{vouch, OwnerOf};
 use super::{place_for, Place, Want};
@@ -13,6 +13,34 @@ pub fn cannot_isolate_here(root: &crate::sysroot::SysRoot) -> Option<String> {
         Err(e) => Some(e.to_string()),
         Ok(c) => c.probe().err().map(|e| e.to_string()),
     }
+}
+
+/// Why the daemon would refuse to make `cgroup` a partition for want of a writable file,
+/// if so, in its words (see [`Cgroup2::writable_on_the_way`]): told by the running
+/// daemon's mount table (a process of `pinnerd.service`, whose cgroup only systemd
+/// fills), else by what the shipped units allow.
+pub fn cannot_write_partition(root: &crate::sysroot::SysRoot, cgroup: &str) -> Option<String> {
+    let c = Cgroup2::find(root).ok()?;
+    c.writable_on_the_way(cgroup, &daemon_view(root, &c))
+        .err()
+        .map(|e| e.to_string())
+}
+
+/// The running daemon's mount table, else the shipped units' sandbox.
+fn daemon_view(root: &crate::sysroot::SysRoot, c: &Cgroup2) -> MountView {
+    let procs = c.dir("/system.slice/pinnerd.service").join("cgroup.procs");
+    crate::sysroot::read_bounded(procs)
+        .ok()
+        .and_then(|t| t.split_whitespace().next().map(str::to_string))
+        .and_then(|pid| {
+            crate::sysroot::read_bounded(root.proc_path(format!("{pid}/mountinfo"))).ok()
+        })
+        .map_or_else(
+            || MountView::Shipped {
+                mount: c.mount().to_path_buf(),
+            },
+            MountView::Mountinfo,
+        )
 }
 
 /// The unit a cgroup path is in, as systemd lays units out: its innermost `.service`
@@ -93,4 +121,52 @@ pub fn dry_line(
     }
     s.push_str(unless.as_deref().unwrap_or(""));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_dry_run_reads_what_the_running_daemon_may_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = crate::sysroot::SysRoot::machine(dir.path());
+        let cg = dir.path().join("sys/fs/cgroup");
+        for d in ["trading.slice/md.service", "system.slice/pinnerd.service"] {
+            std::fs::create_dir_all(cg.join(d)).unwrap();
+        }
+        std::fs::write(cg.join("cgroup.controllers"), "cpuset\n").unwrap();
+        std::fs::write(cg.join("cpuset.cpus.isolated"), "\n").unwrap();
+        let trading = "/trading.slice/md.service";
+        // No daemon running: the shipped units' three slices.
+        let why = cannot_write_partition(&root, trading).unwrap();
+        assert!(
+            why.starts_with(&format!(
+                "{}/trading.slice/cpuset.cpus.exclusive: read-only file system",
+                cg.display()
+            )),
+            "{why}"
+        );
+        assert_eq!(
+            cannot_write_partition(&root, "/system.slice/md.service"),
+            None
+        );
+        // The daemon runs (pid 77) with a drop-in naming trading.slice: its mount table.
+        std::fs::write(cg.join("system.slice/pinnerd.service/cgroup.procs"), "77\n").unwrap();
+        std::fs::create_dir_all(dir.path().join("proc/77")).unwrap();
+        let c = cg.display();
+        let table = format!(
+            "1 0 254:1 / / rw - ext4 /dev/vda1 rw\n\
+             2 1 0:23 / {c} ro,nosuid - cgroup2 cgroup2 rw\n\
+             3 2 0:23 /system.slice {c}/system.slice rw,nosuid - cgroup2 cgroup2 rw\n"
+        );
+        std::fs::write(dir.path().join("proc/77/mountinfo"), &table).unwrap();
+        assert_eq!(cannot_write_partition(&root, trading), Some(why));
+        std::fs::write(
+            dir.path().join("proc/77/mountinfo"),
+            format!("{table}4 2 0:23 /trading.slice {c}/trading.slice rw - cgroup2 cgroup2 rw\n"),
+        )
+        .unwrap();
+        assert_eq!(cannot_write_partition(&root, trading), None);
+    }
 }

@@ -67,7 +67,7 @@ mod settle;
 pub mod systemd;
 mod vouch;
 
-pub use dry::{cannot_isolate_here, dry_line, unit_of_cgroup};
+pub use dry::{cannot_isolate_here, cannot_write_partition, dry_line, unit_of_cgroup};
 pub use journal::{Journal, JOURNAL_FILE};
 pub use vouch::{owner_of, Owner, OwnerOf, Vouch};
 
@@ -426,6 +426,8 @@ pub struct Holder {
     /// sibling held some exclusively): by cgroup, the unit and what was written,
     /// widened again after each later undo.
     widened: std::cell::RefCell<BTreeMap<String, (String, CpuSet)>>,
+    /// Where the daemon may write cgroup files: its own view (tests: another).
+    mounts: partition::MountView,
 }
 
 /// A hold refused after something was changed for it.
@@ -474,7 +476,15 @@ impl Holder {
             settle: std::cell::RefCell::new(settle::Settle::new(SETTLE_WAIT)),
             watch: None,
             widened: Default::default(),
+            mounts: partition::MountView::Here,
         }
+    }
+
+    /// Tells read-only cgroup files by `mounts` instead of this process's own view
+    /// (tests: the shipped units' sandbox on a fixture tree).
+    pub fn with_mounts(mut self, mounts: partition::MountView) -> Holder {
+        self.mounts = mounts;
+        self
     }
 
     /// Reads the time from `clock` instead of [`Instant::now`].

@@ -47,6 +47,10 @@ pub enum Unable {
     NoCpuset { cgroup: String },
     /// A cgroup file could not be read or written.
     File { path: PathBuf, error: String },
+    /// A file the partition writes is on a read-only mount where the daemon runs: its
+    /// unit's `ReadWritePaths=` does not name the leading slice `slice` (a directory of
+    /// the hierarchy) it is below.
+    ReadOnly { path: PathBuf, slice: PathBuf },
     /// The kernel refused the partition: what it reported.
     Invalid { cgroup: String, state: String },
     /// The kernel release is one whose cpusets are known to corrupt themselves when a
@@ -77,6 +81,15 @@ impl fmt::Display for Unable {
                 write!(f, "cgroup {cgroup} has no cpuset controller enabled")
             }
             Unable::File { path, error } => write!(f, "{}: {error}", path.display()),
+            Unable::ReadOnly { path, slice } => write!(
+                f,
+                "{}: read-only file system: pinnerd may write only below the slices its units' \
+                 ReadWritePaths= name; ReadWritePaths=-{} in a drop-in of pinnerd.service and \
+                 of pinnerd-partition@.service allows this one (docs/sharing.md, \"A slice of \
+                 its own\")",
+                path.display(),
+                slice.display()
+            ),
             Unable::Invalid { cgroup, state } => {
                 write!(f, "the kernel made cgroup {cgroup} an invalid partition: {state}")
             }
@@ -154,6 +167,96 @@ pub fn valid_cgroup(cgroup: &str) -> bool {
             .split('/')
             .skip(1)
             .all(|p| !p.is_empty() && p != "." && p != "..")
+}
+
+/// The slices whose subtrees the shipped units' `ReadWritePaths=` name
+/// (`systemd/pinnerd.service`, `systemd/pinnerd-partition@.service`): what the daemon
+/// may write unless a drop-in names more (docs/sharing.md, "A slice of its own").
+pub const WRITABLE_SLICES: [&str; 3] = ["system.slice", "user.slice", "machine.slice"];
+
+/// Which files the daemon finds on a read-only mount: by its own `access(2)`, by the
+/// mount table of the running daemon (`/proc/PID/mountinfo`, read by a dry run), or,
+/// with no daemon to read, by what the shipped units allow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountView {
+    /// This process's own view: `access(2)` answers `EROFS` (the daemon, inside its
+    /// unit's sandbox).
+    Here,
+    /// Another process's mount table (`/proc/PID/mountinfo`).
+    Mountinfo(String),
+    /// The shipped units: writable only below [`WRITABLE_SLICES`] of `mount`.
+    Shipped { mount: PathBuf },
+}
+
+impl MountView {
+    /// Whether `path` is on a read-only mount in this view.
+    pub fn read_only(&self, path: &Path) -> bool {
+        match self {
+            MountView::Here => matches!(
+                nix::unistd::access(existing(path), nix::unistd::AccessFlags::W_OK),
+                Err(nix::errno::Errno::EROFS)
+            ),
+            MountView::Mountinfo(text) => read_only_in(text, path),
+            MountView::Shipped { mount } => !WRITABLE_SLICES
+                .iter()
+                .any(|s| path.starts_with(mount.join(s))),
+        }
+    }
+}
+
+/// `path` if it exists, else the nearest directory above it that does: a file not there
+/// yet (a slice's cpuset files appear only once systemd enables the controller for it,
+/// when a unit in it is confined) is on the mount of the directory it will be made in.
+fn existing(path: &Path) -> &Path {
+    path.ancestors().find(|p| p.exists()).unwrap_or(path)
+}
+
+/// Whether `path` is on a read-only mount by the mount table `mountinfo`: the options of
+/// the mount whose mount point is the longest that contains it (the last listed of
+/// those, which is on top).
+pub fn read_only_in(mountinfo: &str, path: &Path) -> bool {
+    let mut best: Option<(usize, bool)> = None;
+    for line in mountinfo.lines() {
+        let (mine, sb) = line.split_once(" - ").unwrap_or((line, ""));
+        let f: Vec<&str> = mine.split(' ').collect();
+        let (Some(point), Some(opts)) = (f.get(4), f.get(5)) else {
+            continue;
+        };
+        let point = PathBuf::from(unescape_mountinfo(point));
+        if !path.starts_with(&point) {
+            continue;
+        }
+        let depth = point.components().count();
+        let ro = |o: &str| o.split(',').any(|x| x == "ro");
+        let sb_opts = sb.split(' ').nth(2).unwrap_or("");
+        if best.is_none_or(|(d, _)| depth >= d) {
+            best = Some((depth, ro(opts) || ro(sb_opts)));
+        }
+    }
+    best.is_some_and(|(_, ro)| ro)
+}
+
+/// A mount point as mountinfo writes it: space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Cgroup2 {
@@ -320,13 +423,45 @@ impl Cgroup2 {
         let path = self.file(cgroup, name);
         // One write(2) per value, as `echo` does: the newline makes an empty list a
         // write at all (the kernel strips it); never created.
-        let mut f = std::fs::OpenOptions::new()
+        let mut f = match std::fs::OpenOptions::new()
             .write(true)
             .truncate(true)
             .open(&path)
-            .map_err(|e| file_error(path.clone(), &e))?;
+        {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::EROFS) => {
+                return Err(self.read_only(cgroup, path))
+            }
+            Err(e) => return Err(file_error(path, &e)),
+        };
         io::Write::write_all(&mut f, format!("{value}\n").as_bytes())
             .map_err(|e| file_error(path, &e))
+    }
+
+    /// The first file a partition of `cgroup` writes (the ancestors' and its own
+    /// `cpuset.cpus.exclusive`, top down, then its `cpuset.cpus.partition`) that is on a
+    /// read-only mount in `view`, as the refusal the daemon gives: said before anything
+    /// is changed, and by the dry runs in the same words.
+    pub fn writable_on_the_way(&self, cgroup: &str, view: &MountView) -> Result<(), Unable> {
+        let mut files: Vec<PathBuf> = ancestors(cgroup)
+            .iter()
+            .map(|cg| self.file(cg, "cpuset.cpus.exclusive"))
+            .collect();
+        files.push(self.file(cgroup, "cpuset.cpus.partition"));
+        match files.into_iter().find(|f| view.read_only(f)) {
+            Some(path) => Err(self.read_only(cgroup, path)),
+            None => Ok(()),
+        }
+    }
+
+    /// The refusal of a write to `path`, a file of `cgroup` or one of its ancestors, on a
+    /// read-only mount: it names the leading slice to allow.
+    fn read_only(&self, cgroup: &str, path: PathBuf) -> Unable {
+        let first = cgroup.split('/').find(|p| !p.is_empty()).unwrap_or("");
+        Unable::ReadOnly {
+            path,
+            slice: self.dir(first),
+        }
     }
 
     /// Makes `cgroup` an isolated partition of `cpus`: [`grant`](Self::grant), then
@@ -776,6 +911,89 @@ mod tests {
         assert!(!c.holds(&p));
         assert!(c.undo(&p).is_empty());
         assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "");
+    }
+
+    /// The daemon's mount table as systemd 257 makes it for the shipped unit: the
+    /// hierarchy read-only (ProtectControlGroups=yes), the three slices bound writable.
+    const DAEMON_MOUNTINFO: &str = "\
+24 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw
+25 24 0:22 / /sys ro,nosuid,nodev,noexec,relatime shared:2 - sysfs sysfs rw
+26 25 0:23 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime shared:3 - cgroup2 cgroup2 rw,nsdelegate
+27 26 0:23 /system.slice /sys/fs/cgroup/system.slice rw,nosuid,nodev,noexec,relatime shared:3 - cgroup2 cgroup2 rw,nsdelegate
+28 26 0:23 /user.slice /sys/fs/cgroup/user.slice rw,nosuid,nodev,noexec,relatime shared:3 - cgroup2 cgroup2 rw,nsdelegate
+29 24 0:40 / /run/a\\040b ro,relatime - tmpfs tmpfs rw
+30 26 0:23 /system.slice/x.service /sys/fs/cgroup/system.slice/x.service ro,relatime - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn read_only_files_are_told_by_the_mount_on_top_of_them() {
+        let ro = |p: &str| read_only_in(DAEMON_MOUNTINFO, Path::new(p));
+        assert!(ro("/sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive"));
+        assert!(ro("/sys/fs/cgroup/cgroup.subtree_control"));
+        assert!(!ro(
+            "/sys/fs/cgroup/system.slice/md.service/cpuset.cpus.partition"
+        ));
+        assert!(!ro("/sys/fs/cgroup/user.slice/cpuset.cpus.exclusive"));
+        // A component is a whole name: system.slicex is not below system.slice.
+        assert!(ro("/sys/fs/cgroup/system.slicex/cpuset.cpus.exclusive"));
+        // A mount on top of a writable one, and an escaped mount point.
+        assert!(ro(
+            "/sys/fs/cgroup/system.slice/x.service/cpuset.cpus.partition"
+        ));
+        assert!(ro("/run/a b/c"));
+        assert!(!ro("/var/lib/x"));
+        assert!(!read_only_in("", Path::new("/sys")));
+
+        let (_d, c) = tree(true);
+        let shipped = MountView::Shipped {
+            mount: c.mount().to_path_buf(),
+        };
+        assert_eq!(
+            c.writable_on_the_way("/system.slice/md.service", &shipped),
+            Ok(())
+        );
+        let e = c
+            .writable_on_the_way("/trading.slice/md.service", &shipped)
+            .unwrap_err();
+        assert_eq!(
+            e,
+            Unable::ReadOnly {
+                path: c.dir("/trading.slice").join("cpuset.cpus.exclusive"),
+                slice: c.dir("trading.slice"),
+            }
+        );
+        assert!(e.to_string().contains("ReadWritePaths=-"), "{e}");
+        // The daemon's own view of a writable fixture tree: nothing read-only.
+        assert_eq!(
+            c.writable_on_the_way("/trading.slice/md.service", &MountView::Here),
+            Ok(())
+        );
+        // A file not made yet is judged by the directory it will be made in.
+        let slice = c.dir("trading.slice");
+        std::fs::create_dir_all(&slice).unwrap();
+        let file = slice.join("cpuset.cpus.exclusive");
+        assert_eq!(existing(&file), slice.as_path());
+        std::fs::write(&file, "").unwrap();
+        assert_eq!(existing(&file), file.as_path());
+    }
+
+    #[test]
+    fn the_shipped_units_allow_the_slices_the_dry_run_assumes() {
+        for unit in [
+            include_str!("../../systemd/pinnerd.service"),
+            include_str!("../../systemd/pinnerd-partition@.service"),
+        ] {
+            let paths: Vec<&str> = unit
+                .lines()
+                .filter_map(|l| l.strip_prefix("ReadWritePaths="))
+                .flat_map(str::split_whitespace)
+                .collect();
+            let want: Vec<String> = WRITABLE_SLICES
+                .iter()
+                .map(|s| format!("-/sys/fs/cgroup/{s}"))
+                .collect();
+            assert_eq!(paths, want);
+        }
     }
 
     #[test]

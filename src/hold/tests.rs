@@ -380,6 +380,79 @@ fn a_service_is_confined_isolated_and_given_back_its_own_values() {
 }
 
 #[test]
+fn a_service_in_a_slice_the_units_do_not_allow_is_refused_before_anything_changes() {
+    let (_d, cg2) = tree();
+    for cg in ["trading.slice", "trading.slice/md.service"] {
+        let d = cg2.dir(cg);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("cpuset.cpus.exclusive"), "\n").unwrap();
+        std::fs::write(d.join("cpuset.cpus.partition"), "member\n").unwrap();
+    }
+    let run = tempfile::tempdir().unwrap();
+    let units = FakeUnits::default();
+    units.add(
+        10,
+        "md.service",
+        "/trading.slice/md.service",
+        "trading.slice",
+    );
+    let shipped = partition::MountView::Shipped {
+        mount: cg2.mount().to_path_buf(),
+    };
+    let mut h = holder(&units, &cg2, run.path()).with_mounts(shipped.clone());
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    let slice = cg2.dir("trading.slice");
+    let why = format!(
+        "{}/cpuset.cpus.exclusive: read-only file system: pinnerd may write only below the slices its units' ReadWritePaths= name; ReadWritePaths=-{} in a drop-in of pinnerd.service and of pinnerd-partition@.service allows this one (docs/sharing.md, \"A slice of its own\")",
+        slice.display(),
+        slice.display()
+    );
+    assert_eq!(
+        r[0].line(),
+        format!("not isolated: {why}; the rule stays merely exclusive")
+    );
+    assert!(!r[0].confined && !r[0].isolated, "{r:?}");
+    // Nothing was asked of systemd, nothing written.
+    assert!(units.calls().is_empty(), "{:?}", units.calls());
+    assert_eq!(file(&cg2, "/trading.slice", "cpuset.cpus.exclusive"), "");
+    // The dry run says the same, in the same words.
+    let info = unit_of_cgroup("/trading.slice/md.service").unwrap();
+    let w = Want {
+        vouch: Vouch {
+            users: vec![0],
+            unit: true,
+        },
+        ..want("feed", 10, "6-7", true)
+    };
+    let root = |_| {
+        Ok(Owner {
+            real: 0,
+            effective: 0,
+        })
+    };
+    let cannot = cg2
+        .writable_on_the_way(&info.cgroup, &shipped)
+        .err()
+        .map(|e| e.to_string());
+    assert_eq!(
+        dry_line(&w, Ok(info), cannot.as_deref(), &root),
+        format!("unit md.service: not isolated: {why}; the rule stays merely exclusive")
+    );
+    // A drop-in naming the slice (the daemon's own view here: a writable tree):
+    // isolated as any other.
+    let mut h = holder(&units, &cg2, run.path());
+    let r = h.reconcile(&[want("feed", 10, "6-7", true)]);
+    assert!(r[0].confined && r[0].isolated, "{r:?}");
+    assert_eq!(file(&cg2, "/trading.slice", "cpuset.cpus.exclusive"), "6-7");
+    assert_eq!(
+        file(&cg2, "/trading.slice/md.service", "cpuset.cpus.partition"),
+        "isolated"
+    );
+    h.reconcile(&[]);
+    assert_eq!(file(&cg2, "/trading.slice", "cpuset.cpus.exclusive"), "");
+}
+
+#[test]
 fn a_process_of_a_login_session_gets_a_scope_of_its_own_in_the_same_slice() {
     let (_d, cg2) = tree();
     let run = tempfile::tempdir().unwrap();

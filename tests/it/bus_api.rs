@@ -117,3 +117,69 @@ fn list_managed_cpus_and_explain_json_agree_with_their_text_twins() {
         text(&out)
     );
 }
+
+/// The `ExplainJson` reply docs/dbus.md shows ("What the replies look like": a process
+/// pinned by `PinProcess`) has the keys and the lines of the text the daemon returns, in
+/// its order: each line the same up to its first number (the pid, the CPUs, the path of
+/// the cpuset file differ by machine); the memory line is the one-node one only on a
+/// one-node machine.
+#[test]
+fn the_explain_json_reply_in_docs_dbus_md_has_the_lines_the_daemon_returns() {
+    let _cpus = super::cpus_stay_online();
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dbus.md"),
+    )
+    .unwrap();
+    let sample = doc
+        .lines()
+        .skip_while(|l| !l.starts_with("$ busctl … ExplainJson u "))
+        .nth(1)
+        .expect("docs/dbus.md shows no `$ busctl … ExplainJson u PID` reply");
+    let quoted = sample.strip_prefix("s ").expect(sample);
+    let shown: String = serde_json::from_str(quoted).expect(sample);
+    let shown: serde_json::Value = serde_json::from_str(&shown).expect(sample);
+
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let h = Helper::spawn(dirs.root.path(), "sleep");
+    let _d = Daemon::start(&bus, &dirs);
+    let pid = h.pid.to_string();
+    bus.call("PinProcess", &["uuss", &pid, "1", "compact", "allow"]);
+    let v = call_json(&bus, false, "ExplainJson", &["u", &pid]);
+    let real: serde_json::Value = serde_json::from_str(v["data"][0].as_str().unwrap()).unwrap();
+
+    let keys = |j: &serde_json::Value| j.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        keys(&shown),
+        keys(&real),
+        "docs/dbus.md: {shown}\nthe daemon: {real}"
+    );
+    let one_node = real["memory"]["one_node"] == true;
+    let shapes = |j: &serde_json::Value| -> Vec<String> {
+        j["text"]
+            .as_str()
+            .unwrap()
+            .lines()
+            .filter(|l| one_node || !l.starts_with("memory:"))
+            .map(|l| {
+                l.split(|c: char| c.is_ascii_digit())
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect::<Vec<_>>()
+    };
+    // One `tid` line per thread: the helper has more threads than the sample's sleep.
+    let shapes = |j: &serde_json::Value| {
+        let mut s = shapes(j);
+        s.dedup();
+        s
+    };
+    assert_eq!(
+        shapes(&shown),
+        shapes(&real),
+        "docs/dbus.md's ExplainJson text: {}\nthe daemon's: {}",
+        shown["text"],
+        real["text"]
+    );
+}

@@ -726,3 +726,19 @@ fn cited_paths_are_found_with_the_names_after_them() {
         ]
     );
 }
+
+/// The README's walk-through is typed as written on a minimal Debian, which has no
+/// `sudo`: no command it shows starts with it (the VM test runs them as written, as root).
+#[test]
+fn the_readme_types_no_sudo() {
+    let text = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let typed: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| {
+            l.trim_start().starts_with("sudo ") || l.contains("$ sudo ") || l.contains("`sudo ")
+        })
+        .map(|(i, l)| (i + 1, l))
+        .collect();
+    assert!(typed.is_empty(), "README.md types sudo: {typed:?}");
+}

@@ -412,7 +412,8 @@ fn check_says_in_one_line_why_an_isolate_rule_cannot_isolate_here() {
 
 /// The partition helper (the binary run as `pinnerd-cpuset-partition` by
 /// `pinnerd-partition@.service`) takes one `MODE:PATH`, only `isolated` or `member`, only a
-/// cgroup below the slices, and writes nothing else: each refusal says why.
+/// unit's cgroup below the system manager's slices (any leading slice: which it can write
+/// is its unit's `ReadWritePaths=`), and writes nothing else: each refusal says why.
 #[test]
 fn the_partition_helper_writes_only_the_two_modes_below_the_slices() {
     let dir = tempfile::tempdir().unwrap();
@@ -438,7 +439,16 @@ fn the_partition_helper_writes_only_the_two_modes_below_the_slices() {
     );
     let (_, err) = run(&["isolated:init.scope"]);
     assert!(
-        err.contains("is not below /system.slice, /user.slice, /machine.slice"),
+        err.contains("is not below the system manager's slices"),
+        "{err}"
+    );
+    let (_, err) = run(&["isolated:trading.slice"]);
+    assert!(err.contains("is not below"), "{err}");
+    // A unit in a slice of its own is taken (and is not there here).
+    let (code, err) = run(&["isolated:trading.slice-pinnerd\\x2dno\\x2dsuch.service"]);
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("trading.slice/pinnerd-no-such.service: no such cgroup"),
         "{err}"
     );
     let (_, err) = run(&["isolated:system.slice-..-init.scope"]);

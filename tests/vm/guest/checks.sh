@@ -663,13 +663,14 @@ def put(m):
 sys.stdout.write(re.sub(r"( *)\b(%s)\b" % "|".join(map(re.escape, doc)), put, sys.stdin.read()))
 ' "$@"
 }
-# sample_matches N PID A B DOCPID DOCA DOCB: runs sample N's command as written (`sudo `
-# left out: the checks run as root) and matches its output, ids as in the README, with
-# the sample (doc_sample: snapbox's [..] and ... as in the documents' trycmd samples).
+# sample_matches N PID A B DOCPID DOCA DOCB: runs sample N's command exactly as written
+# (as root, on a Debian without sudo, as the README says to type it) and matches its
+# output, ids as in the README, with the sample (doc_sample: snapbox's [..] and ... as in
+# the documents' trycmd samples).
 sample_matches() {
     local d=$WORK/readme cmd
     cmd=$(cat "$d/sample-$1.cmd")
-    bash -c "${cmd#sudo }" </dev/null 2>&1 | ids "$2" "$3" "$4" "$5" "$6" "$7" >"$d/sample-$1.actual"
+    bash -c "$cmd" </dev/null 2>&1 | ids "$2" "$3" "$4" "$5" "$6" "$7" >"$d/sample-$1.actual"
     "$LIB/doc_sample" "$d/sample-$1.expected" "$d/sample-$1.actual" 2>"$d/sample-$1.diff"
 }
 export -f readme_blocks ids sample_matches
@@ -1982,6 +1983,111 @@ EOF
     echo "the administrator's runtime AllowedCPUs=0-7 drop-in put back byte for byte after a hold; without one, no 50-AllowedCPUs.conf left after let-go, and the unit file's AllowedCPUs=2-3 took effect at daemon-reload (EffectiveCPUs '$eff', masks $masks_now)"
 }
 
+# A service in a slice of its own (Slice=trading.slice) under an isolate rule. As
+# shipped, the units may write only below system.slice, user.slice and machine.slice:
+# `check` and `plan --live` say the daemon's refusal in its own words, and the daemon
+# changes nothing. With the drop-in docs/sharing.md gives ("A slice of its own") on both
+# units, all three say it is isolated, and it is; removing the rule leaves nothing.
+check_isolate_own_slice() {
+    local pid dir=$WORK/own-slice why_check why_plan why_daemon plan2 ex cg state held
+    local d1=/run/systemd/system/pinnerd.service.d d2=/run/systemd/system/pinnerd-partition@.service.d
+    no_partitions && return 77
+    isolated_is "" || {
+        echo "precondition: CPUs $(cat /sys/fs/cgroup/cpuset.cpus.isolated) already isolated"
+        return 1
+    }
+    explain() { bus --json=short call "$BUS" "$OBJ" "$IFACE" Explain u "$1" | jq -r '.data[0]'; }
+    back() {
+        rm -f "$RULES/80-vm-own-slice.toml" "$d1/90-vm-trading-slice.conf" "$d2/90-vm-trading-slice.conf"
+        wait_for 20 isolated_is ""
+        systemctl stop vmwork-slc.service 2>/dev/null
+        systemctl daemon-reload
+        systemctl restart pinnerd.service
+        wait_for 60 prop_is State '"ready"'
+    }
+    rm -rf "$dir"
+    mkdir -p "$dir/rules"
+    ln -sf /usr/bin/python3 /usr/local/bin/vmwork-slc
+    systemd-run --quiet --unit=vmwork-slc --slice=trading.slice --service-type=simple \
+        /usr/local/bin/vmwork-slc "$LIB/workload.py" "$dir" 2 || {
+        echo "vmwork-slc did not start"
+        return 1
+    }
+    wait_for 60 test -s "$dir/pid" || {
+        echo "vmwork-slc wrote no pid"
+        back
+        return 1
+    }
+    pid=$(cat "$dir/pid")
+    cg=$(awk -F: '$1 == 0 { print $3 }' "/proc/$pid/cgroup")
+    printf '%s\n' '[[rule]]' 'name = "vm-own-slice"' '[rule.match]' 'comm = "vmwork-slc"' \
+        'unit = "vmwork-slc.service"' '[rule.place]' 'cpus = "6-7"' 'exclusive = true' \
+        'isolate = true' >"$dir/rules/80-vm-own-slice.toml"
+    # As shipped: the three say the same refusal.
+    why_check=$(pinnerd check "$dir/rules" 2>&1 | grep -o 'not isolated: .*; the rule stays merely exclusive')
+    why_plan=$(pinnerd plan --live --rules "$dir/rules" 2>&1 | grep -o 'not isolated: .*; the rule stays merely exclusive')
+    put_rule 80-vm-own-slice.toml <"$dir/rules/80-vm-own-slice.toml"
+    wait_for 30 sh -c "busctl --system --json=short call $BUS $OBJ $IFACE Explain u $pid | grep -q 'not isolated'"
+    why_daemon=$(explain "$pid" | grep -o 'not isolated: .*; the rule stays merely exclusive')
+    case $why_daemon in *"/sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive: read-only file system"*) ;; *)
+        echo "$cg: Explain does not say trading.slice is read-only: $(explain "$pid" | tr '\n' ' ' | head -c 600)"
+        back
+        return 1
+        ;;
+    esac
+    [ "$why_check" = "$why_daemon" ] && [ "$why_plan" = "$why_daemon" ] || {
+        echo "the daemon: '$why_daemon'; check: '$why_check'; plan --live: '$why_plan'"
+        back
+        return 1
+    }
+    # Refused before anything changed: the unit never confined (systemd keeps a drop-in
+    # of every property set on it at run time, even once reset: a transient unit's in
+    # /run/systemd/transient), nothing granted.
+    ex=$(cat /sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive 2>/dev/null)
+    isolated_is "" && [ -z "$ex" ] && [ -z "$(systemctl show -p AllowedCPUs --value vmwork-slc.service)" ] &&
+        [ ! -e /run/systemd/system.control/vmwork-slc.service.d ] &&
+        [ ! -e /run/systemd/transient/vmwork-slc.service.d ] || {
+        echo "refused, yet changed: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', trading.slice exclusive '$ex', AllowedCPUs '$(systemctl show -p AllowedCPUs --value vmwork-slc.service)', drop-ins: $(ls /run/systemd/system.control/vmwork-slc.service.d /run/systemd/transient/vmwork-slc.service.d 2>&1 | tr '\n' ' ')"
+        back
+        return 1
+    }
+    # The drop-in the docs give, on both units.
+    rm -f "$RULES/80-vm-own-slice.toml"
+    mkdir -p "$d1" "$d2"
+    printf '[Service]\nReadWritePaths=-/sys/fs/cgroup/trading.slice\n' >"$d1/90-vm-trading-slice.conf"
+    cp "$d1/90-vm-trading-slice.conf" "$d2/"
+    systemctl daemon-reload
+    systemctl restart pinnerd.service
+    wait_for 60 prop_is State '"ready"'
+    plan2=$(pinnerd plan --live --rules "$dir/rules" 2>&1 | grep -E "unit vmwork-slc.service" | head -1)
+    [ -z "$(pinnerd check "$dir/rules" 2>&1 | grep 'not isolated')" ] && grep -q 'CPUs 6-7 would be isolated' <<<"$plan2" || {
+        echo "with the drop-in: plan --live: '$plan2'; check: $(pinnerd check "$dir/rules" 2>&1 | tr '\n' ' ')"
+        back
+        return 1
+    }
+    put_rule 80-vm-own-slice.toml <"$dir/rules/80-vm-own-slice.toml"
+    wait_for 30 isolated_is 6-7 || {
+        echo "with the drop-in: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)' 30 s after the rule; Explain: $(explain "$pid" | tr '\n' ' ' | head -c 600)"
+        back
+        return 1
+    }
+    state=$(cat "/sys/fs/cgroup$cg/cpuset.cpus.partition")
+    held=$(explain "$pid" | grep -o 'held: .*' | head -1)
+    grep -q 'CPUs 6-7 isolated' <<<"$held" || {
+        echo "isolated, yet Explain says: $held"
+        back
+        return 1
+    }
+    rm -f "$RULES/80-vm-own-slice.toml"
+    wait_for 20 isolated_is "" && [ -z "$(cat /sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive 2>/dev/null)" ] || {
+        echo "20 s after the rule went: isolated '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)', trading.slice exclusive '$(cat /sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive 2>&1)'"
+        back
+        return 1
+    }
+    back
+    echo "as shipped, check, plan --live and the daemon said: '$why_daemon' (nothing changed); with ReadWritePaths=-/sys/fs/cgroup/trading.slice on both units: plan --live '$plan2'; $cg $state, $held; rule removed: nothing isolated, trading.slice exclusive empty"
+}
+
 # exclusive_set: every cgroup whose cpuset.cpus.exclusive is not empty, "PATH=CPUS" a
 # line, sorted.
 exclusive_set() {
@@ -2765,6 +2871,7 @@ run_check hold-refuses-imitators check_hold_refuses_imitators 150
 run_check isolate-churn-no-leak check_isolate_churn_no_leak 150
 run_check isolate-count-smt-settles check_isolate_count_smt_settles 150
 run_check isolate-thread-entry check_isolate_thread_entry 150
+run_check isolate-own-slice check_isolate_own_slice 240
 run_check unit-born-in-place check_unit_born_in_place 240
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
