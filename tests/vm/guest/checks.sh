@@ -1985,13 +1985,20 @@ EOF
 # on the host's network, one image made on the host from busybox-static (run.sh).
 export CRI="$LIB/cri.py" IMAGE=docker.io/pinnerd-vm/busybox:1
 # The container's command: its first action reads its own Cpus_allowed_list with shell
-# builtins (no process started before the read), prints it, then sleeps as the same pid.
-export FIRST_READ='while read -r k v; do [ "$k" = Cpus_allowed_list: ] && echo "first $v"; done </proc/self/status; exec sleep 1000000'
-# ctr_run POD NAME: creates and starts container NAME in POD running FIRST_READ; sets
-# CID and FIRST (what it read first); fails saying why.
+# builtins (no process started before the read), then the uptime, and prints both
+# ("first LIST UPTIME"); then it sleeps as the same pid.
+export READ_MASK='while read -r k v; do [ "$k" = Cpus_allowed_list: ] && m=$v; done </proc/self/status'
+export FIRST_READ="$READ_MASK"'; read -r up _ </proc/uptime; echo "first $m $up"; exec sleep 1000000'
+# The same, then it keeps reading its mask (builtins, busy) until it changes or 30 s
+# pass, and prints "moved LIST UPTIME": how long after its first instruction it was
+# placed, measured from inside.
+export MOVED_READ="$READ_MASK"'; read -r up _ </proc/uptime; echo "first $m $up"; f=$m; while [ "$m" = "$f" ]; do '"$READ_MASK"'; read -r t _ </proc/uptime; [ "${t%.*}" -gt $((${up%.*} + 30)) ] && break; done; echo "moved $m $t"; exec sleep 1000000'
+# ctr_run POD NAME [SCRIPT]: creates and starts container NAME in POD running SCRIPT
+# (FIRST_READ); sets CID, FIRST (the list it read first) and FIRST_UP (the uptime then);
+# fails saying why.
 ctr_run() {
-    local i
-    CID=$("$CRI" create "$1" "$2" "$IMAGE" -- /bin/sh -c "$FIRST_READ" 2>&1) || {
+    local i line
+    CID=$("$CRI" create "$1" "$2" "$IMAGE" -- /bin/sh -c "${3:-$FIRST_READ}" 2>&1) || {
         echo "CreateContainer $2: $CID"
         return 1
     }
@@ -2001,8 +2008,11 @@ ctr_run() {
     }
     FIRST=
     for i in $(seq 1 600); do
-        FIRST=$("$CRI" logs "$CID" 2>/dev/null | sed -n 's/^first //p' | head -n 1)
-        [ -n "$FIRST" ] && return 0
+        line=$("$CRI" logs "$CID" 2>/dev/null | grep -m 1 '^first ')
+        if [ -n "$line" ]; then
+            read -r _ FIRST FIRST_UP <<<"$line"
+            return 0
+        fi
         sleep 0.1
     done
     echo "container $2 printed no Cpus_allowed_list in 60 s: $("$CRI" status "$CID")"
@@ -2054,7 +2064,7 @@ EOF
         cleanup
         return 1
     }
-    nri=$(containerd config dump 2>&1 | sed -n '/^  \[plugins."io.containerd.nri.v1.nri"\]/,/^  \[/p' | grep -E '^ +(disable|disable_connections|socket_path) =' | tr -s ' \n' ' ')
+    nri=$(containerd config dump 2>&1 | sed -n '/^  \[plugins."io.containerd.nri.v1.nri"\]/,/^  \[/p' | grep -E '^ +[a-z_]+ =' | tr -s ' \n' ' ')
     wait_for 60 "$CRI" version || {
         echo "CRI not answering on /run/containerd/containerd.sock: $("$CRI" version 2>&1); NRI config: $nri; containerd: $(journalctl -b -u containerd.service --no-pager -o cat | tail -n 8)"
         cleanup
@@ -2153,9 +2163,31 @@ EOF
         cleanup
         return 1
     }
+    local stopped=$FIRST
+    "$CRI" clean >/dev/null
+    # Without NRI ([nri] enable = "off"): the watcher places the same container after the
+    # fact; the container says how long after its first instruction.
+    cp /etc/pinnerd/pinnerd.toml "$WORK/pinnerd.toml.orig"
+    printf '\n[nri]\nenable = "off"\n' >>/etc/pinnerd/pinnerd.toml
+    systemctl start pinnerd.service
+    wait_for 60 prop_is State '"ready"'
+    local late line moved
+    pod=$("$CRI" runp api-3 --namespace trading --label app=md-feed 2>&1) &&
+        ctr_run "$pod" md-feed "$MOVED_READ" &&
+        wait_for 40 sh -c "'$CRI' logs '$CID' | grep -q '^moved '" || true
+    line=$("$CRI" logs "$CID" 2>/dev/null | grep -m 1 '^moved ')
+    cp "$WORK/pinnerd.toml.orig" /etc/pinnerd/pinnerd.toml
+    systemctl restart pinnerd.service
+    read -r _ moved late <<<"$line"
+    [ -n "$moved" ] && [ "$moved" != "$FIRST" ] && [ "$(expand "$moved" | wc -l)" -eq 2 ] || {
+        echo "with [nri] enable = \"off\", the matching container read '$FIRST' first and was not placed on 2 CPUs within 30 s (${line:-no 'moved' line}); explain: $(pinnerd explain "$(ctr_pid "$CID")" 2>&1 | tr '\n' ' ')"
+        cleanup
+        return 1
+    }
+    late=$(awk -v a="$FIRST_UP" -v b="$late" 'BEGIN { printf "%.2f", b - a }')
     cleanup
     wait_for 60 prop_is State '"ready"' || true
-    echo "$first_placed; $unmatched; containerd restarted: registered again after $again s, then $second_placed; pinnerd stopped: md-feed started on $FIRST; NRI config: $nri"
+    echo "$first_placed; $unmatched; containerd restarted: registered again after $again s, then $second_placed; pinnerd stopped: md-feed started on $stopped; NRI off: md-feed read $FIRST first, on $moved $late s after its first instruction (after the fact); NRI config: $nri"
 }
 
 # Over the whole boot: systemd never killed the daemon for a missed watchdog ping, and no
