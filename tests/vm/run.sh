@@ -98,12 +98,12 @@ die() {
 
 [ "$(id -u)" = 0 ] || die "run as root (mmdebstrap, dpkg in a chroot and cpio need it)"
 missing=()
-for tool in qemu-system-x86_64 mmdebstrap cpio zstd apt-get dpkg-deb lintian; do
+for tool in qemu-system-x86_64 mmdebstrap cpio zstd apt-get dpkg-deb lintian python3; do
     command -v "$tool" >/dev/null || missing+=("$tool")
 done
 [ -n "${PINNERD_DEB:-}" ] || [ "${PINNERD_VM_PREPARE_ONLY:-}" = 1 ] || cargo deb --version >/dev/null 2>&1 || missing+=(cargo-deb)
 [ "${PINNERD_VM_PREPARE_ONLY:-}" = 1 ] || command -v cargo >/dev/null || missing+=(cargo)
-[ ${#missing[@]} -eq 0 ] || die "missing: ${missing[*]} (apt-get install qemu-system-x86 mmdebstrap cpio zstd lintian; cargo install --locked cargo-deb)"
+[ ${#missing[@]} -eq 0 ] || die "missing: ${missing[*]} (apt-get install qemu-system-x86 mmdebstrap cpio zstd lintian python3-minimal; cargo install --locked cargo-deb)"
 
 mkdir -p "$cache"
 
@@ -256,6 +256,8 @@ if [ -x "$root/usr/bin/containerd" ]; then
 # The test VM's own: its root is the initramfs, its kernel has no overlayfs module.
 [plugins."io.containerd.grpc.v1.cri".containerd]
   snapshotter = "native"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
   NoPivotRoot = true
 EOF

@@ -155,10 +155,11 @@ def pod_config(name, namespace, uid, labels):
     # LinuxPodSandboxConfig: cgroup_parent 1, security_context 2. The parent a kubelet
     # with the cgroupfs driver gives a best-effort pod.
     linux = f_str(1, f"/kubepods/besteffort/pod{uid}") + f_bytes(2, security)
-    # PodSandboxConfig: metadata 1, hostname 2, log_directory 3, labels 6, linux 8
+    # PodSandboxConfig: metadata 1, log_directory 3, labels 6, linux 8. No hostname 2:
+    # the pod shares the host's UTS namespace with its network, as a kubelet leaves it
+    # unset for a host-network pod.
     return (
         f_bytes(1, metadata)
-        + f_str(2, "pinnerd-vm")
         + f_str(3, f"{LOGS}/{namespace}_{name}_{uid}")
         + f_map(6, labels)
         + f_bytes(8, linux)
