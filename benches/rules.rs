@@ -78,6 +78,7 @@ fn process(comm: &str) -> ProcessInfo {
                 },
             })
             .collect(),
+        container: None,
     }
 }
 

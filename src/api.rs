@@ -342,6 +342,11 @@ pub struct Snapshot {
     /// nothing is held). Counts and reasons by rule, no list of processes: every caller
     /// may read it.
     pub holds: String,
+    /// `registered with containerd 1.7.24` or `not connected (why)`; "" when NRI is off.
+    pub nri: String,
+    /// One line per container a rule names: its cpuset and how it got it, or why it has
+    /// none.
+    pub containers: Vec<String>,
     /// `the host moves vCPUs: latency placement off` (or, without the `hypervisor`
     /// flag, `repeated measurements disagree: latency placement off`) while the matrix
     /// in use is unstable and placement uses the sysfs topology; "" otherwise.

@@ -75,6 +75,8 @@
 //!   keeps for them, and the latency-critical threads whose waking stops it;
 //!   `measure::plain`: an independent c2clat-style ping-pong to check the engine by
 //! - `metrics`: the daemon's numbers in the Prometheus text format, and the textfile
+//! - `nri`: the NRI plugin: registered with containerd or CRI-O over their NRI socket, a
+//!   container a rule names gets its cpuset at creation from the daemon's plan
 //! - `outfile`: an output file replaced whole, no link followed (textfile, `export --out`,
 //!   `report`); the journals in the daemon's own runtime directory replaced plainly
 //! - `placement`: one request → CPUs (`slots`: a thread entry's CPUs, one set per thread,
@@ -129,6 +131,7 @@ pub mod matrix;
 pub mod measure;
 pub mod memory;
 pub mod metrics;
+pub mod nri;
 pub mod outfile;
 pub mod placement;
 pub mod plan;

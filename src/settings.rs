@@ -33,6 +33,85 @@ pub struct Settings {
     pub metrics: MetricsSettings,
     pub sched_ext: SchedExtSettings,
     pub memory: MemorySettings,
+    pub nri: NriSettings,
+}
+
+/// `[nri]`: registering as an NRI plugin with containerd or CRI-O (see `nri`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
+pub struct NriSettings {
+    /// `auto` (default): register when the socket exists, re-register when it comes
+    /// back, stay a plain pinnerd while it does not; `on`: the same, a missing socket
+    /// warned about; `off`: never. Auto by default: a machine without a container
+    /// runtime costs one `stat` every 2 s, and one with it gets containers placed at
+    /// creation without a second setting to find.
+    pub enable: crate::nri::Enable,
+    pub socket: PathBuf,
+    /// Two digits: the runtime calls plugins in ascending index order.
+    pub index: NriIndex,
+    /// The name the daemon registers as (`[A-Za-z0-9-_.+]`).
+    pub name: NriName,
+}
+
+impl Default for NriSettings {
+    fn default() -> Self {
+        NriSettings {
+            enable: crate::nri::Enable::Auto,
+            socket: PathBuf::from(crate::nri::DEFAULT_SOCKET),
+            index: NriIndex("10".into()),
+            name: NriName("pinnerd".into()),
+        }
+    }
+}
+
+impl NriSettings {
+    /// What the plugin is run with.
+    pub fn config(&self) -> crate::nri::NriConfig {
+        crate::nri::NriConfig {
+            enable: self.enable,
+            socket: self.socket.clone(),
+            registration: crate::nri::Registration {
+                name: self.name.0.clone(),
+                index: self.index.0.clone(),
+            },
+        }
+    }
+}
+
+/// `[nri] index`: two digits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct NriIndex(pub String);
+
+impl TryFrom<String> for NriIndex {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        crate::nri::check_index(&s).map(|()| NriIndex(s))
+    }
+}
+
+impl From<NriIndex> for String {
+    fn from(i: NriIndex) -> String {
+        i.0
+    }
+}
+
+/// `[nri] name`: NRI's plugin name characters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct NriName(pub String);
+
+impl TryFrom<String> for NriName {
+    type Error = String;
+    fn try_from(s: String) -> Result<Self, String> {
+        crate::nri::check_name(&s).map(|()| NriName(s))
+    }
+}
+
+impl From<NriName> for String {
+    fn from(n: NriName) -> String {
+        n.0
+    }
 }
 
 /// `[memory]`: where a process's memory weighs in placement, and moving it
@@ -204,6 +283,7 @@ impl Default for Settings {
             metrics: MetricsSettings::default(),
             sched_ext: SchedExtSettings::default(),
             memory: MemorySettings::default(),
+            nri: NriSettings::default(),
         }
     }
 }
@@ -534,6 +614,31 @@ mod tests {
 
     fn parse(text: &str) -> Result<Settings, String> {
         Settings::parse(Path::new("s.toml"), text).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn nri_takes_the_contracts_keys_and_checks_index_and_name() {
+        let s = parse(
+            "[nri]\nenable = \"on\"\nsocket = \"/run/x.sock\"\nindex = \"05\"\nname = \"pin-1\"\n",
+        )
+        .unwrap();
+        assert_eq!(s.nri.enable, crate::nri::Enable::On);
+        let c = s.nri.config();
+        assert_eq!(c.socket, PathBuf::from("/run/x.sock"));
+        assert_eq!(
+            (c.registration.index.as_str(), c.registration.name.as_str()),
+            ("05", "pin-1")
+        );
+        assert_eq!(Settings::default().nri.enable, crate::nri::Enable::Auto);
+        let e = parse("[nri]\nindex = \"5\"\n").unwrap_err();
+        assert!(
+            e.contains("s.toml:2:9") && e.contains("not two digits"),
+            "{e}"
+        );
+        let e = parse("[nri]\nname = \"a b\"\n").unwrap_err();
+        assert!(e.contains("may only use letters"), "{e}");
+        let e = parse("[nri]\nenable = \"maybe\"\n").unwrap_err();
+        assert!(e.contains("unknown variant `maybe`"), "{e}");
     }
 
     #[test]

@@ -75,6 +75,10 @@ pub trait Pinnerd1 {
     #[zbus(property)]
     fn holds(&self) -> zbus::Result<String>;
     #[zbus(property)]
+    fn nri(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn containers(&self) -> zbus::Result<Vec<String>>;
+    #[zbus(property)]
     fn latency_off(&self) -> zbus::Result<String>;
     #[zbus(property)]
     fn pairs_measured(&self) -> zbus::Result<u32>;
@@ -194,6 +198,13 @@ pub fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
         let holds = p.holds().await?;
         if !holds.is_empty() {
             outln!("held:         {holds}");
+        }
+        let nri = p.nri().await?;
+        if !nri.is_empty() {
+            outln!("nri: {nri}");
+        }
+        for c in p.containers().await? {
+            outln!("{c}");
         }
         Ok(ExitCode::SUCCESS)
     })

@@ -295,6 +295,9 @@ impl DryRun<'_> {
             if let Some(line) = hold_rule_line(&self.report.rules, p, cannot) {
                 let _ = writeln!(out, "    {line}");
             }
+            if let Some(line) = container_rule_line(&self.report.rules, p) {
+                let _ = writeln!(out, "    {line}");
+            }
             if let Some(line) = p
                 .thread_entry
                 .and_then(|i| p.slots_line(self.mgr.entry_threads(&p.rule, i)))
@@ -463,6 +466,20 @@ fn hold_rule_line(
         }
         _ => None,
     }
+}
+
+/// A container rule's line: its CPUs go to the containers it names at creation.
+fn container_rule_line(rules: &crate::rules::RuleSet, p: &crate::plan::UnitPlan) -> Option<String> {
+    let rule = rules.get(&p.rule)?;
+    if p.thread_entry.is_some() || rule.matcher.container.is_none() {
+        return None;
+    }
+    Some(if rule.matcher.container_only() {
+        "container rule: the containers it names get these CPUs as their cpuset at creation (NRI)"
+            .into()
+    } else {
+        "container rule: places the processes of the containers it names once they run".into()
+    })
 }
 
 /// What a running sched_ext scheduler did to the plan, in one line, as the daemon logs

@@ -241,6 +241,8 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         timing,
         Instant::now(),
     );
+    let mut state = state;
+    start_nri(&opts.settings, &tx, &mut state);
     let (readers, memory) =
         start_readers(&opts.config.sysroot, &tx).map_err(DaemonError::Runtime)?;
     let shell = Shell {
@@ -262,6 +264,27 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         state,
         events: rx,
     })
+}
+
+/// The NRI plugin (unless `[nri] enable = "off"`): its own task, its questions passed
+/// to the loop as [`Event::Nri`], the loop's updates taken from the state.
+fn start_nri(settings: &crate::settings::Settings, tx: &mpsc::Sender<Event>, state: &mut State) {
+    let config = settings.nri.config();
+    if config.enable == crate::nri::Enable::Off {
+        return;
+    }
+    let (asks_tx, mut asks_rx) = mpsc::channel(64);
+    let (updates_tx, updates_rx) = mpsc::channel(16);
+    state.connect_nri(updates_tx);
+    tokio::spawn(crate::nri::connect::run(config, asks_tx, updates_rx));
+    let tx = tx.clone();
+    tokio::spawn(async move {
+        while let Some(ask) = asks_rx.recv().await {
+            if tx.send(Event::Nri(ask)).await.is_err() {
+                return;
+            }
+        }
+    });
 }
 
 /// The loop's step timer, with its watch thread (a step that does not end is named

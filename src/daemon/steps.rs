@@ -58,6 +58,8 @@ pub enum StepName {
     Watch(bool),
     /// What the holder says the kernel kept (CPUs still isolated after a release).
     HoldNotes,
+    /// A question or news from the NRI plugin.
+    Nri,
 }
 
 impl StepName {
@@ -87,6 +89,7 @@ impl StepName {
             Event::Hotplug => StepName::Hotplug,
             Event::Watch(r) => StepName::Watch(r.is_ok()),
             Event::HoldNotes(_) => StepName::HoldNotes,
+            Event::Nri(_) => StepName::Nri,
         }
     }
 }
@@ -119,6 +122,7 @@ impl fmt::Display for StepName {
             }
             StepName::Reload(ReloadCause::Bus) => f.write_str("reload by bus call"),
             StepName::Terminate => f.write_str("stop: masks given back"),
+            StepName::Nri => f.write_str("a container question from the NRI plugin"),
             StepName::Tick(due) if due.is_empty() => f.write_str("tick"),
             StepName::Tick(due) => write!(f, "tick: {}", due.join(", ")),
             StepName::Measured(id) => write!(f, "result of measurement job {id}"),

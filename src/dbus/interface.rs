@@ -326,6 +326,29 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         self.read(conn, header, "Holds", |s| s.holds.clone()).await
     }
 
+    /// The NRI plugin: `registered with containerd 1.7.24`, or `not connected (why)`;
+    /// empty when `[nri] enable = "off"`.
+    #[zbus(property)]
+    async fn nri(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<String> {
+        self.read(conn, header, "Nri", |s| s.nri.clone()).await
+    }
+
+    /// One line per container a rule names: `container POD/NAME (pod NAMESPACE/POD):
+    /// cpuset 4-7 set at creation by pinnerd (rule R)`, or why it has no cpuset.
+    #[zbus(property)]
+    async fn containers(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<Vec<String>> {
+        self.read(conn, header, "Containers", |s| s.containers.clone())
+            .await
+    }
+
     /// Why `State` is `degraded`, and what to do about it, in words; empty otherwise.
     #[zbus(property)]
     async fn state_reason(

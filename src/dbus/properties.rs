@@ -77,6 +77,12 @@ pub fn changed_properties<'a>(
     if old.holds != new.holds {
         changed.insert("Holds", Value::from(new.holds.clone()));
     }
+    if old.nri != new.nri {
+        changed.insert("Nri", Value::from(new.nri.clone()));
+    }
+    if old.containers != new.containers {
+        changed.insert("Containers", Value::from(new.containers.clone()));
+    }
     if old.state_reason != new.state_reason {
         changed.insert("StateReason", Value::from(new.state_reason.clone()));
     }

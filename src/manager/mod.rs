@@ -422,6 +422,11 @@ pub struct Manager {
     managed: BTreeMap<i32, Managed>,
     /// comm → whether any rule's comm globs can match it (the cheap first pass).
     candidate_cache: HashMap<String, bool>,
+    /// Containers the runtime told about (id → what container rules match), for the
+    /// processes found in their cgroups (see [`Manager::set_containers`]).
+    containers: Vec<(String, crate::rules::ContainerInfo)>,
+    /// containerd's task directory, read for a container NRI did not tell about.
+    container_tasks: Option<std::path::PathBuf>,
     journal: Option<Journal>,
     journal_dirty: bool,
     counters: Counters,
@@ -484,6 +489,8 @@ impl Manager {
             plan: Plan::empty(cpus),
             managed: BTreeMap::new(),
             candidate_cache: HashMap::new(),
+            containers: Vec::new(),
+            container_tasks: None,
             journal: None,
             journal_dirty: false,
             counters: Counters::default(),

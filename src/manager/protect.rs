@@ -91,6 +91,10 @@ const INIT_NAMES: [&str; 2] = ["systemd", "init"];
 /// they are left alone.
 pub fn broad_rule_note(rule: &Rule) -> Option<String> {
     let m = &rule.matcher;
+    // PID 1 and the bus daemon run in no container.
+    if m.container.is_some() {
+        return None;
+    }
     // The cgroup and unit each usually has; a rule without those keys may match anyway.
     let place_fits = |cgroups: &[&str], unit: &str| {
         m.cgroup

@@ -149,9 +149,12 @@ impl Manager {
     /// the plan of the winning rule and each thread's outcome.
     pub fn explain(&self, pid: i32) -> String {
         use std::fmt::Write;
-        let Some(snap) = self.process(pid) else {
+        let Some(mut snap) = self.process(pid) else {
             return format!("pid {pid}: no such process\n");
         };
+        if snap.info.container.is_none() {
+            snap.info.container = self.container_of(snap.info.cgroup.as_deref());
+        }
         let mut s = String::new();
         if snap.kernel_thread {
             let _ = writeln!(
@@ -162,6 +165,13 @@ impl Manager {
             return s;
         }
         s.push_str(self.cmdline_note(&snap));
+        if let Some(c) = &snap.info.container {
+            let _ = writeln!(
+                s,
+                "in container {} (pod {}/{}), as the runtime said over NRI",
+                c.name, c.namespace, c.pod
+            );
+        }
         let _ = write!(s, "{}", self.plan.rules().explain(&snap.info));
         match self.managed.get(&pid) {
             None => {

@@ -88,17 +88,52 @@ impl Manager {
         }
     }
 
+    /// The containers the runtime told about (id, what container rules match). A
+    /// process is in one when the last component of its cgroup path names the id
+    /// (`cri-containerd-ID.scope`, `crio-ID.scope`, `ID`) and the path is not in a
+    /// user's slice, where a user may name cgroups as they like.
+    pub fn set_containers(&mut self, containers: Vec<(String, crate::rules::ContainerInfo)>) {
+        if containers.is_empty() != self.containers.is_empty() {
+            self.candidate_cache.clear();
+        }
+        self.containers = containers;
+    }
+
+    /// Where containerd's task directory is (see `nri::ondisk`): a process in a
+    /// container NRI did not tell about is looked up there.
+    pub fn set_container_tasks(&mut self, tasks: Option<std::path::PathBuf>) {
+        self.container_tasks = tasks;
+        self.candidate_cache.clear();
+    }
+
+    pub(super) fn container_of(&self, cgroup: Option<&str>) -> Option<crate::rules::ContainerInfo> {
+        let cgroup = cgroup?;
+        if cgroup.starts_with("/user.slice") {
+            return None;
+        }
+        let last = cgroup.rsplit('/').next()?;
+        let told = self
+            .containers
+            .iter()
+            .find(|(id, _)| id.len() >= 12 && last.contains(id.as_str()))
+            .map(|(_, info)| info.clone());
+        told.or_else(|| {
+            let tasks = self.container_tasks.as_ref()?;
+            crate::nri::ondisk::read(tasks, crate::nri::ondisk::container_id(cgroup)?)
+        })
+    }
+
     /// Whether any rule's comm globs (or a rule without comm) can match `comm`.
     pub(super) fn may_match(&mut self, comm: &str) -> bool {
         if let Some(&hit) = self.candidate_cache.get(comm) {
             return hit;
         }
-        let hit = self
-            .plan
-            .rules()
-            .rules()
-            .iter()
-            .any(|r| r.matcher.comm.as_ref().is_none_or(|g| g.is_match(comm)));
+        // A rule of container keys only can match a process only in a known container.
+        let in_containers = !self.containers.is_empty() || self.container_tasks.is_some();
+        let hit = self.plan.rules().rules().iter().any(|r| {
+            (in_containers || !r.matcher.container_only())
+                && r.matcher.comm.as_ref().is_none_or(|g| g.is_match(comm))
+        });
         if self.candidate_cache.len() > 4096 {
             self.candidate_cache.clear();
         }
@@ -145,10 +180,13 @@ impl Manager {
 
     pub(super) fn consider_snapshot(
         &mut self,
-        snap: ProcessSnapshot,
+        mut snap: ProcessSnapshot,
         parent: Option<i32>,
         out: &mut Vec<Change>,
     ) {
+        if snap.info.container.is_none() {
+            snap.info.container = self.container_of(snap.info.cgroup.as_deref());
+        }
         let pid = snap.pid();
         if snap.kernel_thread {
             self.kernel_thread_seen(pid, snap.start_time, &snap.info.comm);

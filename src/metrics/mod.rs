@@ -91,6 +91,11 @@ pub struct Counters {
     /// `memory = "follow"` jobs.
     #[serde(default)]
     pub memory: MemoryCounters,
+    /// Containers given a cpuset through NRI, and containers a rule named that got none.
+    #[serde(default)]
+    pub nri_adjusted: u64,
+    #[serde(default)]
+    pub nri_skipped: u64,
 }
 
 /// The outcomes of `memory = "follow"` jobs, in the order the
@@ -140,6 +145,8 @@ impl Default for Counters {
             connector_overruns: 0,
             rescans: 0,
             memory: MemoryCounters::default(),
+            nri_adjusted: 0,
+            nri_skipped: 0,
         }
     }
 }
@@ -182,6 +189,9 @@ pub struct MetricsSnapshot {
     pub managed_processes: u32,
     pub managed_threads: u32,
     pub counters: Counters,
+    /// Registered with a container runtime over NRI; `None` with `[nri] enable = "off"`.
+    #[serde(default)]
+    pub nri_registered: Option<bool>,
 }
 
 /// What the daemon loop keeps for its metrics besides the manager's counters: the
@@ -295,6 +305,7 @@ impl MetricsSnapshot {
             managed_processes: s.managed_processes,
             managed_threads: s.managed_threads,
             counters,
+            nri_registered: (!s.nri.is_empty()).then(|| s.nri.starts_with("registered")),
         }
     }
 }
@@ -364,7 +375,33 @@ pub fn render(s: &MetricsSnapshot) -> String {
     rule_families(&mut o, s);
     pin_families(&mut o, s);
     memory_families(&mut o, s);
+    nri_families(&mut o, s);
     o
+}
+
+/// The NRI plugin: registered or not, containers given a cpuset, and not.
+fn nri_families(o: &mut String, s: &MetricsSnapshot) {
+    let Some(registered) = s.nri_registered else {
+        return;
+    };
+    gauge(
+        o,
+        "pinnerd_nri_registered",
+        "1 while registered as an NRI plugin with a container runtime.",
+        if registered { 1.0 } else { 0.0 },
+    );
+    counter(
+        o,
+        "pinnerd_nri_adjustments_total",
+        "Containers given a cpuset through NRI (at creation, at synchronization, or moved).",
+        s.counters.nri_adjusted,
+    );
+    counter(
+        o,
+        "pinnerd_nri_skipped_total",
+        "Containers a rule named that got no cpuset (no answer in time, or no CPUs in the plan).",
+        s.counters.nri_skipped,
+    );
 }
 
 /// The running version and the daemon's state.
@@ -588,6 +625,7 @@ mod tests {
             managed_processes: 2,
             managed_threads: 17,
             counters,
+            nri_registered: Some(true),
         }
     }
 

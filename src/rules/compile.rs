@@ -191,6 +191,32 @@ pub struct ProcessMatcher {
     pub users: Option<Vec<u32>>,
     pub cgroup: Option<GlobList>,
     pub unit: Option<GlobList>,
+    /// The container keys; `None` for a rule that names no container.
+    pub container: Option<ContainerMatcher>,
+}
+
+/// `container`, `pod`, `pod-namespace` and `pod-labels` of `[rule.match]`.
+#[derive(Debug, Clone, Default)]
+pub struct ContainerMatcher {
+    pub name: Option<GlobList>,
+    pub pod: Option<GlobList>,
+    pub namespace: Option<GlobList>,
+    /// Label name and the glob its value must match.
+    pub labels: Vec<(String, GlobList)>,
+}
+
+impl ProcessMatcher {
+    /// Whether only container keys are given: such a rule can be decided at a
+    /// container's creation, before any of its processes exists.
+    pub fn container_only(&self) -> bool {
+        self.container.is_some()
+            && self.comm.is_none()
+            && self.exe.is_none()
+            && self.cmdline.is_none()
+            && self.users.is_none()
+            && self.cgroup.is_none()
+            && self.unit.is_none()
+    }
 }
 
 /// One `[[rule.threads]]`.
@@ -355,7 +381,9 @@ pub fn compile_file(
             }
         }
         if let Some(m) = &spec.matches {
-            hold_needs_owner(&mut cx, name, m.get_ref(), spec);
+            if !container_holds_nothing(&mut cx, name, m.get_ref(), spec) {
+                hold_needs_owner(&mut cx, name, m.get_ref(), spec);
+            }
         }
         if cx.errors.len() == before {
             rules.push(Rule {
@@ -417,6 +445,7 @@ fn is_empty_match(m: &MatchSpec) -> bool {
         && m.user.is_none()
         && m.cgroup.is_none()
         && m.unit.is_none()
+        && !m.names_container()
 }
 
 fn compile_match(cx: &mut Ctx<'_>, m: &MatchSpec, users: UserLookup) -> ProcessMatcher {
@@ -476,7 +505,72 @@ fn compile_match(cx: &mut Ctx<'_>, m: &MatchSpec, users: UserLookup) -> ProcessM
             .as_ref()
             .and_then(|g| globs(cx, "cgroup", g, false)),
         unit: m.unit.as_ref().and_then(|g| globs(cx, "unit", g, false)),
+        container: compile_container(cx, m),
     }
+}
+
+fn compile_container(cx: &mut Ctx<'_>, m: &MatchSpec) -> Option<ContainerMatcher> {
+    if !m.names_container() {
+        return None;
+    }
+    let mut labels = Vec::new();
+    for (label, glob) in m.pod_labels.iter().flat_map(|l| l.get_ref()) {
+        if label.is_empty() {
+            cx.err(
+                &glob.span(),
+                RuleErrorKind::BadGlob {
+                    key: "pod-labels",
+                    pattern: echo(label),
+                    reason: "empty label name".into(),
+                },
+            );
+            continue;
+        }
+        let one = Spanned::new(glob.span(), OneOrMany::One(glob.get_ref().clone()));
+        if let Some(g) = globs(cx, "pod-labels", &one, false) {
+            labels.push((label.clone(), g));
+        }
+    }
+    Some(ContainerMatcher {
+        name: m
+            .container
+            .as_ref()
+            .and_then(|g| globs(cx, "container", g, false)),
+        pod: m.pod.as_ref().and_then(|g| globs(cx, "pod", g, false)),
+        namespace: m
+            .pod_namespace
+            .as_ref()
+            .and_then(|g| globs(cx, "pod-namespace", g, false)),
+        labels,
+    })
+}
+
+/// `isolate` and `unit-cpuset` are not for container rules: the runtime owns a
+/// container's cgroup, and pinnerd sets its cpuset through the runtime at creation.
+fn container_holds_nothing(cx: &mut Ctx<'_>, name: &str, m: &MatchSpec, spec: &RuleSpec) -> bool {
+    if !m.names_container() {
+        return false;
+    }
+    let on = |b: &Option<Spanned<bool>>| b.as_ref().filter(|b| *b.get_ref()).map(Spanned::span);
+    let place = spec.place.as_ref().map(Spanned::get_ref);
+    let first = place
+        .and_then(|p| on(&p.isolate).map(|s| (s, "isolate")))
+        .or_else(|| place.and_then(|p| on(&p.unit_cpuset).map(|s| (s, "unit-cpuset"))))
+        .or_else(|| {
+            spec.threads
+                .iter()
+                .find_map(|t| on(&t.get_ref().isolate).map(|s| (s, "isolate")))
+        });
+    if let Some((span, key)) = first {
+        cx.err(
+            &span,
+            RuleErrorKind::ContainerHold {
+                name: echo(name),
+                key,
+            },
+        );
+    }
+    true
 }
 
 /// The last line of a multi-line library message (regex errors draw a caret diagram).

@@ -155,6 +155,8 @@ pub enum RuleErrorKind {
     IsolateNeedsExclusivePlace,
     #[error("rule {name:?}: `{key} = true` changes the machine for every user, so the rule must name whose processes may trigger it: add `user` (the owners, e.g. `user = \"mdfeed\"`) or `unit` (a system service: its main process) to [rule.match]; comm, exe, cmdline and cgroup are chosen by whoever starts the process")]
     HoldNeedsOwner { name: String, key: &'static str },
+    #[error("rule {name:?} names a container: `{key} = true` is not for container rules (the container runtime owns the container's cgroup; pinnerd gives the container its CPUs through the runtime at creation, and `exclusive = true` keeps them to it)")]
+    ContainerHold { name: String, key: &'static str },
     #[error("{section}: give either `cpus` or `count`")]
     NoCpusNorCount { section: &'static str },
     #[error("{section}: `{key}` applies only to `count`; explicit `cpus` are used as given")]

@@ -84,6 +84,38 @@ pub struct MatchSpec {
     /// Glob(s) on the systemd unit derived from the cgroup path.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unit: Option<Spanned<OneOrMany<String>>>,
+    /// Glob(s) on the container's name (CRI metadata name). Any of the container keys
+    /// makes the rule a container rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<Spanned<OneOrMany<String>>>,
+    /// Glob(s) on the container's pod (sandbox) name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<Spanned<OneOrMany<String>>>,
+    /// Glob(s) on the pod's namespace.
+    #[serde(
+        default,
+        rename = "pod-namespace",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pod_namespace: Option<Spanned<OneOrMany<String>>>,
+    /// Label = glob: every label named must be on the pod and match.
+    #[serde(
+        default,
+        rename = "pod-labels",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub pod_labels: Option<Spanned<std::collections::BTreeMap<String, Spanned<String>>>>,
+}
+
+impl MatchSpec {
+    /// Whether any container key (`container`, `pod`, `pod-namespace`, `pod-labels`) is
+    /// given.
+    pub fn names_container(&self) -> bool {
+        self.container.is_some()
+            || self.pod.is_some()
+            || self.pod_namespace.is_some()
+            || self.pod_labels.is_some()
+    }
 }
 
 /// Declares a table that takes the placement keys `[rule.place]` and `[[rule.threads]]`

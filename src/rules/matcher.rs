@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use globset::{GlobSet, GlobSetBuilder};
 
-use super::compile::{GlobList, Pattern, PlacementRequest, Rule};
+use super::compile::{ContainerMatcher, GlobList, Pattern, PlacementRequest, Rule};
 
 /// What the matcher needs to know about a process, as read from /proc by the watcher.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -33,6 +33,58 @@ pub struct ProcessInfo {
     /// the v1 hierarchy the watcher chose); `None` when unknown.
     pub cgroup: Option<String>,
     pub threads: Vec<ThreadInfo>,
+    /// The container the process runs in, when known (from the runtime over NRI, or
+    /// from what the runtime leaves on disk); `None` for a process in no container.
+    pub container: Option<ContainerInfo>,
+}
+
+/// What the container keys of `[rule.match]` are matched against.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ContainerInfo {
+    /// The CRI metadata name.
+    pub name: String,
+    pub pod: String,
+    pub namespace: String,
+    /// The pod's labels; `None` when unknown (known only from the runtime over NRI): a
+    /// rule with `pod-labels` does not match then.
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
+}
+
+impl ContainerMatcher {
+    /// `Ok(())` when every container key matches `c`, else the first that does not.
+    pub fn check(&self, c: Option<&ContainerInfo>) -> Result<(), String> {
+        let Some(c) = c else {
+            return Err("the process is in no known container".into());
+        };
+        let keys = [
+            ("container", &self.name, &c.name),
+            ("pod", &self.pod, &c.pod),
+            ("pod-namespace", &self.namespace, &c.namespace),
+        ];
+        for (key, glob, value) in keys {
+            if let Some(g) = glob {
+                if !g.is_match(value) {
+                    return Err(format!("{key} {value:?} {}", not_any(g)));
+                }
+            }
+        }
+        if self.labels.is_empty() {
+            return Ok(());
+        }
+        let Some(labels) = &c.labels else {
+            return Err("pod labels are unknown (known only through NRI)".into());
+        };
+        for (label, g) in &self.labels {
+            match labels.get(label) {
+                None => return Err(format!("pod label {label:?} is not set")),
+                Some(v) if !g.is_match(v) => {
+                    return Err(format!("pod label {label}={v:?} {}", not_any(g)));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
 }
 
 /// One thread of a process.
@@ -134,6 +186,11 @@ impl Rule {
                 return false;
             }
         }
+        if let Some(c) = &m.container {
+            if c.check(p.container.as_ref()).is_err() {
+                return false;
+            }
+        }
         true
     }
 
@@ -189,6 +246,9 @@ impl Rule {
             if !re.is_match(&line) {
                 return Err(format!("cmdline {line:?} does not match /{}/", re.as_str()));
             }
+        }
+        if let Some(c) = &m.container {
+            c.check(p.container.as_ref())?;
         }
         Ok(())
     }
@@ -422,6 +482,20 @@ impl RuleSet {
         Some(Match {
             rule: Arc::clone(rule),
             threads: assign_threads(rule, p),
+        })
+    }
+
+    /// The rule that gives a container its cpuset at creation: the first, in precedence
+    /// order, whose `[rule.match]` has only container keys and all of them match. A
+    /// rule that also names the process (comm, exe, …) places the container's
+    /// processes once they run, not the container.
+    pub fn match_container(&self, c: &ContainerInfo) -> Option<&Arc<Rule>> {
+        self.rules.iter().find(|r| {
+            r.matcher.container_only()
+                && r.matcher
+                    .container
+                    .as_ref()
+                    .is_some_and(|m| m.check(Some(c)).is_ok())
         })
     }
 

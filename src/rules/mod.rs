@@ -20,8 +20,8 @@ mod load;
 mod matcher;
 
 pub use compile::{
-    system_user_lookup, CpuTarget, GlobList, NoPlace, PlacementRequest, ProcessMatcher, Rule,
-    ThreadRule, UserLookup, COMM_MAX, NAME_MAX,
+    system_user_lookup, ContainerMatcher, CpuTarget, GlobList, NoPlace, PlacementRequest,
+    ProcessMatcher, Rule, ThreadRule, UserLookup, COMM_MAX, NAME_MAX,
 };
 pub use error::{echo, echo_message, LineIndex, Location, RuleError, RuleErrorKind, ECHO_MAX};
 pub use load::{
@@ -29,8 +29,8 @@ pub use load::{
     reload, FileOutcome, LoadPolicy, LoadReport, DEFAULT_RULE_DIR, MAX_FILE_SIZE, MAX_SET_SIZE,
 };
 pub use matcher::{
-    slices_of_cgroup, unit_of_cgroup, Explanation, Match, ProcessInfo, RuleSet, Standing,
-    ThreadAssignment, ThreadInfo, ThreadPlacement, Verdict,
+    slices_of_cgroup, unit_of_cgroup, ContainerInfo, Explanation, Match, ProcessInfo, RuleSet,
+    Standing, ThreadAssignment, ThreadInfo, ThreadPlacement, Verdict,
 };
 
 #[cfg(test)]

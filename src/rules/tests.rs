@@ -68,6 +68,7 @@ fn feed_process() -> ProcessInfo {
                 comm: "rx-0".into(),
             },
         ],
+        container: None,
     }
 }
 
@@ -270,6 +271,7 @@ fn every_key_explains_its_mismatch() {
         uid: 0,
         cgroup: Some("/batch.slice/job-1.scope".into()),
         threads: vec![],
+        container: None,
     };
     let why = set.explain(&p);
     let lines: Vec<String> = why.to_string().lines().map(str::to_string).collect();
@@ -435,4 +437,121 @@ fn a_hold_rule_must_name_its_user_or_unit() {
     let unit = "unit = \"md-feed.service\"\n";
     assert!(compile(&rule(unit, "isolate = true\n", "")).unwrap()[0].isolate);
     assert!(compile(&rule(comm_only, "", "")).is_ok());
+}
+
+const CONTAINER_RULE: &str = r#"
+[[rule]]
+name = "md-feed"
+[rule.match]
+container = "md-feed"
+pod = "api-*"
+pod-namespace = "trading"
+pod-labels = { app = "md-*" }
+[rule.place]
+count = 2
+exclusive = true
+memory = "follow"
+"#;
+
+fn feed_container() -> ContainerInfo {
+    ContainerInfo {
+        name: "md-feed".into(),
+        pod: "api-0".into(),
+        namespace: "trading".into(),
+        labels: Some([("app".to_string(), "md-feed".to_string())].into()),
+    }
+}
+
+#[test]
+fn container_keys_match_a_container_at_creation_all_of_them() {
+    let set = RuleSet::new(compile(CONTAINER_RULE).unwrap());
+    assert_eq!(
+        set.match_container(&feed_container()).unwrap().name,
+        "md-feed"
+    );
+    let other_ns = ContainerInfo {
+        namespace: "web".into(),
+        ..feed_container()
+    };
+    assert!(set.match_container(&other_ns).is_none());
+    let other_label = ContainerInfo {
+        labels: Some([("app".to_string(), "web".to_string())].into()),
+        ..feed_container()
+    };
+    assert!(set.match_container(&other_label).is_none());
+    // Labels are known only through NRI: a rule that asks for one does not match
+    // without them.
+    let unlabelled = ContainerInfo {
+        labels: None,
+        ..feed_container()
+    };
+    assert!(set.match_container(&unlabelled).is_none());
+}
+
+#[test]
+fn a_process_in_a_container_matches_container_keys_and_one_outside_does_not() {
+    let set = RuleSet::new(compile(CONTAINER_RULE).unwrap());
+    let inside = ProcessInfo {
+        container: Some(feed_container()),
+        ..feed_process()
+    };
+    assert_eq!(set.match_process(&inside).unwrap().rule.name, "md-feed");
+    assert!(set.match_process(&feed_process()).is_none());
+    let why = set.explain(&feed_process());
+    assert_eq!(
+        why.verdicts[0].outcome,
+        Standing::NoMatch("the process is in no known container".into())
+    );
+    let elsewhere = ProcessInfo {
+        container: Some(ContainerInfo {
+            name: "web".into(),
+            ..feed_container()
+        }),
+        ..feed_process()
+    };
+    assert_eq!(
+        set.explain(&elsewhere).verdicts[0].outcome,
+        Standing::NoMatch("container \"web\" does not match \"md-feed\"".into())
+    );
+}
+
+#[test]
+fn container_keys_and_process_keys_are_anded_and_such_a_rule_waits_for_the_process() {
+    let text = CONTAINER_RULE.replace(
+        "container = \"md-feed\"",
+        "container = \"md-feed\"\ncomm = \"md-feed\"",
+    );
+    let set = RuleSet::new(compile(&text).unwrap());
+    assert!(set.match_container(&feed_container()).is_none());
+    let inside = ProcessInfo {
+        container: Some(feed_container()),
+        ..feed_process()
+    };
+    assert!(set.match_process(&inside).is_some());
+    let other_comm = ProcessInfo {
+        comm: "x".into(),
+        ..inside
+    };
+    assert!(set.match_process(&other_comm).is_none());
+}
+
+#[test]
+fn container_keys_are_checked_and_holds_are_refused_on_container_rules() {
+    assert_eq!(
+        err("[[rule]]\nname = \"a\"\n[rule.match]\npod = \"x[\"\n[rule.place]\ncount = 1\n"),
+        "t.toml:4:7: pod: bad glob \"x[\": unclosed character class; missing ']'"
+    );
+    assert_eq!(
+        err("[[rule]]\nname = \"a\"\n[rule.match]\npod-labels = { app = \"\" }\n[rule.place]\ncount = 1\n"),
+        "t.toml:4:22: pod-labels: bad glob \"\": empty pattern"
+    );
+    assert_eq!(
+        err("[[rule]]\nname = \"a\"\n[rule.match]\npod-labels = 3\n[rule.place]\ncount = 1\n"),
+        "t.toml:4:14: invalid type: integer `3`, expected a map"
+    );
+    let isolated = "[[rule]]\nname = \"a\"\n[rule.match]\ncontainer = \"c\"\n[rule.place]\ncount = 1\nexclusive = true\nisolate = true\n";
+    let e = err(isolated);
+    assert!(e.starts_with("t.toml:8:11: rule \"a\" names a container: `isolate = true` is not for container rules"), "{e}");
+    let unit = "[[rule]]\nname = \"a\"\n[rule.match]\npod = \"c\"\nuser = \"root\"\n[rule.place]\ncount = 1\nunit-cpuset = true\n";
+    assert!(err(unit).contains("`unit-cpuset = true` is not for container rules"));
 }

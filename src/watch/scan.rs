@@ -275,6 +275,7 @@ impl ProcSource for ProcFs {
                 uid,
                 cgroup,
                 threads,
+                container: None,
             },
             start_time: entry.start_time,
             kernel_thread: entry.kernel_thread,
@@ -347,6 +348,13 @@ impl FakeProcs {
         }
     }
 
+    /// Puts process `pid` in cgroup `path`.
+    pub fn set_cgroup(&self, pid: i32, path: &str) {
+        if let Some(s) = self.lock().get_mut(&pid) {
+            s.info.cgroup = Some(path.to_string());
+        }
+    }
+
     /// Adds or replaces process `pid` with `comm`, threads `(tid, comm)` (the main
     /// thread is added automatically) and start time.
     pub fn put(&self, pid: i32, comm: &str, start_time: u64, threads: &[(Tid, &str)]) {
@@ -369,6 +377,7 @@ impl FakeProcs {
                     uid: 0,
                     cgroup: Some("/system.slice/test.service".into()),
                     threads: all,
+                    container: None,
                 },
                 start_time,
                 kernel_thread: false,

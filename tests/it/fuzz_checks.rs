@@ -28,6 +28,7 @@ fn processes() -> Vec<ProcessInfo> {
                 comm: "rx-0".into(),
             },
         ],
+        container: None,
     };
     vec![
         base.clone(),

@@ -32,6 +32,7 @@ mod measure;
 mod memory;
 mod metrics;
 mod moving_host;
+mod nri;
 mod one_truth;
 mod packaging;
 mod pid_reuse;

@@ -64,6 +64,7 @@ fn busy_snapshot() -> MetricsSnapshot {
         managed_processes: 2,
         managed_threads: 40,
         counters,
+        nri_registered: Some(true),
     }
 }
 

@@ -60,7 +60,8 @@ fn check_notes_rules_broad_enough_to_match_pid_1_or_the_bus_daemon() {
         "[[rule]]\nname = \"all\"\n[rule.match]\ncgroup = \"/*\"\n[rule.place]\ncpus = \"0\"\n\
          [[rule]]\nname = \"named\"\n[rule.match]\ncomm = [\"systemd\", \"dbus-daemon\"]\n[rule.place]\ncpus = \"0\"\n\
          [[rule]]\nname = \"buses\"\n[rule.match]\ncomm = \"dbus-*\"\n[rule.place]\ncpus = \"0\"\n\
-         [[rule]]\nname = \"svc\"\n[rule.match]\ncgroup = \"/system.slice/app.service\"\n[rule.place]\ncpus = \"0\"\n",
+         [[rule]]\nname = \"svc\"\n[rule.match]\ncgroup = \"/system.slice/app.service\"\n[rule.place]\ncpus = \"0\"\n\
+         [[rule]]\nname = \"pods\"\n[rule.match]\npod = \"*\"\n[rule.place]\ncpus = \"0\"\n",
     )
     .unwrap();
     let out = super::helper::pinnerd_command()
@@ -84,7 +85,9 @@ fn check_notes_rules_broad_enough_to_match_pid_1_or_the_bus_daemon() {
     );
     assert!(!stdout.contains("rule \"named\""), "{stdout}");
     assert!(!stdout.contains("rule \"svc\""), "{stdout}");
-    assert!(stdout.contains("ok: 1 file, 4 rules"), "{stdout}");
+    // PID 1 and the bus daemon run in no container.
+    assert!(!stdout.contains("rule \"pods\""), "{stdout}");
+    assert!(stdout.contains("ok: 1 file, 5 rules"), "{stdout}");
 }
 
 /// A run-time pin over the bus cannot take pinnerd itself or the bus daemon either.

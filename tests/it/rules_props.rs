@@ -64,15 +64,30 @@ fn match_spec() -> impl Strategy<Value = MatchSpec> {
         proptest::option::of(one_or_many(user())),
         proptest::option::of(one_or_many(text())),
         proptest::option::of(one_or_many(text())),
+        (
+            proptest::option::of(one_or_many(text())),
+            proptest::option::of(one_or_many(text())),
+            proptest::option::of(one_or_many(text())),
+            proptest::option::of(prop::collection::btree_map(text(), text(), 0..3)),
+        ),
     )
-        .prop_map(|(comm, exe, cmdline, user, cgroup, unit)| MatchSpec {
-            comm: comm.map(sp),
-            exe: exe.map(sp),
-            cmdline: cmdline.map(sp),
-            user: user.map(sp),
-            cgroup: cgroup.map(sp),
-            unit: unit.map(sp),
-        })
+        .prop_map(
+            |(comm, exe, cmdline, user, cgroup, unit, (container, pod, namespace, labels))| {
+                MatchSpec {
+                    comm: comm.map(sp),
+                    exe: exe.map(sp),
+                    cmdline: cmdline.map(sp),
+                    user: user.map(sp),
+                    cgroup: cgroup.map(sp),
+                    unit: unit.map(sp),
+                    container: container.map(sp),
+                    pod: pod.map(sp),
+                    pod_namespace: namespace.map(sp),
+                    pod_labels: labels
+                        .map(|l| sp(l.into_iter().map(|(k, v)| (k, sp(v))).collect())),
+                }
+            },
+        )
 }
 
 type PlaceParts = (

@@ -50,6 +50,8 @@ pub enum Event {
     Proc(Vec<crate::watch::ProcMsg>),
     /// A CPU went online or offline (the online set is re-read from sysfs).
     Hotplug,
+    /// A question or news from the NRI plugin (see `nri::link`).
+    Nri(crate::nri::link::Ask),
     /// The proc connector is subscribed (`Ok`), or cannot be (`Err`: rescans only).
     Watch(Result<(), String>),
 }

@@ -66,6 +66,7 @@ use event::{Event, ReloadCause};
 
 mod commands;
 mod completing;
+pub mod containers;
 pub mod event;
 mod following;
 mod holds;
@@ -187,6 +188,8 @@ pub struct State {
     /// What the daemon changes beside thread masks: IRQs, held units, sched_ext, memory
     /// (`state/sharing.rs`).
     sharing: sharing::Sharing,
+    /// Containers the runtime told about over NRI, and the runtime (`state/containers.rs`).
+    containers: containers::Containers,
     /// The event-to-pin histogram and the textfile's schedule.
     metrics: metrics::Kept,
     /// Whether the daemon has started, and why proc events are down.
@@ -291,6 +294,7 @@ impl State {
             timers: Timers::new(&timing, now),
             measurement: measurement::Measurement::new(timing, now),
             sharing: sharing::Sharing::default(),
+            containers: containers::Containers::default(),
             metrics: metrics::Kept::default(),
             health: Health::default(),
             actions: Vec::new(),
@@ -330,6 +334,10 @@ impl State {
             .managed
             .new_manager(self.machine.online(), &self.loaded.settings)
             .with_journal(Journal::new(&self.cfg.runtime_dir));
+        // What containerd leaves on disk, on the live system only (not a fixture tree).
+        if self.cfg.sysroot.proc == std::path::Path::new(crate::sysroot::LIVE_PROC) {
+            m.set_container_tasks(Some(crate::nri::ondisk::CONTAINERD_TASKS.into()));
+        }
         sharing::IrqsAway::recover(&self.cfg.sysroot, &self.cfg.runtime_dir);
         match m.recover(&root) {
             Ok(r) if r.restored + r.left_alone + r.gone + r.failed.len() > 0 => tracing::info!(
@@ -406,6 +414,31 @@ impl State {
         if let Some(changes) = self.managed.hand_down(planned, make) {
             self.after_manager(changes);
         }
+        if let Some(m) = &self.managed.manager {
+            self.containers
+                .replanned(m.plan(), self.machine.topology.as_ref());
+        }
+    }
+
+    /// Where the NRI plugin takes the containers' updates from.
+    pub fn connect_nri(
+        &mut self,
+        updates: tokio::sync::mpsc::Sender<Vec<crate::nri::link::Update>>,
+    ) {
+        self.containers.connect(updates);
+    }
+
+    /// One question or piece of news from the NRI plugin, answered from the plan in force.
+    fn nri(&mut self, ask: crate::nri::link::Ask) {
+        let plan = self.managed.manager.as_ref().map(|m| m.plan());
+        self.containers
+            .hear(ask, plan, self.machine.topology.as_ref());
+        if let Some(m) = &mut self.managed.manager {
+            m.set_containers(self.containers.seen());
+        }
+        if self.containers.take_rescan() {
+            self.manager_event(manager::Input::Rescan);
+        }
     }
 
     /// One input to the manager, and the plans made again for what it then reports.
@@ -463,6 +496,8 @@ impl State {
             rule_errors: self.rule_errors(),
             sched_ext: self.sharing.sched_ext.now.clone(),
             holds: self.sharing.holds.summary().unwrap_or_default(),
+            nri: self.containers.runtime.clone(),
+            containers: self.containers.lines(),
             state_reason: self.degraded_reason().unwrap_or_default(),
             // From the sparse counts, which completion keeps: no walk over the cells
             // on every snapshot.
@@ -532,6 +567,7 @@ impl State {
     pub fn handle(&mut self, event: Event) {
         match event {
             Event::Command(call) => self.call(call),
+            Event::Nri(ask) => self.nri(ask),
             Event::Reload(cause) => {
                 self.actions.push(Action::Reloading);
                 self.reload(cause);
@@ -814,13 +850,10 @@ impl State {
         let _ = self.machine.domains(); // the levels; without domains the rest still shows
         let (d, m) = (self.machine.domains.as_ref(), self.machine.current.as_ref());
         let c = self.managed.manager.as_ref().map(Manager::counters);
-        metrics::render(&MetricsSnapshot::of_daemon(
-            self.snapshot(),
-            d,
-            m,
-            c,
-            &self.metrics,
-        ))
+        let mut snapshot = MetricsSnapshot::of_daemon(self.snapshot(), d, m, c, &self.metrics);
+        snapshot.counters.nri_adjusted = self.containers.adjusted;
+        snapshot.counters.nri_skipped = self.containers.skipped;
+        metrics::render(&snapshot)
     }
 
     fn status(&mut self) {

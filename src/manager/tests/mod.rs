@@ -776,3 +776,45 @@ fn a_burst_of_renames_in_one_batch_is_one_look() {
     assert_eq!(t.ops.mask(101), Some(set("2-3")));
     assert_eq!(t.mgr.counters().events, 1 + 1001, "every message counted");
 }
+
+/// A process the watcher finds in the cgroup of a container the runtime told about
+/// matches the container keys; the same process outside it, or in a user's look-alike
+/// cgroup, does not.
+#[test]
+fn a_process_in_a_known_containers_cgroup_matches_container_rules() {
+    const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let pods = "[[rule]]\nname = \"pod\"\n[rule.match]\ncontainer = \"md-feed\"\n[rule.place]\ncpus = \"4-5\"\n";
+    let mut t = rig(ManagerConfig::default());
+    t.process(100, "feed", 1, &[]);
+    t.procs.set_cgroup(
+        100,
+        &format!("/kubepods.slice/kubepods-pod1.slice/cri-containerd-{ID}.scope"),
+    );
+    t.process(200, "feed", 1, &[]);
+    t.procs.set_cgroup(
+        200,
+        &format!("/user.slice/user-1000.slice/user@1000.service/cri-containerd-{ID}.scope"),
+    );
+    t.process(300, "feed", 1, &[]);
+    t.mgr.set_containers(vec![(
+        ID.to_string(),
+        crate::rules::ContainerInfo {
+            name: "md-feed".into(),
+            pod: "api-0".into(),
+            namespace: "trading".into(),
+            labels: None,
+        },
+    )]);
+    t.ev(new_rules(rules(pods)));
+    assert_eq!(t.ops.mask(100), Some(set("4-5")));
+    assert_eq!(
+        t.ops.mask(200),
+        Some(set("0-7")),
+        "a user's look-alike cgroup"
+    );
+    assert_eq!(t.ops.mask(300), Some(set("0-7")), "in no container");
+    t.assert_explains(
+        100,
+        "in container md-feed (pod trading/api-0), as the runtime said over NRI",
+    );
+}

@@ -1,0 +1,391 @@
+//! Containers the runtime told the daemon about over NRI: whether the daemon is
+//! registered and with which runtime, each container's rule and cpuset and how it got
+//! it, and the updates sent when the plan changes.
+//!
+//! ```text
+//! Ask::Place ──► decide (plan + topology) ──► Decision (oneshot) ─► plugin task
+//! new plan ──► replanned ──► Vec<Update> ──► plugin task ──► UpdateContainers
+//! ```
+//!
+//! Owns: the container records and the update channel. Must not touch: the socket, the
+//! plan's making (it reads the plan it is given).
+
+use std::collections::BTreeMap;
+
+use tokio::sync::mpsc;
+
+use crate::cpuset::CpuSet;
+use crate::nri::link::{Ask, ContainerFacts, Decision, Moment, Update};
+use crate::plan::{Plan, PlanState};
+use crate::rules::ContainerInfo;
+use crate::topology::Topology;
+
+/// Containers known, and the runtime.
+#[derive(Debug, Default)]
+pub struct Containers {
+    /// `registered with containerd 1.7.24`, `not connected (no socket at …)`, or "" when
+    /// NRI is off.
+    pub runtime: String,
+    known: BTreeMap<String, Known>,
+    /// Every container the runtime told about, named or not: for the processes the
+    /// watcher finds in their cgroups.
+    seen: BTreeMap<String, ContainerInfo>,
+    /// A container whose processes may already run became known: look at /proc again.
+    rescan: bool,
+    updates: Option<mpsc::Sender<Vec<Update>>>,
+    /// Adjustments and updates made, and containers a rule named that got none.
+    pub adjusted: u64,
+    pub skipped: u64,
+}
+
+#[derive(Debug, Clone)]
+struct Known {
+    facts: ContainerFacts,
+    cpus: Option<CpuSet>,
+    /// How it got its cpuset, or why it has none.
+    how: String,
+}
+
+/// The rule matcher's view of a container.
+pub fn info(c: &ContainerFacts) -> ContainerInfo {
+    ContainerInfo {
+        name: c.name.clone(),
+        pod: c.pod.name.clone(),
+        namespace: c.pod.namespace.clone(),
+        labels: Some(c.pod.labels.clone()),
+    }
+}
+
+impl Containers {
+    /// Where updates go (the plugin task); none without NRI.
+    pub fn connect(&mut self, updates: mpsc::Sender<Vec<Update>>) {
+        self.updates = Some(updates);
+        self.runtime = "not connected (starting)".into();
+    }
+
+    /// One question or piece of news from the plugin.
+    pub fn hear(&mut self, ask: Ask, plan: Option<&Plan>, topology: Option<&Topology>) {
+        match ask {
+            Ask::Place {
+                container,
+                moment,
+                reply,
+            } => {
+                self.saw(&container, moment == Moment::Synchronize);
+                let decision = self.decide(&container, moment, plan, topology);
+                let _ = reply.send(decision);
+            }
+            Ask::Unanswered { container, reason } => {
+                self.skipped += 1;
+                self.record(container, None, format!("no cpuset from pinnerd: {reason}"));
+            }
+            Ask::Started { container } => {
+                self.saw(&container, true);
+                if let Some(k) = self.known.get_mut(&container.id) {
+                    k.facts.pid = container.pid.or(k.facts.pid);
+                }
+            }
+            Ask::Gone { id } => {
+                self.known.remove(&id);
+                self.seen.remove(&id);
+            }
+            Ask::Registered { runtime, version } => {
+                self.runtime = format!("registered with {runtime} {version}");
+            }
+            Ask::NotConnected { reason } => {
+                self.runtime = format!("not connected ({reason})");
+            }
+        }
+    }
+
+    fn saw(&mut self, c: &ContainerFacts, may_run: bool) {
+        if c.id.is_empty() {
+            return;
+        }
+        let fresh = self.seen.insert(c.id.clone(), info(c)).is_none();
+        self.rescan |= fresh && may_run;
+    }
+
+    /// Every container known (id, its facts for the matcher).
+    pub fn seen(&self) -> Vec<(String, ContainerInfo)> {
+        self.seen
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    /// Whether /proc should be looked at again for a container's processes (once).
+    pub fn take_rescan(&mut self) -> bool {
+        std::mem::take(&mut self.rescan)
+    }
+
+    fn record(&mut self, facts: ContainerFacts, cpus: Option<CpuSet>, how: String) {
+        let id = facts.id.clone();
+        self.known.insert(id, Known { facts, cpus, how });
+    }
+
+    /// The decision for `c`, recorded for the readers.
+    pub fn decide(
+        &mut self,
+        c: &ContainerFacts,
+        moment: Moment,
+        plan: Option<&Plan>,
+        topology: Option<&Topology>,
+    ) -> Decision {
+        let Some(plan) = plan else {
+            return Decision::NoRule;
+        };
+        let Some(rule) = plan.rules().match_container(&info(c)) else {
+            return Decision::NoRule;
+        };
+        let rule_name = rule.name.clone();
+        let decision = match cpus_for(plan, &rule_name, c.cpus.as_ref()) {
+            Ok(cpus) => {
+                let mems = (rule.memory_follow)
+                    .then(|| topology.map(|t| crate::memory::policy::nodes_of(t, &cpus)))
+                    .flatten()
+                    .filter(|n| !n.is_empty())
+                    .map(|n| n.into_iter().collect::<CpuSet>());
+                Decision::Place {
+                    rule: rule_name.clone(),
+                    cpus,
+                    mems,
+                }
+            }
+            Err(reason) => Decision::Undecided {
+                rule: rule_name.clone(),
+                reason,
+            },
+        };
+        let when = match moment {
+            Moment::Creation => "at creation",
+            Moment::Synchronize => "when pinnerd registered (it ran before)",
+            Moment::Update => "at the runtime's update",
+        };
+        match &decision {
+            Decision::Place { cpus, .. } => {
+                self.adjusted += 1;
+                let how = format!("cpuset {cpus} set {when} by pinnerd (rule {rule_name})");
+                self.record(c.clone(), Some(cpus.clone()), how);
+            }
+            Decision::Undecided { reason, .. } => {
+                self.skipped += 1;
+                let how = format!("no cpuset from pinnerd (rule {rule_name}): {reason}");
+                self.record(c.clone(), None, how);
+            }
+            Decision::NoRule => {}
+        }
+        decision
+    }
+
+    /// The plan changed: every placed container whose CPUs changed is moved.
+    pub fn replanned(&mut self, plan: &Plan, topology: Option<&Topology>) {
+        let Some(tx) = self.updates.clone() else {
+            return;
+        };
+        let mut batch = Vec::new();
+        let placed: Vec<Known> = self
+            .known
+            .values()
+            .filter(|k| k.cpus.is_some())
+            .cloned()
+            .collect();
+        for k in placed {
+            if let Decision::Place { cpus, mems, .. } =
+                self.decide(&k.facts, Moment::Update, Some(plan), topology)
+            {
+                if Some(&cpus) != k.cpus.as_ref() {
+                    if let Some(rec) = self.known.get_mut(&k.facts.id) {
+                        rec.how = format!(
+                            "cpuset {cpus} set by pinnerd after the plan changed (was {})",
+                            k.cpus.as_ref().map(ToString::to_string).unwrap_or_default()
+                        );
+                    }
+                    batch.push(Update {
+                        id: k.facts.id.clone(),
+                        cpus,
+                        mems,
+                    });
+                } else if let Some(rec) = self.known.get_mut(&k.facts.id) {
+                    rec.how = k.how.clone();
+                }
+            }
+        }
+        if !batch.is_empty() && tx.try_send(batch).is_err() {
+            tracing::warn!("nri: the plugin is not taking updates; containers keep their cpusets");
+        }
+    }
+
+    /// One line per container a rule names: `container api-0/md-feed (pod
+    /// trading/api-0): cpuset 4-7 set at creation by pinnerd (rule md-feed)`.
+    pub fn lines(&self) -> Vec<String> {
+        self.known
+            .values()
+            .map(|k| format!("container {}: {}", k.facts.title(), k.how))
+            .collect()
+    }
+}
+
+/// The rule's CPUs in the plan, inside the cpuset the container arrived with (the
+/// kubelet's static CPU manager): never widened.
+fn cpus_for(plan: &Plan, rule: &str, given: Option<&CpuSet>) -> Result<CpuSet, String> {
+    let cpus = match plan.get(rule, None) {
+        Some(PlanState::Placed { cpus }) => cpus.clone(),
+        Some(state @ (PlanState::Lost { .. } | PlanState::Unplaceable { .. })) => {
+            return Err(state.describe());
+        }
+        Some(PlanState::Slots { .. }) | None => {
+            return Err("the rule has no [rule.place] CPUs for a whole container".into());
+        }
+    };
+    match given {
+        Some(given) if !cpus.is_subset(given) => {
+            let inside = cpus.intersection(given);
+            if inside.is_empty() {
+                Err(format!(
+                    "the plan's CPUs {cpus} are outside the cpuset {given} the container arrived with, which pinnerd does not widen"
+                ))
+            } else {
+                Ok(inside)
+            }
+        }
+        _ => Ok(cpus),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nri::link::PodFacts;
+    use crate::plan::tests::{cpus, rules, LowestFirst};
+
+    const RULES: &str = r#"
+[[rule]]
+name = "md-feed"
+[rule.match]
+container = "md-feed"
+pod-namespace = "trading"
+[rule.place]
+count = 2
+exclusive = true
+"#;
+
+    fn plan(online: &str) -> Plan {
+        Plan::new(&rules(RULES), &cpus(online, ""), Some(&LowestFirst))
+    }
+
+    fn feed(id: &str, given: Option<&str>) -> ContainerFacts {
+        ContainerFacts {
+            id: id.into(),
+            name: "md-feed".into(),
+            pod: PodFacts {
+                name: "api-0".into(),
+                namespace: "trading".into(),
+                ..PodFacts::default()
+            },
+            cpus: given.map(|g| g.parse().unwrap()),
+            ..ContainerFacts::default()
+        }
+    }
+
+    #[test]
+    fn a_named_container_gets_its_rules_cpus_and_is_said() {
+        let mut c = Containers::default();
+        let d = c.decide(&feed("a", None), Moment::Creation, Some(&plan("0-7")), None);
+        assert_eq!(
+            d,
+            Decision::Place {
+                rule: "md-feed".into(),
+                cpus: "0-1".parse().unwrap(),
+                mems: None
+            }
+        );
+        assert_eq!(
+            c.lines(),
+            ["container api-0/md-feed (pod trading/api-0): cpuset 0-1 set at creation by pinnerd (rule md-feed)"]
+        );
+        let other = ContainerFacts {
+            name: "web".into(),
+            ..feed("b", None)
+        };
+        assert_eq!(
+            c.decide(&other, Moment::Creation, Some(&plan("0-7")), None),
+            Decision::NoRule
+        );
+        assert_eq!(
+            c.lines().len(),
+            1,
+            "a container no rule names is not listed"
+        );
+    }
+
+    #[test]
+    fn a_kubelet_cpuset_is_never_widened() {
+        let mut c = Containers::default();
+        let inside = c.decide(
+            &feed("a", Some("1-3")),
+            Moment::Creation,
+            Some(&plan("0-7")),
+            None,
+        );
+        assert!(matches!(inside, Decision::Place { ref cpus, .. } if cpus.to_string() == "1"));
+        let outside = c.decide(
+            &feed("b", Some("6-7")),
+            Moment::Creation,
+            Some(&plan("0-7")),
+            None,
+        );
+        match outside {
+            Decision::Undecided { reason, .. } => {
+                assert!(reason.contains("does not widen"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(c.skipped, 1);
+    }
+
+    #[test]
+    fn a_changed_plan_moves_placed_containers_through_updates() {
+        let mut c = Containers::default();
+        let (tx, mut rx) = mpsc::channel(4);
+        c.connect(tx);
+        c.decide(&feed("a", None), Moment::Creation, Some(&plan("0-7")), None);
+        c.replanned(&plan("0-7"), None);
+        assert!(rx.try_recv().is_err(), "nothing moved when nothing changed");
+        c.replanned(&plan("4-7"), None);
+        let batch = rx.try_recv().unwrap();
+        assert_eq!(
+            batch,
+            [Update {
+                id: "a".into(),
+                cpus: "4-5".parse().unwrap(),
+                mems: None
+            }]
+        );
+        assert!(c.lines()[0].contains("cpuset 4-5 set by pinnerd after the plan changed (was 0-1)"));
+        c.hear(Ask::Gone { id: "a".into() }, None, None);
+        assert!(c.lines().is_empty());
+    }
+
+    #[test]
+    fn the_runtime_line_says_registered_or_why_not() {
+        let mut c = Containers::default();
+        c.hear(
+            Ask::Registered {
+                runtime: "containerd".into(),
+                version: "1.7.24".into(),
+            },
+            None,
+            None,
+        );
+        assert_eq!(c.runtime, "registered with containerd 1.7.24");
+        c.hear(
+            Ask::NotConnected {
+                reason: "no socket at /x".into(),
+            },
+            None,
+            None,
+        );
+        assert_eq!(c.runtime, "not connected (no socket at /x)");
+    }
+}

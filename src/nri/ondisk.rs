@@ -1,0 +1,168 @@
+//! What containerd leaves on disk about a running container, for a daemon without NRI:
+//! its CRI name, pod and namespace, read from the OCI spec of the container's task.
+//!
+//! ```text
+//! cgroup …/kubepods…/cri-containerd-ID.scope ─► ID (64 hex digits)
+//! ROOT/ID/config.json (root's, in root's directories) ─► annotations
+//!   io.kubernetes.cri.container-name / sandbox-name / sandbox-namespace
+//! ```
+//!
+//! Trusted only as root wrote it: the file and every directory from `ROOT` down must be
+//! owned by root and writable by no one else, and the cgroup must be below `kubepods`
+//! (which only root makes); a user's own cgroups never count. Pod labels are not on
+//! disk: a rule with `pod-labels` matches only through NRI.
+//!
+//! Owns: those checks and the reading. Must not touch: the matcher.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use crate::infile::{self, Links};
+use crate::rules::ContainerInfo;
+
+/// containerd's task directory for the CRI (`k8s.io`) namespace.
+pub const CONTAINERD_TASKS: &str = "/run/containerd/io.containerd.runtime.v2.task/k8s.io";
+/// A config.json is a few tens of KiB.
+const MAX_SPEC: u64 = 4 << 20;
+
+/// The container id a cgroup path names, when it is a container's under `kubepods`:
+/// `cri-containerd-ID.scope` (systemd driver), `ID` (cgroupfs driver), `crio-ID.scope`.
+pub fn container_id(cgroup: &str) -> Option<&str> {
+    if !cgroup.contains("/kubepods") || cgroup.starts_with("/user.slice") {
+        return None;
+    }
+    let last = cgroup.rsplit('/').next()?;
+    let id = last
+        .strip_prefix("cri-containerd-")
+        .or_else(|| last.strip_prefix("crio-"))
+        .unwrap_or(last);
+    let id = id.strip_suffix(".scope").unwrap_or(id);
+    (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
+}
+
+/// The container `id` as containerd's task directory `tasks` says, if root wrote it.
+pub fn read(tasks: &Path, id: &str) -> Option<ContainerInfo> {
+    let dir = tasks.join(id);
+    let spec = dir.join("config.json");
+    for d in [tasks, dir.as_path()] {
+        if !roots(&std::fs::metadata(d).ok()?) {
+            return None;
+        }
+    }
+    let (file, meta) = infile::open_regular(&spec, Links::Refuse).ok()?;
+    if !roots(&meta) {
+        return None;
+    }
+    let text = infile::read_text(file, meta.len(), MAX_SPEC).ok()?;
+    parse(&text)
+}
+
+fn roots(m: &std::fs::Metadata) -> bool {
+    m.uid() == 0 && m.mode() & 0o022 == 0
+}
+
+/// The container's facts from an OCI spec's annotations.
+pub fn parse(spec: &str) -> Option<ContainerInfo> {
+    let v: serde_json::Value = serde_json::from_str(spec).ok()?;
+    let a = v.get("annotations")?;
+    let get = |k: &str| a.get(k).and_then(|s| s.as_str()).map(str::to_string);
+    Some(ContainerInfo {
+        name: get("io.kubernetes.cri.container-name")?,
+        pod: get("io.kubernetes.cri.sandbox-name")?,
+        namespace: get("io.kubernetes.cri.sandbox-namespace").unwrap_or_default(),
+        labels: None,
+    })
+}
+
+/// Where [`read`] looks, under a sysroot-like prefix (tests point it at a tree).
+pub fn tasks_under(root: &Path) -> PathBuf {
+    root.join(CONTAINERD_TASKS.trim_start_matches('/'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+    #[test]
+    fn ids_come_from_container_cgroups_below_kubepods_only() {
+        let sd = format!("/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podX.slice/cri-containerd-{ID}.scope");
+        assert_eq!(container_id(&sd), Some(ID));
+        assert_eq!(
+            container_id(&format!("/kubepods/besteffort/podX/{ID}")),
+            Some(ID)
+        );
+        assert_eq!(
+            container_id(&format!("/kubepods.slice/crio-{ID}.scope")),
+            Some(ID)
+        );
+        // A user names their own cgroups as they like.
+        assert_eq!(
+            container_id(&format!(
+                "/user.slice/user-1000.slice/user@1000.service/kubepods/{ID}"
+            )),
+            None
+        );
+        assert_eq!(container_id(&format!("/system.slice/{ID}")), None);
+        assert_eq!(
+            container_id("/kubepods.slice/cri-containerd-short.scope"),
+            None
+        );
+    }
+
+    #[test]
+    fn a_spec_gives_name_pod_and_namespace_but_no_labels() {
+        let spec = r#"{"ociVersion":"1.1.0","annotations":{
+            "io.kubernetes.cri.container-name":"md-feed",
+            "io.kubernetes.cri.sandbox-name":"api-0",
+            "io.kubernetes.cri.sandbox-namespace":"trading",
+            "io.kubernetes.cri.container-type":"container"}}"#;
+        assert_eq!(
+            parse(spec),
+            Some(ContainerInfo {
+                name: "md-feed".into(),
+                pod: "api-0".into(),
+                namespace: "trading".into(),
+                labels: None
+            })
+        );
+        assert_eq!(parse(r#"{"annotations":{}}"#), None);
+        assert_eq!(parse("not json"), None);
+    }
+
+    #[test]
+    fn a_spec_is_read_only_where_root_wrote_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let tasks = dir.path().join("k8s.io");
+        std::fs::create_dir_all(tasks.join(ID)).unwrap();
+        let spec = r#"{"annotations":{"io.kubernetes.cri.container-name":"c","io.kubernetes.cri.sandbox-name":"p"}}"#;
+        std::fs::write(tasks.join(ID).join("config.json"), spec).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        for p in [
+            tasks.clone(),
+            tasks.join(ID),
+            tasks.join(ID).join("config.json"),
+        ] {
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let ours = nix::unistd::geteuid().is_root();
+        assert_eq!(
+            read(&tasks, ID).is_some(),
+            ours,
+            "read as root only when root owns it"
+        );
+        if ours {
+            std::fs::set_permissions(
+                tasks.join(ID).join("config.json"),
+                std::fs::Permissions::from_mode(0o666),
+            )
+            .unwrap();
+            assert_eq!(
+                read(&tasks, ID),
+                None,
+                "a file others may write is not trusted"
+            );
+        }
+    }
+}
