@@ -1994,10 +1994,10 @@ export FIRST_READ="$READ_MASK"'; read -r up _ </proc/uptime; echo "first $m $up"
 # placed, measured from inside.
 export MOVED_READ="$READ_MASK"'; read -r up _ </proc/uptime; echo "first $m $up"; f=$m; while [ "$m" = "$f" ]; do '"$READ_MASK"'; read -r t _ </proc/uptime; [ "${t%.*}" -gt $((${up%.*} + 30)) ] && break; done; echo "moved $m $t"; exec sleep 1000000'
 # ctr_run POD NAME [SCRIPT]: creates and starts container NAME in POD running SCRIPT
-# (FIRST_READ); sets CID, FIRST (the list it read first) and FIRST_UP (the uptime then);
-# fails saying why.
+# (FIRST_READ); sets CID, CPID (its process), CLOG (its CRI log), FIRST (the list it
+# read first) and FIRST_UP (the uptime then); fails saying why.
 ctr_run() {
-    local i line
+    local i line st
     CID=$("$CRI" create "$1" "$2" "$IMAGE" -- /bin/sh -c "${3:-$FIRST_READ}" 2>&1) || {
         echo "CreateContainer $2: $CID"
         return 1
@@ -2006,20 +2006,24 @@ ctr_run() {
         echo "StartContainer $2 failed"
         return 1
     }
+    st=$("$CRI" status "$CID") || return 1
+    CPID=$(jq -r '.pid // empty' <<<"$st")
+    CLOG=$(jq -r '.log_path' <<<"$st")
     FIRST=
     for i in $(seq 1 600); do
-        line=$("$CRI" logs "$CID" 2>/dev/null | grep -m 1 '^first ')
+        line=$(ctr_said first)
         if [ -n "$line" ]; then
             read -r _ FIRST FIRST_UP <<<"$line"
             return 0
         fi
         sleep 0.1
     done
-    echo "container $2 printed no Cpus_allowed_list in 60 s: $("$CRI" status "$CID")"
+    echo "container $2 printed no Cpus_allowed_list in 60 s: $st; its log: $(tail -c 300 "$CLOG" 2>&1)"
     return 1
 }
-# ctr_pid ID: the container's process.
-ctr_pid() { "$CRI" status "$1" | jq -r '.pid // empty'; }
+# ctr_said WORD: the first line of the last container's output that starts with WORD
+# (the CRI log's lines are "TIME STREAM TAG TEXT").
+ctr_said() { cut -d ' ' -f 4- "$CLOG" 2>/dev/null | grep -m 1 "^$1 "; }
 # ctr_cpuset PID: cpuset.cpus of the process's cgroup (what the runtime wrote for it).
 ctr_cpuset() {
     local cg
@@ -2030,7 +2034,7 @@ ctr_cpuset() {
 list_of() { sort -n | uniq | awk 'NR == 1 { s = p = $1; next } $1 == p + 1 { p = $1; next } { printf "%s%s,", s, (s == p ? "" : "-" p); s = p = $1 } END { if (NR) printf "%s%s\n", s, (s == p ? "" : "-" p) }'; }
 registrations() { journalctl -b --no-pager -o cat -u pinnerd.service | grep -c 'registered with the container runtime'; }
 registered_more() { [ "$(registrations)" -gt "$1" ]; }
-export -f ctr_run ctr_pid ctr_cpuset list_of registrations registered_more
+export -f ctr_run ctr_said ctr_cpuset list_of registrations registered_more
 
 check_container_born_in_place() {
     local regs pod cid pid first want cg status t0 nri out
@@ -2070,7 +2074,7 @@ EOF
         cleanup
         return 1
     }
-    out=$(CONTAINERD_SNAPSHOTTER=native ctr -n k8s.io images import "$LIB/busybox-oci.tar" 2>&1) || {
+    out=$(ctr -n k8s.io images import --snapshotter native "$LIB/busybox-oci.tar" 2>&1) || {
         echo "ctr images import failed: $out"
         cleanup
         return 1
@@ -2085,7 +2089,7 @@ EOF
         cleanup
         return 1
     }
-    pid=$(ctr_pid "$CID")
+    pid=$CPID
     cg=$(ctr_cpuset "$pid")
     [ "$FIRST" = "$ALL_CPUS" ] && [ -z "$cg" ] && mask_is "$pid" "$ALL_CPUS" || {
         echo "unmatched container web read $FIRST first (want $ALL_CPUS), its cgroup's cpuset.cpus '$cg' (want empty), now $(masks "$pid")"
@@ -2105,26 +2109,29 @@ EOF
         cleanup
         return 1
     }
-    # placed POD NAME: a matching container NAME in POD reads the rule's CPUs first, the
-    # CPUs the daemon reports for it, which its cgroup's cpuset.cpus is set to.
+    # placed POD POD_NAME NAME: a matching container NAME in POD reads first the CPUs
+    # the daemon reports for it (`pinnerd status`: "container POD_NAME/NAME (pod …):
+    # cpuset LIST set at creation by pinnerd …"), which its cgroup's cpuset.cpus is set to.
     placed() {
-        ctr_run "$1" "$2" || return 1
-        pid=$(ctr_pid "$CID")
-        want=$(pinnerd explain --json "$pid" 2>/dev/null | jq -r '.cpus[]?' | list_of)
+        local line
+        ctr_run "$1" "$3" || return 1
+        pid=$CPID
+        line=$(pinnerd status 2>&1 | grep -m 1 "^container $2/$3 ")
+        want=$(sed -n 's/.*: cpuset \([0-9,-]*\) set at creation by pinnerd.*/\1/p' <<<"$line")
         cg=$(ctr_cpuset "$pid")
         [ -n "$want" ] && [ "$FIRST" = "$want" ] && [ "$cg" = "$want" ] &&
             [ "$(expand "$want" | wc -l)" -eq 2 ] || {
-            echo "matched container $2 read $FIRST first, its cgroup's cpuset.cpus '$cg', the daemon reports '$want' (want 2 CPUs, all three equal); explain: $(pinnerd explain "$pid" 2>&1 | tr '\n' ' ')"
+            echo "matched container $3 read $FIRST first, its cgroup's cpuset.cpus '$cg', pinnerd status says '${line:-nothing of it}' (want 2 CPUs, all three equal); explain: $(pinnerd explain "$pid" 2>&1 | tr '\n' ' ')"
             return 1
         }
-        PLACED="$2 read $FIRST first = its cgroup's cpuset.cpus = pinnerd's CPUs for it ($(pinnerd explain "$pid" 2>&1 | grep -i -m 1 'container'))"
+        PLACED="$3 read $FIRST first = its cgroup's cpuset.cpus = pinnerd status '$line'; explain: $(pinnerd explain "$pid" 2>&1 | grep -i -m 1 'container')"
     }
     pod=$("$CRI" runp api-0 --namespace trading --label app=md-feed 2>&1) || {
         echo "$unmatched; RunPodSandbox api-0: $pod"
         cleanup
         return 1
     }
-    placed "$pod" md-feed || {
+    placed "$pod" api-0 md-feed || {
         echo "; $unmatched"
         cleanup
         return 1
@@ -2148,7 +2155,7 @@ EOF
         cleanup
         return 1
     }
-    placed "$pod" md-feed || {
+    placed "$pod" api-1 md-feed || {
         echo "(after containerd's restart)"
         cleanup
         return 1
@@ -2174,13 +2181,13 @@ EOF
     local late line moved
     pod=$("$CRI" runp api-3 --namespace trading --label app=md-feed 2>&1) &&
         ctr_run "$pod" md-feed "$MOVED_READ" &&
-        wait_for 40 sh -c "'$CRI' logs '$CID' | grep -q '^moved '" || true
-    line=$("$CRI" logs "$CID" 2>/dev/null | grep -m 1 '^moved ')
+        wait_for 40 ctr_said moved || true
+    line=$(ctr_said moved)
     cp "$WORK/pinnerd.toml.orig" /etc/pinnerd/pinnerd.toml
     systemctl restart pinnerd.service
     read -r _ moved late <<<"$line"
     [ -n "$moved" ] && [ "$moved" != "$FIRST" ] && [ "$(expand "$moved" | wc -l)" -eq 2 ] || {
-        echo "with [nri] enable = \"off\", the matching container read '$FIRST' first and was not placed on 2 CPUs within 30 s (${line:-no 'moved' line}); explain: $(pinnerd explain "$(ctr_pid "$CID")" 2>&1 | tr '\n' ' ')"
+        echo "with [nri] enable = \"off\", the matching container read '$FIRST' first and was not placed on 2 CPUs within 30 s (${line:-no 'moved' line}); explain: $(pinnerd explain "$CPID" 2>&1 | tr '\n' ' ')"
         cleanup
         return 1
     }
