@@ -2173,7 +2173,18 @@ EOF
     local stopped=$FIRST
     "$CRI" clean >/dev/null
     # Without NRI ([nri] enable = "off"): the watcher places the same container after the
-    # fact; the container says how long after its first instruction.
+    # fact; the container says how long after its first instruction. Pod labels are known
+    # only over NRI, so the rule names the container and its namespace alone.
+    put_rule 85-vm-containers.toml <<'EOF'
+[[rule]]
+name = "vm-md-feed"
+[rule.match]
+container = "md-feed"
+pod-namespace = "trading"
+[rule.place]
+count = 2
+exclusive = true
+EOF
     cp /etc/pinnerd/pinnerd.toml "$WORK/pinnerd.toml.orig"
     printf '\n[nri]\nenable = "off"\n' >>/etc/pinnerd/pinnerd.toml
     systemctl start pinnerd.service
