@@ -7,6 +7,8 @@ is the only one that reaches NRI plugins (`ctr run` never does).
     cri.py runp NAME --namespace NS [--uid UID] [--label K=V ...]    prints the pod's id
     cri.py create POD NAME IMAGE [--label K=V ...] -- COMMAND ...   prints the container's id
     cri.py start ID
+    cri.py run POD NAME IMAGE [--label K=V ...] -- COMMAND ...
+                              create and start at once, as a kubelet does; prints the id
     cri.py status ID          JSON: state, exit_code, pid (while it runs), log_path, ...
     cri.py wait ID [SECONDS]  until the container exited; prints its exit code
     cri.py logs ID            what the container wrote (the CRI log's text, one line each)
@@ -256,10 +258,10 @@ def main(argv):
         with open(f"{STATE}/{pod}.pb", "wb") as f:
             f.write(config)
         print(pod)
-    elif cmd == "create":
+    elif cmd in ("create", "run"):
         pos, opts = parse(args, ["label"])
         if len(pos) != 4 or not isinstance(pos[3], list) or not pos[3]:
-            sys.exit("usage: cri.py create POD NAME IMAGE [--label K=V ...] -- COMMAND ...")
+            sys.exit(f"usage: cri.py {cmd} POD NAME IMAGE [--label K=V ...] -- COMMAND ...")
         pod, name, image, command = pos
         try:
             sandbox = open(f"{STATE}/{pod}.pb", "rb").read()
@@ -279,6 +281,8 @@ def main(argv):
         )
         # CreateContainerRequest: pod_sandbox_id 1, config 2, sandbox_config 3
         r = call("CreateContainer", f_str(1, pod) + f_bytes(2, config) + f_bytes(3, sandbox))
+        if cmd == "run":
+            call("StartContainer", f_str(1, text(r, 1)))
         print(text(r, 1))
     elif cmd == "start" and len(args) == 1:
         call("StartContainer", f_str(1, args[0]))  # StartContainerRequest: container_id 1
