@@ -33,6 +33,7 @@ if [ "$mode" = vm ]; then
     need cpio cpio
     need zstd zstd
     need lintian lintian          # tests/lintian.sh on the package
+    need python3 python3-minimal  # tests/vm/oci-image.py: the containers' image
 else
     need cc gcc                   # the linker rustc calls, and the C library it links
     need /usr/include/stdio.h libc6-dev

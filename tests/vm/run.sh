@@ -77,6 +77,10 @@ mirror=${PINNERD_VM_MIRROR:-http://deb.debian.org/debian}
 # (systemd), setpriv and taskset (util-linux), jq for JSON, python3 for the workload,
 # irqbalance for irqs-away-with-irqbalance, polkitd for polkit-own-process.
 packages=systemd,systemd-sysv,dbus,util-linux,procps,python3-minimal,jq,irqbalance,polkitd
+# Debian 13 only: containerd (1.7, with runc) for container-born-in-place, and
+# python3-grpcio for its CRI client (tests/vm/guest/cri.py). Debian 12's containerd 1.6
+# has no NRI at all, so its image stays as it was and the check skips there by name.
+[ "$suite" = trixie ] && packages+=,containerd,python3-grpcio
 # Keep the image small; the package's own docs stay (the checks look at them).
 dpkgopts=(
     'path-exclude=/usr/share/man/*'
@@ -94,12 +98,12 @@ die() {
 
 [ "$(id -u)" = 0 ] || die "run as root (mmdebstrap, dpkg in a chroot and cpio need it)"
 missing=()
-for tool in qemu-system-x86_64 mmdebstrap cpio zstd apt-get dpkg-deb lintian; do
+for tool in qemu-system-x86_64 mmdebstrap cpio zstd apt-get dpkg-deb lintian python3; do
     command -v "$tool" >/dev/null || missing+=("$tool")
 done
 [ -n "${PINNERD_DEB:-}" ] || [ "${PINNERD_VM_PREPARE_ONLY:-}" = 1 ] || cargo deb --version >/dev/null 2>&1 || missing+=(cargo-deb)
 [ "${PINNERD_VM_PREPARE_ONLY:-}" = 1 ] || command -v cargo >/dev/null || missing+=(cargo)
-[ ${#missing[@]} -eq 0 ] || die "missing: ${missing[*]} (apt-get install qemu-system-x86 mmdebstrap cpio zstd lintian; cargo install --locked cargo-deb)"
+[ ${#missing[@]} -eq 0 ] || die "missing: ${missing[*]} (apt-get install qemu-system-x86 mmdebstrap cpio zstd lintian python3-minimal; cargo install --locked cargo-deb)"
 
 mkdir -p "$cache"
 
@@ -216,6 +220,53 @@ install -m 0644 "$here/guest/cpu_sampler.py" "$root/usr/local/lib/pinnerd-vm/cpu
 install -m 0644 "$here/guest/born.py" "$root/usr/local/lib/pinnerd-vm/born.py"
 install -m 0755 "$here/guest/born-first.sh" "$root/usr/local/lib/pinnerd-vm/born-first.sh"
 install -m 0755 "$matcher" "$root/usr/local/lib/pinnerd-vm/doc_sample"
+if [ -x "$root/usr/bin/containerd" ]; then
+    # containerd for container-born-in-place (docs/containers.md): NRI on, by the stanza
+    # Debian 13's containerd 1.7 needs; a sandbox ("pause") image and the containers'
+    # image made here from the release's busybox-static (the VM has no network), imported
+    # by the check; no CNI (its pods use the host's network). The VM's root is the
+    # initramfs, where runc cannot pivot_root, and the cloud kernel's overlayfs is a
+    # module the VM does not have: hence NoPivotRoot and the native snapshotter, which a
+    # machine booted from a disk needs neither of.
+    busybox_deb=$(ls "$cache"/oci/busybox-static_*.deb 2>/dev/null | tail -n 1) || true
+    if [ -z "$busybox_deb" ]; then
+        mkdir -p "$cache/oci"
+        (cd "$cache/oci" && apt-get "${apt_private[@]}" download busybox-static >/dev/null 2>&1) ||
+            die "cannot download busybox-static ($suite)"
+        busybox_deb=$(ls "$cache"/oci/busybox-static_*.deb | tail -n 1)
+    fi
+    bdir=$(mktemp -d "$cache/oci/busybox.XXXXXX")
+    dpkg-deb --fsys-tarfile "$busybox_deb" | tar -x -C "$bdir" ./usr/bin/busybox
+    python3 "$here/oci-image.py" "$bdir/usr/bin/busybox" docker.io/pinnerd-vm/busybox:1 \
+        "$root/usr/local/lib/pinnerd-vm/busybox-oci.tar" || die "oci-image.py failed"
+    rm -rf "$bdir"
+    install -m 0755 "$here/guest/cri.py" "$root/usr/local/lib/pinnerd-vm/cri.py"
+    conf=$root/etc/containerd/config.toml
+    grep -q '^  \[plugins."io.containerd.grpc.v1.cri"\]$' "$conf" ||
+        die "no [plugins.\"io.containerd.grpc.v1.cri\"] table in $conf to add sandbox_image to"
+    sed -i 's|^  \[plugins."io.containerd.grpc.v1.cri"\]$|&\n    sandbox_image = "docker.io/pinnerd-vm/busybox:1"|' "$conf"
+    cat >>"$conf" <<'EOF'
+
+# NRI (docs/containers.md), off by default in containerd 1.7.
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  disable_connections = false
+  socket_path = "/var/run/nri/nri.sock"
+
+# The test VM's own: its root is the initramfs, its kernel has no overlayfs module.
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  snapshotter = "native"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  NoPivotRoot = true
+EOF
+    # The check starts containerd itself (pinnerd finds its socket when it appears), so
+    # that the checks before it run beside no containerd.
+    rm -f "$root/etc/systemd/system/multi-user.target.wants/containerd.service"
+    # The shims of containerd's old v1 runtimes, which CRI does not use: 21 MB of image.
+    rm -f "$root/usr/bin/containerd-shim" "$root/usr/bin/containerd-shim-runc-v1"
+fi
 if [ "$bench" = memory ]; then
     # numactl (migratepages, for comparison) only in this run's image: the cached rootfs,
     # and so CI's image, stays as it is. Its packages are cached beside the rootfs.

@@ -2475,6 +2475,235 @@ EOF
     echo "unit-cpuset: a process the unit started read Cpus_allowed_list $cpus first thing and has $pct% of its pages on node 1 (AllowedCPUs=4-5, AllowedMemoryNodes=$mems); without unit-cpuset (pinned after the fact): $before_cpus first, $before_pct% on node 1; let go: AllowedCPUs reset, the main process back on $ALL_CPUS"
 }
 
+# ---------------------------------------------------------------- containers (NRI)
+# Through containerd's CRI plugin (tests/vm/guest/cri.py), the path a kubelet takes: pods
+# on the host's network, one image made on the host from busybox-static (run.sh).
+export CRI="$LIB/cri.py" IMAGE=docker.io/pinnerd-vm/busybox:1
+# The container's command: its first action reads its own Cpus_allowed_list with shell
+# builtins (no process started before the read), then the uptime, and prints both
+# ("first LIST UPTIME"); then it sleeps as the same pid.
+export READ_MASK='while read -r k v; do [ "$k" = Cpus_allowed_list: ] && m=$v; done </proc/self/status'
+export FIRST_READ="$READ_MASK"'; read -r up _ </proc/uptime; echo "first $m $up"; exec sleep 1000000'
+# The same, then, if it read every CPU, it keeps reading its mask (builtins, busy) until
+# that changes or 30 s pass, and prints "moved LIST UPTIME": how long after its first
+# instruction it was placed, measured from inside.
+export MOVED_READ="$READ_MASK"'; read -r up _ </proc/uptime; echo "first $m $up"; f=$m; t=$up; while [ "$m" = "$f" ] && [ "$f" = '"$ALL_CPUS"' ]; do '"$READ_MASK"'; read -r t _ </proc/uptime; [ "${t%.*}" -gt $((${up%.*} + 30)) ] && break; done; echo "moved $m $t"; exec sleep 1000000'
+# ctr_run POD NAME [SCRIPT]: creates and starts container NAME in POD running SCRIPT
+# (FIRST_READ), back to back as a kubelet does; sets CID, CPID (its process), CLOG (its
+# CRI log), FIRST (the list it read first) and FIRST_UP (the uptime then); fails saying
+# why.
+ctr_run() {
+    local i line st
+    CID=$("$CRI" run "$1" "$2" "$IMAGE" -- /bin/sh -c "${3:-$FIRST_READ}" 2>&1) || {
+        echo "CreateContainer/StartContainer $2: $CID"
+        return 1
+    }
+    st=$("$CRI" status "$CID") || return 1
+    CPID=$(jq -r '.pid // empty' <<<"$st")
+    CLOG=$(jq -r '.log_path' <<<"$st")
+    FIRST=
+    for i in $(seq 1 600); do
+        line=$(ctr_said first)
+        if [ -n "$line" ]; then
+            read -r _ FIRST FIRST_UP <<<"$line"
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "container $2 printed no Cpus_allowed_list in 60 s: $st; its log: $(tail -c 300 "$CLOG" 2>&1)"
+    return 1
+}
+# ctr_said WORD: the first line of the last container's output that starts with WORD
+# (the CRI log's lines are "TIME STREAM TAG TEXT").
+ctr_said() { cut -d ' ' -f 4- "$CLOG" 2>/dev/null | grep -m 1 "^$1 "; }
+# ctr_cpuset PID: cpuset.cpus of the process's cgroup (what the runtime wrote for it).
+ctr_cpuset() {
+    local cg
+    cg=$(sed -n 's/^0:://p' "/proc/$1/cgroup")
+    cat "/sys/fs/cgroup$cg/cpuset.cpus" 2>/dev/null
+}
+# list_of: the kernel's list format ("4-5,7") of CPU numbers read one a line.
+list_of() { sort -n | uniq | awk 'NR == 1 { s = p = $1; next } $1 == p + 1 { p = $1; next } { printf "%s%s,", s, (s == p ? "" : "-" p); s = p = $1 } END { if (NR) printf "%s%s\n", s, (s == p ? "" : "-" p) }'; }
+registrations() { journalctl -b --no-pager -o cat -u pinnerd.service | grep -c 'registered with the container runtime'; }
+registered_more() { [ "$(registrations)" -gt "$1" ]; }
+export -f ctr_run ctr_said ctr_cpuset list_of registrations registered_more
+
+check_container_born_in_place() {
+    local regs pod cid pid first want cg status t0 nri out
+    command -v containerd >/dev/null || {
+        echo "containerd is not installed in this image (only Debian 13's has NRI: tests/vm/run.sh)"
+        return 77
+    }
+    # cleanup: pods, the rule, containerd; the kubepods cgroups runc left (a kubelet's).
+    cleanup() {
+        "$CRI" clean >/dev/null 2>&1
+        rm -f "$RULES/85-vm-containers.toml"
+        systemctl start pinnerd.service
+        systemctl stop containerd.service
+        find /sys/fs/cgroup/kubepods -depth -type d -exec rmdir {} + 2>/dev/null
+    }
+    regs=$(registrations)
+    # The rule first, so the daemon has it when the first container comes.
+    put_rule 85-vm-containers.toml <<'EOF'
+[[rule]]
+name = "vm-md-feed"
+[rule.match]
+container = "md-feed"
+pod-namespace = "trading"
+pod-labels = { app = "md-feed" }
+[rule.place]
+count = 2
+exclusive = true
+EOF
+    systemctl start containerd.service || {
+        echo "systemctl start containerd failed: $(journalctl -b -u containerd.service --no-pager -o cat | tail -n 5)"
+        cleanup
+        return 1
+    }
+    nri=$(containerd config dump 2>&1 | sed -n '/^  \[plugins."io.containerd.nri.v1.nri"\]/,/^  \[/p' | grep -E '^ +[a-z_]+ =' | tr -s ' \n' ' ')
+    wait_for 60 "$CRI" version || {
+        echo "CRI not answering on /run/containerd/containerd.sock: $("$CRI" version 2>&1); NRI config: $nri; containerd: $(journalctl -b -u containerd.service --no-pager -o cat | tail -n 8)"
+        cleanup
+        return 1
+    }
+    out=$(ctr -n k8s.io images import --snapshotter native "$LIB/busybox-oci.tar" 2>&1) || {
+        echo "ctr images import failed: $out"
+        cleanup
+        return 1
+    }
+    # Unmatched first: a pod and container no rule names get no adjustment.
+    pod=$("$CRI" runp web-0 --namespace default --label app=web 2>&1) || {
+        echo "RunPodSandbox web-0: $pod; containerd: $(journalctl -b -u containerd.service --no-pager -o cat | tail -n 8)"
+        cleanup
+        return 1
+    }
+    ctr_run "$pod" web || {
+        cleanup
+        return 1
+    }
+    pid=$CPID
+    cg=$(ctr_cpuset "$pid")
+    [ "$FIRST" = "$ALL_CPUS" ] && [ -z "$cg" ] && mask_is "$pid" "$ALL_CPUS" || {
+        echo "unmatched container web read $FIRST first (want $ALL_CPUS), its cgroup's cpuset.cpus '$cg' (want empty), now $(masks "$pid")"
+        cleanup
+        return 1
+    }
+    local unmatched="unmatched web (pod default/web-0): read $FIRST first, cgroup cpuset.cpus empty"
+    # Registered once containerd's NRI socket appeared.
+    wait_for 30 registered_more "$regs" || {
+        echo "$unmatched; pinnerd did not log 'registered with the container runtime' within 30 s of containerd's start (NRI config: $nri); pinnerd: $(journalctl -b -u pinnerd.service --no-pager -o cat | grep -i -E 'nri|runtime|container' | tail -n 5)"
+        cleanup
+        return 1
+    }
+    status=$(pinnerd status 2>&1 | grep -i 'nri:')
+    grep -q 'registered with' <<<"$status" || {
+        echo "$unmatched; pinnerd status says '$status', want 'nri: registered with ...'"
+        cleanup
+        return 1
+    }
+    # placed POD POD_NAME NAME: a matching container NAME in POD reads first the CPUs
+    # the daemon reports for it (`pinnerd status`: "container POD_NAME/NAME (pod …):
+    # cpuset LIST set at creation by pinnerd …"), which its cgroup's cpuset.cpus is set to.
+    placed() {
+        local line
+        ctr_run "$1" "$3" || return 1
+        pid=$CPID
+        line=$(pinnerd status 2>&1 | grep -m 1 "^container $2/$3 ")
+        want=$(sed -n 's/.*: cpuset \([0-9,-]*\) set at creation by pinnerd.*/\1/p' <<<"$line")
+        cg=$(ctr_cpuset "$pid")
+        [ -n "$want" ] && [ "$FIRST" = "$want" ] && [ "$cg" = "$want" ] &&
+            [ "$(expand "$want" | wc -l)" -eq 2 ] || {
+            echo "matched container $3 read $FIRST first, its cgroup's cpuset.cpus '$cg', pinnerd status says '${line:-nothing of it}' (want 2 CPUs, all three equal); explain: $(pinnerd explain "$pid" 2>&1 | tr '\n' ' ')"
+            return 1
+        }
+        PLACED="$3 read $FIRST first = its cgroup's cpuset.cpus = pinnerd status '$line'; explain: $(pinnerd explain "$pid" 2>&1 | grep -i -m 1 'container')"
+    }
+    pod=$("$CRI" runp api-0 --namespace trading --label app=md-feed 2>&1) || {
+        echo "$unmatched; RunPodSandbox api-0: $pod"
+        cleanup
+        return 1
+    }
+    placed "$pod" api-0 md-feed || {
+        echo "; $unmatched"
+        cleanup
+        return 1
+    }
+    local first_placed=$PLACED
+    "$CRI" clean >/dev/null
+    # containerd restarted: registered again, the next container placed.
+    regs=$(registrations)
+    systemctl restart containerd.service
+    t0=$(now)
+    wait_for 30 registered_more "$regs" || {
+        echo "$first_placed; $unmatched; after systemctl restart containerd pinnerd did not register again within 30 s: $(journalctl -b -u pinnerd.service --no-pager -o cat | grep -i -E 'nri|runtime' | tail -n 5)"
+        cleanup
+        return 1
+    }
+    local again
+    again=$(elapsed "$t0")
+    wait_for 60 "$CRI" version
+    pod=$("$CRI" runp api-1 --namespace trading --label app=md-feed 2>&1) || {
+        echo "after the restart: RunPodSandbox api-1: $pod"
+        cleanup
+        return 1
+    }
+    placed "$pod" api-1 md-feed || {
+        echo "(after containerd's restart)"
+        cleanup
+        return 1
+    }
+    local second_placed=$PLACED
+    "$CRI" clean >/dev/null
+    # pinnerd stopped: containers still start, as without it.
+    systemctl stop pinnerd.service
+    pod=$("$CRI" runp api-2 --namespace trading --label app=md-feed 2>&1) &&
+        ctr_run "$pod" md-feed && [ "$FIRST" = "$ALL_CPUS" ] || {
+        echo "with pinnerd stopped, the matching container did not start or read '$FIRST' first (want $ALL_CPUS): $pod"
+        cleanup
+        return 1
+    }
+    local stopped=$FIRST
+    "$CRI" clean >/dev/null
+    # Without NRI ([nri] enable = "off"): the watcher places the same container after the
+    # fact; the container says how long after its first instruction. Pod labels are known
+    # only over NRI, so the rule names the container and its namespace alone.
+    put_rule 85-vm-containers.toml <<'EOF'
+[[rule]]
+name = "vm-md-feed"
+[rule.match]
+container = "md-feed"
+pod-namespace = "trading"
+[rule.place]
+count = 2
+exclusive = true
+EOF
+    cp /etc/pinnerd/pinnerd.toml "$WORK/pinnerd.toml.orig"
+    printf '\n[nri]\nenable = "off"\n' >>/etc/pinnerd/pinnerd.toml
+    systemctl start pinnerd.service
+    wait_for 60 prop_is State '"ready"'
+    local late line moved
+    pod=$("$CRI" runp api-3 --namespace trading --label app=md-feed 2>&1) &&
+        ctr_run "$pod" md-feed "$MOVED_READ" &&
+        wait_for 40 ctr_said moved || true
+    line=$(ctr_said moved)
+    # Read before the daemon registers again (it would move the container at Synchronize).
+    cg=$(ctr_cpuset "$CPID")
+    local why
+    why=$(pinnerd explain "$CPID" 2>&1 | tr '\n' ' ')
+    cp "$WORK/pinnerd.toml.orig" /etc/pinnerd/pinnerd.toml
+    systemctl restart pinnerd.service
+    read -r _ moved late <<<"$line"
+    [ -n "$moved" ] && [ "$(expand "$moved" | wc -l)" -eq 2 ] && [ -z "$cg" ] || {
+        echo "with [nri] enable = \"off\", the matching container read '$FIRST' first, then ${line:-nothing more} (want 2 CPUs within 30 s), its cgroup's cpuset.cpus '$cg' (want empty: no runtime adjustment); explain: $why"
+        cleanup
+        return 1
+    }
+    late=$(awk -v a="$FIRST_UP" -v b="$late" 'BEGIN { printf "%.2f", b - a }')
+    cleanup
+    wait_for 60 prop_is State '"ready"' || true
+    echo "$first_placed; $unmatched; containerd restarted: registered again after $again s, then $second_placed; pinnerd stopped: md-feed started on $stopped; NRI off: md-feed read $FIRST first, on $moved $late s after its first instruction, its cgroup's cpuset.cpus empty (pinned by the watcher); NRI config: $nri"
+}
+
 # Over the whole boot: systemd never killed the daemon for a missed watchdog ping, and no
 # step of its loop took half of WatchdogSec (the loop's warning names each step over a
 # second, with PINNERD_STEP= and PINNERD_TOOK_MS=).
@@ -2873,6 +3102,7 @@ run_check isolate-count-smt-settles check_isolate_count_smt_settles 150
 run_check isolate-thread-entry check_isolate_thread_entry 150
 run_check isolate-own-slice check_isolate_own_slice 240
 run_check unit-born-in-place check_unit_born_in_place 240
+run_check container-born-in-place check_container_born_in_place 300
 run_check hotplug-explicit check_hotplug_explicit 120
 run_check hotplug-compact check_hotplug_compact 120
 run_check package-purge-restores check_package_purge 60
