@@ -584,7 +584,9 @@ impl Cgroup2 {
     pub fn ungrant(&self, p: &Partition) -> Vec<Unable> {
         let mut failed = Vec::new();
         for g in p.granted.iter().rev() {
-            if !self.dir(&g.cgroup).is_dir() {
+            // A cgroup gone, or one whose cpuset controller systemd turned off (no unit
+            // in the slice needs it any more), has no exclusive CPUs left to take back.
+            if !self.file(&g.cgroup, "cpuset.cpus.exclusive").is_file() {
                 continue;
             }
             let now = match self.read_cpus(&g.cgroup, "cpuset.cpus.exclusive") {
@@ -821,6 +823,20 @@ mod tests {
             read(&c, "/system.slice/md.service", "cpuset.cpus.exclusive"),
             ""
         );
+    }
+
+    /// The unit gone, systemd turns the cpuset controller off in its slice when no unit
+    /// there needs it: the slice's cpuset files vanish with what was granted to it.
+    #[test]
+    fn a_grant_to_a_slice_whose_cpuset_files_are_gone_is_undone_already() {
+        let (_d, c) = tree(true);
+        let cpus: CpuSet = "6-7".parse().unwrap();
+        let p = c.isolate("/system.slice/md.service", &cpus).unwrap();
+        std::fs::remove_dir_all(c.dir("/system.slice/md.service")).unwrap();
+        for f in ["cpuset.cpus.exclusive", "cpuset.cpus.exclusive.effective"] {
+            let _ = std::fs::remove_file(c.dir("/system.slice").join(f));
+        }
+        assert_eq!(c.ungrant(&p), vec![]);
     }
 
     #[test]
