@@ -29,7 +29,7 @@
 #   PINNERD_VM_ACCEL=auto|tcg|tcg-single|kvm   (auto: KVM when a probe boot works, else
 #                             TCG, one host thread per vCPU; tcg-single: one host thread
 #                             for all eight, slower: CONTRIBUTING.md)
-#   PINNERD_VM_TIMEOUT=SECS   limit for one boot of the VM (default 780)
+#   PINNERD_VM_TIMEOUT=SECS   limit for one boot of the VM (default 1080)
 #   PINNERD_VM_REBOOTS=N      boots after the emulated kernel's int3 oops, each running the
 #                             checks not finished yet (default 3; tests/vm/boots.sh)
 #   PINNERD_VM_CACHE=DIR      cache and work directory (default tests/vm/cache)
@@ -57,7 +57,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cache=${PINNERD_VM_CACHE:-$here/cache}
-vm_timeout=${PINNERD_VM_TIMEOUT:-780}
+vm_timeout=${PINNERD_VM_TIMEOUT:-1080}
 accel=${PINNERD_VM_ACCEL:-auto}
 bench=${PINNERD_VM_BENCH:-}
 case $bench in '' | memory | isolation) ;; *) echo "PINNERD_VM_BENCH must be memory, isolation or unset" >&2; exit 2 ;; esac
