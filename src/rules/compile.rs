@@ -545,23 +545,28 @@ fn compile_container(cx: &mut Ctx<'_>, m: &MatchSpec) -> Option<ContainerMatcher
     })
 }
 
-/// `isolate` and `unit-cpuset` are not for container rules: the runtime owns a
-/// container's cgroup, and pinnerd sets its cpuset through the runtime at creation.
-fn container_holds_nothing(cx: &mut Ctx<'_>, name: &str, m: &MatchSpec, spec: &RuleSpec) -> bool {
-    if !m.names_container() {
-        return false;
-    }
+/// The first key of a rule that makes pinnerd hold CPUs for a unit (`isolate` or
+/// `unit-cpuset` set true, in `[rule.place]` or a thread entry), with its span.
+fn first_holding_key(spec: &RuleSpec) -> Option<(std::ops::Range<usize>, &'static str)> {
     let on = |b: &Option<Spanned<bool>>| b.as_ref().filter(|b| *b.get_ref()).map(Spanned::span);
     let place = spec.place.as_ref().map(Spanned::get_ref);
-    let first = place
+    place
         .and_then(|p| on(&p.isolate).map(|s| (s, "isolate")))
         .or_else(|| place.and_then(|p| on(&p.unit_cpuset).map(|s| (s, "unit-cpuset"))))
         .or_else(|| {
             spec.threads
                 .iter()
                 .find_map(|t| on(&t.get_ref().isolate).map(|s| (s, "isolate")))
-        });
-    if let Some((span, key)) = first {
+        })
+}
+
+/// `isolate` and `unit-cpuset` are not for container rules: the runtime owns a
+/// container's cgroup, and pinnerd sets its cpuset through the runtime at creation.
+fn container_holds_nothing(cx: &mut Ctx<'_>, name: &str, m: &MatchSpec, spec: &RuleSpec) -> bool {
+    if !m.names_container() {
+        return false;
+    }
+    if let Some((span, key)) = first_holding_key(spec) {
         cx.err(
             &span,
             RuleErrorKind::ContainerHold {
@@ -643,17 +648,7 @@ fn hold_needs_owner(cx: &mut Ctx<'_>, name: &str, m: &MatchSpec, spec: &RuleSpec
     if m.user.is_some() || m.unit.is_some() {
         return;
     }
-    let on = |b: &Option<Spanned<bool>>| b.as_ref().filter(|b| *b.get_ref()).map(Spanned::span);
-    let place = spec.place.as_ref().map(Spanned::get_ref);
-    let first = place
-        .and_then(|p| on(&p.isolate).map(|s| (s, "isolate")))
-        .or_else(|| place.and_then(|p| on(&p.unit_cpuset).map(|s| (s, "unit-cpuset"))))
-        .or_else(|| {
-            spec.threads
-                .iter()
-                .find_map(|t| on(&t.get_ref().isolate).map(|s| (s, "isolate")))
-        });
-    if let Some((span, key)) = first {
+    if let Some((span, key)) = first_holding_key(spec) {
         cx.err(
             &span,
             RuleErrorKind::HoldNeedsOwner {
