@@ -222,16 +222,7 @@ impl Holder {
                 .iter()
                 .map(|p| (p.to_string(), None))
                 .collect(),
-            (None, false) => systemd::HELD_PROPERTIES
-                .iter()
-                .filter_map(|p| match units.runtime_dropin(&unit, p) {
-                    Ok(text) => Some((p.to_string(), text)),
-                    Err(e) => {
-                        tracing::warn!(unit = %unit, property = p, error = %e, "unit {unit}: its runtime drop-in for {p} cannot be read ({e}); it will not be put back when the hold lets go");
-                        None
-                    }
-                })
-                .collect(),
+            (None, false) => runtime_dropins_before(units.as_ref(), &unit),
         };
         self.held.push(hold.clone());
         self.save();
@@ -261,14 +252,8 @@ impl Holder {
         if adopted {
             // The process now runs in the new scope: its cgroup as systemd made it.
             self.units_of.remove(&t.pids[0]);
-            match units.unit_of_pid(t.pids[0]) {
-                Ok(info) if info.name == unit => hold.cgroup = info.cgroup,
-                Ok(info) => {
-                    tracing::warn!(pid = t.pids[0], unit = %info.name, scope = %unit, "pid {} is not in the scope {unit} made for it (it is in {})", t.pids[0], info.name);
-                }
-                Err(e) => {
-                    tracing::warn!(pid = t.pids[0], error = %e, "cannot read the scope made for pid {}: {e}", t.pids[0])
-                }
+            if let Some(cgroup) = scope_cgroup(units.as_ref(), t.pids[0], &unit) {
+                hold.cgroup = cgroup;
             }
         }
         let mut problem = None;
@@ -413,5 +398,40 @@ impl Holder {
             .run_oneshot(&helper)
             .map_err(|e| Unable::Other(format!("{state}; the helper failed: {e}")))?;
         cg2.partition_state(cgroup)
+    }
+}
+
+/// The runtime drop-ins of `unit` for the properties a hold sets, as they are before
+/// it (`None`: absent), to be put back when it lets go; one that cannot be read is
+/// said and left out.
+fn runtime_dropins_before(
+    units: &dyn systemd::Units,
+    unit: &str,
+) -> BTreeMap<String, Option<String>> {
+    systemd::HELD_PROPERTIES
+        .iter()
+        .filter_map(|p| match units.runtime_dropin(unit, p) {
+            Ok(text) => Some((p.to_string(), text)),
+            Err(e) => {
+                tracing::warn!(unit = %unit, property = p, error = %e, "unit {unit}: its runtime drop-in for {p} cannot be read ({e}); it will not be put back when the hold lets go");
+                None
+            }
+        })
+        .collect()
+}
+
+/// The cgroup of the scope `scope` systemd made for `pid`, as it reads now; `None`
+/// (said) when the pid is elsewhere or cannot be read.
+fn scope_cgroup(units: &dyn systemd::Units, pid: u32, scope: &str) -> Option<String> {
+    match units.unit_of_pid(pid) {
+        Ok(info) if info.name == scope => Some(info.cgroup),
+        Ok(info) => {
+            tracing::warn!(pid, unit = %info.name, scope = %scope, "pid {pid} is not in the scope {scope} made for it (it is in {})", info.name);
+            None
+        }
+        Err(e) => {
+            tracing::warn!(pid, error = %e, "cannot read the scope made for pid {pid}: {e}");
+            None
+        }
     }
 }
