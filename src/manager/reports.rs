@@ -145,6 +145,22 @@ impl Manager {
         }
     }
 
+    /// `explain`'s line for a process it does not manage: protected (and why), refused
+    /// by the kernel, or merely not managed.
+    fn why_not_managed(&self, pid: i32, snap: &crate::watch::ProcessSnapshot) -> String {
+        let protected =
+            self.plan.rules().match_process(&snap.info).and_then(|m| {
+                super::protect::protected(pid, &snap.info.comm, self.own_pid, &m.rule)
+            });
+        match protected {
+            Some(p) => format!("not managed: {}", p.describe()),
+            None if self.denied.get(&pid) == Some(&snap.start_time) => {
+                format!("not managed: {PERMISSION}")
+            }
+            None => "not managed".to_string(),
+        }
+    }
+
     /// Why process `pid` got (or did not get) what it has: the matcher's verdicts,
     /// the plan of the winning rule and each thread's outcome.
     pub fn explain(&self, pid: i32) -> String {
@@ -175,20 +191,7 @@ impl Manager {
         let _ = write!(s, "{}", self.plan.rules().explain(&snap.info));
         match self.managed.get(&pid) {
             None => {
-                let protected = self.plan.rules().match_process(&snap.info).and_then(|m| {
-                    super::protect::protected(pid, &snap.info.comm, self.own_pid, &m.rule)
-                });
-                match protected {
-                    Some(p) => {
-                        let _ = writeln!(s, "not managed: {}", p.describe());
-                    }
-                    None if self.denied.get(&pid) == Some(&snap.start_time) => {
-                        let _ = writeln!(s, "not managed: {PERMISSION}");
-                    }
-                    None => {
-                        let _ = writeln!(s, "not managed");
-                    }
-                }
+                let _ = writeln!(s, "{}", self.why_not_managed(pid, &snap));
             }
             Some(m) => {
                 let _ = writeln!(
