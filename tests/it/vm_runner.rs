@@ -172,6 +172,8 @@ struct Outcome {
     summary: String,
     /// boots.txt: one line per boot that ended early.
     boots: String,
+    /// What `vm_timing` printed: where the time in the VM went.
+    timing: String,
 }
 
 impl Outcome {
@@ -212,6 +214,7 @@ vm_boot() {{
 }}
 vm_boots
 vm_summary >"$RUN/summary"
+vm_timing "$run/results.txt" >"$RUN/timing"
 echo "boots=$VM_BOOTS"
 echo "kernel=$VM_KERNEL"
 echo "in_flight=$VM_IN_FLIGHT"
@@ -235,6 +238,7 @@ echo "failed=${{VM_FAILED[*]}}""#
         vars: out.lines().map(str::to_string).collect(),
         summary: read("summary"),
         boots: read("boots.txt"),
+        timing: read("timing"),
     }
 }
 
@@ -308,6 +312,45 @@ fn a_boot_the_emulator_ended_is_resumed_with_the_checks_not_finished() {
             .contains("boots: 2\n  boot 1: the emulated kernel oopsed"),
         "{}",
         o.summary
+    );
+}
+
+#[test]
+fn the_time_in_the_vm_is_told_check_by_check_and_a_check_cut_off_is_named() {
+    let o = run_boots(
+        &[
+            Boot {
+                console: INT3,
+                results: &[
+                    "START kernel 6.12",
+                    "BEGIN service-active 10.00",
+                    "END service-active 12.40",
+                    "CHECK service-active PASS active",
+                    "BEGIN isolate-churn-no-leak 12.50",
+                    "END isolate-churn-no-leak 60.10",
+                    "CHECK isolate-churn-no-leak PASS nothing left",
+                    "BEGIN topology 60.20",
+                ],
+            },
+            Boot {
+                console: CLEAN,
+                results: &[
+                    "START kernel 6.12",
+                    "BEGIN topology 11.00",
+                    "END topology 14.60",
+                    "CHECK topology PASS 8 CPUs",
+                    "BEGIN hotplug-compact 14.70",
+                ],
+            },
+        ],
+        3,
+    );
+    assert_eq!(
+        o.timing,
+        "time in the VM: 3 checks, 54 s; slowest: isolate-churn-no-leak 48 s, \
+         topology 4 s, service-active 2 s\n\
+         cut off: topology, begun at 60.20 s in boot 1\n\
+         cut off: hotplug-compact, begun at 14.70 s in boot 2\n"
     );
 }
 

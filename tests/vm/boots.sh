@@ -116,6 +116,35 @@ vm_in_flight() {
          END { if (n != "") print n }' "$1"
 }
 
+# vm_timing RESULTS: where a run's time in the VM went, from the BEGIN and END lines
+# (seconds since boot) of RESULTS, all boots together; prints one line:
+#   "time in the VM: 46 checks, 402 s; slowest: a 64 s, b 48 s, …" (the eight slowest),
+# followed, for a check begun and never ended in a boot (cut off, or still running when
+# the boot's time ran out), by "cut off: NAME, begun at T s in boot N".
+vm_timing() {
+    awk '$1 == "PINNERD-VM" && $2 == "START" { boot++ }
+         $1 == "PINNERD-VM" && $2 == "BEGIN" { key = boot " " $3; start[key] = $4; order[++m] = key }
+         $1 == "PINNERD-VM" && $2 == "END" && (boot " " $3) in start {
+             key = boot " " $3; took = $4 - start[key]; delete start[key]
+             n++; names[n] = $3; secs[n] = took; total += took
+         }
+         END {
+             # The slowest first (a selection sort: a few dozen checks).
+             for (i = 1; i <= n; i++)
+                 for (j = i + 1; j <= n; j++)
+                     if (secs[j] > secs[i]) { t = secs[i]; secs[i] = secs[j]; secs[j] = t; t = names[i]; names[i] = names[j]; names[j] = t }
+             line = sprintf("time in the VM: %d checks, %d s", n, total + 0.5)
+             for (i = 1; i <= n && i <= 8; i++) line = line sprintf("%s %s %d s", i == 1 ? "; slowest:" : ",", names[i], secs[i] + 0.5)
+             print line
+             for (i = 1; i <= m; i++)
+                 if (order[i] in start) {
+                     split(order[i], k, " ")
+                     printf "cut off: %s, begun at %s s in boot %s\n", k[2], start[order[i]], k[1]
+                     delete start[order[i]]
+                 }
+         }' "$1"
+}
+
 # vm_finished RESULTS: the checks with a result (CHECK lines) in RESULTS, comma-separated,
 # in order, each once.
 vm_finished() {

@@ -29,7 +29,11 @@
 #   PINNERD_VM_ACCEL=auto|tcg|tcg-single|kvm   (auto: KVM when a probe boot works, else
 #                             TCG, one host thread per vCPU; tcg-single: one host thread
 #                             for all eight, slower: CONTRIBUTING.md)
-#   PINNERD_VM_TIMEOUT=SECS   limit for one boot of the VM (default 1080)
+#   PINNERD_VM_TIMEOUT=SECS   limit for one boot of the VM (default 2700; the checks
+#                             themselves stop at 2400 s, guest/pinnerd-vm-checks.service)
+#   PINNERD_VM_SLOW=N         each check's own limit (a guard against a hang, sized for an
+#                             idle host) is multiplied by N (default 3: a loaded host slows
+#                             the emulated CPUs several-fold)
 #   PINNERD_VM_REBOOTS=N      boots after the emulated kernel's int3 oops, each running the
 #                             checks not finished yet (default 3; tests/vm/boots.sh)
 #   PINNERD_VM_CACHE=DIR      cache and work directory (default tests/vm/cache)
@@ -57,7 +61,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 cache=${PINNERD_VM_CACHE:-$here/cache}
-vm_timeout=${PINNERD_VM_TIMEOUT:-1080}
+vm_timeout=${PINNERD_VM_TIMEOUT:-2700}
+vm_slow=${PINNERD_VM_SLOW:-3}
+case $vm_slow in '' | *[!0-9]* | 0) echo "PINNERD_VM_SLOW must be a whole number from 1" >&2; exit 2 ;; esac
 accel=${PINNERD_VM_ACCEL:-auto}
 bench=${PINNERD_VM_BENCH:-}
 case $bench in '' | memory | isolation) ;; *) echo "PINNERD_VM_BENCH must be memory, isolation or unset" >&2; exit 2 ;; esac
@@ -340,6 +346,7 @@ esac
 # emulator's int3 oops from every real kernel failure.
 cmdline="console=ttyS0,115200 panic=-1 oops=panic loglevel=5 mitigations=off systemd.show_status=auto systemd.log_color=0"
 [ "${PINNERD_VM_JOURNAL:-}" = always ] && cmdline+=" pinnerd_vm.journal=always"
+cmdline+=" pinnerd_vm.slow=$vm_slow"
 if [ -n "${PINNERD_VM_CHECKS:-}" ]; then
     [[ "$PINNERD_VM_CHECKS" =~ ^[a-z0-9,-]+$ ]] || die "PINNERD_VM_CHECKS is a comma-separated list of check names"
     cmdline+=" pinnerd_vm.checks=$PINNERD_VM_CHECKS"
@@ -382,6 +389,9 @@ if [ -n "$bench" ]; then
     grep '^PINNERD-VM BENCH' "$run/results.txt" | sed 's/^PINNERD-VM //' | tee "$run/bench.txt"
 fi
 vm_summary
+# Where the time went (and the check a boot's end cut off): a run that ran out of time
+# says which checks took it.
+vm_timing "$run/results.txt" | tee "$run/timing.txt"
 pass=$VM_PASS fail=$VM_FAIL skip=$VM_SKIP failed=("${VM_FAILED[@]}") skipped=("${VM_SKIPPED[@]}")
 
 status=0
@@ -393,6 +403,8 @@ if [ -n "$VM_KERNEL" ] || [ -n "$VM_EMULATOR" ] || ! grep -q '^PINNERD-VM DONE '
         echo "the emulated kernel oopsed on an int3 in each of $VM_BOOTS boots: the checks never finished"
     elif [ "$qemu_rc" = 124 ]; then
         echo "the VM did not finish within ${vm_timeout}s"
+    elif grep -q 'Failed to start pinnerd-vm-checks.service' "$run/console-$VM_BOOTS.log"; then
+        echo "the checks ran out of their time in the VM ($(sed -n 's/^TimeoutStartSec=//p' "$here/guest/pinnerd-vm-checks.service") s, guest/pinnerd-vm-checks.service); $(grep '^cut off: ' "$run/timing.txt" | tail -n 1)"
     else
         echo "the VM stopped before the checks finished (qemu status $qemu_rc)"
     fi

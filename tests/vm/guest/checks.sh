@@ -3018,6 +3018,8 @@ failed_names=()
 # (pinnerd_vm.done, resume.sh), and again as SETUP what those stand on.
 selected=$(sed -n 's/.*pinnerd_vm\.checks=\([^ ]*\).*/\1/p' /proc/cmdline)
 done_before=$(sed -n 's/.*pinnerd_vm\.done=\([^ ]*\).*/\1/p' /proc/cmdline)
+slow_factor=$(sed -n 's/.*pinnerd_vm\.slow=\([0-9]*\).*/\1/p' /proc/cmdline)
+slow_factor=${slow_factor:-3}
 # shellcheck source=resume.sh
 . "$LIB/resume.sh"
 run_check() {
@@ -3036,8 +3038,13 @@ run_check() {
     # and when it started (seconds since boot).
     echo "PINNERD-VM BEGIN $name $(now)"
     export -f "$fn"
+    # A check's limit is a guard against a hang, sized for an idle host; a loaded host
+    # slows the emulated CPUs several-fold (pinnerd_vm.slow, default 3, multiplies it).
+    limit=$((limit * slow_factor))
     out=$(timeout "$limit" bash -c "$fn" 2>&1)
     rc=$?
+    # When it ended (seconds since boot): the host prints the slowest checks from it.
+    echo "PINNERD-VM END $name $(now)"
     [ $rc -eq 124 ] && out="timed out after $limit s; $out"
     out=$(tr '\n' ' ' <<<"$out" | sed 's/  */ /g; s/ $//')
     if [ $rc -eq 0 ]; then
