@@ -31,6 +31,8 @@
 #                             for all eight, slower: CONTRIBUTING.md)
 #   PINNERD_VM_TIMEOUT=SECS   limit for one boot of the VM (default 2700; the checks
 #                             themselves stop at 2400 s, guest/pinnerd-vm-checks.service)
+#   PINNERD_VM_NICE=N         run qemu at this niceness (default 0; 10 leaves the host to
+#                             other work, at the price of a VM several times slower)
 #   PINNERD_VM_SLOW=N         each check's own limit (a guard against a hang, sized for an
 #                             idle host) is multiplied by N (default 3: a loaded host slows
 #                             the emulated CPUs several-fold)
@@ -63,6 +65,8 @@ repo=$(cd "$here/../.." && pwd)
 cache=${PINNERD_VM_CACHE:-$here/cache}
 vm_timeout=${PINNERD_VM_TIMEOUT:-2700}
 vm_slow=${PINNERD_VM_SLOW:-3}
+vm_nice=${PINNERD_VM_NICE:-0}
+case $vm_nice in '' | *[!0-9]*) echo "PINNERD_VM_NICE must be a whole number from 0 to 19" >&2; exit 2 ;; esac
 case $vm_slow in '' | *[!0-9]* | 0) echo "PINNERD_VM_SLOW must be a whole number from 1" >&2; exit 2 ;; esac
 accel=${PINNERD_VM_ACCEL:-auto}
 bench=${PINNERD_VM_BENCH:-}
@@ -360,7 +364,10 @@ log "booting $release ($accel, 8 vCPUs: 2 sockets x 2 cores x 2 threads, 2 NUMA 
 # (a resumed boot's pinnerd_vm.done=…); called by vm_boots (boots.sh).
 vm_boot() {
     local t0=$SECONDS rc=0
-    nice -n 10 timeout "$vm_timeout" qemu-system-x86_64 \
+    # At the host's usual priority: nice 10 weighs about a tenth of nice 0, so beside
+    # other builds a niced qemu gets a small share of the CPUs (a CI run with other builds
+    # beside it once ran the Debian 13 checks out of their time).
+    nice -n "$vm_nice" timeout "$vm_timeout" qemu-system-x86_64 \
         -name pinnerd-vm -machine pc -accel "$accel_opt" \
         -cpu Skylake-Server -smp 8,sockets=2,cores=2,threads=2 -m $((2 * node_mib))M \
         -object memory-backend-ram,id=mem0,size=${node_mib}M -object memory-backend-ram,id=mem1,size=${node_mib}M \
