@@ -611,6 +611,30 @@ fn doubts_name_explicit_cpus_the_machine_does_not_have() {
     );
 }
 
+/// `plan --live` says on the rule's line what `check` warns of: explicit `cpus` the
+/// machine lacks (the E5620 has CPUs 0-15).
+#[test]
+fn plan_live_says_which_explicit_cpus_the_machine_lacks() {
+    let dirs = super::daemon::Dirs::new();
+    dirs.write_rule(
+        "10-far.toml",
+        "[[rule]]\nname = \"far\"\n[rule.match]\ncomm = \"sl-far\"\n[rule.place]\ncpus = \"15-17\"\n",
+    );
+    let h = super::helper::Helper::spawn(dirs.root.path(), "sl-far");
+    let run = plan_live(&dirs, "xeon-e5620", false);
+    h.exit();
+    let line = run
+        .stdout
+        .lines()
+        .find(|l| l.contains("far"))
+        .unwrap_or_else(|| panic!("no line of rule far in:\n{}", run.stdout));
+    assert!(
+        line.contains("CPUs 16-17 are not online on this machine (online: 0-15): only CPU 15 is used"),
+        "{}",
+        run.stdout
+    );
+}
+
 #[test]
 fn check_warns_before_the_daemon_acts() {
     let dir = tempfile::tempdir().unwrap();

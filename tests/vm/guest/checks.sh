@@ -1579,8 +1579,11 @@ check_isolate_survives_restart() {
     }
     wait
     restart_gap=$(cat "$WORK/iso-gap-restart")
-    le "$restart_gap" 2 && isolated_is 6-7 || {
-        echo "systemctl restart: isolation lost for $restart_gap s (limit 2 s), now '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)'"
+    # Kept across the restart, not made again: a hold made again by the next daemon left
+    # the CPUs unisolated for 1.65 s (2.02 s under emulation) before the restart job was
+    # told from a stop; 0.5 s tells the two apart.
+    le "$restart_gap" 0.5 && isolated_is 6-7 || {
+        echo "systemctl restart: isolation lost for $restart_gap s (limit 0.5 s), now '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)'"
         return 1
     }
     old=$(daemon_pid)
@@ -1592,8 +1595,8 @@ check_isolate_survives_restart() {
         echo "not restarted after kill -9: $(systemctl show -p ActiveState,SubState,NRestarts pinnerd.service | tr '\n' ' ')"
         return 1
     }
-    le "$gap" 2 && isolated_is 6-7 || {
-        echo "kill -9: isolation lost for $gap s (limit 2 s), now '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)'"
+    le "$gap" 0.5 && isolated_is 6-7 || {
+        echo "kill -9: isolation lost for $gap s (limit 0.5 s), now '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)'"
         return 1
     }
     wait_for 10 sh -c 'journalctl -b -u pinnerd.service --no-pager -o cat | grep -q "taken over"' || {
