@@ -1355,7 +1355,8 @@ EOF
         echo "$out; back online: $(masks "$pid")"
         return 1
     }
-    echo "$out; CPU $victim back: $(uniform_mask "$pid")"
+    # Threads the kernel widened while the CPU was offline may still differ for a moment.
+    echo "$out; CPU $victim back: $(uniform_mask "$pid" || masks "$pid")"
 }
 
 check_package_purge() {
