@@ -54,6 +54,7 @@ mod sched_ext;
 mod shape;
 mod sharing;
 mod slots;
+mod snapshots;
 mod soak;
 mod sparse;
 mod systemd_units;
