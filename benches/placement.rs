@@ -12,6 +12,11 @@
 //! A thread entry's slots (`placement::slots`) are planned on the tiled domains.
 //! Run: `cargo bench --bench placement`.
 
+#![allow(
+    clippy::too_many_lines,
+    reason = "the limit is on the engine in src/; a benchmark reads as one scenario"
+)]
+
 use std::hint::black_box;
 use std::path::Path;
 

@@ -125,26 +125,26 @@ pub(crate) async fn proxy(bus: &BusTarget) -> anyhow::Result<Pinnerd1Proxy<'stat
         .with_context(|| format!("cannot reach pinnerd on the {bus} bus"))
 }
 
-/// `YYYY-MM-DD HH:MM:SS UTC` from µs since the epoch.
+/// `YYYY-MM-DD HH:MM:SS UTC` from µs since the epoch (the calendar is chrono's). Past
+/// the year 262,143, where chrono's calendar ends, the seconds since the epoch.
 pub fn format_epoch_us(us: u64) -> String {
+    use chrono::{Datelike, Timelike};
     let secs = us / 1_000_000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
+    let Some(t) = i64::try_from(secs)
+        .ok()
+        .and_then(|s| chrono::DateTime::from_timestamp(s, 0))
+    else {
+        return format!("{secs} s after 1970-01-01 00:00:00 UTC");
+    };
+    // Written field by field: chrono's `%Y` signs a year past 9999.
     format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+        t.year(),
+        t.month(),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
     )
 }
 
@@ -320,6 +320,19 @@ mod tests {
         assert_eq!(
             format_epoch_us(951_782_400_000_000),
             "2000-02-29 00:00:00 UTC"
+        );
+        // `date -u -d @253402300800`: five digits, no sign.
+        assert_eq!(
+            format_epoch_us(253_402_300_800_000_000),
+            "10000-01-01 00:00:00 UTC"
+        );
+    }
+
+    #[test]
+    fn past_the_calendar_the_seconds_are_given() {
+        assert_eq!(
+            format_epoch_us(u64::MAX),
+            "18446744073709 s after 1970-01-01 00:00:00 UTC"
         );
     }
 }

@@ -2,7 +2,7 @@
 //! subcommand with every flag) and the bash, zsh and fish completions. Checked in under
 //! `man/` and `completions/`, shipped in the package, and compared with what this code
 //! generates by `tests/it/generated.rs`, which also writes them again:
-//! `PINNERD_REGENERATE=1 cargo test --test it generated::`.
+//! `SNAPSHOTS=overwrite cargo test --test it generated::`.
 //!
 //! The two file-format pages, `pinnerd.d(5)` and `pinnerd.toml(5)`, are written by hand
 //! beside them in `man/`; a test checks they name every key the parsers accept.

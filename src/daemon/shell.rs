@@ -136,6 +136,10 @@ struct Started {
 }
 
 /// Everything that lives on the runtime: signals, the bus, rule directory watches.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the daemon's start, still over the limit: to be split when its room is reworked (see clippy.toml)"
+)]
 async fn start(opts: Options) -> Result<Started, DaemonError> {
     let signal_err = |e: std::io::Error| DaemonError::Runtime(e);
     let mut hup = signal(SignalKind::hangup()).map_err(signal_err)?;

@@ -144,6 +144,10 @@ impl Holder {
 
     /// Applies one target: the hold made (if anything was done), what could not be, and
     /// whether anything was changed on the way (and taken back) before it failed.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "the holder's apply, still over the limit: to be split when its room is reworked (see clippy.toml)"
+    )]
     pub(super) fn apply(&mut self, t: &Target) -> (Option<Hold>, Option<String>, bool) {
         let units = match &self.units {
             Ok(u) => u,

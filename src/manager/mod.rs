@@ -46,14 +46,15 @@
 //! applies the plan to them, and reports what it saw for the next plan to be made in.
 //!
 //! Inside: `tracking` (events and rescans → who is managed, with which threads),
-//! `applying` (the plan → masks, through `affinity::apply`; release and restore),
-//! `reports` (`ListManaged` rows, `explain`, the journal's contents), `protect` (its own
-//! process, PID 1 and the bus daemon), `cmdlines` (command lines known and asked for;
-//! never read here), `tests`.
+//! `applying` (the plan → masks, through `affinity::apply`), `giving_back` (release
+//! and restore), `reports` (`ListManaged` rows, `explain`, the journal's contents),
+//! `protect` (its own process, PID 1 and the bus daemon), `cmdlines` (command lines
+//! known and asked for; never read here), `tests`.
 
 mod applying;
 pub mod cmdlines;
 mod cpusets;
+mod giving_back;
 pub mod protect;
 pub use cpusets::MemoryWanted;
 mod reports;

@@ -186,157 +186,209 @@ enum Cells {
     Image,
 }
 
+/// The drawing surface of [`draw_heatmap`].
+type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
+
+fn svg_error(e: DrawingAreaErrorKind<std::io::Error>) -> SvgError {
+    SvgError(e.to_string())
+}
+
+/// The heatmap of `m`: the title, the labelled rows and their cells, the colour bar and
+/// its range; with [`Cells::Image`], the cells and the bar are images put in after.
 fn draw_heatmap(m: &LatencyMatrix, title: &str, cells: Cells) -> Result<String, SvgError> {
-    let n = m.len().max(1);
-    let HeatmapGeometry {
-        left,
-        top,
-        cell,
-        width,
-        height,
-    } = heatmap_geometry(m.len());
+    let g = heatmap_geometry(m.len());
     let (lo, hi) = range(m);
-    let bx = left + cell * n as i32 + 20;
-    let bh = (cell * n as i32).max(60);
+    let bar = ColourBar {
+        x: g.left + g.cell * m.len().max(1) as i32 + 20,
+        height: (g.cell * m.len().max(1) as i32).max(60),
+    };
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (width, height)).into_drawing_area();
-        let e = |e: DrawingAreaErrorKind<_>| SvgError(e.to_string());
-        root.fill(&WHITE).map_err(e)?;
+        let root = SVGBackend::with_string(&mut svg, (g.width, g.height)).into_drawing_area();
+        root.fill(&WHITE).map_err(svg_error)?;
         let title_style = ("sans-serif", 18).into_font().color(&BLACK);
-        root.draw(&Text::new(title.to_string(), (left, 20), title_style))
-            .map_err(e)?;
-        // Every CPU is labelled on both axes: the labels are as tall as a cell (11 px at
-        // most), and those over the columns stand upright once a cell is too narrow for
-        // a number written across it. Small on a large matrix, but there to zoom into.
-        let label_px = (cell - 1).clamp(2, 11);
-        let label_font = ("sans-serif", 11).into_font().color(&BLACK);
-        let row_font = ("sans-serif", label_px).into_font().color(&BLACK);
-        let upright = n > SVG_NUMBERS_MAX;
-        let column_font = if upright {
-            row_font.clone().transform(FontTransform::Rotate270)
-        } else {
-            row_font.clone()
-        };
-        let value_font = ("sans-serif", 10).into_font();
-        for i in 0..m.len() {
-            let y = top + i as i32 * cell;
-            root.draw(&Text::new(
-                m.cpus[i].to_string(),
-                (8, y + (cell - label_px) / 2),
-                row_font.clone(),
-            ))
-            .map_err(e)?;
-            let column = if upright {
-                (left + i as i32 * cell + (cell - label_px) / 2, top - 4)
-            } else {
-                (left + i as i32 * cell + 2, top - 16)
-            };
-            root.draw(&Text::new(
-                m.cpus[i].to_string(),
-                column,
-                column_font.clone(),
-            ))
-            .map_err(e)?;
-            if cells == Cells::Image && n > SVG_NUMBERS_MAX {
-                continue;
-            }
-            for j in 0..m.len() {
-                let x = left + j as i32 * cell;
-                let (fill, value) = match m.at(i, j) {
-                    Some(v) => {
-                        let c = ViridisRGB::get_color(norm(v, lo, hi));
-                        (c, Some(v))
-                    }
-                    None if i == j => (RGBColor(255, 255, 255), None),
-                    None => (RGBColor(190, 190, 190), None),
-                };
-                if cells == Cells::Rects {
-                    root.draw(&Rectangle::new(
-                        [(x, y), (x + cell, y + cell)],
-                        fill.filled(),
-                    ))
-                    .map_err(e)?;
-                }
-                if let (Some(v), true) = (value, n <= SVG_NUMBERS_MAX) {
-                    let dark = norm(v, lo, hi) < 0.6;
-                    let color = if dark { WHITE } else { BLACK };
-                    root.draw(&Text::new(
-                        format!("{v:.0}"),
-                        (x + 4, y + cell / 2 - 5),
-                        value_font.clone().color(&color),
-                    ))
-                    .map_err(e)?;
-                }
-            }
-        }
-        // Colour bar: 0 (near) at the top to 1 (far) at the bottom.
+        root.draw(&Text::new(title.to_string(), (g.left, 20), title_style))
+            .map_err(svg_error)?;
+        draw_rows(&root, m, &g, (lo, hi), cells)?;
         if cells == Cells::Rects {
-            for k in 0..bh {
-                let c = ViridisRGB::get_color(k as f64 / (bh - 1).max(1) as f64);
-                root.draw(&Rectangle::new(
-                    [(bx, top + k), (bx + 16, top + k + 1)],
-                    c.filled(),
-                ))
-                .map_err(e)?;
-            }
+            draw_colour_bar(&root, &g, &bar)?;
         }
-        if hi > lo {
-            root.draw(&Text::new(
-                format!("{lo:.1} ns"),
-                (bx + 20, top),
-                label_font.clone(),
-            ))
-            .map_err(e)?;
-            root.draw(&Text::new(
-                format!("{hi:.1} ns"),
-                (bx + 20, top + bh - 12),
-                label_font.clone(),
-            ))
-            .map_err(e)?;
-        } else {
-            // One figure for every pair: no range to read off the bar.
-            root.draw(&Text::new(
-                format!("all {lo:.1} ns"),
-                (bx + 20, top),
-                label_font.clone(),
-            ))
-            .map_err(e)?;
-        }
-        root.draw(&Text::new(
-            "CPU".to_string(),
-            (8, top - 16),
-            label_font.clone(),
-        ))
-        .map_err(e)?;
-        root.present().map_err(e)?;
+        draw_range(&root, &g, &bar, (lo, hi))?;
+        root.present().map_err(svg_error)?;
     }
     if cells == Cells::Image {
-        let side = cell * m.len() as i32;
-        let bar: Vec<Vec<u8>> = (0..VIRIDIS_LEVELS).map(|k| vec![FIRST_LEVEL + k]).collect();
-        let images = format!(
-            "{}{}",
-            svg_image(
-                left,
-                top,
-                side,
-                side,
-                "pixelated",
-                &png(&cell_indices(m, lo, hi))
-            ),
-            svg_image(bx, top, 16, bh, "auto", &png(&bar)),
-        );
-        // Over the background and under every text (the values of small matrices):
-        // the title is the first text drawn.
-        match svg.find("<text") {
-            Some(at) => svg.insert_str(at, &images),
-            None => match svg.rfind("</svg>") {
-                Some(at) => svg.insert_str(at, &images),
-                None => svg.push_str(&images),
-            },
-        }
+        embed_images(&mut svg, m, &g, &bar, (lo, hi));
     }
     Ok(svg)
+}
+
+/// Where the colour bar stands: its left edge and its height, from the heatmap's top.
+struct ColourBar {
+    x: i32,
+    height: i32,
+}
+
+/// Every CPU labelled on both axes, and (unless they are one image) its row of cells,
+/// with values inside the cells of small matrices. The labels are as tall as a cell
+/// (11 px at most), and those over the columns stand upright once a cell is too narrow
+/// for a number written across it. Small on a large matrix, but there to zoom into.
+fn draw_rows(
+    root: &Area<'_>,
+    m: &LatencyMatrix,
+    g: &HeatmapGeometry,
+    (lo, hi): (f64, f64),
+    cells: Cells,
+) -> Result<(), SvgError> {
+    let (left, top, cell) = (g.left, g.top, g.cell);
+    let n = m.len().max(1);
+    let label_px = (cell - 1).clamp(2, 11);
+    let row_font = ("sans-serif", label_px).into_font().color(&BLACK);
+    let upright = n > SVG_NUMBERS_MAX;
+    let column_font = if upright {
+        row_font.clone().transform(FontTransform::Rotate270)
+    } else {
+        row_font.clone()
+    };
+    let value_font = ("sans-serif", 10).into_font();
+    for i in 0..m.len() {
+        let y = top + i as i32 * cell;
+        root.draw(&Text::new(
+            m.cpus[i].to_string(),
+            (8, y + (cell - label_px) / 2),
+            row_font.clone(),
+        ))
+        .map_err(svg_error)?;
+        let column = if upright {
+            (left + i as i32 * cell + (cell - label_px) / 2, top - 4)
+        } else {
+            (left + i as i32 * cell + 2, top - 16)
+        };
+        root.draw(&Text::new(
+            m.cpus[i].to_string(),
+            column,
+            column_font.clone(),
+        ))
+        .map_err(svg_error)?;
+        if cells == Cells::Image && n > SVG_NUMBERS_MAX {
+            continue;
+        }
+        for j in 0..m.len() {
+            let x = left + j as i32 * cell;
+            let (fill, value) = match m.at(i, j) {
+                Some(v) => {
+                    let c = ViridisRGB::get_color(norm(v, lo, hi));
+                    (c, Some(v))
+                }
+                None if i == j => (RGBColor(255, 255, 255), None),
+                None => (RGBColor(190, 190, 190), None),
+            };
+            if cells == Cells::Rects {
+                root.draw(&Rectangle::new(
+                    [(x, y), (x + cell, y + cell)],
+                    fill.filled(),
+                ))
+                .map_err(svg_error)?;
+            }
+            if let (Some(v), true) = (value, n <= SVG_NUMBERS_MAX) {
+                let dark = norm(v, lo, hi) < 0.6;
+                let color = if dark { WHITE } else { BLACK };
+                root.draw(&Text::new(
+                    format!("{v:.0}"),
+                    (x + 4, y + cell / 2 - 5),
+                    value_font.clone().color(&color),
+                ))
+                .map_err(svg_error)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The colour bar as rectangles: 0 (near) at the top to 1 (far) at the bottom.
+fn draw_colour_bar(root: &Area<'_>, g: &HeatmapGeometry, bar: &ColourBar) -> Result<(), SvgError> {
+    let (bx, top, bh) = (bar.x, g.top, bar.height);
+    for k in 0..bh {
+        let c = ViridisRGB::get_color(k as f64 / (bh - 1).max(1) as f64);
+        root.draw(&Rectangle::new(
+            [(bx, top + k), (bx + 16, top + k + 1)],
+            c.filled(),
+        ))
+        .map_err(svg_error)?;
+    }
+    Ok(())
+}
+
+/// The range beside the colour bar (one figure when every pair has the same), and the
+/// axes' "CPU".
+fn draw_range(
+    root: &Area<'_>,
+    g: &HeatmapGeometry,
+    bar: &ColourBar,
+    (lo, hi): (f64, f64),
+) -> Result<(), SvgError> {
+    let (bx, top, bh) = (bar.x, g.top, bar.height);
+    let label_font = ("sans-serif", 11).into_font().color(&BLACK);
+    if hi > lo {
+        root.draw(&Text::new(
+            format!("{lo:.1} ns"),
+            (bx + 20, top),
+            label_font.clone(),
+        ))
+        .map_err(svg_error)?;
+        root.draw(&Text::new(
+            format!("{hi:.1} ns"),
+            (bx + 20, top + bh - 12),
+            label_font.clone(),
+        ))
+        .map_err(svg_error)?;
+    } else {
+        // One figure for every pair: no range to read off the bar.
+        root.draw(&Text::new(
+            format!("all {lo:.1} ns"),
+            (bx + 20, top),
+            label_font.clone(),
+        ))
+        .map_err(svg_error)?;
+    }
+    root.draw(&Text::new(
+        "CPU".to_string(),
+        (8, top - 16),
+        label_font.clone(),
+    ))
+    .map_err(svg_error)?;
+    Ok(())
+}
+
+/// The cells and the colour bar as two images, over the background and under every
+/// text (the values of small matrices): the title is the first text drawn.
+fn embed_images(
+    svg: &mut String,
+    m: &LatencyMatrix,
+    g: &HeatmapGeometry,
+    bar: &ColourBar,
+    (lo, hi): (f64, f64),
+) {
+    let side = g.cell * m.len() as i32;
+    let levels: Vec<Vec<u8>> = (0..VIRIDIS_LEVELS).map(|k| vec![FIRST_LEVEL + k]).collect();
+    let images = format!(
+        "{}{}",
+        svg_image(
+            g.left,
+            g.top,
+            side,
+            side,
+            "pixelated",
+            &png(&cell_indices(m, lo, hi))
+        ),
+        svg_image(bar.x, g.top, 16, bar.height, "auto", &png(&levels)),
+    );
+    match svg.find("<text") {
+        Some(at) => svg.insert_str(at, &images),
+        None => match svg.rfind("</svg>") {
+            Some(at) => svg.insert_str(at, &images),
+            None => svg.push_str(&images),
+        },
+    }
 }
 
 /// Palette entries of the embedded image: white (the diagonal), grey (a missing pair),

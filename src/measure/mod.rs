@@ -526,6 +526,10 @@ pub fn run(
 /// (serially or in tournament rounds), extra passes for pairs whose passes disagree
 /// while the budget lasts, the serial cross-check of a parallel run, then the validity
 /// warnings.
+#[expect(
+    clippy::too_many_lines,
+    reason = "run_detailed, still over the limit: to be split when its room is reworked (see clippy.toml)"
+)]
 pub fn run_detailed(
     cfg: &MeasureConfig,
     mut progress: impl FnMut(Progress),

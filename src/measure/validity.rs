@@ -164,6 +164,10 @@ fn named(items: &[String]) -> String {
 /// Turns accumulated pair results into cells and per-pair stats, and says what is wrong
 /// with them: a hypervisor, steal, pairs whose passes disagree, discarded batches, wide
 /// spreads, failed pins, stalls, the budget, a coarse clock. Pure.
+#[expect(
+    clippy::too_many_lines,
+    reason = "assess, still over the limit: to be split when its room is reworked (see clippy.toml)"
+)]
 pub(super) fn assess(
     ids: &[u32],
     acc: &BTreeMap<(usize, usize), PairAcc>,

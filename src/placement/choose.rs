@@ -258,63 +258,98 @@ impl Chooser<'_> {
         (all, last, vec![d.levels()[last].groups[0].clone()])
     }
 
+    /// One CPU (or one core, with prefer-siblings) per group at the coarsest level with
+    /// enough usable groups, the groups taken round-robin over their parents; completed
+    /// from the rest when a group falls short.
     pub(super) fn spread(&self, notes: &mut Vec<String>) -> (Vec<usize>, usize, Vec<CpuSet>) {
-        let (d, req, k, usable) = (self.d, self.req, self.k, &self.usable);
-        let n = d.cpus().len();
-        let levels = d.levels().len();
+        let d = self.d;
         // With prefer-siblings each domain gets a whole core: half as many domains.
-        let per = if req.smt == SmtPolicy::PreferSiblings && d.smt_level().is_some() {
+        let per = if self.req.smt == SmtPolicy::PreferSiblings && d.smt_level().is_some() {
             2
         } else {
             1
         };
-        let domains_needed = k.div_ceil(per);
-        // Coarsest level (below the machine) with enough groups holding a usable CPU.
-        let mut level = None;
-        for l in (0..levels.saturating_sub(1)).rev() {
+        let domains_needed = self.k.div_ceil(per);
+        let Some(l) = self.spread_level(domains_needed) else {
+            return self.one_per_core_then_siblings(notes);
+        };
+        let picked = self.groups_round_robin(l, domains_needed);
+        let (mut chosen, mut used_cores) = self.one_per_group(l, &picked, per);
+        if chosen.len() < self.k {
+            self.complete_from_the_rest(&mut chosen, &mut used_cores, per);
+            notes.push("some picked groups had too few free CPUs; completed from the rest".into());
+        }
+        chosen.truncate(self.k);
+        chosen.sort_unstable();
+        let lvl = &d.levels()[l];
+        notes.push(format!(
+            "{} is the coarsest level with at least {domains_needed} usable groups ({} in all); one {} per group",
+            lvl.name(),
+            lvl.groups.len(),
+            if per == 2 { "core (both siblings)" } else { "CPU" }
+        ));
+        let doms = picked.iter().map(|&g| lvl.groups[g].clone()).collect();
+        (chosen, l, doms)
+    }
+
+    /// The coarsest level (below the machine) with enough groups holding a usable CPU.
+    fn spread_level(&self, domains_needed: usize) -> Option<usize> {
+        let (d, usable) = (self.d, &self.usable);
+        let n = d.cpus().len();
+        let levels = d.levels().len();
+        (0..levels.saturating_sub(1)).rev().find(|&l| {
             let mut gs: Vec<usize> = (0..n)
                 .filter(|&i| usable[i])
                 .map(|i| d.group_of(l, i))
                 .collect();
             gs.sort_unstable();
             gs.dedup();
-            if gs.len() >= domains_needed {
-                level = Some(l);
-                break;
-            }
+            gs.len() >= domains_needed
+        })
+    }
+
+    /// Fewer usable cores than CPUs wanted: whole cores first, then their siblings.
+    /// Balanced over the coarsest groups: the k-th thread of each core, taken
+    /// round-robin across sockets.
+    fn one_per_core_then_siblings(
+        &self,
+        notes: &mut Vec<String>,
+    ) -> (Vec<usize>, usize, Vec<CpuSet>) {
+        let (d, usable) = (self.d, &self.usable);
+        let n = d.cpus().len();
+        let levels = d.levels().len();
+        let rank: Vec<usize> = (0..n)
+            .map(|i| {
+                self.siblings(i)
+                    .iter()
+                    .filter(|&&s| s < i && usable[s])
+                    .count()
+            })
+            .collect();
+        let top = levels.checked_sub(2);
+        let parent = |i: usize| top.map(|t| d.group_of(t, i)).unwrap_or(0);
+        let mut order: Vec<usize> = (0..n).filter(|&i| usable[i]).collect();
+        let mut seen: std::collections::BTreeMap<(usize, usize), usize> = Default::default();
+        let mut turn = vec![0usize; n];
+        for &i in &order {
+            let t = seen.entry((rank[i], parent(i))).or_insert(0);
+            turn[i] = *t;
+            *t += 1;
         }
-        let mut chosen: Vec<usize> = Vec::new();
-        let Some(l) = level else {
-            // Fewer usable cores than CPUs wanted: whole cores first, then their siblings.
-            // Balanced over the coarsest groups: the k-th thread of each core, taken
-            // round-robin across sockets.
-            let rank: Vec<usize> = (0..n)
-                .map(|i| {
-                    self.siblings(i)
-                        .iter()
-                        .filter(|&&s| s < i && usable[s])
-                        .count()
-                })
-                .collect();
-            let top = levels.checked_sub(2);
-            let parent = |i: usize| top.map(|t| d.group_of(t, i)).unwrap_or(0);
-            let mut order: Vec<usize> = (0..n).filter(|&i| usable[i]).collect();
-            let mut seen: std::collections::BTreeMap<(usize, usize), usize> = Default::default();
-            let mut turn = vec![0usize; n];
-            for &i in &order {
-                let t = seen.entry((rank[i], parent(i))).or_insert(0);
-                turn[i] = *t;
-                *t += 1;
-            }
-            order.sort_by_key(|&i| (rank[i], turn[i], parent(i), i));
-            chosen.extend(order.into_iter().take(k));
-            chosen.sort_unstable();
-            notes.push(
-                "fewer usable cores than CPUs wanted: one CPU per core, then siblings".into(),
-            );
-            let last = levels - 1;
-            return (chosen, last, vec![d.levels()[last].groups[0].clone()]);
-        };
+        order.sort_by_key(|&i| (rank[i], turn[i], parent(i), i));
+        let mut chosen: Vec<usize> = order.into_iter().take(self.k).collect();
+        chosen.sort_unstable();
+        notes.push("fewer usable cores than CPUs wanted: one CPU per core, then siblings".into());
+        let last = levels - 1;
+        (chosen, last, vec![d.levels()[last].groups[0].clone()])
+    }
+
+    /// `domains_needed` groups of level `l`: parents with the most free CPUs first, and
+    /// within each parent the freest group, taken in turn from each parent.
+    fn groups_round_robin(&self, l: usize, domains_needed: usize) -> Vec<usize> {
+        let (d, usable) = (self.d, &self.usable);
+        let n = d.cpus().len();
+        let levels = d.levels().len();
         let parent = |i: usize| d.group_of((l + 1).min(levels - 1), i);
         // Groups with their free counts, bucketed by parent.
         let mut groups: Vec<(usize, usize, usize)> = Vec::new(); // (parent, group, free)
@@ -363,9 +398,17 @@ impl Chooser<'_> {
                 break;
             }
         }
+        picked
+    }
+
+    /// Within each picked group of level `l`: a CPU on the freest core, lowest id (and
+    /// its sibling when `per` is 2). Returns the CPUs and the cores they are on.
+    fn one_per_group(&self, l: usize, picked: &[usize], per: usize) -> (Vec<usize>, Vec<usize>) {
+        let (d, usable) = (self.d, &self.usable);
+        let n = d.cpus().len();
+        let mut chosen: Vec<usize> = Vec::new();
         let mut used_cores: Vec<usize> = Vec::new();
-        for &g in &picked {
-            // Within the group: a CPU on the freest core, lowest id.
+        for &g in picked {
             let mut members: Vec<usize> = (0..n)
                 .filter(|&i| {
                     d.group_of(l, i) == g && usable[i] && !used_cores.contains(&self.core(i))
@@ -378,45 +421,41 @@ impl Chooser<'_> {
             let Some(&i) = members.first() else { continue };
             chosen.push(i);
             used_cores.push(self.core(i));
-            if per == 2 && chosen.len() < k {
+            if per == 2 && chosen.len() < self.k {
                 if let Some(&s) = self.siblings(i).iter().find(|&&s| usable[s]) {
                     chosen.push(s);
                 }
             }
         }
-        if chosen.len() < k {
-            // A picked core whose sibling is taken, or too few free CPUs in the picked
-            // groups: complete with siblings of the chosen (prefer-siblings), then CPUs on
-            // cores not yet used, then (unless smt = avoid) any free CPU.
-            let mut rest: Vec<usize> = (0..n)
-                .filter(|&i| usable[i] && !chosen.contains(&i))
-                .collect();
-            rest.sort_by_key(|&i| {
-                let sibling_of_chosen = per == 2 && used_cores.contains(&self.core(i));
-                (!sibling_of_chosen, used_cores.contains(&self.core(i)), i)
-            });
-            for i in rest {
-                if chosen.len() == k {
-                    break;
-                }
-                if req.smt == SmtPolicy::Avoid && used_cores.contains(&self.core(i)) {
-                    continue;
-                }
-                chosen.push(i);
-                used_cores.push(self.core(i));
+        (chosen, used_cores)
+    }
+
+    /// A picked core whose sibling is taken, or too few free CPUs in the picked groups:
+    /// complete with siblings of the chosen (prefer-siblings), then CPUs on cores not
+    /// yet used, then (unless smt = avoid) any free CPU.
+    fn complete_from_the_rest(
+        &self,
+        chosen: &mut Vec<usize>,
+        used_cores: &mut Vec<usize>,
+        per: usize,
+    ) {
+        let n = self.d.cpus().len();
+        let mut rest: Vec<usize> = (0..n)
+            .filter(|&i| self.usable[i] && !chosen.contains(&i))
+            .collect();
+        rest.sort_by_key(|&i| {
+            let sibling_of_chosen = per == 2 && used_cores.contains(&self.core(i));
+            (!sibling_of_chosen, used_cores.contains(&self.core(i)), i)
+        });
+        for i in rest {
+            if chosen.len() == self.k {
+                break;
             }
-            notes.push("some picked groups had too few free CPUs; completed from the rest".into());
+            if self.req.smt == SmtPolicy::Avoid && used_cores.contains(&self.core(i)) {
+                continue;
+            }
+            chosen.push(i);
+            used_cores.push(self.core(i));
         }
-        chosen.truncate(k);
-        chosen.sort_unstable();
-        let lvl = &d.levels()[l];
-        notes.push(format!(
-            "{} is the coarsest level with at least {domains_needed} usable groups ({} in all); one {} per group",
-            lvl.name(),
-            lvl.groups.len(),
-            if per == 2 { "core (both siblings)" } else { "CPU" }
-        ));
-        let doms = picked.iter().map(|&g| lvl.groups[g].clone()).collect();
-        (chosen, l, doms)
     }
 }

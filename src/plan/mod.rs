@@ -461,6 +461,10 @@ impl Plan {
         }
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "Plan::build, still over the limit: to be split when its room is reworked (see clippy.toml)"
+    )]
     fn build(
         rules: &RuleSet,
         cpus: &Cpus,

@@ -425,155 +425,226 @@ pub fn compile_text_within(
 }
 
 /// `keep`: files not to read (their directory is untrusted) whose rules in `previous`
-/// stay in force.
+/// stay in force. Every file is read first; then the last good version of each file
+/// that went bad is kept, where it still fits.
 fn load_files_inner(
     files: &[(PathBuf, PathBuf)],
     keep: &[PathBuf],
     policy: &LoadPolicy,
     previous: &LoadReport,
-    mut errors: Vec<RuleError>,
+    errors: Vec<RuleError>,
 ) -> LoadReport {
-    let mut outcomes: Vec<(PathBuf, FileOutcome)> = Vec::new();
-    let mut good: BTreeMap<PathBuf, Good> = BTreeMap::new();
-    // Rule name → origin, across every file loaded so far.
-    let mut names: HashMap<String, String> = HashMap::new();
-    let mut rejected: Vec<usize> = Vec::new();
-    // Every file's `cmdline` regexes, kept ones included, share one budget.
-    let mut budget = RegexBudget::default();
-    // The set's bytes not yet taken by files in force. Room is held for every file in
-    // force before, so that a new file or one that grew cannot push out rules that were
-    // working: a file's own share is released while it is read, held again when it is
-    // rejected (its last good version may be kept), and given up when it is kept.
-    let mut set_left = policy.max_set_size;
-    let before = |p: &Path| previous.good.get(p).map_or(0, |g| g.bytes);
-    let mut held: u64 = files
-        .iter()
-        .map(|(_, p)| p)
-        .chain(keep)
-        .map(|p| before(p))
-        .sum();
+    let mut load = SetLoad::new(files, keep, policy, previous, errors);
     for (dir, path) in files {
-        held = held.saturating_sub(before(path));
-        let room = set_left.saturating_sub(held);
-        let result = read_checked_all(dir, path, policy, room).and_then(|text| {
-            let rules = compile_text_within(path, &text, policy, &mut budget)?;
-            let dups: Vec<RuleError> = rules
-                .iter()
-                .filter_map(|r| {
-                    names.get(&r.name).map(|first| RuleError {
-                        path: path.clone(),
-                        at: Some(r.at),
-                        kind: RuleErrorKind::DuplicateName {
-                            name: r.name.clone(),
-                            first: first.clone(),
-                        },
-                    })
-                })
-                .collect();
-            if dups.is_empty() {
-                Ok((rules, text.len() as u64))
-            } else {
-                Err(dups)
-            }
-        });
-        match result {
+        load.read(dir, path);
+    }
+    for path in keep {
+        load.reject(path);
+    }
+    // Second pass: keep the last good version of files that went bad.
+    for i in std::mem::take(&mut load.rejected) {
+        load.keep_previous(i);
+    }
+    load.finish()
+}
+
+/// A rule set being loaded, file by file.
+struct SetLoad<'a> {
+    policy: &'a LoadPolicy,
+    previous: &'a LoadReport,
+    outcomes: Vec<(PathBuf, FileOutcome)>,
+    good: BTreeMap<PathBuf, Good>,
+    /// Rule name → origin, across every file loaded so far.
+    names: HashMap<String, String>,
+    /// Indices in `outcomes` of the files rejected.
+    rejected: Vec<usize>,
+    /// Every file's `cmdline` regexes, kept ones included, share one budget.
+    budget: RegexBudget,
+    /// The set's bytes not yet taken by files in force. Room is held (`held`) for every
+    /// file in force before, so that a new file or one that grew cannot push out rules
+    /// that were working: a file's own share is released while it is read, held again
+    /// when it is rejected (its last good version may be kept), and given up when it is
+    /// kept.
+    set_left: u64,
+    held: u64,
+    errors: Vec<RuleError>,
+    dropped: BTreeMap<PathBuf, String>,
+}
+
+impl<'a> SetLoad<'a> {
+    fn new(
+        files: &[(PathBuf, PathBuf)],
+        keep: &[PathBuf],
+        policy: &'a LoadPolicy,
+        previous: &'a LoadReport,
+        errors: Vec<RuleError>,
+    ) -> Self {
+        let mut load = SetLoad {
+            policy,
+            previous,
+            outcomes: Vec::new(),
+            good: BTreeMap::new(),
+            names: HashMap::new(),
+            rejected: Vec::new(),
+            budget: RegexBudget::default(),
+            set_left: policy.max_set_size,
+            held: 0,
+            errors,
+            dropped: BTreeMap::new(),
+        };
+        load.held = files
+            .iter()
+            .map(|(_, p)| p)
+            .chain(keep)
+            .map(|p| load.before(p))
+            .sum();
+        load
+    }
+
+    /// The bytes of `path`'s version in force before.
+    fn before(&self, path: &Path) -> u64 {
+        self.previous.good.get(path).map_or(0, |g| g.bytes)
+    }
+
+    /// Reads, compiles and takes in one file, or rejects it.
+    fn read(&mut self, dir: &Path, path: &Path) {
+        self.held = self.held.saturating_sub(self.before(path));
+        let room = self.set_left.saturating_sub(self.held);
+        match self.compiled(dir, path, room) {
             Ok((rules, bytes)) => {
                 for r in &rules {
-                    names.insert(r.name.clone(), r.origin());
+                    self.names.insert(r.name.clone(), r.origin());
                 }
-                set_left -= bytes;
-                outcomes.push((path.clone(), FileOutcome::Loaded(rules.len())));
+                self.set_left -= bytes;
+                self.outcomes
+                    .push((path.to_path_buf(), FileOutcome::Loaded(rules.len())));
                 let rules = rules.into_iter().map(Arc::new).collect();
-                good.insert(path.clone(), Good { rules, bytes });
+                self.good.insert(path.to_path_buf(), Good { rules, bytes });
             }
             Err(errs) => {
-                held += before(path);
-                errors.extend(errs);
-                rejected.push(outcomes.len());
-                outcomes.push((path.clone(), FileOutcome::Rejected));
+                self.held += self.before(path);
+                self.errors.extend(errs);
+                self.reject(path);
             }
         }
     }
-    for path in keep {
-        rejected.push(outcomes.len());
-        outcomes.push((path.clone(), FileOutcome::Rejected));
+
+    /// One file's rules and its size, when it reads within `room`, compiles and names
+    /// no rule another file named first.
+    fn compiled(
+        &mut self,
+        dir: &Path,
+        path: &Path,
+        room: u64,
+    ) -> Result<(Vec<Rule>, u64), Vec<RuleError>> {
+        let text = read_checked_all(dir, path, self.policy, room)?;
+        let rules = compile_text_within(path, &text, self.policy, &mut self.budget)?;
+        let dups: Vec<RuleError> = rules
+            .iter()
+            .filter_map(|r| {
+                self.names.get(&r.name).map(|first| RuleError {
+                    path: path.to_path_buf(),
+                    at: Some(r.at),
+                    kind: RuleErrorKind::DuplicateName {
+                        name: r.name.clone(),
+                        first: first.clone(),
+                    },
+                })
+            })
+            .collect();
+        if dups.is_empty() {
+            Ok((rules, text.len() as u64))
+        } else {
+            Err(dups)
+        }
     }
-    // Second pass: keep the last good version of files that went bad.
-    let mut dropped = BTreeMap::new();
-    for i in rejected {
-        let path = outcomes[i].0.clone();
+
+    fn reject(&mut self, path: &Path) {
+        self.rejected.push(self.outcomes.len());
+        self.outcomes
+            .push((path.to_path_buf(), FileOutcome::Rejected));
+    }
+
+    /// The last good version of the rejected file `outcomes[i]` stays in force, or is
+    /// dropped with the reason.
+    fn keep_previous(&mut self, i: usize) {
+        let path = self.outcomes[i].0.clone();
+        let previous = self.previous;
         let Some(old) = previous.good.get(&path) else {
             if let Some(why) = previous.dropped.get(&path) {
-                errors.push(RuleError::whole(
+                self.errors.push(RuleError::whole(
                     &path,
                     RuleErrorKind::PreviousDropped(format!("{why} (at an earlier reload)")),
                 ));
-                dropped.insert(path, why.clone());
+                self.dropped.insert(path, why.clone());
             }
-            continue;
+            return;
         };
-        held = held.saturating_sub(old.bytes);
-        let room = set_left.saturating_sub(held);
-        if let Some(clash) = old.rules.iter().find(|r| names.contains_key(&r.name)) {
-            let why = format!(
-                "rule {:?} is now defined at {}",
-                clash.name, names[&clash.name]
-            );
-            errors.push(RuleError::whole(
+        self.held = self.held.saturating_sub(old.bytes);
+        if let Some(why) = self.why_previous_does_not_fit(old) {
+            self.errors.push(RuleError::whole(
                 &path,
                 RuleErrorKind::PreviousDropped(why.clone()),
             ));
-            dropped.insert(path, why);
-            continue;
+            self.dropped.insert(path, why);
+            return;
+        }
+        for r in old.rules.iter() {
+            self.names.insert(r.name.clone(), r.origin());
+        }
+        self.set_left -= old.bytes;
+        self.outcomes[i].1 = FileOutcome::KeptPrevious(old.rules.len());
+        self.good.insert(path, old.clone());
+    }
+
+    /// Why a file's last good version cannot stay: a rule name another file took since,
+    /// the set's bytes, or its `cmdline` regexes (charged to the budget when they fit).
+    fn why_previous_does_not_fit(&mut self, old: &Good) -> Option<String> {
+        let room = self.set_left.saturating_sub(self.held);
+        if let Some(clash) = old.rules.iter().find(|r| self.names.contains_key(&r.name)) {
+            return Some(format!(
+                "rule {:?} is now defined at {}",
+                clash.name, self.names[&clash.name]
+            ));
         }
         if old.bytes > room {
-            let why = format!(
+            return Some(format!(
                 "its {} bytes do not fit in what is left ({room} bytes) of the {} bytes the rule set's files may take together",
-                old.bytes, policy.max_set_size
-            );
-            errors.push(RuleError::whole(
-                &path,
-                RuleErrorKind::PreviousDropped(why.clone()),
+                old.bytes, self.policy.max_set_size
             ));
-            dropped.insert(path, why);
-            continue;
         }
-        let before = budget;
+        let before = self.budget;
         let over = old
             .rules
             .iter()
             .filter_map(|r| r.matcher.cmdline.as_ref())
-            .find_map(|re| budget.charge(re.as_str()).err().map(|e| (re.as_str(), e)));
-        if let Some((pattern, _)) = over {
-            budget = before;
-            let why = format!(
-                "its cmdline regex {pattern:?} does not fit in what is left ({} bytes) of the {} bytes the rule set's cmdline regexes may take together",
-                before.left,
-                super::compile::REGEX_SET_BUDGET
-            );
-            errors.push(RuleError::whole(
-                &path,
-                RuleErrorKind::PreviousDropped(why.clone()),
-            ));
-            dropped.insert(path, why);
-            continue;
-        }
-        for r in old.rules.iter() {
-            names.insert(r.name.clone(), r.origin());
-        }
-        set_left -= old.bytes;
-        outcomes[i].1 = FileOutcome::KeptPrevious(old.rules.len());
-        good.insert(path, old.clone());
+            .find_map(|re| {
+                self.budget
+                    .charge(re.as_str())
+                    .err()
+                    .map(|e| (re.as_str(), e))
+            });
+        let (pattern, _) = over?;
+        self.budget = before;
+        Some(format!(
+            "its cmdline regex {pattern:?} does not fit in what is left ({} bytes) of the {} bytes the rule set's cmdline regexes may take together",
+            before.left,
+            super::compile::REGEX_SET_BUDGET
+        ))
     }
-    let all: Vec<Arc<Rule>> = good
-        .values()
-        .flat_map(|g| g.rules.iter().cloned())
-        .collect();
-    LoadReport {
-        rules: RuleSet::from_arcs(all),
-        errors,
-        files: outcomes,
-        good,
-        dropped,
+
+    fn finish(self) -> LoadReport {
+        let all: Vec<Arc<Rule>> = self
+            .good
+            .values()
+            .flat_map(|g| g.rules.iter().cloned())
+            .collect();
+        LoadReport {
+            rules: RuleSet::from_arcs(all),
+            errors: self.errors,
+            files: self.outcomes,
+            good: self.good,
+            dropped: self.dropped,
+        }
     }
 }

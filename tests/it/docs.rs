@@ -430,13 +430,18 @@ fn documents_with_checked_samples() -> Vec<(PathBuf, usize)> {
 /// (or from `DOC.in/` beside a document that has one), and compares standard output and
 /// error together with the lines under it (`[..]` and `...` elide, `? N` is the exit
 /// status). A changed output fails here until the document is updated:
-/// `TRYCMD=overwrite cargo test --test it docs::every_console` writes the outputs into the
-/// documents (review the diff).
+/// `SNAPSHOTS=overwrite cargo test --test it docs::every_console` writes the outputs into
+/// the documents (review the diff).
 #[test]
 fn every_console_sample_prints_what_the_document_shows() {
     let docs = documents_with_checked_samples();
     let samples: usize = docs.iter().map(|(_, n)| n).sum();
     assert!(samples >= 5, "only {samples} checked samples: {docs:?}");
+    if super::snapshots::overwrite() {
+        // trycmd reads its own switch only. Set while other tests may run, which only a
+        // deliberate overwrite run does; std's own environment reads are locked.
+        std::env::set_var("TRYCMD", "overwrite");
+    }
     let cases = trycmd::TestCases::new();
     cases
         .register_bin("pinnerd", trycmd::cargo::cargo_bin("pinnerd"))

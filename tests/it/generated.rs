@@ -6,7 +6,7 @@
 //! one command writes them all again:
 //!
 //! ```text
-//! PINNERD_REGENERATE=1 cargo test --test it generated::
+//! SNAPSHOTS=overwrite cargo test --test it generated::
 //! ```
 
 use std::path::PathBuf;
@@ -14,17 +14,17 @@ use std::path::PathBuf;
 use super::daemon::{text, Bus, Daemon, Dirs, Policy, IFACE, NAME, PATH};
 
 /// The command that writes every generated file again.
-pub const REGENERATE: &str = "PINNERD_REGENERATE=1 cargo test --test it generated::";
+pub const REGENERATE: &str = "SNAPSHOTS=overwrite cargo test --test it generated::";
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Compares `rel` (relative to the repository) with `want`, or writes it when
-/// `PINNERD_REGENERATE=1`.
+/// Compares `rel` (relative to the repository) with `want`, or writes it with
+/// `SNAPSHOTS=overwrite`.
 fn check_or_write(rel: &str, want: &[u8]) {
     let path = repo().join(rel);
-    if std::env::var_os("PINNERD_REGENERATE").is_some_and(|v| v == "1") {
+    if super::snapshots::overwrite() {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).unwrap();
         }

@@ -4,7 +4,6 @@
 //! --json`), the page of a captured machine, `--compare` on this machine, bad input,
 //! an output directory another user prepared, and the page size of 1,024 CPUs.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -71,71 +70,25 @@ fn console_lines(log: &str) -> Vec<&str> {
         .collect()
 }
 
-/// Width, height and 8-bit RGB(A) rows of a PNG as Chromium writes it.
+/// Width, height, bytes per pixel and 8-bit RGB(A) rows of a PNG as Chromium writes it.
 fn decode_png(bytes: &[u8]) -> (usize, usize, usize, Vec<Vec<u8>>) {
-    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "not a PNG");
-    let (mut pos, mut w, mut h, mut bpp) = (8, 0, 0, 0);
-    let mut idat = Vec::new();
-    while pos + 8 <= bytes.len() {
-        let len = u32::from_be_bytes(bytes[pos..pos + 4].try_into().unwrap()) as usize;
-        let kind = &bytes[pos + 4..pos + 8];
-        let data = &bytes[pos + 8..pos + 8 + len];
-        match kind {
-            b"IHDR" => {
-                w = u32::from_be_bytes(data[0..4].try_into().unwrap()) as usize;
-                h = u32::from_be_bytes(data[4..8].try_into().unwrap()) as usize;
-                assert_eq!(data[8], 8, "8-bit samples");
-                assert_eq!(data[12], 0, "not interlaced");
-                bpp = match data[9] {
-                    2 => 3,
-                    6 => 4,
-                    t => panic!("colour type {t}"),
-                };
-            }
-            b"IDAT" => idat.extend_from_slice(data),
-            _ => {}
-        }
-        pos += 12 + len;
-    }
-    let mut raw = Vec::new();
-    flate2::read::ZlibDecoder::new(&idat[..])
-        .read_to_end(&mut raw)
-        .unwrap();
-    let stride = w * bpp;
-    let mut rows: Vec<Vec<u8>> = Vec::with_capacity(h);
-    let mut prev = vec![0u8; stride];
-    for y in 0..h {
-        let start = y * (stride + 1);
-        let filter = raw[start];
-        let mut line = raw[start + 1..start + 1 + stride].to_vec();
-        for x in 0..stride {
-            let a = if x >= bpp { line[x - bpp] as i32 } else { 0 };
-            let b = prev[x] as i32;
-            let c = if x >= bpp { prev[x - bpp] as i32 } else { 0 };
-            let add = match filter {
-                0 => 0,
-                1 => a,
-                2 => b,
-                3 => (a + b) / 2,
-                4 => {
-                    let p = a + b - c;
-                    let (pa, pb, pc) = ((p - a).abs(), (p - b).abs(), (p - c).abs());
-                    if pa <= pb && pa <= pc {
-                        a
-                    } else if pb <= pc {
-                        b
-                    } else {
-                        c
-                    }
-                }
-                f => panic!("filter {f}"),
-            };
-            line[x] = (line[x] as i32 + add) as u8;
-        }
-        prev = line.clone();
-        rows.push(line);
-    }
-    (w, h, bpp, rows)
+    let mut reader = png::Decoder::new(std::io::Cursor::new(bytes))
+        .read_info()
+        .expect("a PNG");
+    assert!(!reader.info().interlaced, "not interlaced");
+    let mut buf = vec![0; reader.output_buffer_size().expect("a PNG of a sane size")];
+    let frame = reader.next_frame(&mut buf).expect("a PNG's pixels");
+    assert_eq!(frame.bit_depth, png::BitDepth::Eight, "8-bit samples");
+    let bpp = match frame.color_type {
+        png::ColorType::Rgb => 3,
+        png::ColorType::Rgba => 4,
+        t => panic!("colour type {t:?}"),
+    };
+    let rows = buf[..frame.buffer_size()]
+        .chunks(frame.line_size)
+        .map(<[u8]>::to_vec)
+        .collect();
+    (frame.width as usize, frame.height as usize, bpp, rows)
 }
 
 /// Distinct colours and the share of pixels that are not white.

@@ -455,12 +455,12 @@ fn a_missing_rule_directory_holds_no_rules() {
 
 /// Every case under `tests/rules_corpus/` (a `.toml` file, or a directory of them loaded
 /// together) is invalid, and its problems are exactly those in `CASE.expected`, paths
-/// relative to the corpus. `PINNERD_BLESS=1` rewrites the expected files (review the
+/// relative to the corpus. `SNAPSHOTS=overwrite` rewrites the expected files (review the
 /// diff!).
 #[test]
 fn the_bad_rule_corpus_fails_with_exact_messages_and_locations() {
     let corpus = repo("tests/rules_corpus");
-    let bless = std::env::var_os("PINNERD_BLESS").is_some();
+    let bless = super::snapshots::overwrite();
     let mut entries: Vec<PathBuf> = fs::read_dir(&corpus)
         .unwrap()
         .map(|e| e.unwrap().path())

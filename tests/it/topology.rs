@@ -241,18 +241,20 @@ const FIXTURES: [&str; 9] = [
 ];
 
 /// Compares `actual` with the reviewed file `tests/fixtures/expected/<file>`;
-/// `PINNERD_BLESS=1` rewrites it instead (then review the diff by hand).
+/// `SNAPSHOTS=overwrite` rewrites it instead (then review the diff by hand).
 fn assert_expected(file: &str, actual: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/expected")
         .join(file);
-    if std::env::var_os("PINNERD_BLESS").is_some() {
+    if super::snapshots::overwrite() {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, actual).unwrap();
         return;
     }
-    let expected = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (PINNERD_BLESS=1 writes it)", path.display()));
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        let overwrite = super::snapshots::OVERWRITE;
+        panic!("{}: {e} ({overwrite} writes it)", path.display())
+    });
     if expected != actual {
         let first = expected
             .lines()

@@ -51,6 +51,10 @@ pub(super) struct Verified {
 /// pairs, but at least the pairs of the largest plan (three times that below
 /// `cfg.held_out_below` CPUs). `cells` is the filled matrix (row-major n×n): measured
 /// figures replace the fill in it.
+#[expect(
+    clippy::too_many_lines,
+    reason = "verify_plans, still over the limit: to be split when its room is reworked (see clippy.toml)"
+)]
 pub(super) fn verify_plans<M: PairMeasurer>(
     run: &mut Run<'_, M>,
     cells: &mut [f64],

@@ -28,6 +28,9 @@ use crate::domains::{DomainError, Domains, Level, LevelKind};
 use crate::matrix::LatencyMatrix;
 use crate::stats::median_in_place;
 
+mod many;
+pub use many::{fleet, Fleet, FleetLevel, Host, HostLevel};
+
 /// (level, group, group) of the finer level: one block.
 type BlockKey = (usize, usize, usize);
 
@@ -228,65 +231,139 @@ pub fn diff(
     Ok(diff_with(&domains, a, b, tol))
 }
 
-/// [`diff`] with the domains given (the fleet's reference domains).
+/// [`diff`] with the domains given (the fleet's reference domains): every pair of CPUs
+/// compared once, then summed up per level and per block of groups, then the reasons.
 pub fn diff_with(domains: &Domains, a: &LatencyMatrix, b: &LatencyMatrix, tol: Tolerance) -> Diff {
-    let levels = domains.levels();
-    let labels = level_labels(levels);
-    let cpus = domains.cpus();
-    let n = cpus.len();
-    let ai: Vec<Option<usize>> = cpus.iter().map(|&c| a.index_of(c)).collect();
-    let bi: Vec<Option<usize>> = cpus.iter().map(|&c| b.index_of(c)).collect();
-    let cell = |m: &LatencyMatrix, idx: &[Option<usize>], i: usize, j: usize| -> Option<f64> {
-        m.at(idx[i]?, idx[j]?)
+    let labels = level_labels(domains.levels());
+    let CellWalk {
+        a_cells,
+        b_cells,
+        diff_count,
+        blocks,
+        mut cells,
+        compared,
+        missing,
+    } = CellWalk::of(domains, &labels, a, b, tol);
+    cells.sort_by(|x, y| departure(y.ratio).total_cmp(&departure(x.ratio)));
+    let level_diffs = level_diffs(a_cells, b_cells, &diff_count, &labels, tol);
+    let groups = block_diffs(blocks, domains.levels(), &labels, tol);
+
+    let mut reasons = difference_reasons(domains, &labels, b, &level_diffs, &groups, tol);
+    let verdict = if reasons.is_empty() {
+        Verdict::Same
+    } else {
+        Verdict::Differs
     };
-    // Per level: A's cells, B's cells, and per block the (a, b) pairs.
-    let nl = levels.len();
-    let mut a_cells: Vec<Vec<f64>> = vec![Vec::new(); nl];
-    let mut b_cells: Vec<Vec<f64>> = vec![Vec::new(); nl];
-    let mut diff_count = vec![0usize; nl];
-    let mut blocks: BTreeMap<BlockKey, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
-    let mut cells = Vec::new();
-    let mut compared = 0;
-    let mut missing = 0;
-    for i in 0..n {
-        for j in 0..i {
-            let (va, vb) = (cell(a, &ai, i, j), cell(b, &bi, i, j));
-            let (va, vb) = match (va, vb) {
-                (Some(x), Some(y)) => (x, y),
-                (None, None) => continue,
-                _ => {
-                    missing += 1;
-                    continue;
+    if verdict == Verdict::Same {
+        reasons.extend(sameness_reasons(&level_diffs, cells.len(), compared, tol));
+    }
+    if missing > 0 {
+        reasons.push(format!(
+            "{missing} pairs have a figure in only one of the two and were not compared"
+        ));
+    }
+    Diff {
+        levels: level_diffs,
+        groups,
+        cells,
+        cells_compared: compared,
+        cells_missing: missing,
+        verdict,
+        reason: reasons[0].clone(),
+        reasons,
+        tolerance: tol,
+    }
+}
+
+/// Every pair of CPUs of A and B compared once: per level, A's cells, B's cells and how
+/// many differ; per block, the (a, b) pairs; the cells beyond the tolerance.
+struct CellWalk {
+    a_cells: Vec<Vec<f64>>,
+    b_cells: Vec<Vec<f64>>,
+    diff_count: Vec<usize>,
+    blocks: BTreeMap<BlockKey, (Vec<f64>, Vec<f64>)>,
+    cells: Vec<CellDiff>,
+    compared: usize,
+    missing: usize,
+}
+
+impl CellWalk {
+    fn of(
+        domains: &Domains,
+        labels: &[String],
+        a: &LatencyMatrix,
+        b: &LatencyMatrix,
+        tol: Tolerance,
+    ) -> CellWalk {
+        let levels = domains.levels();
+        let cpus = domains.cpus();
+        let n = cpus.len();
+        let ai: Vec<Option<usize>> = cpus.iter().map(|&c| a.index_of(c)).collect();
+        let bi: Vec<Option<usize>> = cpus.iter().map(|&c| b.index_of(c)).collect();
+        let cell = |m: &LatencyMatrix, idx: &[Option<usize>], i: usize, j: usize| -> Option<f64> {
+            m.at(idx[i]?, idx[j]?)
+        };
+        let nl = levels.len();
+        let mut walk = CellWalk {
+            a_cells: vec![Vec::new(); nl],
+            b_cells: vec![Vec::new(); nl],
+            diff_count: vec![0usize; nl],
+            blocks: BTreeMap::new(),
+            cells: Vec::new(),
+            compared: 0,
+            missing: 0,
+        };
+        for i in 0..n {
+            for j in 0..i {
+                let (va, vb) = (cell(a, &ai, i, j), cell(b, &bi, i, j));
+                let (va, vb) = match (va, vb) {
+                    (Some(x), Some(y)) => (x, y),
+                    (None, None) => continue,
+                    _ => {
+                        walk.missing += 1;
+                        continue;
+                    }
+                };
+                walk.compared += 1;
+                let l = domains.shared_level(i, j);
+                walk.a_cells[l].push(va);
+                walk.b_cells[l].push(vb);
+                // Blocks join groups of a finer level that is not SMT: two cores of one
+                // CCX differ from chip to chip, two CCX are a design (or a setting).
+                if l >= 1 && levels[l - 1].kind != LevelKind::Smt {
+                    let (x, y) = (domains.group_of(l - 1, i), domains.group_of(l - 1, j));
+                    let e = walk.blocks.entry((l, x.min(y), x.max(y))).or_default();
+                    e.0.push(va);
+                    e.1.push(vb);
                 }
-            };
-            compared += 1;
-            let l = domains.shared_level(i, j);
-            a_cells[l].push(va);
-            b_cells[l].push(vb);
-            // Blocks join groups of a finer level that is not SMT: two cores of one
-            // CCX differ from chip to chip, two CCX are a design (or a setting).
-            if l >= 1 && levels[l - 1].kind != LevelKind::Smt {
-                let (x, y) = (domains.group_of(l - 1, i), domains.group_of(l - 1, j));
-                let e = blocks.entry((l, x.min(y), x.max(y))).or_default();
-                e.0.push(va);
-                e.1.push(vb);
-            }
-            let r = ratio(va, vb);
-            if departure(r) > tol.cell {
-                diff_count[l] += 1;
-                cells.push(CellDiff {
-                    a: cpus[j],
-                    b: cpus[i],
-                    level: labels[l].clone(),
-                    a_ns: va,
-                    b_ns: vb,
-                    ratio: r,
-                });
+                let r = ratio(va, vb);
+                if departure(r) > tol.cell {
+                    walk.diff_count[l] += 1;
+                    walk.cells.push(CellDiff {
+                        a: cpus[j],
+                        b: cpus[i],
+                        level: labels[l].clone(),
+                        a_ns: va,
+                        b_ns: vb,
+                        ratio: r,
+                    });
+                }
             }
         }
+        walk
     }
-    cells.sort_by(|x, y| departure(y.ratio).total_cmp(&departure(x.ratio)));
+}
 
+/// Per level: the medians of A and B, their ratio, and whether it is beyond the
+/// tolerance.
+fn level_diffs(
+    mut a_cells: Vec<Vec<f64>>,
+    mut b_cells: Vec<Vec<f64>>,
+    diff_count: &[usize],
+    labels: &[String],
+    tol: Tolerance,
+) -> Vec<LevelDiff> {
+    let nl = a_cells.len();
     let mut level_diffs = Vec::with_capacity(nl);
     for l in 0..nl {
         let pairs = a_cells[l].len();
@@ -306,7 +383,17 @@ pub fn diff_with(domains: &Domains, a: &LatencyMatrix, b: &LatencyMatrix, tol: T
             differs: r.is_some_and(|r| departure(r) > tol.level),
         });
     }
+    level_diffs
+}
 
+/// The blocks of groups whose medians moved beyond the tolerance (a small block only
+/// past the cell tolerance), the largest move first.
+fn block_diffs(
+    blocks: BTreeMap<BlockKey, (Vec<f64>, Vec<f64>)>,
+    levels: &[Level],
+    labels: &[String],
+    tol: Tolerance,
+) -> Vec<BlockDiff> {
     let group_set = |level: usize, g: usize| -> CpuSet {
         levels[level].groups.get(g).cloned().unwrap_or_default()
     };
@@ -332,9 +419,22 @@ pub fn diff_with(domains: &Domains, a: &LatencyMatrix, b: &LatencyMatrix, tol: T
         });
     }
     groups.sort_by(|x, y| departure(y.ratio).total_cmp(&departure(x.ratio)));
+    groups
+}
 
+/// Why B differs from A, most telling first: another numbering, levels that moved,
+/// group pairs that moved at a level that did not, another structure. None when B is
+/// the same.
+fn difference_reasons(
+    domains: &Domains,
+    labels: &[String],
+    b: &LatencyMatrix,
+    level_diffs: &[LevelDiff],
+    groups: &[BlockDiff],
+    tol: Tolerance,
+) -> Vec<String> {
     let mut reasons = Vec::new();
-    let (numbering, structure) = structure_reasons(domains, &labels, b);
+    let (numbering, structure) = structure_reasons(domains, labels, b);
     reasons.extend(numbering);
     for ld in level_diffs.iter().filter(|l| l.differs) {
         reasons.push(format!(
@@ -362,54 +462,43 @@ pub fn diff_with(domains: &Domains, a: &LatencyMatrix, b: &LatencyMatrix, tol: T
         ));
     }
     reasons.extend(structure);
-    let verdict = if reasons.is_empty() {
-        Verdict::Same
-    } else {
-        Verdict::Differs
-    };
-    if verdict == Verdict::Same {
-        let worst = level_diffs
-            .iter()
-            .filter(|l| l.ratio.is_some())
-            .max_by(|x, y| {
-                departure(x.ratio.unwrap_or(1.0)).total_cmp(&departure(y.ratio.unwrap_or(1.0)))
-            });
-        let mut s = format!(
-            "every level and group pair within {:.0}%",
-            tol.level * 100.0
-        );
-        if let Some(w) = worst {
-            s.push_str(&format!(
-                " (largest: level {} {:.2}x)",
-                w.level,
-                w.ratio.unwrap_or(1.0)
-            ));
-        }
-        reasons.push(s);
-        if !cells.is_empty() {
-            reasons.push(format!(
-                "{} of {compared} cells differ by more than {:.0}%, scattered (no level or group pair moved as a whole): noise",
-                cells.len(),
-                tol.cell * 100.0
-            ));
-        }
-    }
-    if missing > 0 {
-        reasons.push(format!(
-            "{missing} pairs have a figure in only one of the two and were not compared"
+    reasons
+}
+
+/// Why B is the same as A: the largest level move within the tolerance, and the cells
+/// beyond the cell tolerance called noise when no level or block moved with them.
+fn sameness_reasons(
+    level_diffs: &[LevelDiff],
+    cells_differing: usize,
+    compared: usize,
+    tol: Tolerance,
+) -> Vec<String> {
+    let mut reasons = Vec::new();
+    let worst = level_diffs
+        .iter()
+        .filter(|l| l.ratio.is_some())
+        .max_by(|x, y| {
+            departure(x.ratio.unwrap_or(1.0)).total_cmp(&departure(y.ratio.unwrap_or(1.0)))
+        });
+    let mut s = format!(
+        "every level and group pair within {:.0}%",
+        tol.level * 100.0
+    );
+    if let Some(w) = worst {
+        s.push_str(&format!(
+            " (largest: level {} {:.2}x)",
+            w.level,
+            w.ratio.unwrap_or(1.0)
         ));
     }
-    Diff {
-        levels: level_diffs,
-        groups,
-        cells,
-        cells_compared: compared,
-        cells_missing: missing,
-        verdict,
-        reason: reasons[0].clone(),
-        reasons,
-        tolerance: tol,
+    reasons.push(s);
+    if cells_differing > 0 {
+        reasons.push(format!(
+            "{cells_differing} of {compared} cells differ by more than {:.0}%, scattered (no level or group pair moved as a whole): noise",
+            tol.cell * 100.0
+        ));
     }
+    reasons
 }
 
 /// Where B's own latency levels group the CPUs differently from the reference: SMT
@@ -483,156 +572,6 @@ fn block_reason(g: &BlockDiff) -> String {
 fn ns(v: Option<f64>) -> String {
     v.map(|v| format!("{v:.1} ns"))
         .unwrap_or_else(|| "no figure".into())
-}
-
-/// One host of a fleet.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Host {
-    pub file: String,
-    pub outlier: bool,
-    pub reasons: Vec<String>,
-    /// Per level: this host's median and its deviation from the reference
-    /// (`host / reference − 1`).
-    pub levels: Vec<HostLevel>,
-    /// Group pairs of this host that moved beyond the tolerance.
-    pub groups: Vec<BlockDiff>,
-    pub cells_differing: usize,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct HostLevel {
-    pub level: String,
-    pub ns: Option<f64>,
-    pub deviation: Option<f64>,
-}
-
-/// The group's figures per level.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FleetLevel {
-    pub level: String,
-    /// The reference (cellwise median of every host) at this level.
-    pub reference_ns: Option<f64>,
-    /// Smallest and largest host median.
-    pub min_ns: Option<f64>,
-    pub max_ns: Option<f64>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Fleet {
-    pub levels: Vec<FleetLevel>,
-    pub hosts: Vec<Host>,
-    pub outliers: usize,
-    pub tolerance: Tolerance,
-}
-
-/// Each host against the cellwise median of all hosts. At least three hosts, so that
-/// the median is a majority's figure.
-pub fn fleet(hosts: &[(String, LatencyMatrix)], tol: Tolerance) -> Result<Fleet, FleetError> {
-    if hosts.len() < 3 {
-        return Err(FleetError::TooFew(format!(
-            "a fleet needs at least 3 matrices to find a majority, got {}",
-            hosts.len()
-        )));
-    }
-    let (first_name, first) = &hosts[0];
-    for (name, m) in &hosts[1..] {
-        check_layout(first, first_name, m, name)?;
-    }
-    let reference = cellwise_median(first, hosts);
-    let domains = Domains::from_matrix(&reference).map_err(|cause| FleetError::Domains {
-        name: "the fleet's median matrix".into(),
-        cause,
-    })?;
-    let labels = level_labels(domains.levels());
-    let mut out_hosts = Vec::with_capacity(hosts.len());
-    let mut per_level: Vec<Vec<f64>> = vec![Vec::new(); labels.len()];
-    let mut reference_ns: Vec<Option<f64>> = vec![None; labels.len()];
-    for (name, m) in hosts {
-        let d = diff_with(&domains, &reference, m, tol);
-        let levels: Vec<HostLevel> = d
-            .levels
-            .iter()
-            .map(|l| HostLevel {
-                level: l.level.clone(),
-                ns: l.b_ns,
-                deviation: l.ratio.map(|r| r - 1.0),
-            })
-            .collect();
-        for (k, l) in d.levels.iter().enumerate() {
-            reference_ns[k] = l.a_ns;
-            if let Some(v) = l.b_ns {
-                per_level[k].push(v);
-            }
-        }
-        let outlier = d.verdict == Verdict::Differs;
-        let reasons = if outlier {
-            d.reasons
-                .iter()
-                .map(|r| {
-                    r.replace(" in A, ", " in the fleet, ")
-                        .replace(" in B ", " here ")
-                })
-                .collect()
-        } else {
-            vec![format!(
-                "within {:.0}% of the fleet at every level and group pair",
-                tol.level * 100.0
-            )]
-        };
-        out_hosts.push(Host {
-            file: name.clone(),
-            outlier,
-            reasons,
-            levels,
-            groups: d.groups,
-            cells_differing: d.cells.len(),
-        });
-    }
-    let levels = labels
-        .iter()
-        .enumerate()
-        .map(|(k, l)| FleetLevel {
-            level: l.clone(),
-            reference_ns: reference_ns[k],
-            min_ns: per_level[k].iter().copied().reduce(f64::min),
-            max_ns: per_level[k].iter().copied().reduce(f64::max),
-        })
-        .collect();
-    let outliers = out_hosts.iter().filter(|h| h.outlier).count();
-    Ok(Fleet {
-        levels,
-        hosts: out_hosts,
-        outliers,
-        tolerance: tol,
-    })
-}
-
-/// The median of every cell over the hosts that have it, on the first host's CPUs.
-fn cellwise_median(first: &LatencyMatrix, hosts: &[(String, LatencyMatrix)]) -> LatencyMatrix {
-    let cpus = first.cpus.clone();
-    let idx: Vec<Vec<Option<usize>>> = hosts
-        .iter()
-        .map(|(_, m)| cpus.iter().map(|&c| m.index_of(c)).collect())
-        .collect();
-    let n = cpus.len();
-    let mut latency_ns = vec![vec![None; n]; n];
-    let mut vals = Vec::with_capacity(hosts.len());
-    for i in 0..n {
-        for j in 0..i {
-            vals.clear();
-            for (h, (_, m)) in hosts.iter().enumerate() {
-                if let (Some(a), Some(b)) = (idx[h][i], idx[h][j]) {
-                    if let Some(v) = m.at(a, b) {
-                        vals.push(v);
-                    }
-                }
-            }
-            let v = median_in_place(&mut vals);
-            latency_ns[i][j] = v;
-            latency_ns[j][i] = v;
-        }
-    }
-    LatencyMatrix::new(cpus, latency_ns)
 }
 
 #[cfg(test)]
