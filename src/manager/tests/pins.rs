@@ -238,6 +238,19 @@ impl AffinityOps for Unreadable {
     fn alive(&self, handle: &ProcessHandle) -> bool {
         self.inner.alive(handle)
     }
+    fn get_sched(
+        &self,
+        tid: Tid,
+    ) -> Result<crate::affinity::sched::SchedAttr, crate::affinity::AffinityError> {
+        self.inner.get_sched(tid)
+    }
+    fn set_sched(
+        &self,
+        tid: Tid,
+        attr: &crate::affinity::sched::SchedAttr,
+    ) -> Result<(), crate::affinity::AffinityError> {
+        self.inner.set_sched(tid, attr)
+    }
 }
 
 /// A manager over [`Unreadable`], refusing reads of `tids`.
