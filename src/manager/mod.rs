@@ -270,6 +270,8 @@ struct ManagedThread {
     released: bool,
     /// CPUs or rules changed: apply again even if the mask looks unchanged.
     stale: bool,
+    /// The scheduling class its rule gave it, and the one it had before.
+    sched: Option<crate::affinity::restore::SchedRestore>,
 }
 
 impl ManagedThread {
@@ -289,6 +291,7 @@ impl ManagedThread {
             outcome,
             released: false,
             stale: false,
+            sched: None,
         }
     }
 }

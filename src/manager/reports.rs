@@ -311,15 +311,18 @@ impl Manager {
                     .filter(|(_, t)| !t.released)
                     .filter_map(|(tid, t)| {
                         let eff = t.outcome.effective()?;
-                        (t.original != m.original || *eff != applied).then(|| {
-                            (
-                                *tid,
-                                restore::ThreadRestore {
-                                    original: t.original.clone(),
-                                    applied: eff.clone(),
-                                },
-                            )
-                        })
+                        (t.original != m.original || *eff != applied || t.sched.is_some()).then(
+                            || {
+                                (
+                                    *tid,
+                                    restore::ThreadRestore {
+                                        original: t.original.clone(),
+                                        applied: eff.clone(),
+                                        sched: t.sched,
+                                    },
+                                )
+                            },
+                        )
                     })
                     .collect();
                 Some(RestoreEntry {
