@@ -1,0 +1,81 @@
+//! The scheduling class a rule gives a thread, on the real kernel: real child
+//! processes, `sched_setattr` for real, given back when the rule goes and after a crash.
+
+use std::time::Duration;
+
+use pinnerd::affinity::sched::{self, SchedAttr, SCHED_FIFO, SCHED_OTHER};
+use pinnerd::manager::Input;
+use pinnerd::rules::RuleSet;
+use pinnerd::sysroot::SysRoot;
+
+use super::affinity::{new_rules, rules, Rig, CPU_LAYOUT};
+use super::helper::Helper;
+
+fn rule(comm: &str) -> String {
+    format!(
+        "[[rule]]\nname = \"s\"\n[rule.match]\ncomm = \"{comm}\"\nuser = 0\n\
+         [rule.place]\ncpus = \"0-1\"\nexclusive = true\n\
+         [[rule.threads]]\ncomm = \"rx\"\ncpus = \"1\"\nexclusive = true\n\
+         sched-policy = \"fifo\"\nsched-priority = 10\n"
+    )
+}
+
+fn class(tid: i32) -> SchedAttr {
+    sched::get(tid).unwrap()
+}
+
+fn normal(tid: i32) -> bool {
+    let c = class(tid);
+    c.policy == SCHED_OTHER && c.nice == 0
+}
+
+#[test]
+fn the_rx_thread_runs_fifo_while_managed_and_gets_its_class_back_when_the_rule_goes() {
+    let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut rig = Rig::new(8 << 20);
+    let mut h = Helper::spawn(dir.path(), "pt-sched-a1");
+    let rx = h.spawn_threads(1, Some("rx"))[0];
+    let tx = h.spawn_threads(1, Some("tx"))[0];
+    let pid = h.pid;
+    assert!(normal(rx) && normal(tx) && normal(pid));
+    rig.handle(new_rules(rules(&rule("pt-sched-a*"))));
+    assert!(rig.mgr.is_managed(pid), "the start rescan matches it");
+    let c = class(rx);
+    assert_eq!((c.policy, c.priority), (SCHED_FIFO, 10), "{c:?}");
+    assert!(normal(tx) && normal(pid), "the others keep theirs");
+    // A new rx thread is given it too.
+    let late = h.spawn_threads(1, Some("rx"))[0];
+    assert!(
+        rig.pump_until(Duration::from_secs(5), |_| class(late).policy == SCHED_FIFO),
+        "the new rx thread is not real-time: {:?}",
+        class(late)
+    );
+    rig.handle(new_rules(RuleSet::default()));
+    for t in h.tids() {
+        assert!(normal(t), "tid {t}: {:?}", class(t));
+    }
+    h.exit();
+}
+
+#[test]
+fn after_a_crash_the_next_start_gives_the_class_back() {
+    let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Helper::spawn(dir.path(), "pt-sched-c1");
+    let rx = h.spawn_threads(1, Some("rx"))[0];
+    {
+        let mut rig = Rig::new(8 << 20).with_journal(dir.path());
+        rig.handle(new_rules(rules(&rule("pt-sched-c*"))));
+        assert_eq!(class(rx).policy, SCHED_FIFO);
+        rig.handle(Input::Rescan);
+        // Dropped without shutdown: a crash.
+    }
+    assert_eq!(class(rx).policy, SCHED_FIFO);
+    let rig = Rig::new(8 << 20).with_journal(dir.path());
+    let mut mgr = rig.mgr;
+    let report = mgr.recover(&SysRoot::default()).unwrap();
+    assert_eq!(report.restored_sched, 1, "{report:?}");
+    assert!(normal(rx), "{:?}", class(rx));
+    h.exit();
+}
