@@ -272,6 +272,14 @@ impl Manager {
                         ),
                         None => what,
                     };
+                    let what = match &t.sched {
+                        Some(c) => format!(
+                            "{what}; scheduling {} (had {})",
+                            c.applied.words(),
+                            c.original.words()
+                        ),
+                        None => what,
+                    };
                     let _ = writeln!(s, "  tid {tid} ({}): {what}", t.comm);
                 }
             }

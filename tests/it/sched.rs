@@ -44,6 +44,11 @@ fn the_rx_thread_runs_fifo_while_managed_and_gets_its_class_back_when_the_rule_g
     let c = class(rx);
     assert_eq!((c.policy, c.priority), (SCHED_FIFO, 10), "{c:?}");
     assert!(normal(tx) && normal(pid), "the others keep theirs");
+    let why = rig.mgr.explain(pid);
+    assert!(
+        why.contains(&format!("tid {rx} (rx): applied 1; scheduling fifo 10 (had other)")),
+        "{why}"
+    );
     // A new rx thread is given it too.
     let late = h.spawn_threads(1, Some("rx"))[0];
     assert!(
@@ -77,5 +82,30 @@ fn after_a_crash_the_next_start_gives_the_class_back() {
     let report = mgr.recover(&SysRoot::default()).unwrap();
     assert_eq!(report.restored_sched, 1, "{report:?}");
     assert!(normal(rx), "{:?}", class(rx));
+    h.exit();
+}
+
+/// `plan --live` says what class each unit's threads would get, and sets none.
+#[test]
+fn plan_live_says_the_class_and_changes_nothing() {
+    use super::daemon::Dirs;
+    use super::helper::pinnerd;
+    let _cpu = CPU_LAYOUT.read().unwrap_or_else(|p| p.into_inner());
+    let dirs = Dirs::new();
+    dirs.write_rule("10-sched.toml", &rule("pt-sched-l1"));
+    let mut h = Helper::spawn(dirs.root.path(), "pt-sched-l1");
+    let rx = h.spawn_threads(1, Some("rx"))[0];
+    let rules = dirs.rules().display().to_string();
+    let out = pinnerd(&["plan", "--live", "--rules", &rules]);
+    assert!(out.ok, "{out:?}");
+    assert!(
+        out.stdout.contains(
+            "scheduling: fifo 10 for each thread it places, set when placed and given back \
+             when let go"
+        ),
+        "{}",
+        out.stdout
+    );
+    assert!(normal(rx), "a dry run set it: {:?}", class(rx));
     h.exit();
 }
