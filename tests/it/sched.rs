@@ -109,3 +109,29 @@ fn plan_live_says_the_class_and_changes_nothing() {
     assert!(normal(rx), "a dry run set it: {:?}", class(rx));
     h.exit();
 }
+
+/// `check` refuses a real-time policy on CPUs not held exclusive, at its place in the
+/// file, with the configuration exit code.
+#[test]
+fn check_refuses_a_realtime_policy_on_cpus_not_held() {
+    use super::helper::pinnerd;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rt.toml");
+    std::fs::write(
+        &file,
+        rule("rt").replace("cpus = \"1\"\nexclusive = true\n", "cpus = \"1\"\n"),
+    )
+    .unwrap();
+    let out = pinnerd(&["check", dir.path().to_str().unwrap()]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stderr.contains(
+            "rt.toml:12:16: [[rule.threads]]: `sched-policy = \"fifo\"` needs `exclusive = true`"
+        ),
+        "{}",
+        out.stderr
+    );
+    std::fs::write(&file, rule("rt")).unwrap();
+    let out = pinnerd(&["check", dir.path().to_str().unwrap()]);
+    assert!(out.ok, "{out:?}");
+}
