@@ -567,11 +567,13 @@ impl Manager {
         if !entries.is_empty() {
             tracing::info!(
                 restored = report.restored,
+                restored_sched = report.restored_sched,
                 left_alone = report.left_alone,
                 gone = report.gone,
-                "restored masks left by a previous run: {} given back, {} left alone (changed \
-                 since), {} processes gone",
+                "restored masks left by a previous run: {} given back, {} scheduling classes \
+                 given back, {} left alone (changed since), {} processes gone",
                 report.restored,
+                report.restored_sched,
                 report.left_alone,
                 report.gone
             );
