@@ -1127,7 +1127,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__run)
-            opts="-k -v -h --count --policy --smt --cpus --within --rule --core-type --prefer --near --bus --memory --print --local --rules --config --state-dir --verbose --help"
+            opts="-k -v -h --count --policy --smt --cpus --within --rule --core-type --prefer --near --sched-policy --sched-priority --nice --bus --memory --print --local --rules --config --state-dir --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1170,6 +1170,18 @@ _pinnerd() {
                     return 0
                     ;;
                 --near)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sched-policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sched-priority)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nice)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -42,6 +42,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub place: PlaceFlags,
     #[command(flatten)]
+    pub sched: super::place_flags::SchedFlags,
+    #[command(flatten)]
     pub bus: BusArgs,
     /// The command's memory: bind (only the NUMA nodes of the chosen CPUs), preferred
     /// (those nodes first) or leave (the kernel's default: where the allocating CPU
@@ -133,6 +135,7 @@ enum Asked {
 /// `pinnerd run`.
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let spec = args.place.spec()?;
+    let sched = args.sched.sched()?;
     let choice = choose(&args, &spec)?;
     if args.print {
         out!("{}", describe_choice(&choice, &spec, &args.bus.bus));
@@ -143,6 +146,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     set_own_cpus(&choice.cpus)?;
     set_own_memory(args.memory, &choice.cpus)?;
+    if let Some(sched) = sched {
+        // The caller's own rights, as chrt's: the kernel refuses what it may not give
+        // itself. The command and every thread it starts inherit the class.
+        let attr = crate::affinity::sched::SchedAttr {
+            flags: 0,
+            ..sched.attr()
+        };
+        crate::affinity::sched::set(own_tid(), &attr).with_context(|| {
+            format!(
+                "--sched-policy/--nice: cannot set the scheduling class {}",
+                sched.words()
+            )
+        })?;
+    }
     let (program, rest) = args
         .command
         .split_first()

@@ -46,7 +46,9 @@ fn the_rx_thread_runs_fifo_while_managed_and_gets_its_class_back_when_the_rule_g
     assert!(normal(tx) && normal(pid), "the others keep theirs");
     let why = rig.mgr.explain(pid);
     assert!(
-        why.contains(&format!("tid {rx} (rx): applied 1; scheduling fifo 10 (had other)")),
+        why.contains(&format!(
+            "tid {rx} (rx): applied 1; scheduling fifo 10 (had other)"
+        )),
         "{why}"
     );
     // A new rx thread is given it too.
@@ -134,4 +136,46 @@ fn check_refuses_a_realtime_policy_on_cpus_not_held() {
     std::fs::write(&file, rule("rt")).unwrap();
     let out = pinnerd(&["check", dir.path().to_str().unwrap()]);
     assert!(out.ok, "{out:?}");
+}
+
+/// `run --sched-policy fifo --sched-priority N` execs the command in that class (the
+/// caller's own right, as root here); a bad combination is refused before anything runs.
+#[test]
+fn run_execs_the_command_in_the_class_asked_for() {
+    use super::helper::pinnerd;
+    let out = pinnerd(&[
+        "run",
+        "--local",
+        "--cpus",
+        "0",
+        "--sched-policy",
+        "fifo",
+        "--sched-priority",
+        "7",
+        "--",
+        "cat",
+        "/proc/self/stat",
+    ]);
+    assert!(out.ok, "{out:?}");
+    let fields: Vec<&str> = out.stdout.rsplit_once(") ").unwrap().1.split(' ').collect();
+    // Fields 40 (rt_priority) and 41 (policy), counted from the state (field 3).
+    assert_eq!((fields[37], fields[38]), ("7", "1"), "{}", out.stdout);
+    let out = pinnerd(&[
+        "run",
+        "--local",
+        "--cpus",
+        "0",
+        "--nice",
+        "3",
+        "--",
+        "cat",
+        "/proc/self/stat",
+    ]);
+    let fields: Vec<&str> = out.stdout.rsplit_once(") ").unwrap().1.split(' ').collect();
+    assert_eq!((fields[16], fields[38]), ("3", "0"), "{}", out.stdout);
+    let out = pinnerd(&["run", "--local", "--sched-policy", "rr", "--", "true"]);
+    assert!(
+        !out.ok && out.stderr.contains("needs --sched-priority"),
+        "{out:?}"
+    );
 }
