@@ -895,7 +895,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__pin)
-            opts="-k -v -h --bus --count --policy --smt --cpus --within --rule --core-type --prefer --near --memory --verbose --help"
+            opts="-k -v -h --bus --count --policy --smt --cpus --within --rule --core-type --prefer --near --sched-policy --sched-priority --nice --memory --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -942,6 +942,18 @@ _pinnerd() {
                     return 0
                     ;;
                 --near)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sched-policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sched-priority)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nice)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

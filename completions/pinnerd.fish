@@ -213,6 +213,9 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l rule -d 'Use the
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l core-type -d 'Only CPUs of this kind: performance or efficiency (a machine with one kind of core has only performance cores). Refused, never widened, when the kind cannot hold the request' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l prefer -d 'Among the cache groups able to hold the request: cache (the most L3 per core) or frequency (the highest preferred-core ranking, else maximum frequency)' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l near -d 'Near a device: a network interface, a PCI address (0000:81:00.0), a block device or a /dev path. Its NUMA node\'s CPUs first, the nearest nodes added when needed' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l sched-policy -d 'other, batch, idle, fifo or rr (fifo and rr need --sched-priority)' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l sched-priority -d 'The real-time priority, 1 to 99; with --sched-policy fifo or rr only' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l nice -d 'The nice value, -20 to 19; with no --sched-policy, other or batch' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l memory -d 'follow: move its memory to the NUMA nodes of its CPUs (off the daemon\'s loop, no more often than memory.follow-interval); leave: do not move it' -r -f -a "follow\t'Move its memory to the nodes of its CPUs'
 leave\t'Do not move its memory'"
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -s v -l verbose -d 'More log output (repeat for more)'

@@ -128,6 +128,61 @@ impl Sched {
     }
 }
 
+impl Sched {
+    /// The class `sched-policy`, `sched-priority` and `nice` ask for, checked as a rule's
+    /// keys are (`rules` points at the key in the file instead); `None` without any.
+    /// `key` prefixes each name in the messages: `"--"` for flags, `""` for dict keys.
+    pub fn checked(
+        policy: Option<SchedPolicy>,
+        priority: Option<i64>,
+        nice: Option<i64>,
+        key: &str,
+    ) -> Result<Option<Sched>, String> {
+        if policy.is_none() && priority.is_none() && nice.is_none() {
+            return Ok(None);
+        }
+        let policy = policy.unwrap_or(SchedPolicy::Other);
+        let priority = match (policy.is_realtime(), priority) {
+            (true, None) => {
+                return Err(format!(
+                    "{key}sched-policy {policy} needs {key}sched-priority (1 to 99)"
+                ))
+            }
+            (true, Some(p)) => match u32::try_from(p) {
+                Ok(v) if (1..=RT_PRIORITY_MAX).contains(&v) => v,
+                _ => return Err(format!("{key}sched-priority {p} is out of range: 1 to 99")),
+            },
+            (false, Some(_)) => {
+                return Err(format!(
+                    "{key}sched-priority is only for {key}sched-policy fifo or rr"
+                ))
+            }
+            (false, None) => 0,
+        };
+        let nice = match nice {
+            None => 0,
+            Some(_) if !matches!(policy, SchedPolicy::Other | SchedPolicy::Batch) => {
+                return Err(format!("{key}nice is not for {key}sched-policy {policy}"))
+            }
+            Some(n) if !(-20..=19).contains(&n) => {
+                return Err(format!("{key}nice {n} is out of range: -20 to 19"))
+            }
+            Some(n) => n as i32,
+        };
+        Ok(Some(Sched {
+            policy,
+            priority,
+            nice,
+        }))
+    }
+
+    /// What only a privileged user may give a thread: a real-time policy, or a nice
+    /// value below 0.
+    pub fn privileged(&self) -> bool {
+        self.policy.is_realtime() || self.nice < 0
+    }
+}
+
 /// A thread's scheduling attributes as `sched_getattr` gives them (the fields a restore
 /// needs; utilisation clamps are never changed).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]

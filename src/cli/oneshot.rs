@@ -82,6 +82,10 @@ pub struct PinArgs {
     pub pid: u32,
     #[command(flatten)]
     pub place: PlaceFlags,
+    /// The class of every thread while pinned, given back on release; a real-time
+    /// policy or a negative nice value only for a caller allowed to pin others.
+    #[command(flatten)]
+    pub sched: super::place_flags::SchedFlags,
     /// follow: move its memory to the NUMA nodes of its CPUs (off the daemon's loop,
     /// no more often than memory.follow-interval); leave: do not move it.
     #[arg(long, value_name = "WHAT", default_value = "leave")]
@@ -439,13 +443,20 @@ fn bus_words(bus: &BusTarget) -> String {
 /// `pinnerd pin PID [PLACEMENT]`.
 pub fn pin(args: PinArgs) -> anyhow::Result<ExitCode> {
     let spec = args.place.spec()?;
+    let sched = args.sched.sched()?;
     block_on(async {
         let p = proxy(&args.bus.bus).await?;
+        let mut dict = crate::dbus::placement_dict_with(&spec, args.memory == PinMemory::Follow);
+        if let Some(s) = sched {
+            dict.insert("sched-policy", zbus::Variant::from(s.policy.to_string()));
+            if s.policy.is_realtime() {
+                dict.insert("sched-priority", zbus::Variant::from(i64::from(s.priority)));
+            } else if s.nice != 0 {
+                dict.insert("nice", zbus::Variant::from(i64::from(s.nice)));
+            }
+        }
         let cpus = p
-            .pin_process_with(
-                args.pid,
-                crate::dbus::placement_dict_with(&spec, args.memory == PinMemory::Follow),
-            )
+            .pin_process_with(args.pid, dict)
             .await
             .map_err(|e| anyhow::anyhow!(message(&e)))
             .context("PinProcessWith")?;

@@ -108,39 +108,13 @@ pub struct SchedFlags {
 impl SchedFlags {
     /// The class these flags ask for, checked as a rule's keys are; `None` without any.
     pub fn sched(&self) -> anyhow::Result<Option<crate::affinity::sched::Sched>> {
-        use crate::affinity::sched::{Sched, SchedPolicy, RT_PRIORITY_MAX};
-        if self.sched_policy.is_none() && self.sched_priority.is_none() && self.nice.is_none() {
-            return Ok(None);
-        }
-        let policy = self.sched_policy.unwrap_or(SchedPolicy::Other);
-        let priority = match (policy.is_realtime(), self.sched_priority) {
-            (true, None) => {
-                anyhow::bail!("--sched-policy {policy} needs --sched-priority (1 to 99)")
-            }
-            (true, Some(p)) => match u32::try_from(p) {
-                Ok(v) if (1..=RT_PRIORITY_MAX).contains(&v) => v,
-                _ => anyhow::bail!("--sched-priority {p} is out of range: 1 to 99"),
-            },
-            (false, Some(_)) => {
-                anyhow::bail!("--sched-priority is only for --sched-policy fifo or rr")
-            }
-            (false, None) => 0,
-        };
-        let nice = match self.nice {
-            None => 0,
-            Some(_) if !matches!(policy, SchedPolicy::Other | SchedPolicy::Batch) => {
-                anyhow::bail!("--nice is not for --sched-policy {policy}")
-            }
-            Some(n) if !(-20..=19).contains(&n) => {
-                anyhow::bail!("--nice {n} is out of range: -20 to 19")
-            }
-            Some(n) => n as i32,
-        };
-        Ok(Some(Sched {
-            policy,
-            priority,
-            nice,
-        }))
+        crate::affinity::sched::Sched::checked(
+            self.sched_policy,
+            self.sched_priority,
+            self.nice,
+            "--",
+        )
+        .map_err(anyhow::Error::msg)
     }
 }
 

@@ -21,7 +21,7 @@ impl Manager {
         };
         let (rule, want) = match &m.source {
             Source::Rule(r) => (r.name.clone(), r.sched_for(placement)),
-            Source::Runtime(_) => (m.source.name(), None),
+            Source::Runtime(_) => (m.source.name(), m.runtime_sched),
         };
         let Some(t) = m.threads.get_mut(&tid) else {
             return;
@@ -645,6 +645,17 @@ impl Manager {
     /// Pins process `pid` at run time, without a rule, to `cpus` (see
     /// [`Plan::pin`](crate::plan::Plan::pin) for choosing them).
     pub fn pin(&mut self, pid: i32, cpus: &CpuSet) -> Result<Vec<Change>, ManagerError> {
+        self.pin_with(pid, cpus, None)
+    }
+
+    /// [`Manager::pin`], with a scheduling class for every thread while pinned (given
+    /// back as a rule's is).
+    pub fn pin_with(
+        &mut self,
+        pid: i32,
+        cpus: &CpuSet,
+        sched: Option<crate::affinity::sched::Sched>,
+    ) -> Result<Vec<Change>, ManagerError> {
         let snap = self.process(pid).ok_or(ManagerError::NoProcess { pid })?;
         if snap.kernel_thread {
             return Err(ManagerError::KernelThread { pid });
@@ -663,6 +674,9 @@ impl Manager {
         let original = earlier.as_ref().map(|m| m.original.clone());
         if !self.start_managing(&snap, Source::Runtime(cpus.clone()), original) {
             return Err(ManagerError::NoProcess { pid });
+        }
+        if let Some(m) = self.managed.get_mut(&pid) {
+            m.runtime_sched = sched;
         }
         if let (Some(earlier), Some(m)) = (earlier, self.managed.get_mut(&pid)) {
             for (tid, t) in earlier.threads {

@@ -317,6 +317,9 @@ struct Managed {
     /// Tasks a previous run had changed, with the masks they had before it (see
     /// [`Manager::recover`]): their originals when met, whatever they read now.
     recovered: BTreeMap<Tid, CpuSet>,
+    /// Pinned at run time with a class for every thread (`PinProcessWith`'s
+    /// `sched-policy`, `pinnerd pin --sched-policy`).
+    runtime_sched: Option<crate::affinity::sched::Sched>,
 }
 
 impl Managed {
