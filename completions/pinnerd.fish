@@ -91,6 +91,9 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l near -d 'Near a
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l matrix -d 'Latency matrix (our JSON or core-to-core-latency CSV); default: this machine\'s' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l sysfs -d 'Root of the sysfs tree to read the topology from' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l pid -d 'Plan one request for this running process: in its cgroup cpuset, weighing where its memory is; without --count, the request of the rule that matches it. Other rules\' exclusive CPUs and the [sched-ext] policy are not applied (--live applies both, as the daemon does). Changes nothing' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l sched-policy -d 'other, batch, idle, fifo or rr (fifo and rr need --sched-priority)' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l sched-priority -d 'The real-time priority, 1 to 99; with --sched-policy fifo or rr only' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l nice -d 'The nice value, -20 to 19; with no --sched-policy, other or batch' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l rules -d 'Rule directories for --live (default: the settings\' `rule-dirs`, /etc/pinnerd.d)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l config -d 'The daemon\'s settings file, for --live (housekeeping CPUs, rule directories); a missing file means the defaults' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l state-dir -d 'Where the daemon stores this machine\'s matrix (default: $STATE_DIRECTORY, else /var/lib/pinnerd)' -r -F

@@ -179,3 +179,46 @@ fn run_execs_the_command_in_the_class_asked_for() {
         "{out:?}"
     );
 }
+
+/// `plan --pid` takes the class flags and says what they would give; they are refused
+/// without --pid.
+#[test]
+fn plan_pid_says_the_class_the_flags_would_give() {
+    use super::helper::pinnerd;
+    let pid = std::process::id().to_string();
+    let out = pinnerd(&[
+        "plan",
+        "--pid",
+        &pid,
+        "--count",
+        "1",
+        "--no-measure",
+        "--sched-policy",
+        "batch",
+        "--nice",
+        "3",
+        "--json",
+    ]);
+    assert!(out.ok, "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(v["sched"], "batch nice 3", "{v}");
+    let out = pinnerd(&[
+        "plan",
+        "--pid",
+        &pid,
+        "--count",
+        "1",
+        "--no-measure",
+        "--sched-policy",
+        "rr",
+    ]);
+    assert!(
+        !out.ok && out.stderr.contains("needs --sched-priority"),
+        "{out:?}"
+    );
+    let out = pinnerd(&["plan", "--count", "1", "--no-measure", "--nice", "3"]);
+    assert!(
+        !out.ok && out.stderr.contains("are for plan --pid"),
+        "{out:?}"
+    );
+}
