@@ -99,20 +99,18 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
             .await
     }
 
-    /// `PinProcess` and `PinProcessWith`, one path: admitted, then pinned by the loop;
-    /// the CPUs chosen.
+    /// `PinProcess` and `PinProcessWith`, one path: admitted (`pin.for_owner` is set
+    /// here), then pinned by the loop; the CPUs chosen.
     async fn pin(
         &self,
         conn: &Connection,
         header: &Header<'_>,
         method: &str,
-        pid: u32,
-        place: PlaceSpec,
-        follow: Option<bool>,
-        sched: Option<crate::affinity::sched::Sched>,
+        mut pin: PinRequest,
     ) -> Result<String> {
+        let pid = pin.pid;
         let for_owner = self.admit_pin(conn, header, method, pid).await?;
-        if let (Some(uid), Some(s)) = (for_owner, &sched) {
+        if let (Some(uid), Some(s)) = (for_owner, &pin.sched) {
             if s.privileged() {
                 // A real-time class or a raised priority is not the owner's to give
                 // through the daemon: only a caller allowed to pin others may.
@@ -121,13 +119,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
                     .await?;
             }
         }
-        let pin = PinRequest {
-            pid,
-            place,
-            follow,
-            for_owner,
-            sched,
-        };
+        pin.for_owner = for_owner;
         let cpus = self.forward(|reply| Call::Pin { pin, reply }).await?;
         Ok(cpus.to_string())
     }
@@ -532,8 +524,14 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         check_len("smt", smt)?;
         let (policy, smt) = words(policy, smt)?;
         let place = PlaceSpec::count(count, policy, smt);
-        self.pin(conn, &header, "PinProcess", pid, place, None, None)
-            .await
+        let pin = PinRequest {
+            pid,
+            place,
+            follow: None,
+            for_owner: None,
+            sched: None,
+        };
+        self.pin(conn, &header, "PinProcess", pin).await
     }
 
     /// Gives a process pinned by `PinProcess` its original masks back.
@@ -586,16 +584,14 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         let place = place_spec(&placement)?;
         let follow = memory_follow(&placement)?;
         let sched = sched_of(&placement)?;
-        self.pin(
-            conn,
-            &header,
-            "PinProcessWith",
+        let pin = PinRequest {
             pid,
             place,
-            Some(follow),
+            follow: Some(follow),
+            for_owner: None,
             sched,
-        )
-        .await
+        };
+        self.pin(conn, &header, "PinProcessWith", pin).await
     }
 
     /// `Explain` for programs: a JSON object with `pid`, `managed`, `rule`, `comm`,
