@@ -895,7 +895,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__pin)
-            opts="-k -v -h --bus --count --policy --smt --cpus --within --rule --core-type --prefer --near --memory --verbose --help"
+            opts="-k -v -h --bus --count --policy --smt --cpus --within --rule --core-type --prefer --near --sched-policy --sched-priority --nice --memory --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -945,6 +945,18 @@ _pinnerd() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --sched-policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sched-priority)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nice)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --memory)
                     COMPREPLY=($(compgen -W "follow leave" -- "${cur}"))
                     return 0
@@ -957,7 +969,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__plan)
-            opts="-k -v -h --count --policy --smt --exclude --core-type --prefer --near --matrix --sysfs --json --live --pid --rules --config --state-dir --measure-budget --no-measure --idle-threshold --verbose --help"
+            opts="-k -v -h --count --policy --smt --exclude --core-type --prefer --near --matrix --sysfs --json --live --pid --sched-policy --sched-priority --nice --rules --config --state-dir --measure-budget --no-measure --idle-threshold --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1004,6 +1016,18 @@ _pinnerd() {
                     return 0
                     ;;
                 --pid)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sched-policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sched-priority)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nice)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1127,7 +1151,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__run)
-            opts="-k -v -h --count --policy --smt --cpus --within --rule --core-type --prefer --near --bus --memory --print --local --rules --config --state-dir --verbose --help"
+            opts="-k -v -h --count --policy --smt --cpus --within --rule --core-type --prefer --near --sched-policy --sched-priority --nice --bus --memory --print --local --rules --config --state-dir --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1170,6 +1194,18 @@ _pinnerd() {
                     return 0
                     ;;
                 --near)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sched-policy)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sched-priority)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --nice)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

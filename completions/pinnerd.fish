@@ -91,6 +91,9 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l near -d 'Near a
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l matrix -d 'Latency matrix (our JSON or core-to-core-latency CSV); default: this machine\'s' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l sysfs -d 'Root of the sysfs tree to read the topology from' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l pid -d 'Plan one request for this running process: in its cgroup cpuset, weighing where its memory is; without --count, the request of the rule that matches it. Other rules\' exclusive CPUs and the [sched-ext] policy are not applied (--live applies both, as the daemon does). Changes nothing' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l sched-policy -d 'other, batch, idle, fifo or rr (fifo and rr need --sched-priority)' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l sched-priority -d 'The real-time priority, 1 to 99; with --sched-policy fifo or rr only' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l nice -d 'The nice value, -20 to 19; with no --sched-policy, other or batch' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l rules -d 'Rule directories for --live (default: the settings\' `rule-dirs`, /etc/pinnerd.d)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l config -d 'The daemon\'s settings file, for --live (housekeeping CPUs, rule directories); a missing file means the defaults' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l state-dir -d 'Where the daemon stores this machine\'s matrix (default: $STATE_DIRECTORY, else /var/lib/pinnerd)' -r -F
@@ -189,6 +192,9 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l rule -d 'Use the
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l core-type -d 'Only CPUs of this kind: performance or efficiency (a machine with one kind of core has only performance cores). Refused, never widened, when the kind cannot hold the request' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l prefer -d 'Among the cache groups able to hold the request: cache (the most L3 per core) or frequency (the highest preferred-core ranking, else maximum frequency)' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l near -d 'Near a device: a network interface, a PCI address (0000:81:00.0), a block device or a /dev path. Its NUMA node\'s CPUs first, the nearest nodes added when needed' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l sched-policy -d 'other, batch, idle, fifo or rr (fifo and rr need --sched-priority)' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l sched-priority -d 'The real-time priority, 1 to 99; with --sched-policy fifo or rr only' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l nice -d 'The nice value, -20 to 19; with no --sched-policy, other or batch' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l bus -d '`system`, `session`, or a D-Bus address such as `unix:path=/run/bus`' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand run" -l memory -d 'The command\'s memory: bind (only the NUMA nodes of the chosen CPUs), preferred (those nodes first) or leave (the kernel\'s default: where the allocating CPU is). Set before exec, as numactl --membind/--preferred do' -r -f -a "bind\t'Allocate only on the nodes of the chosen CPUs (`numactl --membind`); an allocation those nodes cannot satisfy fails (or swaps) instead of spilling'
 preferred\t'Prefer the nodes of the chosen CPUs, spill elsewhere when they are full (`numactl --preferred`; several nodes need Linux 5.15\'s MPOL_PREFERRED_MANY)'
@@ -210,6 +216,9 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l rule -d 'Use the
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l core-type -d 'Only CPUs of this kind: performance or efficiency (a machine with one kind of core has only performance cores). Refused, never widened, when the kind cannot hold the request' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l prefer -d 'Among the cache groups able to hold the request: cache (the most L3 per core) or frequency (the highest preferred-core ranking, else maximum frequency)' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l near -d 'Near a device: a network interface, a PCI address (0000:81:00.0), a block device or a /dev path. Its NUMA node\'s CPUs first, the nearest nodes added when needed' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l sched-policy -d 'other, batch, idle, fifo or rr (fifo and rr need --sched-priority)' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l sched-priority -d 'The real-time priority, 1 to 99; with --sched-policy fifo or rr only' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l nice -d 'The nice value, -20 to 19; with no --sched-policy, other or batch' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -l memory -d 'follow: move its memory to the NUMA nodes of its CPUs (off the daemon\'s loop, no more often than memory.follow-interval); leave: do not move it' -r -f -a "follow\t'Move its memory to the nodes of its CPUs'
 leave\t'Do not move its memory'"
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand pin" -s v -l verbose -d 'More log output (repeat for more)'

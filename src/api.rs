@@ -95,6 +95,9 @@ pub struct PinRequest {
     /// as the pin, so a pid reused between the authorization and the pin cannot be
     /// another user's process. `None`: whoever owns it (root, `org.pinnerd.manage`).
     pub for_owner: Option<u32>,
+    /// `sched-policy`, `sched-priority`, `nice`: the class every thread of the process
+    /// gets while pinned (`None`: its own, or its rule's with `rule`).
+    pub sched: Option<crate::affinity::sched::Sched>,
 }
 
 /// Gives process `pid`, pinned at run time, its original masks back.

@@ -21,6 +21,7 @@
 //! cpusets, vanished tasks and permission errors for unit tests.
 
 pub mod restore;
+pub mod sched;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -163,6 +164,10 @@ pub trait AffinityOps {
     fn hold(&self, pid: i32, start_time: u64) -> Result<ProcessHandle, AffinityError>;
     /// Whether the held process is still running (its pid cannot have been reused).
     fn alive(&self, handle: &ProcessHandle) -> bool;
+    /// `sched_getattr(tid)`: its scheduling policy, priority and nice value.
+    fn get_sched(&self, tid: Tid) -> Result<sched::SchedAttr, AffinityError>;
+    /// `sched_setattr(tid, attr)`.
+    fn set_sched(&self, tid: Tid, attr: &sched::SchedAttr) -> Result<(), AffinityError>;
 }
 
 /// Sets `requested` on `tid`, reads it back and classifies the result.
@@ -378,6 +383,14 @@ impl AffinityOps for SystemOps {
         let rc = unsafe { libc::poll(&mut pfd, 1, 0) };
         rc == 0
     }
+
+    fn get_sched(&self, tid: Tid) -> Result<sched::SchedAttr, AffinityError> {
+        sched::get(tid)
+    }
+
+    fn set_sched(&self, tid: Tid, attr: &sched::SchedAttr) -> Result<(), AffinityError> {
+        sched::set(tid, attr)
+    }
 }
 
 /// Start time (clock ticks after boot) of task `tid` of process `pid`, from
@@ -458,6 +471,7 @@ pub fn list_tids(root: &SysRoot, pid: i32) -> Vec<Tid> {
 pub struct DryRunOps {
     real: SystemOps,
     planned: Mutex<BTreeMap<Tid, CpuSet>>,
+    planned_sched: Mutex<BTreeMap<Tid, sched::SchedAttr>>,
 }
 
 impl DryRunOps {
@@ -465,12 +479,21 @@ impl DryRunOps {
         DryRunOps {
             real: SystemOps::new(root),
             planned: Mutex::new(BTreeMap::new()),
+            planned_sched: Mutex::new(BTreeMap::new()),
         }
     }
 
     /// What would have been set, by task.
     pub fn planned(&self) -> BTreeMap<Tid, CpuSet> {
         self.planned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The scheduling classes that would have been set, by task.
+    pub fn planned_sched(&self) -> BTreeMap<Tid, sched::SchedAttr> {
+        self.planned_sched
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone()
@@ -511,6 +534,26 @@ impl AffinityOps for DryRunOps {
     fn alive(&self, handle: &ProcessHandle) -> bool {
         self.real.alive(handle)
     }
+
+    fn get_sched(&self, tid: Tid) -> Result<sched::SchedAttr, AffinityError> {
+        let real = self.real.get_sched(tid)?;
+        Ok(self
+            .planned_sched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&tid)
+            .copied()
+            .unwrap_or(real))
+    }
+
+    fn set_sched(&self, tid: Tid, attr: &sched::SchedAttr) -> Result<(), AffinityError> {
+        self.real.get_sched(tid)?;
+        self.planned_sched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(tid, *attr);
+        Ok(())
+    }
 }
 
 /// One recorded call of [`FakeOps`].
@@ -535,6 +578,10 @@ struct FakeState {
     denied: BTreeSet<Tid>,
     /// pid → start time of the process currently holding that pid.
     processes: BTreeMap<i32, u64>,
+    /// Scheduling classes set or given (a task not here is `SCHED_OTHER`, nice 0).
+    scheds: BTreeMap<Tid, sched::SchedAttr>,
+    /// Tasks whose class cannot be set (EPERM: a real-time priority over the limit).
+    sched_denied: BTreeSet<Tid>,
     calls: Vec<Call>,
 }
 
@@ -627,6 +674,21 @@ impl FakeOps {
     pub fn clear_calls(&self) {
         self.lock().calls.clear();
     }
+
+    /// The task's scheduling class now.
+    pub fn sched(&self, tid: Tid) -> sched::SchedAttr {
+        self.lock().scheds.get(&tid).copied().unwrap_or_default()
+    }
+
+    /// Someone else sets the task's class.
+    pub fn external_sched(&self, tid: Tid, attr: sched::SchedAttr) {
+        self.lock().scheds.insert(tid, attr);
+    }
+
+    /// Setting the task's class is refused with EPERM from now on.
+    pub fn deny_sched(&self, tid: Tid) {
+        self.lock().sched_denied.insert(tid);
+    }
 }
 
 impl AffinityOps for FakeOps {
@@ -671,6 +733,26 @@ impl AffinityOps for FakeOps {
 
     fn alive(&self, handle: &ProcessHandle) -> bool {
         self.lock().processes.get(&handle.pid) == Some(&handle.start_time)
+    }
+
+    fn get_sched(&self, tid: Tid) -> Result<sched::SchedAttr, AffinityError> {
+        let s = self.lock();
+        if s.gone.contains(&tid) || !s.masks.contains_key(&tid) {
+            return Err(AffinityError::Gone { tid });
+        }
+        Ok(s.scheds.get(&tid).copied().unwrap_or_default())
+    }
+
+    fn set_sched(&self, tid: Tid, attr: &sched::SchedAttr) -> Result<(), AffinityError> {
+        let mut s = self.lock();
+        if s.gone.contains(&tid) || !s.masks.contains_key(&tid) {
+            return Err(AffinityError::Gone { tid });
+        }
+        if s.sched_denied.contains(&tid) {
+            return Err(AffinityError::Permission { tid });
+        }
+        s.scheds.insert(tid, *attr);
+        Ok(())
     }
 }
 

@@ -14,7 +14,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{apply, list_tids, parse_stat, AffinityOps, Outcome, Tid};
+use super::sched::SchedAttr;
+use super::{apply, list_tids, parse_stat, AffinityError, AffinityOps, Outcome, Tid};
 use crate::cpuset::CpuSet;
 use crate::infile::{self, InError, Links};
 use crate::outfile;
@@ -86,6 +87,30 @@ pub struct RestoreEntry {
 pub struct ThreadRestore {
     pub original: CpuSet,
     pub applied: CpuSet,
+    /// The scheduling class a rule gave it (`sched-policy`, `sched-priority`, `nice`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sched: Option<SchedRestore>,
+}
+
+/// The scheduling class a thread had at first contact and the one we set: a thread
+/// still in ours is given its own back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SchedRestore {
+    pub original: SchedAttr,
+    pub applied: SchedAttr,
+}
+
+impl SchedRestore {
+    /// Puts `tid` back to its own class if it still has ours: `Ok(true)` when given
+    /// back, `Ok(false)` when someone else changed it since (left alone).
+    pub fn give_back(&self, ops: &dyn AffinityOps, tid: Tid) -> Result<bool, AffinityError> {
+        let current = ops.get_sched(tid)?;
+        if !current.has(&self.applied) {
+            return Ok(false);
+        }
+        ops.set_sched(tid, &self.original.restoring())?;
+        Ok(true)
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -241,6 +266,8 @@ impl Journal {
 pub struct RestoreReport {
     /// Tasks put back to their original mask.
     pub restored: usize,
+    /// Tasks put back to their original scheduling class.
+    pub restored_sched: usize,
     /// Tasks left alone because someone else changed them after us.
     pub left_alone: usize,
     /// Processes that exited or whose pid now belongs to another process.
@@ -276,6 +303,14 @@ pub fn restore_entries(
         }
         let mut ours = BTreeMap::new();
         for tid in list_tids(root, e.pid) {
+            if let Some(sched) = e.threads.get(&tid).and_then(|t| t.sched) {
+                match sched.give_back(ops, tid) {
+                    Ok(true) => report.restored_sched += 1,
+                    Ok(false) => report.left_alone += 1,
+                    Err(AffinityError::Gone { .. }) => {}
+                    Err(err) => report.failed.push((tid, err.to_string())),
+                }
+            }
             let Ok(current) = ops.get_affinity(tid) else {
                 continue;
             };
@@ -292,6 +327,7 @@ pub fn restore_entries(
                 ThreadRestore {
                     original: original.clone(),
                     applied: applied.clone(),
+                    sched: None,
                 },
             );
             match apply(ops, tid, original, online) {
@@ -328,6 +364,14 @@ mod tests {
                 ThreadRestore {
                     original: "0".parse().unwrap(),
                     applied: "3".parse().unwrap(),
+                    sched: Some(SchedRestore {
+                        original: SchedAttr::default(),
+                        applied: SchedAttr {
+                            policy: super::super::sched::SCHED_FIFO,
+                            priority: 50,
+                            ..SchedAttr::default()
+                        },
+                    }),
                 },
             )]),
         };

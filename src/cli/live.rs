@@ -304,6 +304,9 @@ impl DryRun<'_> {
             if let Some(line) = container_rule_line(&self.report.rules, p) {
                 let _ = writeln!(out, "    {line}");
             }
+            if let Some(line) = sched_rule_line(&self.report.rules, p) {
+                let _ = writeln!(out, "    {line}");
+            }
             if let Some(line) = p
                 .thread_entry
                 .and_then(|i| p.slots_line(self.mgr.entry_threads(&p.rule, i)))
@@ -457,6 +460,20 @@ fn matrix_to_plan_on(
 
 /// What the daemon would hold for a rule's unit plan, in one line: `isolate` and
 /// `unit-cpuset` (see `hold`); `None` for rules with neither.
+/// The scheduling class a unit's threads would get (`sched-policy`, `sched-priority`,
+/// `nice`).
+fn sched_rule_line(rules: &crate::rules::RuleSet, p: &crate::plan::UnitPlan) -> Option<String> {
+    let placement = match p.thread_entry {
+        None => crate::rules::ThreadPlacement::Process,
+        Some(i) => crate::rules::ThreadPlacement::Thread(i),
+    };
+    let sched = rules.get(&p.rule)?.sched_for(placement)?;
+    Some(format!(
+        "scheduling: {} for each thread it places, set when placed and given back when let go",
+        sched.words()
+    ))
+}
+
 fn hold_rule_line(
     rules: &crate::rules::RuleSet,
     p: &crate::plan::UnitPlan,

@@ -81,6 +81,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         // `--live` and `--pid` plan on top of `plan` (its stored matrix, its request):
         // they use `plan`, and `plan` knows neither.
         Command::Plan(args) => match args.pid {
+            _ if args.live && args.sched != place_flags::SchedFlags::default() => {
+                anyhow::bail!("--sched-policy, --sched-priority and --nice are for plan --pid")
+            }
             _ if args.live => live::run(&live::LiveArgs {
                 rules: args.rules,
                 config: args.config,

@@ -42,6 +42,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub place: PlaceFlags,
     #[command(flatten)]
+    pub sched: super::place_flags::SchedFlags,
+    #[command(flatten)]
     pub bus: BusArgs,
     /// The command's memory: bind (only the NUMA nodes of the chosen CPUs), preferred
     /// (those nodes first) or leave (the kernel's default: where the allocating CPU
@@ -80,6 +82,10 @@ pub struct PinArgs {
     pub pid: u32,
     #[command(flatten)]
     pub place: PlaceFlags,
+    /// The class of every thread while pinned, given back on release; a real-time
+    /// policy or a negative nice value only for a caller allowed to pin others.
+    #[command(flatten)]
+    pub sched: super::place_flags::SchedFlags,
     /// follow: move its memory to the NUMA nodes of its CPUs (off the daemon's loop,
     /// no more often than memory.follow-interval); leave: do not move it.
     #[arg(long, value_name = "WHAT", default_value = "leave")]
@@ -133,6 +139,7 @@ enum Asked {
 /// `pinnerd run`.
 pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let spec = args.place.spec()?;
+    let sched = args.sched.sched()?;
     let choice = choose(&args, &spec)?;
     if args.print {
         out!("{}", describe_choice(&choice, &spec, &args.bus.bus));
@@ -143,6 +150,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     set_own_cpus(&choice.cpus)?;
     set_own_memory(args.memory, &choice.cpus)?;
+    if let Some(sched) = sched {
+        // The caller's own rights, as chrt's: the kernel refuses what it may not give
+        // itself. The command and every thread it starts inherit the class.
+        let attr = crate::affinity::sched::SchedAttr {
+            flags: 0,
+            ..sched.attr()
+        };
+        crate::affinity::sched::set(own_tid(), &attr).with_context(|| {
+            format!(
+                "--sched-policy/--nice: cannot set the scheduling class {}",
+                sched.words()
+            )
+        })?;
+    }
     let (program, rest) = args
         .command
         .split_first()
@@ -422,13 +443,20 @@ fn bus_words(bus: &BusTarget) -> String {
 /// `pinnerd pin PID [PLACEMENT]`.
 pub fn pin(args: PinArgs) -> anyhow::Result<ExitCode> {
     let spec = args.place.spec()?;
+    let sched = args.sched.sched()?;
     block_on(async {
         let p = proxy(&args.bus.bus).await?;
+        let mut dict = crate::dbus::placement_dict_with(&spec, args.memory == PinMemory::Follow);
+        if let Some(s) = sched {
+            dict.insert("sched-policy", zbus::Variant::from(s.policy.to_string()));
+            if s.policy.is_realtime() {
+                dict.insert("sched-priority", zbus::Variant::from(i64::from(s.priority)));
+            } else if s.nice != 0 {
+                dict.insert("nice", zbus::Variant::from(i64::from(s.nice)));
+            }
+        }
         let cpus = p
-            .pin_process_with(
-                args.pid,
-                crate::dbus::placement_dict_with(&spec, args.memory == PinMemory::Follow),
-            )
+            .pin_process_with(args.pid, dict)
             .await
             .map_err(|e| anyhow::anyhow!(message(&e)))
             .context("PinProcessWith")?;

@@ -88,6 +88,36 @@ impl PlaceFlags {
     }
 }
 
+/// `run --sched-policy`, `--sched-priority` and `--nice`: the command's scheduling class,
+/// the vocabulary and the bounds of a rule's keys of those names. Set on the command
+/// before exec, with the caller's own rights (as `chrt` and `nice` do): the kernel
+/// refuses a real-time policy or a negative nice value the caller may not give itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Args)]
+pub struct SchedFlags {
+    /// other, batch, idle, fifo or rr (fifo and rr need --sched-priority).
+    #[arg(long, value_name = "POLICY")]
+    pub sched_policy: Option<crate::affinity::sched::SchedPolicy>,
+    /// The real-time priority, 1 to 99; with --sched-policy fifo or rr only.
+    #[arg(long, value_name = "N")]
+    pub sched_priority: Option<i64>,
+    /// The nice value, -20 to 19; with no --sched-policy, other or batch.
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub nice: Option<i64>,
+}
+
+impl SchedFlags {
+    /// The class these flags ask for, checked as a rule's keys are; `None` without any.
+    pub fn sched(&self) -> anyhow::Result<Option<crate::affinity::sched::Sched>> {
+        crate::affinity::sched::Sched::checked(
+            self.sched_policy,
+            self.sched_priority,
+            self.nice,
+            "--",
+        )
+        .map_err(anyhow::Error::msg)
+    }
+}
+
 /// A placement in words: `2 CPUs (compact, smt avoid) within 0-7`, `CPUs 3-4`,
 /// `rule "feed"`.
 pub fn describe(spec: &PlaceSpec) -> String {
@@ -154,6 +184,45 @@ mod tests {
             spec(&["--rule", "feed"]).unwrap(),
             PlaceSpec::Rule("feed".into())
         );
+    }
+
+    #[derive(Debug, Parser)]
+    struct S {
+        #[command(flatten)]
+        sched: SchedFlags,
+    }
+
+    fn sched(args: &[&str]) -> anyhow::Result<Option<crate::affinity::sched::Sched>> {
+        let s = S::try_parse_from(std::iter::once("t").chain(args.iter().copied()))?;
+        s.sched.sched()
+    }
+
+    #[test]
+    fn the_sched_flags_are_checked_as_the_rule_keys_are() {
+        assert_eq!(sched(&[]).unwrap(), None);
+        let words = |a: &[&str]| sched(a).unwrap().unwrap().words();
+        assert_eq!(words(&["--nice", "-5"]), "other nice -5");
+        assert_eq!(
+            words(&["--sched-policy", "fifo", "--sched-priority", "20"]),
+            "fifo 20"
+        );
+        for (args, want) in [
+            (&["--sched-policy", "rr"][..], "needs --sched-priority"),
+            (
+                &["--sched-policy", "fifo", "--sched-priority", "100"][..],
+                "1 to 99",
+            ),
+            (&["--sched-priority", "3"][..], "only for"),
+            (&["--nice", "20"][..], "-20 to 19"),
+            (&["--sched-policy", "idle", "--nice", "1"][..], "not for"),
+            (
+                &["--sched-policy", "deadline"][..],
+                "other, batch, idle, fifo, rr",
+            ),
+        ] {
+            let e = sched(args).unwrap_err().to_string();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
     }
 
     #[test]

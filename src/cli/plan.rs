@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 
 use super::place_flags::ShapeFlags;
 use crate::advice::{self, GroundSpec, Measuring};
@@ -48,6 +48,10 @@ pub struct PlanArgs {
     /// both, as the daemon does). Changes nothing.
     #[arg(long, value_name = "PID", conflicts_with = "live")]
     pub pid: Option<u32>,
+    /// With --pid: the class `pinnerd pin PID` with these flags would give its threads
+    /// (without --count, the rule's own keys of these names are shown).
+    #[command(flatten)]
+    pub sched: super::place_flags::SchedFlags,
     /// Rule directories for --live (default: the settings' `rule-dirs`, /etc/pinnerd.d).
     #[arg(long = "rules")]
     pub rules: Vec<PathBuf>,
@@ -74,6 +78,9 @@ pub struct PlanArgs {
 /// `plan --count`; `plan --live` and `plan --pid` are dispatched beside it by the
 /// command line's `run`, which this module does not know.
 pub fn run(args: PlanArgs) -> anyhow::Result<ExitCode> {
+    if args.sched != super::place_flags::SchedFlags::default() {
+        bail!("--sched-policy, --sched-priority and --nice are for plan --pid");
+    }
     let count = args.count.context("--count is required")? as usize;
     let req = advice::count_request(
         count,

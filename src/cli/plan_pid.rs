@@ -37,6 +37,9 @@ struct PidPlan {
     advice: Advice,
     memory: MemoryView,
     reason: Option<String>,
+    /// The class its threads would get: the flags' (`--sched-policy`, …), else its
+    /// rule's `[rule.place]` keys of those names.
+    sched: Option<crate::affinity::sched::Sched>,
 }
 
 pub fn run(args: &PlanArgs, pid: u32) -> anyhow::Result<ExitCode> {
@@ -52,13 +55,15 @@ fn plan_pid(args: &PlanArgs, pid: u32) -> anyhow::Result<PidPlan> {
     let policy = LoadPolicy::for_current_process();
     let settings = Settings::load_or_default(&args.config, &policy)
         .map_err(|e| ConfigInvalid(e.to_string()))?;
-    let (request, rule) = match args.count {
-        Some(n) => (flags_request(args, n), None),
+    let flags_sched = args.sched.sched()?;
+    let (request, rule, rule_sched) = match args.count {
+        Some(n) => (flags_request(args, n), None, None),
         None => {
-            let (req, name) = rule_request(args, &settings, &policy, pid, &snap.info)?;
-            (req, Some(name))
+            let (req, name, sched) = rule_request(args, &settings, &policy, pid, &snap.info)?;
+            (req, Some(name), sched)
         }
     };
+    let sched = flags_sched.or(rule_sched);
     let count = match &request.target {
         CpuTarget::Count(n) => *n as usize,
         CpuTarget::Cpus(c) => bail!(
@@ -100,6 +105,7 @@ fn plan_pid(args: &PlanArgs, pid: u32) -> anyhow::Result<PidPlan> {
         advice,
         memory,
         reason,
+        sched,
     })
 }
 
@@ -140,7 +146,11 @@ fn rule_request(
     policy: &LoadPolicy,
     pid: u32,
     info: &crate::rules::ProcessInfo,
-) -> anyhow::Result<(PlacementRequest, String)> {
+) -> anyhow::Result<(
+    PlacementRequest,
+    String,
+    Option<crate::affinity::sched::Sched>,
+)> {
     let dirs = settings.rule_dirs_or(&args.rules);
     let report = load_dirs(&dirs, policy);
     let shown: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
@@ -161,7 +171,11 @@ fn rule_request(
             )
         }
     })?;
-    Ok((m.rule.place_request()?, m.rule.name.clone()))
+    Ok((
+        m.rule.place_request()?,
+        m.rule.name.clone(),
+        m.rule.place_sched,
+    ))
 }
 
 /// Where its memory is weighed (a compact count without a shape, on several nodes):
@@ -220,6 +234,9 @@ struct PidPlanJson<'a> {
     memory_nodes: crate::memory::NodeBytes,
     /// Why memory moved the choice or not; `one node` on one node.
     memory_reason: Option<String>,
+    /// The scheduling class its threads would get (`fifo 50`, `batch nice 5`); `null`:
+    /// their own.
+    sched: Option<String>,
 }
 
 impl PidPlan {
@@ -238,6 +255,7 @@ impl PidPlan {
                 (MemoryView::OneNode, _) => Some("one node".to_string()),
                 (_, r) => r.clone(),
             },
+            sched: self.sched.map(|s| s.words()),
         };
         serde_json::to_value(j).expect("plain data serializes")
     }
@@ -259,6 +277,12 @@ impl PidPlan {
         s.push_str(&format!("  {}\n", self.memory));
         if let Some(r) = &self.reason {
             s.push_str(&format!("  {r}\n"));
+        }
+        if let Some(c) = &self.sched {
+            s.push_str(&format!(
+                "  scheduling: {} for every thread it places (nothing is changed)\n",
+                c.words()
+            ));
         }
         s
     }

@@ -325,6 +325,20 @@ impl Admission {
         })
     }
 
+    /// A caller who may pin its own processes asks for what only a caller allowed to pin
+    /// others may give (a real-time class): polkit's `org.pinnerd.manage`, or root.
+    pub(super) async fn authorize_manage(
+        &self,
+        conn: &Connection,
+        header: &Header<'_>,
+        method: &str,
+        uid: u32,
+        pid: u32,
+    ) -> Result<()> {
+        self.authorize(conn, header, method, uid, Action::Manage, Some(pid))
+            .await
+    }
+
     /// Root passes; anyone else as polkit decides for `action`; without polkit, root
     /// only.
     async fn authorize(

@@ -15,7 +15,7 @@ use zbus::{interface, Connection};
 
 use super::admission::{check_body, check_len, Admission, Callers, RateLimiter};
 use super::error::{command_error, MethodError, Result};
-use super::placement::{memory_follow, place_spec};
+use super::placement::{memory_follow, place_spec, sched_of};
 use crate::api::{
     Call, Explained, ManagedEntry, MatrixReply, PinRequest, PlaceSpec, ReleaseRequest, Reloaded,
     ReplyTo, Snapshot,
@@ -99,24 +99,27 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
             .await
     }
 
-    /// `PinProcess` and `PinProcessWith`, one path: admitted, then pinned by the loop;
-    /// the CPUs chosen.
+    /// `PinProcess` and `PinProcessWith`, one path: admitted (`pin.for_owner` is set
+    /// here), then pinned by the loop; the CPUs chosen.
     async fn pin(
         &self,
         conn: &Connection,
         header: &Header<'_>,
         method: &str,
-        pid: u32,
-        place: PlaceSpec,
-        follow: Option<bool>,
+        mut pin: PinRequest,
     ) -> Result<String> {
+        let pid = pin.pid;
         let for_owner = self.admit_pin(conn, header, method, pid).await?;
-        let pin = PinRequest {
-            pid,
-            place,
-            follow,
-            for_owner,
-        };
+        if let (Some(uid), Some(s)) = (for_owner, &pin.sched) {
+            if s.privileged() {
+                // A real-time class or a raised priority is not the owner's to give
+                // through the daemon: only a caller allowed to pin others may.
+                self.admission
+                    .authorize_manage(conn, header, method, uid, pid)
+                    .await?;
+            }
+        }
+        pin.for_owner = for_owner;
         let cpus = self.forward(|reply| Call::Pin { pin, reply }).await?;
         Ok(cpus.to_string())
     }
@@ -521,8 +524,14 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         check_len("smt", smt)?;
         let (policy, smt) = words(policy, smt)?;
         let place = PlaceSpec::count(count, policy, smt);
-        self.pin(conn, &header, "PinProcess", pid, place, None)
-            .await
+        let pin = PinRequest {
+            pid,
+            place,
+            follow: None,
+            for_owner: None,
+            sched: None,
+        };
+        self.pin(conn, &header, "PinProcess", pin).await
     }
 
     /// Gives a process pinned by `PinProcess` its original masks back.
@@ -558,8 +567,11 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     /// `PinProcess` in the whole vocabulary of a rule's `[rule.place]`: `placement` holds
     /// `count` (u), `policy`, `smt`, `within`, `cpus` (s, CPU lists in the kernel's
     /// format) or `rule` (s, a loaded rule whose `[rule.place]` to use), and `memory`
-    /// (s, `follow` or `leave`: move its memory to the nodes of its CPUs). Pins every
-    /// thread of `pid` among the CPUs no exclusive rule holds; returns the CPUs.
+    /// (s, `follow` or `leave`: move its memory to the nodes of its CPUs), and
+    /// `sched-policy` (s), `sched-priority` and `nice` (x): the class of every thread
+    /// while pinned, a real-time one or a negative nice value only for a caller allowed
+    /// to pin others. Pins every thread of `pid` among the CPUs no exclusive rule holds;
+    /// returns the CPUs.
     #[zbus(out_args("cpus"))]
     async fn pin_process_with(
         &self,
@@ -571,8 +583,15 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         check_body(&header, "PinProcessWith")?;
         let place = place_spec(&placement)?;
         let follow = memory_follow(&placement)?;
-        self.pin(conn, &header, "PinProcessWith", pid, place, Some(follow))
-            .await
+        let sched = sched_of(&placement)?;
+        let pin = PinRequest {
+            pid,
+            place,
+            follow: Some(follow),
+            for_owner: None,
+            sched,
+        };
+        self.pin(conn, &header, "PinProcessWith", pin).await
     }
 
     /// `Explain` for programs: a JSON object with `pid`, `managed`, `rule`, `comm`,

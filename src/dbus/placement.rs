@@ -9,7 +9,7 @@ use super::error::{MethodError, Result};
 use crate::api::{PlaceParts, PlaceSpec};
 
 /// The keys of a `placement` dict (`PinProcessWith`, `PlanWith`).
-pub const PLACEMENT_KEYS: [&str; 10] = [
+pub const PLACEMENT_KEYS: [&str; 13] = [
     "count",
     "policy",
     "smt",
@@ -20,7 +20,47 @@ pub const PLACEMENT_KEYS: [&str; 10] = [
     "prefer",
     "near",
     "memory",
+    "sched-policy",
+    "sched-priority",
+    "nice",
 ];
+
+/// The keys of a placement dict that are not about CPUs: `rule` may come with them.
+const NOT_CPU_KEYS: [&str; 4] = ["memory", "sched-policy", "sched-priority", "nice"];
+
+/// The `sched-policy` (s), `sched-priority` and `nice` (x, or any integer type) keys of
+/// a placement dict, checked as a rule's keys are; `None` without any.
+pub fn sched_of(
+    dict: &HashMap<String, zbus::OwnedVariant>,
+) -> Result<Option<crate::affinity::sched::Sched>> {
+    let invalid = |m: String| MethodError::InvalidArgs(format!("placement: {m}"));
+    let policy = match dict.get("sched-policy") {
+        None => None,
+        Some(v) => {
+            let s = String::try_from(&**v)
+                .map_err(|_| invalid("sched-policy: a string (s) is expected".into()))?;
+            check_len("sched-policy", &s)?;
+            parse_word(Some(s)).map_err(invalid)?
+        }
+    };
+    let int = |key: &str| -> Result<Option<i64>> {
+        let Some(v) = dict.get(key) else {
+            return Ok(None);
+        };
+        let n = match &**v {
+            zbus::Variant::I64(n) => *n,
+            zbus::Variant::I32(n) => i64::from(*n),
+            zbus::Variant::U32(n) => i64::from(*n),
+            zbus::Variant::I16(n) => i64::from(*n),
+            zbus::Variant::U16(n) => i64::from(*n),
+            zbus::Variant::U8(n) => i64::from(*n),
+            _ => return Err(invalid(format!("{key}: an integer (x) is expected"))),
+        };
+        Ok(Some(n))
+    };
+    crate::affinity::sched::Sched::checked(policy, int("sched-priority")?, int("nice")?, "")
+        .map_err(invalid)
+}
 
 /// The `memory` key of a placement dict: `"follow"` (true) or `"leave"` (false, also
 /// when absent).
@@ -72,7 +112,10 @@ pub fn place_spec(dict: &HashMap<String, zbus::OwnedVariant>) -> Result<PlaceSpe
             .transpose()
     };
     if let Some(rule) = text("rule")? {
-        if keys.iter().any(|k| *k != "rule" && *k != "memory") {
+        if keys
+            .iter()
+            .any(|k| *k != "rule" && !NOT_CPU_KEYS.contains(k))
+        {
             return Err(invalid("`rule` cannot be given with other keys".into()));
         }
         if rule.is_empty() {

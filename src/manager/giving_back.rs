@@ -5,6 +5,7 @@
 //!
 //! Must not touch: which processes are managed (see `tracking`), the plan itself.
 
+use super::applying::give_back_sched;
 use super::{Change, Manager};
 use crate::affinity::restore::RestoreError;
 use crate::affinity::Outcome;
@@ -27,7 +28,13 @@ impl Manager {
         let mut restored = 0;
         let mut left = 0;
         for (tid, t) in &m.threads {
-            if t.released || (*tid != pid && !self.procs.is_task_of(pid, *tid)) {
+            if *tid != pid && !self.procs.is_task_of(pid, *tid) {
+                continue;
+            }
+            if let Some(sched) = &t.sched {
+                give_back_sched(self.ops.as_ref(), (pid, *tid), sched, reason);
+            }
+            if t.released {
                 continue;
             }
             let Some(ours) = t.outcome.effective() else {

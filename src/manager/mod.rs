@@ -271,6 +271,8 @@ struct ManagedThread {
     released: bool,
     /// CPUs or rules changed: apply again even if the mask looks unchanged.
     stale: bool,
+    /// The scheduling class its rule gave it, and the one it had before.
+    sched: Option<crate::affinity::restore::SchedRestore>,
 }
 
 impl ManagedThread {
@@ -290,6 +292,7 @@ impl ManagedThread {
             outcome,
             released: false,
             stale: false,
+            sched: None,
         }
     }
 }
@@ -315,6 +318,9 @@ struct Managed {
     /// Tasks a previous run had changed, with the masks they had before it (see
     /// [`Manager::recover`]): their originals when met, whatever they read now.
     recovered: BTreeMap<Tid, CpuSet>,
+    /// Pinned at run time with a class for every thread (`PinProcessWith`'s
+    /// `sched-policy`, `pinnerd pin --sched-policy`).
+    runtime_sched: Option<crate::affinity::sched::Sched>,
 }
 
 impl Managed {
@@ -565,11 +571,13 @@ impl Manager {
         if !entries.is_empty() {
             tracing::info!(
                 restored = report.restored,
+                restored_sched = report.restored_sched,
                 left_alone = report.left_alone,
                 gone = report.gone,
-                "restored masks left by a previous run: {} given back, {} left alone (changed \
-                 since), {} processes gone",
+                "restored masks left by a previous run: {} given back, {} scheduling classes \
+                 given back, {} left alone (changed since), {} processes gone",
                 report.restored,
+                report.restored_sched,
                 report.left_alone,
                 report.gone
             );

@@ -272,6 +272,14 @@ impl Manager {
                         ),
                         None => what,
                     };
+                    let what = match &t.sched {
+                        Some(c) => format!(
+                            "{what}; scheduling {} (had {})",
+                            c.applied.words(),
+                            c.original.words()
+                        ),
+                        None => what,
+                    };
                     let _ = writeln!(s, "  tid {tid} ({}): {what}", t.comm);
                 }
             }
@@ -311,15 +319,18 @@ impl Manager {
                     .filter(|(_, t)| !t.released)
                     .filter_map(|(tid, t)| {
                         let eff = t.outcome.effective()?;
-                        (t.original != m.original || *eff != applied).then(|| {
-                            (
-                                *tid,
-                                restore::ThreadRestore {
-                                    original: t.original.clone(),
-                                    applied: eff.clone(),
-                                },
-                            )
-                        })
+                        (t.original != m.original || *eff != applied || t.sched.is_some()).then(
+                            || {
+                                (
+                                    *tid,
+                                    restore::ThreadRestore {
+                                        original: t.original.clone(),
+                                        applied: eff.clone(),
+                                        sched: t.sched,
+                                    },
+                                )
+                            },
+                        )
                     })
                     .collect();
                 Some(RestoreEntry {

@@ -314,6 +314,7 @@ impl Manager {
         self.managed.insert(
             pid,
             Managed {
+                runtime_sched: None,
                 handle,
                 comm: snap.info.comm.clone(),
                 source,

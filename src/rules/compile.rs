@@ -14,6 +14,7 @@ use toml::Spanned;
 
 use super::error::{echo, LineIndex, Location, RuleError, RuleErrorKind};
 use super::format::{MatchSpec, OneOrMany, PlaceKeys, RuleFile, RuleSpec, ThreadSpec, UserSpec};
+use crate::affinity::sched::{Sched, SchedPolicy, RT_PRIORITY_MAX};
 use crate::cpuset::CpuSet;
 use crate::placement::{Policy, Shape, SmtPolicy};
 
@@ -231,6 +232,8 @@ pub struct ThreadRule {
     pub at: Location,
     /// `isolate = true`: its CPUs are an isolated cpuset partition while held.
     pub isolate: bool,
+    /// `sched-policy`, `sched-priority`, `nice`: the class its threads get.
+    pub sched: Option<Sched>,
 }
 
 /// A validated, compiled rule.
@@ -260,6 +263,9 @@ pub struct Rule {
     /// `unit-cpuset = true` in `[rule.place]`: its processes' systemd unit is confined
     /// to its CPUs (see `hold`).
     pub unit_cpuset: bool,
+    /// `sched-policy`, `sched-priority`, `nice` in `[rule.place]`: the class of the
+    /// threads no `[[rule.threads]]` entry takes.
+    pub place_sched: Option<Sched>,
 }
 
 impl Rule {
@@ -366,6 +372,10 @@ pub fn compile_file(
             .place
             .as_ref()
             .and_then(|p| place_request(&mut cx, "[rule.place]", p.get_ref().keys(), p.span()));
+        let place_sched = spec
+            .place
+            .as_ref()
+            .and_then(|p| sched_of(&mut cx, "[rule.place]", p.get_ref().keys()));
         let mut threads = Vec::new();
         for t in &spec.threads {
             if let Some(tr) = compile_thread(&mut cx, t.get_ref()) {
@@ -384,6 +394,9 @@ pub fn compile_file(
             if !container_holds_nothing(&mut cx, name, m.get_ref(), spec) {
                 hold_needs_owner(&mut cx, name, m.get_ref(), spec);
             }
+        }
+        if let Some(m) = &spec.matches {
+            sched_needs_owner(&mut cx, name, m.get_ref(), spec);
         }
         if cx.errors.len() == before {
             rules.push(Rule {
@@ -419,6 +432,7 @@ pub fn compile_file(
                     .as_ref()
                     .and_then(|p| p.get_ref().unit_cpuset.as_ref())
                     .is_some_and(|u| *u.get_ref()),
+                place_sched,
             });
         }
     }
@@ -785,6 +799,7 @@ fn compile_thread(cx: &mut Ctx<'_>, t: &ThreadSpec) -> Option<ThreadRule> {
         );
         return None;
     }
+    let sched = sched_of(cx, section, t.keys());
     let request = request?;
     Some(ThreadRule {
         comm: comm?,
@@ -792,5 +807,97 @@ fn compile_thread(cx: &mut Ctx<'_>, t: &ThreadSpec) -> Option<ThreadRule> {
         shared: t.shared.as_ref().is_some_and(|s| *s.get_ref()),
         at: cx.lines.locate(t.comm.span().start),
         isolate: t.isolate.as_ref().is_some_and(|i| *i.get_ref()),
+        sched,
+    })
+}
+
+/// A real-time policy or a negative nice value is what only a privileged user may give
+/// a thread: what triggers it must be something no user can imitate, as for a hold
+/// ([`hold_needs_owner`]). Said at the first such key.
+fn sched_needs_owner(cx: &mut Ctx<'_>, name: &str, m: &MatchSpec, spec: &RuleSpec) {
+    if m.user.is_some() || m.unit.is_some() {
+        return;
+    }
+    let tables = spec
+        .place
+        .iter()
+        .map(|p| p.get_ref().keys())
+        .chain(spec.threads.iter().map(|t| t.get_ref().keys()));
+    for k in tables {
+        let realtime = k
+            .sched_policy
+            .as_ref()
+            .filter(|p| p.get_ref().is_realtime())
+            .map(|p| (p.span(), "sched-policy"));
+        let raised = k
+            .nice
+            .as_ref()
+            .filter(|n| *n.get_ref() < 0)
+            .map(|n| (n.span(), "nice"));
+        if let Some((span, key)) = realtime.or(raised) {
+            let name = echo(name);
+            cx.err(&span, RuleErrorKind::SchedNeedsOwner { name, key });
+            return;
+        }
+    }
+}
+
+/// The scheduling class a table's `sched-policy`, `sched-priority` and `nice` give its
+/// threads, or `None` (none given, or errors said). `nice` alone means `other`.
+fn sched_of(cx: &mut Ctx<'_>, section: &'static str, f: PlaceKeys<'_>) -> Option<Sched> {
+    if f.sched_policy.is_none() && f.sched_priority.is_none() && f.nice.is_none() {
+        return None;
+    }
+    let policy = f
+        .sched_policy
+        .as_ref()
+        .map_or(SchedPolicy::Other, |p| *p.get_ref());
+    let policy_span = f.sched_policy.as_ref().map(Spanned::span);
+    let before = cx.errors.len();
+    let mut priority = 0;
+    let mut nice = 0;
+    if policy.is_realtime() {
+        let span = policy_span.clone().unwrap_or_default();
+        if !f.exclusive.as_ref().is_some_and(|e| *e.get_ref()) {
+            let policy = policy.word();
+            cx.err(
+                &span,
+                RuleErrorKind::RealtimeNeedsExclusive { section, policy },
+            );
+        }
+        match f.sched_priority {
+            None => {
+                let policy = policy.word();
+                cx.err(
+                    &span,
+                    RuleErrorKind::RealtimeNeedsPriority { section, policy },
+                );
+            }
+            Some(p) => match u32::try_from(*p.get_ref()) {
+                Ok(v) if (1..=RT_PRIORITY_MAX).contains(&v) => priority = v,
+                _ => {
+                    let value = *p.get_ref();
+                    cx.err(&p.span(), RuleErrorKind::PriorityRange { section, value });
+                }
+            },
+        }
+    } else if let Some(p) = f.sched_priority {
+        cx.err(&p.span(), RuleErrorKind::PriorityNeedsRealtime { section });
+    }
+    if let Some(n) = f.nice {
+        if !matches!(policy, SchedPolicy::Other | SchedPolicy::Batch) {
+            let policy = policy.word();
+            cx.err(&n.span(), RuleErrorKind::NiceWithPolicy { section, policy });
+        } else if !(-20..=19).contains(n.get_ref()) {
+            let value = *n.get_ref();
+            cx.err(&n.span(), RuleErrorKind::NiceRange { section, value });
+        } else {
+            nice = *n.get_ref() as i32;
+        }
+    }
+    (cx.errors.len() == before).then_some(Sched {
+        policy,
+        priority,
+        nice,
     })
 }

@@ -151,6 +151,29 @@ pub enum RuleErrorKind {
     CpusAndCount { section: &'static str },
     #[error("{section}: `isolate = true` needs `exclusive = true`: CPUs no other task may use cannot be shared with other rules")]
     IsolateNeedsExclusive { section: &'static str },
+    #[error("{section}: `sched-policy = \"{policy}\"` needs `exclusive = true`: a real-time thread runs before every other task of its CPUs and starves what else runs there")]
+    RealtimeNeedsExclusive {
+        section: &'static str,
+        policy: &'static str,
+    },
+    #[error("{section}: `sched-policy = \"{policy}\"` needs `sched-priority` (1 to 99; higher runs first)")]
+    RealtimeNeedsPriority {
+        section: &'static str,
+        policy: &'static str,
+    },
+    #[error("{section}: `sched-priority` is only for `sched-policy = \"fifo\"` or `\"rr\"`")]
+    PriorityNeedsRealtime { section: &'static str },
+    #[error("{section}: `sched-priority = {value}` is out of range: 1 to 99")]
+    PriorityRange { section: &'static str, value: i64 },
+    #[error("{section}: `nice` is not for `sched-policy = \"{policy}\"` (a real-time thread's order is its `sched-priority`; an idle thread's nice value means nothing)")]
+    NiceWithPolicy {
+        section: &'static str,
+        policy: &'static str,
+    },
+    #[error("{section}: `nice = {value}` is out of range: -20 to 19")]
+    NiceRange { section: &'static str, value: i64 },
+    #[error("rule {name:?}: `{key}` asks for what only a privileged user may give a thread, so the rule must name whose processes may get it: add `user` (the owners) or `unit` (a system service) to [rule.match]; comm, exe, cmdline and cgroup are chosen by whoever starts the process")]
+    SchedNeedsOwner { name: String, key: &'static str },
     #[error("[[rule.threads]]: `isolate = true` makes the process's unit the partition, [rule.place]'s CPUs with it: [rule.place] needs `exclusive = true` too")]
     IsolateNeedsExclusivePlace,
     #[error("rule {name:?}: `{key} = true` changes the machine for every user, so the rule must name whose processes may trigger it: add `user` (the owners, e.g. `user = \"mdfeed\"`) or `unit` (a system service: its main process) to [rule.match]; comm, exe, cmdline and cgroup are chosen by whoever starts the process")]

@@ -12,6 +12,7 @@ use serde::de::{self, IntoDeserializer};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use toml::Spanned;
 
+use crate::affinity::sched::SchedPolicy;
 use crate::cpuset::CpuSet;
 use crate::placement::{Policy, Prefer, SmtPolicy};
 use crate::topology::CoreType;
@@ -120,8 +121,8 @@ impl MatchSpec {
 
 /// Declares a table that takes the placement keys `[rule.place]` and `[[rule.threads]]`
 /// share (`cpus`, `count`, `within`, `policy`, `smt`, `exclusive`, `core-type`, `prefer`,
-/// `near`, `isolate`) between its own keys before and after the `..`, and its `keys()`: a view of
-/// those shared keys. One list, so that the two tables cannot drift apart; not
+/// `near`, `isolate`, `sched-policy`, `sched-priority`, `nice`) between its own keys
+/// before and after the `..`, and its `keys()`: a view of those shared keys. One list, so that the two tables cannot drift apart; not
 /// `#[serde(flatten)]`, which would drop `deny_unknown_fields` and the spans.
 macro_rules! placement_table {
     (
@@ -179,6 +180,25 @@ macro_rules! placement_table {
             /// partition: no task outside the rule's processes runs there (see `hold`).
             #[serde(default, skip_serializing_if = "Option::is_none")]
             pub isolate: Option<Spanned<bool>>,
+            /// The scheduling policy of the threads it places: `other`, `batch`, `idle`,
+            /// `fifo` or `rr` (see `affinity::sched`).
+            #[serde(
+                rename = "sched-policy",
+                default,
+                skip_serializing_if = "Option::is_none",
+                deserialize_with = "opt_word"
+            )]
+            pub sched_policy: Option<Spanned<SchedPolicy>>,
+            /// With `sched-policy = "fifo"` or `"rr"`: the real-time priority, 1 to 99.
+            #[serde(
+                rename = "sched-priority",
+                default,
+                skip_serializing_if = "Option::is_none"
+            )]
+            pub sched_priority: Option<Spanned<i64>>,
+            /// With no policy, `other` or `batch`: the nice value, -20 to 19.
+            #[serde(default, skip_serializing_if = "Option::is_none")]
+            pub nice: Option<Spanned<i64>>,
             $( $(#[$tail_meta])* pub $tail: $tail_type, )*
         }
 
@@ -196,6 +216,9 @@ macro_rules! placement_table {
                     prefer: &self.prefer,
                     near: &self.near,
                     isolate: &self.isolate,
+                    sched_policy: &self.sched_policy,
+                    sched_priority: &self.sched_priority,
+                    nice: &self.nice,
                 }
             }
         }
@@ -215,6 +238,9 @@ pub struct PlaceKeys<'a> {
     pub prefer: &'a Option<Spanned<Prefer>>,
     pub near: &'a Option<Spanned<String>>,
     pub isolate: &'a Option<Spanned<bool>>,
+    pub sched_policy: &'a Option<Spanned<SchedPolicy>>,
+    pub sched_priority: &'a Option<Spanned<i64>>,
+    pub nice: &'a Option<Spanned<i64>>,
 }
 
 placement_table! {

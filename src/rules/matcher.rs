@@ -138,6 +138,16 @@ impl Rule {
             .or(self.place.as_ref().map(|_| ThreadPlacement::Process))
     }
 
+    /// The scheduling class the rule gives the threads of a [`ThreadPlacement`]: an
+    /// entry's own (not `[rule.place]`'s), or `[rule.place]`'s for the threads no entry
+    /// takes.
+    pub fn sched_for(&self, placement: ThreadPlacement) -> Option<crate::affinity::sched::Sched> {
+        match placement {
+            ThreadPlacement::Process => self.place_sched,
+            ThreadPlacement::Thread(i) => self.threads.get(i).and_then(|t| t.sched),
+        }
+    }
+
     /// The placement request behind a [`ThreadPlacement`].
     pub fn request(&self, placement: ThreadPlacement) -> Option<&PlacementRequest> {
         match placement {

@@ -555,3 +555,86 @@ fn container_keys_are_checked_and_holds_are_refused_on_container_rules() {
     let unit = "[[rule]]\nname = \"a\"\n[rule.match]\npod = \"c\"\nuser = \"root\"\n[rule.place]\ncount = 1\nunit-cpuset = true\n";
     assert!(err(unit).contains("`unit-cpuset = true` is not for container rules"));
 }
+
+#[test]
+fn sched_keys_are_compiled_per_table_and_checked() {
+    let rule = |place: &str, thread: &str| {
+        format!(
+            "[[rule]]\nname = \"s\"\n[rule.match]\ncomm = \"s\"\nuser = 0\n[rule.place]\ncpus = \"0-1\"\nexclusive = true\n{place}[[rule.threads]]\ncomm = \"rx\"\ncpus = \"1\"\n{thread}"
+        )
+    };
+    let r = &compile(&rule(
+        "sched-policy = \"batch\"\nnice = 5\n",
+        "exclusive = true\nsched-policy = \"fifo\"\nsched-priority = 50\n",
+    ))
+    .unwrap()[0];
+    let batch = crate::affinity::sched::Sched {
+        policy: crate::affinity::sched::SchedPolicy::Batch,
+        priority: 0,
+        nice: 5,
+    };
+    assert_eq!(r.place_sched, Some(batch));
+    let fifo = r.threads[0].sched.unwrap();
+    assert_eq!(fifo.words(), "fifo 50");
+    assert_eq!(compile(&rule("", "")).unwrap()[0].threads[0].sched, None);
+    // `nice` alone keeps the normal policy.
+    let r = &compile(&rule("nice = -3\n", "")).unwrap()[0];
+    assert_eq!(r.place_sched.unwrap().words(), "other nice -3");
+
+    // A real-time policy only on CPUs held exclusive: the entry's own table.
+    let e = err(&rule("", "sched-policy = \"fifo\"\nsched-priority = 50\n"));
+    assert_eq!(
+        e,
+        "t.toml:12:16: [[rule.threads]]: `sched-policy = \"fifo\"` needs `exclusive = true`: a real-time thread runs before every other task of its CPUs and starves what else runs there"
+    );
+    let e = err(&rule("", "exclusive = true\nsched-policy = \"rr\"\n"));
+    assert!(
+        e.starts_with("t.toml:13:16:") && e.contains("needs `sched-priority`"),
+        "{e}"
+    );
+    let e = err(&rule(
+        "",
+        "exclusive = true\nsched-policy = \"fifo\"\nsched-priority = 100\n",
+    ));
+    assert!(
+        e.starts_with("t.toml:14:18:") && e.contains("1 to 99"),
+        "{e}"
+    );
+    let e = err(&rule(
+        "",
+        "exclusive = true\nsched-policy = \"rr\"\nsched-priority = 0\n",
+    ));
+    assert!(
+        e.starts_with("t.toml:14:18:") && e.contains("out of range"),
+        "{e}"
+    );
+    let e = err(&rule("sched-priority = 3\n", ""));
+    assert!(
+        e.starts_with("t.toml:9:18:") && e.contains("only for"),
+        "{e}"
+    );
+    let e = err(&rule("nice = 20\n", ""));
+    assert!(
+        e.starts_with("t.toml:9:8:") && e.contains("-20 to 19"),
+        "{e}"
+    );
+    let e = err(&rule("sched-policy = \"idle\"\nnice = 1\n", ""));
+    assert!(
+        e.starts_with("t.toml:10:8:") && e.contains("not for"),
+        "{e}"
+    );
+    let e = err(&rule("sched-policy = \"deadline\"\n", ""));
+    assert!(
+        e.starts_with("t.toml:9:16:") && e.contains("fifo, rr"),
+        "{e}"
+    );
+
+    // What only a privileged user may give needs an owner that cannot be imitated.
+    let anyone = rule("nice = -1\n", "").replace("user = 0\n", "");
+    let e = err(&anyone);
+    assert!(
+        e.starts_with("t.toml:8:8:") && e.contains("`nice`") && e.contains("add `user`"),
+        "{e}"
+    );
+    assert!(compile(&rule("nice = 1\n", "").replace("user = 0\n", "")).is_ok());
+}

@@ -36,6 +36,7 @@ fn journal_entries(i: usize) -> Vec<RestoreEntry> {
                 ThreadRestore {
                     original: "0".parse().unwrap(),
                     applied: "1".parse().unwrap(),
+                    sched: None,
                 },
             )]),
         })

@@ -198,7 +198,16 @@ fn journal_entries() -> impl Strategy<Value = Vec<RestoreEntry>> {
                     original,
                     threads: threads
                         .into_iter()
-                        .map(|(t, (original, applied))| (t, ThreadRestore { original, applied }))
+                        .map(|(t, (original, applied))| {
+                            (
+                                t,
+                                ThreadRestore {
+                                    original,
+                                    applied,
+                                    sched: None,
+                                },
+                            )
+                        })
                         .collect(),
                 },
             ),

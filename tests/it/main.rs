@@ -50,6 +50,7 @@ mod rules;
 mod rules_props;
 mod rules_unsafe_files;
 mod run_pin;
+mod sched;
 mod sched_ext;
 mod shape;
 mod sharing;

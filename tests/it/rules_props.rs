@@ -1,6 +1,7 @@
 //! Properties of rule files: any file the format can hold loads or fails with a located
 //! error, and what loads matches and places as written.
 
+use pinnerd::affinity::sched::SchedPolicy;
 use std::fs;
 use std::path::PathBuf;
 
@@ -137,6 +138,9 @@ fn place_spec() -> impl Strategy<Value = PlaceSpec> {
             near: near.map(sp),
             // Only ever with exclusive (the compiler refuses it alone).
             isolate: exclusive.map(sp),
+            sched_policy: exclusive.filter(|e| *e).map(|_| sp(SchedPolicy::Fifo)),
+            sched_priority: exclusive.filter(|e| *e).map(|_| sp(10)),
+            nice: exclusive.filter(|e| !*e).map(|_| sp(5)),
             unit_cpuset: exclusive.map(|e| sp(!e)),
             latency_critical: exclusive.map(|e| sp(!e)),
             irqs: exclusive.map(|e| {
@@ -183,6 +187,9 @@ fn thread_spec() -> impl Strategy<Value = ThreadSpec> {
                 prefer: prefer.map(sp),
                 near: near.map(sp),
                 isolate: exclusive.map(sp),
+                sched_policy: exclusive.filter(|e| *e).map(|_| sp(SchedPolicy::Rr)),
+                sched_priority: exclusive.filter(|e| *e).map(|_| sp(99)),
+                nice: exclusive.filter(|e| !*e).map(|_| sp(-20)),
             },
         )
 }

@@ -886,3 +886,73 @@ fn a_runtime_pin_never_takes_a_cpu_an_exclusive_rule_holds() {
         masks(roots.pid as u32)
     );
 }
+
+/// `pin --sched-policy` over the bus: a user allowed to pin only their own processes
+/// may give one a nice value of 0 or more, never a real-time class (that needs
+/// org.pinnerd.manage); root may, and a release gives every thread its class back.
+#[test]
+fn only_a_caller_allowed_to_pin_others_may_give_a_realtime_class() {
+    use pinnerd::affinity::sched::{self, SCHED_FIFO, SCHED_OTHER};
+    let _cpus = super::cpus_stay_online();
+    let bus = Bus::start(Policy::ProjectWithPolkit);
+    let polkit = Polkit::start(&bus, &["org.pinnerd.pin-own-process"]);
+    let dirs = Dirs::new();
+    let d = Daemon::start(&bus, &dirs);
+    let addr = bus.address.as_str();
+    let last = online().last().unwrap().to_string();
+    let own = NobodysSleep::start();
+    let own_pid = own.pid().to_string();
+    let class = || sched::get(own.pid() as i32).unwrap();
+
+    let out = pinnerd_as_nobody(&[
+        "pin",
+        "--bus",
+        addr,
+        &own_pid,
+        "--cpus",
+        &last,
+        "--sched-policy",
+        "fifo",
+        "--sched-priority",
+        "5",
+    ]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.contains("not authorized for org.pinnerd.manage"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(class().policy, SCHED_OTHER, "{:?}", class());
+    assert!(polkit
+        .asked()
+        .iter()
+        .any(|(_, uid, a)| *uid == 65534 && a == "org.pinnerd.manage"));
+
+    let out = pinnerd_as_nobody(&[
+        "pin", "--bus", addr, &own_pid, "--cpus", &last, "--nice", "4",
+    ]);
+    assert!(out.ok, "{out:?}\nlog:\n{}", d.log());
+    assert_eq!((class().policy, class().nice), (SCHED_OTHER, 4));
+    let out = pinnerd_as_nobody(&["release", "--bus", addr, &own_pid]);
+    assert!(out.ok, "{out:?}");
+    assert_eq!(class().nice, 0, "given back on release");
+
+    // Root may.
+    let out = pinnerd(&[
+        "pin",
+        "--bus",
+        addr,
+        &own_pid,
+        "--cpus",
+        &last,
+        "--sched-policy",
+        "fifo",
+        "--sched-priority",
+        "5",
+    ]);
+    assert!(out.ok, "{out:?}\nlog:\n{}", d.log());
+    assert_eq!((class().policy, class().priority), (SCHED_FIFO, 5));
+    let out = pinnerd(&["release", "--bus", addr, &own_pid]);
+    assert!(out.ok, "{out:?}");
+    assert_eq!(class().policy, SCHED_OTHER);
+}

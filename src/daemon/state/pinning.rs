@@ -20,6 +20,7 @@ impl State {
             place,
             follow,
             for_owner,
+            sched,
         } = pin;
         self.check_owner(pid, for_owner)?;
         let request = self.resolve_place(&place)?;
@@ -34,7 +35,7 @@ impl State {
             .as_mut()
             .ok_or(CommandError::Starting)?;
         let mut changes = m
-            .pin(pid_i, &cpus)
+            .pin_with(pid_i, &cpus, sched)
             .map_err(|e| CommandError::from_manager(pid, e))?;
         changes.extend(self.managed.settle());
         let (memory, said) = match follow {

@@ -5,6 +5,7 @@ use crate::watch::scan::FakeProcs;
 
 mod cpusets;
 mod pins;
+mod sched;
 mod steps;
 mod threads;
 

@@ -238,6 +238,19 @@ impl AffinityOps for Unreadable {
     fn alive(&self, handle: &ProcessHandle) -> bool {
         self.inner.alive(handle)
     }
+    fn get_sched(
+        &self,
+        tid: Tid,
+    ) -> Result<crate::affinity::sched::SchedAttr, crate::affinity::AffinityError> {
+        self.inner.get_sched(tid)
+    }
+    fn set_sched(
+        &self,
+        tid: Tid,
+        attr: &crate::affinity::sched::SchedAttr,
+    ) -> Result<(), crate::affinity::AffinityError> {
+        self.inner.set_sched(tid, attr)
+    }
 }
 
 /// A manager over [`Unreadable`], refusing reads of `tids`.
@@ -310,7 +323,7 @@ fn a_process_whose_mask_may_not_be_read_is_not_managed_counted_once_and_explaine
 
 /// `/proc/PID/stat` and `/proc/PID/task/*` of one process under `dir`, as a crash
 /// restore reads them.
-fn proc_fixture(dir: &Path, pid: i32, comm: &str, start: u64, tids: &[Tid]) -> SysRoot {
+pub(super) fn proc_fixture(dir: &Path, pid: i32, comm: &str, start: u64, tids: &[Tid]) -> SysRoot {
     let proc = dir.join("proc");
     let task = proc.join(format!("{pid}/task"));
     for tid in std::iter::once(&pid).chain(tids) {

@@ -99,6 +99,7 @@ fn pin(
     for_owner: Option<u32>,
 ) -> Result<CpuSet, CommandError> {
     let pin = PinRequest {
+        sched: None,
         pid,
         place,
         follow,
