@@ -424,10 +424,6 @@ impl State {
         if let Some(changes) = self.managed.hand_down(planned, make) {
             self.after_manager(changes);
         }
-        if let Some(m) = &self.managed.manager {
-            self.containers
-                .replanned(m.plan(), self.machine.topology.as_ref());
-        }
     }
 
     /// Where the NRI plugin takes the containers' updates from.
