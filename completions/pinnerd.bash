@@ -293,7 +293,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__explain)
-            opts="-v -h --bus --verbose --help"
+            opts="-v -h --bus --json --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -144,6 +144,7 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand managed" -l bus -d '`sys
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand managed" -s v -l verbose -d 'More log output (repeat for more)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand managed" -s h -l help -d 'Print help'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand explain" -l bus -d '`system`, `session`, or a D-Bus address such as `unix:path=/run/bus`' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand explain" -l json -d 'Print the bus\'s `ExplainJson` object instead (the managed row, the text, where its memory is, the container it runs in; see docs/dbus.md)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand explain" -s v -l verbose -d 'More log output (repeat for more)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand explain" -s h -l help -d 'Print help'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand diff" -l tolerance -d 'A level\'s (or a group pair\'s) median may differ by this fraction and still be the same' -r

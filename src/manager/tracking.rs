@@ -107,6 +107,15 @@ impl Manager {
         self.candidate_cache.clear();
     }
 
+    /// The container process `pid` runs in: its id and what container rules match.
+    pub fn container_of_process(&self, pid: i32) -> Option<(String, crate::rules::ContainerInfo)> {
+        let snap = self.process(pid)?;
+        let cgroup = snap.info.cgroup.as_deref()?;
+        let id = crate::nri::ondisk::container_id(cgroup)?.to_string();
+        let info = (snap.info.container.clone()).or_else(|| self.container_of(Some(cgroup)))?;
+        Some((id, info))
+    }
+
     pub(super) fn container_of(&self, cgroup: Option<&str>) -> Option<crate::rules::ContainerInfo> {
         let id = crate::nri::ondisk::container_id(cgroup?)?;
         let told = self

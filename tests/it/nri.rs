@@ -540,6 +540,21 @@ async fn the_daemon_gives_a_named_container_its_rules_cpus_at_creation() {
         bus.get("Containers").contains(line)
     });
     assert!(!bus.get("Containers").contains("sidecar"));
+    // Another user reads the cpuset and the rule, not the container's or the pod's names,
+    // as `Explain` shows another user's process.
+    use crate::daemon::{IFACE, NAME, PATH};
+    let out = bus.busctl_as_nobody(&["get-property", NAME, PATH, IFACE, "Containers"]);
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        seen.contains(
+            "container (names shown to root only): cpuset 0 set at creation by pinnerd (rule md-feed)"
+        ),
+        "{seen}"
+    );
+    for name in ["api-0", "trading"] {
+        assert!(!seen.contains(name), "{name} in {seen}");
+    }
     assert!(d
         .log()
         .contains("registered with the container runtime containerd 1.7.24"));

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 
 use tokio::sync::mpsc;
 
+use crate::api::ContainerView;
 use crate::cpuset::CpuSet;
 use crate::nri::link::{Ask, ContainerFacts, Decision, Moment, Update};
 use crate::plan::{Plan, PlanState};
@@ -45,6 +46,19 @@ struct Known {
     cpus: Option<CpuSet>,
     /// How it got its cpuset, or why it has none.
     how: String,
+}
+
+impl Known {
+    fn view(&self) -> ContainerView {
+        ContainerView {
+            id: self.facts.id.clone(),
+            name: self.facts.name.clone(),
+            pod: self.facts.pod.name.clone(),
+            namespace: self.facts.pod.namespace.clone(),
+            cpuset: self.cpus.as_ref().map(ToString::to_string),
+            how: self.how.clone(),
+        }
+    }
 }
 
 /// The rule matcher's view of a container.
@@ -189,13 +203,20 @@ impl Containers {
         }
     }
 
+    /// Every container a rule names, as readers see it.
+    pub fn views(&self) -> Vec<ContainerView> {
+        self.known.values().map(Known::view).collect()
+    }
+
+    /// The container `id`, if a rule names it.
+    pub fn view(&self, id: &str) -> Option<ContainerView> {
+        self.known.get(id).map(Known::view)
+    }
+
     /// One line per container a rule names: `container api-0/md-feed (pod
     /// trading/api-0): cpuset 4-7 set at creation by pinnerd (rule md-feed)`.
     pub fn lines(&self) -> Vec<String> {
-        self.known
-            .values()
-            .map(|k| format!("container {}: {}", k.facts.title(), k.how))
-            .collect()
+        self.views().iter().map(ContainerView::line).collect()
     }
 }
 

@@ -503,7 +503,7 @@ impl State {
             sched_ext: self.sharing.sched_ext.now.clone(),
             holds: self.sharing.holds.summary().unwrap_or_default(),
             nri: self.containers.runtime.clone(),
-            containers: self.containers.lines(),
+            containers: self.containers.views(),
             state_reason: self.degraded_reason().unwrap_or_default(),
             // From the sparse counts, which completion keeps: no walk over the cells
             // on every snapshot.
