@@ -1093,7 +1093,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__report)
-            opts="-v -h --out --matrix --sysfs --compare --budget --idle-threshold --verbose --help"
+            opts="-v -h --out --matrix --sysfs --compare --budget --idle-threshold --bus --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1116,6 +1116,10 @@ _pinnerd() {
                     return 0
                     ;;
                 --idle-threshold)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --bus)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

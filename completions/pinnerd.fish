@@ -116,6 +116,7 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l matrix -d 'La
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l sysfs -d 'Root of the sysfs tree to read the topology from (e.g. a captured machine)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l budget -d 'Seconds a measurement made by the report may take (none stored, no --matrix)' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l idle-threshold -d 'Minimum idle share (percent) every CPU must show before the report measures; 0 measures whatever the load' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l bus -d 'Where the running daemon is asked for its containers (the page of this machine only): `system`, `session`, or a D-Bus address' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l compare -d 'Also measure the effect (a ping-pong ring on the planned, autopilot, worst and unpinned CPUs, as `pinnerd compare`) and the engine against a plain ping-pong on the first two CPUs. Spins this machine\'s CPUs for about 15 s'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -s v -l verbose -d 'More log output (repeat for more)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -s h -l help -d 'Print help'

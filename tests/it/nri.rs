@@ -555,6 +555,29 @@ async fn the_daemon_gives_a_named_container_its_rules_cpus_at_creation() {
     for name in ["api-0", "trading"] {
         assert!(!seen.contains(name), "{name} in {seen}");
     }
+
+    // The report of this machine shows them too (to root, as root reads them).
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m.json");
+    crate::report::this_machines_flat_matrix(&m);
+    let out = dir.path().join("r");
+    let made = crate::helper::pinnerd_command()
+        .args(["report", "--bus", &bus.address, "--out"])
+        .arg(&out)
+        .arg("--matrix")
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["daemon"]["nri"], "registered with containerd 1.7.24");
+    assert_eq!(json["daemon"]["containers"], serde_json::json!([line]));
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains(&format!("<li>{line}</li>")),
+        "the page's containers section"
+    );
     assert!(d
         .log()
         .contains("registered with the container runtime containerd 1.7.24"));
