@@ -662,9 +662,9 @@ mod tests {
         let escaped = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;";
         // Title and heading, source, made by, model, SMT, steal, level, colour level,
         // plan policy and error, effect variant and note, the reason no matrix was
-        // measured, a finding and a warning (a one-CPU box shows its CPU, no label), and
-        // the line saying latency placement is off.
-        assert_eq!(page.matches(escaped).count(), 17, "{page}");
+        // measured, a finding and a warning (a one-CPU box shows its CPU, no label), the
+        // line saying latency placement is off, and the daemon's NRI line and container.
+        assert_eq!(page.matches(escaped).count(), 19, "{page}");
         assert!(page.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"));
         assert!(page.ends_with("</ul></section>\n</body></html>\n"));
     }
