@@ -172,34 +172,47 @@ impl Containers {
     /// The plan in force may have changed (a new one handed down, or the manager's own
     /// made again for what it saw): every placed container whose CPUs changed is moved,
     /// and only those are counted and said. Cheap when nothing moved: one lookup per
-    /// placed container, no update sent.
+    /// placed container, no update sent. A batch the plugin cannot take now is not
+    /// recorded as moved, so the next change tries again.
     pub fn replanned(&mut self, plan: &Plan, topology: Option<&Topology>) {
         let Some(tx) = self.updates.clone() else {
             return;
         };
         let mut batch = Vec::new();
-        for k in self.known.values_mut() {
-            let Some(was) = k.cpus.clone() else { continue };
-            let Decision::Place { cpus, mems, rule } = choose(&k.facts, Some(plan), topology)
-            else {
+        for k in self.known.values() {
+            let Some(was) = &k.cpus else { continue };
+            if let Decision::Place { cpus, mems, .. } = choose(&k.facts, Some(plan), topology) {
+                if cpus != *was {
+                    batch.push(Update {
+                        id: k.facts.id.clone(),
+                        cpus,
+                        mems,
+                    });
+                }
+            }
+        }
+        if batch.is_empty() {
+            return;
+        }
+        if tx.try_send(batch.clone()).is_err() {
+            tracing::warn!("nri: the plugin is not taking updates now; containers keep their cpusets until the plan changes again");
+            return;
+        }
+        for u in batch {
+            let Some(k) = self.known.get_mut(&u.id) else {
                 continue;
             };
-            if cpus == was {
-                continue;
-            }
-            self.adjusted += 1;
+            let was = k.cpus.replace(u.cpus.clone()).unwrap_or_default();
+            let rule = plan
+                .rules()
+                .match_container(&info(&k.facts))
+                .map(|r| r.name.clone());
             k.how = format!(
-                "cpuset {cpus} set by pinnerd after the plan changed (was {was}; rule {rule})"
+                "cpuset {} set by pinnerd after the plan changed (was {was}; rule {})",
+                u.cpus,
+                rule.unwrap_or_default()
             );
-            k.cpus = Some(cpus.clone());
-            batch.push(Update {
-                id: k.facts.id.clone(),
-                cpus,
-                mems,
-            });
-        }
-        if !batch.is_empty() && tx.try_send(batch).is_err() {
-            tracing::warn!("nri: the plugin is not taking updates; containers keep their cpusets");
+            self.adjusted += 1;
         }
     }
 
@@ -393,6 +406,21 @@ exclusive = true
             "a container already moved is not moved again"
         );
         assert_eq!(c.adjusted, 2, "nor counted again");
+        // A plugin that cannot take the batch now: nothing is recorded as moved, and the
+        // next change sends it.
+        let (tx, mut rx) = mpsc::channel(1);
+        c.connect(tx.clone());
+        tx.try_send(Vec::new()).unwrap();
+        c.replanned(&plan("0-7"), None);
+        assert!(
+            c.lines()[0].contains("(was 0-1; rule md-feed)"),
+            "{:?}",
+            c.lines()
+        );
+        assert_eq!(rx.try_recv().unwrap(), []);
+        c.replanned(&plan("0-7"), None);
+        assert_eq!(rx.try_recv().unwrap()[0].cpus.to_string(), "0-1");
+        assert!(c.lines()[0].contains("cpuset 0-1 set by pinnerd after the plan changed (was 4-5"));
         c.hear(Ask::Gone { id: "a".into() }, None, None);
         assert!(c.lines().is_empty());
     }
