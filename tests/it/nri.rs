@@ -491,6 +491,59 @@ async fn no_socket_is_said_and_nothing_is_dialled() {
     let _: &Path = dir.path();
 }
 
+/// Whatever a socket at the configured path says is trusted only from a runtime that
+/// runs as root: a process of another user listening there (a path a user could
+/// create, a runtime run rootless) is dialled and left, and said; nothing it would say
+/// reaches the loop.
+#[tokio::test]
+async fn a_socket_served_by_another_user_is_not_trusted() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let socket = dir.path().join("nri.sock");
+    // A real listener of uid 65534: a bus daemon of its own.
+    let mut nobody = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "dbus-daemon",
+        ])
+        .args(["--session", "--nofork", "--print-address"])
+        .arg(format!("--address=unix:path={}", socket.display()))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Listening once it prints its address.
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(nobody.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("unix:path="), "{line}");
+    let (asks_tx, mut asks_rx) = mpsc::channel(4);
+    let (_updates, updates_rx) = mpsc::channel(1);
+    let config = NriConfig {
+        enable: Enable::On,
+        socket: socket.clone(),
+        registration: Registration {
+            name: "pinnerd".into(),
+            index: "10".into(),
+        },
+    };
+    tokio::spawn(connect::run(config, asks_tx, updates_rx));
+    let said = asks_rx.recv().await.unwrap();
+    let _ = nobody.kill();
+    let _ = nobody.wait();
+    match said {
+        Ask::NotConnected { reason } => {
+            assert!(reason.contains("uid 65534, not root"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// The real daemon, registered with the fake runtime: the loop answers from its plan.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_gives_a_named_container_its_rules_cpus_at_creation() {
