@@ -293,7 +293,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__explain)
-            opts="-v -h --bus --verbose --help"
+            opts="-v -h --bus --json --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1117,7 +1117,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__report)
-            opts="-v -h --out --matrix --sysfs --compare --budget --idle-threshold --verbose --help"
+            opts="-v -h --out --matrix --sysfs --compare --budget --idle-threshold --bus --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1140,6 +1140,10 @@ _pinnerd() {
                     return 0
                     ;;
                 --idle-threshold)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --bus)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

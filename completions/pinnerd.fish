@@ -119,6 +119,7 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l matrix -d 'La
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l sysfs -d 'Root of the sysfs tree to read the topology from (e.g. a captured machine)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l budget -d 'Seconds a measurement made by the report may take (none stored, no --matrix)' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l idle-threshold -d 'Minimum idle share (percent) every CPU must show before the report measures; 0 measures whatever the load' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l bus -d 'Where the running daemon is asked for its containers (the page of this machine only): `system`, `session`, or a D-Bus address' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -l compare -d 'Also measure the effect (a ping-pong ring on the planned, autopilot, worst and unpinned CPUs, as `pinnerd compare`) and the engine against a plain ping-pong on the first two CPUs. Spins this machine\'s CPUs for about 15 s'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -s v -l verbose -d 'More log output (repeat for more)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand report" -s h -l help -d 'Print help'
@@ -147,6 +148,7 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand managed" -l bus -d '`sys
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand managed" -s v -l verbose -d 'More log output (repeat for more)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand managed" -s h -l help -d 'Print help'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand explain" -l bus -d '`system`, `session`, or a D-Bus address such as `unix:path=/run/bus`' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand explain" -l json -d 'Print the bus\'s `ExplainJson` object instead (the managed row, the text, where its memory is, the container it runs in; see docs/dbus.md)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand explain" -s v -l verbose -d 'More log output (repeat for more)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand explain" -s h -l help -d 'Print help'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand diff" -l tolerance -d 'A level\'s (or a group pair\'s) median may differ by this fraction and still be the same' -r

@@ -79,6 +79,47 @@ pub enum Call {
         pid: u32,
         reply: ReplyTo<u32>,
     },
+    /// The container process `pid` runs in, for `ExplainJson` (`None` outside one, and
+    /// where the caller may not see its whole explanation).
+    Container {
+        pid: u32,
+        caller_uid: u32,
+        reply: ReplyTo<Option<ContainerView>>,
+    },
+}
+
+/// A container as readers see it: `ExplainJson`'s `container`, one line of the
+/// `Containers` property.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct ContainerView {
+    /// The runtime's id ("" when known only from containerd's files, by its cgroup).
+    pub id: String,
+    /// The CRI metadata name (`md-feed`).
+    pub name: String,
+    pub pod: String,
+    pub namespace: String,
+    /// The cpuset pinnerd gave it, in the kernel's list form; `None` when it gave none.
+    pub cpuset: Option<String>,
+    /// How it got its cpuset, or why it has none: `cpuset 4-7 set at creation by
+    /// pinnerd (rule md-feed)`.
+    pub how: String,
+}
+
+impl ContainerView {
+    /// `container api-0/md-feed (pod trading/api-0): cpuset 4-7 set at creation by
+    /// pinnerd (rule md-feed)`: what root reads.
+    pub fn line(&self) -> String {
+        format!(
+            "container {}/{} (pod {}/{}): {}",
+            self.pod, self.name, self.namespace, self.pod, self.how
+        )
+    }
+
+    /// The line as anyone else reads it: the container's and the pod's names left out,
+    /// as `Explain` leaves out another user's process's `comm`.
+    pub fn line_for_anyone(&self) -> String {
+        format!("container (names shown to root only): {}", self.how)
+    }
 }
 
 /// A run-time pin of every thread of `pid` with a placement in the rule vocabulary,
@@ -347,9 +388,10 @@ pub struct Snapshot {
     pub holds: String,
     /// `registered with containerd 1.7.24` or `not connected (why)`; "" when NRI is off.
     pub nri: String,
-    /// One line per container a rule names: its cpuset and how it got it, or why it has
-    /// none.
-    pub containers: Vec<String>,
+    /// Every container a rule names: its cpuset and how it got it, or why it has none.
+    /// Root reads their lines whole; anyone else without the names
+    /// ([`ContainerView::line_for_anyone`]).
+    pub containers: Vec<ContainerView>,
     /// `the host moves vCPUs: latency placement off` (or, without the `hypervisor`
     /// flag, `repeated measurements disagree: latency placement off`) while the matrix
     /// in use is unstable and placement uses the sysfs topology; "" otherwise.

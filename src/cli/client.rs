@@ -42,6 +42,10 @@ pub struct ExplainArgs {
     pub bus: BusArgs,
     /// Process id to explain.
     pub pid: u32,
+    /// Print the bus's `ExplainJson` object instead (the managed row, the text, where
+    /// its memory is, the container it runs in; see docs/dbus.md).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[zbus::proxy(
@@ -89,6 +93,7 @@ pub trait Pinnerd1 {
     fn reload(&self) -> zbus::Result<(u32, Vec<String>)>;
     fn list_managed(&self) -> zbus::Result<Vec<(u32, String, String, String, String)>>;
     fn explain(&self, pid: u32) -> zbus::Result<String>;
+    fn explain_json(&self, pid: u32) -> zbus::Result<String>;
     fn metrics(&self) -> zbus::Result<String>;
     fn pin_process(&self, pid: u32, count: u32, policy: &str, smt: &str) -> zbus::Result<String>;
     fn release_process(&self, pid: u32) -> zbus::Result<()>;
@@ -289,7 +294,10 @@ pub fn managed(args: BusArgs) -> anyhow::Result<ExitCode> {
 pub fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     block_on(async {
         let p = proxy(&args.bus.bus).await?;
-        let text = p.explain(args.pid).await.context("Explain")?;
+        let text = match args.json {
+            true => p.explain_json(args.pid).await.context("ExplainJson")?,
+            false => p.explain(args.pid).await.context("Explain")?,
+        };
         outln!("{text}");
         Ok(ExitCode::SUCCESS)
     })

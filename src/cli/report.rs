@@ -1,6 +1,6 @@
 //! `pinnerd report`: the machine's map on one page. Gathers the facts (the topology,
 //! the matrix as `advice` finds it, plans for K = 2, 4, 8, with `--compare` the measured
-//! effect) into a [`Report`] and writes `report.json` and `report.html` (drawn by
+//! effect, on this machine the running daemon's containers) into a [`Report`] and writes `report.json` and `report.html` (drawn by
 //! `crate::report`) into `--out`, each replaced whole and never through a link, in a
 //! directory no other user owns or may write in (`crate::outfile`).
 //!
@@ -49,7 +49,14 @@ pub struct ReportArgs {
     /// measures whatever the load.
     #[arg(long, value_name = "PCT", default_value_t = 75.0)]
     pub idle_threshold: f64,
+    /// Where the running daemon is asked for its containers (the page of this machine
+    /// only): `system`, `session`, or a D-Bus address.
+    #[arg(long, value_name = "BUS", default_value = "system")]
+    pub bus: crate::dbus::BusTarget,
 }
+
+/// How long the daemon is waited for: its properties answer at once when it runs.
+const DAEMON_WAIT: Duration = Duration::from_secs(2);
 
 /// Ks of "where CPU numbers lie".
 const KS: [usize; 3] = [2, 4, 8];
@@ -122,8 +129,37 @@ pub fn run(args: ReportArgs) -> anyhow::Result<ExitCode> {
         effect,
         quality,
         latency_off: g.latency_off.map(String::from),
+        daemon: (real_sysfs && known.is_some()).then(|| daemon_facts(&args.bus)),
     };
     write_report(&out_dir, &g, &r)
+}
+
+/// The running daemon's NRI line and containers, asked on `bus` within [`DAEMON_WAIT`];
+/// why it could not be asked, instead.
+fn daemon_facts(bus: &crate::dbus::BusTarget) -> report::DaemonFacts {
+    let asked = super::client::block_on(async {
+        let ask = async {
+            let p = super::client::proxy(bus).await?;
+            let nri = p.nri().await.context("Nri")?;
+            let containers = p.containers().await.context("Containers")?;
+            Ok::<_, anyhow::Error>((nri, containers))
+        };
+        match tokio::time::timeout(DAEMON_WAIT, ask).await {
+            Ok(answer) => answer,
+            Err(_) => anyhow::bail!("no answer on the {bus} bus within {DAEMON_WAIT:?}"),
+        }
+    });
+    match asked {
+        Ok((nri, containers)) => report::DaemonFacts {
+            nri,
+            containers,
+            error: None,
+        },
+        Err(e) => report::DaemonFacts {
+            error: Some(format!("{e:#}")),
+            ..report::DaemonFacts::default()
+        },
+    }
 }
 
 /// The nested boxes of the page: sysfs's levels when the matrix is this machine's

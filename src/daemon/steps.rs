@@ -108,6 +108,7 @@ fn method(call: &Call) -> &'static str {
         Call::Pin { .. } => "PinProcess",
         Call::Release { .. } => "ReleaseProcess",
         Call::Owner { .. } => "the owner check of PinProcess",
+        Call::Container { .. } => "ExplainJson",
     }
 }
 

@@ -271,19 +271,19 @@ impl Admission {
         Ok(uid)
     }
 
-    /// [`Self::admit`] for a property read; reads the daemon makes itself (no header)
-    /// pass.
+    /// [`Self::admit`] for a property read: the caller's uid; reads the daemon makes
+    /// itself (no header) pass, with no uid.
     pub(super) async fn admit_read(
         &self,
         conn: &Connection,
         header: Option<Header<'_>>,
         property: &str,
-    ) -> fdo::Result<()> {
+    ) -> fdo::Result<Option<u32>> {
         let Some(header) = header else {
-            return Ok(());
+            return Ok(None);
         };
         match self.admit(conn, &header, property).await {
-            Ok(_) => Ok(()),
+            Ok(uid) => Ok(Some(uid)),
             Err(MethodError::RateLimited(m)) => Err(fdo::Error::LimitsExceeded(m)),
             Err(e) => Err(fdo::Error::AccessDenied(e.to_string())),
         }

@@ -17,8 +17,8 @@ use super::admission::{check_body, check_len, Admission, Callers, RateLimiter};
 use super::error::{command_error, MethodError, Result};
 use super::placement::{memory_follow, place_spec, sched_of};
 use crate::api::{
-    Call, Explained, ManagedEntry, MatrixReply, PinRequest, PlaceSpec, ReleaseRequest, Reloaded,
-    ReplyTo, Snapshot,
+    Call, ContainerView, Explained, ManagedEntry, MatrixReply, PinRequest, PlaceSpec,
+    ReleaseRequest, Reloaded, ReplyTo, Snapshot,
 };
 use crate::cpuset::CpuSet;
 use crate::placement::{Policy, SmtPolicy};
@@ -157,49 +157,86 @@ fn managed_with_cpu_ids(e: ManagedEntry) -> Result<(u32, String, String, Vec<u32
     Ok((e.pid, e.comm, e.rule, cpus.iter().collect(), e.state))
 }
 
-/// The object `ExplainJson` returns: the managed row of `pid`, if any, the text and
-/// where its memory is (`memory`, see `crate::memory::MemoryView::to_json`). Unless the
-/// caller sees all of the process (`full`), the row is its rule and CPUs only, as the
-/// text is: `comm` and `state` are null.
-fn explain_json(
+/// The object `ExplainJson` returns (its fields are documented in `docs/dbus.md`): the
+/// managed row of `pid`, if any, the text, where its memory is (`memory`, see
+/// `crate::memory::MemoryView::to_json`) and the container it runs in. Unless the
+/// caller sees all of the process, the row is its rule and CPUs only, as the text is:
+/// `comm`, `state` and `container` are null.
+///
+/// The fields are in the order of their names: the object reads as it did when it was a
+/// JSON map.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+struct ExplainJson {
+    comm: Option<String>,
+    container: Option<ContainerView>,
+    cpus: Vec<u32>,
+    managed: bool,
+    memory: serde_json::Value,
+    pid: u32,
+    rule: Option<String>,
+    state: Option<String>,
+    text: String,
+}
+
+/// What `ExplainJson` gathered from the loop, for [`explain_json`].
+struct ExplainParts {
     pid: u32,
     entry: Option<ManagedEntry>,
-    text: String,
+    explained: Explained,
     memory: serde_json::Value,
-    full: bool,
-) -> Result<serde_json::Value> {
-    let value = match entry {
+    container: Option<ContainerView>,
+}
+
+fn explain_json(parts: ExplainParts) -> Result<ExplainJson> {
+    let ExplainParts {
+        pid,
+        entry,
+        explained: Explained { text, full },
+        memory,
+        container,
+    } = parts;
+    let container = container.filter(|_| full);
+    Ok(match entry {
         Some(e) => {
             let (pid, comm, rule, cpus, state) = managed_with_cpu_ids(e)?;
-            let (comm, state) = if full {
-                (Some(comm), Some(state))
-            } else {
-                (None, None)
-            };
-            serde_json::json!({
-                "pid": pid,
-                "managed": true,
-                "rule": rule,
-                "comm": comm,
-                "cpus": cpus,
-                "state": state,
-                "text": text,
-                "memory": memory,
-            })
+            ExplainJson {
+                pid,
+                managed: true,
+                rule: Some(rule),
+                comm: full.then_some(comm),
+                cpus,
+                state: full.then_some(state),
+                text,
+                memory,
+                container,
+            }
         }
-        None => serde_json::json!({
-            "pid": pid,
-            "managed": false,
-            "rule": null,
-            "comm": null,
-            "cpus": [],
-            "state": null,
-            "text": text,
-            "memory": memory,
-        }),
-    };
-    Ok(value)
+        None => ExplainJson {
+            pid,
+            managed: false,
+            rule: None,
+            comm: None,
+            cpus: Vec::new(),
+            state: None,
+            text,
+            memory,
+            container,
+        },
+    })
 }
+
+/// The `Containers` property's lines: whole for root (`names`), else without the
+/// container's and the pod's names.
+pub(super) fn container_lines(s: &Snapshot, names: bool) -> Vec<String> {
+    s.containers
+        .iter()
+        .map(|c| match names {
+            true => c.line(),
+            false => c.line_for_anyone(),
+        })
+        .collect()
+}
+
 /// The `SchedExt` property's value: (state, scheduler), empty when none runs.
 pub(super) fn sched_ext_pair(s: &Option<crate::sched_ext::SchedExt>) -> (String, String) {
     s.as_ref()
@@ -341,15 +378,20 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     }
 
     /// One line per container a rule names: `container POD/NAME (pod NAMESPACE/POD):
-    /// cpuset 4-7 set at creation by pinnerd (rule R)`, or why it has no cpuset.
+    /// cpuset 4-7 set at creation by pinnerd (rule R)`, or why it has no cpuset. Only
+    /// root reads the names; anyone else `container (names shown to root only): …`,
+    /// as `Explain` shows another user's process (the signal carries that form too).
     #[zbus(property)]
     async fn containers(
         &self,
         #[zbus(connection)] conn: &Connection,
         #[zbus(header)] header: Option<Header<'_>>,
     ) -> fdo::Result<Vec<String>> {
-        self.read(conn, header, "Containers", |s| s.containers.clone())
-            .await
+        let uid = self
+            .admission
+            .admit_read(conn, header, "Containers")
+            .await?;
+        Ok(container_lines(&self.snapshot.borrow(), uid == Some(0)))
     }
 
     /// Why `State` is `degraded`, and what to do about it, in words; empty otherwise.
@@ -609,7 +651,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(header)] header: Header<'_>,
     ) -> Result<String> {
         let caller_uid = self.admission.admit(conn, &header, "ExplainJson").await?;
-        let Explained { text, full } = self
+        let explained = self
             .forward(|reply| Call::Explain {
                 pid,
                 caller_uid,
@@ -627,7 +669,22 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
                 reply,
             })
             .await?;
-        Ok(explain_json(pid, entry, text, memory, full)?.to_string())
+        let container = self
+            .forward(|reply| Call::Container {
+                pid,
+                caller_uid,
+                reply,
+            })
+            .await?;
+        let json = explain_json(ExplainParts {
+            pid,
+            entry,
+            explained,
+            memory,
+            container,
+        })?;
+        serde_json::to_string(&json)
+            .map_err(|e| MethodError::Failed(format!("internal error: ExplainJson: {e}")))
     }
 
     /// The CPUs `PinProcessWith` would choose now for `placement`; changes nothing.
@@ -714,43 +771,95 @@ mod tests {
         }
     }
 
+    /// [`explain_json`] as the JSON text's value.
+    fn json(
+        pid: u32,
+        entry: Option<ManagedEntry>,
+        text: &str,
+        memory: serde_json::Value,
+        container: Option<ContainerView>,
+        full: bool,
+    ) -> serde_json::Value {
+        let parts = ExplainParts {
+            pid,
+            entry,
+            explained: Explained {
+                text: text.into(),
+                full,
+            },
+            memory,
+            container,
+        };
+        serde_json::to_value(explain_json(parts).unwrap()).unwrap()
+    }
+
+    fn md_feed() -> ContainerView {
+        ContainerView {
+            id: "c0ffee".into(),
+            name: "md-feed".into(),
+            pod: "api-0".into(),
+            namespace: "trading".into(),
+            cpuset: Some("4-7".into()),
+            how: "cpuset 4-7 set at creation by pinnerd (rule md)".into(),
+        }
+    }
+
     #[test]
     fn explain_json_has_the_row_or_nulls() {
         let memory = serde_json::json!({"one_node": true, "nodes": []});
-        let v = explain_json(42, Some(entry("3")), "why\n".into(), memory.clone(), true).unwrap();
+        let v = json(42, Some(entry("3")), "why\n", memory.clone(), None, true);
         assert_eq!(
             v,
             serde_json::json!({"pid": 42, "managed": true, "rule": "md", "comm": "feed",
                                "cpus": [3], "state": "applied", "text": "why\n",
-                               "memory": memory})
+                               "memory": memory, "container": null})
         );
         // Another user's process: its rule and CPUs only, as the text says.
-        let v = explain_json(
+        let v = json(
             42,
             Some(entry("3")),
-            "shown: its rule and CPUs only\n".into(),
+            "shown: its rule and CPUs only\n",
             serde_json::Value::Null,
+            Some(md_feed()),
             false,
-        )
-        .unwrap();
+        );
         assert_eq!(
             v,
             serde_json::json!({"pid": 42, "managed": true, "rule": "md", "comm": null,
                                "cpus": [3], "state": null,
-                               "text": "shown: its rule and CPUs only\n", "memory": null})
+                               "text": "shown: its rule and CPUs only\n", "memory": null,
+                               "container": null})
         );
-        let v = explain_json(
+        let v = json(
             7,
             None,
-            "not managed\n".into(),
+            "not managed\n",
             serde_json::Value::Null,
+            None,
             false,
-        )
-        .unwrap();
-        assert!(v["memory"].is_null());
+        );
+        assert!(v["memory"].is_null() && v["container"].is_null());
         assert_eq!(v["managed"], false);
         assert_eq!(v["cpus"], serde_json::json!([]));
         assert!(v["rule"].is_null() && v["comm"].is_null() && v["state"].is_null());
         assert_eq!(v["text"], "not managed\n");
+    }
+
+    #[test]
+    fn explain_json_names_the_container_to_who_sees_it_all() {
+        let v = json(
+            42,
+            Some(entry("4")),
+            "why\n",
+            serde_json::Value::Null,
+            Some(md_feed()),
+            true,
+        );
+        assert_eq!(
+            v["container"],
+            serde_json::json!({"id": "c0ffee", "name": "md-feed", "pod": "api-0",
+                               "namespace": "trading", "cpuset": "4-7",
+                               "how": "cpuset 4-7 set at creation by pinnerd (rule md)"})
+        );
     }
 }

@@ -10,7 +10,7 @@ use zbus::fdo;
 use zbus::object_server::SignalEmitter;
 use zbus::Connection;
 
-use super::interface::sched_ext_pair;
+use super::interface::{container_lines, sched_ext_pair};
 use super::serving::{INTERFACE, OBJECT_PATH};
 use crate::api::Snapshot;
 
@@ -81,7 +81,8 @@ pub fn changed_properties<'a>(
         changed.insert("Nri", Value::from(new.nri.clone()));
     }
     if old.containers != new.containers {
-        changed.insert("Containers", Value::from(new.containers.clone()));
+        // Every subscriber gets the signal: the lines as anyone may read them.
+        changed.insert("Containers", Value::from(container_lines(new, false)));
     }
     if old.state_reason != new.state_reason {
         changed.insert("StateReason", Value::from(new.state_reason.clone()));

@@ -89,9 +89,10 @@ impl Manager {
     }
 
     /// The containers the runtime told about (id, what container rules match). A
-    /// process is in one when the last component of its cgroup path names the id
-    /// (`cri-containerd-ID.scope`, `crio-ID.scope`, `ID`) and the path is not in a
-    /// user's slice, where a user may name cgroups as they like.
+    /// process is in one when its cgroup is that container's level of the kubelet's
+    /// `kubepods` tree (`cri-containerd-ID.scope`, `crio-ID.scope`, `ID`; see
+    /// `nri::ondisk::container_id`): never a cgroup delegated to a user or a container,
+    /// who may name what they make there as they like.
     pub fn set_containers(&mut self, containers: Vec<(String, crate::rules::ContainerInfo)>) {
         if containers.is_empty() != self.containers.is_empty() {
             self.candidate_cache.clear();
@@ -106,21 +107,23 @@ impl Manager {
         self.candidate_cache.clear();
     }
 
+    /// The container process `pid` runs in: its id and what container rules match.
+    pub fn container_of_process(&self, pid: i32) -> Option<(String, crate::rules::ContainerInfo)> {
+        let snap = self.process(pid)?;
+        let cgroup = snap.info.cgroup.as_deref()?;
+        let id = crate::nri::ondisk::container_id(cgroup)?.to_string();
+        let info = (snap.info.container.clone()).or_else(|| self.container_of(Some(cgroup)))?;
+        Some((id, info))
+    }
+
     pub(super) fn container_of(&self, cgroup: Option<&str>) -> Option<crate::rules::ContainerInfo> {
-        let cgroup = cgroup?;
-        if cgroup.starts_with("/user.slice") {
-            return None;
-        }
-        let last = cgroup.rsplit('/').next()?;
+        let id = crate::nri::ondisk::container_id(cgroup?)?;
         let told = self
             .containers
             .iter()
-            .find(|(id, _)| id.len() >= 12 && last.contains(id.as_str()))
+            .find(|(known, _)| known == id)
             .map(|(_, info)| info.clone());
-        told.or_else(|| {
-            let tasks = self.container_tasks.as_ref()?;
-            crate::nri::ondisk::read(tasks, crate::nri::ondisk::container_id(cgroup)?)
-        })
+        told.or_else(|| crate::nri::ondisk::read(self.container_tasks.as_ref()?, id))
     }
 
     /// Whether any rule's comm globs (or a rule without comm) can match `comm`.

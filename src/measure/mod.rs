@@ -39,7 +39,7 @@ pub mod guard;
 pub mod pinned;
 pub mod plain;
 pub mod repeat;
-mod rng;
+pub(crate) mod rng;
 pub mod schedule;
 pub mod simulate;
 pub mod sparse;

@@ -8,7 +8,9 @@
 //! ```
 //!
 //! A poll, not inotify: the socket's directory may itself appear and vanish with the
-//! runtime, and a `stat` every 2 s at most costs nothing. Owns: the reconnection.
+//! runtime, and a `stat` every 2 s at most costs nothing. A peer that is not root
+//! (`SO_PEERCRED`) is left at once: what the runtime says decides what is placed where,
+//! so it is taken from root only. Owns: the reconnection.
 //! Must not touch: the protocol (`session`, `plugin`).
 
 use std::path::Path;
@@ -43,6 +45,10 @@ pub async fn run(
         let reason = match attempt(&config, &asks, &mut updates).await {
             Attempt::NoSocket => format!("no socket at {}", config.socket.display()),
             Attempt::Dial(e) => format!("cannot connect to {}: {e}", config.socket.display()),
+            Attempt::NotRoot(uid) => format!(
+                "the process listening on {} runs as uid {uid}, not root: pinnerd takes containers only from a runtime running as root",
+                config.socket.display()
+            ),
             Attempt::Ended(end) => {
                 wait = FIRST_WAIT;
                 format!("{end}")
@@ -69,6 +75,8 @@ pub async fn run(
 enum Attempt {
     NoSocket,
     Dial(std::io::Error),
+    /// The peer's uid (`SO_PEERCRED`) is not root's.
+    NotRoot(u32),
     Ended(session::SessionEnd),
 }
 
@@ -84,6 +92,12 @@ async fn attempt(
         Ok(s) => s,
         Err(e) => return Attempt::Dial(e),
     };
+    // The names and pids it will send decide what pinnerd places: only root's.
+    match stream.peer_cred() {
+        Ok(c) if c.uid() == 0 => {}
+        Ok(c) => return Attempt::NotRoot(c.uid()),
+        Err(e) => return Attempt::Dial(e),
+    }
     let service = Arc::new(Service::new(asks.clone()));
     Attempt::Ended(session::run(stream, &config.registration, service, updates).await)
 }

@@ -117,6 +117,40 @@ mod tests {
         assert_eq!(read(&mut r).await.unwrap(), None);
     }
 
+    /// Random bytes read as frames: each read ends in a frame, a clean end or an
+    /// error, never a panic, and no frame is longer than the limit however long its
+    /// header says it is.
+    #[tokio::test]
+    async fn random_bytes_read_as_frames_or_errors_never_past_the_limit() {
+        let mut rng = crate::measure::rng::Rng::new(49);
+        let (mut frames, mut oversized) = (0, 0);
+        for _ in 0..2000 {
+            let mut bytes: Vec<u8> = (0..rng.below(40)).map(|_| rng.next_u64() as u8).collect();
+            if rng.below(2) == 0 && bytes.len() >= HEADER_LEN {
+                // A plausible length, so that payloads are read too.
+                let len = rng.below(bytes.len()) as u32;
+                bytes[4..8].copy_from_slice(&len.to_be_bytes());
+            }
+            let mut r = &bytes[..];
+            loop {
+                match read(&mut r).await {
+                    Ok(Some(f)) => {
+                        assert!(f.payload.len() <= MAX_PAYLOAD);
+                        frames += 1;
+                    }
+                    Ok(None) => break,
+                    Err(MuxError::Oversized(n)) => {
+                        assert!(n > MAX_PAYLOAD);
+                        oversized += 1;
+                        break;
+                    }
+                    Err(MuxError::Io(_)) => break,
+                }
+            }
+        }
+        assert!(frames > 100 && oversized > 100, "{frames} {oversized}");
+    }
+
     #[tokio::test]
     async fn a_frame_cut_short_is_an_error() {
         let bytes = encode(1, b"hello").unwrap();

@@ -8,8 +8,9 @@
 //! ```
 //!
 //! Trusted only as root wrote it: the file and every directory from `ROOT` down must be
-//! owned by root and writable by no one else, and the cgroup must be below `kubepods`
-//! (which only root makes); a user's own cgroups never count. Pod labels are not on
+//! owned by root and writable by no one else, and the cgroup must be a container's level
+//! of the kubelet's `kubepods` tree (which only root makes, [`container_id`]); a cgroup
+//! delegated to a user or a container never counts. Pod labels are not on
 //! disk: a rule with `pod-labels` matches only through NRI.
 //!
 //! Owns: those checks and the reading. Must not touch: the matcher.
@@ -27,11 +28,27 @@ const MAX_SPEC: u64 = 4 << 20;
 
 /// The container id a cgroup path names, when it is a container's under `kubepods`:
 /// `cri-containerd-ID.scope` (systemd driver), `ID` (cgroupfs driver), `crio-ID.scope`.
+///
+/// Only where the kubelet makes them: the path starts at the `kubepods` root, and every
+/// level above the container's is a `kubepods…` slice, a QoS class or a `pod…` level.
+/// A cgroup delegated to someone else (a service's `Delegate=yes`, a container's own
+/// writable cgroup) never sits there, so whatever its owner names inside it is not a
+/// container's.
 pub fn container_id(cgroup: &str) -> Option<&str> {
-    if !cgroup.contains("/kubepods") || cgroup.starts_with("/user.slice") {
+    let mut levels = cgroup.strip_prefix('/')?.split('/');
+    let last = levels.next_back()?;
+    let mut above = levels.peekable();
+    if !above.peek().is_some_and(|l| l.starts_with("kubepods")) {
         return None;
     }
-    let last = cgroup.rsplit('/').next()?;
+    let kubelets = |l: &str| {
+        l.starts_with("kubepods")
+            || l.starts_with("pod")
+            || matches!(l, "besteffort" | "burstable" | "guaranteed")
+    };
+    if !above.all(kubelets) {
+        return None;
+    }
     let id = last
         .strip_prefix("cri-containerd-")
         .or_else(|| last.strip_prefix("crio-"))
@@ -105,6 +122,22 @@ mod tests {
             None
         );
         assert_eq!(container_id(&format!("/system.slice/{ID}")), None);
+        // Below a cgroup delegated to someone (a service's `Delegate=yes`, a container
+        // with a writable cgroup of its own), who names what they make as they like.
+        let other = "f".repeat(64);
+        for delegated in [
+            format!("/system.slice/bob.service/kubepods/pod1/{ID}"),
+            format!("/kubepods/besteffort/pod2/{other}/{ID}"),
+            format!("/kubepods/besteffort/pod2/{other}/kubepods/pod1/{ID}"),
+            format!("/kubepods.slice/kubepods-pod2.slice/cri-containerd-{other}.scope/cri-containerd-{ID}.scope"),
+        ] {
+            assert_eq!(container_id(&delegated), None, "{delegated}");
+        }
+        assert_eq!(
+            container_id(&format!("/kubepods/pod1/{ID}")),
+            Some(ID),
+            "a guaranteed pod has no QoS level"
+        );
         assert_eq!(
             container_id("/kubepods.slice/cri-containerd-short.scope"),
             None

@@ -51,6 +51,12 @@ pub fn event_mask(events: &[api::Event]) -> i32 {
         .fold(0, |a, b| a | b)
 }
 
+/// The most pods, and the most containers, one `Synchronize` may bring, its pages
+/// together: far past any node's (the kubelet allows 110 pods by default), so that a
+/// runtime paging without end cannot make the daemon grow without end. The ones past it
+/// are left as they are (no update), and said.
+pub const MAX_SYNCHRONIZED: usize = 16_384;
+
 /// A method's answer: the encoded result, or a ttrpc status code and message.
 pub type Answer = Result<Vec<u8>, (i32, String)>;
 
@@ -152,8 +158,17 @@ impl Service {
         let all = {
             let mut pages = self.pages.lock().expect("pages lock");
             let mut all = pages.take().unwrap_or_default();
-            all.pods.extend(req.pods);
-            all.containers.extend(req.containers);
+            let left = (req.pods.len() + req.containers.len())
+                .saturating_sub(MAX_SYNCHRONIZED * 2 - all.pods.len() - all.containers.len());
+            let room = MAX_SYNCHRONIZED - all.pods.len();
+            all.pods.extend(req.pods.into_iter().take(room));
+            let room = MAX_SYNCHRONIZED - all.containers.len();
+            all.containers.extend(req.containers.into_iter().take(room));
+            if left > 0 {
+                tracing::warn!(
+                    "nri: Synchronize brought more than {MAX_SYNCHRONIZED} pods or containers; the rest are left as they are"
+                );
+            }
             if more {
                 *pages = Some(all);
                 None
@@ -336,6 +351,112 @@ fn empty() -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use protobuf::Message as _;
+
+    /// A loop that answers every question with no rule, counting the questions.
+    fn no_rule_loop() -> (Service, tokio::task::JoinHandle<usize>) {
+        let (asks, mut rx) = mpsc::channel(16);
+        let answering = tokio::spawn(async move {
+            let mut asked = 0;
+            while let Some(ask) = rx.recv().await {
+                if let Ask::Place { reply, .. } = ask {
+                    asked += 1;
+                    let _ = reply.send(Decision::NoRule);
+                }
+            }
+            asked
+        });
+        (Service::new(asks), answering)
+    }
+
+    /// Every method the runtime may call, and one it may not.
+    const METHODS: [&str; 18] = [
+        "Configure",
+        "Synchronize",
+        "Shutdown",
+        "CreateContainer",
+        "UpdateContainer",
+        "StopContainer",
+        "StateChange",
+        "StartContainer",
+        "PostStartContainer",
+        "RemoveContainer",
+        "RunPodSandbox",
+        "StopPodSandbox",
+        "RemovePodSandbox",
+        "UpdatePodSandbox",
+        "PostUpdatePodSandbox",
+        "PostCreateContainer",
+        "PostUpdateContainer",
+        "ValidateContainerAdjustment",
+    ];
+
+    /// Arguments as a broken runtime might send them: random bytes, and well-formed
+    /// messages with cpusets no machine has. Each method answers (a result or a
+    /// status), never panics, and a cpuset it cannot read is taken as none given.
+    #[tokio::test]
+    async fn every_method_answers_random_and_absurd_arguments() {
+        let (service, _answering) = no_rule_loop();
+        let mut rng = crate::measure::rng::Rng::new(49);
+        let mut decoded = 0;
+        for _ in 0..200 {
+            for method in METHODS {
+                let len = rng.below(120);
+                let payload: Vec<u8> = (0..len).map(|_| rng.next_u64() as u8).collect();
+                decoded += usize::from(service.call(method, &payload).await.is_ok());
+            }
+        }
+        assert!(
+            decoded > 0,
+            "some random arguments decode (as empty messages)"
+        );
+        for cpus in ["0-4294967295", "18446744073709551616", "4-2", "0-3,x", ""] {
+            let mut cpu = api::LinuxCPU::new();
+            cpu.cpus = cpus.into();
+            let mut r = api::LinuxResources::new();
+            r.cpu = MessageField::some(cpu);
+            let mut linux = api::LinuxContainer::new();
+            linux.resources = MessageField::some(r);
+            let mut c = api::Container::new();
+            c.id = "c".into();
+            c.linux = MessageField::some(linux);
+            let facts = facts(None, &MessageField::some(c.clone()));
+            assert_eq!(facts.cpus, None, "{cpus}");
+            let mut req = api::CreateContainerRequest::new();
+            req.container = MessageField::some(c);
+            let answer = service
+                .call("CreateContainer", &req.write_to_bytes().unwrap())
+                .await;
+            assert!(answer.is_ok(), "{cpus}: {answer:?}");
+        }
+    }
+
+    /// A runtime that pages on past any node's size: the daemon keeps
+    /// [`MAX_SYNCHRONIZED`] containers and asks about those only.
+    #[tokio::test]
+    async fn synchronize_keeps_no_more_than_its_bound() {
+        let (service, answering) = no_rule_loop();
+        let page = MAX_SYNCHRONIZED / 2 + 1;
+        for more in [true, true, false] {
+            let mut req = api::SynchronizeRequest::new();
+            req.more = more;
+            req.containers = (0..page)
+                .map(|i| {
+                    let mut c = api::Container::new();
+                    c.id = format!("c{i}");
+                    c
+                })
+                .collect();
+            let bytes = req.write_to_bytes().unwrap();
+            assert!(service.call("Synchronize", &bytes).await.is_ok());
+            if more {
+                let kept = service.pages.lock().unwrap();
+                assert!(kept.as_ref().unwrap().containers.len() <= MAX_SYNCHRONIZED);
+            }
+        }
+        drop(service);
+        assert_eq!(answering.await.unwrap(), MAX_SYNCHRONIZED);
+    }
 
     #[test]
     fn the_mask_sets_bit_event_minus_one() {

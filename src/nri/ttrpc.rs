@@ -217,6 +217,53 @@ mod tests {
         assert_eq!(m.as_response().unwrap(), Err((12, "no".to_string())));
     }
 
+    /// Bytes as a broken or hostile runtime might send them, in chunks of any size:
+    /// half of them messages with a plausible header (small length, a known type) and a
+    /// random envelope, so that the envelopes' decoding is reached too. Never a panic;
+    /// the buffer never holds more than one unfinished message and the chunk after it.
+    #[test]
+    fn random_bytes_never_panic_and_the_buffer_stays_bounded() {
+        let mut rng = crate::measure::rng::Rng::new(49);
+        let (mut messages, mut errors) = (0, 0);
+        for _ in 0..2000 {
+            let mut r = Reassembly::default();
+            'stream: for _ in 0..8 {
+                let mut chunk = Vec::new();
+                if rng.below(2) == 0 {
+                    let len = rng.below(64);
+                    chunk.extend_from_slice(&(len as u32).to_be_bytes());
+                    chunk.extend_from_slice(&(rng.next_u64() as u32).to_be_bytes());
+                    chunk.push(1 + rng.below(3) as u8);
+                    chunk.push(rng.next_u64() as u8);
+                }
+                let tail = rng.below(80);
+                chunk.extend((0..tail).map(|_| rng.next_u64() as u8));
+                r.push(&chunk);
+                loop {
+                    match r.next_message() {
+                        Ok(Some(m)) => {
+                            messages += 1;
+                            let _ = m.as_request();
+                            let _ = m.as_response();
+                        }
+                        Ok(None) => break,
+                        // The session ends here; nothing more is read.
+                        Err(_) => {
+                            errors += 1;
+                            break 'stream;
+                        }
+                    }
+                }
+                assert!(
+                    r.buf.len() <= HEADER_LEN + MAX_MESSAGE + chunk.len(),
+                    "{}",
+                    r.buf.len()
+                );
+            }
+        }
+        assert!(messages > 1000 && errors > 100, "{messages} {errors}");
+    }
+
     #[test]
     fn an_oversized_length_is_refused_before_it_arrives() {
         let mut r = Reassembly::default();

@@ -50,6 +50,23 @@ pub struct Report {
     /// plans are the topology's, with no gain shown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latency_off: Option<String>,
+    /// The running daemon's containers, on the page of this machine only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daemon: Option<DaemonFacts>,
+}
+
+/// What the running daemon says of containers: whether it is registered with a
+/// container runtime, and one line per container a rule names (as the reader of the
+/// report may read them: the names are root's).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DaemonFacts {
+    /// `registered with containerd 1.7.24`, `not connected (…)`; "" when NRI is off.
+    pub nri: String,
+    /// The `Containers` property's lines.
+    pub containers: Vec<String>,
+    /// Why the daemon could not be asked (not running, another bus).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// The machine section.

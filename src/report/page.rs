@@ -236,6 +236,8 @@ struct Page<'a> {
     /// The measurement-quality rows.
     quality: Vec<(String, String)>,
     findings: Vec<&'a str>,
+    /// The daemon's containers (this machine only): its NRI line, the lines.
+    containers: Option<(String, Vec<&'a str>)>,
 }
 
 /// One row of "where CPU numbers lie", its figures in words.
@@ -264,6 +266,18 @@ struct EffectLines {
     runs: String,
     duration_ms: String,
     notes: Vec<String>,
+}
+
+/// The containers section: what the daemon says of NRI (or why it could not be asked),
+/// and its lines.
+fn container_lines(d: &super::DaemonFacts) -> (String, Vec<&str>) {
+    let said = match (&d.error, d.nri.as_str()) {
+        (Some(e), _) => format!("pinnerd could not be asked: {e}"),
+        (None, "") => "NRI is off in pinnerd.toml: containers are placed after the fact, as the watcher finds their processes".into(),
+        (None, nri) => format!("nri: {nri}"),
+    };
+    let lines = d.containers.iter().map(String::as_str).collect();
+    (said, lines)
 }
 
 /// The page. `matrix` draws the heatmaps; without one they are said to be missing.
@@ -295,6 +309,7 @@ pub fn html(r: &Report, matrix: Option<&LatencyMatrix>) -> String {
             .collect(),
         heatmaps: matrix.map(|m| heatmaps(r, m)),
         plans: r.plans.iter().map(plan_line).collect(),
+        containers: r.daemon.as_ref().map(container_lines),
         effect: r.effect.as_ref().map(effect_lines),
         quality: quality_rows(r),
         findings: r
@@ -628,6 +643,11 @@ mod tests {
                 ..Quality::default()
             },
             latency_off: Some(evil.into()),
+            daemon: Some(crate::report::DaemonFacts {
+                nri: evil.into(),
+                containers: vec![evil.into()],
+                error: None,
+            }),
         }
     }
 
@@ -642,9 +662,9 @@ mod tests {
         let escaped = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;";
         // Title and heading, source, made by, model, SMT, steal, level, colour level,
         // plan policy and error, effect variant and note, the reason no matrix was
-        // measured, a finding and a warning (a one-CPU box shows its CPU, no label), and
-        // the line saying latency placement is off.
-        assert_eq!(page.matches(escaped).count(), 17, "{page}");
+        // measured, a finding and a warning (a one-CPU box shows its CPU, no label), the
+        // line saying latency placement is off, and the daemon's NRI line and container.
+        assert_eq!(page.matches(escaped).count(), 19, "{page}");
         assert!(page.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"));
         assert!(page.ends_with("</ul></section>\n</body></html>\n"));
     }

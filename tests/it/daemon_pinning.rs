@@ -312,6 +312,14 @@ fn client_commands_talk_to_the_daemon() {
         "{}",
         format!("{out:?}")
     );
+    let out = pinnerd(&["explain", "--json", "--bus", addr, &h.pid.to_string()]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(out.stdout.as_str()).unwrap();
+    assert_eq!(
+        (v["pid"].as_u64(), v["rule"].as_str()),
+        (Some(h.pid as u64), Some("client"))
+    );
+    assert!(v["container"].is_null(), "in no container: {v}");
 
     let out = pinnerd(&["reload", "--bus", addr]);
     assert!(out.status.success(), "{out:?}");

@@ -275,3 +275,65 @@ pub fn sysfs_tree(dir: &Path, data: &[u8]) {
         }
     }
 }
+
+/// Any bytes as what a runtime sends on one NRI connection (the ttrpc stream inside the
+/// multiplexer's frames), cut into pieces by the first byte: every whole message's
+/// envelope and the argument of each `Plugin` method decode or are refused, never a
+/// panic; the container's facts are read as the plugin reads them.
+pub fn nri_stream(data: &[u8]) {
+    use pinnerd::nri::plugin::facts;
+    use pinnerd::nri::proto::api;
+    use pinnerd::nri::ttrpc::Reassembly;
+    use protobuf::Message as _;
+
+    let Some((&cut, data)) = data.split_first() else {
+        return;
+    };
+    let mut r = Reassembly::default();
+    for piece in data.chunks(usize::from(cut).max(1)) {
+        r.push(piece);
+        loop {
+            let m = match r.next_message() {
+                Ok(Some(m)) => m,
+                Ok(None) => break,
+                Err(_) => return,
+            };
+            let _ = m.as_response();
+            let Ok(req) = m.as_request() else { continue };
+            let p = &req.payload[..];
+            let (pod, container) = match req.method.as_str() {
+                "CreateContainer" => match api::CreateContainerRequest::parse_from_bytes(p) {
+                    Ok(r) => (r.pod.into_option(), r.container),
+                    Err(_) => continue,
+                },
+                "UpdateContainer" => match api::UpdateContainerRequest::parse_from_bytes(p) {
+                    Ok(r) => (r.pod.into_option(), r.container),
+                    Err(_) => continue,
+                },
+                "StateChange" => match api::StateChangeEvent::parse_from_bytes(p) {
+                    Ok(r) => (r.pod.into_option(), r.container),
+                    Err(_) => continue,
+                },
+                "Synchronize" => {
+                    if let Ok(r) = api::SynchronizeRequest::parse_from_bytes(p) {
+                        for c in r.containers {
+                            let f = facts(r.pods.first(), &protobuf::MessageField::some(c));
+                            let _ = f.title();
+                        }
+                    }
+                    continue;
+                }
+                _ => {
+                    let _ = api::ConfigureRequest::parse_from_bytes(p);
+                    let _ = api::PodContainerEvent::parse_from_bytes(p);
+                    continue;
+                }
+            };
+            let f = facts(pod.as_ref(), &container);
+            let _ = f.title();
+            if let Some(cpus) = &f.cpus {
+                assert!(cpus.iter().all(|c| c <= pinnerd::cpuset::MAX_CPU_ID));
+            }
+        }
+    }
+}

@@ -92,6 +92,11 @@ fn restore_journal_corpus_replays() {
 }
 
 #[test]
+fn nri_stream_corpus_replays() {
+    replay(&inputs(&[corpus("nri_stream")], 4), fuzz_checks::nri_stream);
+}
+
+#[test]
 fn rules_load_corpus_replays() {
     let dir = tempfile::tempdir().unwrap();
     // The rules corpus holds each case's `.expected` output beside it.
@@ -217,6 +222,23 @@ fn journal_entries() -> impl Strategy<Value = Vec<RestoreEntry>> {
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any bytes as a runtime's NRI stream, and the seeds with bytes changed.
+    #[test]
+    fn nri_streams_never_panic(
+        data in proptest::collection::vec(any::<u8>(), 0..600),
+        seed in 0usize..4,
+        flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..8),
+    ) {
+        fuzz_checks::nri_stream(&data);
+        let seeds = inputs(&[corpus("nri_stream")], 4);
+        let mut seeded = std::fs::read(&seeds[seed]).unwrap();
+        for (at, b) in flips {
+            let at = at % seeded.len();
+            seeded[at] = b;
+        }
+        fuzz_checks::nri_stream(&seeded);
+    }
 
     /// Any valid matrix survives our JSON through the bounded reader, and the CSV
     /// layout (which keeps cells, not CPU ids).

@@ -201,7 +201,10 @@ fn every_property_but_the_constant_ones_is_signalled() {
         matrix_measured: (1, 2),
         holds: "1 unit confined".into(),
         nri: "registered with containerd 1.7.24".into(),
-        containers: vec!["container a/b (pod n/a): cpuset 1 set at creation by pinnerd".into()],
+        containers: vec![pinnerd::api::ContainerView {
+            how: "cpuset 1 set at creation by pinnerd".into(),
+            ..Default::default()
+        }],
         latency_off: "the host moves vCPUs: latency placement off".into(),
         state_reason: "no process events".into(),
         ..Snapshot::default()

@@ -491,6 +491,59 @@ async fn no_socket_is_said_and_nothing_is_dialled() {
     let _: &Path = dir.path();
 }
 
+/// Whatever a socket at the configured path says is trusted only from a runtime that
+/// runs as root: a process of another user listening there (a path a user could
+/// create, a runtime run rootless) is dialled and left, and said; nothing it would say
+/// reaches the loop.
+#[tokio::test]
+async fn a_socket_served_by_another_user_is_not_trusted() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let socket = dir.path().join("nri.sock");
+    // A real listener of uid 65534: a bus daemon of its own.
+    let mut nobody = std::process::Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "dbus-daemon",
+        ])
+        .args(["--session", "--nofork", "--print-address"])
+        .arg(format!("--address=unix:path={}", socket.display()))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Listening once it prints its address.
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(nobody.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert!(line.starts_with("unix:path="), "{line}");
+    let (asks_tx, mut asks_rx) = mpsc::channel(4);
+    let (_updates, updates_rx) = mpsc::channel(1);
+    let config = NriConfig {
+        enable: Enable::On,
+        socket: socket.clone(),
+        registration: Registration {
+            name: "pinnerd".into(),
+            index: "10".into(),
+        },
+    };
+    tokio::spawn(connect::run(config, asks_tx, updates_rx));
+    let said = asks_rx.recv().await.unwrap();
+    let _ = nobody.kill();
+    let _ = nobody.wait();
+    match said {
+        Ask::NotConnected { reason } => {
+            assert!(reason.contains("uid 65534, not root"), "{reason}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 /// The real daemon, registered with the fake runtime: the loop answers from its plan.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_gives_a_named_container_its_rules_cpus_at_creation() {
@@ -540,6 +593,44 @@ async fn the_daemon_gives_a_named_container_its_rules_cpus_at_creation() {
         bus.get("Containers").contains(line)
     });
     assert!(!bus.get("Containers").contains("sidecar"));
+    // Another user reads the cpuset and the rule, not the container's or the pod's names,
+    // as `Explain` shows another user's process.
+    use crate::daemon::{IFACE, NAME, PATH};
+    let out = bus.busctl_as_nobody(&["get-property", NAME, PATH, IFACE, "Containers"]);
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        seen.contains(
+            "container (names shown to root only): cpuset 0 set at creation by pinnerd (rule md-feed)"
+        ),
+        "{seen}"
+    );
+    for name in ["api-0", "trading"] {
+        assert!(!seen.contains(name), "{name} in {seen}");
+    }
+
+    // The report of this machine shows them too (to root, as root reads them).
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m.json");
+    crate::report::this_machines_flat_matrix(&m);
+    let out = dir.path().join("r");
+    let made = crate::helper::pinnerd_command()
+        .args(["report", "--bus", &bus.address, "--out"])
+        .arg(&out)
+        .arg("--matrix")
+        .arg(&m)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{made:?}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["daemon"]["nri"], "registered with containerd 1.7.24");
+    assert_eq!(json["daemon"]["containers"], serde_json::json!([line]));
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains(&format!("<li>{line}</li>")),
+        "the page's containers section"
+    );
     assert!(d
         .log()
         .contains("registered with the container runtime containerd 1.7.24"));

@@ -681,3 +681,58 @@ fn the_dual_7r13_page_labels_every_cpu_gives_spread_no_ratio_and_explains_a_slow
         }
     }
 }
+
+/// A flat matrix (every pair 50 ns) over this machine's online CPUs, in pinnerd's JSON
+/// form: the page is of this machine without a measurement.
+pub(crate) fn this_machines_flat_matrix(path: &Path) {
+    let online: pinnerd::CpuSet = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let cpus: Vec<u32> = online.iter().collect();
+    let rows: Vec<Vec<Option<f64>>> = cpus
+        .iter()
+        .map(|a| cpus.iter().map(|b| (a != b).then_some(50.0)).collect())
+        .collect();
+    let json = serde_json::json!({"cpus": cpus, "latency_ns": rows});
+    std::fs::write(path, json.to_string()).unwrap();
+}
+
+/// The page of this machine asks the running daemon for its containers; a daemon that
+/// cannot be asked is said, and the page is made all the same.
+#[test]
+fn the_page_of_this_machine_says_why_the_daemon_could_not_be_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m.json");
+    this_machines_flat_matrix(&m);
+    let out = dir.path().join("r");
+    let absent = format!("unix:path={}", dir.path().join("no-bus").display());
+    ok(pinnerd()
+        .args(["report", "--bus", &absent, "--out"])
+        .arg(&out)
+        .arg("--matrix")
+        .arg(&m)
+        .output()
+        .unwrap());
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(json["this_machine"], true);
+    let error = json["daemon"]["error"].as_str().unwrap();
+    assert!(error.contains("no-bus"), "{error}");
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("<h2>Containers</h2><p class=\"note\">pinnerd could not be asked: "));
+
+    // Another machine's page asks nothing.
+    let other = dir.path().join("o");
+    ok(pinnerd()
+        .args(["report", "--bus", &absent, "--out"])
+        .arg(&other)
+        .arg("--sysfs")
+        .arg(fixture("sysfs/epyc-vm-2cpu"))
+        .output()
+        .unwrap());
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(other.join("report.json")).unwrap()).unwrap();
+    assert!(json.get("daemon").is_none(), "{}", json["daemon"]);
+}

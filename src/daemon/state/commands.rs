@@ -54,6 +54,11 @@ impl State {
             Call::Pin { pin, reply } => send(reply, self.pin(pin)),
             Call::Release { release, reply } => send(reply, self.release(release)),
             Call::Owner { pid, reply } => send(reply, self.owner(pid)),
+            Call::Container {
+                pid,
+                caller_uid,
+                reply,
+            } => send(reply, self.container_of(pid, caller_uid)),
         }
         None
     }
@@ -141,6 +146,31 @@ impl State {
             reply,
         };
         memory::answer(&self.cfg.sysroot, pid, nodes, finish)
+    }
+
+    /// The container process `pid` runs in, for a caller who sees all of it (root, its
+    /// owner): as the runtime told it over NRI, else as containerd's files say.
+    fn container_of(
+        &self,
+        pid: u32,
+        caller_uid: u32,
+    ) -> Result<Option<crate::api::ContainerView>, CommandError> {
+        let m = self.manager_for(pid)?;
+        if !m.shows_all_to(pid as i32, caller_uid) {
+            return Ok(None);
+        }
+        Ok(m.container_of_process(pid as i32).map(|(id, info)| {
+            self.containers
+                .view(&id)
+                .unwrap_or(crate::api::ContainerView {
+                    id: String::new(),
+                    name: info.name,
+                    pod: info.pod,
+                    namespace: info.namespace,
+                    cpuset: None,
+                    how: "no cpuset from pinnerd (not told by the runtime over NRI)".into(),
+                })
+        }))
     }
 
     /// What `ExplainJson`'s memory (`Call::Memory`) answers, for a caller who sees it.

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! Ask::Place ──► decide (plan + topology) ──► Decision (oneshot) ─► plugin task
-//! new plan ──► replanned ──► Vec<Update> ──► plugin task ──► UpdateContainers
+//! plan in force changed ──► replanned ──► Vec<Update> ──► plugin task ──► UpdateContainers
+//!   (a new plan handed down, or the manager's made again for what it saw)
 //! ```
 //!
 //! Owns: the container records and the update channel. Must not touch: the socket, the
@@ -14,6 +15,7 @@ use std::collections::BTreeMap;
 
 use tokio::sync::mpsc;
 
+use crate::api::ContainerView;
 use crate::cpuset::CpuSet;
 use crate::nri::link::{Ask, ContainerFacts, Decision, Moment, Update};
 use crate::plan::{Plan, PlanState};
@@ -44,6 +46,19 @@ struct Known {
     cpus: Option<CpuSet>,
     /// How it got its cpuset, or why it has none.
     how: String,
+}
+
+impl Known {
+    fn view(&self) -> ContainerView {
+        ContainerView {
+            id: self.facts.id.clone(),
+            name: self.facts.name.clone(),
+            pod: self.facts.pod.name.clone(),
+            namespace: self.facts.pod.namespace.clone(),
+            cpuset: self.cpus.as_ref().map(ToString::to_string),
+            how: self.how.clone(),
+        }
+    }
 }
 
 /// The rule matcher's view of a container.
@@ -132,45 +147,21 @@ impl Containers {
         plan: Option<&Plan>,
         topology: Option<&Topology>,
     ) -> Decision {
-        let Some(plan) = plan else {
-            return Decision::NoRule;
-        };
-        let Some(rule) = plan.rules().match_container(&info(c)) else {
-            return Decision::NoRule;
-        };
-        let rule_name = rule.name.clone();
-        let decision = match cpus_for(plan, &rule_name, c.cpus.as_ref()) {
-            Ok(cpus) => {
-                let mems = (rule.memory_follow)
-                    .then(|| topology.map(|t| crate::memory::policy::nodes_of(t, &cpus)))
-                    .flatten()
-                    .filter(|n| !n.is_empty())
-                    .map(|n| n.into_iter().collect::<CpuSet>());
-                Decision::Place {
-                    rule: rule_name.clone(),
-                    cpus,
-                    mems,
-                }
-            }
-            Err(reason) => Decision::Undecided {
-                rule: rule_name.clone(),
-                reason,
-            },
-        };
+        let decision = choose(c, plan, topology);
         let when = match moment {
             Moment::Creation => "at creation",
             Moment::Synchronize => "when pinnerd registered (it ran before)",
             Moment::Update => "at the runtime's update",
         };
         match &decision {
-            Decision::Place { cpus, .. } => {
+            Decision::Place { cpus, rule, .. } => {
                 self.adjusted += 1;
-                let how = format!("cpuset {cpus} set {when} by pinnerd (rule {rule_name})");
+                let how = format!("cpuset {cpus} set {when} by pinnerd (rule {rule})");
                 self.record(c.clone(), Some(cpus.clone()), how);
             }
-            Decision::Undecided { reason, .. } => {
+            Decision::Undecided { reason, rule } => {
                 self.skipped += 1;
-                let how = format!("no cpuset from pinnerd (rule {rule_name}): {reason}");
+                let how = format!("no cpuset from pinnerd (rule {rule}): {reason}");
                 self.record(c.clone(), None, how);
             }
             Decision::NoRule => {}
@@ -178,51 +169,95 @@ impl Containers {
         decision
     }
 
-    /// The plan changed: every placed container whose CPUs changed is moved.
+    /// The plan in force may have changed (a new one handed down, or the manager's own
+    /// made again for what it saw): every placed container whose CPUs changed is moved,
+    /// and only those are counted and said. Cheap when nothing moved: one lookup per
+    /// placed container, no update sent. A batch the plugin cannot take now is not
+    /// recorded as moved, so the next change tries again.
     pub fn replanned(&mut self, plan: &Plan, topology: Option<&Topology>) {
         let Some(tx) = self.updates.clone() else {
             return;
         };
         let mut batch = Vec::new();
-        let placed: Vec<Known> = self
-            .known
-            .values()
-            .filter(|k| k.cpus.is_some())
-            .cloned()
-            .collect();
-        for k in placed {
-            if let Decision::Place { cpus, mems, .. } =
-                self.decide(&k.facts, Moment::Update, Some(plan), topology)
-            {
-                if Some(&cpus) != k.cpus.as_ref() {
-                    if let Some(rec) = self.known.get_mut(&k.facts.id) {
-                        rec.how = format!(
-                            "cpuset {cpus} set by pinnerd after the plan changed (was {})",
-                            k.cpus.as_ref().map(ToString::to_string).unwrap_or_default()
-                        );
-                    }
+        for k in self.known.values() {
+            let Some(was) = &k.cpus else { continue };
+            if let Decision::Place { cpus, mems, .. } = choose(&k.facts, Some(plan), topology) {
+                if cpus != *was {
                     batch.push(Update {
                         id: k.facts.id.clone(),
                         cpus,
                         mems,
                     });
-                } else if let Some(rec) = self.known.get_mut(&k.facts.id) {
-                    rec.how = k.how.clone();
                 }
             }
         }
-        if !batch.is_empty() && tx.try_send(batch).is_err() {
-            tracing::warn!("nri: the plugin is not taking updates; containers keep their cpusets");
+        if batch.is_empty() {
+            return;
         }
+        if tx.try_send(batch.clone()).is_err() {
+            tracing::warn!("nri: the plugin is not taking updates now; containers keep their cpusets until the plan changes again");
+            return;
+        }
+        for u in batch {
+            let Some(k) = self.known.get_mut(&u.id) else {
+                continue;
+            };
+            let was = k.cpus.replace(u.cpus.clone()).unwrap_or_default();
+            let rule = plan
+                .rules()
+                .match_container(&info(&k.facts))
+                .map(|r| r.name.clone());
+            k.how = format!(
+                "cpuset {} set by pinnerd after the plan changed (was {was}; rule {})",
+                u.cpus,
+                rule.unwrap_or_default()
+            );
+            self.adjusted += 1;
+        }
+    }
+
+    /// Every container a rule names, as readers see it.
+    pub fn views(&self) -> Vec<ContainerView> {
+        self.known.values().map(Known::view).collect()
+    }
+
+    /// The container `id`, if a rule names it.
+    pub fn view(&self, id: &str) -> Option<ContainerView> {
+        self.known.get(id).map(Known::view)
     }
 
     /// One line per container a rule names: `container api-0/md-feed (pod
     /// trading/api-0): cpuset 4-7 set at creation by pinnerd (rule md-feed)`.
     pub fn lines(&self) -> Vec<String> {
-        self.known
-            .values()
-            .map(|k| format!("container {}: {}", k.facts.title(), k.how))
-            .collect()
+        self.views().iter().map(ContainerView::line).collect()
+    }
+}
+
+/// Where `c` belongs in `plan`: pure, nothing recorded.
+fn choose(c: &ContainerFacts, plan: Option<&Plan>, topology: Option<&Topology>) -> Decision {
+    let Some(plan) = plan else {
+        return Decision::NoRule;
+    };
+    let Some(rule) = plan.rules().match_container(&info(c)) else {
+        return Decision::NoRule;
+    };
+    match cpus_for(plan, &rule.name, c.cpus.as_ref()) {
+        Ok(cpus) => {
+            let mems = (rule.memory_follow)
+                .then(|| topology.map(|t| crate::memory::policy::nodes_of(t, &cpus)))
+                .flatten()
+                .filter(|n| !n.is_empty())
+                .map(|n| n.into_iter().collect::<CpuSet>());
+            Decision::Place {
+                rule: rule.name.clone(),
+                cpus,
+                mems,
+            }
+        }
+        Err(reason) => Decision::Undecided {
+            rule: rule.name.clone(),
+            reason,
+        },
     }
 }
 
@@ -362,7 +397,30 @@ exclusive = true
                 mems: None
             }]
         );
-        assert!(c.lines()[0].contains("cpuset 4-5 set by pinnerd after the plan changed (was 0-1)"));
+        assert!(c.lines()[0]
+            .contains("cpuset 4-5 set by pinnerd after the plan changed (was 0-1; rule md-feed)"));
+        assert_eq!(c.adjusted, 2, "the creation and the one move");
+        c.replanned(&plan("4-7"), None);
+        assert!(
+            rx.try_recv().is_err(),
+            "a container already moved is not moved again"
+        );
+        assert_eq!(c.adjusted, 2, "nor counted again");
+        // A plugin that cannot take the batch now: nothing is recorded as moved, and the
+        // next change sends it.
+        let (tx, mut rx) = mpsc::channel(1);
+        c.connect(tx.clone());
+        tx.try_send(Vec::new()).unwrap();
+        c.replanned(&plan("0-7"), None);
+        assert!(
+            c.lines()[0].contains("(was 0-1; rule md-feed)"),
+            "{:?}",
+            c.lines()
+        );
+        assert_eq!(rx.try_recv().unwrap(), []);
+        c.replanned(&plan("0-7"), None);
+        assert_eq!(rx.try_recv().unwrap()[0].cpus.to_string(), "0-1");
+        assert!(c.lines()[0].contains("cpuset 0-1 set by pinnerd after the plan changed (was 4-5"));
         c.hear(Ask::Gone { id: "a".into() }, None, None);
         assert!(c.lines().is_empty());
     }

@@ -424,10 +424,6 @@ impl State {
         if let Some(changes) = self.managed.hand_down(planned, make) {
             self.after_manager(changes);
         }
-        if let Some(m) = &self.managed.manager {
-            self.containers
-                .replanned(m.plan(), self.machine.topology.as_ref());
-        }
     }
 
     /// Where the NRI plugin takes the containers' updates from.
@@ -507,7 +503,7 @@ impl State {
             sched_ext: self.sharing.sched_ext.now.clone(),
             holds: self.sharing.holds.summary().unwrap_or_default(),
             nri: self.containers.runtime.clone(),
-            containers: self.containers.lines(),
+            containers: self.containers.views(),
             state_reason: self.degraded_reason().unwrap_or_default(),
             // From the sparse counts, which completion keeps: no walk over the cells
             // on every snapshot.

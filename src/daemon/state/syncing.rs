@@ -1,6 +1,6 @@
 //! What follows every manager change, and the reports of the threads that act on it:
-//! the restore journal written, IRQs moved away and back, units held, memory that
-//! follows its CPUs. The state hands each part what it needs from the others; the parts
+//! the restore journal written, running containers moved to the plan's CPUs, IRQs moved
+//! away and back, units held, memory that follows its CPUs. The state hands each part what it needs from the others; the parts
 //! (`sharing.rs`, `irqs.rs`, `holds.rs`, `following.rs`) import nothing of the state.
 
 use std::time::Instant;
@@ -16,9 +16,20 @@ impl State {
             log_change(c);
         }
         self.flush_journal();
+        self.sync_containers();
         self.sync_irqs();
         self.sync_holds();
         self.sync_memory(Instant::now());
+    }
+
+    /// Moves the running containers whose CPUs the plan in force no longer gives them
+    /// (`state/containers.rs`): after every manager change, since the manager's own
+    /// plans (made again for the cpusets and slots it saw) move CPUs as a new plan does.
+    pub(super) fn sync_containers(&mut self) {
+        if let Some(m) = &self.managed.manager {
+            self.containers
+                .replanned(m.plan(), self.machine.topology.as_ref());
+        }
     }
 
     /// Sends the holder what should be held, when that changed or a hold with a problem

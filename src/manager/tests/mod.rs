@@ -797,6 +797,23 @@ fn a_process_in_a_known_containers_cgroup_matches_container_rules() {
         &format!("/user.slice/user-1000.slice/user@1000.service/cri-containerd-{ID}.scope"),
     );
     t.process(300, "feed", 1, &[]);
+    // Cgroups a user or a container may make where it is delegated one (a service's
+    // `Delegate=yes`, a container's own writable cgroup), named after the container.
+    let look_alikes = [
+        format!("/system.slice/bob.service/cri-containerd-{ID}.scope"),
+        format!("/system.slice/bob.service/kubepods/pod1/{ID}"),
+        format!("/kubepods/besteffort/pod2/{}/{ID}", "f".repeat(64)),
+        format!(
+            "/kubepods/besteffort/pod2/{}/kubepods/pod1/{ID}",
+            "f".repeat(64)
+        ),
+        format!("/kubepods.slice/kubepods-pod1.slice/cri-containerd-{ID}.scope/sub"),
+    ];
+    for (i, cg) in look_alikes.iter().enumerate() {
+        let pid = 400 + i as i32;
+        t.process(pid, "feed", 1, &[]);
+        t.procs.set_cgroup(pid, cg);
+    }
     t.mgr.set_containers(vec![(
         ID.to_string(),
         crate::rules::ContainerInfo {
@@ -814,6 +831,9 @@ fn a_process_in_a_known_containers_cgroup_matches_container_rules() {
         "a user's look-alike cgroup"
     );
     assert_eq!(t.ops.mask(300), Some(set("0-7")), "in no container");
+    for (i, cg) in look_alikes.iter().enumerate() {
+        assert_eq!(t.ops.mask(400 + i as i32), Some(set("0-7")), "{cg}");
+    }
     t.assert_explains(
         100,
         "in container md-feed (pod trading/api-0), as the runtime said over NRI",

@@ -12,6 +12,7 @@ use crate::plan::tests::count_request;
 use crate::rules::{CpuTarget, PlacementRequest};
 
 mod around;
+mod containers;
 mod held;
 mod machine;
 mod processes;
