@@ -176,7 +176,7 @@ fn matrix_of_ten_thousand_cpus_is_refused_within_the_memory_limit() {
         dir.path(),
         &["plan", "--count", "1", "--matrix", m.to_str().unwrap()],
     );
-    assert_clear_error(&o, 1, "`cpus`: more than 1024 entries, the most accepted");
+    assert_clear_error(&o, 1, "`cpus`: more than 8192 entries, the most accepted");
     // The same CPUs as core-to-core-latency CSV: refused by size before reading.
     let csv = dir.path().join("big.csv");
     let mut w = BufWriter::new(File::create(&csv).unwrap());
@@ -199,7 +199,7 @@ fn matrix_of_ten_thousand_cpus_is_refused_within_the_memory_limit() {
     assert_clear_error(
         &o,
         1,
-        "big.csv:1: the first row has 10000 cells: more than the 1024 CPUs a matrix may have",
+        "big.csv:1: the first row has 10000 cells: more than the 8192 CPUs a matrix may have",
     );
 }
 
