@@ -25,13 +25,19 @@ const N: usize = 4096;
 fn machine() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let dir = tempfile::Builder::new()
-            .prefix("pinnerd-big-")
-            .tempdir()
-            .unwrap()
-            .keep();
-        big_machine::write_tree(&dir, Shape::of(N));
-        big_machine::write_truth(&dir.join("truth.json"), Shape::of(N));
+        // Kept in Cargo's temporary directory for the next run (the tree takes a
+        // while to write): made beside it and renamed into place whole.
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("big-machine-{N}-v1"));
+        if !dir.join("truth.json").exists() {
+            let tmp = tempfile::Builder::new()
+                .prefix("big-machine-")
+                .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+                .unwrap();
+            big_machine::write_tree(tmp.path(), Shape::of(N));
+            big_machine::write_truth(&tmp.path().join("truth.json"), Shape::of(N));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::rename(tmp.keep(), &dir).unwrap();
+        }
         dir
     })
 }
@@ -69,15 +75,16 @@ fn topology_of_4096_cpus_has_every_cpu_socket_node_and_llc() {
 #[ignore = "over ten minutes unoptimised; run with --release (see the module's header)"]
 fn sparse_then_complete_measurement_of_4096_cpus() {
     let dir = machine();
+    let out = tempfile::tempdir().unwrap();
     let r = pinnerd(&[
         "measure",
         "--simulate",
         arg(&dir.join("truth.json")),
         "--out",
-        arg(&dir.join("sparse.json")),
+        arg(&out.path().join("sparse.json")),
     ]);
     assert!(r.ok, "{}", r.stderr);
-    let m = pinnerd::LatencyMatrix::load(&dir.join("sparse.json")).unwrap();
+    let m = pinnerd::LatencyMatrix::load(&out.path().join("sparse.json")).unwrap();
     assert_eq!(m.len(), N);
     let sp = m.sparse.as_ref().expect("a sparse map");
     assert_eq!(sp.pairs_total, N * (N - 1) / 2);
@@ -93,7 +100,7 @@ fn sparse_then_complete_measurement_of_4096_cpus() {
     let far = m.between(0, 4095).unwrap();
     assert!((120.0..140.0).contains(&far), "another socket at {far} ns");
     // Completed: every pair measured, the file still one the reader takes.
-    let full = dir.join("full.json");
+    let full = out.path().join("full.json");
     let r = pinnerd(&[
         "measure",
         "--simulate",
