@@ -305,7 +305,7 @@ mod tests {
         let e = whole_matrix(&big).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "the matrix has 1025 CPUs, over the 1024 GetMatrix answers in one reply: read it with GetMatrixRows, 1022 rows at a time"
+            "the matrix has 1025 CPUs, over the 1024 GetMatrix answers in one reply: read it with GetMatrixRows, 1023 rows at a time"
         );
         let page = matrix_rows(&big, 1000, u32::MAX).unwrap();
         assert_eq!(page.latency_ns.len(), n - 1000);
