@@ -135,7 +135,11 @@ pub fn write_tree(root: &Path, s: Shape) {
         let sib = list([core, core + half]);
         let pkg = &socket_list[s.socket(c)];
         let t = format!("{d}/topology");
-        write(root, &format!("{t}/physical_package_id"), &s.socket(c).to_string());
+        write(
+            root,
+            &format!("{t}/physical_package_id"),
+            &s.socket(c).to_string(),
+        );
         write(
             root,
             &format!("{t}/core_id"),
@@ -149,7 +153,13 @@ pub fn write_tree(root: &Path, s: Shape) {
         write(root, &format!("{t}/cluster_cpus_list"), &sib);
         let caches = [
             (2, "Unified", "2048K", sib.as_str(), core),
-            (3, "Unified", "32768K", llc_list[s.llc(c)].as_str(), s.llc(c)),
+            (
+                3,
+                "Unified",
+                "32768K",
+                llc_list[s.llc(c)].as_str(),
+                s.llc(c),
+            ),
         ];
         for (i, (level, kind, size, shared, id)) in caches.into_iter().enumerate() {
             let ix = format!("{d}/cache/index{i}");
