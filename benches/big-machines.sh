@@ -13,7 +13,8 @@
 # the matrix loaded with its domains, as the daemon holds it); `report` (wall, RSS, the
 # page's size) and headless Chromium's time to draw the page (a 1200×4000 screenshot,
 # its own start included; a blank page's time is printed first). A step that fails
-# prints its error in its cell and the row goes on. Needs /usr/bin/time, chromium, bc.
+# prints its error in its cell and the row goes on; one that runs past LIMIT seconds
+# (default 1800) is stopped and says so. Needs /usr/bin/time, chromium, bc.
 set -u
 PROFILE=${1:-release}
 SIZES=${2:-512 1024 2048 4096 8192}
@@ -28,13 +29,17 @@ trap 'rm -rf "$dir"' EXIT
 run() {
     name=$1
     shift
-    /usr/bin/time -o "$dir/$name.t" -f "%e %M" "$@" >"$dir/$name.out" 2>"$dir/$name.err"
+    /usr/bin/time -o "$dir/$name.t" -f "%e %M" timeout "${LIMIT:-1800}" "$@" >"$dir/$name.out" 2>"$dir/$name.err"
 }
 cell() { # "W s, R MiB" of a run, or its error
     if [ -s "$dir/$1.t" ] && ! grep -q "exited with non-zero" "$dir/$1.t"; then
         awk '{ printf "%.1f s, %.0f MiB", $1, $2 / 1024 }' "$dir/$1.t"
     else
-        printf 'failed: %s' "$(grep -v '^Command' "$dir/$1.err" | tail -1 | cut -c1-90)"
+        if grep -q "exit status 124" "$dir/$1.t"; then
+            printf 'stopped after %s s' "${LIMIT:-1800}"
+        else
+            printf 'failed: %s' "$(grep -v '^Command' "$dir/$1.err" | tail -1 | cut -c1-90)"
+        fi
     fi
 }
 size() { [ -f "$1" ] && numfmt --to=iec --suffix=B "$(stat -c %s "$1")" || echo "-"; }
@@ -65,7 +70,6 @@ for n in $SIZES; do
     fi
     run complete "$BIN/pinnerd" measure --simulate "$m/truth.json" --complete --out "$m/full.json"
     modelled=$(grep -o "modelled time on real hardware [0-9.]* s at the daemon's pace" "$dir/complete.out" | grep -o "[0-9.]* s" | head -1)
-    rm -f "$m/full.json.keep"
     full=$(size "$m/full.json")
     rm -f "$m/full.json"
     run plan "$BIN/pinnerd" plan --count 8 --smt avoid --json --sysfs "$m" --matrix "$m/sparse.json"

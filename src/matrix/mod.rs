@@ -265,7 +265,9 @@ struct StatsOut<'a> {
 impl StatsOut<'_> {
     fn written(&self) -> impl Iterator<Item = &PairStats> {
         let measured_only = self.measured_only;
-        self.all.iter().filter(move |s| !(measured_only && s.inferred))
+        self.all
+            .iter()
+            .filter(move |s| !(measured_only && s.inferred))
     }
     fn is_empty(&self) -> bool {
         self.written().next().is_none()
@@ -1252,13 +1254,19 @@ mod tests {
     fn a_large_sparse_matrix_is_stored_without_its_inferred_statistics_and_read_back_whole() {
         fn sparse_of(n: usize) -> LatencyMatrix {
             let mut m = LatencyMatrix::from_fn((0..n as u32).collect(), |i, j| {
-                if i / 16 == j / 16 { 30.0 } else { 90.0 + (i % 7) as f64 }
+                if i / 16 == j / 16 {
+                    30.0
+                } else {
+                    90.0 + (i % 7) as f64
+                }
             });
             m.latency_ns[5][0] = None;
             m.latency_ns[0][5] = None;
             for j in 0..n {
                 for i in j + 1..n {
-                    let Some(v) = m.latency_ns[i][j] else { continue };
+                    let Some(v) = m.latency_ns[i][j] else {
+                        continue;
+                    };
                     let measured = i == j + 1;
                     m.stats.push(PairStats {
                         a: j as u32,
@@ -1287,7 +1295,10 @@ mod tests {
         assert!(text.contains("\"inferred\":true") && !text.contains("inferred_stats"));
         let big = sparse_of(COMPACT_FROM_CPUS);
         let text = serde_json::to_string(&big).unwrap();
-        assert!(!text.contains("\"inferred\":true"), "no inferred entry written");
+        assert!(
+            !text.contains("\"inferred\":true"),
+            "no inferred entry written"
+        );
         assert!(text.contains("\"inferred_stats\":\"omitted\""));
         assert!(text.len() < 16 << 20, "{} bytes", text.len());
         let back = LatencyMatrix::from_json(&text, Path::new("big.json")).unwrap();

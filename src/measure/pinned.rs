@@ -51,7 +51,8 @@ pub fn pin_current(cpu: u32) -> Result<(), PinFailure> {
     let tid = gettid();
     // The crate's one mask type, sized to the CPU: no fixed 1,024-bit `cpu_set_t`.
     let ops = SystemOps::default();
-    if cpu > crate::cpuset::MAX_CPU_ID || ops.set_affinity(tid, &CpuSet::from_iter([cpu])).is_err() {
+    if cpu > crate::cpuset::MAX_CPU_ID || ops.set_affinity(tid, &CpuSet::from_iter([cpu])).is_err()
+    {
         return Err(PinFailure::Refused { cpu, tid });
     }
     let got = ops.get_affinity(tid).map_err(|e| PinFailure::ReadBack {
@@ -84,9 +85,16 @@ mod tests {
             assert_eq!(current_cpu(), i64::from(target));
             // A CPU that does not exist is refused, past 1,024 and at the largest id
             // alike (a fixed 1,024-bit set could not even name them).
-            for absent in [4000, crate::cpuset::MAX_CPU_ID, crate::cpuset::MAX_CPU_ID + 1] {
+            for absent in [
+                4000,
+                crate::cpuset::MAX_CPU_ID,
+                crate::cpuset::MAX_CPU_ID + 1,
+            ] {
                 let e = pin_current(absent).unwrap_err();
-                assert!(matches!(e, PinFailure::Refused { cpu, .. } if cpu == absent), "{e}");
+                assert!(
+                    matches!(e, PinFailure::Refused { cpu, .. } if cpu == absent),
+                    "{e}"
+                );
             }
             // And the earlier pin still holds.
             assert_eq!(current_cpu(), i64::from(target));

@@ -138,7 +138,11 @@ fn plan_on_4096_cpus_keeps_a_group_in_one_llc() {
     ]);
     assert!(r.ok, "{}", r.stderr);
     let v: Value = serde_json::from_str(&r.stdout).unwrap();
-    assert_eq!(v["findings"], serde_json::json!([]), "the matrix agrees with sysfs");
+    assert_eq!(
+        v["findings"],
+        serde_json::json!([]),
+        "the matrix agrees with sysfs"
+    );
     let cpus: Vec<usize> = v["cpus"]
         .as_array()
         .unwrap()

@@ -173,8 +173,8 @@ pub fn write_tree(root: &Path, s: Shape) {
     let nb = "sys/devices/system/node";
     write(root, &format!("{nb}/online"), &list(0..s.sockets));
     write(root, &format!("{nb}/possible"), &list(0..s.sockets));
-    for k in 0..s.sockets {
-        write(root, &format!("{nb}/node{k}/cpulist"), &socket_list[k]);
+    for (k, cpus) in socket_list.iter().enumerate() {
+        write(root, &format!("{nb}/node{k}/cpulist"), cpus);
         let row: Vec<String> = (0..s.sockets)
             .map(|m| if m == k { "10" } else { "21" })
             .map(str::to_string)

@@ -492,16 +492,7 @@ fn read_only_methods_answer() {
     let m = bus.call("GetMatrix", &[]);
     assert!(m.starts_with("auaad "), "{m}");
     // The paged form, open to anyone by the bus policy: every CPU, the rows asked for.
-    let out = bus.busctl_as_nobody(&[
-        "call",
-        NAME,
-        PATH,
-        IFACE,
-        "GetMatrixRows",
-        "uu",
-        "0",
-        "1",
-    ]);
+    let out = bus.busctl_as_nobody(&["call", NAME, PATH, IFACE, "GetMatrixRows", "uu", "0", "1"]);
     assert!(out.status.success(), "{}", text(&out));
     let rows = String::from_utf8_lossy(&out.stdout);
     // Empty while no matrix exists (the first measurement may still run), else one row.
