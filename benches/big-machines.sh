@@ -14,13 +14,14 @@
 # page's size) and headless Chromium's time to draw the page (a 1200×4000 screenshot,
 # its own start included; a blank page's time is printed first). A step that fails
 # prints its error in its cell and the row goes on; one that runs past LIMIT seconds
-# (default 1800) is stopped and says so. Needs /usr/bin/time, chromium, bc.
+# (default 1800) is stopped and says so; NOBUILD=1 uses the binaries already built.
+# Needs /usr/bin/time, chromium, bc.
 set -u
 PROFILE=${1:-release}
 SIZES=${2:-512 1024 2048 4096 8192}
 flag=""
 [ "$PROFILE" = release ] && flag="--release"
-cargo build -q $flag --bin pinnerd --example big_machine || exit 1
+[ -n "${NOBUILD:-}" ] || cargo build -q $flag --bin pinnerd --example big_machine || exit 1
 BIN=target/$PROFILE
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
