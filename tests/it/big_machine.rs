@@ -1,6 +1,6 @@
 //! Generated machines of 512 to 8,192 CPUs: a sysfs/procfs tree (sockets, one NUMA node
 //! each, LLC groups, SMT) and the latency matrix such a machine would measure. Written
-//! on demand rather than committed: a 4,096-CPU tree is about 70,000 small files.
+//! on demand rather than committed: a 4,096-CPU tree is about 78,000 small files.
 //!
 //! Shared by the integration tests (`tests/it/big.rs`) and the cost benches
 //! (`examples/big_machine.rs`, `benches/big-machines.sh`), so the figures in
