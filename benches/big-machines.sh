@@ -36,7 +36,7 @@ cell() { # "W s, R MiB" of a run, or its error
     if [ -s "$dir/$1.t" ] && ! grep -q "exited with non-zero" "$dir/$1.t"; then
         awk '{ printf "%.1f s, %.0f MiB", $1, $2 / 1024 }' "$dir/$1.t"
     else
-        if grep -q "exit status 124" "$dir/$1.t"; then
+        if grep -q "status 124" "$dir/$1.t"; then
             printf 'stopped after %s s' "${LIMIT:-1800}"
         else
             printf 'failed: %s' "$(grep -v '^Command' "$dir/$1.err" | tail -1 | cut -c1-90)"
