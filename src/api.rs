@@ -35,7 +35,14 @@ pub enum Call {
     /// Starts a measurement, or joins the one running: its job id.
     Remeasure(ReplyTo<u64>),
     Reload(ReplyTo<Reloaded>),
+    /// The whole matrix, when it has at most [`WHOLE_MATRIX_CPUS`] CPUs.
     GetMatrix(ReplyTo<MatrixReply>),
+    /// Rows `first..first + count` of the matrix (at most [`rows_per_reply`] of them).
+    GetMatrixRows {
+        first: u32,
+        count: u32,
+        reply: ReplyTo<MatrixReply>,
+    },
     /// The daemon's numbers in the Prometheus text format (`crate::metrics`).
     Metrics(ReplyTo<String>),
     ListManaged {
@@ -156,8 +163,20 @@ pub struct Reloaded {
     pub errors: Vec<String>,
 }
 
+/// Most CPUs of a matrix `GetMatrix` answers whole: 1,024² cells are 8 MiB as `aad`,
+/// a quarter of the 32 MiB message the system bus lets through (`max_message_size` of
+/// dbus-daemon's system.conf). A larger matrix is read by rows (`GetMatrixRows`).
+pub const WHOLE_MATRIX_CPUS: usize = 1024;
+
+/// Rows of a matrix of `cpus` CPUs one `GetMatrixRows` reply holds: as many as keep it
+/// within the cells of a whole 1,024-CPU reply (128 rows of 8,192 CPUs), at least one.
+pub fn rows_per_reply(cpus: usize) -> usize {
+    (WHOLE_MATRIX_CPUS * WHOLE_MATRIX_CPUS / cpus.max(1)).max(1)
+}
+
 /// What `GetMatrix` answers: CPU ids and one-way latency in ns (NaN = unknown); both
-/// empty without a matrix.
+/// empty without a matrix. For `GetMatrixRows`, `cpus` is every CPU (the columns) and
+/// `latency_ns` the rows asked for, in order from the first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MatrixReply {
     pub cpus: Vec<u32>,

@@ -4,10 +4,11 @@
 //! or read, and `pidfd_open` called), the classification of every outcome
 //! ([`Outcome`]), the restore journal kept under the runtime directory ([`restore`]),
 //! and [`own_tid`], the one way the crate asks the calling thread's id. Measurement
-//! pins only its own spinning threads, through `core_affinity` (`measure::pinned`) and,
-//! for the independent ping-pong it is checked by, through `nix` (`measure::plain`);
-//! the CPUs this process may use are read here ([`SystemOps`], through
-//! `measure::allowed_cpus`), at any mask size.
+//! pins only its own spinning threads (`measure::pinned`, and the independent ping-pong
+//! it is checked by, `measure::plain`) through [`SystemOps`] too, and reads the CPUs
+//! this process may use here (`measure::allowed_cpus`): one mask type
+//! ([`CpuSet`]) at any size, up to the kernel's 8,192 CPUs, nowhere a fixed
+//! 1,024-bit `cpu_set_t`.
 //!
 //! Must not touch: which CPUs a task should get (see `manager`, `placement`) or how
 //! processes are discovered (see `watch`).

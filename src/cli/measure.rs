@@ -392,7 +392,7 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
         let text = if path.extension().is_some_and(|e| e == "csv") {
             m.to_csv()
         } else {
-            serde_json::to_string_pretty(&m)? + "\n"
+            m.to_json_text()?
         };
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
@@ -400,7 +400,7 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
     let tty = std::io::stdout().is_terminal();
     let mut stdout: Vec<u8> = Vec::new();
     if args.json {
-        writeln!(stdout, "{}", serde_json::to_string_pretty(&m)?)?;
+        write!(stdout, "{}", m.to_json_text()?)?;
     } else if args.csv {
         write!(stdout, "{}", m.to_csv())?;
         if m.cpus.iter().copied().ne(0..m.len() as u32) {

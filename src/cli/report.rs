@@ -267,7 +267,7 @@ fn write_report(
         Ok(out_dir.replace(name.as_ref(), text.as_bytes(), false)?)
     };
     if let (Source::Measured(_), Some(m)) = (&g.source, &g.matrix) {
-        write(MATRIX_FILE, &(serde_json::to_string_pretty(m)? + "\n"))?;
+        write(MATRIX_FILE, &m.to_json_text()?)?;
     }
     let json = write("report.json", &(serde_json::to_string_pretty(r)? + "\n"))?;
     let html = write("report.html", &report::html(r, g.matrix.as_ref()))?;

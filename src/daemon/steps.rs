@@ -100,6 +100,7 @@ fn method(call: &Call) -> &'static str {
         Call::Remeasure(_) => "Remeasure",
         Call::Reload(_) => "Reload",
         Call::GetMatrix(_) => "GetMatrix",
+        Call::GetMatrixRows { .. } => "GetMatrixRows",
         Call::Metrics(_) => "Metrics",
         Call::ListManaged { .. } => "ListManaged",
         Call::Explain { .. } => "Explain",

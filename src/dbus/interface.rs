@@ -470,6 +470,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     }
 
     /// The current latency matrix: CPU ids and one-way latency in ns (NaN = unknown).
+    /// Refused (InvalidArgs) for a matrix of more than 1,024 CPUs: see `GetMatrixRows`.
     #[zbus(out_args("cpus", "latency_ns"))]
     async fn get_matrix(
         &self,
@@ -478,6 +479,29 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     ) -> Result<(Vec<u32>, Vec<Vec<f64>>)> {
         self.admission.admit(conn, &header, "GetMatrix").await?;
         let MatrixReply { cpus, latency_ns } = self.forward(Call::GetMatrix).await?;
+        Ok((cpus, latency_ns))
+    }
+
+    /// Rows `first` to `first + count - 1` of the current latency matrix (fewer at its
+    /// end, and at most as many as keep the reply within 1 Mi cells: 128 rows of 8,192
+    /// CPUs): every CPU id (the columns) and those rows, in ns (NaN = unknown). How a
+    /// matrix of more than 1,024 CPUs, which `GetMatrix` refuses, is read.
+    #[zbus(out_args("cpus", "latency_ns"))]
+    async fn get_matrix_rows(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Header<'_>,
+        first: u32,
+        count: u32,
+    ) -> Result<(Vec<u32>, Vec<Vec<f64>>)> {
+        self.admission.admit(conn, &header, "GetMatrixRows").await?;
+        let MatrixReply { cpus, latency_ns } = self
+            .forward(|reply| Call::GetMatrixRows {
+                first,
+                count,
+                reply,
+            })
+            .await?;
         Ok((cpus, latency_ns))
     }
 

@@ -27,8 +27,10 @@ use crate::cpuset::CpuSet;
 /// One-way core-to-core latencies in nanoseconds.
 ///
 /// Read through [`MatrixFile`], which holds the sparse counts as plain fields: a
-/// flattened field would make serde keep every unknown key's value in memory.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// flattened field would make serde keep every unknown key's value in memory. Written
+/// through [`MatrixOut`], which leaves out the statistics of inferred pairs of a matrix
+/// past [`COMPACT_FROM_CPUS`] CPUs (see there).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(from = "MatrixFile")]
 pub struct LatencyMatrix {
     /// Linux CPU ids, in row order.
@@ -209,6 +211,100 @@ struct MatrixFile {
     kept: Option<KeptCells>,
     #[serde(default)]
     stability: Option<Stability>,
+    /// `omitted`: the statistics of inferred pairs were left out (see
+    /// [`COMPACT_FROM_CPUS`]) and are made again from their cells.
+    #[serde(default)]
+    inferred_stats: Option<String>,
+}
+
+/// From this many CPUs on (past the 1,024 that bounded every matrix before), a matrix
+/// file leaves out the statistics entries of its inferred pairs and says so
+/// (`"inferred_stats": "omitted"`): each is its cell's figure three times, 0 samples,
+/// `inferred` — made again from the cells when read. They are most of a sparse map's
+/// pairs and about 110 bytes each as JSON: 0.9 GB of a 4,096-CPU file, over the
+/// reader's limit, where the cells take 90 MB. Smaller matrices are written as before,
+/// so every file an earlier pinnerd wrote or could read is unchanged.
+pub const COMPACT_FROM_CPUS: usize = 1025;
+
+/// The JSON object as written: [`LatencyMatrix`]'s fields, borrowed.
+#[derive(Serialize)]
+struct MatrixOut<'a> {
+    cpus: &'a [u32],
+    latency_ns: &'a [Vec<Option<f64>>],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    primitive: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    measured_at_us: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    measure_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fingerprint: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    first_touch: Option<&'a String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mode: Option<&'a String>,
+    #[serde(skip_serializing_if = "StatsOut::is_empty")]
+    stats: StatsOut<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inferred_stats: Option<&'static str>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    sparse: Option<&'a SparseCounts>,
+    warnings: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kept: Option<&'a KeptCells>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stability: Option<&'a Stability>,
+}
+
+/// The statistics written: all of them, or those of measured pairs only.
+struct StatsOut<'a> {
+    all: &'a [PairStats],
+    measured_only: bool,
+}
+
+impl StatsOut<'_> {
+    fn written(&self) -> impl Iterator<Item = &PairStats> {
+        let measured_only = self.measured_only;
+        self.all
+            .iter()
+            .filter(move |s| !(measured_only && s.inferred))
+    }
+    fn is_empty(&self) -> bool {
+        self.written().next().is_none()
+    }
+}
+
+impl Serialize for StatsOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.written())
+    }
+}
+
+impl Serialize for LatencyMatrix {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let compact = self.len() >= COMPACT_FROM_CPUS;
+        let omitted = compact && self.stats.iter().any(|st| st.inferred);
+        MatrixOut {
+            cpus: &self.cpus,
+            latency_ns: &self.latency_ns,
+            primitive: self.primitive.as_ref(),
+            measured_at_us: self.measured_at_us,
+            measure_seconds: self.measure_seconds,
+            fingerprint: self.fingerprint.as_ref(),
+            first_touch: self.first_touch.as_ref(),
+            mode: self.mode.as_ref(),
+            stats: StatsOut {
+                all: &self.stats,
+                measured_only: compact,
+            },
+            inferred_stats: omitted.then_some("omitted"),
+            sparse: self.sparse.as_deref(),
+            warnings: &self.warnings,
+            kept: self.kept.as_ref(),
+            stability: self.stability.as_ref(),
+        }
+        .serialize(s)
+    }
 }
 
 impl From<MatrixFile> for LatencyMatrix {
@@ -241,6 +337,9 @@ impl From<MatrixFile> for LatencyMatrix {
             kept: f.kept,
             stability: f.stability,
         };
+        if f.inferred_stats.as_deref() == Some("omitted") {
+            m.restore_inferred_stats();
+        }
         m.recount();
         m
     }
@@ -299,10 +398,15 @@ pub struct Summary {
     pub levels: Vec<Level>,
 }
 
-/// Most CPUs a matrix may have, the one bound for measuring, storing and reading: 1024²
-/// cells take 16 MiB. A machine (or a `--cpus` list) of more CPUs is refused before
-/// measuring starts, so the daemon never stores a matrix it could not read back.
-pub const MAX_MATRIX_CPUS: usize = 1024;
+/// Most CPUs a matrix may have, the one bound for measuring, storing, reading,
+/// planning, the report and the bus: 8,192, the most CPUs a kernel may have (x86-64
+/// `MAXSMP`, Debian's `NR_CPUS`; the same as [`crate::cpuset::MAX_CPU_ID`] + 1). A
+/// `--cpus` list of more CPUs is refused before measuring starts. What a matrix costs
+/// by size (memory, file, plan time, the report page) is in `benches/README.md`.
+pub const MAX_MATRIX_CPUS: usize = crate::cpuset::MAX_CPU_ID as usize + 1;
+
+/// Largest matrix written as pretty JSON (see [`LatencyMatrix::to_json_text`]).
+pub const PRETTY_CPUS: usize = 256;
 
 /// More CPUs than a matrix may have ([`MAX_MATRIX_CPUS`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -454,6 +558,48 @@ impl LatencyMatrix {
         (measured, total)
     }
 
+    /// Makes again the statistics a compact file left out (see [`COMPACT_FROM_CPUS`]):
+    /// an inferred entry for every pair with a cell and no entry, in the order sparse
+    /// measurement writes them (by column, then row), the stored entries in their place.
+    fn restore_inferred_stats(&mut self) {
+        let n = self.len();
+        if self.latency_ns.len() != n || self.latency_ns.iter().any(|r| r.len() != n) {
+            return; // not square: validation says so
+        }
+        let mut stored: std::collections::HashMap<(u32, u32), PairStats> = self
+            .stats
+            .drain(..)
+            .map(|s| ((s.a.min(s.b), s.a.max(s.b)), s))
+            .collect();
+        let mut all = Vec::with_capacity(n * n.saturating_sub(1) / 2);
+        for j in 0..n {
+            for i in j + 1..n {
+                let (a, b) = (
+                    self.cpus[i].min(self.cpus[j]),
+                    self.cpus[i].max(self.cpus[j]),
+                );
+                if let Some(s) = stored.remove(&(a, b)) {
+                    all.push(s);
+                } else if let Some(v) = self.latency_ns[i][j] {
+                    all.push(PairStats {
+                        a,
+                        b,
+                        p10_ns: v,
+                        median_ns: v,
+                        p90_ns: v,
+                        samples: 0,
+                        discarded: 0,
+                        round_trips: 0,
+                        inferred: true,
+                    });
+                }
+            }
+        }
+        // Entries of pairs outside the matrix stay, for validation to name.
+        all.extend(stored.into_values());
+        self.stats = all;
+    }
+
     /// Sets the sparse counts (when there are any) to what the cells and statistics
     /// say ([`Self::measured_pairs`]), instead of what a file or an earlier matrix said.
     pub fn recount(&mut self) {
@@ -471,6 +617,18 @@ impl LatencyMatrix {
     /// probe) found this matrix unstable; `None` for a stable or unchecked matrix.
     pub fn latency_off(&self) -> Option<&'static str> {
         self.stability.as_ref().and_then(Stability::latency_off)
+    }
+
+    /// The JSON text of a matrix file (`measure --out`, the report's copy): pretty up to
+    /// [`PRETTY_CPUS`] CPUs, where a person reads it, compact beyond, where pretty
+    /// printing would triple the file (a cell on its own indented line).
+    pub fn to_json_text(&self) -> serde_json::Result<String> {
+        let text = if self.len() <= PRETTY_CPUS {
+            serde_json::to_string_pretty(self)?
+        } else {
+            serde_json::to_string(self)?
+        };
+        Ok(text + "\n")
     }
 
     /// Latency between two CPU ids.
@@ -1088,5 +1246,65 @@ mod tests {
         let narrowed = keep::restrict(&m, &CpuSet::from_iter([0, 1]));
         let sp = narrowed.sparse.as_ref().unwrap();
         assert_eq!((sp.pairs_measured, sp.pairs_total), (1, 1));
+    }
+
+    /// Past 1,024 CPUs a file leaves out the inferred pairs' statistics and reads back
+    /// the same matrix; at 1,024 and below it is written as before, every entry in it.
+    #[test]
+    fn a_large_sparse_matrix_is_stored_without_its_inferred_statistics_and_read_back_whole() {
+        fn sparse_of(n: usize) -> LatencyMatrix {
+            let mut m = LatencyMatrix::from_fn((0..n as u32).collect(), |i, j| {
+                if i / 16 == j / 16 {
+                    30.0
+                } else {
+                    90.0 + (i % 7) as f64
+                }
+            });
+            m.latency_ns[5][0] = None;
+            m.latency_ns[0][5] = None;
+            for j in 0..n {
+                for i in j + 1..n {
+                    let Some(v) = m.latency_ns[i][j] else {
+                        continue;
+                    };
+                    let measured = i == j + 1;
+                    m.stats.push(PairStats {
+                        a: j as u32,
+                        b: i as u32,
+                        p10_ns: v - 1.0 * f64::from(u8::from(measured)),
+                        median_ns: v,
+                        p90_ns: v,
+                        samples: u32::from(measured) * 9,
+                        discarded: 0,
+                        round_trips: 0,
+                        inferred: !measured,
+                    });
+                }
+            }
+            m.mode = Some("sparse".into());
+            m.sparse = Some(Box::new(SparseCounts {
+                pairs_measured: 0,
+                pairs_total: 0,
+                modelled_seconds: 1.5,
+            }));
+            m.recount();
+            m
+        }
+        let small = sparse_of(COMPACT_FROM_CPUS - 1);
+        let text = serde_json::to_string(&small).unwrap();
+        assert!(text.contains("\"inferred\":true") && !text.contains("inferred_stats"));
+        let big = sparse_of(COMPACT_FROM_CPUS);
+        let text = serde_json::to_string(&big).unwrap();
+        assert!(
+            !text.contains("\"inferred\":true"),
+            "no inferred entry written"
+        );
+        assert!(text.contains("\"inferred_stats\":\"omitted\""));
+        assert!(text.len() < 16 << 20, "{} bytes", text.len());
+        let back = LatencyMatrix::from_json(&text, Path::new("big.json")).unwrap();
+        assert_eq!(back.stats.len(), big.stats.len());
+        assert!(back == big, "read back whole, in the same order");
+        let sp = back.sparse.as_ref().unwrap();
+        assert_eq!(sp.pairs_measured, COMPACT_FROM_CPUS - 1);
     }
 }

@@ -8,10 +8,13 @@
 //! Must not touch: what a matrix means (see the parent module).
 //!
 //! Memory: a JSON file is parsed from a buffered reader, never held whole, so what it
-//! costs is the parsed matrix: at most 1024² cells of 16 bytes (16 MiB), one stats
-//! entry per pair (25 MiB) and 256 warnings of at most 16 KiB. A CSV file (at most
-//! 32 MiB) is read whole, then its cells are allocated only once its first row has
-//! shown there are at most 1024 CPUs.
+//! costs is the parsed matrix: its cells (16 bytes each, n²: 256 MiB at 4,096 CPUs,
+//! 1 GiB at 8,192), one stats entry per pair (48 bytes, n(n−1)/2: 384 MiB at 4,096, 1.5
+//! GiB at 8,192; a file written compactly, see `COMPACT_FROM_CPUS`, has them made again
+//! when read) and 256 warnings of at most 16 KiB. A file of more than 8,192 CPUs, or
+//! a CPU id past 8,191, is refused as the first one past the bound is read, before
+//! the cells are allocated. A CSV file (at most 32 MiB) is read whole, then its cells
+//! are allocated only once its first row has shown there are at most 8,192 CPUs.
 
 use std::fmt;
 use std::fs::File;
@@ -28,7 +31,7 @@ use crate::infile::{self, InError, Links};
 /// while parsing, before its cells are allocated.
 pub use super::MAX_MATRIX_CPUS;
 /// Largest matrix file opened at all (a pretty-printed 1024-CPU matrix with per-pair
-/// statistics is about 130 MB).
+/// statistics is about 130 MB; a compact 4,096-CPU sparse map about 90 MB).
 pub const MAX_MATRIX_FILE_SIZE: u64 = 256 << 20;
 /// Largest CSV matrix: CSV is read whole (a 1024-CPU one is about 10 MB).
 pub const MAX_CSV_SIZE: u64 = 32 << 20;

@@ -301,23 +301,37 @@ impl MatrixStore {
     /// oldest history entries beyond the limit are removed. Returns the current path.
     pub fn save(&self, matrix: &LatencyMatrix) -> Result<PathBuf, StoreError> {
         matrix.validate().map_err(StoreError::Invalid)?;
-        let text =
-            serde_json::to_string_pretty(matrix).map_err(|e| StoreError::Invalid(e.to_string()))?;
         let current = self.current_path();
         let tmp = self.dir.join(format!(
             ".{CURRENT}.tmp-{}-{}",
             std::process::id(),
             now_us()
         ));
-        let write = |path: &Path| -> std::io::Result<()> {
-            let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
-            f.write_all(text.as_bytes())?;
-            f.write_all(b"\n")?;
-            f.sync_all()
+        // Compact JSON streamed to the file, never held whole: a cell costs about 6
+        // bytes, not the 20 of pretty printing (figures by size in benches/README.md).
+        let write = |path: &Path| -> std::io::Result<u64> {
+            let f = OpenOptions::new().write(true).create_new(true).open(path)?;
+            let mut w = std::io::BufWriter::new(f);
+            serde_json::to_writer(&mut w, matrix)?;
+            w.write_all(b"\n")?;
+            let f = w.into_inner().map_err(|e| e.into_error())?;
+            f.sync_all()?;
+            Ok(f.metadata()?.len())
         };
-        if let Err(source) = write(&tmp) {
+        let size = match write(&tmp) {
+            Ok(size) => size,
+            Err(source) => {
+                let _ = fs::remove_file(&tmp);
+                return Err(StoreError::Write { path: tmp, source });
+            }
+        };
+        // The reader's limit: never store a file it would refuse.
+        if size > super::read::MAX_MATRIX_FILE_SIZE {
             let _ = fs::remove_file(&tmp);
-            return Err(StoreError::Write { path: tmp, source });
+            return Err(StoreError::Invalid(format!(
+                "{size} bytes as JSON, over the {}-byte limit for a matrix file",
+                super::read::MAX_MATRIX_FILE_SIZE
+            )));
         }
         if current.exists() {
             let history = self.dir.join(HISTORY);
@@ -447,12 +461,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = MatrixStore::open(dir.path().join("state")).unwrap();
         let n = crate::matrix::MAX_MATRIX_CPUS as u32 + 1;
+        // Refused on its CPU count, before its cells are looked at (none are built).
         let e = store
-            .save(&LatencyMatrix::from_fn((0..n).collect(), |_, _| 50.0))
+            .save(&LatencyMatrix::new((0..n).collect(), Vec::new()))
             .unwrap_err();
         assert!(
             e.to_string()
-                .contains("1025 CPUs: more than the 1024 a matrix may have"),
+                .contains("8193 CPUs: more than the 8192 a matrix may have"),
             "{e}"
         );
         assert!(!store.current_path().exists());

@@ -576,9 +576,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let s = stop.clone();
         let t = std::thread::spawn(move || {
-            let mut only = nix::sched::CpuSet::new();
-            only.set(first as usize).unwrap();
-            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &only).unwrap();
+            crate::measure::pinned::pin_current(first).unwrap();
             tx.send(crate::affinity::own_tid()).unwrap();
             while !s.load(Ordering::Relaxed) {
                 std::hint::spin_loop();

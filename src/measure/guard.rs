@@ -306,7 +306,7 @@ intr 12345 0 0\n";
             let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
             let s = stop.clone();
             let thread = std::thread::spawn(move || {
-                let _ = core_affinity::set_for_current(core_affinity::CoreId { id: 0 });
+                let _ = crate::measure::pinned::pin_current(0);
                 while !s.load(std::sync::atomic::Ordering::Relaxed) {
                     std::hint::spin_loop();
                 }

@@ -3,9 +3,7 @@
 //! switched out (`context_switches`). The thin syscall layer the spin engine calls at
 //! batch boundaries; it knows nothing of runs or pairs.
 
-use nix::sched::sched_getaffinity;
-use nix::unistd::Pid;
-
+use crate::affinity::{AffinityOps as _, SystemOps};
 use crate::cpuset::CpuSet;
 
 /// Why a thread is not where it was put.
@@ -51,20 +49,16 @@ pub fn context_switches() -> u64 {
 /// `{cpu}` and the thread is running there.
 pub fn pin_current(cpu: u32) -> Result<(), PinFailure> {
     let tid = gettid();
-    // core_affinity does not range-check (libc's CPU_SET panics past the set's size).
-    if cpu as usize >= nix::sched::CpuSet::count()
-        || !core_affinity::set_for_current(core_affinity::CoreId { id: cpu as usize })
+    // The crate's one mask type, sized to the CPU: no fixed 1,024-bit `cpu_set_t`.
+    let ops = SystemOps::default();
+    if cpu > crate::cpuset::MAX_CPU_ID || ops.set_affinity(tid, &CpuSet::from_iter([cpu])).is_err()
     {
         return Err(PinFailure::Refused { cpu, tid });
     }
-    let mask = sched_getaffinity(Pid::from_raw(0)).map_err(|e| PinFailure::ReadBack {
+    let got = ops.get_affinity(tid).map_err(|e| PinFailure::ReadBack {
         tid,
         errno: e.to_string(),
     })?;
-    let got: CpuSet = (0..nix::sched::CpuSet::count())
-        .filter(|&c| mask.is_set(c).unwrap_or(false))
-        .map(|c| c as u32)
-        .collect();
     if got.len() != 1 || !got.contains(cpu) {
         return Err(PinFailure::MaskDiffers {
             cpu,
@@ -85,14 +79,23 @@ mod tests {
 
     #[test]
     fn pin_is_verified_for_real() {
-        let online = core_affinity::get_core_ids().unwrap();
-        let target = online.last().unwrap().id as u32;
+        let target = crate::measure::allowed_cpus().unwrap().last().unwrap();
         std::thread::spawn(move || {
             pin_current(target).unwrap();
             assert_eq!(current_cpu(), i64::from(target));
-            // A CPU that does not exist is refused.
-            let e = pin_current(4000).unwrap_err();
-            assert!(matches!(e, PinFailure::Refused { cpu: 4000, .. }), "{e}");
+            // A CPU that does not exist is refused, past 1,024 and at the largest id
+            // alike (a fixed 1,024-bit set could not even name them).
+            for absent in [
+                4000,
+                crate::cpuset::MAX_CPU_ID,
+                crate::cpuset::MAX_CPU_ID + 1,
+            ] {
+                let e = pin_current(absent).unwrap_err();
+                assert!(
+                    matches!(e, PinFailure::Refused { cpu, .. } if cpu == absent),
+                    "{e}"
+                );
+            }
             // And the earlier pin still holds.
             assert_eq!(current_cpu(), i64::from(target));
         })

@@ -587,9 +587,9 @@ mod tests {
     use super::*;
 
     fn two_cpus() -> (u32, u32) {
-        let ids = core_affinity::get_core_ids().unwrap();
+        let ids: Vec<u32> = crate::measure::allowed_cpus().unwrap().iter().collect();
         assert!(ids.len() >= 2, "the engine needs two CPUs to test");
-        (ids[0].id as u32, ids[1].id as u32)
+        (ids[0], ids[1])
     }
 
     fn plan(primitive: Primitive) -> PairPlan {

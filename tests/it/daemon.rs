@@ -491,6 +491,17 @@ fn read_only_methods_answer() {
     assert_eq!(bus.call("ListManaged", &[]), "a(ussss) 0");
     let m = bus.call("GetMatrix", &[]);
     assert!(m.starts_with("auaad "), "{m}");
+    // The paged form, open to anyone by the bus policy: every CPU, the rows asked for.
+    let out = bus.busctl_as_nobody(&["call", NAME, PATH, IFACE, "GetMatrixRows", "uu", "0", "1"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let rows = String::from_utf8_lossy(&out.stdout);
+    // Empty while no matrix exists (the first measurement may still run), else one row.
+    if rows.trim() != "auaad 0 0" {
+        let words: Vec<&str> = rows.split_whitespace().collect();
+        let n: usize = words[1].parse().unwrap();
+        assert_eq!(words[2 + n], "1", "one row: {rows}");
+        assert_eq!(words[3 + n], n.to_string(), "of every CPU: {rows}");
+    }
     // Plan: every usable CPU when asked for all of them (this machine has no isolcpus).
     let n: usize = bus
         .get("CpuCount")

@@ -346,11 +346,15 @@ fn threads_moved_by_someone_else_are_one_warning_then_counts() {
         all_on(&h, &target)
     });
     // The owner moves them all (a mask the rule's CPUs do not hold).
-    let mut elsewhere = nix::sched::CpuSet::new();
-    elsewhere.set(first as usize).unwrap();
+    let elsewhere: CpuSet = std::iter::once(first).collect();
     let tids = h.tids();
     for tid in &tids {
-        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(*tid), &elsewhere).unwrap();
+        pinnerd::affinity::AffinityOps::set_affinity(
+            &pinnerd::affinity::SystemOps::default(),
+            *tid,
+            &elsewhere,
+        )
+        .unwrap();
     }
     let moved = tids.len() as u64;
     let pid = h.pid;
@@ -413,11 +417,15 @@ fn a_release_of_threads_moved_by_someone_else_is_one_line() {
     bus.wait_for("every thread pinned", Duration::from_secs(60), || {
         all_on(&h, &target)
     });
-    let mut elsewhere = nix::sched::CpuSet::new();
-    elsewhere.set(first as usize).unwrap();
+    let elsewhere: CpuSet = std::iter::once(first).collect();
     let tids = h.tids();
     for tid in &tids {
-        nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(*tid), &elsewhere).unwrap();
+        pinnerd::affinity::AffinityOps::set_affinity(
+            &pinnerd::affinity::SystemOps::default(),
+            *tid,
+            &elsewhere,
+        )
+        .unwrap();
     }
     // Renamed before any rescan looks: released, every thread left as its owner set it.
     h.rename(h.pid, 1, &["pd-renamed"]);

@@ -7,6 +7,8 @@
 
 mod affinity;
 mod bad_input;
+mod big;
+pub mod big_machine;
 mod bus_api;
 mod cgroups;
 mod cli_smoke;

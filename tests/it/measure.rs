@@ -162,9 +162,7 @@ fn load_guard_refuses_a_busy_cpu() {
     let stop = Arc::new(AtomicBool::new(false));
     let s = stop.clone();
     let spinner = std::thread::spawn(move || {
-        assert!(core_affinity::set_for_current(core_affinity::CoreId {
-            id: a as usize
-        }));
+        pinnerd::measure::pinned::pin_current(a).unwrap();
         while !s.load(Ordering::Relaxed) {
             std::hint::spin_loop();
         }
@@ -212,7 +210,7 @@ fn library_rounds_mode_with_cross_check_and_progress() {
 
 #[test]
 fn more_cpus_than_a_matrix_may_have_are_refused_before_measuring() {
-    // A 1025-CPU machine: refused up front, in full and in sparse mode, with the one
+    // An 8193-CPU machine: refused up front, in full and in sparse mode, with the one
     // bound the store and the reader keep too.
     let cpus: CpuSet = (0..=pinnerd::matrix::MAX_MATRIX_CPUS as u32).collect();
     for mode in [Mode::Serial, Mode::Sparse] {
@@ -227,7 +225,7 @@ fn more_cpus_than_a_matrix_may_have_are_refused_before_measuring() {
         );
         assert_eq!(
             e.to_string(),
-            "1025 CPUs to measure: pinnerd measures, stores and reads matrices of at most 1024 CPUs"
+            "8193 CPUs to measure: pinnerd measures, stores and reads matrices of at most 8192 CPUs"
         );
     }
 }

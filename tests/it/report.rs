@@ -516,9 +516,10 @@ fn a_report_directory_another_user_prepared_is_refused_and_no_link_is_followed()
     assert_eq!(json["cpu_order"].as_array().unwrap().len(), 64);
 }
 
-/// The largest page: 1,024 CPUs (the most a matrix may have), as two sockets of LLCs of
-/// eight cores with SMT siblings i and i+512, every cell with ±3% of noise as measured
-/// cells have (equal neighbours would flatter any drawing that merges them).
+/// A page of 1,024 CPUs (4,096: `big::report_of_4096_cpus_stays_within_its_size_bound`),
+/// as two sockets of LLCs of eight cores with SMT siblings i and i+512, every cell with
+/// ±3% of noise as measured cells have (equal neighbours would flatter any drawing that
+/// merges them).
 #[test]
 fn the_page_of_a_1024_cpu_machine_stays_within_its_size_bound() {
     let n = 1024usize;

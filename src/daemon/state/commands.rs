@@ -35,7 +35,12 @@ impl State {
         match call {
             Call::Remeasure(reply) => send(reply, Ok(self.remeasure(Instant::now()))),
             Call::Reload(reply) => send(reply, Ok(self.reload_by_bus())),
-            Call::GetMatrix(reply) => send(reply, Ok(self.machine.matrix_reply())),
+            Call::GetMatrix(reply) => send(reply, self.machine.matrix_reply()),
+            Call::GetMatrixRows {
+                first,
+                count,
+                reply,
+            } => send(reply, self.machine.matrix_rows(first, count)),
             Call::Metrics(reply) => send(reply, Ok(self.metrics_text())),
             Call::ListManaged { caller_uid, reply } => {
                 send(reply, Ok(self.managed.rows(caller_uid)))

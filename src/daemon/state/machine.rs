@@ -4,7 +4,7 @@
 //! [`MOVE_FLOOR_NS`]; applied by `State::matrix_changed`, `state/measuring.rs`). A CPU
 //! hotplug is handled by `State::hotplug` (`state/mod.rs`).
 
-use crate::api::{CommandError, MatrixReply};
+use crate::api::{rows_per_reply, CommandError, MatrixReply, WHOLE_MATRIX_CPUS};
 use crate::cpuset::CpuSet;
 use crate::domains::{self, Domains, Misfit};
 use crate::fingerprint::Fingerprint;
@@ -105,21 +105,27 @@ impl Machine {
         Some(self.topology.as_ref()?.nodes.iter().map(|n| n.id).collect())
     }
 
-    /// `GetMatrix`: the matrix in use; empty without one.
-    pub(super) fn matrix_reply(&self) -> MatrixReply {
+    /// `GetMatrix`: the matrix in use; empty without one. One of more than
+    /// [`WHOLE_MATRIX_CPUS`] CPUs is refused, naming `GetMatrixRows`.
+    pub(super) fn matrix_reply(&self) -> Result<MatrixReply, CommandError> {
         match &self.current {
-            Some(m) => MatrixReply {
-                cpus: m.cpus.clone(),
-                latency_ns: m
-                    .latency_ns
-                    .iter()
-                    .map(|row| row.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
-                    .collect(),
-            },
-            None => MatrixReply {
+            Some(m) => whole_matrix(m),
+            None => Ok(MatrixReply {
                 cpus: Vec::new(),
                 latency_ns: Vec::new(),
-            },
+            }),
+        }
+    }
+
+    /// `GetMatrixRows`: rows `first..first + count` of the matrix in use, at most
+    /// [`rows_per_reply`]; empty without one.
+    pub(super) fn matrix_rows(&self, first: u32, count: u32) -> Result<MatrixReply, CommandError> {
+        match &self.current {
+            Some(m) => matrix_rows(m, first, count),
+            None => Ok(MatrixReply {
+                cpus: Vec::new(),
+                latency_ns: Vec::new(),
+            }),
         }
     }
 
@@ -209,6 +215,39 @@ impl Machine {
     }
 }
 
+/// `GetMatrix`'s reply: the whole of `m`, or a refusal past [`WHOLE_MATRIX_CPUS`].
+fn whole_matrix(m: &LatencyMatrix) -> Result<MatrixReply, CommandError> {
+    let n = m.len();
+    if n > WHOLE_MATRIX_CPUS {
+        return Err(CommandError::InvalidArgs(format!(
+            "the matrix has {n} CPUs, over the {WHOLE_MATRIX_CPUS} GetMatrix answers in one reply: read it with GetMatrixRows, {} rows at a time",
+            rows_per_reply(n)
+        )));
+    }
+    matrix_rows(m, 0, n as u32)
+}
+
+/// Rows `first..first + count` of `m` (cut at its end and at [`rows_per_reply`]).
+fn matrix_rows(m: &LatencyMatrix, first: u32, count: u32) -> Result<MatrixReply, CommandError> {
+    let n = m.len();
+    let first = first as usize;
+    if first >= n || count == 0 {
+        return Err(CommandError::InvalidArgs(format!(
+            "rows {first}, count {count}: the matrix has rows 0 to {} and a reply holds 1 to {}",
+            n.saturating_sub(1),
+            rows_per_reply(n)
+        )));
+    }
+    let end = n.min(first + (count as usize).min(rows_per_reply(n)));
+    Ok(MatrixReply {
+        cpus: m.cpus.clone(),
+        latency_ns: m.latency_ns[first..end]
+            .iter()
+            .map(|row| row.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
+            .collect(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,11 +276,43 @@ mod tests {
             "the same machine read again"
         );
         assert_eq!(m.domains().unwrap().trust(), Trust::Topology);
-        let empty = m.matrix_reply();
+        let empty = m.matrix_reply().unwrap();
         assert!(empty.cpus.is_empty() && empty.latency_ns.is_empty());
         // No store: nothing is loaded, nothing is missing.
         assert!(m.load_stored_matrix().is_empty());
         assert!(m.current.is_none() && m.earlier_matrix().is_none());
+    }
+
+    /// Past 1,024 CPUs the matrix is read by rows: `GetMatrix` refuses, naming
+    /// `GetMatrixRows`, whose replies stay within the cells of a whole 1,024-CPU one.
+    #[test]
+    fn a_matrix_past_1024_cpus_is_answered_by_rows_within_the_reply_bound() {
+        let small = LatencyMatrix::from_fn(vec![0, 1, 2], |i, j| (10 * (i + j)) as f64);
+        let whole = whole_matrix(&small).unwrap();
+        assert_eq!(whole.cpus, vec![0, 1, 2]);
+        assert_eq!(whole.latency_ns.len(), 3);
+        let rows = matrix_rows(&small, 1, 5).unwrap();
+        assert_eq!(rows.cpus, vec![0, 1, 2]);
+        assert_eq!(rows.latency_ns.len(), 2, "cut at the matrix's end");
+        assert_eq!(rows.latency_ns[0][2], 30.0);
+        assert!(rows.latency_ns[0][1].is_nan());
+        for (first, count) in [(3, 1), (0, 0)] {
+            let e = matrix_rows(&small, first, count).unwrap_err();
+            assert!(e.to_string().contains("the matrix has rows 0 to 2"), "{e}");
+        }
+        let n = WHOLE_MATRIX_CPUS + 1;
+        let big = LatencyMatrix::from_fn((0..n as u32).collect(), |_, _| 50.0);
+        let e = whole_matrix(&big).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the matrix has 1025 CPUs, over the 1024 GetMatrix answers in one reply: read it with GetMatrixRows, 1023 rows at a time"
+        );
+        let page = matrix_rows(&big, 1000, u32::MAX).unwrap();
+        assert_eq!(page.latency_ns.len(), n - 1000);
+        let page = matrix_rows(&big, 0, u32::MAX).unwrap();
+        assert_eq!(page.latency_ns.len(), rows_per_reply(n));
+        assert!(page.latency_ns.len() * n <= WHOLE_MATRIX_CPUS * WHOLE_MATRIX_CPUS);
+        assert_eq!(rows_per_reply(8192), 128);
     }
 
     #[test]
