@@ -487,7 +487,7 @@ check_dbus_introspect() {
         echo "busctl introspect failed: $out"
         return 1
     }
-    for name in Remeasure Reload GetMatrix ListManaged Explain Plan PinProcess ReleaseProcess Metrics \
+    for name in Remeasure Reload GetMatrix GetMatrixRows ListManaged Explain Plan PinProcess ReleaseProcess Metrics \
         PinProcessWith PlanWith \
         Version State MeasuredAt Fingerprint CpuCount RuleCount ManagedProcesses \
         ManagedThreads RuleErrors Holds LatencyOff StateReason MeasurementFinished RulesReloaded; do
