@@ -629,7 +629,9 @@ fn plan_live_says_which_explicit_cpus_the_machine_lacks() {
         .find(|l| l.contains("far"))
         .unwrap_or_else(|| panic!("no line of rule far in:\n{}", run.stdout));
     assert!(
-        line.contains("CPUs 16-17 are not online on this machine (online: 0-15): only CPU 15 is used"),
+        line.contains(
+            "CPUs 16-17 are not online on this machine (online: 0-15): only CPU 15 is used"
+        ),
         "{}",
         run.stdout
     );
