@@ -631,7 +631,7 @@ impl State {
                     log_change(c);
                 }
                 if !changes.is_empty() {
-                    self.sync_irqs();
+                    self.sync_irqs(false);
                     self.sync_holds();
                 }
                 // Under a storm every batch changes the journal: it is written once per
@@ -767,6 +767,8 @@ impl State {
         }
         if now >= self.timers.next_fingerprint {
             self.timers.next_fingerprint = now + self.measurement.timing.fingerprint_every;
+            // An irqbalance (re)started since is told what to keep off.
+            self.sync_irqs(true);
             let (online, usable) = (self.machine.online(), self.machine.usable());
             let fp_changed = self.machine.read(&self.cfg.sysroot);
             if fp_changed || self.machine.usable() != usable {

@@ -36,6 +36,11 @@ pub(super) struct IrqsAway {
     pub(super) moved: Vec<Moved>,
     /// IRQs already reported as unmovable: said once, not retried in a loop.
     pub(super) reported: BTreeSet<u32>,
+    /// The CPUs irqbalance is to keep IRQs off: those of `irqs = "away"` rules and those
+    /// isolated for holds (it reads only the boot's isolated CPUs by itself).
+    pub(super) banned: CpuSet,
+    /// The irqbalance told and what it was told; told again when either changes.
+    pub(super) told: Option<(i32, CpuSet)>,
 }
 
 /// What the daemon asked the holder for and what it said.
@@ -103,17 +108,21 @@ impl Following {
 }
 
 impl Holds {
+    /// The CPUs isolated for holds now (the holder's last reports).
+    pub(super) fn isolated_cpus(&self) -> CpuSet {
+        self.reports
+            .values()
+            .filter(|r| r.isolated)
+            .fold(CpuSet::new(), |a, r| a.union(&r.cpus))
+    }
+
     /// For `status`: units confined, CPUs isolated, holds refused.
     pub(super) fn summary(&self) -> Option<String> {
         if self.reports.is_empty() {
             return (!self.notes.is_empty()).then(|| self.notes.join("; "));
         }
         let confined = self.reports.values().filter(|r| r.confined).count();
-        let isolated = self
-            .reports
-            .values()
-            .filter(|r| r.isolated)
-            .fold(CpuSet::new(), |a, r| a.union(&r.cpus));
+        let isolated = self.isolated_cpus();
         let mut s = format!("{} confined", crate::words::count(confined, "unit"));
         if !isolated.is_empty() {
             s.push_str(&format!(", CPUs {isolated} isolated"));

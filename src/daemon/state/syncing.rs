@@ -17,7 +17,7 @@ impl State {
         }
         self.flush_journal();
         self.sync_containers();
-        self.sync_irqs();
+        self.sync_irqs(false);
         self.sync_holds();
         self.sync_memory(Instant::now());
     }
@@ -56,6 +56,7 @@ impl State {
         if !self.sharing.holds.reported(reports) {
             return;
         }
+        self.sync_irqs(false);
         if let Some(plan) = self.managed.manager.as_ref().map(|m| m.plan().clone()) {
             self.manager_event(manager::Input::PlanChanged(plan));
         }
@@ -94,13 +95,21 @@ impl State {
         self.sharing.follow.line(pid, now, interval)
     }
 
-    /// Moves IRQs off the CPUs `irqs = "away"` rules hold now (`state/irqs.rs`).
-    pub(super) fn sync_irqs(&mut self) {
+    /// Moves IRQs off the CPUs `irqs = "away"` rules hold now, and tells irqbalance to
+    /// keep off those and the CPUs isolated for holds (`state/irqs.rs`); `recheck` looks
+    /// for an irqbalance started since it was last told.
+    pub(super) fn sync_irqs(&mut self, recheck: bool) {
         let wanted = self.managed.irqs_wanted_away();
         let (root, dir) = (&self.cfg.sysroot, &self.cfg.runtime_dir);
         self.sharing
             .irqs
             .sync(root, dir, wanted, &self.machine.online());
+        let banned = self
+            .sharing
+            .irqs
+            .away
+            .union(&self.sharing.holds.isolated_cpus());
+        self.sharing.irqs.tell_irqbalance(root, banned, recheck);
     }
 
     pub(super) fn flush_journal(&mut self) {

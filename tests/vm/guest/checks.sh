@@ -1620,6 +1620,46 @@ PY
 }
 export -f isolated_is noise_units noise_scopes stop_noise sample iso_rule no_partitions longest_gap
 
+# irqbalance reads only the boot's isolated CPUs (and nohz_full): pinnerd tells it over
+# its socket to keep off the CPUs an isolate rule holds, and lifts that when it lets go.
+check_irqbalance_knows_isolated() {
+    local banned
+    no_partitions && return 77
+    workload_pid vmwork-iso >/dev/null || {
+        echo "precondition: no vmwork-iso workload"
+        return 1
+    }
+    systemctl start irqbalance.service 2>&1
+    wait_for 30 bash -c 'test -S "/run/irqbalance/irqbalance$(pgrep -xo irqbalance).sock"' || {
+        echo "no irqbalance socket: $(ls /run/irqbalance 2>&1)"
+        return 1
+    }
+    wait_for 30 irqbalance_bans_none || {
+        echo "precondition: irqbalance bans mask $(irqbalance_banned) before the rule"
+        return 1
+    }
+    iso_rule
+    wait_for 30 isolated_is 6-7 || {
+        echo "not isolated 30 s after the rule: '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)'"
+        return 1
+    }
+    wait_for 30 irqbalance_bans c0 || {
+        echo "irqbalance bans mask '$(irqbalance_banned)' while 6-7 are isolated, want c0: $(journalctl -b --no-pager -o cat -u pinnerd.service | grep -i irqbalance | tail -2)"
+        return 1
+    }
+    banned=$(irqbalance_banned)
+    rm -f "$RULES/80-vm-isolate.toml"
+    wait_for 20 isolated_is "" || {
+        echo "cpuset.cpus.isolated still '$(cat /sys/fs/cgroup/cpuset.cpus.isolated)' 20 s after the rule went"
+        return 1
+    }
+    wait_for 30 irqbalance_bans_none || {
+        echo "irqbalance still bans mask $(irqbalance_banned) after the rule went"
+        return 1
+    }
+    echo "while 6-7 were isolated irqbalance banned mask $banned (told over its socket: $(journalctl -b --no-pager -o cat -u pinnerd.service | grep -o 'irqbalance (pid [0-9]*) told to keep IRQs off CPUs 6-7' | tail -1)); rule removed: it bans none"
+}
+
 check_isolate_keeps_others_off() {
     local pid cg s1 s2 why others managed rounds
     no_partitions && return 77
@@ -2906,13 +2946,14 @@ print(m.group(1).decode().replace(",", "").lstrip("0") or "0" if m else "?")
 ' "$(pgrep -xo irqbalance)"
 }
 irqbalance_bans_none() { [ "$(irqbalance_banned)" = 0 ]; }
+irqbalance_bans() { [ "$(irqbalance_banned)" = "$1" ]; }
 # irqs_moved_logged: how many IRQs the daemon's last "IRQs moved away" says it moved;
 # fails when it has not said it.
 irqs_moved_logged() {
     journalctl -b --no-pager -o json -u pinnerd.service |
         jq -r 'select(.MESSAGE | tostring | test("^IRQs moved away")) | .PINNERD_MOVED' | tail -1 | grep .
 }
-export -f irq_reported irqs_on irqbalance_banned irqbalance_bans_none irqs_moved_logged
+export -f irq_reported irqs_on irqbalance_banned irqbalance_bans_none irqbalance_bans irqs_moved_logged
 
 check_irqs_away_with_irqbalance() {
     local pid after moved n banned
@@ -3238,6 +3279,7 @@ run_check memory-follows check_memory_follows 180
 # Before the hotplug checks, whose rules hold CPU 6 and a compact pair to the end.
 run_check isolate-keeps-others-off check_isolate_keeps_others_off 180
 run_check isolate-survives-restart check_isolate_survives_restart 120
+run_check irqbalance-knows-isolated check_irqbalance_knows_isolated 90
 run_check isolate-crash-then-stop check_isolate_crash_then_stop 180
 run_check isolate-restore-after-crash check_isolate_restore_after_crash 180
 run_check isolate-two-rules-let-go check_isolate_two_rules_let_go 150

@@ -23,6 +23,7 @@ declare -A NEEDS=(
     [kill9-keeps-pinned]="rule-compact-smt-avoid restart-keeps-pinned"
     [restore-after-crash]="rule-compact-smt-avoid kill9-keeps-pinned"
     [isolate-survives-restart]=isolate-keeps-others-off
+    [irqbalance-knows-isolated]=isolate-keeps-others-off
     [isolate-crash-then-stop]=isolate-keeps-others-off
     [hotplug-compact]=hotplug-explicit
     [package-purge-restores]="hotplug-explicit isolate-keeps-others-off"

@@ -212,3 +212,29 @@ fn a_process_first_seen_inside_its_rule_s_hold_is_planned_as_without_it() {
     assert_eq!(last[0].cpus, w.cpus, "{last:?}");
     assert_eq!(ops.mask(FEED + 10), Some(w.cpus.clone()));
 }
+
+/// irqbalance reads only the boot's isolated CPUs: it is told to keep IRQs off the CPUs
+/// a hold isolates (with those of `irqs = "away"` rules), and may use them again once
+/// the hold is let go.
+#[test]
+fn irqbalance_is_told_to_keep_off_the_cpus_a_hold_isolates_until_it_is_let_go() {
+    use super::super::irqs::fake::{pid, FakeIrqbalance};
+    let (mut s, _d, _ops, procs) = with_feed(
+        "[[rule]]\nname = \"md\"\n[rule.match]\ncomm = \"md-feed\"\nuser = 0\n\
+         [rule.place]\ncpus = \"2-3\"\nexclusive = true\nisolate = true\n",
+        "md-feed",
+        &[(4243, "rx-0")],
+    );
+    let proc_root = tempfile::tempdir().unwrap();
+    let irqbalance = FakeIrqbalance::start(proc_root.path(), pid(3));
+    s.cfg.sysroot = crate::sysroot::SysRoot::new(s.cfg.sysroot.sys_path(""), proc_root.path());
+    s.manager_event(crate::manager::Input::Rescan);
+    let wanted = holds(&s.take_actions());
+    let w = wanted.last().expect("a hold asked for")[0].clone();
+    assert_eq!(w.cpus, "2-3".parse().unwrap());
+    hold_made(&mut s, &procs, &w);
+    assert_eq!(irqbalance.next(), "settings cpus 2-3");
+    // Let go: the holder reports nothing held.
+    s.handle(Event::Held(vec![]));
+    assert_eq!(irqbalance.next(), "settings cpus NULL");
+}
