@@ -3,10 +3,9 @@
 //! in it agreeing with sysfs), and the report page within its size bound. The tree and
 //! the matrix are written once for the module.
 //!
-//! Sparse measurement answered from that matrix and then completed is
-//! `sparse_then_complete_measurement_of_4096_cpus`, ignored in the default (debug) run:
-//! unoptimised it takes more than ten minutes on the 2-CPU build machine. Run it with
-//! `cargo test --release --test it big:: -- --include-ignored`.
+//! Sparse measurement of this machine (`measure --simulate`, then `--complete`) has no
+//! test yet: unoptimised it ran past ten minutes on the 2-CPU build machine without
+//! finishing (benches/README.md).
 //!
 //! What these cost by size (512 to 8,192 CPUs) is `benches/big-machines.sh`'s table in
 //! `benches/README.md`; no timing is asserted here.
@@ -69,56 +68,6 @@ fn topology_of_4096_cpus_has_every_cpu_socket_node_and_llc() {
     let llcs: std::collections::BTreeSet<String> =
         cpus.iter().map(|c| c["llc"].to_string()).collect();
     assert_eq!(llcs.len(), N / 16, "one LLC per 8 cores");
-}
-
-#[test]
-#[ignore = "over ten minutes unoptimised; run with --release (see the module's header)"]
-fn sparse_then_complete_measurement_of_4096_cpus() {
-    let dir = machine();
-    let out = tempfile::tempdir().unwrap();
-    let r = pinnerd(&[
-        "measure",
-        "--simulate",
-        arg(&dir.join("truth.json")),
-        "--out",
-        arg(&out.path().join("sparse.json")),
-    ]);
-    assert!(r.ok, "{}", r.stderr);
-    let m = pinnerd::LatencyMatrix::load(&out.path().join("sparse.json")).unwrap();
-    assert_eq!(m.len(), N);
-    let sp = m.sparse.as_ref().expect("a sparse map");
-    assert_eq!(sp.pairs_total, N * (N - 1) / 2);
-    assert!(
-        sp.pairs_measured * 100 < sp.pairs_total,
-        "{} of {} pairs measured: not sparse",
-        sp.pairs_measured,
-        sp.pairs_total
-    );
-    // The hierarchy it found is the machine's: siblings, LLC, socket, board, the rest.
-    let near = m.between(0, 2048).unwrap();
-    assert!((6.0..8.5).contains(&near), "SMT siblings at {near} ns");
-    let far = m.between(0, 4095).unwrap();
-    assert!((120.0..140.0).contains(&far), "another socket at {far} ns");
-    // Completed: every pair measured, the file still one the reader takes.
-    let full = out.path().join("full.json");
-    let r = pinnerd(&[
-        "measure",
-        "--simulate",
-        arg(&dir.join("truth.json")),
-        "--complete",
-        "--out",
-        arg(&full),
-    ]);
-    assert!(r.ok, "{}", r.stderr);
-    assert!(
-        r.stdout
-            .contains(&format!("all {} pairs measured", N * (N - 1) / 2)),
-        "{}",
-        r.stdout
-    );
-    let m = pinnerd::LatencyMatrix::load(&full).unwrap();
-    assert_eq!(m.len(), N);
-    assert_eq!(m.summary().missing, 0);
 }
 
 #[test]
