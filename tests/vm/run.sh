@@ -32,7 +32,7 @@
 #   PINNERD_VM_TIMEOUT=SECS   limit for one boot of the VM (default 2700; the checks
 #                             themselves stop at 2400 s, guest/pinnerd-vm-checks.service)
 #   PINNERD_VM_NICE=N         run qemu at this niceness (default 0; 10 leaves the host to
-#                             other work, at the price of a VM several times slower)
+#                             other work, at the price of a slower VM beside it)
 #   PINNERD_VM_SLOW=N         each check's own limit (a guard against a hang, sized for an
 #                             idle host) is multiplied by N (default 3: a loaded host slows
 #                             the emulated CPUs several-fold)
