@@ -240,51 +240,55 @@ impl Manager {
                     }
                 }
                 for (tid, t) in &m.threads {
-                    let what = if t.released {
-                        "released (someone else changed its mask)".to_string()
-                    } else {
-                        match &t.outcome {
-                            Outcome::Applied { effective } => format!("applied {effective}"),
-                            Outcome::Narrowed {
-                                requested,
-                                effective,
-                            } => format!(
-                                "narrowed by a cpuset: asked {requested}, runs on {effective}"
-                            ),
-                            Outcome::Refused { requested } => {
-                                format!("refused: its cpuset excludes all of {requested}")
-                            }
-                            Outcome::Failed { message } => format!("failed: {message}"),
-                            Outcome::Permission => PERMISSION.to_string(),
-                            Outcome::LeftAlone { why } => format!("left alone: {why}"),
-                            other => other.label().to_string(),
-                        }
-                    };
-                    let shared = match &m.source {
-                        Source::Rule(r) => self.slots_outnumbered(&r.name, t.placement, t.slot),
-                        Source::Runtime(_) => None,
-                    };
-                    let what = match shared {
-                        Some(n) => format!(
-                            "{what} (slot {}, past the last of {n} slots: shares the CPUs of slot {})",
-                            t.slot,
-                            t.slot % n
-                        ),
-                        None => what,
-                    };
-                    let what = match &t.sched {
-                        Some(c) => format!(
-                            "{what}; scheduling {} (had {})",
-                            c.applied.words(),
-                            c.original.words()
-                        ),
-                        None => what,
-                    };
-                    let _ = writeln!(s, "  tid {tid} ({}): {what}", t.comm);
+                    let _ = writeln!(s, "  tid {tid} ({}): {}", t.comm, self.thread_words(m, t));
                 }
             }
         }
         s
+    }
+
+    /// What became of thread `t` of managed process `m`, for `explain`: its outcome,
+    /// the slot it shares when its entry has more threads than slots, and the scheduling
+    /// class set on it.
+    fn thread_words(&self, m: &super::Managed, t: &super::ManagedThread) -> String {
+        let what = if t.released {
+            "released (someone else changed its mask)".to_string()
+        } else {
+            match &t.outcome {
+                Outcome::Applied { effective } => format!("applied {effective}"),
+                Outcome::Narrowed {
+                    requested,
+                    effective,
+                } => format!("narrowed by a cpuset: asked {requested}, runs on {effective}"),
+                Outcome::Refused { requested } => {
+                    format!("refused: its cpuset excludes all of {requested}")
+                }
+                Outcome::Failed { message } => format!("failed: {message}"),
+                Outcome::Permission => PERMISSION.to_string(),
+                Outcome::LeftAlone { why } => format!("left alone: {why}"),
+                other => other.label().to_string(),
+            }
+        };
+        let shared = match &m.source {
+            Source::Rule(r) => self.slots_outnumbered(&r.name, t.placement, t.slot),
+            Source::Runtime(_) => None,
+        };
+        let what = match shared {
+            Some(n) => format!(
+                "{what} (slot {}, past the last of {n} slots: shares the CPUs of slot {})",
+                t.slot,
+                t.slot % n
+            ),
+            None => what,
+        };
+        match &t.sched {
+            Some(c) => format!(
+                "{what}; scheduling {} (had {})",
+                c.applied.words(),
+                c.original.words()
+            ),
+            None => what,
+        }
     }
 
     /// Whether the restore journal has changes not yet written ([`Manager::flush`]).

@@ -339,21 +339,7 @@ pub fn compile_file(
         let name = spec.name.get_ref();
         let name_span = spec.name.span();
         let before = cx.errors.len();
-        if name.is_empty() {
-            cx.err(&name_span, RuleErrorKind::EmptyName);
-        } else if !valid_name(name) {
-            cx.err(&name_span, RuleErrorKind::BadName { name: echo(name) });
-        } else if let Some(first) = seen.get(name.as_str()) {
-            cx.err(
-                &name_span,
-                RuleErrorKind::DuplicateName {
-                    name: echo(name),
-                    first: format!("{}:{first}", path.display()),
-                },
-            );
-        } else {
-            seen.insert(name, cx.lines.locate(name_span.start));
-        }
+        check_name(&mut cx, &mut seen, name, &name_span);
         let matcher = match &spec.matches {
             None => {
                 cx.err(&rule_span, RuleErrorKind::NoMatch { name: echo(name) });
@@ -394,8 +380,6 @@ pub fn compile_file(
             if !container_holds_nothing(&mut cx, name, m.get_ref(), spec) {
                 hold_needs_owner(&mut cx, name, m.get_ref(), spec);
             }
-        }
-        if let Some(m) = &spec.matches {
             sched_needs_owner(&mut cx, name, m.get_ref(), spec);
         }
         if cx.errors.len() == before {
@@ -442,6 +426,31 @@ pub fn compile_file(
         // A rejected file's regexes are not kept: what they took is left for others.
         *cx.regex_budget = start_budget;
         Err(cx.errors)
+    }
+}
+
+/// A rule's name is not empty, is made of the allowed characters and is the first of
+/// its kind in the file (`seen`: every name so far, where it was first written).
+fn check_name<'a>(
+    cx: &mut Ctx<'_>,
+    seen: &mut HashMap<&'a str, Location>,
+    name: &'a str,
+    name_span: &Range<usize>,
+) {
+    if name.is_empty() {
+        cx.err(name_span, RuleErrorKind::EmptyName);
+    } else if !valid_name(name) {
+        cx.err(name_span, RuleErrorKind::BadName { name: echo(name) });
+    } else if let Some(first) = seen.get(name) {
+        cx.err(
+            name_span,
+            RuleErrorKind::DuplicateName {
+                name: echo(name),
+                first: format!("{}:{first}", cx.path.display()),
+            },
+        );
+    } else {
+        seen.insert(name, cx.lines.locate(name_span.start));
     }
 }
 
