@@ -17,8 +17,10 @@
 #    engine's 0↔1 figure against a plain c2clat-style minimum, interleaved five times
 # 4. `benches/isolation.sh OUTDIR/isolation`: a busy-polling thread's gaps over SECS
 #    (default 30) seconds per mode while noisy neighbours run, unpinned, with an
-#    `exclusive` rule and with an `isolate` rule of a private `pinnerd daemon` (its
-#    bus from `dbus-daemon` where there is one; without, those two rows say skipped)
+#    `exclusive` rule, with an `isolate` rule, with that rule's thread SCHED_FIFO 50 and
+#    with that and `idle-limit-us = 0`, of a private `pinnerd daemon` (its bus from
+#    `dbus-daemon` where there is one; without, those four rows say skipped; a key the
+#    daemon does not take is said in its row)
 # 5. one summary table → summary.txt (and summary.json), also printed; the isolation
 #    table follows it in summary.txt
 #
@@ -26,7 +28,7 @@
 # the isolation step's own files in OUTDIR/isolation/.
 # IDLE_THRESHOLD (default 75) is passed to both measurements: the load guard refuses to
 # measure CPUs busier than that; 0 measures whatever the load (a shared machine).
-# SECS (default 30), NOISE and CPU go to the isolation step (see benches/isolation.sh).
+# SECS (default 30), NOISE, CPU and MODES go to the isolation step (see benches/isolation.sh).
 set -euo pipefail
 
 if [ $# -ne 1 ]; then

@@ -9,10 +9,13 @@
 # spinning ~5 ms and sleeping ~1 ms, unpinned; half start before the placement, half
 # after it. CPU (default: the last online CPU): the rule's `cpus`. The modes run in turn:
 #
-#   unpinned   no pinnerd; the poller goes where the scheduler puts it
-#   exclusive  `pinnerd daemon` with a rule `cpus = "CPU"`, `exclusive = true`
-#   isolate    the same rule with `isolate = true`
+#   unpinned           no pinnerd; the poller goes where the scheduler puts it
+#   exclusive          `pinnerd daemon` with a rule `cpus = "CPU"`, `exclusive = true`
+#   isolate            the same rule with `isolate = true`
+#   isolate+fifo       the same with `sched-policy = "fifo"`, `sched-priority = 50`
+#   isolate+fifo+idle  the same with `idle-limit-us = 0` (no idle state on CPU but polling)
 #
+# MODES (default: all five, in that order) picks some, space-separated.
 # The poller is python3 named `pinnerd-poller` (the rule matches `comm`). It waits until
 # the daemon has placed it (its Cpus_allowed_list is CPU, at most 10 s), then busy-spins
 # for SECS on time.perf_counter_ns(): longest gap, gaps over 100 µs and over 1 ms (count
@@ -21,7 +24,9 @@
 # (/proc/*/task/*/stat field 39) every 10 ms and counts the samples of other tasks
 # running (state R) on the poller's CPU, user tasks and kernel threads (PF_KTHREAD, or no
 # exe) apart; tasks in any state whose last CPU it was go to the JSON only. With
-# `isolate` the root cgroup's `cpuset.cpus.isolated` is read before, during and after.
+# `isolate` (and the modes built on it) the root cgroup's `cpuset.cpus.isolated` is read
+# before, during and after; with FIFO the poller's policy and priority as placed
+# (/proc/PID/stat fields 41 and 18) go to MODE.info.
 #
 # The daemon runs privately (rule, state and runtime directories under /dev/shm, its own
 # dbus-daemon: needs `dbus-daemon`, else those modes are skipped and say why), or, with
@@ -32,11 +37,11 @@
 # Output: one table on stdout and in OUTDIR/isolation.txt, OUTDIR/isolation.json, and
 # per mode MODE.poller.json, MODE.sampler.json, MODE.info (and MODE.daemon.log).
 # Needs bash, coreutils and python3 (no Rust toolchain); run as root on an idle machine.
-# About 3 x (SECS + 5) s.
+# About 5 x (SECS + 5) s.
 set -euo pipefail
 
 if [ $# -ne 1 ]; then
-    echo "usage: sudo PINNERD=path/to/pinnerd [SECS=30] [NOISE=8] [CPU=N] $0 OUTDIR" >&2
+    echo "usage: sudo PINNERD=path/to/pinnerd [SECS=30] [NOISE=8] [CPU=N] [MODES='unpinned exclusive …'] $0 OUTDIR" >&2
     exit 2
 fi
 out=$1
@@ -463,6 +468,14 @@ for part in sys.argv[2].split(","):
 sys.exit(1)' "$1" "$2"
 }
 allowed() { awk '/^Cpus_allowed_list:/ { print $2 }' "/proc/$1/status" 2>/dev/null; }
+# Whether a mode's rule has `isolate = true`.
+is_isolate() { case $1 in isolate*) return 0 ;; *) return 1 ;; esac; }
+# A task's scheduling policy and priority as /proc/PID/stat fields 41 and 18 say them
+# (field 18 is -1 - the real-time priority for a real-time task).
+sched_of() {
+    awk '{ sub(/.*\) /, ""); p = $39; n = split("other fifo rr batch iso idle deadline", k, " ")
+        printf "%s %d\n", (p < n ? k[p + 1] : p), ($16 < 0 ? -1 - $16 : 0) }' "/proc/$1/stat" 2>/dev/null
+}
 
 write_rule() { # FILE MODE
     {
@@ -475,7 +488,9 @@ write_rule() { # FILE MODE
         echo "[rule.place]"
         echo "cpus = \"$cpu\""
         echo "exclusive = true"
-        [ "$2" = isolate ] && echo "isolate = true"
+        case $2 in isolate*) echo "isolate = true" ;; esac
+        case $2 in *+fifo*) printf 'sched-policy = "fifo"\nsched-priority = 50\n' ;; esac
+        case $2 in *+idle*) echo "idle-limit-us = 0" ;; esac
     } >"$1.tmp"
     chmod 644 "$1.tmp"
     mv "$1.tmp" "$1"
@@ -568,7 +583,8 @@ run_mode() { # MODE
             fi
         fi
         if [ -n "$note" ]; then
-            if [ "$mode" = isolate ]; then
+            # A rule refused for a key of its own (not for isolating) is said as refused.
+            if [ "$mode" = isolate ] || { is_isolate "$mode" && [[ $note != "the daemon rejected"* ]]; }; then
                 note="cannot isolate: ${note#skipped: }; cpuset.cpus.isolated: $(isolated_now)"
             fi
             echo "note=$note" >>"$info"
@@ -607,16 +623,25 @@ run_mode() { # MODE
         t1=$(date +%s.%N)
         echo "placement_seconds=$(echo "$t0 $t1" | awk '{ printf "%.3f", $2 - $1 }')" >>"$info"
         echo "poller_comm=$(cat "/proc/$poller_pid/comm" 2>/dev/null)" >>"$info"
+        case $mode in *+fifo*)
+            # The class may follow the mask by a moment.
+            for i in $(seq 50); do
+                [ "$(sched_of "$poller_pid")" = "fifo 50" ] && break
+                sleep 0.1
+            done
+            echo "poller_sched_placed=$(sched_of "$poller_pid")" >>"$info"
+            ;;
+        esac
         if [ "$placed" != yes ]; then
             note="not placed: the poller's Cpus_allowed_list was $(allowed "$poller_pid") after 10 s"
             local said
             said=$(daemon_problem "$mode")
             [ -n "$said" ] && note="$note; the daemon: $said"
-            [ "$mode" = isolate ] && note="cannot isolate: $note; cpuset.cpus.isolated: $(isolated_now)"
+            is_isolate "$mode" && note="cannot isolate: $note; cpuset.cpus.isolated: $(isolated_now)"
         fi
     fi
     echo "placed=$placed" >>"$info"
-    if [ "$mode" = isolate ] && [ "$placed" = yes ]; then
+    if is_isolate "$mode" && [ "$placed" = yes ]; then
         # The partition may follow the mask by a moment.
         for i in $(seq 50); do
             in_list "$cpu" "$(isolated_now)" && break
@@ -629,6 +654,12 @@ run_mode() { # MODE
             note="NOT isolated (cpuset.cpus.isolated: $(isolated_now))${said:+; the daemon: $said}"
         fi
     fi
+    case $mode in *+fifo*)
+        if [ "$placed" = yes ] && [ "$(sched_of "$poller_pid")" != "fifo 50" ]; then
+            note="${note:+$note; }NOT FIFO 50 (policy and priority: $(sched_of "$poller_pid"))"
+        fi
+        ;;
+    esac
     if [ "$placed" = no ]; then
         echo "note=$note" >>"$info"
         echo "   $note" >&2
@@ -645,13 +676,13 @@ run_mode() { # MODE
     sampler_pid=$!
     touch "$work/go"
     nap "$(awk -v s="$secs" 'BEGIN { print s / 2 }')"
-    [ "$mode" = isolate ] && echo "cpuset_isolated_during=$(isolated_now)" >>"$info"
+    is_isolate "$mode" && echo "cpuset_isolated_during=$(isolated_now)" >>"$info"
     wait "$poller_pid" || note="${note:+$note; }the poller failed"
     poller_pid=
     wait "$sampler_pid" || note="${note:+$note; }the sampler failed"
     sampler_pid=
     stop_load
-    if [ "$mode" = isolate ]; then
+    if is_isolate "$mode"; then
         # The partition should go with the rule's last process.
         t0=$(date +%s.%N)
         for i in $(seq 50); do
@@ -666,7 +697,7 @@ run_mode() { # MODE
         rm -f "$system_rule"
         "$pinnerd" reload >/dev/null 2>&1 || true
     fi
-    [ "$mode" = isolate ] && echo "cpuset_isolated_after=$(isolated_now)" >>"$info"
+    is_isolate "$mode" && echo "cpuset_isolated_after=$(isolated_now)" >>"$info"
     echo "note=$note" >>"$info"
     [ -n "$note" ] && echo "   $note" >&2
     return 0
@@ -687,7 +718,16 @@ run_mode() { # MODE
 } >"$out/isolation-machine.txt"
 rule_file=
 mode_started=
-modes=(unpinned exclusive isolate)
+read -r -a modes <<<"${MODES:-unpinned exclusive isolate isolate+fifo isolate+fifo+idle}"
+for m in "${modes[@]}"; do
+    case $m in
+    unpinned | exclusive | isolate | isolate+fifo | isolate+fifo+idle) ;;
+    *)
+        echo "$0: MODES: no mode '$m' (unpinned exclusive isolate isolate+fifo isolate+fifo+idle)" >&2
+        exit 2
+        ;;
+    esac
+done
 for m in "${modes[@]}"; do
     run_mode "$m"
 done
