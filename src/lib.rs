@@ -28,6 +28,8 @@
 //! - `affinity`: the affinity syscalls, read back, the restore journal
 //! - `api`: the typed calls (each with its own answer type), snapshot and signals between
 //!   daemon and clients
+//! - `boot_cpus`: what only the boot gives a CPU (`nohz_full`, `rcu_nocbs`), said for held
+//!   CPUs
 //! - `cgroup`: which CPUs a process's cgroup cpuset (v1 or v2) allows
 //! - `cli`: the subcommands, thin shells: each parses its flags, calls the engine
 //!   (`advice`, `effect`, `report`, …) and prints; none calls another's argument
@@ -111,6 +113,7 @@
 pub mod advice;
 pub mod affinity;
 pub mod api;
+pub mod boot_cpus;
 pub mod cgroup;
 pub mod cli;
 pub mod cpuset;

@@ -118,6 +118,13 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
+    // What only the boot gives the CPUs an exclusive rule holds: a note, never an error.
+    let boot = crate::boot_cpus::read(&crate::sysroot::SysRoot::default());
+    for rule in report.rules.rules() {
+        if let Some(note) = boot_note(rule, &boot) {
+            outln!("{note}");
+        }
+    }
     for doubt in doubts_here(&report.rules) {
         outln!("{doubt}");
     }
@@ -143,6 +150,40 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         ))
         .into())
     }
+}
+
+/// `check`'s note on an `exclusive` rule (or one with an `exclusive` thread entry): of the
+/// CPUs it names, which the boot made `nohz_full` and `rcu_nocbs` and what that would add;
+/// of CPUs the plan chooses, which of this machine's CPUs are so. `None` for a rule that
+/// holds no CPU.
+fn boot_note(rule: &rules::Rule, boot: &crate::boot_cpus::BootCpus) -> Option<String> {
+    let held: Vec<&rules::PlacementRequest> = rule
+        .place
+        .iter()
+        .chain(rule.threads.iter().map(|t| &t.request))
+        .filter(|r| r.exclusive)
+        .collect();
+    if held.is_empty() {
+        return None;
+    }
+    let named = held
+        .iter()
+        .try_fold(crate::cpuset::CpuSet::new(), |all, r| match &r.target {
+            rules::CpuTarget::Cpus(c) => Some(all.union(c)),
+            rules::CpuTarget::Count(_) => None,
+        });
+    let line = match named {
+        Some(cpus) => boot.said(&cpus)?,
+        None => format!(
+            "boot: it holds CPUs the plan chooses (explain names them); on this machine {}",
+            boot.machine_words()
+        ),
+    };
+    Some(format!(
+        "{}: note: rule {}: {line}",
+        rule.origin(),
+        rule.name
+    ))
 }
 
 /// The units running now below the system manager's leading slices (never inside a
@@ -210,4 +251,55 @@ fn doubts_here(rules: &crate::rules::RuleSet) -> Vec<crate::plan::doubts::Doubt>
     };
     let plan = crate::plan::Plan::new(rules, &cpus, Some(&domains));
     crate::plan::doubts::doubts(&plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::boot_cpus::{BootCpus, Known};
+    use crate::cpuset::CpuSet;
+
+    fn rule(text: &str) -> rules::Rule {
+        let policy = LoadPolicy::unchecked();
+        rules::compile_text(Path::new("r.toml"), text, &policy)
+            .unwrap()
+            .remove(0)
+    }
+
+    fn boot(nohz_full: &str) -> BootCpus {
+        let set: CpuSet = nohz_full.parse().unwrap();
+        BootCpus {
+            nohz_full: Known::Cpus(set.clone()),
+            rcu_nocbs: Known::Cpus(set),
+        }
+    }
+
+    /// A rule's held CPUs get a note on what only the boot gives them; a rule that holds
+    /// nothing gets none.
+    #[test]
+    fn check_notes_the_boot_s_part_for_held_cpus_only() {
+        let exclusive = rule(
+            "[[rule]]\nname = \"md\"\n[rule.match]\ncomm = \"md\"\n[rule.place]\ncpus = \"6-7\"\nexclusive = true\n",
+        );
+        let note = boot_note(&exclusive, &boot("7")).unwrap();
+        assert!(note.starts_with("r.toml:2:8: note: rule md: boot: held CPUs 6-7: nohz_full on 7 only (nohz_full= with 6 too would stop the scheduler tick"), "{note}");
+        assert!(
+            note.ends_with("only the kernel command line sets either, at boot"),
+            "{note}"
+        );
+        let note = boot_note(&exclusive, &boot("0-7")).unwrap();
+        assert!(
+            note.ends_with("nohz_full on all; rcu_nocbs on all"),
+            "{note}"
+        );
+        let count = rule(
+            "[[rule]]\nname = \"md\"\n[rule.match]\ncomm = \"md\"\n[rule.place]\ncount = 2\nexclusive = true\n",
+        );
+        let note = boot_note(&count, &boot("")).unwrap();
+        assert!(note.contains("holds CPUs the plan chooses (explain names them); on this machine no CPU is nohz_full, no CPU is rcu_nocbs"), "{note}");
+        let shared = rule(
+            "[[rule]]\nname = \"md\"\n[rule.match]\ncomm = \"md\"\n[rule.place]\ncpus = \"6-7\"\n",
+        );
+        assert_eq!(boot_note(&shared, &boot("")), None);
+    }
 }

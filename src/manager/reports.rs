@@ -201,21 +201,8 @@ impl Manager {
                     m.original
                 );
                 let _ = writeln!(s, "cpuset {}", m.allowed.describe());
-                if let Source::Rule(r) = &m.source {
-                    let key = self.plan.cpuset_key(&m.allowed.cpus);
-                    // Its own instance of each unit: in its cpuset, else on all CPUs.
-                    let mine = |p: &&crate::plan::UnitPlan| {
-                        p.rule == r.name
-                            && (p.cpuset == key
-                                || (p.cpuset.is_none()
-                                    && !self.plan.units().iter().any(|q| {
-                                        q.rule == p.rule
-                                            && q.thread_entry == p.thread_entry
-                                            && q.cpuset.is_some()
-                                            && q.cpuset == key
-                                    })))
-                    };
-                    for p in self.plan.units().iter().filter(mine) {
+                if let Source::Rule(_) = &m.source {
+                    for p in self.own_units(m) {
                         let unit = match p.thread_entry {
                             None => "place".to_string(),
                             Some(i) => format!("threads[{i}]"),
@@ -245,6 +232,42 @@ impl Manager {
             }
         }
         s
+    }
+
+    /// The plan's units of a rule-managed process `m`: its own instance of each (in its
+    /// cpuset, else the one on all CPUs); none for a run-time pin.
+    fn own_units<'a>(&'a self, m: &super::Managed) -> Vec<&'a crate::plan::UnitPlan> {
+        let Source::Rule(r) = &m.source else {
+            return Vec::new();
+        };
+        let key = self.plan.cpuset_key(&m.allowed.cpus);
+        let units = self.plan.units();
+        units
+            .iter()
+            .filter(|p| {
+                p.rule == r.name
+                    && (p.cpuset == key
+                        || (p.cpuset.is_none()
+                            && !units.iter().any(|q| {
+                                q.rule == p.rule
+                                    && q.thread_entry == p.thread_entry
+                                    && q.cpuset.is_some()
+                                    && q.cpuset == key
+                            })))
+            })
+            .collect()
+    }
+
+    /// The CPUs the `exclusive` units (`isolate` ones included) of process `pid`'s rule
+    /// hold for it; empty when none or not managed by a rule.
+    pub fn held_cpus(&self, pid: i32) -> CpuSet {
+        let Some(m) = self.managed.get(&pid) else {
+            return CpuSet::new();
+        };
+        self.own_units(m)
+            .into_iter()
+            .filter(|p| p.exclusive)
+            .fold(CpuSet::new(), |all, p| all.union(&p.state.held()))
     }
 
     /// What became of thread `t` of managed process `m`, for `explain`: its outcome,

@@ -88,6 +88,9 @@ pub struct Machine {
     pub virtualisation: Option<String>,
     /// Steal seen while the report was made, and steal warnings of the measurement.
     pub steal: Vec<String>,
+    /// What only the boot gives CPUs (`nohz_full`, `rcu_nocbs`), on this machine only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boot: Option<String>,
 }
 
 /// One NUMA node: its CPUs and SLIT distances.

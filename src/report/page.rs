@@ -379,6 +379,7 @@ fn machine_rows(r: &Report) -> Vec<(&'static str, String)> {
             fact(&m.virtualisation, "none seen (bare metal)"),
         ),
         ("steal", steal),
+        ("nohz_full, rcu_nocbs", fact(&m.boot, "–")),
     ]
 }
 
@@ -603,6 +604,7 @@ mod tests {
                 smt: evil.into(),
                 cpus: 2,
                 steal: vec![evil.into()],
+                boot: Some(evil.into()),
                 ..Machine::default()
             },
             topology: TopoBox {
@@ -660,11 +662,11 @@ mod tests {
         );
         assert!(!page.contains("alert('x')"));
         let escaped = "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;";
-        // Title and heading, source, made by, model, SMT, steal, level, colour level,
+        // Title and heading, source, made by, model, SMT, steal, boot, level, colour level,
         // plan policy and error, effect variant and note, the reason no matrix was
         // measured, a finding and a warning (a one-CPU box shows its CPU, no label), the
         // line saying latency placement is off, and the daemon's NRI line and container.
-        assert_eq!(page.matches(escaped).count(), 19, "{page}");
+        assert_eq!(page.matches(escaped).count(), 20, "{page}");
         assert!(page.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"));
         assert!(page.ends_with("</ul></section>\n</body></html>\n"));
     }

@@ -121,6 +121,11 @@ impl State {
         if let (true, Some(line)) = (full, self.sharing.holds.line(pid)) {
             text.push_str(&format!("held: {line}\n"));
         }
+        // What only the boot gives the CPUs it holds (public: /proc/cmdline, sysfs).
+        let held = m.held_cpus(pid as i32);
+        if let Some(line) = crate::boot_cpus::read(&self.cfg.sysroot).said(&held) {
+            text.push_str(&format!("{line}\n"));
+        }
         if !m.shows_memory(pid as i32, caller_uid) {
             send(reply, Ok(crate::api::Explained { text, full }));
             return None;

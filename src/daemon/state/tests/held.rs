@@ -238,3 +238,75 @@ fn irqbalance_is_told_to_keep_off_the_cpus_a_hold_isolates_until_it_is_let_go() 
     s.handle(Event::Held(vec![]));
     assert_eq!(irqbalance.next(), "settings cpus NULL");
 }
+
+/// `explain` says what only the boot gives the CPUs a process's exclusive rule holds
+/// (read from the sysfs and procfs roots: a fake tree here), to another user too (it
+/// is about CPUs, which they see), and nothing of it for a rule that holds none.
+#[test]
+fn explain_says_which_held_cpus_the_boot_made_nohz_full_and_rcu_nocbs() {
+    let explain = |s: &mut State| {
+        let Explained { text, .. } = ask(s, |reply| Call::Explain {
+            pid: FEED as u32,
+            caller_uid: 1000,
+            reply,
+        })
+        .unwrap();
+        text
+    };
+    let tree = tempfile::tempdir().unwrap();
+    let boot = |s: &mut State, nohz_full: &str, cmdline: &str| {
+        s.cfg.sysroot = fixture_copy("xeon-e5620", tree.path());
+        std::fs::write(
+            s.cfg.sysroot.sys_path("devices/system/cpu/nohz_full"),
+            nohz_full,
+        )
+        .unwrap();
+        std::fs::write(s.cfg.sysroot.proc_path("cmdline"), cmdline).unwrap();
+        // The process asked about exists in that procfs.
+        std::fs::create_dir_all(s.cfg.sysroot.proc_path(FEED.to_string())).unwrap();
+    };
+    let (mut s, _d, _ops, _procs) = with_feed(
+        "[[rule]]\nname = \"md\"\n[rule.match]\ncomm = \"md-feed\"\n\
+         [rule.place]\ncpus = \"2-3\"\nexclusive = true\n",
+        "md-feed",
+        &[(4243, "rx-0")],
+    );
+    boot(
+        &mut s,
+        "3\n",
+        "BOOT_IMAGE=/vmlinuz ro nohz_full=3 rcu_nocbs=2-3:1/1\n",
+    );
+    s.manager_event(crate::manager::Input::Rescan);
+    s.take_actions();
+    let text = explain(&mut s);
+    assert!(
+        text.contains(
+            "boot: held CPUs 2-3: nohz_full on 3 only (nohz_full= with 2 too would stop the \
+             scheduler tick there while one task runs); rcu_nocbs on all; only the kernel \
+             command line sets either, at boot\n"
+        ),
+        "{text}"
+    );
+    // Booted with neither: what each would add.
+    std::fs::remove_dir_all(tree.path().join("machine")).unwrap();
+    boot(&mut s, "(null)\n", "BOOT_IMAGE=/vmlinuz ro quiet\n");
+    let text = explain(&mut s);
+    assert!(
+        text.contains("boot: held CPUs 2-3: not nohz_full (nohz_full= would stop the scheduler tick there while one task runs); not rcu_nocbs (rcu_nocbs= would move their RCU callbacks to kernel threads on other CPUs)"),
+        "{text}"
+    );
+
+    let (mut s, _d, _ops, _procs) = with_feed(
+        "[[rule]]\nname = \"md\"\n[rule.match]\ncomm = \"md-feed\"\n\
+         [rule.place]\ncpus = \"2-3\"\n",
+        "md-feed",
+        &[(4243, "rx-0")],
+    );
+    std::fs::remove_dir_all(tree.path().join("machine")).unwrap();
+    boot(&mut s, "3\n", "ro nohz_full=3\n");
+    s.manager_event(crate::manager::Input::Rescan);
+    s.take_actions();
+    let text = explain(&mut s);
+    assert!(text.contains("managed by md on CPUs 2-3"), "{text}");
+    assert!(!text.contains("boot:"), "{text}");
+}
