@@ -711,7 +711,9 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
             .map_err(|e| MethodError::Failed(format!("internal error: ExplainJson: {e}")))
     }
 
-    /// The CPUs `PinProcessWith` would choose now for `placement`; changes nothing.
+    /// The CPUs `PinProcessWith` would choose now for `placement`; changes nothing. Its
+    /// scheduling keys are checked as `PinProcessWith` checks them (a class it would
+    /// refuse is refused here), though only a pin sets a class.
     #[zbus(out_args("cpus"))]
     async fn plan_with(
         &self,
@@ -721,6 +723,7 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
     ) -> Result<String> {
         check_body(&header, "PlanWith")?;
         let place = place_spec(&placement)?;
+        sched_of(&placement)?;
         self.admission.admit(conn, &header, "PlanWith").await?;
         let set = self
             .forward(|reply| Call::PlanWith { place, reply })

@@ -708,6 +708,19 @@ fn plan_with_options_answers_and_refuses_with_reasons() {
         ),
         (vec!["prefer", "s", "vcache"], "unknown prefer \"vcache\""),
         (vec!["numa", "s", "0"], "unknown key \"numa\""),
+        // The scheduling keys are checked as PinProcessWith checks them, not ignored.
+        (
+            vec!["sched-policy", "s", "fifo"],
+            "sched-policy fifo needs sched-priority (1 to 99)",
+        ),
+        (
+            vec!["sched-priority", "x", "500"],
+            "sched-priority is only for sched-policy fifo or rr",
+        ),
+        (
+            vec!["nice", "x", "40"],
+            "nice 40 is out of range: -20 to 19",
+        ),
     ] {
         let mut args = vec![
             "call", NAME, PATH, IFACE, "PlanWith", "a{sv}", "2", "count", "u", "1",
@@ -721,6 +734,26 @@ fn plan_with_options_answers_and_refuses_with_reasons() {
             text(&out)
         );
     }
+    // A plan with a real-time class changes nothing: any user may ask for it.
+    let out = bus.busctl_as_nobody(&[
+        "call",
+        NAME,
+        PATH,
+        IFACE,
+        "PlanWith",
+        "a{sv}",
+        "3",
+        "count",
+        "u",
+        "1",
+        "sched-policy",
+        "s",
+        "fifo",
+        "sched-priority",
+        "x",
+        "50",
+    ]);
+    assert!(out.status.success(), "{}", text(&out));
     // PinProcessWith is not open to other users without polkit.
     let out = bus.busctl_as_nobody(&[
         "call",
