@@ -44,7 +44,7 @@ pub fn read(root: &SysRoot) -> BootCpus {
     let last = last_possible(root);
     let path = root.sys_path("devices/system/cpu/nohz_full");
     let nohz_full = match read_optional(&path) {
-        Ok(None) => Known::Unknown("this kernel has none (built without NO_HZ_FULL)".into()),
+        Ok(None) => Known::Unknown("this kernel is built without NO_HZ_FULL".into()),
         Err(e) => Known::Unknown(format!("cannot read {}: {e}", path.display())),
         // Without `nohz_full=` the kernel's mask is not even allocated: "(null)".
         Ok(Some(t)) if t.trim() == "(null)" => Known::Cpus(CpuSet::new()),
@@ -299,7 +299,7 @@ mod tests {
         assert_eq!(b.rcu_nocbs, Known::Cpus(set("5-7")));
         let (_d, root) = tree(None, "ro rcu_nocbs=N\n");
         let b = read(&root);
-        assert!(matches!(&b.nohz_full, Known::Unknown(w) if w.contains("NO_HZ_FULL")));
+        assert!(matches!(&b.nohz_full, Known::Unknown(w) if w.contains("without NO_HZ_FULL")));
         assert_eq!(b.rcu_nocbs, Known::Cpus(set("7")));
     }
 

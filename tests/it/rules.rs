@@ -57,10 +57,23 @@ fn check_passes_on_the_shipped_config() {
         repo("config/pinnerd.d").to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "stdout: {out}\nstderr: {err}");
-    // Doubts depend on the machine's CPUs: warnings only, before the verdict.
+    // Doubts depend on the machine's CPUs: warnings only, before the verdict; so does
+    // what the boot gave the CPUs of the exclusive rules: a note for each.
     let mut lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.pop(), Some("ok: 8 files, 11 rules"), "{out}");
-    assert!(lines.iter().all(|l| l.contains(": warning: ")), "{out}");
+    let (notes, others): (Vec<&str>, Vec<&str>) = lines
+        .iter()
+        .partition(|l| l.contains(": note: rule ") && l.contains(": boot: "));
+    assert!(others.iter().all(|l| l.contains(": warning: ")), "{out}");
+    let exclusive = ["md-feed", "game-server", "dpdk-l3fwd"];
+    for name in exclusive {
+        assert!(
+            notes
+                .iter()
+                .any(|l| l.contains(&format!(": note: rule {name}: boot: "))),
+            "{name}: {out}"
+        );
+    }
 }
 
 /// `check DIR` reads what the daemon reads from DIR: the files directly inside. A
