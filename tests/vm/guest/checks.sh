@@ -1403,6 +1403,62 @@ EOF
     echo "rx SCHED_FIFO 20 while placed, the other threads unchanged; back to nice 5 when the rule went and, after kill -9, from the journal at the next start"
 }
 
+# What only the boot gives a held CPU, as this kernel has it: explain of a process whose
+# exclusive rule holds CPUs 6-7, and check of that rule, say whether 6-7 are nohz_full
+# (from /sys/devices/system/cpu/nohz_full: "(null)" or empty when the boot gave none) and
+# rcu_nocbs (the command line), and that only the boot sets them.
+check_boot_part_said() {
+    local pid nohz rcu want line note
+    pid=$(start_workload vmwork-boot 1) || {
+        echo "$pid"
+        return 1
+    }
+    back() {
+        rm -f "$RULES/57-vm-boot.toml"
+        systemctl stop vmwork-boot.service 2>/dev/null
+    }
+    put_rule 57-vm-boot.toml <<'EOF'
+[[rule]]
+name = "vm-boot"
+[rule.match]
+unit = "vmwork-boot.service"
+[rule.place]
+cpus = "6-7"
+exclusive = true
+EOF
+    nohz=$(cat /sys/devices/system/cpu/nohz_full 2>/dev/null || echo absent)
+    rcu=$(grep -o 'rcu_nocbs[^ ]*' /proc/cmdline)
+    local tail="not rcu_nocbs (rcu_nocbs= would move their RCU callbacks to kernel threads on other CPUs); only the kernel command line sets either, at boot"
+    case "$nohz $rcu" in
+    "(null) " | " ") want="boot: held CPUs 6-7: not nohz_full (nohz_full= would stop the scheduler tick there while one task runs); $tail" ;;
+    "absent ") want="boot: held CPUs 6-7: nohz_full not known (this kernel is built without NO_HZ_FULL); $tail" ;;
+    *)
+        back
+        echo "this VM was booted with nohz_full '$nohz' and '$rcu': not the plain boot this check knows"
+        return 77
+        ;;
+    esac
+    wait_for 20 sh -c "pinnerd explain $pid 2>/dev/null | grep -q '^boot: held CPUs 6-7: '" || {
+        echo "20 s after the rule, explain has no boot line for CPUs 6-7: $(explain "$pid" | grep -E 'plan|boot|managed' | head -4 | tr '\n' ' ')"
+        back
+        return 1
+    }
+    line=$(explain "$pid" | grep '^boot: ')
+    [ "$line" = "$want" ] || {
+        echo "nohz_full reads '$nohz'; explain says '$line', want '$want'"
+        back
+        return 1
+    }
+    note=$(pinnerd check "$RULES/57-vm-boot.toml" 2>&1 | grep ': note: rule vm-boot: ')
+    [ "${note#*: note: rule vm-boot: }" = "$want" ] || {
+        echo "check says '$note', want '...: note: rule vm-boot: $want'"
+        back
+        return 1
+    }
+    back
+    echo "nohz_full reads '$nohz', no rcu_nocbs on the command line; explain and check: $want"
+}
+
 check_hotplug_explicit() {
     local pid
     pid=$(start_workload vmwork-hot 2 '' 50) || {
@@ -3273,6 +3329,7 @@ run_check restart-keeps-pinned check_restart 120
 run_check kill9-keeps-pinned check_kill9 120
 run_check restore-after-crash check_restore_after_crash 60
 run_check sched-per-thread check_sched_per_thread 90
+run_check boot-part-said check_boot_part_said 60
 run_check run-memory-bind check_run_memory_bind 180
 run_check plan-where-memory-is check_plan_where_memory_is 180
 run_check memory-follows check_memory_follows 180
