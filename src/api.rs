@@ -189,6 +189,24 @@ pub struct MatrixReply {
 pub struct Explained {
     pub text: String,
     pub full: bool,
+    /// The class set on each of its threads that has one (for `full` only).
+    pub sched: Vec<ThreadSched>,
+}
+
+/// A managed thread's scheduling class, as its rule or pin set it, and the one it had
+/// before: `ExplainJson`'s `sched`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ThreadSched {
+    pub tid: u32,
+    pub comm: String,
+    /// `fifo`, `rr`, `batch`, `idle`, `other`.
+    pub policy: String,
+    /// The real-time priority; 0 for the other policies.
+    pub priority: u32,
+    /// The nice value; 0 for the real-time policies.
+    pub nice: i32,
+    /// The class it had, in words (`other nice 5`), given back when it is let go.
+    pub had: String,
 }
 
 /// A placement as `pinnerd run`, `pinnerd pin` and `PinProcessWith` give it: the keys

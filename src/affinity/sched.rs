@@ -237,9 +237,9 @@ impl SchedAttr {
         }
     }
 
-    /// `fifo 50`, `other nice -5`, `deadline`, `policy 7`.
-    pub fn words(&self) -> String {
-        let name = match self.policy {
+    /// The policy's word (`fifo`, `other`, `deadline`), or `policy 7`.
+    pub fn policy_name(&self) -> String {
+        match self.policy {
             SCHED_OTHER => "other",
             SCHED_BATCH => "batch",
             SCHED_IDLE => "idle",
@@ -247,7 +247,13 @@ impl SchedAttr {
             SCHED_RR => "rr",
             SCHED_DEADLINE => "deadline",
             n => return format!("policy {n}"),
-        };
+        }
+        .to_string()
+    }
+
+    /// `fifo 50`, `other nice -5`, `deadline`, `policy 7`.
+    pub fn words(&self) -> String {
+        let name = self.policy_name();
         match self.policy {
             SCHED_FIFO | SCHED_RR => format!("{name} {}", self.priority),
             SCHED_OTHER | SCHED_BATCH if self.nice != 0 => format!("{name} nice {}", self.nice),

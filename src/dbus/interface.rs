@@ -161,7 +161,7 @@ fn managed_with_cpu_ids(e: ManagedEntry) -> Result<(u32, String, String, Vec<u32
 /// managed row of `pid`, if any, the text, where its memory is (`memory`, see
 /// `crate::memory::MemoryView::to_json`) and the container it runs in. Unless the
 /// caller sees all of the process, the row is its rule and CPUs only, as the text is:
-/// `comm`, `state` and `container` are null.
+/// `comm`, `state` and `container` are null and `sched` empty.
 ///
 /// The fields are in the order of their names: the object reads as it did when it was a
 /// JSON map.
@@ -174,6 +174,7 @@ struct ExplainJson {
     memory: serde_json::Value,
     pid: u32,
     rule: Option<String>,
+    sched: Vec<crate::api::ThreadSched>,
     state: Option<String>,
     text: String,
 }
@@ -191,11 +192,12 @@ fn explain_json(parts: ExplainParts) -> Result<ExplainJson> {
     let ExplainParts {
         pid,
         entry,
-        explained: Explained { text, full },
+        explained: Explained { text, full, sched },
         memory,
         container,
     } = parts;
     let container = container.filter(|_| full);
+    let sched = if full { sched } else { Vec::new() };
     Ok(match entry {
         Some(e) => {
             let (pid, comm, rule, cpus, state) = managed_with_cpu_ids(e)?;
@@ -206,6 +208,7 @@ fn explain_json(parts: ExplainParts) -> Result<ExplainJson> {
                 comm: full.then_some(comm),
                 cpus,
                 state: full.then_some(state),
+                sched,
                 text,
                 memory,
                 container,
@@ -218,6 +221,7 @@ fn explain_json(parts: ExplainParts) -> Result<ExplainJson> {
             comm: None,
             cpus: Vec::new(),
             state: None,
+            sched,
             text,
             memory,
             container,
@@ -813,6 +817,14 @@ mod tests {
             explained: Explained {
                 text: text.into(),
                 full,
+                sched: vec![crate::api::ThreadSched {
+                    tid: 43,
+                    comm: "rx-0".into(),
+                    policy: "fifo".into(),
+                    priority: 50,
+                    nice: 0,
+                    had: "other nice 5".into(),
+                }],
             },
             memory,
             container,
@@ -839,7 +851,10 @@ mod tests {
             v,
             serde_json::json!({"pid": 42, "managed": true, "rule": "md", "comm": "feed",
                                "cpus": [3], "state": "applied", "text": "why\n",
-                               "memory": memory, "container": null})
+                               "memory": memory, "container": null,
+                               "sched": [{"tid": 43, "comm": "rx-0", "policy": "fifo",
+                                          "priority": 50, "nice": 0,
+                                          "had": "other nice 5"}]})
         );
         // Another user's process: its rule and CPUs only, as the text says.
         let v = json(
@@ -855,7 +870,7 @@ mod tests {
             serde_json::json!({"pid": 42, "managed": true, "rule": "md", "comm": null,
                                "cpus": [3], "state": null,
                                "text": "shown: its rule and CPUs only\n", "memory": null,
-                               "container": null})
+                               "container": null, "sched": []})
         );
         let v = json(
             7,

@@ -270,6 +270,29 @@ impl Manager {
             .fold(CpuSet::new(), |all, p| all.union(&p.state.held()))
     }
 
+    /// The scheduling class set on each thread of process `pid` that has one (not
+    /// released), for `ExplainJson`; empty when not managed.
+    pub fn thread_classes(&self, pid: i32) -> Vec<crate::api::ThreadSched> {
+        let Some(m) = self.managed.get(&pid) else {
+            return Vec::new();
+        };
+        m.threads
+            .iter()
+            .filter(|(_, t)| !t.released)
+            .filter_map(|(tid, t)| {
+                let c = t.sched.as_ref()?;
+                Some(crate::api::ThreadSched {
+                    tid: *tid as u32,
+                    comm: t.comm.clone(),
+                    policy: c.applied.policy_name(),
+                    priority: c.applied.priority,
+                    nice: c.applied.nice,
+                    had: c.original.words(),
+                })
+            })
+            .collect()
+    }
+
     /// What became of thread `t` of managed process `m`, for `explain`: its outcome,
     /// the slot it shares when its entry has more threads than slots, and the scheduling
     /// class set on it.

@@ -51,6 +51,18 @@ fn the_rx_thread_runs_fifo_while_managed_and_gets_its_class_back_when_the_rule_g
         )),
         "{why}"
     );
+    // ExplainJson's `sched`: that thread alone, typed.
+    assert_eq!(
+        rig.mgr.thread_classes(pid),
+        vec![pinnerd::api::ThreadSched {
+            tid: rx as u32,
+            comm: "rx".into(),
+            policy: "fifo".into(),
+            priority: 10,
+            nice: 0,
+            had: "other".into(),
+        }]
+    );
     // A new rx thread is given it too.
     let late = h.spawn_threads(1, Some("rx"))[0];
     assert!(

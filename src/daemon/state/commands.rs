@@ -126,11 +126,15 @@ impl State {
         if let Some(line) = crate::boot_cpus::read(&self.cfg.sysroot).said(&held) {
             text.push_str(&format!("{line}\n"));
         }
+        let sched = match full {
+            true => m.thread_classes(pid as i32),
+            false => Vec::new(),
+        };
         if !m.shows_memory(pid as i32, caller_uid) {
-            send(reply, Ok(crate::api::Explained { text, full }));
+            send(reply, Ok(crate::api::Explained { text, full, sched }));
             return None;
         }
-        self.explain_memory(pid as i32, text, full, reply)
+        self.explain_memory(pid as i32, Explained { text, full, sched }, reply)
     }
 
     /// What `Explain` answers when its text shows memory: the text (`before`) and the
@@ -139,20 +143,21 @@ impl State {
     fn explain_memory(
         &self,
         pid: i32,
-        before: String,
-        full: bool,
+        before: Explained,
         reply: ReplyTo<Explained>,
     ) -> Option<MemoryRead> {
         let after = self.follow_line(pid, Instant::now());
         let Some(nodes) = self.machine.node_ids() else {
-            let text = format!("{before}memory: not seen yet (the topology is not read)\n{after}");
-            send(reply, Ok(Explained { text, full }));
+            let text = format!(
+                "{}memory: not seen yet (the topology is not read)\n{after}",
+                before.text
+            );
+            send(reply, Ok(Explained { text, ..before }));
             return None;
         };
         let finish = memory::Finish::Explain {
             before,
             after,
-            full,
             reply,
         };
         memory::answer(&self.cfg.sysroot, pid, nodes, finish)

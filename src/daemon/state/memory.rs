@@ -18,11 +18,10 @@ use crate::sysroot::SysRoot;
 /// A caller waiting for a read, and how the read completes its answer.
 #[derive(Debug)]
 pub(super) enum Finish {
-    /// `Explain`: its text, with the memory line between `before` and `after`.
+    /// `Explain`: its text, with the memory line between `before`'s text and `after`.
     Explain {
-        before: String,
+        before: Explained,
         after: String,
-        full: bool,
         reply: ReplyTo<Explained>,
     },
     /// `ExplainJson`'s memory (`Call::Memory`).
@@ -35,13 +34,12 @@ impl Finish {
             Finish::Explain {
                 before,
                 after,
-                full,
                 reply,
             } => send(
                 reply,
                 Ok(Explained {
-                    text: format!("{before}{}{after}", memory_line(pid, view)),
-                    full,
+                    text: format!("{}{}{after}", before.text, memory_line(pid, view)),
+                    ..before
                 }),
             ),
             Finish::Json(reply) => send(

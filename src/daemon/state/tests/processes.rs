@@ -218,7 +218,7 @@ fn explain_leaves_the_memory_read_to_a_reader_and_it_answers() {
         .unwrap();
     drop(w);
     reader.join().unwrap();
-    let Ok(Ok(Explained { text, full })) = answer.try_recv() else {
+    let Ok(Ok(Explained { text, full, .. })) = answer.try_recv() else {
         panic!("no answer after the read")
     };
     assert!(full);
