@@ -46,7 +46,8 @@ pub fn read(root: &SysRoot) -> BootCpus {
     let nohz_full = match read_optional(&path) {
         Ok(None) => Known::Unknown("this kernel is built without NO_HZ_FULL".into()),
         Err(e) => Known::Unknown(format!("cannot read {}: {e}", path.display())),
-        // Without `nohz_full=` the kernel's mask is not even allocated: "(null)".
+        // Without `nohz_full=` the kernel's mask is not even allocated: "(null)", padded
+        // to a width on Debian's 6.12 (" (null)").
         Ok(Some(t)) if t.trim() == "(null)" => Known::Cpus(CpuSet::new()),
         Ok(Some(t)) => match t.parse() {
             Ok(set) => Known::Cpus(set),
@@ -285,7 +286,7 @@ mod tests {
 
     #[test]
     fn nohz_full_cpus_are_rcu_nocbs_too_and_null_is_none() {
-        let (_d, root) = tree(Some("(null)\n"), "ro quiet\n");
+        let (_d, root) = tree(Some(" (null)\n"), "ro quiet\n");
         assert_eq!(
             read(&root),
             BootCpus {

@@ -1426,7 +1426,8 @@ unit = "vmwork-boot.service"
 cpus = "6-7"
 exclusive = true
 EOF
-    nohz=$(cat /sys/devices/system/cpu/nohz_full 2>/dev/null || echo absent)
+    # Debian's 6.12 pads "(null)" to a width: " (null)".
+    nohz=$(tr -d ' \n' 2>/dev/null </sys/devices/system/cpu/nohz_full || echo absent)
     rcu=$(grep -o 'rcu_nocbs[^ ]*' /proc/cmdline)
     local tail="not rcu_nocbs (rcu_nocbs= would move their RCU callbacks to kernel threads on other CPUs); only the kernel command line sets either, at boot"
     case "$nohz $rcu" in
