@@ -83,47 +83,8 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
             outln!("{note}");
         }
     }
-    // Isolation depends on the running kernel: said for this machine, not an error
-    // (the rule still works, merely exclusive).
-    let cannot = crate::hold::cannot_isolate_here(&crate::sysroot::SysRoot::default());
-    for rule in report.rules.rules() {
-        let isolates = rule.isolate || rule.threads.iter().any(|t| t.isolate);
-        if let (true, Some(why)) = (isolates, &cannot) {
-            outln!(
-                "{}: warning: rule {}: isolate = true cannot isolate on this machine: {why}; the rule stays merely exclusive",
-                rule.origin(),
-                rule.name
-            );
-        }
-    }
-    // A running unit an isolating rule names, in a slice the daemon may not write: said
-    // as the daemon will say it.
-    if cannot.is_none() {
-        for rule in report.rules.rules() {
-            let isolates = rule.isolate || rule.threads.iter().any(|t| t.isolate);
-            let Some(units) = rule.matcher.unit.as_ref().filter(|_| isolates) else {
-                continue;
-            };
-            for (unit, cgroup) in running_units(units) {
-                if let Some(why) = crate::hold::cannot_write_partition(
-                    &crate::sysroot::SysRoot::default(),
-                    &cgroup,
-                ) {
-                    outln!(
-                        "{}: warning: rule {}: unit {unit}: not isolated: {why}; the rule stays merely exclusive",
-                        rule.origin(),
-                        rule.name
-                    );
-                }
-            }
-        }
-    }
-    // What only the boot gives the CPUs an exclusive rule holds: a note, never an error.
-    let boot = crate::boot_cpus::read(&crate::sysroot::SysRoot::default());
-    for rule in report.rules.rules() {
-        if let Some(note) = boot_note(rule, &boot) {
-            outln!("{note}");
-        }
+    for line in machine_lines(&report.rules) {
+        outln!("{line}");
     }
     for doubt in doubts_here(&report.rules) {
         outln!("{doubt}");
@@ -150,6 +111,57 @@ pub fn run(args: CheckArgs) -> anyhow::Result<ExitCode> {
         ))
         .into())
     }
+}
+
+/// What `check` says of the rules on this machine, not as errors: why an isolate rule
+/// cannot isolate here (the kernel; a running unit in a slice the daemon may not write,
+/// as the daemon will say it), and what only the boot gives the CPUs an exclusive rule
+/// holds.
+fn machine_lines(rules: &rules::RuleSet) -> Vec<String> {
+    let mut lines = Vec::new();
+    // Isolation depends on the running kernel: said for this machine, not an error
+    // (the rule still works, merely exclusive).
+    let cannot = crate::hold::cannot_isolate_here(&crate::sysroot::SysRoot::default());
+    for rule in rules.rules() {
+        let isolates = rule.isolate || rule.threads.iter().any(|t| t.isolate);
+        if let (true, Some(why)) = (isolates, &cannot) {
+            lines.push(format!(
+                "{}: warning: rule {}: isolate = true cannot isolate on this machine: {why}; the rule stays merely exclusive",
+                rule.origin(),
+                rule.name
+            ));
+        }
+    }
+    // A running unit an isolating rule names, in a slice the daemon may not write: said
+    // as the daemon will say it.
+    if cannot.is_none() {
+        for rule in rules.rules() {
+            let isolates = rule.isolate || rule.threads.iter().any(|t| t.isolate);
+            let Some(units) = rule.matcher.unit.as_ref().filter(|_| isolates) else {
+                continue;
+            };
+            for (unit, cgroup) in running_units(units) {
+                if let Some(why) = crate::hold::cannot_write_partition(
+                    &crate::sysroot::SysRoot::default(),
+                    &cgroup,
+                ) {
+                    lines.push(format!(
+                        "{}: warning: rule {}: unit {unit}: not isolated: {why}; the rule stays merely exclusive",
+                        rule.origin(),
+                        rule.name
+                    ));
+                }
+            }
+        }
+    }
+    // What only the boot gives the CPUs an exclusive rule holds: a note, never an error.
+    let boot = crate::boot_cpus::read(&crate::sysroot::SysRoot::default());
+    for rule in rules.rules() {
+        if let Some(note) = boot_note(rule, &boot) {
+            lines.push(note);
+        }
+    }
+    lines
 }
 
 /// `check`'s note on an `exclusive` rule (or one with an `exclusive` thread entry): of the
