@@ -63,12 +63,14 @@ mod journal;
 mod names;
 pub mod partition;
 mod release;
+mod report;
 mod settle;
 pub mod systemd;
 mod vouch;
 
 pub use dry::{cannot_isolate_here, cannot_write_partition, dry_line, unit_of_cgroup};
 pub use journal::{Journal, JOURNAL_FILE};
+pub use report::{Confined, HoldReport, HoldState, Shortfall};
 pub use vouch::{owner_of, Owner, OwnerOf, Vouch};
 
 use std::collections::{BTreeMap, HashMap};
@@ -118,58 +120,6 @@ pub struct Want {
     /// The mask each of its tasks (by tid) had before pinnerd first touched it: what
     /// a task the hold narrowed gets back when the hold lets go (see [`GiveBack`]).
     pub originals: BTreeMap<u32, CpuSet>,
-}
-
-/// What holding one process came to, for `explain`, `status`, `plan --live` and the log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HoldReport {
-    pub rule: String,
-    pub pid: u32,
-    /// The unit confined (`md-feed.service`, or the scope pinnerd made).
-    pub unit: Option<String>,
-    pub cpus: CpuSet,
-    pub mems: Option<CpuSet>,
-    /// `AllowedCPUs=` (and `AllowedMemoryNodes=`) are set on the unit.
-    pub confined: bool,
-    /// The rule asked for isolation.
-    pub isolate: bool,
-    /// The CPUs are an isolated partition now.
-    pub isolated: bool,
-    /// What could not be done, in one line.
-    pub problem: Option<String>,
-}
-
-impl HoldReport {
-    /// One line: what is held and how, or why not.
-    pub fn line(&self) -> String {
-        let mut s = String::new();
-        if let (true, Some(unit)) = (self.confined, &self.unit) {
-            s.push_str(&format!("unit {unit}: AllowedCPUs={}", self.cpus));
-            if let Some(m) = &self.mems {
-                s.push_str(&format!(", AllowedMemoryNodes={m}"));
-            }
-            s.push_str(" (set by pinnerd)");
-        }
-        if self.isolated {
-            if !s.is_empty() {
-                s.push_str("; ");
-            }
-            s.push_str(&format!("CPUs {} isolated (cpuset partition)", self.cpus));
-        }
-        if let Some(p) = &self.problem {
-            if !s.is_empty() {
-                s.push_str("; ");
-            }
-            if self.isolate && !self.isolated {
-                s.push_str(&format!(
-                    "not isolated: {p}; the rule stays merely exclusive"
-                ));
-            } else {
-                s.push_str(&format!("unit not confined: {p}"));
-            }
-        }
-        s
-    }
 }
 
 /// What came of one unit's target in a reconcile.
