@@ -42,7 +42,6 @@ pub fn system_holder(root: &crate::sysroot::SysRoot, runtime_dir: &std::path::Pa
     let connect = || {
         crate::hold::systemd::SystemdUnits::system()
             .map(|u| Box::new(u) as Box<dyn crate::hold::systemd::Units>)
-            .map_err(|e| e.to_string())
     };
     Holder::new(
         connect(),

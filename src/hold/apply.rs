@@ -151,7 +151,7 @@ impl Holder {
     pub(super) fn apply(&mut self, t: &Target) -> (Option<Hold>, Option<String>, bool) {
         let units = match &self.units {
             Ok(u) => u,
-            Err(e) => return (None, Some(e.clone()), false),
+            Err(e) => return (None, Some(e.to_string()), false),
         };
         // Isolation that cannot work is said before anything is changed.
         let cannot = if t.isolate {

@@ -342,7 +342,7 @@ pub fn give_back_masks(
 /// The holder: owns every hold and the journal. Runs on a thread of its own (its calls
 /// to systemd may wait); the daemon sends it wants and gets reports.
 pub struct Holder {
-    units: Result<Box<dyn Units>, String>,
+    units: Result<Box<dyn Units>, UnitError>,
     cg2: Result<Cgroup2, Unable>,
     journal: Journal,
     give_back: Box<GiveBack>,
@@ -351,7 +351,7 @@ pub struct Holder {
     recovered: Vec<Hold>,
     grace_until: Option<Instant>,
     /// Each wanted pid's unit, asked once.
-    units_of: HashMap<u32, Result<UnitInfo, String>>,
+    units_of: HashMap<u32, Result<UnitInfo, UnitError>>,
     /// Connects to systemd again while it is not there (see [`Holder::reconnecting`]).
     connect: Option<Box<Connect>>,
     /// Targets refused after something was changed for them (the unit confined, then
@@ -400,11 +400,11 @@ pub type Clock = dyn Fn() -> Instant + Send;
 type Signature = (String, CpuSet, Option<CpuSet>, bool);
 
 /// A connection to systemd's manager, or why there is none.
-pub type Connect = dyn Fn() -> Result<Box<dyn Units>, String> + Send;
+pub type Connect = dyn Fn() -> Result<Box<dyn Units>, UnitError> + Send;
 
 impl Holder {
     pub fn new(
-        units: Result<Box<dyn Units>, String>,
+        units: Result<Box<dyn Units>, UnitError>,
         cg2: Result<Cgroup2, Unable>,
         journal: Journal,
         give_back: Box<GiveBack>,
@@ -491,12 +491,12 @@ impl Holder {
         self.refused.values().any(|r| now >= r.retry_at)
     }
 
-    fn unit_of(&mut self, pid: u32) -> Result<UnitInfo, String> {
+    fn unit_of(&mut self, pid: u32) -> Result<UnitInfo, UnitError> {
         if let Some(known) = self.units_of.get(&pid) {
             return known.clone();
         }
-        let units = self.units.as_ref().map_err(|e| e.clone())?;
-        let got = units.unit_of_pid(pid).map_err(|e| e.to_string());
+        let units = self.units.as_ref().map_err(Clone::clone)?;
+        let got = units.unit_of_pid(pid);
         self.units_of.insert(pid, got.clone());
         got
     }
@@ -556,6 +556,7 @@ impl Holder {
         for (i, w) in wants.iter().enumerate() {
             let place = match self
                 .unit_of(w.pid)
+                .map_err(|e| e.to_string())
                 .and_then(|info| place_for(&info, &w.rule, w.pid))
             {
                 Ok(p) => p,
@@ -624,7 +625,7 @@ impl Holder {
     fn vouched(&self, place: &Place, w: &Want) -> Result<(), String> {
         let processes = |unit: &str| match &self.units {
             Ok(units) => units.processes(unit).map_err(|e| e.to_string()),
-            Err(e) => Err(e.clone()),
+            Err(e) => Err(e.to_string()),
         };
         vouch::vouch(place, w, &*self.owner_of, processes)
     }

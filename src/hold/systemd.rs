@@ -99,7 +99,7 @@ pub struct Allowed {
     pub mems: CpuSet,
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum UnitError {
     /// No systemd on the bus (no system bus, or org.freedesktop.systemd1 not there).
     #[error("systemd is not on the system bus: {0}")]
