@@ -47,7 +47,7 @@ pub fn system_holder(root: &crate::sysroot::SysRoot, runtime_dir: &std::path::Pa
         connect(),
         crate::hold::partition::Cgroup2::find(root),
         crate::hold::Journal::new(runtime_dir),
-        Box::new(crate::hold::give_back_masks),
+        crate::hold::give_back_masks(root.clone()),
     )
     .reconnecting(Box::new(connect))
 }

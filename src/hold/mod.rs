@@ -281,14 +281,25 @@ impl Target {
 /// nearest ancestor that has a cpuset. Returns how many were given back.
 pub type GiveBack = dyn Fn(&Cgroup2, &str, &CpuSet, &BTreeMap<u32, CpuSet>) -> usize + Send;
 
-/// The real [`GiveBack`]: `cgroup.threads` and `sched_setaffinity`.
-pub fn give_back_masks(
+/// The real [`GiveBack`]: the tasks of `cgroup.threads`, their masks given back by
+/// [`crate::affinity::give_back`] through the kernel, `/proc` read under `root`.
+pub fn give_back_masks(root: crate::sysroot::SysRoot) -> Box<GiveBack> {
+    Box::new(move |cg2, cgroup, held, originals| {
+        let ops = crate::affinity::SystemOps::new(root.clone());
+        give_back_in(&ops, cg2, cgroup, held, originals)
+    })
+}
+
+/// [`give_back_masks`] through `ops`: the tasks of `cgroup` get their masks back once
+/// its cpuset has let go of the held CPUs; the fallback is the effective CPUs of the
+/// cgroup, or of its nearest ancestor that has a cpuset.
+fn give_back_in(
+    ops: &dyn crate::affinity::AffinityOps,
     cg2: &Cgroup2,
     cgroup: &str,
     held: &CpuSet,
     originals: &BTreeMap<u32, CpuSet>,
 ) -> usize {
-    use crate::affinity::AffinityOps;
     let dir = cg2.dir(cgroup);
     // The unit's own cpuset files may be gone with its AllowedCPUs= (systemd turns the
     // controller off for it): what binds it then is its nearest ancestor's.
@@ -317,26 +328,10 @@ pub fn give_back_masks(
     let Ok(threads) = crate::sysroot::read_bounded(dir.join("cgroup.threads")) else {
         return 0;
     };
-    let ops = crate::affinity::SystemOps::new(crate::sysroot::SysRoot::default());
-    let mut n = 0;
-    for tid in threads
+    let tids = threads
         .split_whitespace()
-        .filter_map(|t| t.parse::<u32>().ok())
-    {
-        let Ok(mask) = ops.get_affinity(tid as i32) else {
-            continue;
-        };
-        let original = originals.get(&tid);
-        let narrowed = original.is_some_and(|o| mask == o.intersection(held));
-        if &mask != held && !narrowed {
-            continue;
-        }
-        let back = original.unwrap_or(&effective);
-        if back != &mask && ops.set_affinity(tid as i32, back).is_ok() {
-            n += 1;
-        }
-    }
-    n
+        .filter_map(|t| t.parse::<crate::affinity::Tid>().ok());
+    crate::affinity::give_back(ops, tids, held, originals, &effective)
 }
 
 /// The holder: owns every hold and the journal. Runs on a thread of its own (its calls
