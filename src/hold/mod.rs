@@ -50,7 +50,8 @@
 //! so is a container: its processes are confined together. `init.scope` never.
 //!
 //! Where: for whom (`vouch`), making holds (`apply`), letting go and the stop
-//! (`release`), the kernel's pace with partitions (`settle`); here the types, the
+//! (`release`), the kernel's pace with partitions (`settle`), what a hold came to and
+//! its words (`report`: [`HoldState`]); here the types, the
 //! grouping of wants by unit and the reconcile that runs them in order.
 //!
 //! Owns: the decisions above, the journal, the order of steps. Must not touch: the
