@@ -3,7 +3,7 @@
 //! Owns: the [`AffinityOps`] seam (the only place the affinity of other tasks is set
 //! or read, and `pidfd_open` called), the classification of every outcome
 //! ([`Outcome`]), the restore journal kept under the runtime directory ([`restore`]),
-//! and [`own_tid`], the one way the crate asks the calling thread's id. Measurement
+//! [`give_back`] (the masks a hold let go of, for `hold`), and [`own_tid`], the one way the crate asks the calling thread's id. Measurement
 //! pins only its own spinning threads (`measure::pinned`, and the independent ping-pong
 //! it is checked by, `measure::plain`) through [`SystemOps`] too, and reads the CPUs
 //! this process may use here (`measure::allowed_cpus`): one mask type
@@ -244,6 +244,37 @@ pub fn outcome_of_error(err: AffinityError, requested: &CpuSet) -> Outcome {
             message: e.to_string(),
         },
     }
+}
+
+/// Gives tasks back their masks after a hold let go of `held` (systemd leaves a unit's
+/// tasks on the CPUs it was confined to when its `AllowedCPUs=` is reset, systemd
+/// #43846): each of `tids` whose mask is exactly `held`, or its original narrowed to
+/// `held`, gets its original from `originals` (by tid: the mask before pinnerd first
+/// touched it), else `fallback`. A task gone or refused is skipped. Returns how many
+/// were given back.
+pub fn give_back(
+    ops: &dyn AffinityOps,
+    tids: impl IntoIterator<Item = Tid>,
+    held: &CpuSet,
+    originals: &BTreeMap<u32, CpuSet>,
+    fallback: &CpuSet,
+) -> usize {
+    let mut n = 0;
+    for tid in tids {
+        let Ok(mask) = ops.get_affinity(tid) else {
+            continue;
+        };
+        let original = u32::try_from(tid).ok().and_then(|t| originals.get(&t));
+        let narrowed = original.is_some_and(|o| mask == o.intersection(held));
+        if &mask != held && !narrowed {
+            continue;
+        }
+        let back = original.unwrap_or(fallback);
+        if back != &mask && ops.set_affinity(tid, back).is_ok() {
+            n += 1;
+        }
+    }
+    n
 }
 
 /// The real kernel.
@@ -760,7 +791,25 @@ impl AffinityOps for FakeOps {
 #[cfg(test)]
 mod tests {
     use super::*;
+
     use crate::cpuset::set;
+
+    #[test]
+    fn a_hold_let_go_gives_back_only_the_masks_it_left() {
+        let ops = FakeOps::new();
+        let held = set("2-3");
+        ops.add_task(10, &held); // left on the held CPUs, no original: the fallback
+        ops.add_task(11, &set("3")); // its original 1,3 narrowed to the held CPUs
+        ops.add_task(12, &set("0-1")); // moved elsewhere since: left alone
+        ops.add_task(13, &held); // its original is the held set itself: nothing to do
+        let originals = BTreeMap::from([(11, set("1,3")), (13, held.clone())]);
+        let n = give_back(&ops, [10, 11, 12, 13, 99], &held, &originals, &set("0-7"));
+        assert_eq!(n, 2);
+        assert_eq!(ops.mask(10), Some(set("0-7")));
+        assert_eq!(ops.mask(11), Some(set("1,3")));
+        assert_eq!(ops.mask(12), Some(set("0-1")));
+        assert_eq!(ops.mask(13), Some(held));
+    }
 
     #[test]
     fn outcomes_are_classified() {

@@ -42,13 +42,12 @@ pub fn system_holder(root: &crate::sysroot::SysRoot, runtime_dir: &std::path::Pa
     let connect = || {
         crate::hold::systemd::SystemdUnits::system()
             .map(|u| Box::new(u) as Box<dyn crate::hold::systemd::Units>)
-            .map_err(|e| e.to_string())
     };
     Holder::new(
         connect(),
         crate::hold::partition::Cgroup2::find(root),
         crate::hold::Journal::new(runtime_dir),
-        Box::new(crate::hold::give_back_masks),
+        crate::hold::give_back_masks(root.clone()),
     )
     .reconnecting(Box::new(connect))
 }

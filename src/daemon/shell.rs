@@ -844,7 +844,9 @@ mod tests {
                 // A systemd that does not answer, until the test says.
                 let _ = gate_rx.recv();
                 crate::hold::Holder::new(
-                    Err("systemd is not reachable".into()),
+                    Err(crate::hold::systemd::UnitError::NoSystemd(
+                        "not reachable".into(),
+                    )),
                     Err(crate::hold::partition::Unable::NoCgroup2),
                     crate::hold::Journal::new(&runtime),
                     Box::new(|_, _, _, _| 0),

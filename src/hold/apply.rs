@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::partition::{Cgroup2, Partition, Unable};
+use super::partition::{Cgroup2, Direct, Partition, PartitionWriter, Unable};
 use super::systemd::{self, Allowed, UnitInfo, Units};
 use super::{
     slice_path, Hold, Holder, Outcome, Place, Refusal, Target, REFUSAL_RETRY, REFUSAL_RETRY_MAX,
@@ -151,7 +151,7 @@ impl Holder {
     pub(super) fn apply(&mut self, t: &Target) -> (Option<Hold>, Option<String>, bool) {
         let units = match &self.units {
             Ok(u) => u,
-            Err(e) => return (None, Some(e.clone()), false),
+            Err(e) => return (None, Some(e.to_string()), false),
         };
         // Isolation that cannot work is said before anything is changed.
         let cannot = if t.isolate {
@@ -344,55 +344,68 @@ impl Holder {
         self.settled(None)?;
         if let Ok(units) = &self.units {
             if let Ok(Some(_)) = units.partition_property(&h.unit) {
-                if units.set_partition(&h.unit, "isolated").is_ok() {
-                    let p = Partition {
-                        cgroup: h.cgroup.clone(),
-                        cpus: h.cpus.clone(),
-                        before: "member".into(),
-                        granted: Vec::new(),
-                    };
-                    if cg2.holds(&p) {
-                        return Ok((p, true));
-                    }
+                let by = ByProperty {
+                    units: units.as_ref(),
+                    unit: &h.unit,
+                };
+                let made = cg2.isolate_by(&h.cgroup, &h.cpus, &by, |_| {
                     let _ = units.set_partition(&h.unit, "member");
+                });
+                if let Ok(p) = made {
+                    return Ok((p, true));
                 }
             }
         }
-        let p = cg2.grant(&h.cgroup, &h.cpus)?;
-        let state = match self.write_partition(cg2, &h.cgroup, "isolated") {
-            Ok(state) => state,
-            Err(e) => {
-                cg2.ungrant(&p);
-                return Err(e);
-            }
-        };
-        if state == "isolated" {
-            return Ok((p, false));
-        }
-        self.undo_partition(cg2, &p);
-        Err(Unable::Invalid {
-            cgroup: h.cgroup.clone(),
-            state,
-        })
+        let p = cg2.isolate_by(&h.cgroup, &h.cpus, &self.partition_writer(), |p| {
+            self.undo_partition(cg2, p);
+        })?;
+        Ok((p, false))
     }
 
-    /// Writes `mode` into a cgroup's `cpuset.cpus.partition` and returns what it reads
-    /// back: by the daemon, then by the helper unit when the kernel refused the daemon
-    /// for want of a privilege.
-    pub(super) fn write_partition(
-        &self,
-        cg2: &Cgroup2,
-        cgroup: &str,
-        mode: &str,
-    ) -> Result<String, Unable> {
-        let state = cg2.write_partition(cgroup, mode)?;
+    /// Writes a cgroup's `cpuset.cpus.partition`: the daemon, else the helper unit.
+    pub(super) fn partition_writer(&self) -> OrHelper<'_> {
+        OrHelper {
+            units: self.units.as_ref().ok().map(AsRef::as_ref),
+        }
+    }
+}
+
+/// systemd's `CPUSetPartition=` of `unit` as the writer of its cgroup's partition: set,
+/// then read back (a file that cannot be read reads as nothing, not `isolated`).
+struct ByProperty<'a> {
+    units: &'a dyn systemd::Units,
+    unit: &'a str,
+}
+
+impl PartitionWriter for ByProperty<'_> {
+    fn grants(&self) -> bool {
+        false
+    }
+
+    fn write(&self, cg2: &Cgroup2, cgroup: &str, mode: &str) -> Result<String, Unable> {
+        self.units
+            .set_partition(self.unit, mode)
+            .map_err(|e| Unable::Other(e.to_string()))?;
+        Ok(cg2.partition_state(cgroup).unwrap_or_default())
+    }
+}
+
+/// The daemon writes the partition file, then, when the kernel refused the daemon for
+/// want of a privilege, the helper unit `pinnerd-partition@MODE:PATH.service` does.
+pub(super) struct OrHelper<'a> {
+    units: Option<&'a dyn systemd::Units>,
+}
+
+impl PartitionWriter for OrHelper<'_> {
+    fn write(&self, cg2: &Cgroup2, cgroup: &str, mode: &str) -> Result<String, Unable> {
+        let state = Direct.write(cg2, cgroup, mode)?;
         if state.split_whitespace().next() == Some(mode) && !state.contains("invalid") {
             return Ok(state);
         }
         if !state.contains("not permitted") {
             return Ok(state);
         }
-        let Ok(units) = &self.units else {
+        let Some(units) = self.units else {
             return Ok(state);
         };
         let Some(helper) = systemd::partition_helper_unit(mode, cgroup) else {

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use super::Hold;
-use crate::journal::ListFile;
+use crate::journal::{JournalError, ListFile};
 
 /// File name of the hold journal under the runtime directory.
 pub const JOURNAL_FILE: &str = "holds.json";
@@ -23,12 +23,12 @@ impl Journal {
     }
 
     /// Replaces the journal atomically; empty removes it.
-    pub fn save(&self, holds: &[Hold]) -> Result<(), String> {
-        self.0.save(holds).map_err(|e| e.to_string())
+    pub fn save(&self, holds: &[Hold]) -> Result<(), JournalError> {
+        self.0.save(holds)
     }
 
     /// What a previous run left: empty when there is no journal.
-    pub fn load(&self) -> Result<Vec<Hold>, String> {
-        self.0.load().map_err(|e| e.to_string())
+    pub fn load(&self) -> Result<Vec<Hold>, JournalError> {
+        self.0.load()
     }
 }

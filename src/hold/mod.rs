@@ -50,7 +50,8 @@
 //! so is a container: its processes are confined together. `init.scope` never.
 //!
 //! Where: for whom (`vouch`), making holds (`apply`), letting go and the stop
-//! (`release`), the kernel's pace with partitions (`settle`); here the types, the
+//! (`release`), the kernel's pace with partitions (`settle`), what a hold came to and
+//! its words (`report`: [`HoldState`]); here the types, the
 //! grouping of wants by unit and the reconcile that runs them in order.
 //!
 //! Owns: the decisions above, the journal, the order of steps. Must not touch: the
@@ -63,12 +64,14 @@ mod journal;
 mod names;
 pub mod partition;
 mod release;
+mod report;
 mod settle;
 pub mod systemd;
 mod vouch;
 
 pub use dry::{cannot_isolate_here, cannot_write_partition, dry_line, unit_of_cgroup};
 pub use journal::{Journal, JOURNAL_FILE};
+pub use report::{Confined, HoldReport, HoldState, Shortfall};
 pub use vouch::{owner_of, Owner, OwnerOf, Vouch};
 
 use std::collections::{BTreeMap, HashMap};
@@ -118,58 +121,6 @@ pub struct Want {
     /// The mask each of its tasks (by tid) had before pinnerd first touched it: what
     /// a task the hold narrowed gets back when the hold lets go (see [`GiveBack`]).
     pub originals: BTreeMap<u32, CpuSet>,
-}
-
-/// What holding one process came to, for `explain`, `status`, `plan --live` and the log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct HoldReport {
-    pub rule: String,
-    pub pid: u32,
-    /// The unit confined (`md-feed.service`, or the scope pinnerd made).
-    pub unit: Option<String>,
-    pub cpus: CpuSet,
-    pub mems: Option<CpuSet>,
-    /// `AllowedCPUs=` (and `AllowedMemoryNodes=`) are set on the unit.
-    pub confined: bool,
-    /// The rule asked for isolation.
-    pub isolate: bool,
-    /// The CPUs are an isolated partition now.
-    pub isolated: bool,
-    /// What could not be done, in one line.
-    pub problem: Option<String>,
-}
-
-impl HoldReport {
-    /// One line: what is held and how, or why not.
-    pub fn line(&self) -> String {
-        let mut s = String::new();
-        if let (true, Some(unit)) = (self.confined, &self.unit) {
-            s.push_str(&format!("unit {unit}: AllowedCPUs={}", self.cpus));
-            if let Some(m) = &self.mems {
-                s.push_str(&format!(", AllowedMemoryNodes={m}"));
-            }
-            s.push_str(" (set by pinnerd)");
-        }
-        if self.isolated {
-            if !s.is_empty() {
-                s.push_str("; ");
-            }
-            s.push_str(&format!("CPUs {} isolated (cpuset partition)", self.cpus));
-        }
-        if let Some(p) = &self.problem {
-            if !s.is_empty() {
-                s.push_str("; ");
-            }
-            if self.isolate && !self.isolated {
-                s.push_str(&format!(
-                    "not isolated: {p}; the rule stays merely exclusive"
-                ));
-            } else {
-                s.push_str(&format!("unit not confined: {p}"));
-            }
-        }
-        s
-    }
 }
 
 /// What came of one unit's target in a reconcile.
@@ -331,14 +282,25 @@ impl Target {
 /// nearest ancestor that has a cpuset. Returns how many were given back.
 pub type GiveBack = dyn Fn(&Cgroup2, &str, &CpuSet, &BTreeMap<u32, CpuSet>) -> usize + Send;
 
-/// The real [`GiveBack`]: `cgroup.threads` and `sched_setaffinity`.
-pub fn give_back_masks(
+/// The real [`GiveBack`]: the tasks of `cgroup.threads`, their masks given back by
+/// [`crate::affinity::give_back`] through the kernel, `/proc` read under `root`.
+pub fn give_back_masks(root: crate::sysroot::SysRoot) -> Box<GiveBack> {
+    Box::new(move |cg2, cgroup, held, originals| {
+        let ops = crate::affinity::SystemOps::new(root.clone());
+        give_back_in(&ops, cg2, cgroup, held, originals)
+    })
+}
+
+/// [`give_back_masks`] through `ops`: the tasks of `cgroup` get their masks back once
+/// its cpuset has let go of the held CPUs; the fallback is the effective CPUs of the
+/// cgroup, or of its nearest ancestor that has a cpuset.
+fn give_back_in(
+    ops: &dyn crate::affinity::AffinityOps,
     cg2: &Cgroup2,
     cgroup: &str,
     held: &CpuSet,
     originals: &BTreeMap<u32, CpuSet>,
 ) -> usize {
-    use crate::affinity::AffinityOps;
     let dir = cg2.dir(cgroup);
     // The unit's own cpuset files may be gone with its AllowedCPUs= (systemd turns the
     // controller off for it): what binds it then is its nearest ancestor's.
@@ -367,32 +329,16 @@ pub fn give_back_masks(
     let Ok(threads) = crate::sysroot::read_bounded(dir.join("cgroup.threads")) else {
         return 0;
     };
-    let ops = crate::affinity::SystemOps::new(crate::sysroot::SysRoot::default());
-    let mut n = 0;
-    for tid in threads
+    let tids = threads
         .split_whitespace()
-        .filter_map(|t| t.parse::<u32>().ok())
-    {
-        let Ok(mask) = ops.get_affinity(tid as i32) else {
-            continue;
-        };
-        let original = originals.get(&tid);
-        let narrowed = original.is_some_and(|o| mask == o.intersection(held));
-        if &mask != held && !narrowed {
-            continue;
-        }
-        let back = original.unwrap_or(&effective);
-        if back != &mask && ops.set_affinity(tid as i32, back).is_ok() {
-            n += 1;
-        }
-    }
-    n
+        .filter_map(|t| t.parse::<crate::affinity::Tid>().ok());
+    crate::affinity::give_back(ops, tids, held, originals, &effective)
 }
 
 /// The holder: owns every hold and the journal. Runs on a thread of its own (its calls
 /// to systemd may wait); the daemon sends it wants and gets reports.
 pub struct Holder {
-    units: Result<Box<dyn Units>, String>,
+    units: Result<Box<dyn Units>, UnitError>,
     cg2: Result<Cgroup2, Unable>,
     journal: Journal,
     give_back: Box<GiveBack>,
@@ -401,7 +347,7 @@ pub struct Holder {
     recovered: Vec<Hold>,
     grace_until: Option<Instant>,
     /// Each wanted pid's unit, asked once.
-    units_of: HashMap<u32, Result<UnitInfo, String>>,
+    units_of: HashMap<u32, Result<UnitInfo, UnitError>>,
     /// Connects to systemd again while it is not there (see [`Holder::reconnecting`]).
     connect: Option<Box<Connect>>,
     /// Targets refused after something was changed for them (the unit confined, then
@@ -450,11 +396,11 @@ pub type Clock = dyn Fn() -> Instant + Send;
 type Signature = (String, CpuSet, Option<CpuSet>, bool);
 
 /// A connection to systemd's manager, or why there is none.
-pub type Connect = dyn Fn() -> Result<Box<dyn Units>, String> + Send;
+pub type Connect = dyn Fn() -> Result<Box<dyn Units>, UnitError> + Send;
 
 impl Holder {
     pub fn new(
-        units: Result<Box<dyn Units>, String>,
+        units: Result<Box<dyn Units>, UnitError>,
         cg2: Result<Cgroup2, Unable>,
         journal: Journal,
         give_back: Box<GiveBack>,
@@ -541,12 +487,12 @@ impl Holder {
         self.refused.values().any(|r| now >= r.retry_at)
     }
 
-    fn unit_of(&mut self, pid: u32) -> Result<UnitInfo, String> {
+    fn unit_of(&mut self, pid: u32) -> Result<UnitInfo, UnitError> {
         if let Some(known) = self.units_of.get(&pid) {
             return known.clone();
         }
-        let units = self.units.as_ref().map_err(|e| e.clone())?;
-        let got = units.unit_of_pid(pid).map_err(|e| e.to_string());
+        let units = self.units.as_ref().map_err(Clone::clone)?;
+        let got = units.unit_of_pid(pid);
         self.units_of.insert(pid, got.clone());
         got
     }
@@ -606,6 +552,7 @@ impl Holder {
         for (i, w) in wants.iter().enumerate() {
             let place = match self
                 .unit_of(w.pid)
+                .map_err(|e| e.to_string())
                 .and_then(|info| place_for(&info, &w.rule, w.pid))
             {
                 Ok(p) => p,
@@ -674,7 +621,7 @@ impl Holder {
     fn vouched(&self, place: &Place, w: &Want) -> Result<(), String> {
         let processes = |unit: &str| match &self.units {
             Ok(units) => units.processes(unit).map_err(|e| e.to_string()),
-            Err(e) => Err(e.clone()),
+            Err(e) => Err(e.to_string()),
         };
         vouch::vouch(place, w, &*self.owner_of, processes)
     }

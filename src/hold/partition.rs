@@ -20,9 +20,19 @@
 //! effective set, the scheduler stops load-balancing onto them and, on kernels that can,
 //! unbound workqueues leave them; the root's `cpuset.cpus.isolated` lists them.
 //!
+//! One path makes and undoes a partition ([`Cgroup2::isolate_by`],
+//! [`Cgroup2::unpartition_by`]); who writes `cpuset.cpus.partition` is a
+//! [`PartitionWriter`]: the daemon ([`Direct`]), or the holder's helper unit and
+//! systemd's `CPUSetPartition=` (see `apply`). Which files the daemon may write:
+//! [`MountView`] (`mounts`).
+//!
 //! Owns: the cgroup v2 files of partitions (through a mount directory, so tests run on
 //! fixture trees). Must not touch: systemd (see `systemd`; the cgroup's `cpuset.cpus`
 //! is systemd's `AllowedCPUs=`, set there so that systemd does not undo it), tasks.
+
+mod mounts;
+#[cfg(test)]
+mod tests;
 
 use std::fmt;
 use std::io;
@@ -32,6 +42,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
 use crate::sysroot::{self, SysRoot};
+
+#[cfg(test)]
+use mounts::existing;
+pub use mounts::{read_only_in, MountView, WRITABLE_SLICES};
 
 /// Why CPUs cannot be isolated here; said in one line wherever a rule asks for it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +67,8 @@ pub enum Unable {
     ReadOnly { path: PathBuf, slice: PathBuf },
     /// The kernel refused the partition: what it reported.
     Invalid { cgroup: String, state: String },
+    /// The kernel kept the partition when told `member`: what it reads.
+    Stays { cgroup: String, state: String },
     /// The kernel release is one whose cpusets are known to corrupt themselves when a
     /// partition's cgroup is removed while another is made (see [`unsafe_kernel`]).
     UnsafeKernel { release: String, why: String },
@@ -93,6 +109,7 @@ impl fmt::Display for Unable {
             Unable::Invalid { cgroup, state } => {
                 write!(f, "the kernel made cgroup {cgroup} an invalid partition: {state}")
             }
+            Unable::Stays { cgroup, state } => write!(f, "cgroup {cgroup} stays {state}"),
             Unable::UnsafeKernel { release, why } => write!(
                 f,
                 "kernel {release} lacks a cpuset fix isolation needs ({why})"
@@ -146,6 +163,30 @@ pub struct Partition {
     pub granted: Vec<Granted>,
 }
 
+/// Who writes a cgroup's `cpuset.cpus.partition` for [`Cgroup2::isolate_by`] and
+/// [`Cgroup2::unpartition_by`]: the daemon itself ([`Direct`]), or a writer of the
+/// holder's (the helper unit where the kernel refuses the daemon, systemd's
+/// `CPUSetPartition=`).
+pub trait PartitionWriter {
+    /// Whether the CPUs are granted down the ancestors' `cpuset.cpus.exclusive` before
+    /// the write (systemd's `CPUSetPartition=` grants its own).
+    fn grants(&self) -> bool {
+        true
+    }
+    /// Writes `mode` and returns what the cgroup's `cpuset.cpus.partition` reads back
+    /// (`isolated`, `member`, or `isolated invalid (why)`).
+    fn write(&self, cg2: &Cgroup2, cgroup: &str, mode: &str) -> Result<String, Unable>;
+}
+
+/// The daemon writes the file itself.
+pub struct Direct;
+
+impl PartitionWriter for Direct {
+    fn write(&self, cg2: &Cgroup2, cgroup: &str, mode: &str) -> Result<String, Unable> {
+        cg2.write_partition(cgroup, mode)
+    }
+}
+
 /// `/a/b/c` → `["/a", "/a/b", "/a/b/c"]`; the root itself is not listed.
 pub fn ancestors(cgroup: &str) -> Vec<String> {
     let mut out = Vec::new();
@@ -167,96 +208,6 @@ pub fn valid_cgroup(cgroup: &str) -> bool {
             .split('/')
             .skip(1)
             .all(|p| !p.is_empty() && p != "." && p != "..")
-}
-
-/// The slices whose subtrees the shipped units' `ReadWritePaths=` name
-/// (`systemd/pinnerd.service`, `systemd/pinnerd-partition@.service`): what the daemon
-/// may write unless a drop-in names more (docs/sharing.md, "A slice of its own").
-pub const WRITABLE_SLICES: [&str; 3] = ["system.slice", "user.slice", "machine.slice"];
-
-/// Which files the daemon finds on a read-only mount: by its own `access(2)`, by the
-/// mount table of the running daemon (`/proc/PID/mountinfo`, read by a dry run), or,
-/// with no daemon to read, by what the shipped units allow.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MountView {
-    /// This process's own view: `access(2)` answers `EROFS` (the daemon, inside its
-    /// unit's sandbox).
-    Here,
-    /// Another process's mount table (`/proc/PID/mountinfo`).
-    Mountinfo(String),
-    /// The shipped units: writable only below [`WRITABLE_SLICES`] of `mount`.
-    Shipped { mount: PathBuf },
-}
-
-impl MountView {
-    /// Whether `path` is on a read-only mount in this view.
-    pub fn read_only(&self, path: &Path) -> bool {
-        match self {
-            MountView::Here => matches!(
-                nix::unistd::access(existing(path), nix::unistd::AccessFlags::W_OK),
-                Err(nix::errno::Errno::EROFS)
-            ),
-            MountView::Mountinfo(text) => read_only_in(text, path),
-            MountView::Shipped { mount } => !WRITABLE_SLICES
-                .iter()
-                .any(|s| path.starts_with(mount.join(s))),
-        }
-    }
-}
-
-/// `path` if it exists, else the nearest directory above it that does: a file not there
-/// yet (a slice's cpuset files appear only once systemd enables the controller for it,
-/// when a unit in it is confined) is on the mount of the directory it will be made in.
-fn existing(path: &Path) -> &Path {
-    path.ancestors().find(|p| p.exists()).unwrap_or(path)
-}
-
-/// Whether `path` is on a read-only mount by the mount table `mountinfo`: the options of
-/// the mount whose mount point is the longest that contains it (the last listed of
-/// those, which is on top).
-pub fn read_only_in(mountinfo: &str, path: &Path) -> bool {
-    let mut best: Option<(usize, bool)> = None;
-    for line in mountinfo.lines() {
-        let (mine, sb) = line.split_once(" - ").unwrap_or((line, ""));
-        let f: Vec<&str> = mine.split(' ').collect();
-        let (Some(point), Some(opts)) = (f.get(4), f.get(5)) else {
-            continue;
-        };
-        let point = PathBuf::from(unescape_mountinfo(point));
-        if !path.starts_with(&point) {
-            continue;
-        }
-        let depth = point.components().count();
-        let ro = |o: &str| o.split(',').any(|x| x == "ro");
-        let sb_opts = sb.split(' ').nth(2).unwrap_or("");
-        if best.is_none_or(|(d, _)| depth >= d) {
-            best = Some((depth, ro(opts) || ro(sb_opts)));
-        }
-    }
-    best.is_some_and(|(_, ro)| ro)
-}
-
-/// A mount point as mountinfo writes it: space, tab, newline and backslash as `\ooo`.
-fn unescape_mountinfo(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b
-            .get(i + 1..i + 4)
-            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match (b[i], octal) {
-            (b'\\', Some(d)) => {
-                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 impl Cgroup2 {
@@ -464,23 +415,48 @@ impl Cgroup2 {
         }
     }
 
-    /// Makes `cgroup` an isolated partition of `cpus`: [`grant`](Self::grant), then
-    /// `isolated` written and read back. On any failure what was done is undone and
-    /// the reason returned. `cpuset.cpus` of the cgroup must already be `cpus`
-    /// (systemd's `AllowedCPUs=`).
+    /// Makes `cgroup` an isolated partition of `cpus` as the daemon itself may:
+    /// [`isolate_by`](Self::isolate_by) [`Direct`], undone on a refusal.
     pub fn isolate(&self, cgroup: &str, cpus: &CpuSet) -> Result<Partition, Unable> {
-        let p = self.grant(cgroup, cpus)?;
-        match self.write_partition(cgroup, "isolated") {
+        self.isolate_by(cgroup, cpus, &Direct, |p| {
+            let _ = self.undo(p);
+        })
+    }
+
+    /// Makes `cgroup` an isolated partition of `cpus`: [`grant`](Self::grant) where
+    /// `writer` [`grants`](PartitionWriter::grants), then `isolated` written by `writer`
+    /// and read back. A write that fails takes the grants back; a partition the kernel
+    /// refuses (it reads other than `isolated`) is handed to `undo` and the reason
+    /// returned. `cpuset.cpus` of the cgroup must already be `cpus` (systemd's
+    /// `AllowedCPUs=`).
+    pub fn isolate_by(
+        &self,
+        cgroup: &str,
+        cpus: &CpuSet,
+        writer: &dyn PartitionWriter,
+        undo: impl FnOnce(&Partition),
+    ) -> Result<Partition, Unable> {
+        let p = if writer.grants() {
+            self.grant(cgroup, cpus)?
+        } else {
+            Partition {
+                cgroup: cgroup.to_string(),
+                cpus: cpus.clone(),
+                before: "member".into(),
+                granted: Vec::new(),
+            }
+        };
+        match writer.write(self, cgroup, "isolated") {
             Ok(state) if state == "isolated" => Ok(p),
             Ok(state) => {
-                let _ = self.undo(&p);
+                undo(&p);
                 Err(Unable::Invalid {
                     cgroup: cgroup.to_string(),
                     state,
                 })
             }
             Err(e) => {
-                let _ = self.undo(&p);
+                self.ungrant(&p);
                 Err(e)
             }
         }
@@ -562,15 +538,25 @@ impl Cgroup2 {
         failed
     }
 
-    /// The partition's cgroup back to `member` (never to [`Partition::before`], which
-    /// may be a leftover of pinnerd's own), when it still exists.
+    /// [`unpartition_by`](Self::unpartition_by) [`Direct`].
     pub fn unpartition(&self, p: &Partition) -> Result<(), Unable> {
+        self.unpartition_by(p, &Direct)
+    }
+
+    /// The partition's cgroup back to `member` by `writer` (never to
+    /// [`Partition::before`], which may be a leftover of pinnerd's own), when it still
+    /// exists.
+    pub fn unpartition_by(
+        &self,
+        p: &Partition,
+        writer: &dyn PartitionWriter,
+    ) -> Result<(), Unable> {
         if !self.dir(&p.cgroup).is_dir() {
             return Ok(());
         }
-        match self.write_partition(&p.cgroup, "member") {
+        match writer.write(self, &p.cgroup, "member") {
             Ok(state) if state.split_whitespace().next() == Some("member") => Ok(()),
-            Ok(state) => Err(Unable::Invalid {
+            Ok(state) => Err(Unable::Stays {
                 cgroup: p.cgroup.clone(),
                 state,
             }),
@@ -748,334 +734,5 @@ fn file_error(path: PathBuf, e: &io::Error) -> Unable {
             }
             _ => e.to_string(),
         },
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A fake hierarchy: the root with cpuset, `system.slice` and one service.
-    fn tree(isolated_file: bool) -> (tempfile::TempDir, Cgroup2) {
-        let dir = tempfile::tempdir().unwrap();
-        let m = dir.path().to_path_buf();
-        let m = m.as_path();
-        std::fs::write(m.join("cgroup.controllers"), "cpuset cpu io memory pids\n").unwrap();
-        if isolated_file {
-            std::fs::write(m.join("cpuset.cpus.isolated"), "\n").unwrap();
-        }
-        for cg in ["system.slice", "system.slice/md.service"] {
-            let d = m.join(cg);
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join("cpuset.cpus.exclusive"), "\n").unwrap();
-            std::fs::write(d.join("cpuset.cpus.partition"), "member\n").unwrap();
-            std::fs::write(d.join("cgroup.procs"), "").unwrap();
-        }
-        (dir, Cgroup2::at(m))
-    }
-
-    fn read(c: &Cgroup2, cg: &str, f: &str) -> String {
-        std::fs::read_to_string(c.dir(cg).join(f))
-            .unwrap()
-            .trim()
-            .to_string()
-    }
-
-    #[test]
-    fn ancestors_are_listed_top_down_without_the_root() {
-        assert_eq!(
-            ancestors("/a.slice/b.service"),
-            vec!["/a.slice", "/a.slice/b.service"]
-        );
-        assert!(ancestors("/").is_empty());
-        assert!(!valid_cgroup("/a/../b"));
-        assert!(!valid_cgroup("/"));
-        assert!(!valid_cgroup("a/b"));
-        assert!(valid_cgroup("/a/b"));
-    }
-
-    #[test]
-    fn a_partition_grants_down_writes_isolated_and_undoes_only_its_own_cpus() {
-        let (_d, c) = tree(true);
-        // Another partition's CPU is already granted to the slice.
-        std::fs::write(c.dir("/system.slice").join("cpuset.cpus.exclusive"), "2\n").unwrap();
-        let cpus: CpuSet = "6-7".parse().unwrap();
-        let p = c.isolate("/system.slice/md.service", &cpus).unwrap();
-        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "2,6-7");
-        assert_eq!(
-            read(&c, "/system.slice/md.service", "cpuset.cpus.exclusive"),
-            "6-7"
-        );
-        assert_eq!(
-            read(&c, "/system.slice/md.service", "cpuset.cpus.partition"),
-            "isolated"
-        );
-        assert_eq!(p.before, "member");
-        assert_eq!(p.granted.len(), 2);
-        assert!(c.holds(&p));
-        assert!(c.undo(&p).is_empty());
-        assert_eq!(
-            read(&c, "/system.slice/md.service", "cpuset.cpus.partition"),
-            "member"
-        );
-        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "2");
-        assert_eq!(
-            read(&c, "/system.slice/md.service", "cpuset.cpus.exclusive"),
-            ""
-        );
-    }
-
-    /// The unit gone, systemd turns the cpuset controller off in its slice when no unit
-    /// there needs it: the slice's cpuset files vanish with what was granted to it.
-    #[test]
-    fn a_grant_to_a_slice_whose_cpuset_files_are_gone_is_undone_already() {
-        let (_d, c) = tree(true);
-        let cpus: CpuSet = "6-7".parse().unwrap();
-        let p = c.isolate("/system.slice/md.service", &cpus).unwrap();
-        std::fs::remove_dir_all(c.dir("/system.slice/md.service")).unwrap();
-        for f in ["cpuset.cpus.exclusive", "cpuset.cpus.exclusive.effective"] {
-            let _ = std::fs::remove_file(c.dir("/system.slice").join(f));
-        }
-        assert_eq!(c.ungrant(&p), vec![]);
-    }
-
-    #[test]
-    fn what_the_kernel_cannot_do_is_said_and_nothing_is_left_written() {
-        let (_d, c) = tree(false);
-        let cpus: CpuSet = "6-7".parse().unwrap();
-        let e = c.isolate("/system.slice/md.service", &cpus).unwrap_err();
-        assert!(matches!(e, Unable::NoRemotePartitions { .. }), "{e}");
-        assert!(e.to_string().contains("6.7"), "{e}");
-        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "");
-
-        let (_d, c) = tree(true);
-        std::fs::write(c.mount().join("cgroup.controllers"), "cpu io memory pids\n").unwrap();
-        let e = c.isolate("/system.slice/md.service", &cpus).unwrap_err();
-        assert!(matches!(e, Unable::CpusetNotOnV2 { .. }), "{e}");
-
-        let (_d, c) = tree(true);
-        std::fs::remove_file(
-            c.dir("/system.slice/md.service")
-                .join("cpuset.cpus.exclusive"),
-        )
-        .unwrap();
-        let e = c.isolate("/system.slice/md.service", &cpus).unwrap_err();
-        assert_eq!(
-            e,
-            Unable::NoCpuset {
-                cgroup: "/system.slice/md.service".into()
-            }
-        );
-        // The slice's grant, made before the failure, was taken back.
-        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "");
-    }
-
-    #[test]
-    fn an_undo_writes_member_whatever_the_cgroup_read_before() {
-        // A partition pinnerd left (its record gone): the next grant reads it as the
-        // state before, which must not be what the undo puts back.
-        let (_d, c) = tree(true);
-        let cg = "/system.slice/md.service";
-        std::fs::write(c.dir(cg).join("cpuset.cpus.partition"), "isolated\n").unwrap();
-        let cpus: CpuSet = "6-7".parse().unwrap();
-        let p = c.isolate(cg, &cpus).unwrap();
-        assert_eq!(p.before, "isolated");
-        assert!(c.undo(&p).is_empty());
-        assert_eq!(read(&c, cg, "cpuset.cpus.partition"), "member");
-    }
-
-    #[test]
-    fn a_partition_no_record_names_is_found_with_its_grants() {
-        let (_d, c) = tree(true);
-        let cg = "/system.slice/md.service";
-        assert_eq!(c.found_partition(cg), None);
-        // Another partition's CPU 2 in the slice stays out of what is found.
-        std::fs::write(
-            c.dir("/system.slice").join("cpuset.cpus.exclusive"),
-            "2,4-5\n",
-        )
-        .unwrap();
-        std::fs::write(c.dir(cg).join("cpuset.cpus.exclusive"), "4-5\n").unwrap();
-        std::fs::write(c.dir(cg).join("cpuset.cpus.partition"), "isolated\n").unwrap();
-        let p = c.found_partition(cg).unwrap();
-        assert_eq!(p.cpus, "4-5".parse().unwrap());
-        assert_eq!(
-            p.granted,
-            vec![
-                Granted {
-                    cgroup: "/system.slice".into(),
-                    added: "4-5".parse().unwrap()
-                },
-                Granted {
-                    cgroup: cg.into(),
-                    added: "4-5".parse().unwrap()
-                },
-            ]
-        );
-        assert!(c.undo(&p).is_empty());
-        assert_eq!(read(&c, cg, "cpuset.cpus.partition"), "member");
-        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "2");
-        assert_eq!(read(&c, cg, "cpuset.cpus.exclusive"), "");
-    }
-
-    #[test]
-    fn an_undo_of_a_cgroup_that_is_gone_is_nothing_to_undo() {
-        let (_d, c) = tree(true);
-        let cpus: CpuSet = "6".parse().unwrap();
-        let p = c.isolate("/system.slice/md.service", &cpus).unwrap();
-        std::fs::remove_dir_all(c.dir("/system.slice/md.service")).unwrap();
-        assert!(!c.holds(&p));
-        assert!(c.undo(&p).is_empty());
-        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "");
-    }
-
-    /// The daemon's mount table as systemd 257 makes it for the shipped unit: the
-    /// hierarchy read-only (ProtectControlGroups=yes), the three slices bound writable.
-    const DAEMON_MOUNTINFO: &str = "\
-24 1 254:1 / / rw,relatime shared:1 - ext4 /dev/vda1 rw
-25 24 0:22 / /sys ro,nosuid,nodev,noexec,relatime shared:2 - sysfs sysfs rw
-26 25 0:23 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime shared:3 - cgroup2 cgroup2 rw,nsdelegate
-27 26 0:23 /system.slice /sys/fs/cgroup/system.slice rw,nosuid,nodev,noexec,relatime shared:3 - cgroup2 cgroup2 rw,nsdelegate
-28 26 0:23 /user.slice /sys/fs/cgroup/user.slice rw,nosuid,nodev,noexec,relatime shared:3 - cgroup2 cgroup2 rw,nsdelegate
-29 24 0:40 / /run/a\\040b ro,relatime - tmpfs tmpfs rw
-30 26 0:23 /system.slice/x.service /sys/fs/cgroup/system.slice/x.service ro,relatime - cgroup2 cgroup2 rw
-";
-
-    #[test]
-    fn read_only_files_are_told_by_the_mount_on_top_of_them() {
-        let ro = |p: &str| read_only_in(DAEMON_MOUNTINFO, Path::new(p));
-        assert!(ro("/sys/fs/cgroup/trading.slice/cpuset.cpus.exclusive"));
-        assert!(ro("/sys/fs/cgroup/cgroup.subtree_control"));
-        assert!(!ro(
-            "/sys/fs/cgroup/system.slice/md.service/cpuset.cpus.partition"
-        ));
-        assert!(!ro("/sys/fs/cgroup/user.slice/cpuset.cpus.exclusive"));
-        // A component is a whole name: system.slicex is not below system.slice.
-        assert!(ro("/sys/fs/cgroup/system.slicex/cpuset.cpus.exclusive"));
-        // A mount on top of a writable one, and an escaped mount point.
-        assert!(ro(
-            "/sys/fs/cgroup/system.slice/x.service/cpuset.cpus.partition"
-        ));
-        assert!(ro("/run/a b/c"));
-        assert!(!ro("/var/lib/x"));
-        assert!(!read_only_in("", Path::new("/sys")));
-
-        let (_d, c) = tree(true);
-        let shipped = MountView::Shipped {
-            mount: c.mount().to_path_buf(),
-        };
-        assert_eq!(
-            c.writable_on_the_way("/system.slice/md.service", &shipped),
-            Ok(())
-        );
-        let e = c
-            .writable_on_the_way("/trading.slice/md.service", &shipped)
-            .unwrap_err();
-        assert_eq!(
-            e,
-            Unable::ReadOnly {
-                path: c.dir("/trading.slice").join("cpuset.cpus.exclusive"),
-                slice: c.dir("trading.slice"),
-            }
-        );
-        assert!(e.to_string().contains("ReadWritePaths=-"), "{e}");
-        // The daemon's own view of a writable fixture tree: nothing read-only.
-        assert_eq!(
-            c.writable_on_the_way("/trading.slice/md.service", &MountView::Here),
-            Ok(())
-        );
-        // A file not made yet is judged by the directory it will be made in.
-        let slice = c.dir("trading.slice");
-        std::fs::create_dir_all(&slice).unwrap();
-        let file = slice.join("cpuset.cpus.exclusive");
-        assert_eq!(existing(&file), slice.as_path());
-        std::fs::write(&file, "").unwrap();
-        assert_eq!(existing(&file), file.as_path());
-    }
-
-    #[test]
-    fn the_shipped_units_allow_the_slices_the_dry_run_assumes() {
-        for unit in [
-            include_str!("../../systemd/pinnerd.service"),
-            include_str!("../../systemd/pinnerd-partition@.service"),
-        ] {
-            let paths: Vec<&str> = unit
-                .lines()
-                .filter_map(|l| l.strip_prefix("ReadWritePaths="))
-                .flat_map(str::split_whitespace)
-                .filter(|p| p.trim_start_matches('-').starts_with("/sys/fs/cgroup"))
-                .collect();
-            let want: Vec<String> = WRITABLE_SLICES
-                .iter()
-                .map(|s| format!("-/sys/fs/cgroup/{s}"))
-                .collect();
-            assert_eq!(paths, want);
-        }
-    }
-
-    #[test]
-    fn the_hierarchy_is_found_where_systemd_mounts_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = SysRoot::with_sys(dir.path());
-        assert_eq!(Cgroup2::find(&root), Err(Unable::NoCgroup2));
-        std::fs::create_dir_all(dir.path().join("fs/cgroup/unified")).unwrap();
-        std::fs::write(dir.path().join("fs/cgroup/unified/cgroup.controllers"), "").unwrap();
-        assert_eq!(
-            Cgroup2::find(&root).unwrap().mount(),
-            dir.path().join("fs/cgroup/unified")
-        );
-        std::fs::write(dir.path().join("fs/cgroup/cgroup.controllers"), "cpuset").unwrap();
-        assert_eq!(
-            Cgroup2::find(&root).unwrap().mount(),
-            dir.path().join("fs/cgroup")
-        );
-    }
-
-    #[test]
-    fn kernels_without_the_dying_partition_fix_are_refused_by_release() {
-        for bad in [
-            "6.7.0",
-            "6.8.0-87-generic",
-            "6.11.11-arch1-1",
-            "6.12.22+deb13-cloud-amd64",
-            "6.13.11",
-            "6.14.2-300.fc42.x86_64",
-        ] {
-            assert!(unsafe_kernel(bad).is_some(), "{bad}");
-        }
-        for good in [
-            "6.12.24",
-            "6.12.117+deb13-cloud-amd64",
-            "6.13.12",
-            "6.14.3",
-            "6.15.0",
-            "7.0.1",
-            "6.6.58",
-            "5.14.0-570.el9.x86_64",
-            "not a release",
-        ] {
-            assert!(unsafe_kernel(good).is_none(), "{good}");
-        }
-        let (_d, c) = tree(true);
-        let c = c.on_release(Some("6.12.22+deb13-amd64".into()));
-        let e = c
-            .isolate("/system.slice/md.service", &"6".parse().unwrap())
-            .unwrap_err();
-        assert!(matches!(e, Unable::UnsafeKernel { .. }), "{e}");
-        assert!(e.to_string().contains("6.12.24"), "{e}");
-        assert_eq!(read(&c, "/system.slice", "cpuset.cpus.exclusive"), "");
-    }
-
-    #[test]
-    fn populated_is_read_from_cgroup_events_and_a_cgroup_gone_is_empty() {
-        let (_d, c) = tree(true);
-        let cg = "/system.slice/md.service";
-        assert_eq!(c.populated_events(cg), None, "no cgroup.events: not known");
-        std::fs::write(c.events_file(cg), "populated 1\nfrozen 0\n").unwrap();
-        assert_eq!(c.populated_events(cg), Some(true));
-        std::fs::write(c.events_file(cg), "populated 0\nfrozen 0\n").unwrap();
-        assert_eq!(c.populated_events(cg), Some(false));
-        std::fs::remove_dir_all(c.dir(cg)).unwrap();
-        assert_eq!(c.populated_events(cg), Some(false));
     }
 }

@@ -155,13 +155,8 @@ impl Holder {
             )];
         }
         let mut problems = Vec::new();
-        if cg2.dir(&p.cgroup).is_dir() {
-            match self.write_partition(cg2, &p.cgroup, "member") {
-                Ok(state) if state.split_whitespace().next() == Some("member") => {}
-                Ok(state) => problems.push(format!("cgroup {} stays {state}", p.cgroup)),
-                Err(_) if !cg2.dir(&p.cgroup).is_dir() => {}
-                Err(e) => problems.push(e.to_string()),
-            }
+        if let Err(e) = cg2.unpartition_by(p, &self.partition_writer()) {
+            problems.push(e.to_string());
         }
         if !problems.is_empty() {
             problems.extend(cg2.ungrant(p).into_iter().map(|e| e.to_string()));

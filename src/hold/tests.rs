@@ -748,7 +748,7 @@ fn a_partition_the_kernel_refuses_the_daemon_is_made_by_the_helper_unit_and_undo
     let units = FakeUnits::default();
     units.add(10, "md.service", "/system.slice/md.service", "system.slice");
     let mut h = Holder::new(
-        Err("systemd is not on the system bus: no bus".into()),
+        Err(UnitError::NoSystemd("no bus".into())),
         Ok(cg2.clone()),
         Journal::new(run.path()),
         Box::new(|_, _, _, _| 0),
@@ -822,7 +822,7 @@ fn a_unit_not_found_and_a_systemd_not_there_are_asked_again_at_the_next_reconcil
     let tries = Arc::new(Mutex::new(0));
     let counted = tries.clone();
     let mut h = Holder::new(
-        Err("systemd is not on the system bus: not yet".into()),
+        Err(UnitError::NoSystemd("not yet".into())),
         Ok(cg2.clone()),
         Journal::new(run.path()),
         Box::new(|_, _, _, _| 0),
@@ -1142,7 +1142,7 @@ fn a_hold_a_previous_run_left_that_cannot_be_undone_stays_on_record_and_is_not_t
     std::fs::write(cg2.dir("/system.slice/md.service").join("cgroup.procs"), "").unwrap();
     let later = units.clone();
     let mut second = Holder::new(
-        Err("systemd is not on the system bus: not yet".into()),
+        Err(UnitError::NoSystemd("not yet".into())),
         Ok(cg2.clone()),
         Journal::new(run.path()),
         Box::new(|_, _, _, _| 0),
