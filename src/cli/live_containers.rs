@@ -103,6 +103,8 @@ pub fn running(
     let tasks = crate::nri::ondisk::tasks_under(files);
     found
         .into_iter()
+        // A pod's sandbox (its pause process) is no container a rule names.
+        .filter(|(id, _)| !crate::nri::ondisk::is_sandbox(&tasks, id))
         .map(|(id, (pid, cgroup))| {
             let info = crate::nri::ondisk::read(&tasks, &id);
             let cpuset = read_cpus(
@@ -341,6 +343,15 @@ exclusive = true
         machine(dir.path(), 40, ID, "md-feed", "0-1");
         machine(dir.path(), 41, ID, "md-feed", "0-1");
         machine(dir.path(), 50, ID2, "web", "");
+        // A pod's sandbox: not listed.
+        let sandbox = ID.replace('0', "2");
+        machine(dir.path(), 60, &sandbox, "", "");
+        let spec = serde_json::json!({"annotations": {
+            "io.kubernetes.cri.container-type": "sandbox",
+            "io.kubernetes.cri.sandbox-name": "api-0",
+        }});
+        let task = crate::nri::ondisk::tasks_under(&dir.path().join("files")).join(&sandbox);
+        std::fs::write(task.join("config.json"), spec.to_string()).unwrap();
         let root = SysRoot::new(dir.path().join("sys"), dir.path().join("proc"));
         let daemon: DaemonSays = Ok(vec![
             "container api-0/md-feed (pod trading/api-0): cpuset 0-1 set at creation by pinnerd (rule md-feed)".into(),
