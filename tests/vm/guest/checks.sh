@@ -2853,7 +2853,7 @@ EOF
         cleanup
         return 1
     }
-    local first_placed=$PLACED
+    local first_placed=$PLACED feed_cpus=$want
     # Threads: a container whose rule has a thread entry; once its threads run, each
     # reaches its slot (one CPU of the container's, its own), read from the host side in
     # /proc/PID/task/*/status. The issue asks for 1 s; the bound here is a hang guard,
@@ -2887,6 +2887,20 @@ EOF
     done
     local threads_placed
     threads_placed="md-threads (cpuset $tcpus at creation): $RX, seen on their slots $(cs_fmt $((DONE_CS - last))) s after the later rx thread started ($(elapsed "$tfirst" "$(cs_fmt "$DONE_CS")") s after the container's first instruction; python3 took $(elapsed "$tfirst" "$threads_up") s to start them)"
+    # plan --live lists the three running containers (not the pods' sandboxes): the
+    # cpuset each has, what it would get, who set it.
+    local live lines
+    live=$(pinnerd plan --live 2>&1)
+    lines=$(sed -n '/^running containers/,/^$/p' <<<"$live")
+    grep -qE "^  api-0/md-feed \(pod trading/api-0\), pid [0-9]+: cpuset $feed_cpus, would get $feed_cpus \(rule vm-md-feed\); set by pinnerd at creation\$" <<<"$lines" &&
+        grep -qE "^  api-0/md-threads \(pod trading/api-0\), pid [0-9]+: cpuset $tcpus, would get $tcpus \(rule vm-md-threads\); set by pinnerd at creation\$" <<<"$lines" &&
+        grep -qE "^  web-0/web \(pod default/web-0\), pid [0-9]+: cpuset none set, would get nothing: no rule names it; set by none " <<<"$lines" &&
+        [ "$(grep -c '^  ' <<<"$lines")" -eq 3 ] || {
+        echo "$first_placed; $threads_placed; pinnerd plan --live's containers (want md-feed on $feed_cpus and md-threads on $tcpus set by pinnerd at creation, web with none, nothing else): ${lines:-none listed: $(tail -n 5 <<<"$live")}"
+        cleanup
+        return 1
+    }
+    lines=$(tr '\n' ' ' <<<"$lines" | tr -s ' ')
     "$CRI" clean >/dev/null
     # containerd restarted: registered again, the next container placed.
     regs=$(registrations)
@@ -2959,7 +2973,7 @@ EOF
     late=$(awk -v a="$FIRST_UP" -v b="$late" 'BEGIN { printf "%.2f", b - a }')
     cleanup
     wait_for 60 prop_is State '"ready"' || true
-    echo "$first_placed; $threads_placed; $unmatched; containerd restarted: registered again after $again s, then $second_placed; pinnerd stopped: md-feed started on $stopped; NRI off: md-feed read $FIRST first, on $moved $late s after its first instruction, its cgroup's cpuset.cpus empty (pinned by the watcher); NRI config: $nri"
+    echo "$first_placed; $threads_placed; plan --live: $lines; $unmatched; containerd restarted: registered again after $again s, then $second_placed; pinnerd stopped: md-feed started on $stopped; NRI off: md-feed read $FIRST first, on $moved $late s after its first instruction, its cgroup's cpuset.cpus empty (pinned by the watcher); NRI config: $nri"
 }
 
 # Over the whole boot: systemd never killed the daemon for a missed watchdog ping, and no
