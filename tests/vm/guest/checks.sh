@@ -2973,7 +2973,7 @@ EOF
     late=$(awk -v a="$FIRST_UP" -v b="$late" 'BEGIN { printf "%.2f", b - a }')
     cleanup
     wait_for 60 prop_is State '"ready"' || true
-    echo "$first_placed; $threads_placed; plan --live: $lines; $unmatched; containerd restarted: registered again after $again s, then $second_placed; pinnerd stopped: md-feed started on $stopped; NRI off: md-feed read $FIRST first, on $moved $late s after its first instruction, its cgroup's cpuset.cpus empty (pinned by the watcher); NRI config: $nri"
+    echo "$first_placed; $threads_placed; plan --live: $lines; $unmatched; containerd restarted: registered again after $again s, then $second_placed; pinnerd stopped: md-feed started on $stopped; NRI off: md-feed read $FIRST first, on $moved $late s after its first instruction, its cgroup's cpuset.cpus empty (pinned by the watcher); $status; NRI config: $nri; docs/containers.md's command: $(containerd config dump 2>&1 | grep -A 7 'io.containerd.nri.v1.nri' | tr '\n' '|')"
 }
 
 # Over the whole boot: systemd never killed the daemon for a missed watchdog ping, and no
