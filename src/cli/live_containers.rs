@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::cpuset::CpuSet;
-use crate::daemon::state::containers::{set_by_pinnerd, would_give};
+use crate::daemon::state::containers::{cpus_for, set_by_pinnerd, would_give};
 use crate::nri::link::Decision;
 use crate::plan::Plan;
 use crate::rules::ContainerInfo;
@@ -141,7 +141,23 @@ pub fn describe(
                 would_get = Some(cpus.to_string());
                 rule = Some(r);
             }
-            Decision::NoRule => why = Some("no rule names it".into()),
+            Decision::NoRule => match labels_unknown(i, plan) {
+                // Known only over NRI: the rule the container would have, were its
+                // pod's labels those the rule names.
+                Some(r) => match cpus_for(plan, &r, kubelets.as_ref()) {
+                    Ok(cpus) => {
+                        would_get = Some(cpus.to_string());
+                        rule = Some(format!(
+                            "{r}, if its pod's labels match: they are known only over NRI"
+                        ));
+                    }
+                    Err(reason) => {
+                        rule = Some(r);
+                        why = Some(reason);
+                    }
+                },
+                None => why = Some("no rule names it".into()),
+            },
             Decision::Undecided { rule: r, reason } => {
                 rule = Some(r);
                 why = Some(reason);
@@ -165,6 +181,25 @@ pub fn describe(
     };
     c.set_by = set_by(&c, cpuset.as_ref(), kubelets.as_ref(), daemon);
     c
+}
+
+/// The first container rule (in precedence order) that names `c` but for its pod's
+/// labels, which are unknown (known only over NRI, not from containerd's files).
+fn labels_unknown(c: &ContainerInfo, plan: &Plan) -> Option<String> {
+    if c.labels.is_some() {
+        return None;
+    }
+    plan.rules()
+        .rules()
+        .iter()
+        .find(|r| {
+            r.matcher.container_only()
+                && r.matcher.container.as_ref().is_some_and(|m| {
+                    m.check(Some(c))
+                        .is_err_and(|e| e.starts_with("pod labels are unknown"))
+                })
+        })
+        .map(|r| r.name.clone())
 }
 
 /// Who set the cpuset `has` of `c`: the daemon's record when it names this container
@@ -305,6 +340,14 @@ pod-namespace = "trading"
 [rule.place]
 count = 2
 exclusive = true
+
+[[rule]]
+name = "md-labelled"
+[rule.match]
+container = "md-labelled"
+pod-labels = { app = "md" }
+[rule.place]
+count = 1
 "#;
 
     fn plan() -> Plan {
@@ -410,6 +453,30 @@ exclusive = true
             None,
             daemon,
         )
+    }
+
+    #[test]
+    fn a_rule_naming_pod_labels_is_said_as_such_when_they_are_unknown() {
+        let info = ContainerInfo {
+            name: "md-labelled".into(),
+            pod: "api-0".into(),
+            namespace: "trading".into(),
+            labels: None,
+        };
+        let c = describe(
+            ID.into(),
+            40,
+            Some(info),
+            None,
+            None,
+            &plan(),
+            None,
+            &Ok(vec![]),
+        );
+        assert_eq!(
+            c.line(),
+            "api-0/md-labelled (pod trading/api-0), pid 40: cpuset none set, would get 2 (rule md-labelled, if its pod's labels match: they are known only over NRI); set by none (the runtime's default: no cpuset of its own)"
+        );
     }
 
     #[test]

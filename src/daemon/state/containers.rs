@@ -327,7 +327,7 @@ pub fn would_give(
 
 /// The rule's CPUs in the plan, inside the cpuset the container arrived with (the
 /// kubelet's static CPU manager): never widened.
-fn cpus_for(plan: &Plan, rule: &str, given: Option<&CpuSet>) -> Result<CpuSet, String> {
+pub fn cpus_for(plan: &Plan, rule: &str, given: Option<&CpuSet>) -> Result<CpuSet, String> {
     let cpus = match plan.get(rule, None) {
         Some(PlanState::Placed { cpus }) => cpus.clone(),
         Some(state @ (PlanState::Lost { .. } | PlanState::Unplaceable { .. })) => {

@@ -2668,19 +2668,37 @@ export FIRST_READ="$READ_MASK"'; read -r up _ </proc/uptime; echo "first $m $up"
 export MOVED_READ="$READ_MASK"'; read -r up _ </proc/uptime; echo "first $m $up"; f=$m; t=$up; while [ "$m" = "$f" ] && [ "$f" = '"$ALL_CPUS"' ]; do '"$READ_MASK"'; read -r t _ </proc/uptime; [ "${t%.*}" -gt $((${up%.*} + 30)) ] && break; done; echo "moved $m $t"; exec sleep 1000000'
 # A container with threads (python3, from the host's /usr mounted read-only: the image
 # is busybox alone): after FIRST_READ's read it starts two threads that name themselves
-# rx-0 and rx-1, prints "threads UPTIME" and sleeps; the program is the script's $1.
+# rx-0 and rx-1 and then read their own Cpus_allowed_list every millisecond until it is
+# one CPU (30 s at most); it prints "threads UPTIME" once both are named, then "placed
+# UPTIME LIST LIST", the uptime when the later of the two saw its one CPU, and sleeps.
+# The program is the script's $1.
 export THREADS_READ="$READ_MASK"'; read -r up _ </proc/uptime; echo "first $m $up"; exec /usr/bin/python3 -c "$1"'
 export RX_PY='import threading, time
-def rx(i, named):
+def up():
+    return float(open("/proc/uptime").read().split()[0])
+def mask():
+    for line in open("/proc/thread-self/status"):
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split()[1]
+def rx(i, named, placed):
     open("/proc/self/task/%d/comm" % threading.get_native_id(), "w").write("rx-%d" % i)
     named.set()
+    t0 = up()
+    m = mask()
+    while ("-" in m or "," in m) and up() < t0 + 30:
+        time.sleep(0.001)
+        m = mask()
+    placed.append((up(), m))
     time.sleep(1e6)
-ev = [threading.Event() for i in range(2)]
+ev, placed = [threading.Event() for i in range(2)], []
 for i, e in enumerate(ev):
-    threading.Thread(target=rx, args=(i, e), daemon=True).start()
+    threading.Thread(target=rx, args=(i, e, placed), daemon=True).start()
 for e in ev:
     e.wait()
-print("threads", open("/proc/uptime").read().split()[0], flush=True)
+print("threads", "%.2f" % up(), flush=True)
+while len(placed) < 2:
+    time.sleep(0.01)
+print("placed", "%.2f" % max(p[0] for p in placed), " ".join(p[1] for p in placed), flush=True)
 time.sleep(1e6)'
 export HOST_USR="--mount /usr:/usr --mount /usr/lib:/lib --mount /usr/lib64:/lib64"
 # ctr_run POD NAME [SCRIPT [ARG...]]: creates and starts container NAME in POD running
@@ -2885,14 +2903,16 @@ EOF
         thread_started_cs "$tpid" "$tid"
         [ "$STARTED_CS" -gt "$last" ] && last=$STARTED_CS
     done
-    local threads_placed
-    threads_placed="md-threads (cpuset $tcpus at creation): $RX, seen on their slots $(cs_fmt $((DONE_CS - last))) s after the later rx thread started ($(elapsed "$tfirst" "$(cs_fmt "$DONE_CS")") s after the container's first instruction; python3 took $(elapsed "$tfirst" "$threads_up") s to start them)"
+    local threads_placed inside
+    wait_for 40 ctr_said placed
+    read -r _ inside _ <<<"$(ctr_said placed)"
+    threads_placed="md-threads (cpuset $tcpus at creation): $RX; from inside, the later rx thread saw its one CPU $(elapsed "$threads_up" "${inside:-nan}") s after both were named ($(elapsed "$tfirst" "${inside:-nan}") s after the container's first instruction; python3 took $(elapsed "$tfirst" "$threads_up") s to start them); the host, looking after the steps above, saw both on their slots $(cs_fmt $((DONE_CS - last))) s after the later thread started"
     # plan --live lists the three running containers (not the pods' sandboxes): the
     # cpuset each has, what it would get, who set it.
     local live lines
     live=$(pinnerd plan --live 2>&1)
     lines=$(sed -n '/^running containers/,/^$/p' <<<"$live")
-    grep -qE "^  api-0/md-feed \(pod trading/api-0\), pid [0-9]+: cpuset $feed_cpus, would get $feed_cpus \(rule vm-md-feed\); set by pinnerd at creation\$" <<<"$lines" &&
+    grep -qE "^  api-0/md-feed \(pod trading/api-0\), pid [0-9]+: cpuset $feed_cpus, would get $feed_cpus \(rule vm-md-feed, if its pod's labels match: they are known only over NRI\); set by pinnerd at creation\$" <<<"$lines" &&
         grep -qE "^  api-0/md-threads \(pod trading/api-0\), pid [0-9]+: cpuset $tcpus, would get $tcpus \(rule vm-md-threads\); set by pinnerd at creation\$" <<<"$lines" &&
         grep -qE "^  web-0/web \(pod default/web-0\), pid [0-9]+: cpuset none set, would get nothing: no rule names it; set by none " <<<"$lines" &&
         [ "$(grep -c '^  ' <<<"$lines")" -eq 3 ] || {
