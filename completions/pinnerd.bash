@@ -969,7 +969,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__plan)
-            opts="-k -v -h --count --policy --smt --exclude --core-type --prefer --near --matrix --sysfs --json --live --pid --sched-policy --sched-priority --nice --rules --config --state-dir --measure-budget --no-measure --idle-threshold --verbose --help"
+            opts="-k -v -h --count --policy --smt --exclude --core-type --prefer --near --matrix --sysfs --json --live --pid --sched-policy --sched-priority --nice --rules --config --bus --container-files --state-dir --measure-budget --no-measure --idle-threshold --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1036,6 +1036,14 @@ _pinnerd() {
                     return 0
                     ;;
                 --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --container-files)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -96,6 +96,8 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l sched-priority 
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l nice -d 'The nice value, -20 to 19; with no --sched-policy, other or batch' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l rules -d 'Rule directories for --live (default: the settings\' `rule-dirs`, /etc/pinnerd.d)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l config -d 'The daemon\'s settings file, for --live (housekeeping CPUs, rule directories); a missing file means the defaults' -r -F
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l bus -d '`system`, `session`, or a D-Bus address such as `unix:path=/run/bus`' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l container-files -d 'For --live: where containerd\'s task files and the kubelet\'s CPU manager state are read (tests point it at a tree)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l state-dir -d 'Where the daemon stores this machine\'s matrix (default: $STATE_DIRECTORY, else /var/lib/pinnerd)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l measure-budget -d 'Seconds a measurement made by `plan` (no --matrix, none stored) may take' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand plan" -l idle-threshold -d 'Minimum idle share (percent) every CPU must show before `plan` measures; 0 measures whatever the load' -r

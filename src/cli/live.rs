@@ -48,6 +48,10 @@ pub struct LiveArgs {
     /// directory): without `--matrix`, the plan is made on it, as the daemon's is.
     pub state_dir: Option<PathBuf>,
     pub json: bool,
+    /// The daemon's bus, for its record of containers.
+    pub bus: crate::dbus::BusTarget,
+    /// Where containerd's task files and the kubelet's state are read (`/`).
+    pub container_files: PathBuf,
 }
 
 pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
@@ -119,6 +123,13 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
     crate::daemon::replan::hand_down(&mut mgr, input, choose);
     crate::daemon::replan::read_here(&mut mgr, procs.as_ref(), choose);
     let rows = mgr.list_managed();
+    let containers = super::live_containers::running(
+        &root,
+        &args.container_files,
+        mgr.plan(),
+        Some(&topology),
+        || daemon_containers(&args.bus),
+    );
     let memory = rows
         .iter()
         .map(|r| memory::read(&root, r.pid as i32, &node_ids))
@@ -135,6 +146,7 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         rows,
         memory,
         node_ids,
+        containers,
     };
     let out = if args.json {
         found.json()?
@@ -166,6 +178,10 @@ struct LiveJson<'a> {
     plans: &'a [crate::plan::UnitPlan],
     processes: Vec<LiveProcessJson<'a>>,
     protected: Vec<ProtectedJson<'a>>,
+    /// The running containers (left out when there are none): the cpuset each has,
+    /// what it would get, who set it.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    containers: &'a [super::live_containers::RunningContainer],
     /// Always `true`: a dry run.
     changed_nothing: bool,
 }
@@ -213,6 +229,8 @@ struct DryRun<'a> {
     /// Each row's memory per node.
     memory: Vec<Result<MemoryView, ReadError>>,
     node_ids: Vec<u32>,
+    /// The running containers of the kubelet's tree.
+    containers: Vec<super::live_containers::RunningContainer>,
 }
 
 impl DryRun<'_> {
@@ -257,6 +275,7 @@ impl DryRun<'_> {
                     why: p.why.describe(),
                 })
                 .collect(),
+            containers: &self.containers,
             changed_nothing: true,
         };
         // Through a `Value`: the keys in alphabetical order, as they have always been.
@@ -406,8 +425,29 @@ impl DryRun<'_> {
                 );
             }
         }
+        if !self.containers.is_empty() {
+            let _ = writeln!(out, "\nrunning containers ({}):", self.containers.len());
+            for c in &self.containers {
+                let _ = writeln!(out, "  {}", c.line());
+            }
+        }
         out
     }
+}
+
+/// The daemon's record of the containers it placed (its `Containers` property), or why
+/// it was not read.
+fn daemon_containers(bus: &crate::dbus::BusTarget) -> super::live_containers::DaemonSays {
+    let asked = super::client::block_on(async {
+        let ask = async {
+            let p = super::client::proxy(bus).await?;
+            Ok::<_, anyhow::Error>(p.containers().await?)
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(5), ask)
+            .await
+            .map_err(|_| anyhow::anyhow!("no answer within 5 s"))?
+    });
+    asked.map_err(|e: anyhow::Error| format!("the daemon did not answer on the bus: {e:#}"))
 }
 
 /// What the first line adds to the stored matrix's name.

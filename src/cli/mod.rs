@@ -36,6 +36,7 @@ pub mod export;
 pub mod fleet;
 pub mod limits;
 pub mod live;
+pub mod live_containers;
 pub mod measure;
 pub mod oneshot;
 pub mod output;
@@ -91,6 +92,8 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 matrix: args.matrix,
                 state_dir: args.state_dir,
                 json: args.json,
+                bus: args.bus.bus,
+                container_files: args.container_files,
             }),
             Some(pid) => plan_pid::run(&args, pid),
             None => plan::run(args),

@@ -59,6 +59,14 @@ pub struct PlanArgs {
     /// missing file means the defaults.
     #[arg(long, value_name = "FILE", default_value = crate::settings::DEFAULT_SETTINGS_PATH)]
     pub config: PathBuf,
+    /// For --live: the bus the daemon is on, whose record says who set each running
+    /// container's cpuset.
+    #[command(flatten)]
+    pub bus: super::client::BusArgs,
+    /// For --live: where containerd's task files and the kubelet's CPU manager state
+    /// are read (tests point it at a tree).
+    #[arg(long, value_name = "DIR", hide = true, default_value = "/")]
+    pub container_files: PathBuf,
     /// Where the daemon stores this machine's matrix (default: $STATE_DIRECTORY, else
     /// /var/lib/pinnerd).
     #[arg(long, value_name = "DIR")]

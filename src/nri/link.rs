@@ -104,6 +104,13 @@ pub enum Ask {
     Registered { runtime: String, version: String },
     /// Not (or no longer) connected, and why.
     NotConnected { reason: String },
+    /// The runtime did not move the container to `cpus` (`UpdateContainers` refused,
+    /// failed or unanswered), after every attempt; `reason` in words.
+    NotMoved {
+        id: String,
+        cpus: CpuSet,
+        reason: String,
+    },
 }
 
 /// A running container's new cpuset, sent through `UpdateContainers`.
@@ -112,6 +119,8 @@ pub struct Update {
     pub id: String,
     pub cpus: CpuSet,
     pub mems: Option<CpuSet>,
+    /// `api-0/md-feed (pod trading/api-0)`, for the journal.
+    pub title: String,
 }
 
 /// How long the plugin waits for the loop before answering without it.

@@ -59,6 +59,19 @@ pub fn container_id(cgroup: &str) -> Option<&str> {
 
 /// The container `id` as containerd's task directory `tasks` says, if root wrote it.
 pub fn read(tasks: &Path, id: &str) -> Option<ContainerInfo> {
+    parse(&read_spec(tasks, id)?)
+}
+
+/// Whether `id` is a pod's sandbox (its `pause` process), as containerd's task
+/// directory says, if root wrote it: `io.kubernetes.cri.container-type = sandbox`.
+pub fn is_sandbox(tasks: &Path, id: &str) -> bool {
+    read_spec(tasks, id)
+        .and_then(|spec| serde_json::from_str::<serde_json::Value>(&spec).ok())
+        .is_some_and(|v| v["annotations"]["io.kubernetes.cri.container-type"] == "sandbox")
+}
+
+/// The OCI spec of container `id`'s task, if root wrote it (and the directories).
+fn read_spec(tasks: &Path, id: &str) -> Option<String> {
     let dir = tasks.join(id);
     let spec = dir.join("config.json");
     for d in [tasks, dir.as_path()] {
@@ -70,8 +83,7 @@ pub fn read(tasks: &Path, id: &str) -> Option<ContainerInfo> {
     if !roots(&meta) {
         return None;
     }
-    let text = infile::read_text(file, meta.len(), MAX_SPEC).ok()?;
-    parse(&text)
+    infile::read_text(file, meta.len(), MAX_SPEC).ok()
 }
 
 fn roots(m: &std::fs::Metadata) -> bool {

@@ -77,6 +77,11 @@ impl Service {
         }
     }
 
+    /// Where news for the daemon's loop goes.
+    pub fn asks(&self) -> mpsc::Sender<Ask> {
+        self.asks.clone()
+    }
+
     fn deadline(&self) -> Duration {
         self.deadline.lock().expect("deadline lock").0
     }
@@ -253,7 +258,12 @@ impl Service {
             Ok(Some(Decision::Place { rule, cpus, mems })) => {
                 tracing::info!(container = %title, rule = %rule, cpus = %cpus,
                     "nri: container {title}: cpuset {cpus} by rule {rule}");
-                return Some(Update { id, cpus, mems });
+                return Some(Update {
+                    id,
+                    cpus,
+                    mems,
+                    title,
+                });
             }
             Ok(Some(Decision::NoRule)) => return None,
             Ok(Some(Decision::Undecided { rule, reason })) => {

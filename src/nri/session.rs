@@ -21,7 +21,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
 use tokio::sync::{mpsc, oneshot};
 
-use super::link::Update;
+use super::link::{Ask, Update};
 use super::plugin::{container_update, Answer, Service, RUNTIME_SERVICE};
 use super::proto::api;
 use super::ttrpc::{Message, Reassembly, TYPE_REQUEST, TYPE_RESPONSE};
@@ -31,6 +31,11 @@ use super::{mux, Registration};
 pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an `UpdateContainers` call may take.
 const UPDATE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many times a batch of updates is sent before the containers left unmoved are
+/// given up on (until the plan gives them other CPUs), and the wait before the first
+/// retry (doubled for each next one): 0.25 s, 0.5 s, 1 s.
+pub const UPDATE_ATTEMPTS: u32 = 4;
+const FIRST_RETRY: Duration = Duration::from_millis(250);
 
 /// Why a session ended.
 #[derive(Debug, thiserror::Error)]
@@ -171,7 +176,7 @@ pub async fn run(
             }
             batch = updates.recv(), if registered => {
                 let Some(batch) = batch else { continue };
-                send_updates(&caller, batch);
+                send_updates(&caller, batch, service.asks());
             }
         }
     };
@@ -224,37 +229,105 @@ fn take_answers(answers: &mut Reassembly, caller: &Caller) -> Result<(), Session
     Ok(())
 }
 
-/// `UpdateContainers` for `batch`, on a task of its own; failures are logged.
-fn send_updates(caller: &Caller, batch: Vec<Update>) {
+/// `UpdateContainers` for `batch`, on a task of its own. The containers the runtime
+/// did not move (it listed them as failed, refused the call, or did not answer) are sent
+/// again after a wait that doubles, `UPDATE_ATTEMPTS` times in all; each failure is said
+/// in the journal with the container, its CPUs and the runtime's reason, and those still
+/// unmoved at the end are told to the loop (`Ask::NotMoved`) for `explain` and `status`.
+fn send_updates(caller: &Caller, batch: Vec<Update>, asks: mpsc::Sender<Ask>) {
     if batch.is_empty() {
         return;
     }
+    let caller = caller.clone();
+    tokio::spawn(async move {
+        let mut pending = batch;
+        let mut wait = FIRST_RETRY;
+        for attempt in 1..=UPDATE_ATTEMPTS {
+            let (moved, unmoved) = update_once(&caller, pending).await;
+            for u in &moved {
+                tracing::info!(container = %u.title, cpus = %u.cpus,
+                    "nri: container {} moved to cpuset {}", u.title, u.cpus);
+            }
+            if unmoved.is_empty() {
+                return;
+            }
+            let last = attempt == UPDATE_ATTEMPTS;
+            for (u, reason) in &unmoved {
+                if last {
+                    tracing::warn!(container = %u.title, cpus = %u.cpus,
+                        "nri: the runtime did not move container {} to CPUs {}: {reason}; given up after {attempt} attempts: it keeps its cpuset until the plan gives it other CPUs",
+                        u.title, u.cpus);
+                } else {
+                    tracing::warn!(container = %u.title, cpus = %u.cpus,
+                        "nri: the runtime did not move container {} to CPUs {}: {reason}; trying again in {} ms (attempt {} of {UPDATE_ATTEMPTS})",
+                        u.title, u.cpus, wait.as_millis(), attempt + 1);
+                }
+            }
+            if last {
+                for (u, reason) in unmoved {
+                    let _ = asks
+                        .send(Ask::NotMoved {
+                            id: u.id,
+                            cpus: u.cpus,
+                            reason: format!("{reason} ({UPDATE_ATTEMPTS} attempts)"),
+                        })
+                        .await;
+                }
+                return;
+            }
+            tokio::time::sleep(wait).await;
+            wait *= 2;
+            pending = unmoved.into_iter().map(|(u, _)| u).collect();
+        }
+    });
+}
+
+/// One `UpdateContainers` call: the updates the runtime made, and those it did not, each
+/// with the reason in words.
+async fn update_once(caller: &Caller, batch: Vec<Update>) -> (Vec<Update>, Vec<(Update, String)>) {
     let mut req = api::UpdateContainersRequest::new();
     req.update = batch.iter().map(container_update).collect();
     let payload = req.write_to_bytes().expect("encoding a request in memory");
-    let caller = caller.clone();
-    tokio::spawn(async move {
-        match caller
-            .call("UpdateContainers", payload, UPDATE_TIMEOUT)
-            .await
-        {
-            Some(Ok(bytes)) => {
-                let failed = api::UpdateContainersResponse::parse_from_bytes(&bytes)
-                    .map(|r| r.failed)
-                    .unwrap_or_default();
-                for f in failed {
-                    tracing::warn!(container = %f.container_id,
-                        "nri: the runtime could not move container {}", f.container_id);
+    let all = |batch: Vec<Update>, reason: String| {
+        let unmoved = batch.into_iter().map(|u| (u, reason.clone())).collect();
+        (Vec::new(), unmoved)
+    };
+    match caller
+        .call("UpdateContainers", payload, UPDATE_TIMEOUT)
+        .await
+    {
+        Some(Ok(bytes)) => {
+            let failed: Vec<String> = match api::UpdateContainersResponse::parse_from_bytes(&bytes)
+            {
+                Ok(r) => r.failed.into_iter().map(|f| f.container_id).collect(),
+                Err(e) => {
+                    return all(batch, format!("its answer does not decode: {e}"));
                 }
-                for u in &batch {
-                    tracing::info!(container = %u.id, cpus = %u.cpus,
-                        "nri: container {} moved to cpuset {}", u.id, u.cpus);
-                }
-            }
-            Some(Err((code, message))) => {
-                tracing::warn!("nri: UpdateContainers refused ({code}): {message}");
-            }
-            None => tracing::warn!("nri: UpdateContainers got no answer"),
+            };
+            let (unmoved, moved): (Vec<Update>, Vec<Update>) =
+                batch.into_iter().partition(|u| failed.contains(&u.id));
+            let reason = "the runtime listed it among the failed updates (NRI gives no reason for those; containerd's log may)";
+            (
+                moved,
+                unmoved
+                    .into_iter()
+                    .map(|u| (u, reason.to_string()))
+                    .collect(),
+            )
         }
-    });
+        Some(Err((code, message))) => all(
+            batch,
+            format!(
+                "the runtime refused the call ({}): {message}",
+                super::ttrpc::code::name(code)
+            ),
+        ),
+        None => all(
+            batch,
+            format!(
+                "no answer within {} s (or the connection ended)",
+                UPDATE_TIMEOUT.as_secs()
+            ),
+        ),
+    }
 }

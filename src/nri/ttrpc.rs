@@ -29,6 +29,34 @@ pub mod code {
     pub const DEADLINE_EXCEEDED: i32 = 4;
     pub const UNIMPLEMENTED: i32 = 12;
     pub const INTERNAL: i32 = 13;
+
+    /// The gRPC name of a status code, as runtimes log it (`Unknown` for 2, the code a
+    /// Go error with no status of its own travels as).
+    pub fn name(code: i32) -> String {
+        const NAMES: [&str; 17] = [
+            "OK",
+            "Canceled",
+            "Unknown",
+            "InvalidArgument",
+            "DeadlineExceeded",
+            "NotFound",
+            "AlreadyExists",
+            "PermissionDenied",
+            "ResourceExhausted",
+            "FailedPrecondition",
+            "Aborted",
+            "OutOfRange",
+            "Unimplemented",
+            "Internal",
+            "Unavailable",
+            "DataLoss",
+            "Unauthenticated",
+        ];
+        usize::try_from(code)
+            .ok()
+            .and_then(|i| NAMES.get(i))
+            .map_or_else(|| format!("code {code}"), |n| (*n).to_string())
+    }
 }
 
 /// A message could not be read.

@@ -64,12 +64,22 @@ impl FakeRuntime {
 
     /// The plugin's next call to the runtime, answered with `answer`.
     async fn expect_call(&mut self, method: &str, answer: Vec<u8>) -> Vec<u8> {
+        self.expect_call_answered(method, Ok(answer)).await
+    }
+
+    /// The plugin's next call to the runtime, answered with `answer` (an error status:
+    /// `Err((code, message))`).
+    async fn expect_call_answered(
+        &mut self,
+        method: &str,
+        answer: Result<Vec<u8>, (i32, String)>,
+    ) -> Vec<u8> {
         while self.calls.is_empty() {
             self.read_frame().await;
         }
         let (stream, got, payload) = self.calls.pop_front().unwrap();
         assert_eq!(got, method);
-        self.send(mux::RUNTIME_CONN, Message::response(stream, Ok(answer)))
+        self.send(mux::RUNTIME_CONN, Message::response(stream, answer))
             .await;
         payload
     }
@@ -293,6 +303,7 @@ async fn registers_configures_synchronizes_and_adjusts_a_container_a_rule_names(
             id: "old-feed".into(),
             cpus: "2-3".parse::<CpuSet>().unwrap(),
             mems: None,
+            title: "api-0/old-feed (pod trading/api-0)".into(),
         }])
         .await
         .unwrap();
@@ -311,6 +322,105 @@ async fn registers_configures_synchronizes_and_adjusts_a_container_a_rule_names(
         cpus_of(&req.update[0].linux.resources),
         ("2-3".into(), String::new())
     );
+}
+
+/// The containers of one `UpdateContainers` request, with their CPUs.
+fn updated(payload: &[u8]) -> Vec<(String, String)> {
+    let req = api::UpdateContainersRequest::parse_from_bytes(payload).unwrap();
+    req.update
+        .iter()
+        .map(|u| (u.container_id.clone(), cpus_of(&u.linux.resources).0))
+        .collect()
+}
+
+fn update(id: &str, cpus: &str) -> Update {
+    Update {
+        id: id.into(),
+        cpus: cpus.parse().unwrap(),
+        mems: None,
+        title: format!("api-0/{id} (pod trading/api-0)"),
+    }
+}
+
+#[tokio::test]
+async fn updates_the_runtime_refuses_are_sent_again_a_bounded_number_of_times_and_said() {
+    let mut rig = rig();
+    let mut rt = FakeRuntime::accept(&rig.listener).await;
+    rt.register().await;
+    rt.configure(2000).await;
+    let none_failed = api::UpdateContainersResponse::new()
+        .write_to_bytes()
+        .unwrap();
+    let b_failed = {
+        let mut r = api::UpdateContainersResponse::new();
+        let mut f = api::ContainerUpdate::new();
+        f.container_id = "b".into();
+        r.failed.push(f);
+        r.write_to_bytes().unwrap()
+    };
+    // One container moved, one listed as failed; that one is sent again, alone, and
+    // the runtime refuses the call, then takes it: no word to the loop.
+    rig.updates
+        .send(vec![update("a", "2-3"), update("b", "4-5")])
+        .await
+        .unwrap();
+    let first = rt.expect_call("UpdateContainers", b_failed.clone()).await;
+    assert_eq!(
+        updated(&first),
+        [("a".into(), "2-3".into()), ("b".into(), "4-5".into())]
+    );
+    let refused = (2, "failed to update container b: cgroup busy".to_string());
+    let second = rt
+        .expect_call_answered("UpdateContainers", Err(refused.clone()))
+        .await;
+    assert_eq!(updated(&second), [("b".into(), "4-5".into())]);
+    let third = rt
+        .expect_call("UpdateContainers", none_failed.clone())
+        .await;
+    assert_eq!(updated(&third), [("b".into(), "4-5".into())]);
+
+    // A container the runtime never moves: tried 4 times in all, then the loop is told
+    // why, and no more is sent for it.
+    let c_failed = {
+        let mut r = api::UpdateContainersResponse::new();
+        let mut f = api::ContainerUpdate::new();
+        f.container_id = "c".into();
+        r.failed.push(f);
+        r.write_to_bytes().unwrap()
+    };
+    rig.updates.send(vec![update("c", "6")]).await.unwrap();
+    for attempt in 1..=4 {
+        // Listed as failed, then refused, in turn; the last answer is the refusal.
+        let answer = if attempt % 2 == 1 {
+            Ok(c_failed.clone())
+        } else {
+            Err(refused.clone())
+        };
+        let got = rt.expect_call_answered("UpdateContainers", answer).await;
+        assert_eq!(
+            updated(&got),
+            [("c".into(), "6".into())],
+            "attempt {attempt}"
+        );
+    }
+    let mut heard = next_heard(&mut rig.heard).await;
+    if matches!(heard, Ask::Registered { .. }) {
+        heard = next_heard(&mut rig.heard).await;
+    }
+    match heard {
+        Ask::NotMoved { id, cpus, reason } => {
+            assert_eq!((id.as_str(), cpus.to_string().as_str()), ("c", "6"));
+            assert!(
+                reason.contains("cgroup busy") && reason.contains("4 attempts"),
+                "{reason}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The next call the runtime sees is the next batch, not a fifth attempt.
+    rig.updates.send(vec![update("d", "7")]).await.unwrap();
+    let next = rt.expect_call("UpdateContainers", none_failed).await;
+    assert_eq!(updated(&next), [("d".into(), "7".into())]);
 }
 
 #[tokio::test]
@@ -593,6 +703,18 @@ async fn the_daemon_gives_a_named_container_its_rules_cpus_at_creation() {
         bus.get("Containers").contains(line)
     });
     assert!(!bus.get("Containers").contains("sidecar"));
+    // `pinnerd status` says which runtime the daemon is registered with, and the
+    // container.
+    let status = crate::helper::pinnerd_command()
+        .args(["status", "--bus", &bus.address])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "{status:?}");
+    assert!(
+        said.contains("\nnri: registered with containerd 1.7.24\n") && said.contains(line),
+        "{said}"
+    );
     // Another user reads the cpuset and the rule, not the container's or the pod's names,
     // as `Explain` shows another user's process.
     use crate::daemon::{IFACE, NAME, PATH};

@@ -46,6 +46,11 @@ struct Known {
     cpus: Option<CpuSet>,
     /// How it got its cpuset, or why it has none.
     how: String,
+    /// The cpuset and its words before the last update sent, while the runtime may
+    /// still refuse it.
+    before: Option<(CpuSet, String)>,
+    /// CPUs the runtime did not move it to: not sent again until the plan changes them.
+    refused: Option<CpuSet>,
 }
 
 impl Known {
@@ -110,7 +115,25 @@ impl Containers {
             Ask::NotConnected { reason } => {
                 self.runtime = format!("not connected ({reason})");
             }
+            Ask::NotMoved { id, cpus, reason } => self.not_moved(&id, cpus, &reason),
         }
+    }
+
+    /// The runtime did not move container `id` to `cpus`: it keeps the cpuset it had,
+    /// its line says why, and the same CPUs are not sent again.
+    fn not_moved(&mut self, id: &str, cpus: CpuSet, reason: &str) {
+        let Some(k) = self.known.get_mut(id) else {
+            return;
+        };
+        if k.cpus.as_ref() != Some(&cpus) {
+            return; // moved elsewhere since
+        }
+        self.adjusted = self.adjusted.saturating_sub(1);
+        let (was, how) = k.before.take().unwrap_or_default();
+        k.cpus = Some(was.clone());
+        k.how =
+            format!("{how}; the runtime did not move it to {cpus} when the plan changed: {reason}");
+        k.refused = Some(cpus);
     }
 
     fn saw(&mut self, c: &ContainerFacts, may_run: bool) {
@@ -136,7 +159,14 @@ impl Containers {
 
     fn record(&mut self, facts: ContainerFacts, cpus: Option<CpuSet>, how: String) {
         let id = facts.id.clone();
-        self.known.insert(id, Known { facts, cpus, how });
+        let k = Known {
+            facts,
+            cpus,
+            how,
+            before: None,
+            refused: None,
+        };
+        self.known.insert(id, k);
     }
 
     /// The decision for `c`, recorded for the readers.
@@ -182,11 +212,13 @@ impl Containers {
         for k in self.known.values() {
             let Some(was) = &k.cpus else { continue };
             if let Decision::Place { cpus, mems, .. } = choose(&k.facts, Some(plan), topology) {
-                if cpus != *was {
+                // A move the runtime did not make is not tried again for the same CPUs.
+                if cpus != *was && k.refused.as_ref() != Some(&cpus) {
                     batch.push(Update {
                         id: k.facts.id.clone(),
                         cpus,
                         mems,
+                        title: k.facts.title(),
                     });
                 }
             }
@@ -203,6 +235,8 @@ impl Containers {
                 continue;
             };
             let was = k.cpus.replace(u.cpus.clone()).unwrap_or_default();
+            k.before = Some((was.clone(), std::mem::take(&mut k.how)));
+            k.refused = None;
             let rule = plan
                 .rules()
                 .match_container(&info(&k.facts))
@@ -235,13 +269,43 @@ impl Containers {
 
 /// Where `c` belongs in `plan`: pure, nothing recorded.
 fn choose(c: &ContainerFacts, plan: Option<&Plan>, topology: Option<&Topology>) -> Decision {
-    let Some(plan) = plan else {
+    match plan {
+        Some(plan) => would_give(&info(c), c.cpus.as_ref(), plan, topology),
+        None => Decision::NoRule,
+    }
+}
+
+/// Who set a container's cpuset, read from the words [`Containers`] records for it
+/// (its `how`), as `plan --live` names it; `None` when pinnerd set none.
+pub fn set_by_pinnerd(how: &str) -> Option<&'static str> {
+    // `cpuset 4-7 set at creation by pinnerd (rule md-feed)`, or `no cpuset from …`.
+    let (_, rest) = how.strip_prefix("cpuset ")?.split_once(" set ")?;
+    if rest.starts_with("at creation by pinnerd") {
+        Some("pinnerd at creation")
+    } else if rest.starts_with("by pinnerd after the plan changed") {
+        Some("pinnerd by UpdateContainers")
+    } else if rest.starts_with("when pinnerd registered") {
+        Some("pinnerd when it registered (Synchronize)")
+    } else if rest.starts_with("at the runtime's update by pinnerd") {
+        Some("pinnerd at the runtime's update")
+    } else {
+        None
+    }
+}
+
+/// Where a container of these facts belongs in `plan`, inside the cpuset `given` it
+/// arrived with (the kubelet's static CPU manager's): the daemon's answer, and
+/// `plan --live`'s.
+pub fn would_give(
+    c: &ContainerInfo,
+    given: Option<&CpuSet>,
+    plan: &Plan,
+    topology: Option<&Topology>,
+) -> Decision {
+    let Some(rule) = plan.rules().match_container(c) else {
         return Decision::NoRule;
     };
-    let Some(rule) = plan.rules().match_container(&info(c)) else {
-        return Decision::NoRule;
-    };
-    match cpus_for(plan, &rule.name, c.cpus.as_ref()) {
+    match cpus_for(plan, &rule.name, given) {
         Ok(cpus) => {
             let mems = (rule.memory_follow)
                 .then(|| topology.map(|t| crate::memory::policy::nodes_of(t, &cpus)))
@@ -263,7 +327,7 @@ fn choose(c: &ContainerFacts, plan: Option<&Plan>, topology: Option<&Topology>) 
 
 /// The rule's CPUs in the plan, inside the cpuset the container arrived with (the
 /// kubelet's static CPU manager): never widened.
-fn cpus_for(plan: &Plan, rule: &str, given: Option<&CpuSet>) -> Result<CpuSet, String> {
+pub fn cpus_for(plan: &Plan, rule: &str, given: Option<&CpuSet>) -> Result<CpuSet, String> {
     let cpus = match plan.get(rule, None) {
         Some(PlanState::Placed { cpus }) => cpus.clone(),
         Some(state @ (PlanState::Lost { .. } | PlanState::Unplaceable { .. })) => {
@@ -394,7 +458,8 @@ exclusive = true
             [Update {
                 id: "a".into(),
                 cpus: "4-5".parse().unwrap(),
-                mems: None
+                mems: None,
+                title: "api-0/md-feed (pod trading/api-0)".into(),
             }]
         );
         assert!(c.lines()[0]
@@ -423,6 +488,59 @@ exclusive = true
         assert!(c.lines()[0].contains("cpuset 0-1 set by pinnerd after the plan changed (was 4-5"));
         c.hear(Ask::Gone { id: "a".into() }, None, None);
         assert!(c.lines().is_empty());
+    }
+
+    #[test]
+    fn a_move_the_runtime_did_not_make_is_said_and_not_sent_again_for_the_same_cpus() {
+        let mut c = Containers::default();
+        let (tx, mut rx) = mpsc::channel(4);
+        c.connect(tx);
+        c.decide(&feed("a", None), Moment::Creation, Some(&plan("0-7")), None);
+        c.replanned(&plan("4-7"), None);
+        assert_eq!(rx.try_recv().unwrap()[0].cpus.to_string(), "4-5");
+        // The plugin gave up on it: the runtime refused every attempt.
+        c.hear(
+            Ask::NotMoved {
+                id: "a".into(),
+                cpus: "4-5".parse().unwrap(),
+                reason: "the runtime refused the call (Unknown): cgroup busy (4 attempts)".into(),
+            },
+            None,
+            None,
+        );
+        assert_eq!(
+            c.lines(),
+            ["container api-0/md-feed (pod trading/api-0): cpuset 0-1 set at creation by pinnerd (rule md-feed); the runtime did not move it to 4-5 when the plan changed: the runtime refused the call (Unknown): cgroup busy (4 attempts)"]
+        );
+        assert_eq!(
+            c.views()[0].cpuset.as_deref(),
+            Some("0-1"),
+            "the cpuset it still has"
+        );
+        assert_eq!(c.adjusted, 1, "only the creation counts");
+        c.replanned(&plan("4-7"), None);
+        assert!(
+            rx.try_recv().is_err(),
+            "the same CPUs are not sent again while the plan stays"
+        );
+        // The plan gives it other CPUs: sent.
+        c.replanned(&plan("2-7"), None);
+        assert_eq!(rx.try_recv().unwrap()[0].cpus.to_string(), "2-3");
+        // A refusal of an update since overtaken is not recorded over the newer one.
+        c.hear(
+            Ask::NotMoved {
+                id: "a".into(),
+                cpus: "4-5".parse().unwrap(),
+                reason: "late".into(),
+            },
+            None,
+            None,
+        );
+        assert!(
+            c.lines()[0].contains("cpuset 2-3 set by pinnerd after the plan changed (was 0-1"),
+            "{:?}",
+            c.lines()
+        );
     }
 
     #[test]

@@ -5,9 +5,10 @@ is the only one that reaches NRI plugins (`ctr run` never does).
 
     cri.py version
     cri.py runp NAME --namespace NS [--uid UID] [--label K=V ...]    prints the pod's id
-    cri.py create POD NAME IMAGE [--label K=V ...] -- COMMAND ...   prints the container's id
+    cri.py create POD NAME IMAGE [--label K=V ...] [--mount HOST:PATH ...] -- COMMAND ...
+                              prints the container's id (mounts are read-only binds)
     cri.py start ID
-    cri.py run POD NAME IMAGE [--label K=V ...] -- COMMAND ...
+    cri.py run POD NAME IMAGE [--label K=V ...] [--mount HOST:PATH ...] -- COMMAND ...
                               create and start at once, as a kubelet does; prints the id
     cri.py status ID          JSON: state, exit_code, pid (while it runs), log_path, ...
     cri.py wait ID [SECONDS]  until the container exited; prints its exit code
@@ -178,6 +179,14 @@ def labels_of(pairs):
     return out
 
 
+def mount_of(spec):
+    """HOST:PATH as a read-only bind (Mount: container_path 1, host_path 2, readonly 3)."""
+    host, sep, path = spec.partition(":")
+    if not sep or not host.startswith("/") or not path.startswith("/"):
+        sys.exit(f"cri.py: mount '{spec}' is not HOST:PATH (both absolute)")
+    return f_str(1, path) + f_str(2, host) + f_varint(3, 1)
+
+
 def parse(args, flags):
     """Positional arguments, and the values of --FLAG options (repeatable ones as lists)."""
     pos, opts = [], {f: [] for f in flags}
@@ -259,9 +268,11 @@ def main(argv):
             f.write(config)
         print(pod)
     elif cmd in ("create", "run"):
-        pos, opts = parse(args, ["label"])
+        pos, opts = parse(args, ["label", "mount"])
         if len(pos) != 4 or not isinstance(pos[3], list) or not pos[3]:
-            sys.exit(f"usage: cri.py {cmd} POD NAME IMAGE [--label K=V ...] -- COMMAND ...")
+            sys.exit(
+                f"usage: cri.py {cmd} POD NAME IMAGE [--label K=V ...] [--mount HOST:PATH ...] -- COMMAND ..."
+            )
         pod, name, image, command = pos
         try:
             sandbox = open(f"{STATE}/{pod}.pb", "rb").read()
@@ -270,12 +281,13 @@ def main(argv):
         log_dir = text(decode(sandbox), 3)
         os.makedirs(log_dir, exist_ok=True)
         # ContainerConfig: metadata 1 (ContainerMetadata: name 1, attempt 2), image 2
-        # (ImageSpec: image 1), command 3, labels 9, log_path 11 (relative to the pod's
-        # log_directory)
+        # (ImageSpec: image 1), command 3, mounts 7, labels 9, log_path 11 (relative to
+        # the pod's log_directory)
         config = (
             f_bytes(1, f_str(1, name))
             + f_bytes(2, f_str(1, image))
             + b"".join(f_bytes(3, c) for c in command)
+            + b"".join(f_bytes(7, mount_of(m)) for m in opts["mount"])
             + f_map(9, labels_of(opts["label"]))
             + f_str(11, f"{name}/0.log")
         )
