@@ -121,6 +121,12 @@ impl State {
         if let (true, Some(line)) = (full, self.sharing.holds.line(pid)) {
             text.push_str(&format!("held: {line}\n"));
         }
+        if full {
+            let held = self.managed.held_exclusive_of(pid);
+            for line in self.sharing.knobs.lines(&self.cfg.sysroot, &held) {
+                text.push_str(&format!("held CPU {line}\n"));
+            }
+        }
         if !m.shows_memory(pid as i32, caller_uid) {
             send(reply, Ok(crate::api::Explained { text, full }));
             return None;
