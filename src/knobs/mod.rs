@@ -131,7 +131,7 @@ impl Io<'_> {
                     .write(true)
                     .truncate(true)
                     .open(self.root.sys_path(path))
-                    .map_err(|e| io(e.to_string()))?;
+                    .map_err(|e| io(sandboxed(e)))?;
                 f.write_all(format!("{value}\n").as_bytes())
                     .map_err(|e| io(format!("cannot write {value:?}: {e}")))?;
             }
@@ -160,6 +160,18 @@ impl Io<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// An error opening a knob, with what to do when the unit's sandbox keeps it read-only.
+fn sandboxed(e: std::io::Error) -> String {
+    if e.raw_os_error() == Some(libc::EROFS) {
+        format!(
+            "{e}: the service's sandbox keeps it read-only (a drop-in with ReadWritePaths= \
+             for it allows it: docs/sharing.md)"
+        )
+    } else {
+        e.to_string()
     }
 }
 

@@ -1417,12 +1417,25 @@ check_idle_limit() {
     # CPU 7 starts with a limit of its own, which must come back as it was.
     echo 300 >/sys/devices/system/cpu/cpu7/power/pm_qos_resume_latency_us
     before6=$(qos_of 6) before7=$(qos_of 7)
+    # The shipped unit keeps the CPUs' directories read-only: the documented drop-in.
+    mkdir -p /etc/systemd/system/pinnerd.service.d
+    printf '[Service]\nReadWritePaths=/sys/devices/system/cpu\n' \
+        >/etc/systemd/system/pinnerd.service.d/90-vm-idle.conf
+    systemctl daemon-reload
+    out=$(systemctl restart pinnerd.service 2>&1) || {
+        echo "systemctl restart with the drop-in failed: $out"
+        rm -f /etc/systemd/system/pinnerd.service.d/90-vm-idle.conf
+        systemctl daemon-reload
+        return 1
+    }
     pid=$(start_workload vmwork-idl 2) || {
         echo "$pid"
         return 1
     }
+    # The drop-in goes; the running daemon keeps it until its next start.
     back() {
-        rm -f "$RULES/57-vm-idle.toml"
+        rm -f "$RULES/57-vm-idle.toml" /etc/systemd/system/pinnerd.service.d/90-vm-idle.conf
+        systemctl daemon-reload
         systemctl stop vmwork-idl.service 2>/dev/null
         echo 0 >/sys/devices/system/cpu/cpu7/power/pm_qos_resume_latency_us
     }
