@@ -403,6 +403,7 @@ fn machine_facts(g: &Ground, t: &Topology, real_sysfs: bool) -> anyhow::Result<M
             .map(|s| s.describe()),
         virtualisation,
         steal,
+        idle: crate::knobs::idle::grouped(&g.root, &t.online),
     })
 }
 

@@ -106,9 +106,33 @@ pub fn states(root: &SysRoot, cpu: u32) -> Option<Vec<IdleState>> {
     Some(out)
 }
 
-/// The line `explain` and `report` show for a held CPU: its limit and each idle state
-/// with its exit latency, and whether it is allowed now.
+/// The line `explain` shows for a held CPU: its limit and each idle state with its exit
+/// latency, and whether it is allowed now.
 pub fn line(root: &SysRoot, cpu: u32) -> String {
+    format!("CPU {cpu}: {}", describe(root, cpu))
+}
+
+/// What `report` shows: the CPUs of `cpus` grouped by their limit and idle states, one
+/// line per group (a held CPU's limit sets it apart).
+pub fn grouped(root: &SysRoot, cpus: &CpuSet) -> Vec<String> {
+    let mut groups: BTreeMap<String, CpuSet> = BTreeMap::new();
+    for cpu in cpus.iter() {
+        groups.entry(describe(root, cpu)).or_default().insert(cpu);
+    }
+    let mut lines: Vec<(u32, String)> = groups
+        .into_iter()
+        .map(|(d, c)| {
+            let first = c.first().unwrap_or(0);
+            let cpus = if c.len() == 1 { "CPU" } else { "CPUs" };
+            (first, format!("{cpus} {c}: {d}"))
+        })
+        .collect();
+    lines.sort();
+    lines.into_iter().map(|(_, l)| l).collect()
+}
+
+/// A CPU's limit and each idle state with its exit latency, and whether it is allowed.
+fn describe(root: &SysRoot, cpu: u32) -> String {
     let limit = crate::sysroot::read_bounded(root.sys_path(qos_path(cpu)))
         .ok()
         .map(|w| limit_of(&w));
@@ -119,7 +143,7 @@ pub fn line(root: &SysRoot, cpu: u32) -> String {
         Some(Some(us)) => format!("resume latency limit {us} µs"),
     };
     let Some(states) = states(root, cpu) else {
-        return format!("CPU {cpu}: {limit_words}; no cpuidle states (no idle driver)");
+        return format!("{limit_words}; no cpuidle states (no idle driver)");
     };
     let states: Vec<String> = states
         .iter()

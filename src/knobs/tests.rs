@@ -159,6 +159,15 @@ fn explain_shows_each_idle_state_and_whether_the_limit_allows_it() {
         idle::line(&root, 3),
         "CPU 3: no resume-latency limit; no cpuidle states (no idle driver)"
     );
+    // The report groups CPUs alike; the limited one stands apart.
+    assert_eq!(
+        idle::grouped(&root, &set("0-4")),
+        [
+            "CPUs 0-1,3-4: no resume-latency limit; no cpuidle states (no idle driver)",
+            "CPU 2: resume latency limit n/a (no idle state: polls); idle states: POLL 0 µs \
+             allowed, C1 2 µs not allowed, C6 170 µs not allowed",
+        ]
+    );
 }
 
 fn workqueue(root: &SysRoot, name: Option<&str>, mask: &str) {

@@ -88,6 +88,10 @@ pub struct Machine {
     pub virtualisation: Option<String>,
     /// Steal seen while the report was made, and steal warnings of the measurement.
     pub steal: Vec<String>,
+    /// The CPUs' resume-latency limits and idle states, CPUs alike grouped (a CPU an
+    /// `idle-limit-us` rule holds stands apart: `knobs::idle::grouped`).
+    #[serde(default)]
+    pub idle: Vec<String>,
 }
 
 /// One NUMA node: its CPUs and SLIT distances.

@@ -379,6 +379,14 @@ fn machine_rows(r: &Report) -> Vec<(&'static str, String)> {
             fact(&m.virtualisation, "none seen (bare metal)"),
         ),
         ("steal", steal),
+        (
+            "idle states",
+            if m.idle.is_empty() {
+                unknown("not read").to_string()
+            } else {
+                m.idle.join("; ")
+            },
+        ),
     ]
 }
 
@@ -603,6 +611,7 @@ mod tests {
                 smt: evil.into(),
                 cpus: 2,
                 steal: vec![evil.into()],
+                idle: Vec::new(),
                 ..Machine::default()
             },
             topology: TopoBox {

@@ -124,7 +124,7 @@ impl State {
         if full {
             let held = self.managed.held_exclusive_of(pid);
             for line in self.sharing.knobs.lines(&self.cfg.sysroot, &held) {
-                text.push_str(&format!("held CPU {line}\n"));
+                text.push_str(&format!("{line}\n"));
             }
         }
         if !m.shows_memory(pid as i32, caller_uid) {

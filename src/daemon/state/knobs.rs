@@ -90,7 +90,10 @@ impl KnobsKept {
     /// The lines `explain` shows for CPUs a process holds: each CPU's idle states under
     /// its limit, and the knobs set on its behalf.
     pub(super) fn lines(&self, root: &SysRoot, held: &CpuSet) -> Vec<String> {
-        let mut out: Vec<String> = held.iter().map(|cpu| idle::line(root, cpu)).collect();
+        let mut out: Vec<String> = held
+            .iter()
+            .map(|cpu| format!("idle: {}", idle::line(root, cpu)))
+            .collect();
         let away = self
             .for_
             .as_ref()
@@ -105,7 +108,7 @@ impl KnobsKept {
                 }
             }
             out.push(format!(
-                "kernel work kept off CPUs {away}: {} and {} narrowed",
+                "kernel work: kept off CPUs {away}: {} and {} narrowed",
                 crate::words::count(masks, "workqueue mask"),
                 crate::words::count(threads, "kernel thread")
             ));
