@@ -1459,7 +1459,7 @@ EOF
         back
         return 1
     }
-    out=$(explain "$pid" | grep '^held CPU CPU 6:')
+    out=$(explain "$pid" | grep '^idle: CPU 6:')
     [ -n "$out" ] || {
         echo "explain shows no line for held CPU 6: $(explain "$pid" | tail -3 | tr '\n' ' ')"
         back

@@ -79,7 +79,7 @@ fn an_idle_limit_is_set_while_the_rule_holds_its_cpus_and_given_back_when_the_pr
         .knobs
         .lines(&s.cfg.sysroot, &"2-3".parse().unwrap());
     assert!(
-        text[0].starts_with("CPU 2: resume latency limit n/a"),
+        text[0].starts_with("idle: CPU 2: resume latency limit n/a"),
         "{text:?}"
     );
     procs.remove(FEED, FEED);
