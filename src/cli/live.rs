@@ -352,7 +352,13 @@ impl DryRun<'_> {
             "\nwhile held (set when the rules hold their CPUs, given back after):"
         );
         let (wants, missing) = idle::wanted(self.root, &limits);
-        let k = kthreads::wanted(self.root, self.ops.as_ref(), &away, &Knobs::default());
+        let k = kthreads::wanted(
+            self.root,
+            self.ops.as_ref(),
+            &away,
+            &Knobs::default(),
+            false,
+        );
         let io = Io {
             root: self.root,
             ops: self.ops.as_ref(),

@@ -59,13 +59,24 @@ pub struct Wanted {
 /// The workqueue masks and kernel thread masks to set for `away` (the CPUs `exclusive`
 /// rules hold). `knobs` gives what each knob held before it was first set, the base a
 /// mask is cut from. With nothing away, only the per-node threads a partition change
-/// widened are wanted (put back to their node).
-pub fn wanted(root: &SysRoot, ops: &dyn AffinityOps, away: &CpuSet, knobs: &Knobs) -> Wanted {
+/// widened are wanted (put back to their node), and only when `partitions` says one
+/// may have (a partition is held, or was at the last look): the kernel threads are not
+/// looked at otherwise.
+pub fn wanted(
+    root: &SysRoot,
+    ops: &dyn AffinityOps,
+    away: &CpuSet,
+    knobs: &Knobs,
+    partitions: bool,
+) -> Wanted {
     let mut out = Wanted::default();
     if !away.is_empty() {
         workqueues(root, away, knobs, &mut out);
     }
-    threads(root, ops, away, knobs, &mut out);
+    let kept_threads = knobs.kept().any(|k| matches!(k.knob, Knob::Kthread { .. }));
+    if !away.is_empty() || kept_threads || partitions {
+        threads(root, ops, away, knobs, &mut out);
+    }
     out
 }
 

@@ -235,7 +235,7 @@ fn unbound_workqueues_and_kernel_threads_leave_exclusive_cpus_and_come_back() {
     task(&root, &ops, 500, "rcu_preempt", 0, "0-7");
     let mut knobs = Knobs::default();
     let away = set("6-7");
-    let w = kthreads::wanted(&root, &ops, &away, &knobs);
+    let w = kthreads::wanted(&root, &ops, &away, &knobs, false);
     assert_eq!(w.notes.len(), 1, "{:?}", w.notes);
     assert!(w.notes[0].contains("nvme-wq/cpumask"), "{:?}", w.notes);
     let done = knobs.sync(&io, &journal, w.wants);
@@ -261,7 +261,7 @@ fn unbound_workqueues_and_kernel_threads_leave_exclusive_cpus_and_come_back() {
     assert_eq!(ops.mask(40), Some(set("6")));
     assert_eq!(ops.mask(500), Some(set("0-7")), "not a kernel thread");
     // Nothing held: all back.
-    let w = kthreads::wanted(&root, &ops, &CpuSet::new(), &knobs);
+    let w = kthreads::wanted(&root, &ops, &CpuSet::new(), &knobs, false);
     let done = knobs.sync(&io, &journal, w.wants);
     assert_eq!(done.given_back.len(), 3, "{done:?}");
     assert_eq!(read_wq(&root, None), "ff");
@@ -282,7 +282,7 @@ fn a_mask_the_kernel_already_cut_for_an_isolated_partition_is_not_written() {
     let journal = Journal::new(dir.path());
     workqueue(&root, None, "3f");
     let mut knobs = Knobs::default();
-    let w = kthreads::wanted(&root, &ops, &set("6-7"), &knobs);
+    let w = kthreads::wanted(&root, &ops, &set("6-7"), &knobs, false);
     let done = knobs.sync(&io, &journal, w.wants);
     assert_eq!(done, Done::default());
     assert!(knobs.is_empty());
@@ -300,7 +300,7 @@ fn a_kernel_thread_whose_pid_was_reused_is_not_given_back_a_mask() {
     let journal = Journal::new(dir.path());
     task(&root, &ops, 77, "kthreadd", PF_KTHREAD, "0-7");
     let mut knobs = Knobs::default();
-    let w = kthreads::wanted(&root, &ops, &set("4-7"), &knobs);
+    let w = kthreads::wanted(&root, &ops, &set("4-7"), &knobs, false);
     knobs.sync(&io, &journal, w.wants);
     assert_eq!(ops.mask(77), Some(set("0-3")));
     // It exited and a user's process got its pid (another start time).
@@ -329,7 +329,7 @@ fn a_per_node_thread_a_partition_change_widened_is_put_back_on_its_node() {
     task(&root, &ops, 60, "kswapd1", PF_KTHREAD, "0-5");
     task(&root, &ops, 61, "kcompactd0", PF_KTHREAD, "0-3");
     let mut knobs = Knobs::default();
-    let w = kthreads::wanted(&root, &ops, &set("6-7"), &knobs);
+    let w = kthreads::wanted(&root, &ops, &set("6-7"), &knobs, false);
     knobs.sync(&io, &journal, w.wants);
     assert_eq!(
         ops.mask(60),
@@ -339,6 +339,14 @@ fn a_per_node_thread_a_partition_change_widened_is_put_back_on_its_node() {
     assert_eq!(ops.mask(61), Some(set("0-3")));
     // Given back as its node's CPUs, not the reset mask.
     knobs.release(&io, &journal);
+    assert_eq!(ops.mask(60), Some(set("4-7")));
+    // Released, a partition change widens it again: with nothing held the kernel
+    // threads are looked at only after a partition.
+    ops.external_set(60, &set("0-7"));
+    let w = kthreads::wanted(&root, &ops, &CpuSet::new(), &knobs, false);
+    assert!(w.wants.is_empty(), "{w:?}");
+    let w = kthreads::wanted(&root, &ops, &CpuSet::new(), &knobs, true);
+    knobs.sync(&io, &journal, w.wants);
     assert_eq!(ops.mask(60), Some(set("4-7")));
 }
 

@@ -36,23 +36,30 @@ impl KnobsKept {
     }
 
     /// Sets the knobs for what is held now (`idle`: each `idle-limit-us` rule's limit
-    /// and CPUs; `away`: the CPUs kernel work keeps off) and gives back the others.
-    /// Does nothing while those stay, unless `recheck` (new kernel threads, a partition
-    /// change that widened a per-node thread: the minute's check).
+    /// and CPUs; `away`: the CPUs kernel work keeps off; `isolated`: the CPUs isolated
+    /// for holds) and gives back the others. Does nothing while those stay, unless
+    /// `recheck` (new kernel threads, a partition change that widened a per-node
+    /// thread: the minute's check, a hold's report).
     pub(super) fn sync(
         &mut self,
         root: &SysRoot,
         ops: &dyn AffinityOps,
         runtime_dir: &Path,
-        idle: Vec<(u32, CpuSet)>,
-        away: CpuSet,
+        held: (Vec<(u32, CpuSet)>, CpuSet, CpuSet),
         recheck: bool,
     ) {
-        let now = (idle, away);
-        if !recheck && self.for_.as_ref() == Some(&now) {
+        if !recheck && self.for_.as_ref() == Some(&held) {
             return;
         }
-        let (idle, away) = &now;
+        // A partition made or released since the last look may have widened a per-node
+        // kernel thread.
+        let partitions = !held.2.is_empty()
+            || self
+                .for_
+                .as_ref()
+                .is_some_and(|(_, _, was)| !was.is_empty());
+        let now = held;
+        let (idle, away, _) = &now;
         let (mut wants, missing) = idle::wanted(root, idle);
         if !missing.is_empty() {
             self.say(format!(
@@ -61,7 +68,7 @@ impl KnobsKept {
                  cannot be set there"
             ));
         }
-        let k = kthreads::wanted(root, ops, away, &self.knobs);
+        let k = kthreads::wanted(root, ops, away, &self.knobs, partitions);
         for n in k.notes {
             self.say(n);
         }

@@ -35,8 +35,8 @@ pub(super) struct Sharing {
 pub(super) struct KnobsKept {
     pub(super) knobs: crate::knobs::Knobs,
     /// What the last sync was for: the idle limits of the CPUs held, the CPUs kernel work
-    /// keeps off.
-    pub(super) for_: Option<(Vec<(u32, CpuSet)>, CpuSet)>,
+    /// keeps off, the CPUs isolated for holds.
+    pub(super) for_: Option<(Vec<(u32, CpuSet)>, CpuSet, CpuSet)>,
     /// What was said once and not again while it stays: CPUs without a resume-latency
     /// file, masks left alone.
     pub(super) said: BTreeSet<String>,

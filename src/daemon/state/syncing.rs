@@ -27,13 +27,16 @@ impl State {
     /// off the CPUs `exclusive` rules hold, giving back what is no longer held
     /// (`state/knobs.rs`); `recheck` looks at the kernel threads again.
     pub(super) fn sync_knobs(&mut self, recheck: bool) {
-        let idle = self.managed.idle_limits_held();
-        let away = self.managed.kernel_work_away();
+        let held = (
+            self.managed.idle_limits_held(),
+            self.managed.kernel_work_away(),
+            self.sharing.holds.isolated_cpus(),
+        );
         let ops = self.managed.affinity();
         let (root, dir) = (&self.cfg.sysroot, &self.cfg.runtime_dir);
         self.sharing
             .knobs
-            .sync(root, ops.as_ref(), dir, idle, away, recheck);
+            .sync(root, ops.as_ref(), dir, held, recheck);
     }
 
     /// Moves the running containers whose CPUs the plan in force no longer gives them

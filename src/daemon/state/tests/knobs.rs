@@ -82,6 +82,10 @@ fn an_idle_limit_is_set_while_the_rule_holds_its_cpus_and_given_back_when_the_pr
         text[0].starts_with("idle: CPU 2: resume latency limit n/a"),
         "{text:?}"
     );
+    assert!(
+        text[2].starts_with("kernel work: kept off CPUs 2-3: 1 workqueue mask"),
+        "{text:?}"
+    );
     procs.remove(FEED, FEED);
     s.manager_event(crate::manager::Input::Rescan);
     assert_eq!(qos(&s, 2), "0");
