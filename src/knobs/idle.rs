@@ -164,8 +164,5 @@ fn describe(root: &SysRoot, cpu: u32) -> String {
             format!("{} {} µs {how}", s.name, s.latency_us)
         })
         .collect();
-    format!(
-        "CPU {cpu}: {limit_words}; idle states: {}",
-        states.join(", ")
-    )
+    format!("{limit_words}; idle states: {}", states.join(", "))
 }

@@ -104,14 +104,15 @@ impl KnobsKept {
         let away = self
             .for_
             .as_ref()
-            .map(|(_, a)| a.clone())
+            .map(|(_, a, _)| a.clone())
             .unwrap_or_default();
         if !away.intersection(held).is_empty() {
             let (mut masks, mut threads) = (0, 0);
             for k in self.knobs.kept() {
                 match k.knob {
                     knobs::Knob::Kthread { .. } => threads += 1,
-                    _ => masks += 1,
+                    knobs::Knob::Mask { .. } => masks += 1,
+                    knobs::Knob::File { .. } => {}
                 }
             }
             out.push(format!(
