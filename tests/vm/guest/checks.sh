@@ -1409,7 +1409,7 @@ qos_of() { cat "/sys/devices/system/cpu/cpu$1/power/pm_qos_resume_latency_us" 2>
 qos_are() { [ "$(qos_of 6)" = "$1" ] && [ "$(qos_of 7)" = "$2" ]; }
 export -f qos_of qos_are
 check_idle_limit() {
-    local pid before6 before7 out
+    local pid before6 before7 out t0 t_restart t_set t_back
     [ -f /sys/devices/system/cpu/cpu6/power/pm_qos_resume_latency_us ] || {
         echo "CPU 6 of this VM has no pm_qos_resume_latency_us (no per-CPU PM QoS)"
         return 77
@@ -1422,12 +1422,14 @@ check_idle_limit() {
     printf '[Service]\nReadWritePaths=/sys/devices/system/cpu\n' \
         >/etc/systemd/system/pinnerd.service.d/90-vm-idle.conf
     systemctl daemon-reload
+    t0=$(now)
     out=$(systemctl restart pinnerd.service 2>&1) || {
         echo "systemctl restart with the drop-in failed: $out"
         rm -f /etc/systemd/system/pinnerd.service.d/90-vm-idle.conf
         systemctl daemon-reload
         return 1
     }
+    t_restart=$(elapsed "$t0")
     pid=$(start_workload vmwork-idl 2) || {
         echo "$pid"
         return 1
@@ -1449,11 +1451,13 @@ cpus = "6-7"
 exclusive = true
 idle-limit-us = 0
 EOF
+    t0=$(now)
     wait_for 20 qos_are n/a n/a || {
         echo "20 s after the rule: CPUs 6-7 read '$(qos_of 6)' '$(qos_of 7)', want 'n/a' 'n/a' (0 µs: no idle state)"
         back
         return 1
     }
+    t_set=$(elapsed "$t0")
     grep -q pm_qos_resume_latency_us /run/pinnerd/knobs.json || {
         echo "the knob journal does not hold the limits: $(head -c 300 /run/pinnerd/knobs.json 2>&1 | tr '\n' ' ')"
         back
@@ -1467,13 +1471,15 @@ EOF
     }
     # Let go: the rule goes.
     rm -f "$RULES/57-vm-idle.toml"
+    t0=$(now)
     wait_for 20 qos_are "$before6" "$before7" || {
         echo "20 s after the rule went: CPUs 6-7 read '$(qos_of 6)' '$(qos_of 7)', want '$before6' '$before7'"
         back
         return 1
     }
+    t_back=$(elapsed "$t0")
     back
-    echo "CPUs 6-7 at n/a while held ($out), given back as '$before6' and '$before7' when the rule went"
+    echo "CPUs 6-7 at n/a while held ($out), given back as '$before6' and '$before7' when the rule went; restart with the drop-in $t_restart s, set $t_set s after the rule, given back $t_back s after it went"
 }
 
 # wq_on CPUS_HEX: the unbound workqueue cpumask files with a bit of CPUS_HEX set (the
