@@ -12,7 +12,7 @@ use crate::cpuset::CpuSet;
 use crate::knobs::{self, idle, kthreads, Io, Journal, Knobs};
 use crate::sysroot::SysRoot;
 
-use super::sharing::KnobsKept;
+use super::sharing::{HeldNow, KnobsKept};
 
 impl KnobsKept {
     /// At start: gives back what a previous run that died left set.
@@ -45,7 +45,7 @@ impl KnobsKept {
         root: &SysRoot,
         ops: &dyn AffinityOps,
         runtime_dir: &Path,
-        held: (Vec<(u32, CpuSet)>, CpuSet, CpuSet),
+        held: HeldNow,
         recheck: bool,
     ) {
         if !recheck && self.for_.as_ref() == Some(&held) {
