@@ -285,7 +285,9 @@ placement_table! {
             rename = "idle-limit-us",
             skip_serializing_if = "Option::is_none"
         )]
-        pub idle_limit_us: Option<Spanned<i64>>,
+        /// Boxed: absent from almost every rule, it costs a pointer, not a value (a
+        /// rule file of thousands of rules stays within its memory bound).
+        pub idle_limit_us: Option<Box<Spanned<i64>>>,
     }
 }
 
