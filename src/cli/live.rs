@@ -340,7 +340,7 @@ impl DryRun<'_> {
             if let Some(us) = rule.idle_limit_us {
                 limits.push((us, held.clone()));
             }
-            if rule.owned {
+            if rule.owned() {
                 away = away.union(&held);
             }
         }

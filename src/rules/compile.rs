@@ -269,13 +269,16 @@ pub struct Rule {
     /// `idle-limit-us` in `[rule.place]`: the resume-latency limit of the CPUs it holds
     /// (see `knobs::idle`).
     pub idle_limit_us: Option<u32>,
-    /// Its `[rule.match]` names `user` or `unit`: whoever starts a matching process is
-    /// not anyone. Only such `exclusive` rules move kernel threads and workqueues off
-    /// their CPUs (see `knobs::kthreads`).
-    pub owned: bool,
 }
 
 impl Rule {
+    /// Its `[rule.match]` names `user` or `unit`: whoever starts a matching process is
+    /// not anyone. Only such `exclusive` rules move kernel threads and workqueues off
+    /// their CPUs (see `knobs::kthreads`).
+    pub fn owned(&self) -> bool {
+        self.matcher.users.is_some() || self.matcher.unit.is_some()
+    }
+
     /// `FILE:LINE:COL` of the rule's name.
     pub fn origin(&self) -> String {
         format!("{}:{}", self.file.display(), self.at)
@@ -426,10 +429,6 @@ pub fn compile_file(
                     .is_some_and(|u| *u.get_ref()),
                 place_sched,
                 idle_limit_us,
-                owned: spec
-                    .matches
-                    .as_ref()
-                    .is_some_and(|m| m.get_ref().user.is_some() || m.get_ref().unit.is_some()),
             });
         }
     }

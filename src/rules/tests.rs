@@ -649,7 +649,7 @@ fn idle_limit_is_a_key_of_rule_place_on_exclusive_rules_that_name_their_owners()
     assert_eq!(ok[0].idle_limit_us, Some(0), "0: no idle state");
     let ok = compile(&rule(owned, "exclusive = true\nidle-limit-us = 20\n")).unwrap();
     assert_eq!(ok[0].idle_limit_us, Some(20));
-    assert!(ok[0].owned);
+    assert!(ok[0].owned());
     assert_eq!(
         compile(&rule(owned, "exclusive = true\n")).unwrap()[0].idle_limit_us,
         None

@@ -177,7 +177,7 @@ impl Managed {
     /// The CPUs kernel threads and unbound workqueues are to keep off: those `exclusive`
     /// rules that name their owners hold now (see `knobs::kthreads`).
     pub(super) fn kernel_work_away(&self) -> CpuSet {
-        self.held_by(|r| r.owned, true)
+        self.held_by(|r| r.owned(), true)
             .into_iter()
             .fold(CpuSet::new(), |acc, (_, cpus)| acc.union(&cpus))
     }
