@@ -129,6 +129,7 @@ pub mod hold;
 pub mod infile;
 pub mod irq;
 pub mod journal;
+pub mod knobs;
 pub mod manager;
 pub mod matrix;
 pub mod measure;

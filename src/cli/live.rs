@@ -336,6 +336,80 @@ impl DryRun<'_> {
         if let Some(line) = no_cpu_to_measure(self.mgr.plan()) {
             let _ = writeln!(out, "\n{line}");
         }
+        self.write_knobs(out);
+    }
+
+    /// What the daemon would set while the rules with a matching process hold their
+    /// CPUs (`knobs`): each resume-latency limit and workqueue mask, now and then, and
+    /// the kernel threads that would leave those CPUs.
+    fn write_knobs(&self, out: &mut String) {
+        use crate::knobs::{idle, kthreads, Io, Knob, Knobs};
+        use std::fmt::Write as _;
+        let holding: std::collections::BTreeSet<&str> =
+            self.rows.iter().map(|r| r.rule.as_str()).collect();
+        let (mut limits, mut away) = (Vec::new(), crate::cpuset::CpuSet::new());
+        for p in self.mgr.plan().units() {
+            let Some(rule) = self.report.rules.get(&p.rule) else {
+                continue;
+            };
+            if !p.exclusive || !holding.contains(p.rule.as_str()) {
+                continue;
+            }
+            let held = p.state.held();
+            if let Some(us) = rule.idle_limit_us {
+                limits.push((us, held.clone()));
+            }
+            if rule.owned() {
+                away = away.union(&held);
+            }
+        }
+        if limits.is_empty() && away.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            out,
+            "\nwhile held (set when the rules hold their CPUs, given back after):"
+        );
+        let (wants, missing) = idle::wanted(self.root, &limits);
+        let k = kthreads::wanted(
+            self.root,
+            self.ops.as_ref(),
+            &away,
+            &Knobs::default(),
+            false,
+        );
+        let io = Io {
+            root: self.root,
+            ops: self.ops.as_ref(),
+        };
+        let mut threads = Vec::new();
+        for w in wants.iter().chain(k.wants.iter()) {
+            if let Knob::Kthread { comm, .. } = &w.knob {
+                threads.push(comm.as_str());
+                continue;
+            }
+            let now = io
+                .read(&w.knob)
+                .unwrap_or_else(|e| format!("unreadable ({e})"));
+            let _ = writeln!(out, "  {}: {now} -> {}", w.knob, w.value);
+        }
+        if !threads.is_empty() {
+            let _ = writeln!(
+                out,
+                "  {} would leave CPUs {away}: {}",
+                crate::words::count(threads.len(), "unbound kernel thread"),
+                threads.join(", ")
+            );
+        }
+        if !missing.is_empty() {
+            let _ = writeln!(
+                out,
+                "  CPUs {missing}: no resume-latency limit file; idle-limit-us cannot be set there"
+            );
+        }
+        for n in &k.notes {
+            let _ = writeln!(out, "  {n}");
+        }
     }
 
     /// The plan per rule, then the matching processes, for a human.

@@ -404,6 +404,7 @@ fn machine_facts(g: &Ground, t: &Topology, real_sysfs: bool) -> anyhow::Result<M
         virtualisation,
         steal,
         boot: real_sysfs.then(|| crate::boot_cpus::read(&g.root).machine_words()),
+        idle: crate::knobs::idle::grouped(&g.root, &t.online),
     })
 }
 

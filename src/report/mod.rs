@@ -91,6 +91,10 @@ pub struct Machine {
     /// What only the boot gives CPUs (`nohz_full`, `rcu_nocbs`), on this machine only.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub boot: Option<String>,
+    /// The CPUs' resume-latency limits and idle states, CPUs alike grouped (a CPU an
+    /// `idle-limit-us` rule holds stands apart: `knobs::idle::grouped`).
+    #[serde(default)]
+    pub idle: Vec<String>,
 }
 
 /// One NUMA node: its CPUs and SLIT distances.

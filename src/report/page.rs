@@ -380,6 +380,14 @@ fn machine_rows(r: &Report) -> Vec<(&'static str, String)> {
         ),
         ("steal", steal),
         ("nohz_full, rcu_nocbs", fact(&m.boot, "–")),
+        (
+            "idle states",
+            if m.idle.is_empty() {
+                unknown("not read").to_string()
+            } else {
+                m.idle.join("; ")
+            },
+        ),
     ]
 }
 
@@ -605,6 +613,7 @@ mod tests {
                 cpus: 2,
                 steal: vec![evil.into()],
                 boot: Some(evil.into()),
+                idle: Vec::new(),
                 ..Machine::default()
             },
             topology: TopoBox {

@@ -266,9 +266,19 @@ pub struct Rule {
     /// `sched-policy`, `sched-priority`, `nice` in `[rule.place]`: the class of the
     /// threads no `[[rule.threads]]` entry takes.
     pub place_sched: Option<Sched>,
+    /// `idle-limit-us` in `[rule.place]`: the resume-latency limit of the CPUs it holds
+    /// (see `knobs::idle`).
+    pub idle_limit_us: Option<u32>,
 }
 
 impl Rule {
+    /// Its `[rule.match]` names `user` or `unit`: whoever starts a matching process is
+    /// not anyone. Only such `exclusive` rules move kernel threads and workqueues off
+    /// their CPUs (see `knobs::kthreads`).
+    pub fn owned(&self) -> bool {
+        self.matcher.users.is_some() || self.matcher.unit.is_some()
+    }
+
     /// `FILE:LINE:COL` of the rule's name.
     pub fn origin(&self) -> String {
         format!("{}:{}", self.file.display(), self.at)
@@ -376,6 +386,7 @@ pub fn compile_file(
                 }
             }
         }
+        let idle_limit_us = idle_limit_of(&mut cx, name, spec);
         if let Some(m) = &spec.matches {
             if !container_holds_nothing(&mut cx, name, m.get_ref(), spec) {
                 hold_needs_owner(&mut cx, name, m.get_ref(), spec);
@@ -417,6 +428,7 @@ pub fn compile_file(
                     .and_then(|p| p.get_ref().unit_cpuset.as_ref())
                     .is_some_and(|u| *u.get_ref()),
                 place_sched,
+                idle_limit_us,
             });
         }
     }
@@ -581,6 +593,36 @@ fn first_holding_key(spec: &RuleSpec) -> Option<(std::ops::Range<usize>, &'stati
                 .iter()
                 .find_map(|t| on(&t.get_ref().isolate).map(|s| (s, "isolate")))
         })
+}
+
+/// `idle-limit-us`: within bounds, on an `exclusive` rule (one that holds no CPU has
+/// none to limit: refused, not ignored), and one that names its owners.
+fn idle_limit_of(cx: &mut Ctx<'_>, name: &str, spec: &RuleSpec) -> Option<u32> {
+    let place = spec.place.as_ref()?.get_ref();
+    let limit = place.idle_limit_us.as_ref()?;
+    let span = limit.span();
+    let max = crate::knobs::idle::MAX_IDLE_LIMIT_US;
+    let value = *limit.get_ref();
+    let Some(us) = u32::try_from(value).ok().filter(|v| *v <= max) else {
+        cx.err(&span, RuleErrorKind::IdleLimitRange { value, max });
+        return None;
+    };
+    if !place.exclusive.as_ref().is_some_and(|e| *e.get_ref()) {
+        cx.err(&span, RuleErrorKind::IdleLimitNeedsExclusive);
+        return None;
+    }
+    let owned = spec
+        .matches
+        .as_ref()
+        .is_some_and(|m| m.get_ref().user.is_some() || m.get_ref().unit.is_some());
+    if !owned {
+        cx.err(
+            &span,
+            RuleErrorKind::IdleLimitNeedsOwner { name: echo(name) },
+        );
+        return None;
+    }
+    Some(us)
 }
 
 /// `isolate` and `unit-cpuset` are not for container rules: the runtime owns a

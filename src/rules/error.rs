@@ -174,6 +174,12 @@ pub enum RuleErrorKind {
     NiceRange { section: &'static str, value: i64 },
     #[error("rule {name:?}: `{key}` asks for what only a privileged user may give a thread, so the rule must name whose processes may get it: add `user` (the owners) or `unit` (a system service) to [rule.match]; comm, exe, cmdline and cgroup are chosen by whoever starts the process")]
     SchedNeedsOwner { name: String, key: &'static str },
+    #[error("[rule.place]: `idle-limit-us` needs `exclusive = true`: the limit is set on the CPUs the rule holds, and a rule that shares its CPUs holds none")]
+    IdleLimitNeedsExclusive,
+    #[error("[rule.place]: `idle-limit-us = {value}` is out of range: 0 (no idle state: the CPUs poll) to {max} µs")]
+    IdleLimitRange { value: i64, max: u32 },
+    #[error("rule {name:?}: `idle-limit-us` changes how the machine's CPUs sleep (and the power they draw), so the rule must name whose processes may trigger it: add `user` (the owners) or `unit` (a system service) to [rule.match]; comm, exe, cmdline and cgroup are chosen by whoever starts the process")]
+    IdleLimitNeedsOwner { name: String },
     #[error("[[rule.threads]]: `isolate = true` makes the process's unit the partition, [rule.place]'s CPUs with it: [rule.place] needs `exclusive = true` too")]
     IsolateNeedsExclusivePlace,
     #[error("rule {name:?}: `{key} = true` changes the machine for every user, so the rule must name whose processes may trigger it: add `user` (the owners, e.g. `user = \"mdfeed\"`) or `unit` (a system service: its main process) to [rule.match]; comm, exe, cmdline and cgroup are chosen by whoever starts the process")]

@@ -277,6 +277,17 @@ placement_table! {
             skip_serializing_if = "Option::is_none"
         )]
         pub unit_cpuset: Option<Spanned<bool>>,
+        /// With `exclusive`: the longest idle exit latency, in µs, allowed on the CPUs
+        /// the rule holds while it holds them (0: no idle state, the CPUs poll), through
+        /// their resume-latency limit (see `knobs::idle`).
+        #[serde(
+            default,
+            rename = "idle-limit-us",
+            skip_serializing_if = "Option::is_none"
+        )]
+        /// Boxed: absent from almost every rule, it costs a pointer, not a value (a
+        /// rule file of thousands of rules stays within its memory bound).
+        pub idle_limit_us: Option<Box<Spanned<i64>>>,
     }
 }
 

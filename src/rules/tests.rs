@@ -638,3 +638,52 @@ fn sched_keys_are_compiled_per_table_and_checked() {
     );
     assert!(compile(&rule("nice = 1\n", "").replace("user = 0\n", "")).is_ok());
 }
+
+#[test]
+fn idle_limit_is_a_key_of_rule_place_on_exclusive_rules_that_name_their_owners() {
+    let rule = |matches: &str, place: &str| {
+        format!("[[rule]]\nname = \"il\"\n[rule.match]\n{matches}\n[rule.place]\ncpus = \"2-3\"\n{place}")
+    };
+    let owned = "user = \"root\"";
+    let ok = compile(&rule(owned, "exclusive = true\nidle-limit-us = 0\n")).unwrap();
+    assert_eq!(ok[0].idle_limit_us, Some(0), "0: no idle state");
+    let ok = compile(&rule(owned, "exclusive = true\nidle-limit-us = 20\n")).unwrap();
+    assert_eq!(ok[0].idle_limit_us, Some(20));
+    assert!(ok[0].owned());
+    assert_eq!(
+        compile(&rule(owned, "exclusive = true\n")).unwrap()[0].idle_limit_us,
+        None
+    );
+    // Out of range, with the file, line and column of the value.
+    let e = err(&rule(owned, "exclusive = true\nidle-limit-us = -1\n"));
+    assert!(
+        e.starts_with("t.toml:8:17:") && e.contains("0 (no idle state"),
+        "{e}"
+    );
+    let e = err(&rule(owned, "exclusive = true\nidle-limit-us = 1000001\n"));
+    assert!(
+        e.starts_with("t.toml:8:17:") && e.contains("1000000 µs"),
+        "{e}"
+    );
+    // A rule that holds no CPU has none to limit: refused, not ignored.
+    let e = err(&rule(owned, "idle-limit-us = 5\n"));
+    assert!(
+        e.starts_with("t.toml:7:17:") && e.contains("needs `exclusive = true`"),
+        "{e}"
+    );
+    // A comm anyone can choose does not change how the machine sleeps.
+    let e = err(&rule(
+        "comm = \"il\"",
+        "exclusive = true\nidle-limit-us = 5\n",
+    ));
+    assert!(
+        e.starts_with("t.toml:8:17:") && e.contains("add `user`"),
+        "{e}"
+    );
+    // Not a thread entry's key.
+    let e = err("[[rule]]\nname = \"il\"\n[rule.match]\nuser = \"root\"\n[[rule.threads]]\ncomm = \"w\"\ncpus = \"1\"\nidle-limit-us = 3\n");
+    assert!(
+        e.contains("t.toml:8:1") && e.contains("idle-limit-us"),
+        "{e}"
+    );
+}

@@ -142,6 +142,8 @@ fn place_spec() -> impl Strategy<Value = PlaceSpec> {
             sched_priority: exclusive.filter(|e| *e).map(|_| sp(10)),
             nice: exclusive.filter(|e| !*e).map(|_| sp(5)),
             unit_cpuset: exclusive.map(|e| sp(!e)),
+            // Only ever with exclusive, as isolate.
+            idle_limit_us: exclusive.filter(|e| *e).map(|_| Box::new(sp(10))),
             latency_critical: exclusive.map(|e| sp(!e)),
             irqs: exclusive.map(|e| {
                 sp(if e {

@@ -130,6 +130,11 @@ impl State {
             true => m.thread_classes(pid as i32),
             false => Vec::new(),
         };
+        if full {
+            for line in self.sharing.knobs.lines(&self.cfg.sysroot, &held) {
+                text.push_str(&format!("{line}\n"));
+            }
+        }
         if !m.shows_memory(pid as i32, caller_uid) {
             send(reply, Ok(crate::api::Explained { text, full, sched }));
             return None;

@@ -112,6 +112,58 @@ impl Managed {
         changes
     }
 
+    /// The affinity seam, for the knobs of kernel threads (`knobs`).
+    pub(super) fn affinity(&self) -> Arc<dyn crate::affinity::AffinityOps + Send + Sync> {
+        self.ops.affinity.clone()
+    }
+
+    /// For each rule `pick` takes that holds CPUs with a managed process now: the rule
+    /// and the CPUs its units hold (its exclusive units only, with `exclusive`).
+    fn held_by(
+        &self,
+        pick: impl Fn(&crate::rules::Rule) -> bool,
+        exclusive: bool,
+    ) -> Vec<(&crate::rules::Rule, CpuSet)> {
+        let Some(m) = &self.manager else {
+            return Vec::new();
+        };
+        if !m.rules().rules().iter().any(|r| pick(r)) {
+            return Vec::new();
+        }
+        let holding: BTreeSet<String> = m.list_managed().into_iter().map(|r| r.rule).collect();
+        m.rules()
+            .rules()
+            .iter()
+            .filter(|r| pick(r) && holding.contains(&r.name))
+            .map(|r| {
+                let cpus = m
+                    .plan()
+                    .units()
+                    .iter()
+                    .filter(|u| u.rule == r.name && (u.exclusive || !exclusive))
+                    .fold(CpuSet::new(), |acc, u| acc.union(&u.state.held()));
+                (r.as_ref(), cpus)
+            })
+            .filter(|(_, cpus)| !cpus.is_empty())
+            .collect()
+    }
+
+    /// The `idle-limit-us` of each rule that holds CPUs now, with its CPUs.
+    pub(super) fn idle_limits_held(&self) -> Vec<(u32, CpuSet)> {
+        self.held_by(|r| r.idle_limit_us.is_some(), true)
+            .into_iter()
+            .map(|(r, cpus)| (r.idle_limit_us.unwrap_or_default(), cpus))
+            .collect()
+    }
+
+    /// The CPUs kernel threads and unbound workqueues are to keep off: those `exclusive`
+    /// rules that name their owners hold now (see `knobs::kthreads`).
+    pub(super) fn kernel_work_away(&self) -> CpuSet {
+        self.held_by(|r| r.owned(), true)
+            .into_iter()
+            .fold(CpuSet::new(), |acc, (_, cpus)| acc.union(&cpus))
+    }
+
     /// The CPUs of `irqs = "away"` rules that hold CPUs with a managed process now.
     pub(super) fn irqs_wanted_away(&self) -> CpuSet {
         let Some(m) = &self.manager else {

@@ -45,6 +45,10 @@
 //!
 //! Interrupts: rules with `irqs = "away"` get IRQs moved off their CPUs while they hold
 //! them, journalled in `irqs.json` (`irq`; `state/irqs.rs`).
+//!
+//! Knobs: the CPUs `idle-limit-us` rules hold get their resume-latency limit, and
+//! unbound workqueues and kernel threads keep off the CPUs owned `exclusive` rules
+//! hold, journalled in `knobs.json` (`knobs`; `state/knobs.rs`).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -71,6 +75,7 @@ pub mod event;
 mod following;
 mod holds;
 mod irqs;
+mod knobs;
 mod machine;
 pub mod managed;
 mod measurement;
@@ -339,6 +344,11 @@ impl State {
             m.set_container_tasks(Some(crate::nri::ondisk::CONTAINERD_TASKS.into()));
         }
         sharing::IrqsAway::recover(&self.cfg.sysroot, &self.cfg.runtime_dir);
+        sharing::KnobsKept::recover(
+            &self.cfg.sysroot,
+            self.managed.affinity().as_ref(),
+            &self.cfg.runtime_dir,
+        );
         match m.recover(&root) {
             Ok(r) if r.restored + r.left_alone + r.gone + r.failed.len() > 0 => tracing::info!(
                 restored = r.restored,
@@ -604,6 +614,11 @@ impl State {
                 self.sharing
                     .irqs
                     .release(&self.cfg.sysroot, &self.cfg.runtime_dir);
+                self.sharing.knobs.release(
+                    &self.cfg.sysroot,
+                    self.managed.affinity().as_ref(),
+                    &self.cfg.runtime_dir,
+                );
                 self.actions.push(Action::Exit);
             }
             Event::Tick(now) => self.tick(now),
@@ -633,6 +648,7 @@ impl State {
                 if !changes.is_empty() {
                     self.sync_irqs(false);
                     self.sync_holds();
+                    self.sync_knobs(false);
                 }
                 // Under a storm every batch changes the journal: it is written once per
                 // JOURNAL_DELAY at most (by `tick`), not once per batch.
@@ -767,8 +783,10 @@ impl State {
         }
         if now >= self.timers.next_fingerprint {
             self.timers.next_fingerprint = now + self.measurement.timing.fingerprint_every;
-            // An irqbalance (re)started since is told what to keep off.
+            // An irqbalance (re)started since is told what to keep off; kernel threads
+            // started since keep off the CPUs held exclusive.
             self.sync_irqs(true);
+            self.sync_knobs(true);
             let (online, usable) = (self.machine.online(), self.machine.usable());
             let fp_changed = self.machine.read(&self.cfg.sysroot);
             if fp_changed || self.machine.usable() != usable {

@@ -25,6 +25,25 @@ pub(super) struct Sharing {
     /// `memory = "follow"`: the processes whose memory follows their CPUs
     /// (`state/following.rs`).
     pub(super) follow: Following,
+    /// Idle limits, workqueue and kernel thread masks set while CPUs are held
+    /// (`state/knobs.rs`).
+    pub(super) knobs: KnobsKept,
+}
+
+/// What the knobs are set for: each `idle-limit-us` rule's limit and CPUs, the CPUs
+/// kernel work keeps off, the CPUs isolated for holds.
+pub(super) type HeldNow = (Vec<(u32, CpuSet)>, CpuSet, CpuSet);
+
+/// What the daemon set beside thread masks while CPUs are held (`knobs`).
+#[derive(Debug, Default)]
+pub(super) struct KnobsKept {
+    pub(super) knobs: crate::knobs::Knobs,
+    /// What the last sync was for: the idle limits of the CPUs held, the CPUs kernel work
+    /// keeps off, the CPUs isolated for holds.
+    pub(super) for_: Option<HeldNow>,
+    /// What was said once and not again while it stays: CPUs without a resume-latency
+    /// file, masks left alone.
+    pub(super) said: BTreeSet<String>,
 }
 
 /// What the daemon has done to interrupts.

@@ -19,7 +19,24 @@ impl State {
         self.sync_containers();
         self.sync_irqs(false);
         self.sync_holds();
+        self.sync_knobs(false);
         self.sync_memory(Instant::now());
+    }
+
+    /// Sets the idle limits of the CPUs `idle-limit-us` rules hold and keeps kernel work
+    /// off the CPUs `exclusive` rules hold, giving back what is no longer held
+    /// (`state/knobs.rs`); `recheck` looks at the kernel threads again.
+    pub(super) fn sync_knobs(&mut self, recheck: bool) {
+        let held = (
+            self.managed.idle_limits_held(),
+            self.managed.kernel_work_away(),
+            self.sharing.holds.isolated_cpus(),
+        );
+        let ops = self.managed.affinity();
+        let (root, dir) = (&self.cfg.sysroot, &self.cfg.runtime_dir);
+        self.sharing
+            .knobs
+            .sync(root, ops.as_ref(), dir, held, recheck);
     }
 
     /// Moves the running containers whose CPUs the plan in force no longer gives them
@@ -57,6 +74,8 @@ impl State {
             return;
         }
         self.sync_irqs(false);
+        // A partition made or released: per-node kernel threads are looked at again.
+        self.sync_knobs(true);
         if let Some(plan) = self.managed.manager.as_ref().map(|m| m.plan().clone()) {
             self.manager_event(manager::Input::PlanChanged(plan));
         }

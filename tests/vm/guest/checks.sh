@@ -1460,6 +1460,172 @@ EOF
     echo "nohz_full reads '$nohz', no rcu_nocbs on the command line; explain and check: $want"
 }
 
+# qos_of CPU: the CPU's resume-latency limit as the file says it ("0": none; "n/a": no
+# idle state).
+qos_of() { cat "/sys/devices/system/cpu/cpu$1/power/pm_qos_resume_latency_us" 2>/dev/null; }
+qos_are() { [ "$(qos_of 6)" = "$1" ] && [ "$(qos_of 7)" = "$2" ]; }
+export -f qos_of qos_are
+check_idle_limit() {
+    local pid before6 before7 out t0 t_restart t_set t_back
+    [ -f /sys/devices/system/cpu/cpu6/power/pm_qos_resume_latency_us ] || {
+        echo "CPU 6 of this VM has no pm_qos_resume_latency_us (no per-CPU PM QoS)"
+        return 77
+    }
+    # CPU 7 starts with a limit of its own, which must come back as it was.
+    echo 300 >/sys/devices/system/cpu/cpu7/power/pm_qos_resume_latency_us
+    before6=$(qos_of 6) before7=$(qos_of 7)
+    # The shipped unit keeps the CPUs' directories read-only: the documented drop-in.
+    mkdir -p /etc/systemd/system/pinnerd.service.d
+    printf '[Service]\nReadWritePaths=/sys/devices/system/cpu\n' \
+        >/etc/systemd/system/pinnerd.service.d/90-vm-idle.conf
+    systemctl daemon-reload
+    t0=$(now)
+    out=$(systemctl restart pinnerd.service 2>&1) || {
+        echo "systemctl restart with the drop-in failed: $out"
+        rm -f /etc/systemd/system/pinnerd.service.d/90-vm-idle.conf
+        systemctl daemon-reload
+        return 1
+    }
+    t_restart=$(elapsed "$t0")
+    pid=$(start_workload vmwork-idl 2) || {
+        echo "$pid"
+        return 1
+    }
+    # The drop-in goes; the running daemon keeps it until its next start.
+    back() {
+        rm -f "$RULES/57-vm-idle.toml" /etc/systemd/system/pinnerd.service.d/90-vm-idle.conf
+        systemctl daemon-reload
+        systemctl stop vmwork-idl.service 2>/dev/null
+        echo 0 >/sys/devices/system/cpu/cpu7/power/pm_qos_resume_latency_us
+    }
+    put_rule 57-vm-idle.toml <<'EOF'
+[[rule]]
+name = "vm-idle"
+[rule.match]
+unit = "vmwork-idl.service"
+[rule.place]
+cpus = "6-7"
+exclusive = true
+idle-limit-us = 0
+EOF
+    t0=$(now)
+    wait_for 20 qos_are n/a n/a || {
+        echo "20 s after the rule: CPUs 6-7 read '$(qos_of 6)' '$(qos_of 7)', want 'n/a' 'n/a' (0 µs: no idle state)"
+        back
+        return 1
+    }
+    t_set=$(elapsed "$t0")
+    grep -q pm_qos_resume_latency_us /run/pinnerd/knobs.json || {
+        echo "the knob journal does not hold the limits: $(head -c 300 /run/pinnerd/knobs.json 2>&1 | tr '\n' ' ')"
+        back
+        return 1
+    }
+    out=$(explain "$pid" | grep '^idle: CPU 6:')
+    [ -n "$out" ] || {
+        echo "explain shows no line for held CPU 6: $(explain "$pid" | tail -3 | tr '\n' ' ')"
+        back
+        return 1
+    }
+    # Let go: the rule goes.
+    rm -f "$RULES/57-vm-idle.toml"
+    t0=$(now)
+    wait_for 20 qos_are "$before6" "$before7" || {
+        echo "20 s after the rule went: CPUs 6-7 read '$(qos_of 6)' '$(qos_of 7)', want '$before6' '$before7'"
+        back
+        return 1
+    }
+    t_back=$(elapsed "$t0")
+    back
+    echo "CPUs 6-7 at n/a while held ($out), given back as '$before6' and '$before7' when the rule went; restart with the drop-in $t_restart s, set $t_set s after the rule, given back $t_back s after it went"
+}
+
+# wq_on CPUS_HEX: the unbound workqueue cpumask files with a bit of CPUS_HEX set (the
+# VM has 8 CPUs: the last group of 8 digits holds them all).
+wq_on() {
+    local f m
+    for f in /sys/devices/virtual/workqueue/cpumask /sys/devices/virtual/workqueue/*/cpumask; do
+        [ -f "$f" ] || continue
+        m=$(tr -d ',\n' <"$f")
+        (((16#${m: -8} & $1) != 0)) && printf '%s=%s ' "${f#/sys/devices/virtual/workqueue/}" "$m"
+    done
+    return 0
+}
+# kthreads_on CPUS: unbound kernel threads (PF_KTHREAD, not PF_NO_SETAFFINITY, more than
+# one CPU allowed) that may run on any of CPUS (a CPU list), as "pid:comm:cpus".
+kthreads_on() {
+    python3 - "$1" <<'PY'
+import glob, sys
+def cpus(text):
+    out = set()
+    for part in text.strip().split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out.update(range(int(a), int(b) + 1))
+        elif part:
+            out.add(int(part))
+    return out
+away = cpus(sys.argv[1])
+for st in glob.glob("/proc/[0-9]*/stat"):
+    try:
+        text = open(st).read()
+        status = open(st[:-4] + "status").read()
+    except OSError:
+        continue
+    comm = text[text.index("(") + 1:text.rindex(")")]
+    flags = int(text[text.rindex(")") + 2:].split()[6])
+    if not flags & 0x00200000 or flags & 0x04000000:
+        continue
+    allowed = [l.split()[1] for l in status.splitlines() if l.startswith("Cpus_allowed_list:")][0]
+    mask = cpus(allowed)
+    if len(mask) > 1 and mask & away:
+        print(f"{st.split('/')[2]}:{comm}:{allowed}", end=" ")
+PY
+}
+export -f wq_on kthreads_on
+check_kthreads_off_exclusive() {
+    local pid wq_before kthreadd_before wq kt
+    wq_before=$(cat /sys/devices/virtual/workqueue/cpumask)
+    kthreadd_before=$(task_mask 2 2)
+    pid=$(start_workload vmwork-kth 2) || {
+        echo "$pid"
+        return 1
+    }
+    back() {
+        rm -f "$RULES/58-vm-kthreads.toml"
+        systemctl stop vmwork-kth.service 2>/dev/null
+    }
+    put_rule 58-vm-kthreads.toml <<'EOF'
+[[rule]]
+name = "vm-kthreads"
+[rule.match]
+unit = "vmwork-kth.service"
+[rule.place]
+cpus = "6-7"
+exclusive = true
+EOF
+    wait_for 20 bash -c '[ -z "$(wq_on 0xc0)" ] && [ "$(task_mask 2 2)" != "$0" ]' "$kthreadd_before" || {
+        echo "20 s after the rule: unbound workqueue masks on CPUs 6-7: '$(wq_on 0xc0)'; kthreadd on $(task_mask 2 2)"
+        back
+        return 1
+    }
+    kt=$(kthreads_on 6-7)
+    [ -z "$kt" ] || {
+        echo "unbound kernel threads still allowed on CPUs 6-7 while held: ${kt:0:600}"
+        back
+        return 1
+    }
+    wq=$(cat /sys/devices/virtual/workqueue/cpumask)
+    # Let go: the rule goes.
+    rm -f "$RULES/58-vm-kthreads.toml"
+    wait_for 20 bash -c '[ "$(cat /sys/devices/virtual/workqueue/cpumask)" = "$0" ] && [ "$(task_mask 2 2)" = "$1" ]' "$wq_before" "$kthreadd_before" || {
+        echo "20 s after the rule went: workqueue cpumask $(cat /sys/devices/virtual/workqueue/cpumask) (was $wq_before), kthreadd on $(task_mask 2 2) (was $kthreadd_before)"
+        back
+        return 1
+    }
+    back
+    echo "while CPUs 6-7 were held: workqueue cpumask $wq, no unbound kernel thread there; given back: cpumask $wq_before, kthreadd on $kthreadd_before"
+}
+
 check_hotplug_explicit() {
     local pid
     pid=$(start_workload vmwork-hot 2 '' 50) || {
@@ -3448,6 +3614,8 @@ run_check kill9-keeps-pinned check_kill9 120
 run_check restore-after-crash check_restore_after_crash 60
 run_check sched-per-thread check_sched_per_thread 90
 run_check boot-part-said check_boot_part_said 60
+run_check idle-limit check_idle_limit 60
+run_check kthreads-off-exclusive check_kthreads_off_exclusive 60
 run_check run-memory-bind check_run_memory_bind 180
 run_check plan-where-memory-is check_plan_where_memory_is 180
 run_check memory-follows check_memory_follows 180

@@ -14,6 +14,7 @@ use crate::rules::{CpuTarget, PlacementRequest};
 mod around;
 mod containers;
 mod held;
+mod knobs;
 mod machine;
 mod processes;
 
