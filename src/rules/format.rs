@@ -46,14 +46,14 @@ pub struct RuleSpec {
         skip_serializing_if = "Option::is_none",
         deserialize_with = "opt_table"
     )]
-    pub matches: Option<Spanned<MatchSpec>>,
+    pub matches: Option<Spanned<Box<MatchSpec>>>,
     /// Where the whole process goes (every thread not placed by `threads`).
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
         deserialize_with = "opt_table"
     )]
-    pub place: Option<Spanned<PlaceSpec>>,
+    pub place: Option<Spanned<Box<PlaceSpec>>>,
     /// Placement by thread name; the first entry whose `comm` matches a thread wins.
     #[serde(
         default,

@@ -207,8 +207,8 @@ fn rule_spec() -> impl Strategy<Value = RuleSpec> {
         .prop_map(|(name, priority, matches, place, threads)| RuleSpec {
             name: sp(name),
             priority: priority.map(sp),
-            matches: matches.map(sp),
-            place: place.map(sp),
+            matches: matches.map(|m| sp(Box::new(m))),
+            place: place.map(|p| sp(Box::new(p))),
             threads: threads.into_iter().map(sp).collect(),
         })
 }
