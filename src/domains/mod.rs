@@ -351,6 +351,22 @@ impl Domains {
         self.cost[i * self.cpus.len() + j]
     }
 
+    /// Sets the cost between two CPU ids to a figure measured after the analysis, where
+    /// it stays close enough to the cell it replaces that the groups stand (plan
+    /// verification, `measure::sparse::verify`). Nothing where the costs are level
+    /// ranks or a CPU is not here.
+    pub(crate) fn set_cost_ns(&mut self, a: u32, b: u32, ns: f64) {
+        let (Some(i), Some(j)) = (self.index_of(a), self.index_of(b)) else {
+            return;
+        };
+        if !self.cost_is_ns || i == j {
+            return;
+        }
+        let n = self.cpus.len();
+        self.cost[i * n + j] = ns;
+        self.cost[j * n + i] = ns;
+    }
+
     /// Group index of a CPU index at a level.
     #[inline]
     pub fn group_of(&self, level: usize, i: usize) -> usize {

@@ -224,6 +224,7 @@ pub fn run_sparse<M: PairMeasurer>(
         pairs = v.pairs,
         rounds = v.rounds,
         settled = v.settled,
+        analyses = v.analyses,
         "compact plans verified"
     );
     let pairs_measured = run.distinct();
