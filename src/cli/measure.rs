@@ -394,6 +394,17 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
         } else {
             m.to_json_text()?
         };
+        // The reader's limit: never write a matrix file pinnerd would refuse to read.
+        let limit = crate::matrix::read::MAX_MATRIX_FILE_SIZE;
+        if text.len() as u64 > limit {
+            anyhow::bail!(
+                "not writing {}: the matrix of {} CPUs is {} bytes as a file, over the \
+                 {limit}-byte limit for a matrix file (pinnerd could not read it back)",
+                path.display(),
+                m.len(),
+                text.len()
+            );
+        }
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     // Written whole at the end (a closed or full output is one error, named).
