@@ -123,6 +123,18 @@ pub struct Want {
     pub originals: BTreeMap<u32, CpuSet>,
 }
 
+/// A unit's cgroup whose `cpuset.cpus` was widened short of every CPU at its let-go (a
+/// sibling still held some), to be widened again, and its tasks' masks given back
+/// again, after each later undo.
+#[derive(Debug, Clone)]
+struct Widened {
+    unit: String,
+    /// The CPUs it was widened to.
+    cpus: CpuSet,
+    /// The masks from before pinnerd of its tasks, by tid.
+    originals: BTreeMap<u32, CpuSet>,
+}
+
 /// What came of one unit's target in a reconcile.
 struct Outcome {
     unit: Option<String>,
@@ -371,7 +383,7 @@ pub struct Holder {
     /// Units let go whose `cpuset.cpus` systemd left could not have every CPU yet (a
     /// sibling held some exclusively): by cgroup, the unit and what was written,
     /// widened again after each later undo.
-    widened: std::cell::RefCell<BTreeMap<String, (String, CpuSet)>>,
+    widened: std::cell::RefCell<BTreeMap<String, Widened>>,
     /// Where the daemon may write cgroup files: its own view (tests: another).
     mounts: partition::MountView,
 }

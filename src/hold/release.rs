@@ -215,25 +215,47 @@ impl Holder {
             if let Ok(cg2) = &self.cg2 {
                 // The unit's own CPUs were none: its cgroup's are its parent's again,
                 // whatever systemd left there.
+                // Those widened short before this one: widened again after it.
+                let earlier = std::mem::take(&mut *self.widened.borrow_mut());
                 if h.before_cpus.is_empty() && problems.is_empty() {
-                    self.widen(cg2, &h.unit, &h.cgroup, &h.cpus);
+                    self.widen(cg2, &h.unit, &h.cgroup, &h.cpus, &h.originals);
                 }
-                self.widen_again(cg2);
+                self.widen_again(cg2, earlier);
                 if cg2.dir(&h.cgroup).is_dir() {
-                    let n = (self.give_back)(cg2, &h.cgroup, &h.cpus, &h.originals);
-                    if n > 0 {
-                        tracing::info!(unit = %h.unit, tasks = n, "unit {}: the masks systemd left on CPUs {} given back to {n} tasks", h.unit, h.cpus);
-                    }
+                    self.give_back_on(cg2, &h.unit, &h.cgroup, &h.cpus, &h.originals);
                 }
             }
         }
         (partition, problems)
     }
 
+    /// Gives the tasks of `cgroup` their masks back where they are `cpus` (or their
+    /// originals narrowed to it), and says how many.
+    fn give_back_on(
+        &self,
+        cg2: &Cgroup2,
+        unit: &str,
+        cgroup: &str,
+        cpus: &CpuSet,
+        originals: &BTreeMap<u32, CpuSet>,
+    ) {
+        let n = (self.give_back)(cg2, cgroup, cpus, originals);
+        if n > 0 {
+            tracing::info!(unit = %unit, tasks = n, "unit {unit}: the masks systemd left on CPUs {cpus} given back to {n} tasks");
+        }
+    }
+
     /// Widens the `cpuset.cpus` systemd left on `cgroup` (see
     /// [`Cgroup2::widen_left_cpus`]); one that could not have every CPU yet (a sibling
     /// still holds some) is widened again after each later undo.
-    fn widen(&self, cg2: &Cgroup2, unit: &str, cgroup: &str, was: &CpuSet) {
+    fn widen(
+        &self,
+        cg2: &Cgroup2,
+        unit: &str,
+        cgroup: &str,
+        was: &CpuSet,
+        originals: &BTreeMap<u32, CpuSet>,
+    ) {
         match cg2.widen_left_cpus(cgroup, was) {
             Ok(Some((now, every))) => {
                 if &now != was {
@@ -243,25 +265,33 @@ impl Holder {
                 if every {
                     w.remove(cgroup);
                 } else {
-                    w.insert(cgroup.to_string(), (unit.to_string(), now));
+                    let widened = super::Widened {
+                        unit: unit.to_string(),
+                        cpus: now,
+                        originals: originals.clone(),
+                    };
+                    w.insert(cgroup.to_string(), widened);
                 }
             }
             Ok(None) => {}
             Err(_) if !cg2.dir(cgroup).is_dir() => {}
+            // systemd turned the cpuset controller off for it: its parent's CPUs bind it.
+            Err(_) if !cg2.dir(cgroup).join("cpuset.cpus").exists() => {}
             Err(e) => {
                 tracing::warn!(unit = %unit, cpus = %was, error = %e, "unit {unit}: cpuset.cpus {was} that systemd left with AllowedCPUs= reset not widened: {e}");
             }
         }
     }
 
-    /// The cgroups widened short of every CPU, widened again now that a hold let go.
-    fn widen_again(&self, cg2: &Cgroup2) {
-        let todo: Vec<(String, (String, CpuSet))> = std::mem::take(&mut *self.widened.borrow_mut())
-            .into_iter()
-            .collect();
-        for (cgroup, (unit, was)) in todo {
+    /// The cgroups widened short of every CPU, widened again now that a hold let go,
+    /// and their tasks left on the narrower CPUs given their masks back (on Debian
+    /// 13's 6.12 they stayed there once systemd turned the unit's cpuset off: VM check
+    /// `isolate-two-rules-let-go`).
+    fn widen_again(&self, cg2: &Cgroup2, todo: BTreeMap<String, super::Widened>) {
+        for (cgroup, w) in todo {
             if cg2.dir(&cgroup).is_dir() {
-                self.widen(cg2, &unit, &cgroup, &was);
+                self.widen(cg2, &w.unit, &cgroup, &w.cpus, &w.originals);
+                self.give_back_on(cg2, &w.unit, &cgroup, &w.cpus, &w.originals);
             }
         }
     }

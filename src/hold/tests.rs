@@ -1601,6 +1601,13 @@ fn two_holds_let_go_at_once_both_give_back_their_masks_and_cpus() {
                 set("4-5"),
                 BTreeMap::from([(11, set("0-7"))])
             ),
+            // Widened to 0-5 only while md held 6-7: its tasks left there get their
+            // masks back again once md lets go.
+            (
+                "/system.slice/cron.service".to_string(),
+                set("0-5"),
+                BTreeMap::from([(11, set("0-7"))])
+            ),
             (
                 "/system.slice/md.service".to_string(),
                 set("6-7"),
