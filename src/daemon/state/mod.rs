@@ -225,6 +225,11 @@ impl Loaded {
     fn plan_cpus(&self, online: crate::cpuset::CpuSet) -> Cpus {
         Cpus::from_settings(online, &self.settings)
     }
+
+    /// The `[measure]` settings in force.
+    fn measure(&self) -> &crate::settings::MeasureSettings {
+        &self.settings.measure
+    }
 }
 
 /// When periodic work is due next; `None` = not due.
@@ -570,6 +575,11 @@ impl State {
     }
 
     /// The matrix in use, if any (placement falls back to sysfs without one).
+    /// The root the daemon reads `/proc` and `/sys` under.
+    fn root(&self) -> &SysRoot {
+        &self.cfg.sysroot
+    }
+
     pub fn matrix(&self) -> Option<&LatencyMatrix> {
         self.machine.current.as_ref()
     }
