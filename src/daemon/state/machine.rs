@@ -47,6 +47,11 @@ impl Machine {
         self.current.as_mut()
     }
 
+    /// The topology as read last.
+    pub(super) fn topology(&self) -> Option<&Topology> {
+        self.topology.as_ref()
+    }
+
     /// The domains as made last, without making them.
     pub(super) fn domains_made(&self) -> Option<&Domains> {
         self.domains.as_ref()

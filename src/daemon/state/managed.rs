@@ -91,6 +91,21 @@ impl Managed {
     }
 
     /// A manager for `online` CPUs with `settings`, acting through these operations.
+    /// The manager, once started.
+    pub(super) fn manager(&self) -> Option<&Manager> {
+        self.manager.as_ref()
+    }
+
+    /// The manager, once started, to act on.
+    pub(super) fn manager_mut(&mut self) -> Option<&mut Manager> {
+        self.manager.as_mut()
+    }
+
+    /// The plan in force, once the manager started.
+    pub(super) fn plan(&self) -> Option<&Plan> {
+        self.manager.as_ref().map(Manager::plan)
+    }
+
     pub(super) fn new_manager(&self, online: CpuSet, settings: &Settings) -> Manager {
         Manager::from_settings(
             self.ops.affinity.clone(),

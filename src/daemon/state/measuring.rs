@@ -176,8 +176,7 @@ impl State {
         cfg.priority = self.loaded.measure().spin_priority;
         let threads = self
             .managed
-            .manager
-            .as_ref()
+            .manager()
             .map(|m| m.latency_critical_threads())
             .unwrap_or_default();
         cfg.wake = WakeWatch::new(

@@ -226,6 +226,16 @@ impl Loaded {
         Cpus::from_settings(online, &self.settings)
     }
 
+    /// How often a process's memory may follow its CPUs (`[memory] follow-interval`).
+    fn follow_interval(&self) -> Duration {
+        self.settings.memory.follow_interval.0
+    }
+
+    /// What a rule does while a sched_ext scheduler runs (`[sched-ext] policy`).
+    fn sched_ext_policy(&self) -> crate::sched_ext::Policy {
+        self.settings.sched_ext.policy
+    }
+
     /// The `[measure]` settings in force.
     fn measure(&self) -> &crate::settings::MeasureSettings {
         &self.settings.measure

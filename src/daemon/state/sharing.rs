@@ -4,14 +4,20 @@
 //! file only holds them.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::time::Instant;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
+use crate::affinity::AffinityOps;
 use crate::cpuset::CpuSet;
 use crate::hold::{HoldReport, Want};
 use crate::irq::Moved;
-use crate::memory::follow::Outcome;
+use crate::memory::follow::{self, FollowJob, Outcome};
+use crate::metrics::MemoryCounters;
 use crate::plan::SchedExtStep;
 use crate::sched_ext::SchedExt;
+use crate::sysroot::SysRoot;
+
+use super::following;
 
 /// What the daemon changes beside thread masks.
 #[derive(Debug, Default)]
@@ -113,6 +119,102 @@ pub(super) struct Following {
     /// [`follow::MoveQueue`] runs them one at a time in this order, so the first is
     /// moving and the others wait.
     pub(super) queued: VecDeque<i32>,
+}
+
+impl Sharing {
+    /// Sets the idle limits of `idle_limits` and keeps kernel work off `kernel_away`
+    /// and the CPUs isolated for holds, giving back what is no longer held (`knobs.rs`);
+    /// `recheck` looks at the kernel threads again.
+    pub(super) fn sync_knobs(
+        &mut self,
+        root: &SysRoot,
+        ops: &dyn AffinityOps,
+        runtime_dir: &Path,
+        (idle_limits, kernel_away): (Vec<(u32, CpuSet)>, CpuSet),
+        recheck: bool,
+    ) {
+        let held = (idle_limits, kernel_away, self.holds.isolated_cpus());
+        self.knobs.sync(root, ops, runtime_dir, held, recheck);
+    }
+
+    /// What `Explain` says of the knobs set on `held`.
+    pub(super) fn knob_lines(&self, root: &SysRoot, held: &CpuSet) -> Vec<String> {
+        self.knobs.lines(root, held)
+    }
+
+    /// Moves IRQs off `wanted` and back from the CPUs no longer wanted (`irqs.rs`), and
+    /// tells irqbalance to keep off those and the CPUs isolated for holds; `recheck`
+    /// looks for an irqbalance started since it was last told.
+    pub(super) fn sync_irqs(
+        &mut self,
+        root: &SysRoot,
+        runtime_dir: &Path,
+        wanted: CpuSet,
+        online: &CpuSet,
+        recheck: bool,
+    ) {
+        self.irqs.sync(root, runtime_dir, wanted, online);
+        let banned = self.irqs.away.union(&self.holds.isolated_cpus());
+        self.irqs.tell_irqbalance(root, banned, recheck);
+    }
+
+    /// What to send the holder, when that changed or a hold is due to be tried again
+    /// (`holds.rs`).
+    pub(super) fn send_holds(&mut self, wants: Vec<Want>, now: Instant) -> Option<Vec<Want>> {
+        self.holds.sending(wants, now)
+    }
+
+    /// What the holder did; true when a unit's CPUs changed (`holds.rs`).
+    pub(super) fn holds_reported(&mut self, reports: Vec<HoldReport>) -> bool {
+        self.holds.reported(reports)
+    }
+
+    /// The processes whose hold is not made yet.
+    pub(super) fn unsettled(&self) -> BTreeSet<i32> {
+        self.holds.unsettled()
+    }
+
+    /// The `held:` line of `Explain` for `pid`.
+    pub(super) fn hold_line(&self, pid: u32) -> Option<String> {
+        self.holds.line(pid)
+    }
+
+    /// The memory-follow jobs to start now (`following.rs`).
+    pub(super) fn sync_follow(
+        &mut self,
+        now: following::Now<'_>,
+        counts: &mut MemoryCounters,
+    ) -> Vec<FollowJob> {
+        self.follow.sync(now, counts)
+    }
+
+    /// A memory-follow job ended.
+    pub(super) fn followed(&mut self, f: follow::Finished, counts: &mut MemoryCounters) {
+        self.follow.ended(f, counts);
+    }
+
+    /// The `memory follow:` line of `Explain` for `pid`.
+    pub(super) fn follow_line(&self, pid: i32, now: Instant, interval: Duration) -> String {
+        self.follow.line(pid, now, interval)
+    }
+
+    /// Whether `pid`'s memory follows its CPUs, as pinned at run time.
+    pub(super) fn set_follow(&mut self, pid: i32, follow: bool) {
+        self.follow.set_runtime(pid, follow);
+    }
+
+    /// The sched_ext scheduler running, as read last.
+    pub(super) fn sched_ext(&self) -> Option<&SchedExt> {
+        self.sched_ext.now.as_ref()
+    }
+
+    /// The sched_ext state read now, a change: what was warned of is forgotten.
+    pub(super) fn sched_ext_changed(&mut self, now: Option<SchedExt>) {
+        self.sched_ext = SchedExtKept {
+            now,
+            warned: BTreeSet::new(),
+        };
+    }
 }
 
 impl Following {
