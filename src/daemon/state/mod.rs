@@ -358,8 +358,8 @@ impl State {
         if self.cfg.sysroot.proc == std::path::Path::new(crate::sysroot::LIVE_PROC) {
             m.set_container_tasks(Some(crate::nri::ondisk::CONTAINERD_TASKS.into()));
         }
-        sharing::IrqsAway::recover(&self.cfg.sysroot, &self.cfg.runtime_dir);
-        sharing::KnobsKept::recover(
+        irqs::IrqsAway::recover(&self.cfg.sysroot, &self.cfg.runtime_dir);
+        knobs::KnobsKept::recover(
             &self.cfg.sysroot,
             self.managed.affinity().as_ref(),
             &self.cfg.runtime_dir,
