@@ -263,7 +263,8 @@ mod tests {
             remeasure_min_interval: Duration::ZERO,
             ..Timing::default()
         };
-        let mut s = State::new(cfg, settings, timing, Instant::now());
+        let ops = super::super::managed::Ops::fakes();
+        let mut s = State::with_ops(cfg, settings, timing, Instant::now(), ops);
         s.loaded.policy = LoadPolicy::unchecked();
         s
     }

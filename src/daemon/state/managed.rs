@@ -43,6 +43,17 @@ impl Ops {
     }
 }
 
+#[cfg(test)]
+impl Ops {
+    /// Fakes that see no real process and pin nothing (`FakeOps`, `FakeProcs`).
+    pub fn fakes() -> Ops {
+        Ops {
+            affinity: Arc::new(crate::affinity::FakeOps::new()),
+            procs: Arc::new(crate::watch::scan::FakeProcs::new()),
+        }
+    }
+}
+
 impl std::fmt::Debug for Ops {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Ops")
