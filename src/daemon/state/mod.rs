@@ -11,7 +11,9 @@
 //! `impl State` files named for the job: `commands.rs` (bus calls), `pinning.rs`
 //! (run-time pins), `measuring.rs` and `completing.rs` (measurement jobs),
 //! `sched_ext.rs` (a scheduler starting or stopping), `syncing.rs` (what follows a
-//! manager change).
+//! manager change). Those files call the parts' methods (`self.measurement.start_fill()`,
+//! `self.sharing.sync_irqs(..)`), handing each what it needs from the others; a part's
+//! fields are its own, each part type declared in the file that implements it.
 //!
 //! ```text
 //!   State ─┬─ loaded       settings and rules in force (reloads)
