@@ -72,17 +72,17 @@ impl State {
     fn reload_by_bus(&mut self) -> Reloaded {
         self.reload(ReloadCause::Bus);
         Reloaded {
-            rules: self.loaded.rules.rules.len() as u32,
+            rules: self.rules().len() as u32,
             errors: self.rule_errors(),
         }
     }
 
     /// The manager, for a call about process `pid` that exists.
     fn manager_for(&self, pid: u32) -> Result<&crate::manager::Manager, CommandError> {
-        if pid == 0 || !self.cfg.sysroot.proc_path(pid.to_string()).exists() {
+        if pid == 0 || !self.root().proc_path(pid.to_string()).exists() {
             return Err(CommandError::NoSuchProcess(pid));
         }
-        self.managed.manager.as_ref().ok_or(CommandError::Starting)
+        self.managed.manager().ok_or(CommandError::Starting)
     }
 
     /// `ExplainJson`'s memory: `null` for a caller who may not see it.
@@ -118,7 +118,7 @@ impl State {
         };
         let mut text = m.explain_for(pid as i32, caller_uid);
         let full = m.shows_all_to(pid as i32, caller_uid);
-        if let (true, Some(line)) = (full, self.sharing.holds.line(pid)) {
+        if let (true, Some(line)) = (full, self.sharing.hold_line(pid)) {
             text.push_str(&format!("held: {line}\n"));
         }
         // What only the boot gives the CPUs it holds (public: /proc/cmdline, sysfs).
@@ -131,7 +131,7 @@ impl State {
             false => Vec::new(),
         };
         if full {
-            for line in self.sharing.knobs.lines(&self.cfg.sysroot, &held) {
+            for line in self.sharing.knob_lines(&self.cfg.sysroot, &held) {
                 text.push_str(&format!("{line}\n"));
             }
         }

@@ -11,7 +11,6 @@ use std::time::Instant;
 
 use crate::cpuset::CpuSet;
 use crate::domains::{Domains, Trust};
-use crate::matrix::keep;
 use crate::measure::complete;
 
 use super::super::worker::{Job, JobError, JobKind, Product};
@@ -54,7 +53,7 @@ fn hierarchy_change(before: &[Vec<CpuSet>], after: &[Vec<CpuSet>]) -> String {
 impl State {
     /// The status words for completion: `""` for a fully measured matrix.
     pub(super) fn completion_words(&self) -> String {
-        let Some(m) = self.machine.current.as_ref().filter(|m| m.sparse.is_some()) else {
+        let Some(m) = self.matrix().filter(|m| m.sparse.is_some()) else {
             return String::new();
         };
         let (measured, total) = complete::measured_share(m);
@@ -66,12 +65,7 @@ impl State {
                 100.0 * measured as f64 / total.max(1) as f64
             )
         };
-        let finding = self.measurement.completing.contradicted.as_ref().or(self
-            .measurement
-            .completing
-            .corrected
-            .as_ref());
-        if let Some(f) = finding {
+        if let Some(f) = self.measurement.completion_finding() {
             // The whole finding is in the log; the status line stays short.
             let short: String = f.chars().take(160).collect();
             words.push_str(&format!(
@@ -87,10 +81,7 @@ impl State {
     /// with a CPU measurements stay off (exclusive, latency-critical, never-cpus,
     /// nohz_full) are left for later; isolated CPUs are not in the matrix's usable set.
     pub(super) fn complete_due(&mut self, now: Instant) {
-        if self.measurement.completing.job.is_some()
-            || self.measurement.schedule.running().is_some()
-            || self.measurement.completing.next.is_some_and(|t| now < t)
-        {
+        if !self.measurement.slice_may_start(now) {
             return;
         }
         let Some(m) = &self.machine.current else {
@@ -118,16 +109,16 @@ impl State {
         let off = self.around().cpus().union(&unusable);
         let rounds = complete::pick(
             &pending,
-            self.loaded.settings.measure.complete_slice as usize,
+            self.loaded.measure().complete_slice as usize,
             &off,
         );
-        let pause = self.loaded.settings.measure.complete_pause.0;
+        let pause = self.loaded.measure().complete_pause.0;
         if rounds.is_empty() {
             tracing::debug!(
                 pending = pending.len(),
                 "every pending pair has a CPU measurements stay off; completion waits"
             );
-            self.measurement.completing.next = Some(now + pause);
+            self.measurement.complete_after(now + pause);
             return;
         }
         let pairs: Vec<(u32, u32)> = rounds.iter().flatten().copied().collect();
@@ -136,15 +127,8 @@ impl State {
             .filter_map(|&(a, b)| m.between(a, b).map(|v| ((a, b), v)))
             .collect();
         let cpus: CpuSet = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
-        let budget = keep::fill_budget(
-            self.measurement.timing.full_budget,
-            pairs.len(),
-            m.len(),
-            self.measurement.timing.probe_budget,
-        );
-        let id = self.measurement.schedule.alloc();
-        self.measurement.schedule.started(id, false);
-        self.measurement.completing.job = Some(id);
+        let budget = self.measurement.fill_budget(pairs.len(), m.len());
+        let id = self.measurement.start_slice();
         tracing::debug!(
             job = id,
             pairs = pairs.len(),
@@ -165,9 +149,8 @@ impl State {
     /// that could not run (busy CPUs, a latency-critical thread woke) is tried again
     /// after the pause.
     pub(super) fn slice_ended(&mut self, id: u64, result: Result<Product, JobError>) {
-        self.measurement.completing.job = None;
-        self.measurement.completing.next =
-            Some(Instant::now() + self.loaded.settings.measure.complete_pause.0);
+        self.measurement
+            .slice_done(Instant::now() + self.loaded.measure().complete_pause.0);
         let (slice, stats) = match result {
             Ok(Product::Completed { slice, stats }) => (slice, stats),
             Ok(_) => {
@@ -182,10 +165,10 @@ impl State {
                 return;
             }
         };
-        let Some(mut m) = self.machine.current.clone() else {
+        let Some(mut m) = self.matrix().cloned() else {
             return;
         };
-        let before = self.machine.domains.as_ref().map(groups);
+        let before = self.machine.domains_made().map(groups);
         let corrections = complete::apply(&mut m, &slice.figures, &stats);
         let left = complete::pending(&m).len();
         self.machine.store_matrix(id, &m);
@@ -195,7 +178,7 @@ impl State {
         if let Some(c) = complete::describe(&corrections, complete::AGREE) {
             let f = format!("completion corrected the sparse map: {c}");
             tracing::info!(job = id, finding = %f, "{f}");
-            self.measurement.completing.corrected = Some(f);
+            self.measurement.corrected(f);
         }
         if let (Some(b), Some(a)) = (&before, &after) {
             if b != a {
@@ -209,7 +192,7 @@ impl State {
                 };
                 let f = format!("completion contradicts the sparse map: {change}");
                 tracing::warn!(job = id, finding = %f, "{f}; planning again");
-                self.measurement.completing.contradicted = Some(f);
+                self.measurement.contradicted(f);
                 self.matrix_changed();
             }
         }
@@ -280,7 +263,8 @@ mod tests {
             remeasure_min_interval: Duration::ZERO,
             ..Timing::default()
         };
-        let mut s = State::new(cfg, settings, timing, Instant::now());
+        let ops = super::super::managed::Ops::fakes();
+        let mut s = State::with_ops(cfg, settings, timing, Instant::now(), ops);
         s.loaded.policy = LoadPolicy::unchecked();
         s
     }

@@ -5,7 +5,7 @@
 //! `memory.follow-interval`, and what each job did (explain, log, metrics). Handed the
 //! manager, the topology and the settings; imports nothing of the state.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::cpuset::CpuSet;
@@ -16,7 +16,43 @@ use crate::settings::Settings;
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 
-use super::sharing::Following;
+/// One process whose memory follows its CPUs.
+#[derive(Debug, Default)]
+pub(super) struct Entry {
+    /// The nodes its memory was last moved to (or found on); empty: not yet.
+    pub(super) done_for: BTreeSet<u32>,
+    /// A job runs for it now, towards these nodes.
+    pub(super) running: Option<BTreeSet<u32>>,
+    /// When its last job ended.
+    pub(super) last_at: Option<Instant>,
+    /// What its last job did.
+    pub(super) last: Option<Outcome>,
+    /// Its CPUs moved to these nodes, and the interval holds the next job back.
+    pub(super) waiting: Option<BTreeSet<u32>>,
+}
+
+/// Every following process.
+#[derive(Debug, Default)]
+pub(super) struct Following {
+    pub(super) entries: BTreeMap<i32, Entry>,
+    /// Processes pinned at run time with `memory = "follow"`.
+    pub(super) runtime: BTreeSet<i32>,
+    /// The processes whose jobs are queued, in the order they were queued: the shell's
+    /// [`follow::MoveQueue`] runs them one at a time in this order, so the first is
+    /// moving and the others wait.
+    pub(super) queued: VecDeque<i32>,
+}
+
+impl Following {
+    /// Whether the memory of `pid`, pinned at run time, follows its CPUs.
+    pub(super) fn set_runtime(&mut self, pid: i32, follow: bool) {
+        if follow {
+            self.runtime.insert(pid);
+        } else {
+            self.runtime.remove(&pid);
+        }
+    }
+}
 
 /// What [`Following::sync`] reads: the manager, the machine and the settings now.
 pub(super) struct Now<'a> {

@@ -5,9 +5,74 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use crate::cpuset::CpuSet;
 use crate::hold::{HoldReport, Want};
 
-use super::sharing::Holds;
+/// What the daemon asked the holder for and what it said.
+#[derive(Debug, Default)]
+pub(super) struct Holds {
+    /// The wants last sent; `None` before the first.
+    pub(super) sent: Option<Vec<Want>>,
+    /// The holder's last report per managed pid.
+    pub(super) reports: BTreeMap<u32, HoldReport>,
+    /// Problems already logged (rule, pid, line): said once, not at every report.
+    pub(super) logged: BTreeSet<(String, u32, String)>,
+    /// While a hold has a problem, the same wants are sent again from then on (a unit
+    /// not found yet, systemd not reachable yet).
+    pub(super) retry_at: Option<Instant>,
+    /// CPUs the kernel kept isolated after a partition was released (the holder's
+    /// lines), for `status` and `explain`.
+    pub(super) notes: Vec<String>,
+}
+
+impl Holds {
+    /// The CPUs isolated for holds now (the holder's last reports).
+    pub(super) fn isolated_cpus(&self) -> CpuSet {
+        self.reports
+            .values()
+            .filter(|r| r.isolated)
+            .fold(CpuSet::new(), |a, r| a.union(&r.cpus))
+    }
+
+    /// For `status`: units confined, CPUs isolated, holds refused.
+    pub(super) fn summary(&self) -> Option<String> {
+        if self.reports.is_empty() {
+            return (!self.notes.is_empty()).then(|| self.notes.join("; "));
+        }
+        let confined = self.reports.values().filter(|r| r.confined).count();
+        let isolated = self.isolated_cpus();
+        let mut s = format!("{} confined", crate::words::count(confined, "unit"));
+        if !isolated.is_empty() {
+            s.push_str(&format!(", CPUs {isolated} isolated"));
+        }
+        // Each distinct reason once, by rule: what `check` and the log say, no pids.
+        let problems: std::collections::BTreeSet<String> = self
+            .reports
+            .values()
+            .filter(|r| r.problem.is_some())
+            .map(|r| {
+                let line = r.line();
+                format!("rule {}: {line}", r.rule)
+            })
+            .collect();
+        for p in problems.iter().chain(self.notes.iter()) {
+            s.push_str(&format!("; {p}"));
+        }
+        Some(s)
+    }
+
+    /// The hold line for `explain`: what is held for `pid` and how, or why not, and
+    /// what the kernel kept isolated after a release.
+    pub(super) fn line(&self, pid: u32) -> Option<String> {
+        self.reports.get(&pid).map(|r| {
+            let mut line = r.line();
+            for n in &self.notes {
+                line.push_str(&format!("; {n}"));
+            }
+            line
+        })
+    }
+}
 
 /// How often holds that could not be made are tried again.
 pub(super) const HOLD_RETRY: Duration = Duration::from_secs(30);

@@ -4,13 +4,28 @@
 //! and the CPUs isolated for holds, told again when irqbalance restarts). Handed
 //! the root, the runtime directory and the CPUs; imports nothing of the state.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::cpuset::CpuSet;
-use crate::irq;
+use crate::irq::{self, Moved};
 use crate::sysroot::SysRoot;
 
-use super::sharing::IrqsAway;
+/// What the daemon has done to interrupts.
+#[derive(Debug, Default)]
+pub(super) struct IrqsAway {
+    /// The CPUs IRQs were moved off.
+    pub(super) away: CpuSet,
+    /// The IRQs moved, with their masks before (restored when the CPUs are let go).
+    pub(super) moved: Vec<Moved>,
+    /// IRQs already reported as unmovable: said once, not retried in a loop.
+    pub(super) reported: BTreeSet<u32>,
+    /// The CPUs irqbalance is to keep IRQs off: those of `irqs = "away"` rules and those
+    /// isolated for holds (it reads only the boot's isolated CPUs by itself).
+    pub(super) banned: CpuSet,
+    /// The irqbalance told and what it was told; told again when either changes.
+    pub(super) told: Option<(i32, CpuSet)>,
+}
 
 impl IrqsAway {
     /// At start: gives back what a previous run that died left moved.

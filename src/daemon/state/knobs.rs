@@ -5,6 +5,7 @@
 //! the affinity seam, the runtime directory and what is held; imports nothing of the
 //! state.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 
 use crate::affinity::AffinityOps;
@@ -12,7 +13,21 @@ use crate::cpuset::CpuSet;
 use crate::knobs::{self, idle, kthreads, Io, Journal, Knobs};
 use crate::sysroot::SysRoot;
 
-use super::sharing::{HeldNow, KnobsKept};
+/// What the knobs are set for: each `idle-limit-us` rule's limit and CPUs, the CPUs
+/// kernel work keeps off, the CPUs isolated for holds.
+pub(super) type HeldNow = (Vec<(u32, CpuSet)>, CpuSet, CpuSet);
+
+/// What the daemon set beside thread masks while CPUs are held (`knobs`).
+#[derive(Debug, Default)]
+pub(super) struct KnobsKept {
+    pub(super) knobs: crate::knobs::Knobs,
+    /// What the last sync was for: the idle limits of the CPUs held, the CPUs kernel work
+    /// keeps off, the CPUs isolated for holds.
+    pub(super) for_: Option<HeldNow>,
+    /// What was said once and not again while it stays: CPUs without a resume-latency
+    /// file, masks left alone.
+    pub(super) said: BTreeSet<String>,
+}
 
 impl KnobsKept {
     /// At start: gives back what a previous run that died left set.

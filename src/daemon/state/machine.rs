@@ -42,6 +42,26 @@ pub(super) struct Machine {
 }
 
 impl Machine {
+    /// The matrix in use, to change in place.
+    pub(super) fn matrix_mut(&mut self) -> Option<&mut LatencyMatrix> {
+        self.current.as_mut()
+    }
+
+    /// The topology as read last.
+    pub(super) fn topology(&self) -> Option<&Topology> {
+        self.topology.as_ref()
+    }
+
+    /// The domains as made last, without making them.
+    pub(super) fn domains_made(&self) -> Option<&Domains> {
+        self.domains.as_ref()
+    }
+
+    /// The fingerprint of this machine as read last, in hex.
+    pub(super) fn fingerprint_hex(&self) -> Option<String> {
+        self.fingerprint.as_ref().map(|f| f.hex.clone())
+    }
+
     /// Saves job `id`'s matrix in the store, keeping its earlier files; a failure is
     /// logged, and the matrix stays in use.
     pub(super) fn store_matrix(&self, id: u64, matrix: &LatencyMatrix) {

@@ -43,6 +43,17 @@ impl Ops {
     }
 }
 
+#[cfg(test)]
+impl Ops {
+    /// Fakes that see no real process and pin nothing (`FakeOps`, `FakeProcs`).
+    pub fn fakes() -> Ops {
+        Ops {
+            affinity: Arc::new(crate::affinity::FakeOps::new()),
+            procs: Arc::new(crate::watch::scan::FakeProcs::new()),
+        }
+    }
+}
+
 impl std::fmt::Debug for Ops {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Ops")
@@ -91,6 +102,21 @@ impl Managed {
     }
 
     /// A manager for `online` CPUs with `settings`, acting through these operations.
+    /// The manager, once started.
+    pub(super) fn manager(&self) -> Option<&Manager> {
+        self.manager.as_ref()
+    }
+
+    /// The manager, once started, to act on.
+    pub(super) fn manager_mut(&mut self) -> Option<&mut Manager> {
+        self.manager.as_mut()
+    }
+
+    /// The plan in force, once the manager started.
+    pub(super) fn plan(&self) -> Option<&Plan> {
+        self.manager.as_ref().map(Manager::plan)
+    }
+
     pub(super) fn new_manager(&self, online: CpuSet, settings: &Settings) -> Manager {
         Manager::from_settings(
             self.ops.affinity.clone(),

@@ -11,7 +11,7 @@ use crate::cpuset::CpuSet;
 use crate::matrix::keep;
 use crate::matrix::{LatencyMatrix, Stability, Verdict};
 use crate::measure::around::{self, Around, WakeWatch};
-use crate::measure::{self, LoadGuard, MeasureConfig};
+use crate::measure::{self, MeasureConfig};
 
 use super::super::schedule::Remeasure;
 use super::super::worker::{Finished, Job, JobKind, Product};
@@ -56,18 +56,12 @@ impl State {
         let off = self.around().pairs_off(&missing);
         let missing: Vec<(u32, u32)> = missing.into_iter().filter(|p| !off.contains(p)).collect();
         let n = self.machine.usable().len();
-        if self.measurement.schedule.running().is_some() || !keep::worth_filling(missing.len(), n) {
+        if self.measurement.busy() || !keep::worth_filling(missing.len(), n) {
             return false;
         }
-        let budget = keep::fill_budget(
-            self.measurement.timing.full_budget,
-            missing.len(),
-            n,
-            self.measurement.timing.probe_budget,
-        );
+        let budget = self.measurement.fill_budget(missing.len(), n);
         let cpus: CpuSet = missing.iter().flat_map(|&(a, b)| [a, b]).collect();
-        let id = self.measurement.schedule.alloc();
-        self.measurement.schedule.started_fill(id);
+        let id = self.measurement.start_fill();
         tracing::info!(
             job = id,
             pairs = missing.len(),
@@ -112,16 +106,13 @@ impl State {
             }
         }
         tracing::info!("pairs still missing; measuring the full matrix");
-        self.measurement.schedule.queue_full();
+        self.measurement.queue_full();
     }
 
     /// `Remeasure`: joins a running or promised full measurement, or the previous call's
     /// job when it came less than `remeasure_min_interval` ago; else starts one.
     pub(super) fn remeasure(&mut self, now: Instant) -> u64 {
-        let r = self
-            .measurement
-            .schedule
-            .remeasure(now, self.measurement.timing.remeasure_min_interval);
+        let r = self.measurement.remeasure(now);
         self.follow(r)
     }
 
@@ -141,7 +132,7 @@ impl State {
                     "{summary} (job {job}, asked for {} s ago by an earlier call: a new \
                      measurement starts at most every {} s, limits.remeasure-min-interval)",
                     asked_ago.as_secs(),
-                    self.measurement.timing.remeasure_min_interval.as_secs()
+                    self.measurement.remeasure_min_interval().as_secs()
                 );
                 self.actions.push(Action::Emit(Signal::MeasurementFinished {
                     job,
@@ -163,16 +154,13 @@ impl State {
         self.machine.current = None;
         let missing = self.machine.load_stored_matrix();
         self.machine.refresh_domains();
-        if self.machine.current.is_none() && !self.start_fill(missing) {
-            if let Some(r) = self.measurement.schedule.running().filter(|r| r.full) {
+        if self.matrix().is_none() && !self.start_fill(missing) {
+            if let Some(r) = self.measurement.running_full() {
                 // It measures the old CPUs; measure again once it ends.
-                self.measurement.schedule.queue_full();
+                self.measurement.queue_full();
                 tracing::info!(job = r.id, "measurement in flight (job {}) predates the change; measuring again once it ends", r.id);
             } else {
-                let r = self
-                    .measurement
-                    .schedule
-                    .full_wanted(now, self.measurement.timing.remeasure_min_interval);
+                let r = self.measurement.full_wanted(now);
                 self.follow(r);
             }
         }
@@ -182,22 +170,17 @@ impl State {
     pub(super) fn measure_config(&self, cpus: CpuSet, budget: Duration) -> MeasureConfig {
         let mut cfg = MeasureConfig::new(cpus);
         cfg.budget = budget;
-        cfg.guard = LoadGuard {
-            min_idle: self.measurement.timing.min_idle,
-            set_by: "measure.idle-threshold",
-            ..LoadGuard::default()
-        };
-        cfg.fingerprint = self.machine.fingerprint.as_ref().map(|f| f.hex.clone());
-        cfg.root = self.cfg.sysroot.clone();
-        cfg.priority = self.loaded.settings.measure.spin_priority;
+        cfg.guard = self.measurement.load_guard();
+        cfg.fingerprint = self.machine.fingerprint_hex();
+        cfg.root = self.root().clone();
+        cfg.priority = self.loaded.measure().spin_priority;
         let threads = self
             .managed
-            .manager
-            .as_ref()
+            .manager()
             .map(|m| m.latency_critical_threads())
             .unwrap_or_default();
         cfg.wake = WakeWatch::new(
-            self.cfg.sysroot.clone(),
+            self.root().clone(),
             threads.into_iter().map(|(w, _)| w).collect(),
         );
         cfg
@@ -222,11 +205,8 @@ impl State {
                 a.add(&cpus, format!("latency-critical rule {rule:?}"));
             }
         }
-        a.add(
-            &self.loaded.settings.measure.never_cpus,
-            "measure.never-cpus",
-        );
-        let (nohz, err) = around::nohz_full(&self.cfg.sysroot);
+        a.add(&self.loaded.measure().never_cpus, "measure.never-cpus");
+        let (nohz, err) = around::nohz_full(self.root());
         if let Some(e) = err {
             tracing::warn!(error = %e, "cannot read the CPUs excluded from housekeeping: {e}");
         }
@@ -238,7 +218,7 @@ impl State {
     /// keeping the earlier cells (if any) and saying so. Not a failure: nothing is
     /// wrong, there is only nothing to measure, and nothing asks again by itself.
     fn nothing_to_measure(&mut self, id: u64, measurable: &CpuSet, a: &Around) {
-        self.measurement.schedule.finished(id);
+        self.measurement.finished(id);
         let usable = self.machine.usable();
         let off = usable.intersection(&a.cpus());
         let left = if measurable.is_empty() {
@@ -267,27 +247,25 @@ impl State {
         }
         tracing::info!(job = id, %summary, "measurement finished (job {id}): {summary}");
         self.measurement.last_failure = None;
-        self.measurement
-            .schedule
-            .full_ended(id, true, summary.clone());
+        self.measurement.full_ended(id, true, summary.clone());
         self.actions.push(Action::Emit(Signal::MeasurementFinished {
             job: id,
             ok: true,
             summary,
         }));
-        if let Some(next) = self.measurement.schedule.take_queued() {
+        if let Some(next) = self.measurement.take_queued() {
             self.launch_full(next);
         }
     }
 
     pub(super) fn start_full(&mut self) -> u64 {
-        let id = self.measurement.schedule.alloc();
+        let id = self.measurement.alloc();
         self.launch_full(id);
         id
     }
 
     pub(super) fn launch_full(&mut self, id: u64) {
-        self.measurement.schedule.started(id, true);
+        self.measurement.started_full(id);
         let a = self.around();
         let cpus = a.measurable(&self.machine.usable());
         if cpus.len() < 2 {
@@ -299,17 +277,17 @@ impl State {
             tracing::info!(job = id, around = %a.reason(&self.machine.usable()), "measuring around CPUs others hold (job {id}): {}", a.reason(&self.machine.usable()));
         }
         self.measurement.measuring_around = Some(a);
-        let budget = self.measurement.timing.full_budget.as_secs_f64();
+        let budget = self.measurement.full_budget().as_secs_f64();
         tracing::info!(
             job = id, %cpus, budget_s = budget,
             "starting a full measurement (job {id}) of CPUs {cpus}, at most {budget:.1} s"
         );
-        let mut cfg = self.measure_config(cpus, self.measurement.timing.full_budget);
+        let mut cfg = self.measure_config(cpus, self.measurement.full_budget());
         // Sparse from `measure.sparse-from-cpus` CPUs on, also after drift; completed
         // in the background afterwards (see `completing.rs`).
         cfg.mode = measure::Mode::default_for(
             cfg.cpus.len(),
-            self.loaded.settings.measure.sparse_from_cpus as usize,
+            self.loaded.measure().sparse_from_cpus as usize,
         );
         self.actions.push(Action::Measure(Box::new(Job {
             id,
@@ -328,29 +306,26 @@ impl State {
             // inference error as drift.
             return;
         }
-        let mut pairs = measure::probe_sample(cur, self.measurement.timing.probe_pairs);
+        let mut pairs = self.measurement.probe_sample(cur);
         let off = self.around().pairs_off(&pairs);
         pairs.retain(|p| !off.contains(p));
         if pairs.is_empty() {
             return;
         }
         let cpus: CpuSet = pairs.iter().flat_map(|&(a, b)| [a, b]).collect();
-        let id = self.measurement.schedule.alloc();
-        self.measurement.schedule.started(id, false);
+        let id = self.measurement.start_probe();
         tracing::debug!(job = id, pairs = pairs.len(), "drift probe");
-        let cfg = self.measure_config(cpus, self.measurement.timing.probe_budget);
+        let budget = self.measurement.probe_budget();
+        let cfg = self.measure_config(cpus, budget);
         self.actions.push(Action::Measure(Box::new(Job {
             id,
-            kind: JobKind::Drift {
-                pairs,
-                budget: self.measurement.timing.probe_budget,
-            },
+            kind: JobKind::Drift { pairs, budget },
             cfg,
         })));
     }
 
     pub(super) fn measured(&mut self, outcome: Finished) {
-        let Some(running) = self.measurement.schedule.finished(outcome.id) else {
+        let Some(running) = self.measurement.finished(outcome.id) else {
             tracing::warn!(
                 job = outcome.id,
                 "result of job {}, which is not running; ignored",
@@ -358,9 +333,9 @@ impl State {
             );
             return;
         };
-        if self.measurement.completing.is_slice(running.id) {
+        if self.measurement.is_slice(running.id) {
             self.slice_ended(running.id, outcome.result);
-            if let Some(id) = self.measurement.schedule.take_queued() {
+            if let Some(id) = self.measurement.take_queued() {
                 self.launch_full(id);
             }
             self.status();
@@ -375,10 +350,8 @@ impl State {
             (false, Ok(Product::Probes(probes))) if running.fill => self.filled(&probes),
             (false, Ok(Product::Probes(probes))) => {
                 let drift = self
-                    .machine
-                    .current
-                    .as_ref()
-                    .map(|m| measure::drift(m, &probes, self.measurement.timing.drift_tolerance))
+                    .matrix()
+                    .map(|m| self.measurement.drift(m, &probes))
                     .unwrap_or_default();
                 if drift.is_empty() {
                     tracing::debug!(pairs = probes.len(), "drift probe: no drift");
@@ -391,7 +364,7 @@ impl State {
                         .collect();
                     tracing::info!(moved = %moved.join(", "), "drift found ({}); measuring the full matrix", moved.join(", "));
                     self.unstable_after_drift(running.id, &probes, &drift);
-                    self.measurement.schedule.queue_full();
+                    self.measurement.queue_full();
                 }
             }
             (false, Ok(_)) => {
@@ -405,7 +378,7 @@ impl State {
                 tracing::warn!(job = running.id, error = %e, "drift probe failed (job {}): {e}", running.id)
             }
         }
-        if let Some(id) = self.measurement.schedule.take_queued() {
+        if let Some(id) = self.measurement.take_queued() {
             self.launch_full(id);
         }
         self.status();
@@ -421,14 +394,9 @@ impl State {
         probes: &[measure::Probe],
         drift: &[measure::Drift],
     ) {
-        let soon = self
-            .measurement
-            .timing
-            .drift_every
-            .unwrap_or(Duration::from_secs(1800))
-            * 2;
+        let soon = self.measurement.drift_soon();
         let now_us = measure::now_us();
-        let Some(m) = self.machine.current.as_mut() else {
+        let Some(m) = self.machine.matrix_mut() else {
             return;
         };
         let Some(age) = m.measured_at_us.map(|at| now_us.saturating_sub(at)) else {
@@ -445,7 +413,7 @@ impl State {
             repeated: probes.iter().filter(|p| p.estimate_ns.is_some()).count(),
             disagreeing: drift.len(),
             nearest_moved: 0,
-            tolerance: self.measurement.timing.drift_tolerance,
+            tolerance: self.measurement.drift_tolerance(),
             bound: 0.0,
             verdict: Verdict::Unstable,
             vm,
@@ -467,7 +435,7 @@ impl State {
     }
 
     pub(super) fn full_done(&mut self, id: u64, matrix: LatencyMatrix) {
-        let matrix = match self.measurement.measuring_around.take() {
+        let matrix = match self.measurement.take_around() {
             Some(a) if !a.is_empty() => around::keep(
                 Some(&matrix),
                 self.machine.earlier_matrix().as_ref(),
@@ -501,9 +469,7 @@ impl State {
         self.measurement.last_failure = None;
         self.machine.current = Some(matrix);
         self.matrix_changed();
-        self.measurement
-            .schedule
-            .full_ended(id, true, summary.clone());
+        self.measurement.full_ended(id, true, summary.clone());
         self.actions.push(Action::Emit(Signal::MeasurementFinished {
             job: id,
             ok: true,
@@ -514,7 +480,7 @@ impl State {
     pub(super) fn full_failed(&mut self, id: u64, why: String) {
         self.measurement.measuring_around = None;
         tracing::warn!(job = id, error = %why, "measurement failed (job {id}): {why}");
-        self.measurement.schedule.full_ended(id, false, why.clone());
+        self.measurement.full_ended(id, false, why.clone());
         self.actions.push(Action::Emit(Signal::MeasurementFinished {
             job: id,
             ok: false,

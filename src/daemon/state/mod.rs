@@ -11,7 +11,9 @@
 //! `impl State` files named for the job: `commands.rs` (bus calls), `pinning.rs`
 //! (run-time pins), `measuring.rs` and `completing.rs` (measurement jobs),
 //! `sched_ext.rs` (a scheduler starting or stopping), `syncing.rs` (what follows a
-//! manager change).
+//! manager change). Those files call the parts' methods (`self.measurement.start_fill()`,
+//! `self.sharing.sync_irqs(..)`), handing each what it needs from the others; a part's
+//! fields are its own, each part type declared in the file that implements it.
 //!
 //! ```text
 //!   State ─┬─ loaded       settings and rules in force (reloads)
@@ -225,6 +227,21 @@ impl Loaded {
     fn plan_cpus(&self, online: crate::cpuset::CpuSet) -> Cpus {
         Cpus::from_settings(online, &self.settings)
     }
+
+    /// How often a process's memory may follow its CPUs (`[memory] follow-interval`).
+    fn follow_interval(&self) -> Duration {
+        self.settings.memory.follow_interval.0
+    }
+
+    /// What a rule does while a sched_ext scheduler runs (`[sched-ext] policy`).
+    fn sched_ext_policy(&self) -> crate::sched_ext::Policy {
+        self.settings.sched_ext.policy
+    }
+
+    /// The `[measure]` settings in force.
+    fn measure(&self) -> &crate::settings::MeasureSettings {
+        &self.settings.measure
+    }
 }
 
 /// When periodic work is due next; `None` = not due.
@@ -343,8 +360,8 @@ impl State {
         if self.cfg.sysroot.proc == std::path::Path::new(crate::sysroot::LIVE_PROC) {
             m.set_container_tasks(Some(crate::nri::ondisk::CONTAINERD_TASKS.into()));
         }
-        sharing::IrqsAway::recover(&self.cfg.sysroot, &self.cfg.runtime_dir);
-        sharing::KnobsKept::recover(
+        irqs::IrqsAway::recover(&self.cfg.sysroot, &self.cfg.runtime_dir);
+        knobs::KnobsKept::recover(
             &self.cfg.sysroot,
             self.managed.affinity().as_ref(),
             &self.cfg.runtime_dir,
@@ -570,6 +587,11 @@ impl State {
     }
 
     /// The matrix in use, if any (placement falls back to sysfs without one).
+    /// The root the daemon reads `/proc` and `/sys` under.
+    fn root(&self) -> &SysRoot {
+        &self.cfg.sysroot
+    }
+
     pub fn matrix(&self) -> Option<&LatencyMatrix> {
         self.machine.current.as_ref()
     }

@@ -25,15 +25,11 @@ impl State {
         self.check_owner(pid, for_owner)?;
         let request = self.resolve_place(&place)?;
         let rule_follows = matches!(&place, PlaceSpec::Rule(name)
-            if self.loaded.rules.rules.get(name).is_some_and(|r| r.memory_follow));
+            if self.rules().get(name).is_some_and(|r| r.memory_follow));
         let follow = follow.map(|f| f || rule_follows);
         let pid_i = i32::try_from(pid).map_err(|_| CommandError::NoSuchProcess(pid))?;
         let cpus = self.runtime_cpus(&request, |source| CommandError::Pin { pid, source })?;
-        let m = self
-            .managed
-            .manager
-            .as_mut()
-            .ok_or(CommandError::Starting)?;
+        let m = self.managed.manager_mut().ok_or(CommandError::Starting)?;
         let mut changes = m
             .pin_with(pid_i, &cpus, sched)
             .map_err(|e| CommandError::from_manager(pid, e))?;
@@ -45,7 +41,7 @@ impl State {
         };
         tracing::info!(pid, %cpus, memory, "pid {pid} pinned at run time to CPUs {cpus}{said}");
         if let Some(follow) = follow {
-            self.sharing.follow.set_runtime(pid_i, follow);
+            self.sharing.set_follow(pid_i, follow);
         }
         self.after_manager(changes);
         Ok(cpus)
@@ -56,11 +52,7 @@ impl State {
         let ReleaseRequest { pid, for_owner } = release;
         self.check_owner(pid, for_owner)?;
         let pid_i = i32::try_from(pid).map_err(|_| CommandError::NotManaged(pid))?;
-        let m = self
-            .managed
-            .manager
-            .as_mut()
-            .ok_or(CommandError::Starting)?;
+        let m = self.managed.manager_mut().ok_or(CommandError::Starting)?;
         let mut changes = m
             .unpin(pid_i)
             .map_err(|e| CommandError::from_manager(pid, e))?;
@@ -97,11 +89,7 @@ impl State {
 
     /// The real uid of process `pid`.
     pub(super) fn owner(&self, pid: u32) -> Result<u32, CommandError> {
-        let m = self
-            .managed
-            .manager
-            .as_ref()
-            .ok_or(CommandError::Starting)?;
+        let m = self.managed.manager().ok_or(CommandError::Starting)?;
         i32::try_from(pid)
             .ok()
             .filter(|&p| p > 0)
@@ -115,7 +103,7 @@ impl State {
     fn resolve_place(&self, place: &PlaceSpec) -> Result<PlacementRequest, CommandError> {
         let mut request = match place {
             PlaceSpec::Rule(name) => {
-                let rule = self.loaded.rules.rules.get(name).ok_or_else(|| {
+                let rule = self.rules().get(name).ok_or_else(|| {
                     CommandError::NoRule(format!("no loaded rule is named {name:?}"))
                 })?;
                 rule.place_request()
@@ -154,23 +142,15 @@ impl State {
         refused: impl FnOnce(crate::plan::PinError) -> CommandError,
     ) -> Result<CpuSet, CommandError> {
         self.machine.domains()?;
-        let m = self
-            .managed
-            .manager
-            .as_ref()
-            .ok_or(CommandError::Starting)?;
+        let m = self.managed.manager().ok_or(CommandError::Starting)?;
         if request.shape.is_empty() {
-            let d = self.machine.domains.as_ref().map(|d| d as &dyn Choose);
+            let d = self.machine.domains_made().map(|d| d as &dyn Choose);
             return m.plan().pin(request, d).map_err(refused);
         }
         // `core-type`, `prefer`, `near`: the machine's facts and the device, now.
         let (facts, devices) = self.shaping_inputs(request.shape.near.as_deref());
         let facts = facts.ok_or(CommandError::Starting)?;
-        let domains = self
-            .machine
-            .domains
-            .as_ref()
-            .ok_or(CommandError::Starting)?;
+        let domains = self.machine.domains_made().ok_or(CommandError::Starting)?;
         let shaper = Shaper {
             domains,
             facts: &facts,

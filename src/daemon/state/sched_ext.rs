@@ -2,8 +2,6 @@
 //! and on every rescan tick), handed to every plan the daemon makes (`plan::making`
 //! applies the `[sched-ext] policy` while one runs), and what that did, logged. Split from `state/mod.rs`; same state, same loop.
 
-use std::collections::BTreeSet;
-
 use crate::manager;
 use crate::sched_ext::{self, SchedExt};
 
@@ -21,10 +19,10 @@ impl State {
                 return;
             }
         };
-        if now == self.sharing.sched_ext.now {
+        if now.as_ref() == self.sharing.sched_ext() {
             return;
         }
-        let policy = self.loaded.settings.sched_ext.policy;
+        let policy = self.loaded.sched_ext_policy();
         match &now {
             Some(s) => tracing::warn!(
                 scheduler = %s.ops, state = %s.state, %policy,
@@ -34,11 +32,8 @@ impl State {
             ),
             None => tracing::info!("no sched_ext scheduler runs any more"),
         }
-        self.sharing.sched_ext = super::sharing::SchedExtKept {
-            now,
-            warned: BTreeSet::new(),
-        };
-        if self.managed.manager.is_some() {
+        self.sharing.sched_ext_changed(now);
+        if self.managed.manager().is_some() {
             let planned = self.new_plan();
             self.hand_down(planned, manager::Input::RulesChanged);
             self.status();
@@ -47,7 +42,7 @@ impl State {
 
     /// The running sched_ext scheduler, for `status`, the snapshot and `topology`.
     pub fn sched_ext(&self) -> Option<&SchedExt> {
-        self.sharing.sched_ext.now.as_ref()
+        self.sharing.sched_ext()
     }
 }
 

@@ -30,13 +30,11 @@ impl State {
         let held = (
             self.managed.idle_limits_held(),
             self.managed.kernel_work_away(),
-            self.sharing.holds.isolated_cpus(),
         );
         let ops = self.managed.affinity();
         let (root, dir) = (&self.cfg.sysroot, &self.cfg.runtime_dir);
         self.sharing
-            .knobs
-            .sync(root, ops.as_ref(), dir, held, recheck);
+            .sync_knobs(root, ops.as_ref(), dir, held, recheck);
     }
 
     /// Moves the running containers whose CPUs the plan in force no longer gives them
@@ -44,22 +42,21 @@ impl State {
     /// plans (made again for the cpusets and slots it saw) move CPUs as a new plan does.
     pub(super) fn sync_containers(&mut self) {
         if let Some(m) = &self.managed.manager {
-            self.containers
-                .replanned(m.plan(), self.machine.topology.as_ref());
+            self.containers.replanned(m.plan(), self.machine.topology());
         }
     }
 
     /// Sends the holder what should be held, when that changed or a hold with a problem
     /// is due to be tried again (`state/holds.rs`).
     pub(super) fn sync_holds(&mut self) {
-        let wants = self.managed.holds_wanted(self.machine.topology.as_ref());
+        let wants = self.managed.holds_wanted(self.machine.topology());
         // Noted before it is asked for: the cpuset the hold makes is never planned in.
         if let Some(m) = &mut self.managed.manager {
             for w in &wants {
                 m.note_hold(&w.rule, &w.cpus);
             }
         }
-        if let Some(wants) = self.sharing.holds.sending(wants, Instant::now()) {
+        if let Some(wants) = self.sharing.send_holds(wants, Instant::now()) {
             self.actions.push(Action::Hold(wants));
         }
     }
@@ -70,13 +67,13 @@ impl State {
     /// for someone else's change), then every process is looked at again (the held
     /// one's cpuset changed).
     pub(super) fn held(&mut self, reports: Vec<crate::hold::HoldReport>) {
-        if !self.sharing.holds.reported(reports) {
+        if !self.sharing.holds_reported(reports) {
             return;
         }
         self.sync_irqs(false);
         // A partition made or released: per-node kernel threads are looked at again.
         self.sync_knobs(true);
-        if let Some(plan) = self.managed.manager.as_ref().map(|m| m.plan().clone()) {
+        if let Some(plan) = self.managed.plan().cloned() {
             self.manager_event(manager::Input::PlanChanged(plan));
         }
         self.manager_event(manager::Input::Rescan);
@@ -86,16 +83,16 @@ impl State {
     /// nodes, as its interval allows (`state/following.rs`). Called after every manager
     /// change and every tick.
     pub(super) fn sync_memory(&mut self, at: Instant) {
-        let unsettled = self.sharing.holds.unsettled();
+        let unsettled = self.sharing.unsettled();
         let now = following::Now {
             at,
             unsettled: &unsettled,
-            manager: self.managed.manager.as_ref(),
-            topology: self.machine.topology.as_ref(),
+            manager: self.managed.manager(),
+            topology: self.machine.topology(),
             settings: &self.loaded.settings,
             root: &self.cfg.sysroot,
         };
-        let jobs = self.sharing.follow.sync(now, &mut self.metrics.memory);
+        let jobs = self.sharing.sync_follow(now, &mut self.metrics.memory);
         for job in jobs {
             self.actions.push(Action::Follow(Box::new(job)));
         }
@@ -104,14 +101,14 @@ impl State {
     /// A memory-follow job ended; the next may start.
     pub(super) fn followed(&mut self, f: crate::memory::follow::Finished) {
         let at = f.at;
-        self.sharing.follow.ended(f, &mut self.metrics.memory);
+        self.sharing.followed(f, &mut self.metrics.memory);
         self.sync_memory(at);
     }
 
     /// The `memory follow:` line of `Explain` for `pid`.
     pub(super) fn follow_line(&self, pid: i32, now: Instant) -> String {
-        let interval = self.loaded.settings.memory.follow_interval.0;
-        self.sharing.follow.line(pid, now, interval)
+        let interval = self.loaded.follow_interval();
+        self.sharing.follow_line(pid, now, interval)
     }
 
     /// Moves IRQs off the CPUs `irqs = "away"` rules hold now, and tells irqbalance to
@@ -120,15 +117,8 @@ impl State {
     pub(super) fn sync_irqs(&mut self, recheck: bool) {
         let wanted = self.managed.irqs_wanted_away();
         let (root, dir) = (&self.cfg.sysroot, &self.cfg.runtime_dir);
-        self.sharing
-            .irqs
-            .sync(root, dir, wanted, &self.machine.online());
-        let banned = self
-            .sharing
-            .irqs
-            .away
-            .union(&self.sharing.holds.isolated_cpus());
-        self.sharing.irqs.tell_irqbalance(root, banned, recheck);
+        let online = self.machine.online();
+        self.sharing.sync_irqs(root, dir, wanted, &online, recheck);
     }
 
     pub(super) fn flush_journal(&mut self) {

@@ -18,7 +18,15 @@ mod knobs;
 mod machine;
 mod processes;
 
+/// A state on this machine's /sys, its manager acting through fakes: no real process is
+/// seen or pinned. [`state_on_system`] for the tests that pin real processes.
 fn state(timing: Timing) -> (State, tempfile::TempDir) {
+    let (s, d, _ops, _procs) = state_with_fakes(timing);
+    (s, d)
+}
+
+/// [`state`], its manager acting on this machine's real processes.
+fn state_on_system(timing: Timing) -> (State, tempfile::TempDir) {
     let (cfg, dir) = config();
     let ops = managed::Ops::system(&cfg.sysroot);
     (
@@ -215,7 +223,7 @@ fn write_rule(dir: &std::path::Path, name: &str, text: &str) {
 
 #[test]
 fn the_journal_lags_process_events_by_at_most_the_delay() {
-    let (mut s, d) = state(Timing::default());
+    let (mut s, d) = state_on_system(Timing::default());
     rule_on_every_online_cpu(d.path(), "pd-journal");
     s.start().unwrap();
     let journal = d
@@ -242,7 +250,7 @@ fn the_journal_lags_process_events_by_at_most_the_delay() {
 
 #[test]
 fn a_failed_journal_write_is_tried_again_until_it_succeeds() {
-    let (mut s, d) = state(Timing::default());
+    let (mut s, d) = state_on_system(Timing::default());
     rule_on_every_online_cpu(d.path(), "pd-jretry");
     s.start().unwrap();
     let runtime = d.path().join("runtime");
@@ -277,6 +285,13 @@ fn first_job(s: &mut State) -> Job {
 
 fn started(timing: Timing) -> (State, tempfile::TempDir, Job) {
     let (mut s, d) = state(timing);
+    let job = first_job(&mut s);
+    (s, d, job)
+}
+
+/// [`started`], its manager acting on this machine's real processes.
+fn started_on_system(timing: Timing) -> (State, tempfile::TempDir, Job) {
+    let (mut s, d) = state_on_system(timing);
     let job = first_job(&mut s);
     (s, d, job)
 }
@@ -407,7 +422,14 @@ fn the_matrix_is_stored_and_used_at_the_next_start() {
     let (mut s, d, job) = started(Timing::default());
     s.handle(ok_matrix(&job));
     let cfg = s.cfg.clone();
-    let mut again = State::new(cfg, Settings::default(), Timing::default(), Instant::now());
+    let ops = managed::Ops::fakes();
+    let mut again = State::with_ops(
+        cfg,
+        Settings::default(),
+        Timing::default(),
+        Instant::now(),
+        ops,
+    );
     again.loaded.policy = LoadPolicy::unchecked();
     again.start().unwrap();
     assert!(

@@ -7,7 +7,7 @@ use crate::topology::Topology;
 #[test]
 fn a_pin_for_an_owner_is_refused_once_the_process_is_not_theirs() {
     use crate::api::PlaceSpec;
-    let (mut s, _d, _job) = started(Timing::default());
+    let (mut s, _d, _job) = started_on_system(Timing::default());
     let child = Sleeper::spawn("sleep");
     let pid = child.pid();
     assert_eq!(ask(&mut s, |reply| Call::Owner { pid, reply }).unwrap(), 0);
@@ -106,7 +106,7 @@ fn a_run_time_pin_and_its_release_act_through_the_operations_handed_in() {
 
 #[test]
 fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
-    let (mut s, _d, _job) = started(Timing::default());
+    let (mut s, _d, _job) = started_on_system(Timing::default());
     let child = Sleeper::spawn("sleep");
     let pid = child.pid();
     let one_node = s.machine.topology.as_ref().unwrap().nodes.len() <= 1;
@@ -162,7 +162,7 @@ fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
 fn explain_leaves_the_memory_read_to_a_reader_and_it_answers() {
     use std::io::Write;
     use std::sync::mpsc;
-    let (mut s, d, _job) = started(Timing::default());
+    let (mut s, d, _job) = started_on_system(Timing::default());
     let fixture = SysRoot::machine(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-e5620"),
     );
@@ -250,7 +250,7 @@ fn moved_whole(pid: u32, from: u32, to: u32, at: Instant) -> Event {
 fn memory_follows_one_job_at_a_time_and_waits_out_the_interval() {
     use crate::api::PlaceSpec;
     use std::collections::BTreeSet;
-    let (mut s, _d, _job) = started(Timing::default());
+    let (mut s, _d, _job) = started_on_system(Timing::default());
     // Two nodes: even CPUs on node 0, odd on node 1.
     let fixture = SysRoot::machine(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-e5620"),
@@ -350,7 +350,7 @@ fn queued_memory_moves_say_they_wait_for_the_one_before_them() {
     use crate::api::PlaceSpec;
     use crate::memory::follow::{Finished, Outcome};
     use std::collections::BTreeSet;
-    let (mut s, _d, _job) = started(Timing::default());
+    let (mut s, _d, _job) = started_on_system(Timing::default());
     // Two nodes: even CPUs on node 0, odd on node 1.
     let fixture = SysRoot::machine(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/xeon-e5620"),
@@ -413,7 +413,7 @@ fn queued_memory_moves_say_they_wait_for_the_one_before_them() {
 /// nothing is wanted any more.
 #[test]
 fn an_isolate_rule_s_process_is_wanted_held_and_explain_says_what_came_of_it() {
-    let (mut s, d, _job) = started(Timing::default());
+    let (mut s, d, _job) = started_on_system(Timing::default());
     let online = s.machine.online();
     let last = online.iter().last().unwrap();
     let prog = d.path().join("pinnerd-isohold");
@@ -493,7 +493,7 @@ fn an_isolate_rule_s_process_is_wanted_held_and_explain_says_what_came_of_it() {
 /// included; without a problem the same wants are not sent twice.
 #[test]
 fn a_hold_with_a_problem_is_asked_for_again_after_the_retry_interval() {
-    let (mut s, d, _job) = started(Timing::default());
+    let (mut s, d, _job) = started_on_system(Timing::default());
     let last = s.machine.online().iter().last().unwrap();
     let prog = d.path().join("pinnerd-isoretr");
     std::fs::copy("/bin/sleep", &prog).unwrap();
