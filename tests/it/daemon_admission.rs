@@ -150,7 +150,7 @@ fn long_strings_are_refused_before_any_work() {
 }
 
 #[test]
-fn the_unit_verifies_keeps_kernel_tunables_read_only_and_its_exposure_is_at_most_2_3() {
+fn the_unit_verifies_keeps_kernel_tunables_read_only_and_its_exposure_is_at_most_2_2() {
     let _cpus = super::cpus_stay_online();
     let dir = tempfile::tempdir().unwrap();
     let unit = std::fs::read_to_string(
@@ -175,9 +175,10 @@ fn the_unit_verifies_keeps_kernel_tunables_read_only_and_its_exposure_is_at_most
     // systemd-analyze scores as 0.2 more although the same paths are protected: the
     // list is checked below, and in the VM the daemon's /proc/sys and /sys are read-only.
     // 0.1 more without RestrictRealtime=yes, whose filter would refuse the real-time
-    // class a rule's `sched-policy` asks the daemon to set.
+    // class a rule's `sched-policy` asks the daemon to set; 0.2 less with
+    // ProtectProc=invisible, which hides no process from root with CAP_SYS_PTRACE.
     let out = Command::new("systemd-analyze")
-        .args(["security", "--offline=yes", "--threshold=23"])
+        .args(["security", "--offline=yes", "--threshold=22"])
         .arg(&path)
         .output()
         .expect("systemd-analyze");
