@@ -15,7 +15,7 @@
 //! ```
 //!
 //! Entry points: [`run`] / [`run_detailed`] for a full matrix (or a sparse one with
-//! [`Mode::Sparse`]), [`sparse_real::run_sparse_real`] for a sparse one with the sysfs
+//! [`Mode::Sparse`]; its passes over the pairs are `passes`), [`sparse_real::run_sparse_real`] for a sparse one with the sysfs
 //! prior, [`sparse::run_sparse`] for the algorithm over any [`sparse::PairMeasurer`]
 //! (the spinner, or [`simulate::Simulated`]), [`probe_pairs`] for the daemon's cheap
 //! drift check, [`select_cpus`] to turn `--cpus` into a checked set, and
@@ -36,6 +36,7 @@ pub mod complete;
 pub mod drift_check;
 pub mod estimator;
 pub mod guard;
+mod passes;
 pub mod pinned;
 pub mod plain;
 pub mod repeat;
@@ -60,8 +61,9 @@ use around::cpu_words;
 pub use drift_check::{drift, probe_pairs, probe_sample, Drift, Probe};
 pub use estimator::StopRule;
 pub use guard::LoadGuard;
+use passes::Passes;
 pub use sparse::SPARSE_FROM_CPUS;
-use validity::{assess, Assessed, Circumstances, PairAcc};
+use validity::{assess, Assessed, Circumstances};
 
 /// The cache-line primitive bounced between the two threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -526,10 +528,6 @@ pub fn run(
 /// (serially or in tournament rounds), extra passes for pairs whose passes disagree
 /// while the budget lasts, the serial cross-check of a parallel run, then the validity
 /// warnings.
-#[expect(
-    clippy::too_many_lines,
-    reason = "run_detailed, still over the limit: to be split when its room is reworked (see clippy.toml)"
-)]
 pub fn run_detailed(
     cfg: &MeasureConfig,
     mut progress: impl FnMut(Progress),
@@ -547,8 +545,6 @@ pub fn run_detailed(
     if cfg.mode == Mode::Sparse {
         return sparse_real::run_with_sysfs_prior(cfg, progress);
     }
-    let ids: Vec<u32> = cfg.cpus.iter().collect();
-    let n = ids.len();
     let mut report = |phase, done, total| {
         progress(Progress {
             phase,
@@ -557,108 +553,66 @@ pub fn run_detailed(
             elapsed: t0.elapsed(),
         })
     };
+    let before = get_ready(cfg, &mut report)?;
+    // A tenth of the budget is kept for the repeat check at the end.
+    let deadline = before.measuring_since + cfg.budget - cfg.budget / repeat::BUDGET_SHARE;
+    let mut passes = Passes::new(cfg, deadline);
+    passes.every_pair(&mut report)?;
+    passes.ambiguous_again(&mut report)?;
+    let cross_check = passes.cross_check(&mut report)?;
+    let stat_after = guard::read_stat(&cfg.root)?;
+    conclude(cfg, t0, before, passes, cross_check, &stat_after)
+}
 
+/// What a run saw before its first pass.
+struct Before {
+    guard_pass: guard::GuardPass,
+    /// The CPUs' counters, for the steal during the run.
+    stat: guard::StatSnapshot,
+    hypervisor: Option<String>,
+    granularity: Duration,
+    /// When the guard let the run in: the budget is for measuring.
+    measuring_since: Instant,
+}
+
+/// Waits for the guard, reads what the run is compared with afterwards, and warms the
+/// CPUs up (for at most a quarter of the budget).
+fn get_ready(
+    cfg: &MeasureConfig,
+    report: &mut impl FnMut(Phase, usize, usize),
+) -> Result<Before, MeasureError> {
     report(Phase::Guard, 0, 1);
     let guard_pass = cfg
         .guard
         .wait_idle_reporting(&cfg.root, &cfg.cpus, |_, _| report(Phase::Guard, 0, 1))?;
-    let stat_before = guard::read_stat(&cfg.root)?;
+    let stat = guard::read_stat(&cfg.root)?;
     let hypervisor = validity::hypervisor(&cfg.root);
     let granularity = validity::timer_granularity();
     // The budget is for measuring: it starts once the guard let us in, and the warm-up
     // takes at most a quarter of it.
     let measuring_since = Instant::now();
-    // A tenth of the budget is kept for the repeat check at the end.
-    let deadline = measuring_since + cfg.budget - cfg.budget / repeat::BUDGET_SHARE;
     report(Phase::Warmup, 0, 1);
     warm_up(&cfg.cpus, cfg.warmup.min(cfg.budget / 4), cfg.priority)?;
+    Ok(Before {
+        guard_pass,
+        stat,
+        hypervisor,
+        granularity,
+        measuring_since,
+    })
+}
 
-    let engine = Engine { cfg };
-    let pairs = schedule::all_pairs(n);
-    let mut acc: BTreeMap<(usize, usize), PairAcc> =
-        pairs.iter().map(|&p| (p, PairAcc::default())).collect();
-    let groups: Vec<Vec<(usize, usize)>> = match cfg.mode {
-        Mode::Serial | Mode::Sparse => pairs.iter().map(|&p| vec![p]).collect(),
-        Mode::Rounds => schedule::tournament(n),
-    };
-    let passes = cfg.passes.max(1);
-    let total_units = groups.len() * passes as usize;
-    let mut units_done = 0usize;
-    let mut unit_time = Duration::ZERO;
-    let mut budget_ran_out = false;
-    let to_ids = |g: &[(usize, usize)]| -> Vec<(u32, u32)> {
-        g.iter().map(|&(i, j)| (ids[i], ids[j])).collect()
-    };
-
-    for pass in 1..=passes {
-        // Even passes go backwards, so a pair's two passes are far apart in time.
-        let order: Vec<&Vec<(usize, usize)>> = if pass % 2 == 0 {
-            groups.iter().rev().collect()
-        } else {
-            groups.iter().collect()
-        };
-        for (k, group) in order.into_iter().enumerate() {
-            let now = Instant::now();
-            let left = (total_units - units_done).max(1) as u32;
-            let Some(unit_deadline) = share_of(now, deadline, left) else {
-                budget_ran_out = true;
-                break;
-            };
-            let runs = engine.group(&to_ids(group), unit_deadline)?;
-            unit_time += now.elapsed();
-            units_done += 1;
-            for (p, run) in group.iter().zip(runs) {
-                acc.get_mut(p).expect("every pair has an entry").add(run);
-            }
-            report(Phase::Pass(pass), k + 1, groups.len());
-        }
-    }
-
-    // Extra passes, serially, for pairs whose passes disagree (or that have no figure
-    // yet without a pin failure), while the budget lasts.
-    for pass in passes + 1..=cfg.max_passes.max(passes) {
-        let ambiguous: Vec<(usize, usize)> = acc
-            .iter()
-            .filter(|(_, a)| {
-                a.pin_failure.is_none()
-                    && (a.batches.is_empty() || a.pass_disagreement() > cfg.repeat_tolerance)
-            })
-            .map(|(&p, _)| p)
-            .collect();
-        if ambiguous.is_empty() {
-            break;
-        }
-        let finished = engine.one_by_one(&ambiguous, &ids, deadline, |k, p, runs| {
-            for run in runs {
-                acc.get_mut(&p).expect("every pair has an entry").add(run);
-            }
-            report(Phase::Pass(pass), k + 1, ambiguous.len());
-        })?;
-        budget_ran_out |= !finished;
-    }
-
-    // The serial cross-check of a parallel run.
-    let mut cross_check = Vec::new();
-    if cfg.mode == Mode::Rounds && cfg.serial_check > 0 {
-        let sample = schedule::sample(&pairs, cfg.serial_check);
-        let finished = engine.one_by_one(&sample, &ids, deadline, |k, p, runs| {
-            let rounds_ns = estimator::estimate(&acc[&p].batches);
-            let serial_ns = runs.first().and_then(|r| estimator::estimate(&r.batches));
-            if let (Some(rounds_ns), Some(serial_ns)) = (rounds_ns, serial_ns) {
-                cross_check.push(CrossCheck {
-                    a: ids[p.0],
-                    b: ids[p.1],
-                    rounds_ns,
-                    serial_ns,
-                });
-            }
-            report(Phase::SerialCheck, k + 1, sample.len());
-        })?;
-        budget_ran_out |= !finished;
-    }
-    let stat_after = guard::read_stat(&cfg.root)?;
-
-    let steal = guard::steal_ticks(&stat_before, &stat_after, &cfg.cpus);
+/// The matrix and report of a run whose passes are over: the validity assessment, the
+/// cross-check's warning, and the repeat check; an error when no pair has a figure.
+fn conclude(
+    cfg: &MeasureConfig,
+    t0: Instant,
+    before: Before,
+    passes: Passes<'_>,
+    cross_check: Vec<CrossCheck>,
+    stat_after: &guard::StatSnapshot,
+) -> Result<Measurement, MeasureError> {
+    let steal = guard::steal_ticks(&before.stat, stat_after, &cfg.cpus);
     let Assessed {
         latency,
         stats,
@@ -666,15 +620,15 @@ pub fn run_detailed(
         pass_estimates,
         unstable,
     } = assess(
-        &ids,
-        &acc,
+        &passes.ids,
+        &passes.acc,
         &Circumstances {
-            hypervisor: hypervisor.as_deref(),
+            hypervisor: before.hypervisor.as_deref(),
             steal: &steal,
-            budget_ran_out,
+            budget_ran_out: passes.budget_ran_out,
             budget: cfg.budget,
             repeat_tolerance: cfg.repeat_tolerance,
-            granularity,
+            granularity: before.granularity,
         },
     );
     let report_out = RunReport {
@@ -682,14 +636,10 @@ pub fn run_detailed(
         pass_estimates,
         unstable,
         cross_check,
-        mean_unit: if units_done > 0 {
-            unit_time / units_done as u32
-        } else {
-            Duration::ZERO
-        },
-        units: units_done,
-        timer_granularity: granularity,
-        hypervisor,
+        mean_unit: passes.mean_unit(),
+        units: passes.units_done,
+        timer_granularity: before.granularity,
+        hypervisor: before.hypervisor,
     };
     warnings.extend(report_out.cross_check_warning(cfg.repeat_tolerance));
     if stats.is_empty() {
@@ -701,7 +651,7 @@ pub fn run_detailed(
             },
         });
     }
-    if let Some((cpu, share)) = guard_pass.least_idle {
+    if let Some((cpu, share)) = before.guard_pass.least_idle {
         tracing::info!(
             cpu,
             idle_pct = share * 100.0,
@@ -709,17 +659,17 @@ pub fn run_detailed(
             share * 100.0
         );
     }
-    let mut matrix = LatencyMatrix::new(ids, latency);
+    let mut matrix = LatencyMatrix::new(passes.ids, latency);
     matrix.primitive = Some(cfg.primitive.as_str().to_string());
     matrix.measured_at_us = Some(now_us());
-    matrix.measure_seconds = Some(measuring_since.elapsed().as_secs_f64());
+    matrix.measure_seconds = Some(before.measuring_since.elapsed().as_secs_f64());
     matrix.fingerprint = cfg.fingerprint.clone();
     matrix.first_touch = Some(cfg.first_touch.describe().to_string());
     matrix.mode = Some(cfg.mode.as_str().to_string());
     matrix.stats = stats;
     matrix.warnings = warnings;
     let vm = report_out.hypervisor.is_some();
-    sparse_real::repeat_check(&mut matrix, cfg, measuring_since + cfg.budget, vm)?;
+    sparse_real::repeat_check(&mut matrix, cfg, before.measuring_since + cfg.budget, vm)?;
     Ok(Measurement {
         matrix,
         report: report_out,
