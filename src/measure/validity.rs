@@ -164,57 +164,85 @@ fn named(items: &[String]) -> String {
 /// Turns accumulated pair results into cells and per-pair stats, and says what is wrong
 /// with them: a hypervisor, steal, pairs whose passes disagree, discarded batches, wide
 /// spreads, failed pins, stalls, the budget, a coarse clock. Pure.
-#[expect(
-    clippy::too_many_lines,
-    reason = "assess, still over the limit: to be split when its room is reworked (see clippy.toml)"
-)]
 pub(super) fn assess(
     ids: &[u32],
     acc: &BTreeMap<(usize, usize), PairAcc>,
     c: &Circumstances,
 ) -> Assessed {
+    let (mut out, tally) = tally(ids, acc, c.repeat_tolerance);
+    let mut warnings = machine_warnings(c);
+    warnings.extend(unstable_warning(&out, c));
+    warnings.extend(tally.warnings(c));
+    warnings.extend(budget_warning(c, tally.unmeasured));
+    warnings.extend(granularity_warning(c.granularity, median_batch(&out.stats)));
+    out.warnings = warnings;
+    out
+}
+
+/// What the pairs' results say is wrong with them, pair by pair, for [`assess`]: each
+/// list names the pairs (and what was seen) in the pairs' order.
+#[derive(Default)]
+struct Tally {
+    pin_failures: Vec<String>,
+    stalled: Vec<String>,
+    /// Pairs with most of their batches discarded.
+    noisy: Vec<String>,
+    /// Pairs with a wide spread.
+    wide: Vec<String>,
+    /// Pairs whose figure is the median, not the p10.
+    two_speeds: Vec<String>,
+    /// Pairs without a figure.
+    unmeasured: usize,
+}
+
+/// The cells, stats, pass estimates and unstable pairs (no warnings yet) of the pairs'
+/// results, and what they say is wrong with them.
+fn tally(
+    ids: &[u32],
+    acc: &BTreeMap<(usize, usize), PairAcc>,
+    repeat_tolerance: f64,
+) -> (Assessed, Tally) {
     let n = ids.len();
-    let mut latency = vec![vec![None; n]; n];
-    let mut stats = Vec::new();
-    let mut warnings = Vec::new();
-    let mut pass_estimates = BTreeMap::new();
-    let mut unstable = Vec::new();
-    let mut pin_failures = Vec::new();
-    let mut stalled = Vec::new();
-    let mut noisy = Vec::new();
-    let mut wide = Vec::new();
-    let mut two_speeds = Vec::new();
-    let mut unmeasured = 0usize;
+    let mut out = Assessed {
+        latency: vec![vec![None; n]; n],
+        stats: Vec::new(),
+        warnings: Vec::new(),
+        pass_estimates: BTreeMap::new(),
+        unstable: Vec::new(),
+    };
+    let mut t = Tally::default();
     for (&(i, j), a) in acc {
         let (ci, cj) = (ids[i], ids[j]);
         if let Some(f) = &a.pin_failure {
-            pin_failures.push(format!("{ci}–{cj}: {f}"));
+            t.pin_failures.push(format!("{ci}–{cj}: {f}"));
         }
         if a.stalled > 0 {
-            stalled.push(format!("{ci}–{cj}"));
+            t.stalled.push(format!("{ci}–{cj}"));
         }
         let Some(est) = estimator::estimate(&a.batches) else {
-            unmeasured += 1;
+            t.unmeasured += 1;
             continue;
         };
-        latency[i][j] = Some(est);
-        latency[j][i] = Some(est);
+        out.latency[i][j] = Some(est);
+        out.latency[j][i] = Some(est);
         let s =
             estimator::measured_stats(ci, cj, &a.batches, a.switched + a.migrated, a.round_trips)
                 .expect("batches exist");
         let (p10, median, p90) = (s.p10_ns, s.median_ns, s.p90_ns);
-        stats.push(s);
+        out.stats.push(s);
         if est > p10 {
-            two_speeds.push(format!("{ci}–{cj} (p10 {p10:.1}, median {median:.1} ns)"));
+            t.two_speeds
+                .push(format!("{ci}–{cj} (p10 {p10:.1}, median {median:.1} ns)"));
         }
-        pass_estimates.insert((ci, cj), a.pass_estimates.clone());
+        out.pass_estimates
+            .insert((ci, cj), a.pass_estimates.clone());
         let dis = a.pass_disagreement();
-        if dis > c.repeat_tolerance {
-            unstable.push((ci, cj, dis));
+        if dis > repeat_tolerance {
+            out.unstable.push((ci, cj, dis));
         }
         let taken = a.batches.len() as u32 + a.switched + a.migrated;
         if mostly_disturbed(a.switched + a.migrated, taken) {
-            noisy.push(format!(
+            t.noisy.push(format!(
                 "{ci}–{cj} ({} of {taken}: {} switched out, {} off their CPU)",
                 a.switched + a.migrated,
                 a.switched,
@@ -222,9 +250,16 @@ pub(super) fn assess(
             ));
         }
         if p90 > p10 * WIDE_SPREAD {
-            wide.push(format!("{ci}–{cj} (p10 {p10:.1}, p90 {p90:.1} ns)"));
+            t.wide
+                .push(format!("{ci}–{cj} (p10 {p10:.1}, p90 {p90:.1} ns)"));
         }
     }
+    (out, t)
+}
+
+/// The warnings about the machine the run was on: a hypervisor, steal time.
+fn machine_warnings(c: &Circumstances) -> Vec<String> {
+    let mut warnings = Vec::new();
     if let Some(hv) = c.hypervisor {
         warnings.push(format!(
             "running in a virtual machine ({hv}): the host may move vCPUs between physical cores at any time, so these figures describe where the vCPUs sat during this measurement, not a fixed property of the machine"
@@ -241,102 +276,119 @@ pub(super) fn assess(
             list.join(", ")
         ));
     }
-    if !unstable.is_empty() {
-        let shown: Vec<String> = unstable
-            .iter()
-            .take(NAMED)
-            .map(|&(a, b, d)| {
-                let est = &pass_estimates[&(a, b)];
-                let list: Vec<String> = est.iter().map(|v| format!("{v:.1}")).collect();
-                format!("{a}–{b} ({} ns, {:.0}% apart)", list.join(" / "), d * 100.0)
-            })
-            .collect();
-        warnings.push(format!(
-            "{} pair(s) disagree between passes by more than {:.0}%: {}{}{}",
-            unstable.len(),
-            c.repeat_tolerance * 100.0,
-            shown.join(", "),
-            if unstable.len() > NAMED { ", …" } else { "" },
-            if c.hypervisor.is_some() {
-                "; the host probably moved a vCPU during the measurement"
-            } else {
-                "; something changed while measuring (load, frequency, migration)"
-            }
-        ));
+    warnings
+}
+
+/// The warning naming the pairs whose passes disagree, with their passes' figures.
+fn unstable_warning(out: &Assessed, c: &Circumstances) -> Option<String> {
+    if out.unstable.is_empty() {
+        return None;
     }
-    if !noisy.is_empty() {
-        warnings.push(format!(
-            "over {}% of the batches were discarded for {} pair(s) — other work ran on these CPUs: {}",
-            100 / DISTURBED_ONE_IN,
-            noisy.len(),
-            named(&noisy)
-        ));
+    let shown: Vec<String> = out
+        .unstable
+        .iter()
+        .take(NAMED)
+        .map(|&(a, b, d)| {
+            let est = &out.pass_estimates[&(a, b)];
+            let list: Vec<String> = est.iter().map(|v| format!("{v:.1}")).collect();
+            format!("{a}–{b} ({} ns, {:.0}% apart)", list.join(" / "), d * 100.0)
+        })
+        .collect();
+    Some(format!(
+        "{} pair(s) disagree between passes by more than {:.0}%: {}{}{}",
+        out.unstable.len(),
+        c.repeat_tolerance * 100.0,
+        shown.join(", "),
+        if out.unstable.len() > NAMED {
+            ", …"
+        } else {
+            ""
+        },
+        if c.hypervisor.is_some() {
+            "; the host probably moved a vCPU during the measurement"
+        } else {
+            "; something changed while measuring (load, frequency, migration)"
+        }
+    ))
+}
+
+impl Tally {
+    /// The warnings naming the pairs: discarded batches, wide spreads, two speeds,
+    /// failed pins, stalls.
+    fn warnings(&self, c: &Circumstances) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if !self.noisy.is_empty() {
+            warnings.push(format!(
+                "over {}% of the batches were discarded for {} pair(s) — other work ran on these CPUs: {}",
+                100 / DISTURBED_ONE_IN,
+                self.noisy.len(),
+                named(&self.noisy)
+            ));
+        }
+        if !self.wide.is_empty() {
+            warnings.push(format!(
+                "{} pair(s) have a wide spread (p90 > {WIDE_SPREAD} × p10): {}",
+                self.wide.len(),
+                named(&self.wide)
+            ));
+        }
+        if !self.two_speeds.is_empty() {
+            warnings.push(format!(
+                "{} pair(s) ran at two speeds (median over {} × p10), so their figure is the median, not the fast moments: {}{}",
+                self.two_speeds.len(),
+                estimator::TWO_SPEEDS,
+                named(&self.two_speeds),
+                if c.hypervisor.is_some() {
+                    "; the host probably put both vCPUs of these pairs on one core for a while"
+                } else {
+                    "; something changed how these CPUs reach each other while measuring"
+                }
+            ));
+        }
+        if !self.pin_failures.is_empty() {
+            warnings.push(format!(
+                "pins did not hold, those samples were dropped: {}",
+                self.pin_failures.join("; ")
+            ));
+        }
+        if !self.stalled.is_empty() {
+            warnings.push(format!(
+                "{} pair(s) stalled — a thread did not run for over {:?} (a real-time task or a frozen vCPU) and the pair was given up: {}",
+                self.stalled.len(),
+                spin::STALL,
+                named(&self.stalled)
+            ));
+        }
+        warnings
     }
-    if !wide.is_empty() {
-        warnings.push(format!(
-            "{} pair(s) have a wide spread (p90 > {WIDE_SPREAD} × p10): {}",
-            wide.len(),
-            named(&wide)
-        ));
-    }
-    if !two_speeds.is_empty() {
-        warnings.push(format!(
-            "{} pair(s) ran at two speeds (median over {} × p10), so their figure is the median, not the fast moments: {}{}",
-            two_speeds.len(),
-            estimator::TWO_SPEEDS,
-            named(&two_speeds),
-            if c.hypervisor.is_some() {
-                "; the host probably put both vCPUs of these pairs on one core for a while"
-            } else {
-                "; something changed how these CPUs reach each other while measuring"
-            }
-        ));
-    }
-    if !pin_failures.is_empty() {
-        warnings.push(format!(
-            "pins did not hold, those samples were dropped: {}",
-            pin_failures.join("; ")
-        ));
-    }
-    if !stalled.is_empty() {
-        warnings.push(format!(
-            "{} pair(s) stalled — a thread did not run for over {:?} (a real-time task or a frozen vCPU) and the pair was given up: {}",
-            stalled.len(),
-            spin::STALL,
-            named(&stalled)
-        ));
-    }
+}
+
+/// The warning when the budget ran out, or pairs have no figure.
+fn budget_warning(c: &Circumstances, unmeasured: usize) -> Option<String> {
     if c.budget_ran_out && unmeasured > 0 {
-        warnings.push(format!(
+        Some(format!(
             "the budget of {:.0?} ran out: {unmeasured} pair(s) have no figure and others got fewer passes",
             c.budget
-        ));
+        ))
     } else if c.budget_ran_out {
-        warnings.push(format!(
+        Some(format!(
             "the budget of {:.0?} ran out before every pair had all its passes: some figures rest on one pass",
             c.budget
-        ));
+        ))
     } else if unmeasured > 0 {
-        warnings.push(format!("{unmeasured} pair(s) have no figure"));
+        Some(format!("{unmeasured} pair(s) have no figure"))
+    } else {
+        None
     }
-    // A batch is K round trips of two one-way hops: the typical pair's median figure
-    // times 2K.
-    let median_batch = {
-        let med: Vec<f64> = stats.iter().map(|s| s.median_ns).collect();
-        let k = stats.iter().map(|s| s.round_trips).max().unwrap_or(0);
-        let m = crate::stats::upper_median(&med).unwrap_or(0.0);
-        Duration::from_nanos((m * 2.0 * f64::from(k)).max(0.0) as u64)
-    };
-    if let Some(w) = granularity_warning(c.granularity, median_batch) {
-        warnings.push(w);
-    }
-    Assessed {
-        latency,
-        stats,
-        warnings,
-        pass_estimates,
-        unstable,
-    }
+}
+
+/// The typical batch's length: a batch is K round trips of two one-way hops, so the
+/// typical pair's median figure times 2K.
+fn median_batch(stats: &[PairStats]) -> Duration {
+    let med: Vec<f64> = stats.iter().map(|s| s.median_ns).collect();
+    let k = stats.iter().map(|s| s.round_trips).max().unwrap_or(0);
+    let m = crate::stats::upper_median(&med).unwrap_or(0.0);
+    Duration::from_nanos((m * 2.0 * f64::from(k)).max(0.0) as u64)
 }
 
 #[cfg(test)]
