@@ -29,6 +29,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::run::Run;
 use super::{MeasureError, PairMeasurer, SparseConfig};
+use crate::cpuset::CpuSet;
 use crate::domains::Domains;
 use crate::matrix::LatencyMatrix;
 use crate::placement::{place, Policy, Request};
@@ -55,16 +56,50 @@ pub(super) struct Verified {
 /// pairs, but at least the pairs of the largest plan (three times that below
 /// `cfg.held_out_below` CPUs). `cells` is the filled matrix (row-major n×n): measured
 /// figures replace the fill in it.
-#[expect(
-    clippy::too_many_lines,
-    reason = "verify_plans, still over the limit: to be split when its room is reworked (see clippy.toml)"
-)]
 pub(super) fn verify_plans<M: PairMeasurer>(
     run: &mut Run<'_, M>,
     cells: &mut [f64],
     cfg: &SparseConfig,
 ) -> Result<Verified, MeasureError> {
-    let n = run.n();
+    let mut v = Verifying::new(run, cfg);
+    loop {
+        if v.current.is_none() {
+            v.current = match analyse(run, cells, v.runner_up, cfg) {
+                Some(d) => Some(d),
+                None => return Ok(v.done),
+            };
+            v.done.analyses += 1;
+        }
+        let Round {
+            mut want,
+            worst_seen,
+        } = v.plan_round(run, cells, cfg);
+        if want.is_empty() {
+            if v.runner_up || cfg.verify_runner_up <= 0.0 {
+                v.done.settled = true;
+                return Ok(v.done);
+            }
+            // The planner's choices stand on measured cells; now their runners-up.
+            v.done.settled = true;
+            v.runner_up = true;
+            v.current = None;
+            continue;
+        }
+        // The bound: the plans stand on the cells known so far (the fill where a
+        // choice was not measured); a full matrix is the way to more.
+        want.truncate(v.budget.saturating_sub(v.asked.len()));
+        if want.is_empty() {
+            return Ok(v.done);
+        }
+        measure_round(run, cells, &want, &worst_seen)?;
+        v.take_figures(run, cells, cfg, &want, &worst_seen);
+    }
+}
+
+/// The pairs [`verify_plans`] may measure: `cfg.verify_share` of all pairs, but at
+/// least the pairs of the largest plan (three times that below `cfg.held_out_below`
+/// CPUs).
+fn bound(n: usize, cfg: &SparseConfig) -> usize {
     let total = n * n.saturating_sub(1) / 2;
     // At least the pairs of the largest plan, so a small machine can measure one.
     let largest = cfg
@@ -75,35 +110,72 @@ pub(super) fn verify_plans<M: PairMeasurer>(
     // Below the size from which the held-out checks stop (where a full matrix takes a
     // second or two), three times that: a choice, and two more if it loses.
     let plans = if n < cfg.held_out_below { 3 } else { 1 };
-    let budget =
-        ((cfg.verify_share * total as f64).ceil() as usize).max(largest.unwrap_or(0) * plans);
-    let index: BTreeMap<u32, usize> = run.ids.iter().enumerate().map(|(i, &c)| (c, i)).collect();
-    let all = run.ids.iter().copied().collect();
-    // Pairs asked for once: one that gave no figure is not asked again.
-    let mut asked: BTreeSet<(usize, usize)> = BTreeSet::new();
-    // Figures from before verification measured again here (once each).
-    let mut checked: BTreeSet<(usize, usize)> = BTreeSet::new();
-    let mut done = Verified::default();
-    // Set once the planner's choices are measured throughout: from then on a round
-    // plans on cells where every unmeasured one is taken `cfg.verify_runner_up`
-    // lower, so a choice whose fill comes that close to the measured one's figures is
-    // measured too (the runner-up), and wins if it is better.
-    let mut runner_up = false;
-    // The domains planned on, found again only when a round leaves them stale.
-    let mut current: Option<Domains> = None;
-    loop {
-        if current.is_none() {
-            current = match analyse(run, cells, runner_up, cfg) {
-                Some(d) => Some(d),
-                None => return Ok(done),
-            };
-            done.analyses += 1;
+    ((cfg.verify_share * total as f64).ceil() as usize).max(largest.unwrap_or(0) * plans)
+}
+
+/// Where [`verify_plans`] stands between its rounds.
+struct Verifying {
+    n: usize,
+    /// The bound on the pairs asked for (see [`bound`]).
+    budget: usize,
+    /// A CPU's place in the run's list.
+    index: BTreeMap<u32, usize>,
+    /// Every CPU of the run, for the planner.
+    all: CpuSet,
+    /// Pairs asked for once: one that gave no figure is not asked again.
+    asked: BTreeSet<(usize, usize)>,
+    /// Figures from before verification measured again here (once each).
+    checked: BTreeSet<(usize, usize)>,
+    done: Verified,
+    /// Set once the planner's choices are measured throughout: from then on a round
+    /// plans on cells where every unmeasured one is taken `cfg.verify_runner_up`
+    /// lower, so a choice whose fill comes that close to the measured one's figures is
+    /// measured too (the runner-up), and wins if it is better.
+    runner_up: bool,
+    /// The domains planned on, found again only when a round leaves them stale.
+    current: Option<Domains>,
+}
+
+/// What one round of [`verify_plans`] asks for.
+struct Round {
+    /// Disjoint pairs of the choices, in order of K, the highest estimates first.
+    want: Vec<(usize, usize)>,
+    /// The choices' worst figures from before verification, to be looked at again.
+    worst_seen: BTreeSet<(usize, usize)>,
+}
+
+impl Verifying {
+    fn new<M: PairMeasurer>(run: &Run<'_, M>, cfg: &SparseConfig) -> Verifying {
+        let n = run.n();
+        Verifying {
+            n,
+            budget: bound(n, cfg),
+            index: run.ids.iter().enumerate().map(|(i, &c)| (c, i)).collect(),
+            all: run.ids.iter().copied().collect(),
+            asked: BTreeSet::new(),
+            checked: BTreeSet::new(),
+            done: Verified::default(),
+            runner_up: false,
+            current: None,
         }
-        let d = current.as_ref().expect("analysed above");
-        // In order of K: the smaller plans, cheap to settle, first when the bound
-        // leaves room for part of a round only.
-        let mut want: Vec<(usize, usize)> = Vec::new();
-        let mut worst_seen: BTreeSet<(usize, usize)> = BTreeSet::new();
+    }
+
+    /// The pairs of this round: for every K of the list, in order (the smaller plans,
+    /// cheap to settle, first when the bound leaves room for part of a round only),
+    /// the compact plan on the current domains and the pairs of its choice not asked
+    /// for yet.
+    fn plan_round<M: PairMeasurer>(
+        &self,
+        run: &Run<'_, M>,
+        cells: &[f64],
+        cfg: &SparseConfig,
+    ) -> Round {
+        let n = self.n;
+        let d = self.current.as_ref().expect("analysed above");
+        let mut round = Round {
+            want: Vec::new(),
+            worst_seen: BTreeSet::new(),
+        };
         let mut counts: Vec<usize> = cfg
             .verify_counts
             .iter()
@@ -118,7 +190,7 @@ pub(super) fn verify_plans<M: PairMeasurer>(
                 policy: Policy::Compact,
                 ..Request::default()
             };
-            let p = match place(d, &req, &all) {
+            let p = match place(d, &req, &self.all) {
                 Ok(p) => p,
                 Err(e) => {
                     tracing::debug!(count = k, error = %e, "plan verification: no compact plan");
@@ -128,106 +200,140 @@ pub(super) fn verify_plans<M: PairMeasurer>(
             let chosen: Vec<usize> = p
                 .cpus
                 .iter()
-                .filter_map(|c| index.get(&c).copied())
+                .filter_map(|c| self.index.get(&c).copied())
                 .collect();
-            // The choice's pairs not asked for here yet: unmeasured, or measured before.
-            let (seen, mut open): (Vec<_>, Vec<_>) = chosen
-                .iter()
-                .enumerate()
-                .flat_map(|(a, &i)| chosen[..a].iter().map(move |&j| (i.min(j), i.max(j))))
-                .filter(|pair| !asked.contains(pair))
-                .partition(|&(i, j)| run.measured[i * n + j]);
-            // The choice's worst figure from before verification (measured once) gets
-            // the same second and third look as the figures measured here.
-            if let Some(&w) = seen
-                .iter()
-                .max_by(|a, b| cells[a.0 * n + a.1].total_cmp(&cells[b.0 * n + b.1]))
-            {
-                if !checked.contains(&w) {
-                    worst_seen.insert(w);
-                }
-            }
-            // One round's worth: disjoint pairs, the highest estimates first. A choice
-            // that hides a slow cell is left after a round, not after all its cells.
-            // A runner-up is measured only where all it lacks fits in the bound: one
-            // left half measured would win on the fill of the cells it hides.
-            if runner_up && open.len() > budget.saturating_sub(asked.len() + want.len()) {
-                continue;
-            }
-            open.sort_by(|a, b| cells[b.0 * n + b.1].total_cmp(&cells[a.0 * n + a.1]));
-            let mut busy = BTreeSet::new();
-            for (i, j) in open {
-                if !busy.contains(&i) && !busy.contains(&j) && !want.contains(&(i, j)) {
-                    busy.insert(i);
-                    busy.insert(j);
-                    want.push((i, j));
-                }
+            self.add_choice(run, cells, &chosen, &mut round);
+        }
+        round
+    }
+
+    /// Adds to `round` the pairs of one choice (`chosen`, places in the run's list):
+    /// its worst figure from before verification, and one round's worth of its pairs
+    /// not asked for yet.
+    fn add_choice<M: PairMeasurer>(
+        &self,
+        run: &Run<'_, M>,
+        cells: &[f64],
+        chosen: &[usize],
+        round: &mut Round,
+    ) {
+        let n = self.n;
+        // The choice's pairs not asked for here yet: unmeasured, or measured before.
+        let (seen, mut open): (Vec<_>, Vec<_>) = chosen
+            .iter()
+            .enumerate()
+            .flat_map(|(a, &i)| chosen[..a].iter().map(move |&j| (i.min(j), i.max(j))))
+            .filter(|pair| !self.asked.contains(pair))
+            .partition(|&(i, j)| run.measured[i * n + j]);
+        // The choice's worst figure from before verification (measured once) gets
+        // the same second and third look as the figures measured here.
+        if let Some(&w) = seen
+            .iter()
+            .max_by(|a, b| cells[a.0 * n + a.1].total_cmp(&cells[b.0 * n + b.1]))
+        {
+            if !self.checked.contains(&w) {
+                round.worst_seen.insert(w);
             }
         }
-        if want.is_empty() {
-            if runner_up || cfg.verify_runner_up <= 0.0 {
-                done.settled = true;
-                return Ok(done);
+        // One round's worth: disjoint pairs, the highest estimates first. A choice
+        // that hides a slow cell is left after a round, not after all its cells.
+        // A runner-up is measured only where all it lacks fits in the bound: one
+        // left half measured would win on the fill of the cells it hides.
+        if self.runner_up
+            && open.len()
+                > self
+                    .budget
+                    .saturating_sub(self.asked.len() + round.want.len())
+        {
+            return;
+        }
+        open.sort_by(|a, b| cells[b.0 * n + b.1].total_cmp(&cells[a.0 * n + a.1]));
+        let mut busy = BTreeSet::new();
+        for (i, j) in open {
+            if !busy.contains(&i) && !busy.contains(&j) && !round.want.contains(&(i, j)) {
+                busy.insert(i);
+                busy.insert(j);
+                round.want.push((i, j));
             }
-            // The planner's choices stand on measured cells; now their runners-up.
-            done.settled = true;
-            runner_up = true;
-            current = None;
-            continue;
-        }
-        // The bound: the plans stand on the cells known so far (the fill where a
-        // choice was not measured); a full matrix is the way to more.
-        want.truncate(budget.saturating_sub(asked.len()));
-        if want.is_empty() {
-            return Ok(done);
-        }
-        run.measure(&want, false)?;
-        // A figure above the estimate it replaces is measured up to twice more (the
-        // lowest is kept): the worst of a choice's figures is its noisiest, and a
-        // choice should not lose to an unmeasured one by its noise alone.
-        for _ in 0..2 {
-            let mut high: Vec<(usize, usize)> = want
-                .iter()
-                .copied()
-                .filter(|&(i, j)| run.get(i, j).is_some_and(|v| v > cells[i * n + j]))
-                .collect();
-            high.extend(worst_seen.iter().copied());
-            run.measure(&high, true)?;
-        }
-        // Measured figures replace their cells. The domains found before stand, with
-        // the figures as their costs, unless one is lower than its cell by more than
-        // the tolerance: then the groups may be wrong (a fill that hid a closer group)
-        // and the next round finds them again. A figure above its cell only makes its
-        // choice lose, which the costs say.
-        let mut stale = false;
-        let mut replace = |i: usize, j: usize, v: f64| {
-            let old = cells[i * n + j];
-            if !(old.is_finite() && v >= old * (1.0 - cfg.tolerance)) {
-                stale = true;
-            }
-            cells[i * n + j] = v;
-            cells[j * n + i] = v;
-            if let Some(d) = current.as_mut() {
-                d.set_cost_ns(run.ids[i], run.ids[j], v);
-            }
-        };
-        for &(i, j) in &worst_seen {
-            if let Some(v) = run.get(i, j) {
-                replace(i, j, v);
-            }
-            checked.insert((i, j));
-        }
-        done.rounds += 1;
-        for &(i, j) in &want {
-            asked.insert((i, j));
-            let Some(v) = run.get(i, j) else { continue };
-            replace(i, j, v);
-            done.pairs += 1;
-        }
-        if stale {
-            current = None;
         }
     }
+
+    /// Measured figures replace their cells. The domains found before stand, with
+    /// the figures as their costs, unless one is lower than its cell by more than
+    /// the tolerance: then the groups may be wrong (a fill that hid a closer group)
+    /// and the next round finds them again. A figure above its cell only makes its
+    /// choice lose, which the costs say.
+    fn take_figures<M: PairMeasurer>(
+        &mut self,
+        run: &Run<'_, M>,
+        cells: &mut [f64],
+        cfg: &SparseConfig,
+        want: &[(usize, usize)],
+        worst_seen: &BTreeSet<(usize, usize)>,
+    ) {
+        let mut stale = false;
+        for &(i, j) in worst_seen {
+            if let Some(v) = run.get(i, j) {
+                stale |= self.replace(run, cells, cfg, (i, j), v);
+            }
+            self.checked.insert((i, j));
+        }
+        self.done.rounds += 1;
+        for &(i, j) in want {
+            self.asked.insert((i, j));
+            let Some(v) = run.get(i, j) else { continue };
+            stale |= self.replace(run, cells, cfg, (i, j), v);
+            self.done.pairs += 1;
+        }
+        if stale {
+            self.current = None;
+        }
+    }
+
+    /// Puts figure `v` of pair `(i, j)` in its cells and the domains' costs; `true` when
+    /// it leaves the domains stale (lower than its cell by more than the tolerance).
+    fn replace<M: PairMeasurer>(
+        &mut self,
+        run: &Run<'_, M>,
+        cells: &mut [f64],
+        cfg: &SparseConfig,
+        (i, j): (usize, usize),
+        v: f64,
+    ) -> bool {
+        let n = self.n;
+        let old = cells[i * n + j];
+        let stale = !(old.is_finite() && v >= old * (1.0 - cfg.tolerance));
+        cells[i * n + j] = v;
+        cells[j * n + i] = v;
+        if let Some(d) = self.current.as_mut() {
+            d.set_cost_ns(run.ids[i], run.ids[j], v);
+        }
+        stale
+    }
+}
+
+/// Measures the round's pairs, then a figure above the estimate it replaces up to
+/// twice more (the lowest is kept), with the choices' worst figures from before: the
+/// worst of a choice's figures is its noisiest, and a choice should not lose to an
+/// unmeasured one by its noise alone.
+fn measure_round<M: PairMeasurer>(
+    run: &mut Run<'_, M>,
+    cells: &[f64],
+    want: &[(usize, usize)],
+    worst_seen: &BTreeSet<(usize, usize)>,
+) -> Result<(), MeasureError> {
+    let n = run.n();
+    run.measure(want, false)?;
+    for _ in 0..2 {
+        let mut high: Vec<(usize, usize)> = want
+            .iter()
+            .copied()
+            .filter(|&(i, j)| run.get(i, j).is_some_and(|v| v > cells[i * n + j]))
+            .collect();
+        high.extend(worst_seen.iter().copied());
+        run.measure(&high, true)?;
+    }
+    Ok(())
 }
 
 /// The domains of the cells (row-major n×n), with every unmeasured cell taken
