@@ -24,6 +24,16 @@ pub fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
         .without_time()
         .with_ansi(false)
         .finish();
+    let (r, text) = with_subscriber(subscriber, &lines, f);
+    (r, String::from_utf8_lossy(&text).into_owned())
+}
+
+/// Runs `f` with `subscriber` (this thread only) and returns what it wrote to `lines`.
+fn with_subscriber<T>(
+    subscriber: impl tracing::Subscriber + Send + Sync + 'static,
+    lines: &Lines,
+    f: impl FnOnce() -> T,
+) -> (T, Vec<u8>) {
     let r = tracing::subscriber::with_default(subscriber, || {
         // Tests on other threads come and go with subscribers of their own: a call
         // site first reached while none of them wanted it must be asked again.
@@ -31,7 +41,7 @@ pub fn logged<T>(f: impl FnOnce() -> T) -> (T, String) {
         f()
     });
     let text = lines.0.lock().unwrap().clone();
-    (r, String::from_utf8_lossy(&text).into_owned())
+    (r, text)
 }
 
 /// Runs `f` like [`logged`] and returns each event's level and message alone
@@ -54,13 +64,7 @@ pub fn messages<T>(f: impl FnOnce() -> T) -> (T, Vec<String>) {
         .with_target(false)
         .fmt_fields(message_only)
         .finish();
-    let r = tracing::subscriber::with_default(subscriber, || {
-        // Tests on other threads come and go with subscribers of their own: a call
-        // site first reached while none of them wanted it must be asked again.
-        tracing::callsite::rebuild_interest_cache();
-        f()
-    });
-    let text = lines.0.lock().unwrap().clone();
+    let (r, text) = with_subscriber(subscriber, &lines, f);
     let text = String::from_utf8_lossy(&text);
     (r, text.lines().map(|l| l.trim().to_string()).collect())
 }
