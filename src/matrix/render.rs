@@ -328,35 +328,18 @@ fn draw_range(
 ) -> Result<(), SvgError> {
     let (bx, top, bh) = (bar.x, g.top, bar.height);
     let label_font = ("sans-serif", 11).into_font().color(&BLACK);
+    let label = |text: String, at| {
+        root.draw(&Text::new(text, at, label_font.clone()))
+            .map_err(svg_error)
+    };
     if hi > lo {
-        root.draw(&Text::new(
-            format!("{lo:.1} ns"),
-            (bx + 20, top),
-            label_font.clone(),
-        ))
-        .map_err(svg_error)?;
-        root.draw(&Text::new(
-            format!("{hi:.1} ns"),
-            (bx + 20, top + bh - 12),
-            label_font.clone(),
-        ))
-        .map_err(svg_error)?;
+        label(format!("{lo:.1} ns"), (bx + 20, top))?;
+        label(format!("{hi:.1} ns"), (bx + 20, top + bh - 12))?;
     } else {
         // One figure for every pair: no range to read off the bar.
-        root.draw(&Text::new(
-            format!("all {lo:.1} ns"),
-            (bx + 20, top),
-            label_font.clone(),
-        ))
-        .map_err(svg_error)?;
+        label(format!("all {lo:.1} ns"), (bx + 20, top))?;
     }
-    root.draw(&Text::new(
-        "CPU".to_string(),
-        (8, top - 16),
-        label_font.clone(),
-    ))
-    .map_err(svg_error)?;
-    Ok(())
+    label("CPU".to_string(), (8, top - 16))
 }
 
 /// The cells and the colour bar as two images, over the background and under every
