@@ -429,6 +429,19 @@ impl Watch {
         self.spins = self.spins.wrapping_add(1);
         self.spins & 0xffff == 0 && self.start.elapsed() > STALL
     }
+
+    /// Spins (with the spin-loop hint) until `done`; `None` once the wait has lasted
+    /// longer than [`STALL`].
+    #[inline(always)]
+    fn until(&mut self, done: impl Fn() -> bool) -> Option<()> {
+        while !done() {
+            if self.stalled() {
+                return None;
+            }
+            std::hint::spin_loop();
+        }
+        Some(())
+    }
 }
 
 /// The initiator's side of one sync point: the responder reports and acknowledges.
@@ -439,21 +452,11 @@ fn sync(s: &Shared, primitive: Primitive) -> Option<(u64, u64)> {
         Primitive::Cas => {
             // The line is PING (after a batch) or IDLE/ACK (before the first one).
             s.ping.0.store(SYNC, Ordering::Release);
-            while s.ping.0.load(Ordering::Acquire) != ACK {
-                if watch.stalled() {
-                    return None;
-                }
-                std::hint::spin_loop();
-            }
+            watch.until(|| s.ping.0.load(Ordering::Acquire) == ACK)?;
         }
         Primitive::LoadStore => {
             s.ping.0.store(LS_SYNC, Ordering::Release);
-            while s.pong.0.load(Ordering::Acquire) != LS_SYNC {
-                if watch.stalled() {
-                    return None;
-                }
-                std::hint::spin_loop();
-            }
+            watch.until(|| s.pong.0.load(Ordering::Acquire) == LS_SYNC)?;
         }
     }
     Some((
