@@ -3,12 +3,14 @@
 //! for the pairs whose passes disagree, and the serial cross-check of a parallel run.
 //!
 //! ```text
-//! every_pair (pass 1, 2 backwards, …) ─► ambiguous_again (serial) ─► cross_check (rounds only)
-//!        └──────────── PairAcc per pair, units timed, budget_ran_out ────────────┘
+//! every_pair ──────────► ambiguous_again ──────────► cross_check
+//! (pass 1 forwards,      (serially, while passes      (rounds only: a sample
+//!  pass 2 backwards, …)   disagree and time lasts)     measured again serially)
+//!        └──── one PairAcc per pair, units timed, budget_ran_out ────┘
 //! ```
 //!
-//! Must not touch: the guard, the warm-up and the assessment ([`run_detailed`](super::run_detailed)
-//! does them around the passes), files.
+//! Must not touch: the guard, the warm-up and the assessment
+//! ([`run_detailed`](super::run_detailed) does them around the passes), files.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
