@@ -348,6 +348,23 @@ mod tests {
         assert_eq!(s.verdict, Verdict::Unstable);
     }
 
+    /// The sparse matrix of `truth` measured on `sim` with `seed`, and the repeat
+    /// check's verdict on it (on a virtual machine).
+    fn measured_and_checked(
+        truth: &LatencyMatrix,
+        sim: &mut Simulated<'_>,
+        seed: u64,
+    ) -> (LatencyMatrix, Stability) {
+        let cfg = SparseConfig {
+            seed,
+            ..SparseConfig::default()
+        };
+        let out = run_sparse(&truth.cpus, None, sim, &cfg).unwrap();
+        let m = out.to_matrix(&Default::default(), &cfg.costs);
+        let (s, _) = check(&m, sim, true).unwrap();
+        (m, s.unwrap())
+    }
+
     /// A stable simulated host at the simulator's default noise (2%, 1% preempted
     /// answers) is never called unstable, over many seeds: no false alarm.
     #[test]
@@ -355,14 +372,7 @@ mod tests {
         let truth = ryzen();
         for seed in 0..200 {
             let mut sim = Simulated::new(&truth, 0.02, seed);
-            let cfg = SparseConfig {
-                seed,
-                ..SparseConfig::default()
-            };
-            let out = run_sparse(&truth.cpus, None, &mut sim, &cfg).unwrap();
-            let m = out.to_matrix(&Default::default(), &cfg.costs);
-            let (s, _) = check(&m, &mut sim, true).unwrap();
-            let s = s.unwrap();
+            let (_, s) = measured_and_checked(&truth, &mut sim, seed);
             assert_eq!(s.verdict, Verdict::Stable, "seed {seed}: {s:?}");
         }
     }
@@ -375,14 +385,7 @@ mod tests {
         for seed in 0..200 {
             for every in [5, 20, 60] {
                 let mut sim = Simulated::new(&truth, 0.02, seed).moving(every);
-                let cfg = SparseConfig {
-                    seed,
-                    ..SparseConfig::default()
-                };
-                let out = run_sparse(&truth.cpus, None, &mut sim, &cfg).unwrap();
-                let m = out.to_matrix(&Default::default(), &cfg.costs);
-                let (s, _) = check(&m, &mut sim, true).unwrap();
-                let s = s.unwrap();
+                let (m, s) = measured_and_checked(&truth, &mut sim, seed);
                 assert!(
                     sim.moves > 1,
                     "seed {seed} every {every}: the host moved ({} answers)",
