@@ -4,12 +4,13 @@ use crate::api::{
 };
 use crate::cpuset::CpuSet;
 use crate::daemon::worker::JobError;
-use crate::daemon::worker::{Finished, JobKind, Product};
+use crate::daemon::worker::{Finished, Job, JobKind, Product};
 use crate::measure;
 use crate::measure::Probe;
 use crate::placement::{Policy, SmtPolicy};
 use crate::plan::tests::count_request;
-use crate::rules::{CpuTarget, PlacementRequest};
+use crate::rules::{CpuTarget, LoadPolicy, PlacementRequest};
+use crate::settings::SettingsError;
 
 mod around;
 mod containers;
