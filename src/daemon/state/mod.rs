@@ -16,16 +16,17 @@
 //! fields are its own, each part type declared in the file that implements it.
 //!
 //! ```text
-//!   State ─┬─ loaded       settings and rules in force (reloads)
+//!   State ─┬─ loaded       settings and rules in force (reloads)                 (loaded.rs)
 //!          ├─ machine      store, fingerprint, topology, matrix in use, domains  (machine.rs)
 //!          ├─ managed      the manager, its plan's chooser, the affinity and
 //!          │               process operations it acts through                    (managed.rs)
 //!          ├─ measurement  timetable, what a job stays off, completion           (measurement.rs)
-//!          ├─ timers       rescan, journal, hotplug recheck, fingerprint, watchdog
+//!          ├─ timers       rescan, journal, hotplug recheck, fingerprint,
+//!          │               watchdog                                              (timers.rs)
 //!          ├─ sharing      IRQs moved, units held, sched_ext, memory following   (sharing.rs;
 //!          │               irqs.rs, holds.rs, following.rs)
 //!          └─ metrics, health, actions
-//!   Event (event.rs) ─► State::handle ─► Action ─► the shell
+//!   Event (event.rs) ─► State::handle ─► Action (action.rs) ─► the shell
 //!   Call  (crate::api) ─► State::call ─► its own answer, now or after a read  (memory.rs)
 //! ```
 //!
@@ -373,18 +374,8 @@ impl State {
         Snapshot {
             version: env!("CARGO_PKG_VERSION").to_string(),
             state: self.phase(),
-            measured_at_us: self
-                .machine
-                .current
-                .as_ref()
-                .and_then(|m| m.measured_at_us)
-                .unwrap_or(0),
-            fingerprint: self
-                .machine
-                .fingerprint
-                .as_ref()
-                .map(|f| f.hex.clone())
-                .unwrap_or_default(),
+            measured_at_us: self.machine.measured_at_us(),
+            fingerprint: self.machine.fingerprint_hex().unwrap_or_default(),
             cpu_count: self.machine.online().len() as u32,
             rule_count: self.loaded.rules.rules.len() as u32,
             managed_processes: self
@@ -403,23 +394,8 @@ impl State {
             nri: self.containers.runtime.clone(),
             containers: self.containers.views(),
             state_reason: self.degraded_reason().unwrap_or_default(),
-            // From the sparse counts, which completion keeps: no walk over the cells
-            // on every snapshot.
-            latency_off: self
-                .machine
-                .current
-                .as_ref()
-                .and_then(LatencyMatrix::latency_off)
-                .unwrap_or_default()
-                .to_string(),
-            matrix_measured: self.machine.current.as_ref().map_or((0, 0), |m| {
-                let total = m.len() * m.len().saturating_sub(1) / 2;
-                let measured = m.sparse.as_ref().map_or(total, |sp| sp.pairs_measured);
-                (
-                    measured.min(u32::MAX as usize) as u32,
-                    total.min(u32::MAX as usize) as u32,
-                )
-            }),
+            latency_off: self.machine.latency_off(),
+            matrix_measured: self.machine.pairs_measured(),
         }
     }
 
@@ -728,17 +704,7 @@ impl State {
 
     fn status(&mut self) {
         let s = self.snapshot();
-        let matrix = match &self.machine.current {
-            Some(m) => format!("matrix of {} CPUs", m.len()),
-            None => "no matrix (sysfs topology)".to_string(),
-        };
-        let matrix = match self.machine.current.as_ref().and_then(|m| m.kept.as_ref()) {
-            Some(k) => format!(
-                "{matrix}, earlier cells kept for {}",
-                crate::measure::around::cpu_words(&k.cpus)
-            ),
-            None => matrix,
-        };
+        let matrix = self.machine.matrix_words();
         let mut matrix = format!("{matrix}{}", self.completion_words());
         if let Some(h) = self.sharing.holds.summary() {
             matrix.push_str(&format!(", {h}"));
