@@ -10,7 +10,9 @@
 //! applies to; the runtime's workers (D-Bus, signals, inotify), measurement threads and
 //! the reader threads (`readers`: command lines and `numa_maps`, which can wait on a
 //! process's locks) are created by it and so start in the normal class, whatever the
-//! unit gives the loop.
+//! unit gives the loop. The workers (the reader threads, the memory mover, the holder)
+//! are made once at start with the functions that start them and handed to the loop
+//! (`shell/workers.rs`); the mover and the holder start at their first use.
 //!
 //! Nothing on the loop thread sleeps or waits for another thread: it pings systemd's
 //! watchdog (`WATCHDOG=1`, from the state's tick) and answers the bus, so a step that
@@ -25,26 +27,23 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal as UnixSignal, SignalKind};
 use tokio::sync::{mpsc, watch};
 use zbus::Connection;
 
 use crate::api::{Signal, Snapshot};
 use crate::dbus::{self, BusTarget};
-use crate::memory::follow::{self, FollowJob, MoveQueue};
-
 use crate::settings::Settings;
 
-use super::readers::{Readers, READERS};
 use super::schedule::Timing;
 use super::state::event::{Event, ReloadCause};
-use super::state::memory::MemoryRead;
 use super::state::{Action, Config, State};
 use super::steps::{StepName, Steps, LOOK_EVERY, STILL_RUNNING};
 use super::watchers::{Doorbell, KernelSources};
 use super::worker;
-use crate::manager::cmdlines::{CmdlineRead, CmdlineWanted};
-use crate::watch::{ProcFs, ProcSource};
+use workers::Workers;
+
+mod workers;
 
 /// How long the holder undoes holds at exit, one after another: what is not undone by
 /// then stays in the journal for the next start (and the log says so).
@@ -112,11 +111,16 @@ pub fn run(opts: Options) -> Result<(), DaemonError> {
         .enable_all()
         .build()
         .map_err(DaemonError::Runtime)?;
-    let started = rt.block_on(start(opts))?;
+    let Started {
+        conn,
+        mut shell,
+        state,
+        events,
+    } = rt.block_on(start(opts))?;
     // The runtime's workers go on serving the bus while this thread runs the loop.
-    let result = started.shell.run_loop(started.state, started.events);
+    let result = shell.run_loop(state, events);
     notify(&[sd_notify::NotifyState::Stopping]);
-    rt.block_on(release(started.conn));
+    rt.block_on(release(conn));
     result
 }
 
@@ -135,27 +139,108 @@ struct Started {
     events: mpsc::Receiver<Event>,
 }
 
-/// Everything that lives on the runtime: signals, the bus, rule directory watches.
-#[expect(
-    clippy::too_many_lines,
-    reason = "the daemon's start, still over the limit: to be split when its room is reworked (see clippy.toml)"
-)]
+/// Everything that lives on the runtime: signals, the bus, rule directory watches; then
+/// the state and the workers the loop hands work to.
 async fn start(opts: Options) -> Result<Started, DaemonError> {
-    let signal_err = |e: std::io::Error| DaemonError::Runtime(e);
-    let mut hup = signal(SignalKind::hangup()).map_err(signal_err)?;
-    let mut term = signal(SignalKind::terminate()).map_err(signal_err)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(signal_err)?;
-
+    // Before the bus name: an early SIGHUP must not kill us.
+    let stops = StopSignals::new()?;
     let (tx, rx) = mpsc::channel(EVENT_QUEUE);
     let (snap_tx, snap_rx) = watch::channel(Snapshot::starting());
+    let conn = serve_bus(&opts, &tx, snap_rx).await?;
+    stop_on_fatal_signals(&tx)?;
+    stops.forward(tx.clone());
+    watch_rule_dirs(&opts, &tx);
+    let emit = start_emitter(conn.clone());
+
+    // Ping at half of systemd's WatchdogSec.
+    let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
+    let bell = Arc::new(Doorbell::new().map_err(DaemonError::Runtime)?);
+    let timing = Timing::from_settings(&opts.settings, watchdog);
+    let mut state = State::new(
+        opts.config.clone(),
+        opts.settings.clone(),
+        timing,
+        Instant::now(),
+    );
+    start_nri(&opts.settings, &tx, &mut state);
+    let cfg = &opts.config;
+    let workers = Workers::system(&cfg.sysroot, &cfg.runtime_dir, &tx, &bell)
+        .map_err(DaemonError::Runtime)?;
+    let shell = Shell {
+        steps: step_timer(),
+        out: Outside {
+            events: tx,
+            snapshot: snap_tx,
+            emit,
+            workers,
+            bell,
+            watchdog,
+        },
+    };
+    Ok(Started {
+        conn,
+        shell,
+        state,
+        events: rx,
+    })
+}
+
+fn signal_err(e: std::io::Error) -> DaemonError {
+    DaemonError::Runtime(e)
+}
+
+/// The signals that reload or stop the daemon, taken before anything else.
+struct StopSignals {
+    hup: UnixSignal,
+    term: UnixSignal,
+    int: UnixSignal,
+}
+
+impl StopSignals {
+    fn new() -> Result<StopSignals, DaemonError> {
+        Ok(StopSignals {
+            hup: signal(SignalKind::hangup()).map_err(signal_err)?,
+            term: signal(SignalKind::terminate()).map_err(signal_err)?,
+            int: signal(SignalKind::interrupt()).map_err(signal_err)?,
+        })
+    }
+
+    /// Sends each to the loop as it comes: SIGHUP reloads, SIGTERM and SIGINT stop.
+    fn forward(mut self, tx: mpsc::Sender<Event>) {
+        tokio::spawn(async move {
+            loop {
+                let ev = tokio::select! {
+                    _ = self.hup.recv() => Event::Reload(ReloadCause::Signal),
+                    _ = self.term.recv() => Event::Terminate,
+                    _ = self.int.recv() => Event::Terminate,
+                };
+                tracing::debug!(?ev, "signal");
+                if tx.send(ev).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+/// Takes the bus name and serves the interface, its properties published from the
+/// snapshots the loop sends.
+async fn serve_bus(
+    opts: &Options,
+    tx: &mpsc::Sender<Event>,
+    snap_rx: watch::Receiver<Snapshot>,
+) -> Result<Connection, DaemonError> {
     let limits = &opts.settings.limits;
     let limiter = dbus::RateLimiter::new(limits.dbus_burst, limits.dbus_calls_per_second);
     let conn = dbus::serve(&opts.bus, tx.clone(), snap_rx.clone(), limiter).await?;
     tracing::info!(bus = %opts.bus, name = dbus::BUS_NAME, "bus name {} acquired on the {} bus", dbus::BUS_NAME, opts.bus);
     tokio::spawn(dbus::publish_properties(conn.clone(), snap_rx));
+    Ok(conn)
+}
 
-    // Every other signal whose default action would end the daemon without giving the
-    // masks back ends it the way SIGTERM does.
+/// Every other signal whose default action would end the daemon without giving the
+/// masks back ends it the way SIGTERM does.
+fn stop_on_fatal_signals(tx: &mpsc::Sender<Event>) -> Result<(), DaemonError> {
     for (raw, name) in [
         (libc::SIGUSR1, "SIGUSR1"),
         (libc::SIGUSR2, "SIGUSR2"),
@@ -183,20 +268,11 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
             }
         });
     }
-    let sig_tx = tx.clone();
-    tokio::spawn(async move {
-        loop {
-            let ev = tokio::select! {
-                _ = hup.recv() => Event::Reload(ReloadCause::Signal),
-                _ = term.recv() => Event::Terminate,
-                _ = int.recv() => Event::Terminate,
-            };
-            tracing::debug!(?ev, "signal");
-            if sig_tx.send(ev).await.is_err() {
-                return;
-            }
-        }
-    });
+    Ok(())
+}
+
+/// Reloads when a rule directory changes; SIGHUP still does when it cannot be watched.
+fn watch_rule_dirs(opts: &Options, tx: &mpsc::Sender<Event>) {
     let rule_dirs = opts
         .config
         .rule_dirs
@@ -215,13 +291,15 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
             tracing::warn!(error = %e, "cannot watch the rule directories ({e}); SIGHUP still reloads")
         }
     }
+}
 
+/// The task that emits the loop's signals on the bus: one task, so signals leave in the
+/// order the loop produced them.
+fn start_emitter(conn: Connection) -> mpsc::UnboundedSender<Signal> {
     let (emit_tx, mut emit_rx) = mpsc::unbounded_channel::<Signal>();
-    let emit_conn = conn.clone();
     tokio::spawn(async move {
-        // One task, so signals leave in the order the loop produced them.
         while let Some(sig) = emit_rx.recv().await {
-            if let Err(e) = dbus::emit(&emit_conn, &sig).await {
+            if let Err(e) = dbus::emit(&conn, &sig).await {
                 let name = match &sig {
                     crate::api::Signal::MeasurementFinished { job, .. } => {
                         format!("MeasurementFinished of job {job}")
@@ -234,40 +312,7 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
             }
         }
     });
-
-    // Ping at half of systemd's WatchdogSec.
-    let watchdog = sd_notify::watchdog_enabled().map(|d| d / 2);
-    let bell = Arc::new(Doorbell::new().map_err(DaemonError::Runtime)?);
-    let timing = Timing::from_settings(&opts.settings, watchdog);
-    let state = State::new(
-        opts.config.clone(),
-        opts.settings.clone(),
-        timing,
-        Instant::now(),
-    );
-    let mut state = state;
-    start_nri(&opts.settings, &tx, &mut state);
-    let (readers, memory) =
-        start_readers(&opts.config.sysroot, &tx).map_err(DaemonError::Runtime)?;
-    let shell = Shell {
-        events: tx,
-        snapshot: snap_tx,
-        emit: emit_tx,
-        moves: std::cell::OnceCell::new(),
-        readers,
-        memory,
-        holder: std::cell::RefCell::new(None),
-        hold_at: (opts.config.sysroot.clone(), opts.config.runtime_dir.clone()),
-        bell,
-        steps: step_timer(),
-        watchdog,
-    };
-    Ok(Started {
-        conn,
-        shell,
-        state,
-        events: rx,
-    })
+    emit_tx
 }
 
 /// The NRI plugin (unless `[nri] enable = "off"`): its own task, its questions passed
@@ -301,105 +346,42 @@ fn step_timer() -> Steps {
     steps
 }
 
-/// The reader threads: command lines, and memory; each sends what it read to the loop
-/// (a memory read also answers its callers).
-fn start_readers(
-    root: &crate::sysroot::SysRoot,
-    tx: &mpsc::Sender<Event>,
-) -> std::io::Result<(Readers<CmdlineWanted>, Readers<MemoryRead>)> {
-    let procs = ProcFs::new(root.clone());
-    let read_tx = tx.clone();
-    let cmdlines = Readers::start("cmdline", READERS, move |wanted: CmdlineWanted| {
-        let read = CmdlineRead {
-            wanted,
-            args: procs.cmdline(wanted.pid, wanted.start_time),
-        };
-        let _ = read_tx.blocking_send(Event::Cmdline(read));
-    })?;
-    let memory_tx = tx.clone();
-    let memory = Readers::start("memory", READERS, move |read: MemoryRead| {
-        read.run(|found| {
-            let _ = memory_tx.blocking_send(Event::Memory(found));
-        })
-    })?;
-    Ok((cmdlines, memory))
-}
-
 async fn release(conn: Connection) {
     if let Err(e) = conn.release_name(dbus::BUS_NAME).await {
         tracing::debug!(error = %e, "releasing the bus name");
     }
 }
 
-/// What the loop thread holds to talk to the outside.
+/// The loop thread's shell: its step timer, and what it carries actions out with.
 struct Shell {
+    /// Times every step and warns about a slow one.
+    steps: Steps,
+    out: Outside,
+}
+
+/// What the loop thread holds to talk to the outside.
+struct Outside {
     events: mpsc::Sender<Event>,
     snapshot: watch::Sender<Snapshot>,
     emit: mpsc::UnboundedSender<Signal>,
-    /// Memory moves, one at a time on one thread, started at the first move.
-    moves: std::cell::OnceCell<MoveQueue>,
-    /// Reads that can wait on a process's locks, off the loop: command lines…
-    readers: Readers<CmdlineWanted>,
-    /// …and where a process's memory is (`Explain`), answered by the reader.
-    memory: Readers<MemoryRead>,
-    /// Units held for `isolate` and `unit-cpuset` rules, on a thread of its own,
-    /// started at the first want or at start when a previous run left holds.
-    holder: std::cell::RefCell<Option<super::holding::HolderThread>>,
-    /// Where the holder works: the sysfs root (cgroups) and the runtime directory.
-    hold_at: (crate::sysroot::SysRoot, std::path::PathBuf),
+    /// The threads work that can wait is handed to.
+    workers: Workers,
     /// Wakes the loop's `poll`: rung by the channel's receiver, and by the holder when
     /// it has ended.
     bell: Arc<Doorbell>,
-    /// Times every step and warns about a slow one.
-    steps: Steps,
     /// How often to ping systemd's watchdog, if it watches.
     watchdog: Option<Duration>,
 }
 
 impl Shell {
-    /// Queues `job` for the mover thread, started the first time; why not, if not.
-    fn queue_move(&self, job: FollowJob) -> Result<(), String> {
-        let queue = match self.moves.get() {
-            Some(q) => q,
-            None => {
-                let tx = self.events.clone();
-                let q = MoveQueue::start(follow::Kernel, move |done| {
-                    let _ = tx.blocking_send(Event::Followed(Box::new(done)));
-                })
-                .map_err(|e| format!("cannot start the memory mover thread: {e}"))?;
-                self.moves.get_or_init(|| q)
-            }
-        };
-        queue.push(job).map_err(|e| e.to_string())
-    }
-
-    /// Starts the holder thread if it is not running; why not, if it cannot start.
-    fn holder(&self) -> Result<std::cell::RefMut<'_, super::holding::HolderThread>, String> {
-        let mut slot = self.holder.borrow_mut();
-        if slot.is_none() {
-            let (root, runtime) = self.hold_at.clone();
-            let tx = self.events.clone();
-            let bell = self.bell.clone();
-            let t = super::holding::HolderThread::start(
-                move || super::holding::system_holder(&root, &runtime),
-                move |reports, notes| {
-                    let _ = tx.blocking_send(Event::Held(reports));
-                    let _ = tx.blocking_send(Event::HoldNotes(notes));
-                },
-                move || bell.ring(),
-            )
-            .map_err(|e| format!("cannot start the holder thread: {e}"))?;
-            *slot = Some(t);
-        }
-        Ok(std::cell::RefMut::map(slot, |s| {
-            s.as_mut().expect("started above")
-        }))
-    }
-
     /// Runs the loop until it must stop, then lets the holder undo its units while
     /// still answering ([`wind_down`]).
-    fn run_loop(&self, mut state: State, mut rx: mpsc::Receiver<Event>) -> Result<(), DaemonError> {
-        let waker = Waker::from(self.bell.clone());
+    fn run_loop(
+        &mut self,
+        mut state: State,
+        mut rx: mpsc::Receiver<Event>,
+    ) -> Result<(), DaemonError> {
+        let waker = Waker::from(self.out.bell.clone());
         let mut cx = Context::from_waker(&waker);
         // A daemon that could not start leaves what it recovered to the next start.
         self.serve(&mut state, &mut rx, &mut cx)?;
@@ -409,18 +391,19 @@ impl Shell {
 
     /// Recovers what a previous run held, reads the machine and the rules, then
     /// `READY=1`.
-    fn start_up(&self, state: &mut State) -> Result<(), DaemonError> {
+    fn start_up(&mut self, state: &mut State) -> Result<(), DaemonError> {
         // What a previous run held and did not undo (killed) is recovered at once.
-        if self.hold_at.1.join(crate::hold::JOURNAL_FILE).exists() {
-            if let Err(e) = self.holder() {
+        let workers = &mut self.out.workers;
+        if workers.hold_journal.exists() {
+            if let Err(e) = workers.holder.get() {
                 tracing::error!(error = %e, "the holds a previous run left not recovered: {e}");
             }
         }
         self.steps
             .timed(StepName::Start, || -> Result<(), DaemonError> {
                 state.start()?;
-                self.perform(state);
-                self.publish(state);
+                self.out.perform(state);
+                self.out.publish(state);
                 Ok(())
             })?;
         notify(&[sd_notify::NotifyState::Ready]);
@@ -430,7 +413,7 @@ impl Shell {
 
     /// The loop proper, until it must stop.
     fn serve(
-        &self,
+        &mut self,
         state: &mut State,
         rx: &mut mpsc::Receiver<Event>,
         cx: &mut Context<'_>,
@@ -442,7 +425,7 @@ impl Shell {
                 return Ok(());
             }
         }
-        let bell = &*self.bell;
+        let bell = self.out.bell.clone();
         let mut next_tick = Instant::now() + TICK;
         let mut last_publish = Instant::now();
         let mut publish_due: Option<Instant> = None;
@@ -469,7 +452,7 @@ impl Shell {
             if let Some(at) = publish_due {
                 if Instant::now() >= at {
                     publish_due = None;
-                    self.publish(state);
+                    self.out.publish(state);
                     last_publish = Instant::now();
                 }
             }
@@ -496,7 +479,7 @@ impl Shell {
             } else {
                 Duration::ZERO
             };
-            let ready = kernel.wait(bell, timeout);
+            let ready = kernel.wait(&bell, timeout);
             if ready.bell {
                 bell.clear();
             }
@@ -508,14 +491,14 @@ impl Shell {
                     let name = StepName::Proc(batch.len());
                     let exit = self.steps.timed(name, || {
                         state.handle(Event::Proc(std::mem::take(&mut batch)));
-                        self.perform(state)
+                        self.out.perform(state)
                     });
                     if exit {
                         return Ok(());
                     }
                     if publish_due.is_none() {
                         if last_publish.elapsed() >= PUBLISH_EVERY {
-                            self.publish(state);
+                            self.out.publish(state);
                             last_publish = Instant::now();
                         } else {
                             publish_due = Some(last_publish + PUBLISH_EVERY);
@@ -540,9 +523,9 @@ impl Shell {
 
     /// The holder, if one runs, undoes what it held on its own thread; meanwhile the
     /// loop pings the watchdog and refuses calls at once ([`wind_down`]).
-    fn wind_down(&self, rx: &mut mpsc::Receiver<Event>, cx: &mut Context<'_>) {
-        let mut slot = self.holder.borrow_mut();
-        let Some(holder) = slot.as_mut() else {
+    fn wind_down(&mut self, rx: &mut mpsc::Receiver<Event>, cx: &mut Context<'_>) {
+        let out = &mut self.out;
+        let Some(holder) = out.workers.holder.running() else {
             return;
         };
         // Already asked at `Action::Exit`, but not when every sender went away.
@@ -550,10 +533,10 @@ impl Shell {
         let ended = wind_down(
             rx,
             cx,
-            &self.bell,
+            &out.bell,
             || holder.ended(),
             Instant::now() + HOLDER_STOP,
-            self.watchdog,
+            out.watchdog,
             || notify(&[sd_notify::NotifyState::Watchdog]),
         );
         if !ended {
@@ -566,16 +549,18 @@ impl Shell {
     }
 
     /// Handles one event and what it asked for, timed; true when the loop must stop.
-    fn step(&self, state: &mut State, ev: Event) -> bool {
+    fn step(&mut self, state: &mut State, ev: Event) -> bool {
         let name = StepName::of(&ev, |now| state.due_at_tick(now));
         self.steps.timed(name, || {
             state.handle(ev);
-            let exit = self.perform(state);
-            self.publish(state);
+            let exit = self.out.perform(state);
+            self.out.publish(state);
             exit
         })
     }
+}
 
+impl Outside {
     fn publish(&self, state: &State) {
         let new = state.snapshot();
         self.snapshot.send_if_modified(|cur| {
@@ -589,7 +574,7 @@ impl Shell {
     }
 
     /// Carries out the loop's actions; true when the loop must stop.
-    fn perform(&self, state: &mut State) -> bool {
+    fn perform(&mut self, state: &mut State) -> bool {
         let mut exit = false;
         loop {
             let actions = state.take_actions();
@@ -621,7 +606,7 @@ impl Shell {
                     }
                     Action::Follow(job) => {
                         let (pid, target) = (job.pid, job.target.clone());
-                        if let Err(why) = self.queue_move(*job) {
+                        if let Err(why) = self.workers.queue_move(*job) {
                             tracing::error!(pid, error = %why, "cannot queue the memory move of pid {pid}: {why}");
                             state.handle(Event::Followed(Box::new(
                                 crate::memory::follow::Finished {
@@ -633,8 +618,8 @@ impl Shell {
                             )));
                         }
                     }
-                    Action::ReadCmdlines(wanted) => self.readers.ask(wanted),
-                    Action::ReadMemory(read) => self.memory.ask([*read]),
+                    Action::ReadCmdlines(wanted) => self.workers.cmdlines.ask(wanted),
+                    Action::ReadMemory(read) => self.workers.memory.ask([*read]),
                     Action::Status(line) => notify(&[sd_notify::NotifyState::Status(&line)]),
                     Action::Watchdog => notify(&[sd_notify::NotifyState::Watchdog]),
                     Action::Reloading => match sd_notify::NotifyState::monotonic_usec_now() {
@@ -642,13 +627,13 @@ impl Shell {
                         Err(_) => notify(&[sd_notify::NotifyState::Reloading]),
                     },
                     Action::Ready => notify(&[sd_notify::NotifyState::Ready]),
-                    Action::Hold(wants) => match self.holder() {
+                    Action::Hold(wants) => match self.workers.holder.get() {
                         Ok(h) => h.want(wants),
                         Err(e) => tracing::error!(error = %e, "units not held: {e}"),
                     },
                     Action::Exit => {
                         // Asked now, waited for by `wind_down`, never here.
-                        if let Some(h) = self.holder.borrow().as_ref() {
+                        if let Some(h) = self.workers.holder.running() {
                             h.stop(HOLDER_RELEASE);
                         }
                         exit = true;
@@ -735,172 +720,4 @@ fn scheduling() -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::api::Call;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-    use tokio::sync::oneshot::error::TryRecvError;
-
-    /// Generous bound for what must happen while the other side is stuck: a liveness
-    /// check, not a timing goal.
-    const LIVENESS: Duration = Duration::from_secs(60);
-
-    /// Makes a `ListManaged` call as the bus would and waits for its answer: `Err` is
-    /// the refusal a dropped reply gives the caller ("the daemon is shutting down").
-    fn call_list_managed(tx: &mpsc::Sender<Event>) -> Result<(), &'static str> {
-        let (reply, mut answer) = tokio::sync::oneshot::channel();
-        tx.blocking_send(Event::Command(Call::ListManaged {
-            caller_uid: 0,
-            reply,
-        }))
-        .unwrap();
-        let until = Instant::now() + LIVENESS;
-        loop {
-            match answer.try_recv() {
-                Ok(_) => return Ok(()),
-                Err(TryRecvError::Closed) => return Err("refused: stopping"),
-                Err(TryRecvError::Empty) => {
-                    assert!(Instant::now() < until, "the call was not answered");
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            }
-        }
-    }
-
-    /// Waits until `f` holds, at most [`LIVENESS`]; panics naming `what`.
-    fn wait_until(what: &str, f: impl Fn() -> bool) {
-        let until = Instant::now() + LIVENESS;
-        while !f() {
-            assert!(Instant::now() < until, "{what}");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// The loop's last phase on its own thread, as `Shell::wind_down` runs it.
-    fn winding_down(
-        mut rx: mpsc::Receiver<Event>,
-        bell: Arc<Doorbell>,
-        ended: impl FnMut() -> bool + Send + 'static,
-        until: Duration,
-        pings: Arc<AtomicUsize>,
-    ) -> std::thread::JoinHandle<bool> {
-        std::thread::spawn(move || {
-            let waker = Waker::from(bell.clone());
-            let mut cx = Context::from_waker(&waker);
-            wind_down(
-                &mut rx,
-                &mut cx,
-                &bell,
-                ended,
-                Instant::now() + until,
-                Some(Duration::from_millis(10)),
-                || {
-                    pings.fetch_add(1, Ordering::Relaxed);
-                },
-            )
-        })
-    }
-
-    /// While the holder undoes its units (here: stuck until the test lets it go), the
-    /// loop answers a call at once and keeps pinging the watchdog; it ends when the
-    /// holder says it ended, woken by the doorbell.
-    #[test]
-    fn while_the_holder_undoes_the_loop_answers_and_pings_the_watchdog() {
-        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-        let bell = Arc::new(Doorbell::new().unwrap());
-        let done = Arc::new(AtomicBool::new(false));
-        let pings = Arc::new(AtomicUsize::new(0));
-        let flag = done.clone();
-        let looping = winding_down(
-            rx,
-            bell.clone(),
-            move || flag.load(Ordering::Acquire),
-            Duration::from_secs(3600),
-            pings.clone(),
-        );
-        assert_eq!(call_list_managed(&tx), Err("refused: stopping"));
-        let seen = pings.load(Ordering::Relaxed);
-        wait_until("no watchdog ping while the holder undid", || {
-            pings.load(Ordering::Relaxed) >= seen + 3
-        });
-        assert!(!looping.is_finished(), "the loop waits for the holder");
-        done.store(true, Ordering::Release);
-        bell.ring();
-        assert!(looping.join().unwrap(), "it ended when the holder did");
-    }
-
-    /// The real holder thread, stuck connecting to systemd when the daemon stops:
-    /// `stop` returns at once, the loop answers meanwhile, and the thread's end wakes
-    /// it once it has undone everything.
-    #[test]
-    fn a_holder_stuck_in_a_systemd_call_does_not_hold_the_loop() {
-        let dir = tempfile::tempdir().unwrap();
-        let runtime = dir.path().to_path_buf();
-        let (gate_tx, gate_rx) = std::sync::mpsc::channel::<()>();
-        let bell = Arc::new(Doorbell::new().unwrap());
-        let ring = bell.clone();
-        let holder = super::super::holding::HolderThread::start(
-            move || {
-                // A systemd that does not answer, until the test says.
-                let _ = gate_rx.recv();
-                crate::hold::Holder::new(
-                    Err(crate::hold::systemd::UnitError::NoSystemd(
-                        "not reachable".into(),
-                    )),
-                    Err(crate::hold::partition::Unable::NoCgroup2),
-                    crate::hold::Journal::new(&runtime),
-                    Box::new(|_, _, _, _| 0),
-                )
-            },
-            |_, _| {},
-            move || ring.ring(),
-        )
-        .unwrap();
-        holder.stop(Duration::from_secs(5));
-        let (tx, rx) = mpsc::channel(EVENT_QUEUE);
-        let pings = Arc::new(AtomicUsize::new(0));
-        let holder = std::sync::Mutex::new(holder);
-        let looping = winding_down(
-            rx,
-            bell,
-            move || holder.lock().unwrap().ended(),
-            Duration::from_secs(3600),
-            pings.clone(),
-        );
-        assert_eq!(call_list_managed(&tx), Err("refused: stopping"));
-        wait_until("no watchdog ping while the holder was stuck", || {
-            pings.load(Ordering::Relaxed) >= 2
-        });
-        assert!(!looping.is_finished(), "the loop waits for the holder");
-        gate_tx.send(()).unwrap();
-        assert!(looping.join().unwrap(), "the holder's end woke the loop");
-    }
-
-    /// A holder that never ends: the loop gives up at its bound and says so.
-    #[test]
-    fn a_holder_that_never_ends_is_given_up_at_the_bound() {
-        let (_tx, rx) = mpsc::channel(EVENT_QUEUE);
-        let bell = Arc::new(Doorbell::new().unwrap());
-        let pings = Arc::new(AtomicUsize::new(0));
-        let looping = winding_down(rx, bell, || false, Duration::from_millis(50), pings.clone());
-        assert!(!looping.join().unwrap());
-        assert!(pings.load(Ordering::Relaxed) >= 1, "pinged at once");
-    }
-
-    #[test]
-    fn the_holder_is_stopped_well_within_the_units_stop_timeout() {
-        let unit = include_str!("../../systemd/pinnerd.service");
-        let timeout: u64 = unit
-            .lines()
-            .find_map(|l| l.strip_prefix("TimeoutStopSec="))
-            .and_then(|v| v.trim().strip_suffix('s'))
-            .and_then(|v| v.parse().ok())
-            .expect("the unit sets TimeoutStopSec= in seconds");
-        assert!(HOLDER_RELEASE < HOLDER_STOP);
-        // Restoring the masks before it and the exit after it keep 5 s of the timeout.
-        assert!(
-            HOLDER_STOP + Duration::from_secs(5) <= Duration::from_secs(timeout),
-            "the holder may take {HOLDER_STOP:?} of TimeoutStopSec={timeout}s"
-        );
-    }
-}
+mod tests;

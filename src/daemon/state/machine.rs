@@ -62,6 +62,51 @@ impl Machine {
         self.fingerprint.as_ref().map(|f| f.hex.clone())
     }
 
+    /// When the matrix in use was measured (µs since the epoch; 0 without one).
+    pub(super) fn measured_at_us(&self) -> u64 {
+        self.current
+            .as_ref()
+            .and_then(|m| m.measured_at_us)
+            .unwrap_or(0)
+    }
+
+    /// The line saying which pairs are off latency-aware placement, if any; from the
+    /// sparse counts completion keeps, not a walk over the cells.
+    pub(super) fn latency_off(&self) -> String {
+        self.current
+            .as_ref()
+            .and_then(LatencyMatrix::latency_off)
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    /// The pairs of the matrix in use measured, and all its pairs ((0, 0) without one).
+    pub(super) fn pairs_measured(&self) -> (u32, u32) {
+        self.current.as_ref().map_or((0, 0), |m| {
+            let total = m.len() * m.len().saturating_sub(1) / 2;
+            let measured = m.sparse.as_ref().map_or(total, |sp| sp.pairs_measured);
+            (
+                measured.min(u32::MAX as usize) as u32,
+                total.min(u32::MAX as usize) as u32,
+            )
+        })
+    }
+
+    /// The matrix in use in words, for the status line.
+    pub(super) fn matrix_words(&self) -> String {
+        let matrix = match &self.current {
+            Some(m) => format!("matrix of {} CPUs", m.len()),
+            None => "no matrix (sysfs topology)".to_string(),
+        };
+        match self.current.as_ref().and_then(|m| m.kept.as_ref()) {
+            Some(k) => format!(
+                "{matrix}, earlier cells kept for {}",
+                crate::measure::around::cpu_words(&k.cpus)
+            ),
+            None => matrix,
+        }
+    }
+
     /// Saves job `id`'s matrix in the store, keeping its earlier files; a failure is
     /// logged, and the matrix stays in use.
     pub(super) fn store_matrix(&self, id: u64, matrix: &LatencyMatrix) {

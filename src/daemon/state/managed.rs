@@ -275,6 +275,43 @@ impl Managed {
     }
 }
 
+/// One manager change in the log, with fields.
+pub(super) fn log_change(c: &Change) {
+    match c {
+        Change::Pinned {
+            pid,
+            tid,
+            rule,
+            outcome,
+        } => {
+            tracing::debug!(pid, tid, rule = %rule, outcome = outcome.label(), "pid {pid}, thread {tid} (rule {rule}): {}", outcome.words())
+        }
+        Change::Released {
+            pid,
+            rule,
+            restored,
+            reason,
+        } => {
+            // The manager says it at info, with the process's name and counts.
+            tracing::debug!(pid, rule = %rule, restored, reason = %reason, "pid {pid} released (rule {rule}): {reason}")
+        }
+        Change::Foreign {
+            pid,
+            tid,
+            expected,
+            found,
+            released,
+        } => {
+            // The manager warns (once per process, then counts): debug here.
+            tracing::debug!(pid, tid, %expected, %found, released, "someone else changed a managed mask")
+        }
+        Change::Exited { pid } => tracing::debug!(pid, "managed process exited"),
+        Change::Rescanned { processes, took } => {
+            tracing::debug!(processes, took_ms = took.as_millis() as u64, "rescan")
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

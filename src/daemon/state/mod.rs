@@ -16,16 +16,17 @@
 //! fields are its own, each part type declared in the file that implements it.
 //!
 //! ```text
-//!   State ─┬─ loaded       settings and rules in force (reloads)
+//!   State ─┬─ loaded       settings and rules in force (reloads)                 (loaded.rs)
 //!          ├─ machine      store, fingerprint, topology, matrix in use, domains  (machine.rs)
 //!          ├─ managed      the manager, its plan's chooser, the affinity and
 //!          │               process operations it acts through                    (managed.rs)
 //!          ├─ measurement  timetable, what a job stays off, completion           (measurement.rs)
-//!          ├─ timers       rescan, journal, hotplug recheck, fingerprint, watchdog
+//!          ├─ timers       rescan, journal, hotplug recheck, fingerprint,
+//!          │               watchdog                                              (timers.rs)
 //!          ├─ sharing      IRQs moved, units held, sched_ext, memory following   (sharing.rs;
 //!          │               irqs.rs, holds.rs, following.rs)
 //!          └─ metrics, health, actions
-//!   Event (event.rs) ─► State::handle ─► Action ─► the shell
+//!   Event (event.rs) ─► State::handle ─► Action (action.rs) ─► the shell
 //!   Call  (crate::api) ─► State::call ─► its own answer, now or after a read  (memory.rs)
 //! ```
 //!
@@ -57,19 +58,24 @@ use std::time::{Duration, Instant};
 
 use crate::affinity::restore::Journal;
 use crate::api::{Phase, Signal, Snapshot};
-use crate::manager::{self, Change, Manager};
+use crate::manager::{self, Manager};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::metrics::{self, MetricsSnapshot};
 use crate::plan::{Cpus, MemoryPlanning, Plan, PlanInputs, Planned, UnderSchedExt};
-use crate::rules::{self, LoadPolicy, LoadReport};
-use crate::settings::{Settings, SettingsError};
+use crate::rules;
+use crate::settings::Settings;
 use crate::sysroot::SysRoot;
 
 use super::schedule::{Due, Timing};
-use super::worker::Job;
 use event::{Event, ReloadCause};
+use loaded::Loaded;
+use managed::log_change;
+use timers::Timers;
 
+pub use action::Action;
+
+mod action;
 mod commands;
 mod completing;
 pub mod containers;
@@ -78,6 +84,7 @@ mod following;
 mod holds;
 mod irqs;
 mod knobs;
+mod loaded;
 mod machine;
 pub mod managed;
 mod measurement;
@@ -88,6 +95,7 @@ mod sched_ext;
 mod shaping;
 mod sharing;
 mod syncing;
+mod timers;
 
 /// Where the daemon reads and writes.
 #[derive(Debug, Clone)]
@@ -99,56 +107,6 @@ pub struct Config {
     pub state_dir: PathBuf,
     pub runtime_dir: PathBuf,
     pub sysroot: SysRoot,
-}
-
-/// Something the shell must do for the loop.
-#[derive(Debug)]
-pub enum Action {
-    Emit(Signal),
-    Measure(Box<Job>),
-    /// Start a `memory = "follow"` job on a thread of its own.
-    Follow(Box<crate::memory::follow::FollowJob>),
-    /// Read these command lines off the loop (`daemon::readers`); each comes back as
-    /// [`Event::Cmdline`].
-    ReadCmdlines(Vec<crate::manager::cmdlines::CmdlineWanted>),
-    /// Read where a process's memory is off the loop (`daemon::readers`); the read
-    /// answers its callers itself, and comes back as [`Event::Memory`] when the manager
-    /// asked for it.
-    ReadMemory(Box<memory::MemoryRead>),
-    /// A `STATUS=` line for systemd.
-    Status(String),
-    /// `WATCHDOG=1`: the loop is alive.
-    Watchdog,
-    /// `RELOADING=1` … then `READY=1` once reloaded.
-    Reloading,
-    Ready,
-    /// Hold these units (see `hold`): sent to the holder thread, which answers with
-    /// [`Event::Held`].
-    Hold(Vec<crate::hold::Want>),
-    /// Masks are restored; stop.
-    Exit,
-}
-
-impl PartialEq for Action {
-    fn eq(&self, other: &Self) -> bool {
-        match (self, other) {
-            (Action::Emit(a), Action::Emit(b)) => a == b,
-            (Action::Measure(a), Action::Measure(b)) => a.id == b.id,
-            (Action::Follow(a), Action::Follow(b)) => a.pid == b.pid && a.target == b.target,
-            (Action::ReadCmdlines(a), Action::ReadCmdlines(b)) => a == b,
-            (Action::ReadMemory(a), Action::ReadMemory(b)) => {
-                use crate::daemon::readers::Read;
-                a.pid() == b.pid()
-            }
-            (Action::Status(a), Action::Status(b)) => a == b,
-            (Action::Hold(a), Action::Hold(b)) => a == b,
-            (Action::Watchdog, Action::Watchdog)
-            | (Action::Reloading, Action::Reloading)
-            | (Action::Ready, Action::Ready)
-            | (Action::Exit, Action::Exit) => true,
-            _ => false,
-        }
-    }
 }
 
 /// How long the restore journal may lag process events. A daemon that dies within it
@@ -204,81 +162,6 @@ pub struct State {
     actions: Vec<Action>,
 }
 
-/// The settings and rules in force, as last loaded.
-#[derive(Debug)]
-struct Loaded {
-    settings: Settings,
-    /// An error in the settings file at the last reload (the previous settings stay).
-    settings_error: Option<SettingsError>,
-    policy: LoadPolicy,
-    rules: LoadReport,
-}
-
-impl Loaded {
-    fn rule_errors(&self) -> Vec<String> {
-        self.settings_error
-            .iter()
-            .map(SettingsError::to_string)
-            .chain(self.rules.error_strings())
-            .collect()
-    }
-
-    /// The CPUs plans are made for: `online`, and the housekeeping CPUs kept free.
-    fn plan_cpus(&self, online: crate::cpuset::CpuSet) -> Cpus {
-        Cpus::from_settings(online, &self.settings)
-    }
-
-    /// How often a process's memory may follow its CPUs (`[memory] follow-interval`).
-    fn follow_interval(&self) -> Duration {
-        self.settings.memory.follow_interval.0
-    }
-
-    /// What a rule does while a sched_ext scheduler runs (`[sched-ext] policy`).
-    fn sched_ext_policy(&self) -> crate::sched_ext::Policy {
-        self.settings.sched_ext.policy
-    }
-
-    /// The `[measure]` settings in force.
-    fn measure(&self) -> &crate::settings::MeasureSettings {
-        &self.settings.measure
-    }
-}
-
-/// When periodic work is due next; `None` = not due.
-#[derive(Debug)]
-struct Timers {
-    next_rescan: Option<Instant>,
-    /// A journal write deferred after process events (see [`JOURNAL_DELAY`]).
-    journal_due: Option<Instant>,
-    /// A rescan after a hotplug, for the cgroup cpusets (see [`HOTPLUG_RECHECK`]).
-    hotplug_recheck: Option<Instant>,
-    next_fingerprint: Instant,
-    next_watchdog: Option<Instant>,
-    /// When slots no thread holds may be let go next (see [`SLOTS_KEPT`]).
-    next_slot_release: Instant,
-}
-
-impl Timers {
-    fn new(timing: &Timing, now: Instant) -> Timers {
-        Timers {
-            next_rescan: None,
-            journal_due: None,
-            hotplug_recheck: None,
-            next_fingerprint: now + timing.fingerprint_every,
-            next_watchdog: timing.watchdog_every.map(|d| now + d),
-            next_slot_release: now,
-        }
-    }
-
-    /// The earliest of the deferred journal write and the hotplug recheck.
-    fn deadline(&self) -> Option<Instant> {
-        match (self.journal_due, self.hotplug_recheck) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-}
-
 /// Whether the daemon has started, and why the proc connector is not available
 /// (rescans only), if it is not.
 #[derive(Debug, Default)]
@@ -305,12 +188,7 @@ impl State {
     ) -> State {
         State {
             cfg,
-            loaded: Loaded {
-                settings,
-                settings_error: None,
-                policy: LoadPolicy::for_current_process(),
-                rules: LoadReport::default(),
-            },
+            loaded: Loaded::new(settings),
             machine: machine::Machine::default(),
             managed: managed::Managed::new(ops),
             timers: Timers::new(&timing, now),
@@ -336,13 +214,7 @@ impl State {
         if self.machine.current.is_none() && !self.start_fill(missing) {
             self.start_full();
         }
-        self.timers.next_rescan = self
-            .loaded
-            .settings
-            .watch
-            .rescan_interval
-            .period()
-            .map(|d| Instant::now() + d);
+        self.timers.next_rescan = self.loaded.rescan_every().map(|d| Instant::now() + d);
         self.health.started = true;
         self.status();
         Ok(())
@@ -502,18 +374,8 @@ impl State {
         Snapshot {
             version: env!("CARGO_PKG_VERSION").to_string(),
             state: self.phase(),
-            measured_at_us: self
-                .machine
-                .current
-                .as_ref()
-                .and_then(|m| m.measured_at_us)
-                .unwrap_or(0),
-            fingerprint: self
-                .machine
-                .fingerprint
-                .as_ref()
-                .map(|f| f.hex.clone())
-                .unwrap_or_default(),
+            measured_at_us: self.machine.measured_at_us(),
+            fingerprint: self.machine.fingerprint_hex().unwrap_or_default(),
             cpu_count: self.machine.online().len() as u32,
             rule_count: self.loaded.rules.rules.len() as u32,
             managed_processes: self
@@ -532,23 +394,8 @@ impl State {
             nri: self.containers.runtime.clone(),
             containers: self.containers.views(),
             state_reason: self.degraded_reason().unwrap_or_default(),
-            // From the sparse counts, which completion keeps: no walk over the cells
-            // on every snapshot.
-            latency_off: self
-                .machine
-                .current
-                .as_ref()
-                .and_then(LatencyMatrix::latency_off)
-                .unwrap_or_default()
-                .to_string(),
-            matrix_measured: self.machine.current.as_ref().map_or((0, 0), |m| {
-                let total = m.len() * m.len().saturating_sub(1) / 2;
-                let measured = m.sparse.as_ref().map_or(total, |sp| sp.pairs_measured);
-                (
-                    measured.min(u32::MAX as usize) as u32,
-                    total.min(u32::MAX as usize) as u32,
-                )
-            }),
+            latency_off: self.machine.latency_off(),
+            matrix_measured: self.machine.pairs_measured(),
         }
     }
 
@@ -705,50 +552,18 @@ impl State {
         }
     }
 
-    fn rule_dirs(&self) -> Vec<PathBuf> {
-        self.cfg
-            .rule_dirs
-            .clone()
-            .unwrap_or_else(|| self.loaded.settings.rule_dirs.clone())
-    }
-
     fn load_rules(&mut self) {
-        self.loaded.rules =
-            rules::reload(&self.rule_dirs(), &self.loaded.policy, &self.loaded.rules);
-        for e in &self.loaded.rules.errors {
-            tracing::warn!(error = %e, "rule file problem: {e}");
-        }
-        tracing::info!(
-            rules = self.loaded.rules.rules.len(),
-            errors = self.loaded.rules.errors.len(),
-            "rules loaded: {}, {}",
-            crate::words::count(self.loaded.rules.rules.len(), "rule"),
-            crate::words::count(self.loaded.rules.errors.len(), "error")
-        );
+        let dirs = self.loaded.rule_dirs(self.cfg.rule_dirs.as_ref());
+        self.loaded.load_rules(&dirs);
     }
 
     /// Re-reads the settings (keeping the old ones when the file is bad) and the rules
     /// (keeping each bad file's last good rules).
     fn reload(&mut self, cause: ReloadCause) {
         tracing::info!(%cause, "reloading settings and rules: {cause}");
-        match Settings::load_or_default(&self.cfg.settings, &self.loaded.policy) {
-            Ok(s) => {
-                if s != self.loaded.settings {
-                    tracing::info!(
-                        path = %self.cfg.settings.display(),
-                        "settings changed: {}",
-                        self.cfg.settings.display()
-                    );
-                    self.measurement.timing =
-                        Timing::from_settings(&s, self.measurement.timing.watchdog_every);
-                    self.loaded.settings = s;
-                }
-                self.loaded.settings_error = None;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "settings not reloaded ({e}); keeping the previous ones");
-                self.loaded.settings_error = Some(e);
-            }
+        if let Some(s) = self.loaded.reload_settings(&self.cfg.settings) {
+            self.measurement.timing =
+                Timing::from_settings(s, self.measurement.timing.watchdog_every);
         }
         self.check_sched_ext();
         self.load_rules();
@@ -764,21 +579,7 @@ impl State {
     /// The periodic work a tick at `now` does, in words, for the loop's slow-step
     /// warning (`daemon::steps`): what can take long, not every check.
     pub fn due_at_tick(&self, now: Instant) -> Vec<&'static str> {
-        let due = |at: Option<Instant>| at.is_some_and(|t| now >= t);
-        let mut work = Vec::new();
-        if due(self.timers.journal_due) {
-            work.push("restore journal write");
-        }
-        if due(self.timers.hotplug_recheck) {
-            work.push("rescan after a hotplug");
-        }
-        if now >= self.timers.next_fingerprint {
-            work.push("fingerprint check");
-        }
-        if due(self.timers.next_rescan) {
-            work.push("rescan");
-        }
-        work
+        self.timers.due_at(now)
     }
 
     fn tick(&mut self, now: Instant) {
@@ -831,10 +632,7 @@ impl State {
             if now >= due {
                 let every = self
                     .loaded
-                    .settings
-                    .watch
-                    .rescan_interval
-                    .period()
+                    .rescan_every()
                     .unwrap_or(Duration::from_secs(60));
                 self.timers.next_rescan = Some(now + every);
                 // sched_ext is polled on the rescan cadence (no event says it changed).
@@ -906,17 +704,7 @@ impl State {
 
     fn status(&mut self) {
         let s = self.snapshot();
-        let matrix = match &self.machine.current {
-            Some(m) => format!("matrix of {} CPUs", m.len()),
-            None => "no matrix (sysfs topology)".to_string(),
-        };
-        let matrix = match self.machine.current.as_ref().and_then(|m| m.kept.as_ref()) {
-            Some(k) => format!(
-                "{matrix}, earlier cells kept for {}",
-                crate::measure::around::cpu_words(&k.cpus)
-            ),
-            None => matrix,
-        };
+        let matrix = self.machine.matrix_words();
         let mut matrix = format!("{matrix}{}", self.completion_words());
         if let Some(h) = self.sharing.holds.summary() {
             matrix.push_str(&format!(", {h}"));
@@ -932,43 +720,6 @@ impl State {
             crate::words::count(s.rule_errors.len(), "error"),
             crate::words::count(s.managed_processes as usize, "process")
         )));
-    }
-}
-
-/// One manager change in the log, with fields.
-fn log_change(c: &Change) {
-    match c {
-        Change::Pinned {
-            pid,
-            tid,
-            rule,
-            outcome,
-        } => {
-            tracing::debug!(pid, tid, rule = %rule, outcome = outcome.label(), "pid {pid}, thread {tid} (rule {rule}): {}", outcome.words())
-        }
-        Change::Released {
-            pid,
-            rule,
-            restored,
-            reason,
-        } => {
-            // The manager says it at info, with the process's name and counts.
-            tracing::debug!(pid, rule = %rule, restored, reason = %reason, "pid {pid} released (rule {rule}): {reason}")
-        }
-        Change::Foreign {
-            pid,
-            tid,
-            expected,
-            found,
-            released,
-        } => {
-            // The manager warns (once per process, then counts): debug here.
-            tracing::debug!(pid, tid, %expected, %found, released, "someone else changed a managed mask")
-        }
-        Change::Exited { pid } => tracing::debug!(pid, "managed process exited"),
-        Change::Rescanned { processes, took } => {
-            tracing::debug!(processes, took_ms = took.as_millis() as u64, "rescan")
-        }
     }
 }
 
