@@ -218,7 +218,7 @@ fn effect(
     g: &Ground,
     pair_advice: Option<Advice>,
     quality: &mut Quality,
-) -> anyhow::Result<serde_json::Value> {
+) -> anyhow::Result<crate::effect::EffectJson> {
     let advice = pair_advice.context("no plan of two CPUs to compare")?;
     let mut e = crate::effect::measure(
         &advice.placement.cpus,
@@ -238,7 +238,7 @@ fn effect(
         },
         _ => quality.agreement_error = Some("fewer than two usable CPUs".into()),
     }
-    Ok(e.json())
+    Ok(e.as_json())
 }
 
 /// The measured latency domains. A level whose every group is one CPU (an `smt` level

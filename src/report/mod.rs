@@ -44,7 +44,7 @@ pub struct Report {
     pub domain_order: Vec<u32>,
     pub plans: Vec<PlanRow>,
     /// `pinnerd compare`'s JSON object, with `--compare`.
-    pub effect: Option<serde_json::Value>,
+    pub effect: Option<crate::effect::EffectJson>,
     pub quality: Quality,
     /// The matrix is unstable (its repeats disagreed): this line, exactly, and the
     /// plans are the topology's, with no gain shown.
