@@ -1,7 +1,7 @@
 //! `pinnerd plan --live`: what the rules would do to the running system, changing
 //! nothing. It runs the daemon's own manager, built from the daemon's settings, over a
 //! full /proc rescan with affinity calls that only record what they would set. The plan
-//! is the daemon's, made by the same function (`plan::making`) from the same inputs:
+//! is the daemon's, made by the same function (`rules_plan::make`) from the same inputs:
 //! the CPUs it plans for, the stored matrix (or the topology), memory weighed from the
 //! settings' `[memory]`, and the `[sched-ext]` policy while the sysfs root says a
 //! sched_ext scheduler runs. Each matching process's memory per node is shown
@@ -20,14 +20,12 @@ use crate::domains::{self, Misfit};
 use crate::manager::{Input, ManagedRow, Manager};
 use crate::matrix::LatencyMatrix;
 use crate::memory::{self, MemoryView, ReadError};
-use crate::plan::UnderSchedExt;
-use crate::plan::{
-    making, Choose, Cpus, MemoryPlanning, Plan, PlanInputs, PlanState, SchedExtStep,
-};
+use crate::plan::{Choose, MemoryPlanning, Plan, PlanState, SchedExtStep};
 use crate::rules::{load_dirs, LoadPolicy, LoadReport};
+use crate::rules_plan::{self, MachineRead};
 use crate::sched_ext::SchedExt;
 use crate::settings::Settings;
-use crate::shape::{self, Facts};
+use crate::shape;
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
 use crate::watch::ProcFs;
@@ -91,27 +89,29 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         Some(line) => format!("sysfs topology: {line} ({name} did not hold when measured again)"),
         None => source,
     };
-    let facts = Facts::from_topology(&topology);
     let devices = devices::resolve_all(&root, shape::near_names(&report.rules));
     let sched_ext = crate::sched_ext::read(&root).context("reading the sched_ext state")?;
     let ops = Arc::new(DryRunOps::new(root.clone()));
     let procs = Arc::new(ProcFs::new(root.clone()));
-    // The daemon's manager and plan, on the CPUs it plans for (`state::plan_cpus`).
+    // The daemon's manager and plan, on the CPUs it plans for.
     let mut mgr = Manager::from_settings(
         ops.clone(),
         procs.clone(),
         topology.online.clone(),
         &settings,
     );
-    let memory_planning = MemoryPlanning::new(&topology, &settings);
-    let node_ids = memory_planning.node_ids();
-    let planned = making::make(PlanInputs {
-        rules: &report.rules,
-        cpus: Cpus::from_settings(topology.online.clone(), &settings),
-        choose: shape::chooser(Some(domains), Some(facts), devices),
-        memory: Some(memory_planning),
-        sched_ext: UnderSchedExt::new(sched_ext.clone(), &settings.sched_ext, Some(&topology)),
-    });
+    let node_ids = MemoryPlanning::new(&topology, &settings).node_ids();
+    let planned = rules_plan::make(
+        &report.rules,
+        &settings,
+        MachineRead {
+            topology: Some(&topology),
+            online: topology.online.clone(),
+            domains: Some(domains),
+            devices,
+            sched_ext: sched_ext.clone(),
+        },
+    );
     let choose = planned.choose.as_deref().map(|c| c as &dyn Choose);
     // The holds the daemon made (its hold journal, where this user may read it): the
     // cpusets they made are the rules' own, planned as without them, as the daemon does.

@@ -6,7 +6,7 @@
 //! self-contained page: inline SVG (the heatmaps of `matrix::render`, their cells an
 //! embedded image) and CSS, no script, nothing fetched, readable printed and on a phone.
 //!
-//! Must not touch: the OS, measurement or placement (the caller gathers the facts).
+//! Must not touch: the OS, measurement or placement (`report_facts` gathers the facts).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
