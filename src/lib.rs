@@ -47,6 +47,8 @@
 //! - `devices`: a device name (interface, PCI address, block device, /dev path) → its
 //!   NUMA node and local CPUs, through the sysfs root
 //! - `domains`: the latency hierarchy from a matrix and the topology, and which to use
+//! - `dry_run`: `plan --live`'s facts: the daemon's manager and plan run over a /proc
+//!   rescan with operations that only record
 //! - `effect`: the measured effect of placement, a K-thread ring on the planned, autopilot,
 //!   worst and unpinned CPUs (`compare`, `report --compare`)
 //! - `export`: Node Feature Discovery feature files and hwloc distances
@@ -127,6 +129,7 @@ pub mod daemon;
 pub mod dbus;
 pub mod devices;
 pub mod domains;
+pub mod dry_run;
 pub mod effect;
 pub mod export;
 pub mod fingerprint;

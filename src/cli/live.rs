@@ -1,34 +1,23 @@
 //! `pinnerd plan --live`: what the rules would do to the running system, changing
-//! nothing. It runs the daemon's own manager, built from the daemon's settings, over a
-//! full /proc rescan with affinity calls that only record what they would set. The plan
-//! is the daemon's, made by the same function (`rules_plan::make`) from the same inputs:
-//! the CPUs it plans for, the stored matrix (or the topology), memory weighed from the
-//! settings' `[memory]`, and the `[sched-ext]` policy while the sysfs root says a
-//! sched_ext scheduler runs. Each matching process's memory per node is shown
-//! (`memory::read`, on demand).
+//! nothing, printed. The settings and rules are loaded here, the dry run itself is
+//! `crate::dry_run` (the daemon's own manager and plan over a full /proc rescan, with
+//! affinity calls that only record), and the running containers are read here
+//! (`live_containers`, the daemon asked on the bus).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context;
-
 use super::exit::ConfigInvalid;
 use crate::affinity::DryRunOps;
-use crate::devices;
-use crate::domains::{self, Misfit};
-use crate::manager::{Input, ManagedRow, Manager};
-use crate::matrix::LatencyMatrix;
-use crate::memory::{self, MemoryView, ReadError};
-use crate::plan::{Choose, MemoryPlanning, Plan, PlanState, SchedExtStep};
+use crate::dry_run;
+use crate::manager::{ManagedRow, Manager};
+use crate::memory::{MemoryView, ReadError};
+use crate::plan::{Plan, PlanState};
 use crate::rules::{load_dirs, LoadPolicy, LoadReport};
-use crate::rules_plan::{self, MachineRead};
-use crate::sched_ext::SchedExt;
 use crate::settings::Settings;
-use crate::shape;
 use crate::sysroot::SysRoot;
 use crate::topology::Topology;
-use crate::watch::ProcFs;
 
 /// What `plan --live` is given.
 #[derive(Debug, Clone)]
@@ -53,10 +42,6 @@ pub struct LiveArgs {
 }
 
 pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
-    // The topology from the tree given (a captured machine's `proc/` included); the
-    // processes from this machine's /proc.
-    let machine = crate::sysroot::SysRoot::resolve(Some(&args.sysfs), None);
-    let root = SysRoot::with_sys(&machine.sys);
     let policy = LoadPolicy::for_current_process();
     let settings = Settings::load_or_default(&args.config, &policy)
         .map_err(|e| ConfigInvalid(e.to_string()))?;
@@ -75,54 +60,26 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let report = load_dirs(&dirs, &policy);
-    let topology = Topology::discover(&machine)
-        .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
-    let (matrix, source, misfit) = matrix_to_plan_on(args, &root, &topology)?;
-    // The matrix alone, without what the first line says of it.
-    let bare = source.strip_suffix(AS_THE_DAEMON).unwrap_or(&source);
-    let name = format!("the {}", bare.strip_prefix("the ").unwrap_or(bare));
-    let selected = domains::select(matrix.as_ref(), Some(&topology), misfit)
-        .with_context(|| format!("{name} does not fit this machine"))?;
-    let (domains, latency_off) = (selected.domains, selected.latency_off);
-    // The daemon would place on the topology: the first line says so, and why.
-    let source = match latency_off {
-        Some(line) => format!("sysfs topology: {line} ({name} did not hold when measured again)"),
-        None => source,
+    let asked = dry_run::Asked {
+        sysfs: &args.sysfs,
+        matrix: args.matrix.as_deref(),
+        state_dir: args.state_dir.as_deref(),
+        runtime_dir: Path::new(super::daemon::DEFAULT_RUNTIME),
     };
-    let devices = devices::resolve_all(&root, shape::near_names(&report.rules));
-    let sched_ext = crate::sched_ext::read(&root).context("reading the sched_ext state")?;
-    let ops = Arc::new(DryRunOps::new(root.clone()));
-    let procs = Arc::new(ProcFs::new(root.clone()));
-    // The daemon's manager and plan, on the CPUs it plans for.
-    let mut mgr = Manager::from_settings(
-        ops.clone(),
-        procs.clone(),
-        topology.online.clone(),
-        &settings,
-    );
-    let node_ids = MemoryPlanning::new(&topology, &settings).node_ids();
-    let planned = rules_plan::make(
-        &report.rules,
-        &settings,
-        MachineRead {
-            topology: Some(&topology),
-            online: topology.online.clone(),
-            domains: Some(domains),
-            devices,
-            sched_ext: sched_ext.clone(),
-        },
-    );
-    let choose = planned.choose.as_deref().map(|c| c as &dyn Choose);
-    // The holds the daemon made (its hold journal, where this user may read it): the
-    // cpusets they made are the rules' own, planned as without them, as the daemon does.
-    let journal = crate::hold::Journal::new(std::path::Path::new(super::daemon::DEFAULT_RUNTIME));
-    for h in journal.load().unwrap_or_default() {
-        mgr.note_hold(&h.rule, &h.cpus);
-    }
-    let input = Input::RulesChanged(planned.plan);
-    crate::daemon::replan::hand_down(&mut mgr, input, choose);
-    crate::daemon::replan::read_here(&mut mgr, procs.as_ref(), choose);
-    let rows = mgr.list_managed();
+    let dry_run::DryRun {
+        source,
+        latency_off,
+        sched_ext,
+        mgr,
+        ops,
+        root,
+        topology,
+        rows,
+        memory,
+        node_ids,
+    } = dry_run::run(&report.rules, &settings, &asked, &mut |w| {
+        eprintln!("pinnerd: {w}")
+    })?;
     let containers = super::live_containers::running(
         &root,
         &args.container_files,
@@ -130,15 +87,11 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         Some(&topology),
         || daemon_containers(&args.bus),
     );
-    let memory = rows
-        .iter()
-        .map(|r| memory::read(&root, r.pid as i32, &node_ids))
-        .collect();
     let found = DryRun {
         source,
         latency_off,
         report: &report,
-        sched_ext: sched_ext_line(sched_ext.as_ref(), &planned.sched_ext),
+        sched_ext,
         mgr,
         ops,
         root: &root,
@@ -524,54 +477,6 @@ fn daemon_containers(bus: &crate::dbus::BusTarget) -> super::live_containers::Da
     asked.map_err(|e: anyhow::Error| format!("the daemon did not answer on the bus: {e:#}"))
 }
 
-/// What the first line adds to the stored matrix's name.
-const AS_THE_DAEMON: &str = ", as the daemon plans";
-
-/// The matrix the dry run plans on, what to call it, and what to do when it does not
-/// fit: `--matrix` (not fitting is the user's error), else the one the daemon stored for
-/// this machine in the state directory, taken as the daemon takes it (the topology where
-/// it does not fit); a captured tree is another machine, which no stored matrix is.
-fn matrix_to_plan_on(
-    args: &LiveArgs,
-    root: &SysRoot,
-    topology: &Topology,
-) -> anyhow::Result<(Option<LatencyMatrix>, String, Misfit)> {
-    if let Some(path) = &args.matrix {
-        let m = LatencyMatrix::load(path)?;
-        return Ok((
-            Some(m),
-            format!("matrix {}", path.display()),
-            Misfit::Refuse,
-        ));
-    }
-    let dir = args
-        .state_dir
-        .clone()
-        .unwrap_or_else(crate::advice::default_state_dir);
-    let mut warnings = Vec::new();
-    let stored = root
-        .is_live_sys()
-        .then(|| crate::advice::stored_matrix(&dir, root, Some(topology), &mut warnings))
-        .flatten();
-    for w in &warnings {
-        eprintln!("pinnerd: {w}");
-    }
-    let (matrix, source) = match stored {
-        Some((path, m)) => (
-            Some(m),
-            format!("the stored matrix {}{AS_THE_DAEMON}", path.display()),
-        ),
-        None => (
-            None,
-            format!(
-                "sysfs topology: no stored matrix for this machine in {} (give --matrix to plan on latencies)",
-                dir.display()
-            ),
-        ),
-    };
-    Ok((matrix, source, Misfit::Topology))
-}
-
 /// What the daemon would hold for a rule's unit plan, in one line: `isolate` and
 /// `unit-cpuset` (see `hold`); `None` for rules with neither.
 /// The scheduling class a unit's threads would get (`sched-policy`, `sched-priority`,
@@ -623,31 +528,6 @@ fn container_rule_line(rules: &crate::rules::RuleSet, p: &crate::plan::UnitPlan)
             .into()
     } else {
         "container rule: places the processes of the containers it names once they run".into()
-    })
-}
-
-/// What a running sched_ext scheduler did to the plan, in one line, as the daemon logs
-/// it; `None` when none runs.
-fn sched_ext_line(running: Option<&SchedExt>, step: &SchedExtStep) -> Option<String> {
-    let s = running?.describe();
-    Some(match step {
-        SchedExtStep::NoScheduler => return None,
-        SchedExtStep::Paused => {
-            format!("sched_ext: {s} runs; policy pause: rules released until it stops")
-        }
-        SchedExtStep::Widened => {
-            format!("sched_ext: {s} runs; policy widen: masks rounded up to whole groups")
-        }
-        SchedExtStep::Warned(partial) if partial.is_empty() => {
-            format!("sched_ext: {s} runs; policy warn: no rule pins a partial mask")
-        }
-        SchedExtStep::Warned(partial) => {
-            let rules: Vec<String> = partial.iter().map(|(r, c)| format!("{r} ({c})")).collect();
-            format!(
-                "sched_ext: {s} runs; policy warn: partial masks pinned as usual: {}",
-                rules.join(", ")
-            )
-        }
     })
 }
 
