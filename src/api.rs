@@ -499,7 +499,7 @@ pub enum Signal {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::memory::{MemoryJson, NodeJson, NodesJson, SourceName, UnreadableJson};
 
@@ -542,6 +542,18 @@ mod tests {
         shown
     }
 
+    /// A thread a rule made `fifo` 50, which had `other nice 5`.
+    pub(crate) fn rx_thread() -> ThreadSched {
+        ThreadSched {
+            tid: 43,
+            comm: "rx-0".into(),
+            policy: "fifo".into(),
+            priority: 50,
+            nice: 0,
+            had: "other nice 5".into(),
+        }
+    }
+
     /// A reply with every field filled in, each object and each form of `memory`.
     fn every_field() -> Vec<ExplainJson> {
         let full = ExplainJson {
@@ -564,14 +576,7 @@ mod tests {
             })),
             pid: 42,
             rule: Some("md".into()),
-            sched: vec![ThreadSched {
-                tid: 43,
-                comm: "rx-0".into(),
-                policy: "fifo".into(),
-                priority: 50,
-                nice: 0,
-                had: "other nice 5".into(),
-            }],
+            sched: vec![rx_thread()],
             state: Some("applied".into()),
             text: "why\n".into(),
         };

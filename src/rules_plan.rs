@@ -51,19 +51,17 @@ pub fn inputs<'a>(
     settings: &Settings,
     machine: MachineRead<'_>,
 ) -> PlanInputs<'a> {
-    let MachineRead {
-        topology,
-        online,
-        domains,
-        devices,
-        sched_ext,
-    } = machine;
+    let topology = machine.topology;
     PlanInputs {
         rules,
-        cpus: Cpus::from_settings(online, settings),
-        choose: shape::chooser(domains, topology.map(Facts::from_topology), devices),
+        cpus: Cpus::from_settings(machine.online, settings),
+        choose: shape::chooser(
+            machine.domains,
+            topology.map(Facts::from_topology),
+            machine.devices,
+        ),
         memory: topology.map(|t| MemoryPlanning::new(t, settings)),
-        sched_ext: UnderSchedExt::new(sched_ext, &settings.sched_ext, topology),
+        sched_ext: UnderSchedExt::new(machine.sched_ext, &settings.sched_ext, topology),
     }
 }
 

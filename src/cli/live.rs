@@ -6,18 +6,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use super::exit::ConfigInvalid;
-use crate::affinity::DryRunOps;
 use crate::dry_run;
-use crate::manager::{ManagedRow, Manager};
 use crate::memory::{MemoryView, ReadError};
 use crate::plan::{Plan, PlanState};
 use crate::rules::{load_dirs, LoadPolicy, LoadReport};
 use crate::settings::Settings;
-use crate::sysroot::SysRoot;
-use crate::topology::Topology;
 
 /// What `plan --live` is given.
 #[derive(Debug, Clone)]
@@ -66,39 +61,19 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         state_dir: args.state_dir.as_deref(),
         runtime_dir: Path::new(super::daemon::DEFAULT_RUNTIME),
     };
-    let dry_run::DryRun {
-        source,
-        latency_off,
-        sched_ext,
-        mgr,
-        ops,
-        root,
-        topology,
-        rows,
-        memory,
-        node_ids,
-    } = dry_run::run(&report.rules, &settings, &asked, &mut |w| {
+    let run = dry_run::run(&report.rules, &settings, &asked, &mut |w| {
         eprintln!("pinnerd: {w}")
     })?;
     let containers = super::live_containers::running(
-        &root,
+        &run.root,
         &args.container_files,
-        mgr.plan(),
-        Some(&topology),
+        run.mgr.plan(),
+        Some(&run.topology),
         || daemon_containers(&args.bus),
     );
     let found = DryRun {
-        source,
-        latency_off,
+        run,
         report: &report,
-        sched_ext,
-        mgr,
-        ops,
-        root: &root,
-        topology: &topology,
-        rows,
-        memory,
-        node_ids,
         containers,
     };
     let out = if args.json {
@@ -167,21 +142,9 @@ struct ProtectedJson<'a> {
 
 /// What the dry run found, to print.
 struct DryRun<'a> {
-    /// Where placement came from, in words.
-    source: String,
-    /// The matrix is unstable: placement from the topology, said first.
-    latency_off: Option<&'static str>,
+    /// The dry run itself.
+    run: dry_run::DryRun,
     report: &'a LoadReport,
-    /// What a running sched_ext scheduler did to the plan (`sched_ext_line`).
-    sched_ext: Option<String>,
-    mgr: Manager,
-    ops: Arc<DryRunOps>,
-    root: &'a SysRoot,
-    topology: &'a Topology,
-    rows: Vec<ManagedRow>,
-    /// Each row's memory per node.
-    memory: Vec<Result<MemoryView, ReadError>>,
-    node_ids: Vec<u32>,
     /// The running containers of the kubelet's tree.
     containers: Vec<super::live_containers::RunningContainer>,
 }
@@ -190,21 +153,23 @@ impl DryRun<'_> {
     /// `--json`: the plan units, the processes and what they would get.
     fn json(&self) -> anyhow::Result<String> {
         let processes = self
+            .run
             .rows
             .iter()
-            .zip(&self.memory)
+            .zip(&self.run.memory)
             .map(|(r, mem)| LiveProcessJson {
                 pid: r.pid,
                 comm: &r.comm,
                 rule: &r.rule,
                 would_get: &r.cpus,
                 now: self
+                    .run
                     .ops
                     .real_mask(r.pid as i32)
                     .map(|m| m.to_string())
                     .unwrap_or_default(),
                 state: &r.state,
-                cpuset: self.mgr.cpuset_of(r.pid as i32),
+                cpuset: self.run.mgr.cpuset_of(r.pid as i32),
                 memory_nodes: match mem {
                     Ok(MemoryView::Nodes { nodes, .. }) => Some(nodes.clone()),
                     Ok(MemoryView::OneNode) => Some(Default::default()),
@@ -212,12 +177,12 @@ impl DryRun<'_> {
                 },
             })
             .collect();
-        let protected = self.mgr.protected();
+        let protected = self.run.mgr.protected();
         let j = LiveJson {
-            placement_from: &self.source,
-            latency_off: self.latency_off,
+            placement_from: &self.run.source,
+            latency_off: self.run.latency_off,
             rule_errors: self.report.error_strings(),
-            plans: self.mgr.plan().units(),
+            plans: self.run.mgr.plan().units(),
             processes,
             protected: protected
                 .iter()
@@ -239,12 +204,12 @@ impl DryRun<'_> {
     fn write_rules(&self, out: &mut String, cannot: Option<&str>) {
         use std::fmt::Write as _;
         let _ = writeln!(out, "\nrules ({}):", self.report.rules.len());
-        for p in self.mgr.plan().units() {
+        for p in self.run.mgr.plan().units() {
             let unit = match p.thread_entry {
                 None => String::new(),
                 Some(i) => format!(" threads[{i}]"),
             };
-            let online = &self.mgr.plan().cpus().online;
+            let online = &self.run.mgr.plan().cpus().online;
             let state = match &p.state {
                 PlanState::Placed { cpus } => match p.state.offline_note(online) {
                     Some(note) => format!("cpus {cpus}: {note}"),
@@ -281,12 +246,12 @@ impl DryRun<'_> {
             }
             if let Some(line) = p
                 .thread_entry
-                .and_then(|i| p.slots_line(self.mgr.entry_threads(&p.rule, i)))
+                .and_then(|i| p.slots_line(self.run.mgr.entry_threads(&p.rule, i)))
             {
                 let _ = writeln!(out, "    {line}");
             }
         }
-        if let Some(line) = no_cpu_to_measure(self.mgr.plan()) {
+        if let Some(line) = no_cpu_to_measure(self.run.mgr.plan()) {
             let _ = writeln!(out, "\n{line}");
         }
         self.write_knobs(out);
@@ -299,9 +264,9 @@ impl DryRun<'_> {
         use crate::knobs::{idle, kthreads, Io, Knob, Knobs};
         use std::fmt::Write as _;
         let holding: std::collections::BTreeSet<&str> =
-            self.rows.iter().map(|r| r.rule.as_str()).collect();
+            self.run.rows.iter().map(|r| r.rule.as_str()).collect();
         let (mut limits, mut away) = (Vec::new(), crate::cpuset::CpuSet::new());
-        for p in self.mgr.plan().units() {
+        for p in self.run.mgr.plan().units() {
             let Some(rule) = self.report.rules.get(&p.rule) else {
                 continue;
             };
@@ -323,17 +288,17 @@ impl DryRun<'_> {
             out,
             "\nwhile held (set when the rules hold their CPUs, given back after):"
         );
-        let (wants, missing) = idle::wanted(self.root, &limits);
+        let (wants, missing) = idle::wanted(&self.run.root, &limits);
         let k = kthreads::wanted(
-            self.root,
-            self.ops.as_ref(),
+            &self.run.root,
+            self.run.ops.as_ref(),
             &away,
             &Knobs::default(),
             false,
         );
         let io = Io {
-            root: self.root,
-            ops: self.ops.as_ref(),
+            root: &self.run.root,
+            ops: self.run.ops.as_ref(),
         };
         let mut threads = Vec::new();
         for w in wants.iter().chain(k.wants.iter()) {
@@ -369,31 +334,32 @@ impl DryRun<'_> {
     fn human(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
-        let cannot = crate::hold::cannot_isolate_here(self.root);
-        let node_of = |cpu: u32| self.topology.node_of(cpu);
-        let protected = self.mgr.protected();
+        let cannot = crate::hold::cannot_isolate_here(&self.run.root);
+        let node_of = |cpu: u32| self.run.topology.node_of(cpu);
+        let protected = self.run.mgr.protected();
         let _ = writeln!(
             out,
             "dry run: nothing was changed; placement from {}",
-            self.source
+            self.run.source
         );
-        if let Some(line) = &self.sched_ext {
+        if let Some(line) = &self.run.sched_ext {
             let _ = writeln!(out, "{line}");
         }
-        if self.node_ids.len() <= 1 {
+        if self.run.node_ids.len() <= 1 {
             let _ = writeln!(out, "memory: one node (all of it is local; not weighed)");
         }
         self.write_rules(&mut out, cannot.as_deref());
-        let _ = writeln!(out, "\nmatching processes ({}):", self.rows.len());
-        if !self.rows.is_empty() {
+        let _ = writeln!(out, "\nmatching processes ({}):", self.run.rows.len());
+        if !self.run.rows.is_empty() {
             let _ = writeln!(
                 out,
                 "  {:>8}  {:<16} {:<20} {:<12} {:<12} STATE",
                 "PID", "COMM", "RULE", "WOULD GET", "NOW"
             );
         }
-        for (r, mem) in self.rows.iter().zip(&self.memory) {
+        for (r, mem) in self.run.rows.iter().zip(&self.run.memory) {
             let now = self
+                .run
                 .ops
                 .real_mask(r.pid as i32)
                 .map(|m| m.to_string())
@@ -403,13 +369,13 @@ impl DryRun<'_> {
                 "  {:>8}  {:<16} {:<20} {:<12} {:<12} {}",
                 r.pid, r.comm, r.rule, r.cpus, now, r.state
             );
-            if self.mgr.cpuset_key_of(r.pid as i32).is_some() {
-                if let Some(c) = self.mgr.cpuset_of(r.pid as i32) {
+            if self.run.mgr.cpuset_key_of(r.pid as i32).is_some() {
+                if let Some(c) = self.run.mgr.cpuset_of(r.pid as i32) {
                     let _ = writeln!(out, "  {:>8}  in cpuset {c}", "");
                 }
             }
-            if let Some(w) = self.mgr.hold_want(r, &node_of) {
-                let unit = crate::cgroup::proc_cgroups(self.root, r.pid as i32)
+            if let Some(w) = self.run.mgr.hold_want(r, &node_of) {
+                let unit = crate::cgroup::proc_cgroups(&self.run.root, r.pid as i32)
                     .ok()
                     .flatten()
                     .and_then(|c| c.v2)
@@ -418,7 +384,7 @@ impl DryRun<'_> {
                 // What the daemon finds where it runs: a slice its unit may not write.
                 let why = match (&cannot, &unit) {
                     (None, Ok(u)) if w.isolate => {
-                        crate::hold::cannot_write_partition(self.root, &u.cgroup)
+                        crate::hold::cannot_write_partition(&self.run.root, &u.cgroup)
                     }
                     _ => cannot.clone(),
                 };
