@@ -64,7 +64,7 @@ pub enum Call {
     Memory {
         pid: u32,
         caller_uid: u32,
-        reply: ReplyTo<serde_json::Value>,
+        reply: ReplyTo<Option<crate::memory::MemoryJson>>,
     },
     /// `Plan` and `PlanWith`: the CPUs [`Call::Pin`] would choose now; changes nothing.
     PlanWith {
@@ -97,7 +97,8 @@ pub enum Call {
 
 /// A container as readers see it: `ExplainJson`'s `container`, one line of the
 /// `Containers` property.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ContainerView {
     /// The runtime's id ("" when known only from containerd's files, by its cgroup).
     pub id: String,
@@ -193,9 +194,35 @@ pub struct Explained {
     pub sched: Vec<ThreadSched>,
 }
 
+/// The object `ExplainJson` returns, as JSON text (its fields are documented in
+/// `docs/dbus.md`): the managed row of `pid`, if any, the text, where its memory is
+/// and the container it runs in. Unless the caller sees all of the process, the row is
+/// its rule and CPUs only, as the text is: `comm`, `state`, `memory` and `container`
+/// are null and `sched` empty.
+///
+/// The fields are in the order of their names: the object reads as it did when it was a
+/// JSON map.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExplainJson {
+    pub comm: Option<String>,
+    pub container: Option<ContainerView>,
+    /// CPU ids; `[]` when not managed.
+    pub cpus: Vec<u32>,
+    pub managed: bool,
+    pub memory: Option<crate::memory::MemoryJson>,
+    pub pid: u32,
+    pub rule: Option<String>,
+    pub sched: Vec<ThreadSched>,
+    pub state: Option<String>,
+    /// What `Explain` returns, with the same privacy.
+    pub text: String,
+}
+
 /// A managed thread's scheduling class, as its rule or pin set it, and the one it had
 /// before: `ExplainJson`'s `sched`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ThreadSched {
     pub tid: u32,
     pub comm: String,
@@ -469,4 +496,153 @@ impl ManagedEntry {
 pub enum Signal {
     MeasurementFinished { job: u64, ok: bool, summary: String },
     RulesReloaded { rules: u32, errors: Vec<String> },
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::memory::{MemoryJson, NodeJson, NodesJson, SourceName, UnreadableJson};
+
+    fn dbus_md() -> String {
+        std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dbus.md"),
+        )
+        .unwrap()
+    }
+
+    /// docs/dbus.md's `ExplainJson` section, from its heading to the next method's.
+    fn explain_json_section(doc: &str) -> &str {
+        let section = doc
+            .split("### `ExplainJson`")
+            .nth(1)
+            .expect("docs/dbus.md has no `ExplainJson` section");
+        section.split("\n### ").next().unwrap()
+    }
+
+    /// Every `ExplainJson` reply docs/dbus.md shows, as the JSON text on the bus: the
+    /// busctl lines (`s "…"`) and the gdbus lines (`('…',)`).
+    fn shown_replies(doc: &str) -> Vec<String> {
+        let mut shown = Vec::new();
+        let mut lines = doc.lines();
+        while let Some(l) = lines.next() {
+            if l.starts_with("$ busctl … ExplainJson u ") {
+                let reply = lines.next().unwrap();
+                let quoted = reply.strip_prefix("s ").expect(reply);
+                shown.push(serde_json::from_str::<String>(quoted).expect(reply));
+            } else if l.starts_with("$ gdbus … org.pinnerd.Pinnerd1.ExplainJson ") {
+                let reply = lines.next().unwrap();
+                let quoted = reply
+                    .strip_prefix("('")
+                    .and_then(|r| r.strip_suffix("',)"))
+                    .expect(reply);
+                // gdbus doubles a backslash; the JSON text holds one.
+                shown.push(quoted.replace("\\\\", "\\"));
+            }
+        }
+        shown
+    }
+
+    /// A thread a rule made `fifo` 50, which had `other nice 5`.
+    pub(crate) fn rx_thread() -> ThreadSched {
+        ThreadSched {
+            tid: 43,
+            comm: "rx-0".into(),
+            policy: "fifo".into(),
+            priority: 50,
+            nice: 0,
+            had: "other nice 5".into(),
+        }
+    }
+
+    /// A reply with every field filled in, each object and each form of `memory`.
+    fn every_field() -> Vec<ExplainJson> {
+        let full = ExplainJson {
+            comm: Some("feed".into()),
+            container: Some(ContainerView {
+                cpuset: Some("4-7".into()),
+                ..ContainerView::default()
+            }),
+            cpus: vec![4],
+            managed: true,
+            memory: Some(MemoryJson::Read(NodesJson {
+                nodes: vec![NodeJson {
+                    bytes: 4096,
+                    node: 0,
+                    share: 1.0,
+                }],
+                one_node: false,
+                source: Some(SourceName::NumaMaps),
+                total_bytes: Some(4096),
+            })),
+            pid: 42,
+            rule: Some("md".into()),
+            sched: vec![rx_thread()],
+            state: Some("applied".into()),
+            text: "why\n".into(),
+        };
+        let unreadable = ExplainJson {
+            memory: Some(MemoryJson::Unreadable(UnreadableJson {
+                error: "pid 42: …".into(),
+            })),
+            ..full.clone()
+        };
+        vec![full, unreadable]
+    }
+
+    /// Every key of `v`, at any depth.
+    fn keys(v: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    out.insert(k.clone());
+                    keys(v, out);
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| keys(v, out)),
+            _ => {}
+        }
+    }
+
+    /// The replies docs/dbus.md shows are `ExplainJson`s, with no field it lacks, and
+    /// read back they are the same text: the order of the keys is the struct's.
+    #[test]
+    fn the_explain_json_replies_in_docs_dbus_md_are_the_struct() {
+        let shown = shown_replies(&dbus_md());
+        assert!(shown.len() >= 2, "{shown:?}");
+        for text in &shown {
+            let reply: ExplainJson = serde_json::from_str(text)
+                .unwrap_or_else(|e| panic!("docs/dbus.md's reply {text}: {e}"));
+            assert_eq!(&serde_json::to_string(&reply).unwrap(), text);
+        }
+    }
+
+    /// Every field of the `ExplainJson` reply, and every word `source` takes, is named
+    /// in its section of docs/dbus.md.
+    #[test]
+    fn docs_dbus_md_names_every_field_of_the_explain_json_reply() {
+        let doc = dbus_md();
+        let doc = explain_json_section(&doc);
+        let mut names = std::collections::BTreeSet::new();
+        for reply in every_field() {
+            keys(&serde_json::to_value(reply).unwrap(), &mut names);
+        }
+        for source in [SourceName::NumaStat, SourceName::NumaMaps] {
+            names.insert(
+                serde_json::to_value(source)
+                    .unwrap()
+                    .as_str()
+                    .unwrap()
+                    .into(),
+            );
+        }
+        let missing: Vec<_> = names
+            .iter()
+            .filter(|n| !doc.contains(&format!("\"{n}\"")) && !doc.contains(&format!("`{n}`")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/dbus.md's ExplainJson lacks {missing:?}"
+        );
+        assert!(names.len() > 20, "{names:?}");
+    }
 }

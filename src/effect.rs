@@ -13,53 +13,76 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
 use crate::domains::Domains;
 use crate::measure::pinned::pin_current;
 use crate::stats;
 
-/// `pinnerd compare --json`: the runs of every variant, the ratios of medians and the
-/// notes.
-#[derive(Debug, Serialize)]
-pub struct EffectJson<'a> {
+/// `pinnerd compare --json` and `report.json`'s `effect`: the runs of every variant,
+/// the ratios of medians and the notes. The fields of each object are in the order of
+/// their names: the objects read as they did when they were JSON maps. A figure that is
+/// not a number is written `null`, and read back as NaN.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EffectJson {
     /// Threads in the ring.
+    #[serde(default)]
     pub count: usize,
-    /// Runs of each variant, and the length of one.
-    pub runs: u32,
+    /// The length of one run.
     pub duration_ms: u64,
-    /// planned, autopilot, worst, unpinned (in that order).
-    pub variants: Vec<VariantJson<'a>>,
-    /// `null` when the plan's matrix is unstable: no gain is claimed from it.
-    pub ratios: Option<Ratios>,
     /// The line saying latency placement is off (an unstable matrix), or null.
-    pub latency_off: Option<&'static str>,
-    pub notes: &'a [String],
+    #[serde(default)]
+    pub latency_off: Option<String>,
+    pub notes: Vec<String>,
+    /// `null` when the plan's matrix is unstable: no gain is claimed from it.
+    #[serde(default)]
+    pub ratios: Option<Ratios>,
+    /// Runs of each variant.
+    pub runs: u32,
+    /// planned, autopilot, worst, unpinned (in that order).
+    pub variants: Vec<VariantJson>,
 }
 
 /// One variant's runs in `--json`.
-#[derive(Debug, Serialize)]
-pub struct VariantJson<'a> {
-    pub name: &'static str,
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VariantJson {
     /// `null`: unpinned.
-    pub cpus: Option<&'a [u32]>,
-    pub worst_latency_ns: Option<f64>,
-    /// Operations per second of each run, in run order; their median, min and max.
-    pub ops_per_s: &'a [f64],
-    pub median: f64,
-    pub min: f64,
+    pub cpus: Option<Vec<u32>>,
+    #[serde(deserialize_with = "nan_when_null")]
     pub max: f64,
+    #[serde(deserialize_with = "nan_when_null")]
+    pub median: f64,
+    #[serde(deserialize_with = "nan_when_null")]
+    pub min: f64,
+    pub name: String,
+    /// Operations per second of each run, in run order; their median, min and max.
+    #[serde(default)]
+    pub ops_per_s: Vec<f64>,
     /// (max − min) / median.
+    #[serde(deserialize_with = "nan_when_null")]
     pub spread: f64,
+    #[serde(default)]
+    pub worst_latency_ns: Option<f64>,
 }
 
 /// The planned variant's median op/s over each other variant's.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Ratios {
+    #[serde(deserialize_with = "nan_when_null")]
     pub planned_vs_autopilot: f64,
-    pub planned_vs_worst: f64,
+    #[serde(deserialize_with = "nan_when_null")]
     pub planned_vs_unpinned: f64,
+    #[serde(deserialize_with = "nan_when_null")]
+    pub planned_vs_worst: f64,
+}
+
+/// A figure JSON wrote as `null` (not a number) read back as NaN.
+fn nan_when_null<'de, D: serde::Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// One contestant.
@@ -197,7 +220,7 @@ impl Effect {
     }
 
     /// The `--json` form.
-    pub fn as_json(&self) -> EffectJson<'_> {
+    pub fn as_json(&self) -> EffectJson {
         EffectJson {
             count: self.count,
             runs: self.runs,
@@ -206,10 +229,10 @@ impl Effect {
                 .variants
                 .iter()
                 .map(|v| VariantJson {
-                    name: v.name,
-                    cpus: v.cpus.as_deref(),
+                    name: v.name.into(),
+                    cpus: v.cpus.clone(),
                     worst_latency_ns: v.worst_latency_ns,
-                    ops_per_s: &v.ops,
+                    ops_per_s: v.ops.clone(),
                     median: v.median,
                     min: v.min,
                     max: v.max,
@@ -222,12 +245,12 @@ impl Effect {
                 planned_vs_worst: self.ratio(2),
                 planned_vs_unpinned: self.ratio(3),
             }),
-            latency_off: self.latency_off,
-            notes: &self.notes,
+            latency_off: self.latency_off.map(String::from),
+            notes: self.notes.clone(),
         }
     }
 
-    /// The `--json` object (`pinnerd compare --json`, `report.json`'s `effect`).
+    /// The `--json` object (`pinnerd compare --json`).
     pub fn json(&self) -> serde_json::Value {
         serde_json::to_value(self.as_json()).expect("plain data serializes")
     }
@@ -397,4 +420,59 @@ pub fn measure(
         notes,
         latency_off: None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn variant(name: &'static str, cpus: Option<Vec<u32>>, ops: &[f64]) -> VariantResult {
+        let median = stats::median(ops).unwrap();
+        VariantResult {
+            name,
+            cpus,
+            worst_latency_ns: Some(40.5),
+            ops: ops.to_vec(),
+            median,
+            min: ops.iter().copied().fold(f64::INFINITY, f64::min),
+            max: ops.iter().copied().fold(0.0, f64::max),
+        }
+    }
+
+    /// The typed object is written as the JSON map it was (keys in the order of their
+    /// names), a ratio that is no number as `null`, and it reads back, that ratio NaN.
+    #[test]
+    fn the_json_object_is_the_map_it_was_and_reads_back() {
+        let e = Effect {
+            count: 2,
+            runs: 2,
+            duration_ms: 300,
+            variants: vec![
+                variant("planned", Some(vec![0, 1]), &[2e7, 3e7]),
+                variant("autopilot", Some(vec![0, 2]), &[1e7, 1e7]),
+                variant("worst", Some(vec![0, 7]), &[5e6, 6e6]),
+                variant("unpinned", None, &[0.0, 0.0]),
+            ],
+            notes: vec!["a note".into()],
+            latency_off: None,
+        };
+        let typed = serde_json::to_string_pretty(&e.as_json()).unwrap();
+        assert_eq!(typed, serde_json::to_string_pretty(&e.json()).unwrap());
+        assert!(typed.contains("\"planned_vs_unpinned\": null"), "{typed}");
+        let back: EffectJson = serde_json::from_str(&typed).unwrap();
+        let ratios = back.ratios.as_ref().unwrap();
+        assert!(ratios.planned_vs_unpinned.is_nan());
+        assert_eq!(ratios.planned_vs_autopilot, 2.5);
+        assert_eq!(back.variants[3].cpus, None);
+        assert_eq!(back.variants[0].ops_per_s, vec![2e7, 3e7]);
+        assert_eq!(serde_json::to_string_pretty(&back).unwrap(), typed);
+        // An unstable matrix: no ratios, the line instead.
+        let off = Effect {
+            latency_off: Some("latency placement off"),
+            ..e
+        };
+        let v = off.json();
+        assert!(v["ratios"].is_null());
+        assert_eq!(v["latency_off"], "latency placement off");
+    }
 }

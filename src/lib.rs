@@ -47,6 +47,8 @@
 //! - `devices`: a device name (interface, PCI address, block device, /dev path) → its
 //!   NUMA node and local CPUs, through the sysfs root
 //! - `domains`: the latency hierarchy from a matrix and the topology, and which to use
+//! - `dry_run`: `plan --live`'s facts: the daemon's manager and plan run over a /proc
+//!   rescan with operations that only record
 //! - `effect`: the measured effect of placement, a K-thread ring on the planned, autopilot,
 //!   worst and unpinned CPUs (`compare`, `report --compare`)
 //! - `export`: Node Feature Discovery feature files and hwloc distances
@@ -89,8 +91,13 @@
 //! - `polkit`: who may change what: root, else polkit's answer for the caller's bus name
 //! - `report`: `pinnerd report`'s facts and its self-contained HTML page (pure; the
 //!   markup is the askama template `report/page.html`)
+//! - `report_facts`: those facts gathered from an `advice` ground and the machine (the
+//!   fingerprint, steal, plans for K = 2, 4, 8, with `compare` the measured effect)
 //! - `repeats`: repeated warnings summed up (the first logged, then a count per interval)
 //! - `rules`: TOML → validated rules → matcher
+//! - `rules_plan`: the inputs of the rules' plan (CPUs, chooser, memory, `[sched-ext]`)
+//!   assembled from what was read of the machine, one place for the daemon and
+//!   `plan --live`
 //! - `sched_ext`: whether a sched_ext scheduler runs, the `[sched-ext]` policy, widening
 //! - `settings`: the daemon's settings file
 //! - `shape`: `core-type`, `prefer` and `near` narrow a request's CPUs by kind, cache,
@@ -101,7 +108,8 @@
 //! - `topology`: sysfs → CPUs, caches, nodes, core kinds, preferred-core rankings, the
 //!   X3D mode
 //! - `watch`: proc connector, uevents, /proc scans
-//! - `words`: counted nouns in messages ("1 pair", "2 processes")
+//! - `words`: counted nouns in messages ("1 pair", "2 processes"), an error's causes
+//!   as one line
 //!
 //! `cpuset` is the one CPU-set type everything speaks; `sysroot` is the only place the
 //! paths `/sys` and `/proc` are spelled, so tests point it at fixture trees.
@@ -121,6 +129,7 @@ pub mod daemon;
 pub mod dbus;
 pub mod devices;
 pub mod domains;
+pub mod dry_run;
 pub mod effect;
 pub mod export;
 pub mod fingerprint;
@@ -142,7 +151,9 @@ pub mod plan;
 pub mod polkit;
 pub mod repeats;
 pub mod report;
+pub mod report_facts;
 pub mod rules;
+pub mod rules_plan;
 pub mod sched_ext;
 pub mod settings;
 pub mod shape;

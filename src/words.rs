@@ -1,7 +1,8 @@
-//! Counted nouns in what pinnerd prints: "1 pair", "2 pairs", "1 process", "3 processes".
+//! Counted nouns in what pinnerd prints: "1 pair", "2 pairs", "1 process", "3 processes";
+//! an error and its causes said as one line.
 //!
-//! Owns: the English plural of the few nouns messages count. Must not touch: what is
-//! counted.
+//! Owns: the English plural of the few nouns messages count, and how a chain of causes
+//! reads. Must not touch: what is counted, what failed.
 
 /// `n` and `noun`, the noun in the plural unless `n` is 1: `count(1, "pair")` is
 /// "1 pair", `count(2, "process")` is "2 processes", `count(0, "CPU")` is "0 CPUs".
@@ -20,6 +21,25 @@ pub fn plural(n: usize, noun: &str) -> String {
     }
 }
 
+/// `err` and its causes as one line, `outer: cause: root`, each cause said once.
+///
+/// Many errors put their source in their own message as well as exposing it as
+/// `source()` (`"{path}: {source}"`), so the plain `{:#}` chain would print such a cause
+/// twice; a cause whose text already ends the line so far is left out.
+pub fn describe_error(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.is_empty() {
+            line = text;
+        } else if !text.is_empty() && !line.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -34,5 +54,28 @@ mod tests {
         assert_eq!(count(1, "CPU"), "1 CPU");
         assert_eq!(count(3, "error"), "3 errors");
         assert_eq!(plural(2, "match"), "matches");
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("{path}: {source}")]
+    struct Read {
+        path: &'static str,
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_in_the_message_is_said_once_and_others_are_kept() {
+        let io = std::io::Error::from_raw_os_error(libc::ENOENT);
+        let err = anyhow::Error::new(Read {
+            path: "m.json",
+            source: io,
+        })
+        .context("loading");
+        assert_eq!(
+            describe_error(&err),
+            "loading: m.json: No such file or directory (os error 2)"
+        );
+        let plain = anyhow::anyhow!("root").context("middle").context("outer");
+        assert_eq!(describe_error(&plain), "outer: middle: root");
     }
 }

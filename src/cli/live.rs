@@ -1,36 +1,18 @@
 //! `pinnerd plan --live`: what the rules would do to the running system, changing
-//! nothing. It runs the daemon's own manager, built from the daemon's settings, over a
-//! full /proc rescan with affinity calls that only record what they would set. The plan
-//! is the daemon's, made by the same function (`plan::making`) from the same inputs:
-//! the CPUs it plans for, the stored matrix (or the topology), memory weighed from the
-//! settings' `[memory]`, and the `[sched-ext]` policy while the sysfs root says a
-//! sched_ext scheduler runs. Each matching process's memory per node is shown
-//! (`memory::read`, on demand).
+//! nothing, printed. The settings and rules are loaded here, the dry run itself is
+//! `crate::dry_run` (the daemon's own manager and plan over a full /proc rescan, with
+//! affinity calls that only record), and the running containers are read here
+//! (`live_containers`, the daemon asked on the bus).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
-
-use anyhow::Context;
 
 use super::exit::ConfigInvalid;
-use crate::affinity::DryRunOps;
-use crate::devices;
-use crate::domains::{self, Misfit};
-use crate::manager::{Input, ManagedRow, Manager};
-use crate::matrix::LatencyMatrix;
-use crate::memory::{self, MemoryView, ReadError};
-use crate::plan::UnderSchedExt;
-use crate::plan::{
-    making, Choose, Cpus, MemoryPlanning, Plan, PlanInputs, PlanState, SchedExtStep,
-};
+use crate::dry_run;
+use crate::memory::{MemoryView, ReadError};
+use crate::plan::{Plan, PlanState};
 use crate::rules::{load_dirs, LoadPolicy, LoadReport};
-use crate::sched_ext::SchedExt;
 use crate::settings::Settings;
-use crate::shape::{self, Facts};
-use crate::sysroot::SysRoot;
-use crate::topology::Topology;
-use crate::watch::ProcFs;
 
 /// What `plan --live` is given.
 #[derive(Debug, Clone)]
@@ -55,10 +37,6 @@ pub struct LiveArgs {
 }
 
 pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
-    // The topology from the tree given (a captured machine's `proc/` included); the
-    // processes from this machine's /proc.
-    let machine = crate::sysroot::SysRoot::resolve(Some(&args.sysfs), None);
-    let root = SysRoot::with_sys(&machine.sys);
     let policy = LoadPolicy::for_current_process();
     let settings = Settings::load_or_default(&args.config, &policy)
         .map_err(|e| ConfigInvalid(e.to_string()))?;
@@ -77,75 +55,25 @@ pub fn run(args: &LiveArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let report = load_dirs(&dirs, &policy);
-    let topology = Topology::discover(&machine)
-        .with_context(|| format!("reading the CPU topology under {}", args.sysfs.display()))?;
-    let (matrix, source, misfit) = matrix_to_plan_on(args, &root, &topology)?;
-    // The matrix alone, without what the first line says of it.
-    let bare = source.strip_suffix(AS_THE_DAEMON).unwrap_or(&source);
-    let name = format!("the {}", bare.strip_prefix("the ").unwrap_or(bare));
-    let selected = domains::select(matrix.as_ref(), Some(&topology), misfit)
-        .with_context(|| format!("{name} does not fit this machine"))?;
-    let (domains, latency_off) = (selected.domains, selected.latency_off);
-    // The daemon would place on the topology: the first line says so, and why.
-    let source = match latency_off {
-        Some(line) => format!("sysfs topology: {line} ({name} did not hold when measured again)"),
-        None => source,
+    let asked = dry_run::Asked {
+        sysfs: &args.sysfs,
+        matrix: args.matrix.as_deref(),
+        state_dir: args.state_dir.as_deref(),
+        runtime_dir: Path::new(super::daemon::DEFAULT_RUNTIME),
     };
-    let facts = Facts::from_topology(&topology);
-    let devices = devices::resolve_all(&root, shape::near_names(&report.rules));
-    let sched_ext = crate::sched_ext::read(&root).context("reading the sched_ext state")?;
-    let ops = Arc::new(DryRunOps::new(root.clone()));
-    let procs = Arc::new(ProcFs::new(root.clone()));
-    // The daemon's manager and plan, on the CPUs it plans for (`state::plan_cpus`).
-    let mut mgr = Manager::from_settings(
-        ops.clone(),
-        procs.clone(),
-        topology.online.clone(),
-        &settings,
-    );
-    let memory_planning = MemoryPlanning::new(&topology, &settings);
-    let node_ids = memory_planning.node_ids();
-    let planned = making::make(PlanInputs {
-        rules: &report.rules,
-        cpus: Cpus::from_settings(topology.online.clone(), &settings),
-        choose: shape::chooser(Some(domains), Some(facts), devices),
-        memory: Some(memory_planning),
-        sched_ext: UnderSchedExt::new(sched_ext.clone(), &settings.sched_ext, Some(&topology)),
-    });
-    let choose = planned.choose.as_deref().map(|c| c as &dyn Choose);
-    // The holds the daemon made (its hold journal, where this user may read it): the
-    // cpusets they made are the rules' own, planned as without them, as the daemon does.
-    let journal = crate::hold::Journal::new(std::path::Path::new(super::daemon::DEFAULT_RUNTIME));
-    for h in journal.load().unwrap_or_default() {
-        mgr.note_hold(&h.rule, &h.cpus);
-    }
-    let input = Input::RulesChanged(planned.plan);
-    crate::daemon::replan::hand_down(&mut mgr, input, choose);
-    crate::daemon::replan::read_here(&mut mgr, procs.as_ref(), choose);
-    let rows = mgr.list_managed();
+    let run = dry_run::run(&report.rules, &settings, &asked, &mut |w| {
+        eprintln!("pinnerd: {w}")
+    })?;
     let containers = super::live_containers::running(
-        &root,
+        &run.root,
         &args.container_files,
-        mgr.plan(),
-        Some(&topology),
+        run.mgr.plan(),
+        Some(&run.topology),
         || daemon_containers(&args.bus),
     );
-    let memory = rows
-        .iter()
-        .map(|r| memory::read(&root, r.pid as i32, &node_ids))
-        .collect();
     let found = DryRun {
-        source,
-        latency_off,
+        run,
         report: &report,
-        sched_ext: sched_ext_line(sched_ext.as_ref(), &planned.sched_ext),
-        mgr,
-        ops,
-        root: &root,
-        topology: &topology,
-        rows,
-        memory,
-        node_ids,
         containers,
     };
     let out = if args.json {
@@ -214,21 +142,9 @@ struct ProtectedJson<'a> {
 
 /// What the dry run found, to print.
 struct DryRun<'a> {
-    /// Where placement came from, in words.
-    source: String,
-    /// The matrix is unstable: placement from the topology, said first.
-    latency_off: Option<&'static str>,
+    /// The dry run itself.
+    run: dry_run::DryRun,
     report: &'a LoadReport,
-    /// What a running sched_ext scheduler did to the plan (`sched_ext_line`).
-    sched_ext: Option<String>,
-    mgr: Manager,
-    ops: Arc<DryRunOps>,
-    root: &'a SysRoot,
-    topology: &'a Topology,
-    rows: Vec<ManagedRow>,
-    /// Each row's memory per node.
-    memory: Vec<Result<MemoryView, ReadError>>,
-    node_ids: Vec<u32>,
     /// The running containers of the kubelet's tree.
     containers: Vec<super::live_containers::RunningContainer>,
 }
@@ -237,21 +153,23 @@ impl DryRun<'_> {
     /// `--json`: the plan units, the processes and what they would get.
     fn json(&self) -> anyhow::Result<String> {
         let processes = self
+            .run
             .rows
             .iter()
-            .zip(&self.memory)
+            .zip(&self.run.memory)
             .map(|(r, mem)| LiveProcessJson {
                 pid: r.pid,
                 comm: &r.comm,
                 rule: &r.rule,
                 would_get: &r.cpus,
                 now: self
+                    .run
                     .ops
                     .real_mask(r.pid as i32)
                     .map(|m| m.to_string())
                     .unwrap_or_default(),
                 state: &r.state,
-                cpuset: self.mgr.cpuset_of(r.pid as i32),
+                cpuset: self.run.mgr.cpuset_of(r.pid as i32),
                 memory_nodes: match mem {
                     Ok(MemoryView::Nodes { nodes, .. }) => Some(nodes.clone()),
                     Ok(MemoryView::OneNode) => Some(Default::default()),
@@ -259,12 +177,12 @@ impl DryRun<'_> {
                 },
             })
             .collect();
-        let protected = self.mgr.protected();
+        let protected = self.run.mgr.protected();
         let j = LiveJson {
-            placement_from: &self.source,
-            latency_off: self.latency_off,
+            placement_from: &self.run.source,
+            latency_off: self.run.latency_off,
             rule_errors: self.report.error_strings(),
-            plans: self.mgr.plan().units(),
+            plans: self.run.mgr.plan().units(),
             processes,
             protected: protected
                 .iter()
@@ -286,12 +204,12 @@ impl DryRun<'_> {
     fn write_rules(&self, out: &mut String, cannot: Option<&str>) {
         use std::fmt::Write as _;
         let _ = writeln!(out, "\nrules ({}):", self.report.rules.len());
-        for p in self.mgr.plan().units() {
+        for p in self.run.mgr.plan().units() {
             let unit = match p.thread_entry {
                 None => String::new(),
                 Some(i) => format!(" threads[{i}]"),
             };
-            let online = &self.mgr.plan().cpus().online;
+            let online = &self.run.mgr.plan().cpus().online;
             let state = match &p.state {
                 PlanState::Placed { cpus } => match p.state.offline_note(online) {
                     Some(note) => format!("cpus {cpus}: {note}"),
@@ -328,12 +246,12 @@ impl DryRun<'_> {
             }
             if let Some(line) = p
                 .thread_entry
-                .and_then(|i| p.slots_line(self.mgr.entry_threads(&p.rule, i)))
+                .and_then(|i| p.slots_line(self.run.mgr.entry_threads(&p.rule, i)))
             {
                 let _ = writeln!(out, "    {line}");
             }
         }
-        if let Some(line) = no_cpu_to_measure(self.mgr.plan()) {
+        if let Some(line) = no_cpu_to_measure(self.run.mgr.plan()) {
             let _ = writeln!(out, "\n{line}");
         }
         self.write_knobs(out);
@@ -346,9 +264,9 @@ impl DryRun<'_> {
         use crate::knobs::{idle, kthreads, Io, Knob, Knobs};
         use std::fmt::Write as _;
         let holding: std::collections::BTreeSet<&str> =
-            self.rows.iter().map(|r| r.rule.as_str()).collect();
+            self.run.rows.iter().map(|r| r.rule.as_str()).collect();
         let (mut limits, mut away) = (Vec::new(), crate::cpuset::CpuSet::new());
-        for p in self.mgr.plan().units() {
+        for p in self.run.mgr.plan().units() {
             let Some(rule) = self.report.rules.get(&p.rule) else {
                 continue;
             };
@@ -370,17 +288,17 @@ impl DryRun<'_> {
             out,
             "\nwhile held (set when the rules hold their CPUs, given back after):"
         );
-        let (wants, missing) = idle::wanted(self.root, &limits);
+        let (wants, missing) = idle::wanted(&self.run.root, &limits);
         let k = kthreads::wanted(
-            self.root,
-            self.ops.as_ref(),
+            &self.run.root,
+            self.run.ops.as_ref(),
             &away,
             &Knobs::default(),
             false,
         );
         let io = Io {
-            root: self.root,
-            ops: self.ops.as_ref(),
+            root: &self.run.root,
+            ops: self.run.ops.as_ref(),
         };
         let mut threads = Vec::new();
         for w in wants.iter().chain(k.wants.iter()) {
@@ -416,31 +334,32 @@ impl DryRun<'_> {
     fn human(&self) -> String {
         use std::fmt::Write as _;
         let mut out = String::new();
-        let cannot = crate::hold::cannot_isolate_here(self.root);
-        let node_of = |cpu: u32| self.topology.node_of(cpu);
-        let protected = self.mgr.protected();
+        let cannot = crate::hold::cannot_isolate_here(&self.run.root);
+        let node_of = |cpu: u32| self.run.topology.node_of(cpu);
+        let protected = self.run.mgr.protected();
         let _ = writeln!(
             out,
             "dry run: nothing was changed; placement from {}",
-            self.source
+            self.run.source
         );
-        if let Some(line) = &self.sched_ext {
+        if let Some(line) = &self.run.sched_ext {
             let _ = writeln!(out, "{line}");
         }
-        if self.node_ids.len() <= 1 {
+        if self.run.node_ids.len() <= 1 {
             let _ = writeln!(out, "memory: one node (all of it is local; not weighed)");
         }
         self.write_rules(&mut out, cannot.as_deref());
-        let _ = writeln!(out, "\nmatching processes ({}):", self.rows.len());
-        if !self.rows.is_empty() {
+        let _ = writeln!(out, "\nmatching processes ({}):", self.run.rows.len());
+        if !self.run.rows.is_empty() {
             let _ = writeln!(
                 out,
                 "  {:>8}  {:<16} {:<20} {:<12} {:<12} STATE",
                 "PID", "COMM", "RULE", "WOULD GET", "NOW"
             );
         }
-        for (r, mem) in self.rows.iter().zip(&self.memory) {
+        for (r, mem) in self.run.rows.iter().zip(&self.run.memory) {
             let now = self
+                .run
                 .ops
                 .real_mask(r.pid as i32)
                 .map(|m| m.to_string())
@@ -450,13 +369,13 @@ impl DryRun<'_> {
                 "  {:>8}  {:<16} {:<20} {:<12} {:<12} {}",
                 r.pid, r.comm, r.rule, r.cpus, now, r.state
             );
-            if self.mgr.cpuset_key_of(r.pid as i32).is_some() {
-                if let Some(c) = self.mgr.cpuset_of(r.pid as i32) {
+            if self.run.mgr.cpuset_key_of(r.pid as i32).is_some() {
+                if let Some(c) = self.run.mgr.cpuset_of(r.pid as i32) {
                     let _ = writeln!(out, "  {:>8}  in cpuset {c}", "");
                 }
             }
-            if let Some(w) = self.mgr.hold_want(r, &node_of) {
-                let unit = crate::cgroup::proc_cgroups(self.root, r.pid as i32)
+            if let Some(w) = self.run.mgr.hold_want(r, &node_of) {
+                let unit = crate::cgroup::proc_cgroups(&self.run.root, r.pid as i32)
                     .ok()
                     .flatten()
                     .and_then(|c| c.v2)
@@ -465,7 +384,7 @@ impl DryRun<'_> {
                 // What the daemon finds where it runs: a slice its unit may not write.
                 let why = match (&cannot, &unit) {
                     (None, Ok(u)) if w.isolate => {
-                        crate::hold::cannot_write_partition(self.root, &u.cgroup)
+                        crate::hold::cannot_write_partition(&self.run.root, &u.cgroup)
                     }
                     _ => cannot.clone(),
                 };
@@ -524,54 +443,6 @@ fn daemon_containers(bus: &crate::dbus::BusTarget) -> super::live_containers::Da
     asked.map_err(|e: anyhow::Error| format!("the daemon did not answer on the bus: {e:#}"))
 }
 
-/// What the first line adds to the stored matrix's name.
-const AS_THE_DAEMON: &str = ", as the daemon plans";
-
-/// The matrix the dry run plans on, what to call it, and what to do when it does not
-/// fit: `--matrix` (not fitting is the user's error), else the one the daemon stored for
-/// this machine in the state directory, taken as the daemon takes it (the topology where
-/// it does not fit); a captured tree is another machine, which no stored matrix is.
-fn matrix_to_plan_on(
-    args: &LiveArgs,
-    root: &SysRoot,
-    topology: &Topology,
-) -> anyhow::Result<(Option<LatencyMatrix>, String, Misfit)> {
-    if let Some(path) = &args.matrix {
-        let m = LatencyMatrix::load(path)?;
-        return Ok((
-            Some(m),
-            format!("matrix {}", path.display()),
-            Misfit::Refuse,
-        ));
-    }
-    let dir = args
-        .state_dir
-        .clone()
-        .unwrap_or_else(crate::advice::default_state_dir);
-    let mut warnings = Vec::new();
-    let stored = root
-        .is_live_sys()
-        .then(|| crate::advice::stored_matrix(&dir, root, Some(topology), &mut warnings))
-        .flatten();
-    for w in &warnings {
-        eprintln!("pinnerd: {w}");
-    }
-    let (matrix, source) = match stored {
-        Some((path, m)) => (
-            Some(m),
-            format!("the stored matrix {}{AS_THE_DAEMON}", path.display()),
-        ),
-        None => (
-            None,
-            format!(
-                "sysfs topology: no stored matrix for this machine in {} (give --matrix to plan on latencies)",
-                dir.display()
-            ),
-        ),
-    };
-    Ok((matrix, source, Misfit::Topology))
-}
-
 /// What the daemon would hold for a rule's unit plan, in one line: `isolate` and
 /// `unit-cpuset` (see `hold`); `None` for rules with neither.
 /// The scheduling class a unit's threads would get (`sched-policy`, `sched-priority`,
@@ -623,31 +494,6 @@ fn container_rule_line(rules: &crate::rules::RuleSet, p: &crate::plan::UnitPlan)
             .into()
     } else {
         "container rule: places the processes of the containers it names once they run".into()
-    })
-}
-
-/// What a running sched_ext scheduler did to the plan, in one line, as the daemon logs
-/// it; `None` when none runs.
-fn sched_ext_line(running: Option<&SchedExt>, step: &SchedExtStep) -> Option<String> {
-    let s = running?.describe();
-    Some(match step {
-        SchedExtStep::NoScheduler => return None,
-        SchedExtStep::Paused => {
-            format!("sched_ext: {s} runs; policy pause: rules released until it stops")
-        }
-        SchedExtStep::Widened => {
-            format!("sched_ext: {s} runs; policy widen: masks rounded up to whole groups")
-        }
-        SchedExtStep::Warned(partial) if partial.is_empty() => {
-            format!("sched_ext: {s} runs; policy warn: no rule pins a partial mask")
-        }
-        SchedExtStep::Warned(partial) => {
-            let rules: Vec<String> = partial.iter().map(|(r, c)| format!("{r} ({c})")).collect();
-            format!(
-                "sched_ext: {s} runs; policy warn: partial masks pinned as usual: {}",
-                rules.join(", ")
-            )
-        }
     })
 }
 

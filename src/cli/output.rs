@@ -4,6 +4,8 @@
 
 use std::process::ExitCode;
 
+pub use crate::words::describe_error;
+
 /// Standard output could not be written: closed (a pipe whose reader left) or full.
 #[derive(Debug, thiserror::Error)]
 /// (The I/O error is in the message, not also a source: said once.)
@@ -40,51 +42,4 @@ pub fn print_answer(
 /// set (<https://no-color.org>).
 pub fn colour(stream_is_terminal: bool) -> bool {
     stream_is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-}
-
-/// `err` and its causes as one line, `outer: cause: root`, each cause said once.
-///
-/// Many errors put their source in their own message as well as exposing it as
-/// `source()` (`"{path}: {source}"`), so the plain `{:#}` chain would print such a cause
-/// twice; a cause whose text already ends the line so far is left out.
-pub fn describe_error(err: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in err.chain() {
-        let text = cause.to_string();
-        if line.is_empty() {
-            line = text;
-        } else if !text.is_empty() && !line.ends_with(&text) {
-            line.push_str(": ");
-            line.push_str(&text);
-        }
-    }
-    line
-}
-
-#[cfg(test)]
-mod tests {
-    use super::describe_error;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("{path}: {source}")]
-    struct Read {
-        path: &'static str,
-        source: std::io::Error,
-    }
-
-    #[test]
-    fn a_cause_in_the_message_is_said_once_and_others_are_kept() {
-        let io = std::io::Error::from_raw_os_error(libc::ENOENT);
-        let err = anyhow::Error::new(Read {
-            path: "m.json",
-            source: io,
-        })
-        .context("loading");
-        assert_eq!(
-            describe_error(&err),
-            "loading: m.json: No such file or directory (os error 2)"
-        );
-        let plain = anyhow::anyhow!("root").context("middle").context("outer");
-        assert_eq!(describe_error(&plain), "outer: middle: root");
-    }
 }

@@ -17,7 +17,7 @@ use super::admission::{check_body, check_len, Admission, Callers, RateLimiter};
 use super::error::{command_error, MethodError, Result};
 use super::placement::{memory_follow, place_spec, sched_of};
 use crate::api::{
-    Call, ContainerView, Explained, ManagedEntry, MatrixReply, PinRequest, PlaceSpec,
+    Call, ContainerView, ExplainJson, Explained, ManagedEntry, MatrixReply, PinRequest, PlaceSpec,
     ReleaseRequest, Reloaded, ReplyTo, Snapshot,
 };
 use crate::cpuset::CpuSet;
@@ -157,34 +157,12 @@ fn managed_with_cpu_ids(e: ManagedEntry) -> Result<(u32, String, String, Vec<u32
     Ok((e.pid, e.comm, e.rule, cpus.iter().collect(), e.state))
 }
 
-/// The object `ExplainJson` returns (its fields are documented in `docs/dbus.md`): the
-/// managed row of `pid`, if any, the text, where its memory is (`memory`, see
-/// `crate::memory::MemoryView::to_json`) and the container it runs in. Unless the
-/// caller sees all of the process, the row is its rule and CPUs only, as the text is:
-/// `comm`, `state` and `container` are null and `sched` empty.
-///
-/// The fields are in the order of their names: the object reads as it did when it was a
-/// JSON map.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-struct ExplainJson {
-    comm: Option<String>,
-    container: Option<ContainerView>,
-    cpus: Vec<u32>,
-    managed: bool,
-    memory: serde_json::Value,
-    pid: u32,
-    rule: Option<String>,
-    sched: Vec<crate::api::ThreadSched>,
-    state: Option<String>,
-    text: String,
-}
-
 /// What `ExplainJson` gathered from the loop, for [`explain_json`].
 struct ExplainParts {
     pid: u32,
     entry: Option<ManagedEntry>,
     explained: Explained,
-    memory: serde_json::Value,
+    memory: Option<crate::memory::MemoryJson>,
     container: Option<ContainerView>,
 }
 

@@ -24,7 +24,7 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::PathBuf;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::cgroup;
 use crate::sysroot::{self, SysRoot};
@@ -67,31 +67,87 @@ impl MemoryView {
         }
     }
 
-    /// For `ExplainJson`: `{"one_node": true}` or `{"source": …, "nodes": [{"node",
-    /// "bytes", "share"}…], "total_bytes"}`.
-    pub fn to_json(&self) -> serde_json::Value {
+    /// `ExplainJson`'s `memory`: `{"one_node": true, "nodes": []}`, or the source, the
+    /// total and each node's bytes and share.
+    pub fn to_json(&self) -> MemoryJson {
         match self {
-            MemoryView::OneNode => serde_json::json!({ "one_node": true, "nodes": [] }),
-            MemoryView::Nodes { source, nodes } => {
-                let rows: Vec<_> = nodes
+            MemoryView::OneNode => MemoryJson::Read(NodesJson {
+                nodes: Vec::new(),
+                one_node: true,
+                source: None,
+                total_bytes: None,
+            }),
+            MemoryView::Nodes { source, nodes } => MemoryJson::Read(NodesJson {
+                nodes: nodes
                     .iter()
-                    .map(|(n, b)| {
-                        serde_json::json!({ "node": n, "bytes": b, "share": share(nodes, *n) })
+                    .map(|(n, b)| NodeJson {
+                        bytes: *b,
+                        node: *n,
+                        share: share(nodes, *n),
                     })
-                    .collect();
-                let source = match source {
-                    Source::NumaStat { .. } => "memory.numa_stat",
-                    Source::NumaMaps => "numa_maps",
-                };
-                serde_json::json!({
-                    "one_node": false,
-                    "source": source,
-                    "total_bytes": nodes.values().sum::<u64>(),
-                    "nodes": rows,
-                })
-            }
+                    .collect(),
+                one_node: false,
+                source: Some(match source {
+                    Source::NumaStat { .. } => SourceName::NumaStat,
+                    Source::NumaMaps => SourceName::NumaMaps,
+                }),
+                total_bytes: Some(nodes.values().sum()),
+            }),
         }
     }
+}
+
+/// `ExplainJson`'s `memory` (docs/dbus.md): where the process's resident memory is, or
+/// why it could not be read. The fields of each object are in the order of their names:
+/// the objects read as they did when they were JSON maps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum MemoryJson {
+    /// Read, or one node (nothing to read).
+    Read(NodesJson),
+    /// `{"error": why}`: it could not be read.
+    Unreadable(UnreadableJson),
+}
+
+/// Where the memory is: `one_node` with no `nodes`, or each node's bytes from `source`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodesJson {
+    /// Every node of the machine, zeros included; `[]` on one node.
+    pub nodes: Vec<NodeJson>,
+    pub one_node: bool,
+    /// Absent on one node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceName>,
+    /// Absent on one node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total_bytes: Option<u64>,
+}
+
+/// One node's resident bytes and their share of the total (0.0 to 1.0).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeJson {
+    pub bytes: u64,
+    pub node: u32,
+    pub share: f64,
+}
+
+/// Why the memory could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UnreadableJson {
+    pub error: String,
+}
+
+/// Which file the figures came from, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SourceName {
+    /// The process's own cgroup's file.
+    #[serde(rename = "memory.numa_stat")]
+    NumaStat,
+    #[serde(rename = "numa_maps")]
+    NumaMaps,
 }
 
 fn share(nodes: &NodeBytes, node: u32) -> f64 {

@@ -211,7 +211,7 @@ fn one_node_reads_nothing_and_a_gone_process_is_gone() {
     let v = read(&root, 42, &[0]).unwrap();
     assert_eq!(v, MemoryView::OneNode);
     assert!(v.to_string().contains("one node"));
-    assert_eq!(v.to_json()["one_node"], true);
+    assert_eq!(serde_json::to_value(v.to_json()).unwrap()["one_node"], true);
     assert!(matches!(
         read(&root, 42, &[0, 1]),
         Err(ReadError::Gone { pid: 42 })
@@ -242,4 +242,32 @@ fn the_running_test_process_has_numa_maps_the_parser_reads() {
     assert!(m.nodes.values().sum::<u64>() > 0);
     let v = read(&root, pid, &[0, 1]).unwrap();
     assert!(v.total() > 0, "{v}");
+}
+
+/// `ExplainJson`'s `memory` is written as the JSON map it was: keys in the order of
+/// their names, `source` and `total_bytes` absent on one node.
+#[test]
+fn the_memory_object_is_the_map_it_was() {
+    let views = [
+        MemoryView::OneNode,
+        MemoryView::Nodes {
+            source: Source::NumaStat {
+                file: "/sys/fs/cgroup/a.service/memory.numa_stat".into(),
+            },
+            nodes: bytes(&[(0, 3 << 20), (1, 1 << 20)]),
+        },
+    ];
+    for v in &views {
+        let typed = serde_json::to_string(&v.to_json()).unwrap();
+        let map = serde_json::to_value(v.to_json()).unwrap();
+        assert_eq!(typed, serde_json::to_string(&map).unwrap());
+    }
+    assert_eq!(
+        serde_json::to_string(&views[0].to_json()).unwrap(),
+        r#"{"nodes":[],"one_node":true}"#
+    );
+    assert_eq!(
+        serde_json::to_string(&views[1].to_json()).unwrap(),
+        r#"{"nodes":[{"bytes":3145728,"node":0,"share":0.75},{"bytes":1048576,"node":1,"share":0.25}],"one_node":false,"source":"memory.numa_stat","total_bytes":4194304}"#
+    );
 }

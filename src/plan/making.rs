@@ -2,7 +2,8 @@
 //! for its dry run (`pinnerd plan --live`), so both show the same plan.
 //!
 //! Must not touch: the machine. The callers read it (topology, stored matrix, devices,
-//! the sched_ext state, through the same sysfs root) and hand the values in; what the
+//! the sched_ext state, through the same sysfs root) and hand the values in, assembled
+//! into [`PlanInputs`] in one place (`rules_plan`, above `shape`); what the
 //! sched_ext step found comes back as a value for the caller to log or print.
 //!
 //! ```text

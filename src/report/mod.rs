@@ -6,7 +6,7 @@
 //! self-contained page: inline SVG (the heatmaps of `matrix::render`, their cells an
 //! embedded image) and CSS, no script, nothing fetched, readable printed and on a phone.
 //!
-//! Must not touch: the OS, measurement or placement (the caller gathers the facts).
+//! Must not touch: the OS, measurement or placement (`report_facts` gathers the facts).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -44,7 +44,7 @@ pub struct Report {
     pub domain_order: Vec<u32>,
     pub plans: Vec<PlanRow>,
     /// `pinnerd compare`'s JSON object, with `--compare`.
-    pub effect: Option<serde_json::Value>,
+    pub effect: Option<crate::effect::EffectJson>,
     pub quality: Quality,
     /// The matrix is unstable (its repeats disagreed): this line, exactly, and the
     /// plans are the topology's, with no gain shown.

@@ -16,6 +16,7 @@ use askama::Template;
 
 use super::{groups_line, reordered, Report, Spread, TopoBox};
 use crate::cpuset::CpuSet;
+use crate::effect::{EffectJson, Ratios};
 use crate::matrix::{render, LatencyMatrix};
 
 /// Text safe inside HTML elements and attribute values.
@@ -454,56 +455,43 @@ fn plan_line(p: &super::PlanRow) -> PlanLine<'_> {
     }
 }
 
-/// The measured effect from `pinnerd compare --json`'s object.
-fn effect_lines(e: &serde_json::Value) -> EffectLines {
-    let variants = e["variants"]
-        .as_array()
-        .into_iter()
-        .flatten()
+/// The measured effect from `pinnerd compare --json`'s object. A figure that is not a
+/// finite number reads as JSON's `null` did: `NaN`, a ratio `–`.
+fn effect_lines(e: &EffectJson) -> EffectLines {
+    let finite = |x: f64| if x.is_finite() { x } else { f64::NAN };
+    let variants = e
+        .variants
+        .iter()
         .map(|v| {
-            let cpus = v["cpus"]
-                .as_array()
-                .map(|a| {
-                    let c: Vec<u32> = a
-                        .iter()
-                        .filter_map(|x| x.as_u64())
-                        .map(|x| x as u32)
-                        .collect();
-                    ids(&c)
-                })
-                .unwrap_or_else(|| "(any)".into());
-            let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+            let cpus = v.cpus.as_deref().map(ids).unwrap_or_else(|| "(any)".into());
             (
-                v["name"].as_str().unwrap_or("").to_string(),
+                v.name.clone(),
                 cpus,
-                ns(v["worst_latency_ns"].as_f64()),
-                format!("{:.3e}", f("median")),
-                format!("{:.3e} – {:.3e}", f("min"), f("max")),
-                format!("{:.0}%", 100.0 * f("spread")),
+                ns(v.worst_latency_ns.filter(|x| x.is_finite())),
+                format!("{:.3e}", finite(v.median)),
+                format!("{:.3e} – {:.3e}", finite(v.min), finite(v.max)),
+                format!("{:.0}%", 100.0 * finite(v.spread)),
             )
         })
         .collect();
-    let ratio = |k: &str| {
-        e["ratios"][k]
-            .as_f64()
+    let ratio = |pick: fn(&Ratios) -> f64| {
+        e.ratios
+            .as_ref()
+            .map(pick)
+            .filter(|x| x.is_finite())
             .map(|x| format!("{x:.2}×"))
             .unwrap_or_else(|| "–".into())
     };
     EffectLines {
         variants,
         ratios: (
-            ratio("planned_vs_autopilot"),
-            ratio("planned_vs_worst"),
-            ratio("planned_vs_unpinned"),
+            ratio(|r| r.planned_vs_autopilot),
+            ratio(|r| r.planned_vs_worst),
+            ratio(|r| r.planned_vs_unpinned),
         ),
-        runs: e["runs"].to_string(),
-        duration_ms: e["duration_ms"].to_string(),
-        notes: e["notes"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|n| n.as_str().unwrap_or("").to_string())
-            .collect(),
+        runs: e.runs.to_string(),
+        duration_ms: e.duration_ms.to_string(),
+        notes: e.notes.clone(),
     }
 }
 
@@ -633,12 +621,15 @@ mod tests {
             cpu_order: vec![0, 1],
             domain_order: vec![0, 1],
             plans: vec![PlanRow::failed(2, evil.into(), evil.into())],
-            effect: Some(serde_json::json!({
-                "variants": [{"name": evil, "cpus": null, "median": 1.0, "min": 1.0, "max": 1.0, "spread": 0.0}],
-                "notes": [evil],
-                "runs": 1,
-                "duration_ms": 1,
-            })),
+            effect: Some(
+                serde_json::from_value(serde_json::json!({
+                    "variants": [{"name": evil, "cpus": null, "median": 1.0, "min": 1.0, "max": 1.0, "spread": 0.0}],
+                    "notes": [evil],
+                    "runs": 1,
+                    "duration_ms": 1,
+                }))
+                .unwrap(),
+            ),
             quality: Quality {
                 not_measured: Some(evil.into()),
                 findings: vec![evil.into()],

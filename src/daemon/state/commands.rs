@@ -90,13 +90,11 @@ impl State {
         &self,
         pid: u32,
         caller_uid: u32,
-        reply: ReplyTo<serde_json::Value>,
+        reply: ReplyTo<Option<crate::memory::MemoryJson>>,
     ) -> Option<MemoryRead> {
         match self.manager_for(pid) {
             Err(e) => send(reply, Err(e)),
-            Ok(m) if !m.shows_memory(pid as i32, caller_uid) => {
-                send(reply, Ok(serde_json::Value::Null))
-            }
+            Ok(m) if !m.shows_memory(pid as i32, caller_uid) => send(reply, Ok(None)),
             Ok(_) => return self.json_memory(pid as i32, reply),
         }
         None
@@ -194,13 +192,17 @@ impl State {
     }
 
     /// What `ExplainJson`'s memory (`Call::Memory`) answers, for a caller who sees it.
-    fn json_memory(&self, pid: i32, reply: ReplyTo<serde_json::Value>) -> Option<MemoryRead> {
+    fn json_memory(
+        &self,
+        pid: i32,
+        reply: ReplyTo<Option<crate::memory::MemoryJson>>,
+    ) -> Option<MemoryRead> {
         match self.machine.node_ids() {
             Some(nodes) => {
                 memory::answer(&self.cfg.sysroot, pid, nodes, memory::Finish::Json(reply))
             }
             None => {
-                send(reply, Ok(serde_json::Value::Null));
+                send(reply, Ok(None));
                 None
             }
         }

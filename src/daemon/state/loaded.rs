@@ -8,7 +8,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::plan::Cpus;
 use crate::rules::{self, LoadPolicy, LoadReport};
 use crate::settings::{Settings, SettingsError};
 
@@ -39,11 +38,6 @@ impl Loaded {
             .map(SettingsError::to_string)
             .chain(self.rules.error_strings())
             .collect()
-    }
-
-    /// The CPUs plans are made for: `online`, and the housekeeping CPUs kept free.
-    pub(super) fn plan_cpus(&self, online: crate::cpuset::CpuSet) -> Cpus {
-        Cpus::from_settings(online, &self.settings)
     }
 
     /// How often a process's memory may follow its CPUs (`[memory] follow-interval`).

@@ -12,7 +12,7 @@
 
 use crate::api::{send, CommandError, Explained, ReplyTo};
 use crate::daemon::readers::Read;
-use crate::memory::{self, MemoryView, ReadError};
+use crate::memory::{self, MemoryJson, MemoryView, ReadError, UnreadableJson};
 use crate::sysroot::SysRoot;
 
 /// A caller waiting for a read, and how the read completes its answer.
@@ -25,7 +25,7 @@ pub(super) enum Finish {
         reply: ReplyTo<Explained>,
     },
     /// `ExplainJson`'s memory (`Call::Memory`).
-    Json(ReplyTo<serde_json::Value>),
+    Json(ReplyTo<Option<MemoryJson>>),
 }
 
 impl Finish {
@@ -45,9 +45,11 @@ impl Finish {
             Finish::Json(reply) => send(
                 reply,
                 match view {
-                    Ok(v) => Ok(v.to_json()),
+                    Ok(v) => Ok(Some(v.to_json())),
                     Err(ReadError::Gone { .. }) => Err(CommandError::NoSuchProcess(pid as u32)),
-                    Err(e) => Ok(serde_json::json!({ "error": e.to_string() })),
+                    Err(e) => Ok(Some(MemoryJson::Unreadable(UnreadableJson {
+                        error: e.to_string(),
+                    }))),
                 },
             ),
         }

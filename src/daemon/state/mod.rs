@@ -62,7 +62,7 @@ use crate::manager::{self, Manager};
 use crate::matrix::store::MatrixStore;
 use crate::matrix::LatencyMatrix;
 use crate::metrics::{self, MetricsSnapshot};
-use crate::plan::{Cpus, MemoryPlanning, Plan, PlanInputs, Planned, UnderSchedExt};
+use crate::plan::{Plan, Planned};
 use crate::rules;
 use crate::settings::Settings;
 use crate::sysroot::SysRoot;
@@ -275,11 +275,6 @@ impl State {
         self.timers.deadline()
     }
 
-    /// The CPUs plans are made for: online, and the housekeeping CPUs kept free.
-    fn plan_cpus(&self) -> Cpus {
-        self.loaded.plan_cpus(self.machine.online())
-    }
-
     /// The machine's facts and the rules' devices (and `extra`), for shaping requests.
     fn shaping_inputs(
         &self,
@@ -295,24 +290,23 @@ impl State {
 
     /// The plan of the rules in force on the current CPUs, latency domains and machine
     /// facts, memory weighed and the `[sched-ext]` policy applied: made by
-    /// [`crate::plan::making::make`], as `plan --live` makes it.
+    /// [`crate::rules_plan::make`], as `plan --live` makes it.
     fn new_plan(&mut self) -> Planned {
         if let Err(e) = self.machine.domains() {
             tracing::debug!(error = %e, "planning without latency domains");
         }
-        let (facts, devices) = self.shaping_inputs(None);
-        let topology = self.machine.topology.as_ref();
-        let planned = crate::plan::making::make(PlanInputs {
-            rules: &self.loaded.rules.rules,
-            cpus: self.plan_cpus(),
-            choose: crate::shape::chooser(self.machine.domains.clone(), facts, devices),
-            memory: topology.map(|t| MemoryPlanning::new(t, &self.loaded.settings)),
-            sched_ext: UnderSchedExt::new(
-                self.sharing.sched_ext.now.clone(),
-                &self.loaded.settings.sched_ext,
-                topology,
-            ),
-        });
+        let (_, devices) = self.shaping_inputs(None);
+        let planned = crate::rules_plan::make(
+            &self.loaded.rules.rules,
+            &self.loaded.settings,
+            crate::rules_plan::MachineRead {
+                topology: self.machine.topology.as_ref(),
+                online: self.machine.online(),
+                domains: self.machine.domains.clone(),
+                devices,
+                sched_ext: self.sharing.sched_ext.now.clone(),
+            },
+        );
         self.sharing.sched_ext.say_step(&planned.sched_ext);
         planned
     }

@@ -1,6 +1,6 @@
 //! `core-type`, `prefer` and `near` in the daemon: each plan gets the topology's facts
 //! and the rules' devices, resolved through the sysfs root when it is made, and hands
-//! them as values to the pure `shape` module (through `plan::making` for the rules).
+//! them as values to the pure `shape` module (through `rules_plan` for the rules).
 //! Imports nothing of the state: it is handed the topology, the rules and the root.
 
 use crate::devices;

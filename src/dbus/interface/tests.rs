@@ -45,7 +45,7 @@ fn managed_rows_carry_cpu_ids() {
     }
 }
 
-/// [`explain_json`] as the JSON text's value.
+/// [`explain_json`] as the JSON text's value, `memory` as the JSON it answers.
 fn json(
     pid: u32,
     entry: Option<ManagedEntry>,
@@ -60,16 +60,9 @@ fn json(
         explained: Explained {
             text: text.into(),
             full,
-            sched: vec![crate::api::ThreadSched {
-                tid: 43,
-                comm: "rx-0".into(),
-                policy: "fifo".into(),
-                priority: 50,
-                nice: 0,
-                had: "other nice 5".into(),
-            }],
+            sched: vec![crate::api::tests::rx_thread()],
         },
-        memory,
+        memory: serde_json::from_value(memory).unwrap(),
         container,
     };
     serde_json::to_value(explain_json(parts).unwrap()).unwrap()

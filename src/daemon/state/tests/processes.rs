@@ -116,11 +116,14 @@ fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
         reply,
     })
     .unwrap();
-    let mem = ask(&mut s, |reply| Call::Memory {
-        pid,
-        caller_uid: 0,
-        reply,
-    })
+    let mem = serde_json::to_value(
+        ask(&mut s, |reply| Call::Memory {
+            pid,
+            caller_uid: 0,
+            reply,
+        })
+        .unwrap(),
+    )
     .unwrap();
     if one_node {
         assert!(why.contains("memory: one node"), "{why}");
@@ -138,11 +141,14 @@ fn explain_says_where_the_memory_is_to_those_who_see_it_all() {
     .unwrap();
     assert!(!why.contains("memory"), "{why}");
     assert_eq!(
-        ask(&mut s, |reply| Call::Memory {
-            pid,
-            caller_uid: 1000,
-            reply
-        })
+        serde_json::to_value(
+            ask(&mut s, |reply| Call::Memory {
+                pid,
+                caller_uid: 1000,
+                reply
+            })
+            .unwrap()
+        )
         .unwrap(),
         serde_json::Value::Null
     );
