@@ -406,7 +406,10 @@ fn a_large_complete_matrix_is_stored_without_its_single_figure_statistics() {
     let big = complete_of(COMPACT_FROM_CPUS);
     let pairs = big.len() * (big.len() - 1) / 2;
     let text = serde_json::to_string(&big).unwrap();
-    assert!(!text.contains("\"samples\":1,"), "no single-figure entry written");
+    assert!(
+        !text.contains("\"samples\":1,"),
+        "no single-figure entry written"
+    );
     let back = LatencyMatrix::from_json(&text, Path::new("big.json")).unwrap();
     assert_eq!(back.stats.len(), big.len() - 1, "the entries with batches");
     assert!(back.stats.iter().all(|s| s.samples == 9 && !s.inferred));

@@ -563,14 +563,12 @@ pub fn complete<M: PairMeasurer>(
     let mut todo = Pending::of(m);
     let mut index = StatsIndex::of(m);
     let at = rows(m);
+    let row = |c: u32| at.get(c as usize).copied().flatten();
     while todo.left > 0 {
         // Every pair of the slice leaves the set; one without a figure stays pending
         // in the matrix.
         let rounds = todo.take(slice.max(1));
-        let s = measure_slice(meas, &rounds, |a, b| {
-            let (i, j) = (at.get(a as usize)?.as_ref()?, at.get(b as usize)?.as_ref()?);
-            m.at(*i, *j)
-        })?;
+        let s = measure_slice(meas, &rounds, |a, b| m.at(row(a)?, row(b)?))?;
         done.slices += 1;
         done.measurements += s.measurements;
         done.rounds.extend(&s.rounds);
@@ -597,9 +595,7 @@ pub fn complete<M: PairMeasurer>(
                     a,
                     b,
                     v.filter(|&v| {
-                        let old = at.get(a as usize).copied().flatten().and_then(|i| {
-                            at.get(b as usize).copied().flatten().and_then(|j| m.at(i, j))
-                        });
+                        let old = row(a).zip(row(b)).and_then(|(i, j)| m.at(i, j));
                         old.is_none_or(|old| v < old)
                     }),
                 )
@@ -615,8 +611,8 @@ pub fn complete<M: PairMeasurer>(
 mod tests {
     use super::*;
     use crate::matrix::SparseCounts;
-    use std::collections::BTreeSet;
     use crate::measure::simulate::Simulated;
+    use std::collections::BTreeSet;
 
     /// A sparse-looking matrix of 8 CPUs (pairs at 10 ns, fours at 30, 80 across), the
     /// cells with both CPUs ≥ 4 inferred 20% low.

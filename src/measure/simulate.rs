@@ -41,7 +41,12 @@ pub struct Simulated<'a> {
 impl<'a> Simulated<'a> {
     /// `noise` is the sigma of the multiplicative lognormal noise (≥ 0, finite).
     pub fn new(truth: &'a LatencyMatrix, noise: f64, seed: u64) -> Simulated<'a> {
-        let top = truth.cpus.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
+        let top = truth
+            .cpus
+            .iter()
+            .map(|&c| c as usize + 1)
+            .max()
+            .unwrap_or(0);
         let mut rows = vec![None; top];
         for (i, &c) in truth.cpus.iter().enumerate() {
             rows[c as usize].get_or_insert(i);
