@@ -326,6 +326,8 @@ fn rows(m: &LatencyMatrix) -> Vec<Option<usize>> {
 struct StatsIndex {
     n: usize,
     at: Vec<u32>,
+    /// The row of each CPU id of the matrix (see [`rows`]), made once for every slice.
+    rows: Vec<Option<usize>>,
 }
 
 impl StatsIndex {
@@ -336,15 +338,18 @@ impl StatsIndex {
         let mut index = StatsIndex {
             n,
             at: vec![Self::NONE; n * n.saturating_sub(1) / 2],
+            rows: rows(m),
         };
-        let rows = rows(m);
-        let row = |c: u32| rows.get(c as usize).copied().flatten();
         for (k, s) in m.stats.iter().enumerate() {
-            if let (Some(i), Some(j)) = (row(s.a), row(s.b)) {
+            if let (Some(i), Some(j)) = (index.row(s.a), index.row(s.b)) {
                 index.set(i, j, k);
             }
         }
         index
+    }
+
+    fn row(&self, c: u32) -> Option<usize> {
+        self.rows.get(c as usize).copied().flatten()
     }
 
     fn slot(&self, i: usize, j: usize) -> Option<usize> {
@@ -374,10 +379,8 @@ fn apply_indexed(
     let mut corrections = Vec::new();
     // Pairs that had no measured figure before.
     let mut newly = 0usize;
-    let rows = rows(m);
-    let row = |c: u32| rows.get(c as usize).copied().flatten();
     for &(a, b, v) in figures {
-        let (Some(v), Some(i), Some(j)) = (v, row(a), row(b)) else {
+        let (Some(v), Some(i), Some(j)) = (v, at.row(a), at.row(b)) else {
             continue;
         };
         if i == j {
