@@ -143,9 +143,9 @@ struct StatsOut<'a> {
 impl StatsOut<'_> {
     fn written(&self) -> impl Iterator<Item = &PairStats> {
         let (measured_only, batches_only) = (self.measured_only, self.batches_only);
-        self.all.iter().filter(move |s| {
-            !(measured_only && s.inferred) && !(batches_only && s.is_single_figure())
-        })
+        self.all
+            .iter()
+            .filter(move |s| !(measured_only && s.inferred || batches_only && s.is_single_figure()))
     }
     fn is_empty(&self) -> bool {
         self.written().next().is_none()

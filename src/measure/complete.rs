@@ -153,13 +153,13 @@ impl Pending {
                 while self.first[a] < row.len() && row[self.first[a]] == 0 {
                     self.first[a] += 1;
                 }
-                for k in self.first[a]..row.len() {
-                    let mut w = row[k];
+                for (k, word) in row.iter_mut().enumerate().skip(self.first[a]) {
+                    let mut w = *word;
                     while w != 0 {
                         let bit = w.trailing_zeros() as usize;
                         let b = k * 64 + bit;
                         if !busy[b] {
-                            row[k] &= !(1 << bit);
+                            *word &= !(1 << bit);
                             self.left -= 1;
                             busy[a] = true;
                             busy[b] = true;
