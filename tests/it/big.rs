@@ -6,7 +6,8 @@
 //! Sparse measurement of this machine: `measure --simulate --complete` measures the
 //! first map, then every pair, and writes the complete map within the reader's limit,
 //! and `plan` reads it back within its memory bound. In a debug build on the 2-CPU build
-//! machine the measurement took about 2 minutes of CPU. The report of that map is not
+//! machine this test took 2 min 40 s of CPU (user and system, measure and plan; 9 min
+//! of wall time with the machine shared). The report of that map is not
 //! tested here: its page is 32 MB, over the 16 MiB bound (benches/README.md).
 //!
 //! What these cost by size (512 to 8,192 CPUs) is `benches/big-machines.sh`'s table in
