@@ -66,7 +66,12 @@ pub(super) struct MatrixFile {
 /// `inferred` — made again from the cells when read. They are most of a sparse map's
 /// pairs and about 110 bytes each as JSON: 0.9 GB of a 4,096-CPU file, over the
 /// reader's limit, where the cells take 90 MB. Its cells are written to a hundredth of
-/// a nanosecond ([`CellsOut`]). Smaller matrices are written as before,
+/// a nanosecond ([`CellsOut`]). A map with no inferred pair (completed) also leaves
+/// out the entries of pairs measured by one figure ([`PairStats::is_single_figure`]:
+/// the simulated measurer's, and a completion's without the spinner's statistics):
+/// they repeat their cell, and 8.4 M of them at 4,096 CPUs took 0.9 GB. Read back, such
+/// a pair is a measured cell without statistics, as in an imported matrix; entries
+/// with batches are kept. Smaller matrices are written as before,
 /// so every file an earlier pinnerd wrote or could read is unchanged.
 pub const COMPACT_FROM_CPUS: usize = 1025;
 
@@ -127,18 +132,20 @@ impl Serialize for CellsOut<'_> {
     }
 }
 
-/// The statistics written: all of them, or those of measured pairs only.
+/// The statistics written: all of them, or those of measured pairs only, and of those
+/// (`batches_only`) the ones with batches: see [`COMPACT_FROM_CPUS`].
 struct StatsOut<'a> {
     all: &'a [PairStats],
     measured_only: bool,
+    batches_only: bool,
 }
 
 impl StatsOut<'_> {
     fn written(&self) -> impl Iterator<Item = &PairStats> {
-        let measured_only = self.measured_only;
+        let (measured_only, batches_only) = (self.measured_only, self.batches_only);
         self.all
             .iter()
-            .filter(move |s| !(measured_only && s.inferred))
+            .filter(move |s| !(measured_only && s.inferred || batches_only && s.is_single_figure()))
     }
     fn is_empty(&self) -> bool {
         self.written().next().is_none()
@@ -155,6 +162,9 @@ impl Serialize for LatencyMatrix {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let compact = self.len() >= COMPACT_FROM_CPUS;
         let omitted = compact && self.stats.iter().any(|st| st.inferred);
+        // Without inferred pairs, a pair with a cell and no entry is a measured one, so
+        // entries that say no more than their cell can be left out.
+        let batches_only = compact && !omitted;
         MatrixOut {
             cpus: &self.cpus,
             latency_ns: CellsOut {
@@ -170,6 +180,7 @@ impl Serialize for LatencyMatrix {
             stats: StatsOut {
                 all: &self.stats,
                 measured_only: compact,
+                batches_only,
             },
             inferred_stats: omitted.then_some("omitted"),
             sparse: self.sparse.as_deref(),

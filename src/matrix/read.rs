@@ -10,8 +10,12 @@
 //! Memory: a JSON file is parsed from a buffered reader, never held whole, so what it
 //! costs is the parsed matrix: its cells (16 bytes each, n²: 256 MiB at 4,096 CPUs,
 //! 1 GiB at 8,192), one stats entry per pair (48 bytes, n(n−1)/2: 384 MiB at 4,096, 1.5
-//! GiB at 8,192; a file written compactly, see `COMPACT_FROM_CPUS`, has them made again
-//! when read) and 256 warnings of at most 16 KiB. A file of more than 8,192 CPUs, or
+//! GiB at 8,192; a sparse file written compactly, see `COMPACT_FROM_CPUS`, has its
+//! inferred pairs' entries made again when read, a complete one past 1,024 CPUs holds
+//! only the entries with batches) and 256 warnings of at most 16 KiB. Measured at 4,096
+//! CPUs (release, `benches/README.md`): `plan` peaks at 1.2 GB on a first map (117 MB
+//! of JSON, 8.4 M entries made again) and 0.8 GB on the complete map (115 MB, no
+//! entry); the sparse counts' check of which pairs are inferred takes a bit per pair. A file of more than 8,192 CPUs, or
 //! a CPU id past 8,191, is refused as the first one past the bound is read, before
 //! the cells are allocated. A CSV file (at most 32 MiB) is read whole, then its cells
 //! are allocated only once its first row has shown there are at most 8,192 CPUs.

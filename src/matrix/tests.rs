@@ -357,3 +357,64 @@ fn a_large_matrix_writes_its_cells_to_a_hundredth_of_a_nanosecond() {
         text.len()
     );
 }
+
+/// A complete map past 1,024 CPUs leaves out the entries that repeat their cell (one
+/// figure, no spread) and keeps those with batches; read back, every pair is measured
+/// and the kept entries are the same. At 1,024 and below every entry is written.
+#[test]
+fn a_large_complete_matrix_is_stored_without_its_single_figure_statistics() {
+    fn complete_of(n: usize) -> LatencyMatrix {
+        let mut m = LatencyMatrix::from_fn((0..n as u32).collect(), |i, j| {
+            if i / 16 == j / 16 {
+                30.0
+            } else {
+                90.0
+            }
+        });
+        for j in 0..n {
+            for i in j + 1..n {
+                let v = m.latency_ns[i][j].unwrap();
+                // Pairs of neighbours measured by the spinner (batches), the others
+                // by one figure each.
+                let batches = i == j + 1;
+                m.stats.push(PairStats {
+                    a: j as u32,
+                    b: i as u32,
+                    p10_ns: if batches { v - 1.0 } else { v },
+                    median_ns: v,
+                    p90_ns: if batches { v + 2.0 } else { v },
+                    samples: if batches { 9 } else { 1 },
+                    discarded: 0,
+                    round_trips: if batches { 1000 } else { 0 },
+                    inferred: false,
+                });
+            }
+        }
+        m.mode = Some("sparse".into());
+        m.sparse = Some(Box::new(SparseCounts {
+            pairs_measured: 0,
+            pairs_total: 0,
+            modelled_seconds: 1.5,
+        }));
+        m.recount();
+        m
+    }
+    let small = complete_of(COMPACT_FROM_CPUS - 1);
+    let text = serde_json::to_string(&small).unwrap();
+    let back = LatencyMatrix::from_json(&text, Path::new("small.json")).unwrap();
+    assert!(back == small, "every entry written at 1,024 CPUs");
+    let big = complete_of(COMPACT_FROM_CPUS);
+    let pairs = big.len() * (big.len() - 1) / 2;
+    let text = serde_json::to_string(&big).unwrap();
+    assert!(
+        !text.contains("\"samples\":1,"),
+        "no single-figure entry written"
+    );
+    let back = LatencyMatrix::from_json(&text, Path::new("big.json")).unwrap();
+    assert_eq!(back.stats.len(), big.len() - 1, "the entries with batches");
+    assert!(back.stats.iter().all(|s| s.samples == 9 && !s.inferred));
+    assert_eq!(back.latency_ns, big.latency_ns);
+    let sp = back.sparse.as_ref().unwrap();
+    assert_eq!((sp.pairs_measured, sp.pairs_total), (pairs, pairs));
+    assert!(crate::measure::complete::pending(&back).is_empty());
+}

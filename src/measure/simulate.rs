@@ -21,6 +21,9 @@ pub const OUTLIER_RATE: f64 = 0.01;
 #[derive(Debug, Clone)]
 pub struct Simulated<'a> {
     truth: &'a LatencyMatrix,
+    /// The row of `truth` of each CPU id (indexed by id): an answer looks its pair up
+    /// in constant time, not by searching `cpus` (8.4 M answers at 4,096 CPUs).
+    rows: Vec<Option<usize>>,
     /// Sigma of the lognormal noise (0.02: about 2% per answer).
     noise: f64,
     rng: Rng,
@@ -38,8 +41,19 @@ pub struct Simulated<'a> {
 impl<'a> Simulated<'a> {
     /// `noise` is the sigma of the multiplicative lognormal noise (≥ 0, finite).
     pub fn new(truth: &'a LatencyMatrix, noise: f64, seed: u64) -> Simulated<'a> {
+        let top = truth
+            .cpus
+            .iter()
+            .map(|&c| c as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut rows = vec![None; top];
+        for (i, &c) in truth.cpus.iter().enumerate() {
+            rows[c as usize].get_or_insert(i);
+        }
         Simulated {
             truth,
+            rows,
             noise: if noise.is_finite() {
                 noise.max(0.0)
             } else {
@@ -72,7 +86,8 @@ impl<'a> Simulated<'a> {
 
     /// The matrix's figure for vCPUs `a` and `b` where they sit now.
     fn truth_between(&self, a: u32, b: u32) -> Option<f64> {
-        let (i, j) = (self.truth.index_of(a)?, self.truth.index_of(b)?);
+        let row = |c: u32| self.rows.get(c as usize).copied().flatten();
+        let (i, j) = (row(a)?, row(b)?);
         self.truth.at(self.placed[i], self.placed[j])
     }
 
