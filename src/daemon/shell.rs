@@ -246,7 +246,9 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         Instant::now(),
     );
     let mut state = state;
-    start_nri(&opts.settings, &tx, &mut state);
+    if !opts.config.observe_only {
+        start_nri(&opts.settings, &tx, &mut state);
+    }
     let (readers, memory) =
         start_readers(&opts.config.sysroot, &tx).map_err(DaemonError::Runtime)?;
     let shell = Shell {
@@ -258,6 +260,7 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         memory,
         holder: std::cell::RefCell::new(None),
         hold_at: (opts.config.sysroot.clone(), opts.config.runtime_dir.clone()),
+        observe_only: opts.config.observe_only,
         bell,
         steps: step_timer(),
         watchdog,
@@ -347,6 +350,9 @@ struct Shell {
     holder: std::cell::RefCell<Option<super::holding::HolderThread>>,
     /// Where the holder works: the sysfs root (cgroups) and the runtime directory.
     hold_at: (crate::sysroot::SysRoot, std::path::PathBuf),
+    /// `daemon --machine`: no holder, mover or measurement thread is ever started (the
+    /// state asks for none; this is the last guard).
+    observe_only: bool,
     /// Wakes the loop's `poll`: rung by the channel's receiver, and by the holder when
     /// it has ended.
     bell: Arc<Doorbell>,
@@ -359,6 +365,11 @@ struct Shell {
 impl Shell {
     /// Queues `job` for the mover thread, started the first time; why not, if not.
     fn queue_move(&self, job: FollowJob) -> Result<(), String> {
+        if self.observe_only {
+            return Err(
+                "a daemon that observes another machine (--machine) moves no memory".into(),
+            );
+        }
         let queue = match self.moves.get() {
             Some(q) => q,
             None => {
@@ -375,6 +386,9 @@ impl Shell {
 
     /// Starts the holder thread if it is not running; why not, if it cannot start.
     fn holder(&self) -> Result<std::cell::RefMut<'_, super::holding::HolderThread>, String> {
+        if self.observe_only {
+            return Err("a daemon that observes another machine (--machine) holds no unit".into());
+        }
         let mut slot = self.holder.borrow_mut();
         if slot.is_none() {
             let (root, runtime) = self.hold_at.clone();
@@ -411,7 +425,7 @@ impl Shell {
     /// `READY=1`.
     fn start_up(&self, state: &mut State) -> Result<(), DaemonError> {
         // What a previous run held and did not undo (killed) is recovered at once.
-        if self.hold_at.1.join(crate::hold::JOURNAL_FILE).exists() {
+        if !self.observe_only && self.hold_at.1.join(crate::hold::JOURNAL_FILE).exists() {
             if let Err(e) = self.holder() {
                 tracing::error!(error = %e, "the holds a previous run left not recovered: {e}");
             }
@@ -604,6 +618,18 @@ impl Shell {
                         // what the signal announces, not the value before it.
                         self.publish(state);
                         let _ = self.emit.send(sig);
+                    }
+                    Action::Measure(job) if self.observe_only => {
+                        let id = job.id;
+                        tracing::info!(
+                            job = id,
+                            "job {id} not run: {}",
+                            worker::JobError::Observing
+                        );
+                        state.handle(Event::Measured(Box::new(worker::Finished {
+                            id,
+                            result: Err(worker::JobError::Observing),
+                        })));
                     }
                     Action::Measure(job) => {
                         let id = job.id;

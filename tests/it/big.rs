@@ -132,3 +132,144 @@ fn report_of_4096_cpus_stays_within_its_size_bound() {
     );
     assert!(html.contains(">4095<"), "CPU 4095 is labelled");
 }
+
+/// `state/matrix.json` of a daemon directory: the fixture's matrix with the generated
+/// machine's fingerprint, where a daemon reading that machine looks for it. Written as
+/// it is read (66 MB at 4,096 CPUs).
+fn store_matrix(machine: &Path, state: &Path) {
+    use std::io::{Read as _, Write as _};
+    let fp = pinnerd::fingerprint::Fingerprint::read(&pinnerd::sysroot::SysRoot::machine(machine))
+        .unwrap();
+    let mut from =
+        std::io::BufReader::new(std::fs::File::open(machine.join("truth.json")).unwrap());
+    let mut brace = [0u8; 1];
+    from.read_exact(&mut brace).unwrap();
+    assert_eq!(&brace, b"{");
+    let mut to = std::io::BufWriter::new(std::fs::File::create(state.join("matrix.json")).unwrap());
+    write!(to, "{{\"fingerprint\":\"{}\",", fp.hex).unwrap();
+    std::io::copy(&mut from, &mut to).unwrap();
+    to.flush().unwrap();
+}
+
+/// The largest `GetMatrixRows` reply, in bytes (docs/dbus.md): 1 Mi cells of 8 bytes,
+/// plus the CPU ids, the rows' lengths and the header (under 64 KiB at 8,192 CPUs).
+const ROWS_REPLY_MAX: usize = (8 << 20) + (64 << 10);
+
+/// A daemon given the 4,096-CPU machine (`daemon --machine`) and its stored matrix, on
+/// a private bus: `GetMatrix` refuses in words that name `GetMatrixRows`, which gives
+/// every row back, page by page, each reply within [`ROWS_REPLY_MAX`]; `Plan`, `Explain`
+/// and `pinnerd status` answer for that machine, and it says it only observes (pid 1 of
+/// this machine is no process of the machine it reads).
+#[test]
+fn daemon_on_4096_cpus_answers_over_a_private_bus() {
+    use super::daemon::{Bus, Daemon, Dirs, Policy, IFACE, NAME, PATH};
+    let dir = machine();
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    store_matrix(dir, &dirs.state());
+    let mut d = Daemon::spawn(&bus, &dirs, &["--machine", arg(dir)]);
+    // Loading and checking 16.8 M cells in a debug build takes a while on 2 CPUs.
+    d.wait_note("READY=1", std::time::Duration::from_secs(1200));
+    assert_eq!(bus.get("CpuCount"), format!("u {N}"));
+    assert_eq!(bus.get("State"), "s \"ready\"", "log:\n{}", d.log());
+    assert!(
+        bus.get("StateReason").contains("observe only"),
+        "{}",
+        bus.get("StateReason")
+    );
+
+    let refused = bus.busctl(&["call", NAME, PATH, IFACE, "GetMatrix"]);
+    let said = super::daemon::text(&refused);
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("4096 CPUs") && said.contains("GetMatrixRows"),
+        "{said}"
+    );
+
+    let truth = pinnerd::matrix::LatencyMatrix::load(&dir.join("truth.json")).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (rows, largest) = rt.block_on(async {
+        let conn = zbus::connection::Builder::address(bus.address.as_str())
+            .build()
+            .await
+            .unwrap();
+        let (mut first, mut largest, mut rows) = (0u32, 0usize, 0usize);
+        while (first as usize) < N {
+            let msg = conn
+                .call_method(
+                    Some(NAME),
+                    PATH,
+                    Some(IFACE),
+                    "GetMatrixRows",
+                    &(first, 4096u32),
+                )
+                .await
+                .unwrap();
+            largest = largest.max(msg.data().len());
+            let (cpus, page): (Vec<u32>, Vec<Vec<f64>>) = msg.body().deserialize().unwrap();
+            assert_eq!(cpus.len(), N);
+            assert!(!page.is_empty(), "rows from {first}");
+            for (k, row) in page.iter().enumerate() {
+                let i = first as usize + k;
+                for (j, &v) in row.iter().enumerate() {
+                    let want = truth.between(i as u32, j as u32);
+                    assert!(
+                        want.map_or(v.is_nan(), |w| (w - v).abs() < 0.01),
+                        "cell {i},{j}: {v}, the fixture's {want:?}"
+                    );
+                }
+            }
+            rows += page.len();
+            first += page.len() as u32;
+        }
+        (rows, largest)
+    });
+    assert_eq!(rows, N);
+    assert!(largest <= ROWS_REPLY_MAX, "a reply of {largest} bytes");
+
+    let planned = bus.call("Plan", &["uss", "8", "compact", "avoid"]);
+    let cpus: Vec<usize> = planned
+        .split_whitespace()
+        .skip(2)
+        .map(|c| c.parse().unwrap())
+        .collect();
+    assert_eq!(cpus.len(), 8, "{planned}");
+    let s = Shape::of(N);
+    assert!(
+        cpus.iter().all(|&c| s.llc(c) == s.llc(cpus[0])),
+        "one LLC: {planned}"
+    );
+
+    let explained = bus.call("Explain", &["u", "1"]);
+    assert!(explained.contains("no such process"), "{explained}");
+
+    let st = super::helper::pinnerd(&["status", "--bus", &bus.address]);
+    assert!(st.ok, "{}", st.stderr);
+    assert!(
+        st.stdout.contains(&format!("cpus:         {N}")),
+        "{}",
+        st.stdout
+    );
+    assert!(st.stdout.contains("observe only"), "{}", st.stdout);
+    assert!(d.log().contains("observe only"), "log:\n{}", d.log());
+    d.stop();
+}
+
+/// `daemon --machine` is refused to anyone but root, before anything is read.
+#[test]
+fn daemon_machine_is_for_root_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_pinnerd"))
+        .args(["daemon", "--bus=unix:path=/nonexistent", "--machine"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("--machine is for root only"), "{err}");
+}
