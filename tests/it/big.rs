@@ -133,24 +133,6 @@ fn report_of_4096_cpus_stays_within_its_size_bound() {
     assert!(html.contains(">4095<"), "CPU 4095 is labelled");
 }
 
-/// `state/matrix.json` of a daemon directory: the fixture's matrix with the generated
-/// machine's fingerprint, where a daemon reading that machine looks for it. Written as
-/// it is read (66 MB at 4,096 CPUs).
-fn store_matrix(machine: &Path, state: &Path) {
-    use std::io::{Read as _, Write as _};
-    let fp = pinnerd::fingerprint::Fingerprint::read(&pinnerd::sysroot::SysRoot::machine(machine))
-        .unwrap();
-    let mut from =
-        std::io::BufReader::new(std::fs::File::open(machine.join("truth.json")).unwrap());
-    let mut brace = [0u8; 1];
-    from.read_exact(&mut brace).unwrap();
-    assert_eq!(&brace, b"{");
-    let mut to = std::io::BufWriter::new(std::fs::File::create(state.join("matrix.json")).unwrap());
-    write!(to, "{{\"fingerprint\":\"{}\",", fp.hex).unwrap();
-    std::io::copy(&mut from, &mut to).unwrap();
-    to.flush().unwrap();
-}
-
 /// The largest `GetMatrixRows` reply, in bytes (docs/dbus.md): 1 Mi cells of 8 bytes,
 /// plus the CPU ids, the rows' lengths and the header (under 64 KiB at 8,192 CPUs).
 const ROWS_REPLY_MAX: usize = (8 << 20) + (64 << 10);
@@ -166,7 +148,7 @@ fn daemon_on_4096_cpus_answers_over_a_private_bus() {
     let dir = machine();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
-    store_matrix(dir, &dirs.state());
+    big_machine::store_matrix(dir, &dirs.state());
     let mut d = Daemon::spawn(&bus, &dirs, &["--machine", arg(dir)]);
     // Loading and checking 16.8 M cells in a debug build takes a while on 2 CPUs.
     d.wait_note("READY=1", std::time::Duration::from_secs(1200));
