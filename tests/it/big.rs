@@ -197,7 +197,7 @@ fn daemon_on_4096_cpus_answers_over_a_private_bus() {
             for (k, row) in page.iter().enumerate() {
                 let i = first as usize + k;
                 for (j, &v) in row.iter().enumerate() {
-                    let want = truth.between(i as u32, j as u32);
+                    let want = truth.at(i, j);
                     assert!(
                         want.map_or(v.is_nan(), |w| (w - v).abs() < 0.01),
                         "cell {i},{j}: {v}, the fixture's {want:?}"
