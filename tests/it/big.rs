@@ -225,6 +225,20 @@ fn daemon_on_4096_cpus_answers_over_a_private_bus() {
         "one LLC: {planned}"
     );
 
+    // A measurement asked for is refused at once: no spinner is pinned to CPUs that
+    // are not this machine's.
+    let measured = bus.get("MeasuredAt");
+    bus.call("Remeasure", &[]);
+    bus.wait_for(
+        "the refused measurement",
+        std::time::Duration::from_secs(60),
+        || {
+            d.log()
+                .contains("nothing is measured by a daemon that observes another machine")
+        },
+    );
+    assert_eq!(bus.get("MeasuredAt"), measured);
+
     let explained = bus.call("Explain", &["u", "1"]);
     assert!(explained.contains("no such process"), "{explained}");
 
