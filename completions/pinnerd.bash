@@ -237,7 +237,7 @@ _pinnerd() {
             return 0
             ;;
         pinnerd__subcmd__daemon)
-            opts="-v -h --config --rules --state-dir --runtime-dir --bus --verbose --help"
+            opts="-v -h --config --rules --state-dir --runtime-dir --bus --machine --verbose --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -260,6 +260,10 @@ _pinnerd() {
                     return 0
                     ;;
                 --bus)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --machine)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -133,6 +133,7 @@ complete -c pinnerd -n "__fish_pinnerd_using_subcommand daemon" -l rules -d 'Rul
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand daemon" -l state-dir -d 'Where the matrix and its history live. Default: $STATE_DIRECTORY, else /var/lib/pinnerd' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand daemon" -l runtime-dir -d 'Where the masks to restore after a crash live. Default: $RUNTIME_DIRECTORY, else /run/pinnerd' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand daemon" -l bus -d '`system`, `session`, or a D-Bus address such as `unix:path=/run/bus`' -r
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand daemon" -l machine -d 'For tests and benchmarks: read the CPUs, topology and fingerprint from the machine directory DIR (`sys/` and `proc/`, as `plan --sysfs` takes it; a generated or captured tree) instead of this machine\'s, and only observe: no process is pinned, no unit held, no cgroup, sysfs or IRQ file written, nothing measured. The stored matrix is the one in the state directory with DIR\'s fingerprint. Root only' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand daemon" -s v -l verbose -d 'More log output (repeat for more)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand daemon" -s h -l help -d 'Print help'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand status" -l bus -d '`system`, `session`, or a D-Bus address such as `unix:path=/run/bus`' -r

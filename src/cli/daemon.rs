@@ -45,7 +45,20 @@ pub struct DaemonArgs {
     /// `system`, `session`, or a D-Bus address such as `unix:path=/run/bus`.
     #[arg(long, value_name = "BUS", default_value = "system")]
     pub bus: BusTarget,
+    /// For tests and benchmarks: read the CPUs, topology and fingerprint from the
+    /// machine directory DIR (`sys/` and `proc/`, as `plan --sysfs` takes it; a
+    /// generated or captured tree) instead of this machine's, and only observe: no
+    /// process is pinned, no unit held, no cgroup, sysfs or IRQ file written, nothing
+    /// measured. The stored matrix is the one in the state directory with DIR's
+    /// fingerprint. Root only.
+    #[arg(long, value_name = "DIR")]
+    pub machine: Option<PathBuf>,
 }
+
+/// `--machine` given by someone other than root.
+#[derive(Debug, thiserror::Error)]
+#[error("--machine is for root only (tests and benchmarks): it makes the daemon answer for another machine's CPUs")]
+pub struct MachineNotRoot;
 
 /// systemd may list several directories separated by `:`; the first is ours.
 fn dir_from_env(var: &str) -> Option<PathBuf> {
@@ -99,13 +112,32 @@ pub fn run(args: DaemonArgs, verbose: u8) -> anyhow::Result<ExitCode> {
         .runtime_dir
         .or_else(|| dir_from_env("RUNTIME_DIRECTORY"))
         .unwrap_or_else(|| PathBuf::from(DEFAULT_RUNTIME));
+    if args.machine.is_some() && !nix::unistd::geteuid().is_root() {
+        return Err(MachineNotRoot.into());
+    }
+    let sysroot = match &args.machine {
+        Some(dir) => {
+            let root = SysRoot::machine(dir);
+            let cpus = root.sys_path("devices/system/cpu");
+            if !cpus.is_dir() {
+                anyhow::bail!(
+                    "--machine {}: no {} (a machine directory holds sys/ and proc/)",
+                    dir.display(),
+                    cpus.display()
+                );
+            }
+            root
+        }
+        None => SysRoot::default(),
+    };
     let opts = Options {
         config: Config {
             settings: args.config,
             rule_dirs,
             state_dir,
             runtime_dir,
-            sysroot: SysRoot::default(),
+            sysroot,
+            observe_only: args.machine.is_some(),
         },
         settings,
         bus: args.bus,

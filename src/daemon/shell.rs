@@ -22,7 +22,7 @@
 //! its units on its own thread while the loop goes on pinging and answering calls with
 //! "stopping" ([`wind_down`]).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -162,10 +162,14 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
         timing,
         Instant::now(),
     );
-    start_nri(&opts.settings, &tx, &mut state);
     let cfg = &opts.config;
-    let workers = Workers::system(&cfg.sysroot, &cfg.runtime_dir, &tx, &bell)
-        .map_err(DaemonError::Runtime)?;
+    let workers = if cfg.observe_only {
+        Workers::observing(&cfg.sysroot, &tx)
+    } else {
+        start_nri(&opts.settings, &tx, &mut state);
+        Workers::system(&cfg.sysroot, &cfg.runtime_dir, &tx, &bell)
+    }
+    .map_err(DaemonError::Runtime)?;
     let shell = Shell {
         steps: step_timer(),
         out: Outside {
@@ -173,6 +177,7 @@ async fn start(opts: Options) -> Result<Started, DaemonError> {
             snapshot: snap_tx,
             emit,
             workers,
+            observe_only: cfg.observe_only,
             bell,
             watchdog,
         },
@@ -366,6 +371,10 @@ struct Outside {
     emit: mpsc::UnboundedSender<Signal>,
     /// The threads work that can wait is handed to.
     workers: Workers,
+    /// `daemon --machine`: no measurement thread is ever started (the state asks for
+    /// none; this is the last guard), nor a holder or a mover (see
+    /// [`Workers::observing`]).
+    observe_only: bool,
     /// Wakes the loop's `poll`: rung by the channel's receiver, and by the holder when
     /// it has ended.
     bell: Arc<Doorbell>,
@@ -394,7 +403,7 @@ impl Shell {
     fn start_up(&mut self, state: &mut State) -> Result<(), DaemonError> {
         // What a previous run held and did not undo (killed) is recovered at once.
         let workers = &mut self.out.workers;
-        if workers.hold_journal.exists() {
+        if workers.hold_journal.as_deref().is_some_and(Path::exists) {
             if let Err(e) = workers.holder.get() {
                 tracing::error!(error = %e, "the holds a previous run left not recovered: {e}");
             }
@@ -589,6 +598,18 @@ impl Outside {
                         // what the signal announces, not the value before it.
                         self.publish(state);
                         let _ = self.emit.send(sig);
+                    }
+                    Action::Measure(job) if self.observe_only => {
+                        let id = job.id;
+                        tracing::info!(
+                            job = id,
+                            "job {id} not run: {}",
+                            worker::JobError::Observing
+                        );
+                        state.handle(Event::Measured(Box::new(worker::Finished {
+                            id,
+                            result: Err(worker::JobError::Observing),
+                        })));
                     }
                     Action::Measure(job) => {
                         let id = job.id;

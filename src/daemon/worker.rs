@@ -60,6 +60,10 @@ pub enum JobError {
     Measure(#[from] MeasureError),
     #[error("cannot start the measurement thread: {0}")]
     Spawn(std::io::Error),
+    /// The daemon observes another machine's tree (`daemon --machine`): its CPUs are
+    /// not this machine's, so no spinner is pinned to them.
+    #[error("nothing is measured by a daemon that observes another machine (--machine)")]
+    Observing,
 }
 
 /// A finished job.

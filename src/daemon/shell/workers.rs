@@ -67,8 +67,8 @@ pub struct Workers {
     /// Units held for `isolate` and `unit-cpuset` rules, on a thread of its own.
     pub holder: OnFirstUse<HolderThread>,
     /// The hold journal: when a previous run left it, the holder starts at once to
-    /// recover what it held.
-    pub hold_journal: PathBuf,
+    /// recover what it held. `None` for a daemon that holds nothing.
+    pub hold_journal: Option<PathBuf>,
 }
 
 impl Workers {
@@ -86,7 +86,24 @@ impl Workers {
             memory: memory_readers(tx)?,
             moves: OnFirstUse::new(mover(tx.clone())),
             holder: OnFirstUse::new(holder(root.clone(), runtime_dir.into(), tx, bell)),
-            hold_journal: runtime_dir.join(crate::hold::JOURNAL_FILE),
+            hold_journal: Some(runtime_dir.join(crate::hold::JOURNAL_FILE)),
+        })
+    }
+
+    /// The workers of a daemon that observes another machine (`daemon --machine`):
+    /// readers under `root` as [`Workers::system`]'s, but a mover and a holder that
+    /// refuse every job, saying why; no journal of holds is looked for.
+    pub fn observing(root: &SysRoot, tx: &mpsc::Sender<Event>) -> std::io::Result<Workers> {
+        Ok(Workers {
+            cmdlines: cmdline_readers(root, tx)?,
+            memory: memory_readers(tx)?,
+            moves: OnFirstUse::new(|| {
+                Err("a daemon that observes another machine (--machine) moves no memory".into())
+            }),
+            holder: OnFirstUse::new(|| {
+                Err("a daemon that observes another machine (--machine) holds no unit".into())
+            }),
+            hold_journal: None,
         })
     }
 

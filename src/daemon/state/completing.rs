@@ -255,6 +255,7 @@ mod tests {
                 sys: machine.join("sys"),
                 proc: machine.join("proc"),
             },
+            observe_only: false,
         };
         let mut settings = Settings::default();
         settings.measure.sparse_from_cpus = 4;

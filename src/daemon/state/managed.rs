@@ -14,7 +14,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::affinity::{AffinityOps, SystemOps};
+use crate::affinity::{AffinityOps, DryRunOps, SystemOps};
 use crate::api::ManagedEntry;
 use crate::cpuset::CpuSet;
 use crate::daemon::replan;
@@ -38,6 +38,18 @@ impl Ops {
     pub fn system(root: &SysRoot) -> Ops {
         Ops {
             affinity: Arc::new(SystemOps::new(root.clone())),
+            procs: Arc::new(ProcFs::new(root.clone())),
+        }
+    }
+}
+
+impl Ops {
+    /// Reads processes through the sysroot's `/proc` and changes none: what would be
+    /// set is only remembered ([`DryRunOps`]), for a daemon that observes another
+    /// machine's tree (`daemon --machine`).
+    pub fn observing(root: &SysRoot) -> Ops {
+        Ops {
+            affinity: Arc::new(DryRunOps::new(root.clone())),
             procs: Arc::new(ProcFs::new(root.clone())),
         }
     }

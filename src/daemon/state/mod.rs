@@ -107,6 +107,10 @@ pub struct Config {
     pub state_dir: PathBuf,
     pub runtime_dir: PathBuf,
     pub sysroot: SysRoot,
+    /// The sysroot is another machine's (`daemon --machine`, for tests and benchmarks):
+    /// its CPUs are not this machine's, so nothing is pinned, held, written or
+    /// measured; the daemon only reads, plans and answers.
+    pub observe_only: bool,
 }
 
 /// How long the restore journal may lag process events. A daemon that dies within it
@@ -174,7 +178,11 @@ impl State {
     /// A state that has read nothing yet; [`State::start`] reads the machine. Threads
     /// are pinned through the real kernel, processes read from the configured sysroot.
     pub fn new(cfg: Config, settings: Settings, timing: Timing, now: Instant) -> State {
-        let ops = managed::Ops::system(&cfg.sysroot);
+        let ops = if cfg.observe_only {
+            managed::Ops::observing(&cfg.sysroot)
+        } else {
+            managed::Ops::system(&cfg.sysroot)
+        };
         State::with_ops(cfg, settings, timing, now, ops)
     }
 
@@ -205,6 +213,9 @@ impl State {
     /// stored matrix fits.
     pub fn start(&mut self) -> Result<(), crate::matrix::store::StoreError> {
         self.machine.store = Some(MatrixStore::open(&self.cfg.state_dir)?);
+        if let Some(words) = self.observing_words() {
+            tracing::warn!("{words}");
+        }
         self.machine.read(&self.cfg.sysroot);
         self.check_sched_ext();
         let missing = self.machine.load_stored_matrix();
@@ -231,6 +242,13 @@ impl State {
         // What containerd leaves on disk, on the live system only (not a fixture tree).
         if self.cfg.sysroot.proc == std::path::Path::new(crate::sysroot::LIVE_PROC) {
             m.set_container_tasks(Some(crate::nri::ondisk::CONTAINERD_TASKS.into()));
+        }
+        if self.cfg.observe_only {
+            // Nothing of the machine observed was ever changed by this daemon.
+            let planned = self.new_plan();
+            let changes = self.managed.install(m, planned);
+            self.after_manager(changes);
+            return;
         }
         irqs::IrqsAway::recover(&self.cfg.sysroot, &self.cfg.runtime_dir);
         knobs::KnobsKept::recover(
@@ -387,7 +405,7 @@ impl State {
             holds: self.sharing.holds.summary().unwrap_or_default(),
             nri: self.containers.runtime.clone(),
             containers: self.containers.views(),
-            state_reason: self.degraded_reason().unwrap_or_default(),
+            state_reason: self.state_reason(),
             latency_off: self.machine.latency_off(),
             matrix_measured: self.machine.pairs_measured(),
         }
@@ -395,6 +413,27 @@ impl State {
 
     fn rule_errors(&self) -> Vec<String> {
         self.loaded.rule_errors()
+    }
+
+    /// Why the state is degraded, and that this daemon only observes (`--machine`).
+    fn state_reason(&self) -> String {
+        let observing = self.observing_words();
+        match (self.degraded_reason(), observing) {
+            (Some(why), Some(o)) => format!("{why}; {o}"),
+            (Some(why), None) => why,
+            (None, Some(o)) => o,
+            (None, None) => String::new(),
+        }
+    }
+
+    /// What a daemon started with `--machine` says in its status and log.
+    fn observing_words(&self) -> Option<String> {
+        self.cfg.observe_only.then(|| {
+            format!(
+                "observe only: the CPUs are those of the machine under {} (--machine), not this one's; nothing is pinned, held, written or measured",
+                self.cfg.sysroot.sys.parent().unwrap_or(&self.cfg.sysroot.sys).display()
+            )
+        })
     }
 
     /// Why the daemon is degraded, and what to do, in words (`None` when it is not).
@@ -706,6 +745,10 @@ impl State {
         let off = match s.latency_off.as_str() {
             "" => String::new(),
             line => format!("{line}, "),
+        };
+        let off = match self.cfg.observe_only {
+            true => format!("observe only, {off}"),
+            false => off,
         };
         self.actions.push(Action::Status(format!(
             "{}: {off}{}, {}, {} managed, {matrix}",

@@ -101,6 +101,7 @@ mod tests {
             state_dir: dir.join("state"),
             runtime_dir: dir.join("runtime"),
             sysroot: machine(dir, state),
+            observe_only: false,
         };
         for d in ["rules", "state", "runtime"] {
             std::fs::create_dir_all(dir.join(d)).unwrap();

@@ -27,6 +27,9 @@ impl State {
     /// off the CPUs `exclusive` rules hold, giving back what is no longer held
     /// (`state/knobs.rs`); `recheck` looks at the kernel threads again.
     pub(super) fn sync_knobs(&mut self, recheck: bool) {
+        if self.cfg.observe_only {
+            return;
+        }
         let held = (
             self.managed.idle_limits_held(),
             self.managed.kernel_work_away(),
@@ -49,6 +52,9 @@ impl State {
     /// Sends the holder what should be held, when that changed or a hold with a problem
     /// is due to be tried again (`state/holds.rs`).
     pub(super) fn sync_holds(&mut self) {
+        if self.cfg.observe_only {
+            return;
+        }
         let wants = self.managed.holds_wanted(self.machine.topology());
         // Noted before it is asked for: the cpuset the hold makes is never planned in.
         if let Some(m) = &mut self.managed.manager {
@@ -83,6 +89,9 @@ impl State {
     /// nodes, as its interval allows (`state/following.rs`). Called after every manager
     /// change and every tick.
     pub(super) fn sync_memory(&mut self, at: Instant) {
+        if self.cfg.observe_only {
+            return;
+        }
         let unsettled = self.sharing.unsettled();
         let now = following::Now {
             at,
@@ -115,6 +124,9 @@ impl State {
     /// keep off those and the CPUs isolated for holds (`state/irqs.rs`); `recheck` looks
     /// for an irqbalance started since it was last told.
     pub(super) fn sync_irqs(&mut self, recheck: bool) {
+        if self.cfg.observe_only {
+            return;
+        }
         let wanted = self.managed.irqs_wanted_away();
         let (root, dir) = (&self.cfg.sysroot, &self.cfg.runtime_dir);
         let online = self.machine.online();

@@ -72,6 +72,7 @@ fn config() -> (Config, tempfile::TempDir) {
         state_dir: dir.path().join("state"),
         runtime_dir: dir.path().join("runtime"),
         sysroot: SysRoot::default(),
+        observe_only: false,
     };
     for d in [
         dir.path().join("rules"),
