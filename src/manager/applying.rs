@@ -4,7 +4,7 @@
 //!
 //! Must not touch: which processes are managed (see `tracking`), the plan itself.
 
-use super::scheduling::give_back_sched;
+use super::scheduling::give_back_set;
 use super::{Change, ForeignChange, ManagedThread, Manager, Source};
 use crate::affinity::{outcome_of_error, Outcome, Tid};
 use crate::cpuset::CpuSet;
@@ -230,13 +230,8 @@ impl Manager {
             return;
         };
         t.comm = comm;
-        if let Some(sched) = t.sched.take() {
-            give_back_sched(
-                self.ops.as_ref(),
-                (pid, tid),
-                &sched,
-                "renamed away from its entry",
-            );
+        let reason = "renamed away from its entry";
+        if give_back_set(self.ops.as_ref(), (pid, tid), t.sched.take(), reason) {
             self.journal_dirty = true;
         }
         if t.outcome.effective().is_some() && !t.released {

@@ -27,13 +27,8 @@ impl Manager {
             return;
         };
         let Some(want) = want else {
-            if let Some(sched) = t.sched.take() {
-                give_back_sched(
-                    self.ops.as_ref(),
-                    (pid, tid),
-                    &sched,
-                    "its entry asks for none",
-                );
+            let reason = "its entry asks for none";
+            if give_back_set(self.ops.as_ref(), (pid, tid), t.sched.take(), reason) {
                 self.journal_dirty = true;
             }
             return;
@@ -101,4 +96,19 @@ pub(super) fn give_back_sched(
             "pid {pid}, thread {tid}: giving back its scheduling class {} failed: {e}",
             sched.original.words()),
     }
+}
+
+/// Gives `tid` its own scheduling class back if we set one (`set`, taken off its
+/// thread; see [`give_back_sched`]): `true` when we had, so the journal changed.
+pub(super) fn give_back_set(
+    ops: &dyn crate::affinity::AffinityOps,
+    (pid, tid): (i32, Tid),
+    set: Option<crate::affinity::restore::SchedRestore>,
+    reason: &str,
+) -> bool {
+    let Some(sched) = set else {
+        return false;
+    };
+    give_back_sched(ops, (pid, tid), &sched, reason);
+    true
 }
