@@ -1,83 +1,17 @@
 //! Applying the plan to managed threads: every mask is set through `affinity::apply`,
-//! and every outcome counted. Masks are given back in `giving_back`.
+//! and every outcome counted. Masks are given back in `giving_back`; scheduling
+//! classes are set in `scheduling`, run-time pins taken in `pinning`.
 //!
 //! Must not touch: which processes are managed (see `tracking`), the plan itself.
 
-use super::{Change, ForeignChange, ManagedThread, Manager, ManagerError, Source};
+use super::scheduling::give_back_set;
+use super::{Change, ForeignChange, ManagedThread, Manager, Source};
 use crate::affinity::{outcome_of_error, Outcome, Tid};
 use crate::cpuset::CpuSet;
 use crate::rules::ThreadPlacement;
 use crate::watch::ProcessSnapshot;
 
 impl Manager {
-    /// Gives thread `tid` the scheduling class its rule's table asks for
-    /// (`sched-policy`, `sched-priority`, `nice`), recording the class it had before; a
-    /// thread whose table no longer asks for one gets its own back. A thread someone
-    /// else gave another class since is left as it is.
-    pub(super) fn apply_sched(&mut self, pid: i32, tid: Tid, placement: ThreadPlacement) {
-        let Some(m) = self.managed.get_mut(&pid) else {
-            return;
-        };
-        let (rule, want) = match &m.source {
-            Source::Rule(r) => (r.name.clone(), r.sched_for(placement)),
-            Source::Runtime(_) => (m.source.name(), m.runtime_sched),
-        };
-        let Some(t) = m.threads.get_mut(&tid) else {
-            return;
-        };
-        let Some(want) = want else {
-            if let Some(sched) = t.sched.take() {
-                give_back_sched(
-                    self.ops.as_ref(),
-                    (pid, tid),
-                    &sched,
-                    "its entry asks for none",
-                );
-                self.journal_dirty = true;
-            }
-            return;
-        };
-        let attr = want.attr();
-        let current = match self.ops.get_sched(tid) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::debug!(pid, tid, rule, error = %e, "cannot read its scheduling class");
-                return;
-            }
-        };
-        if let Some(had) = t.sched {
-            if had.applied == attr && current.has(&attr) {
-                return;
-            }
-            if !current.has(&had.applied) {
-                tracing::debug!(pid, tid, rule, found = %current.words(),
-                    "not setting its scheduling class: someone else changed it");
-                return;
-            }
-        }
-        let original = t.sched.map_or(current, |had| had.original);
-        match self.ops.set_sched(tid, &attr) {
-            Ok(()) => {
-                t.sched = Some(crate::affinity::restore::SchedRestore {
-                    original,
-                    applied: attr,
-                });
-                self.journal_dirty = true;
-                tracing::debug!(pid, tid, rule, sched = %want.words(), was = %original.words(),
-                    "scheduling class set");
-            }
-            Err(crate::affinity::AffinityError::Gone { .. }) => {}
-            Err(e) => {
-                self.counters.failed += 1;
-                tracing::warn!(pid, tid, rule, sched = %want.words(), error = %e,
-                    "pid {pid}, thread {tid} (rule {rule}): setting its scheduling class to {} \
-                     failed: {e} (a real-time policy needs CAP_SYS_NICE or a priority within \
-                     RLIMIT_RTPRIO, and no RestrictRealtime= in the daemon's unit)",
-                    want.words());
-            }
-        }
-    }
-
     /// A child of a managed process that matches no rule gets its parent's original
     /// mask instead of the pinned one it inherited.
     pub(super) fn give_back_inherited(&mut self, snap: &ProcessSnapshot, parent: i32) {
@@ -296,13 +230,8 @@ impl Manager {
             return;
         };
         t.comm = comm;
-        if let Some(sched) = t.sched.take() {
-            give_back_sched(
-                self.ops.as_ref(),
-                (pid, tid),
-                &sched,
-                "renamed away from its entry",
-            );
+        let reason = "renamed away from its entry";
+        if give_back_set(self.ops.as_ref(), (pid, tid), t.sched.take(), reason) {
             self.journal_dirty = true;
         }
         if t.outcome.effective().is_some() && !t.released {
@@ -562,76 +491,6 @@ impl Manager {
             }
         }
     }
-
-    /// Pins process `pid` at run time, without a rule, to `cpus` (see
-    /// [`Plan::pin`](crate::plan::Plan::pin) for choosing them).
-    pub fn pin(&mut self, pid: i32, cpus: &CpuSet) -> Result<Vec<Change>, ManagerError> {
-        self.pin_with(pid, cpus, None)
-    }
-
-    /// [`Manager::pin`], with a scheduling class for every thread while pinned (given
-    /// back as a rule's is).
-    pub fn pin_with(
-        &mut self,
-        pid: i32,
-        cpus: &CpuSet,
-        sched: Option<crate::affinity::sched::Sched>,
-    ) -> Result<Vec<Change>, ManagerError> {
-        let snap = self.process(pid).ok_or(ManagerError::NoProcess { pid })?;
-        if snap.kernel_thread {
-            return Err(ManagerError::KernelThread { pid });
-        }
-        if let Some(why) = super::protect::protected_at_runtime(pid, &snap.info.comm, self.own_pid)
-        {
-            return Err(ManagerError::Protected { pid, why });
-        }
-        let mut out = Vec::new();
-        // An earlier pin or rule of this same process: its claim goes, but every mask it
-        // remembered from first contact stays (the masks now on the threads are ours).
-        let earlier = self
-            .managed
-            .remove(&pid)
-            .filter(|m| m.handle.start_time == snap.start_time);
-        let original = earlier.as_ref().map(|m| m.original.clone());
-        if !self.start_managing(&snap, Source::Runtime(cpus.clone()), original) {
-            return Err(ManagerError::NoProcess { pid });
-        }
-        if let Some(m) = self.managed.get_mut(&pid) {
-            m.runtime_sched = sched;
-        }
-        if let (Some(earlier), Some(m)) = (earlier, self.managed.get_mut(&pid)) {
-            for (tid, t) in earlier.threads {
-                if t.released {
-                    // Someone else's mask now: first contact again, like a new thread.
-                    continue;
-                }
-                m.threads.insert(
-                    tid,
-                    ManagedThread {
-                        placement: ThreadPlacement::Process,
-                        slot: 0,
-                        stale: true,
-                        ..t
-                    },
-                );
-            }
-        }
-        self.reconcile(snap, &mut out);
-        Ok(out)
-    }
-
-    /// Ends a run-time pin: the process gets its original masks back (and rules apply
-    /// again at the next look).
-    pub fn unpin(&mut self, pid: i32) -> Result<Vec<Change>, ManagerError> {
-        match self.managed.get(&pid) {
-            Some(m) if matches!(m.source, Source::Runtime(_)) => {}
-            _ => return Err(ManagerError::NotPinned { pid }),
-        }
-        let mut out = Vec::new();
-        self.release(pid, "released at run time", &mut out);
-        self.consider(pid, None, &mut out);
-        Ok(out)
-    }
 }
 
 impl Manager {
@@ -835,28 +694,5 @@ fn warn_foreign(
             if released { "no longer managing it" } else { "re-asserting" },
             crate::repeats::REPEATS_EVERY.as_secs()
         );
-    }
-}
-
-/// Gives `tid` its own scheduling class back if it still has the one we set.
-pub(super) fn give_back_sched(
-    ops: &dyn crate::affinity::AffinityOps,
-    (pid, tid): (i32, Tid),
-    sched: &crate::affinity::restore::SchedRestore,
-    reason: &str,
-) {
-    match sched.give_back(ops, tid) {
-        Ok(true) => tracing::debug!(pid, tid, was = %sched.original.words(), reason,
-            "scheduling class given back"),
-        Ok(false) => tracing::debug!(
-            pid,
-            tid,
-            reason,
-            "scheduling class not given back: someone else changed it"
-        ),
-        Err(crate::affinity::AffinityError::Gone { .. }) => {}
-        Err(e) => tracing::warn!(pid, tid, error = %e,
-            "pid {pid}, thread {tid}: giving back its scheduling class {} failed: {e}",
-            sched.original.words()),
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! Must not touch: which processes are managed (see `tracking`), the plan itself.
 
-use super::applying::give_back_sched;
+use super::scheduling::give_back_sched;
 use super::{Change, Manager};
 use crate::affinity::restore::RestoreError;
 use crate::affinity::Outcome;

@@ -46,8 +46,9 @@
 //! applies the plan to them, and reports what it saw for the next plan to be made in.
 //!
 //! Inside: `tracking` (events and rescans → who is managed, with which threads),
-//! `applying` (the plan → masks, through `affinity::apply`), `giving_back` (release
-//! and restore), `reports` (`ListManaged` rows, `explain`, the journal's contents),
+//! `applying` (the plan → masks, through `affinity::apply`), `scheduling` (the
+//! scheduling classes rules ask for, given and given back), `pinning` (run-time pins),
+//! `giving_back` (release and restore), `reports` (`ListManaged` rows, `explain`, the journal's contents),
 //! `protect` (its own process, PID 1 and the bus daemon), `cmdlines` (command lines
 //! known and asked for; never read here), `tests`.
 
@@ -55,9 +56,11 @@ mod applying;
 pub mod cmdlines;
 mod cpusets;
 mod giving_back;
+mod pinning;
 pub mod protect;
 pub use cpusets::MemoryWanted;
 mod reports;
+mod scheduling;
 mod tracking;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -1,186 +1,33 @@
 //! From a parsed file to validated, compiled rules: globs and regexes built, users
 //! resolved, placements checked and resolved to [`PlacementRequest`]s. Pure apart from
 //! the user lookup, which the [`LoadPolicy`](super::LoadPolicy) supplies.
+//!
+//! Inside: `place` (a table's placement keys → [`PlacementRequest`] and scheduling
+//! class); the patterns themselves are built in `rules::patterns`.
 
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use std::sync::OnceLock;
-
-use globset::{Glob, GlobBuilder, GlobMatcher};
-use regex::{Regex, RegexBuilder};
+use globset::GlobBuilder;
+use regex::Regex;
 use toml::Spanned;
 
 use super::error::{echo, LineIndex, Location, RuleError, RuleErrorKind};
-use super::format::{MatchSpec, OneOrMany, PlaceKeys, RuleFile, RuleSpec, ThreadSpec, UserSpec};
-use crate::affinity::sched::{Sched, SchedPolicy, RT_PRIORITY_MAX};
-use crate::cpuset::CpuSet;
-use crate::placement::{Policy, Shape, SmtPolicy};
+use super::format::{MatchSpec, OneOrMany, RuleFile, RuleSpec, ThreadSpec, UserSpec};
+use super::patterns::{cmdline_regex, has_glob_meta, GlobList, Pattern, RegexBudget};
+use crate::affinity::sched::Sched;
+
+mod place;
+
+use place::{place_request, sched_needs_owner, sched_of};
+pub use place::{CpuTarget, PlacementRequest};
 
 /// The longest name the kernel keeps in `comm` (TASK_COMM_LEN - 1).
 pub const COMM_MAX: usize = 15;
 /// Longest rule name: names travel over D-Bus, where non-root callers' strings are
 /// capped at 64 bytes.
 pub const NAME_MAX: usize = 64;
-/// Compiled size cap for one `cmdline` regex, so a hostile file cannot eat memory.
-const REGEX_SIZE_LIMIT: usize = 1 << 20;
-/// What the `cmdline` regexes of the whole rule set may take compiled, together (see
-/// [`RegexBudget`]).
-pub const REGEX_SET_BUDGET: usize = 16 << 20;
-/// The lazy DFA cache each `cmdline` regex may fill while matching (the regex crate's
-/// default is 2 MiB; a command line is short, and a pattern whose DFA needs more is
-/// matched without it).
-const REGEX_DFA_CACHE: usize = 16 << 10;
-
-/// The bytes left for the `cmdline` regexes of one rule set. A regex costs its
-/// compiled automaton twice (the regex keeps a forward and a reverse one) plus the
-/// DFA cache it may fill: so a thousand rules of `\w{20}` (350 KB each) are refused
-/// at the 23rd instead of taking gigabytes, while 900 simple patterns fit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RegexBudget {
-    pub left: usize,
-}
-
-impl Default for RegexBudget {
-    fn default() -> Self {
-        RegexBudget {
-            left: REGEX_SET_BUDGET,
-        }
-    }
-}
-
-/// Why a `cmdline` regex was not charged to a [`RegexBudget`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Uncharged {
-    /// It does not compile (or is over [`REGEX_SIZE_LIMIT`] on its own).
-    Bad(String),
-    /// It would take more than the `left` bytes still free (`at_least` bytes or more).
-    Over { at_least: usize, left: usize },
-}
-
-impl RegexBudget {
-    /// Measures `pattern` compiled and takes its cost from what is left. The
-    /// automaton is built only up to what is left, so an exhausted budget refuses a
-    /// big pattern at once instead of building it first.
-    pub fn charge(&mut self, pattern: &str) -> Result<usize, Uncharged> {
-        use regex_automata::nfa::thompson::NFA;
-        let room = (self.left.saturating_sub(REGEX_DFA_CACHE) / 2).min(REGEX_SIZE_LIMIT);
-        let built = NFA::compiler()
-            .configure(NFA::config().nfa_size_limit(Some(room)))
-            .build(pattern);
-        let nfa = match built {
-            Ok(nfa) => nfa,
-            Err(e) if e.size_limit().is_some() && room < REGEX_SIZE_LIMIT => {
-                return Err(Uncharged::Over {
-                    at_least: 2 * room + REGEX_DFA_CACHE,
-                    left: self.left,
-                })
-            }
-            Err(e) => return Err(Uncharged::Bad(one_line(&e.to_string()))),
-        };
-        let cost = 2 * nfa.memory_usage() + REGEX_DFA_CACHE;
-        match self.left.checked_sub(cost) {
-            Some(left) => {
-                self.left = left;
-                Ok(cost)
-            }
-            None => Err(Uncharged::Over {
-                at_least: cost,
-                left: self.left,
-            }),
-        }
-    }
-}
-
-/// Where a rule should run, resolved from `[rule.place]` or `[[rule.threads]]`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct PlacementRequest {
-    pub target: CpuTarget,
-    /// With [`CpuTarget::Count`]: the CPUs to choose from (`None`: any usable CPU).
-    pub within: Option<CpuSet>,
-    /// Meaningful with [`CpuTarget::Count`]; [`Policy::Compact`] by default.
-    pub policy: Policy,
-    /// Meaningful with [`CpuTarget::Count`]; [`SmtPolicy::Allow`] by default.
-    pub smt: SmtPolicy,
-    /// No other rule may be given these CPUs while this rule holds them.
-    pub exclusive: bool,
-    /// With [`CpuTarget::Count`]: `core-type`, `prefer` and `near` (empty by default).
-    pub shape: Shape,
-}
-
-/// Explicit CPUs, or a number of CPUs for placement to choose.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum CpuTarget {
-    Cpus(CpuSet),
-    Count(u32),
-}
-
-/// A list of globs, any of which may match. `*` matches any run of characters,
-/// `/` included; `?` one character; `[...]` a class; `{a,b}` alternatives.
-#[derive(Debug, Clone)]
-pub struct GlobList {
-    pub patterns: Vec<String>,
-    pub(super) compiled: Vec<Pattern>,
-}
-
-/// One glob, sorted by how cheaply it can be matched. Most real patterns are literals
-/// or `prefix*`, which need no regex at all; the rest compile theirs on first use
-/// (validation at load only parses them).
-#[derive(Debug, Clone)]
-pub(super) enum Pattern {
-    Literal(String),
-    Prefix(String),
-    Suffix(String),
-    Any,
-    Complex(Box<Complex>),
-}
-
-#[derive(Debug, Clone)]
-pub(super) struct Complex {
-    pub(super) glob: Glob,
-    matcher: OnceLock<GlobMatcher>,
-}
-
-impl Pattern {
-    /// Classifies a pattern that already parsed as a glob.
-    fn new(p: &str, glob: Glob) -> Pattern {
-        let plain = |s: &str| !has_glob_meta(s);
-        if plain(p) {
-            Pattern::Literal(p.to_string())
-        } else if p == "*" {
-            Pattern::Any
-        } else if let Some(prefix) = p.strip_suffix('*').filter(|s| plain(s)) {
-            Pattern::Prefix(prefix.to_string())
-        } else if let Some(suffix) = p.strip_prefix('*').filter(|s| plain(s)) {
-            Pattern::Suffix(suffix.to_string())
-        } else {
-            Pattern::Complex(Box::new(Complex {
-                glob,
-                matcher: OnceLock::new(),
-            }))
-        }
-    }
-
-    pub(super) fn is_match(&self, text: &str) -> bool {
-        match self {
-            Pattern::Literal(l) => text == l,
-            Pattern::Prefix(p) => text.starts_with(p.as_str()),
-            Pattern::Suffix(s) => text.ends_with(s.as_str()),
-            Pattern::Any => true,
-            Pattern::Complex(c) => c
-                .matcher
-                .get_or_init(|| c.glob.compile_matcher())
-                .is_match(text),
-        }
-    }
-}
-
-impl GlobList {
-    pub fn is_match(&self, text: &str) -> bool {
-        self.compiled.iter().any(|p| p.is_match(text))
-    }
-}
 
 /// Everything `[rule.match]` asks of a process; `None` means "not asked".
 #[derive(Debug, Clone, Default)]
@@ -488,36 +335,8 @@ fn compile_match(cx: &mut Ctx<'_>, m: &MatchSpec, users: UserLookup) -> ProcessM
         comm: m.comm.as_ref().and_then(|g| globs(cx, "comm", g, true)),
         exe: m.exe.as_ref().and_then(|g| globs(cx, "exe", g, false)),
         cmdline: m.cmdline.as_ref().and_then(|r| {
-            // Measured and charged before the regex itself is built. One that does not
-            // compile is left to the regex crate, whose message is the clearer.
-            match cx.regex_budget.charge(r.get_ref()) {
-                Ok(_) | Err(Uncharged::Bad(_)) => {}
-                Err(Uncharged::Over { at_least, left }) => {
-                    cx.err(
-                        &r.span(),
-                        RuleErrorKind::RegexBudget {
-                            pattern: echo(r.get_ref()),
-                            cost: at_least,
-                            left,
-                            budget: REGEX_SET_BUDGET,
-                        },
-                    );
-                    return None;
-                }
-            }
-            RegexBuilder::new(r.get_ref())
-                .size_limit(REGEX_SIZE_LIMIT)
-                .dfa_size_limit(REGEX_DFA_CACHE)
-                .build()
-                .map_err(|e| {
-                    cx.err(
-                        &r.span(),
-                        RuleErrorKind::BadRegex {
-                            pattern: echo(r.get_ref()),
-                            reason: one_line(&e.to_string()),
-                        },
-                    )
-                })
+            cmdline_regex(r.get_ref(), cx.regex_budget)
+                .map_err(|kind| cx.err(&r.span(), kind))
                 .ok()
         }),
         users: m.user.as_ref().map(|u| {
@@ -643,20 +462,6 @@ fn container_holds_nothing(cx: &mut Ctx<'_>, name: &str, m: &MatchSpec, spec: &R
     true
 }
 
-/// The last line of a multi-line library message (regex errors draw a caret diagram).
-fn one_line(msg: &str) -> String {
-    msg.lines()
-        .map(str::trim)
-        .rfind(|l| !l.is_empty())
-        .unwrap_or(msg)
-        .trim_start_matches("error: ")
-        .to_string()
-}
-
-fn has_glob_meta(p: &str) -> bool {
-    p.contains(['*', '?', '[', ']', '{', '}', '\\'])
-}
-
 fn globs(
     cx: &mut Ctx<'_>,
     key: &'static str,
@@ -724,118 +529,6 @@ fn hold_needs_owner(cx: &mut Ctx<'_>, name: &str, m: &MatchSpec, spec: &RuleSpec
     }
 }
 
-/// The request a table's placement keys make, or `None` with the errors said;
-/// `table_span` is where a table with neither `cpus` nor `count` is pointed at.
-fn place_request(
-    cx: &mut Ctx<'_>,
-    section: &'static str,
-    f: PlaceKeys<'_>,
-    table_span: Range<usize>,
-) -> Option<PlacementRequest> {
-    if let Some(isolate) = f.isolate.as_ref().filter(|i| *i.get_ref()) {
-        if !f.exclusive.as_ref().is_some_and(|e| *e.get_ref()) {
-            cx.err(
-                &isolate.span(),
-                RuleErrorKind::IsolateNeedsExclusive { section },
-            );
-            return None;
-        }
-    }
-    let target = match (f.cpus, f.count) {
-        (Some(cpus), Some(_)) => {
-            cx.err(&cpus.span(), RuleErrorKind::CpusAndCount { section });
-            return None;
-        }
-        (Some(cpus), None) => {
-            if cpus.get_ref().is_empty() {
-                cx.err(&cpus.span(), RuleErrorKind::EmptyCpus { section });
-                return None;
-            }
-            let mut ok = true;
-            for (key, span) in [
-                ("within", f.within.as_ref().map(Spanned::span)),
-                ("policy", f.policy.as_ref().map(Spanned::span)),
-                ("smt", f.smt.as_ref().map(Spanned::span)),
-                ("core-type", f.core_type.as_ref().map(Spanned::span)),
-                ("prefer", f.prefer.as_ref().map(Spanned::span)),
-                ("near", f.near.as_ref().map(Spanned::span)),
-            ] {
-                if let Some(span) = span {
-                    cx.err(&span, RuleErrorKind::OnlyWithCount { section, key });
-                    ok = false;
-                }
-            }
-            if !ok {
-                return None;
-            }
-            CpuTarget::Cpus(cpus.get_ref().clone())
-        }
-        (None, Some(count)) => {
-            if *count.get_ref() == 0 {
-                cx.err(&count.span(), RuleErrorKind::ZeroCount { section });
-                return None;
-            }
-            if let Some(within) = f.within {
-                let available = within.get_ref().len();
-                if available == 0 {
-                    cx.err(&within.span(), RuleErrorKind::EmptyCpus { section });
-                    return None;
-                }
-                if *count.get_ref() as usize > available {
-                    cx.err(
-                        &count.span(),
-                        RuleErrorKind::CountExceedsWithin {
-                            section,
-                            count: *count.get_ref(),
-                            available,
-                        },
-                    );
-                    return None;
-                }
-            }
-            if let Some(near) = f.near {
-                if let Err(reason) = crate::placement::check_device_name(near.get_ref()) {
-                    cx.err(
-                        &near.span(),
-                        RuleErrorKind::BadDevice {
-                            section,
-                            device: near.get_ref().clone(),
-                            reason,
-                        },
-                    );
-                    return None;
-                }
-            }
-            CpuTarget::Count(*count.get_ref())
-        }
-        (None, None) => {
-            cx.err(&table_span, RuleErrorKind::NoCpusNorCount { section });
-            return None;
-        }
-    };
-    Some(PlacementRequest {
-        within: match target {
-            CpuTarget::Count(_) => f.within.as_ref().map(|w| w.get_ref().clone()),
-            CpuTarget::Cpus(_) => None,
-        },
-        target,
-        policy: f
-            .policy
-            .as_ref()
-            .map_or_else(Policy::default, |p| *p.get_ref()),
-        smt: f
-            .smt
-            .as_ref()
-            .map_or_else(SmtPolicy::default, |s| *s.get_ref()),
-        exclusive: f.exclusive.as_ref().is_some_and(|e| *e.get_ref()),
-        shape: Shape {
-            core_type: f.core_type.as_ref().map(|k| *k.get_ref()),
-            prefer: f.prefer.as_ref().map(|p| *p.get_ref()),
-            near: f.near.as_ref().map(|n| n.get_ref().clone()),
-        },
-    })
-}
-
 fn compile_thread(cx: &mut Ctx<'_>, t: &ThreadSpec) -> Option<ThreadRule> {
     let section = "[[rule.threads]]";
     let comm = globs(cx, "threads.comm", &t.comm, true);
@@ -859,96 +552,5 @@ fn compile_thread(cx: &mut Ctx<'_>, t: &ThreadSpec) -> Option<ThreadRule> {
         at: cx.lines.locate(t.comm.span().start),
         isolate: t.isolate.as_ref().is_some_and(|i| *i.get_ref()),
         sched,
-    })
-}
-
-/// A real-time policy or a negative nice value is what only a privileged user may give
-/// a thread: what triggers it must be something no user can imitate, as for a hold
-/// ([`hold_needs_owner`]). Said at the first such key.
-fn sched_needs_owner(cx: &mut Ctx<'_>, name: &str, m: &MatchSpec, spec: &RuleSpec) {
-    if m.user.is_some() || m.unit.is_some() {
-        return;
-    }
-    let tables = spec
-        .place
-        .iter()
-        .map(|p| p.get_ref().keys())
-        .chain(spec.threads.iter().map(|t| t.get_ref().keys()));
-    for k in tables {
-        let realtime = k
-            .sched_policy
-            .as_ref()
-            .filter(|p| p.get_ref().is_realtime())
-            .map(|p| (p.span(), "sched-policy"));
-        let raised = k
-            .nice
-            .as_ref()
-            .filter(|n| *n.get_ref() < 0)
-            .map(|n| (n.span(), "nice"));
-        if let Some((span, key)) = realtime.or(raised) {
-            let name = echo(name);
-            cx.err(&span, RuleErrorKind::SchedNeedsOwner { name, key });
-            return;
-        }
-    }
-}
-
-/// The scheduling class a table's `sched-policy`, `sched-priority` and `nice` give its
-/// threads, or `None` (none given, or errors said). `nice` alone means `other`.
-fn sched_of(cx: &mut Ctx<'_>, section: &'static str, f: PlaceKeys<'_>) -> Option<Sched> {
-    if f.sched_policy.is_none() && f.sched_priority.is_none() && f.nice.is_none() {
-        return None;
-    }
-    let policy = f
-        .sched_policy
-        .as_ref()
-        .map_or(SchedPolicy::Other, |p| *p.get_ref());
-    let policy_span = f.sched_policy.as_ref().map(Spanned::span);
-    let before = cx.errors.len();
-    let mut priority = 0;
-    let mut nice = 0;
-    if policy.is_realtime() {
-        let span = policy_span.clone().unwrap_or_default();
-        if !f.exclusive.as_ref().is_some_and(|e| *e.get_ref()) {
-            let policy = policy.word();
-            cx.err(
-                &span,
-                RuleErrorKind::RealtimeNeedsExclusive { section, policy },
-            );
-        }
-        match f.sched_priority {
-            None => {
-                let policy = policy.word();
-                cx.err(
-                    &span,
-                    RuleErrorKind::RealtimeNeedsPriority { section, policy },
-                );
-            }
-            Some(p) => match u32::try_from(*p.get_ref()) {
-                Ok(v) if (1..=RT_PRIORITY_MAX).contains(&v) => priority = v,
-                _ => {
-                    let value = *p.get_ref();
-                    cx.err(&p.span(), RuleErrorKind::PriorityRange { section, value });
-                }
-            },
-        }
-    } else if let Some(p) = f.sched_priority {
-        cx.err(&p.span(), RuleErrorKind::PriorityNeedsRealtime { section });
-    }
-    if let Some(n) = f.nice {
-        if !matches!(policy, SchedPolicy::Other | SchedPolicy::Batch) {
-            let policy = policy.word();
-            cx.err(&n.span(), RuleErrorKind::NiceWithPolicy { section, policy });
-        } else if !(-20..=19).contains(n.get_ref()) {
-            let value = *n.get_ref();
-            cx.err(&n.span(), RuleErrorKind::NiceRange { section, value });
-        } else {
-            nice = *n.get_ref() as i32;
-        }
-    }
-    (cx.errors.len() == before).then_some(Sched {
-        policy,
-        priority,
-        nice,
     })
 }

@@ -23,10 +23,11 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::compile::{compile_file, system_user_lookup, RegexBudget, Rule, UserLookup};
+use super::compile::{compile_file, system_user_lookup, Rule, UserLookup};
 use super::error::{RuleError, RuleErrorKind};
 use super::format;
 use super::matcher::RuleSet;
+use super::patterns::RegexBudget;
 use crate::infile::{self, InError, Links};
 
 /// Default rule directory.
@@ -629,7 +630,7 @@ impl<'a> SetLoad<'a> {
         Some(format!(
             "its cmdline regex {pattern:?} does not fit in what is left ({} bytes) of the {} bytes the rule set's cmdline regexes may take together",
             before.left,
-            super::compile::REGEX_SET_BUDGET
+            super::patterns::REGEX_SET_BUDGET
         ))
     }
 

@@ -15,7 +15,8 @@ use std::collections::HashMap;
 
 use globset::{GlobSet, GlobSetBuilder};
 
-use super::compile::{ContainerMatcher, GlobList, Pattern, PlacementRequest, Rule};
+use super::compile::{ContainerMatcher, PlacementRequest, Rule};
+use super::patterns::{GlobList, Pattern};
 
 /// What the matcher needs to know about a process, as read from /proc by the watcher.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -18,10 +18,11 @@ mod error;
 pub mod format;
 mod load;
 mod matcher;
+mod patterns;
 
 pub use compile::{
-    system_user_lookup, ContainerMatcher, CpuTarget, GlobList, NoPlace, PlacementRequest,
-    ProcessMatcher, Rule, ThreadRule, UserLookup, COMM_MAX, NAME_MAX,
+    system_user_lookup, ContainerMatcher, CpuTarget, NoPlace, PlacementRequest, ProcessMatcher,
+    Rule, ThreadRule, UserLookup, COMM_MAX, NAME_MAX,
 };
 pub use error::{echo, echo_message, LineIndex, Location, RuleError, RuleErrorKind, ECHO_MAX};
 pub use load::{
@@ -32,6 +33,7 @@ pub use matcher::{
     slices_of_cgroup, unit_of_cgroup, ContainerInfo, Explanation, Match, ProcessInfo, RuleSet,
     Standing, ThreadAssignment, ThreadInfo, ThreadPlacement, Verdict,
 };
+pub use patterns::GlobList;
 
 #[cfg(test)]
 mod tests;
