@@ -7,11 +7,11 @@ use std::process::{Command, Stdio};
 
 use super::daemon::{Bus, Daemon, Dirs, Policy};
 
-const FIXTURE: &str = concat!(
+pub(super) const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/sysfs/xeon-e5620"
 );
-const CSV: &str = concat!(
+pub(super) const CSV: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/c2c-data/nviennot/AMD_Ryzen_7_2700X_Eight-Core_Processor.csv"
 );
