@@ -195,14 +195,8 @@ fn differs(c: &Case) -> Option<String> {
 /// The commands that need no daemon, on fixtures and on files in `d`; `daemon` itself on
 /// a bad settings file, which ends it with the configuration's exit status.
 fn alone(d: &std::path::Path) -> Vec<Case> {
-    use super::closed_stdout::{CSV, FIXTURE};
-    let rules = d.join("rules");
-    std::fs::create_dir(&rules).unwrap();
-    std::fs::write(
-        rules.join("a.toml"),
-        "[[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"x\"\n[rule.place]\ncpus = \"0\"\n",
-    )
-    .unwrap();
+    use super::closed_stdout::{one_rule_dir, CSV, FIXTURE, QUICK_COMPARE};
+    let rules = one_rule_dir(d);
     let bad_settings = d.join("settings.toml");
     std::fs::write(&bad_settings, "[measure]\nbudget = 2\n").unwrap();
     let page = d.join("page");
@@ -228,14 +222,7 @@ fn alone(d: &std::path::Path) -> Vec<Case> {
             "CPUs 0  (1 CPU(s), policy compact, smt allow)",
         ),
         case(
-            &[
-                "compare",
-                "--no-measure",
-                "--runs",
-                "1",
-                "--duration-ms",
-                "20",
-            ],
+            QUICK_COMPARE,
             0,
             "2-thread ring through one cache line, 1 interleaved runs x 20 ms each",
         ),
