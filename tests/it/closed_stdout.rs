@@ -7,14 +7,24 @@ use std::process::{Command, Stdio};
 
 use super::daemon::{Bus, Daemon, Dirs, Policy};
 
-const FIXTURE: &str = concat!(
+pub(super) const FIXTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/sysfs/xeon-e5620"
 );
-const CSV: &str = concat!(
+pub(super) const CSV: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/fixtures/c2c-data/nviennot/AMD_Ryzen_7_2700X_Eight-Core_Processor.csv"
 );
+
+/// `compare` without a measurement, one short run: it still spins a pair of threads.
+pub(super) const QUICK_COMPARE: &[&str] = &[
+    "compare",
+    "--no-measure",
+    "--runs",
+    "1",
+    "--duration-ms",
+    "20",
+];
 
 /// Four PUs (OS indexes 0-3) for `export hwloc-distances`.
 const XML: &str = r#"<?xml version="1.0" encoding="UTF-8"?>
@@ -60,6 +70,18 @@ fn fails_cleanly(args: &[&str], out: Stdio, what: &str, said: &str) {
     assert!(err.contains(said), "{args:?} into {what}: {err}");
 }
 
+/// `d/rules`, holding one valid rule file (rule `a`).
+pub(super) fn one_rule_dir(d: &std::path::Path) -> std::path::PathBuf {
+    let rules = d.join("rules");
+    std::fs::create_dir(&rules).unwrap();
+    std::fs::write(
+        rules.join("a.toml"),
+        "[[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"x\"\n[rule.place]\ncpus = \"0\"\n",
+    )
+    .unwrap();
+    rules
+}
+
 fn each_output(args: &[&str]) {
     fails_cleanly(args, closed_pipe(), "a closed pipe", "Broken pipe");
     fails_cleanly(args, full_disk(), "/dev/full", "No space left on device");
@@ -85,13 +107,7 @@ fn every_printing_command_fails_cleanly_on_a_closed_or_full_output() {
     std::fs::write(&m4, serde_json::to_string(&matrix).unwrap()).unwrap();
     let xml = d.join("t.xml");
     std::fs::write(&xml, XML).unwrap();
-    let rules = d.join("rules");
-    std::fs::create_dir(&rules).unwrap();
-    std::fs::write(
-        rules.join("a.toml"),
-        "[[rule]]\nname = \"a\"\n[rule.match]\ncomm = \"x\"\n[rule.place]\ncpus = \"0\"\n",
-    )
-    .unwrap();
+    let rules = one_rule_dir(d);
     let (m4, xml, rules) = (
         m4.to_str().unwrap(),
         xml.to_str().unwrap(),
@@ -136,14 +152,7 @@ fn every_printing_command_fails_cleanly_on_a_closed_or_full_output() {
             xml,
         ],
         &["run", "--bus", no_bus, "--cpus", "0", "--print"],
-        &[
-            "compare",
-            "--no-measure",
-            "--runs",
-            "1",
-            "--duration-ms",
-            "20",
-        ],
+        QUICK_COMPARE,
     ];
     for args in alone {
         if args[0] == "--help" {
