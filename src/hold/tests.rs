@@ -292,15 +292,20 @@ fn tree() -> (tempfile::TempDir, Cgroup2) {
     (dir, Cgroup2::at(m))
 }
 
-fn holder(units: &FakeUnits, cg2: &Cgroup2, runtime: &Path) -> Holder {
+/// Processes' owners as `units` tells them, not this machine's `/proc`.
+fn owners_of(units: &FakeUnits) -> Box<crate::hold::OwnerOf> {
     let owners = units.clone();
+    Box::new(move |pid| owners.owner(pid))
+}
+
+fn holder(units: &FakeUnits, cg2: &Cgroup2, runtime: &Path) -> Holder {
     Holder::new(
         Ok(Box::new(units.clone())),
         Ok(cg2.clone()),
         Journal::new(runtime),
         Box::new(|_, _, _, _| 0),
     )
-    .with_owners(Box::new(move |pid| owners.owner(pid)))
+    .with_owners(owners_of(units))
     .settling(Duration::from_millis(30))
 }
 
@@ -827,6 +832,7 @@ fn a_unit_not_found_and_a_systemd_not_there_are_asked_again_at_the_next_reconcil
         Journal::new(run.path()),
         Box::new(|_, _, _, _| 0),
     )
+    .with_owners(owners_of(&units))
     .reconnecting(Box::new(move || {
         *counted.lock().unwrap() += 1;
         Ok(Box::new(later.clone()) as Box<dyn Units>)
@@ -1147,6 +1153,7 @@ fn a_hold_a_previous_run_left_that_cannot_be_undone_stays_on_record_and_is_not_t
         Journal::new(run.path()),
         Box::new(|_, _, _, _| 0),
     )
+    .with_owners(owners_of(&units))
     .reconnecting(Box::new(move || {
         Ok(Box::new(later.clone()) as Box<dyn Units>)
     }));
