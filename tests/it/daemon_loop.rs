@@ -404,6 +404,10 @@ fn a_release_of_threads_moved_by_someone_else_is_one_line() {
     let target: CpuSet = std::iter::once(last).collect();
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
+    // No periodic rescan in the window between the moves and the rename (pinning 300
+    // threads on a loaded machine can take most of the default minute): a rescan there
+    // would find the moves first, thread by thread.
+    dirs.write_settings("[watch]\nrescan-interval = \"1h\"\n");
     dirs.write_rule(
         "10-left.toml",
         &format!(
