@@ -79,7 +79,7 @@ pub fn dry_line(
     cannot: Option<&str>,
     owner_of: &OwnerOf,
 ) -> String {
-    let place = match unit.and_then(|u| place_for(&u, &w.rule, w.pid)) {
+    let place = match unit.and_then(|u| place_for(&u, &w.rule, w.pid).map_err(|e| e.to_string())) {
         Ok(p) => p,
         Err(why) => return format!("not held: {why}"),
     };
