@@ -183,3 +183,35 @@ fn the_explain_json_reply_in_docs_dbus_md_has_the_lines_the_daemon_returns() {
         real["text"]
     );
 }
+
+/// `HoldsJson` is `pinnerd::api::HoldsView` on the wire: the sample docs/dbus.md shows
+/// reads as one with every field (none missing, none unknown) and writes back the same
+/// text, and the daemon's value reads as one (nothing held here: the empty view, as
+/// `Holds` is empty).
+#[test]
+fn holds_json_is_the_holds_view_and_docs_dbus_md_shows_one() {
+    let _cpus = super::cpus_stay_online();
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dbus.md"),
+    )
+    .unwrap();
+    let sample = doc
+        .lines()
+        .skip_while(|l| !l.starts_with("$ busctl … get-property … HoldsJson"))
+        .nth(1)
+        .expect("docs/dbus.md shows no `$ busctl … get-property … HoldsJson` value");
+    let shown: String =
+        serde_json::from_str(sample.strip_prefix("s ").expect(sample)).expect(sample);
+    let view: pinnerd::api::HoldsView = serde_json::from_str(&shown).expect(&shown);
+    assert_eq!(serde_json::to_string(&view).unwrap(), shown);
+    assert_eq!(view.refused.len(), 1, "{view:?}");
+
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    let got = bus.get("HoldsJson");
+    let got: String = serde_json::from_str(got.strip_prefix("s ").expect(&got)).expect(&got);
+    let got: pinnerd::api::HoldsView = serde_json::from_str(&got).expect(&got);
+    assert_eq!(got, pinnerd::api::HoldsView::default());
+    assert_eq!(bus.get("Holds"), "s \"\"");
+}
