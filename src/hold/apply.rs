@@ -16,7 +16,7 @@ use super::{
 /// What came of applying one target.
 pub(super) enum Applied {
     /// Held, and what falls short of the rule, if anything (systemd gives other CPUs).
-    Held(Hold, Option<HoldError>),
+    Held(Box<Hold>, Option<HoldError>),
     /// Not held, and why; `touched`: the unit was changed on the way (and taken back).
     Refused { why: HoldError, touched: bool },
 }
@@ -126,7 +126,7 @@ impl Holder {
             let (hold, problem) = match self.apply(t) {
                 Applied::Held(hold, problem) => {
                     self.refused.remove(key);
-                    (Some(hold), problem)
+                    (Some(*hold), problem)
                 }
                 Applied::Refused { why, touched: true } => {
                     let wait = before
@@ -211,7 +211,7 @@ impl Holder {
                 self.undo_or_keep(hold);
                 Applied::Refused { why, touched: true }
             }
-            problem => Applied::Held(hold, problem),
+            problem => Applied::Held(Box::new(hold), problem),
         }
     }
 
