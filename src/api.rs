@@ -450,6 +450,8 @@ pub struct Snapshot {
     /// nothing is held). Counts and reasons by rule, no list of processes: every caller
     /// may read it.
     pub holds: String,
+    /// The same as fields, for the `HoldsJson` property.
+    pub holds_view: HoldsView,
     /// `registered with containerd 1.7.24` or `not connected (why)`; "" when NRI is off.
     pub nri: String,
     /// Every container a rule names: its cpuset and how it got it, or why it has none.
@@ -462,6 +464,32 @@ pub struct Snapshot {
     pub latency_off: String,
     /// Why the state is `degraded` and what to do about it, in words; "" otherwise.
     pub state_reason: String,
+}
+
+/// What `isolate` and `unit-cpuset` rules hold, as fields: the `HoldsJson` property's
+/// object (docs/dbus.md), the `Holds` line's parts. Counts and reasons by rule, no list
+/// of processes: every caller may read it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HoldsView {
+    /// Units whose `AllowedCPUs=` pinnerd set.
+    pub units_confined: u32,
+    /// The CPUs isolated for holds, in the kernel's list form (`""`: none).
+    pub cpus_isolated: CpuSet,
+    /// Each rule's hold that could not be made as the rule asks, once per rule and
+    /// line, in the order `Holds` says them.
+    pub refused: Vec<HoldRefused>,
+    /// What the kernel kept isolated after a partition was released.
+    pub notes: Vec<String>,
+}
+
+/// A rule's hold not made as it asks: the rule, and its hold's line (what is held and
+/// how, then why not), as `explain` prints it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HoldRefused {
+    pub rule: String,
+    pub line: String,
 }
 
 impl Snapshot {

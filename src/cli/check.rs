@@ -145,8 +145,10 @@ fn machine_lines(rules: &rules::RuleSet) -> Vec<String> {
                     &crate::sysroot::SysRoot::default(),
                     &cgroup,
                 ) {
+                    // The words the daemon's report of the hold will have.
+                    let short = crate::hold::Shortfall::NotIsolated(why);
                     lines.push(format!(
-                        "{}: warning: rule {}: unit {unit}: not isolated: {why}; the rule stays merely exclusive",
+                        "{}: warning: rule {}: unit {unit}: {short}",
                         rule.origin(),
                         rule.name
                     ));

@@ -157,6 +157,13 @@ fn managed_with_cpu_ids(e: ManagedEntry) -> Result<(u32, String, String, Vec<u32
     Ok((e.pid, e.comm, e.rule, cpus.iter().collect(), e.state))
 }
 
+/// The `HoldsJson` property's text: the [`HoldsView`](crate::api::HoldsView) as JSON
+/// (strings, numbers and lists, which serde_json always writes: never the empty
+/// fallback).
+pub(super) fn holds_json(v: &crate::api::HoldsView) -> String {
+    serde_json::to_string(v).unwrap_or_default()
+}
+
 /// What `ExplainJson` gathered from the loop, for [`explain_json`].
 struct ExplainParts {
     pid: u32,
@@ -346,6 +353,18 @@ impl<E: From<Call> + Send + Sync + 'static> Pinnerd1<E> {
         #[zbus(header)] header: Option<Header<'_>>,
     ) -> fdo::Result<String> {
         self.read(conn, header, "Holds", |s| s.holds.clone()).await
+    }
+
+    /// `Holds` for programs: a JSON object `{"units_confined", "cpus_isolated",
+    /// "refused": [{"rule", "line"}], "notes"}` (docs/dbus.md).
+    #[zbus(property)]
+    async fn holds_json(
+        &self,
+        #[zbus(connection)] conn: &Connection,
+        #[zbus(header)] header: Option<Header<'_>>,
+    ) -> fdo::Result<String> {
+        self.read(conn, header, "HoldsJson", |s| holds_json(&s.holds_view))
+            .await
     }
 
     /// The NRI plugin: `registered with containerd 1.7.24`, or `not connected (why)`;

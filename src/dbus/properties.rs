@@ -10,7 +10,7 @@ use zbus::fdo;
 use zbus::object_server::SignalEmitter;
 use zbus::Connection;
 
-use super::interface::{container_lines, sched_ext_pair};
+use super::interface::{container_lines, holds_json, sched_ext_pair};
 use super::serving::{INTERFACE, OBJECT_PATH};
 use crate::api::Snapshot;
 
@@ -76,6 +76,9 @@ pub fn changed_properties<'a>(
     }
     if old.holds != new.holds {
         changed.insert("Holds", Value::from(new.holds.clone()));
+    }
+    if old.holds_view != new.holds_view {
+        changed.insert("HoldsJson", Value::from(holds_json(&new.holds_view)));
     }
     if old.nri != new.nri {
         changed.insert("Nri", Value::from(new.nri.clone()));

@@ -4,11 +4,32 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::cpuset::CpuSet;
+
+use super::error::HoldError;
 use super::partition::{Cgroup2, Direct, Partition, PartitionWriter, Unable};
 use super::systemd::{self, Allowed, UnitInfo, Units};
 use super::{
     slice_path, Hold, Holder, Outcome, Place, Refusal, Target, REFUSAL_RETRY, REFUSAL_RETRY_MAX,
 };
+
+/// What came of applying one target.
+pub(super) enum Applied {
+    /// Held, and what falls short of the rule, if anything (systemd gives other CPUs).
+    Held(Box<Hold>, Option<HoldError>),
+    /// Not held, and why; `touched`: the unit was changed on the way (and taken back).
+    Refused { why: HoldError, touched: bool },
+}
+
+/// Where a target is held and what its unit had before.
+struct Spot {
+    unit: String,
+    cgroup: String,
+    /// A scope pinnerd makes (its values before are "not set").
+    adopted: bool,
+    /// The unit's own `AllowedCPUs=`/`AllowedMemoryNodes=` (see [`Holder::own_values`]).
+    before: Allowed,
+}
 
 impl Holder {
     /// Why target `t` of unit `key` may not be held while other units are, if so: its
@@ -19,7 +40,7 @@ impl Holder {
     /// `update_parent_effective_cpumask` and, once the partition's cgroup goes, with
     /// CPUs left isolated for nobody (seen in the VM: one rule's explicit CPUs wanted
     /// by each of its short-lived services).
-    pub(super) fn clash(&self, key: &str, t: &Target) -> Option<String> {
+    pub(super) fn clash(&self, key: &str, t: &Target) -> Option<HoldError> {
         let others = self
             .held
             .iter()
@@ -30,12 +51,12 @@ impl Holder {
             let isolating = h.partition.is_some() || (h.isolate && !h.emptied);
             let common = h.cpus.intersection(&t.cpus);
             if (isolating || t.isolate) && !common.is_empty() {
-                return Some(format!(
-                    "CPUs {common} are held for {} (rule {}){}: a CPU is held for one unit at a time where one of them isolates it",
-                    h.unit,
-                    h.rule,
-                    if isolating { " as an isolated partition" } else { "" }
-                ));
+                return Some(HoldError::Clash {
+                    cpus: common,
+                    unit: h.unit.clone(),
+                    rule: h.rule.clone(),
+                    isolating,
+                });
             }
         }
         self.settle
@@ -44,8 +65,9 @@ impl Holder {
             .into_iter()
             .find_map(|(cgroup, cpus)| {
                 let common = cpus.intersection(&t.cpus);
-                (!common.is_empty()).then(|| {
-                    format!("CPUs {common} are still a partition of {cgroup} being undone")
+                (!common.is_empty()).then_some(HoldError::BeingUndone {
+                    cpus: common,
+                    cgroup,
                 })
             })
     }
@@ -64,13 +86,11 @@ impl Holder {
                 let isolated = h.partition.is_some();
                 let problem = (t.isolate && !isolated).then(|| {
                     if h.emptied {
-                        format!(
-                            "unit {} has no process left: its partition was undone before \
-                             its cgroup goes",
-                            h.unit
-                        )
+                        HoldError::Emptied {
+                            unit: h.unit.clone(),
+                        }
                     } else {
-                        "the partition was refused earlier".to_string()
+                        HoldError::RefusedEarlier
                     }
                 });
                 outcome.insert(
@@ -103,9 +123,12 @@ impl Holder {
                 }
                 tracing::debug!(unit = %key, after = ?r.wait, "a refused hold tried again");
             }
-            let (hold, problem, touched) = self.apply(t);
-            match (&hold, &problem, touched) {
-                (None, Some(why), true) => {
+            let (hold, problem) = match self.apply(t) {
+                Applied::Held(hold, problem) => {
+                    self.refused.remove(key);
+                    (Some(*hold), problem)
+                }
+                Applied::Refused { why, touched: true } => {
                     let wait = before
                         .as_ref()
                         .map_or(REFUSAL_RETRY, |r| (r.wait * 2).min(REFUSAL_RETRY_MAX));
@@ -119,11 +142,16 @@ impl Holder {
                             wait,
                         },
                     );
+                    (None, Some(why))
                 }
-                _ => {
+                Applied::Refused {
+                    why,
+                    touched: false,
+                } => {
                     self.refused.remove(key);
+                    (None, Some(why))
                 }
-            }
+            };
             let entry = match &hold {
                 Some(h) => Outcome {
                     unit: Some(h.unit.clone()),
@@ -142,97 +170,140 @@ impl Holder {
         outcome
     }
 
-    /// Applies one target: the hold made (if anything was done), what could not be, and
-    /// whether anything was changed on the way (and taken back) before it failed.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "the holder's apply, still over the limit: to be split when its room is reworked (see clippy.toml)"
-    )]
-    pub(super) fn apply(&mut self, t: &Target) -> (Option<Hold>, Option<String>, bool) {
-        let units = match &self.units {
-            Ok(u) => u,
-            Err(e) => return (None, Some(e.to_string()), false),
-        };
-        // Isolation that cannot work is said before anything is changed.
-        let cannot = if t.isolate {
-            match &self.cg2 {
-                Err(e) => Some(e.to_string()),
-                Ok(c) => c.probe().err().map(|e| e.to_string()),
-            }
-        } else {
-            None
-        };
-        if let (true, Some(why)) = (t.isolate, &cannot) {
-            return (None, Some(why.clone()), false);
-        }
-        // Nor is anything changed for a partition while a removed one is pending: tried
-        // again at the next retry, as a hold not made.
-        if t.isolate {
-            if let Err(e) = self.settled(None) {
-                return (None, Some(e.to_string()), false);
-            }
-        }
-        let (unit, cgroup, adopted, before) = match &t.place {
-            Place::Unit(u) => match units.allowed(&u.name) {
-                Ok(read) => {
-                    let own = self.own_values(units.as_ref(), u, read);
-                    (u.name.clone(), u.cgroup.clone(), false, own)
+    /// Applies one target: checked, put on record, the unit confined, read back and,
+    /// with `isolate`, its cgroup made a partition; a target isolation fails for is
+    /// taken back (merely exclusive, as before: the unit is not left confined for
+    /// nothing).
+    pub(super) fn apply(&mut self, t: &Target) -> Applied {
+        let spot = match self.spot(t) {
+            Ok(spot) => spot,
+            Err(why) => {
+                return Applied::Refused {
+                    why,
+                    touched: false,
                 }
-                Err(e) => return (None, Some(e.to_string()), false),
-            },
-            Place::Adopt { scope, slice } => {
-                let cgroup = format!("/{}/{scope}", slice_path(slice));
-                (scope.clone(), cgroup, true, Allowed::default())
             }
+        };
+        let (mut hold, replaced) = self.on_record(t, spot);
+        if let Err(why) = self.confine(t, &mut hold) {
+            // Nothing was changed (the call failed): tried again at the next retry.
+            hold.confined = false;
+            self.undo_or_keep(hold);
+            // Nothing was changed: the leftover stays on record as it was.
+            self.leftover.extend(replaced);
+            return Applied::Refused {
+                why,
+                touched: false,
+            };
+        }
+        let mut problem = self.given(&hold.unit, &t.cpus).err();
+        if t.isolate && problem.is_none() {
+            match self.partition(&hold) {
+                Ok((p, by_systemd)) => {
+                    hold.partition = Some(p);
+                    hold.by_systemd = by_systemd;
+                }
+                Err(e) => problem = Some(e.into()),
+            }
+        }
+        match problem {
+            Some(why) if t.isolate && hold.partition.is_none() => {
+                self.undo_or_keep(hold);
+                Applied::Refused { why, touched: true }
+            }
+            problem => Applied::Held(Box::new(hold), problem),
+        }
+    }
+
+    /// Where target `t` is held and what its unit had, once nothing stands in the way
+    /// of it; what does (systemd, isolation that cannot work here, a removed partition
+    /// pending, a read-only partition file) is said before anything is changed.
+    fn spot(&self, t: &Target) -> Result<Spot, HoldError> {
+        let units = self.units.as_ref().map_err(Clone::clone)?;
+        if t.isolate {
+            self.isolation_possible()?;
+        }
+        let spot = match &t.place {
+            Place::Unit(u) => {
+                let read = units.allowed(&u.name)?;
+                Spot {
+                    unit: u.name.clone(),
+                    cgroup: u.cgroup.clone(),
+                    adopted: false,
+                    before: self.own_values(units.as_ref(), u, read),
+                }
+            }
+            Place::Adopt { scope, slice } => Spot {
+                unit: scope.clone(),
+                cgroup: format!("/{}/{scope}", slice_path(slice)),
+                adopted: true,
+                before: Allowed::default(),
+            },
         };
         // A partition's files on a read-only mount (a slice its unit's ReadWritePaths=
-        // does not name) are said before anything is changed, as `plan --live` says it.
-        if t.isolate {
-            if let Ok(c) = &self.cg2 {
-                if let Err(e) = c.writable_on_the_way(&cgroup, &self.mounts) {
-                    return (None, Some(e.to_string()), false);
-                }
-            }
+        // does not name) are said as `plan --live` says them.
+        if let (true, Ok(c)) = (t.isolate, &self.cg2) {
+            c.writable_on_the_way(&spot.cgroup, &self.mounts)?;
         }
-        let mut hold = Hold {
+        Ok(spot)
+    }
+
+    /// Whether a partition can be made now: the kernel and its cgroups can isolate,
+    /// and no removed partition is pending (tried again at the next retry, as a hold
+    /// not made).
+    fn isolation_possible(&self) -> Result<(), Unable> {
+        self.cg2.as_ref().map_err(Clone::clone)?.probe()?;
+        self.settled(None)
+    }
+
+    /// The hold of `t` at `spot`, on record before the first change (a crash halfway
+    /// leaves nothing unknown), and the unit's leftovers it replaces: the hold carries
+    /// their values, and the drop-ins a hold not fully undone left are not the unit's
+    /// own, that hold's record of them is.
+    fn on_record(&mut self, t: &Target, spot: Spot) -> (Hold, Vec<Hold>) {
+        let (replaced, rest): (Vec<Hold>, Vec<Hold>) = std::mem::take(&mut self.leftover)
+            .into_iter()
+            .partition(|l| l.unit == spot.unit);
+        self.leftover = rest;
+        let dropins = match (replaced.first(), spot.adopted, &self.units) {
+            (Some(l), _, _) => l.dropins.clone(),
+            (None, true, _) => systemd::HELD_PROPERTIES
+                .iter()
+                .map(|p| (p.to_string(), None))
+                .collect(),
+            (None, false, Ok(units)) => runtime_dropins_before(units.as_ref(), &spot.unit),
+            (None, false, Err(_)) => BTreeMap::new(),
+        };
+        let hold = Hold {
             rule: t.rule.clone(),
-            unit: unit.clone(),
-            cgroup,
+            unit: spot.unit,
+            cgroup: spot.cgroup,
             pids: t.pids.clone(),
-            adopted,
+            adopted: spot.adopted,
             cpus: t.cpus.clone(),
             mems: t.mems.clone(),
-            before_cpus: before.cpus,
-            before_mems: before.mems,
+            before_cpus: spot.before.cpus,
+            before_mems: spot.before.mems,
             confined: true,
             isolate: t.isolate,
             partition: None,
             by_systemd: false,
             emptied: false,
             originals: t.originals.clone(),
-            dropins: BTreeMap::new(),
-        };
-        // On record before the first change: a crash halfway leaves nothing unknown. The
-        // unit's leftover, if any, is replaced by this hold, which carries its values.
-        let (replaced, rest): (Vec<Hold>, Vec<Hold>) = std::mem::take(&mut self.leftover)
-            .into_iter()
-            .partition(|l| l.unit == unit);
-        self.leftover = rest;
-        // The drop-ins a hold not fully undone left are not the unit's own: that hold's
-        // record of them is.
-        hold.dropins = match (replaced.first(), adopted) {
-            (Some(l), _) => l.dropins.clone(),
-            (None, true) => systemd::HELD_PROPERTIES
-                .iter()
-                .map(|p| (p.to_string(), None))
-                .collect(),
-            (None, false) => runtime_dropins_before(units.as_ref(), &unit),
+            dropins,
         };
         self.held.push(hold.clone());
         self.save();
         self.held.pop();
-        let confined = match &t.place {
-            Place::Unit(_) => units.set_allowed(&unit, Some(&t.cpus), t.mems.as_ref()),
+        (hold, replaced)
+    }
+
+    /// Confines the unit: its `AllowedCPUs=`/`AllowedMemoryNodes=` set, or a scope of
+    /// its own made for the process (whose cgroup is then read as systemd made it).
+    fn confine(&mut self, t: &Target, hold: &mut Hold) -> Result<(), HoldError> {
+        let units = self.units.as_ref().map_err(Clone::clone)?;
+        match &t.place {
+            Place::Unit(_) => units.set_allowed(&hold.unit, Some(&t.cpus), t.mems.as_ref())?,
             Place::Adopt { scope, slice } => units.adopt(
                 scope,
                 slice,
@@ -242,50 +313,30 @@ impl Holder {
                     mems: t.mems.clone().unwrap_or_default(),
                 },
                 &format!("pinnerd: rule {} holds pid {}", t.rule, t.pids[0]),
-            ),
-        };
-        if let Err(e) = confined {
-            let why = e.to_string();
-            // Nothing was changed (the call failed): tried again at the next retry.
-            hold.confined = false;
-            self.undo_or_keep(hold);
-            // Nothing was changed: the leftover stays on record as it was.
-            self.leftover.extend(replaced);
-            return (None, Some(why), false);
+            )?,
         }
-        if adopted {
-            // The process now runs in the new scope: its cgroup as systemd made it.
-            self.units_of.remove(&t.pids[0]);
-            if let Some(cgroup) = scope_cgroup(units.as_ref(), t.pids[0], &unit) {
+        if hold.adopted {
+            if let Some(cgroup) = scope_cgroup(units.as_ref(), t.pids[0], &hold.unit) {
                 hold.cgroup = cgroup;
             }
+            // The process now runs in the new scope.
+            self.units_of.remove(&t.pids[0]);
         }
-        let mut problem = None;
-        match units.effective(&unit) {
-            Ok(eff) if eff.cpus != t.cpus => {
-                problem = Some(format!(
-                    "systemd gives unit {unit} CPUs {} instead of {}",
-                    eff.cpus, t.cpus
-                ));
-            }
-            Ok(_) => {}
-            Err(e) => problem = Some(e.to_string()),
+        Ok(())
+    }
+
+    /// Whether systemd gives `unit` the CPUs `cpus`, as it reads them back.
+    fn given(&self, unit: &str, cpus: &CpuSet) -> Result<(), HoldError> {
+        let units = self.units.as_ref().map_err(Clone::clone)?;
+        let eff = units.effective(unit)?;
+        if &eff.cpus != cpus {
+            return Err(HoldError::NotGiven {
+                unit: unit.to_string(),
+                got: eff.cpus,
+                want: cpus.clone(),
+            });
         }
-        if t.isolate && problem.is_none() {
-            match self.partition(&hold) {
-                Ok((p, by_systemd)) => {
-                    hold.partition = Some(p);
-                    hold.by_systemd = by_systemd;
-                }
-                Err(e) => problem = Some(e.to_string()),
-            }
-        }
-        if t.isolate && hold.partition.is_none() {
-            // Merely exclusive, as before: the unit is not left confined for nothing.
-            self.undo_or_keep(hold);
-            return (None, problem, true);
-        }
-        (Some(hold), problem, true)
+        Ok(())
     }
 
     /// The unit's own `AllowedCPUs=`/`AllowedMemoryNodes=`, of what systemd reads now:

@@ -1,7 +1,9 @@
 //! What the daemon would hold, without asking systemd or changing anything: for
-//! `check` and `plan --live`.
+//! `check` and `plan --live`, said in the holder's words (`report`'s [`HoldState`]) as
+//! what would be done.
 
 use super::partition::{Cgroup2, MountView};
+use super::report::{Confined, HoldState, Mood, Shortfall};
 use super::systemd::UnitInfo;
 use super::vouch::{vouch, OwnerOf};
 use super::{place_for, Place, Want};
@@ -72,55 +74,72 @@ pub fn unit_of_cgroup(path: &str) -> Option<UnitInfo> {
 
 /// What the daemon would hold for `w`, in one line, for `plan --live`: `unit` is the
 /// process's unit (or why it has none; its `main_pid` is not known without systemd),
-/// `cannot` why nothing can be isolated here, `owner_of` tells processes' owners.
+/// `cannot` why nothing can be isolated here, `owner_of` tells processes' owners. The
+/// words are the holder's report's, as what would be done ([`Mood::Would`]).
 pub fn dry_line(
     w: &Want,
     unit: Result<UnitInfo, String>,
     cannot: Option<&str>,
     owner_of: &OwnerOf,
 ) -> String {
-    let place = match unit.and_then(|u| place_for(&u, &w.rule, w.pid)) {
+    let place = match unit.and_then(|u| place_for(&u, &w.rule, w.pid).map_err(|e| e.to_string())) {
         Ok(p) => p,
-        Err(why) => return format!("not held: {why}"),
+        Err(why) => return not_held(why),
     };
     // Without systemd the main process is not known: a process the rule's users do not
     // own is held only if it is its service's main process, which the line says.
-    let mut unless = None;
+    let mut unless = String::new();
     if let Err(why) = vouch(&place, w, owner_of, |_| Ok(Vec::new())) {
         match &place {
             Place::Unit(u) if w.vouch.unit && u.name.ends_with(".service") => {
-                unless = Some(format!(
-                    " — only if pid {} is the main process of {}",
-                    w.pid, u.name
-                ));
+                unless = format!(" — only if pid {} is the main process of {}", w.pid, u.name);
             }
-            _ => return format!("not held: {why}"),
+            _ => return not_held(why.to_string()),
         }
     }
-    let mut s = match &place {
-        Place::Unit(u) => format!("unit {}", u.name),
-        Place::Adopt { scope, slice } => format!("unit {scope} (a scope of its own in {slice})"),
+    let unit = match &place {
+        Place::Unit(u) => u.name.clone(),
+        Place::Adopt { scope, slice } => format!("{scope} (a scope of its own in {slice})"),
     };
-    let confined = !w.isolate || cannot.is_none();
-    if confined {
-        s.push_str(&format!(": AllowedCPUs={}", w.cpus));
-        if let Some(m) = &w.mems {
-            s.push_str(&format!(", AllowedMemoryNodes={m}"));
-        }
-        s.push_str(" (would be set by pinnerd)");
+    let state = would_be(w, &unit, cannot);
+    let said = state.said(Mood::Would);
+    match state {
+        // Nothing would be confined: the line still names the unit.
+        HoldState::Refused { confined: None, .. } => format!("unit {unit}: {said}{unless}"),
+        _ => format!("{said}{unless}"),
     }
+}
+
+/// What the hold of `w` in `unit` would come to, where `cannot` says why nothing can be
+/// isolated: isolation that cannot work leaves the unit alone, as the holder does.
+fn would_be(w: &Want, unit: &str, cannot: Option<&str>) -> HoldState {
+    let confined = Confined {
+        unit: unit.to_string(),
+        cpus: w.cpus.clone(),
+        mems: w.mems.clone(),
+    };
     match (w.isolate, cannot) {
-        (true, None) => s.push_str(&format!(
-            "; CPUs {} would be isolated (cpuset partition)",
-            w.cpus
-        )),
-        (true, Some(why)) => s.push_str(&format!(
-            ": not isolated: {why}; the rule stays merely exclusive"
-        )),
-        (false, _) => {}
+        (false, _) => HoldState::Confined(confined),
+        (true, None) => HoldState::Isolated {
+            confined: Some(confined),
+            cpus: w.cpus.clone(),
+        },
+        (true, Some(why)) => HoldState::Refused {
+            confined: None,
+            isolated: None,
+            shortfall: Shortfall::NotIsolated(why.to_string()),
+        },
     }
-    s.push_str(unless.as_deref().unwrap_or(""));
-    s
+}
+
+/// A process nothing would be held for, and why.
+fn not_held(why: String) -> String {
+    let state = HoldState::Refused {
+        confined: None,
+        isolated: None,
+        shortfall: Shortfall::NotConfined(why),
+    };
+    state.said(Mood::Would).to_string()
 }
 
 #[cfg(test)]

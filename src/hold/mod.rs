@@ -60,6 +60,7 @@
 
 mod apply;
 mod dry;
+mod error;
 mod journal;
 mod names;
 pub mod partition;
@@ -70,6 +71,7 @@ pub mod systemd;
 mod vouch;
 
 pub use dry::{cannot_isolate_here, cannot_write_partition, dry_line, unit_of_cgroup};
+pub use error::{HoldError, OwnerError};
 pub use journal::{Journal, JOURNAL_FILE};
 pub use report::{Confined, HoldReport, HoldState, Shortfall};
 pub use vouch::{owner_of, Owner, OwnerOf, Vouch};
@@ -140,11 +142,11 @@ struct Outcome {
     unit: Option<String>,
     confined: bool,
     isolated: bool,
-    problem: Option<String>,
+    problem: Option<HoldError>,
 }
 
 impl Outcome {
-    fn not_held(problem: Option<String>) -> Outcome {
+    fn not_held(problem: Option<HoldError>) -> Outcome {
         Outcome {
             unit: None,
             confined: false,
@@ -181,13 +183,14 @@ enum Place {
 }
 
 /// The cgroup a process's hold uses, or why there is none.
-fn place_for(info: &UnitInfo, rule: &str, pid: u32) -> Result<Place, String> {
+fn place_for(info: &UnitInfo, rule: &str, pid: u32) -> Result<Place, HoldError> {
     let name = info.name.as_str();
     if name == "init.scope" || info.cgroup == "/" || info.cgroup.is_empty() {
-        return Err(format!(
-            "pid {pid} runs in {name} (cgroup {:?}), which pinnerd does not confine",
-            info.cgroup
-        ));
+        return Err(HoldError::NotConfinable {
+            pid,
+            unit: name.to_string(),
+            cgroup: info.cgroup.clone(),
+        });
     }
     let session = name.ends_with(".scope")
         && !name.starts_with("pinnerd-")
@@ -203,9 +206,10 @@ fn place_for(info: &UnitInfo, rule: &str, pid: u32) -> Result<Place, String> {
     if name.ends_with(".service") || name.ends_with(".scope") {
         return Ok(Place::Unit(info.clone()));
     }
-    Err(format!(
-        "pid {pid} runs in {name}, not in a service or a scope"
-    ))
+    Err(HoldError::NotAServiceOrScope {
+        pid,
+        unit: name.to_string(),
+    })
 }
 
 /// One unit held: enough to undo it after a crash.
@@ -393,7 +397,7 @@ pub struct Holder {
 struct Refusal {
     /// What the unit was wanted for: a change is tried at once.
     signature: Signature,
-    why: String,
+    why: HoldError,
     /// Not tried again before this.
     retry_at: Instant,
     /// The wait before `retry_at`; the next one is twice as long, at most
@@ -544,7 +548,7 @@ impl Holder {
                 r.mems = h.mems.clone();
             }
             if r.problem.is_none() {
-                r.problem = o.problem.clone();
+                r.problem = o.problem.as_ref().map(ToString::to_string);
             }
         }
         self.sync_watches();
@@ -564,12 +568,12 @@ impl Holder {
         for (i, w) in wants.iter().enumerate() {
             let place = match self
                 .unit_of(w.pid)
-                .map_err(|e| e.to_string())
+                .map_err(HoldError::from)
                 .and_then(|info| place_for(&info, &w.rule, w.pid))
             {
                 Ok(p) => p,
                 Err(why) => {
-                    reports[i].problem = Some(why);
+                    reports[i].problem = Some(why.to_string());
                     continue;
                 }
             };
@@ -583,8 +587,11 @@ impl Holder {
             }
             match targets.get_mut(&key) {
                 Some(t) if t.rule != w.rule => {
-                    reports[i].problem =
-                        Some(format!("unit {key} is already held for rule {}", t.rule));
+                    let why = HoldError::HeldForAnother {
+                        unit: key,
+                        rule: t.rule.clone(),
+                    };
+                    reports[i].problem = Some(why.to_string());
                     continue;
                 }
                 Some(t) => {
@@ -623,17 +630,17 @@ impl Holder {
                     t.originals.extend(wants[i].originals.clone());
                     target_of[i] = Some(key);
                 }
-                _ => reports[i].problem = Some(why),
+                _ => reports[i].problem = Some(why.to_string()),
             }
         }
         (targets, target_of)
     }
 
     /// Whether `w`'s rule may hold `place` for `w.pid` (see `vouch`), or why not.
-    fn vouched(&self, place: &Place, w: &Want) -> Result<(), String> {
+    fn vouched(&self, place: &Place, w: &Want) -> Result<(), HoldError> {
         let processes = |unit: &str| match &self.units {
-            Ok(units) => units.processes(unit).map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+            Ok(units) => units.processes(unit),
+            Err(e) => Err(e.clone()),
         };
         vouch::vouch(place, w, &*self.owner_of, processes)
     }

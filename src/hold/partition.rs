@@ -124,6 +124,8 @@ impl fmt::Display for Unable {
     }
 }
 
+impl std::error::Error for Unable {}
+
 /// The most cgroups [`Cgroup2::partitions_live`] reads (a machine with tens of
 /// thousands of cgroups is judged on the first ones).
 pub const WALK_LIMIT: usize = 20_000;

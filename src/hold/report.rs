@@ -1,6 +1,7 @@
 //! What holding one process came to: the [`HoldReport`] the holder sends the daemon
 //! (its fields are the wire's and the log's), read as one [`HoldState`] whose
-//! `Display` is the line `explain`, `status` and the log print.
+//! `Display` is the line `explain`, `status` and the log print; the dry run (`check`,
+//! `plan --live`) says its state in the same words, as what would be done ([`Mood`]).
 //!
 //! ```text
 //!   Nothing ── Confined(unit) ── Isolated { confined, cpus }
@@ -106,31 +107,69 @@ pub enum Shortfall {
     NotConfined(String),
 }
 
-impl fmt::Display for Confined {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+/// How a hold's words are said: what was done, or what a dry run would do (`check`,
+/// `plan --live`). One set of words for both, so that the dry run says what the
+/// daemon then reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mood {
+    Done,
+    Would,
+}
+
+impl Confined {
+    fn write(&self, f: &mut fmt::Formatter<'_>, mood: Mood) -> fmt::Result {
         write!(f, "unit {}: AllowedCPUs={}", self.unit, self.cpus)?;
         if let Some(m) = &self.mems {
             write!(f, ", AllowedMemoryNodes={m}")?;
         }
-        f.write_str(" (set by pinnerd)")
+        f.write_str(match mood {
+            Mood::Done => " (set by pinnerd)",
+            Mood::Would => " (would be set by pinnerd)",
+        })
+    }
+}
+
+impl fmt::Display for Confined {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write(f, Mood::Done)
+    }
+}
+
+impl Shortfall {
+    fn write(&self, f: &mut fmt::Formatter<'_>, mood: Mood) -> fmt::Result {
+        match (self, mood) {
+            (Shortfall::NotIsolated(why), _) => {
+                write!(f, "not isolated: {why}; the rule stays merely exclusive")
+            }
+            (Shortfall::NotConfined(why), Mood::Done) => write!(f, "unit not confined: {why}"),
+            (Shortfall::NotConfined(why), Mood::Would) => write!(f, "not held: {why}"),
+        }
     }
 }
 
 impl fmt::Display for Shortfall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Shortfall::NotIsolated(why) => {
-                write!(f, "not isolated: {why}; the rule stays merely exclusive")
-            }
-            Shortfall::NotConfined(why) => write!(f, "unit not confined: {why}"),
-        }
+        self.write(f, Mood::Done)
     }
 }
 
-impl fmt::Display for HoldState {
-    /// What is held and how, then why not, `; ` between; nothing for [`HoldState::Nothing`].
+impl HoldState {
+    /// The state's words in `mood` (its `Display` is [`Mood::Done`]'s).
+    pub fn said(&self, mood: Mood) -> Said<'_> {
+        Said { state: self, mood }
+    }
+}
+
+/// A [`HoldState`]'s words in a [`Mood`]: what is held and how, then why not, `; `
+/// between; nothing for [`HoldState::Nothing`].
+pub struct Said<'a> {
+    state: &'a HoldState,
+    mood: Mood,
+}
+
+impl fmt::Display for Said<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (confined, isolated, shortfall) = match self {
+        let (confined, isolated, shortfall) = match self.state {
             HoldState::Nothing => (None, None, None),
             HoldState::Confined(c) => (Some(c), None, None),
             HoldState::Isolated { confined, cpus } => (confined.as_ref(), Some(cpus), None),
@@ -140,17 +179,30 @@ impl fmt::Display for HoldState {
                 shortfall,
             } => (confined.as_ref(), isolated.as_ref(), Some(shortfall)),
         };
-        let mut parts: Vec<String> = Vec::new();
+        let mut sep = "";
         if let Some(c) = confined {
-            parts.push(c.to_string());
+            c.write(f, self.mood)?;
+            sep = "; ";
         }
         if let Some(cpus) = isolated {
-            parts.push(format!("CPUs {cpus} isolated (cpuset partition)"));
+            match self.mood {
+                Mood::Done => write!(f, "{sep}CPUs {cpus} isolated (cpuset partition)")?,
+                Mood::Would => write!(f, "{sep}CPUs {cpus} would be isolated (cpuset partition)")?,
+            }
+            sep = "; ";
         }
         if let Some(r) = shortfall {
-            parts.push(r.to_string());
+            f.write_str(sep)?;
+            r.write(f, self.mood)?;
         }
-        f.write_str(&parts.join("; "))
+        Ok(())
+    }
+}
+
+impl fmt::Display for HoldState {
+    /// What is held and how, then why not, `; ` between; nothing for [`HoldState::Nothing`].
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.said(Mood::Done).fmt(f)
     }
 }
 

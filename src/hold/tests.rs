@@ -82,7 +82,7 @@ impl FakeUnits {
             },
         );
     }
-    fn owner(&self, pid: u32) -> Result<Owner, String> {
+    fn owner(&self, pid: u32) -> Result<Owner, super::error::OwnerError> {
         Ok(self
             .0
             .lock()

@@ -16,7 +16,8 @@
 //! `check` refuses a holding rule that names neither (see `rules::compile`); this is
 //! the same promise kept at run time, for each process and each reconcile.
 
-use super::systemd::UnitInfo;
+use super::error::{HoldError, OwnerError};
+use super::systemd::{UnitError, UnitInfo};
 use super::{Place, Want};
 
 /// What a rule names that a user cannot imitate, on which its holds rest.
@@ -37,16 +38,20 @@ pub struct Owner {
 }
 
 /// A process's owner, or why it cannot be told (it is gone).
-pub type OwnerOf = dyn Fn(u32) -> Result<Owner, String> + Send;
+pub type OwnerOf = dyn Fn(u32) -> Result<Owner, OwnerError> + Send;
 
 /// The real [`OwnerOf`]: the `Uid:` line of `/proc/PID/status`.
-pub fn owner_of(pid: u32) -> Result<Owner, String> {
+pub fn owner_of(pid: u32) -> Result<Owner, OwnerError> {
     let path = format!("/proc/{pid}/status");
     let text = crate::sysroot::read_bounded(&path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => format!("pid {pid} has exited"),
-        _ => format!("pid {pid}: cannot read {path}: {e}"),
+        std::io::ErrorKind::NotFound => OwnerError::Exited { pid },
+        _ => OwnerError::Unreadable {
+            pid,
+            path: path.clone(),
+            error: std::sync::Arc::new(e),
+        },
     })?;
-    parse_owner(&text).ok_or_else(|| format!("pid {pid}: no Uid line in {path}"))
+    parse_owner(&text).ok_or(OwnerError::NoUid { pid, path })
 }
 
 fn parse_owner(status: &str) -> Option<Owner> {
@@ -87,19 +92,19 @@ pub(super) fn vouch(
     place: &Place,
     w: &Want,
     owner_of: &OwnerOf,
-    processes: impl FnOnce(&str) -> Result<Vec<u32>, String>,
-) -> Result<(), String> {
+    processes: impl FnOnce(&str) -> Result<Vec<u32>, UnitError>,
+) -> Result<(), HoldError> {
     let v = &w.vouch;
     let pid = w.pid;
     let owner = owner_of(pid)?;
     let unit = match place {
         Place::Adopt { .. } if v.names(owner) => return Ok(()),
         Place::Adopt { slice, .. } => {
-            return Err(format!(
+            return Err(HoldError::Unvouched(format!(
                 "pid {pid} (uid {}) runs in a login session in {slice}, and {}: only a process of the rule's users is held there",
                 owner.real,
                 v.users_line()
-            ))
+            )))
         }
         Place::Unit(u) => u,
     };
@@ -116,11 +121,11 @@ pub(super) fn vouch(
             ),
             (true, None) => format!(", and {} has no main process", unit.name),
         };
-        return Err(format!(
+        return Err(HoldError::Unvouched(format!(
             "pid {pid} (uid {}) is not held: {}{main}; a hold is made only for a process of the rule's users or for the main process of a system service the rule's `unit` names",
             owner.real,
             v.users_line()
-        ));
+        )));
     }
     // Held whole: every process of the unit must be the rule's users'.
     for other in processes(&unit.name)? {
@@ -129,12 +134,12 @@ pub(super) fn vouch(
         }
         match owner_of(other) {
             Ok(o) if !v.names(o) => {
-                return Err(format!(
+                return Err(HoldError::Unvouched(format!(
                     "{} is held whole and also runs pid {other} of uid {}, which the rule does not name ({}): not held",
                     unit.name,
                     o.real,
                     v.users_line()
-                ))
+                )))
             }
             // Gone meanwhile, or one of the users'.
             _ => {}
@@ -160,7 +165,7 @@ mod tests {
         assert_eq!(parse_owner("Name:\tx\n"), None);
         assert_eq!(parse_owner("Uid:\tx\t0\n"), None);
         assert_eq!(
-            owner_of(u32::MAX).unwrap_err(),
+            owner_of(u32::MAX).unwrap_err().to_string(),
             format!("pid {} has exited", u32::MAX)
         );
         let me = owner_of(std::process::id()).unwrap();

@@ -18,6 +18,22 @@ fn call_json(bus: &Bus, nobody: bool, method: &str, args: &[&str]) -> serde_json
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{method}: {e}: {}", text(&out)))
 }
 
+/// The JSON text docs/dbus.md shows (busctl's `s "…"`) on the line after the first that
+/// starts with `prompt`.
+fn doc_json_sample(prompt: &str) -> String {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dbus.md"),
+    )
+    .unwrap();
+    let sample = doc
+        .lines()
+        .skip_while(|l| !l.starts_with(prompt))
+        .nth(1)
+        .unwrap_or_else(|| panic!("docs/dbus.md shows no `{prompt}` reply"));
+    let quoted = sample.strip_prefix("s ").expect(sample);
+    serde_json::from_str(quoted).expect(sample)
+}
+
 #[test]
 fn list_managed_cpus_and_explain_json_agree_with_their_text_twins() {
     let _cpus = super::cpus_stay_online();
@@ -126,18 +142,8 @@ fn list_managed_cpus_and_explain_json_agree_with_their_text_twins() {
 #[test]
 fn the_explain_json_reply_in_docs_dbus_md_has_the_lines_the_daemon_returns() {
     let _cpus = super::cpus_stay_online();
-    let doc = std::fs::read_to_string(
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/dbus.md"),
-    )
-    .unwrap();
-    let sample = doc
-        .lines()
-        .skip_while(|l| !l.starts_with("$ busctl … ExplainJson u "))
-        .nth(1)
-        .expect("docs/dbus.md shows no `$ busctl … ExplainJson u PID` reply");
-    let quoted = sample.strip_prefix("s ").expect(sample);
-    let shown: String = serde_json::from_str(quoted).expect(sample);
-    let shown: serde_json::Value = serde_json::from_str(&shown).expect(sample);
+    let shown = doc_json_sample("$ busctl … ExplainJson u ");
+    let shown: serde_json::Value = serde_json::from_str(&shown).expect(&shown);
 
     let bus = Bus::start(Policy::Project);
     let dirs = Dirs::new();
@@ -182,4 +188,26 @@ fn the_explain_json_reply_in_docs_dbus_md_has_the_lines_the_daemon_returns() {
         shown["text"],
         real["text"]
     );
+}
+
+/// `HoldsJson` is `pinnerd::api::HoldsView` on the wire: the sample docs/dbus.md shows
+/// reads as one with every field (none missing, none unknown) and writes back the same
+/// text, and the daemon's value reads as one (nothing held here: the empty view, as
+/// `Holds` is empty).
+#[test]
+fn holds_json_is_the_holds_view_and_docs_dbus_md_shows_one() {
+    let _cpus = super::cpus_stay_online();
+    let shown = doc_json_sample("$ busctl … get-property … HoldsJson");
+    let view: pinnerd::api::HoldsView = serde_json::from_str(&shown).expect(&shown);
+    assert_eq!(serde_json::to_string(&view).unwrap(), shown);
+    assert_eq!(view.refused.len(), 1, "{view:?}");
+
+    let bus = Bus::start(Policy::Project);
+    let dirs = Dirs::new();
+    let _d = Daemon::start(&bus, &dirs);
+    let got = bus.get("HoldsJson");
+    let got: String = serde_json::from_str(got.strip_prefix("s ").expect(&got)).expect(&got);
+    let got: pinnerd::api::HoldsView = serde_json::from_str(&got).expect(&got);
+    assert_eq!(got, pinnerd::api::HoldsView::default());
+    assert_eq!(bus.get("Holds"), "s \"\"");
 }

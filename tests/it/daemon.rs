@@ -425,6 +425,7 @@ fn introspection_lists_every_member() {
         (".RuleErrors", "as"),
         (".SchedExt", "(ss)"),
         (".Holds", "s"),
+        (".HoldsJson", "s"),
         (".StateReason", "s"),
         (".Remeasure", "-"),
         (".Reload", "-"),

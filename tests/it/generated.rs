@@ -200,6 +200,10 @@ fn every_property_but_the_constant_ones_is_signalled() {
         }),
         matrix_measured: (1, 2),
         holds: "1 unit confined".into(),
+        holds_view: pinnerd::api::HoldsView {
+            units_confined: 1,
+            ..Default::default()
+        },
         nri: "registered with containerd 1.7.24".into(),
         containers: vec![pinnerd::api::ContainerView {
             how: "cpuset 1 set at creation by pinnerd".into(),

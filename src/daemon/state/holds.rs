@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use crate::api::{HoldRefused, HoldsView};
 use crate::cpuset::CpuSet;
 use crate::hold::{HoldReport, Want};
 
@@ -34,28 +35,43 @@ impl Holds {
             .fold(CpuSet::new(), |a, r| a.union(&r.cpus))
     }
 
-    /// For `status`: units confined, CPUs isolated, holds refused.
+    /// For the `HoldsJson` property: units confined, CPUs isolated, each distinct
+    /// refusal once by rule (what `check` and the log say, no pids), the kernel's notes.
+    pub(super) fn view(&self) -> HoldsView {
+        let refused: BTreeSet<HoldRefused> = self
+            .reports
+            .values()
+            .filter(|r| r.problem.is_some())
+            .map(|r| HoldRefused {
+                rule: r.rule.clone(),
+                line: r.line(),
+            })
+            .collect();
+        HoldsView {
+            units_confined: self.reports.values().filter(|r| r.confined).count() as u32,
+            cpus_isolated: self.isolated_cpus(),
+            refused: refused.into_iter().collect(),
+            notes: self.notes.clone(),
+        }
+    }
+
+    /// For `status` and the `Holds` property: [`view`](Self::view) in one line.
     pub(super) fn summary(&self) -> Option<String> {
         if self.reports.is_empty() {
             return (!self.notes.is_empty()).then(|| self.notes.join("; "));
         }
-        let confined = self.reports.values().filter(|r| r.confined).count();
-        let isolated = self.isolated_cpus();
+        let v = self.view();
+        let confined = v.units_confined as usize;
         let mut s = format!("{} confined", crate::words::count(confined, "unit"));
-        if !isolated.is_empty() {
-            s.push_str(&format!(", CPUs {isolated} isolated"));
+        if !v.cpus_isolated.is_empty() {
+            s.push_str(&format!(", CPUs {} isolated", v.cpus_isolated));
         }
-        // Each distinct reason once, by rule: what `check` and the log say, no pids.
-        let problems: std::collections::BTreeSet<String> = self
-            .reports
-            .values()
-            .filter(|r| r.problem.is_some())
-            .map(|r| {
-                let line = r.line();
-                format!("rule {}: {line}", r.rule)
-            })
+        let problems: BTreeSet<String> = v
+            .refused
+            .iter()
+            .map(|r| format!("rule {}: {}", r.rule, r.line))
             .collect();
-        for p in problems.iter().chain(self.notes.iter()) {
+        for p in problems.iter().chain(v.notes.iter()) {
             s.push_str(&format!("; {p}"));
         }
         Some(s)
@@ -245,5 +261,54 @@ mod tests {
         h.noted(Vec::new());
         assert!(!h.summary().unwrap().contains("kernel kept"));
         assert!(!h.line(7).unwrap().contains("kernel kept"));
+    }
+
+    /// `HoldsJson` says what `Holds` says, as fields: the line is the view's parts.
+    #[test]
+    fn the_holds_view_has_the_holds_line_in_fields() {
+        let mut h = Holds::default();
+        assert_eq!(h.view(), HoldsView::default());
+        let mut isolated = report(7, None);
+        isolated.isolate = true;
+        isolated.isolated = true;
+        let mut other = report(9, Some("no partitions"));
+        other.rule = "feed".into();
+        other.isolate = true;
+        h.reported(vec![isolated, other, report(8, Some("gone"))]);
+        h.noted(vec!["the kernel kept CPUs 6".into()]);
+        let v = h.view();
+        assert_eq!(
+            v,
+            HoldsView {
+                units_confined: 1,
+                cpus_isolated: set("2-3"),
+                refused: vec![
+                    HoldRefused {
+                        rule: "feed".into(),
+                        line: "not isolated: no partitions; the rule stays merely exclusive".into()
+                    },
+                    HoldRefused {
+                        rule: "md".into(),
+                        line: "unit not confined: gone".into()
+                    },
+                ],
+                notes: vec!["the kernel kept CPUs 6".into()],
+            }
+        );
+        assert_eq!(
+            h.summary().as_deref(),
+            Some(
+                "1 unit confined, CPUs 2-3 isolated; rule feed: not isolated: no partitions; \
+                 the rule stays merely exclusive; rule md: unit not confined: gone; the kernel \
+                 kept CPUs 6"
+            )
+        );
+        assert_eq!(
+            serde_json::to_string(&v).unwrap(),
+            "{\"units_confined\":1,\"cpus_isolated\":\"2-3\",\"refused\":[{\"rule\":\"feed\",\
+             \"line\":\"not isolated: no partitions; the rule stays merely exclusive\"},\
+             {\"rule\":\"md\",\"line\":\"unit not confined: gone\"}],\
+             \"notes\":[\"the kernel kept CPUs 6\"]}"
+        );
     }
 }

@@ -403,6 +403,7 @@ impl State {
             rule_errors: self.rule_errors(),
             sched_ext: self.sharing.sched_ext.now.clone(),
             holds: self.sharing.holds.summary().unwrap_or_default(),
+            holds_view: self.sharing.holds.view(),
             nri: self.containers.runtime.clone(),
             containers: self.containers.views(),
             state_reason: self.state_reason(),
