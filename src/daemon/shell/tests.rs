@@ -165,3 +165,18 @@ fn the_holder_is_stopped_well_within_the_units_stop_timeout() {
         "the holder may take {HOLDER_STOP:?} of TimeoutStopSec={timeout}s"
     );
 }
+
+/// A daemon that observes another machine (`daemon --machine`) has a mover and a holder
+/// that refuse every job, saying why, and looks for no journal of holds to recover.
+#[test]
+fn an_observing_daemon_s_workers_move_no_memory_and_hold_no_unit() {
+    let (tx, _rx) = mpsc::channel(4);
+    let root = crate::sysroot::SysRoot::new("/nonexistent/sys", "/nonexistent/proc");
+    let mut w = Workers::observing(&root, &tx).unwrap();
+    let why = w.moves.get().err().expect("the mover refuses");
+    assert!(why.contains("moves no memory"), "{why}");
+    let why = w.holder.get().err().expect("the holder refuses");
+    assert!(why.contains("holds no unit"), "{why}");
+    assert!(w.moves.running().is_none() && w.holder.running().is_none());
+    assert_eq!(w.hold_journal, None);
+}
