@@ -4,8 +4,8 @@
 //! second and more, not "late"), and the daemon's RSS and open descriptors after
 //! minute 1 stay where they were at minute 1. Timings of the same load are in
 //! `benches/README.md` (pin_storm); this test asserts outcomes only. It runs about
-//! 110 s, so it is ignored in the default `cargo test` and `make check` (CI) runs it
-//! once by name: `cargo test --test it soak:: -- --ignored`.
+//! 110 s, so `make check` (CI) leaves it out of the main run and runs it once by
+//! name: `cargo test --test it soak::`.
 
 use std::collections::VecDeque;
 use std::process::{Child, Command};
@@ -118,10 +118,10 @@ fn churn_processes(link: &std::path::Path, dur: Duration, want: &CpuSet) -> Proc
     tally
 }
 
-/// About 110 s, so not in the default `cargo test`: `make check` (what CI runs) runs it
-/// once on its own, after the rest (`cargo test --test it soak:: -- --ignored`).
+/// About 110 s, so `make check` (what CI runs) keeps it out of the main run
+/// (`-- --skip soak::`) and runs it once on its own, after the rest
+/// (`cargo test --test it soak::`).
 #[test]
-#[ignore = "a 110 s soak: `make check` runs it once, with `-- --ignored`"]
 fn churn_soak_misses_no_pin_and_keeps_rss_and_fds_flat() {
     let _cpus = super::cpus_stay_online();
     // No busy-spin test at the same time: the churn would throw their batches away.
