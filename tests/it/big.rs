@@ -45,6 +45,23 @@ fn machine() -> &'static Path {
     })
 }
 
+/// `plan --json`'s answer `v` is 8 CPUs of one LLC of the generated machine (`what`
+/// says which plan failed).
+fn assert_eight_cpus_in_one_llc(v: &Value, what: &str) {
+    let cpus: Vec<usize> = v["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap() as usize)
+        .collect();
+    assert_eq!(cpus.len(), 8, "{v}");
+    let s = Shape::of(N);
+    assert!(
+        cpus.iter().all(|&c| s.llc(c) == s.llc(cpus[0])),
+        "{what}: {cpus:?}"
+    );
+}
+
 fn arg(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -96,18 +113,7 @@ fn plan_on_4096_cpus_keeps_a_group_in_one_llc() {
         serde_json::json!([]),
         "the matrix agrees with sysfs"
     );
-    let cpus: Vec<usize> = v["cpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_u64().unwrap() as usize)
-        .collect();
-    assert_eq!(cpus.len(), 8, "{v}");
-    let s = Shape::of(N);
-    assert!(
-        cpus.iter().all(|&c| s.llc(c) == s.llc(cpus[0])),
-        "one LLC: {cpus:?}"
-    );
+    assert_eight_cpus_in_one_llc(&v, "one LLC");
     let worst = v["worst_latency_ns"].as_f64().unwrap();
     assert!(worst < 30.0, "{v}");
 }
@@ -235,18 +241,7 @@ fn measure_4096_cpus_sparse_then_complete_then_plan_on_it() {
         "plan on the complete 4,096-CPU map peaked at {kib} KiB, over {PLAN_COMPLETE_RSS_KIB}"
     );
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let cpus: Vec<usize> = v["cpus"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c.as_u64().unwrap() as usize)
-        .collect();
-    let s = Shape::of(N);
-    assert_eq!(cpus.len(), 8, "{v}");
-    assert!(
-        cpus.iter().all(|&c| s.llc(c) == s.llc(cpus[0])),
-        "one LLC on the measured map: {cpus:?}"
-    );
+    assert_eight_cpus_in_one_llc(&v, "one LLC on the measured map");
 }
 
 /// The largest `GetMatrixRows` reply, in bytes (docs/dbus.md): 1 Mi cells of 8 bytes,
