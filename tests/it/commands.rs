@@ -301,7 +301,7 @@ fn compare_runs_here_and_reports_every_variant() {
         "--runs",
         "2",
         "--duration-ms",
-        "40",
+        "200",
         "--no-measure",
         "--json",
         "--state-dir",

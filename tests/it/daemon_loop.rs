@@ -342,7 +342,7 @@ fn threads_moved_by_someone_else_are_one_warning_then_counts() {
     let d = Daemon::start(&bus, &dirs);
     let mut h = Helper::spawn(dirs.root.path(), "pd-moved");
     h.spawn_threads(300, Some("pd-mw"));
-    bus.wait_for("every thread pinned", Duration::from_secs(60), || {
+    bus.wait_for("every thread pinned", Duration::from_secs(180), || {
         all_on(&h, &target)
     });
     // The owner moves them all (a mask the rule's CPUs do not hold).
@@ -382,7 +382,7 @@ fn threads_moved_by_someone_else_are_one_warning_then_counts() {
     wait_log(
         &d,
         "every moved thread in the log, the first or counted",
-        Duration::from_secs(60),
+        Duration::from_secs(180),
         |log| firsts(log) + counted(log) >= moved || warns(log).len() as u64 >= moved,
     );
     let log = d.log();
