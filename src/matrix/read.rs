@@ -28,6 +28,7 @@ use std::path::Path;
 
 use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
 
+use super::cells::{Cells, Filling};
 use super::{LatencyMatrix, MatrixError, PairStats};
 use crate::infile::{self, InError, Links};
 
@@ -230,12 +231,62 @@ pub(super) fn cpus<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error
     Ok(v)
 }
 
-/// `latency_ns`: at most [`MAX_MATRIX_CPUS`] rows of at most as many cells.
-pub(super) fn cells<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<Option<f64>>>, D::Error> {
-    let Bounded(rows) =
-        Bounded::<Bounded<Option<f64>, MAX_MATRIX_CPUS>, MAX_MATRIX_CPUS>::deserialize(d)
-            .map_err(|e| de::Error::custom(format!("`latency_ns`: {e}")))?;
-    Ok(rows.into_iter().map(|Bounded(r)| r).collect())
+/// `latency_ns`: at most [`MAX_MATRIX_CPUS`] rows of at most as many cells, filled
+/// into the triangle as they stream ([`Filling`]): never a row kept, and what
+/// `validate` checks of the rows (square, symmetric, finite, ≥ 0) noted on the way, the
+/// first fault kept for [`Cells::check`] to word with the CPU ids.
+pub(super) fn cells<'de, D: Deserializer<'de>>(d: D) -> Result<Cells, D::Error> {
+    struct Rows;
+    impl<'de> Visitor<'de> for Rows {
+        type Value = Cells;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "an array of at most {MAX_MATRIX_CPUS} elements")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Cells, A::Error> {
+            let mut fill = Filling::new();
+            let mut rows = 0;
+            while seq.next_element_seed(Row(&mut fill))?.is_some() {
+                rows += 1;
+                if rows > MAX_MATRIX_CPUS {
+                    return Err(too_many());
+                }
+            }
+            Ok(fill.finish())
+        }
+    }
+    struct Row<'f>(&'f mut Filling);
+    impl<'de> de::DeserializeSeed<'de> for Row<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Row<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "an array of at most {MAX_MATRIX_CPUS} elements")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut cells = 0;
+            self.0.row(|| {
+                let cell = seq.next_element::<Option<f64>>()?;
+                if cell.is_some() {
+                    cells += 1;
+                    if cells > MAX_MATRIX_CPUS {
+                        return Err(too_many());
+                    }
+                }
+                Ok(cell)
+            })
+        }
+    }
+    fn too_many<E: de::Error>() -> E {
+        de::Error::custom(format!(
+            "more than {MAX_MATRIX_CPUS} entries, the most accepted"
+        ))
+    }
+    d.deserialize_seq(Rows)
+        .map_err(|e| de::Error::custom(format!("`latency_ns`: {e}")))
 }
 
 /// `stats`: at most [`MAX_STATS`] entries.

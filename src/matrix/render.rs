@@ -476,8 +476,7 @@ mod tests {
 
     fn m3() -> LatencyMatrix {
         let mut m = LatencyMatrix::from_fn(vec![0, 1, 4], |i, j| (i * 10 + j) as f64 + 5.0);
-        m.latency_ns[2][1] = None;
-        m.latency_ns[1][2] = None;
+        m.latency_ns.set(2, 1, None);
         m
     }
 
