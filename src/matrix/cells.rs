@@ -433,4 +433,86 @@ mod tests {
             }
         }
     }
+
+    /// What the streaming read finds wrong is said as `validate` said it of the rows:
+    /// the first fault in row order, naming CPU ids.
+    #[test]
+    fn the_streaming_read_refuses_bad_rows_in_the_old_words() {
+        use super::super::LatencyMatrix;
+        let read = |rows: &str| {
+            let text = format!(r#"{{"cpus":[4,5,6],"latency_ns":{rows}}}"#);
+            LatencyMatrix::from_json(&text, std::path::Path::new("m.json"))
+                .map(|m| m.latency_ns)
+                .map_err(|e| e.to_string())
+        };
+        let good = read("[[null,1,2],[1,null,3],[2,3,null]]").unwrap();
+        assert_eq!(good.get(2, 1), Some(3.0));
+        assert_eq!(good.get(0, 2), Some(2.0));
+        for (rows, want) in [
+            (
+                "[[null,1,2],[1,null,3],[2,4,null]]",
+                "matrix is not symmetric at CPUs 5 and 6",
+            ),
+            (
+                // The asymmetry of (4, 6) comes before row 1's negative cell.
+                "[[null,1,2],[1,null,-3],[7,-3,null]]",
+                "matrix is not symmetric at CPUs 4 and 6",
+            ),
+            (
+                "[[null,1,2],[1,null,-3],[2,-3,null]]",
+                "cell (5, 6) = -3 is not a latency (NaN, infinite or negative)",
+            ),
+            (
+                "[[-1,1,2],[1,null,3],[2,3,null]]",
+                "cell (4, 4) = -1 is not a latency (NaN, infinite or negative)",
+            ),
+            (
+                "[[null,1,2],[1,null],[2,3,null]]",
+                "row 1 of `latency_ns` has 2 cells, expected 3",
+            ),
+            (
+                "[[null,1,2],[1,null,3,4],[2,3,null]]",
+                "row 1 of `latency_ns` has 4 cells, expected 3",
+            ),
+            (
+                "[[null,1],[1,null],[2,3,null]]",
+                "row 0 of `latency_ns` has 2 cells, expected 3",
+            ),
+            (
+                "[[null,1,2],[1,null,3]]",
+                "`latency_ns` has 2 rows but `cpus` lists 3 CPUs",
+            ),
+            (
+                "[[null,1,2],[1,null,3],[2,3,null],[1,1,1]]",
+                "`latency_ns` has 4 rows but `cpus` lists 3 CPUs",
+            ),
+            ("[]", "`latency_ns` has 0 rows but `cpus` lists 3 CPUs"),
+            (
+                // A short row before an asymmetry further down: the row is first.
+                "[[null,1,2],[1],[2,3,null]]",
+                "row 1 of `latency_ns` has 1 cells, expected 3",
+            ),
+        ] {
+            assert_eq!(read(rows).unwrap_err(), format!("m.json: {want}"), "{rows}");
+        }
+        // A diagonal figure is checked, then not kept: the diagonal has none.
+        let diag = read("[[0.5,1,2],[1,null,3],[2,3,null]]").unwrap();
+        assert_eq!(diag.get(0, 0), None);
+        assert_eq!(diag, good);
+    }
+
+    /// A row or a count of rows past the bound is refused while it is read.
+    #[test]
+    fn rows_past_the_bound_are_refused_while_read() {
+        use super::super::MAX_MATRIX_CPUS;
+        let long_row = format!("[[{}]]", vec!["null"; MAX_MATRIX_CPUS + 1].join(","));
+        let text = format!(r#"{{"cpus":[0],"latency_ns":{long_row}}}"#);
+        let e = super::super::LatencyMatrix::from_json(&text, std::path::Path::new("m.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("`latency_ns`: more than 8192 entries, the most accepted"),
+            "{e}"
+        );
+    }
 }

@@ -579,7 +579,7 @@ impl LatencyMatrix {
             ));
         }
         let total = self.len() * self.len().saturating_sub(1) / 2;
-        let missing = total - self.cells().len();
+        let missing = total - self.latency_ns.pairs().count();
         if missing > 0 {
             warnings.push(format!("{missing} of {total} pairs have no figure"));
         }

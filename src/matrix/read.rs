@@ -8,8 +8,10 @@
 //! Must not touch: what a matrix means (see the parent module).
 //!
 //! Memory: a JSON file is parsed from a buffered reader, never held whole, so what it
-//! costs is the parsed matrix: its cells (16 bytes each, n²: 256 MiB at 4,096 CPUs,
-//! 1 GiB at 8,192), one stats entry per pair (48 bytes, n(n−1)/2: 384 MiB at 4,096, 1.5
+//! costs is the parsed matrix: its cells (one triangle of f64, see `Cells`, filled as
+//! the rows stream: 8 bytes a pair, 67 MB at 4,096 CPUs, 268 MB at 8,192; the first
+//! row's length reserves the triangle, which takes memory as its rows come), one stats
+//! entry per pair (48 bytes, n(n−1)/2: 384 MiB at 4,096, 1.5
 //! GiB at 8,192; a sparse file written compactly, see `COMPACT_FROM_CPUS`, has its
 //! inferred pairs' entries made again when read, a complete one past 1,024 CPUs holds
 //! only the entries with batches) and 256 warnings of at most 16 KiB. Measured at 4,096
