@@ -406,6 +406,7 @@ mod tests {
 
     /// The JSON rows exactly as the square `Vec<Vec<Option<f64>>>` wrote them.
     #[test]
+    #[allow(clippy::needless_range_loop)] // the old form is filled by both indices
     fn serialises_as_the_square_rows() {
         for n in [0, 1, 2, 5, 1030] {
             let mut c = Cells::new(n);
