@@ -197,8 +197,8 @@ pub fn render_diff(d: &Diff, a: &Path, b: &Path, warnings: &[String]) -> String 
 /// Most matrices `fleet` compares at once.
 pub const MAX_FLEET_FILES: usize = 256;
 /// Most cells (CPUs squared, summed over the files) `fleet` holds at once: three
-/// matrices of 1,024 CPUs (the fewest a fleet compares), or 48 of 256 (16 bytes a cell:
-/// 48 MiB).
+/// matrices of 1,024 CPUs (the fewest a fleet compares), or 48 of 256 (8 bytes a pair,
+/// one triangle: 12 MiB).
 pub const MAX_FLEET_CELLS: usize = 3 << 20;
 
 const _: () = assert!(

@@ -592,8 +592,7 @@ mod tests {
         );
         let mut m = synthetic();
         for j in 0..15 {
-            m.latency_ns[15][j] = None;
-            m.latency_ns[j][15] = None;
+            m.latency_ns.set(15, j, None);
         }
         let e = Domains::from_matrix(&m).unwrap_err().to_string();
         assert!(
@@ -631,8 +630,7 @@ mod tests {
     #[test]
     fn a_few_missing_cells_are_imputed() {
         let mut m = synthetic();
-        m.latency_ns[5][4] = None;
-        m.latency_ns[4][5] = None;
+        m.latency_ns.set(5, 4, None);
         let d = Domains::from_matrix(&m).unwrap();
         assert_eq!(d.levels().len(), 4);
         assert_eq!(d.levels()[1].groups.len(), 4);

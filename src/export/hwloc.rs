@@ -315,8 +315,7 @@ mod tests {
             "t.xml: the matrix names CPU 7, which is not a PU of this topology (its PUs' OS indexes: 0-3)"
         );
         let mut hole = LatencyMatrix::from_fn(vec![0, 1], |_, _| 10.0);
-        hole.latency_ns[0][1] = None;
-        hole.latency_ns[1][0] = None;
+        hole.latency_ns.set(0, 1, None);
         let e = distances(&hole, &pus, Path::new("t.xml"), Unit::Ns).unwrap_err();
         assert!(e.to_string().contains("CPUs 0 and 1"), "{e}");
     }

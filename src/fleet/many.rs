@@ -140,7 +140,7 @@ fn cellwise_median(first: &LatencyMatrix, hosts: &[(String, LatencyMatrix)]) -> 
         .map(|(_, m)| cpus.iter().map(|&c| m.index_of(c)).collect())
         .collect();
     let n = cpus.len();
-    let mut latency_ns = vec![vec![None; n]; n];
+    let mut latency_ns = crate::matrix::Cells::new(n);
     let mut vals = Vec::with_capacity(hosts.len());
     for i in 0..n {
         for j in 0..i {
@@ -153,8 +153,7 @@ fn cellwise_median(first: &LatencyMatrix, hosts: &[(String, LatencyMatrix)]) -> 
                 }
             }
             let v = median_in_place(&mut vals);
-            latency_ns[i][j] = v;
-            latency_ns[j][i] = v;
+            latency_ns.set(i, j, v);
         }
     }
     LatencyMatrix::new(cpus, latency_ns)

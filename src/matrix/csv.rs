@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use super::{LatencyMatrix, MatrixError, MAX_MATRIX_CPUS};
+use super::{Cells, LatencyMatrix, MatrixError, MAX_MATRIX_CPUS};
 
 impl LatencyMatrix {
     /// Parses core-to-core-latency's `--csv`: row `i` holds the pairs `(i, j < i)`, the
@@ -57,7 +57,7 @@ impl LatencyMatrix {
                 format!("more rows than the {n} cells of the first row: not a square matrix"),
             ));
         }
-        let mut latency_ns = vec![vec![None; n]; n];
+        let mut latency_ns = Cells::new(n);
         for (i, &(line, row)) in rows.iter().enumerate() {
             let cells: Vec<&str> = row.split(',').collect();
             if cells.len() != n {
@@ -99,8 +99,7 @@ impl LatencyMatrix {
                 if !v.is_finite() || v < 0.0 {
                     return Err(err(line, format!("cell {}: {v} is not a latency", j + 1)));
                 }
-                latency_ns[i][j] = Some(v);
-                latency_ns[j][i] = Some(v);
+                latency_ns.set(i, j, Some(v));
             }
         }
         let mut m = LatencyMatrix::new((0..n as u32).collect(), latency_ns);

@@ -6,7 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{read, KeptCells, LatencyMatrix, PairStats, SparseCounts, Stability};
+use super::cells::Rows;
+use super::{read, Cells, KeptCells, LatencyMatrix, PairStats, SparseCounts, Stability};
 
 /// The JSON object as read: [`LatencyMatrix`]'s fields, with the sparse counts as
 /// three plain fields (present together or not at all).
@@ -16,9 +17,10 @@ pub(super) struct MatrixFile {
     #[serde(deserialize_with = "read::cpus")]
     cpus: Vec<u32>,
     /// `latency_ns[i][j]`: one-way latency between `cpus[i]` and `cpus[j]`. Symmetric;
-    /// the diagonal is `None` (null in JSON). A missing pair is also `None`.
+    /// the diagonal is `None` (null in JSON). A missing pair is also `None`. Read into
+    /// the triangle as the rows stream ([`read::cells`]).
     #[serde(deserialize_with = "read::cells")]
-    latency_ns: Vec<Vec<Option<f64>>>,
+    latency_ns: Cells,
     /// Measurement primitive, e.g. `cas` or `load-store`; `None` when unknown (imports).
     #[serde(default)]
     primitive: Option<String>,
@@ -109,26 +111,20 @@ struct MatrixOut<'a> {
 /// far below what a measurement resolves: a noisy figure then takes about 7 bytes
 /// instead of about 18 (a 4,096-CPU simulated first map: 315 MB before).
 struct CellsOut<'a> {
-    rows: &'a [Vec<Option<f64>>],
+    cells: &'a Cells,
     rounded: bool,
 }
 
 impl Serialize for CellsOut<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         if !self.rounded {
-            return self.rows.serialize(s);
+            return self.cells.serialize(s);
         }
-        struct Row<'r>(&'r [Option<f64>]);
-        impl Serialize for Row<'_> {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.collect_seq(
-                    self.0
-                        .iter()
-                        .map(|c| c.map(|v| (v * 100.0).round() / 100.0)),
-                )
-            }
+        Rows {
+            cells: self.cells,
+            map: |v: f64| (v * 100.0).round() / 100.0,
         }
-        s.collect_seq(self.rows.iter().map(|r| Row(r)))
+        .serialize(s)
     }
 }
 
@@ -168,7 +164,7 @@ impl Serialize for LatencyMatrix {
         MatrixOut {
             cpus: &self.cpus,
             latency_ns: CellsOut {
-                rows: &self.latency_ns,
+                cells: &self.latency_ns,
                 rounded: compact,
             },
             primitive: self.primitive.as_ref(),
@@ -236,7 +232,7 @@ impl LatencyMatrix {
     /// measurement writes them (by column, then row), the stored entries in their place.
     fn restore_inferred_stats(&mut self) {
         let n = self.len();
-        if self.latency_ns.len() != n || self.latency_ns.iter().any(|r| r.len() != n) {
+        if self.latency_ns.n() != n {
             return; // not square: validation says so
         }
         let mut stored: std::collections::HashMap<(u32, u32), PairStats> = self
@@ -253,7 +249,7 @@ impl LatencyMatrix {
                 );
                 if let Some(s) = stored.remove(&(a, b)) {
                     all.push(s);
-                } else if let Some(v) = self.latency_ns[i][j] {
+                } else if let Some(v) = self.latency_ns.get(i, j) {
                     all.push(PairStats {
                         a,
                         b,

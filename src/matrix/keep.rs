@@ -15,7 +15,7 @@
 
 use crate::cpuset::CpuSet;
 
-use super::{LatencyMatrix, PairStats};
+use super::{Cells, LatencyMatrix, PairStats};
 
 /// What a stored matrix gives for a set of CPUs.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,10 +74,12 @@ pub fn restrict(m: &LatencyMatrix, cpus: &CpuSet) -> LatencyMatrix {
     let keep: Vec<usize> = (0..m.len()).filter(|&i| cpus.contains(m.cpus[i])).collect();
     let mut out = m.clone();
     out.cpus = keep.iter().map(|&i| m.cpus[i]).collect();
-    out.latency_ns = keep
-        .iter()
-        .map(|&i| keep.iter().map(|&j| m.latency_ns[i][j]).collect())
-        .collect();
+    out.latency_ns = Cells::new(keep.len());
+    for (a, &i) in keep.iter().enumerate() {
+        for (b, &j) in keep.iter().enumerate().skip(a + 1) {
+            out.latency_ns.set(a, b, m.latency_ns.get(i, j));
+        }
+    }
     out.stats
         .retain(|s| cpus.contains(s.a) && cpus.contains(s.b));
     // Fewer CPUs, fewer pairs: the sparse counts are those of what is left.
@@ -102,14 +104,12 @@ pub fn merge(newer: &LatencyMatrix, older: &LatencyMatrix) -> LatencyMatrix {
             older.between(a, b)
         }
     };
-    let latency_ns = cpus
-        .iter()
-        .map(|&a| {
-            cpus.iter()
-                .map(|&b| if a == b { None } else { cell(a, b) })
-                .collect()
-        })
-        .collect();
+    let mut latency_ns = Cells::new(cpus.len());
+    for (i, &a) in cpus.iter().enumerate() {
+        for (j, &b) in cpus.iter().enumerate().skip(i + 1) {
+            latency_ns.set(i, j, cell(a, b));
+        }
+    }
     let has = |s: &PairStats| covered(s.a, s.b);
     let mut stats: Vec<PairStats> = newer.stats.clone();
     stats.extend(older.stats.iter().filter(|s| !has(s)).cloned());
@@ -131,15 +131,13 @@ pub fn fill(stored: &LatencyMatrix, cells: &[(u32, u32, Option<f64>)]) -> Latenc
     let cpus: Vec<u32> = cells.iter().flat_map(|&(a, b, _)| [a, b]).collect();
     let mut fresh = LatencyMatrix::new(
         cpus.iter().copied().collect::<CpuSet>().iter().collect(),
-        Vec::new(),
+        Cells::new(0),
     );
-    let n = fresh.cpus.len();
-    fresh.latency_ns = vec![vec![None; n]; n];
+    fresh.latency_ns = Cells::new(fresh.cpus.len());
     for &(a, b, ns) in cells {
         if let (Some(i), Some(j), Some(v)) = (fresh.index_of(a), fresh.index_of(b), ns) {
             if i != j {
-                fresh.latency_ns[i][j] = Some(v);
-                fresh.latency_ns[j][i] = Some(v);
+                fresh.latency_ns.set(i, j, Some(v));
             }
         }
     }
@@ -188,8 +186,7 @@ mod tests {
         assert_eq!(c.missing, vec![(0, 6), (1, 6), (2, 6), (3, 6)]);
         // A hole inside the matrix counts too.
         let mut holed = stored.clone();
-        holed.latency_ns[1][2] = None;
-        holed.latency_ns[2][1] = None;
+        holed.latency_ns.set(1, 2, None);
         assert_eq!(cover(&holed, &set("0-3")).missing, vec![(1, 2)]);
     }
 
@@ -229,8 +226,7 @@ mod tests {
     fn a_pair_the_new_matrix_covers_without_a_figure_is_not_filled_from_the_old() {
         let stored = over("0-4");
         let mut newer = LatencyMatrix::from_fn(vec![0, 1, 2, 3], |_, _| 1.0);
-        newer.latency_ns[1][2] = None;
-        newer.latency_ns[2][1] = None;
+        newer.latency_ns.set(1, 2, None);
         newer.sparse = Some(Box::new(crate::matrix::SparseCounts {
             pairs_measured: 5,
             pairs_total: 6,

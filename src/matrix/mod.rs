@@ -14,6 +14,7 @@
 //!
 //! Must not touch: measurement (see `measure`) or placement (see `placement`).
 
+mod cells;
 mod csv;
 mod json;
 pub mod keep;
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::cpuset::CpuSet;
 
+pub use cells::Cells;
 pub use json::COMPACT_FROM_CPUS;
 
 /// One-way core-to-core latencies in nanoseconds.
@@ -41,10 +43,11 @@ pub struct LatencyMatrix {
     /// Linux CPU ids, in row order.
     #[serde(deserialize_with = "read::cpus")]
     pub cpus: Vec<u32>,
-    /// `latency_ns[i][j]`: one-way latency between `cpus[i]` and `cpus[j]`. Symmetric;
-    /// the diagonal is `None` (null in JSON). A missing pair is also `None`.
+    /// `latency_ns.get(i, j)`: one-way latency between `cpus[i]` and `cpus[j]`, in
+    /// either order (the upper triangle, see [`Cells`]); the diagonal is `None` (null in
+    /// JSON), and so is a missing pair.
     #[serde(deserialize_with = "read::cells")]
-    pub latency_ns: Vec<Vec<Option<f64>>>,
+    pub latency_ns: Cells,
     /// Measurement primitive, e.g. `cas` or `load-store`; `None` when unknown (imports).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub primitive: Option<String>,
@@ -290,13 +293,10 @@ impl LatencyMatrix {
     /// A matrix over `cpus` with every off-diagonal cell from `f(i, j)` (indices).
     pub fn from_fn(cpus: Vec<u32>, mut f: impl FnMut(usize, usize) -> f64) -> LatencyMatrix {
         let n = cpus.len();
-        let mut latency_ns = vec![vec![None; n]; n];
-        #[allow(clippy::needless_range_loop)] // symmetric fill needs both indices
+        let mut latency_ns = Cells::new(n);
         for i in 0..n {
             for j in 0..i {
-                let v = f(i, j);
-                latency_ns[i][j] = Some(v);
-                latency_ns[j][i] = Some(v);
+                latency_ns.set(i, j, Some(f(i, j)));
             }
         }
         LatencyMatrix::new(cpus, latency_ns)
@@ -331,7 +331,7 @@ impl LatencyMatrix {
     }
 
     /// A matrix with the given cells and no metadata.
-    pub fn new(cpus: Vec<u32>, latency_ns: Vec<Vec<Option<f64>>>) -> LatencyMatrix {
+    pub fn new(cpus: Vec<u32>, latency_ns: Cells) -> LatencyMatrix {
         LatencyMatrix {
             cpus,
             latency_ns,
@@ -365,7 +365,7 @@ impl LatencyMatrix {
 
     /// Latency between two row indices.
     pub fn at(&self, i: usize, j: usize) -> Option<f64> {
-        self.latency_ns.get(i)?.get(j).copied().flatten()
+        self.latency_ns.get(i, j)
     }
 
     /// Pairs with a measured figure (a cell whose statistics entry does not say
@@ -478,36 +478,7 @@ impl LatencyMatrix {
                 return Err(format!("CPU {c} is listed twice in `cpus`"));
             }
         }
-        if self.latency_ns.len() != n {
-            return Err(format!(
-                "`latency_ns` has {} rows but `cpus` lists {n} CPUs",
-                self.latency_ns.len()
-            ));
-        }
-        for (i, row) in self.latency_ns.iter().enumerate() {
-            if row.len() != n {
-                return Err(format!(
-                    "row {i} of `latency_ns` has {} cells, expected {n}",
-                    row.len()
-                ));
-            }
-            for (j, cell) in row.iter().enumerate() {
-                if let Some(v) = cell {
-                    if !v.is_finite() || *v < 0.0 {
-                        return Err(format!(
-                            "cell ({}, {}) = {v} is not a latency (NaN, infinite or negative)",
-                            self.cpus[i], self.cpus[j]
-                        ));
-                    }
-                }
-                if i != j && self.latency_ns[j][i] != *cell {
-                    return Err(format!(
-                        "matrix is not symmetric at CPUs {} and {}",
-                        self.cpus[i], self.cpus[j]
-                    ));
-                }
-            }
-        }
+        self.latency_ns.check(&self.cpus)?;
         if let Some(d) = self.measure_seconds {
             if !d.is_finite() || d < 0.0 {
                 return Err(format!("`measure_seconds` {d} is not a duration"));
@@ -541,11 +512,9 @@ impl LatencyMatrix {
             .find(|s| (s.a == a && s.b == b) || (s.a == b && s.b == a))
     }
 
-    /// Every off-diagonal value once (lower triangle).
+    /// Every off-diagonal value once (the upper triangle, row by row).
     pub fn cells(&self) -> Vec<f64> {
-        (0..self.len())
-            .flat_map(|i| (0..i).filter_map(move |j| self.at(i, j)))
-            .collect()
+        self.latency_ns.pairs().map(|(_, _, v)| v).collect()
     }
 
     /// Min/median/max over the pairs and the latency levels: sorted cell values split
@@ -610,7 +579,7 @@ impl LatencyMatrix {
             ));
         }
         let total = self.len() * self.len().saturating_sub(1) / 2;
-        let missing = total - self.cells().len();
+        let missing = total - self.latency_ns.pairs().count();
         if missing > 0 {
             warnings.push(format!("{missing} of {total} pairs have no figure"));
         }

@@ -8,8 +8,10 @@
 //! Must not touch: what a matrix means (see the parent module).
 //!
 //! Memory: a JSON file is parsed from a buffered reader, never held whole, so what it
-//! costs is the parsed matrix: its cells (16 bytes each, n²: 256 MiB at 4,096 CPUs,
-//! 1 GiB at 8,192), one stats entry per pair (48 bytes, n(n−1)/2: 384 MiB at 4,096, 1.5
+//! costs is the parsed matrix: its cells (one triangle of f64, see `Cells`, filled as
+//! the rows stream: 8 bytes a pair, 67 MB at 4,096 CPUs, 268 MB at 8,192; the first
+//! row's length reserves the triangle, which takes memory as its rows come), one stats
+//! entry per pair (48 bytes, n(n−1)/2: 384 MiB at 4,096, 1.5
 //! GiB at 8,192; a sparse file written compactly, see `COMPACT_FROM_CPUS`, has its
 //! inferred pairs' entries made again when read, a complete one past 1,024 CPUs holds
 //! only the entries with batches) and 256 warnings of at most 16 KiB. Measured at 4,096
@@ -28,6 +30,7 @@ use std::path::Path;
 
 use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
 
+use super::cells::{Cells, Filling};
 use super::{LatencyMatrix, MatrixError, PairStats};
 use crate::infile::{self, InError, Links};
 
@@ -230,12 +233,62 @@ pub(super) fn cpus<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u32>, D::Error
     Ok(v)
 }
 
-/// `latency_ns`: at most [`MAX_MATRIX_CPUS`] rows of at most as many cells.
-pub(super) fn cells<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Vec<Option<f64>>>, D::Error> {
-    let Bounded(rows) =
-        Bounded::<Bounded<Option<f64>, MAX_MATRIX_CPUS>, MAX_MATRIX_CPUS>::deserialize(d)
-            .map_err(|e| de::Error::custom(format!("`latency_ns`: {e}")))?;
-    Ok(rows.into_iter().map(|Bounded(r)| r).collect())
+/// `latency_ns`: at most [`MAX_MATRIX_CPUS`] rows of at most as many cells, filled
+/// into the triangle as they stream ([`Filling`]): never a row kept, and what
+/// `validate` checks of the rows (square, symmetric, finite, ≥ 0) noted on the way, the
+/// first fault kept for [`Cells::check`] to word with the CPU ids.
+pub(super) fn cells<'de, D: Deserializer<'de>>(d: D) -> Result<Cells, D::Error> {
+    struct Rows;
+    impl<'de> Visitor<'de> for Rows {
+        type Value = Cells;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "an array of at most {MAX_MATRIX_CPUS} elements")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Cells, A::Error> {
+            let mut fill = Filling::new();
+            let mut rows = 0;
+            while seq.next_element_seed(Row(&mut fill))?.is_some() {
+                rows += 1;
+                if rows > MAX_MATRIX_CPUS {
+                    return Err(too_many());
+                }
+            }
+            Ok(fill.finish())
+        }
+    }
+    struct Row<'f>(&'f mut Filling);
+    impl<'de> de::DeserializeSeed<'de> for Row<'_> {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+    impl<'de> Visitor<'de> for Row<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            write!(f, "an array of at most {MAX_MATRIX_CPUS} elements")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            let mut cells = 0;
+            self.0.row(|| {
+                let cell = seq.next_element::<Option<f64>>()?;
+                if cell.is_some() {
+                    cells += 1;
+                    if cells > MAX_MATRIX_CPUS {
+                        return Err(too_many());
+                    }
+                }
+                Ok(cell)
+            })
+        }
+    }
+    fn too_many<E: de::Error>() -> E {
+        de::Error::custom(format!(
+            "more than {MAX_MATRIX_CPUS} entries, the most accepted"
+        ))
+    }
+    d.deserialize_seq(Rows)
+        .map_err(|e| de::Error::custom(format!("`latency_ns`: {e}")))
 }
 
 /// `stats`: at most [`MAX_STATS`] entries.

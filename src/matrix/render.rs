@@ -18,9 +18,12 @@ const TERMINAL_NUMBERS_MAX: usize = 32;
 const SVG_NUMBERS_MAX: usize = 24;
 
 fn range(m: &LatencyMatrix) -> (f64, f64) {
-    let cells = m.cells();
-    let lo = cells.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = cells.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (lo, hi) = m
+        .latency_ns
+        .pairs()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), (_, _, v)| {
+            (lo.min(v), hi.max(v))
+        });
     if lo.is_finite() {
         (lo, hi)
     } else {
@@ -62,9 +65,9 @@ pub fn terminal_heatmap(m: &LatencyMatrix, color: bool) -> String {
         .unwrap_or(1);
     let cell_w = if numbers {
         let widest = m
-            .cells()
-            .iter()
-            .map(|v| format!("{v:.0}").len())
+            .latency_ns
+            .pairs()
+            .map(|(_, _, v)| format!("{v:.0}").len())
             .max()
             .unwrap_or(1);
         widest.max(id_w) + 1
@@ -476,8 +479,7 @@ mod tests {
 
     fn m3() -> LatencyMatrix {
         let mut m = LatencyMatrix::from_fn(vec![0, 1, 4], |i, j| (i * 10 + j) as f64 + 5.0);
-        m.latency_ns[2][1] = None;
-        m.latency_ns[1][2] = None;
+        m.latency_ns.set(2, 1, None);
         m
     }
 

@@ -463,7 +463,10 @@ mod tests {
         let n = crate::matrix::MAX_MATRIX_CPUS as u32 + 1;
         // Refused on its CPU count, before its cells are looked at (none are built).
         let e = store
-            .save(&LatencyMatrix::new((0..n).collect(), Vec::new()))
+            .save(&LatencyMatrix::new(
+                (0..n).collect(),
+                crate::matrix::Cells::new(0),
+            ))
             .unwrap_err();
         assert!(
             e.to_string()
@@ -629,9 +632,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = MatrixStore::open(dir.path()).unwrap();
         let mut m = matrix("fp", 1.0);
-        m.latency_ns[0][1] = Some(2.0);
+        // Cells in memory are symmetric by construction: a negative one is invalid.
+        m.latency_ns.set(0, 1, Some(-2.0));
         let e = store.save(&m).unwrap_err();
-        assert!(e.to_string().contains("not symmetric"), "{e}");
+        assert!(e.to_string().contains("not a latency"), "{e}");
         assert!(!store.current_path().exists());
     }
 

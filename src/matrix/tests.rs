@@ -91,8 +91,7 @@ fn csv_export_is_core_to_core_latency_layout() {
     let m = LatencyMatrix::load(&path).unwrap();
     assert_eq!(m.to_csv(), text, "byte-for-byte round trip");
     let mut gap = LatencyMatrix::from_fn(vec![3, 7, 9], |i, j| (i + j) as f64 + 0.5);
-    gap.latency_ns[2][0] = None;
-    gap.latency_ns[0][2] = None;
+    gap.latency_ns.set(2, 0, None);
     assert_eq!(gap.to_csv(), ",,\n1.5,,\nnan,3.5,\n");
     let back = LatencyMatrix::from_csv(&gap.to_csv(), p()).unwrap();
     assert_eq!(back.at(2, 0), None);
@@ -111,8 +110,7 @@ fn check_against_names_small_and_foreign_matrices() {
     assert!(w[0].contains("CPUs 1 that are not online"), "{w:?}");
     assert!(m.check_against(&"0-1".parse().unwrap()).is_empty());
     let mut holes = m.clone();
-    holes.latency_ns[0][1] = None;
-    holes.latency_ns[1][0] = None;
+    holes.latency_ns.set(0, 1, None);
     let w = holes.check_against(&"0-1".parse().unwrap());
     assert_eq!(w, vec!["1 of 1 pairs have no figure".to_string()]);
 }
@@ -208,8 +206,7 @@ fn sparse_counts_and_inferred_pairs_round_trip_and_old_files_still_load() {
 fn sparse_counts_are_read_off_the_cells_not_taken_from_the_file() {
     // Three pairs: (0, 1) measured, (1, 2) inferred, (0, 2) without a figure.
     let mut m = LatencyMatrix::from_fn(vec![0, 1, 2], |_, _| 20.0);
-    m.latency_ns[0][2] = None;
-    m.latency_ns[2][0] = None;
+    m.latency_ns.set(0, 2, None);
     m.stats.push(PairStats {
         a: 2,
         b: 1,
@@ -267,11 +264,10 @@ fn a_large_sparse_matrix_is_stored_without_its_inferred_statistics_and_read_back
                 90.0 + (i % 7) as f64
             }
         });
-        m.latency_ns[5][0] = None;
-        m.latency_ns[0][5] = None;
+        m.latency_ns.set(5, 0, None);
         for j in 0..n {
             for i in j + 1..n {
-                let Some(v) = m.latency_ns[i][j] else {
+                let Some(v) = m.latency_ns.get(i, j) else {
                     continue;
                 };
                 let measured = i == j + 1;
@@ -332,11 +328,11 @@ fn a_large_matrix_writes_its_cells_to_a_hundredth_of_a_nanosecond() {
     let text = serde_json::to_string(&big).unwrap();
     let back = LatencyMatrix::from_json(&text, Path::new("big.json")).unwrap();
     let (mut exact, mut rounded) = (0, 0);
-    for (row, back_row) in big.latency_ns.iter().zip(&back.latency_ns) {
-        for (cell, back_cell) in row.iter().zip(back_row) {
+    for i in 0..big.len() {
+        for (cell, back_cell) in big.latency_ns.row(i).zip(back.latency_ns.row(i)) {
             match (cell, back_cell) {
                 (Some(v), Some(b)) => {
-                    assert_eq!(*b, (v * 100.0).round() / 100.0, "{v} read back as {b}");
+                    assert_eq!(b, (v * 100.0).round() / 100.0, "{v} read back as {b}");
                     assert!((v - b).abs() <= 0.005 + 1e-9);
                     if v == b {
                         exact += 1;
@@ -373,7 +369,7 @@ fn a_large_complete_matrix_is_stored_without_its_single_figure_statistics() {
         });
         for j in 0..n {
             for i in j + 1..n {
-                let v = m.latency_ns[i][j].unwrap();
+                let v = m.latency_ns.get(i, j).unwrap();
                 // Pairs of neighbours measured by the spinner (batches), the others
                 // by one figure each.
                 let batches = i == j + 1;

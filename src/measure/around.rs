@@ -312,7 +312,7 @@ mod tests {
     /// A full matrix over `list` with cell (a, b) = 10a + b + `plus`.
     fn full(list: &str, plus: f64, at: u64) -> LatencyMatrix {
         let cpus: Vec<u32> = set(list).iter().collect();
-        let cells = cpus
+        let cells: Vec<Vec<_>> = cpus
             .iter()
             .map(|&a| {
                 cpus.iter()
@@ -320,7 +320,7 @@ mod tests {
                     .collect()
             })
             .collect();
-        let mut m = LatencyMatrix::new(cpus, cells);
+        let mut m = LatencyMatrix::new(cpus, crate::matrix::Cells::from_rows(&cells));
         m.measured_at_us = Some(at);
         m
     }

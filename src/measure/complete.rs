@@ -428,8 +428,7 @@ fn apply_indexed(
                 m.stats.push(entry);
             }
         }
-        m.latency_ns[i][j] = Some(v);
-        m.latency_ns[j][i] = Some(v);
+        m.latency_ns.set(i, j, Some(v));
     }
     if let Some(sp) = m.sparse.as_mut() {
         sp.pairs_measured = (sp.pairs_measured + newly).min(sp.pairs_total);

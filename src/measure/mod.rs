@@ -54,7 +54,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::cpuset::CpuSet;
-use crate::matrix::LatencyMatrix;
+use crate::matrix::{Cells, LatencyMatrix};
 use crate::sysroot::SysRoot;
 use around::cpu_words;
 
@@ -659,7 +659,7 @@ fn conclude(
             share * 100.0
         );
     }
-    let mut matrix = LatencyMatrix::new(passes.ids, latency);
+    let mut matrix = LatencyMatrix::new(passes.ids, Cells::from_rows(&latency));
     matrix.primitive = Some(cfg.primitive.as_str().to_string());
     matrix.measured_at_us = Some(now_us());
     matrix.measure_seconds = Some(before.measuring_since.elapsed().as_secs_f64());

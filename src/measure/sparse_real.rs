@@ -160,7 +160,7 @@ pub fn run_sparse_real(
     let out = run_sparse(&ids, prior, &mut meas, sparse)?;
     let stat_after = guard::read_stat(&cfg.root)?;
     let mut m = out.to_matrix(&meas.stats, &sparse.costs);
-    if m.cells().is_empty() {
+    if m.latency_ns.is_empty() {
         return Err(MeasureError::NothingMeasured {
             reason: "no pair gave a figure".into(),
         });

@@ -510,7 +510,10 @@ mod tests {
                 && all.contains("the host probably put both vCPUs of these pairs on one core"),
             "{all}"
         );
-        let m = crate::matrix::LatencyMatrix::new(ids.clone(), a.latency);
+        let m = crate::matrix::LatencyMatrix::new(
+            ids.clone(),
+            crate::matrix::Cells::from_rows(&a.latency),
+        );
         let d = crate::domains::Domains::from_matrix(&m).unwrap();
         assert!(
             d.levels()

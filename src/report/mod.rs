@@ -434,10 +434,12 @@ pub fn domain_order(d: &Domains) -> Vec<u32> {
 /// The matrix with its rows and columns in `order` (CPUs it lacks are left out).
 pub fn reordered(m: &LatencyMatrix, order: &[u32]) -> LatencyMatrix {
     let idx: Vec<usize> = order.iter().filter_map(|&c| m.index_of(c)).collect();
-    let cells = idx
-        .iter()
-        .map(|&i| idx.iter().map(|&j| m.at(i, j)).collect())
-        .collect();
+    let mut cells = crate::matrix::Cells::new(idx.len());
+    for (a, &i) in idx.iter().enumerate() {
+        for (b, &j) in idx.iter().enumerate().skip(a + 1) {
+            cells.set(a, b, m.at(i, j));
+        }
+    }
     LatencyMatrix::new(idx.iter().map(|&i| m.cpus[i]).collect(), cells)
 }
 

@@ -476,8 +476,7 @@ fn plan_uses_the_stored_cells_of_the_usable_cpus_and_not_a_matrix_lacking_some()
     assert!(out.contains("stored matrix"), "{out}");
     // Stored without a pair of online CPUs: not used, and the plan says why.
     let mut lacking = LatencyMatrix::from_fn(online.clone(), |_, _| 9.0);
-    lacking.latency_ns[0][1] = None;
-    lacking.latency_ns[1][0] = None;
+    lacking.latency_ns.set(0, 1, None);
     lacking.fingerprint = Some(fp.hex.clone());
     store.save(&lacking).unwrap();
     let Run {

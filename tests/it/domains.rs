@@ -146,13 +146,12 @@ fn clustering_survives_noise_and_outlier_cells() {
         let n = noisy.len();
         for i in 0..n {
             for j in 0..i {
-                let mut v = noisy.latency_ns[i][j].unwrap() * (0.95 + 0.1 * rng.next());
+                let mut v = noisy.latency_ns.get(i, j).unwrap() * (0.95 + 0.1 * rng.next());
                 // 0.5% of the cells ruined by preemption: 3x to 8x their value.
                 if rng.next() < 0.005 {
                     v *= 3.0 + 5.0 * rng.next();
                 }
-                noisy.latency_ns[i][j] = Some(v);
-                noisy.latency_ns[j][i] = Some(v);
+                noisy.latency_ns.set(i, j, Some(v));
             }
         }
         let got = Domains::from_matrix(&noisy).unwrap();

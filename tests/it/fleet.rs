@@ -28,8 +28,7 @@ fn noisy(m: &LatencyMatrix, amp: f64, seed: u64) -> LatencyMatrix {
         for j in 0..i {
             if let Some(v) = m.at(i, j) {
                 let w = v * (1.0 + amp * next());
-                out.latency_ns[i][j] = Some(w);
-                out.latency_ns[j][i] = Some(w);
+                out.latency_ns.set(i, j, Some(w));
             }
         }
     }
@@ -43,8 +42,7 @@ fn slow_between(m: &LatencyMatrix, x: &[u32], y: &[u32], factor: f64) -> Latency
         for &b in y {
             let (i, j) = (m.index_of(a).unwrap(), m.index_of(b).unwrap());
             let v = m.at(i, j).unwrap() * factor;
-            out.latency_ns[i][j] = Some(v);
-            out.latency_ns[j][i] = Some(v);
+            out.latency_ns.set(i, j, Some(v));
         }
     }
     out

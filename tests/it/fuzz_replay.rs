@@ -133,8 +133,7 @@ fn matrix() -> impl Strategy<Value = LatencyMatrix> {
             let mut m = LatencyMatrix::from_fn(cpus, |_, _| 0.0);
             for i in 0..n {
                 for j in 0..i {
-                    m.latency_ns[i][j] = cells[i * n + j];
-                    m.latency_ns[j][i] = cells[i * n + j];
+                    m.latency_ns.set(i, j, cells[i * n + j]);
                 }
             }
             m

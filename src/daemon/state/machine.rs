@@ -306,9 +306,8 @@ fn matrix_rows(m: &LatencyMatrix, first: u32, count: u32) -> Result<MatrixReply,
     let end = n.min(first + (count as usize).min(rows_per_reply(n)));
     Ok(MatrixReply {
         cpus: m.cpus.clone(),
-        latency_ns: m.latency_ns[first..end]
-            .iter()
-            .map(|row| row.iter().map(|v| v.unwrap_or(f64::NAN)).collect())
+        latency_ns: (first..end)
+            .map(|i| m.latency_ns.row(i).map(|v| v.unwrap_or(f64::NAN)).collect())
             .collect(),
     })
 }

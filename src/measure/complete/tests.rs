@@ -21,8 +21,7 @@ fn half_inferred() -> (LatencyMatrix, LatencyMatrix) {
             let v = truth.at(i, j).unwrap();
             let inferred = i >= 4;
             let v = if inferred { v * 0.8 } else { v };
-            m.latency_ns[i][j] = Some(v);
-            m.latency_ns[j][i] = Some(v);
+            m.latency_ns.set(i, j, Some(v));
             m.stats.push(PairStats {
                 a: i as u32,
                 b: j as u32,
@@ -51,8 +50,7 @@ fn pending_pairs_are_the_inferred_and_empty_cells() {
         pending(&m),
         vec![(4, 5), (4, 6), (4, 7), (5, 6), (5, 7), (6, 7)]
     );
-    m.latency_ns[0][1] = None;
-    m.latency_ns[1][0] = None;
+    m.latency_ns.set(0, 1, None);
     assert_eq!(pending(&m)[0], (0, 1));
     assert_eq!(measured_share(&m), (21, 28));
     // A full matrix has nothing pending, even with a hole (the store's fill owns
@@ -195,8 +193,7 @@ fn a_preempted_figure_is_suspect_and_taken_again() {
         },
     );
     let mut m = truth.clone();
-    m.latency_ns[0][2] = Some(160.0);
-    m.latency_ns[2][0] = Some(160.0);
+    m.latency_ns.set(0, 2, Some(160.0));
     assert_eq!(suspects(&truth), vec![]);
     assert_eq!(suspects(&m), vec![(0, 2, 50.0)]);
     let mut sim = Simulated::new(&truth, 0.0, 3);

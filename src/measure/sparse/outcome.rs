@@ -78,8 +78,7 @@ impl SparseOutcome {
         for i in 0..n {
             for j in 0..i {
                 if self.cells[i * n + j].is_nan() {
-                    m.latency_ns[i][j] = None;
-                    m.latency_ns[j][i] = None;
+                    m.latency_ns.set(i, j, None);
                 }
             }
         }

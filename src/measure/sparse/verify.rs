@@ -450,7 +450,7 @@ mod tests {
         let mut sim = Simulated::new(&m, 0.0, 1);
         let mut run = Run::new(&m.cpus, &mut sim);
         let mut cells: Vec<f64> = (0..64 * 64)
-            .map(|x| match m.latency_ns[x / 64][x % 64] {
+            .map(|x| match m.latency_ns.get(x / 64, x % 64) {
                 None => f64::NAN,
                 Some(v) if v < 20.0 => 9.0,
                 Some(v) => v,
