@@ -1,0 +1,168 @@
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::measure::estimator::StopRule;
+use crate::measure::Primitive;
+
+fn two_cpus() -> (u32, u32) {
+    let ids: Vec<u32> = crate::measure::allowed_cpus().unwrap().iter().collect();
+    assert!(ids.len() >= 2, "the crew needs two CPUs to test");
+    (ids[0], ids[1])
+}
+
+fn plan(a: u32, b: u32, primitive: Primitive) -> PairPlan {
+    PairPlan {
+        initiator: a,
+        responder: b,
+        primitive,
+        first_touch: FirstTouch::Initiator,
+        warm: Duration::from_millis(1),
+        batch: Duration::from_micros(20),
+        stop: StopRule {
+            min_batches: 10,
+            max_batches: 40,
+            ..StopRule::default()
+        },
+        deadline: Instant::now() + Duration::from_secs(5),
+        priority: SpinPriority::Normal,
+    }
+}
+
+/// Thread ids of this process whose name starts with `prefix` (the kernel keeps 15
+/// bytes of a name).
+fn tasks_named(prefix: &str) -> Vec<i32> {
+    let prefix: String = prefix.chars().take(15).collect();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim_end().starts_with(&prefix) {
+            out.push(e.file_name().to_string_lossy().parse().unwrap());
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn one_crew_measures_round_after_round_on_the_same_threads() {
+    let _spin = crate::measure::one_spinner_at_a_time();
+    let (a, b) = two_cpus();
+    let crew = Crew::start(&[a, b], SpinPriority::Normal).unwrap();
+    assert_eq!(crew.cpus().collect::<Vec<_>>(), vec![a.min(b), a.max(b)]);
+    let threads = tasks_named(&format!("pinnerd-spin-{a}-"));
+    assert_eq!(threads.len(), 1, "one thread for CPU {a}: {threads:?}");
+    for (k, primitive) in [Primitive::Cas, Primitive::LoadStore, Primitive::Cas]
+        .into_iter()
+        .enumerate()
+    {
+        // Both directions and both first touchers, on the same two threads.
+        let mut p = if k % 2 == 0 {
+            plan(a, b, primitive)
+        } else {
+            plan(b, a, primitive)
+        };
+        if k == 2 {
+            p.first_touch = FirstTouch::Responder;
+        }
+        let runs = crew.round(std::slice::from_ref(&p));
+        assert_eq!(runs.len(), 1);
+        let run = &runs[0];
+        assert_eq!(run.pin_failure, None, "{primitive:?}: {run:?}");
+        assert!(!run.stalled, "{run:?}");
+        assert!(
+            !run.batches.is_empty() || run.switched + run.migrated >= 1,
+            "{primitive:?}: {run:?}"
+        );
+        for f in &run.batches {
+            assert!(*f > 0.0 && *f < 1_000_000.0, "{primitive:?}: {f}");
+        }
+        assert_eq!(
+            tasks_named(&format!("pinnerd-spin-{a}-")),
+            threads,
+            "round {k} started new threads"
+        );
+    }
+    drop(crew);
+    assert!(tasks_named(&format!("pinnerd-spin-{a}-")).is_empty());
+}
+
+#[test]
+fn a_pin_that_cannot_hold_gives_no_batches_and_says_why() {
+    let _spin = crate::measure::one_spinner_at_a_time();
+    let (a, _) = two_cpus();
+    let crew = Crew::start(&[a, 4000], SpinPriority::Normal).unwrap();
+    for (i, r) in [(a, 4000), (4000, a)] {
+        let run = crew.round(&[plan(i, r, Primitive::Cas)]).remove(0);
+        assert!(run.batches.is_empty(), "{run:?}");
+        assert!(
+            matches!(run.pin_failure, Some(PinFailure::Refused { cpu: 4000, .. })),
+            "{run:?}"
+        );
+    }
+}
+
+#[test]
+fn a_round_must_be_disjoint_pairs_of_the_crew() {
+    let _spin = crate::measure::one_spinner_at_a_time();
+    let (a, b) = two_cpus();
+    let crew = Crew::start(&[a, b], SpinPriority::Normal).unwrap();
+    assert!(crew.covers(&[plan(a, b, Primitive::Cas)]));
+    assert!(!crew.covers(&[plan(a, 4001, Primitive::Cas)]));
+    assert!(!crew.covers(&[plan(a, a, Primitive::Cas)]));
+    assert!(!crew.covers(&[plan(a, b, Primitive::Cas), plan(b, a, Primitive::Cas)]));
+    assert!(crew.round(&[]).is_empty());
+}
+
+/// What a round costs beyond its pair's own spinning, with threads per pair
+/// (`spawn_pair`, what rounds ran on) and with a crew; and what starting a crew costs
+/// per CPU. Prints figures; asserts nothing about time.
+/// `cargo test --release --lib crew::tests::overhead -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn overhead() {
+    let _spin = crate::measure::one_spinner_at_a_time();
+    let (a, b) = two_cpus();
+    let mut p = plan(a, b, Primitive::Cas);
+    p.warm = Duration::ZERO;
+    p.batch = Duration::from_nanos(1);
+    p.stop = StopRule {
+        min_batches: 1,
+        max_batches: 1,
+        ..StopRule::default()
+    };
+    let reps = 400u32;
+    let median = |mut v: Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    let mut spawned = Vec::new();
+    for _ in 0..reps {
+        let t = Instant::now();
+        let run = super::super::run_pair(p.clone()).unwrap();
+        spawned.push(t.elapsed());
+        assert_eq!(run.pin_failure, None);
+    }
+    let crew = Crew::start(&[a, b], SpinPriority::Normal).unwrap();
+    let mut fed = Vec::new();
+    for _ in 0..reps {
+        let t = Instant::now();
+        let run = crew.round(std::slice::from_ref(&p)).remove(0);
+        fed.push(t.elapsed());
+        assert_eq!(run.pin_failure, None);
+    }
+    drop(crew);
+    let mut started = Vec::new();
+    for _ in 0..reps / 4 {
+        let t = Instant::now();
+        let crew = Crew::start(&[a, b], SpinPriority::Normal).unwrap();
+        started.push(t.elapsed());
+        drop(crew);
+    }
+    println!(
+        "one-pair round, threads per pair: median {:?}; crew: median {:?}; crew of 2 started: median {:?} (per CPU {:?}); {reps} rounds each",
+        median(spawned),
+        median(fed),
+        median(started.clone()),
+        median(started) / 2
+    );
+}
