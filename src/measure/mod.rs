@@ -495,6 +495,27 @@ impl Engine<'_> {
         started.into_iter().map(|t| t.join()).collect()
     }
 
+    /// [`Engine::group`] on the threads of `crew` (started once, fed this round); on
+    /// threads of their own when the round is not disjoint pairs of the crew's CPUs.
+    fn crew_group(
+        &self,
+        crew: &spin::crew::Crew,
+        group: &[(u32, u32)],
+        deadline: Instant,
+    ) -> Result<Vec<spin::PairRun>, MeasureError> {
+        if let Some(reason) = self.cfg.wake.woke(&self.cfg.cpus) {
+            return Err(MeasureError::Woken { reason });
+        }
+        let plans: Vec<spin::PairPlan> = group
+            .iter()
+            .map(|&(a, b)| self.plan(a, b, deadline))
+            .collect();
+        if !crew.covers(&plans) {
+            return self.group(group, deadline);
+        }
+        Ok(crew.round(&plans))
+    }
+
     /// Measures `pairs` (indices into `ids`) one at a time, each in an equal share of
     /// the time left before `deadline`, and hands each pair's runs to `take` with its
     /// place in the list. `Ok(false)`: the budget ran out before the last pair.

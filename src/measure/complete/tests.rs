@@ -206,19 +206,51 @@ fn a_preempted_figure_is_suspect_and_taken_again() {
 }
 
 #[test]
-fn completion_time_is_modelled_per_slice_and_round() {
+fn completion_time_is_modelled_per_slice_spinner_and_round() {
     let c = Completion {
         slices: 2,
+        spinners: 10,
         rounds: vec![4, 1],
         ..Completion::default()
     };
-    let costs = Costs {
-        per_pair: Duration::from_millis(10),
-        per_round_pair: Duration::from_millis(1),
-        fixed: Duration::ZERO,
-        passes: 1,
-        serial_check: 0,
+    let costs = CrewCosts {
+        per_round: Duration::from_millis(10),
+        per_pair: Duration::from_millis(1),
+        per_spinner: Duration::from_millis(3),
     };
     let ms = Duration::from_millis;
-    assert_eq!(c.modelled(&costs, ms(200), ms(1000)), ms(2400 + 14 + 10));
+    // 2 × (200 + 1000) + 10 × 3 + (10 + 4) + (10 + 1).
+    assert_eq!(c.modelled(&costs, ms(200), ms(1000)), ms(2400 + 30 + 14 + 11));
+}
+
+#[test]
+fn a_default_slice_is_rounds_of_the_machine() {
+    // Up to 512 CPUs: 512 pairs, as before slices grew (2 rounds at 512, 8 at 128).
+    for n in [2, 64, 128, 256, 512] {
+        assert_eq!(default_slice(n), 512, "{n}");
+    }
+    // Then n / 256 rounds of n / 2 pairs, at most 8 rounds.
+    assert_eq!(default_slice(1024), 4 * 512);
+    assert_eq!(default_slice(2048), 8 * 1024);
+    assert_eq!(default_slice(4096), 8 * 2048);
+    assert_eq!(default_slice(8192), 8 * 4096);
+    assert_eq!(default_slice(768), 3 * 384);
+    // A configured size is honoured whatever the machine.
+    assert_eq!(slice_size(Some(512), 8192), 512);
+    assert_eq!(slice_size(Some(7), 4), 7);
+    assert_eq!(slice_size(None, 4096), 16_384);
+}
+
+#[test]
+fn a_slice_counts_the_spinners_it_starts() {
+    // The 6 inferred pairs among CPUs 4-7, 2 pairs a slice: each slice is one round of
+    // two disjoint pairs over the 4 CPUs.
+    let (truth, mut m) = half_inferred();
+    let mut sim = Simulated::new(&truth, 0.0, 1);
+    let done = complete(&mut m, &mut sim, 2, |_| BTreeMap::new()).unwrap();
+    assert_eq!((done.pairs, done.slices, done.rechecked), (6, 3, 0));
+    // Each figure is 25% off its inferred cell, so each round is taken again (until two
+    // figures agree) on the slice's same spinners.
+    assert_eq!(done.rounds, vec![2; 6]);
+    assert_eq!(done.spinners, 3 * 4);
 }

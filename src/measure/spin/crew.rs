@@ -132,6 +132,8 @@ pub struct Crew {
     at: std::collections::BTreeMap<u32, usize>,
     board: Arc<Board>,
     handles: Vec<JoinHandle<()>>,
+    /// How long the last round took the coordinator to hand out its jobs.
+    fed: std::cell::Cell<std::time::Duration>,
 }
 
 impl Crew {
@@ -148,6 +150,7 @@ impl Crew {
             at: Default::default(),
             board: board.clone(),
             handles: Vec::with_capacity(cpus.len()),
+            fed: Default::default(),
         };
         for &cpu in cpus {
             let seat = Arc::new(Seat {
@@ -194,6 +197,12 @@ impl Crew {
         self.at.keys().copied()
     }
 
+    /// How long the coordinator took to hand out the last round's jobs (the part of a
+    /// round that grows with its pairs and is not done in parallel).
+    pub fn last_feed(&self) -> std::time::Duration {
+        self.fed.get()
+    }
+
     /// Whether every CPU of `plans` has a thread and no CPU is in two pairs.
     pub fn covers(&self, plans: &[PairPlan]) -> bool {
         let mut seen = std::collections::BTreeSet::new();
@@ -210,6 +219,7 @@ impl Crew {
     /// Panics if [`Crew::covers`] does not hold.
     pub fn round(&self, plans: &[PairPlan]) -> Vec<PairRun> {
         assert!(self.covers(plans), "a crew round needs disjoint pairs of its CPUs");
+        let t0 = Instant::now();
         *lock(&self.board.waiter) = Some(std::thread::current());
         self.board.left.store(2 * plans.len(), Ordering::Release);
         let mut initiators = Vec::with_capacity(plans.len());
@@ -236,6 +246,7 @@ impl Crew {
             i.ring();
             initiators.push(i);
         }
+        self.fed.set(t0.elapsed());
         self.board.wait_all();
         initiators
             .into_iter()

@@ -143,11 +143,12 @@ fn overhead() {
         assert_eq!(run.pin_failure, None);
     }
     let crew = Crew::start(&[a, b], SpinPriority::Normal).unwrap();
-    let mut fed = Vec::new();
+    let (mut fed, mut handed) = (Vec::new(), Vec::new());
     for _ in 0..reps {
         let t = Instant::now();
         let run = crew.round(std::slice::from_ref(&p)).remove(0);
         fed.push(t.elapsed());
+        handed.push(crew.last_feed());
         assert_eq!(run.pin_failure, None);
     }
     drop(crew);
@@ -159,9 +160,10 @@ fn overhead() {
         drop(crew);
     }
     println!(
-        "one-pair round, threads per pair: median {:?}; crew: median {:?}; crew of 2 started: median {:?} (per CPU {:?}); {reps} rounds each",
+        "one-pair round, threads per pair: median {:?}; crew: median {:?}, of which handing out the pair's jobs {:?}; crew of 2 started: median {:?} (per CPU {:?}); {reps} rounds each",
         median(spawned),
         median(fed),
+        median(handed),
         median(started.clone()),
         median(started) / 2
     );
