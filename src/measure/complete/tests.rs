@@ -254,3 +254,70 @@ fn a_slice_counts_the_spinners_it_starts() {
     assert_eq!(done.rounds, vec![2; 6]);
     assert_eq!(done.spinners, 3 * 4);
 }
+
+/// A 1,024-CPU machine whose first map measured only the pairs inside groups of 8: its
+/// default slices are 4 full rounds of 512 pairs over every CPU, and the model adds per
+/// slice the guard and the pause, per CPU a spinner's start, per round one pair-pass
+/// and each pair handed out (no pair is measured twice: the simulated figures agree).
+#[test]
+fn a_machine_of_1024_cpus_completes_in_slices_of_4_rounds_modelled() {
+    let n = 1024usize;
+    let truth = LatencyMatrix::from_fn((0..n as u32).collect(), |i, j| {
+        if i / 8 == j / 8 {
+            20.0
+        } else {
+            100.0
+        }
+    });
+    // The cells across groups inferred (right: every figure agrees with its cell).
+    let mut m = truth.clone();
+    for i in 0..n {
+        for j in i + 1..n {
+            if i / 8 != j / 8 {
+                m.stats.push(PairStats {
+                    a: i as u32,
+                    b: j as u32,
+                    p10_ns: 100.0,
+                    median_ns: 100.0,
+                    p90_ns: 100.0,
+                    samples: 0,
+                    discarded: 0,
+                    round_trips: 0,
+                    inferred: true,
+                });
+            }
+        }
+    }
+    let first = n * 7 / 2;
+    let total = n * (n - 1) / 2;
+    m.sparse = Some(Box::new(SparseCounts {
+        pairs_measured: first,
+        pairs_total: total,
+        modelled_seconds: 1.0,
+    }));
+    let mut sim = Simulated::new(&truth, 0.0, 1);
+    let slice = default_slice(n);
+    assert_eq!(slice, 2048);
+    let done = complete(&mut m, &mut sim, slice, |_| BTreeMap::new()).unwrap();
+    assert!(pending(&m).is_empty());
+    assert_eq!(done.pairs, total - first);
+    // A figure the simulated host inflated is taken again (about 1% here).
+    assert!(done.measurements >= done.pairs && done.measurements * 100 <= done.pairs * 102);
+    assert_eq!(done.slices, (total - first).div_ceil(slice));
+    // Nearly every slice is 4 full rounds of 512 pairs over all 1,024 CPUs (then the
+    // retaken figures' small rounds).
+    let full = done.rounds.iter().filter(|&&r| r == n / 2).count();
+    assert!(full >= 4 * (done.slices - 4), "{full} full rounds");
+    // A crew per slice, and one for the cells taken again at the end.
+    assert!(done.spinners <= done.slices * n + 2 * done.rechecked);
+    assert!(done.spinners >= (done.slices - 2) * n);
+    let ms = Duration::from_millis;
+    let t = done.modelled(&MODEL_COSTS, ms(200), ms(1000));
+    let by_hand = ms(1200) * done.slices as u32
+        + MODEL_COSTS.per_spinner * done.spinners as u32
+        + MODEL_COSTS.per_round * done.rounds.len() as u32
+        + MODEL_COSTS.per_pair * done.measurements as u32;
+    assert_eq!(t, by_hand);
+    // Minutes: 254 slices, 1,024 spinners each, about 1,450 rounds.
+    assert!(t < Duration::from_secs(420), "{t:?}");
+}
