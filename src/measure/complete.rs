@@ -556,7 +556,14 @@ impl Completion {
     /// and `pause`, per spinner its start, per round one pair-pass plus handing out each
     /// pair's jobs.
     pub fn modelled(&self, costs: &CrewCosts, guard: Duration, pause: Duration) -> Duration {
-        modelled(self.slices, self.spinners, &self.rounds, costs, guard, pause)
+        modelled(
+            self.slices,
+            self.spinners,
+            &self.rounds,
+            costs,
+            guard,
+            pause,
+        )
     }
 }
 

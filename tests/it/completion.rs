@@ -36,10 +36,7 @@ fn completion_measures_every_published_matrix_of_64_cpus_and_more_through() {
             "{name}"
         );
         let slice = complete::default_slice(m.len());
-        let done = complete::complete(&mut m, &mut sim, slice, |_| {
-            BTreeMap::new()
-        })
-        .unwrap();
+        let done = complete::complete(&mut m, &mut sim, slice, |_| BTreeMap::new()).unwrap();
         let ctx = format!(
             "{name}: {} of {} measured sparsely, then {done:?}",
             out.pairs_measured,
@@ -177,10 +174,7 @@ fn completion_of_512_cpus_is_modelled_in_minutes() {
         let out = run_sparse(&truth.cpus, None, &mut sim, &cfg).unwrap();
         let mut m = out.to_matrix(&BTreeMap::new(), &cfg.costs);
         let slice = complete::default_slice(m.len());
-        let done = complete::complete(&mut m, &mut sim, slice, |_| {
-            BTreeMap::new()
-        })
-        .unwrap();
+        let done = complete::complete(&mut m, &mut sim, slice, |_| BTreeMap::new()).unwrap();
         let first = out.modelled(&cfg.costs);
         let rest = done.modelled(&complete::MODEL_COSTS, guard, complete::DEFAULT_PAUSE);
         println!(

@@ -220,7 +220,10 @@ fn completion_time_is_modelled_per_slice_spinner_and_round() {
     };
     let ms = Duration::from_millis;
     // 2 × (200 + 1000) + 10 × 3 + (10 + 4) + (10 + 1).
-    assert_eq!(c.modelled(&costs, ms(200), ms(1000)), ms(2400 + 30 + 14 + 11));
+    assert_eq!(
+        c.modelled(&costs, ms(200), ms(1000)),
+        ms(2400 + 30 + 14 + 11)
+    );
 }
 
 #[test]

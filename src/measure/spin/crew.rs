@@ -35,7 +35,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::{JoinHandle, Thread};
 use std::time::Instant;
 
-use super::{initiate, lower_priority, respond, PairPlan, PairRun, Page, STALL};
+use super::{initiate, lower_priority, respond, Page, PairPlan, PairRun, STALL};
 use crate::measure::around::SpinPriority;
 use crate::measure::pinned::{pin_current, PinFailure};
 use crate::measure::{FirstTouch, MeasureError};
@@ -218,7 +218,10 @@ impl Crew {
     /// Runs the disjoint pairs of `plans` at once and returns their runs in order.
     /// Panics if [`Crew::covers`] does not hold.
     pub fn round(&self, plans: &[PairPlan]) -> Vec<PairRun> {
-        assert!(self.covers(plans), "a crew round needs disjoint pairs of its CPUs");
+        assert!(
+            self.covers(plans),
+            "a crew round needs disjoint pairs of its CPUs"
+        );
         let t0 = Instant::now();
         *lock(&self.board.waiter) = Some(std::thread::current());
         self.board.left.store(2 * plans.len(), Ordering::Release);
@@ -230,7 +233,9 @@ impl Crew {
                 FirstTouch::Initiator => i,
                 FirstTouch::Responder => r,
             };
-            let page = lock(&owner.page).clone().expect("a started seat has a page");
+            let page = lock(&owner.page)
+                .clone()
+                .expect("a started seat has a page");
             let meet = Arc::new(Meet::default());
             for (seat, role) in [(r, Role::Responder), (i, Role::Initiator)] {
                 *lock(&seat.run) = None;
