@@ -21,7 +21,9 @@
 //! drift check, [`select_cpus`] to turn `--cpus` into a checked set, and
 //! [`Mode::default_for`] for the daemon's choice of mode, [`around`] for the CPUs a
 //! daemon measurement stays off and the cells it keeps for them, and [`complete`] for
-//! measuring a sparse matrix's inferred cells afterwards, a slice at a time.
+//! measuring a sparse matrix's inferred cells afterwards, a slice at a time (its rounds
+//! on [`spin::crew`]: one spinner per CPU started once per slice and fed each round,
+//! where the other modes start two threads per pair per round).
 //! The threads are plain named `std::thread`s; callers on an async runtime run these
 //! functions on a blocking thread.
 //!
@@ -513,7 +515,7 @@ impl Engine<'_> {
         if !crew.covers(&plans) {
             return self.group(group, deadline);
         }
-        Ok(crew.round(&plans))
+        crew.round(&plans)
     }
 
     /// Measures `pairs` (indices into `ids`) one at a time, each in an equal share of

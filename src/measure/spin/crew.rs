@@ -88,6 +88,8 @@ struct Seat {
     /// Its own page, touched by it after pinning.
     page: Mutex<Option<Arc<Page>>>,
     thread: Mutex<Option<Thread>>,
+    /// A job panicked on this thread (it still checks out, so the round ends).
+    panicked: AtomicBool,
 }
 
 impl Seat {
@@ -160,6 +162,7 @@ impl Crew {
                 run: Mutex::new(None),
                 page: Mutex::new(None),
                 thread: Mutex::new(None),
+                panicked: AtomicBool::new(false),
             });
             let name = format!("pinnerd-spin-{cpu}-crew");
             let (s, b) = (seat.clone(), board.clone());
@@ -215,9 +218,10 @@ impl Crew {
         })
     }
 
-    /// Runs the disjoint pairs of `plans` at once and returns their runs in order.
-    /// Panics if [`Crew::covers`] does not hold.
-    pub fn round(&self, plans: &[PairPlan]) -> Vec<PairRun> {
+    /// Runs the disjoint pairs of `plans` at once and returns their runs in order; a
+    /// panic on one of the threads is an error naming it. Panics if [`Crew::covers`]
+    /// does not hold.
+    pub fn round(&self, plans: &[PairPlan]) -> Result<Vec<PairRun>, MeasureError> {
         assert!(
             self.covers(plans),
             "a crew round needs disjoint pairs of its CPUs"
@@ -226,6 +230,7 @@ impl Crew {
         *lock(&self.board.waiter) = Some(std::thread::current());
         self.board.left.store(2 * plans.len(), Ordering::Release);
         let mut initiators = Vec::with_capacity(plans.len());
+        let mut used = Vec::with_capacity(2 * plans.len());
         for plan in plans {
             let i = &self.seats[self.at[&plan.initiator]];
             let r = &self.seats[self.at[&plan.responder]];
@@ -250,13 +255,22 @@ impl Crew {
             }
             i.ring();
             initiators.push(i);
+            used.extend([i, r]);
         }
         self.fed.set(t0.elapsed());
         self.board.wait_all();
-        initiators
+        if let Some(s) = used
+            .iter()
+            .find(|s| s.panicked.swap(false, Ordering::AcqRel))
+        {
+            return Err(MeasureError::ThreadPanicked {
+                name: format!("pinnerd-spin-{}-crew", s.cpu),
+            });
+        }
+        Ok(initiators
             .into_iter()
             .map(|s| lock(&s.run).take().unwrap_or_default())
-            .collect()
+            .collect())
     }
 }
 
@@ -306,9 +320,12 @@ fn serve(seat: &Seat, board: &Board, priority: SpinPriority) {
         if let Some(partner) = &job.partner {
             partner.ring();
         }
-        let run = run_job(seat.cpu, &job);
-        if job.role == Role::Initiator {
-            *lock(&seat.run) = Some(run);
+        let ran =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run_job(seat.cpu, &job)));
+        match ran {
+            Ok(run) if job.role == Role::Initiator => *lock(&seat.run) = Some(run),
+            Ok(_) => {}
+            Err(_) => seat.panicked.store(true, Ordering::Release),
         }
         board.done_one();
     }

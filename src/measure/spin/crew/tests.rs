@@ -64,7 +64,7 @@ fn one_crew_measures_round_after_round_on_the_same_threads() {
         if k == 2 {
             p.first_touch = FirstTouch::Responder;
         }
-        let runs = crew.round(std::slice::from_ref(&p));
+        let runs = crew.round(std::slice::from_ref(&p)).unwrap();
         assert_eq!(runs.len(), 1);
         let run = &runs[0];
         assert_eq!(run.pin_failure, None, "{primitive:?}: {run:?}");
@@ -92,7 +92,7 @@ fn a_pin_that_cannot_hold_gives_no_batches_and_says_why() {
     let (a, _) = two_cpus();
     let crew = Crew::start(&[a, 4000], SpinPriority::Normal).unwrap();
     for (i, r) in [(a, 4000), (4000, a)] {
-        let run = crew.round(&[plan(i, r, Primitive::Cas)]).remove(0);
+        let run = crew.round(&[plan(i, r, Primitive::Cas)]).unwrap().remove(0);
         assert!(run.batches.is_empty(), "{run:?}");
         assert!(
             matches!(run.pin_failure, Some(PinFailure::Refused { cpu: 4000, .. })),
@@ -110,7 +110,7 @@ fn a_round_must_be_disjoint_pairs_of_the_crew() {
     assert!(!crew.covers(&[plan(a, 4001, Primitive::Cas)]));
     assert!(!crew.covers(&[plan(a, a, Primitive::Cas)]));
     assert!(!crew.covers(&[plan(a, b, Primitive::Cas), plan(b, a, Primitive::Cas)]));
-    assert!(crew.round(&[]).is_empty());
+    assert!(crew.round(&[]).unwrap().is_empty());
 }
 
 /// What a round costs beyond its pair's own spinning, with threads per pair
@@ -146,7 +146,7 @@ fn overhead() {
     let (mut fed, mut handed) = (Vec::new(), Vec::new());
     for _ in 0..reps {
         let t = Instant::now();
-        let run = crew.round(std::slice::from_ref(&p)).remove(0);
+        let run = crew.round(std::slice::from_ref(&p)).unwrap().remove(0);
         fed.push(t.elapsed());
         handed.push(crew.last_feed());
         assert_eq!(run.pin_failure, None);
