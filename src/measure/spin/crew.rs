@@ -90,6 +90,8 @@ struct Seat {
     thread: Mutex<Option<Thread>>,
     /// A job panicked on this thread (it still checks out, so the round ends).
     panicked: AtomicBool,
+    /// The thread's id, once it started.
+    tid: std::sync::atomic::AtomicI32,
 }
 
 impl Seat {
@@ -163,6 +165,7 @@ impl Crew {
                 page: Mutex::new(None),
                 thread: Mutex::new(None),
                 panicked: AtomicBool::new(false),
+                tid: Default::default(),
             });
             let name = format!("pinnerd-spin-{cpu}-crew");
             let (s, b) = (seat.clone(), board.clone());
@@ -198,6 +201,14 @@ impl Crew {
     /// The CPUs the crew has a thread on.
     pub fn cpus(&self) -> impl Iterator<Item = u32> + '_ {
         self.at.keys().copied()
+    }
+
+    /// The thread ids of the crew, by CPU.
+    pub fn tids(&self) -> Vec<(u32, i32)> {
+        self.at
+            .iter()
+            .map(|(&cpu, &k)| (cpu, self.seats[k].tid.load(Ordering::Acquire)))
+            .collect()
     }
 
     /// How long the coordinator took to hand out the last round's jobs (the part of a
@@ -289,6 +300,8 @@ impl Drop for Crew {
 /// A crew thread: pin, touch its page, check in; then one job per ring until told to
 /// quit.
 fn serve(seat: &Seat, board: &Board, priority: SpinPriority) {
+    seat.tid
+        .store(crate::affinity::own_tid(), Ordering::Release);
     lower_priority(priority);
     let pinned = pin_current(seat.cpu);
     match Page::new() {

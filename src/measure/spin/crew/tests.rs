@@ -28,19 +28,12 @@ fn plan(a: u32, b: u32, primitive: Primitive) -> PairPlan {
     }
 }
 
-/// Thread ids of this process whose name starts with `prefix` (the kernel keeps 15
-/// bytes of a name).
-fn tasks_named(prefix: &str) -> Vec<i32> {
-    let prefix: String = prefix.chars().take(15).collect();
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-        if comm.trim_end().starts_with(&prefix) {
-            out.push(e.file_name().to_string_lossy().parse().unwrap());
-        }
-    }
-    out.sort();
-    out
+/// The name of thread `tid` of this process (the kernel keeps 15 bytes of it), `None`
+/// once it ended.
+fn comm(tid: i32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+        .ok()
+        .map(|c| c.trim_end().to_string())
 }
 
 #[test]
@@ -49,8 +42,16 @@ fn one_crew_measures_round_after_round_on_the_same_threads() {
     let (a, b) = two_cpus();
     let crew = Crew::start(&[a, b], SpinPriority::Normal).unwrap();
     assert_eq!(crew.cpus().collect::<Vec<_>>(), vec![a.min(b), a.max(b)]);
-    let threads = tasks_named(&format!("pinnerd-spin-{a}-"));
-    assert_eq!(threads.len(), 1, "one thread for CPU {a}: {threads:?}");
+    // One live thread per CPU, named after it.
+    let tids = crew.tids();
+    assert_eq!(tids.len(), 2);
+    for &(cpu, tid) in &tids {
+        let name: String = format!("pinnerd-spin-{cpu}-crew")
+            .chars()
+            .take(15)
+            .collect();
+        assert_eq!(comm(tid).as_deref(), Some(&*name), "CPU {cpu}");
+    }
     for (k, primitive) in [Primitive::Cas, Primitive::LoadStore, Primitive::Cas]
         .into_iter()
         .enumerate()
@@ -76,14 +77,15 @@ fn one_crew_measures_round_after_round_on_the_same_threads() {
         for f in &run.batches {
             assert!(*f > 0.0 && *f < 1_000_000.0, "{primitive:?}: {f}");
         }
-        assert_eq!(
-            tasks_named(&format!("pinnerd-spin-{a}-")),
-            threads,
-            "round {k} started new threads"
-        );
+        // The same threads, still there: fed, not started again.
+        assert_eq!(crew.tids(), tids, "round {k}");
+        assert!(tids.iter().all(|&(_, t)| comm(t).is_some()), "round {k}");
     }
     drop(crew);
-    assert!(tasks_named(&format!("pinnerd-spin-{a}-")).is_empty());
+    assert!(
+        tids.iter().all(|&(_, t)| comm(t).is_none()),
+        "joined on drop"
+    );
 }
 
 #[test]
