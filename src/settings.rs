@@ -202,10 +202,15 @@ pub struct MeasureSettings {
     /// 2 to 65536 (2: always sparse first).
     #[serde(deserialize_with = "u32_within::<_, 2, 65_536>")]
     pub sparse_from_cpus: u32,
-    /// Pairs one background completion slice measures (in rounds of disjoint pairs).
-    /// Default 512; 1 to 65536.
-    #[serde(deserialize_with = "u32_within::<_, 1, 65_536>")]
-    pub complete_slice: u32,
+    /// Pairs one background completion slice measures (in rounds of disjoint pairs);
+    /// 1 to 65536. Unset (the default): rounds of the machine
+    /// (`measure::complete::default_slice`: 512 pairs up to 512 CPUs, then CPUs / 256
+    /// rounds of CPUs / 2 pairs, at most 8 rounds: 16,384 pairs at 4,096 CPUs).
+    #[serde(
+        deserialize_with = "some_u32_within::<_, 1, 65_536>",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub complete_slice: Option<u32>,
     /// Pause between two completion slices. Default `"1s"`; `"1s"` to `"1h"`. With the
     /// defaults a 512-CPU machine is completed in about 5 minutes (`benches/README.md`).
     #[serde(deserialize_with = "duration_within::<_, SECOND, HOUR>")]
@@ -300,7 +305,7 @@ impl Default for MeasureSettings {
             never_cpus: CpuSet::new(),
             spin_priority: crate::measure::around::SpinPriority::Nice19,
             sparse_from_cpus: crate::measure::SPARSE_FROM_CPUS as u32,
-            complete_slice: 512,
+            complete_slice: None,
             complete_pause: HumanDuration(Duration::from_secs(1)),
         }
     }
@@ -550,6 +555,12 @@ fn every_within<'de, D: Deserializer<'de>, const MIN: u64, const MAX: u64>(
 }
 
 /// A whole number from `MIN` to `MAX`.
+fn some_u32_within<'de, D: Deserializer<'de>, const MIN: u32, const MAX: u32>(
+    d: D,
+) -> Result<Option<u32>, D::Error> {
+    u32_within::<D, MIN, MAX>(d).map(Some)
+}
+
 fn u32_within<'de, D: Deserializer<'de>, const MIN: u32, const MAX: u32>(
     d: D,
 ) -> Result<u32, D::Error> {
@@ -677,7 +688,9 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.measure.sparse_from_cpus, 4);
-        assert_eq!(s.measure.complete_slice, 16);
+        assert_eq!(s.measure.complete_slice, Some(16));
+        assert_eq!(Settings::default().measure.complete_slice, None);
+        assert_eq!(parse("[measure]\n").unwrap().measure.complete_slice, None);
         assert_eq!(s.measure.complete_pause.0, Duration::from_secs(2));
         assert_eq!(Settings::default().measure.sparse_from_cpus, 128);
         for bad in [

@@ -309,10 +309,11 @@ fn complete_and_say<M: sparse::PairMeasurer>(
     take_stats: impl FnMut(&mut M) -> std::collections::BTreeMap<(u32, u32), PairStats>,
 ) -> anyhow::Result<()> {
     let mut text = format!("sparse map:\n{}", indent(&summary_text(m)));
-    let done = complete::complete(m, meas, complete::DEFAULT_SLICE, take_stats)?;
+    let slice = complete::default_slice(m.len());
+    let done = complete::complete(m, meas, slice, take_stats)?;
     let left = complete::pending(m).len();
     let modelled = done.modelled(
-        &sparse::MODEL_COSTS,
+        &complete::MODEL_COSTS,
         measure::LoadGuard::default().sample,
         complete::DEFAULT_PAUSE,
     );
@@ -320,7 +321,7 @@ fn complete_and_say<M: sparse::PairMeasurer>(
         "completion: {} pairs measured in {} slice(s) of {} ({} measurements), {}; modelled time on real hardware {:.1} s at the daemon's pace\n",
         done.pairs,
         done.slices,
-        complete::DEFAULT_SLICE,
+        slice,
         done.measurements,
         if left == 0 {
             "every pair measured".to_string()
@@ -371,7 +372,7 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
         let mut measured = result?;
         if args.complete {
             let deadline = std::time::Instant::now() + cfg.budget;
-            let mut meas = measure::sparse_real::EngineMeasurer::new(&cfg, deadline);
+            let mut meas = measure::sparse_real::EngineMeasurer::new(&cfg, deadline).on_crew();
             complete_and_say(&args, &mut preface, &mut measured.matrix, &mut meas, |m| {
                 std::mem::take(&mut m.stats)
             })?;

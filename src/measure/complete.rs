@@ -20,14 +20,37 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::schedule::Costs;
+use super::schedule::CrewCosts;
 use super::sparse::PairMeasurer;
 use super::MeasureError;
 use crate::cpuset::CpuSet;
 use crate::matrix::{LatencyMatrix, PairStats};
 
-/// Pairs of one completion slice, by default (`measure.complete-slice`).
-pub const DEFAULT_SLICE: usize = 512;
+/// Fewest pairs of a default completion slice: what every machine's slice was before
+/// slices grew with the machine (2 rounds at 512 CPUs, 8 at 128).
+pub const SLICE_FLOOR: usize = 512;
+
+/// Most rounds of disjoint pairs in a default slice: each CPU spins at most this many
+/// pair-passes (8 × 7.30 ms modelled, 58 ms) per slice, and a slice is followed by the
+/// load guard's sample and `measure.complete-pause` (1.2 s by default), so completion
+/// keeps a CPU spinning at most about 5% of the time (`benches/README.md`).
+pub const SLICE_ROUNDS_MAX: usize = 8;
+
+/// Pairs of one completion slice on a machine of `cpus` CPUs, by default (when
+/// `measure.complete-slice` is not set): `cpus / 256` rounds of `cpus / 2` pairs, at
+/// least 2 and at most [`SLICE_ROUNDS_MAX`], and never fewer than [`SLICE_FLOOR`] pairs.
+/// 512 at 128 to 512 CPUs, 2,048 at 1,024, 8,192 at 2,048, 16,384 at 4,096 and 32,768
+/// at 8,192: the slices of a machine stay about 256 to 1,024, not 16,000 and more.
+pub fn default_slice(cpus: usize) -> usize {
+    let rounds = (cpus / 256).clamp(2, SLICE_ROUNDS_MAX);
+    (rounds * (cpus / 2)).max(SLICE_FLOOR)
+}
+
+/// Pairs of one slice: `configured` (`measure.complete-slice`) when set, else
+/// [`default_slice`] of `cpus`.
+pub fn slice_size(configured: Option<u32>, cpus: usize) -> usize {
+    configured.map_or_else(|| default_slice(cpus), |n| (n as usize).max(1))
+}
 
 /// Pause between two slices of the daemon, by default (`measure.complete-pause`).
 pub const DEFAULT_PAUSE: Duration = Duration::from_secs(1);
@@ -522,33 +545,59 @@ pub struct Completion {
     /// Measured cells taken again at the end because they looked preempted
     /// ([`suspects`]).
     pub rechecked: usize,
+    /// Spinner threads started: each slice (and the recheck) starts one per CPU of its
+    /// pairs ([`crate::measure::spin::crew`]).
+    pub spinners: usize,
 }
 
 impl Completion {
     /// What the completion takes on real hardware: per slice the load guard's sample
-    /// and `pause`, per round the cost of one pair plus each pair's thread overhead.
-    pub fn modelled(&self, costs: &Costs, guard: Duration, pause: Duration) -> Duration {
-        modelled(self.slices, &self.rounds, costs, guard, pause)
+    /// and `pause`, per spinner its start, per round one pair-pass plus handing out each
+    /// pair's jobs.
+    pub fn modelled(&self, costs: &CrewCosts, guard: Duration, pause: Duration) -> Duration {
+        modelled(
+            self.slices,
+            self.spinners,
+            &self.rounds,
+            costs,
+            guard,
+            pause,
+        )
     }
 }
 
-/// Modelled time of `slices` slices with these rounds (see [`Completion::modelled`]).
+/// Modelled time of `slices` slices that started `spinners` threads in all and ran
+/// these rounds (see [`Completion::modelled`]). The spinners of a round run at once:
+/// a round lasts one pair-pass after the coordinator has handed out its pairs.
 pub fn modelled(
     slices: usize,
+    spinners: usize,
     rounds: &[usize],
-    costs: &Costs,
+    costs: &CrewCosts,
     guard: Duration,
     pause: Duration,
 ) -> Duration {
-    let per_slice = (guard + pause) * slices.min(u32::MAX as usize) as u32;
-    rounds.iter().fold(per_slice, |t, &r| {
-        t + costs.per_pair
-            + if r > 1 {
-                costs.per_round_pair * r as u32
-            } else {
-                Duration::ZERO
-            }
+    let times = |d: Duration, k: usize| d.saturating_mul(k.min(u32::MAX as usize) as u32);
+    let fixed = times(guard + pause, slices) + times(costs.per_spinner, spinners);
+    rounds.iter().fold(fixed, |t, &r| {
+        t + costs.per_round + times(costs.per_pair, r)
     })
+}
+
+/// The build VM's costs of a crew round (`benches/README.md`, "Completion"): one
+/// pair-pass 7.30 ms ([`crate::measure::sparse::MODEL_COSTS`]), 9.1 µs to hand out a
+/// pair, 92.1 µs to start one CPU's spinner (the medians of
+/// `spin::crew::tests::overhead`, debug build, loaded 2-CPU VM: upper bounds).
+pub const MODEL_COSTS: CrewCosts = CrewCosts {
+    per_round: Duration::from_micros(7_300),
+    per_pair: Duration::from_nanos(9_100),
+    per_spinner: Duration::from_nanos(92_100),
+};
+
+/// CPUs of the pairs of `rounds`: the spinners a slice starts.
+fn spinners(rounds: &[Vec<(u32, u32)>]) -> usize {
+    let cpus: CpuSet = rounds.iter().flatten().flat_map(|&(a, b)| [a, b]).collect();
+    cpus.len()
 }
 
 /// Completes `m` through `meas`, `slice` pairs at a time, until nothing is pending or a
@@ -572,6 +621,7 @@ pub fn complete<M: PairMeasurer>(
         let rounds = todo.take(slice.max(1));
         let s = measure_slice(meas, &rounds, |a, b| m.at(row(a)?, row(b)?))?;
         done.slices += 1;
+        done.spinners += spinners(&rounds);
         done.measurements += s.measurements;
         done.rounds.extend(&s.rounds);
         done.pairs += s.figures.iter().filter(|f| f.2.is_some()).count();
@@ -587,6 +637,7 @@ pub fn complete<M: PairMeasurer>(
         let rounds = pick(&pairs, usize::MAX, &CpuSet::new());
         let s = measure_slice(meas, &rounds, |a, b| expected.get(&(a, b)).copied())?;
         done.rechecked = suspect.len();
+        done.spinners += spinners(&rounds);
         done.measurements += s.measurements;
         done.rounds.extend(&s.rounds);
         let lower: Vec<(u32, u32, Option<f64>)> = s

@@ -21,7 +21,9 @@
 //! drift check, [`select_cpus`] to turn `--cpus` into a checked set, and
 //! [`Mode::default_for`] for the daemon's choice of mode, [`around`] for the CPUs a
 //! daemon measurement stays off and the cells it keeps for them, and [`complete`] for
-//! measuring a sparse matrix's inferred cells afterwards, a slice at a time.
+//! measuring a sparse matrix's inferred cells afterwards, a slice at a time (its rounds
+//! on [`spin::crew`]: one spinner per CPU started once per slice and fed each round,
+//! where the other modes start two threads per pair per round).
 //! The threads are plain named `std::thread`s; callers on an async runtime run these
 //! functions on a blocking thread.
 //!
@@ -493,6 +495,27 @@ impl Engine<'_> {
         }
         spin::open(&gate, 2 * started.len());
         started.into_iter().map(|t| t.join()).collect()
+    }
+
+    /// [`Engine::group`] on the threads of `crew` (started once, fed this round); on
+    /// threads of their own when the round is not disjoint pairs of the crew's CPUs.
+    fn crew_group(
+        &self,
+        crew: &spin::crew::Crew,
+        group: &[(u32, u32)],
+        deadline: Instant,
+    ) -> Result<Vec<spin::PairRun>, MeasureError> {
+        if let Some(reason) = self.cfg.wake.woke(&self.cfg.cpus) {
+            return Err(MeasureError::Woken { reason });
+        }
+        let plans: Vec<spin::PairPlan> = group
+            .iter()
+            .map(|&(a, b)| self.plan(a, b, deadline))
+            .collect();
+        if !crew.covers(&plans) {
+            return self.group(group, deadline);
+        }
+        crew.round(&plans)
     }
 
     /// Measures `pairs` (indices into `ids`) one at a time, each in an equal share of

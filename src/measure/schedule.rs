@@ -66,6 +66,21 @@ pub struct Costs {
     pub serial_check: usize,
 }
 
+/// What a round costs on a crew of spinners (`spin::crew`: one thread per CPU, started
+/// once per slice and fed a pair each round), for the time model of completion.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CrewCosts {
+    /// Wall time of a round once its pairs are handed out: one pair-pass (the pairs run
+    /// at once), as [`Costs::per_pair`].
+    pub per_round: Duration,
+    /// The coordinator's time to hand out one pair's jobs (serial: a round of `r` pairs
+    /// waits `r` times this before its last pair starts).
+    pub per_pair: Duration,
+    /// Starting, pinning and placing the page of one CPU's thread (serial, once per CPU
+    /// per slice).
+    pub per_spinner: Duration,
+}
+
 /// Predicted wall time to measure `n` CPUs: `serial` pairs one at a time, otherwise
 /// the tournament's rounds, each as long as its slowest pair plus its thread overhead,
 /// and then the serial cross-check sample.

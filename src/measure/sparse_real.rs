@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use super::sparse::{run_sparse, PairMeasurer, SparseConfig};
+use super::spin::crew::Crew;
 use super::{estimator, guard, validity, warm_up, Engine, MeasureConfig, MeasureError};
 use super::{Measurement, Phase, Progress, RunReport};
 use crate::cpuset::CpuSet;
@@ -26,6 +27,9 @@ pub struct EngineMeasurer<'a> {
     /// Rounds still to come when the caller knows (the repeat check): each gets an even
     /// share of what is left instead of a tenth.
     rounds_left: Option<usize>,
+    /// Rounds run on one crew of spinners over `cfg.cpus` (started at the first round)
+    /// instead of two threads started per pair per round.
+    crew: Option<Option<Crew>>,
 }
 
 impl<'a> EngineMeasurer<'a> {
@@ -37,7 +41,15 @@ impl<'a> EngineMeasurer<'a> {
             warnings: Vec::new(),
             rounds: 0,
             rounds_left: None,
+            crew: None,
         }
+    }
+
+    /// Runs the rounds on one crew of spinners over the configuration's CPUs
+    /// (`spin::crew`): what completion slices run on.
+    pub fn on_crew(mut self) -> EngineMeasurer<'a> {
+        self.crew = Some(None);
+        self
     }
 
     /// Shares the time left evenly over `rounds` rounds (a known count of them).
@@ -60,9 +72,15 @@ impl PairMeasurer for EngineMeasurer<'_> {
             }
             None => left / 10,
         };
-        let runs = self
-            .engine
-            .group(round, now + share.max(Duration::from_millis(5)))?;
+        let until = now + share.max(Duration::from_millis(5));
+        if let Some(slot @ None) = self.crew.as_mut() {
+            let ids: Vec<u32> = self.engine.cfg.cpus.iter().collect();
+            *slot = Some(Crew::start(&ids, self.engine.cfg.priority)?);
+        }
+        let runs = match self.crew.as_ref().and_then(|c| c.as_ref()) {
+            Some(crew) => self.engine.crew_group(crew, round, until)?,
+            None => self.engine.group(round, until)?,
+        };
         self.rounds += 1;
         let mut out = Vec::with_capacity(round.len());
         for (&(a, b), run) in round.iter().zip(runs) {
@@ -210,7 +228,7 @@ pub fn run_sparse_real(
 
 /// One completion slice on real pairs (the daemon's background completion): the load
 /// guard on `cfg.cpus` (the slice's CPUs), then [`super::complete::measure_slice`]
-/// within `cfg.budget`, each figure checked against `reference` (the cells it
+/// within `cfg.budget` on one crew of spinners over those CPUs (`spin::crew`), each figure checked against `reference` (the cells it
 /// replaces). The slice and the statistics of every pair that gave a figure.
 pub fn complete_slice_real(
     cfg: &MeasureConfig,
@@ -218,7 +236,7 @@ pub fn complete_slice_real(
     reference: &BTreeMap<(u32, u32), f64>,
 ) -> Result<(super::complete::Slice, super::complete::SliceStats), MeasureError> {
     cfg.guard.wait_idle(&cfg.root, &cfg.cpus)?;
-    let mut meas = EngineMeasurer::new(cfg, Instant::now() + cfg.budget);
+    let mut meas = EngineMeasurer::new(cfg, Instant::now() + cfg.budget).on_crew();
     let slice = super::complete::measure_slice(&mut meas, rounds, |a, b| {
         reference.get(&(a.min(b), a.max(b))).copied()
     })?;

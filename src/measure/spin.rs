@@ -22,6 +22,8 @@ use super::estimator::StopRule;
 use super::pinned::{context_switches, current_cpu, pin_current, PinFailure};
 use super::{FirstTouch, MeasureError, Primitive};
 
+pub mod crew;
+
 // CAS protocol states of the one shared line.
 const IDLE: u64 = 0;
 const PING: u64 = 1;

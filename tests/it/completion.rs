@@ -35,10 +35,8 @@ fn completion_measures_every_published_matrix_of_64_cpus_and_more_through() {
             out.pairs_total(),
             "{name}"
         );
-        let done = complete::complete(&mut m, &mut sim, complete::DEFAULT_SLICE, |_| {
-            BTreeMap::new()
-        })
-        .unwrap();
+        let slice = complete::default_slice(m.len());
+        let done = complete::complete(&mut m, &mut sim, slice, |_| BTreeMap::new()).unwrap();
         let ctx = format!(
             "{name}: {} of {} measured sparsely, then {done:?}",
             out.pairs_measured,
@@ -143,8 +141,9 @@ fn complete_flag_prints_the_sparse_summary_and_writes_the_completed_matrix() {
 }
 
 /// The modelled time to the first map (the sparse run) and to completion at the
-/// daemon's default pace (`measure.complete-slice` 512, `complete-pause` 1 s, the load
-/// guard's 200 ms sample per slice) on the 128-, 256- and 512-CPU machines, as written
+/// daemon's default pace (`measure.complete-slice` unset: 512 pairs on these machines,
+/// `complete-pause` 1 s, the load guard's 200 ms sample per slice, the spinners of a
+/// slice started once and fed each round) on the 128-, 256- and 512-CPU machines, as written
 /// in `benches/README.md` ("Completion"). Deterministic: the time model, not a clock.
 #[test]
 fn completion_of_512_cpus_is_modelled_in_minutes() {
@@ -174,12 +173,10 @@ fn completion_of_512_cpus_is_modelled_in_minutes() {
         let mut sim = Simulated::new(&truth, 0.02, cfg.seed);
         let out = run_sparse(&truth.cpus, None, &mut sim, &cfg).unwrap();
         let mut m = out.to_matrix(&BTreeMap::new(), &cfg.costs);
-        let done = complete::complete(&mut m, &mut sim, complete::DEFAULT_SLICE, |_| {
-            BTreeMap::new()
-        })
-        .unwrap();
+        let slice = complete::default_slice(m.len());
+        let done = complete::complete(&mut m, &mut sim, slice, |_| BTreeMap::new()).unwrap();
         let first = out.modelled(&cfg.costs);
-        let rest = done.modelled(&cfg.costs, guard, complete::DEFAULT_PAUSE);
+        let rest = done.modelled(&complete::MODEL_COSTS, guard, complete::DEFAULT_PAUSE);
         println!(
             "{name}: first map {:.1} s ({} of {} pairs), completion {:.0} s more ({} pairs, {} slices, {} measurements)",
             first.as_secs_f64(),

@@ -107,11 +107,8 @@ impl State {
             .filter(|&c| !usable.contains(c))
             .collect();
         let off = self.around().cpus().union(&unusable);
-        let rounds = complete::pick(
-            &pending,
-            self.loaded.measure().complete_slice as usize,
-            &off,
-        );
+        let size = complete::slice_size(self.loaded.measure().complete_slice, m.len());
+        let rounds = complete::pick(&pending, size, &off);
         let pause = self.loaded.measure().complete_pause.0;
         if rounds.is_empty() {
             tracing::debug!(
@@ -259,7 +256,7 @@ mod tests {
         };
         let mut settings = Settings::default();
         settings.measure.sparse_from_cpus = 4;
-        settings.measure.complete_slice = 8;
+        settings.measure.complete_slice = Some(8);
         let timing = Timing {
             remeasure_min_interval: Duration::ZERO,
             ..Timing::default()

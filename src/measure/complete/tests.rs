@@ -203,19 +203,121 @@ fn a_preempted_figure_is_suspect_and_taken_again() {
 }
 
 #[test]
-fn completion_time_is_modelled_per_slice_and_round() {
+fn completion_time_is_modelled_per_slice_spinner_and_round() {
     let c = Completion {
         slices: 2,
+        spinners: 10,
         rounds: vec![4, 1],
         ..Completion::default()
     };
-    let costs = Costs {
-        per_pair: Duration::from_millis(10),
-        per_round_pair: Duration::from_millis(1),
-        fixed: Duration::ZERO,
-        passes: 1,
-        serial_check: 0,
+    let costs = CrewCosts {
+        per_round: Duration::from_millis(10),
+        per_pair: Duration::from_millis(1),
+        per_spinner: Duration::from_millis(3),
     };
     let ms = Duration::from_millis;
-    assert_eq!(c.modelled(&costs, ms(200), ms(1000)), ms(2400 + 14 + 10));
+    // 2 × (200 + 1000) + 10 × 3 + (10 + 4) + (10 + 1).
+    assert_eq!(
+        c.modelled(&costs, ms(200), ms(1000)),
+        ms(2400 + 30 + 14 + 11)
+    );
+}
+
+#[test]
+fn a_default_slice_is_rounds_of_the_machine() {
+    // Up to 512 CPUs: 512 pairs, as before slices grew (2 rounds at 512, 8 at 128).
+    for n in [2, 64, 128, 256, 512] {
+        assert_eq!(default_slice(n), 512, "{n}");
+    }
+    // Then n / 256 rounds of n / 2 pairs, at most 8 rounds.
+    assert_eq!(default_slice(1024), 4 * 512);
+    assert_eq!(default_slice(2048), 8 * 1024);
+    assert_eq!(default_slice(4096), 8 * 2048);
+    assert_eq!(default_slice(8192), 8 * 4096);
+    assert_eq!(default_slice(768), 3 * 384);
+    // A configured size is honoured whatever the machine.
+    assert_eq!(slice_size(Some(512), 8192), 512);
+    assert_eq!(slice_size(Some(7), 4), 7);
+    assert_eq!(slice_size(None, 4096), 16_384);
+}
+
+#[test]
+fn a_slice_counts_the_spinners_it_starts() {
+    // The 6 inferred pairs among CPUs 4-7, 2 pairs a slice: each slice is one round of
+    // two disjoint pairs over the 4 CPUs.
+    let (truth, mut m) = half_inferred();
+    let mut sim = Simulated::new(&truth, 0.0, 1);
+    let done = complete(&mut m, &mut sim, 2, |_| BTreeMap::new()).unwrap();
+    assert_eq!((done.pairs, done.slices, done.rechecked), (6, 3, 0));
+    // Each figure is 25% off its inferred cell, so each round is taken again (until two
+    // figures agree) on the slice's same spinners.
+    assert_eq!(done.rounds, vec![2; 6]);
+    assert_eq!(done.spinners, 3 * 4);
+}
+
+/// A 1,024-CPU machine whose first map measured only the pairs inside groups of 8: its
+/// default slices are 4 full rounds of 512 pairs over every CPU, and the model adds per
+/// slice the guard and the pause, per CPU a spinner's start, per round one pair-pass
+/// and each pair handed out (no pair is measured twice: the simulated figures agree).
+#[test]
+fn a_machine_of_1024_cpus_completes_in_slices_of_4_rounds_modelled() {
+    let n = 1024usize;
+    let truth = LatencyMatrix::from_fn((0..n as u32).collect(), |i, j| {
+        if i / 8 == j / 8 {
+            20.0
+        } else {
+            100.0
+        }
+    });
+    // The cells across groups inferred (right: every figure agrees with its cell).
+    let mut m = truth.clone();
+    for i in 0..n {
+        for j in i + 1..n {
+            if i / 8 != j / 8 {
+                m.stats.push(PairStats {
+                    a: i as u32,
+                    b: j as u32,
+                    p10_ns: 100.0,
+                    median_ns: 100.0,
+                    p90_ns: 100.0,
+                    samples: 0,
+                    discarded: 0,
+                    round_trips: 0,
+                    inferred: true,
+                });
+            }
+        }
+    }
+    let first = n * 7 / 2;
+    let total = n * (n - 1) / 2;
+    m.sparse = Some(Box::new(SparseCounts {
+        pairs_measured: first,
+        pairs_total: total,
+        modelled_seconds: 1.0,
+    }));
+    let mut sim = Simulated::new(&truth, 0.0, 1);
+    let slice = default_slice(n);
+    assert_eq!(slice, 2048);
+    let done = complete(&mut m, &mut sim, slice, |_| BTreeMap::new()).unwrap();
+    assert!(pending(&m).is_empty());
+    assert_eq!(done.pairs, total - first);
+    // A figure the simulated host inflated is taken again (about 1% here).
+    assert!(done.measurements >= done.pairs && done.measurements * 100 <= done.pairs * 102);
+    assert_eq!(done.slices, (total - first).div_ceil(slice));
+    // Nearly every slice is 4 full rounds of 512 pairs over all 1,024 CPUs (then the
+    // retaken figures' small rounds).
+    let full = done.rounds.iter().filter(|&&r| r == n / 2).count();
+    assert!(full >= 4 * (done.slices - 4), "{full} full rounds");
+    // A crew per slice, and one for the cells taken again at the end.
+    assert!(done.spinners <= done.slices * n + 2 * done.rechecked);
+    assert!(done.spinners >= (done.slices - 2) * n);
+    let ms = Duration::from_millis;
+    let t = done.modelled(&MODEL_COSTS, ms(200), ms(1000));
+    let by_hand = ms(1200) * done.slices as u32
+        + MODEL_COSTS.per_spinner * done.spinners as u32
+        + MODEL_COSTS.per_round * done.rounds.len() as u32
+        + MODEL_COSTS.per_pair * done.measurements as u32;
+    assert_eq!(t, by_hand);
+    // Minutes: 254 slices, 1,024 spinners each, about 1,450 rounds.
+    assert!(t < Duration::from_secs(420), "{t:?}");
 }
