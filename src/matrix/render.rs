@@ -382,7 +382,7 @@ fn draw_blocks(root: &Area<'_>, m: &LatencyMatrix, g: &HeatmapGeometry) -> Resul
     let b = g.block;
     root.draw(&Text::new(
         format!(
-            "each pixel is {b}×{b} CPUs, coloured by its slowest pair;              labels name the first CPU of every {}th",
+            "each pixel is {b}×{b} CPUs, coloured by its slowest pair; a label every {} CPUs",
             BLOCKS_PER_LABEL * b
         ),
         (g.left, g.top + g.side() + 8),
