@@ -139,7 +139,12 @@ fn heatmap(
         };
     }
     overlay.push_str("</g><g class=\"bounds\">");
-    for &(p, w) in lines {
+    let lines = if g.block > 1 {
+        spaced(lines, LINE_GAP_BLOCKS * g.block)
+    } else {
+        lines.to_vec()
+    };
+    for (p, w) in lines {
         let at = g.offset(p);
         let _ = write!(
             overlay,
@@ -162,6 +167,28 @@ fn heatmap(
     svg.replace(" opacity=\"1\"", "")
         .replace(" stroke=\"none\"", "")
         .replacen("<svg ", &format!("<svg id=\"{id}\" role=\"img\" "), 1)
+}
+
+/// The fewest blocks between two level boundaries drawn on a heatmap of blocks (16 px).
+const LINE_GAP_BLOCKS: usize = 8;
+
+/// `lines` without the finer levels whose boundaries would stand closer than `gap`
+/// CPUs to one another or to a coarser level's: they would cover the cells they bound
+/// (LLCs of 16 CPUs are 4 pixels on a 4,096-CPU heatmap). Each level (width) is kept
+/// or left out whole, the coarsest first.
+fn spaced(lines: &[(usize, u32)], gap: usize) -> Vec<(usize, u32)> {
+    let mut widths: Vec<u32> = lines.iter().map(|&(_, w)| w).collect();
+    widths.sort_unstable();
+    widths.dedup();
+    let apart = |w: u32| {
+        let mut at: Vec<usize> = lines.iter().filter(|l| l.1 >= w).map(|l| l.0).collect();
+        at.sort_unstable();
+        at.first().is_none_or(|&p| p >= gap) && at.windows(2).all(|x| x[1] - x[0] >= gap)
+    };
+    match widths.into_iter().find(|&w| apart(w)) {
+        Some(finest) => lines.iter().copied().filter(|l| l.1 >= finest).collect(),
+        None => Vec::new(),
+    }
 }
 
 /// Positions in `order` where a level's group changes, each at its coarsest level,
@@ -724,11 +751,20 @@ mod tests {
                     .collect(),
             },
             topology_from: "matrix".into(),
-            domains: vec![DomainLevel {
-                name: "llc".into(),
-                latency_ns: Some(30.0),
-                groups: llcs,
-            }],
+            domains: vec![
+                DomainLevel {
+                    name: "llc".into(),
+                    latency_ns: Some(30.0),
+                    groups: llcs,
+                },
+                DomainLevel {
+                    name: "package".into(),
+                    latency_ns: Some(200.0),
+                    groups: (0..n / 1024)
+                        .map(|k| (k * 1024..k * 1024 + 1024).collect())
+                        .collect(),
+                },
+            ],
             colour_level: None,
             cpu_group: Default::default(),
             cpu_order: (0..n).collect(),
@@ -758,9 +794,40 @@ mod tests {
             // A band per row of blocks, naming its CPUs in the heatmap's order.
             assert_eq!(svg.matches("<rect data-cpus=").count(), 1024, "{id}");
         }
+        // The packages' boundaries in domain order, every 512 CPUs; not the LLCs' (8
+        // CPUs apart there: 2 blocks), which would cover the cells.
+        let at = page.find("<svg id=\"heatmap-domain-order\"").unwrap();
+        let svg = &page[at..at + page[at..].find("</svg>").unwrap()];
+        assert_eq!(
+            svg.matches("stroke=\"#e8175d\"").count(),
+            2 * 7,
+            "{}",
+            &svg[svg.len() - 4000..]
+        );
         assert!(page.contains("<title>CPUs 0, 1, 2, 3</title>"));
         assert!(page.contains("<title>CPUs 4088, 4090, 4092, 4094</title>"));
         assert!(page.contains("<title>CPUs 4089, 4091, 4093, 4095</title>"));
+    }
+
+    #[test]
+    fn a_heatmap_of_blocks_draws_the_levels_whose_boundaries_stand_apart() {
+        // LLC (width 1) every 16 CPUs, package (2) every 64, a lone node (3) at 128.
+        let lines: Vec<(usize, u32)> = (1..16)
+            .map(|k| (k * 16, if k % 4 == 0 { 2 } else { 1 }))
+            .map(|(p, w)| if p == 128 { (p, 3) } else { (p, w) })
+            .collect();
+        let widths = |gap| {
+            let mut w: Vec<u32> = spaced(&lines, gap).iter().map(|l| l.1).collect();
+            w.dedup();
+            w.sort_unstable();
+            w.dedup();
+            w
+        };
+        assert_eq!(widths(16), [1, 2, 3]);
+        assert_eq!(widths(17), [2, 3]);
+        assert_eq!(widths(64), [2, 3]);
+        assert_eq!(widths(65), [3]);
+        assert_eq!(widths(129), Vec::<u32>::new());
     }
 
     #[test]
