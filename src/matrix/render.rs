@@ -4,7 +4,9 @@
 //!
 //! Both put CPU ids on both axes and colour each cell on one scale from the matrix's
 //! minimum to its maximum; a pair without a figure is drawn blank (terminal) or grey
-//! (SVG). Must not touch: measurement or files (the caller writes the SVG text).
+//! (SVG). Past [`EMBEDDED_PIXELS_MAX`] CPUs the embedded image's pixel is a block of
+//! CPUs coloured by its slowest pair, so the page's image has a bounded size whatever
+//! the figures. Must not touch: measurement or files (the caller writes the SVG text).
 
 use plotters::prelude::*;
 use plotters::style::colors::colormaps::ViridisRGB;
@@ -137,32 +139,72 @@ fn shade(t: f64) -> &'static str {
 #[error("drawing an SVG picture: {0}")]
 pub struct SvgError(pub(crate) String);
 
+/// The most pixels a side of the embedded heatmap's image has: past this many CPUs a
+/// pixel is a block of `block` × `block` CPUs (the fewest that keep the side within
+/// it: 2 at 2,048 CPUs, 4 at 4,096, 8 at 8,192), so an image is at most 1 Mi pixels,
+/// about 1.4 MB in the page (1 byte a pixel, base64) however poorly noisy figures
+/// compress.
+pub const EMBEDDED_PIXELS_MAX: usize = 1024;
+
 /// Where [`svg_heatmap`] draws: the cell of row `i`, column `j` has its top left
-/// corner at (`left + j * cell`, `top + i * cell`); the picture is `width` × `height`.
+/// corner at (`left + j / block * cell`, `top + i / block * cell`), a cell being
+/// `block` × `block` CPUs (1 but in the embedded image of a large matrix); the
+/// picture is `width` × `height`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeatmapGeometry {
     pub left: i32,
     pub top: i32,
     pub cell: i32,
+    /// CPUs a side of a cell.
+    pub block: usize,
+    /// Cells a side of the heatmap.
+    pub cells: usize,
     pub width: u32,
     pub height: u32,
 }
 
-/// The geometry of the heatmap of an `n`-CPU matrix.
+impl HeatmapGeometry {
+    /// The offset, from the heatmap's left (top) edge, of the cell holding the CPU at
+    /// index `i` of the matrix.
+    pub fn offset(&self, i: usize) -> i32 {
+        (i / self.block) as i32 * self.cell
+    }
+
+    /// The heatmap's side in pixels of the picture.
+    pub fn side(&self) -> i32 {
+        self.cells as i32 * self.cell
+    }
+}
+
+/// The geometry of the heatmap of an `n`-CPU matrix, a rectangle per cell.
 pub fn heatmap_geometry(n: usize) -> HeatmapGeometry {
+    geometry(n.max(1), 1)
+}
+
+/// The geometry of the embedded heatmap of an `n`-CPU matrix ([`svg_heatmap_embedded`]):
+/// [`heatmap_geometry`]'s up to [`EMBEDDED_PIXELS_MAX`] CPUs, past it a cell is a block
+/// of CPUs.
+pub fn embedded_geometry(n: usize) -> HeatmapGeometry {
     let n = n.max(1);
-    let cell = if n <= SVG_NUMBERS_MAX {
+    geometry(n, n.div_ceil(EMBEDDED_PIXELS_MAX))
+}
+
+fn geometry(n: usize, block: usize) -> HeatmapGeometry {
+    let cells = n.div_ceil(block);
+    let cell = if cells <= SVG_NUMBERS_MAX {
         36
     } else {
-        (900 / n).max(2)
+        (900 / cells).max(2)
     } as i32;
     let (left, top, bar_w) = (60i32, 70i32, 110i32);
     HeatmapGeometry {
         left,
         top,
         cell,
-        width: (left + cell * n as i32 + bar_w + 20) as u32,
-        height: (top + cell * n as i32 + 40) as u32,
+        block,
+        cells,
+        width: (left + cell * cells as i32 + bar_w + 20) as u32,
+        height: (top + cell * cells as i32 + 40) as u32,
     }
 }
 
@@ -178,6 +220,10 @@ pub fn svg_heatmap(m: &LatencyMatrix, title: &str) -> Result<String, SvgError> {
 /// a `data:` URI, drawn unsmoothed) and the colour bar as another: the size grows with
 /// the cells, not their markup (at most about 1.4 bytes a cell), so a 1,024-CPU
 /// heatmap is at most 1.5 MB and a browser draws it at once. Nothing is fetched.
+/// Past [`EMBEDDED_PIXELS_MAX`] CPUs a pixel is a block of CPUs ([`embedded_geometry`])
+/// coloured by its slowest pair, so one odd slow pair still shows (a fast one may not),
+/// a line under the heatmap says so, and a label names the first CPU of every 8th
+/// block instead of every CPU: the heatmap stays within about 1.5 MB at any size.
 pub fn svg_heatmap_embedded(m: &LatencyMatrix, title: &str) -> Result<String, SvgError> {
     draw_heatmap(m, title, Cells::Image)
 }
@@ -199,11 +245,14 @@ fn svg_error(e: DrawingAreaErrorKind<std::io::Error>) -> SvgError {
 /// The heatmap of `m`: the title, the labelled rows and their cells, the colour bar and
 /// its range; with [`Cells::Image`], the cells and the bar are images put in after.
 fn draw_heatmap(m: &LatencyMatrix, title: &str, cells: Cells) -> Result<String, SvgError> {
-    let g = heatmap_geometry(m.len());
+    let g = match cells {
+        Cells::Rects => heatmap_geometry(m.len()),
+        Cells::Image => embedded_geometry(m.len()),
+    };
     let (lo, hi) = range(m);
     let bar = ColourBar {
-        x: g.left + g.cell * m.len().max(1) as i32 + 20,
-        height: (g.cell * m.len().max(1) as i32).max(60),
+        x: g.left + g.side() + 20,
+        height: g.side().max(60),
     };
     let mut svg = String::new();
     {
@@ -212,7 +261,11 @@ fn draw_heatmap(m: &LatencyMatrix, title: &str, cells: Cells) -> Result<String, 
         let title_style = ("sans-serif", 18).into_font().color(&BLACK);
         root.draw(&Text::new(title.to_string(), (g.left, 20), title_style))
             .map_err(svg_error)?;
-        draw_rows(&root, m, &g, (lo, hi), cells)?;
+        if g.block > 1 {
+            draw_blocks(&root, m, &g)?;
+        } else {
+            draw_rows(&root, m, &g, (lo, hi), cells)?;
+        }
         if cells == Cells::Rects {
             draw_colour_bar(&root, &g, &bar)?;
         }
@@ -307,6 +360,41 @@ fn draw_rows(
     Ok(())
 }
 
+/// Labelled blocks between labels of [`draw_blocks`].
+const BLOCKS_PER_LABEL: usize = 8;
+
+/// The axes of a heatmap whose cells are blocks of CPUs: the first CPU of every
+/// [`BLOCKS_PER_LABEL`]th block labelled on both axes (11 px, upright over the columns),
+/// and under the heatmap what a pixel is.
+fn draw_blocks(root: &Area<'_>, m: &LatencyMatrix, g: &HeatmapGeometry) -> Result<(), SvgError> {
+    let label_px = 11;
+    let row_font = ("sans-serif", label_px).into_font().color(&BLACK);
+    let column_font = row_font.clone().transform(FontTransform::Rotate270);
+    for p in (0..g.cells).step_by(BLOCKS_PER_LABEL) {
+        let cpu = m.cpus[p * g.block].to_string();
+        let at = p as i32 * g.cell;
+        root.draw(&Text::new(cpu.clone(), (8, g.top + at), row_font.clone()))
+            .map_err(svg_error)?;
+        root.draw(&Text::new(
+            cpu,
+            (g.left + at, g.top - 4),
+            column_font.clone(),
+        ))
+        .map_err(svg_error)?;
+    }
+    let b = g.block;
+    root.draw(&Text::new(
+        format!(
+            "each pixel is {b}×{b} CPUs, coloured by its slowest pair; a label every {} CPUs",
+            BLOCKS_PER_LABEL * b
+        ),
+        (g.left, g.top + g.side() + 8),
+        row_font,
+    ))
+    .map_err(svg_error)?;
+    Ok(())
+}
+
 /// The colour bar as rectangles: 0 (near) at the top to 1 (far) at the bottom.
 fn draw_colour_bar(root: &Area<'_>, g: &HeatmapGeometry, bar: &ColourBar) -> Result<(), SvgError> {
     let (bx, top, bh) = (bar.x, g.top, bar.height);
@@ -354,7 +442,7 @@ fn embed_images(
     bar: &ColourBar,
     (lo, hi): (f64, f64),
 ) {
-    let side = g.cell * m.len() as i32;
+    let side = g.side();
     let levels: Vec<Vec<u8>> = (0..VIRIDIS_LEVELS).map(|k| vec![FIRST_LEVEL + k]).collect();
     let images = format!(
         "{}{}",
@@ -364,7 +452,7 @@ fn embed_images(
             side,
             side,
             "pixelated",
-            &png(&cell_indices(m, lo, hi))
+            &png(&cell_indices(m, g.block, lo, hi))
         ),
         svg_image(bar.x, g.top, 16, bar.height, "auto", &png(&levels)),
     );
@@ -382,18 +470,34 @@ fn embed_images(
 const FIRST_LEVEL: u8 = 2;
 const VIRIDIS_LEVELS: u8 = 254;
 
-/// The palette index of every cell of `m`, a row per CPU.
-fn cell_indices(m: &LatencyMatrix, lo: f64, hi: f64) -> Vec<Vec<u8>> {
-    (0..m.len())
-        .map(|i| {
-            (0..m.len())
-                .map(|j| match m.at(i, j) {
-                    Some(v) => {
-                        let k = (norm(v, lo, hi) * f64::from(VIRIDIS_LEVELS - 1)).round();
-                        FIRST_LEVEL + k as u8
+/// The palette index of every cell of `m` in blocks of `block` × `block` CPUs, a row
+/// per block of rows: the block's slowest pair; white when the block is the diagonal
+/// alone, grey when it has no figure otherwise. A block of one CPU is its cell.
+fn cell_indices(m: &LatencyMatrix, block: usize, lo: f64, hi: f64) -> Vec<Vec<u8>> {
+    let n = m.len();
+    let block = block.max(1);
+    let span = |p: usize| p * block..((p + 1) * block).min(n);
+    (0..n.div_ceil(block))
+        .map(|p| {
+            (0..n.div_ceil(block))
+                .map(|q| {
+                    let (mut worst, mut off_diagonal) = (None::<f64>, false);
+                    for i in span(p) {
+                        for j in span(q) {
+                            match m.at(i, j) {
+                                Some(v) => worst = Some(worst.map_or(v, |w| w.max(v))),
+                                None => off_diagonal |= i != j,
+                            }
+                        }
                     }
-                    None if i == j => 0,
-                    None => 1,
+                    match worst {
+                        Some(v) => {
+                            let k = (norm(v, lo, hi) * f64::from(VIRIDIS_LEVELS - 1)).round();
+                            FIRST_LEVEL + k as u8
+                        }
+                        None if !off_diagonal => 0,
+                        None => 1,
+                    }
                 })
                 .collect()
         })
@@ -474,7 +578,7 @@ fn base64(bytes: &[u8]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn m3() -> LatencyMatrix {
@@ -560,6 +664,139 @@ mod tests {
         assert_eq!(unbase64(&base64(&bytes)), bytes);
     }
 
+    /// The chunks of the first PNG embedded in `svg` (the cells), CRCs checked.
+    fn embedded_png(svg: &str) -> Vec<(String, Vec<u8>)> {
+        let key = "href=\"data:image/png;base64,";
+        let at = svg.find(key).unwrap() + key.len();
+        let png = unbase64(&svg[at..at + svg[at..].find('"').unwrap()]);
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        let mut chunks = Vec::new();
+        let mut pos = 8;
+        while pos < png.len() {
+            let len = u32::from_be_bytes(png[pos..pos + 4].try_into().unwrap()) as usize;
+            let kind = String::from_utf8(png[pos + 4..pos + 8].to_vec()).unwrap();
+            let data = png[pos + 8..pos + 8 + len].to_vec();
+            let mut crc = flate2::Crc::new();
+            crc.update(&png[pos + 4..pos + 8 + len]);
+            let stored = u32::from_be_bytes(png[pos + 8 + len..pos + 12 + len].try_into().unwrap());
+            assert_eq!(crc.sum(), stored, "{kind} CRC");
+            chunks.push((kind, data));
+            pos += 12 + len;
+        }
+        chunks
+    }
+
+    /// The image's rows of palette indices (filter bytes dropped), from its chunks.
+    fn pixels(chunks: &[(String, Vec<u8>)]) -> Vec<Vec<u8>> {
+        use std::io::Read as _;
+        let ihdr = &chunks[0].1;
+        let w = u32::from_be_bytes(ihdr[..4].try_into().unwrap()) as usize;
+        let mut raw = Vec::new();
+        flate2::read::ZlibDecoder::new(&chunks[2].1[..])
+            .read_to_end(&mut raw)
+            .unwrap();
+        raw.chunks(w + 1)
+            .map(|row| {
+                assert_eq!(row[0], 0, "filter 0");
+                row[1..].to_vec()
+            })
+            .collect()
+    }
+
+    /// A figure for every pair of `n` CPUs, symmetric, spread evenly over 5 to 505 ns
+    /// by a seeded hash: no two neighbouring cells alike, the worst case for the
+    /// image's compression.
+    pub(crate) fn noisy(n: usize, seed: u64) -> LatencyMatrix {
+        LatencyMatrix::from_fn((0..n as u32).collect(), |i, j| {
+            let (lo, hi) = (i.min(j) as u64, i.max(j) as u64);
+            let mut x = seed ^ (lo << 32 | hi);
+            // splitmix64's finaliser.
+            x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            x ^= x >> 31;
+            5.0 + (x % 50_000) as f64 / 100.0
+        })
+    }
+
+    #[test]
+    fn the_embedded_heatmap_of_4096_noisy_cpus_is_1024_pixels_a_side_within_its_bound() {
+        let svg = svg_heatmap_embedded(&noisy(4096, 7), "cas, 4096 CPUs").unwrap();
+        assert!(
+            svg.len() <= HEATMAP_BOUND,
+            "the heatmap of 4,096 noisy CPUs is {} bytes, over {HEATMAP_BOUND}",
+            svg.len()
+        );
+        let chunks = embedded_png(&svg);
+        assert_eq!(chunks[0].1[..8], [0, 0, 4, 0, 0, 0, 4, 0], "1024 × 1024");
+        assert!(
+            svg.contains("each pixel is 4×4 CPUs, coloured by its slowest pair"),
+            "the scale is said"
+        );
+        // A label every 32 CPUs: the first and the last labelled, not the one after.
+        for (cpu, labelled) in [(0, true), (4064, true), (4065, false), (4095, false)] {
+            let text = format!(">\n{cpu}\n</text>");
+            assert_eq!(svg.contains(&text), labelled, "CPU {cpu}");
+        }
+        // Drawn at 2 px a block: the picture is as wide as a 1,024-CPU one.
+        assert_eq!(embedded_geometry(4096).side(), 2048);
+        assert_eq!(embedded_geometry(4096).width, heatmap_geometry(1024).width);
+    }
+
+    /// One embedded heatmap's bound in bytes: 1 Mi pixels that do not compress, base64,
+    /// the colour bar and 256 labels (benches/README.md, "The report page").
+    const HEATMAP_BOUND: usize = 3 << 19;
+
+    #[test]
+    fn one_slow_pair_shows_in_the_image_of_blocks() {
+        let n = 2048;
+        let m = LatencyMatrix::from_fn((0..n as u32).collect(), |i, j| match (i, j) {
+            (1502, 1001) => 300.0,
+            _ => 20.0 + ((i * 7 + j * 13) % 5) as f64 / 10.0,
+        });
+        let rows = pixels(&embedded_png(&svg_heatmap_embedded(&m, "cas").unwrap()));
+        assert_eq!((rows.len(), rows[0].len()), (1024, 1024));
+        let hot: Vec<(usize, usize)> = (0..1024)
+            .flat_map(|p| (0..1024).map(move |q| (p, q)))
+            .filter(|&(p, q)| rows[p][q] > FIRST_LEVEL + 100)
+            .collect();
+        // The blocks of 2 × 2 CPUs that hold the pair, at the scale's far end.
+        assert_eq!(hot, [(500, 751), (751, 500)]);
+        assert_eq!(rows[500][751], FIRST_LEVEL + (VIRIDIS_LEVELS - 1));
+        // The diagonal blocks hold a pair of CPUs each: coloured, not white.
+        assert!(rows[3][3] >= FIRST_LEVEL, "{}", rows[3][3]);
+    }
+
+    #[test]
+    fn a_block_without_a_figure_is_grey_and_a_lone_diagonal_cell_white() {
+        // 1,025 CPUs: blocks of 2, the last block CPU 1024 alone.
+        let mut m = LatencyMatrix::from_fn((0..1025).collect(), |_, _| 30.0);
+        for (i, j) in [(0, 2), (0, 3), (1, 2), (1, 3)] {
+            m.latency_ns.set(i, j, None);
+        }
+        m.latency_ns.set(4, 6, None);
+        let rows = pixels(&embedded_png(&svg_heatmap_embedded(&m, "cas").unwrap()));
+        assert_eq!((rows.len(), rows[0].len()), (513, 513));
+        assert_eq!(rows[0][1], 1, "no figure in CPUs 0-1 × 2-3: grey");
+        assert_eq!(
+            rows[2][3], FIRST_LEVEL,
+            "one of four missing: the others' figure"
+        );
+        assert_eq!(rows[512][512], 0, "CPU 1024 × itself: white");
+        assert_eq!(rows[512][0], FIRST_LEVEL);
+    }
+
+    #[test]
+    fn up_to_1024_cpus_a_pixel_is_a_cell() {
+        for n in [1, 3, 24, 25, 1024] {
+            assert_eq!(embedded_geometry(n), heatmap_geometry(n), "{n} CPUs");
+        }
+        assert_eq!(embedded_geometry(1025).block, 2);
+        assert_eq!(embedded_geometry(8192).block, 8);
+        assert_eq!(embedded_geometry(8192).cells, 1024);
+        let g = embedded_geometry(8190);
+        assert_eq!((g.block, g.cells, g.offset(8189)), (8, 1024, 2046));
+    }
+
     #[test]
     fn the_embedded_heatmap_is_a_pixel_per_cell_under_the_labels_and_values() {
         use std::io::Read as _;
@@ -571,6 +808,7 @@ mod tests {
         assert!(svg.find("<image").unwrap() < svg.find("<text").unwrap());
         assert!(svg.contains(">\n4\n</text>"), "CPU id 4 labelled: {svg}");
         assert!(svg.contains(">\n25\n</text>"), "value printed: {svg}");
+        assert!(!svg.contains("each pixel"), "{svg}");
         let key = "href=\"data:image/png;base64,";
         let at = svg.find(key).unwrap() + key.len();
         let png = unbase64(&svg[at..at + svg[at..].find('"').unwrap()]);

@@ -6,7 +6,9 @@
 //! heatmaps and the nested boxes (SVG and `div`s, escaped with [`esc`]).
 //! The heatmaps' cells are an image each (a pixel per cell, a PNG in a `data:` URI,
 //! the only images the page's policy allows): a page of 1,024 CPUs stays a few MB
-//! and opens at once, where a rectangle per cell made it 122 MB.
+//! and opens at once, where a rectangle per cell made it 122 MB. Past 1,024 CPUs a
+//! pixel is a block of CPUs (its slowest pair), so the images stay within 1 Mi pixels
+//! each whatever the figures and CPU count.
 //!
 //! Must not touch: the facts (the parent module gathers and shapes them).
 
@@ -95,7 +97,8 @@ ul{margin:4px 0;padding-left:20px}li{font-size:.9rem}
 @media (max-width:600px){th,td{padding:2px 3px;font-size:.78rem}}
 ";
 
-/// The heatmap of `m` in `order`, with a transparent band per row naming its CPU, and
+/// The heatmap of `m` in `order`, with a transparent band per row naming its CPU (per
+/// row of blocks naming their CPUs, past `render::EMBEDDED_PIXELS_MAX` CPUs), and
 /// with `lines` (positions in `order` where a level's groups change, with a width)
 /// drawn over it.
 fn heatmap(
@@ -110,31 +113,48 @@ fn heatmap(
         Ok(s) => s,
         Err(e) => return format!("<p class=\"note\">{}</p>", esc(&e.to_string())),
     };
-    let g = render::heatmap_geometry(mo.len());
-    let n = mo.len() as i32;
+    let g = render::embedded_geometry(mo.len());
+    let side = g.side();
     let mut overlay = format!("<g class=\"rows\" id=\"{id}-rows\">");
-    for (i, c) in mo.cpus.iter().enumerate() {
-        let _ = write!(
-            overlay,
-            "<rect data-cpu=\"{c}\" x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" pointer-events=\"all\"><title>CPU {c}</title></rect>",
-            g.left,
-            g.top + i as i32 * g.cell,
-            g.cell * n,
-            g.cell
-        );
+    for (p, cpus) in mo.cpus.chunks(g.block).enumerate() {
+        let y = g.top + p as i32 * g.cell;
+        let _ = match cpus {
+            [c] => write!(
+                overlay,
+                "<rect data-cpu=\"{c}\" x=\"{}\" y=\"{y}\" width=\"{side}\" height=\"{}\" fill=\"none\" pointer-events=\"all\"><title>CPU {c}</title></rect>",
+                g.left, g.cell
+            ),
+            // A row of blocks: every CPU of it named, in the heatmap's order.
+            _ => {
+                let ids: Vec<String> = cpus.iter().map(u32::to_string).collect();
+                write!(
+                    overlay,
+                    "<rect data-cpus=\"{}\" x=\"{}\" y=\"{y}\" width=\"{side}\" height=\"{}\" fill=\"none\" pointer-events=\"all\"><title>CPUs {}</title></rect>",
+                    ids.join(","),
+                    g.left,
+                    g.cell,
+                    ids.join(", ")
+                )
+            }
+        };
     }
     overlay.push_str("</g><g class=\"bounds\">");
-    for &(p, w) in lines {
-        let at = p as i32 * g.cell;
+    let lines = if g.block > 1 {
+        spaced(lines, LINE_GAP_BLOCKS * g.block)
+    } else {
+        lines.to_vec()
+    };
+    for (p, w) in lines {
+        let at = g.offset(p);
         let _ = write!(
             overlay,
             "<line x1=\"{x0}\" y1=\"{y}\" x2=\"{x1}\" y2=\"{y}\" stroke=\"#e8175d\" stroke-width=\"{w}\"/><line x1=\"{x}\" y1=\"{y0}\" x2=\"{x}\" y2=\"{y1}\" stroke=\"#e8175d\" stroke-width=\"{w}\"/>",
             x0 = g.left,
-            x1 = g.left + g.cell * n,
+            x1 = g.left + side,
             y = g.top + at,
             x = g.left + at,
             y0 = g.top,
-            y1 = g.top + g.cell * n,
+            y1 = g.top + side,
         );
     }
     overlay.push_str("</g>");
@@ -147,6 +167,28 @@ fn heatmap(
     svg.replace(" opacity=\"1\"", "")
         .replace(" stroke=\"none\"", "")
         .replacen("<svg ", &format!("<svg id=\"{id}\" role=\"img\" "), 1)
+}
+
+/// The fewest blocks between two level boundaries drawn on a heatmap of blocks (16 px).
+const LINE_GAP_BLOCKS: usize = 8;
+
+/// `lines` without the finer levels whose boundaries would stand closer than `gap`
+/// CPUs to one another or to a coarser level's: they would cover the cells they bound
+/// (LLCs of 16 CPUs are 4 pixels on a 4,096-CPU heatmap). Each level (width) is kept
+/// or left out whole, the coarsest first.
+fn spaced(lines: &[(usize, u32)], gap: usize) -> Vec<(usize, u32)> {
+    let mut widths: Vec<u32> = lines.iter().map(|&(_, w)| w).collect();
+    widths.sort_unstable();
+    widths.dedup();
+    let apart = |w: u32| {
+        let mut at: Vec<usize> = lines.iter().filter(|l| l.1 >= w).map(|l| l.0).collect();
+        at.sort_unstable();
+        at.first().is_none_or(|&p| p >= gap) && at.windows(2).all(|x| x[1] - x[0] >= gap)
+    };
+    match widths.into_iter().find(|&w| apart(w)) {
+        Some(finest) => lines.iter().copied().filter(|l| l.1 >= finest).collect(),
+        None => Vec::new(),
+    }
 }
 
 /// Positions in `order` where a level's group changes, each at its coarsest level,
@@ -669,6 +711,123 @@ mod tests {
         assert_eq!(page.matches(escaped).count(), 20, "{page}");
         assert!(page.starts_with("<!DOCTYPE html>\n<html lang=\"en\">"));
         assert!(page.ends_with("</ul></section>\n</body></html>\n"));
+    }
+
+    /// The page of `n` CPUs with `m`'s figures: every CPU a box of the topology, LLCs of
+    /// 16 CPUs, the domain order interleaving the even and the odd CPUs.
+    fn page_of(m: &LatencyMatrix) -> String {
+        let n = m.len() as u32;
+        let all: CpuSet = (0..n).collect();
+        let llcs: Vec<CpuSet> = (0..n / 16)
+            .map(|g| (g * 16..g * 16 + 16).collect())
+            .collect();
+        let cpu = |c: u32| TopoBox {
+            label: format!("CPU {c}"),
+            cpus: std::iter::once(c).collect(),
+            latency_ns: None,
+            children: Vec::new(),
+        };
+        let r = Report {
+            generated_by: "pinnerd".into(),
+            source: "noise".into(),
+            this_machine: false,
+            machine: Machine {
+                cpus: n as usize,
+                ..Machine::default()
+            },
+            topology: TopoBox {
+                label: "machine".into(),
+                cpus: all.clone(),
+                latency_ns: Some(200.0),
+                children: llcs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, g)| TopoBox {
+                        label: format!("llc {i}"),
+                        cpus: g.clone(),
+                        latency_ns: Some(30.0),
+                        children: g.iter().map(cpu).collect(),
+                    })
+                    .collect(),
+            },
+            topology_from: "matrix".into(),
+            domains: vec![
+                DomainLevel {
+                    name: "llc".into(),
+                    latency_ns: Some(30.0),
+                    groups: llcs,
+                },
+                DomainLevel {
+                    name: "package".into(),
+                    latency_ns: Some(200.0),
+                    groups: (0..n / 1024)
+                        .map(|k| (k * 1024..k * 1024 + 1024).collect())
+                        .collect(),
+                },
+            ],
+            colour_level: None,
+            cpu_group: Default::default(),
+            cpu_order: (0..n).collect(),
+            domain_order: (0..n).step_by(2).chain((1..n).step_by(2)).collect(),
+            plans: Vec::new(),
+            effect: None,
+            quality: Quality::default(),
+            latency_off: None,
+            daemon: None,
+        };
+        html(&r, Some(m))
+    }
+
+    #[test]
+    fn the_page_of_4096_noisy_cpus_stays_within_its_bound() {
+        let page = page_of(&render::tests::noisy(4096, 11));
+        // The bound of benches/README.md ("The report page") for any figures.
+        assert!(
+            page.len() <= 4 << 20,
+            "the page of 4,096 noisy CPUs is {} bytes, over 4 MiB",
+            page.len()
+        );
+        for id in ["heatmap-cpu-order", "heatmap-domain-order"] {
+            let at = page.find(&format!("<svg id=\"{id}\"")).unwrap();
+            let svg = &page[at..at + page[at..].find("</svg>").unwrap()];
+            assert!(svg.contains("each pixel is 4×4 CPUs"), "{id}");
+            // A band per row of blocks, naming its CPUs in the heatmap's order.
+            assert_eq!(svg.matches("<rect data-cpus=").count(), 1024, "{id}");
+        }
+        // The packages' boundaries in domain order, every 512 CPUs; not the LLCs' (8
+        // CPUs apart there: 2 blocks), which would cover the cells.
+        let at = page.find("<svg id=\"heatmap-domain-order\"").unwrap();
+        let svg = &page[at..at + page[at..].find("</svg>").unwrap()];
+        assert_eq!(
+            svg.matches("stroke=\"#e8175d\"").count(),
+            2 * 7,
+            "{}",
+            &svg[svg.len() - 4000..]
+        );
+        assert!(page.contains("<title>CPUs 0, 1, 2, 3</title>"));
+        assert!(page.contains("<title>CPUs 4088, 4090, 4092, 4094</title>"));
+        assert!(page.contains("<title>CPUs 4089, 4091, 4093, 4095</title>"));
+    }
+
+    #[test]
+    fn a_heatmap_of_blocks_draws_the_levels_whose_boundaries_stand_apart() {
+        // LLC (width 1) every 16 CPUs, package (2) every 64, a lone node (3) at 128.
+        let lines: Vec<(usize, u32)> = (1..16)
+            .map(|k| (k * 16, if k % 4 == 0 { 2 } else { 1 }))
+            .map(|(p, w)| if p == 128 { (p, 3) } else { (p, w) })
+            .collect();
+        let widths = |gap| {
+            let mut w: Vec<u32> = spaced(&lines, gap).iter().map(|l| l.1).collect();
+            w.dedup();
+            w.sort_unstable();
+            w.dedup();
+            w
+        };
+        assert_eq!(widths(16), [1, 2, 3]);
+        assert_eq!(widths(17), [2, 3]);
+        assert_eq!(widths(64), [2, 3]);
+        assert_eq!(widths(65), [3]);
+        assert_eq!(widths(129), Vec::<u32>::new());
     }
 
     #[test]
