@@ -389,13 +389,21 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
         std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &args.out {
-        let text = if path.extension().is_some_and(|e| e == "csv") {
-            m.to_csv()
+        // The user's name is kept whatever the form: JSON below
+        // `matrix::binary::BINARY_FROM_CPUS` CPUs, binary from there on (the readers
+        // tell them by content); CSV when the name ends in `.csv`.
+        let csv = path.extension().is_some_and(|e| e == "csv");
+        let text = if csv {
+            m.to_csv().into_bytes()
         } else {
-            m.to_json_text()?
+            m.to_file_bytes()?
         };
         // The reader's limit: never write a matrix file pinnerd would refuse to read.
-        let limit = crate::matrix::read::MAX_MATRIX_FILE_SIZE;
+        let limit = if csv || m.len() < crate::matrix::binary::BINARY_FROM_CPUS {
+            crate::matrix::read::MAX_MATRIX_FILE_SIZE
+        } else {
+            crate::matrix::read::MAX_BINARY_FILE_SIZE
+        };
         if text.len() as u64 > limit {
             anyhow::bail!(
                 "not writing {}: the matrix of {} CPUs is {} bytes as a file, over the \

@@ -22,14 +22,15 @@
 //!                                (u32), flags (u32: bit 0 = inferred; others 0)
 //! ```
 //!
-//! Figures are kept to a hundredth of a nanosecond, as the compact JSON form already
-//! writes the cells past 1,024 CPUs; a figure of [`MAX_FIGURE_NS`] (42.9 ms) or more
+//! Figures (cells and statistics) are kept to a hundredth of a nanosecond, as the
+//! compact JSON form already writes the cells past 1,024 CPUs (it keeps the
+//! statistics' figures whole); a figure of [`MAX_FIGURE_NS`] (42.9 ms) or more
 //! has no code and is refused when written. Which statistics are written follows the
 //! JSON form ([`super::COMPACT_FROM_CPUS`]): a sparse map's inferred pairs are left out
 //! (`"inferred_stats": "omitted"`, made again when read), a completed map's
 //! single-figure entries too, every entry with batches is kept. So the largest file,
 //! a completed 8,192-CPU map with batches for every pair, is [`MAX_BINARY_FILE_SIZE`]
-//! (36 bytes a pair: 1.21 GB); reading it allocates the cells and the entries, as the
+//! (36 bytes a pair: 1.22 GB); reading it allocates the cells and the entries, as the
 //! JSON reader does (see `read`).
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -59,7 +60,7 @@ const NONE: u32 = u32::MAX;
 /// The first figure with no code: `(u32::MAX − 1) / 100 + 0.01` ns, about 42.9 ms.
 pub const MAX_FIGURE_NS: f64 = NONE as f64 / 100.0;
 /// Largest binary matrix file opened: the magic line, the longest header, and every
-/// pair of 8,192 CPUs with its cell and a statistics record (1,216,200,744 bytes).
+/// pair of 8,192 CPUs with its cell and a statistics record (1,216,200,734 bytes).
 pub const MAX_BINARY_FILE_SIZE: u64 =
     (MAGIC.len() + 11 + MAX_HEADER + (CELL + RECORD) * MAX_STATS) as u64;
 
@@ -443,3 +444,6 @@ pub(super) fn read(file: impl Read, size: u64, path: &Path) -> Result<LatencyMat
     m.recount();
     Ok(m)
 }
+
+#[cfg(test)]
+mod tests;
