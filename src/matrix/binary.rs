@@ -271,90 +271,32 @@ pub(super) fn is_binary(head: &[u8]) -> bool {
     head.starts_with(MAGIC)
 }
 
+/// A [`MatrixError`] at byte `offset` of `path`.
+fn at(path: &Path, offset: u64, message: String) -> MatrixError {
+    MatrixError::At {
+        path: path.to_owned(),
+        offset,
+        message,
+    }
+}
+
 /// Reads a binary matrix file of `size` bytes from `file` at offset 0 (see the module):
 /// the magic line and version, the header (bounded), the size the header implies, then
 /// the cells and records, each checked. Not validated as a whole yet (the caller does).
 pub(super) fn read(file: impl Read, size: u64, path: &Path) -> Result<LatencyMatrix, MatrixError> {
-    let at = |offset: u64, message: String| MatrixError::At {
-        path: path.to_owned(),
-        offset,
-        message,
-    };
     let io = |source| MatrixError::Read {
         path: path.to_owned(),
         source,
     };
     let mut r = BufReader::with_capacity(1 << 20, file);
-    // Magic and version: one short line.
-    let mut line = Vec::new();
-    (&mut r)
-        .take(MAGIC.len() as u64 + 12)
-        .read_until(b'\n', &mut line)
-        .map_err(io)?;
-    if !line.starts_with(MAGIC) {
-        return Err(at(0, "not a binary matrix file (no magic line)".into()));
-    }
-    let version = &line[MAGIC.len()..];
-    let version = version.strip_suffix(b"\n").unwrap_or(version);
-    if version != VERSION.to_string().as_bytes() || !line.ends_with(b"\n") {
-        return Err(at(
-            MAGIC.len() as u64,
-            format!(
-                "version {:?} is not one this pinnerd reads (it reads version {VERSION})",
-                String::from_utf8_lossy(version)
-            ),
-        ));
-    }
-    let header_at = line.len() as u64;
-    // The header: one line of JSON, bounded before it is parsed.
-    let mut head = Vec::new();
-    (&mut r)
-        .take(MAX_HEADER as u64)
-        .read_until(b'\n', &mut head)
-        .map_err(io)?;
-    if !head.ends_with(b"\n") {
-        return Err(at(
-            header_at,
-            if head.len() >= MAX_HEADER {
-                format!("the header is over the {MAX_HEADER}-byte limit")
-            } else {
-                "the header line ends before its newline".into()
-            },
-        ));
-    }
-    let header: Header = serde_json::from_reader(read::StringLimit::new(&head[..]))
-        .map_err(|e| {
-            let text = e.to_string();
-            let what = text
-                .rsplit_once(" at line ")
-                .map_or(text.as_str(), |(m, _)| m);
-            at(
-                header_at + e.column().saturating_sub(1) as u64,
-                format!("header: {what}"),
-            )
-        })?;
+    let (header, cells_at) = read_header(&mut r, path)?;
     let n = header.cpus.len();
-    // read::cpus bounds the count and the ids; distinct ids before anything is built.
-    let mut seen = crate::cpuset::CpuSet::new();
-    if let Some(c) = header.cpus.iter().find(|&&c| !seen.insert(c)) {
-        return Err(at(header_at, format!("header: CPU {c} is listed twice in `cpus`")));
-    }
-    debug_assert!(n <= MAX_MATRIX_CPUS);
     let pairs = (n * n.saturating_sub(1) / 2) as u64;
-    if header.records > pairs {
-        return Err(at(
-            header_at,
-            format!(
-                "header: {} statistics records for {n} CPUs, which have {pairs} pairs",
-                header.records
-            ),
-        ));
-    }
-    let cells_at = header_at + head.len() as u64;
     let records_at = cells_at + CELL as u64 * pairs;
     let expected = records_at + RECORD as u64 * header.records;
     if size != expected {
         return Err(at(
+            path,
             cells_at,
             format!(
                 "the file is {size} bytes; its header ({n} CPUs: {pairs} cells, {} records) \
@@ -363,7 +305,6 @@ pub(super) fn read(file: impl Read, size: u64, path: &Path) -> Result<LatencyMat
             ),
         ));
     }
-    drop(head);
     // The cells, a row at a time.
     let mut bytes = vec![0u8; CELL * n];
     let cells = cells_from_rows(n, |_, out| {
@@ -375,45 +316,152 @@ pub(super) fn read(file: impl Read, size: u64, path: &Path) -> Result<LatencyMat
         Ok(())
     })?;
     // The statistics records, each checked as `validate` would, naming it.
-    let row: std::collections::HashSet<u32> = header.cpus.iter().copied().collect();
+    let listed: std::collections::HashSet<u32> = header.cpus.iter().copied().collect();
     let mut stats = Vec::with_capacity(header.records as usize);
     let mut rec = [0u8; RECORD];
     for k in 0..header.records {
-        let here = records_at + k * RECORD as u64;
         r.read_exact(&mut rec).map_err(io)?;
-        let u32_at = |o: usize| u32::from_le_bytes(rec[o..o + 4].try_into().expect("4 bytes"));
-        let a = u32::from(u16::from_le_bytes([rec[0], rec[1]]));
-        let b = u32::from(u16::from_le_bytes([rec[2], rec[3]]));
-        let bad = |message: String| at(here, format!("statistics record {k}: {message}"));
-        if !row.contains(&a) || !row.contains(&b) || a == b {
-            return Err(bad(format!("the pair ({a}, {b}) is not a pair of `cpus`")));
-        }
-        let figure = |o: usize| {
-            decode(u32_at(o)).ok_or_else(|| bad(format!("CPUs {a} and {b}: a figure is missing")))
-        };
-        let (p10, median, p90) = (figure(4)?, figure(8)?, figure(12)?);
-        if !(p10 <= median && median <= p90) {
-            return Err(bad(format!(
-                "CPUs {a} and {b}: p10/median/p90 {p10}/{median}/{p90} are not ordered"
-            )));
-        }
-        let flags = u32_at(28);
-        if flags > 1 {
-            return Err(bad(format!("flags {flags:#x}: only bit 0 (inferred) is known")));
-        }
-        stats.push(PairStats {
-            a,
-            b,
-            p10_ns: p10,
-            median_ns: median,
-            p90_ns: p90,
-            samples: u32_at(16),
-            discarded: u32_at(20),
-            round_trips: u32_at(24),
-            inferred: flags == 1,
-        });
+        let s = record(&rec, &listed).map_err(|message| {
+            at(
+                path,
+                records_at + k * RECORD as u64,
+                format!("statistics record {k}: {message}"),
+            )
+        })?;
+        stats.push(s);
     }
-    let sparse = match (header.pairs_measured, header.pairs_total, header.modelled_seconds) {
+    Ok(assemble(header, cells, stats))
+}
+
+/// The magic line, the version and the header, checked: at most [`MAX_HEADER`] bytes,
+/// distinct CPU ids (`read::cpus` bounds their count and each id), at most one record
+/// per pair. Returns the header and the offset of the cells.
+fn read_header(r: &mut impl BufRead, path: &Path) -> Result<(Header, u64), MatrixError> {
+    let io = |source| MatrixError::Read {
+        path: path.to_owned(),
+        source,
+    };
+    let mut line = Vec::new();
+    r.take(MAGIC.len() as u64 + 12)
+        .read_until(b'\n', &mut line)
+        .map_err(io)?;
+    if !line.starts_with(MAGIC) {
+        return Err(at(
+            path,
+            0,
+            "not a binary matrix file (no magic line)".into(),
+        ));
+    }
+    let version = &line[MAGIC.len()..];
+    let version = version.strip_suffix(b"\n").unwrap_or(version);
+    if version != VERSION.to_string().as_bytes() || !line.ends_with(b"\n") {
+        return Err(at(
+            path,
+            MAGIC.len() as u64,
+            format!(
+                "version {:?} is not one this pinnerd reads (it reads version {VERSION})",
+                String::from_utf8_lossy(version)
+            ),
+        ));
+    }
+    let header_at = line.len() as u64;
+    let mut head = Vec::new();
+    r.take(MAX_HEADER as u64)
+        .read_until(b'\n', &mut head)
+        .map_err(io)?;
+    if !head.ends_with(b"\n") {
+        return Err(at(
+            path,
+            header_at,
+            if head.len() >= MAX_HEADER {
+                format!("the header is over the {MAX_HEADER}-byte limit")
+            } else {
+                "the header line ends before its newline".into()
+            },
+        ));
+    }
+    let header: Header =
+        serde_json::from_reader(read::StringLimit::new(&head[..])).map_err(|e| {
+            let text = e.to_string();
+            let what = text
+                .rsplit_once(" at line ")
+                .map_or(text.as_str(), |(m, _)| m);
+            at(
+                path,
+                header_at + e.column().saturating_sub(1) as u64,
+                format!("header: {what}"),
+            )
+        })?;
+    let n = header.cpus.len();
+    debug_assert!(n <= MAX_MATRIX_CPUS);
+    let mut seen = crate::cpuset::CpuSet::new();
+    if let Some(c) = header.cpus.iter().find(|&&c| !seen.insert(c)) {
+        return Err(at(
+            path,
+            header_at,
+            format!("header: CPU {c} is listed twice in `cpus`"),
+        ));
+    }
+    let pairs = (n * n.saturating_sub(1) / 2) as u64;
+    if header.records > pairs {
+        return Err(at(
+            path,
+            header_at,
+            format!(
+                "header: {} statistics records for {n} CPUs, which have {pairs} pairs",
+                header.records
+            ),
+        ));
+    }
+    Ok((header, header_at + head.len() as u64))
+}
+
+/// One statistics record, checked as `validate` checks an entry: a pair of `listed`
+/// CPUs, three figures in order, known flags.
+fn record(
+    rec: &[u8; RECORD],
+    listed: &std::collections::HashSet<u32>,
+) -> Result<PairStats, String> {
+    let u32_at = |o: usize| u32::from_le_bytes(rec[o..o + 4].try_into().expect("4 bytes"));
+    let a = u32::from(u16::from_le_bytes([rec[0], rec[1]]));
+    let b = u32::from(u16::from_le_bytes([rec[2], rec[3]]));
+    if !listed.contains(&a) || !listed.contains(&b) || a == b {
+        return Err(format!("the pair ({a}, {b}) is not a pair of `cpus`"));
+    }
+    let figure = |o: usize| {
+        decode(u32_at(o)).ok_or_else(|| format!("CPUs {a} and {b}: a figure is missing"))
+    };
+    let (p10, median, p90) = (figure(4)?, figure(8)?, figure(12)?);
+    if !(p10 <= median && median <= p90) {
+        return Err(format!(
+            "CPUs {a} and {b}: p10/median/p90 {p10}/{median}/{p90} are not ordered"
+        ));
+    }
+    let flags = u32_at(28);
+    if flags > 1 {
+        return Err(format!("flags {flags:#x}: only bit 0 (inferred) is known"));
+    }
+    Ok(PairStats {
+        a,
+        b,
+        p10_ns: p10,
+        median_ns: median,
+        p90_ns: p90,
+        samples: u32_at(16),
+        discarded: u32_at(20),
+        round_trips: u32_at(24),
+        inferred: flags == 1,
+    })
+}
+
+/// The matrix of a header, its cells and its records: the sparse counts as read, the
+/// omitted inferred entries made again, the counts recounted (as the JSON reader does).
+fn assemble(header: Header, cells: Vec<Vec<Option<f64>>>, stats: Vec<PairStats>) -> LatencyMatrix {
+    let sparse = match (
+        header.pairs_measured,
+        header.pairs_total,
+        header.modelled_seconds,
+    ) {
         (Some(pairs_measured), Some(pairs_total), Some(modelled_seconds)) => {
             Some(Box::new(SparseCounts {
                 pairs_measured,
@@ -442,7 +490,7 @@ pub(super) fn read(file: impl Read, size: u64, path: &Path) -> Result<LatencyMat
         m.restore_inferred_stats();
     }
     m.recount();
-    Ok(m)
+    m
 }
 
 #[cfg(test)]

@@ -31,11 +31,11 @@ use serde::de::{self, Deserialize, Deserializer, SeqAccess, Visitor};
 use super::{LatencyMatrix, MatrixError, PairStats};
 use crate::infile::{self, InError, Links};
 
+/// Largest binary matrix file (see [`super::binary`]).
+pub use super::binary::MAX_BINARY_FILE_SIZE;
 /// The one bound on a matrix's CPUs (see the parent module). A larger file is refused
 /// while parsing, before its cells are allocated.
 pub use super::MAX_MATRIX_CPUS;
-/// Largest binary matrix file (see [`super::binary`]).
-pub use super::binary::MAX_BINARY_FILE_SIZE;
 /// Largest JSON matrix file read (a pretty-printed 1024-CPU matrix with per-pair
 /// statistics is about 130 MB; a compact 4,096-CPU sparse map about 90 MB). Matrices
 /// of [`super::binary::BINARY_FROM_CPUS`] CPUs or more are written in the binary form,

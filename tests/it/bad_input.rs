@@ -511,9 +511,8 @@ fn an_error_says_each_cause_once() {
 /// An 8-CPU matrix in the binary form with one statistics record (its last 32 bytes),
 /// and where its cells start.
 fn small_binary() -> (Vec<u8>, usize) {
-    let mut m = pinnerd::matrix::LatencyMatrix::from_fn((0..8).collect(), |i, j| {
-        10.0 + (i + j) as f64
-    });
+    let mut m =
+        pinnerd::matrix::LatencyMatrix::from_fn((0..8).collect(), |i, j| 10.0 + (i + j) as f64);
     m.stats.push(pinnerd::matrix::PairStats {
         a: 0,
         b: 1,
@@ -586,7 +585,10 @@ fn a_bad_binary_matrix_file_is_refused_naming_the_byte() {
             "m.bin: byte 21: header: CPU 1 is listed twice in `cpus`".into(),
         ),
         (
-            binary_with_header(&format!(r#"{{"cpus":[{}],"records":0}}"#, cpus.join(",")), &[]),
+            binary_with_header(
+                &format!(r#"{{"cpus":[{}],"records":0}}"#, cpus.join(",")),
+                &[],
+            ),
             "header: `cpus`: more than 8192 entries, the most accepted".into(),
         ),
         (

@@ -221,7 +221,10 @@ fn measure_4096_cpus_sparse_then_complete_then_plan_on_it() {
     let flags = bytes[(cells_at + 4 * 8386560) as usize..]
         .chunks_exact(32)
         .map(|r| r[28]);
-    assert!(flags.into_iter().all(|f| f == 0), "no pair is left inferred");
+    assert!(
+        flags.into_iter().all(|f| f == 0),
+        "no pair is left inferred"
+    );
     drop(bytes);
 
     // `plan` on the complete map, under GNU time for its peak RSS (pinnerd's alone).

@@ -44,7 +44,10 @@ fn everything() -> LatencyMatrix {
         pairs_total: 0,
         modelled_seconds: 3.5,
     }));
-    m.warnings = vec!["a warning".into(), "another, with \"quotes\"\nand a line".into()];
+    m.warnings = vec![
+        "a warning".into(),
+        "another, with \"quotes\"\nand a line".into(),
+    ];
     m.kept = Some(KeptCells {
         cpus: "10-11".parse().unwrap(),
         pairs: 3,
@@ -132,11 +135,18 @@ fn json_then_binary_reads_back_the_same_matrix() {
     let bytes = from_json.to_file_bytes().unwrap();
     assert!(bytes.starts_with(MAGIC), "written binary at {n} CPUs");
     let back = load_bytes(dir.path(), &bytes).unwrap();
-    assert!(back == from_json, "the same matrix after JSON → binary → read");
+    assert!(
+        back == from_json,
+        "the same matrix after JSON → binary → read"
+    );
     assert_eq!(back.sparse.as_ref().unwrap().pairs_measured, n - 1);
     // 4 bytes a cell and 32 a record with batches: the inferred ones are left out.
     let pairs = n * (n - 1) / 2;
-    assert!(bytes.len() < 4 * pairs + 32 * n + 64 * 1024, "{}", bytes.len());
+    assert!(
+        bytes.len() < 4 * pairs + 32 * n + 64 * 1024,
+        "{}",
+        bytes.len()
+    );
 }
 
 #[test]
@@ -157,7 +167,8 @@ fn a_figure_past_42_ms_is_refused_when_written_naming_the_pair() {
     m.latency_ns[4][0] = Some(MAX_FIGURE_NS);
     let e = m.write_binary(&mut Vec::new()).unwrap_err();
     assert!(
-        e.to_string().starts_with("cell (0, 8): 42949672.95 ns cannot be stored"),
+        e.to_string()
+            .starts_with("cell (0, 8): 42949672.95 ns cannot be stored"),
         "{e}"
     );
     // The largest code is a figure.
@@ -195,8 +206,16 @@ fn each_bad_record_is_refused_naming_it_and_its_byte() {
     let cases: [(usize, &[u8], &str); 4] = [
         (0, &[7, 0], "the pair (7, 2) is not a pair of `cpus`"),
         (2, &[0, 0], "the pair (0, 0) is not a pair of `cpus`"),
-        (4, &[0x10, 0x27, 0, 0], "p10/median/p90 100/10/11 are not ordered"),
-        (28, &[2, 0, 0, 0], "flags 0x2: only bit 0 (inferred) is known"),
+        (
+            4,
+            &[0x10, 0x27, 0, 0],
+            "p10/median/p90 100/10/11 are not ordered",
+        ),
+        (
+            28,
+            &[2, 0, 0, 0],
+            "flags 0x2: only bit 0 (inferred) is known",
+        ),
     ];
     for (o, patch, said) in cases {
         let mut bad = good.clone();
