@@ -80,7 +80,8 @@ pub struct MeasureArgs {
     /// Also draw the heatmap as SVG into FILE.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
-    /// Also save the matrix into FILE: CSV when FILE ends in `.csv`, else JSON.
+    /// Also save the matrix into FILE: CSV when FILE ends in `.csv`, else JSON (from
+    /// 1,025 CPUs on pinnerd's binary form, under the same name).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Read the machine from this sysfs tree instead of /sys (CPU lists, fingerprint).

@@ -3,7 +3,8 @@
 //! `--matrix FILE` reads.
 //!
 //! Owns: the `LatencyMatrix` type, its JSON format (`json`: the object as read and as
-//! written, the compact form of large sparse maps), import of core-to-core-latency's CSV
+//! written, the compact form of large sparse maps), its binary form for matrices past
+//! 1,024 CPUs (`binary`: what every writer stores from there on), import of core-to-core-latency's CSV
 //! and export in its exact layout (`csv`), and the warnings about known flaws of imported
 //! data. Also: per-pair statistics, a summary
 //! (min/median/max, latency levels), the checks of a matrix against this machine
