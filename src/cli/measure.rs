@@ -71,7 +71,7 @@ pub struct MeasureArgs {
     /// How long to wait for the CPUs to become idle, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub idle_wait: f64,
-    /// Print the matrix as JSON (the format the daemon stores).
+    /// Print the matrix as JSON (the format the daemon stores up to 1,024 CPUs).
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
     /// Print the matrix as core-to-core-latency's CSV (lower triangle, no CPU ids).
