@@ -74,10 +74,10 @@ nice-19\t'SCHED_OTHER at nice 19: gets about 1.5% of a CPU against one nice-0 ta
 idle\t'SCHED_IDLE: runs only when nothing else wants the CPU'"
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l idle-wait -d 'How long to wait for the CPUs to become idle, in seconds' -r
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l svg -d 'Also draw the heatmap as SVG into FILE' -r -F
-complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l out -d 'Also save the matrix into FILE: CSV when FILE ends in `.csv`, else JSON' -r -F
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l out -d 'Also save the matrix into FILE: CSV when FILE ends in `.csv`, else JSON (from 1,025 CPUs on pinnerd\'s binary form, under the same name)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l sysfs -d 'Read the machine from this sysfs tree instead of /sys (CPU lists, fingerprint)' -r -F
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l complete -d 'With `--mode sparse` or `--simulate`: after the sparse map (its summary is printed first), measure its inferred cells in slices of disjoint pairs until every pair is measured, as the daemon does in the background; the matrix printed and saved is the completed one'
-complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l json -d 'Print the matrix as JSON (the format the daemon stores)'
+complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l json -d 'Print the matrix as JSON (the format the daemon stores up to 1,024 CPUs)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -l csv -d 'Print the matrix as core-to-core-latency\'s CSV (lower triangle, no CPU ids)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -s v -l verbose -d 'More log output (repeat for more)'
 complete -c pinnerd -n "__fish_pinnerd_using_subcommand measure" -s h -l help -d 'Print help (see more with \'--help\')'

@@ -191,23 +191,10 @@ fn run_hwloc(args: HwlocArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The largest matrix file read: a 4096-CPU matrix in our JSON is about 200 MiB.
-const MAX_MATRIX_BYTES: u64 = 256 << 20;
-
-/// [`LatencyMatrix::load`] of a regular file of at most [`MAX_MATRIX_BYTES`], so a wrong
-/// path (a device, a FIFO) cannot hang the command or exhaust memory.
+/// [`LatencyMatrix::load`]: a regular file within its form's limit
+/// (`matrix::read`), so a wrong path (a device, a FIFO) cannot hang the command or
+/// exhaust memory.
 pub fn load_matrix(p: &Path) -> anyhow::Result<LatencyMatrix> {
-    let meta = std::fs::metadata(p).with_context(|| format!("reading {}", p.display()))?;
-    if !meta.is_file() {
-        anyhow::bail!("{}: not a regular file", p.display());
-    }
-    if meta.len() > MAX_MATRIX_BYTES {
-        anyhow::bail!(
-            "{}: {} bytes, more than the {MAX_MATRIX_BYTES} a matrix file can take",
-            p.display(),
-            meta.len()
-        );
-    }
     Ok(LatencyMatrix::load(p)?)
 }
 

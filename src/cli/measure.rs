@@ -71,7 +71,7 @@ pub struct MeasureArgs {
     /// How long to wait for the CPUs to become idle, in seconds.
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     pub idle_wait: f64,
-    /// Print the matrix as JSON (the format the daemon stores).
+    /// Print the matrix as JSON (the format the daemon stores up to 1,024 CPUs).
     #[arg(long, conflicts_with = "csv")]
     pub json: bool,
     /// Print the matrix as core-to-core-latency's CSV (lower triangle, no CPU ids).
@@ -80,7 +80,8 @@ pub struct MeasureArgs {
     /// Also draw the heatmap as SVG into FILE.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
-    /// Also save the matrix into FILE: CSV when FILE ends in `.csv`, else JSON.
+    /// Also save the matrix into FILE: CSV when FILE ends in `.csv`, else JSON (from
+    /// 1,025 CPUs on pinnerd's binary form, under the same name).
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
     /// Read the machine from this sysfs tree instead of /sys (CPU lists, fingerprint).
@@ -390,13 +391,21 @@ pub fn run(args: MeasureArgs) -> anyhow::Result<ExitCode> {
         std::fs::write(path, svg).with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some(path) = &args.out {
-        let text = if path.extension().is_some_and(|e| e == "csv") {
-            m.to_csv()
+        // The user's name is kept whatever the form: JSON below
+        // `matrix::binary::BINARY_FROM_CPUS` CPUs, binary from there on (the readers
+        // tell them by content); CSV when the name ends in `.csv`.
+        let csv = path.extension().is_some_and(|e| e == "csv");
+        let text = if csv {
+            m.to_csv().into_bytes()
         } else {
-            m.to_json_text()?
+            m.to_file_bytes()?
         };
         // The reader's limit: never write a matrix file pinnerd would refuse to read.
-        let limit = crate::matrix::read::MAX_MATRIX_FILE_SIZE;
+        let limit = if csv || m.len() < crate::matrix::binary::BINARY_FROM_CPUS {
+            crate::matrix::read::MAX_MATRIX_FILE_SIZE
+        } else {
+            crate::matrix::read::MAX_BINARY_FILE_SIZE
+        };
         if text.len() as u64 > limit {
             anyhow::bail!(
                 "not writing {}: the matrix of {} CPUs is {} bytes as a file, over the \

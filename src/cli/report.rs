@@ -125,7 +125,8 @@ fn write_report(
         Ok(out_dir.replace(name.as_ref(), text.as_bytes(), false)?)
     };
     if let (Source::Measured(_), Some(m)) = (&g.source, &g.matrix) {
-        write(MATRIX_FILE, &m.to_json_text()?)?;
+        // JSON, or binary from `BINARY_FROM_CPUS` CPUs on (the name stays).
+        out_dir.replace(MATRIX_FILE.as_ref(), &m.to_file_bytes()?, false)?;
     }
     let json = write("report.json", &(serde_json::to_string_pretty(r)? + "\n"))?;
     let html = write("report.html", &report::html(r, g.matrix.as_ref()))?;

@@ -154,13 +154,41 @@ impl Serialize for StatsOut<'_> {
     }
 }
 
+/// The statistics a matrix file holds (JSON or binary) and whether the inferred ones
+/// were left out: see [`COMPACT_FROM_CPUS`].
+pub(super) struct Written<'a> {
+    out: StatsOut<'a>,
+    /// `"inferred_stats": "omitted"`: made again from the cells when read.
+    pub(super) omitted: bool,
+}
+
+impl Written<'_> {
+    pub(super) fn stats(&self) -> impl Iterator<Item = &PairStats> {
+        self.out.written()
+    }
+}
+
+/// What [`Written`] holds for `m`.
+pub(super) fn written_stats(m: &LatencyMatrix) -> Written<'_> {
+    let compact = m.len() >= COMPACT_FROM_CPUS;
+    let omitted = compact && m.stats.iter().any(|st| st.inferred);
+    // Without inferred pairs, a pair with a cell and no entry is a measured one, so
+    // entries that say no more than their cell can be left out.
+    let batches_only = compact && !omitted;
+    Written {
+        out: StatsOut {
+            all: &m.stats,
+            measured_only: compact,
+            batches_only,
+        },
+        omitted,
+    }
+}
+
 impl Serialize for LatencyMatrix {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let compact = self.len() >= COMPACT_FROM_CPUS;
-        let omitted = compact && self.stats.iter().any(|st| st.inferred);
-        // Without inferred pairs, a pair with a cell and no entry is a measured one, so
-        // entries that say no more than their cell can be left out.
-        let batches_only = compact && !omitted;
+        let written = written_stats(self);
         MatrixOut {
             cpus: &self.cpus,
             latency_ns: CellsOut {
@@ -173,12 +201,8 @@ impl Serialize for LatencyMatrix {
             fingerprint: self.fingerprint.as_ref(),
             first_touch: self.first_touch.as_ref(),
             mode: self.mode.as_ref(),
-            stats: StatsOut {
-                all: &self.stats,
-                measured_only: compact,
-                batches_only,
-            },
-            inferred_stats: omitted.then_some("omitted"),
+            inferred_stats: written.omitted.then_some("omitted"),
+            stats: written.out,
             sparse: self.sparse.as_deref(),
             warnings: &self.warnings,
             kept: self.kept.as_ref(),
@@ -230,7 +254,7 @@ impl LatencyMatrix {
     /// Makes again the statistics a compact file left out (see [`COMPACT_FROM_CPUS`]):
     /// an inferred entry for every pair with a cell and no entry, in the order sparse
     /// measurement writes them (by column, then row), the stored entries in their place.
-    fn restore_inferred_stats(&mut self) {
+    pub(super) fn restore_inferred_stats(&mut self) {
         let n = self.len();
         if self.latency_ns.n() != n {
             return; // not square: validation says so

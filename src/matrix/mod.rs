@@ -3,7 +3,8 @@
 //! `--matrix FILE` reads.
 //!
 //! Owns: the `LatencyMatrix` type, its JSON format (`json`: the object as read and as
-//! written, the compact form of large sparse maps), import of core-to-core-latency's CSV
+//! written, the compact form of large sparse maps), its binary form for matrices past
+//! 1,024 CPUs (`binary`: what every writer stores from there on), import of core-to-core-latency's CSV
 //! and export in its exact layout (`csv`), and the warnings about known flaws of imported
 //! data. Also: per-pair statistics, a summary
 //! (min/median/max, latency levels), the checks of a matrix against this machine
@@ -14,6 +15,7 @@
 //!
 //! Must not touch: measurement (see `measure`) or placement (see `placement`).
 
+pub mod binary;
 mod cells;
 mod csv;
 mod json;
@@ -280,6 +282,13 @@ pub enum MatrixError {
         line: usize,
         message: String,
     },
+    /// A binary matrix file is malformed at a byte offset (0-based) from its start.
+    #[error("{path}: byte {offset}: {message}")]
+    At {
+        path: PathBuf,
+        offset: u64,
+        message: String,
+    },
     /// The file parsed but its content is inconsistent.
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
@@ -433,23 +442,29 @@ impl LatencyMatrix {
         self.at(self.index_of(a)?, self.index_of(b)?)
     }
 
-    /// Reads our JSON or core-to-core-latency's CSV, chosen by content: a file whose
-    /// first non-blank character is `{` is JSON. Bounded (see [`read`]): FIFOs, devices
-    /// and other non-regular files are refused before opening, files over the size
-    /// limit before reading, matrices over [`MAX_MATRIX_CPUS`] CPUs before their
-    /// cells are allocated.
+    /// Reads our binary form, our JSON or core-to-core-latency's CSV, chosen by
+    /// content: a file starting with [`binary::MAGIC`] is binary, one whose first
+    /// non-blank character is `{` JSON, any other CSV. Bounded (see [`read`] and
+    /// [`binary`]): FIFOs, devices and other non-regular files are refused before
+    /// opening, files over their form's size limit before reading, matrices over
+    /// [`MAX_MATRIX_CPUS`] CPUs before their cells are allocated.
     pub fn load(path: &Path) -> Result<LatencyMatrix, MatrixError> {
         let (mut file, size) = read::open_regular(path)?;
-        if read::is_json(&mut file, path)? {
-            let m = read::json_from_reader(file, path)?;
-            m.validate().map_err(|message| MatrixError::Invalid {
-                path: path.to_owned(),
-                message,
-            })?;
-            Ok(m)
-        } else {
-            Self::from_csv(&read::read_csv_text(file, size, path)?, path)
-        }
+        let m = match read::sniff(&mut file, path)? {
+            read::Form::Binary => binary::read(file, size, path)?,
+            read::Form::Json => {
+                read::check_json_size(size, path)?;
+                read::json_from_reader(file, path)?
+            }
+            read::Form::Csv => {
+                return Self::from_csv(&read::read_csv_text(file, size, path)?, path)
+            }
+        };
+        m.validate().map_err(|message| MatrixError::Invalid {
+            path: path.to_owned(),
+            message,
+        })?;
+        Ok(m)
     }
 
     /// Parses the JSON format and checks it is square and symmetric with finite,

@@ -34,11 +34,15 @@ use super::cells::{Cells, Filling};
 use super::{LatencyMatrix, MatrixError, PairStats};
 use crate::infile::{self, InError, Links};
 
+/// Largest binary matrix file (see [`super::binary`]).
+pub use super::binary::MAX_BINARY_FILE_SIZE;
 /// The one bound on a matrix's CPUs (see the parent module). A larger file is refused
 /// while parsing, before its cells are allocated.
 pub use super::MAX_MATRIX_CPUS;
-/// Largest matrix file opened at all (a pretty-printed 1024-CPU matrix with per-pair
-/// statistics is about 130 MB; a compact 4,096-CPU sparse map about 90 MB).
+/// Largest JSON matrix file read (a pretty-printed 1024-CPU matrix with per-pair
+/// statistics is about 130 MB; a compact 4,096-CPU sparse map about 90 MB). Matrices
+/// of [`super::binary::BINARY_FROM_CPUS`] CPUs or more are written in the binary form,
+/// whose limit is [`MAX_BINARY_FILE_SIZE`].
 pub const MAX_MATRIX_FILE_SIZE: u64 = 256 << 20;
 /// Largest CSV matrix: CSV is read whole (a 1024-CPU one is about 10 MB).
 pub const MAX_CSV_SIZE: u64 = 32 << 20;
@@ -50,19 +54,34 @@ pub const MAX_WARNINGS: usize = 256;
 pub const MAX_STATS: usize = MAX_MATRIX_CPUS * (MAX_MATRIX_CPUS - 1) / 2;
 
 /// Opens `path` for reading if it is a regular file of at most
-/// [`MAX_MATRIX_FILE_SIZE`] bytes (see [`crate::infile`]; a symlink is followed).
+/// [`MAX_BINARY_FILE_SIZE`] bytes, the largest form's limit (see [`crate::infile`]; a
+/// symlink is followed); [`check_json_size`] then holds JSON to its own.
 pub(super) fn open_regular(path: &Path) -> Result<(File, u64), MatrixError> {
     let (file, md) = infile::open_regular(path, Links::Follow).map_err(|e| refused(e, path))?;
-    if md.len() > MAX_MATRIX_FILE_SIZE {
+    if md.len() > MAX_BINARY_FILE_SIZE {
         return Err(MatrixError::Refused {
             path: path.to_owned(),
             reason: format!(
-                "{} bytes is over the {MAX_MATRIX_FILE_SIZE}-byte limit for a matrix file",
+                "{} bytes is over the {MAX_BINARY_FILE_SIZE}-byte limit for a matrix file \
+                 (binary; {MAX_MATRIX_FILE_SIZE} for JSON)",
                 md.len()
             ),
         });
     }
     Ok((file, md.len()))
+}
+
+/// Refuses a JSON matrix file of more than [`MAX_MATRIX_FILE_SIZE`] bytes.
+pub(super) fn check_json_size(size: u64, path: &Path) -> Result<(), MatrixError> {
+    if size > MAX_MATRIX_FILE_SIZE {
+        return Err(MatrixError::Refused {
+            path: path.to_owned(),
+            reason: format!(
+                "{size} bytes is over the {MAX_MATRIX_FILE_SIZE}-byte limit for a matrix file"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// An [`InError`] as a [`MatrixError`] naming `path`.
@@ -81,26 +100,61 @@ fn refused(e: InError, path: &Path) -> MatrixError {
     }
 }
 
-/// Whether the file's first non-blank byte is `{` (JSON). Leaves the file at offset 0.
-pub(super) fn is_json(file: &mut File, path: &Path) -> Result<bool, MatrixError> {
+/// A matrix file's form, told by its first bytes.
+pub(super) enum Form {
+    /// Starts with [`super::binary::MAGIC`].
+    Binary,
+    /// The first non-blank byte is `{`.
+    Json,
+    /// Anything else.
+    Csv,
+}
+
+/// The file's form ([`Form`]). Leaves the file at offset 0.
+pub(super) fn sniff(file: &mut File, path: &Path) -> Result<Form, MatrixError> {
     let read_err = |source| MatrixError::Read {
         path: path.to_owned(),
         source,
     };
     let mut buf = [0u8; 4096];
     let mut seen: u64 = 0;
-    let first = loop {
+    let mut first_block = true;
+    let form = loop {
         let n = file.read(&mut buf).map_err(read_err)?;
+        if first_block {
+            first_block = false;
+            // A short first read (a pipe would give one; a regular file rarely) is
+            // completed up to the magic's length.
+            let mut n = n;
+            while n > 0 && n < super::binary::MAGIC.len() {
+                let more = file.read(&mut buf[n..]).map_err(read_err)?;
+                if more == 0 {
+                    break;
+                }
+                n += more;
+            }
+            if super::binary::is_binary(&buf[..n]) {
+                break Form::Binary;
+            }
+            seen += n as u64;
+            if let Some(b) = buf[..n].iter().find(|b| !b.is_ascii_whitespace()) {
+                break if *b == b'{' { Form::Json } else { Form::Csv };
+            }
+            if n == 0 {
+                break Form::Csv;
+            }
+            continue;
+        }
         seen += n as u64;
         if n == 0 || seen > MAX_MATRIX_FILE_SIZE {
-            break None;
+            break Form::Csv;
         }
         if let Some(b) = buf[..n].iter().find(|b| !b.is_ascii_whitespace()) {
-            break Some(*b);
+            break if *b == b'{' { Form::Json } else { Form::Csv };
         }
     };
     file.rewind().map_err(read_err)?;
-    Ok(first == Some(b'{'))
+    Ok(form)
 }
 
 /// Reads the whole (CSV) file as UTF-8 text, refusing more than [`MAX_CSV_SIZE`] bytes.
@@ -142,7 +196,7 @@ pub(super) fn json_error(e: serde_json::Error, path: &Path) -> MatrixError {
 /// A reader that fails once any JSON string literal passes [`MAX_JSON_STRING`] bytes,
 /// so that serde_json never buffers a huge string. It follows the only context in
 /// JSON where bytes are not structure: between unescaped double quotes.
-struct StringLimit<R> {
+pub(super) struct StringLimit<R> {
     inner: R,
     in_string: bool,
     escape: bool,
@@ -150,7 +204,7 @@ struct StringLimit<R> {
 }
 
 impl<R> StringLimit<R> {
-    fn new(inner: R) -> Self {
+    pub(super) fn new(inner: R) -> Self {
         StringLimit {
             inner,
             in_string: false,

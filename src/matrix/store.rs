@@ -3,7 +3,8 @@
 //! Layout under the directory handed to [`MatrixStore::open`]:
 //!
 //! ```text
-//! matrix.json                    the current matrix (our JSON format)
+//! matrix.json                    the current matrix (our JSON format; binary from
+//!                                `BINARY_FROM_CPUS` CPUs on, the name kept)
 //! history/matrix-<µs>.json       previous matrices, newest kept, oldest pruned
 //! matrix.json.corrupt-<µs>       a current file that did not parse, set aside
 //! matrix.json.foreign-<µs>       a current file from other hardware, set aside
@@ -21,7 +22,6 @@
 //! Must not touch: measurement, the daemon's state (it calls in with a matrix).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -307,14 +307,13 @@ impl MatrixStore {
             std::process::id(),
             now_us()
         ));
-        // Compact JSON streamed to the file, never held whole: a cell costs about 6
-        // bytes, not the 20 of pretty printing (figures by size in benches/README.md).
+        // Streamed to the file, never held whole: compact JSON (a cell costs about 6
+        // bytes, not the 20 of pretty printing) below `BINARY_FROM_CPUS` CPUs, the
+        // binary form (4 bytes a cell) from there on, under the same name (figures by
+        // size in benches/README.md).
         let write = |path: &Path| -> std::io::Result<u64> {
-            let f = OpenOptions::new().write(true).create_new(true).open(path)?;
-            let mut w = std::io::BufWriter::new(f);
-            serde_json::to_writer(&mut w, matrix)?;
-            w.write_all(b"\n")?;
-            let f = w.into_inner().map_err(|e| e.into_error())?;
+            let mut f = OpenOptions::new().write(true).create_new(true).open(path)?;
+            matrix.write_file(&mut f)?;
             f.sync_all()?;
             Ok(f.metadata()?.len())
         };
@@ -326,11 +325,15 @@ impl MatrixStore {
             }
         };
         // The reader's limit: never store a file it would refuse.
-        if size > super::read::MAX_MATRIX_FILE_SIZE {
+        let (limit, form) = if matrix.len() < super::binary::BINARY_FROM_CPUS {
+            (super::read::MAX_MATRIX_FILE_SIZE, "JSON")
+        } else {
+            (super::read::MAX_BINARY_FILE_SIZE, "binary")
+        };
+        if size > limit {
             let _ = fs::remove_file(&tmp);
             return Err(StoreError::Invalid(format!(
-                "{size} bytes as JSON, over the {}-byte limit for a matrix file",
-                super::read::MAX_MATRIX_FILE_SIZE
+                "{size} bytes as {form}, over the {limit}-byte limit for a matrix file"
             )));
         }
         if current.exists() {

@@ -507,3 +507,146 @@ fn an_error_says_each_cause_once() {
         );
     }
 }
+
+/// An 8-CPU matrix in the binary form with one statistics record (its last 32 bytes),
+/// and where its cells start.
+fn small_binary() -> (Vec<u8>, usize) {
+    let mut m =
+        pinnerd::matrix::LatencyMatrix::from_fn((0..8).collect(), |i, j| 10.0 + (i + j) as f64);
+    m.stats.push(pinnerd::matrix::PairStats {
+        a: 0,
+        b: 1,
+        p10_ns: 10.0,
+        median_ns: 11.0,
+        p90_ns: 12.0,
+        samples: 3,
+        discarded: 0,
+        round_trips: 100,
+        inferred: false,
+    });
+    let mut bytes = Vec::new();
+    m.write_binary(&mut bytes).unwrap();
+    let cells_at = bytes.len() - 4 * 28 - 32;
+    (bytes, cells_at)
+}
+
+/// A binary matrix file with the magic line and `header` (JSON) and `rest` after it.
+fn binary_with_header(header: &str, rest: &[u8]) -> Vec<u8> {
+    let mut bytes = format!("pinnerd-matrix-bin 1\n{header}\n").into_bytes();
+    bytes.extend_from_slice(rest);
+    bytes
+}
+
+/// Every flaw of a binary matrix file is refused with the file and the byte where it
+/// is, the way a text file's errors name its line and column.
+#[test]
+fn a_bad_binary_matrix_file_is_refused_naming_the_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m.bin");
+    let (good, cells_at) = small_binary();
+    let len = good.len();
+    let record_at = len - 32;
+    let truncated = good[..len - 10].to_vec();
+    let mut trailing = good.clone();
+    trailing.extend_from_slice(b"\n\n\n");
+    let mut stranger = good.clone();
+    stranger[record_at..record_at + 2].copy_from_slice(&42u16.to_le_bytes());
+    let mut version = good.clone();
+    version[19] = b'2';
+    let mut magic = good.clone();
+    magic[17] = b'm';
+    let cpus: Vec<String> = (0..8193).map(|c| c.to_string()).collect();
+    let cases: Vec<(Vec<u8>, String)> = vec![
+        (
+            truncated,
+            format!(
+                "m.bin: byte {cells_at}: the file is {} bytes; its header (8 CPUs: 28 cells, \
+                 1 records) says {len}",
+                len - 10
+            ),
+        ),
+        (
+            trailing,
+            format!(
+                "m.bin: byte {cells_at}: the file is {} bytes; its header (8 CPUs: 28 cells, \
+                 1 records) says {len}",
+                len + 3
+            ),
+        ),
+        (
+            stranger,
+            format!(
+                "m.bin: byte {record_at}: statistics record 0: the pair (42, 1) is not a pair \
+                 of `cpus`"
+            ),
+        ),
+        (
+            binary_with_header(r#"{"cpus":[0,1,1],"records":0}"#, &[0; 12]),
+            "m.bin: byte 21: header: CPU 1 is listed twice in `cpus`".into(),
+        ),
+        (
+            binary_with_header(
+                &format!(r#"{{"cpus":[{}],"records":0}}"#, cpus.join(",")),
+                &[],
+            ),
+            "header: `cpus`: more than 8192 entries, the most accepted".into(),
+        ),
+        (
+            binary_with_header(r#"{"cpus":[0,9000],"records":0}"#, &[0; 4]),
+            "header: `cpus`: CPU 9000 is over the largest CPU id 8191".into(),
+        ),
+        (
+            binary_with_header(r#"{"cpus":[0,1],"records":2}"#, &[0; 4]),
+            "m.bin: byte 21: header: 2 statistics records for 2 CPUs, which have 1 pairs".into(),
+        ),
+        (
+            version,
+            "m.bin: byte 19: version \"2\" is not one this pinnerd reads (it reads version 1)"
+                .into(),
+        ),
+        // No magic: read as CSV, which the cells' bytes are not.
+        (magic, "m.bin: refused: not valid UTF-8".into()),
+    ];
+    std::fs::write(&m, &good).unwrap();
+    let o = run(
+        dir.path(),
+        &["plan", "--count", "2", "--matrix", m.to_str().unwrap()],
+    );
+    assert_eq!(o.code, 0, "the file unharmed plans: {}", o.stderr);
+    for (bytes, said) in cases {
+        std::fs::write(&m, &bytes).unwrap();
+        let o = run(
+            dir.path(),
+            &["plan", "--count", "1", "--matrix", m.to_str().unwrap()],
+        );
+        assert_clear_error(&o, 1, &said);
+    }
+}
+
+/// A header claiming 8,192 CPUs (33.5 M cells, 134 MB) in a file of a few kilobytes is
+/// refused by the size its header implies, before a cell is allocated (the cells in
+/// memory would take 1 GiB, ten times the memory limit).
+#[test]
+fn a_binary_header_claiming_8192_cpus_in_a_tiny_file_is_refused_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m.bin");
+    let cpus: Vec<String> = (0..8192).map(|c| c.to_string()).collect();
+    let header = format!(r#"{{"cpus":[{}],"records":0}}"#, cpus.join(","));
+    let bytes = binary_with_header(&header, &[0; 4096]);
+    std::fs::write(&m, &bytes).unwrap();
+    let o = run(
+        dir.path(),
+        &["plan", "--count", "1", "--matrix", m.to_str().unwrap()],
+    );
+    let cells_at = bytes.len() - 4096;
+    let expected = cells_at + 4 * 33_550_336;
+    assert_clear_error(
+        &o,
+        1,
+        &format!(
+            "m.bin: byte {cells_at}: the file is {} bytes; its header (8192 CPUs: 33550336 \
+             cells, 0 records) says {expected}",
+            bytes.len()
+        ),
+    );
+}

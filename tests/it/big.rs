@@ -32,7 +32,7 @@ fn machine() -> &'static Path {
     DIR.get_or_init(|| {
         // Kept in Cargo's temporary directory for the next run (the tree takes a
         // while to write): made beside it and renamed into place whole.
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("big-machine-{N}-v1"));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("big-machine-{N}-v2"));
         if !dir.join("truth.json").exists() {
             let tmp = tempfile::Builder::new()
                 .prefix("big-machine-")
@@ -209,19 +209,31 @@ fn measure_4096_cpus_sparse_then_complete_then_plan_on_it() {
         .unwrap_or_else(|| panic!("the first map's count: {said}"));
     assert!(first < 8386560 / 100, "{first} pairs in the first map");
     assert!(said.contains("every pair measured"), "{said}");
+    // Stored in the binary form (past 1,024 CPUs): the magic line, the header line,
+    // 4 bytes a cell, 32 a statistics record; no record says `inferred`.
     let size = std::fs::metadata(full).unwrap().len();
+    let bytes = std::fs::read(full).unwrap();
+    assert!(bytes.starts_with(pinnerd::matrix::binary::MAGIC));
+    let lines: Vec<&[u8]> = bytes.splitn(3, |&b| b == b'\n').take(2).collect();
+    let header = std::str::from_utf8(lines[1]).unwrap();
+    assert_eq!(field(header, "pairs_total"), Some(8386560.0));
+    assert_eq!(field(header, "pairs_measured"), Some(8386560.0), "{said}");
+    assert!(!header.contains("omitted"), "{header:.300}");
+    let records = field(header, "records").unwrap() as u64;
+    let cells_at = (lines[0].len() + lines[1].len() + 2) as u64;
+    assert_eq!(size, cells_at + 4 * 8386560 + 32 * records);
     assert!(
-        size <= pinnerd::matrix::read::MAX_MATRIX_FILE_SIZE,
+        size <= pinnerd::matrix::read::MAX_BINARY_FILE_SIZE,
         "the complete map is {size} bytes, over the reader's limit"
     );
-    let text = std::fs::read_to_string(full).unwrap();
-    assert_eq!(field(&text, "pairs_total"), Some(8386560.0));
-    assert_eq!(field(&text, "pairs_measured"), Some(8386560.0), "{said}");
+    let flags = bytes[(cells_at + 4 * 8386560) as usize..]
+        .chunks_exact(32)
+        .map(|r| r[28]);
     assert!(
-        !text.contains("\"inferred\":true"),
+        flags.into_iter().all(|f| f == 0),
         "no pair is left inferred"
     );
-    drop(text);
+    drop(bytes);
 
     // `plan` on the complete map, under GNU time for its peak RSS (pinnerd's alone).
     let maxrss = out.path().join("maxrss");

@@ -195,12 +195,27 @@ pub fn write_tree(root: &Path, s: Shape) {
     write(root, "proc/sys/kernel/osrelease", "6.12.57+deb13-amd64");
 }
 
-/// The machine's complete matrix as our JSON (compact, every cell, no statistics): what
-/// `measure --simulate` answers from. Written as it goes, never held whole.
+/// The machine's complete matrix (every cell, no statistics) as pinnerd stores one of
+/// its size: compact JSON up to 1,024 CPUs, the binary form (`matrix::binary`) from
+/// `BINARY_FROM_CPUS` on (the name `truth.json` is kept; readers tell the form by
+/// content). What `measure --simulate` answers from. Written as it goes, never held
+/// whole (the cells of 8,192 CPUs would take 1 GiB in memory, 300 MB as JSON).
 pub fn write_truth(path: &Path, s: Shape) {
     use std::io::Write as _;
     let n = s.cpus;
     let mut w = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    if n >= pinnerd::matrix::binary::BINARY_FROM_CPUS {
+        w.write_all(pinnerd::matrix::binary::MAGIC).unwrap();
+        writeln!(w, "1\n{{\"cpus\":[{}],\"records\":0}}", list_json(n)).unwrap();
+        for i in 0..n {
+            for j in i + 1..n {
+                let code = (s.latency(i, j) * 100.0).round() as u32;
+                w.write_all(&code.to_le_bytes()).unwrap();
+            }
+        }
+        w.into_inner().unwrap().sync_all().unwrap();
+        return;
+    }
     write!(w, "{{\"cpus\":[{}],\"latency_ns\":[", list_json(n)).unwrap();
     let mut row = String::with_capacity(n * 6);
     for i in 0..n {
@@ -229,19 +244,13 @@ fn list_json(n: usize) -> String {
 
 /// Writes `state/matrix.json`: the machine's matrix (`machine/truth.json`) with the
 /// fingerprint of its tree, where a daemon reading that tree (`daemon --machine`)
-/// looks for its stored matrix. Copied as it is read (66 MB at 4,096 CPUs).
+/// looks for its stored matrix, in the form the daemon's store writes.
 pub fn store_matrix(machine: &Path, state: &Path) {
-    use std::io::{Read as _, Write as _};
     let root = pinnerd::sysroot::SysRoot::machine(machine);
     let fp = pinnerd::fingerprint::Fingerprint::read(&root).unwrap();
-    let truth = std::fs::File::open(machine.join("truth.json")).unwrap();
-    let mut from = std::io::BufReader::new(truth);
-    let mut brace = [0u8; 1];
-    from.read_exact(&mut brace).unwrap();
-    assert_eq!(&brace, b"{", "truth.json is a JSON object");
-    let out = std::fs::File::create(state.join("matrix.json")).unwrap();
-    let mut to = std::io::BufWriter::new(out);
-    write!(to, "{{\"fingerprint\":\"{}\",", fp.hex).unwrap();
-    std::io::copy(&mut from, &mut to).unwrap();
-    to.flush().unwrap();
+    let mut m = pinnerd::matrix::LatencyMatrix::load(&machine.join("truth.json")).unwrap();
+    m.fingerprint = Some(fp.hex);
+    let mut out = std::fs::File::create(state.join("matrix.json")).unwrap();
+    m.write_file(&mut out).unwrap();
+    out.sync_all().unwrap();
 }

@@ -233,7 +233,10 @@ fn bad_inputs_are_errors_naming_the_file() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("fifo: not a regular file"), "{err}");
+    assert!(
+        err.contains("fifo: refused: not a regular file but a FIFO"),
+        "{err}"
+    );
     let broken = dir.path().join("broken.csv");
     std::fs::write(&broken, ",,\n1,,\n2,x,\n").unwrap();
     let out = super::helper::pinnerd_command()
