@@ -94,7 +94,7 @@ daemon_cells() {
     kill "$bpid" 2>/dev/null
 }
 
-num() { grep -o "\"$1\":[0-9.e+]*" "$2" | head -1 | cut -d: -f2; }
+num() { grep -ao "\"$1\":[0-9.e+]*" "$2" | head -1 | cut -d: -f2; } # -a: past 1,024 CPUs the file is binary, its header JSON
 
 printf '<!DOCTYPE html><html><body>blank</body></html>' >"$dir/blank.html"
 echo "blank page: $(shot "$dir/blank.html") s"
