@@ -211,8 +211,13 @@ fn geometry(n: usize, block: usize) -> HeatmapGeometry {
 /// An SVG heatmap: CPU ids on both axes, cells coloured on the viridis scale (dark is
 /// near), values printed inside the cells of small matrices, missing pairs grey, a
 /// colour bar with the range, and a title naming the primitive and the CPU count. One
-/// rectangle per cell: for the files `measure --svg` and `topology --svg` write.
+/// rectangle per cell up to [`EMBEDDED_PIXELS_MAX`] CPUs: for the files `measure --svg`
+/// and `topology --svg` write. Past it, [`svg_heatmap_embedded`]'s image of blocks: a
+/// rectangle per cell would be about 100 bytes a cell, 1.7 GB at 4,096 CPUs.
 pub fn svg_heatmap(m: &LatencyMatrix, title: &str) -> Result<String, SvgError> {
+    if m.len() > EMBEDDED_PIXELS_MAX {
+        return svg_heatmap_embedded(m, title);
+    }
     draw_heatmap(m, title, Cells::Rects)
 }
 

@@ -265,3 +265,18 @@ fn the_embedded_heatmap_is_a_pixel_per_cell_under_the_labels_and_values() {
     let RGBColor(r, g, b) = ViridisRGB::get_color(1.0);
     assert_eq!(colour(255), [r, g, b]);
 }
+
+#[test]
+fn an_svg_file_past_1024_cpus_is_the_image_of_blocks_not_a_rectangle_a_cell() {
+    let n = EMBEDDED_PIXELS_MAX + 1;
+    let m = LatencyMatrix::from_fn((0..n as u32).collect(), |i, j| 20.0 + ((i ^ j) % 7) as f64);
+    let svg = svg_heatmap(&m, "cas").unwrap();
+    assert_eq!(svg, svg_heatmap_embedded(&m, "cas").unwrap());
+    assert!(svg.contains("data:image/png;base64,"));
+    assert!(svg.len() < 4 << 20, "{} bytes", svg.len());
+    // Up to the bound the file keeps a rectangle a cell.
+    let small = LatencyMatrix::nested(8, &[10.0, 20.0, 40.0]);
+    assert!(!svg_heatmap(&small, "cas")
+        .unwrap()
+        .contains("data:image/png"));
+}
