@@ -213,7 +213,7 @@ fn geometry(n: usize, block: usize) -> HeatmapGeometry {
 /// colour bar with the range, and a title naming the primitive and the CPU count. One
 /// rectangle per cell up to [`EMBEDDED_PIXELS_MAX`] CPUs: for the files `measure --svg`
 /// and `topology --svg` write. Past it, [`svg_heatmap_embedded`]'s image of blocks: a
-/// rectangle per cell would be about 100 bytes a cell, 1.7 GB at 4,096 CPUs.
+/// rectangle per cell is markup for each of n² cells (16.8 M at 4,096 CPUs).
 pub fn svg_heatmap(m: &LatencyMatrix, title: &str) -> Result<String, SvgError> {
     if m.len() > EMBEDDED_PIXELS_MAX {
         return svg_heatmap_embedded(m, title);
