@@ -479,13 +479,15 @@ fn assemble(header: Header, cells: Cells, stats: Vec<PairStats>) -> LatencyMatri
         first_touch: header.first_touch,
         mode: header.mode,
         stats,
+        inferred: super::Inferred::default(),
         sparse,
         warnings: header.warnings,
         kept: header.kept,
         stability: header.stability,
     };
+    m.take_inferred_entries();
     if header.inferred_stats.as_deref() == Some("omitted") {
-        m.restore_inferred_stats();
+        m.restore_inferred();
     }
     m.recount();
     m

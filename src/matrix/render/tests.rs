@@ -1,4 +1,3 @@
-
 use super::*;
 
 fn m3() -> LatencyMatrix {

@@ -407,7 +407,8 @@ mod tests {
         assert_eq!(out.pairs_total(), 120);
         // The matrix marks what was inferred.
         let mx = out.to_matrix(&BTreeMap::new(), &MODEL_COSTS);
-        let inferred = mx.stats.iter().filter(|s| s.inferred).count();
+        let inferred = mx.inferred_count();
+        assert!(mx.stats.iter().all(|s| !s.inferred));
         assert_eq!(inferred + out.pairs_measured, 120);
         assert_eq!(
             mx.sparse.as_ref().unwrap().pairs_measured,

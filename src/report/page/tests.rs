@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::report::{Agreement, DomainLevel, Machine, PlanRow, Quality};
 
