@@ -1,6 +1,8 @@
 //! The matrix file's JSON object as read and as written: the sparse counts as plain
 //! fields, the compact form of a large sparse map (its inferred statistics left out,
-//! see [`COMPACT_FROM_CPUS`]) and their making again when read.
+//! see [`COMPACT_FROM_CPUS`]) and the inferred pairs marked again when read; below
+//! that, an entry per inferred pair written from [`LatencyMatrix::inferred`] and read
+//! back into it.
 //!
 //! Must not touch: the bounds on reading an untrusted file (see `read`).
 
@@ -57,7 +59,7 @@ pub(super) struct MatrixFile {
     #[serde(default)]
     stability: Option<Stability>,
     /// `omitted`: the statistics of inferred pairs were left out (see
-    /// [`COMPACT_FROM_CPUS`]) and are made again from their cells.
+    /// [`COMPACT_FROM_CPUS`]): every pair with a cell and no entry is marked inferred.
     #[serde(default)]
     inferred_stats: Option<String>,
 }
@@ -65,7 +67,7 @@ pub(super) struct MatrixFile {
 /// From this many CPUs on (past the 1,024 that bounded every matrix before), a matrix
 /// file leaves out the statistics entries of its inferred pairs and says so
 /// (`"inferred_stats": "omitted"`): each is its cell's figure three times, 0 samples,
-/// `inferred` — made again from the cells when read. They are most of a sparse map's
+/// `inferred` — and every pair with a cell and no entry is marked inferred when read. They are most of a sparse map's
 /// pairs and about 110 bytes each as JSON: 0.9 GB of a 4,096-CPU file, over the
 /// reader's limit, where the cells take 90 MB. Its cells are written to a hundredth of
 /// a nanosecond ([`CellsOut`]). A map with no inferred pair (completed) also leaves
@@ -158,7 +160,7 @@ impl Serialize for StatsOut<'_> {
 /// were left out: see [`COMPACT_FROM_CPUS`].
 pub(super) struct Written<'a> {
     out: StatsOut<'a>,
-    /// `"inferred_stats": "omitted"`: made again from the cells when read.
+    /// `"inferred_stats": "omitted"`: marked inferred again when read.
     pub(super) omitted: bool,
 }
 
