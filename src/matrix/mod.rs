@@ -218,7 +218,7 @@ impl PairStats {
 /// The pairs of rows `(i, j)`, `i < j`, a sparse measurement inferred: one bit per pair
 /// of the triangle, row by row (`n(n-1)/2` bits: 2 MiB at 4,096 CPUs, 8 MiB at 8,192,
 /// where a 48-byte statistics entry per inferred pair took 403 MB and 1.6 GB). Nothing
-/// is allocated until a pair is set.
+/// is held while no pair is set, so two sets of the same pairs are equal.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inferred {
     n: usize,
@@ -247,20 +247,15 @@ impl Inferred {
     /// Marks pair `(i, j)` of a matrix of `n` rows inferred or not (a set made for
     /// another size is dropped first). `i == j` or a row past `n` is ignored.
     pub fn set(&mut self, n: usize, i: usize, j: usize, on: bool) {
-        if i == j || i.max(j) >= n {
+        if i == j || i.max(j) >= n || !on && (self.count == 0 || self.n != n) {
             return;
         }
-        if self.n != n {
+        if self.n != n || self.count == 0 {
             *self = Inferred {
                 n,
-                ..Inferred::default()
+                bits: vec![0; (n * (n - 1) / 2).div_ceil(64)],
+                count: 0,
             };
-        }
-        if self.bits.is_empty() {
-            if !on {
-                return;
-            }
-            self.bits = vec![0; (n * (n - 1) / 2).div_ceil(64)];
         }
         let k = Self::key(n, i, j);
         let (w, bit) = (k / 64, 1u64 << (k % 64));
@@ -273,6 +268,10 @@ impl Inferred {
             self.bits[w] |= bit;
         } else {
             self.bits[w] &= !bit;
+        }
+        if self.count == 0 {
+            // None left: nothing held, equal to a matrix that never had any.
+            *self = Inferred::default();
         }
     }
 

@@ -420,3 +420,22 @@ fn a_large_complete_matrix_is_stored_without_its_single_figure_statistics() {
     assert_eq!((sp.pairs_measured, sp.pairs_total), (pairs, pairs));
     assert!(crate::measure::complete::pending(&back).is_empty());
 }
+
+#[test]
+fn inferred_pairs_are_one_bit_each_and_a_set_emptied_equals_a_new_one() {
+    let mut m = LatencyMatrix::from_fn((0..5).collect(), |_, _| 20.0);
+    assert_eq!(m.inferred_count(), 0);
+    m.set_inferred(3, 1, true);
+    m.set_inferred(1, 3, true);
+    m.set_inferred(0, 4, true);
+    m.set_inferred(2, 2, true);
+    assert_eq!(m.inferred_count(), 2);
+    assert!(m.is_inferred(1, 3) && m.is_inferred(3, 1) && m.is_inferred(4, 0));
+    assert!(!m.is_inferred(0, 1) && !m.is_inferred(2, 2) && !m.is_inferred(9, 1));
+    assert_eq!(m.inferred_pairs().collect::<Vec<_>>(), vec![(0, 4), (1, 3)]);
+    assert_eq!(m.measured_pairs(), (8, 10));
+    m.set_inferred(1, 3, false);
+    m.set_inferred(4, 0, false);
+    assert_eq!(m.inferred_count(), 0);
+    assert_eq!(m, LatencyMatrix::from_fn((0..5).collect(), |_, _| 20.0));
+}
