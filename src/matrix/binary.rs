@@ -27,7 +27,7 @@
 //! statistics' figures whole); a figure of [`MAX_FIGURE_NS`] (42.9 ms) or more
 //! has no code and is refused when written. Which statistics are written follows the
 //! JSON form ([`super::COMPACT_FROM_CPUS`]): a sparse map's inferred pairs are left out
-//! (`"inferred_stats": "omitted"`, made again when read), a completed map's
+//! (`"inferred_stats": "omitted"`, marked inferred again when read), a completed map's
 //! single-figure entries too, every entry with batches is kept. So the largest file,
 //! a completed 8,192-CPU map with batches for every pair, is [`MAX_BINARY_FILE_SIZE`]
 //! (36 bytes a pair: 1.22 GB); reading it allocates the cells and the entries, as the
@@ -94,7 +94,8 @@ struct Header {
     kept: Option<KeptCells>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     stability: Option<Stability>,
-    /// `omitted`: inferred pairs' statistics are made again from their cells.
+    /// `omitted`: inferred pairs' statistics were left out; every pair with a cell and
+    /// no record is marked inferred again.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     inferred_stats: Option<String>,
     /// Statistics records after the cells.
@@ -453,7 +454,8 @@ fn record(
 }
 
 /// The matrix of a header, its cells and its records: the sparse counts as read, the
-/// omitted inferred entries made again, the counts recounted (as the JSON reader does).
+/// inferred records and omitted inferred entries marked in [`LatencyMatrix::inferred`],
+/// the counts recounted (as the JSON reader does).
 fn assemble(header: Header, cells: Cells, stats: Vec<PairStats>) -> LatencyMatrix {
     let sparse = match (
         header.pairs_measured,
@@ -479,13 +481,15 @@ fn assemble(header: Header, cells: Cells, stats: Vec<PairStats>) -> LatencyMatri
         first_touch: header.first_touch,
         mode: header.mode,
         stats,
+        inferred: super::Inferred::default(),
         sparse,
         warnings: header.warnings,
         kept: header.kept,
         stability: header.stability,
     };
+    m.take_inferred_entries();
     if header.inferred_stats.as_deref() == Some("omitted") {
-        m.restore_inferred_stats();
+        m.restore_inferred();
     }
     m.recount();
     m

@@ -1,13 +1,15 @@
 //! The matrix file's JSON object as read and as written: the sparse counts as plain
 //! fields, the compact form of a large sparse map (its inferred statistics left out,
-//! see [`COMPACT_FROM_CPUS`]) and their making again when read.
+//! see [`COMPACT_FROM_CPUS`]) and the inferred pairs marked again when read; below
+//! that, an entry per inferred pair written from [`LatencyMatrix::inferred`] and read
+//! back into it.
 //!
 //! Must not touch: the bounds on reading an untrusted file (see `read`).
 
 use serde::{Deserialize, Serialize};
 
 use super::cells::Rows;
-use super::{read, Cells, KeptCells, LatencyMatrix, PairStats, SparseCounts, Stability};
+use super::{read, Cells, Inferred, KeptCells, LatencyMatrix, PairStats, SparseCounts, Stability};
 
 /// The JSON object as read: [`LatencyMatrix`]'s fields, with the sparse counts as
 /// three plain fields (present together or not at all).
@@ -57,7 +59,7 @@ pub(super) struct MatrixFile {
     #[serde(default)]
     stability: Option<Stability>,
     /// `omitted`: the statistics of inferred pairs were left out (see
-    /// [`COMPACT_FROM_CPUS`]) and are made again from their cells.
+    /// [`COMPACT_FROM_CPUS`]): every pair with a cell and no entry is marked inferred.
     #[serde(default)]
     inferred_stats: Option<String>,
 }
@@ -65,7 +67,7 @@ pub(super) struct MatrixFile {
 /// From this many CPUs on (past the 1,024 that bounded every matrix before), a matrix
 /// file leaves out the statistics entries of its inferred pairs and says so
 /// (`"inferred_stats": "omitted"`): each is its cell's figure three times, 0 samples,
-/// `inferred` — made again from the cells when read. They are most of a sparse map's
+/// `inferred` — and every pair with a cell and no entry is marked inferred when read. They are most of a sparse map's
 /// pairs and about 110 bytes each as JSON: 0.9 GB of a 4,096-CPU file, over the
 /// reader's limit, where the cells take 90 MB. Its cells are written to a hundredth of
 /// a nanosecond ([`CellsOut`]). A map with no inferred pair (completed) also leaves
@@ -128,20 +130,20 @@ impl Serialize for CellsOut<'_> {
     }
 }
 
-/// The statistics written: all of them, or those of measured pairs only, and of those
+/// The statistics written: all of them (the inferred pairs' entries made from
+/// [`LatencyMatrix::inferred`]), or those of measured pairs only, and of those
 /// (`batches_only`) the ones with batches: see [`COMPACT_FROM_CPUS`].
 struct StatsOut<'a> {
-    all: &'a [PairStats],
-    measured_only: bool,
+    all: std::borrow::Cow<'a, [PairStats]>,
     batches_only: bool,
 }
 
 impl StatsOut<'_> {
     fn written(&self) -> impl Iterator<Item = &PairStats> {
-        let (measured_only, batches_only) = (self.measured_only, self.batches_only);
+        let batches_only = self.batches_only;
         self.all
             .iter()
-            .filter(move |s| !(measured_only && s.inferred || batches_only && s.is_single_figure()))
+            .filter(move |s| !(batches_only && s.is_single_figure()))
     }
     fn is_empty(&self) -> bool {
         self.written().next().is_none()
@@ -158,7 +160,7 @@ impl Serialize for StatsOut<'_> {
 /// were left out: see [`COMPACT_FROM_CPUS`].
 pub(super) struct Written<'a> {
     out: StatsOut<'a>,
-    /// `"inferred_stats": "omitted"`: made again from the cells when read.
+    /// `"inferred_stats": "omitted"`: marked inferred again when read.
     pub(super) omitted: bool,
 }
 
@@ -171,16 +173,20 @@ impl Written<'_> {
 /// What [`Written`] holds for `m`.
 pub(super) fn written_stats(m: &LatencyMatrix) -> Written<'_> {
     let compact = m.len() >= COMPACT_FROM_CPUS;
-    let omitted = compact && m.stats.iter().any(|st| st.inferred);
+    let any_inferred = m.inferred_count() > 0;
+    let omitted = compact && any_inferred;
     // Without inferred pairs, a pair with a cell and no entry is a measured one, so
     // entries that say no more than their cell can be left out.
     let batches_only = compact && !omitted;
+    // A sparse map's entries are listed in its order of pairs, inferred or not (see
+    // `stats_with_inferred`), as sparse measurement made them and completion kept them.
+    let all = if (any_inferred || m.sparse.is_some()) && !compact {
+        std::borrow::Cow::Owned(m.stats_with_inferred())
+    } else {
+        std::borrow::Cow::Borrowed(&m.stats[..])
+    };
     Written {
-        out: StatsOut {
-            all: &m.stats,
-            measured_only: compact,
-            batches_only,
-        },
+        out: StatsOut { all, batches_only },
         omitted,
     }
 }
@@ -237,13 +243,15 @@ impl From<MatrixFile> for LatencyMatrix {
             first_touch: f.first_touch,
             mode: f.mode,
             stats: f.stats,
+            inferred: Inferred::default(),
             sparse,
             warnings: f.warnings,
             kept: f.kept,
             stability: f.stability,
         };
+        m.take_inferred_entries();
         if f.inferred_stats.as_deref() == Some("omitted") {
-            m.restore_inferred_stats();
+            m.restore_inferred();
         }
         m.recount();
         m
@@ -251,29 +259,85 @@ impl From<MatrixFile> for LatencyMatrix {
 }
 
 impl LatencyMatrix {
-    /// Makes again the statistics a compact file left out (see [`COMPACT_FROM_CPUS`]):
-    /// an inferred entry for every pair with a cell and no entry, in the order sparse
-    /// measurement writes them (by column, then row), the stored entries in their place.
-    pub(super) fn restore_inferred_stats(&mut self) {
+    /// Moves the entries listed `inferred` (as a file lists them) out of [`Self::stats`] into
+    /// [`Self::inferred`] (an entry of a pair outside the matrix stays, for
+    /// validation to name).
+    pub fn take_inferred_entries(&mut self) {
+        if !self.stats.iter().any(|s| s.inferred) {
+            return;
+        }
+        let n = self.len();
+        let square = self.latency_ns.n() == n;
+        let row: std::collections::HashMap<u32, usize> =
+            self.cpus.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+        let mut stats = std::mem::take(&mut self.stats);
+        stats.retain(|s| {
+            let at = (row.get(&s.a), row.get(&s.b));
+            match at {
+                (Some(&i), Some(&j)) if s.inferred && square && i != j => {
+                    self.inferred.set(n, i, j, true);
+                    false
+                }
+                _ => true,
+            }
+        });
+        self.stats = stats;
+    }
+
+    /// Marks inferred what a compact file left out (see [`COMPACT_FROM_CPUS`]): every
+    /// pair with a cell and no entry.
+    pub(super) fn restore_inferred(&mut self) {
         let n = self.len();
         if self.latency_ns.n() != n {
             return; // not square: validation says so
         }
-        let mut stored: std::collections::HashMap<(u32, u32), PairStats> = self
-            .stats
-            .drain(..)
-            .map(|s| ((s.a.min(s.b), s.a.max(s.b)), s))
-            .collect();
-        let mut all = Vec::with_capacity(n * n.saturating_sub(1) / 2);
-        for j in 0..n {
-            for i in j + 1..n {
-                let (a, b) = (
-                    self.cpus[i].min(self.cpus[j]),
-                    self.cpus[i].max(self.cpus[j]),
-                );
-                if let Some(s) = stored.remove(&(a, b)) {
-                    all.push(s);
-                } else if let Some(v) = self.latency_ns.get(i, j) {
+        let row: std::collections::HashMap<u32, usize> =
+            self.cpus.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+        let mut listed = Inferred::default();
+        for s in &self.stats {
+            if let (Some(&i), Some(&j)) = (row.get(&s.a), row.get(&s.b)) {
+                listed.set(n, i, j, true);
+            }
+        }
+        for i in 0..n {
+            for j in i + 1..n {
+                if self.latency_ns.get(i, j).is_some() && !listed.get(i, j) {
+                    self.inferred.set(n, i, j, true);
+                }
+            }
+        }
+    }
+
+    /// The statistics a file of at most 1,024 CPUs lists: an inferred entry (its
+    /// cell's figure three times, 0 samples) for every inferred pair, in the order
+    /// sparse measurement lists its pairs (row 0's pairs first, then row 1's), the
+    /// measured entries in their place; entries of pairs outside the matrix last.
+    pub(super) fn stats_with_inferred(&self) -> Vec<PairStats> {
+        let n = self.len();
+        let row: std::collections::HashMap<u32, usize> =
+            self.cpus.iter().enumerate().map(|(i, &c)| (c, i)).collect();
+        let mut stored: std::collections::HashMap<(usize, usize), &PairStats> =
+            std::collections::HashMap::with_capacity(self.stats.len());
+        let mut outside = Vec::new();
+        for s in &self.stats {
+            match (row.get(&s.a), row.get(&s.b)) {
+                (Some(&i), Some(&j)) if i != j && !stored.contains_key(&(i.min(j), i.max(j))) => {
+                    stored.insert((i.min(j), i.max(j)), s);
+                }
+                _ => outside.push(s.clone()),
+            }
+        }
+        let mut all = Vec::with_capacity(self.stats.len() + self.inferred_count());
+        for i in 0..n {
+            for j in i + 1..n {
+                if let Some(s) = stored.remove(&(i, j)) {
+                    all.push(s.clone());
+                } else if self.is_inferred(i, j) {
+                    let (a, b) = (
+                        self.cpus[i].min(self.cpus[j]),
+                        self.cpus[i].max(self.cpus[j]),
+                    );
+                    let v = self.latency_ns.get(i, j).unwrap_or(f64::NAN);
                     all.push(PairStats {
                         a,
                         b,
@@ -288,8 +352,7 @@ impl LatencyMatrix {
                 }
             }
         }
-        // Entries of pairs outside the matrix stay, for validation to name.
-        all.extend(stored.into_values());
-        self.stats = all;
+        all.extend(outside);
+        all
     }
 }

@@ -75,9 +75,13 @@ pub fn restrict(m: &LatencyMatrix, cpus: &CpuSet) -> LatencyMatrix {
     let mut out = m.clone();
     out.cpus = keep.iter().map(|&i| m.cpus[i]).collect();
     out.latency_ns = Cells::new(keep.len());
+    out.inferred = super::Inferred::default();
     for (a, &i) in keep.iter().enumerate() {
         for (b, &j) in keep.iter().enumerate().skip(a + 1) {
             out.latency_ns.set(a, b, m.latency_ns.get(i, j));
+            if m.is_inferred(i, j) {
+                out.inferred.set(keep.len(), a, b, true);
+            }
         }
     }
     out.stats
@@ -104,10 +108,29 @@ pub fn merge(newer: &LatencyMatrix, older: &LatencyMatrix) -> LatencyMatrix {
             older.between(a, b)
         }
     };
+    let rows = |m: &LatencyMatrix| -> std::collections::HashMap<u32, usize> {
+        m.cpus.iter().enumerate().map(|(i, &c)| (c, i)).collect()
+    };
+    let (in_newer, in_older) = (rows(newer), rows(older));
+    let inferred = |a: u32, b: u32| {
+        let (m, at) = if covered(a, b) {
+            (newer, &in_newer)
+        } else {
+            (older, &in_older)
+        };
+        match (at.get(&a), at.get(&b)) {
+            (Some(&i), Some(&j)) => m.is_inferred(i, j),
+            _ => false,
+        }
+    };
     let mut latency_ns = Cells::new(cpus.len());
+    let mut marks = super::Inferred::default();
     for (i, &a) in cpus.iter().enumerate() {
         for (j, &b) in cpus.iter().enumerate().skip(i + 1) {
             latency_ns.set(i, j, cell(a, b));
+            if inferred(a, b) {
+                marks.set(cpus.len(), i, j, true);
+            }
         }
     }
     let has = |s: &PairStats| covered(s.a, s.b);
@@ -118,6 +141,7 @@ pub fn merge(newer: &LatencyMatrix, older: &LatencyMatrix) -> LatencyMatrix {
         cpus,
         latency_ns,
         stats,
+        inferred: marks,
         ..newer.clone()
     };
     // More CPUs, more pairs: sparse counts are those of the union.

@@ -70,14 +70,20 @@ pub struct LatencyMatrix {
     /// How pairs were scheduled: `serial` or `rounds` (disjoint pairs in parallel).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
-    /// Per-pair spread and sample counts, one entry per measured pair (`a < b`); in a
-    /// sparse matrix also one per inferred pair (`samples` 0, `inferred` true).
+    /// Per-pair spread and sample counts, one entry per measured pair (`a < b`). A
+    /// sparse matrix's inferred pairs are not here but in [`Self::inferred`]; a file
+    /// of at most 1,024 CPUs lists them too (`samples` 0, `inferred` true), written
+    /// from and read into that set.
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "read::stats"
     )]
     pub stats: Vec<PairStats>,
+    /// Which pairs a sparse measurement inferred (filled from their block) rather than
+    /// measured: one bit per pair of rows (see [`Inferred`]).
+    #[serde(skip)]
+    pub inferred: Inferred,
     /// Sparse mode's counts (`pairs_measured`, `pairs_total`, `modelled_seconds` in
     /// the JSON object itself); `None` for a full matrix.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -206,6 +212,83 @@ impl PairStats {
             && self.discarded == 0
             && self.p10_ns == self.median_ns
             && self.median_ns == self.p90_ns
+    }
+}
+
+/// The pairs of rows `(i, j)`, `i < j`, a sparse measurement inferred: one bit per pair
+/// of the triangle, row by row (`n(n-1)/2` bits: 2 MiB at 4,096 CPUs, 8 MiB at 8,192,
+/// where a 48-byte statistics entry per inferred pair took 403 MB and 1.6 GB). Nothing
+/// is held while no pair is set, so two sets of the same pairs are equal.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inferred {
+    n: usize,
+    bits: Vec<u64>,
+    count: usize,
+}
+
+impl Inferred {
+    /// The bit of pair `(i, j)`, either order, `i != j`, both below `n`: the pairs of
+    /// row 0 first, then those of row 1, and so on (the order sparse measurement and a
+    /// file list them in).
+    fn key(n: usize, i: usize, j: usize) -> usize {
+        let (i, j) = (i.min(j), i.max(j));
+        i * n - i * (i + 1) / 2 + (j - i - 1)
+    }
+
+    /// Whether pair `(i, j)` (either order) was inferred.
+    pub fn get(&self, i: usize, j: usize) -> bool {
+        if i == j || i.max(j) >= self.n || self.bits.is_empty() {
+            return false;
+        }
+        let k = Self::key(self.n, i, j);
+        self.bits[k / 64] >> (k % 64) & 1 == 1
+    }
+
+    /// Marks pair `(i, j)` of a matrix of `n` rows inferred or not (a set made for
+    /// another size is dropped first). `i == j` or a row past `n` is ignored.
+    pub fn set(&mut self, n: usize, i: usize, j: usize, on: bool) {
+        if i == j || i.max(j) >= n || !on && (self.count == 0 || self.n != n) {
+            return;
+        }
+        if self.n != n || self.count == 0 {
+            *self = Inferred {
+                n,
+                bits: vec![0; (n * (n - 1) / 2).div_ceil(64)],
+                count: 0,
+            };
+        }
+        let k = Self::key(n, i, j);
+        let (w, bit) = (k / 64, 1u64 << (k % 64));
+        if on && self.bits[w] & bit == 0 {
+            self.count += 1;
+        } else if !on && self.bits[w] & bit != 0 {
+            self.count -= 1;
+        }
+        if on {
+            self.bits[w] |= bit;
+        } else {
+            self.bits[w] &= !bit;
+        }
+        if self.count == 0 {
+            // None left: nothing held, equal to a matrix that never had any.
+            *self = Inferred::default();
+        }
+    }
+
+    /// How many pairs are inferred.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The inferred pairs `(i, j)`, `i < j`, row by row.
+    pub fn pairs(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let n = self.n;
+        let rows = if self.count == 0 { 0 } else { n };
+        (0..rows).flat_map(move |i| {
+            (i + 1..n)
+                .map(move |j| (i, j))
+                .filter(move |&(i, j)| self.get(i, j))
+        })
     }
 }
 
@@ -351,6 +434,7 @@ impl LatencyMatrix {
             first_touch: None,
             mode: None,
             stats: Vec::new(),
+            inferred: Inferred::default(),
             sparse: None,
             warnings: Vec::new(),
             kept: None,
@@ -377,33 +461,45 @@ impl LatencyMatrix {
         self.latency_ns.get(i, j)
     }
 
-    /// Pairs with a measured figure (a cell whose statistics entry does not say
-    /// `inferred`) and all pairs, `n(n-1)/2`: what the sparse counts must say. Safe on
-    /// a matrix not validated yet (a short row has no figure there).
+    /// Pairs with a measured figure (a cell not marked [`Self::inferred`]) and all
+    /// pairs, `n(n-1)/2`: what the sparse counts must say. Safe on a matrix not
+    /// validated yet (a short row has no figure there).
     pub fn measured_pairs(&self) -> (usize, usize) {
         let n = self.cpus.len();
         let total = n * n.saturating_sub(1) / 2;
-        let row: std::collections::HashMap<u32, usize> =
-            self.cpus.iter().enumerate().map(|(i, &c)| (c, i)).collect();
-        // One bit per pair of rows, i < j (n²/8 bytes: 2 MiB at 4,096 CPUs, where a
-        // set of the 8.4 M inferred pairs of a sparse map took about 300 MB).
-        let mut inferred = vec![0u64; (n * n).div_ceil(64)];
-        for s in self.stats.iter().filter(|s| s.inferred) {
-            if let (Some(&i), Some(&j)) = (row.get(&s.a), row.get(&s.b)) {
-                let k = i.min(j) * n + i.max(j);
-                inferred[k / 64] |= 1 << (k % 64);
-            }
-        }
         let mut measured = 0;
         for i in 0..n {
             for j in i + 1..n {
-                let k = i * n + j;
-                if self.at(i, j).is_some() && inferred[k / 64] & (1 << (k % 64)) == 0 {
+                if self.at(i, j).is_some() && !self.is_inferred(i, j) {
                     measured += 1;
                 }
             }
         }
         (measured, total)
+    }
+
+    /// Whether the pair of rows `(i, j)` was inferred by sparse measurement.
+    pub fn is_inferred(&self, i: usize, j: usize) -> bool {
+        self.inferred.get(i, j)
+    }
+
+    /// Marks the pair of rows `(i, j)` inferred, or measured.
+    pub fn set_inferred(&mut self, i: usize, j: usize, on: bool) {
+        let n = self.len();
+        self.inferred.set(n, i, j, on);
+    }
+
+    /// How many pairs are inferred.
+    pub fn inferred_count(&self) -> usize {
+        self.inferred.count()
+    }
+
+    /// The inferred pairs as CPU ids `(a, b)`, `a < b`.
+    pub fn inferred_pairs(&self) -> impl Iterator<Item = (u32, u32)> + '_ {
+        self.inferred.pairs().map(|(i, j)| {
+            let (a, b) = (self.cpus[i], self.cpus[j]);
+            (a.min(b), a.max(b))
+        })
     }
 
     /// Sets the sparse counts (when there are any) to what the cells and statistics

@@ -188,6 +188,9 @@ fn sparse_counts_and_inferred_pairs_round_trip_and_old_files_still_load() {
         round_trips: 0,
         inferred: true,
     });
+    m.take_inferred_entries();
+    assert!(m.stats.is_empty());
+    assert!(m.is_inferred(1, 2) && m.inferred_count() == 1);
     let text = serde_json::to_string(&m).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(v["pairs_measured"], 2);
@@ -218,6 +221,7 @@ fn sparse_counts_are_read_off_the_cells_not_taken_from_the_file() {
         round_trips: 0,
         inferred: true,
     });
+    m.take_inferred_entries();
     m.sparse = Some(Box::new(SparseCounts {
         pairs_measured: 1,
         pairs_total: 3,
@@ -290,6 +294,7 @@ fn a_large_sparse_matrix_is_stored_without_its_inferred_statistics_and_read_back
             pairs_total: 0,
             modelled_seconds: 1.5,
         }));
+        m.take_inferred_entries();
         m.recount();
         m
     }
@@ -392,6 +397,7 @@ fn a_large_complete_matrix_is_stored_without_its_single_figure_statistics() {
             pairs_total: 0,
             modelled_seconds: 1.5,
         }));
+        m.take_inferred_entries();
         m.recount();
         m
     }
@@ -413,4 +419,23 @@ fn a_large_complete_matrix_is_stored_without_its_single_figure_statistics() {
     let sp = back.sparse.as_ref().unwrap();
     assert_eq!((sp.pairs_measured, sp.pairs_total), (pairs, pairs));
     assert!(crate::measure::complete::pending(&back).is_empty());
+}
+
+#[test]
+fn inferred_pairs_are_one_bit_each_and_a_set_emptied_equals_a_new_one() {
+    let mut m = LatencyMatrix::from_fn((0..5).collect(), |_, _| 20.0);
+    assert_eq!(m.inferred_count(), 0);
+    m.set_inferred(3, 1, true);
+    m.set_inferred(1, 3, true);
+    m.set_inferred(0, 4, true);
+    m.set_inferred(2, 2, true);
+    assert_eq!(m.inferred_count(), 2);
+    assert!(m.is_inferred(1, 3) && m.is_inferred(3, 1) && m.is_inferred(4, 0));
+    assert!(!m.is_inferred(0, 1) && !m.is_inferred(2, 2) && !m.is_inferred(9, 1));
+    assert_eq!(m.inferred_pairs().collect::<Vec<_>>(), vec![(0, 4), (1, 3)]);
+    assert_eq!(m.measured_pairs(), (8, 10));
+    m.set_inferred(1, 3, false);
+    m.set_inferred(4, 0, false);
+    assert_eq!(m.inferred_count(), 0);
+    assert_eq!(m, LatencyMatrix::from_fn((0..5).collect(), |_, _| 20.0));
 }

@@ -86,30 +86,13 @@ struct Pending {
 impl Pending {
     /// The pending pairs of `m` (see [`pending`]).
     fn of(m: &LatencyMatrix) -> Pending {
-        let inferred = || m.stats.iter().filter(|s| s.inferred && s.a != s.b);
-        let top = m
-            .cpus
-            .iter()
-            .copied()
-            .chain(inferred().flat_map(|s| [s.a, s.b]))
-            .map(|c| c as usize + 1)
-            .max()
-            .unwrap_or(0);
+        let top = m.cpus.iter().map(|&c| c as usize + 1).max().unwrap_or(0);
         let mut set = Pending::empty(top);
-        if m.sparse.is_none() {
-            for s in inferred() {
-                set.insert(s.a.min(s.b), s.a.max(s.b));
-            }
-            return set;
-        }
-        let mut marked = Pending::empty(top);
-        for s in inferred() {
-            marked.insert(s.a.min(s.b), s.a.max(s.b));
-        }
         for i in 0..m.len() {
             for j in i + 1..m.len() {
                 let (a, b) = (m.cpus[i].min(m.cpus[j]), m.cpus[i].max(m.cpus[j]));
-                if a != b && (m.at(i, j).is_none() || marked.contains(a, b)) {
+                let empty = m.sparse.is_some() && m.at(i, j).is_none();
+                if a != b && (empty || m.is_inferred(i, j)) {
                     set.insert(a, b);
                 }
             }
@@ -134,11 +117,6 @@ impl Pending {
             *w |= 1 << (b % 64);
             self.left += 1;
         }
-    }
-
-    fn contains(&self, a: u32, b: u32) -> bool {
-        let (a, b) = (a as usize, b as usize);
-        self.bits[a * self.words + b / 64] & (1 << (b % 64)) != 0
     }
 
     /// The pairs, in order.
@@ -320,9 +298,9 @@ pub struct Correction {
     pub measured_ns: f64,
 }
 
-/// Puts the figures of a slice into `m`: each cell takes its figure, its statistics
-/// entry becomes the measured one (`stats`, else a single figure) instead of
-/// `inferred`, and the sparse counts follow. Pairs without a figure stay as they were.
+/// Puts the figures of a slice into `m`: each cell takes its figure and a statistics
+/// entry (`stats`, else a single figure), is no longer marked inferred, and the sparse
+/// counts follow. Pairs without a figure stay as they were.
 /// Returns the inferred cells it replaced.
 pub fn apply(
     m: &mut LatencyMatrix,
@@ -426,27 +404,23 @@ fn apply_indexed(
             ..entry
         };
         let old = m.at(i, j);
-        match at.get(i, j) {
-            Some(k) => {
-                if m.stats[k].inferred {
-                    newly += 1;
-                    if let Some(old) = old {
-                        corrections.push(Correction {
-                            a: key.0,
-                            b: key.1,
-                            inferred_ns: old,
-                            measured_ns: v,
-                        });
-                    }
-                } else if old.is_none() {
-                    newly += 1;
-                }
-                m.stats[k] = entry;
+        if m.is_inferred(i, j) {
+            newly += 1;
+            m.set_inferred(i, j, false);
+            if let Some(old) = old {
+                corrections.push(Correction {
+                    a: key.0,
+                    b: key.1,
+                    inferred_ns: old,
+                    measured_ns: v,
+                });
             }
+        } else if old.is_none() {
+            newly += 1;
+        }
+        match at.get(i, j) {
+            Some(k) => m.stats[k] = entry,
             None => {
-                if old.is_none() {
-                    newly += 1;
-                }
                 at.set(i, j, m.stats.len());
                 m.stats.push(entry);
             }

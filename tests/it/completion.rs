@@ -45,6 +45,7 @@ fn completion_measures_every_published_matrix_of_64_cpus_and_more_through() {
         // Every pair measured, none inferred, the counts say so.
         assert!(complete::pending(&m).is_empty(), "{ctx}");
         assert!(m.stats.iter().all(|s| !s.inferred), "{name}");
+        assert_eq!(m.inferred_count(), 0, "{name}");
         let sp = m.sparse.as_ref().unwrap();
         assert_eq!(sp.pairs_measured, sp.pairs_total, "{name}");
         m.validate().unwrap();

@@ -309,7 +309,8 @@ mod tests {
             }
         }
         let total = ids.len() * (ids.len() - 1) / 2;
-        let measured = m.stats.iter().filter(|s| !s.inferred).count();
+        m.take_inferred_entries();
+        let measured = m.stats.len();
         m.mode = Some("sparse".into());
         m.sparse = Some(Box::new(SparseCounts {
             pairs_measured: measured,
@@ -455,6 +456,7 @@ mod tests {
         for m in [s.machine.current.clone().unwrap(), stored(&s)] {
             assert!(complete::pending(&m).is_empty());
             assert!(m.stats.iter().all(|st| !st.inferred));
+            assert_eq!(m.inferred_count(), 0);
             let sp = m.sparse.as_ref().unwrap();
             assert_eq!(sp.pairs_measured, sp.pairs_total);
         }

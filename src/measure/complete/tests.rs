@@ -35,6 +35,8 @@ fn half_inferred() -> (LatencyMatrix, LatencyMatrix) {
             });
         }
     }
+    m.take_inferred_entries();
+    assert_eq!((m.stats.len(), m.inferred_count()), (22, 6));
     m.sparse = Some(Box::new(SparseCounts {
         pairs_measured: 22,
         pairs_total: 28,
@@ -116,6 +118,7 @@ fn completion_measures_every_inferred_cell_once_and_names_the_correction() {
     assert_eq!(done.measurements, 12, "{done:?}");
     assert_eq!(done.rechecked, 0);
     assert!(m.stats.iter().all(|s| !s.inferred));
+    assert_eq!(m.inferred_count(), 0);
     let sp = m.sparse.as_ref().unwrap();
     assert_eq!((sp.pairs_measured, sp.pairs_total), (28, 28));
     for i in 0..8 {
@@ -288,6 +291,7 @@ fn a_machine_of_1024_cpus_completes_in_slices_of_4_rounds_modelled() {
             }
         }
     }
+    m.take_inferred_entries();
     let first = n * 7 / 2;
     let total = n * (n - 1) / 2;
     m.sparse = Some(Box::new(SparseCounts {

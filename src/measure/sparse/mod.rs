@@ -407,13 +407,67 @@ mod tests {
         assert_eq!(out.pairs_total(), 120);
         // The matrix marks what was inferred.
         let mx = out.to_matrix(&BTreeMap::new(), &MODEL_COSTS);
-        let inferred = mx.stats.iter().filter(|s| s.inferred).count();
+        let inferred = mx.inferred_count();
+        assert!(mx.stats.iter().all(|s| !s.inferred));
         assert_eq!(inferred + out.pairs_measured, 120);
         assert_eq!(
             mx.sparse.as_ref().unwrap().pairs_measured,
             out.pairs_measured
         );
         mx.validate().unwrap();
+    }
+
+    /// A sparse map holds its inferred pairs as bits, not statistics entries; its JSON
+    /// (at most 1,024 CPUs) lists an entry for each, its binary form a record for each,
+    /// and both read back into the same bits (the JSON written again byte for byte).
+    #[test]
+    fn a_sparse_maps_inferred_pairs_are_bits_through_json_and_binary() {
+        // Eight CPUs are measured whole: sixteen leave pairs to infer.
+        let truth = machine();
+        let mut sim = Simulated::new(&truth, 0.0, 3);
+        let out = run_sparse(&truth.cpus, None, &mut sim, &SparseConfig::default()).unwrap();
+        let mx = out.to_matrix(&BTreeMap::new(), &MODEL_COSTS);
+        mx.validate().unwrap();
+        let inferred = mx.inferred_count();
+        assert!(inferred > 0, "{}", out.pairs_measured);
+        assert!(mx.stats.iter().all(|s| !s.inferred));
+        assert_eq!(mx.stats.len(), out.pairs_measured);
+        assert_eq!(mx.measured_pairs(), (out.pairs_measured, 120));
+        assert_eq!(mx.inferred_pairs().count(), inferred);
+        for (i, j) in (0..16).flat_map(|i| (i + 1..16).map(move |j| (i, j))) {
+            let listed = mx.stats.iter().any(|s| (s.a, s.b) == (i as u32, j as u32));
+            assert_ne!(mx.is_inferred(i, j), listed, "{i},{j}");
+            assert_eq!(mx.is_inferred(i, j), mx.is_inferred(j, i));
+        }
+        let mut again = mx.clone();
+        again.recount();
+        assert_eq!(again.sparse, mx.sparse);
+
+        // JSON: an entry per pair, the inferred ones with 0 samples, as before.
+        let text = mx.to_json_text().unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let listed = v["stats"].as_array().unwrap();
+        assert_eq!(listed.len(), 120);
+        let marked = listed.iter().filter(|s| s["inferred"] == true);
+        assert!(marked.clone().all(|s| s["samples"] == 0));
+        assert_eq!(marked.count(), inferred);
+        let back = LatencyMatrix::from_json(&text, std::path::Path::new("m.json")).unwrap();
+        assert!(back.stats.iter().all(|s| !s.inferred));
+        assert_eq!(back, mx);
+        assert_eq!(back.to_json_text().unwrap(), text);
+
+        // Binary: a record per pair, read back into the same bits.
+        let mut bytes = Vec::new();
+        mx.write_binary(&mut bytes).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.bin");
+        std::fs::write(&path, &bytes).unwrap();
+        let back = LatencyMatrix::load(&path).unwrap();
+        assert!(back.stats.iter().all(|s| !s.inferred));
+        // Cells to a hundredth of a nanosecond; the rest as it was.
+        assert_eq!((&back.stats, &back.inferred), (&mx.stats, &mx.inferred));
+        assert_eq!(back.sparse, mx.sparse);
+        assert_eq!(back.measured_pairs(), (out.pairs_measured, 120));
     }
 
     fn within_10(m: &LatencyMatrix, out: &SparseOutcome) -> f64 {

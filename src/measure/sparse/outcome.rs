@@ -66,8 +66,8 @@ impl SparseOutcome {
 
     /// The matrix: every known cell, `mode` sparse, `pairs_measured`, `pairs_total`
     /// and `modelled_seconds`; `stats` from `measured_stats` for measured pairs (a
-    /// single figure when it has none) and an `inferred` entry with 0 samples for every
-    /// filled pair.
+    /// single figure when it has none); every filled pair marked inferred
+    /// ([`LatencyMatrix::inferred`]).
     pub fn to_matrix(
         &self,
         measured_stats: &BTreeMap<(u32, u32), PairStats>,
@@ -89,26 +89,22 @@ impl SparseOutcome {
                     self.cpus[i].min(self.cpus[j]),
                     self.cpus[i].max(self.cpus[j]),
                 );
-                // One figure: a measured pair without statistics, or an inferred one.
-                let single = |samples, inferred| PairStats {
+                if !self.measured[i * n + j] {
+                    m.set_inferred(j, i, true);
+                    continue;
+                }
+                // A measured pair without statistics: one figure.
+                let s = measured_stats.get(&(a, b)).cloned().unwrap_or(PairStats {
                     a,
                     b,
                     p10_ns: v,
                     median_ns: v,
                     p90_ns: v,
-                    samples,
+                    samples: 1,
                     discarded: 0,
                     round_trips: 0,
-                    inferred,
-                };
-                let s = if self.measured[i * n + j] {
-                    measured_stats
-                        .get(&(a, b))
-                        .cloned()
-                        .unwrap_or_else(|| single(1, false))
-                } else {
-                    single(0, true)
-                };
+                    inferred: false,
+                });
                 m.stats.push(s);
             }
         }
