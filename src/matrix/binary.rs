@@ -457,20 +457,11 @@ fn record(
 /// inferred records and omitted inferred entries marked in [`LatencyMatrix::inferred`],
 /// the counts recounted (as the JSON reader does).
 fn assemble(header: Header, cells: Cells, stats: Vec<PairStats>) -> LatencyMatrix {
-    let sparse = match (
+    let sparse = SparseCounts::from_fields(
         header.pairs_measured,
         header.pairs_total,
         header.modelled_seconds,
-    ) {
-        (Some(pairs_measured), Some(pairs_total), Some(modelled_seconds)) => {
-            Some(Box::new(SparseCounts {
-                pairs_measured,
-                pairs_total,
-                modelled_seconds,
-            }))
-        }
-        _ => None,
-    };
+    );
     let mut m = LatencyMatrix {
         cpus: header.cpus,
         latency_ns: cells,

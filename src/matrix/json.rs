@@ -223,16 +223,7 @@ impl From<MatrixFile> for LatencyMatrix {
     /// measured is read off its cells and statistics ([`LatencyMatrix::recount`]), so
     /// a damaged file cannot claim more pairs than it has, or fewer than it measured.
     fn from(f: MatrixFile) -> LatencyMatrix {
-        let sparse = match (f.pairs_measured, f.pairs_total, f.modelled_seconds) {
-            (Some(pairs_measured), Some(pairs_total), Some(modelled_seconds)) => {
-                Some(Box::new(SparseCounts {
-                    pairs_measured,
-                    pairs_total,
-                    modelled_seconds,
-                }))
-            }
-            _ => None,
-        };
+        let sparse = SparseCounts::from_fields(f.pairs_measured, f.pairs_total, f.modelled_seconds);
         let mut m = LatencyMatrix {
             cpus: f.cpus,
             latency_ns: f.latency_ns,

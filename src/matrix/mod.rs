@@ -203,6 +203,22 @@ pub struct PairStats {
 }
 
 impl PairStats {
+    /// The entry of a pair measured by one figure `v` and nothing more (no batches
+    /// kept, no spread): what a pair without the spinner's statistics gets.
+    pub fn single_figure(a: u32, b: u32, v: f64) -> PairStats {
+        PairStats {
+            a,
+            b,
+            p10_ns: v,
+            median_ns: v,
+            p90_ns: v,
+            samples: 1,
+            discarded: 0,
+            round_trips: 0,
+            inferred: false,
+        }
+    }
+
     /// A measured pair's entry that says no more than its figure: one batch or none,
     /// none thrown away, no spread (a completion's figure without the spinner's
     /// statistics, or the simulated measurer's).
@@ -302,6 +318,22 @@ pub struct SparseCounts {
     /// What the run takes on real hardware by the time model in `benches/README.md`
     /// (with `--simulate`, what the simulated run would have taken).
     pub modelled_seconds: f64,
+}
+
+impl SparseCounts {
+    /// The counts a file's three fields give, present together or not at all (a file
+    /// with only some of them is read as a full matrix, as before).
+    pub(crate) fn from_fields(
+        pairs_measured: Option<usize>,
+        pairs_total: Option<usize>,
+        modelled_seconds: Option<f64>,
+    ) -> Option<Box<SparseCounts>> {
+        Some(Box::new(SparseCounts {
+            pairs_measured: pairs_measured?,
+            pairs_total: pairs_total?,
+            modelled_seconds: modelled_seconds?,
+        }))
+    }
 }
 
 /// One latency level: a run of cell values with no jump larger than the gap ratio.

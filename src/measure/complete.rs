@@ -388,17 +388,10 @@ fn apply_indexed(
             continue;
         }
         let key = (a.min(b), a.max(b));
-        let entry = stats.get(&key).cloned().unwrap_or(PairStats {
-            a: key.0,
-            b: key.1,
-            p10_ns: v,
-            median_ns: v,
-            p90_ns: v,
-            samples: 1,
-            discarded: 0,
-            round_trips: 0,
-            inferred: false,
-        });
+        let entry = stats
+            .get(&key)
+            .cloned()
+            .unwrap_or_else(|| PairStats::single_figure(key.0, key.1, v));
         let entry = PairStats {
             inferred: false,
             ..entry

@@ -94,17 +94,10 @@ impl SparseOutcome {
                     continue;
                 }
                 // A measured pair without statistics: one figure.
-                let s = measured_stats.get(&(a, b)).cloned().unwrap_or(PairStats {
-                    a,
-                    b,
-                    p10_ns: v,
-                    median_ns: v,
-                    p90_ns: v,
-                    samples: 1,
-                    discarded: 0,
-                    round_trips: 0,
-                    inferred: false,
-                });
+                let s = measured_stats
+                    .get(&(a, b))
+                    .cloned()
+                    .unwrap_or_else(|| PairStats::single_figure(a, b, v));
                 m.stats.push(s);
             }
         }
